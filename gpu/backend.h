@@ -1,0 +1,93 @@
+/*
+ * backend: the memory of the KV pool, and how another process maps it.
+ *
+ *   host: one memfd (sealed against shrinking) mapped shared; workers get the
+ *         fd and mmap it.
+ *   cuda: the CUDA driver API loaded at run time (dlopen "libcuda.so.1"); a
+ *         few cuMemCreate slabs with the POSIX-fd handle type, rounded to the
+ *         allocation granularity. Each export makes new fds
+ *         (cuMemExportToShareableHandle); the importer reserves one virtual
+ *         range, maps every slab into it in order, sets access, closes the fds.
+ *
+ * The pool is one virtual range of backend_size() bytes made of n slabs; a
+ * block's bytes are at the geometry_offset() of geometry.h from its base.
+ * Errors carry a message naming the cause and the fix, written into the
+ * caller's buffer (err, errlen); the library never logs.
+ */
+#ifndef KVS_BACKEND_H
+#define KVS_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvshare_status.h"
+
+typedef enum backend_kind {
+    BACKEND_AUTO = 0, /* cuda when a device answers, else host */
+    BACKEND_HOST = 1,
+    BACKEND_CUDA = 2,
+} backend_kind_t;
+
+#define BACKEND_MAX_SLABS 64
+#define BACKEND_UUID_LEN 16
+
+typedef struct backend backend_t;
+
+typedef struct backend_config {
+    backend_kind_t kind;
+    int device;           /* cuda device ordinal (default 0) */
+    uint64_t bytes;       /* pool size; 0: use mem_fraction (cuda only) */
+    double mem_fraction;  /* of the device's free memory, e.g. 0.9 */
+    uint64_t round_bytes; /* with mem_fraction: the size is rounded down to a
+                             multiple of this (the block size) */
+} backend_config_t;
+
+/* What an importer needs besides the fds: sent in the Hello reply. */
+typedef struct backend_desc {
+    backend_kind_t kind;
+    uint8_t device_uuid[BACKEND_UUID_LEN]; /* cuda: the device; host: zero */
+    uint64_t size;                          /* bytes of the whole range */
+    uint32_t n_slabs;
+    uint64_t slab_bytes[BACKEND_MAX_SLABS];
+} backend_desc_t;
+
+/* Parses "auto", "host", "cuda". Errors: KVS_EINVAL. */
+int backend_kind_parse(const char *name, backend_kind_t *out);
+const char *backend_kind_name(backend_kind_t kind);
+
+/* Creates the pool memory. With BACKEND_AUTO, cuda is tried first and host is
+ * used when no device answers; an explicit BACKEND_CUDA that cannot start is
+ * an error. Errors (message in err): KVS_ENODRIVER, KVS_ENODEV, KVS_ENOTSUP
+ * (no VMM / POSIX-fd support, or cuda not built), KVS_ENOMEM (the asked size
+ * does not fit), KVS_EINVAL, KVS_EIO. */
+int backend_open(const backend_config_t *cfg, backend_t **out, char *err, size_t errlen);
+
+/* Frees the memory (importers keep their mappings). Accepts NULL. */
+void backend_close(backend_t *b);
+
+backend_kind_t backend_kind(const backend_t *b);
+uint64_t backend_size(const backend_t *b);
+void backend_describe(const backend_t *b, backend_desc_t *out);
+
+/* The daemon's own mapping: host pointer for host; device pointer (as an
+ * integer) for cuda. */
+uintptr_t backend_base(const backend_t *b);
+
+/* Makes new fds for one importer, one per slab, in slab order; the caller
+ * sends them and closes them. Errors: KVS_EIO, KVS_EINVAL (max too small). */
+int backend_export(backend_t *b, int *fds, size_t max, size_t *n_fds);
+
+/* Importer side. Maps the slabs given by desc and fds (the fds are consumed:
+ * closed on success and on failure) into one range. */
+typedef struct backend_mapping backend_mapping_t;
+int backend_import(const backend_desc_t *desc, const int *fds, size_t n_fds,
+                   backend_mapping_t **out, char *err, size_t errlen);
+uintptr_t backend_mapping_base(const backend_mapping_t *m);
+void backend_unmap(backend_mapping_t *m); /* accepts NULL */
+
+/* Copies n_bytes inside the pool from offset src to offset dst (device to
+ * device for cuda, memcpy for host), for block forks and tiers. Errors:
+ * KVS_EINVAL (out of range), KVS_EIO. */
+int backend_copy(backend_t *b, uint64_t dst, uint64_t src, uint64_t n_bytes);
+
+#endif /* KVS_BACKEND_H */

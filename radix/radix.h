@@ -1,0 +1,187 @@
+/*
+ * radix: the prefix index of kvshare. No I/O, no event loop, no logging.
+ *
+ * Theory of operation
+ * -------------------
+ * A prompt is cut into blocks of `block_tokens` token ids; only full blocks
+ * are indexed (a partial last block is never cached). Block i of a prompt in
+ * namespace ns is named by a chained hash
+ *
+ *     h_i = XXH3_64(tokens of block i, seed = h_{i-1}),   h_{-1} = ns seed
+ *
+ * so h_i names the whole prefix up to and including block i. Each cached block
+ * holds the pool block id whose memory has that prefix's KV, its hash, and a
+ * copy of its token ids; every match is verified against those tokens, so a
+ * hash collision never returns a wrong block.
+ *
+ * The index is a tree of blocks per namespace (parent = the previous block of
+ * the prefix), stored as a radix tree with path compression. Lookup cost grows
+ * with the length of the matched prefix only: never with the number of cached
+ * blocks nor with a node's fan-out.
+ *
+ * Pins: each cached block has a refcount. A pinned block (refcount > 0) is
+ * never evicted, nor are its ancestors. Eviction takes unpinned leaves, least
+ * recently used first, hands their block ids back through `on_evict`, and
+ * makes a parent a candidate when its last child goes. No operation scans
+ * every leaf.
+ *
+ * Namespaces each have a name, a seed, a root, a quota (max cached blocks, 0 =
+ * unlimited) and a reservation (blocks that eviction on behalf of another
+ * namespace cannot take it below).
+ *
+ * Block ids are owned by the caller (the pool); the index only records which
+ * cached prefix each id holds. All functions return 0 or a negative KVS_*
+ * code (kvshare_status.h); on error nothing has changed unless said otherwise.
+ */
+#ifndef KVS_RADIX_H
+#define KVS_RADIX_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvshare_status.h"
+
+#define RADIX_NS_ANY UINT32_MAX /* radix_evict: on behalf of no namespace */
+#define RADIX_NS_ALL UINT32_MAX /* radix_top: every namespace */
+
+typedef struct radix_tree radix_tree_t;
+
+/* Called once for each block the index drops (eviction, quota): the block id
+ * goes back to its owner. Must not call back into the tree. */
+typedef void (*radix_evict_fn)(void *ctx, uint32_t block_id);
+
+/* Block hash: the default is chained XXH3-64. Tests replace it to force
+ * collisions. */
+typedef uint64_t (*radix_hash_fn)(const uint32_t *tokens, size_t n_tokens, uint64_t seed);
+
+typedef struct radix_config {
+    uint32_t block_tokens;  /* tokens per block, > 0 (kvshare default: 16) */
+    uint32_t max_blocks;    /* block ids are in [0, max_blocks) */
+    radix_evict_fn on_evict; /* may be NULL */
+    void *evict_ctx;
+    radix_hash_fn hash; /* NULL: XXH3-64 */
+} radix_config_t;
+
+typedef struct radix_ns_stats {
+    uint64_t lookups;          /* radix_lookup calls */
+    uint64_t lookup_tokens;    /* tokens asked for by lookups */
+    uint64_t hit_tokens;       /* tokens matched by lookups (full blocks) */
+    uint64_t inserted_blocks;  /* blocks that became cached */
+    uint64_t duplicate_blocks; /* inserts whose prefix another block already held */
+    uint64_t evicted_blocks;   /* blocks dropped, by eviction or quota */
+    uint32_t cached_blocks;    /* blocks in the tree now */
+    uint32_t pinned_blocks;    /* of those, blocks with refcount > 0 */
+    uint32_t quota;            /* 0: unlimited */
+    uint32_t reserve;
+} radix_ns_stats_t;
+
+typedef enum radix_order {
+    RADIX_BY_HITS, /* most matched first */
+    RADIX_BY_SIZE  /* most cached blocks under the prefix first */
+} radix_order_t;
+
+/* One row of radix_top: a prefix (a node of the tree) and its subtree. */
+typedef struct radix_prefix {
+    uint32_t ns;
+    uint32_t tokens;        /* length of the prefix, in tokens */
+    uint32_t blocks;        /* cached blocks in this prefix's subtree, itself included */
+    uint32_t pins;          /* sum of refcounts in the subtree */
+    uint64_t hits;          /* lookups that matched through the end of this prefix */
+    uint64_t last_used;     /* tick of the last lookup or insert that touched it */
+    uint32_t last_block_id; /* the block holding the prefix's last block */
+} radix_prefix_t;
+
+/* Creates an empty index. Errors: KVS_EINVAL (block_tokens or max_blocks 0),
+ * KVS_ENOMEM. The tree is freed with radix_free. */
+int radix_new(const radix_config_t *cfg, radix_tree_t **out);
+
+/* Frees the index without calling on_evict. Accepts NULL. */
+void radix_free(radix_tree_t *t);
+
+/* Adds a namespace; *ns_out gets its id (small, dense, from 0). The name is
+ * copied. Errors: KVS_EINVAL (empty or longer than 63 bytes), KVS_EEXIST
+ * (name taken), KVS_ENOMEM. */
+int radix_ns_create(radix_tree_t *t, const char *name, uint64_t seed, uint32_t quota,
+                    uint32_t reserve, uint32_t *ns_out);
+
+/* Finds a namespace by name. Errors: KVS_ENONS. */
+int radix_ns_find(const radix_tree_t *t, const char *name, uint32_t *ns_out);
+
+/* Number of namespaces; ids are 0 .. count-1. */
+uint32_t radix_ns_count(const radix_tree_t *t);
+
+/* The namespace's name, owned by the tree, valid until radix_free; NULL for an
+ * unknown id. */
+const char *radix_ns_name(const radix_tree_t *t, uint32_t ns);
+
+/* Changes quota and reservation. A lowered quota does not evict at once: the
+ * next insert into the namespace does. Errors: KVS_ENONS. */
+int radix_ns_set_limits(radix_tree_t *t, uint32_t ns, uint32_t quota, uint32_t reserve);
+
+/* Copies the namespace's counters into *out. Errors: KVS_ENONS. */
+int radix_ns_stats(const radix_tree_t *t, uint32_t ns, radix_ns_stats_t *out);
+
+/* Longest cached prefix of `tokens` (full blocks only). Writes the matched
+ * block ids, in prompt order, into ids[0 .. *n_blocks), at most max_ids of
+ * them (matching stops there). When pin is true each returned block's
+ * refcount goes up by one (release them with radix_unpin). Marks the matched
+ * blocks used (LRU) and counts the lookup in the namespace's stats.
+ * n_tokens may be 0. Errors: KVS_EINVAL (tokens NULL with n_tokens > 0, ids
+ * NULL with max_ids > 0), KVS_ENONS. */
+int radix_lookup(radix_tree_t *t, uint32_t ns, const uint32_t *tokens, size_t n_tokens, bool pin,
+                 uint32_t *ids, size_t max_ids, size_t *n_blocks);
+
+/* Inserts the first n_ids full blocks of `tokens`, block i held by ids[i]
+ * (n_ids <= n_tokens / block_tokens). Block by block: if the prefix is already
+ * cached, canonical[i] is the block that holds it (a duplicate: ids[i] stays
+ * the caller's), else ids[i] becomes cached and canonical[i] = ids[i]. When pin
+ * is true every canonical block gets one pin.
+ *
+ * *n_done is the number of blocks handled. A namespace at its quota first
+ * evicts its own unpinned LRU leaves; when it cannot, insertion stops there
+ * and KVS_EQUOTA is returned with the first *n_done blocks handled (and
+ * pinned). Errors: KVS_EINVAL (bad counts, an id >= max_blocks), KVS_ENONS,
+ * KVS_EEXIST (ids[i] is already cached at another prefix: nothing from block
+ * i on is inserted, *n_done = i), KVS_ENOMEM (*n_done = blocks done before). */
+int radix_insert(radix_tree_t *t, uint32_t ns, const uint32_t *tokens, size_t n_tokens,
+                 const uint32_t *ids, size_t n_ids, bool pin, uint32_t *canonical, size_t *n_done);
+
+/* Adds one pin to a cached block. Errors: KVS_EINVAL (id out of range),
+ * KVS_ENOTFOUND (block not cached). */
+int radix_pin(radix_tree_t *t, uint32_t block_id);
+
+/* Removes one pin. Errors: KVS_EINVAL, KVS_ENOTFOUND, KVS_ENOTPINNED
+ * (refcount already 0: nothing changes). */
+int radix_unpin(radix_tree_t *t, uint32_t block_id);
+
+/* Whether the block is cached, and its refcount. Errors: KVS_EINVAL,
+ * KVS_ENOTFOUND. */
+int radix_block_refcount(const radix_tree_t *t, uint32_t block_id, uint32_t *refcount);
+
+/* Evicts up to n unpinned leaf blocks, least recently used first, calling
+ * on_evict for each. for_ns is the namespace whose need drives the eviction
+ * (RADIX_NS_ANY for none): another namespace is never taken below its
+ * reservation; for_ns itself may be. *n_evicted may be less than n (everything
+ * else pinned or reserved); that is not an error. Errors: KVS_ENONS. */
+int radix_evict(radix_tree_t *t, uint32_t for_ns, size_t n, size_t *n_evicted);
+
+/* Blocks cached, and of those pinned, over all namespaces. */
+uint32_t radix_cached_blocks(const radix_tree_t *t);
+uint32_t radix_pinned_blocks(const radix_tree_t *t);
+
+/* Top prefixes of namespace ns (or RADIX_NS_ALL) ordered by `order`: fills
+ * out[0 .. *n_out), *n_out <= max. Cost is linear in the number of tree nodes;
+ * meant for operators, not the request path. Errors: KVS_ENONS, KVS_EINVAL. */
+int radix_top(const radix_tree_t *t, uint32_t ns, radix_order_t order, radix_prefix_t *out,
+              size_t max, size_t *n_out);
+
+/* Index memory in bytes (nodes, tables, token copies), for stats and benches. */
+size_t radix_memory_bytes(const radix_tree_t *t);
+
+/* Checks every invariant of the tree (parent/child links, counts, LRU lists,
+ * refcounts, hashes, block id map). Returns 0 or KVS_EINTERNAL. Linear; for
+ * tests. */
+int radix_check(const radix_tree_t *t);
+
+#endif /* KVS_RADIX_H */
