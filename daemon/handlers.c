@@ -36,8 +36,7 @@ static uint64_t ns_seed(const char *name)
 
 /* The namespace id for `name` ("" is the default namespace), created on first
  * use when `create` is true. */
-static int ns_resolve(session_t *s, const char *name, bool create, uint32_t *ns,
-                      handler_ctx_t *ctx)
+static int ns_resolve(session_t *s, const char *name, bool create, uint32_t *ns, handler_ctx_t *ctx)
 {
     server_t *srv = s->srv;
     if (!name || !name[0])
@@ -100,9 +99,8 @@ static int tokens_view(const ProtobufCBinaryData *bytes, const uint32_t **tokens
 static int check_range(session_t *s, uint32_t block_id, handler_ctx_t *ctx)
 {
     if (block_id >= s->srv->num_blocks)
-        return fail(ctx, KVS_EINVAL,
-                    "block %u is out of range: the pool has %u blocks (ids 0..%u)", block_id,
-                    s->srv->num_blocks, s->srv->num_blocks - 1);
+        return fail(ctx, KVS_EINVAL, "block %u is out of range: the pool has %u blocks (ids 0..%u)",
+                    block_id, s->srv->num_blocks, s->srv->num_blocks - 1);
     return 0;
 }
 
@@ -141,8 +139,7 @@ int handler_hello(session_t *s, const Kvshare__Request *req, Kvshare__Response *
         size_t n_fds = 0;
         int rc = backend_export(srv->backend, s->fds, BACKEND_MAX_SLABS, &n_fds);
         if (rc != 0)
-            return fail(ctx, rc, "exporting the pool for this worker failed: %s",
-                        kvs_strerror(rc));
+            return fail(ctx, rc, "exporting the pool for this worker failed: %s", kvs_strerror(rc));
         s->n_fds = n_fds;
     }
     s->hello_done = true;
@@ -312,8 +309,8 @@ int handler_commit(session_t *s, const Kvshare__Request *req, Kvshare__Response 
     ctx->heap[0] = copy;
     if (n_ids > n_tokens / srv->geo.block_tokens)
         return fail(ctx, KVS_EINVAL,
-                    "commit of %zu blocks needs at least %zu tokens (%u per block); got %zu",
-                    n_ids, n_ids * srv->geo.block_tokens, srv->geo.block_tokens, n_tokens);
+                    "commit of %zu blocks needs at least %zu tokens (%u per block); got %zu", n_ids,
+                    n_ids * srv->geo.block_tokens, srv->geo.block_tokens, n_tokens);
     /* Every block must be WRITING and held by this session, and named once. */
     if (++srv->mark_stamp == 0) {
         memset(srv->mark, 0, sizeof(uint32_t) * srv->num_blocks);
@@ -440,8 +437,8 @@ int handler_release(session_t *s, const Kvshare__Request *req, Kvshare__Response
         } else if (session_pin_count(s, b) > 0) {
             rc = radix_unpin(srv->index, b);
             if (rc != 0) {
-                fail(ctx, KVS_EINTERNAL, "block %u: this session's pin is not in the index (%s)",
-                     b, kvs_strerror(rc));
+                fail(ctx, KVS_EINTERNAL, "block %u: this session's pin is not in the index (%s)", b,
+                     kvs_strerror(rc));
                 break;
             }
             session_pin_drop(s, b);
@@ -522,7 +519,7 @@ int handler_stats(session_t *s, const Kvshare__Request *req, Kvshare__Response *
 }
 
 #define TREE_DEFAULT_ROWS 20
-#define TREE_MAX_ROWS 1000
+#define TREE_MAX_ROWS     1000
 
 int handler_tree(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
                  handler_ctx_t *ctx)

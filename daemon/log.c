@@ -40,6 +40,6 @@ void log_write(log_level_t level, const char *fmt, ...)
     va_end(ap);
     /* One fprintf per line so lines from a crash handler or a second thread
      * never interleave mid-line. */
-    fprintf(stderr, "%s.%03ldZ kvshared %s: %s\n", stamp, now.tv_nsec / 1000000,
-            level_names[level], line);
+    fprintf(stderr, "%s.%03ldZ kvshared %s: %s\n", stamp, now.tv_nsec / 1000000, level_names[level],
+            line);
 }

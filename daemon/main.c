@@ -15,22 +15,23 @@
 #include "log.h"
 #include "server.h"
 
-#define DEFAULT_MODEL "llama-3.1-8b"
+#define DEFAULT_MODEL      "llama-3.1-8b"
 #define DEFAULT_POOL_BYTES (1ull << 30)
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: kvshared [options]\n"
-            "\n"
-            "Serves a pool of KV-cache blocks and a prefix index to decode workers.\n"
-            "\n"
-            "  --socket PATH          Unix socket (default: $XDG_RUNTIME_DIR/kvshare/kvshared.sock,\n"
-            "                         /run/kvshare/kvshared.sock as root, else\n"
-            "                         /tmp/kvshare-$UID/kvshared.sock)\n"
-            "  --backend KIND         auto (default), host or cuda\n"
-            "  --device N             cuda device ordinal (default 0)\n"
-            "  --model NAME           geometry preset (default " DEFAULT_MODEL "); presets:");
+    fprintf(
+        f,
+        "usage: kvshared [options]\n"
+        "\n"
+        "Serves a pool of KV-cache blocks and a prefix index to decode workers.\n"
+        "\n"
+        "  --socket PATH          Unix socket (default: $XDG_RUNTIME_DIR/kvshare/kvshared.sock,\n"
+        "                         /run/kvshare/kvshared.sock as root, else\n"
+        "                         /tmp/kvshare-$UID/kvshared.sock)\n"
+        "  --backend KIND         auto (default), host or cuda\n"
+        "  --device N             cuda device ordinal (default 0)\n"
+        "  --model NAME           geometry preset (default " DEFAULT_MODEL "); presets:");
     for (size_t i = 0; geometry_preset_name(i); i++)
         fprintf(f, " %s", geometry_preset_name(i));
     fprintf(f,
@@ -238,8 +239,7 @@ int main(int argc, char **argv)
             rc = log_level_parse(a, &log_level);
             break;
         case OPT_VERSION:
-            printf("kvshared %d.%d.%d\n", KVS_VERSION_MAJOR, KVS_VERSION_MINOR,
-                   KVS_VERSION_PATCH);
+            printf("kvshared %d.%d.%d\n", KVS_VERSION_MAJOR, KVS_VERSION_MINOR, KVS_VERSION_PATCH);
             return 0;
         case 'h':
             usage(stdout);
@@ -317,8 +317,7 @@ int main(int argc, char **argv)
     LOG_INFO("geometry: %u layers x %u kv heads x %u head dim x %u B (%s) x 2 (K, V) = %s per "
              "token",
              srv->geo.layers, srv->geo.kv_heads, srv->geo.head_dim,
-             geometry_dtype_bytes(srv->geo.dtype), geometry_dtype_name(srv->geo.dtype),
-             per_token);
+             geometry_dtype_bytes(srv->geo.dtype), geometry_dtype_name(srv->geo.dtype), per_token);
     LOG_INFO("pool: %s per token x %u tokens = %s per block; %u blocks = %s (%llu tokens)",
              per_token, srv->geo.block_tokens, per_block, srv->num_blocks, pool,
              (unsigned long long)srv->num_blocks * srv->geo.block_tokens);

@@ -15,7 +15,7 @@ typedef struct metrics {
     uint64_t errors;          /* requests answered with a non-OK status */
     uint64_t protocol_errors; /* frames refused: too big, undecodable */
     uint64_t bytes_in, bytes_out;
-    uint64_t sessions_total;  /* connections accepted since start */
+    uint64_t sessions_total;   /* connections accepted since start */
     uint64_t sessions_refused; /* over the session limit */
     uint64_t sessions_dropped; /* closed for a full output buffer */
     uint64_t evictions;        /* blocks the index handed back to the pool */

@@ -48,8 +48,9 @@ int server_open(const server_config_t *cfg, uv_loop_t *loop, server_t **out, cha
     if (!cfg || !loop || !out)
         return KVS_EINVAL;
     if (geometry_validate(&cfg->geometry) != 0) {
-        snprintf(err, errlen, "invalid model geometry: give --model or every one of --layers, "
-                              "--kv-heads, --head-dim, --dtype, --block-tokens");
+        snprintf(err, errlen,
+                 "invalid model geometry: give --model or every one of --layers, "
+                 "--kv-heads, --head-dim, --dtype, --block-tokens");
         return KVS_EINVAL;
     }
     s = calloc(1, sizeof(*s));

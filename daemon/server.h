@@ -30,22 +30,22 @@
 
 typedef struct session session_t;
 
-#define SERVER_DEFAULT_MAX_FRAME (16u << 20)
-#define SERVER_DEFAULT_MAX_OUTPUT (64u << 20)
-#define SERVER_DEFAULT_MAX_SESSIONS 1024
+#define SERVER_DEFAULT_MAX_FRAME      (16u << 20)
+#define SERVER_DEFAULT_MAX_OUTPUT     (64u << 20)
+#define SERVER_DEFAULT_MAX_SESSIONS   1024
 #define SERVER_DEFAULT_MAX_NAMESPACES 256
-#define SERVER_DEFAULT_NS "default"
+#define SERVER_DEFAULT_NS             "default"
 
 typedef struct server_config {
-    const char *socket_path;    /* required for server_listen */
-    geometry_t geometry;        /* validated by server_open */
-    backend_config_t backend;   /* bytes / mem_fraction size the pool */
-    uint32_t pool_blocks;       /* > 0: exactly this many blocks (bytes derived) */
-    uint32_t max_frame;         /* largest request accepted, bytes */
-    size_t max_output;          /* per session: unsent reply bytes before disconnect */
+    const char *socket_path;  /* required for server_listen */
+    geometry_t geometry;      /* validated by server_open */
+    backend_config_t backend; /* bytes / mem_fraction size the pool */
+    uint32_t pool_blocks;     /* > 0: exactly this many blocks (bytes derived) */
+    uint32_t max_frame;       /* largest request accepted, bytes */
+    size_t max_output;        /* per session: unsent reply bytes before disconnect */
     uint32_t max_sessions;
     uint32_t max_namespaces;
-    int ready_fd;               /* >= 0: "READY\n" is written there once listening */
+    int ready_fd; /* >= 0: "READY\n" is written there once listening */
 } server_config_t;
 
 typedef struct server {

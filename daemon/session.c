@@ -261,8 +261,8 @@ static void release_all(session_t *s)
     s->pins.used = 0;
     s->pins.total = 0;
     if (n_writing || n_pins)
-        LOG_DEBUG("session %llu released %u writing blocks and %u pins",
-                  (unsigned long long)s->id, n_writing, n_pins);
+        LOG_DEBUG("session %llu released %u writing blocks and %u pins", (unsigned long long)s->id,
+                  n_writing, n_pins);
 }
 
 static void on_close(uv_handle_t *h)
