@@ -25,7 +25,7 @@
 #include "kvshare.pb-c.h"
 
 #define CLIENT_MAX_REPLY (256u << 20)
-#define CLIENT_MAX_FDS BACKEND_MAX_SLABS
+#define CLIENT_MAX_FDS   BACKEND_MAX_SLABS
 
 struct kvs_client {
     char socket_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
@@ -267,8 +267,9 @@ static int round_trip(kvs_client_t *c, Kvshare__Request *req, Kvshare__Response 
 transport:
     disconnect(c);
     if (rc == KVS_ETIMEDOUT)
-        return set_err(c, rc, "kvshared at %s did not answer within %d ms; disconnected, the "
-                              "next call reconnects",
+        return set_err(c, rc,
+                       "kvshared at %s did not answer within %d ms; disconnected, the "
+                       "next call reconnects",
                        c->socket_path, c->timeout_ms);
     if (rc == KVS_EPROTO)
         return set_err(c, rc, "kvshared at %s sent an undecodable reply; disconnected",
@@ -367,8 +368,7 @@ static int connect_now(kvs_client_t *c, int64_t deadline)
         int e = errno;
         disconnect(c);
         if (e == ENOENT)
-            return set_err(c, KVS_ENOTCONN, "is kvshared running? no socket at %s",
-                           c->socket_path);
+            return set_err(c, KVS_ENOTCONN, "is kvshared running? no socket at %s", c->socket_path);
         if (e == ECONNREFUSED)
             return set_err(c, KVS_ENOTCONN,
                            "is kvshared running? nothing answers at %s (a stale socket)",
@@ -381,8 +381,7 @@ static int connect_now(kvs_client_t *c, int64_t deadline)
         if (e == EAGAIN)
             return set_err(c, KVS_EBUSY, "kvshared at %s is not accepting (backlog full)",
                            c->socket_path);
-        return set_err(c, KVS_ENOTCONN, "cannot connect to %s: %s", c->socket_path,
-                       strerror(e));
+        return set_err(c, KVS_ENOTCONN, "cannot connect to %s: %s", c->socket_path, strerror(e));
     }
     int rc = hello(c, deadline);
     if (rc != 0)
@@ -523,10 +522,19 @@ static int call(kvs_client_t *c, Kvshare__Request *req, Kvshare__Response **resp
 {
     int64_t deadline = now_ms() + c->timeout_ms;
     *resp = NULL;
+    int fresh = c->fd < 0;
     int rc = ensure(c, deadline);
     if (rc != 0)
         return rc;
-    return round_trip(c, req, resp, deadline);
+    rc = round_trip(c, req, resp, deadline);
+    /* A connection that died while idle (the daemon restarted): one fresh
+     * attempt. Safe for every RPC: the old session's holdings are gone. */
+    if (rc == KVS_ENOTCONN && !fresh && !*resp) {
+        rc = connect_now(c, deadline);
+        if (rc == 0)
+            rc = round_trip(c, req, resp, deadline);
+    }
+    return rc;
 }
 
 static ProtobufCBinaryData tokens_bytes(const uint32_t *tokens, size_t n)
@@ -811,7 +819,8 @@ int kvs_ping(kvs_client_t *c, size_t payload_bytes, double *rtt_us)
         rc = round_trip(c, &req, &resp, deadline);
         clock_gettime(CLOCK_MONOTONIC, &t1);
         if (rc == 0 && rtt_us)
-            *rtt_us = (double)(t1.tv_sec - t0.tv_sec) * 1e6 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e3;
+            *rtt_us =
+                (double)(t1.tv_sec - t0.tv_sec) * 1e6 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e3;
         if (resp)
             kvshare__response__free_unpacked(resp, NULL);
     }

@@ -12,8 +12,9 @@ START_TEST(test_status_enum_matches_table)
     ck_assert_uint_eq(d->n_values, KVS_STATUS_COUNT);
 #define CHECK_CODE(name, code, text)                                                               \
     do {                                                                                           \
-        const ProtobufCEnumValue *v = protobuf_c_enum_descriptor_get_value_by_name(d, "KVS_" #name); \
-        ck_assert_msg(v != NULL, "KVS_" #name " missing from kvshare.proto");                     \
+        const ProtobufCEnumValue *v =                                                              \
+            protobuf_c_enum_descriptor_get_value_by_name(d, "KVS_" #name);                         \
+        ck_assert_msg(v != NULL, "KVS_" #name " missing from kvshare.proto");                      \
         ck_assert_int_eq(v->value, -(code));                                                       \
         ck_assert_str_eq(kvs_strerror(code), text);                                                \
     } while (0);

@@ -17,7 +17,7 @@
 #include "server.h"
 #include "session.h"
 
-#define BT 4
+#define BT   4
 #define POOL 16
 
 static uv_loop_t loop;
