@@ -291,7 +291,8 @@ static int map_pool(kvs_client_t *c, const Kvshare__HelloReply *h)
     if (h->n_slab_bytes > BACKEND_MAX_SLABS || h->n_fds != c->n_fds || h->n_fds != h->n_slab_bytes)
         return set_err(c, KVS_EPROTO, "Hello reply announced %u fds and %zu slabs, got %zu fds",
                        h->n_fds, h->n_slab_bytes, c->n_fds);
-    memcpy(desc.slab_bytes, h->slab_bytes, sizeof(uint64_t) * h->n_slab_bytes);
+    if (h->n_slab_bytes)
+        memcpy(desc.slab_bytes, h->slab_bytes, sizeof(uint64_t) * h->n_slab_bytes);
     if (h->device_uuid.len == BACKEND_UUID_LEN)
         memcpy(desc.device_uuid, h->device_uuid.data, BACKEND_UUID_LEN);
     backend_mapping_t *m = NULL;
@@ -579,7 +580,8 @@ int kvs_lookup(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n
             }
             n = max_ids;
         }
-        memcpy(ids, resp->lookup->block_ids, n * sizeof(uint32_t));
+        if (n)
+            memcpy(ids, resp->lookup->block_ids, n * sizeof(uint32_t));
         *n_blocks = n;
     }
     if (resp)
@@ -630,7 +632,8 @@ int kvs_commit(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n
         size_t n = resp->commit->n_canonical;
         if (n > n_ids)
             n = n_ids;
-        memcpy(canonical, resp->commit->canonical, n * sizeof(uint32_t));
+        if (n)
+            memcpy(canonical, resp->commit->canonical, n * sizeof(uint32_t));
         if (n_committed)
             *n_committed = n;
     } else if (rc == 0) {

@@ -332,7 +332,6 @@ static int send_with_fds(session_t *s)
     s->n_fds = 0;
     if (n <= 0)
         return KVS_EIO;
-    s->srv->metrics.bytes_out += 0; /* counted when the reply was built */
     s->out.head += (size_t)n;
     if (s->out.head == s->out.len)
         frame_buf_reset(&s->out);
@@ -435,7 +434,8 @@ int session_feed(session_t *s, const uint8_t *bytes, size_t len)
     int rc = frame_buf_reserve(&s->in, len);
     if (rc != 0)
         return rc;
-    memcpy(s->in.data + s->in.len, bytes, len);
+    if (len)
+        memcpy(s->in.data + s->in.len, bytes, len);
     s->in.len += len;
     return session_process(s);
 }

@@ -132,7 +132,8 @@ static int do_lookup(session_t *s, const char *ns, const uint32_t *tokens, size_
     *n_blocks = 0;
     if (r->rpc_case == KVSHARE__RESPONSE__RPC_LOOKUP) {
         *n_blocks = r->lookup->n_block_ids;
-        memcpy(ids, r->lookup->block_ids, *n_blocks * 4);
+        if (*n_blocks)
+            memcpy(ids, r->lookup->block_ids, *n_blocks * 4);
         ck_assert_uint_eq(r->lookup->hit_tokens, *n_blocks * BT);
     }
     return finish(r);
@@ -169,7 +170,8 @@ static int do_commit(session_t *s, const uint32_t *tokens, size_t n_tokens, cons
     *n_done = 0;
     if (r->rpc_case == KVSHARE__RESPONSE__RPC_COMMIT) {
         *n_done = r->commit->n_committed;
-        memcpy(canonical, r->commit->canonical, r->commit->n_canonical * 4);
+        if (r->commit->n_canonical)
+            memcpy(canonical, r->commit->canonical, r->commit->n_canonical * 4);
     }
     return finish(r);
 }

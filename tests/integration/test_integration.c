@@ -20,7 +20,7 @@
 #include "kvshare.h"
 #include "kvshare.pb-c.h"
 
-#define BT 4
+#define BT   4
 #define POOL 64
 
 static harness_t h;
