@@ -300,6 +300,13 @@ int main(int argc, char **argv)
     /* A client that dies mid-reply must not kill the daemon. */
     signal(SIGPIPE, SIG_IGN);
 
+    /* Refuse early, before a pool of gigabytes is allocated for nothing. */
+    rc = server_check_socket(cfg.socket_path, err, sizeof(err));
+    if (rc != 0) {
+        fprintf(stderr, "kvshared: %s\n", err);
+        return 1;
+    }
+
     uv_loop_t *loop = uv_default_loop();
     server_t *srv = NULL;
     rc = server_open(&cfg, loop, &srv, err, sizeof(err));

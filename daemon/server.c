@@ -176,30 +176,39 @@ fail:
     return KVS_EIO;
 }
 
+int server_check_socket(const char *path, char *err, size_t errlen)
+{
+    struct stat st;
+    if (!path || !path[0] || strlen(path) >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
+        snprintf(err, errlen, "socket path '%s' is empty or longer than %zu bytes",
+                 path ? path : "", sizeof(((struct sockaddr_un *)0)->sun_path) - 1);
+        return KVS_EINVAL;
+    }
+    if (lstat(path, &st) != 0)
+        return 0;
+    if (!S_ISSOCK(st.st_mode)) {
+        snprintf(err, errlen, "%s exists and is not a socket; remove it or pick --socket", path);
+        return KVS_EINVAL;
+    }
+    if (socket_is_live(path)) {
+        snprintf(err, errlen,
+                 "a kvshared is already running on %s; stop it first or pick another --socket",
+                 path);
+        return KVS_EBUSY;
+    }
+    return 0;
+}
+
 int server_listen(server_t *s, bool signals, char *err, size_t errlen)
 {
     const char *path = s->cfg.socket_path;
     struct stat st;
     int rc;
 
-    if (!path || !path[0] || strlen(path) >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
-        snprintf(err, errlen, "socket path '%s' is empty or longer than %zu bytes",
-                 path ? path : "", sizeof(((struct sockaddr_un *)0)->sun_path) - 1);
-        return KVS_EINVAL;
-    }
+    rc = server_check_socket(path, err, errlen);
+    if (rc != 0)
+        return rc;
     if (lstat(path, &st) == 0) {
-        if (!S_ISSOCK(st.st_mode)) {
-            snprintf(err, errlen, "%s exists and is not a socket; remove it or pick --socket",
-                     path);
-            return KVS_EINVAL;
-        }
-        if (socket_is_live(path)) {
-            snprintf(err, errlen,
-                     "a kvshared is already running on %s; stop it first or pick another "
-                     "--socket",
-                     path);
-            return KVS_EBUSY;
-        }
         LOG_INFO("replacing stale socket %s (no daemon answers on it)", path);
         unlink(path);
     } else {

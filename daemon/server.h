@@ -90,6 +90,11 @@ void server_config_init(server_config_t *cfg);
 int server_open(const server_config_t *cfg, uv_loop_t *loop, server_t **out, char *err,
                 size_t errlen);
 
+/* Checks the socket path before anything is built: KVS_EBUSY when a live
+ * daemon answers there, KVS_EINVAL for a bad path or a file that is not a
+ * socket; 0 for no file or a stale socket (server_listen replaces it). */
+int server_check_socket(const char *path, char *err, size_t errlen);
+
 /* Binds and listens on cfg.socket_path (mode 0660), installs the SIGINT /
  * SIGTERM handlers when `signals` is true, then signals readiness on
  * cfg.ready_fd. A socket file that no daemon answers on is replaced.
