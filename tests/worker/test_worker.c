@@ -216,7 +216,7 @@ START_TEST(test_model_config)
     c.heads = 3; /* not a multiple of kv_heads */
     ck_assert_int_eq(model_config_validate(&c), KVS_EINVAL);
     model_config_small(&c);
-    c.head_dim = 15;
+    c.head_dim = 12;
     ck_assert_int_eq(model_config_validate(&c), KVS_EINVAL);
     model_config_small(&c);
     c.hidden = 100; /* not a multiple of the panel width */

@@ -31,7 +31,13 @@ static const char *status_text(int code)
     }
 }
 
+typedef enum kv_mode_kind {
+    KV_MODE_NONE,
+    KV_MODE_PRIVATE,
+} kv_mode_kind_t;
+
 typedef struct options {
+    kv_mode_kind_t mode;
     const char *model;
     const char *prompts;
     const char *logits_out;
@@ -117,7 +123,7 @@ static int parse_options(int argc, char **argv, options_t *o)
         {"help", no_argument, NULL, OPT_HELP},
         {NULL, 0, NULL, 0},
     };
-    int mode = 0, opt;
+    int opt;
     uint32_t *target;
 
     *o = (options_t){
@@ -130,7 +136,7 @@ static int parse_options(int argc, char **argv, options_t *o)
         target = NULL;
         switch (opt) {
         case OPT_PRIVATE:
-            mode = 1;
+            o->mode = KV_MODE_PRIVATE;
             break;
         case OPT_MODEL:
             o->model = optarg;
@@ -194,12 +200,52 @@ static int parse_options(int argc, char **argv, options_t *o)
         fprintf(stderr, "kvshare-worker: unexpected argument '%s'\n", argv[optind]);
         return -1;
     }
-    if (!mode) {
+    if (o->mode == KV_MODE_NONE) {
         fprintf(stderr, "kvshare-worker: choose a KV mode (--private)\n");
         usage(stderr);
         return -1;
     }
     return 0;
+}
+
+/* Where a run keeps its KV and how it shares it: a store in the pool layout
+ * and the cache callbacks of worker_run. A mode that shares through kvshared
+ * fills the same three fields: a store wrapping the mapped pool and callbacks
+ * that call the daemon. */
+typedef struct kv_mode {
+    kvstore_t *store;
+    const worker_cache_ops_t *ops;
+    void *ctx;
+} kv_mode_t;
+
+/* The worker's own region, sized for the largest request unless --blocks says
+ * otherwise; nothing is shared. */
+static int kv_mode_open_private(const options_t *o, const geometry_t *geom, uint32_t need,
+                                kv_mode_t *out)
+{
+    uint32_t blocks = o->blocks ? o->blocks : need;
+    int rc;
+
+    if (blocks < need) {
+        fprintf(stderr, "kvshare-worker: --blocks %" PRIu32 " < %" PRIu32 " a request needs\n",
+                blocks, need);
+        return KVS_EINVAL;
+    }
+    rc = kvstore_new_private(geom, blocks, &out->store);
+    if (rc < 0) {
+        fprintf(stderr, "kvshare-worker: kv store of %" PRIu32 " blocks: %s\n", blocks,
+                status_text(rc));
+        return rc;
+    }
+    out->ops = &worker_private_ops;
+    out->ctx = out->store;
+    return 0;
+}
+
+static void kv_mode_close(kv_mode_t *km)
+{
+    kvstore_free(km->store);
+    *km = (kv_mode_t){0};
 }
 
 static void print_request(const options_t *o, uint32_t i, const worker_result_t *r,
@@ -236,7 +282,7 @@ int main(int argc, char **argv)
     model_config_t cfg;
     geometry_t geom;
     model_t *model = NULL;
-    kvstore_t *store = NULL;
+    kv_mode_t km = {0};
     workload_t *wl = NULL;
     FILE *logits_file = NULL;
     uint32_t *generated = NULL, need = 0;
@@ -270,19 +316,8 @@ int main(int argc, char **argv)
         uint32_t b = worker_blocks_needed(cfg.block_tokens, wl->len[i], o.decode);
         need = b > need ? b : need;
     }
-    if (!o.blocks)
-        o.blocks = need;
-    if (o.blocks < need) {
-        fprintf(stderr, "kvshare-worker: --blocks %" PRIu32 " < %" PRIu32 " a request needs\n",
-                o.blocks, need);
+    if (kv_mode_open_private(&o, &geom, need, &km) < 0)
         goto out;
-    }
-    rc = kvstore_new_private(&geom, o.blocks, &store);
-    if (rc < 0) {
-        fprintf(stderr, "kvshare-worker: kv store of %" PRIu32 " blocks: %s\n", o.blocks,
-                status_text(rc));
-        goto out;
-    }
     generated = calloc(o.decode ? o.decode : 1, sizeof(*generated));
     logits = calloc(cfg.vocab, sizeof(*logits));
     if (!generated || !logits) {
@@ -297,7 +332,7 @@ int main(int argc, char **argv)
         }
     }
 
-    worker_t w = {.model = model, .store = store, .ops = &worker_private_ops, .ctx = store};
+    worker_t w = {.model = model, .store = km.store, .ops = km.ops, .ctx = km.ctx};
     for (uint32_t i = 0; i < wl->count; i++) {
         worker_result_t r;
 
@@ -307,7 +342,7 @@ int main(int argc, char **argv)
             goto out;
         }
         if (!o.quiet)
-            print_request(&o, i, &r, generated);
+            print_request(&o, o.prompts ? i : o.chat.first + i, &r, generated);
         if (logits_file && fwrite(logits, sizeof(*logits), cfg.vocab, logits_file) != cfg.vocab) {
             fprintf(stderr, "kvshare-worker: %s: write failed\n", o.logits_out);
             goto out;
@@ -356,7 +391,7 @@ out:
         fclose(logits_file);
     free(logits);
     free(generated);
-    kvstore_free(store);
+    kv_mode_close(&km);
     model_free(model);
     workload_free(wl);
     return status;

@@ -72,7 +72,8 @@ int model_config_validate(const model_config_t *c)
     if (!c || !c->layers || !c->d_model || !c->heads || !c->kv_heads || !c->head_dim || !c->vocab ||
         !c->hidden || !c->block_tokens)
         return KVS_EINVAL;
-    if (c->heads % c->kv_heads || c->head_dim % 2)
+    /* dot() and the attention kernels work in steps of 8 floats. */
+    if (c->heads % c->kv_heads || c->head_dim % 8)
         return KVS_EINVAL;
     if (c->d_model % MODEL_PANEL || c->hidden % MODEL_PANEL ||
         (c->heads * c->head_dim) % MODEL_PANEL || (c->kv_heads * c->head_dim) % MODEL_PANEL)
@@ -225,27 +226,37 @@ void model_free(model_t *m)
 
 /* ---- kernels ------------------------------------------------------------ */
 
-/* Eight running sums, combined in a fixed tree: the order never depends on
- * where a and b live. */
-static float dot(const float *a, const float *b, uint32_t n)
-{
-    float acc[8] = {0};
-    uint32_t i = 0;
-    float s;
-
-    for (; i + 8 <= n; i += 8)
-        for (uint32_t l = 0; l < 8; l++)
-            acc[l] += a[i + l] * b[i + l];
-    s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-    for (; i < n; i++)
-        s += a[i] * b[i];
-    return s;
-}
-
 /* Four floats: element-wise arithmetic only, so each lane computes exactly
  * what the scalar loop would (GCC/Clang vector extension; 16 bytes is native
  * on every SIMD x86-64 and arm64 has). */
 typedef float vec4_t __attribute__((vector_size(16)));
+
+static vec4_t vec4_load(const float *p)
+{
+    vec4_t v;
+
+    memcpy(&v, p, sizeof(v));
+    return v;
+}
+
+static void vec4_store(float *p, vec4_t v)
+{
+    memcpy(p, &v, sizeof(v));
+}
+
+/* Eight running sums (lane l adds a[i + l] * b[i + l] for i = 0, 8, 16...),
+ * combined in a fixed tree: the order never depends on where a and b live.
+ * n is a multiple of 8 (model_config_validate). */
+static inline float dot(const float *a, const float *b, uint32_t n)
+{
+    vec4_t lo = {0}, hi = {0};
+
+    for (uint32_t i = 0; i < n; i += 8) {
+        lo += vec4_load(a + i) * vec4_load(b + i);
+        hi += vec4_load(a + i + 4) * vec4_load(b + i + 4);
+    }
+    return ((lo[0] + lo[1]) + (lo[2] + lo[3])) + ((hi[0] + hi[1]) + (hi[2] + hi[3]));
+}
 
 #define MM_ROW(xr, lo, hi)                                                                         \
     do {                                                                                           \
@@ -274,9 +285,8 @@ static void matmul(float *y, const float *x, const float *w, uint32_t T, uint32_
             vec4_t acc[MM_TOKENS][2];
 
             for (uint32_t k = 0; k < K; k++) {
-                vec4_t w_lo, w_hi;
-                memcpy(&w_lo, panel + (uint64_t)k * MODEL_PANEL, sizeof(w_lo));
-                memcpy(&w_hi, panel + (uint64_t)k * MODEL_PANEL + 4, sizeof(w_hi));
+                vec4_t w_lo = vec4_load(panel + (uint64_t)k * MODEL_PANEL);
+                vec4_t w_hi = vec4_load(panel + (uint64_t)k * MODEL_PANEL + 4);
                 MM_ROW(x0, a0l, a0h);
                 MM_ROW(x1, a1l, a1h);
                 MM_ROW(x2, a2l, a2h);
@@ -371,21 +381,28 @@ static void attend_group(const model_t *m, const kvstore_t *ks, const uint32_t *
             sc[j] = expf(sc[j] - mx);
             sum += sc[j];
         }
-        sc[0] /= sum; /* normalise the weights before the V sum, in place */
-        for (uint32_t j = 1; j < n; j++)
-            sc[j] /= sum;
+        for (uint32_t j = 0; j < n; j++)
+            sc[j] /= sum; /* normalised before the V sum, as the textbook does */
     }
-    memset(out, 0, sizeof(float) * hd * group);
-    for (uint32_t j = 0; j < n; j++) {
-        const float *vp =
-            kvstore_token(ks, layer, 1, block_table[j / bt], j % bt) + (uint64_t)kv_head * hd;
+    /* out[h][i] = sum over j in order of w[h][j] * V[j][i]: eight columns of
+     * each head at a time stay in registers across all positions. */
+    for (uint32_t i0 = 0; i0 < hd; i0 += 8)
         for (uint32_t h = 0; h < group; h++) {
-            float w = scores[(uint64_t)h * n + j];
-            float *o = out + (uint64_t)h * hd;
-            for (uint32_t i = 0; i < hd; i++)
-                o[i] += w * vp[i];
+            const float *w = scores + (uint64_t)h * n;
+            vec4_t lo = {0}, hi = {0};
+            for (uint32_t b = 0; b * bt < n; b++) {
+                uint32_t in_block = n - b * bt < bt ? n - b * bt : bt;
+                const float *vp =
+                    kvstore_token(ks, layer, 1, block_table[b], 0) + (uint64_t)kv_head * hd + i0;
+                for (uint32_t t = 0; t < in_block; t++, vp += ks->token_floats) {
+                    float wj = w[b * bt + t];
+                    lo += wj * vec4_load(vp);
+                    hi += wj * vec4_load(vp + 4);
+                }
+            }
+            vec4_store(out + (uint64_t)h * hd + i0, lo);
+            vec4_store(out + (uint64_t)h * hd + i0 + 4, hi);
         }
-    }
 }
 
 /* One chunk of tokens at positions start.. through every layer; leaves the

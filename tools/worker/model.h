@@ -37,7 +37,7 @@ typedef struct model_config {
     uint32_t d_model;
     uint32_t heads;    /* query heads */
     uint32_t kv_heads; /* heads divides evenly into kv_heads groups */
-    uint32_t head_dim; /* even (RoPE rotates pairs) */
+    uint32_t head_dim; /* a multiple of 8 */
     uint32_t vocab;
     uint32_t hidden; /* SwiGLU hidden size */
     uint32_t block_tokens;
