@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "kvstore.h"
@@ -430,6 +432,74 @@ START_TEST(test_resumed_prefill_default_model)
     model_config_default(&c);
     ck_assert_int_eq(model_new(&c, &m), 0);
     check_resumed_prefill(m, 40, 2, 77);
+    model_free(m);
+}
+END_TEST
+
+/* The shared mode's situation for real: another process writes the first
+ * blocks of the prompt into a shared memory region (as kvshared's host
+ * backend is, a memfd both map); this process maps the same region, wraps it
+ * and resumes prefill on top. The result equals a private full prefill. */
+START_TEST(test_resume_on_blocks_written_by_another_process)
+{
+    model_t *m = small_model();
+    geometry_t g;
+    uint32_t n = 16 * 5 + 9, k = 4, pool = 12, ids[12], linear[6] = {0, 1, 2, 3, 4, 5};
+    uint32_t *prompt = random_tokens(n, m->cfg.vocab, 21);
+    kvstore_t *priv = store_for(m, 6), *shared = NULL;
+    float *full, resumed[256];
+    uint64_t bytes;
+    void *region;
+    int fd, wstatus;
+    pid_t pid;
+
+    model_config_geometry(&m->cfg, &g);
+    bytes = kvstore_region_bytes(&g, pool);
+    fd = memfd_create("kvs-worker-test", 0);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(ftruncate(fd, (off_t)bytes), 0);
+    shuffled_ids(ids, pool, 5);
+
+    pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        /* The first writer: its own mapping, its own model instance. */
+        model_t *wm = small_model();
+        kvstore_t *wks = NULL;
+        void *wr = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        int ok = wr != MAP_FAILED && kvstore_wrap(wr, &g, pool, &wks) == 0 &&
+                 model_forward(wm, wks, ids, k, prompt, 0, k * 16, NULL) == 0;
+        /* Frees what the child holds, inherited or not: leak checkers follow
+         * the fork. */
+        kvstore_free(wks);
+        if (wr != MAP_FAILED)
+            munmap(wr, bytes);
+        model_free(wm);
+        model_free(m);
+        kvstore_free(priv);
+        free(prompt);
+        close(fd);
+        _exit(ok ? 0 : 1);
+    }
+    ck_assert_int_eq(waitpid(pid, &wstatus, 0), pid);
+    ck_assert(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0);
+
+    region = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ck_assert_ptr_ne(region, MAP_FAILED);
+    ck_assert_int_eq(kvstore_wrap(region, &g, pool, &shared), 0);
+    /* Blocks 0..k-1 of the table are the writer's; the rest are ours. */
+    ck_assert_int_eq(model_forward(m, shared, ids, 6, prompt + k * 16, k * 16, n - k * 16, resumed),
+                     0);
+    full = prefill(m, priv, linear, 6, prompt, n);
+    ck_assert_int_eq(memcmp(full, resumed, sizeof(resumed)), 0);
+    assert_same_kv(priv, linear, shared, ids, n);
+
+    kvstore_free(shared);
+    munmap(region, bytes);
+    close(fd);
+    free(full);
+    free(prompt);
+    kvstore_free(priv);
     model_free(m);
 }
 END_TEST
@@ -922,6 +992,7 @@ static Suite *worker_suite(void)
     tcase_add_test(tc, test_forward_batching_does_not_matter);
     tcase_add_test(tc, test_resumed_prefill_equals_full);
     tcase_add_test(tc, test_resumed_prefill_default_model);
+    tcase_add_test(tc, test_resume_on_blocks_written_by_another_process);
     tcase_add_test(tc, test_decode_matches_naive_reference);
     suite_add_tcase(s, tc);
 
