@@ -213,6 +213,7 @@ static int parse_options(int argc, char **argv, options_t *o)
  * fills the same three fields: a store wrapping the mapped pool and callbacks
  * that call the daemon. */
 typedef struct kv_mode {
+    const char *name;
     kvstore_t *store;
     const worker_cache_ops_t *ops;
     void *ctx;
@@ -237,6 +238,7 @@ static int kv_mode_open_private(const options_t *o, const geometry_t *geom, uint
                 status_text(rc));
         return rc;
     }
+    out->name = "private";
     out->ops = &worker_private_ops;
     out->ctx = out->store;
     return 0;
@@ -283,6 +285,7 @@ int main(int argc, char **argv)
     geometry_t geom;
     model_t *model = NULL;
     kv_mode_t km = {0};
+    worker_t w;
     workload_t *wl = NULL;
     FILE *logits_file = NULL;
     uint32_t *generated = NULL, need = 0;
@@ -332,7 +335,7 @@ int main(int argc, char **argv)
         }
     }
 
-    worker_t w = {.model = model, .store = km.store, .ops = km.ops, .ctx = km.ctx};
+    w = (worker_t){.model = model, .store = km.store, .ops = km.ops, .ctx = km.ctx};
     for (uint32_t i = 0; i < wl->count; i++) {
         worker_result_t r;
 
@@ -369,21 +372,22 @@ int main(int argc, char **argv)
         double prefill_tps = sum_prefill_s > 0 ? (double)sum_prefill / sum_prefill_s : 0;
         uint64_t decode_steps = sum_generated > wl->count ? sum_generated - wl->count : 0;
         double decode_tps = sum_decode_s > 0 ? (double)decode_steps / sum_decode_s : 0;
+        double hit_rate = sum_prompt ? (double)sum_matched / (double)sum_prompt : 0;
 
         if (o.json)
-            printf("{\"summary\":{\"mode\":\"private\",\"model\":\"%s\",\"requests\":%" PRIu32
+            printf("{\"summary\":{\"mode\":\"%s\",\"model\":\"%s\",\"requests\":%" PRIu32
                    ",\"prompt_tokens\":%" PRIu64 ",\"matched_tokens\":%" PRIu64
                    ",\"prefill_tokens\":%" PRIu64 ",\"generated_tokens\":%" PRIu64
-                   ",\"mean_ttft_ms\":%.3f,\"prefill_tok_per_s\":%.1f"
+                   ",\"hit_rate\":%.4f,\"mean_ttft_ms\":%.3f,\"prefill_tok_per_s\":%.1f"
                    ",\"decode_tok_per_s\":%.1f}}\n",
-                   o.model, wl->count, sum_prompt, sum_matched, sum_prefill, sum_generated,
-                   sum_ttft / n * 1e3, prefill_tps, decode_tps);
+                   km.name, o.model, wl->count, sum_prompt, sum_matched, sum_prefill, sum_generated,
+                   hit_rate, sum_ttft / n * 1e3, prefill_tps, decode_tps);
         else
-            printf("summary: %" PRIu32 " requests, %" PRIu64 " prompt tokens, %" PRIu64
-                   " matched, %" PRIu64 " computed; mean ttft %.1f ms; prefill %.0f tok/s; "
-                   "decode %.1f tok/s\n",
-                   wl->count, sum_prompt, sum_matched, sum_prefill, sum_ttft / n * 1e3, prefill_tps,
-                   decode_tps);
+            printf("summary (%s): %" PRIu32 " requests, %" PRIu64 " prompt tokens, %" PRIu64
+                   " matched (hit rate %.1f%%), %" PRIu64
+                   " computed; mean ttft %.1f ms; prefill %.0f tok/s; decode %.1f tok/s\n",
+                   km.name, wl->count, sum_prompt, sum_matched, hit_rate * 100, sum_prefill,
+                   sum_ttft / n * 1e3, prefill_tps, decode_tps);
     }
     status = 0;
 out:
