@@ -1,13 +1,15 @@
 /*
  * The forward pass. Bitwise reproducibility rules, kept by every kernel here:
  *  - each output element is accumulated from zero, over its inputs in index
- *    order (matmul_panel: a token's row never mixes with another token's, and
- *    tiles only decide which accumulators live in registers together);
+ *    order (matmul, matmul_row: a token's row never mixes with another
+ *    token's; tiles only decide which accumulators share registers);
  *  - attention walks positions 0..p in order, whatever block each lives in;
- *  - no kernel depends on the chunk or batch a token is computed in: a short
- *    tile is padded with a copy of a real row and the padding is discarded.
- * Compiled as ISO C (no FP contraction) these give the same bits for a token
- * computed alone, in a batch, or resumed on top of KV written by someone else.
+ *  - no kernel depends on the chunk or batch a token is computed in: a token
+ *    in a 4-row tile and a token alone do the same operations in the same order;
+ *  - element-wise vector arithmetic only (vec4_t): each lane is the scalar op.
+ * Without FP contraction (-ffp-contract=off) these give the same bits for a
+ * token computed alone, in a batch, or resumed on top of KV written by another
+ * process.
  */
 #include "model.h"
 
@@ -265,24 +267,73 @@ static inline float dot(const float *a, const float *b, uint32_t n)
         hi += xv_ * w_hi;                                                                          \
     } while (0)
 
+#define MM_PANEL(p, lo, hi)                                                                        \
+    do {                                                                                           \
+        lo += xv * vec4_load((p) + (uint64_t)k * MODEL_PANEL);                                     \
+        hi += xv * vec4_load((p) + (uint64_t)k * MODEL_PANEL + 4);                                 \
+    } while (0)
+
+/* y[0..N) = x[0..K) @ W for one token: four panels at a time, so that eight
+ * independent accumulators hide the add latency. Per element, the same
+ * operations in the same order as matmul()'s tiles. */
+static void matmul_row(float *y, const float *x, const float *w, uint32_t K, uint32_t N)
+{
+    uint64_t stride = (uint64_t)K * MODEL_PANEL;
+    uint32_t j0 = 0;
+
+    for (; j0 + 4 * MODEL_PANEL <= N; j0 += 4 * MODEL_PANEL) {
+        const float *p0 = w + (uint64_t)(j0 / MODEL_PANEL) * stride, *p1 = p0 + stride;
+        const float *p2 = p1 + stride, *p3 = p2 + stride;
+        vec4_t a0l = {0}, a0h = {0}, a1l = {0}, a1h = {0};
+        vec4_t a2l = {0}, a2h = {0}, a3l = {0}, a3h = {0};
+
+        for (uint32_t k = 0; k < K; k++) {
+            float xv = x[k];
+            MM_PANEL(p0, a0l, a0h);
+            MM_PANEL(p1, a1l, a1h);
+            MM_PANEL(p2, a2l, a2h);
+            MM_PANEL(p3, a3l, a3h);
+        }
+        vec4_store(y + j0, a0l), vec4_store(y + j0 + 4, a0h);
+        vec4_store(y + j0 + 8, a1l), vec4_store(y + j0 + 12, a1h);
+        vec4_store(y + j0 + 16, a2l), vec4_store(y + j0 + 20, a2h);
+        vec4_store(y + j0 + 24, a3l), vec4_store(y + j0 + 28, a3h);
+    }
+    for (; j0 < N; j0 += MODEL_PANEL) {
+        const float *p0 = w + (uint64_t)(j0 / MODEL_PANEL) * stride;
+        vec4_t a0l = {0}, a0h = {0};
+
+        for (uint32_t k = 0; k < K; k++) {
+            float xv = x[k];
+            MM_PANEL(p0, a0l, a0h);
+        }
+        vec4_store(y + j0, a0l), vec4_store(y + j0 + 4, a0h);
+    }
+}
+
+#define MM_ROW(xr, lo, hi)                                                                         \
+    do {                                                                                           \
+        float xv_ = (xr)[k];                                                                       \
+        lo += xv_ * w_lo;                                                                          \
+        hi += xv_ * w_hi;                                                                          \
+    } while (0)
+
 /* y[t][0..N) = x[t][0..K) @ W for t < T; W panel-stored (model_w). Each
  * y[t][j] = sum over k in order of x[t][k] * W(k, j), from 0.0f: a tile of 4
- * tokens x MODEL_PANEL outputs keeps its 8 accumulators in registers. */
+ * tokens x MODEL_PANEL outputs keeps its 8 accumulators in registers, and the
+ * rows left over go through matmul_row, which does the same arithmetic. */
 static void matmul(float *y, const float *x, const float *w, uint32_t T, uint32_t K, uint32_t N)
 {
+    uint32_t tiled = T - T % MM_TOKENS;
+
     _Static_assert(MODEL_PANEL == 8 && MM_TOKENS == 4, "the tile below is 4 x 8");
     for (uint32_t j0 = 0; j0 < N; j0 += MODEL_PANEL) {
         const float *panel = w + (uint64_t)(j0 / MODEL_PANEL) * K * MODEL_PANEL;
-        for (uint32_t t0 = 0; t0 < T; t0 += MM_TOKENS) {
-            uint32_t tn = T - t0 < MM_TOKENS ? T - t0 : MM_TOKENS;
-            /* A short tile computes copies of its last row: same code path. */
-            const float *x0 = x + (uint64_t)t0 * K;
-            const float *x1 = x + (uint64_t)(t0 + (tn > 1 ? 1 : 0)) * K;
-            const float *x2 = x + (uint64_t)(t0 + (tn > 2 ? 2 : tn - 1)) * K;
-            const float *x3 = x + (uint64_t)(t0 + (tn > 3 ? 3 : tn - 1)) * K;
+        for (uint32_t t0 = 0; t0 < tiled; t0 += MM_TOKENS) {
+            const float *x0 = x + (uint64_t)t0 * K, *x1 = x0 + K, *x2 = x1 + K, *x3 = x2 + K;
+            float *y0 = y + (uint64_t)t0 * N + j0;
             vec4_t a0l = {0}, a0h = {0}, a1l = {0}, a1h = {0};
             vec4_t a2l = {0}, a2h = {0}, a3l = {0}, a3h = {0};
-            vec4_t acc[MM_TOKENS][2];
 
             for (uint32_t k = 0; k < K; k++) {
                 vec4_t w_lo = vec4_load(panel + (uint64_t)k * MODEL_PANEL);
@@ -292,12 +343,14 @@ static void matmul(float *y, const float *x, const float *w, uint32_t T, uint32_
                 MM_ROW(x2, a2l, a2h);
                 MM_ROW(x3, a3l, a3h);
             }
-            acc[0][0] = a0l, acc[0][1] = a0h, acc[1][0] = a1l, acc[1][1] = a1h;
-            acc[2][0] = a2l, acc[2][1] = a2h, acc[3][0] = a3l, acc[3][1] = a3h;
-            for (uint32_t t = 0; t < tn; t++)
-                memcpy(y + (uint64_t)(t0 + t) * N + j0, acc[t], sizeof(acc[t]));
+            vec4_store(y0, a0l), vec4_store(y0 + 4, a0h);
+            vec4_store(y0 + N, a1l), vec4_store(y0 + N + 4, a1h);
+            vec4_store(y0 + 2 * N, a2l), vec4_store(y0 + 2 * N + 4, a2h);
+            vec4_store(y0 + 3 * N, a3l), vec4_store(y0 + 3 * N + 4, a3h);
         }
     }
+    for (uint32_t t = tiled; t < T; t++)
+        matmul_row(y + (uint64_t)t * N, x + (uint64_t)t * K, w, K, N);
 }
 
 static void rmsnorm(float *y, const float *x, const float *w, uint32_t n, float eps)
@@ -330,9 +383,10 @@ typedef struct scratch {
     float *buf;
 } scratch_t;
 
-static int scratch_new(const model_config_t *c, uint32_t positions, scratch_t *s)
+/* Room for chunks of up to `tokens` tokens attending over `positions`. */
+static int scratch_new(const model_config_t *c, uint32_t tokens, uint32_t positions, scratch_t *s)
 {
-    uint64_t C = MODEL_CHUNK, d = c->d_model, qd = (uint64_t)c->heads * c->head_dim;
+    uint64_t C = tokens, d = c->d_model, qd = (uint64_t)c->heads * c->head_dim;
     uint64_t kvd = (uint64_t)c->kv_heads * c->head_dim, hid = c->hidden;
     uint64_t group = c->heads / c->kv_heads;
     uint64_t total = C * (3 * d + 2 * qd + 2 * kvd + 2 * hid) + group * positions;
@@ -489,7 +543,9 @@ int model_forward(const model_t *m, const kvstore_t *ks, const uint32_t *block_t
         if (block_table[i] >= ks->num_blocks)
             return KVS_EINVAL;
 
-    rc = scratch_new(c, (uint32_t)end, &s);
+    /* A decode step needs room for one token only: a small allocation that
+     * malloc serves from its arena, not fresh pages every step. */
+    rc = scratch_new(c, count < MODEL_CHUNK ? count : MODEL_CHUNK, (uint32_t)end, &s);
     if (rc < 0)
         return rc;
     for (done = 0; done < count; done += T) {
