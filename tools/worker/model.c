@@ -229,8 +229,8 @@ void model_free(model_t *m)
 /* ---- kernels ------------------------------------------------------------ */
 
 /* Four floats: element-wise arithmetic only, so each lane computes exactly
- * what the scalar loop would (GCC/Clang vector extension; 16 bytes is native
- * on every SIMD x86-64 and arm64 has). */
+ * what the scalar loop would (GCC/Clang vector extension; 16 bytes maps to
+ * SSE2 on any x86-64 and to NEON on arm64). */
 typedef float vec4_t __attribute__((vector_size(16)));
 
 static vec4_t vec4_load(const float *p)
