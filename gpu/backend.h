@@ -20,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "geometry.h"
 #include "kvshare_status.h"
 
 typedef enum backend_kind {
@@ -29,7 +30,7 @@ typedef enum backend_kind {
 } backend_kind_t;
 
 #define BACKEND_MAX_SLABS 64
-#define BACKEND_UUID_LEN 16
+#define BACKEND_UUID_LEN  16
 
 typedef struct backend backend_t;
 
@@ -46,7 +47,7 @@ typedef struct backend_config {
 typedef struct backend_desc {
     backend_kind_t kind;
     uint8_t device_uuid[BACKEND_UUID_LEN]; /* cuda: the device; host: zero */
-    uint64_t size;                          /* bytes of the whole range */
+    uint64_t size;                         /* bytes of the whole range */
     uint32_t n_slabs;
     uint64_t slab_bytes[BACKEND_MAX_SLABS];
 } backend_desc_t;
@@ -87,7 +88,41 @@ void backend_unmap(backend_mapping_t *m); /* accepts NULL */
 
 /* Copies n_bytes inside the pool from offset src to offset dst (device to
  * device for cuda, memcpy for host), for block forks and tiers. Errors:
- * KVS_EINVAL (out of range), KVS_EIO. */
+ * KVS_EINVAL (out of range; on cuda also overlapping ranges), KVS_EIO. */
 int backend_copy(backend_t *b, uint64_t dst, uint64_t src, uint64_t n_bytes);
+
+/* --- Additions beyond the first contract ----------------------------------- */
+
+/* A line describing what backend_open chose, for the daemon's log, e.g.
+ * "host memfd, 1073741824 B (cuda not used: libcuda.so.1 not found: ...)" or
+ * "cuda device 0 (NVIDIA H200, GPU-...), 3 slabs, 2097152 B granularity".
+ * Owned by b, valid until backend_close. */
+const char *backend_detail(const backend_t *b);
+
+/* Whether the cuda backend could start on device: driver loaded, device
+ * present, VMM and POSIX-fd handles supported. Creates no pool, but does
+ * initialise the driver in this process (so a process that must fork
+ * afterwards should probe in a child). Errors (reason in err): as
+ * backend_open's cuda errors. */
+int backend_cuda_probe(int device, char *err, size_t errlen);
+
+/* Copies n_bytes between the caller's memory and the pool at offset (device
+ * memory for cuda, through the driver), for tests, tools and zeroing. Returns
+ * when the copy is done. Errors: KVS_EINVAL (out of range), KVS_EIO. */
+int backend_write(backend_t *b, uint64_t offset, const void *src, uint64_t n_bytes);
+int backend_read(backend_t *b, uint64_t offset, void *dst, uint64_t n_bytes);
+
+/* The same through an importer's mapping. */
+uint64_t backend_mapping_size(const backend_mapping_t *m);
+int backend_mapping_write(backend_mapping_t *m, uint64_t offset, const void *src, uint64_t n_bytes);
+int backend_mapping_read(backend_mapping_t *m, uint64_t offset, void *dst, uint64_t n_bytes);
+
+/* Copies block src_block to dst_block in a pool laid out by geometry.h for
+ * num_blocks blocks: the K and V slots of every layer (2 x layers copies of
+ * slot_bytes, one strided copy on cuda where the pitch allows). Returns when
+ * the copy is done. Errors: KVS_EINVAL (bad geometry, a block out of range,
+ * or the layout larger than the pool), KVS_EIO. */
+int backend_copy_block(backend_t *b, const geometry_t *g, uint32_t num_blocks, uint32_t dst_block,
+                       uint32_t src_block);
 
 #endif /* KVS_BACKEND_H */
