@@ -11,6 +11,11 @@
  *
  * The pool is one virtual range of backend_size() bytes made of n slabs; a
  * block's bytes are at the geometry_offset() of geometry.h from its base.
+ * Sizing: open with bytes = the pool a geometry_plan() gives for the budget,
+ * or (cuda) with mem_fraction and round_bytes = the block size; then the pool
+ * holds min(backend_size() / block_bytes, UINT32_MAX) blocks, since
+ * backend_size() may exceed what was asked (rounded up to the page size or
+ * the allocation granularity) but never falls short of it.
  * Errors carry a message naming the cause and the fix, written into the
  * caller's buffer (err, errlen); the library never logs.
  */
@@ -57,10 +62,13 @@ int backend_kind_parse(const char *name, backend_kind_t *out);
 const char *backend_kind_name(backend_kind_t kind);
 
 /* Creates the pool memory. With BACKEND_AUTO, cuda is tried first and host is
- * used when no device answers; an explicit BACKEND_CUDA that cannot start is
- * an error. Errors (message in err): KVS_ENODRIVER, KVS_ENODEV, KVS_ENOTSUP
- * (no VMM / POSIX-fd support, or cuda not built), KVS_ENOMEM (the asked size
- * does not fit), KVS_EINVAL, KVS_EIO. */
+ * used when no device answers (no driver, no device, or a build without
+ * CUDA; backend_detail() then says why); a device that answers but cannot
+ * serve (no VMM / POSIX-fd support, too little memory) is an error even for
+ * auto, and so is anything failing for an explicit BACKEND_CUDA. On success
+ * *out is owned by the caller (backend_close); on failure it is untouched. Errors (message in err):
+ * KVS_ENODRIVER, KVS_ENODEV, KVS_ENOTSUP (no VMM / POSIX-fd support, or cuda not built), KVS_ENOMEM
+ * (the asked size does not fit), KVS_EINVAL, KVS_EIO. */
 int backend_open(const backend_config_t *cfg, backend_t **out, char *err, size_t errlen);
 
 /* Frees the memory (importers keep their mappings). Accepts NULL. */

@@ -674,11 +674,10 @@ void backend_cuda_unmap(backend_mapping_t *m)
 
 /* Device-to-device copies are asynchronous to the host: wait, so that the
  * caller may tell a worker the block is ready. */
-static int cuda_sync(struct backend_cuda *c, CUresult r)
+static int cuda_sync(CUresult r)
 {
     if (r == CUDA_SUCCESS)
         r = api.ctx_synchronize();
-    (void)c;
     return r == CUDA_SUCCESS ? 0 : KVS_EIO;
 }
 
@@ -686,7 +685,7 @@ int backend_cuda_dtod(struct backend_cuda *c, uintptr_t dst, uintptr_t src, uint
 {
     if (api.ctx_set_current(c->ctx) != CUDA_SUCCESS)
         return KVS_EIO;
-    return cuda_sync(c, api.memcpy_dtod((CUdeviceptr)dst, (CUdeviceptr)src, n));
+    return cuda_sync(api.memcpy_dtod((CUdeviceptr)dst, (CUdeviceptr)src, n));
 }
 
 int backend_cuda_dtod_2d(struct backend_cuda *c, uintptr_t dst, uintptr_t src, uint64_t width,
@@ -713,19 +712,19 @@ int backend_cuda_dtod_2d(struct backend_cuda *c, uintptr_t dst, uintptr_t src, u
             r = api.memcpy_dtod((CUdeviceptr)(dst + row * pitch), (CUdeviceptr)(src + row * pitch),
                                 width);
     }
-    return cuda_sync(c, r);
+    return cuda_sync(r);
 }
 
 int backend_cuda_htod(struct backend_cuda *c, uintptr_t dst, const void *src, uint64_t n)
 {
     if (api.ctx_set_current(c->ctx) != CUDA_SUCCESS)
         return KVS_EIO;
-    return cuda_sync(c, api.memcpy_htod((CUdeviceptr)dst, src, n));
+    return cuda_sync(api.memcpy_htod((CUdeviceptr)dst, src, n));
 }
 
 int backend_cuda_dtoh(struct backend_cuda *c, void *dst, uintptr_t src, uint64_t n)
 {
     if (api.ctx_set_current(c->ctx) != CUDA_SUCCESS)
         return KVS_EIO;
-    return cuda_sync(c, api.memcpy_dtoh(dst, (CUdeviceptr)src, n));
+    return cuda_sync(api.memcpy_dtoh(dst, (CUdeviceptr)src, n));
 }

@@ -71,7 +71,8 @@ direct_build() {
 
 step "configure ($BUILD_DIR)"
 mkdir -p "$BUILD_DIR"
-if cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVS_WERROR=ON \
+# Warnings are CI's business; here a new compiler's warning must not stop the run.
+if cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVS_WERROR=OFF \
     -DCUDAToolkit_ROOT="$CUDA_ROOT" >"$BUILD_DIR/configure.log" 2>&1; then
     grep -E 'cuda backend' "$BUILD_DIR/configure.log"
     step "build"
