@@ -151,7 +151,11 @@ uint64_t geometry_seq_bytes(const geometry_t *g, uint64_t ctx_tokens)
     if (geometry_validate(g) != 0)
         return 0;
     uint64_t blocks = ctx_tokens / g->block_tokens + (ctx_tokens % g->block_tokens != 0);
-    return blocks * geometry_block_bytes(g);
+    uint64_t block_bytes = geometry_block_bytes(g);
+    /* Saturate rather than wrap for absurd lengths. */
+    if (blocks > UINT64_MAX / block_bytes)
+        return UINT64_MAX;
+    return blocks * block_bytes;
 }
 
 uint64_t geometry_seqs_for_budget(const geometry_t *g, uint64_t budget_bytes, uint64_t ctx_tokens)

@@ -72,7 +72,8 @@ const char *geometry_preset_name(size_t i);
 uint64_t geometry_blocks_for_budget(const geometry_t *g, uint64_t budget_bytes);
 
 /* Bytes of the KV of one sequence of ctx_tokens tokens, counted in whole blocks
- * (ceil(ctx_tokens / block_tokens) blocks), since the pool hands out blocks. */
+ * (ceil(ctx_tokens / block_tokens) blocks), since the pool hands out blocks.
+ * 0 for an invalid geometry; UINT64_MAX where the product would not fit. */
 uint64_t geometry_seq_bytes(const geometry_t *g, uint64_t ctx_tokens);
 
 /* Sequences of ctx_tokens tokens that fit at once in a pool of budget_bytes:

@@ -77,6 +77,7 @@ START_TEST(partial_blocks_count_whole)
     ck_assert_uint_eq(geometry_seq_bytes(&g, 16), geometry_block_bytes(&g));
     ck_assert_uint_eq(geometry_seq_bytes(&g, 1), geometry_block_bytes(&g));
     ck_assert_uint_eq(geometry_seq_bytes(&g, 0), 0);
+    ck_assert_uint_eq(geometry_seq_bytes(&g, UINT64_MAX), UINT64_MAX); /* saturates */
     /* 3 blocks in budget, 17-token sequences need 2 each: one fits */
     ck_assert_uint_eq(geometry_seqs_for_budget(&g, 3 * geometry_block_bytes(&g), 17), 1);
     ck_assert_uint_eq(geometry_seqs_for_budget(&g, 3 * geometry_block_bytes(&g), 0), 0);

@@ -6,8 +6,6 @@
 #ifndef KVSHARE_COMMANDS_H
 #define KVSHARE_COMMANDS_H
 
-#include <stdio.h>
-
 typedef struct kvshare_command {
     const char *name;
     int (*run)(int argc, char **argv);
