@@ -38,6 +38,8 @@
  * cuMemCreate does not need one huge contiguous physical run. */
 #define CUDA_SLAB_TARGET (16ull << 30)
 
+enum { CUDA_COPY_UNKNOWN, CUDA_COPY_2D, CUDA_COPY_UNALIGNED };
+
 typedef struct cuda_api {
     void *lib;
     int rc;           /* 0, or why the driver cannot be used */
@@ -72,6 +74,7 @@ typedef struct cuda_api {
     PFN_cuMemcpyHtoD_v3020 memcpy_htod;
     PFN_cuMemcpyDtoH_v3020 memcpy_dtoh;
     PFN_cuMemcpy2D_v3020 memcpy_2d;
+    PFN_cuMemcpy2DUnaligned_v3020 memcpy_2d_unaligned;
 } cuda_api_t;
 
 struct backend_cuda {
@@ -82,6 +85,7 @@ struct backend_cuda {
     uint64_t size;
     uint64_t granularity;
     uint64_t max_pitch;
+    int copy_2d; /* which 2D copy works here: CUDA_COPY_* */
     uint32_t n_slabs;
     uint32_t n_mapped;
     uint64_t slab_bytes[BACKEND_MAX_SLABS];
@@ -216,6 +220,7 @@ static void cuda_load(void)
         {"cuMemcpyHtoD", (void **)&api.memcpy_htod},
         {"cuMemcpyDtoH", (void **)&api.memcpy_dtoh},
         {"cuMemcpy2D", (void **)&api.memcpy_2d},
+        {"cuMemcpy2DUnaligned", (void **)&api.memcpy_2d_unaligned},
     };
     for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++) {
         if (resolve(table[i].symbol, table[i].slot) != 0) {
@@ -693,7 +698,7 @@ int backend_cuda_dtod_2d(struct backend_cuda *c, uintptr_t dst, uintptr_t src, u
 {
     if (api.ctx_set_current(c->ctx) != CUDA_SUCCESS)
         return KVS_EIO;
-    CUresult r = CUDA_SUCCESS;
+    CUresult r = CUDA_ERROR_INVALID_VALUE;
     if (c->max_pitch != 0 && pitch <= c->max_pitch) {
         CUDA_MEMCPY2D copy;
         memset(&copy, 0, sizeof(copy));
@@ -705,12 +710,28 @@ int backend_cuda_dtod_2d(struct backend_cuda *c, uintptr_t dst, uintptr_t src, u
         copy.dstPitch = pitch;
         copy.WidthInBytes = width;
         copy.Height = height;
-        r = api.memcpy_2d(&copy);
-    } else {
-        /* Pitch beyond what one 2D copy allows (very large pools): row by row. */
-        for (uint64_t row = 0; row < height && r == CUDA_SUCCESS; row++)
-            r = api.memcpy_dtod((CUdeviceptr)(dst + row * pitch), (CUdeviceptr)(src + row * pitch),
-                                width);
+        /* cuMemcpy2D may refuse device-to-device pitches that did not come
+         * from cuMemAllocPitch; the unaligned variant takes any pitch. */
+        if (c->copy_2d != CUDA_COPY_UNALIGNED) {
+            r = api.memcpy_2d(&copy);
+            if (r == CUDA_SUCCESS)
+                c->copy_2d = CUDA_COPY_2D;
+        }
+        if (r != CUDA_SUCCESS) {
+            r = api.memcpy_2d_unaligned(&copy);
+            if (r == CUDA_SUCCESS)
+                c->copy_2d = CUDA_COPY_UNALIGNED;
+        }
+    }
+    /* Pitch beyond what one 2D copy allows (very large pools), or no 2D copy
+     * works: row by row. */
+    for (uint64_t row = 0; r != CUDA_SUCCESS && row < height; row++) {
+        CUresult rr = api.memcpy_dtod((CUdeviceptr)(dst + row * pitch),
+                                      (CUdeviceptr)(src + row * pitch), width);
+        if (rr != CUDA_SUCCESS)
+            return KVS_EIO;
+        if (row + 1 == height)
+            r = CUDA_SUCCESS;
     }
     return cuda_sync(r);
 }

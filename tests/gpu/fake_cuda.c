@@ -138,7 +138,7 @@ static CUresult fake_device_get_attribute(int *value, CUdevice_attribute attr, C
         *value = !is_mode("nofd");
         return CUDA_SUCCESS;
     case CU_DEVICE_ATTRIBUTE_MAX_PITCH:
-        *value = 1 << 20; /* small, so that tests reach the row-by-row path too */
+        *value = 4 << 20; /* small, so that tests reach the row-by-row path too */
         return CUDA_SUCCESS;
     default:
         return CUDA_ERROR_INVALID_VALUE;
@@ -366,11 +366,23 @@ static CUresult fake_memcpy_dtoh(void *dst, CUdeviceptr src, size_t n)
     return CUDA_SUCCESS;
 }
 
+static CUresult fake_memcpy_2d_unaligned(const CUDA_MEMCPY2D *c);
+
+/* Like the driver, refuses device-to-device pitches it does not like (here:
+ * not a multiple of 2 MiB), for which callers must use the unaligned copy. */
 static CUresult fake_memcpy_2d(const CUDA_MEMCPY2D *c)
 {
     NEED_CTX();
+    if (c->srcPitch % (2u << 20) != 0 || c->dstPitch % (2u << 20) != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    return fake_memcpy_2d_unaligned(c);
+}
+
+static CUresult fake_memcpy_2d_unaligned(const CUDA_MEMCPY2D *c)
+{
+    NEED_CTX();
     if (c->srcMemoryType != CU_MEMORYTYPE_DEVICE || c->dstMemoryType != CU_MEMORYTYPE_DEVICE ||
-        c->srcPitch > (1u << 20) || c->dstPitch > (1u << 20) || c->WidthInBytes > c->srcPitch ||
+        c->srcPitch > (4u << 20) || c->dstPitch > (4u << 20) || c->WidthInBytes > c->srcPitch ||
         c->WidthInBytes > c->dstPitch)
         return CUDA_ERROR_INVALID_VALUE;
     for (size_t row = 0; row < c->Height; row++)
@@ -412,6 +424,7 @@ EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
         {"cuMemcpyHtoD", (void *)fake_memcpy_htod},
         {"cuMemcpyDtoH", (void *)fake_memcpy_dtoh},
         {"cuMemcpy2D", (void *)fake_memcpy_2d},
+        {"cuMemcpy2DUnaligned", (void *)fake_memcpy_2d_unaligned},
     };
     if (status != NULL)
         *status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;

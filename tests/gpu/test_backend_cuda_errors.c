@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "geometry.h"
 
 static int open_kind(backend_kind_t kind, int device, uint64_t bytes, char *err, size_t errlen,
                      backend_t **out)
@@ -178,6 +179,46 @@ START_TEST(slabs_cover_pool)
 }
 END_TEST
 
+/* The three ways a block copy can go: cuMemcpy2D (the test driver takes
+ * pitches that are multiples of 2 MiB), cuMemcpy2DUnaligned (other pitches),
+ * row by row (pitch above the driver's maximum, 4 MiB here). */
+START_TEST(copy_block_each_path)
+{
+    setenv("KVS_FAKE_CUDA", "ok", 1);
+    geometry_t g;
+    ck_assert_int_eq(geometry_preset("llama-3.2-1b", &g), 0); /* 16 KiB slots */
+    const uint32_t pools[] = {128, 64, 512};                  /* pitch 2, 1, 8 MiB */
+    uint64_t slot = geometry_slot_bytes(&g);
+    uint8_t *want = malloc(slot), *got = malloc(slot);
+    for (size_t p = 0; p < sizeof(pools) / sizeof(pools[0]); p++) {
+        uint32_t nb = pools[p];
+        char err[512] = "";
+        backend_t *b = NULL;
+        ck_assert_msg(
+            open_kind(BACKEND_CUDA, 0, nb * geometry_block_bytes(&g), err, sizeof(err), &b) == 0,
+            "%s", err);
+        for (uint32_t l = 0; l < g.layers; l++)
+            for (uint32_t kv = 0; kv < 2; kv++) {
+                memset(want, (int)(l * 2 + kv + 1 + p), slot);
+                ck_assert_int_eq(backend_write(b, geometry_offset(&g, nb, l, kv, 1), want, slot),
+                                 0);
+            }
+        ck_assert_int_eq(backend_copy_block(b, &g, nb, nb - 1, 1), 0);
+        for (uint32_t l = 0; l < g.layers; l++)
+            for (uint32_t kv = 0; kv < 2; kv++) {
+                memset(want, (int)(l * 2 + kv + 1 + p), slot);
+                ck_assert_int_eq(backend_read(b, geometry_offset(&g, nb, l, kv, nb - 1), got, slot),
+                                 0);
+                ck_assert_msg(memcmp(got, want, slot) == 0, "pool of %u blocks, layer %u kv %u", nb,
+                              l, kv);
+            }
+        backend_close(b);
+    }
+    free(want);
+    free(got);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("backend_cuda_errors");
@@ -197,6 +238,7 @@ int main(void)
     tcase_add_test(tc, auto_does_not_hide_unsupported_device);
     tcase_add_test(tc, auto_uses_cuda_when_it_answers);
     tcase_add_test(tc, slabs_cover_pool);
+    tcase_add_test(tc, copy_block_each_path);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     /* each case loads the driver afresh: it must run in its own process */
