@@ -20,13 +20,14 @@ set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 
 BUILD_DIR=${BUILD_DIR:-build-device}
+case $BUILD_DIR in /*) ;; *) BUILD_DIR=$PWD/$BUILD_DIR ;; esac
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 4)}
 CUDA_ROOT=${CUDA_ROOT:-/usr/local/cuda}
 TARGETS="kvs_gpu test_geometry test_pool test_calc test_backend_host test_backend_cuda bench_copy kvshare"
 if [ "${KVS_FAKE_DRIVER:-0}" = 1 ]; then
     TARGETS="$TARGETS fake_cuda"
     export KVS_FAKE_CUDA=ok KVS_FAKE_CUDA_FREE_MIB=8192
-    export LD_LIBRARY_PATH="$PWD/$BUILD_DIR/tests/gpu/fake_cuda${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    export LD_LIBRARY_PATH="$BUILD_DIR/tests/gpu/fake_cuda${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     echo "KVS_FAKE_DRIVER=1: using the test driver, not a GPU; figures mean nothing"
 fi
 start=$(date +%s)
