@@ -11,6 +11,11 @@
  *
  * The pool is one virtual range of backend_size() bytes made of n slabs; a
  * block's bytes are at the geometry_offset() of geometry.h from its base.
+ * Sizing: open with bytes = the pool a geometry_plan() gives for the budget,
+ * or (cuda) with mem_fraction and round_bytes = the block size; then the pool
+ * holds min(backend_size() / block_bytes, UINT32_MAX) blocks, since
+ * backend_size() may exceed what was asked (rounded up to the page size or
+ * the allocation granularity) but never falls short of it.
  * Errors carry a message naming the cause and the fix, written into the
  * caller's buffer (err, errlen); the library never logs.
  */
@@ -20,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "geometry.h"
 #include "kvshare_status.h"
 
 typedef enum backend_kind {
@@ -29,7 +35,7 @@ typedef enum backend_kind {
 } backend_kind_t;
 
 #define BACKEND_MAX_SLABS 64
-#define BACKEND_UUID_LEN 16
+#define BACKEND_UUID_LEN  16
 
 typedef struct backend backend_t;
 
@@ -46,7 +52,7 @@ typedef struct backend_config {
 typedef struct backend_desc {
     backend_kind_t kind;
     uint8_t device_uuid[BACKEND_UUID_LEN]; /* cuda: the device; host: zero */
-    uint64_t size;                          /* bytes of the whole range */
+    uint64_t size;                         /* bytes of the whole range */
     uint32_t n_slabs;
     uint64_t slab_bytes[BACKEND_MAX_SLABS];
 } backend_desc_t;
@@ -56,10 +62,13 @@ int backend_kind_parse(const char *name, backend_kind_t *out);
 const char *backend_kind_name(backend_kind_t kind);
 
 /* Creates the pool memory. With BACKEND_AUTO, cuda is tried first and host is
- * used when no device answers; an explicit BACKEND_CUDA that cannot start is
- * an error. Errors (message in err): KVS_ENODRIVER, KVS_ENODEV, KVS_ENOTSUP
- * (no VMM / POSIX-fd support, or cuda not built), KVS_ENOMEM (the asked size
- * does not fit), KVS_EINVAL, KVS_EIO. */
+ * used when no device answers (no driver, no device, or a build without
+ * CUDA; backend_detail() then says why); a device that answers but cannot
+ * serve (no VMM / POSIX-fd support, too little memory) is an error even for
+ * auto, and so is anything failing for an explicit BACKEND_CUDA. On success
+ * *out is owned by the caller (backend_close); on failure it is untouched. Errors (message in err):
+ * KVS_ENODRIVER, KVS_ENODEV, KVS_ENOTSUP (no VMM / POSIX-fd support, or cuda not built), KVS_ENOMEM
+ * (the asked size does not fit), KVS_EINVAL, KVS_EIO. */
 int backend_open(const backend_config_t *cfg, backend_t **out, char *err, size_t errlen);
 
 /* Frees the memory (importers keep their mappings). Accepts NULL. */
@@ -87,7 +96,41 @@ void backend_unmap(backend_mapping_t *m); /* accepts NULL */
 
 /* Copies n_bytes inside the pool from offset src to offset dst (device to
  * device for cuda, memcpy for host), for block forks and tiers. Errors:
- * KVS_EINVAL (out of range), KVS_EIO. */
+ * KVS_EINVAL (out of range; on cuda also overlapping ranges), KVS_EIO. */
 int backend_copy(backend_t *b, uint64_t dst, uint64_t src, uint64_t n_bytes);
+
+/* --- Additions beyond the first contract ----------------------------------- */
+
+/* A line describing what backend_open chose, for the daemon's log, e.g.
+ * "host memfd, 1073741824 B (cuda not used: libcuda.so.1 not found: ...)" or
+ * "cuda device 0 (NVIDIA H200, GPU-...), 3 slabs, 2097152 B granularity".
+ * Owned by b, valid until backend_close. */
+const char *backend_detail(const backend_t *b);
+
+/* Whether the cuda backend could start on device: driver loaded, device
+ * present, VMM and POSIX-fd handles supported. Creates no pool, but does
+ * initialise the driver in this process (so a process that must fork
+ * afterwards should probe in a child). Errors (reason in err): as
+ * backend_open's cuda errors. */
+int backend_cuda_probe(int device, char *err, size_t errlen);
+
+/* Copies n_bytes between the caller's memory and the pool at offset (device
+ * memory for cuda, through the driver), for tests, tools and zeroing. Returns
+ * when the copy is done. Errors: KVS_EINVAL (out of range), KVS_EIO. */
+int backend_write(backend_t *b, uint64_t offset, const void *src, uint64_t n_bytes);
+int backend_read(backend_t *b, uint64_t offset, void *dst, uint64_t n_bytes);
+
+/* The same through an importer's mapping. */
+uint64_t backend_mapping_size(const backend_mapping_t *m);
+int backend_mapping_write(backend_mapping_t *m, uint64_t offset, const void *src, uint64_t n_bytes);
+int backend_mapping_read(backend_mapping_t *m, uint64_t offset, void *dst, uint64_t n_bytes);
+
+/* Copies block src_block to dst_block in a pool laid out by geometry.h for
+ * num_blocks blocks: the K and V slots of every layer (2 x layers copies of
+ * slot_bytes, one strided copy on cuda where the pitch allows). Returns when
+ * the copy is done. Errors: KVS_EINVAL (bad geometry, a block out of range,
+ * or the layout larger than the pool), KVS_EIO. */
+int backend_copy_block(backend_t *b, const geometry_t *g, uint32_t num_blocks, uint32_t dst_block,
+                       uint32_t src_block);
 
 #endif /* KVS_BACKEND_H */

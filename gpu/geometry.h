@@ -71,4 +71,47 @@ const char *geometry_preset_name(size_t i);
 /* Blocks that fit in budget_bytes: floor(budget / block_bytes). */
 uint64_t geometry_blocks_for_budget(const geometry_t *g, uint64_t budget_bytes);
 
+/* Bytes of the KV of one sequence of ctx_tokens tokens, counted in whole blocks
+ * (ceil(ctx_tokens / block_tokens) blocks), since the pool hands out blocks.
+ * 0 for an invalid geometry; UINT64_MAX where the product would not fit. */
+uint64_t geometry_seq_bytes(const geometry_t *g, uint64_t ctx_tokens);
+
+/* Sequences of ctx_tokens tokens that fit at once in a pool of budget_bytes:
+ * floor(pool blocks / blocks per sequence). 0 when ctx_tokens is 0. */
+uint64_t geometry_seqs_for_budget(const geometry_t *g, uint64_t budget_bytes, uint64_t ctx_tokens);
+
+/* The arithmetic behind a pool of budget_bytes, for the daemon to log and the
+ * capacity planner to print. */
+typedef struct geometry_plan {
+    uint64_t bytes_per_token;
+    uint64_t block_bytes;
+    uint64_t slot_bytes;
+    uint64_t budget_bytes;
+    uint64_t blocks;     /* floor(budget / block_bytes), capped at UINT32_MAX */
+    uint64_t pool_bytes; /* blocks x block_bytes: what the pool really uses */
+    uint64_t tokens;     /* blocks x block_tokens: tokens the pool holds */
+} geometry_plan_t;
+
+/* Fills out for g and budget_bytes. Errors: KVS_EINVAL (g invalid, or not even
+ * one block fits in the budget). */
+int geometry_plan(const geometry_t *g, uint64_t budget_bytes, geometry_plan_t *out);
+
+/* Writes one line describing g and plan into buf (always NUL-terminated), e.g.
+ * "80 layers x 8 kv_heads x 128 head_dim bf16, 16-token blocks: 327680 B/token,
+ *  5242880 B/block; budget 70000000000 B -> 13351 blocks (69998428160 B),
+ *  213616 tokens".
+ * Returns the length it needed (like snprintf) or KVS_EINVAL. */
+int geometry_plan_format(const geometry_t *g, const geometry_plan_t *plan, char *buf, size_t len);
+
+/* Parses a byte size: a number (decimals allowed) with an optional unit B, K/KB,
+ * M/MB, G/GB, T/TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024);
+ * units are case-insensitive ("70GB", "70 GiB", "1.5t", "4096").
+ * Errors: KVS_EINVAL (empty, junk, negative, overflow). */
+int geometry_parse_bytes(const char *text, uint64_t *out);
+
+/* Parses a token count: a whole number with an optional k (x1024) or m
+ * (x1048576) suffix, case-insensitive ("4k" = 4096, "128k", "1m", "5000").
+ * Errors: KVS_EINVAL (empty, junk, zero, overflow). */
+int geometry_parse_tokens(const char *text, uint64_t *out);
+
 #endif /* KVS_GEOMETRY_H */

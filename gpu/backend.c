@@ -1,0 +1,343 @@
+/*
+ * The backend-independent half: names, the auto choice, range checks, and
+ * dispatch to backend_host.c and backend_cuda.c.
+ */
+#include "backend_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+static const char *const kind_names[] = {
+    [BACKEND_AUTO] = "auto",
+    [BACKEND_HOST] = "host",
+    [BACKEND_CUDA] = "cuda",
+};
+
+void backend_errorf(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (err == NULL || errlen == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+int backend_kind_parse(const char *name, backend_kind_t *out)
+{
+    if (name == NULL || out == NULL)
+        return KVS_EINVAL;
+    for (size_t i = 0; i < sizeof(kind_names) / sizeof(kind_names[0]); i++) {
+        if (strcasecmp(name, kind_names[i]) == 0) {
+            *out = (backend_kind_t)i;
+            return 0;
+        }
+    }
+    return KVS_EINVAL;
+}
+
+const char *backend_kind_name(backend_kind_t kind)
+{
+    if ((unsigned)kind >= sizeof(kind_names) / sizeof(kind_names[0]))
+        return NULL;
+    return kind_names[kind];
+}
+
+/* With BACKEND_AUTO, these cuda failures mean "no device answers": use host.
+ * A device that answers but cannot serve (no VMM, too little memory) is an
+ * error even under auto: silently running a GPU node on host memory would
+ * hide the problem. */
+static int auto_falls_back(int rc)
+{
+    return rc == KVS_ENODRIVER || rc == KVS_ENODEV || (rc == KVS_ENOTSUP && !backend_cuda_built());
+}
+
+int backend_open(const backend_config_t *cfg, backend_t **out, char *err, size_t errlen)
+{
+    backend_t *b = NULL;
+    int rc = KVS_EINVAL;
+    char why[512] = "";
+    if (err != NULL && errlen > 0)
+        err[0] = '\0';
+    if (cfg == NULL || out == NULL) {
+        backend_errorf(err, errlen, "backend_open: no config or no output pointer");
+        goto fail;
+    }
+    if ((unsigned)cfg->kind > BACKEND_CUDA) {
+        backend_errorf(err, errlen, "unknown backend kind %d: use auto, host or cuda",
+                       (int)cfg->kind);
+        goto fail;
+    }
+    b = calloc(1, sizeof(*b));
+    if (b == NULL) {
+        rc = KVS_ENOMEM;
+        backend_errorf(err, errlen, "out of memory allocating the backend");
+        goto fail;
+    }
+    b->host_fd = -1;
+    if (cfg->kind == BACKEND_CUDA || cfg->kind == BACKEND_AUTO) {
+        rc = backend_cuda_open(cfg, b, why, sizeof(why));
+        if (rc == 0)
+            goto done;
+        if (cfg->kind == BACKEND_CUDA || !auto_falls_back(rc)) {
+            backend_errorf(err, errlen, "%s", why);
+            goto fail;
+        }
+    }
+    rc = backend_host_open(cfg, b, err, errlen);
+    if (rc != 0)
+        goto fail;
+    if (cfg->kind == BACKEND_AUTO) {
+        size_t used = strlen(b->detail);
+        snprintf(b->detail + used, sizeof(b->detail) - used, " (cuda not used: %s)", why);
+    }
+done:
+    *out = b;
+    return 0;
+fail:
+    free(b);
+    return rc;
+}
+
+void backend_close(backend_t *b)
+{
+    if (b == NULL)
+        return;
+    if (b->kind == BACKEND_CUDA)
+        backend_cuda_close(b);
+    else
+        backend_host_close(b);
+    free(b);
+}
+
+backend_kind_t backend_kind(const backend_t *b)
+{
+    return b->kind;
+}
+
+uint64_t backend_size(const backend_t *b)
+{
+    return b->size;
+}
+
+void backend_describe(const backend_t *b, backend_desc_t *out)
+{
+    *out = b->desc;
+}
+
+uintptr_t backend_base(const backend_t *b)
+{
+    return b->base;
+}
+
+const char *backend_detail(const backend_t *b)
+{
+    return b->detail;
+}
+
+int backend_export(backend_t *b, int *fds, size_t max, size_t *n_fds)
+{
+    if (b == NULL || fds == NULL || n_fds == NULL || max < b->desc.n_slabs)
+        return KVS_EINVAL;
+    if (b->kind == BACKEND_CUDA)
+        return backend_cuda_export(b, fds, max, n_fds);
+    return backend_host_export(b, fds, max, n_fds);
+}
+
+static void close_fds(const int *fds, size_t n_fds)
+{
+    for (size_t i = 0; fds != NULL && i < n_fds; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+}
+
+/* The descriptor comes from another process: check it before trusting it. */
+static int desc_check(const backend_desc_t *desc, size_t n_fds, char *err, size_t errlen)
+{
+    if (desc->n_slabs == 0 || desc->n_slabs > BACKEND_MAX_SLABS || n_fds != desc->n_slabs) {
+        backend_errorf(err, errlen, "pool descriptor names %u slabs but %zu fds came with it",
+                       desc->n_slabs, n_fds);
+        return KVS_EINVAL;
+    }
+    uint64_t sum = 0;
+    for (uint32_t i = 0; i < desc->n_slabs; i++) {
+        if (desc->slab_bytes[i] == 0 || desc->slab_bytes[i] > UINT64_MAX - sum) {
+            backend_errorf(err, errlen, "pool descriptor: slab %u has a bad size", i);
+            return KVS_EINVAL;
+        }
+        sum += desc->slab_bytes[i];
+    }
+    if (sum != desc->size) {
+        backend_errorf(err, errlen, "pool descriptor: slabs add up to %llu bytes, the pool is %llu",
+                       (unsigned long long)sum, (unsigned long long)desc->size);
+        return KVS_EINVAL;
+    }
+    return 0;
+}
+
+int backend_import(const backend_desc_t *desc, const int *fds, size_t n_fds,
+                   backend_mapping_t **out, char *err, size_t errlen)
+{
+    backend_mapping_t *m = NULL;
+    int rc = KVS_EINVAL;
+    if (err != NULL && errlen > 0)
+        err[0] = '\0';
+    if (desc == NULL || fds == NULL || out == NULL) {
+        backend_errorf(err, errlen, "backend_import: missing descriptor, fds or output");
+        goto fail;
+    }
+    rc = desc_check(desc, n_fds, err, errlen);
+    if (rc != 0)
+        goto fail;
+    m = calloc(1, sizeof(*m));
+    if (m == NULL) {
+        rc = KVS_ENOMEM;
+        backend_errorf(err, errlen, "out of memory allocating the mapping");
+        goto fail;
+    }
+    /* Each import function consumes the fds, on success and on failure. */
+    switch (desc->kind) {
+    case BACKEND_HOST:
+        rc = backend_host_import(desc, fds, n_fds, m, err, errlen);
+        break;
+    case BACKEND_CUDA:
+        rc = backend_cuda_import(desc, fds, n_fds, m, err, errlen);
+        break;
+    default:
+        close_fds(fds, n_fds);
+        backend_errorf(err, errlen, "pool descriptor has unknown backend kind %d", (int)desc->kind);
+        rc = KVS_EINVAL;
+    }
+    if (rc != 0) {
+        free(m);
+        return rc;
+    }
+    *out = m;
+    return 0;
+fail:
+    if (fds != NULL)
+        close_fds(fds, n_fds);
+    return rc;
+}
+
+uintptr_t backend_mapping_base(const backend_mapping_t *m)
+{
+    return m->base;
+}
+
+uint64_t backend_mapping_size(const backend_mapping_t *m)
+{
+    return m->size;
+}
+
+void backend_unmap(backend_mapping_t *m)
+{
+    if (m == NULL)
+        return;
+    if (m->kind == BACKEND_CUDA)
+        backend_cuda_unmap(m);
+    else
+        backend_host_unmap(m);
+    free(m);
+}
+
+static int in_range(uint64_t size, uint64_t offset, uint64_t n)
+{
+    return offset <= size && n <= size - offset;
+}
+
+int backend_copy(backend_t *b, uint64_t dst, uint64_t src, uint64_t n_bytes)
+{
+    if (b == NULL || !in_range(b->size, dst, n_bytes) || !in_range(b->size, src, n_bytes))
+        return KVS_EINVAL;
+    if (n_bytes == 0 || dst == src)
+        return 0;
+    if (b->kind == BACKEND_CUDA) {
+        uint64_t gap = dst > src ? dst - src : src - dst;
+        if (gap < n_bytes)
+            return KVS_EINVAL;
+        return backend_cuda_dtod(b->cuda, b->base + dst, b->base + src, n_bytes);
+    }
+    memmove((char *)b->base + dst, (const char *)b->base + src, n_bytes);
+    return 0;
+}
+
+static int copy_in(backend_kind_t kind, struct backend_cuda *c, uintptr_t base, uint64_t size,
+                   uint64_t offset, const void *src, uint64_t n)
+{
+    if (src == NULL || !in_range(size, offset, n))
+        return KVS_EINVAL;
+    if (n == 0)
+        return 0;
+    if (kind == BACKEND_CUDA)
+        return backend_cuda_htod(c, base + offset, src, n);
+    memcpy((char *)base + offset, src, n);
+    return 0;
+}
+
+static int copy_out(backend_kind_t kind, struct backend_cuda *c, uintptr_t base, uint64_t size,
+                    uint64_t offset, void *dst, uint64_t n)
+{
+    if (dst == NULL || !in_range(size, offset, n))
+        return KVS_EINVAL;
+    if (n == 0)
+        return 0;
+    if (kind == BACKEND_CUDA)
+        return backend_cuda_dtoh(c, dst, base + offset, n);
+    memcpy(dst, (const char *)base + offset, n);
+    return 0;
+}
+
+int backend_write(backend_t *b, uint64_t offset, const void *src, uint64_t n_bytes)
+{
+    if (b == NULL)
+        return KVS_EINVAL;
+    return copy_in(b->kind, b->cuda, b->base, b->size, offset, src, n_bytes);
+}
+
+int backend_read(backend_t *b, uint64_t offset, void *dst, uint64_t n_bytes)
+{
+    if (b == NULL)
+        return KVS_EINVAL;
+    return copy_out(b->kind, b->cuda, b->base, b->size, offset, dst, n_bytes);
+}
+
+int backend_mapping_write(backend_mapping_t *m, uint64_t offset, const void *src, uint64_t n_bytes)
+{
+    if (m == NULL)
+        return KVS_EINVAL;
+    return copy_in(m->kind, m->cuda, m->base, m->size, offset, src, n_bytes);
+}
+
+int backend_mapping_read(backend_mapping_t *m, uint64_t offset, void *dst, uint64_t n_bytes)
+{
+    if (m == NULL)
+        return KVS_EINVAL;
+    return copy_out(m->kind, m->cuda, m->base, m->size, offset, dst, n_bytes);
+}
+
+int backend_copy_block(backend_t *b, const geometry_t *g, uint32_t num_blocks, uint32_t dst_block,
+                       uint32_t src_block)
+{
+    if (b == NULL || geometry_validate(g) != 0 || num_blocks == 0 || dst_block >= num_blocks ||
+        src_block >= num_blocks)
+        return KVS_EINVAL;
+    uint64_t slot = geometry_slot_bytes(g);
+    uint64_t rows = 2ull * g->layers;
+    /* The whole layout must lie inside the pool; dividing avoids overflow. */
+    if (b->size / slot / num_blocks < rows)
+        return KVS_EINVAL;
+    if (dst_block == src_block)
+        return 0;
+    uint64_t pitch = (uint64_t)num_blocks * slot;
+    uint64_t dst = geometry_offset(g, num_blocks, 0, 0, dst_block);
+    uint64_t src = geometry_offset(g, num_blocks, 0, 0, src_block);
+    if (b->kind == BACKEND_CUDA)
+        return backend_cuda_dtod_2d(b->cuda, b->base + dst, b->base + src, slot, rows, pitch);
+    for (uint64_t r = 0; r < rows; r++)
+        memcpy((char *)b->base + dst + r * pitch, (const char *)b->base + src + r * pitch, slot);
+    return 0;
+}

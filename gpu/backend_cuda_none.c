@@ -1,0 +1,100 @@
+/*
+ * The cuda backend of a build without the CUDA Toolkit headers: every entry
+ * point says so and how to get the real one.
+ */
+#include "backend_internal.h"
+
+#include <unistd.h>
+
+#define NOT_BUILT                                                                                  \
+    "kvshare was built without CUDA headers: install the CUDA Toolkit (headers at "                \
+    "/usr/local/cuda/include), rebuild, or use --backend host"
+
+int backend_cuda_built(void)
+{
+    return 0;
+}
+
+int backend_cuda_probe(int device, char *err, size_t errlen)
+{
+    (void)device;
+    backend_errorf(err, errlen, NOT_BUILT);
+    return KVS_ENOTSUP;
+}
+
+int backend_cuda_open(const backend_config_t *cfg, backend_t *b, char *err, size_t errlen)
+{
+    (void)cfg;
+    (void)b;
+    backend_errorf(err, errlen, NOT_BUILT);
+    return KVS_ENOTSUP;
+}
+
+void backend_cuda_close(backend_t *b)
+{
+    (void)b;
+}
+
+int backend_cuda_export(backend_t *b, int *fds, size_t max, size_t *n_fds)
+{
+    (void)b;
+    (void)fds;
+    (void)max;
+    (void)n_fds;
+    return KVS_ENOTSUP;
+}
+
+int backend_cuda_import(const backend_desc_t *desc, const int *fds, size_t n_fds,
+                        backend_mapping_t *m, char *err, size_t errlen)
+{
+    (void)desc;
+    (void)m;
+    for (size_t i = 0; i < n_fds; i++)
+        close(fds[i]);
+    backend_errorf(err, errlen, NOT_BUILT);
+    return KVS_ENOTSUP;
+}
+
+void backend_cuda_unmap(backend_mapping_t *m)
+{
+    (void)m;
+}
+
+int backend_cuda_dtod(struct backend_cuda *c, uintptr_t dst, uintptr_t src, uint64_t n)
+{
+    (void)c;
+    (void)dst;
+    (void)src;
+    (void)n;
+    return KVS_ENOTSUP;
+}
+
+int backend_cuda_dtod_2d(struct backend_cuda *c, uintptr_t dst, uintptr_t src, uint64_t width,
+                         uint64_t height, uint64_t pitch)
+{
+    (void)c;
+    (void)dst;
+    (void)src;
+    (void)width;
+    (void)height;
+    (void)pitch;
+    return KVS_ENOTSUP;
+}
+
+int backend_cuda_htod(struct backend_cuda *c, uintptr_t dst, const void *src, uint64_t n)
+{
+    (void)c;
+    (void)dst;
+    (void)src;
+    (void)n;
+    return KVS_ENOTSUP;
+}
+
+int backend_cuda_dtoh(struct backend_cuda *c, void *dst, uintptr_t src, uint64_t n)
+{
+    (void)c;
+    (void)dst;
+    (void)src;
+    (void)n;
+    return KVS_ENOTSUP;
+}

@@ -1,0 +1,170 @@
+/*
+ * host backend: one memfd, sealed so that it can never shrink under a worker
+ * that maps it (a shrunk file would SIGBUS the worker), mapped shared.
+ * Workers get dups of the fd and map them the same way.
+ */
+#include "backend_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define HOST_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
+
+static uint64_t page_round_up(uint64_t n)
+{
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    return (n + page - 1) / page * page;
+}
+
+int backend_host_open(const backend_config_t *cfg, backend_t *b, char *err, size_t errlen)
+{
+    int fd = -1;
+    void *base = MAP_FAILED;
+    int rc = KVS_EINVAL;
+    if (cfg->bytes == 0) {
+        backend_errorf(err, errlen,
+                       "host backend needs an explicit pool size (a memory fraction is for "
+                       "cuda devices only): give the pool a byte size");
+        goto fail;
+    }
+    if (cfg->bytes > (uint64_t)INT64_MAX / 2) {
+        backend_errorf(err, errlen, "host pool size %llu bytes is too large",
+                       (unsigned long long)cfg->bytes);
+        goto fail;
+    }
+    uint64_t size = page_round_up(cfg->bytes);
+    fd = memfd_create("kvshare-pool", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0) {
+        rc = KVS_EIO;
+        backend_errorf(err, errlen, "memfd_create failed: %s", strerror(errno));
+        goto fail;
+    }
+    if (ftruncate(fd, (off_t)size) != 0) {
+        rc = errno == EFBIG || errno == ENOMEM || errno == ENOSPC ? KVS_ENOMEM : KVS_EIO;
+        backend_errorf(err, errlen, "cannot size the host pool to %llu bytes: %s",
+                       (unsigned long long)size, strerror(errno));
+        goto fail;
+    }
+    if (fcntl(fd, F_ADD_SEALS, HOST_SEALS) != 0) {
+        rc = KVS_EIO;
+        backend_errorf(err, errlen, "cannot seal the host pool memfd: %s", strerror(errno));
+        goto fail;
+    }
+    base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base == MAP_FAILED) {
+        rc = errno == ENOMEM ? KVS_ENOMEM : KVS_EIO;
+        backend_errorf(err, errlen, "cannot map the host pool (%llu bytes): %s",
+                       (unsigned long long)size, strerror(errno));
+        goto fail;
+    }
+    b->kind = BACKEND_HOST;
+    b->size = size;
+    b->base = (uintptr_t)base;
+    b->host_fd = fd;
+    memset(&b->desc, 0, sizeof(b->desc));
+    b->desc.kind = BACKEND_HOST;
+    b->desc.size = size;
+    b->desc.n_slabs = 1;
+    b->desc.slab_bytes[0] = size;
+    snprintf(b->detail, sizeof(b->detail), "host memfd, %llu bytes", (unsigned long long)size);
+    return 0;
+fail:
+    if (fd >= 0)
+        close(fd);
+    return rc;
+}
+
+void backend_host_close(backend_t *b)
+{
+    if (b->base != 0)
+        munmap((void *)b->base, b->size);
+    if (b->host_fd >= 0)
+        close(b->host_fd);
+    b->base = 0;
+    b->host_fd = -1;
+}
+
+int backend_host_export(backend_t *b, int *fds, size_t max, size_t *n_fds)
+{
+    if (max < 1)
+        return KVS_EINVAL;
+    int fd = fcntl(b->host_fd, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0)
+        return KVS_EIO;
+    fds[0] = fd;
+    *n_fds = 1;
+    return 0;
+}
+
+/* Maps every slab in order into one range: reserve the range first, then put
+ * each file over its part with MAP_FIXED, so the slabs are contiguous. */
+int backend_host_import(const backend_desc_t *desc, const int *fds, size_t n_fds,
+                        backend_mapping_t *m, char *err, size_t errlen)
+{
+    void *base = MAP_FAILED;
+    int rc = KVS_EINVAL;
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    for (size_t i = 0; i < n_fds; i++) {
+        struct stat st;
+        if (i + 1 < n_fds && desc->slab_bytes[i] % page != 0) {
+            backend_errorf(err, errlen, "slab %zu is not a whole number of pages", i);
+            goto fail;
+        }
+        if (fstat(fds[i], &st) != 0 || (uint64_t)st.st_size < desc->slab_bytes[i]) {
+            backend_errorf(err, errlen, "fd %zu is smaller than the %llu-byte slab it names", i,
+                           (unsigned long long)desc->slab_bytes[i]);
+            goto fail;
+        }
+        int seals = fcntl(fds[i], F_GET_SEALS);
+        if (seals < 0 || !(seals & F_SEAL_SHRINK)) {
+            backend_errorf(err, errlen,
+                           "fd %zu is not a memfd sealed against shrinking: mapping it could "
+                           "crash this process if it shrank",
+                           i);
+            goto fail;
+        }
+    }
+    base = mmap(NULL, desc->size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (base == MAP_FAILED) {
+        rc = KVS_ENOMEM;
+        backend_errorf(err, errlen, "cannot reserve %llu bytes of address space: %s",
+                       (unsigned long long)desc->size, strerror(errno));
+        goto fail;
+    }
+    uint64_t offset = 0;
+    for (size_t i = 0; i < n_fds; i++) {
+        void *at = mmap((char *)base + offset, desc->slab_bytes[i], PROT_READ | PROT_WRITE,
+                        MAP_SHARED | MAP_FIXED, fds[i], 0);
+        if (at == MAP_FAILED) {
+            rc = KVS_EIO;
+            backend_errorf(err, errlen, "cannot map slab %zu of the host pool: %s", i,
+                           strerror(errno));
+            goto fail;
+        }
+        offset += desc->slab_bytes[i];
+    }
+    for (size_t i = 0; i < n_fds; i++)
+        close(fds[i]);
+    m->kind = BACKEND_HOST;
+    m->size = desc->size;
+    m->base = (uintptr_t)base;
+    return 0;
+fail:
+    if (base != MAP_FAILED)
+        munmap(base, desc->size);
+    for (size_t i = 0; i < n_fds; i++)
+        close(fds[i]);
+    return rc;
+}
+
+void backend_host_unmap(backend_mapping_t *m)
+{
+    if (m->base != 0)
+        munmap((void *)m->base, m->size);
+    m->base = 0;
+}

@@ -1,0 +1,57 @@
+/*
+ * What backend.c shares with the host and cuda backends. Not installed.
+ */
+#ifndef KVS_BACKEND_INTERNAL_H
+#define KVS_BACKEND_INTERNAL_H
+
+#include <stdarg.h>
+
+#include "backend.h"
+
+struct backend_cuda; /* driver state of one pool or one mapping (backend_cuda.c) */
+
+struct backend {
+    backend_kind_t kind;
+    uint64_t size;
+    uintptr_t base;
+    backend_desc_t desc;
+    int host_fd;
+    struct backend_cuda *cuda;
+    char detail[768];
+};
+
+struct backend_mapping {
+    backend_kind_t kind;
+    uint64_t size;
+    uintptr_t base;
+    struct backend_cuda *cuda;
+};
+
+/* printf into the caller's error buffer (accepts NULL / 0). */
+void backend_errorf(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* host: memfd + mmap (backend_host.c). open fills size, base, desc, host_fd. */
+int backend_host_open(const backend_config_t *cfg, backend_t *b, char *err, size_t errlen);
+void backend_host_close(backend_t *b);
+int backend_host_export(backend_t *b, int *fds, size_t max, size_t *n_fds);
+int backend_host_import(const backend_desc_t *desc, const int *fds, size_t n_fds,
+                        backend_mapping_t *m, char *err, size_t errlen);
+void backend_host_unmap(backend_mapping_t *m);
+
+/* cuda (backend_cuda.c, or backend_cuda_none.c when built without CUDA). */
+int backend_cuda_built(void);
+int backend_cuda_open(const backend_config_t *cfg, backend_t *b, char *err, size_t errlen);
+void backend_cuda_close(backend_t *b);
+int backend_cuda_export(backend_t *b, int *fds, size_t max, size_t *n_fds);
+int backend_cuda_import(const backend_desc_t *desc, const int *fds, size_t n_fds,
+                        backend_mapping_t *m, char *err, size_t errlen);
+void backend_cuda_unmap(backend_mapping_t *m);
+/* Copies on device addresses, done when they return. */
+int backend_cuda_dtod(struct backend_cuda *c, uintptr_t dst, uintptr_t src, uint64_t n);
+int backend_cuda_dtod_2d(struct backend_cuda *c, uintptr_t dst, uintptr_t src, uint64_t width,
+                         uint64_t height, uint64_t pitch);
+int backend_cuda_htod(struct backend_cuda *c, uintptr_t dst, const void *src, uint64_t n);
+int backend_cuda_dtoh(struct backend_cuda *c, void *dst, uintptr_t src, uint64_t n);
+
+#endif /* KVS_BACKEND_INTERNAL_H */

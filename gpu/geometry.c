@@ -1,0 +1,287 @@
+/*
+ * KV arithmetic, model presets and the size parsers the daemon and the
+ * capacity planner share. See geometry.h for the layout.
+ */
+#include "geometry.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+typedef struct geometry_dtype_info {
+    const char *name;
+    uint32_t bytes;
+    const char *aliases[3];
+} geometry_dtype_info_t;
+
+static const geometry_dtype_info_t dtype_table[] = {
+    [GEOMETRY_FP32] = {"fp32", 4, {"float32", "f32", NULL}},
+    [GEOMETRY_FP16] = {"fp16", 2, {"float16", "f16", "half"}},
+    [GEOMETRY_BF16] = {"bf16", 2, {"bfloat16", NULL, NULL}},
+    [GEOMETRY_FP8] = {"fp8", 1, {"fp8_e4m3", "fp8_e5m2", "float8"}},
+};
+#define DTYPE_COUNT (sizeof(dtype_table) / sizeof(dtype_table[0]))
+
+/* Model shapes from the models' published configs (num_hidden_layers,
+ * num_key_value_heads, hidden_size / num_attention_heads). */
+typedef struct geometry_preset_entry {
+    const char *name;
+    uint32_t layers, kv_heads, head_dim;
+} geometry_preset_entry_t;
+
+static const geometry_preset_entry_t preset_table[] = {
+    {"llama-3.1-8b", 32, 8, 128}, {"llama-3.1-70b", 80, 8, 128},    {"llama-3.1-405b", 126, 8, 128},
+    {"llama-3.2-1b", 16, 8, 64},  {"llama-3.2-3b", 28, 8, 128},     {"llama-3.3-70b", 80, 8, 128},
+    {"qwen2.5-0.5b", 24, 2, 64},  {"qwen2.5-1.5b", 28, 2, 128},     {"qwen2.5-7b", 28, 4, 128},
+    {"qwen2.5-14b", 48, 8, 128},  {"qwen2.5-32b", 64, 8, 128},      {"qwen2.5-72b", 80, 8, 128},
+    {"mistral-7b", 32, 8, 128},   {"mistral-nemo-12b", 40, 8, 128}, {"mixtral-8x7b", 32, 8, 128},
+};
+#define PRESET_COUNT (sizeof(preset_table) / sizeof(preset_table[0]))
+
+uint32_t geometry_dtype_bytes(geometry_dtype_t dtype)
+{
+    if ((unsigned)dtype >= DTYPE_COUNT)
+        return 0;
+    return dtype_table[dtype].bytes;
+}
+
+const char *geometry_dtype_name(geometry_dtype_t dtype)
+{
+    if ((unsigned)dtype >= DTYPE_COUNT)
+        return NULL;
+    return dtype_table[dtype].name;
+}
+
+int geometry_dtype_parse(const char *name, geometry_dtype_t *out)
+{
+    if (name == NULL || out == NULL)
+        return KVS_EINVAL;
+    for (size_t i = 0; i < DTYPE_COUNT; i++) {
+        if (strcasecmp(name, dtype_table[i].name) == 0)
+            goto found;
+        for (size_t a = 0; a < 3 && dtype_table[i].aliases[a] != NULL; a++)
+            if (strcasecmp(name, dtype_table[i].aliases[a]) == 0)
+                goto found;
+        continue;
+    found:
+        *out = (geometry_dtype_t)i;
+        return 0;
+    }
+    return KVS_EINVAL;
+}
+
+int geometry_validate(const geometry_t *g)
+{
+    if (g == NULL || g->layers == 0 || g->kv_heads == 0 || g->head_dim == 0 ||
+        g->block_tokens == 0 || geometry_dtype_bytes(g->dtype) == 0)
+        return KVS_EINVAL;
+    /* Each factor is below 2^32; check the product step by step so that no
+     * intermediate wraps before we compare it with 2^63. */
+    const uint64_t limit = UINT64_C(1) << 63;
+    uint64_t v = 2ull * g->layers; /* < 2^33 */
+    const uint64_t factors[] = {g->kv_heads, g->head_dim, geometry_dtype_bytes(g->dtype),
+                                g->block_tokens};
+    for (size_t i = 0; i < sizeof(factors) / sizeof(factors[0]); i++) {
+        if (v > (limit - 1) / factors[i])
+            return KVS_EINVAL;
+        v *= factors[i];
+    }
+    return 0;
+}
+
+uint64_t geometry_bytes_per_token(const geometry_t *g)
+{
+    return 2ull * g->layers * g->kv_heads * g->head_dim * geometry_dtype_bytes(g->dtype);
+}
+
+uint64_t geometry_block_bytes(const geometry_t *g)
+{
+    return geometry_bytes_per_token(g) * g->block_tokens;
+}
+
+uint64_t geometry_slot_bytes(const geometry_t *g)
+{
+    return (uint64_t)g->block_tokens * g->kv_heads * g->head_dim * geometry_dtype_bytes(g->dtype);
+}
+
+/* "meta-llama/Llama-3.1-70B" names the same preset as "llama-3.1-70b". */
+static const char *preset_basename(const char *name)
+{
+    const char *slash = strrchr(name, '/');
+    return slash != NULL ? slash + 1 : name;
+}
+
+int geometry_preset(const char *name, geometry_t *out)
+{
+    if (name == NULL || out == NULL)
+        return KVS_EINVAL;
+    const char *base = preset_basename(name);
+    for (size_t i = 0; i < PRESET_COUNT; i++) {
+        if (strcasecmp(base, preset_table[i].name) != 0)
+            continue;
+        out->layers = preset_table[i].layers;
+        out->kv_heads = preset_table[i].kv_heads;
+        out->head_dim = preset_table[i].head_dim;
+        out->dtype = GEOMETRY_BF16;
+        out->block_tokens = 16;
+        return 0;
+    }
+    return KVS_ENOTFOUND;
+}
+
+const char *geometry_preset_name(size_t i)
+{
+    return i < PRESET_COUNT ? preset_table[i].name : NULL;
+}
+
+uint64_t geometry_blocks_for_budget(const geometry_t *g, uint64_t budget_bytes)
+{
+    if (geometry_validate(g) != 0)
+        return 0;
+    return budget_bytes / geometry_block_bytes(g);
+}
+
+uint64_t geometry_seq_bytes(const geometry_t *g, uint64_t ctx_tokens)
+{
+    if (geometry_validate(g) != 0)
+        return 0;
+    uint64_t blocks = ctx_tokens / g->block_tokens + (ctx_tokens % g->block_tokens != 0);
+    uint64_t block_bytes = geometry_block_bytes(g);
+    /* Saturate rather than wrap for absurd lengths. */
+    if (blocks > UINT64_MAX / block_bytes)
+        return UINT64_MAX;
+    return blocks * block_bytes;
+}
+
+uint64_t geometry_seqs_for_budget(const geometry_t *g, uint64_t budget_bytes, uint64_t ctx_tokens)
+{
+    if (geometry_validate(g) != 0 || ctx_tokens == 0)
+        return 0;
+    uint64_t per_seq = ctx_tokens / g->block_tokens + (ctx_tokens % g->block_tokens != 0);
+    return geometry_blocks_for_budget(g, budget_bytes) / per_seq;
+}
+
+int geometry_plan(const geometry_t *g, uint64_t budget_bytes, geometry_plan_t *out)
+{
+    if (out == NULL || geometry_validate(g) != 0)
+        return KVS_EINVAL;
+    uint64_t blocks = geometry_blocks_for_budget(g, budget_bytes);
+    if (blocks == 0)
+        return KVS_EINVAL;
+    /* Block ids are 32-bit. */
+    if (blocks > UINT32_MAX)
+        blocks = UINT32_MAX;
+    out->bytes_per_token = geometry_bytes_per_token(g);
+    out->block_bytes = geometry_block_bytes(g);
+    out->slot_bytes = geometry_slot_bytes(g);
+    out->budget_bytes = budget_bytes;
+    out->blocks = blocks;
+    out->pool_bytes = blocks * out->block_bytes;
+    out->tokens = blocks * g->block_tokens;
+    return 0;
+}
+
+int geometry_plan_format(const geometry_t *g, const geometry_plan_t *plan, char *buf, size_t len)
+{
+    if (plan == NULL || geometry_validate(g) != 0 || (buf == NULL && len != 0))
+        return KVS_EINVAL;
+    int n =
+        snprintf(buf, len,
+                 "%" PRIu32 " layers x %" PRIu32 " kv_heads x %" PRIu32 " head_dim %s, "
+                 "%" PRIu32 "-token blocks: %" PRIu64 " B/token, %" PRIu64 " B/block; "
+                 "budget %" PRIu64 " B -> %" PRIu64 " blocks (%" PRIu64 " B), %" PRIu64 " tokens",
+                 g->layers, g->kv_heads, g->head_dim, geometry_dtype_name(g->dtype),
+                 g->block_tokens, plan->bytes_per_token, plan->block_bytes, plan->budget_bytes,
+                 plan->blocks, plan->pool_bytes, plan->tokens);
+    return n < 0 ? KVS_EINVAL : n;
+}
+
+static const char *skip_space(const char *s)
+{
+    while (*s != '\0' && isspace((unsigned char)*s))
+        s++;
+    return s;
+}
+
+int geometry_parse_bytes(const char *text, uint64_t *out)
+{
+    static const struct {
+        const char *unit;
+        double scale;
+    } units[] = {
+        {"", 1},
+        {"b", 1},
+        {"k", 1e3},
+        {"kb", 1e3},
+        {"m", 1e6},
+        {"mb", 1e6},
+        {"g", 1e9},
+        {"gb", 1e9},
+        {"t", 1e12},
+        {"tb", 1e12},
+        {"kib", 1024.0},
+        {"mib", 1048576.0},
+        {"gib", 1073741824.0},
+        {"tib", 1099511627776.0},
+    };
+    if (text == NULL || out == NULL)
+        return KVS_EINVAL;
+    const char *s = skip_space(text);
+    /* strtod would accept "inf", "nan", hex and a sign: allow digits and one dot only. */
+    if (!isdigit((unsigned char)*s) && *s != '.')
+        return KVS_EINVAL;
+    char *end = NULL;
+    errno = 0;
+    double value = strtod(s, &end);
+    if (errno != 0 || end == s || !isfinite(value) || value < 0)
+        return KVS_EINVAL;
+    for (const char *p = s; p < end; p++)
+        if (!isdigit((unsigned char)*p) && *p != '.')
+            return KVS_EINVAL;
+    const char *unit = skip_space(end);
+    size_t ulen = strlen(unit);
+    while (ulen > 0 && isspace((unsigned char)unit[ulen - 1]))
+        ulen--;
+    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+        if (strlen(units[i].unit) != ulen || strncasecmp(unit, units[i].unit, ulen) != 0)
+            continue;
+        double bytes = value * units[i].scale;
+        if (bytes >= 18446744073709551616.0) /* 2^64 */
+            return KVS_EINVAL;
+        /* Round to the nearest byte: "1.1GB" is 1100000000, not 1099999999. */
+        *out = (uint64_t)(bytes + 0.5);
+        return 0;
+    }
+    return KVS_EINVAL;
+}
+
+int geometry_parse_tokens(const char *text, uint64_t *out)
+{
+    if (text == NULL || out == NULL)
+        return KVS_EINVAL;
+    const char *s = skip_space(text);
+    if (!isdigit((unsigned char)*s))
+        return KVS_EINVAL;
+    char *end = NULL;
+    errno = 0;
+    unsigned long long value = strtoull(s, &end, 10);
+    if (errno != 0 || end == s)
+        return KVS_EINVAL;
+    uint64_t scale = 1;
+    if (*end == 'k' || *end == 'K') {
+        scale = 1024;
+        end++;
+    } else if (*end == 'm' || *end == 'M') {
+        scale = 1024 * 1024;
+        end++;
+    }
+    if (*skip_space(end) != '\0' || value == 0 || value > UINT64_MAX / scale)
+        return KVS_EINVAL;
+    *out = (uint64_t)value * scale;
+    return 0;
+}
