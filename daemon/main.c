@@ -34,64 +34,28 @@ static void usage(FILE *f)
         "  --model NAME           geometry preset (default " DEFAULT_MODEL "); presets:");
     for (size_t i = 0; geometry_preset_name(i); i++)
         fprintf(f, " %s", geometry_preset_name(i));
-    fprintf(f,
-            "\n"
-            "  --layers N --kv-heads N --head-dim N --dtype fp32|fp16|bf16|fp8\n"
-            "                         geometry by hand (override the preset's fields)\n"
-            "  --block-tokens N       tokens per block (default 16)\n"
-            "  --pool-bytes SIZE      pool size, e.g. 8G, 512M (default 1G)\n"
-            "  --pool-blocks N        pool size in blocks\n"
-            "  --gpu-memory-utilization F\n"
-            "                         pool = F x free device memory (cuda)\n"
-            "  --max-frame SIZE       largest request accepted (default 16M)\n"
-            "  --max-output SIZE      unread reply bytes before a client is dropped (default 64M)\n"
-            "  --max-sessions N       (default 1024)\n"
-            "  --ready-fd N           write \"READY\\n\" to fd N once listening, then close it\n"
-            "  --log-level LEVEL      error, warn, info (default), debug\n"
-            "  --version, --help\n");
+    fprintf(f, "\n"
+               "  --layers N --kv-heads N --head-dim N --dtype fp32|fp16|bf16|fp8\n"
+               "                         geometry by hand (override the preset's fields)\n"
+               "  --block-tokens N       tokens per block (default 16)\n"
+               "  --pool-bytes SIZE      pool size, e.g. 8GiB, 70GB, 512MiB (default 1 GiB)\n"
+               "  --pool-blocks N        pool size in blocks\n"
+               "  --gpu-memory-utilization F\n"
+               "                         pool = F x free device memory (cuda)\n"
+               "  --max-frame SIZE       largest request accepted (default 16MiB)\n"
+               "  --max-output SIZE      unread reply bytes before a client is dropped (default "
+               "64MiB)\n"
+               "  --max-sessions N       (default 1024)\n"
+               "  --ready-fd N           write \"READY\\n\" to fd N once listening, then close it\n"
+               "  --log-level LEVEL      error, warn, info (default), debug\n"
+               "  --version, --help\n");
 }
 
-/* "123", "4K", "512M", "8G", "1T" (powers of 1024), optional "iB"/"B". */
+/* Sizes as `kvshare calc` reads them: K/M/G/T are powers of 1000, KiB/MiB/
+ * GiB/TiB powers of 1024 ("8GiB", "70GB", "512M"). */
 static int parse_size(const char *s, uint64_t *out)
 {
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s || s[0] == '-')
-        return KVS_EINVAL;
-    uint64_t mul = 1;
-    switch (*end) {
-    case 'k':
-    case 'K':
-        mul = 1ull << 10;
-        end++;
-        break;
-    case 'm':
-    case 'M':
-        mul = 1ull << 20;
-        end++;
-        break;
-    case 'g':
-    case 'G':
-        mul = 1ull << 30;
-        end++;
-        break;
-    case 't':
-    case 'T':
-        mul = 1ull << 40;
-        end++;
-        break;
-    default:
-        break;
-    }
-    if (mul > 1 && strcmp(end, "iB") == 0)
-        end += 2;
-    else if (*end == 'B')
-        end++;
-    if (*end != '\0' || (v && mul > UINT64_MAX / v))
-        return KVS_EINVAL;
-    *out = v * mul;
-    return 0;
+    return geometry_parse_bytes(s, out);
 }
 
 static int parse_u32(const char *s, uint32_t *out)
@@ -320,7 +284,7 @@ int main(int argc, char **argv)
     human(srv->block_bytes, per_block, sizeof(per_block));
     human((uint64_t)srv->num_blocks * srv->block_bytes, pool, sizeof(pool));
     LOG_INFO("kvshared %d.%d.%d, backend %s", KVS_VERSION_MAJOR, KVS_VERSION_MINOR,
-             KVS_VERSION_PATCH, backend_kind_name(backend_kind(srv->backend)));
+             KVS_VERSION_PATCH, backend_detail(srv->backend));
     LOG_INFO("geometry: %u layers x %u kv heads x %u head dim x %u B (%s) x 2 (K, V) = %s per "
              "token",
              srv->geo.layers, srv->geo.kv_heads, srv->geo.head_dim,

@@ -50,8 +50,9 @@ kvs_client_t *cli_connect(const cli_conn_t *conn, const char *cmd)
         if (!conn->socket_path)
             kvs_default_socket_path(path, sizeof(path));
         fprintf(stderr, "kvshare %s: %s\n", cmd, kvs_last_error(c));
-        fprintf(stderr, "  (start kvshared, or point to its socket with --socket PATH or "
-                        "$KVSHARE_SOCKET%s%s)\n",
+        fprintf(stderr,
+                "  (start kvshared, or point to its socket with --socket PATH or "
+                "$KVSHARE_SOCKET%s%s)\n",
                 path[0] ? "; default " : "", path);
         kvs_close(c);
         return NULL;

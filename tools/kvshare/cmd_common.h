@@ -12,12 +12,7 @@
 
 #include "kvshare.h"
 
-/* The commands (argv[0] is the command name; exit status 0 ok, 1 failed,
- * 2 bad usage). */
-int kvshare_cmd_stats(int argc, char **argv);
-int kvshare_cmd_top(int argc, char **argv);
-int kvshare_cmd_tree(int argc, char **argv);
-int kvshare_cmd_ping(int argc, char **argv);
+#include "commands.h"
 
 typedef struct cli_conn {
     const char *socket_path; /* --socket; NULL: the default */

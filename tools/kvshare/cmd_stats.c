@@ -63,13 +63,13 @@ static void print_json(FILE *f, const kvs_stats_t *s)
             "\"errors\":%llu,\"protocol_errors\":%llu,\"bytes_in\":%llu,\"bytes_out\":%llu,"
             "\"namespaces\":[",
             backend_name(s->backend), (unsigned long long)s->uptime_ms, s->block_tokens,
-            (unsigned long long)s->block_bytes, (unsigned long long)s->pool_bytes,
-            s->total_blocks, s->free_blocks, s->writing_blocks, s->cached_blocks,
-            s->pinned_blocks, (unsigned long long)s->evictions,
-            (unsigned long long)s->alloc_failures, (unsigned long long)s->index_bytes,
-            s->sessions, (unsigned long long)s->sessions_total, (unsigned long long)s->requests,
-            (unsigned long long)s->errors, (unsigned long long)s->protocol_errors,
-            (unsigned long long)s->bytes_in, (unsigned long long)s->bytes_out);
+            (unsigned long long)s->block_bytes, (unsigned long long)s->pool_bytes, s->total_blocks,
+            s->free_blocks, s->writing_blocks, s->cached_blocks, s->pinned_blocks,
+            (unsigned long long)s->evictions, (unsigned long long)s->alloc_failures,
+            (unsigned long long)s->index_bytes, s->sessions, (unsigned long long)s->sessions_total,
+            (unsigned long long)s->requests, (unsigned long long)s->errors,
+            (unsigned long long)s->protocol_errors, (unsigned long long)s->bytes_in,
+            (unsigned long long)s->bytes_out);
     for (size_t i = 0; i < s->n_namespaces; i++) {
         const kvs_ns_stats_t *n = &s->namespaces[i];
         fprintf(f, "%s{\"name\":", i ? "," : "");
@@ -82,8 +82,8 @@ static void print_json(FILE *f, const kvs_stats_t *s)
                 (unsigned long long)n->lookups, (unsigned long long)n->lookup_tokens,
                 (unsigned long long)n->hit_tokens, pct(n->hit_tokens, n->lookup_tokens) / 100.0,
                 (unsigned long long)n->inserted_blocks, (unsigned long long)n->duplicate_blocks,
-                (unsigned long long)n->evicted_blocks, n->cached_blocks, n->pinned_blocks,
-                n->quota, n->reserve);
+                (unsigned long long)n->evicted_blocks, n->cached_blocks, n->pinned_blocks, n->quota,
+                n->reserve);
     }
     fprintf(f, "]}\n");
 }

@@ -113,7 +113,8 @@ int kvshare_cmd_top(int argc, char **argv)
         t_prev = t_now;
         if (count && n + 1 >= count)
             break;
-        struct timespec sl = {(time_t)interval, (long)((interval - (double)(time_t)interval) * 1e9)};
+        struct timespec sl = {(time_t)interval,
+                              (long)((interval - (double)(time_t)interval) * 1e9)};
         nanosleep(&sl, NULL);
     }
     kvs_stats_free(&prev);
