@@ -35,10 +35,10 @@
 #include "kvshare.h"
 #include "kvshare.pb-c.h"
 
-#define BENCH_BT 16
+#define BENCH_BT    16
 #define MAX_CLIENTS 64
 #define MAX_SAMPLES (1u << 20)
-#define PIPE_DEPTH 64
+#define PIPE_DEPTH  64
 
 typedef struct bench_cfg {
     const char *kvshared;
@@ -90,9 +90,9 @@ static int start_daemon(bench_cfg_t *b, unsigned blocks)
         snprintf(fd, sizeof(fd), "%d", p[1]);
         snprintf(nb, sizeof(nb), "%u", blocks);
         execl(b->kvshared, b->kvshared, "--socket", b->kvs_sock, "--backend", "host", "--layers",
-              "1", "--kv-heads", "1", "--head-dim", "8", "--dtype", "fp16", "--block-tokens",
-              "16", "--pool-blocks", nb, "--max-frame", "64M", "--ready-fd", fd, "--log-level",
-              "warn", (char *)NULL);
+              "1", "--kv-heads", "1", "--head-dim", "8", "--dtype", "fp16", "--block-tokens", "16",
+              "--pool-blocks", nb, "--max-frame", "64M", "--ready-fd", fd, "--log-level", "warn",
+              (char *)NULL);
         fprintf(stderr, "bench rpc: cannot run %s: %s\n", b->kvshared, strerror(errno));
         _exit(127);
     }
@@ -268,9 +268,9 @@ static size_t lookup_reply_bytes(size_t n_blocks, uint32_t first_id)
     return size;
 }
 
-static void client_loop(const bench_cfg_t *b, mode_t_ mode, const uint32_t *tokens,
-                        size_t n_tokens, size_t request_bytes, size_t reply_bytes, int go_fd,
-                        shared_results_t *res, int idx, uint32_t per_client)
+static void client_loop(const bench_cfg_t *b, mode_t_ mode, const uint32_t *tokens, size_t n_tokens,
+                        size_t request_bytes, size_t reply_bytes, int go_fd, shared_results_t *res,
+                        int idx, uint32_t per_client)
 {
     kvs_client_t *c = NULL;
     int fd = -1;
@@ -387,8 +387,8 @@ static int run_cell(const bench_cfg_t *b, mode_t_ mode, const uint32_t *tokens, 
 }
 
 /* Pipelined: `depth` Lookups written at once per connection, replies read after. */
-static int run_pipelined(const bench_cfg_t *b, const uint32_t *tokens, size_t n_tokens,
-                         int conns, double *per_sec)
+static int run_pipelined(const bench_cfg_t *b, const uint32_t *tokens, size_t n_tokens, int conns,
+                         double *per_sec)
 {
     size_t bytes = sizeof(shared_results_t);
     shared_results_t *res =
@@ -440,14 +440,13 @@ static int run_pipelined(const bench_cfg_t *b, const uint32_t *tokens, size_t n_
                 have += (size_t)r;
                 size_t off = 0;
                 while (have - off >= 4) {
-                    size_t len = in[off] | in[off + 1] << 8 | in[off + 2] << 16 |
-                                 (size_t)in[off + 3] << 24;
+                    size_t len =
+                        in[off] | in[off + 1] << 8 | in[off + 2] << 16 | (size_t)in[off + 3] << 24;
                     if (have - off < 4 + len)
                         break;
                     if (done == 0 && got == 0) {
                         /* The first reply must be a full hit, not an error. */
-                        Kvshare__Response *r =
-                            kvshare__response__unpack(NULL, len, in + off + 4);
+                        Kvshare__Response *r = kvshare__response__unpack(NULL, len, in + off + 4);
                         int good = r && r->status == 0 && r->lookup &&
                                    r->lookup->n_block_ids == n_tokens / BENCH_BT;
                         if (r)
@@ -507,8 +506,7 @@ static int warm(const bench_cfg_t *b, const uint32_t *tokens, size_t n_tokens)
     if (rc == 0)
         rc = kvs_release(c, can, nb, NULL); /* cached, unpinned */
     if (rc != 0)
-        fprintf(stderr, "bench rpc: warming a %zu-token prompt: %s\n", n_tokens,
-                kvs_last_error(c));
+        fprintf(stderr, "bench rpc: warming a %zu-token prompt: %s\n", n_tokens, kvs_last_error(c));
     free(ids);
     free(can);
     kvs_close(c);
@@ -604,14 +602,14 @@ int bench_rpc_main(int argc, char **argv)
             cell_t kvs, raw;
             if (run_cell(&b, MODE_KVS, tokens[s], sizes[s], clients, &kvs) != 0 ||
                 run_cell(&b, MODE_RAW, tokens[s], sizes[s], clients, &raw) != 0) {
-                fprintf(stderr, "bench rpc: a client failed (%zu tokens, %d clients)\n",
-                        sizes[s], clients);
+                fprintf(stderr, "bench rpc: a client failed (%zu tokens, %d clients)\n", sizes[s],
+                        clients);
                 rc = 1;
                 break;
             }
             printf("%-7zu %-7d %7.1fus %7.1fus %7.1fus %7.1fus %11.0f %11.0f %7.2f %7.2f\n",
-                   sizes[s], clients, kvs.p50_us, kvs.p99_us, raw.p50_us, raw.p99_us,
-                   kvs.per_sec, raw.per_sec, kvs.p50_us / raw.p50_us, kvs.p99_us / raw.p99_us);
+                   sizes[s], clients, kvs.p50_us, kvs.p99_us, raw.p50_us, raw.p99_us, kvs.per_sec,
+                   raw.per_sec, kvs.p50_us / raw.p50_us, kvs.p99_us / raw.p99_us);
             fflush(stdout);
         }
     }
