@@ -41,6 +41,7 @@ struct kvs_client {
 
     kvs_geometry_t geo;
     int have_geo;
+    int in_hello; /* the next reply may carry fds */
     backend_mapping_t *map;
 
     uint8_t *rbuf;
@@ -164,8 +165,9 @@ static int recv_until(kvs_client_t *c, size_t need, int64_t deadline)
         struct msghdr msg = {0};
         msg.msg_iov = &iov;
         msg.msg_iovlen = 1;
-        msg.msg_control = control.buf;
-        msg.msg_controllen = sizeof(control.buf);
+        /* fds only ever come with the Hello reply: plain reads after it. */
+        msg.msg_control = c->in_hello ? control.buf : NULL;
+        msg.msg_controllen = c->in_hello ? sizeof(control.buf) : 0;
         ssize_t n = recvmsg(c->fd, &msg, MSG_CMSG_CLOEXEC);
         if (n < 0 && errno == EINTR)
             continue;
@@ -224,6 +226,12 @@ static int round_trip(kvs_client_t *c, Kvshare__Request *req, Kvshare__Response 
     rc = send_all(c, c->wbuf, size + 4, deadline);
     if (rc != 0)
         goto transport;
+    /* The reply cannot be there yet: wait first rather than read EAGAIN. */
+    if (c->rlen == 0) {
+        rc = wait_fd(c, POLLIN, deadline);
+        if (rc != 0)
+            goto transport;
+    }
 
     for (;;) {
         rc = recv_until(c, 4, deadline);
@@ -316,7 +324,9 @@ static int hello(kvs_client_t *c, int64_t deadline)
     hr.no_fds = (c->flags & KVS_NO_MAP) != 0;
     req.rpc_case = KVSHARE__REQUEST__RPC_HELLO;
     req.hello = &hr;
+    c->in_hello = 1;
     int rc = round_trip(c, &req, &resp, deadline);
+    c->in_hello = 0;
     if (rc != 0)
         goto out;
     const Kvshare__HelloReply *h = resp->hello;

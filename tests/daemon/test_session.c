@@ -602,6 +602,61 @@ START_TEST(test_random_operations)
 }
 END_TEST
 
+/* Random byte streams, some made of valid frames with flipped bytes: the
+ * daemon answers or refuses, never crashes, and its state stays consistent. */
+START_TEST(test_random_bytes)
+{
+    srand(99);
+    int rounds = getenv("KVS_TEST_SMALL") ? 100 : 2000;
+    uint32_t ids[4];
+    session_t *holder = new_session();
+    ck_assert_int_eq(do_alloc(holder, 2, ids), 0);
+    for (int r = 0; r < rounds; r++) {
+        session_t *s = new_session();
+        uint8_t buf[512];
+        size_t n = (size_t)(rand() % (int)sizeof(buf));
+        if (rand() % 2) {
+            /* A valid request, then mutations. */
+            frame_buf_t f = {0};
+            Kvshare__Request req = KVSHARE__REQUEST__INIT;
+            Kvshare__ReleaseRequest rl = KVSHARE__RELEASE_REQUEST__INIT;
+            uint32_t some[3] = {ids[0], (uint32_t)rand() % (POOL + 3), ids[1]};
+            rl.block_ids = some;
+            rl.n_block_ids = 3;
+            req.rpc_case = KVSHARE__REQUEST__RPC_RELEASE;
+            req.release = &rl;
+            frame_append_request(&f, &req);
+            n = f.len < sizeof(buf) ? f.len : sizeof(buf);
+            memcpy(buf, f.data, n);
+            frame_buf_release(&f);
+            for (int k = 0; k < 3; k++)
+                buf[4 + rand() % (int)(n - 4)] ^= (uint8_t)(1 << (rand() % 8));
+        } else {
+            for (size_t i = 0; i < n; i++)
+                buf[i] = (uint8_t)rand();
+            if (n >= 4 && rand() % 2) {
+                buf[2] = buf[3] = 0; /* a plausible length */
+            }
+        }
+        int rc = session_feed(s, buf, n);
+        ck_assert(rc == 0 || rc == KVS_EPROTO || rc == KVS_ETOOBIG);
+        /* Whatever came back decodes. */
+        const uint8_t *body;
+        uint32_t len;
+        while (frame_next(&s->out, UINT32_MAX, &body, &len) == 1) {
+            Kvshare__Response *resp = kvshare__response__unpack(NULL, len, body);
+            ck_assert_ptr_nonnull(resp);
+            kvshare__response__free_unpacked(resp, NULL);
+        }
+        session_close(s, "fuzz");
+        check_invariants();
+    }
+    /* The holder's blocks were never anyone else's to release. */
+    ck_assert_ptr_eq(srv->writer[ids[0]], holder);
+    ck_assert_ptr_eq(srv->writer[ids[1]], holder);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("session");
@@ -618,6 +673,7 @@ int main(void)
     tcase_add_test(tc, test_full_pool_evicts_then_refuses);
     tcase_add_test(tc, test_stats_and_tree);
     tcase_add_test(tc, test_random_operations);
+    tcase_add_test(tc, test_random_bytes);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
