@@ -528,6 +528,40 @@ int kvs_block_addr(const kvs_client_t *c, uint32_t layer, uint32_t kv, uint32_t 
     return 0;
 }
 
+/* Offset of a block's slot, for the copy functions. */
+static int slot_offset(const kvs_client_t *c, uint32_t layer, uint32_t kv, uint32_t block, size_t n,
+                       uint64_t *offset)
+{
+    uintptr_t addr;
+    int rc = kvs_block_addr(c, layer, kv, block, &addr);
+    if (rc != 0)
+        return rc;
+    if (n > c->geo.slot_bytes)
+        return KVS_EINVAL;
+    *offset = addr - backend_mapping_base(c->map);
+    return 0;
+}
+
+int kvs_block_write(kvs_client_t *c, uint32_t layer, uint32_t kv, uint32_t block, const void *src,
+                    size_t n)
+{
+    uint64_t off;
+    if (!src && n)
+        return KVS_EINVAL;
+    int rc = slot_offset(c, layer, kv, block, n, &off);
+    return rc != 0 ? rc : backend_mapping_write(c->map, off, src, n);
+}
+
+int kvs_block_read(kvs_client_t *c, uint32_t layer, uint32_t kv, uint32_t block, void *dst,
+                   size_t n)
+{
+    uint64_t off;
+    if (!dst && n)
+        return KVS_EINVAL;
+    int rc = slot_offset(c, layer, kv, block, n, &off);
+    return rc != 0 ? rc : backend_mapping_read(c->map, off, dst, n);
+}
+
 /* ensure + round_trip under one deadline. */
 static int call(kvs_client_t *c, Kvshare__Request *req, Kvshare__Response **resp)
 {

@@ -152,6 +152,15 @@ uintptr_t kvs_pool_base(const kvs_client_t *c);
 int kvs_block_addr(const kvs_client_t *c, uint32_t layer, uint32_t kv, uint32_t block,
                    uintptr_t *addr);
 
+/* Copies n bytes (at most slot_bytes) into / out of the start of block's K
+ * (kv = 0) or V (kv = 1) slot in layer, through the mapping: memcpy for
+ * host, a driver copy for cuda (so tools and tests need no CUDA code).
+ * Errors: KVS_EINVAL (out of range), KVS_ENOTCONN (no mapping), KVS_EIO. */
+int kvs_block_write(kvs_client_t *c, uint32_t layer, uint32_t kv, uint32_t block, const void *src,
+                    size_t n);
+int kvs_block_read(kvs_client_t *c, uint32_t layer, uint32_t kv, uint32_t block, void *dst,
+                   size_t n);
+
 /* --- the RPCs (synchronous; each waits at most timeout_ms) --- */
 
 /* Longest cached prefix of tokens in namespace ns (NULL or "": "default").

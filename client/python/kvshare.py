@@ -168,6 +168,10 @@ def _declare(lib):
         "kvs_pool_base": (ctypes.c_size_t, [P]),
         "kvs_block_addr": (ctypes.c_int, [P, ctypes.c_uint32, ctypes.c_uint32,
                                           ctypes.c_uint32, ctypes.POINTER(ctypes.c_size_t)]),
+        "kvs_block_write": (ctypes.c_int, [P, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_uint32,
+                                           ctypes.c_char_p, SZ]),
+        "kvs_block_read": (ctypes.c_int, [P, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_uint32,
+                                          ctypes.c_void_p, SZ]),
         "kvs_lookup": (ctypes.c_int, [P, ctypes.c_char_p, U32P, SZ, ctypes.c_int,
                                       U32P, SZ, SZP]),
         "kvs_alloc": (ctypes.c_int, [P, ctypes.c_char_p, ctypes.c_uint32, U32P]),
@@ -293,6 +297,19 @@ class Client:
         addr = self.block_addr(layer, kv, block)
         buf = (ctypes.c_uint8 * geo["slot_bytes"]).from_address(addr)
         return memoryview(buf).cast("B")
+
+    def block_write(self, layer, kv, block, data):
+        """Copies bytes to the start of a block's K or V slot (host or cuda)."""
+        data = bytes(data)
+        self._check(self._lib.kvs_block_write(self._c, layer, kv, block, data, len(data)))
+
+    def block_read(self, layer, kv, block, n=None):
+        """Bytes from the start of a block's K or V slot (default: the whole slot)."""
+        if n is None:
+            n = self.geometry["slot_bytes"]
+        buf = ctypes.create_string_buffer(n)
+        self._check(self._lib.kvs_block_read(self._c, layer, kv, block, buf, n))
+        return buf.raw
 
     # -- RPCs --
     def lookup(self, tokens, ns=None, pin=True):

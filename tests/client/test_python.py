@@ -82,6 +82,12 @@ class BindingTest(unittest.TestCase):
                     for kv in (0, 1):
                         expect = bytes([(j * 7 + layer * 3 + kv) & 0xFF]) * geo["slot_bytes"]
                         self.assertEqual(bytes(b.block_view(layer, kv, block)), expect)
+            # The copy functions see the same bytes (they also work for cuda).
+            b.block_write(1, 1, got[2], b"\x5a" * 8)
+            self.assertEqual(bytes(a.block_view(1, 1, got[2])[:8]), b"\x5a" * 8)
+            self.assertEqual(a.block_read(1, 1, got[2], 8), b"\x5a" * 8)
+            with self.assertRaises(kvshare.KvsError):
+                a.block_read(0, 2, got[0])
             # Half the prefix hits half.
             self.assertEqual(b.lookup(tokens[:BT] + [1, 2, 3, 4], pin=False), ids[:1])
             st = a.stats()
