@@ -2,13 +2,13 @@
  * libkvshare: synchronous calls over the daemon's socket.
  *
  * Each call packs one Request frame, writes it and reads frames until the
- * Response with the same id, everything under one deadline (poll). Any I/O
- * error, timeout or undecodable reply drops the connection; the next call
- * reconnects (Hello again, pool mapped again). fds come with the Hello reply
- * (SCM_RIGHTS), so every read uses recvmsg and keeps what arrives.
+ * Response with the same id, everything under one deadline (the blocking
+ * socket's timeouts are kept within 5 ms of it). Any I/O error, timeout or
+ * undecodable reply drops the connection; the next call reconnects (Hello
+ * again, pool mapped again). fds come with the Hello reply (SCM_RIGHTS), read
+ * with recvmsg.
  */
 #include <errno.h>
-#include <poll.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -41,7 +41,8 @@ struct kvs_client {
 
     kvs_geometry_t geo;
     int have_geo;
-    int in_hello; /* the next reply may carry fds */
+    int in_hello;       /* the next reply may carry fds */
+    int rcv_ms, snd_ms; /* the socket's current timeouts */
     backend_mapping_t *map;
 
     uint8_t *rbuf;
@@ -106,38 +107,51 @@ static int remaining(int64_t deadline)
     return left > 0 ? (int)left : 0;
 }
 
-static int wait_fd(kvs_client_t *c, short events, int64_t deadline)
+/* The socket is blocking with SO_RCVTIMEO / SO_SNDTIMEO, so a call costs a
+ * send and a recv, no poll. Before each blocking call the socket's timeout is
+ * brought down to what is left of the call's deadline when it exceeds that
+ * by more than the slack (so the common call changes nothing). */
+#define CLIENT_TIMEO_SLACK_MS 5
+
+static int set_timeo(kvs_client_t *c, int opt, int ms)
 {
-    struct pollfd p = {.fd = c->fd, .events = events};
-    for (;;) {
-        int left = remaining(deadline);
-        if (left == 0)
-            return KVS_ETIMEDOUT;
-        int n = poll(&p, 1, left);
-        if (n > 0)
-            return 0;
-        if (n < 0 && errno != EINTR)
-            return KVS_EIO;
-    }
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    if (ms <= 0)
+        tv.tv_usec = 1000; /* 0 would mean forever */
+    if (setsockopt(c->fd, SOL_SOCKET, opt, &tv, sizeof(tv)) != 0)
+        return KVS_EIO;
+    if (opt == SO_RCVTIMEO)
+        c->rcv_ms = ms;
+    else
+        c->snd_ms = ms;
+    return 0;
+}
+
+static int arm(kvs_client_t *c, int opt, int64_t deadline)
+{
+    int left = remaining(deadline);
+    int cur = opt == SO_RCVTIMEO ? c->rcv_ms : c->snd_ms;
+    if (left == 0)
+        return KVS_ETIMEDOUT;
+    if (cur > left + CLIENT_TIMEO_SLACK_MS || cur + CLIENT_TIMEO_SLACK_MS < left)
+        return set_timeo(c, opt, left);
+    return 0;
 }
 
 static int send_all(kvs_client_t *c, const uint8_t *p, size_t n, int64_t deadline)
 {
     while (n > 0) {
+        int rc = arm(c, SO_SNDTIMEO, deadline);
+        if (rc != 0)
+            return rc;
         ssize_t w = send(c->fd, p, n, MSG_NOSIGNAL);
         if (w > 0) {
             p += w;
             n -= (size_t)w;
             continue;
         }
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            int rc = wait_fd(c, POLLOUT, deadline);
-            if (rc != 0)
-                return rc;
-            continue;
-        }
+        if (w < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK))
+            continue; /* arm() says whether time is left */
         return KVS_ENOTCONN;
     }
     return 0;
@@ -168,15 +182,12 @@ static int recv_until(kvs_client_t *c, size_t need, int64_t deadline)
         /* fds only ever come with the Hello reply: plain reads after it. */
         msg.msg_control = c->in_hello ? control.buf : NULL;
         msg.msg_controllen = c->in_hello ? sizeof(control.buf) : 0;
+        int rc = arm(c, SO_RCVTIMEO, deadline);
+        if (rc != 0)
+            return rc;
         ssize_t n = recvmsg(c->fd, &msg, MSG_CMSG_CLOEXEC);
-        if (n < 0 && errno == EINTR)
+        if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK))
             continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            int rc = wait_fd(c, POLLIN, deadline);
-            if (rc != 0)
-                return rc;
-            continue;
-        }
         if (n <= 0)
             return KVS_ENOTCONN;
         for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
@@ -226,12 +237,6 @@ static int round_trip(kvs_client_t *c, Kvshare__Request *req, Kvshare__Response 
     rc = send_all(c, c->wbuf, size + 4, deadline);
     if (rc != 0)
         goto transport;
-    /* The reply cannot be there yet: wait first rather than read EAGAIN. */
-    if (c->rlen == 0) {
-        rc = wait_fd(c, POLLIN, deadline);
-        if (rc != 0)
-            goto transport;
-    }
 
     for (;;) {
         rc = recv_until(c, 4, deadline);
@@ -372,9 +377,15 @@ static int connect_now(kvs_client_t *c, int64_t deadline)
     struct sockaddr_un addr = {.sun_family = AF_UNIX};
     memcpy(addr.sun_path, c->socket_path, sizeof(addr.sun_path));
     c->last_attempt_ms = now_ms();
-    c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (c->fd < 0)
         return set_err(c, KVS_EIO, "socket: %s", strerror(errno));
+    /* A full backlog makes connect wait, at most the send timeout. */
+    if (set_timeo(c, SO_SNDTIMEO, remaining(deadline)) != 0 ||
+        set_timeo(c, SO_RCVTIMEO, c->timeout_ms) != 0) {
+        disconnect(c);
+        return set_err(c, KVS_EIO, "setsockopt: %s", strerror(errno));
+    }
     if (connect(c->fd, (struct sockaddr *)&addr, sizeof(addr)) != 0) {
         int e = errno;
         disconnect(c);

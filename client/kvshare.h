@@ -25,8 +25,8 @@
  * ends (kvs_close, exit, crash).
  *
  * The cache is an optimisation, never a dependency. Every call has a timeout
- * (kvs_options_t.timeout_ms, default 1000 ms): a daemon that does not answer
- * in time gets KVS_ETIMEDOUT and the connection is dropped. While the client
+ * (kvs_options_t.timeout_ms, default 1000 ms, kept within 5 ms): a daemon that
+ * does not answer in time gets KVS_ETIMEDOUT and the connection is dropped. While the client
  * is disconnected, kvs_lookup returns KVS_ENOTCONN with *n_blocks = 0 (a miss:
  * compute the prompt), and every call first tries to reconnect (at most once
  * per reconnect_ms). A reconnect maps the pool again: addresses from
