@@ -466,9 +466,22 @@ END_TEST
 
 START_TEST(test_client_that_stops_reading_is_dropped)
 {
-    kvs_client_t *other = client("bystander");
-    int fd = raw_connect();
-    /* Pipelined Stats requests, never read: the replies pile up past the limit. */
+    /* This test's own daemon, with a small output limit. */
+    static const char *const extra[] = {"--max-output", "1MiB", NULL};
+    harness_t own;
+    ck_assert_int_eq(harness_start(&own, POOL, extra), 0);
+    kvs_options_t o;
+    kvs_client_t *other;
+    kvs_options_init(&o);
+    o.socket_path = own.socket_path;
+    ck_assert_int_eq(kvs_connect(&o, &other), 0);
+
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", own.socket_path);
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&addr, sizeof(addr)), 0);
+    /* Pipelined pings with 60 kB payloads, replies never read: they pile up
+     * in the daemon past the limit and it hangs up. */
     Kvshare__Request req = KVSHARE__REQUEST__INIT;
     Kvshare__PingRequest pr = KVSHARE__PING_REQUEST__INIT;
     static uint8_t payload[60000];
@@ -484,17 +497,52 @@ START_TEST(test_client_that_stops_reading_is_dropped)
     buf[3] = 0;
     kvshare__request__pack(&req, buf + 4);
     int dropped = 0;
-    for (int i = 0; i < 2000 && !dropped; i++) {
+    for (int i = 0; i < 4000 && !dropped; i++) {
         struct pollfd pfd = {.fd = fd, .events = POLLOUT};
-        if (poll(&pfd, 1, 2000) <= 0)
+        if (poll(&pfd, 1, 5000) <= 0)
             break;
-        if (send(fd, buf, size + 4, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 && errno != EAGAIN)
+        if (pfd.revents & (POLLERR | POLLHUP))
+            dropped = 1;
+        else if (send(fd, buf, size + 4, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 && errno != EAGAIN)
             dropped = 1;
     }
     free(buf);
     close(fd);
-    assert_others_served(other);
+    ck_assert_msg(dropped, "a client that never reads was not disconnected");
+    double rtt;
+    ck_assert_int_eq(kvs_ping(other, 16, &rtt), 0);
     kvs_close(other);
+    ck_assert_int_eq(harness_stop(&own), 0);
+    harness_cleanup(&own);
+}
+END_TEST
+
+START_TEST(test_session_limit)
+{
+    static const char *const extra[] = {"--max-sessions", "2", NULL};
+    harness_t own;
+    ck_assert_int_eq(harness_start(&own, POOL, extra), 0);
+    kvs_options_t o;
+    kvs_client_t *a, *b, *c = NULL;
+    kvs_options_init(&o);
+    o.socket_path = own.socket_path;
+    ck_assert_int_eq(kvs_connect(&o, &a), 0);
+    ck_assert_int_eq(kvs_connect(&o, &b), 0);
+    ck_assert_int_eq(kvs_connect(&o, &c), KVS_ELIMIT);
+    ck_assert_ptr_null(c);
+    kvs_close(a);
+    /* A slot is free again once the daemon has seen the close. */
+    int rc = KVS_ELIMIT;
+    for (int i = 0; i < 500 && rc == KVS_ELIMIT; i++) {
+        rc = kvs_connect(&o, &c);
+        if (rc == KVS_ELIMIT)
+            usleep(10000);
+    }
+    ck_assert_int_eq(rc, 0);
+    kvs_close(b);
+    kvs_close(c);
+    ck_assert_int_eq(harness_stop(&own), 0);
+    harness_cleanup(&own);
 }
 END_TEST
 
@@ -573,6 +621,7 @@ int main(void)
     tcase_add_test(tc, test_sigkill_releases_holdings);
     tcase_add_test(tc, test_bad_input);
     tcase_add_test(tc, test_client_that_stops_reading_is_dropped);
+    tcase_add_test(tc, test_session_limit);
     tcase_add_test(tc, test_timeout_and_reconnect);
     tcase_add_test(tc, test_second_daemon_refused_stale_socket_replaced);
     suite_add_tcase(s, tc);
