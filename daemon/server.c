@@ -66,6 +66,14 @@ int server_open(const server_config_t *cfg, uv_loop_t *loop, server_t **out, cha
     if (cfg->pool_blocks > 0)
         bc.bytes = (uint64_t)cfg->pool_blocks * s->block_bytes;
     bc.round_bytes = s->block_bytes;
+    if (bc.bytes > 0 && bc.bytes < s->block_bytes) {
+        snprintf(err, errlen,
+                 "a pool of %llu bytes is smaller than one block (%llu bytes for this geometry); "
+                 "give a larger --pool-bytes",
+                 (unsigned long long)bc.bytes, (unsigned long long)s->block_bytes);
+        rc = KVS_EINVAL;
+        goto fail;
+    }
     rc = backend_open(&bc, &s->backend, err, errlen);
     if (rc != 0)
         goto fail;

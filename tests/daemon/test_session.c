@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dispatch.h"
 #include "kvshare.h"
@@ -657,6 +658,43 @@ START_TEST(test_random_bytes)
 }
 END_TEST
 
+START_TEST(test_server_open_errors)
+{
+    uv_loop_t l;
+    server_config_t cfg;
+    server_t *out = NULL;
+    char err[256] = "";
+    ck_assert_int_eq(uv_loop_init(&l), 0);
+    server_config_init(&cfg);
+    cfg.backend.kind = BACKEND_HOST;
+    cfg.pool_blocks = 4;
+    ck_assert_int_eq(server_open(&cfg, &l, &out, err, sizeof(err)), KVS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "geometry"));
+    cfg.geometry = (geometry_t){
+        .layers = 1, .kv_heads = 1, .head_dim = 8, .dtype = GEOMETRY_FP16, .block_tokens = 16};
+    cfg.pool_blocks = 0;
+    cfg.backend.bytes = 100;
+    ck_assert_int_eq(server_open(&cfg, &l, &out, err, sizeof(err)), KVS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "smaller than one block"));
+    ck_assert_ptr_null(out);
+    cfg.backend.bytes = 0;
+    cfg.pool_blocks = 3;
+    ck_assert_int_eq(server_open(&cfg, &l, &out, err, sizeof(err)), 0);
+    ck_assert_uint_eq(out->num_blocks, 3);
+    ck_assert_int_eq(server_check_socket("/nonexistent-dir/s.sock", err, sizeof(err)), 0);
+    char plain[] = "/tmp/kvs-plain-XXXXXX";
+    int fd = mkstemp(plain);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    ck_assert_int_eq(server_check_socket(plain, err, sizeof(err)), KVS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "not a socket"));
+    unlink(plain);
+    server_free(out);
+    server_free(NULL);
+    uv_loop_close(&l);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("session");
@@ -675,6 +713,10 @@ int main(void)
     tcase_add_test(tc, test_random_operations);
     tcase_add_test(tc, test_random_bytes);
     suite_add_tcase(s, tc);
+    TCase *tc_server = tcase_create("server");
+    tcase_set_timeout(tc_server, 30);
+    tcase_add_test(tc_server, test_server_open_errors);
+    suite_add_tcase(s, tc_server);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
