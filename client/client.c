@@ -593,9 +593,13 @@ static int call(kvs_client_t *c, Kvshare__Request *req, Kvshare__Response **resp
     return rc;
 }
 
+/* The wire carries little-endian token ids; sending the array as is needs a
+ * little-endian host (x86-64, aarch64: every host with a GPU kvshare drives). */
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+               "libkvshare sends token arrays as is: port tokens_bytes to big-endian first");
+
 static ProtobufCBinaryData tokens_bytes(const uint32_t *tokens, size_t n)
 {
-    /* Little-endian hosts send the array as is; kvshare runs on those. */
     ProtobufCBinaryData b = {n * 4, (uint8_t *)tokens};
     return b;
 }
