@@ -212,6 +212,10 @@ void session_pin_drop(session_t *s, uint32_t block_id)
     }
     p->keys[hole] = SESSION_NO_BLOCK;
     p->used--;
+    /* Shrink as pins go, so that closing costs what the session holds now,
+     * not what it once held. (A failed shrink keeps the larger table.) */
+    if (p->cap > 64 && (uint64_t)p->used * 8 < p->cap)
+        pins_grow(p, p->cap / 2);
 }
 
 int session_scratch(session_t *s, size_t n, uint32_t **out)

@@ -658,6 +658,41 @@ START_TEST(test_random_bytes)
 }
 END_TEST
 
+/* The pin map grows with the pins and shrinks as they go. */
+START_TEST(test_pin_map_grows_and_shrinks)
+{
+    session_t *a = new_session();
+    ck_assert_int_eq(session_pins_reserve(a, 1000), 0);
+    for (uint32_t b = 0; b < 1000; b++) {
+        session_pin_add(a, b * 7);
+        session_pin_add(a, b * 7);
+    }
+    ck_assert_uint_eq(a->pins.used, 1000);
+    ck_assert_uint_eq(a->pins.total, 2000);
+    uint32_t big = a->pins.cap;
+    ck_assert_uint_ge(big, 2000);
+    for (uint32_t b = 0; b < 1000; b++) {
+        ck_assert_uint_eq(session_pin_count(a, b * 7), 2);
+        ck_assert_uint_eq(session_pin_count(a, b * 7 + 1), 0);
+    }
+    for (uint32_t b = 0; b < 990; b++) {
+        session_pin_drop(a, b * 7);
+        session_pin_drop(a, b * 7);
+        ck_assert_uint_eq(session_pin_count(a, b * 7), 0);
+    }
+    ck_assert_uint_eq(a->pins.used, 10);
+    ck_assert_uint_lt(a->pins.cap, big / 4);
+    for (uint32_t b = 990; b < 1000; b++)
+        ck_assert_uint_eq(session_pin_count(a, b * 7), 2);
+    /* Not in the index: drop them by hand before the session closes. */
+    for (uint32_t b = 990; b < 1000; b++) {
+        session_pin_drop(a, b * 7);
+        session_pin_drop(a, b * 7);
+    }
+    ck_assert_uint_eq(a->pins.total, 0);
+}
+END_TEST
+
 START_TEST(test_server_open_errors)
 {
     uv_loop_t l;
@@ -712,6 +747,7 @@ int main(void)
     tcase_add_test(tc, test_stats_and_tree);
     tcase_add_test(tc, test_random_operations);
     tcase_add_test(tc, test_random_bytes);
+    tcase_add_test(tc, test_pin_map_grows_and_shrinks);
     suite_add_tcase(s, tc);
     TCase *tc_server = tcase_create("server");
     tcase_set_timeout(tc_server, 30);
