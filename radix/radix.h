@@ -56,8 +56,8 @@ typedef void (*radix_evict_fn)(void *ctx, uint32_t block_id);
 typedef uint64_t (*radix_hash_fn)(const uint32_t *tokens, size_t n_tokens, uint64_t seed);
 
 typedef struct radix_config {
-    uint32_t block_tokens;  /* tokens per block, > 0 (kvshare default: 16) */
-    uint32_t max_blocks;    /* block ids are in [0, max_blocks) */
+    uint32_t block_tokens;   /* tokens per block, > 0 (kvshare default: 16) */
+    uint32_t max_blocks;     /* block ids are in [0, max_blocks) */
     radix_evict_fn on_evict; /* may be NULL */
     void *evict_ctx;
     radix_hash_fn hash; /* NULL: XXH3-64 */
