@@ -778,7 +778,7 @@ static void diff_run(const diff_cfg_t *dc)
     model_t m;
     DIFF_EQ(model_init(&m, dc->bt, dc->max_blocks), 0);
     rng_state = dc->seed;
-    uint32_t quotas[3] = {0, 24, 0}, reserves[3] = {0, 0, 12};
+    uint32_t quotas[3] = {0, 16, 0}, reserves[3] = {0, 0, 12};
     const char *names[3] = {"free", "quota", "reserve"};
     for (uint32_t k = 0; k < 3; k++) {
         uint32_t ns;
@@ -954,7 +954,7 @@ static void diff_run(const diff_cfg_t *dc)
     /* ... and reached the interesting outcomes. */
     ck_assert_int_gt(insert_rc[0], dc->ops / 100);
     ck_assert_int_gt(insert_rc[-KVS_EEXIST], 10);
-    ck_assert_int_gt(insert_rc[-KVS_EQUOTA], 10);
+    ck_assert_int_gt(insert_rc[-KVS_EQUOTA], dc->ops / 20000);
     ck_assert_int_gt(insert_rc[-KVS_EINVAL], 10);
     ck_assert_int_gt(insert_rc[-KVS_ENONS], 10);
     ck_assert_int_gt(evicted, dc->ops / 20);
@@ -979,7 +979,7 @@ static long diff_ops(long full, long small)
 START_TEST(test_diff_xxh3)
 {
     diff_cfg_t dc = {.seed = 0x9E3779B97F4A7C15ull,
-                     .ops = diff_ops(100000, 20000),
+                     .ops = diff_ops(100000, 40000),
                      .bt = 2,
                      .vocab = 3,
                      .max_blocks = 96,
@@ -991,7 +991,7 @@ END_TEST
 START_TEST(test_diff_collisions)
 {
     diff_cfg_t dc = {.seed = 12345,
-                     .ops = diff_ops(30000, 6000),
+                     .ops = diff_ops(30000, 10000),
                      .bt = 3,
                      .vocab = 2,
                      .max_blocks = 64,
@@ -1003,7 +1003,7 @@ END_TEST
 START_TEST(test_diff_one_token_blocks)
 {
     diff_cfg_t dc = {.seed = 777,
-                     .ops = diff_ops(30000, 6000),
+                     .ops = diff_ops(30000, 10000),
                      .bt = 1,
                      .vocab = 4,
                      .max_blocks = 48,
