@@ -75,8 +75,9 @@ struct radix_node {
     radix_node_t *parent; /* NULL for a namespace root */
     radix_node_t *lru_prev;
     radix_node_t *lru_next;
-    uint64_t hits;  /* lookups that matched through this node's end */
-    uint32_t first; /* records in use: [first, first + len) */
+    uint64_t hits;       /* lookups that matched through this node's end */
+    uint64_t full_stamp; /* a tick at which every record here was touched */
+    uint32_t first;      /* records in use: [first, first + len) */
     uint32_t len;
     uint32_t cap;
     uint32_t n_children;
@@ -160,7 +161,16 @@ static inline bool is_root(const radix_node_t *n)
 
 static inline bool tokens_eq(const uint32_t *a, const uint32_t *b, uint32_t n)
 {
-    /* Branch-free so the compiler vectorizes it: blocks are short. */
+    /* Branch-free so that it vectorizes; the common block size gets a
+     * fixed-length copy the compiler unrolls. */
+    if (n == 16) {
+        uint64_t x[8], y[8], diff = 0;
+        memcpy(x, a, sizeof(x));
+        memcpy(y, b, sizeof(y));
+        for (int k = 0; k < 8; k++)
+            diff |= x[k] ^ y[k];
+        return diff == 0;
+    }
     uint32_t diff = 0;
     for (uint32_t k = 0; k < n; k++)
         diff |= a[k] ^ b[k];
@@ -286,9 +296,17 @@ static int slot_reserve(radix_tree_t *t, size_t extra)
 
 /* ---- eviction queues ----------------------------------------------------- */
 
+/* A record's stamp: a walk through a whole node stamps the node once
+ * (full_stamp) instead of writing every record, so the hot lookup path reads
+ * records without dirtying them. */
+static inline uint64_t rec_stamp(const radix_node_t *n, const radix_rec_t *r)
+{
+    return r->stamp > n->full_stamp ? r->stamp : n->full_stamp;
+}
+
 static inline uint64_t leaf_stamp(const radix_tree_t *t, const radix_node_t *n)
 {
-    return rec_at(t, n, last_pos(n))->stamp;
+    return rec_stamp(n, rec_at(t, n, last_pos(n)));
 }
 
 static bool evictable(const radix_tree_t *t, const radix_node_t *n)
@@ -345,7 +363,7 @@ static radix_node_t *heap_entry_node(const radix_tree_t *t, const radix_heap_ent
     if (!n || n == &radix_mark || n->where != WHERE_HEAP || n->heap_seq != e->seq ||
         t->by_pos[e->id] != last_pos(n))
         return NULL;
-    return rec_at(t, n, last_pos(n))->stamp == e->stamp ? n : NULL;
+    return leaf_stamp(t, n) == e->stamp ? n : NULL;
 }
 
 static void heap_sift_down(radix_ns_t *ns, size_t i)
@@ -426,7 +444,7 @@ static void heap_push(radix_tree_t *t, radix_ns_t *ns, radix_node_t *n)
     n->heap_seq = ++t->heap_seq;
     n->where = WHERE_HEAP;
     ns->heap_live++;
-    ns->heap[ns->heap_len].stamp = r->stamp;
+    ns->heap[ns->heap_len].stamp = rec_stamp(n, r);
     ns->heap[ns->heap_len].id = r->id;
     ns->heap[ns->heap_len].seq = n->heap_seq;
     ns->heap_len++;
@@ -674,6 +692,8 @@ static inline radix_rec_t *walk_next(const radix_tree_t *t, radix_cursor_t *c,
         c->pos++;
         return r;
     }
+    if (n->n_children == 0)
+        return NULL;
     radix_node_t *child = child_find(t, n, t->hash(block, bt, end_hash(t, n)), block);
     if (!child)
         return NULL;
@@ -703,23 +723,54 @@ int radix_lookup(radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens, size_t
     if (want > max_ids)
         want = max_ids;
     uint64_t tick = ++t->tick;
-    radix_cursor_t c = {ns->root, 0};
+    size_t rs = t->rec_size;
+    radix_node_t *n = ns->root;
+    uint32_t pos = 0;
     size_t i = 0;
-    for (; i < want; i++) {
-        radix_node_t *before = c.node;
-        radix_rec_t *r = walk_next(t, &c, tokens + i * bt);
-        if (!r)
+    while (i < want) {
+        if (n->n_children == 0)
+            break; /* no hash, no probe: nothing below */
+        const uint32_t *q = tokens + i * bt;
+        radix_node_t *child = child_find(t, n, t->hash(q, bt, end_hash(t, n)), q);
+        if (!child)
             break;
-        if (c.node != before && !is_root(before))
-            before->hits++;
-        r->stamp = tick;
-        ids[i] = r->id;
-        if (pin)
-            pin_rec(t, ns, r);
+        if (!is_root(n))
+            n->hits++; /* matched through its end */
+        /* The first record matched in child_find; compare the rest of the
+         * run, prefetching ahead: nodes are long and usually cold. */
+        uint32_t run = child->len;
+        if (run > want - i)
+            run = (uint32_t)(want - i);
+        char *p = (char *)rec_at(t, child, child->first);
+        uint32_t k = 0;
+        for (;;) {
+            radix_rec_t *r = (radix_rec_t *)p;
+            ids[i + k] = r->id;
+            if (pin)
+                pin_rec(t, ns, r);
+            if (++k == run)
+                break;
+            p += rs;
+            __builtin_prefetch(p + 24 * rs);
+            __builtin_prefetch(p + 25 * rs - 1);
+            if (!tokens_eq(((radix_rec_t *)p)->tokens, q + (size_t)k * bt, bt))
+                break;
+        }
+        if (k == child->len) {
+            child->full_stamp = tick;
+        } else {
+            for (uint32_t j = 0; j < k; j++)
+                rec_at(t, child, child->first + j)->stamp = tick;
+        }
+        i += k;
+        n = child;
+        pos = child->first + k - 1;
+        if (k < child->len)
+            break;
     }
-    if (i > 0 && c.pos == last_pos(c.node)) {
-        c.node->hits++;
-        refresh(t, c.node, true);
+    if (i > 0 && pos == last_pos(n)) {
+        n->hits++;
+        refresh(t, n, true);
     }
     ns->st.lookups++;
     ns->st.lookup_tokens += n_tokens;
@@ -764,6 +815,7 @@ static void node_split(radix_tree_t *t, radix_node_t *n, uint32_t pos, radix_nod
     upper->parent = n->parent;
     upper->depth = n->depth;
     upper->hits = n->hits;
+    upper->full_stamp = n->full_stamp;
     upper->ns = n->ns;
     upper->n_children = 1;
     upper->len = j;
@@ -1133,7 +1185,7 @@ int radix_top(const radix_tree_t *t, uint32_t ns, radix_order_t order, radix_pre
         row->ns = node->ns;
         row->tokens = (node->depth + node->len) * t->cfg.block_tokens;
         row->hits = node->hits;
-        row->last_used = rec_at(t, node, node->first)->stamp;
+        row->last_used = rec_stamp(node, rec_at(t, node, node->first));
         row->last_block_id = rec_at(t, node, last_pos(node))->id;
         row->blocks += node->len;
         for (uint32_t k = node->first; k <= last_pos(node); k++)
@@ -1242,13 +1294,14 @@ int radix_check(const radix_tree_t *t)
         const radix_rec_t *r0 = rec_at(t, node, node->first);
         CHECK(child_find(t, parent, r0->hash, r0->tokens) == node);
         uint64_t h = end_hash(t, parent);
-        uint64_t stamp = is_root(parent) ? t->tick : rec_at(t, parent, last_pos(parent))->stamp;
+        uint64_t stamp = is_root(parent) ? t->tick : leaf_stamp(t, parent);
+        CHECK(node->full_stamp <= t->tick);
         for (uint32_t k = node->first; k <= last_pos(node); k++) {
             const radix_rec_t *r = rec_at(t, node, k);
             h = t->hash(r->tokens, bt, h);
             CHECK(r->hash == h);
-            CHECK(r->stamp <= stamp && r->stamp > 0);
-            stamp = r->stamp;
+            CHECK(rec_stamp(node, r) <= stamp && r->stamp > 0);
+            stamp = rec_stamp(node, r);
             CHECK(r->id < t->cfg.max_blocks && t->by_node[r->id] == node && t->by_pos[r->id] == k);
             cached++;
             ns_cached[node->ns]++;
