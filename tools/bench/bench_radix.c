@@ -31,9 +31,9 @@
 #include "bench.h"
 #include "radix.h"
 
-#define BT           16
-#define PROMPT_BLKS  256
-#define VOCAB        128000u
+#define BT          16
+#define PROMPT_BLKS 256
+#define VOCAB       128000u
 
 typedef struct bench_opts {
     uint32_t blocks;
@@ -164,13 +164,11 @@ int bench_radix(int argc, char **argv)
     uint32_t *tok = malloc(PROMPT_BLKS * BT * sizeof(uint32_t));
     uint32_t ids[PROMPT_BLKS], canon[PROMPT_BLKS];
     free_ids_t f = {malloc((size_t)max_blocks * sizeof(uint32_t)), 0};
-    uint64_t *samples = malloc((size_t)(o.lookups > o.inserts ? o.lookups : o.inserts + 1) *
-                               sizeof(uint64_t));
+    uint64_t *samples =
+        malloc((size_t)(o.lookups > o.inserts ? o.lookups : o.inserts + 1) * sizeof(uint64_t));
     radix_tree_t *t = NULL;
-    radix_config_t cfg = {.block_tokens = BT,
-                          .max_blocks = max_blocks,
-                          .on_evict = on_evict,
-                          .evict_ctx = &f};
+    radix_config_t cfg = {
+        .block_tokens = BT, .max_blocks = max_blocks, .on_evict = on_evict, .evict_ctx = &f};
     uint32_t ns;
     size_t n, done;
     if (!tok || !f.ids || !samples || radix_new(&cfg, &t) != 0 ||

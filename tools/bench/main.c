@@ -46,7 +46,8 @@ double bench_quantile(uint64_t *samples, size_t n, double q)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: kvshare-bench <benchmark> [options]   (<benchmark> --help for its options)\n\n");
+    fprintf(
+        f, "usage: kvshare-bench <benchmark> [options]   (<benchmark> --help for its options)\n\n");
     for (size_t i = 0; i < N_CMDS; i++)
         fprintf(f, "  %-8s %s\n", bench_cmds[i].name, bench_cmds[i].help);
 }
