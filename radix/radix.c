@@ -62,14 +62,6 @@
 
 enum { WHERE_NONE = 0, WHERE_LIST = 1, WHERE_HEAP = 2 };
 
-typedef struct radix_rec {
-    uint64_t hash;  /* chained hash of the prefix ending with this block */
-    uint64_t stamp; /* tick of the last lookup/insert that touched it */
-    uint32_t id;    /* pool block id */
-    uint32_t ref;   /* pins */
-    uint32_t tokens[];
-} radix_rec_t;
-
 typedef struct radix_node radix_node_t;
 struct radix_node {
     radix_node_t *parent; /* NULL for a namespace root */
@@ -85,7 +77,7 @@ struct radix_node {
     uint32_t ns;
     uint32_t heap_seq; /* sequence number of the live heap entry */
     uint32_t where;    /* WHERE_*: where the node's leaf block is queued */
-    uint64_t recs[];   /* cap records of rec_size bytes */
+    uint64_t recs[];   /* the record arrays, see rec_hash() .. rec_tokens() */
 };
 
 typedef struct radix_heap_entry {
@@ -116,7 +108,7 @@ typedef struct radix_slot {
 struct radix_tree {
     radix_config_t cfg;
     radix_hash_fn hash;
-    size_t rec_size;
+    size_t rec_bytes;       /* bytes of one record over all its arrays */
     radix_node_t **by_node; /* [max_blocks] */
     uint32_t *by_pos;       /* [max_blocks] */
     radix_slot_t *slots;
@@ -144,9 +136,44 @@ static uint64_t radix_xxh3(const uint32_t *tokens, size_t n_tokens, uint64_t see
 
 /* ---- records and nodes ------------------------------------------------ */
 
-static inline radix_rec_t *rec_at(const radix_tree_t *t, const radix_node_t *n, uint32_t i)
+/* A node's records are stored as parallel arrays after its header, so that a
+ * walk streams through token ids (64 B a block) and block ids only:
+ *   hash[cap] stamp[cap] | id[cap] ref[cap] | tokens[cap][bt]            */
+static inline uint64_t *rec_hash(const radix_node_t *n, uint32_t i)
 {
-    return (radix_rec_t *)((char *)n->recs + (size_t)i * t->rec_size);
+    return (uint64_t *)n->recs + i;
+}
+
+static inline uint64_t *rec_stampp(const radix_node_t *n, uint32_t i)
+{
+    return (uint64_t *)n->recs + n->cap + i;
+}
+
+static inline uint32_t *rec_id(const radix_node_t *n, uint32_t i)
+{
+    return (uint32_t *)((uint64_t *)n->recs + 2 * (size_t)n->cap) + i;
+}
+
+static inline uint32_t *rec_ref(const radix_node_t *n, uint32_t i)
+{
+    return rec_id(n, 0) + n->cap + i;
+}
+
+static inline uint32_t *rec_tokens(const radix_tree_t *t, const radix_node_t *n, uint32_t i)
+{
+    return rec_id(n, 0) + 2 * (size_t)n->cap + (size_t)i * t->cfg.block_tokens;
+}
+
+/* Copies records [from, from + count) of a to b at index `to`. */
+static void recs_copy(const radix_tree_t *t, radix_node_t *b, uint32_t to, const radix_node_t *a,
+                      uint32_t from, uint32_t count)
+{
+    memcpy(rec_hash(b, to), rec_hash(a, from), count * sizeof(uint64_t));
+    memcpy(rec_stampp(b, to), rec_stampp(a, from), count * sizeof(uint64_t));
+    memcpy(rec_id(b, to), rec_id(a, from), count * sizeof(uint32_t));
+    memcpy(rec_ref(b, to), rec_ref(a, from), count * sizeof(uint32_t));
+    memcpy(rec_tokens(t, b, to), rec_tokens(t, a, from),
+           (size_t)count * t->cfg.block_tokens * sizeof(uint32_t));
 }
 
 static inline uint32_t last_pos(const radix_node_t *n)
@@ -181,12 +208,12 @@ static uint64_t end_hash(const radix_tree_t *t, const radix_node_t *n)
 {
     if (n->len == 0)
         return t->ns[n->ns]->seed;
-    return rec_at(t, n, last_pos(n))->hash;
+    return *rec_hash(n, last_pos(n));
 }
 
 static radix_node_t *node_new(radix_tree_t *t, uint32_t cap)
 {
-    size_t size = sizeof(radix_node_t) + (size_t)cap * t->rec_size;
+    size_t size = sizeof(radix_node_t) + (size_t)cap * t->rec_bytes;
     radix_node_t *n = malloc(size);
     if (!n)
         return NULL;
@@ -198,7 +225,7 @@ static radix_node_t *node_new(radix_tree_t *t, uint32_t cap)
 
 static void node_free(radix_tree_t *t, radix_node_t *n)
 {
-    t->node_bytes -= sizeof(radix_node_t) + (size_t)n->cap * t->rec_size;
+    t->node_bytes -= sizeof(radix_node_t) + (size_t)n->cap * t->rec_bytes;
     free(n);
 }
 
@@ -224,7 +251,7 @@ static radix_node_t *child_find(const radix_tree_t *t, const radix_node_t *paren
         if (!s->node)
             return NULL;
         if (s->hash == h && s->node->parent == parent &&
-            tokens_eq(rec_at(t, s->node, s->node->first)->tokens, block, t->cfg.block_tokens))
+            tokens_eq(rec_tokens(t, s->node, s->node->first), block, t->cfg.block_tokens))
             return s->node;
         i = (i + 1) & t->slot_mask;
     }
@@ -232,7 +259,7 @@ static radix_node_t *child_find(const radix_tree_t *t, const radix_node_t *paren
 
 static void slot_put(radix_tree_t *t, radix_node_t *n)
 {
-    uint64_t h = rec_at(t, n, n->first)->hash;
+    uint64_t h = *rec_hash(n, n->first);
     size_t i = slot_home(t, h, n->parent);
     while (t->slots[i].node)
         i = (i + 1) & t->slot_mask;
@@ -243,7 +270,7 @@ static void slot_put(radix_tree_t *t, radix_node_t *n)
 
 static size_t slot_of(const radix_tree_t *t, const radix_node_t *n)
 {
-    size_t i = slot_home(t, rec_at(t, n, n->first)->hash, n->parent);
+    size_t i = slot_home(t, *rec_hash(n, n->first), n->parent);
     while (t->slots[i].node != n)
         i = (i + 1) & t->slot_mask;
     return i;
@@ -299,14 +326,16 @@ static int slot_reserve(radix_tree_t *t, size_t extra)
 /* A record's stamp: a walk through a whole node stamps the node once
  * (full_stamp) instead of writing every record, so the hot lookup path reads
  * records without dirtying them. */
-static inline uint64_t rec_stamp(const radix_node_t *n, const radix_rec_t *r)
+static inline uint64_t rec_stamp(const radix_node_t *n, uint32_t i)
 {
-    return r->stamp > n->full_stamp ? r->stamp : n->full_stamp;
+    uint64_t s = *rec_stampp(n, i);
+    return s > n->full_stamp ? s : n->full_stamp;
 }
 
 static inline uint64_t leaf_stamp(const radix_tree_t *t, const radix_node_t *n)
 {
-    return rec_stamp(n, rec_at(t, n, last_pos(n)));
+    (void)t;
+    return rec_stamp(n, last_pos(n));
 }
 
 static bool evictable(const radix_tree_t *t, const radix_node_t *n)
@@ -316,7 +345,7 @@ static bool evictable(const radix_tree_t *t, const radix_node_t *n)
     uint32_t pos = last_pos(n);
     if (n == t->guard && pos == t->guard_pos)
         return false;
-    return rec_at(t, n, pos)->ref == 0;
+    return *rec_ref(n, pos) == 0;
 }
 
 static void list_unlink(radix_ns_t *ns, radix_node_t *n)
@@ -440,12 +469,11 @@ static void heap_push(radix_tree_t *t, radix_ns_t *ns, radix_node_t *n)
 {
     if (ns->heap_len > 2 * ns->heap_live + 32 || ns->heap_len == ns->heap_cap)
         heap_compact(t, ns);
-    radix_rec_t *r = rec_at(t, n, last_pos(n));
     n->heap_seq = ++t->heap_seq;
     n->where = WHERE_HEAP;
     ns->heap_live++;
-    ns->heap[ns->heap_len].stamp = rec_stamp(n, r);
-    ns->heap[ns->heap_len].id = r->id;
+    ns->heap[ns->heap_len].stamp = rec_stamp(n, last_pos(n));
+    ns->heap[ns->heap_len].id = *rec_id(n, last_pos(n));
     ns->heap[ns->heap_len].seq = n->heap_seq;
     ns->heap_len++;
     heap_sift_up(ns, ns->heap_len - 1);
@@ -510,7 +538,7 @@ static void evict_leaf(radix_tree_t *t, radix_node_t *n)
 {
     radix_ns_t *ns = t->ns[n->ns];
     make_unevictable(t, n);
-    uint32_t id = rec_at(t, n, last_pos(n))->id;
+    uint32_t id = *rec_id(n, last_pos(n));
     t->by_node[id] = NULL;
     ns->st.cached_blocks--;
     ns->st.evicted_blocks++;
@@ -538,8 +566,7 @@ int radix_new(const radix_config_t *cfg, radix_tree_t **out)
 {
     int rc = KVS_EINVAL;
     radix_tree_t *t = NULL;
-    if (!cfg || !out || cfg->block_tokens == 0 || cfg->max_blocks == 0 ||
-        cfg->block_tokens > (UINT32_MAX - sizeof(radix_rec_t)) / sizeof(uint32_t) / 2)
+    if (!cfg || !out || cfg->block_tokens == 0 || cfg->max_blocks == 0 || cfg->block_tokens > 65536)
         goto fail;
     rc = KVS_ENOMEM;
     t = calloc(1, sizeof(*t));
@@ -547,8 +574,8 @@ int radix_new(const radix_config_t *cfg, radix_tree_t **out)
         goto fail;
     t->cfg = *cfg;
     t->hash = cfg->hash ? cfg->hash : radix_xxh3;
-    t->rec_size =
-        (sizeof(radix_rec_t) + (size_t)cfg->block_tokens * sizeof(uint32_t) + 7) & ~(size_t)7;
+    t->rec_bytes =
+        2 * sizeof(uint64_t) + 2 * sizeof(uint32_t) + (size_t)cfg->block_tokens * sizeof(uint32_t);
     t->by_node = calloc(cfg->max_blocks, sizeof(*t->by_node));
     t->by_pos = calloc(cfg->max_blocks, sizeof(*t->by_pos));
     t->slots = calloc(64, sizeof(*t->slots));
@@ -680,31 +707,29 @@ typedef struct radix_cursor {
 /* The one walk on which lookup and insert are built: matches the next block
  * of a prompt below the cursor and advances it. Inside a node a match is a
  * token comparison; at a node's end it is one hash and one table probe. */
-static inline radix_rec_t *walk_next(const radix_tree_t *t, radix_cursor_t *c,
-                                     const uint32_t *block)
+static inline bool walk_next(const radix_tree_t *t, radix_cursor_t *c, const uint32_t *block)
 {
     radix_node_t *n = c->node;
     uint32_t bt = t->cfg.block_tokens;
     if (n->len > 0 && c->pos < last_pos(n)) {
-        radix_rec_t *r = rec_at(t, n, c->pos + 1);
-        if (!tokens_eq(r->tokens, block, bt))
-            return NULL;
+        if (!tokens_eq(rec_tokens(t, n, c->pos + 1), block, bt))
+            return false;
         c->pos++;
-        return r;
+        return true;
     }
     if (n->n_children == 0)
-        return NULL;
+        return false;
     radix_node_t *child = child_find(t, n, t->hash(block, bt, end_hash(t, n)), block);
     if (!child)
-        return NULL;
+        return false;
     c->node = child;
     c->pos = child->first;
-    return rec_at(t, child, child->first);
+    return true;
 }
 
-static void pin_rec(radix_tree_t *t, radix_ns_t *ns, radix_rec_t *r)
+static void pin_rec(radix_tree_t *t, radix_ns_t *ns, radix_node_t *n, uint32_t i)
 {
-    if (r->ref++ == 0) {
+    if ((*rec_ref(n, i))++ == 0) {
         ns->st.pinned_blocks++;
         t->pinned++;
     }
@@ -723,7 +748,6 @@ int radix_lookup(radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens, size_t
     if (want > max_ids)
         want = max_ids;
     uint64_t tick = ++t->tick;
-    size_t rs = t->rec_size;
     radix_node_t *n = ns->root;
     uint32_t pos = 0;
     size_t i = 0;
@@ -741,26 +765,25 @@ int radix_lookup(radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens, size_t
         uint32_t run = child->len;
         if (run > want - i)
             run = (uint32_t)(want - i);
-        char *p = (char *)rec_at(t, child, child->first);
+        const uint32_t *tok = rec_tokens(t, child, child->first);
+        const uint32_t *bid = rec_id(child, child->first);
         uint32_t k = 0;
         for (;;) {
-            radix_rec_t *r = (radix_rec_t *)p;
-            ids[i + k] = r->id;
+            ids[i + k] = bid[k];
             if (pin)
-                pin_rec(t, ns, r);
+                pin_rec(t, ns, child, child->first + k);
             if (++k == run)
                 break;
-            p += rs;
-            __builtin_prefetch(p + 24 * rs);
-            __builtin_prefetch(p + 25 * rs - 1);
-            if (!tokens_eq(((radix_rec_t *)p)->tokens, q + (size_t)k * bt, bt))
+            tok += bt;
+            __builtin_prefetch(tok + 16 * (size_t)bt);
+            if (!tokens_eq(tok, q + (size_t)k * bt, bt))
                 break;
         }
         if (k == child->len) {
             child->full_stamp = tick;
         } else {
             for (uint32_t j = 0; j < k; j++)
-                rec_at(t, child, child->first + j)->stamp = tick;
+                *rec_stampp(child, child->first + j) = tick;
         }
         i += k;
         n = child;
@@ -790,9 +813,9 @@ static radix_node_t *node_resize(radix_tree_t *t, radix_node_t *n, uint32_t cap)
     memcpy(m, n, sizeof(*m));
     m->cap = cap;
     m->first = 0;
-    memcpy(m->recs, rec_at(t, n, n->first), (size_t)n->len * t->rec_size);
+    recs_copy(t, m, 0, n, n->first, n->len);
     for (uint32_t k = 0; k < m->len; k++) {
-        uint32_t id = rec_at(t, m, k)->id;
+        uint32_t id = *rec_id(m, k);
         t->by_node[id] = m;
         t->by_pos[id] = k;
     }
@@ -819,9 +842,9 @@ static void node_split(radix_tree_t *t, radix_node_t *n, uint32_t pos, radix_nod
     upper->ns = n->ns;
     upper->n_children = 1;
     upper->len = j;
-    memcpy(upper->recs, rec_at(t, n, n->first), (size_t)j * t->rec_size);
+    recs_copy(t, upper, 0, n, n->first, j);
     for (uint32_t k = 0; k < j; k++) {
-        uint32_t id = rec_at(t, upper, k)->id;
+        uint32_t id = *rec_id(upper, k);
         t->by_node[id] = upper;
         t->by_pos[id] = k;
     }
@@ -842,18 +865,18 @@ static void fill_recs(radix_tree_t *t, radix_ns_t *ns, radix_node_t *n, uint32_t
     uint32_t bt = t->cfg.block_tokens;
     for (size_t k = 0; k < m; k++) {
         const uint32_t *block = tokens + (i + k) * bt;
-        radix_rec_t *r = rec_at(t, n, base + (uint32_t)k);
+        uint32_t pos = base + (uint32_t)k, id = ids[i + k];
         h = t->hash(block, bt, h);
-        r->hash = h;
-        r->stamp = tick;
-        r->id = ids[i + k];
-        r->ref = 0;
-        memcpy(r->tokens, block, (size_t)bt * sizeof(uint32_t));
-        t->by_node[r->id] = n;
-        t->by_pos[r->id] = base + (uint32_t)k;
-        canonical[i + k] = r->id;
+        *rec_hash(n, pos) = h;
+        *rec_stampp(n, pos) = tick;
+        *rec_id(n, pos) = id;
+        *rec_ref(n, pos) = 0;
+        memcpy(rec_tokens(t, n, pos), block, (size_t)bt * sizeof(uint32_t));
+        t->by_node[id] = n;
+        t->by_pos[id] = pos;
+        canonical[i + k] = id;
         if (pin)
-            pin_rec(t, ns, r);
+            pin_rec(t, ns, n, pos);
     }
     ns->st.inserted_blocks += m;
     ns->st.cached_blocks += (uint32_t)m;
@@ -884,18 +907,18 @@ int radix_insert(radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens, size_t
     size_t i = 0;
     for (; i < n_ids; i++) {
         radix_cursor_t next = c;
-        radix_rec_t *r = walk_next(t, &next, tokens + i * bt);
-        if (!r)
+        if (!walk_next(t, &next, tokens + i * bt))
             break;
-        if (ids[i] != r->id && t->by_node[ids[i]]) {
+        uint32_t id = *rec_id(next.node, next.pos);
+        if (ids[i] != id && t->by_node[ids[i]]) {
             rc = KVS_EEXIST;
             break;
         }
         c = next;
-        r->stamp = tick;
-        canonical[i] = r->id;
+        *rec_stampp(c.node, c.pos) = tick;
+        canonical[i] = id;
         if (pin)
-            pin_rec(t, ns, r);
+            pin_rec(t, ns, c.node, c.pos);
         ns->st.duplicate_blocks++;
     }
     if (i > 0)
@@ -948,7 +971,7 @@ int radix_insert(radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens, size_t
     }
     radix_node_t *n = c.node;
     bool at_end = is_root(n) || c.pos == last_pos(n);
-    uint64_t h = is_root(n) ? ns->seed : rec_at(t, n, c.pos)->hash;
+    uint64_t h = is_root(n) ? ns->seed : *rec_hash(n, c.pos);
     if (at_end && n->len > 0 && n->n_children == 0 && !is_root(n)) {
         /* Extend a leaf node in place: keeps runs in one node. */
         if (n->first + n->len + m > n->cap) {
@@ -1010,10 +1033,9 @@ int radix_pin(radix_tree_t *t, uint32_t block_id)
     if (!n)
         return KVS_ENOTFOUND;
     uint32_t pos = t->by_pos[block_id];
-    radix_rec_t *r = rec_at(t, n, pos);
-    if (r->ref == UINT32_MAX)
+    if (*rec_ref(n, pos) == UINT32_MAX)
         return KVS_EBUSY;
-    pin_rec(t, t->ns[n->ns], r);
+    pin_rec(t, t->ns[n->ns], n, pos);
     if (pos == last_pos(n))
         refresh(t, n, false);
     return 0;
@@ -1027,10 +1049,10 @@ int radix_unpin(radix_tree_t *t, uint32_t block_id)
     if (!n)
         return KVS_ENOTFOUND;
     uint32_t pos = t->by_pos[block_id];
-    radix_rec_t *r = rec_at(t, n, pos);
-    if (r->ref == 0)
+    uint32_t *ref = rec_ref(n, pos);
+    if (*ref == 0)
         return KVS_ENOTPINNED;
-    if (--r->ref == 0) {
+    if (--*ref == 0) {
         t->ns[n->ns]->st.pinned_blocks--;
         t->pinned--;
         if (pos == last_pos(n))
@@ -1046,7 +1068,7 @@ int radix_block_refcount(const radix_tree_t *t, uint32_t block_id, uint32_t *ref
     const radix_node_t *n = t->by_node[block_id];
     if (!n)
         return KVS_ENOTFOUND;
-    *refcount = rec_at(t, n, t->by_pos[block_id])->ref;
+    *refcount = *rec_ref(n, t->by_pos[block_id]);
     return 0;
 }
 
@@ -1185,11 +1207,11 @@ int radix_top(const radix_tree_t *t, uint32_t ns, radix_order_t order, radix_pre
         row->ns = node->ns;
         row->tokens = (node->depth + node->len) * t->cfg.block_tokens;
         row->hits = node->hits;
-        row->last_used = rec_stamp(node, rec_at(t, node, node->first));
-        row->last_block_id = rec_at(t, node, last_pos(node))->id;
+        row->last_used = rec_stamp(node, node->first);
+        row->last_block_id = *rec_id(node, last_pos(node));
         row->blocks += node->len;
         for (uint32_t k = node->first; k <= last_pos(node); k++)
-            row->pins += rec_at(t, node, k)->ref;
+            row->pins += *rec_ref(node, k);
     }
     /* Subtree sums: children before parents (a child is deeper). */
     memcpy(by_depth, nodes, n * sizeof(*by_depth));
@@ -1262,7 +1284,7 @@ int radix_check(const radix_tree_t *t)
         const radix_slot_t *s = &t->slots[i];
         if (!s->node)
             continue;
-        CHECK(s->hash == rec_at(t, s->node, s->node->first)->hash);
+        CHECK(s->hash == *rec_hash(s->node, s->node->first));
         for (size_t j = slot_home(t, s->hash, s->node->parent); j != i; j = (j + 1) & t->slot_mask)
             CHECK(t->slots[j].node);
     }
@@ -1272,14 +1294,14 @@ int radix_check(const radix_tree_t *t)
     for (uint32_t k = 0; k < t->n_ns; k++) {
         const radix_node_t *root = t->ns[k]->root;
         CHECK(root->parent == NULL && root->len == 0 && root->ns == k && root->where == WHERE_NONE);
-        node_bytes += sizeof(radix_node_t) + (size_t)root->cap * t->rec_size;
+        node_bytes += sizeof(radix_node_t) + (size_t)root->cap * t->rec_bytes;
     }
     for (size_t i = 0; i < n; i++) {
         const radix_node_t *node = nodes[i];
         const radix_node_t *parent = node->parent;
         CHECK(node->ns < t->n_ns && parent && parent->ns == node->ns);
         CHECK(node->len >= 1 && (size_t)node->first + node->len <= node->cap);
-        node_bytes += sizeof(radix_node_t) + (size_t)node->cap * t->rec_size;
+        node_bytes += sizeof(radix_node_t) + (size_t)node->cap * t->rec_bytes;
         ns_nodes[node->ns]++;
         if (is_root(parent)) {
             CHECK(parent == t->ns[node->ns]->root && node->depth == 0);
@@ -1291,21 +1313,21 @@ int radix_check(const radix_tree_t *t)
             CHECK(node->depth == parent->depth + parent->len);
         }
         /* Siblings are distinct: the probe finds this node for its own block. */
-        const radix_rec_t *r0 = rec_at(t, node, node->first);
-        CHECK(child_find(t, parent, r0->hash, r0->tokens) == node);
+        CHECK(child_find(t, parent, *rec_hash(node, node->first),
+                         rec_tokens(t, node, node->first)) == node);
         uint64_t h = end_hash(t, parent);
         uint64_t stamp = is_root(parent) ? t->tick : leaf_stamp(t, parent);
         CHECK(node->full_stamp <= t->tick);
         for (uint32_t k = node->first; k <= last_pos(node); k++) {
-            const radix_rec_t *r = rec_at(t, node, k);
-            h = t->hash(r->tokens, bt, h);
-            CHECK(r->hash == h);
-            CHECK(rec_stamp(node, r) <= stamp && r->stamp > 0);
-            stamp = rec_stamp(node, r);
-            CHECK(r->id < t->cfg.max_blocks && t->by_node[r->id] == node && t->by_pos[r->id] == k);
+            h = t->hash(rec_tokens(t, node, k), bt, h);
+            CHECK(*rec_hash(node, k) == h);
+            CHECK(rec_stamp(node, k) <= stamp && *rec_stampp(node, k) > 0);
+            stamp = rec_stamp(node, k);
+            uint32_t id = *rec_id(node, k);
+            CHECK(id < t->cfg.max_blocks && t->by_node[id] == node && t->by_pos[id] == k);
             cached++;
             ns_cached[node->ns]++;
-            if (r->ref > 0) {
+            if (*rec_ref(node, k) > 0) {
                 pinned++;
                 ns_pinned[node->ns]++;
             }
