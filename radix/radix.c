@@ -11,13 +11,17 @@
  *        /    \
  *   [e0 e1]  [f0 f1 f2 f3]      <- leaf nodes; their last block is a leaf block
  *
- * A node is one allocation: a header, then `cap` block records laid out as
- * an array of structs, each { hash, stamp, block id, refcount, tokens[bt] }.
- * The records in use are [first, first + len). A node is a maximal run of
- * blocks that was inserted or split as one piece (path compression): only its
- * last block can have children, so inside a node a walk compares tokens and
- * never hashes. Nodes are split when a prompt diverges inside them; they are
- * not merged back, so a node may have a single child.
+ * A node is one allocation: a header, then `cap` block records stored as
+ * parallel arrays (hash, stamp, block id, refcount, token ids), so that a walk
+ * streams through token ids and block ids and touches nothing else. The
+ * records in use are [first, first + len). A node is a run of blocks that was
+ * inserted or split off as one piece (path compression): only its last block
+ * can have children, so inside a node a walk compares tokens and never hashes
+ * (a block's chained hash follows from its verified prefix). Nodes are split
+ * when a prompt diverges inside them, and a leaf node grows in place when a
+ * prompt extends it; nodes are not merged back, so a node may have one child.
+ *
+ *   header | hash[cap] | stamp[cap] | id[cap] | ref[cap] | tokens[cap][bt]
  *
  * Children are not listed in their parent. One open-addressing table (linear
  * probing, backward-shift deletion) holds every non-root node, keyed by
@@ -33,8 +37,10 @@
  * Recency and eviction
  * --------------------
  * Every lookup and insert takes the next tick of the tree; each block it
- * matches or handles gets that tick as its stamp. Since these walks always
- * start at a root, a block's stamp is never older than any descendant's.
+ * matches or handles gets that tick as its stamp (a walk through a whole node
+ * writes the node's full_stamp once instead of every record's). Since these
+ * walks always start at a root, a block's stamp is never older than any
+ * descendant's.
  * A block is evictable when it is cached, unpinned and has no children (a
  * leaf block, always the last block of a childless node). Blocks that are
  * evictable leaves are kept per namespace in two structures:
