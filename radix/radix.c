@@ -140,6 +140,28 @@ static uint64_t radix_xxh3(const uint32_t *tokens, size_t n_tokens, uint64_t see
     return XXH3_64bits_withSeed(tokens, n_tokens * sizeof(uint32_t), seed);
 }
 
+/* Every allocation after the tree exists goes through these, so tests can
+ * make any one of them fail (radix_config_t.fail_alloc). */
+static bool alloc_fails(const radix_tree_t *t)
+{
+    return t->cfg.fail_alloc && t->cfg.fail_alloc(t->cfg.fail_ctx);
+}
+
+static void *t_malloc(const radix_tree_t *t, size_t size)
+{
+    return alloc_fails(t) ? NULL : malloc(size);
+}
+
+static void *t_calloc(const radix_tree_t *t, size_t n, size_t size)
+{
+    return alloc_fails(t) ? NULL : calloc(n, size);
+}
+
+static void *t_realloc(const radix_tree_t *t, void *p, size_t size)
+{
+    return alloc_fails(t) ? NULL : realloc(p, size);
+}
+
 /* ---- records and nodes ------------------------------------------------ */
 
 /* A node's records are stored as parallel arrays after its header, so that a
@@ -220,7 +242,7 @@ static uint64_t end_hash(const radix_tree_t *t, const radix_node_t *n)
 static radix_node_t *node_new(radix_tree_t *t, uint32_t cap)
 {
     size_t size = sizeof(radix_node_t) + (size_t)cap * t->rec_bytes;
-    radix_node_t *n = malloc(size);
+    radix_node_t *n = t_malloc(t, size);
     if (!n)
         return NULL;
     memset(n, 0, sizeof(*n));
@@ -314,7 +336,7 @@ static int slot_reserve(radix_tree_t *t, size_t extra)
     while ((t->slot_used + extra) * 2 > ncap)
         ncap *= 2;
     radix_slot_t *old = t->slots;
-    radix_slot_t *slots = calloc(ncap, sizeof(*slots));
+    radix_slot_t *slots = t_calloc(t, ncap, sizeof(*slots));
     if (!slots)
         return KVS_ENOMEM;
     t->slots = slots;
@@ -455,7 +477,7 @@ static void heap_compact(const radix_tree_t *t, radix_ns_t *ns)
 /* The heap never needs more than 2 x nodes + 34 entries (compaction keeps
  * stale entries below live + 33), so reserving that when nodes are created
  * means pushes, which happen in unpin and eviction, never allocate. */
-static int heap_reserve(radix_ns_t *ns, size_t nodes)
+static int heap_reserve(const radix_tree_t *t, radix_ns_t *ns, size_t nodes)
 {
     size_t need = 2 * nodes + 34;
     if (ns->heap_cap >= need)
@@ -463,7 +485,7 @@ static int heap_reserve(radix_ns_t *ns, size_t nodes)
     size_t ncap = ns->heap_cap ? ns->heap_cap : 64;
     while (ncap < need)
         ncap *= 2;
-    radix_heap_entry_t *h = realloc(ns->heap, ncap * sizeof(*h));
+    radix_heap_entry_t *h = t_realloc(t, ns->heap, ncap * sizeof(*h));
     if (!h)
         return KVS_ENOMEM;
     ns->heap = h;
@@ -582,9 +604,9 @@ int radix_new(const radix_config_t *cfg, radix_tree_t **out)
     t->hash = cfg->hash ? cfg->hash : radix_xxh3;
     t->rec_bytes =
         2 * sizeof(uint64_t) + 2 * sizeof(uint32_t) + (size_t)cfg->block_tokens * sizeof(uint32_t);
-    t->by_node = calloc(cfg->max_blocks, sizeof(*t->by_node));
-    t->by_pos = calloc(cfg->max_blocks, sizeof(*t->by_pos));
-    t->slots = calloc(64, sizeof(*t->slots));
+    t->by_node = t_calloc(t, cfg->max_blocks, sizeof(*t->by_node));
+    t->by_pos = t_calloc(t, cfg->max_blocks, sizeof(*t->by_pos));
+    t->slots = t_calloc(t, 64, sizeof(*t->slots));
     if (!t->by_node || !t->by_pos || !t->slots)
         goto fail;
     t->slot_mask = 63;
@@ -630,13 +652,13 @@ int radix_ns_create(radix_tree_t *t, const char *name, uint64_t seed, uint32_t q
         return KVS_ENOMEM;
     if (t->n_ns == t->ns_cap) {
         uint32_t ncap = t->ns_cap ? t->ns_cap * 2 : 4;
-        radix_ns_t **a = realloc(t->ns, ncap * sizeof(*a));
+        radix_ns_t **a = t_realloc(t, t->ns, ncap * sizeof(*a));
         if (!a)
             return KVS_ENOMEM;
         t->ns = a;
         t->ns_cap = ncap;
     }
-    radix_ns_t *ns = calloc(1, sizeof(*ns));
+    radix_ns_t *ns = t_calloc(t, 1, sizeof(*ns));
     radix_node_t *root = node_new(t, 0);
     if (!ns || !root) {
         free(ns);
@@ -970,7 +992,7 @@ int radix_insert(radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens, size_t
 
     int arc = slot_reserve(t, 2);
     if (arc == 0)
-        arc = heap_reserve(ns, (size_t)ns->n_nodes + 2);
+        arc = heap_reserve(t, ns, (size_t)ns->n_nodes + 2);
     if (arc) {
         rc = arc;
         goto done;
@@ -1142,7 +1164,7 @@ static int cmp_ptr(const void *a, const void *b)
  * *n_out is 0). */
 static int collect_nodes(const radix_tree_t *t, uint32_t ns, radix_node_t ***out, size_t *n_out)
 {
-    radix_node_t **a = malloc((t->slot_used + 1) * sizeof(*a));
+    radix_node_t **a = t_malloc(t, (t->slot_used + 1) * sizeof(*a));
     if (!a)
         return KVS_ENOMEM;
     size_t n = 0;
@@ -1203,8 +1225,8 @@ int radix_top(const radix_tree_t *t, uint32_t ns, radix_order_t order, radix_pre
     if (rc)
         goto out;
     rc = KVS_ENOMEM;
-    rows = calloc(n + 1, sizeof(*rows));
-    by_depth = malloc((n + 1) * sizeof(*by_depth));
+    rows = t_calloc(t, n + 1, sizeof(*rows));
+    by_depth = t_malloc(t, (n + 1) * sizeof(*by_depth));
     if (!rows || !by_depth)
         goto out;
     for (size_t i = 0; i < n; i++) {
@@ -1273,12 +1295,12 @@ int radix_check(const radix_tree_t *t)
     uint32_t bt = t->cfg.block_tokens;
     if (collect_nodes(t, RADIX_NS_ALL, &nodes, &n))
         return KVS_ENOMEM;
-    children = calloc(n + 1, sizeof(*children));
-    ns_cached = calloc(t->n_ns + 1, sizeof(uint32_t));
-    ns_pinned = calloc(t->n_ns + 1, sizeof(uint32_t));
-    ns_nodes = calloc(t->n_ns + 1, sizeof(uint32_t));
-    ns_heap = calloc(t->n_ns + 1, sizeof(uint32_t));
-    ns_root_children = calloc(t->n_ns + 1, sizeof(uint32_t));
+    children = t_calloc(t, n + 1, sizeof(*children));
+    ns_cached = t_calloc(t, t->n_ns + 1, sizeof(uint32_t));
+    ns_pinned = t_calloc(t, t->n_ns + 1, sizeof(uint32_t));
+    ns_nodes = t_calloc(t, t->n_ns + 1, sizeof(uint32_t));
+    ns_heap = t_calloc(t, t->n_ns + 1, sizeof(uint32_t));
+    ns_root_children = t_calloc(t, t->n_ns + 1, sizeof(uint32_t));
     if (!children || !ns_cached || !ns_pinned || !ns_nodes || !ns_heap || !ns_root_children) {
         rc = KVS_ENOMEM;
         goto out;

@@ -74,6 +74,12 @@ typedef struct radix_config {
     radix_evict_fn on_evict; /* may be NULL */
     void *evict_ctx;
     radix_hash_fn hash; /* NULL: XXH3-64 */
+    /* Tests only, NULL otherwise: asked before each allocation the index
+     * makes once the tree exists; true makes that allocation fail, so tests
+     * can check that every operation then fails cleanly (KVS_ENOMEM) and
+     * leaves the tree consistent. */
+    bool (*fail_alloc)(void *ctx);
+    void *fail_ctx;
 } radix_config_t;
 
 typedef struct radix_ns_stats {

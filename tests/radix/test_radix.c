@@ -1012,6 +1012,103 @@ START_TEST(test_diff_one_token_blocks)
 }
 END_TEST
 
+/* ---- allocation failures ---------------------------------------------------------------- */
+
+typedef struct fail_plan {
+    long countdown; /* fail the allocation when it reaches 0; < 0: never */
+    long failures;
+} fail_plan_t;
+
+static bool fail_next(void *ctx)
+{
+    fail_plan_t *f = ctx;
+    if (f->countdown < 0)
+        return false;
+    if (f->countdown-- == 0) {
+        f->failures++;
+        return true;
+    }
+    return false;
+}
+
+START_TEST(test_alloc_failures)
+{
+    /* Make the k-th allocation of an operation fail, for random k, across
+     * inserts that create, split, extend and grow nodes, grow the child table
+     * and the eviction queues, and namespace creation and radix_top. After
+     * each failure the tree must be consistent and the same operation must
+     * then succeed. */
+    fail_plan_t plan = {-1, 0};
+    radix_config_t cfg = {.block_tokens = 2,
+                          .max_blocks = 400,
+                          .on_evict = record_evict,
+                          .evict_ctx = &ev,
+                          .fail_alloc = fail_next,
+                          .fail_ctx = &plan};
+    radix_tree_t *t = NULL;
+    memset(&ev, 0, sizeof(ev));
+    plan.countdown = 0;
+    ck_assert_int_eq(radix_new(&cfg, &t), KVS_ENOMEM);
+    ck_assert_ptr_null(t);
+    plan.countdown = -1;
+    ck_assert_int_eq(radix_new(&cfg, &t), 0);
+    uint32_t ns[4], n_ns = 0;
+    rng_state = 99;
+    long enomem = 0;
+    for (int step = 0; step < 6000; step++) {
+        uint32_t tok[24], ids[12], canon[12];
+        size_t nb = 1 + rnd(12), done, got;
+        for (size_t k = 0; k < nb * 2; k++)
+            tok[k] = rnd(3);
+        for (size_t k = 0; k < nb; k++)
+            ids[k] = rnd(400);
+        uint32_t op = rnd(10);
+        plan.countdown = rnd(4);
+        if (op == 0 && n_ns < 4) {
+            char name[8] = {'n', 's', (char)('0' + n_ns), 0};
+            int rc = radix_ns_create(t, name, n_ns, 0, 0, &ns[n_ns]);
+            ck_assert(rc == 0 || rc == KVS_ENOMEM);
+            if (rc == KVS_ENOMEM) {
+                enomem++;
+                ck_assert_uint_eq(radix_ns_count(t), n_ns);
+                plan.countdown = -1;
+                ck_assert_int_eq(radix_ns_create(t, name, n_ns, 0, 0, &ns[n_ns]), 0);
+            }
+            n_ns++;
+        } else if (op == 1 && n_ns > 0) {
+            radix_prefix_t rows[4];
+            int rc = radix_top(t, RADIX_NS_ALL, RADIX_BY_SIZE, rows, 4, &got);
+            ck_assert(rc == 0 || rc == KVS_ENOMEM);
+        } else if (op < 8 && n_ns > 0) {
+            uint32_t which = ns[rnd(n_ns)];
+            int rc = radix_insert(t, which, tok, nb * 2, ids, nb, false, canon, &done);
+            ck_assert(rc == 0 || rc == KVS_ENOMEM || rc == KVS_EEXIST);
+            if (rc == KVS_ENOMEM) {
+                enomem++;
+                plan.countdown = -1;
+                ck_assert_int_eq(radix_check(t), 0);
+                size_t again;
+                rc = radix_insert(t, which, tok, nb * 2, ids, nb, false, canon, &again);
+                ck_assert(rc == 0 || rc == KVS_EEXIST);
+                ck_assert_uint_ge(again, done);
+            }
+            if (rc == 0) {
+                uint32_t out[12];
+                ck_assert_int_eq(radix_lookup(t, which, tok, nb * 2, false, out, 12, &got), 0);
+                ck_assert_uint_eq(got, nb);
+                ck_assert_int_eq(memcmp(out, canon, nb * sizeof(uint32_t)), 0);
+            }
+        } else {
+            ck_assert_int_eq(radix_evict(t, RADIX_NS_ANY, rnd(40), &got), 0);
+        }
+        plan.countdown = -1;
+        ck_assert_int_eq(radix_check(t), 0);
+    }
+    ck_assert_int_gt(enomem, 100);
+    radix_free(t);
+}
+END_TEST
+
 static Suite *radix_suite(void)
 {
     Suite *s = suite_create("radix");
@@ -1036,6 +1133,7 @@ static Suite *radix_suite(void)
     tcase_add_test(tc, test_fanout_10k);
     tcase_add_test(tc, test_top);
     tcase_add_test(tc, test_memory);
+    tcase_add_test(tc, test_alloc_failures);
     suite_add_tcase(s, tc);
     TCase *diff = tcase_create("differential");
     tcase_set_timeout(diff, 600);
