@@ -35,15 +35,17 @@
  * blocks with refcount 0 and no cached child), the one whose last use is
  * oldest first (last uses of such leaves are all distinct, so the order is
  * total), hands their block ids back through `on_evict`, and makes a parent a
- * candidate when its last child goes. No operation scans every leaf: lookup,
- * pin and unpin are O(1) per block, eviction O(log leaves) per block.
+ * candidate when its last child goes. No operation scans every leaf: lookup
+ * and pin are O(1) per block; unpin is O(1), or O(log leaves) when it makes a
+ * leaf evictable out of LRU order; eviction is O(log leaves) per block.
  *
  * Namespaces each have a name, a seed, a root, a quota (max cached blocks, 0 =
  * unlimited) and a reservation (blocks that eviction on behalf of another
  * namespace cannot take it below).
  *
  * Block ids are owned by the caller (the pool); the index only records which
- * cached prefix each id holds. All functions return 0 or a negative KVS_*
+ * cached prefix each id holds. A tree is not thread-safe: one caller at a
+ * time (the daemon's event loop). All functions return 0 or a negative KVS_*
  * code (kvshare_status.h); on error nothing has changed unless said otherwise.
  */
 #ifndef KVS_RADIX_H
