@@ -1269,16 +1269,13 @@ out:
 
 /* ---- invariant checker --------------------------------------------------------- */
 
-#ifdef RADIX_CHECK_DEBUG
-#include <stdio.h>
-#define CHECK_FAILED(cond) fprintf(stderr, "radix_check: %s (line %d)\n", #cond, __LINE__)
-#else
-#define CHECK_FAILED(cond) ((void)0)
-#endif
+/* Source line of the last check that failed, for tests to report. */
+static int radix_check_failed_line;
+
 #define CHECK(cond)                                                                                \
     do {                                                                                           \
         if (!(cond)) {                                                                             \
-            CHECK_FAILED(cond);                                                                    \
+            radix_check_failed_line = __LINE__;                                                    \
             goto bad;                                                                              \
         }                                                                                          \
     } while (0)
@@ -1422,4 +1419,9 @@ out:
     free(ns_heap);
     free(ns_root_children);
     return rc;
+}
+
+int radix_check_line(void)
+{
+    return radix_check_failed_line;
 }

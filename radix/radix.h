@@ -192,6 +192,10 @@ int radix_pin(radix_tree_t *t, uint32_t block_id);
  * KVS_ENOTFOUND, KVS_ENOTPINNED (refcount already 0: nothing changes). */
 int radix_unpin(radix_tree_t *t, uint32_t block_id);
 
+/* A block's refcount must stay below UINT32_MAX: radix_pin refuses with
+ * KVS_EBUSY there; lookups and inserts that pin rely on the caller never
+ * holding that many pins on one block. */
+
 /* Whether the block is cached, and its refcount. Errors: KVS_EINVAL,
  * KVS_ENOTFOUND. */
 int radix_block_refcount(const radix_tree_t *t, uint32_t block_id, uint32_t *refcount);
@@ -230,5 +234,9 @@ size_t radix_memory_bytes(const radix_tree_t *t);
  * it cannot allocate its scratch arrays). Linear in nodes, blocks and
  * max_blocks; for tests. */
 int radix_check(const radix_tree_t *t);
+
+/* The line of radix.c whose invariant the last failing radix_check found
+ * broken (0 if none failed yet), so a test can say which. Process-wide. */
+int radix_check_line(void);
 
 #endif /* KVS_RADIX_H */

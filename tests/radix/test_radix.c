@@ -922,7 +922,8 @@ static void diff_run(const diff_cfg_t *dc)
         for (size_t k = 0; k < ev.n; k++)
             DIFF_EQ(ev.ids[k], m.evicted[k]);
         if (radix_check(t) != 0)
-            ck_abort_msg("radix_check failed at step %ld (op %u)", step, op);
+            ck_abort_msg("radix_check failed at step %ld (op %u), radix.c line %d", step, op,
+                         radix_check_line());
         for (uint32_t k = 0; k < 3; k++) {
             radix_ns_stats_t st;
             DIFF_EQ(radix_ns_stats(t, k, &st), 0);
