@@ -360,9 +360,8 @@ static inline uint64_t rec_stamp(const radix_node_t *n, uint32_t i)
     return s > n->full_stamp ? s : n->full_stamp;
 }
 
-static inline uint64_t leaf_stamp(const radix_tree_t *t, const radix_node_t *n)
+static inline uint64_t leaf_stamp(const radix_node_t *n)
 {
-    (void)t;
     return rec_stamp(n, last_pos(n));
 }
 
@@ -420,7 +419,7 @@ static radix_node_t *heap_entry_node(const radix_tree_t *t, const radix_heap_ent
     if (!n || n == &radix_mark || n->where != WHERE_HEAP || n->heap_seq != e->seq ||
         t->by_pos[e->id] != last_pos(n))
         return NULL;
-    return leaf_stamp(t, n) == e->stamp ? n : NULL;
+    return leaf_stamp(n) == e->stamp ? n : NULL;
 }
 
 static void heap_sift_down(radix_ns_t *ns, size_t i)
@@ -522,10 +521,10 @@ static void make_unevictable(radix_tree_t *t, radix_node_t *n)
 static void expose(radix_tree_t *t, radix_node_t *n)
 {
     radix_ns_t *ns = t->ns[n->ns];
-    uint64_t s = leaf_stamp(t, n);
-    if (!ns->lru_tail || s >= leaf_stamp(t, ns->lru_tail))
+    uint64_t s = leaf_stamp(n);
+    if (!ns->lru_tail || s >= leaf_stamp(ns->lru_tail))
         list_append(ns, n);
-    else if (s <= leaf_stamp(t, ns->lru_head))
+    else if (s <= leaf_stamp(ns->lru_head))
         list_prepend(ns, n);
     else
         heap_push(t, ns, n);
@@ -558,7 +557,7 @@ static radix_node_t *candidate(radix_tree_t *t, radix_ns_t *ns)
         return h;
     if (!h)
         return l;
-    return leaf_stamp(t, h) < leaf_stamp(t, l) ? h : l;
+    return leaf_stamp(h) < leaf_stamp(l) ? h : l;
 }
 
 /* Drops n's last block (an evictable leaf) and hands its id back. */
@@ -1116,7 +1115,7 @@ int radix_evict(radix_tree_t *t, uint32_t for_ns, size_t n, size_t *n_evicted)
             if (k != for_ns && ns->st.cached_blocks <= ns->st.reserve)
                 continue;
             radix_node_t *v = candidate(t, ns);
-            if (v && (!best || leaf_stamp(t, v) < leaf_stamp(t, best)))
+            if (v && (!best || leaf_stamp(v) < leaf_stamp(best)))
                 best = v;
         }
         if (!best)
@@ -1341,7 +1340,7 @@ int radix_check(const radix_tree_t *t)
         CHECK(child_find(t, parent, *rec_hash(node, node->first),
                          rec_tokens(t, node, node->first)) == node);
         uint64_t h = end_hash(t, parent);
-        uint64_t stamp = is_root(parent) ? t->tick : leaf_stamp(t, parent);
+        uint64_t stamp = is_root(parent) ? t->tick : leaf_stamp(parent);
         CHECK(node->full_stamp <= t->tick);
         for (uint32_t k = node->first; k <= last_pos(node); k++) {
             h = t->hash(rec_tokens(t, node, k), bt, h);
@@ -1387,7 +1386,7 @@ int radix_check(const radix_tree_t *t)
             CHECK(l->where == WHERE_LIST && l->ns == k && l->lru_prev == prev);
             CHECK(node_index(nodes, n, l) != SIZE_MAX);
             if (prev)
-                CHECK(leaf_stamp(t, prev) < leaf_stamp(t, l));
+                CHECK(leaf_stamp(prev) < leaf_stamp(l));
             prev = l;
         }
         CHECK(ns->lru_tail == prev);
