@@ -847,10 +847,6 @@ static radix_node_t *node_resize(radix_tree_t *t, radix_node_t *n, uint32_t cap)
         t->by_pos[id] = k;
     }
     t->slots[slot].node = m;
-    if (t->guard == n) {
-        t->guard = m;
-        t->guard_pos -= n->first;
-    }
     node_free(t, n);
     return m;
 }

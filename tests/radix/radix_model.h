@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MODEL_MAX_BT 8
+#define MODEL_MAX_BT 16
 #define MODEL_MAX_NS 8
 
 typedef struct model_block {

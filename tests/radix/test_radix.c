@@ -456,6 +456,57 @@ START_TEST(test_evict_lru_order)
 }
 END_TEST
 
+START_TEST(test_evict_out_of_order_unpins)
+{
+    /* Leaves that become evictable with a stamp between the oldest and the
+     * newest queued leaf go through the heap; pin/unpin cycles leave stale
+     * heap entries that must be dropped, and the order must stay exact. */
+    enum { N = 120 };
+    radix_tree_t *t = tree_with(BT, 2 * N, NULL);
+    uint32_t ns = ns_new(t, "a", 0, 0);
+    uint32_t tok[BT];
+    prompt(tok, BT, 1000);
+    insert_run(t, ns, tok, 1, 0, false, 0); /* A: oldest */
+    for (uint32_t k = 0; k < N; k++) {
+        prompt(tok, BT, k + 1);
+        insert_run(t, ns, tok, 1, 1 + k, true, 0); /* P_k, pinned */
+    }
+    prompt(tok, BT, 2000);
+    insert_run(t, ns, tok, 1, N + 1, false, 0); /* B: newest */
+    bool pinned[N];
+    for (uint32_t k = 0; k < N; k++)
+        pinned[k] = true;
+    for (uint32_t round = 0; round < 8; round++) {
+        for (uint32_t k = 0; k < N; k++) {
+            uint32_t p = (k * 7) % N;
+            if (pinned[p])
+                ck_assert_int_eq(radix_unpin(t, 1 + p), 0);
+            pinned[p] = false;
+        }
+        ck_assert_int_eq(radix_check(t), 0);
+        /* Pin half again: their heap entries go stale, the others stay. */
+        for (uint32_t k = 0; k < N / 2; k++) {
+            uint32_t p = (k * 11 + round) % N;
+            if (!pinned[p])
+                ck_assert_int_eq(radix_pin(t, 1 + p), 0);
+            pinned[p] = true;
+        }
+        ck_assert_int_eq(radix_check(t), 0);
+    }
+    for (uint32_t p = 0; p < N; p++)
+        if (pinned[p])
+            ck_assert_int_eq(radix_unpin(t, 1 + p), 0);
+    ck_assert_int_eq(radix_check(t), 0);
+    size_t got;
+    ck_assert_int_eq(radix_evict(t, ns, 2 * N, &got), 0);
+    ck_assert_uint_eq(got, N + 2);
+    for (uint32_t k = 0; k < N + 2; k++)
+        ck_assert_uint_eq(ev.ids[k], k); /* A, P_0 .. P_N-1, B: by last use */
+    ck_assert_int_eq(radix_check(t), 0);
+    radix_free(t);
+}
+END_TEST
+
 START_TEST(test_evict_all_pinned)
 {
     radix_tree_t *t = tree_with(BT, 64, NULL);
@@ -758,9 +809,11 @@ typedef struct diff_cfg {
     long ops;
     uint32_t bt, vocab, max_blocks;
     radix_hash_fn hash;
+    bool sparse; /* tokens mostly 0: long blocks still share prefixes */
 } diff_cfg_t;
 
 #define MAX_PROMPT_BLOCKS 10
+#define MAX_BT            16
 
 /* Check records every passing ck_assert; the differential loop makes
  * millions of comparisons, so it only calls into Check on a failure. */
@@ -792,7 +845,7 @@ static void diff_run(const diff_cfg_t *dc)
     enum { MAX_HELD = 4096 };
     uint32_t *held = malloc(MAX_HELD * sizeof(*held)); /* pins this test holds */
     size_t n_held = 0;
-    uint32_t tok[MAX_PROMPT_BLOCKS * MODEL_MAX_BT + 4];
+    uint32_t tok[MAX_PROMPT_BLOCKS * MAX_BT + 16];
     uint32_t ids[MAX_PROMPT_BLOCKS], got[MAX_PROMPT_BLOCKS], want[MAX_PROMPT_BLOCKS];
     long counts[8] = {0};
     long insert_rc[16] = {0}, evicted = 0, max_cached = 0, pinned_lookups = 0;
@@ -803,7 +856,7 @@ static void diff_run(const diff_cfg_t *dc)
         size_t nb = rnd(MAX_PROMPT_BLOCKS + 1);
         size_t n_tokens = nb * dc->bt + (rnd(3) == 0 ? rnd(dc->bt) : 0);
         for (size_t k = 0; k < n_tokens; k++)
-            tok[k] = rnd(dc->vocab);
+            tok[k] = dc->sparse && rnd(24) != 0 ? 0 : rnd(dc->vocab);
         uint32_t op = rnd(100);
         ev.n = 0;
         m.n_evicted = 0;
@@ -1007,6 +1060,20 @@ START_TEST(test_diff_collisions)
 }
 END_TEST
 
+START_TEST(test_diff_16_token_blocks)
+{
+    /* The production block size, which has its own comparison code. */
+    diff_cfg_t dc = {.seed = 4242,
+                     .ops = diff_ops(30000, 10000),
+                     .bt = 16,
+                     .vocab = 2,
+                     .max_blocks = 64,
+                     .hash = NULL,
+                     .sparse = true};
+    diff_run(&dc);
+}
+END_TEST
+
 START_TEST(test_diff_one_token_blocks)
 {
     diff_cfg_t dc = {.seed = 777,
@@ -1132,6 +1199,7 @@ static Suite *radix_suite(void)
     tcase_add_test(tc, test_insert_eexist);
     tcase_add_test(tc, test_pin_unpin);
     tcase_add_test(tc, test_evict_lru_order);
+    tcase_add_test(tc, test_evict_out_of_order_unpins);
     tcase_add_test(tc, test_evict_all_pinned);
     tcase_add_test(tc, test_quota);
     tcase_add_test(tc, test_quota_keeps_attach_point);
@@ -1147,6 +1215,7 @@ static Suite *radix_suite(void)
     tcase_add_test(diff, test_diff_xxh3);
     tcase_add_test(diff, test_diff_collisions);
     tcase_add_test(diff, test_diff_one_token_blocks);
+    tcase_add_test(diff, test_diff_16_token_blocks);
     suite_add_tcase(s, diff);
     return s;
 }
