@@ -762,6 +762,45 @@ static void pin_rec(radix_tree_t *t, radix_ns_t *ns, radix_node_t *n, uint32_t i
     }
 }
 
+/* How many of the first `run` records of node n match the query blocks q
+ * (the first one is known to match). Token ids of a node and of a prompt are
+ * both contiguous, so runs of blocks are compared with one memcmp a chunk,
+ * the next chunk being prefetched meanwhile; only a chunk that differs is
+ * searched block by block. Halfway, the child slot's node is prefetched. */
+static uint32_t match_run(const radix_tree_t *t, const radix_node_t *n, const uint32_t *q,
+                          uint32_t run, const radix_slot_t *slot, uint32_t halfway)
+{
+    enum { CHUNK = 32 };
+    uint32_t bt = t->cfg.block_tokens;
+    size_t block_bytes = (size_t)bt * sizeof(uint32_t);
+    const char *tok = (const char *)rec_tokens(t, n, n->first);
+    const char *end = tok + (size_t)run * block_bytes;
+    __builtin_prefetch(rec_id(n, n->first));
+    for (const char *p = tok; p < end && p < tok + CHUNK * block_bytes; p += 64)
+        __builtin_prefetch(p);
+    uint32_t k = 1;
+    while (k < run) {
+        uint32_t m = run - k < CHUNK ? run - k : CHUNK;
+        const char *a = tok + (size_t)k * block_bytes;
+        for (const char *p = a + CHUNK * block_bytes; p < end && p < a + 2 * CHUNK * block_bytes;
+             p += 64)
+            __builtin_prefetch(p);
+        if (slot && k >= halfway && slot->node) {
+            __builtin_prefetch(slot->node);
+            slot = NULL;
+        }
+        if (memcmp(a, q + (size_t)k * bt, (size_t)m * block_bytes) != 0) {
+            while (tokens_eq((const uint32_t *)a, q + (size_t)k * bt, bt)) {
+                a += block_bytes;
+                k++;
+            }
+            return k;
+        }
+        k += m;
+    }
+    return k;
+}
+
 int radix_lookup(radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens, size_t n_tokens, bool pin,
                  uint32_t *ids, size_t max_ids, size_t *n_blocks)
 {
@@ -778,34 +817,40 @@ int radix_lookup(radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens, size_t
     radix_node_t *n = ns->root;
     uint32_t pos = 0;
     size_t i = 0;
+    uint64_t h = 0;
+    bool have_h = false;
     while (i < want) {
         if (n->n_children == 0)
             break; /* no hash, no probe: nothing below */
         const uint32_t *q = tokens + i * bt;
-        radix_node_t *child = child_find(t, n, t->hash(q, bt, end_hash(t, n)), q);
+        if (!have_h)
+            h = t->hash(q, bt, end_hash(t, n));
+        radix_node_t *child = child_find(t, n, h, q);
         if (!child)
             break;
         if (!is_root(n))
             n->hits++; /* matched through its end */
-        /* The first record matched in child_find; compare the rest of the
-         * run, prefetching ahead: nodes are long and usually cold. */
         uint32_t run = child->len;
         if (run > want - i)
             run = (uint32_t)(want - i);
-        const uint32_t *tok = rec_tokens(t, child, child->first);
-        const uint32_t *bid = rec_id(child, child->first);
-        uint32_t k = 0;
-        for (;;) {
-            ids[i + k] = bid[k];
-            if (pin)
-                pin_rec(t, ns, child, child->first + k);
-            if (++k == run)
-                break;
-            tok += bt;
-            __builtin_prefetch(tok + 16 * (size_t)bt);
-            if (!tokens_eq(tok, q + (size_t)k * bt, bt))
-                break;
+        /* If the prompt goes on past this node, hash its next block now and
+         * fetch the table slot, and halfway the child's header, while the
+         * token comparison streams: the walk then crosses the branch point
+         * without waiting on memory. */
+        have_h = child->n_children > 0 && i + child->len < want;
+        const radix_slot_t *slot = NULL;
+        uint32_t halfway = UINT32_MAX;
+        if (have_h) {
+            h = t->hash(q + (size_t)child->len * bt, bt, *rec_hash(child, last_pos(child)));
+            slot = &t->slots[slot_home(t, h, child)];
+            __builtin_prefetch(slot);
+            halfway = run / 2;
         }
+        uint32_t k = match_run(t, child, q, run, slot, halfway);
+        memcpy(ids + i, rec_id(child, child->first), (size_t)k * sizeof(uint32_t));
+        if (pin)
+            for (uint32_t b = 0; b < k; b++)
+                pin_rec(t, ns, child, child->first + b);
         if (k == child->len) {
             child->full_stamp = tick;
         } else {

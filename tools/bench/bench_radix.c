@@ -2,9 +2,10 @@
  * kvshare-bench radix: the prefix index under a serving-like load.
  *
  * Shape of the tree (defaults): 10,000 distinct system prompts of 32 blocks
- * (512 tokens) each, all cached; then conversations, each one system prompt
- * followed by 224 blocks of its own, so a conversation is a 4,096-token
- * (256-block) prompt. Conversations are spread over the system prompts and
+ * (512 tokens) each, all cached under one root; then conversations, each one
+ * system prompt followed by 224 blocks of its own, so a conversation is a
+ * 4,096-token (256-block) prompt. Conversations are spread over the first
+ * 1,000 system prompts (about 3 each, so a lookup crosses a branch point) and
  * added until the tree holds 1,000,000 blocks (the last one cut short).
  * Block size 16 tokens, token ids pseudo-random below 128,000.
  *
@@ -12,7 +13,7 @@
  *   - lookup of a cached 4k-token conversation picked at random (hash, table
  *     probes, token verification of all 256 blocks, LRU touch): median, p99;
  *     and the same prompt looked up again and again (everything in cache);
- *   - insert of a new 4k-token prompt: one of 1,000 system prompts in use
+ *   - insert of a new 4k-token prompt: one of the 1,000 system prompts in use
  *     (32 duplicate blocks) and 224 new blocks. Each insert follows an
  *     untimed lookup of the same prompt, as in a server, and the tree is
  *     kept at its size by evicting LRU leaves before it (timed separately);
@@ -82,10 +83,16 @@ static void conversation_on(const bench_opts_t *o, uint64_t k, uint64_t sys, uin
                 (size_t)(PROMPT_BLKS - o->sys_blocks) * BT);
 }
 
-/* Conversations of the initial tree spread over all system prompts. */
+/* System prompts that carry conversations: the first 1,000. */
+static uint64_t hot_prompts(const bench_opts_t *o)
+{
+    return o->prompts < 1000 ? o->prompts : 1000;
+}
+
+/* Conversation k: spread over the system prompts in use. */
 static void conversation(const bench_opts_t *o, uint64_t k, uint32_t *tok)
 {
-    conversation_on(o, k, (k * 7919) % o->prompts, tok);
+    conversation_on(o, k, (k * 7919) % hot_prompts(o), tok);
 }
 
 static int take_ids(free_ids_t *f, uint32_t *ids, size_t n)
@@ -270,11 +277,10 @@ int bench_radix(int argc, char **argv)
 
     /* New prompts: cached system prompt + 224 new blocks; evict to stay at size. */
     uint64_t evict_ns = 0, evicted = 0, new_blocks = 0;
-    uint32_t hot = o.prompts < 1000 ? o.prompts : 1000;
     for (uint32_t i = 0; i < o.inserts; i++) {
         /* As a server does: look the prompt up (its system prompt hits and
          * becomes recent), make room, then insert what was computed. */
-        conversation_on(&o, n_conv + 1 + i, (i * 7919) % hot, tok);
+        conversation(&o, n_conv + 1 + i, tok);
         radix_lookup(t, ns, tok, PROMPT_BLKS * BT, false, ids, PROMPT_BLKS, &n);
         while (f.n < PROMPT_BLKS) {
             size_t got;
