@@ -12,25 +12,40 @@
  * so h_i names the whole prefix up to and including block i. Each cached block
  * holds the pool block id whose memory has that prefix's KV, its hash, and a
  * copy of its token ids; every match is verified against those tokens, so a
- * hash collision never returns a wrong block.
+ * hash collision never returns a wrong block. Two prefixes whose hashes
+ * collide are both cached and told apart by their tokens (and parents):
+ * collisions cost probe length, never correctness.
  *
  * The index is a tree of blocks per namespace (parent = the previous block of
  * the prefix), stored as a radix tree with path compression. Lookup cost grows
  * with the length of the matched prefix only: never with the number of cached
- * blocks nor with a node's fan-out.
+ * blocks nor with a node's fan-out (children are found in one hash table
+ * keyed by parent and chained hash).
+ *
+ * Recency: the tree keeps a tick that every radix_lookup and radix_insert
+ * call advances by one (including calls that match nothing; not calls that
+ * fail argument checks). A block's last use is the tick of the last lookup
+ * that matched it (returned it in ids) or the last insert that handled it
+ * (inserted it, or found it as the canonical block of a duplicate). Pins,
+ * unpins and evictions do not change it. Since every walk starts at a root,
+ * a block is never less recently used than its descendants.
  *
  * Pins: each cached block has a refcount. A pinned block (refcount > 0) is
- * never evicted, nor are its ancestors. Eviction takes unpinned leaves, least
- * recently used first, hands their block ids back through `on_evict`, and
- * makes a parent a candidate when its last child goes. No operation scans
- * every leaf.
+ * never evicted, nor are its ancestors. Eviction takes unpinned leaves (cached
+ * blocks with refcount 0 and no cached child), the one whose last use is
+ * oldest first (last uses of such leaves are all distinct, so the order is
+ * total), hands their block ids back through `on_evict`, and makes a parent a
+ * candidate when its last child goes. No operation scans every leaf: lookup
+ * and pin are O(1) per block; unpin is O(1), or O(log leaves) when it makes a
+ * leaf evictable out of LRU order; eviction is O(log leaves) per block.
  *
  * Namespaces each have a name, a seed, a root, a quota (max cached blocks, 0 =
  * unlimited) and a reservation (blocks that eviction on behalf of another
  * namespace cannot take it below).
  *
  * Block ids are owned by the caller (the pool); the index only records which
- * cached prefix each id holds. All functions return 0 or a negative KVS_*
+ * cached prefix each id holds. A tree is not thread-safe: one caller at a
+ * time (the daemon's event loop). All functions return 0 or a negative KVS_*
  * code (kvshare_status.h); on error nothing has changed unless said otherwise.
  */
 #ifndef KVS_RADIX_H
@@ -56,11 +71,17 @@ typedef void (*radix_evict_fn)(void *ctx, uint32_t block_id);
 typedef uint64_t (*radix_hash_fn)(const uint32_t *tokens, size_t n_tokens, uint64_t seed);
 
 typedef struct radix_config {
-    uint32_t block_tokens;  /* tokens per block, > 0 (kvshare default: 16) */
-    uint32_t max_blocks;    /* block ids are in [0, max_blocks) */
+    uint32_t block_tokens;   /* tokens per block, > 0 (kvshare default: 16) */
+    uint32_t max_blocks;     /* block ids are in [0, max_blocks) */
     radix_evict_fn on_evict; /* may be NULL */
     void *evict_ctx;
     radix_hash_fn hash; /* NULL: XXH3-64 */
+    /* Tests only, NULL otherwise: asked before each allocation the index
+     * makes once the tree exists; true makes that allocation fail, so tests
+     * can check that every operation then fails cleanly (KVS_ENOMEM) and
+     * leaves the tree consistent. */
+    bool (*fail_alloc)(void *ctx);
+    void *fail_ctx;
 } radix_config_t;
 
 typedef struct radix_ns_stats {
@@ -92,8 +113,11 @@ typedef struct radix_prefix {
     uint32_t last_block_id; /* the block holding the prefix's last block */
 } radix_prefix_t;
 
-/* Creates an empty index. Errors: KVS_EINVAL (block_tokens or max_blocks 0),
- * KVS_ENOMEM. The tree is freed with radix_free. */
+/* Creates an empty index. Errors: KVS_EINVAL (block_tokens or max_blocks 0,
+ * block_tokens > 65536), KVS_ENOMEM. The tree is freed with radix_free.
+ * Memory: 12 bytes per possible block id (max_blocks) at once, then per
+ * cached block 24 bytes plus its token ids, plus a node header and a table
+ * slot per run of blocks. */
 int radix_new(const radix_config_t *cfg, radix_tree_t **out);
 
 /* Frees the index without calling on_evict. Accepts NULL. */
@@ -126,9 +150,11 @@ int radix_ns_stats(const radix_tree_t *t, uint32_t ns, radix_ns_stats_t *out);
  * block ids, in prompt order, into ids[0 .. *n_blocks), at most max_ids of
  * them (matching stops there). When pin is true each returned block's
  * refcount goes up by one (release them with radix_unpin). Marks the matched
- * blocks used (LRU) and counts the lookup in the namespace's stats.
- * n_tokens may be 0. Errors: KVS_EINVAL (tokens NULL with n_tokens > 0, ids
- * NULL with max_ids > 0), KVS_ENONS. */
+ * blocks used at this call's tick (see Recency) and counts the lookup in the
+ * namespace's stats. n_tokens may be 0. Cost: one token comparison per
+ * matched block, one hash and one table probe per node boundary crossed.
+ * Errors: KVS_EINVAL (tokens NULL with n_tokens > 0, ids NULL with
+ * max_ids > 0, n_blocks NULL), KVS_ENONS. */
 int radix_lookup(radix_tree_t *t, uint32_t ns, const uint32_t *tokens, size_t n_tokens, bool pin,
                  uint32_t *ids, size_t max_ids, size_t *n_blocks);
 
@@ -138,22 +164,37 @@ int radix_lookup(radix_tree_t *t, uint32_t ns, const uint32_t *tokens, size_t n_
  * the caller's), else ids[i] becomes cached and canonical[i] = ids[i]. When pin
  * is true every canonical block gets one pin.
  *
+ * A duplicate whose ids[i] is the canonical block itself (a re-insert of the
+ * same blocks) counts as a duplicate too. Every handled block is marked used
+ * at this call's tick.
+ *
  * *n_done is the number of blocks handled. A namespace at its quota first
- * evicts its own unpinned LRU leaves; when it cannot, insertion stops there
- * and KVS_EQUOTA is returned with the first *n_done blocks handled (and
- * pinned). Errors: KVS_EINVAL (bad counts, an id >= max_blocks), KVS_ENONS,
- * KVS_EEXIST (ids[i] is already cached at another prefix: nothing from block
- * i on is inserted, *n_done = i), KVS_ENOMEM (*n_done = blocks done before). */
+ * evicts its own unpinned LRU leaves (never the block the new ones hang
+ * from); when it cannot, insertion stops there and KVS_EQUOTA is returned
+ * with the first *n_done blocks handled (and pinned). Evictions made for the
+ * quota stay made whatever the result. Errors: KVS_EINVAL (bad counts, an id
+ * >= max_blocks, NULL arrays with counts > 0, n_done NULL: nothing changes),
+ * KVS_ENONS, KVS_EEXIST (ids[i] is already cached and is not the block that
+ * holds prefix i, or repeats an earlier new id of this call; ids are checked
+ * as they are on entry, before any eviction: nothing from block i on is
+ * inserted, *n_done = i), KVS_ENOMEM (*n_done = blocks done before; the tree
+ * stays consistent). */
 int radix_insert(radix_tree_t *t, uint32_t ns, const uint32_t *tokens, size_t n_tokens,
                  const uint32_t *ids, size_t n_ids, bool pin, uint32_t *canonical, size_t *n_done);
 
-/* Adds one pin to a cached block. Errors: KVS_EINVAL (id out of range),
- * KVS_ENOTFOUND (block not cached). */
+/* Adds one pin to a cached block; does not change its last use. Errors:
+ * KVS_EINVAL (id out of range), KVS_ENOTFOUND (block not cached), KVS_EBUSY
+ * (refcount already UINT32_MAX). */
 int radix_pin(radix_tree_t *t, uint32_t block_id);
 
-/* Removes one pin. Errors: KVS_EINVAL, KVS_ENOTFOUND, KVS_ENOTPINNED
- * (refcount already 0: nothing changes). */
+/* Removes one pin; does not change the block's last use (a leaf unpinned
+ * to 0 becomes evictable at its place in LRU order). Errors: KVS_EINVAL,
+ * KVS_ENOTFOUND, KVS_ENOTPINNED (refcount already 0: nothing changes). */
 int radix_unpin(radix_tree_t *t, uint32_t block_id);
+
+/* A block's refcount must stay below UINT32_MAX: radix_pin refuses with
+ * KVS_EBUSY there; lookups and inserts that pin rely on the caller never
+ * holding that many pins on one block. */
 
 /* Whether the block is cached, and its refcount. Errors: KVS_EINVAL,
  * KVS_ENOTFOUND. */
@@ -162,8 +203,11 @@ int radix_block_refcount(const radix_tree_t *t, uint32_t block_id, uint32_t *ref
 /* Evicts up to n unpinned leaf blocks, least recently used first, calling
  * on_evict for each. for_ns is the namespace whose need drives the eviction
  * (RADIX_NS_ANY for none): another namespace is never taken below its
- * reservation; for_ns itself may be. *n_evicted may be less than n (everything
- * else pinned or reserved); that is not an error. Errors: KVS_ENONS. */
+ * reservation; for_ns itself may be. Precisely, each step takes the leaf with
+ * the oldest last use among for_ns and the namespaces whose cached_blocks
+ * exceed their reserve. *n_evicted may be less than n (everything else pinned
+ * or reserved); that is not an error. Cost per block: O(log leaves) plus one
+ * look at each namespace. Errors: KVS_ENONS. */
 int radix_evict(radix_tree_t *t, uint32_t for_ns, size_t n, size_t *n_evicted);
 
 /* Blocks cached, and of those pinned, over all namespaces. */
@@ -171,17 +215,28 @@ uint32_t radix_cached_blocks(const radix_tree_t *t);
 uint32_t radix_pinned_blocks(const radix_tree_t *t);
 
 /* Top prefixes of namespace ns (or RADIX_NS_ALL) ordered by `order`: fills
- * out[0 .. *n_out), *n_out <= max. Cost is linear in the number of tree nodes;
- * meant for operators, not the request path. Errors: KVS_ENONS, KVS_EINVAL. */
+ * out[0 .. *n_out), *n_out <= max. A row is a node of the compressed tree: a
+ * prefix ending where prompts diverge or stop. hits counts lookups that
+ * matched through its end (a node split later keeps the count on both
+ * parts); ties are broken by shorter prefix first. Cost is O(nodes log nodes)
+ * with temporary memory; meant for operators, not the request path. Errors:
+ * KVS_ENONS, KVS_EINVAL, KVS_ENOMEM. */
 int radix_top(const radix_tree_t *t, uint32_t ns, radix_order_t order, radix_prefix_t *out,
               size_t max, size_t *n_out);
 
-/* Index memory in bytes (nodes, tables, token copies), for stats and benches. */
+/* Index memory in bytes (nodes, tables, token copies, the by-id arrays sized
+ * by max_blocks, eviction queues), as requested from malloc; for stats and
+ * benches. */
 size_t radix_memory_bytes(const radix_tree_t *t);
 
 /* Checks every invariant of the tree (parent/child links, counts, LRU lists,
- * refcounts, hashes, block id map). Returns 0 or KVS_EINTERNAL. Linear; for
- * tests. */
+ * refcounts, hashes, block id map). Returns 0 or KVS_EINTERNAL (KVS_ENOMEM if
+ * it cannot allocate its scratch arrays). Linear in nodes, blocks and
+ * max_blocks; for tests. */
 int radix_check(const radix_tree_t *t);
+
+/* The line of radix.c whose invariant the last failing radix_check found
+ * broken (0 if none failed yet), so a test can say which. Process-wide. */
+int radix_check_line(void);
 
 #endif /* KVS_RADIX_H */

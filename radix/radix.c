@@ -1,0 +1,1467 @@
+/*
+ * radix.c: the prefix index.
+ *
+ * Structure
+ * ---------
+ *
+ *   namespace "a" (seed Sa)          namespace "b" (seed Sb)
+ *       root (len 0)                     root (len 0)
+ *        /        \                         |
+ *   node [b0 b1 b2]  node [c0]            node [d0 d1]
+ *        /    \
+ *   [e0 e1]  [f0 f1 f2 f3]      <- leaf nodes; their last block is a leaf block
+ *
+ * A node is one allocation: a header, then `cap` block records stored as
+ * parallel arrays (hash, stamp, block id, refcount, token ids), so that a walk
+ * streams through token ids and block ids and touches nothing else. The
+ * records in use are [first, first + len). A node is a run of blocks that was
+ * inserted or split off as one piece (path compression): only its last block
+ * can have children, so inside a node a walk compares tokens and never hashes
+ * (a block's chained hash follows from its verified prefix). Nodes are split
+ * when a prompt diverges inside them, and a leaf node grows in place when a
+ * prompt extends it; nodes are not merged back, so a node may have one child.
+ *
+ *   header | hash[cap] | stamp[cap] | id[cap] | ref[cap] | tokens[cap][bt]
+ *
+ * Children are not listed in their parent. One open-addressing table (linear
+ * probing, backward-shift deletion) holds every non-root node, keyed by
+ * (parent pointer, chained hash of the node's first block); a probe verifies
+ * the parent and the block's tokens, so colliding hashes only lengthen the
+ * probe and two prefixes with equal hashes are both stored and told apart.
+ * Finding a child is O(1) whatever the fan-out.
+ *
+ *   table: [ h|node ][  --  ][ h|node ][ h|node ][  --  ] ...
+ *
+ *   by_node[id], by_pos[id]: block id -> (node, record index), O(1) pins.
+ *
+ * Recency and eviction
+ * --------------------
+ * Every lookup and insert takes the next tick of the tree; each block it
+ * matches or handles gets that tick as its stamp (a walk through a whole node
+ * writes the node's full_stamp once instead of every record's). Since these
+ * walks always start at a root, a block's stamp is never older than any
+ * descendant's.
+ * A block is evictable when it is cached, unpinned and has no children (a
+ * leaf block, always the last block of a childless node). Blocks that are
+ * evictable leaves are kept per namespace in two structures:
+ *
+ *   lru list: leaves ordered by stamp, oldest at the head. A lookup or insert
+ *             that touches a leaf moves it to the tail (its stamp is now the
+ *             newest), O(1).
+ *   heap:     a min-heap on stamp for leaves that become evictable with an
+ *             older stamp (an unpin, or a parent whose last child went) and
+ *             fit neither end of the list. Entries are dropped lazily: a node
+ *             records the sequence number of its live entry.
+ *
+ * Eviction takes the older of the list head and the heap top, so it is exact
+ * least-recently-used order on stamps. Stamps of evictable leaves are all
+ * distinct (one walk touches one path, which holds one leaf), so the order
+ * is total.
+ */
+#include "radix.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+enum { WHERE_NONE = 0, WHERE_LIST = 1, WHERE_HEAP = 2 };
+
+typedef struct radix_node radix_node_t;
+struct radix_node {
+    radix_node_t *parent; /* NULL for a namespace root */
+    radix_node_t *lru_prev;
+    radix_node_t *lru_next;
+    uint64_t hits;       /* lookups that matched through this node's end */
+    uint64_t full_stamp; /* a tick at which every record here was touched */
+    uint32_t first;      /* records in use: [first, first + len) */
+    uint32_t len;
+    uint32_t cap;
+    uint32_t n_children;
+    uint32_t depth; /* blocks before this node's first block */
+    uint32_t ns;
+    uint32_t heap_seq; /* sequence number of the live heap entry */
+    uint32_t where;    /* WHERE_*: where the node's leaf block is queued */
+    uint64_t recs[];   /* the record arrays, see rec_hash() .. rec_tokens() */
+};
+
+typedef struct radix_heap_entry {
+    uint64_t stamp;
+    uint32_t id;
+    uint32_t seq;
+} radix_heap_entry_t;
+
+typedef struct radix_ns {
+    char name[64];
+    uint64_t seed;
+    radix_node_t *root;
+    radix_ns_stats_t st; /* counters, cached/pinned blocks, quota, reserve */
+    uint32_t n_nodes;    /* non-root nodes */
+    radix_node_t *lru_head;
+    radix_node_t *lru_tail;
+    radix_heap_entry_t *heap;
+    size_t heap_len;
+    size_t heap_cap;
+    size_t heap_live;
+} radix_ns_t;
+
+typedef struct radix_slot {
+    uint64_t hash;
+    radix_node_t *node; /* NULL: empty */
+} radix_slot_t;
+
+struct radix_tree {
+    radix_config_t cfg;
+    radix_hash_fn hash;
+    size_t rec_bytes;       /* bytes of one record over all its arrays */
+    radix_node_t **by_node; /* [max_blocks] */
+    uint32_t *by_pos;       /* [max_blocks] */
+    radix_slot_t *slots;
+    size_t slot_mask;
+    size_t slot_used;
+    radix_ns_t **ns;
+    uint32_t n_ns;
+    uint32_t ns_cap;
+    uint64_t tick;
+    uint32_t cached;
+    uint32_t pinned;
+    size_t node_bytes;
+    uint32_t heap_seq;   /* tree-wide, so an entry never matches another namespace's node */
+    radix_node_t *guard; /* a block that quota eviction must keep */
+    uint32_t guard_pos;
+};
+
+/* Marks ids in by_node while an insert checks them for repeats. */
+static radix_node_t radix_mark;
+
+static uint64_t radix_xxh3(const uint32_t *tokens, size_t n_tokens, uint64_t seed)
+{
+    return XXH3_64bits_withSeed(tokens, n_tokens * sizeof(uint32_t), seed);
+}
+
+/* Every allocation after the tree exists goes through these, so tests can
+ * make any one of them fail (radix_config_t.fail_alloc). */
+static bool alloc_fails(const radix_tree_t *t)
+{
+    return t->cfg.fail_alloc && t->cfg.fail_alloc(t->cfg.fail_ctx);
+}
+
+static void *t_malloc(const radix_tree_t *t, size_t size)
+{
+    return alloc_fails(t) ? NULL : malloc(size);
+}
+
+static void *t_calloc(const radix_tree_t *t, size_t n, size_t size)
+{
+    return alloc_fails(t) ? NULL : calloc(n, size);
+}
+
+static void *t_realloc(const radix_tree_t *t, void *p, size_t size)
+{
+    return alloc_fails(t) ? NULL : realloc(p, size);
+}
+
+/* ---- records and nodes ------------------------------------------------ */
+
+/* A node's records are stored as parallel arrays after its header, so that a
+ * walk streams through token ids (64 B a block) and block ids only:
+ *   hash[cap] stamp[cap] | id[cap] ref[cap] | tokens[cap][bt]            */
+static inline uint64_t *rec_hash(const radix_node_t *n, uint32_t i)
+{
+    return (uint64_t *)n->recs + i;
+}
+
+static inline uint64_t *rec_stampp(const radix_node_t *n, uint32_t i)
+{
+    return (uint64_t *)n->recs + n->cap + i;
+}
+
+static inline uint32_t *rec_id(const radix_node_t *n, uint32_t i)
+{
+    return (uint32_t *)((uint64_t *)n->recs + 2 * (size_t)n->cap) + i;
+}
+
+static inline uint32_t *rec_ref(const radix_node_t *n, uint32_t i)
+{
+    return rec_id(n, 0) + n->cap + i;
+}
+
+static inline uint32_t *rec_tokens(const radix_tree_t *t, const radix_node_t *n, uint32_t i)
+{
+    return rec_id(n, 0) + 2 * (size_t)n->cap + (size_t)i * t->cfg.block_tokens;
+}
+
+/* Copies records [from, from + count) of a to b at index `to`. */
+static void recs_copy(const radix_tree_t *t, radix_node_t *b, uint32_t to, const radix_node_t *a,
+                      uint32_t from, uint32_t count)
+{
+    memcpy(rec_hash(b, to), rec_hash(a, from), count * sizeof(uint64_t));
+    memcpy(rec_stampp(b, to), rec_stampp(a, from), count * sizeof(uint64_t));
+    memcpy(rec_id(b, to), rec_id(a, from), count * sizeof(uint32_t));
+    memcpy(rec_ref(b, to), rec_ref(a, from), count * sizeof(uint32_t));
+    memcpy(rec_tokens(t, b, to), rec_tokens(t, a, from),
+           (size_t)count * t->cfg.block_tokens * sizeof(uint32_t));
+}
+
+static inline uint32_t last_pos(const radix_node_t *n)
+{
+    return n->first + n->len - 1;
+}
+
+static inline bool is_root(const radix_node_t *n)
+{
+    return n->parent == NULL;
+}
+
+static inline bool tokens_eq(const uint32_t *a, const uint32_t *b, uint32_t n)
+{
+    /* Branch-free so that it vectorizes; the common block size gets a
+     * fixed-length copy the compiler unrolls. */
+    if (n == 16) {
+        uint64_t x[8], y[8], diff = 0;
+        memcpy(x, a, sizeof(x));
+        memcpy(y, b, sizeof(y));
+        for (int k = 0; k < 8; k++)
+            diff |= x[k] ^ y[k];
+        return diff == 0;
+    }
+    uint32_t diff = 0;
+    for (uint32_t k = 0; k < n; k++)
+        diff |= a[k] ^ b[k];
+    return diff == 0;
+}
+
+static uint64_t end_hash(const radix_tree_t *t, const radix_node_t *n)
+{
+    if (n->len == 0)
+        return t->ns[n->ns]->seed;
+    return *rec_hash(n, last_pos(n));
+}
+
+static radix_node_t *node_new(radix_tree_t *t, uint32_t cap)
+{
+    size_t size = sizeof(radix_node_t) + (size_t)cap * t->rec_bytes;
+    radix_node_t *n = t_malloc(t, size);
+    if (!n)
+        return NULL;
+    memset(n, 0, sizeof(*n));
+    n->cap = cap;
+    t->node_bytes += size;
+    return n;
+}
+
+static void node_free(radix_tree_t *t, radix_node_t *n)
+{
+    t->node_bytes -= sizeof(radix_node_t) + (size_t)n->cap * t->rec_bytes;
+    free(n);
+}
+
+/* ---- child table -------------------------------------------------------- */
+
+static inline size_t slot_home(const radix_tree_t *t, uint64_t h, const radix_node_t *parent)
+{
+    /* The parent takes part so that equal hashes under different parents
+     * (forced or crafted collisions) spread over the table. */
+    uint64_t x = h ^ ((uint64_t)(uintptr_t)parent * 0x9E3779B97F4A7C15ull);
+    x ^= x >> 31;
+    x *= 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 29;
+    return (size_t)x & t->slot_mask;
+}
+
+static radix_node_t *child_find(const radix_tree_t *t, const radix_node_t *parent, uint64_t h,
+                                const uint32_t *block)
+{
+    size_t i = slot_home(t, h, parent);
+    for (;;) {
+        const radix_slot_t *s = &t->slots[i];
+        if (!s->node)
+            return NULL;
+        if (s->hash == h && s->node->parent == parent &&
+            tokens_eq(rec_tokens(t, s->node, s->node->first), block, t->cfg.block_tokens))
+            return s->node;
+        i = (i + 1) & t->slot_mask;
+    }
+}
+
+static void slot_put(radix_tree_t *t, radix_node_t *n)
+{
+    uint64_t h = *rec_hash(n, n->first);
+    size_t i = slot_home(t, h, n->parent);
+    while (t->slots[i].node)
+        i = (i + 1) & t->slot_mask;
+    t->slots[i].hash = h;
+    t->slots[i].node = n;
+    t->slot_used++;
+}
+
+static size_t slot_of(const radix_tree_t *t, const radix_node_t *n)
+{
+    size_t i = slot_home(t, *rec_hash(n, n->first), n->parent);
+    while (t->slots[i].node != n)
+        i = (i + 1) & t->slot_mask;
+    return i;
+}
+
+static void slot_remove(radix_tree_t *t, radix_node_t *n)
+{
+    size_t i = slot_of(t, n);
+    size_t j = i;
+    for (;;) {
+        j = (j + 1) & t->slot_mask;
+        radix_slot_t *s = &t->slots[j];
+        if (!s->node)
+            break;
+        size_t home = slot_home(t, s->hash, s->node->parent);
+        /* Move s back into the hole unless its home lies cyclically in (i, j]. */
+        bool stays = (i <= j) ? (i < home && home <= j) : (i < home || home <= j);
+        if (!stays) {
+            t->slots[i] = *s;
+            i = j;
+        }
+    }
+    t->slots[i].node = NULL;
+    t->slots[i].hash = 0;
+    t->slot_used--;
+}
+
+/* Makes room for `extra` more nodes, keeping the load at most 1/2. */
+static int slot_reserve(radix_tree_t *t, size_t extra)
+{
+    size_t cap = t->slot_mask + 1;
+    if ((t->slot_used + extra) * 2 <= cap)
+        return 0;
+    size_t ncap = cap * 2;
+    while ((t->slot_used + extra) * 2 > ncap)
+        ncap *= 2;
+    radix_slot_t *old = t->slots;
+    radix_slot_t *slots = t_calloc(t, ncap, sizeof(*slots));
+    if (!slots)
+        return KVS_ENOMEM;
+    t->slots = slots;
+    t->slot_mask = ncap - 1;
+    t->slot_used = 0;
+    for (size_t i = 0; i < cap; i++)
+        if (old[i].node)
+            slot_put(t, old[i].node);
+    free(old);
+    return 0;
+}
+
+/* ---- eviction queues ----------------------------------------------------- */
+
+/* A record's stamp: a walk through a whole node stamps the node once
+ * (full_stamp) instead of writing every record, so the hot lookup path reads
+ * records without dirtying them. */
+static inline uint64_t rec_stamp(const radix_node_t *n, uint32_t i)
+{
+    uint64_t s = *rec_stampp(n, i);
+    return s > n->full_stamp ? s : n->full_stamp;
+}
+
+static inline uint64_t leaf_stamp(const radix_node_t *n)
+{
+    return rec_stamp(n, last_pos(n));
+}
+
+static bool evictable(const radix_tree_t *t, const radix_node_t *n)
+{
+    if (is_root(n) || n->n_children > 0 || n->len == 0)
+        return false;
+    uint32_t pos = last_pos(n);
+    if (n == t->guard && pos == t->guard_pos)
+        return false;
+    return *rec_ref(n, pos) == 0;
+}
+
+static void list_unlink(radix_ns_t *ns, radix_node_t *n)
+{
+    if (n->lru_prev)
+        n->lru_prev->lru_next = n->lru_next;
+    else
+        ns->lru_head = n->lru_next;
+    if (n->lru_next)
+        n->lru_next->lru_prev = n->lru_prev;
+    else
+        ns->lru_tail = n->lru_prev;
+    n->lru_prev = n->lru_next = NULL;
+}
+
+static void list_append(radix_ns_t *ns, radix_node_t *n)
+{
+    n->lru_next = NULL;
+    n->lru_prev = ns->lru_tail;
+    if (ns->lru_tail)
+        ns->lru_tail->lru_next = n;
+    else
+        ns->lru_head = n;
+    ns->lru_tail = n;
+    n->where = WHERE_LIST;
+}
+
+static void list_prepend(radix_ns_t *ns, radix_node_t *n)
+{
+    n->lru_prev = NULL;
+    n->lru_next = ns->lru_head;
+    if (ns->lru_head)
+        ns->lru_head->lru_prev = n;
+    else
+        ns->lru_tail = n;
+    ns->lru_head = n;
+    n->where = WHERE_LIST;
+}
+
+/* The node an entry stands for, or NULL when the entry is stale. */
+static radix_node_t *heap_entry_node(const radix_tree_t *t, const radix_heap_entry_t *e)
+{
+    radix_node_t *n = t->by_node[e->id];
+    if (!n || n == &radix_mark || n->where != WHERE_HEAP || n->heap_seq != e->seq ||
+        t->by_pos[e->id] != last_pos(n))
+        return NULL;
+    return leaf_stamp(n) == e->stamp ? n : NULL;
+}
+
+static void heap_sift_down(radix_ns_t *ns, size_t i)
+{
+    radix_heap_entry_t *h = ns->heap;
+    for (;;) {
+        size_t l = 2 * i + 1, m = i;
+        if (l < ns->heap_len && h[l].stamp < h[m].stamp)
+            m = l;
+        if (l + 1 < ns->heap_len && h[l + 1].stamp < h[m].stamp)
+            m = l + 1;
+        if (m == i)
+            return;
+        radix_heap_entry_t tmp = h[i];
+        h[i] = h[m];
+        h[m] = tmp;
+        i = m;
+    }
+}
+
+static void heap_sift_up(radix_ns_t *ns, size_t i)
+{
+    radix_heap_entry_t *h = ns->heap;
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (h[p].stamp <= h[i].stamp)
+            return;
+        radix_heap_entry_t tmp = h[i];
+        h[i] = h[p];
+        h[p] = tmp;
+        i = p;
+    }
+}
+
+static void heap_pop(radix_ns_t *ns)
+{
+    ns->heap[0] = ns->heap[--ns->heap_len];
+    heap_sift_down(ns, 0);
+}
+
+/* Drops stale entries and rebuilds the heap: linear, and paid for by the
+ * pushes that made the entries stale. */
+static void heap_compact(const radix_tree_t *t, radix_ns_t *ns)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < ns->heap_len; i++)
+        if (heap_entry_node(t, &ns->heap[i]))
+            ns->heap[k++] = ns->heap[i];
+    ns->heap_len = k;
+    for (size_t i = k / 2; i-- > 0;)
+        heap_sift_down(ns, i);
+}
+
+/* The heap never needs more than 2 x nodes + 34 entries (compaction keeps
+ * stale entries below live + 33), so reserving that when nodes are created
+ * means pushes, which happen in unpin and eviction, never allocate. */
+static int heap_reserve(const radix_tree_t *t, radix_ns_t *ns, size_t nodes)
+{
+    size_t need = 2 * nodes + 34;
+    if (ns->heap_cap >= need)
+        return 0;
+    size_t ncap = ns->heap_cap ? ns->heap_cap : 64;
+    while (ncap < need)
+        ncap *= 2;
+    radix_heap_entry_t *h = t_realloc(t, ns->heap, ncap * sizeof(*h));
+    if (!h)
+        return KVS_ENOMEM;
+    ns->heap = h;
+    ns->heap_cap = ncap;
+    return 0;
+}
+
+static void heap_push(radix_tree_t *t, radix_ns_t *ns, radix_node_t *n)
+{
+    if (ns->heap_len > 2 * ns->heap_live + 32 || ns->heap_len == ns->heap_cap)
+        heap_compact(t, ns);
+    n->heap_seq = ++t->heap_seq;
+    n->where = WHERE_HEAP;
+    ns->heap_live++;
+    ns->heap[ns->heap_len].stamp = rec_stamp(n, last_pos(n));
+    ns->heap[ns->heap_len].id = *rec_id(n, last_pos(n));
+    ns->heap[ns->heap_len].seq = n->heap_seq;
+    ns->heap_len++;
+    heap_sift_up(ns, ns->heap_len - 1);
+}
+
+/* Takes n out of the eviction queues (it was pinned, got a child, ...). */
+static void make_unevictable(radix_tree_t *t, radix_node_t *n)
+{
+    radix_ns_t *ns = t->ns[n->ns];
+    if (n->where == WHERE_LIST)
+        list_unlink(ns, n);
+    else if (n->where == WHERE_HEAP)
+        ns->heap_live--;
+    n->where = WHERE_NONE;
+}
+
+/* Queues an evictable leaf that is in no queue, at its place by stamp. */
+static void expose(radix_tree_t *t, radix_node_t *n)
+{
+    radix_ns_t *ns = t->ns[n->ns];
+    uint64_t s = leaf_stamp(n);
+    if (!ns->lru_tail || s >= leaf_stamp(ns->lru_tail))
+        list_append(ns, n);
+    else if (s <= leaf_stamp(ns->lru_head))
+        list_prepend(ns, n);
+    else
+        heap_push(t, ns, n);
+}
+
+/* Puts n where it belongs after its last block or children changed.
+ * touched: its last block was just stamped with the newest tick. */
+static void refresh(radix_tree_t *t, radix_node_t *n, bool touched)
+{
+    if (is_root(n))
+        return;
+    if (!evictable(t, n)) {
+        make_unevictable(t, n);
+    } else if (touched) {
+        make_unevictable(t, n);
+        list_append(t->ns[n->ns], n);
+    } else if (n->where == WHERE_NONE) {
+        expose(t, n);
+    }
+}
+
+/* The namespace's least recently used evictable leaf, or NULL. */
+static radix_node_t *candidate(radix_tree_t *t, radix_ns_t *ns)
+{
+    radix_node_t *h = NULL;
+    while (ns->heap_len > 0 && !(h = heap_entry_node(t, &ns->heap[0])))
+        heap_pop(ns);
+    radix_node_t *l = ns->lru_head;
+    if (!l)
+        return h;
+    if (!h)
+        return l;
+    return leaf_stamp(h) < leaf_stamp(l) ? h : l;
+}
+
+/* Drops n's last block (an evictable leaf) and hands its id back. */
+static void evict_leaf(radix_tree_t *t, radix_node_t *n)
+{
+    radix_ns_t *ns = t->ns[n->ns];
+    make_unevictable(t, n);
+    uint32_t id = *rec_id(n, last_pos(n));
+    t->by_node[id] = NULL;
+    ns->st.cached_blocks--;
+    ns->st.evicted_blocks++;
+    t->cached--;
+    if (n->len == 1) {
+        radix_node_t *parent = n->parent;
+        slot_remove(t, n);
+        ns->n_nodes--;
+        node_free(t, n);
+        parent->n_children--;
+        if (evictable(t, parent))
+            expose(t, parent);
+    } else {
+        n->len--;
+        if (evictable(t, n))
+            expose(t, n);
+    }
+    if (t->cfg.on_evict)
+        t->cfg.on_evict(t->cfg.evict_ctx, id);
+}
+
+/* ---- tree and namespaces --------------------------------------------------- */
+
+int radix_new(const radix_config_t *cfg, radix_tree_t **out)
+{
+    int rc = KVS_EINVAL;
+    radix_tree_t *t = NULL;
+    if (!cfg || !out || cfg->block_tokens == 0 || cfg->max_blocks == 0 || cfg->block_tokens > 65536)
+        goto fail;
+    rc = KVS_ENOMEM;
+    t = calloc(1, sizeof(*t));
+    if (!t)
+        goto fail;
+    t->cfg = *cfg;
+    t->hash = cfg->hash ? cfg->hash : radix_xxh3;
+    t->rec_bytes =
+        2 * sizeof(uint64_t) + 2 * sizeof(uint32_t) + (size_t)cfg->block_tokens * sizeof(uint32_t);
+    t->by_node = t_calloc(t, cfg->max_blocks, sizeof(*t->by_node));
+    t->by_pos = t_calloc(t, cfg->max_blocks, sizeof(*t->by_pos));
+    t->slots = t_calloc(t, 64, sizeof(*t->slots));
+    if (!t->by_node || !t->by_pos || !t->slots)
+        goto fail;
+    t->slot_mask = 63;
+    *out = t;
+    return 0;
+fail:
+    radix_free(t);
+    return rc;
+}
+
+void radix_free(radix_tree_t *t)
+{
+    if (!t)
+        return;
+    if (t->slots)
+        for (size_t i = 0; i <= t->slot_mask; i++)
+            if (t->slots[i].node)
+                free(t->slots[i].node);
+    for (uint32_t i = 0; i < t->n_ns; i++) {
+        free(t->ns[i]->root);
+        free(t->ns[i]->heap);
+        free(t->ns[i]);
+    }
+    free(t->ns);
+    free(t->slots);
+    free(t->by_node);
+    free(t->by_pos);
+    free(t);
+}
+
+int radix_ns_create(radix_tree_t *t, const char *name, uint64_t seed, uint32_t quota,
+                    uint32_t reserve, uint32_t *ns_out)
+{
+    if (!t || !name || !ns_out)
+        return KVS_EINVAL;
+    size_t len = strnlen(name, 64);
+    if (len == 0 || len > 63)
+        return KVS_EINVAL;
+    uint32_t dummy;
+    if (radix_ns_find(t, name, &dummy) == 0)
+        return KVS_EEXIST;
+    if (t->n_ns == RADIX_NS_ANY - 1)
+        return KVS_ENOMEM;
+    if (t->n_ns == t->ns_cap) {
+        uint32_t ncap = t->ns_cap ? t->ns_cap * 2 : 4;
+        radix_ns_t **a = t_realloc(t, t->ns, ncap * sizeof(*a));
+        if (!a)
+            return KVS_ENOMEM;
+        t->ns = a;
+        t->ns_cap = ncap;
+    }
+    radix_ns_t *ns = t_calloc(t, 1, sizeof(*ns));
+    radix_node_t *root = node_new(t, 0);
+    if (!ns || !root) {
+        free(ns);
+        if (root)
+            node_free(t, root);
+        return KVS_ENOMEM;
+    }
+    memcpy(ns->name, name, len);
+    ns->seed = seed;
+    ns->st.quota = quota;
+    ns->st.reserve = reserve;
+    root->ns = t->n_ns;
+    ns->root = root;
+    t->ns[t->n_ns] = ns;
+    *ns_out = t->n_ns++;
+    return 0;
+}
+
+int radix_ns_find(const radix_tree_t *t, const char *name, uint32_t *ns_out)
+{
+    if (!t || !name || !ns_out)
+        return KVS_EINVAL;
+    for (uint32_t i = 0; i < t->n_ns; i++) {
+        if (strcmp(t->ns[i]->name, name) == 0) {
+            *ns_out = i;
+            return 0;
+        }
+    }
+    return KVS_ENONS;
+}
+
+uint32_t radix_ns_count(const radix_tree_t *t)
+{
+    return t ? t->n_ns : 0;
+}
+
+const char *radix_ns_name(const radix_tree_t *t, uint32_t ns)
+{
+    if (!t || ns >= t->n_ns)
+        return NULL;
+    return t->ns[ns]->name;
+}
+
+int radix_ns_set_limits(radix_tree_t *t, uint32_t ns, uint32_t quota, uint32_t reserve)
+{
+    if (!t)
+        return KVS_EINVAL;
+    if (ns >= t->n_ns)
+        return KVS_ENONS;
+    t->ns[ns]->st.quota = quota;
+    t->ns[ns]->st.reserve = reserve;
+    return 0;
+}
+
+int radix_ns_stats(const radix_tree_t *t, uint32_t ns, radix_ns_stats_t *out)
+{
+    if (!t || !out)
+        return KVS_EINVAL;
+    if (ns >= t->n_ns)
+        return KVS_ENONS;
+    *out = t->ns[ns]->st;
+    return 0;
+}
+
+/* ---- the walk -------------------------------------------------------------- */
+
+/* Position after the last matched block: a node and the record index of that
+ * block (pos is meaningless at a root, where nothing matched yet). */
+typedef struct radix_cursor {
+    radix_node_t *node;
+    uint32_t pos;
+} radix_cursor_t;
+
+/* The one walk on which lookup and insert are built: matches the next block
+ * of a prompt below the cursor and advances it. Inside a node a match is a
+ * token comparison; at a node's end it is one hash and one table probe. */
+static inline bool walk_next(const radix_tree_t *t, radix_cursor_t *c, const uint32_t *block)
+{
+    radix_node_t *n = c->node;
+    uint32_t bt = t->cfg.block_tokens;
+    if (n->len > 0 && c->pos < last_pos(n)) {
+        if (!tokens_eq(rec_tokens(t, n, c->pos + 1), block, bt))
+            return false;
+        c->pos++;
+        return true;
+    }
+    if (n->n_children == 0)
+        return false;
+    radix_node_t *child = child_find(t, n, t->hash(block, bt, end_hash(t, n)), block);
+    if (!child)
+        return false;
+    c->node = child;
+    c->pos = child->first;
+    return true;
+}
+
+static void pin_rec(radix_tree_t *t, radix_ns_t *ns, radix_node_t *n, uint32_t i)
+{
+    if ((*rec_ref(n, i))++ == 0) {
+        ns->st.pinned_blocks++;
+        t->pinned++;
+    }
+}
+
+/* How many of the first `run` records of node n match the query blocks q
+ * (the first one is known to match). Token ids of a node and of a prompt are
+ * both contiguous, so runs of blocks are compared with one memcmp a chunk,
+ * the next chunk being prefetched meanwhile; only a chunk that differs is
+ * searched block by block. Halfway, the child slot's node is prefetched. */
+static uint32_t match_run(const radix_tree_t *t, const radix_node_t *n, const uint32_t *q,
+                          uint32_t run, const radix_slot_t *slot, uint32_t halfway)
+{
+    enum { CHUNK = 32 };
+    uint32_t bt = t->cfg.block_tokens;
+    size_t block_bytes = (size_t)bt * sizeof(uint32_t);
+    const char *tok = (const char *)rec_tokens(t, n, n->first);
+    const char *end = tok + (size_t)run * block_bytes;
+    __builtin_prefetch(rec_id(n, n->first));
+    for (const char *p = tok; p < end && p < tok + CHUNK * block_bytes; p += 64)
+        __builtin_prefetch(p);
+    uint32_t k = 1;
+    while (k < run) {
+        uint32_t m = run - k < CHUNK ? run - k : CHUNK;
+        const char *a = tok + (size_t)k * block_bytes;
+        for (const char *p = a + CHUNK * block_bytes; p < end && p < a + 2 * CHUNK * block_bytes;
+             p += 64)
+            __builtin_prefetch(p);
+        if (slot && k >= halfway && slot->node) {
+            __builtin_prefetch(slot->node);
+            slot = NULL;
+        }
+        if (memcmp(a, q + (size_t)k * bt, (size_t)m * block_bytes) != 0) {
+            while (tokens_eq((const uint32_t *)a, q + (size_t)k * bt, bt)) {
+                a += block_bytes;
+                k++;
+            }
+            return k;
+        }
+        k += m;
+    }
+    return k;
+}
+
+int radix_lookup(radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens, size_t n_tokens, bool pin,
+                 uint32_t *ids, size_t max_ids, size_t *n_blocks)
+{
+    if (!t || !n_blocks || (n_tokens > 0 && !tokens) || (max_ids > 0 && !ids))
+        return KVS_EINVAL;
+    if (ns_id >= t->n_ns)
+        return KVS_ENONS;
+    radix_ns_t *ns = t->ns[ns_id];
+    uint32_t bt = t->cfg.block_tokens;
+    size_t want = n_tokens / bt;
+    if (want > max_ids)
+        want = max_ids;
+    uint64_t tick = ++t->tick;
+    radix_node_t *n = ns->root;
+    uint32_t pos = 0;
+    size_t i = 0;
+    uint64_t h = 0;
+    bool have_h = false;
+    while (i < want) {
+        if (n->n_children == 0)
+            break; /* no hash, no probe: nothing below */
+        const uint32_t *q = tokens + i * bt;
+        if (!have_h)
+            h = t->hash(q, bt, end_hash(t, n));
+        radix_node_t *child = child_find(t, n, h, q);
+        if (!child)
+            break;
+        if (!is_root(n))
+            n->hits++; /* matched through its end */
+        uint32_t run = child->len;
+        if (run > want - i)
+            run = (uint32_t)(want - i);
+        /* If the prompt goes on past this node, hash its next block now and
+         * fetch the table slot, and halfway the child's header, while the
+         * token comparison streams: the walk then crosses the branch point
+         * without waiting on memory. */
+        have_h = child->n_children > 0 && i + child->len < want;
+        const radix_slot_t *slot = NULL;
+        uint32_t halfway = UINT32_MAX;
+        if (have_h) {
+            h = t->hash(q + (size_t)child->len * bt, bt, *rec_hash(child, last_pos(child)));
+            slot = &t->slots[slot_home(t, h, child)];
+            __builtin_prefetch(slot);
+            halfway = run / 2;
+        }
+        uint32_t k = match_run(t, child, q, run, slot, halfway);
+        memcpy(ids + i, rec_id(child, child->first), (size_t)k * sizeof(uint32_t));
+        if (pin)
+            for (uint32_t b = 0; b < k; b++)
+                pin_rec(t, ns, child, child->first + b);
+        if (k == child->len) {
+            child->full_stamp = tick;
+        } else {
+            for (uint32_t j = 0; j < k; j++)
+                *rec_stampp(child, child->first + j) = tick;
+        }
+        i += k;
+        n = child;
+        pos = child->first + k - 1;
+        if (k < child->len)
+            break;
+    }
+    if (i > 0 && pos == last_pos(n)) {
+        n->hits++;
+        refresh(t, n, true);
+    }
+    ns->st.lookups++;
+    ns->st.lookup_tokens += n_tokens;
+    ns->st.hit_tokens += (uint64_t)i * bt;
+    *n_blocks = i;
+    return 0;
+}
+
+/* Copies node n into a new allocation of `cap` records (first = 0) and points
+ * everything that refers to it there. Only for childless, unqueued nodes. */
+static radix_node_t *node_resize(radix_tree_t *t, radix_node_t *n, uint32_t cap)
+{
+    radix_node_t *m = node_new(t, cap);
+    if (!m)
+        return NULL;
+    size_t slot = slot_of(t, n);
+    memcpy(m, n, sizeof(*m));
+    m->cap = cap;
+    m->first = 0;
+    recs_copy(t, m, 0, n, n->first, n->len);
+    for (uint32_t k = 0; k < m->len; k++) {
+        uint32_t id = *rec_id(m, k);
+        t->by_node[id] = m;
+        t->by_pos[id] = k;
+    }
+    t->slots[slot].node = m;
+    node_free(t, n);
+    return m;
+}
+
+/* Splits n after record `pos`: the records up to pos move to `upper`, which
+ * takes n's place under n's parent; n keeps the rest, its children and its
+ * queue position (its last block does not change). */
+static void node_split(radix_tree_t *t, radix_node_t *n, uint32_t pos, radix_node_t *upper)
+{
+    uint32_t j = pos - n->first + 1;
+    size_t slot = slot_of(t, n);
+    upper->parent = n->parent;
+    upper->depth = n->depth;
+    upper->hits = n->hits;
+    upper->full_stamp = n->full_stamp;
+    upper->ns = n->ns;
+    upper->n_children = 1;
+    upper->len = j;
+    recs_copy(t, upper, 0, n, n->first, j);
+    for (uint32_t k = 0; k < j; k++) {
+        uint32_t id = *rec_id(upper, k);
+        t->by_node[id] = upper;
+        t->by_pos[id] = k;
+    }
+    t->slots[slot].node = upper; /* same key: same parent, same first block */
+    n->first += j;
+    n->len -= j;
+    n->depth += j;
+    n->parent = upper;
+    slot_put(t, n);
+    t->ns[n->ns]->n_nodes++;
+}
+
+/* Writes new blocks i .. i+m-1 into records [base, base+m) of n. */
+static void fill_recs(radix_tree_t *t, radix_ns_t *ns, radix_node_t *n, uint32_t base, uint64_t h,
+                      const uint32_t *tokens, const uint32_t *ids, size_t i, size_t m, bool pin,
+                      uint64_t tick, uint32_t *canonical)
+{
+    uint32_t bt = t->cfg.block_tokens;
+    for (size_t k = 0; k < m; k++) {
+        const uint32_t *block = tokens + (i + k) * bt;
+        uint32_t pos = base + (uint32_t)k, id = ids[i + k];
+        h = t->hash(block, bt, h);
+        *rec_hash(n, pos) = h;
+        *rec_stampp(n, pos) = tick;
+        *rec_id(n, pos) = id;
+        *rec_ref(n, pos) = 0;
+        memcpy(rec_tokens(t, n, pos), block, (size_t)bt * sizeof(uint32_t));
+        t->by_node[id] = n;
+        t->by_pos[id] = pos;
+        canonical[i + k] = id;
+        if (pin)
+            pin_rec(t, ns, n, pos);
+    }
+    ns->st.inserted_blocks += m;
+    ns->st.cached_blocks += (uint32_t)m;
+    t->cached += (uint32_t)m;
+}
+
+int radix_insert(radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens, size_t n_tokens,
+                 const uint32_t *ids, size_t n_ids, bool pin, uint32_t *canonical, size_t *n_done)
+{
+    if (!t || !n_done)
+        return KVS_EINVAL;
+    *n_done = 0;
+    if ((n_tokens > 0 && !tokens) || (n_ids > 0 && (!ids || !canonical)) ||
+        n_ids > n_tokens / t->cfg.block_tokens)
+        return KVS_EINVAL;
+    for (size_t k = 0; k < n_ids; k++)
+        if (ids[k] >= t->cfg.max_blocks)
+            return KVS_EINVAL;
+    if (ns_id >= t->n_ns)
+        return KVS_ENONS;
+    int rc = 0;
+    radix_ns_t *ns = t->ns[ns_id];
+    uint32_t bt = t->cfg.block_tokens;
+    uint64_t tick = ++t->tick;
+
+    /* Blocks already cached: duplicates. */
+    radix_cursor_t c = {ns->root, 0};
+    size_t i = 0;
+    for (; i < n_ids; i++) {
+        radix_cursor_t next = c;
+        if (!walk_next(t, &next, tokens + i * bt))
+            break;
+        uint32_t id = *rec_id(next.node, next.pos);
+        if (ids[i] != id && t->by_node[ids[i]]) {
+            rc = KVS_EEXIST;
+            break;
+        }
+        c = next;
+        *rec_stampp(c.node, c.pos) = tick;
+        canonical[i] = id;
+        if (pin)
+            pin_rec(t, ns, c.node, c.pos);
+        ns->st.duplicate_blocks++;
+    }
+    if (i > 0)
+        refresh(t, c.node, c.pos == last_pos(c.node));
+    if (rc)
+        goto done;
+
+    /* New blocks: up to the first id that is cached (or repeated). */
+    size_t m = 0;
+    while (i + m < n_ids && !t->by_node[ids[i + m]]) {
+        t->by_node[ids[i + m]] = &radix_mark;
+        m++;
+    }
+    for (size_t k = 0; k < m; k++)
+        t->by_node[ids[i + k]] = NULL;
+    if (i + m < n_ids)
+        rc = KVS_EEXIST;
+    if (m == 0)
+        goto done;
+
+    uint32_t quota = ns->st.quota;
+    if (quota > 0 && ns->st.cached_blocks + m > quota) {
+        /* Evict the namespace's own LRU leaves, never the block we attach to. */
+        if (!is_root(c.node)) {
+            t->guard = c.node;
+            t->guard_pos = c.pos;
+            if (c.pos == last_pos(c.node))
+                make_unevictable(t, c.node);
+        }
+        radix_node_t *v;
+        while (ns->st.cached_blocks + m > quota && (v = candidate(t, ns)))
+            evict_leaf(t, v);
+        t->guard = NULL;
+        if (!is_root(c.node))
+            refresh(t, c.node, c.pos == last_pos(c.node));
+        if (ns->st.cached_blocks + m > quota) {
+            m = ns->st.cached_blocks < quota ? quota - ns->st.cached_blocks : 0;
+            rc = KVS_EQUOTA;
+            if (m == 0)
+                goto done;
+        }
+    }
+
+    int arc = slot_reserve(t, 2);
+    if (arc == 0)
+        arc = heap_reserve(t, ns, (size_t)ns->n_nodes + 2);
+    if (arc) {
+        rc = arc;
+        goto done;
+    }
+    radix_node_t *n = c.node;
+    bool at_end = is_root(n) || c.pos == last_pos(n);
+    uint64_t h = is_root(n) ? ns->seed : *rec_hash(n, c.pos);
+    if (at_end && n->len > 0 && n->n_children == 0 && !is_root(n)) {
+        /* Extend a leaf node in place: keeps runs in one node. */
+        if (n->first + n->len + m > n->cap) {
+            size_t want = (size_t)n->len + m;
+            size_t grown = (size_t)n->len + n->len / 2;
+            if (grown > want && grown <= UINT32_MAX)
+                want = grown;
+            make_unevictable(t, n);
+            radix_node_t *bigger = node_resize(t, n, (uint32_t)want);
+            if (!bigger) {
+                refresh(t, n, true);
+                rc = KVS_ENOMEM;
+                goto done;
+            }
+            n = bigger;
+        }
+        fill_recs(t, ns, n, n->first + n->len, h, tokens, ids, i, m, pin, tick, canonical);
+        n->len += (uint32_t)m;
+        refresh(t, n, true);
+    } else {
+        radix_node_t *leaf = node_new(t, (uint32_t)m);
+        radix_node_t *upper = NULL;
+        if (leaf && !at_end)
+            upper = node_new(t, c.pos - n->first + 1);
+        if (!leaf || (!at_end && !upper)) {
+            if (leaf)
+                node_free(t, leaf);
+            rc = KVS_ENOMEM;
+            goto done;
+        }
+        if (!at_end) {
+            node_split(t, n, c.pos, upper);
+            n = upper;
+        }
+        leaf->parent = n;
+        leaf->ns = ns_id;
+        leaf->depth = n->depth + n->len;
+        fill_recs(t, ns, leaf, 0, h, tokens, ids, i, m, pin, tick, canonical);
+        leaf->len = (uint32_t)m;
+        slot_put(t, leaf);
+        ns->n_nodes++;
+        n->n_children++;
+        refresh(t, n, false);
+        refresh(t, leaf, true);
+    }
+    i += m;
+done:
+    *n_done = i;
+    return rc;
+}
+
+/* ---- pins ------------------------------------------------------------------ */
+
+int radix_pin(radix_tree_t *t, uint32_t block_id)
+{
+    if (!t || block_id >= t->cfg.max_blocks)
+        return KVS_EINVAL;
+    radix_node_t *n = t->by_node[block_id];
+    if (!n)
+        return KVS_ENOTFOUND;
+    uint32_t pos = t->by_pos[block_id];
+    if (*rec_ref(n, pos) == UINT32_MAX)
+        return KVS_EBUSY;
+    pin_rec(t, t->ns[n->ns], n, pos);
+    if (pos == last_pos(n))
+        refresh(t, n, false);
+    return 0;
+}
+
+int radix_unpin(radix_tree_t *t, uint32_t block_id)
+{
+    if (!t || block_id >= t->cfg.max_blocks)
+        return KVS_EINVAL;
+    radix_node_t *n = t->by_node[block_id];
+    if (!n)
+        return KVS_ENOTFOUND;
+    uint32_t pos = t->by_pos[block_id];
+    uint32_t *ref = rec_ref(n, pos);
+    if (*ref == 0)
+        return KVS_ENOTPINNED;
+    if (--*ref == 0) {
+        t->ns[n->ns]->st.pinned_blocks--;
+        t->pinned--;
+        if (pos == last_pos(n))
+            refresh(t, n, false);
+    }
+    return 0;
+}
+
+int radix_block_refcount(const radix_tree_t *t, uint32_t block_id, uint32_t *refcount)
+{
+    if (!t || !refcount || block_id >= t->cfg.max_blocks)
+        return KVS_EINVAL;
+    const radix_node_t *n = t->by_node[block_id];
+    if (!n)
+        return KVS_ENOTFOUND;
+    *refcount = *rec_ref(n, t->by_pos[block_id]);
+    return 0;
+}
+
+/* ---- eviction -------------------------------------------------------------- */
+
+int radix_evict(radix_tree_t *t, uint32_t for_ns, size_t n, size_t *n_evicted)
+{
+    if (!t || !n_evicted)
+        return KVS_EINVAL;
+    if (for_ns != RADIX_NS_ANY && for_ns >= t->n_ns)
+        return KVS_ENONS;
+    size_t done = 0;
+    while (done < n) {
+        radix_node_t *best = NULL;
+        for (uint32_t k = 0; k < t->n_ns; k++) {
+            radix_ns_t *ns = t->ns[k];
+            if (k != for_ns && ns->st.cached_blocks <= ns->st.reserve)
+                continue;
+            radix_node_t *v = candidate(t, ns);
+            if (v && (!best || leaf_stamp(v) < leaf_stamp(best)))
+                best = v;
+        }
+        if (!best)
+            break;
+        evict_leaf(t, best);
+        done++;
+    }
+    *n_evicted = done;
+    return 0;
+}
+
+uint32_t radix_cached_blocks(const radix_tree_t *t)
+{
+    return t ? t->cached : 0;
+}
+
+uint32_t radix_pinned_blocks(const radix_tree_t *t)
+{
+    return t ? t->pinned : 0;
+}
+
+size_t radix_memory_bytes(const radix_tree_t *t)
+{
+    if (!t)
+        return 0;
+    size_t bytes = sizeof(*t) + t->node_bytes + (t->slot_mask + 1) * sizeof(radix_slot_t) +
+                   (size_t)t->cfg.max_blocks * (sizeof(*t->by_node) + sizeof(*t->by_pos)) +
+                   (size_t)t->ns_cap * sizeof(*t->ns);
+    for (uint32_t i = 0; i < t->n_ns; i++)
+        bytes += sizeof(radix_ns_t) + t->ns[i]->heap_cap * sizeof(radix_heap_entry_t);
+    return bytes;
+}
+
+/* ---- operator walk ----------------------------------------------------------- */
+
+static int cmp_ptr(const void *a, const void *b)
+{
+    uintptr_t x = (uintptr_t) * (radix_node_t *const *)a;
+    uintptr_t y = (uintptr_t) * (radix_node_t *const *)b;
+    return (x > y) - (x < y);
+}
+
+/* Every non-root node (of namespace ns, or all), sorted by address so that a
+ * parent's index is found by bsearch. *out is malloc'ed (may be NULL when
+ * *n_out is 0). */
+static int collect_nodes(const radix_tree_t *t, uint32_t ns, radix_node_t ***out, size_t *n_out)
+{
+    radix_node_t **a = t_malloc(t, (t->slot_used + 1) * sizeof(*a));
+    if (!a)
+        return KVS_ENOMEM;
+    size_t n = 0;
+    for (size_t i = 0; i <= t->slot_mask; i++) {
+        radix_node_t *node = t->slots[i].node;
+        if (node && (ns == RADIX_NS_ALL || node->ns == ns))
+            a[n++] = node;
+    }
+    qsort(a, n, sizeof(*a), cmp_ptr);
+    *out = a;
+    *n_out = n;
+    return 0;
+}
+
+static size_t node_index(radix_node_t *const *a, size_t n, const radix_node_t *node)
+{
+    radix_node_t *const *p = bsearch(&node, a, n, sizeof(*a), cmp_ptr);
+    return p ? (size_t)(p - a) : SIZE_MAX;
+}
+
+typedef struct radix_top_row {
+    radix_prefix_t row;
+    uint64_t key; /* hits or blocks, by the order asked for */
+} radix_top_row_t;
+
+static int cmp_row(const void *a, const void *b)
+{
+    const radix_top_row_t *x = a, *y = b;
+    if (x->key != y->key)
+        return x->key > y->key ? -1 : 1;
+    if (x->row.tokens != y->row.tokens)
+        return x->row.tokens < y->row.tokens ? -1 : 1;
+    if (x->row.ns != y->row.ns)
+        return x->row.ns < y->row.ns ? -1 : 1;
+    return (x->row.last_block_id > y->row.last_block_id) -
+           (x->row.last_block_id < y->row.last_block_id);
+}
+
+static int cmp_depth_desc(const void *a, const void *b)
+{
+    const radix_node_t *x = *(radix_node_t *const *)a;
+    const radix_node_t *y = *(radix_node_t *const *)b;
+    return (x->depth < y->depth) - (x->depth > y->depth);
+}
+
+int radix_top(const radix_tree_t *t, uint32_t ns, radix_order_t order, radix_prefix_t *out,
+              size_t max, size_t *n_out)
+{
+    if (!t || !n_out || (max > 0 && !out) || (order != RADIX_BY_HITS && order != RADIX_BY_SIZE))
+        return KVS_EINVAL;
+    if (ns != RADIX_NS_ALL && ns >= t->n_ns)
+        return KVS_ENONS;
+    int rc;
+    radix_node_t **nodes = NULL, **by_depth = NULL;
+    radix_top_row_t *rows = NULL;
+    size_t n = 0;
+    rc = collect_nodes(t, ns, &nodes, &n);
+    if (rc)
+        goto out;
+    rc = KVS_ENOMEM;
+    rows = t_calloc(t, n + 1, sizeof(*rows));
+    by_depth = t_malloc(t, (n + 1) * sizeof(*by_depth));
+    if (!rows || !by_depth)
+        goto out;
+    for (size_t i = 0; i < n; i++) {
+        const radix_node_t *node = nodes[i];
+        radix_prefix_t *row = &rows[i].row;
+        row->ns = node->ns;
+        row->tokens = (node->depth + node->len) * t->cfg.block_tokens;
+        row->hits = node->hits;
+        row->last_used = rec_stamp(node, node->first);
+        row->last_block_id = *rec_id(node, last_pos(node));
+        row->blocks += node->len;
+        for (uint32_t k = node->first; k <= last_pos(node); k++)
+            row->pins += *rec_ref(node, k);
+    }
+    /* Subtree sums: children before parents (a child is deeper). */
+    memcpy(by_depth, nodes, n * sizeof(*by_depth));
+    qsort(by_depth, n, sizeof(*by_depth), cmp_depth_desc);
+    for (size_t i = 0; i < n; i++) {
+        const radix_node_t *node = by_depth[i];
+        if (is_root(node->parent))
+            continue;
+        size_t c = node_index(nodes, n, node), p = node_index(nodes, n, node->parent);
+        rows[p].row.blocks += rows[c].row.blocks;
+        rows[p].row.pins += rows[c].row.pins;
+    }
+    for (size_t i = 0; i < n; i++)
+        rows[i].key = order == RADIX_BY_HITS ? rows[i].row.hits : rows[i].row.blocks;
+    qsort(rows, n, sizeof(*rows), cmp_row);
+    size_t k = n < max ? n : max;
+    for (size_t i = 0; i < k; i++)
+        out[i] = rows[i].row;
+    *n_out = k;
+    rc = 0;
+out:
+    free(nodes);
+    free(by_depth);
+    free(rows);
+    return rc;
+}
+
+/* ---- invariant checker --------------------------------------------------------- */
+
+/* Source line of the last check that failed, for tests to report. */
+static int radix_check_failed_line;
+
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            radix_check_failed_line = __LINE__;                                                    \
+            goto bad;                                                                              \
+        }                                                                                          \
+    } while (0)
+
+int radix_check(const radix_tree_t *t)
+{
+    if (!t)
+        return KVS_EINVAL;
+    int rc = KVS_EINTERNAL;
+    radix_node_t **nodes = NULL;
+    uint32_t *children = NULL, *ns_cached = NULL, *ns_pinned = NULL, *ns_nodes = NULL,
+             *ns_heap = NULL, *ns_root_children = NULL;
+    size_t n = 0;
+    uint32_t bt = t->cfg.block_tokens;
+    if (collect_nodes(t, RADIX_NS_ALL, &nodes, &n))
+        return KVS_ENOMEM;
+    children = t_calloc(t, n + 1, sizeof(*children));
+    ns_cached = t_calloc(t, t->n_ns + 1, sizeof(uint32_t));
+    ns_pinned = t_calloc(t, t->n_ns + 1, sizeof(uint32_t));
+    ns_nodes = t_calloc(t, t->n_ns + 1, sizeof(uint32_t));
+    ns_heap = t_calloc(t, t->n_ns + 1, sizeof(uint32_t));
+    ns_root_children = t_calloc(t, t->n_ns + 1, sizeof(uint32_t));
+    if (!children || !ns_cached || !ns_pinned || !ns_nodes || !ns_heap || !ns_root_children) {
+        rc = KVS_ENOMEM;
+        goto out;
+    }
+    CHECK(t->slot_used == n && t->guard == NULL);
+
+    /* Table: every entry reachable from its home slot, key = first block. */
+    for (size_t i = 0; i <= t->slot_mask; i++) {
+        const radix_slot_t *s = &t->slots[i];
+        if (!s->node)
+            continue;
+        CHECK(s->hash == *rec_hash(s->node, s->node->first));
+        for (size_t j = slot_home(t, s->hash, s->node->parent); j != i; j = (j + 1) & t->slot_mask)
+            CHECK(t->slots[j].node);
+    }
+
+    size_t node_bytes = 0;
+    uint32_t cached = 0, pinned = 0;
+    for (uint32_t k = 0; k < t->n_ns; k++) {
+        const radix_node_t *root = t->ns[k]->root;
+        CHECK(root->parent == NULL && root->len == 0 && root->ns == k && root->where == WHERE_NONE);
+        node_bytes += sizeof(radix_node_t) + (size_t)root->cap * t->rec_bytes;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const radix_node_t *node = nodes[i];
+        const radix_node_t *parent = node->parent;
+        CHECK(node->ns < t->n_ns && parent && parent->ns == node->ns);
+        CHECK(node->len >= 1 && (size_t)node->first + node->len <= node->cap);
+        node_bytes += sizeof(radix_node_t) + (size_t)node->cap * t->rec_bytes;
+        ns_nodes[node->ns]++;
+        if (is_root(parent)) {
+            CHECK(parent == t->ns[node->ns]->root && node->depth == 0);
+            ns_root_children[node->ns]++;
+        } else {
+            size_t p = node_index(nodes, n, parent);
+            CHECK(p != SIZE_MAX);
+            children[p]++;
+            CHECK(node->depth == parent->depth + parent->len);
+        }
+        /* Siblings are distinct: the probe finds this node for its own block. */
+        CHECK(child_find(t, parent, *rec_hash(node, node->first),
+                         rec_tokens(t, node, node->first)) == node);
+        uint64_t h = end_hash(t, parent);
+        uint64_t stamp = is_root(parent) ? t->tick : leaf_stamp(parent);
+        CHECK(node->full_stamp <= t->tick);
+        for (uint32_t k = node->first; k <= last_pos(node); k++) {
+            h = t->hash(rec_tokens(t, node, k), bt, h);
+            CHECK(*rec_hash(node, k) == h);
+            CHECK(rec_stamp(node, k) <= stamp && *rec_stampp(node, k) > 0);
+            stamp = rec_stamp(node, k);
+            uint32_t id = *rec_id(node, k);
+            CHECK(id < t->cfg.max_blocks && t->by_node[id] == node && t->by_pos[id] == k);
+            cached++;
+            ns_cached[node->ns]++;
+            if (*rec_ref(node, k) > 0) {
+                pinned++;
+                ns_pinned[node->ns]++;
+            }
+        }
+        if (node->where == WHERE_HEAP)
+            ns_heap[node->ns]++;
+    }
+    for (size_t i = 0; i < n; i++) {
+        CHECK(nodes[i]->n_children == children[i]);
+        bool ev = evictable(t, nodes[i]);
+        CHECK(ev == (nodes[i]->where != WHERE_NONE));
+        if (nodes[i]->where != WHERE_LIST)
+            CHECK(!nodes[i]->lru_prev && !nodes[i]->lru_next);
+    }
+    CHECK(node_bytes == t->node_bytes);
+    CHECK(cached == t->cached && pinned == t->pinned);
+    uint32_t mapped = 0;
+    for (uint32_t id = 0; id < t->cfg.max_blocks; id++)
+        if (t->by_node[id]) {
+            CHECK(t->by_node[id] != &radix_mark);
+            mapped++;
+        }
+    CHECK(mapped == cached);
+
+    for (uint32_t k = 0; k < t->n_ns; k++) {
+        const radix_ns_t *ns = t->ns[k];
+        CHECK(ns->st.cached_blocks == ns_cached[k] && ns->st.pinned_blocks == ns_pinned[k]);
+        CHECK(ns->n_nodes == ns_nodes[k] && ns->root->n_children == ns_root_children[k]);
+        /* LRU list: linked both ways, strictly increasing stamps. */
+        const radix_node_t *prev = NULL;
+        for (const radix_node_t *l = ns->lru_head; l; l = l->lru_next) {
+            CHECK(l->where == WHERE_LIST && l->ns == k && l->lru_prev == prev);
+            CHECK(node_index(nodes, n, l) != SIZE_MAX);
+            if (prev)
+                CHECK(leaf_stamp(prev) < leaf_stamp(l));
+            prev = l;
+        }
+        CHECK(ns->lru_tail == prev);
+        /* Heap: min-heap order, one live entry per queued node. */
+        size_t live = 0;
+        CHECK(ns->heap_len <= ns->heap_cap);
+        for (size_t i = 0; i < ns->heap_len; i++) {
+            if (i > 0)
+                CHECK(ns->heap[(i - 1) / 2].stamp <= ns->heap[i].stamp);
+            const radix_node_t *hn = heap_entry_node(t, &ns->heap[i]);
+            if (hn) {
+                CHECK(hn->ns == k);
+                live++;
+            }
+        }
+        CHECK(live == ns->heap_live && live == ns_heap[k]);
+        CHECK(ns->heap_cap >= 2 * (size_t)ns->n_nodes + 34 || ns->n_nodes == 0);
+    }
+    rc = 0;
+    goto out;
+bad:
+    rc = KVS_EINTERNAL;
+out:
+    free(nodes);
+    free(children);
+    free(ns_cached);
+    free(ns_pinned);
+    free(ns_nodes);
+    free(ns_heap);
+    free(ns_root_children);
+    return rc;
+}
+
+int radix_check_line(void)
+{
+    return radix_check_failed_line;
+}

@@ -1,0 +1,241 @@
+#include "radix_model.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "radix.h"
+
+int model_init(model_t *m, uint32_t bt, uint32_t max_blocks)
+{
+    memset(m, 0, sizeof(*m));
+    m->bt = bt;
+    m->max_blocks = max_blocks;
+    m->blocks = calloc(max_blocks, sizeof(*m->blocks));
+    m->evicted = calloc(max_blocks + 1, sizeof(*m->evicted));
+    return m->blocks && m->evicted ? 0 : -1;
+}
+
+void model_fini(model_t *m)
+{
+    free(m->blocks);
+    free(m->evicted);
+}
+
+uint32_t model_ns_create(model_t *m, uint32_t quota, uint32_t reserve)
+{
+    m->ns[m->n_ns].quota = quota;
+    m->ns[m->n_ns].reserve = reserve;
+    return m->n_ns++;
+}
+
+/* The cached block under `parent` (-1: the namespace's root) whose tokens
+ * are `block`, or -1. */
+static int64_t find_child(const model_t *m, uint32_t ns, int64_t parent, const uint32_t *block)
+{
+    for (uint32_t id = 0; id < m->max_blocks; id++) {
+        const model_block_t *b = &m->blocks[id];
+        if (b->cached && b->ns == ns && b->parent == parent &&
+            memcmp(b->tokens, block, m->bt * sizeof(uint32_t)) == 0)
+            return id;
+    }
+    return -1;
+}
+
+int model_lookup(model_t *m, uint32_t ns, const uint32_t *tokens, size_t n_tokens, bool pin,
+                 uint32_t *ids, size_t max_ids, size_t *n_blocks)
+{
+    if (ns >= m->n_ns)
+        return KVS_ENONS;
+    size_t want = n_tokens / m->bt;
+    if (want > max_ids)
+        want = max_ids;
+    m->tick++;
+    int64_t cur = -1;
+    size_t i = 0;
+    for (; i < want; i++) {
+        int64_t c = find_child(m, ns, cur, tokens + i * m->bt);
+        if (c < 0)
+            break;
+        model_block_t *b = &m->blocks[c];
+        b->stamp = m->tick;
+        if (pin && b->ref++ == 0)
+            m->ns[ns].pinned++;
+        ids[i] = (uint32_t)c;
+        cur = c;
+    }
+    m->ns[ns].lookups++;
+    m->ns[ns].lookup_tokens += n_tokens;
+    m->ns[ns].hit_tokens += i * m->bt;
+    *n_blocks = i;
+    return 0;
+}
+
+static bool evictable(const model_t *m, uint32_t id, int64_t keep)
+{
+    const model_block_t *b = &m->blocks[id];
+    return b->cached && b->ref == 0 && b->children == 0 && (int64_t)id != keep;
+}
+
+static void drop(model_t *m, uint32_t id)
+{
+    model_block_t *b = &m->blocks[id];
+    b->cached = false;
+    if (b->parent >= 0)
+        m->blocks[b->parent].children--;
+    m->ns[b->ns].cached--;
+    m->ns[b->ns].evicted++;
+    m->evicted[m->n_evicted++] = id;
+}
+
+/* Oldest evictable leaf among namespaces allowed by `eligible`, or -1. */
+static int64_t oldest(const model_t *m, const bool *eligible, int64_t keep)
+{
+    int64_t best = -1;
+    for (uint32_t id = 0; id < m->max_blocks; id++) {
+        if (!evictable(m, id, keep) || !eligible[m->blocks[id].ns])
+            continue;
+        if (best < 0 || m->blocks[id].stamp < m->blocks[best].stamp)
+            best = id;
+    }
+    return best;
+}
+
+int model_insert(model_t *m, uint32_t ns, const uint32_t *tokens, size_t n_tokens,
+                 const uint32_t *ids, size_t n_ids, bool pin, uint32_t *canonical, size_t *n_done)
+{
+    *n_done = 0;
+    if (n_ids > n_tokens / m->bt)
+        return KVS_EINVAL;
+    for (size_t k = 0; k < n_ids; k++)
+        if (ids[k] >= m->max_blocks)
+            return KVS_EINVAL;
+    if (ns >= m->n_ns)
+        return KVS_ENONS;
+    m->tick++;
+    model_ns_t *s = &m->ns[ns];
+    int rc = 0;
+    int64_t cur = -1;
+    size_t i = 0;
+    for (; i < n_ids; i++) {
+        int64_t c = find_child(m, ns, cur, tokens + i * m->bt);
+        if (c < 0)
+            break;
+        if (ids[i] != c && m->blocks[ids[i]].cached) {
+            rc = KVS_EEXIST;
+            break;
+        }
+        model_block_t *b = &m->blocks[c];
+        b->stamp = m->tick;
+        if (pin && b->ref++ == 0)
+            s->pinned++;
+        canonical[i] = (uint32_t)c;
+        s->duplicates++;
+        cur = c;
+    }
+    if (rc) {
+        *n_done = i;
+        return rc;
+    }
+    /* Ids are checked as they are on entry, before any eviction. */
+    size_t stop = i;
+    while (stop < n_ids && !m->blocks[ids[stop]].cached) {
+        bool repeated = false;
+        for (size_t k = i; k < stop; k++)
+            repeated |= ids[k] == ids[stop];
+        if (repeated)
+            break;
+        stop++;
+    }
+    bool only_ns[MODEL_MAX_NS] = {false};
+    only_ns[ns] = true;
+    for (; i < stop; i++) {
+        if (s->quota > 0) {
+            while (s->cached >= s->quota) {
+                int64_t v = oldest(m, only_ns, cur);
+                if (v < 0)
+                    break;
+                drop(m, (uint32_t)v);
+            }
+            if (s->cached >= s->quota) {
+                rc = KVS_EQUOTA;
+                break;
+            }
+        }
+        model_block_t *b = &m->blocks[ids[i]];
+        memset(b, 0, sizeof(*b));
+        b->cached = true;
+        b->ns = ns;
+        b->parent = cur;
+        memcpy(b->tokens, tokens + i * m->bt, m->bt * sizeof(uint32_t));
+        b->stamp = m->tick;
+        if (pin) {
+            b->ref = 1;
+            s->pinned++;
+        }
+        if (cur >= 0)
+            m->blocks[cur].children++;
+        s->cached++;
+        s->inserted++;
+        canonical[i] = ids[i];
+        cur = ids[i];
+    }
+    if (rc == 0 && stop < n_ids)
+        rc = KVS_EEXIST;
+    *n_done = i;
+    return rc;
+}
+
+int model_pin(model_t *m, uint32_t id)
+{
+    if (id >= m->max_blocks)
+        return KVS_EINVAL;
+    model_block_t *b = &m->blocks[id];
+    if (!b->cached)
+        return KVS_ENOTFOUND;
+    if (b->ref++ == 0)
+        m->ns[b->ns].pinned++;
+    return 0;
+}
+
+int model_unpin(model_t *m, uint32_t id)
+{
+    if (id >= m->max_blocks)
+        return KVS_EINVAL;
+    model_block_t *b = &m->blocks[id];
+    if (!b->cached)
+        return KVS_ENOTFOUND;
+    if (b->ref == 0)
+        return KVS_ENOTPINNED;
+    if (--b->ref == 0)
+        m->ns[b->ns].pinned--;
+    return 0;
+}
+
+int model_refcount(const model_t *m, uint32_t id, uint32_t *ref)
+{
+    if (id >= m->max_blocks)
+        return KVS_EINVAL;
+    if (!m->blocks[id].cached)
+        return KVS_ENOTFOUND;
+    *ref = m->blocks[id].ref;
+    return 0;
+}
+
+int model_evict(model_t *m, uint32_t for_ns, size_t n, size_t *n_evicted)
+{
+    if (for_ns != RADIX_NS_ANY && for_ns >= m->n_ns)
+        return KVS_ENONS;
+    size_t done = 0;
+    while (done < n) {
+        bool eligible[MODEL_MAX_NS] = {false};
+        for (uint32_t k = 0; k < m->n_ns; k++)
+            eligible[k] = k == for_ns || m->ns[k].cached > m->ns[k].reserve;
+        int64_t v = oldest(m, eligible, -1);
+        if (v < 0)
+            break;
+        drop(m, (uint32_t)v);
+        done++;
+    }
+    *n_evicted = done;
+    return 0;
+}

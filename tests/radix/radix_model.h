@@ -1,0 +1,55 @@
+/*
+ * A deliberately trivial model of the radix index for differential tests:
+ * a flat array of cached blocks indexed by block id, each knowing its
+ * namespace, parent block, tokens, pins and last-use tick. Every operation
+ * is a linear scan. It implements the semantics written in radix.h, not the
+ * tree's data structures.
+ */
+#ifndef KVS_RADIX_MODEL_H
+#define KVS_RADIX_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define MODEL_MAX_BT 16
+#define MODEL_MAX_NS 8
+
+typedef struct model_block {
+    bool cached;
+    uint32_t ns;
+    int64_t parent; /* block id, -1 at the root */
+    uint32_t tokens[MODEL_MAX_BT];
+    uint32_t ref;
+    uint64_t stamp;
+    uint32_t children;
+} model_block_t;
+
+typedef struct model_ns {
+    uint32_t quota, reserve;
+    uint64_t lookups, lookup_tokens, hit_tokens, inserted, duplicates, evicted;
+    uint32_t cached, pinned;
+} model_ns_t;
+
+typedef struct model {
+    uint32_t bt, max_blocks, n_ns;
+    model_block_t *blocks;
+    model_ns_t ns[MODEL_MAX_NS];
+    uint64_t tick;
+    uint32_t *evicted; /* ids in eviction order since the last reset */
+    size_t n_evicted;
+} model_t;
+
+int model_init(model_t *m, uint32_t bt, uint32_t max_blocks);
+void model_fini(model_t *m);
+uint32_t model_ns_create(model_t *m, uint32_t quota, uint32_t reserve);
+int model_lookup(model_t *m, uint32_t ns, const uint32_t *tokens, size_t n_tokens, bool pin,
+                 uint32_t *ids, size_t max_ids, size_t *n_blocks);
+int model_insert(model_t *m, uint32_t ns, const uint32_t *tokens, size_t n_tokens,
+                 const uint32_t *ids, size_t n_ids, bool pin, uint32_t *canonical, size_t *n_done);
+int model_pin(model_t *m, uint32_t id);
+int model_unpin(model_t *m, uint32_t id);
+int model_refcount(const model_t *m, uint32_t id, uint32_t *ref);
+int model_evict(model_t *m, uint32_t for_ns, size_t n, size_t *n_evicted);
+
+#endif

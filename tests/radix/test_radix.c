@@ -1,0 +1,1230 @@
+/* Unit tests of the prefix index, one group per operation, and a seeded
+ * differential test against the flat model in radix_model.c. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "radix.h"
+#include "radix_model.h"
+
+#define BT 4
+
+/* ---- helpers -------------------------------------------------------------- */
+
+typedef struct evictions {
+    uint32_t ids[4096];
+    size_t n;
+} evictions_t;
+
+static void record_evict(void *ctx, uint32_t block_id)
+{
+    evictions_t *e = ctx;
+    if (e->n < sizeof(e->ids) / sizeof(e->ids[0]))
+        e->ids[e->n] = block_id;
+    e->n++;
+}
+
+static evictions_t ev;
+
+static radix_tree_t *tree_with(uint32_t bt, uint32_t max_blocks, radix_hash_fn hash)
+{
+    radix_config_t cfg = {.block_tokens = bt,
+                          .max_blocks = max_blocks,
+                          .on_evict = record_evict,
+                          .evict_ctx = &ev,
+                          .hash = hash};
+    radix_tree_t *t = NULL;
+    memset(&ev, 0, sizeof(ev));
+    ck_assert_int_eq(radix_new(&cfg, &t), 0);
+    ck_assert_ptr_nonnull(t);
+    return t;
+}
+
+static uint32_t ns_new(radix_tree_t *t, const char *name, uint32_t quota, uint32_t reserve)
+{
+    uint32_t ns = 99;
+    ck_assert_int_eq(radix_ns_create(t, name, 0x1234 + strlen(name), quota, reserve, &ns), 0);
+    return ns;
+}
+
+/* Prompt of n tokens: token k = base * 1000 + k, so prompts with different
+ * bases share nothing. */
+static void prompt(uint32_t *tok, size_t n, uint32_t base)
+{
+    for (size_t k = 0; k < n; k++)
+        tok[k] = base * 1000 + (uint32_t)k;
+}
+
+/* Inserts n_ids blocks with ids first_id, first_id+1, ...; checks rc. */
+static void insert_run(radix_tree_t *t, uint32_t ns, const uint32_t *tok, size_t n_ids,
+                       uint32_t first_id, bool pin, int want_rc)
+{
+    uint32_t ids[512], canon[512];
+    size_t done = 999;
+    for (size_t k = 0; k < n_ids; k++)
+        ids[k] = first_id + (uint32_t)k;
+    ck_assert_int_eq(radix_insert(t, ns, tok, n_ids * BT, ids, n_ids, pin, canon, &done), want_rc);
+    ck_assert_int_eq(radix_check(t), 0);
+}
+
+static size_t lookup_n(radix_tree_t *t, uint32_t ns, const uint32_t *tok, size_t n_tokens,
+                       uint32_t *ids)
+{
+    uint32_t tmp[512];
+    size_t n = 999;
+    ck_assert_int_eq(radix_lookup(t, ns, tok, n_tokens, false, ids ? ids : tmp, 512, &n), 0);
+    ck_assert_int_eq(radix_check(t), 0);
+    return n;
+}
+
+/* ---- tree and namespaces --------------------------------------------------- */
+
+START_TEST(test_new_args)
+{
+    radix_tree_t *t = NULL;
+    radix_config_t cfg = {.block_tokens = 0, .max_blocks = 10};
+    ck_assert_int_eq(radix_new(&cfg, &t), KVS_EINVAL);
+    cfg.block_tokens = 16;
+    cfg.max_blocks = 0;
+    ck_assert_int_eq(radix_new(&cfg, &t), KVS_EINVAL);
+    ck_assert_int_eq(radix_new(NULL, &t), KVS_EINVAL);
+    ck_assert_ptr_null(t);
+    radix_free(NULL);
+    cfg.max_blocks = 10;
+    ck_assert_int_eq(radix_new(&cfg, &t), 0);
+    ck_assert_int_eq(radix_cached_blocks(t), 0);
+    ck_assert_int_eq(radix_check(t), 0);
+    ck_assert_uint_gt(radix_memory_bytes(t), 0);
+    radix_free(t);
+}
+END_TEST
+
+START_TEST(test_namespaces)
+{
+    radix_tree_t *t = tree_with(BT, 64, NULL);
+    uint32_t a = ns_new(t, "a", 0, 0), b = ns_new(t, "tenant-b", 5, 2), x = 7;
+    ck_assert_uint_eq(a, 0);
+    ck_assert_uint_eq(b, 1);
+    ck_assert_uint_eq(radix_ns_count(t), 2);
+    ck_assert_int_eq(radix_ns_create(t, "a", 1, 0, 0, &x), KVS_EEXIST);
+    ck_assert_int_eq(radix_ns_create(t, "", 1, 0, 0, &x), KVS_EINVAL);
+    char long_name[80];
+    memset(long_name, 'n', 64);
+    long_name[64] = '\0';
+    ck_assert_int_eq(radix_ns_create(t, long_name, 1, 0, 0, &x), KVS_EINVAL);
+    long_name[63] = '\0';
+    ck_assert_int_eq(radix_ns_create(t, long_name, 1, 0, 0, &x), 0);
+    ck_assert_uint_eq(x, 2);
+    ck_assert_int_eq(radix_ns_find(t, "tenant-b", &x), 0);
+    ck_assert_uint_eq(x, b);
+    ck_assert_int_eq(radix_ns_find(t, "nope", &x), KVS_ENONS);
+    ck_assert_str_eq(radix_ns_name(t, a), "a");
+    ck_assert_ptr_null(radix_ns_name(t, 3));
+    radix_ns_stats_t st;
+    ck_assert_int_eq(radix_ns_stats(t, b, &st), 0);
+    ck_assert_uint_eq(st.quota, 5);
+    ck_assert_uint_eq(st.reserve, 2);
+    ck_assert_int_eq(radix_ns_stats(t, 9, &st), KVS_ENONS);
+    ck_assert_int_eq(radix_ns_set_limits(t, b, 7, 1), 0);
+    ck_assert_int_eq(radix_ns_stats(t, b, &st), 0);
+    ck_assert_uint_eq(st.quota, 7);
+    ck_assert_uint_eq(st.reserve, 1);
+    ck_assert_int_eq(radix_ns_set_limits(t, 9, 7, 1), KVS_ENONS);
+    ck_assert_int_eq(radix_check(t), 0);
+    radix_free(t);
+}
+END_TEST
+
+START_TEST(test_namespace_isolation)
+{
+    radix_tree_t *t = tree_with(BT, 64, NULL);
+    uint32_t a = ns_new(t, "a", 0, 0), b = ns_new(t, "b", 0, 0);
+    uint32_t tok[4 * BT];
+    prompt(tok, 4 * BT, 1);
+    insert_run(t, a, tok, 4, 0, false, 0);
+    ck_assert_uint_eq(lookup_n(t, b, tok, 4 * BT, NULL), 0);
+    ck_assert_uint_eq(lookup_n(t, a, tok, 4 * BT, NULL), 4);
+    /* The same prompt in b is a separate prefix with its own blocks. */
+    insert_run(t, b, tok, 4, 10, false, 0);
+    uint32_t ids[8];
+    ck_assert_uint_eq(lookup_n(t, b, tok, 4 * BT, ids), 4);
+    ck_assert_uint_eq(ids[0], 10);
+    ck_assert_uint_eq(lookup_n(t, a, tok, 4 * BT, ids), 4);
+    ck_assert_uint_eq(ids[0], 0);
+    radix_free(t);
+}
+END_TEST
+
+/* ---- lookup ------------------------------------------------------------------ */
+
+START_TEST(test_lookup_edges)
+{
+    radix_tree_t *t = tree_with(BT, 64, NULL);
+    uint32_t ns = ns_new(t, "a", 0, 0);
+    uint32_t tok[8 * BT], ids[8];
+    size_t n = 99;
+    prompt(tok, 8 * BT, 1);
+    /* Empty prompt: tokens may be NULL. */
+    ck_assert_int_eq(radix_lookup(t, ns, NULL, 0, false, ids, 8, &n), 0);
+    ck_assert_uint_eq(n, 0);
+    ck_assert_int_eq(radix_lookup(t, ns, NULL, 3, false, ids, 8, &n), KVS_EINVAL);
+    ck_assert_int_eq(radix_lookup(t, ns, tok, 8, false, NULL, 8, &n), KVS_EINVAL);
+    ck_assert_int_eq(radix_lookup(t, 5, tok, 8, false, ids, 8, &n), KVS_ENONS);
+    insert_run(t, ns, tok, 4, 0, false, 0);
+    /* Shorter than a block: nothing, even though the first tokens match. */
+    ck_assert_uint_eq(lookup_n(t, ns, tok, BT - 1, NULL), 0);
+    /* A partial last block never matches: 2 full blocks + 3 tokens. */
+    ck_assert_uint_eq(lookup_n(t, ns, tok, 2 * BT + 3, ids), 2);
+    ck_assert_uint_eq(ids[0], 0);
+    ck_assert_uint_eq(ids[1], 1);
+    /* Longer prompt: the cached 4 blocks. */
+    ck_assert_uint_eq(lookup_n(t, ns, tok, 8 * BT, ids), 4);
+    /* max_ids stops matching. */
+    ck_assert_int_eq(radix_lookup(t, ns, tok, 8 * BT, false, ids, 3, &n), 0);
+    ck_assert_uint_eq(n, 3);
+    ck_assert_int_eq(radix_lookup(t, ns, tok, 8 * BT, false, NULL, 0, &n), 0);
+    ck_assert_uint_eq(n, 0);
+    /* A change in the middle of block 2 stops the match at 2 blocks. */
+    tok[2 * BT + 1] ^= 1;
+    ck_assert_uint_eq(lookup_n(t, ns, tok, 8 * BT, ids), 2);
+    radix_ns_stats_t st;
+    ck_assert_int_eq(radix_ns_stats(t, ns, &st), 0);
+    ck_assert_uint_eq(st.lookups, 7);
+    ck_assert_uint_eq(st.lookup_tokens, (BT - 1) + (2 * BT + 3) + 4 * 8 * BT);
+    ck_assert_uint_eq(st.hit_tokens, (2 + 4 + 3 + 2) * BT);
+    radix_free(t);
+}
+END_TEST
+
+START_TEST(test_lookup_pin)
+{
+    radix_tree_t *t = tree_with(BT, 64, NULL);
+    uint32_t ns = ns_new(t, "a", 0, 0);
+    uint32_t tok[4 * BT], ids[4], ref = 9;
+    size_t n = 0;
+    prompt(tok, 4 * BT, 1);
+    insert_run(t, ns, tok, 4, 20, false, 0);
+    ck_assert_int_eq(radix_lookup(t, ns, tok, 3 * BT, true, ids, 4, &n), 0);
+    ck_assert_uint_eq(n, 3);
+    ck_assert_int_eq(radix_check(t), 0);
+    ck_assert_uint_eq(radix_pinned_blocks(t), 3);
+    ck_assert_int_eq(radix_block_refcount(t, 22, &ref), 0);
+    ck_assert_uint_eq(ref, 1);
+    ck_assert_int_eq(radix_block_refcount(t, 23, &ref), 0);
+    ck_assert_uint_eq(ref, 0);
+    /* Only the unpinned tail can go. */
+    size_t got = 0;
+    ck_assert_int_eq(radix_evict(t, RADIX_NS_ANY, 10, &got), 0);
+    ck_assert_uint_eq(got, 1);
+    ck_assert_uint_eq(ev.ids[0], 23);
+    for (size_t k = 0; k < n; k++)
+        ck_assert_int_eq(radix_unpin(t, ids[k]), 0);
+    ck_assert_uint_eq(radix_pinned_blocks(t), 0);
+    ck_assert_int_eq(radix_check(t), 0);
+    ck_assert_int_eq(radix_evict(t, RADIX_NS_ANY, 10, &got), 0);
+    ck_assert_uint_eq(got, 3);
+    /* Leaf first: a parent becomes evictable when its last child goes. */
+    ck_assert_uint_eq(ev.ids[1], 22);
+    ck_assert_uint_eq(ev.ids[2], 21);
+    ck_assert_uint_eq(ev.ids[3], 20);
+    ck_assert_uint_eq(radix_cached_blocks(t), 0);
+    ck_assert_int_eq(radix_check(t), 0);
+    radix_free(t);
+}
+END_TEST
+
+/* ---- insert ------------------------------------------------------------------ */
+
+START_TEST(test_insert_args)
+{
+    radix_tree_t *t = tree_with(BT, 16, NULL);
+    uint32_t ns = ns_new(t, "a", 0, 0);
+    uint32_t tok[4 * BT], ids[4] = {0, 1, 2, 3}, canon[4];
+    size_t done = 7;
+    prompt(tok, 4 * BT, 1);
+    /* A partial block cannot be inserted. */
+    ck_assert_int_eq(radix_insert(t, ns, tok, 3 * BT + 2, ids, 4, false, canon, &done), KVS_EINVAL);
+    ids[2] = 16;
+    ck_assert_int_eq(radix_insert(t, ns, tok, 4 * BT, ids, 4, false, canon, &done), KVS_EINVAL);
+    ids[2] = 2;
+    ck_assert_int_eq(radix_insert(t, ns, NULL, 4 * BT, ids, 4, false, canon, &done), KVS_EINVAL);
+    ck_assert_int_eq(radix_insert(t, ns, tok, 4 * BT, ids, 4, false, NULL, &done), KVS_EINVAL);
+    ck_assert_int_eq(radix_insert(t, 3, tok, 4 * BT, ids, 4, false, canon, &done), KVS_ENONS);
+    ck_assert_uint_eq(radix_cached_blocks(t), 0);
+    /* Empty inserts are fine. */
+    ck_assert_int_eq(radix_insert(t, ns, NULL, 0, NULL, 0, false, NULL, &done), 0);
+    ck_assert_uint_eq(done, 0);
+    ck_assert_int_eq(radix_insert(t, ns, tok, BT - 1, NULL, 0, false, NULL, &done), 0);
+    /* Fewer ids than full blocks: only those are cached. */
+    ck_assert_int_eq(radix_insert(t, ns, tok, 4 * BT + 1, ids, 2, false, canon, &done), 0);
+    ck_assert_uint_eq(done, 2);
+    ck_assert_uint_eq(radix_cached_blocks(t), 2);
+    ck_assert_int_eq(radix_check(t), 0);
+    radix_free(t);
+}
+END_TEST
+
+START_TEST(test_insert_duplicates)
+{
+    radix_tree_t *t = tree_with(BT, 64, NULL);
+    uint32_t ns = ns_new(t, "a", 0, 0);
+    uint32_t tok[6 * BT], ids[6], canon[6], ref;
+    size_t done;
+    prompt(tok, 6 * BT, 1);
+    insert_run(t, ns, tok, 3, 0, false, 0);
+    /* Re-insert of the cached prefix plus 3 new blocks. */
+    for (uint32_t k = 0; k < 6; k++)
+        ids[k] = 30 + k;
+    ck_assert_int_eq(radix_insert(t, ns, tok, 6 * BT, ids, 6, true, canon, &done), 0);
+    ck_assert_uint_eq(done, 6);
+    ck_assert_int_eq(radix_check(t), 0);
+    uint32_t want[6] = {0, 1, 2, 33, 34, 35};
+    for (int k = 0; k < 6; k++)
+        ck_assert_uint_eq(canon[k], want[k]);
+    /* The duplicates stay the caller's: not cached. The canonical ones are pinned. */
+    ck_assert_int_eq(radix_block_refcount(t, 30, &ref), KVS_ENOTFOUND);
+    ck_assert_int_eq(radix_block_refcount(t, 1, &ref), 0);
+    ck_assert_uint_eq(ref, 1);
+    ck_assert_int_eq(radix_block_refcount(t, 34, &ref), 0);
+    ck_assert_uint_eq(ref, 1);
+    radix_ns_stats_t st;
+    ck_assert_int_eq(radix_ns_stats(t, ns, &st), 0);
+    ck_assert_uint_eq(st.inserted_blocks, 6);
+    ck_assert_uint_eq(st.duplicate_blocks, 3);
+    ck_assert_uint_eq(st.cached_blocks, 6);
+    ck_assert_uint_eq(st.pinned_blocks, 6);
+    /* Same ids again: all duplicates of themselves. */
+    ck_assert_int_eq(radix_insert(t, ns, tok, 6 * BT, want, 6, false, canon, &done), 0);
+    ck_assert_uint_eq(done, 6);
+    for (int k = 0; k < 6; k++)
+        ck_assert_uint_eq(canon[k], want[k]);
+    ck_assert_uint_eq(radix_cached_blocks(t), 6);
+    ck_assert_uint_eq(lookup_n(t, ns, tok, 6 * BT, ids), 6);
+    ck_assert_uint_eq(ids[5], 35);
+    radix_free(t);
+}
+END_TEST
+
+START_TEST(test_insert_split_and_extend)
+{
+    radix_tree_t *t = tree_with(BT, 64, NULL);
+    uint32_t ns = ns_new(t, "a", 0, 0);
+    uint32_t a[8 * BT], b[8 * BT], ids[8];
+    prompt(a, 8 * BT, 1);
+    memcpy(b, a, sizeof(b));
+    b[3 * BT] = 777; /* b shares 3 blocks with a */
+    insert_run(t, ns, a, 6, 0, false, 0);
+    insert_run(t, ns, b, 6, 10, false, 0);
+    ck_assert_uint_eq(radix_cached_blocks(t), 9);
+    ck_assert_uint_eq(lookup_n(t, ns, b, 8 * BT, ids), 6);
+    ck_assert_uint_eq(ids[2], 2);
+    ck_assert_uint_eq(ids[3], 13);
+    ck_assert_uint_eq(lookup_n(t, ns, a, 8 * BT, ids), 6);
+    ck_assert_uint_eq(ids[5], 5);
+    /* Extending a leaf one block at a time. */
+    for (uint32_t k = 6; k < 8; k++) {
+        uint32_t run[8];
+        uint32_t canon[8];
+        size_t done;
+        for (uint32_t j = 0; j <= k; j++)
+            run[j] = j < 6 ? j : 20 + j;
+        ck_assert_int_eq(radix_insert(t, ns, a, (k + 1) * BT, run, k + 1, false, canon, &done), 0);
+        ck_assert_uint_eq(done, k + 1);
+        ck_assert_uint_eq(canon[k], 20 + k);
+        ck_assert_int_eq(radix_check(t), 0);
+    }
+    ck_assert_uint_eq(lookup_n(t, ns, a, 8 * BT, ids), 8);
+    ck_assert_uint_eq(ids[7], 27);
+    /* Split at the very first block: a prompt diverging after block 0. */
+    uint32_t c[4 * BT];
+    memcpy(c, a, sizeof(c));
+    c[BT] = 555;
+    insert_run(t, ns, c, 4, 40, false, 0);
+    ck_assert_uint_eq(lookup_n(t, ns, c, 4 * BT, ids), 4);
+    ck_assert_uint_eq(ids[0], 0);
+    ck_assert_uint_eq(ids[1], 41);
+    radix_free(t);
+}
+END_TEST
+
+START_TEST(test_insert_eexist)
+{
+    radix_tree_t *t = tree_with(BT, 64, NULL);
+    uint32_t ns = ns_new(t, "a", 0, 0);
+    uint32_t a[4 * BT], b[4 * BT], canon[4];
+    size_t done;
+    prompt(a, 4 * BT, 1);
+    prompt(b, 4 * BT, 2);
+    insert_run(t, ns, a, 4, 0, false, 0);
+    /* Block 2 of b names id 1, which holds a's block 1. */
+    uint32_t ids[4] = {10, 11, 1, 13};
+    ck_assert_int_eq(radix_insert(t, ns, b, 4 * BT, ids, 4, false, canon, &done), KVS_EEXIST);
+    ck_assert_uint_eq(done, 2);
+    ck_assert_int_eq(radix_check(t), 0);
+    ck_assert_uint_eq(radix_cached_blocks(t), 6);
+    /* A repeated id inside one insert. */
+    uint32_t c[4 * BT];
+    prompt(c, 4 * BT, 3);
+    uint32_t rep[4] = {20, 21, 20, 22};
+    ck_assert_int_eq(radix_insert(t, ns, c, 4 * BT, rep, 4, false, canon, &done), KVS_EEXIST);
+    ck_assert_uint_eq(done, 2);
+    ck_assert_int_eq(radix_check(t), 0);
+    radix_free(t);
+}
+END_TEST
+
+/* ---- pins --------------------------------------------------------------------- */
+
+START_TEST(test_pin_unpin)
+{
+    radix_tree_t *t = tree_with(BT, 64, NULL);
+    uint32_t ns = ns_new(t, "a", 0, 0);
+    uint32_t tok[3 * BT], ref;
+    prompt(tok, 3 * BT, 1);
+    insert_run(t, ns, tok, 3, 5, false, 0);
+    ck_assert_int_eq(radix_pin(t, 64), KVS_EINVAL);
+    ck_assert_int_eq(radix_pin(t, 4), KVS_ENOTFOUND);
+    ck_assert_int_eq(radix_unpin(t, 64), KVS_EINVAL);
+    ck_assert_int_eq(radix_unpin(t, 4), KVS_ENOTFOUND);
+    ck_assert_int_eq(radix_block_refcount(t, 64, &ref), KVS_EINVAL);
+    /* Unpin of an unpinned block: an error, and nothing changes. */
+    radix_ns_stats_t before, after;
+    ck_assert_int_eq(radix_ns_stats(t, ns, &before), 0);
+    size_t mem = radix_memory_bytes(t);
+    ck_assert_int_eq(radix_unpin(t, 6), KVS_ENOTPINNED);
+    ck_assert_int_eq(radix_ns_stats(t, ns, &after), 0);
+    ck_assert_int_eq(memcmp(&before, &after, sizeof(before)), 0);
+    ck_assert_uint_eq(radix_memory_bytes(t), mem);
+    ck_assert_int_eq(radix_block_refcount(t, 6, &ref), 0);
+    ck_assert_uint_eq(ref, 0);
+    ck_assert_int_eq(radix_check(t), 0);
+    /* Two pins, two unpins. */
+    ck_assert_int_eq(radix_pin(t, 7), 0);
+    ck_assert_int_eq(radix_pin(t, 7), 0);
+    ck_assert_uint_eq(radix_pinned_blocks(t), 1);
+    ck_assert_int_eq(radix_check(t), 0);
+    size_t got;
+    ck_assert_int_eq(radix_evict(t, ns, 5, &got), 0);
+    ck_assert_uint_eq(got, 0);
+    ck_assert_int_eq(radix_unpin(t, 7), 0);
+    ck_assert_int_eq(radix_block_refcount(t, 7, &ref), 0);
+    ck_assert_uint_eq(ref, 1);
+    ck_assert_int_eq(radix_unpin(t, 7), 0);
+    ck_assert_int_eq(radix_unpin(t, 7), KVS_ENOTPINNED);
+    ck_assert_uint_eq(radix_pinned_blocks(t), 0);
+    ck_assert_int_eq(radix_check(t), 0);
+    /* Pinning a middle block keeps it and its ancestors, not its descendants. */
+    ck_assert_int_eq(radix_pin(t, 6), 0);
+    ck_assert_int_eq(radix_evict(t, ns, 5, &got), 0);
+    ck_assert_uint_eq(got, 1);
+    ck_assert_uint_eq(ev.ids[0], 7);
+    ck_assert_uint_eq(radix_cached_blocks(t), 2);
+    ck_assert_int_eq(radix_check(t), 0);
+    radix_free(t);
+}
+END_TEST
+
+/* ---- eviction ------------------------------------------------------------------- */
+
+START_TEST(test_evict_lru_order)
+{
+    radix_tree_t *t = tree_with(BT, 64, NULL);
+    uint32_t ns = ns_new(t, "a", 0, 0);
+    uint32_t p[3][2 * BT];
+    for (uint32_t k = 0; k < 3; k++) {
+        prompt(p[k], 2 * BT, k + 1);
+        insert_run(t, ns, p[k], 2, 10 * k, false, 0);
+    }
+    /* Use prompt 0 (fully) and the first block of prompt 1. */
+    ck_assert_uint_eq(lookup_n(t, ns, p[0], 2 * BT, NULL), 2);
+    ck_assert_uint_eq(lookup_n(t, ns, p[1], BT, NULL), 1);
+    size_t got;
+    ck_assert_int_eq(radix_evict(t, RADIX_NS_ANY, 6, &got), 0);
+    ck_assert_uint_eq(got, 6);
+    /* Leaf stamps: p1's leaf (insert 2) < p2's leaf (insert 3) < p0 (lookup);
+     * p1's first block was used by the last lookup, so it goes last. */
+    uint32_t want[6] = {11, 21, 20, 1, 0, 10};
+    for (int k = 0; k < 6; k++)
+        ck_assert_uint_eq(ev.ids[k], want[k]);
+    ck_assert_int_eq(radix_check(t), 0);
+    radix_ns_stats_t st;
+    ck_assert_int_eq(radix_ns_stats(t, ns, &st), 0);
+    ck_assert_uint_eq(st.evicted_blocks, 6);
+    ck_assert_uint_eq(st.cached_blocks, 0);
+    radix_free(t);
+}
+END_TEST
+
+START_TEST(test_evict_out_of_order_unpins)
+{
+    /* Leaves that become evictable with a stamp between the oldest and the
+     * newest queued leaf go through the heap; pin/unpin cycles leave stale
+     * heap entries that must be dropped, and the order must stay exact. */
+    enum { N = 120 };
+    radix_tree_t *t = tree_with(BT, 2 * N, NULL);
+    uint32_t ns = ns_new(t, "a", 0, 0);
+    uint32_t tok[BT];
+    prompt(tok, BT, 1000);
+    insert_run(t, ns, tok, 1, 0, false, 0); /* A: oldest */
+    for (uint32_t k = 0; k < N; k++) {
+        prompt(tok, BT, k + 1);
+        insert_run(t, ns, tok, 1, 1 + k, true, 0); /* P_k, pinned */
+    }
+    prompt(tok, BT, 2000);
+    insert_run(t, ns, tok, 1, N + 1, false, 0); /* B: newest */
+    bool pinned[N];
+    for (uint32_t k = 0; k < N; k++)
+        pinned[k] = true;
+    for (uint32_t round = 0; round < 8; round++) {
+        for (uint32_t k = 0; k < N; k++) {
+            uint32_t p = (k * 7) % N;
+            if (pinned[p])
+                ck_assert_int_eq(radix_unpin(t, 1 + p), 0);
+            pinned[p] = false;
+        }
+        ck_assert_int_eq(radix_check(t), 0);
+        /* Pin half again: their heap entries go stale, the others stay. */
+        for (uint32_t k = 0; k < N / 2; k++) {
+            uint32_t p = (k * 11 + round) % N;
+            if (!pinned[p])
+                ck_assert_int_eq(radix_pin(t, 1 + p), 0);
+            pinned[p] = true;
+        }
+        ck_assert_int_eq(radix_check(t), 0);
+    }
+    for (uint32_t p = 0; p < N; p++)
+        if (pinned[p])
+            ck_assert_int_eq(radix_unpin(t, 1 + p), 0);
+    ck_assert_int_eq(radix_check(t), 0);
+    size_t got;
+    ck_assert_int_eq(radix_evict(t, ns, 2 * N, &got), 0);
+    ck_assert_uint_eq(got, N + 2);
+    for (uint32_t k = 0; k < N + 2; k++)
+        ck_assert_uint_eq(ev.ids[k], k); /* A, P_0 .. P_N-1, B: by last use */
+    ck_assert_int_eq(radix_check(t), 0);
+    radix_free(t);
+}
+END_TEST
+
+START_TEST(test_evict_all_pinned)
+{
+    radix_tree_t *t = tree_with(BT, 64, NULL);
+    uint32_t a = ns_new(t, "a", 0, 0), b = ns_new(t, "b", 0, 0);
+    uint32_t tok[4 * BT];
+    for (uint32_t k = 0; k < 4; k++) {
+        prompt(tok, 4 * BT, k + 1);
+        insert_run(t, k % 2 ? b : a, tok, 4, 10 * k, true, 0);
+    }
+    size_t got = 9;
+    ck_assert_int_eq(radix_evict(t, RADIX_NS_ANY, 100, &got), 0);
+    ck_assert_uint_eq(got, 0);
+    ck_assert_int_eq(radix_evict(t, a, 100, &got), 0);
+    ck_assert_uint_eq(got, 0);
+    ck_assert_int_eq(radix_evict(t, 7, 100, &got), KVS_ENONS);
+    ck_assert_uint_eq(ev.n, 0);
+    ck_assert_uint_eq(radix_cached_blocks(t), 16);
+    ck_assert_int_eq(radix_check(t), 0);
+    radix_free(t);
+}
+END_TEST
+
+START_TEST(test_quota)
+{
+    radix_tree_t *t = tree_with(BT, 64, NULL);
+    uint32_t ns = ns_new(t, "q", 4, 0), other = ns_new(t, "o", 0, 0);
+    uint32_t a[3 * BT], b[3 * BT], c[3 * BT], ids[3] = {20, 21, 22}, canon[3];
+    size_t done;
+    prompt(a, 3 * BT, 1);
+    prompt(b, 3 * BT, 2);
+    prompt(c, 3 * BT, 3);
+    insert_run(t, other, c, 3, 40, false, 0);
+    insert_run(t, ns, a, 3, 0, false, 0);
+    /* Needs 2 more slots: the namespace's own two oldest leaves go (a's tail). */
+    ck_assert_int_eq(radix_insert(t, ns, b, 3 * BT, ids, 3, false, canon, &done), 0);
+    ck_assert_uint_eq(done, 3);
+    ck_assert_uint_eq(ev.n, 2);
+    ck_assert_uint_eq(ev.ids[0], 2);
+    ck_assert_uint_eq(ev.ids[1], 1);
+    ck_assert_uint_eq(radix_cached_blocks(t), 7);
+    ck_assert_int_eq(radix_check(t), 0);
+    /* Everything pinned: insertion stops at the quota. */
+    uint32_t got_ids[3];
+    size_t n;
+    ck_assert_int_eq(radix_lookup(t, ns, b, 3 * BT, true, got_ids, 3, &n), 0);
+    ck_assert_int_eq(radix_pin(t, 0), 0);
+    uint32_t ids2[3] = {30, 31, 32};
+    ck_assert_int_eq(radix_insert(t, ns, c, 3 * BT, ids2, 3, false, canon, &done), KVS_EQUOTA);
+    ck_assert_uint_eq(done, 0);
+    ck_assert_int_eq(radix_check(t), 0);
+    /* One slot free: one block goes in. */
+    ck_assert_int_eq(radix_unpin(t, 0), 0);
+    ck_assert_int_eq(radix_insert(t, ns, c, 3 * BT, ids2, 3, true, canon, &done), KVS_EQUOTA);
+    ck_assert_uint_eq(done, 1);
+    ck_assert_uint_eq(canon[0], 30);
+    radix_ns_stats_t st;
+    ck_assert_int_eq(radix_ns_stats(t, ns, &st), 0);
+    ck_assert_uint_eq(st.cached_blocks, 4);
+    ck_assert_int_eq(radix_check(t), 0);
+    /* A lowered quota applies at the next insert. */
+    for (uint32_t k = 0; k < 3; k++)
+        ck_assert_int_eq(radix_unpin(t, got_ids[k]), 0);
+    ck_assert_int_eq(radix_unpin(t, 30), 0);
+    ck_assert_int_eq(radix_ns_set_limits(t, ns, 2, 0), 0);
+    ck_assert_int_eq(radix_ns_stats(t, ns, &st), 0);
+    ck_assert_uint_eq(st.cached_blocks, 4);
+    uint32_t d[BT], id50 = 50;
+    prompt(d, BT, 9);
+    ck_assert_int_eq(radix_insert(t, ns, d, BT, &id50, 1, false, canon, &done), 0);
+    ck_assert_int_eq(radix_ns_stats(t, ns, &st), 0);
+    ck_assert_uint_eq(st.cached_blocks, 2);
+    ck_assert_int_eq(radix_check(t), 0);
+    radix_free(t);
+}
+END_TEST
+
+START_TEST(test_quota_keeps_attach_point)
+{
+    /* The block a new block hangs from is the namespace's only evictable
+     * leaf: quota eviction must not take it. */
+    radix_tree_t *t = tree_with(BT, 64, NULL);
+    uint32_t ns = ns_new(t, "q", 2, 0);
+    uint32_t a[3 * BT], ids[3] = {0, 1, 2}, canon[3];
+    size_t done;
+    prompt(a, 3 * BT, 1);
+    ck_assert_int_eq(radix_insert(t, ns, a, 2 * BT, ids, 2, false, canon, &done), 0);
+    ck_assert_int_eq(radix_insert(t, ns, a, 3 * BT, ids, 3, false, canon, &done), KVS_EQUOTA);
+    ck_assert_uint_eq(done, 2);
+    ck_assert_uint_eq(ev.n, 0);
+    ck_assert_uint_eq(radix_cached_blocks(t), 2);
+    ck_assert_int_eq(radix_check(t), 0);
+    radix_free(t);
+}
+END_TEST
+
+START_TEST(test_reservation)
+{
+    radix_tree_t *t = tree_with(BT, 64, NULL);
+    uint32_t a = ns_new(t, "a", 0, 3), b = ns_new(t, "b", 0, 0);
+    uint32_t tok[5 * BT];
+    prompt(tok, 5 * BT, 1);
+    insert_run(t, a, tok, 5, 0, false, 0); /* a's blocks are the oldest */
+    prompt(tok, 5 * BT, 2);
+    insert_run(t, b, tok, 5, 10, false, 0);
+    size_t got;
+    /* On behalf of b: a gives 2 (down to its reservation), then b's own. */
+    ck_assert_int_eq(radix_evict(t, b, 4, &got), 0);
+    ck_assert_uint_eq(got, 4);
+    uint32_t want[4] = {4, 3, 14, 13};
+    for (int k = 0; k < 4; k++)
+        ck_assert_uint_eq(ev.ids[k], want[k]);
+    radix_ns_stats_t st;
+    ck_assert_int_eq(radix_ns_stats(t, a, &st), 0);
+    ck_assert_uint_eq(st.cached_blocks, 3);
+    /* On behalf of nobody: a stays at 3. */
+    ck_assert_int_eq(radix_evict(t, RADIX_NS_ANY, 10, &got), 0);
+    ck_assert_uint_eq(got, 3);
+    ck_assert_int_eq(radix_ns_stats(t, a, &st), 0);
+    ck_assert_uint_eq(st.cached_blocks, 3);
+    /* a itself may go below its reservation. */
+    ck_assert_int_eq(radix_evict(t, a, 10, &got), 0);
+    ck_assert_uint_eq(got, 3);
+    ck_assert_uint_eq(radix_cached_blocks(t), 0);
+    ck_assert_int_eq(radix_check(t), 0);
+    radix_free(t);
+}
+END_TEST
+
+/* ---- collisions and fan-out ------------------------------------------------------ */
+
+static uint64_t hash_const(const uint32_t *tokens, size_t n, uint64_t seed)
+{
+    (void)tokens;
+    (void)n;
+    (void)seed;
+    return 42;
+}
+
+START_TEST(test_collisions)
+{
+    /* Every block hashes to 42: prefixes are told apart by their tokens. */
+    radix_tree_t *t = tree_with(BT, 512, hash_const);
+    uint32_t a = ns_new(t, "a", 0, 0), b = ns_new(t, "b", 0, 0);
+    uint32_t tok[40][3 * BT], ids[3];
+    for (uint32_t k = 0; k < 40; k++) {
+        prompt(tok[k], 3 * BT, k + 1);
+        if (k % 3 == 1) /* shares block 0 with prompt k-1, differs after */
+            memcpy(tok[k], tok[k - 1], BT * sizeof(uint32_t));
+        uint32_t c[3];
+        size_t done;
+        uint32_t in[3] = {10 * k, 10 * k + 1, 10 * k + 2};
+        ck_assert_int_eq(radix_insert(t, k < 20 ? a : b, tok[k], 3 * BT, in, 3, false, c, &done),
+                         0);
+        ck_assert_uint_eq(done, 3);
+        ck_assert_int_eq(radix_check(t), 0);
+    }
+    for (uint32_t k = 0; k < 40; k++) {
+        uint32_t ns = k < 20 ? a : b;
+        ck_assert_uint_eq(lookup_n(t, ns, tok[k], 3 * BT, ids), 3);
+        ck_assert_uint_eq(ids[0], k % 3 == 1 ? 10 * (k - 1) : 10 * k);
+        ck_assert_uint_eq(ids[1], 10 * k + 1);
+        ck_assert_uint_eq(ids[2], 10 * k + 2);
+        /* Same hash, other namespace: no match. */
+        ck_assert_uint_eq(lookup_n(t, ns == a ? b : a, tok[k], 3 * BT, NULL), 0);
+    }
+    /* A prompt that collides with everything but matches nothing. */
+    uint32_t other[3 * BT];
+    prompt(other, 3 * BT, 999);
+    ck_assert_uint_eq(lookup_n(t, a, other, 3 * BT, NULL), 0);
+    size_t got;
+    ck_assert_int_eq(radix_evict(t, RADIX_NS_ANY, 1000, &got), 0);
+    ck_assert_uint_eq(radix_cached_blocks(t), 0);
+    ck_assert_int_eq(radix_check(t), 0);
+    radix_free(t);
+}
+END_TEST
+
+START_TEST(test_fanout_10k)
+{
+    enum { N = 10000 };
+    radix_tree_t *t = tree_with(BT, 2 * N + 4, NULL);
+    uint32_t ns = ns_new(t, "a", 0, 0);
+    uint32_t tok[2 * BT], ids[2], canon[2];
+    size_t done;
+    for (uint32_t k = 0; k < N; k++) {
+        prompt(tok, 2 * BT, k + 1);
+        uint32_t in[2] = {2 * k, 2 * k + 1};
+        ck_assert_int_eq(radix_insert(t, ns, tok, 2 * BT, in, 2, false, canon, &done), 0);
+    }
+    ck_assert_int_eq(radix_check(t), 0);
+    for (uint32_t k = 0; k < N; k++) {
+        size_t n;
+        prompt(tok, 2 * BT, k + 1);
+        ck_assert_int_eq(radix_lookup(t, ns, tok, 2 * BT, false, ids, 2, &n), 0);
+        ck_assert_uint_eq(n, 2);
+        ck_assert_uint_eq(ids[0], 2 * k);
+        ck_assert_uint_eq(ids[1], 2 * k + 1);
+    }
+    radix_prefix_t top[3];
+    size_t n_top;
+    ck_assert_int_eq(radix_top(t, ns, RADIX_BY_HITS, top, 3, &n_top), 0);
+    ck_assert_uint_eq(n_top, 3);
+    ck_assert_uint_eq(top[0].hits, 1);
+    ck_assert_int_eq(radix_check(t), 0);
+    radix_free(t);
+}
+END_TEST
+
+/* ---- top and memory ----------------------------------------------------------------- */
+
+START_TEST(test_top)
+{
+    radix_tree_t *t = tree_with(BT, 64, NULL);
+    uint32_t a = ns_new(t, "a", 0, 0), b = ns_new(t, "b", 0, 0);
+    uint32_t sys[6 * BT], u1[6 * BT], u2[6 * BT];
+    prompt(sys, 6 * BT, 1);
+    memcpy(u1, sys, sizeof(u1));
+    memcpy(u2, sys, sizeof(u2));
+    u1[2 * BT] = 7001; /* shared system prompt: 2 blocks */
+    u2[2 * BT] = 7002;
+    insert_run(t, a, u1, 6, 0, false, 0);
+    insert_run(t, a, u2, 5, 10, true, 0);
+    insert_run(t, b, sys, 1, 20, false, 0);
+    for (int k = 0; k < 3; k++)
+        lookup_n(t, a, u2, 6 * BT, NULL);
+    lookup_n(t, a, u1, 2 * BT, NULL);
+    radix_prefix_t rows[8];
+    size_t n;
+    ck_assert_int_eq(radix_top(t, a, RADIX_BY_SIZE, rows, 8, &n), 0);
+    ck_assert_uint_eq(n, 3);
+    /* The system prompt's node holds everything below it. */
+    ck_assert_uint_eq(rows[0].blocks, 2 + 4 + 3);
+    ck_assert_uint_eq(rows[0].tokens, 2 * BT);
+    ck_assert_uint_eq(rows[0].pins, 5);
+    ck_assert_uint_eq(rows[0].hits, 4);
+    ck_assert_uint_eq(rows[1].blocks, 4);
+    ck_assert_uint_eq(rows[1].tokens, 6 * BT);
+    ck_assert_uint_eq(rows[1].last_block_id, 5);
+    ck_assert_uint_eq(rows[2].blocks, 3);
+    ck_assert_uint_eq(rows[2].last_block_id, 14);
+    ck_assert_uint_eq(rows[2].pins, 3);
+    ck_assert_int_eq(radix_top(t, a, RADIX_BY_HITS, rows, 2, &n), 0);
+    ck_assert_uint_eq(n, 2);
+    ck_assert_uint_eq(rows[0].hits, 4);
+    ck_assert_uint_eq(rows[1].hits, 3);
+    ck_assert_uint_eq(rows[1].last_block_id, 14);
+    ck_assert_uint_gt(rows[1].last_used, 0);
+    ck_assert_int_eq(radix_top(t, RADIX_NS_ALL, RADIX_BY_SIZE, rows, 8, &n), 0);
+    ck_assert_uint_eq(n, 4);
+    ck_assert_int_eq(radix_top(t, 5, RADIX_BY_SIZE, rows, 8, &n), KVS_ENONS);
+    ck_assert_int_eq(radix_top(t, a, RADIX_BY_SIZE, NULL, 8, &n), KVS_EINVAL);
+    radix_free(t);
+}
+END_TEST
+
+START_TEST(test_memory)
+{
+    radix_tree_t *t = tree_with(16, 4096, NULL);
+    uint32_t ns = ns_new(t, "a", 0, 0);
+    size_t empty = radix_memory_bytes(t);
+    uint32_t tok[256 * 16], ids[256], canon[256];
+    size_t done;
+    for (uint32_t k = 0; k < 256; k++)
+        ids[k] = k;
+    prompt(tok, 256 * 16, 1);
+    ck_assert_int_eq(radix_insert(t, ns, tok, 256 * 16, ids, 256, false, canon, &done), 0);
+    size_t full = radix_memory_bytes(t);
+    /* At least the token ids, and not absurdly more. */
+    ck_assert_uint_ge(full - empty, 256 * 64);
+    ck_assert_uint_le(full - empty, 256 * (64 + 160));
+    size_t got;
+    ck_assert_int_eq(radix_evict(t, ns, 256, &got), 0);
+    /* Nodes are gone; the table and queues keep their capacity. */
+    ck_assert_uint_lt(radix_memory_bytes(t), empty + 2048);
+    radix_free(t);
+}
+END_TEST
+
+/* ---- differential test ------------------------------------------------------------------ */
+
+static uint64_t rng_state;
+
+static uint32_t rnd(uint32_t n)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)((rng_state >> 11) % n);
+}
+
+/* Weak chained hash: a few values, so collisions are everywhere. */
+static uint64_t hash_weak(const uint32_t *tokens, size_t n, uint64_t seed)
+{
+    (void)n;
+    return (seed * 31 + tokens[0]) & 3;
+}
+
+typedef struct diff_cfg {
+    uint64_t seed;
+    long ops;
+    uint32_t bt, vocab, max_blocks;
+    radix_hash_fn hash;
+    bool sparse; /* tokens mostly 0: long blocks still share prefixes */
+} diff_cfg_t;
+
+#define MAX_PROMPT_BLOCKS 10
+#define MAX_BT            16
+
+/* Check records every passing ck_assert; the differential loop makes
+ * millions of comparisons, so it only calls into Check on a failure. */
+#define DIFF_EQ(a, b)                                                                              \
+    do {                                                                                           \
+        long long a_ = (long long)(a), b_ = (long long)(b);                                        \
+        if (a_ != b_)                                                                              \
+            ck_abort_msg("step %ld: %s == %lld, %s == %lld", step, #a, a_, #b, b_);                \
+    } while (0)
+
+static void diff_run(const diff_cfg_t *dc)
+{
+    long step = -1;
+    radix_tree_t *t = tree_with(dc->bt, dc->max_blocks, dc->hash);
+    model_t m;
+    DIFF_EQ(model_init(&m, dc->bt, dc->max_blocks), 0);
+    /* KVS_RADIX_SEED=n reruns the same test with other seeds. */
+    const char *seed_env = getenv("KVS_RADIX_SEED");
+    rng_state = dc->seed ^ (seed_env ? strtoull(seed_env, NULL, 0) * 0x9E3779B97F4A7C15ull : 0);
+    if (rng_state == 0)
+        rng_state = 1;
+    uint32_t quotas[3] = {0, 16, 0}, reserves[3] = {0, 0, 12};
+    const char *names[3] = {"free", "quota", "reserve"};
+    for (uint32_t k = 0; k < 3; k++) {
+        uint32_t ns;
+        DIFF_EQ(radix_ns_create(t, names[k], 100 + k, quotas[k], reserves[k], &ns), 0);
+        DIFF_EQ(model_ns_create(&m, quotas[k], reserves[k]), ns);
+    }
+    enum { MAX_HELD = 4096 };
+    uint32_t *held = malloc(MAX_HELD * sizeof(*held)); /* pins this test holds */
+    size_t n_held = 0;
+    uint32_t tok[MAX_PROMPT_BLOCKS * MAX_BT + 16];
+    uint32_t ids[MAX_PROMPT_BLOCKS], got[MAX_PROMPT_BLOCKS], want[MAX_PROMPT_BLOCKS];
+    long counts[8] = {0};
+    long insert_rc[16] = {0}, evicted = 0, max_cached = 0, pinned_lookups = 0;
+    for (step = 0; step < dc->ops; step++) {
+        uint32_t ns = rnd(3);
+        if (rnd(50) == 0)
+            ns = 3 + rnd(2); /* unknown namespace now and then */
+        size_t nb = rnd(MAX_PROMPT_BLOCKS + 1);
+        size_t n_tokens = nb * dc->bt + (rnd(3) == 0 ? rnd(dc->bt) : 0);
+        for (size_t k = 0; k < n_tokens; k++)
+            tok[k] = dc->sparse && rnd(24) != 0 ? 0 : rnd(dc->vocab);
+        uint32_t op = rnd(100);
+        ev.n = 0;
+        m.n_evicted = 0;
+        int rc_t, rc_m;
+        if (op < 35) {
+            /* lookup */
+            bool pin = rnd(4) == 0 && n_held < MAX_HELD - MAX_PROMPT_BLOCKS;
+            size_t max_ids = rnd(5) == 0 ? rnd(MAX_PROMPT_BLOCKS) : MAX_PROMPT_BLOCKS;
+            size_t n_t = 77, n_m = 77;
+            rc_t = radix_lookup(t, ns, tok, n_tokens, pin, got, max_ids, &n_t);
+            rc_m = model_lookup(&m, ns, tok, n_tokens, pin, want, max_ids, &n_m);
+            DIFF_EQ(rc_t, rc_m);
+            if (rc_t == 0) {
+                DIFF_EQ(n_t, n_m);
+                for (size_t k = 0; k < n_t; k++)
+                    DIFF_EQ(got[k], want[k]);
+                if (pin)
+                    for (size_t k = 0; k < n_t; k++)
+                        held[n_held++] = got[k];
+                pinned_lookups += pin && n_t > 0;
+            }
+            counts[0]++;
+        } else if (op < 65) {
+            /* insert: mostly free ids, sometimes a taken one */
+            size_t n_ids = nb > 0 ? (rnd(4) == 0 ? rnd((uint32_t)nb + 1) : nb) : 0;
+            uint32_t used = 0;
+            for (uint32_t k = 0; k < 3; k++)
+                used += m.ns[k].cached;
+            if (used + n_ids > dc->max_blocks && rnd(4) != 0) {
+                /* Make room first, as the daemon does when the pool is full. */
+                size_t need = used + n_ids - dc->max_blocks, e_t = 77, e_m = 77;
+                DIFF_EQ(radix_evict(t, ns, need, &e_t), model_evict(&m, ns, need, &e_m));
+                DIFF_EQ(e_t, e_m);
+            }
+            for (size_t k = 0; k < n_ids; k++) {
+                uint32_t id = rnd(dc->max_blocks);
+                for (int tries = 0; tries < 8 && m.blocks[id].cached && rnd(20) != 0; tries++)
+                    id = rnd(dc->max_blocks);
+                ids[k] = id;
+            }
+            if (rnd(100) == 0 && n_ids > 0)
+                ids[rnd((uint32_t)n_ids)] = dc->max_blocks; /* out of range */
+            bool pin = rnd(4) == 0 && n_held < MAX_HELD - MAX_PROMPT_BLOCKS;
+            size_t d_t = 77, d_m = 77;
+            rc_t = radix_insert(t, ns, tok, n_tokens, ids, n_ids, pin, got, &d_t);
+            rc_m = model_insert(&m, ns, tok, n_tokens, ids, n_ids, pin, want, &d_m);
+            DIFF_EQ(rc_t, rc_m);
+            DIFF_EQ(d_t, d_m);
+            for (size_t k = 0; k < d_t; k++)
+                DIFF_EQ(got[k], want[k]);
+            if (pin)
+                for (size_t k = 0; k < d_t; k++)
+                    held[n_held++] = got[k];
+            insert_rc[-rc_t]++;
+            counts[1]++;
+        } else if (op < 72) {
+            /* pin: a held block again, or any id */
+            uint32_t id = n_held && rnd(2) ? held[rnd((uint32_t)n_held)] : rnd(dc->max_blocks + 1);
+            rc_t = radix_pin(t, id);
+            rc_m = model_pin(&m, id);
+            DIFF_EQ(rc_t, rc_m);
+            if (rc_t == 0 && n_held < MAX_HELD)
+                held[n_held++] = id;
+            else if (rc_t == 0)
+                DIFF_EQ(radix_unpin(t, id) | model_unpin(&m, id), 0);
+            counts[2]++;
+        } else if (op < 90) {
+            /* unpin: mostly held pins, sometimes any id (errors) */
+            for (uint32_t rep = 1 + rnd(8); rep > 0; rep--) {
+                uint32_t id;
+                size_t which = 0;
+                bool from_held = n_held > 0 && rnd(8) != 0;
+                if (from_held) {
+                    which = rnd((uint32_t)n_held);
+                    id = held[which];
+                } else {
+                    id = rnd(dc->max_blocks + 1);
+                }
+                rc_t = radix_unpin(t, id);
+                rc_m = model_unpin(&m, id);
+                DIFF_EQ(rc_t, rc_m);
+                if (from_held) {
+                    DIFF_EQ(rc_t, 0);
+                    held[which] = held[--n_held];
+                } else if (rc_t == 0) {
+                    /* Took a pin this test holds: forget one copy of it. */
+                    for (size_t k = 0; k < n_held; k++)
+                        if (held[k] == id) {
+                            held[k] = held[--n_held];
+                            break;
+                        }
+                }
+            }
+            counts[3]++;
+        } else if (op < 99) {
+            uint32_t for_ns = rnd(4) == 0 ? RADIX_NS_ANY : ns;
+            size_t n = rnd(6), e_t = 77, e_m = 77;
+            rc_t = radix_evict(t, for_ns, n, &e_t);
+            rc_m = model_evict(&m, for_ns, n, &e_m);
+            DIFF_EQ(rc_t, rc_m);
+            if (rc_t == 0)
+                DIFF_EQ(e_t, e_m);
+            counts[4]++;
+        } else {
+            /* "quota" keeps a small quota, so it often runs into it */
+            uint32_t q = ns == 1 ? 4 + rnd(20) : (rnd(3) ? 0 : 8 + rnd(24));
+            uint32_t r = rnd(3) ? 0 : rnd(16);
+            rc_t = radix_ns_set_limits(t, ns, q, r);
+            rc_m = ns < m.n_ns ? 0 : KVS_ENONS;
+            if (rc_m == 0) {
+                m.ns[ns].quota = q;
+                m.ns[ns].reserve = r;
+            }
+            DIFF_EQ(rc_t, rc_m);
+            counts[5]++;
+        }
+        /* Same evictions, in the same order. */
+        evicted += (long)ev.n;
+        if ((long)radix_cached_blocks(t) > max_cached)
+            max_cached = radix_cached_blocks(t);
+        DIFF_EQ(ev.n, m.n_evicted);
+        for (size_t k = 0; k < ev.n; k++)
+            DIFF_EQ(ev.ids[k], m.evicted[k]);
+        if (radix_check(t) != 0)
+            ck_abort_msg("radix_check failed at step %ld (op %u), radix.c line %d", step, op,
+                         radix_check_line());
+        for (uint32_t k = 0; k < 3; k++) {
+            radix_ns_stats_t st;
+            DIFF_EQ(radix_ns_stats(t, k, &st), 0);
+            DIFF_EQ(st.cached_blocks, m.ns[k].cached);
+            DIFF_EQ(st.pinned_blocks, m.ns[k].pinned);
+            DIFF_EQ(st.lookups, m.ns[k].lookups);
+            DIFF_EQ(st.lookup_tokens, m.ns[k].lookup_tokens);
+            DIFF_EQ(st.hit_tokens, m.ns[k].hit_tokens);
+            DIFF_EQ(st.inserted_blocks, m.ns[k].inserted);
+            DIFF_EQ(st.duplicate_blocks, m.ns[k].duplicates);
+            DIFF_EQ(st.evicted_blocks, m.ns[k].evicted);
+        }
+        uint32_t id = rnd(dc->max_blocks), r_t = 0, r_m = 0;
+        DIFF_EQ(radix_block_refcount(t, id, &r_t), model_refcount(&m, id, &r_m));
+        DIFF_EQ(r_t, r_m);
+    }
+    /* Release everything: the tree must then empty out completely. */
+    for (size_t k = 0; k < n_held; k++)
+        DIFF_EQ(radix_unpin(t, held[k]), 0);
+    size_t all;
+    DIFF_EQ(radix_evict(t, RADIX_NS_ANY, dc->max_blocks, &all), 0);
+    for (uint32_t k = 0; k < 3; k++)
+        DIFF_EQ(radix_evict(t, k, dc->max_blocks, &all), 0);
+    DIFF_EQ(radix_cached_blocks(t), 0);
+    DIFF_EQ(radix_check(t), 0);
+    /* Every kind of operation ran many times. */
+    for (int k = 0; k < 6; k++)
+        ck_assert_int_gt(counts[k], dc->ops / 200);
+    /* ... and reached the interesting outcomes. */
+    ck_assert_int_gt(insert_rc[0], dc->ops / 100);
+    ck_assert_int_gt(insert_rc[-KVS_EEXIST], 10);
+    ck_assert_int_gt(insert_rc[-KVS_EQUOTA], dc->ops / 20000);
+    ck_assert_int_gt(insert_rc[-KVS_EINVAL], 10);
+    ck_assert_int_gt(insert_rc[-KVS_ENONS], 10);
+    ck_assert_int_gt(evicted, dc->ops / 20);
+    ck_assert_int_gt(max_cached, dc->max_blocks / 2);
+    ck_assert_int_gt(pinned_lookups, 10);
+    if (getenv("KVS_TEST_VERBOSE"))
+        fprintf(stderr,
+                "ops %ld: inserted ok %ld eexist %ld equota %ld, evicted %ld, max cached %ld\n",
+                dc->ops, insert_rc[0], insert_rc[-KVS_EEXIST], insert_rc[-KVS_EQUOTA], evicted,
+                max_cached);
+    free(held);
+    model_fini(&m);
+    radix_free(t);
+}
+
+static long diff_ops(long full, long small)
+{
+    const char *s = getenv("KVS_TEST_SMALL");
+    return s && *s && strcmp(s, "0") != 0 ? small : full;
+}
+
+START_TEST(test_diff_xxh3)
+{
+    diff_cfg_t dc = {.seed = 0x9E3779B97F4A7C15ull,
+                     .ops = diff_ops(100000, 40000),
+                     .bt = 2,
+                     .vocab = 3,
+                     .max_blocks = 96,
+                     .hash = NULL};
+    diff_run(&dc);
+}
+END_TEST
+
+START_TEST(test_diff_collisions)
+{
+    diff_cfg_t dc = {.seed = 12345,
+                     .ops = diff_ops(30000, 10000),
+                     .bt = 3,
+                     .vocab = 2,
+                     .max_blocks = 64,
+                     .hash = hash_weak};
+    diff_run(&dc);
+}
+END_TEST
+
+START_TEST(test_diff_16_token_blocks)
+{
+    /* The production block size, which has its own comparison code. */
+    diff_cfg_t dc = {.seed = 4242,
+                     .ops = diff_ops(30000, 10000),
+                     .bt = 16,
+                     .vocab = 2,
+                     .max_blocks = 64,
+                     .hash = NULL,
+                     .sparse = true};
+    diff_run(&dc);
+}
+END_TEST
+
+START_TEST(test_diff_one_token_blocks)
+{
+    diff_cfg_t dc = {.seed = 777,
+                     .ops = diff_ops(30000, 10000),
+                     .bt = 1,
+                     .vocab = 4,
+                     .max_blocks = 48,
+                     .hash = NULL};
+    diff_run(&dc);
+}
+END_TEST
+
+/* ---- allocation failures ---------------------------------------------------------------- */
+
+typedef struct fail_plan {
+    long countdown; /* fail the allocation when it reaches 0; < 0: never */
+    long failures;
+} fail_plan_t;
+
+static bool fail_next(void *ctx)
+{
+    fail_plan_t *f = ctx;
+    if (f->countdown < 0)
+        return false;
+    if (f->countdown-- == 0) {
+        f->failures++;
+        return true;
+    }
+    return false;
+}
+
+START_TEST(test_alloc_failures)
+{
+    /* Make the k-th allocation of an operation fail, for random k, across
+     * inserts that create, split, extend and grow nodes, grow the child table
+     * and the eviction queues, and namespace creation and radix_top. After
+     * each failure the tree must be consistent and the same operation must
+     * then succeed. */
+    fail_plan_t plan = {-1, 0};
+    radix_config_t cfg = {.block_tokens = 2,
+                          .max_blocks = 400,
+                          .on_evict = record_evict,
+                          .evict_ctx = &ev,
+                          .fail_alloc = fail_next,
+                          .fail_ctx = &plan};
+    radix_tree_t *t = NULL;
+    memset(&ev, 0, sizeof(ev));
+    plan.countdown = 0;
+    ck_assert_int_eq(radix_new(&cfg, &t), KVS_ENOMEM);
+    ck_assert_ptr_null(t);
+    plan.countdown = -1;
+    ck_assert_int_eq(radix_new(&cfg, &t), 0);
+    uint32_t ns[4], n_ns = 0;
+    rng_state = 99;
+    long enomem = 0;
+    for (int step = 0; step < 6000; step++) {
+        uint32_t tok[24], ids[12], canon[12];
+        size_t nb = 1 + rnd(12), done, got;
+        for (size_t k = 0; k < nb * 2; k++)
+            tok[k] = rnd(3);
+        for (size_t k = 0; k < nb; k++)
+            ids[k] = rnd(400);
+        uint32_t op = rnd(10);
+        plan.countdown = rnd(4);
+        if (op == 0 && n_ns < 4) {
+            char name[8] = {'n', 's', (char)('0' + n_ns), 0};
+            int rc = radix_ns_create(t, name, n_ns, 0, 0, &ns[n_ns]);
+            ck_assert(rc == 0 || rc == KVS_ENOMEM);
+            if (rc == KVS_ENOMEM) {
+                enomem++;
+                ck_assert_uint_eq(radix_ns_count(t), n_ns);
+                plan.countdown = -1;
+                ck_assert_int_eq(radix_ns_create(t, name, n_ns, 0, 0, &ns[n_ns]), 0);
+            }
+            n_ns++;
+        } else if (op == 1 && n_ns > 0) {
+            radix_prefix_t rows[4];
+            int rc = radix_top(t, RADIX_NS_ALL, RADIX_BY_SIZE, rows, 4, &got);
+            ck_assert(rc == 0 || rc == KVS_ENOMEM);
+        } else if (op < 8 && n_ns > 0) {
+            uint32_t which = ns[rnd(n_ns)];
+            int rc = radix_insert(t, which, tok, nb * 2, ids, nb, false, canon, &done);
+            ck_assert(rc == 0 || rc == KVS_ENOMEM || rc == KVS_EEXIST);
+            if (rc == KVS_ENOMEM) {
+                enomem++;
+                plan.countdown = -1;
+                ck_assert_int_eq(radix_check(t), 0);
+                size_t again;
+                rc = radix_insert(t, which, tok, nb * 2, ids, nb, false, canon, &again);
+                ck_assert(rc == 0 || rc == KVS_EEXIST);
+                ck_assert_uint_ge(again, done);
+            }
+            if (rc == 0) {
+                uint32_t out[12];
+                ck_assert_int_eq(radix_lookup(t, which, tok, nb * 2, false, out, 12, &got), 0);
+                ck_assert_uint_eq(got, nb);
+                ck_assert_int_eq(memcmp(out, canon, nb * sizeof(uint32_t)), 0);
+            }
+        } else {
+            ck_assert_int_eq(radix_evict(t, RADIX_NS_ANY, rnd(40), &got), 0);
+        }
+        plan.countdown = -1;
+        ck_assert_int_eq(radix_check(t), 0);
+    }
+    ck_assert_int_gt(enomem, 100);
+    radix_free(t);
+}
+END_TEST
+
+static Suite *radix_suite(void)
+{
+    Suite *s = suite_create("radix");
+    TCase *tc = tcase_create("ops");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_new_args);
+    tcase_add_test(tc, test_namespaces);
+    tcase_add_test(tc, test_namespace_isolation);
+    tcase_add_test(tc, test_lookup_edges);
+    tcase_add_test(tc, test_lookup_pin);
+    tcase_add_test(tc, test_insert_args);
+    tcase_add_test(tc, test_insert_duplicates);
+    tcase_add_test(tc, test_insert_split_and_extend);
+    tcase_add_test(tc, test_insert_eexist);
+    tcase_add_test(tc, test_pin_unpin);
+    tcase_add_test(tc, test_evict_lru_order);
+    tcase_add_test(tc, test_evict_out_of_order_unpins);
+    tcase_add_test(tc, test_evict_all_pinned);
+    tcase_add_test(tc, test_quota);
+    tcase_add_test(tc, test_quota_keeps_attach_point);
+    tcase_add_test(tc, test_reservation);
+    tcase_add_test(tc, test_collisions);
+    tcase_add_test(tc, test_fanout_10k);
+    tcase_add_test(tc, test_top);
+    tcase_add_test(tc, test_memory);
+    tcase_add_test(tc, test_alloc_failures);
+    suite_add_tcase(s, tc);
+    TCase *diff = tcase_create("differential");
+    tcase_set_timeout(diff, 600);
+    tcase_add_test(diff, test_diff_xxh3);
+    tcase_add_test(diff, test_diff_collisions);
+    tcase_add_test(diff, test_diff_one_token_blocks);
+    tcase_add_test(diff, test_diff_16_token_blocks);
+    suite_add_tcase(s, diff);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(radix_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

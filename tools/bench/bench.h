@@ -1,0 +1,19 @@
+/* kvshare-bench: shared helpers of the benchmark subcommands. */
+#ifndef KVS_BENCH_H
+#define KVS_BENCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* A subcommand: argv[0] is its name. Returns the process exit status. */
+typedef int (*bench_fn)(int argc, char **argv);
+
+int bench_radix(int argc, char **argv);
+
+/* Monotonic clock in nanoseconds. */
+uint64_t bench_now_ns(void);
+
+/* Sorts samples in place and returns the q-quantile (0 <= q <= 1). */
+double bench_quantile(uint64_t *samples, size_t n, double q);
+
+#endif
