@@ -32,6 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench.h"
 #include "kvshare.h"
 #include "kvshare.pb-c.h"
 
