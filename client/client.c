@@ -213,6 +213,27 @@ static uint32_t get_le32(const uint8_t *p)
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
+/* After a failed send: an error frame the daemon sent before closing, if
+ * one is waiting. Returns its status (message in c->err), or 0. */
+static int read_refusal(kvs_client_t *c)
+{
+    uint8_t buf[1024];
+    ssize_t n = recv(c->fd, buf, sizeof(buf), MSG_DONTWAIT);
+    if (n < 4)
+        return 0;
+    uint32_t len = get_le32(buf);
+    if (len > (size_t)n - 4)
+        return 0;
+    Kvshare__Response *resp = kvshare__response__unpack(NULL, len, buf + 4);
+    if (!resp)
+        return 0;
+    int status = -(int)resp->status;
+    if (status != 0)
+        set_err(c, status, "kvshared: %s", resp->message ? resp->message : kvs_strerror(status));
+    kvshare__response__free_unpacked(resp, NULL);
+    return status;
+}
+
 /* One round trip on the current connection. On success *out is the decoded
  * response (free with kvshare__response__free_unpacked) and the return is
  * its status; transport failures drop the connection. */
@@ -235,6 +256,15 @@ static int round_trip(kvs_client_t *c, Kvshare__Request *req, Kvshare__Response 
     c->wbuf[3] = (uint8_t)(size >> 24);
     kvshare__request__pack(req, c->wbuf + 4);
     rc = send_all(c, c->wbuf, size + 4, deadline);
+    if (rc == KVS_ENOTCONN) {
+        /* The daemon may have hung up with a reason (session limit, a
+         * refused stream): report it rather than a bare disconnect. */
+        int status = read_refusal(c);
+        if (status != 0) {
+            disconnect(c);
+            return status;
+        }
+    }
     if (rc != 0)
         goto transport;
 
