@@ -271,7 +271,7 @@ static size_t lookup_reply_bytes(size_t n_blocks, uint32_t first_id)
 
 static void client_loop(const bench_cfg_t *b, mode_t_ mode, const uint32_t *tokens, size_t n_tokens,
                         size_t request_bytes, size_t reply_bytes, int go_fd, shared_results_t *res,
-                        int idx, uint32_t per_client)
+                        int idx, uint32_t per_client, double seconds)
 {
     kvs_client_t *c = NULL;
     int fd = -1;
@@ -299,7 +299,7 @@ static void client_loop(const bench_cfg_t *b, mode_t_ mode, const uint32_t *toke
     char go;
     if (read(go_fd, &go, 1) != 1)
         goto fail;
-    double end = now_us() + b->seconds * 1e6;
+    double end = now_us() + seconds * 1e6;
     uint32_t k = 0;
     float *out = res->samples + (size_t)idx * per_client;
     for (;;) {
@@ -326,8 +326,42 @@ fail:
     _exit(1);
 }
 
-static int run_cell(const bench_cfg_t *b, mode_t_ mode, const uint32_t *tokens, size_t n_tokens,
-                    int clients, cell_t *out)
+/* Samples of one cell, accumulated over its rounds. */
+typedef struct samples {
+    float *v;
+    size_t n, cap;
+    double elapsed_s;
+} samples_t;
+
+static int samples_add(samples_t *acc, const float *v, size_t n)
+{
+    if (acc->n + n > acc->cap) {
+        size_t cap = acc->cap ? acc->cap : 65536;
+        while (cap < acc->n + n)
+            cap *= 2;
+        float *p = realloc(acc->v, cap * sizeof(float));
+        if (!p)
+            return -1;
+        acc->v = p;
+        acc->cap = cap;
+    }
+    memcpy(acc->v + acc->n, v, n * sizeof(float));
+    acc->n += n;
+    return 0;
+}
+
+static void samples_result(samples_t *acc, cell_t *out)
+{
+    qsort(acc->v, acc->n, sizeof(float), cmp_float);
+    out->p50_us = acc->n ? acc->v[acc->n / 2] : 0;
+    out->p99_us = acc->n ? acc->v[(size_t)((double)acc->n * 0.99)] : 0;
+    out->per_sec = (double)acc->n / (acc->elapsed_s > 0 ? acc->elapsed_s : 1);
+}
+
+/* One round of a cell: `clients` processes for `seconds`; their round-trip
+ * times are appended to acc. */
+static int run_round(const bench_cfg_t *b, mode_t_ mode, const uint32_t *tokens, size_t n_tokens,
+                     int clients, double seconds, samples_t *acc)
 {
     uint32_t per_client = MAX_SAMPLES / (uint32_t)clients;
     size_t bytes = sizeof(shared_results_t) + (size_t)MAX_SAMPLES * sizeof(float);
@@ -352,11 +386,11 @@ static int run_cell(const bench_cfg_t *b, mode_t_ mode, const uint32_t *tokens, 
         if (pids[i] == 0) {
             close(go[1]);
             client_loop(b, mode, tokens, n_tokens, request_bytes, reply_bytes, go[0], res, i,
-                        per_client);
+                        per_client, seconds);
         }
     }
     close(go[0]);
-    usleep(200000); /* let every client connect */
+    usleep(100000); /* let every client connect */
     double t0 = now_us();
     for (int i = 0; i < clients; i++)
         if (write(go[1], "g", 1) != 1)
@@ -364,25 +398,15 @@ static int run_cell(const bench_cfg_t *b, mode_t_ mode, const uint32_t *tokens, 
     close(go[1]);
     for (int i = 0; i < clients; i++)
         waitpid(pids[i], NULL, 0);
-    double elapsed = (now_us() - t0) / 1e6;
+    acc->elapsed_s += (now_us() - t0) / 1e6;
     if (server > 0) {
         kill(server, SIGKILL);
         waitpid(server, NULL, 0);
     }
     int rc = res->failed ? -1 : 0;
-    size_t total = 0;
-    for (int i = 0; i < clients; i++)
-        total += res->count[i];
-    float *all = malloc((total ? total : 1) * sizeof(float));
-    size_t k = 0;
-    for (int i = 0; i < clients; i++)
-        for (uint32_t j = 0; j < res->count[i]; j++)
-            all[k++] = res->samples[(size_t)i * per_client + j];
-    qsort(all, total, sizeof(float), cmp_float);
-    out->p50_us = total ? all[total / 2] : 0;
-    out->p99_us = total ? all[(size_t)((double)total * 0.99)] : 0;
-    out->per_sec = (double)total / (elapsed > 0 ? elapsed : 1);
-    free(all);
+    for (int i = 0; i < clients && rc == 0; i++)
+        if (samples_add(acc, res->samples + (size_t)i * per_client, res->count[i]) != 0)
+            rc = -1;
     munmap(res, bytes);
     return rc;
 }
@@ -516,12 +540,13 @@ static int warm(const bench_cfg_t *b, const uint32_t *tokens, size_t n_tokens)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: bench rpc [--kvshared PATH] [--seconds S] [--quick]\n"
+    fprintf(f, "usage: kvshare-bench rpc [--kvshared PATH] [--seconds S] [--rounds N] [--quick]\n"
                "\n"
                "Starts kvshared (host backend) on a temporary socket and measures Lookup\n"
                "latency and throughput with 1, 4, 16 client processes for 64-, 4k- and\n"
                "32k-token prompts, next to a raw Unix-socket ping-pong of the same sizes,\n"
-               "plus pipelined Lookups. --quick: 64 and 4k tokens, 1 and 16 clients.\n");
+               "plus pipelined Lookups. Each cell runs S seconds (default 2) per side, in N\n"
+               "alternating rounds (default 5). --quick: 64 and 4k tokens, 1 and 16 clients.\n");
 }
 
 static const char *default_kvshared(char *buf, size_t len)
@@ -543,15 +568,17 @@ int bench_rpc_main(int argc, char **argv)
 {
     bench_cfg_t b;
     char kvshared[PATH_MAX + 32];
-    int quick = 0;
+    int quick = 0, rounds = 5;
     memset(&b, 0, sizeof(b));
-    b.seconds = 1.0;
+    b.seconds = 2.0;
     b.kvshared = default_kvshared(kvshared, sizeof(kvshared));
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--kvshared") == 0 && i + 1 < argc) {
             b.kvshared = argv[++i];
         } else if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc) {
             b.seconds = strtod(argv[++i], NULL);
+        } else if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc) {
+            rounds = atoi(argv[++i]);
         } else if (strcmp(argv[i], "--quick") == 0) {
             quick = 1;
         } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
@@ -562,8 +589,8 @@ int bench_rpc_main(int argc, char **argv)
             return 2;
         }
     }
-    if (b.seconds <= 0 || b.seconds > 600) {
-        fprintf(stderr, "bench rpc: --seconds takes 0 to 600\n");
+    if (b.seconds <= 0 || b.seconds > 600 || rounds < 1 || rounds > 100) {
+        fprintf(stderr, "bench rpc: --seconds takes 0 to 600, --rounds 1 to 100\n");
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
@@ -600,14 +627,26 @@ int bench_rpc_main(int argc, char **argv)
             int clients = client_counts[ci];
             if (quick && clients == 4)
                 continue;
+            /* kvs and raw alternate in short rounds, so that the machine's
+             * drift (other load, frequency) falls on both alike. */
+            samples_t ks = {0}, rs = {0};
             cell_t kvs, raw;
-            if (run_cell(&b, MODE_KVS, tokens[s], sizes[s], clients, &kvs) != 0 ||
-                run_cell(&b, MODE_RAW, tokens[s], sizes[s], clients, &raw) != 0) {
-                fprintf(stderr, "bench rpc: a client failed (%zu tokens, %d clients)\n", sizes[s],
-                        clients);
-                rc = 1;
-                break;
+            for (int r = 0; r < rounds && rc == 0; r++) {
+                if (run_round(&b, MODE_KVS, tokens[s], sizes[s], clients, b.seconds / rounds,
+                              &ks) != 0 ||
+                    run_round(&b, MODE_RAW, tokens[s], sizes[s], clients, b.seconds / rounds,
+                              &rs) != 0) {
+                    fprintf(stderr, "bench rpc: a client failed (%zu tokens, %d clients)\n",
+                            sizes[s], clients);
+                    rc = 1;
+                }
             }
+            samples_result(&ks, &kvs);
+            samples_result(&rs, &raw);
+            free(ks.v);
+            free(rs.v);
+            if (rc != 0)
+                break;
             printf("%-7zu %-7d %7.1fus %7.1fus %7.1fus %7.1fus %11.0f %11.0f %7.2f %7.2f\n",
                    sizes[s], clients, kvs.p50_us, kvs.p99_us, raw.p50_us, raw.p99_us, kvs.per_sec,
                    raw.per_sec, kvs.p50_us / raw.p50_us, kvs.p99_us / raw.p99_us);
