@@ -3,11 +3,11 @@
 #include <string.h>
 
 /* Protobuf keys: (field number << 3) | wire type. */
-#define KEY_REQUEST_ID 0x08     /* Request.id, varint */
+#define KEY_REQUEST_ID     0x08 /* Request.id, varint */
 #define KEY_REQUEST_LOOKUP 0x5a /* Request.lookup (11), length-delimited */
-#define KEY_LOOKUP_NS 0x0a      /* LookupRequest.ns (1), length-delimited */
-#define KEY_LOOKUP_TOKENS 0x12  /* LookupRequest.tokens (2), length-delimited */
-#define KEY_LOOKUP_PIN 0x18     /* LookupRequest.pin (3), varint */
+#define KEY_LOOKUP_NS      0x0a /* LookupRequest.ns (1), length-delimited */
+#define KEY_LOOKUP_TOKENS  0x12 /* LookupRequest.tokens (2), length-delimited */
+#define KEY_LOOKUP_PIN     0x18 /* LookupRequest.pin (3), varint */
 
 static size_t varint_len(uint64_t v)
 {
@@ -37,8 +37,7 @@ int wire_lookup_head(uint8_t *buf, uint64_t id, const char *ns, int pin, size_t 
      * as protobuf-c's packer does. */
     uint64_t lookup_len = (ns_len ? 1 + varint_len(ns_len) + ns_len : 0) + (pin ? 2 : 0) +
                           (token_bytes ? 1 + varint_len(token_bytes) + token_bytes : 0);
-    uint64_t request_len =
-        (id ? 1 + varint_len(id) : 0) + 1 + varint_len(lookup_len) + lookup_len;
+    uint64_t request_len = (id ? 1 + varint_len(id) : 0) + 1 + varint_len(lookup_len) + lookup_len;
     if (request_len > UINT32_MAX)
         return -1;
     uint8_t *p = buf;
