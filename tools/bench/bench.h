@@ -9,6 +9,7 @@
 typedef int (*bench_fn)(int argc, char **argv);
 
 int bench_radix(int argc, char **argv);
+int bench_rpc_main(int argc, char **argv); /* bench_rpc.c */
 
 /* Monotonic clock in nanoseconds. */
 uint64_t bench_now_ns(void);

@@ -18,6 +18,9 @@ static const struct bench_cmd {
     {"radix", bench_radix,
      "index: 4k-token lookups and inserts against 1,000,000 cached blocks under 10,000 system "
      "prompts, bytes per block"},
+    {"rpc", bench_rpc_main,
+     "kvshared: Lookup p50/p99 and throughput with 1/4/16 clients for 64/4k/32k tokens next to "
+     "a raw Unix-socket ping-pong, and pipelined Lookups"},
 };
 
 #define N_CMDS (sizeof(bench_cmds) / sizeof(bench_cmds[0]))
