@@ -301,5 +301,6 @@ void server_free(server_t *s)
     free(s->writer);
     free(s->writer_pos);
     free(s->mark);
+    free(s->decode_arena);
     free(s);
 }

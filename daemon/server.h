@@ -64,6 +64,11 @@ typedef struct server {
     uint32_t *mark;       /* per block: scratch stamp for duplicate checks */
     uint32_t mark_stamp;
 
+    /* Memory for decoding one request (dispatch.c): reused, so that a
+     * 128 KiB prompt costs no malloc, free or page fault per request. */
+    uint8_t *decode_arena;
+    size_t decode_cap, decode_used, decode_want;
+
     session_t *sessions; /* doubly linked, newest first */
     uint32_t n_sessions;
     uint64_t next_session_id;
