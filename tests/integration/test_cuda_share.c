@@ -18,7 +18,7 @@
 #include "daemon_harness.h"
 #include "kvshare.h"
 
-#define SKIP 77
+#define SKIP   77
 #define BLOCKS 4
 
 static harness_t h;
