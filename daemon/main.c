@@ -99,7 +99,7 @@ static int parse_namespace(const char *arg, ns_flag_t *out)
     }
     if (!buf[0] || strlen(buf) >= sizeof(out->name))
         return KVS_EINVAL;
-    snprintf(out->name, sizeof(out->name), "%s", buf);
+    memcpy(out->name, buf, strlen(buf) + 1);
     if (quota && *quota && parse_u32(quota, &out->quota) != 0)
         return KVS_EINVAL;
     if (reserve && *reserve && parse_u32(reserve, &out->reserve) != 0)
