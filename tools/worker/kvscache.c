@@ -83,8 +83,8 @@ static int check_pool(kvscache_t *kc, char *err, size_t err_len)
                  "a host pool: start kvshared with --backend host");
         return KVS_ENOTSUP;
     }
-    if (geometry_dtype_parse(pg.dtype, &dtype) < 0 || dtype != g->dtype ||
-        pg.layers != g->layers || pg.kv_heads != g->kv_heads || pg.head_dim != g->head_dim ||
+    if (geometry_dtype_parse(pg.dtype, &dtype) < 0 || dtype != g->dtype || pg.layers != g->layers ||
+        pg.kv_heads != g->kv_heads || pg.head_dim != g->head_dim ||
         pg.block_tokens != g->block_tokens) {
         snprintf(err, err_len,
                  "kvshared serves %u layers x %u kv_heads x %u head_dim %s, %u-token blocks; "
@@ -394,8 +394,8 @@ int kvscache_run(kvscache_t *kc, const uint32_t *prompt, uint32_t n, uint32_t de
             note(kc, "kvshared session lost during the request (%s): computing privately",
                  kvs_last_error(kc->client));
     }
-    w = (worker_t){.model = kc->model, .store = kc->priv, .ops = &worker_private_ops,
-                   .ctx = kc->priv};
+    w = (worker_t){
+        .model = kc->model, .store = kc->priv, .ops = &worker_private_ops, .ctx = kc->priv};
     rc = worker_run(&w, prompt, n, decode, generated, logits, res);
     if (rc < 0)
         return rc;

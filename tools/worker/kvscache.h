@@ -56,10 +56,10 @@ typedef struct kvscache_opts {
 } kvscache_opts_t;
 
 typedef struct kvscache_stats {
-    uint64_t shared;       /* requests whose KV lived in the pool */
-    uint64_t fallbacks;    /* requests computed privately instead */
-    uint64_t lost;         /* of those: a shared run that did not count */
-    uint64_t commits;      /* Commit calls that succeeded */
+    uint64_t shared;    /* requests whose KV lived in the pool */
+    uint64_t fallbacks; /* requests computed privately instead */
+    uint64_t lost;      /* of those: a shared run that did not count */
+    uint64_t commits;   /* Commit calls that succeeded */
     uint64_t commit_errors;
     uint64_t duplicates;   /* committed blocks another worker had committed first */
     uint64_t placeholders; /* placeholder blocks granted for commits */
