@@ -34,8 +34,8 @@
 #define MAX_LINE      4096
 
 static const char *const daemon_geometry[] = {
-    "--layers", "2", "--kv-heads", "2", "--head-dim", "16", "--dtype", "fp32", "--block-tokens",
-    "16",       NULL,
+    "--layers", "2",    "--kv-heads",     "2",  "--head-dim", "16",
+    "--dtype",  "fp32", "--block-tokens", "16", NULL,
 };
 
 typedef struct request_line {
@@ -66,7 +66,7 @@ static void scratch_path(char *buf, size_t len, const char *name)
 
 static void scratch_cleanup(void)
 {
-    static const char *const names[] = {"ref.txt", "ref.bin", "a.txt", "a.bin", "b.txt",
+    static const char *const names[] = {"ref.txt", "ref.bin", "a.txt", "a.bin",  "b.txt",
                                         "b.bin",   "c.txt",   "c.bin", "err.txt"};
     char p[128];
 
@@ -356,8 +356,7 @@ START_TEST(test_kvs_concurrent_workers)
         for (uint32_t i = 0; i < 2; i++) {
             const request_line_t *r = &run[w].req[i];
             ck_assert_str_eq(r->cache, "shared");
-            ck_assert_msg(r->matched == 0 || r->matched == SYSTEM_TOKENS, "matched %u",
-                          r->matched);
+            ck_assert_msg(r->matched == 0 || r->matched == SYSTEM_TOKENS, "matched %u", r->matched);
             /* A worker's second request always finds its own first one. */
             if (i == 1)
                 ck_assert_uint_eq(r->matched, SYSTEM_TOKENS);
