@@ -496,6 +496,103 @@ START_TEST(test_kvs_daemon_restart)
 }
 END_TEST
 
+/* kvshared with the small model's geometry on a given socket path (the
+ * harness restarts it with its own geometry only); returns once READY. */
+static pid_t daemon_spawn_at(const char *socket_path)
+{
+    int p[2];
+    char buf[8] = "";
+    pid_t pid;
+
+    ck_assert_int_eq(pipe(p), 0);
+    pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        char fd[16];
+
+        close(p[0]);
+        snprintf(fd, sizeof(fd), "%d", p[1]);
+        execl(KVSHARED_PATH, KVSHARED_PATH, "--socket", socket_path, "--backend", "host",
+              "--layers", "2", "--kv-heads", "2", "--head-dim", "16", "--dtype", "fp32",
+              "--block-tokens", "16", "--pool-blocks", "256", "--log-level", "warn", "--ready-fd",
+              fd, (char *)NULL);
+        _exit(127);
+    }
+    close(p[1]);
+    ck_assert_int_eq(read(p[0], buf, 6), 6);
+    ck_assert_int_eq(memcmp(buf, "READY\n", 6), 0);
+    close(p[0]);
+    return pid;
+}
+
+/* A daemon that restarts with the same geometry: the worker computes
+ * privately while it is gone, then maps the new pool between requests and
+ * shares again; all outputs equal the private run's. */
+START_TEST(test_kvs_daemon_restart_same_geometry)
+{
+    model_config_t cfg;
+    model_t *m = NULL;
+    workload_chat_opts_t wo = {.requests = 3,
+                               .systems = 1,
+                               .system_tokens = SYSTEM_TOKENS,
+                               .question_tokens = 40,
+                               .seed = 3};
+    workload_t *wl = NULL;
+    kvscache_t *kc = NULL;
+    kvscache_opts_t ko = {.timeout_ms = 5000, .reconnect_ms = 1, .private_blocks = 64};
+    harness_t h;
+    float ref[3][256], got[256];
+    uint32_t gen[DECODE];
+    worker_result_t r;
+    kvstore_t *priv = NULL;
+    geometry_t g;
+    char err[512];
+
+    model_config_small(&cfg);
+    ck_assert_int_eq(model_new(&cfg, &m), 0);
+    wo.vocab = cfg.vocab;
+    ck_assert_int_eq(workload_chat(&wo, &wl), 0);
+    model_config_geometry(&cfg, &g);
+    ck_assert_int_eq(kvstore_new_private(&g, 64, &priv), 0);
+    for (uint32_t i = 0; i < 3; i++) {
+        worker_t w = {.model = m, .store = priv, .ops = &worker_private_ops, .ctx = priv};
+        ck_assert_int_eq(worker_run(&w, wl->prompt[i], wl->len[i], DECODE, gen, ref[i], &r), 0);
+    }
+
+    start_daemon(&h, 256);
+    ko.socket_path = h.socket_path;
+    ck_assert_int_eq(kvscache_open(&ko, m, &kc, err, sizeof(err)), 0);
+    ck_assert_int_eq(kvscache_run(kc, wl->prompt[0], wl->len[0], DECODE, gen, got, &r), 0);
+    ck_assert_int_eq(r.cache, WORKER_CACHE_SHARED);
+    ck_assert_int_eq(memcmp(got, ref[0], sizeof(got)), 0);
+
+    ck_assert_int_eq(harness_stop(&h), 0);
+    ck_assert_int_eq(kvscache_run(kc, wl->prompt[1], wl->len[1], DECODE, gen, got, &r), 0);
+    ck_assert_int_eq(r.cache, WORKER_CACHE_FALLBACK);
+    ck_assert_int_eq(memcmp(got, ref[1], sizeof(got)), 0);
+
+    h.pid = daemon_spawn_at(h.socket_path);
+    usleep(5000); /* past reconnect_ms */
+    /* A new, empty pool: a miss, computed in the newly mapped blocks. */
+    ck_assert_int_eq(kvscache_run(kc, wl->prompt[2], wl->len[2], DECODE, gen, got, &r), 0);
+    ck_assert_msg(r.cache == WORKER_CACHE_SHARED, "%s", kvscache_note(kc));
+    ck_assert_uint_eq(r.matched_tokens, 0);
+    ck_assert_int_eq(memcmp(got, ref[2], sizeof(got)), 0);
+    /* Request 1 again: its system prompt now comes from the new pool. */
+    ck_assert_int_eq(kvscache_run(kc, wl->prompt[1], wl->len[1], DECODE, gen, got, &r), 0);
+    ck_assert_int_eq(r.cache, WORKER_CACHE_SHARED);
+    ck_assert_uint_eq(r.matched_tokens, SYSTEM_TOKENS);
+    ck_assert_int_eq(memcmp(got, ref[1], sizeof(got)), 0);
+
+    kvscache_free(kc);
+    ck_assert_int_eq(harness_stop(&h), 0);
+    harness_cleanup(&h);
+    kvstore_free(priv);
+    workload_free(wl);
+    model_free(m);
+}
+END_TEST
+
 static Suite *worker_kvs_suite(void)
 {
     Suite *s = suite_create("worker_kvs");
@@ -507,6 +604,7 @@ static Suite *worker_kvs_suite(void)
     tcase_add_test(tc, test_kvs_daemon_down_falls_back);
     tcase_add_test(tc, test_kvs_geometry_mismatch_refused);
     tcase_add_test(tc, test_kvs_daemon_restart);
+    tcase_add_test(tc, test_kvs_daemon_restart_same_geometry);
     suite_add_tcase(s, tc);
     return s;
 }
