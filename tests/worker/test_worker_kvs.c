@@ -398,6 +398,38 @@ START_TEST(test_kvs_daemon_down_falls_back)
 }
 END_TEST
 
+/* A pool smaller than one request: kvshared refuses the Alloc, the worker
+ * computes privately and leaves nothing pinned or WRITING. */
+START_TEST(test_kvs_pool_full_falls_back)
+{
+    static uint8_t ref_logits[REQUESTS * 256 * sizeof(float)];
+    run_out_t ref, a;
+    harness_t h;
+    kvs_client_t *c;
+    kvs_stats_t st;
+    size_t len;
+
+    scratch_init();
+    reference(&ref, ref_logits, sizeof(ref_logits), &len);
+    start_daemon(&h, 8);
+    ck_assert_int_eq(worker_wait(worker_spawn("--kvs", h.socket_path, 0, 2, "a")), 0);
+    read_run("a", &a);
+    ck_assert_uint_eq(a.n, 2);
+    assert_same_as_reference(&ref, ref_logits, &a, "a", 0);
+    for (uint32_t i = 0; i < 2; i++)
+        ck_assert_str_eq(a.req[i].cache, "fallback");
+    c = monitor(&h);
+    ck_assert_int_eq(kvs_stats(c, &st), 0);
+    ck_assert_uint_eq(st.pinned_blocks, 0);
+    ck_assert_uint_eq(st.writing_blocks, 0);
+    kvs_stats_free(&st);
+    kvs_close(c);
+    ck_assert_int_eq(harness_stop(&h), 0);
+    harness_cleanup(&h);
+    scratch_cleanup();
+}
+END_TEST
+
 /* A daemon whose pool is not the model's geometry: refused at start, exit 2,
  * with the flags that would fit. */
 START_TEST(test_kvs_geometry_mismatch_refused)
@@ -602,6 +634,7 @@ static Suite *worker_kvs_suite(void)
     tcase_add_test(tc, test_kvs_sequential_workers);
     tcase_add_test(tc, test_kvs_concurrent_workers);
     tcase_add_test(tc, test_kvs_daemon_down_falls_back);
+    tcase_add_test(tc, test_kvs_pool_full_falls_back);
     tcase_add_test(tc, test_kvs_geometry_mismatch_refused);
     tcase_add_test(tc, test_kvs_daemon_restart);
     tcase_add_test(tc, test_kvs_daemon_restart_same_geometry);

@@ -379,8 +379,6 @@ int kvscache_run(kvscache_t *kc, const uint32_t *prompt, uint32_t n, uint32_t de
         kc->lost = 0;
         kc->n_extra = 0;
         rc = worker_run(&w, prompt, n, decode, generated, logits, res);
-        if (rc == KVS_EINVAL && !kc->lost)
-            return rc; /* the request itself is bad: private would say the same */
         if (rc == 0 && !kc->lost) {
             res->cache = WORKER_CACHE_SHARED;
             kc->stats.shared++;
