@@ -625,6 +625,76 @@ START_TEST(test_kvs_daemon_restart_same_geometry)
 }
 END_TEST
 
+/* A prompt of whole blocks, run twice: the second run matches all but its
+ * last block (the lookup leaves out the last token), commits that block
+ * behind placeholders for the matched ones, learns the first run's block is
+ * canonical and decodes from it; same logits, nothing left held. */
+START_TEST(test_kvs_duplicate_block_is_swapped)
+{
+    model_config_t cfg;
+    model_t *m = NULL;
+    kvscache_t *kc = NULL;
+    kvscache_opts_t ko = {.timeout_ms = 5000, .private_blocks = 16};
+    kvscache_stats_t st;
+    harness_t h;
+    uint32_t prompt[64], gen[DECODE], gen_ref[DECODE];
+    float ref[256], got[256];
+    worker_result_t r;
+    kvstore_t *priv = NULL;
+    geometry_t g;
+    kvs_client_t *c;
+    kvs_stats_t ds;
+    char err[512];
+
+    model_config_small(&cfg);
+    ck_assert_int_eq(model_new(&cfg, &m), 0);
+    for (uint32_t i = 0; i < 64; i++)
+        prompt[i] = (i * 37 + 11) % cfg.vocab;
+    model_config_geometry(&cfg, &g);
+    ck_assert_int_eq(kvstore_new_private(&g, 16, &priv), 0);
+    {
+        worker_t w = {.model = m, .store = priv, .ops = &worker_private_ops, .ctx = priv};
+        ck_assert_int_eq(worker_run(&w, prompt, 64, DECODE, gen_ref, ref, &r), 0);
+    }
+
+    start_daemon(&h, 64);
+    ko.socket_path = h.socket_path;
+    ck_assert_int_eq(kvscache_open(&ko, m, &kc, err, sizeof(err)), 0);
+    ck_assert_int_eq(kvscache_run(kc, prompt, 64, DECODE, gen, got, &r), 0);
+    ck_assert_int_eq(r.cache, WORKER_CACHE_SHARED);
+    ck_assert_uint_eq(r.matched_tokens, 0);
+    ck_assert_int_eq(memcmp(got, ref, sizeof(got)), 0);
+    ck_assert_int_eq(kvscache_run(kc, prompt, 64, DECODE, gen, got, &r), 0);
+    ck_assert_int_eq(r.cache, WORKER_CACHE_SHARED);
+    ck_assert_uint_eq(r.matched_tokens, 48);
+    ck_assert_uint_eq(r.prefill_tokens, 16);
+    ck_assert_int_eq(memcmp(got, ref, sizeof(got)), 0);
+    ck_assert_int_eq(memcmp(gen, gen_ref, sizeof(gen)), 0);
+    kvscache_stats(kc, &st);
+    ck_assert_uint_eq(st.shared, 2);
+    ck_assert_uint_eq(st.commits, 2);
+    ck_assert_uint_eq(st.commit_errors, 0);
+    ck_assert_uint_eq(st.placeholders, 3);
+    ck_assert_uint_eq(st.duplicates, 1);
+
+    /* Still connected: the releases, not the session's end, freed it all. */
+    c = monitor(&h);
+    ck_assert_int_eq(kvs_stats(c, &ds), 0);
+    ck_assert_uint_eq(ds.pinned_blocks, 0);
+    ck_assert_uint_eq(ds.writing_blocks, 0);
+    ck_assert_uint_eq(ds.cached_blocks, 4);
+    ck_assert_uint_eq(ds.sessions, 2);
+    kvs_stats_free(&ds);
+    kvs_close(c);
+
+    kvscache_free(kc);
+    ck_assert_int_eq(harness_stop(&h), 0);
+    harness_cleanup(&h);
+    kvstore_free(priv);
+    model_free(m);
+}
+END_TEST
+
 static Suite *worker_kvs_suite(void)
 {
     Suite *s = suite_create("worker_kvs");
@@ -633,6 +703,7 @@ static Suite *worker_kvs_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_kvs_sequential_workers);
     tcase_add_test(tc, test_kvs_concurrent_workers);
+    tcase_add_test(tc, test_kvs_duplicate_block_is_swapped);
     tcase_add_test(tc, test_kvs_daemon_down_falls_back);
     tcase_add_test(tc, test_kvs_pool_full_falls_back);
     tcase_add_test(tc, test_kvs_geometry_mismatch_refused);
