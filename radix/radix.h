@@ -70,6 +70,12 @@ typedef void (*radix_evict_fn)(void *ctx, uint32_t block_id);
  * collisions. */
 typedef uint64_t (*radix_hash_fn)(const uint32_t *tokens, size_t n_tokens, uint64_t seed);
 
+/* Eviction policy: which evictable leaf goes first (see Eviction order). */
+typedef enum radix_policy {
+    RADIX_EVICT_LRU = 0, /* oldest last use first */
+    RADIX_EVICT_FREQ = 1 /* oldest last use + a bonus per earlier hit first */
+} radix_policy_t;
+
 typedef struct radix_config {
     uint32_t block_tokens;   /* tokens per block, > 0 (kvshare default: 16) */
     uint32_t max_blocks;     /* block ids are in [0, max_blocks) */
@@ -82,6 +88,12 @@ typedef struct radix_config {
      * leaves the tree consistent. */
     bool (*fail_alloc)(void *ctx);
     void *fail_ctx;
+    /* Eviction policy and its parameters (RADIX_EVICT_FREQ only; 0 picks
+     * the documented default). See Eviction order above. */
+    radix_policy_t policy;
+    uint32_t freq_max_hits;    /* hits that earn a bonus, at most (0: 4) */
+    uint32_t freq_bonus_pct;   /* bonus per hit, percent of the mean eviction age (0: 50) */
+    uint64_t freq_bonus_ticks; /* if > 0: a fixed bonus per hit, in ticks, instead */
 } radix_config_t;
 
 typedef struct radix_ns_stats {

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "bench.h"
+#include "kvshare_status.h"
 
 static const struct bench_cmd {
     const char *name;
@@ -18,9 +19,23 @@ static const struct bench_cmd {
     {"radix", bench_radix,
      "index: 4k-token lookups and inserts against 1,000,000 cached blocks under 10,000 system "
      "prompts, bytes per block"},
+    {"trace-sim", bench_trace_sim,
+     "offline trace replay against the index alone: hit rate against capacity and policy"},
 };
 
 #define N_CMDS (sizeof(bench_cmds) / sizeof(bench_cmds[0]))
+
+const char *bench_status_text(int status)
+{
+    switch (status) {
+#define BENCH_STATUS_CASE(name, code, text)                                                        \
+    case code:                                                                                     \
+        return text;
+        KVS_STATUS_TABLE(BENCH_STATUS_CASE)
+#undef BENCH_STATUS_CASE
+    }
+    return "unknown status";
+}
 
 uint64_t bench_now_ns(void)
 {
@@ -49,7 +64,7 @@ static void usage(FILE *f)
     fprintf(
         f, "usage: kvshare-bench <benchmark> [options]   (<benchmark> --help for its options)\n\n");
     for (size_t i = 0; i < N_CMDS; i++)
-        fprintf(f, "  %-8s %s\n", bench_cmds[i].name, bench_cmds[i].help);
+        fprintf(f, "  %-10s %s\n", bench_cmds[i].name, bench_cmds[i].help);
 }
 
 int main(int argc, char **argv)
