@@ -70,6 +70,10 @@ typedef void (*radix_evict_fn)(void *ctx, uint32_t block_id);
  * collisions. */
 typedef uint64_t (*radix_hash_fn)(const uint32_t *tokens, size_t n_tokens, uint64_t seed);
 
+/* Defaults of the RADIX_EVICT_FREQ parameters (radix_config_t). */
+#define RADIX_FREQ_MAX_HITS  2
+#define RADIX_FREQ_BONUS_PCT 25
+
 /* Eviction policy: which evictable leaf goes first (see Eviction order). */
 typedef enum radix_policy {
     RADIX_EVICT_LRU = 0, /* oldest last use first */
@@ -91,9 +95,9 @@ typedef struct radix_config {
     /* Eviction policy and its parameters (RADIX_EVICT_FREQ only; 0 picks
      * the documented default). See Eviction order above. */
     radix_policy_t policy;
-    uint32_t freq_max_hits;    /* hits that earn a bonus, at most (0: 4) */
-    uint32_t freq_bonus_pct;   /* bonus per hit, percent of the mean eviction age (0: 50) */
-    uint64_t freq_bonus_ticks; /* if > 0: a fixed bonus per hit, in ticks, instead */
+    uint32_t freq_max_hits;    /* hits that earn a bonus, at most (0: 2; <= 255) */
+    uint32_t freq_bonus_pct;   /* bonus per hit, % of the mean eviction age (0: 25; <= 10000) */
+    uint64_t freq_bonus_ticks; /* > 0: a fixed bonus per hit in ticks instead (<= 2^32 - 1) */
 } radix_config_t;
 
 typedef struct radix_ns_stats {

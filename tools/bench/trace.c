@@ -85,8 +85,7 @@ static int push_id(id_buf_t *b, uint32_t id)
 
 /* Parses one line into *r, appending its ids to b. Returns NULL or what is
  * wrong with the line. */
-static const char *parse_line(const char *line, size_t len, trace_req_t *r, id_buf_t *b,
-                              int *rc)
+static const char *parse_line(const char *line, size_t len, trace_req_t *r, id_buf_t *b, int *rc)
 {
     parser_t ps = {line, line + len};
     bool have_ts = false, have_in = false, have_ids = false;

@@ -308,16 +308,18 @@ int bench_trace_sim(int argc, char **argv)
         printf("trace %s: %zu requests, %zu distinct %u-token ids, %llu prompt tokens\n"
                "block %u tokens; unlimited capacity: hit rate %.2f %% with %u blocks cached\n\n"
                "%12s %10s %12s %7s %9s %10s %8s\n",
-               path, tr.n_reqs, distinct, TRACE_HASH_TOKENS,
-               (unsigned long long)unl.prompt_tokens, sp.block_tokens,
-               100.0 * (double)unl.hit_tokens / (double)unl.prompt_tokens, unl.max_cached,
-               "capacity", "(x512 tok)", "% distinct", "policy", "hit rate", "evicted", "secs");
+               path, tr.n_reqs, distinct, TRACE_HASH_TOKENS, (unsigned long long)unl.prompt_tokens,
+               sp.block_tokens, 100.0 * (double)unl.hit_tokens / (double)unl.prompt_tokens,
+               unl.max_cached, "capacity", "(x512 tok)", "% distinct", "policy", "hit rate",
+               "evicted", "secs");
     bool first = true;
     for (size_t c = 0; c < n_caps; c++) {
-        double units = cap_kind == CAP_UNITS    ? caps[c]
-                       : cap_kind == CAP_PCT    ? (double)(uint64_t)(caps[c] / 100.0 * (double)distinct)
-                                                : caps[c] * sp.block_tokens / TRACE_HASH_TOKENS;
-        double blocks = cap_kind == CAP_BLOCKS ? caps[c] : units * TRACE_HASH_TOKENS / sp.block_tokens;
+        double units = cap_kind == CAP_UNITS ? caps[c]
+                       : cap_kind == CAP_PCT
+                           ? (double)(uint64_t)(caps[c] / 100.0 * (double)distinct)
+                           : caps[c] * sp.block_tokens / TRACE_HASH_TOKENS;
+        double blocks =
+            cap_kind == CAP_BLOCKS ? caps[c] : units * TRACE_HASH_TOKENS / sp.block_tokens;
         if (blocks < 1 || blocks > (double)UINT32_MAX) {
             fprintf(stderr, "trace-sim: capacity %g out of range\n", caps[c]);
             rc = KVS_EINVAL;
@@ -343,9 +345,9 @@ int bench_trace_sim(int argc, char **argv)
                        (unsigned long long)res.short_requests, res.seconds);
                 first = false;
             } else {
-                printf("%12u %10.0f %11.2f%% %7s %8.2f%% %10llu %8.2f\n", sp.capacity, units,
-                       pct_d, policy_name(sp.policy), 100.0 * hr,
-                       (unsigned long long)res.evicted_blocks, res.seconds);
+                printf("%12u %10.0f %11.2f%% %7s %8.2f%% %10llu %8.2f\n", sp.capacity, units, pct_d,
+                       policy_name(sp.policy), 100.0 * hr, (unsigned long long)res.evicted_blocks,
+                       res.seconds);
             }
             fflush(stdout);
         }
