@@ -53,10 +53,20 @@
  *             fit neither end of the list. Entries are dropped lazily: a node
  *             records the sequence number of its live entry.
  *
- * Eviction takes the older of the list head and the heap top, so it is exact
- * least-recently-used order on stamps. Stamps of evictable leaves are all
- * distinct (one walk touches one path, which holds one leaf), so the order
- * is total.
+ * Both are ordered by each leaf's key (leaf_key, taken when it is queued;
+ * see radix.h, Eviction order), then stamp. Under LRU the key is the stamp,
+ * so a touched leaf always goes to the list's tail; under FREQ it is the
+ * stamp plus a bonus per hit, so a touched leaf goes to the tail only when
+ * its key is the largest, and to the heap otherwise.
+ *
+ * Eviction takes the first of the list head and the heap top, so it is exact
+ * order on (key, stamp). Stamps of evictable leaves are all distinct (one
+ * walk touches one path, which holds one leaf), so the order is total.
+ *
+ * Hits per block (FREQ) are counted the way stamps are written: a lookup
+ * through a whole node adds one to the node's full_hits, a partial one adds
+ * to each matched record's own count; a record's hits are the sum, and a new
+ * record appended to a node starts its own count at -full_hits (mod 2^32).
  */
 #include "radix.h"
 

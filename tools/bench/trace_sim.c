@@ -141,6 +141,116 @@ out:
     return rc;
 }
 
+/* ---- offline optimum ------------------------------------------------------------ */
+
+static void heap_push_u64(uint64_t *h, size_t *n, uint64_t v)
+{
+    size_t i = (*n)++;
+    h[i] = v;
+    while (i > 0 && h[(i - 1) / 2] < h[i]) {
+        uint64_t tmp = h[i];
+        h[i] = h[(i - 1) / 2];
+        h[(i - 1) / 2] = tmp;
+        i = (i - 1) / 2;
+    }
+}
+
+static uint64_t heap_pop_u64(uint64_t *h, size_t *n)
+{
+    uint64_t top = h[0];
+    h[0] = h[--*n];
+    for (size_t i = 0;;) {
+        size_t l = 2 * i + 1, m = i;
+        if (l < *n && h[l] > h[m])
+            m = l;
+        if (l + 1 < *n && h[l + 1] > h[m])
+            m = l + 1;
+        if (m == i)
+            break;
+        uint64_t tmp = h[i];
+        h[i] = h[m];
+        h[m] = tmp;
+        i = m;
+    }
+    return top;
+}
+
+int sim_belady(const trace_t *tr, uint32_t capacity, sim_result_t *res)
+{
+    if (!tr || !res || capacity == 0)
+        return KVS_EINVAL;
+    memset(res, 0, sizeof(*res));
+    int rc = KVS_ENOMEM;
+    size_t n_ids = (size_t)tr->max_hash_id + 1;
+    uint32_t *next = malloc((tr->n_hash_ids + 1) * sizeof(*next)); /* per occurrence */
+    uint32_t *seen = malloc(n_ids * sizeof(*seen));
+    uint32_t *cur = malloc(n_ids * sizeof(*cur)); /* next use of a cached id */
+    uint8_t *cached = calloc(n_ids, 1);
+    uint64_t *heap = malloc((tr->n_hash_ids + 1) * sizeof(*heap));
+    size_t heap_n = 0, n_cached = 0;
+    if (!next || !seen || !cur || !cached || !heap)
+        goto out;
+    /* Next use of each occurrence (full blocks only), by a backward pass. */
+    for (size_t i = 0; i < n_ids; i++)
+        seen[i] = UINT32_MAX;
+    for (size_t r = tr->n_reqs; r-- > 0;) {
+        const trace_req_t *q = &tr->reqs[r];
+        size_t full = trace_prompt_tokens(tr, q) / TRACE_HASH_TOKENS;
+        for (size_t k = 0; k < full; k++) {
+            uint32_t id = tr->hash_ids[q->first_hash + k];
+            next[q->first_hash + k] = seen[id];
+            seen[id] = (uint32_t)r;
+        }
+    }
+    for (size_t r = 0; r < tr->n_reqs; r++) {
+        const trace_req_t *q = &tr->reqs[r];
+        size_t full = trace_prompt_tokens(tr, q) / TRACE_HASH_TOKENS, hit = 0;
+        while (hit < full && cached[tr->hash_ids[q->first_hash + hit]])
+            hit++;
+        res->prompt_tokens += trace_prompt_tokens(tr, q);
+        res->hit_tokens += (uint64_t)hit * TRACE_HASH_TOKENS;
+        for (size_t k = 0; k < full; k++) {
+            uint32_t id = tr->hash_ids[q->first_hash + k];
+            if (!cached[id])
+                n_cached++;
+            cached[id] = 1;
+            cur[id] = next[q->first_hash + k];
+            heap_push_u64(heap, &heap_n, (uint64_t)cur[id] << 32 | id);
+        }
+        /* Drop what is needed again the latest (or never). */
+        while (n_cached > capacity) {
+            uint64_t top = heap_pop_u64(heap, &heap_n);
+            uint32_t id = (uint32_t)top, at = (uint32_t)(top >> 32);
+            if (cached[id] && cur[id] == at) {
+                cached[id] = 0;
+                n_cached--;
+                res->evicted_blocks++;
+            }
+        }
+        /* Stale entries: rebuild when they dominate. */
+        if (heap_n > 4 * (n_cached + 1024)) {
+            size_t k = 0;
+            for (size_t i = 0; i < heap_n; i++) {
+                uint32_t id = (uint32_t)heap[i];
+                if (cached[id] && cur[id] == (uint32_t)(heap[i] >> 32))
+                    heap[k++] = heap[i];
+            }
+            heap_n = 0;
+            for (size_t i = 0; i < k; i++)
+                heap_push_u64(heap, &heap_n, heap[i]);
+        }
+    }
+    res->requests = tr->n_reqs;
+    rc = 0;
+out:
+    free(next);
+    free(seen);
+    free(cur);
+    free(cached);
+    free(heap);
+    return rc;
+}
+
 /* ---- the subcommand ---------------------------------------------------------- */
 
 static const char *policy_name(radix_policy_t p)
@@ -191,9 +301,10 @@ static void sim_usage(FILE *f)
             "  --max-hits N        freq: hits that earn a bonus (default 4)\n"
             "  --bonus-pct N       freq: bonus per hit, %% of the mean eviction age (50)\n"
             "  --bonus-ticks N     freq: fixed bonus per hit in ticks instead\n"
+            "  --optimum           also the offline optimum over %u-token ids (opt512)\n"
             "  --check             radix_check() after each run\n"
             "  --json              one JSON object instead of the table\n",
-            TRACE_HASH_TOKENS);
+            TRACE_HASH_TOKENS, TRACE_HASH_TOKENS);
 }
 
 static size_t distinct_ids(const trace_t *tr)
@@ -218,7 +329,7 @@ int bench_trace_sim(int argc, char **argv)
     double caps[32];
     enum { CAP_PCT, CAP_UNITS, CAP_BLOCKS } cap_kind = CAP_PCT;
     size_t max_reqs = 0;
-    bool json = false;
+    bool json = false, optimum = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool ok = true;
@@ -227,6 +338,9 @@ int bench_trace_sim(int argc, char **argv)
             return 0;
         } else if (strcmp(a, "--json") == 0) {
             json = true;
+            continue;
+        } else if (strcmp(a, "--optimum") == 0) {
+            optimum = true;
             continue;
         } else if (strcmp(a, "--check") == 0) {
             sp.check = true;
@@ -326,10 +440,17 @@ int bench_trace_sim(int argc, char **argv)
             break;
         }
         sp.capacity = (uint32_t)blocks;
-        for (size_t p = 0; p < n_policies; p++) {
-            sp.policy = policies[p];
+        for (size_t p = 0; p < n_policies + (optimum ? 1 : 0); p++) {
             sim_result_t res;
-            rc = sim_run(&tr, &sp, &res);
+            const char *name;
+            if (p < n_policies) {
+                sp.policy = policies[p];
+                name = policy_name(sp.policy);
+                rc = sim_run(&tr, &sp, &res);
+            } else {
+                name = "opt512";
+                rc = units >= 1 ? sim_belady(&tr, (uint32_t)units, &res) : KVS_EINVAL;
+            }
             if (rc) {
                 fprintf(stderr, "trace-sim: run failed: %s\n", bench_status_text(rc));
                 break;
@@ -340,14 +461,13 @@ int bench_trace_sim(int argc, char **argv)
                 printf("%s{\"capacity_blocks\": %u, \"capacity_units\": %.1f, \"pct_distinct\": "
                        "%.2f, \"policy\": \"%s\", \"hit_rate\": %.4f, \"evicted\": %llu, "
                        "\"short_requests\": %llu, \"seconds\": %.2f}",
-                       first ? "" : ", ", sp.capacity, units, pct_d, policy_name(sp.policy), hr,
+                       first ? "" : ", ", sp.capacity, units, pct_d, name, hr,
                        (unsigned long long)res.evicted_blocks,
                        (unsigned long long)res.short_requests, res.seconds);
                 first = false;
             } else {
                 printf("%12u %10.0f %11.2f%% %7s %8.2f%% %10llu %8.2f\n", sp.capacity, units, pct_d,
-                       policy_name(sp.policy), 100.0 * hr, (unsigned long long)res.evicted_blocks,
-                       res.seconds);
+                       name, 100.0 * hr, (unsigned long long)res.evicted_blocks, res.seconds);
             }
             fflush(stdout);
         }

@@ -37,4 +37,12 @@ uint64_t sim_unlimited_blocks(const trace_t *tr, uint32_t block_tokens);
  * misbehaved: an insert or unpin failed, or radix_check did). */
 int sim_run(const trace_t *tr, const sim_params_t *sp, sim_result_t *res);
 
+/* The offline optimum over the trace's 512-token ids (Belady: when over
+ * capacity, drop the id whose next use is farthest, never-again first),
+ * with a cache of `capacity` ids and full 512-token blocks only, for scale:
+ * no prefix tree, no partial blocks; what an online policy cannot beat at
+ * that granularity. Fills prompt_tokens, hit_tokens, evicted_blocks,
+ * requests. Errors: KVS_EINVAL, KVS_ENOMEM. */
+int sim_belady(const trace_t *tr, uint32_t capacity, sim_result_t *res);
+
 #endif
