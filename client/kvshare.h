@@ -1,10 +1,53 @@
 /*
  * libkvshare: the client library of kvshared, the KV-cache prefix sharing daemon.
  *
- * (The theory of operation and the API are filled in with the client.)
+ * Theory of operation
+ * -------------------
+ * kvshared owns one pool of KV-cache blocks per node (GPU memory, or host
+ * memory) and an index of the token prefixes those blocks hold. A decode
+ * worker connects once (kvs_connect), which maps the pool into the worker
+ * (kvs_pool_base, kvs_block_addr), then for each prompt:
+ *
+ *   1. kvs_lookup(prompt, pin = 1): the longest cached prefix, as block ids,
+ *      pinned so they cannot be evicted while the worker reads them;
+ *   2. kvs_alloc(n): fresh blocks (WRITING, owned by this client) for the
+ *      rest of the prompt's full blocks; the worker computes and writes KV
+ *      there;
+ *   3. kvs_commit(prompt, blocks): the written blocks enter the index, pinned
+ *      by this client; another worker may have committed the same prefix
+ *      first: then `canonical` names the block to use and the duplicate stays
+ *      WRITING, to be released;
+ *   4. kvs_release(blocks) when the request is done: pins go, WRITING blocks
+ *      go back to the pool.
+ *
+ * Only full blocks (block_tokens tokens, default 16) are cached. Everything a
+ * client holds is released by the daemon when the connection ends, however it
+ * ends (kvs_close, exit, crash).
+ *
+ * The cache is an optimisation, never a dependency. Every call has a timeout
+ * (kvs_options_t.timeout_ms, default 1000 ms, kept within 5 ms): a daemon that
+ * does not answer in time gets KVS_ETIMEDOUT and the connection is dropped. While the client
+ * is disconnected, kvs_lookup returns KVS_ENOTCONN with *n_blocks = 0 (a miss:
+ * compute the prompt), and every call first tries to reconnect (at most once
+ * per reconnect_ms). A reconnect maps the pool again: addresses from
+ * kvs_pool_base / kvs_block_addr are valid until a call returns
+ * KVS_ENOTCONN / KVS_ETIMEDOUT or kvs_epoch() changes.
+ *
+ * Errors: every function returns 0 or a negative KVS_* code
+ * (kvshare_status.h); kvs_strerror() gives the code's text and
+ * kvs_last_error() the daemon's message for the last failed call (which block,
+ * which limit, what to do).
+ *
+ * Threads: a kvs_client_t is not thread-safe; use one per thread or lock.
+ *
+ * Wire protocol: proto/kvshare.proto (frames of a 4-byte little-endian length
+ * and one protobuf message).
  */
 #ifndef KVSHARE_H
 #define KVSHARE_H
+
+#include <stddef.h>
+#include <stdint.h>
 
 #include "kvshare_status.h"
 
@@ -12,12 +55,198 @@
 #define KVS_VERSION_MINOR 1
 #define KVS_VERSION_PATCH 0
 
+/* Sent in Hello: clients and daemons of the same major version interoperate. */
+#define KVS_PROTOCOL_VERSION (KVS_VERSION_MAJOR * 1000 + KVS_VERSION_MINOR)
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 /* Returns a static, human-readable text for a KVS_* status code. Never NULL. */
 const char *kvs_strerror(int status);
+
+/* Writes the default socket path into buf: $KVSHARE_SOCKET if set, else
+ * $XDG_RUNTIME_DIR/kvshare/kvshared.sock, else /run/kvshare/kvshared.sock for
+ * root, else /tmp/kvshare-$UID/kvshared.sock. Errors: KVS_EINVAL (buf too
+ * small). */
+int kvs_default_socket_path(char *buf, size_t len);
+
+typedef struct kvs_client kvs_client_t;
+
+/* Connection flags (kvs_options_t.flags). */
+#define KVS_NO_MAP 0x1u /* do not map the pool (monitoring tools) */
+#define KVS_LAZY   0x2u /* kvs_connect succeeds even if the daemon is down */
+
+/* Options for kvs_connect. Always start with kvs_options_init: it sets
+ * `size`, so fields added later keep older callers working. */
+typedef struct kvs_options {
+    size_t size;             /* sizeof(kvs_options_t), set by kvs_options_init */
+    const char *socket_path; /* NULL: kvs_default_socket_path() */
+    int timeout_ms;          /* per call, connect included; default 1000 */
+    const char *worker_name; /* shown in the daemon's logs; may be NULL */
+    unsigned flags;          /* KVS_NO_MAP, KVS_LAZY */
+    int reconnect_ms;        /* least time between reconnect attempts; default 0 */
+} kvs_options_t;
+
+void kvs_options_init(kvs_options_t *opts);
+
+/* Connects, says Hello and maps the pool (unless KVS_NO_MAP). The strings in
+ * opts are copied. On success *out owns the connection; free it with
+ * kvs_close. Errors: KVS_EINVAL, KVS_ENOMEM, KVS_ENOTCONN (no daemon at the
+ * path; with KVS_LAZY this is not an error and *out is a disconnected
+ * client), KVS_ETIMEDOUT, KVS_EVERSION, KVS_EPROTO, KVS_EIO and the mapping
+ * errors of the backend (KVS_ENODRIVER, KVS_ENODEV for cuda). */
+int kvs_connect(const kvs_options_t *opts, kvs_client_t **out);
+
+/* Closes the connection (the daemon releases all it holds) and unmaps the
+ * pool. Accepts NULL. */
+void kvs_close(kvs_client_t *c);
+
+/* 1 when connected, 0 when not. */
+int kvs_connected(const kvs_client_t *c);
+
+/* Counts connections made: changes when a reconnect maps the pool again. */
+uint64_t kvs_epoch(const kvs_client_t *c);
+
+/* The daemon's message (or the library's) for the last failed call on c;
+ * "" after a success. Owned by c, valid until the next call. */
+const char *kvs_last_error(const kvs_client_t *c);
+
+/* Changes the per-call timeout (ms, > 0). */
+void kvs_set_timeout(kvs_client_t *c, int timeout_ms);
+
+/* --- geometry and the mapped pool --- */
+
+typedef enum kvs_backend {
+    KVS_BACKEND_HOST = 1,
+    KVS_BACKEND_CUDA = 2,
+} kvs_backend_t;
+
+typedef struct kvs_geometry {
+    uint32_t layers, kv_heads, head_dim;
+    uint32_t dtype_bytes;
+    char dtype[8]; /* "fp32", "fp16", "bf16", "fp8" */
+    uint32_t block_tokens;
+    uint32_t num_blocks;
+    uint64_t block_bytes;  /* one block: all layers, K and V */
+    uint64_t slot_bytes;   /* one block, one layer, K or V: contiguous */
+    uint64_t layer_stride; /* bytes between layer l and l + 1 */
+    uint64_t kv_stride;    /* bytes between a layer's K and its V */
+    uint64_t block_stride; /* bytes between block b and b + 1 */
+    uint64_t pool_bytes;
+    kvs_backend_t backend;
+    uint8_t device_uuid[16]; /* cuda: the device the pool lives on */
+} kvs_geometry_t;
+
+/* The pool's geometry as the daemon described it at the last connect.
+ * Errors: KVS_ENOTCONN (never connected). */
+int kvs_geometry(const kvs_client_t *c, kvs_geometry_t *out);
+
+/* Base address of the mapped pool: a host pointer (host backend) or a CUDA
+ * device pointer (cuda). 0 when not mapped. */
+uintptr_t kvs_pool_base(const kvs_client_t *c);
+
+/* Address of block `block`'s K (kv = 0) or V (kv = 1) in layer `layer`:
+ * slot_bytes contiguous bytes laid out [token][kv_head][head_dim]. Errors:
+ * KVS_EINVAL (out of range), KVS_ENOTCONN (no mapping). */
+int kvs_block_addr(const kvs_client_t *c, uint32_t layer, uint32_t kv, uint32_t block,
+                   uintptr_t *addr);
+
+/* Copies n bytes (at most slot_bytes) into / out of the start of block's K
+ * (kv = 0) or V (kv = 1) slot in layer, through the mapping: memcpy for
+ * host, a driver copy for cuda (so tools and tests need no CUDA code).
+ * Errors: KVS_EINVAL (out of range), KVS_ENOTCONN (no mapping), KVS_EIO. */
+int kvs_block_write(kvs_client_t *c, uint32_t layer, uint32_t kv, uint32_t block, const void *src,
+                    size_t n);
+int kvs_block_read(kvs_client_t *c, uint32_t layer, uint32_t kv, uint32_t block, void *dst,
+                   size_t n);
+
+/* --- the RPCs (synchronous; each waits at most timeout_ms) --- */
+
+/* Longest cached prefix of tokens in namespace ns (NULL or "": "default").
+ * Writes up to max_ids block ids (prompt order) and *n_blocks; each covers
+ * block_tokens tokens. With pin != 0 each returned block is pinned for this
+ * client until kvs_release. Unknown namespaces are created. Errors:
+ * KVS_EINVAL, KVS_ENOTCONN / KVS_ETIMEDOUT (*n_blocks = 0: a miss),
+ * KVS_ELIMIT (too many namespaces). */
+int kvs_lookup(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n_tokens, int pin,
+               uint32_t *ids, size_t max_ids, size_t *n_blocks);
+
+/* n fresh blocks in WRITING state, owned by this client, into ids[0..n).
+ * When the pool is full the daemon evicts unpinned cached blocks (on behalf
+ * of ns, which may be NULL). Errors: KVS_EINVAL, KVS_EPOOLFULL (everything is
+ * pinned or being written), KVS_ENOTCONN, KVS_ETIMEDOUT. */
+int kvs_alloc(kvs_client_t *c, const char *ns, uint32_t n, uint32_t *ids);
+
+/* Commits the first n_ids full blocks of tokens, block i held by ids[i]
+ * (WRITING, owned by this client). canonical[i] (n_ids entries) gets the block
+ * that now holds prefix block i: ids[i], or another client's block committed
+ * first (then ids[i] stays WRITING: release it). Every canonical block is
+ * pinned once for this client. *n_committed (may be NULL) = blocks handled;
+ * on KVS_EQUOTA the first *n_committed are done. Errors: KVS_EINVAL,
+ * KVS_ENOTHELD, KVS_EBADSTATE, KVS_EQUOTA, KVS_ENOTCONN, KVS_ETIMEDOUT. */
+int kvs_commit(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n_tokens,
+               const uint32_t *ids, size_t n_ids, uint32_t *canonical, size_t *n_committed);
+
+/* One more pin on each cached block. *n_done (may be NULL) = blocks pinned
+ * before an error. Errors: KVS_EINVAL, KVS_ENOTFOUND (not cached: evicted or
+ * never committed), KVS_ENOTCONN, KVS_ETIMEDOUT. */
+int kvs_pin(kvs_client_t *c, const uint32_t *ids, size_t n, size_t *n_done);
+
+/* Releases each block: one pin of this client on a cached block, or a
+ * WRITING block of this client back to the pool. In order; *n_done (may be
+ * NULL) = blocks released before an error. Errors: KVS_EINVAL (out of
+ * range), KVS_ENOTHELD (not held by this client: another's, free, or
+ * released twice), KVS_ENOTCONN, KVS_ETIMEDOUT. */
+int kvs_release(kvs_client_t *c, const uint32_t *ids, size_t n, size_t *n_done);
+
+#define KVS_NS_NAME_MAX 64
+
+typedef struct kvs_ns_stats {
+    char name[KVS_NS_NAME_MAX];
+    uint64_t lookups, lookup_tokens, hit_tokens;
+    uint64_t inserted_blocks, duplicate_blocks, evicted_blocks;
+    uint32_t cached_blocks, pinned_blocks, quota, reserve;
+} kvs_ns_stats_t;
+
+typedef struct kvs_stats {
+    uint32_t total_blocks, free_blocks, writing_blocks, cached_blocks, pinned_blocks;
+    uint64_t alloc_failures, evictions;
+    uint32_t sessions;
+    uint64_t sessions_total, requests, errors, protocol_errors;
+    uint64_t bytes_in, bytes_out;
+    uint64_t block_bytes, pool_bytes, index_bytes;
+    uint32_t block_tokens;
+    kvs_backend_t backend;
+    uint64_t uptime_ms;
+    size_t n_namespaces;
+    kvs_ns_stats_t *namespaces; /* owned by out; free with kvs_stats_free */
+} kvs_stats_t;
+
+/* The daemon's counters. Free out->namespaces with kvs_stats_free. Errors:
+ * KVS_ENOMEM, KVS_ENOTCONN, KVS_ETIMEDOUT. */
+int kvs_stats(kvs_client_t *c, kvs_stats_t *out);
+void kvs_stats_free(kvs_stats_t *s); /* accepts NULL */
+
+typedef struct kvs_prefix {
+    char ns[KVS_NS_NAME_MAX];
+    uint32_t tokens; /* prefix length */
+    uint32_t blocks; /* cached blocks under it, itself included */
+    uint32_t pins;
+    uint64_t hits;
+    uint64_t age_ticks; /* index operations since its last use, vs the newest row */
+    uint32_t last_block_id;
+} kvs_prefix_t;
+
+/* Top prefixes of namespace ns (NULL: all) by hits, or by size when by_size.
+ * Fills out[0..*n_out), *n_out <= max. Errors: KVS_EINVAL, KVS_ENONS,
+ * KVS_ENOTCONN, KVS_ETIMEDOUT. */
+int kvs_tree(kvs_client_t *c, const char *ns, int by_size, kvs_prefix_t *out, size_t max,
+             size_t *n_out);
+
+/* One round trip with `payload_bytes` bytes each way; *rtt_us (may be NULL)
+ * gets its duration in microseconds. Errors: KVS_ENOTCONN, KVS_ETIMEDOUT. */
+int kvs_ping(kvs_client_t *c, size_t payload_bytes, double *rtt_us);
 
 #ifdef __cplusplus
 }

@@ -19,6 +19,9 @@ static const struct bench_cmd {
      "prompts, bytes per block"},
     {"trace-sim", bench_trace_sim,
      "offline trace replay against the index alone: hit rate against capacity and policy"},
+    {"rpc", bench_rpc_main,
+     "kvshared: Lookup p50/p99 and throughput with 1/4/16 clients for 64/4k/32k tokens next to "
+     "a raw Unix-socket ping-pong, and pipelined Lookups"},
 };
 
 #define N_CMDS (sizeof(bench_cmds) / sizeof(bench_cmds[0]))

@@ -15,4 +15,10 @@ typedef struct kvshare_command {
 /* calc.c: KV capacity planner (no daemon needed). */
 int kvshare_calc(int argc, char **argv);
 
+/* The commands that talk to kvshared (cmd_*.c, over kvshare.h only). */
+int kvshare_cmd_stats(int argc, char **argv);
+int kvshare_cmd_top(int argc, char **argv);
+int kvshare_cmd_tree(int argc, char **argv);
+int kvshare_cmd_ping(int argc, char **argv);
+
 #endif /* KVSHARE_COMMANDS_H */

@@ -11,6 +11,11 @@ static const kvshare_command_t commands[] = {
     {"calc", kvshare_calc,
      "KV cache capacity planner: bytes per token, per sequence, "
      "sequences that fit a budget"},
+    {"stats", kvshare_cmd_stats,
+     "pool usage, blocks free/writing/cached/pinned, hit rates, evictions, sessions (--json)"},
+    {"top", kvshare_cmd_top, "the stats view, refreshed, with rates"},
+    {"tree", kvshare_cmd_tree, "top cached prefixes: tokens, blocks, hits, pins, age"},
+    {"ping", kvshare_cmd_ping, "round-trip time to kvshared"},
 };
 #define COMMAND_COUNT (sizeof(commands) / sizeof(commands[0]))
 

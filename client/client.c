@@ -1,0 +1,921 @@
+/*
+ * libkvshare: synchronous calls over the daemon's socket.
+ *
+ * Each call packs one Request frame, writes it and reads frames until the
+ * Response with the same id, everything under one deadline (the blocking
+ * socket's timeouts are kept within 5 ms of it). Any I/O error, timeout or
+ * undecodable reply drops the connection; the next call reconnects (Hello
+ * again, pool mapped again). fds come with the Hello reply (SCM_RIGHTS), read
+ * with recvmsg.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "geometry.h"
+#include "kvshare.h"
+#include "kvshare.pb-c.h"
+
+#define CLIENT_MAX_REPLY (256u << 20)
+#define CLIENT_MAX_FDS   BACKEND_MAX_SLABS
+
+struct kvs_client {
+    char socket_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    char worker[64];
+    int timeout_ms;
+    int reconnect_ms;
+    unsigned flags;
+
+    int fd;
+    uint64_t epoch;
+    uint64_t next_id;
+    int64_t last_attempt_ms;
+
+    kvs_geometry_t geo;
+    int have_geo;
+    int in_hello;       /* the next reply may carry fds */
+    int rcv_ms, snd_ms; /* the socket's current timeouts */
+    backend_mapping_t *map;
+
+    uint8_t *rbuf;
+    size_t rlen, rcap;
+    uint8_t *wbuf;
+    size_t wcap;
+    int fds[CLIENT_MAX_FDS];
+    size_t n_fds;
+
+    char err[320];
+};
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int set_err(kvs_client_t *c, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int set_err(kvs_client_t *c, int status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->err, sizeof(c->err), fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+static void drop_fds(kvs_client_t *c)
+{
+    for (size_t i = 0; i < c->n_fds; i++)
+        close(c->fds[i]);
+    c->n_fds = 0;
+}
+
+/* Drops the connection; the mapping stays until the next connect replaces
+ * it, so a worker in the middle of a read does not fault. */
+static void disconnect(kvs_client_t *c)
+{
+    if (c->fd >= 0)
+        close(c->fd);
+    c->fd = -1;
+    c->rlen = 0;
+    drop_fds(c);
+}
+
+void kvs_options_init(kvs_options_t *opts)
+{
+    if (!opts)
+        return;
+    memset(opts, 0, sizeof(*opts));
+    opts->size = sizeof(*opts);
+    opts->timeout_ms = 1000;
+}
+
+static int remaining(int64_t deadline)
+{
+    int64_t left = deadline - now_ms();
+    return left > 0 ? (int)left : 0;
+}
+
+/* The socket is blocking with SO_RCVTIMEO / SO_SNDTIMEO, so a call costs a
+ * send and a recv, no poll. Before each blocking call the socket's timeout is
+ * brought down to what is left of the call's deadline when it exceeds that
+ * by more than the slack (so the common call changes nothing). */
+#define CLIENT_TIMEO_SLACK_MS 5
+
+static int set_timeo(kvs_client_t *c, int opt, int ms)
+{
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    if (ms <= 0)
+        tv.tv_usec = 1000; /* 0 would mean forever */
+    if (setsockopt(c->fd, SOL_SOCKET, opt, &tv, sizeof(tv)) != 0)
+        return KVS_EIO;
+    if (opt == SO_RCVTIMEO)
+        c->rcv_ms = ms;
+    else
+        c->snd_ms = ms;
+    return 0;
+}
+
+static int arm(kvs_client_t *c, int opt, int64_t deadline)
+{
+    int left = remaining(deadline);
+    int cur = opt == SO_RCVTIMEO ? c->rcv_ms : c->snd_ms;
+    if (left == 0)
+        return KVS_ETIMEDOUT;
+    if (cur > left + CLIENT_TIMEO_SLACK_MS || cur + CLIENT_TIMEO_SLACK_MS < left)
+        return set_timeo(c, opt, left);
+    return 0;
+}
+
+static int send_all(kvs_client_t *c, const uint8_t *p, size_t n, int64_t deadline)
+{
+    while (n > 0) {
+        int rc = arm(c, SO_SNDTIMEO, deadline);
+        if (rc != 0)
+            return rc;
+        ssize_t w = send(c->fd, p, n, MSG_NOSIGNAL);
+        if (w > 0) {
+            p += w;
+            n -= (size_t)w;
+            continue;
+        }
+        if (w < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK))
+            continue; /* arm() says whether time is left */
+        return KVS_ENOTCONN;
+    }
+    return 0;
+}
+
+/* Reads at least `need` buffered bytes, keeping any fds that arrive. */
+static int recv_until(kvs_client_t *c, size_t need, int64_t deadline)
+{
+    if (need > c->rcap) {
+        size_t cap = c->rcap ? c->rcap : 4096;
+        while (cap < need)
+            cap *= 2;
+        uint8_t *b = realloc(c->rbuf, cap);
+        if (!b)
+            return KVS_ENOMEM;
+        c->rbuf = b;
+        c->rcap = cap;
+    }
+    while (c->rlen < need) {
+        union {
+            char buf[CMSG_SPACE(sizeof(int) * CLIENT_MAX_FDS)];
+            struct cmsghdr align;
+        } control;
+        struct iovec iov = {c->rbuf + c->rlen, c->rcap - c->rlen};
+        struct msghdr msg = {0};
+        msg.msg_iov = &iov;
+        msg.msg_iovlen = 1;
+        /* fds only ever come with the Hello reply: plain reads after it. */
+        msg.msg_control = c->in_hello ? control.buf : NULL;
+        msg.msg_controllen = c->in_hello ? sizeof(control.buf) : 0;
+        int rc = arm(c, SO_RCVTIMEO, deadline);
+        if (rc != 0)
+            return rc;
+        ssize_t n = recvmsg(c->fd, &msg, MSG_CMSG_CLOEXEC);
+        if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK))
+            continue;
+        if (n <= 0)
+            return KVS_ENOTCONN;
+        for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
+            if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+                continue;
+            size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+            int fds[CLIENT_MAX_FDS];
+            memcpy(fds, CMSG_DATA(cm), k * sizeof(int));
+            for (size_t i = 0; i < k; i++) {
+                if (c->n_fds < CLIENT_MAX_FDS)
+                    c->fds[c->n_fds++] = fds[i];
+                else
+                    close(fds[i]);
+            }
+        }
+        c->rlen += (size_t)n;
+    }
+    return 0;
+}
+
+static uint32_t get_le32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* After a failed send: an error frame the daemon sent before closing, if
+ * one is waiting. Returns its status (message in c->err), or 0. */
+static int read_refusal(kvs_client_t *c)
+{
+    uint8_t buf[1024];
+    ssize_t n = recv(c->fd, buf, sizeof(buf), MSG_DONTWAIT);
+    if (n < 4)
+        return 0;
+    uint32_t len = get_le32(buf);
+    if (len > (size_t)n - 4)
+        return 0;
+    Kvshare__Response *resp = kvshare__response__unpack(NULL, len, buf + 4);
+    if (!resp)
+        return 0;
+    int status = -(int)resp->status;
+    if (status != 0)
+        set_err(c, status, "kvshared: %s", resp->message ? resp->message : kvs_strerror(status));
+    kvshare__response__free_unpacked(resp, NULL);
+    return status;
+}
+
+/* One round trip on the current connection. On success *out is the decoded
+ * response (free with kvshare__response__free_unpacked) and the return is
+ * its status; transport failures drop the connection. */
+static int round_trip(kvs_client_t *c, Kvshare__Request *req, Kvshare__Response **out,
+                      int64_t deadline)
+{
+    int rc;
+    req->id = ++c->next_id;
+    size_t size = kvshare__request__get_packed_size(req);
+    if (size + 4 > c->wcap) {
+        uint8_t *b = realloc(c->wbuf, size + 4);
+        if (!b)
+            return set_err(c, KVS_ENOMEM, "out of memory for a %zu-byte request", size);
+        c->wbuf = b;
+        c->wcap = size + 4;
+    }
+    c->wbuf[0] = (uint8_t)size;
+    c->wbuf[1] = (uint8_t)(size >> 8);
+    c->wbuf[2] = (uint8_t)(size >> 16);
+    c->wbuf[3] = (uint8_t)(size >> 24);
+    kvshare__request__pack(req, c->wbuf + 4);
+    rc = send_all(c, c->wbuf, size + 4, deadline);
+    if (rc == KVS_ENOTCONN) {
+        /* The daemon may have hung up with a reason (session limit, a
+         * refused stream): report it rather than a bare disconnect. */
+        int status = read_refusal(c);
+        if (status != 0) {
+            disconnect(c);
+            return status;
+        }
+    }
+    if (rc != 0)
+        goto transport;
+
+    for (;;) {
+        rc = recv_until(c, 4, deadline);
+        if (rc != 0)
+            goto transport;
+        uint32_t len = get_le32(c->rbuf);
+        if (len > CLIENT_MAX_REPLY) {
+            rc = KVS_EPROTO;
+            goto transport;
+        }
+        rc = recv_until(c, 4 + (size_t)len, deadline);
+        if (rc != 0)
+            goto transport;
+        Kvshare__Response *resp = kvshare__response__unpack(NULL, len, c->rbuf + 4);
+        c->rlen -= 4 + (size_t)len;
+        memmove(c->rbuf, c->rbuf + 4 + len, c->rlen);
+        if (!resp) {
+            rc = KVS_EPROTO;
+            goto transport;
+        }
+        if (resp->id != req->id) {
+            /* An answer to nothing we asked (id 0: the daemon refused the
+             * stream) ends the connection. */
+            int status = resp->status ? -(int)resp->status : KVS_EPROTO;
+            set_err(c, status, "kvshared: %s", resp->message ? resp->message : "unexpected reply");
+            kvshare__response__free_unpacked(resp, NULL);
+            disconnect(c);
+            return status;
+        }
+        *out = resp;
+        if (resp->status != 0) {
+            set_err(c, -(int)resp->status, "%s",
+                    resp->message && resp->message[0] ? resp->message
+                                                      : kvs_strerror(-(int)resp->status));
+            return -(int)resp->status;
+        }
+        c->err[0] = '\0';
+        return 0;
+    }
+
+transport:
+    disconnect(c);
+    if (rc == KVS_ETIMEDOUT)
+        return set_err(c, rc,
+                       "kvshared at %s did not answer within %d ms; disconnected, the "
+                       "next call reconnects",
+                       c->socket_path, c->timeout_ms);
+    if (rc == KVS_EPROTO)
+        return set_err(c, rc, "kvshared at %s sent an undecodable reply; disconnected",
+                       c->socket_path);
+    if (rc == KVS_ENOMEM)
+        return set_err(c, rc, "out of memory reading a reply");
+    return set_err(c, KVS_ENOTCONN, "connection to kvshared at %s lost; the next call reconnects",
+                   c->socket_path);
+}
+
+static int map_pool(kvs_client_t *c, const Kvshare__HelloReply *h)
+{
+    backend_desc_t desc;
+    char err[256] = "";
+    memset(&desc, 0, sizeof(desc));
+    desc.kind = (backend_kind_t)h->backend;
+    desc.size = h->pool_bytes;
+    desc.n_slabs = (uint32_t)h->n_slab_bytes;
+    if (h->n_slab_bytes > BACKEND_MAX_SLABS || h->n_fds != c->n_fds || h->n_fds != h->n_slab_bytes)
+        return set_err(c, KVS_EPROTO, "Hello reply announced %u fds and %zu slabs, got %zu fds",
+                       h->n_fds, h->n_slab_bytes, c->n_fds);
+    if (h->n_slab_bytes)
+        memcpy(desc.slab_bytes, h->slab_bytes, sizeof(uint64_t) * h->n_slab_bytes);
+    if (h->device_uuid.len == BACKEND_UUID_LEN)
+        memcpy(desc.device_uuid, h->device_uuid.data, BACKEND_UUID_LEN);
+    backend_mapping_t *m = NULL;
+    size_t n = c->n_fds;
+    c->n_fds = 0; /* consumed by backend_import, success or not */
+    int rc = backend_import(&desc, c->fds, n, &m, err, sizeof(err));
+    if (rc != 0)
+        return set_err(c, rc, "cannot map the pool: %s", err[0] ? err : kvs_strerror(rc));
+    backend_unmap(c->map);
+    c->map = m;
+    return 0;
+}
+
+static int hello(kvs_client_t *c, int64_t deadline)
+{
+    Kvshare__Request req = KVSHARE__REQUEST__INIT;
+    Kvshare__HelloRequest hr = KVSHARE__HELLO_REQUEST__INIT;
+    Kvshare__Response *resp = NULL;
+    hr.version = KVS_PROTOCOL_VERSION;
+    hr.worker = c->worker;
+    hr.no_fds = (c->flags & KVS_NO_MAP) != 0;
+    req.rpc_case = KVSHARE__REQUEST__RPC_HELLO;
+    req.hello = &hr;
+    c->in_hello = 1;
+    int rc = round_trip(c, &req, &resp, deadline);
+    c->in_hello = 0;
+    if (rc != 0)
+        goto out;
+    const Kvshare__HelloReply *h = resp->hello;
+    if (resp->rpc_case != KVSHARE__RESPONSE__RPC_HELLO || !h || !h->geometry) {
+        rc = set_err(c, KVS_EPROTO, "kvshared answered Hello without a pool description");
+        goto out;
+    }
+    kvs_geometry_t *g = &c->geo;
+    memset(g, 0, sizeof(*g));
+    g->layers = h->geometry->layers;
+    g->kv_heads = h->geometry->kv_heads;
+    g->head_dim = h->geometry->head_dim;
+    g->dtype_bytes = h->geometry->dtype_bytes;
+    snprintf(g->dtype, sizeof(g->dtype), "%s", h->geometry->dtype ? h->geometry->dtype : "");
+    g->block_tokens = h->geometry->block_tokens;
+    g->num_blocks = h->num_blocks;
+    g->block_bytes = h->block_bytes;
+    g->slot_bytes = h->slot_bytes;
+    g->layer_stride = h->layer_stride;
+    g->kv_stride = h->kv_stride;
+    g->block_stride = h->block_stride;
+    g->pool_bytes = h->pool_bytes;
+    g->backend = (kvs_backend_t)h->backend;
+    if (h->device_uuid.len == sizeof(g->device_uuid))
+        memcpy(g->device_uuid, h->device_uuid.data, sizeof(g->device_uuid));
+    if (!(c->flags & KVS_NO_MAP)) {
+        rc = map_pool(c, h);
+        if (rc != 0)
+            goto out;
+    }
+    c->have_geo = 1;
+out:
+    drop_fds(c);
+    if (resp)
+        kvshare__response__free_unpacked(resp, NULL);
+    if (rc != 0)
+        disconnect(c);
+    return rc;
+}
+
+static int connect_now(kvs_client_t *c, int64_t deadline)
+{
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    memcpy(addr.sun_path, c->socket_path, sizeof(addr.sun_path));
+    c->last_attempt_ms = now_ms();
+    c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (c->fd < 0)
+        return set_err(c, KVS_EIO, "socket: %s", strerror(errno));
+    /* A full backlog makes connect wait, at most the send timeout. */
+    if (set_timeo(c, SO_SNDTIMEO, remaining(deadline)) != 0 ||
+        set_timeo(c, SO_RCVTIMEO, c->timeout_ms) != 0) {
+        disconnect(c);
+        return set_err(c, KVS_EIO, "setsockopt: %s", strerror(errno));
+    }
+    if (connect(c->fd, (struct sockaddr *)&addr, sizeof(addr)) != 0) {
+        int e = errno;
+        disconnect(c);
+        if (e == ENOENT)
+            return set_err(c, KVS_ENOTCONN, "is kvshared running? no socket at %s", c->socket_path);
+        if (e == ECONNREFUSED)
+            return set_err(c, KVS_ENOTCONN,
+                           "is kvshared running? nothing answers at %s (a stale socket)",
+                           c->socket_path);
+        if (e == EACCES)
+            return set_err(c, KVS_EDENIED,
+                           "permission denied on %s: join the daemon's group (the socket is "
+                           "mode 0660)",
+                           c->socket_path);
+        if (e == EAGAIN)
+            return set_err(c, KVS_EBUSY, "kvshared at %s is not accepting (backlog full)",
+                           c->socket_path);
+        return set_err(c, KVS_ENOTCONN, "cannot connect to %s: %s", c->socket_path, strerror(e));
+    }
+    int rc = hello(c, deadline);
+    if (rc != 0)
+        return rc;
+    c->epoch++;
+    return 0;
+}
+
+/* Connected, or a fresh attempt (at most once per reconnect_ms). */
+static int ensure(kvs_client_t *c, int64_t deadline)
+{
+    if (c->fd >= 0)
+        return 0;
+    if (c->reconnect_ms > 0 && c->last_attempt_ms &&
+        now_ms() - c->last_attempt_ms < c->reconnect_ms)
+        return set_err(c, KVS_ENOTCONN, "not connected to kvshared at %s (retrying every %d ms)",
+                       c->socket_path, c->reconnect_ms);
+    return connect_now(c, deadline);
+}
+
+int kvs_connect(const kvs_options_t *opts, kvs_client_t **out)
+{
+    kvs_options_t o;
+    if (!out)
+        return KVS_EINVAL;
+    *out = NULL;
+    kvs_options_init(&o);
+    if (opts) {
+        if (opts->size == 0 || opts->size > sizeof(o))
+            return KVS_EINVAL;
+        memcpy(&o, opts, opts->size);
+        o.size = sizeof(o);
+    }
+    if (o.timeout_ms <= 0)
+        o.timeout_ms = 1000;
+    kvs_client_t *c = calloc(1, sizeof(*c));
+    if (!c)
+        return KVS_ENOMEM;
+    c->fd = -1;
+    c->timeout_ms = o.timeout_ms;
+    c->reconnect_ms = o.reconnect_ms > 0 ? o.reconnect_ms : 0;
+    c->flags = o.flags;
+    if (o.worker_name)
+        snprintf(c->worker, sizeof(c->worker), "%s", o.worker_name);
+    int rc = 0;
+    if (o.socket_path) {
+        if (strlen(o.socket_path) >= sizeof(c->socket_path))
+            rc = KVS_EINVAL;
+        else
+            snprintf(c->socket_path, sizeof(c->socket_path), "%s", o.socket_path);
+    } else {
+        rc = kvs_default_socket_path(c->socket_path, sizeof(c->socket_path));
+    }
+    if (rc != 0) {
+        free(c);
+        return rc;
+    }
+    rc = connect_now(c, now_ms() + c->timeout_ms);
+    if (rc != 0 && !(c->flags & KVS_LAZY)) {
+        kvs_close(c);
+        return rc;
+    }
+    *out = c;
+    return 0;
+}
+
+void kvs_close(kvs_client_t *c)
+{
+    if (!c)
+        return;
+    disconnect(c);
+    backend_unmap(c->map);
+    free(c->rbuf);
+    free(c->wbuf);
+    free(c);
+}
+
+int kvs_connected(const kvs_client_t *c)
+{
+    return c && c->fd >= 0;
+}
+
+uint64_t kvs_epoch(const kvs_client_t *c)
+{
+    return c ? c->epoch : 0;
+}
+
+const char *kvs_last_error(const kvs_client_t *c)
+{
+    return c ? c->err : "";
+}
+
+void kvs_set_timeout(kvs_client_t *c, int timeout_ms)
+{
+    if (c && timeout_ms > 0)
+        c->timeout_ms = timeout_ms;
+}
+
+int kvs_geometry(const kvs_client_t *c, kvs_geometry_t *out)
+{
+    if (!c || !out)
+        return KVS_EINVAL;
+    if (!c->have_geo)
+        return KVS_ENOTCONN;
+    *out = c->geo;
+    return 0;
+}
+
+uintptr_t kvs_pool_base(const kvs_client_t *c)
+{
+    return c && c->map ? backend_mapping_base(c->map) : 0;
+}
+
+int kvs_block_addr(const kvs_client_t *c, uint32_t layer, uint32_t kv, uint32_t block,
+                   uintptr_t *addr)
+{
+    if (!c || !addr)
+        return KVS_EINVAL;
+    if (!c->map)
+        return KVS_ENOTCONN;
+    const kvs_geometry_t *g = &c->geo;
+    if (layer >= g->layers || kv > 1 || block >= g->num_blocks)
+        return KVS_EINVAL;
+    geometry_t geo = {
+        .layers = g->layers,
+        .kv_heads = g->kv_heads,
+        .head_dim = g->head_dim,
+        .block_tokens = g->block_tokens,
+    };
+    if (geometry_dtype_parse(g->dtype, &geo.dtype) != 0)
+        return KVS_EPROTO;
+    *addr = backend_mapping_base(c->map) + geometry_offset(&geo, g->num_blocks, layer, kv, block);
+    return 0;
+}
+
+/* Offset of a block's slot, for the copy functions. */
+static int slot_offset(const kvs_client_t *c, uint32_t layer, uint32_t kv, uint32_t block, size_t n,
+                       uint64_t *offset)
+{
+    uintptr_t addr;
+    int rc = kvs_block_addr(c, layer, kv, block, &addr);
+    if (rc != 0)
+        return rc;
+    if (n > c->geo.slot_bytes)
+        return KVS_EINVAL;
+    *offset = addr - backend_mapping_base(c->map);
+    return 0;
+}
+
+int kvs_block_write(kvs_client_t *c, uint32_t layer, uint32_t kv, uint32_t block, const void *src,
+                    size_t n)
+{
+    uint64_t off;
+    if (!src && n)
+        return KVS_EINVAL;
+    int rc = slot_offset(c, layer, kv, block, n, &off);
+    return rc != 0 ? rc : backend_mapping_write(c->map, off, src, n);
+}
+
+int kvs_block_read(kvs_client_t *c, uint32_t layer, uint32_t kv, uint32_t block, void *dst,
+                   size_t n)
+{
+    uint64_t off;
+    if (!dst && n)
+        return KVS_EINVAL;
+    int rc = slot_offset(c, layer, kv, block, n, &off);
+    return rc != 0 ? rc : backend_mapping_read(c->map, off, dst, n);
+}
+
+/* ensure + round_trip under one deadline. */
+static int call(kvs_client_t *c, Kvshare__Request *req, Kvshare__Response **resp)
+{
+    int64_t deadline = now_ms() + c->timeout_ms;
+    *resp = NULL;
+    int fresh = c->fd < 0;
+    int rc = ensure(c, deadline);
+    if (rc != 0)
+        return rc;
+    rc = round_trip(c, req, resp, deadline);
+    /* A connection that died while idle (the daemon restarted): one fresh
+     * attempt. Safe for every RPC: the old session's holdings are gone. */
+    if (rc == KVS_ENOTCONN && !fresh && !*resp) {
+        rc = connect_now(c, deadline);
+        if (rc == 0)
+            rc = round_trip(c, req, resp, deadline);
+    }
+    return rc;
+}
+
+/* The wire carries little-endian token ids; sending the array as is needs a
+ * little-endian host (x86-64, aarch64: every host with a GPU kvshare drives). */
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+               "libkvshare sends token arrays as is: port tokens_bytes to big-endian first");
+
+static ProtobufCBinaryData tokens_bytes(const uint32_t *tokens, size_t n)
+{
+    ProtobufCBinaryData b = {n * 4, (uint8_t *)tokens};
+    return b;
+}
+
+int kvs_lookup(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n_tokens, int pin,
+               uint32_t *ids, size_t max_ids, size_t *n_blocks)
+{
+    if (n_blocks)
+        *n_blocks = 0;
+    if (!c || !n_blocks || (n_tokens && !tokens) || (max_ids && !ids))
+        return KVS_EINVAL;
+    Kvshare__Request req = KVSHARE__REQUEST__INIT;
+    Kvshare__LookupRequest lk = KVSHARE__LOOKUP_REQUEST__INIT;
+    Kvshare__Response *resp;
+    lk.ns = (char *)(ns ? ns : "");
+    lk.tokens = tokens_bytes(tokens, n_tokens);
+    lk.pin = pin != 0;
+    req.rpc_case = KVSHARE__REQUEST__RPC_LOOKUP;
+    req.lookup = &lk;
+    int rc = call(c, &req, &resp);
+    if (rc == 0 && (resp->rpc_case != KVSHARE__RESPONSE__RPC_LOOKUP || !resp->lookup))
+        rc = set_err(c, KVS_EPROTO, "kvshared answered Lookup with another reply");
+    if (rc == 0) {
+        size_t n = resp->lookup->n_block_ids;
+        if (n > max_ids) {
+            /* Keep the prefix that fits; the rest stays pinned, so give it back. */
+            if (pin) {
+                Kvshare__Request rr = KVSHARE__REQUEST__INIT;
+                Kvshare__ReleaseRequest rl = KVSHARE__RELEASE_REQUEST__INIT;
+                Kvshare__Response *r2;
+                rl.n_block_ids = n - max_ids;
+                rl.block_ids = resp->lookup->block_ids + max_ids;
+                rr.rpc_case = KVSHARE__REQUEST__RPC_RELEASE;
+                rr.release = &rl;
+                if (call(c, &rr, &r2) == 0 || r2)
+                    kvshare__response__free_unpacked(r2, NULL);
+            }
+            n = max_ids;
+        }
+        if (n)
+            memcpy(ids, resp->lookup->block_ids, n * sizeof(uint32_t));
+        *n_blocks = n;
+    }
+    if (resp)
+        kvshare__response__free_unpacked(resp, NULL);
+    return rc;
+}
+
+int kvs_alloc(kvs_client_t *c, const char *ns, uint32_t n, uint32_t *ids)
+{
+    if (!c || !ids || n == 0)
+        return KVS_EINVAL;
+    Kvshare__Request req = KVSHARE__REQUEST__INIT;
+    Kvshare__AllocRequest al = KVSHARE__ALLOC_REQUEST__INIT;
+    Kvshare__Response *resp;
+    al.n = n;
+    al.ns = (char *)(ns ? ns : "");
+    req.rpc_case = KVSHARE__REQUEST__RPC_ALLOC;
+    req.alloc = &al;
+    int rc = call(c, &req, &resp);
+    if (rc == 0 && (resp->rpc_case != KVSHARE__RESPONSE__RPC_ALLOC || !resp->alloc ||
+                    resp->alloc->n_block_ids != n))
+        rc = set_err(c, KVS_EPROTO, "kvshared answered Alloc with a wrong reply");
+    if (rc == 0)
+        memcpy(ids, resp->alloc->block_ids, n * sizeof(uint32_t));
+    if (resp)
+        kvshare__response__free_unpacked(resp, NULL);
+    return rc;
+}
+
+int kvs_commit(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n_tokens,
+               const uint32_t *ids, size_t n_ids, uint32_t *canonical, size_t *n_committed)
+{
+    if (n_committed)
+        *n_committed = 0;
+    if (!c || (n_tokens && !tokens) || (n_ids && (!ids || !canonical)))
+        return KVS_EINVAL;
+    Kvshare__Request req = KVSHARE__REQUEST__INIT;
+    Kvshare__CommitRequest cm = KVSHARE__COMMIT_REQUEST__INIT;
+    Kvshare__Response *resp;
+    cm.ns = (char *)(ns ? ns : "");
+    cm.tokens = tokens_bytes(tokens, n_tokens);
+    cm.n_block_ids = n_ids;
+    cm.block_ids = (uint32_t *)ids;
+    req.rpc_case = KVSHARE__REQUEST__RPC_COMMIT;
+    req.commit = &cm;
+    int rc = call(c, &req, &resp);
+    if (resp && resp->rpc_case == KVSHARE__RESPONSE__RPC_COMMIT && resp->commit) {
+        size_t n = resp->commit->n_canonical;
+        if (n > n_ids)
+            n = n_ids;
+        if (n)
+            memcpy(canonical, resp->commit->canonical, n * sizeof(uint32_t));
+        if (n_committed)
+            *n_committed = n;
+    } else if (rc == 0) {
+        rc = set_err(c, KVS_EPROTO, "kvshared answered Commit with another reply");
+    }
+    if (resp)
+        kvshare__response__free_unpacked(resp, NULL);
+    return rc;
+}
+
+static int ids_call(kvs_client_t *c, int pin, const uint32_t *ids, size_t n, size_t *n_done)
+{
+    if (n_done)
+        *n_done = 0;
+    if (!c || (n && !ids))
+        return KVS_EINVAL;
+    Kvshare__Request req = KVSHARE__REQUEST__INIT;
+    Kvshare__PinRequest pr = KVSHARE__PIN_REQUEST__INIT;
+    Kvshare__ReleaseRequest rl = KVSHARE__RELEASE_REQUEST__INIT;
+    Kvshare__Response *resp;
+    if (pin) {
+        pr.n_block_ids = n;
+        pr.block_ids = (uint32_t *)ids;
+        req.rpc_case = KVSHARE__REQUEST__RPC_PIN;
+        req.pin = &pr;
+    } else {
+        rl.n_block_ids = n;
+        rl.block_ids = (uint32_t *)ids;
+        req.rpc_case = KVSHARE__REQUEST__RPC_RELEASE;
+        req.release = &rl;
+    }
+    int rc = call(c, &req, &resp);
+    if (resp && n_done) {
+        if (pin && resp->rpc_case == KVSHARE__RESPONSE__RPC_PIN && resp->pin)
+            *n_done = resp->pin->n_pinned;
+        else if (!pin && resp->rpc_case == KVSHARE__RESPONSE__RPC_RELEASE && resp->release)
+            *n_done = resp->release->n_released;
+    }
+    if (resp)
+        kvshare__response__free_unpacked(resp, NULL);
+    return rc;
+}
+
+int kvs_pin(kvs_client_t *c, const uint32_t *ids, size_t n, size_t *n_done)
+{
+    return ids_call(c, 1, ids, n, n_done);
+}
+
+int kvs_release(kvs_client_t *c, const uint32_t *ids, size_t n, size_t *n_done)
+{
+    return ids_call(c, 0, ids, n, n_done);
+}
+
+int kvs_stats(kvs_client_t *c, kvs_stats_t *out)
+{
+    if (!c || !out)
+        return KVS_EINVAL;
+    memset(out, 0, sizeof(*out));
+    Kvshare__Request req = KVSHARE__REQUEST__INIT;
+    Kvshare__StatsRequest sr = KVSHARE__STATS_REQUEST__INIT;
+    Kvshare__Response *resp;
+    req.rpc_case = KVSHARE__REQUEST__RPC_STATS;
+    req.stats = &sr;
+    int rc = call(c, &req, &resp);
+    if (rc == 0 && (resp->rpc_case != KVSHARE__RESPONSE__RPC_STATS || !resp->stats))
+        rc = set_err(c, KVS_EPROTO, "kvshared answered Stats with another reply");
+    if (rc == 0) {
+        const Kvshare__StatsReply *s = resp->stats;
+        out->total_blocks = s->total_blocks;
+        out->free_blocks = s->free_blocks;
+        out->writing_blocks = s->writing_blocks;
+        out->cached_blocks = s->cached_blocks;
+        out->pinned_blocks = s->pinned_blocks;
+        out->alloc_failures = s->alloc_failures;
+        out->evictions = s->evictions;
+        out->sessions = s->sessions;
+        out->sessions_total = s->sessions_total;
+        out->requests = s->requests;
+        out->errors = s->errors;
+        out->protocol_errors = s->protocol_errors;
+        out->bytes_in = s->bytes_in;
+        out->bytes_out = s->bytes_out;
+        out->block_bytes = s->block_bytes;
+        out->pool_bytes = s->pool_bytes;
+        out->index_bytes = s->index_bytes;
+        out->block_tokens = s->block_tokens;
+        out->backend = (kvs_backend_t)s->backend;
+        out->uptime_ms = s->uptime_ms;
+        if (s->n_namespaces > 0) {
+            out->namespaces = calloc(s->n_namespaces, sizeof(*out->namespaces));
+            if (!out->namespaces) {
+                rc = KVS_ENOMEM;
+                goto done;
+            }
+            out->n_namespaces = s->n_namespaces;
+            for (size_t i = 0; i < s->n_namespaces; i++) {
+                const Kvshare__NamespaceStats *src = s->namespaces[i];
+                kvs_ns_stats_t *d = &out->namespaces[i];
+                snprintf(d->name, sizeof(d->name), "%s", src->name ? src->name : "");
+                d->lookups = src->lookups;
+                d->lookup_tokens = src->lookup_tokens;
+                d->hit_tokens = src->hit_tokens;
+                d->inserted_blocks = src->inserted_blocks;
+                d->duplicate_blocks = src->duplicate_blocks;
+                d->evicted_blocks = src->evicted_blocks;
+                d->cached_blocks = src->cached_blocks;
+                d->pinned_blocks = src->pinned_blocks;
+                d->quota = src->quota;
+                d->reserve = src->reserve;
+            }
+        }
+    }
+done:
+    if (resp)
+        kvshare__response__free_unpacked(resp, NULL);
+    return rc;
+}
+
+void kvs_stats_free(kvs_stats_t *s)
+{
+    if (!s)
+        return;
+    free(s->namespaces);
+    s->namespaces = NULL;
+    s->n_namespaces = 0;
+}
+
+int kvs_tree(kvs_client_t *c, const char *ns, int by_size, kvs_prefix_t *out, size_t max,
+             size_t *n_out)
+{
+    if (n_out)
+        *n_out = 0;
+    if (!c || !n_out || (max && !out) || max > UINT32_MAX)
+        return KVS_EINVAL;
+    Kvshare__Request req = KVSHARE__REQUEST__INIT;
+    Kvshare__TreeRequest tr = KVSHARE__TREE_REQUEST__INIT;
+    Kvshare__Response *resp;
+    tr.ns = (char *)(ns ? ns : "");
+    tr.max = (uint32_t)max;
+    tr.by_size = by_size != 0;
+    req.rpc_case = KVSHARE__REQUEST__RPC_TREE;
+    req.tree = &tr;
+    int rc = call(c, &req, &resp);
+    if (rc == 0 && (resp->rpc_case != KVSHARE__RESPONSE__RPC_TREE || !resp->tree))
+        rc = set_err(c, KVS_EPROTO, "kvshared answered Tree with another reply");
+    if (rc == 0) {
+        size_t n = resp->tree->n_prefixes < max ? resp->tree->n_prefixes : max;
+        for (size_t i = 0; i < n; i++) {
+            const Kvshare__Prefix *p = resp->tree->prefixes[i];
+            kvs_prefix_t *d = &out[i];
+            memset(d, 0, sizeof(*d));
+            snprintf(d->ns, sizeof(d->ns), "%s", p->ns ? p->ns : "");
+            d->tokens = p->tokens;
+            d->blocks = p->blocks;
+            d->pins = p->pins;
+            d->hits = p->hits;
+            d->age_ticks = p->age_ticks;
+            d->last_block_id = p->last_block_id;
+        }
+        *n_out = n;
+    }
+    if (resp)
+        kvshare__response__free_unpacked(resp, NULL);
+    return rc;
+}
+
+int kvs_ping(kvs_client_t *c, size_t payload_bytes, double *rtt_us)
+{
+    if (!c)
+        return KVS_EINVAL;
+    uint8_t *payload = payload_bytes ? calloc(1, payload_bytes) : NULL;
+    if (payload_bytes && !payload)
+        return KVS_ENOMEM;
+    int64_t deadline = now_ms() + c->timeout_ms;
+    int rc = ensure(c, deadline);
+    if (rc == 0) {
+        Kvshare__Request req = KVSHARE__REQUEST__INIT;
+        Kvshare__PingRequest pr = KVSHARE__PING_REQUEST__INIT;
+        Kvshare__Response *resp = NULL;
+        struct timespec t0, t1;
+        pr.payload.len = payload_bytes;
+        pr.payload.data = payload;
+        req.rpc_case = KVSHARE__REQUEST__RPC_PING;
+        req.ping = &pr;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        rc = round_trip(c, &req, &resp, deadline);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        if (rc == 0 && rtt_us)
+            *rtt_us =
+                (double)(t1.tv_sec - t0.tv_sec) * 1e6 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e3;
+        if (resp)
+            kvshare__response__free_unpacked(resp, NULL);
+    }
+    free(payload);
+    return rc;
+}

@@ -1,0 +1,395 @@
+"""kvshare: Python binding of libkvshare (ctypes, standard library only).
+
+    import kvshare
+    with kvshare.Client(socket_path="/run/kvshare/kvshared.sock") as c:
+        hit = c.lookup(tokens, pin=True)          # block ids of the cached prefix
+        new = c.alloc(len(tokens) // c.geometry["block_tokens"] - len(hit))
+        c.block_view(layer, 0, new[0])[:] = k_bytes   # host backend: write K
+        canonical = c.commit(tokens, hit + new)
+        c.release(canonical)
+
+Same calls as kvshare.h. Errors raise KvsError (status, message). The cache
+is an optimisation: while the daemon is unreachable, lookup() returns []
+(a miss) instead of raising; every call first tries to reconnect.
+
+The library is found through $KVSHARE_LIB, then next to this file or in a
+build tree, then the system's library path.
+"""
+
+import array
+import ctypes
+import ctypes.util
+import os
+
+__all__ = ["Client", "KvsError", "load_library", "STATUS"]
+
+# The status table of kvshare_status.h (name -> code); kept in step by the
+# binding's test, which compares it with kvs_strerror for every code.
+STATUS = {
+    "OK": 0, "EINVAL": -1, "ENOMEM": -2, "EPOOLFULL": -3, "EQUOTA": -4,
+    "ENOTFOUND": -5, "ENOTPINNED": -6, "ENOTHELD": -7, "EBADSTATE": -8,
+    "ENONS": -9, "EEXIST": -10, "EPROTO": -11, "ETOOBIG": -12,
+    "ETIMEDOUT": -13, "ENOTCONN": -14, "EIO": -15, "ENODRIVER": -16,
+    "ENODEV": -17, "ENOTSUP": -18, "ELIMIT": -19, "EDENIED": -20,
+    "EVERSION": -21, "EBUSY": -22, "EINTERNAL": -23,
+}
+_NAMES = {v: k for k, v in STATUS.items()}
+
+KVS_NO_MAP = 0x1
+KVS_LAZY = 0x2
+BACKEND_HOST = 1
+BACKEND_CUDA = 2
+
+
+class KvsError(Exception):
+    """A failed call: .status is the negative KVS_* code, .name its name."""
+
+    def __init__(self, status, message):
+        self.status = status
+        self.name = "KVS_" + _NAMES.get(status, str(status))
+        self.message = message
+        super().__init__("%s: %s" % (self.name, message))
+
+
+class _Options(ctypes.Structure):
+    _fields_ = [
+        ("size", ctypes.c_size_t),
+        ("socket_path", ctypes.c_char_p),
+        ("timeout_ms", ctypes.c_int),
+        ("worker_name", ctypes.c_char_p),
+        ("flags", ctypes.c_uint),
+        ("reconnect_ms", ctypes.c_int),
+    ]
+
+
+class _Geometry(ctypes.Structure):
+    _fields_ = [
+        ("layers", ctypes.c_uint32), ("kv_heads", ctypes.c_uint32),
+        ("head_dim", ctypes.c_uint32), ("dtype_bytes", ctypes.c_uint32),
+        ("dtype", ctypes.c_char * 8),
+        ("block_tokens", ctypes.c_uint32), ("num_blocks", ctypes.c_uint32),
+        ("block_bytes", ctypes.c_uint64), ("slot_bytes", ctypes.c_uint64),
+        ("layer_stride", ctypes.c_uint64), ("kv_stride", ctypes.c_uint64),
+        ("block_stride", ctypes.c_uint64), ("pool_bytes", ctypes.c_uint64),
+        ("backend", ctypes.c_int),
+        ("device_uuid", ctypes.c_uint8 * 16),
+    ]
+
+
+class _NsStats(ctypes.Structure):
+    _fields_ = [
+        ("name", ctypes.c_char * 64),
+        ("lookups", ctypes.c_uint64), ("lookup_tokens", ctypes.c_uint64),
+        ("hit_tokens", ctypes.c_uint64), ("inserted_blocks", ctypes.c_uint64),
+        ("duplicate_blocks", ctypes.c_uint64), ("evicted_blocks", ctypes.c_uint64),
+        ("cached_blocks", ctypes.c_uint32), ("pinned_blocks", ctypes.c_uint32),
+        ("quota", ctypes.c_uint32), ("reserve", ctypes.c_uint32),
+    ]
+
+
+class _Stats(ctypes.Structure):
+    _fields_ = [
+        ("total_blocks", ctypes.c_uint32), ("free_blocks", ctypes.c_uint32),
+        ("writing_blocks", ctypes.c_uint32), ("cached_blocks", ctypes.c_uint32),
+        ("pinned_blocks", ctypes.c_uint32),
+        ("alloc_failures", ctypes.c_uint64), ("evictions", ctypes.c_uint64),
+        ("sessions", ctypes.c_uint32),
+        ("sessions_total", ctypes.c_uint64), ("requests", ctypes.c_uint64),
+        ("errors", ctypes.c_uint64), ("protocol_errors", ctypes.c_uint64),
+        ("bytes_in", ctypes.c_uint64), ("bytes_out", ctypes.c_uint64),
+        ("block_bytes", ctypes.c_uint64), ("pool_bytes", ctypes.c_uint64),
+        ("index_bytes", ctypes.c_uint64),
+        ("block_tokens", ctypes.c_uint32),
+        ("backend", ctypes.c_int),
+        ("uptime_ms", ctypes.c_uint64),
+        ("n_namespaces", ctypes.c_size_t),
+        ("namespaces", ctypes.POINTER(_NsStats)),
+    ]
+
+
+class _Prefix(ctypes.Structure):
+    _fields_ = [
+        ("ns", ctypes.c_char * 64),
+        ("tokens", ctypes.c_uint32), ("blocks", ctypes.c_uint32),
+        ("pins", ctypes.c_uint32),
+        ("hits", ctypes.c_uint64), ("age_ticks", ctypes.c_uint64),
+        ("last_block_id", ctypes.c_uint32),
+    ]
+
+
+_lib = None
+
+
+def load_library(path=None):
+    """Loads libkvshare once; path overrides the search."""
+    global _lib
+    if _lib is not None and path is None:
+        return _lib
+    candidates = []
+    if path:
+        candidates.append(path)
+    if os.environ.get("KVSHARE_LIB"):
+        candidates.append(os.environ["KVSHARE_LIB"])
+    here = os.path.dirname(os.path.abspath(__file__))
+    candidates += [
+        os.path.join(here, "libkvshare.so"),
+        os.path.join(here, "..", "..", "build", "client", "libkvshare.so"),
+    ]
+    found = ctypes.util.find_library("kvshare")
+    if found:
+        candidates.append(found)
+    errors = []
+    for cand in candidates:
+        try:
+            lib = ctypes.CDLL(cand)
+            break
+        except OSError as e:
+            errors.append(str(e))
+    else:
+        raise OSError("libkvshare not found (set KVSHARE_LIB): " + "; ".join(errors))
+    _declare(lib)
+    _lib = lib
+    return lib
+
+
+def _declare(lib):
+    P, U32P, SZ = ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint32), ctypes.c_size_t
+    SZP = ctypes.POINTER(ctypes.c_size_t)
+    sig = {
+        "kvs_strerror": (ctypes.c_char_p, [ctypes.c_int]),
+        "kvs_options_init": (None, [ctypes.POINTER(_Options)]),
+        "kvs_connect": (ctypes.c_int, [ctypes.POINTER(_Options), ctypes.POINTER(P)]),
+        "kvs_close": (None, [P]),
+        "kvs_connected": (ctypes.c_int, [P]),
+        "kvs_epoch": (ctypes.c_uint64, [P]),
+        "kvs_last_error": (ctypes.c_char_p, [P]),
+        "kvs_set_timeout": (None, [P, ctypes.c_int]),
+        "kvs_geometry": (ctypes.c_int, [P, ctypes.POINTER(_Geometry)]),
+        "kvs_pool_base": (ctypes.c_size_t, [P]),
+        "kvs_block_addr": (ctypes.c_int, [P, ctypes.c_uint32, ctypes.c_uint32,
+                                          ctypes.c_uint32, ctypes.POINTER(ctypes.c_size_t)]),
+        "kvs_block_write": (ctypes.c_int, [P, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_uint32,
+                                           ctypes.c_char_p, SZ]),
+        "kvs_block_read": (ctypes.c_int, [P, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_uint32,
+                                          ctypes.c_void_p, SZ]),
+        "kvs_lookup": (ctypes.c_int, [P, ctypes.c_char_p, U32P, SZ, ctypes.c_int,
+                                      U32P, SZ, SZP]),
+        "kvs_alloc": (ctypes.c_int, [P, ctypes.c_char_p, ctypes.c_uint32, U32P]),
+        "kvs_commit": (ctypes.c_int, [P, ctypes.c_char_p, U32P, SZ, U32P, SZ, U32P, SZP]),
+        "kvs_pin": (ctypes.c_int, [P, U32P, SZ, SZP]),
+        "kvs_release": (ctypes.c_int, [P, U32P, SZ, SZP]),
+        "kvs_stats": (ctypes.c_int, [P, ctypes.POINTER(_Stats)]),
+        "kvs_stats_free": (None, [ctypes.POINTER(_Stats)]),
+        "kvs_tree": (ctypes.c_int, [P, ctypes.c_char_p, ctypes.c_int,
+                                    ctypes.POINTER(_Prefix), SZ, SZP]),
+        "kvs_ping": (ctypes.c_int, [P, SZ, ctypes.POINTER(ctypes.c_double)]),
+    }
+    for name, (res, args) in sig.items():
+        fn = getattr(lib, name)
+        fn.restype = res
+        fn.argtypes = args
+
+
+def _u32(values):
+    """(ctypes pointer, count, keep-alive) for a sequence of uint32."""
+    arr = values if isinstance(values, array.array) and values.typecode == "I" \
+        else array.array("I", values)
+    if len(arr) == 0:
+        return None, 0, arr
+    ptr = (ctypes.c_uint32 * len(arr)).from_buffer(arr)
+    return ptr, len(arr), arr
+
+
+def _enc(s):
+    return None if s is None else s.encode()
+
+
+class Client:
+    """One connection to kvshared (a session): see kvshare.h for the semantics."""
+
+    def __init__(self, socket_path=None, timeout_ms=1000, worker_name=None,
+                 map_pool=True, lazy=False, reconnect_ms=0, lib=None):
+        self._lib = load_library(lib)
+        opts = _Options()
+        self._lib.kvs_options_init(ctypes.byref(opts))
+        self._keep = (_enc(socket_path), _enc(worker_name))
+        opts.socket_path = self._keep[0]
+        opts.worker_name = self._keep[1]
+        opts.timeout_ms = int(timeout_ms)
+        opts.reconnect_ms = int(reconnect_ms)
+        opts.flags = (0 if map_pool else KVS_NO_MAP) | (KVS_LAZY if lazy else 0)
+        handle = ctypes.c_void_p()
+        rc = self._lib.kvs_connect(ctypes.byref(opts), ctypes.byref(handle))
+        if rc != 0:
+            raise KvsError(rc, self._lib.kvs_strerror(rc).decode())
+        self._c = handle
+
+    # -- lifetime --
+    def close(self):
+        if self._c:
+            self._lib.kvs_close(self._c)
+            self._c = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def _check(self, rc):
+        if rc != 0:
+            raise KvsError(rc, self.last_error or self._lib.kvs_strerror(rc).decode())
+
+    @property
+    def connected(self):
+        return bool(self._lib.kvs_connected(self._c))
+
+    @property
+    def epoch(self):
+        return self._lib.kvs_epoch(self._c)
+
+    @property
+    def last_error(self):
+        return self._lib.kvs_last_error(self._c).decode(errors="replace")
+
+    def set_timeout(self, timeout_ms):
+        self._lib.kvs_set_timeout(self._c, int(timeout_ms))
+
+    # -- geometry and memory --
+    @property
+    def geometry(self):
+        g = _Geometry()
+        self._check(self._lib.kvs_geometry(self._c, ctypes.byref(g)))
+        return {
+            "layers": g.layers, "kv_heads": g.kv_heads, "head_dim": g.head_dim,
+            "dtype": g.dtype.decode(), "dtype_bytes": g.dtype_bytes,
+            "block_tokens": g.block_tokens, "num_blocks": g.num_blocks,
+            "block_bytes": g.block_bytes, "slot_bytes": g.slot_bytes,
+            "layer_stride": g.layer_stride, "kv_stride": g.kv_stride,
+            "block_stride": g.block_stride, "pool_bytes": g.pool_bytes,
+            "backend": "cuda" if g.backend == BACKEND_CUDA else "host",
+            "device_uuid": bytes(g.device_uuid),
+        }
+
+    @property
+    def pool_base(self):
+        return self._lib.kvs_pool_base(self._c)
+
+    def block_addr(self, layer, kv, block):
+        """Address of block's K (kv=0) or V (kv=1) in layer: slot_bytes contiguous bytes."""
+        addr = ctypes.c_size_t()
+        self._check(self._lib.kvs_block_addr(self._c, layer, kv, block, ctypes.byref(addr)))
+        return addr.value
+
+    def block_view(self, layer, kv, block):
+        """A writable memoryview over one block's K or V slot (host backend only:
+        a cuda pool's addresses are device pointers)."""
+        geo = self.geometry
+        if geo["backend"] != "host":
+            raise KvsError(STATUS["ENOTSUP"], "block_view needs the host backend; "
+                           "use block_addr with your device library for cuda")
+        addr = self.block_addr(layer, kv, block)
+        buf = (ctypes.c_uint8 * geo["slot_bytes"]).from_address(addr)
+        return memoryview(buf).cast("B")
+
+    def block_write(self, layer, kv, block, data):
+        """Copies bytes to the start of a block's K or V slot (host or cuda)."""
+        data = bytes(data)
+        self._check(self._lib.kvs_block_write(self._c, layer, kv, block, data, len(data)))
+
+    def block_read(self, layer, kv, block, n=None):
+        """Bytes from the start of a block's K or V slot (default: the whole slot)."""
+        if n is None:
+            n = self.geometry["slot_bytes"]
+        buf = ctypes.create_string_buffer(n)
+        self._check(self._lib.kvs_block_read(self._c, layer, kv, block, buf, n))
+        return buf.raw
+
+    # -- RPCs --
+    def lookup(self, tokens, ns=None, pin=True):
+        """Block ids of the longest cached prefix; [] on a miss or while the
+        daemon is unreachable (then last_error says why)."""
+        ptr, n, keep = _u32(tokens)
+        # At most one id per token: no geometry needed to size the answer.
+        out = (ctypes.c_uint32 * max(1, n))()
+        got = ctypes.c_size_t()
+        rc = self._lib.kvs_lookup(self._c, _enc(ns), ptr, n, 1 if pin else 0, out, n,
+                                  ctypes.byref(got))
+        del keep
+        if rc in (STATUS["ENOTCONN"], STATUS["ETIMEDOUT"]):
+            return []
+        self._check(rc)
+        return list(out[:got.value])
+
+    def alloc(self, n, ns=None):
+        out = (ctypes.c_uint32 * n)()
+        self._check(self._lib.kvs_alloc(self._c, _enc(ns), n, out))
+        return list(out)
+
+    def commit(self, tokens, block_ids, ns=None):
+        """Commits; returns the canonical block of each committed block."""
+        tp, tn, tk = _u32(tokens)
+        ip, n_ids, ik = _u32(block_ids)
+        out = (ctypes.c_uint32 * max(1, n_ids))()
+        done = ctypes.c_size_t()
+        rc = self._lib.kvs_commit(self._c, _enc(ns), tp, tn, ip, n_ids, out, ctypes.byref(done))
+        del tk, ik
+        self._check(rc)
+        return list(out[:done.value])
+
+    def pin(self, block_ids):
+        p, n, keep = _u32(block_ids)
+        done = ctypes.c_size_t()
+        self._check(self._lib.kvs_pin(self._c, p, n, ctypes.byref(done)))
+        return done.value
+
+    def release(self, block_ids):
+        p, n, keep = _u32(block_ids)
+        done = ctypes.c_size_t()
+        self._check(self._lib.kvs_release(self._c, p, n, ctypes.byref(done)))
+        return done.value
+
+    def stats(self):
+        s = _Stats()
+        self._check(self._lib.kvs_stats(self._c, ctypes.byref(s)))
+        try:
+            out = {name: getattr(s, name) for name, _ in _Stats._fields_
+                   if name not in ("namespaces", "n_namespaces", "backend")}
+            out["backend"] = "cuda" if s.backend == BACKEND_CUDA else "host"
+            out["namespaces"] = []
+            for i in range(s.n_namespaces):
+                ns = s.namespaces[i]
+                row = {name: getattr(ns, name) for name, _ in _NsStats._fields_}
+                row["name"] = ns.name.decode()
+                out["namespaces"].append(row)
+            return out
+        finally:
+            self._lib.kvs_stats_free(ctypes.byref(s))
+
+    def tree(self, ns=None, by_size=False, max_rows=20):
+        rows = (_Prefix * max_rows)()
+        n = ctypes.c_size_t()
+        self._check(self._lib.kvs_tree(self._c, _enc(ns), 1 if by_size else 0, rows, max_rows,
+                                       ctypes.byref(n)))
+        out = []
+        for r in rows[:n.value]:
+            d = {name: getattr(r, name) for name, _ in _Prefix._fields_}
+            d["ns"] = r.ns.decode()
+            out.append(d)
+        return out
+
+    def ping(self, size=64):
+        """Round-trip time in microseconds."""
+        rtt = ctypes.c_double()
+        self._check(self._lib.kvs_ping(self._c, size, ctypes.byref(rtt)))
+        return rtt.value
+
+
+def strerror(status):
+    return load_library().kvs_strerror(status).decode()

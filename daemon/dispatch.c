@@ -1,0 +1,96 @@
+#include "dispatch.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "handlers.h"
+#include "kvshare.h"
+#include "log.h"
+#include "session.h"
+
+/* Every RPC the daemon answers: find one by its name here. */
+static const dispatch_entry_t dispatch_table[] = {
+    {KVSHARE__REQUEST__RPC_HELLO, "Hello", handler_hello},
+    {KVSHARE__REQUEST__RPC_LOOKUP, "Lookup", handler_lookup},
+    {KVSHARE__REQUEST__RPC_ALLOC, "Alloc", handler_alloc},
+    {KVSHARE__REQUEST__RPC_COMMIT, "Commit", handler_commit},
+    {KVSHARE__REQUEST__RPC_PIN, "Pin", handler_pin},
+    {KVSHARE__REQUEST__RPC_RELEASE, "Release", handler_release},
+    {KVSHARE__REQUEST__RPC_STATS, "Stats", handler_stats},
+    {KVSHARE__REQUEST__RPC_TREE, "Tree", handler_tree},
+    {KVSHARE__REQUEST__RPC_PING, "Ping", handler_ping},
+};
+
+const dispatch_entry_t *dispatch_find(Kvshare__Request__RpcCase rpc)
+{
+    for (size_t i = 0; i < sizeof(dispatch_table) / sizeof(dispatch_table[0]); i++) {
+        if (dispatch_table[i].rpc == rpc)
+            return &dispatch_table[i];
+    }
+    return NULL;
+}
+
+static int append_reply(session_t *s, Kvshare__Response *resp)
+{
+    size_t before = s->out.len;
+    int rc = frame_append_response(&s->out, resp);
+    if (rc == 0)
+        s->srv->metrics.bytes_out += s->out.len - before;
+    return rc;
+}
+
+int dispatch_error_reply(session_t *s, uint64_t id, int status, const char *message)
+{
+    Kvshare__Response resp = KVSHARE__RESPONSE__INIT;
+    resp.id = id;
+    resp.status = (Kvshare__Status)(-status);
+    resp.message = (char *)message;
+    return append_reply(s, &resp);
+}
+
+int dispatch_frame(session_t *s, const uint8_t *body, size_t len)
+{
+    Kvshare__Request *req = kvshare__request__unpack(NULL, len, body);
+    if (!req) {
+        char msg[160];
+        s->srv->metrics.protocol_errors++;
+        snprintf(msg, sizeof(msg),
+                 "a frame of %zu bytes does not decode as a kvshare Request; closing the "
+                 "connection (is the client speaking the kvshare protocol?)",
+                 len);
+        dispatch_error_reply(s, 0, KVS_EPROTO, msg);
+        return KVS_EPROTO;
+    }
+
+    Kvshare__Response resp = KVSHARE__RESPONSE__INIT;
+    handler_ctx_t ctx;
+    memset(&ctx, 0, sizeof(ctx));
+    resp.id = req->id;
+
+    const dispatch_entry_t *entry = dispatch_find(req->rpc_case);
+    int status;
+    if (!entry) {
+        snprintf(ctx.msg, sizeof(ctx.msg),
+                 "unknown or missing RPC (field %d); this daemon speaks kvshare protocol %d.%d: "
+                 "upgrade kvshared or use a matching client",
+                 (int)req->rpc_case, KVS_VERSION_MAJOR, KVS_VERSION_MINOR);
+        status = KVS_EPROTO;
+    } else {
+        status = entry->handler(s, req, &resp, &ctx);
+        if (status != 0)
+            LOG_DEBUG("session %llu: %s: %s", (unsigned long long)s->id, entry->name, ctx.msg);
+    }
+    s->requests++;
+    metrics_count_rpc(&s->srv->metrics, (unsigned)req->rpc_case, status);
+    if (status != 0) {
+        resp.status = (Kvshare__Status)(-status);
+        resp.message = ctx.msg[0] ? ctx.msg : (char *)kvs_strerror(status);
+    }
+
+    int rc = append_reply(s, &resp);
+    for (size_t i = 0; i < sizeof(ctx.heap) / sizeof(ctx.heap[0]); i++)
+        free(ctx.heap[i]);
+    kvshare__request__free_unpacked(req, NULL);
+    return rc;
+}

@@ -1,0 +1,587 @@
+#include "handlers.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvshare.h"
+#include "log.h"
+#include "session.h"
+
+/* Records the message of a failing request and returns its status. */
+static int fail(handler_ctx_t *ctx, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int fail(handler_ctx_t *ctx, int status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ctx->msg, sizeof(ctx->msg), fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+/* FNV-1a of the name: each namespace gets its own hash chain seed, so equal
+ * prompts in two namespaces never share a block hash. */
+static uint64_t ns_seed(const char *name)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const char *p = name; *p; p++) {
+        h ^= (uint8_t)*p;
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+/* The namespace id for `name` ("" is the default namespace), created on first
+ * use when `create` is true. */
+static int ns_resolve(session_t *s, const char *name, bool create, uint32_t *ns, handler_ctx_t *ctx)
+{
+    server_t *srv = s->srv;
+    if (!name || !name[0])
+        name = SERVER_DEFAULT_NS;
+    size_t len = strlen(name);
+    if (len > 63)
+        return fail(ctx, KVS_EINVAL, "namespace name of %zu bytes is too long (63 at most)", len);
+    int rc = radix_ns_find(srv->index, name, ns);
+    if (rc == 0)
+        return 0;
+    if (!create)
+        return fail(ctx, KVS_ENONS,
+                    "unknown namespace '%s'; `kvshare stats` lists the namespaces in use", name);
+    if (radix_ns_count(srv->index) >= srv->cfg.max_namespaces)
+        return fail(ctx, KVS_ELIMIT,
+                    "cannot create namespace '%s': kvshared already has %u namespaces (the "
+                    "limit); reuse one",
+                    name, srv->cfg.max_namespaces);
+    rc = radix_ns_create(srv->index, name, ns_seed(name), 0, 0, ns);
+    if (rc != 0)
+        return fail(ctx, rc, "cannot create namespace '%s': %s", name, kvs_strerror(rc));
+    LOG_INFO("namespace '%s' created (id %u)", name, *ns);
+    return 0;
+}
+
+/* Token ids from the wire: little-endian uint32 packed in bytes. On a
+ * little-endian host with aligned data they are used in place. */
+static int tokens_view(const ProtobufCBinaryData *bytes, const uint32_t **tokens, size_t *n,
+                       void **copy, handler_ctx_t *ctx)
+{
+    if (bytes->len % 4 != 0)
+        return fail(ctx, KVS_EINVAL,
+                    "tokens field has %zu bytes, not a multiple of 4: token ids travel as "
+                    "little-endian uint32",
+                    bytes->len);
+    *n = bytes->len / 4;
+    *copy = NULL;
+    if (*n == 0) {
+        *tokens = NULL;
+        return 0;
+    }
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (((uintptr_t)bytes->data & 3) == 0) {
+        *tokens = (const uint32_t *)(const void *)bytes->data;
+        return 0;
+    }
+#endif
+    uint32_t *t = malloc(bytes->len);
+    if (!t)
+        return fail(ctx, KVS_ENOMEM, "out of memory copying %zu tokens", *n);
+    for (size_t i = 0; i < *n; i++) {
+        const uint8_t *p = bytes->data + 4 * i;
+        t[i] = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+    }
+    *tokens = t;
+    *copy = t;
+    return 0;
+}
+
+static int check_range(session_t *s, uint32_t block_id, handler_ctx_t *ctx)
+{
+    if (block_id >= s->srv->num_blocks)
+        return fail(ctx, KVS_EINVAL, "block %u is out of range: the pool has %u blocks (ids 0..%u)",
+                    block_id, s->srv->num_blocks, s->srv->num_blocks - 1);
+    return 0;
+}
+
+int handler_hello(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
+                  handler_ctx_t *ctx)
+{
+    server_t *srv = s->srv;
+    const Kvshare__HelloRequest *hello = req->hello;
+
+    if (s->hello_done || s->requests > 0)
+        return fail(ctx, KVS_EPROTO,
+                    "Hello must be the first request of a connection (and only one); "
+                    "reconnect to map the pool again");
+    if (hello->version / 1000 != KVS_VERSION_MAJOR)
+        return fail(ctx, KVS_EVERSION,
+                    "client protocol version %u.%u does not match kvshared %d.%d; use the "
+                    "libkvshare of the same release",
+                    hello->version / 1000, hello->version % 1000, KVS_VERSION_MAJOR,
+                    KVS_VERSION_MINOR);
+    if (hello->worker)
+        snprintf(s->worker, sizeof(s->worker), "%s", hello->worker);
+
+    backend_desc_t desc;
+    backend_describe(srv->backend, &desc);
+    /* The reply outlives this frame's locals until it is packed: copy what
+     * it points to into memory dispatch frees. */
+    uint64_t *slabs = malloc(sizeof(uint64_t) * (desc.n_slabs ? desc.n_slabs : 1));
+    uint8_t *uuid = malloc(BACKEND_UUID_LEN);
+    ctx->heap[0] = slabs;
+    ctx->heap[1] = uuid;
+    if (!slabs || !uuid)
+        return fail(ctx, KVS_ENOMEM, "out of memory building the Hello reply");
+    memcpy(slabs, desc.slab_bytes, sizeof(uint64_t) * desc.n_slabs);
+    memcpy(uuid, desc.device_uuid, BACKEND_UUID_LEN);
+    if (!hello->no_fds) {
+        size_t n_fds = 0;
+        int rc = backend_export(srv->backend, s->fds, BACKEND_MAX_SLABS, &n_fds);
+        if (rc != 0)
+            return fail(ctx, rc, "exporting the pool for this worker failed: %s", kvs_strerror(rc));
+        s->n_fds = n_fds;
+    }
+    s->hello_done = true;
+
+    Kvshare__Geometry *g = &ctx->geometry;
+    kvshare__geometry__init(g);
+    g->layers = srv->geo.layers;
+    g->kv_heads = srv->geo.kv_heads;
+    g->head_dim = srv->geo.head_dim;
+    g->dtype = (char *)geometry_dtype_name(srv->geo.dtype);
+    g->dtype_bytes = geometry_dtype_bytes(srv->geo.dtype);
+    g->block_tokens = srv->geo.block_tokens;
+
+    Kvshare__HelloReply *r = &ctx->reply.hello;
+    kvshare__hello_reply__init(r);
+    r->version = KVS_PROTOCOL_VERSION;
+    r->geometry = g;
+    r->num_blocks = srv->num_blocks;
+    r->block_bytes = srv->block_bytes;
+    r->slot_bytes = geometry_slot_bytes(&srv->geo);
+    r->block_stride = geometry_offset(&srv->geo, srv->num_blocks, 0, 0, 1);
+    r->kv_stride = geometry_offset(&srv->geo, srv->num_blocks, 0, 1, 0);
+    r->layer_stride = 2 * r->kv_stride;
+    r->backend = (Kvshare__Backend)desc.kind;
+    if (desc.kind == BACKEND_CUDA) {
+        r->device_uuid.data = uuid;
+        r->device_uuid.len = BACKEND_UUID_LEN;
+    }
+    r->pool_bytes = desc.size;
+    r->n_slab_bytes = desc.n_slabs;
+    r->slab_bytes = slabs;
+    r->n_fds = (uint32_t)s->n_fds;
+    r->session_id = s->id;
+    resp->rpc_case = KVSHARE__RESPONSE__RPC_HELLO;
+    resp->hello = r;
+    LOG_INFO("session %llu: hello from '%s' (%u fds)", (unsigned long long)s->id,
+             s->worker[0] ? s->worker : "?", r->n_fds);
+    return 0;
+}
+
+int handler_lookup(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
+                   handler_ctx_t *ctx)
+{
+    server_t *srv = s->srv;
+    const Kvshare__LookupRequest *lk = req->lookup;
+    const uint32_t *tokens;
+    size_t n_tokens, n_blocks = 0;
+    uint32_t ns, *ids;
+    void *copy = NULL;
+
+    int rc = tokens_view(&lk->tokens, &tokens, &n_tokens, &copy, ctx);
+    if (rc != 0)
+        return rc;
+    ctx->heap[0] = copy;
+    rc = ns_resolve(s, lk->ns, true, &ns, ctx);
+    if (rc != 0)
+        return rc;
+    /* A chain of cached blocks is never longer than the pool. */
+    size_t max_ids = n_tokens / srv->geo.block_tokens;
+    if (max_ids > srv->num_blocks)
+        max_ids = srv->num_blocks;
+    if (session_scratch(s, max_ids ? max_ids : 1, &ids) != 0 ||
+        (lk->pin && session_pins_reserve(s, (uint32_t)max_ids) != 0))
+        return fail(ctx, KVS_ENOMEM, "out of memory for a lookup of %zu tokens", n_tokens);
+    rc = radix_lookup(srv->index, ns, tokens, n_tokens, lk->pin, ids, max_ids, &n_blocks);
+    if (rc != 0)
+        return fail(ctx, rc, "lookup failed: %s", kvs_strerror(rc));
+    if (lk->pin) {
+        for (size_t i = 0; i < n_blocks; i++)
+            session_pin_add(s, ids[i]);
+    }
+
+    Kvshare__LookupReply *r = &ctx->reply.lookup;
+    kvshare__lookup_reply__init(r);
+    r->n_block_ids = n_blocks;
+    r->block_ids = ids;
+    r->hit_tokens = (uint32_t)(n_blocks * srv->geo.block_tokens);
+    resp->rpc_case = KVSHARE__RESPONSE__RPC_LOOKUP;
+    resp->lookup = r;
+    return 0;
+}
+
+int handler_alloc(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
+                  handler_ctx_t *ctx)
+{
+    server_t *srv = s->srv;
+    const Kvshare__AllocRequest *al = req->alloc;
+    uint32_t ns = RADIX_NS_ANY, *ids;
+    size_t evicted = 0;
+
+    if (al->n == 0 || al->n > srv->num_blocks)
+        return fail(ctx, KVS_EINVAL, "alloc of %u blocks: ask for 1 to %u (the pool size)", al->n,
+                    srv->num_blocks);
+    if (al->ns && al->ns[0]) {
+        int rc = ns_resolve(s, al->ns, true, &ns, ctx);
+        if (rc != 0)
+            return rc;
+    }
+    if (session_scratch(s, al->n, &ids) != 0 || session_writing_reserve(s, al->n) != 0)
+        return fail(ctx, KVS_ENOMEM, "out of memory for an alloc of %u blocks", al->n);
+
+    int rc = pool_alloc(srv->pool, al->n, ids);
+    if (rc == KVS_EPOOLFULL) {
+        /* A full pool is the signal to evict unpinned cached blocks, then retry. */
+        pool_counts_t c;
+        pool_counts(srv->pool, &c);
+        rc = radix_evict(srv->index, ns, al->n - c.free, &evicted);
+        if (rc != 0)
+            return fail(ctx, rc, "eviction failed: %s", kvs_strerror(rc));
+        rc = pool_alloc(srv->pool, al->n, ids);
+    }
+    if (rc == KVS_EPOOLFULL) {
+        pool_counts_t c;
+        pool_counts(srv->pool, &c);
+        return fail(ctx, KVS_EPOOLFULL,
+                    "pool full: %u blocks wanted, %u free after evicting %zu; %u are being "
+                    "written and %u of %u cached are pinned (release blocks or grow the pool)",
+                    al->n, c.free, evicted, c.writing, radix_pinned_blocks(srv->index), c.cached);
+    }
+    if (rc != 0)
+        return fail(ctx, rc, "alloc failed: %s", kvs_strerror(rc));
+    for (uint32_t i = 0; i < al->n; i++)
+        session_writing_add(s, ids[i]);
+
+    Kvshare__AllocReply *r = &ctx->reply.alloc;
+    kvshare__alloc_reply__init(r);
+    r->n_block_ids = al->n;
+    r->block_ids = ids;
+    r->evicted = (uint32_t)evicted;
+    resp->rpc_case = KVSHARE__RESPONSE__RPC_ALLOC;
+    resp->alloc = r;
+    return 0;
+}
+
+/* Why block b cannot be committed or released by s, as a status + message. */
+static int not_held(session_t *s, uint32_t b, handler_ctx_t *ctx)
+{
+    pool_state_t st = POOL_FREE;
+    if (s->srv->writer[b] && s->srv->writer[b] != s)
+        return fail(ctx, KVS_ENOTHELD,
+                    "block %u is not held by this session: another session is writing it", b);
+    pool_state(s->srv->pool, b, &st);
+    if (st == POOL_FREE)
+        return fail(ctx, KVS_ENOTHELD,
+                    "block %u is not held by this session: it is free (released twice, or "
+                    "never allocated)",
+                    b);
+    return fail(ctx, KVS_ENOTHELD,
+                "block %u is not held by this session: it is cached and this session holds no "
+                "pin on it",
+                b);
+}
+
+int handler_commit(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
+                   handler_ctx_t *ctx)
+{
+    server_t *srv = s->srv;
+    const Kvshare__CommitRequest *cm = req->commit;
+    const uint32_t *tokens;
+    size_t n_tokens, n_ids = cm->n_block_ids, n_done = 0;
+    uint32_t ns, *canonical;
+    void *copy = NULL;
+
+    int rc = tokens_view(&cm->tokens, &tokens, &n_tokens, &copy, ctx);
+    if (rc != 0)
+        return rc;
+    ctx->heap[0] = copy;
+    if (n_ids > n_tokens / srv->geo.block_tokens)
+        return fail(ctx, KVS_EINVAL,
+                    "commit of %zu blocks needs at least %zu tokens (%u per block); got %zu", n_ids,
+                    n_ids * srv->geo.block_tokens, srv->geo.block_tokens, n_tokens);
+    /* Every block must be WRITING and held by this session, and named once. */
+    if (++srv->mark_stamp == 0) {
+        memset(srv->mark, 0, sizeof(uint32_t) * srv->num_blocks);
+        srv->mark_stamp = 1;
+    }
+    for (size_t i = 0; i < n_ids; i++) {
+        uint32_t b = cm->block_ids[i];
+        rc = check_range(s, b, ctx);
+        if (rc != 0)
+            return rc;
+        if (srv->writer[b] != s) {
+            pool_state_t st = POOL_FREE;
+            if (srv->writer[b])
+                return not_held(s, b, ctx);
+            pool_state(srv->pool, b, &st);
+            return fail(ctx, KVS_EBADSTATE,
+                        "block %u is not in WRITING (it is %s): commit only blocks this session "
+                        "got from Alloc, once",
+                        b, st == POOL_CACHED ? "already cached" : "free");
+        }
+        if (srv->mark[b] == srv->mark_stamp)
+            return fail(ctx, KVS_EINVAL, "block %u appears twice in this commit", b);
+        srv->mark[b] = srv->mark_stamp;
+    }
+    rc = ns_resolve(s, cm->ns, true, &ns, ctx);
+    if (rc != 0)
+        return rc;
+    if (session_scratch(s, n_ids ? n_ids : 1, &canonical) != 0 ||
+        session_pins_reserve(s, (uint32_t)n_ids) != 0)
+        return fail(ctx, KVS_ENOMEM, "out of memory for a commit of %zu blocks", n_ids);
+
+    int irc = n_ids ? radix_insert(srv->index, ns, tokens, n_tokens, cm->block_ids, n_ids, true,
+                                   canonical, &n_done)
+                    : 0;
+    for (size_t i = 0; i < n_done; i++) {
+        uint32_t b = cm->block_ids[i];
+        if (canonical[i] == b) {
+            session_writing_remove(s, b);
+            if (pool_set_cached(srv->pool, b) != 0)
+                LOG_ERROR("block %u was WRITING for session %llu but the pool refused it", b,
+                          (unsigned long long)s->id);
+        }
+        /* A duplicate stays WRITING, held by this session until released. */
+        session_pin_add(s, canonical[i]);
+    }
+
+    Kvshare__CommitReply *r = &ctx->reply.commit;
+    kvshare__commit_reply__init(r);
+    r->n_canonical = n_done;
+    r->canonical = canonical;
+    r->n_committed = (uint32_t)n_done;
+    resp->rpc_case = KVSHARE__RESPONSE__RPC_COMMIT;
+    resp->commit = r;
+    if (irc == KVS_EQUOTA)
+        return fail(ctx, irc,
+                    "namespace quota reached: %zu of %zu blocks committed, the rest stay "
+                    "WRITING (release them)",
+                    n_done, n_ids);
+    if (irc != 0)
+        return fail(ctx, irc, "commit stopped after %zu of %zu blocks: %s", n_done, n_ids,
+                    kvs_strerror(irc));
+    return 0;
+}
+
+int handler_pin(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
+                handler_ctx_t *ctx)
+{
+    const Kvshare__PinRequest *pn = req->pin;
+    Kvshare__PinReply *r = &ctx->reply.pin;
+    int rc = 0;
+
+    kvshare__pin_reply__init(r);
+    resp->rpc_case = KVSHARE__RESPONSE__RPC_PIN;
+    resp->pin = r;
+    if (pn->n_block_ids > s->srv->num_blocks)
+        return fail(ctx, KVS_EINVAL, "pin of %zu blocks in one request: at most %u (the pool size)",
+                    pn->n_block_ids, s->srv->num_blocks);
+    if (session_pins_reserve(s, (uint32_t)pn->n_block_ids) != 0)
+        return fail(ctx, KVS_ENOMEM, "out of memory pinning %zu blocks", pn->n_block_ids);
+    for (size_t i = 0; i < pn->n_block_ids; i++) {
+        uint32_t b = pn->block_ids[i];
+        rc = check_range(s, b, ctx);
+        if (rc != 0)
+            break;
+        rc = radix_pin(s->srv->index, b);
+        if (rc == KVS_ENOTFOUND) {
+            fail(ctx, rc,
+                 "block %u is not cached (evicted, or not committed yet); %u of %zu blocks "
+                 "pinned: look the prefix up again",
+                 b, r->n_pinned, pn->n_block_ids);
+            break;
+        }
+        if (rc != 0) {
+            fail(ctx, rc, "pin of block %u failed: %s", b, kvs_strerror(rc));
+            break;
+        }
+        session_pin_add(s, b);
+        r->n_pinned++;
+    }
+    return rc;
+}
+
+int handler_release(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
+                    handler_ctx_t *ctx)
+{
+    server_t *srv = s->srv;
+    const Kvshare__ReleaseRequest *rl = req->release;
+    Kvshare__ReleaseReply *r = &ctx->reply.release;
+    int rc = 0;
+
+    kvshare__release_reply__init(r);
+    resp->rpc_case = KVSHARE__RESPONSE__RPC_RELEASE;
+    resp->release = r;
+    /* In order; on an error the blocks before it stay released and
+     * n_released says how many. */
+    for (size_t i = 0; i < rl->n_block_ids; i++) {
+        uint32_t b = rl->block_ids[i];
+        rc = check_range(s, b, ctx);
+        if (rc != 0)
+            break;
+        if (srv->writer[b] == s) {
+            session_writing_remove(s, b);
+            pool_release(srv->pool, b);
+        } else if (session_pin_count(s, b) > 0) {
+            rc = radix_unpin(srv->index, b);
+            if (rc != 0) {
+                fail(ctx, KVS_EINTERNAL, "block %u: this session's pin is not in the index (%s)", b,
+                     kvs_strerror(rc));
+                break;
+            }
+            session_pin_drop(s, b);
+        } else {
+            rc = not_held(s, b, ctx);
+            break;
+        }
+        r->n_released++;
+    }
+    return rc;
+}
+
+int handler_stats(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
+                  handler_ctx_t *ctx)
+{
+    server_t *srv = s->srv;
+    Kvshare__StatsReply *r = &ctx->reply.stats;
+    pool_counts_t c;
+    (void)req;
+
+    kvshare__stats_reply__init(r);
+    pool_counts(srv->pool, &c);
+    r->total_blocks = c.total;
+    r->free_blocks = c.free;
+    r->writing_blocks = c.writing;
+    r->cached_blocks = c.cached;
+    r->pinned_blocks = radix_pinned_blocks(srv->index);
+    r->alloc_failures = c.alloc_failures;
+    r->evictions = srv->metrics.evictions;
+    r->sessions = srv->n_sessions;
+    r->sessions_total = srv->metrics.sessions_total;
+    r->requests = srv->metrics.requests;
+    r->errors = srv->metrics.errors;
+    r->protocol_errors = srv->metrics.protocol_errors;
+    r->bytes_in = srv->metrics.bytes_in;
+    r->bytes_out = srv->metrics.bytes_out;
+    r->block_bytes = srv->block_bytes;
+    r->pool_bytes = (uint64_t)srv->num_blocks * srv->block_bytes;
+    r->backend = (Kvshare__Backend)backend_kind(srv->backend);
+    r->uptime_ms = server_now_ms() - srv->start_ms;
+    r->index_bytes = radix_memory_bytes(srv->index);
+    r->block_tokens = srv->geo.block_tokens;
+
+    uint32_t n_ns = radix_ns_count(srv->index);
+    if (n_ns > 0) {
+        /* One allocation for the rows and the pointer array. */
+        size_t bytes = n_ns * (sizeof(Kvshare__NamespaceStats) + sizeof(void *));
+        void *mem = malloc(bytes);
+        if (!mem)
+            return fail(ctx, KVS_ENOMEM, "out of memory for the stats of %u namespaces", n_ns);
+        ctx->heap[0] = mem;
+        Kvshare__NamespaceStats **ptrs = mem;
+        Kvshare__NamespaceStats *rows = (void *)(ptrs + n_ns);
+        for (uint32_t i = 0; i < n_ns; i++) {
+            radix_ns_stats_t st;
+            memset(&st, 0, sizeof(st));
+            radix_ns_stats(srv->index, i, &st);
+            kvshare__namespace_stats__init(&rows[i]);
+            rows[i].name = (char *)radix_ns_name(srv->index, i);
+            rows[i].lookups = st.lookups;
+            rows[i].lookup_tokens = st.lookup_tokens;
+            rows[i].hit_tokens = st.hit_tokens;
+            rows[i].inserted_blocks = st.inserted_blocks;
+            rows[i].duplicate_blocks = st.duplicate_blocks;
+            rows[i].evicted_blocks = st.evicted_blocks;
+            rows[i].cached_blocks = st.cached_blocks;
+            rows[i].pinned_blocks = st.pinned_blocks;
+            rows[i].quota = st.quota;
+            rows[i].reserve = st.reserve;
+            ptrs[i] = &rows[i];
+        }
+        r->n_namespaces = n_ns;
+        r->namespaces = ptrs;
+    }
+    resp->rpc_case = KVSHARE__RESPONSE__RPC_STATS;
+    resp->stats = r;
+    return 0;
+}
+
+#define TREE_DEFAULT_ROWS 20
+#define TREE_MAX_ROWS     1000
+
+int handler_tree(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
+                 handler_ctx_t *ctx)
+{
+    server_t *srv = s->srv;
+    const Kvshare__TreeRequest *tr = req->tree;
+    uint32_t ns = RADIX_NS_ALL;
+    size_t max = tr->max ? tr->max : TREE_DEFAULT_ROWS, n = 0;
+
+    if (max > TREE_MAX_ROWS)
+        max = TREE_MAX_ROWS;
+    if (tr->ns && tr->ns[0]) {
+        int rc = ns_resolve(s, tr->ns, false, &ns, ctx);
+        if (rc != 0)
+            return rc;
+    }
+    radix_prefix_t *rows = malloc(max * sizeof(*rows));
+    void *mem = malloc(max * (sizeof(Kvshare__Prefix) + sizeof(void *)));
+    ctx->heap[0] = rows;
+    ctx->heap[1] = mem;
+    if (!rows || !mem)
+        return fail(ctx, KVS_ENOMEM, "out of memory for %zu tree rows", max);
+    int rc = radix_top(srv->index, ns, tr->by_size ? RADIX_BY_SIZE : RADIX_BY_HITS, rows, max, &n);
+    if (rc != 0)
+        return fail(ctx, rc, "tree listing failed: %s", kvs_strerror(rc));
+
+    uint64_t newest = 0;
+    for (size_t i = 0; i < n; i++)
+        if (rows[i].last_used > newest)
+            newest = rows[i].last_used;
+    Kvshare__Prefix **ptrs = mem;
+    Kvshare__Prefix *out = (void *)(ptrs + max);
+    for (size_t i = 0; i < n; i++) {
+        kvshare__prefix__init(&out[i]);
+        const char *name = radix_ns_name(srv->index, rows[i].ns);
+        out[i].ns = (char *)(name ? name : "");
+        out[i].tokens = rows[i].tokens;
+        out[i].blocks = rows[i].blocks;
+        out[i].pins = rows[i].pins;
+        out[i].hits = rows[i].hits;
+        out[i].last_used = rows[i].last_used;
+        out[i].age_ticks = newest - rows[i].last_used;
+        out[i].last_block_id = rows[i].last_block_id;
+        ptrs[i] = &out[i];
+    }
+    Kvshare__TreeReply *r = &ctx->reply.tree;
+    kvshare__tree_reply__init(r);
+    r->n_prefixes = n;
+    r->prefixes = ptrs;
+    resp->rpc_case = KVSHARE__RESPONSE__RPC_TREE;
+    resp->tree = r;
+    return 0;
+}
+
+int handler_ping(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
+                 handler_ctx_t *ctx)
+{
+    Kvshare__PingReply *r = &ctx->reply.ping;
+    (void)s;
+    kvshare__ping_reply__init(r);
+    r->payload = req->ping->payload;
+    resp->rpc_case = KVSHARE__RESPONSE__RPC_PING;
+    resp->ping = r;
+    return 0;
+}

@@ -1,0 +1,54 @@
+/*
+ * handlers: one function per RPC. Each validates its request first and
+ * answers with a status and, on error, a message that names the block, the
+ * limit or the namespace involved and what to do about it.
+ *
+ * A handler's reply lives in the handler_ctx_t (on dispatch's stack) and in
+ * the session's scratch array; both stay valid until the reply is packed.
+ */
+#ifndef KVS_DAEMON_HANDLERS_H
+#define KVS_DAEMON_HANDLERS_H
+
+#include "dispatch.h"
+#include "kvshare.pb-c.h"
+
+#define HANDLER_MSG_MAX 256
+
+struct handler_ctx {
+    char msg[HANDLER_MSG_MAX];
+    union {
+        Kvshare__HelloReply hello;
+        Kvshare__LookupReply lookup;
+        Kvshare__AllocReply alloc;
+        Kvshare__CommitReply commit;
+        Kvshare__PinReply pin;
+        Kvshare__ReleaseReply release;
+        Kvshare__StatsReply stats;
+        Kvshare__TreeReply tree;
+        Kvshare__PingReply ping;
+    } reply;
+    Kvshare__Geometry geometry;
+    /* Stats and Tree rows: freed by dispatch after packing. */
+    void *heap[2];
+};
+
+int handler_hello(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
+                  handler_ctx_t *ctx);
+int handler_lookup(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
+                   handler_ctx_t *ctx);
+int handler_alloc(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
+                  handler_ctx_t *ctx);
+int handler_commit(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
+                   handler_ctx_t *ctx);
+int handler_pin(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
+                handler_ctx_t *ctx);
+int handler_release(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
+                    handler_ctx_t *ctx);
+int handler_stats(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
+                  handler_ctx_t *ctx);
+int handler_tree(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
+                 handler_ctx_t *ctx);
+int handler_ping(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
+                 handler_ctx_t *ctx);
+
+#endif /* KVS_DAEMON_HANDLERS_H */

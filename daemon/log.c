@@ -1,0 +1,45 @@
+#include "log.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "kvshare_status.h"
+
+log_level_t log_level = LOG_LEVEL_INFO;
+
+static const char *const level_names[] = {"error", "warn", "info", "debug"};
+
+int log_level_parse(const char *name, log_level_t *out)
+{
+    if (!name || !out)
+        return KVS_EINVAL;
+    for (int i = 0; i <= LOG_LEVEL_DEBUG; i++) {
+        if (strcmp(name, level_names[i]) == 0) {
+            *out = (log_level_t)i;
+            return 0;
+        }
+    }
+    return KVS_EINVAL;
+}
+
+void log_write(log_level_t level, const char *fmt, ...)
+{
+    char line[1024];
+    char stamp[32];
+    struct timespec now;
+    struct tm tm;
+    va_list ap;
+
+    clock_gettime(CLOCK_REALTIME, &now);
+    gmtime_r(&now.tv_sec, &tm);
+    strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S", &tm);
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    /* One fprintf per line so lines from a crash handler or a second thread
+     * never interleave mid-line. */
+    fprintf(stderr, "%s.%03ldZ kvshared %s: %s\n", stamp, now.tv_nsec / 1000000, level_names[level],
+            line);
+}

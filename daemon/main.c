@@ -1,0 +1,311 @@
+/*
+ * kvshared: flags, configuration, signals; everything else is in the
+ * kvs_daemon library (server.c, session.c, ...).
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+
+#include "kvshare.h"
+#include "log.h"
+#include "server.h"
+
+#define DEFAULT_MODEL      "llama-3.1-8b"
+#define DEFAULT_POOL_BYTES (1ull << 30)
+
+static void usage(FILE *f)
+{
+    fprintf(
+        f,
+        "usage: kvshared [options]\n"
+        "\n"
+        "Serves a pool of KV-cache blocks and a prefix index to decode workers.\n"
+        "\n"
+        "  --socket PATH          Unix socket (default: $XDG_RUNTIME_DIR/kvshare/kvshared.sock,\n"
+        "                         /run/kvshare/kvshared.sock as root, else\n"
+        "                         /tmp/kvshare-$UID/kvshared.sock)\n"
+        "  --backend KIND         auto (default), host or cuda\n"
+        "  --device N             cuda device ordinal (default 0)\n"
+        "  --model NAME           geometry preset (default " DEFAULT_MODEL "); presets:");
+    for (size_t i = 0; geometry_preset_name(i); i++)
+        fprintf(f, " %s", geometry_preset_name(i));
+    fprintf(f, "\n"
+               "  --layers N --kv-heads N --head-dim N --dtype fp32|fp16|bf16|fp8\n"
+               "                         geometry by hand (override the preset's fields)\n"
+               "  --block-tokens N       tokens per block (default 16)\n"
+               "  --pool-bytes SIZE      pool size, e.g. 8GiB, 70GB, 512MiB (default 1 GiB)\n"
+               "  --pool-blocks N        pool size in blocks\n"
+               "  --gpu-memory-utilization F\n"
+               "                         pool = F x free device memory (cuda)\n"
+               "  --max-frame SIZE       largest request accepted (default 16MiB)\n"
+               "  --max-output SIZE      unread reply bytes before a client is dropped (default "
+               "64MiB)\n"
+               "  --max-sessions N       (default 1024)\n"
+               "  --ready-fd N           write \"READY\\n\" to fd N once listening, then close it\n"
+               "  --log-level LEVEL      error, warn, info (default), debug\n"
+               "  --version, --help\n");
+}
+
+/* Sizes as `kvshare calc` reads them: K/M/G/T are powers of 1000, KiB/MiB/
+ * GiB/TiB powers of 1024 ("8GiB", "70GB", "512M"). */
+static int parse_size(const char *s, uint64_t *out)
+{
+    return geometry_parse_bytes(s, out);
+}
+
+static int parse_u32(const char *s, uint32_t *out)
+{
+    uint64_t v;
+    char *end;
+    errno = 0;
+    v = strtoull(s, &end, 10);
+    if (errno || end == s || *end || s[0] == '-' || v > UINT32_MAX)
+        return KVS_EINVAL;
+    *out = (uint32_t)v;
+    return 0;
+}
+
+static void human(uint64_t bytes, char *buf, size_t len)
+{
+    const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double)bytes;
+    int u = 0;
+    while (v >= 1024 && u < 4) {
+        v /= 1024;
+        u++;
+    }
+    snprintf(buf, len, u ? "%.1f %s" : "%.0f %s", v, units[u]);
+}
+
+enum {
+    OPT_SOCKET = 256,
+    OPT_BACKEND,
+    OPT_DEVICE,
+    OPT_MODEL,
+    OPT_LAYERS,
+    OPT_KV_HEADS,
+    OPT_HEAD_DIM,
+    OPT_DTYPE,
+    OPT_BLOCK_TOKENS,
+    OPT_POOL_BYTES,
+    OPT_POOL_BLOCKS,
+    OPT_GPU_UTIL,
+    OPT_MAX_FRAME,
+    OPT_MAX_OUTPUT,
+    OPT_MAX_SESSIONS,
+    OPT_READY_FD,
+    OPT_LOG_LEVEL,
+    OPT_VERSION,
+};
+
+static const struct option options[] = {
+    {"socket", required_argument, NULL, OPT_SOCKET},
+    {"backend", required_argument, NULL, OPT_BACKEND},
+    {"device", required_argument, NULL, OPT_DEVICE},
+    {"model", required_argument, NULL, OPT_MODEL},
+    {"layers", required_argument, NULL, OPT_LAYERS},
+    {"kv-heads", required_argument, NULL, OPT_KV_HEADS},
+    {"head-dim", required_argument, NULL, OPT_HEAD_DIM},
+    {"dtype", required_argument, NULL, OPT_DTYPE},
+    {"block-tokens", required_argument, NULL, OPT_BLOCK_TOKENS},
+    {"pool-bytes", required_argument, NULL, OPT_POOL_BYTES},
+    {"pool-blocks", required_argument, NULL, OPT_POOL_BLOCKS},
+    {"gpu-memory-utilization", required_argument, NULL, OPT_GPU_UTIL},
+    {"max-frame", required_argument, NULL, OPT_MAX_FRAME},
+    {"max-output", required_argument, NULL, OPT_MAX_OUTPUT},
+    {"max-sessions", required_argument, NULL, OPT_MAX_SESSIONS},
+    {"ready-fd", required_argument, NULL, OPT_READY_FD},
+    {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
+    {"version", no_argument, NULL, OPT_VERSION},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
+
+int main(int argc, char **argv)
+{
+    server_config_t cfg;
+    char socket_path[PATH_MAX];
+    const char *model = DEFAULT_MODEL;
+    uint32_t layers = 0, kv_heads = 0, head_dim = 0, block_tokens = 0, u32;
+    const char *dtype = NULL;
+    uint64_t pool_bytes = 0, size;
+    double util = 0;
+    char err[512] = "";
+    int opt, rc;
+
+    server_config_init(&cfg);
+    while ((opt = getopt_long(argc, argv, "h", options, NULL)) != -1) {
+        const char *a = optarg;
+        rc = 0;
+        switch (opt) {
+        case OPT_SOCKET:
+            cfg.socket_path = a;
+            break;
+        case OPT_BACKEND:
+            rc = backend_kind_parse(a, &cfg.backend.kind);
+            break;
+        case OPT_DEVICE:
+            rc = parse_u32(a, &u32);
+            cfg.backend.device = (int)u32;
+            break;
+        case OPT_MODEL:
+            model = a;
+            break;
+        case OPT_LAYERS:
+            rc = parse_u32(a, &layers);
+            break;
+        case OPT_KV_HEADS:
+            rc = parse_u32(a, &kv_heads);
+            break;
+        case OPT_HEAD_DIM:
+            rc = parse_u32(a, &head_dim);
+            break;
+        case OPT_DTYPE:
+            dtype = a;
+            break;
+        case OPT_BLOCK_TOKENS:
+            rc = parse_u32(a, &block_tokens);
+            break;
+        case OPT_POOL_BYTES:
+            rc = parse_size(a, &pool_bytes);
+            break;
+        case OPT_POOL_BLOCKS:
+            rc = parse_u32(a, &cfg.pool_blocks);
+            break;
+        case OPT_GPU_UTIL:
+            util = strtod(a, NULL);
+            if (util <= 0 || util > 1)
+                rc = KVS_EINVAL;
+            break;
+        case OPT_MAX_FRAME:
+            rc = parse_size(a, &size);
+            if (rc == 0 && (size < 64 || size > UINT32_MAX))
+                rc = KVS_EINVAL;
+            cfg.max_frame = (uint32_t)size;
+            break;
+        case OPT_MAX_OUTPUT:
+            rc = parse_size(a, &size);
+            cfg.max_output = (size_t)size;
+            break;
+        case OPT_MAX_SESSIONS:
+            rc = parse_u32(a, &cfg.max_sessions);
+            break;
+        case OPT_READY_FD:
+            rc = parse_u32(a, &u32);
+            cfg.ready_fd = (int)u32;
+            break;
+        case OPT_LOG_LEVEL:
+            rc = log_level_parse(a, &log_level);
+            break;
+        case OPT_VERSION:
+            printf("kvshared %d.%d.%d\n", KVS_VERSION_MAJOR, KVS_VERSION_MINOR, KVS_VERSION_PATCH);
+            return 0;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
+        }
+        if (rc != 0) {
+            fprintf(stderr, "kvshared: invalid value '%s' for --%s (see --help)\n", a,
+                    options[opt - OPT_SOCKET].name);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "kvshared: unexpected argument '%s' (see --help)\n", argv[optind]);
+        return 2;
+    }
+
+    /* Geometry: the preset, then each explicit flag over it. */
+    if (geometry_preset(model, &cfg.geometry) != 0) {
+        fprintf(stderr, "kvshared: unknown model '%s'; presets:", model);
+        for (size_t i = 0; geometry_preset_name(i); i++)
+            fprintf(stderr, " %s", geometry_preset_name(i));
+        fprintf(stderr, " (or give --layers, --kv-heads, --head-dim, --dtype)\n");
+        return 2;
+    }
+    if (layers)
+        cfg.geometry.layers = layers;
+    if (kv_heads)
+        cfg.geometry.kv_heads = kv_heads;
+    if (head_dim)
+        cfg.geometry.head_dim = head_dim;
+    if (block_tokens)
+        cfg.geometry.block_tokens = block_tokens;
+    if (dtype && geometry_dtype_parse(dtype, &cfg.geometry.dtype) != 0) {
+        fprintf(stderr, "kvshared: unknown dtype '%s' (fp32, fp16, bf16, fp8)\n", dtype);
+        return 2;
+    }
+    if (util > 0)
+        cfg.backend.mem_fraction = util;
+    else if (!cfg.pool_blocks)
+        cfg.backend.bytes = pool_bytes ? pool_bytes : DEFAULT_POOL_BYTES;
+    if (pool_bytes && cfg.pool_blocks) {
+        fprintf(stderr, "kvshared: give --pool-bytes or --pool-blocks, not both\n");
+        return 2;
+    }
+
+    if (!cfg.socket_path) {
+        rc = kvs_default_socket_path(socket_path, sizeof(socket_path));
+        if (rc != 0) {
+            fprintf(stderr, "kvshared: cannot build the default socket path; give --socket\n");
+            return 2;
+        }
+        cfg.socket_path = socket_path;
+    }
+
+    /* A client that dies mid-reply must not kill the daemon. */
+    signal(SIGPIPE, SIG_IGN);
+
+    /* Refuse early, before a pool of gigabytes is allocated for nothing. */
+    rc = server_check_socket(cfg.socket_path, err, sizeof(err));
+    if (rc != 0) {
+        fprintf(stderr, "kvshared: %s\n", err);
+        return 1;
+    }
+
+    uv_loop_t *loop = uv_default_loop();
+    server_t *srv = NULL;
+    rc = server_open(&cfg, loop, &srv, err, sizeof(err));
+    if (rc != 0) {
+        fprintf(stderr, "kvshared: %s\n", err[0] ? err : kvs_strerror(rc));
+        return 1;
+    }
+
+    char per_token[32], per_block[32], pool[32];
+    human(geometry_bytes_per_token(&srv->geo), per_token, sizeof(per_token));
+    human(srv->block_bytes, per_block, sizeof(per_block));
+    human((uint64_t)srv->num_blocks * srv->block_bytes, pool, sizeof(pool));
+    LOG_INFO("kvshared %d.%d.%d, backend %s", KVS_VERSION_MAJOR, KVS_VERSION_MINOR,
+             KVS_VERSION_PATCH, backend_detail(srv->backend));
+    LOG_INFO("geometry: %u layers x %u kv heads x %u head dim x %u B (%s) x 2 (K, V) = %s per "
+             "token",
+             srv->geo.layers, srv->geo.kv_heads, srv->geo.head_dim,
+             geometry_dtype_bytes(srv->geo.dtype), geometry_dtype_name(srv->geo.dtype), per_token);
+    LOG_INFO("pool: %s per token x %u tokens = %s per block; %u blocks = %s (%llu tokens)",
+             per_token, srv->geo.block_tokens, per_block, srv->num_blocks, pool,
+             (unsigned long long)srv->num_blocks * srv->geo.block_tokens);
+
+    rc = server_listen(srv, true, err, sizeof(err));
+    if (rc != 0) {
+        fprintf(stderr, "kvshared: %s\n", err);
+        server_free(srv);
+        uv_loop_close(loop);
+        return 1;
+    }
+    uv_run(loop, UV_RUN_DEFAULT);
+    server_shutdown(srv);
+    uv_run(loop, UV_RUN_DEFAULT);
+    server_free(srv);
+    if (uv_loop_close(loop) != 0)
+        LOG_WARN("event loop closed with handles still open");
+    LOG_INFO("stopped");
+    return 0;
+}

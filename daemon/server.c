@@ -1,0 +1,305 @@
+#include "server.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kvshare.h"
+#include "log.h"
+#include "session.h"
+
+uint64_t server_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+void server_config_init(server_config_t *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->backend.kind = BACKEND_AUTO;
+    cfg->max_frame = SERVER_DEFAULT_MAX_FRAME;
+    cfg->max_output = SERVER_DEFAULT_MAX_OUTPUT;
+    cfg->max_sessions = SERVER_DEFAULT_MAX_SESSIONS;
+    cfg->max_namespaces = SERVER_DEFAULT_MAX_NAMESPACES;
+    cfg->ready_fd = -1;
+}
+
+void server_on_evict(void *ctx, uint32_t block_id)
+{
+    server_t *s = ctx;
+    s->metrics.evictions++;
+    pool_release(s->pool, block_id);
+}
+
+int server_open(const server_config_t *cfg, uv_loop_t *loop, server_t **out, char *err,
+                size_t errlen)
+{
+    server_t *s = NULL;
+    int rc;
+
+    if (!cfg || !loop || !out)
+        return KVS_EINVAL;
+    if (geometry_validate(&cfg->geometry) != 0) {
+        snprintf(err, errlen,
+                 "invalid model geometry: give --model or every one of --layers, "
+                 "--kv-heads, --head-dim, --dtype, --block-tokens");
+        return KVS_EINVAL;
+    }
+    s = calloc(1, sizeof(*s));
+    if (!s)
+        return KVS_ENOMEM;
+    s->loop = loop;
+    s->cfg = *cfg;
+    s->geo = cfg->geometry;
+    s->block_bytes = geometry_block_bytes(&s->geo);
+    s->start_ms = server_now_ms();
+
+    backend_config_t bc = cfg->backend;
+    if (cfg->pool_blocks > 0)
+        bc.bytes = (uint64_t)cfg->pool_blocks * s->block_bytes;
+    bc.round_bytes = s->block_bytes;
+    if (bc.bytes > 0 && bc.bytes < s->block_bytes) {
+        snprintf(err, errlen,
+                 "a pool of %llu bytes is smaller than one block (%llu bytes for this geometry); "
+                 "give a larger --pool-bytes",
+                 (unsigned long long)bc.bytes, (unsigned long long)s->block_bytes);
+        rc = KVS_EINVAL;
+        goto fail;
+    }
+    rc = backend_open(&bc, &s->backend, err, errlen);
+    if (rc != 0)
+        goto fail;
+    uint64_t blocks = backend_size(s->backend) / s->block_bytes;
+    if (cfg->pool_blocks > 0 && blocks > cfg->pool_blocks)
+        blocks = cfg->pool_blocks;
+    if (blocks == 0 || blocks >= UINT32_MAX) {
+        snprintf(err, errlen,
+                 "a pool of %llu bytes holds %llu blocks of %llu bytes: give a pool between "
+                 "one block and 2^32 - 1 blocks",
+                 (unsigned long long)backend_size(s->backend), (unsigned long long)blocks,
+                 (unsigned long long)s->block_bytes);
+        rc = KVS_EINVAL;
+        goto fail;
+    }
+    s->num_blocks = (uint32_t)blocks;
+
+    rc = pool_new(s->num_blocks, &s->pool);
+    if (rc != 0) {
+        snprintf(err, errlen, "cannot create a pool of %u blocks: %s", s->num_blocks,
+                 kvs_strerror(rc));
+        goto fail;
+    }
+    radix_config_t rcfg = {
+        .block_tokens = s->geo.block_tokens,
+        .max_blocks = s->num_blocks,
+        .on_evict = server_on_evict,
+        .evict_ctx = s,
+    };
+    rc = radix_new(&rcfg, &s->index);
+    if (rc != 0) {
+        snprintf(err, errlen, "cannot create the index: %s", kvs_strerror(rc));
+        goto fail;
+    }
+    s->writer = calloc(s->num_blocks, sizeof(*s->writer));
+    s->writer_pos = calloc(s->num_blocks, sizeof(*s->writer_pos));
+    s->mark = calloc(s->num_blocks, sizeof(*s->mark));
+    if (!s->writer || !s->writer_pos || !s->mark) {
+        snprintf(err, errlen, "out of memory for the block tables of %u blocks", s->num_blocks);
+        rc = KVS_ENOMEM;
+        goto fail;
+    }
+    *out = s;
+    return 0;
+
+fail:
+    server_free(s);
+    return rc;
+}
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+    server_t *s = h->data;
+    LOG_INFO("%s: shutting down", signum == SIGINT ? "SIGINT" : "SIGTERM");
+    server_shutdown(s);
+}
+
+static void on_connection(uv_stream_t *listener, int status)
+{
+    server_t *s = listener->data;
+    if (status < 0) {
+        LOG_WARN("accept: %s", uv_strerror(status));
+        return;
+    }
+    int rc = session_accept(s);
+    if (rc != 0 && rc != KVS_ELIMIT)
+        LOG_WARN("accept: %s", kvs_strerror(rc));
+    else if (rc == KVS_ELIMIT)
+        LOG_WARN("refused a connection: %u sessions is the limit (--max-sessions)",
+                 s->cfg.max_sessions);
+}
+
+/* Whether a daemon answers on path: a connect that succeeds means yes. */
+static bool socket_is_live(const char *path)
+{
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return false;
+    bool live = connect(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0;
+    close(fd);
+    return live;
+}
+
+/* Creates the socket's directory (and its parents) when missing. */
+static int make_dirs(const char *path, char *err, size_t errlen)
+{
+    char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    snprintf(dir, sizeof(dir), "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash || slash == dir)
+        return 0;
+    *slash = '\0';
+    for (char *p = dir + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+            goto fail;
+        *p = '/';
+    }
+    if (mkdir(dir, 0770) != 0 && errno != EEXIST)
+        goto fail;
+    return 0;
+fail:
+    snprintf(err, errlen, "cannot create directory %s for the socket: %s", dir, strerror(errno));
+    return KVS_EIO;
+}
+
+int server_check_socket(const char *path, char *err, size_t errlen)
+{
+    struct stat st;
+    if (!path || !path[0] || strlen(path) >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
+        snprintf(err, errlen, "socket path '%s' is empty or longer than %zu bytes",
+                 path ? path : "", sizeof(((struct sockaddr_un *)0)->sun_path) - 1);
+        return KVS_EINVAL;
+    }
+    if (lstat(path, &st) != 0)
+        return 0;
+    if (!S_ISSOCK(st.st_mode)) {
+        snprintf(err, errlen, "%s exists and is not a socket; remove it or pick --socket", path);
+        return KVS_EINVAL;
+    }
+    if (socket_is_live(path)) {
+        snprintf(err, errlen,
+                 "a kvshared is already running on %s; stop it first or pick another --socket",
+                 path);
+        return KVS_EBUSY;
+    }
+    return 0;
+}
+
+int server_listen(server_t *s, bool signals, char *err, size_t errlen)
+{
+    const char *path = s->cfg.socket_path;
+    struct stat st;
+    int rc;
+
+    rc = server_check_socket(path, err, errlen);
+    if (rc != 0)
+        return rc;
+    if (lstat(path, &st) == 0) {
+        LOG_INFO("replacing stale socket %s (no daemon answers on it)", path);
+        unlink(path);
+    } else {
+        rc = make_dirs(path, err, errlen);
+        if (rc != 0)
+            return rc;
+    }
+
+    uv_pipe_init(s->loop, &s->listener, 0);
+    s->listener.data = s;
+    s->listening = true;
+    rc = uv_pipe_bind(&s->listener, path);
+    if (rc == 0 && chmod(path, 0660) != 0)
+        rc = uv_translate_sys_error(errno);
+    if (rc == 0)
+        rc = uv_listen((uv_stream_t *)&s->listener, 128, on_connection);
+    if (rc != 0) {
+        snprintf(err, errlen, "cannot listen on %s: %s", path, uv_strerror(rc));
+        uv_close((uv_handle_t *)&s->listener, NULL);
+        s->listening = false;
+        return KVS_EIO;
+    }
+    if (stat(path, &st) == 0) {
+        s->sock_dev = st.st_dev;
+        s->sock_ino = st.st_ino;
+    }
+    if (signals) {
+        uv_signal_init(s->loop, &s->sig_int);
+        uv_signal_init(s->loop, &s->sig_term);
+        s->sig_int.data = s->sig_term.data = s;
+        uv_signal_start(&s->sig_int, on_signal, SIGINT);
+        uv_signal_start(&s->sig_term, on_signal, SIGTERM);
+        s->signals_on = true;
+    }
+    LOG_INFO("listening on %s", path);
+    if (s->cfg.ready_fd >= 0) {
+        static const char ready[] = "READY\n";
+        ssize_t n;
+        do {
+            n = write(s->cfg.ready_fd, ready, sizeof(ready) - 1);
+        } while (n < 0 && errno == EINTR);
+        close(s->cfg.ready_fd);
+        s->cfg.ready_fd = -1;
+    }
+    return 0;
+}
+
+void server_shutdown(server_t *s)
+{
+    if (!s || s->stopping)
+        return;
+    s->stopping = true;
+    if (s->listening) {
+        uv_close((uv_handle_t *)&s->listener, NULL);
+        s->listening = false;
+        /* Remove the socket only if it is still ours (not a successor's). */
+        struct stat st;
+        if (stat(s->cfg.socket_path, &st) == 0 && st.st_dev == s->sock_dev &&
+            st.st_ino == s->sock_ino)
+            unlink(s->cfg.socket_path);
+    }
+    while (s->sessions)
+        session_close(s->sessions, "daemon stopping");
+    if (s->signals_on) {
+        uv_close((uv_handle_t *)&s->sig_int, NULL);
+        uv_close((uv_handle_t *)&s->sig_term, NULL);
+        s->signals_on = false;
+    }
+}
+
+void server_free(server_t *s)
+{
+    if (!s)
+        return;
+    /* Sessions without a socket (tests) end here; socket sessions were
+     * closed by server_shutdown. */
+    while (s->sessions)
+        session_close(s->sessions, "server freed");
+    radix_free(s->index);
+    pool_free(s->pool);
+    backend_close(s->backend);
+    free(s->writer);
+    free(s->writer_pos);
+    free(s->mark);
+    free(s);
+}

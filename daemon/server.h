@@ -1,0 +1,119 @@
+/*
+ * server: the daemon's state and its listening socket.
+ *
+ *     server_t
+ *       |-- backend_t     the pool memory (host memfd or cuda slabs)
+ *       |-- pool_t        block ids and states (FREE / WRITING / CACHED)
+ *       |-- radix_tree_t  which cached prefix each CACHED block holds, pins
+ *       |-- writer[b]     the session writing block b (NULL unless WRITING)
+ *       `-- sessions      one per connection (session.h): pins, WRITING blocks
+ *
+ * Everything runs on one libuv loop thread. server_open builds the pool and
+ * the index; server_listen binds the socket; server_shutdown (also run by
+ * SIGINT / SIGTERM) stops accepting and closes every session, after which the
+ * loop ends and server_free releases the rest.
+ */
+#ifndef KVS_DAEMON_SERVER_H
+#define KVS_DAEMON_SERVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <uv.h>
+
+#include "backend.h"
+#include "geometry.h"
+#include "metrics.h"
+#include "pool.h"
+#include "radix.h"
+
+typedef struct session session_t;
+
+#define SERVER_DEFAULT_MAX_FRAME      (16u << 20)
+#define SERVER_DEFAULT_MAX_OUTPUT     (64u << 20)
+#define SERVER_DEFAULT_MAX_SESSIONS   1024
+#define SERVER_DEFAULT_MAX_NAMESPACES 256
+#define SERVER_DEFAULT_NS             "default"
+
+typedef struct server_config {
+    const char *socket_path;  /* required for server_listen */
+    geometry_t geometry;      /* validated by server_open */
+    backend_config_t backend; /* bytes / mem_fraction size the pool */
+    uint32_t pool_blocks;     /* > 0: exactly this many blocks (bytes derived) */
+    uint32_t max_frame;       /* largest request accepted, bytes */
+    size_t max_output;        /* per session: unsent reply bytes before disconnect */
+    uint32_t max_sessions;
+    uint32_t max_namespaces;
+    int ready_fd; /* >= 0: "READY\n" is written there once listening */
+} server_config_t;
+
+typedef struct server {
+    uv_loop_t *loop;
+    server_config_t cfg;
+    geometry_t geo;
+    uint32_t num_blocks;
+    uint64_t block_bytes;
+
+    backend_t *backend;
+    pool_t *pool;
+    radix_tree_t *index;
+
+    session_t **writer;   /* per block: the session holding it WRITING */
+    uint32_t *writer_pos; /* per block: its index in that session's list */
+    uint32_t *mark;       /* per block: scratch stamp for duplicate checks */
+    uint32_t mark_stamp;
+
+    session_t *sessions; /* doubly linked, newest first */
+    uint32_t n_sessions;
+    uint64_t next_session_id;
+
+    uv_pipe_t listener;
+    bool listening;
+    dev_t sock_dev;
+    ino_t sock_ino;
+    uv_signal_t sig_int, sig_term;
+    bool signals_on;
+    bool stopping;
+
+    uint64_t start_ms;
+    metrics_t metrics;
+} server_t;
+
+/* Fills cfg with defaults: 16 MiB frames, 64 MiB output, 1024 sessions,
+ * backend auto, no socket path, no geometry, ready_fd -1. */
+void server_config_init(server_config_t *cfg);
+
+/* Creates the pool memory, the pool and the index on `loop`. Errors (with a
+ * message for a person in err): KVS_EINVAL (geometry, sizes), KVS_ENOMEM, and
+ * the backend's errors (backend.h). */
+int server_open(const server_config_t *cfg, uv_loop_t *loop, server_t **out, char *err,
+                size_t errlen);
+
+/* Checks the socket path before anything is built: KVS_EBUSY when a live
+ * daemon answers there, KVS_EINVAL for a bad path or a file that is not a
+ * socket; 0 for no file or a stale socket (server_listen replaces it). */
+int server_check_socket(const char *path, char *err, size_t errlen);
+
+/* Binds and listens on cfg.socket_path (mode 0660), installs the SIGINT /
+ * SIGTERM handlers when `signals` is true, then signals readiness on
+ * cfg.ready_fd. A socket file that no daemon answers on is replaced.
+ * Errors: KVS_EBUSY (a live daemon answers there), KVS_EINVAL (path too long,
+ * or a file that is not a socket), KVS_EIO. */
+int server_listen(server_t *s, bool signals, char *err, size_t errlen);
+
+/* Stops accepting, closes every session (releasing what it holds), removes
+ * the socket file. Idempotent. The loop ends once the handles are closed. */
+void server_shutdown(server_t *s);
+
+/* Frees the pool, the index and the memory. Call after server_shutdown and
+ * after the loop has run the close callbacks. Accepts NULL. */
+void server_free(server_t *s);
+
+/* Index eviction callback: the block goes back to the pool. */
+void server_on_evict(void *ctx, uint32_t block_id);
+
+/* Milliseconds of a monotonic clock. */
+uint64_t server_now_ms(void);
+
+#endif /* KVS_DAEMON_SERVER_H */

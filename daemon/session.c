@@ -1,0 +1,515 @@
+#include "session.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "dispatch.h"
+#include "log.h"
+
+/* Bytes asked of libuv per read when no bigger frame is pending. */
+#define SESSION_READ_CHUNK 65536
+
+typedef struct session_write {
+    uv_write_t req;
+    size_t len;
+    uint8_t data[];
+} session_write_t;
+
+static void link_session(server_t *srv, session_t *s)
+{
+    s->srv = srv;
+    s->id = ++srv->next_session_id;
+    s->next = srv->sessions;
+    if (srv->sessions)
+        srv->sessions->prev = s;
+    srv->sessions = s;
+    srv->n_sessions++;
+    srv->metrics.sessions_total++;
+}
+
+static void unlink_session(session_t *s)
+{
+    server_t *srv = s->srv;
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        srv->sessions = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    s->prev = s->next = NULL;
+    srv->n_sessions--;
+}
+
+static void destroy(session_t *s)
+{
+    for (size_t i = 0; i < s->n_fds; i++)
+        close(s->fds[i]);
+    frame_buf_release(&s->in);
+    frame_buf_release(&s->out);
+    free(s->writing);
+    free(s->pins.keys);
+    free(s->pins.counts);
+    free(s->scratch);
+    free(s);
+}
+
+int session_new(server_t *srv, session_t **out)
+{
+    if (!srv || !out)
+        return KVS_EINVAL;
+    session_t *s = calloc(1, sizeof(*s));
+    if (!s)
+        return KVS_ENOMEM;
+    link_session(srv, s);
+    *out = s;
+    return 0;
+}
+
+/* --- holdings --- */
+
+int session_writing_reserve(session_t *s, uint32_t n)
+{
+    if ((uint64_t)s->n_writing + n <= s->cap_writing)
+        return 0;
+    uint64_t cap = s->cap_writing ? s->cap_writing : 16;
+    while (cap < (uint64_t)s->n_writing + n)
+        cap *= 2;
+    if (cap > UINT32_MAX)
+        return KVS_ENOMEM;
+    uint32_t *w = realloc(s->writing, cap * sizeof(*w));
+    if (!w)
+        return KVS_ENOMEM;
+    s->writing = w;
+    s->cap_writing = (uint32_t)cap;
+    return 0;
+}
+
+void session_writing_add(session_t *s, uint32_t block_id)
+{
+    server_t *srv = s->srv;
+    srv->writer[block_id] = s;
+    srv->writer_pos[block_id] = s->n_writing;
+    s->writing[s->n_writing++] = block_id;
+}
+
+void session_writing_remove(session_t *s, uint32_t block_id)
+{
+    server_t *srv = s->srv;
+    uint32_t pos = srv->writer_pos[block_id];
+    uint32_t last = s->writing[--s->n_writing];
+    s->writing[pos] = last;
+    srv->writer_pos[last] = pos;
+    srv->writer[block_id] = NULL;
+}
+
+static inline uint32_t pin_slot(uint32_t block_id, uint32_t mask)
+{
+    /* Fibonacci hashing spreads consecutive ids over the table. */
+    return (uint32_t)(((uint64_t)block_id * 0x9E3779B97F4A7C15ull) >> 32) & mask;
+}
+
+static int pins_grow(session_pins_t *p, uint32_t cap)
+{
+    uint32_t *keys = malloc((size_t)cap * sizeof(*keys));
+    uint32_t *counts = malloc((size_t)cap * sizeof(*counts));
+    if (!keys || !counts) {
+        free(keys);
+        free(counts);
+        return KVS_ENOMEM;
+    }
+    memset(keys, 0xff, (size_t)cap * sizeof(*keys));
+    for (uint32_t i = 0; i < p->cap; i++) {
+        if (p->keys[i] == SESSION_NO_BLOCK)
+            continue;
+        uint32_t j = pin_slot(p->keys[i], cap - 1);
+        while (keys[j] != SESSION_NO_BLOCK)
+            j = (j + 1) & (cap - 1);
+        keys[j] = p->keys[i];
+        counts[j] = p->counts[i];
+    }
+    free(p->keys);
+    free(p->counts);
+    p->keys = keys;
+    p->counts = counts;
+    p->cap = cap;
+    return 0;
+}
+
+int session_pins_reserve(session_t *s, uint32_t n)
+{
+    session_pins_t *p = &s->pins;
+    /* Load factor at most 1/2 keeps probes short. */
+    uint64_t need = ((uint64_t)p->used + n) * 2;
+    if (need <= p->cap)
+        return 0;
+    uint64_t cap = p->cap ? p->cap : 16;
+    while (cap < need)
+        cap *= 2;
+    if (cap > (1ull << 31))
+        return KVS_ENOMEM;
+    return pins_grow(p, (uint32_t)cap);
+}
+
+static int64_t pin_find(const session_pins_t *p, uint32_t block_id)
+{
+    if (p->cap == 0)
+        return -1;
+    uint32_t mask = p->cap - 1;
+    for (uint32_t i = pin_slot(block_id, mask);; i = (i + 1) & mask) {
+        if (p->keys[i] == block_id)
+            return i;
+        if (p->keys[i] == SESSION_NO_BLOCK)
+            return -1;
+    }
+}
+
+void session_pin_add(session_t *s, uint32_t block_id)
+{
+    session_pins_t *p = &s->pins;
+    uint32_t mask = p->cap - 1;
+    uint32_t i = pin_slot(block_id, mask);
+    while (p->keys[i] != SESSION_NO_BLOCK && p->keys[i] != block_id)
+        i = (i + 1) & mask;
+    if (p->keys[i] == SESSION_NO_BLOCK) {
+        p->keys[i] = block_id;
+        p->counts[i] = 0;
+        p->used++;
+    }
+    p->counts[i]++;
+    p->total++;
+}
+
+uint32_t session_pin_count(const session_t *s, uint32_t block_id)
+{
+    int64_t i = pin_find(&s->pins, block_id);
+    return i < 0 ? 0 : s->pins.counts[i];
+}
+
+void session_pin_drop(session_t *s, uint32_t block_id)
+{
+    session_pins_t *p = &s->pins;
+    int64_t found = pin_find(p, block_id);
+    if (found < 0)
+        return;
+    uint32_t i = (uint32_t)found;
+    p->total--;
+    if (--p->counts[i] > 0)
+        return;
+    /* Backward-shift deletion: no tombstones, probes stay short. */
+    uint32_t mask = p->cap - 1;
+    uint32_t hole = i;
+    for (uint32_t j = (i + 1) & mask; p->keys[j] != SESSION_NO_BLOCK; j = (j + 1) & mask) {
+        uint32_t home = pin_slot(p->keys[j], mask);
+        /* Move j into the hole when its home is not in (hole, j]. */
+        if (((j - home) & mask) >= ((j - hole) & mask)) {
+            p->keys[hole] = p->keys[j];
+            p->counts[hole] = p->counts[j];
+            hole = j;
+        }
+    }
+    p->keys[hole] = SESSION_NO_BLOCK;
+    p->used--;
+    /* Shrink as pins go, so that closing costs what the session holds now,
+     * not what it once held. (A failed shrink keeps the larger table.) */
+    if (p->cap > 64 && (uint64_t)p->used * 8 < p->cap)
+        pins_grow(p, p->cap / 2);
+}
+
+int session_scratch(session_t *s, size_t n, uint32_t **out)
+{
+    if (n > s->scratch_cap) {
+        size_t cap = s->scratch_cap ? s->scratch_cap : 256;
+        while (cap < n)
+            cap *= 2;
+        uint32_t *a = realloc(s->scratch, cap * sizeof(*a));
+        if (!a)
+            return KVS_ENOMEM;
+        s->scratch = a;
+        s->scratch_cap = cap;
+    }
+    *out = s->scratch;
+    return 0;
+}
+
+/* Gives back everything the session holds: its WRITING blocks to the pool,
+ * its pins to the index. Linear in the holdings, not in the pool. */
+static void release_all(session_t *s)
+{
+    server_t *srv = s->srv;
+    uint32_t n_writing = s->n_writing, n_pins = (uint32_t)s->pins.total;
+
+    for (uint32_t i = 0; i < s->n_writing; i++) {
+        uint32_t b = s->writing[i];
+        srv->writer[b] = NULL;
+        if (pool_release(srv->pool, b) != 0)
+            LOG_ERROR("session %llu: block %u was WRITING but the pool refused its release",
+                      (unsigned long long)s->id, b);
+    }
+    s->n_writing = 0;
+    for (uint32_t i = 0; i < s->pins.cap; i++) {
+        uint32_t b = s->pins.keys[i];
+        if (b == SESSION_NO_BLOCK)
+            continue;
+        for (uint32_t k = 0; k < s->pins.counts[i]; k++) {
+            if (radix_unpin(srv->index, b) != 0) {
+                LOG_ERROR("session %llu: pin on block %u was not in the index",
+                          (unsigned long long)s->id, b);
+                break;
+            }
+        }
+        s->pins.keys[i] = SESSION_NO_BLOCK;
+    }
+    s->pins.used = 0;
+    s->pins.total = 0;
+    if (n_writing || n_pins)
+        LOG_DEBUG("session %llu released %u writing blocks and %u pins", (unsigned long long)s->id,
+                  n_writing, n_pins);
+}
+
+static void on_close(uv_handle_t *h)
+{
+    destroy(h->data);
+}
+
+void session_close(session_t *s, const char *reason)
+{
+    if (!s || s->closing)
+        return;
+    s->closing = true;
+    release_all(s);
+    unlink_session(s);
+    LOG_DEBUG("session %llu (%s) closed: %s", (unsigned long long)s->id,
+              s->worker[0] ? s->worker : "?", reason);
+    if (s->has_pipe) {
+        uv_read_stop((uv_stream_t *)&s->pipe);
+        uv_close((uv_handle_t *)&s->pipe, on_close);
+    } else {
+        destroy(s);
+    }
+}
+
+/* --- I/O --- */
+
+static void on_write(uv_write_t *req, int status)
+{
+    session_write_t *w = (session_write_t *)req;
+    session_t *s = req->handle->data;
+    if (status < 0 && status != UV_ECANCELED)
+        session_close(s, uv_strerror(status));
+    free(w);
+}
+
+/* Sends the pending output (a Hello reply) with the exported fds attached,
+ * synchronously: Hello is the first request, so nothing is queued before it
+ * and the reply is small enough for an empty socket buffer. */
+static int send_with_fds(session_t *s)
+{
+    int fd = -1;
+    if (uv_fileno((uv_handle_t *)&s->pipe, &fd) != 0)
+        return KVS_EIO;
+    struct iovec iov = {s->out.data + s->out.head, s->out.len - s->out.head};
+    union {
+        char buf[CMSG_SPACE(sizeof(int) * BACKEND_MAX_SLABS)];
+        struct cmsghdr align;
+    } control;
+    memset(&control, 0, sizeof(control));
+    struct msghdr msg = {0};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.buf;
+    msg.msg_controllen = CMSG_SPACE(sizeof(int) * s->n_fds);
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int) * s->n_fds);
+    memcpy(CMSG_DATA(cm), s->fds, sizeof(int) * s->n_fds);
+
+    ssize_t n;
+    do {
+        n = sendmsg(fd, &msg, MSG_NOSIGNAL);
+    } while (n < 0 && errno == EINTR);
+    for (size_t i = 0; i < s->n_fds; i++)
+        close(s->fds[i]);
+    s->n_fds = 0;
+    if (n <= 0)
+        return KVS_EIO;
+    s->out.head += (size_t)n;
+    if (s->out.head == s->out.len)
+        frame_buf_reset(&s->out);
+    return 0;
+}
+
+/* Writes what is in `out`: directly when nothing is queued, else (or for
+ * what the socket did not take) through a queued uv_write. */
+static void flush(session_t *s)
+{
+    if (!s->has_pipe || s->closing)
+        return;
+    uv_stream_t *stream = (uv_stream_t *)&s->pipe;
+    size_t n = s->out.len - s->out.head;
+    if (n == 0)
+        return;
+    const uint8_t *p = s->out.data + s->out.head;
+    if (stream->write_queue_size == 0) {
+        uv_buf_t buf = uv_buf_init((char *)p, (unsigned)n);
+        int w = uv_try_write(stream, &buf, 1);
+        if (w > 0) {
+            p += w;
+            n -= (size_t)w;
+        } else if (w < 0 && w != UV_EAGAIN) {
+            frame_buf_reset(&s->out);
+            session_close(s, uv_strerror(w));
+            return;
+        }
+    }
+    if (n > 0) {
+        if (stream->write_queue_size + n > s->srv->cfg.max_output) {
+            s->srv->metrics.sessions_dropped++;
+            LOG_WARN("session %llu (%s): %zu reply bytes unread, over the %zu-byte limit; "
+                     "disconnecting a client that stopped reading",
+                     (unsigned long long)s->id, s->worker[0] ? s->worker : "?",
+                     stream->write_queue_size + n, s->srv->cfg.max_output);
+            frame_buf_reset(&s->out);
+            session_close(s, "output buffer limit");
+            return;
+        }
+        session_write_t *w = malloc(sizeof(*w) + n);
+        if (!w) {
+            frame_buf_reset(&s->out);
+            session_close(s, "out of memory");
+            return;
+        }
+        memcpy(w->data, p, n);
+        w->len = n;
+        uv_buf_t buf = uv_buf_init((char *)w->data, (unsigned)n);
+        int rc = uv_write(&w->req, stream, &buf, 1, on_write);
+        if (rc != 0) {
+            free(w);
+            frame_buf_reset(&s->out);
+            session_close(s, uv_strerror(rc));
+            return;
+        }
+    }
+    frame_buf_reset(&s->out);
+}
+
+int session_process(session_t *s)
+{
+    for (;;) {
+        const uint8_t *body;
+        uint32_t len;
+        int rc = frame_next(&s->in, s->srv->cfg.max_frame, &body, &len);
+        if (rc == 0)
+            return 0;
+        if (rc < 0) {
+            char msg[200];
+            uint32_t asked = frame_get_len(s->in.data + s->in.head);
+            s->srv->metrics.protocol_errors++;
+            snprintf(msg, sizeof(msg),
+                     "frame length %u is over the limit of %u bytes (kvshared --max-frame); "
+                     "closing the connection: the stream cannot be trusted past it",
+                     asked, s->srv->cfg.max_frame);
+            dispatch_error_reply(s, 0, KVS_ETOOBIG, msg);
+            return KVS_ETOOBIG;
+        }
+        s->srv->metrics.bytes_in += FRAME_HEADER_BYTES + len;
+        rc = dispatch_frame(s, body, len);
+        if (rc != 0)
+            return rc;
+        if (s->n_fds > 0) {
+            if (s->has_pipe) {
+                rc = send_with_fds(s);
+                if (rc != 0)
+                    return rc;
+            } else {
+                for (size_t i = 0; i < s->n_fds; i++)
+                    close(s->fds[i]);
+                s->n_fds = 0;
+            }
+        }
+    }
+}
+
+int session_feed(session_t *s, const uint8_t *bytes, size_t len)
+{
+    int rc = frame_buf_reserve(&s->in, len);
+    if (rc != 0)
+        return rc;
+    if (len)
+        memcpy(s->in.data + s->in.len, bytes, len);
+    s->in.len += len;
+    return session_process(s);
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    session_t *s = h->data;
+    size_t want = SESSION_READ_CHUNK;
+    size_t avail = s->in.len - s->in.head;
+    (void)suggested;
+    if (avail >= FRAME_HEADER_BYTES) {
+        /* Room for the whole pending frame at once: one realloc, not log(n). */
+        uint32_t len = frame_get_len(s->in.data + s->in.head);
+        if (len <= s->srv->cfg.max_frame && len + FRAME_HEADER_BYTES > avail &&
+            len + FRAME_HEADER_BYTES - avail > want)
+            want = len + FRAME_HEADER_BYTES - avail;
+    }
+    if (frame_buf_reserve(&s->in, want) != 0) {
+        *buf = uv_buf_init(NULL, 0);
+        return;
+    }
+    *buf = uv_buf_init((char *)s->in.data + s->in.len, (unsigned)(s->in.cap - s->in.len));
+}
+
+static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
+{
+    session_t *s = stream->data;
+    (void)buf;
+    if (nread < 0) {
+        session_close(s, nread == UV_EOF ? "client closed" : uv_strerror((int)nread));
+        return;
+    }
+    if (nread == 0)
+        return;
+    s->in.len += (size_t)nread;
+    int rc = session_process(s);
+    flush(s);
+    if (rc != 0)
+        session_close(s, rc == KVS_ETOOBIG ? "frame over the limit" : "undecodable frame");
+}
+
+int session_accept(server_t *srv)
+{
+    session_t *s = calloc(1, sizeof(*s));
+    if (!s)
+        return KVS_ENOMEM;
+    if (uv_pipe_init(srv->loop, &s->pipe, 0) != 0) {
+        free(s);
+        return KVS_EIO;
+    }
+    s->pipe.data = s;
+    s->has_pipe = true;
+    if (uv_accept((uv_stream_t *)&srv->listener, (uv_stream_t *)&s->pipe) != 0) {
+        uv_close((uv_handle_t *)&s->pipe, on_close);
+        return KVS_EIO;
+    }
+    link_session(srv, s);
+    if (srv->n_sessions > srv->cfg.max_sessions) {
+        srv->metrics.sessions_refused++;
+        dispatch_error_reply(s, 0, KVS_ELIMIT,
+                             "kvshared has reached its session limit (--max-sessions); "
+                             "close idle clients or raise the limit");
+        flush(s);
+        session_close(s, "session limit");
+        return KVS_ELIMIT;
+    }
+    if (uv_read_start((uv_stream_t *)&s->pipe, on_alloc, on_read) != 0) {
+        session_close(s, "read start failed");
+        return KVS_EIO;
+    }
+    LOG_DEBUG("session %llu connected (%u open)", (unsigned long long)s->id, srv->n_sessions);
+    return 0;
+}

@@ -1,0 +1,109 @@
+/*
+ * session: one client connection and everything it holds.
+ *
+ * A session owns
+ *   - its WRITING blocks: a dense list (writing[]), with the server's
+ *     writer[] / writer_pos[] arrays pointing back, so adding, removing and
+ *     checking ownership of a block are O(1);
+ *   - its pins: a hash map block id -> count (open addressing), because a
+ *     session may pin the same cached block several times;
+ *   - its input and output buffers.
+ *
+ * However the session ends (clean close, EOF, a crash of the worker, an
+ * untrusted stream, the daemon stopping), session_close releases every pin
+ * and frees every WRITING block, in time proportional to what it holds.
+ *
+ * A session without a socket (session_new) is driven by session_feed and its
+ * replies read from `out`: the unit tests use it, and it runs the same code.
+ */
+#ifndef KVS_DAEMON_SESSION_H
+#define KVS_DAEMON_SESSION_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "backend.h"
+#include "frame.h"
+#include "server.h"
+
+typedef struct session_pins {
+    uint32_t *keys;   /* block ids; SESSION_NO_BLOCK = empty slot */
+    uint32_t *counts; /* pins this session holds on keys[i] */
+    uint32_t cap;     /* power of two, or 0 */
+    uint32_t used;    /* distinct blocks pinned */
+    uint64_t total;   /* sum of counts */
+} session_pins_t;
+
+#define SESSION_NO_BLOCK UINT32_MAX
+
+struct session {
+    server_t *srv;
+    session_t *prev, *next;
+    uint64_t id;
+    char worker[64];
+
+    uv_pipe_t pipe;
+    bool has_pipe;
+    bool closing;
+    bool hello_done;
+    uint64_t requests;
+
+    frame_buf_t in;
+    frame_buf_t out;
+    int fds[BACKEND_MAX_SLABS]; /* exported for the Hello reply, sent with it */
+    size_t n_fds;
+
+    uint32_t *writing;
+    uint32_t n_writing, cap_writing;
+    session_pins_t pins;
+
+    uint32_t *scratch; /* reply arrays, valid for one request */
+    size_t scratch_cap;
+};
+
+/* A session with no socket (tests). Errors: KVS_ENOMEM. */
+int session_new(server_t *srv, session_t **out);
+
+/* Accepts the pending connection of the server's listener. Errors:
+ * KVS_ENOMEM, KVS_EIO, KVS_ELIMIT (over max_sessions: refused and closed). */
+int session_accept(server_t *srv);
+
+/* Releases everything the session holds and ends it; its memory goes when
+ * libuv has closed the socket (at once for a session without one).
+ * Idempotent until then. */
+void session_close(session_t *s, const char *reason);
+
+/* Appends bytes to the input and answers every whole frame into `out`.
+ * Returns 0, or KVS_ETOOBIG / KVS_EPROTO when the stream cannot be trusted
+ * (the error reply is in `out`; the caller closes). */
+int session_feed(session_t *s, const uint8_t *bytes, size_t len);
+
+/* Answers every whole frame already in `in` (see session_feed). */
+int session_process(session_t *s);
+
+/* --- holdings, for the handlers --- */
+
+/* Room for n more WRITING blocks / n more distinct pins, so that the steps
+ * after a successful pool or index call cannot fail. Errors: KVS_ENOMEM. */
+int session_writing_reserve(session_t *s, uint32_t n);
+int session_pins_reserve(session_t *s, uint32_t n);
+
+/* Records block id as WRITING by s (room reserved first). */
+void session_writing_add(session_t *s, uint32_t block_id);
+/* Forgets that s writes block id (the caller changes its pool state). */
+void session_writing_remove(session_t *s, uint32_t block_id);
+
+/* Adds one pin on block id to the session's count (room reserved first). */
+void session_pin_add(session_t *s, uint32_t block_id);
+/* Pins s holds on block id. */
+uint32_t session_pin_count(const session_t *s, uint32_t block_id);
+/* Removes one of them (count must be > 0). */
+void session_pin_drop(session_t *s, uint32_t block_id);
+
+/* A uint32 array of at least n entries, valid until the next call. Errors:
+ * KVS_ENOMEM. */
+int session_scratch(session_t *s, size_t n, uint32_t **out);
+
+#endif /* KVS_DAEMON_SESSION_H */

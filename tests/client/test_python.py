@@ -1,0 +1,138 @@
+"""The Python binding against a real kvshared (host backend, temporary socket).
+
+Run by ctest with KVSHARED (the daemon binary) and KVSHARE_LIB (libkvshare.so)
+in the environment.
+"""
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "..", "client", "python"))
+import kvshare  # noqa: E402
+
+BT = 4
+POOL = 32
+
+
+class Daemon:
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="kvs-py-")
+        self.socket = os.path.join(self.dir, "kvshared.sock")
+        r, w = os.pipe()
+        self.proc = subprocess.Popen(
+            [os.environ["KVSHARED"], "--socket", self.socket, "--backend", "host",
+             "--layers", "2", "--kv-heads", "2", "--head-dim", "8", "--dtype", "fp16",
+             "--block-tokens", str(BT), "--pool-blocks", str(POOL),
+             "--ready-fd", str(w), "--log-level", "warn"],
+            pass_fds=(w,))
+        os.close(w)
+        with os.fdopen(r, "rb") as ready:
+            line = ready.readline()
+        if line != b"READY\n":
+            self.proc.kill()
+            raise RuntimeError("kvshared did not start")
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        rc = self.proc.wait(timeout=30)
+        shutil.rmtree(self.dir, ignore_errors=True)
+        return rc
+
+
+class BindingTest(unittest.TestCase):
+    def setUp(self):
+        self.daemon = Daemon()
+
+    def tearDown(self):
+        self.assertEqual(self.daemon.stop(), 0)
+
+    def client(self, **kw):
+        return kvshare.Client(socket_path=self.daemon.socket, timeout_ms=5000, **kw)
+
+    def test_status_table_matches_library(self):
+        for name, code in kvshare.STATUS.items():
+            self.assertNotEqual(kvshare.strerror(code), "unknown kvshare status", name)
+        self.assertEqual(kvshare.strerror(-1000), "unknown kvshare status")
+
+    def test_share_bytes_between_clients(self):
+        tokens = list(range(1000, 1000 + 3 * BT + 1))
+        with self.client(worker_name="A") as a, self.client(worker_name="B") as b:
+            geo = a.geometry
+            self.assertEqual(geo["block_tokens"], BT)
+            self.assertEqual(geo["num_blocks"], POOL)
+            self.assertEqual(geo["backend"], "host")
+            self.assertEqual(a.lookup(tokens), [])
+            ids = a.alloc(3)
+            for j, block in enumerate(ids):
+                for layer in range(geo["layers"]):
+                    for kv in (0, 1):
+                        view = a.block_view(layer, kv, block)
+                        self.assertEqual(len(view), geo["slot_bytes"])
+                        view[:] = bytes([(j * 7 + layer * 3 + kv) & 0xFF]) * len(view)
+            self.assertEqual(a.commit(tokens, ids), ids)
+            got = b.lookup(tokens, pin=True)
+            self.assertEqual(got, ids)
+            for j, block in enumerate(got):
+                for layer in range(geo["layers"]):
+                    for kv in (0, 1):
+                        expect = bytes([(j * 7 + layer * 3 + kv) & 0xFF]) * geo["slot_bytes"]
+                        self.assertEqual(bytes(b.block_view(layer, kv, block)), expect)
+            # The copy functions see the same bytes (they also work for cuda).
+            b.block_write(1, 1, got[2], b"\x5a" * 8)
+            self.assertEqual(bytes(a.block_view(1, 1, got[2])[:8]), b"\x5a" * 8)
+            self.assertEqual(a.block_read(1, 1, got[2], 8), b"\x5a" * 8)
+            with self.assertRaises(kvshare.KvsError):
+                a.block_read(0, 2, got[0])
+            # Half the prefix hits half.
+            self.assertEqual(b.lookup(tokens[:BT] + [1, 2, 3, 4], pin=False), ids[:1])
+            st = a.stats()
+            self.assertEqual(st["pinned_blocks"], 3)
+            self.assertEqual(st["cached_blocks"], 3)
+            self.assertEqual(st["free_blocks"] + st["writing_blocks"] + st["cached_blocks"],
+                             st["total_blocks"])
+            self.assertEqual(st["namespaces"][0]["name"], "default")
+            self.assertEqual(b.release(got), 3)
+            self.assertEqual(a.release(ids), 3)
+            self.assertEqual(a.stats()["pinned_blocks"], 0)
+            rows = a.tree()
+            self.assertGreaterEqual(len(rows), 1)
+            self.assertEqual(rows[0]["ns"], "default")
+            self.assertGreater(a.ping(128), 0)
+
+    def test_errors_carry_messages(self):
+        with self.client() as a:
+            with self.assertRaises(kvshare.KvsError) as cm:
+                a.release([812])
+            self.assertEqual(cm.exception.name, "KVS_EINVAL")
+            self.assertIn("block 812 is out of range", cm.exception.message)
+            ids = a.alloc(1)
+            a.release(ids)
+            with self.assertRaises(kvshare.KvsError) as cm:
+                a.release(ids)
+            self.assertEqual(cm.exception.status, kvshare.STATUS["ENOTHELD"])
+            with self.assertRaises(kvshare.KvsError) as cm:
+                a.alloc(POOL + 1)
+            self.assertEqual(cm.exception.name, "KVS_EINVAL")
+
+    def test_miss_while_daemon_is_down(self):
+        c = self.client(map_pool=False)
+        self.assertEqual(self.daemon.stop(), 0)
+        self.assertEqual(c.lookup(list(range(16))), [])
+        self.assertFalse(c.connected)
+        self.assertIn("is kvshared running?", c.last_error)
+        c.close()
+        self.daemon = Daemon()  # for tearDown
+
+    def test_connect_failure_raises(self):
+        with self.assertRaises(kvshare.KvsError) as cm:
+            kvshare.Client(socket_path=self.daemon.socket + ".nope")
+        self.assertEqual(cm.exception.name, "KVS_ENOTCONN")
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

@@ -1,0 +1,83 @@
+/* The protocol's Status enum and kvshare_status.h are one table. */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvshare.h"
+#include "kvshare.pb-c.h"
+
+START_TEST(test_status_enum_matches_table)
+{
+    const ProtobufCEnumDescriptor *d = &kvshare__status__descriptor;
+    ck_assert_uint_eq(d->n_values, KVS_STATUS_COUNT);
+#define CHECK_CODE(name, code, text)                                                               \
+    do {                                                                                           \
+        const ProtobufCEnumValue *v =                                                              \
+            protobuf_c_enum_descriptor_get_value_by_name(d, "KVS_" #name);                         \
+        ck_assert_msg(v != NULL, "KVS_" #name " missing from kvshare.proto");                      \
+        ck_assert_int_eq(v->value, -(code));                                                       \
+        ck_assert_str_eq(kvs_strerror(code), text);                                                \
+    } while (0);
+    KVS_STATUS_TABLE(CHECK_CODE)
+#undef CHECK_CODE
+}
+END_TEST
+
+START_TEST(test_every_proto_value_is_in_table)
+{
+    const ProtobufCEnumDescriptor *d = &kvshare__status__descriptor;
+    for (unsigned i = 0; i < d->n_values; i++) {
+        int code = -d->values[i].value;
+        ck_assert_msg(strcmp(kvs_strerror(code), "unknown kvshare status") != 0,
+                      "proto status %s has no entry in kvshare_status.h", d->values[i].name);
+    }
+    ck_assert_str_eq(kvs_strerror(1), "unknown kvshare status");
+    ck_assert_str_eq(kvs_strerror(-1000), "unknown kvshare status");
+}
+END_TEST
+
+START_TEST(test_tokens_travel_as_packed_bytes)
+{
+    /* 128k tokens cost 4 bytes each on the wire, not a varint each. */
+    size_t n = 131072;
+    uint32_t *tokens = malloc(n * sizeof(uint32_t));
+    for (size_t i = 0; i < n; i++)
+        tokens[i] = (uint32_t)(i * 2654435761u);
+    Kvshare__Request req = KVSHARE__REQUEST__INIT;
+    Kvshare__LookupRequest lk = KVSHARE__LOOKUP_REQUEST__INIT;
+    lk.tokens.data = (uint8_t *)tokens;
+    lk.tokens.len = n * 4;
+    req.rpc_case = KVSHARE__REQUEST__RPC_LOOKUP;
+    req.lookup = &lk;
+    req.id = 7;
+    size_t size = kvshare__request__get_packed_size(&req);
+    ck_assert_uint_lt(size, n * 4 + 32);
+    uint8_t *buf = malloc(size);
+    kvshare__request__pack(&req, buf);
+    Kvshare__Request *back = kvshare__request__unpack(NULL, size, buf);
+    ck_assert_ptr_nonnull(back);
+    ck_assert_uint_eq(back->id, 7);
+    ck_assert_int_eq(back->rpc_case, KVSHARE__REQUEST__RPC_LOOKUP);
+    ck_assert_uint_eq(back->lookup->tokens.len, n * 4);
+    ck_assert_int_eq(memcmp(back->lookup->tokens.data, tokens, n * 4), 0);
+    kvshare__request__free_unpacked(back, NULL);
+    free(buf);
+    free(tokens);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("proto");
+    TCase *tc = tcase_create("proto");
+    tcase_set_timeout(tc, 30);
+    tcase_add_test(tc, test_status_enum_matches_table);
+    tcase_add_test(tc, test_every_proto_value_is_in_table);
+    tcase_add_test(tc, test_tokens_travel_as_packed_bytes);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

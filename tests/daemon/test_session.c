@@ -1,0 +1,761 @@
+/*
+ * Sessions and handlers, driven through session_feed on sessions without a
+ * socket: the same dispatch, handlers and release paths as the daemon, with
+ * the block invariants checked after every step:
+ *   free + writing + cached == pool blocks;
+ *   each cached block's refcount == the pins live sessions hold on it;
+ *   a block is WRITING iff exactly one session lists it as written.
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dispatch.h"
+#include "kvshare.h"
+#include "log.h"
+#include "server.h"
+#include "session.h"
+
+#define BT   4
+#define POOL 16
+
+static uv_loop_t loop;
+static server_t *srv;
+
+static void setup(void)
+{
+    server_config_t cfg;
+    char err[256];
+    log_level = LOG_LEVEL_WARN;
+    ck_assert_int_eq(uv_loop_init(&loop), 0);
+    server_config_init(&cfg);
+    cfg.geometry = (geometry_t){
+        .layers = 2, .kv_heads = 2, .head_dim = 8, .dtype = GEOMETRY_FP16, .block_tokens = BT};
+    cfg.backend.kind = BACKEND_HOST;
+    cfg.pool_blocks = POOL;
+    cfg.max_frame = 1 << 16;
+    ck_assert_int_eq(server_open(&cfg, &loop, &srv, err, sizeof(err)), 0);
+    ck_assert_uint_eq(srv->num_blocks, POOL);
+}
+
+static void teardown(void)
+{
+    server_free(srv);
+    srv = NULL;
+    uv_loop_close(&loop);
+}
+
+static void check_invariants(void)
+{
+    pool_counts_t c;
+    pool_counts(srv->pool, &c);
+    ck_assert_uint_eq(c.free + c.writing + c.cached, c.total);
+    ck_assert_int_eq(radix_check(srv->index), 0);
+    uint32_t writing = 0;
+    for (uint32_t b = 0; b < srv->num_blocks; b++) {
+        pool_state_t st;
+        ck_assert_int_eq(pool_state(srv->pool, b, &st), 0);
+        uint32_t pins = 0;
+        for (session_t *s = srv->sessions; s; s = s->next)
+            pins += session_pin_count(s, b);
+        if (st == POOL_CACHED) {
+            uint32_t ref = 99;
+            ck_assert_int_eq(radix_block_refcount(srv->index, b, &ref), 0);
+            ck_assert_msg(ref == pins, "block %u: refcount %u, sessions hold %u pins", b, ref,
+                          pins);
+        } else {
+            ck_assert_msg(pins == 0, "block %u is not cached but pinned %u times", b, pins);
+        }
+        ck_assert_msg((st == POOL_WRITING) == (srv->writer[b] != NULL),
+                      "block %u: state %d, writer %p", b, st, (void *)srv->writer[b]);
+        if (st == POOL_WRITING) {
+            session_t *w = srv->writer[b];
+            ck_assert_uint_eq(w->writing[srv->writer_pos[b]], b);
+            writing++;
+        }
+    }
+    ck_assert_uint_eq(writing, c.writing);
+}
+
+static session_t *new_session(void)
+{
+    session_t *s;
+    ck_assert_int_eq(session_new(srv, &s), 0);
+    return s;
+}
+
+/* Sends one request, returns the decoded reply (caller frees). */
+static Kvshare__Response *rpc(session_t *s, Kvshare__Request *req)
+{
+    frame_buf_t f = {0};
+    const uint8_t *body;
+    uint32_t len;
+    req->id = 42;
+    ck_assert_int_eq(frame_append_request(&f, req), 0);
+    ck_assert_int_eq(session_feed(s, f.data, f.len), 0);
+    frame_buf_release(&f);
+    ck_assert_int_eq(frame_next(&s->out, UINT32_MAX, &body, &len), 1);
+    Kvshare__Response *r = kvshare__response__unpack(NULL, len, body);
+    ck_assert_ptr_nonnull(r);
+    ck_assert_uint_eq(r->id, 42);
+    ck_assert_uint_eq(s->out.len - s->out.head, 0);
+    frame_buf_reset(&s->out);
+    if (r->status != 0)
+        ck_assert_msg(r->message && r->message[0], "error without a message");
+    return r;
+}
+
+static char last_msg[512];
+
+static int finish(Kvshare__Response *r)
+{
+    int status = -(int)r->status;
+    snprintf(last_msg, sizeof(last_msg), "%s", r->message ? r->message : "");
+    kvshare__response__free_unpacked(r, NULL);
+    check_invariants();
+    return status;
+}
+
+static int do_lookup(session_t *s, const char *ns, const uint32_t *tokens, size_t n, int pin,
+                     uint32_t *ids, size_t *n_blocks)
+{
+    Kvshare__Request req = KVSHARE__REQUEST__INIT;
+    Kvshare__LookupRequest lk = KVSHARE__LOOKUP_REQUEST__INIT;
+    lk.ns = (char *)ns;
+    lk.tokens.data = (uint8_t *)tokens;
+    lk.tokens.len = n * 4;
+    lk.pin = pin;
+    req.rpc_case = KVSHARE__REQUEST__RPC_LOOKUP;
+    req.lookup = &lk;
+    Kvshare__Response *r = rpc(s, &req);
+    *n_blocks = 0;
+    if (r->rpc_case == KVSHARE__RESPONSE__RPC_LOOKUP) {
+        *n_blocks = r->lookup->n_block_ids;
+        if (*n_blocks)
+            memcpy(ids, r->lookup->block_ids, *n_blocks * 4);
+        ck_assert_uint_eq(r->lookup->hit_tokens, *n_blocks * BT);
+    }
+    return finish(r);
+}
+
+static int do_alloc(session_t *s, uint32_t n, uint32_t *ids)
+{
+    Kvshare__Request req = KVSHARE__REQUEST__INIT;
+    Kvshare__AllocRequest al = KVSHARE__ALLOC_REQUEST__INIT;
+    al.n = n;
+    req.rpc_case = KVSHARE__REQUEST__RPC_ALLOC;
+    req.alloc = &al;
+    Kvshare__Response *r = rpc(s, &req);
+    if (r->status == 0) {
+        ck_assert_int_eq(r->rpc_case, KVSHARE__RESPONSE__RPC_ALLOC);
+        ck_assert_uint_eq(r->alloc->n_block_ids, n);
+        memcpy(ids, r->alloc->block_ids, n * 4);
+    }
+    return finish(r);
+}
+
+static int do_commit(session_t *s, const uint32_t *tokens, size_t n_tokens, const uint32_t *ids,
+                     size_t n_ids, uint32_t *canonical, size_t *n_done)
+{
+    Kvshare__Request req = KVSHARE__REQUEST__INIT;
+    Kvshare__CommitRequest cm = KVSHARE__COMMIT_REQUEST__INIT;
+    cm.tokens.data = (uint8_t *)tokens;
+    cm.tokens.len = n_tokens * 4;
+    cm.block_ids = (uint32_t *)ids;
+    cm.n_block_ids = n_ids;
+    req.rpc_case = KVSHARE__REQUEST__RPC_COMMIT;
+    req.commit = &cm;
+    Kvshare__Response *r = rpc(s, &req);
+    *n_done = 0;
+    if (r->rpc_case == KVSHARE__RESPONSE__RPC_COMMIT) {
+        *n_done = r->commit->n_committed;
+        if (r->commit->n_canonical)
+            memcpy(canonical, r->commit->canonical, r->commit->n_canonical * 4);
+    }
+    return finish(r);
+}
+
+static int do_ids(session_t *s, int pin, const uint32_t *ids, size_t n, size_t *n_done)
+{
+    Kvshare__Request req = KVSHARE__REQUEST__INIT;
+    Kvshare__PinRequest pr = KVSHARE__PIN_REQUEST__INIT;
+    Kvshare__ReleaseRequest rl = KVSHARE__RELEASE_REQUEST__INIT;
+    if (pin) {
+        pr.block_ids = (uint32_t *)ids;
+        pr.n_block_ids = n;
+        req.rpc_case = KVSHARE__REQUEST__RPC_PIN;
+        req.pin = &pr;
+    } else {
+        rl.block_ids = (uint32_t *)ids;
+        rl.n_block_ids = n;
+        req.rpc_case = KVSHARE__REQUEST__RPC_RELEASE;
+        req.release = &rl;
+    }
+    Kvshare__Response *r = rpc(s, &req);
+    *n_done = pin ? (r->pin ? r->pin->n_pinned : 0) : (r->release ? r->release->n_released : 0);
+    return finish(r);
+}
+
+static int do_release(session_t *s, const uint32_t *ids, size_t n)
+{
+    size_t done;
+    return do_ids(s, 0, ids, n, &done);
+}
+
+static void prompt(uint32_t *t, size_t n, uint32_t seed)
+{
+    for (size_t i = 0; i < n; i++)
+        t[i] = seed * 1000 + (uint32_t)i;
+}
+
+START_TEST(test_share_a_prefix)
+{
+    session_t *a = new_session(), *b = new_session();
+    uint32_t tokens[10], ids[4], can[4], got[4];
+    size_t n, done;
+    prompt(tokens, 10, 1);
+
+    ck_assert_int_eq(do_lookup(a, "", tokens, 10, 1, got, &n), 0);
+    ck_assert_uint_eq(n, 0);
+    ck_assert_int_eq(do_alloc(a, 2, ids), 0);
+    ck_assert_int_eq(do_commit(a, tokens, 10, ids, 2, can, &done), 0);
+    ck_assert_uint_eq(done, 2);
+    ck_assert_uint_eq(can[0], ids[0]);
+    ck_assert_uint_eq(can[1], ids[1]);
+
+    ck_assert_int_eq(do_lookup(b, "", tokens, 10, 1, got, &n), 0);
+    ck_assert_uint_eq(n, 2);
+    ck_assert_uint_eq(got[0], ids[0]);
+    ck_assert_uint_eq(got[1], ids[1]);
+    /* Half the prefix: one block. Another namespace: nothing. */
+    ck_assert_int_eq(do_lookup(b, "default", tokens, 5, 0, got, &n), 0);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_int_eq(do_lookup(b, "other", tokens, 10, 0, got, &n), 0);
+    ck_assert_uint_eq(n, 0);
+
+    ck_assert_int_eq(do_release(a, ids, 2), 0);
+    ck_assert_uint_eq(radix_pinned_blocks(srv->index), 2);
+    ck_assert_int_eq(do_release(b, ids, 2), 0);
+    ck_assert_uint_eq(radix_pinned_blocks(srv->index), 0);
+    /* A pin taken twice is released twice. */
+    ck_assert_int_eq(do_ids(b, 1, ids, 1, &done), 0);
+    ck_assert_int_eq(do_ids(b, 1, ids, 1, &done), 0);
+    ck_assert_int_eq(do_release(b, ids, 1), 0);
+    ck_assert_int_eq(do_release(b, ids, 1), 0);
+    ck_assert_int_eq(do_release(b, ids, 1), KVS_ENOTHELD);
+}
+END_TEST
+
+START_TEST(test_duplicate_commit_keeps_first)
+{
+    session_t *a = new_session(), *b = new_session();
+    uint32_t tokens[8], ia[2], ib[2], can[2];
+    size_t done;
+    prompt(tokens, 8, 2);
+    ck_assert_int_eq(do_alloc(a, 2, ia), 0);
+    ck_assert_int_eq(do_alloc(b, 2, ib), 0);
+    ck_assert_int_eq(do_commit(a, tokens, 8, ia, 2, can, &done), 0);
+    ck_assert_int_eq(do_commit(b, tokens, 8, ib, 2, can, &done), 0);
+    ck_assert_uint_eq(done, 2);
+    ck_assert_uint_eq(can[0], ia[0]);
+    ck_assert_uint_eq(can[1], ia[1]);
+    /* b's own blocks stay WRITING and b's; b holds pins on a's blocks. */
+    ck_assert_ptr_eq(srv->writer[ib[0]], b);
+    ck_assert_uint_eq(session_pin_count(b, ia[0]), 1);
+    ck_assert_int_eq(do_release(b, ib, 2), 0);
+    ck_assert_int_eq(do_release(b, ia, 2), 0);
+    pool_counts_t c;
+    pool_counts(srv->pool, &c);
+    ck_assert_uint_eq(c.writing, 0);
+    ck_assert_uint_eq(c.cached, 2);
+}
+END_TEST
+
+START_TEST(test_close_releases_everything)
+{
+    session_t *a = new_session(), *b = new_session();
+    uint32_t tokens[16], ids[5], can[5], got[5];
+    size_t n, done;
+    prompt(tokens, 16, 3);
+    ck_assert_int_eq(do_alloc(a, 5, ids), 0);
+    ck_assert_int_eq(do_commit(a, tokens, 16, ids, 3, can, &done), 0);
+    ck_assert_int_eq(do_lookup(a, "", tokens, 16, 1, got, &n), 0);
+    ck_assert_uint_eq(n, 3);
+    ck_assert_int_eq(do_lookup(b, "", tokens, 16, 1, got, &n), 0);
+    session_close(a, "test");
+    check_invariants();
+    pool_counts_t c;
+    pool_counts(srv->pool, &c);
+    ck_assert_uint_eq(c.writing, 0);
+    ck_assert_uint_eq(c.cached, 3);
+    ck_assert_uint_eq(c.free, POOL - 3);
+    ck_assert_uint_eq(radix_pinned_blocks(srv->index), 3); /* b's */
+    session_close(b, "test");
+    check_invariants();
+    ck_assert_uint_eq(radix_pinned_blocks(srv->index), 0);
+    ck_assert_uint_eq(srv->n_sessions, 0);
+}
+END_TEST
+
+START_TEST(test_bad_block_ids)
+{
+    session_t *a = new_session(), *b = new_session();
+    uint32_t tokens[8], ia[2], ib[2], can[2], bad[2];
+    size_t done;
+    prompt(tokens, 8, 4);
+    ck_assert_int_eq(do_alloc(a, 2, ia), 0);
+    ck_assert_int_eq(do_alloc(b, 2, ib), 0);
+
+    bad[0] = 812;
+    ck_assert_int_eq(do_release(a, bad, 1), KVS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(last_msg, "block 812 is out of range"));
+    ck_assert_int_eq(do_commit(a, tokens, 8, bad, 1, can, &done), KVS_EINVAL);
+    ck_assert_int_eq(do_ids(a, 1, bad, 1, &done), KVS_EINVAL);
+
+    /* Another session's WRITING block. */
+    ck_assert_int_eq(do_release(a, ib, 1), KVS_ENOTHELD);
+    ck_assert_ptr_nonnull(strstr(last_msg, "not held by this session"));
+    ck_assert_int_eq(do_commit(a, tokens, 8, ib, 1, can, &done), KVS_ENOTHELD);
+    ck_assert_ptr_eq(srv->writer[ib[0]], b);
+
+    /* Double release of a WRITING block. */
+    ck_assert_int_eq(do_release(a, ia, 1), 0);
+    ck_assert_int_eq(do_release(a, ia, 1), KVS_ENOTHELD);
+    ck_assert_ptr_nonnull(strstr(last_msg, "free"));
+
+    /* Commit of a block not in WRITING (free, then cached). */
+    ck_assert_int_eq(do_commit(a, tokens, 8, ia, 1, can, &done), KVS_EBADSTATE);
+    ck_assert_int_eq(do_commit(b, tokens, 8, ib, 1, can, &done), 0);
+    ck_assert_int_eq(do_commit(b, tokens, 8, ib, 1, can, &done), KVS_EBADSTATE);
+    ck_assert_ptr_nonnull(strstr(last_msg, "already cached"));
+
+    /* The same id twice, too few tokens, tokens not a multiple of 4 bytes. */
+    uint32_t twice[2] = {ib[1], ib[1]};
+    ck_assert_int_eq(do_commit(b, tokens, 8, twice, 2, can, &done), KVS_EINVAL);
+    ck_assert_int_eq(do_commit(b, tokens, 3, ib + 1, 1, can, &done), KVS_EINVAL);
+    Kvshare__Request req = KVSHARE__REQUEST__INIT;
+    Kvshare__LookupRequest lk = KVSHARE__LOOKUP_REQUEST__INIT;
+    lk.tokens.data = (uint8_t *)tokens;
+    lk.tokens.len = 5;
+    req.rpc_case = KVSHARE__REQUEST__RPC_LOOKUP;
+    req.lookup = &lk;
+    ck_assert_int_eq(finish(rpc(a, &req)), KVS_EINVAL);
+
+    /* Pin of a block that is not cached; a release in a batch stops at the bad id. */
+    ck_assert_int_eq(do_ids(a, 1, ib + 1, 1, &done), KVS_ENOTFOUND);
+    uint32_t batch[2] = {ib[0], 900};
+    ck_assert_int_eq(do_ids(b, 0, batch, 2, &done), KVS_EINVAL);
+    ck_assert_uint_eq(done, 1);
+    /* Alloc of 0 or more than the pool. */
+    ck_assert_int_eq(do_alloc(a, 0, bad), KVS_EINVAL);
+    ck_assert_int_eq(do_alloc(a, POOL + 1, bad), KVS_EINVAL);
+}
+END_TEST
+
+START_TEST(test_unknown_rpc_keeps_session)
+{
+    session_t *a = new_session();
+    Kvshare__Request req = KVSHARE__REQUEST__INIT; /* no RPC set */
+    ck_assert_int_eq(finish(rpc(a, &req)), KVS_EPROTO);
+    ck_assert_ptr_nonnull(strstr(last_msg, "unknown or missing RPC"));
+    /* An RPC from a newer protocol: id 5, then field 99 (an empty message). */
+    uint8_t frame[16];
+    size_t n = 0;
+    frame[n++] = 0;
+    frame[n++] = 0;
+    frame[n++] = 0;
+    frame[n++] = 0;
+    frame[n++] = 0x08; /* id = 5 */
+    frame[n++] = 0x05;
+    frame[n++] = 0x9a; /* field 99, wire type 2 */
+    frame[n++] = 0x06;
+    frame[n++] = 0x00; /* empty message */
+    frame[0] = (uint8_t)(n - 4);
+    ck_assert_int_eq(session_feed(a, frame, n), 0);
+    const uint8_t *body;
+    uint32_t len;
+    ck_assert_int_eq(frame_next(&a->out, UINT32_MAX, &body, &len), 1);
+    Kvshare__Response *r = kvshare__response__unpack(NULL, len, body);
+    ck_assert_uint_eq(r->id, 5);
+    ck_assert_int_eq(-(int)r->status, KVS_EPROTO);
+    kvshare__response__free_unpacked(r, NULL);
+    frame_buf_reset(&a->out);
+    /* Still served. */
+    uint32_t ids[1];
+    ck_assert_int_eq(do_alloc(a, 1, ids), 0);
+}
+END_TEST
+
+START_TEST(test_untrusted_streams)
+{
+    session_t *a = new_session(), *b = new_session();
+    const uint8_t *body;
+    uint32_t len;
+
+    /* Garbage that decodes as no protobuf. */
+    const uint8_t garbage[] = {5, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff};
+    ck_assert_int_eq(session_feed(a, garbage, sizeof(garbage)), KVS_EPROTO);
+    ck_assert_int_eq(frame_next(&a->out, UINT32_MAX, &body, &len), 1);
+    Kvshare__Response *r = kvshare__response__unpack(NULL, len, body);
+    ck_assert_int_eq(-(int)r->status, KVS_EPROTO);
+    kvshare__response__free_unpacked(r, NULL);
+    session_close(a, "test");
+
+    /* A 4 GiB length prefix. */
+    a = new_session();
+    const uint8_t huge[] = {0xff, 0xff, 0xff, 0xff, 1, 2, 3};
+    ck_assert_int_eq(session_feed(a, huge, sizeof(huge)), KVS_ETOOBIG);
+    ck_assert_int_eq(frame_next(&a->out, UINT32_MAX, &body, &len), 1);
+    r = kvshare__response__unpack(NULL, len, body);
+    ck_assert_int_eq(-(int)r->status, KVS_ETOOBIG);
+    ck_assert_ptr_nonnull(strstr(r->message, "--max-frame"));
+    kvshare__response__free_unpacked(r, NULL);
+    session_close(a, "test");
+
+    /* A truncated frame waits for the rest; nothing is answered. */
+    a = new_session();
+    const uint8_t part[] = {100, 0, 0, 0, 0x08};
+    ck_assert_int_eq(session_feed(a, part, sizeof(part)), 0);
+    ck_assert_uint_eq(a->out.len, 0);
+    session_close(a, "test");
+
+    uint32_t ids[2];
+    ck_assert_int_eq(do_alloc(b, 2, ids), 0);
+    check_invariants();
+}
+END_TEST
+
+START_TEST(test_hello_first_only)
+{
+    session_t *a = new_session(), *b = new_session();
+    Kvshare__Request req = KVSHARE__REQUEST__INIT;
+    Kvshare__HelloRequest h = KVSHARE__HELLO_REQUEST__INIT;
+    h.version = KVS_PROTOCOL_VERSION;
+    h.worker = "w1";
+    req.rpc_case = KVSHARE__REQUEST__RPC_HELLO;
+    req.hello = &h;
+    Kvshare__Response *r = rpc(a, &req);
+    ck_assert_int_eq(r->status, 0);
+    ck_assert_uint_eq(r->hello->num_blocks, POOL);
+    ck_assert_uint_eq(r->hello->geometry->block_tokens, BT);
+    ck_assert_str_eq(r->hello->geometry->dtype, "fp16");
+    ck_assert_uint_eq(r->hello->slot_bytes, BT * 2 * 8 * 2);
+    ck_assert_uint_eq(r->hello->block_stride, r->hello->slot_bytes);
+    ck_assert_uint_eq(r->hello->kv_stride, POOL * r->hello->slot_bytes);
+    ck_assert_uint_eq(r->hello->layer_stride, 2 * r->hello->kv_stride);
+    ck_assert_uint_ge(r->hello->n_fds, 1);
+    ck_assert_uint_eq(a->n_fds, 0); /* closed: no socket to send them on */
+    finish(r);
+    ck_assert_int_eq(finish(rpc(a, &req)), KVS_EPROTO);
+
+    uint32_t ids[1];
+    ck_assert_int_eq(do_alloc(b, 1, ids), 0);
+    ck_assert_int_eq(finish(rpc(b, &req)), KVS_EPROTO);
+    ck_assert_ptr_nonnull(strstr(last_msg, "first request"));
+
+    session_t *c = new_session();
+    h.version = (KVS_VERSION_MAJOR + 1) * 1000;
+    ck_assert_int_eq(finish(rpc(c, &req)), KVS_EVERSION);
+}
+END_TEST
+
+START_TEST(test_full_pool_evicts_then_refuses)
+{
+    session_t *a = new_session(), *b = new_session();
+    uint32_t tokens[POOL * BT], ids[POOL], can[POOL], got[POOL];
+    size_t done, n;
+    prompt(tokens, POOL * BT, 5);
+    ck_assert_int_eq(do_alloc(a, POOL, ids), 0);
+    ck_assert_int_eq(do_alloc(b, 1, got), KVS_EPOOLFULL);
+    ck_assert_int_eq(do_commit(a, tokens, POOL * BT, ids, POOL, can, &done), 0);
+    ck_assert_int_eq(do_alloc(b, 1, got), KVS_EPOOLFULL); /* all pinned by a */
+    ck_assert_ptr_nonnull(strstr(last_msg, "pool full"));
+    ck_assert_int_eq(do_release(a, ids, POOL), 0);
+    ck_assert_int_eq(do_alloc(b, 4, got), 0); /* evicts the 4 LRU leaves */
+    pool_counts_t c;
+    pool_counts(srv->pool, &c);
+    ck_assert_uint_eq(c.cached, POOL - 4);
+    ck_assert_uint_eq(srv->metrics.evictions, 4);
+    ck_assert_int_eq(do_lookup(a, "", tokens, POOL * BT, 0, got, &n), 0);
+    ck_assert_uint_eq(n, POOL - 4);
+}
+END_TEST
+
+START_TEST(test_stats_and_tree)
+{
+    session_t *a = new_session();
+    uint32_t tokens[12], ids[3], can[3], got[3];
+    size_t done, n;
+    prompt(tokens, 12, 6);
+    ck_assert_int_eq(do_alloc(a, 3, ids), 0);
+    ck_assert_int_eq(do_commit(a, tokens, 12, ids, 3, can, &done), 0);
+    ck_assert_int_eq(do_lookup(a, "", tokens, 12, 0, got, &n), 0);
+
+    Kvshare__Request req = KVSHARE__REQUEST__INIT;
+    Kvshare__StatsRequest sr = KVSHARE__STATS_REQUEST__INIT;
+    req.rpc_case = KVSHARE__REQUEST__RPC_STATS;
+    req.stats = &sr;
+    Kvshare__Response *r = rpc(a, &req);
+    ck_assert_int_eq(r->status, 0);
+    ck_assert_uint_eq(r->stats->total_blocks, POOL);
+    ck_assert_uint_eq(r->stats->cached_blocks, 3);
+    ck_assert_uint_eq(r->stats->pinned_blocks, 3);
+    ck_assert_uint_eq(r->stats->sessions, 1);
+    ck_assert_uint_eq(r->stats->n_namespaces, 1);
+    ck_assert_str_eq(r->stats->namespaces[0]->name, "default");
+    ck_assert_uint_eq(r->stats->namespaces[0]->hit_tokens, 12);
+    finish(r);
+
+    Kvshare__TreeRequest tr = KVSHARE__TREE_REQUEST__INIT;
+    req.rpc_case = KVSHARE__REQUEST__RPC_TREE;
+    req.tree = &tr;
+    r = rpc(a, &req);
+    ck_assert_int_eq(r->status, 0);
+    ck_assert_uint_ge(r->tree->n_prefixes, 1);
+    finish(r);
+    tr.ns = "nope";
+    ck_assert_int_eq(finish(rpc(a, &req)), KVS_ENONS);
+}
+END_TEST
+
+/* Random operations over a few sessions; invariants after every step. */
+START_TEST(test_random_operations)
+{
+    session_t *ss[3];
+    uint32_t held_w[3][POOL], n_w[3] = {0};
+    for (int i = 0; i < 3; i++)
+        ss[i] = new_session();
+    srand(1234);
+    int steps = getenv("KVS_TEST_SMALL") ? 300 : 3000;
+    for (int step = 0; step < steps; step++) {
+        int k = rand() % 3;
+        session_t *s = ss[k];
+        uint32_t tokens[6 * BT], ids[POOL], can[POOL];
+        size_t n, done;
+        /* Prompts from a small family so that prefixes are shared. */
+        uint32_t family = (uint32_t)(rand() % 3);
+        size_t nb = 1 + (size_t)(rand() % 6);
+        for (size_t i = 0; i < nb * BT; i++)
+            tokens[i] = family * 100 + (uint32_t)(i < 2 * BT ? i : i + (uint32_t)(rand() % 2));
+        int rc;
+        switch (rand() % 6) {
+        case 0:
+            rc = do_lookup(s, "", tokens, nb * BT, rand() % 2, ids, &n);
+            ck_assert_int_eq(rc, 0);
+            break;
+        case 1:
+        case 2: {
+            uint32_t want = (uint32_t)nb;
+            if (n_w[k] + want > POOL)
+                break;
+            rc = do_alloc(s, want, ids);
+            ck_assert(rc == 0 || rc == KVS_EPOOLFULL);
+            if (rc != 0)
+                break;
+            rc = do_commit(s, tokens, nb * BT, ids, nb, can, &done);
+            ck_assert_int_eq(rc, 0);
+            for (size_t i = 0; i < nb; i++)
+                if (can[i] != ids[i])
+                    held_w[k][n_w[k]++] = ids[i];
+            break;
+        }
+        case 3: {
+            /* Release every pin and WRITING block this session holds. */
+            uint32_t all[4 * POOL];
+            size_t m = 0;
+            for (uint32_t i = 0; i < s->pins.cap; i++)
+                for (uint32_t c = 0; s->pins.keys[i] != SESSION_NO_BLOCK && c < s->pins.counts[i];
+                     c++)
+                    if (m < 4 * POOL)
+                        all[m++] = s->pins.keys[i];
+            for (uint32_t i = 0; i < n_w[k] && m < 4 * POOL; i++)
+                all[m++] = held_w[k][i];
+            rc = do_release(s, all, m);
+            ck_assert_int_eq(rc, 0);
+            n_w[k] = 0;
+            break;
+        }
+        case 4:
+            if (rand() % 4 == 0) {
+                session_close(s, "random");
+                check_invariants();
+                ss[k] = new_session();
+                n_w[k] = 0;
+            }
+            break;
+        default: {
+            uint32_t b = (uint32_t)(rand() % (POOL + 2));
+            rc = do_release(s, &b, 1);
+            ck_assert(rc != KVS_EINTERNAL);
+            if (rc == 0) {
+                for (uint32_t i = 0; i < n_w[k]; i++)
+                    if (held_w[k][i] == b) {
+                        held_w[k][i] = held_w[k][--n_w[k]];
+                        break;
+                    }
+            }
+            break;
+        }
+        }
+    }
+}
+END_TEST
+
+/* Random byte streams, some made of valid frames with flipped bytes: the
+ * daemon answers or refuses, never crashes, and its state stays consistent. */
+START_TEST(test_random_bytes)
+{
+    srand(99);
+    int rounds = getenv("KVS_TEST_SMALL") ? 100 : 2000;
+    uint32_t ids[4];
+    session_t *holder = new_session();
+    ck_assert_int_eq(do_alloc(holder, 2, ids), 0);
+    for (int r = 0; r < rounds; r++) {
+        session_t *s = new_session();
+        uint8_t buf[512];
+        size_t n = (size_t)(rand() % (int)sizeof(buf));
+        if (rand() % 2) {
+            /* A valid request, then mutations. */
+            frame_buf_t f = {0};
+            Kvshare__Request req = KVSHARE__REQUEST__INIT;
+            Kvshare__ReleaseRequest rl = KVSHARE__RELEASE_REQUEST__INIT;
+            uint32_t some[3] = {ids[0], (uint32_t)rand() % (POOL + 3), ids[1]};
+            rl.block_ids = some;
+            rl.n_block_ids = 3;
+            req.rpc_case = KVSHARE__REQUEST__RPC_RELEASE;
+            req.release = &rl;
+            frame_append_request(&f, &req);
+            n = f.len < sizeof(buf) ? f.len : sizeof(buf);
+            memcpy(buf, f.data, n);
+            frame_buf_release(&f);
+            for (int k = 0; k < 3; k++)
+                buf[4 + rand() % (int)(n - 4)] ^= (uint8_t)(1 << (rand() % 8));
+        } else {
+            for (size_t i = 0; i < n; i++)
+                buf[i] = (uint8_t)rand();
+            if (n >= 4 && rand() % 2) {
+                buf[2] = buf[3] = 0; /* a plausible length */
+            }
+        }
+        int rc = session_feed(s, buf, n);
+        ck_assert(rc == 0 || rc == KVS_EPROTO || rc == KVS_ETOOBIG);
+        /* Whatever came back decodes. */
+        const uint8_t *body;
+        uint32_t len;
+        while (frame_next(&s->out, UINT32_MAX, &body, &len) == 1) {
+            Kvshare__Response *resp = kvshare__response__unpack(NULL, len, body);
+            ck_assert_ptr_nonnull(resp);
+            kvshare__response__free_unpacked(resp, NULL);
+        }
+        session_close(s, "fuzz");
+        check_invariants();
+    }
+    /* The holder's blocks were never anyone else's to release. */
+    ck_assert_ptr_eq(srv->writer[ids[0]], holder);
+    ck_assert_ptr_eq(srv->writer[ids[1]], holder);
+}
+END_TEST
+
+/* The pin map grows with the pins and shrinks as they go. */
+START_TEST(test_pin_map_grows_and_shrinks)
+{
+    session_t *a = new_session();
+    ck_assert_int_eq(session_pins_reserve(a, 1000), 0);
+    for (uint32_t b = 0; b < 1000; b++) {
+        session_pin_add(a, b * 7);
+        session_pin_add(a, b * 7);
+    }
+    ck_assert_uint_eq(a->pins.used, 1000);
+    ck_assert_uint_eq(a->pins.total, 2000);
+    uint32_t big = a->pins.cap;
+    ck_assert_uint_ge(big, 2000);
+    for (uint32_t b = 0; b < 1000; b++) {
+        ck_assert_uint_eq(session_pin_count(a, b * 7), 2);
+        ck_assert_uint_eq(session_pin_count(a, b * 7 + 1), 0);
+    }
+    for (uint32_t b = 0; b < 990; b++) {
+        session_pin_drop(a, b * 7);
+        session_pin_drop(a, b * 7);
+        ck_assert_uint_eq(session_pin_count(a, b * 7), 0);
+    }
+    ck_assert_uint_eq(a->pins.used, 10);
+    ck_assert_uint_lt(a->pins.cap, big / 4);
+    for (uint32_t b = 990; b < 1000; b++)
+        ck_assert_uint_eq(session_pin_count(a, b * 7), 2);
+    /* Not in the index: drop them by hand before the session closes. */
+    for (uint32_t b = 990; b < 1000; b++) {
+        session_pin_drop(a, b * 7);
+        session_pin_drop(a, b * 7);
+    }
+    ck_assert_uint_eq(a->pins.total, 0);
+}
+END_TEST
+
+START_TEST(test_server_open_errors)
+{
+    uv_loop_t l;
+    server_config_t cfg;
+    server_t *out = NULL;
+    char err[256] = "";
+    ck_assert_int_eq(uv_loop_init(&l), 0);
+    server_config_init(&cfg);
+    cfg.backend.kind = BACKEND_HOST;
+    cfg.pool_blocks = 4;
+    ck_assert_int_eq(server_open(&cfg, &l, &out, err, sizeof(err)), KVS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "geometry"));
+    cfg.geometry = (geometry_t){
+        .layers = 1, .kv_heads = 1, .head_dim = 8, .dtype = GEOMETRY_FP16, .block_tokens = 16};
+    cfg.pool_blocks = 0;
+    cfg.backend.bytes = 100;
+    ck_assert_int_eq(server_open(&cfg, &l, &out, err, sizeof(err)), KVS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "smaller than one block"));
+    ck_assert_ptr_null(out);
+    cfg.backend.bytes = 0;
+    cfg.pool_blocks = 3;
+    ck_assert_int_eq(server_open(&cfg, &l, &out, err, sizeof(err)), 0);
+    ck_assert_uint_eq(out->num_blocks, 3);
+    ck_assert_int_eq(server_check_socket("/nonexistent-dir/s.sock", err, sizeof(err)), 0);
+    char plain[] = "/tmp/kvs-plain-XXXXXX";
+    int fd = mkstemp(plain);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    ck_assert_int_eq(server_check_socket(plain, err, sizeof(err)), KVS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "not a socket"));
+    unlink(plain);
+    server_free(out);
+    server_free(NULL);
+    uv_loop_close(&l);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("session");
+    TCase *tc = tcase_create("session");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_share_a_prefix);
+    tcase_add_test(tc, test_duplicate_commit_keeps_first);
+    tcase_add_test(tc, test_close_releases_everything);
+    tcase_add_test(tc, test_bad_block_ids);
+    tcase_add_test(tc, test_unknown_rpc_keeps_session);
+    tcase_add_test(tc, test_untrusted_streams);
+    tcase_add_test(tc, test_hello_first_only);
+    tcase_add_test(tc, test_full_pool_evicts_then_refuses);
+    tcase_add_test(tc, test_stats_and_tree);
+    tcase_add_test(tc, test_random_operations);
+    tcase_add_test(tc, test_random_bytes);
+    tcase_add_test(tc, test_pin_map_grows_and_shrinks);
+    suite_add_tcase(s, tc);
+    TCase *tc_server = tcase_create("server");
+    tcase_set_timeout(tc_server, 30);
+    tcase_add_test(tc_server, test_server_open_errors);
+    suite_add_tcase(s, tc_server);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

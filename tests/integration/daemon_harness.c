@@ -1,0 +1,143 @@
+#include "daemon_harness.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#ifndef KVSHARED_PATH
+#error "KVSHARED_PATH must name the kvshared binary"
+#endif
+
+static pid_t spawn(const char *socket_path, unsigned blocks, const char *const *extra, int *ready)
+{
+    int p[2];
+    if (pipe(p) != 0)
+        return -1;
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        char fd[16], nblocks[16];
+        const char *argv[64];
+        int n = 0;
+        close(p[0]);
+        snprintf(fd, sizeof(fd), "%d", p[1]);
+        snprintf(nblocks, sizeof(nblocks), "%u", blocks);
+        argv[n++] = KVSHARED_PATH;
+        argv[n++] = "--socket";
+        argv[n++] = socket_path;
+        argv[n++] = "--backend";
+        argv[n++] = "host";
+        argv[n++] = "--layers";
+        argv[n++] = "2";
+        argv[n++] = "--kv-heads";
+        argv[n++] = "2";
+        argv[n++] = "--head-dim";
+        argv[n++] = "8";
+        argv[n++] = "--dtype";
+        argv[n++] = "fp16";
+        argv[n++] = "--block-tokens";
+        argv[n++] = "4";
+        argv[n++] = "--pool-blocks";
+        argv[n++] = nblocks;
+        argv[n++] = "--ready-fd";
+        argv[n++] = fd;
+        argv[n++] = "--log-level";
+        argv[n++] = getenv("KVS_TEST_DAEMON_LOG") ? getenv("KVS_TEST_DAEMON_LOG") : "warn";
+        for (int i = 0; extra && extra[i] && n < 62; i++)
+            argv[n++] = extra[i];
+        argv[n] = NULL;
+        execv(KVSHARED_PATH, (char *const *)argv);
+        _exit(127);
+    }
+    close(p[1]);
+    *ready = p[0];
+    return pid;
+}
+
+/* Waits for "READY\n" (returns 0) or for the pipe to close first (-1). */
+static int wait_ready(int fd, int timeout_ms)
+{
+    char buf[16];
+    size_t got = 0;
+    struct pollfd pfd = {.fd = fd, .events = POLLIN};
+    while (got < 6) {
+        if (poll(&pfd, 1, timeout_ms) <= 0)
+            return -1;
+        ssize_t n = read(fd, buf + got, sizeof(buf) - got);
+        if (n <= 0)
+            return -1;
+        got += (size_t)n;
+    }
+    return memcmp(buf, "READY\n", 6) == 0 ? 0 : -1;
+}
+
+int harness_start(harness_t *h, unsigned blocks, const char *const *extra)
+{
+    int ready;
+    memset(h, 0, sizeof(*h));
+    snprintf(h->dir, sizeof(h->dir), "/tmp/kvs-test-XXXXXX");
+    if (!mkdtemp(h->dir))
+        return -1;
+    snprintf(h->socket_path, sizeof(h->socket_path), "%s/kvshared.sock", h->dir);
+    h->pid = spawn(h->socket_path, blocks, extra, &ready);
+    if (h->pid < 0)
+        return -1;
+    int rc = wait_ready(ready, 20000);
+    close(ready);
+    if (rc != 0) {
+        kill(h->pid, SIGKILL);
+        waitpid(h->pid, NULL, 0);
+        h->pid = 0;
+    }
+    return rc;
+}
+
+int harness_start_again(const harness_t *h, unsigned blocks, int timeout_ms, pid_t *pid_out)
+{
+    int ready, status;
+    pid_t pid = spawn(h->socket_path, blocks, NULL, &ready);
+    *pid_out = pid;
+    if (pid < 0)
+        return -1;
+    int rc = wait_ready(ready, timeout_ms);
+    close(ready);
+    if (rc == 0)
+        return -1; /* listening */
+    if (waitpid(pid, &status, 0) == pid && WIFEXITED(status))
+        return WEXITSTATUS(status);
+    return -1;
+}
+
+int harness_stop(harness_t *h)
+{
+    int status;
+    if (h->pid <= 0)
+        return -1;
+    kill(h->pid, SIGTERM);
+    pid_t r;
+    do {
+        r = waitpid(h->pid, &status, 0);
+    } while (r < 0 && errno == EINTR);
+    h->pid = 0;
+    if (r < 0 || !WIFEXITED(status))
+        return -1;
+    return WEXITSTATUS(status);
+}
+
+void harness_cleanup(harness_t *h)
+{
+    if (h->pid > 0) {
+        kill(h->pid, SIGKILL);
+        waitpid(h->pid, NULL, 0);
+        h->pid = 0;
+    }
+    unlink(h->socket_path);
+    rmdir(h->dir);
+}

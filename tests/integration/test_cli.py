@@ -1,0 +1,96 @@
+"""The kvshare CLI's daemon commands (stats, top, tree, ping) against a real
+kvshared. Run by ctest with KVSHARED and KVSHARE_CLI in the environment."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "client"))
+from test_python import Daemon  # noqa: E402  (same daemon launcher)
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "..", "client", "python"))
+import kvshare  # noqa: E402
+
+
+def cli(*args):
+    return subprocess.run([os.environ["KVSHARE_CLI"]] + list(args),
+                          capture_output=True, text=True, timeout=60)
+
+
+class CliTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.daemon = Daemon()
+        # Some traffic so that every view has something to show.
+        with kvshare.Client(socket_path=cls.daemon.socket, map_pool=False) as c:
+            tokens = list(range(100, 100 + 4 * 4))
+            ids = c.alloc(4)
+            c.commit(tokens, ids, ns="tenant-a")
+            c.lookup(tokens, ns="tenant-a", pin=False)
+            c.lookup(tokens[:8] + [1] * 8, ns="tenant-a", pin=False)
+            c.release(ids)
+
+    @classmethod
+    def tearDownClass(cls):
+        assert cls.daemon.stop() == 0
+
+    def test_stats_json(self):
+        r = cli("stats", "--json", "--socket", self.daemon.socket)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        s = json.loads(r.stdout)
+        b = s["blocks"]
+        self.assertEqual(b["free"] + b["writing"] + b["cached"], b["total"])
+        self.assertEqual(b["cached"], 4)
+        ns = {n["name"]: n for n in s["namespaces"]}
+        self.assertEqual(ns["tenant-a"]["lookups"], 2)
+        self.assertEqual(ns["tenant-a"]["hit_tokens"], 16 + 8)
+        self.assertAlmostEqual(ns["tenant-a"]["hit_rate"], 24 / 32, places=3)
+
+    def test_stats_human(self):
+        r = cli("stats", "--socket", self.daemon.socket)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("blocks    free", r.stdout)
+        self.assertIn("tenant-a", r.stdout)
+        self.assertIn("75.0%", r.stdout)
+
+    def test_tree(self):
+        r = cli("tree", "--json", "--socket", self.daemon.socket)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        rows = json.loads(r.stdout)
+        self.assertGreaterEqual(len(rows), 1)
+        self.assertEqual(rows[0]["ns"], "tenant-a")
+        r = cli("tree", "--ns", "nope", "--socket", self.daemon.socket)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("unknown namespace 'nope'", r.stderr)
+
+    def test_ping_and_top(self):
+        r = cli("ping", "--count", "3", "--interval", "0", "--socket", self.daemon.socket)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("3 sent, 3 answered", r.stdout)
+        r = cli("top", "--count", "2", "--interval", "0.1", "--socket", self.daemon.socket)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("lookups/s", r.stdout)
+
+    def test_no_daemon_says_what_to_do(self):
+        d = tempfile.mkdtemp()
+        try:
+            for cmd in ("stats", "top", "tree", "ping"):
+                r = cli(cmd, "--socket", os.path.join(d, "none.sock"))
+                self.assertEqual(r.returncode, 1, cmd)
+                self.assertIn("is kvshared running? no socket at", r.stderr)
+        finally:
+            shutil.rmtree(d)
+
+    def test_bad_usage(self):
+        r = cli("stats", "--bogus")
+        self.assertEqual(r.returncode, 2)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

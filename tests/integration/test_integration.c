@@ -1,0 +1,633 @@
+/*
+ * Integration: a real kvshared (host backend) on a temporary socket, real
+ * worker processes using libkvshare, and raw sockets for bad input.
+ */
+#include <check.h>
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "daemon_harness.h"
+#include "kvshare.h"
+#include "kvshare.pb-c.h"
+
+#define BT   4
+#define POOL 64
+
+static harness_t h;
+
+static void start(void)
+{
+    ck_assert_int_eq(harness_start(&h, POOL, NULL), 0);
+}
+
+static void stop(void)
+{
+    if (h.pid > 0) {
+        int status = harness_stop(&h);
+        ck_assert_msg(status == 0, "kvshared exited with %d after SIGTERM", status);
+        struct stat st;
+        ck_assert_msg(stat(h.socket_path, &st) != 0, "socket left behind");
+    }
+    harness_cleanup(&h);
+}
+
+static kvs_client_t *client(const char *name)
+{
+    kvs_options_t o;
+    kvs_client_t *c = NULL;
+    kvs_options_init(&o);
+    o.socket_path = h.socket_path;
+    o.worker_name = name;
+    o.timeout_ms = 5000;
+    int rc = kvs_connect(&o, &c);
+    ck_assert_msg(rc == 0, "connect: %s", kvs_strerror(rc));
+    return c;
+}
+
+static void prompt(uint32_t *t, size_t n, uint32_t seed)
+{
+    for (size_t i = 0; i < n; i++)
+        t[i] = seed * 100000 + (uint32_t)i;
+}
+
+/* The byte a writer puts at offset i of (layer, kv) of its block j. */
+static uint8_t pattern(uint32_t layer, uint32_t kv, size_t j, size_t i)
+{
+    return (uint8_t)(layer * 31 + kv * 7 + j * 13 + i);
+}
+
+static void stats(kvs_client_t *c, kvs_stats_t *s)
+{
+    int rc = kvs_stats(c, s);
+    ck_assert_msg(rc == 0, "stats: %s", kvs_last_error(c));
+    ck_assert_uint_eq(s->free_blocks + s->writing_blocks + s->cached_blocks, s->total_blocks);
+}
+
+/* Worker A: misses, allocates, writes, commits, exits (its pins go). */
+static int worker_a(const uint32_t *tokens, size_t n_tokens)
+{
+    kvs_options_t o;
+    kvs_client_t *c;
+    kvs_geometry_t g;
+    uint32_t ids[16], can[16], got[16];
+    size_t n, done;
+    kvs_options_init(&o);
+    o.socket_path = h.socket_path;
+    o.worker_name = "A";
+    if (kvs_connect(&o, &c) != 0 || kvs_geometry(c, &g) != 0)
+        return 10;
+    if (kvs_lookup(c, NULL, tokens, n_tokens, 1, got, 16, &n) != 0 || n != 0)
+        return 11;
+    size_t nb = n_tokens / g.block_tokens;
+    if (kvs_alloc(c, NULL, (uint32_t)nb, ids) != 0)
+        return 12;
+    for (size_t j = 0; j < nb; j++)
+        for (uint32_t l = 0; l < g.layers; l++)
+            for (uint32_t kv = 0; kv < 2; kv++) {
+                uintptr_t addr;
+                if (kvs_block_addr(c, l, kv, ids[j], &addr) != 0)
+                    return 13;
+                for (size_t i = 0; i < g.slot_bytes; i++)
+                    ((uint8_t *)addr)[i] = pattern(l, kv, j, i);
+            }
+    if (kvs_commit(c, NULL, tokens, n_tokens, ids, nb, can, &done) != 0 || done != nb)
+        return 14;
+    for (size_t j = 0; j < nb; j++)
+        if (can[j] != ids[j])
+            return 15;
+    kvs_close(c);
+    return 0;
+}
+
+/* Worker B: hits A's blocks, pinned, and reads A's bytes through its own mapping. */
+static int worker_b(const uint32_t *tokens, size_t n_tokens)
+{
+    kvs_options_t o;
+    kvs_client_t *c;
+    kvs_geometry_t g;
+    uint32_t got[16];
+    size_t n;
+    kvs_options_init(&o);
+    o.socket_path = h.socket_path;
+    o.worker_name = "B";
+    if (kvs_connect(&o, &c) != 0 || kvs_geometry(c, &g) != 0)
+        return 20;
+    if (kvs_lookup(c, NULL, tokens, n_tokens, 1, got, 16, &n) != 0)
+        return 21;
+    if (n != n_tokens / g.block_tokens)
+        return 22;
+    for (size_t j = 0; j < n; j++)
+        for (uint32_t l = 0; l < g.layers; l++)
+            for (uint32_t kv = 0; kv < 2; kv++) {
+                uintptr_t addr;
+                if (kvs_block_addr(c, l, kv, got[j], &addr) != 0)
+                    return 23;
+                for (size_t i = 0; i < g.slot_bytes; i++)
+                    if (((uint8_t *)addr)[i] != pattern(l, kv, j, i))
+                        return 24;
+            }
+    kvs_stats_t s;
+    if (kvs_stats(c, &s) != 0 || s.pinned_blocks != n)
+        return 25;
+    kvs_stats_free(&s);
+    if (kvs_release(c, got, n, NULL) != 0)
+        return 26;
+    kvs_close(c);
+    return 0;
+}
+
+static int run_child(int (*fn)(const uint32_t *, size_t), const uint32_t *tokens, size_t n)
+{
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0)
+        _exit(fn(tokens, n));
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert(WIFEXITED(status));
+    return WEXITSTATUS(status);
+}
+
+START_TEST(test_two_workers_share_a_prefix)
+{
+    uint32_t tokens[8 * BT + 2], half[4 * BT + 3], got[16];
+    size_t n;
+    prompt(tokens, 8 * BT + 2, 1);
+    ck_assert_int_eq(run_child(worker_a, tokens, 8 * BT + 2), 0);
+    ck_assert_int_eq(run_child(worker_b, tokens, 8 * BT + 2), 0);
+
+    /* A third prompt sharing half the prefix hits half. */
+    memcpy(half, tokens, 4 * BT * sizeof(uint32_t));
+    half[4 * BT] = 999999;
+    half[4 * BT + 1] = 999998;
+    half[4 * BT + 2] = 999997;
+    kvs_client_t *c = client("third");
+    ck_assert_int_eq(kvs_lookup(c, NULL, half, 4 * BT + 3, 0, got, 16, &n), 0);
+    ck_assert_uint_eq(n, 4);
+    kvs_stats_t s;
+    stats(c, &s);
+    ck_assert_uint_eq(s.cached_blocks, 8);
+    ck_assert_uint_eq(s.pinned_blocks, 0);
+    ck_assert_uint_eq(s.writing_blocks, 0);
+    ck_assert_uint_eq(s.n_namespaces, 1);
+    ck_assert_uint_eq(s.namespaces[0].lookups, 3);
+    ck_assert_uint_eq(s.namespaces[0].hit_tokens, 8 * BT + 4 * BT);
+    kvs_stats_free(&s);
+    kvs_close(c);
+}
+END_TEST
+
+START_TEST(test_sigkill_releases_holdings)
+{
+    int p[2];
+    ck_assert_int_eq(pipe(p), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        kvs_options_t o;
+        kvs_client_t *c;
+        uint32_t tokens[6 * BT], ids[6], can[6], got[6], more[5];
+        size_t n, done;
+        close(p[0]);
+        kvs_options_init(&o);
+        o.socket_path = h.socket_path;
+        if (kvs_connect(&o, &c) != 0)
+            _exit(1);
+        prompt(tokens, 6 * BT, 7);
+        if (kvs_alloc(c, NULL, 6, ids) || kvs_commit(c, NULL, tokens, 6 * BT, ids, 6, can, &done))
+            _exit(2);
+        if (kvs_lookup(c, NULL, tokens, 6 * BT, 1, got, 6, &n) || n != 6)
+            _exit(3);
+        if (kvs_alloc(c, NULL, 5, more))
+            _exit(4);
+        if (write(p[1], "x", 1) != 1)
+            _exit(5);
+        pause();
+        _exit(0);
+    }
+    close(p[1]);
+    char x;
+    ck_assert_int_eq(read(p[0], &x, 1), 1);
+    close(p[0]);
+
+    kvs_client_t *c = client("observer");
+    kvs_stats_t s;
+    stats(c, &s);
+    ck_assert_uint_eq(s.writing_blocks, 5);
+    ck_assert_uint_eq(s.pinned_blocks, 6);
+    ck_assert_uint_eq(s.sessions, 2);
+    kvs_stats_free(&s);
+
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    /* The daemon sees the EOF on its next loop turn: wait for it, bounded. */
+    for (int i = 0; i < 500; i++) {
+        stats(c, &s);
+        if (s.sessions == 1)
+            break;
+        kvs_stats_free(&s);
+        usleep(10000);
+    }
+    ck_assert_uint_eq(s.sessions, 1);
+    ck_assert_uint_eq(s.writing_blocks, 0);
+    ck_assert_uint_eq(s.pinned_blocks, 0);
+    ck_assert_uint_eq(s.cached_blocks, 6);
+    ck_assert_uint_eq(s.free_blocks, POOL - 6);
+    kvs_stats_free(&s);
+    kvs_close(c);
+}
+END_TEST
+
+/* --- raw sockets --- */
+
+static int raw_connect(void)
+{
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", h.socket_path);
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&addr, sizeof(addr)), 0);
+    return fd;
+}
+
+static void raw_send(int fd, const void *p, size_t n)
+{
+    ck_assert_int_eq(send(fd, p, n, MSG_NOSIGNAL), (ssize_t)n);
+}
+
+static void raw_request(int fd, Kvshare__Request *req)
+{
+    size_t size = kvshare__request__get_packed_size(req);
+    uint8_t *buf = malloc(size + 4);
+    buf[0] = (uint8_t)size;
+    buf[1] = (uint8_t)(size >> 8);
+    buf[2] = (uint8_t)(size >> 16);
+    buf[3] = (uint8_t)(size >> 24);
+    kvshare__request__pack(req, buf + 4);
+    raw_send(fd, buf, size + 4);
+    free(buf);
+}
+
+static int read_full(int fd, uint8_t *p, size_t n)
+{
+    while (n > 0) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        if (poll(&pfd, 1, 5000) <= 0)
+            return -1;
+        ssize_t r = read(fd, p, n);
+        if (r <= 0)
+            return -1;
+        p += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+/* The next reply on fd (caller frees), NULL if the connection ended. */
+static Kvshare__Response *raw_reply(int fd)
+{
+    uint8_t hdr[4];
+    if (read_full(fd, hdr, 4) != 0)
+        return NULL;
+    uint32_t len = hdr[0] | hdr[1] << 8 | hdr[2] << 16 | (uint32_t)hdr[3] << 24;
+    ck_assert_uint_lt(len, 1 << 20);
+    uint8_t *body = malloc(len ? len : 1);
+    ck_assert_int_eq(read_full(fd, body, len), 0);
+    Kvshare__Response *r = kvshare__response__unpack(NULL, len, body);
+    free(body);
+    ck_assert_ptr_nonnull(r);
+    return r;
+}
+
+static int raw_status(int fd, const char *expect_in_message)
+{
+    Kvshare__Response *r = raw_reply(fd);
+    ck_assert_ptr_nonnull(r);
+    int status = -(int)r->status;
+    if (expect_in_message)
+        ck_assert_msg(r->message && strstr(r->message, expect_in_message),
+                      "message '%s' lacks '%s'", r->message ? r->message : "", expect_in_message);
+    kvshare__response__free_unpacked(r, NULL);
+    return status;
+}
+
+static void assert_closed(int fd)
+{
+    uint8_t b;
+    struct pollfd pfd = {.fd = fd, .events = POLLIN};
+    ck_assert_int_eq(poll(&pfd, 1, 5000), 1);
+    ck_assert_int_le(read(fd, &b, 1), 0);
+    close(fd);
+}
+
+static void assert_raw_alive(int fd)
+{
+    Kvshare__Request req = KVSHARE__REQUEST__INIT;
+    Kvshare__PingRequest pr = KVSHARE__PING_REQUEST__INIT;
+    req.rpc_case = KVSHARE__REQUEST__RPC_PING;
+    req.ping = &pr;
+    req.id = 77;
+    raw_request(fd, &req);
+    Kvshare__Response *r = raw_reply(fd);
+    ck_assert_ptr_nonnull(r);
+    ck_assert_uint_eq(r->id, 77);
+    ck_assert_int_eq(r->status, 0);
+    kvshare__response__free_unpacked(r, NULL);
+}
+
+/* Another client is served: a ping and consistent counters. */
+static void assert_others_served(kvs_client_t *other)
+{
+    kvs_stats_t s;
+    double rtt;
+    ck_assert_int_eq(kvs_ping(other, 16, &rtt), 0);
+    stats(other, &s);
+    kvs_stats_free(&s);
+}
+
+static void raw_ids(int fd, int rpc, const uint32_t *ids, size_t n)
+{
+    Kvshare__Request req = KVSHARE__REQUEST__INIT;
+    Kvshare__ReleaseRequest rl = KVSHARE__RELEASE_REQUEST__INIT;
+    Kvshare__CommitRequest cm = KVSHARE__COMMIT_REQUEST__INIT;
+    static uint32_t tokens[64];
+    if (rpc == KVSHARE__REQUEST__RPC_RELEASE) {
+        rl.block_ids = (uint32_t *)ids;
+        rl.n_block_ids = n;
+        req.release = &rl;
+    } else {
+        cm.block_ids = (uint32_t *)ids;
+        cm.n_block_ids = n;
+        cm.tokens.data = (uint8_t *)tokens;
+        cm.tokens.len = sizeof(tokens);
+        req.commit = &cm;
+    }
+    req.rpc_case = (Kvshare__Request__RpcCase)rpc;
+    req.id = 5;
+    raw_request(fd, &req);
+}
+
+START_TEST(test_bad_input)
+{
+    kvs_client_t *other = client("bystander");
+    kvs_client_t *holder = client("holder");
+    uint32_t held[2], mine[2], can[2];
+    size_t done;
+    ck_assert_int_eq(kvs_alloc(holder, NULL, 2, held), 0);
+
+    /* Garbage bytes: an HTTP request line reads as a 542 MB length. */
+    int fd = raw_connect();
+    raw_send(fd, "GET / HTTP/1.1\r\n\r\n", 18);
+    ck_assert_int_eq(raw_status(fd, "over the limit"), KVS_ETOOBIG);
+    assert_closed(fd);
+    assert_others_served(other);
+
+    /* Small garbage that does not decode. */
+    fd = raw_connect();
+    raw_send(fd, "\x05\x00\x00\x00\xff\xff\xff\xff\xff", 9);
+    ck_assert_int_eq(raw_status(fd, "does not decode"), KVS_EPROTO);
+    assert_closed(fd);
+    assert_others_served(other);
+
+    /* A 4 GiB length prefix. */
+    fd = raw_connect();
+    raw_send(fd, "\xff\xff\xff\xff", 4);
+    ck_assert_int_eq(raw_status(fd, "--max-frame"), KVS_ETOOBIG);
+    assert_closed(fd);
+    assert_others_served(other);
+
+    /* A truncated frame, then the client goes away. */
+    fd = raw_connect();
+    raw_send(fd, "\x40\x00\x00\x00\x08\x01", 6);
+    close(fd);
+    assert_others_served(other);
+
+    /* Unknown RPC: an error, and the connection stays usable. */
+    fd = raw_connect();
+    raw_send(fd, "\x05\x00\x00\x00\x08\x09\x9a\x06\x00", 9);
+    ck_assert_int_eq(raw_status(fd, "unknown or missing RPC"), KVS_EPROTO);
+    assert_raw_alive(fd);
+    assert_others_served(other);
+
+    /* Out-of-range ids. */
+    uint32_t bad = 812;
+    raw_ids(fd, KVSHARE__REQUEST__RPC_RELEASE, &bad, 1);
+    ck_assert_int_eq(raw_status(fd, "block 812 is out of range"), KVS_EINVAL);
+    assert_raw_alive(fd);
+    assert_others_served(other);
+
+    /* Ids held by another session: release and commit. */
+    raw_ids(fd, KVSHARE__REQUEST__RPC_RELEASE, held, 1);
+    ck_assert_int_eq(raw_status(fd, "not held by this session"), KVS_ENOTHELD);
+    raw_ids(fd, KVSHARE__REQUEST__RPC_COMMIT, held, 2);
+    ck_assert_int_eq(raw_status(fd, "not held by this session"), KVS_ENOTHELD);
+    assert_raw_alive(fd);
+    assert_others_served(other);
+
+    /* Double release. */
+    ck_assert_int_eq(kvs_alloc(other, NULL, 2, mine), 0);
+    ck_assert_int_eq(kvs_release(other, mine, 1, NULL), 0);
+    ck_assert_int_eq(kvs_release(other, mine, 1, NULL), KVS_ENOTHELD);
+    ck_assert_ptr_nonnull(strstr(kvs_last_error(other), "not held by this session"));
+    assert_others_served(holder);
+
+    /* Commit of blocks not in WRITING: a freed one, then a cached one. */
+    uint32_t tokens[2 * BT];
+    prompt(tokens, 2 * BT, 3);
+    ck_assert_int_eq(kvs_commit(other, NULL, tokens, 2 * BT, mine, 1, can, &done), KVS_EBADSTATE);
+    ck_assert_int_eq(kvs_commit(other, NULL, tokens, 2 * BT, mine + 1, 1, can, &done), 0);
+    ck_assert_int_eq(kvs_commit(other, NULL, tokens, 2 * BT, mine + 1, 1, can, &done),
+                     KVS_EBADSTATE);
+    ck_assert_ptr_nonnull(strstr(kvs_last_error(other), "not in WRITING"));
+    assert_others_served(holder);
+    assert_raw_alive(fd);
+    close(fd);
+
+    kvs_stats_t s;
+    stats(holder, &s);
+    ck_assert_uint_eq(s.writing_blocks, 2);
+    ck_assert_uint_eq(s.cached_blocks, 1);
+    ck_assert_uint_eq(s.protocol_errors, 3); /* the unknown RPC is not one */
+    kvs_stats_free(&s);
+    kvs_close(holder);
+    kvs_close(other);
+}
+END_TEST
+
+START_TEST(test_client_that_stops_reading_is_dropped)
+{
+    /* This test's own daemon, with a small output limit. */
+    static const char *const extra[] = {"--max-output", "1MiB", NULL};
+    harness_t own;
+    ck_assert_int_eq(harness_start(&own, POOL, extra), 0);
+    kvs_options_t o;
+    kvs_client_t *other;
+    kvs_options_init(&o);
+    o.socket_path = own.socket_path;
+    ck_assert_int_eq(kvs_connect(&o, &other), 0);
+
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", own.socket_path);
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&addr, sizeof(addr)), 0);
+    /* Pipelined pings with 60 kB payloads, replies never read: they pile up
+     * in the daemon past the limit and it hangs up. */
+    Kvshare__Request req = KVSHARE__REQUEST__INIT;
+    Kvshare__PingRequest pr = KVSHARE__PING_REQUEST__INIT;
+    static uint8_t payload[60000];
+    pr.payload.data = payload;
+    pr.payload.len = sizeof(payload);
+    req.rpc_case = KVSHARE__REQUEST__RPC_PING;
+    req.ping = &pr;
+    size_t size = kvshare__request__get_packed_size(&req);
+    uint8_t *buf = malloc(size + 4);
+    buf[0] = (uint8_t)size;
+    buf[1] = (uint8_t)(size >> 8);
+    buf[2] = (uint8_t)(size >> 16);
+    buf[3] = 0;
+    kvshare__request__pack(&req, buf + 4);
+    int dropped = 0;
+    for (int i = 0; i < 4000 && !dropped; i++) {
+        struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+        if (poll(&pfd, 1, 5000) <= 0)
+            break;
+        if (pfd.revents & (POLLERR | POLLHUP))
+            dropped = 1;
+        else if (send(fd, buf, size + 4, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 && errno != EAGAIN)
+            dropped = 1;
+    }
+    free(buf);
+    close(fd);
+    ck_assert_msg(dropped, "a client that never reads was not disconnected");
+    double rtt;
+    ck_assert_int_eq(kvs_ping(other, 16, &rtt), 0);
+    kvs_close(other);
+    ck_assert_int_eq(harness_stop(&own), 0);
+    harness_cleanup(&own);
+}
+END_TEST
+
+START_TEST(test_session_limit)
+{
+    static const char *const extra[] = {"--max-sessions", "2", NULL};
+    harness_t own;
+    ck_assert_int_eq(harness_start(&own, POOL, extra), 0);
+    kvs_options_t o;
+    kvs_client_t *a, *b, *c = NULL;
+    kvs_options_init(&o);
+    o.socket_path = own.socket_path;
+    ck_assert_int_eq(kvs_connect(&o, &a), 0);
+    ck_assert_int_eq(kvs_connect(&o, &b), 0);
+    ck_assert_int_eq(kvs_connect(&o, &c), KVS_ELIMIT);
+    ck_assert_ptr_null(c);
+    kvs_close(a);
+    /* A slot is free again once the daemon has seen the close. */
+    int rc = KVS_ELIMIT;
+    for (int i = 0; i < 500 && rc == KVS_ELIMIT; i++) {
+        rc = kvs_connect(&o, &c);
+        if (rc == KVS_ELIMIT)
+            usleep(10000);
+    }
+    ck_assert_int_eq(rc, 0);
+    kvs_close(b);
+    kvs_close(c);
+    ck_assert_int_eq(harness_stop(&own), 0);
+    harness_cleanup(&own);
+}
+END_TEST
+
+START_TEST(test_timeout_and_reconnect)
+{
+    kvs_options_t o;
+    kvs_client_t *c;
+    uint32_t tokens[2 * BT], got[4];
+    size_t n = 99;
+    kvs_options_init(&o);
+    o.socket_path = h.socket_path;
+    o.timeout_ms = 300;
+    ck_assert_int_eq(kvs_connect(&o, &c), 0);
+    prompt(tokens, 2 * BT, 4);
+    ck_assert_uint_eq(kvs_epoch(c), 1);
+
+    /* A stuck daemon: the call times out, then lookups miss. */
+    kill(h.pid, SIGSTOP);
+    ck_assert_int_eq(kvs_lookup(c, NULL, tokens, 2 * BT, 1, got, 4, &n), KVS_ETIMEDOUT);
+    ck_assert_uint_eq(n, 0);
+    ck_assert_int_eq(kvs_connected(c), 0);
+    ck_assert_ptr_nonnull(strstr(kvs_last_error(c), "did not answer"));
+    kill(h.pid, SIGCONT);
+
+    /* The next call reconnects. */
+    ck_assert_int_eq(kvs_lookup(c, NULL, tokens, 2 * BT, 1, got, 4, &n), 0);
+    ck_assert_int_eq(kvs_connected(c), 1);
+    ck_assert_uint_eq(kvs_epoch(c), 2);
+
+    /* A dead daemon: KVS_ENOTCONN and a miss, without hanging. */
+    ck_assert_int_eq(harness_stop(&h), 0);
+    n = 99;
+    ck_assert_int_eq(kvs_lookup(c, NULL, tokens, 2 * BT, 1, got, 4, &n), KVS_ENOTCONN);
+    ck_assert_uint_eq(n, 0);
+    ck_assert_ptr_nonnull(strstr(kvs_last_error(c), "is kvshared running?"));
+
+    /* Back on the same path: the next call reconnects and maps the new pool. */
+    pid_t pid;
+    ck_assert_int_eq(harness_start_again(&h, POOL, 20000, &pid), -1);
+    h.pid = pid;
+    ck_assert_int_eq(kvs_lookup(c, NULL, tokens, 2 * BT, 1, got, 4, &n), 0);
+    ck_assert_uint_eq(kvs_epoch(c), 3);
+    ck_assert_uint_ne(kvs_pool_base(c), 0);
+    kvs_close(c);
+}
+END_TEST
+
+START_TEST(test_second_daemon_refused_stale_socket_replaced)
+{
+    pid_t pid;
+    /* A live daemon owns the socket: a second one exits with an error. */
+    ck_assert_int_eq(harness_start_again(&h, POOL, 20000, &pid), 1);
+    kvs_client_t *c = client("still-there");
+    kvs_close(c);
+
+    /* A stale socket (its daemon was SIGKILLed) is replaced. */
+    kill(h.pid, SIGKILL);
+    waitpid(h.pid, NULL, 0);
+    struct stat st;
+    ck_assert_int_eq(stat(h.socket_path, &st), 0);
+    ck_assert_int_eq(harness_start_again(&h, POOL, 20000, &pid), -1);
+    h.pid = pid;
+    c = client("after-restart");
+    kvs_close(c);
+}
+END_TEST
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    Suite *s = suite_create("integration");
+    TCase *tc = tcase_create("daemon");
+    tcase_add_checked_fixture(tc, start, stop);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_two_workers_share_a_prefix);
+    tcase_add_test(tc, test_sigkill_releases_holdings);
+    tcase_add_test(tc, test_bad_input);
+    tcase_add_test(tc, test_client_that_stops_reading_is_dropped);
+    tcase_add_test(tc, test_session_limit);
+    tcase_add_test(tc, test_timeout_and_reconnect);
+    tcase_add_test(tc, test_second_daemon_refused_stale_socket_replaced);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

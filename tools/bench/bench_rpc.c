@@ -1,0 +1,673 @@
+/*
+ * bench rpc: Lookup latency and throughput against a real kvshared, next to
+ * a raw Unix-socket ping-pong of the same request and reply sizes measured
+ * in the same run (the floor any RPC over this socket pays).
+ *
+ *   for prompt sizes (64, 4k, 32k tokens) x client processes (1, 4, 16):
+ *     kvs:  each client process loops kvs_lookup (synchronous, no pin) on a
+ *           prompt whose blocks are all cached (a full hit);
+ *     raw:  the same processes send frames of the same size to a trivial
+ *           server that answers each with a frame the size of the Lookup
+ *           reply;
+ *   pipelined: 64-token Lookups written 64 at a time on 1 and 4 connections,
+ *           replies read after each batch.
+ *
+ * Latencies are per round trip (p50, p99 over all clients); throughput is
+ * round trips per second over all clients. Processes are not pinned to CPUs.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "kvshare.h"
+#include "kvshare.pb-c.h"
+
+#define BENCH_BT    16
+#define MAX_CLIENTS 64
+#define MAX_SAMPLES (1u << 20)
+#define PIPE_DEPTH  64
+
+typedef struct bench_cfg {
+    const char *kvshared;
+    const char *socket_path;
+    char dir[64];
+    char kvs_sock[96];
+    char raw_sock[96];
+    double seconds;
+    pid_t daemon_pid;
+} bench_cfg_t;
+
+static double now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+static int cmp_float(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+static void prompt(uint32_t *t, size_t n, uint32_t seed)
+{
+    uint32_t x = seed * 2654435761u + 1;
+    for (size_t i = 0; i < n; i++) {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        t[i] = x % 128000;
+    }
+}
+
+/* --- the daemon --- */
+
+static int start_daemon(bench_cfg_t *b, unsigned blocks)
+{
+    int p[2];
+    if (pipe(p) != 0)
+        return -1;
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        char fd[16], nb[16];
+        close(p[0]);
+        snprintf(fd, sizeof(fd), "%d", p[1]);
+        snprintf(nb, sizeof(nb), "%u", blocks);
+        execl(b->kvshared, b->kvshared, "--socket", b->kvs_sock, "--backend", "host", "--layers",
+              "1", "--kv-heads", "1", "--head-dim", "8", "--dtype", "fp16", "--block-tokens", "16",
+              "--pool-blocks", nb, "--max-frame", "64M", "--ready-fd", fd, "--log-level", "warn",
+              (char *)NULL);
+        fprintf(stderr, "bench rpc: cannot run %s: %s\n", b->kvshared, strerror(errno));
+        _exit(127);
+    }
+    close(p[1]);
+    char buf[8] = {0};
+    struct pollfd pfd = {.fd = p[0], .events = POLLIN};
+    int ok = poll(&pfd, 1, 30000) == 1 && read(p[0], buf, 6) == 6 && memcmp(buf, "READY\n", 6) == 0;
+    close(p[0]);
+    if (!ok) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        return -1;
+    }
+    b->daemon_pid = pid;
+    return 0;
+}
+
+/* --- the raw ping-pong server: answers each frame with reply_len bytes --- */
+
+static void raw_server(int lfd, size_t reply_len)
+{
+    struct pollfd fds[MAX_CLIENTS + 1];
+    uint8_t *bufs[MAX_CLIENTS + 1] = {0};
+    size_t have[MAX_CLIENTS + 1] = {0}, cap = 1 << 20;
+    int n = 1;
+    uint8_t *reply = calloc(1, reply_len + 4);
+    reply[0] = (uint8_t)reply_len;
+    reply[1] = (uint8_t)(reply_len >> 8);
+    reply[2] = (uint8_t)(reply_len >> 16);
+    fds[0].fd = lfd;
+    fds[0].events = POLLIN;
+    for (;;) {
+        if (poll(fds, (nfds_t)n, -1) < 0)
+            continue;
+        if (fds[0].revents & POLLIN) {
+            int cfd = accept(lfd, NULL, NULL);
+            if (cfd >= 0 && n <= MAX_CLIENTS) {
+                fds[n].fd = cfd;
+                fds[n].events = POLLIN;
+                bufs[n] = malloc(cap);
+                have[n] = 0;
+                n++;
+            }
+        }
+        for (int i = 1; i < n; i++) {
+            if (!(fds[i].revents & (POLLIN | POLLHUP)))
+                continue;
+            ssize_t r = read(fds[i].fd, bufs[i] + have[i], cap - have[i]);
+            if (r <= 0) {
+                close(fds[i].fd);
+                free(bufs[i]);
+                fds[i] = fds[n - 1];
+                bufs[i] = bufs[n - 1];
+                have[i] = have[n - 1];
+                n--;
+                i--;
+                continue;
+            }
+            have[i] += (size_t)r;
+            size_t off = 0;
+            while (have[i] - off >= 4) {
+                const uint8_t *p = bufs[i] + off;
+                size_t len = p[0] | p[1] << 8 | p[2] << 16 | (size_t)p[3] << 24;
+                if (have[i] - off < 4 + len)
+                    break;
+                off += 4 + len;
+                size_t w = 0;
+                while (w < reply_len + 4) {
+                    ssize_t k = write(fds[i].fd, reply + w, reply_len + 4 - w);
+                    if (k <= 0)
+                        break;
+                    w += (size_t)k;
+                }
+            }
+            memmove(bufs[i], bufs[i] + off, have[i] - off);
+            have[i] -= off;
+        }
+    }
+}
+
+static pid_t start_raw_server(bench_cfg_t *b, size_t reply_len)
+{
+    unlink(b->raw_sock);
+    int lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", b->raw_sock);
+    if (lfd < 0 || bind(lfd, (struct sockaddr *)&addr, sizeof(addr)) != 0 || listen(lfd, 128))
+        return -1;
+    pid_t pid = fork();
+    if (pid == 0)
+        raw_server(lfd, reply_len);
+    close(lfd);
+    return pid;
+}
+
+static int raw_connect(const char *path)
+{
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path);
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0)
+        return -1;
+    return fd;
+}
+
+static int write_all(int fd, const uint8_t *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w <= 0)
+            return -1;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static int read_all(int fd, uint8_t *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t r = read(fd, p, n);
+        if (r <= 0)
+            return -1;
+        p += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+/* --- one measured cell: `clients` processes, each looping for `seconds` --- */
+
+typedef struct shared_results {
+    uint32_t count[MAX_CLIENTS];
+    int failed;
+    float samples[]; /* MAX_CLIENTS x per_client */
+} shared_results_t;
+
+typedef struct cell {
+    double p50_us, p99_us, per_sec;
+} cell_t;
+
+typedef enum mode { MODE_KVS, MODE_RAW } mode_t_;
+
+/* The Lookup request frame for tokens, for sizing the raw ping-pong. */
+static size_t lookup_request_bytes(const uint32_t *tokens, size_t n)
+{
+    Kvshare__Request req = KVSHARE__REQUEST__INIT;
+    Kvshare__LookupRequest lk = KVSHARE__LOOKUP_REQUEST__INIT;
+    lk.tokens.data = (uint8_t *)tokens;
+    lk.tokens.len = n * 4;
+    lk.ns = "";
+    req.rpc_case = KVSHARE__REQUEST__RPC_LOOKUP;
+    req.lookup = &lk;
+    req.id = 1000000;
+    return kvshare__request__get_packed_size(&req);
+}
+
+static size_t lookup_reply_bytes(size_t n_blocks, uint32_t first_id)
+{
+    uint32_t *ids = malloc((n_blocks ? n_blocks : 1) * sizeof(uint32_t));
+    for (size_t i = 0; i < n_blocks; i++)
+        ids[i] = first_id + (uint32_t)i;
+    Kvshare__Response resp = KVSHARE__RESPONSE__INIT;
+    Kvshare__LookupReply lr = KVSHARE__LOOKUP_REPLY__INIT;
+    lr.block_ids = ids;
+    lr.n_block_ids = n_blocks;
+    lr.hit_tokens = (uint32_t)(n_blocks * BENCH_BT);
+    resp.rpc_case = KVSHARE__RESPONSE__RPC_LOOKUP;
+    resp.lookup = &lr;
+    resp.id = 1000000;
+    size_t size = kvshare__response__get_packed_size(&resp);
+    free(ids);
+    return size;
+}
+
+static void client_loop(const bench_cfg_t *b, mode_t_ mode, const uint32_t *tokens, size_t n_tokens,
+                        size_t request_bytes, size_t reply_bytes, int go_fd, shared_results_t *res,
+                        int idx, uint32_t per_client, double seconds)
+{
+    kvs_client_t *c = NULL;
+    int fd = -1;
+    uint8_t *req = NULL, *reply = NULL;
+    uint32_t *ids = malloc((n_tokens / BENCH_BT + 1) * sizeof(uint32_t));
+    size_t n_ids;
+    if (mode == MODE_KVS) {
+        kvs_options_t o;
+        kvs_options_init(&o);
+        o.socket_path = b->kvs_sock;
+        o.timeout_ms = 10000;
+        o.flags = KVS_NO_MAP;
+        if (kvs_connect(&o, &c) != 0)
+            goto fail;
+    } else {
+        fd = raw_connect(b->raw_sock);
+        req = calloc(1, request_bytes + 4);
+        reply = malloc(reply_bytes + 4);
+        if (fd < 0 || !req || !reply)
+            goto fail;
+        req[0] = (uint8_t)request_bytes;
+        req[1] = (uint8_t)(request_bytes >> 8);
+        req[2] = (uint8_t)(request_bytes >> 16);
+    }
+    char go;
+    if (read(go_fd, &go, 1) != 1)
+        goto fail;
+    double end = now_us() + seconds * 1e6;
+    uint32_t k = 0;
+    float *out = res->samples + (size_t)idx * per_client;
+    for (;;) {
+        double t0 = now_us();
+        if (mode == MODE_KVS) {
+            if (kvs_lookup(c, NULL, tokens, n_tokens, 0, ids, n_tokens / BENCH_BT + 1, &n_ids) ||
+                n_ids != n_tokens / BENCH_BT)
+                goto fail;
+        } else {
+            if (write_all(fd, req, request_bytes + 4) || read_all(fd, reply, reply_bytes + 4))
+                goto fail;
+        }
+        double t1 = now_us();
+        if (k < per_client)
+            out[k++] = (float)(t1 - t0);
+        if (t1 >= end)
+            break;
+    }
+    res->count[idx] = k;
+    kvs_close(c);
+    _exit(0);
+fail:
+    res->failed = 1;
+    _exit(1);
+}
+
+/* Samples of one cell, accumulated over its rounds. */
+typedef struct samples {
+    float *v;
+    size_t n, cap;
+    double elapsed_s;
+} samples_t;
+
+static int samples_add(samples_t *acc, const float *v, size_t n)
+{
+    if (acc->n + n > acc->cap) {
+        size_t cap = acc->cap ? acc->cap : 65536;
+        while (cap < acc->n + n)
+            cap *= 2;
+        float *p = realloc(acc->v, cap * sizeof(float));
+        if (!p)
+            return -1;
+        acc->v = p;
+        acc->cap = cap;
+    }
+    memcpy(acc->v + acc->n, v, n * sizeof(float));
+    acc->n += n;
+    return 0;
+}
+
+static void samples_result(samples_t *acc, cell_t *out)
+{
+    qsort(acc->v, acc->n, sizeof(float), cmp_float);
+    out->p50_us = acc->n ? acc->v[acc->n / 2] : 0;
+    out->p99_us = acc->n ? acc->v[(size_t)((double)acc->n * 0.99)] : 0;
+    out->per_sec = (double)acc->n / (acc->elapsed_s > 0 ? acc->elapsed_s : 1);
+}
+
+/* One round of a cell: `clients` processes for `seconds`; their round-trip
+ * times are appended to acc. */
+static int run_round(const bench_cfg_t *b, mode_t_ mode, const uint32_t *tokens, size_t n_tokens,
+                     int clients, double seconds, samples_t *acc)
+{
+    uint32_t per_client = MAX_SAMPLES / (uint32_t)clients;
+    size_t bytes = sizeof(shared_results_t) + (size_t)MAX_SAMPLES * sizeof(float);
+    shared_results_t *res =
+        mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (res == MAP_FAILED)
+        return -1;
+    memset(res, 0, sizeof(*res));
+    size_t request_bytes = lookup_request_bytes(tokens, n_tokens);
+    size_t reply_bytes = lookup_reply_bytes(n_tokens / BENCH_BT, 1000);
+    pid_t server = -1;
+    if (mode == MODE_RAW && (server = start_raw_server((bench_cfg_t *)b, reply_bytes)) < 0) {
+        munmap(res, bytes);
+        return -1;
+    }
+    int go[2];
+    if (pipe(go) != 0)
+        return -1;
+    pid_t pids[MAX_CLIENTS];
+    for (int i = 0; i < clients; i++) {
+        pids[i] = fork();
+        if (pids[i] == 0) {
+            close(go[1]);
+            client_loop(b, mode, tokens, n_tokens, request_bytes, reply_bytes, go[0], res, i,
+                        per_client, seconds);
+        }
+    }
+    close(go[0]);
+    usleep(100000); /* let every client connect */
+    double t0 = now_us();
+    for (int i = 0; i < clients; i++)
+        if (write(go[1], "g", 1) != 1)
+            res->failed = 1;
+    close(go[1]);
+    for (int i = 0; i < clients; i++)
+        waitpid(pids[i], NULL, 0);
+    acc->elapsed_s += (now_us() - t0) / 1e6;
+    if (server > 0) {
+        kill(server, SIGKILL);
+        waitpid(server, NULL, 0);
+    }
+    int rc = res->failed ? -1 : 0;
+    for (int i = 0; i < clients && rc == 0; i++)
+        if (samples_add(acc, res->samples + (size_t)i * per_client, res->count[i]) != 0)
+            rc = -1;
+    munmap(res, bytes);
+    return rc;
+}
+
+/* Pipelined: `depth` Lookups written at once per connection, replies read after. */
+static int run_pipelined(const bench_cfg_t *b, const uint32_t *tokens, size_t n_tokens, int conns,
+                         double *per_sec)
+{
+    size_t bytes = sizeof(shared_results_t);
+    shared_results_t *res =
+        mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    memset(res, 0, bytes);
+    int go[2];
+    if (pipe(go) != 0)
+        return -1;
+    pid_t pids[MAX_CLIENTS];
+    for (int i = 0; i < conns; i++) {
+        pids[i] = fork();
+        if (pids[i] != 0)
+            continue;
+        close(go[1]);
+        int fd = raw_connect(b->kvs_sock);
+        Kvshare__Request req = KVSHARE__REQUEST__INIT;
+        Kvshare__LookupRequest lk = KVSHARE__LOOKUP_REQUEST__INIT;
+        lk.tokens.data = (uint8_t *)tokens;
+        lk.tokens.len = n_tokens * 4;
+        req.rpc_case = KVSHARE__REQUEST__RPC_LOOKUP;
+        req.lookup = &lk;
+        size_t one = kvshare__request__get_packed_size(&req) + 4;
+        uint8_t *batch = malloc(one * PIPE_DEPTH + 16 * PIPE_DEPTH), *in = malloc(1 << 20);
+        size_t blen = 0;
+        for (int d = 0; d < PIPE_DEPTH; d++) {
+            req.id = (uint64_t)d + 1;
+            size_t sz = kvshare__request__get_packed_size(&req);
+            batch[blen] = (uint8_t)sz;
+            batch[blen + 1] = (uint8_t)(sz >> 8);
+            batch[blen + 2] = (uint8_t)(sz >> 16);
+            batch[blen + 3] = (uint8_t)(sz >> 24);
+            kvshare__request__pack(&req, batch + blen + 4);
+            blen += sz + 4;
+        }
+        char g;
+        if (fd < 0 || read(go[0], &g, 1) != 1)
+            _exit(1);
+        double end = now_us() + b->seconds * 1e6;
+        uint32_t done = 0;
+        size_t have = 0;
+        while (now_us() < end) {
+            if (write_all(fd, batch, blen))
+                _exit(1);
+            int got = 0;
+            while (got < PIPE_DEPTH) {
+                ssize_t r = read(fd, in + have, (1 << 20) - have);
+                if (r <= 0)
+                    _exit(1);
+                have += (size_t)r;
+                size_t off = 0;
+                while (have - off >= 4) {
+                    size_t len =
+                        in[off] | in[off + 1] << 8 | in[off + 2] << 16 | (size_t)in[off + 3] << 24;
+                    if (have - off < 4 + len)
+                        break;
+                    if (done == 0 && got == 0) {
+                        /* The first reply must be a full hit, not an error. */
+                        Kvshare__Response *r = kvshare__response__unpack(NULL, len, in + off + 4);
+                        int good = r && r->status == 0 && r->lookup &&
+                                   r->lookup->n_block_ids == n_tokens / BENCH_BT;
+                        if (r)
+                            kvshare__response__free_unpacked(r, NULL);
+                        if (!good)
+                            _exit(2);
+                    }
+                    off += 4 + len;
+                    got++;
+                }
+                memmove(in, in + off, have - off);
+                have -= off;
+            }
+            done += PIPE_DEPTH;
+        }
+        res->count[i] = done;
+        _exit(0);
+    }
+    close(go[0]);
+    usleep(200000);
+    double t0 = now_us();
+    for (int i = 0; i < conns; i++)
+        if (write(go[1], "g", 1) != 1)
+            res->failed = 1;
+    close(go[1]);
+    int ok = 1;
+    for (int i = 0; i < conns; i++) {
+        int st;
+        waitpid(pids[i], &st, 0);
+        ok &= WIFEXITED(st) && WEXITSTATUS(st) == 0;
+    }
+    double elapsed = (now_us() - t0) / 1e6;
+    uint64_t total = 0;
+    for (int i = 0; i < conns; i++)
+        total += res->count[i];
+    *per_sec = (double)total / elapsed;
+    munmap(res, bytes);
+    return ok ? 0 : -1;
+}
+
+/* Commits the prompt so that every Lookup of it is a full hit. */
+static int warm(const bench_cfg_t *b, const uint32_t *tokens, size_t n_tokens)
+{
+    kvs_options_t o;
+    kvs_client_t *c;
+    size_t nb = n_tokens / BENCH_BT, done;
+    kvs_options_init(&o);
+    o.socket_path = b->kvs_sock;
+    o.timeout_ms = 10000;
+    o.flags = KVS_NO_MAP;
+    if (kvs_connect(&o, &c) != 0)
+        return -1;
+    uint32_t *ids = malloc(nb * sizeof(uint32_t)), *can = malloc(nb * sizeof(uint32_t));
+    int rc = kvs_alloc(c, NULL, (uint32_t)nb, ids);
+    if (rc == 0)
+        rc = kvs_commit(c, NULL, tokens, n_tokens, ids, nb, can, &done);
+    if (rc == 0)
+        rc = kvs_release(c, can, nb, NULL); /* cached, unpinned */
+    if (rc != 0)
+        fprintf(stderr, "bench rpc: warming a %zu-token prompt: %s\n", n_tokens, kvs_last_error(c));
+    free(ids);
+    free(can);
+    kvs_close(c);
+    return rc;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: kvshare-bench rpc [--kvshared PATH] [--seconds S] [--rounds N] [--quick]\n"
+               "\n"
+               "Starts kvshared (host backend) on a temporary socket and measures Lookup\n"
+               "latency and throughput with 1, 4, 16 client processes for 64-, 4k- and\n"
+               "32k-token prompts, next to a raw Unix-socket ping-pong of the same sizes,\n"
+               "plus pipelined Lookups. Each cell runs S seconds (default 2) per side, in N\n"
+               "alternating rounds (default 5). --quick: 64 and 4k tokens, 1 and 16 clients.\n");
+}
+
+static const char *default_kvshared(char *buf, size_t len)
+{
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n <= 0)
+        return "kvshared";
+    self[n] = '\0';
+    char *slash = strrchr(self, '/');
+    if (slash)
+        *slash = '\0';
+    /* build/tools/bench/<bench> -> build/daemon/kvshared */
+    snprintf(buf, len, "%s/../../daemon/kvshared", self);
+    return buf;
+}
+
+int bench_rpc_main(int argc, char **argv)
+{
+    bench_cfg_t b;
+    char kvshared[PATH_MAX + 32];
+    int quick = 0, rounds = 5;
+    memset(&b, 0, sizeof(b));
+    b.seconds = 2.0;
+    b.kvshared = default_kvshared(kvshared, sizeof(kvshared));
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--kvshared") == 0 && i + 1 < argc) {
+            b.kvshared = argv[++i];
+        } else if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc) {
+            b.seconds = strtod(argv[++i], NULL);
+        } else if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc) {
+            rounds = atoi(argv[++i]);
+        } else if (strcmp(argv[i], "--quick") == 0) {
+            quick = 1;
+        } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+            usage(stdout);
+            return 0;
+        } else {
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (b.seconds <= 0 || b.seconds > 600 || rounds < 1 || rounds > 100) {
+        fprintf(stderr, "bench rpc: --seconds takes 0 to 600, --rounds 1 to 100\n");
+        return 2;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    snprintf(b.dir, sizeof(b.dir), "/tmp/kvs-bench-XXXXXX");
+    if (!mkdtemp(b.dir))
+        return 1;
+    snprintf(b.kvs_sock, sizeof(b.kvs_sock), "%s/kvshared.sock", b.dir);
+    snprintf(b.raw_sock, sizeof(b.raw_sock), "%s/raw.sock", b.dir);
+
+    static const size_t sizes[] = {64, 4096, 32768};
+    static const int client_counts[] = {1, 4, 16};
+    size_t n_sizes = quick ? 2 : 3;
+    int rc = 0;
+    /* Every prompt's blocks at once, with room to spare. */
+    if (start_daemon(&b, 8192) != 0) {
+        fprintf(stderr, "bench rpc: kvshared (%s) did not start; give --kvshared PATH\n",
+                b.kvshared);
+        rmdir(b.dir);
+        return 1;
+    }
+    uint32_t *tokens[3];
+    for (size_t s = 0; s < n_sizes; s++) {
+        tokens[s] = malloc(sizes[s] * sizeof(uint32_t));
+        prompt(tokens[s], sizes[s], (uint32_t)s + 1);
+        if (warm(&b, tokens[s], sizes[s]) != 0)
+            rc = 1;
+    }
+    printf("# kvs = kvs_lookup (full hit, no pin); raw = Unix-socket ping-pong, same frame "
+           "sizes\n");
+    printf("%-7s %-7s %9s %9s %9s %9s %11s %11s %7s %7s\n", "tokens", "clients", "kvs p50",
+           "kvs p99", "raw p50", "raw p99", "kvs/s", "raw/s", "p50 x", "p99 x");
+    for (size_t s = 0; s < n_sizes && rc == 0; s++) {
+        for (size_t ci = 0; ci < 3; ci++) {
+            int clients = client_counts[ci];
+            if (quick && clients == 4)
+                continue;
+            /* kvs and raw alternate in short rounds, so that the machine's
+             * drift (other load, frequency) falls on both alike. */
+            samples_t ks = {0}, rs = {0};
+            cell_t kvs, raw;
+            for (int r = 0; r < rounds && rc == 0; r++) {
+                if (run_round(&b, MODE_KVS, tokens[s], sizes[s], clients, b.seconds / rounds,
+                              &ks) != 0 ||
+                    run_round(&b, MODE_RAW, tokens[s], sizes[s], clients, b.seconds / rounds,
+                              &rs) != 0) {
+                    fprintf(stderr, "bench rpc: a client failed (%zu tokens, %d clients)\n",
+                            sizes[s], clients);
+                    rc = 1;
+                }
+            }
+            samples_result(&ks, &kvs);
+            samples_result(&rs, &raw);
+            free(ks.v);
+            free(rs.v);
+            if (rc != 0)
+                break;
+            printf("%-7zu %-7d %7.1fus %7.1fus %7.1fus %7.1fus %11.0f %11.0f %7.2f %7.2f\n",
+                   sizes[s], clients, kvs.p50_us, kvs.p99_us, raw.p50_us, raw.p99_us, kvs.per_sec,
+                   raw.per_sec, kvs.p50_us / raw.p50_us, kvs.p99_us / raw.p99_us);
+            fflush(stdout);
+        }
+    }
+    for (int conns = 1; conns <= 4 && rc == 0; conns *= 4) {
+        double per_sec;
+        if (run_pipelined(&b, tokens[0], 64, conns, &per_sec) != 0) {
+            fprintf(stderr, "bench rpc: pipelined run failed\n");
+            rc = 1;
+            break;
+        }
+        printf("pipelined: 64-token Lookups, %d connection%s x %d in flight: %.0f per second\n",
+               conns, conns > 1 ? "s" : "", PIPE_DEPTH, per_sec);
+    }
+    for (size_t s = 0; s < n_sizes; s++)
+        free(tokens[s]);
+    kill(b.daemon_pid, SIGTERM);
+    waitpid(b.daemon_pid, NULL, 0);
+    unlink(b.raw_sock);
+    rmdir(b.dir);
+    return rc;
+}

@@ -1,0 +1,108 @@
+#include "cmd_common.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+int cli_conn_flag(cli_conn_t *conn, int argc, char **argv, int *i, const char *cmd)
+{
+    const char *flag = argv[*i];
+    if (strcmp(flag, "--socket") != 0 && strcmp(flag, "--timeout") != 0)
+        return 0;
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "kvshare %s: %s needs a value\n", cmd, flag);
+        return -1;
+    }
+    const char *v = argv[++*i];
+    if (strcmp(flag, "--socket") == 0) {
+        conn->socket_path = v;
+        return 1;
+    }
+    char *end;
+    errno = 0;
+    long ms = strtol(v, &end, 10);
+    if (errno || *end || ms <= 0 || ms > 3600000) {
+        fprintf(stderr, "kvshare %s: --timeout takes milliseconds (1 to 3600000), not '%s'\n", cmd,
+                v);
+        return -1;
+    }
+    conn->timeout_ms = (int)ms;
+    return 1;
+}
+
+kvs_client_t *cli_connect(const cli_conn_t *conn, const char *cmd)
+{
+    kvs_options_t o;
+    kvs_client_t *c = NULL;
+    kvs_options_init(&o);
+    o.socket_path = conn->socket_path;
+    o.timeout_ms = conn->timeout_ms > 0 ? conn->timeout_ms : 2000;
+    o.worker_name = "kvshare-cli";
+    /* Lazy, so that a failed connect still explains itself in kvs_last_error. */
+    o.flags = KVS_NO_MAP | KVS_LAZY;
+    int rc = kvs_connect(&o, &c);
+    if (rc != 0) {
+        fprintf(stderr, "kvshare %s: %s\n", cmd, kvs_strerror(rc));
+        return NULL;
+    }
+    if (!kvs_connected(c)) {
+        char path[256] = "";
+        if (!conn->socket_path)
+            kvs_default_socket_path(path, sizeof(path));
+        fprintf(stderr, "kvshare %s: %s\n", cmd, kvs_last_error(c));
+        fprintf(stderr,
+                "  (start kvshared, or point to its socket with --socket PATH or "
+                "$KVSHARE_SOCKET%s%s)\n",
+                path[0] ? "; default " : "", path);
+        kvs_close(c);
+        return NULL;
+    }
+    return c;
+}
+
+const char *cli_bytes(uint64_t bytes, char *buf, size_t len)
+{
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    double v = (double)bytes;
+    int u = 0;
+    while (v >= 1024 && u < 5) {
+        v /= 1024;
+        u++;
+    }
+    if (u == 0)
+        snprintf(buf, len, "%llu B", (unsigned long long)bytes);
+    else
+        snprintf(buf, len, "%.1f %s", v, units[u]);
+    return buf;
+}
+
+const char *cli_duration(uint64_t ms, char *buf, size_t len)
+{
+    uint64_t s = ms / 1000;
+    if (s >= 86400)
+        snprintf(buf, len, "%llud%02lluh", (unsigned long long)(s / 86400),
+                 (unsigned long long)(s % 86400 / 3600));
+    else if (s >= 3600)
+        snprintf(buf, len, "%lluh%02llum", (unsigned long long)(s / 3600),
+                 (unsigned long long)(s % 3600 / 60));
+    else if (s >= 60)
+        snprintf(buf, len, "%llum%02llus", (unsigned long long)(s / 60),
+                 (unsigned long long)(s % 60));
+    else
+        snprintf(buf, len, "%llus", (unsigned long long)s);
+    return buf;
+}
+
+void cli_json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(f, "\\%c", *p);
+        else if (*p < 0x20)
+            fprintf(f, "\\u%04x", *p);
+        else
+            fputc(*p, f);
+    }
+    fputc('"', f);
+}

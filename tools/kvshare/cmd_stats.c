@@ -1,0 +1,137 @@
+/*
+ * kvshare stats: the daemon's pool, index and traffic counters, for a person
+ * (a few aligned lines and a namespace table) or a script (--json).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cmd_common.h"
+
+static double pct(uint64_t part, uint64_t whole)
+{
+    return whole ? 100.0 * (double)part / (double)whole : 0.0;
+}
+
+static const char *backend_name(kvs_backend_t b)
+{
+    return b == KVS_BACKEND_CUDA ? "cuda" : b == KVS_BACKEND_HOST ? "host" : "?";
+}
+
+void cli_print_stats(FILE *f, const kvs_stats_t *s)
+{
+    char a[32], b[32], up[32];
+    fprintf(f, "backend   %s, up %s\n", backend_name(s->backend),
+            cli_duration(s->uptime_ms, up, sizeof(up)));
+    fprintf(f, "pool      %u blocks x %s = %s (%u tokens per block)\n", s->total_blocks,
+            cli_bytes(s->block_bytes, a, sizeof(a)), cli_bytes(s->pool_bytes, b, sizeof(b)),
+            s->block_tokens);
+    fprintf(f, "blocks    free %u (%.1f%%)  writing %u  cached %u  pinned %u  used %.1f%%\n",
+            s->free_blocks, pct(s->free_blocks, s->total_blocks), s->writing_blocks,
+            s->cached_blocks, s->pinned_blocks,
+            pct(s->total_blocks - s->free_blocks, s->total_blocks));
+    fprintf(f, "index     %s, %llu evictions, %llu alloc failures (pool full)\n",
+            cli_bytes(s->index_bytes, a, sizeof(a)), (unsigned long long)s->evictions,
+            (unsigned long long)s->alloc_failures);
+    fprintf(f, "sessions  %u open, %llu since start\n", s->sessions,
+            (unsigned long long)s->sessions_total);
+    fprintf(f, "requests  %llu, %llu errors, %llu refused frames, in %s, out %s\n",
+            (unsigned long long)s->requests, (unsigned long long)s->errors,
+            (unsigned long long)s->protocol_errors, cli_bytes(s->bytes_in, a, sizeof(a)),
+            cli_bytes(s->bytes_out, b, sizeof(b)));
+    if (s->n_namespaces == 0) {
+        fprintf(f, "\nno namespace yet (no lookup or commit so far)\n");
+        return;
+    }
+    fprintf(f, "\n%-20s %10s %12s %12s %8s %8s %8s %8s\n", "NAMESPACE", "LOOKUPS", "TOKENS",
+            "HIT TOKENS", "HIT %", "CACHED", "PINNED", "EVICTED");
+    for (size_t i = 0; i < s->n_namespaces; i++) {
+        const kvs_ns_stats_t *n = &s->namespaces[i];
+        fprintf(f, "%-20s %10llu %12llu %12llu %7.1f%% %8u %8u %8llu\n", n->name,
+                (unsigned long long)n->lookups, (unsigned long long)n->lookup_tokens,
+                (unsigned long long)n->hit_tokens, pct(n->hit_tokens, n->lookup_tokens),
+                n->cached_blocks, n->pinned_blocks, (unsigned long long)n->evicted_blocks);
+    }
+}
+
+static void print_json(FILE *f, const kvs_stats_t *s)
+{
+    fprintf(f,
+            "{\"backend\":\"%s\",\"uptime_ms\":%llu,\"block_tokens\":%u,\"block_bytes\":%llu,"
+            "\"pool_bytes\":%llu,\"blocks\":{\"total\":%u,\"free\":%u,\"writing\":%u,"
+            "\"cached\":%u,\"pinned\":%u},\"evictions\":%llu,\"alloc_failures\":%llu,"
+            "\"index_bytes\":%llu,\"sessions\":%u,\"sessions_total\":%llu,\"requests\":%llu,"
+            "\"errors\":%llu,\"protocol_errors\":%llu,\"bytes_in\":%llu,\"bytes_out\":%llu,"
+            "\"namespaces\":[",
+            backend_name(s->backend), (unsigned long long)s->uptime_ms, s->block_tokens,
+            (unsigned long long)s->block_bytes, (unsigned long long)s->pool_bytes, s->total_blocks,
+            s->free_blocks, s->writing_blocks, s->cached_blocks, s->pinned_blocks,
+            (unsigned long long)s->evictions, (unsigned long long)s->alloc_failures,
+            (unsigned long long)s->index_bytes, s->sessions, (unsigned long long)s->sessions_total,
+            (unsigned long long)s->requests, (unsigned long long)s->errors,
+            (unsigned long long)s->protocol_errors, (unsigned long long)s->bytes_in,
+            (unsigned long long)s->bytes_out);
+    for (size_t i = 0; i < s->n_namespaces; i++) {
+        const kvs_ns_stats_t *n = &s->namespaces[i];
+        fprintf(f, "%s{\"name\":", i ? "," : "");
+        cli_json_string(f, n->name);
+        fprintf(f,
+                ",\"lookups\":%llu,\"lookup_tokens\":%llu,\"hit_tokens\":%llu,"
+                "\"hit_rate\":%.4f,\"inserted_blocks\":%llu,\"duplicate_blocks\":%llu,"
+                "\"evicted_blocks\":%llu,\"cached_blocks\":%u,\"pinned_blocks\":%u,"
+                "\"quota\":%u,\"reserve\":%u}",
+                (unsigned long long)n->lookups, (unsigned long long)n->lookup_tokens,
+                (unsigned long long)n->hit_tokens, pct(n->hit_tokens, n->lookup_tokens) / 100.0,
+                (unsigned long long)n->inserted_blocks, (unsigned long long)n->duplicate_blocks,
+                (unsigned long long)n->evicted_blocks, n->cached_blocks, n->pinned_blocks, n->quota,
+                n->reserve);
+    }
+    fprintf(f, "]}\n");
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: kvshare stats [--json] [--socket PATH] [--timeout MS]\n"
+               "\n"
+               "Pool usage, blocks free/writing/cached/pinned, evictions, sessions, and per\n"
+               "namespace lookups and hit rate in tokens.\n");
+}
+
+int kvshare_cmd_stats(int argc, char **argv)
+{
+    cli_conn_t conn = {0};
+    int json = 0;
+    for (int i = 1; i < argc; i++) {
+        int r = cli_conn_flag(&conn, argc, argv, &i, "stats");
+        if (r < 0)
+            return 2;
+        if (r > 0)
+            continue;
+        if (strcmp(argv[i], "--json") == 0) {
+            json = 1;
+        } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+            usage(stdout);
+            return 0;
+        } else {
+            fprintf(stderr, "kvshare stats: unknown option '%s'\n", argv[i]);
+            usage(stderr);
+            return 2;
+        }
+    }
+    kvs_client_t *c = cli_connect(&conn, "stats");
+    if (!c)
+        return 1;
+    kvs_stats_t s;
+    int rc = kvs_stats(c, &s);
+    if (rc != 0) {
+        fprintf(stderr, "kvshare stats: %s\n", kvs_last_error(c));
+        kvs_close(c);
+        return 1;
+    }
+    if (json)
+        print_json(stdout, &s);
+    else
+        cli_print_stats(stdout, &s);
+    kvs_stats_free(&s);
+    kvs_close(c);
+    return 0;
+}

@@ -1,0 +1,124 @@
+/*
+ * kvshare top: the stats view refreshed every --interval seconds, with the
+ * rates since the previous refresh. Ctrl-C ends it; --count N stops after N
+ * refreshes (scripts, tests). Not a terminal: no screen clearing.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cmd_common.h"
+
+static volatile sig_atomic_t stop_requested;
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    stop_requested = 1;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: kvshare top [--interval SECONDS] [--count N] [--socket PATH] "
+               "[--timeout MS]\n"
+               "\n"
+               "The stats view, refreshed (default every 1 s), with request, lookup and\n"
+               "eviction rates and the hit rate over the last interval.\n");
+}
+
+static void totals(const kvs_stats_t *s, uint64_t *lookups, uint64_t *asked, uint64_t *hit)
+{
+    *lookups = *asked = *hit = 0;
+    for (size_t i = 0; i < s->n_namespaces; i++) {
+        *lookups += s->namespaces[i].lookups;
+        *asked += s->namespaces[i].lookup_tokens;
+        *hit += s->namespaces[i].hit_tokens;
+    }
+}
+
+int kvshare_cmd_top(int argc, char **argv)
+{
+    cli_conn_t conn = {0};
+    double interval = 1.0;
+    long count = 0;
+    for (int i = 1; i < argc; i++) {
+        int r = cli_conn_flag(&conn, argc, argv, &i, "top");
+        if (r < 0)
+            return 2;
+        if (r > 0)
+            continue;
+        if (strcmp(argv[i], "--interval") == 0 && i + 1 < argc) {
+            interval = strtod(argv[++i], NULL);
+            if (interval < 0.05 || interval > 3600) {
+                fprintf(stderr, "kvshare top: --interval takes 0.05 to 3600 seconds\n");
+                return 2;
+            }
+        } else if (strcmp(argv[i], "--count") == 0 && i + 1 < argc) {
+            count = strtol(argv[++i], NULL, 10);
+            if (count <= 0) {
+                fprintf(stderr, "kvshare top: --count takes a positive number\n");
+                return 2;
+            }
+        } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+            usage(stdout);
+            return 0;
+        } else {
+            fprintf(stderr, "kvshare top: unknown option '%s'\n", argv[i]);
+            usage(stderr);
+            return 2;
+        }
+    }
+    kvs_client_t *c = cli_connect(&conn, "top");
+    if (!c)
+        return 1;
+    signal(SIGINT, on_sigint);
+    int tty = isatty(STDOUT_FILENO);
+    kvs_stats_t prev;
+    int have_prev = 0, rc = 0;
+    struct timespec t_prev = {0}, t_now;
+    memset(&prev, 0, sizeof(prev));
+    for (long n = 0; !stop_requested && (count == 0 || n < count); n++) {
+        kvs_stats_t s;
+        if (kvs_stats(c, &s) != 0) {
+            fprintf(stderr, "kvshare top: %s\n", kvs_last_error(c));
+            rc = 1;
+            break;
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t_now);
+        if (tty)
+            fputs("\033[H\033[2J", stdout);
+        else if (n > 0)
+            fputs("\n", stdout);
+        cli_print_stats(stdout, &s);
+        if (have_prev) {
+            double dt = (double)(t_now.tv_sec - t_prev.tv_sec) +
+                        (double)(t_now.tv_nsec - t_prev.tv_nsec) / 1e9;
+            uint64_t l0, a0, h0, l1, a1, h1;
+            totals(&prev, &l0, &a0, &h0);
+            totals(&s, &l1, &a1, &h1);
+            fprintf(stdout,
+                    "\nlast %.1fs: %.0f requests/s, %.0f lookups/s, hit rate %.1f%% of %llu "
+                    "tokens, %.0f evictions/s\n",
+                    dt, (double)(s.requests - prev.requests) / dt, (double)(l1 - l0) / dt,
+                    a1 > a0 ? 100.0 * (double)(h1 - h0) / (double)(a1 - a0) : 0.0,
+                    (unsigned long long)(a1 - a0), (double)(s.evictions - prev.evictions) / dt);
+        }
+        fflush(stdout);
+        kvs_stats_free(&prev);
+        prev = s;
+        have_prev = 1;
+        t_prev = t_now;
+        if (count && n + 1 >= count)
+            break;
+        struct timespec sl = {(time_t)interval,
+                              (long)((interval - (double)(time_t)interval) * 1e9)};
+        nanosleep(&sl, NULL);
+    }
+    kvs_stats_free(&prev);
+    kvs_close(c);
+    signal(SIGINT, SIG_DFL);
+    return rc;
+}

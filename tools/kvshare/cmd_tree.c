@@ -1,0 +1,89 @@
+/*
+ * kvshare tree: the top prefixes of the index, by hits (default) or by size:
+ * their length in tokens, cached blocks under them, hits, pins and age (index
+ * operations since last use, relative to the most recent row).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cmd_common.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: kvshare tree [--ns NAME] [--by-size] [--max N] [--json] [--socket PATH] "
+               "[--timeout MS]\n"
+               "\n"
+               "Top cached prefixes (default 20, by hits): tokens, blocks, hits, pins, age.\n");
+}
+
+int kvshare_cmd_tree(int argc, char **argv)
+{
+    cli_conn_t conn = {0};
+    const char *ns = NULL;
+    int by_size = 0, json = 0;
+    long max = 20;
+    for (int i = 1; i < argc; i++) {
+        int r = cli_conn_flag(&conn, argc, argv, &i, "tree");
+        if (r < 0)
+            return 2;
+        if (r > 0)
+            continue;
+        if (strcmp(argv[i], "--ns") == 0 && i + 1 < argc) {
+            ns = argv[++i];
+        } else if (strcmp(argv[i], "--by-size") == 0) {
+            by_size = 1;
+        } else if (strcmp(argv[i], "--json") == 0) {
+            json = 1;
+        } else if (strcmp(argv[i], "--max") == 0 && i + 1 < argc) {
+            max = strtol(argv[++i], NULL, 10);
+            if (max <= 0 || max > 1000) {
+                fprintf(stderr, "kvshare tree: --max takes 1 to 1000\n");
+                return 2;
+            }
+        } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+            usage(stdout);
+            return 0;
+        } else {
+            fprintf(stderr, "kvshare tree: unknown option '%s'\n", argv[i]);
+            usage(stderr);
+            return 2;
+        }
+    }
+    kvs_client_t *c = cli_connect(&conn, "tree");
+    if (!c)
+        return 1;
+    kvs_prefix_t *rows = calloc((size_t)max, sizeof(*rows));
+    size_t n = 0;
+    int rc = rows ? kvs_tree(c, ns, by_size, rows, (size_t)max, &n) : KVS_ENOMEM;
+    if (rc != 0) {
+        fprintf(stderr, "kvshare tree: %s\n", rows ? kvs_last_error(c) : kvs_strerror(rc));
+        free(rows);
+        kvs_close(c);
+        return 1;
+    }
+    if (json) {
+        printf("[");
+        for (size_t i = 0; i < n; i++) {
+            printf("%s{\"ns\":", i ? "," : "");
+            cli_json_string(stdout, rows[i].ns);
+            printf(",\"tokens\":%u,\"blocks\":%u,\"hits\":%llu,\"pins\":%u,\"age_ops\":%llu,"
+                   "\"last_block_id\":%u}",
+                   rows[i].tokens, rows[i].blocks, (unsigned long long)rows[i].hits, rows[i].pins,
+                   (unsigned long long)rows[i].age_ticks, rows[i].last_block_id);
+        }
+        printf("]\n");
+    } else if (n == 0) {
+        printf("nothing cached%s%s\n", ns ? " in namespace " : "", ns ? ns : "");
+    } else {
+        printf("%-16s %10s %8s %10s %6s %10s %10s\n", "NAMESPACE", "TOKENS", "BLOCKS", "HITS",
+               "PINS", "AGE (ops)", "LAST BLOCK");
+        for (size_t i = 0; i < n; i++)
+            printf("%-16s %10u %8u %10llu %6u %10llu %10u\n", rows[i].ns, rows[i].tokens,
+                   rows[i].blocks, (unsigned long long)rows[i].hits, rows[i].pins,
+                   (unsigned long long)rows[i].age_ticks, rows[i].last_block_id);
+    }
+    free(rows);
+    kvs_close(c);
+    return 0;
+}
