@@ -74,9 +74,9 @@ END_TEST
 START_TEST(test_parse_bad)
 {
     static const char *bad[] = {
-        "{\"timestamp\": 0, \"input_length\": 5}",                     /* no hash_ids */
-        "{\"timestamp\": -1, \"input_length\": 5, \"hash_ids\": [1]}", /* negative */
-        "{\"timestamp\": 0, \"input_length\": 5, \"hash_ids\": [1,]}", /* trailing comma */
+        "{\"timestamp\": 0, \"input_length\": 5}",                      /* no hash_ids */
+        "{\"timestamp\": -1, \"input_length\": 5, \"hash_ids\": [1]}",  /* negative */
+        "{\"timestamp\": 0, \"input_length\": 5, \"hash_ids\": [1,]}",  /* trailing comma */
         "{\"timestamp\": 0, \"input_length\": 5, \"hash_ids\": [1]} x", /* text after */
         "[1, 2]",
         "{\"timestamp\": 0, \"input_length\": 99999999999, \"hash_ids\": [1]}",
@@ -84,8 +84,8 @@ START_TEST(test_parse_bad)
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         char text[256];
-        snprintf(text, sizeof(text), "{\"timestamp\": 0, \"input_length\": 1, \"hash_ids\": [0]}\n%s\n",
-                 bad[i]);
+        snprintf(text, sizeof(text),
+                 "{\"timestamp\": 0, \"input_length\": 1, \"hash_ids\": [0]}\n%s\n", bad[i]);
         const char *path = temp_file(text);
         trace_t t;
         char err[256] = "";
