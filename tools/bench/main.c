@@ -19,6 +19,8 @@ static const struct bench_cmd {
      "prompts, bytes per block"},
     {"trace-sim", bench_trace_sim,
      "offline trace replay against the index alone: hit rate against capacity and policy"},
+    {"replay", bench_replay,
+     "trace replay against a real kvshared by worker processes: hit rate, RPC latencies"},
     {"rpc", bench_rpc_main,
      "kvshared: Lookup p50/p99 and throughput with 1/4/16 clients for 64/4k/32k tokens next to "
      "a raw Unix-socket ping-pong, and pipelined Lookups"},
