@@ -68,6 +68,7 @@ typedef struct replay_opts {
     uint32_t workers, namespaces, pool_blocks, layers, kv_heads, head_dim;
     double cap_units, speed;
     size_t write_bytes;
+    double max_sim_gap; /* > 0: fail when |hit rate - simulator's| exceeds it (points) */
     bool json;
 } replay_opts_t;
 
@@ -84,7 +85,8 @@ static void sleep_until_ms(double t)
     if (t <= now)
         return;
     struct timespec ts = {.tv_sec = (time_t)((t - now) / 1e3),
-                          .tv_nsec = (long)(((t - now) - (double)(long)((t - now) / 1e3) * 1e3) * 1e6)};
+                          .tv_nsec =
+                              (long)(((t - now) - (double)(long)((t - now) / 1e3) * 1e3) * 1e6)};
     nanosleep(&ts, NULL);
 }
 
@@ -171,7 +173,8 @@ static pid_t start_daemon(const replay_opts_t *o, const char *sock)
     close(p[1]);
     char buf[8] = {0};
     struct pollfd pfd = {.fd = p[0], .events = POLLIN};
-    bool ok = poll(&pfd, 1, 60000) == 1 && read(p[0], buf, 6) == 6 && memcmp(buf, "READY\n", 6) == 0;
+    bool ok =
+        poll(&pfd, 1, 60000) == 1 && read(p[0], buf, 6) == 6 && memcmp(buf, "READY\n", 6) == 0;
     close(p[0]);
     if (!ok) {
         kill(pid, SIGKILL);
@@ -327,6 +330,8 @@ static void replay_usage(FILE *f)
             "  --write-bytes N     bytes written into each new block (default 64)\n"
             "  --kvshared PATH     the daemon to start (default: built next to this program)\n"
             "  --socket PATH       use a running kvshared instead (pool and policy are its own)\n"
+            "  --max-sim-gap P     exit 1 if the hit rate and the simulator's differ by\n"
+            "                      more than P points (for tests)\n"
             "  --json              one JSON object instead of text\n");
 }
 
@@ -396,6 +401,9 @@ int bench_replay(int argc, char **argv)
             ok = strcmp(v, "lru") == 0 || strcmp(v, "freq") == 0;
         } else if (strcmp(a, "--write-bytes") == 0) {
             o.write_bytes = strtoull(v, NULL, 0);
+        } else if (strcmp(a, "--max-sim-gap") == 0) {
+            o.max_sim_gap = strtod(v, NULL);
+            ok = o.max_sim_gap > 0;
         } else if (strcmp(a, "--kvshared") == 0) {
             o.kvshared = v;
         } else if (strcmp(a, "--socket") == 0) {
@@ -521,8 +529,8 @@ int bench_replay(int argc, char **argv)
      * --eviction; a --socket daemon's own policy is not known here). */
     sim_params_t sp = {.block_tokens = g.block_tokens,
                        .capacity = g.num_blocks,
-                       .policy = strcmp(o.eviction, "freq") == 0 ? RADIX_EVICT_FREQ
-                                                                 : RADIX_EVICT_LRU};
+                       .policy =
+                           strcmp(o.eviction, "freq") == 0 ? RADIX_EVICT_FREQ : RADIX_EVICT_LRU};
     sim_result_t sim = {0}, unl = {0};
     int src = sim_run(&tr, &sp, &sim);
     sp.capacity = (uint32_t)sim_unlimited_blocks(&tr, g.block_tokens);
@@ -540,9 +548,9 @@ int bench_replay(int argc, char **argv)
                "\"wall_s\": %.2f, \"requests_per_s\": %.1f, \"latency_us\": {",
                o.trace, tr.n_reqs, (unsigned long long)done_reqs, (unsigned long long)errors,
                o.workers, o.namespaces, o.speed, o.socket ? "daemon's" : o.eviction, g.num_blocks,
-               g.block_tokens, (unsigned long long)g.block_bytes,
-               (unsigned long long)prompt_tokens, (unsigned long long)hit_tokens, hr, sim_hr,
-               unl_hr, (unsigned long long)dups, wall_s, (double)done_reqs / wall_s);
+               g.block_tokens, (unsigned long long)g.block_bytes, (unsigned long long)prompt_tokens,
+               (unsigned long long)hit_tokens, hr, sim_hr, unl_hr, (unsigned long long)dups, wall_s,
+               (double)done_reqs / wall_s);
         for (int k = 0; k < N_RPC; k++)
             printf("%s\"%s\": {\"n\": %zu, \"p50\": %.1f, \"p90\": %.1f, \"p99\": %.1f, "
                    "\"max\": %.1f}",
@@ -571,6 +579,12 @@ int bench_replay(int argc, char **argv)
                    pct[k][1], pct[k][2], pct[k][3]);
     }
     status = failed || errors ? 1 : 0;
+    if (o.max_sim_gap > 0 &&
+        !(src == 0 && 100 * (hr > sim_hr ? hr - sim_hr : sim_hr - hr) <= o.max_sim_gap)) {
+        fprintf(stderr, "replay: hit rate %.2f %% and simulator's %.2f %% differ by more than %g\n",
+                100 * hr, 100 * sim_hr, o.max_sim_gap);
+        status = 1;
+    }
 out:
     if (recs != MAP_FAILED)
         munmap(recs, recs_bytes);
