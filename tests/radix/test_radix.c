@@ -1145,7 +1145,7 @@ START_TEST(test_diff_freq_fixed_bonus)
     /* Frequency policy with a fixed bonus of a few ticks per hit: eviction
      * order then often differs from LRU, and ties on the key are common. */
     diff_cfg_t dc = {.seed = 0xF00D,
-                     .ops = diff_ops(60000, 20000),
+                     .ops = diff_ops(60000, 10000),
                      .bt = 2,
                      .vocab = 3,
                      .max_blocks = 96,
@@ -1160,7 +1160,7 @@ START_TEST(test_diff_freq_adaptive)
 {
     /* The default parameters: the bonus follows the eviction age. */
     diff_cfg_t dc = {.seed = 31337,
-                     .ops = diff_ops(60000, 20000),
+                     .ops = diff_ops(60000, 10000),
                      .bt = 16,
                      .vocab = 2,
                      .max_blocks = 64,
