@@ -52,6 +52,7 @@ static void usage(FILE *f)
                "                         cannot evict it below); repeatable. Namespaces not\n"
                "                         named are created on first use, unlimited\n"
                "  --ready-fd N           write \"READY\\n\" to fd N once listening, then close it\n"
+               "  --eviction POLICY      lru (default) or freq (recency + a bonus per hit)\n"
                "  --log-level LEVEL      error, warn, info (default), debug\n"
                "  --version, --help\n");
 }
@@ -138,6 +139,7 @@ enum {
     OPT_READY_FD,
     OPT_LOG_LEVEL,
     OPT_NAMESPACE,
+    OPT_EVICTION,
     OPT_VERSION,
 };
 
@@ -160,6 +162,7 @@ static const struct option options[] = {
     {"ready-fd", required_argument, NULL, OPT_READY_FD},
     {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
     {"namespace", required_argument, NULL, OPT_NAMESPACE},
+    {"eviction", required_argument, NULL, OPT_EVICTION},
     {"version", no_argument, NULL, OPT_VERSION},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
@@ -239,6 +242,14 @@ int main(int argc, char **argv)
         case OPT_READY_FD:
             rc = parse_u32(a, &u32);
             cfg.ready_fd = (int)u32;
+            break;
+        case OPT_EVICTION:
+            if (strcmp(a, "lru") == 0)
+                cfg.eviction = RADIX_EVICT_LRU;
+            else if (strcmp(a, "freq") == 0)
+                cfg.eviction = RADIX_EVICT_FREQ;
+            else
+                rc = KVS_EINVAL;
             break;
         case OPT_LOG_LEVEL:
             rc = log_level_parse(a, &log_level);
@@ -339,6 +350,7 @@ int main(int argc, char **argv)
     LOG_INFO("pool: %s per token x %u tokens = %s per block; %u blocks = %s (%llu tokens)",
              per_token, srv->geo.block_tokens, per_block, srv->num_blocks, pool,
              (unsigned long long)srv->num_blocks * srv->geo.block_tokens);
+    LOG_INFO("eviction: %s", cfg.eviction == RADIX_EVICT_FREQ ? "freq" : "lru");
 
     for (size_t i = 0; i < n_namespaces; i++) {
         rc = server_ns_create(srv, namespaces[i].name, namespaces[i].quota, namespaces[i].reserve,

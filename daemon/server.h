@@ -45,7 +45,8 @@ typedef struct server_config {
     size_t max_output;        /* per session: unsent reply bytes before disconnect */
     uint32_t max_sessions;
     uint32_t max_namespaces;
-    int ready_fd; /* >= 0: "READY\n" is written there once listening */
+    radix_policy_t eviction; /* index eviction policy (default RADIX_EVICT_LRU) */
+    int ready_fd;            /* >= 0: "READY\n" is written there once listening */
 } server_config_t;
 
 typedef struct server {
