@@ -23,6 +23,7 @@
 #include "geometry.h"
 #include "kvshare.h"
 #include "kvshare.pb-c.h"
+#include "wire.h"
 
 #define CLIENT_MAX_REPLY (256u << 20)
 #define CLIENT_MAX_FDS   BACKEND_MAX_SLABS
@@ -157,6 +158,39 @@ static int send_all(kvs_client_t *c, const uint8_t *p, size_t n, int64_t deadlin
     return 0;
 }
 
+/* send_all over two pieces (a frame head and the caller's token array). */
+static int send_two(kvs_client_t *c, const uint8_t *a, size_t na, const uint8_t *b, size_t nb,
+                    int64_t deadline)
+{
+    struct iovec iov[2] = {{(void *)a, na}, {(void *)b, nb}};
+    struct iovec *v = iov;
+    int cnt = nb ? 2 : 1;
+    while (cnt > 0) {
+        int rc = arm(c, SO_SNDTIMEO, deadline);
+        if (rc != 0)
+            return rc;
+        struct msghdr msg = {0};
+        msg.msg_iov = v;
+        msg.msg_iovlen = (size_t)cnt;
+        ssize_t w = sendmsg(c->fd, &msg, MSG_NOSIGNAL);
+        if (w < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK))
+            continue;
+        if (w <= 0)
+            return KVS_ENOTCONN;
+        size_t left = (size_t)w;
+        while (cnt > 0 && left >= v->iov_len) {
+            left -= v->iov_len;
+            v++;
+            cnt--;
+        }
+        if (cnt > 0) {
+            v->iov_base = (uint8_t *)v->iov_base + left;
+            v->iov_len -= left;
+        }
+    }
+    return 0;
+}
+
 /* Reads at least `need` buffered bytes, keeping any fds that arrive. */
 static int recv_until(kvs_client_t *c, size_t need, int64_t deadline)
 {
@@ -242,20 +276,37 @@ static int round_trip(kvs_client_t *c, Kvshare__Request *req, Kvshare__Response 
 {
     int rc;
     req->id = ++c->next_id;
-    size_t size = kvshare__request__get_packed_size(req);
-    if (size + 4 > c->wcap) {
-        uint8_t *b = realloc(c->wbuf, size + 4);
-        if (!b)
-            return set_err(c, KVS_ENOMEM, "out of memory for a %zu-byte request", size);
-        c->wbuf = b;
-        c->wcap = size + 4;
+    if (req->rpc_case == KVSHARE__REQUEST__RPC_LOOKUP && req->lookup->tokens.len >= 1024) {
+        /* A prompt: the tokens go out from the caller's array, uncopied. */
+        const Kvshare__LookupRequest *lk = req->lookup;
+        size_t head = WIRE_LOOKUP_HEAD_MAX(strlen(lk->ns)), head_len;
+        if (head > c->wcap) {
+            uint8_t *b = realloc(c->wbuf, head);
+            if (!b)
+                return set_err(c, KVS_ENOMEM, "out of memory for a request");
+            c->wbuf = b;
+            c->wcap = head;
+        }
+        if (wire_lookup_head(c->wbuf, req->id, lk->ns, lk->pin, lk->tokens.len, &head_len) != 0)
+            return set_err(c, KVS_EINVAL, "a lookup of %zu tokens does not fit one frame",
+                           lk->tokens.len / 4);
+        rc = send_two(c, c->wbuf, head_len, lk->tokens.data, lk->tokens.len, deadline);
+    } else {
+        size_t size = kvshare__request__get_packed_size(req);
+        if (size + 4 > c->wcap) {
+            uint8_t *b = realloc(c->wbuf, size + 4);
+            if (!b)
+                return set_err(c, KVS_ENOMEM, "out of memory for a %zu-byte request", size);
+            c->wbuf = b;
+            c->wcap = size + 4;
+        }
+        c->wbuf[0] = (uint8_t)size;
+        c->wbuf[1] = (uint8_t)(size >> 8);
+        c->wbuf[2] = (uint8_t)(size >> 16);
+        c->wbuf[3] = (uint8_t)(size >> 24);
+        kvshare__request__pack(req, c->wbuf + 4);
+        rc = send_all(c, c->wbuf, size + 4, deadline);
     }
-    c->wbuf[0] = (uint8_t)size;
-    c->wbuf[1] = (uint8_t)(size >> 8);
-    c->wbuf[2] = (uint8_t)(size >> 16);
-    c->wbuf[3] = (uint8_t)(size >> 24);
-    kvshare__request__pack(req, c->wbuf + 4);
-    rc = send_all(c, c->wbuf, size + 4, deadline);
     if (rc == KVS_ENOTCONN) {
         /* The daemon may have hung up with a reason (session limit, a
          * refused stream): report it rather than a bare disconnect. */

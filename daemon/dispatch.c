@@ -49,9 +49,55 @@ int dispatch_error_reply(session_t *s, uint64_t id, int status, const char *mess
     return append_reply(s, &resp);
 }
 
+/* The decode arena: protobuf-c's allocations for one request come from one
+ * reused buffer. What does not fit goes to malloc, and the arena grows to
+ * the size the request wanted (at most twice the largest frame) for the next
+ * one. */
+#define DECODE_ARENA_MIN 65536
+
+static void *arena_alloc(void *data, size_t size)
+{
+    server_t *srv = data;
+    size_t need = (size + 15) & ~(size_t)15;
+    srv->decode_want += need;
+    if (srv->decode_used + need <= srv->decode_cap) {
+        void *p = srv->decode_arena + srv->decode_used;
+        srv->decode_used += need;
+        return p;
+    }
+    return malloc(size);
+}
+
+static void arena_free(void *data, void *p)
+{
+    server_t *srv = data;
+    if (p &&
+        ((uint8_t *)p < srv->decode_arena || (uint8_t *)p >= srv->decode_arena + srv->decode_cap))
+        free(p);
+}
+
+static void arena_reset(server_t *srv)
+{
+    size_t limit = 2 * (size_t)srv->cfg.max_frame;
+    if (srv->decode_want > srv->decode_cap && srv->decode_want <= limit) {
+        size_t cap = srv->decode_cap ? srv->decode_cap : DECODE_ARENA_MIN;
+        while (cap < srv->decode_want)
+            cap *= 2;
+        uint8_t *a = malloc(cap);
+        if (a) {
+            free(srv->decode_arena);
+            srv->decode_arena = a;
+            srv->decode_cap = cap;
+        }
+    }
+    srv->decode_used = 0;
+    srv->decode_want = 0;
+}
+
 int dispatch_frame(session_t *s, const uint8_t *body, size_t len)
 {
-    Kvshare__Request *req = kvshare__request__unpack(NULL, len, body);
+    ProtobufCAllocator arena = {arena_alloc, arena_free, s->srv};
+    Kvshare__Request *req = kvshare__request__unpack(&arena, len, body);
     if (!req) {
         char msg[160];
         s->srv->metrics.protocol_errors++;
@@ -60,6 +106,7 @@ int dispatch_frame(session_t *s, const uint8_t *body, size_t len)
                  "connection (is the client speaking the kvshare protocol?)",
                  len);
         dispatch_error_reply(s, 0, KVS_EPROTO, msg);
+        arena_reset(s->srv);
         return KVS_EPROTO;
     }
 
@@ -91,6 +138,7 @@ int dispatch_frame(session_t *s, const uint8_t *body, size_t len)
     int rc = append_reply(s, &resp);
     for (size_t i = 0; i < sizeof(ctx.heap) / sizeof(ctx.heap[0]); i++)
         free(ctx.heap[i]);
-    kvshare__request__free_unpacked(req, NULL);
+    kvshare__request__free_unpacked(req, &arena);
+    arena_reset(s->srv);
     return rc;
 }

@@ -4,7 +4,7 @@
  * accepts and never answers) instead of hanging.
  */
 #include <check.h>
-#include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +13,8 @@
 #include <unistd.h>
 
 #include "kvshare.h"
+#include "kvshare.pb-c.h"
+#include "wire.h"
 
 START_TEST(test_options_and_strerror)
 {
@@ -77,6 +79,23 @@ START_TEST(test_no_daemon)
     ck_assert_int_eq(kvs_geometry(c, &g), KVS_ENOTCONN);
     ck_assert_int_eq(kvs_lookup(c, NULL, NULL, 4, 0, ids, 2, &n), KVS_EINVAL);
     kvs_close(c);
+
+    /* With reconnect_ms, calls in between do not even try. */
+    o.reconnect_ms = 60000;
+    ck_assert_int_eq(kvs_connect(&o, &c), 0);
+    ck_assert_int_eq(kvs_lookup(c, NULL, tokens, 32, 1, ids, 2, &n), KVS_ENOTCONN);
+    ck_assert_ptr_nonnull(strstr(kvs_last_error(c), "retrying every 60000 ms"));
+    kvs_close(c);
+
+    /* Options from an older caller (a shorter struct) get defaults. */
+    kvs_options_t old;
+    kvs_options_init(&old);
+    old.size = offsetof(kvs_options_t, flags);
+    old.socket_path = "/nonexistent-dir/kvshared.sock";
+    old.timeout_ms = 50;
+    ck_assert_int_eq(kvs_connect(&old, &c), KVS_ENOTCONN);
+    old.size = sizeof(old) + 8;
+    ck_assert_int_eq(kvs_connect(&old, &c), KVS_EINVAL);
 }
 END_TEST
 
@@ -112,6 +131,58 @@ START_TEST(test_silent_server_times_out)
 }
 END_TEST
 
+/* The hand-encoded Lookup frame decodes, with protobuf-c, to what was meant. */
+START_TEST(test_wire_lookup_head)
+{
+    static const char *const names[] = {"", "tenant-a",
+                                        "a-namespace-name-of-sixty-three-bytes-"
+                                        "is-the-longest-allowed-xx"};
+    static const size_t counts[] = {0, 1, 256, 4096, 100000};
+    static const uint64_t ids[] = {1, 127, 128, 1ull << 40};
+    uint32_t *tokens = malloc(100000 * sizeof(uint32_t));
+    for (uint32_t i = 0; i < 100000; i++)
+        tokens[i] = i * 2654435761u;
+    for (size_t a = 0; a < 3; a++)
+        for (size_t b = 0; b < 5; b++)
+            for (size_t k = 0; k < 4; k++)
+                for (int pin = 0; pin < 2; pin++) {
+                    size_t tb = counts[b] * 4, head_len;
+                    uint8_t *frame = malloc(WIRE_LOOKUP_HEAD_MAX(strlen(names[a])) + tb);
+                    ck_assert_int_eq(wire_lookup_head(frame, ids[k], names[a], pin, tb, &head_len),
+                                     0);
+                    ck_assert_uint_le(head_len, WIRE_LOOKUP_HEAD_MAX(strlen(names[a])));
+                    if (tb)
+                        memcpy(frame + head_len, tokens, tb);
+                    uint32_t len =
+                        frame[0] | frame[1] << 8 | frame[2] << 16 | (uint32_t)frame[3] << 24;
+                    ck_assert_uint_eq(len + 4, head_len + tb);
+                    Kvshare__Request *r = kvshare__request__unpack(NULL, len, frame + 4);
+                    ck_assert_ptr_nonnull(r);
+                    ck_assert_uint_eq(r->id, ids[k]);
+                    ck_assert_int_eq(r->rpc_case, KVSHARE__REQUEST__RPC_LOOKUP);
+                    ck_assert_str_eq(r->lookup->ns, names[a]);
+                    ck_assert_int_eq(r->lookup->pin, pin);
+                    ck_assert_uint_eq(r->lookup->tokens.len, tb);
+                    if (tb)
+                        ck_assert_int_eq(memcmp(r->lookup->tokens.data, tokens, tb), 0);
+                    /* As long as what protobuf-c packs (pin comes before the tokens here). */
+                    Kvshare__Request q = KVSHARE__REQUEST__INIT;
+                    Kvshare__LookupRequest lk = KVSHARE__LOOKUP_REQUEST__INIT;
+                    lk.ns = (char *)names[a];
+                    lk.pin = pin;
+                    lk.tokens.data = (uint8_t *)tokens;
+                    lk.tokens.len = tb;
+                    q.id = ids[k];
+                    q.rpc_case = KVSHARE__REQUEST__RPC_LOOKUP;
+                    q.lookup = &lk;
+                    ck_assert_uint_eq(kvshare__request__get_packed_size(&q), len);
+                    kvshare__request__free_unpacked(r, NULL);
+                    free(frame);
+                }
+    free(tokens);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("client");
@@ -121,6 +192,7 @@ int main(void)
     tcase_add_test(tc, test_default_socket_path);
     tcase_add_test(tc, test_no_daemon);
     tcase_add_test(tc, test_silent_server_times_out);
+    tcase_add_test(tc, test_wire_lookup_head);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

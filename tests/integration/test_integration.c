@@ -248,6 +248,28 @@ START_TEST(test_sigkill_releases_holdings)
 }
 END_TEST
 
+/* A prompt of 300k tokens: a 1.2 MB frame, written in several pieces. */
+START_TEST(test_long_prompt)
+{
+    size_t n_tokens = 300000, n;
+    uint32_t *tokens = malloc(n_tokens * sizeof(uint32_t)), ids[POOL], can[POOL], got[POOL];
+    prompt(tokens, n_tokens, 9);
+    kvs_client_t *c = client("long");
+    ck_assert_int_eq(kvs_lookup(c, NULL, tokens, n_tokens, 0, got, POOL, &n), 0);
+    ck_assert_uint_eq(n, 0);
+    ck_assert_int_eq(kvs_alloc(c, NULL, POOL, ids), 0);
+    ck_assert_int_eq(kvs_commit(c, NULL, tokens, n_tokens, ids, POOL, can, &n), 0);
+    ck_assert_uint_eq(n, POOL);
+    ck_assert_int_eq(kvs_lookup(c, NULL, tokens, n_tokens, 1, got, POOL, &n), 0);
+    ck_assert_uint_eq(n, POOL);
+    ck_assert_int_eq(memcmp(got, ids, sizeof(ids)), 0);
+    ck_assert_int_eq(kvs_release(c, got, n, NULL), 0);
+    ck_assert_int_eq(kvs_release(c, ids, POOL, NULL), 0);
+    kvs_close(c);
+    free(tokens);
+}
+END_TEST
+
 /* --- raw sockets --- */
 
 static int raw_connect(void)
@@ -619,6 +641,7 @@ int main(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_two_workers_share_a_prefix);
     tcase_add_test(tc, test_sigkill_releases_holdings);
+    tcase_add_test(tc, test_long_prompt);
     tcase_add_test(tc, test_bad_input);
     tcase_add_test(tc, test_client_that_stops_reading_is_dropped);
     tcase_add_test(tc, test_session_limit);

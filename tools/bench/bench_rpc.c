@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -88,6 +89,7 @@ static int start_daemon(bench_cfg_t *b, unsigned blocks)
     if (pid == 0) {
         char fd[16], nb[16];
         close(p[0]);
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* no daemon outlives the bench */
         snprintf(fd, sizeof(fd), "%d", p[1]);
         snprintf(nb, sizeof(nb), "%u", blocks);
         execl(b->kvshared, b->kvshared, "--socket", b->kvs_sock, "--backend", "host", "--layers",
@@ -183,8 +185,10 @@ static pid_t start_raw_server(bench_cfg_t *b, size_t reply_len)
     if (lfd < 0 || bind(lfd, (struct sockaddr *)&addr, sizeof(addr)) != 0 || listen(lfd, 128))
         return -1;
     pid_t pid = fork();
-    if (pid == 0)
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
         raw_server(lfd, reply_len);
+    }
     close(lfd);
     return pid;
 }
@@ -284,33 +288,45 @@ static void client_loop(const bench_cfg_t *b, mode_t_ mode, const uint32_t *toke
         o.socket_path = b->kvs_sock;
         o.timeout_ms = 10000;
         o.flags = KVS_NO_MAP;
-        if (kvs_connect(&o, &c) != 0)
+        int rc = kvs_connect(&o, &c);
+        if (rc != 0) {
+            fprintf(stderr, "bench rpc: client %d: connect: %s\n", idx, kvs_strerror(rc));
             goto fail;
+        }
     } else {
         fd = raw_connect(b->raw_sock);
         req = calloc(1, request_bytes + 4);
         reply = malloc(reply_bytes + 4);
-        if (fd < 0 || !req || !reply)
+        if (fd < 0 || !req || !reply) {
+            fprintf(stderr, "bench rpc: client %d: raw connect: %s\n", idx, strerror(errno));
             goto fail;
+        }
         req[0] = (uint8_t)request_bytes;
         req[1] = (uint8_t)(request_bytes >> 8);
         req[2] = (uint8_t)(request_bytes >> 16);
     }
     char go;
-    if (read(go_fd, &go, 1) != 1)
+    if (read(go_fd, &go, 1) != 1) {
+        fprintf(stderr, "bench rpc: client %d: no start signal\n", idx);
         goto fail;
+    }
     double end = now_us() + seconds * 1e6;
     uint32_t k = 0;
     float *out = res->samples + (size_t)idx * per_client;
     for (;;) {
         double t0 = now_us();
         if (mode == MODE_KVS) {
-            if (kvs_lookup(c, NULL, tokens, n_tokens, 0, ids, n_tokens / BENCH_BT + 1, &n_ids) ||
-                n_ids != n_tokens / BENCH_BT)
+            int rc = kvs_lookup(c, NULL, tokens, n_tokens, 0, ids, n_tokens / BENCH_BT + 1, &n_ids);
+            if (rc != 0 || n_ids != n_tokens / BENCH_BT) {
+                fprintf(stderr, "bench rpc: client %d: lookup: %s (%zu blocks)\n", idx,
+                        rc ? kvs_last_error(c) : "miss", n_ids);
                 goto fail;
+            }
         } else {
-            if (write_all(fd, req, request_bytes + 4) || read_all(fd, reply, reply_bytes + 4))
+            if (write_all(fd, req, request_bytes + 4) || read_all(fd, reply, reply_bytes + 4)) {
+                fprintf(stderr, "bench rpc: client %d: raw round trip: %s\n", idx, strerror(errno));
                 goto fail;
+            }
         }
         double t1 = now_us();
         if (k < per_client)

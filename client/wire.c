@@ -1,0 +1,70 @@
+#include "wire.h"
+
+#include <string.h>
+
+/* Protobuf keys: (field number << 3) | wire type. */
+#define KEY_REQUEST_ID     0x08 /* Request.id, varint */
+#define KEY_REQUEST_LOOKUP 0x5a /* Request.lookup (11), length-delimited */
+#define KEY_LOOKUP_NS      0x0a /* LookupRequest.ns (1), length-delimited */
+#define KEY_LOOKUP_TOKENS  0x12 /* LookupRequest.tokens (2), length-delimited */
+#define KEY_LOOKUP_PIN     0x18 /* LookupRequest.pin (3), varint */
+
+static size_t varint_len(uint64_t v)
+{
+    size_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static uint8_t *put_varint(uint8_t *p, uint64_t v)
+{
+    while (v >= 0x80) {
+        *p++ = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    *p++ = (uint8_t)v;
+    return p;
+}
+
+int wire_lookup_head(uint8_t *buf, uint64_t id, const char *ns, int pin, size_t token_bytes,
+                     size_t *head_len)
+{
+    size_t ns_len = ns ? strlen(ns) : 0;
+    /* Fields at their proto3 defaults ("" / false / empty) are left out,
+     * as protobuf-c's packer does. */
+    uint64_t lookup_len = (ns_len ? 1 + varint_len(ns_len) + ns_len : 0) + (pin ? 2 : 0) +
+                          (token_bytes ? 1 + varint_len(token_bytes) + token_bytes : 0);
+    uint64_t request_len = (id ? 1 + varint_len(id) : 0) + 1 + varint_len(lookup_len) + lookup_len;
+    if (request_len > UINT32_MAX)
+        return -1;
+    uint8_t *p = buf;
+    *p++ = (uint8_t)request_len;
+    *p++ = (uint8_t)(request_len >> 8);
+    *p++ = (uint8_t)(request_len >> 16);
+    *p++ = (uint8_t)(request_len >> 24);
+    if (id) {
+        *p++ = KEY_REQUEST_ID;
+        p = put_varint(p, id);
+    }
+    *p++ = KEY_REQUEST_LOOKUP;
+    p = put_varint(p, lookup_len);
+    if (ns_len) {
+        *p++ = KEY_LOOKUP_NS;
+        p = put_varint(p, ns_len);
+        memcpy(p, ns, ns_len);
+        p += ns_len;
+    }
+    if (pin) {
+        *p++ = KEY_LOOKUP_PIN;
+        *p++ = 1;
+    }
+    if (token_bytes) {
+        *p++ = KEY_LOOKUP_TOKENS;
+        p = put_varint(p, token_bytes);
+    }
+    *head_len = (size_t)(p - buf);
+    return 0;
+}
