@@ -411,7 +411,7 @@ START_TEST(test_client_that_stops_reading_is_dropped_and_released)
     rel_wait_quiet(m, 1, 1, 5000, &s);
     kvs_stats_free(&s);
     long rss_after = rel_rss_anon_kib(own.pid);
-    ck_assert_msg(rss_after >= 0 && rss_after - rss_before < 8 * 1024,
+    ck_assert_msg(!REL_RSS_MEANINGFUL || (rss_after >= 0 && rss_after - rss_before < 8 * 1024),
                   "daemon RssAnon %ld KiB before, %ld KiB after (%zu bytes sent, unread)",
                   rss_before, rss_after, sent);
     ck_assert_int_eq(kvs_ping(m, 16, NULL), 0);
@@ -497,8 +497,8 @@ START_TEST(test_thousands_of_connections)
      * connection. */
     ck_assert_int_eq(rel_fd_count(h.pid), fds_before);
     long rss_after = rel_rss_anon_kib(h.pid);
-    ck_assert_msg(rss_after - rss_before < 2048, "daemon RssAnon %ld KiB before, %ld KiB after",
-                  rss_before, rss_after);
+    ck_assert_msg(!REL_RSS_MEANINGFUL || rss_after - rss_before < 2048,
+                  "daemon RssAnon %ld KiB before, %ld KiB after", rss_before, rss_after);
     printf("connections: %d in %lld ms; daemon RssAnon %ld -> %ld KiB, %d fds\n", PROCS * EACH,
            (long long)ms, rss_before, rss_after, fds_before);
     assert_pool_whole();
