@@ -158,19 +158,30 @@ void rel_wait_quiet(kvs_client_t *mon, uint32_t sessions, int idle, int timeout_
         kvs_stats_free(&s);
 }
 
-long rel_rss_anon_kib(pid_t pid)
+static long status_kib(pid_t pid, const char *field)
 {
-    char path[64], line[256];
+    char path[64], line[256], fmt[64];
     long kib = -1;
     snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    snprintf(fmt, sizeof(fmt), "%s: %%ld kB", field);
     FILE *f = fopen(path, "r");
     if (!f)
         return -1;
     while (fgets(line, sizeof(line), f))
-        if (sscanf(line, "RssAnon: %ld kB", &kib) == 1)
+        if (sscanf(line, fmt, &kib) == 1)
             break;
     fclose(f);
     return kib;
+}
+
+long rel_rss_anon_kib(pid_t pid)
+{
+    return status_kib(pid, "RssAnon");
+}
+
+long rel_vm_hwm_kib(pid_t pid)
+{
+    return status_kib(pid, "VmHWM");
 }
 
 int rel_fd_count(pid_t pid)

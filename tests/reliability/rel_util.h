@@ -71,6 +71,9 @@ void rel_wait_quiet(kvs_client_t *mon, uint32_t sessions, int idle, int timeout_
 /* Anonymous resident memory of a process (RssAnon), in KiB; -1 if unknown. */
 long rel_rss_anon_kib(pid_t pid);
 
+/* Peak resident memory of a process (VmHWM), in KiB; -1 if unknown. */
+long rel_vm_hwm_kib(pid_t pid);
+
 /* Open descriptors of a process; -1 if unknown. */
 int rel_fd_count(pid_t pid);
 

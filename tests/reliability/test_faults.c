@@ -421,6 +421,68 @@ START_TEST(test_client_that_stops_reading_is_dropped_and_released)
 }
 END_TEST
 
+/* Regression: replies far larger than their requests (Stats with many
+ * namespaces: ~20 kB for an 8-byte request) were all built for one read of
+ * pipelined requests before --max-output was looked at, so one 64 KiB write
+ * that is never read made the daemon hold ~160 MB. */
+START_TEST(test_reply_flood_from_small_requests_is_bounded)
+{
+    static const char *const extra[] = {"--max-output", "1MiB", NULL};
+    harness_t own;
+    ck_assert_int_eq(harness_start(&own, POOL, extra), 0);
+    kvs_client_t *m = rel_client(own.socket_path, "monitor", 5000);
+    /* Many namespaces with long names make Stats replies large. */
+    uint32_t tokens[REL_BT], got[1];
+    size_t n;
+    rel_prompt(tokens, REL_BT, 1);
+    for (int i = 0; i < 200; i++) {
+        char ns[64];
+        snprintf(ns, sizeof(ns), "tenant-%03d-with-a-name-as-long-as-kvshared-allows-xxxxxxxxxxxx",
+                 i);
+        ck_assert_int_eq(kvs_lookup(m, ns, tokens, REL_BT, 0, got, 1, &n), 0);
+    }
+    kvs_stats_t s;
+    rel_stats(m, &s);
+    ck_assert_uint_ge(s.n_namespaces, 200);
+    kvs_stats_free(&s);
+    long hwm_before = rel_vm_hwm_kib(own.pid);
+
+    /* 256 KiB of pipelined Stats requests, written at once, never read. */
+    Kvshare__Request req = KVSHARE__REQUEST__INIT;
+    Kvshare__StatsRequest sr = KVSHARE__STATS_REQUEST__INIT;
+    req.id = 1;
+    req.rpc_case = KVSHARE__REQUEST__RPC_STATS;
+    req.stats = &sr;
+    size_t len;
+    uint8_t *frame = rel_frame(&req, &len);
+    size_t count = (256u << 10) / len;
+    uint8_t *flood = malloc(count * len);
+    ck_assert_ptr_nonnull(flood);
+    for (size_t i = 0; i < count; i++)
+        memcpy(flood + i * len, frame, len);
+    free(frame);
+    int fd = rel_raw_connect(own.socket_path);
+    ck_assert_int_ge(fd, 0);
+    /* The daemon may hang up before it has read everything. */
+    rel_write_all(fd, flood, count * len);
+    free(flood);
+
+    /* Dropped: the monitor alone remains. */
+    rel_wait_quiet(m, 1, 1, 10000, NULL);
+    long hwm_after = rel_vm_hwm_kib(own.pid);
+    printf("reply flood: %zu Stats requests of %zu bytes; daemon peak RSS %ld -> %ld KiB\n", count,
+           len, hwm_before, hwm_after);
+    ck_assert_msg(!REL_RSS_MEANINGFUL || hwm_after - hwm_before < 16 * 1024,
+                  "daemon peak RSS went from %ld KiB to %ld KiB for a 1 MiB output limit",
+                  hwm_before, hwm_after);
+    close(fd);
+    ck_assert_int_eq(kvs_ping(m, 16, NULL), 0);
+    kvs_close(m);
+    ck_assert_int_eq(harness_stop(&own), 0);
+    harness_cleanup(&own);
+}
+END_TEST
+
 /* --- thousands of connections ------------------------------------------------------------ */
 
 static void __attribute__((noreturn)) churn(int which, int count)
@@ -600,6 +662,7 @@ int main(void)
     tcase_add_test(tc, test_sigkill_at_random_points);
     tcase_add_test(tc, test_silent_clients_do_not_block_others);
     tcase_add_test(tc, test_client_that_stops_reading_is_dropped_and_released);
+    tcase_add_test(tc, test_reply_flood_from_small_requests_is_bounded);
     tcase_add_test(tc, test_thousands_of_connections);
     tcase_add_test(tc, test_pool_exhausted_by_pins);
     suite_add_tcase(s, tc);
