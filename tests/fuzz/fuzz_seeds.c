@@ -7,9 +7,9 @@
  * Session seeds are request streams as a worker sends them (the fuzz target's
  * pool is fresh, 32 blocks of 4 tokens, and hands out ids 0, 1, 2, ... and
  * then the last released first), with 0xA5 0x5A between the reads; chunks go
- * to the target's two sessions in turn. Radix seeds are operation streams
- * from a fixed generator. The committed corpora were made by this program;
- * libFuzzer grows them in a scratch directory during CI, never in the tree.
+ * to the target's two sessions in turn, and an empty chunk closes one. Radix seeds are operation
+ * streams from a fixed generator. The committed corpora were made by this program; libFuzzer grows
+ * them in a scratch directory during CI, never in the tree.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -254,6 +254,23 @@ static void session_seeds(const char *dir)
         send(&req);
     }
     save(dir, "seed_namespaces");
+
+    /* A worker hangs up (an empty chunk) holding pins and WRITING blocks
+     * while another holds pins on the same blocks. */
+    hello("a");
+    alloc(3);
+    ids[0] = 0, ids[1] = 1, ids[2] = 2;
+    commit("", 9, 2, ids, 2);
+    lookup("", 9, 2, 1);
+    cut();
+    lookup("", 9, 2, 1);
+    cut();
+    cut();
+    ids[0] = 0, ids[1] = 1;
+    ids_rpc(0, ids, 2);
+    cut();
+    alloc(32);
+    save(dir, "seed_hang_up_holding");
 
     /* A request split over many reads, one byte each. */
     {

@@ -9,7 +9,10 @@
  * a crash replays from its input alone. The input is cut into chunks at
  * 0xA5 0x5A markers, each chunk fed as one read, so the fuzzer also explores
  * frames split across reads; chunks go to one session or the other, so
- * block ids held by one are foreign to the other. After each chunk:
+ * block ids held by one are foreign to the other; an empty chunk (two
+ * markers in a row) closes the session whose turn it is, as a client that
+ * hangs up or dies holding blocks, and a new one takes its place. After each
+ * chunk:
  *   - every reply frame decodes, with a status from the status table;
  *   - free + writing + cached == pool blocks, and the index checks out;
  *   - a block is WRITING iff a live session lists it, at the right place;
@@ -144,9 +147,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         size_t end = start;
         while (end < size && !(end + 1 < size && data[end] == 0xA5 && data[end + 1] == 0x5A))
             end++;
-        /* The first byte of a chunk after a marker picks the session. */
         session_t **sp = &s[chunk++ % FUZZ_SESSIONS];
-        if (session_feed(*sp, data + start, end - start) != 0) {
+        if (end == start) {
+            /* An empty chunk: that client hangs up, whatever it holds, and
+             * a new one takes its place. */
+            session_close(*sp, "fuzz: hang up");
+            FUZZ_CHECK(session_new(srv, sp) == 0);
+        } else if (session_feed(*sp, data + start, end - start) != 0) {
             /* An untrusted stream: the reply says why, then the connection
              * goes and everything it held with it. A new client takes its
              * place. */
