@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -567,6 +568,66 @@ START_TEST(test_thousands_of_connections)
 }
 END_TEST
 
+START_TEST(test_descriptor_limit_reached)
+{
+    /* A daemon whose descriptor limit (64) is far below its session limit:
+     * connections past it are refused, Hellos that cannot export the pool
+     * fail with a message, and the daemon keeps serving the rest. */
+    enum { LIMIT = 64, TRIES = 100 };
+    struct rlimit saved, low;
+    ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &saved), 0);
+    low = saved;
+    low.rlim_cur = LIMIT;
+    ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
+    harness_t own;
+    int started = harness_start(&own, POOL, NULL);
+    ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &saved), 0);
+    ck_assert_int_eq(started, 0);
+    kvs_client_t *m = rel_client(own.socket_path, "monitor", 5000);
+
+    int fds[TRIES], open_fds = 0;
+    for (int i = 0; i < TRIES; i++) {
+        fds[i] = rel_raw_connect(own.socket_path);
+        open_fds += fds[i] >= 0;
+    }
+    kvs_stats_t s;
+    rel_stats(m, &s);
+    int daemon_fds = rel_fd_count(own.pid);
+    /* Some were refused: the limit was reached. */
+    ck_assert_uint_lt(s.sessions, TRIES + 1);
+    /* Past the limit, a new worker fails fast instead of hanging. */
+    kvs_options_t o;
+    kvs_client_t *c = NULL;
+    kvs_options_init(&o);
+    o.socket_path = own.socket_path;
+    o.timeout_ms = 2000;
+    int64_t t0 = rel_now_ms();
+    int rc = kvs_connect(&o, &c);
+    ck_assert_msg(rel_now_ms() - t0 < 2500, "connect took %lld ms", (long long)(rel_now_ms() - t0));
+    if (rc == 0)
+        kvs_close(c);
+    /* The monitor, connected before, is still served. */
+    ck_assert_int_eq(kvs_ping(m, 16, NULL), 0);
+    for (int i = 0; i < TRIES; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+    rel_wait_quiet(m, 1, 1, 5000, NULL);
+    /* Back under the limit: workers connect (with the pool's fd) again. */
+    c = rel_client(own.socket_path, "after", 5000);
+    uint32_t ids[4];
+    ck_assert_int_eq(kvs_alloc(c, NULL, 4, ids), 0);
+    kvs_close(c);
+    rel_wait_quiet(m, 1, 1, 5000, NULL);
+    printf("descriptor limit %d: %d connections, %u sessions, daemon fds %d; a worker past the "
+           "limit got: %s\n",
+           LIMIT, open_fds, s.sessions, daemon_fds, kvs_strerror(rc));
+    kvs_stats_free(&s);
+    kvs_close(m);
+    ck_assert_int_eq(harness_stop(&own), 0);
+    harness_cleanup(&own);
+}
+END_TEST
+
 /* --- a pool exhausted by pins ------------------------------------------------------------ */
 
 /* A child that pins the whole of family 1 (POOL blocks) and waits. */
@@ -664,6 +725,7 @@ int main(void)
     tcase_add_test(tc, test_client_that_stops_reading_is_dropped_and_released);
     tcase_add_test(tc, test_reply_flood_from_small_requests_is_bounded);
     tcase_add_test(tc, test_thousands_of_connections);
+    tcase_add_test(tc, test_descriptor_limit_reached);
     tcase_add_test(tc, test_pool_exhausted_by_pins);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
