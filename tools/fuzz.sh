@@ -4,8 +4,8 @@
 # a bounded time, starting from the committed seeds. Fails on any crash,
 # leak, sanitizer report, timeout or broken invariant (the targets abort).
 #
-#   tools/fuzz.sh                 every target, FUZZ_SECONDS (default 60) each
-#   FUZZ_SECONDS=600 tools/fuzz.sh fuzz_radix
+#   tools/fuzz.sh                 every target, FUZZ_SECONDS (default 50) each
+#   FUZZ_SECONDS=600 tools/fuzz.sh fuzz_radix fuzz_client
 #
 # Environment: FUZZ_SECONDS, FUZZ_BUILD (default build-fuzz), CC (default
 # clang). New inputs found go to $FUZZ_BUILD/corpus/<target>/ (never into the
@@ -14,11 +14,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-seconds=${FUZZ_SECONDS:-60}
+seconds=${FUZZ_SECONDS:-50}
 build=${FUZZ_BUILD:-build-fuzz}
 cc=${CC:-clang}
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(fuzz_session fuzz_radix)
+[ ${#targets[@]} -eq 0 ] && targets=(fuzz_session fuzz_radix fuzz_client)
 
 if ! command -v "$cc" >/dev/null; then
     echo "fuzz.sh: $cc not found (tools/install-deps.sh installs clang)" >&2

@@ -1,15 +1,17 @@
 /*
  * Writes the seed corpora of the fuzz targets:
  *
- *   fuzz_seeds DIR      (DIR = tests/fuzz: writes DIR/corpus_session/seed_*
- *                        and DIR/corpus_radix/seed_*)
+ *   fuzz_seeds DIR      (DIR = tests/fuzz: writes DIR/corpus_session/seed_*,
+ *                        DIR/corpus_radix/seed_*, DIR/corpus_client/seed_*)
  *
- * Session seeds are request streams as a worker sends them (the fuzz target's
- * pool is fresh, 32 blocks of 4 tokens, and hands out ids 0, 1, 2, ... and
- * then the last released first), with 0xA5 0x5A between the reads; chunks go
- * to the target's two sessions in turn, and an empty chunk closes one. Radix seeds are operation
- * streams from a fixed generator. The committed corpora were made by this program; libFuzzer grows
- * them in a scratch directory during CI, never in the tree.
+ * Session seeds are request streams as a worker sends them (the fuzz
+ * target's pool is fresh, 32 blocks of 4 tokens, and hands out ids 0, 1, 2,
+ * ... and then the last released first), with 0xA5 0x5A between the reads;
+ * chunks go to the target's two sessions in turn, and an empty chunk closes
+ * one. Radix seeds are operation streams from a fixed generator. Client seeds
+ * are a daemon's replies to fuzz_client's calls. The committed corpora were
+ * made by this program; libFuzzer grows them in a scratch directory during
+ * CI, never in the tree.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -313,6 +315,137 @@ static void session_seeds(const char *dir)
     save(dir, "seed_frame_too_big");
 }
 
+static void reply(Kvshare__Response *resp)
+{
+    resp->id = ++next_id;
+    if (frame_append_response(&seed, resp) != 0)
+        abort();
+}
+
+/* What a daemon answers to fuzz_client's calls, in their order. */
+static void client_seeds(const char *dir)
+{
+    uint32_t ids[4] = {0, 1, 2, 3};
+    for (int variant = 0; variant < 3; variant++) {
+        Kvshare__Response r = KVSHARE__RESPONSE__INIT;
+        Kvshare__HelloReply h = KVSHARE__HELLO_REPLY__INIT;
+        Kvshare__Geometry g = KVSHARE__GEOMETRY__INIT;
+        g.layers = 2, g.kv_heads = 2, g.head_dim = 8, g.dtype = "fp16", g.dtype_bytes = 2;
+        g.block_tokens = SEED_BT;
+        h.version = KVS_PROTOCOL_VERSION;
+        h.geometry = &g;
+        h.num_blocks = 64;
+        h.block_bytes = 512;
+        h.slot_bytes = 128;
+        h.backend = KVSHARE__BACKEND__BACKEND_HOST;
+        r.rpc_case = KVSHARE__RESPONSE__RPC_HELLO;
+        r.hello = &h;
+        reply(&r);
+
+        Kvshare__LookupReply lk = KVSHARE__LOOKUP_REPLY__INIT;
+        lk.n_block_ids = variant == 1 ? 3 : 1; /* 3: more than asked, the client releases */
+        lk.block_ids = ids;
+        lk.hit_tokens = (uint32_t)lk.n_block_ids * SEED_BT;
+        r = (Kvshare__Response)KVSHARE__RESPONSE__INIT;
+        r.rpc_case = KVSHARE__RESPONSE__RPC_LOOKUP;
+        r.lookup = &lk;
+        reply(&r);
+        if (variant == 1) {
+            Kvshare__ReleaseReply rl = KVSHARE__RELEASE_REPLY__INIT;
+            rl.n_released = 1;
+            r = (Kvshare__Response)KVSHARE__RESPONSE__INIT;
+            r.rpc_case = KVSHARE__RESPONSE__RPC_RELEASE;
+            r.release = &rl;
+            reply(&r);
+        }
+
+        Kvshare__AllocReply al = KVSHARE__ALLOC_REPLY__INIT;
+        al.n_block_ids = 3;
+        al.block_ids = ids;
+        r = (Kvshare__Response)KVSHARE__RESPONSE__INIT;
+        r.rpc_case = KVSHARE__RESPONSE__RPC_ALLOC;
+        r.alloc = &al;
+        if (variant == 2) {
+            r.status = KVSHARE__STATUS__KVS_EPOOLFULL;
+            r.message = "pool full: 3 blocks wanted, 0 free";
+            r.rpc_case = KVSHARE__RESPONSE__RPC__NOT_SET;
+        }
+        reply(&r);
+
+        Kvshare__CommitReply cm = KVSHARE__COMMIT_REPLY__INIT;
+        cm.n_canonical = 3;
+        cm.canonical = ids;
+        cm.n_committed = 3;
+        r = (Kvshare__Response)KVSHARE__RESPONSE__INIT;
+        r.rpc_case = KVSHARE__RESPONSE__RPC_COMMIT;
+        r.commit = &cm;
+        reply(&r);
+
+        Kvshare__PinReply pn = KVSHARE__PIN_REPLY__INIT;
+        pn.n_pinned = 3;
+        r = (Kvshare__Response)KVSHARE__RESPONSE__INIT;
+        r.rpc_case = KVSHARE__RESPONSE__RPC_PIN;
+        r.pin = &pn;
+        reply(&r);
+
+        Kvshare__ReleaseReply rl = KVSHARE__RELEASE_REPLY__INIT;
+        rl.n_released = 3;
+        r = (Kvshare__Response)KVSHARE__RESPONSE__INIT;
+        r.rpc_case = KVSHARE__RESPONSE__RPC_RELEASE;
+        r.release = &rl;
+        reply(&r);
+
+        Kvshare__StatsReply st = KVSHARE__STATS_REPLY__INIT;
+        Kvshare__NamespaceStats ns = KVSHARE__NAMESPACE_STATS__INIT, *nsp = &ns;
+        ns.name = "default";
+        ns.lookups = 5;
+        st.total_blocks = 64;
+        st.free_blocks = 60;
+        st.cached_blocks = 4;
+        st.n_namespaces = 1;
+        st.namespaces = &nsp;
+        r = (Kvshare__Response)KVSHARE__RESPONSE__INIT;
+        r.rpc_case = KVSHARE__RESPONSE__RPC_STATS;
+        r.stats = &st;
+        reply(&r);
+
+        Kvshare__TreeReply tr = KVSHARE__TREE_REPLY__INIT;
+        Kvshare__Prefix px = KVSHARE__PREFIX__INIT, *pxp[5] = {&px, &px, &px, &px, &px};
+        px.ns = "default";
+        px.tokens = 8;
+        px.blocks = 2;
+        tr.n_prefixes = variant == 1 ? 5 : 1;
+        tr.prefixes = pxp;
+        r = (Kvshare__Response)KVSHARE__RESPONSE__INIT;
+        r.rpc_case = KVSHARE__RESPONSE__RPC_TREE;
+        r.tree = &tr;
+        reply(&r);
+
+        Kvshare__PingReply pg = KVSHARE__PING_REPLY__INIT;
+        static uint8_t payload[8];
+        pg.payload.data = payload;
+        pg.payload.len = sizeof(payload);
+        r = (Kvshare__Response)KVSHARE__RESPONSE__INIT;
+        r.rpc_case = KVSHARE__RESPONSE__RPC_PING;
+        r.ping = &pg;
+        reply(&r);
+
+        char name[32];
+        snprintf(name, sizeof(name), "seed_replies_%d", variant);
+        save(dir, name);
+    }
+
+    /* A refusal (id 0) instead of the Hello reply. */
+    {
+        Kvshare__Response r = KVSHARE__RESPONSE__INIT;
+        r.status = KVSHARE__STATUS__KVS_ELIMIT;
+        r.message = "kvshared has reached its session limit";
+        if (frame_append_response(&seed, &r) != 0)
+            abort();
+        save(dir, "seed_refused");
+    }
+}
+
 /* xorshift: a fixed stream, so the seeds are the same on every run. */
 static uint64_t rng = 0x2545F4914F6CDD1Dull;
 
@@ -344,20 +477,23 @@ static void radix_seeds(const char *dir)
 
 int main(int argc, char **argv)
 {
-    char sdir[1024], rdir[1024];
+    char sdir[1024], rdir[1024], cdir[1024];
     if (argc != 2) {
         fprintf(stderr, "usage: fuzz_seeds DIR (tests/fuzz)\n");
         return 2;
     }
     snprintf(sdir, sizeof(sdir), "%s/corpus_session", argv[1]);
     snprintf(rdir, sizeof(rdir), "%s/corpus_radix", argv[1]);
+    snprintf(cdir, sizeof(cdir), "%s/corpus_client", argv[1]);
     if ((mkdir(sdir, 0755) != 0 && errno != EEXIST) ||
-        (mkdir(rdir, 0755) != 0 && errno != EEXIST)) {
-        fprintf(stderr, "fuzz_seeds: cannot create %s or %s\n", sdir, rdir);
+        (mkdir(rdir, 0755) != 0 && errno != EEXIST) ||
+        (mkdir(cdir, 0755) != 0 && errno != EEXIST)) {
+        fprintf(stderr, "fuzz_seeds: cannot create the corpus directories under %s\n", argv[1]);
         return 1;
     }
     session_seeds(sdir);
     radix_seeds(rdir);
+    client_seeds(cdir);
     frame_buf_release(&seed);
     return 0;
 }
