@@ -38,6 +38,7 @@ static const uint8_t *input;
 static size_t input_len;
 static uint64_t input_gen, served_gen;
 static int stopping;
+static const uint8_t sync_marker[4] = {0xff, 0xff, 0xff, 0xff};
 
 static int read_exact(int fd, uint8_t *p, size_t n)
 {
@@ -53,7 +54,9 @@ static int read_exact(int fd, uint8_t *p, size_t n)
     return 0;
 }
 
-/* The fake daemon: one connection at a time. */
+/* The fake daemon: one connection at a time, in the order they come. The
+ * first of an input gets the input, after the client's Hello; later ones get
+ * nothing; a sync connection (sync_server) gets one byte. */
 static void *serve(void *arg)
 {
     (void)arg;
@@ -64,8 +67,27 @@ static void *serve(void *arg)
                 continue;
             return NULL;
         }
+        uint8_t hdr[4], body[512];
+        if (read_exact(fd, hdr, 4) != 0) {
+            close(fd);
+            continue;
+        }
         pthread_mutex_lock(&mu);
         int stop = stopping;
+        pthread_mutex_unlock(&mu);
+        if (stop) {
+            close(fd);
+            return NULL;
+        }
+        if (memcmp(hdr, sync_marker, 4) == 0) {
+            if (write(fd, "S", 1) != 1)
+                abort();
+            close(fd);
+            continue;
+        }
+        uint32_t n = (uint32_t)hdr[0] | (uint32_t)hdr[1] << 8 | (uint32_t)hdr[2] << 16 |
+                     (uint32_t)hdr[3] << 24;
+        pthread_mutex_lock(&mu);
         const uint8_t *data = NULL;
         size_t len = 0;
         if (served_gen != input_gen) {
@@ -74,24 +96,15 @@ static void *serve(void *arg)
             len = input_len;
         }
         pthread_mutex_unlock(&mu);
-        if (stop) {
-            close(fd);
-            return NULL;
-        }
-        /* Read the Hello first, so the replies never race the request. */
-        uint8_t hdr[4], body[512];
-        if (read_exact(fd, hdr, 4) == 0) {
-            uint32_t n = (uint32_t)hdr[0] | (uint32_t)hdr[1] << 8 | (uint32_t)hdr[2] << 16 |
-                         (uint32_t)hdr[3] << 24;
-            if (n <= sizeof(body) && read_exact(fd, body, n) == 0 && len > 0) {
-                /* The input fits the socket buffer: one write. */
-                size_t off = 0;
-                while (off < len) {
-                    ssize_t w = send(fd, data + off, len - off, MSG_NOSIGNAL);
-                    if (w <= 0)
-                        break;
-                    off += (size_t)w;
-                }
+        /* The Hello is read first, so the replies never race the request;
+         * the input fits the socket buffer. */
+        if (n <= sizeof(body) && read_exact(fd, body, n) == 0) {
+            size_t off = 0;
+            while (off < len) {
+                ssize_t w = send(fd, data + off, len - off, MSG_NOSIGNAL);
+                if (w <= 0)
+                    break;
+                off += (size_t)w;
             }
         }
         /* Then end of stream for the client's reads, while its requests
@@ -115,6 +128,21 @@ static void fuzz_init(void)
     FUZZ_CHECK(bind(listener, (struct sockaddr *)&addr, sizeof(addr)) == 0);
     FUZZ_CHECK(listen(listener, 16) == 0);
     FUZZ_CHECK(pthread_create(&server, NULL, serve, NULL) == 0);
+}
+
+/* Returns once the fake daemon has finished with every connection of this
+ * input (it serves them in order), so none outlives the input's bytes. */
+static void sync_server(void)
+{
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    char b;
+    FUZZ_CHECK(fd >= 0);
+    FUZZ_CHECK(connect(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0);
+    FUZZ_CHECK(write(fd, sync_marker, 4) == 4);
+    FUZZ_CHECK(read(fd, &b, 1) == 1);
+    close(fd);
 }
 
 static void check_rc(int rc)
@@ -146,6 +174,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     check_rc(rc);
     if (rc != 0) {
         FUZZ_CHECK(c == NULL);
+        sync_server();
         return 0;
     }
 
@@ -188,6 +217,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     kvs_geometry_t g;
     check_rc(kvs_geometry(c, &g));
     kvs_close(c);
+    sync_server();
     return 0;
 }
 
@@ -202,7 +232,8 @@ void fuzz_cleanup(void)
     struct sockaddr_un addr = {.sun_family = AF_UNIX};
     snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path);
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd >= 0 && connect(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0)
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0 &&
+        write(fd, sync_marker, 4) == 4)
         pthread_join(server, NULL);
     if (fd >= 0)
         close(fd);
