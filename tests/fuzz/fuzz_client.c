@@ -80,8 +80,11 @@ static void *serve(void *arg)
             return NULL;
         }
         if (memcmp(hdr, sync_marker, 4) == 0) {
-            if (write(fd, "S", 1) != 1)
-                abort();
+            ssize_t w;
+            do {
+                w = write(fd, "S", 1);
+            } while (w < 0 && errno == EINTR);
+            FUZZ_CHECK(w == 1);
             close(fd);
             continue;
         }
@@ -102,6 +105,8 @@ static void *serve(void *arg)
             size_t off = 0;
             while (off < len) {
                 ssize_t w = send(fd, data + off, len - off, MSG_NOSIGNAL);
+                if (w < 0 && errno == EINTR)
+                    continue;
                 if (w <= 0)
                     break;
                 off += (size_t)w;
@@ -110,8 +115,11 @@ static void *serve(void *arg)
         /* Then end of stream for the client's reads, while its requests
          * are still taken (a send that fails reads as a daemon gone). */
         shutdown(fd, SHUT_WR);
-        while (read(fd, body, sizeof(body)) > 0)
-            ;
+        for (;;) {
+            ssize_t r = read(fd, body, sizeof(body));
+            if (r == 0 || (r < 0 && errno != EINTR))
+                break;
+        }
         close(fd);
     }
 }
@@ -140,8 +148,16 @@ static void sync_server(void)
     char b;
     FUZZ_CHECK(fd >= 0);
     FUZZ_CHECK(connect(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0);
-    FUZZ_CHECK(write(fd, sync_marker, 4) == 4);
-    FUZZ_CHECK(read(fd, &b, 1) == 1);
+    /* libFuzzer's timeout timer (SIGALRM) interrupts blocking calls. */
+    ssize_t n;
+    do {
+        n = write(fd, sync_marker, 4);
+    } while (n < 0 && errno == EINTR);
+    FUZZ_CHECK(n == 4);
+    do {
+        n = read(fd, &b, 1);
+    } while (n < 0 && errno == EINTR);
+    FUZZ_CHECK(n == 1);
     close(fd);
 }
 
