@@ -395,9 +395,9 @@ static inline uint64_t leaf_stamp(const radix_node_t *n)
 }
 
 /* Bonus per hit under RADIX_EVICT_FREQ, in ticks: a share of the eviction
- * age, fading linearly to 0 as that age reaches the horizon (fade_pct % of
- * the mean first-reuse gap). Past about three reuse gaps a block that was hit
- * is no likelier to come back than one that was not (measured on the
+ * age while that age is below the horizon (horizon_pct % of the mean
+ * first-reuse gap), else none. Past about three reuse gaps a block that was
+ * hit is no likelier to come back than one that was not (measured on the
  * Mooncake trace), so a large pool gains nothing from the bonus and loses
  * recent blocks to it; there the order becomes LRU's. */
 static uint64_t freq_step(const radix_tree_t *t)
@@ -406,15 +406,10 @@ static uint64_t freq_step(const radix_tree_t *t)
         return t->cfg.freq_bonus_ticks;
     uint64_t age = t->evict_age64 / 64;
     uint64_t step = age * t->cfg.freq_bonus_pct / 100;
-    if (t->cfg.freq_fade_pct == RADIX_FREQ_FADE_OFF)
+    if (t->cfg.freq_horizon_pct == RADIX_FREQ_NO_HORIZON)
         return step;
-    uint64_t horizon = t->reuse_gap64 / 64 * t->cfg.freq_fade_pct / 100;
-    if (age >= horizon)
-        return 0;
-    /* step x (horizon - age) / horizon, rounded down, without overflow for
-     * horizons below 2^32 ticks */
-    uint64_t left = horizon - age;
-    return step / horizon * left + step % horizon * left / horizon;
+    uint64_t horizon = t->reuse_gap64 / 64 * t->cfg.freq_horizon_pct / 100;
+    return age < horizon ? step : 0;
 }
 
 /* The key a leaf is queued with: its last use, plus under RADIX_EVICT_FREQ
@@ -689,7 +684,7 @@ int radix_new(const radix_config_t *cfg, radix_tree_t **out)
         (cfg->policy != RADIX_EVICT_LRU && cfg->policy != RADIX_EVICT_FREQ) ||
         cfg->freq_max_hits > 255 || cfg->freq_bonus_pct > 10000 ||
         cfg->freq_bonus_ticks > UINT32_MAX ||
-        (cfg->freq_fade_pct > 10000 && cfg->freq_fade_pct != RADIX_FREQ_FADE_OFF))
+        (cfg->freq_horizon_pct > 10000 && cfg->freq_horizon_pct != RADIX_FREQ_NO_HORIZON))
         goto fail;
     rc = KVS_ENOMEM;
     t = calloc(1, sizeof(*t));
@@ -701,8 +696,8 @@ int radix_new(const radix_config_t *cfg, radix_tree_t **out)
         t->cfg.freq_max_hits = RADIX_FREQ_MAX_HITS;
     if (t->cfg.freq_bonus_pct == 0)
         t->cfg.freq_bonus_pct = RADIX_FREQ_BONUS_PCT;
-    if (t->cfg.freq_fade_pct == 0)
-        t->cfg.freq_fade_pct = RADIX_FREQ_FADE_PCT;
+    if (t->cfg.freq_horizon_pct == 0)
+        t->cfg.freq_horizon_pct = RADIX_FREQ_HORIZON_PCT;
     t->rec_bytes =
         2 * sizeof(uint64_t) + 3 * sizeof(uint32_t) + (size_t)cfg->block_tokens * sizeof(uint32_t);
     t->by_node = t_calloc(t, cfg->max_blocks, sizeof(*t->by_node));

@@ -16,30 +16,28 @@ int model_init(model_t *m, uint32_t bt, uint32_t max_blocks)
 }
 
 void model_set_policy(model_t *m, int policy, uint32_t max_hits, uint32_t bonus_pct,
-                      uint64_t bonus_ticks, uint32_t fade_pct)
+                      uint64_t bonus_ticks, uint32_t horizon_pct)
 {
-    m->fade_pct = fade_pct ? fade_pct : RADIX_FREQ_FADE_PCT;
+    m->horizon_pct = horizon_pct ? horizon_pct : RADIX_FREQ_HORIZON_PCT;
     m->policy = policy;
     m->max_hits = max_hits ? max_hits : RADIX_FREQ_MAX_HITS;
     m->bonus_pct = bonus_pct ? bonus_pct : RADIX_FREQ_BONUS_PCT;
     m->bonus_ticks = bonus_ticks;
 }
 
-/* The bonus per hit: fixed, or a share of the mean eviction age A that
- * fades linearly to 0 as A reaches fade_pct % of the mean first-reuse gap. */
+/* The bonus per hit: fixed, or a share of the mean eviction age A while A
+ * is below horizon_pct % of the mean first-reuse gap, else 0. */
 static uint64_t step_now(const model_t *m)
 {
     if (m->bonus_ticks)
         return m->bonus_ticks;
     uint64_t age = m->evict_age64 / 64;
     uint64_t step = age * m->bonus_pct / 100;
-    if (m->fade_pct == RADIX_FREQ_FADE_OFF)
+    if (m->horizon_pct == RADIX_FREQ_NO_HORIZON)
         return step;
-    uint64_t horizon = m->reuse_gap64 / 64 * m->fade_pct / 100;
-    if (age >= horizon)
+    if (age >= m->reuse_gap64 / 64 * m->horizon_pct / 100)
         return 0;
-    /* exact in 128 bits, unlike the tree's split form: they must agree */
-    return (uint64_t)((unsigned __int128)step * (horizon - age) / horizon);
+    return step;
 }
 
 /* The key of a block as of now: last use, plus under RADIX_EVICT_FREQ a
