@@ -7,7 +7,7 @@
 # docs/hitrate: writes OUT_PREFIX.dat (the table) and OUT_PREFIX.png (needs
 # gnuplot; Debian: gnuplot-nox). Capacities are in the trace's 512-token
 # blocks; the simulator uses 16-token blocks (lru, freq; freq25: freq's
-# earlier rule, a bonus of 25 % of the eviction age that never fades) and,
+# earlier rule, a bonus of 25 % of the eviction age with no horizon) and,
 # for the comparison with 512-token simulators, 512-token blocks (lru512);
 # opt512 is the offline optimum over 512-token ids.
 set -eu
@@ -22,7 +22,7 @@ trap 'rm -rf "$tmp"' EXIT
 "$BENCH" trace-sim --trace "$TRACE" --cap-units "$CAPS" --policy all --optimum --json >"$tmp/b16.json"
 "$BENCH" trace-sim --trace "$TRACE" --cap-units "$CAPS" --policy lru --block-tokens 512 --json \
     >"$tmp/b512.json"
-"$BENCH" trace-sim --trace "$TRACE" --cap-units "$CAPS" --policy freq --bonus-pct 25 --fade-pct off \
+"$BENCH" trace-sim --trace "$TRACE" --cap-units "$CAPS" --policy freq --bonus-pct 25 --horizon-pct off \
     --json >"$tmp/f25.json"
 
 # One row per run: units policy hit_rate (percent).
@@ -68,7 +68,7 @@ set yrange [0:40]
 EOD
 plot "$OUT.dat" using 1:6 with linespoints lw 2 title "offline optimum (512-token ids)", \
      "$OUT.dat" using 1:4 with linespoints lw 2 title "kvshare freq (16-token blocks)", \
-     "$OUT.dat" using 1:7 with linespoints dt 4 title "kvshare freq without fading, 25 % (16-token blocks)", \
+     "$OUT.dat" using 1:7 with linespoints dt 4 title "kvshare freq without horizon, 25 % (16-token blocks)", \
      "$OUT.dat" using 1:3 with linespoints lw 2 title "kvshare LRU (16-token blocks)", \
      "$OUT.dat" using 1:5 with linespoints dt 2 title "kvshare LRU (512-token blocks)", \
      \$ref using 1:2 with points pt 7 ps 1.5 lc rgb "black" title "independent LRU simulator (trace README)", \
