@@ -51,11 +51,20 @@
  *     step is freq_bonus_ticks if set, else freq_bonus_pct % of the moving
  *     average age (tick at eviction - last use) of evicted blocks, weight
  *     1/64 per eviction, all in integers: avg64 += age - avg64 / 64 at each
- *     eviction, step = avg64 / 64 x pct / 100, computed when the key is
- *     taken (a parent's key after its child's eviction sees that eviction's
- *     age). A block hit before thus outlives blocks never hit by up to step
- *     ticks per hit: frequency predicts reuse, and the bonus scales with
- *     how long blocks survive anyway.
+ *     eviction, A = avg64 / 64, step = A x pct / 100, computed when the key
+ *     is taken (a parent's key after its child's eviction sees that
+ *     eviction's age). A block hit before thus outlives blocks never hit by
+ *     up to step ticks per hit: frequency predicts reuse, and the bonus
+ *     scales with how long blocks survive anyway.
+ *     Horizon (unless freq_horizon_pct is RADIX_FREQ_NO_HORIZON; never with
+ *     freq_bonus_ticks): the bonus applies only while A is below
+ *     H = G x freq_horizon_pct / 100, where G = gap64 / 64 is the moving
+ *     average (weight 1/64, same integer form) of first-reuse gaps: at each
+ *     radix_lookup that matches at least one block whose last matched block
+ *     had no hits before it, gap = this lookup's tick - that block's last
+ *     use before it, counted before the lookup's own leaf is queued; step =
+ *     0 when A >= H. In a pool whose blocks outlive a few reuse gaps, past
+ *     hits no longer tell which blocks come back, and the order is LRU's.
  * No operation scans every leaf: lookup and pin are O(1) per block; unpin is
  * O(1), or O(log leaves) when it makes a leaf evictable out of key order;
  * eviction is O(log leaves) per block. Under RADIX_EVICT_FREQ a lookup or
@@ -94,8 +103,11 @@ typedef void (*radix_evict_fn)(void *ctx, uint32_t block_id);
 typedef uint64_t (*radix_hash_fn)(const uint32_t *tokens, size_t n_tokens, uint64_t seed);
 
 /* Defaults of the RADIX_EVICT_FREQ parameters (radix_config_t). */
-#define RADIX_FREQ_MAX_HITS  2
-#define RADIX_FREQ_BONUS_PCT 25
+#define RADIX_FREQ_MAX_HITS    2
+#define RADIX_FREQ_BONUS_PCT   75
+#define RADIX_FREQ_HORIZON_PCT 275
+/* freq_horizon_pct: no horizon, the bonus always applies (the earlier rule). */
+#define RADIX_FREQ_NO_HORIZON UINT32_MAX
 
 /* Eviction policy: which evictable leaf goes first (see Eviction order). */
 typedef enum radix_policy {
@@ -121,6 +133,8 @@ typedef struct radix_config {
     uint32_t freq_max_hits;    /* hits that earn a bonus, at most (0: 2; <= 255) */
     uint32_t freq_bonus_pct;   /* bonus per hit, % of the mean eviction age (0: 25; <= 10000) */
     uint64_t freq_bonus_ticks; /* > 0: a fixed bonus per hit in ticks instead (<= 2^32 - 1) */
+    uint32_t freq_horizon_pct; /* horizon, % of the mean reuse gap (0: 275; <= 10000,
+                                * or RADIX_FREQ_NO_HORIZON) */
 } radix_config_t;
 
 typedef struct radix_ns_stats {

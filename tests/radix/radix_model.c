@@ -16,22 +16,37 @@ int model_init(model_t *m, uint32_t bt, uint32_t max_blocks)
 }
 
 void model_set_policy(model_t *m, int policy, uint32_t max_hits, uint32_t bonus_pct,
-                      uint64_t bonus_ticks)
+                      uint64_t bonus_ticks, uint32_t horizon_pct)
 {
+    m->horizon_pct = horizon_pct ? horizon_pct : RADIX_FREQ_HORIZON_PCT;
     m->policy = policy;
     m->max_hits = max_hits ? max_hits : RADIX_FREQ_MAX_HITS;
     m->bonus_pct = bonus_pct ? bonus_pct : RADIX_FREQ_BONUS_PCT;
     m->bonus_ticks = bonus_ticks;
 }
 
+/* The bonus per hit: fixed, or a share of the mean eviction age A while A
+ * is below horizon_pct % of the mean first-reuse gap, else 0. */
+static uint64_t step_now(const model_t *m)
+{
+    if (m->bonus_ticks)
+        return m->bonus_ticks;
+    uint64_t age = m->evict_age64 / 64;
+    uint64_t step = age * m->bonus_pct / 100;
+    if (m->horizon_pct == RADIX_FREQ_NO_HORIZON)
+        return step;
+    if (age >= m->reuse_gap64 / 64 * m->horizon_pct / 100)
+        return 0;
+    return step;
+}
+
 /* The key of a block as of now: last use, plus under RADIX_EVICT_FREQ a
- * bonus per hit (up to max_hits) of a fixed number of ticks or a share of
- * the moving average of evicted blocks' age. */
+ * bonus per hit (up to max_hits). */
 static uint64_t key_now(const model_t *m, const model_block_t *b)
 {
     if (m->policy != RADIX_EVICT_FREQ)
         return b->stamp;
-    uint64_t step = m->bonus_ticks ? m->bonus_ticks : m->evict_age64 / 64 * m->bonus_pct / 100;
+    uint64_t step = step_now(m);
     uint32_t hits = b->hits < m->max_hits ? b->hits : m->max_hits;
     return b->stamp + hits * step;
 }
@@ -87,11 +102,15 @@ int model_lookup(model_t *m, uint32_t ns, const uint32_t *tokens, size_t n_token
     m->tick++;
     int64_t cur = -1;
     size_t i = 0;
+    uint64_t prev_stamp = 0;
+    uint32_t prev_hits = 0;
     for (; i < want; i++) {
         int64_t c = find_child(m, ns, cur, tokens + i * m->bt);
         if (c < 0)
             break;
         model_block_t *b = &m->blocks[c];
+        prev_stamp = b->stamp;
+        prev_hits = b->hits;
         b->stamp = m->tick;
         b->hits++;
         if (pin && b->ref++ == 0)
@@ -99,6 +118,8 @@ int model_lookup(model_t *m, uint32_t ns, const uint32_t *tokens, size_t n_token
         ids[i] = (uint32_t)c;
         cur = c;
     }
+    if (i > 0 && m->policy == RADIX_EVICT_FREQ && prev_hits == 0)
+        m->reuse_gap64 += (m->tick - prev_stamp) - m->reuse_gap64 / 64;
     rekey(m, cur);
     m->ns[ns].lookups++;
     m->ns[ns].lookup_tokens += n_tokens;

@@ -44,13 +44,15 @@ typedef struct model {
     int policy;
     uint32_t max_hits, bonus_pct;
     uint64_t bonus_ticks;
+    uint32_t horizon_pct;
     uint64_t evict_age64; /* 64 x moving average of evicted blocks' age */
+    uint64_t reuse_gap64; /* 64 x moving average of first-reuse gaps */
 } model_t;
 
 int model_init(model_t *m, uint32_t bt, uint32_t max_blocks);
 /* Sets the policy like radix_config_t's fields (0 parameters: defaults). */
 void model_set_policy(model_t *m, int policy, uint32_t max_hits, uint32_t bonus_pct,
-                      uint64_t bonus_ticks);
+                      uint64_t bonus_ticks, uint32_t horizon_pct);
 void model_fini(model_t *m);
 uint32_t model_ns_create(model_t *m, uint32_t quota, uint32_t reserve);
 int model_lookup(model_t *m, uint32_t ns, const uint32_t *tokens, size_t n_tokens, bool pin,

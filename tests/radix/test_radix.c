@@ -900,6 +900,69 @@ static uint64_t hash_weak(const uint32_t *tokens, size_t n, uint64_t seed)
     return (seed * 31 + tokens[0]) & 3;
 }
 
+/* Eviction order of a pool of 64 one-block prompts: prompt k is inserted at
+ * k (evicting one block when the pool is full), and every other prompt is
+ * looked up again `lag` prompts later. Fills out[] and returns the count. */
+static size_t horizon_order(radix_config_t cfg, uint32_t lag, uint32_t *out)
+{
+    cfg.block_tokens = BT;
+    cfg.max_blocks = 2048;
+    radix_tree_t *t = tree_cfg(cfg);
+    uint32_t ns = ns_new(t, "a", 0, 0);
+    uint32_t tok[BT], id, canon;
+    size_t done, got;
+    for (uint32_t k = 0; k < 1200; k++) {
+        if (radix_cached_blocks(t) >= 64) {
+            ck_assert_int_eq(radix_evict(t, ns, 1, &got), 0);
+            ck_assert_uint_eq(got, 1);
+        }
+        prompt(tok, BT, k + 1);
+        id = k;
+        ck_assert_int_eq(radix_insert(t, ns, tok, BT, &id, 1, false, &canon, &done), 0);
+        if (k >= lag && (k - lag) % 2 == 0) {
+            prompt(tok, BT, k - lag + 1);
+            ck_assert_int_eq(radix_lookup(t, ns, tok, BT, false, &id, 1, &done), 0);
+        }
+    }
+    ck_assert_int_eq(radix_check(t), 0);
+    size_t n = ev.n;
+    memcpy(out, ev.ids, n * sizeof(*out));
+    radix_free(t);
+    return n;
+}
+
+START_TEST(test_evict_freq_horizon)
+{
+    /* Blocks reused 1 tick after insertion, evicted ~100 ticks later: the
+     * eviction age is far past the horizon (2.75 reuse gaps), so the
+     * default FREQ bonus is 0 and the order is exactly LRU's; without a
+     * horizon, blocks hit once outlive the others. With reuses 40 prompts
+     * later (gap ~80 ticks, horizon ~220 > age ~100), the bonus is there. */
+    static uint32_t lru[2048], freq[2048], nohorizon[2048];
+    radix_config_t c_lru = {.policy = RADIX_EVICT_LRU};
+    radix_config_t c_freq = {.policy = RADIX_EVICT_FREQ};
+    radix_config_t c_nohorizon = {.policy = RADIX_EVICT_FREQ,
+                                  .freq_horizon_pct = RADIX_FREQ_NO_HORIZON};
+    size_t n = horizon_order(c_lru, 0, lru);
+    ck_assert_uint_eq(n, 1200 - 64);
+    ck_assert_uint_eq(horizon_order(c_freq, 0, freq), n);
+    ck_assert_uint_eq(horizon_order(c_nohorizon, 0, nohorizon), n);
+    ck_assert_mem_eq(freq, lru, n * sizeof(uint32_t));
+    ck_assert(memcmp(nohorizon, lru, n * sizeof(uint32_t)) != 0);
+
+    n = horizon_order(c_lru, 40, lru);
+    ck_assert_uint_eq(horizon_order(c_freq, 40, freq), n);
+    ck_assert(memcmp(freq, lru, n * sizeof(uint32_t)) != 0);
+
+    /* A horizon above 10000 % that is not RADIX_FREQ_NO_HORIZON is refused. */
+    radix_tree_t *bad = NULL;
+    radix_config_t c2 = {
+        .block_tokens = BT, .max_blocks = 8, .policy = RADIX_EVICT_FREQ, .freq_horizon_pct = 10001};
+    ck_assert_int_eq(radix_new(&c2, &bad), KVS_EINVAL);
+    ck_assert_ptr_null(bad);
+}
+END_TEST
+
 typedef struct diff_cfg {
     uint64_t seed;
     long ops;
@@ -909,6 +972,7 @@ typedef struct diff_cfg {
     radix_policy_t policy;
     uint32_t max_hits, bonus_pct;
     uint64_t bonus_ticks;
+    uint32_t horizon_pct;
 } diff_cfg_t;
 
 #define MAX_PROMPT_BLOCKS 10
@@ -932,11 +996,12 @@ static void diff_run(const diff_cfg_t *dc)
                           .policy = dc->policy,
                           .freq_max_hits = dc->max_hits,
                           .freq_bonus_pct = dc->bonus_pct,
-                          .freq_bonus_ticks = dc->bonus_ticks};
+                          .freq_bonus_ticks = dc->bonus_ticks,
+                          .freq_horizon_pct = dc->horizon_pct};
     radix_tree_t *t = tree_cfg(cfg);
     model_t m;
     DIFF_EQ(model_init(&m, dc->bt, dc->max_blocks), 0);
-    model_set_policy(&m, dc->policy, dc->max_hits, dc->bonus_pct, dc->bonus_ticks);
+    model_set_policy(&m, dc->policy, dc->max_hits, dc->bonus_pct, dc->bonus_ticks, dc->horizon_pct);
     /* KVS_RADIX_SEED=n reruns the same test with other seeds. */
     const char *seed_env = getenv("KVS_RADIX_SEED");
     rng_state = dc->seed ^ (seed_env ? strtoull(seed_env, NULL, 0) * 0x9E3779B97F4A7C15ull : 0);
@@ -1209,9 +1274,43 @@ START_TEST(test_diff_freq_fixed_bonus)
 }
 END_TEST
 
+START_TEST(test_diff_freq_no_horizon)
+{
+    /* The bonus follows the eviction age, with no horizon (25 %, the
+     * earlier default). */
+    diff_cfg_t dc = {.seed = 4242,
+                     .ops = diff_ops(60000, 10000),
+                     .bt = 16,
+                     .vocab = 2,
+                     .max_blocks = 64,
+                     .sparse = true,
+                     .policy = RADIX_EVICT_FREQ,
+                     .bonus_pct = 25,
+                     .horizon_pct = RADIX_FREQ_NO_HORIZON};
+    diff_run(&dc);
+}
+END_TEST
+
+START_TEST(test_diff_freq_horizon_short)
+{
+    /* A horizon of 50 % of the reuse gap: the bonus is 0 most of the time
+     * and 300 % of the eviction age the rest. */
+    diff_cfg_t dc = {.seed = 777,
+                     .ops = diff_ops(60000, 10000),
+                     .bt = 2,
+                     .vocab = 3,
+                     .max_blocks = 96,
+                     .policy = RADIX_EVICT_FREQ,
+                     .bonus_pct = 300,
+                     .horizon_pct = 50};
+    diff_run(&dc);
+}
+END_TEST
+
 START_TEST(test_diff_freq_adaptive)
 {
-    /* The default parameters: the bonus follows the eviction age. */
+    /* The default parameters: the bonus follows the eviction age while
+     * that age is below 2.75 mean reuse gaps. */
     diff_cfg_t dc = {.seed = 31337,
                      .ops = diff_ops(60000, 10000),
                      .bt = 16,
@@ -1355,6 +1454,7 @@ static Suite *radix_suite(void)
     tcase_add_test(tc, test_evict_out_of_order_unpins);
     tcase_add_test(tc, test_evict_all_pinned);
     tcase_add_test(tc, test_evict_freq_order);
+    tcase_add_test(tc, test_evict_freq_horizon);
     tcase_add_test(tc, test_quota);
     tcase_add_test(tc, test_quota_keeps_attach_point);
     tcase_add_test(tc, test_reservation);
@@ -1372,6 +1472,8 @@ static Suite *radix_suite(void)
     tcase_add_test(diff, test_diff_16_token_blocks);
     tcase_add_test(diff, test_diff_freq_fixed_bonus);
     tcase_add_test(diff, test_diff_freq_adaptive);
+    tcase_add_test(diff, test_diff_freq_no_horizon);
+    tcase_add_test(diff, test_diff_freq_horizon_short);
     tcase_add_test(diff, test_diff_freq_collisions);
     suite_add_tcase(s, diff);
     return s;

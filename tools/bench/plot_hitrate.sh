@@ -6,9 +6,10 @@
 # conversation trace for the figures in docs/), OUT_PREFIX defaults to
 # docs/hitrate: writes OUT_PREFIX.dat (the table) and OUT_PREFIX.png (needs
 # gnuplot; Debian: gnuplot-nox). Capacities are in the trace's 512-token
-# blocks; the simulator uses 16-token blocks (lru, freq) and, for the
-# comparison with 512-token simulators, 512-token blocks (lru512); opt512 is
-# the offline optimum over 512-token ids.
+# blocks; the simulator uses 16-token blocks (lru, freq; freq25: freq's
+# earlier rule, a bonus of 25 % of the eviction age with no horizon) and,
+# for the comparison with 512-token simulators, 512-token blocks (lru512);
+# opt512 is the offline optimum over 512-token ids.
 set -eu
 BENCH=${1:?usage: plot_hitrate.sh BENCH TRACE [OUT_PREFIX]}
 TRACE=${2:?usage: plot_hitrate.sh BENCH TRACE [OUT_PREFIX]}
@@ -21,6 +22,8 @@ trap 'rm -rf "$tmp"' EXIT
 "$BENCH" trace-sim --trace "$TRACE" --cap-units "$CAPS" --policy all --optimum --json >"$tmp/b16.json"
 "$BENCH" trace-sim --trace "$TRACE" --cap-units "$CAPS" --policy lru --block-tokens 512 --json \
     >"$tmp/b512.json"
+"$BENCH" trace-sim --trace "$TRACE" --cap-units "$CAPS" --policy freq --bonus-pct 25 --horizon-pct off \
+    --json >"$tmp/f25.json"
 
 # One row per run: units policy hit_rate (percent).
 rows() {
@@ -30,16 +33,16 @@ rows() {
 }
 unlimited=$(sed -e 's/.*"unlimited_hit_rate": \([0-9.]*\).*/\1/' "$tmp/b16.json" | awk '{ printf "%.2f", $1 * 100 }')
 distinct=$(sed -e 's/.*"distinct_ids": \([0-9]*\).*/\1/' "$tmp/b16.json")
-{ rows "$tmp/b16.json" ""; rows "$tmp/b512.json" "512"; } >"$tmp/rows"
+{ rows "$tmp/b16.json" ""; rows "$tmp/b512.json" "512"; rows "$tmp/f25.json" "25"; } >"$tmp/rows"
 
 {
     echo "# hit rate (%) against capacity; trace $(basename "$TRACE"), $distinct distinct 512-token ids"
     echo "# unlimited capacity (16-token blocks): $unlimited %"
-    echo "# units_512  pct_distinct  lru  freq  lru512  opt512"
+    echo "# units_512  pct_distinct  lru  freq  lru512  opt512  freq25"
     for u in $(echo "$CAPS" | tr ',' ' '); do
         awk -v u="$u" -v d="$distinct" '
             $1 + 0 == u + 0 { v[$2] = $3 }
-            END { printf "%d %.2f %s %s %s %s\n", u, 100 * u / d, v["lru"], v["freq"], v["lru512"], v["opt512"] }' \
+            END { printf "%d %.2f %s %s %s %s %s\n", u, 100 * u / d, v["lru"], v["freq"], v["lru512"], v["opt512"], v["freq25"] }' \
             "$tmp/rows"
     done
 } >"$OUT.dat"
@@ -65,6 +68,7 @@ set yrange [0:40]
 EOD
 plot "$OUT.dat" using 1:6 with linespoints lw 2 title "offline optimum (512-token ids)", \
      "$OUT.dat" using 1:4 with linespoints lw 2 title "kvshare freq (16-token blocks)", \
+     "$OUT.dat" using 1:7 with linespoints dt 4 title "kvshare freq without horizon, 25 % (16-token blocks)", \
      "$OUT.dat" using 1:3 with linespoints lw 2 title "kvshare LRU (16-token blocks)", \
      "$OUT.dat" using 1:5 with linespoints dt 2 title "kvshare LRU (512-token blocks)", \
      \$ref using 1:2 with points pt 7 ps 1.5 lc rgb "black" title "independent LRU simulator (trace README)", \

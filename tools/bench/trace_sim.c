@@ -76,7 +76,8 @@ int sim_run(const trace_t *tr, const sim_params_t *sp, sim_result_t *res)
                           .policy = sp->policy,
                           .freq_max_hits = sp->freq_max_hits,
                           .freq_bonus_pct = sp->freq_bonus_pct,
-                          .freq_bonus_ticks = sp->freq_bonus_ticks};
+                          .freq_bonus_ticks = sp->freq_bonus_ticks,
+                          .freq_horizon_pct = sp->freq_horizon_pct};
     rc = radix_new(&cfg, &t);
     if (rc)
         goto out;
@@ -298,13 +299,16 @@ static void sim_usage(FILE *f)
             "  --cap-pct LIST      capacities in percent of the trace's distinct ids\n"
             "  --cap-blocks LIST   capacities in blocks of --block-tokens\n"
             "  --policy P          lru | freq | all (default all)\n"
-            "  --max-hits N        freq: hits that earn a bonus (default 4)\n"
-            "  --bonus-pct N       freq: bonus per hit, %% of the mean eviction age (50)\n"
+            "  --max-hits N        freq: hits that earn a bonus (default %u)\n"
+            "  --bonus-pct N       freq: bonus per hit, %% of the mean eviction age (%u)\n"
             "  --bonus-ticks N     freq: fixed bonus per hit in ticks instead\n"
+            "  --horizon-pct N|off freq: no bonus while the mean eviction age is past\n"
+            "                      N %% of the mean first-reuse gap (%u)\n"
             "  --optimum           also the offline optimum over %u-token ids (opt512)\n"
             "  --check             radix_check() after each run\n"
             "  --json              one JSON object instead of the table\n",
-            TRACE_HASH_TOKENS, TRACE_HASH_TOKENS);
+            TRACE_HASH_TOKENS, RADIX_FREQ_MAX_HITS, RADIX_FREQ_BONUS_PCT, RADIX_FREQ_HORIZON_PCT,
+            TRACE_HASH_TOKENS);
 }
 
 static size_t distinct_ids(const trace_t *tr)
@@ -366,6 +370,9 @@ int bench_trace_sim(int argc, char **argv)
             sp.freq_bonus_pct = (uint32_t)strtoul(v, NULL, 0);
         } else if (strcmp(a, "--bonus-ticks") == 0) {
             sp.freq_bonus_ticks = strtoull(v, NULL, 0);
+        } else if (strcmp(a, "--horizon-pct") == 0) {
+            sp.freq_horizon_pct =
+                strcmp(v, "off") == 0 ? RADIX_FREQ_NO_HORIZON : (uint32_t)strtoul(v, NULL, 0);
         } else {
             ok = false;
         }

@@ -14,6 +14,7 @@ typedef struct sim_params {
     radix_policy_t policy;
     uint32_t freq_max_hits, freq_bonus_pct;
     uint64_t freq_bonus_ticks;
+    uint32_t freq_horizon_pct;
     bool check; /* radix_check() at the end */
 } sim_params_t;
 
