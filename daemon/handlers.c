@@ -96,6 +96,28 @@ static int tokens_view(const ProtobufCBinaryData *bytes, const uint32_t **tokens
     return 0;
 }
 
+/* The reuse-gap histogram: time since each matched block was last used.
+ * The blocks of one prefix were mostly used together, so the bucket of the
+ * previous block is tried first: one comparison per block in the common case. */
+static void observe_reuse(server_t *srv, const uint32_t *ids, size_t n)
+{
+    metrics_hist_t *h = &srv->metrics.block_reuse_gap;
+    uint64_t now = uv_now(srv->loop), prev_used = UINT64_MAX;
+    size_t bucket = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t used = srv->block_used_ms[ids[i]];
+        uint64_t gap = now - used;
+        if (used != prev_used) {
+            bucket = metrics_bucket(metrics_block_bounds_ms, metrics_block_n_bounds, gap);
+            prev_used = used;
+        }
+        h->buckets[bucket]++;
+        h->sum += gap;
+        srv->block_used_ms[ids[i]] = now;
+    }
+    h->count += n;
+}
+
 static int check_range(session_t *s, uint32_t block_id, handler_ctx_t *ctx)
 {
     if (block_id >= s->srv->num_blocks)
@@ -211,6 +233,7 @@ int handler_lookup(session_t *s, const Kvshare__Request *req, Kvshare__Response 
         for (size_t i = 0; i < n_blocks; i++)
             session_pin_add(s, ids[i]);
     }
+    observe_reuse(srv, ids, n_blocks);
 
     Kvshare__LookupReply *r = &ctx->reply.lookup;
     kvshare__lookup_reply__init(r);
@@ -254,6 +277,7 @@ int handler_alloc(session_t *s, const Kvshare__Request *req, Kvshare__Response *
     if (rc == KVS_EPOOLFULL) {
         pool_counts_t c;
         pool_counts(srv->pool, &c);
+        srv->metrics.alloc_fail_pool_full++;
         return fail(ctx, KVS_EPOOLFULL,
                     "pool full: %u blocks wanted, %u free after evicting %zu; %u are being "
                     "written and %u of %u cached are pinned (release blocks or grow the pool)",
@@ -348,6 +372,7 @@ int handler_commit(session_t *s, const Kvshare__Request *req, Kvshare__Response 
     for (size_t i = 0; i < n_done; i++) {
         uint32_t b = cm->block_ids[i];
         if (canonical[i] == b) {
+            srv->block_cached_ms[b] = srv->block_used_ms[b] = uv_now(srv->loop);
             session_writing_remove(s, b);
             if (pool_set_cached(srv->pool, b) != 0)
                 LOG_ERROR("block %u was WRITING for session %llu but the pool refused it", b,
@@ -364,11 +389,13 @@ int handler_commit(session_t *s, const Kvshare__Request *req, Kvshare__Response 
     r->n_committed = (uint32_t)n_done;
     resp->rpc_case = KVSHARE__RESPONSE__RPC_COMMIT;
     resp->commit = r;
-    if (irc == KVS_EQUOTA)
+    if (irc == KVS_EQUOTA) {
+        srv->metrics.alloc_fail_quota++;
         return fail(ctx, irc,
                     "namespace quota reached: %zu of %zu blocks committed, the rest stay "
                     "WRITING (release them)",
                     n_done, n_ids);
+    }
     if (irc != 0)
         return fail(ctx, irc, "commit stopped after %zu of %zu blocks: %s", n_done, n_ids,
                     kvs_strerror(irc));
@@ -466,7 +493,9 @@ int handler_stats(session_t *s, const Kvshare__Request *req, Kvshare__Response *
     r->writing_blocks = c.writing;
     r->cached_blocks = c.cached;
     r->pinned_blocks = radix_pinned_blocks(srv->index);
-    r->alloc_failures = c.alloc_failures;
+    /* Requests refused, not the pool's internal refusals that eviction then
+     * satisfied: the figure /metrics reports as reason="pool_full". */
+    r->alloc_failures = srv->metrics.alloc_fail_pool_full;
     r->evictions = srv->metrics.evictions;
     r->sessions = srv->n_sessions;
     r->sessions_total = srv->metrics.sessions_total;

@@ -13,6 +13,7 @@
 
 #include "kvshare.h"
 #include "log.h"
+#include "metrics_http.h"
 #include "server.h"
 
 #define DEFAULT_MODEL      "llama-3.1-8b"
@@ -48,6 +49,9 @@ static void usage(FILE *f)
                "  --max-sessions N       (default 1024)\n"
                "  --ready-fd N           write \"READY\\n\" to fd N once listening, then close it\n"
                "  --log-level LEVEL      error, warn, info (default), debug\n"
+               "  --metrics-listen HOST:PORT\n"
+               "                         serve Prometheus metrics on http://HOST:PORT/metrics\n"
+               "                         (off by default; e.g. 127.0.0.1:9464)\n"
                "  --version, --help\n");
 }
 
@@ -101,6 +105,7 @@ enum {
     OPT_READY_FD,
     OPT_LOG_LEVEL,
     OPT_VERSION,
+    OPT_METRICS_LISTEN,
 };
 
 static const struct option options[] = {
@@ -122,6 +127,7 @@ static const struct option options[] = {
     {"ready-fd", required_argument, NULL, OPT_READY_FD},
     {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
     {"version", no_argument, NULL, OPT_VERSION},
+    {"metrics-listen", required_argument, NULL, OPT_METRICS_LISTEN},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -201,6 +207,9 @@ int main(int argc, char **argv)
             break;
         case OPT_LOG_LEVEL:
             rc = log_level_parse(a, &log_level);
+            break;
+        case OPT_METRICS_LISTEN:
+            cfg.metrics_listen = a;
             break;
         case OPT_VERSION:
             printf("kvshared %d.%d.%d\n", KVS_VERSION_MAJOR, KVS_VERSION_MINOR, KVS_VERSION_PATCH);
@@ -293,9 +302,21 @@ int main(int argc, char **argv)
              per_token, srv->geo.block_tokens, per_block, srv->num_blocks, pool,
              (unsigned long long)srv->num_blocks * srv->geo.block_tokens);
 
+    if (cfg.metrics_listen) {
+        rc = metrics_http_start(srv, cfg.metrics_listen, &srv->http, err, sizeof(err));
+        if (rc != 0) {
+            fprintf(stderr, "kvshared: %s\n", err);
+            server_free(srv);
+            uv_run(loop, UV_RUN_NOWAIT);
+            uv_loop_close(loop);
+            return 1;
+        }
+    }
     rc = server_listen(srv, true, err, sizeof(err));
     if (rc != 0) {
         fprintf(stderr, "kvshared: %s\n", err);
+        server_shutdown(srv);
+        uv_run(loop, UV_RUN_DEFAULT);
         server_free(srv);
         uv_loop_close(loop);
         return 1;

@@ -12,6 +12,7 @@
 
 #include "kvshare.h"
 #include "log.h"
+#include "metrics_http.h"
 #include "session.h"
 
 uint64_t server_now_ms(void)
@@ -36,6 +37,9 @@ void server_on_evict(void *ctx, uint32_t block_id)
 {
     server_t *s = ctx;
     s->metrics.evictions++;
+    if (s->block_cached_ms)
+        metrics_observe(&s->metrics.block_lifetime, metrics_block_bounds_ms, metrics_block_n_bounds,
+                        uv_now(s->loop) - s->block_cached_ms[block_id]);
     pool_release(s->pool, block_id);
 }
 
@@ -111,7 +115,9 @@ int server_open(const server_config_t *cfg, uv_loop_t *loop, server_t **out, cha
     s->writer = calloc(s->num_blocks, sizeof(*s->writer));
     s->writer_pos = calloc(s->num_blocks, sizeof(*s->writer_pos));
     s->mark = calloc(s->num_blocks, sizeof(*s->mark));
-    if (!s->writer || !s->writer_pos || !s->mark) {
+    s->block_cached_ms = calloc(s->num_blocks, sizeof(*s->block_cached_ms));
+    s->block_used_ms = calloc(s->num_blocks, sizeof(*s->block_used_ms));
+    if (!s->writer || !s->writer_pos || !s->mark || !s->block_cached_ms || !s->block_used_ms) {
         snprintf(err, errlen, "out of memory for the block tables of %u blocks", s->num_blocks);
         rc = KVS_ENOMEM;
         goto fail;
@@ -278,6 +284,8 @@ void server_shutdown(server_t *s)
             st.st_ino == s->sock_ino)
             unlink(s->cfg.socket_path);
     }
+    metrics_http_close(s->http);
+    s->http = NULL;
     while (s->sessions)
         session_close(s->sessions, "daemon stopping");
     if (s->signals_on) {
@@ -301,6 +309,8 @@ void server_free(server_t *s)
     free(s->writer);
     free(s->writer_pos);
     free(s->mark);
+    free(s->block_cached_ms);
+    free(s->block_used_ms);
     free(s->decode_arena);
     free(s);
 }

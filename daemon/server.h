@@ -45,7 +45,8 @@ typedef struct server_config {
     size_t max_output;        /* per session: unsent reply bytes before disconnect */
     uint32_t max_sessions;
     uint32_t max_namespaces;
-    int ready_fd; /* >= 0: "READY\n" is written there once listening */
+    int ready_fd;               /* >= 0: "READY\n" is written there once listening */
+    const char *metrics_listen; /* "HOST:PORT" for Prometheus over HTTP; NULL: off */
 } server_config_t;
 
 typedef struct server {
@@ -83,6 +84,12 @@ typedef struct server {
 
     uint64_t start_ms;
     metrics_t metrics;
+
+    /* Per block, loop time in ms (metrics): when it was last committed, and
+     * when it was last committed or matched by a lookup. */
+    uint64_t *block_cached_ms;
+    uint64_t *block_used_ms;
+    struct metrics_http *http; /* --metrics-listen; NULL when off */
 } server_t;
 
 /* Fills cfg with defaults: 16 MiB frames, 64 MiB output, 1024 sessions,
