@@ -8,6 +8,7 @@
 #include "kvshare.h"
 #include "log.h"
 #include "session.h"
+#include "tenants.h"
 
 /* Records the message of a failing request and returns its status. */
 static int fail(handler_ctx_t *ctx, int status, const char *fmt, ...)
@@ -45,8 +46,22 @@ static int ns_resolve(session_t *s, const char *name, bool create, uint32_t *ns,
     if (len > 63)
         return fail(ctx, KVS_EINVAL, "namespace name of %zu bytes is too long (63 at most)", len);
     int rc = radix_ns_find(srv->index, name, ns);
+    if (rc == 0 && !tenants_usable(srv, *ns))
+        rc = KVS_ENONS;
+    if (rc == 0 && !tenants_allowed(s, *ns)) {
+        srv->metrics.ns_denied++;
+        return fail(ctx, KVS_EDENIED,
+                    "permission denied: namespace '%s' does not allow uid %u / gid %u "
+                    "(allow_uids / allow_gids of its [namespace] section)",
+                    name, s->peer_uid, s->peer_gid);
+    }
     if (rc == 0)
         return 0;
+    if (!srv->cfg.dynamic_namespaces)
+        return fail(ctx, KVS_ENONS,
+                    "unknown namespace '%s': this kvshared serves only the namespaces its config "
+                    "declares; add a [namespace %s] section (then SIGHUP) or use a declared one",
+                    name, name);
     if (!create)
         return fail(ctx, KVS_ENONS,
                     "unknown namespace '%s'; `kvshare stats` lists the namespaces in use", name);
@@ -116,6 +131,24 @@ static void observe_reuse(server_t *srv, const uint32_t *ids, size_t n)
         srv->block_used_ms[ids[i]] = now;
     }
     h->count += n;
+}
+
+/* The per-session limits (session_max_pinned, session_max_writing). */
+static int over_pin_limit(session_t *s, size_t more, handler_ctx_t *ctx)
+{
+    s->srv->metrics.limit_refusals++;
+    return fail(ctx, KVS_ELIMIT,
+                "session limit session_max_pinned = %u: this session holds %llu pins and this "
+                "request needs %zu more; release blocks first",
+                s->srv->cfg.session_max_pinned, (unsigned long long)s->pins.total, more);
+}
+
+static int over_pin_limit_check(session_t *s, size_t more, handler_ctx_t *ctx)
+{
+    uint32_t max = s->srv->cfg.session_max_pinned;
+    if (max && s->pins.total + more > max)
+        return over_pin_limit(s, more, ctx);
+    return 0;
 }
 
 static int check_range(session_t *s, uint32_t block_id, handler_ctx_t *ctx)
@@ -197,8 +230,8 @@ int handler_hello(session_t *s, const Kvshare__Request *req, Kvshare__Response *
     r->session_id = s->id;
     resp->rpc_case = KVSHARE__RESPONSE__RPC_HELLO;
     resp->hello = r;
-    LOG_INFO("session %llu: hello from '%s' (%u fds)", (unsigned long long)s->id,
-             s->worker[0] ? s->worker : "?", r->n_fds);
+    LOG_INFO("session %llu: hello from '%s', pid %d, uid %u (%u fds)", (unsigned long long)s->id,
+             s->worker[0] ? s->worker : "?", (int)s->peer_pid, s->peer_uid, r->n_fds);
     return 0;
 }
 
@@ -229,6 +262,13 @@ int handler_lookup(session_t *s, const Kvshare__Request *req, Kvshare__Response 
     rc = radix_lookup(srv->index, ns, tokens, n_tokens, lk->pin, ids, max_ids, &n_blocks);
     if (rc != 0)
         return fail(ctx, rc, "lookup failed: %s", kvs_strerror(rc));
+    if (lk->pin && srv->cfg.session_max_pinned &&
+        s->pins.total + n_blocks > srv->cfg.session_max_pinned) {
+        /* Over the limit: the pins just taken go back, nothing is returned. */
+        for (size_t i = 0; i < n_blocks; i++)
+            radix_unpin(srv->index, ids[i]);
+        return over_pin_limit(s, n_blocks, ctx);
+    }
     if (lk->pin) {
         for (size_t i = 0; i < n_blocks; i++)
             session_pin_add(s, ids[i]);
@@ -260,6 +300,14 @@ int handler_alloc(session_t *s, const Kvshare__Request *req, Kvshare__Response *
         int rc = ns_resolve(s, al->ns, true, &ns, ctx);
         if (rc != 0)
             return rc;
+    }
+    if (srv->cfg.session_max_writing &&
+        (uint64_t)s->n_writing + al->n > srv->cfg.session_max_writing) {
+        srv->metrics.limit_refusals++;
+        return fail(ctx, KVS_ELIMIT,
+                    "session limit session_max_writing = %u: this session holds %u WRITING "
+                    "blocks and asked for %u more; commit or release blocks first",
+                    srv->cfg.session_max_writing, s->n_writing, al->n);
     }
     if (session_scratch(s, al->n, &ids) != 0 || session_writing_reserve(s, al->n) != 0)
         return fail(ctx, KVS_ENOMEM, "out of memory for an alloc of %u blocks", al->n);
@@ -362,6 +410,9 @@ int handler_commit(session_t *s, const Kvshare__Request *req, Kvshare__Response 
     rc = ns_resolve(s, cm->ns, true, &ns, ctx);
     if (rc != 0)
         return rc;
+    rc = over_pin_limit_check(s, n_ids, ctx);
+    if (rc != 0)
+        return rc;
     if (session_scratch(s, n_ids ? n_ids : 1, &canonical) != 0 ||
         session_pins_reserve(s, (uint32_t)n_ids) != 0)
         return fail(ctx, KVS_ENOMEM, "out of memory for a commit of %zu blocks", n_ids);
@@ -373,6 +424,7 @@ int handler_commit(session_t *s, const Kvshare__Request *req, Kvshare__Response 
         uint32_t b = cm->block_ids[i];
         if (canonical[i] == b) {
             srv->block_cached_ms[b] = srv->block_used_ms[b] = uv_now(srv->loop);
+            srv->block_ns[b] = ns;
             session_writing_remove(s, b);
             if (pool_set_cached(srv->pool, b) != 0)
                 LOG_ERROR("block %u was WRITING for session %llu but the pool refused it", b,
@@ -415,13 +467,27 @@ int handler_pin(session_t *s, const Kvshare__Request *req, Kvshare__Response *re
     if (pn->n_block_ids > s->srv->num_blocks)
         return fail(ctx, KVS_EINVAL, "pin of %zu blocks in one request: at most %u (the pool size)",
                     pn->n_block_ids, s->srv->num_blocks);
+    rc = over_pin_limit_check(s, pn->n_block_ids, ctx);
+    if (rc != 0)
+        return rc;
     if (session_pins_reserve(s, (uint32_t)pn->n_block_ids) != 0)
         return fail(ctx, KVS_ENOMEM, "out of memory pinning %zu blocks", pn->n_block_ids);
     for (size_t i = 0; i < pn->n_block_ids; i++) {
         uint32_t b = pn->block_ids[i];
+        pool_state_t st = POOL_FREE;
         rc = check_range(s, b, ctx);
         if (rc != 0)
             break;
+        /* A block of a namespace this peer may not use is not its to pin. */
+        if (pool_state(s->srv->pool, b, &st) == 0 && st == POOL_CACHED &&
+            !tenants_allowed(s, s->srv->block_ns[b])) {
+            s->srv->metrics.ns_denied++;
+            rc = fail(ctx, KVS_EDENIED,
+                      "permission denied: block %u belongs to a namespace this peer may not "
+                      "use; %u of %zu blocks pinned",
+                      b, r->n_pinned, pn->n_block_ids);
+            break;
+        }
         rc = radix_pin(s->srv->index, b);
         if (rc == KVS_ENOTFOUND) {
             fail(ctx, rc,
@@ -521,25 +587,30 @@ int handler_stats(session_t *s, const Kvshare__Request *req, Kvshare__Response *
         ctx->heap[0] = mem;
         Kvshare__NamespaceStats **ptrs = mem;
         Kvshare__NamespaceStats *rows = (void *)(ptrs + n_ns);
+        uint32_t n_rows = 0;
         for (uint32_t i = 0; i < n_ns; i++) {
             radix_ns_stats_t st;
+            /* Other tenants' namespaces are none of this peer's business. */
+            if (!tenants_allowed(s, i))
+                continue;
             memset(&st, 0, sizeof(st));
             radix_ns_stats(srv->index, i, &st);
-            kvshare__namespace_stats__init(&rows[i]);
-            rows[i].name = (char *)radix_ns_name(srv->index, i);
-            rows[i].lookups = st.lookups;
-            rows[i].lookup_tokens = st.lookup_tokens;
-            rows[i].hit_tokens = st.hit_tokens;
-            rows[i].inserted_blocks = st.inserted_blocks;
-            rows[i].duplicate_blocks = st.duplicate_blocks;
-            rows[i].evicted_blocks = st.evicted_blocks;
-            rows[i].cached_blocks = st.cached_blocks;
-            rows[i].pinned_blocks = st.pinned_blocks;
-            rows[i].quota = st.quota;
-            rows[i].reserve = st.reserve;
-            ptrs[i] = &rows[i];
+            kvshare__namespace_stats__init(&rows[n_rows]);
+            rows[n_rows].name = (char *)radix_ns_name(srv->index, i);
+            rows[n_rows].lookups = st.lookups;
+            rows[n_rows].lookup_tokens = st.lookup_tokens;
+            rows[n_rows].hit_tokens = st.hit_tokens;
+            rows[n_rows].inserted_blocks = st.inserted_blocks;
+            rows[n_rows].duplicate_blocks = st.duplicate_blocks;
+            rows[n_rows].evicted_blocks = st.evicted_blocks;
+            rows[n_rows].cached_blocks = st.cached_blocks;
+            rows[n_rows].pinned_blocks = st.pinned_blocks;
+            rows[n_rows].quota = st.quota;
+            rows[n_rows].reserve = st.reserve;
+            ptrs[n_rows] = &rows[n_rows];
+            n_rows++;
         }
-        r->n_namespaces = n_ns;
+        r->n_namespaces = n_rows;
         r->namespaces = ptrs;
     }
     resp->rpc_case = KVSHARE__RESPONSE__RPC_STATS;
@@ -565,6 +636,11 @@ int handler_tree(session_t *s, const Kvshare__Request *req, Kvshare__Response *r
         if (rc != 0)
             return rc;
     }
+    /* Rows of namespaces this peer may not use are dropped below: ask for
+     * more so the listing still fills. */
+    size_t want = max;
+    if (ns == RADIX_NS_ALL && srv->any_ns_acl)
+        max = TREE_MAX_ROWS;
     radix_prefix_t *rows = malloc(max * sizeof(*rows));
     void *mem = malloc(max * (sizeof(Kvshare__Prefix) + sizeof(void *)));
     ctx->heap[0] = rows;
@@ -576,6 +652,11 @@ int handler_tree(session_t *s, const Kvshare__Request *req, Kvshare__Response *r
         return fail(ctx, rc, "tree listing failed: %s", kvs_strerror(rc));
 
     uint64_t newest = 0;
+    size_t kept = 0;
+    for (size_t i = 0; i < n && kept < want; i++)
+        if (tenants_allowed(s, rows[i].ns))
+            rows[kept++] = rows[i];
+    n = kept;
     for (size_t i = 0; i < n; i++)
         if (rows[i].last_used > newest)
             newest = rows[i].last_used;

@@ -119,11 +119,9 @@ static const struct {
      "Prompt tokens looked up in the prefix cache, per namespace", NS_QUERIES},
     {"kvshare_prefix_cache_hits_total", "counter",
      "Prompt tokens found in the prefix cache, per namespace", NS_HITS},
-    {"kvshare_prefix_cache_lookups_total", "counter", "Lookup requests, per namespace",
-     NS_LOOKUPS},
+    {"kvshare_prefix_cache_lookups_total", "counter", "Lookup requests, per namespace", NS_LOOKUPS},
     {"kvshare_namespace_cached_blocks", "gauge", "Blocks cached, per namespace", NS_CACHED},
-    {"kvshare_namespace_pinned_blocks", "gauge", "Cached blocks pinned, per namespace",
-     NS_PINNED},
+    {"kvshare_namespace_pinned_blocks", "gauge", "Cached blocks pinned, per namespace", NS_PINNED},
     {"kvshare_namespace_evicted_blocks_total", "counter",
      "Blocks dropped by eviction or quota, per namespace", NS_EVICTED},
     {"kvshare_namespace_inserted_blocks_total", "counter",
@@ -175,8 +173,8 @@ int metrics_render(server_t *srv, char **out, size_t *len)
 
     head(&t, "kvshare_info", "gauge", "kvshared version and backend (value 1)");
     put(&t, "kvshare_info{version=\"%d.%d.%d\",backend=\"%s\"} 1\n", KVS_VERSION_MAJOR,
-        KVS_VERSION_MINOR, KVS_VERSION_PATCH, backend_kind(srv->backend) == BACKEND_CUDA ? "cuda"
-                                                                                         : "host");
+        KVS_VERSION_MINOR, KVS_VERSION_PATCH,
+        backend_kind(srv->backend) == BACKEND_CUDA ? "cuda" : "host");
     head(&t, "kvshare_uptime_seconds", "gauge", "Seconds since kvshared started");
     put(&t, "kvshare_uptime_seconds %.3f\n", (double)(server_now_ms() - srv->start_ms) / 1000.0);
 
