@@ -92,8 +92,8 @@ static void err_at(errs_t *e, int line, const char *fmt, ...)
     e->count++;
     if (!e->buf || e->cap == 0 || e->len + 1 >= e->cap)
         return;
-    int n = snprintf(e->buf + e->len, e->cap - e->len, "%s%s:%d: ", e->len ? "\n" : "", e->path,
-                     line);
+    int n =
+        snprintf(e->buf + e->len, e->cap - e->len, "%s%s:%d: ", e->len ? "\n" : "", e->path, line);
     if (n < 0 || (size_t)n >= e->cap - e->len) {
         e->len = e->cap - 1;
         return;
@@ -198,8 +198,8 @@ void config_acl_describe(const config_acl_t *acl, char *buf, size_t len)
         const uint32_t *ids = pass ? acl->gids : acl->uids;
         if (n == 0)
             continue;
-        used += (size_t)snprintf(buf + used, used < len ? len - used : 0, "%s%s ",
-                                 used ? " " : "", pass ? "gids" : "uids");
+        used += (size_t)snprintf(buf + used, used < len ? len - used : 0, "%s%s ", used ? " " : "",
+                                 pass ? "gids" : "uids");
         for (uint32_t i = 0; i < n && used < len; i++)
             used += (size_t)snprintf(buf + used, len - used, "%s%u", i ? "," : "", ids[i]);
         if (used >= len)
@@ -227,8 +227,9 @@ static int check_value(const key_def_t *k, const char *v, int line, errs_t *e)
         return 0;
     case K_SIZE:
         if (geometry_parse_bytes(v, &n) != 0 || n < k->min || n > k->max) {
-            err_at(e, line, "%s = '%s': give a size such as 512MiB, 8GiB or 70GB (at least %llu "
-                            "bytes)",
+            err_at(e, line,
+                   "%s = '%s': give a size such as 512MiB, 8GiB or 70GB (at least %llu "
+                   "bytes)",
                    k->key, v, (unsigned long long)k->min);
             return KVS_EINVAL;
         }
@@ -261,8 +262,8 @@ static int check_value(const key_def_t *k, const char *v, int line, errs_t *e)
     case K_MODEL: {
         geometry_t g;
         if (geometry_preset(v, &g) != 0) {
-            err_at(e, line, "%s = '%s': unknown model preset (kvshared --help lists them)",
-                   k->key, v);
+            err_at(e, line, "%s = '%s': unknown model preset (kvshared --help lists them)", k->key,
+                   v);
             return KVS_EINVAL;
         }
         return 0;
@@ -287,8 +288,9 @@ static int check_value(const key_def_t *k, const char *v, int line, errs_t *e)
         char host[64];
         int port;
         if (metrics_http_parse_addr(v, host, sizeof(host), &port) != 0) {
-            err_at(e, line, "%s = '%s': give HOST:PORT with a numeric address, e.g. "
-                            "127.0.0.1:9464",
+            err_at(e, line,
+                   "%s = '%s': give HOST:PORT with a numeric address, e.g. "
+                   "127.0.0.1:9464",
                    k->key, v);
             return KVS_EINVAL;
         }

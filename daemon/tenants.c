@@ -78,11 +78,10 @@ int tenants_apply(server_t *srv, config_t *conf, char *err, size_t errlen)
             radix_ns_stats(srv->index, id, &before);
             radix_ns_set_limits(srv->index, id, n->quota, n->reserve);
             if (before.quota != n->quota || before.reserve != n->reserve)
-                LOG_INFO("namespace '%s': quota %u -> %u, reserve %u -> %u", n->name,
-                         before.quota, n->quota, before.reserve, n->reserve);
+                LOG_INFO("namespace '%s': quota %u -> %u, reserve %u -> %u", n->name, before.quota,
+                         n->quota, before.reserve, n->reserve);
         } else {
-            rc = radix_ns_create(srv->index, n->name, seed_of(n->name), n->quota, n->reserve,
-                                 &id);
+            rc = radix_ns_create(srv->index, n->name, seed_of(n->name), n->quota, n->reserve, &id);
             if (rc != 0) {
                 snprintf(err, errlen, "cannot create namespace '%s': %s", n->name,
                          kvs_strerror(rc));

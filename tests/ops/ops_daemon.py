@@ -66,6 +66,7 @@ class Daemon:
     def stop(self, sig=signal.SIGTERM, timeout=30):
         self.proc.send_signal(sig)
         rc = self.proc.wait(timeout=timeout)
+        self.stderr.close()
         shutil.rmtree(self.dir, ignore_errors=True)
         return rc
 
