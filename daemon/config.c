@@ -29,6 +29,7 @@ typedef enum key_type {
     K_UIDS,
     K_GIDS,
     K_GROUP,
+    K_EVICTION,
 } key_type_t;
 
 typedef struct key_def {
@@ -65,6 +66,7 @@ static const key_def_t global_keys[] = {
     {"allow_uids", "--allow-uids", K_UIDS, 0, 0},
     {"allow_gids", "--allow-gids", K_GIDS, 0, 0},
     {"drain_timeout_ms", "--drain-timeout-ms", K_U32, 0, 600000},
+    {"eviction", "--eviction", K_EVICTION, 0, 0},
 };
 
 static const key_def_t ns_keys[] = {
@@ -308,6 +310,12 @@ static int check_value(const key_def_t *k, const char *v, int line, errs_t *e)
         }
         return 0;
     }
+    case K_EVICTION:
+        if (strcmp(v, "lru") != 0 && strcmp(v, "freq") != 0) {
+            err_at(e, line, "%s = '%s': give lru or freq", k->key, v);
+            return KVS_EINVAL;
+        }
+        return 0;
     case K_GROUP: {
         uint32_t ids[CONFIG_MAX_IDS], cnt;
         if (config_parse_ids(v, true, ids, &cnt) != 0 || cnt != 1) {

@@ -50,6 +50,7 @@ static void usage(FILE *f)
                "64MiB)\n"
                "  --max-sessions N       (default 1024)\n"
                "  --ready-fd N           write \"READY\\n\" to fd N once listening, then close it\n"
+               "  --eviction POLICY      lru (default) or freq (recency + a bonus per hit)\n"
                "  --log-level LEVEL      error, warn, info (default), debug\n"
                "  --config FILE          settings file (docs/OPERATING.md); flags override it\n"
                "  --check-config FILE    validate FILE, print errors with line numbers, exit\n"
@@ -170,6 +171,7 @@ enum {
     OPT_MAX_SESSIONS,
     OPT_READY_FD,
     OPT_LOG_LEVEL,
+    OPT_EVICTION,
     OPT_VERSION,
     OPT_METRICS_LISTEN,
     OPT_CONFIG,
@@ -202,6 +204,7 @@ static const struct option options[] = {
     {"max-sessions", required_argument, NULL, OPT_MAX_SESSIONS},
     {"ready-fd", required_argument, NULL, OPT_READY_FD},
     {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
+    {"eviction", required_argument, NULL, OPT_EVICTION},
     {"version", no_argument, NULL, OPT_VERSION},
     {"metrics-listen", required_argument, NULL, OPT_METRICS_LISTEN},
     {"config", required_argument, NULL, OPT_CONFIG},
@@ -335,6 +338,14 @@ int main(int argc, char **argv)
         case OPT_READY_FD:
             rc = parse_u32(a, &u32);
             cfg.ready_fd = (int)u32;
+            break;
+        case OPT_EVICTION:
+            if (strcmp(a, "lru") == 0)
+                cfg.eviction = RADIX_EVICT_LRU;
+            else if (strcmp(a, "freq") == 0)
+                cfg.eviction = RADIX_EVICT_FREQ;
+            else
+                rc = KVS_EINVAL;
             break;
         case OPT_LOG_LEVEL:
             rc = log_level_parse(a, &log_level);
@@ -484,6 +495,7 @@ int main(int argc, char **argv)
     LOG_INFO("pool: %s per token x %u tokens = %s per block; %u blocks = %s (%llu tokens)",
              per_token, srv->geo.block_tokens, per_block, srv->num_blocks, pool,
              (unsigned long long)srv->num_blocks * srv->geo.block_tokens);
+    LOG_INFO("eviction: %s", cfg.eviction == RADIX_EVICT_FREQ ? "freq" : "lru");
 
     log_effective(&srv->cfg, socket_group);
     tenants_log(srv);

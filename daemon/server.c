@@ -109,6 +109,7 @@ int server_open(const server_config_t *cfg, uv_loop_t *loop, server_t **out, cha
         .max_blocks = s->num_blocks,
         .on_evict = server_on_evict,
         .evict_ctx = s,
+        .policy = s->cfg.eviction,
     };
     rc = radix_new(&rcfg, &s->index);
     if (rc != 0) {

@@ -53,10 +53,20 @@
  *             fit neither end of the list. Entries are dropped lazily: a node
  *             records the sequence number of its live entry.
  *
- * Eviction takes the older of the list head and the heap top, so it is exact
- * least-recently-used order on stamps. Stamps of evictable leaves are all
- * distinct (one walk touches one path, which holds one leaf), so the order
- * is total.
+ * Both are ordered by each leaf's key (leaf_key, taken when it is queued;
+ * see radix.h, Eviction order), then stamp. Under LRU the key is the stamp,
+ * so a touched leaf always goes to the list's tail; under FREQ it is the
+ * stamp plus a bonus per hit, so a touched leaf goes to the tail only when
+ * its key is the largest, and to the heap otherwise.
+ *
+ * Eviction takes the first of the list head and the heap top, so it is exact
+ * order on (key, stamp). Stamps of evictable leaves are all distinct (one
+ * walk touches one path, which holds one leaf), so the order is total.
+ *
+ * Hits per block (FREQ) are counted the way stamps are written: a lookup
+ * through a whole node adds one to the node's full_hits, a partial one adds
+ * to each matched record's own count; a record's hits are the sum, and a new
+ * record appended to a node starts its own count at -full_hits (mod 2^32).
  */
 #include "radix.h"
 
@@ -75,18 +85,21 @@ struct radix_node {
     radix_node_t *lru_next;
     uint64_t hits;       /* lookups that matched through this node's end */
     uint64_t full_stamp; /* a tick at which every record here was touched */
+    uint64_t leaf_key;   /* eviction key of the last block, set when queued */
     uint32_t first;      /* records in use: [first, first + len) */
     uint32_t len;
     uint32_t cap;
     uint32_t n_children;
     uint32_t depth; /* blocks before this node's first block */
     uint32_t ns;
-    uint32_t heap_seq; /* sequence number of the live heap entry */
-    uint32_t where;    /* WHERE_*: where the node's leaf block is queued */
-    uint64_t recs[];   /* the record arrays, see rec_hash() .. rec_tokens() */
+    uint32_t heap_seq;  /* sequence number of the live heap entry */
+    uint32_t where;     /* WHERE_*: where the node's leaf block is queued */
+    uint32_t full_hits; /* lookups that matched every record here (mod 2^32) */
+    uint64_t recs[];    /* the record arrays, see rec_hash() .. rec_tokens() */
 };
 
 typedef struct radix_heap_entry {
+    uint64_t key;
     uint64_t stamp;
     uint32_t id;
     uint32_t seq;
@@ -130,6 +143,7 @@ struct radix_tree {
     uint32_t heap_seq;   /* tree-wide, so an entry never matches another namespace's node */
     radix_node_t *guard; /* a block that quota eviction must keep */
     uint32_t guard_pos;
+    uint64_t evict_age64; /* 64 x moving average of evicted blocks' age, in ticks */
 };
 
 /* Marks ids in by_node while an insert checks them for repeats. */
@@ -166,7 +180,7 @@ static void *t_realloc(const radix_tree_t *t, void *p, size_t size)
 
 /* A node's records are stored as parallel arrays after its header, so that a
  * walk streams through token ids (64 B a block) and block ids only:
- *   hash[cap] stamp[cap] | id[cap] ref[cap] | tokens[cap][bt]            */
+ *   hash[cap] stamp[cap] | id[cap] ref[cap] hits[cap] | tokens[cap][bt]  */
 static inline uint64_t *rec_hash(const radix_node_t *n, uint32_t i)
 {
     return (uint64_t *)n->recs + i;
@@ -187,9 +201,21 @@ static inline uint32_t *rec_ref(const radix_node_t *n, uint32_t i)
     return rec_id(n, 0) + n->cap + i;
 }
 
+/* A block's hits are rec_hits + the node's full_hits (both mod 2^32): a walk
+ * through a whole node counts once on the node, as it stamps once. */
+static inline uint32_t *rec_hitsp(const radix_node_t *n, uint32_t i)
+{
+    return rec_id(n, 0) + 2 * (size_t)n->cap + i;
+}
+
+static inline uint32_t rec_hits(const radix_node_t *n, uint32_t i)
+{
+    return *rec_hitsp(n, i) + n->full_hits;
+}
+
 static inline uint32_t *rec_tokens(const radix_tree_t *t, const radix_node_t *n, uint32_t i)
 {
-    return rec_id(n, 0) + 2 * (size_t)n->cap + (size_t)i * t->cfg.block_tokens;
+    return rec_id(n, 0) + 3 * (size_t)n->cap + (size_t)i * t->cfg.block_tokens;
 }
 
 /* Copies records [from, from + count) of a to b at index `to`. */
@@ -200,6 +226,8 @@ static void recs_copy(const radix_tree_t *t, radix_node_t *b, uint32_t to, const
     memcpy(rec_stampp(b, to), rec_stampp(a, from), count * sizeof(uint64_t));
     memcpy(rec_id(b, to), rec_id(a, from), count * sizeof(uint32_t));
     memcpy(rec_ref(b, to), rec_ref(a, from), count * sizeof(uint32_t));
+    /* b's full_hits is a's (split, resize) */
+    memcpy(rec_hitsp(b, to), rec_hitsp(a, from), count * sizeof(uint32_t));
     memcpy(rec_tokens(t, b, to), rec_tokens(t, a, from),
            (size_t)count * t->cfg.block_tokens * sizeof(uint32_t));
 }
@@ -365,6 +393,42 @@ static inline uint64_t leaf_stamp(const radix_node_t *n)
     return rec_stamp(n, last_pos(n));
 }
 
+/* Bonus per hit under RADIX_EVICT_FREQ, in ticks. */
+static uint64_t freq_step(const radix_tree_t *t)
+{
+    if (t->cfg.freq_bonus_ticks > 0)
+        return t->cfg.freq_bonus_ticks;
+    return t->evict_age64 / 64 * t->cfg.freq_bonus_pct / 100;
+}
+
+/* The key a leaf is queued with: its last use, plus under RADIX_EVICT_FREQ
+ * a bonus for each hit up to freq_max_hits. Fixed while it stays queued. */
+static uint64_t queue_key(const radix_tree_t *t, const radix_node_t *n)
+{
+    uint64_t key = leaf_stamp(n);
+    if (t->cfg.policy == RADIX_EVICT_FREQ) {
+        uint32_t hits = rec_hits(n, last_pos(n));
+        if (hits > t->cfg.freq_max_hits)
+            hits = t->cfg.freq_max_hits;
+        key += hits * freq_step(t);
+    }
+    return key;
+}
+
+/* Eviction order of two queued leaves: key, then last use (distinct among
+ * evictable leaves, so the order is total). */
+static inline bool goes_before(const radix_node_t *a, const radix_node_t *b)
+{
+    if (a->leaf_key != b->leaf_key)
+        return a->leaf_key < b->leaf_key;
+    return leaf_stamp(a) < leaf_stamp(b);
+}
+
+static inline bool entry_before(const radix_heap_entry_t *a, const radix_heap_entry_t *b)
+{
+    return a->key != b->key ? a->key < b->key : a->stamp < b->stamp;
+}
+
 static bool evictable(const radix_tree_t *t, const radix_node_t *n)
 {
     if (is_root(n) || n->n_children > 0 || n->len == 0)
@@ -419,7 +483,7 @@ static radix_node_t *heap_entry_node(const radix_tree_t *t, const radix_heap_ent
     if (!n || n == &radix_mark || n->where != WHERE_HEAP || n->heap_seq != e->seq ||
         t->by_pos[e->id] != last_pos(n))
         return NULL;
-    return leaf_stamp(n) == e->stamp ? n : NULL;
+    return leaf_stamp(n) == e->stamp && n->leaf_key == e->key ? n : NULL;
 }
 
 static void heap_sift_down(radix_ns_t *ns, size_t i)
@@ -427,9 +491,9 @@ static void heap_sift_down(radix_ns_t *ns, size_t i)
     radix_heap_entry_t *h = ns->heap;
     for (;;) {
         size_t l = 2 * i + 1, m = i;
-        if (l < ns->heap_len && h[l].stamp < h[m].stamp)
+        if (l < ns->heap_len && entry_before(&h[l], &h[m]))
             m = l;
-        if (l + 1 < ns->heap_len && h[l + 1].stamp < h[m].stamp)
+        if (l + 1 < ns->heap_len && entry_before(&h[l + 1], &h[m]))
             m = l + 1;
         if (m == i)
             return;
@@ -445,7 +509,7 @@ static void heap_sift_up(radix_ns_t *ns, size_t i)
     radix_heap_entry_t *h = ns->heap;
     while (i > 0) {
         size_t p = (i - 1) / 2;
-        if (h[p].stamp <= h[i].stamp)
+        if (!entry_before(&h[i], &h[p]))
             return;
         radix_heap_entry_t tmp = h[i];
         h[i] = h[p];
@@ -499,6 +563,7 @@ static void heap_push(radix_tree_t *t, radix_ns_t *ns, radix_node_t *n)
     n->heap_seq = ++t->heap_seq;
     n->where = WHERE_HEAP;
     ns->heap_live++;
+    ns->heap[ns->heap_len].key = n->leaf_key;
     ns->heap[ns->heap_len].stamp = rec_stamp(n, last_pos(n));
     ns->heap[ns->heap_len].id = *rec_id(n, last_pos(n));
     ns->heap[ns->heap_len].seq = n->heap_seq;
@@ -517,14 +582,16 @@ static void make_unevictable(radix_tree_t *t, radix_node_t *n)
     n->where = WHERE_NONE;
 }
 
-/* Queues an evictable leaf that is in no queue, at its place by stamp. */
+/* Queues an evictable leaf that is in no queue, with its key as of now, at
+ * its place in eviction order: an end of the list when it fits there (always
+ * the tail for a leaf just used under LRU), else the heap. */
 static void expose(radix_tree_t *t, radix_node_t *n)
 {
     radix_ns_t *ns = t->ns[n->ns];
-    uint64_t s = leaf_stamp(n);
-    if (!ns->lru_tail || s >= leaf_stamp(ns->lru_tail))
+    n->leaf_key = queue_key(t, n);
+    if (!ns->lru_tail || goes_before(ns->lru_tail, n))
         list_append(ns, n);
-    else if (s <= leaf_stamp(ns->lru_head))
+    else if (goes_before(n, ns->lru_head))
         list_prepend(ns, n);
     else
         heap_push(t, ns, n);
@@ -540,7 +607,12 @@ static void refresh(radix_tree_t *t, radix_node_t *n, bool touched)
         make_unevictable(t, n);
     } else if (touched) {
         make_unevictable(t, n);
-        list_append(t->ns[n->ns], n);
+        if (t->cfg.policy == RADIX_EVICT_LRU) {
+            n->leaf_key = leaf_stamp(n); /* the newest: the tail */
+            list_append(t->ns[n->ns], n);
+        } else {
+            expose(t, n);
+        }
     } else if (n->where == WHERE_NONE) {
         expose(t, n);
     }
@@ -557,7 +629,7 @@ static radix_node_t *candidate(radix_tree_t *t, radix_ns_t *ns)
         return h;
     if (!h)
         return l;
-    return leaf_stamp(h) < leaf_stamp(l) ? h : l;
+    return goes_before(h, l) ? h : l;
 }
 
 /* Drops n's last block (an evictable leaf) and hands its id back. */
@@ -565,6 +637,9 @@ static void evict_leaf(radix_tree_t *t, radix_node_t *n)
 {
     radix_ns_t *ns = t->ns[n->ns];
     make_unevictable(t, n);
+    /* The moving average (weight 1/64) sets the FREQ bonus; updated before
+     * the parent is queued, so the parent's key already sees it. */
+    t->evict_age64 += (t->tick - leaf_stamp(n)) - t->evict_age64 / 64;
     uint32_t id = *rec_id(n, last_pos(n));
     t->by_node[id] = NULL;
     ns->st.cached_blocks--;
@@ -593,7 +668,11 @@ int radix_new(const radix_config_t *cfg, radix_tree_t **out)
 {
     int rc = KVS_EINVAL;
     radix_tree_t *t = NULL;
-    if (!cfg || !out || cfg->block_tokens == 0 || cfg->max_blocks == 0 || cfg->block_tokens > 65536)
+    if (!cfg || !out || cfg->block_tokens == 0 || cfg->max_blocks == 0 ||
+        cfg->block_tokens > 65536 ||
+        (cfg->policy != RADIX_EVICT_LRU && cfg->policy != RADIX_EVICT_FREQ) ||
+        cfg->freq_max_hits > 255 || cfg->freq_bonus_pct > 10000 ||
+        cfg->freq_bonus_ticks > UINT32_MAX)
         goto fail;
     rc = KVS_ENOMEM;
     t = calloc(1, sizeof(*t));
@@ -601,8 +680,12 @@ int radix_new(const radix_config_t *cfg, radix_tree_t **out)
         goto fail;
     t->cfg = *cfg;
     t->hash = cfg->hash ? cfg->hash : radix_xxh3;
+    if (t->cfg.freq_max_hits == 0)
+        t->cfg.freq_max_hits = RADIX_FREQ_MAX_HITS;
+    if (t->cfg.freq_bonus_pct == 0)
+        t->cfg.freq_bonus_pct = RADIX_FREQ_BONUS_PCT;
     t->rec_bytes =
-        2 * sizeof(uint64_t) + 2 * sizeof(uint32_t) + (size_t)cfg->block_tokens * sizeof(uint32_t);
+        2 * sizeof(uint64_t) + 3 * sizeof(uint32_t) + (size_t)cfg->block_tokens * sizeof(uint32_t);
     t->by_node = t_calloc(t, cfg->max_blocks, sizeof(*t->by_node));
     t->by_pos = t_calloc(t, cfg->max_blocks, sizeof(*t->by_pos));
     t->slots = t_calloc(t, 64, sizeof(*t->slots));
@@ -853,9 +936,12 @@ int radix_lookup(radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens, size_t
                 pin_rec(t, ns, child, child->first + b);
         if (k == child->len) {
             child->full_stamp = tick;
+            child->full_hits++;
         } else {
-            for (uint32_t j = 0; j < k; j++)
+            for (uint32_t j = 0; j < k; j++) {
                 *rec_stampp(child, child->first + j) = tick;
+                (*rec_hitsp(child, child->first + j))++;
+            }
         }
         i += k;
         n = child;
@@ -907,6 +993,7 @@ static void node_split(radix_tree_t *t, radix_node_t *n, uint32_t pos, radix_nod
     upper->depth = n->depth;
     upper->hits = n->hits;
     upper->full_stamp = n->full_stamp;
+    upper->full_hits = n->full_hits;
     upper->ns = n->ns;
     upper->n_children = 1;
     upper->len = j;
@@ -939,6 +1026,7 @@ static void fill_recs(radix_tree_t *t, radix_ns_t *ns, radix_node_t *n, uint32_t
         *rec_stampp(n, pos) = tick;
         *rec_id(n, pos) = id;
         *rec_ref(n, pos) = 0;
+        *rec_hitsp(n, pos) = 0u - n->full_hits; /* no hit yet */
         memcpy(rec_tokens(t, n, pos), block, (size_t)bt * sizeof(uint32_t));
         t->by_node[id] = n;
         t->by_pos[id] = pos;
@@ -1156,7 +1244,7 @@ int radix_evict(radix_tree_t *t, uint32_t for_ns, size_t n, size_t *n_evicted)
             if (k != for_ns && ns->st.cached_blocks <= ns->st.reserve)
                 continue;
             radix_node_t *v = candidate(t, ns);
-            if (v && (!best || leaf_stamp(v) < leaf_stamp(best)))
+            if (v && (!best || goes_before(v, best)))
                 best = v;
         }
         if (!best)
@@ -1427,7 +1515,9 @@ int radix_check(const radix_tree_t *t)
             CHECK(l->where == WHERE_LIST && l->ns == k && l->lru_prev == prev);
             CHECK(node_index(nodes, n, l) != SIZE_MAX);
             if (prev)
-                CHECK(leaf_stamp(prev) < leaf_stamp(l));
+                CHECK(goes_before(prev, l));
+            if (t->cfg.policy == RADIX_EVICT_LRU)
+                CHECK(l->leaf_key == leaf_stamp(l));
             prev = l;
         }
         CHECK(ns->lru_tail == prev);
@@ -1436,7 +1526,7 @@ int radix_check(const radix_tree_t *t)
         CHECK(ns->heap_len <= ns->heap_cap);
         for (size_t i = 0; i < ns->heap_len; i++) {
             if (i > 0)
-                CHECK(ns->heap[(i - 1) / 2].stamp <= ns->heap[i].stamp);
+                CHECK(!entry_before(&ns->heap[i], &ns->heap[(i - 1) / 2]));
             const radix_node_t *hn = heap_entry_node(t, &ns->heap[i]);
             if (hn) {
                 CHECK(hn->ns == k);

@@ -30,14 +30,37 @@
  * unpins and evictions do not change it. Since every walk starts at a root,
  * a block is never less recently used than its descendants.
  *
+ * Hits: a block's hit count is the number of radix_lookup calls that matched
+ * it (returned it in ids); inserts do not count.
+ *
  * Pins: each cached block has a refcount. A pinned block (refcount > 0) is
  * never evicted, nor are its ancestors. Eviction takes unpinned leaves (cached
- * blocks with refcount 0 and no cached child), the one whose last use is
- * oldest first (last uses of such leaves are all distinct, so the order is
- * total), hands their block ids back through `on_evict`, and makes a parent a
- * candidate when its last child goes. No operation scans every leaf: lookup
- * and pin are O(1) per block; unpin is O(1), or O(log leaves) when it makes a
- * leaf evictable out of LRU order; eviction is O(log leaves) per block.
+ * blocks with refcount 0 and no cached child) in eviction order, hands their
+ * block ids back through `on_evict`, and makes a parent a candidate when its
+ * last child goes.
+ *
+ * Eviction order: each evictable leaf has a key, taken when it becomes an
+ * evictable leaf (inserted as the last block of a prompt, unpinned to 0, its
+ * last child evicted) and again whenever a lookup or insert uses it while it
+ * is one; the key stays fixed in between. The leaf with the smallest key goes
+ * first, ties going to the older last use (last uses of evictable leaves are
+ * all distinct, so the order is total). The key is
+ *   - RADIX_EVICT_LRU (the default): the last use; so least recently used
+ *     first;
+ *   - RADIX_EVICT_FREQ: the last use + min(hits, freq_max_hits) x step, where
+ *     step is freq_bonus_ticks if set, else freq_bonus_pct % of the moving
+ *     average age (tick at eviction - last use) of evicted blocks, weight
+ *     1/64 per eviction, all in integers: avg64 += age - avg64 / 64 at each
+ *     eviction, step = avg64 / 64 x pct / 100, computed when the key is
+ *     taken (a parent's key after its child's eviction sees that eviction's
+ *     age). A block hit before thus outlives blocks never hit by up to step
+ *     ticks per hit: frequency predicts reuse, and the bonus scales with
+ *     how long blocks survive anyway.
+ * No operation scans every leaf: lookup and pin are O(1) per block; unpin is
+ * O(1), or O(log leaves) when it makes a leaf evictable out of key order;
+ * eviction is O(log leaves) per block. Under RADIX_EVICT_FREQ a lookup or
+ * insert that ends on a leaf queues it with one heap push (O(log leaves))
+ * unless its key is the largest, where LRU appends it to a list in O(1).
  *
  * Namespaces each have a name, a seed, a root, a quota (max cached blocks, 0 =
  * unlimited) and a reservation (blocks that eviction on behalf of another
@@ -70,6 +93,16 @@ typedef void (*radix_evict_fn)(void *ctx, uint32_t block_id);
  * collisions. */
 typedef uint64_t (*radix_hash_fn)(const uint32_t *tokens, size_t n_tokens, uint64_t seed);
 
+/* Defaults of the RADIX_EVICT_FREQ parameters (radix_config_t). */
+#define RADIX_FREQ_MAX_HITS  2
+#define RADIX_FREQ_BONUS_PCT 25
+
+/* Eviction policy: which evictable leaf goes first (see Eviction order). */
+typedef enum radix_policy {
+    RADIX_EVICT_LRU = 0, /* least recently used leaf first (the default) */
+    RADIX_EVICT_FREQ = 1 /* smallest last use + bonus per hit first */
+} radix_policy_t;
+
 typedef struct radix_config {
     uint32_t block_tokens;   /* tokens per block, > 0 (kvshare default: 16) */
     uint32_t max_blocks;     /* block ids are in [0, max_blocks) */
@@ -82,6 +115,12 @@ typedef struct radix_config {
      * leaves the tree consistent. */
     bool (*fail_alloc)(void *ctx);
     void *fail_ctx;
+    /* Eviction policy and its parameters (RADIX_EVICT_FREQ only; 0 picks
+     * the documented default). See Eviction order above. */
+    radix_policy_t policy;
+    uint32_t freq_max_hits;    /* hits that earn a bonus, at most (0: 2; <= 255) */
+    uint32_t freq_bonus_pct;   /* bonus per hit, % of the mean eviction age (0: 25; <= 10000) */
+    uint64_t freq_bonus_ticks; /* > 0: a fixed bonus per hit in ticks instead (<= 2^32 - 1) */
 } radix_config_t;
 
 typedef struct radix_ns_stats {
@@ -114,9 +153,10 @@ typedef struct radix_prefix {
 } radix_prefix_t;
 
 /* Creates an empty index. Errors: KVS_EINVAL (block_tokens or max_blocks 0,
- * block_tokens > 65536), KVS_ENOMEM. The tree is freed with radix_free.
+ * block_tokens > 65536, an unknown policy, freq_* parameters above their
+ * limits), KVS_ENOMEM. The tree is freed with radix_free.
  * Memory: 12 bytes per possible block id (max_blocks) at once, then per
- * cached block 24 bytes plus its token ids, plus a node header and a table
+ * cached block 28 bytes plus its token ids, plus a node header and a table
  * slot per run of blocks. */
 int radix_new(const radix_config_t *cfg, radix_tree_t **out);
 
@@ -169,7 +209,7 @@ int radix_lookup(radix_tree_t *t, uint32_t ns, const uint32_t *tokens, size_t n_
  * at this call's tick.
  *
  * *n_done is the number of blocks handled. A namespace at its quota first
- * evicts its own unpinned LRU leaves (never the block the new ones hang
+ * evicts its own unpinned leaves in eviction order (never the block the new ones hang
  * from); when it cannot, insertion stops there and KVS_EQUOTA is returned
  * with the first *n_done blocks handled (and pinned). Evictions made for the
  * quota stay made whatever the result. Errors: KVS_EINVAL (bad counts, an id
@@ -188,7 +228,7 @@ int radix_insert(radix_tree_t *t, uint32_t ns, const uint32_t *tokens, size_t n_
 int radix_pin(radix_tree_t *t, uint32_t block_id);
 
 /* Removes one pin; does not change the block's last use (a leaf unpinned
- * to 0 becomes evictable at its place in LRU order). Errors: KVS_EINVAL,
+ * to 0 becomes evictable at its place in eviction order). Errors: KVS_EINVAL,
  * KVS_ENOTFOUND, KVS_ENOTPINNED (refcount already 0: nothing changes). */
 int radix_unpin(radix_tree_t *t, uint32_t block_id);
 
@@ -200,11 +240,11 @@ int radix_unpin(radix_tree_t *t, uint32_t block_id);
  * KVS_ENOTFOUND. */
 int radix_block_refcount(const radix_tree_t *t, uint32_t block_id, uint32_t *refcount);
 
-/* Evicts up to n unpinned leaf blocks, least recently used first, calling
+/* Evicts up to n unpinned leaf blocks in eviction order (see above), calling
  * on_evict for each. for_ns is the namespace whose need drives the eviction
  * (RADIX_NS_ANY for none): another namespace is never taken below its
  * reservation; for_ns itself may be. Precisely, each step takes the leaf with
- * the oldest last use among for_ns and the namespaces whose cached_blocks
+ * the first in eviction order among for_ns and the namespaces whose cached_blocks
  * exceed their reserve. *n_evicted may be less than n (everything else pinned
  * or reserved); that is not an error. Cost per block: O(log leaves) plus one
  * look at each namespace. Errors: KVS_ENONS. */

@@ -15,6 +15,41 @@ int model_init(model_t *m, uint32_t bt, uint32_t max_blocks)
     return m->blocks && m->evicted ? 0 : -1;
 }
 
+void model_set_policy(model_t *m, int policy, uint32_t max_hits, uint32_t bonus_pct,
+                      uint64_t bonus_ticks)
+{
+    m->policy = policy;
+    m->max_hits = max_hits ? max_hits : RADIX_FREQ_MAX_HITS;
+    m->bonus_pct = bonus_pct ? bonus_pct : RADIX_FREQ_BONUS_PCT;
+    m->bonus_ticks = bonus_ticks;
+}
+
+/* The key of a block as of now: last use, plus under RADIX_EVICT_FREQ a
+ * bonus per hit (up to max_hits) of a fixed number of ticks or a share of
+ * the moving average of evicted blocks' age. */
+static uint64_t key_now(const model_t *m, const model_block_t *b)
+{
+    if (m->policy != RADIX_EVICT_FREQ)
+        return b->stamp;
+    uint64_t step = m->bonus_ticks ? m->bonus_ticks : m->evict_age64 / 64 * m->bonus_pct / 100;
+    uint32_t hits = b->hits < m->max_hits ? b->hits : m->max_hits;
+    return b->stamp + hits * step;
+}
+
+static bool is_leaf_free(const model_t *m, int64_t id)
+{
+    const model_block_t *b = &m->blocks[id];
+    return b->cached && b->ref == 0 && b->children == 0;
+}
+
+/* A block that just became an evictable leaf, or was used as one: its key
+ * is taken now and kept until then again. */
+static void rekey(model_t *m, int64_t id)
+{
+    if (id >= 0 && is_leaf_free(m, id))
+        m->blocks[id].key = key_now(m, &m->blocks[id]);
+}
+
 void model_fini(model_t *m)
 {
     free(m->blocks);
@@ -58,11 +93,13 @@ int model_lookup(model_t *m, uint32_t ns, const uint32_t *tokens, size_t n_token
             break;
         model_block_t *b = &m->blocks[c];
         b->stamp = m->tick;
+        b->hits++;
         if (pin && b->ref++ == 0)
             m->ns[ns].pinned++;
         ids[i] = (uint32_t)c;
         cur = c;
     }
+    rekey(m, cur);
     m->ns[ns].lookups++;
     m->ns[ns].lookup_tokens += n_tokens;
     m->ns[ns].hit_tokens += i * m->bt;
@@ -76,25 +113,28 @@ static bool evictable(const model_t *m, uint32_t id, int64_t keep)
     return b->cached && b->ref == 0 && b->children == 0 && (int64_t)id != keep;
 }
 
-static void drop(model_t *m, uint32_t id)
+static void drop(model_t *m, uint32_t id, int64_t keep)
 {
     model_block_t *b = &m->blocks[id];
     b->cached = false;
-    if (b->parent >= 0)
-        m->blocks[b->parent].children--;
+    m->evict_age64 += (m->tick - b->stamp) - m->evict_age64 / 64;
+    if (b->parent >= 0 && --m->blocks[b->parent].children == 0 && b->parent != keep)
+        rekey(m, b->parent);
     m->ns[b->ns].cached--;
     m->ns[b->ns].evicted++;
     m->evicted[m->n_evicted++] = id;
 }
 
-/* Oldest evictable leaf among namespaces allowed by `eligible`, or -1. */
+/* First evictable leaf in eviction order (key, then last use) among
+ * namespaces allowed by `eligible`, or -1. */
 static int64_t oldest(const model_t *m, const bool *eligible, int64_t keep)
 {
     int64_t best = -1;
     for (uint32_t id = 0; id < m->max_blocks; id++) {
         if (!evictable(m, id, keep) || !eligible[m->blocks[id].ns])
             continue;
-        if (best < 0 || m->blocks[id].stamp < m->blocks[best].stamp)
+        const model_block_t *b = &m->blocks[id], *o = best >= 0 ? &m->blocks[best] : NULL;
+        if (!o || b->key < o->key || (b->key == o->key && b->stamp < o->stamp))
             best = id;
     }
     return best;
@@ -133,6 +173,7 @@ int model_insert(model_t *m, uint32_t ns, const uint32_t *tokens, size_t n_token
         cur = c;
     }
     if (rc) {
+        rekey(m, cur);
         *n_done = i;
         return rc;
     }
@@ -154,7 +195,7 @@ int model_insert(model_t *m, uint32_t ns, const uint32_t *tokens, size_t n_token
                 int64_t v = oldest(m, only_ns, cur);
                 if (v < 0)
                     break;
-                drop(m, (uint32_t)v);
+                drop(m, (uint32_t)v, cur);
             }
             if (s->cached >= s->quota) {
                 rc = KVS_EQUOTA;
@@ -181,6 +222,7 @@ int model_insert(model_t *m, uint32_t ns, const uint32_t *tokens, size_t n_token
     }
     if (rc == 0 && stop < n_ids)
         rc = KVS_EEXIST;
+    rekey(m, cur);
     *n_done = i;
     return rc;
 }
@@ -206,8 +248,10 @@ int model_unpin(model_t *m, uint32_t id)
         return KVS_ENOTFOUND;
     if (b->ref == 0)
         return KVS_ENOTPINNED;
-    if (--b->ref == 0)
+    if (--b->ref == 0) {
         m->ns[b->ns].pinned--;
+        rekey(m, id);
+    }
     return 0;
 }
 
@@ -233,7 +277,7 @@ int model_evict(model_t *m, uint32_t for_ns, size_t n, size_t *n_evicted)
         int64_t v = oldest(m, eligible, -1);
         if (v < 0)
             break;
-        drop(m, (uint32_t)v);
+        drop(m, (uint32_t)v, -1);
         done++;
     }
     *n_evicted = done;

@@ -23,6 +23,8 @@ typedef struct model_block {
     uint32_t ref;
     uint64_t stamp;
     uint32_t children;
+    uint32_t hits; /* lookups that matched it */
+    uint64_t key;  /* eviction key, set when it last became or was used as an evictable leaf */
 } model_block_t;
 
 typedef struct model_ns {
@@ -38,9 +40,17 @@ typedef struct model {
     uint64_t tick;
     uint32_t *evicted; /* ids in eviction order since the last reset */
     size_t n_evicted;
+    /* eviction policy, as in radix_config_t (defaults applied) */
+    int policy;
+    uint32_t max_hits, bonus_pct;
+    uint64_t bonus_ticks;
+    uint64_t evict_age64; /* 64 x moving average of evicted blocks' age */
 } model_t;
 
 int model_init(model_t *m, uint32_t bt, uint32_t max_blocks);
+/* Sets the policy like radix_config_t's fields (0 parameters: defaults). */
+void model_set_policy(model_t *m, int policy, uint32_t max_hits, uint32_t bonus_pct,
+                      uint64_t bonus_ticks);
 void model_fini(model_t *m);
 uint32_t model_ns_create(model_t *m, uint32_t quota, uint32_t reserve);
 int model_lookup(model_t *m, uint32_t ns, const uint32_t *tokens, size_t n_tokens, bool pin,

@@ -27,18 +27,21 @@ static void record_evict(void *ctx, uint32_t block_id)
 
 static evictions_t ev;
 
-static radix_tree_t *tree_with(uint32_t bt, uint32_t max_blocks, radix_hash_fn hash)
+static radix_tree_t *tree_cfg(radix_config_t cfg)
 {
-    radix_config_t cfg = {.block_tokens = bt,
-                          .max_blocks = max_blocks,
-                          .on_evict = record_evict,
-                          .evict_ctx = &ev,
-                          .hash = hash};
+    cfg.on_evict = record_evict;
+    cfg.evict_ctx = &ev;
     radix_tree_t *t = NULL;
     memset(&ev, 0, sizeof(ev));
     ck_assert_int_eq(radix_new(&cfg, &t), 0);
     ck_assert_ptr_nonnull(t);
     return t;
+}
+
+static radix_tree_t *tree_with(uint32_t bt, uint32_t max_blocks, radix_hash_fn hash)
+{
+    radix_config_t cfg = {.block_tokens = bt, .max_blocks = max_blocks, .hash = hash};
+    return tree_cfg(cfg);
 }
 
 static uint32_t ns_new(radix_tree_t *t, const char *name, uint32_t quota, uint32_t reserve)
@@ -785,6 +788,46 @@ START_TEST(test_memory)
 }
 END_TEST
 
+START_TEST(test_evict_freq_order)
+{
+    /* Fixed bonus of 10 ticks per hit, at most 2 hits: a leaf used earlier
+     * but hit twice outlives newer leaves never hit, until it is older
+     * than them by more than its bonus. */
+    radix_config_t cfg = {
+        .block_tokens = BT, .max_blocks = 64, .policy = RADIX_EVICT_FREQ, .freq_bonus_ticks = 10};
+    radix_tree_t *t = tree_cfg(cfg);
+    uint32_t ns = ns_new(t, "a", 0, 0);
+    uint32_t tok[8 * BT];
+    prompt(tok, BT, 1);
+    insert_run(t, ns, tok, 1, 0, false, 0);               /* tick 1: block 0 */
+    ck_assert_uint_eq(lookup_n(t, ns, tok, BT, NULL), 1); /* tick 2, 1 hit */
+    ck_assert_uint_eq(lookup_n(t, ns, tok, BT, NULL), 1); /* tick 3, 2 hits: key 23 */
+    ck_assert_uint_eq(lookup_n(t, ns, tok, BT, NULL), 1); /* tick 4, hits capped: key 24 */
+    for (uint32_t k = 0; k < 25; k++) {
+        prompt(tok, BT, 10 + k);
+        insert_run(t, ns, tok, 1, 1 + k, false, 0); /* ticks 5 .. 29, keys = ticks */
+    }
+    size_t got;
+    ck_assert_int_eq(radix_evict(t, ns, 20, &got), 0);
+    ck_assert_uint_eq(got, 20);
+    /* keys 5 .. 23 go first (blocks 1 .. 19), then block 0 (key 24) */
+    for (uint32_t k = 0; k < 19; k++)
+        ck_assert_uint_eq(ev.ids[k], 1 + k);
+    ck_assert_uint_eq(ev.ids[19], 0);
+    ck_assert_int_eq(radix_check(t), 0);
+    radix_free(t);
+
+    /* Bad policy parameters are refused. */
+    radix_tree_t *bad = NULL;
+    radix_config_t c2 = {.block_tokens = BT, .max_blocks = 8, .policy = (radix_policy_t)7};
+    ck_assert_int_eq(radix_new(&c2, &bad), KVS_EINVAL);
+    c2.policy = RADIX_EVICT_FREQ;
+    c2.freq_max_hits = 256;
+    ck_assert_int_eq(radix_new(&c2, &bad), KVS_EINVAL);
+    ck_assert_ptr_null(bad);
+}
+END_TEST
+
 /* ---- differential test ------------------------------------------------------------------ */
 
 static uint64_t rng_state;
@@ -810,6 +853,9 @@ typedef struct diff_cfg {
     uint32_t bt, vocab, max_blocks;
     radix_hash_fn hash;
     bool sparse; /* tokens mostly 0: long blocks still share prefixes */
+    radix_policy_t policy;
+    uint32_t max_hits, bonus_pct;
+    uint64_t bonus_ticks;
 } diff_cfg_t;
 
 #define MAX_PROMPT_BLOCKS 10
@@ -827,9 +873,17 @@ typedef struct diff_cfg {
 static void diff_run(const diff_cfg_t *dc)
 {
     long step = -1;
-    radix_tree_t *t = tree_with(dc->bt, dc->max_blocks, dc->hash);
+    radix_config_t cfg = {.block_tokens = dc->bt,
+                          .max_blocks = dc->max_blocks,
+                          .hash = dc->hash,
+                          .policy = dc->policy,
+                          .freq_max_hits = dc->max_hits,
+                          .freq_bonus_pct = dc->bonus_pct,
+                          .freq_bonus_ticks = dc->bonus_ticks};
+    radix_tree_t *t = tree_cfg(cfg);
     model_t m;
     DIFF_EQ(model_init(&m, dc->bt, dc->max_blocks), 0);
+    model_set_policy(&m, dc->policy, dc->max_hits, dc->bonus_pct, dc->bonus_ticks);
     /* KVS_RADIX_SEED=n reruns the same test with other seeds. */
     const char *seed_env = getenv("KVS_RADIX_SEED");
     rng_state = dc->seed ^ (seed_env ? strtoull(seed_env, NULL, 0) * 0x9E3779B97F4A7C15ull : 0);
@@ -1086,6 +1140,51 @@ START_TEST(test_diff_one_token_blocks)
 }
 END_TEST
 
+START_TEST(test_diff_freq_fixed_bonus)
+{
+    /* Frequency policy with a fixed bonus of a few ticks per hit: eviction
+     * order then often differs from LRU, and ties on the key are common. */
+    diff_cfg_t dc = {.seed = 0xF00D,
+                     .ops = diff_ops(60000, 10000),
+                     .bt = 2,
+                     .vocab = 3,
+                     .max_blocks = 96,
+                     .policy = RADIX_EVICT_FREQ,
+                     .max_hits = 3,
+                     .bonus_ticks = 7};
+    diff_run(&dc);
+}
+END_TEST
+
+START_TEST(test_diff_freq_adaptive)
+{
+    /* The default parameters: the bonus follows the eviction age. */
+    diff_cfg_t dc = {.seed = 31337,
+                     .ops = diff_ops(60000, 10000),
+                     .bt = 16,
+                     .vocab = 2,
+                     .max_blocks = 64,
+                     .sparse = true,
+                     .policy = RADIX_EVICT_FREQ};
+    diff_run(&dc);
+}
+END_TEST
+
+START_TEST(test_diff_freq_collisions)
+{
+    diff_cfg_t dc = {.seed = 99,
+                     .ops = diff_ops(30000, 10000),
+                     .bt = 3,
+                     .vocab = 2,
+                     .max_blocks = 64,
+                     .hash = hash_weak,
+                     .policy = RADIX_EVICT_FREQ,
+                     .max_hits = 8,
+                     .bonus_pct = 200};
+    diff_run(&dc);
+}
+END_TEST
+
 /* ---- allocation failures ---------------------------------------------------------------- */
 
 typedef struct fail_plan {
@@ -1201,6 +1300,7 @@ static Suite *radix_suite(void)
     tcase_add_test(tc, test_evict_lru_order);
     tcase_add_test(tc, test_evict_out_of_order_unpins);
     tcase_add_test(tc, test_evict_all_pinned);
+    tcase_add_test(tc, test_evict_freq_order);
     tcase_add_test(tc, test_quota);
     tcase_add_test(tc, test_quota_keeps_attach_point);
     tcase_add_test(tc, test_reservation);
@@ -1216,6 +1316,9 @@ static Suite *radix_suite(void)
     tcase_add_test(diff, test_diff_collisions);
     tcase_add_test(diff, test_diff_one_token_blocks);
     tcase_add_test(diff, test_diff_16_token_blocks);
+    tcase_add_test(diff, test_diff_freq_fixed_bonus);
+    tcase_add_test(diff, test_diff_freq_adaptive);
+    tcase_add_test(diff, test_diff_freq_collisions);
     suite_add_tcase(s, diff);
     return s;
 }

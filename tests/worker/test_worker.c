@@ -706,9 +706,12 @@ static int toy_alloc(void *ctx, uint32_t n, uint32_t *ids)
     return kvstore_alloc(((toy_cache_t *)ctx)->store, n, ids);
 }
 
-static int toy_commit(void *ctx, const uint32_t *tokens, uint32_t n_blocks, const uint32_t *ids)
+static int toy_commit(void *ctx, const uint32_t *tokens, uint32_t n_blocks, uint32_t n_matched,
+                      uint32_t *ids)
 {
     toy_cache_t *tc = ctx;
+
+    (void)n_matched;
     uint32_t bt = tc->store->geom.block_tokens;
 
     tc->commits++;

@@ -129,6 +129,7 @@ static void usage(void)
 {
     printf("usage: kvshare-bench radix [--blocks N] [--prompts N] [--sys-blocks N]\n"
            "                           [--lookups N] [--inserts N] [--seed N]\n"
+           "                           [--policy lru|freq]\n"
            "defaults: 1000000 blocks, 10000 system prompts of 32 blocks, 200000 lookups,\n"
            "          20000 inserts; 16-token blocks, 4096-token prompts\n");
 }
@@ -136,11 +137,18 @@ static void usage(void)
 int bench_radix(int argc, char **argv)
 {
     bench_opts_t o = {1000000, 10000, 32, 200000, 20000, 42};
+    radix_policy_t policy = RADIX_EVICT_LRU;
     for (int i = 1; i < argc; i++) {
         uint64_t v = 0;
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             usage();
             return 0;
+        }
+        if (strcmp(argv[i], "--policy") == 0 && i + 1 < argc &&
+            (strcmp(argv[i + 1], "lru") == 0 || strcmp(argv[i + 1], "freq") == 0)) {
+            policy = argv[i + 1][0] == 'f' ? RADIX_EVICT_FREQ : RADIX_EVICT_LRU;
+            i++;
+            continue;
         }
         if (i + 1 >= argc || parse_u(argv[i + 1], &v) != 0 || v > UINT32_MAX) {
             usage();
@@ -180,8 +188,11 @@ int bench_radix(int argc, char **argv)
     uint64_t *samples =
         malloc((size_t)(o.lookups > o.inserts ? o.lookups : o.inserts + 1) * sizeof(uint64_t));
     radix_tree_t *t = NULL;
-    radix_config_t cfg = {
-        .block_tokens = BT, .max_blocks = max_blocks, .on_evict = on_evict, .evict_ctx = &f};
+    radix_config_t cfg = {.block_tokens = BT,
+                          .max_blocks = max_blocks,
+                          .on_evict = on_evict,
+                          .evict_ctx = &f,
+                          .policy = policy};
     uint32_t ns;
     size_t n, done;
     if (!tok || !f.ids || !samples || radix_new(&cfg, &t) != 0 ||

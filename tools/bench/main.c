@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "bench.h"
 
@@ -18,6 +17,10 @@ static const struct bench_cmd {
     {"radix", bench_radix,
      "index: 4k-token lookups and inserts against 1,000,000 cached blocks under 10,000 system "
      "prompts, bytes per block"},
+    {"trace-sim", bench_trace_sim,
+     "offline trace replay against the index alone: hit rate against capacity and policy"},
+    {"replay", bench_replay,
+     "trace replay against a real kvshared by worker processes: hit rate, RPC latencies"},
     {"rpc", bench_rpc_main,
      "kvshared: Lookup p50/p99 and throughput with 1/4/16 clients for 64/4k/32k tokens next to "
      "a raw Unix-socket ping-pong, and pipelined Lookups"},
@@ -25,34 +28,12 @@ static const struct bench_cmd {
 
 #define N_CMDS (sizeof(bench_cmds) / sizeof(bench_cmds[0]))
 
-uint64_t bench_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
-}
-
-double bench_quantile(uint64_t *samples, size_t n, double q)
-{
-    if (n == 0)
-        return 0;
-    qsort(samples, n, sizeof(*samples), cmp_u64);
-    size_t i = (size_t)(q * (double)(n - 1) + 0.5);
-    return (double)samples[i];
-}
-
 static void usage(FILE *f)
 {
     fprintf(
         f, "usage: kvshare-bench <benchmark> [options]   (<benchmark> --help for its options)\n\n");
     for (size_t i = 0; i < N_CMDS; i++)
-        fprintf(f, "  %-8s %s\n", bench_cmds[i].name, bench_cmds[i].help);
+        fprintf(f, "  %-10s %s\n", bench_cmds[i].name, bench_cmds[i].help);
 }
 
 int main(int argc, char **argv)

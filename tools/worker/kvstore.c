@@ -8,12 +8,12 @@ uint64_t kvstore_slot_bytes(const geometry_t *g)
     if (!g || g->dtype != GEOMETRY_FP32 || !g->layers || !g->kv_heads || !g->head_dim ||
         !g->block_tokens)
         return 0;
-    return (uint64_t)g->block_tokens * g->kv_heads * g->head_dim * sizeof(float);
+    return geometry_slot_bytes(g);
 }
 
 uint64_t kvstore_region_bytes(const geometry_t *g, uint32_t num_blocks)
 {
-    return kvstore_slot_bytes(g) * 2 * (g ? g->layers : 0) * num_blocks;
+    return kvstore_slot_bytes(g) ? geometry_offset(g, num_blocks, g->layers, 0, 0) : 0;
 }
 
 static int kvstore_init(kvstore_t **out, const geometry_t *g, uint32_t num_blocks)

@@ -2,12 +2,9 @@
  * kvstore: KV blocks in kvshare's pool layout, as a decode worker sees them.
  *
  * A store is a base pointer, a geometry and a block count. The region is laid
- * out exactly as the daemon's pool (see gpu/geometry.h):
- *
- *     [layer][k|v][block][token][kv_head][head_dim]      (fp32 only)
- *
- *     slot(l, kv, b) = base + ((l * 2 + kv) * num_blocks + b) * slot_bytes
- *     slot_bytes     = block_tokens x kv_heads x head_dim x 4
+ * out exactly as the daemon's pool, [layer][k|v][block][token][kv_head][head_dim]
+ * (fp32 only): slot addresses come from geometry_offset() (gpu/geometry.h), the
+ * one layout function of kvshare, so the worker holds no copy of the layout.
  *
  * A request's KV lives in the blocks of its block table: block_table[i] holds
  * the tokens [i * block_tokens, (i + 1) * block_tokens) of its sequence. The
@@ -76,7 +73,7 @@ uint32_t kvstore_free_blocks(const kvstore_t *ks);
 static inline uint64_t kvstore_offset(const kvstore_t *ks, uint32_t layer, uint32_t kv,
                                       uint32_t block)
 {
-    return (((uint64_t)layer * 2 + kv) * ks->num_blocks + block) * ks->slot_bytes;
+    return geometry_offset(&ks->geom, ks->num_blocks, layer, kv, block);
 }
 
 /* The kv_heads x head_dim floats of K (kv = 0) or V (kv = 1) of one token of a

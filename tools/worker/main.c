@@ -5,6 +5,8 @@
  *
  * --private keeps the KV in the worker's own memory, in the pool layout, with
  * no sharing: the reference output that a shared run must reproduce.
+ * --kvs keeps it in kvshared's pool, shared with every worker of the node
+ * (kvscache.h), and computes privately whenever the daemon is not usable.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -13,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kvscache.h"
 #include "kvstore.h"
 #include "model.h"
 #include "worker.h"
@@ -34,6 +37,7 @@ static const char *status_text(int code)
 typedef enum kv_mode_kind {
     KV_MODE_NONE,
     KV_MODE_PRIVATE,
+    KV_MODE_KVS,
 } kv_mode_kind_t;
 
 typedef struct options {
@@ -41,6 +45,9 @@ typedef struct options {
     const char *model;
     const char *prompts;
     const char *logits_out;
+    const char *socket_path;
+    const char *ns;
+    uint32_t timeout_ms;
     workload_chat_opts_t chat;
     uint32_t decode;
     uint32_t blocks;
@@ -51,12 +58,18 @@ typedef struct options {
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: kvshare-worker --private [options]\n"
+            "usage: kvshare-worker --private|--kvs [options]\n"
             "\n"
             "Runs prompts through a small deterministic transformer (prefill, then greedy\n"
             "decode) with its KV in blocks laid out as kvshared's pool.\n"
             "\n"
             "  --private              KV in the worker's own memory, no sharing (reference)\n"
+            "  --kvs                  KV in kvshared's pool, shared; private when the daemon\n"
+            "                         is down (kvshared: --backend host --dtype fp32 and the\n"
+            "                         model's --layers --kv-heads --head-dim, --block-tokens 16)\n"
+            "  --socket PATH          kvshared's socket (default: libkvshare's default path)\n"
+            "  --namespace NS         kvshared namespace (default: \"default\")\n"
+            "  --timeout-ms N         per call to kvshared (default 1000)\n"
             "  --model NAME           default (4 layers, d 512, GQA 8/2, vocab 4096) | small\n"
             "  --prompts FILE         one prompt per line, token ids separated by spaces\n"
             "  --requests N           generated workload: requests (default 4)\n"
@@ -66,7 +79,7 @@ static void usage(FILE *f)
             "  --seed N               workload seed (default 1)\n"
             "  --first N              index of the first generated request (default 0)\n"
             "  --decode N             tokens generated per request (default 16)\n"
-            "  --blocks N             private pool size in blocks (default: the largest request)\n"
+            "  --blocks N             private store size in blocks (default: the largest request)\n"
             "  --json                 one JSON object per request, then a summary object\n"
             "  --logits-out FILE      write each request's final logits (fp32, native order)\n"
             "  --quiet                no per-request lines, summary only\n"
@@ -90,6 +103,10 @@ static int parse_options(int argc, char **argv, options_t *o)
 {
     enum {
         OPT_PRIVATE = 256,
+        OPT_KVS,
+        OPT_SOCKET,
+        OPT_NAMESPACE,
+        OPT_TIMEOUT_MS,
         OPT_MODEL,
         OPT_PROMPTS,
         OPT_REQUESTS,
@@ -107,6 +124,10 @@ static int parse_options(int argc, char **argv, options_t *o)
     };
     static const struct option longopts[] = {
         {"private", no_argument, NULL, OPT_PRIVATE},
+        {"kvs", no_argument, NULL, OPT_KVS},
+        {"socket", required_argument, NULL, OPT_SOCKET},
+        {"namespace", required_argument, NULL, OPT_NAMESPACE},
+        {"timeout-ms", required_argument, NULL, OPT_TIMEOUT_MS},
         {"model", required_argument, NULL, OPT_MODEL},
         {"prompts", required_argument, NULL, OPT_PROMPTS},
         {"requests", required_argument, NULL, OPT_REQUESTS},
@@ -137,6 +158,18 @@ static int parse_options(int argc, char **argv, options_t *o)
         switch (opt) {
         case OPT_PRIVATE:
             o->mode = KV_MODE_PRIVATE;
+            break;
+        case OPT_KVS:
+            o->mode = KV_MODE_KVS;
+            break;
+        case OPT_SOCKET:
+            o->socket_path = optarg;
+            break;
+        case OPT_NAMESPACE:
+            o->ns = optarg;
+            break;
+        case OPT_TIMEOUT_MS:
+            target = &o->timeout_ms;
             break;
         case OPT_MODEL:
             o->model = optarg;
@@ -201,22 +234,22 @@ static int parse_options(int argc, char **argv, options_t *o)
         return -1;
     }
     if (o->mode == KV_MODE_NONE) {
-        fprintf(stderr, "kvshare-worker: choose a KV mode (--private)\n");
+        fprintf(stderr, "kvshare-worker: choose a KV mode (--private or --kvs)\n");
         usage(stderr);
         return -1;
     }
     return 0;
 }
 
-/* Where a run keeps its KV and how it shares it: a store in the pool layout
- * and the cache callbacks of worker_run. A mode that shares through kvshared
- * fills the same three fields: a store wrapping the mapped pool and callbacks
- * that call the daemon. */
+/* Where a run keeps its KV and how it shares it: a private store and the
+ * private callbacks of worker_run, or a kvscache (kvshared's pool, with its
+ * own private fallback). */
 typedef struct kv_mode {
     const char *name;
     kvstore_t *store;
     const worker_cache_ops_t *ops;
     void *ctx;
+    kvscache_t *kvs;
 } kv_mode_t;
 
 /* The worker's own region, sized for the largest request unless --blocks says
@@ -244,8 +277,63 @@ static int kv_mode_open_private(const options_t *o, const geometry_t *geom, uint
     return 0;
 }
 
+/* kvshared's pool; the fallback store is sized as --private's. A daemon that
+ * is down is not an error (requests run privately until it answers); one
+ * whose pool does not fit the model is. */
+static int kv_mode_open_kvs(const options_t *o, const model_t *m, uint32_t need, kv_mode_t *out)
+{
+    kvscache_opts_t ko = {
+        .socket_path = o->socket_path,
+        .ns = o->ns,
+        .worker_name = "kvshare-worker",
+        .timeout_ms = o->timeout_ms > INT32_MAX ? INT32_MAX : (int)o->timeout_ms,
+        .private_blocks = o->blocks ? o->blocks : need,
+    };
+    char err[512];
+    int rc;
+
+    if (ko.private_blocks < need) {
+        fprintf(stderr, "kvshare-worker: --blocks %" PRIu32 " < %" PRIu32 " a request needs\n",
+                ko.private_blocks, need);
+        return KVS_EINVAL;
+    }
+    rc = kvscache_open(&ko, m, &out->kvs, err, sizeof(err));
+    if (rc < 0) {
+        fprintf(stderr, "kvshare-worker: %s\n", err);
+        return rc;
+    }
+    out->name = "kvs";
+    return 0;
+}
+
+static int kv_mode_run(kv_mode_t *km, const model_t *m, const uint32_t *prompt, uint32_t n,
+                       uint32_t decode, uint32_t *generated, float *logits, worker_result_t *r)
+{
+    worker_t w = {.model = m, .store = km->store, .ops = km->ops, .ctx = km->ctx};
+    int rc;
+
+    if (km->kvs) {
+        rc = kvscache_run(km->kvs, prompt, n, decode, generated, logits, r);
+        if (rc == 0 && kvscache_note(km->kvs)[0])
+            fprintf(stderr, "kvshare-worker: %s\n", kvscache_note(km->kvs));
+        return rc;
+    }
+    rc = worker_run(&w, prompt, n, decode, generated, logits, r);
+    if (rc == 0)
+        r->cache = WORKER_CACHE_PRIVATE;
+    return rc;
+}
+
+static const char *cache_name(worker_cache_kind_t k)
+{
+    return k == WORKER_CACHE_SHARED     ? "shared"
+           : k == WORKER_CACHE_FALLBACK ? "fallback"
+                                        : "private";
+}
+
 static void kv_mode_close(kv_mode_t *km)
 {
+    kvscache_free(km->kvs);
     kvstore_free(km->store);
     *km = (kv_mode_t){0};
 }
@@ -254,25 +342,25 @@ static void print_request(const options_t *o, uint32_t i, const worker_result_t 
                           const uint32_t *generated)
 {
     if (o->json) {
-        printf("{\"request\":%" PRIu32 ",\"prompt_tokens\":%" PRIu32 ",\"matched_tokens\":%" PRIu32
-               ",\"prefill_tokens\":%" PRIu32 ",\"blocks\":%" PRIu32
+        printf("{\"request\":%" PRIu32 ",\"cache\":\"%s\",\"prompt_tokens\":%" PRIu32
+               ",\"matched_tokens\":%" PRIu32 ",\"prefill_tokens\":%" PRIu32 ",\"blocks\":%" PRIu32
                ",\"ttft_ms\":%.3f,\"prefill_ms\":%.3f"
                ",\"decode_ms\":%.3f,\"total_ms\":%.3f,\"logits_hash\":\"%016" PRIx64
                "\",\"generated\":[",
-               i, r->prompt_tokens, r->matched_tokens, r->prefill_tokens, r->blocks,
-               r->ttft_s * 1e3, r->prefill_s * 1e3, r->decode_s * 1e3, r->total_s * 1e3,
+               i, cache_name(r->cache), r->prompt_tokens, r->matched_tokens, r->prefill_tokens,
+               r->blocks, r->ttft_s * 1e3, r->prefill_s * 1e3, r->decode_s * 1e3, r->total_s * 1e3,
                r->logits_hash);
         for (uint32_t j = 0; j < r->generated; j++)
             printf("%s%" PRIu32, j ? "," : "", generated[j]);
         printf("]}\n");
         return;
     }
-    printf("request %" PRIu32 ": prompt %" PRIu32 " tokens, matched %" PRIu32 ", prefill %" PRIu32
-           " in %.1f ms (%.0f tok/s), ttft %.1f ms, decode %" PRIu32
+    printf("request %" PRIu32 " (%s): prompt %" PRIu32 " tokens, matched %" PRIu32
+           ", prefill %" PRIu32 " in %.1f ms (%.0f tok/s), ttft %.1f ms, decode %" PRIu32
            " in %.1f ms, logits %016" PRIx64 "\n  generated:",
-           i, r->prompt_tokens, r->matched_tokens, r->prefill_tokens, r->prefill_s * 1e3,
-           r->prefill_s > 0 ? r->prefill_tokens / r->prefill_s : 0.0, r->ttft_s * 1e3, r->generated,
-           r->decode_s * 1e3, r->logits_hash);
+           i, cache_name(r->cache), r->prompt_tokens, r->matched_tokens, r->prefill_tokens,
+           r->prefill_s * 1e3, r->prefill_s > 0 ? r->prefill_tokens / r->prefill_s : 0.0,
+           r->ttft_s * 1e3, r->generated, r->decode_s * 1e3, r->logits_hash);
     for (uint32_t j = 0; j < r->generated; j++)
         printf(" %" PRIu32, generated[j]);
     printf("\n");
@@ -285,7 +373,6 @@ int main(int argc, char **argv)
     geometry_t geom;
     model_t *model = NULL;
     kv_mode_t km = {0};
-    worker_t w;
     workload_t *wl = NULL;
     FILE *logits_file = NULL;
     uint32_t *generated = NULL, need = 0;
@@ -319,8 +406,11 @@ int main(int argc, char **argv)
         uint32_t b = worker_blocks_needed(cfg.block_tokens, wl->len[i], o.decode);
         need = b > need ? b : need;
     }
-    if (kv_mode_open_private(&o, &geom, need, &km) < 0)
+    if (o.mode == KV_MODE_KVS ? kv_mode_open_kvs(&o, model, need, &km) < 0
+                              : kv_mode_open_private(&o, &geom, need, &km) < 0) {
+        status = 2;
         goto out;
+    }
     generated = calloc(o.decode ? o.decode : 1, sizeof(*generated));
     logits = calloc(cfg.vocab, sizeof(*logits));
     if (!generated || !logits) {
@@ -335,11 +425,10 @@ int main(int argc, char **argv)
         }
     }
 
-    w = (worker_t){.model = model, .store = km.store, .ops = km.ops, .ctx = km.ctx};
     for (uint32_t i = 0; i < wl->count; i++) {
         worker_result_t r;
 
-        rc = worker_run(&w, wl->prompt[i], wl->len[i], o.decode, generated, logits, &r);
+        rc = kv_mode_run(&km, model, wl->prompt[i], wl->len[i], o.decode, generated, logits, &r);
         if (rc < 0) {
             fprintf(stderr, "kvshare-worker: request %" PRIu32 ": %s\n", i, status_text(rc));
             goto out;
@@ -373,21 +462,31 @@ int main(int argc, char **argv)
         uint64_t decode_steps = sum_generated > wl->count ? sum_generated - wl->count : 0;
         double decode_tps = sum_decode_s > 0 ? (double)decode_steps / sum_decode_s : 0;
         double hit_rate = sum_prompt ? (double)sum_matched / (double)sum_prompt : 0;
+        kvscache_stats_t ks;
+
+        kvscache_stats(km.kvs, &ks);
 
         if (o.json)
             printf("{\"summary\":{\"mode\":\"%s\",\"model\":\"%s\",\"requests\":%" PRIu32
                    ",\"prompt_tokens\":%" PRIu64 ",\"matched_tokens\":%" PRIu64
                    ",\"prefill_tokens\":%" PRIu64 ",\"generated_tokens\":%" PRIu64
                    ",\"hit_rate\":%.4f,\"mean_ttft_ms\":%.3f,\"prefill_tok_per_s\":%.1f"
-                   ",\"decode_tok_per_s\":%.1f}}\n",
+                   ",\"decode_tok_per_s\":%.1f,\"shared_requests\":%" PRIu64
+                   ",\"fallbacks\":%" PRIu64 ",\"duplicates\":%" PRIu64 ",\"placeholders\":%" PRIu64
+                   ",\"commit_errors\":%" PRIu64 "}}\n",
                    km.name, o.model, wl->count, sum_prompt, sum_matched, sum_prefill, sum_generated,
-                   hit_rate, sum_ttft / n * 1e3, prefill_tps, decode_tps);
+                   hit_rate, sum_ttft / n * 1e3, prefill_tps, decode_tps, ks.shared, ks.fallbacks,
+                   ks.duplicates, ks.placeholders, ks.commit_errors);
         else
             printf("summary (%s): %" PRIu32 " requests, %" PRIu64 " prompt tokens, %" PRIu64
                    " matched (hit rate %.1f%%), %" PRIu64
                    " computed; mean ttft %.1f ms; prefill %.0f tok/s; decode %.1f tok/s\n",
                    km.name, wl->count, sum_prompt, sum_matched, hit_rate * 100, sum_prefill,
                    sum_ttft / n * 1e3, prefill_tps, decode_tps);
+        if (!o.json && km.kvs)
+            printf("kvshared: %" PRIu64 " requests shared, %" PRIu64 " computed privately, %" PRIu64
+                   " duplicate blocks, %" PRIu64 " commit errors\n",
+                   ks.shared, ks.fallbacks, ks.duplicates, ks.commit_errors);
     }
     status = 0;
 out:

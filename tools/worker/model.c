@@ -420,11 +420,16 @@ static void attend_group(const model_t *m, const kvstore_t *ks, const uint32_t *
     uint32_t n = pos + 1;
     float scale = 1.0f / sqrtf((float)hd);
 
-    for (uint32_t j = 0; j < n; j++) {
-        const float *kp =
-            kvstore_token(ks, layer, 0, block_table[j / bt], j % bt) + (uint64_t)kv_head * hd;
-        for (uint32_t h = 0; h < group; h++)
-            scores[(uint64_t)h * n + j] = dot(q + (uint64_t)h * hd, kp, hd) * scale;
+    /* One slot address per block (the layout function is not inlined here),
+     * then tokens by stride. */
+    for (uint32_t b = 0; b * bt < n; b++) {
+        uint32_t in_block = n - b * bt < bt ? n - b * bt : bt;
+        const float *kp = kvstore_token(ks, layer, 0, block_table[b], 0) + (uint64_t)kv_head * hd;
+        for (uint32_t t = 0; t < in_block; t++, kp += ks->token_floats) {
+            uint32_t j = b * bt + t;
+            for (uint32_t h = 0; h < group; h++)
+                scores[(uint64_t)h * n + j] = dot(q + (uint64_t)h * hd, kp, hd) * scale;
+        }
     }
     for (uint32_t h = 0; h < group; h++) {
         float *sc = scores + (uint64_t)h * n;

@@ -19,9 +19,10 @@ static int private_alloc(void *ctx, uint32_t n, uint32_t *ids)
     return kvstore_alloc(ctx, n, ids);
 }
 
-static int private_commit(void *ctx, const uint32_t *tokens, uint32_t n_blocks, const uint32_t *ids)
+static int private_commit(void *ctx, const uint32_t *tokens, uint32_t n_blocks, uint32_t n_matched,
+                          uint32_t *ids)
 {
-    (void)ctx, (void)tokens, (void)n_blocks, (void)ids;
+    (void)ctx, (void)tokens, (void)n_blocks, (void)n_matched, (void)ids;
     return 0;
 }
 
@@ -104,7 +105,7 @@ int worker_run(const worker_t *w, const uint32_t *prompt, uint32_t n, uint32_t d
 
     full = n / bt;
     if (full > matched)
-        res->commit_status = w->ops->commit(w->ctx, prompt, full, table);
+        res->commit_status = w->ops->commit(w->ctx, prompt, full, matched, table);
 
     t1 = now_s();
     for (uint32_t i = 1; i < decode; i++) {

@@ -33,9 +33,13 @@ typedef struct worker_cache_ops {
     /* Grants n writable blocks, all or nothing. */
     int (*alloc)(void *ctx, uint32_t n, uint32_t *ids);
     /* Publishes the first n_blocks blocks of a sequence (tokens[0..n_blocks *
-     * block_tokens), ids[0..n_blocks)), after their KV is written. Optional:
-     * a failure is counted, never fatal. */
-    int (*commit)(void *ctx, const uint32_t *tokens, uint32_t n_blocks, const uint32_t *ids);
+     * block_tokens), ids[0..n_blocks)), after their KV is written; ids[0..
+     * n_matched) came from lookup. It may replace an id with the cache's
+     * canonical block of the same prefix (bitwise the same KV); the request
+     * then reads that block and the callback keeps whatever it must release.
+     * Optional: a failure is counted, never fatal. */
+    int (*commit)(void *ctx, const uint32_t *tokens, uint32_t n_blocks, uint32_t n_matched,
+                  uint32_t *ids);
     /* Gives back every block of the request: ids[0..n_matched) came from
      * lookup, ids[n_matched..n) from alloc. */
     int (*release)(void *ctx, const uint32_t *ids, uint32_t n_matched, uint32_t n);
@@ -49,7 +53,15 @@ typedef struct worker {
 } worker_t;
 
 /* What one request did. Times are seconds, from the start of worker_run. */
+/* Where a request's KV lived. */
+typedef enum worker_cache_kind {
+    WORKER_CACHE_PRIVATE,  /* the worker's own store, no sharing */
+    WORKER_CACHE_SHARED,   /* the daemon's pool */
+    WORKER_CACHE_FALLBACK, /* sharing was meant, the daemon was not usable: private */
+} worker_cache_kind_t;
+
 typedef struct worker_result {
+    worker_cache_kind_t cache;
     uint32_t prompt_tokens;
     uint32_t matched_tokens; /* prompt tokens whose KV came from the cache */
     uint32_t prefill_tokens; /* prompt tokens computed */

@@ -1,0 +1,725 @@
+/*
+ * kvshare-worker --kvs against a real kvshared (host backend, the small
+ * model's geometry, a temporary socket): worker processes that share a long
+ * system prompt through the daemon produce exactly the private run's tokens
+ * and final logits, compute only what the cache lacked, and leave nothing
+ * pinned or WRITING behind. Times to first token are printed, not asserted.
+ */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "daemon_harness.h"
+#include "kvscache.h"
+#include "kvshare.h"
+#include "model.h"
+#include "workload.h"
+
+#ifndef WORKER_PATH
+#error "WORKER_PATH must name the kvshare-worker binary"
+#endif
+
+/* The workload: one 256-token system prompt (16 full blocks), questions of
+ * 20..60 tokens, 6 generated tokens; 6 requests in all. */
+#define SYSTEM_TOKENS 256
+#define REQUESTS      6
+#define DECODE        6
+#define MAX_LINE      4096
+
+static const char *const daemon_geometry[] = {
+    "--layers", "2",    "--kv-heads",     "2",  "--head-dim", "16",
+    "--dtype",  "fp32", "--block-tokens", "16", NULL,
+};
+
+typedef struct request_line {
+    uint32_t request, prompt, matched, prefill;
+    double ttft_ms;
+    char cache[16];
+    char tail[MAX_LINE]; /* "logits_hash":...,"generated":[...] */
+} request_line_t;
+
+typedef struct run_out {
+    request_line_t req[REQUESTS];
+    uint32_t n;
+    char summary[MAX_LINE];
+} run_out_t;
+
+static char scratch_dir[64];
+
+static void scratch_init(void)
+{
+    snprintf(scratch_dir, sizeof(scratch_dir), "/tmp/kvs-worker-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(scratch_dir));
+}
+
+static void scratch_path(char *buf, size_t len, const char *name)
+{
+    snprintf(buf, len, "%s/%s", scratch_dir, name);
+}
+
+static void scratch_cleanup(void)
+{
+    static const char *const names[] = {"ref.txt", "ref.bin", "a.txt", "a.bin",  "b.txt",
+                                        "b.bin",   "c.txt",   "c.bin", "err.txt"};
+    char p[128];
+
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        scratch_path(p, sizeof(p), names[i]);
+        unlink(p);
+    }
+    rmdir(scratch_dir);
+}
+
+/* Starts kvshare-worker with the workload's options, requests [first, first
+ * + count), stdout to <name>.txt, logits to <name>.bin, stderr to err.txt. */
+static pid_t worker_spawn(const char *mode, const char *socket_path, uint32_t first, uint32_t count,
+                          const char *name)
+{
+    char out[128], bin[128], err[128], first_s[16], count_s[16];
+    pid_t pid;
+
+    snprintf(out, sizeof(out), "%s/%s.txt", scratch_dir, name);
+    snprintf(bin, sizeof(bin), "%s/%s.bin", scratch_dir, name);
+    scratch_path(err, sizeof(err), "err.txt");
+    snprintf(first_s, sizeof(first_s), "%" PRIu32, first);
+    snprintf(count_s, sizeof(count_s), "%" PRIu32, count);
+    pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        const char *argv[32];
+        int n = 0, fd;
+
+        fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (fd < 0 || dup2(fd, 1) < 0)
+            _exit(126);
+        fd = open(err, O_WRONLY | O_CREAT | O_APPEND, 0600);
+        if (fd < 0 || dup2(fd, 2) < 0)
+            _exit(126);
+        argv[n++] = WORKER_PATH;
+        argv[n++] = mode;
+        if (socket_path) {
+            argv[n++] = "--socket";
+            argv[n++] = socket_path;
+            argv[n++] = "--timeout-ms";
+            argv[n++] = "5000";
+        }
+        argv[n++] = "--model";
+        argv[n++] = "small";
+        argv[n++] = "--system-tokens";
+        argv[n++] = "256";
+        argv[n++] = "--question-tokens";
+        argv[n++] = "40";
+        argv[n++] = "--decode";
+        argv[n++] = "6";
+        argv[n++] = "--first";
+        argv[n++] = first_s;
+        argv[n++] = "--requests";
+        argv[n++] = count_s;
+        argv[n++] = "--json";
+        argv[n++] = "--logits-out";
+        argv[n++] = bin;
+        argv[n] = NULL;
+        execv(WORKER_PATH, (char *const *)argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+static int worker_wait(pid_t pid)
+{
+    int status;
+    pid_t r;
+
+    do {
+        r = waitpid(pid, &status, 0);
+    } while (r < 0 && errno == EINTR);
+    ck_assert_int_eq(r, pid);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static uint64_t json_u64(const char *line, const char *key)
+{
+    char pat[64];
+    const char *p;
+
+    snprintf(pat, sizeof(pat), "\"%s\":", key);
+    p = strstr(line, pat);
+    ck_assert_msg(p != NULL, "no %s in %s", key, line);
+    return strtoull(p + strlen(pat), NULL, 10);
+}
+
+static double json_double(const char *line, const char *key)
+{
+    char pat[64];
+    const char *p;
+
+    snprintf(pat, sizeof(pat), "\"%s\":", key);
+    p = strstr(line, pat);
+    ck_assert_msg(p != NULL, "no %s in %s", key, line);
+    return strtod(p + strlen(pat), NULL);
+}
+
+/* Reads a worker's JSON output: one line per request, then the summary. */
+static void read_run(const char *name, run_out_t *out)
+{
+    char path[128], line[MAX_LINE];
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/%s.txt", scratch_dir, name);
+    f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    memset(out, 0, sizeof(*out));
+    while (fgets(line, sizeof(line), f)) {
+        if (strncmp(line, "{\"summary\"", 10) == 0) {
+            snprintf(out->summary, sizeof(out->summary), "%s", line);
+            continue;
+        }
+        ck_assert_uint_lt(out->n, REQUESTS);
+        request_line_t *r = &out->req[out->n++];
+        const char *cache = strstr(line, "\"cache\":\"");
+        const char *tail = strstr(line, "\"logits_hash\"");
+        ck_assert(cache && tail);
+        r->request = (uint32_t)json_u64(line, "request");
+        r->prompt = (uint32_t)json_u64(line, "prompt_tokens");
+        r->matched = (uint32_t)json_u64(line, "matched_tokens");
+        r->prefill = (uint32_t)json_u64(line, "prefill_tokens");
+        r->ttft_ms = json_double(line, "ttft_ms");
+        sscanf(cache + 9, "%15[a-z]", r->cache);
+        snprintf(r->tail, sizeof(r->tail), "%s", tail);
+        ck_assert_uint_eq(r->matched + r->prefill, r->prompt);
+    }
+    fclose(f);
+    ck_assert_msg(out->summary[0], "%s: no summary line", name);
+}
+
+static size_t read_file(const char *name, uint8_t *buf, size_t cap)
+{
+    char path[128];
+    FILE *f;
+    size_t n;
+
+    snprintf(path, sizeof(path), "%s/%s.bin", scratch_dir, name);
+    f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    n = fread(buf, 1, cap, f);
+    fclose(f);
+    return n;
+}
+
+/* The private reference: all requests, one process, no daemon. */
+static void reference(run_out_t *ref, uint8_t *logits, size_t cap, size_t *len)
+{
+    ck_assert_int_eq(worker_wait(worker_spawn("--private", NULL, 0, REQUESTS, "ref")), 0);
+    read_run("ref", ref);
+    ck_assert_uint_eq(ref->n, REQUESTS);
+    *len = read_file("ref", logits, cap);
+    ck_assert_uint_eq(*len, (size_t)REQUESTS * 256 * sizeof(float));
+}
+
+/* A shared run's requests carry the reference's tokens, logits hash and
+ * logits bytes (logits: this run's file, its requests from `first` on). */
+static void assert_same_as_reference(const run_out_t *ref, const uint8_t *ref_logits,
+                                     const run_out_t *run, const char *name, uint32_t first)
+{
+    uint8_t got[REQUESTS * 256 * sizeof(float)];
+    size_t per = 256 * sizeof(float), n = read_file(name, got, sizeof(got));
+
+    ck_assert_uint_eq(n, run->n * per);
+    for (uint32_t i = 0; i < run->n; i++) {
+        const request_line_t *r = &run->req[i];
+        ck_assert_uint_eq(r->request, first + i);
+        ck_assert_str_eq(r->tail, ref->req[first + i].tail);
+        ck_assert_uint_eq(r->prompt, ref->req[first + i].prompt);
+        ck_assert_msg(memcmp(got + i * per, ref_logits + (first + i) * per, per) == 0,
+                      "%s request %u: final logits differ from the private run", name, first + i);
+    }
+}
+
+static kvs_client_t *monitor(const harness_t *h)
+{
+    kvs_options_t o;
+    kvs_client_t *c = NULL;
+
+    kvs_options_init(&o);
+    o.socket_path = h->socket_path;
+    o.flags = KVS_NO_MAP;
+    ck_assert_int_eq(kvs_connect(&o, &c), 0);
+    return c;
+}
+
+/* After the workers exit: nothing pinned or WRITING; the index holds blocks. */
+static void assert_daemon_clean(const harness_t *h, uint64_t *hit_tokens)
+{
+    kvs_client_t *c = monitor(h);
+    kvs_stats_t st;
+
+    ck_assert_int_eq(kvs_stats(c, &st), 0);
+    ck_assert_uint_eq(st.pinned_blocks, 0);
+    ck_assert_uint_eq(st.writing_blocks, 0);
+    ck_assert_uint_gt(st.cached_blocks, 0);
+    ck_assert_uint_eq(st.free_blocks + st.cached_blocks, st.total_blocks);
+    *hit_tokens = 0;
+    for (size_t i = 0; i < st.n_namespaces; i++)
+        *hit_tokens += st.namespaces[i].hit_tokens;
+    kvs_stats_free(&st);
+    kvs_close(c);
+}
+
+static void start_daemon(harness_t *h, unsigned blocks)
+{
+    ck_assert_int_eq(harness_start(h, blocks, daemon_geometry), 0);
+}
+
+/* Worker A runs requests 0..2, then worker B requests 3..5: A computes its
+ * first prompt in full, every later request only its question. */
+START_TEST(test_kvs_sequential_workers)
+{
+    static uint8_t ref_logits[REQUESTS * 256 * sizeof(float)];
+    run_out_t ref, a, b;
+    harness_t h;
+    size_t len;
+    uint64_t private_prefill = 0, shared_prefill = 0, hit_tokens;
+
+    scratch_init();
+    reference(&ref, ref_logits, sizeof(ref_logits), &len);
+    start_daemon(&h, 512);
+    ck_assert_int_eq(worker_wait(worker_spawn("--kvs", h.socket_path, 0, 3, "a")), 0);
+    ck_assert_int_eq(worker_wait(worker_spawn("--kvs", h.socket_path, 3, 3, "b")), 0);
+    read_run("a", &a);
+    read_run("b", &b);
+    ck_assert_uint_eq(a.n, 3);
+    ck_assert_uint_eq(b.n, 3);
+    assert_same_as_reference(&ref, ref_logits, &a, "a", 0);
+    assert_same_as_reference(&ref, ref_logits, &b, "b", 3);
+
+    /* Exact counts: the first request misses, every other one matches the
+     * 16 blocks of the system prompt and computes its question. */
+    for (uint32_t i = 0; i < 3; i++) {
+        ck_assert_str_eq(a.req[i].cache, "shared");
+        ck_assert_str_eq(b.req[i].cache, "shared");
+        ck_assert_uint_eq(a.req[i].matched, i == 0 ? 0 : SYSTEM_TOKENS);
+        ck_assert_uint_eq(b.req[i].matched, SYSTEM_TOKENS);
+        ck_assert_uint_eq(a.req[i].prefill, ref.req[i].prompt - a.req[i].matched);
+        ck_assert_uint_eq(b.req[i].prefill, ref.req[3 + i].prompt - SYSTEM_TOKENS);
+        shared_prefill += a.req[i].prefill + b.req[i].prefill;
+    }
+    for (uint32_t i = 0; i < REQUESTS; i++)
+        private_prefill += ref.req[i].prefill;
+    ck_assert_uint_eq(private_prefill - shared_prefill, 5 * SYSTEM_TOKENS);
+    ck_assert_uint_eq(json_u64(a.summary, "fallbacks"), 0);
+    ck_assert_uint_eq(json_u64(b.summary, "fallbacks"), 0);
+    assert_daemon_clean(&h, &hit_tokens);
+    ck_assert_uint_eq(hit_tokens, 5 * SYSTEM_TOKENS);
+
+    printf("sequential: prefill tokens private %" PRIu64 ", shared %" PRIu64
+           "; ttft of request 0 (worker A, a miss): private %.2f ms, shared %.2f ms; of request 3 "
+           "(worker B's first, a hit): private %.2f ms, shared %.2f ms\n",
+           private_prefill, shared_prefill, ref.req[0].ttft_ms, a.req[0].ttft_ms,
+           ref.req[3].ttft_ms, b.req[0].ttft_ms);
+    ck_assert_int_eq(harness_stop(&h), 0);
+    harness_cleanup(&h);
+    scratch_cleanup();
+}
+END_TEST
+
+/* Three workers at once, two requests each: whoever commits the system
+ * prompt first, every output is the private run's, at most the three first
+ * requests miss, and duplicates are released. */
+START_TEST(test_kvs_concurrent_workers)
+{
+    static uint8_t ref_logits[REQUESTS * 256 * sizeof(float)];
+    static const char *const names[] = {"a", "b", "c"};
+    run_out_t ref, run[3];
+    harness_t h;
+    pid_t pid[3];
+    size_t len;
+    uint64_t matched = 0, hit_tokens;
+
+    scratch_init();
+    reference(&ref, ref_logits, sizeof(ref_logits), &len);
+    start_daemon(&h, 512);
+    for (uint32_t w = 0; w < 3; w++)
+        pid[w] = worker_spawn("--kvs", h.socket_path, 2 * w, 2, names[w]);
+    for (uint32_t w = 0; w < 3; w++)
+        ck_assert_int_eq(worker_wait(pid[w]), 0);
+    for (uint32_t w = 0; w < 3; w++) {
+        read_run(names[w], &run[w]);
+        ck_assert_uint_eq(run[w].n, 2);
+        assert_same_as_reference(&ref, ref_logits, &run[w], names[w], 2 * w);
+        for (uint32_t i = 0; i < 2; i++) {
+            const request_line_t *r = &run[w].req[i];
+            ck_assert_str_eq(r->cache, "shared");
+            ck_assert_msg(r->matched == 0 || r->matched == SYSTEM_TOKENS, "matched %u", r->matched);
+            /* A worker's second request always finds its own first one. */
+            if (i == 1)
+                ck_assert_uint_eq(r->matched, SYSTEM_TOKENS);
+            matched += r->matched;
+        }
+    }
+    ck_assert_uint_ge(matched, 3 * SYSTEM_TOKENS);
+    assert_daemon_clean(&h, &hit_tokens);
+    ck_assert_uint_eq(hit_tokens, matched);
+    printf("concurrent: 3 workers x 2 requests, %" PRIu64 " of %u system-prompt tokens matched\n",
+           matched, REQUESTS * SYSTEM_TOKENS);
+    ck_assert_int_eq(harness_stop(&h), 0);
+    harness_cleanup(&h);
+    scratch_cleanup();
+}
+END_TEST
+
+/* No daemon at the socket: the worker computes privately, same outputs. */
+START_TEST(test_kvs_daemon_down_falls_back)
+{
+    static uint8_t ref_logits[REQUESTS * 256 * sizeof(float)];
+    run_out_t ref, a;
+    char sock[128];
+    size_t len;
+
+    scratch_init();
+    reference(&ref, ref_logits, sizeof(ref_logits), &len);
+    scratch_path(sock, sizeof(sock), "none.sock");
+    ck_assert_int_eq(worker_wait(worker_spawn("--kvs", sock, 0, 2, "a")), 0);
+    read_run("a", &a);
+    ck_assert_uint_eq(a.n, 2);
+    assert_same_as_reference(&ref, ref_logits, &a, "a", 0);
+    for (uint32_t i = 0; i < 2; i++) {
+        ck_assert_str_eq(a.req[i].cache, "fallback");
+        ck_assert_uint_eq(a.req[i].matched, 0);
+    }
+    ck_assert_uint_eq(json_u64(a.summary, "fallbacks"), 2);
+    scratch_cleanup();
+}
+END_TEST
+
+/* A pool smaller than one request: kvshared refuses the Alloc, the worker
+ * computes privately and leaves nothing pinned or WRITING. */
+START_TEST(test_kvs_pool_full_falls_back)
+{
+    static uint8_t ref_logits[REQUESTS * 256 * sizeof(float)];
+    run_out_t ref, a;
+    harness_t h;
+    kvs_client_t *c;
+    kvs_stats_t st;
+    size_t len;
+
+    scratch_init();
+    reference(&ref, ref_logits, sizeof(ref_logits), &len);
+    start_daemon(&h, 8);
+    ck_assert_int_eq(worker_wait(worker_spawn("--kvs", h.socket_path, 0, 2, "a")), 0);
+    read_run("a", &a);
+    ck_assert_uint_eq(a.n, 2);
+    assert_same_as_reference(&ref, ref_logits, &a, "a", 0);
+    for (uint32_t i = 0; i < 2; i++)
+        ck_assert_str_eq(a.req[i].cache, "fallback");
+    c = monitor(&h);
+    ck_assert_int_eq(kvs_stats(c, &st), 0);
+    ck_assert_uint_eq(st.pinned_blocks, 0);
+    ck_assert_uint_eq(st.writing_blocks, 0);
+    kvs_stats_free(&st);
+    kvs_close(c);
+    ck_assert_int_eq(harness_stop(&h), 0);
+    harness_cleanup(&h);
+    scratch_cleanup();
+}
+END_TEST
+
+/* A daemon whose pool is not the model's geometry: refused at start, exit 2,
+ * with the flags that would fit. */
+START_TEST(test_kvs_geometry_mismatch_refused)
+{
+    harness_t h;
+    char err[128], text[4096] = "";
+    FILE *f;
+
+    scratch_init();
+    ck_assert_int_eq(harness_start(&h, 64, NULL), 0); /* the harness's fp16 geometry */
+    ck_assert_int_eq(worker_wait(worker_spawn("--kvs", h.socket_path, 0, 1, "a")), 2);
+    scratch_path(err, sizeof(err), "err.txt");
+    f = fopen(err, "r");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_gt(fread(text, 1, sizeof(text) - 1, f), 0);
+    fclose(f);
+    ck_assert_msg(strstr(text, "kvshared serves 2 layers x 2 kv_heads x 8 head_dim fp16") &&
+                      strstr(text, "--layers 2 --kv-heads 2 --head-dim 16 --dtype fp32 "
+                                   "--block-tokens 16"),
+                  "unexpected message: %s", text);
+    ck_assert_int_eq(harness_stop(&h), 0);
+    harness_cleanup(&h);
+    scratch_cleanup();
+}
+END_TEST
+
+/* In one process through kvscache: shared, then the daemon stops (private),
+ * then another daemon on the same socket with a pool of another geometry
+ * (sharing off): every request gives the private run's logits. */
+START_TEST(test_kvs_daemon_restart)
+{
+    model_config_t cfg;
+    model_t *m = NULL;
+    workload_chat_opts_t wo = {.requests = 3,
+                               .systems = 1,
+                               .system_tokens = SYSTEM_TOKENS,
+                               .question_tokens = 40,
+                               .seed = 1};
+    workload_t *wl = NULL;
+    kvscache_t *kc = NULL;
+    kvscache_opts_t ko = {.timeout_ms = 5000, .reconnect_ms = 1, .private_blocks = 64};
+    kvscache_stats_t st;
+    harness_t h;
+    pid_t again;
+    float ref[3][256], got[256];
+    uint32_t gen[DECODE];
+    worker_result_t r;
+    kvstore_t *priv = NULL;
+    geometry_t g;
+    char err[512];
+
+    model_config_small(&cfg);
+    ck_assert_int_eq(model_new(&cfg, &m), 0);
+    wo.vocab = cfg.vocab;
+    ck_assert_int_eq(workload_chat(&wo, &wl), 0);
+    model_config_geometry(&cfg, &g);
+    ck_assert_int_eq(kvstore_new_private(&g, 64, &priv), 0);
+    for (uint32_t i = 0; i < 3; i++) {
+        worker_t w = {.model = m, .store = priv, .ops = &worker_private_ops, .ctx = priv};
+        ck_assert_int_eq(worker_run(&w, wl->prompt[i], wl->len[i], DECODE, gen, ref[i], &r), 0);
+    }
+
+    start_daemon(&h, 256);
+    ko.socket_path = h.socket_path;
+    ck_assert_int_eq(kvscache_open(&ko, m, &kc, err, sizeof(err)), 0);
+    ck_assert_int_eq(kvscache_run(kc, wl->prompt[0], wl->len[0], DECODE, gen, got, &r), 0);
+    ck_assert_int_eq(r.cache, WORKER_CACHE_SHARED);
+    ck_assert_int_eq(memcmp(got, ref[0], sizeof(got)), 0);
+
+    ck_assert_int_eq(harness_stop(&h), 0);
+    ck_assert_int_eq(kvscache_run(kc, wl->prompt[1], wl->len[1], DECODE, gen, got, &r), 0);
+    ck_assert_int_eq(r.cache, WORKER_CACHE_FALLBACK);
+    ck_assert_int_eq(memcmp(got, ref[1], sizeof(got)), 0);
+    ck_assert_ptr_nonnull(strstr(kvscache_note(kc), "computing privately"));
+
+    /* The harness restarts kvshared with its own fp16 geometry: the worker
+     * reconnects, sees a pool it cannot compute in, turns sharing off. */
+    ck_assert_int_eq(harness_start_again(&h, 256, 20000, &again), -1); /* listening */
+    ck_assert_int_gt(again, 0);
+    h.pid = again;
+    usleep(5000); /* past reconnect_ms */
+    ck_assert_int_eq(kvscache_run(kc, wl->prompt[2], wl->len[2], DECODE, gen, got, &r), 0);
+    ck_assert_int_eq(r.cache, WORKER_CACHE_FALLBACK);
+    ck_assert_int_eq(memcmp(got, ref[2], sizeof(got)), 0);
+    ck_assert_msg(strstr(kvscache_note(kc), "sharing is off"), "%s", kvscache_note(kc));
+    kvscache_stats(kc, &st);
+    ck_assert_uint_eq(st.shared, 1);
+    ck_assert_uint_eq(st.fallbacks, 2);
+
+    kvscache_free(kc);
+    harness_stop(&h);
+    harness_cleanup(&h);
+    kvstore_free(priv);
+    workload_free(wl);
+    model_free(m);
+}
+END_TEST
+
+/* kvshared with the small model's geometry on a given socket path (the
+ * harness restarts it with its own geometry only); returns once READY. */
+static pid_t daemon_spawn_at(const char *socket_path)
+{
+    int p[2];
+    char buf[8] = "";
+    pid_t pid;
+
+    ck_assert_int_eq(pipe(p), 0);
+    pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        char fd[16];
+
+        close(p[0]);
+        snprintf(fd, sizeof(fd), "%d", p[1]);
+        execl(KVSHARED_PATH, KVSHARED_PATH, "--socket", socket_path, "--backend", "host",
+              "--layers", "2", "--kv-heads", "2", "--head-dim", "16", "--dtype", "fp32",
+              "--block-tokens", "16", "--pool-blocks", "256", "--log-level", "warn", "--ready-fd",
+              fd, (char *)NULL);
+        _exit(127);
+    }
+    close(p[1]);
+    ck_assert_int_eq(read(p[0], buf, 6), 6);
+    ck_assert_int_eq(memcmp(buf, "READY\n", 6), 0);
+    close(p[0]);
+    return pid;
+}
+
+/* A daemon that restarts with the same geometry: the worker computes
+ * privately while it is gone, then maps the new pool between requests and
+ * shares again; all outputs equal the private run's. */
+START_TEST(test_kvs_daemon_restart_same_geometry)
+{
+    model_config_t cfg;
+    model_t *m = NULL;
+    workload_chat_opts_t wo = {.requests = 3,
+                               .systems = 1,
+                               .system_tokens = SYSTEM_TOKENS,
+                               .question_tokens = 40,
+                               .seed = 3};
+    workload_t *wl = NULL;
+    kvscache_t *kc = NULL;
+    kvscache_opts_t ko = {.timeout_ms = 5000, .reconnect_ms = 1, .private_blocks = 64};
+    harness_t h;
+    float ref[3][256], got[256];
+    uint32_t gen[DECODE];
+    worker_result_t r;
+    kvstore_t *priv = NULL;
+    geometry_t g;
+    char err[512];
+
+    model_config_small(&cfg);
+    ck_assert_int_eq(model_new(&cfg, &m), 0);
+    wo.vocab = cfg.vocab;
+    ck_assert_int_eq(workload_chat(&wo, &wl), 0);
+    model_config_geometry(&cfg, &g);
+    ck_assert_int_eq(kvstore_new_private(&g, 64, &priv), 0);
+    for (uint32_t i = 0; i < 3; i++) {
+        worker_t w = {.model = m, .store = priv, .ops = &worker_private_ops, .ctx = priv};
+        ck_assert_int_eq(worker_run(&w, wl->prompt[i], wl->len[i], DECODE, gen, ref[i], &r), 0);
+    }
+
+    start_daemon(&h, 256);
+    ko.socket_path = h.socket_path;
+    ck_assert_int_eq(kvscache_open(&ko, m, &kc, err, sizeof(err)), 0);
+    ck_assert_int_eq(kvscache_run(kc, wl->prompt[0], wl->len[0], DECODE, gen, got, &r), 0);
+    ck_assert_int_eq(r.cache, WORKER_CACHE_SHARED);
+    ck_assert_int_eq(memcmp(got, ref[0], sizeof(got)), 0);
+
+    ck_assert_int_eq(harness_stop(&h), 0);
+    ck_assert_int_eq(kvscache_run(kc, wl->prompt[1], wl->len[1], DECODE, gen, got, &r), 0);
+    ck_assert_int_eq(r.cache, WORKER_CACHE_FALLBACK);
+    ck_assert_int_eq(memcmp(got, ref[1], sizeof(got)), 0);
+
+    h.pid = daemon_spawn_at(h.socket_path);
+    usleep(5000); /* past reconnect_ms */
+    /* A new, empty pool: a miss, computed in the newly mapped blocks. */
+    ck_assert_int_eq(kvscache_run(kc, wl->prompt[2], wl->len[2], DECODE, gen, got, &r), 0);
+    ck_assert_msg(r.cache == WORKER_CACHE_SHARED, "%s", kvscache_note(kc));
+    ck_assert_uint_eq(r.matched_tokens, 0);
+    ck_assert_int_eq(memcmp(got, ref[2], sizeof(got)), 0);
+    /* Request 1 again: its system prompt now comes from the new pool. */
+    ck_assert_int_eq(kvscache_run(kc, wl->prompt[1], wl->len[1], DECODE, gen, got, &r), 0);
+    ck_assert_int_eq(r.cache, WORKER_CACHE_SHARED);
+    ck_assert_uint_eq(r.matched_tokens, SYSTEM_TOKENS);
+    ck_assert_int_eq(memcmp(got, ref[1], sizeof(got)), 0);
+
+    kvscache_free(kc);
+    ck_assert_int_eq(harness_stop(&h), 0);
+    harness_cleanup(&h);
+    kvstore_free(priv);
+    workload_free(wl);
+    model_free(m);
+}
+END_TEST
+
+/* A prompt of whole blocks, run twice: the second run matches all but its
+ * last block (the lookup leaves out the last token), commits that block
+ * behind placeholders for the matched ones, learns the first run's block is
+ * canonical and decodes from it; same logits, nothing left held. */
+START_TEST(test_kvs_duplicate_block_is_swapped)
+{
+    model_config_t cfg;
+    model_t *m = NULL;
+    kvscache_t *kc = NULL;
+    kvscache_opts_t ko = {.timeout_ms = 5000, .private_blocks = 16};
+    kvscache_stats_t st;
+    harness_t h;
+    uint32_t prompt[64], gen[DECODE], gen_ref[DECODE];
+    float ref[256], got[256];
+    worker_result_t r;
+    kvstore_t *priv = NULL;
+    geometry_t g;
+    kvs_client_t *c;
+    kvs_stats_t ds;
+    char err[512];
+
+    model_config_small(&cfg);
+    ck_assert_int_eq(model_new(&cfg, &m), 0);
+    for (uint32_t i = 0; i < 64; i++)
+        prompt[i] = (i * 37 + 11) % cfg.vocab;
+    model_config_geometry(&cfg, &g);
+    ck_assert_int_eq(kvstore_new_private(&g, 16, &priv), 0);
+    {
+        worker_t w = {.model = m, .store = priv, .ops = &worker_private_ops, .ctx = priv};
+        ck_assert_int_eq(worker_run(&w, prompt, 64, DECODE, gen_ref, ref, &r), 0);
+    }
+
+    start_daemon(&h, 64);
+    ko.socket_path = h.socket_path;
+    ck_assert_int_eq(kvscache_open(&ko, m, &kc, err, sizeof(err)), 0);
+    ck_assert_int_eq(kvscache_run(kc, prompt, 64, DECODE, gen, got, &r), 0);
+    ck_assert_int_eq(r.cache, WORKER_CACHE_SHARED);
+    ck_assert_uint_eq(r.matched_tokens, 0);
+    ck_assert_int_eq(memcmp(got, ref, sizeof(got)), 0);
+    ck_assert_int_eq(kvscache_run(kc, prompt, 64, DECODE, gen, got, &r), 0);
+    ck_assert_int_eq(r.cache, WORKER_CACHE_SHARED);
+    ck_assert_uint_eq(r.matched_tokens, 48);
+    ck_assert_uint_eq(r.prefill_tokens, 16);
+    ck_assert_int_eq(memcmp(got, ref, sizeof(got)), 0);
+    ck_assert_int_eq(memcmp(gen, gen_ref, sizeof(gen)), 0);
+    kvscache_stats(kc, &st);
+    ck_assert_uint_eq(st.shared, 2);
+    ck_assert_uint_eq(st.commits, 2);
+    ck_assert_uint_eq(st.commit_errors, 0);
+    ck_assert_uint_eq(st.placeholders, 3);
+    ck_assert_uint_eq(st.duplicates, 1);
+
+    /* Still connected: the releases, not the session's end, freed it all. */
+    c = monitor(&h);
+    ck_assert_int_eq(kvs_stats(c, &ds), 0);
+    ck_assert_uint_eq(ds.pinned_blocks, 0);
+    ck_assert_uint_eq(ds.writing_blocks, 0);
+    ck_assert_uint_eq(ds.cached_blocks, 4);
+    ck_assert_uint_eq(ds.sessions, 2);
+    kvs_stats_free(&ds);
+    kvs_close(c);
+
+    kvscache_free(kc);
+    ck_assert_int_eq(harness_stop(&h), 0);
+    harness_cleanup(&h);
+    kvstore_free(priv);
+    model_free(m);
+}
+END_TEST
+
+static Suite *worker_kvs_suite(void)
+{
+    Suite *s = suite_create("worker_kvs");
+    TCase *tc = tcase_create("kvshared");
+
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_kvs_sequential_workers);
+    tcase_add_test(tc, test_kvs_concurrent_workers);
+    tcase_add_test(tc, test_kvs_duplicate_block_is_swapped);
+    tcase_add_test(tc, test_kvs_daemon_down_falls_back);
+    tcase_add_test(tc, test_kvs_pool_full_falls_back);
+    tcase_add_test(tc, test_kvs_geometry_mismatch_refused);
+    tcase_add_test(tc, test_kvs_daemon_restart);
+    tcase_add_test(tc, test_kvs_daemon_restart_same_geometry);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(worker_kvs_suite());
+    int failed;
+
+    srunner_run_all(sr, CK_VERBOSE);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

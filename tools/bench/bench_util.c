@@ -1,0 +1,40 @@
+/* bench_util.c: helpers shared by the kvshare-bench subcommands (bench.h). */
+#include <stdlib.h>
+#include <time.h>
+
+#include "bench.h"
+#include "kvshare_status.h"
+
+const char *bench_status_text(int status)
+{
+    switch (status) {
+#define BENCH_STATUS_CASE(name, code, text)                                                        \
+    case code:                                                                                     \
+        return text;
+        KVS_STATUS_TABLE(BENCH_STATUS_CASE)
+#undef BENCH_STATUS_CASE
+    }
+    return "unknown status";
+}
+
+uint64_t bench_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+double bench_quantile(uint64_t *samples, size_t n, double q)
+{
+    if (n == 0)
+        return 0;
+    qsort(samples, n, sizeof(*samples), cmp_u64);
+    size_t i = (size_t)(q * (double)(n - 1) + 0.5);
+    return (double)samples[i];
+}

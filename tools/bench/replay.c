@@ -1,0 +1,601 @@
+/*
+ * kvshare-bench replay: a request trace (trace.h) against a real kvshared,
+ * through libkvshare, by one or more worker processes.
+ *
+ * Unless --socket names a running daemon, kvshared (the one built next to
+ * this program, or --kvshared PATH) is started on a temporary socket with
+ * the host backend, the pool size asked for (--pool-blocks, --cap-units or
+ * --pool-bytes) and a small geometry by default (1 layer, 1 KV head, head
+ * dim 8, fp16: 512 B per 16-token block), since only hit rates and RPC costs
+ * are measured, not KV bandwidth.
+ *
+ * Worker w (of --workers N) takes requests w, w + N, w + 2N ... in trace
+ * order; with --speed X > 0 request i starts no earlier than its timestamp /
+ * X after the start (X = 0: as fast as possible). Per request, as a decode
+ * worker does:
+ *   1. Lookup(prompt, pin): the cached prefix, pinned;
+ *   2. Alloc(n): one WRITING block per full block of the prompt. Commit
+ *      takes the prompt from its first block and only WRITING blocks of the
+ *      session, so the hit blocks are allocated too and come back as
+ *      duplicates; they are free again after step 5, so the pool is short
+ *      of them only while the request runs;
+ *   3. writes --write-bytes bytes into each new block's first slot;
+ *   4. Commit(prompt, blocks): canonical blocks come back pinned;
+ *   5. Release: the Lookup pins, the Commit pins and the duplicates, in one
+ *      call.
+ * Namespaces (--namespaces K > 1): request goes to "trace-<h % K>", h its
+ * second hash id (its first when it has one), so a conversation stays in one
+ * namespace while the shared first block is cached once per namespace.
+ *
+ * Reported: token hit rate (hit tokens / prompt tokens, from the Lookup
+ * replies), the offline simulator's hit rates at the same pool size with the
+ * same policy and with unlimited capacity (trace_sim.c), latency percentiles
+ * of each RPC as the worker sees them, requests/s.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "kvshare.h"
+#include "trace.h"
+#include "trace_sim.h"
+
+enum { RPC_LOOKUP, RPC_ALLOC, RPC_COMMIT, RPC_RELEASE, N_RPC };
+static const char *const rpc_names[N_RPC] = {"lookup", "alloc", "commit", "release"};
+
+/* One request's outcome, written by its worker into shared memory. */
+typedef struct replay_rec {
+    float us[N_RPC]; /* latency of each RPC; < 0: not made */
+    uint32_t hit_blocks;
+    uint32_t dup_blocks; /* new blocks another worker committed first */
+    int32_t status;      /* 0 or the first failing call's KVS_* code */
+    uint32_t done;
+} replay_rec_t;
+
+typedef struct replay_opts {
+    const char *trace, *socket, *kvshared, *eviction, *model, *dtype, *pool_bytes;
+    size_t max_reqs;
+    uint32_t workers, namespaces, pool_blocks, layers, kv_heads, head_dim;
+    double cap_units, speed;
+    size_t write_bytes;
+    double max_sim_gap; /* > 0: fail when |hit rate - simulator's| exceeds it (points) */
+    bool json;
+} replay_opts_t;
+
+static double mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static void sleep_until_ms(double t)
+{
+    double now = mono_ms();
+    if (t <= now)
+        return;
+    struct timespec ts = {.tv_sec = (time_t)((t - now) / 1e3),
+                          .tv_nsec =
+                              (long)(((t - now) - (double)(long)((t - now) / 1e3) * 1e3) * 1e6)};
+    nanosleep(&ts, NULL);
+}
+
+/* ---- the daemon ------------------------------------------------------------- */
+
+static const char *default_kvshared(char *buf, size_t len)
+{
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n <= 0)
+        return "kvshared";
+    self[n] = '\0';
+    char *slash = strrchr(self, '/');
+    if (slash)
+        *slash = '\0';
+    snprintf(buf, len, "%s/../../daemon/kvshared", self); /* build/tools/bench -> build/daemon */
+    return buf;
+}
+
+/* Starts kvshared on sock and waits for its READY line. */
+static pid_t start_daemon(const replay_opts_t *o, const char *sock)
+{
+    int p[2];
+    if (pipe(p) != 0)
+        return -1;
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(p[0]);
+        close(p[1]);
+        return -1;
+    }
+    if (pid == 0) {
+        char fd[16], nb[32], layers[16], heads[16], dim[16];
+        const char *argv[40];
+        int a = 0;
+        close(p[0]);
+        snprintf(fd, sizeof(fd), "%d", p[1]);
+        snprintf(layers, sizeof(layers), "%u", o->layers);
+        snprintf(heads, sizeof(heads), "%u", o->kv_heads);
+        snprintf(dim, sizeof(dim), "%u", o->head_dim);
+        argv[a++] = o->kvshared;
+        argv[a++] = "--socket";
+        argv[a++] = sock;
+        argv[a++] = "--backend";
+        argv[a++] = "host";
+        if (o->model) {
+            argv[a++] = "--model";
+            argv[a++] = o->model;
+        } else {
+            argv[a++] = "--layers";
+            argv[a++] = layers;
+            argv[a++] = "--kv-heads";
+            argv[a++] = heads;
+            argv[a++] = "--head-dim";
+            argv[a++] = dim;
+            argv[a++] = "--dtype";
+            argv[a++] = o->dtype;
+        }
+        argv[a++] = "--block-tokens";
+        argv[a++] = "16";
+        if (o->pool_bytes) {
+            argv[a++] = "--pool-bytes";
+            argv[a++] = o->pool_bytes;
+        } else {
+            snprintf(nb, sizeof(nb), "%u", o->pool_blocks);
+            argv[a++] = "--pool-blocks";
+            argv[a++] = nb;
+        }
+        argv[a++] = "--eviction";
+        argv[a++] = o->eviction;
+        argv[a++] = "--max-frame";
+        argv[a++] = "64MiB";
+        argv[a++] = "--max-output";
+        argv[a++] = "64MiB";
+        argv[a++] = "--ready-fd";
+        argv[a++] = fd;
+        argv[a++] = "--log-level";
+        argv[a++] = "warn";
+        argv[a] = NULL;
+        execv(o->kvshared, (char *const *)argv);
+        fprintf(stderr, "replay: cannot run %s: %s\n", o->kvshared, strerror(errno));
+        _exit(127);
+    }
+    close(p[1]);
+    char buf[8] = {0};
+    struct pollfd pfd = {.fd = p[0], .events = POLLIN};
+    bool ok =
+        poll(&pfd, 1, 60000) == 1 && read(p[0], buf, 6) == 6 && memcmp(buf, "READY\n", 6) == 0;
+    close(p[0]);
+    if (!ok) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        return -1;
+    }
+    return pid;
+}
+
+/* ---- a worker ------------------------------------------------------------- */
+
+static void ns_name(const replay_opts_t *o, const trace_t *tr, const trace_req_t *q, char *buf,
+                    size_t len)
+{
+    uint32_t h = q->n_hash >= 2 ? tr->hash_ids[q->first_hash + 1]
+                 : q->n_hash    ? tr->hash_ids[q->first_hash]
+                                : 0;
+    if (o->namespaces <= 1)
+        snprintf(buf, len, "trace");
+    else
+        snprintf(buf, len, "trace-%u", h % o->namespaces);
+}
+
+static float since_us(double t0_ms)
+{
+    return (float)((mono_ms() - t0_ms) * 1e3);
+}
+
+/* Replays requests w, w + N, ... Returns the exit status of the process. */
+static int worker(const replay_opts_t *o, const trace_t *tr, const char *sock, uint32_t w,
+                  double start_ms, replay_rec_t *recs)
+{
+    kvs_options_t ko;
+    kvs_options_init(&ko);
+    ko.socket_path = sock;
+    ko.timeout_ms = 30000;
+    char name[32];
+    snprintf(name, sizeof(name), "replay-%u", w);
+    ko.worker_name = name;
+    kvs_client_t *c = NULL;
+    int rc = kvs_connect(&ko, &c);
+    if (rc) {
+        fprintf(stderr, "replay worker %u: connect: %s\n", w, kvs_strerror(rc));
+        return 1;
+    }
+    kvs_geometry_t g;
+    kvs_geometry(c, &g);
+    size_t max_tokens = 0;
+    for (size_t i = 0; i < tr->n_reqs; i++) {
+        size_t n = trace_prompt_tokens(tr, &tr->reqs[i]);
+        max_tokens = n > max_tokens ? n : max_tokens;
+    }
+    size_t max_blocks = max_tokens / g.block_tokens + 1;
+    uint32_t *tokens = malloc((max_tokens + 1) * sizeof(*tokens));
+    uint32_t *hit = malloc(max_blocks * sizeof(*hit));
+    uint32_t *fresh = malloc(max_blocks * sizeof(*fresh));
+    uint32_t *canon = malloc(max_blocks * sizeof(*canon));
+    uint32_t *rel = malloc(3 * max_blocks * sizeof(*rel));
+    size_t wb = o->write_bytes < g.slot_bytes ? o->write_bytes : g.slot_bytes;
+    uint8_t *pattern = calloc(1, wb + 1);
+    if (!tokens || !hit || !fresh || !canon || !rel || !pattern) {
+        rc = KVS_ENOMEM;
+        goto out;
+    }
+    for (size_t i = w; i < tr->n_reqs; i += o->workers) {
+        const trace_req_t *q = &tr->reqs[i];
+        replay_rec_t *r = &recs[i];
+        char ns[48];
+        for (int k = 0; k < N_RPC; k++)
+            r->us[k] = -1;
+        if (o->speed > 0)
+            sleep_until_ms(start_ms + (double)q->timestamp_ms / o->speed);
+        size_t n = trace_prompt_tokens(tr, q), want = n / g.block_tokens, n_hit = 0, done = 0;
+        trace_expand(tr, q, tokens);
+        ns_name(o, tr, q, ns, sizeof(ns));
+        double t0 = mono_ms();
+        rc = kvs_lookup(c, ns, tokens, n, 1, hit, want, &n_hit);
+        r->us[RPC_LOOKUP] = since_us(t0);
+        if (rc)
+            goto next;
+        r->hit_blocks = (uint32_t)n_hit;
+        if (want > 0) {
+            t0 = mono_ms();
+            rc = kvs_alloc(c, ns, (uint32_t)want, fresh);
+            r->us[RPC_ALLOC] = since_us(t0);
+        }
+        size_t n_rel = 0;
+        memcpy(rel, hit, n_hit * sizeof(*rel));
+        n_rel = n_hit;
+        if (rc == 0 && want > 0) {
+            memset(pattern, (int)(i & 0xff), wb);
+            for (size_t k = n_hit; k < want && wb > 0 && rc == 0; k++)
+                rc = kvs_block_write(c, 0, 0, fresh[k], pattern, wb);
+            if (rc == 0) {
+                t0 = mono_ms();
+                rc = kvs_commit(c, ns, tokens, n, fresh, want, canon, &done);
+                r->us[RPC_COMMIT] = since_us(t0);
+            }
+            for (size_t k = 0; k < want; k++) {
+                if (k < done)
+                    rel[n_rel++] = canon[k];
+                if (k >= done || canon[k] != fresh[k]) {
+                    rel[n_rel++] = fresh[k];
+                    r->dup_blocks += k >= n_hit && k < done;
+                }
+            }
+        }
+        int rrc;
+        t0 = mono_ms();
+        rrc = kvs_release(c, rel, n_rel, NULL);
+        r->us[RPC_RELEASE] = since_us(t0);
+        if (rc == 0)
+            rc = rrc;
+    next:
+        r->status = rc;
+        r->done = 1;
+        if (rc == KVS_ENOTCONN || rc == KVS_ETIMEDOUT) {
+            fprintf(stderr, "replay worker %u: request %zu: %s (%s)\n", w, i, kvs_strerror(rc),
+                    kvs_last_error(c));
+            break;
+        }
+        rc = 0;
+    }
+out:
+    free(tokens);
+    free(hit);
+    free(fresh);
+    free(canon);
+    free(rel);
+    free(pattern);
+    kvs_close(c);
+    return rc ? 1 : 0;
+}
+
+/* ---- the subcommand ---------------------------------------------------------- */
+
+static void replay_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: kvshare-bench replay --trace FILE [options]\n"
+            "  --requests N        first N requests only (default: all)\n"
+            "  --workers N         worker processes (default 1)\n"
+            "  --speed X           time compression: request i starts at timestamp / X\n"
+            "                      (default 0: as fast as possible)\n"
+            "  --namespaces K      spread conversations over K namespaces (default 1)\n"
+            "  --pool-blocks N     pool size in 16-token blocks\n"
+            "  --cap-units U       pool size in units of the trace's 512-token blocks\n"
+            "                      (default 9139: 5 %% of the Mooncake trace's distinct ids)\n"
+            "  --pool-bytes SIZE   pool size in bytes (with the geometry below)\n"
+            "  --model NAME | --layers N --kv-heads N --head-dim N --dtype T\n"
+            "                      geometry (default 1 layer, 1 head, dim 8, fp16)\n"
+            "  --eviction P        lru | freq, given to kvshared (default lru)\n"
+            "  --write-bytes N     bytes written into each new block (default 64)\n"
+            "  --kvshared PATH     the daemon to start (default: built next to this program)\n"
+            "  --socket PATH       use a running kvshared instead (pool and policy are its own)\n"
+            "  --max-sim-gap P     exit 1 if the hit rate and the simulator's differ by\n"
+            "                      more than P points (for tests)\n"
+            "  --json              one JSON object instead of text\n");
+}
+
+static int cmp_float(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+int bench_replay(int argc, char **argv)
+{
+    char kvshared[PATH_MAX + 32];
+    replay_opts_t o = {.workers = 1,
+                       .namespaces = 1,
+                       .cap_units = 9139,
+                       .layers = 1,
+                       .kv_heads = 1,
+                       .head_dim = 8,
+                       .dtype = "fp16",
+                       .eviction = "lru",
+                       .write_bytes = 64};
+    o.kvshared = default_kvshared(kvshared, sizeof(kvshared));
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        bool ok = true;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            replay_usage(stdout);
+            return 0;
+        } else if (strcmp(a, "--json") == 0) {
+            o.json = true;
+            continue;
+        } else if (!v) {
+            ok = false;
+        } else if (strcmp(a, "--trace") == 0) {
+            o.trace = v;
+        } else if (strcmp(a, "--requests") == 0) {
+            o.max_reqs = strtoull(v, NULL, 0);
+        } else if (strcmp(a, "--workers") == 0) {
+            o.workers = (uint32_t)strtoul(v, NULL, 0);
+            ok = o.workers >= 1 && o.workers <= 256;
+        } else if (strcmp(a, "--speed") == 0) {
+            o.speed = strtod(v, NULL);
+            ok = o.speed >= 0;
+        } else if (strcmp(a, "--namespaces") == 0) {
+            o.namespaces = (uint32_t)strtoul(v, NULL, 0);
+            ok = o.namespaces >= 1 && o.namespaces <= 1000;
+        } else if (strcmp(a, "--pool-blocks") == 0) {
+            o.pool_blocks = (uint32_t)strtoul(v, NULL, 0);
+            ok = o.pool_blocks > 0;
+        } else if (strcmp(a, "--cap-units") == 0) {
+            o.cap_units = strtod(v, NULL);
+            ok = o.cap_units > 0;
+        } else if (strcmp(a, "--pool-bytes") == 0) {
+            o.pool_bytes = v;
+        } else if (strcmp(a, "--model") == 0) {
+            o.model = v;
+        } else if (strcmp(a, "--layers") == 0) {
+            o.layers = (uint32_t)strtoul(v, NULL, 0);
+        } else if (strcmp(a, "--kv-heads") == 0) {
+            o.kv_heads = (uint32_t)strtoul(v, NULL, 0);
+        } else if (strcmp(a, "--head-dim") == 0) {
+            o.head_dim = (uint32_t)strtoul(v, NULL, 0);
+        } else if (strcmp(a, "--dtype") == 0) {
+            o.dtype = v;
+        } else if (strcmp(a, "--eviction") == 0) {
+            o.eviction = v;
+            ok = strcmp(v, "lru") == 0 || strcmp(v, "freq") == 0;
+        } else if (strcmp(a, "--write-bytes") == 0) {
+            o.write_bytes = strtoull(v, NULL, 0);
+        } else if (strcmp(a, "--max-sim-gap") == 0) {
+            o.max_sim_gap = strtod(v, NULL);
+            ok = o.max_sim_gap > 0;
+        } else if (strcmp(a, "--kvshared") == 0) {
+            o.kvshared = v;
+        } else if (strcmp(a, "--socket") == 0) {
+            o.socket = v;
+        } else {
+            ok = false;
+        }
+        if (!ok) {
+            fprintf(stderr, "replay: bad option or value: %s\n", a);
+            replay_usage(stderr);
+            return 2;
+        }
+        i++;
+    }
+    if (!o.trace) {
+        fprintf(stderr, "replay: --trace FILE is required\n");
+        replay_usage(stderr);
+        return 2;
+    }
+    if (!o.pool_blocks && !o.pool_bytes)
+        o.pool_blocks = (uint32_t)(o.cap_units * TRACE_HASH_TOKENS / 16);
+
+    trace_t tr;
+    char err[256] = "";
+    int rc = trace_load(o.trace, o.max_reqs, &tr, err, sizeof(err));
+    if (rc) {
+        fprintf(stderr, "replay: %s (%s)\n", err, kvs_strerror(rc));
+        return 1;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    int status = 1;
+    pid_t daemon = -1;
+    char dir[64] = "", sock[128];
+    replay_rec_t *recs = MAP_FAILED;
+    size_t recs_bytes = (tr.n_reqs + 1) * sizeof(replay_rec_t);
+    if (o.socket) {
+        snprintf(sock, sizeof(sock), "%s", o.socket);
+    } else {
+        snprintf(dir, sizeof(dir), "/tmp/kvs-replay-XXXXXX");
+        if (!mkdtemp(dir)) {
+            dir[0] = '\0';
+            goto out;
+        }
+        snprintf(sock, sizeof(sock), "%s/kvshared.sock", dir);
+        daemon = start_daemon(&o, sock);
+        if (daemon < 0) {
+            fprintf(stderr, "replay: kvshared (%s) did not start; give --kvshared PATH\n",
+                    o.kvshared);
+            goto out;
+        }
+    }
+    /* The pool as the daemon made it, and its block size. */
+    kvs_options_t ko;
+    kvs_options_init(&ko);
+    ko.socket_path = sock;
+    ko.flags = KVS_NO_MAP;
+    kvs_client_t *mon = NULL;
+    kvs_geometry_t g;
+    if ((rc = kvs_connect(&ko, &mon)) != 0 || (rc = kvs_geometry(mon, &g)) != 0) {
+        fprintf(stderr, "replay: cannot reach kvshared at %s: %s\n", sock, kvs_strerror(rc));
+        kvs_close(mon);
+        goto out;
+    }
+    kvs_close(mon);
+
+    recs = mmap(NULL, recs_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (recs == MAP_FAILED)
+        goto out;
+    memset(recs, 0, recs_bytes);
+    pid_t pids[256];
+    double t0 = mono_ms();
+    for (uint32_t w = 0; w < o.workers; w++) {
+        fflush(NULL);
+        pids[w] = fork();
+        if (pids[w] == 0)
+            _exit(worker(&o, &tr, sock, w, t0, recs));
+        if (pids[w] < 0) {
+            fprintf(stderr, "replay: fork: %s\n", strerror(errno));
+            for (uint32_t k = 0; k < w; k++)
+                kill(pids[k], SIGKILL);
+            o.workers = w;
+        }
+    }
+    bool failed = false;
+    for (uint32_t w = 0; w < o.workers; w++) {
+        int ws = 0;
+        waitpid(pids[w], &ws, 0);
+        failed |= !WIFEXITED(ws) || WEXITSTATUS(ws) != 0;
+    }
+    double wall_s = (mono_ms() - t0) / 1e3;
+
+    /* Tally. */
+    uint64_t prompt_tokens = 0, hit_tokens = 0, dups = 0, errors = 0, done_reqs = 0;
+    for (size_t i = 0; i < tr.n_reqs; i++) {
+        if (!recs[i].done)
+            continue;
+        done_reqs++;
+        prompt_tokens += trace_prompt_tokens(&tr, &tr.reqs[i]);
+        hit_tokens += (uint64_t)recs[i].hit_blocks * g.block_tokens;
+        dups += recs[i].dup_blocks;
+        errors += recs[i].status != 0;
+    }
+    float *lat = malloc((tr.n_reqs + 1) * sizeof(*lat));
+    double pct[N_RPC][4] = {{0}}; /* p50 p90 p99 max */
+    size_t n_lat[N_RPC] = {0};
+    for (int k = 0; k < N_RPC && lat; k++) {
+        size_t n = 0;
+        for (size_t i = 0; i < tr.n_reqs; i++)
+            if (recs[i].done && recs[i].us[k] >= 0)
+                lat[n++] = recs[i].us[k];
+        qsort(lat, n, sizeof(*lat), cmp_float);
+        n_lat[k] = n;
+        if (n) {
+            pct[k][0] = lat[(size_t)(0.50 * (double)(n - 1))];
+            pct[k][1] = lat[(size_t)(0.90 * (double)(n - 1))];
+            pct[k][2] = lat[(size_t)(0.99 * (double)(n - 1))];
+            pct[k][3] = lat[n - 1];
+        }
+    }
+    free(lat);
+
+    /* The offline simulator on the same trace and pool size (policy from
+     * --eviction; a --socket daemon's own policy is not known here). */
+    sim_params_t sp = {.block_tokens = g.block_tokens,
+                       .capacity = g.num_blocks,
+                       .policy =
+                           strcmp(o.eviction, "freq") == 0 ? RADIX_EVICT_FREQ : RADIX_EVICT_LRU};
+    sim_result_t sim = {0}, unl = {0};
+    int src = sim_run(&tr, &sp, &sim);
+    sp.capacity = (uint32_t)sim_unlimited_blocks(&tr, g.block_tokens);
+    if (src == 0)
+        src = sim_run(&tr, &sp, &unl);
+    double hr = prompt_tokens ? (double)hit_tokens / (double)prompt_tokens : 0;
+    double sim_hr = src == 0 ? (double)sim.hit_tokens / (double)sim.prompt_tokens : -1;
+    double unl_hr = src == 0 ? (double)unl.hit_tokens / (double)unl.prompt_tokens : -1;
+    if (o.json) {
+        printf("{\"trace\": \"%s\", \"requests\": %zu, \"done\": %llu, \"errors\": %llu, "
+               "\"workers\": %u, \"namespaces\": %u, \"speed\": %g, \"eviction\": \"%s\", "
+               "\"pool_blocks\": %u, \"block_tokens\": %u, \"block_bytes\": %llu, "
+               "\"prompt_tokens\": %llu, \"hit_tokens\": %llu, \"hit_rate\": %.4f, "
+               "\"sim_hit_rate\": %.4f, \"unlimited_hit_rate\": %.4f, \"dup_blocks\": %llu, "
+               "\"wall_s\": %.2f, \"requests_per_s\": %.1f, \"latency_us\": {",
+               o.trace, tr.n_reqs, (unsigned long long)done_reqs, (unsigned long long)errors,
+               o.workers, o.namespaces, o.speed, o.socket ? "daemon's" : o.eviction, g.num_blocks,
+               g.block_tokens, (unsigned long long)g.block_bytes, (unsigned long long)prompt_tokens,
+               (unsigned long long)hit_tokens, hr, sim_hr, unl_hr, (unsigned long long)dups, wall_s,
+               (double)done_reqs / wall_s);
+        for (int k = 0; k < N_RPC; k++)
+            printf("%s\"%s\": {\"n\": %zu, \"p50\": %.1f, \"p90\": %.1f, \"p99\": %.1f, "
+                   "\"max\": %.1f}",
+                   k ? ", " : "", rpc_names[k], n_lat[k], pct[k][0], pct[k][1], pct[k][2],
+                   pct[k][3]);
+        printf("}}\n");
+    } else {
+        printf("trace %s: %llu of %zu requests replayed (%llu failed) by %u worker(s), %u "
+               "namespace(s), speed %s\n",
+               o.trace, (unsigned long long)done_reqs, tr.n_reqs, (unsigned long long)errors,
+               o.workers, o.namespaces, o.speed > 0 ? "paced" : "as fast as possible");
+        printf("pool %u blocks of %u tokens (%llu B each), eviction %s\n", g.num_blocks,
+               g.block_tokens, (unsigned long long)g.block_bytes,
+               o.socket ? "(the daemon's)" : o.eviction);
+        printf("hit_rate %.2f %% (%llu of %llu prompt tokens)\n", 100 * hr,
+               (unsigned long long)hit_tokens, (unsigned long long)prompt_tokens);
+        printf("sim_hit_rate %.2f %% (offline simulator, same pool and policy)\n", 100 * sim_hr);
+        printf("unlimited_hit_rate %.2f %%\n", 100 * unl_hr);
+        printf("duplicate_new_blocks %llu (committed first by another worker)\n",
+               (unsigned long long)dups);
+        printf("wall %.2f s, %.1f requests/s\n", wall_s, (double)done_reqs / wall_s);
+        printf("%-8s %8s %10s %10s %10s %10s\n", "rpc", "n", "p50 us", "p90 us", "p99 us",
+               "max us");
+        for (int k = 0; k < N_RPC; k++)
+            printf("%-8s %8zu %10.1f %10.1f %10.1f %10.1f\n", rpc_names[k], n_lat[k], pct[k][0],
+                   pct[k][1], pct[k][2], pct[k][3]);
+    }
+    status = failed || errors ? 1 : 0;
+    if (o.max_sim_gap > 0 &&
+        !(src == 0 && 100 * (hr > sim_hr ? hr - sim_hr : sim_hr - hr) <= o.max_sim_gap)) {
+        fprintf(stderr, "replay: hit rate %.2f %% and simulator's %.2f %% differ by more than %g\n",
+                100 * hr, 100 * sim_hr, o.max_sim_gap);
+        status = 1;
+    }
+out:
+    if (recs != MAP_FAILED)
+        munmap(recs, recs_bytes);
+    if (daemon > 0) {
+        kill(daemon, SIGTERM);
+        waitpid(daemon, NULL, 0);
+    }
+    if (dir[0]) {
+        unlink(sock);
+        rmdir(dir);
+    }
+    trace_free(&tr);
+    return status;
+}

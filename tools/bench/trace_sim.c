@@ -1,0 +1,481 @@
+/*
+ * kvshare-bench trace-sim: the prefix index alone, replaying a request trace
+ * (trace.h) offline, to measure hit rate against capacity and eviction
+ * policy without a daemon.
+ *
+ * A pool of C block ids stands for the daemon's pool. Per request, as a
+ * worker and the daemon would:
+ *   1. radix_lookup of the prompt with pin: the hit blocks;
+ *   2. take one free id per missing full block; when the pool has too few,
+ *      radix_evict the difference (evicted ids return to the pool);
+ *   3. radix_insert of the hit blocks and the new ones (no pin);
+ *   4. radix_unpin of the hit blocks.
+ * Token hit rate = tokens of hit blocks / all prompt tokens (partial last
+ * blocks count as prompt tokens and are never hits). The unlimited hit rate
+ * is the same run with a pool large enough to never evict.
+ */
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+#include "radix.h"
+#include "trace.h"
+#include "trace_sim.h"
+
+typedef struct id_pool {
+    uint32_t *ids;
+    size_t n;
+} id_pool_t;
+
+static void pool_put(void *ctx, uint32_t block_id)
+{
+    id_pool_t *p = ctx;
+    p->ids[p->n++] = block_id;
+}
+
+uint64_t sim_unlimited_blocks(const trace_t *tr, uint32_t block_tokens)
+{
+    uint64_t n = 0;
+    for (size_t i = 0; i < tr->n_reqs; i++)
+        n += trace_prompt_tokens(tr, &tr->reqs[i]) / block_tokens;
+    return n ? n : 1;
+}
+
+int sim_run(const trace_t *tr, const sim_params_t *sp, sim_result_t *res)
+{
+    int rc = KVS_EINVAL;
+    radix_tree_t *t = NULL;
+    uint32_t *tokens = NULL, *ids = NULL, *canon = NULL;
+    id_pool_t pool = {0};
+    if (!tr || !sp || !res || sp->block_tokens == 0 || sp->capacity == 0)
+        return KVS_EINVAL;
+    memset(res, 0, sizeof(*res));
+    size_t max_tokens = 0;
+    for (size_t i = 0; i < tr->n_reqs; i++) {
+        size_t n = trace_prompt_tokens(tr, &tr->reqs[i]);
+        if (n > max_tokens)
+            max_tokens = n;
+    }
+    size_t max_blocks = max_tokens / sp->block_tokens;
+    rc = KVS_ENOMEM;
+    tokens = malloc((max_tokens + 1) * sizeof(*tokens));
+    ids = malloc((max_blocks + 1) * sizeof(*ids));
+    canon = malloc((max_blocks + 1) * sizeof(*canon));
+    pool.ids = malloc((size_t)sp->capacity * sizeof(*pool.ids));
+    if (!tokens || !ids || !canon || !pool.ids)
+        goto out;
+    for (uint32_t k = 0; k < sp->capacity; k++)
+        pool.ids[k] = sp->capacity - 1 - k;
+    pool.n = sp->capacity;
+    radix_config_t cfg = {.block_tokens = sp->block_tokens,
+                          .max_blocks = sp->capacity,
+                          .on_evict = pool_put,
+                          .evict_ctx = &pool,
+                          .policy = sp->policy,
+                          .freq_max_hits = sp->freq_max_hits,
+                          .freq_bonus_pct = sp->freq_bonus_pct,
+                          .freq_bonus_ticks = sp->freq_bonus_ticks};
+    rc = radix_new(&cfg, &t);
+    if (rc)
+        goto out;
+    uint32_t ns;
+    rc = radix_ns_create(t, "trace", 0x6b767368617265ull, 0, 0, &ns);
+    if (rc)
+        goto out;
+    uint64_t t0 = bench_now_ns();
+    for (size_t r = 0; r < tr->n_reqs; r++) {
+        const trace_req_t *req = &tr->reqs[r];
+        size_t n_tokens = trace_prompt_tokens(tr, req);
+        size_t want = n_tokens / sp->block_tokens, hit = 0, done = 0, evicted = 0;
+        trace_expand(tr, req, tokens);
+        rc = radix_lookup(t, ns, tokens, n_tokens, true, ids, want, &hit);
+        if (rc)
+            goto out;
+        res->prompt_tokens += n_tokens;
+        res->hit_tokens += (uint64_t)hit * sp->block_tokens;
+        size_t missing = want - hit;
+        if (missing > pool.n) {
+            rc = radix_evict(t, ns, missing - pool.n, &evicted);
+            if (rc)
+                goto out;
+        }
+        size_t got = missing < pool.n ? missing : pool.n;
+        if (got < missing)
+            res->short_requests++;
+        for (size_t k = 0; k < got; k++)
+            ids[hit + k] = pool.ids[--pool.n];
+        rc = radix_insert(t, ns, tokens, n_tokens, ids, hit + got, false, canon, &done);
+        if (rc || done != hit + got) {
+            rc = rc ? rc : KVS_EINTERNAL;
+            goto out;
+        }
+        for (size_t k = 0; k < hit; k++) {
+            rc = radix_unpin(t, ids[k]);
+            if (rc)
+                goto out;
+        }
+        if (radix_cached_blocks(t) > res->max_cached)
+            res->max_cached = radix_cached_blocks(t);
+    }
+    res->seconds = (double)(bench_now_ns() - t0) / 1e9;
+    radix_ns_stats_t st;
+    rc = radix_ns_stats(t, ns, &st);
+    if (rc)
+        goto out;
+    res->evicted_blocks = st.evicted_blocks;
+    res->requests = tr->n_reqs;
+    res->index_bytes = radix_memory_bytes(t);
+    if (sp->check && radix_check(t) != 0) {
+        rc = KVS_EINTERNAL;
+        goto out;
+    }
+    rc = 0;
+out:
+    radix_free(t);
+    free(tokens);
+    free(ids);
+    free(canon);
+    free(pool.ids);
+    return rc;
+}
+
+/* ---- offline optimum ------------------------------------------------------------ */
+
+static void heap_push_u64(uint64_t *h, size_t *n, uint64_t v)
+{
+    size_t i = (*n)++;
+    h[i] = v;
+    while (i > 0 && h[(i - 1) / 2] < h[i]) {
+        uint64_t tmp = h[i];
+        h[i] = h[(i - 1) / 2];
+        h[(i - 1) / 2] = tmp;
+        i = (i - 1) / 2;
+    }
+}
+
+static uint64_t heap_pop_u64(uint64_t *h, size_t *n)
+{
+    uint64_t top = h[0];
+    h[0] = h[--*n];
+    for (size_t i = 0;;) {
+        size_t l = 2 * i + 1, m = i;
+        if (l < *n && h[l] > h[m])
+            m = l;
+        if (l + 1 < *n && h[l + 1] > h[m])
+            m = l + 1;
+        if (m == i)
+            break;
+        uint64_t tmp = h[i];
+        h[i] = h[m];
+        h[m] = tmp;
+        i = m;
+    }
+    return top;
+}
+
+int sim_belady(const trace_t *tr, uint32_t capacity, sim_result_t *res)
+{
+    if (!tr || !res || capacity == 0)
+        return KVS_EINVAL;
+    memset(res, 0, sizeof(*res));
+    int rc = KVS_ENOMEM;
+    size_t n_ids = (size_t)tr->max_hash_id + 1;
+    uint32_t *next = malloc((tr->n_hash_ids + 1) * sizeof(*next)); /* per occurrence */
+    uint32_t *seen = malloc(n_ids * sizeof(*seen));
+    uint32_t *cur = malloc(n_ids * sizeof(*cur)); /* next use of a cached id */
+    uint8_t *cached = calloc(n_ids, 1);
+    uint64_t *heap = malloc((tr->n_hash_ids + 1) * sizeof(*heap));
+    size_t heap_n = 0, n_cached = 0;
+    if (!next || !seen || !cur || !cached || !heap)
+        goto out;
+    /* Next use of each occurrence (full blocks only), by a backward pass. */
+    for (size_t i = 0; i < n_ids; i++)
+        seen[i] = UINT32_MAX;
+    for (size_t r = tr->n_reqs; r-- > 0;) {
+        const trace_req_t *q = &tr->reqs[r];
+        size_t full = trace_prompt_tokens(tr, q) / TRACE_HASH_TOKENS;
+        for (size_t k = 0; k < full; k++) {
+            uint32_t id = tr->hash_ids[q->first_hash + k];
+            next[q->first_hash + k] = seen[id];
+            seen[id] = (uint32_t)r;
+        }
+    }
+    for (size_t r = 0; r < tr->n_reqs; r++) {
+        const trace_req_t *q = &tr->reqs[r];
+        size_t full = trace_prompt_tokens(tr, q) / TRACE_HASH_TOKENS, hit = 0;
+        while (hit < full && cached[tr->hash_ids[q->first_hash + hit]])
+            hit++;
+        res->prompt_tokens += trace_prompt_tokens(tr, q);
+        res->hit_tokens += (uint64_t)hit * TRACE_HASH_TOKENS;
+        for (size_t k = 0; k < full; k++) {
+            uint32_t id = tr->hash_ids[q->first_hash + k];
+            if (!cached[id])
+                n_cached++;
+            cached[id] = 1;
+            cur[id] = next[q->first_hash + k];
+            heap_push_u64(heap, &heap_n, (uint64_t)cur[id] << 32 | id);
+        }
+        /* Drop what is needed again the latest (or never). */
+        while (n_cached > capacity) {
+            uint64_t top = heap_pop_u64(heap, &heap_n);
+            uint32_t id = (uint32_t)top, at = (uint32_t)(top >> 32);
+            if (cached[id] && cur[id] == at) {
+                cached[id] = 0;
+                n_cached--;
+                res->evicted_blocks++;
+            }
+        }
+        /* Stale entries: rebuild when they dominate. */
+        if (heap_n > 4 * (n_cached + 1024)) {
+            size_t k = 0;
+            for (size_t i = 0; i < heap_n; i++) {
+                uint32_t id = (uint32_t)heap[i];
+                if (cached[id] && cur[id] == (uint32_t)(heap[i] >> 32))
+                    heap[k++] = heap[i];
+            }
+            heap_n = 0;
+            for (size_t i = 0; i < k; i++)
+                heap_push_u64(heap, &heap_n, heap[i]);
+        }
+    }
+    res->requests = tr->n_reqs;
+    rc = 0;
+out:
+    free(next);
+    free(seen);
+    free(cur);
+    free(cached);
+    free(heap);
+    return rc;
+}
+
+/* ---- the subcommand ---------------------------------------------------------- */
+
+static const char *policy_name(radix_policy_t p)
+{
+    return p == RADIX_EVICT_FREQ ? "freq" : "lru";
+}
+
+static int parse_policies(const char *s, radix_policy_t *out, size_t *n)
+{
+    *n = 0;
+    if (strcmp(s, "lru") == 0 || strcmp(s, "all") == 0)
+        out[(*n)++] = RADIX_EVICT_LRU;
+    if (strcmp(s, "freq") == 0 || strcmp(s, "all") == 0)
+        out[(*n)++] = RADIX_EVICT_FREQ;
+    return *n ? 0 : -1;
+}
+
+/* Comma-separated list of positive numbers. */
+static int parse_list(const char *s, double *out, size_t max, size_t *n)
+{
+    *n = 0;
+    while (*s) {
+        char *end;
+        double v = strtod(s, &end);
+        if (end == s || v <= 0 || *n == max)
+            return -1;
+        out[(*n)++] = v;
+        s = end;
+        if (*s == ',')
+            s++;
+        else if (*s)
+            return -1;
+    }
+    return *n ? 0 : -1;
+}
+
+static void sim_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: kvshare-bench trace-sim --trace FILE [options]\n"
+            "  --requests N        first N requests only (default: all)\n"
+            "  --block-tokens N    tokens per block (default 16)\n"
+            "  --cap-units LIST    capacities in units of the trace's %u-token blocks\n"
+            "                      (default: 2.5,5,10,20,40 %% of its distinct ids)\n"
+            "  --cap-pct LIST      capacities in percent of the trace's distinct ids\n"
+            "  --cap-blocks LIST   capacities in blocks of --block-tokens\n"
+            "  --policy P          lru | freq | all (default all)\n"
+            "  --max-hits N        freq: hits that earn a bonus (default 4)\n"
+            "  --bonus-pct N       freq: bonus per hit, %% of the mean eviction age (50)\n"
+            "  --bonus-ticks N     freq: fixed bonus per hit in ticks instead\n"
+            "  --optimum           also the offline optimum over %u-token ids (opt512)\n"
+            "  --check             radix_check() after each run\n"
+            "  --json              one JSON object instead of the table\n",
+            TRACE_HASH_TOKENS, TRACE_HASH_TOKENS);
+}
+
+static size_t distinct_ids(const trace_t *tr)
+{
+    uint8_t *seen = calloc((size_t)tr->max_hash_id + 1, 1);
+    if (!seen)
+        return 0;
+    size_t n = 0;
+    for (size_t i = 0; i < tr->n_hash_ids; i++)
+        if (!seen[tr->hash_ids[i]]++)
+            n++;
+    free(seen);
+    return n;
+}
+
+int bench_trace_sim(int argc, char **argv)
+{
+    const char *path = NULL;
+    sim_params_t sp = {.block_tokens = 16};
+    radix_policy_t policies[2] = {RADIX_EVICT_LRU, RADIX_EVICT_FREQ};
+    size_t n_policies = 2, n_caps = 0;
+    double caps[32];
+    enum { CAP_PCT, CAP_UNITS, CAP_BLOCKS } cap_kind = CAP_PCT;
+    size_t max_reqs = 0;
+    bool json = false, optimum = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        bool ok = true;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            sim_usage(stdout);
+            return 0;
+        } else if (strcmp(a, "--json") == 0) {
+            json = true;
+            continue;
+        } else if (strcmp(a, "--optimum") == 0) {
+            optimum = true;
+            continue;
+        } else if (strcmp(a, "--check") == 0) {
+            sp.check = true;
+            continue;
+        } else if (!v) {
+            ok = false;
+        } else if (strcmp(a, "--trace") == 0) {
+            path = v;
+        } else if (strcmp(a, "--requests") == 0) {
+            max_reqs = strtoull(v, NULL, 0);
+        } else if (strcmp(a, "--block-tokens") == 0) {
+            sp.block_tokens = (uint32_t)strtoul(v, NULL, 0);
+            ok = sp.block_tokens > 0 && sp.block_tokens <= 65536;
+        } else if (strcmp(a, "--cap-units") == 0 || strcmp(a, "--cap-pct") == 0 ||
+                   strcmp(a, "--cap-blocks") == 0) {
+            cap_kind = a[6] == 'u' ? CAP_UNITS : a[6] == 'p' ? CAP_PCT : CAP_BLOCKS;
+            ok = parse_list(v, caps, 32, &n_caps) == 0;
+        } else if (strcmp(a, "--policy") == 0) {
+            ok = parse_policies(v, policies, &n_policies) == 0;
+        } else if (strcmp(a, "--max-hits") == 0) {
+            sp.freq_max_hits = (uint32_t)strtoul(v, NULL, 0);
+        } else if (strcmp(a, "--bonus-pct") == 0) {
+            sp.freq_bonus_pct = (uint32_t)strtoul(v, NULL, 0);
+        } else if (strcmp(a, "--bonus-ticks") == 0) {
+            sp.freq_bonus_ticks = strtoull(v, NULL, 0);
+        } else {
+            ok = false;
+        }
+        if (!ok) {
+            fprintf(stderr, "trace-sim: bad option or value: %s\n", a);
+            sim_usage(stderr);
+            return 2;
+        }
+        i++;
+    }
+    if (!path) {
+        fprintf(stderr, "trace-sim: --trace FILE is required\n");
+        sim_usage(stderr);
+        return 2;
+    }
+    if (n_caps == 0) {
+        const double pct[] = {2.5, 5, 10, 20, 40};
+        n_caps = 5;
+        memcpy(caps, pct, sizeof(pct));
+        cap_kind = CAP_PCT;
+    }
+    trace_t tr;
+    char err[256] = "";
+    int rc = trace_load(path, max_reqs, &tr, err, sizeof(err));
+    if (rc) {
+        fprintf(stderr, "trace-sim: %s (%s)\n", err, bench_status_text(rc));
+        return 1;
+    }
+    size_t distinct = distinct_ids(&tr);
+    uint64_t unlimited = sim_unlimited_blocks(&tr, sp.block_tokens);
+    if (unlimited > UINT32_MAX) {
+        fprintf(stderr, "trace-sim: trace too large for 32-bit block ids\n");
+        trace_free(&tr);
+        return 1;
+    }
+    /* Unlimited capacity: policy-independent (nothing is evicted). */
+    sim_result_t unl;
+    sim_params_t usp = sp;
+    usp.capacity = (uint32_t)unlimited;
+    usp.policy = RADIX_EVICT_LRU;
+    rc = sim_run(&tr, &usp, &unl);
+    if (rc) {
+        fprintf(stderr, "trace-sim: unlimited run failed: %s\n", bench_status_text(rc));
+        trace_free(&tr);
+        return 1;
+    }
+    if (json)
+        printf("{\"trace\": \"%s\", \"requests\": %zu, \"distinct_ids\": %zu, "
+               "\"block_tokens\": %u, \"prompt_tokens\": %llu, \"unlimited_hit_rate\": %.4f, "
+               "\"unlimited_blocks\": %u, \"runs\": [",
+               path, tr.n_reqs, distinct, sp.block_tokens, (unsigned long long)unl.prompt_tokens,
+               (double)unl.hit_tokens / (double)unl.prompt_tokens, unl.max_cached);
+    else
+        printf("trace %s: %zu requests, %zu distinct %u-token ids, %llu prompt tokens\n"
+               "block %u tokens; unlimited capacity: hit rate %.2f %% with %u blocks cached\n\n"
+               "%12s %10s %12s %7s %9s %10s %8s\n",
+               path, tr.n_reqs, distinct, TRACE_HASH_TOKENS, (unsigned long long)unl.prompt_tokens,
+               sp.block_tokens, 100.0 * (double)unl.hit_tokens / (double)unl.prompt_tokens,
+               unl.max_cached, "capacity", "(x512 tok)", "% distinct", "policy", "hit rate",
+               "evicted", "secs");
+    bool first = true;
+    for (size_t c = 0; c < n_caps; c++) {
+        double units = cap_kind == CAP_UNITS ? caps[c]
+                       : cap_kind == CAP_PCT
+                           ? (double)(uint64_t)(caps[c] / 100.0 * (double)distinct)
+                           : caps[c] * sp.block_tokens / TRACE_HASH_TOKENS;
+        double blocks =
+            cap_kind == CAP_BLOCKS ? caps[c] : units * TRACE_HASH_TOKENS / sp.block_tokens;
+        if (blocks < 1 || blocks > (double)UINT32_MAX) {
+            fprintf(stderr, "trace-sim: capacity %g out of range\n", caps[c]);
+            rc = KVS_EINVAL;
+            break;
+        }
+        sp.capacity = (uint32_t)blocks;
+        for (size_t p = 0; p < n_policies + (optimum ? 1 : 0); p++) {
+            sim_result_t res;
+            const char *name;
+            if (p < n_policies) {
+                sp.policy = policies[p];
+                name = policy_name(sp.policy);
+                rc = sim_run(&tr, &sp, &res);
+            } else {
+                name = "opt512";
+                rc = units >= 1 ? sim_belady(&tr, (uint32_t)units, &res) : KVS_EINVAL;
+            }
+            if (rc) {
+                fprintf(stderr, "trace-sim: run failed: %s\n", bench_status_text(rc));
+                break;
+            }
+            double hr = (double)res.hit_tokens / (double)res.prompt_tokens;
+            double pct_d = 100.0 * units / (double)distinct;
+            if (json) {
+                printf("%s{\"capacity_blocks\": %u, \"capacity_units\": %.1f, \"pct_distinct\": "
+                       "%.2f, \"policy\": \"%s\", \"hit_rate\": %.4f, \"evicted\": %llu, "
+                       "\"short_requests\": %llu, \"seconds\": %.2f}",
+                       first ? "" : ", ", sp.capacity, units, pct_d, name, hr,
+                       (unsigned long long)res.evicted_blocks,
+                       (unsigned long long)res.short_requests, res.seconds);
+                first = false;
+            } else {
+                printf("%12u %10.0f %11.2f%% %7s %8.2f%% %10llu %8.2f\n", sp.capacity, units, pct_d,
+                       name, 100.0 * hr, (unsigned long long)res.evicted_blocks, res.seconds);
+            }
+            fflush(stdout);
+        }
+        if (rc)
+            break;
+    }
+    if (json)
+        printf("]}\n");
+    trace_free(&tr);
+    return rc ? 1 : 0;
+}
