@@ -47,7 +47,7 @@ typedef struct server_config {
     size_t max_output;        /* per session: unsent reply bytes before disconnect */
     uint32_t max_sessions;
     uint32_t max_namespaces;
-    radix_policy_t eviction; /* index eviction policy (default RADIX_EVICT_LRU) */
+    radix_policy_t eviction;    /* index eviction policy (default RADIX_EVICT_LRU) */
     int ready_fd;               /* >= 0: "READY\n" is written there once listening */
     const char *metrics_listen; /* "HOST:PORT" for Prometheus over HTTP; NULL: off */
 

@@ -282,8 +282,8 @@ void session_close(session_t *s, const char *reason)
     s->closing = true;
     release_all(s);
     unlink_session(s);
-    LOG_DEBUG("session %llu (%s) closed: %s", (unsigned long long)s->id,
-              s->worker[0] ? s->worker : "?", reason);
+    LOG_DEBUG("session %llu (worker '%s', pid %d) closed: %s", (unsigned long long)s->id,
+              s->worker[0] ? s->worker : "?", (int)s->peer_pid, reason);
     if (s->has_pipe) {
         uv_read_stop((uv_stream_t *)&s->pipe);
         uv_close((uv_handle_t *)&s->pipe, on_close);
