@@ -452,7 +452,7 @@ int config_load(const char *path, config_t **out, char *err, size_t errlen)
             c->ns = ns;
             cur = &c->ns[c->n_ns++];
             memset(cur, 0, sizeof(*cur));
-            snprintf(cur->name, sizeof(cur->name), "%s", name);
+            memcpy(cur->name, name, strlen(name) + 1); /* ns_name_ok: < 64 bytes */
             cur->line = line;
             memset(ns_seen, 0, sizeof(ns_seen));
             continue;
