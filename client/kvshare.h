@@ -25,13 +25,19 @@
  * ends (kvs_close, exit, crash).
  *
  * The cache is an optimisation, never a dependency. Every call has a timeout
- * (kvs_options_t.timeout_ms, default 1000 ms, kept within 5 ms): a daemon that
- * does not answer in time gets KVS_ETIMEDOUT and the connection is dropped. While the client
- * is disconnected, kvs_lookup returns KVS_ENOTCONN with *n_blocks = 0 (a miss:
- * compute the prompt), and every call first tries to reconnect (at most once
- * per reconnect_ms). A reconnect maps the pool again: addresses from
- * kvs_pool_base / kvs_block_addr are valid until a call returns
- * KVS_ENOTCONN / KVS_ETIMEDOUT or kvs_epoch() changes.
+ * (kvs_options_t.timeout_ms, default 1000 ms, kept within 5 ms): a daemon
+ * that does not answer in time gets KVS_ETIMEDOUT and the connection is
+ * dropped. While the client is disconnected, kvs_lookup returns KVS_ENOTCONN
+ * with *n_blocks = 0 (a miss: compute the prompt), and every call first tries
+ * to reconnect (at most once per reconnect_ms). A reconnect is a new session
+ * (nothing held before it survives) and maps the pool again: addresses from
+ * kvs_pool_base / kvs_block_addr stay valid until kvs_epoch() changes or
+ * kvs_close.
+ *
+ * Memory: with the host backend the addresses are host pointers; with cuda
+ * they are device pointers in this process's CUDA context (use them from
+ * kernels or cuMemcpy). kvs_block_write / kvs_block_read copy bytes either
+ * way.
  *
  * Errors: every function returns 0 or a negative KVS_* code
  * (kvshare_status.h); kvs_strerror() gives the code's text and

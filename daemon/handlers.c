@@ -23,18 +23,6 @@ static int fail(handler_ctx_t *ctx, int status, const char *fmt, ...)
     return status;
 }
 
-/* FNV-1a of the name: each namespace gets its own hash chain seed, so equal
- * prompts in two namespaces never share a block hash. */
-static uint64_t ns_seed(const char *name)
-{
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (const char *p = name; *p; p++) {
-        h ^= (uint8_t)*p;
-        h *= 0x100000001b3ull;
-    }
-    return h;
-}
-
 /* The namespace id for `name` ("" is the default namespace), created on first
  * use when `create` is true. */
 static int ns_resolve(session_t *s, const char *name, bool create, uint32_t *ns, handler_ctx_t *ctx)
@@ -70,7 +58,7 @@ static int ns_resolve(session_t *s, const char *name, bool create, uint32_t *ns,
                     "cannot create namespace '%s': kvshared already has %u namespaces (the "
                     "limit); reuse one",
                     name, srv->cfg.max_namespaces);
-    rc = radix_ns_create(srv->index, name, ns_seed(name), 0, 0, ns);
+    rc = radix_ns_create(srv->index, name, server_ns_seed(name), 0, 0, ns);
     if (rc != 0)
         return fail(ctx, rc, "cannot create namespace '%s': %s", name, kvs_strerror(rc));
     LOG_INFO("namespace '%s' created (id %u)", name, *ns);

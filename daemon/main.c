@@ -49,6 +49,11 @@ static void usage(FILE *f)
                "  --max-output SIZE      unread reply bytes before a client is dropped (default "
                "64MiB)\n"
                "  --max-sessions N       (default 1024)\n"
+               "  --namespace NAME[:QUOTA[:RESERVE]]\n"
+               "                         create a namespace at start with a quota (max cached\n"
+               "                         blocks) and a reservation (blocks other namespaces\n"
+               "                         cannot evict it below); repeatable. Namespaces not\n"
+               "                         named are created on first use, unlimited\n"
                "  --ready-fd N           write \"READY\\n\" to fd N once listening, then close it\n"
                "  --eviction POLICY      lru (default) or freq (recency + a bonus per hit)\n"
                "  --log-level LEVEL      error, warn, info (default), debug\n"
@@ -88,6 +93,38 @@ static int parse_u32(const char *s, uint32_t *out)
     if (errno || end == s || *end || s[0] == '-' || v > UINT32_MAX)
         return KVS_EINVAL;
     *out = (uint32_t)v;
+    return 0;
+}
+
+#define MAX_NS_FLAGS 64
+
+typedef struct ns_flag {
+    char name[64];
+    uint32_t quota, reserve;
+} ns_flag_t;
+
+/* "name", "name:quota", "name:quota:reserve". */
+static int parse_namespace(const char *arg, ns_flag_t *out)
+{
+    char buf[160];
+    if (strlen(arg) >= sizeof(buf))
+        return KVS_EINVAL;
+    snprintf(buf, sizeof(buf), "%s", arg);
+    memset(out, 0, sizeof(*out));
+    char *quota = strchr(buf, ':'), *reserve = NULL;
+    if (quota) {
+        *quota++ = '\0';
+        reserve = strchr(quota, ':');
+        if (reserve)
+            *reserve++ = '\0';
+    }
+    if (!buf[0] || strlen(buf) >= sizeof(out->name))
+        return KVS_EINVAL;
+    memcpy(out->name, buf, strlen(buf) + 1);
+    if (quota && *quota && parse_u32(quota, &out->quota) != 0)
+        return KVS_EINVAL;
+    if (reserve && *reserve && parse_u32(reserve, &out->reserve) != 0)
+        return KVS_EINVAL;
     return 0;
 }
 
@@ -171,6 +208,7 @@ enum {
     OPT_MAX_SESSIONS,
     OPT_READY_FD,
     OPT_LOG_LEVEL,
+    OPT_NAMESPACE,
     OPT_EVICTION,
     OPT_VERSION,
     OPT_METRICS_LISTEN,
@@ -204,6 +242,7 @@ static const struct option options[] = {
     {"max-sessions", required_argument, NULL, OPT_MAX_SESSIONS},
     {"ready-fd", required_argument, NULL, OPT_READY_FD},
     {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
+    {"namespace", required_argument, NULL, OPT_NAMESPACE},
     {"eviction", required_argument, NULL, OPT_EVICTION},
     {"version", no_argument, NULL, OPT_VERSION},
     {"metrics-listen", required_argument, NULL, OPT_METRICS_LISTEN},
@@ -235,6 +274,8 @@ int main(int argc, char **argv)
     uint64_t pool_bytes = 0, size;
     double util = 0;
     char err[512] = "";
+    ns_flag_t namespaces[MAX_NS_FLAGS];
+    size_t n_namespaces = 0;
     int opt, rc;
 
     server_config_init(&cfg);
@@ -350,9 +391,13 @@ int main(int argc, char **argv)
         case OPT_LOG_LEVEL:
             rc = log_level_parse(a, &log_level);
             break;
-        case OPT_METRICS_LISTEN:
+        case OPT_METRICS_LISTEN: {
+            char host[64];
+            int port;
+            rc = metrics_http_parse_addr(a, host, sizeof(host), &port);
             cfg.metrics_listen = a;
             break;
+        }
         case OPT_CONFIG:
         case OPT_CHECK_CONFIG:
             break; /* read before the other flags */
@@ -387,6 +432,12 @@ int main(int argc, char **argv)
             break;
         case OPT_DRAIN_TIMEOUT_MS:
             rc = parse_u32(a, &cfg.drain_ms);
+            break;
+        case OPT_NAMESPACE:
+            if (n_namespaces == MAX_NS_FLAGS)
+                rc = KVS_ELIMIT;
+            else
+                rc = parse_namespace(a, &namespaces[n_namespaces++]);
             break;
         case OPT_VERSION:
             printf("kvshared %d.%d.%d\n", KVS_VERSION_MAJOR, KVS_VERSION_MINOR, KVS_VERSION_PATCH);
@@ -496,6 +547,24 @@ int main(int argc, char **argv)
              per_token, srv->geo.block_tokens, per_block, srv->num_blocks, pool,
              (unsigned long long)srv->num_blocks * srv->geo.block_tokens);
     LOG_INFO("eviction: %s", cfg.eviction == RADIX_EVICT_FREQ ? "freq" : "lru");
+
+    for (size_t i = 0; i < n_namespaces; i++) {
+        /* A --namespace flag overrides the same namespace of the file. */
+        uint32_t id;
+        if (radix_ns_find(srv->index, namespaces[i].name, &id) == 0)
+            rc = radix_ns_set_limits(srv->index, id, namespaces[i].quota, namespaces[i].reserve);
+        else
+            rc = server_ns_create(srv, namespaces[i].name, namespaces[i].quota,
+                                  namespaces[i].reserve, err, sizeof(err));
+        if (rc == 0)
+            rc = tenants_declare(srv, namespaces[i].name, err, sizeof(err));
+        if (rc != 0) {
+            fprintf(stderr, "kvshared: --namespace: %s\n", err);
+            server_free(srv);
+            uv_loop_close(loop);
+            return 2;
+        }
+    }
 
     log_effective(&srv->cfg, socket_group);
     tenants_log(srv);

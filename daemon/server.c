@@ -46,6 +46,40 @@ void server_on_evict(void *ctx, uint32_t block_id)
     pool_release(s->pool, block_id);
 }
 
+uint64_t server_ns_seed(const char *name)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const char *p = name; *p; p++) {
+        h ^= (uint8_t)*p;
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+int server_ns_create(server_t *s, const char *name, uint32_t quota, uint32_t reserve, char *err,
+                     size_t errlen)
+{
+    uint32_t ns;
+    if (!s || !name)
+        return KVS_EINVAL;
+    if ((quota && reserve > quota) || reserve > s->num_blocks) {
+        snprintf(err, errlen,
+                 "namespace '%s': a reservation of %u blocks must not exceed its quota (%u) "
+                 "nor the pool (%u blocks)",
+                 name, reserve, quota, s->num_blocks);
+        return KVS_EINVAL;
+    }
+    int rc = radix_ns_create(s->index, name, server_ns_seed(name), quota, reserve, &ns);
+    if (rc != 0) {
+        snprintf(err, errlen, "namespace '%s': %s%s", name, kvs_strerror(rc),
+                 rc == KVS_EINVAL ? " (names are 1 to 63 bytes)" : "");
+        return rc;
+    }
+    LOG_INFO("namespace '%s': quota %u blocks%s, reserve %u", name, quota, quota ? "" : " (none)",
+             reserve);
+    return 0;
+}
+
 int server_open(const server_config_t *cfg, uv_loop_t *loop, server_t **out, char *err,
                 size_t errlen)
 {

@@ -151,6 +151,16 @@ void server_drain_done(server_t *s);
  * after the loop has run the close callbacks. Accepts NULL. */
 void server_free(server_t *s);
 
+/* The hash chain seed of a namespace (FNV-1a of its name), so that equal
+ * prompts in two namespaces never share a block hash. */
+uint64_t server_ns_seed(const char *name);
+
+/* Creates a namespace with a quota and a reservation in blocks (0: none),
+ * for --namespace. Errors (message in err): KVS_EINVAL (name empty or over
+ * 63 bytes, reserve over quota or over the pool), KVS_EEXIST, KVS_ENOMEM. */
+int server_ns_create(server_t *s, const char *name, uint32_t quota, uint32_t reserve, char *err,
+                     size_t errlen);
+
 /* Index eviction callback: the block goes back to the pool. */
 void server_on_evict(void *ctx, uint32_t block_id);
 

@@ -9,17 +9,31 @@
 #include "server.h"
 #include "session.h"
 
-/* Same seed rule as handlers.c's: FNV-1a of the name. A namespace declared
- * here and one created on first use by name get the same seed, so a daemon
- * restarted with a config file finds the same hashes. */
-static uint64_t seed_of(const char *name)
+static int tenants_alloc(server_t *srv)
 {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (const char *p = name; *p; p++) {
-        h ^= (uint8_t)*p;
-        h *= 0x100000001b3ull;
+    if (srv->tenants)
+        return 0;
+    srv->tenants = calloc(srv->cfg.max_namespaces, sizeof(*srv->tenants));
+    if (!srv->tenants)
+        return KVS_ENOMEM;
+    srv->n_tenants = srv->cfg.max_namespaces;
+    return 0;
+}
+
+int tenants_declare(server_t *srv, const char *name, char *err, size_t errlen)
+{
+    uint32_t id;
+    if (radix_ns_find(srv->index, name, &id) != 0) {
+        snprintf(err, errlen, "namespace '%s' does not exist", name);
+        return KVS_ENONS;
     }
-    return h;
+    if (tenants_alloc(srv) != 0) {
+        snprintf(err, errlen, "out of memory for the namespace table");
+        return KVS_ENOMEM;
+    }
+    if (id < srv->n_tenants)
+        srv->tenants[id].declared = srv->tenants[id].by_flag = true;
+    return 0;
 }
 
 static int check(const server_t *srv, const config_t *conf, char *err, size_t errlen)
@@ -59,21 +73,23 @@ int tenants_apply(server_t *srv, config_t *conf, char *err, size_t errlen)
     int rc = check(srv, conf, err, errlen);
     if (rc != 0)
         return rc;
-    uint32_t cap = srv->cfg.max_namespaces;
-    if (!srv->tenants) {
-        srv->tenants = calloc(cap, sizeof(*srv->tenants));
-        if (!srv->tenants)
-            return KVS_ENOMEM;
-        srv->n_tenants = cap;
-    }
-    /* Every namespace first loses its declaration; the file gives it back. */
-    for (uint32_t i = 0; i < srv->n_tenants; i++)
+    if (tenants_alloc(srv) != 0)
+        return KVS_ENOMEM;
+    /* Every namespace first loses what the file gave it; the file (or a
+     * --namespace flag) gives it back. */
+    for (uint32_t i = 0; i < srv->n_tenants; i++) {
+        bool by_flag = srv->tenants[i].by_flag;
         memset(&srv->tenants[i], 0, sizeof(srv->tenants[i]));
+        srv->tenants[i].declared = srv->tenants[i].by_flag = by_flag;
+    }
     srv->any_ns_acl = false;
     for (uint32_t i = 0; conf && i < conf->n_ns; i++) {
         const config_ns_t *n = &conf->ns[i];
         uint32_t id;
-        if (radix_ns_find(srv->index, n->name, &id) == 0) {
+        if (radix_ns_find(srv->index, n->name, &id) == 0 && id < srv->n_tenants &&
+            srv->tenants[id].by_flag) {
+            /* --namespace overrides the file's limits, at start and on reload. */
+        } else if (radix_ns_find(srv->index, n->name, &id) == 0) {
             radix_ns_stats_t before;
             radix_ns_stats(srv->index, id, &before);
             radix_ns_set_limits(srv->index, id, n->quota, n->reserve);
@@ -81,7 +97,8 @@ int tenants_apply(server_t *srv, config_t *conf, char *err, size_t errlen)
                 LOG_INFO("namespace '%s': quota %u -> %u, reserve %u -> %u", n->name, before.quota,
                          n->quota, before.reserve, n->reserve);
         } else {
-            rc = radix_ns_create(srv->index, n->name, seed_of(n->name), n->quota, n->reserve, &id);
+            rc = radix_ns_create(srv->index, n->name, server_ns_seed(n->name), n->quota, n->reserve,
+                                 &id);
             if (rc != 0) {
                 snprintf(err, errlen, "cannot create namespace '%s': %s", n->name,
                          kvs_strerror(rc));

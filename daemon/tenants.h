@@ -28,6 +28,7 @@ typedef struct session session_t;
 
 typedef struct tenant {
     bool declared;
+    bool by_flag; /* declared by --namespace: stays declared across reloads */
     config_acl_t acl;
 } tenant_t;
 
@@ -37,6 +38,11 @@ typedef struct tenant {
  * adding up to more than the pool, more namespaces than max_namespaces;
  * message in err), KVS_ENOMEM. */
 int tenants_apply(server_t *srv, config_t *conf, char *err, size_t errlen);
+
+/* Declares the existing namespace `name` (created by --namespace) for the
+ * life of the daemon, open to anyone unless the file gives it an allow-list.
+ * Errors: KVS_ENONS, KVS_ENOMEM (message in err). */
+int tenants_declare(server_t *srv, const char *name, char *err, size_t errlen);
 
 /* SIGHUP: rereads cfg.config_path and applies it; logs the outcome. */
 void tenants_reload(server_t *srv);

@@ -4,7 +4,7 @@
  * accepts and never answers) instead of hanging.
  */
 #include <check.h>
-#include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,6 +79,23 @@ START_TEST(test_no_daemon)
     ck_assert_int_eq(kvs_geometry(c, &g), KVS_ENOTCONN);
     ck_assert_int_eq(kvs_lookup(c, NULL, NULL, 4, 0, ids, 2, &n), KVS_EINVAL);
     kvs_close(c);
+
+    /* With reconnect_ms, calls in between do not even try. */
+    o.reconnect_ms = 60000;
+    ck_assert_int_eq(kvs_connect(&o, &c), 0);
+    ck_assert_int_eq(kvs_lookup(c, NULL, tokens, 32, 1, ids, 2, &n), KVS_ENOTCONN);
+    ck_assert_ptr_nonnull(strstr(kvs_last_error(c), "retrying every 60000 ms"));
+    kvs_close(c);
+
+    /* Options from an older caller (a shorter struct) get defaults. */
+    kvs_options_t old;
+    kvs_options_init(&old);
+    old.size = offsetof(kvs_options_t, flags);
+    old.socket_path = "/nonexistent-dir/kvshared.sock";
+    old.timeout_ms = 50;
+    ck_assert_int_eq(kvs_connect(&old, &c), KVS_ENOTCONN);
+    old.size = sizeof(old) + 8;
+    ck_assert_int_eq(kvs_connect(&old, &c), KVS_EINVAL);
 }
 END_TEST
 

@@ -39,7 +39,7 @@ class Daemon:
 
     def stop(self):
         self.proc.send_signal(signal.SIGTERM)
-        rc = self.proc.wait(timeout=30)
+        rc = self.proc.wait(timeout=120)
         shutil.rmtree(self.dir, ignore_errors=True)
         return rc
 
@@ -52,7 +52,7 @@ class BindingTest(unittest.TestCase):
         self.assertEqual(self.daemon.stop(), 0)
 
     def client(self, **kw):
-        return kvshare.Client(socket_path=self.daemon.socket, timeout_ms=5000, **kw)
+        return kvshare.Client(socket_path=self.daemon.socket, timeout_ms=20000, **kw)
 
     def test_status_table_matches_library(self):
         for name, code in kvshare.STATUS.items():

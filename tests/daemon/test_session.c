@@ -658,6 +658,37 @@ START_TEST(test_random_bytes)
 }
 END_TEST
 
+/* A namespace created with a quota stops a commit at the quota. */
+START_TEST(test_namespace_quota)
+{
+    char err[256];
+    ck_assert_int_eq(server_ns_create(srv, "tiny", 2, 1, err, sizeof(err)), 0);
+    ck_assert_int_eq(server_ns_create(srv, "tiny", 2, 1, err, sizeof(err)), KVS_EEXIST);
+    ck_assert_int_eq(server_ns_create(srv, "bad", 2, 3, err, sizeof(err)), KVS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "must not exceed its quota"));
+    session_t *a = new_session();
+    uint32_t tokens[3 * BT], ids[3];
+    prompt(tokens, 3 * BT, 8);
+    ck_assert_int_eq(do_alloc(a, 3, ids), 0);
+    Kvshare__Request req = KVSHARE__REQUEST__INIT;
+    Kvshare__CommitRequest cm = KVSHARE__COMMIT_REQUEST__INIT;
+    cm.ns = "tiny";
+    cm.tokens.data = (uint8_t *)tokens;
+    cm.tokens.len = sizeof(tokens);
+    cm.block_ids = ids;
+    cm.n_block_ids = 3;
+    req.rpc_case = KVSHARE__REQUEST__RPC_COMMIT;
+    req.commit = &cm;
+    Kvshare__Response *r = rpc(a, &req);
+    ck_assert_int_eq(-(int)r->status, KVS_EQUOTA);
+    ck_assert_uint_eq(r->commit->n_committed, 2);
+    ck_assert_ptr_nonnull(strstr(r->message, "2 of 3 blocks committed"));
+    finish(r);
+    ck_assert_ptr_eq(srv->writer[ids[2]], a); /* still this session's */
+    ck_assert_int_eq(do_release(a, ids, 3), 0);
+}
+END_TEST
+
 /* The pin map grows with the pins and shrinks as they go. */
 START_TEST(test_pin_map_grows_and_shrinks)
 {
@@ -748,6 +779,7 @@ int main(void)
     tcase_add_test(tc, test_random_operations);
     tcase_add_test(tc, test_random_bytes);
     tcase_add_test(tc, test_pin_map_grows_and_shrinks);
+    tcase_add_test(tc, test_namespace_quota);
     suite_add_tcase(s, tc);
     TCase *tc_server = tcase_create("server");
     tcase_set_timeout(tc_server, 30);

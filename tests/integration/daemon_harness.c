@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -27,6 +28,8 @@ static pid_t spawn(const char *socket_path, unsigned blocks, const char *const *
         const char *argv[64];
         int n = 0;
         close(p[0]);
+        /* A test that fails mid-way leaves no daemon behind. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
         snprintf(fd, sizeof(fd), "%d", p[1]);
         snprintf(nblocks, sizeof(nblocks), "%u", blocks);
         argv[n++] = KVSHARED_PATH;

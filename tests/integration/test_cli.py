@@ -19,8 +19,10 @@ import kvshare  # noqa: E402
 
 
 def cli(*args):
+    # A generous per-call timeout: sanitizer builds on a busy machine are slow.
+    args = list(args) + ["--timeout", "20000"]
     return subprocess.run([os.environ["KVSHARE_CLI"]] + list(args),
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=120)
 
 
 class CliTest(unittest.TestCase):
@@ -28,7 +30,8 @@ class CliTest(unittest.TestCase):
     def setUpClass(cls):
         cls.daemon = Daemon()
         # Some traffic so that every view has something to show.
-        with kvshare.Client(socket_path=cls.daemon.socket, map_pool=False) as c:
+        with kvshare.Client(socket_path=cls.daemon.socket, map_pool=False,
+                            timeout_ms=20000) as c:
             tokens = list(range(100, 100 + 4 * 4))
             ids = c.alloc(4)
             c.commit(tokens, ids, ns="tenant-a")

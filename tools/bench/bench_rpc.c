@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -88,6 +89,7 @@ static int start_daemon(bench_cfg_t *b, unsigned blocks)
     if (pid == 0) {
         char fd[16], nb[16];
         close(p[0]);
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* no daemon outlives the bench */
         snprintf(fd, sizeof(fd), "%d", p[1]);
         snprintf(nb, sizeof(nb), "%u", blocks);
         execl(b->kvshared, b->kvshared, "--socket", b->kvs_sock, "--backend", "host", "--layers",
@@ -183,8 +185,10 @@ static pid_t start_raw_server(bench_cfg_t *b, size_t reply_len)
     if (lfd < 0 || bind(lfd, (struct sockaddr *)&addr, sizeof(addr)) != 0 || listen(lfd, 128))
         return -1;
     pid_t pid = fork();
-    if (pid == 0)
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
         raw_server(lfd, reply_len);
+    }
     close(lfd);
     return pid;
 }
