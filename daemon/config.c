@@ -421,12 +421,18 @@ int config_load(const char *path, config_t **out, char *err, size_t errlen)
             char name[128];
             in_ns = true;
             char *close = strchr(s, ']');
-            if (!close || close[1] || sscanf(s, "[namespace %127[^] \t]", name) != 1 ||
-                strncmp(s, "[namespace ", 11) != 0) {
+            if (!close || close[1] || strncmp(s, "[namespace ", 11) != 0 ||
+                (size_t)(close - (s + 11)) >= sizeof(name)) {
                 err_at(&e, line, "bad section header '%s': write [namespace NAME]", s);
                 cur = NULL;
                 continue;
             }
+            /* The name is everything between "[namespace " and "]", so that
+             * "[namespace a b]" is a bad name, not namespace "a". */
+            memcpy(name, s + 11, (size_t)(close - (s + 11)));
+            name[close - (s + 11)] = '\0';
+            char *trimmed = trim(name);
+            memmove(name, trimmed, strlen(trimmed) + 1);
             if (!ns_name_ok(name)) {
                 err_at(&e, line,
                        "namespace name '%s': use 1 to 63 letters, digits, '-', '_' or '.'", name);
