@@ -4,6 +4,7 @@ limits, --check-config, flags over the file, SIGHUP reload, SIGTERM drain."""
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
 import unittest
@@ -262,11 +263,26 @@ class ConfigTest(unittest.TestCase):
         d = Daemon(blocks=32, metrics=False)
         c = kvshare.Client(socket_path=d.socket, map_pool=False)
         ids = c.alloc(4)
+        raw = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        raw.connect(d.socket)
         start = time.monotonic()
         sock = d.socket
         self.assertEqual(d.stop(), 0)
         self.assertLess(time.monotonic() - start, 5.0)
         self.assertFalse(os.path.exists(sock))
+        # Each session was told why before its connection closed: one
+        # Response frame carrying the reason, then end of stream.
+        raw.settimeout(5)
+        data = b""
+        while True:
+            chunk = raw.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+        raw.close()
+        self.assertGreater(len(data), 4)
+        self.assertEqual(int.from_bytes(data[:4], "little"), len(data) - 4)
+        self.assertIn(b"kvshared is stopping", data)
         # The client is told, then answers lookups as misses.
         self.assertEqual(c.lookup([1] * BT, pin=False), [])
         self.assertFalse(c.connected)
