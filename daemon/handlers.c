@@ -99,26 +99,19 @@ static int tokens_view(const ProtobufCBinaryData *bytes, const uint32_t **tokens
     return 0;
 }
 
-/* The reuse-gap histogram: time since each matched block was last used.
- * The blocks of one prefix were mostly used together, so the bucket of the
- * previous block is tried first: one comparison per block in the common case. */
+/* The reuse-gap histogram: the time since the matched prefix's last block
+ * was last used (committed, or the end of a lookup's match). One
+ * observation per lookup that hits, O(1): the blocks before it were used at
+ * least as recently (every walk starts at the root). */
 static void observe_reuse(server_t *srv, const uint32_t *ids, size_t n)
 {
-    metrics_hist_t *h = &srv->metrics.block_reuse_gap;
-    uint64_t now = uv_now(srv->loop), prev_used = UINT64_MAX;
-    size_t bucket = 0;
-    for (size_t i = 0; i < n; i++) {
-        uint64_t used = srv->block_used_ms[ids[i]];
-        uint64_t gap = now - used;
-        if (used != prev_used) {
-            bucket = metrics_bucket(metrics_block_bounds_ms, metrics_block_n_bounds, gap);
-            prev_used = used;
-        }
-        h->buckets[bucket]++;
-        h->sum += gap;
-        srv->block_used_ms[ids[i]] = now;
-    }
-    h->count += n;
+    if (n == 0)
+        return;
+    uint32_t last = ids[n - 1];
+    uint64_t now = uv_now(srv->loop);
+    metrics_observe(&srv->metrics.block_reuse_gap, metrics_block_bounds_ms, metrics_block_n_bounds,
+                    now - srv->block_used_ms[last]);
+    srv->block_used_ms[last] = now;
 }
 
 /* The per-session limits (session_max_pinned, session_max_writing). */

@@ -52,7 +52,7 @@ typedef struct metrics {
 
     metrics_hist_t rpc_latency[METRICS_MAX_RPC]; /* ns, by RPC number */
     metrics_hist_t block_lifetime;               /* ms from commit to eviction */
-    metrics_hist_t block_reuse_gap;              /* ms between two uses of a cached block */
+    metrics_hist_t block_reuse_gap;              /* ms since a matched prefix's end was last used */
 } metrics_t;
 
 /* Counts one request of RPC number rpc (the oneof case) and its status. */

@@ -282,7 +282,7 @@ int metrics_render(server_t *srv, char **out, size_t *len)
     hist(&t, "kvshare_block_lifetime_seconds", "", &m->block_lifetime, metrics_block_bounds_ms,
          metrics_block_n_bounds, 1e-3);
     head(&t, "kvshare_block_reuse_gap_seconds", "histogram",
-         "Time between two uses (commit or lookup hit) of a cached block");
+         "Time since a lookup's matched prefix was last used (committed or matched to its end)");
     hist(&t, "kvshare_block_reuse_gap_seconds", "", &m->block_reuse_gap, metrics_block_bounds_ms,
          metrics_block_n_bounds, 1e-3);
 

@@ -88,9 +88,15 @@ START_TEST(test_every_error_has_its_line)
                           &c, err, sizeof(err)),
                      KVS_EINVAL);
     ck_assert_ptr_null(c);
-    const char *want[] = {":1: pool_blocks",   ":2: backend = 'gpu'", ":3: max_frame",
-                          ":4: 'nonsense'",    ":5: metrics_listen",  ":6: pool_blocks is set twice",
-                          ":7: ",              ":9: quota = '-3'",    ":10: reserve has no value",
+    const char *want[] = {":1: pool_blocks",
+                          ":2: backend = 'gpu'",
+                          ":3: max_frame",
+                          ":4: 'nonsense'",
+                          ":5: metrics_listen",
+                          ":6: pool_blocks is set twice",
+                          ":7: ",
+                          ":9: quota = '-3'",
+                          ":10: reserve has no value",
                           ":11: allow_uids = "};
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
         ck_assert_msg(strstr(err, want[i]), "missing '%s' in:\n%s", want[i], err);
@@ -160,9 +166,8 @@ START_TEST(test_tenants_apply_and_reapply)
 {
     config_t *c = NULL;
     char err[512];
-    ck_assert_int_eq(load("[namespace a]\nquota = 32\nreserve = 16\n[namespace b]\n", &c, err,
-                          sizeof(err)),
-                     0);
+    ck_assert_int_eq(
+        load("[namespace a]\nquota = 32\nreserve = 16\n[namespace b]\n", &c, err, sizeof(err)), 0);
     ck_assert_int_eq(tenants_apply(srv, c, err, sizeof(err)), 0);
     uint32_t a, b;
     radix_ns_stats_t st;
@@ -175,9 +180,9 @@ START_TEST(test_tenants_apply_and_reapply)
     ck_assert(tenants_usable(srv, a));
 
     /* Reservations over the pool: refused, nothing changes. */
-    ck_assert_int_eq(load("[namespace a]\nreserve = 40\n[namespace b]\nreserve = 40\n", &c, err,
-                          sizeof(err)),
-                     0);
+    ck_assert_int_eq(
+        load("[namespace a]\nreserve = 40\n[namespace b]\nreserve = 40\n", &c, err, sizeof(err)),
+        0);
     ck_assert_int_eq(tenants_apply(srv, c, err, sizeof(err)), KVS_EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "80 blocks"));
     config_free(c);
@@ -207,7 +212,8 @@ START_TEST(test_metrics_text_format)
     ck_assert_uint_eq(strlen(text), len);
     ck_assert_ptr_nonnull(strstr(text, "kvshare_blocks{state=\"free\"} 64\n"));
     ck_assert_ptr_nonnull(strstr(text, "namespace=\"x\\\"y\""));
-    ck_assert_ptr_nonnull(strstr(text, "kvshare_rpc_duration_seconds_bucket{rpc=\"Lookup\",le=\"+Inf\"} 0"));
+    ck_assert_ptr_nonnull(
+        strstr(text, "kvshare_rpc_duration_seconds_bucket{rpc=\"Lookup\",le=\"+Inf\"} 0"));
     char family[128] = "", seen[64][128];
     int n_seen = 0;
     for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {

@@ -86,13 +86,13 @@ class MetricsTest(unittest.TestCase):
         self.assertEqual(metric(m, "kvshare_prefix_cache_hits_total", namespace="tenant-a"),
                          6 * BT)
         self.assertEqual(metric(m, "kvshare_prefix_cache_hits_total", namespace="tenant-b"), 0)
-        # Histograms: one latency observation per request; reuse gaps per
-        # matched block (4 + 2); none evicted yet.
+        # Histograms: one latency observation per request; one reuse gap
+        # per lookup that hits (2 of 3); none evicted yet.
         self.assertEqual(metric(m, "kvshare_rpc_duration_seconds_count", rpc="Lookup"), 3)
         self.assertEqual(metric(m, "kvshare_rpc_duration_seconds_bucket", rpc="Lookup",
                                 le="+Inf"), 3)
         self.assertEqual(metric(m, "kvshare_rpc_duration_seconds_count", rpc="Alloc"), 3)
-        self.assertEqual(metric(m, "kvshare_block_reuse_gap_seconds_count"), 6)
+        self.assertEqual(metric(m, "kvshare_block_reuse_gap_seconds_count"), 2)
         self.assertEqual(metric(m, "kvshare_block_lifetime_seconds_count"), 0)
 
     def test_lifetime_after_eviction(self):
