@@ -247,6 +247,15 @@ static uint32_t get_le32(const uint8_t *p)
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
+/* A reply's status as a KVS_* code. The wire enum is open: a value outside
+ * the status table (a newer or broken daemon) is a protocol error, never a
+ * positive return or an unknown negative one. */
+static int wire_status(const Kvshare__Response *resp)
+{
+    int s = (int)resp->status;
+    return s >= 0 && s < KVS_STATUS_COUNT ? -s : KVS_EPROTO;
+}
+
 /* After a failed send: an error frame the daemon sent before closing, if
  * one is waiting. Returns its status (message in c->err), or 0. */
 static int read_refusal(kvs_client_t *c)
@@ -261,7 +270,7 @@ static int read_refusal(kvs_client_t *c)
     Kvshare__Response *resp = kvshare__response__unpack(NULL, len, buf + 4);
     if (!resp)
         return 0;
-    int status = -(int)resp->status;
+    int status = wire_status(resp);
     if (status != 0)
         set_err(c, status, "kvshared: %s", resp->message ? resp->message : kvs_strerror(status));
     kvshare__response__free_unpacked(resp, NULL);
@@ -341,7 +350,7 @@ static int round_trip(kvs_client_t *c, Kvshare__Request *req, Kvshare__Response 
         if (resp->id != req->id) {
             /* An answer to nothing we asked (id 0: the daemon refused the
              * stream) ends the connection. */
-            int status = resp->status ? -(int)resp->status : KVS_EPROTO;
+            int status = resp->status ? wire_status(resp) : KVS_EPROTO;
             set_err(c, status, "kvshared: %s", resp->message ? resp->message : "unexpected reply");
             kvshare__response__free_unpacked(resp, NULL);
             disconnect(c);
@@ -349,10 +358,10 @@ static int round_trip(kvs_client_t *c, Kvshare__Request *req, Kvshare__Response 
         }
         *out = resp;
         if (resp->status != 0) {
-            set_err(c, -(int)resp->status, "%s",
-                    resp->message && resp->message[0] ? resp->message
-                                                      : kvs_strerror(-(int)resp->status));
-            return -(int)resp->status;
+            int status = wire_status(resp);
+            set_err(c, status, "%s",
+                    resp->message && resp->message[0] ? resp->message : kvs_strerror(status));
+            return status;
         }
         c->err[0] = '\0';
         return 0;

@@ -10,15 +10,15 @@
  *
  *   1. kvs_lookup(prompt, pin = 1): the longest cached prefix, as block ids,
  *      pinned so they cannot be evicted while the worker reads them;
- *   2. kvs_alloc(n): fresh blocks (WRITING, owned by this client) for the
- *      rest of the prompt's full blocks; the worker computes and writes KV
- *      there;
- *   3. kvs_commit(prompt, blocks): the written blocks enter the index, pinned
- *      by this client; another worker may have committed the same prefix
- *      first: then `canonical` names the block to use and the duplicate stays
- *      WRITING, to be released;
- *   4. kvs_release(blocks) when the request is done: pins go, WRITING blocks
- *      go back to the pool.
+ *   2. kvs_alloc(n - m): fresh blocks (WRITING, owned by this client) for
+ *      the rest of the prompt's n full blocks, past the m found; the worker
+ *      computes and writes KV there;
+ *   3. kvs_commit(prompt, the m looked-up ids then the fresh ones): the
+ *      written blocks enter the index, pinned by this client; another worker
+ *      may have committed the same prefix first: then `canonical` names the
+ *      block to use and the duplicate stays WRITING, to be released;
+ *   4. kvs_release(all n ids) when the request is done: pins go, WRITING
+ *      blocks go back to the pool.
  *
  * Only full blocks (block_tokens tokens, default 16) are cached. Everything a
  * client holds is released by the daemon when the connection ends, however it
@@ -184,13 +184,27 @@ int kvs_lookup(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n
  * pinned or being written), KVS_ENOTCONN, KVS_ETIMEDOUT. */
 int kvs_alloc(kvs_client_t *c, const char *ns, uint32_t n, uint32_t *ids);
 
-/* Commits the first n_ids full blocks of tokens, block i held by ids[i]
- * (WRITING, owned by this client). canonical[i] (n_ids entries) gets the block
+/* Commits the first n_ids full blocks of tokens, block i held by ids[i]:
+ * either a WRITING block owned by this client, or a cached block this client
+ * holds a pin on (from kvs_lookup or kvs_pin) that already holds prefix block
+ * i in ns (so the ids a lookup returned can lead the list: no block need be
+ * allocated for the hit part). canonical[i] (n_ids entries) gets the block
  * that now holds prefix block i: ids[i], or another client's block committed
- * first (then ids[i] stays WRITING: release it). Every canonical block is
- * pinned once for this client. *n_committed (may be NULL) = blocks handled;
- * on KVS_EQUOTA the first *n_committed are done. Errors: KVS_EINVAL,
- * KVS_ENOTHELD, KVS_EBADSTATE, KVS_EQUOTA, KVS_ENOTCONN, KVS_ETIMEDOUT. */
+ * first (then ids[i] stays WRITING: release it).
+ * Pins: every canonical block is pinned once for this client, except a
+ * cached block named in ids, which keeps the pin(s) the client already holds
+ * and gains none. So after kvs_lookup(pin = 1) of m blocks and a commit of
+ * those m then n - m fresh ones, the client holds exactly one pin on each of
+ * the n blocks, and one kvs_release of the n ids frees them all.
+ * The request is checked before anything changes: a refused block leaves
+ * everything as it was. *n_committed (may be NULL) = blocks handled; on
+ * KVS_EQUOTA the first *n_committed are done (duplicates count). Errors:
+ * KVS_EINVAL (too few tokens, an id out of range or named twice),
+ * KVS_ENOTHELD (another client's WRITING block, or a cached block this
+ * client holds no pin on), KVS_EBADSTATE (a free block), KVS_EEXIST (a
+ * cached block pinned by this client that does not hold prefix block i),
+ * KVS_ENONS (cached blocks named in a namespace that does not exist),
+ * KVS_EQUOTA, KVS_ENOTCONN, KVS_ETIMEDOUT. */
 int kvs_commit(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n_tokens,
                const uint32_t *ids, size_t n_ids, uint32_t *canonical, size_t *n_committed);
 

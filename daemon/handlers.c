@@ -346,13 +346,40 @@ static int not_held(session_t *s, uint32_t b, handler_ctx_t *ctx)
                 b);
 }
 
+/* Why the cached block b, pinned by this session, cannot stand at position i
+ * of this commit: the index holds another block there, or nothing. */
+static int not_at_position(uint32_t b, size_t i, size_t n_matched, const uint32_t *matched,
+                           const char *ns_name, handler_ctx_t *ctx)
+{
+    if (i < n_matched)
+        return fail(ctx, KVS_EEXIST,
+                    "block %u is cached but does not hold block %zu of these tokens in namespace "
+                    "'%s' (block %u does): name a cached block only where Lookup returned it",
+                    b, i, ns_name, matched[i]);
+    return fail(ctx, KVS_EEXIST,
+                "block %u is cached but does not hold block %zu of these tokens in namespace '%s' "
+                "(no block does: only the first %zu are cached): name a cached block only where "
+                "Lookup returned it",
+                b, i, ns_name, n_matched);
+}
+
+/*
+ * Commit: block i of the prompt is either a WRITING block of this session
+ * (it becomes cached, or stays WRITING as a duplicate when another block
+ * holds that prefix), or a CACHED block this session holds a pin on and that
+ * already holds prefix i (a block from this session's Lookup: it lets a
+ * worker commit its whole prompt without allocating for the hit part). The
+ * request is checked in full first, so a refused block changes nothing.
+ * Pins: each canonical block gets one pin, except the cached blocks named
+ * here, on which the session keeps the pin it already has and gains none.
+ */
 int handler_commit(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
                    handler_ctx_t *ctx)
 {
     server_t *srv = s->srv;
     const Kvshare__CommitRequest *cm = req->commit;
     const uint32_t *tokens;
-    size_t n_tokens, n_ids = cm->n_block_ids, n_done = 0;
+    size_t n_tokens, n_ids = cm->n_block_ids, n_done = 0, n_named_cached = 0;
     uint32_t ns, *canonical;
     void *copy = NULL;
 
@@ -364,7 +391,8 @@ int handler_commit(session_t *s, const Kvshare__Request *req, Kvshare__Response 
         return fail(ctx, KVS_EINVAL,
                     "commit of %zu blocks needs at least %zu tokens (%u per block); got %zu", n_ids,
                     n_ids * srv->geo.block_tokens, srv->geo.block_tokens, n_tokens);
-    /* Every block must be WRITING and held by this session, and named once. */
+    /* Every block must be WRITING and held by this session, or cached and
+     * pinned by it, and named once. */
     if (++srv->mark_stamp == 0) {
         memset(srv->mark, 0, sizeof(uint32_t) * srv->num_blocks);
         srv->mark_stamp = 1;
@@ -379,30 +407,67 @@ int handler_commit(session_t *s, const Kvshare__Request *req, Kvshare__Response 
             if (srv->writer[b])
                 return not_held(s, b, ctx);
             pool_state(srv->pool, b, &st);
-            return fail(ctx, KVS_EBADSTATE,
-                        "block %u is not in WRITING (it is %s): commit only blocks this session "
-                        "got from Alloc, once",
-                        b, st == POOL_CACHED ? "already cached" : "free");
+            if (st != POOL_CACHED)
+                return fail(ctx, KVS_EBADSTATE,
+                            "block %u is not in WRITING (it is free): commit only blocks this "
+                            "session got from Alloc (once), or cached blocks it pinned",
+                            b);
+            if (session_pin_count(s, b) == 0)
+                return fail(ctx, KVS_ENOTHELD,
+                            "block %u is cached but this session holds no pin on it (other "
+                            "sessions' pins do not count): commit a cached block only while "
+                            "holding a pin on it from Lookup or Pin",
+                            b);
+            n_named_cached++;
         }
         if (srv->mark[b] == srv->mark_stamp)
             return fail(ctx, KVS_EINVAL, "block %u appears twice in this commit", b);
         srv->mark[b] = srv->mark_stamp;
     }
-    rc = ns_resolve(s, cm->ns, true, &ns, ctx);
+    /* A commit naming cached blocks does not create its namespace: they
+     * cannot be in one that does not exist. */
+    rc = ns_resolve(s, cm->ns, n_named_cached == 0, &ns, ctx);
     if (rc != 0)
         return rc;
-    rc = over_pin_limit_check(s, n_ids, ctx);
+    /* Cached blocks named here are pinned by this session already. */
+    rc = over_pin_limit_check(s, n_ids - n_named_cached, ctx);
     if (rc != 0)
         return rc;
-    if (session_scratch(s, n_ids ? n_ids : 1, &canonical) != 0 ||
+    if (session_scratch(s, n_ids ? 2 * n_ids : 1, &canonical) != 0 ||
         session_pins_reserve(s, (uint32_t)n_ids) != 0)
         return fail(ctx, KVS_ENOMEM, "out of memory for a commit of %zu blocks", n_ids);
+    if (n_named_cached > 0) {
+        /* Read-only: checking the positions must not count as a lookup. */
+        uint32_t *matched = canonical + n_ids;
+        size_t n_matched = 0;
+        rc = radix_match(srv->index, ns, tokens, n_tokens, matched, n_ids, &n_matched);
+        if (rc != 0)
+            return fail(ctx, rc, "commit check failed: %s", kvs_strerror(rc));
+        for (size_t i = 0; i < n_ids; i++) {
+            uint32_t b = cm->block_ids[i];
+            if (srv->writer[b] != s && (i >= n_matched || matched[i] != b))
+                return not_at_position(b, i, n_matched, matched, radix_ns_name(srv->index, ns),
+                                       ctx);
+        }
+    }
 
     int irc = n_ids ? radix_insert(srv->index, ns, tokens, n_tokens, cm->block_ids, n_ids, true,
                                    canonical, &n_done)
                     : 0;
     for (size_t i = 0; i < n_done; i++) {
         uint32_t b = cm->block_ids[i];
+        if (srv->writer[b] != s) {
+            /* A cached block named here: the session already pins it; the
+             * insert's pin is taken back so that one Release frees it. */
+            if (canonical[i] == b && radix_unpin(srv->index, b) == 0)
+                continue;
+            LOG_ERROR("cached block %u of session %llu was checked at position %zu but the "
+                      "index disagrees",
+                      b, (unsigned long long)s->id, i);
+            if (canonical[i] != b)
+                session_pin_add(s, canonical[i]);
+            continue;
+        }
         if (canonical[i] == b) {
             srv->block_cached_ms[b] = srv->block_used_ms[b] = uv_now(srv->loop);
             srv->block_ns[b] = ns;

@@ -13,6 +13,10 @@
 /* Bytes asked of libuv per read when no bigger frame is pending. */
 #define SESSION_READ_CHUNK 65536
 
+/* Pending reply bytes that make session_process send before it answers the
+ * next frame of the same read. */
+#define SESSION_FLUSH_BYTES 65536
+
 typedef struct session_write {
     uv_write_t req;
     size_t len;
@@ -428,6 +432,14 @@ int session_process(session_t *s)
         rc = dispatch_frame(s, body, len);
         if (rc != 0)
             return rc;
+        /* A reply can be thousands of times its request (Stats, Tree): send
+         * as the replies of one read grow, so that --max-output bounds what
+         * a client that does not read makes the daemon hold. */
+        if (s->has_pipe && s->n_fds == 0 && s->out.len - s->out.head >= SESSION_FLUSH_BYTES) {
+            flush(s);
+            if (s->closing)
+                return 0;
+        }
         if (s->n_fds > 0) {
             if (s->has_pipe) {
                 rc = send_with_fds(s);

@@ -1039,6 +1039,29 @@ static void fill_recs(radix_tree_t *t, radix_ns_t *ns, radix_node_t *n, uint32_t
     t->cached += (uint32_t)m;
 }
 
+int radix_match(const radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens, size_t n_tokens,
+                uint32_t *ids, size_t max_ids, size_t *n_blocks)
+{
+    if (!t || !n_blocks || (n_tokens > 0 && !tokens) || (max_ids > 0 && !ids))
+        return KVS_EINVAL;
+    *n_blocks = 0;
+    if (ns_id >= t->n_ns)
+        return KVS_ENONS;
+    uint32_t bt = t->cfg.block_tokens;
+    size_t want = n_tokens / bt;
+    if (want > max_ids)
+        want = max_ids;
+    radix_cursor_t c = {t->ns[ns_id]->root, 0};
+    size_t i = 0;
+    for (; i < want; i++) {
+        if (!walk_next(t, &c, tokens + i * bt))
+            break;
+        ids[i] = *rec_id(c.node, c.pos);
+    }
+    *n_blocks = i;
+    return 0;
+}
+
 int radix_insert(radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens, size_t n_tokens,
                  const uint32_t *ids, size_t n_ids, bool pin, uint32_t *canonical, size_t *n_done)
 {

@@ -198,6 +198,16 @@ int radix_ns_stats(const radix_tree_t *t, uint32_t ns, radix_ns_stats_t *out);
 int radix_lookup(radix_tree_t *t, uint32_t ns, const uint32_t *tokens, size_t n_tokens, bool pin,
                  uint32_t *ids, size_t max_ids, size_t *n_blocks);
 
+/* The blocks that hold the cached prefix of `tokens`, as radix_lookup finds
+ * them, but read-only: no pins, no hit counts, no namespace statistics, no
+ * tick and no change of last use. For callers that must check which block
+ * holds which prefix (kvshared verifies a Commit that names cached blocks)
+ * without the check counting as a use. Fills ids[0 .. *n_blocks), *n_blocks
+ * <= min(max_ids, n_tokens / block_tokens). Cost: one walk step per matched
+ * block. Errors: KVS_EINVAL (as radix_lookup), KVS_ENONS. */
+int radix_match(const radix_tree_t *t, uint32_t ns, const uint32_t *tokens, size_t n_tokens,
+                uint32_t *ids, size_t max_ids, size_t *n_blocks);
+
 /* Inserts the first n_ids full blocks of `tokens`, block i held by ids[i]
  * (n_ids <= n_tokens / block_tokens). Block by block: if the prefix is already
  * cached, canonical[i] is the block that holds it (a duplicate: ids[i] stays

@@ -273,6 +273,118 @@ START_TEST(test_duplicate_commit_keeps_first)
 }
 END_TEST
 
+/* A worker commits its whole prompt: the m blocks its Lookup pinned, then
+ * n - m fresh ones, with no extra allocation for the hit part. */
+START_TEST(test_commit_names_pinned_cached_blocks)
+{
+    session_t *a = new_session(), *b = new_session();
+    uint32_t tokens[5 * BT], ia[2], got[5], fresh[3], all[5], can[5];
+    size_t n, done;
+    prompt(tokens, 5 * BT, 7);
+    ck_assert_int_eq(do_alloc(a, 2, ia), 0);
+    ck_assert_int_eq(do_commit(a, tokens, 2 * BT, ia, 2, can, &done), 0);
+
+    ck_assert_int_eq(do_lookup(b, "", tokens, 5 * BT, 1, got, &n), 0);
+    ck_assert_uint_eq(n, 2);
+    ck_assert_int_eq(do_alloc(b, 3, fresh), 0);
+    all[0] = got[0];
+    all[1] = got[1];
+    memcpy(all + 2, fresh, sizeof(fresh));
+    radix_ns_stats_t before, after;
+    ck_assert_int_eq(radix_ns_stats(srv->index, 0, &before), 0);
+    ck_assert_int_eq(do_commit(b, tokens, 5 * BT, all, 5, can, &done), 0);
+    ck_assert_uint_eq(done, 5);
+    for (int i = 0; i < 5; i++)
+        ck_assert_uint_eq(can[i], all[i]);
+    /* One pin per block for b: the Lookup's on the hit part, the Commit's on
+     * the new blocks (check_invariants compares refcounts with pins). */
+    for (int i = 0; i < 5; i++)
+        ck_assert_uint_eq(session_pin_count(b, all[i]), 1);
+    ck_assert_uint_eq(b->n_writing, 0);
+    ck_assert_int_eq(radix_ns_stats(srv->index, 0, &after), 0);
+    ck_assert_uint_eq(after.inserted_blocks, before.inserted_blocks + 3);
+    ck_assert_uint_eq(after.duplicate_blocks, before.duplicate_blocks + 2);
+    ck_assert_uint_eq(after.lookups, before.lookups); /* the check is no lookup */
+    ck_assert_uint_eq(after.cached_blocks, 5);
+    pool_counts_t c;
+    pool_counts(srv->pool, &c);
+    ck_assert_uint_eq(c.cached, 5);
+    ck_assert_uint_eq(c.writing, 0);
+
+    /* One Release frees all of b's pins; a's pins stay. */
+    ck_assert_int_eq(do_release(b, all, 5), 0);
+    for (int i = 0; i < 5; i++)
+        ck_assert_uint_eq(session_pin_count(b, all[i]), 0);
+    ck_assert_uint_eq(radix_pinned_blocks(srv->index), 2);
+    ck_assert_int_eq(do_release(a, ia, 2), 0);
+    ck_assert_uint_eq(radix_pinned_blocks(srv->index), 0);
+}
+END_TEST
+
+/* Cached blocks a commit may not name: pinned by another session only, or
+ * pinned by this one but holding another prefix. Nothing changes. */
+START_TEST(test_commit_refuses_other_cached_blocks)
+{
+    session_t *a = new_session(), *b = new_session();
+    uint32_t tokens[3 * BT], ia[2], got[2], fresh[2], req[3], can[3];
+    size_t n, done;
+    prompt(tokens, 3 * BT, 8);
+    ck_assert_int_eq(do_alloc(a, 2, ia), 0);
+    ck_assert_int_eq(do_commit(a, tokens, 2 * BT, ia, 2, can, &done), 0);
+    ck_assert_int_eq(do_alloc(b, 2, fresh), 0);
+    radix_ns_stats_t before, after;
+    ck_assert_int_eq(radix_ns_stats(srv->index, 0, &before), 0);
+
+    /* Pinned by a only. */
+    req[0] = ia[0];
+    req[1] = ia[1];
+    req[2] = fresh[0];
+    ck_assert_int_eq(do_commit(b, tokens, 3 * BT, req, 3, can, &done), KVS_ENOTHELD);
+    ck_assert_uint_eq(done, 0);
+    char want[64];
+    snprintf(want, sizeof(want), "block %u is cached but this session holds no pin", ia[0]);
+    ck_assert_ptr_nonnull(strstr(last_msg, want));
+
+    /* Pinned by b, at the wrong position: swapped, or shifted by one. */
+    ck_assert_int_eq(do_lookup(b, "", tokens, 3 * BT, 1, got, &n), 0);
+    ck_assert_uint_eq(n, 2);
+    req[0] = got[1];
+    req[1] = got[0];
+    ck_assert_int_eq(do_commit(b, tokens, 3 * BT, req, 3, can, &done), KVS_EEXIST);
+    snprintf(want, sizeof(want), "block %u is cached but does not hold block 0", got[1]);
+    ck_assert_ptr_nonnull(strstr(last_msg, want));
+    req[0] = fresh[0];
+    req[1] = fresh[1];
+    req[2] = got[1];
+    ck_assert_int_eq(do_commit(b, tokens, 3 * BT, req, 3, can, &done), KVS_EEXIST);
+    snprintf(want, sizeof(want), "block %u is cached but does not hold block 2", got[1]);
+    ck_assert_ptr_nonnull(strstr(last_msg, want));
+    ck_assert_ptr_nonnull(strstr(last_msg, "only the first 2 are cached"));
+    /* Another namespace: not there either, and not created. */
+    Kvshare__Request r = KVSHARE__REQUEST__INIT;
+    Kvshare__CommitRequest cm = KVSHARE__COMMIT_REQUEST__INIT;
+    cm.ns = "elsewhere";
+    cm.tokens.data = (uint8_t *)tokens;
+    cm.tokens.len = sizeof(tokens);
+    cm.block_ids = got;
+    cm.n_block_ids = 1;
+    r.rpc_case = KVSHARE__REQUEST__RPC_COMMIT;
+    r.commit = &cm;
+    ck_assert_int_eq(finish(rpc(b, &r)), KVS_ENONS);
+    uint32_t ns_id;
+    ck_assert_int_eq(radix_ns_find(srv->index, "elsewhere", &ns_id), KVS_ENONS);
+
+    /* Nothing changed: b still writes its blocks, pins are the Lookup's. */
+    ck_assert_int_eq(radix_ns_stats(srv->index, 0, &after), 0);
+    ck_assert_uint_eq(after.inserted_blocks, before.inserted_blocks);
+    ck_assert_uint_eq(after.duplicate_blocks, before.duplicate_blocks);
+    ck_assert_uint_eq(b->n_writing, 2);
+    ck_assert_uint_eq(session_pin_count(b, got[0]), 1);
+    ck_assert_uint_eq(session_pin_count(b, got[1]), 1);
+    ck_assert_uint_eq(radix_cached_blocks(srv->index), 2);
+}
+END_TEST
+
 START_TEST(test_close_releases_everything)
 {
     session_t *a = new_session(), *b = new_session();
@@ -328,8 +440,15 @@ START_TEST(test_bad_block_ids)
     /* Commit of a block not in WRITING (free, then cached). */
     ck_assert_int_eq(do_commit(a, tokens, 8, ia, 1, can, &done), KVS_EBADSTATE);
     ck_assert_int_eq(do_commit(b, tokens, 8, ib, 1, can, &done), 0);
-    ck_assert_int_eq(do_commit(b, tokens, 8, ib, 1, can, &done), KVS_EBADSTATE);
-    ck_assert_ptr_nonnull(strstr(last_msg, "already cached"));
+    /* Again, while b pins it at that prefix: accepted, and no second pin. */
+    ck_assert_int_eq(do_commit(b, tokens, 8, ib, 1, can, &done), 0);
+    ck_assert_uint_eq(can[0], ib[0]);
+    ck_assert_uint_eq(session_pin_count(b, ib[0]), 1);
+    /* Once released, b holds no pin on it: refused, naming the block. */
+    ck_assert_int_eq(do_release(b, ib, 1), 0);
+    ck_assert_int_eq(do_commit(b, tokens, 8, ib, 1, can, &done), KVS_ENOTHELD);
+    ck_assert_ptr_nonnull(strstr(last_msg, "is cached but this session holds no pin"));
+    ck_assert_int_eq(do_ids(b, 1, ib, 1, &done), 0);
 
     /* The same id twice, too few tokens, tokens not a multiple of 4 bytes. */
     uint32_t twice[2] = {ib[1], ib[1]};
@@ -769,6 +888,8 @@ int main(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_share_a_prefix);
     tcase_add_test(tc, test_duplicate_commit_keeps_first);
+    tcase_add_test(tc, test_commit_names_pinned_cached_blocks);
+    tcase_add_test(tc, test_commit_refuses_other_cached_blocks);
     tcase_add_test(tc, test_close_releases_everything);
     tcase_add_test(tc, test_bad_block_ids);
     tcase_add_test(tc, test_unknown_rpc_keeps_session);

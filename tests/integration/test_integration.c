@@ -249,6 +249,88 @@ START_TEST(test_sigkill_releases_holdings)
 END_TEST
 
 /* A prompt of 300k tokens: a 1.2 MB frame, written in several pieces. */
+static uint64_t ns_counter(const kvs_stats_t *s, int which)
+{
+    for (size_t i = 0; i < s->n_namespaces; i++)
+        if (strcmp(s->namespaces[i].name, "default") == 0)
+            return which == 0   ? s->namespaces[i].inserted_blocks
+                   : which == 1 ? s->namespaces[i].duplicate_blocks
+                                : s->namespaces[i].lookups;
+    ck_abort_msg("no default namespace in stats");
+    return 0;
+}
+
+/* A worker that hit m blocks commits its whole prompt: the m looked-up ids
+ * first, then n - m fresh ones; no allocation for the hit part. */
+START_TEST(test_commit_after_a_hit)
+{
+    enum { N = 5, M = 3 };
+    kvs_client_t *a = client("A"), *b = client("B");
+    uint32_t tokens[N * BT], ia[M], got[N], fresh[N - M], all[N], can[N], req[N];
+    size_t n, done;
+    kvs_stats_t s0, s;
+    prompt(tokens, N * BT, 9);
+    ck_assert_int_eq(kvs_alloc(a, NULL, M, ia), 0);
+    ck_assert_int_eq(kvs_commit(a, NULL, tokens, M * BT, ia, M, can, &done), 0);
+
+    ck_assert_int_eq(kvs_lookup(b, NULL, tokens, N * BT, 1, got, N, &n), 0);
+    ck_assert_uint_eq(n, M);
+    ck_assert_int_eq(kvs_alloc(b, NULL, N - M, fresh), 0);
+
+    /* Refused first: a's blocks b does not pin, b's pins out of place. */
+    uint32_t a_only;
+    ck_assert_int_eq(kvs_alloc(a, NULL, 1, &a_only), 0);
+    ck_assert_int_eq(kvs_commit(a, NULL, tokens + M * BT, BT, &a_only, 1, can, &done), 0);
+    req[0] = a_only;
+    ck_assert_int_eq(kvs_commit(b, NULL, tokens + M * BT, BT, req, 1, can, &done), KVS_ENOTHELD);
+    char want[96];
+    snprintf(want, sizeof(want), "block %u is cached but this session holds no pin", a_only);
+    ck_assert_ptr_nonnull(strstr(kvs_last_error(b), want));
+    memcpy(req, got, M * sizeof(uint32_t));
+    req[0] = got[1];
+    req[1] = got[0];
+    memcpy(req + M, fresh, sizeof(fresh));
+    ck_assert_int_eq(kvs_commit(b, NULL, tokens, N * BT, req, N, can, &done), KVS_EEXIST);
+    snprintf(want, sizeof(want), "block %u is cached but does not hold block 0", got[1]);
+    ck_assert_ptr_nonnull(strstr(kvs_last_error(b), want));
+
+    stats(b, &s0);
+    ck_assert_uint_eq(s0.writing_blocks, N - M);
+    memcpy(all, got, M * sizeof(uint32_t));
+    memcpy(all + M, fresh, sizeof(fresh));
+    ck_assert_int_eq(kvs_commit(b, NULL, tokens, N * BT, all, N, can, &done), 0);
+    ck_assert_uint_eq(done, N);
+    for (int i = 0; i < N; i++)
+        ck_assert_uint_eq(can[i], all[i]);
+    stats(b, &s);
+    ck_assert_uint_eq(s.writing_blocks, 0);
+    ck_assert_uint_eq(s.cached_blocks, s0.cached_blocks + (N - M));
+    ck_assert_uint_eq(s.pinned_blocks, s0.pinned_blocks + (N - M));
+    ck_assert_uint_eq(ns_counter(&s, 0), ns_counter(&s0, 0) + (N - M));
+    ck_assert_uint_eq(ns_counter(&s, 1), ns_counter(&s0, 1) + M);
+    ck_assert_uint_eq(ns_counter(&s, 2), ns_counter(&s0, 2));
+    kvs_stats_free(&s0);
+    kvs_stats_free(&s);
+
+    /* a lets go of its pins; then one Release frees all of b's. */
+    ck_assert_int_eq(kvs_release(a, ia, M, NULL), 0);
+    ck_assert_int_eq(kvs_release(a, &a_only, 1, NULL), 0);
+    stats(b, &s);
+    ck_assert_uint_eq(s.pinned_blocks, N);
+    kvs_stats_free(&s);
+    ck_assert_int_eq(kvs_release(b, all, N, &done), 0);
+    ck_assert_uint_eq(done, N);
+    stats(b, &s);
+    ck_assert_uint_eq(s.pinned_blocks, 0);
+    ck_assert_uint_eq(s.cached_blocks, N + 1);
+    ck_assert_uint_eq(s.writing_blocks, 0);
+    kvs_stats_free(&s);
+    ck_assert_int_eq(kvs_release(b, all, 1, NULL), KVS_ENOTHELD);
+    kvs_close(a);
+    kvs_close(b);
+}
+END_TEST
+
 START_TEST(test_long_prompt)
 {
     size_t n_tokens = 300000, n;
@@ -467,10 +549,14 @@ START_TEST(test_bad_input)
     uint32_t tokens[2 * BT];
     prompt(tokens, 2 * BT, 3);
     ck_assert_int_eq(kvs_commit(other, NULL, tokens, 2 * BT, mine, 1, can, &done), KVS_EBADSTATE);
-    ck_assert_int_eq(kvs_commit(other, NULL, tokens, 2 * BT, mine + 1, 1, can, &done), 0);
-    ck_assert_int_eq(kvs_commit(other, NULL, tokens, 2 * BT, mine + 1, 1, can, &done),
-                     KVS_EBADSTATE);
     ck_assert_ptr_nonnull(strstr(kvs_last_error(other), "not in WRITING"));
+    ck_assert_int_eq(kvs_commit(other, NULL, tokens, 2 * BT, mine + 1, 1, can, &done), 0);
+    /* Committed again while pinned at its prefix: accepted; unpinned: refused. */
+    ck_assert_int_eq(kvs_commit(other, NULL, tokens, 2 * BT, mine + 1, 1, can, &done), 0);
+    ck_assert_int_eq(kvs_release(other, mine + 1, 1, NULL), 0);
+    ck_assert_int_eq(kvs_commit(other, NULL, tokens, 2 * BT, mine + 1, 1, can, &done),
+                     KVS_ENOTHELD);
+    ck_assert_ptr_nonnull(strstr(kvs_last_error(other), "holds no pin"));
     assert_others_served(holder);
     assert_raw_alive(fd);
     close(fd);
@@ -642,6 +728,7 @@ int main(void)
     tcase_add_test(tc, test_two_workers_share_a_prefix);
     tcase_add_test(tc, test_sigkill_releases_holdings);
     tcase_add_test(tc, test_long_prompt);
+    tcase_add_test(tc, test_commit_after_a_hit);
     tcase_add_test(tc, test_bad_input);
     tcase_add_test(tc, test_client_that_stops_reading_is_dropped);
     tcase_add_test(tc, test_session_limit);

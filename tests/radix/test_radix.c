@@ -237,6 +237,59 @@ START_TEST(test_lookup_pin)
 }
 END_TEST
 
+/* radix_match finds what radix_lookup finds and changes nothing. */
+START_TEST(test_match_read_only)
+{
+    radix_tree_t *t = tree_with(BT, 64, NULL);
+    uint32_t ns = ns_new(t, "a", 0, 0);
+    uint32_t tok[4 * BT], other[4 * BT], ids[4], ref = 9;
+    size_t n = 99;
+    prompt(tok, 4 * BT, 1);
+    memcpy(other, tok, sizeof(other));
+    other[2 * BT] += 1000; /* diverges at block 2 */
+    insert_run(t, ns, tok, 4, 20, false, 0);
+    radix_ns_stats_t before, after;
+    ck_assert_int_eq(radix_ns_stats(t, ns, &before), 0);
+
+    ck_assert_int_eq(radix_match(t, ns, tok, 4 * BT + 1, ids, 4, &n), 0);
+    ck_assert_uint_eq(n, 4);
+    for (uint32_t k = 0; k < 4; k++)
+        ck_assert_uint_eq(ids[k], 20 + k);
+    ck_assert_int_eq(radix_match(t, ns, tok, 4 * BT, ids, 2, &n), 0);
+    ck_assert_uint_eq(n, 2);
+    ck_assert_int_eq(radix_match(t, ns, other, 4 * BT, ids, 4, &n), 0);
+    ck_assert_uint_eq(n, 2);
+    ck_assert_int_eq(radix_match(t, ns, tok, BT - 1, ids, 4, &n), 0);
+    ck_assert_uint_eq(n, 0);
+    /* Inside a node split by a later insert, and across the split. */
+    insert_run(t, ns, other, 4, 40, false, 0);
+    ck_assert_int_eq(radix_match(t, ns, other, 4 * BT, ids, 4, &n), 0);
+    ck_assert_uint_eq(n, 4);
+    ck_assert_uint_eq(ids[1], 21);
+    ck_assert_uint_eq(ids[2], 42);
+    ck_assert_uint_eq(ids[3], 43);
+    ck_assert_int_eq(radix_ns_stats(t, ns, &before), 0);
+    ck_assert_int_eq(radix_match(t, ns, tok, 4 * BT, ids, 4, &n), 0);
+    ck_assert_int_eq(radix_ns_stats(t, ns, &after), 0);
+    ck_assert_mem_eq(&before, &after, sizeof(before));
+    ck_assert_uint_eq(radix_pinned_blocks(t), 0);
+    ck_assert_int_eq(radix_block_refcount(t, 23, &ref), 0);
+    ck_assert_uint_eq(ref, 0);
+    /* No change of last use: the leaf 23, older than 43, still goes first. */
+    size_t got = 0;
+    ck_assert_int_eq(radix_evict(t, RADIX_NS_ANY, 1, &got), 0);
+    ck_assert_uint_eq(got, 1);
+    ck_assert_uint_eq(ev.ids[0], 23);
+
+    ck_assert_int_eq(radix_match(t, ns, tok, 4 * BT, NULL, 4, &n), KVS_EINVAL);
+    ck_assert_int_eq(radix_match(t, ns, NULL, 4, ids, 4, &n), KVS_EINVAL);
+    ck_assert_int_eq(radix_match(t, ns, tok, 4 * BT, ids, 4, NULL), KVS_EINVAL);
+    ck_assert_int_eq(radix_match(t, 7, tok, 4 * BT, ids, 4, &n), KVS_ENONS);
+    ck_assert_int_eq(radix_check(t), 0);
+    radix_free(t);
+}
+END_TEST
+
 /* ---- insert ------------------------------------------------------------------ */
 
 START_TEST(test_insert_args)
@@ -1292,6 +1345,7 @@ static Suite *radix_suite(void)
     tcase_add_test(tc, test_namespace_isolation);
     tcase_add_test(tc, test_lookup_edges);
     tcase_add_test(tc, test_lookup_pin);
+    tcase_add_test(tc, test_match_read_only);
     tcase_add_test(tc, test_insert_args);
     tcase_add_test(tc, test_insert_duplicates);
     tcase_add_test(tc, test_insert_split_and_extend);

@@ -14,13 +14,13 @@
  * X after the start (X = 0: as fast as possible). Per request, as a decode
  * worker does:
  *   1. Lookup(prompt, pin): the cached prefix, pinned;
- *   2. Alloc(n): one WRITING block per full block of the prompt. Commit
- *      takes the prompt from its first block and only WRITING blocks of the
- *      session, so the hit blocks are allocated too and come back as
- *      duplicates; they are free again after step 5, so the pool is short
- *      of them only while the request runs;
+ *   2. Alloc(n - m): one WRITING block per full block of the prompt past
+ *      the m hit ones (none for a full hit);
  *   3. writes --write-bytes bytes into each new block's first slot;
- *   4. Commit(prompt, blocks): canonical blocks come back pinned;
+ *   4. Commit(prompt, the m hit blocks then the new ones), when there are
+ *      new ones: the daemon takes the hit blocks as they are (this session
+ *      pins them, at their prefix; no second pin), and the new blocks'
+ *      canonical blocks come back pinned;
  *   5. Release: the Lookup pins, the Commit pins and the duplicates, in one
  *      call.
  * Namespaces (--namespaces K > 1): request goes to "trace-<h % K>", h its
@@ -256,15 +256,17 @@ static int worker(const replay_opts_t *o, const trace_t *tr, const char *sock, u
         if (rc)
             goto next;
         r->hit_blocks = (uint32_t)n_hit;
-        if (want > 0) {
+        /* blocks: the hit ones, then the new ones (fresh + n_hit). */
+        memcpy(fresh, hit, n_hit * sizeof(*fresh));
+        if (want > n_hit) {
             t0 = mono_ms();
-            rc = kvs_alloc(c, ns, (uint32_t)want, fresh);
+            rc = kvs_alloc(c, ns, (uint32_t)(want - n_hit), fresh + n_hit);
             r->us[RPC_ALLOC] = since_us(t0);
         }
         size_t n_rel = 0;
         memcpy(rel, hit, n_hit * sizeof(*rel));
         n_rel = n_hit;
-        if (rc == 0 && want > 0) {
+        if (rc == 0 && want > n_hit) {
             memset(pattern, (int)(i & 0xff), wb);
             for (size_t k = n_hit; k < want && wb > 0 && rc == 0; k++)
                 rc = kvs_block_write(c, 0, 0, fresh[k], pattern, wb);
@@ -273,12 +275,13 @@ static int worker(const replay_opts_t *o, const trace_t *tr, const char *sock, u
                 rc = kvs_commit(c, ns, tokens, n, fresh, want, canon, &done);
                 r->us[RPC_COMMIT] = since_us(t0);
             }
-            for (size_t k = 0; k < want; k++) {
+            /* The hit blocks carry only the Lookup's pin, already in rel. */
+            for (size_t k = n_hit; k < want; k++) {
                 if (k < done)
                     rel[n_rel++] = canon[k];
                 if (k >= done || canon[k] != fresh[k]) {
                     rel[n_rel++] = fresh[k];
-                    r->dup_blocks += k >= n_hit && k < done;
+                    r->dup_blocks += k < done;
                 }
             }
         }

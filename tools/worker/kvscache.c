@@ -21,7 +21,7 @@ struct kvscache {
     int lost;        /* a call failed, or was not made: the run does not count */
     uint32_t *extra; /* blocks to release besides the request's table */
     uint32_t n_extra, cap_extra;
-    uint32_t *scratch; /* commit: placeholders + ids, then canonical */
+    uint32_t *scratch; /* commit: canonical ids */
     uint32_t cap_scratch;
 
     kvscache_stats_t stats;
@@ -240,57 +240,38 @@ static int kvs_alloc_cb(void *ctx, uint32_t n, uint32_t *ids)
     return rc;
 }
 
+/* Commits the table as it is: the lookup's pinned blocks lead it, the
+ * daemon keeps their pins as they are, so nothing is allocated for them. */
 static int kvs_commit_cb(void *ctx, const uint32_t *tokens, uint32_t n_blocks, uint32_t n_matched,
                          uint32_t *ids)
 {
     kvscache_t *kc = ctx;
-    uint32_t bt = kc->geom.block_tokens, *commit_ids, *canonical;
+    uint32_t bt = kc->geom.block_tokens, *canonical;
     size_t done = 0;
     int rc;
 
     if (!usable(kc))
         return KVS_ENOTCONN;
-    rc = grow(&kc->scratch, &kc->cap_scratch, 2 * n_blocks);
+    rc = grow(&kc->scratch, &kc->cap_scratch, n_blocks);
     if (rc < 0)
-        return rc;
-    commit_ids = kc->scratch;
-    canonical = kc->scratch + n_blocks;
-    if (n_matched) {
-        rc = kvs_alloc(kc->client, kc->ns, n_matched, commit_ids);
-        if (rc < 0) {
-            usable(kc);
-            goto out;
-        }
-        kc->stats.placeholders += n_matched;
-        rc = extra_add(kc, commit_ids, n_matched);
-        if (rc < 0) {
-            /* The placeholders would not go back with the request's Release:
-             * give them back now, and commit nothing. */
-            if (kvs_release(kc->client, commit_ids, n_matched, NULL) < 0)
-                kc->lost = 1;
-            goto out;
-        }
-    }
-    memcpy(commit_ids + n_matched, ids + n_matched, sizeof(*ids) * (n_blocks - n_matched));
-    rc = kvs_commit(kc->client, kc->ns, tokens, (size_t)n_blocks * bt, commit_ids, n_blocks,
-                    canonical, &done);
+        goto out;
+    canonical = kc->scratch;
+    rc = kvs_commit(kc->client, kc->ns, tokens, (size_t)n_blocks * bt, ids, n_blocks, canonical,
+                    &done);
     if (rc < 0)
         usable(kc);
     if (done > n_blocks)
         done = 0;
-    /* Every canonical block carries one pin of this commit. Blocks 0..m:
-     * the table holds the lookup's pin, the extras this one. Later blocks:
-     * the table holds the canonical block and this pin; a duplicate of ours
-     * stays WRITING, in the extras. */
+    /* Blocks 0..m: the table holds the lookup's pin, the commit adds none.
+     * Later blocks: the commit pins the canonical block, which the table
+     * then holds; a duplicate of ours stays WRITING, in the extras. */
     for (uint32_t i = 0; i < done; i++) {
         int erc = 0;
 
         if (i < n_matched) {
-            /* The pinned prefix is cached, so a placeholder never becomes
-             * canonical; if it did, its unwritten bytes would be served. */
+            /* The daemon checked that block i holds prefix i. */
             if (canonical[i] != ids[i])
                 kc->lost = 1;
-            erc = extra_add(kc, &canonical[i], 1);
         } else if (canonical[i] != ids[i]) {
             /* Another worker committed this prefix first: read its block
              * from now on (the same bits), give ours back at the end. */
@@ -314,8 +295,8 @@ out:
     return rc;
 }
 
-/* The request's table (lookup pins, granted blocks) and the extras (commit
- * pins, placeholders, duplicates), in one Release. */
+/* The request's table (lookup pins, committed or granted blocks) and the
+ * extras (duplicates), in one Release. */
 static int kvs_release_cb(void *ctx, const uint32_t *ids, uint32_t n_matched, uint32_t n)
 {
     kvscache_t *kc = ctx;

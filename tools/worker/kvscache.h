@@ -7,7 +7,7 @@
  *       |     yes: worker_run over the mapped pool, the callbacks below
  *       |          lookup  -> kvs_lookup(prompt less its last token, pin)
  *       |          alloc   -> kvs_alloc(the rest: prompt tail and decode blocks)
- *       |          commit  -> kvs_commit(the prompt's full blocks) [placeholders]
+ *       |          commit  -> kvs_commit(the prompt's full blocks: the hit ones first)
  *       |          release -> kvs_release(everything, one call)
  *       |          the run counts only if that last Release succeeded
  *       '-- otherwise, or when the shared run did not count: worker_run again
@@ -25,14 +25,14 @@
  * generated tokens) are granted by the same Alloc as the prompt's blocks and
  * are never committed: WRITING, private to this worker, released at the end.
  *
- * Placeholders: kvshared's Commit takes a chain of blocks from the prompt's
- * first block, all WRITING in this session. A request that matched m blocks
- * and computed the rest commits the rest behind m placeholder blocks (granted
- * for the commit, never written): the daemon answers that prefix 0..m is
- * already cached by the blocks this request pinned, the placeholders stay
- * WRITING and go back with the final Release. A block another worker
- * committed first comes back as canonical: the request reads that one from
- * then on (the same bits) and its own copy goes back at the end.
+ * Commit: a request that matched m blocks commits all the prompt's full
+ * blocks in one call, its table as it is: the m blocks its lookup pinned
+ * first (kvshared accepts a cached block the session pins at the prefix it
+ * holds, and adds no pin to it), then the blocks it computed. Nothing is
+ * allocated for the hit part, so a full pool does not fail the commit. A
+ * block another worker committed first comes back as canonical: the request
+ * reads that one from then on (the same bits) and its own copy goes back at
+ * the end.
  */
 #ifndef KVS_WORKER_KVSCACHE_H
 #define KVS_WORKER_KVSCACHE_H
@@ -61,8 +61,7 @@ typedef struct kvscache_stats {
     uint64_t lost;      /* of those: a shared run that did not count */
     uint64_t commits;   /* Commit calls that succeeded */
     uint64_t commit_errors;
-    uint64_t duplicates;   /* committed blocks another worker had committed first */
-    uint64_t placeholders; /* placeholder blocks granted for commits */
+    uint64_t duplicates; /* committed blocks another worker had committed first */
 } kvscache_stats_t;
 
 /* Connects to kvshared (a daemon that is down is not an error: requests run

@@ -472,11 +472,11 @@ int main(int argc, char **argv)
                    ",\"prefill_tokens\":%" PRIu64 ",\"generated_tokens\":%" PRIu64
                    ",\"hit_rate\":%.4f,\"mean_ttft_ms\":%.3f,\"prefill_tok_per_s\":%.1f"
                    ",\"decode_tok_per_s\":%.1f,\"shared_requests\":%" PRIu64
-                   ",\"fallbacks\":%" PRIu64 ",\"duplicates\":%" PRIu64 ",\"placeholders\":%" PRIu64
+                   ",\"fallbacks\":%" PRIu64 ",\"duplicates\":%" PRIu64
                    ",\"commit_errors\":%" PRIu64 "}}\n",
                    km.name, o.model, wl->count, sum_prompt, sum_matched, sum_prefill, sum_generated,
                    hit_rate, sum_ttft / n * 1e3, prefill_tps, decode_tps, ks.shared, ks.fallbacks,
-                   ks.duplicates, ks.placeholders, ks.commit_errors);
+                   ks.duplicates, ks.commit_errors);
         else
             printf("summary (%s): %" PRIu32 " requests, %" PRIu64 " prompt tokens, %" PRIu64
                    " matched (hit rate %.1f%%), %" PRIu64
