@@ -124,7 +124,11 @@ int dispatch_frame(session_t *s, const uint8_t *body, size_t len)
                  (int)req->rpc_case, KVS_VERSION_MAJOR, KVS_VERSION_MINOR);
         status = KVS_EPROTO;
     } else {
+        uint64_t t0 = uv_hrtime();
         status = entry->handler(s, req, &resp, &ctx);
+        if ((unsigned)req->rpc_case < METRICS_MAX_RPC)
+            metrics_observe(&s->srv->metrics.rpc_latency[req->rpc_case], metrics_latency_bounds_ns,
+                            metrics_latency_n_bounds, uv_hrtime() - t0);
         if (status != 0)
             LOG_DEBUG("session %llu: %s: %s", (unsigned long long)s->id, entry->name, ctx.msg);
     }

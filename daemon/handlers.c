@@ -8,6 +8,7 @@
 #include "kvshare.h"
 #include "log.h"
 #include "session.h"
+#include "tenants.h"
 
 /* Records the message of a failing request and returns its status. */
 static int fail(handler_ctx_t *ctx, int status, const char *fmt, ...)
@@ -33,8 +34,22 @@ static int ns_resolve(session_t *s, const char *name, bool create, uint32_t *ns,
     if (len > 63)
         return fail(ctx, KVS_EINVAL, "namespace name of %zu bytes is too long (63 at most)", len);
     int rc = radix_ns_find(srv->index, name, ns);
+    if (rc == 0 && !tenants_usable(srv, *ns))
+        rc = KVS_ENONS;
+    if (rc == 0 && !tenants_allowed(s, *ns)) {
+        srv->metrics.ns_denied++;
+        return fail(ctx, KVS_EDENIED,
+                    "permission denied: namespace '%s' does not allow uid %u / gid %u "
+                    "(allow_uids / allow_gids of its [namespace] section)",
+                    name, s->peer_uid, s->peer_gid);
+    }
     if (rc == 0)
         return 0;
+    if (!srv->cfg.dynamic_namespaces)
+        return fail(ctx, KVS_ENONS,
+                    "unknown namespace '%s': this kvshared serves only the namespaces its config "
+                    "declares; add a [namespace %s] section (then SIGHUP) or use a declared one",
+                    name, name);
     if (!create)
         return fail(ctx, KVS_ENONS,
                     "unknown namespace '%s'; `kvshare stats` lists the namespaces in use", name);
@@ -81,6 +96,39 @@ static int tokens_view(const ProtobufCBinaryData *bytes, const uint32_t **tokens
     }
     *tokens = t;
     *copy = t;
+    return 0;
+}
+
+/* The reuse-gap histogram: the time since the matched prefix's last block
+ * was last used (committed, or the end of a lookup's match). One
+ * observation per lookup that hits, O(1): the blocks before it were used at
+ * least as recently (every walk starts at the root). */
+static void observe_reuse(server_t *srv, const uint32_t *ids, size_t n)
+{
+    if (n == 0)
+        return;
+    uint32_t last = ids[n - 1];
+    uint64_t now = uv_now(srv->loop);
+    metrics_observe(&srv->metrics.block_reuse_gap, metrics_block_bounds_ms, metrics_block_n_bounds,
+                    now - srv->block_used_ms[last]);
+    srv->block_used_ms[last] = now;
+}
+
+/* The per-session limits (session_max_pinned, session_max_writing). */
+static int over_pin_limit(session_t *s, size_t more, handler_ctx_t *ctx)
+{
+    s->srv->metrics.limit_refusals++;
+    return fail(ctx, KVS_ELIMIT,
+                "session limit session_max_pinned = %u: this session holds %llu pins and this "
+                "request needs %zu more; release blocks first",
+                s->srv->cfg.session_max_pinned, (unsigned long long)s->pins.total, more);
+}
+
+static int over_pin_limit_check(session_t *s, size_t more, handler_ctx_t *ctx)
+{
+    uint32_t max = s->srv->cfg.session_max_pinned;
+    if (max && s->pins.total + more > max)
+        return over_pin_limit(s, more, ctx);
     return 0;
 }
 
@@ -163,8 +211,8 @@ int handler_hello(session_t *s, const Kvshare__Request *req, Kvshare__Response *
     r->session_id = s->id;
     resp->rpc_case = KVSHARE__RESPONSE__RPC_HELLO;
     resp->hello = r;
-    LOG_INFO("session %llu: hello from '%s' (%u fds)", (unsigned long long)s->id,
-             s->worker[0] ? s->worker : "?", r->n_fds);
+    LOG_INFO("session %llu: hello from '%s', pid %d, uid %u (%u fds)", (unsigned long long)s->id,
+             s->worker[0] ? s->worker : "?", (int)s->peer_pid, s->peer_uid, r->n_fds);
     return 0;
 }
 
@@ -195,10 +243,18 @@ int handler_lookup(session_t *s, const Kvshare__Request *req, Kvshare__Response 
     rc = radix_lookup(srv->index, ns, tokens, n_tokens, lk->pin, ids, max_ids, &n_blocks);
     if (rc != 0)
         return fail(ctx, rc, "lookup failed: %s", kvs_strerror(rc));
+    if (lk->pin && srv->cfg.session_max_pinned &&
+        s->pins.total + n_blocks > srv->cfg.session_max_pinned) {
+        /* Over the limit: the pins just taken go back, nothing is returned. */
+        for (size_t i = 0; i < n_blocks; i++)
+            radix_unpin(srv->index, ids[i]);
+        return over_pin_limit(s, n_blocks, ctx);
+    }
     if (lk->pin) {
         for (size_t i = 0; i < n_blocks; i++)
             session_pin_add(s, ids[i]);
     }
+    observe_reuse(srv, ids, n_blocks);
 
     Kvshare__LookupReply *r = &ctx->reply.lookup;
     kvshare__lookup_reply__init(r);
@@ -226,6 +282,14 @@ int handler_alloc(session_t *s, const Kvshare__Request *req, Kvshare__Response *
         if (rc != 0)
             return rc;
     }
+    if (srv->cfg.session_max_writing &&
+        (uint64_t)s->n_writing + al->n > srv->cfg.session_max_writing) {
+        srv->metrics.limit_refusals++;
+        return fail(ctx, KVS_ELIMIT,
+                    "session limit session_max_writing = %u: this session holds %u WRITING "
+                    "blocks and asked for %u more; commit or release blocks first",
+                    srv->cfg.session_max_writing, s->n_writing, al->n);
+    }
     if (session_scratch(s, al->n, &ids) != 0 || session_writing_reserve(s, al->n) != 0)
         return fail(ctx, KVS_ENOMEM, "out of memory for an alloc of %u blocks", al->n);
 
@@ -242,6 +306,7 @@ int handler_alloc(session_t *s, const Kvshare__Request *req, Kvshare__Response *
     if (rc == KVS_EPOOLFULL) {
         pool_counts_t c;
         pool_counts(srv->pool, &c);
+        srv->metrics.alloc_fail_pool_full++;
         return fail(ctx, KVS_EPOOLFULL,
                     "pool full: %u blocks wanted, %u free after evicting %zu; %u are being "
                     "written and %u of %u cached are pinned (release blocks or grow the pool)",
@@ -364,6 +429,10 @@ int handler_commit(session_t *s, const Kvshare__Request *req, Kvshare__Response 
     rc = ns_resolve(s, cm->ns, n_named_cached == 0, &ns, ctx);
     if (rc != 0)
         return rc;
+    /* Cached blocks named here are pinned by this session already. */
+    rc = over_pin_limit_check(s, n_ids - n_named_cached, ctx);
+    if (rc != 0)
+        return rc;
     if (session_scratch(s, n_ids ? 2 * n_ids : 1, &canonical) != 0 ||
         session_pins_reserve(s, (uint32_t)n_ids) != 0)
         return fail(ctx, KVS_ENOMEM, "out of memory for a commit of %zu blocks", n_ids);
@@ -400,6 +469,8 @@ int handler_commit(session_t *s, const Kvshare__Request *req, Kvshare__Response 
             continue;
         }
         if (canonical[i] == b) {
+            srv->block_cached_ms[b] = srv->block_used_ms[b] = uv_now(srv->loop);
+            srv->block_ns[b] = ns;
             session_writing_remove(s, b);
             if (pool_set_cached(srv->pool, b) != 0)
                 LOG_ERROR("block %u was WRITING for session %llu but the pool refused it", b,
@@ -416,11 +487,13 @@ int handler_commit(session_t *s, const Kvshare__Request *req, Kvshare__Response 
     r->n_committed = (uint32_t)n_done;
     resp->rpc_case = KVSHARE__RESPONSE__RPC_COMMIT;
     resp->commit = r;
-    if (irc == KVS_EQUOTA)
+    if (irc == KVS_EQUOTA) {
+        srv->metrics.alloc_fail_quota++;
         return fail(ctx, irc,
                     "namespace quota reached: %zu of %zu blocks committed, the rest stay "
                     "WRITING (release them)",
                     n_done, n_ids);
+    }
     if (irc != 0)
         return fail(ctx, irc, "commit stopped after %zu of %zu blocks: %s", n_done, n_ids,
                     kvs_strerror(irc));
@@ -440,13 +513,27 @@ int handler_pin(session_t *s, const Kvshare__Request *req, Kvshare__Response *re
     if (pn->n_block_ids > s->srv->num_blocks)
         return fail(ctx, KVS_EINVAL, "pin of %zu blocks in one request: at most %u (the pool size)",
                     pn->n_block_ids, s->srv->num_blocks);
+    rc = over_pin_limit_check(s, pn->n_block_ids, ctx);
+    if (rc != 0)
+        return rc;
     if (session_pins_reserve(s, (uint32_t)pn->n_block_ids) != 0)
         return fail(ctx, KVS_ENOMEM, "out of memory pinning %zu blocks", pn->n_block_ids);
     for (size_t i = 0; i < pn->n_block_ids; i++) {
         uint32_t b = pn->block_ids[i];
+        pool_state_t st = POOL_FREE;
         rc = check_range(s, b, ctx);
         if (rc != 0)
             break;
+        /* A block of a namespace this peer may not use is not its to pin. */
+        if (pool_state(s->srv->pool, b, &st) == 0 && st == POOL_CACHED &&
+            !tenants_allowed(s, s->srv->block_ns[b])) {
+            s->srv->metrics.ns_denied++;
+            rc = fail(ctx, KVS_EDENIED,
+                      "permission denied: block %u belongs to a namespace this peer may not "
+                      "use; %u of %zu blocks pinned",
+                      b, r->n_pinned, pn->n_block_ids);
+            break;
+        }
         rc = radix_pin(s->srv->index, b);
         if (rc == KVS_ENOTFOUND) {
             fail(ctx, rc,
@@ -518,7 +605,9 @@ int handler_stats(session_t *s, const Kvshare__Request *req, Kvshare__Response *
     r->writing_blocks = c.writing;
     r->cached_blocks = c.cached;
     r->pinned_blocks = radix_pinned_blocks(srv->index);
-    r->alloc_failures = c.alloc_failures;
+    /* Requests refused, not the pool's internal refusals that eviction then
+     * satisfied: the figure /metrics reports as reason="pool_full". */
+    r->alloc_failures = srv->metrics.alloc_fail_pool_full;
     r->evictions = srv->metrics.evictions;
     r->sessions = srv->n_sessions;
     r->sessions_total = srv->metrics.sessions_total;
@@ -544,25 +633,30 @@ int handler_stats(session_t *s, const Kvshare__Request *req, Kvshare__Response *
         ctx->heap[0] = mem;
         Kvshare__NamespaceStats **ptrs = mem;
         Kvshare__NamespaceStats *rows = (void *)(ptrs + n_ns);
+        uint32_t n_rows = 0;
         for (uint32_t i = 0; i < n_ns; i++) {
             radix_ns_stats_t st;
+            /* Other tenants' namespaces are none of this peer's business. */
+            if (!tenants_allowed(s, i))
+                continue;
             memset(&st, 0, sizeof(st));
             radix_ns_stats(srv->index, i, &st);
-            kvshare__namespace_stats__init(&rows[i]);
-            rows[i].name = (char *)radix_ns_name(srv->index, i);
-            rows[i].lookups = st.lookups;
-            rows[i].lookup_tokens = st.lookup_tokens;
-            rows[i].hit_tokens = st.hit_tokens;
-            rows[i].inserted_blocks = st.inserted_blocks;
-            rows[i].duplicate_blocks = st.duplicate_blocks;
-            rows[i].evicted_blocks = st.evicted_blocks;
-            rows[i].cached_blocks = st.cached_blocks;
-            rows[i].pinned_blocks = st.pinned_blocks;
-            rows[i].quota = st.quota;
-            rows[i].reserve = st.reserve;
-            ptrs[i] = &rows[i];
+            kvshare__namespace_stats__init(&rows[n_rows]);
+            rows[n_rows].name = (char *)radix_ns_name(srv->index, i);
+            rows[n_rows].lookups = st.lookups;
+            rows[n_rows].lookup_tokens = st.lookup_tokens;
+            rows[n_rows].hit_tokens = st.hit_tokens;
+            rows[n_rows].inserted_blocks = st.inserted_blocks;
+            rows[n_rows].duplicate_blocks = st.duplicate_blocks;
+            rows[n_rows].evicted_blocks = st.evicted_blocks;
+            rows[n_rows].cached_blocks = st.cached_blocks;
+            rows[n_rows].pinned_blocks = st.pinned_blocks;
+            rows[n_rows].quota = st.quota;
+            rows[n_rows].reserve = st.reserve;
+            ptrs[n_rows] = &rows[n_rows];
+            n_rows++;
         }
-        r->n_namespaces = n_ns;
+        r->n_namespaces = n_rows;
         r->namespaces = ptrs;
     }
     resp->rpc_case = KVSHARE__RESPONSE__RPC_STATS;
@@ -588,6 +682,11 @@ int handler_tree(session_t *s, const Kvshare__Request *req, Kvshare__Response *r
         if (rc != 0)
             return rc;
     }
+    /* Rows of namespaces this peer may not use are dropped below: ask for
+     * more so the listing still fills. */
+    size_t want = max;
+    if (ns == RADIX_NS_ALL && srv->any_ns_acl)
+        max = TREE_MAX_ROWS;
     radix_prefix_t *rows = malloc(max * sizeof(*rows));
     void *mem = malloc(max * (sizeof(Kvshare__Prefix) + sizeof(void *)));
     ctx->heap[0] = rows;
@@ -599,6 +698,11 @@ int handler_tree(session_t *s, const Kvshare__Request *req, Kvshare__Response *r
         return fail(ctx, rc, "tree listing failed: %s", kvs_strerror(rc));
 
     uint64_t newest = 0;
+    size_t kept = 0;
+    for (size_t i = 0; i < n && kept < want; i++)
+        if (tenants_allowed(s, rows[i].ns))
+            rows[kept++] = rows[i];
+    n = kept;
     for (size_t i = 0; i < n; i++)
         if (rows[i].last_used > newest)
             newest = rows[i].last_used;

@@ -2,6 +2,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -38,8 +39,17 @@ void log_write(log_level_t level, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(line, sizeof(line), fmt, ap);
     va_end(ap);
+    /* Under systemd (stderr is the journal), a "<N>" syslog priority prefix
+     * gives each line its level in the journal (journalctl -p warning). */
+    static int journal = -1;
+    static const int priorities[] = {3, 4, 6, 7};
+    char prio[8] = "";
+    if (journal < 0)
+        journal = getenv("JOURNAL_STREAM") != NULL;
+    if (journal)
+        snprintf(prio, sizeof(prio), "<%d>", priorities[level]);
     /* One fprintf per line so lines from a crash handler or a second thread
      * never interleave mid-line. */
-    fprintf(stderr, "%s.%03ldZ kvshared %s: %s\n", stamp, now.tv_nsec / 1000000, level_names[level],
-            line);
+    fprintf(stderr, "%s%s.%03ldZ kvshared %s: %s\n", prio, stamp, now.tv_nsec / 1000000,
+            level_names[level], line);
 }

@@ -11,9 +11,12 @@
 #include <string.h>
 #include <uv.h>
 
+#include "config.h"
 #include "kvshare.h"
 #include "log.h"
+#include "metrics_http.h"
 #include "server.h"
+#include "tenants.h"
 
 #define DEFAULT_MODEL      "llama-3.1-8b"
 #define DEFAULT_POOL_BYTES (1ull << 30)
@@ -54,6 +57,23 @@ static void usage(FILE *f)
                "  --ready-fd N           write \"READY\\n\" to fd N once listening, then close it\n"
                "  --eviction POLICY      lru (default) or freq (recency + a bonus per hit)\n"
                "  --log-level LEVEL      error, warn, info (default), debug\n"
+               "  --config FILE          settings file (docs/OPERATING.md); flags override it\n"
+               "  --check-config FILE    validate FILE, print errors with line numbers, exit\n"
+               "  --max-namespaces N     (default 256)\n"
+               "  --dynamic-namespaces yes|no\n"
+               "                         create unknown namespaces on first use (default: yes\n"
+               "                         without --config, no with it)\n"
+               "  --session-max-pinned N pins one session may hold (default 0: no limit)\n"
+               "  --session-max-writing N\n"
+               "                         WRITING blocks one session may hold (default 0: none)\n"
+               "  --socket-group GROUP   group of the socket (mode 0660)\n"
+               "  --allow-uids LIST --allow-gids LIST\n"
+               "                         only these peers may connect (default: anyone who can\n"
+               "                         open the socket)\n"
+               "  --drain-timeout-ms N   SIGTERM: exit within N ms (default 5000)\n"
+               "  --metrics-listen HOST:PORT\n"
+               "                         serve Prometheus metrics on http://HOST:PORT/metrics\n"
+               "                         (off by default; e.g. 127.0.0.1:9464)\n"
                "  --version, --help\n");
 }
 
@@ -120,6 +140,56 @@ static void human(uint64_t bytes, char *buf, size_t len)
     snprintf(buf, len, u ? "%.1f %s" : "%.0f %s", v, units[u]);
 }
 
+/* kvshared --check-config FILE: every error with its line, exit 1; or OK. */
+static int check_config(const char *path)
+{
+    config_t *c = NULL;
+    char err[8192];
+    int rc = config_load(path, &c, err, sizeof(err));
+    if (rc != 0) {
+        fprintf(stderr, "%s\n", err[0] ? err : kvs_strerror(rc));
+        return 1;
+    }
+    uint64_t reserved = 0;
+    for (uint32_t i = 0; i < c->n_ns; i++)
+        reserved += c->ns[i].reserve;
+    printf("%s: OK (%d settings, %u namespaces reserving %llu blocks)\n", path, c->argc / 2,
+           c->n_ns, (unsigned long long)reserved);
+    config_free(c);
+    return 0;
+}
+
+/* The settings in force, once, at start: what an operator checks first. */
+static void log_effective(const server_config_t *cfg, const char *socket_group)
+{
+    char allow[300];
+    config_acl_describe(&cfg->allow, allow, sizeof(allow));
+    LOG_INFO("config: file %s; socket %s (group %s, mode 0660); allowed peers: %s",
+             cfg->config_path ? cfg->config_path : "(none)", cfg->socket_path,
+             socket_group ? socket_group : "(unchanged)", allow);
+    LOG_INFO("config: max_sessions %u, max_frame %u, max_output %zu, max_namespaces %u, "
+             "dynamic_namespaces %s, session_max_pinned %u, session_max_writing %u (0: none), "
+             "drain_timeout_ms %u, metrics_listen %s, log_level %s",
+             cfg->max_sessions, cfg->max_frame, cfg->max_output, cfg->max_namespaces,
+             cfg->dynamic_namespaces ? "yes" : "no", cfg->session_max_pinned,
+             cfg->session_max_writing, cfg->drain_ms,
+             cfg->metrics_listen ? cfg->metrics_listen : "(off)",
+             log_level == LOG_LEVEL_ERROR  ? "error"
+             : log_level == LOG_LEVEL_WARN ? "warn"
+             : log_level == LOG_LEVEL_INFO ? "info"
+                                           : "debug");
+}
+
+/* What main keeps for the life of the process: flags point into them. */
+static config_t *flags_conf;
+static char **flags_argv;
+
+static void free_flags(void)
+{
+    config_free(flags_conf);
+    free(flags_argv);
+}
+
 enum {
     OPT_SOCKET = 256,
     OPT_BACKEND,
@@ -141,6 +211,17 @@ enum {
     OPT_NAMESPACE,
     OPT_EVICTION,
     OPT_VERSION,
+    OPT_METRICS_LISTEN,
+    OPT_CONFIG,
+    OPT_CHECK_CONFIG,
+    OPT_MAX_NAMESPACES,
+    OPT_DYNAMIC_NAMESPACES,
+    OPT_SESSION_MAX_PINNED,
+    OPT_SESSION_MAX_WRITING,
+    OPT_SOCKET_GROUP,
+    OPT_ALLOW_UIDS,
+    OPT_ALLOW_GIDS,
+    OPT_DRAIN_TIMEOUT_MS,
 };
 
 static const struct option options[] = {
@@ -164,6 +245,17 @@ static const struct option options[] = {
     {"namespace", required_argument, NULL, OPT_NAMESPACE},
     {"eviction", required_argument, NULL, OPT_EVICTION},
     {"version", no_argument, NULL, OPT_VERSION},
+    {"metrics-listen", required_argument, NULL, OPT_METRICS_LISTEN},
+    {"config", required_argument, NULL, OPT_CONFIG},
+    {"check-config", required_argument, NULL, OPT_CHECK_CONFIG},
+    {"max-namespaces", required_argument, NULL, OPT_MAX_NAMESPACES},
+    {"dynamic-namespaces", required_argument, NULL, OPT_DYNAMIC_NAMESPACES},
+    {"session-max-pinned", required_argument, NULL, OPT_SESSION_MAX_PINNED},
+    {"session-max-writing", required_argument, NULL, OPT_SESSION_MAX_WRITING},
+    {"socket-group", required_argument, NULL, OPT_SOCKET_GROUP},
+    {"allow-uids", required_argument, NULL, OPT_ALLOW_UIDS},
+    {"allow-gids", required_argument, NULL, OPT_ALLOW_GIDS},
+    {"drain-timeout-ms", required_argument, NULL, OPT_DRAIN_TIMEOUT_MS},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -171,6 +263,10 @@ static const struct option options[] = {
 int main(int argc, char **argv)
 {
     server_config_t cfg;
+    config_t *conf = NULL;
+    char **merged = NULL;
+    const char *socket_group = NULL;
+    atexit(free_flags);
     char socket_path[PATH_MAX];
     const char *model = DEFAULT_MODEL;
     uint32_t layers = 0, kv_heads = 0, head_dim = 0, block_tokens = 0, u32;
@@ -183,6 +279,47 @@ int main(int argc, char **argv)
     int opt, rc;
 
     server_config_init(&cfg);
+
+    /* The config file first: its settings become flags placed before the
+     * command line's, so a flag overrides the file. */
+    const char *config_path = NULL, *check_path = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char **slot = strncmp(argv[i], "--config", 8) == 0          ? &config_path
+                            : strncmp(argv[i], "--check-config", 14) == 0 ? &check_path
+                                                                          : NULL;
+        size_t n = slot == &config_path ? 8 : 14;
+        if (!slot || (argv[i][n] != '\0' && argv[i][n] != '='))
+            continue;
+        if (argv[i][n] == '=')
+            *slot = argv[i] + n + 1;
+        else if (i + 1 < argc)
+            *slot = argv[++i];
+    }
+    if (check_path)
+        return check_config(check_path);
+    if (config_path) {
+        rc = config_load(config_path, &conf, err, sizeof(err));
+        if (rc != 0) {
+            fprintf(stderr, "kvshared: config errors:\n%s\n", err);
+            return 2;
+        }
+        flags_conf = conf;
+        merged = calloc((size_t)(argc + conf->argc + 1), sizeof(char *));
+        if (!merged)
+            return 1;
+        flags_argv = merged;
+        merged[0] = argv[0];
+        for (int i = 0; i < conf->argc; i++)
+            merged[1 + i] = conf->argv[i];
+        for (int i = 1; i < argc; i++)
+            merged[conf->argc + i] = argv[i];
+        argc += conf->argc;
+        argv = merged;
+        cfg.config_path = config_path;
+        /* With a config file, namespaces are the ones it declares. */
+        cfg.dynamic_namespaces = false;
+    }
+
     while ((opt = getopt_long(argc, argv, "h", options, NULL)) != -1) {
         const char *a = optarg;
         rc = 0;
@@ -253,6 +390,48 @@ int main(int argc, char **argv)
             break;
         case OPT_LOG_LEVEL:
             rc = log_level_parse(a, &log_level);
+            break;
+        case OPT_METRICS_LISTEN: {
+            char host[64];
+            int port;
+            rc = metrics_http_parse_addr(a, host, sizeof(host), &port);
+            cfg.metrics_listen = a;
+            break;
+        }
+        case OPT_CONFIG:
+        case OPT_CHECK_CONFIG:
+            break; /* read before the other flags */
+        case OPT_MAX_NAMESPACES:
+            rc = parse_u32(a, &cfg.max_namespaces);
+            if (rc == 0 && cfg.max_namespaces == 0)
+                rc = KVS_EINVAL;
+            break;
+        case OPT_DYNAMIC_NAMESPACES:
+            rc = config_parse_bool(a, &cfg.dynamic_namespaces);
+            break;
+        case OPT_SESSION_MAX_PINNED:
+            rc = parse_u32(a, &cfg.session_max_pinned);
+            break;
+        case OPT_SESSION_MAX_WRITING:
+            rc = parse_u32(a, &cfg.session_max_writing);
+            break;
+        case OPT_SOCKET_GROUP: {
+            uint32_t n = 0;
+            rc = config_parse_ids(a, true, &cfg.socket_gid, &n);
+            if (rc == 0 && n != 1)
+                rc = KVS_EINVAL;
+            cfg.has_socket_gid = rc == 0;
+            socket_group = a;
+            break;
+        }
+        case OPT_ALLOW_UIDS:
+            rc = config_parse_ids(a, false, cfg.allow.uids, &cfg.allow.n_uids);
+            break;
+        case OPT_ALLOW_GIDS:
+            rc = config_parse_ids(a, true, cfg.allow.gids, &cfg.allow.n_gids);
+            break;
+        case OPT_DRAIN_TIMEOUT_MS:
+            rc = parse_u32(a, &cfg.drain_ms);
             break;
         case OPT_NAMESPACE:
             if (n_namespaces == MAX_NS_FLAGS)
@@ -337,6 +516,23 @@ int main(int argc, char **argv)
         return 1;
     }
 
+    if (cfg.config_path) {
+        /* The server keeps its own copy of the namespaces: SIGHUP replaces it. */
+        config_t *ns_conf = NULL;
+        rc = config_load(cfg.config_path, &ns_conf, err, sizeof(err));
+        if (rc == 0) {
+            rc = tenants_apply(srv, ns_conf, err, sizeof(err));
+            if (rc != 0)
+                config_free(ns_conf);
+        }
+        if (rc != 0) {
+            fprintf(stderr, "kvshared: %s\n", err);
+            server_free(srv);
+            uv_loop_close(loop);
+            return 1;
+        }
+    }
+
     char per_token[32], per_block[32], pool[32];
     human(geometry_bytes_per_token(&srv->geo), per_token, sizeof(per_token));
     human(srv->block_bytes, per_block, sizeof(per_block));
@@ -353,8 +549,15 @@ int main(int argc, char **argv)
     LOG_INFO("eviction: %s", cfg.eviction == RADIX_EVICT_FREQ ? "freq" : "lru");
 
     for (size_t i = 0; i < n_namespaces; i++) {
-        rc = server_ns_create(srv, namespaces[i].name, namespaces[i].quota, namespaces[i].reserve,
-                              err, sizeof(err));
+        /* A --namespace flag overrides the same namespace of the file. */
+        uint32_t id;
+        if (radix_ns_find(srv->index, namespaces[i].name, &id) == 0)
+            rc = radix_ns_set_limits(srv->index, id, namespaces[i].quota, namespaces[i].reserve);
+        else
+            rc = server_ns_create(srv, namespaces[i].name, namespaces[i].quota,
+                                  namespaces[i].reserve, err, sizeof(err));
+        if (rc == 0)
+            rc = tenants_declare(srv, namespaces[i].name, err, sizeof(err));
         if (rc != 0) {
             fprintf(stderr, "kvshared: --namespace: %s\n", err);
             server_free(srv);
@@ -363,9 +566,23 @@ int main(int argc, char **argv)
         }
     }
 
+    log_effective(&srv->cfg, socket_group);
+    tenants_log(srv);
+    if (cfg.metrics_listen) {
+        rc = metrics_http_start(srv, cfg.metrics_listen, &srv->http, err, sizeof(err));
+        if (rc != 0) {
+            fprintf(stderr, "kvshared: %s\n", err);
+            server_free(srv);
+            uv_run(loop, UV_RUN_NOWAIT);
+            uv_loop_close(loop);
+            return 1;
+        }
+    }
     rc = server_listen(srv, true, err, sizeof(err));
     if (rc != 0) {
         fprintf(stderr, "kvshared: %s\n", err);
+        server_shutdown(srv);
+        uv_run(loop, UV_RUN_DEFAULT);
         server_free(srv);
         uv_loop_close(loop);
         return 1;
@@ -373,6 +590,8 @@ int main(int argc, char **argv)
     uv_run(loop, UV_RUN_DEFAULT);
     server_shutdown(srv);
     uv_run(loop, UV_RUN_DEFAULT);
+    server_drain_done(srv);
+    uv_run(loop, UV_RUN_NOWAIT);
     server_free(srv);
     if (uv_loop_close(loop) != 0)
         LOG_WARN("event loop closed with handles still open");

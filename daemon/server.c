@@ -12,7 +12,9 @@
 
 #include "kvshare.h"
 #include "log.h"
+#include "metrics_http.h"
 #include "session.h"
+#include "tenants.h"
 
 uint64_t server_now_ms(void)
 {
@@ -30,12 +32,17 @@ void server_config_init(server_config_t *cfg)
     cfg->max_sessions = SERVER_DEFAULT_MAX_SESSIONS;
     cfg->max_namespaces = SERVER_DEFAULT_MAX_NAMESPACES;
     cfg->ready_fd = -1;
+    cfg->dynamic_namespaces = true;
+    cfg->drain_ms = SERVER_DEFAULT_DRAIN_MS;
 }
 
 void server_on_evict(void *ctx, uint32_t block_id)
 {
     server_t *s = ctx;
     s->metrics.evictions++;
+    if (s->block_cached_ms)
+        metrics_observe(&s->metrics.block_lifetime, metrics_block_bounds_ms, metrics_block_n_bounds,
+                        uv_now(s->loop) - s->block_cached_ms[block_id]);
     pool_release(s->pool, block_id);
 }
 
@@ -146,7 +153,11 @@ int server_open(const server_config_t *cfg, uv_loop_t *loop, server_t **out, cha
     s->writer = calloc(s->num_blocks, sizeof(*s->writer));
     s->writer_pos = calloc(s->num_blocks, sizeof(*s->writer_pos));
     s->mark = calloc(s->num_blocks, sizeof(*s->mark));
-    if (!s->writer || !s->writer_pos || !s->mark) {
+    s->block_cached_ms = calloc(s->num_blocks, sizeof(*s->block_cached_ms));
+    s->block_used_ms = calloc(s->num_blocks, sizeof(*s->block_used_ms));
+    s->block_ns = calloc(s->num_blocks, sizeof(*s->block_ns));
+    if (!s->writer || !s->writer_pos || !s->mark || !s->block_cached_ms || !s->block_used_ms ||
+        !s->block_ns) {
         snprintf(err, errlen, "out of memory for the block tables of %u blocks", s->num_blocks);
         rc = KVS_ENOMEM;
         goto fail;
@@ -162,8 +173,22 @@ fail:
 static void on_signal(uv_signal_t *h, int signum)
 {
     server_t *s = h->data;
-    LOG_INFO("%s: shutting down", signum == SIGINT ? "SIGINT" : "SIGTERM");
+    if (signum == SIGHUP) {
+        tenants_reload(s);
+        return;
+    }
+    LOG_INFO("%s: shutting down: no new connections, closing %u sessions (at most %u ms)",
+             signum == SIGINT ? "SIGINT" : "SIGTERM", s->n_sessions, s->cfg.drain_ms);
     server_shutdown(s);
+}
+
+/* The drain deadline: whatever is still open then, the loop ends. */
+static void on_drain_timeout(uv_timer_t *t)
+{
+    server_t *s = t->data;
+    LOG_WARN("drain deadline of %u ms passed with handles still open; stopping anyway",
+             s->cfg.drain_ms);
+    uv_stop(s->loop);
 }
 
 static void on_connection(uv_stream_t *listener, int status)
@@ -174,7 +199,7 @@ static void on_connection(uv_stream_t *listener, int status)
         return;
     }
     int rc = session_accept(s);
-    if (rc != 0 && rc != KVS_ELIMIT)
+    if (rc != 0 && rc != KVS_ELIMIT && rc != KVS_EDENIED)
         LOG_WARN("accept: %s", kvs_strerror(rc));
     else if (rc == KVS_ELIMIT)
         LOG_WARN("refused a connection: %u sessions is the limit (--max-sessions)",
@@ -266,6 +291,16 @@ int server_listen(server_t *s, bool signals, char *err, size_t errlen)
     rc = uv_pipe_bind(&s->listener, path);
     if (rc == 0 && chmod(path, 0660) != 0)
         rc = uv_translate_sys_error(errno);
+    if (rc == 0 && s->cfg.has_socket_gid && chown(path, (uid_t)-1, (gid_t)s->cfg.socket_gid) != 0) {
+        snprintf(err, errlen,
+                 "cannot give socket %s to group %u (socket_group): %s; run kvshared as root "
+                 "or as a member of that group",
+                 path, s->cfg.socket_gid, strerror(errno));
+        uv_close((uv_handle_t *)&s->listener, NULL);
+        s->listening = false;
+        unlink(path);
+        return KVS_EIO;
+    }
     if (rc == 0)
         rc = uv_listen((uv_stream_t *)&s->listener, 128, on_connection);
     if (rc != 0) {
@@ -284,6 +319,9 @@ int server_listen(server_t *s, bool signals, char *err, size_t errlen)
         s->sig_int.data = s->sig_term.data = s;
         uv_signal_start(&s->sig_int, on_signal, SIGINT);
         uv_signal_start(&s->sig_term, on_signal, SIGTERM);
+        uv_signal_init(s->loop, &s->sig_hup);
+        s->sig_hup.data = s;
+        uv_signal_start(&s->sig_hup, on_signal, SIGHUP);
         s->signals_on = true;
     }
     LOG_INFO("listening on %s", path);
@@ -313,12 +351,37 @@ void server_shutdown(server_t *s)
             st.st_ino == s->sock_ino)
             unlink(s->cfg.socket_path);
     }
-    while (s->sessions)
+    metrics_http_close(s->http);
+    s->http = NULL;
+    /* Tell each worker why its connection ends, so its client reports it
+     * and recomputes until a daemon is back. */
+    while (s->sessions) {
+        session_goodbye(s->sessions, KVS_ENOTCONN,
+                        "kvshared is stopping (SIGTERM); this connection closes now: requests "
+                        "are answered as misses until a daemon is back");
         session_close(s->sessions, "daemon stopping");
+    }
+    if (s->cfg.drain_ms > 0 && !s->drain_on) {
+        uv_timer_init(s->loop, &s->drain_timer);
+        s->drain_timer.data = s;
+        uv_timer_start(&s->drain_timer, on_drain_timeout, s->cfg.drain_ms, 0);
+        /* The deadline must not itself keep the loop running. */
+        uv_unref((uv_handle_t *)&s->drain_timer);
+        s->drain_on = true;
+    }
     if (s->signals_on) {
         uv_close((uv_handle_t *)&s->sig_int, NULL);
         uv_close((uv_handle_t *)&s->sig_term, NULL);
+        uv_close((uv_handle_t *)&s->sig_hup, NULL);
         s->signals_on = false;
+    }
+}
+
+void server_drain_done(server_t *s)
+{
+    if (s && s->drain_on) {
+        uv_close((uv_handle_t *)&s->drain_timer, NULL);
+        s->drain_on = false;
     }
 }
 
@@ -336,6 +399,10 @@ void server_free(server_t *s)
     free(s->writer);
     free(s->writer_pos);
     free(s->mark);
+    free(s->block_cached_ms);
+    free(s->block_used_ms);
+    free(s->block_ns);
+    tenants_free(s);
     free(s->decode_arena);
     free(s);
 }

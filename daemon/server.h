@@ -23,6 +23,7 @@
 #include <uv.h>
 
 #include "backend.h"
+#include "config.h"
 #include "geometry.h"
 #include "metrics.h"
 #include "pool.h"
@@ -35,6 +36,7 @@ typedef struct session session_t;
 #define SERVER_DEFAULT_MAX_SESSIONS   1024
 #define SERVER_DEFAULT_MAX_NAMESPACES 256
 #define SERVER_DEFAULT_NS             "default"
+#define SERVER_DEFAULT_DRAIN_MS       5000
 
 typedef struct server_config {
     const char *socket_path;  /* required for server_listen */
@@ -45,8 +47,19 @@ typedef struct server_config {
     size_t max_output;        /* per session: unsent reply bytes before disconnect */
     uint32_t max_sessions;
     uint32_t max_namespaces;
-    radix_policy_t eviction; /* index eviction policy (default RADIX_EVICT_LRU) */
-    int ready_fd;            /* >= 0: "READY\n" is written there once listening */
+    radix_policy_t eviction;    /* index eviction policy (default RADIX_EVICT_LRU) */
+    int ready_fd;               /* >= 0: "READY\n" is written there once listening */
+    const char *metrics_listen; /* "HOST:PORT" for Prometheus over HTTP; NULL: off */
+
+    /* Operations (tenants.c, peer.c). */
+    bool dynamic_namespaces;      /* unknown namespaces are created on first use */
+    uint32_t session_max_pinned;  /* pins one session may hold; 0: no limit */
+    uint32_t session_max_writing; /* WRITING blocks one session may hold; 0: no limit */
+    bool has_socket_gid;          /* chown the socket to socket_gid */
+    uint32_t socket_gid;
+    config_acl_t allow;      /* peers allowed to connect (empty: anyone) */
+    uint32_t drain_ms;       /* SIGTERM: the loop ends within this time */
+    const char *config_path; /* reread on SIGHUP; NULL: none */
 } server_config_t;
 
 typedef struct server {
@@ -84,6 +97,24 @@ typedef struct server {
 
     uint64_t start_ms;
     metrics_t metrics;
+
+    /* Per block, loop time in ms (metrics): when it was last committed, and
+     * when it was last committed or matched by a lookup. */
+    uint64_t *block_cached_ms;
+    uint64_t *block_used_ms;
+    struct metrics_http *http; /* --metrics-listen; NULL when off */
+
+    /* Namespaces declared in the config file, and who may use each
+     * (tenants.c). tenants[ns] for ns < n_tenants; others: undeclared,
+     * open to anyone. */
+    config_t *conf;
+    struct tenant *tenants;
+    uint32_t n_tenants;
+    bool any_ns_acl;    /* some namespace has an allow-list */
+    uint32_t *block_ns; /* per block: the namespace that committed it */
+    uv_signal_t sig_hup;
+    uv_timer_t drain_timer;
+    bool drain_on;
 } server_t;
 
 /* Fills cfg with defaults: 16 MiB frames, 64 MiB output, 1024 sessions,
@@ -111,6 +142,10 @@ int server_listen(server_t *s, bool signals, char *err, size_t errlen);
 /* Stops accepting, closes every session (releasing what it holds), removes
  * the socket file. Idempotent. The loop ends once the handles are closed. */
 void server_shutdown(server_t *s);
+
+/* Closes the drain deadline timer if shutdown started one (call once the
+ * loop has ended, then run the loop once more). */
+void server_drain_done(server_t *s);
 
 /* Frees the pool, the index and the memory. Call after server_shutdown and
  * after the loop has run the close callbacks. Accepts NULL. */

@@ -8,6 +8,7 @@
 
 #include "dispatch.h"
 #include "log.h"
+#include "peer.h"
 
 /* Bytes asked of libuv per read when no bigger frame is pending. */
 #define SESSION_READ_CHUNK 65536
@@ -285,8 +286,8 @@ void session_close(session_t *s, const char *reason)
     s->closing = true;
     release_all(s);
     unlink_session(s);
-    LOG_DEBUG("session %llu (%s) closed: %s", (unsigned long long)s->id,
-              s->worker[0] ? s->worker : "?", reason);
+    LOG_DEBUG("session %llu (worker '%s', pid %d) closed: %s", (unsigned long long)s->id,
+              s->worker[0] ? s->worker : "?", (int)s->peer_pid, reason);
     if (s->has_pipe) {
         uv_read_stop((uv_stream_t *)&s->pipe);
         uv_close((uv_handle_t *)&s->pipe, on_close);
@@ -400,6 +401,14 @@ static void flush(session_t *s)
     frame_buf_reset(&s->out);
 }
 
+void session_goodbye(session_t *s, int status, const char *message)
+{
+    if (!s || s->closing)
+        return;
+    if (dispatch_error_reply(s, 0, status, message) == 0)
+        flush(s);
+}
+
 int session_process(session_t *s)
 {
     for (;;) {
@@ -509,6 +518,12 @@ int session_accept(server_t *srv)
         return KVS_EIO;
     }
     link_session(srv, s);
+    peer_identify(s);
+    if (peer_admit(s) != 0) {
+        flush(s);
+        session_close(s, "peer not allowed");
+        return KVS_EDENIED;
+    }
     if (srv->n_sessions > srv->cfg.max_sessions) {
         srv->metrics.sessions_refused++;
         dispatch_error_reply(s, 0, KVS_ELIMIT,

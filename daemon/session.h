@@ -59,6 +59,12 @@ struct session {
     uint32_t n_writing, cap_writing;
     session_pins_t pins;
 
+    /* The peer, from SO_PEERCRED (peer.c); has_peer false for a session
+     * without a socket. */
+    bool has_peer;
+    uint32_t peer_uid, peer_gid;
+    int32_t peer_pid;
+
     uint32_t *scratch; /* reply arrays, valid for one request */
     size_t scratch_cap;
 };
@@ -74,6 +80,10 @@ int session_accept(server_t *srv);
  * libuv has closed the socket (at once for a session without one).
  * Idempotent until then. */
 void session_close(session_t *s, const char *reason);
+
+/* Sends an unsolicited error reply (request id 0) with status and message,
+ * as far as the socket takes it now; the caller then closes the session. */
+void session_goodbye(session_t *s, int status, const char *message);
 
 /* Appends bytes to the input and answers every whole frame into `out`.
  * Returns 0, or KVS_ETOOBIG / KVS_EPROTO when the stream cannot be trusted

@@ -1,0 +1,78 @@
+/*
+ * config: kvshared's configuration file.
+ *
+ * Format: UTF-8 text, one setting per line.
+ *
+ *     # a comment (also ';'); blank lines are ignored
+ *     key = value                 global settings first
+ *     [namespace NAME]            then one section per namespace
+ *     quota = 4096
+ *
+ * Every global key is also a flag: `pool_blocks = 4096` is `--pool-blocks
+ * 4096`. config_load turns the file into such flags (config_t.argv) that
+ * main puts before the command line's, so a flag given on the command line
+ * overrides the file. Values may be quoted ("..."). Every key has a default
+ * (the flag's), is validated here, and an error names the file and line.
+ * The table in config.c is the list of keys; docs/OPERATING.md documents it.
+ */
+#ifndef KVS_DAEMON_CONFIG_H
+#define KVS_DAEMON_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define CONFIG_MAX_IDS     32  /* entries of one allow-list */
+#define CONFIG_MAX_NS      256 /* namespaces declared in one file */
+#define CONFIG_NS_NAME_MAX 64  /* with the NUL, as the index allows */
+
+/* An allow-list of uids and gids: a peer is allowed when its uid is in uids
+ * or its gid is in gids. Both empty: everyone is allowed. */
+typedef struct config_acl {
+    uint32_t n_uids, n_gids;
+    uint32_t uids[CONFIG_MAX_IDS];
+    uint32_t gids[CONFIG_MAX_IDS];
+} config_acl_t;
+
+typedef struct config_ns {
+    char name[CONFIG_NS_NAME_MAX];
+    uint32_t quota;   /* max cached blocks; 0: none */
+    uint32_t reserve; /* blocks other namespaces cannot evict it below */
+    config_acl_t acl;
+    int line; /* of its [namespace] header, for messages */
+} config_ns_t;
+
+typedef struct config {
+    int argc;    /* flags from the global section: "--key", "value", ... */
+    char **argv; /* owned */
+    config_ns_t *ns;
+    uint32_t n_ns;
+} config_t;
+
+/* Reads and validates the file at path. On success *out owns everything
+ * (free with config_free). Errors: KVS_EINVAL with every problem found, one
+ * per line "PATH:LINE: what is wrong", in err (truncated to errlen);
+ * KVS_EIO (cannot read the file: message in err); KVS_ENOMEM. */
+int config_load(const char *path, config_t **out, char *err, size_t errlen);
+
+/* Accepts NULL. */
+void config_free(config_t *c);
+
+/* The namespace named `name`, or NULL. */
+const config_ns_t *config_find_ns(const config_t *c, const char *name);
+
+/* Parses a list "1000, alice, 0" of uids (gids when `groups`) by number or
+ * name into ids[0..*n). Errors: KVS_EINVAL (unknown name, bad number, more
+ * than CONFIG_MAX_IDS). */
+int config_parse_ids(const char *text, bool groups, uint32_t *ids, uint32_t *n);
+
+/* "yes/no/true/false/on/off/1/0" -> *out. Errors: KVS_EINVAL. */
+int config_parse_bool(const char *text, bool *out);
+
+/* Whether uid/gid pass the allow-list (an empty list passes everyone). */
+bool config_acl_allows(const config_acl_t *acl, uint32_t uid, uint32_t gid);
+
+/* Writes "uids 1000,1001 gids 27" or "anyone" into buf. */
+void config_acl_describe(const config_acl_t *acl, char *buf, size_t len);
+
+#endif /* KVS_DAEMON_CONFIG_H */

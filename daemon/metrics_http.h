@@ -1,0 +1,49 @@
+/*
+ * metrics_http: the Prometheus exposition of the daemon's metrics, and a
+ * minimal HTTP/1.1 responder for it on the daemon's own libuv loop.
+ *
+ *     GET /metrics  -> 200, text/plain; version=0.0.4 (metrics_render)
+ *     GET other     -> 404;  other methods -> 405
+ *     a request head over METRICS_HTTP_MAX_REQUEST bytes -> 431
+ *
+ * One response per connection (Connection: close). The responder never
+ * blocks the loop: reads and writes are libuv's, a connection that sends no
+ * complete request within METRICS_HTTP_TIMEOUT_MS is closed, and at most
+ * METRICS_HTTP_MAX_CONNS connections are open at once (more are closed at
+ * accept). Rendering walks the namespaces, not the index: its cost does not
+ * grow with the cache.
+ */
+#ifndef KVS_DAEMON_METRICS_HTTP_H
+#define KVS_DAEMON_METRICS_HTTP_H
+
+#include <stddef.h>
+
+typedef struct server server_t;
+typedef struct metrics_http metrics_http_t;
+
+#define METRICS_HTTP_MAX_REQUEST 8192
+#define METRICS_HTTP_TIMEOUT_MS  5000
+#define METRICS_HTTP_MAX_CONNS   16
+
+/* Parses "HOST:PORT" (an IPv4 address, or [IPv6]) into *port and the host
+ * copied into host[hostlen]. Returns 0 or KVS_EINVAL. */
+int metrics_http_parse_addr(const char *listen, char *host, size_t hostlen, int *port);
+
+/* Listens on `listen` ("127.0.0.1:9464") on srv's loop. Errors (message in
+ * err): KVS_EINVAL (bad address), KVS_EIO (bind or listen failed),
+ * KVS_ENOMEM. The responder is closed by metrics_http_close. */
+int metrics_http_start(server_t *srv, const char *listen, metrics_http_t **out, char *err,
+                       size_t errlen);
+
+/* The port actually bound (useful with port 0). */
+int metrics_http_port(const metrics_http_t *h);
+
+/* Stops listening and closes every open connection; memory goes in libuv's
+ * close callbacks. Accepts NULL. */
+void metrics_http_close(metrics_http_t *h);
+
+/* The text exposition of srv's metrics in a malloc'd buffer (*out, *len,
+ * NUL-terminated), owned by the caller. Errors: KVS_ENOMEM. */
+int metrics_render(server_t *srv, char **out, size_t *len);
+
+#endif /* KVS_DAEMON_METRICS_HTTP_H */

@@ -1,0 +1,296 @@
+/*
+ * The Prometheus text exposition (format 0.0.4) of the daemon's metrics.
+ * Names follow vLLM's where the meaning is the same (prefix-cache queries and
+ * hits counted in tokens, kv_cache_usage_perc as a 0..1 ratio), with a
+ * kvshare_ prefix. Every figure comes from the same places the Stats RPC
+ * reads, so `kvshare stats` and /metrics agree.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dispatch.h"
+#include "kvshare.h"
+#include "metrics_http.h"
+#include "server.h"
+
+typedef struct text {
+    char *buf;
+    size_t len, cap;
+    int failed;
+} text_t;
+
+static void put(text_t *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void put(text_t *t, const char *fmt, ...)
+{
+    va_list ap;
+    for (;;) {
+        if (t->failed)
+            return;
+        va_start(ap, fmt);
+        int n = vsnprintf(t->buf + t->len, t->cap - t->len, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            t->failed = 1;
+            return;
+        }
+        if ((size_t)n < t->cap - t->len) {
+            t->len += (size_t)n;
+            return;
+        }
+        size_t cap = t->cap * 2 + (size_t)n;
+        char *b = realloc(t->buf, cap);
+        if (!b) {
+            t->failed = 1;
+            return;
+        }
+        t->buf = b;
+        t->cap = cap;
+    }
+}
+
+static void head(text_t *t, const char *name, const char *type, const char *help)
+{
+    put(t, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* Namespace names are [^"\\\n] in practice, but a label value must escape
+ * them anyway. */
+static void label_value(text_t *t, const char *v)
+{
+    for (const char *p = v; *p; p++) {
+        if (*p == '\\' || *p == '"')
+            put(t, "\\%c", *p);
+        else if (*p == '\n')
+            put(t, "\\n");
+        else
+            put(t, "%c", *p);
+    }
+}
+
+static void ns_series(text_t *t, const char *name, const char *ns, unsigned long long v)
+{
+    put(t, "%s{namespace=\"", name);
+    label_value(t, ns);
+    put(t, "\"} %llu\n", v);
+}
+
+/* One histogram; `scale` converts its unit to seconds (1e-9 for ns). */
+static void hist(text_t *t, const char *name, const char *labels, const metrics_hist_t *h,
+                 const uint64_t *bounds, size_t n_bounds, double scale)
+{
+    uint64_t cum = 0;
+    const char *sep = labels[0] ? "," : "";
+    for (size_t i = 0; i < n_bounds; i++) {
+        cum += h->buckets[i];
+        put(t, "%s_bucket{%s%sle=\"%g\"} %llu\n", name, labels, sep, (double)bounds[i] * scale,
+            (unsigned long long)cum);
+    }
+    cum += h->buckets[n_bounds];
+    put(t, "%s_bucket{%s%sle=\"+Inf\"} %llu\n", name, labels, sep, (unsigned long long)cum);
+    if (labels[0]) {
+        put(t, "%s_sum{%s} %.9g\n", name, labels, (double)h->sum * scale);
+        put(t, "%s_count{%s} %llu\n", name, labels, (unsigned long long)h->count);
+    } else {
+        put(t, "%s_sum %.9g\n", name, (double)h->sum * scale);
+        put(t, "%s_count %llu\n", name, (unsigned long long)h->count);
+    }
+}
+
+enum ns_field {
+    NS_QUERIES,
+    NS_HITS,
+    NS_LOOKUPS,
+    NS_CACHED,
+    NS_PINNED,
+    NS_EVICTED,
+    NS_INSERTED,
+    NS_QUOTA,
+    NS_RESERVE,
+};
+
+static const struct {
+    const char *name, *type, *help;
+    enum ns_field field;
+} ns_families[] = {
+    {"kvshare_prefix_cache_queries_total", "counter",
+     "Prompt tokens looked up in the prefix cache, per namespace", NS_QUERIES},
+    {"kvshare_prefix_cache_hits_total", "counter",
+     "Prompt tokens found in the prefix cache, per namespace", NS_HITS},
+    {"kvshare_prefix_cache_lookups_total", "counter", "Lookup requests, per namespace", NS_LOOKUPS},
+    {"kvshare_namespace_cached_blocks", "gauge", "Blocks cached, per namespace", NS_CACHED},
+    {"kvshare_namespace_pinned_blocks", "gauge", "Cached blocks pinned, per namespace", NS_PINNED},
+    {"kvshare_namespace_evicted_blocks_total", "counter",
+     "Blocks dropped by eviction or quota, per namespace", NS_EVICTED},
+    {"kvshare_namespace_inserted_blocks_total", "counter",
+     "Blocks that became cached, per namespace", NS_INSERTED},
+    {"kvshare_namespace_quota_blocks", "gauge", "Quota in blocks (0: none), per namespace",
+     NS_QUOTA},
+    {"kvshare_namespace_reserved_blocks", "gauge",
+     "Blocks other namespaces cannot evict this one below, per namespace", NS_RESERVE},
+};
+
+static unsigned long long ns_field(const radix_ns_stats_t *st, enum ns_field f)
+{
+    switch (f) {
+    case NS_QUERIES:
+        return st->lookup_tokens;
+    case NS_HITS:
+        return st->hit_tokens;
+    case NS_LOOKUPS:
+        return st->lookups;
+    case NS_CACHED:
+        return st->cached_blocks;
+    case NS_PINNED:
+        return st->pinned_blocks;
+    case NS_EVICTED:
+        return st->evicted_blocks;
+    case NS_INSERTED:
+        return st->inserted_blocks;
+    case NS_QUOTA:
+        return st->quota;
+    case NS_RESERVE:
+        return st->reserve;
+    }
+    return 0;
+}
+
+int metrics_render(server_t *srv, char **out, size_t *len)
+{
+    text_t t = {0};
+    const metrics_t *m = &srv->metrics;
+    pool_counts_t c;
+    uint32_t n_ns = radix_ns_count(srv->index);
+
+    t.cap = 16384;
+    t.buf = malloc(t.cap);
+    if (!t.buf)
+        return KVS_ENOMEM;
+    t.buf[0] = '\0';
+    pool_counts(srv->pool, &c);
+
+    head(&t, "kvshare_info", "gauge", "kvshared version and backend (value 1)");
+    put(&t, "kvshare_info{version=\"%d.%d.%d\",backend=\"%s\"} 1\n", KVS_VERSION_MAJOR,
+        KVS_VERSION_MINOR, KVS_VERSION_PATCH,
+        backend_kind(srv->backend) == BACKEND_CUDA ? "cuda" : "host");
+    head(&t, "kvshare_uptime_seconds", "gauge", "Seconds since kvshared started");
+    put(&t, "kvshare_uptime_seconds %.3f\n", (double)(server_now_ms() - srv->start_ms) / 1000.0);
+
+    /* One family at a time: the format wants each family's samples together. */
+    for (size_t f = 0; f < sizeof(ns_families) / sizeof(ns_families[0]); f++) {
+        head(&t, ns_families[f].name, ns_families[f].type, ns_families[f].help);
+        for (uint32_t i = 0; i < n_ns; i++) {
+            radix_ns_stats_t st;
+            memset(&st, 0, sizeof(st));
+            radix_ns_stats(srv->index, i, &st);
+            ns_series(&t, ns_families[f].name, radix_ns_name(srv->index, i),
+                      ns_field(&st, ns_families[f].field));
+        }
+    }
+
+    head(&t, "kvshare_kv_cache_usage_perc", "gauge",
+         "Fraction of pool blocks in use (writing or cached), 0 to 1");
+    put(&t, "kvshare_kv_cache_usage_perc %.6f\n",
+        c.total ? (double)(c.total - c.free) / (double)c.total : 0.0);
+    head(&t, "kvshare_pool_blocks", "gauge", "Blocks in the pool");
+    put(&t, "kvshare_pool_blocks %u\n", c.total);
+    head(&t, "kvshare_pool_bytes", "gauge", "Bytes of the pool");
+    put(&t, "kvshare_pool_bytes %llu\n",
+        (unsigned long long)((uint64_t)srv->num_blocks * srv->block_bytes));
+    head(&t, "kvshare_blocks", "gauge",
+         "Blocks by state: free + writing + cached = pool; pinned is a part of cached");
+    put(&t, "kvshare_blocks{state=\"free\"} %u\n", c.free);
+    put(&t, "kvshare_blocks{state=\"writing\"} %u\n", c.writing);
+    put(&t, "kvshare_blocks{state=\"cached\"} %u\n", c.cached);
+    put(&t, "kvshare_blocks{state=\"pinned\"} %u\n", radix_pinned_blocks(srv->index));
+    head(&t, "kvshare_index_bytes", "gauge", "Memory of the prefix index");
+    put(&t, "kvshare_index_bytes %llu\n", (unsigned long long)radix_memory_bytes(srv->index));
+
+    head(&t, "kvshare_evictions_total", "counter", "Cached blocks evicted back to the pool");
+    put(&t, "kvshare_evictions_total %llu\n", (unsigned long long)m->evictions);
+    head(&t, "kvshare_alloc_failures_total", "counter",
+         "Allocations refused: pool full after eviction (Alloc), namespace quota (Commit)");
+    put(&t, "kvshare_alloc_failures_total{reason=\"pool_full\"} %llu\n",
+        (unsigned long long)m->alloc_fail_pool_full);
+    put(&t, "kvshare_alloc_failures_total{reason=\"quota\"} %llu\n",
+        (unsigned long long)m->alloc_fail_quota);
+    head(&t, "kvshare_session_limit_refusals_total", "counter",
+         "Requests refused for a per-session limit (pinned or writing blocks)");
+    put(&t, "kvshare_session_limit_refusals_total %llu\n", (unsigned long long)m->limit_refusals);
+
+    head(&t, "kvshare_sessions", "gauge", "Open sessions (connections)");
+    put(&t, "kvshare_sessions %u\n", srv->n_sessions);
+    head(&t, "kvshare_sessions_total", "counter", "Sessions accepted since start");
+    put(&t, "kvshare_sessions_total %llu\n", (unsigned long long)m->sessions_total);
+    head(&t, "kvshare_sessions_refused_total", "counter", "Connections refused, by reason");
+    put(&t, "kvshare_sessions_refused_total{reason=\"limit\"} %llu\n",
+        (unsigned long long)m->sessions_refused);
+    put(&t, "kvshare_sessions_refused_total{reason=\"denied\"} %llu\n",
+        (unsigned long long)m->peers_denied);
+    head(&t, "kvshare_sessions_dropped_total", "counter",
+         "Sessions closed because they stopped reading their replies");
+    put(&t, "kvshare_sessions_dropped_total %llu\n", (unsigned long long)m->sessions_dropped);
+    head(&t, "kvshare_namespace_denied_total", "counter",
+         "Requests refused by a namespace allow-list");
+    put(&t, "kvshare_namespace_denied_total %llu\n", (unsigned long long)m->ns_denied);
+
+    head(&t, "kvshare_requests_total", "counter", "Requests answered, every RPC");
+    put(&t, "kvshare_requests_total %llu\n", (unsigned long long)m->requests);
+    head(&t, "kvshare_request_errors_total", "counter", "Requests answered with an error");
+    put(&t, "kvshare_request_errors_total %llu\n", (unsigned long long)m->errors);
+    head(&t, "kvshare_protocol_errors_total", "counter", "Frames refused: too big, undecodable");
+    put(&t, "kvshare_protocol_errors_total %llu\n", (unsigned long long)m->protocol_errors);
+    head(&t, "kvshare_received_bytes_total", "counter", "Request bytes received");
+    put(&t, "kvshare_received_bytes_total %llu\n", (unsigned long long)m->bytes_in);
+    head(&t, "kvshare_sent_bytes_total", "counter", "Reply bytes sent");
+    put(&t, "kvshare_sent_bytes_total %llu\n", (unsigned long long)m->bytes_out);
+    head(&t, "kvshare_config_reloads_total", "counter", "SIGHUP reloads, by result");
+    put(&t, "kvshare_config_reloads_total{result=\"ok\"} %llu\n",
+        (unsigned long long)m->config_reloads);
+    put(&t, "kvshare_config_reloads_total{result=\"error\"} %llu\n",
+        (unsigned long long)m->config_reload_errors);
+
+    head(&t, "kvshare_rpc_requests_total", "counter", "Requests by RPC");
+    for (unsigned r = 0; r < METRICS_MAX_RPC; r++) {
+        const dispatch_entry_t *e = dispatch_find((Kvshare__Request__RpcCase)r);
+        if (e)
+            put(&t, "kvshare_rpc_requests_total{rpc=\"%s\"} %llu\n", e->name,
+                (unsigned long long)m->rpc_calls[r]);
+    }
+    head(&t, "kvshare_rpc_errors_total", "counter", "Requests answered with an error, by RPC");
+    for (unsigned r = 0; r < METRICS_MAX_RPC; r++) {
+        const dispatch_entry_t *e = dispatch_find((Kvshare__Request__RpcCase)r);
+        if (e)
+            put(&t, "kvshare_rpc_errors_total{rpc=\"%s\"} %llu\n", e->name,
+                (unsigned long long)m->rpc_errors[r]);
+    }
+    head(&t, "kvshare_rpc_duration_seconds", "histogram",
+         "Time to handle one request in the daemon, by RPC (decode and send excluded)");
+    for (unsigned r = 0; r < METRICS_MAX_RPC; r++) {
+        const dispatch_entry_t *e = dispatch_find((Kvshare__Request__RpcCase)r);
+        char labels[64];
+        if (!e)
+            continue;
+        snprintf(labels, sizeof(labels), "rpc=\"%s\"", e->name);
+        hist(&t, "kvshare_rpc_duration_seconds", labels, &m->rpc_latency[r],
+             metrics_latency_bounds_ns, metrics_latency_n_bounds, 1e-9);
+    }
+    head(&t, "kvshare_block_lifetime_seconds", "histogram",
+         "Time from a block's commit to its eviction");
+    hist(&t, "kvshare_block_lifetime_seconds", "", &m->block_lifetime, metrics_block_bounds_ms,
+         metrics_block_n_bounds, 1e-3);
+    head(&t, "kvshare_block_reuse_gap_seconds", "histogram",
+         "Time since a lookup's matched prefix was last used (committed or matched to its end)");
+    hist(&t, "kvshare_block_reuse_gap_seconds", "", &m->block_reuse_gap, metrics_block_bounds_ms,
+         metrics_block_n_bounds, 1e-3);
+
+    if (t.failed) {
+        free(t.buf);
+        return KVS_ENOMEM;
+    }
+    *out = t.buf;
+    *len = t.len;
+    return 0;
+}

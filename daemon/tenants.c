@@ -1,0 +1,191 @@
+#include "tenants.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvshare.h"
+#include "log.h"
+#include "server.h"
+#include "session.h"
+
+static int tenants_alloc(server_t *srv)
+{
+    if (srv->tenants)
+        return 0;
+    srv->tenants = calloc(srv->cfg.max_namespaces, sizeof(*srv->tenants));
+    if (!srv->tenants)
+        return KVS_ENOMEM;
+    srv->n_tenants = srv->cfg.max_namespaces;
+    return 0;
+}
+
+int tenants_declare(server_t *srv, const char *name, char *err, size_t errlen)
+{
+    uint32_t id;
+    if (radix_ns_find(srv->index, name, &id) != 0) {
+        snprintf(err, errlen, "namespace '%s' does not exist", name);
+        return KVS_ENONS;
+    }
+    if (tenants_alloc(srv) != 0) {
+        snprintf(err, errlen, "out of memory for the namespace table");
+        return KVS_ENOMEM;
+    }
+    if (id < srv->n_tenants)
+        srv->tenants[id].declared = srv->tenants[id].by_flag = true;
+    return 0;
+}
+
+static int check(const server_t *srv, const config_t *conf, char *err, size_t errlen)
+{
+    uint64_t reserved = 0;
+    uint32_t new_ns = 0, id;
+    for (uint32_t i = 0; conf && i < conf->n_ns; i++) {
+        const config_ns_t *n = &conf->ns[i];
+        if (n->quota > srv->num_blocks || n->reserve > srv->num_blocks) {
+            snprintf(err, errlen,
+                     "namespace '%s' (line %d): quota %u / reserve %u is more than the pool's %u "
+                     "blocks",
+                     n->name, n->line, n->quota, n->reserve, srv->num_blocks);
+            return KVS_EINVAL;
+        }
+        reserved += n->reserve;
+        if (radix_ns_find(srv->index, n->name, &id) != 0)
+            new_ns++;
+    }
+    if (reserved > srv->num_blocks) {
+        snprintf(err, errlen,
+                 "the namespaces reserve %llu blocks in all, more than the pool's %u: lower "
+                 "the reservations or grow the pool",
+                 (unsigned long long)reserved, srv->num_blocks);
+        return KVS_EINVAL;
+    }
+    if (radix_ns_count(srv->index) + new_ns > srv->cfg.max_namespaces) {
+        snprintf(err, errlen, "%u namespaces would exceed max_namespaces (%u)",
+                 radix_ns_count(srv->index) + new_ns, srv->cfg.max_namespaces);
+        return KVS_EINVAL;
+    }
+    return 0;
+}
+
+int tenants_apply(server_t *srv, config_t *conf, char *err, size_t errlen)
+{
+    int rc = check(srv, conf, err, errlen);
+    if (rc != 0)
+        return rc;
+    if (tenants_alloc(srv) != 0)
+        return KVS_ENOMEM;
+    /* Every namespace first loses what the file gave it; the file (or a
+     * --namespace flag) gives it back. */
+    for (uint32_t i = 0; i < srv->n_tenants; i++) {
+        bool by_flag = srv->tenants[i].by_flag;
+        memset(&srv->tenants[i], 0, sizeof(srv->tenants[i]));
+        srv->tenants[i].declared = srv->tenants[i].by_flag = by_flag;
+    }
+    srv->any_ns_acl = false;
+    for (uint32_t i = 0; conf && i < conf->n_ns; i++) {
+        const config_ns_t *n = &conf->ns[i];
+        uint32_t id;
+        if (radix_ns_find(srv->index, n->name, &id) == 0 && id < srv->n_tenants &&
+            srv->tenants[id].by_flag) {
+            /* --namespace overrides the file's limits, at start and on reload. */
+        } else if (radix_ns_find(srv->index, n->name, &id) == 0) {
+            radix_ns_stats_t before;
+            radix_ns_stats(srv->index, id, &before);
+            radix_ns_set_limits(srv->index, id, n->quota, n->reserve);
+            if (before.quota != n->quota || before.reserve != n->reserve)
+                LOG_INFO("namespace '%s': quota %u -> %u, reserve %u -> %u", n->name, before.quota,
+                         n->quota, before.reserve, n->reserve);
+        } else {
+            rc = radix_ns_create(srv->index, n->name, server_ns_seed(n->name), n->quota, n->reserve,
+                                 &id);
+            if (rc != 0) {
+                snprintf(err, errlen, "cannot create namespace '%s': %s", n->name,
+                         kvs_strerror(rc));
+                return rc;
+            }
+        }
+        if (id < srv->n_tenants) {
+            srv->tenants[id].declared = true;
+            srv->tenants[id].acl = n->acl;
+            if (n->acl.n_uids || n->acl.n_gids)
+                srv->any_ns_acl = true;
+        }
+    }
+    /* A namespace dropped from the file keeps its cache but loses its
+     * limits: it is no longer the operator's to protect. */
+    for (uint32_t id = 0; id < radix_ns_count(srv->index) && id < srv->n_tenants; id++) {
+        radix_ns_stats_t st;
+        if (srv->tenants[id].declared || radix_ns_stats(srv->index, id, &st) != 0)
+            continue;
+        if (srv->conf && config_find_ns(srv->conf, radix_ns_name(srv->index, id)) &&
+            (st.quota || st.reserve)) {
+            radix_ns_set_limits(srv->index, id, 0, 0);
+            LOG_INFO("namespace '%s' is no longer declared: quota and reserve removed",
+                     radix_ns_name(srv->index, id));
+        }
+    }
+    config_free(srv->conf);
+    srv->conf = conf;
+    return 0;
+}
+
+void tenants_reload(server_t *srv)
+{
+    char err[2048];
+    config_t *conf = NULL;
+    if (!srv->cfg.config_path) {
+        LOG_INFO("SIGHUP: no config file to reload (start with --config FILE)");
+        return;
+    }
+    int rc = config_load(srv->cfg.config_path, &conf, err, sizeof(err));
+    if (rc == 0)
+        rc = tenants_apply(srv, conf, err, sizeof(err));
+    if (rc != 0) {
+        if (conf && conf != srv->conf)
+            config_free(conf);
+        srv->metrics.config_reload_errors++;
+        LOG_ERROR("SIGHUP: %s not reloaded, the running configuration stays: %s",
+                  srv->cfg.config_path, err);
+        return;
+    }
+    srv->metrics.config_reloads++;
+    LOG_INFO("SIGHUP: reloaded namespaces from %s (other keys take effect at restart)",
+             srv->cfg.config_path);
+    tenants_log(srv);
+}
+
+void tenants_free(server_t *srv)
+{
+    free(srv->tenants);
+    srv->tenants = NULL;
+    srv->n_tenants = 0;
+    config_free(srv->conf);
+    srv->conf = NULL;
+}
+
+bool tenants_allowed(const session_t *s, uint32_t ns)
+{
+    const server_t *srv = s->srv;
+    if (!srv->any_ns_acl || ns >= srv->n_tenants || !s->has_peer)
+        return true;
+    return config_acl_allows(&srv->tenants[ns].acl, s->peer_uid, s->peer_gid);
+}
+
+bool tenants_usable(const server_t *srv, uint32_t ns)
+{
+    if (srv->cfg.dynamic_namespaces)
+        return true;
+    return ns < srv->n_tenants && srv->tenants[ns].declared;
+}
+
+void tenants_log(const server_t *srv)
+{
+    for (uint32_t i = 0; srv->conf && i < srv->conf->n_ns; i++) {
+        const config_ns_t *n = &srv->conf->ns[i];
+        char acl[256];
+        config_acl_describe(&n->acl, acl, sizeof(acl));
+        LOG_INFO("config: namespace '%s': quota %u%s, reserve %u, allowed %s", n->name, n->quota,
+                 n->quota ? "" : " (none)", n->reserve, acl);
+    }
+}

@@ -1,0 +1,59 @@
+#!/bin/sh
+# cmake --install into a temporary prefix, then build a tiny program against
+# the installed kvshare.pc (shared) and libkvshare.a (static), and run the
+# installed binaries. Usage: install_test.sh BUILD_DIR CC [extra CFLAGS...]
+set -eu
+build=$1
+cc=$2
+shift 2
+tmp=$(mktemp -d /tmp/kvs-install-XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+
+cmake --install "$build" --prefix "$tmp/prefix" >"$tmp/install.log"
+pc=$(find "$tmp/prefix" -name kvshare.pc)
+test -n "$pc" || { echo "no kvshare.pc installed"; cat "$tmp/install.log"; exit 1; }
+libdir=$(dirname "$(dirname "$pc")")
+for f in bin/kvshared bin/kvshare include/kvshare.h include/kvshare_status.h \
+         lib/systemd/system/kvshared.service share/kvshare/examples/kvshared.conf; do
+    test -e "$tmp/prefix/$f" || { echo "missing $f"; exit 1; }
+done
+test -e "$libdir/libkvshare.a" || { echo "missing libkvshare.a"; exit 1; }
+ls "$libdir"/libkvshare.so* >/dev/null || { echo "missing libkvshare.so"; exit 1; }
+
+cat >"$tmp/hello.c" <<'C'
+#include <kvshare.h>
+#include <stdio.h>
+#include <string.h>
+
+int main(void)
+{
+    kvs_options_t opts;
+    kvs_client_t *c = NULL;
+    kvs_options_init(&opts);
+    opts.socket_path = "/nonexistent/kvshared.sock";
+    int rc = kvs_connect(&opts, &c);
+    printf("kvshare %d.%d.%d: connect without a daemon: %s\n", KVS_VERSION_MAJOR,
+           KVS_VERSION_MINOR, KVS_VERSION_PATCH, kvs_strerror(rc));
+    kvs_close(c);
+    return rc == KVS_ENOTCONN && strcmp(kvs_strerror(KVS_EPOOLFULL), "no free block in the pool") == 0
+               ? 0
+               : 1;
+}
+C
+export PKG_CONFIG_PATH="$(dirname "$pc")"
+# shellcheck disable=SC2046
+"$cc" "$@" -o "$tmp/hello" "$tmp/hello.c" $(pkg-config --cflags --libs kvshare)
+LD_LIBRARY_PATH="$libdir" "$tmp/hello"
+# The static library is self-contained but for libprotobuf-c and libdl.
+# shellcheck disable=SC2046
+"$cc" "$@" -o "$tmp/hello_static" "$tmp/hello.c" $(pkg-config --cflags kvshare) \
+    "$libdir/libkvshare.a" $(pkg-config --libs libprotobuf-c) -ldl
+"$tmp/hello_static"
+if ldd "$tmp/hello_static" | grep -q libkvshare; then
+    echo "hello_static links libkvshare.so"; exit 1
+fi
+"$tmp/prefix/bin/kvshared" --version
+"$tmp/prefix/bin/kvshared" --check-config "$tmp/prefix/share/kvshare/examples/kvshared.conf"
+"$tmp/prefix/bin/kvshare" --help >/dev/null
+grep -q "ExecStart=.*kvshared --config" "$tmp/prefix/lib/systemd/system/kvshared.service"
+echo "install test: ok"

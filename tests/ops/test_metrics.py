@@ -1,0 +1,135 @@
+"""Prometheus metrics over HTTP, scraped by real HTTP clients (curl and
+urllib), against `kvshare stats --json` from the same daemon."""
+import json
+import os
+import shutil
+import socket
+import subprocess
+import unittest
+import urllib.error
+import urllib.request
+
+from ops_daemon import BT, Daemon, kvshare, metric, parse_metrics
+
+
+def cli(*args):
+    return subprocess.run([os.environ["KVSHARE_CLI"]] + list(args),
+                          capture_output=True, text=True, timeout=60)
+
+
+class MetricsTest(unittest.TestCase):
+    def setUp(self):
+        self.d = Daemon(blocks=16)
+
+    def tearDown(self):
+        self.assertEqual(self.d.stop(), 0)
+
+    def traffic(self):
+        with kvshare.Client(socket_path=self.d.socket, map_pool=False) as c:
+            tokens = list(range(1000, 1000 + 4 * BT))
+            ids = c.alloc(4, ns="tenant-a")
+            c.commit(tokens, ids, ns="tenant-a")
+            self.assertEqual(len(c.lookup(tokens, ns="tenant-a", pin=False)), 4)
+            self.assertEqual(len(c.lookup(tokens[:2 * BT] + [7] * BT, ns="tenant-a",
+                                          pin=False)), 2)
+            c.lookup([5] * (3 * BT), ns="tenant-b", pin=False)
+            held = c.alloc(12)  # the rest of the pool; the cached 4 stay pinned
+            with self.assertRaises(kvshare.KvsError):
+                c.alloc(1)  # pool full: every block is writing or pinned
+            c.release(held)
+            c.release(ids)
+
+    def test_scrape_matches_stats(self):
+        self.traffic()
+        r = cli("stats", "--json", "--socket", self.d.socket)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        s = json.loads(r.stdout)
+        curl = shutil.which("curl")
+        if curl:
+            # curl is not ours: without the sanitizer runtimes a sanitizer
+            # build preloads into this test.
+            env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+            text = subprocess.run([curl, "-sf", "--max-time", "20", self.d.url()],
+                                  capture_output=True, text=True, timeout=30, check=True,
+                                  env=env).stdout
+        else:
+            text = self.d.scrape()
+        m = parse_metrics(text)
+        b = s["blocks"]
+        self.assertEqual(metric(m, "kvshare_blocks", state="free"), b["free"])
+        self.assertEqual(metric(m, "kvshare_blocks", state="writing"), b["writing"])
+        self.assertEqual(metric(m, "kvshare_blocks", state="cached"), b["cached"])
+        self.assertEqual(metric(m, "kvshare_blocks", state="pinned"), b["pinned"])
+        self.assertEqual(b["cached"], 4)
+        self.assertEqual(metric(m, "kvshare_pool_blocks"), b["total"])
+        self.assertAlmostEqual(metric(m, "kvshare_kv_cache_usage_perc"),
+                               (b["total"] - b["free"]) / b["total"], places=5)
+        self.assertEqual(metric(m, "kvshare_evictions_total"), s["evictions"])
+        self.assertEqual(metric(m, "kvshare_alloc_failures_total", reason="pool_full"),
+                         s["alloc_failures"])
+        self.assertEqual(s["alloc_failures"], 1)
+        self.assertEqual(metric(m, "kvshare_alloc_failures_total", reason="quota"), 0)
+        self.assertEqual(metric(m, "kvshare_sessions_total"), s["sessions_total"])
+        self.assertEqual(metric(m, "kvshare_sessions"), 0)
+        # The Stats request itself is counted once it is answered.
+        self.assertEqual(metric(m, "kvshare_requests_total"), s["requests"] + 1)
+        self.assertEqual(metric(m, "kvshare_request_errors_total"), s["errors"])
+        for ns in s["namespaces"]:
+            self.assertEqual(metric(m, "kvshare_prefix_cache_queries_total",
+                                    namespace=ns["name"]), ns["lookup_tokens"])
+            self.assertEqual(metric(m, "kvshare_prefix_cache_hits_total",
+                                    namespace=ns["name"]), ns["hit_tokens"])
+            self.assertEqual(metric(m, "kvshare_namespace_cached_blocks",
+                                    namespace=ns["name"]), ns["cached_blocks"])
+        self.assertEqual(metric(m, "kvshare_prefix_cache_queries_total", namespace="tenant-a"),
+                         7 * BT)
+        self.assertEqual(metric(m, "kvshare_prefix_cache_hits_total", namespace="tenant-a"),
+                         6 * BT)
+        self.assertEqual(metric(m, "kvshare_prefix_cache_hits_total", namespace="tenant-b"), 0)
+        # Histograms: one latency observation per request; one reuse gap
+        # per lookup that hits (2 of 3); none evicted yet.
+        self.assertEqual(metric(m, "kvshare_rpc_duration_seconds_count", rpc="Lookup"), 3)
+        self.assertEqual(metric(m, "kvshare_rpc_duration_seconds_bucket", rpc="Lookup",
+                                le="+Inf"), 3)
+        self.assertEqual(metric(m, "kvshare_rpc_duration_seconds_count", rpc="Alloc"), 3)
+        self.assertEqual(metric(m, "kvshare_block_reuse_gap_seconds_count"), 2)
+        self.assertEqual(metric(m, "kvshare_block_lifetime_seconds_count"), 0)
+
+    def test_lifetime_after_eviction(self):
+        with kvshare.Client(socket_path=self.d.socket, map_pool=False) as c:
+            ids = c.alloc(4)
+            c.commit(list(range(4 * BT)), ids)
+            c.release(ids)
+            c.release(c.alloc(16))  # evicts the 4 cached blocks
+        m = parse_metrics(self.d.scrape())
+        self.assertEqual(metric(m, "kvshare_evictions_total"), 4)
+        self.assertEqual(metric(m, "kvshare_block_lifetime_seconds_count"), 4)
+        self.assertEqual(metric(m, "kvshare_block_lifetime_seconds_bucket", le="+Inf"), 4)
+
+    def test_not_found_and_method(self):
+        with self.assertRaises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(self.d.url("/"), timeout=10)
+        self.assertEqual(e.exception.code, 404)
+        req = urllib.request.Request(self.d.url(), data=b"x", method="POST")
+        with self.assertRaises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(req, timeout=10)
+        self.assertEqual(e.exception.code, 405)
+
+    def test_oversized_request_and_idle_client_do_not_block(self):
+        idle = socket.create_connection(("127.0.0.1", self.d.port), timeout=10)
+        idle.sendall(b"GET /metr")  # never finishes its request
+        big = socket.create_connection(("127.0.0.1", self.d.port), timeout=10)
+        big.sendall(b"GET /metrics HTTP/1.1\r\nX: " + b"a" * 10000)
+        reply = big.recv(100)
+        self.assertTrue(reply.startswith(b"HTTP/1.1 431"), reply)
+        big.close()
+        # The idle client holds a connection; the daemon still answers both
+        # HTTP and its socket.
+        self.assertIn("kvshare_pool_blocks 16", self.d.scrape())
+        with kvshare.Client(socket_path=self.d.socket, map_pool=False) as c:
+            self.assertEqual(c.lookup([1] * BT, pin=False), [])
+        idle.close()
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
