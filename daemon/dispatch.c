@@ -60,7 +60,7 @@ static void *arena_alloc(void *data, size_t size)
     server_t *srv = data;
     size_t need = (size + 15) & ~(size_t)15;
     srv->decode_want += need;
-    if (srv->decode_used + need <= srv->decode_cap) {
+    if (srv->decode_arena && srv->decode_used + need <= srv->decode_cap) {
         void *p = srv->decode_arena + srv->decode_used;
         srv->decode_used += need;
         return p;
@@ -68,11 +68,14 @@ static void *arena_alloc(void *data, size_t size)
     return malloc(size);
 }
 
+/* Compared as integers: before the first request the arena is NULL, and
+ * NULL + 0 or an order between unrelated pointers is undefined in C. */
 static void arena_free(void *data, void *p)
 {
     server_t *srv = data;
-    if (p &&
-        ((uint8_t *)p < srv->decode_arena || (uint8_t *)p >= srv->decode_arena + srv->decode_cap))
+    uintptr_t at = (uintptr_t)p;
+    uintptr_t lo = (uintptr_t)srv->decode_arena;
+    if (p && (lo == 0 || at < lo || at - lo >= srv->decode_cap))
         free(p);
 }
 
