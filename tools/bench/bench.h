@@ -22,4 +22,12 @@ uint64_t bench_now_ns(void);
 /* Sorts samples in place and returns the q-quantile (0 <= q <= 1). */
 double bench_quantile(uint64_t *samples, size_t n, double q);
 
+/* qsort comparator for floats, ascending. */
+int bench_cmp_float(const void *a, const void *b);
+
+/* The kvshared built next to this program (build/tools/bench/kvshare-bench ->
+ * build/daemon/kvshared), written into buf; "kvshared" (found on PATH) when
+ * /proc/self/exe cannot be read. Returns buf or that literal. */
+const char *bench_default_kvshared(char *buf, size_t len);
+
 #endif

@@ -59,12 +59,6 @@ static double now_us(void)
     return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
 }
 
-static int cmp_float(const void *a, const void *b)
-{
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
-}
-
 static void prompt(uint32_t *t, size_t n, uint32_t seed)
 {
     uint32_t x = seed * 2654435761u + 1;
@@ -368,7 +362,7 @@ static int samples_add(samples_t *acc, const float *v, size_t n)
 
 static void samples_result(samples_t *acc, cell_t *out)
 {
-    qsort(acc->v, acc->n, sizeof(float), cmp_float);
+    qsort(acc->v, acc->n, sizeof(float), bench_cmp_float);
     out->p50_us = acc->n ? acc->v[acc->n / 2] : 0;
     out->p99_us = acc->n ? acc->v[(size_t)((double)acc->n * 0.99)] : 0;
     out->per_sec = (double)acc->n / (acc->elapsed_s > 0 ? acc->elapsed_s : 1);
@@ -565,21 +559,6 @@ static void usage(FILE *f)
                "alternating rounds (default 5). --quick: 64 and 4k tokens, 1 and 16 clients.\n");
 }
 
-static const char *default_kvshared(char *buf, size_t len)
-{
-    char self[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    if (n <= 0)
-        return "kvshared";
-    self[n] = '\0';
-    char *slash = strrchr(self, '/');
-    if (slash)
-        *slash = '\0';
-    /* build/tools/bench/<bench> -> build/daemon/kvshared */
-    snprintf(buf, len, "%s/../../daemon/kvshared", self);
-    return buf;
-}
-
 int bench_rpc_main(int argc, char **argv)
 {
     bench_cfg_t b;
@@ -587,7 +566,7 @@ int bench_rpc_main(int argc, char **argv)
     int quick = 0, rounds = 5;
     memset(&b, 0, sizeof(b));
     b.seconds = 2.0;
-    b.kvshared = default_kvshared(kvshared, sizeof(kvshared));
+    b.kvshared = bench_default_kvshared(kvshared, sizeof(kvshared));
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--kvshared") == 0 && i + 1 < argc) {
             b.kvshared = argv[++i];

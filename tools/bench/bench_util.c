@@ -1,5 +1,9 @@
 /* bench_util.c: helpers shared by the kvshare-bench subcommands (bench.h). */
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "bench.h"
@@ -37,4 +41,24 @@ double bench_quantile(uint64_t *samples, size_t n, double q)
     qsort(samples, n, sizeof(*samples), cmp_u64);
     size_t i = (size_t)(q * (double)(n - 1) + 0.5);
     return (double)samples[i];
+}
+
+int bench_cmp_float(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+const char *bench_default_kvshared(char *buf, size_t len)
+{
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n <= 0)
+        return "kvshared";
+    self[n] = '\0';
+    char *slash = strrchr(self, '/');
+    if (slash)
+        *slash = '\0';
+    snprintf(buf, len, "%s/../../daemon/kvshared", self);
+    return buf;
 }

@@ -92,20 +92,6 @@ static void sleep_until_ms(double t)
 
 /* ---- the daemon ------------------------------------------------------------- */
 
-static const char *default_kvshared(char *buf, size_t len)
-{
-    char self[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    if (n <= 0)
-        return "kvshared";
-    self[n] = '\0';
-    char *slash = strrchr(self, '/');
-    if (slash)
-        *slash = '\0';
-    snprintf(buf, len, "%s/../../daemon/kvshared", self); /* build/tools/bench -> build/daemon */
-    return buf;
-}
-
 /* Starts kvshared on sock and waits for its READY line. */
 static pid_t start_daemon(const replay_opts_t *o, const char *sock)
 {
@@ -338,12 +324,6 @@ static void replay_usage(FILE *f)
             "  --json              one JSON object instead of text\n");
 }
 
-static int cmp_float(const void *a, const void *b)
-{
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
-}
-
 int bench_replay(int argc, char **argv)
 {
     char kvshared[PATH_MAX + 32];
@@ -356,7 +336,7 @@ int bench_replay(int argc, char **argv)
                        .dtype = "fp16",
                        .eviction = "lru",
                        .write_bytes = 64};
-    o.kvshared = default_kvshared(kvshared, sizeof(kvshared));
+    o.kvshared = bench_default_kvshared(kvshared, sizeof(kvshared));
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool ok = true;
@@ -517,7 +497,7 @@ int bench_replay(int argc, char **argv)
         for (size_t i = 0; i < tr.n_reqs; i++)
             if (recs[i].done && recs[i].us[k] >= 0)
                 lat[n++] = recs[i].us[k];
-        qsort(lat, n, sizeof(*lat), cmp_float);
+        qsort(lat, n, sizeof(*lat), bench_cmp_float);
         n_lat[k] = n;
         if (n) {
             pct[k][0] = lat[(size_t)(0.50 * (double)(n - 1))];
