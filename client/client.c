@@ -863,6 +863,14 @@ int kvs_stats(kvs_client_t *c, kvs_stats_t *out)
         out->requests = s->requests;
         out->errors = s->errors;
         out->protocol_errors = s->protocol_errors;
+        out->alloc_failures_quota = s->alloc_failures_quota;
+        out->session_limit_refusals = s->session_limit_refusals;
+        out->sessions_refused = s->sessions_refused;
+        out->peers_denied = s->peers_denied;
+        out->sessions_dropped = s->sessions_dropped;
+        out->namespace_denied = s->namespace_denied;
+        out->config_reloads = s->config_reloads;
+        out->config_reload_errors = s->config_reload_errors;
         out->bytes_in = s->bytes_in;
         out->bytes_out = s->bytes_out;
         out->block_bytes = s->block_bytes;

@@ -241,6 +241,14 @@ typedef struct kvs_stats {
     uint64_t uptime_ms;
     size_t n_namespaces;
     kvs_ns_stats_t *namespaces; /* owned by out; free with kvs_stats_free */
+    /* Appended after the first release; 0 from a daemon that predates them. */
+    uint64_t alloc_failures_quota;   /* Commits cut short by a namespace quota */
+    uint64_t session_limit_refusals; /* over session_max_pinned or session_max_writing */
+    uint64_t sessions_refused;       /* connections over the session limit */
+    uint64_t peers_denied;           /* connections refused by the uid/gid allow-lists */
+    uint64_t sessions_dropped;       /* closed for not reading their replies */
+    uint64_t namespace_denied;       /* requests refused by a namespace allow-list */
+    uint64_t config_reloads, config_reload_errors; /* SIGHUP reloads applied, refused */
 } kvs_stats_t;
 
 /* The daemon's counters. Free out->namespaces with kvs_stats_free. Errors:

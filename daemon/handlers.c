@@ -614,6 +614,14 @@ int handler_stats(session_t *s, const Kvshare__Request *req, Kvshare__Response *
     r->requests = srv->metrics.requests;
     r->errors = srv->metrics.errors;
     r->protocol_errors = srv->metrics.protocol_errors;
+    r->alloc_failures_quota = srv->metrics.alloc_fail_quota;
+    r->session_limit_refusals = srv->metrics.limit_refusals;
+    r->sessions_refused = srv->metrics.sessions_refused;
+    r->peers_denied = srv->metrics.peers_denied;
+    r->sessions_dropped = srv->metrics.sessions_dropped;
+    r->namespace_denied = srv->metrics.ns_denied;
+    r->config_reloads = srv->metrics.config_reloads;
+    r->config_reload_errors = srv->metrics.config_reload_errors;
     r->bytes_in = srv->metrics.bytes_in;
     r->bytes_out = srv->metrics.bytes_out;
     r->block_bytes = srv->block_bytes;

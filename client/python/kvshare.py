@@ -104,6 +104,10 @@ class _Stats(ctypes.Structure):
         ("uptime_ms", ctypes.c_uint64),
         ("n_namespaces", ctypes.c_size_t),
         ("namespaces", ctypes.POINTER(_NsStats)),
+        ("alloc_failures_quota", ctypes.c_uint64), ("session_limit_refusals", ctypes.c_uint64),
+        ("sessions_refused", ctypes.c_uint64), ("peers_denied", ctypes.c_uint64),
+        ("sessions_dropped", ctypes.c_uint64), ("namespace_denied", ctypes.c_uint64),
+        ("config_reloads", ctypes.c_uint64), ("config_reload_errors", ctypes.c_uint64),
     ]
 
 

@@ -19,7 +19,12 @@ def cli(*args):
 
 class MetricsTest(unittest.TestCase):
     def setUp(self):
-        self.d = Daemon(blocks=16)
+        extra = ()
+        if self._testMethodName == "test_scrape_matches_stats":
+            # A 1-block quota and a writing limit above what traffic() holds
+            # at once (12 + 1), so the refusals it counts are its own.
+            extra = ("--namespace", "tenant-q:1", "--session-max-writing", "13")
+        self.d = Daemon(blocks=16, extra=extra)
 
     def tearDown(self):
         self.assertEqual(self.d.stop(), 0)
@@ -39,8 +44,18 @@ class MetricsTest(unittest.TestCase):
             c.release(held)
             c.release(ids)
 
+    def refusals(self):
+        with kvshare.Client(socket_path=self.d.socket, map_pool=False) as c:
+            with self.assertRaises(kvshare.KvsError):
+                c.alloc(14)  # over session_max_writing
+            q = c.alloc(2, ns="tenant-q")
+            with self.assertRaises(kvshare.KvsError):
+                c.commit(list(range(50, 50 + 2 * BT)), q, ns="tenant-q")  # quota of 1 block
+            c.release(q)
+
     def test_scrape_matches_stats(self):
         self.traffic()
+        self.refusals()
         r = cli("stats", "--json", "--socket", self.d.socket)
         self.assertEqual(r.returncode, 0, r.stderr)
         s = json.loads(r.stdout)
@@ -60,7 +75,7 @@ class MetricsTest(unittest.TestCase):
         self.assertEqual(metric(m, "kvshare_blocks", state="writing"), b["writing"])
         self.assertEqual(metric(m, "kvshare_blocks", state="cached"), b["cached"])
         self.assertEqual(metric(m, "kvshare_blocks", state="pinned"), b["pinned"])
-        self.assertEqual(b["cached"], 4)
+        self.assertEqual(b["cached"], 5)  # 4 of tenant-a, 1 under tenant-q's quota
         self.assertEqual(metric(m, "kvshare_pool_blocks"), b["total"])
         self.assertAlmostEqual(metric(m, "kvshare_kv_cache_usage_perc"),
                                (b["total"] - b["free"]) / b["total"], places=5)
@@ -68,7 +83,23 @@ class MetricsTest(unittest.TestCase):
         self.assertEqual(metric(m, "kvshare_alloc_failures_total", reason="pool_full"),
                          s["alloc_failures"])
         self.assertEqual(s["alloc_failures"], 1)
-        self.assertEqual(metric(m, "kvshare_alloc_failures_total", reason="quota"), 0)
+        self.assertEqual(metric(m, "kvshare_alloc_failures_total", reason="quota"),
+                         s["alloc_failures_quota"])
+        self.assertEqual(s["alloc_failures_quota"], 1)
+        self.assertEqual(metric(m, "kvshare_session_limit_refusals_total"),
+                         s["session_limit_refusals"])
+        self.assertEqual(s["session_limit_refusals"], 1)
+        # No allow-list, session cap, slow reader or reload here: these
+        # compare zeros.
+        for name, labels, key in (
+                ("kvshare_sessions_refused_total", {"reason": "limit"}, "sessions_refused"),
+                ("kvshare_sessions_refused_total", {"reason": "denied"}, "peers_denied"),
+                ("kvshare_sessions_dropped_total", {}, "sessions_dropped"),
+                ("kvshare_namespace_denied_total", {}, "namespace_denied"),
+                ("kvshare_config_reloads_total", {"result": "ok"}, "config_reloads"),
+                ("kvshare_config_reloads_total", {"result": "error"}, "config_reload_errors")):
+            self.assertEqual(metric(m, name, **labels), s[key], name)
+            self.assertEqual(s[key], 0, key)
         self.assertEqual(metric(m, "kvshare_sessions_total"), s["sessions_total"])
         self.assertEqual(metric(m, "kvshare_sessions"), 0)
         # The Stats request itself is counted once it is answered.
@@ -91,7 +122,7 @@ class MetricsTest(unittest.TestCase):
         self.assertEqual(metric(m, "kvshare_rpc_duration_seconds_count", rpc="Lookup"), 3)
         self.assertEqual(metric(m, "kvshare_rpc_duration_seconds_bucket", rpc="Lookup",
                                 le="+Inf"), 3)
-        self.assertEqual(metric(m, "kvshare_rpc_duration_seconds_count", rpc="Alloc"), 3)
+        self.assertEqual(metric(m, "kvshare_rpc_duration_seconds_count", rpc="Alloc"), 5)
         self.assertEqual(metric(m, "kvshare_block_reuse_gap_seconds_count"), 2)
         self.assertEqual(metric(m, "kvshare_block_lifetime_seconds_count"), 0)
 

@@ -32,8 +32,15 @@ void cli_print_stats(FILE *f, const kvs_stats_t *s)
     fprintf(f, "index     %s, %llu evictions, %llu alloc failures (pool full)\n",
             cli_bytes(s->index_bytes, a, sizeof(a)), (unsigned long long)s->evictions,
             (unsigned long long)s->alloc_failures);
-    fprintf(f, "sessions  %u open, %llu since start\n", s->sessions,
-            (unsigned long long)s->sessions_total);
+    fprintf(f, "sessions  %u open, %llu since start, %llu refused (limit), %llu dropped\n",
+            s->sessions, (unsigned long long)s->sessions_total,
+            (unsigned long long)s->sessions_refused, (unsigned long long)s->sessions_dropped);
+    fprintf(f, "refusals  quota %llu, session limits %llu, denied peers %llu, denied ns %llu\n",
+            (unsigned long long)s->alloc_failures_quota,
+            (unsigned long long)s->session_limit_refusals, (unsigned long long)s->peers_denied,
+            (unsigned long long)s->namespace_denied);
+    fprintf(f, "reloads   %llu ok, %llu refused\n", (unsigned long long)s->config_reloads,
+            (unsigned long long)s->config_reload_errors);
     fprintf(f, "requests  %llu, %llu errors, %llu refused frames, in %s, out %s\n",
             (unsigned long long)s->requests, (unsigned long long)s->errors,
             (unsigned long long)s->protocol_errors, cli_bytes(s->bytes_in, a, sizeof(a)),
@@ -61,6 +68,9 @@ static void print_json(FILE *f, const kvs_stats_t *s)
             "\"cached\":%u,\"pinned\":%u},\"evictions\":%llu,\"alloc_failures\":%llu,"
             "\"index_bytes\":%llu,\"sessions\":%u,\"sessions_total\":%llu,\"requests\":%llu,"
             "\"errors\":%llu,\"protocol_errors\":%llu,\"bytes_in\":%llu,\"bytes_out\":%llu,"
+            "\"alloc_failures_quota\":%llu,\"session_limit_refusals\":%llu,"
+            "\"sessions_refused\":%llu,\"peers_denied\":%llu,\"sessions_dropped\":%llu,"
+            "\"namespace_denied\":%llu,\"config_reloads\":%llu,\"config_reload_errors\":%llu,"
             "\"namespaces\":[",
             backend_name(s->backend), (unsigned long long)s->uptime_ms, s->block_tokens,
             (unsigned long long)s->block_bytes, (unsigned long long)s->pool_bytes, s->total_blocks,
@@ -69,7 +79,11 @@ static void print_json(FILE *f, const kvs_stats_t *s)
             (unsigned long long)s->index_bytes, s->sessions, (unsigned long long)s->sessions_total,
             (unsigned long long)s->requests, (unsigned long long)s->errors,
             (unsigned long long)s->protocol_errors, (unsigned long long)s->bytes_in,
-            (unsigned long long)s->bytes_out);
+            (unsigned long long)s->bytes_out, (unsigned long long)s->alloc_failures_quota,
+            (unsigned long long)s->session_limit_refusals, (unsigned long long)s->sessions_refused,
+            (unsigned long long)s->peers_denied, (unsigned long long)s->sessions_dropped,
+            (unsigned long long)s->namespace_denied, (unsigned long long)s->config_reloads,
+            (unsigned long long)s->config_reload_errors);
     for (size_t i = 0; i < s->n_namespaces; i++) {
         const kvs_ns_stats_t *n = &s->namespaces[i];
         fprintf(f, "%s{\"name\":", i ? "," : "");
