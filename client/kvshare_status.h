@@ -50,4 +50,20 @@ typedef enum kvs_status {
 /* Number of codes in the table: codes run from 0 down to -(KVS_STATUS_COUNT - 1). */
 #define KVS_STATUS_COUNT 24
 
+/* The table's text for a code; "unknown kvshare status" for any other value.
+ * kvs_strerror() is this, exported from libkvshare; code that does not link
+ * the client (the index, the pool, tools) calls this directly. */
+static inline const char *kvs_status_text(int status)
+{
+    switch (status) {
+#define KVS_STATUS_TEXT(name, code, text)                                                          \
+    case (code):                                                                                   \
+        return (text);
+        KVS_STATUS_TABLE(KVS_STATUS_TEXT)
+#undef KVS_STATUS_TEXT
+    default:
+        return "unknown kvshare status";
+    }
+}
+
 #endif /* KVSHARE_STATUS_H */

@@ -3,13 +3,5 @@
 
 const char *kvs_strerror(int status)
 {
-    switch (status) {
-#define KVS_STATUS_TEXT(name, code, text)                                                          \
-    case (code):                                                                                   \
-        return (text);
-        KVS_STATUS_TABLE(KVS_STATUS_TEXT)
-#undef KVS_STATUS_TEXT
-    default:
-        return "unknown kvshare status";
-    }
+    return kvs_status_text(status);
 }

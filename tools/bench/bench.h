@@ -13,9 +13,6 @@ int bench_rpc_main(int argc, char **argv); /* bench_rpc.c */
 int bench_trace_sim(int argc, char **argv);
 int bench_replay(int argc, char **argv);
 
-/* Text of a KVS_* status code (the table in kvshare_status.h). */
-const char *bench_status_text(int status);
-
 /* Monotonic clock in nanoseconds. */
 uint64_t bench_now_ns(void);
 

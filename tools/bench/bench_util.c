@@ -7,19 +7,6 @@
 #include <time.h>
 
 #include "bench.h"
-#include "kvshare_status.h"
-
-const char *bench_status_text(int status)
-{
-    switch (status) {
-#define BENCH_STATUS_CASE(name, code, text)                                                        \
-    case code:                                                                                     \
-        return text;
-        KVS_STATUS_TABLE(BENCH_STATUS_CASE)
-#undef BENCH_STATUS_CASE
-    }
-    return "unknown status";
-}
 
 uint64_t bench_now_ns(void)
 {

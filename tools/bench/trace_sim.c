@@ -398,7 +398,7 @@ int bench_trace_sim(int argc, char **argv)
     char err[256] = "";
     int rc = trace_load(path, max_reqs, &tr, err, sizeof(err));
     if (rc) {
-        fprintf(stderr, "trace-sim: %s (%s)\n", err, bench_status_text(rc));
+        fprintf(stderr, "trace-sim: %s (%s)\n", err, kvs_status_text(rc));
         return 1;
     }
     size_t distinct = distinct_ids(&tr);
@@ -415,7 +415,7 @@ int bench_trace_sim(int argc, char **argv)
     usp.policy = RADIX_EVICT_LRU;
     rc = sim_run(&tr, &usp, &unl);
     if (rc) {
-        fprintf(stderr, "trace-sim: unlimited run failed: %s\n", bench_status_text(rc));
+        fprintf(stderr, "trace-sim: unlimited run failed: %s\n", kvs_status_text(rc));
         trace_free(&tr);
         return 1;
     }
@@ -459,7 +459,7 @@ int bench_trace_sim(int argc, char **argv)
                 rc = units >= 1 ? sim_belady(&tr, (uint32_t)units, &res) : KVS_EINVAL;
             }
             if (rc) {
-                fprintf(stderr, "trace-sim: run failed: %s\n", bench_status_text(rc));
+                fprintf(stderr, "trace-sim: run failed: %s\n", kvs_status_text(rc));
                 break;
             }
             double hr = (double)res.hit_tokens / (double)res.prompt_tokens;

@@ -21,19 +21,6 @@
 #include "worker.h"
 #include "workload.h"
 
-static const char *status_text(int code)
-{
-    switch (code) {
-#define STATUS_CASE(name, value, text)                                                             \
-    case value:                                                                                    \
-        return text;
-        KVS_STATUS_TABLE(STATUS_CASE)
-#undef STATUS_CASE
-    default:
-        return "unknown status";
-    }
-}
-
 typedef enum kv_mode_kind {
     KV_MODE_NONE,
     KV_MODE_PRIVATE,
@@ -268,7 +255,7 @@ static int kv_mode_open_private(const options_t *o, const geometry_t *geom, uint
     rc = kvstore_new_private(geom, blocks, &out->store);
     if (rc < 0) {
         fprintf(stderr, "kvshare-worker: kv store of %" PRIu32 " blocks: %s\n", blocks,
-                status_text(rc));
+                kvs_status_text(rc));
         return rc;
     }
     out->name = "private";
@@ -394,12 +381,12 @@ int main(int argc, char **argv)
     rc = o.prompts ? workload_load(o.prompts, cfg.vocab, &wl) : workload_chat(&o.chat, &wl);
     if (rc < 0) {
         fprintf(stderr, "kvshare-worker: %s: %s\n", o.prompts ? o.prompts : "workload",
-                status_text(rc));
+                kvs_status_text(rc));
         goto out;
     }
     rc = model_new(&cfg, &model);
     if (rc < 0) {
-        fprintf(stderr, "kvshare-worker: model: %s\n", status_text(rc));
+        fprintf(stderr, "kvshare-worker: model: %s\n", kvs_status_text(rc));
         goto out;
     }
     for (uint32_t i = 0; i < wl->count; i++) {
@@ -430,7 +417,7 @@ int main(int argc, char **argv)
 
         rc = kv_mode_run(&km, model, wl->prompt[i], wl->len[i], o.decode, generated, logits, &r);
         if (rc < 0) {
-            fprintf(stderr, "kvshare-worker: request %" PRIu32 ": %s\n", i, status_text(rc));
+            fprintf(stderr, "kvshare-worker: request %" PRIu32 ": %s\n", i, kvs_status_text(rc));
             goto out;
         }
         if (!o.quiet)
