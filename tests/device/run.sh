@@ -1,107 +1,100 @@
 #!/usr/bin/env bash
-# Builds kvshare in its own build directory and runs every GPU test in one go:
-#   - the Check suite of the cuda backend (tests/gpu/test_backend_cuda.c): pool
-#     creation and sizing errors, device copies, export in one process and
-#     import in another (a block of a layer written on one side, read on the
-#     other, both ways), an import that outlives the exporter;
-#   - bench_copy: device-to-device block copy against one cuMemcpy of the same
-#     bytes, for Llama-3.1-8B and -70B geometries, each copy checked;
-#   - the pure pool suites (geometry, free stack, host backend, calc), cheap.
-# Meant for a machine with one GPU, its driver, and the CUDA Toolkit at
-# /usr/local/cuda; takes well under 5 minutes on 16 cores.
+# The device checks, in one run, from the folder tools/device-pack.sh fills
+# (.device/: programs, libkvshare and the libraries they load), so that the GPU
+# machine needs no configure step and none of the build dependencies:
 #
-# Exit status: 0 all passed; 77 nothing failed but the GPU tests were skipped
-# (no device answered: the reason is printed); 1 something failed.
+#   tools/device-pack.sh && tests/device/run.sh          # pack here, run there
+#   tools/device-pack.sh && KVS_FAKE_DRIVER=1 tests/device/run.sh
+#                                                        # rehearsal (CI), no GPU
 #
-# Environment: BUILD_DIR (default build-device), JOBS (default nproc),
-# CUDA_ROOT (default /usr/local/cuda); KVS_FAKE_DRIVER=1 rehearses the whole
-# script without a GPU against the test driver (tests/gpu/fake_cuda.c).
+# What it proves, each step reported as passed or FAILED:
+#   - the cuda backend's Check suite: pool creation and sizing errors, copies,
+#     export in one process and import in another, an import that outlives
+#     the exporter;
+#   - kvshared --backend cuda serving two worker processes through the real
+#     daemon -> SCM_RIGHTS -> import path (test_cuda_share), with the import
+#     time per worker, with a model-sized geometry, and with the device named
+#     by UUID in CUDA_VISIBLE_DEVICES;
+#   - block copy against one cuMemcpy of the same bytes (bench_copy);
+#   - the pure pool suites and `kvshare calc`.
+# A step that reports "skipped" while a GPU is visible is a failure: the GPU
+# was there and the check did not run. Everything is logged to LOG (default
+# $OUT/device-run.log where OUT is set, else device-run.log in the packed
+# folder). Meant to
+# finish well within 5 minutes; each step has its own timeout.
+#
+# Exit status: 0 all passed; 77 no GPU visible and the GPU steps skipped (the
+# reason is printed); 1 something failed.
+#
+# Environment: PACK_DIR (default .device), LOG, KVS_FAKE_DRIVER=1 (use the
+# stand-in driver packed in .device/fake, not a GPU; figures mean nothing).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 
-BUILD_DIR=${BUILD_DIR:-build-device}
-case $BUILD_DIR in /*) ;; *) BUILD_DIR=$PWD/$BUILD_DIR ;; esac
-JOBS=${JOBS:-$(nproc 2>/dev/null || echo 4)}
-CUDA_ROOT=${CUDA_ROOT:-/usr/local/cuda}
-TARGETS="kvs_gpu test_geometry test_pool test_calc test_backend_host test_backend_cuda bench_copy kvshare"
-if [ "${KVS_FAKE_DRIVER:-0}" = 1 ]; then
-    TARGETS="$TARGETS fake_cuda"
-    export KVS_FAKE_CUDA=ok KVS_FAKE_CUDA_FREE_MIB=8192
-    export LD_LIBRARY_PATH="$BUILD_DIR/tests/gpu/fake_cuda${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    echo "KVS_FAKE_DRIVER=1: using the test driver, not a GPU; figures mean nothing"
-fi
-start=$(date +%s)
+PACK_DIR=${PACK_DIR:-.device}
+case $PACK_DIR in /*) ;; *) PACK_DIR=$PWD/$PACK_DIR ;; esac
+LOG=${LOG:-${OUT:-$PACK_DIR}/device-run.log}
+exec > >(tee "$LOG") 2>&1
 
+BIN=$PACK_DIR/bin
+start=$(date +%s)
 step() { printf '\n== %s (%ss)\n' "$*" "$(($(date +%s) - start))"; }
 
+if [ ! -f "$PACK_DIR/MANIFEST" ]; then
+    echo "no packed folder at $PACK_DIR: run tools/device-pack.sh on the build machine first"
+    echo "RESULT: FAILED"
+    exit 1
+fi
+export LD_LIBRARY_PATH="$PACK_DIR/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export KVS_KVSHARED="$BIN/kvshared"
+fake=0
+if [ "${KVS_FAKE_DRIVER:-0}" = 1 ]; then
+    fake=1
+    export KVS_FAKE_CUDA=ok KVS_FAKE_CUDA_FREE_MIB=4096
+    export LD_LIBRARY_PATH="$PACK_DIR/fake:$LD_LIBRARY_PATH"
+    echo "KVS_FAKE_DRIVER=1: the stand-in driver, not a GPU; figures mean nothing"
+fi
+
 step "machine"
-uname -sr
-command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used \
-    --format=csv,noheader 2>&1 | head -4 || echo "nvidia-smi not found"
-[ -f "$CUDA_ROOT/include/cuda.h" ] && grep -m1 '#define CUDA_VERSION' "$CUDA_ROOT/include/cuda.h" ||
-    echo "no cuda.h under $CUDA_ROOT/include: the cuda backend will not be built"
-
-# Without the project's other dependencies (libuv, protobuf-c, ...), cmake
-# cannot configure; the GPU tests need only the pool library, Check and the
-# CUDA headers, so build those directly instead.
-direct_build() {
-    local out="$BUILD_DIR/tests/gpu" kv="$BUILD_DIR/tools/kvshare"
-    local cflags=(-std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Igpu -Iclient)
-    local lib=(gpu/geometry.c gpu/pool.c gpu/backend.c gpu/backend_host.c)
-    if [ -f "$CUDA_ROOT/include/cuda.h" ]; then
-        cflags+=(-I"$CUDA_ROOT/include" -DKVS_HAVE_CUDA=1)
-        lib+=(gpu/backend_cuda.c)
-    else
-        lib+=(gpu/backend_cuda_none.c)
-    fi
-    mkdir -p "$out" "$kv" || return 1
-    cc "${cflags[@]}" "${lib[@]}" tests/device/bench_copy.c -o "$out/bench_copy" -ldl -lpthread &&
-        cc "${cflags[@]}" "${lib[@]}" tools/kvshare/main.c tools/kvshare/calc.c -Itools/kvshare \
-            -o "$kv/kvshare" -ldl -lpthread || return 1
-    if ! pkg-config --exists check 2>/dev/null; then
-        echo "Check (libcheck) not found: only bench_copy and kvshare are built"
-        return 0
-    fi
-    local t
-    for t in test_backend_cuda test_geometry test_pool test_calc test_backend_host; do
-        # shellcheck disable=SC2046
-        cc "${cflags[@]}" "${lib[@]}" "tests/gpu/$t.c" -o "$out/$t" \
-            $(pkg-config --cflags --libs check) -lm -ldl -lpthread || return 1
-    done
-}
-
-step "configure ($BUILD_DIR)"
-mkdir -p "$BUILD_DIR"
-# Warnings are CI's business; here a new compiler's warning must not stop the run.
-if cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVS_WERROR=OFF \
-    -DCUDAToolkit_ROOT="$CUDA_ROOT" >"$BUILD_DIR/configure.log" 2>&1; then
-    grep -E 'cuda backend' "$BUILD_DIR/configure.log"
-    step "build"
-    # shellcheck disable=SC2086
-    if ! cmake --build "$BUILD_DIR" -j "$JOBS" --target $TARGETS; then
-        echo "FAILED: build"
-        exit 1
-    fi
+cat "$PACK_DIR/MANIFEST" | head -3
+uname -srm
+gpu_visible=0
+if command -v nvidia-smi >/dev/null; then
+    nvidia-smi --query-gpu=name,uuid,driver_version,memory.total,memory.used,compute_mode,persistence_mode,mig.mode.current \
+        --format=csv 2>&1 | head -9
+    nvidia-smi -L 2>/dev/null | grep -q '^GPU ' && gpu_visible=1
 else
-    tail -5 "$BUILD_DIR/configure.log"
-    echo "cmake could not configure the whole project (missing dependencies?): building the"
-    echo "pool library and its tests directly with cc"
-    step "direct build"
-    if ! direct_build; then
-        echo "FAILED: build"
-        exit 1
-    fi
+    echo "nvidia-smi not found"
+fi
+ls /dev/nvidia[0-9]* >/dev/null 2>&1 && gpu_visible=1
+[ $fake = 1 ] && gpu_visible=1 # the stand-in driver always answers
+# The container runtime: gVisor's kernel and the usual container markers.
+runtime="none seen"
+if dmesg 2>/dev/null | grep -qi gvisor || grep -qi gvisor /proc/version 2>/dev/null; then
+    runtime="gVisor"
+elif [ -f /.dockerenv ]; then
+    runtime="docker"
+elif [ -f /run/.containerenv ]; then
+    runtime="podman"
+elif grep -qE 'kubepods|docker|containerd' /proc/1/cgroup 2>/dev/null; then
+    runtime="container ($(grep -oE 'kubepods|docker|containerd' /proc/1/cgroup | head -1))"
+fi
+echo "container runtime: $runtime"
+echo "GPU visible: $([ $gpu_visible = 1 ] && echo yes || echo no)"
+uuid=""
+if [ $fake = 0 ] && command -v nvidia-smi >/dev/null; then
+    uuid=$(nvidia-smi --query-gpu=uuid --format=csv,noheader 2>/dev/null | head -1)
 fi
 
 failed=0
 skipped=0
-# run NAME SECONDS CMD...: runs one program, notes pass/skip/fail.
+# run NAME SECONDS CMD...: runs one program, notes passed / skipped / FAILED.
 run() {
     local name=$1 limit=$2
     shift 2
     step "$name"
-    if [ ! -x "$1" ] && [ "$1" != sh ]; then
-        echo "-- $name: NOT BUILT"
+    if [ ! -x "$1" ] && [ "$1" != sh ] && [ "$1" != env ]; then
+        echo "-- $name: FAILED (not packed: $1)"
         failed=1
         return
     fi
@@ -109,20 +102,44 @@ run() {
     local rc=$?
     case $rc in
     0) echo "-- $name: passed" ;;
-    77) echo "-- $name: skipped"; skipped=1 ;;
+    77)
+        if [ $gpu_visible = 1 ]; then
+            echo "-- $name: FAILED (skipped although a GPU is visible)"
+            failed=1
+        else
+            echo "-- $name: skipped (no GPU visible)"
+            skipped=1
+        fi
+        ;;
     124) echo "-- $name: FAILED (timed out after ${limit}s)"; failed=1 ;;
     *) echo "-- $name: FAILED (exit $rc)"; failed=1 ;;
     esac
 }
 
-T="$BUILD_DIR/tests/gpu"
-run "cuda backend suite" 180 "$T/test_backend_cuda"
-run "block copy bandwidth" 120 "$T/bench_copy"
-run "geometry" 30 "$T/test_geometry"
-run "free stack" 30 "$T/test_pool"
-run "capacity planner arithmetic" 30 "$T/test_calc"
-run "host backend" 60 "$T/test_backend_host"
-run "kvshare calc" 30 sh tests/gpu/calc_cli.sh "$BUILD_DIR/tools/kvshare/kvshare"
+run "cuda backend suite" 120 "$BIN/test_backend_cuda"
+run "daemon to two workers, tiny geometry" 60 "$BIN/test_cuda_share"
+# Llama-3.1-8B's shape: 2 MiB blocks, 256 of them written by one worker and
+# read back by another through the daemon.
+run "daemon to two workers, llama-3.1-8b geometry, 256 blocks" 120 "$BIN/test_cuda_share" \
+    --blocks 256 --layers 32 --kv-heads 8 --head-dim 128 --dtype bf16 --block-tokens 16
+if [ -n "$uuid" ]; then
+    run "daemon to two workers, CUDA_VISIBLE_DEVICES=$uuid" 60 \
+        env CUDA_VISIBLE_DEVICES="$uuid" "$BIN/test_cuda_share"
+else
+    step "daemon to two workers, CUDA_VISIBLE_DEVICES=<uuid>"
+    if [ $gpu_visible = 1 ] && [ $fake = 0 ]; then
+        echo "-- FAILED (a GPU is visible but nvidia-smi gave no UUID)"
+        failed=1
+    else
+        echo "-- not run: no device UUID (nvidia-smi absent or the stand-in driver)"
+    fi
+fi
+run "block copy bandwidth" 120 "$BIN/bench_copy"
+run "geometry" 30 "$BIN/test_geometry"
+run "free stack" 30 "$BIN/test_pool"
+run "capacity planner arithmetic" 30 "$BIN/test_calc"
+run "host backend" 60 "$BIN/test_backend_host"
+run "kvshare calc" 30 sh tests/gpu/calc_cli.sh "$BIN/kvshare"
 
 step "done"
 if [ $failed -ne 0 ]; then
@@ -130,7 +147,7 @@ if [ $failed -ne 0 ]; then
     exit 1
 fi
 if [ $skipped -ne 0 ]; then
-    echo "RESULT: passed, GPU tests SKIPPED (no CUDA device answered)"
+    echo "RESULT: passed, GPU tests SKIPPED (no GPU visible)"
     exit 77
 fi
 echo "RESULT: all passed"

@@ -32,7 +32,10 @@ static pid_t spawn(const char *socket_path, unsigned blocks, const char *const *
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         snprintf(fd, sizeof(fd), "%d", p[1]);
         snprintf(nblocks, sizeof(nblocks), "%u", blocks);
-        argv[n++] = KVSHARED_PATH;
+        /* KVS_KVSHARED: the daemon of a packed device run (tools/device-pack.sh),
+         * whose build tree is not there. */
+        const char *daemon = getenv("KVS_KVSHARED") ? getenv("KVS_KVSHARED") : KVSHARED_PATH;
+        argv[n++] = daemon;
         argv[n++] = "--socket";
         argv[n++] = socket_path;
         argv[n++] = "--backend";
@@ -56,7 +59,7 @@ static pid_t spawn(const char *socket_path, unsigned blocks, const char *const *
         for (int i = 0; extra && extra[i] && n < 62; i++)
             argv[n++] = extra[i];
         argv[n] = NULL;
-        execv(KVSHARED_PATH, (char *const *)argv);
+        execv(daemon, (char *const *)argv);
         _exit(127);
     }
     close(p[1]);
