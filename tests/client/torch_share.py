@@ -1,0 +1,489 @@
+"""PyTorch on shared pool blocks, end to end, across processes.
+
+    torch_share.py --kvshared PATH --lib PATH [--backend host|cuda]
+                   [--device cpu|cuda] [--dtype fp32,bf16] [--daemon-arg ARG ...]
+
+Starts a real kvshared on a temporary socket, then two worker processes:
+
+  writer  computes the keys and values of a prompt with a small model of
+          random-weight attention layers (seeded; one layer per pool layer),
+          writes them into freshly allocated pool blocks through tensors that
+          are views of the pool memory at kvs_block_addr (no staging buffer),
+          commits the prompt and exits;
+  reader  looks the prompt up, gets a hit for every block of it, builds its
+          KV cache from the whole pool seen as one tensor
+          [layer][k|v][block][token][kv_head][head_dim] (geometry and strides
+          from Hello) indexed by the block table, and runs a continuation on
+          it. That output must equal, bit for bit, the output of the same
+          continuation over KV the reader computes from the whole prompt
+          itself with the same ops on the same device; the pool's K and V must
+          equal that recomputed K and V bit for bit; the shared path must not
+          have run the prompt through the model; a full forward pass over
+          prompt + continuation must agree within rounding; and changing one
+          value in the pool must change the output (then restoring it must
+          restore it).
+
+Tensors over the pool are zero-copy: on the host backend torch.frombuffer over
+the mapped memory, on cuda torch.as_tensor of an object exposing
+__cuda_array_interface__ at the device pointer (the library maps the pool into
+the process's primary context, the one PyTorch uses). Each view's data_ptr is
+checked against the address the library gives.
+
+Exit status: 0 passed, 1 failed, 77 skipped (PyTorch missing, or without CUDA
+for --device cuda; the reason is printed), 2 bad usage. The paths may also come
+from the environment: KVSHARED (or KVS_KVSHARED) and KVSHARE_LIB. libkvshare's
+own dependencies must be found by the dynamic loader (LD_LIBRARY_PATH).
+"""
+import argparse
+import ctypes
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "client", "python"))
+import kvshare  # noqa: E402
+
+PASS, FAIL, SKIP = 0, 1, 77
+
+# Daemon geometry: small enough for a CPU in CI, shaped like a real model's
+# (grouped-query attention, several layers, several blocks per prompt).
+LAYERS, KV_HEADS, HEAD_DIM, BLOCK_TOKENS, POOL_BLOCKS = 2, 2, 32, 16, 64
+PROMPT_BLOCKS = 3
+CONTINUATION = 7  # tokens after the prompt (less than a block: never cached)
+VOCAB = 512
+QUERY_GROUP = 2  # query heads per KV head
+
+TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, what):
+    if not cond:
+        raise Failure(what)
+    print("  ok: " + what, flush=True)
+
+
+# -- the model ---------------------------------------------------------------
+
+class Model:
+    """Stacked causal attention layers with random weights, no MLP or norm:
+    x = embed(token) + pos(position); per layer x += attn(x). Each layer's K
+    and V for a token are [kv_heads, head_dim], as the pool stores them.
+    `projected` counts the tokens whose K/V this model has computed."""
+
+    def __init__(self, torch, geo, seed, device, dtype):
+        self.t = torch
+        self.layers, self.kv_heads, self.head_dim = geo["layers"], geo["kv_heads"], geo["head_dim"]
+        self.heads = self.kv_heads * QUERY_GROUP
+        d = self.heads * self.head_dim
+        g = torch.Generator().manual_seed(seed)
+
+        def param(*shape, scale=1.0):
+            # Drawn on the CPU in float32, so every process and device starts
+            # from the same bits, then moved and rounded once.
+            return (torch.randn(*shape, generator=g) * scale).to(device=device, dtype=dtype)
+
+        self.embed = param(VOCAB, d)
+        self.pos = param(PROMPT_BLOCKS * geo["block_tokens"] + CONTINUATION, d, scale=0.5)
+        s = d ** -0.5
+        self.w = [dict(q=param(d, d, scale=s),
+                       k=param(d, self.kv_heads * self.head_dim, scale=s),
+                       v=param(d, self.kv_heads * self.head_dim, scale=s),
+                       o=param(d, d, scale=s)) for _ in range(self.layers)]
+        self.device, self.dtype = device, dtype
+        self.projected = 0
+
+    def _attend(self, x, w, past_k, past_v, start):
+        """One layer for the tokens of x at positions start..: returns the
+        layer's output and the new tokens' K and V ([T, kv_heads, head_dim])."""
+        t = self.t
+        n = x.shape[0]
+        q = (x @ w["q"]).view(n, self.heads, self.head_dim)
+        k = (x @ w["k"]).view(n, self.kv_heads, self.head_dim)
+        v = (x @ w["v"]).view(n, self.kv_heads, self.head_dim)
+        self.projected += n
+        keys = k if past_k is None else t.cat([past_k, k])
+        vals = v if past_v is None else t.cat([past_v, v])
+        keys = keys.repeat_interleave(QUERY_GROUP, dim=1).transpose(0, 1)  # [H, S, D]
+        vals = vals.repeat_interleave(QUERY_GROUP, dim=1).transpose(0, 1)
+        scores = (q.transpose(0, 1) @ keys.transpose(1, 2)) * (self.head_dim ** -0.5)
+        q_pos = t.arange(start, start + n, device=self.device).view(n, 1)
+        k_pos = t.arange(0, start + n, device=self.device).view(1, start + n)
+        scores = scores.masked_fill(k_pos > q_pos, float("-inf"))
+        out = (t.softmax(scores, dim=-1) @ vals).transpose(0, 1).reshape(n, -1)
+        return out @ w["o"], k, v
+
+    def _input(self, tokens, start):
+        ids = self.t.tensor(tokens, dtype=self.t.long, device=self.device)
+        return self.embed[ids] + self.pos[start:start + len(tokens)]
+
+    def prefill(self, tokens):
+        """Hidden states of tokens from position 0, and each layer's K and V."""
+        x = self._input(tokens, 0)
+        ks, vs = [], []
+        for w in self.w:
+            out, k, v = self._attend(x, w, None, None, 0)
+            ks.append(k)
+            vs.append(v)
+            x = x + out
+        return x, ks, vs
+
+    def extend(self, tokens, past_k, past_v):
+        """Hidden states of tokens that follow a prefix whose per-layer K and V
+        ([P, kv_heads, head_dim] each) are given."""
+        start = past_k[0].shape[0]
+        x = self._input(tokens, start)
+        for layer, w in enumerate(self.w):
+            out, _, _ = self._attend(x, w, past_k[layer], past_v[layer], start)
+            x = x + out
+        return x
+
+
+def prompt_tokens(seed, block_tokens):
+    rng = random.Random(seed)
+    n = PROMPT_BLOCKS * block_tokens
+    return [rng.randrange(VOCAB) for _ in range(n)], [rng.randrange(VOCAB) for _ in range(CONTINUATION)]
+
+
+# -- tensors over pool memory ------------------------------------------------
+
+class _DeviceArray:
+    """Unowned device memory described by __cuda_array_interface__ (strides in
+    bytes); torch.as_tensor wraps it without copying."""
+
+    def __init__(self, addr, shape, strides, typestr):
+        self.__cuda_array_interface__ = {
+            "shape": tuple(shape), "strides": tuple(strides), "typestr": typestr,
+            "data": (addr, False), "version": 2,
+        }
+
+
+def pool_tensor(torch, addr, nbytes, shape, byte_strides, dtype, device):
+    """A tensor of `dtype` with `shape` and `byte_strides` over the pool
+    memory at addr (nbytes from there are mapped), sharing that memory."""
+    size = torch.tensor([], dtype=dtype).element_size()
+    if any(s % size for s in byte_strides):
+        raise Failure("pool strides %r are not multiples of the element size %d"
+                      % (byte_strides, size))
+    if device.type == "cuda":
+        # __cuda_array_interface__ has no bfloat16: wrap as same-size ints, then reinterpret.
+        typestr = {4: "<f4", 2: "<i2"}[size]
+        raw = torch.as_tensor(_DeviceArray(addr, shape, byte_strides, typestr), device=device)
+        out = raw if size == 4 and dtype == torch.float32 else raw.view(dtype)
+    else:
+        buf = (ctypes.c_uint8 * nbytes).from_address(addr)
+        flat = torch.frombuffer(buf, dtype=dtype)
+        out = flat.as_strided(tuple(shape), tuple(s // size for s in byte_strides))
+    if out.data_ptr() != addr:
+        raise Failure("tensor at 0x%x, the pool memory at 0x%x: not a view" % (out.data_ptr(), addr))
+    return out
+
+
+def slot_tensor(torch, client, geo, layer, kv, block, dtype, device):
+    """[block_tokens, kv_heads, head_dim] over one block's K (kv=0) or V slot."""
+    addr = client.block_addr(layer, kv, block)
+    e = geo["dtype_bytes"]
+    shape = (geo["block_tokens"], geo["kv_heads"], geo["head_dim"])
+    strides = (geo["kv_heads"] * geo["head_dim"] * e, geo["head_dim"] * e, e)
+    return pool_tensor(torch, addr, geo["slot_bytes"], shape, strides, dtype, device)
+
+
+def whole_pool(torch, client, geo, dtype, device):
+    """The pool as [layer][k|v][block][token][kv_head][head_dim]."""
+    e = geo["dtype_bytes"]
+    shape = (geo["layers"], 2, geo["num_blocks"], geo["block_tokens"], geo["kv_heads"],
+             geo["head_dim"])
+    strides = (geo["layer_stride"], geo["kv_stride"], geo["block_stride"],
+               geo["kv_heads"] * geo["head_dim"] * e, geo["head_dim"] * e, e)
+    return pool_tensor(torch, client.pool_base, geo["pool_bytes"], shape, strides, dtype, device)
+
+
+def bits(torch, x):
+    """x reinterpreted as integers of its size, for bitwise comparison."""
+    return x.contiguous().view({4: torch.int32, 2: torch.int16}[x.element_size()])
+
+
+def same_bits(torch, a, b):
+    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(bits(torch, a), bits(torch, b))
+
+
+def raw_bytes(torch, x):
+    return bits(torch, x).cpu().numpy().tobytes()
+
+
+# -- the two workers ---------------------------------------------------------
+
+def worker_setup(args):
+    import torch
+    torch.manual_seed(args.seed)
+    torch.use_deterministic_algorithms(True)
+    device = torch.device(args.device)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.cuda.init()  # like an engine: PyTorch owns the device before kvshare maps into it
+    else:
+        torch.set_num_threads(1)  # same kernels in both processes, whatever the machine's load
+    client = kvshare.Client(socket_path=args.socket, timeout_ms=20000, worker_name=args.role,
+                            lib=args.lib)
+    geo = client.geometry
+    print("%s: pid %d, torch %s on %s, pool %s %s, %d layers x %d kv heads x %d, %d tokens per block"
+          % (args.role, os.getpid(), torch.__version__, device, geo["backend"], geo["dtype"],
+             geo["layers"], geo["kv_heads"], geo["head_dim"], geo["block_tokens"]), flush=True)
+    if geo["dtype"] not in TORCH_DTYPES:
+        raise Failure("pool dtype %s has no torch dtype here" % geo["dtype"])
+    check(geo["backend"] == args.backend, "the pool's backend is %s" % args.backend)
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        print("%s: torch device %s (uuid %s); pool device uuid %s" % (
+            args.role, props.name, getattr(props, "uuid", "?"), geo["device_uuid"].hex()))
+    dtype = getattr(torch, TORCH_DTYPES[geo["dtype"]])
+    model = Model(torch, geo, args.seed, device, dtype)
+    return torch, device, dtype, client, geo, model
+
+
+def writer(args):
+    torch, device, dtype, client, geo, model = worker_setup(args)
+    prompt, _ = prompt_tokens(args.seed, geo["block_tokens"])
+    n = len(prompt) // geo["block_tokens"]
+    check(client.lookup(prompt) == [], "the prompt is not cached yet")
+    _, ks, vs = model.prefill(prompt)
+    # Blocks out of allocation order, so that only the block table says where
+    # each part of the prompt lives.
+    got = client.alloc(n + 1)
+    table, spare = got[::-1][:n], got[::-1][n:]
+    client.release(spare)
+    bt = geo["block_tokens"]
+    for i, block in enumerate(table):
+        for layer in range(geo["layers"]):
+            for kv, src in ((0, ks[layer]), (1, vs[layer])):
+                view = slot_tensor(torch, client, geo, layer, kv, block, dtype, device)
+                view.copy_(src[i * bt:(i + 1) * bt])
+    if device.type == "cuda":
+        torch.cuda.synchronize()  # the copies are queued; commit only what is written
+    print("writer: wrote %d blocks %s through views of the pool" % (n, table), flush=True)
+    # The library's own copy path sees the bytes the views wrote.
+    for i, block in enumerate(table):
+        for layer in range(geo["layers"]):
+            for kv, src in ((0, ks[layer]), (1, vs[layer])):
+                want = raw_bytes(torch, src[i * bt:(i + 1) * bt])
+                if client.block_read(layer, kv, block) != want:
+                    raise Failure("block %d layer %d %s: kvs_block_read differs from what the "
+                                  "view wrote" % (block, layer, "KV"[kv]))
+    check(True, "kvs_block_read returns every slot the views wrote")
+    check(client.commit(prompt, table) == table, "commit kept the writer's blocks")
+    client.close()
+
+
+def reader(args):
+    torch, device, dtype, client, geo, model = worker_setup(args)
+    prompt, continuation = prompt_tokens(args.seed, geo["block_tokens"])
+    bt = geo["block_tokens"]
+    n = len(prompt) // bt
+    table = client.lookup(prompt + continuation, pin=True)
+    check(len(table) == n, "lookup of prompt + continuation hits all %d prompt blocks (got %d)"
+          % (n, len(table)))
+
+    pool = whole_pool(torch, client, geo, dtype, device)
+    for layer in range(geo["layers"]):
+        for kv in (0, 1):
+            for block in table:
+                addr = client.block_addr(layer, kv, block)
+                if pool[layer, kv, block].data_ptr() != addr:
+                    raise Failure("pool[%d, %d, %d] at 0x%x, kvs_block_addr says 0x%x" % (
+                        layer, kv, block, pool[layer, kv, block].data_ptr(), addr))
+    check(True, "the pool tensor's strides put every block where kvs_block_addr says")
+    index = torch.tensor(table, dtype=torch.long, device=device)
+
+    def shared_kv():
+        # Paged read: the block table picks blocks out of each layer's pool.
+        ks = [pool[layer, 0].index_select(0, index).reshape(n * bt, geo["kv_heads"],
+                                                            geo["head_dim"])
+              for layer in range(geo["layers"])]
+        vs = [pool[layer, 1].index_select(0, index).reshape(n * bt, geo["kv_heads"],
+                                                            geo["head_dim"])
+              for layer in range(geo["layers"])]
+        return ks, vs
+
+    model.projected = 0
+    pk, pv = shared_kv()
+    shared = model.extend(continuation, pk, pv)
+    check(model.projected == len(continuation) * geo["layers"],
+          "the shared path projected only the %d continuation tokens per layer"
+          % len(continuation))
+
+    # The reference: the same ops, with the prompt's KV computed here.
+    _, rk, rv = model.prefill(prompt)
+    reference = model.extend(continuation, rk, rv)
+    for layer in range(geo["layers"]):
+        check(same_bits(torch, pk[layer], rk[layer]) and same_bits(torch, pv[layer], rv[layer]),
+              "layer %d: the pool's K and V equal the recomputed ones bitwise" % layer)
+    diff = (shared.float() - reference.float()).abs().max().item()
+    check(same_bits(torch, shared, reference),
+          "continuation output over shared blocks equals the recomputed one bitwise "
+          "(max |diff| %g)" % diff)
+    check(reference.abs().max().item() > 0, "the output is not all zeros")
+
+    # The continuation logic itself: one pass over the whole sequence agrees.
+    full, _, _ = model.prefill(prompt + continuation)
+    tol = {torch.float32: 1e-4, torch.bfloat16: 5e-2}[dtype]
+    err = (full[len(prompt):].float() - reference.float()).abs().max().item()
+    check(err <= tol, "a full forward pass agrees within %g (max |diff| %g)" % (tol, err))
+
+    # Negative control: the output is read from the pool.
+    last = geo["layers"] - 1
+    cell = pool[last, 1, table[-1], bt - 1, 0]
+    saved = cell.clone()
+    cell.add_(1.0)
+    ck, cv = shared_kv()
+    corrupted = model.extend(continuation, ck, cv)
+    check(not same_bits(torch, corrupted, reference),
+          "one changed value in a pool block changes the output (max |diff| %g)"
+          % (corrupted.float() - reference.float()).abs().max().item())
+    cell.copy_(saved)
+    rk2, rv2 = shared_kv()
+    check(same_bits(torch, model.extend(continuation, rk2, rv2), reference),
+          "restoring it restores the output")
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    check(client.release(table) == n, "released the %d pins" % n)
+    client.close()
+
+
+# -- the driver ----------------------------------------------------------------
+
+class Daemon:
+    def __init__(self, kvshared, backend, dtype, extra):
+        self.dir = tempfile.mkdtemp(prefix="kvs-torch-")
+        self.socket = os.path.join(self.dir, "kvshared.sock")
+        self.log_path = os.path.join(self.dir, "kvshared.log")
+        self.log = open(self.log_path, "w+")
+        args = [kvshared, "--socket", self.socket, "--backend", backend,
+                "--layers", str(LAYERS), "--kv-heads", str(KV_HEADS),
+                "--head-dim", str(HEAD_DIM), "--dtype", dtype,
+                "--block-tokens", str(BLOCK_TOKENS), "--pool-blocks", str(POOL_BLOCKS),
+                "--log-level", "warn"] + list(extra)
+        r, w = os.pipe()
+        self.proc = subprocess.Popen(args + ["--ready-fd", str(w)], pass_fds=(w,),
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+        os.close(w)
+        with os.fdopen(r, "rb") as ready:
+            line = ready.readline()
+        if line != b"READY\n":
+            self.proc.kill()
+            self.proc.wait()
+            raise Failure("kvshared did not start: " + self.text())
+
+    def text(self):
+        self.log.flush()
+        self.log.seek(0)
+        return self.log.read()
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rc = self.proc.wait()
+        self.log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+        return rc
+
+
+def run_worker(args, role, socket, timeout):
+    cmd = [sys.executable, os.path.abspath(__file__), "--role", role, "--socket", socket,
+           "--lib", args.lib, "--backend", args.backend, "--device", args.device,
+           "--seed", str(args.seed)]
+    t0 = time.monotonic()
+    try:
+        rc = subprocess.run(cmd, timeout=timeout).returncode
+    except subprocess.TimeoutExpired:
+        raise Failure("%s did not finish within %d s" % (role, timeout))
+    if rc != 0:
+        raise Failure("%s exited with %d" % (role, rc))
+    print("%s: passed in %.1f s" % (role, time.monotonic() - t0), flush=True)
+
+
+def drive(args):
+    try:
+        import torch
+    except ImportError as e:
+        print("SKIP: PyTorch is not importable by %s: %s" % (sys.executable, e))
+        return SKIP
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("SKIP: torch %s (%s) has no CUDA device" % (torch.__version__, sys.executable))
+        return SKIP
+    for name, path in (("kvshared", args.kvshared), ("libkvshare", args.lib)):
+        if not path or not os.path.isfile(path):
+            print("FAILED: %s not found at %r (give --kvshared/--lib or set KVSHARED/KVSHARE_LIB)"
+                  % (name, path))
+            return FAIL
+    print("torch %s, %s backend, tensors on %s" % (torch.__version__, args.backend, args.device))
+    for dtype in args.dtype.split(","):
+        if dtype not in TORCH_DTYPES:
+            print("FAILED: unknown --dtype %r (fp32, bf16)" % dtype)
+            return FAIL
+        print("== %s" % dtype, flush=True)
+        daemon = None
+        try:
+            daemon = Daemon(args.kvshared, args.backend, dtype, args.daemon_arg or [])
+            run_worker(args, "writer", daemon.socket, args.timeout)
+            run_worker(args, "reader", daemon.socket, args.timeout)
+            log = daemon.text()
+            rc = daemon.stop()
+            daemon = None
+            if rc != 0:
+                raise Failure("kvshared exited with %d: %s" % (rc, log))
+        except Failure as e:
+            print("FAILED (%s): %s" % (dtype, e))
+            if daemon is not None:
+                print("kvshared log:\n" + daemon.text())
+                daemon.stop()
+            return FAIL
+    print("PASSED: blocks written by one process were read by another through tensor views, "
+          "bitwise equal to recomputing (%s)" % args.dtype)
+    return PASS
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--kvshared", default=os.environ.get("KVSHARED")
+                   or os.environ.get("KVS_KVSHARED"), help="the daemon binary")
+    p.add_argument("--lib", default=os.environ.get("KVSHARE_LIB"), help="libkvshare.so")
+    p.add_argument("--backend", choices=("host", "cuda"), default="host")
+    p.add_argument("--device", choices=("cpu", "cuda"),
+                   help="where tensors live (default: cuda for the cuda backend, else cpu)")
+    p.add_argument("--dtype", default="fp32,bf16", help="pool dtypes to run, comma separated")
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--timeout", type=int, default=300, help="seconds per worker process")
+    p.add_argument("--daemon-arg", action="append", help="extra kvshared flag (repeatable)")
+    p.add_argument("--role", choices=("writer", "reader"), help=argparse.SUPPRESS)
+    p.add_argument("--socket", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.device is None:
+        args.device = "cuda" if args.backend == "cuda" else "cpu"
+    if args.backend != args.device.replace("cpu", "host"):
+        p.error("--backend %s needs --device %s: pool memory is only viewed where it lives"
+                % (args.backend, "cuda" if args.backend == "cuda" else "cpu"))
+    if args.role is None:
+        return drive(args)
+    try:
+        (writer if args.role == "writer" else reader)(args)
+    except (Failure, kvshare.KvsError) as e:
+        print("%s: FAILED: %s" % (args.role, e), flush=True)
+        return FAIL
+    return PASS
+
+
+if __name__ == "__main__":
+    sys.exit(main())
