@@ -15,6 +15,8 @@
 #     daemon -> SCM_RIGHTS -> import path (test_cuda_share), with the import
 #     time per worker, with a model-sized geometry, and with the device named
 #     by UUID in CUDA_VISIBLE_DEVICES;
+#   - PyTorch on shared blocks: tensors over pool memory, reused bitwise by
+#     another process (tests/client/torch_share.py);
 #   - block copy against one cuMemcpy of the same bytes (bench_copy);
 #   - the pure pool suites and `kvshare calc`.
 # A step that reports "skipped" while a GPU is visible is a failure: the GPU
@@ -26,7 +28,8 @@
 # Exit status: 0 all passed; 77 no GPU visible and the GPU steps skipped (the
 # reason is printed); 1 something failed.
 #
-# Environment: PACK_DIR (default .device), LOG, KVS_FAKE_DRIVER=1 (use the
+# Environment: PACK_DIR (default .device), LOG, PYTHON (default python3: the
+# one with PyTorch on the GPU machine), KVS_FAKE_DRIVER=1 (use the
 # stand-in driver packed in .device/fake, not a GPU; figures mean nothing).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
@@ -93,7 +96,7 @@ run() {
     local name=$1 limit=$2
     shift 2
     step "$name"
-    if [ ! -x "$1" ] && [ "$1" != sh ] && [ "$1" != env ]; then
+    if ! command -v "$1" >/dev/null; then
         echo "-- $name: FAILED (not packed: $1)"
         failed=1
         return
@@ -133,6 +136,20 @@ else
     else
         echo "-- not run: no device UUID (nvidia-smi absent or the stand-in driver)"
     fi
+fi
+# PyTorch: a writer process fills pool blocks through tensor views (zero
+# copy over the device pointer), a reader reuses them and must match its own
+# full computation bitwise. On the GPU machine python3 is the one with CUDA
+# PyTorch; the rehearsal has CPU PyTorch (Debian's, /usr/bin/python3) and runs
+# it on the host backend, since the stand-in driver's memory is not a tensor.
+if [ $fake = 1 ]; then
+    run "PyTorch on shared blocks (host backend, rehearsal)" 240 /usr/bin/python3 \
+        tests/client/torch_share.py --kvshared "$BIN/kvshared" --lib "$PACK_DIR/lib/libkvshare.so" \
+        --backend host
+else
+    run "PyTorch on shared blocks (cuda backend, tensors on the GPU)" 240 "${PYTHON:-python3}" \
+        tests/client/torch_share.py --kvshared "$BIN/kvshared" --lib "$PACK_DIR/lib/libkvshare.so" \
+        --backend cuda
 fi
 run "block copy bandwidth" 120 "$BIN/bench_copy"
 run "geometry" 30 "$BIN/test_geometry"
