@@ -56,7 +56,9 @@
     X(config_reloads, 1, "kvshare_config_reloads_total", "result=\"ok\"", \
       "SIGHUP reloads, by result") \
     X(config_reload_errors, 1, "kvshare_config_reloads_total", "result=\"error\"", \
-      "SIGHUP reloads, by result")
+      "SIGHUP reloads, by result") \
+    X(pin_misses, 0, "kvshare_pin_misses_total", "", \
+      "Pins refused because the block is no longer cached (evicted since its lookup)")
 /* clang-format on */
 
 /* Room for counters in kvs_stats_t and StatsReply.counters. */

@@ -536,6 +536,7 @@ int handler_pin(session_t *s, const Kvshare__Request *req, Kvshare__Response *re
         }
         rc = radix_pin(s->srv->index, b);
         if (rc == KVS_ENOTFOUND) {
+            s->srv->metrics.pin_misses++;
             fail(ctx, rc,
                  "block %u is not cached (evicted, or not committed yet); %u of %zu blocks "
                  "pinned: look the prefix up again",

@@ -165,6 +165,14 @@ class MetricsTest(unittest.TestCase):
         self.assertEqual(js["block_bytes"], py["block_bytes"])
         self.assertEqual(js["sessions_total"], py["sessions_total"] + 1)
 
+    def test_pin_misses(self):
+        with kvshare.Client(socket_path=self.d.socket, map_pool=False) as c:
+            with self.assertRaises(kvshare.KvsError) as e:
+                c.pin([3])  # never committed: not cached
+            self.assertEqual(e.exception.name, "KVS_ENOTFOUND")
+            self.assertEqual(c.stats()["pin_misses"], 1)
+        self.assertEqual(metric(parse_metrics(self.d.scrape()), "kvshare_pin_misses_total"), 1)
+
     def test_lifetime_after_eviction(self):
         with kvshare.Client(socket_path=self.d.socket, map_pool=False) as c:
             ids = c.alloc(4)
