@@ -836,6 +836,36 @@ int kvs_release(kvs_client_t *c, const uint32_t *ids, size_t n, size_t *n_done)
     return ids_call(c, 0, ids, n, n_done);
 }
 
+_Static_assert(KVS_N_COUNTERS <= KVS_COUNTER_SLOTS,
+               "KVS_COUNTERS outgrew kvs_stats_t's room: a new SOVERSION is due");
+
+const char *kvs_counter_name(size_t i)
+{
+#define COUNTER_NAME(name, ...) #name,
+    static const char *const names[] = {KVS_COUNTERS(COUNTER_NAME)};
+#undef COUNTER_NAME
+    return i < KVS_N_COUNTERS ? names[i] : NULL;
+}
+
+/* A daemon of this version sends every counter in StatsReply.counters, in
+ * KVS_COUNTERS order (counters it knows and this library does not are
+ * dropped); an older one sends only the named fields. */
+static void stats_counters(kvs_stats_t *out, const Kvshare__StatsReply *s)
+{
+    if (s->n_counters > 0) {
+        size_t n = s->n_counters < KVS_COUNTER_SLOTS ? s->n_counters : KVS_COUNTER_SLOTS;
+        memcpy(out->counters, s->counters, n * sizeof(uint64_t));
+        return;
+    }
+#define NAMED_1(name) out->name = s->name;
+#define NAMED_0(name)
+#define NAMED(name, named, ...) NAMED_##named(name)
+    KVS_COUNTERS(NAMED)
+#undef NAMED
+#undef NAMED_0
+#undef NAMED_1
+}
+
 int kvs_stats(kvs_client_t *c, kvs_stats_t *out)
 {
     if (!c || !out)
@@ -856,23 +886,8 @@ int kvs_stats(kvs_client_t *c, kvs_stats_t *out)
         out->writing_blocks = s->writing_blocks;
         out->cached_blocks = s->cached_blocks;
         out->pinned_blocks = s->pinned_blocks;
-        out->alloc_failures = s->alloc_failures;
-        out->evictions = s->evictions;
         out->sessions = s->sessions;
-        out->sessions_total = s->sessions_total;
-        out->requests = s->requests;
-        out->errors = s->errors;
-        out->protocol_errors = s->protocol_errors;
-        out->alloc_failures_quota = s->alloc_failures_quota;
-        out->session_limit_refusals = s->session_limit_refusals;
-        out->sessions_refused = s->sessions_refused;
-        out->peers_denied = s->peers_denied;
-        out->sessions_dropped = s->sessions_dropped;
-        out->namespace_denied = s->namespace_denied;
-        out->config_reloads = s->config_reloads;
-        out->config_reload_errors = s->config_reload_errors;
-        out->bytes_in = s->bytes_in;
-        out->bytes_out = s->bytes_out;
+        stats_counters(out, s);
         out->block_bytes = s->block_bytes;
         out->pool_bytes = s->pool_bytes;
         out->index_bytes = s->index_bytes;

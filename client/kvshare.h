@@ -55,11 +55,30 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kvshare_counters.h"
 #include "kvshare_status.h"
 
 #define KVS_VERSION_MAJOR 0
-#define KVS_VERSION_MINOR 1
+#define KVS_VERSION_MINOR 2
 #define KVS_VERSION_PATCH 0
+
+/*
+ * ABI. libkvshare.so.KVS_SOVERSION: a program built against one header runs
+ * with any later library of the same SOVERSION. Bump KVS_SOVERSION (and the
+ * baseline that `tools/abi-check.sh` compares with, client/abi/) whenever a
+ * change would break such a program: a function removed or its parameters
+ * changed, a struct's size or a field's offset or type changed, a constant's
+ * value or meaning changed. These need no bump: a new function, a new
+ * constant, a field that takes the place of reserved slots (the size stays),
+ * a counter appended to KVS_COUNTERS (kvshare_counters.h).
+ *
+ * Every struct the library fills (kvs_geometry_t, kvs_stats_t, kvs_ns_stats_t,
+ * kvs_prefix_t) and kvs_options_t ends with reserved room, zeroed, so its size
+ * never changes within one SOVERSION (libuv's uv_metrics_t idiom): a field
+ * added later reads 0 from an older library or daemon. Only kvs_* symbols
+ * are exported, from libkvshare.so and from libkvshare.a.
+ */
+#define KVS_SOVERSION 1
 
 /* Sent in Hello: clients and daemons of the same major version interoperate. */
 #define KVS_PROTOCOL_VERSION (KVS_VERSION_MAJOR * 1000 + KVS_VERSION_MINOR)
@@ -92,6 +111,7 @@ typedef struct kvs_options {
     const char *worker_name; /* shown in the daemon's logs; may be NULL */
     unsigned flags;          /* KVS_NO_MAP, KVS_LAZY */
     int reconnect_ms;        /* least time between reconnect attempts; default 0 */
+    uint64_t reserved[8];    /* room for options added later: keep 0 */
 } kvs_options_t;
 
 void kvs_options_init(kvs_options_t *opts);
@@ -142,6 +162,7 @@ typedef struct kvs_geometry {
     uint64_t pool_bytes;
     kvs_backend_t backend;
     uint8_t device_uuid[16]; /* cuda: the device the pool lives on */
+    uint64_t reserved[8];    /* room for fields added later (0 until then) */
 } kvs_geometry_t;
 
 /* The pool's geometry as the daemon described it at the last connect.
@@ -227,29 +248,38 @@ typedef struct kvs_ns_stats {
     uint64_t lookups, lookup_tokens, hit_tokens;
     uint64_t inserted_blocks, duplicate_blocks, evicted_blocks;
     uint32_t cached_blocks, pinned_blocks, quota, reserve;
+    uint64_t reserved[8]; /* room for fields added later (0 until then) */
 } kvs_ns_stats_t;
 
+#define KVS__STATS_COUNTER(name, ...) uint64_t name;
+
 typedef struct kvs_stats {
+    /* Gauges: the state now. */
     uint32_t total_blocks, free_blocks, writing_blocks, cached_blocks, pinned_blocks;
-    uint64_t alloc_failures, evictions;
-    uint32_t sessions;
-    uint64_t sessions_total, requests, errors, protocol_errors;
-    uint64_t bytes_in, bytes_out;
-    uint64_t block_bytes, pool_bytes, index_bytes;
+    uint32_t sessions; /* open now */
     uint32_t block_tokens;
     kvs_backend_t backend;
+    uint64_t block_bytes, pool_bytes, index_bytes;
     uint64_t uptime_ms;
     size_t n_namespaces;
     kvs_ns_stats_t *namespaces; /* owned by out; free with kvs_stats_free */
-    /* Appended after the first release; 0 from a daemon that predates them. */
-    uint64_t alloc_failures_quota;   /* Commits cut short by a namespace quota */
-    uint64_t session_limit_refusals; /* over session_max_pinned or session_max_writing */
-    uint64_t sessions_refused;       /* connections over the session limit */
-    uint64_t peers_denied;           /* connections refused by the uid/gid allow-lists */
-    uint64_t sessions_dropped;       /* closed for not reading their replies */
-    uint64_t namespace_denied;       /* requests refused by a namespace allow-list */
-    uint64_t config_reloads, config_reload_errors; /* SIGHUP reloads applied, refused */
+    uint64_t reserved[8];       /* room for gauges added later (0 until then) */
+    /* Counters since the daemon started: one uint64_t field per entry of
+     * KVS_COUNTERS (kvshare_counters.h: s.evictions, s.alloc_failures, ...),
+     * also readable by position as counters[KVS_COUNTER_<name>]. A counter
+     * this library or the daemon does not know reads 0. */
+    union {
+        struct {
+            KVS_COUNTERS(KVS__STATS_COUNTER)
+        };
+        uint64_t counters[KVS_COUNTER_SLOTS];
+    };
 } kvs_stats_t;
+
+/* The name of counter i (its field in kvs_stats_t, its key in `kvshare stats
+ * --json`): a static string, or NULL when i >= KVS_N_COUNTERS of this
+ * library. */
+const char *kvs_counter_name(size_t i);
 
 /* The daemon's counters. Free out->namespaces with kvs_stats_free. Errors:
  * KVS_ENOMEM, KVS_ENOTCONN, KVS_ETIMEDOUT. */
@@ -264,6 +294,7 @@ typedef struct kvs_prefix {
     uint64_t hits;
     uint64_t age_ticks; /* index operations since its last use, vs the newest row */
     uint32_t last_block_id;
+    uint64_t reserved[4]; /* room for fields added later (0 until then) */
 } kvs_prefix_t;
 
 /* Top prefixes of namespace ns (NULL: all) by hits, or by size when by_size.

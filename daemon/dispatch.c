@@ -22,9 +22,29 @@ static const dispatch_entry_t dispatch_table[] = {
     {KVSHARE__REQUEST__RPC_PING, "Ping", handler_ping},
 };
 
+#define DISPATCH_N (sizeof(dispatch_table) / sizeof(dispatch_table[0]))
+
+/* The per-RPC metrics have one slot per entry. */
+_Static_assert(DISPATCH_N <= METRICS_MAX_RPC, "raise METRICS_MAX_RPC for the dispatch table");
+
+size_t dispatch_count(void)
+{
+    return DISPATCH_N;
+}
+
+const dispatch_entry_t *dispatch_at(size_t i)
+{
+    return i < DISPATCH_N ? &dispatch_table[i] : NULL;
+}
+
+size_t dispatch_index(const dispatch_entry_t *e)
+{
+    return (size_t)(e - dispatch_table);
+}
+
 const dispatch_entry_t *dispatch_find(Kvshare__Request__RpcCase rpc)
 {
-    for (size_t i = 0; i < sizeof(dispatch_table) / sizeof(dispatch_table[0]); i++) {
+    for (size_t i = 0; i < DISPATCH_N; i++) {
         if (dispatch_table[i].rpc == rpc)
             return &dispatch_table[i];
     }
@@ -119,6 +139,7 @@ int dispatch_frame(session_t *s, const uint8_t *body, size_t len)
     resp.id = req->id;
 
     const dispatch_entry_t *entry = dispatch_find(req->rpc_case);
+    unsigned slot = METRICS_MAX_RPC; /* no per-RPC slot for an unknown RPC */
     int status;
     if (!entry) {
         snprintf(ctx.msg, sizeof(ctx.msg),
@@ -129,14 +150,14 @@ int dispatch_frame(session_t *s, const uint8_t *body, size_t len)
     } else {
         uint64_t t0 = uv_hrtime();
         status = entry->handler(s, req, &resp, &ctx);
-        if ((unsigned)req->rpc_case < METRICS_MAX_RPC)
-            metrics_observe(&s->srv->metrics.rpc_latency[req->rpc_case], metrics_latency_bounds_ns,
-                            metrics_latency_n_bounds, uv_hrtime() - t0);
+        slot = (unsigned)dispatch_index(entry);
+        metrics_observe(&s->srv->metrics.rpc_latency[slot], metrics_latency_bounds_ns,
+                        metrics_latency_n_bounds, uv_hrtime() - t0);
         if (status != 0)
             LOG_DEBUG("session %llu: %s: %s", (unsigned long long)s->id, entry->name, ctx.msg);
     }
     s->requests++;
-    metrics_count_rpc(&s->srv->metrics, (unsigned)req->rpc_case, status);
+    metrics_count_rpc(&s->srv->metrics, slot, status);
     if (status != 0) {
         resp.status = (Kvshare__Status)(-status);
         resp.message = ctx.msg[0] ? ctx.msg : (char *)kvs_strerror(status);

@@ -29,6 +29,12 @@ typedef struct dispatch_entry {
 /* The entry for an RPC, or NULL for one this daemon does not know. */
 const dispatch_entry_t *dispatch_find(Kvshare__Request__RpcCase rpc);
 
+/* The table by position (0 .. dispatch_count() - 1; NULL past it), and an
+ * entry's position: the index of the per-RPC metrics. */
+size_t dispatch_count(void);
+const dispatch_entry_t *dispatch_at(size_t i);
+size_t dispatch_index(const dispatch_entry_t *e);
+
 /* Decodes one request frame body, runs its handler and appends the reply
  * frame to the session's output. Returns 0 when the stream is still
  * trustworthy (including requests answered with an error), KVS_EPROTO when

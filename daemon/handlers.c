@@ -37,7 +37,7 @@ static int ns_resolve(session_t *s, const char *name, bool create, uint32_t *ns,
     if (rc == 0 && !tenants_usable(srv, *ns))
         rc = KVS_ENONS;
     if (rc == 0 && !tenants_allowed(s, *ns)) {
-        srv->metrics.ns_denied++;
+        srv->metrics.namespace_denied++;
         return fail(ctx, KVS_EDENIED,
                     "permission denied: namespace '%s' does not allow uid %u / gid %u "
                     "(allow_uids / allow_gids of its [namespace] section)",
@@ -117,7 +117,7 @@ static void observe_reuse(server_t *srv, const uint32_t *ids, size_t n)
 /* The per-session limits (session_max_pinned, session_max_writing). */
 static int over_pin_limit(session_t *s, size_t more, handler_ctx_t *ctx)
 {
-    s->srv->metrics.limit_refusals++;
+    s->srv->metrics.session_limit_refusals++;
     return fail(ctx, KVS_ELIMIT,
                 "session limit session_max_pinned = %u: this session holds %llu pins and this "
                 "request needs %zu more; release blocks first",
@@ -284,7 +284,7 @@ int handler_alloc(session_t *s, const Kvshare__Request *req, Kvshare__Response *
     }
     if (srv->cfg.session_max_writing &&
         (uint64_t)s->n_writing + al->n > srv->cfg.session_max_writing) {
-        srv->metrics.limit_refusals++;
+        srv->metrics.session_limit_refusals++;
         return fail(ctx, KVS_ELIMIT,
                     "session limit session_max_writing = %u: this session holds %u WRITING "
                     "blocks and asked for %u more; commit or release blocks first",
@@ -306,7 +306,7 @@ int handler_alloc(session_t *s, const Kvshare__Request *req, Kvshare__Response *
     if (rc == KVS_EPOOLFULL) {
         pool_counts_t c;
         pool_counts(srv->pool, &c);
-        srv->metrics.alloc_fail_pool_full++;
+        srv->metrics.alloc_failures++;
         return fail(ctx, KVS_EPOOLFULL,
                     "pool full: %u blocks wanted, %u free after evicting %zu; %u are being "
                     "written and %u of %u cached are pinned (release blocks or grow the pool)",
@@ -488,7 +488,7 @@ int handler_commit(session_t *s, const Kvshare__Request *req, Kvshare__Response 
     resp->rpc_case = KVSHARE__RESPONSE__RPC_COMMIT;
     resp->commit = r;
     if (irc == KVS_EQUOTA) {
-        srv->metrics.alloc_fail_quota++;
+        srv->metrics.alloc_failures_quota++;
         return fail(ctx, irc,
                     "namespace quota reached: %zu of %zu blocks committed, the rest stay "
                     "WRITING (release them)",
@@ -527,7 +527,7 @@ int handler_pin(session_t *s, const Kvshare__Request *req, Kvshare__Response *re
         /* A block of a namespace this peer may not use is not its to pin. */
         if (pool_state(s->srv->pool, b, &st) == 0 && st == POOL_CACHED &&
             !tenants_allowed(s, s->srv->block_ns[b])) {
-            s->srv->metrics.ns_denied++;
+            s->srv->metrics.namespace_denied++;
             rc = fail(ctx, KVS_EDENIED,
                       "permission denied: block %u belongs to a namespace this peer may not "
                       "use; %u of %zu blocks pinned",
@@ -536,6 +536,7 @@ int handler_pin(session_t *s, const Kvshare__Request *req, Kvshare__Response *re
         }
         rc = radix_pin(s->srv->index, b);
         if (rc == KVS_ENOTFOUND) {
+            s->srv->metrics.pin_misses++;
             fail(ctx, rc,
                  "block %u is not cached (evicted, or not committed yet); %u of %zu blocks "
                  "pinned: look the prefix up again",
@@ -605,25 +606,23 @@ int handler_stats(session_t *s, const Kvshare__Request *req, Kvshare__Response *
     r->writing_blocks = c.writing;
     r->cached_blocks = c.cached;
     r->pinned_blocks = radix_pinned_blocks(srv->index);
-    /* Requests refused, not the pool's internal refusals that eviction then
-     * satisfied: the figure /metrics reports as reason="pool_full". */
-    r->alloc_failures = srv->metrics.alloc_fail_pool_full;
-    r->evictions = srv->metrics.evictions;
     r->sessions = srv->n_sessions;
-    r->sessions_total = srv->metrics.sessions_total;
-    r->requests = srv->metrics.requests;
-    r->errors = srv->metrics.errors;
-    r->protocol_errors = srv->metrics.protocol_errors;
-    r->alloc_failures_quota = srv->metrics.alloc_fail_quota;
-    r->session_limit_refusals = srv->metrics.limit_refusals;
-    r->sessions_refused = srv->metrics.sessions_refused;
-    r->peers_denied = srv->metrics.peers_denied;
-    r->sessions_dropped = srv->metrics.sessions_dropped;
-    r->namespace_denied = srv->metrics.ns_denied;
-    r->config_reloads = srv->metrics.config_reloads;
-    r->config_reload_errors = srv->metrics.config_reload_errors;
-    r->bytes_in = srv->metrics.bytes_in;
-    r->bytes_out = srv->metrics.bytes_out;
+    /* Every counter in the list (a copy: dispatch counts this request
+     * before the reply is packed), and the named fields older clients read. */
+    uint64_t *counters = malloc(sizeof(srv->metrics.counters));
+    if (!counters)
+        return fail(ctx, KVS_ENOMEM, "out of memory for the stats counters");
+    ctx->heap[1] = counters;
+    memcpy(counters, srv->metrics.counters, sizeof(srv->metrics.counters));
+    r->n_counters = KVS_N_COUNTERS;
+    r->counters = counters;
+#define NAMED_1(name) r->name = srv->metrics.name;
+#define NAMED_0(name)
+#define NAMED(name, named, ...) NAMED_##named(name)
+    KVS_COUNTERS(NAMED)
+#undef NAMED
+#undef NAMED_0
+#undef NAMED_1
     r->block_bytes = srv->block_bytes;
     r->pool_bytes = (uint64_t)srv->num_blocks * srv->block_bytes;
     r->backend = (Kvshare__Backend)backend_kind(srv->backend);

@@ -2,7 +2,12 @@
  * metrics: the daemon's counters, one for every way a request can go. They
  * are plain integers bumped on the event loop thread and read by the Stats
  * RPC and by the Prometheus exposition (metrics_text.c, served over HTTP by
- * metrics_http.c): both read this one struct, so they always agree.
+ * metrics_http.c): both read this one struct, so they always agree. The
+ * scalar counters are the list KVS_COUNTERS (kvshare_counters.h), which also
+ * generates their Stats field, /metrics line and client field.
+ *
+ * Per-RPC counters and latencies are indexed by the RPC's position in the
+ * dispatch table (dispatch_index), not by its protobuf field number.
  *
  * Histograms keep cumulative-free bucket counts (bucket i counts values
  * <= bounds[i] and > bounds[i-1]; the last bucket is +Inf), a count and a
@@ -14,7 +19,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define METRICS_MAX_RPC     32
+#include "kvshare_counters.h"
+
+/* RPCs in the dispatch table, at most (checked there). */
+#define METRICS_MAX_RPC     16
 #define METRICS_MAX_BUCKETS 20
 
 typedef struct metrics_hist {
@@ -30,32 +38,27 @@ extern const size_t metrics_latency_n_bounds;
 extern const uint64_t metrics_block_bounds_ms[];
 extern const size_t metrics_block_n_bounds;
 
+#define METRICS_COUNTER(name, ...) uint64_t name;
+
 typedef struct metrics {
-    uint64_t requests;        /* decoded requests, every RPC */
-    uint64_t errors;          /* requests answered with a non-OK status */
-    uint64_t protocol_errors; /* frames refused: too big, undecodable */
-    uint64_t bytes_in, bytes_out;
-    uint64_t sessions_total;   /* connections accepted since start */
-    uint64_t sessions_refused; /* over the session limit */
-    uint64_t sessions_dropped; /* closed for a full output buffer */
-    uint64_t evictions;        /* blocks the index handed back to the pool */
-    uint64_t rpc_calls[METRICS_MAX_RPC];
-    uint64_t rpc_errors[METRICS_MAX_RPC];
+    union {
+        struct {
+            KVS_COUNTERS(METRICS_COUNTER)
+        };
+        uint64_t counters[KVS_N_COUNTERS]; /* the same, by position in KVS_COUNTERS */
+    };
+    uint64_t rpc_calls[METRICS_MAX_RPC];  /* by dispatch table position */
+    uint64_t rpc_errors[METRICS_MAX_RPC]; /* by dispatch table position */
 
-    uint64_t alloc_fail_pool_full; /* Alloc requests refused: pool full after eviction */
-    uint64_t alloc_fail_quota;     /* Commits cut short by a namespace quota */
-    uint64_t limit_refusals;       /* requests over a per-session limit */
-    uint64_t peers_denied;         /* connections refused by the uid/gid allow-lists */
-    uint64_t ns_denied;            /* requests refused by a namespace allow-list */
-    uint64_t config_reloads;       /* successful SIGHUP reloads */
-    uint64_t config_reload_errors; /* SIGHUP reloads refused (bad file) */
-
-    metrics_hist_t rpc_latency[METRICS_MAX_RPC]; /* ns, by RPC number */
+    metrics_hist_t rpc_latency[METRICS_MAX_RPC]; /* ns, by dispatch table position */
     metrics_hist_t block_lifetime;               /* ms from commit to eviction */
     metrics_hist_t block_reuse_gap;              /* ms since a matched prefix's end was last used */
 } metrics_t;
 
-/* Counts one request of RPC number rpc (the oneof case) and its status. */
+#undef METRICS_COUNTER
+
+/* Counts one request and its status; rpc is the RPC's dispatch table
+ * position, or METRICS_MAX_RPC or more for a request no entry answers. */
 void metrics_count_rpc(metrics_t *m, unsigned rpc, int status);
 
 /* Adds one value to a histogram with the given bounds (ascending). */

@@ -157,6 +157,36 @@ static unsigned long long ns_field(const radix_ns_stats_t *st, enum ns_field f)
     return 0;
 }
 
+/* The Prometheus family, labels and help of each counter of KVS_COUNTERS. */
+#define COUNTER_ROW(name, named, family, labels, help) {family, labels, help},
+static const struct {
+    const char *family, *labels, *help;
+} counter_rows[] = {KVS_COUNTERS(COUNTER_ROW)};
+#undef COUNTER_ROW
+
+/* Every counter, one family at a time: the format wants a family's samples
+ * together, and a label added to a family later is appended to the list. */
+static void counters(text_t *t, const metrics_t *m)
+{
+    for (size_t i = 0; i < KVS_N_COUNTERS; i++) {
+        size_t first = 0;
+        while (strcmp(counter_rows[first].family, counter_rows[i].family) != 0)
+            first++;
+        if (first < i)
+            continue; /* printed with the family's first counter */
+        head(t, counter_rows[i].family, "counter", counter_rows[i].help);
+        for (size_t j = i; j < KVS_N_COUNTERS; j++) {
+            if (strcmp(counter_rows[j].family, counter_rows[i].family) != 0)
+                continue;
+            if (counter_rows[j].labels[0])
+                put(t, "%s{%s} %llu\n", counter_rows[j].family, counter_rows[j].labels,
+                    (unsigned long long)m->counters[j]);
+            else
+                put(t, "%s %llu\n", counter_rows[j].family, (unsigned long long)m->counters[j]);
+        }
+    }
+}
+
 int metrics_render(server_t *srv, char **out, size_t *len)
 {
     text_t t = {0};
@@ -208,72 +238,23 @@ int metrics_render(server_t *srv, char **out, size_t *len)
     head(&t, "kvshare_index_bytes", "gauge", "Memory of the prefix index");
     put(&t, "kvshare_index_bytes %llu\n", (unsigned long long)radix_memory_bytes(srv->index));
 
-    head(&t, "kvshare_evictions_total", "counter", "Cached blocks evicted back to the pool");
-    put(&t, "kvshare_evictions_total %llu\n", (unsigned long long)m->evictions);
-    head(&t, "kvshare_alloc_failures_total", "counter",
-         "Allocations refused: pool full after eviction (Alloc), namespace quota (Commit)");
-    put(&t, "kvshare_alloc_failures_total{reason=\"pool_full\"} %llu\n",
-        (unsigned long long)m->alloc_fail_pool_full);
-    put(&t, "kvshare_alloc_failures_total{reason=\"quota\"} %llu\n",
-        (unsigned long long)m->alloc_fail_quota);
-    head(&t, "kvshare_session_limit_refusals_total", "counter",
-         "Requests refused for a per-session limit (pinned or writing blocks)");
-    put(&t, "kvshare_session_limit_refusals_total %llu\n", (unsigned long long)m->limit_refusals);
-
     head(&t, "kvshare_sessions", "gauge", "Open sessions (connections)");
     put(&t, "kvshare_sessions %u\n", srv->n_sessions);
-    head(&t, "kvshare_sessions_total", "counter", "Sessions accepted since start");
-    put(&t, "kvshare_sessions_total %llu\n", (unsigned long long)m->sessions_total);
-    head(&t, "kvshare_sessions_refused_total", "counter", "Connections refused, by reason");
-    put(&t, "kvshare_sessions_refused_total{reason=\"limit\"} %llu\n",
-        (unsigned long long)m->sessions_refused);
-    put(&t, "kvshare_sessions_refused_total{reason=\"denied\"} %llu\n",
-        (unsigned long long)m->peers_denied);
-    head(&t, "kvshare_sessions_dropped_total", "counter",
-         "Sessions closed because they stopped reading their replies");
-    put(&t, "kvshare_sessions_dropped_total %llu\n", (unsigned long long)m->sessions_dropped);
-    head(&t, "kvshare_namespace_denied_total", "counter",
-         "Requests refused by a namespace allow-list");
-    put(&t, "kvshare_namespace_denied_total %llu\n", (unsigned long long)m->ns_denied);
-
-    head(&t, "kvshare_requests_total", "counter", "Requests answered, every RPC");
-    put(&t, "kvshare_requests_total %llu\n", (unsigned long long)m->requests);
-    head(&t, "kvshare_request_errors_total", "counter", "Requests answered with an error");
-    put(&t, "kvshare_request_errors_total %llu\n", (unsigned long long)m->errors);
-    head(&t, "kvshare_protocol_errors_total", "counter", "Frames refused: too big, undecodable");
-    put(&t, "kvshare_protocol_errors_total %llu\n", (unsigned long long)m->protocol_errors);
-    head(&t, "kvshare_received_bytes_total", "counter", "Request bytes received");
-    put(&t, "kvshare_received_bytes_total %llu\n", (unsigned long long)m->bytes_in);
-    head(&t, "kvshare_sent_bytes_total", "counter", "Reply bytes sent");
-    put(&t, "kvshare_sent_bytes_total %llu\n", (unsigned long long)m->bytes_out);
-    head(&t, "kvshare_config_reloads_total", "counter", "SIGHUP reloads, by result");
-    put(&t, "kvshare_config_reloads_total{result=\"ok\"} %llu\n",
-        (unsigned long long)m->config_reloads);
-    put(&t, "kvshare_config_reloads_total{result=\"error\"} %llu\n",
-        (unsigned long long)m->config_reload_errors);
+    counters(&t, m);
 
     head(&t, "kvshare_rpc_requests_total", "counter", "Requests by RPC");
-    for (unsigned r = 0; r < METRICS_MAX_RPC; r++) {
-        const dispatch_entry_t *e = dispatch_find((Kvshare__Request__RpcCase)r);
-        if (e)
-            put(&t, "kvshare_rpc_requests_total{rpc=\"%s\"} %llu\n", e->name,
-                (unsigned long long)m->rpc_calls[r]);
-    }
+    for (size_t r = 0; r < dispatch_count(); r++)
+        put(&t, "kvshare_rpc_requests_total{rpc=\"%s\"} %llu\n", dispatch_at(r)->name,
+            (unsigned long long)m->rpc_calls[r]);
     head(&t, "kvshare_rpc_errors_total", "counter", "Requests answered with an error, by RPC");
-    for (unsigned r = 0; r < METRICS_MAX_RPC; r++) {
-        const dispatch_entry_t *e = dispatch_find((Kvshare__Request__RpcCase)r);
-        if (e)
-            put(&t, "kvshare_rpc_errors_total{rpc=\"%s\"} %llu\n", e->name,
-                (unsigned long long)m->rpc_errors[r]);
-    }
+    for (size_t r = 0; r < dispatch_count(); r++)
+        put(&t, "kvshare_rpc_errors_total{rpc=\"%s\"} %llu\n", dispatch_at(r)->name,
+            (unsigned long long)m->rpc_errors[r]);
     head(&t, "kvshare_rpc_duration_seconds", "histogram",
          "Time to handle one request in the daemon, by RPC (decode and send excluded)");
-    for (unsigned r = 0; r < METRICS_MAX_RPC; r++) {
-        const dispatch_entry_t *e = dispatch_find((Kvshare__Request__RpcCase)r);
+    for (size_t r = 0; r < dispatch_count(); r++) {
         char labels[64];
-        if (!e)
-            continue;
-        snprintf(labels, sizeof(labels), "rpc=\"%s\"", e->name);
+        snprintf(labels, sizeof(labels), "rpc=\"%s\"", dispatch_at(r)->name);
         hist(&t, "kvshare_rpc_duration_seconds", labels, &m->rpc_latency[r],
              metrics_latency_bounds_ns, metrics_latency_n_bounds, 1e-9);
     }

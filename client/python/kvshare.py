@@ -21,7 +21,7 @@ import ctypes
 import ctypes.util
 import os
 
-__all__ = ["Client", "KvsError", "load_library", "STATUS"]
+__all__ = ["Client", "KvsError", "counter_names", "load_library", "STATUS"]
 
 # The status table of kvshare_status.h (name -> code); kept in step by the
 # binding's test, which compares it with kvs_strerror for every code.
@@ -59,6 +59,7 @@ class _Options(ctypes.Structure):
         ("worker_name", ctypes.c_char_p),
         ("flags", ctypes.c_uint),
         ("reconnect_ms", ctypes.c_int),
+        ("reserved", ctypes.c_uint64 * 8),
     ]
 
 
@@ -73,6 +74,7 @@ class _Geometry(ctypes.Structure):
         ("block_stride", ctypes.c_uint64), ("pool_bytes", ctypes.c_uint64),
         ("backend", ctypes.c_int),
         ("device_uuid", ctypes.c_uint8 * 16),
+        ("reserved", ctypes.c_uint64 * 8),
     ]
 
 
@@ -84,7 +86,14 @@ class _NsStats(ctypes.Structure):
         ("duplicate_blocks", ctypes.c_uint64), ("evicted_blocks", ctypes.c_uint64),
         ("cached_blocks", ctypes.c_uint32), ("pinned_blocks", ctypes.c_uint32),
         ("quota", ctypes.c_uint32), ("reserve", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint64 * 8),
     ]
+
+
+# KVS_COUNTER_SLOTS of kvshare_counters.h: the room kvs_stats_t keeps for
+# counters. The counters' names come from the library (kvs_counter_name),
+# so this binding never lists them.
+COUNTER_SLOTS = 64
 
 
 class _Stats(ctypes.Structure):
@@ -92,22 +101,16 @@ class _Stats(ctypes.Structure):
         ("total_blocks", ctypes.c_uint32), ("free_blocks", ctypes.c_uint32),
         ("writing_blocks", ctypes.c_uint32), ("cached_blocks", ctypes.c_uint32),
         ("pinned_blocks", ctypes.c_uint32),
-        ("alloc_failures", ctypes.c_uint64), ("evictions", ctypes.c_uint64),
         ("sessions", ctypes.c_uint32),
-        ("sessions_total", ctypes.c_uint64), ("requests", ctypes.c_uint64),
-        ("errors", ctypes.c_uint64), ("protocol_errors", ctypes.c_uint64),
-        ("bytes_in", ctypes.c_uint64), ("bytes_out", ctypes.c_uint64),
-        ("block_bytes", ctypes.c_uint64), ("pool_bytes", ctypes.c_uint64),
-        ("index_bytes", ctypes.c_uint64),
         ("block_tokens", ctypes.c_uint32),
         ("backend", ctypes.c_int),
+        ("block_bytes", ctypes.c_uint64), ("pool_bytes", ctypes.c_uint64),
+        ("index_bytes", ctypes.c_uint64),
         ("uptime_ms", ctypes.c_uint64),
         ("n_namespaces", ctypes.c_size_t),
         ("namespaces", ctypes.POINTER(_NsStats)),
-        ("alloc_failures_quota", ctypes.c_uint64), ("session_limit_refusals", ctypes.c_uint64),
-        ("sessions_refused", ctypes.c_uint64), ("peers_denied", ctypes.c_uint64),
-        ("sessions_dropped", ctypes.c_uint64), ("namespace_denied", ctypes.c_uint64),
-        ("config_reloads", ctypes.c_uint64), ("config_reload_errors", ctypes.c_uint64),
+        ("reserved", ctypes.c_uint64 * 8),
+        ("counters", ctypes.c_uint64 * COUNTER_SLOTS),
     ]
 
 
@@ -118,6 +121,7 @@ class _Prefix(ctypes.Structure):
         ("pins", ctypes.c_uint32),
         ("hits", ctypes.c_uint64), ("age_ticks", ctypes.c_uint64),
         ("last_block_id", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint64 * 4),
     ]
 
 
@@ -184,6 +188,7 @@ def _declare(lib):
         "kvs_release": (ctypes.c_int, [P, U32P, SZ, SZP]),
         "kvs_stats": (ctypes.c_int, [P, ctypes.POINTER(_Stats)]),
         "kvs_stats_free": (None, [ctypes.POINTER(_Stats)]),
+        "kvs_counter_name": (ctypes.c_char_p, [SZ]),
         "kvs_tree": (ctypes.c_int, [P, ctypes.c_char_p, ctypes.c_int,
                                     ctypes.POINTER(_Prefix), SZ, SZP]),
         "kvs_ping": (ctypes.c_int, [P, SZ, ctypes.POINTER(ctypes.c_double)]),
@@ -192,6 +197,17 @@ def _declare(lib):
         fn = getattr(lib, name)
         fn.restype = res
         fn.argtypes = args
+
+
+def counter_names(lib=None):
+    """The daemon counters this library knows, in kvs_stats_t order."""
+    lib = lib or load_library()
+    names = []
+    while True:
+        name = lib.kvs_counter_name(len(names))
+        if name is None:
+            return names
+        names.append(name.decode())
 
 
 def _u32(values):
@@ -364,12 +380,16 @@ class Client:
         self._check(self._lib.kvs_stats(self._c, ctypes.byref(s)))
         try:
             out = {name: getattr(s, name) for name, _ in _Stats._fields_
-                   if name not in ("namespaces", "n_namespaces", "backend")}
+                   if name not in ("namespaces", "n_namespaces", "backend", "reserved",
+                                   "counters")}
+            for i, name in enumerate(counter_names(self._lib)):
+                out[name] = s.counters[i]
             out["backend"] = "cuda" if s.backend == BACKEND_CUDA else "host"
             out["namespaces"] = []
             for i in range(s.n_namespaces):
                 ns = s.namespaces[i]
-                row = {name: getattr(ns, name) for name, _ in _NsStats._fields_}
+                row = {name: getattr(ns, name) for name, _ in _NsStats._fields_
+                       if name != "reserved"}
                 row["name"] = ns.name.decode()
                 out["namespaces"].append(row)
             return out
@@ -383,7 +403,7 @@ class Client:
                                        ctypes.byref(n)))
         out = []
         for r in rows[:n.value]:
-            d = {name: getattr(r, name) for name, _ in _Prefix._fields_}
+            d = {name: getattr(r, name) for name, _ in _Prefix._fields_ if name != "reserved"}
             d["ns"] = r.ns.decode()
             out.append(d)
         return out

@@ -1,12 +1,13 @@
 #!/bin/sh
 # cmake --install into a temporary prefix, then build a tiny program against
-# the installed kvshare.pc (shared) and libkvshare.a (static), and run the
-# installed binaries. Usage: install_test.sh BUILD_DIR CC [extra CFLAGS...]
+# the installed kvshare.pc (shared) and libkvshare.a (static), and through
+# find_package(kvshare) (both imported targets), and run the installed
+# binaries. Usage: install_test.sh BUILD_DIR CC [extra CFLAGS...]
 set -eu
 build=$1
 cc=$2
 shift 2
-tmp=$(mktemp -d /tmp/kvs-install-XXXXXX)
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/kvs-install-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 
 cmake --install "$build" --prefix "$tmp/prefix" >"$tmp/install.log"
@@ -14,6 +15,7 @@ pc=$(find "$tmp/prefix" -name kvshare.pc)
 test -n "$pc" || { echo "no kvshare.pc installed"; cat "$tmp/install.log"; exit 1; }
 libdir=$(dirname "$(dirname "$pc")")
 for f in bin/kvshared bin/kvshare include/kvshare.h include/kvshare_status.h \
+         include/kvshare_counters.h \
          lib/systemd/system/kvshared.service share/kvshare/examples/kvshared.conf; do
     test -e "$tmp/prefix/$f" || { echo "missing $f"; exit 1; }
 done
@@ -52,6 +54,31 @@ LD_LIBRARY_PATH="$libdir" "$tmp/hello"
 if ldd "$tmp/hello_static" | grep -q libkvshare; then
     echo "hello_static links libkvshare.so"; exit 1
 fi
+# find_package(kvshare) against the installed prefix: one program linked
+# with each imported target, each run. The prefix is moved first: the
+# package's paths are relative to itself.
+mv "$tmp/prefix" "$tmp/moved"
+mkdir "$tmp/fp"
+cp "$tmp/hello.c" "$tmp/fp/hello.c"
+cat >"$tmp/fp/CMakeLists.txt" <<'CM'
+cmake_minimum_required(VERSION 3.20)
+project(kvshare_user C)
+find_package(kvshare 0.2 REQUIRED)
+add_executable(hello_fp hello.c)
+target_link_libraries(hello_fp PRIVATE kvshare::kvshare)
+add_executable(hello_fp_static hello.c)
+target_link_libraries(hello_fp_static PRIVATE kvshare::kvshare_static)
+CM
+cmake -S "$tmp/fp" -B "$tmp/fp/build" -DCMAKE_PREFIX_PATH="$tmp/moved" \
+    -DCMAKE_C_COMPILER="$cc" -DCMAKE_C_FLAGS="$*" >"$tmp/fp.log" 2>&1 ||
+    { cat "$tmp/fp.log"; exit 1; }
+cmake --build "$tmp/fp/build" >>"$tmp/fp.log" 2>&1 || { cat "$tmp/fp.log"; exit 1; }
+"$tmp/fp/build/hello_fp"
+"$tmp/fp/build/hello_fp_static"
+ldd "$tmp/fp/build/hello_fp" | grep -q "libkvshare.so.1 => $tmp/moved" ||
+    { echo "hello_fp does not load the installed libkvshare.so.1"; ldd "$tmp/fp/build/hello_fp"; exit 1; }
+mv "$tmp/moved" "$tmp/prefix"
+
 "$tmp/prefix/bin/kvshared" --version
 "$tmp/prefix/bin/kvshared" --check-config "$tmp/prefix/share/kvshare/examples/kvshared.conf"
 "$tmp/prefix/bin/kvshare" --help >/dev/null

@@ -126,6 +126,53 @@ class MetricsTest(unittest.TestCase):
         self.assertEqual(metric(m, "kvshare_block_reuse_gap_seconds_count"), 2)
         self.assertEqual(metric(m, "kvshare_block_lifetime_seconds_count"), 0)
 
+    def test_counters_everywhere(self):
+        """Every counter the library knows (kvshare_counters.h, through
+        kvs_counter_name) is in the Python binding's stats, in `kvshare stats
+        --json` and in its text, with the same value in each."""
+        self.traffic()
+        names = kvshare.counter_names()
+        self.assertGreaterEqual(len(names), 16)
+        self.assertEqual(len(set(names)), len(names))
+        with kvshare.Client(socket_path=self.d.socket, map_pool=False) as c:
+            py = c.stats()
+        r = cli("stats", "--json", "--socket", self.d.socket)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        js = json.loads(r.stdout)
+        t = cli("stats", "--socket", self.d.socket)
+        self.assertEqual(t.returncode, 0, t.stderr)
+        text = {}
+        for line in t.stdout.splitlines():
+            words = line.split()
+            for key, value in zip(words[0::2], words[1::2]):
+                if key in names:
+                    text[key] = int(value)
+        # Gauges and counters are the binding's keys, nothing else.
+        gauges = {"total_blocks", "free_blocks", "writing_blocks", "cached_blocks",
+                  "pinned_blocks", "sessions", "block_tokens", "backend", "block_bytes",
+                  "pool_bytes", "index_bytes", "uptime_ms", "namespaces"}
+        self.assertEqual(set(py), gauges | set(names))
+        # Each query is a session and a request of its own: those move.
+        moving = {"requests", "bytes_in", "bytes_out", "sessions_total"}
+        for name in names:
+            self.assertIn(name, js, name)
+            self.assertIn(name, text, name)
+            if name not in moving:
+                self.assertEqual(js[name], py[name], name)
+                self.assertEqual(text[name], py[name], name)
+        self.assertEqual(py["alloc_failures"], 1)  # traffic()'s pool-full Alloc
+        self.assertEqual(js["blocks"]["cached"], py["cached_blocks"])
+        self.assertEqual(js["block_bytes"], py["block_bytes"])
+        self.assertEqual(js["sessions_total"], py["sessions_total"] + 1)
+
+    def test_pin_misses(self):
+        with kvshare.Client(socket_path=self.d.socket, map_pool=False) as c:
+            with self.assertRaises(kvshare.KvsError) as e:
+                c.pin([3])  # never committed: not cached
+            self.assertEqual(e.exception.name, "KVS_ENOTFOUND")
+            self.assertEqual(c.stats()["pin_misses"], 1)
+        self.assertEqual(metric(parse_metrics(self.d.scrape()), "kvshare_pin_misses_total"), 1)
+
     def test_lifetime_after_eviction(self):
         with kvshare.Client(socket_path=self.d.socket, map_pool=False) as c:
             ids = c.alloc(4)

@@ -17,6 +17,11 @@ static const char *backend_name(kvs_backend_t b)
     return b == KVS_BACKEND_CUDA ? "cuda" : b == KVS_BACKEND_HOST ? "host" : "?";
 }
 
+/* Every counter of KVS_COUNTERS, by its name, in list order. */
+#define COUNTER_NAME(name, ...) #name,
+static const char *const counter_names[] = {KVS_COUNTERS(COUNTER_NAME)};
+#undef COUNTER_NAME
+
 void cli_print_stats(FILE *f, const kvs_stats_t *s)
 {
     char a[32], b[32], up[32];
@@ -29,22 +34,12 @@ void cli_print_stats(FILE *f, const kvs_stats_t *s)
             s->free_blocks, pct(s->free_blocks, s->total_blocks), s->writing_blocks,
             s->cached_blocks, s->pinned_blocks,
             pct(s->total_blocks - s->free_blocks, s->total_blocks));
-    fprintf(f, "index     %s, %llu evictions, %llu alloc failures (pool full)\n",
-            cli_bytes(s->index_bytes, a, sizeof(a)), (unsigned long long)s->evictions,
-            (unsigned long long)s->alloc_failures);
-    fprintf(f, "sessions  %u open, %llu since start, %llu refused (limit), %llu dropped\n",
-            s->sessions, (unsigned long long)s->sessions_total,
-            (unsigned long long)s->sessions_refused, (unsigned long long)s->sessions_dropped);
-    fprintf(f, "refusals  quota %llu, session limits %llu, denied peers %llu, denied ns %llu\n",
-            (unsigned long long)s->alloc_failures_quota,
-            (unsigned long long)s->session_limit_refusals, (unsigned long long)s->peers_denied,
-            (unsigned long long)s->namespace_denied);
-    fprintf(f, "reloads   %llu ok, %llu refused\n", (unsigned long long)s->config_reloads,
-            (unsigned long long)s->config_reload_errors);
-    fprintf(f, "requests  %llu, %llu errors, %llu refused frames, in %s, out %s\n",
-            (unsigned long long)s->requests, (unsigned long long)s->errors,
-            (unsigned long long)s->protocol_errors, cli_bytes(s->bytes_in, a, sizeof(a)),
-            cli_bytes(s->bytes_out, b, sizeof(b)));
+    fprintf(f, "index     %s\n", cli_bytes(s->index_bytes, a, sizeof(a)));
+    fprintf(f, "sessions  %u open\n", s->sessions);
+    fprintf(f, "\ncounters since start\n");
+    for (size_t i = 0; i < KVS_N_COUNTERS; i++)
+        fprintf(f, "  %-24s %14llu%s", counter_names[i], (unsigned long long)s->counters[i],
+                i % 2 == 1 || i + 1 == KVS_N_COUNTERS ? "\n" : "    ");
     if (s->n_namespaces == 0) {
         fprintf(f, "\nno namespace yet (no lookup or commit so far)\n");
         return;
@@ -65,25 +60,14 @@ static void print_json(FILE *f, const kvs_stats_t *s)
     fprintf(f,
             "{\"backend\":\"%s\",\"uptime_ms\":%llu,\"block_tokens\":%u,\"block_bytes\":%llu,"
             "\"pool_bytes\":%llu,\"blocks\":{\"total\":%u,\"free\":%u,\"writing\":%u,"
-            "\"cached\":%u,\"pinned\":%u},\"evictions\":%llu,\"alloc_failures\":%llu,"
-            "\"index_bytes\":%llu,\"sessions\":%u,\"sessions_total\":%llu,\"requests\":%llu,"
-            "\"errors\":%llu,\"protocol_errors\":%llu,\"bytes_in\":%llu,\"bytes_out\":%llu,"
-            "\"alloc_failures_quota\":%llu,\"session_limit_refusals\":%llu,"
-            "\"sessions_refused\":%llu,\"peers_denied\":%llu,\"sessions_dropped\":%llu,"
-            "\"namespace_denied\":%llu,\"config_reloads\":%llu,\"config_reload_errors\":%llu,"
-            "\"namespaces\":[",
+            "\"cached\":%u,\"pinned\":%u},\"index_bytes\":%llu,\"sessions\":%u",
             backend_name(s->backend), (unsigned long long)s->uptime_ms, s->block_tokens,
             (unsigned long long)s->block_bytes, (unsigned long long)s->pool_bytes, s->total_blocks,
             s->free_blocks, s->writing_blocks, s->cached_blocks, s->pinned_blocks,
-            (unsigned long long)s->evictions, (unsigned long long)s->alloc_failures,
-            (unsigned long long)s->index_bytes, s->sessions, (unsigned long long)s->sessions_total,
-            (unsigned long long)s->requests, (unsigned long long)s->errors,
-            (unsigned long long)s->protocol_errors, (unsigned long long)s->bytes_in,
-            (unsigned long long)s->bytes_out, (unsigned long long)s->alloc_failures_quota,
-            (unsigned long long)s->session_limit_refusals, (unsigned long long)s->sessions_refused,
-            (unsigned long long)s->peers_denied, (unsigned long long)s->sessions_dropped,
-            (unsigned long long)s->namespace_denied, (unsigned long long)s->config_reloads,
-            (unsigned long long)s->config_reload_errors);
+            (unsigned long long)s->index_bytes, s->sessions);
+    for (size_t i = 0; i < KVS_N_COUNTERS; i++)
+        fprintf(f, ",\"%s\":%llu", counter_names[i], (unsigned long long)s->counters[i]);
+    fprintf(f, ",\"namespaces\":[");
     for (size_t i = 0; i < s->n_namespaces; i++) {
         const kvs_ns_stats_t *n = &s->namespaces[i];
         fprintf(f, "%s{\"name\":", i ? "," : "");

@@ -1,0 +1,72 @@
+/*
+ * The daemon's counters, listed once. Everything that carries a counter is
+ * generated from this list: the daemon's metrics_t, the Stats reply (the
+ * `counters` array, in list order), the /metrics exposition, kvs_stats_t,
+ * `kvshare stats` (text and --json) and the Python binding (through
+ * kvs_counter_name). Adding a counter is one line here plus the place that
+ * counts it (`srv->metrics.NAME++`) and its test.
+ *
+ * X(name, named_field, family, labels, help):
+ *   name         the C field (metrics_t, kvs_stats_t), the JSON and Python key;
+ *   named_field  1 when StatsReply also has a field of that name (the counters
+ *                that predate StatsReply.counters; they stay filled for older
+ *                clients), 0 for every counter added since: leave it 0;
+ *   family       the Prometheus metric (counters of one family share its help);
+ *   labels       its label set, "" for none;
+ *   help         the family's HELP line.
+ *
+ * Append only, never reorder or remove: a counter's position is its place
+ * in kvs_stats_t (ABI) and in StatsReply.counters (protocol). At most
+ * KVS_COUNTER_SLOTS counters: kvs_stats_t keeps room for them so that its
+ * size does not change when a counter is added.
+ */
+#ifndef KVSHARE_COUNTERS_H
+#define KVSHARE_COUNTERS_H
+
+/* clang-format off */
+#define KVS_COUNTERS(X) \
+    X(requests, 1, "kvshare_requests_total", "", \
+      "Requests answered, every RPC") \
+    X(errors, 1, "kvshare_request_errors_total", "", \
+      "Requests answered with an error") \
+    X(protocol_errors, 1, "kvshare_protocol_errors_total", "", \
+      "Frames refused: too big, undecodable") \
+    X(bytes_in, 1, "kvshare_received_bytes_total", "", \
+      "Request bytes received") \
+    X(bytes_out, 1, "kvshare_sent_bytes_total", "", \
+      "Reply bytes sent") \
+    X(sessions_total, 1, "kvshare_sessions_total", "", \
+      "Sessions accepted since start") \
+    X(sessions_refused, 1, "kvshare_sessions_refused_total", "reason=\"limit\"", \
+      "Connections refused, by reason") \
+    X(peers_denied, 1, "kvshare_sessions_refused_total", "reason=\"denied\"", \
+      "Connections refused, by reason") \
+    X(sessions_dropped, 1, "kvshare_sessions_dropped_total", "", \
+      "Sessions closed because they stopped reading their replies") \
+    X(evictions, 1, "kvshare_evictions_total", "", \
+      "Cached blocks evicted back to the pool") \
+    X(alloc_failures, 1, "kvshare_alloc_failures_total", "reason=\"pool_full\"", \
+      "Allocations refused: pool full after eviction (Alloc), namespace quota (Commit)") \
+    X(alloc_failures_quota, 1, "kvshare_alloc_failures_total", "reason=\"quota\"", \
+      "Allocations refused: pool full after eviction (Alloc), namespace quota (Commit)") \
+    X(session_limit_refusals, 1, "kvshare_session_limit_refusals_total", "", \
+      "Requests refused for a per-session limit (pinned or writing blocks)") \
+    X(namespace_denied, 1, "kvshare_namespace_denied_total", "", \
+      "Requests refused by a namespace allow-list") \
+    X(config_reloads, 1, "kvshare_config_reloads_total", "result=\"ok\"", \
+      "SIGHUP reloads, by result") \
+    X(config_reload_errors, 1, "kvshare_config_reloads_total", "result=\"error\"", \
+      "SIGHUP reloads, by result") \
+    X(pin_misses, 0, "kvshare_pin_misses_total", "", \
+      "Pins refused because the block is no longer cached (evicted since its lookup)")
+/* clang-format on */
+
+/* Room for counters in kvs_stats_t and StatsReply.counters. */
+#define KVS_COUNTER_SLOTS 64
+
+/* KVS_COUNTER_<name>: a counter's position in the list; KVS_N_COUNTERS. */
+#define KVS__COUNTER_ENUM(name, ...) KVS_COUNTER_##name,
+enum { KVS_COUNTERS(KVS__COUNTER_ENUM) KVS_N_COUNTERS };
+#undef KVS__COUNTER_ENUM
+
+#endif /* KVSHARE_COUNTERS_H */
