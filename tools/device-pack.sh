@@ -64,7 +64,13 @@ mkdir -p "$PACK_DIR/bin" "$PACK_DIR/lib" "$PACK_DIR/fake"
 for p in "${PROGRAMS[@]}"; do
     cp "$BUILD_DIR/$p" "$PACK_DIR/bin/"
 done
-cp -P "$BUILD_DIR"/client/libkvshare.so* "$PACK_DIR/lib/"
+# libkvshare.so, the soname it links to and the file (not stale versions).
+lib=$BUILD_DIR/client/libkvshare.so
+while [ -n "$lib" ]; do
+    cp -P "$lib" "$PACK_DIR/lib/"
+    next=$(readlink "$lib" || true)
+    lib=${next:+$BUILD_DIR/client/$next}
+done
 cp "$BUILD_DIR/tests/gpu/fake_cuda/libcuda.so.1" "$PACK_DIR/fake/"
 
 # Every shared library the programs load, except glibc's own and the driver.
