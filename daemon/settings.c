@@ -155,7 +155,7 @@ const setting_t settings_table[] = {
      AT(server.eviction), .help = "lru, or freq (recency plus a bonus per hit)"},
 
     /* Namespaces and limits. */
-    {"dynamic_namespaces", "dynamic-namespaces", SETTING_GLOBAL, SETTING_BOOL, "yes|no", 0, 0,
+    {"dynamic_namespaces", "dynamic-namespaces", SETTING_GLOBAL, SETTING_BOOL, "yes/no", 0, 0,
      AT(server.dynamic_namespaces), .deflt = "yes without a config file, no with one",
      .help = "create unknown namespaces on first use"},
     {"max_namespaces", "max-namespaces", SETTING_GLOBAL, SETTING_U32, "N", 1, 65536,
@@ -749,8 +749,9 @@ void settings_format(const setting_t *row, const void *base, char *buf, size_t l
     }
 }
 
-/* The default as --help and the docs show it. */
-static void format_default(const setting_t *row, char *buf, size_t len)
+/* The default as --help and the docs show it. Returns whether it is a value
+ * to type (16MiB) rather than words (the preset's). */
+static bool format_default(const setting_t *row, char *buf, size_t len)
 {
     static settings_t defaults;
     static config_ns_t ns_defaults;
@@ -759,13 +760,17 @@ static void format_default(const setting_t *row, char *buf, size_t len)
         settings_init(&defaults);
         ready = true;
     }
-    if (row->deflt)
+    if (row->deflt) {
         snprintf(buf, len, "%s", row->deflt);
-    else if (!row->key)
+        return false;
+    }
+    if (!row->key) {
         buf[0] = '\0'; /* a flag only: an action, not a value */
-    else
-        settings_format(row, row->scope == SETTING_NS ? (void *)&ns_defaults : (void *)&defaults,
-                        buf, len);
+        return false;
+    }
+    settings_format(row, row->scope == SETTING_NS ? (void *)&ns_defaults : (void *)&defaults, buf,
+                    len);
+    return !row->zero || strcmp(buf, row->zero) != 0;
 }
 
 /* Writes `text` from column `indent`, wrapped before column 80. */
@@ -806,7 +811,7 @@ void settings_usage(FILE *f)
             continue;
         snprintf(left, sizeof(left), "  --%s%s%s", row->flag, row->arg ? " " : "",
                  row->arg ? row->arg : "");
-        format_default(row, deflt, sizeof(deflt));
+        (void)format_default(row, deflt, sizeof(deflt));
         if (row->name && row->type == SETTING_TEXT)
             list_names(row, names, sizeof(names));
         snprintf(text, sizeof(text), "%s%s%s%s%s%s", row->help, names[0] ? "; one of: " : "", names,
@@ -849,11 +854,11 @@ void settings_markdown(FILE *f)
         const setting_t *row = &settings_table[i];
         if (row->scope != SETTING_GLOBAL)
             continue;
-        format_default(row, deflt, sizeof(deflt));
+        const char *tick = format_default(row, deflt, sizeof(deflt)) ? "`" : "";
         fprintf(f, "| %s%s%s | `--%s%s%s` | %s%s%s | %s%s |\n", row->key ? "`" : "",
                 row->key ? row->key : "(flag only)", row->key ? "`" : "", row->flag,
-                row->arg ? " " : "", row->arg ? row->arg : "", deflt[0] ? "`" : "", deflt,
-                deflt[0] ? "`" : "", row->help, row->reload ? " (SIGHUP applies it)" : "");
+                row->arg ? " " : "", row->arg ? row->arg : "", tick, deflt, tick, row->help,
+                row->reload ? " (SIGHUP applies it)" : "");
     }
     fprintf(f, "\nKeys of a `[namespace NAME]` section:\n\n"
                "| key | default | applied | what |\n|---|---|---|---|\n");
@@ -861,8 +866,8 @@ void settings_markdown(FILE *f)
         const setting_t *row = &settings_table[i];
         if (row->scope != SETTING_NS)
             continue;
-        format_default(row, deflt, sizeof(deflt));
-        fprintf(f, "| `%s` | `%s` | %s | %s |\n", row->key, deflt,
+        const char *tick = format_default(row, deflt, sizeof(deflt)) ? "`" : "";
+        fprintf(f, "| `%s` | %s%s%s | %s | %s |\n", row->key, tick, deflt, tick,
                 row->reload ? "at start and on SIGHUP" : "at start", row->help);
     }
 }
