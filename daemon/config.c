@@ -9,75 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
-#include "geometry.h"
 #include "kvshare_status.h"
-#include "log.h"
-#include "metrics_http.h"
-
-typedef enum key_type {
-    K_PATH,
-    K_U32,
-    K_SIZE,
-    K_FRACTION,
-    K_BOOL,
-    K_BACKEND,
-    K_MODEL,
-    K_DTYPE,
-    K_LOGLEVEL,
-    K_ADDR,
-    K_UIDS,
-    K_GIDS,
-    K_GROUP,
-    K_EVICTION,
-} key_type_t;
-
-typedef struct key_def {
-    const char *key;
-    const char *flag;
-    key_type_t type;
-    uint64_t min, max; /* K_U32, K_SIZE */
-} key_def_t;
-
-/* Every global key, its flag and how its value is checked. */
-static const key_def_t global_keys[] = {
-    {"socket", "--socket", K_PATH, 0, 0},
-    {"backend", "--backend", K_BACKEND, 0, 0},
-    {"device", "--device", K_U32, 0, 1023},
-    {"model", "--model", K_MODEL, 0, 0},
-    {"layers", "--layers", K_U32, 1, 4096},
-    {"kv_heads", "--kv-heads", K_U32, 1, 4096},
-    {"head_dim", "--head-dim", K_U32, 1, 65536},
-    {"dtype", "--dtype", K_DTYPE, 0, 0},
-    {"block_tokens", "--block-tokens", K_U32, 1, 65536},
-    {"pool_bytes", "--pool-bytes", K_SIZE, 1, UINT64_MAX},
-    {"pool_blocks", "--pool-blocks", K_U32, 1, UINT32_MAX - 1},
-    {"gpu_memory_utilization", "--gpu-memory-utilization", K_FRACTION, 0, 0},
-    {"max_frame", "--max-frame", K_SIZE, 64, UINT32_MAX},
-    {"max_output", "--max-output", K_SIZE, 4096, UINT64_MAX},
-    {"max_sessions", "--max-sessions", K_U32, 1, 1000000},
-    {"max_namespaces", "--max-namespaces", K_U32, 1, 65536},
-    {"log_level", "--log-level", K_LOGLEVEL, 0, 0},
-    {"metrics_listen", "--metrics-listen", K_ADDR, 0, 0},
-    {"dynamic_namespaces", "--dynamic-namespaces", K_BOOL, 0, 0},
-    {"session_max_pinned", "--session-max-pinned", K_U32, 0, UINT32_MAX},
-    {"session_max_writing", "--session-max-writing", K_U32, 0, UINT32_MAX},
-    {"socket_group", "--socket-group", K_GROUP, 0, 0},
-    {"allow_uids", "--allow-uids", K_UIDS, 0, 0},
-    {"allow_gids", "--allow-gids", K_GIDS, 0, 0},
-    {"drain_timeout_ms", "--drain-timeout-ms", K_U32, 0, 600000},
-    {"eviction", "--eviction", K_EVICTION, 0, 0},
-};
-
-static const key_def_t ns_keys[] = {
-    {"quota", NULL, K_U32, 0, UINT32_MAX - 1},
-    {"reserve", NULL, K_U32, 0, UINT32_MAX - 1},
-    {"allow_uids", NULL, K_UIDS, 0, 0},
-    {"allow_gids", NULL, K_GIDS, 0, 0},
-};
-
-#define N_GLOBAL (sizeof(global_keys) / sizeof(global_keys[0]))
-#define N_NSKEYS (sizeof(ns_keys) / sizeof(ns_keys[0]))
+#include "nsname.h"
+#include "settings.h"
 
 typedef struct errs {
     char *buf;
@@ -209,125 +143,6 @@ void config_acl_describe(const config_acl_t *acl, char *buf, size_t len)
     }
 }
 
-/* Checks one value; on error the message goes to e at `line`. */
-static int check_value(const key_def_t *k, const char *v, int line, errs_t *e)
-{
-    uint64_t n;
-    switch (k->type) {
-    case K_PATH:
-        if (!v[0] || strlen(v) >= 108) {
-            err_at(e, line, "%s: give a path of 1 to 107 bytes", k->key);
-            return KVS_EINVAL;
-        }
-        return 0;
-    case K_U32:
-        if (parse_u64(v, &n) != 0 || n < k->min || n > k->max) {
-            err_at(e, line, "%s = '%s': give a whole number from %llu to %llu", k->key, v,
-                   (unsigned long long)k->min, (unsigned long long)k->max);
-            return KVS_EINVAL;
-        }
-        return 0;
-    case K_SIZE:
-        if (geometry_parse_bytes(v, &n) != 0 || n < k->min || n > k->max) {
-            err_at(e, line,
-                   "%s = '%s': give a size such as 512MiB, 8GiB or 70GB (at least %llu "
-                   "bytes)",
-                   k->key, v, (unsigned long long)k->min);
-            return KVS_EINVAL;
-        }
-        return 0;
-    case K_FRACTION: {
-        char *end;
-        double d = strtod(v, &end);
-        if (end == v || *end || !(d > 0 && d <= 1)) {
-            err_at(e, line, "%s = '%s': give a fraction in (0, 1], e.g. 0.9", k->key, v);
-            return KVS_EINVAL;
-        }
-        return 0;
-    }
-    case K_BOOL: {
-        bool b;
-        if (config_parse_bool(v, &b) != 0) {
-            err_at(e, line, "%s = '%s': give yes or no", k->key, v);
-            return KVS_EINVAL;
-        }
-        return 0;
-    }
-    case K_BACKEND: {
-        backend_kind_t kind;
-        if (backend_kind_parse(v, &kind) != 0) {
-            err_at(e, line, "%s = '%s': give auto, host or cuda", k->key, v);
-            return KVS_EINVAL;
-        }
-        return 0;
-    }
-    case K_MODEL: {
-        geometry_t g;
-        if (geometry_preset(v, &g) != 0) {
-            err_at(e, line, "%s = '%s': unknown model preset (kvshared --help lists them)", k->key,
-                   v);
-            return KVS_EINVAL;
-        }
-        return 0;
-    }
-    case K_DTYPE: {
-        geometry_dtype_t d;
-        if (geometry_dtype_parse(v, &d) != 0) {
-            err_at(e, line, "%s = '%s': give fp32, fp16, bf16 or fp8", k->key, v);
-            return KVS_EINVAL;
-        }
-        return 0;
-    }
-    case K_LOGLEVEL: {
-        log_level_t l;
-        if (log_level_parse(v, &l) != 0) {
-            err_at(e, line, "%s = '%s': give error, warn, info or debug", k->key, v);
-            return KVS_EINVAL;
-        }
-        return 0;
-    }
-    case K_ADDR: {
-        char host[64];
-        int port;
-        if (metrics_http_parse_addr(v, host, sizeof(host), &port) != 0) {
-            err_at(e, line,
-                   "%s = '%s': give HOST:PORT with a numeric address, e.g. "
-                   "127.0.0.1:9464",
-                   k->key, v);
-            return KVS_EINVAL;
-        }
-        return 0;
-    }
-    case K_UIDS:
-    case K_GIDS: {
-        uint32_t ids[CONFIG_MAX_IDS], cnt;
-        if (config_parse_ids(v, k->type == K_GIDS, ids, &cnt) != 0) {
-            err_at(e, line,
-                   "%s = '%s': give up to %d %s, by number or name, separated by commas "
-                   "(a name must exist on this host)",
-                   k->key, v, CONFIG_MAX_IDS, k->type == K_GIDS ? "group ids" : "user ids");
-            return KVS_EINVAL;
-        }
-        return 0;
-    }
-    case K_EVICTION:
-        if (strcmp(v, "lru") != 0 && strcmp(v, "freq") != 0) {
-            err_at(e, line, "%s = '%s': give lru or freq", k->key, v);
-            return KVS_EINVAL;
-        }
-        return 0;
-    case K_GROUP: {
-        uint32_t ids[CONFIG_MAX_IDS], cnt;
-        if (config_parse_ids(v, true, ids, &cnt) != 0 || cnt != 1) {
-            err_at(e, line, "%s = '%s': give one group, by name or number", k->key, v);
-            return KVS_EINVAL;
-        }
-        return 0;
-    }
-    }
-    return KVS_EINVAL;
-}
-
 static char *trim(char *s)
 {
     while (isspace((unsigned char)*s))
@@ -336,17 +151,6 @@ static char *trim(char *s)
     while (end > s && isspace((unsigned char)end[-1]))
         *--end = '\0';
     return s;
-}
-
-static bool ns_name_ok(const char *name)
-{
-    size_t len = strlen(name);
-    if (len == 0 || len >= CONFIG_NS_NAME_MAX)
-        return false;
-    for (const char *p = name; *p; p++)
-        if (!isalnum((unsigned char)*p) && *p != '-' && *p != '_' && *p != '.')
-            return false;
-    return true;
 }
 
 const config_ns_t *config_find_ns(const config_t *c, const char *name)
@@ -361,23 +165,23 @@ void config_free(config_t *c)
 {
     if (!c)
         return;
-    for (int i = 0; i < c->argc; i++)
-        free(c->argv[i]);
-    free(c->argv);
+    for (uint32_t i = 0; i < c->n_entries; i++)
+        free(c->entries[i].value);
+    free(c->entries);
     free(c->ns);
     free(c);
 }
 
-static int push_arg(config_t *c, const char *s)
+static int add_entry(config_t *c, const setting_t *row, const char *value, int line)
 {
-    char **a = realloc(c->argv, sizeof(char *) * (size_t)(c->argc + 1));
-    if (!a)
+    config_entry_t *e = realloc(c->entries, sizeof(*e) * (c->n_entries + 1));
+    if (!e)
         return KVS_ENOMEM;
-    c->argv = a;
-    c->argv[c->argc] = strdup(s);
-    if (!c->argv[c->argc])
+    c->entries = e;
+    e[c->n_entries] = (config_entry_t){.setting = row, .value = strdup(value), .line = line};
+    if (!e[c->n_entries].value)
         return KVS_ENOMEM;
-    c->argc++;
+    c->n_entries++;
     return 0;
 }
 
@@ -386,8 +190,8 @@ int config_load(const char *path, config_t **out, char *err, size_t errlen)
     errs_t e = {err, 0, errlen, path, 0};
     char raw[4096];
     int line = 0, rc = 0;
-    bool seen[N_GLOBAL] = {false};
-    bool ns_seen[N_NSKEYS] = {false};
+    uint64_t seen = 0, ns_seen = 0; /* bit i: settings_table[i] was set */
+    settings_t scratch;             /* where global values are checked */
     config_ns_t *cur = NULL;
     bool in_ns = false; /* past the first [namespace] header, even a broken one */
 
@@ -405,6 +209,7 @@ int config_load(const char *path, config_t **out, char *err, size_t errlen)
         fclose(f);
         return KVS_ENOMEM;
     }
+    settings_init(&scratch);
     while (fgets(raw, sizeof(raw), f)) {
         line++;
         if (!strchr(raw, '\n') && !feof(f)) {
@@ -433,9 +238,8 @@ int config_load(const char *path, config_t **out, char *err, size_t errlen)
             name[close - (s + 11)] = '\0';
             char *trimmed = trim(name);
             memmove(name, trimmed, strlen(trimmed) + 1);
-            if (!ns_name_ok(name)) {
-                err_at(&e, line,
-                       "namespace name '%s': use 1 to 63 letters, digits, '-', '_' or '.'", name);
+            if (!nsname_valid(name)) {
+                err_at(&e, line, "namespace name '%s': use %s", name, nsname_rule());
                 cur = NULL;
                 continue;
             }
@@ -458,9 +262,9 @@ int config_load(const char *path, config_t **out, char *err, size_t errlen)
             c->ns = ns;
             cur = &c->ns[c->n_ns++];
             memset(cur, 0, sizeof(*cur));
-            memcpy(cur->name, name, strlen(name) + 1); /* ns_name_ok: < 64 bytes */
+            memcpy(cur->name, name, strlen(name) + 1); /* nsname_valid: it fits */
             cur->line = line;
-            memset(ns_seen, 0, sizeof(ns_seen));
+            ns_seen = 0;
             continue;
         }
         char *eq = strchr(s, '=');
@@ -487,17 +291,10 @@ int config_load(const char *path, config_t **out, char *err, size_t errlen)
             err_at(&e, line, "%s has no value", key);
             continue;
         }
-        const key_def_t *table = in_ns ? ns_keys : global_keys;
-        size_t n_table = in_ns ? N_NSKEYS : N_GLOBAL;
-        size_t k;
-        for (k = 0; k < n_table; k++)
-            if (strcmp(table[k].key, key) == 0)
-                break;
-        if (k == n_table) {
-            bool is_global = false;
-            for (size_t g = 0; g < N_GLOBAL; g++)
-                is_global |= strcmp(global_keys[g].key, key) == 0;
-            if (in_ns && is_global)
+        setting_scope_t scope = in_ns ? SETTING_NS : SETTING_GLOBAL;
+        const setting_t *row = settings_find_key(scope, key);
+        if (!row) {
+            if (in_ns && settings_find_key(SETTING_GLOBAL, key))
                 err_at(&e, line,
                        "'%s' is a global key: put it before the first [namespace] section", key);
             else
@@ -506,31 +303,25 @@ int config_load(const char *path, config_t **out, char *err, size_t errlen)
                              : " (docs/OPERATING.md lists the keys)");
             continue;
         }
-        bool *seen_k = in_ns ? &ns_seen[k] : &seen[k];
-        if (*seen_k) {
+        uint64_t bit = 1ull << (row - settings_table);
+        uint64_t *seen_k = in_ns ? &ns_seen : &seen;
+        if (*seen_k & bit) {
             err_at(&e, line, "%s is set twice in this section", key);
             continue;
         }
-        *seen_k = true;
-        if (check_value(&table[k], value, line, &e) != 0)
-            continue;
-        if (!in_ns) {
-            if (push_arg(c, table[k].flag) != 0 || push_arg(c, value) != 0) {
-                rc = KVS_ENOMEM;
-                goto done;
-            }
+        *seen_k |= bit;
+        /* A broken [namespace] header: the values are still checked. */
+        config_ns_t spare;
+        char why[512];
+        void *base = !in_ns ? (void *)&scratch : cur ? (void *)cur : (void *)&spare;
+        if (settings_set(row, base, value, why, sizeof(why)) != 0) {
+            err_at(&e, line, "%s = '%s': %s", key, value, why);
             continue;
         }
-        if (!cur)
-            continue; /* a broken header: its error is already reported */
-        if (strcmp(key, "quota") == 0)
-            cur->quota = (uint32_t)strtoul(value, NULL, 10);
-        else if (strcmp(key, "reserve") == 0)
-            cur->reserve = (uint32_t)strtoul(value, NULL, 10);
-        else if (strcmp(key, "allow_uids") == 0)
-            config_parse_ids(value, false, cur->acl.uids, &cur->acl.n_uids);
-        else
-            config_parse_ids(value, true, cur->acl.gids, &cur->acl.n_gids);
+        if (!in_ns && add_entry(c, row, value, line) != 0) {
+            rc = KVS_ENOMEM;
+            goto done;
+        }
     }
     if (ferror(f))
         err_at(&e, line, "read error");

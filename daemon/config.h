@@ -8,12 +8,12 @@
  *     [namespace NAME]            then one section per namespace
  *     quota = 4096
  *
- * Every global key is also a flag: `pool_blocks = 4096` is `--pool-blocks
- * 4096`. config_load turns the file into such flags (config_t.argv) that
- * main puts before the command line's, so a flag given on the command line
- * overrides the file. Values may be quoted ("..."). Every key has a default
- * (the flag's), is validated here, and an error names the file and line.
- * The table in config.c is the list of keys; docs/OPERATING.md documents it.
+ * The keys are the rows of the settings table (settings.h): every global key
+ * is also a flag (`pool_blocks = 4096` is `--pool-blocks 4096`), and each
+ * value is checked by settings_set, the validator flags go through too.
+ * config_load keeps the global settings as entries that settings_parse
+ * applies before the command line's flags, so a flag overrides the file.
+ * Values may be quoted ("..."). An error names the file and line.
  */
 #ifndef KVS_DAEMON_CONFIG_H
 #define KVS_DAEMON_CONFIG_H
@@ -22,9 +22,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CONFIG_MAX_IDS     32  /* entries of one allow-list */
-#define CONFIG_MAX_NS      256 /* namespaces declared in one file */
-#define CONFIG_NS_NAME_MAX 64  /* with the NUL, as the index allows */
+#include "radix.h"
+
+#define CONFIG_MAX_IDS 32  /* entries of one allow-list */
+#define CONFIG_MAX_NS  256 /* namespaces declared in one file */
+
+struct setting;
 
 /* An allow-list of uids and gids: a peer is allowed when its uid is in uids
  * or its gid is in gids. Both empty: everyone is allowed. */
@@ -35,16 +38,23 @@ typedef struct config_acl {
 } config_acl_t;
 
 typedef struct config_ns {
-    char name[CONFIG_NS_NAME_MAX];
+    char name[RADIX_NS_NAME_MAX + 1];
     uint32_t quota;   /* max cached blocks; 0: none */
     uint32_t reserve; /* blocks other namespaces cannot evict it below */
     config_acl_t acl;
     int line; /* of its [namespace] header, for messages */
 } config_ns_t;
 
+/* One global setting of the file, already validated. */
+typedef struct config_entry {
+    const struct setting *setting; /* its row of the settings table */
+    char *value;                   /* owned */
+    int line;
+} config_entry_t;
+
 typedef struct config {
-    int argc;    /* flags from the global section: "--key", "value", ... */
-    char **argv; /* owned */
+    config_entry_t *entries; /* the global section, in file order */
+    uint32_t n_entries;
     config_ns_t *ns;
     uint32_t n_ns;
 } config_t;

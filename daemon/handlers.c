@@ -7,6 +7,7 @@
 
 #include "kvshare.h"
 #include "log.h"
+#include "nsname.h"
 #include "session.h"
 #include "tenants.h"
 
@@ -31,8 +32,11 @@ static int ns_resolve(session_t *s, const char *name, bool create, uint32_t *ns,
     if (!name || !name[0])
         name = SERVER_DEFAULT_NS;
     size_t len = strlen(name);
-    if (len > 63)
-        return fail(ctx, KVS_EINVAL, "namespace name of %zu bytes is too long (63 at most)", len);
+    if (len > RADIX_NS_NAME_MAX)
+        return fail(ctx, KVS_EINVAL, "namespace name of %zu bytes is too long (%d at most)", len,
+                    RADIX_NS_NAME_MAX);
+    if (!nsname_valid(name))
+        return fail(ctx, KVS_EINVAL, "namespace name '%s': use %s", name, nsname_rule());
     int rc = radix_ns_find(srv->index, name, ns);
     if (rc == 0 && !tenants_usable(srv, *ns))
         rc = KVS_ENONS;

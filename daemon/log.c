@@ -25,6 +25,13 @@ int log_level_parse(const char *name, log_level_t *out)
     return KVS_EINVAL;
 }
 
+const char *log_level_name(log_level_t level)
+{
+    if ((unsigned)level > LOG_LEVEL_DEBUG)
+        return NULL;
+    return level_names[level];
+}
+
 void log_write(log_level_t level, const char *fmt, ...)
 {
     char line[1024];

@@ -20,6 +20,9 @@ extern log_level_t log_level;
 /* Parses "error", "warn", "info", "debug". Returns 0 or KVS_EINVAL. */
 int log_level_parse(const char *name, log_level_t *out);
 
+/* "error", "warn", "info", "debug"; NULL for an unknown level. */
+const char *log_level_name(log_level_t level);
+
 /* Writes one line: UTC time, level, message. Use the macros instead. */
 void log_write(log_level_t level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -13,8 +13,12 @@
 #include "kvshare.h"
 #include "log.h"
 #include "metrics_http.h"
+#include "nsname.h"
 #include "session.h"
 #include "tenants.h"
+
+/* Connections the kernel queues before kvshared accepts them. */
+#define SERVER_LISTEN_BACKLOG 128
 
 uint64_t server_now_ms(void)
 {
@@ -71,8 +75,8 @@ int server_ns_create(server_t *s, const char *name, uint32_t quota, uint32_t res
     }
     int rc = radix_ns_create(s->index, name, server_ns_seed(name), quota, reserve, &ns);
     if (rc != 0) {
-        snprintf(err, errlen, "namespace '%s': %s%s", name, kvs_strerror(rc),
-                 rc == KVS_EINVAL ? " (names are 1 to 63 bytes)" : "");
+        snprintf(err, errlen, "namespace '%s': %s%s%s", name, kvs_strerror(rc),
+                 rc == KVS_EINVAL ? ": names are " : "", rc == KVS_EINVAL ? nsname_rule() : "");
         return rc;
     }
     LOG_INFO("namespace '%s': quota %u blocks%s, reserve %u", name, quota, quota ? "" : " (none)",
@@ -191,6 +195,41 @@ static void on_drain_timeout(uv_timer_t *t)
     uv_stop(s->loop);
 }
 
+/* SIGINT and SIGTERM (drain), SIGHUP (reload). On failure the handles already
+ * initialised are closed and nothing is left installed. */
+static int start_signals(server_t *s, char *err, size_t errlen)
+{
+    static const int signums[] = {SIGINT, SIGTERM, SIGHUP};
+    uv_signal_t *handles[] = {&s->sig_int, &s->sig_term, &s->sig_hup};
+    size_t n_init = 0;
+    for (size_t i = 0; i < sizeof(signums) / sizeof(signums[0]); i++) {
+        int rc = uv_signal_init(s->loop, handles[i]);
+        if (rc == 0) {
+            n_init++;
+            handles[i]->data = s;
+            rc = uv_signal_start(handles[i], on_signal, signums[i]);
+        }
+        if (rc != 0) {
+            snprintf(err, errlen, "cannot install the handler of %s: %s", strsignal(signums[i]),
+                     uv_strerror(rc));
+            for (size_t j = 0; j < n_init; j++)
+                uv_close((uv_handle_t *)handles[j], NULL);
+            return KVS_EIO;
+        }
+    }
+    s->signals_on = true;
+    return 0;
+}
+
+/* Closes the listening handle and removes its socket file after a failure
+ * between bind and the end of server_listen. */
+static void abandon_listener(server_t *s)
+{
+    uv_close((uv_handle_t *)&s->listener, NULL);
+    s->listening = false;
+    unlink(s->cfg.socket_path);
+}
+
 static void on_connection(uv_stream_t *listener, int status)
 {
     server_t *s = listener->data;
@@ -285,7 +324,12 @@ int server_listen(server_t *s, bool signals, char *err, size_t errlen)
             return rc;
     }
 
-    uv_pipe_init(s->loop, &s->listener, 0);
+    rc = uv_pipe_init(s->loop, &s->listener, 0);
+    if (rc != 0) {
+        snprintf(err, errlen, "cannot create the listening handle for %s: %s", path,
+                 uv_strerror(rc));
+        return KVS_EIO;
+    }
     s->listener.data = s;
     s->listening = true;
     rc = uv_pipe_bind(&s->listener, path);
@@ -296,13 +340,11 @@ int server_listen(server_t *s, bool signals, char *err, size_t errlen)
                  "cannot give socket %s to group %u (socket_group): %s; run kvshared as root "
                  "or as a member of that group",
                  path, s->cfg.socket_gid, strerror(errno));
-        uv_close((uv_handle_t *)&s->listener, NULL);
-        s->listening = false;
-        unlink(path);
+        abandon_listener(s);
         return KVS_EIO;
     }
     if (rc == 0)
-        rc = uv_listen((uv_stream_t *)&s->listener, 128, on_connection);
+        rc = uv_listen((uv_stream_t *)&s->listener, SERVER_LISTEN_BACKLOG, on_connection);
     if (rc != 0) {
         snprintf(err, errlen, "cannot listen on %s: %s", path, uv_strerror(rc));
         uv_close((uv_handle_t *)&s->listener, NULL);
@@ -313,16 +355,9 @@ int server_listen(server_t *s, bool signals, char *err, size_t errlen)
         s->sock_dev = st.st_dev;
         s->sock_ino = st.st_ino;
     }
-    if (signals) {
-        uv_signal_init(s->loop, &s->sig_int);
-        uv_signal_init(s->loop, &s->sig_term);
-        s->sig_int.data = s->sig_term.data = s;
-        uv_signal_start(&s->sig_int, on_signal, SIGINT);
-        uv_signal_start(&s->sig_term, on_signal, SIGTERM);
-        uv_signal_init(s->loop, &s->sig_hup);
-        s->sig_hup.data = s;
-        uv_signal_start(&s->sig_hup, on_signal, SIGHUP);
-        s->signals_on = true;
+    if (signals && start_signals(s, err, errlen) != 0) {
+        abandon_listener(s);
+        return KVS_EIO;
     }
     LOG_INFO("listening on %s", path);
     if (s->cfg.ready_fd >= 0) {
@@ -362,12 +397,18 @@ void server_shutdown(server_t *s)
         session_close(s->sessions, "daemon stopping");
     }
     if (s->cfg.drain_ms > 0 && !s->drain_on) {
-        uv_timer_init(s->loop, &s->drain_timer);
-        s->drain_timer.data = s;
-        uv_timer_start(&s->drain_timer, on_drain_timeout, s->cfg.drain_ms, 0);
-        /* The deadline must not itself keep the loop running. */
-        uv_unref((uv_handle_t *)&s->drain_timer);
-        s->drain_on = true;
+        int rc = uv_timer_init(s->loop, &s->drain_timer);
+        if (rc == 0) {
+            s->drain_timer.data = s;
+            s->drain_on = true;
+            rc = uv_timer_start(&s->drain_timer, on_drain_timeout, s->cfg.drain_ms, 0);
+            /* The deadline must not itself keep the loop running. */
+            uv_unref((uv_handle_t *)&s->drain_timer);
+        }
+        if (rc != 0)
+            LOG_WARN("cannot start the drain deadline of %u ms: %s; the sessions close without "
+                     "one",
+                     s->cfg.drain_ms, uv_strerror(rc));
     }
     if (s->signals_on) {
         uv_close((uv_handle_t *)&s->sig_int, NULL);

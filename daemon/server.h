@@ -157,7 +157,7 @@ uint64_t server_ns_seed(const char *name);
 
 /* Creates a namespace with a quota and a reservation in blocks (0: none),
  * for --namespace. Errors (message in err): KVS_EINVAL (name empty or over
- * 63 bytes, reserve over quota or over the pool), KVS_EEXIST, KVS_ENOMEM. */
+ * RADIX_NS_NAME_MAX bytes, reserve over quota or over the pool), KVS_EEXIST, KVS_ENOMEM. */
 int server_ns_create(server_t *s, const char *name, uint32_t quota, uint32_t reserve, char *err,
                      size_t errlen);
 

@@ -106,7 +106,7 @@ typedef struct radix_heap_entry {
 } radix_heap_entry_t;
 
 typedef struct radix_ns {
-    char name[64];
+    char name[RADIX_NS_NAME_MAX + 1];
     uint64_t seed;
     radix_node_t *root;
     radix_ns_stats_t st; /* counters, cached/pinned blocks, quota, reserve */
@@ -738,8 +738,8 @@ int radix_ns_create(radix_tree_t *t, const char *name, uint64_t seed, uint32_t q
 {
     if (!t || !name || !ns_out)
         return KVS_EINVAL;
-    size_t len = strnlen(name, 64);
-    if (len == 0 || len > 63)
+    size_t len = strnlen(name, RADIX_NS_NAME_MAX + 1);
+    if (len == 0 || len > RADIX_NS_NAME_MAX)
         return KVS_EINVAL;
     uint32_t dummy;
     if (radix_ns_find(t, name, &dummy) == 0)

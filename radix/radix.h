@@ -89,8 +89,9 @@
 
 #include "kvshare_status.h"
 
-#define RADIX_NS_ANY UINT32_MAX /* radix_evict: on behalf of no namespace */
-#define RADIX_NS_ALL UINT32_MAX /* radix_top: every namespace */
+#define RADIX_NS_ANY      UINT32_MAX /* radix_evict: on behalf of no namespace */
+#define RADIX_NS_NAME_MAX 63         /* bytes of a namespace name, without the NUL */
+#define RADIX_NS_ALL      UINT32_MAX /* radix_top: every namespace */
 
 typedef struct radix_tree radix_tree_t;
 
@@ -178,7 +179,7 @@ int radix_new(const radix_config_t *cfg, radix_tree_t **out);
 void radix_free(radix_tree_t *t);
 
 /* Adds a namespace; *ns_out gets its id (small, dense, from 0). The name is
- * copied. Errors: KVS_EINVAL (empty or longer than 63 bytes), KVS_EEXIST
+ * copied. Errors: KVS_EINVAL (empty or longer than RADIX_NS_NAME_MAX bytes), KVS_EEXIST
  * (name taken), KVS_ENOMEM. */
 int radix_ns_create(radix_tree_t *t, const char *name, uint64_t seed, uint32_t quota,
                     uint32_t reserve, uint32_t *ns_out);

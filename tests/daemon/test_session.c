@@ -473,6 +473,30 @@ START_TEST(test_bad_block_ids)
 }
 END_TEST
 
+/* A request names its namespace under the rule the config file and
+ * --namespace follow (nsname.c): a quote or a space is refused, not created. */
+START_TEST(test_namespace_name_rule_on_requests)
+{
+    session_t *s = new_session();
+    uint32_t tokens[BT], ids[1];
+    size_t n;
+    char long_name[RADIX_NS_NAME_MAX + 2];
+    prompt(tokens, BT, 7);
+    ck_assert_int_eq(do_lookup(s, "ok.name-1_x", tokens, BT, 0, ids, &n), 0);
+    ck_assert_int_eq(do_lookup(s, "a\"b", tokens, BT, 0, ids, &n), KVS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(last_msg, "letters, digits"));
+    ck_assert_int_eq(do_lookup(s, "a b", tokens, BT, 0, ids, &n), KVS_EINVAL);
+    memset(long_name, 'n', sizeof(long_name) - 1);
+    long_name[sizeof(long_name) - 1] = '\0';
+    ck_assert_int_eq(do_lookup(s, long_name, tokens, BT, 0, ids, &n), KVS_EINVAL);
+    long_name[RADIX_NS_NAME_MAX] = '\0';
+    ck_assert_int_eq(do_lookup(s, long_name, tokens, BT, 0, ids, &n), 0);
+    uint32_t id;
+    ck_assert_int_eq(radix_ns_find(srv->index, "a\"b", &id), KVS_ENONS);
+    session_close(s, "test");
+}
+END_TEST
+
 START_TEST(test_unknown_rpc_keeps_session)
 {
     session_t *a = new_session();
@@ -892,6 +916,7 @@ int main(void)
     tcase_add_test(tc, test_commit_refuses_other_cached_blocks);
     tcase_add_test(tc, test_close_releases_everything);
     tcase_add_test(tc, test_bad_block_ids);
+    tcase_add_test(tc, test_namespace_name_rule_on_requests);
     tcase_add_test(tc, test_unknown_rpc_keeps_session);
     tcase_add_test(tc, test_untrusted_streams);
     tcase_add_test(tc, test_hello_first_only);

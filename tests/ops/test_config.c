@@ -12,6 +12,7 @@
 #include "log.h"
 #include "metrics_http.h"
 #include "server.h"
+#include "settings.h"
 #include "tenants.h"
 
 static char path[64];
@@ -33,7 +34,7 @@ static int load(const char *text, config_t **out, char *err, size_t errlen)
     return rc;
 }
 
-START_TEST(test_valid_file_becomes_flags)
+START_TEST(test_valid_file_is_read)
 {
     config_t *c = NULL;
     char err[1024];
@@ -51,11 +52,13 @@ START_TEST(test_valid_file_becomes_flags)
                           "[namespace long.ctx-1]\n",
                           &c, err, sizeof(err)),
                      0);
-    ck_assert_int_eq(c->argc, 8);
-    ck_assert_str_eq(c->argv[0], "--pool-blocks");
-    ck_assert_str_eq(c->argv[1], "64");
-    ck_assert_str_eq(c->argv[3], "/run/x y/k.sock");
-    ck_assert_str_eq(c->argv[5], "on");
+    ck_assert_uint_eq(c->n_entries, 4);
+    ck_assert_str_eq(c->entries[0].setting->key, "pool_blocks");
+    ck_assert_str_eq(c->entries[0].setting->flag, "pool-blocks");
+    ck_assert_str_eq(c->entries[0].value, "64");
+    ck_assert_int_eq(c->entries[0].line, 4);
+    ck_assert_str_eq(c->entries[1].value, "/run/x y/k.sock");
+    ck_assert_str_eq(c->entries[2].value, "on");
     ck_assert_uint_eq(c->n_ns, 2);
     const config_ns_t *chat = config_find_ns(c, "chat");
     ck_assert_ptr_nonnull(chat);
@@ -244,7 +247,7 @@ int main(void)
     Suite *s = suite_create("ops_config");
     TCase *tc = tcase_create("config");
     tcase_set_timeout(tc, 30);
-    tcase_add_test(tc, test_valid_file_becomes_flags);
+    tcase_add_test(tc, test_valid_file_is_read);
     tcase_add_test(tc, test_every_error_has_its_line);
     tcase_add_test(tc, test_ids_bools_acls);
     suite_add_tcase(s, tc);

@@ -1,0 +1,873 @@
+#include "settings.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <grp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/un.h>
+
+#include "backend.h"
+#include "geometry.h"
+#include "kvshare.h"
+#include "metrics_http.h"
+#include "nsname.h"
+
+#define DEFAULT_MODEL      "llama-3.1-8b"
+#define DEFAULT_POOL_BYTES (1ull << 30)
+#define SOCKET_PATH_MAX    (sizeof(((struct sockaddr_un *)0)->sun_path) - 1)
+
+/* --- the names of SETTING_CHOICE and checked SETTING_TEXT rows --- */
+
+static int parse_backend(const char *text, int *out)
+{
+    backend_kind_t kind;
+    int rc = backend_kind_parse(text, &kind);
+    *out = (int)kind;
+    return rc;
+}
+
+static const char *name_backend(int i)
+{
+    return backend_kind_name((backend_kind_t)i);
+}
+
+static int parse_dtype(const char *text, int *out)
+{
+    geometry_dtype_t dtype;
+    int rc = geometry_dtype_parse(text, &dtype);
+    *out = (int)dtype;
+    return rc;
+}
+
+static const char *name_dtype(int i)
+{
+    return geometry_dtype_name((geometry_dtype_t)i);
+}
+
+static int parse_log_level(const char *text, int *out)
+{
+    log_level_t level;
+    int rc = log_level_parse(text, &level);
+    *out = (int)level;
+    return rc;
+}
+
+static const char *name_log_level(int i)
+{
+    return log_level_name((log_level_t)i);
+}
+
+static const char *const eviction_names[] = {
+    [RADIX_EVICT_LRU] = "lru", [RADIX_EVICT_FREQ] = "freq"};
+
+static int parse_eviction(const char *text, int *out)
+{
+    for (size_t i = 0; i < sizeof(eviction_names) / sizeof(eviction_names[0]); i++) {
+        if (strcmp(text, eviction_names[i]) == 0) {
+            *out = (int)i;
+            return 0;
+        }
+    }
+    return KVS_EINVAL;
+}
+
+static const char *name_eviction(int i)
+{
+    return i >= 0 && (size_t)i < sizeof(eviction_names) / sizeof(eviction_names[0])
+               ? eviction_names[i]
+               : NULL;
+}
+
+static int parse_model(const char *text, int *out)
+{
+    geometry_t g;
+    (void)out;
+    return geometry_preset(text, &g);
+}
+
+static const char *name_model(int i)
+{
+    return i >= 0 ? geometry_preset_name((size_t)i) : NULL;
+}
+
+static int parse_addr(const char *text, int *out)
+{
+    char host[64];
+    int port;
+    (void)out;
+    return metrics_http_parse_addr(text, host, sizeof(host), &port);
+}
+
+/* --- the table --- */
+
+#define AT(field) .offset = offsetof(settings_t, field), .width = sizeof(((settings_t *)0)->field)
+#define NS_AT(field)                                                                               \
+    .offset = offsetof(config_ns_t, field), .width = sizeof(((config_ns_t *)0)->field)
+#define CHOICE(fn) .parse = parse_##fn, .name = name_##fn
+
+const setting_t settings_table[] = {
+    /* Where it listens, and who may connect. */
+    {"socket", "socket", SETTING_GLOBAL, SETTING_TEXT, "PATH", 1, SOCKET_PATH_MAX,
+     AT(server.socket_path), .expect = "a path", .example = "/run/kvshare/kvshared.sock",
+     .deflt = "$XDG_RUNTIME_DIR/kvshare/kvshared.sock; as root /run/kvshare/kvshared.sock; else "
+              "/tmp/kvshare-$UID/kvshared.sock",
+     .help = "the Unix socket workers connect to"},
+    {"socket_group", "socket-group", SETTING_GLOBAL, SETTING_GROUP, "GROUP", 0, 0,
+     AT(server.socket_gid), .zero = "the daemon's group",
+     .help = "group of the socket; its mode is always 0660"},
+    {"allow_uids", "allow-uids", SETTING_GLOBAL, SETTING_UIDS, "LIST", 0, 0, AT(server.allow),
+     .zero = "anyone who can open the socket",
+     .help = "peers allowed to connect: a uid in this list (numbers or names, comma-separated)"},
+    {"allow_gids", "allow-gids", SETTING_GLOBAL, SETTING_GIDS, "LIST", 0, 0, AT(server.allow),
+     .zero = "anyone who can open the socket",
+     .help = "peers allowed to connect: a primary gid in this list"},
+
+    /* The pool. */
+    {"backend", "backend", SETTING_GLOBAL, SETTING_CHOICE, "KIND", 0, 0, CHOICE(backend),
+     AT(server.backend.kind),
+     .help = "auto (cuda if a device answers, else host), host, or cuda (an error if it "
+             "cannot start)"},
+    {"device", "device", SETTING_GLOBAL, SETTING_U32, "N", 0, 1023, AT(server.backend.device),
+     .help = "cuda device ordinal"},
+    {"model", "model", SETTING_GLOBAL, SETTING_TEXT, "NAME", 1, 64, CHOICE(model), AT(model),
+     .expect = "a model preset", .help = "geometry preset"},
+    {"layers", "layers", SETTING_GLOBAL, SETTING_U32, "N", 1, 4096, AT(geometry.layers),
+     .deflt = "the preset's", .help = "geometry by hand: layers (overrides the preset's)"},
+    {"kv_heads", "kv-heads", SETTING_GLOBAL, SETTING_U32, "N", 1, 4096, AT(geometry.kv_heads),
+     .deflt = "the preset's", .help = "geometry by hand: KV heads"},
+    {"head_dim", "head-dim", SETTING_GLOBAL, SETTING_U32, "N", 1, 65536, AT(geometry.head_dim),
+     .deflt = "the preset's", .help = "geometry by hand: head dimension"},
+    {"dtype", "dtype", SETTING_GLOBAL, SETTING_CHOICE, "TYPE", 0, 0, CHOICE(dtype),
+     AT(geometry.dtype), .deflt = "the preset's",
+     .help = "geometry by hand: element type, fp32, fp16, bf16 or fp8"},
+    {"block_tokens", "block-tokens", SETTING_GLOBAL, SETTING_U32, "N", 1, 65536,
+     AT(geometry.block_tokens), .deflt = "the preset's", .help = "tokens per block"},
+    {"pool_bytes", "pool-bytes", SETTING_GLOBAL, SETTING_SIZE, "SIZE", 1, UINT64_MAX,
+     AT(pool_bytes), .deflt = "1GiB", .example = "8GiB",
+     .help = "pool size, e.g. 512MiB, 8GiB, 70GB"},
+    {"pool_blocks", "pool-blocks", SETTING_GLOBAL, SETTING_U32, "N", 1, UINT32_MAX - 1,
+     AT(server.pool_blocks), .zero = "none", .help = "pool size in blocks (instead of pool_bytes)"},
+    {"gpu_memory_utilization", "gpu-memory-utilization", SETTING_GLOBAL, SETTING_FRACTION, "F", 0,
+     0, AT(gpu_memory_utilization), .zero = "none",
+     .help = "pool = this fraction of free device memory (cuda)"},
+    {"eviction", "eviction", SETTING_GLOBAL, SETTING_CHOICE, "POLICY", 0, 0, CHOICE(eviction),
+     AT(server.eviction), .help = "lru, or freq (recency plus a bonus per hit)"},
+
+    /* Namespaces and limits. */
+    {"dynamic_namespaces", "dynamic-namespaces", SETTING_GLOBAL, SETTING_BOOL, "yes/no", 0, 0,
+     AT(server.dynamic_namespaces), .deflt = "yes without a config file, no with one",
+     .help = "create unknown namespaces on first use"},
+    {"max_namespaces", "max-namespaces", SETTING_GLOBAL, SETTING_U32, "N", 1, 65536,
+     AT(server.max_namespaces), .help = "namespaces the index may hold"},
+    {"session_max_pinned", "session-max-pinned", SETTING_GLOBAL, SETTING_U32, "N", 0, UINT32_MAX,
+     AT(server.session_max_pinned), .zero = "0: no limit",
+     .help = "pins one connection may hold at once (a block pinned twice counts twice)"},
+    {"session_max_writing", "session-max-writing", SETTING_GLOBAL, SETTING_U32, "N", 0, UINT32_MAX,
+     AT(server.session_max_writing), .zero = "0: no limit",
+     .help = "blocks one connection may be writing (allocated, not committed)"},
+    {"max_sessions", "max-sessions", SETTING_GLOBAL, SETTING_U32, "N", 1, 1000000,
+     AT(server.max_sessions), .help = "connections; more are refused with KVS_ELIMIT"},
+    {"max_frame", "max-frame", SETTING_GLOBAL, SETTING_SIZE, "SIZE", 64, UINT32_MAX,
+     AT(server.max_frame), .help = "largest request accepted"},
+    {"max_output", "max-output", SETTING_GLOBAL, SETTING_SIZE, "SIZE", 4096, UINT64_MAX,
+     AT(server.max_output),
+     .help = "unread reply bytes before a client that stopped reading is dropped"},
+
+    /* Operations. */
+    {"metrics_listen", "metrics-listen", SETTING_GLOBAL, SETTING_TEXT, "HOST:PORT", 1, 255,
+     .parse = parse_addr, AT(server.metrics_listen), .zero = "off",
+     .expect = "HOST:PORT with a numeric address, e.g. 127.0.0.1:9464 or [::1]:9464",
+     .example = "127.0.0.1:9464", .help = "serve Prometheus metrics on http://HOST:PORT/metrics"},
+    {"drain_timeout_ms", "drain-timeout-ms", SETTING_GLOBAL, SETTING_U32, "N", 0, 600000,
+     AT(server.drain_ms), .help = "SIGTERM: the daemon exits within this many milliseconds"},
+    {"log_level", "log-level", SETTING_GLOBAL, SETTING_CHOICE, "LEVEL", 0, 0, CHOICE(log_level),
+     AT(log_level), .help = "error, warn, info or debug"},
+
+    /* Flags only. */
+    {NULL, "namespace", SETTING_GLOBAL, SETTING_NAMESPACE, "NAME[:QUOTA[:RESERVE]]", 0,
+     UINT32_MAX - 1, .example = "chat:4096:1024",
+     .help = "declare a namespace with a quota (max cached blocks) and a reservation (blocks "
+             "other namespaces cannot evict it below); repeatable; overrides the file's "
+             "section of the same name, also across reloads"},
+    {NULL, "config", SETTING_GLOBAL, SETTING_TEXT, "FILE", 1, PATH_MAX - 1, AT(config_path),
+     .expect = "a file name", .help = "read settings from FILE first (flags override it)"},
+    {NULL, "check-config", SETTING_GLOBAL, SETTING_TEXT, "FILE", 1, PATH_MAX - 1, AT(check_path),
+     .expect = "a file name",
+     .help = "check FILE and the other flags, print every error with its line, exit 1 (0 when "
+             "valid)"},
+    {NULL, "ready-fd", SETTING_GLOBAL, SETTING_U32, "N", 0, INT_MAX, AT(server.ready_fd),
+     .help = "write READY and a newline to fd N once listening, then close it"},
+    {NULL, "version", SETTING_GLOBAL, SETTING_SWITCH, NULL, 0, 0, AT(version),
+     .help = "print the version and exit"},
+    {NULL, "help", SETTING_GLOBAL, SETTING_SWITCH, NULL, 0, 0, AT(help),
+     .help = "print this help and exit"},
+
+    /* The keys of a [namespace NAME] section. */
+    {"quota", NULL, SETTING_NS, SETTING_U32, "N", 0, UINT32_MAX - 1, NS_AT(quota),
+     .zero = "0: none", .reload = true, .help = "at most this many cached blocks"},
+    {"reserve", NULL, SETTING_NS, SETTING_U32, "N", 0, UINT32_MAX - 1, NS_AT(reserve),
+     .reload = true,
+     .help = "blocks that eviction on behalf of another namespace cannot take it below (its "
+             "own allocations may)"},
+    {"allow_uids", NULL, SETTING_NS, SETTING_UIDS, "LIST", 0, 0, NS_AT(acl), .zero = "anyone",
+     .reload = true, .help = "only these users may use the namespace"},
+    {"allow_gids", NULL, SETTING_NS, SETTING_GIDS, "LIST", 0, 0, NS_AT(acl), .zero = "anyone",
+     .reload = true, .help = "only peers with these primary groups may use the namespace"},
+};
+
+const size_t settings_count = sizeof(settings_table) / sizeof(settings_table[0]);
+
+/* settings_t.given and config_load's duplicate check are 64-bit masks. */
+_Static_assert(sizeof(settings_table) / sizeof(settings_table[0]) <= 64, "more than 64 settings");
+
+static const setting_t *row_of_flag(const char *flag)
+{
+    for (size_t i = 0; i < settings_count; i++)
+        if (settings_table[i].flag && strcmp(settings_table[i].flag, flag) == 0)
+            return &settings_table[i];
+    return NULL;
+}
+
+const setting_t *settings_find_key(setting_scope_t scope, const char *key)
+{
+    for (size_t i = 0; i < settings_count; i++)
+        if (settings_table[i].scope == scope && settings_table[i].key &&
+            strcmp(settings_table[i].key, key) == 0)
+            return &settings_table[i];
+    return NULL;
+}
+
+static uint64_t bit_of(const setting_t *row)
+{
+    return 1ull << (row - settings_table);
+}
+
+void settings_init(settings_t *st)
+{
+    memset(st, 0, sizeof(*st));
+    server_config_init(&st->server);
+    st->model = DEFAULT_MODEL;
+    st->log_level = LOG_LEVEL_INFO;
+}
+
+void settings_free(settings_t *st)
+{
+    config_free(st->conf);
+    st->conf = NULL;
+}
+
+/* --- the validator --- */
+
+/* "auto, host or cuda" into buf. */
+static void list_names(const setting_t *row, char *buf, size_t len)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; row->name(i) && used < len; i++) {
+        const char *sep = i == 0 ? "" : row->name(i + 1) ? ", " : " or ";
+        used += (size_t)snprintf(buf + used, len - used, "%s%s", sep, row->name(i));
+    }
+}
+
+static int parse_u64(const char *s, uint64_t *out)
+{
+    char *end;
+    if (s[0] < '0' || s[0] > '9')
+        return KVS_EINVAL;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end)
+        return KVS_EINVAL;
+    *out = v;
+    return 0;
+}
+
+/* Stores an unsigned number into a field of 4 or 8 bytes (the table's
+ * bounds keep it in range of the field). */
+static void store_uint(void *field, size_t width, uint64_t v)
+{
+    if (width == sizeof(uint32_t)) {
+        uint32_t v32 = (uint32_t)v;
+        memcpy(field, &v32, sizeof(v32));
+    } else {
+        memcpy(field, &v, sizeof(v));
+    }
+}
+
+static uint64_t load_uint(const void *field, size_t width)
+{
+    if (width == sizeof(uint32_t)) {
+        uint32_t v32;
+        memcpy(&v32, field, sizeof(v32));
+        return v32;
+    }
+    uint64_t v;
+    memcpy(&v, field, sizeof(v));
+    return v;
+}
+
+/* NAME[:QUOTA[:RESERVE]]: the name rule, the bounds of a section's quota. */
+static int set_namespace(const setting_t *row, settings_t *st, const char *value, char *why,
+                         size_t whylen)
+{
+    char buf[3 * 32 + RADIX_NS_NAME_MAX];
+    settings_ns_t ns = {.quota = 0};
+    const char *fields[3] = {buf, NULL, NULL};
+    if (strlen(value) >= sizeof(buf))
+        goto bad;
+    memcpy(buf, value, strlen(value) + 1);
+    for (int i = 1; i < 3; i++) {
+        char *colon = strchr(fields[i - 1], ':');
+        if (!colon)
+            break;
+        *colon = '\0';
+        fields[i] = colon + 1;
+    }
+    if (strchr(fields[2] ? fields[2] : "", ':') || !nsname_valid(buf))
+        goto bad;
+    memcpy(ns.name, buf, strlen(buf) + 1);
+    uint32_t *limits[2] = {&ns.quota, &ns.reserve};
+    for (int i = 0; i < 2; i++) {
+        uint64_t v;
+        if (!fields[i + 1] || !fields[i + 1][0])
+            continue;
+        if (parse_u64(fields[i + 1], &v) != 0 || v > row->max)
+            goto bad;
+        *limits[i] = (uint32_t)v;
+    }
+    if (st->n_ns == SETTINGS_MAX_NS_FLAGS) {
+        snprintf(why, whylen, "more than %d namespaces by flag: declare them in the config file",
+                 SETTINGS_MAX_NS_FLAGS);
+        return KVS_EINVAL;
+    }
+    st->ns[st->n_ns++] = ns;
+    return 0;
+bad:
+    snprintf(why, whylen, "give NAME[:QUOTA[:RESERVE]]: a name of %s, then blocks from 0 to %llu",
+             nsname_rule(), (unsigned long long)row->max);
+    return KVS_EINVAL;
+}
+
+int settings_set(const setting_t *row, void *base, const char *value, char *why, size_t whylen)
+{
+    char names[512];
+    uint64_t n;
+    int choice;
+
+    if (!row || !base || !value)
+        return KVS_EINVAL;
+    char *field = (char *)base + row->offset;
+    switch (row->type) {
+    case SETTING_TEXT: {
+        size_t len = strlen(value);
+        if (len < row->min || len > row->max || (row->parse && row->parse(value, &choice) != 0)) {
+            if (row->name) {
+                list_names(row, names, sizeof(names));
+                snprintf(why, whylen, "give %s: %s", row->expect, names);
+            } else {
+                snprintf(why, whylen, "give %s of %llu to %llu bytes", row->expect,
+                         (unsigned long long)row->min, (unsigned long long)row->max);
+            }
+            return KVS_EINVAL;
+        }
+        memcpy(field, &value, sizeof(value));
+        break;
+    }
+    case SETTING_U32:
+        if (parse_u64(value, &n) != 0 || n < row->min || n > row->max) {
+            snprintf(why, whylen, "give a whole number from %llu to %llu",
+                     (unsigned long long)row->min, (unsigned long long)row->max);
+            return KVS_EINVAL;
+        }
+        store_uint(field, row->width, n);
+        break;
+    case SETTING_SIZE:
+        if (geometry_parse_bytes(value, &n) != 0 || n < row->min || n > row->max) {
+            if (row->max == UINT64_MAX)
+                snprintf(why, whylen,
+                         "give a size such as 512MiB, 8GiB or 70GB (at least %llu bytes)",
+                         (unsigned long long)row->min);
+            else
+                snprintf(why, whylen,
+                         "give a size such as 512MiB, 8GiB or 70GB (%llu to %llu bytes)",
+                         (unsigned long long)row->min, (unsigned long long)row->max);
+            return KVS_EINVAL;
+        }
+        store_uint(field, row->width, n);
+        break;
+    case SETTING_FRACTION: {
+        char *end;
+        double d = strtod(value, &end);
+        if (end == value || *end || !(d > 0 && d <= 1)) {
+            snprintf(why, whylen, "give a fraction in (0, 1], e.g. 0.9");
+            return KVS_EINVAL;
+        }
+        memcpy(field, &d, sizeof(d));
+        break;
+    }
+    case SETTING_BOOL: {
+        bool b;
+        if (config_parse_bool(value, &b) != 0) {
+            snprintf(why, whylen, "give yes or no");
+            return KVS_EINVAL;
+        }
+        memcpy(field, &b, sizeof(b));
+        break;
+    }
+    case SETTING_CHOICE:
+        if (row->parse(value, &choice) != 0) {
+            list_names(row, names, sizeof(names));
+            snprintf(why, whylen, "give %s", names);
+            return KVS_EINVAL;
+        }
+        memcpy(field, &choice, sizeof(choice));
+        break;
+    case SETTING_UIDS:
+    case SETTING_GIDS: {
+        bool groups = row->type == SETTING_GIDS;
+        config_acl_t *acl = (config_acl_t *)(void *)field;
+        uint32_t ids[CONFIG_MAX_IDS], count;
+        if (config_parse_ids(value, groups, ids, &count) != 0) {
+            snprintf(why, whylen,
+                     "give up to %d %s, by number or name, separated by commas (a name must "
+                     "exist on this host)",
+                     CONFIG_MAX_IDS, groups ? "group ids" : "user ids");
+            return KVS_EINVAL;
+        }
+        memcpy(groups ? acl->gids : acl->uids, ids, sizeof(ids[0]) * count);
+        *(groups ? &acl->n_gids : &acl->n_uids) = count;
+        break;
+    }
+    case SETTING_GROUP: {
+        uint32_t ids[CONFIG_MAX_IDS], count;
+        if (config_parse_ids(value, true, ids, &count) != 0 || count != 1) {
+            snprintf(why, whylen, "give one group, by name or number");
+            return KVS_EINVAL;
+        }
+        memcpy(field, &ids[0], sizeof(ids[0]));
+        break;
+    }
+    case SETTING_NAMESPACE:
+        if (set_namespace(row, base, value, why, whylen) != 0)
+            return KVS_EINVAL;
+        break;
+    case SETTING_SWITCH: {
+        bool on = true;
+        memcpy(field, &on, sizeof(on));
+        break;
+    }
+    }
+    if (row->scope == SETTING_GLOBAL)
+        ((settings_t *)base)->given |= bit_of(row);
+    return 0;
+}
+
+/* --- after the last value --- */
+
+static bool given(const settings_t *st, const char *flag)
+{
+    return (st->given & bit_of(row_of_flag(flag))) != 0;
+}
+
+int settings_finish(settings_t *st, char *err, size_t errlen)
+{
+    geometry_t g;
+    /* The model was checked by its row: it is a preset. */
+    if (geometry_preset(st->model, &g) != 0) {
+        snprintf(err, errlen, "unknown model '%s'", st->model);
+        return KVS_EINVAL;
+    }
+    if (given(st, "layers"))
+        g.layers = st->geometry.layers;
+    if (given(st, "kv-heads"))
+        g.kv_heads = st->geometry.kv_heads;
+    if (given(st, "head-dim"))
+        g.head_dim = st->geometry.head_dim;
+    if (given(st, "dtype"))
+        g.dtype = st->geometry.dtype;
+    if (given(st, "block-tokens"))
+        g.block_tokens = st->geometry.block_tokens;
+    st->geometry = g;
+    st->server.geometry = g;
+
+    if (given(st, "pool-bytes") && given(st, "pool-blocks")) {
+        snprintf(err, errlen,
+                 "give pool_bytes (--pool-bytes) or pool_blocks (--pool-blocks), "
+                 "not both");
+        return KVS_EINVAL;
+    }
+    if (st->gpu_memory_utilization > 0) {
+        st->server.backend.mem_fraction = st->gpu_memory_utilization;
+    } else if (!st->server.pool_blocks) {
+        if (!st->pool_bytes)
+            st->pool_bytes = DEFAULT_POOL_BYTES;
+        st->server.backend.bytes = st->pool_bytes;
+    }
+    st->server.has_socket_gid = given(st, "socket-group");
+    st->server.config_path = st->config_path;
+    if (!st->server.socket_path) {
+        if (kvs_default_socket_path(st->default_socket, sizeof(st->default_socket)) != 0) {
+            snprintf(err, errlen, "cannot build the default socket path; give --socket");
+            return KVS_EINVAL;
+        }
+        st->server.socket_path = st->default_socket;
+    }
+    return 0;
+}
+
+/* --- the command line --- */
+
+/* One flag as given: its row and its value (NULL for a switch). */
+typedef struct flag_arg {
+    const setting_t *row;
+    const char *value;
+} flag_arg_t;
+
+/* The getopt_long list, one entry per row with a flag; val = row index. */
+static struct option *options_new(void)
+{
+    struct option *opts = calloc(settings_count + 1, sizeof(*opts));
+    size_t n = 0;
+    for (size_t i = 0; opts && i < settings_count; i++) {
+        const setting_t *row = &settings_table[i];
+        if (!row->flag)
+            continue;
+        opts[n++] = (struct option){row->flag,
+                                    row->type == SETTING_SWITCH ? no_argument : required_argument,
+                                    NULL, (int)(256 + i)};
+    }
+    return opts;
+}
+
+/* Applies the flags in order; prints each error. Returns the error count. */
+static int apply_flags(settings_t *st, const flag_arg_t *flags, int n)
+{
+    int errors = 0;
+    for (int i = 0; i < n; i++) {
+        char why[512];
+        if (flags[i].row->type == SETTING_SWITCH)
+            continue; /* acted on already */
+        if (settings_set(flags[i].row, st, flags[i].value, why, sizeof(why)) != 0) {
+            fprintf(stderr, "kvshared: --%s '%s': %s\n", flags[i].row->flag, flags[i].value, why);
+            errors++;
+        }
+    }
+    return errors;
+}
+
+/* The file's settings, validated by config_load: they apply as they did
+ * there. */
+static int apply_file(settings_t *st)
+{
+    int errors = 0;
+    for (uint32_t i = 0; st->conf && i < st->conf->n_entries; i++) {
+        const config_entry_t *e = &st->conf->entries[i];
+        char why[512];
+        if (settings_set(e->setting, st, e->value, why, sizeof(why)) != 0) {
+            fprintf(stderr, "kvshared: line %d: %s = '%s': %s\n", e->line, e->setting->key,
+                    e->value, why);
+            errors++;
+        }
+    }
+    return errors;
+}
+
+bool settings_parse(settings_t *st, int argc, char **argv, int *status)
+{
+    flag_arg_t *flags = calloc((size_t)argc + 1, sizeof(*flags));
+    struct option *opts = options_new();
+    char err[8192];
+    int n_flags = 0, opt, errors = 0;
+    bool run = false;
+
+    settings_init(st);
+    *status = 2;
+    if (!flags || !opts) {
+        fprintf(stderr, "kvshared: out of memory\n");
+        goto done;
+    }
+    /* The command line first, in order, without acting on it: getopt
+     * resolves abbreviations the same way for every flag. */
+    optind = 0;
+    while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        if (opt == 'h')
+            opt = 256 + (int)(row_of_flag("help") - settings_table);
+        if (opt < 256 || opt >= 256 + (int)settings_count) {
+            fprintf(stderr, "kvshared --help lists the flags\n");
+            goto done;
+        }
+        flags[n_flags++] = (flag_arg_t){&settings_table[opt - 256], optarg};
+    }
+    if (optind < argc) {
+        fprintf(stderr, "kvshared: unexpected argument '%s' (see --help)\n", argv[optind]);
+        goto done;
+    }
+    for (int i = 0; i < n_flags; i++) {
+        if (flags[i].row->type != SETTING_SWITCH)
+            continue;
+        *status = 0;
+        if (strcmp(flags[i].row->flag, "help") == 0)
+            settings_usage(stdout);
+        else
+            printf("kvshared %d.%d.%d\n", KVS_VERSION_MAJOR, KVS_VERSION_MINOR, KVS_VERSION_PATCH);
+        goto done;
+    }
+    /* Where the file is, from the flags alone. */
+    settings_t where;
+    settings_init(&where);
+    for (int i = 0; i < n_flags; i++) {
+        /* A bad value stays unset here; apply_flags reports it. */
+        if (flags[i].row->offset == offsetof(settings_t, config_path) ||
+            flags[i].row->offset == offsetof(settings_t, check_path))
+            (void)settings_set(flags[i].row, &where, flags[i].value, err, sizeof(err));
+    }
+    const char *path = where.check_path ? where.check_path : where.config_path;
+    bool check = where.check_path != NULL;
+    if (path) {
+        int rc = config_load(path, &st->conf, err, sizeof(err));
+        if (rc != 0) {
+            if (check)
+                fprintf(stderr, "%s\n", err[0] ? err : kvs_strerror(rc));
+            else
+                fprintf(stderr, "kvshared: config errors:\n%s\n", err[0] ? err : kvs_strerror(rc));
+            errors++;
+        }
+        /* With a config file, namespaces are the ones it declares. */
+        st->server.dynamic_namespaces = false;
+    }
+    errors += apply_file(st);
+    errors += apply_flags(st, flags, n_flags);
+    if (check)
+        st->config_path = NULL; /* checked, not used */
+    if (errors == 0 && settings_finish(st, err, sizeof(err)) != 0) {
+        fprintf(stderr, "kvshared: %s\n", err);
+        errors++;
+    }
+    if (check) {
+        *status = errors ? 1 : 0;
+        if (!errors) {
+            uint64_t reserved = 0;
+            for (uint32_t i = 0; i < st->conf->n_ns; i++)
+                reserved += st->conf->ns[i].reserve;
+            printf("%s: OK (%u settings, %u namespaces reserving %llu blocks)\n", path,
+                   st->conf->n_entries, st->conf->n_ns, (unsigned long long)reserved);
+        }
+        goto done;
+    }
+    run = errors == 0;
+done:
+    free(flags);
+    free(opts);
+    return run;
+}
+
+/* --- output: --help, the log line, the docs --- */
+
+void settings_format(const setting_t *row, const void *base, char *buf, size_t len)
+{
+    const char *field = (const char *)base + row->offset;
+    uint64_t n = 0;
+    buf[0] = '\0';
+    switch (row->type) {
+    case SETTING_TEXT: {
+        const char *text;
+        memcpy(&text, field, sizeof(text));
+        snprintf(buf, len, "%s", text ? text : row->zero ? row->zero : "none");
+        return;
+    }
+    case SETTING_U32:
+        n = load_uint(field, row->width);
+        if (n == 0 && row->zero)
+            snprintf(buf, len, "%s", row->zero);
+        else
+            snprintf(buf, len, "%llu", (unsigned long long)n);
+        return;
+    case SETTING_SIZE: {
+        static const char *const units[] = {"", "KiB", "MiB", "GiB", "TiB"};
+        int u = 0;
+        n = load_uint(field, row->width);
+        while (u < 4 && n >= 1024 && n % 1024 == 0) {
+            n /= 1024;
+            u++;
+        }
+        snprintf(buf, len, "%llu%s", (unsigned long long)n, units[u]);
+        return;
+    }
+    case SETTING_FRACTION: {
+        double d;
+        memcpy(&d, field, sizeof(d));
+        if (d == 0 && row->zero)
+            snprintf(buf, len, "%s", row->zero);
+        else
+            snprintf(buf, len, "%g", d);
+        return;
+    }
+    case SETTING_BOOL: {
+        bool b;
+        memcpy(&b, field, sizeof(b));
+        snprintf(buf, len, "%s", b ? "yes" : "no");
+        return;
+    }
+    case SETTING_CHOICE: {
+        int v;
+        memcpy(&v, field, sizeof(v));
+        snprintf(buf, len, "%s", row->name(v) ? row->name(v) : "?");
+        return;
+    }
+    case SETTING_UIDS:
+    case SETTING_GIDS: {
+        const config_acl_t *acl = (const config_acl_t *)(const void *)field;
+        bool groups = row->type == SETTING_GIDS;
+        uint32_t count = groups ? acl->n_gids : acl->n_uids;
+        const uint32_t *ids = groups ? acl->gids : acl->uids;
+        size_t used = 0;
+        if (count == 0)
+            snprintf(buf, len, "%s", row->zero);
+        for (uint32_t i = 0; i < count && used < len; i++)
+            used += (size_t)snprintf(buf + used, len - used, "%s%u", i ? "," : "", ids[i]);
+        return;
+    }
+    case SETTING_GROUP: {
+        const settings_t *st = base;
+        uint32_t gid;
+        memcpy(&gid, field, sizeof(gid));
+        if (!(st->given & bit_of(row))) {
+            snprintf(buf, len, "%s", row->zero);
+        } else {
+            struct group *g = getgrgid((gid_t)gid);
+            if (g)
+                snprintf(buf, len, "%s (%u)", g->gr_name, gid);
+            else
+                snprintf(buf, len, "%u", gid);
+        }
+        return;
+    }
+    case SETTING_NAMESPACE:
+    case SETTING_SWITCH:
+        return;
+    }
+}
+
+/* The default as --help and the docs show it. Returns whether it is a value
+ * to type (16MiB) rather than words (the preset's). */
+static bool format_default(const setting_t *row, char *buf, size_t len)
+{
+    static settings_t defaults;
+    static config_ns_t ns_defaults;
+    static bool ready;
+    if (!ready) {
+        settings_init(&defaults);
+        ready = true;
+    }
+    if (row->deflt) {
+        snprintf(buf, len, "%s", row->deflt);
+        return false;
+    }
+    if (!row->key) {
+        buf[0] = '\0'; /* a flag only: an action, not a value */
+        return false;
+    }
+    settings_format(row, row->scope == SETTING_NS ? (void *)&ns_defaults : (void *)&defaults, buf,
+                    len);
+    return !row->zero || strcmp(buf, row->zero) != 0;
+}
+
+/* Writes `text` from column `indent`, wrapped before column 80. */
+static void print_wrapped(FILE *f, int column, int indent, const char *text)
+{
+    const char *p = text;
+    while (*p) {
+        const char *end = p;
+        const char *brk = NULL;
+        while (*end && column + (end - p) < 80) {
+            if (*end == ' ')
+                brk = end;
+            end++;
+        }
+        if (*end && brk)
+            end = brk;
+        fprintf(f, "%.*s\n", (int)(end - p), p);
+        p = *end == ' ' ? end + 1 : end;
+        if (*p)
+            fprintf(f, "%*s", indent, "");
+        column = indent;
+    }
+}
+
+void settings_usage(FILE *f)
+{
+    fprintf(f, "usage: kvshared [options]\n"
+               "\n"
+               "Serves a pool of KV-cache blocks and a prefix index to decode workers.\n"
+               "Every setting with a config key may also be given in the --config file\n"
+               "(`pool_blocks = 64` is --pool-blocks 64); flags override the file. A flag\n"
+               "may be abbreviated to any unambiguous prefix (--conf is --config).\n"
+               "\n");
+    for (size_t i = 0; i < settings_count; i++) {
+        const setting_t *row = &settings_table[i];
+        char left[96], text[1024], deflt[256], names[512] = "";
+        if (!row->flag)
+            continue;
+        snprintf(left, sizeof(left), "  --%s%s%s", row->flag, row->arg ? " " : "",
+                 row->arg ? row->arg : "");
+        (void)format_default(row, deflt, sizeof(deflt));
+        if (row->name && row->type == SETTING_TEXT)
+            list_names(row, names, sizeof(names));
+        snprintf(text, sizeof(text), "%s%s%s%s%s%s", row->help, names[0] ? "; one of: " : "", names,
+                 deflt[0] ? " (default: " : "", deflt, deflt[0] ? ")" : "");
+        if (strlen(left) >= 26)
+            fprintf(f, "%s\n%26s", left, "");
+        else
+            fprintf(f, "%-26s", left);
+        print_wrapped(f, 26, 26, text);
+    }
+}
+
+void settings_log(const settings_t *st)
+{
+    char line[768], value[512];
+    size_t used = 0;
+    LOG_INFO("config: file %s", st->config_path ? st->config_path : "(none)");
+    /* "config: key value, key value", in lines of at most ~600 bytes. */
+    for (size_t i = 0; i < settings_count; i++) {
+        const setting_t *row = &settings_table[i];
+        if (row->scope != SETTING_GLOBAL || !row->key)
+            continue;
+        settings_format(row, st, value, sizeof(value));
+        used += (size_t)snprintf(line + used, sizeof(line) - used, "%s%s %s", used ? ", " : "",
+                                 row->key, value);
+        if (used >= 600) {
+            LOG_INFO("config: %s", line);
+            used = 0;
+        }
+    }
+    if (used)
+        LOG_INFO("config: %s", line);
+}
+
+void settings_markdown(FILE *f)
+{
+    char deflt[256];
+    fprintf(f, "| key | flag | default | what |\n|---|---|---|---|\n");
+    for (size_t i = 0; i < settings_count; i++) {
+        const setting_t *row = &settings_table[i];
+        if (row->scope != SETTING_GLOBAL)
+            continue;
+        const char *tick = format_default(row, deflt, sizeof(deflt)) ? "`" : "";
+        fprintf(f, "| %s%s%s | `--%s%s%s` | %s%s%s | %s%s |\n", row->key ? "`" : "",
+                row->key ? row->key : "(flag only)", row->key ? "`" : "", row->flag,
+                row->arg ? " " : "", row->arg ? row->arg : "", tick, deflt, tick, row->help,
+                row->reload ? " (SIGHUP applies it)" : "");
+    }
+    fprintf(f, "\nKeys of a `[namespace NAME]` section:\n\n"
+               "| key | default | applied | what |\n|---|---|---|---|\n");
+    for (size_t i = 0; i < settings_count; i++) {
+        const setting_t *row = &settings_table[i];
+        if (row->scope != SETTING_NS)
+            continue;
+        const char *tick = format_default(row, deflt, sizeof(deflt)) ? "`" : "";
+        fprintf(f, "| `%s` | %s%s%s | %s | %s |\n", row->key, tick, deflt, tick,
+                row->reload ? "at start and on SIGHUP" : "at start", row->help);
+    }
+}

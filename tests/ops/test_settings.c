@@ -1,0 +1,363 @@
+/*
+ * The settings table (settings.c): its rows are consistent, and every
+ * setting gets the same verdict as a flag and as a config-file line. The
+ * walk runs the real kvshared with --check-config, once with `key = value`
+ * in the file and once with `--flag value` over an empty file, for values
+ * inside the bounds, below, above and of the wrong type, and compares the
+ * exit statuses and the reasons.
+ */
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "nsname.h"
+#include "settings.h"
+
+static char dir[64];
+
+static void make_dir(void)
+{
+    snprintf(dir, sizeof(dir), "/tmp/kvs-settings-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+}
+
+static void remove_dir(void)
+{
+    char path[128];
+    const char *names[] = {"empty.conf", "k.conf"};
+    for (size_t i = 0; i < 2; i++) {
+        snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+        unlink(path);
+    }
+    rmdir(dir);
+}
+
+static void write_text(const char *name, const char *text, char *path, size_t len)
+{
+    snprintf(path, len, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+/* Runs kvshared with args (NULL-terminated, argv[0] excluded); returns its
+ * exit status (or 128 + signal) and its stderr in err. A child that does
+ * not finish within 20 s is killed by its alarm. */
+static int run(const char *const *args, char *err, size_t errlen)
+{
+    const char *argv[16] = {KVSHARED_PATH};
+    int n = 1, fds[2];
+    for (; args[n - 1]; n++) {
+        ck_assert_int_lt(n, 15);
+        argv[n] = args[n - 1];
+    }
+    argv[n] = NULL;
+    ck_assert_int_eq(pipe(fds), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        dup2(fds[1], STDERR_FILENO);
+        if (!freopen("/dev/null", "w", stdout))
+            _exit(126);
+        close(fds[0]);
+        close(fds[1]);
+        alarm(20); /* survives exec: a daemon that starts by mistake dies */
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    close(fds[1]);
+    size_t used = 0;
+    ssize_t got;
+    while ((got = read(fds[0], err + used, errlen - 1 - used)) > 0)
+        used += (size_t)got;
+    err[used] = '\0';
+    close(fds[0]);
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* The reason in the first line of a message, after "'value': ". */
+static void reason_of(const char *err, const char *value, char *out, size_t len)
+{
+    char mark[600];
+    snprintf(mark, sizeof(mark), "'%s': ", value);
+    const char *p = strstr(err, mark);
+    out[0] = '\0';
+    if (!p)
+        return;
+    p += strlen(mark);
+    size_t n = strcspn(p, "\n");
+    snprintf(out, len, "%.*s", (int)n, p);
+}
+
+typedef struct value_case {
+    char text[300];
+    bool valid;
+    const char *what; /* "in range", "below min", "above max", "bad type" */
+} value_case_t;
+
+static int add_case(value_case_t *cases, int n, bool valid, const char *what, const char *fmt,
+                    unsigned long long v)
+{
+    snprintf(cases[n].text, sizeof(cases[n].text), fmt, v);
+    cases[n].valid = valid;
+    cases[n].what = what;
+    return n + 1;
+}
+
+static int add_text(value_case_t *cases, int n, bool valid, const char *what, const char *text)
+{
+    snprintf(cases[n].text, sizeof(cases[n].text), "%s", text);
+    cases[n].valid = valid;
+    cases[n].what = what;
+    return n + 1;
+}
+
+/* The values to try for one row, from its type and bounds. */
+static int cases_for(const setting_t *row, value_case_t *cases)
+{
+    int n = 0;
+    char long_text[300];
+    switch (row->type) {
+    case SETTING_U32:
+    case SETTING_SIZE:
+        n = add_case(cases, n, true, "in range (min)", "%llu", row->min);
+        if (row->max < UINT64_MAX) {
+            n = add_case(cases, n, true, "in range (max)", "%llu", row->max);
+            n = add_case(cases, n, false, "above max", "%llu", row->max + 1);
+        }
+        if (row->min > 0)
+            n = add_case(cases, n, false, "below min", "%llu", row->min - 1);
+        n = add_text(cases, n, false, "bad type", row->type == SETTING_SIZE ? "lots" : "x12");
+        n = add_text(cases, n, false, "bad type", "-1");
+        break;
+    case SETTING_FRACTION:
+        n = add_text(cases, n, true, "in range", "0.5");
+        n = add_text(cases, n, true, "in range (max)", "1");
+        n = add_text(cases, n, false, "below min", "0");
+        n = add_text(cases, n, false, "above max", "1.5");
+        n = add_text(cases, n, false, "bad type", "half");
+        break;
+    case SETTING_BOOL:
+        n = add_text(cases, n, true, "in range", "yes");
+        n = add_text(cases, n, true, "in range", "off");
+        n = add_text(cases, n, false, "bad type", "maybe");
+        break;
+    case SETTING_CHOICE:
+        for (int i = 0; row->name(i); i++)
+            n = add_text(cases, n, true, "in range", row->name(i));
+        n = add_text(cases, n, false, "bad type", "nonsense");
+        break;
+    case SETTING_TEXT:
+        if (row->name)
+            n = add_text(cases, n, true, "in range", row->name(0));
+        else if (row->example)
+            n = add_text(cases, n, true, "in range", row->example);
+        if (row->parse)
+            n = add_text(cases, n, false, "bad type", "nonsense");
+        ck_assert_uint_lt(row->max + 1, sizeof(long_text));
+        memset(long_text, 'a', row->max + 1);
+        long_text[row->max + 1] = '\0';
+        n = add_text(cases, n, false, "above max", long_text);
+        long_text[row->max] = '\0';
+        if (!row->parse)
+            n = add_text(cases, n, true, "in range (max)", long_text);
+        break;
+    case SETTING_UIDS:
+    case SETTING_GIDS:
+    case SETTING_GROUP:
+        n = add_text(cases, n, true, "in range", "0");
+        n = add_text(cases, n, false, "bad type", "no-such-name-here");
+        if (row->type == SETTING_GROUP) {
+            n = add_text(cases, n, false, "above max", "0,0");
+        } else {
+            long_text[0] = '\0';
+            for (int i = 0; i <= CONFIG_MAX_IDS; i++)
+                strcat(long_text, i ? ",0" : "0");
+            n = add_text(cases, n, false, "above max", long_text);
+        }
+        break;
+    case SETTING_NAMESPACE:
+    case SETTING_SWITCH:
+        break;
+    }
+    return n;
+}
+
+START_TEST(test_flag_and_file_agree)
+{
+    char empty[128], conf[128], text[1024], err_file[4096], err_flag[4096];
+    char why_file[1024], why_flag[1024], flag[64];
+    int rows = 0, tried = 0;
+    make_dir();
+    write_text("empty.conf", "", empty, sizeof(empty));
+    for (size_t i = 0; i < settings_count; i++) {
+        const setting_t *row = &settings_table[i];
+        if (row->scope != SETTING_GLOBAL || !row->key || !row->flag)
+            continue;
+        value_case_t cases[32];
+        int n = cases_for(row, cases);
+        ck_assert_msg(n >= 2, "%s: fewer than 2 values to try", row->key);
+        rows++;
+        for (int c = 0; c < n; c++) {
+            const char *v = cases[c].text;
+            snprintf(text, sizeof(text), "%s = %.300s\n", row->key, v);
+            write_text("k.conf", text, conf, sizeof(conf));
+            snprintf(flag, sizeof(flag), "--%s", row->flag);
+            const char *file_args[] = {"--check-config", conf, NULL};
+            const char *flag_args[] = {"--check-config", empty, flag, v, NULL};
+            int rc_file = run(file_args, err_file, sizeof(err_file));
+            int rc_flag = run(flag_args, err_flag, sizeof(err_flag));
+            ck_assert_msg(rc_file == (cases[c].valid ? 0 : 1),
+                          "%s = %.40s (%s): file exit %d, want %d:\n%s", row->key, v, cases[c].what,
+                          rc_file, cases[c].valid ? 0 : 1, err_file);
+            ck_assert_msg(rc_flag == rc_file, "--%s %.40s (%s): flag exit %d, file exit %d:\n%s",
+                          row->flag, v, cases[c].what, rc_flag, rc_file, err_flag);
+            if (!cases[c].valid) {
+                reason_of(err_file, v, why_file, sizeof(why_file));
+                reason_of(err_flag, v, why_flag, sizeof(why_flag));
+                ck_assert_msg(why_file[0], "no reason for %s = %.40s in:\n%s", row->key, v,
+                              err_file);
+                ck_assert_msg(strcmp(why_file, why_flag) == 0,
+                              "%s = %.40s: the file says '%s', the flag says '%s'", row->key, v,
+                              why_file, why_flag);
+            }
+            tried++;
+        }
+    }
+    ck_assert_int_ge(rows, 25);
+    ck_assert_int_ge(tried, 100);
+    remove_dir();
+}
+END_TEST
+
+/* getopt_long takes any unambiguous prefix: --conf and --check-conf must do
+ * what --config and --check-config do, not be skipped. */
+START_TEST(test_abbreviations_everywhere)
+{
+    char conf[128], err[4096];
+    make_dir();
+    write_text("k.conf", "pool_blocks = 0\n", conf, sizeof(conf));
+    const char *check[] = {"--check-conf", conf, NULL};
+    ck_assert_int_eq(run(check, err, sizeof(err)), 1);
+    ck_assert_ptr_nonnull(strstr(err, "k.conf:1: pool_blocks = '0'"));
+    const char *start[] = {"--conf", conf, "--socket", "/nonexistent/dir/s.sock", NULL};
+    ck_assert_int_eq(run(start, err, sizeof(err)), 2);
+    ck_assert_ptr_nonnull(strstr(err, "k.conf:1: pool_blocks = '0'"));
+    char eq[160];
+    snprintf(eq, sizeof(eq), "--check=%s", conf);
+    const char *check_eq[] = {eq, NULL};
+    ck_assert_int_eq(run(check_eq, err, sizeof(err)), 1);
+    ck_assert_ptr_nonnull(strstr(err, "k.conf:1:"));
+    const char *ambiguous[] = {"--max", "5", NULL};
+    ck_assert_int_eq(run(ambiguous, err, sizeof(err)), 2);
+    ck_assert_ptr_nonnull(strstr(err, "ambiguous"));
+    /* Flags apply after the file, whatever their place on the line. */
+    write_text("k.conf", "pool_blocks = 64\n", conf, sizeof(conf));
+    const char *both[] = {"--pool-bytes", "1GiB", "--check-config", conf, NULL};
+    ck_assert_int_eq(run(both, err, sizeof(err)), 1);
+    ck_assert_ptr_nonnull(strstr(err, "not both"));
+    remove_dir();
+}
+END_TEST
+
+START_TEST(test_namespace_name_rule)
+{
+    char name[RADIX_NS_NAME_MAX + 2];
+    ck_assert(nsname_valid("chat"));
+    ck_assert(nsname_valid("long.ctx-1_B"));
+    ck_assert(!nsname_valid(""));
+    ck_assert(!nsname_valid(NULL));
+    ck_assert(!nsname_valid("a\"b"));
+    ck_assert(!nsname_valid("a b"));
+    ck_assert(!nsname_valid("caf\xc3\xa9"));
+    memset(name, 'n', RADIX_NS_NAME_MAX);
+    name[RADIX_NS_NAME_MAX] = '\0';
+    ck_assert(nsname_valid(name));
+    name[RADIX_NS_NAME_MAX] = 'n';
+    name[RADIX_NS_NAME_MAX + 1] = '\0';
+    ck_assert(!nsname_valid(name));
+
+    /* The same names, refused or taken, by the file and by the flag. */
+    const char *names[] = {"chat", "a\"b", "a:b", name};
+    char conf[128], text[256], err[4096], empty[128];
+    make_dir();
+    write_text("empty.conf", "", empty, sizeof(empty));
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        bool valid = nsname_valid(names[i]);
+        snprintf(text, sizeof(text), "[namespace %s]\nquota = 8\n", names[i]);
+        write_text("k.conf", text, conf, sizeof(conf));
+        const char *file_args[] = {"--check-config", conf, NULL};
+        ck_assert_int_eq(run(file_args, err, sizeof(err)), valid ? 0 : 1);
+        snprintf(text, sizeof(text), "%s:8", names[i]);
+        const char *flag_args[] = {"--check-config", empty, "--namespace", text, NULL};
+        ck_assert_int_eq(run(flag_args, err, sizeof(err)), valid ? 0 : 1);
+        if (!valid)
+            ck_assert_ptr_nonnull(strstr(err, nsname_rule()));
+    }
+    remove_dir();
+}
+END_TEST
+
+/* Every row is complete, and every default is a value its row accepts. */
+START_TEST(test_table_is_consistent)
+{
+    for (size_t i = 0; i < settings_count; i++) {
+        const setting_t *row = &settings_table[i];
+        ck_assert_msg(row->key || row->flag, "row %zu has neither key nor flag", i);
+        ck_assert_msg(row->help && row->help[0], "row %zu has no help", i);
+        /* The help goes into a Markdown table cell as it is. */
+        ck_assert_msg(!strpbrk(row->help, "|`"), "row %zu: '|' or '`' in its help", i);
+        for (size_t j = 0; j < i; j++) {
+            const setting_t *other = &settings_table[j];
+            if (row->flag && other->flag)
+                ck_assert_str_ne(row->flag, other->flag);
+            if (row->key && other->key && row->scope == other->scope)
+                ck_assert_str_ne(row->key, other->key);
+        }
+        if (row->type == SETTING_CHOICE)
+            ck_assert_ptr_nonnull(row->parse);
+        if (row->scope == SETTING_NS)
+            ck_assert_ptr_null(row->flag);
+    }
+    /* A default shown as a value must be one: format it, set it back. */
+    settings_t st, back;
+    settings_init(&st);
+    settings_init(&back);
+    for (size_t i = 0; i < settings_count; i++) {
+        const setting_t *row = &settings_table[i];
+        char value[512], again[512], why[512];
+        if (row->scope != SETTING_GLOBAL || !row->key || row->deflt || row->zero)
+            continue;
+        settings_format(row, &st, value, sizeof(value));
+        ck_assert_msg(settings_set(row, &back, value, why, sizeof(why)) == 0,
+                      "default of %s, '%s', is refused: %s", row->key, value, why);
+        settings_format(row, &back, again, sizeof(again));
+        ck_assert_msg(strcmp(value, again) == 0, "default of %s: '%s' set back reads '%s'",
+                      row->key, value, again);
+    }
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("ops_settings");
+    TCase *tc = tcase_create("settings");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_table_is_consistent);
+    tcase_add_test(tc, test_namespace_name_rule);
+    tcase_add_test(tc, test_abbreviations_everywhere);
+    tcase_add_test(tc, test_flag_and_file_agree);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
