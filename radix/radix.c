@@ -643,8 +643,11 @@ static radix_node_t *candidate(radix_tree_t *t, radix_ns_t *ns)
     return goes_before(h, l) ? h : l;
 }
 
+/* Why a block is dropped, for the namespace's counters. */
+typedef enum evict_cause { EVICT_OWN, EVICT_OTHERS, EVICT_QUOTA } evict_cause_t;
+
 /* Drops n's last block (an evictable leaf) and hands its id back. */
-static void evict_leaf(radix_tree_t *t, radix_node_t *n)
+static void evict_leaf(radix_tree_t *t, radix_node_t *n, evict_cause_t cause)
 {
     radix_ns_t *ns = t->ns[n->ns];
     make_unevictable(t, n);
@@ -655,6 +658,12 @@ static void evict_leaf(radix_tree_t *t, radix_node_t *n)
     t->by_node[id] = NULL;
     ns->st.cached_blocks--;
     ns->st.evicted_blocks++;
+    if (cause == EVICT_OWN)
+        ns->st.evicted_own++;
+    else if (cause == EVICT_OTHERS)
+        ns->st.evicted_others++;
+    else
+        ns->st.evicted_quota++;
     t->cached--;
     if (n->len == 1) {
         radix_node_t *parent = n->parent;
@@ -1165,7 +1174,7 @@ int radix_insert(radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens, size_t
         }
         radix_node_t *v;
         while (ns->st.cached_blocks + m > quota && (v = candidate(t, ns)))
-            evict_leaf(t, v);
+            evict_leaf(t, v, EVICT_QUOTA);
         t->guard = NULL;
         if (!is_root(c.node))
             refresh(t, c.node, c.pos == last_pos(c.node));
@@ -1289,6 +1298,40 @@ int radix_block_refcount(const radix_tree_t *t, uint32_t block_id, uint32_t *ref
 
 /* ---- eviction -------------------------------------------------------------- */
 
+/* The reservation rule (radix.h, radix_evict): the leaf that goes next when
+ * namespace for_ns (RADIX_NS_ANY: none) needs a block, or NULL. Namespaces
+ * above their reservation may give, first leaf in eviction order among them;
+ * for_ns's own first leaf competes with theirs, unless for_ns is below its
+ * reservation and one of them has a leaf to give. One look at each
+ * namespace's first leaf (candidate()), never a scan of leaves.
+ *
+ * This is the one place that decides whose block makes room. A host tier
+ * that demotes blocks instead of dropping them is to take its victims from
+ * here too, and a retention priority orders leaves inside each namespace's
+ * queue (candidate()), within what this choice allows: neither may bypass
+ * it, or a reservation stops guaranteeing capacity. */
+static radix_node_t *evict_choice(radix_tree_t *t, uint32_t for_ns)
+{
+    radix_node_t *best = NULL;
+    for (uint32_t k = 0; k < t->n_ns; k++) {
+        radix_ns_t *ns = t->ns[k];
+        if (k == for_ns || ns->st.cached_blocks <= ns->st.reserve)
+            continue;
+        radix_node_t *v = candidate(t, ns);
+        if (v && (!best || goes_before(v, best)))
+            best = v;
+    }
+    if (for_ns == RADIX_NS_ANY)
+        return best;
+    radix_ns_t *own = t->ns[for_ns];
+    if (best && own->st.cached_blocks < own->st.reserve)
+        return best; /* take back what it lent before evicting itself */
+    radix_node_t *v = candidate(t, own);
+    if (v && (!best || goes_before(v, best)))
+        best = v;
+    return best;
+}
+
 int radix_evict(radix_tree_t *t, uint32_t for_ns, size_t n, size_t *n_evicted)
 {
     if (!t || !n_evicted)
@@ -1297,18 +1340,10 @@ int radix_evict(radix_tree_t *t, uint32_t for_ns, size_t n, size_t *n_evicted)
         return KVS_ENONS;
     size_t done = 0;
     while (done < n) {
-        radix_node_t *best = NULL;
-        for (uint32_t k = 0; k < t->n_ns; k++) {
-            radix_ns_t *ns = t->ns[k];
-            if (k != for_ns && ns->st.cached_blocks <= ns->st.reserve)
-                continue;
-            radix_node_t *v = candidate(t, ns);
-            if (v && (!best || goes_before(v, best)))
-                best = v;
-        }
-        if (!best)
+        radix_node_t *v = evict_choice(t, for_ns);
+        if (!v)
             break;
-        evict_leaf(t, best);
+        evict_leaf(t, v, v->ns == for_ns ? EVICT_OWN : EVICT_OTHERS);
         done++;
     }
     *n_evicted = done;
@@ -1567,6 +1602,8 @@ int radix_check(const radix_tree_t *t)
     for (uint32_t k = 0; k < t->n_ns; k++) {
         const radix_ns_t *ns = t->ns[k];
         CHECK(ns->st.cached_blocks == ns_cached[k] && ns->st.pinned_blocks == ns_pinned[k]);
+        CHECK(ns->st.evicted_blocks ==
+              ns->st.evicted_own + ns->st.evicted_others + ns->st.evicted_quota);
         CHECK(ns->n_nodes == ns_nodes[k] && ns->root->n_children == ns_root_children[k]);
         /* LRU list: linked both ways, strictly increasing stamps. */
         const radix_node_t *prev = NULL;

@@ -72,8 +72,12 @@
  * unless its key is the largest, where LRU appends it to a list in O(1).
  *
  * Namespaces each have a name, a seed, a root, a quota (max cached blocks, 0 =
- * unlimited) and a reservation (blocks that eviction on behalf of another
- * namespace cannot take it below).
+ * unlimited) and a reservation: capacity the namespace is guaranteed. Eviction
+ * for another namespace's need never takes it below its reservation, and while
+ * it holds fewer cached blocks than its reservation its own need is met first
+ * from namespaces above their reservations (radix_evict states the rule).
+ * Each namespace keeps its own eviction order; eviction looks at the first
+ * leaf of each namespace that may give, never at every leaf.
  *
  * Block ids are owned by the caller (the pool); the index only records which
  * cached prefix each id holds. A tree is not thread-safe: one caller at a
@@ -144,7 +148,10 @@ typedef struct radix_ns_stats {
     uint64_t hit_tokens;       /* tokens matched by lookups (full blocks) */
     uint64_t inserted_blocks;  /* blocks that became cached */
     uint64_t duplicate_blocks; /* inserts whose prefix another block already held */
-    uint64_t evicted_blocks;   /* blocks dropped, by eviction or quota */
+    uint64_t evicted_blocks;   /* blocks dropped, by eviction or quota: the sum of */
+    uint64_t evicted_own;      /*   radix_evict for this namespace's own need, */
+    uint64_t evicted_others;   /*   radix_evict for another's need or none's (RADIX_NS_ANY), */
+    uint64_t evicted_quota;    /*   radix_insert at this namespace's quota */
     uint32_t cached_blocks;    /* blocks in the tree now */
     uint32_t pinned_blocks;    /* of those, blocks with refcount > 0 */
     uint32_t quota;            /* 0: unlimited */
@@ -265,14 +272,22 @@ int radix_unpin(radix_tree_t *t, uint32_t block_id);
  * KVS_ENOTFOUND. */
 int radix_block_refcount(const radix_tree_t *t, uint32_t block_id, uint32_t *refcount);
 
-/* Evicts up to n unpinned leaf blocks in eviction order (see above), calling
- * on_evict for each. for_ns is the namespace whose need drives the eviction
- * (RADIX_NS_ANY for none): another namespace is never taken below its
- * reservation; for_ns itself may be. Precisely, each step takes the leaf with
- * the first in eviction order among for_ns and the namespaces whose cached_blocks
- * exceed their reserve. *n_evicted may be less than n (everything else pinned
- * or reserved); that is not an error. Cost per block: O(log leaves) plus one
- * look at each namespace. Errors: KVS_ENONS. */
+/* Evicts up to n unpinned leaf blocks, calling on_evict for each. for_ns is
+ * the namespace whose need drives the eviction (RADIX_NS_ANY for none). The
+ * reservation rule, applied at each block with the counts as they are then:
+ * the namespaces that may give are those whose cached_blocks exceed their
+ * reserve (for_ns excepted);
+ *   - if for_ns holds fewer cached blocks than its reserve, the block is the
+ *     first in eviction order among the leaves of the namespaces that may
+ *     give, and only when they have none, for_ns's own first leaf;
+ *   - otherwise (for_ns at or above its reservation, or RADIX_NS_ANY) it is
+ *     the first in eviction order among for_ns's leaves and theirs.
+ * So another namespace's need never takes a namespace below its reservation,
+ * and a namespace below its own gets back what it lent before it evicts
+ * itself. *n_evicted may be less than n (everything else pinned or reserved);
+ * that is not an error. Counted as evicted_own or evicted_others of the
+ * namespace that lost the block. Cost per block: O(log leaves) plus one look
+ * at each namespace. Errors: KVS_ENONS. */
 int radix_evict(radix_tree_t *t, uint32_t for_ns, size_t n, size_t *n_evicted);
 
 /* Blocks cached, and of those pinned, over all namespaces. */

@@ -234,6 +234,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             SAME(st.inserted_blocks, m.ns[k].inserted);
             SAME(st.duplicate_blocks, m.ns[k].duplicates);
             SAME(st.evicted_blocks, m.ns[k].evicted);
+            SAME(st.evicted_own, m.ns[k].evicted_own);
+            SAME(st.evicted_others, m.ns[k].evicted_others);
+            SAME(st.evicted_quota, m.ns[k].evicted_quota);
         }
         for (uint32_t id = 0; id < max_blocks; id++) {
             uint32_t r_t = 0, r_m = 0;

@@ -134,7 +134,9 @@ static bool evictable(const model_t *m, uint32_t id, int64_t keep)
     return b->cached && b->ref == 0 && b->children == 0 && (int64_t)id != keep;
 }
 
-static void drop(model_t *m, uint32_t id, int64_t keep)
+enum { CAUSE_OWN, CAUSE_OTHERS, CAUSE_QUOTA };
+
+static void drop(model_t *m, uint32_t id, int64_t keep, int cause)
 {
     model_block_t *b = &m->blocks[id];
     b->cached = false;
@@ -143,6 +145,12 @@ static void drop(model_t *m, uint32_t id, int64_t keep)
         rekey(m, b->parent);
     m->ns[b->ns].cached--;
     m->ns[b->ns].evicted++;
+    if (cause == CAUSE_OWN)
+        m->ns[b->ns].evicted_own++;
+    else if (cause == CAUSE_OTHERS)
+        m->ns[b->ns].evicted_others++;
+    else
+        m->ns[b->ns].evicted_quota++;
     m->evicted[m->n_evicted++] = id;
 }
 
@@ -216,7 +224,7 @@ int model_insert(model_t *m, uint32_t ns, const uint32_t *tokens, size_t n_token
                 int64_t v = oldest(m, only_ns, cur);
                 if (v < 0)
                     break;
-                drop(m, (uint32_t)v, cur);
+                drop(m, (uint32_t)v, cur, CAUSE_QUOTA);
             }
             if (s->cached >= s->quota) {
                 rc = KVS_EQUOTA;
@@ -292,13 +300,26 @@ int model_evict(model_t *m, uint32_t for_ns, size_t n, size_t *n_evicted)
         return KVS_ENONS;
     size_t done = 0;
     while (done < n) {
-        bool eligible[MODEL_MAX_NS] = {false};
+        /* Those above their reservation may give; for_ns below its own takes
+         * from them first, else its leaves compete with theirs. */
+        bool givers[MODEL_MAX_NS] = {false};
         for (uint32_t k = 0; k < m->n_ns; k++)
-            eligible[k] = k == for_ns || m->ns[k].cached > m->ns[k].reserve;
-        int64_t v = oldest(m, eligible, -1);
+            givers[k] = k != for_ns && m->ns[k].cached > m->ns[k].reserve;
+        int64_t v = -1;
+        bool below = for_ns != RADIX_NS_ANY && m->ns[for_ns].cached < m->ns[for_ns].reserve;
+        if (below) {
+            v = oldest(m, givers, -1);
+            if (v >= 0)
+                m->taken_back++;
+        }
+        if (v < 0) {
+            if (for_ns != RADIX_NS_ANY)
+                givers[for_ns] = true;
+            v = oldest(m, givers, -1);
+        }
         if (v < 0)
             break;
-        drop(m, (uint32_t)v, -1);
+        drop(m, (uint32_t)v, -1, m->blocks[v].ns == for_ns ? CAUSE_OWN : CAUSE_OTHERS);
         done++;
     }
     *n_evicted = done;

@@ -30,6 +30,7 @@ typedef struct model_block {
 typedef struct model_ns {
     uint32_t quota, reserve;
     uint64_t lookups, lookup_tokens, hit_tokens, inserted, duplicates, evicted;
+    uint64_t evicted_own, evicted_others, evicted_quota; /* evicted, by cause */
     uint32_t cached, pinned;
 } model_ns_t;
 
@@ -40,6 +41,7 @@ typedef struct model {
     uint64_t tick;
     uint32_t *evicted; /* ids in eviction order since the last reset */
     size_t n_evicted;
+    uint64_t taken_back; /* blocks a namespace below its reservation took from another */
     /* eviction policy, as in radix_config_t (defaults applied) */
     int policy;
     uint32_t max_hits, bonus_pct;

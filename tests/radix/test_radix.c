@@ -691,6 +691,200 @@ START_TEST(test_reservation)
 }
 END_TEST
 
+static void ns_stats(radix_tree_t *t, uint32_t ns, radix_ns_stats_t *st)
+{
+    ck_assert_int_eq(radix_ns_stats(t, ns, st), 0);
+    ck_assert_uint_eq(st->evicted_blocks, st->evicted_own + st->evicted_others + st->evicted_quota);
+}
+
+START_TEST(test_reservation_takes_back)
+{
+    /* The long tier's blocks are newer than the chats' (the incident that
+     * reservations exist for): a chat namespace below its reservation still
+     * takes them, least recently used first, before it evicts itself; a
+     * namespace at its reservation gives nothing. */
+    radix_tree_t *t = tree_with(BT, 64, NULL);
+    uint32_t chat = ns_new(t, "chat", 0, 4), lng = ns_new(t, "long", 0, 0);
+    uint32_t mid = ns_new(t, "mid", 0, 2);
+    uint32_t tok[3 * BT];
+    prompt(tok, 2 * BT, 9);
+    insert_run(t, mid, tok, 2, 30, false, 0); /* 30, 31: the oldest of all, at mid's reserve */
+    prompt(tok, 2 * BT, 1);
+    insert_run(t, chat, tok, 2, 0, false, 0); /* 0, 1 */
+    prompt(tok, 3 * BT, 2);
+    insert_run(t, lng, tok, 3, 10, false, 0); /* 10 .. 12 */
+    prompt(tok, 3 * BT, 3);
+    insert_run(t, lng, tok, 3, 20, false, 0); /* 20 .. 22: the newest */
+    size_t got;
+    ck_assert_int_eq(radix_evict(t, chat, 2, &got), 0);
+    ck_assert_uint_eq(got, 2);
+    ck_assert_uint_eq(ev.ids[0], 12);
+    ck_assert_uint_eq(ev.ids[1], 11);
+    /* Still below: the rest of long goes, then chat's own; mid keeps its 2. */
+    ck_assert_int_eq(radix_evict(t, chat, 10, &got), 0);
+    ck_assert_uint_eq(got, 6);
+    uint32_t want[8] = {12, 11, 10, 22, 21, 20, 1, 0};
+    for (int k = 0; k < 8; k++)
+        ck_assert_uint_eq(ev.ids[k], want[k]);
+    radix_ns_stats_t st;
+    ns_stats(t, chat, &st);
+    ck_assert_uint_eq(st.cached_blocks, 0);
+    ck_assert_uint_eq(st.evicted_own, 2);
+    ck_assert_uint_eq(st.evicted_others, 0);
+    ns_stats(t, lng, &st);
+    ck_assert_uint_eq(st.evicted_others, 6);
+    ck_assert_uint_eq(st.evicted_own, 0);
+    ns_stats(t, mid, &st);
+    ck_assert_uint_eq(st.cached_blocks, 2);
+    ck_assert_uint_eq(st.evicted_blocks, 0);
+    ck_assert_int_eq(radix_check(t), 0);
+    radix_free(t);
+}
+END_TEST
+
+START_TEST(test_reservation_at_reserve_is_plain_lru)
+{
+    /* At its reservation a namespace's own older leaf goes first, as under
+     * plain LRU; the next block, taken once it is below, comes from the
+     * other namespace. The rule holds per block. */
+    radix_tree_t *t = tree_with(BT, 64, NULL);
+    uint32_t chat = ns_new(t, "chat", 0, 2), lng = ns_new(t, "long", 0, 0);
+    uint32_t tok[3 * BT];
+    prompt(tok, 2 * BT, 1);
+    insert_run(t, chat, tok, 2, 0, false, 0);
+    prompt(tok, 3 * BT, 2);
+    insert_run(t, lng, tok, 3, 10, false, 0);
+    size_t got;
+    ck_assert_int_eq(radix_evict(t, chat, 3, &got), 0);
+    ck_assert_uint_eq(got, 3);
+    ck_assert_uint_eq(ev.ids[0], 1);
+    ck_assert_uint_eq(ev.ids[1], 12);
+    ck_assert_uint_eq(ev.ids[2], 11);
+    /* Above its reservation, on behalf of long: chat competes by LRU too. */
+    prompt(tok, 2 * BT, 3);
+    insert_run(t, chat, tok, 2, 40, false, 0); /* chat holds 0, 40, 41: one over */
+    ev.n = 0;
+    ck_assert_int_eq(radix_evict(t, lng, 3, &got), 0);
+    ck_assert_uint_eq(got, 2);
+    ck_assert_uint_eq(ev.ids[0], 0);  /* chat's oldest, down to its reservation */
+    ck_assert_uint_eq(ev.ids[1], 10); /* then only long's own */
+    ck_assert_uint_eq(ev.n, 2);
+    radix_ns_stats_t st;
+    ns_stats(t, chat, &st);
+    ck_assert_uint_eq(st.cached_blocks, 2);
+    ck_assert_uint_eq(st.evicted_own, 1);
+    ck_assert_uint_eq(st.evicted_others, 1);
+    ns_stats(t, lng, &st);
+    ck_assert_uint_eq(st.evicted_own, 1);
+    ck_assert_uint_eq(st.evicted_others, 2);
+    ck_assert_int_eq(radix_check(t), 0);
+    radix_free(t);
+}
+END_TEST
+
+START_TEST(test_reservation_lends)
+{
+    /* Reservations that add up to the pool (8 blocks: 4 + 4). b fills the
+     * pool while a is idle: a's reserved blocks serve b until a needs them,
+     * then a takes them back; at both reservations each makes room from its
+     * own leaves only, and eviction on behalf of none takes nothing. */
+    radix_tree_t *t = tree_with(BT, 8, NULL);
+    uint32_t a = ns_new(t, "a", 0, 4), b = ns_new(t, "b", 0, 4);
+    uint32_t tok[8 * BT];
+    prompt(tok, 8 * BT, 2);
+    insert_run(t, b, tok, 8, 0, false, 0); /* b holds the whole pool */
+    size_t got, done;
+    uint32_t a_ids[4] = {7, 6, 5, 4}, canon[4];
+    prompt(tok, 4 * BT, 1);
+    for (uint32_t k = 0; k < 4; k++) {
+        /* a's conversation grows a block at a time, in the block b's tail
+         * gives back */
+        ck_assert_int_eq(radix_evict(t, a, 1, &got), 0);
+        ck_assert_uint_eq(got, 1);
+        ck_assert_uint_eq(ev.ids[k], 7 - k);
+        ck_assert_int_eq(radix_insert(t, a, tok, (k + 1) * BT, a_ids, k + 1, false, canon, &done),
+                         0);
+        ck_assert_uint_eq(done, k + 1);
+    }
+    radix_ns_stats_t st;
+    ns_stats(t, a, &st);
+    ck_assert_uint_eq(st.cached_blocks, 4);
+    ns_stats(t, b, &st);
+    ck_assert_uint_eq(st.cached_blocks, 4);
+    ck_assert_uint_eq(st.evicted_others, 4);
+    /* Both at their reservations. */
+    ck_assert_int_eq(radix_evict(t, RADIX_NS_ANY, 8, &got), 0);
+    ck_assert_uint_eq(got, 0);
+    ck_assert_int_eq(radix_evict(t, a, 1, &got), 0);
+    ck_assert_uint_eq(got, 1);
+    ck_assert_uint_eq(ev.ids[4], 4); /* a's own, though b's blocks are older */
+    ck_assert_int_eq(radix_evict(t, b, 1, &got), 0);
+    ck_assert_uint_eq(got, 1);
+    ck_assert_uint_eq(ev.ids[5], 3);
+    ns_stats(t, a, &st);
+    ck_assert_uint_eq(st.evicted_own, 1);
+    ck_assert_uint_eq(st.evicted_others, 0);
+    ns_stats(t, b, &st);
+    ck_assert_uint_eq(st.evicted_own, 1);
+    ck_assert_int_eq(radix_check(t), 0);
+    radix_free(t);
+}
+END_TEST
+
+START_TEST(test_reservation_pinned_givers)
+{
+    /* What others hold above their reservations is pinned: a namespace
+     * below its own then evicts its own leaves. */
+    radix_tree_t *t = tree_with(BT, 64, NULL);
+    uint32_t chat = ns_new(t, "chat", 0, 8), lng = ns_new(t, "long", 0, 0);
+    uint32_t tok[4 * BT];
+    prompt(tok, 2 * BT, 1);
+    insert_run(t, chat, tok, 2, 0, false, 0);
+    prompt(tok, 4 * BT, 2);
+    insert_run(t, lng, tok, 4, 10, true, 0);
+    size_t got;
+    ck_assert_int_eq(radix_evict(t, chat, 1, &got), 0);
+    ck_assert_uint_eq(got, 1);
+    ck_assert_uint_eq(ev.ids[0], 1);
+    /* Unpinned, long's tail is the first to go. */
+    ck_assert_int_eq(radix_unpin(t, 13), 0);
+    ck_assert_int_eq(radix_evict(t, chat, 2, &got), 0);
+    ck_assert_uint_eq(got, 2);
+    ck_assert_uint_eq(ev.ids[1], 13);
+    ck_assert_uint_eq(ev.ids[2], 0);
+    ck_assert_int_eq(radix_check(t), 0);
+    radix_free(t);
+}
+END_TEST
+
+START_TEST(test_reservation_freq)
+{
+    /* Under RADIX_EVICT_FREQ the leaves given are taken in that policy's
+     * order: long's block hit twice outlives its newer block never hit. */
+    radix_config_t cfg = {
+        .block_tokens = BT, .max_blocks = 64, .policy = RADIX_EVICT_FREQ, .freq_bonus_ticks = 10};
+    radix_tree_t *t = tree_cfg(cfg);
+    uint32_t chat = ns_new(t, "chat", 0, 4), lng = ns_new(t, "long", 0, 0);
+    uint32_t tok[BT];
+    prompt(tok, BT, 1);
+    insert_run(t, chat, tok, 1, 0, false, 0); /* tick 1 */
+    prompt(tok, BT, 2);
+    insert_run(t, lng, tok, 1, 10, false, 0);              /* tick 2 */
+    ck_assert_uint_eq(lookup_n(t, lng, tok, BT, NULL), 1); /* tick 3 */
+    ck_assert_uint_eq(lookup_n(t, lng, tok, BT, NULL), 1); /* tick 4: key 24 */
+    prompt(tok, BT, 3);
+    insert_run(t, lng, tok, 1, 11, false, 0); /* tick 5: key 5 */
+    size_t got;
+    ck_assert_int_eq(radix_evict(t, chat, 3, &got), 0);
+    ck_assert_uint_eq(got, 3);
+    ck_assert_uint_eq(ev.ids[0], 11);
+    ck_assert_uint_eq(ev.ids[1], 10);
+    ck_assert_uint_eq(ev.ids[2], 0);
+    ck_assert_int_eq(radix_check(t), 0);
+    radix_free(t);
+}
+END_TEST
+
 /* ---- collisions and fan-out ------------------------------------------------------ */
 
 static uint64_t hash_const(const uint32_t *tokens, size_t n, uint64_t seed)
@@ -1166,6 +1360,9 @@ static void diff_run(const diff_cfg_t *dc)
             DIFF_EQ(st.inserted_blocks, m.ns[k].inserted);
             DIFF_EQ(st.duplicate_blocks, m.ns[k].duplicates);
             DIFF_EQ(st.evicted_blocks, m.ns[k].evicted);
+            DIFF_EQ(st.evicted_own, m.ns[k].evicted_own);
+            DIFF_EQ(st.evicted_others, m.ns[k].evicted_others);
+            DIFF_EQ(st.evicted_quota, m.ns[k].evicted_quota);
         }
         uint32_t id = rnd(dc->max_blocks), r_t = 0, r_m = 0;
         DIFF_EQ(radix_block_refcount(t, id, &r_t), model_refcount(&m, id, &r_m));
@@ -1192,11 +1389,14 @@ static void diff_run(const diff_cfg_t *dc)
     ck_assert_int_gt(evicted, dc->ops / 20);
     ck_assert_int_gt(max_cached, dc->max_blocks / 2);
     ck_assert_int_gt(pinned_lookups, 10);
+    /* A namespace below its reservation took blocks back from others. */
+    ck_assert_int_gt((long)m.taken_back, dc->ops / 1000);
     if (getenv("KVS_TEST_VERBOSE"))
         fprintf(stderr,
-                "ops %ld: inserted ok %ld eexist %ld equota %ld, evicted %ld, max cached %ld\n",
+                "ops %ld: inserted ok %ld eexist %ld equota %ld, evicted %ld (taken back "
+                "below a reservation %llu), max cached %ld\n",
                 dc->ops, insert_rc[0], insert_rc[-KVS_EEXIST], insert_rc[-KVS_EQUOTA], evicted,
-                max_cached);
+                (unsigned long long)m.taken_back, max_cached);
     free(held);
     model_fini(&m);
     radix_free(t);
@@ -1458,6 +1658,11 @@ static Suite *radix_suite(void)
     tcase_add_test(tc, test_quota);
     tcase_add_test(tc, test_quota_keeps_attach_point);
     tcase_add_test(tc, test_reservation);
+    tcase_add_test(tc, test_reservation_takes_back);
+    tcase_add_test(tc, test_reservation_at_reserve_is_plain_lru);
+    tcase_add_test(tc, test_reservation_lends);
+    tcase_add_test(tc, test_reservation_pinned_givers);
+    tcase_add_test(tc, test_reservation_freq);
     tcase_add_test(tc, test_collisions);
     tcase_add_test(tc, test_fanout_10k);
     tcase_add_test(tc, test_top);
