@@ -915,6 +915,9 @@ int kvs_stats(kvs_client_t *c, kvs_stats_t *out)
                 d->pinned_blocks = src->pinned_blocks;
                 d->quota = src->quota;
                 d->reserve = src->reserve;
+                d->evicted_own = src->evicted_own;
+                d->evicted_others = src->evicted_others;
+                d->evicted_quota = src->evicted_quota;
             }
         }
     }

@@ -248,7 +248,11 @@ typedef struct kvs_ns_stats {
     uint64_t lookups, lookup_tokens, hit_tokens;
     uint64_t inserted_blocks, duplicate_blocks, evicted_blocks;
     uint32_t cached_blocks, pinned_blocks, quota, reserve;
-    uint64_t reserved[8]; /* room for fields added later (0 until then) */
+    /* evicted_blocks by cause: for this namespace's own need, for another
+     * namespace's need (or an Alloc naming none), at its quota. 0 from a
+     * daemon that predates them. */
+    uint64_t evicted_own, evicted_others, evicted_quota;
+    uint64_t reserved[5]; /* room for fields added later (0 until then) */
 } kvs_ns_stats_t;
 
 #define KVS__STATS_COUNTER(name, ...) uint64_t name;

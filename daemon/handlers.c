@@ -664,6 +664,9 @@ int handler_stats(session_t *s, const Kvshare__Request *req, Kvshare__Response *
             rows[n_rows].pinned_blocks = st.pinned_blocks;
             rows[n_rows].quota = st.quota;
             rows[n_rows].reserve = st.reserve;
+            rows[n_rows].evicted_own = st.evicted_own;
+            rows[n_rows].evicted_others = st.evicted_others;
+            rows[n_rows].evicted_quota = st.evicted_quota;
             ptrs[n_rows] = &rows[n_rows];
             n_rows++;
         }

@@ -70,10 +70,13 @@ static void label_value(text_t *t, const char *v)
     }
 }
 
-static void ns_series(text_t *t, const char *name, const char *ns, unsigned long long v)
+static void ns_series(text_t *t, const char *name, const char *ns, const char *cause,
+                      unsigned long long v)
 {
     put(t, "%s{namespace=\"", name);
     label_value(t, ns);
+    if (cause)
+        put(t, "\",cause=\"%s", cause);
     put(t, "\"} %llu\n", v);
 }
 
@@ -106,30 +109,45 @@ enum ns_field {
     NS_CACHED,
     NS_PINNED,
     NS_EVICTED,
+    NS_EVICTED_OWN,
+    NS_EVICTED_OTHERS,
+    NS_EVICTED_QUOTA,
     NS_INSERTED,
     NS_QUOTA,
     NS_RESERVE,
 };
 
+/* Rows of one family are adjacent; a row with a cause adds that label. */
 static const struct {
     const char *name, *type, *help;
     enum ns_field field;
+    const char *cause;
 } ns_families[] = {
     {"kvshare_prefix_cache_queries_total", "counter",
-     "Prompt tokens looked up in the prefix cache, per namespace", NS_QUERIES},
+     "Prompt tokens looked up in the prefix cache, per namespace", NS_QUERIES, NULL},
     {"kvshare_prefix_cache_hits_total", "counter",
-     "Prompt tokens found in the prefix cache, per namespace", NS_HITS},
-    {"kvshare_prefix_cache_lookups_total", "counter", "Lookup requests, per namespace", NS_LOOKUPS},
-    {"kvshare_namespace_cached_blocks", "gauge", "Blocks cached, per namespace", NS_CACHED},
-    {"kvshare_namespace_pinned_blocks", "gauge", "Cached blocks pinned, per namespace", NS_PINNED},
+     "Prompt tokens found in the prefix cache, per namespace", NS_HITS, NULL},
+    {"kvshare_prefix_cache_lookups_total", "counter", "Lookup requests, per namespace", NS_LOOKUPS,
+     NULL},
+    {"kvshare_namespace_cached_blocks", "gauge", "Blocks cached, per namespace", NS_CACHED, NULL},
+    {"kvshare_namespace_pinned_blocks", "gauge", "Cached blocks pinned, per namespace", NS_PINNED,
+     NULL},
     {"kvshare_namespace_evicted_blocks_total", "counter",
-     "Blocks dropped by eviction or quota, per namespace", NS_EVICTED},
+     "Blocks dropped by eviction or quota, per namespace", NS_EVICTED, NULL},
+    {"kvshare_namespace_evictions_total", "counter",
+     "Blocks dropped, per namespace and cause: own (its own need), others (another "
+     "namespace's need, or an Alloc naming none), quota",
+     NS_EVICTED_OWN, "own"},
+    {"kvshare_namespace_evictions_total", "counter", NULL, NS_EVICTED_OTHERS, "others"},
+    {"kvshare_namespace_evictions_total", "counter", NULL, NS_EVICTED_QUOTA, "quota"},
     {"kvshare_namespace_inserted_blocks_total", "counter",
-     "Blocks that became cached, per namespace", NS_INSERTED},
+     "Blocks that became cached, per namespace", NS_INSERTED, NULL},
     {"kvshare_namespace_quota_blocks", "gauge", "Quota in blocks (0: none), per namespace",
-     NS_QUOTA},
+     NS_QUOTA, NULL},
     {"kvshare_namespace_reserved_blocks", "gauge",
-     "Blocks other namespaces cannot evict this one below, per namespace", NS_RESERVE},
+     "Blocks guaranteed to the namespace: others' need never evicts it below them, and below "
+     "them its need takes blocks back from namespaces above their reservations",
+     NS_RESERVE, NULL},
 };
 
 static unsigned long long ns_field(const radix_ns_stats_t *st, enum ns_field f)
@@ -147,6 +165,12 @@ static unsigned long long ns_field(const radix_ns_stats_t *st, enum ns_field f)
         return st->pinned_blocks;
     case NS_EVICTED:
         return st->evicted_blocks;
+    case NS_EVICTED_OWN:
+        return st->evicted_own;
+    case NS_EVICTED_OTHERS:
+        return st->evicted_others;
+    case NS_EVICTED_QUOTA:
+        return st->evicted_quota;
     case NS_INSERTED:
         return st->inserted_blocks;
     case NS_QUOTA:
@@ -210,12 +234,13 @@ int metrics_render(server_t *srv, char **out, size_t *len)
 
     /* One family at a time: the format wants each family's samples together. */
     for (size_t f = 0; f < sizeof(ns_families) / sizeof(ns_families[0]); f++) {
-        head(&t, ns_families[f].name, ns_families[f].type, ns_families[f].help);
+        if (ns_families[f].help)
+            head(&t, ns_families[f].name, ns_families[f].type, ns_families[f].help);
         for (uint32_t i = 0; i < n_ns; i++) {
             radix_ns_stats_t st;
             memset(&st, 0, sizeof(st));
             radix_ns_stats(srv->index, i, &st);
-            ns_series(&t, ns_families[f].name, radix_ns_name(srv->index, i),
+            ns_series(&t, ns_families[f].name, radix_ns_name(srv->index, i), ns_families[f].cause,
                       ns_field(&st, ns_families[f].field));
         }
     }

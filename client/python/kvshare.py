@@ -86,7 +86,9 @@ class _NsStats(ctypes.Structure):
         ("duplicate_blocks", ctypes.c_uint64), ("evicted_blocks", ctypes.c_uint64),
         ("cached_blocks", ctypes.c_uint32), ("pinned_blocks", ctypes.c_uint32),
         ("quota", ctypes.c_uint32), ("reserve", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint64 * 8),
+        ("evicted_own", ctypes.c_uint64), ("evicted_others", ctypes.c_uint64),
+        ("evicted_quota", ctypes.c_uint64),
+        ("reserved", ctypes.c_uint64 * 5),
     ]
 
 

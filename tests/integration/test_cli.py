@@ -54,6 +54,8 @@ class CliTest(unittest.TestCase):
         self.assertEqual(ns["tenant-a"]["lookups"], 2)
         self.assertEqual(ns["tenant-a"]["hit_tokens"], 16 + 8)
         self.assertAlmostEqual(ns["tenant-a"]["hit_rate"], 24 / 32, places=3)
+        for key in ("reserve", "evicted_own", "evicted_others", "evicted_quota"):
+            self.assertEqual(ns["tenant-a"][key], 0, key)
 
     def test_stats_human(self):
         r = cli("stats", "--socket", self.daemon.socket)
@@ -68,6 +70,13 @@ class CliTest(unittest.TestCase):
         rows = json.loads(r.stdout)
         self.assertGreaterEqual(len(rows), 1)
         self.assertEqual(rows[0]["ns"], "tenant-a")
+        r = cli("tree", "--socket", self.daemon.socket)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        head, rest = r.stdout.split("\n", 1)
+        self.assertEqual(head.split(), ["NAMESPACE", "HELD", "RESERVE", "QUOTA", "EVICTED",
+                                        "FOR", "OWN", "FOR", "OTHERS", "AT", "QUOTA"])
+        self.assertEqual(rest.split("\n", 1)[0].split(), ["tenant-a", "4", "0", "-", "0", "0",
+                                                          "0", "0"])
         r = cli("tree", "--ns", "nope", "--socket", self.daemon.socket)
         self.assertEqual(r.returncode, 1)
         self.assertIn("unknown namespace 'nope'", r.stderr)

@@ -112,6 +112,12 @@ class MetricsTest(unittest.TestCase):
                                     namespace=ns["name"]), ns["hit_tokens"])
             self.assertEqual(metric(m, "kvshare_namespace_cached_blocks",
                                     namespace=ns["name"]), ns["cached_blocks"])
+            self.assertEqual(metric(m, "kvshare_namespace_reserved_blocks",
+                                    namespace=ns["name"]), ns["reserve"])
+            for cause in ("own", "others", "quota"):
+                self.assertEqual(metric(m, "kvshare_namespace_evictions_total",
+                                        namespace=ns["name"], cause=cause),
+                                 ns["evicted_" + cause])
         self.assertEqual(metric(m, "kvshare_prefix_cache_queries_total", namespace="tenant-a"),
                          7 * BT)
         self.assertEqual(metric(m, "kvshare_prefix_cache_hits_total", namespace="tenant-a"),

@@ -53,6 +53,26 @@ void cli_print_stats(FILE *f, const kvs_stats_t *s)
                 (unsigned long long)n->hit_tokens, pct(n->hit_tokens, n->lookup_tokens),
                 n->cached_blocks, n->pinned_blocks, (unsigned long long)n->evicted_blocks);
     }
+    fprintf(f, "\n");
+    cli_print_capacity(f, s, NULL);
+}
+
+void cli_print_capacity(FILE *f, const kvs_stats_t *s, const char *ns)
+{
+    fprintf(f, "%-20s %8s %8s %8s %10s %10s %10s %10s\n", "NAMESPACE", "HELD", "RESERVE", "QUOTA",
+            "EVICTED", "FOR OWN", "FOR OTHERS", "AT QUOTA");
+    for (size_t i = 0; i < s->n_namespaces; i++) {
+        const kvs_ns_stats_t *n = &s->namespaces[i];
+        char quota[16] = "-";
+        if (ns && strcmp(ns, n->name) != 0)
+            continue;
+        if (n->quota)
+            snprintf(quota, sizeof(quota), "%u", n->quota);
+        fprintf(f, "%-20s %8u %8u %8s %10llu %10llu %10llu %10llu\n", n->name, n->cached_blocks,
+                n->reserve, quota, (unsigned long long)n->evicted_blocks,
+                (unsigned long long)n->evicted_own, (unsigned long long)n->evicted_others,
+                (unsigned long long)n->evicted_quota);
+    }
 }
 
 static void print_json(FILE *f, const kvs_stats_t *s)
@@ -75,13 +95,15 @@ static void print_json(FILE *f, const kvs_stats_t *s)
         fprintf(f,
                 ",\"lookups\":%llu,\"lookup_tokens\":%llu,\"hit_tokens\":%llu,"
                 "\"hit_rate\":%.4f,\"inserted_blocks\":%llu,\"duplicate_blocks\":%llu,"
-                "\"evicted_blocks\":%llu,\"cached_blocks\":%u,\"pinned_blocks\":%u,"
+                "\"evicted_blocks\":%llu,\"evicted_own\":%llu,\"evicted_others\":%llu,"
+                "\"evicted_quota\":%llu,\"cached_blocks\":%u,\"pinned_blocks\":%u,"
                 "\"quota\":%u,\"reserve\":%u}",
                 (unsigned long long)n->lookups, (unsigned long long)n->lookup_tokens,
                 (unsigned long long)n->hit_tokens, pct(n->hit_tokens, n->lookup_tokens) / 100.0,
                 (unsigned long long)n->inserted_blocks, (unsigned long long)n->duplicate_blocks,
-                (unsigned long long)n->evicted_blocks, n->cached_blocks, n->pinned_blocks, n->quota,
-                n->reserve);
+                (unsigned long long)n->evicted_blocks, (unsigned long long)n->evicted_own,
+                (unsigned long long)n->evicted_others, (unsigned long long)n->evicted_quota,
+                n->cached_blocks, n->pinned_blocks, n->quota, n->reserve);
     }
     fprintf(f, "]}\n");
 }
@@ -91,7 +113,9 @@ static void usage(FILE *f)
     fprintf(f, "usage: kvshare stats [--json] [--socket PATH] [--timeout MS]\n"
                "\n"
                "Pool usage, blocks free/writing/cached/pinned, evictions, sessions, and per\n"
-               "namespace lookups and hit rate in tokens.\n");
+               "namespace lookups, hit rate in tokens, blocks held against the reservation\n"
+               "and evictions by cause (the namespace's own need, other namespaces' need,\n"
+               "its quota).\n");
 }
 
 int kvshare_cmd_stats(int argc, char **argv)

@@ -1,7 +1,9 @@
 /*
  * kvshare tree: the top prefixes of the index, by hits (default) or by size:
  * their length in tokens, cached blocks under them, hits, pins and age (index
- * operations since last use, relative to the most recent row).
+ * operations since last use, relative to the most recent row). The text
+ * form first shows each namespace's capacity (blocks held, reservation,
+ * quota, evictions by cause), as `kvshare stats` does.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,7 +16,9 @@ static void usage(FILE *f)
     fprintf(f, "usage: kvshare tree [--ns NAME] [--by-size] [--max N] [--json] [--socket PATH] "
                "[--timeout MS]\n"
                "\n"
-               "Top cached prefixes (default 20, by hits): tokens, blocks, hits, pins, age.\n");
+               "Each namespace's blocks held, reservation, quota and evictions by cause, then\n"
+               "the top cached prefixes (default 20, by hits): tokens, blocks, hits, pins, age.\n"
+               "--json: the prefixes only (kvshare stats --json has the namespaces).\n");
 }
 
 int kvshare_cmd_tree(int argc, char **argv)
@@ -73,15 +77,27 @@ int kvshare_cmd_tree(int argc, char **argv)
                    (unsigned long long)rows[i].age_ticks, rows[i].last_block_id);
         }
         printf("]\n");
-    } else if (n == 0) {
-        printf("nothing cached%s%s\n", ns ? " in namespace " : "", ns ? ns : "");
     } else {
-        printf("%-16s %10s %8s %10s %6s %10s %10s\n", "NAMESPACE", "TOKENS", "BLOCKS", "HITS",
-               "PINS", "AGE (ops)", "LAST BLOCK");
-        for (size_t i = 0; i < n; i++)
-            printf("%-16s %10u %8u %10llu %6u %10llu %10u\n", rows[i].ns, rows[i].tokens,
-                   rows[i].blocks, (unsigned long long)rows[i].hits, rows[i].pins,
-                   (unsigned long long)rows[i].age_ticks, rows[i].last_block_id);
+        kvs_stats_t s;
+        rc = kvs_stats(c, &s);
+        if (rc != 0) {
+            fprintf(stderr, "kvshare tree: %s\n", kvs_last_error(c));
+            free(rows);
+            kvs_close(c);
+            return 1;
+        }
+        cli_print_capacity(stdout, &s, ns);
+        kvs_stats_free(&s);
+        if (n == 0) {
+            printf("\nnothing cached%s%s\n", ns ? " in namespace " : "", ns ? ns : "");
+        } else {
+            printf("\n%-16s %10s %8s %10s %6s %10s %10s\n", "NAMESPACE", "TOKENS", "BLOCKS", "HITS",
+                   "PINS", "AGE (ops)", "LAST BLOCK");
+            for (size_t i = 0; i < n; i++)
+                printf("%-16s %10u %8u %10llu %6u %10llu %10u\n", rows[i].ns, rows[i].tokens,
+                       rows[i].blocks, (unsigned long long)rows[i].hits, rows[i].pins,
+                       (unsigned long long)rows[i].age_ticks, rows[i].last_block_id);
+        }
     }
     free(rows);
     kvs_close(c);
