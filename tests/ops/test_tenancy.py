@@ -9,19 +9,21 @@ import subprocess
 import time
 import unittest
 
-from ops_daemon import BT, Daemon, kvshare
+from ops_daemon import BT, Daemon, kvshare, metric, parse_metrics
 
-POOL = 768
+POOL = 1024
 SYSTEM_BLOCKS = 4    # the system prompt every chat starts with
-HISTORY_BLOCKS = 6   # each chat's conversation so far
-TAIL_BLOCKS = 1      # each chat turn's new message
 CHATS = 40
+CHAT_FIRST = 4       # blocks of a chat's first prompt after the system prompt
+CHAT_GROWTH = 1      # blocks each turn adds (the last answer and the new message)
 LONG = 3
 LONG_STEP = 32       # blocks a long session adds per turn
-LONG_MAX = 320      # then it starts a new conversation
-ROUNDS = 24
+LONG_MAX = 400       # then it starts a new conversation
+ROUNDS = 40          # every chat speaks every fourth round: 10 turns each
 WARMUP_ROUNDS = 4    # every chat has spoken once by then
-RESERVE = 256        # the chats' whole working set (4 + 40 x 6 = 244 blocks) fits
+RESERVE = 600        # the chats' whole working set (4 + 40 x 13 = 524 blocks) fits
+LONG_QUOTA = 400
+LENT_ROUNDS = 16     # long sessions alone before the chats start
 
 
 def blocks_of(base, n):
@@ -29,97 +31,184 @@ def blocks_of(base, n):
 
 
 SYSTEM = blocks_of(7_000_000, SYSTEM_BLOCKS)
+CHAT_WORKING_SET = SYSTEM_BLOCKS + CHATS * (CHAT_FIRST + CHAT_GROWTH * (ROUNDS // 4 - 1))
 
 
-def write_and_commit(client, ns, prompt):
-    """A worker computes the prompt's blocks, writes them, commits them and
-    releases them (duplicates of blocks already cached are freed). Returns
-    False when the pool had no room (the request then simply is not cached)."""
-    n = len(prompt) // BT
+def drain(client, ids):
+    """Everything this client holds on these blocks: every pin, or the block
+    itself while it is WRITING."""
+    for b in set(ids):
+        try:
+            while client.release([b]):
+                pass
+        except kvshare.KvsError:
+            pass
+
+
+def turn(client, ns, prompt):
+    """A worker's request: look the prompt up (pinning the hit), compute and
+    write the blocks it misses, commit the whole prompt (naming the pinned
+    hit), release. Returns the hit in tokens; a pool or quota refusal only
+    means the new blocks are not cached."""
+    hit = client.lookup(prompt, ns=ns, pin=True)
+    missing = len(prompt) // BT - len(hit)
+    new = []
     try:
-        ids = client.alloc(n, ns=ns)
+        if missing:
+            new = client.alloc(missing, ns=ns)
+            canonical = client.commit(prompt, hit + new, ns=ns)
+            client.release(canonical)
+            client.release([b for b in new if b not in canonical])
+        client.release(hit)
     except kvshare.KvsError:
-        return False
-    try:
-        canonical = client.commit(prompt, ids, ns=ns)
-    except kvshare.KvsError:
-        canonical = []
-    client.release(canonical)
-    client.release([b for b, c in zip(ids, canonical + [None] * n) if b != c])
-    return True
+        drain(client, hit + new)
+    return len(hit) * BT
 
 
-def long_turn(client, prompt):
-    client.lookup(prompt, ns="long", pin=False)
-    write_and_commit(client, "long", prompt)
+def chat_prompt(i, k):
+    """Chat i's k-th turn: the system prompt, then its conversation so far
+    plus the new message (each turn extends the one before)."""
+    return SYSTEM + blocks_of(8_000_000 + 10_000 * i, CHAT_FIRST + CHAT_GROWTH * k)
 
 
-def chat_turn(client, i, r):
-    """Returns (hit tokens, prompt tokens). The cacheable part is the system
-    prompt and the chat's history; the new message is not reused later, so
-    it is not committed, and a turn that hits all of the rest writes nothing."""
-    cacheable = SYSTEM + blocks_of(8_000_000 + 1000 * i, HISTORY_BLOCKS)
-    prompt = cacheable + blocks_of(9_000_000 + 10_000 * i + 100 * r, TAIL_BLOCKS)
-    hit = len(client.lookup(prompt, ns="chat", pin=False)) * BT
-    if hit < len(cacheable):
-        write_and_commit(client, "chat", cacheable)
-    return hit, len(prompt)
-
-
-def replay(daemon):
-    """Three long sessions and forty short chats sharing a system prompt,
-    the same sequence every time: each round every long session adds a
-    turn, and a quarter of the chats speak between them. Returns the chats'
-    hit rate after warm-up, and the daemon's stats."""
+def replay(daemon, long_only_rounds=0):
+    """Three long sessions and forty chats sharing a system prompt, the same
+    sequence every time: each round every long session adds a turn, and a
+    quarter of the chats speak between them. With long_only_rounds, the
+    chats start only after that many rounds of the long sessions alone.
+    Returns the chats' hit rate after warm-up, per round too, the stats at
+    the end and (with long_only_rounds) when the chats start."""
     chat_hit = chat_total = 0
+    per_round = []
     long_len = [0] * LONG
     long_conv = [0] * LONG
+    turns = [0] * CHATS
     with kvshare.Client(socket_path=daemon.socket, map_pool=False, timeout_ms=10000) as lc, \
             kvshare.Client(socket_path=daemon.socket, map_pool=False, timeout_ms=10000) as cc:
-        for r in range(ROUNDS):
-            speakers = [i for i in range(CHATS) if i % 4 == r % 4]
+        lent = None
+        for r in range(long_only_rounds + ROUNDS):
+            cr = r - long_only_rounds
+            if long_only_rounds and cr == 0:
+                lent = cc.stats()
+            speakers = [i for i in range(CHATS) if i % 4 == cr % 4] if cr >= 0 else []
+            rh = rt = 0
             for j in range(LONG):
                 if long_len[j] >= LONG_MAX:
                     long_conv[j] += 1
                     long_len[j] = 0
                 long_len[j] += LONG_STEP
-                long_turn(lc, blocks_of(10_000_000 * (j + 1) + 100_000 * long_conv[j],
-                                        long_len[j]))
+                turn(lc, "long", blocks_of(10_000_000 * (j + 1) + 100_000 * long_conv[j],
+                                           long_len[j]))
                 for i in speakers[j * len(speakers) // LONG:(j + 1) * len(speakers) // LONG]:
-                    hit, total = chat_turn(cc, i, r)
-                    if r >= WARMUP_ROUNDS:
-                        chat_hit += hit
-                        chat_total += total
+                    prompt = chat_prompt(i, turns[i])
+                    turns[i] += 1
+                    rh += turn(cc, "chat", prompt)
+                    rt += len(prompt)
+            if cr >= WARMUP_ROUNDS:
+                chat_hit += rh
+                chat_total += rt
+                per_round.append(rh / rt)
         stats = cc.stats()
-    return chat_hit / chat_total, stats
+    return chat_hit / chat_total, per_round, stats, lent
 
 
-def config(reserve):
+def best_rate():
+    """Every turn hits all of the turn before it: what no eviction at all gives."""
+    hit = total = 0
+    for i in range(CHATS):
+        for k in range(ROUNDS // 4):
+            if k * 4 + i % 4 >= WARMUP_ROUNDS:
+                n = len(chat_prompt(i, k))
+                hit += n - CHAT_GROWTH * BT if k else 0
+                total += n
+    return hit / total
+
+
+def config(chat_reserve, long_quota=0, long_reserve=0):
     return ("# two tiers on one pool\n"
             "[namespace chat]\n"
             "reserve = %d\n"
             "[namespace long]\n"
-            "quota = 0\n" % reserve)
+            "quota = %d\n"
+            "reserve = %d\n" % (chat_reserve, long_quota, long_reserve))
 
 
 class ReservationTest(unittest.TestCase):
-    def run_with(self, reserve):
-        d = Daemon(blocks=POOL, config=config(reserve), metrics=False)
+    """The rule: a namespace below its reservation takes blocks from the
+    namespaces above theirs before it evicts its own; others' need never
+    takes it below. So a reservation alone, without a quota on the long
+    tier, keeps the chats' working set cached."""
+
+    def run_with(self, *args, long_only_rounds=0, metrics=False):
+        d = Daemon(blocks=POOL, config=config(*args), metrics=metrics)
         try:
-            rate, _ = replay(d)
+            rate, per_round, stats, lent = replay(d, long_only_rounds)
+            ns = {n["name"]: n for n in stats["namespaces"]}
+            if lent:
+                self.lent = {n["name"]: n for n in lent["namespaces"]}
+            if metrics:
+                m = parse_metrics(d.scrape())
+                for name, n in ns.items():
+                    for cause in ("own", "others", "quota"):
+                        self.assertEqual(metric(m, "kvshare_namespace_evictions_total",
+                                                namespace=name, cause=cause),
+                                         n["evicted_" + cause])
         finally:
             self.assertEqual(d.stop(), 0)
-        return rate
+        for n in ns.values():
+            self.assertEqual(n["evicted_blocks"],
+                             n["evicted_own"] + n["evicted_others"] + n["evicted_quota"])
+        return rate, per_round, ns
 
-    def test_chats_hold_with_a_reservation_and_collapse_without(self):
-        with_reserve = self.run_with(RESERVE)
-        without = self.run_with(0)
-        best = (SYSTEM_BLOCKS + HISTORY_BLOCKS) / (SYSTEM_BLOCKS + HISTORY_BLOCKS + TAIL_BLOCKS)
-        print("\nshort chats' hit rate: %.1f%% with a %d-block reservation, %.1f%% without "
-              "(best possible %.1f%%)" % (100 * with_reserve, RESERVE, 100 * without, 100 * best))
-        self.assertGreater(with_reserve, 0.85)
-        self.assertLess(without, 0.5)
-        self.assertGreater(with_reserve - without, 0.4)
+    def report(self, label, rate, per_round, ns):
+        print("\n%-34s chats %.1f%% (rounds %.0f-%.0f%%), chat holds %d, long holds %d, "
+              "long evicted for the chats %d" %
+              (label, 100 * rate, 100 * min(per_round), 100 * max(per_round),
+               ns["chat"]["cached_blocks"], ns["long"]["cached_blocks"],
+               ns["long"]["evicted_others"]))
+
+    def test_reservation_alone_protects_the_chats(self):
+        alone = self.run_with(RESERVE, metrics=True)
+        with_quota = self.run_with(RESERVE, LONG_QUOTA)
+        none = self.run_with(0)
+        self.report("reserve %d, no quota" % RESERVE, *alone)
+        self.report("reserve %d, long quota %d" % (RESERVE, LONG_QUOTA), *with_quota)
+        self.report("no reservation, no quota", *none)
+        print("best possible %.1f%%" % (100 * best_rate()))
+        rate, per_round, ns = alone
+        # Within 3 points of reservation plus quota, and far above nothing.
+        self.assertLess(abs(rate - with_quota[0]), 0.03)
+        self.assertGreater(rate, best_rate() - 0.03)
+        self.assertGreater(rate - none[0], 0.3)
+        # The chats never lost a block to the long tier's need, and hold their
+        # whole working set; the long tier gave back what it held over its 0.
+        self.assertEqual(ns["chat"]["evicted_others"], 0)
+        self.assertEqual(ns["chat"]["cached_blocks"], CHAT_WORKING_SET)
+        self.assertGreater(ns["long"]["evicted_others"], 0)
+
+    def test_reservations_adding_up_to_the_pool(self):
+        long_reserve = POOL - RESERVE
+        rate, per_round, ns = self.run_with(RESERVE, 0, long_reserve)
+        self.report("reserve %d + long reserve %d" % (RESERVE, long_reserve), rate, per_round, ns)
+        self.assertGreater(rate, best_rate() - 0.03)
+        self.assertEqual(ns["chat"]["evicted_others"], 0)
+        self.assertEqual(ns["chat"]["cached_blocks"], CHAT_WORKING_SET)
+        # The long tier keeps its own reservation too.
+        self.assertGreaterEqual(ns["long"]["cached_blocks"], long_reserve)
+
+    def test_unused_reservation_is_lent_and_taken_back(self):
+        # The long sessions run alone first: they fill the pool, chat's
+        # reservation included.
+        rate, per_round, ns = self.run_with(RESERVE, long_only_rounds=LENT_ROUNDS)
+        self.report("reserve %d, chats start late" % RESERVE, rate, per_round, ns)
+        lent = self.lent["long"]["cached_blocks"]
+        print("before the chats start, long holds %d (pool %d, chat's reservation %d)" %
+              (lent, POOL, RESERVE))
+        self.assertGreater(lent, POOL - RESERVE + LONG_STEP)
+        self.assertGreater(rate, best_rate() - 0.03)
+        self.assertEqual(ns["chat"]["evicted_others"], 0)
+        self.assertEqual(ns["chat"]["cached_blocks"], CHAT_WORKING_SET)
+        self.assertGreater(ns["long"]["evicted_others"], 0)
 
 
 class NamespaceTest(unittest.TestCase):
