@@ -200,9 +200,12 @@ int kvs_lookup(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n
                uint32_t *ids, size_t max_ids, size_t *n_blocks);
 
 /* n fresh blocks in WRITING state, owned by this client, into ids[0..n).
- * When the pool is full the daemon evicts unpinned cached blocks (on behalf
- * of ns, which may be NULL). Errors: KVS_EINVAL, KVS_EPOOLFULL (everything is
- * pinned or being written), KVS_ENOTCONN, KVS_ETIMEDOUT. */
+ * When the pool is full the daemon evicts unpinned cached blocks on behalf
+ * of ns (NULL: of no namespace), by the reservation rule: a namespace below
+ * its reservation takes them from namespaces above theirs before its own;
+ * none is taken below its reservation for another's need. Errors:
+ * KVS_EINVAL, KVS_EPOOLFULL (everything is pinned or being written),
+ * KVS_ENOTCONN, KVS_ETIMEDOUT. */
 int kvs_alloc(kvs_client_t *c, const char *ns, uint32_t n, uint32_t *ids);
 
 /* Commits the first n_ids full blocks of tokens, block i held by ids[i]:
