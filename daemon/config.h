@@ -40,7 +40,7 @@ typedef struct config_acl {
 typedef struct config_ns {
     char name[RADIX_NS_NAME_MAX + 1];
     uint32_t quota;   /* max cached blocks; 0: none */
-    uint32_t reserve; /* blocks other namespaces cannot evict it below */
+    uint32_t reserve; /* blocks guaranteed to it (radix_evict's rule) */
     config_acl_t acl;
     int line; /* of its [namespace] header, for messages */
 } config_ns_t;

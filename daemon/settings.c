@@ -188,8 +188,9 @@ const setting_t settings_table[] = {
     {NULL, "namespace", SETTING_GLOBAL, SETTING_NAMESPACE, "NAME[:QUOTA[:RESERVE]]", 0,
      UINT32_MAX - 1, .example = "chat:4096:1024",
      .help = "declare a namespace with a quota (max cached blocks) and a reservation (blocks "
-             "other namespaces cannot evict it below); repeatable; overrides the file's "
-             "section of the same name, also across reloads"},
+             "guaranteed to it: others' allocations never evict it below them, and below "
+             "them its own take blocks back from namespaces above theirs first); repeatable; "
+             "overrides the file's section of the same name, also across reloads"},
     {NULL, "config", SETTING_GLOBAL, SETTING_TEXT, "FILE", 1, PATH_MAX - 1, AT(config_path),
      .expect = "a file name", .help = "read settings from FILE first (flags override it)"},
     {NULL, "check-config", SETTING_GLOBAL, SETTING_TEXT, "FILE", 1, PATH_MAX - 1, AT(check_path),
@@ -208,8 +209,9 @@ const setting_t settings_table[] = {
      .zero = "0: none", .reload = true, .help = "at most this many cached blocks"},
     {"reserve", NULL, SETTING_NS, SETTING_U32, "N", 0, UINT32_MAX - 1, NS_AT(reserve),
      .reload = true,
-     .help = "blocks that eviction on behalf of another namespace cannot take it below (its "
-             "own allocations may)"},
+     .help = "blocks guaranteed to the namespace: other namespaces' allocations never evict "
+             "it below them, and below them its own take blocks back from namespaces above "
+             "their reservations before evicting its own"},
     {"allow_uids", NULL, SETTING_NS, SETTING_UIDS, "LIST", 0, 0, NS_AT(acl), .zero = "anyone",
      .reload = true, .help = "only these users may use the namespace"},
     {"allow_gids", NULL, SETTING_NS, SETTING_GIDS, "LIST", 0, 0, NS_AT(acl), .zero = "anyone",
