@@ -1,19 +1,49 @@
 /*
  * A stand-in libcuda.so.1 for tests on machines without a GPU. It implements
- * the part of the driver API that the cuda backend uses, with "device memory"
- * that is host memory: an allocation is a memfd, an exported handle a dup of
- * it, a reserved range PROT_NONE address space, cuMemMap maps the memfd
- * there still inaccessible, and only cuMemSetAccess makes it readable and
- * writable, so a backend that forgets a step crashes here as it would fail
- * on a device. It checks what the real driver checks where that is cheap:
- * cuInit first, a current context for memory calls, granularity-aligned
- * sizes, handle types.
+ * the part of the driver API that the cuda backend uses, as strictly as the
+ * driver's documentation allows, so that a backend bug fails a test here
+ * instead of on a device:
+ *
+ *   memory    an allocation is a memfd named after its physical device; an
+ *             exported handle is a dup of it. A reserved range is PROT_NONE
+ *             host address space, and device addresses are that host address
+ *             plus FAKE_VA_BIAS, which is not a canonical x86-64/arm64
+ *             address: host code that dereferences a device pointer faults,
+ *             as it would on a GPU. cuMemMap must land inside a reservation
+ *             on no other mapping; cuMemUnmap takes whole mappings only;
+ *             cuMemSetAccess needs the whole range mapped and the device that
+ *             owns the memory; only then is the memory readable. Every copy
+ *             checks that each byte it touches is mapped and accessible to
+ *             the current context's device.
+ *   contexts  a per-thread stack (cuCtxPush/Pop/Get/SetCurrent), primary
+ *             contexts with a retain count, and cuCtxCreate for tests.
+ *   streams   cuStreamCreate (blocking or CU_STREAM_NON_BLOCKING); async
+ *             copies are queued and run only when something waits for them:
+ *             cuStreamSynchronize, cuCtxSynchronize, cuStreamDestroy, a
+ *             cuMemUnmap (documented as synchronizing), or (for blocking
+ *             streams) any work on the legacy default stream, which is what
+ *             every synchronous cuMemcpy* is. A result read before its stream
+ *             was waited for is stale, as it can be on a device.
+ *   devices   KVS_FAKE_CUDA_DEVICES physical devices (default 1, at most 4),
+ *             filtered and ordered by CUDA_VISIBLE_DEVICES (ordinals, GPU-
+ *             or MIG- UUIDs or unique prefixes of them); KVS_FAKE_CUDA_MIG=1
+ *             makes them MIG instances (cuDeviceGetUuid_v2 gives the MIG UUID,
+ *             the CUDA 11.0 cuDeviceGetUuid the parent GPU's).
  *
  * KVS_FAKE_CUDA selects a failure to act out:
  *   ok (default) | stub (cuInit: CUDA_ERROR_STUB_LIBRARY) | nodevice
- *   (cuInit: CUDA_ERROR_NO_DEVICE) | zero (no device counted) | novmm | nofd
- *   (attributes unsupported) | old (a CUDA 11.8 driver) | oom (cuMemCreate
- *   fails); KVS_FAKE_CUDA_FREE_MIB sets the free memory (default 1024).
+ *   (cuInit: CUDA_ERROR_NO_DEVICE) | notready, mismatch, compat (cuInit: 802,
+ *   803, 804) | zero (no device counted) | novmm | nofd (attributes
+ *   unsupported) | nordma (no GPUDirect RDMA with VMM) | exclusive |
+ *   prohibited (compute mode) | old (a CUDA 11.8 driver) | oom (cuMemCreate
+ *   fails) | noexport (cuMemExportToShareableHandle: not permitted).
+ * KVS_FAKE_CUDA_FREE_MIB sets the free memory (default 1024);
+ * KVS_FAKE_CUDA_OOM_WHILE=path: cuMemCreate runs out of memory while that
+ * file exists (a GPU still holding a previous pool).
+ *
+ * Test hooks (not driver API): fake_cuda_pending(stream) counts the copies
+ * queued on a stream; fake_cuda_rdma_allocs() counts allocations made with
+ * gpuDirectRDMACapable.
  *
  * Test code only: never installed, never loaded outside ctest.
  */
@@ -21,26 +51,66 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #define FAKE_GRANULARITY (2ull << 20)
-#define FAKE_DEVICES     1
+#define FAKE_MAX_DEVICES 4
+#define FAKE_MAX_PITCH   (4u << 20) /* small, so that tests reach the row-by-row path */
+#define FAKE_VA_BIAS     (1ull << 62)
+#define FAKE_MAX_DEPTH   16
 #define EXPORT           __attribute__((visibility("default")))
 
 typedef struct fake_alloc {
     int fd;
     size_t size;
+    int phys; /* the physical device that owns the memory */
 } fake_alloc_t;
 
+typedef struct fake_ctx {
+    int phys;
+    int refs; /* primary: retains; created: 1 until destroyed */
+    int alive;
+} fake_ctx_t;
+
+typedef struct fake_range {
+    CUdeviceptr va;
+    size_t size;
+    int phys;        /* mappings: the memory's device */
+    unsigned access; /* mappings: bit per physical device with access */
+} fake_range_t;
+
+typedef struct fake_op {
+    char *dst;
+    const char *src;
+    size_t n;
+} fake_op_t;
+
+typedef struct fake_stream {
+    fake_ctx_t *ctx;
+    unsigned flags;
+    fake_op_t *ops;
+    size_t n_ops, cap;
+    struct fake_stream *next;
+} fake_stream_t;
+
 static int initialised;
-static int ctx_refs[FAKE_DEVICES];
-static char ctx_token[FAKE_DEVICES]; /* a context is the address of its token */
-static __thread CUcontext current;
+static int n_physical = 1;
+static int n_visible;
+static int visible[FAKE_MAX_DEVICES]; /* ordinal -> physical device */
+static fake_ctx_t primary[FAKE_MAX_DEVICES];
+static __thread CUcontext stack[FAKE_MAX_DEPTH];
+static __thread int depth;
 static size_t allocated;
+static unsigned rdma_allocs;
+static fake_range_t *reserved, *mapped;
+static size_t n_reserved, n_mapped;
+static fake_stream_t *streams;
 
 static const char *mode(void)
 {
@@ -59,9 +129,93 @@ static size_t free_bytes(void)
     return (size_t)(mib != NULL ? strtoull(mib, NULL, 10) : 1024) << 20;
 }
 
+static int mig(void)
+{
+    const char *m = getenv("KVS_FAKE_CUDA_MIG");
+    return m != NULL && strcmp(m, "1") == 0;
+}
+
+static void uuid_of(int phys, int as_mig, unsigned char out[16])
+{
+    for (int i = 0; i < 16; i++)
+        out[i] = (unsigned char)((as_mig ? 0xa0 : 0xf0) + i + phys);
+}
+
+static void uuid_text(int phys, int as_mig, char *buf, size_t len)
+{
+    unsigned char u[16];
+    uuid_of(phys, as_mig, u);
+    snprintf(buf, len, "%s-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+             as_mig ? "MIG" : "GPU", u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9],
+             u[10], u[11], u[12], u[13], u[14], u[15]);
+}
+
+/* One CUDA_VISIBLE_DEVICES entry: an ordinal, or a unique prefix of a GPU-
+ * (or, in MIG mode, MIG-) UUID. -1 when it names nothing. */
+static int parse_visible(const char *tok, size_t len)
+{
+    if (len > 0 && tok[0] >= '0' && tok[0] <= '9') {
+        int v = atoi(tok);
+        return v < n_physical ? v : -1;
+    }
+    int found = -1;
+    for (int p = 0; p < n_physical; p++) {
+        char text[48];
+        uuid_text(p, mig(), text, sizeof(text));
+        if (len >= 5 && len <= strlen(text) && strncasecmp(text, tok, len) == 0) {
+            if (found >= 0)
+                return -1; /* ambiguous */
+            found = p;
+        }
+    }
+    return found;
+}
+
+/* The driver's view of the devices, as cuInit builds it: like the driver,
+ * an entry that names no device ends the list. */
+static void find_devices(void)
+{
+    const char *n = getenv("KVS_FAKE_CUDA_DEVICES");
+    n_physical = n != NULL ? atoi(n) : 1;
+    if (n_physical < 1 || n_physical > FAKE_MAX_DEVICES)
+        n_physical = 1;
+    n_visible = 0;
+    const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+    if (cvd == NULL) {
+        for (int p = 0; p < n_physical; p++)
+            visible[n_visible++] = p;
+        return;
+    }
+    while (*cvd != '\0' && n_visible < FAKE_MAX_DEVICES) {
+        size_t len = strcspn(cvd, ",");
+        int p = parse_visible(cvd, len);
+        if (p < 0)
+            break;
+        visible[n_visible++] = p;
+        cvd += len;
+        if (*cvd == ',')
+            cvd++;
+    }
+}
+
 static int devices(void)
 {
-    return is_mode("zero") ? 0 : FAKE_DEVICES;
+    return is_mode("zero") ? 0 : n_visible;
+}
+
+static int ordinal_ok(int ordinal)
+{
+    return ordinal >= 0 && ordinal < devices();
+}
+
+static CUcontext current(void)
+{
+    return depth > 0 ? stack[depth - 1] : NULL;
+}
+
+static fake_ctx_t *current_ctx(void)
+{
+    return (fake_ctx_t *)(void *)current();
 }
 
 #define NEED_INIT()                                                                                \
@@ -72,9 +226,99 @@ static int devices(void)
 #define NEED_CTX()                                                                                 \
     do {                                                                                           \
         NEED_INIT();                                                                               \
-        if (current == NULL)                                                                       \
+        if (current() == NULL || !current_ctx()->alive)                                            \
             return CUDA_ERROR_INVALID_CONTEXT;                                                     \
     } while (0)
+
+/* ---- streams ---------------------------------------------------------------- */
+
+static void stream_drain(fake_stream_t *s)
+{
+    for (size_t i = 0; i < s->n_ops; i++)
+        memmove(s->ops[i].dst, s->ops[i].src, s->ops[i].n);
+    s->n_ops = 0;
+}
+
+/* Legacy default stream semantics: work on it waits for every blocking
+ * stream of its context. ctx NULL: every stream (a device-wide sync). */
+static void drain_streams(const fake_ctx_t *ctx, int blocking_only)
+{
+    for (fake_stream_t *s = streams; s != NULL; s = s->next)
+        if ((ctx == NULL || s->ctx == ctx) &&
+            (!blocking_only || (s->flags & CU_STREAM_NON_BLOCKING) == 0))
+            stream_drain(s);
+}
+
+static fake_stream_t *stream_find(CUstream h)
+{
+    for (fake_stream_t *s = streams; s != NULL; s = s->next)
+        if ((CUstream)(void *)s == h)
+            return s;
+    return NULL;
+}
+
+static int is_legacy(CUstream h)
+{
+    return h == NULL || h == CU_STREAM_LEGACY;
+}
+
+/* ---- address ranges ---------------------------------------------------------- */
+
+static void *host_of(CUdeviceptr va)
+{
+    return (void *)(uintptr_t)(va - FAKE_VA_BIAS);
+}
+
+static int range_add(fake_range_t **set, size_t *n, fake_range_t r)
+{
+    fake_range_t *grown = realloc(*set, (*n + 1) * sizeof(**set));
+    if (grown == NULL)
+        return -1;
+    grown[(*n)++] = r;
+    *set = grown;
+    return 0;
+}
+
+static void range_remove(fake_range_t *set, size_t *n, size_t i)
+{
+    set[i] = set[--*n];
+}
+
+static fake_range_t *mapping_at(CUdeviceptr va)
+{
+    for (size_t i = 0; i < n_mapped; i++)
+        if (va >= mapped[i].va && va - mapped[i].va < mapped[i].size)
+            return &mapped[i];
+    return NULL;
+}
+
+/* [va, va + n) is covered by mappings without a gap; with phys >= 0, each
+ * of them also gives that physical device access. */
+static int covered(CUdeviceptr va, size_t n, int phys)
+{
+    while (n > 0) {
+        fake_range_t *m = mapping_at(va);
+        if (m == NULL || (phys >= 0 && !(m->access & (1u << phys))))
+            return 0;
+        size_t left = m->size - (size_t)(va - m->va);
+        if (left >= n)
+            return 1;
+        va += left;
+        n -= left;
+    }
+    return 1;
+}
+
+/* The host address of device range [va, va + n) for the current context's
+ * device, or NULL when some byte of it is not mapped and accessible there. */
+static char *device_range(CUdeviceptr va, size_t n)
+{
+    if (va < FAKE_VA_BIAS || n == 0 || va + n < va)
+        return NULL;
+    return covered(va, n, current_ctx()->phys) ? host_of(va) : NULL;
+}
+
+/* ---- the exported entry points ------------------------------------------------- */
 
 EXPORT CUresult cuInit(unsigned int flags)
 {
@@ -84,6 +328,14 @@ EXPORT CUresult cuInit(unsigned int flags)
         return CUDA_ERROR_STUB_LIBRARY;
     if (is_mode("nodevice"))
         return CUDA_ERROR_NO_DEVICE;
+    if (is_mode("notready"))
+        return CUDA_ERROR_SYSTEM_NOT_READY;
+    if (is_mode("mismatch"))
+        return CUDA_ERROR_SYSTEM_DRIVER_MISMATCH;
+    if (is_mode("compat"))
+        return CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE;
+    if (!initialised)
+        find_devices();
     initialised = 1;
     return CUDA_SUCCESS;
 }
@@ -96,10 +348,40 @@ EXPORT CUresult cuDriverGetVersion(int *version)
     return CUDA_SUCCESS;
 }
 
+static const struct {
+    CUresult code;
+    const char *name;
+} error_names[] = {
+    {CUDA_SUCCESS, "CUDA_SUCCESS"},
+    {CUDA_ERROR_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE"},
+    {CUDA_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY"},
+    {CUDA_ERROR_NOT_INITIALIZED, "CUDA_ERROR_NOT_INITIALIZED"},
+    {CUDA_ERROR_STUB_LIBRARY, "CUDA_ERROR_STUB_LIBRARY"},
+    {CUDA_ERROR_NO_DEVICE, "CUDA_ERROR_NO_DEVICE"},
+    {CUDA_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE"},
+    {CUDA_ERROR_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT"},
+    {CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE"},
+    {CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND"},
+    {CUDA_ERROR_OPERATING_SYSTEM, "CUDA_ERROR_OPERATING_SYSTEM"},
+    {CUDA_ERROR_NOT_PERMITTED, "CUDA_ERROR_NOT_PERMITTED"},
+    {CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED"},
+    {CUDA_ERROR_SYSTEM_NOT_READY, "CUDA_ERROR_SYSTEM_NOT_READY"},
+    {CUDA_ERROR_SYSTEM_DRIVER_MISMATCH, "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH"},
+    {CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE, "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE"},
+};
+
 EXPORT CUresult cuGetErrorName(CUresult error, const char **out)
 {
-    *out = error == CUDA_ERROR_OUT_OF_MEMORY ? "CUDA_ERROR_OUT_OF_MEMORY" : "CUDA_ERROR_FAKE";
-    return CUDA_SUCCESS;
+    if (out == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < sizeof(error_names) / sizeof(error_names[0]); i++) {
+        if (error_names[i].code == error) {
+            *out = error_names[i].name;
+            return CUDA_SUCCESS;
+        }
+    }
+    *out = NULL;
+    return CUDA_ERROR_INVALID_VALUE;
 }
 
 EXPORT CUresult cuGetErrorString(CUresult error, const char **out)
@@ -119,7 +401,7 @@ static CUresult fake_device_get_count(int *count)
 static CUresult fake_device_get(CUdevice *dev, int ordinal)
 {
     NEED_INIT();
-    if (ordinal < 0 || ordinal >= devices())
+    if (!ordinal_ok(ordinal))
         return CUDA_ERROR_INVALID_DEVICE;
     *dev = ordinal;
     return CUDA_SUCCESS;
@@ -128,7 +410,7 @@ static CUresult fake_device_get(CUdevice *dev, int ordinal)
 static CUresult fake_device_get_attribute(int *value, CUdevice_attribute attr, CUdevice dev)
 {
     NEED_INIT();
-    if (dev < 0 || dev >= devices())
+    if (!ordinal_ok(dev))
         return CUDA_ERROR_INVALID_DEVICE;
     switch (attr) {
     case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
@@ -137,8 +419,16 @@ static CUresult fake_device_get_attribute(int *value, CUdevice_attribute attr, C
     case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED:
         *value = !is_mode("nofd");
         return CUDA_SUCCESS;
+    case CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED:
+        *value = !is_mode("nordma");
+        return CUDA_SUCCESS;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_MODE:
+        *value = is_mode("exclusive")    ? CU_COMPUTEMODE_EXCLUSIVE_PROCESS
+                 : is_mode("prohibited") ? CU_COMPUTEMODE_PROHIBITED
+                                         : CU_COMPUTEMODE_DEFAULT;
+        return CUDA_SUCCESS;
     case CU_DEVICE_ATTRIBUTE_MAX_PITCH:
-        *value = 4 << 20; /* small, so that tests reach the row-by-row path too */
+        *value = (int)FAKE_MAX_PITCH;
         return CUDA_SUCCESS;
     default:
         return CUDA_ERROR_INVALID_VALUE;
@@ -148,51 +438,183 @@ static CUresult fake_device_get_attribute(int *value, CUdevice_attribute attr, C
 static CUresult fake_device_get_name(char *name, int len, CUdevice dev)
 {
     NEED_INIT();
-    (void)dev;
+    if (!ordinal_ok(dev) || name == NULL || len <= 0)
+        return CUDA_ERROR_INVALID_VALUE;
     strncpy(name, "Fake CUDA device", (size_t)len);
     name[len - 1] = '\0';
     return CUDA_SUCCESS;
 }
 
+/* cuDeviceGetUuid_v2 (CUDA 11.4 on): the MIG instance's UUID in MIG mode. */
 static CUresult fake_device_get_uuid(CUuuid *uuid, CUdevice dev)
 {
     NEED_INIT();
-    if (dev < 0 || dev >= devices())
+    if (!ordinal_ok(dev) || uuid == NULL)
         return CUDA_ERROR_INVALID_DEVICE;
-    for (int i = 0; i < 16; i++)
-        uuid->bytes[i] = (char)(0xf0 + i + dev);
+    uuid_of(visible[dev], mig(), (unsigned char *)uuid->bytes);
+    return CUDA_SUCCESS;
+}
+
+/* cuDeviceGetUuid of CUDA 11.0: the GPU's UUID, MIG or not. */
+static CUresult fake_device_get_uuid_v1(CUuuid *uuid, CUdevice dev)
+{
+    NEED_INIT();
+    if (!ordinal_ok(dev) || uuid == NULL)
+        return CUDA_ERROR_INVALID_DEVICE;
+    uuid_of(visible[dev], 0, (unsigned char *)uuid->bytes);
     return CUDA_SUCCESS;
 }
 
 static CUresult fake_primary_ctx_retain(CUcontext *ctx, CUdevice dev)
 {
     NEED_INIT();
-    if (dev < 0 || dev >= devices())
+    if (!ordinal_ok(dev))
         return CUDA_ERROR_INVALID_DEVICE;
-    ctx_refs[dev]++;
-    *ctx = (CUcontext)(void *)&ctx_token[dev];
+    if (is_mode("prohibited"))
+        return CUDA_ERROR_INVALID_DEVICE;
+    fake_ctx_t *c = &primary[visible[dev]];
+    c->phys = visible[dev];
+    c->refs++;
+    c->alive = 1;
+    *ctx = (CUcontext)(void *)c;
     return CUDA_SUCCESS;
 }
 
 static CUresult fake_primary_ctx_release(CUdevice dev)
 {
     NEED_INIT();
-    if (dev < 0 || dev >= devices() || ctx_refs[dev] == 0)
+    if (!ordinal_ok(dev) || primary[visible[dev]].refs == 0)
         return CUDA_ERROR_INVALID_CONTEXT;
-    ctx_refs[dev]--;
+    fake_ctx_t *c = &primary[visible[dev]];
+    if (--c->refs == 0) {
+        drain_streams(c, 0);
+        c->alive = 0;
+    }
     return CUDA_SUCCESS;
 }
 
-static CUresult fake_ctx_set_current(CUcontext ctx)
+static int ctx_valid(CUcontext h)
+{
+    const fake_ctx_t *c = (const fake_ctx_t *)(void *)h;
+    return c != NULL && c->alive;
+}
+
+EXPORT CUresult cuCtxSetCurrent(CUcontext ctx)
 {
     NEED_INIT();
-    current = ctx;
+    if (ctx != NULL && !ctx_valid(ctx))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (ctx == NULL) {
+        if (depth > 0)
+            depth--;
+    } else if (depth == 0) {
+        stack[depth++] = ctx;
+    } else {
+        stack[depth - 1] = ctx;
+    }
     return CUDA_SUCCESS;
 }
 
-static CUresult fake_ctx_synchronize(void)
+EXPORT CUresult cuCtxGetCurrent(CUcontext *ctx)
+{
+    NEED_INIT();
+    if (ctx == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    *ctx = current();
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuCtxPushCurrent_v2(CUcontext ctx)
+{
+    NEED_INIT();
+    if (!ctx_valid(ctx))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (depth == FAKE_MAX_DEPTH)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    stack[depth++] = ctx;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuCtxPopCurrent_v2(CUcontext *ctx)
+{
+    NEED_INIT();
+    if (depth == 0)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    depth--;
+    if (ctx != NULL)
+        *ctx = stack[depth];
+    return CUDA_SUCCESS;
+}
+
+/* A context that is not a primary one (tests use it as "the application's
+ * context"); it is pushed, as cuCtxCreate does. */
+EXPORT CUresult cuCtxCreate_v2(CUcontext *ctx, unsigned int flags, CUdevice dev)
+{
+    NEED_INIT();
+    if (ctx == NULL || flags != 0 || !ordinal_ok(dev))
+        return CUDA_ERROR_INVALID_VALUE;
+    fake_ctx_t *c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    c->phys = visible[dev];
+    c->refs = 1;
+    c->alive = 1;
+    *ctx = (CUcontext)(void *)c;
+    return cuCtxPushCurrent_v2(*ctx);
+}
+
+EXPORT CUresult cuCtxSynchronize(void)
 {
     NEED_CTX();
+    drain_streams(current_ctx(), 0);
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuStreamCreate(CUstream *out, unsigned int flags)
+{
+    NEED_CTX();
+    if (out == NULL || (flags != CU_STREAM_DEFAULT && flags != CU_STREAM_NON_BLOCKING))
+        return CUDA_ERROR_INVALID_VALUE;
+    fake_stream_t *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    s->ctx = current_ctx();
+    s->flags = flags;
+    s->next = streams;
+    streams = s;
+    *out = (CUstream)(void *)s;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuStreamDestroy_v2(CUstream h)
+{
+    NEED_INIT();
+    fake_stream_t *s = stream_find(h);
+    if (s == NULL)
+        return CUDA_ERROR_INVALID_HANDLE;
+    stream_drain(s);
+    for (fake_stream_t **p = &streams; *p != NULL; p = &(*p)->next) {
+        if (*p == s) {
+            *p = s->next;
+            break;
+        }
+    }
+    free(s->ops);
+    free(s);
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuStreamSynchronize(CUstream h)
+{
+    NEED_CTX();
+    if (is_legacy(h)) {
+        drain_streams(current_ctx(), 1);
+        return CUDA_SUCCESS;
+    }
+    fake_stream_t *s = stream_find(h);
+    if (s == NULL)
+        return CUDA_ERROR_INVALID_HANDLE;
+    stream_drain(s);
     return CUDA_SUCCESS;
 }
 
@@ -208,8 +630,7 @@ static int prop_ok(const CUmemAllocationProp *prop)
 {
     return prop != NULL && prop->type == CU_MEM_ALLOCATION_TYPE_PINNED &&
            prop->requestedHandleTypes == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR &&
-           prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE && prop->location.id >= 0 &&
-           prop->location.id < devices();
+           prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE && ordinal_ok(prop->location.id);
 }
 
 static CUresult fake_mem_get_allocation_granularity(size_t *gran, const CUmemAllocationProp *prop,
@@ -223,18 +644,25 @@ static CUresult fake_mem_get_allocation_granularity(size_t *gran, const CUmemAll
     return CUDA_SUCCESS;
 }
 
+/* Like the driver, needs no current context: the device is in prop. */
 static CUresult fake_mem_create(CUmemGenericAllocationHandle *handle, size_t size,
                                 const CUmemAllocationProp *prop, unsigned long long flags)
 {
-    NEED_CTX();
+    NEED_INIT();
     if (!prop_ok(prop) || flags != 0 || size == 0 || size % FAKE_GRANULARITY != 0)
         return CUDA_ERROR_INVALID_VALUE;
-    if (is_mode("oom") || allocated + size > free_bytes())
+    if (prop->allocFlags.gpuDirectRDMACapable && is_mode("nordma"))
+        return CUDA_ERROR_NOT_SUPPORTED;
+    const char *held = getenv("KVS_FAKE_CUDA_OOM_WHILE");
+    if (is_mode("oom") || allocated + size > free_bytes() || (held && access(held, F_OK) == 0))
         return CUDA_ERROR_OUT_OF_MEMORY;
     fake_alloc_t *a = malloc(sizeof(*a));
     if (a == NULL)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    a->fd = memfd_create("fake-cuda", MFD_CLOEXEC);
+    char name[32];
+    a->phys = visible[prop->location.id];
+    snprintf(name, sizeof(name), "fake-cuda-dev%d", a->phys);
+    a->fd = memfd_create(name, MFD_CLOEXEC);
     if (a->fd < 0 || ftruncate(a->fd, (off_t)size) != 0) {
         if (a->fd >= 0)
             close(a->fd);
@@ -243,6 +671,8 @@ static CUresult fake_mem_create(CUmemGenericAllocationHandle *handle, size_t siz
     }
     a->size = size;
     allocated += size;
+    if (prop->allocFlags.gpuDirectRDMACapable)
+        rdma_allocs++;
     *handle = (CUmemGenericAllocationHandle)(uintptr_t)a;
     return CUDA_SUCCESS;
 }
@@ -262,20 +692,38 @@ static CUresult fake_mem_address_reserve(CUdeviceptr *ptr, size_t size, size_t a
                                          CUdeviceptr addr, unsigned long long flags)
 {
     NEED_INIT();
-    if (size == 0 || size % FAKE_GRANULARITY != 0 || addr != 0 || flags != 0 ||
+    if (ptr == NULL || size == 0 || size % FAKE_GRANULARITY != 0 || addr != 0 || flags != 0 ||
         (alignment != 0 && alignment % FAKE_GRANULARITY != 0))
         return CUDA_ERROR_INVALID_VALUE;
     void *p = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    *ptr = (CUdeviceptr)(uintptr_t)p;
+    fake_range_t r = {.va = (CUdeviceptr)(uintptr_t)p + FAKE_VA_BIAS, .size = size};
+    if (range_add(&reserved, &n_reserved, r) != 0) {
+        munmap(p, size);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *ptr = r.va;
     return CUDA_SUCCESS;
 }
 
 static CUresult fake_mem_address_free(CUdeviceptr ptr, size_t size)
 {
     NEED_INIT();
-    return munmap((void *)(uintptr_t)ptr, size) == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < n_reserved; i++) {
+        if (reserved[i].va != ptr || reserved[i].size != size)
+            continue;
+        for (size_t j = 0; j < n_mapped;) {
+            if (mapped[j].va >= ptr && mapped[j].va - ptr < size)
+                range_remove(mapped, &n_mapped, j);
+            else
+                j++;
+        }
+        munmap(host_of(ptr), size);
+        range_remove(reserved, &n_reserved, i);
+        return CUDA_SUCCESS;
+    }
+    return CUDA_ERROR_INVALID_VALUE;
 }
 
 static CUresult fake_mem_map(CUdeviceptr ptr, size_t size, size_t offset,
@@ -283,18 +731,50 @@ static CUresult fake_mem_map(CUdeviceptr ptr, size_t size, size_t offset,
 {
     NEED_INIT();
     fake_alloc_t *a = (fake_alloc_t *)(uintptr_t)handle;
-    if (a == NULL || flags != 0 || offset % FAKE_GRANULARITY != 0 || size % FAKE_GRANULARITY != 0 ||
-        ptr % FAKE_GRANULARITY != 0 || offset + size > a->size)
+    if (a == NULL || flags != 0 || size == 0 || offset % FAKE_GRANULARITY != 0 ||
+        size % FAKE_GRANULARITY != 0 || ptr % FAKE_GRANULARITY != 0 || offset + size > a->size)
         return CUDA_ERROR_INVALID_VALUE;
-    void *p =
-        mmap((void *)(uintptr_t)ptr, size, PROT_NONE, MAP_SHARED | MAP_FIXED, a->fd, (off_t)offset);
-    return p == MAP_FAILED ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+    int inside = 0;
+    for (size_t i = 0; i < n_reserved && !inside; i++)
+        inside = ptr >= reserved[i].va && size <= reserved[i].size &&
+                 ptr - reserved[i].va <= reserved[i].size - size;
+    if (!inside)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < n_mapped; i++)
+        if (ptr < mapped[i].va + mapped[i].size && mapped[i].va < ptr + size)
+            return CUDA_ERROR_INVALID_VALUE;
+    fake_range_t r = {.va = ptr, .size = size, .phys = a->phys};
+    if (range_add(&mapped, &n_mapped, r) != 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    void *p = mmap(host_of(ptr), size, PROT_NONE, MAP_SHARED | MAP_FIXED, a->fd, (off_t)offset);
+    if (p == MAP_FAILED) {
+        n_mapped--;
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    return CUDA_SUCCESS;
 }
 
+/* Whole mappings only: the range must start where one starts, end where
+ * one ends, and cut none. Synchronizes, as the driver documents. */
 static CUresult fake_mem_unmap(CUdeviceptr ptr, size_t size)
 {
     NEED_INIT();
-    void *p = mmap((void *)(uintptr_t)ptr, size, PROT_NONE,
+    if (size == 0 || ptr + size < ptr)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (CUdeviceptr va = ptr; va < ptr + size;) {
+        fake_range_t *m = mapping_at(va);
+        if (m == NULL || m->va != va || m->size > ptr + size - va)
+            return CUDA_ERROR_INVALID_VALUE;
+        va += m->size;
+    }
+    drain_streams(NULL, 0);
+    for (size_t i = 0; i < n_mapped;) {
+        if (mapped[i].va >= ptr && mapped[i].va - ptr < size)
+            range_remove(mapped, &n_mapped, i);
+        else
+            i++;
+    }
+    void *p = mmap(host_of(ptr), size, PROT_NONE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
     return p == MAP_FAILED ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
 }
@@ -304,11 +784,25 @@ static CUresult fake_mem_set_access(CUdeviceptr ptr, size_t size, const CUmemAcc
 {
     NEED_INIT();
     if (desc == NULL || count != 1 || desc->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
-        desc->flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+        desc->flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE || size == 0)
         return CUDA_ERROR_INVALID_VALUE;
-    return mprotect((void *)(uintptr_t)ptr, size, PROT_READ | PROT_WRITE) == 0
-               ? CUDA_SUCCESS
-               : CUDA_ERROR_INVALID_VALUE;
+    if (!ordinal_ok(desc->location.id))
+        return CUDA_ERROR_INVALID_DEVICE;
+    int phys = visible[desc->location.id];
+    if (!covered(ptr, size, -1))
+        return CUDA_ERROR_INVALID_VALUE;
+    /* No peer access here: only the memory's own device may be given it. */
+    for (CUdeviceptr va = ptr; va < ptr + size; va = mapping_at(va)->va + mapping_at(va)->size)
+        if (mapping_at(va)->phys != phys)
+            return CUDA_ERROR_INVALID_DEVICE;
+    if (mprotect(host_of(ptr), size, PROT_READ | PROT_WRITE) != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (CUdeviceptr va = ptr; va < ptr + size;) {
+        fake_range_t *m = mapping_at(va);
+        m->access |= 1u << phys;
+        va = m->va + m->size;
+    }
+    return CUDA_SUCCESS;
 }
 
 static CUresult fake_mem_export(void *shareable, CUmemGenericAllocationHandle handle,
@@ -319,11 +813,29 @@ static CUresult fake_mem_export(void *shareable, CUmemGenericAllocationHandle ha
     if (a == NULL || shareable == NULL || flags != 0 ||
         type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
         return CUDA_ERROR_INVALID_VALUE;
+    if (is_mode("noexport"))
+        return CUDA_ERROR_NOT_PERMITTED;
     int fd = dup(a->fd);
     if (fd < 0)
         return CUDA_ERROR_OPERATING_SYSTEM;
     memcpy(shareable, &fd, sizeof(fd));
     return CUDA_SUCCESS;
+}
+
+/* The physical device of an exported fd: its memfd's name says it. */
+static int fd_device(int fd)
+{
+    char link[64], target[128];
+    snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, target, sizeof(target) - 1);
+    if (n <= 0)
+        return -1;
+    target[n] = '\0';
+    int phys = -1;
+    if (sscanf(target, "/memfd:fake-cuda-dev%d", &phys) != 1 || phys < 0 ||
+        phys >= FAKE_MAX_DEVICES)
+        return -1;
+    return phys;
 }
 
 static CUresult fake_mem_import(CUmemGenericAllocationHandle *handle, void *os_handle,
@@ -332,8 +844,9 @@ static CUresult fake_mem_import(CUmemGenericAllocationHandle *handle, void *os_h
     NEED_INIT();
     int fd = (int)(uintptr_t)os_handle;
     struct stat st;
+    int phys = fd_device(fd);
     if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || fstat(fd, &st) != 0 ||
-        st.st_size == 0 || (uint64_t)st.st_size % FAKE_GRANULARITY != 0)
+        st.st_size == 0 || (uint64_t)st.st_size % FAKE_GRANULARITY != 0 || phys < 0)
         return CUDA_ERROR_INVALID_VALUE;
     fake_alloc_t *a = malloc(sizeof(*a));
     if (a == NULL)
@@ -341,57 +854,138 @@ static CUresult fake_mem_import(CUmemGenericAllocationHandle *handle, void *os_h
     /* The driver does not take the caller's fd: keep our own. */
     a->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
     a->size = (size_t)st.st_size;
+    a->phys = phys;
     *handle = (CUmemGenericAllocationHandle)(uintptr_t)a;
     return CUDA_SUCCESS;
 }
 
-static CUresult fake_memcpy_dtod(CUdeviceptr dst, CUdeviceptr src, size_t n)
+/* ---- copies ----------------------------------------------------------------------- */
+
+/* Queues (or, on the legacy stream, runs) one copy of n bytes. */
+static CUresult submit(CUstream h, char *dst, const char *src, size_t n)
+{
+    if (is_legacy(h)) {
+        drain_streams(current_ctx(), 1);
+        memmove(dst, src, n);
+        return CUDA_SUCCESS;
+    }
+    fake_stream_t *s = stream_find(h);
+    if (s == NULL || s->ctx != current_ctx())
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (s->n_ops == s->cap) {
+        size_t cap = s->cap ? 2 * s->cap : 16;
+        fake_op_t *ops = realloc(s->ops, cap * sizeof(*ops));
+        if (ops == NULL)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        s->ops = ops;
+        s->cap = cap;
+    }
+    s->ops[s->n_ops++] = (fake_op_t){dst, src, n};
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream s)
 {
     NEED_CTX();
-    memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
-    return CUDA_SUCCESS;
+    char *d = device_range(dst, n);
+    if (d == NULL || src == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    return submit(s, d, src, n);
+}
+
+static CUresult fake_memcpy_dtoh_async(void *dst, CUdeviceptr src, size_t n, CUstream s)
+{
+    NEED_CTX();
+    const char *p = device_range(src, n);
+    if (p == NULL || dst == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    return submit(s, dst, p, n);
+}
+
+static CUresult fake_memcpy_dtod_async(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)
+{
+    NEED_CTX();
+    char *d = device_range(dst, n);
+    const char *p = device_range(src, n);
+    if (d == NULL || p == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    return submit(s, d, p, n);
 }
 
 static CUresult fake_memcpy_htod(CUdeviceptr dst, const void *src, size_t n)
 {
-    NEED_CTX();
-    memcpy((void *)(uintptr_t)dst, src, n);
-    return CUDA_SUCCESS;
+    return cuMemcpyHtoDAsync_v2(dst, src, n, NULL);
 }
 
 static CUresult fake_memcpy_dtoh(void *dst, CUdeviceptr src, size_t n)
 {
+    return fake_memcpy_dtoh_async(dst, src, n, NULL);
+}
+
+static CUresult fake_memcpy_dtod(CUdeviceptr dst, CUdeviceptr src, size_t n)
+{
+    return fake_memcpy_dtod_async(dst, src, n, NULL);
+}
+
+/* Device-to-device 2D copies only (all the backend makes), checked row by
+ * row. aligned: like the driver's cuMemcpy2D*, refuses pitches it does not
+ * like (here: not a multiple of 2 MiB), for which callers must use another
+ * copy. */
+static CUresult copy_2d(const CUDA_MEMCPY2D *c, CUstream s, int aligned)
+{
     NEED_CTX();
-    memcpy(dst, (const void *)(uintptr_t)src, n);
+    if (c == NULL || c->srcMemoryType != CU_MEMORYTYPE_DEVICE ||
+        c->dstMemoryType != CU_MEMORYTYPE_DEVICE || c->srcPitch > FAKE_MAX_PITCH ||
+        c->dstPitch > FAKE_MAX_PITCH || c->WidthInBytes > c->srcPitch ||
+        c->WidthInBytes > c->dstPitch)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (aligned && (c->srcPitch % (2u << 20) != 0 || c->dstPitch % (2u << 20) != 0))
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t row = 0; row < c->Height; row++) {
+        CUdeviceptr d = c->dstDevice + c->dstXInBytes + (c->dstY + row) * c->dstPitch;
+        CUdeviceptr p = c->srcDevice + c->srcXInBytes + (c->srcY + row) * c->srcPitch;
+        if (device_range(d, c->WidthInBytes) == NULL || device_range(p, c->WidthInBytes) == NULL)
+            return CUDA_ERROR_INVALID_VALUE;
+    }
+    for (size_t row = 0; row < c->Height; row++) {
+        CUdeviceptr d = c->dstDevice + c->dstXInBytes + (c->dstY + row) * c->dstPitch;
+        CUdeviceptr p = c->srcDevice + c->srcXInBytes + (c->srcY + row) * c->srcPitch;
+        CUresult r = submit(s, host_of(d), host_of(p), c->WidthInBytes);
+        if (r != CUDA_SUCCESS)
+            return r;
+    }
     return CUDA_SUCCESS;
 }
 
-static CUresult fake_memcpy_2d_unaligned(const CUDA_MEMCPY2D *c);
-
-/* Like the driver, refuses device-to-device pitches it does not like (here:
- * not a multiple of 2 MiB), for which callers must use the unaligned copy. */
 static CUresult fake_memcpy_2d(const CUDA_MEMCPY2D *c)
 {
-    NEED_CTX();
-    if (c->srcPitch % (2u << 20) != 0 || c->dstPitch % (2u << 20) != 0)
-        return CUDA_ERROR_INVALID_VALUE;
-    return fake_memcpy_2d_unaligned(c);
+    return copy_2d(c, NULL, 1);
 }
 
 static CUresult fake_memcpy_2d_unaligned(const CUDA_MEMCPY2D *c)
 {
-    NEED_CTX();
-    if (c->srcMemoryType != CU_MEMORYTYPE_DEVICE || c->dstMemoryType != CU_MEMORYTYPE_DEVICE ||
-        c->srcPitch > (4u << 20) || c->dstPitch > (4u << 20) || c->WidthInBytes > c->srcPitch ||
-        c->WidthInBytes > c->dstPitch)
-        return CUDA_ERROR_INVALID_VALUE;
-    for (size_t row = 0; row < c->Height; row++)
-        memcpy((char *)(uintptr_t)c->dstDevice + c->dstXInBytes + (c->dstY + row) * c->dstPitch,
-               (const char *)(uintptr_t)c->srcDevice + c->srcXInBytes +
-                   (c->srcY + row) * c->srcPitch,
-               c->WidthInBytes);
-    return CUDA_SUCCESS;
+    return copy_2d(c, NULL, 0);
 }
+
+static CUresult fake_memcpy_2d_async(const CUDA_MEMCPY2D *c, CUstream s)
+{
+    return copy_2d(c, s, 1);
+}
+
+/* ---- test hooks ------------------------------------------------------------------- */
+
+EXPORT int fake_cuda_pending(CUstream h)
+{
+    fake_stream_t *s = stream_find(h);
+    return s != NULL ? (int)s->n_ops : -1;
+}
+
+EXPORT unsigned fake_cuda_rdma_allocs(void)
+{
+    return rdma_allocs;
+}
+
+/* ---- cuGetProcAddress --------------------------------------------------------------- */
 
 EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
                                     CUdriverProcAddressQueryResult *status)
@@ -407,8 +1001,14 @@ EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
         {"cuDeviceGetUuid", (void *)fake_device_get_uuid},
         {"cuDevicePrimaryCtxRetain", (void *)fake_primary_ctx_retain},
         {"cuDevicePrimaryCtxRelease", (void *)fake_primary_ctx_release},
-        {"cuCtxSetCurrent", (void *)fake_ctx_set_current},
-        {"cuCtxSynchronize", (void *)fake_ctx_synchronize},
+        {"cuCtxSetCurrent", (void *)cuCtxSetCurrent},
+        {"cuCtxGetCurrent", (void *)cuCtxGetCurrent},
+        {"cuCtxPushCurrent", (void *)cuCtxPushCurrent_v2},
+        {"cuCtxPopCurrent", (void *)cuCtxPopCurrent_v2},
+        {"cuCtxSynchronize", (void *)cuCtxSynchronize},
+        {"cuStreamCreate", (void *)cuStreamCreate},
+        {"cuStreamDestroy", (void *)cuStreamDestroy_v2},
+        {"cuStreamSynchronize", (void *)cuStreamSynchronize},
         {"cuMemGetInfo", (void *)fake_mem_get_info},
         {"cuMemGetAllocationGranularity", (void *)fake_mem_get_allocation_granularity},
         {"cuMemCreate", (void *)fake_mem_create},
@@ -423,16 +1023,29 @@ EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
         {"cuMemcpyDtoD", (void *)fake_memcpy_dtod},
         {"cuMemcpyHtoD", (void *)fake_memcpy_htod},
         {"cuMemcpyDtoH", (void *)fake_memcpy_dtoh},
+        {"cuMemcpyDtoDAsync", (void *)fake_memcpy_dtod_async},
+        {"cuMemcpyHtoDAsync", (void *)cuMemcpyHtoDAsync_v2},
+        {"cuMemcpyDtoHAsync", (void *)fake_memcpy_dtoh_async},
         {"cuMemcpy2D", (void *)fake_memcpy_2d},
         {"cuMemcpy2DUnaligned", (void *)fake_memcpy_2d_unaligned},
+        {"cuMemcpy2DAsync", (void *)fake_memcpy_2d_async},
     };
     if (status != NULL)
         *status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
     if (symbol == NULL || pfn == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     *pfn = NULL;
-    /* The backend pins one API version; anything else is a bug in it. */
-    if (version != 12000 || flags != CU_GET_PROC_ADDRESS_DEFAULT)
+    if (flags != CU_GET_PROC_ADDRESS_DEFAULT)
+        return CUDA_ERROR_INVALID_VALUE;
+    /* The backend pins one API version, and asks CUDA 11.0's cuDeviceGetUuid
+     * (the GPU's UUID even in MIG mode); anything else is a bug in it. */
+    if (version == 11000 && strcmp(symbol, "cuDeviceGetUuid") == 0) {
+        *pfn = (void *)fake_device_get_uuid_v1;
+        if (status != NULL)
+            *status = CU_GET_PROC_ADDRESS_SUCCESS;
+        return CUDA_SUCCESS;
+    }
+    if (version != 12000)
         return CUDA_ERROR_INVALID_VALUE;
     for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++) {
         if (strcmp(symbol, table[i].name) == 0) {
