@@ -177,9 +177,10 @@ int handler_hello(session_t *s, const Kvshare__Request *req, Kvshare__Response *
     memcpy(uuid, desc.device_uuid, BACKEND_UUID_LEN);
     if (!hello->no_fds) {
         size_t n_fds = 0;
-        int rc = backend_export(srv->backend, s->fds, BACKEND_MAX_SLABS, &n_fds);
+        char why[320];
+        int rc = backend_export(srv->backend, s->fds, BACKEND_MAX_SLABS, &n_fds, why, sizeof(why));
         if (rc != 0)
-            return fail(ctx, rc, "exporting the pool for this worker failed: %s", kvs_strerror(rc));
+            return fail(ctx, rc, "exporting the pool for this worker failed: %s", why);
         s->n_fds = n_fds;
     }
     s->hello_done = true;

@@ -49,7 +49,8 @@ const char *backend_kind_name(backend_kind_t kind)
 /* With BACKEND_AUTO, these cuda failures mean "no device answers": use host.
  * A device that answers but cannot serve (no VMM, too little memory) is an
  * error even under auto: silently running a GPU node on host memory would
- * hide the problem. */
+ * hide the problem. So is a driver that is there but not ready (cuInit's
+ * 802-804: the fabric manager not running, a driver mismatch): KVS_EIO. */
 static int auto_falls_back(int rc)
 {
     return rc == KVS_ENODRIVER || rc == KVS_ENODEV || (rc == KVS_ENOTSUP && !backend_cuda_built());
@@ -138,13 +139,18 @@ const char *backend_detail(const backend_t *b)
     return b->detail;
 }
 
-int backend_export(backend_t *b, int *fds, size_t max, size_t *n_fds)
+int backend_export(backend_t *b, int *fds, size_t max, size_t *n_fds, char *err, size_t errlen)
 {
-    if (b == NULL || fds == NULL || n_fds == NULL || max < b->desc.n_slabs)
+    if (err != NULL && errlen > 0)
+        err[0] = '\0';
+    if (b == NULL || fds == NULL || n_fds == NULL || max < b->desc.n_slabs) {
+        backend_errorf(err, errlen, "backend_export: no pool, no room for its %u fds, or no output",
+                       b != NULL ? b->desc.n_slabs : 0);
         return KVS_EINVAL;
+    }
     if (b->kind == BACKEND_CUDA)
-        return backend_cuda_export(b, fds, max, n_fds);
-    return backend_host_export(b, fds, max, n_fds);
+        return backend_cuda_export(b, fds, max, n_fds, err, errlen);
+    return backend_host_export(b, fds, max, n_fds, err, errlen);
 }
 
 static void close_fds(const int *fds, size_t n_fds)
@@ -317,6 +323,11 @@ int backend_mapping_read(backend_mapping_t *m, uint64_t offset, void *dst, uint6
     if (m == NULL)
         return KVS_EINVAL;
     return copy_out(m->kind, m->cuda, m->base, m->size, offset, dst, n_bytes);
+}
+
+const char *backend_copy_block_path(const backend_t *b)
+{
+    return b->kind == BACKEND_CUDA ? backend_cuda_copy_path(b->cuda) : "memcpy per row";
 }
 
 int backend_copy_block(backend_t *b, const geometry_t *g, uint32_t num_blocks, uint32_t dst_block,

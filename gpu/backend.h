@@ -8,6 +8,11 @@
  *         allocation granularity. Each export makes new fds
  *         (cuMemExportToShareableHandle); the importer reserves one virtual
  *         range, maps every slab into it in order, sets access, closes the fds.
+ *         Slabs are about 16 GiB; KVS_CUDA_SLAB_BYTES (a multiple of the
+ *         allocation granularity) overrides that, so that tests make many
+ *         slabs of a small pool. Every cuda entry point leaves the calling
+ *         thread's current CUDA context as it found it, and copies wait for
+ *         the backend's own stream only, never for the application's work.
  *
  * The pool is one virtual range of backend_size() bytes made of n slabs; a
  * block's bytes are at the geometry_offset() of geometry.h from its base.
@@ -67,8 +72,10 @@ const char *backend_kind_name(backend_kind_t kind);
  * serve (no VMM / POSIX-fd support, too little memory) is an error even for
  * auto, and so is anything failing for an explicit BACKEND_CUDA. On success
  * *out is owned by the caller (backend_close); on failure it is untouched. Errors (message in err):
- * KVS_ENODRIVER, KVS_ENODEV, KVS_ENOTSUP (no VMM / POSIX-fd support, or cuda not built), KVS_ENOMEM
- * (the asked size does not fit), KVS_EINVAL, KVS_EIO. */
+ * KVS_ENODRIVER, KVS_ENODEV, KVS_ENOTSUP (no VMM / POSIX-fd support, a compute mode other than
+ * DEFAULT, or cuda not built), KVS_ENOMEM (the asked size does not fit: it may fit once
+ * another process lets go of device memory), KVS_EINVAL, KVS_EIO (also a driver that is
+ * installed but not ready: cuInit's 802-804). */
 int backend_open(const backend_config_t *cfg, backend_t **out, char *err, size_t errlen);
 
 /* Frees the memory (importers keep their mappings). Accepts NULL. */
@@ -83,11 +90,16 @@ void backend_describe(const backend_t *b, backend_desc_t *out);
 uintptr_t backend_base(const backend_t *b);
 
 /* Makes new fds for one importer, one per slab, in slab order; the caller
- * sends them and closes them. Errors: KVS_EIO, KVS_EINVAL (max too small). */
-int backend_export(backend_t *b, int *fds, size_t max, size_t *n_fds);
+ * sends them and closes them. Errors (message in err, with the driver's
+ * error name for cuda): KVS_EIO, KVS_EINVAL (max too small). */
+int backend_export(backend_t *b, int *fds, size_t max, size_t *n_fds, char *err, size_t errlen);
 
 /* Importer side. Maps the slabs given by desc and fds (the fds are consumed:
- * closed on success and on failure) into one range. */
+ * closed on success and on failure) into one range. The mapping belongs to
+ * this process: in a child forked after the import, backend_unmap frees it
+ * without driver calls (CUDA does not survive fork) and copies through it
+ * fail with KVS_EIO. backend_unmap waits until device work that reads the
+ * range is done (cuMemUnmap synchronizes). */
 typedef struct backend_mapping backend_mapping_t;
 int backend_import(const backend_desc_t *desc, const int *fds, size_t n_fds,
                    backend_mapping_t **out, char *err, size_t errlen);
@@ -132,5 +144,10 @@ int backend_mapping_read(backend_mapping_t *m, uint64_t offset, void *dst, uint6
  * or the layout larger than the pool), KVS_EIO. */
 int backend_copy_block(backend_t *b, const geometry_t *g, uint32_t num_blocks, uint32_t dst_block,
                        uint32_t src_block);
+
+/* How the last backend_copy_block copied: "cuMemcpy2DAsync", "cuMemcpyDtoDAsync
+ * per row" (the driver refused the pool's pitch for a 2D copy), "none yet",
+ * or "memcpy per row" (host). Static string. */
+const char *backend_copy_block_path(const backend_t *b);
 
 #endif /* KVS_BACKEND_H */

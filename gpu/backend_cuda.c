@@ -17,6 +17,18 @@
  * the daemon exits. Devices are named by UUID, never by ordinal, since two
  * processes may see different ordinals (CUDA_VISIBLE_DEVICES).
  *
+ * Every entry point pushes the pool's (primary) context and pops it before
+ * returning, so the caller's current context (an engine's, in PyTorch or
+ * vLLM) is what it was; copies run on a private non-blocking stream and wait
+ * for that stream only, never for the engine's work. The daemon keeps the
+ * primary context for the pool's life: cuMemGetInfo needs one, and the
+ * driver documents neither that VMM allocations outlive the destruction of
+ * the context they were made under nor the context's memory cost, so
+ * allocating context-free stays unproven until a device run checks it.
+ *
+ * CUDA does not survive fork: a mapping used in a child of the process that
+ * made it is freed without driver calls.
+ *
  * The driver is loaded once per process and never unloaded.
  */
 #include "backend_internal.h"
@@ -29,7 +41,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
 #include <unistd.h>
+
+#if !defined(CUDA_VERSION) || CUDA_VERSION < 12000
+#error "the cuda backend needs the CUDA 12.0 (or newer) headers; configure with -DKVS_WITH_CUDA=OFF"
+#endif
 
 /* The driver API version every entry point is resolved for. */
 #define CUDA_API_VERSION 12000
@@ -37,8 +54,13 @@
  * (mapping cost grows with their number), small enough that one
  * cuMemCreate does not need one huge contiguous physical run. */
 #define CUDA_SLAB_TARGET (16ull << 30)
+/* Overrides CUDA_SLAB_TARGET (bytes, a multiple of the granularity), so that
+ * tests make many slabs out of a small pool. */
+#define CUDA_SLAB_ENV "KVS_CUDA_SLAB_BYTES"
 
-enum { CUDA_COPY_UNKNOWN, CUDA_COPY_2D, CUDA_COPY_UNALIGNED };
+/* How backend_copy_block copies: not yet, one cuMemcpy2DAsync, or one
+ * cuMemcpyDtoDAsync per row (the driver refused the 2D copy's pitch). */
+enum { CUDA_COPY_UNKNOWN, CUDA_COPY_2D, CUDA_COPY_ROWS };
 
 typedef struct cuda_api {
     void *lib;
@@ -55,10 +77,14 @@ typedef struct cuda_api {
     PFN_cuDeviceGetAttribute_v2000 device_get_attribute;
     PFN_cuDeviceGetName_v2000 device_get_name;
     PFN_cuDeviceGetUuid_v11040 device_get_uuid;
+    PFN_cuDeviceGetUuid_v9020 device_get_gpu_uuid; /* CUDA 11.0's: never a MIG UUID */
     PFN_cuDevicePrimaryCtxRetain_v7000 primary_ctx_retain;
     PFN_cuDevicePrimaryCtxRelease_v11000 primary_ctx_release;
-    PFN_cuCtxSetCurrent_v4000 ctx_set_current;
-    PFN_cuCtxSynchronize_v2000 ctx_synchronize;
+    PFN_cuCtxPushCurrent_v4000 ctx_push;
+    PFN_cuCtxPopCurrent_v4000 ctx_pop;
+    PFN_cuStreamCreate_v2000 stream_create;
+    PFN_cuStreamDestroy_v4000 stream_destroy;
+    PFN_cuStreamSynchronize_v2000 stream_synchronize;
     PFN_cuMemGetInfo_v3020 mem_get_info;
     PFN_cuMemGetAllocationGranularity_v10020 mem_get_allocation_granularity;
     PFN_cuMemCreate_v10020 mem_create;
@@ -70,22 +96,26 @@ typedef struct cuda_api {
     PFN_cuMemSetAccess_v10020 mem_set_access;
     PFN_cuMemExportToShareableHandle_v10020 mem_export;
     PFN_cuMemImportFromShareableHandle_v10020 mem_import;
-    PFN_cuMemcpyDtoD_v3020 memcpy_dtod;
-    PFN_cuMemcpyHtoD_v3020 memcpy_htod;
-    PFN_cuMemcpyDtoH_v3020 memcpy_dtoh;
-    PFN_cuMemcpy2D_v3020 memcpy_2d;
-    PFN_cuMemcpy2DUnaligned_v3020 memcpy_2d_unaligned;
+    PFN_cuMemcpyDtoDAsync_v3020 memcpy_dtod_async;
+    PFN_cuMemcpyHtoDAsync_v3020 memcpy_htod_async;
+    PFN_cuMemcpyDtoHAsync_v3020 memcpy_dtoh_async;
+    PFN_cuMemcpy2DAsync_v3020 memcpy_2d_async;
 } cuda_api_t;
 
 struct backend_cuda {
+    pid_t pid; /* the process that made it */
     int ordinal;
     CUdevice dev;
-    CUcontext ctx; /* the device's primary context, retained */
+    int mig;         /* the device is a MIG instance */
+    int rdma;        /* slabs are created GPUDirect RDMA capable */
+    CUcontext ctx;   /* the device's primary context, retained */
+    CUstream stream; /* private, non-blocking: every copy runs here */
     CUdeviceptr va;
     uint64_t size;
     uint64_t granularity;
     uint64_t max_pitch;
-    int copy_2d; /* which 2D copy works here: CUDA_COPY_* */
+    int copy_2d;   /* which block copy works here: CUDA_COPY_* */
+    int last_copy; /* what the last block copy used */
     uint32_t n_slabs;
     uint32_t n_mapped;
     uint64_t slab_bytes[BACKEND_MAX_SLABS];
@@ -131,6 +161,26 @@ static int resolve(const char *symbol, void **out)
     return 0;
 }
 
+/* What to do about a driver that is installed but not ready, or NULL. */
+static const char *cuda_not_ready_fix(CUresult r)
+{
+    switch (r) {
+    case CUDA_ERROR_SYSTEM_NOT_READY:
+        return "the GPUs are not ready: on NVSwitch systems (HGX/DGX) start the fabric manager "
+               "(systemctl start nvidia-fabricmanager) and check nvidia-smi -q | grep -A2 Fabric";
+    case CUDA_ERROR_SYSTEM_DRIVER_MISMATCH:
+        return "the NVIDIA user-space driver (libcuda) does not match the loaded kernel module: "
+               "reboot after a driver update, or reinstall one driver version (compare "
+               "nvidia-smi with /proc/driver/nvidia/version)";
+    case CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE:
+        return "a CUDA forward-compatibility libcuda (cuda-compat) is loaded on a GPU that does "
+               "not support it: remove the cuda-compat directory from the library path or "
+               "update the NVIDIA driver";
+    default:
+        return NULL;
+    }
+}
+
 /* Copies a dlsym result into a function pointer without the object-to-
  * function pointer cast that ISO C leaves undefined (POSIX allows it). */
 #define DLSYM(field, name) memcpy(&api.field, &(void *){dlsym(api.lib, name)}, sizeof(void *))
@@ -173,8 +223,16 @@ static void cuda_load(void)
         return;
     }
     if (r != CUDA_SUCCESS) {
+        /* 802-804: a GPU is there but not ready. An error, never a quiet
+         * fallback to host memory for the life of the process. */
+        const char *fix = cuda_not_ready_fix(r);
         char why[256];
         cuda_describe_error(r, why, sizeof(why));
+        if (fix != NULL) {
+            snprintf(api.reason, sizeof(api.reason), "cuInit failed: %s: %s", why, fix);
+            api.rc = KVS_EIO;
+            return;
+        }
         snprintf(api.reason, sizeof(api.reason),
                  "cuInit failed: %s: check the NVIDIA driver (nvidia-smi), or use --backend "
                  "host",
@@ -203,8 +261,11 @@ static void cuda_load(void)
         {"cuDeviceGetUuid", (void **)&api.device_get_uuid},
         {"cuDevicePrimaryCtxRetain", (void **)&api.primary_ctx_retain},
         {"cuDevicePrimaryCtxRelease", (void **)&api.primary_ctx_release},
-        {"cuCtxSetCurrent", (void **)&api.ctx_set_current},
-        {"cuCtxSynchronize", (void **)&api.ctx_synchronize},
+        {"cuCtxPushCurrent", (void **)&api.ctx_push},
+        {"cuCtxPopCurrent", (void **)&api.ctx_pop},
+        {"cuStreamCreate", (void **)&api.stream_create},
+        {"cuStreamDestroy", (void **)&api.stream_destroy},
+        {"cuStreamSynchronize", (void **)&api.stream_synchronize},
         {"cuMemGetInfo", (void **)&api.mem_get_info},
         {"cuMemGetAllocationGranularity", (void **)&api.mem_get_allocation_granularity},
         {"cuMemCreate", (void **)&api.mem_create},
@@ -216,11 +277,10 @@ static void cuda_load(void)
         {"cuMemSetAccess", (void **)&api.mem_set_access},
         {"cuMemExportToShareableHandle", (void **)&api.mem_export},
         {"cuMemImportFromShareableHandle", (void **)&api.mem_import},
-        {"cuMemcpyDtoD", (void **)&api.memcpy_dtod},
-        {"cuMemcpyHtoD", (void **)&api.memcpy_htod},
-        {"cuMemcpyDtoH", (void **)&api.memcpy_dtoh},
-        {"cuMemcpy2D", (void **)&api.memcpy_2d},
-        {"cuMemcpy2DUnaligned", (void **)&api.memcpy_2d_unaligned},
+        {"cuMemcpyDtoDAsync", (void **)&api.memcpy_dtod_async},
+        {"cuMemcpyHtoDAsync", (void **)&api.memcpy_htod_async},
+        {"cuMemcpyDtoHAsync", (void **)&api.memcpy_dtoh_async},
+        {"cuMemcpy2DAsync", (void **)&api.memcpy_2d_async},
     };
     for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++) {
         if (resolve(table[i].symbol, table[i].slot) != 0) {
@@ -228,6 +288,14 @@ static void cuda_load(void)
             return;
         }
     }
+    /* Optional: CUDA 11.0's cuDeviceGetUuid gives the GPU's UUID where the
+     * current one gives a MIG instance's, which tells the two apart. */
+    CUdriverProcAddressQueryResult found = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    void *v1 = NULL;
+    if (api.get_proc_address("cuDeviceGetUuid", &v1, 11000, CU_GET_PROC_ADDRESS_DEFAULT, &found) ==
+            CUDA_SUCCESS &&
+        found == CU_GET_PROC_ADDRESS_SUCCESS)
+        memcpy(&api.device_get_gpu_uuid, &v1, sizeof(v1));
     api.rc = 0;
 }
 
@@ -244,17 +312,26 @@ int backend_cuda_built(void)
     return 1;
 }
 
-static void format_uuid(const uint8_t u[BACKEND_UUID_LEN], char *buf, size_t len)
+/* As nvidia-smi -L prints it: GPU-... for a GPU, MIG-... for a MIG instance. */
+static void format_uuid(const uint8_t u[BACKEND_UUID_LEN], int mig, char *buf, size_t len)
 {
-    snprintf(buf, len, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-             u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
-             u[14], u[15]);
+    snprintf(buf, len, "%s-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+             mig ? "MIG" : "GPU", u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10],
+             u[11], u[12], u[13], u[14], u[15]);
 }
 
-/* Device `ordinal` is present and can serve a shared VMM pool. */
-static int cuda_device_check(int ordinal, CUdevice *dev, char *err, size_t errlen)
+static int device_attribute(CUdevice dev, CUdevice_attribute attr, int *value, char *err,
+                            size_t errlen)
 {
-    int count = 0, vmm = 0, posix_fd = 0;
+    CUresult r = api.device_get_attribute(value, attr, dev);
+    return r == CUDA_SUCCESS ? 0 : cuda_fail(err, errlen, KVS_EIO, "cuDeviceGetAttribute", r);
+}
+
+/* Device `ordinal` is present and can serve a shared VMM pool; fills c's
+ * ordinal, dev and rdma. */
+static int cuda_device_check(int ordinal, struct backend_cuda *c, char *err, size_t errlen)
+{
+    int count = 0, vmm = 0, posix_fd = 0, mode = 0, rdma = 0;
     CUresult r = api.device_get_count(&count);
     if (r != CUDA_SUCCESS)
         return cuda_fail(err, errlen, KVS_ENODEV, "cuDeviceGetCount", r);
@@ -271,17 +348,20 @@ static int cuda_device_check(int ordinal, CUdevice *dev, char *err, size_t errle
                        ordinal, count, count == 1 ? "" : "s", count - 1);
         return KVS_ENODEV;
     }
-    r = api.device_get(dev, ordinal);
+    r = api.device_get(&c->dev, ordinal);
     if (r != CUDA_SUCCESS)
         return cuda_fail(err, errlen, KVS_ENODEV, "cuDeviceGet", r);
-    r = api.device_get_attribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
-                                 *dev);
-    if (r != CUDA_SUCCESS)
-        return cuda_fail(err, errlen, KVS_EIO, "cuDeviceGetAttribute", r);
-    r = api.device_get_attribute(
-        &posix_fd, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, *dev);
-    if (r != CUDA_SUCCESS)
-        return cuda_fail(err, errlen, KVS_EIO, "cuDeviceGetAttribute", r);
+    c->ordinal = ordinal;
+    int rc = device_attribute(c->dev, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, &vmm,
+                              err, errlen);
+    if (rc == 0)
+        rc = device_attribute(c->dev,
+                              CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+                              &posix_fd, err, errlen);
+    if (rc == 0)
+        rc = device_attribute(c->dev, CU_DEVICE_ATTRIBUTE_COMPUTE_MODE, &mode, err, errlen);
+    if (rc != 0)
+        return rc;
     if (!vmm || !posix_fd) {
         backend_errorf(err, errlen,
                        "CUDA device %d does not support %s, which sharing the pool between "
@@ -292,41 +372,86 @@ static int cuda_device_check(int ordinal, CUdevice *dev, char *err, size_t errle
                             : "POSIX file descriptor export of device memory");
         return KVS_ENOTSUP;
     }
+    /* The daemon and every worker each hold a context on the device. */
+    if (mode != CU_COMPUTEMODE_DEFAULT) {
+        backend_errorf(err, errlen,
+                       "CUDA device %d is in compute mode %s, which lets %s hold a context on "
+                       "it, but the daemon and every worker need one: set compute mode DEFAULT: "
+                       "nvidia-smi -i %d -c DEFAULT",
+                       ordinal,
+                       mode == CU_COMPUTEMODE_EXCLUSIVE_PROCESS ? "EXCLUSIVE_PROCESS"
+                       : mode == CU_COMPUTEMODE_PROHIBITED      ? "PROHIBITED"
+                                                                : "not DEFAULT",
+                       mode == CU_COMPUTEMODE_PROHIBITED ? "no process" : "only one process",
+                       ordinal);
+        return KVS_ENOTSUP;
+    }
+    /* Only asked where the driver knows the attribute (CUDA 11.x-era
+     * drivers answer "invalid value"): then RDMA is simply not requested. */
+    c->rdma =
+        api.device_get_attribute(&rdma, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED,
+                                 c->dev) == CUDA_SUCCESS &&
+        rdma != 0;
     return 0;
 }
 
 int backend_cuda_probe(int device, char *err, size_t errlen)
 {
-    CUdevice dev;
+    struct backend_cuda c;
     int rc = cuda_loaded(err, errlen);
     if (rc != 0)
         return rc;
-    return cuda_device_check(device, &dev, err, errlen);
+    memset(&c, 0, sizeof(c));
+    return cuda_device_check(device, &c, err, errlen);
 }
 
-static CUmemAllocationProp slab_prop(CUdevice dev)
+/* GPUDirect RDMA can only be chosen here, at cuMemCreate: request it
+ * wherever the device supports it, so that a NIC (NIXL/UCX, GDS) can later
+ * read the pool directly. */
+static CUmemAllocationProp slab_prop(const struct backend_cuda *c)
 {
     CUmemAllocationProp prop;
     memset(&prop, 0, sizeof(prop));
     prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
     prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
     prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = (int)dev;
+    prop.location.id = (int)c->dev;
+    prop.allocFlags.gpuDirectRDMACapable = c->rdma ? 1 : 0;
     return prop;
 }
 
-/* Retains the primary context of c->dev and makes it current: the memory
- * calls need a current context. */
+/* Makes c's context current on this thread, above the caller's. */
+static int cuda_enter(const struct backend_cuda *c)
+{
+    return api.ctx_push(c->ctx) == CUDA_SUCCESS ? 0 : KVS_EIO;
+}
+
+/* Gives the caller's context back. */
+static void cuda_leave(void)
+{
+    CUcontext popped;
+    api.ctx_pop(&popped);
+}
+
+/* Retains the primary context of c->dev, makes it current (cuda_leave
+ * undoes that) and creates c's private stream in it. */
 static int cuda_context(struct backend_cuda *c, char *err, size_t errlen)
 {
     CUresult r = api.primary_ctx_retain(&c->ctx, c->dev);
-    if (r != CUDA_SUCCESS)
-        return cuda_fail(err, errlen, KVS_EIO, "cuDevicePrimaryCtxRetain", r);
-    r = api.ctx_set_current(c->ctx);
     if (r != CUDA_SUCCESS) {
-        api.primary_ctx_release(c->dev);
         c->ctx = NULL;
-        return cuda_fail(err, errlen, KVS_EIO, "cuCtxSetCurrent", r);
+        return cuda_fail(err, errlen, KVS_EIO, "cuDevicePrimaryCtxRetain", r);
+    }
+    r = api.ctx_push(c->ctx);
+    if (r != CUDA_SUCCESS)
+        return cuda_fail(err, errlen, KVS_EIO, "cuCtxPushCurrent", r);
+    /* Non-blocking: the legacy default stream, on which an engine may
+     * queue work, never serialises with our copies. */
+    r = api.stream_create(&c->stream, CU_STREAM_NON_BLOCKING);
+    if (r != CUDA_SUCCESS) {
+        c->stream = NULL;
+        cuda_leave();
+        return cuda_fail(err, errlen, KVS_EIO, "cuStreamCreate", r);
     }
     return 0;
 }
@@ -359,14 +484,23 @@ static int cuda_map(struct backend_cuda *c, char *err, size_t errlen)
     return 0;
 }
 
-/* Undoes whatever part of context, handles and mapping c holds. */
+/* Undoes whatever part of context, stream, handles and mapping c holds.
+ * The caller's context stays current. cuMemUnmap waits for work that still
+ * reads the range (the driver documents it as synchronizing), so an
+ * engine's queued kernels finish before the memory goes. */
 static void cuda_teardown(struct backend_cuda *c)
 {
     if (c == NULL)
         return;
-    if (c->ctx != NULL) {
-        api.ctx_set_current(c->ctx);
-        api.ctx_synchronize();
+    if (c->pid != getpid()) {
+        /* A forked child: the driver state is the parent's, not ours. */
+        free(c);
+        return;
+    }
+    int entered = c->ctx != NULL && cuda_enter(c) == 0;
+    if (c->stream != NULL) {
+        api.stream_synchronize(c->stream);
+        api.stream_destroy(c->stream);
     }
     uint64_t offset = 0;
     for (uint32_t i = 0; i < c->n_mapped; i++) {
@@ -378,6 +512,8 @@ static void cuda_teardown(struct backend_cuda *c)
     for (uint32_t i = 0; i < c->n_slabs; i++)
         if (c->handles[i] != 0)
             api.mem_release(c->handles[i]);
+    if (entered)
+        cuda_leave();
     if (c->ctx != NULL)
         api.primary_ctx_release(c->dev);
     free(c);
@@ -435,9 +571,64 @@ static int cuda_pool_size(const backend_config_t *cfg, struct backend_cuda *c, u
     return 0;
 }
 
+/* The slab size to aim for: CUDA_SLAB_TARGET, or the test override. */
+static int cuda_slab_target(const struct backend_cuda *c, uint64_t *out, char *err, size_t errlen)
+{
+    const char *env = getenv(CUDA_SLAB_ENV);
+    *out = CUDA_SLAB_TARGET;
+    if (env == NULL || env[0] == '\0')
+        return 0;
+    char *end = NULL;
+    unsigned long long v = strtoull(env, &end, 10);
+    if (*end != '\0' || v == 0 || v % c->granularity != 0) {
+        backend_errorf(err, errlen,
+                       "%s=%s: give a slab size in bytes, a multiple of the allocation "
+                       "granularity %llu",
+                       CUDA_SLAB_ENV, env, (unsigned long long)c->granularity);
+        return KVS_EINVAL;
+    }
+    *out = v;
+    return 0;
+}
+
+/* Splits c->size into equal slabs of about `target` bytes, the last one
+ * smaller, and creates them. */
+static int cuda_create_slabs(struct backend_cuda *c, uint64_t target, char *err, size_t errlen)
+{
+    CUmemAllocationProp prop = slab_prop(c);
+    uint64_t n = (c->size + target - 1) / target;
+    if (n > BACKEND_MAX_SLABS)
+        n = BACKEND_MAX_SLABS;
+    uint64_t slab = round_up((c->size + n - 1) / n, c->granularity);
+    for (uint64_t left = c->size; left > 0; c->n_slabs++) {
+        c->slab_bytes[c->n_slabs] = left < slab ? left : slab;
+        left -= c->slab_bytes[c->n_slabs];
+    }
+    for (uint32_t i = 0; i < c->n_slabs; i++) {
+        CUresult r = api.mem_create(&c->handles[i], c->slab_bytes[i], &prop, 0);
+        if (r == CUDA_SUCCESS)
+            continue;
+        c->handles[i] = 0;
+        if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+            backend_errorf(err, errlen,
+                           "not enough memory on CUDA device %d: cuMemCreate of slab %u "
+                           "(%llu bytes) of a %llu-byte pool failed: ask for less or free "
+                           "device memory",
+                           c->ordinal, i, (unsigned long long)c->slab_bytes[i],
+                           (unsigned long long)c->size);
+            return KVS_ENOMEM;
+        }
+        char what[64];
+        snprintf(what, sizeof(what), "cuMemCreate of slab %u", i);
+        return cuda_fail(err, errlen, KVS_EIO, what, r);
+    }
+    return 0;
+}
+
 int backend_cuda_open(const backend_config_t *cfg, backend_t *b, char *err, size_t errlen)
 {
     struct backend_cuda *c = NULL;
+    int entered = 0;
     int rc = cuda_loaded(err, errlen);
     if (rc != 0)
         return rc;
@@ -446,15 +637,17 @@ int backend_cuda_open(const backend_config_t *cfg, backend_t *b, char *err, size
         backend_errorf(err, errlen, "out of memory");
         return KVS_ENOMEM;
     }
+    c->pid = getpid();
     c->ordinal = cfg->device;
-    rc = cuda_device_check(cfg->device, &c->dev, err, errlen);
+    rc = cuda_device_check(cfg->device, c, err, errlen);
     if (rc != 0)
         goto fail;
     rc = cuda_context(c, err, errlen);
     if (rc != 0)
         goto fail;
+    entered = 1;
 
-    CUmemAllocationProp prop = slab_prop(c->dev);
+    CUmemAllocationProp prop = slab_prop(c);
     size_t gran = 0;
     CUresult r =
         api.mem_get_allocation_granularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
@@ -468,68 +661,51 @@ int backend_cuda_open(const backend_config_t *cfg, backend_t *b, char *err, size
         pitch > 0)
         c->max_pitch = (uint64_t)pitch;
 
-    rc = cuda_pool_size(cfg, c, &c->size, err, errlen);
+    uint64_t target;
+    rc = cuda_slab_target(c, &target, err, errlen);
+    if (rc == 0)
+        rc = cuda_pool_size(cfg, c, &c->size, err, errlen);
+    if (rc == 0)
+        rc = cuda_create_slabs(c, target, err, errlen);
+    if (rc == 0)
+        rc = cuda_map(c, err, errlen);
     if (rc != 0)
         goto fail;
 
-    /* Equal slabs of about CUDA_SLAB_TARGET bytes, the last one smaller. */
-    uint64_t n = (c->size + CUDA_SLAB_TARGET - 1) / CUDA_SLAB_TARGET;
-    if (n > BACKEND_MAX_SLABS)
-        n = BACKEND_MAX_SLABS;
-    uint64_t slab = round_up((c->size + n - 1) / n, c->granularity);
-    for (uint64_t left = c->size; left > 0; c->n_slabs++) {
-        c->slab_bytes[c->n_slabs] = left < slab ? left : slab;
-        left -= c->slab_bytes[c->n_slabs];
-    }
-    for (uint32_t i = 0; i < c->n_slabs; i++) {
-        r = api.mem_create(&c->handles[i], c->slab_bytes[i], &prop, 0);
-        if (r != CUDA_SUCCESS) {
-            c->handles[i] = 0;
-            if (r == CUDA_ERROR_OUT_OF_MEMORY) {
-                backend_errorf(err, errlen,
-                               "not enough memory on CUDA device %d: cuMemCreate of slab %u "
-                               "(%llu bytes) of a %llu-byte pool failed: ask for less or free "
-                               "device memory",
-                               c->ordinal, i, (unsigned long long)c->slab_bytes[i],
-                               (unsigned long long)c->size);
-                rc = KVS_ENOMEM;
-            } else {
-                rc = cuda_fail(err, errlen, KVS_EIO, "cuMemCreate", r);
-            }
-            goto fail;
-        }
-    }
-    rc = cuda_map(c, err, errlen);
-    if (rc != 0)
-        goto fail;
-
-    CUuuid uuid;
+    CUuuid uuid, gpu_uuid;
     r = api.device_get_uuid(&uuid, c->dev);
     if (r != CUDA_SUCCESS) {
         rc = cuda_fail(err, errlen, KVS_EIO, "cuDeviceGetUuid", r);
         goto fail;
     }
+    c->mig = api.device_get_gpu_uuid != NULL &&
+             api.device_get_gpu_uuid(&gpu_uuid, c->dev) == CUDA_SUCCESS &&
+             memcmp(gpu_uuid.bytes, uuid.bytes, sizeof(uuid.bytes)) != 0;
     char name[128] = "unknown", uuid_text[48];
     api.device_get_name(name, (int)sizeof(name), c->dev);
+    cuda_leave();
     memset(&b->desc, 0, sizeof(b->desc));
     b->desc.kind = BACKEND_CUDA;
     memcpy(b->desc.device_uuid, uuid.bytes, BACKEND_UUID_LEN);
     b->desc.size = c->size;
     b->desc.n_slabs = c->n_slabs;
     memcpy(b->desc.slab_bytes, c->slab_bytes, sizeof(c->slab_bytes));
-    format_uuid(b->desc.device_uuid, uuid_text, sizeof(uuid_text));
+    format_uuid(b->desc.device_uuid, c->mig, uuid_text, sizeof(uuid_text));
     b->kind = BACKEND_CUDA;
     b->size = c->size;
     b->base = (uintptr_t)c->va;
     b->cuda = c;
     snprintf(b->detail, sizeof(b->detail),
-             "cuda device %d (%s, %s), %llu bytes in %u slab%s, granularity %llu, driver "
-             "CUDA %d.%d",
+             "cuda device %d (%s, %s), %llu bytes in %u slab%s, granularity %llu, GPUDirect "
+             "RDMA %s, driver CUDA %d.%d",
              c->ordinal, name, uuid_text, (unsigned long long)c->size, c->n_slabs,
              c->n_slabs == 1 ? "" : "s", (unsigned long long)c->granularity,
-             api.driver_version / 1000, api.driver_version % 1000 / 10);
+             c->rdma ? "capable" : "not supported", api.driver_version / 1000,
+             api.driver_version % 1000 / 10);
     return 0;
 fail:
+    if (entered)
+        cuda_leave();
     cuda_teardown(c);
     return rc;
 }
@@ -541,12 +717,14 @@ void backend_cuda_close(backend_t *b)
     b->base = 0;
 }
 
-int backend_cuda_export(backend_t *b, int *fds, size_t max, size_t *n_fds)
+/* Exporting needs no context: the handles name the device. */
+int backend_cuda_export(backend_t *b, int *fds, size_t max, size_t *n_fds, char *err, size_t errlen)
 {
     struct backend_cuda *c = b->cuda;
-    if (max < c->n_slabs)
+    if (max < c->n_slabs) {
+        backend_errorf(err, errlen, "room for %zu fds, the pool has %u slabs", max, c->n_slabs);
         return KVS_EINVAL;
-    api.ctx_set_current(c->ctx);
+    }
     for (uint32_t i = 0; i < c->n_slabs; i++) {
         int fd = -1;
         CUresult r =
@@ -554,7 +732,9 @@ int backend_cuda_export(backend_t *b, int *fds, size_t max, size_t *n_fds)
         if (r != CUDA_SUCCESS || fd < 0) {
             for (uint32_t j = 0; j < i; j++)
                 close(fds[j]);
-            return KVS_EIO;
+            char what[64];
+            snprintf(what, sizeof(what), "cuMemExportToShareableHandle of slab %u", i);
+            return cuda_fail(err, errlen, KVS_EIO, what, r);
         }
         /* Whatever the driver did, the daemon must not leak pool fds into
          * children it may start. */
@@ -584,13 +764,15 @@ static int cuda_find_device(const uint8_t uuid[BACKEND_UUID_LEN], struct backend
             return 0;
         }
     }
+    /* Not seen here, so whether it is a GPU or a MIG instance is unknown:
+     * the UUID without its prefix matches either line of nvidia-smi -L. */
     char text[48];
-    format_uuid(uuid, text, sizeof(text));
+    format_uuid(uuid, 0, text, sizeof(text));
     backend_errorf(err, errlen,
-                   "the pool lives on CUDA device %s, which this process cannot see (it sees %d "
-                   "device%s): check CUDA_VISIBLE_DEVICES and that the daemon and this process "
-                   "share the GPU",
-                   text, count, count == 1 ? "" : "s");
+                   "the pool lives on the CUDA device with UUID %s (GPU-%s or MIG-%s in "
+                   "nvidia-smi -L), which this process cannot see (it sees %d device%s): check "
+                   "CUDA_VISIBLE_DEVICES and that the daemon and this process share the GPU",
+                   text + 4, text + 4, text + 4, count, count == 1 ? "" : "s");
     return KVS_ENODEV;
 }
 
@@ -598,6 +780,7 @@ int backend_cuda_import(const backend_desc_t *desc, const int *fds, size_t n_fds
                         backend_mapping_t *m, char *err, size_t errlen)
 {
     struct backend_cuda *c = NULL;
+    int entered = 0;
     int rc = cuda_loaded(err, errlen);
     if (rc != 0)
         goto fail;
@@ -607,16 +790,16 @@ int backend_cuda_import(const backend_desc_t *desc, const int *fds, size_t n_fds
         backend_errorf(err, errlen, "out of memory");
         goto fail;
     }
+    c->pid = getpid();
     rc = cuda_find_device(desc->device_uuid, c, err, errlen);
+    if (rc == 0)
+        rc = cuda_device_check(c->ordinal, c, err, errlen);
+    if (rc == 0)
+        rc = cuda_context(c, err, errlen);
     if (rc != 0)
         goto fail;
-    rc = cuda_device_check(c->ordinal, &c->dev, err, errlen);
-    if (rc != 0)
-        goto fail;
-    rc = cuda_context(c, err, errlen);
-    if (rc != 0)
-        goto fail;
-    CUmemAllocationProp prop = slab_prop(c->dev);
+    entered = 1;
+    CUmemAllocationProp prop = slab_prop(c);
     size_t gran = 0;
     CUresult r = api.mem_get_allocation_granularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
     if (r != CUDA_SUCCESS || gran == 0) {
@@ -653,6 +836,7 @@ int backend_cuda_import(const backend_desc_t *desc, const int *fds, size_t n_fds
         api.mem_release(c->handles[i]);
         c->handles[i] = 0;
     }
+    cuda_leave();
     for (size_t i = 0; i < n_fds; i++)
         close(fds[i]);
     m->kind = BACKEND_CUDA;
@@ -661,6 +845,8 @@ int backend_cuda_import(const backend_desc_t *desc, const int *fds, size_t n_fds
     m->cuda = c;
     return 0;
 fail:
+    if (entered)
+        cuda_leave();
     for (size_t i = 0; i < n_fds; i++)
         close(fds[i]);
     if (c != NULL && api.rc == 0)
@@ -677,29 +863,31 @@ void backend_cuda_unmap(backend_mapping_t *m)
     m->base = 0;
 }
 
-/* Device-to-device copies are asynchronous to the host: wait, so that the
- * caller may tell a worker the block is ready. */
-static int cuda_sync(CUresult r)
+/* The copies: c's context current for the call, the work on c's stream, then
+ * a wait for that stream alone (the caller may then tell a worker the block
+ * is ready, or read what it copied). */
+static int cuda_copy_done(struct backend_cuda *c, CUresult queued)
 {
-    if (r == CUDA_SUCCESS)
-        r = api.ctx_synchronize();
-    return r == CUDA_SUCCESS ? 0 : KVS_EIO;
+    CUresult r = api.stream_synchronize(c->stream);
+    cuda_leave();
+    return queued == CUDA_SUCCESS && r == CUDA_SUCCESS ? 0 : KVS_EIO;
 }
 
 int backend_cuda_dtod(struct backend_cuda *c, uintptr_t dst, uintptr_t src, uint64_t n)
 {
-    if (api.ctx_set_current(c->ctx) != CUDA_SUCCESS)
+    if (c->pid != getpid() || cuda_enter(c) != 0)
         return KVS_EIO;
-    return cuda_sync(api.memcpy_dtod((CUdeviceptr)dst, (CUdeviceptr)src, n));
+    return cuda_copy_done(c,
+                          api.memcpy_dtod_async((CUdeviceptr)dst, (CUdeviceptr)src, n, c->stream));
 }
 
 int backend_cuda_dtod_2d(struct backend_cuda *c, uintptr_t dst, uintptr_t src, uint64_t width,
                          uint64_t height, uint64_t pitch)
 {
-    if (api.ctx_set_current(c->ctx) != CUDA_SUCCESS)
+    if (c->pid != getpid() || cuda_enter(c) != 0)
         return KVS_EIO;
     CUresult r = CUDA_ERROR_INVALID_VALUE;
-    if (c->max_pitch != 0 && pitch <= c->max_pitch) {
+    if (c->copy_2d != CUDA_COPY_ROWS && c->max_pitch != 0 && pitch <= c->max_pitch) {
         CUDA_MEMCPY2D copy;
         memset(&copy, 0, sizeof(copy));
         copy.srcMemoryType = CU_MEMORYTYPE_DEVICE;
@@ -710,42 +898,46 @@ int backend_cuda_dtod_2d(struct backend_cuda *c, uintptr_t dst, uintptr_t src, u
         copy.dstPitch = pitch;
         copy.WidthInBytes = width;
         copy.Height = height;
-        /* cuMemcpy2D may refuse device-to-device pitches that did not come
-         * from cuMemAllocPitch; the unaligned variant takes any pitch. */
-        if (c->copy_2d != CUDA_COPY_UNALIGNED) {
-            r = api.memcpy_2d(&copy);
-            if (r == CUDA_SUCCESS)
-                c->copy_2d = CUDA_COPY_2D;
-        }
-        if (r != CUDA_SUCCESS) {
-            r = api.memcpy_2d_unaligned(&copy);
-            if (r == CUDA_SUCCESS)
-                c->copy_2d = CUDA_COPY_UNALIGNED;
-        }
+        /* cuMemcpy2DAsync may refuse device-to-device pitches that did not
+         * come from cuMemAllocPitch (cuMemcpy2DUnaligned, which takes any,
+         * has no stream variant): then rows, from now on. */
+        r = api.memcpy_2d_async(&copy, c->stream);
+        c->copy_2d = r == CUDA_SUCCESS ? CUDA_COPY_2D : CUDA_COPY_ROWS;
     }
-    /* Pitch beyond what one 2D copy allows (very large pools), or no 2D copy
-     * works: row by row. */
-    for (uint64_t row = 0; r != CUDA_SUCCESS && row < height; row++) {
-        CUresult rr = api.memcpy_dtod((CUdeviceptr)(dst + row * pitch),
-                                      (CUdeviceptr)(src + row * pitch), width);
-        if (rr != CUDA_SUCCESS)
-            return KVS_EIO;
-        if (row + 1 == height)
-            r = CUDA_SUCCESS;
+    c->last_copy = r == CUDA_SUCCESS ? CUDA_COPY_2D : CUDA_COPY_ROWS;
+    /* Pitch beyond what one 2D copy allows (very large pools), or a pitch
+     * the 2D copy refuses: one queued copy per row, one wait. */
+    if (r != CUDA_SUCCESS) {
+        r = CUDA_SUCCESS;
+        for (uint64_t row = 0; r == CUDA_SUCCESS && row < height; row++)
+            r = api.memcpy_dtod_async((CUdeviceptr)(dst + row * pitch),
+                                      (CUdeviceptr)(src + row * pitch), width, c->stream);
     }
-    return cuda_sync(r);
+    return cuda_copy_done(c, r);
+}
+
+const char *backend_cuda_copy_path(const struct backend_cuda *c)
+{
+    switch (c->last_copy) {
+    case CUDA_COPY_2D:
+        return "cuMemcpy2DAsync";
+    case CUDA_COPY_ROWS:
+        return "cuMemcpyDtoDAsync per row";
+    default:
+        return "none yet";
+    }
 }
 
 int backend_cuda_htod(struct backend_cuda *c, uintptr_t dst, const void *src, uint64_t n)
 {
-    if (api.ctx_set_current(c->ctx) != CUDA_SUCCESS)
+    if (c->pid != getpid() || cuda_enter(c) != 0)
         return KVS_EIO;
-    return cuda_sync(api.memcpy_htod((CUdeviceptr)dst, src, n));
+    return cuda_copy_done(c, api.memcpy_htod_async((CUdeviceptr)dst, src, n, c->stream));
 }
 
 int backend_cuda_dtoh(struct backend_cuda *c, void *dst, uintptr_t src, uint64_t n)
 {
-    if (api.ctx_set_current(c->ctx) != CUDA_SUCCESS)
+    if (c->pid != getpid() || cuda_enter(c) != 0)
         return KVS_EIO;
-    return cuda_sync(api.memcpy_dtoh(dst, (CUdeviceptr)src, n));
+    return cuda_copy_done(c, api.memcpy_dtoh_async(dst, (CUdeviceptr)src, n, c->stream));
 }

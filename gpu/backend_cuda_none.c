@@ -35,12 +35,13 @@ void backend_cuda_close(backend_t *b)
     (void)b;
 }
 
-int backend_cuda_export(backend_t *b, int *fds, size_t max, size_t *n_fds)
+int backend_cuda_export(backend_t *b, int *fds, size_t max, size_t *n_fds, char *err, size_t errlen)
 {
     (void)b;
     (void)fds;
     (void)max;
     (void)n_fds;
+    backend_errorf(err, errlen, NOT_BUILT);
     return KVS_ENOTSUP;
 }
 
@@ -88,6 +89,12 @@ int backend_cuda_htod(struct backend_cuda *c, uintptr_t dst, const void *src, ui
     (void)src;
     (void)n;
     return KVS_ENOTSUP;
+}
+
+const char *backend_cuda_copy_path(const struct backend_cuda *c)
+{
+    (void)c;
+    return "none";
 }
 
 int backend_cuda_dtoh(struct backend_cuda *c, void *dst, uintptr_t src, uint64_t n)

@@ -89,13 +89,17 @@ void backend_host_close(backend_t *b)
     b->host_fd = -1;
 }
 
-int backend_host_export(backend_t *b, int *fds, size_t max, size_t *n_fds)
+int backend_host_export(backend_t *b, int *fds, size_t max, size_t *n_fds, char *err, size_t errlen)
 {
-    if (max < 1)
+    if (max < 1) {
+        backend_errorf(err, errlen, "no room for the pool's fd");
         return KVS_EINVAL;
+    }
     int fd = fcntl(b->host_fd, F_DUPFD_CLOEXEC, 0);
-    if (fd < 0)
+    if (fd < 0) {
+        backend_errorf(err, errlen, "duplicating the pool's memfd failed: %s", strerror(errno));
         return KVS_EIO;
+    }
     fds[0] = fd;
     *n_fds = 1;
     return 0;

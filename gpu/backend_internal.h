@@ -34,7 +34,8 @@ void backend_errorf(char *err, size_t errlen, const char *fmt, ...)
 /* host: memfd + mmap (backend_host.c). open fills size, base, desc, host_fd. */
 int backend_host_open(const backend_config_t *cfg, backend_t *b, char *err, size_t errlen);
 void backend_host_close(backend_t *b);
-int backend_host_export(backend_t *b, int *fds, size_t max, size_t *n_fds);
+int backend_host_export(backend_t *b, int *fds, size_t max, size_t *n_fds, char *err,
+                        size_t errlen);
 int backend_host_import(const backend_desc_t *desc, const int *fds, size_t n_fds,
                         backend_mapping_t *m, char *err, size_t errlen);
 void backend_host_unmap(backend_mapping_t *m);
@@ -43,15 +44,19 @@ void backend_host_unmap(backend_mapping_t *m);
 int backend_cuda_built(void);
 int backend_cuda_open(const backend_config_t *cfg, backend_t *b, char *err, size_t errlen);
 void backend_cuda_close(backend_t *b);
-int backend_cuda_export(backend_t *b, int *fds, size_t max, size_t *n_fds);
+int backend_cuda_export(backend_t *b, int *fds, size_t max, size_t *n_fds, char *err,
+                        size_t errlen);
 int backend_cuda_import(const backend_desc_t *desc, const int *fds, size_t n_fds,
                         backend_mapping_t *m, char *err, size_t errlen);
 void backend_cuda_unmap(backend_mapping_t *m);
-/* Copies on device addresses, done when they return. */
+/* Copies on device addresses, on the backend's own stream, done when they
+ * return; the caller's current context is unchanged. */
 int backend_cuda_dtod(struct backend_cuda *c, uintptr_t dst, uintptr_t src, uint64_t n);
 int backend_cuda_dtod_2d(struct backend_cuda *c, uintptr_t dst, uintptr_t src, uint64_t width,
                          uint64_t height, uint64_t pitch);
 int backend_cuda_htod(struct backend_cuda *c, uintptr_t dst, const void *src, uint64_t n);
 int backend_cuda_dtoh(struct backend_cuda *c, void *dst, uintptr_t src, uint64_t n);
+/* The copy the last backend_cuda_dtod_2d used, e.g. "cuMemcpy2DAsync". */
+const char *backend_cuda_copy_path(const struct backend_cuda *c);
 
 #endif /* KVS_BACKEND_INTERNAL_H */

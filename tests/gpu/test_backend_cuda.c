@@ -133,7 +133,7 @@ static pid_t spawn_importer(backend_t *b, const char *mode, uint32_t layer, uint
     backend_describe(b, &desc);
     int fds[BACKEND_MAX_SLABS];
     size_t n = 0;
-    ck_assert_int_eq(backend_export(b, fds, BACKEND_MAX_SLABS, &n), 0);
+    ck_assert_int_eq(backend_export(b, fds, BACKEND_MAX_SLABS, &n, NULL, 0), 0);
     ck_assert_uint_eq(n, desc.n_slabs);
     char hex[2 * sizeof(desc) + 1];
     const uint8_t *raw = (const uint8_t *)&desc;

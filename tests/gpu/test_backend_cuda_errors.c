@@ -74,6 +74,62 @@ START_TEST(create_out_of_memory)
 }
 END_TEST
 
+/* A GPU that is there but not ready is an error naming the fix, even for
+ * auto: never a quiet fallback to host memory. */
+START_TEST(fabric_manager_not_running)
+{
+    EXPECT_CUDA_ERROR("notready", KVS_EIO, "nvidia-fabricmanager");
+    setenv("KVS_FAKE_CUDA", "notready", 1);
+    char err[512] = "";
+    backend_t *b = NULL;
+    ck_assert_int_eq(open_kind(BACKEND_AUTO, 0, 8 << 20, err, sizeof(err), &b), KVS_EIO);
+    ck_assert_ptr_nonnull(strstr(err, "CUDA_ERROR_SYSTEM_NOT_READY"));
+}
+END_TEST
+
+START_TEST(driver_mismatch)
+{
+    EXPECT_CUDA_ERROR("mismatch", KVS_EIO, "does not match the loaded kernel module");
+}
+END_TEST
+
+START_TEST(compat_package_unsupported)
+{
+    EXPECT_CUDA_ERROR("compat", KVS_EIO, "cuda-compat");
+}
+END_TEST
+
+START_TEST(exclusive_process_mode)
+{
+    EXPECT_CUDA_ERROR("exclusive", KVS_ENOTSUP, "EXCLUSIVE_PROCESS");
+    EXPECT_CUDA_ERROR("exclusive", KVS_ENOTSUP,
+                      "set compute mode DEFAULT: nvidia-smi -i 0 -c DEFAULT");
+}
+END_TEST
+
+START_TEST(prohibited_mode)
+{
+    EXPECT_CUDA_ERROR("prohibited", KVS_ENOTSUP, "set compute mode DEFAULT");
+}
+END_TEST
+
+/* The daemon's export failure keeps the driver's error name. */
+START_TEST(export_error_named)
+{
+    setenv("KVS_FAKE_CUDA", "noexport", 1);
+    char err[512] = "";
+    backend_t *b = NULL;
+    ck_assert_int_eq(open_kind(BACKEND_CUDA, 0, 8 << 20, err, sizeof(err), &b), 0);
+    int fds[BACKEND_MAX_SLABS];
+    size_t n = 0;
+    ck_assert_int_eq(backend_export(b, fds, BACKEND_MAX_SLABS, &n, err, sizeof(err)), KVS_EIO);
+    ck_assert_msg(strstr(err, "cuMemExportToShareableHandle") != NULL &&
+                      strstr(err, "CUDA_ERROR_NOT_PERMITTED") != NULL,
+                  "%s", err);
+    backend_close(b);
+}
+END_TEST
+
 START_TEST(device_ordinal_missing)
 {
     setenv("KVS_FAKE_CUDA", "ok", 1);
@@ -231,6 +287,12 @@ int main(void)
     tcase_add_test(tc, no_posix_fd);
     tcase_add_test(tc, old_driver);
     tcase_add_test(tc, create_out_of_memory);
+    tcase_add_test(tc, fabric_manager_not_running);
+    tcase_add_test(tc, driver_mismatch);
+    tcase_add_test(tc, compat_package_unsupported);
+    tcase_add_test(tc, exclusive_process_mode);
+    tcase_add_test(tc, prohibited_mode);
+    tcase_add_test(tc, export_error_named);
     tcase_add_test(tc, device_ordinal_missing);
     tcase_add_test(tc, asked_more_than_free);
     tcase_add_test(tc, auto_uses_host_without_driver);

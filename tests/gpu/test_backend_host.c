@@ -138,7 +138,7 @@ START_TEST(seals_hold)
     backend_t *b = open_host(1 << 16);
     int fds[BACKEND_MAX_SLABS];
     size_t n = 0;
-    ck_assert_int_eq(backend_export(b, fds, BACKEND_MAX_SLABS, &n), 0);
+    ck_assert_int_eq(backend_export(b, fds, BACKEND_MAX_SLABS, &n, NULL, 0), 0);
     ck_assert_uint_eq(n, 1);
     int seals = fcntl(fds[0], F_GET_SEALS);
     ck_assert_int_ge(seals, 0);
@@ -153,9 +153,9 @@ START_TEST(seals_hold)
     /* the exported fd is close-on-exec and a new fd each time */
     ck_assert(fcntl(fds[0], F_GETFD) & FD_CLOEXEC);
     int again[BACKEND_MAX_SLABS];
-    ck_assert_int_eq(backend_export(b, again, BACKEND_MAX_SLABS, &n), 0);
+    ck_assert_int_eq(backend_export(b, again, BACKEND_MAX_SLABS, &n, NULL, 0), 0);
     ck_assert_int_ne(again[0], fds[0]);
-    ck_assert_int_eq(backend_export(b, again, 0, &n), KVS_EINVAL);
+    ck_assert_int_eq(backend_export(b, again, 0, &n, NULL, 0), KVS_EINVAL);
     close(again[0]);
     close(fds[0]);
     backend_close(b);
@@ -210,7 +210,7 @@ START_TEST(cross_process_write_read)
     backend_describe(b, &d);
     int fds[BACKEND_MAX_SLABS];
     size_t n = 0;
-    ck_assert_int_eq(backend_export(b, fds, BACKEND_MAX_SLABS, &n), 0);
+    ck_assert_int_eq(backend_export(b, fds, BACKEND_MAX_SLABS, &n, NULL, 0), 0);
     ck_assert_int_eq(send_desc(sv[0], &d, fds, n), 0);
     close(fds[0]); /* the daemon closes its copy once sent */
     char ack = 0;
@@ -245,7 +245,7 @@ START_TEST(mapping_outlives_close)
     backend_describe(b, &d);
     int fds[BACKEND_MAX_SLABS];
     size_t n = 0;
-    ck_assert_int_eq(backend_export(b, fds, BACKEND_MAX_SLABS, &n), 0);
+    ck_assert_int_eq(backend_export(b, fds, BACKEND_MAX_SLABS, &n, NULL, 0), 0);
     backend_mapping_t *m = NULL;
     char err[256];
     ck_assert_int_eq(backend_import(&d, fds, n, &m, err, sizeof(err)), 0);
@@ -278,25 +278,25 @@ START_TEST(import_rejects_bad_input)
     int fds[2];
     size_t n = 0;
     /* descriptor claims more than the file holds */
-    ck_assert_int_eq(backend_export(b, fds, 2, &n), 0);
+    ck_assert_int_eq(backend_export(b, fds, 2, &n, NULL, 0), 0);
     backend_desc_t big = d;
     big.size = big.slab_bytes[0] = 1 << 20;
     ck_assert_int_eq(backend_import(&big, fds, 1, &m, err, sizeof(err)), KVS_EINVAL);
     ck_assert_int_eq(fcntl(fds[0], F_GETFD), -1);
     /* slab count and fd count disagree */
-    ck_assert_int_eq(backend_export(b, fds, 2, &n), 0);
+    ck_assert_int_eq(backend_export(b, fds, 2, &n, NULL, 0), 0);
     fds[1] = dup(fds[0]);
     ck_assert_int_eq(backend_import(&d, fds, 2, &m, err, sizeof(err)), KVS_EINVAL);
     ck_assert_int_eq(fcntl(fds[0], F_GETFD), -1);
     ck_assert_int_eq(fcntl(fds[1], F_GETFD), -1);
     /* slabs do not add up to the size */
-    ck_assert_int_eq(backend_export(b, fds, 2, &n), 0);
+    ck_assert_int_eq(backend_export(b, fds, 2, &n, NULL, 0), 0);
     backend_desc_t odd = d;
     odd.size += 4096;
     ck_assert_int_eq(backend_import(&odd, fds, 1, &m, err, sizeof(err)), KVS_EINVAL);
     ck_assert_int_eq(fcntl(fds[0], F_GETFD), -1);
     /* unknown kind */
-    ck_assert_int_eq(backend_export(b, fds, 2, &n), 0);
+    ck_assert_int_eq(backend_export(b, fds, 2, &n, NULL, 0), 0);
     backend_desc_t alien = d;
     alien.kind = (backend_kind_t)7;
     ck_assert_int_eq(backend_import(&alien, fds, 1, &m, err, sizeof(err)), KVS_EINVAL);
