@@ -7,6 +7,14 @@
  * undecodable reply drops the connection; the next call reconnects (Hello
  * again, pool mapped again). fds come with the Hello reply (SCM_RIGHTS), read
  * with recvmsg.
+ *
+ * The pool mapping outlives a dropped connection only until the next call
+ * that needs the daemon: that call unmaps it before reconnecting, so a
+ * restarted daemon finds the GPU memory of the old pool released by every
+ * worker that made a call, even while it cannot yet reconnect. A client
+ * belongs to the process that connected it: in a forked child every call
+ * fails with "reconnect from the new process" (the socket is shared with
+ * the parent, and a CUDA mapping does not survive fork).
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -15,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -35,6 +44,7 @@ struct kvs_client {
     int reconnect_ms;
     unsigned flags;
 
+    pid_t pid; /* the process that connected: the socket and mapping are its */
     int fd;
     uint64_t epoch;
     uint64_t next_id;
@@ -82,8 +92,9 @@ static void drop_fds(kvs_client_t *c)
     c->n_fds = 0;
 }
 
-/* Drops the connection; the mapping stays until the next connect replaces
- * it, so a worker in the middle of a read does not fault. */
+/* Drops the connection; the mapping stays until the next call that needs
+ * the daemon (unmap_stale_pool), so a worker in the middle of a read does not
+ * fault. */
 static void disconnect(kvs_client_t *c)
 {
     if (c->fd >= 0)
@@ -91,6 +102,31 @@ static void disconnect(kvs_client_t *c)
     c->fd = -1;
     c->rlen = 0;
     drop_fds(c);
+}
+
+/* After a dropped connection: lets go of the old pool, so that its memory
+ * (device memory, with cuda) is freed once every worker has done so, even
+ * if no daemon answers yet. Our own copies are synchronous, so none is in
+ * flight here; backend_unmap waits for device work still reading it. */
+static void unmap_stale_pool(kvs_client_t *c)
+{
+    if (c->fd >= 0 || !c->map)
+        return;
+    backend_unmap(c->map);
+    c->map = NULL;
+}
+
+/* A forked child may not use its parent's client. */
+static int foreign_process(kvs_client_t *c)
+{
+    if (c->pid == getpid())
+        return 0;
+    set_err(c, KVS_ENOTCONN,
+            "this kvshare client was connected by process %d and cannot be used after fork "
+            "(the connection and the pool mapping are that process's): reconnect from the "
+            "new process with kvs_connect",
+            (int)c->pid);
+    return 1;
 }
 
 void kvs_options_init(kvs_options_t *opts)
@@ -465,6 +501,7 @@ out:
 static int connect_now(kvs_client_t *c, int64_t deadline)
 {
     struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    unmap_stale_pool(c);
     memcpy(addr.sun_path, c->socket_path, sizeof(addr.sun_path));
     c->last_attempt_ms = now_ms();
     c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -505,8 +542,11 @@ static int connect_now(kvs_client_t *c, int64_t deadline)
 /* Connected, or a fresh attempt (at most once per reconnect_ms). */
 static int ensure(kvs_client_t *c, int64_t deadline)
 {
+    if (foreign_process(c))
+        return KVS_ENOTCONN;
     if (c->fd >= 0)
         return 0;
+    unmap_stale_pool(c);
     if (c->reconnect_ms > 0 && c->last_attempt_ms &&
         now_ms() - c->last_attempt_ms < c->reconnect_ms)
         return set_err(c, KVS_ENOTCONN, "not connected to kvshared at %s (retrying every %d ms)",
@@ -533,6 +573,7 @@ int kvs_connect(const kvs_options_t *opts, kvs_client_t **out)
     if (!c)
         return KVS_ENOMEM;
     c->fd = -1;
+    c->pid = getpid();
     c->timeout_ms = o.timeout_ms;
     c->reconnect_ms = o.reconnect_ms > 0 ? o.reconnect_ms : 0;
     c->flags = o.flags;
@@ -573,7 +614,7 @@ void kvs_close(kvs_client_t *c)
 
 int kvs_connected(const kvs_client_t *c)
 {
-    return c && c->fd >= 0;
+    return c && c->fd >= 0 && c->pid == getpid();
 }
 
 uint64_t kvs_epoch(const kvs_client_t *c)
@@ -604,7 +645,7 @@ int kvs_geometry(const kvs_client_t *c, kvs_geometry_t *out)
 
 uintptr_t kvs_pool_base(const kvs_client_t *c)
 {
-    return c && c->map ? backend_mapping_base(c->map) : 0;
+    return c && c->map && c->pid == getpid() ? backend_mapping_base(c->map) : 0;
 }
 
 int kvs_block_addr(const kvs_client_t *c, uint32_t layer, uint32_t kv, uint32_t block,
@@ -612,7 +653,7 @@ int kvs_block_addr(const kvs_client_t *c, uint32_t layer, uint32_t kv, uint32_t 
 {
     if (!c || !addr)
         return KVS_EINVAL;
-    if (!c->map)
+    if (!c->map || c->pid != getpid())
         return KVS_ENOTCONN;
     const kvs_geometry_t *g = &c->geo;
     if (layer >= g->layers || kv > 1 || block >= g->num_blocks)
@@ -649,6 +690,8 @@ int kvs_block_write(kvs_client_t *c, uint32_t layer, uint32_t kv, uint32_t block
     uint64_t off;
     if (!src && n)
         return KVS_EINVAL;
+    if (c && foreign_process(c))
+        return KVS_ENOTCONN;
     int rc = slot_offset(c, layer, kv, block, n, &off);
     return rc != 0 ? rc : backend_mapping_write(c->map, off, src, n);
 }
@@ -659,6 +702,8 @@ int kvs_block_read(kvs_client_t *c, uint32_t layer, uint32_t kv, uint32_t block,
     uint64_t off;
     if (!dst && n)
         return KVS_EINVAL;
+    if (c && foreign_process(c))
+        return KVS_ENOTCONN;
     int rc = slot_offset(c, layer, kv, block, n, &off);
     return rc != 0 ? rc : backend_mapping_read(c->map, off, dst, n);
 }

@@ -32,7 +32,10 @@
  * to reconnect (at most once per reconnect_ms). A reconnect is a new session
  * (nothing held before it survives) and maps the pool again: addresses from
  * kvs_pool_base / kvs_block_addr stay valid until kvs_epoch() changes or
- * kvs_close.
+ * kvs_close, and once kvs_connected() returns 0, until the next call that
+ * needs the daemon (any RPC or kvs_ping): that call unmaps the old pool
+ * before it reconnects, so that a restarted daemon can have its memory
+ * back. Finish with the old addresses before making that call.
  *
  * Memory: with the host backend the addresses are host pointers; with cuda
  * they are device pointers in this process's CUDA context (use them from
@@ -45,6 +48,12 @@
  * which limit, what to do).
  *
  * Threads: a kvs_client_t is not thread-safe; use one per thread or lock.
+ *
+ * Processes: a client belongs to the process that connected it. In a child
+ * forked after kvs_connect, every call fails with KVS_ENOTCONN and the
+ * message "reconnect from the new process" (kvs_lookup is then a miss);
+ * kvs_close there frees the client without touching the parent's
+ * connection. Connect again from the child if it needs the cache.
  *
  * Wire protocol: proto/kvshare.proto (frames of a 4-byte little-endian length
  * and one protobuf message).

@@ -654,6 +654,43 @@ START_TEST(test_session_limit)
 }
 END_TEST
 
+/* A worker that forks after connecting: the child is told to reconnect
+ * from its own process, and the parent's connection is untouched. */
+START_TEST(test_fork_after_connect)
+{
+    kvs_options_t o;
+    kvs_client_t *c;
+    uint32_t tokens[2 * BT], got[4];
+    size_t n = 99;
+    kvs_options_init(&o);
+    o.socket_path = h.socket_path;
+    ck_assert_int_eq(kvs_connect(&o, &c), 0);
+    prompt(tokens, 2 * BT, 9);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        uint8_t byte = 0;
+        uintptr_t addr;
+        int ok = kvs_lookup(c, NULL, tokens, 2 * BT, 1, got, 4, &n) == KVS_ENOTCONN && n == 0 &&
+                 strstr(kvs_last_error(c), "reconnect from the new process") != NULL &&
+                 kvs_block_read(c, 0, 0, 0, &byte, 1) == KVS_ENOTCONN &&
+                 kvs_block_addr(c, 0, 0, 0, &addr) == KVS_ENOTCONN && kvs_pool_base(c) == 0 &&
+                 kvs_ping(c, 0, NULL) == KVS_ENOTCONN && !kvs_connected(c);
+        if (!ok)
+            fprintf(stderr, "child: %s\n", kvs_last_error(c));
+        kvs_close(c);
+        _exit(ok ? 0 : 1);
+    }
+    int st = 0;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status 0x%x", st);
+    ck_assert_int_eq(kvs_lookup(c, NULL, tokens, 2 * BT, 1, got, 4, &n), 0);
+    ck_assert_int_eq(kvs_connected(c), 1);
+    ck_assert_uint_eq(kvs_epoch(c), 1);
+    kvs_close(c);
+}
+END_TEST
+
 START_TEST(test_timeout_and_reconnect)
 {
     kvs_options_t o;
@@ -686,6 +723,9 @@ START_TEST(test_timeout_and_reconnect)
     ck_assert_int_eq(kvs_lookup(c, NULL, tokens, 2 * BT, 1, got, 4, &n), KVS_ENOTCONN);
     ck_assert_uint_eq(n, 0);
     ck_assert_ptr_nonnull(strstr(kvs_last_error(c), "is kvshared running?"));
+    /* ... and that call let go of the old pool, so that a restarted daemon
+     * gets its memory back even before anyone reconnects. */
+    ck_assert_uint_eq(kvs_pool_base(c), 0);
 
     /* Back on the same path: the next call reconnects and maps the new pool. */
     pid_t pid;
@@ -732,6 +772,7 @@ int main(void)
     tcase_add_test(tc, test_bad_input);
     tcase_add_test(tc, test_client_that_stops_reading_is_dropped);
     tcase_add_test(tc, test_session_limit);
+    tcase_add_test(tc, test_fork_after_connect);
     tcase_add_test(tc, test_timeout_and_reconnect);
     tcase_add_test(tc, test_second_daemon_refused_stale_socket_replaced);
     suite_add_tcase(s, tc);
