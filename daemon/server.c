@@ -38,6 +38,39 @@ void server_config_init(server_config_t *cfg)
     cfg->ready_fd = -1;
     cfg->dynamic_namespaces = true;
     cfg->drain_ms = SERVER_DEFAULT_DRAIN_MS;
+    cfg->backend_retry_ms = SERVER_DEFAULT_BACKEND_RETRY_MS;
+}
+
+/* Opens the pool memory. A restarted daemon may find the GPU still holding
+ * its predecessor's pool: every worker maps it until its next call, when
+ * libkvshare lets go of it. So a device pool that does not fit is retried
+ * for backend_retry_ms before it is an error. */
+static int open_backend(server_t *s, const backend_config_t *bc, char *err, size_t errlen)
+{
+    const struct timespec pause = {0, 250 * 1000 * 1000};
+    uint64_t start = server_now_ms();
+    unsigned tries = 0;
+    for (;;) {
+        int rc = backend_open(bc, &s->backend, err, errlen);
+        if (rc != KVS_ENOMEM || bc->kind == BACKEND_HOST)
+            return rc;
+        uint64_t waited = server_now_ms() - start;
+        if (waited >= s->cfg.backend_retry_ms) {
+            if (tries > 0) {
+                size_t used = strlen(err);
+                snprintf(err + used, errlen - used,
+                         " (still so after %.0f s of retries: stop the processes that hold "
+                         "device memory, see nvidia-smi)",
+                         (double)waited / 1000.0);
+            }
+            return rc;
+        }
+        if (tries++ == 0)
+            LOG_WARN("%s; workers of a previous kvshared may still map its pool (each lets go "
+                     "at its next call): retrying for up to %u s",
+                     err, s->cfg.backend_retry_ms / 1000);
+        nanosleep(&pause, NULL);
+    }
 }
 
 void server_on_evict(void *ctx, uint32_t block_id)
@@ -119,7 +152,7 @@ int server_open(const server_config_t *cfg, uv_loop_t *loop, server_t **out, cha
         rc = KVS_EINVAL;
         goto fail;
     }
-    rc = backend_open(&bc, &s->backend, err, errlen);
+    rc = open_backend(s, &bc, err, errlen);
     if (rc != 0)
         goto fail;
     uint64_t blocks = backend_size(s->backend) / s->block_bytes;

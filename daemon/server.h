@@ -37,14 +37,18 @@ typedef struct session session_t;
 #define SERVER_DEFAULT_MAX_NAMESPACES 256
 #define SERVER_DEFAULT_NS             "default"
 #define SERVER_DEFAULT_DRAIN_MS       5000
+/* A cuda pool that does not fit is retried this long: after a restart the
+ * workers may still map the previous daemon's pool until their next call. */
+#define SERVER_DEFAULT_BACKEND_RETRY_MS 60000
 
 typedef struct server_config {
-    const char *socket_path;  /* required for server_listen */
-    geometry_t geometry;      /* validated by server_open */
-    backend_config_t backend; /* bytes / mem_fraction size the pool */
-    uint32_t pool_blocks;     /* > 0: exactly this many blocks (bytes derived) */
-    uint32_t max_frame;       /* largest request accepted, bytes */
-    size_t max_output;        /* per session: unsent reply bytes before disconnect */
+    const char *socket_path;   /* required for server_listen */
+    geometry_t geometry;       /* validated by server_open */
+    backend_config_t backend;  /* bytes / mem_fraction size the pool */
+    uint32_t pool_blocks;      /* > 0: exactly this many blocks (bytes derived) */
+    uint32_t backend_retry_ms; /* cuda out of memory: retry this long (0: fail at once) */
+    uint32_t max_frame;        /* largest request accepted, bytes */
+    size_t max_output;         /* per session: unsent reply bytes before disconnect */
     uint32_t max_sessions;
     uint32_t max_namespaces;
     radix_policy_t eviction;    /* index eviction policy (default RADIX_EVICT_LRU) */

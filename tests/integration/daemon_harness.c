@@ -107,8 +107,14 @@ int harness_start(harness_t *h, unsigned blocks, const char *const *extra)
 
 int harness_start_again(const harness_t *h, unsigned blocks, int timeout_ms, pid_t *pid_out)
 {
+    return harness_restart(h, blocks, NULL, timeout_ms, pid_out);
+}
+
+int harness_restart(const harness_t *h, unsigned blocks, const char *const *extra, int timeout_ms,
+                    pid_t *pid_out)
+{
     int ready, status;
-    pid_t pid = spawn(h->socket_path, blocks, NULL, &ready);
+    pid_t pid = spawn(h->socket_path, blocks, extra, &ready);
     *pid_out = pid;
     if (pid < 0)
         return -1;

@@ -23,6 +23,10 @@ int harness_start(harness_t *h, unsigned blocks, const char *const *extra);
  * the exit status if it exited within timeout_ms, -1 if still running. */
 int harness_start_again(const harness_t *h, unsigned blocks, int timeout_ms, pid_t *pid_out);
 
+/* harness_start_again with extra flags (NULL-ended), as harness_start. */
+int harness_restart(const harness_t *h, unsigned blocks, const char *const *extra, int timeout_ms,
+                    pid_t *pid_out);
+
 /* SIGTERM, waits; returns the exit status (0 expected) or -1. */
 int harness_stop(harness_t *h);
 
