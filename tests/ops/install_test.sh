@@ -83,4 +83,7 @@ mv "$tmp/moved" "$tmp/prefix"
 "$tmp/prefix/bin/kvshared" --check-config "$tmp/prefix/share/kvshare/examples/kvshared.conf"
 "$tmp/prefix/bin/kvshare" --help >/dev/null
 grep -q "ExecStart=.*kvshared --config" "$tmp/prefix/lib/systemd/system/kvshared.service"
+# GPU nodes: started after the driver's daemons (fabric manager: cuInit 802).
+grep -q "^After=nvidia-persistenced.service nvidia-fabricmanager.service" \
+    "$tmp/prefix/lib/systemd/system/kvshared.service"
 echo "install test: ok"
