@@ -206,6 +206,10 @@ START_TEST(open_describes_pool)
     for (uint32_t i = 0; i < d.n_slabs; i++)
         sum += d.slab_bytes[i];
     ck_assert_uint_eq(sum, d.size);
+    const char *slab = getenv("KVS_CUDA_SLAB_BYTES");
+    if (slab != NULL) /* the override makes one slab per that many bytes */
+        ck_assert_uint_eq(d.n_slabs,
+                          (d.size + strtoull(slab, NULL, 10) - 1) / strtoull(slab, NULL, 10));
     static const uint8_t zero[BACKEND_UUID_LEN];
     ck_assert_int_ne(memcmp(d.device_uuid, zero, sizeof(zero)), 0);
     ck_assert_ptr_nonnull(strstr(backend_detail(b), "cuda device 0"));

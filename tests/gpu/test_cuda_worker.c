@@ -315,7 +315,7 @@ END_TEST
 START_TEST(visible_devices_by_uuid)
 {
     setenv("KVS_FAKE_CUDA_DEVICES", "2", 1);
-    setenv("CUDA_VISIBLE_DEVICES", "GPU-f1f2f3f4", 1);
+    setenv("CUDA_VISIBLE_DEVICES", "GPU-f1f2f3f4-f5f6-f7f8-f9fa-fbfcfdfeff00", 1);
     backend_t *b = open_pool();
     ck_assert_msg(strstr(backend_detail(b), "cuda device 0 (Fake CUDA device, GPU-f1f2f3f4-") !=
                       NULL,
