@@ -563,6 +563,20 @@ EXPORT CUresult cuCtxCreate_v2(CUcontext *ctx, unsigned int flags, CUdevice dev)
     return cuCtxPushCurrent_v2(*ctx);
 }
 
+EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
+{
+    NEED_INIT();
+    fake_ctx_t *c = (fake_ctx_t *)(void *)ctx;
+    if (!ctx_valid(ctx) || (c >= primary && c < primary + FAKE_MAX_DEVICES))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    for (int i = 0; i < depth; i++)
+        if (stack[i] == ctx)
+            return CUDA_ERROR_CONTEXT_IS_DESTROYED; /* still current somewhere */
+    drain_streams(c, 0);
+    free(c);
+    return CUDA_SUCCESS;
+}
+
 EXPORT CUresult cuCtxSynchronize(void)
 {
     NEED_CTX();

@@ -48,6 +48,7 @@ typedef CUresult (*create_fn)(CUmemGenericAllocationHandle *, size_t, const CUme
 typedef CUresult (*map_fn)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
                            unsigned long long);
 typedef CUresult (*unmap_fn)(CUdeviceptr, size_t);
+typedef CUresult (*release_fn)(CUmemGenericAllocationHandle);
 typedef CUresult (*access_fn)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
 typedef CUresult (*get_proc_fn)(const char *, void **, int, cuuint64_t,
                                 CUdriverProcAddressQueryResult *);
@@ -178,6 +179,10 @@ START_TEST(driver_checks_ranges)
     ck_assert_int_ne(unmap(va, GRAN), CUDA_SUCCESS);                 /* a sub-range */
     ck_assert_int_eq(unmap(va, 2 * GRAN), CUDA_SUCCESS);
     ck_assert_int_ne(htod(va, buf, sizeof(buf)), CUDA_SUCCESS);
+    FN(unmap_fn, address_free, proc("cuMemAddressFree"));
+    FN(release_fn, release, proc("cuMemRelease"));
+    ck_assert_int_eq(address_free(va, 3 * GRAN), CUDA_SUCCESS);
+    ck_assert_int_eq(release(h), CUDA_SUCCESS);
 }
 END_TEST
 
@@ -223,6 +228,8 @@ START_TEST(caller_context_is_kept)
     ck_assert_int_eq(pop(&popped), CUDA_SUCCESS);
     ck_assert_ptr_null(current());
     entry_points_keep(NULL);
+    FN(ctx_set_fn, destroy, sym("cuCtxDestroy_v2"));
+    ck_assert_int_eq(destroy(sentinel), CUDA_SUCCESS);
 }
 END_TEST
 
