@@ -145,6 +145,21 @@ int backend_mapping_read(backend_mapping_t *m, uint64_t offset, void *dst, uint6
 int backend_copy_block(backend_t *b, const geometry_t *g, uint32_t num_blocks, uint32_t dst_block,
                        uint32_t src_block);
 
+/* Batches, for tiers and benchmarks: n copies issued back to back (on cuda,
+ * on the backend's private stream) and waited for once. backend_copy_blocks
+ * copies src_blocks[i] to dst_blocks[i] as backend_copy_block does;
+ * backend_copy_many copies n_bytes from offset src[i] to dst[i], ranges that
+ * must not overlap. device_ms (may be NULL) receives the time the copies took
+ * on the device, from the first one's start to the last one's end (CUDA
+ * events on the stream; the host clock on host). Everything is checked before
+ * anything is copied. Errors: as backend_copy_block and backend_copy, and
+ * KVS_EINVAL for overlapping ranges. */
+int backend_copy_blocks(backend_t *b, const geometry_t *g, uint32_t num_blocks,
+                        const uint32_t *dst_blocks, const uint32_t *src_blocks, size_t n,
+                        double *device_ms);
+int backend_copy_many(backend_t *b, const uint64_t *dst, const uint64_t *src, uint64_t n_bytes,
+                      size_t n, double *device_ms);
+
 /* How the last backend_copy_block copied: "cuMemcpy2DAsync", "cuMemcpyDtoDAsync
  * per row" (the driver refused the pool's pitch for a 2D copy), "none yet",
  * or "memcpy per row" (host). Static string. */

@@ -100,6 +100,10 @@ typedef struct cuda_api {
     PFN_cuMemcpyHtoDAsync_v3020 memcpy_htod_async;
     PFN_cuMemcpyDtoHAsync_v3020 memcpy_dtoh_async;
     PFN_cuMemcpy2DAsync_v3020 memcpy_2d_async;
+    PFN_cuEventCreate_v2000 event_create;
+    PFN_cuEventDestroy_v4000 event_destroy;
+    PFN_cuEventRecord_v2000 event_record;
+    PFN_cuEventElapsedTime_v2000 event_elapsed;
 } cuda_api_t;
 
 struct backend_cuda {
@@ -281,6 +285,10 @@ static void cuda_load(void)
         {"cuMemcpyHtoDAsync", (void **)&api.memcpy_htod_async},
         {"cuMemcpyDtoHAsync", (void **)&api.memcpy_dtoh_async},
         {"cuMemcpy2DAsync", (void **)&api.memcpy_2d_async},
+        {"cuEventCreate", (void **)&api.event_create},
+        {"cuEventDestroy", (void **)&api.event_destroy},
+        {"cuEventRecord", (void **)&api.event_record},
+        {"cuEventElapsedTime", (void **)&api.event_elapsed},
     };
     for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++) {
         if (resolve(table[i].symbol, table[i].slot) != 0) {
@@ -873,31 +881,24 @@ static int cuda_copy_done(struct backend_cuda *c, CUresult queued)
     return queued == CUDA_SUCCESS && r == CUDA_SUCCESS ? 0 : KVS_EIO;
 }
 
-int backend_cuda_dtod(struct backend_cuda *c, uintptr_t dst, uintptr_t src, uint64_t n)
+/* Queues one strided copy on c's stream (context entered by the caller). */
+static CUresult cuda_queue(struct backend_cuda *c, const backend_copy_op_t *op)
 {
-    if (c->pid != getpid() || cuda_enter(c) != 0)
-        return KVS_EIO;
-    return cuda_copy_done(c,
-                          api.memcpy_dtod_async((CUdeviceptr)dst, (CUdeviceptr)src, n, c->stream));
-}
-
-int backend_cuda_dtod_2d(struct backend_cuda *c, uintptr_t dst, uintptr_t src, uint64_t width,
-                         uint64_t height, uint64_t pitch)
-{
-    if (c->pid != getpid() || cuda_enter(c) != 0)
-        return KVS_EIO;
+    if (op->height == 1)
+        return api.memcpy_dtod_async((CUdeviceptr)op->dst, (CUdeviceptr)op->src, op->width,
+                                     c->stream);
     CUresult r = CUDA_ERROR_INVALID_VALUE;
-    if (c->copy_2d != CUDA_COPY_ROWS && c->max_pitch != 0 && pitch <= c->max_pitch) {
+    if (c->copy_2d != CUDA_COPY_ROWS && c->max_pitch != 0 && op->pitch <= c->max_pitch) {
         CUDA_MEMCPY2D copy;
         memset(&copy, 0, sizeof(copy));
         copy.srcMemoryType = CU_MEMORYTYPE_DEVICE;
-        copy.srcDevice = (CUdeviceptr)src;
-        copy.srcPitch = pitch;
+        copy.srcDevice = (CUdeviceptr)op->src;
+        copy.srcPitch = op->pitch;
         copy.dstMemoryType = CU_MEMORYTYPE_DEVICE;
-        copy.dstDevice = (CUdeviceptr)dst;
-        copy.dstPitch = pitch;
-        copy.WidthInBytes = width;
-        copy.Height = height;
+        copy.dstDevice = (CUdeviceptr)op->dst;
+        copy.dstPitch = op->pitch;
+        copy.WidthInBytes = op->width;
+        copy.Height = op->height;
         /* cuMemcpy2DAsync may refuse device-to-device pitches that did not
          * come from cuMemAllocPitch (cuMemcpy2DUnaligned, which takes any,
          * has no stream variant): then rows, from now on. */
@@ -906,14 +907,60 @@ int backend_cuda_dtod_2d(struct backend_cuda *c, uintptr_t dst, uintptr_t src, u
     }
     c->last_copy = r == CUDA_SUCCESS ? CUDA_COPY_2D : CUDA_COPY_ROWS;
     /* Pitch beyond what one 2D copy allows (very large pools), or a pitch
-     * the 2D copy refuses: one queued copy per row, one wait. */
+     * the 2D copy refuses: one queued copy per row. */
     if (r != CUDA_SUCCESS) {
         r = CUDA_SUCCESS;
-        for (uint64_t row = 0; r == CUDA_SUCCESS && row < height; row++)
-            r = api.memcpy_dtod_async((CUdeviceptr)(dst + row * pitch),
-                                      (CUdeviceptr)(src + row * pitch), width, c->stream);
+        for (uint64_t row = 0; r == CUDA_SUCCESS && row < op->height; row++)
+            r = api.memcpy_dtod_async((CUdeviceptr)(op->dst + row * op->pitch),
+                                      (CUdeviceptr)(op->src + row * op->pitch), op->width,
+                                      c->stream);
     }
-    return cuda_copy_done(c, r);
+    return r;
+}
+
+int backend_cuda_copy_batch(struct backend_cuda *c, const backend_copy_op_t *ops, size_t n,
+                            double *device_ms)
+{
+    if (c->pid != getpid() || cuda_enter(c) != 0)
+        return KVS_EIO;
+    CUevent ev[2] = {NULL, NULL};
+    CUresult r = CUDA_SUCCESS;
+    if (device_ms != NULL) {
+        r = api.event_create(&ev[0], CU_EVENT_DEFAULT);
+        if (r == CUDA_SUCCESS)
+            r = api.event_create(&ev[1], CU_EVENT_DEFAULT);
+        if (r == CUDA_SUCCESS)
+            r = api.event_record(ev[0], c->stream);
+    }
+    for (size_t i = 0; r == CUDA_SUCCESS && i < n; i++)
+        r = cuda_queue(c, &ops[i]);
+    if (r == CUDA_SUCCESS && device_ms != NULL)
+        r = api.event_record(ev[1], c->stream);
+    CUresult done = api.stream_synchronize(c->stream);
+    if (r == CUDA_SUCCESS && done == CUDA_SUCCESS && device_ms != NULL) {
+        float ms = 0;
+        r = api.event_elapsed(&ms, ev[0], ev[1]);
+        *device_ms = ms;
+    }
+    for (int i = 0; i < 2; i++)
+        if (ev[i] != NULL)
+            api.event_destroy(ev[i]);
+    cuda_leave();
+    return r == CUDA_SUCCESS && done == CUDA_SUCCESS ? 0 : KVS_EIO;
+}
+
+int backend_cuda_dtod(struct backend_cuda *c, uintptr_t dst, uintptr_t src, uint64_t n)
+{
+    backend_copy_op_t op = {.dst = dst, .src = src, .width = n, .height = 1, .pitch = n};
+    return backend_cuda_copy_batch(c, &op, 1, NULL);
+}
+
+int backend_cuda_dtod_2d(struct backend_cuda *c, uintptr_t dst, uintptr_t src, uint64_t width,
+                         uint64_t height, uint64_t pitch)
+{
+    backend_copy_op_t op = {
+        .dst = dst, .src = src, .width = width, .height = height, .pitch = pitch};
+    return backend_cuda_copy_batch(c, &op, 1, NULL);
 }
 
 const char *backend_cuda_copy_path(const struct backend_cuda *c)

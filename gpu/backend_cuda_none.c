@@ -61,6 +61,16 @@ void backend_cuda_unmap(backend_mapping_t *m)
     (void)m;
 }
 
+int backend_cuda_copy_batch(struct backend_cuda *c, const backend_copy_op_t *ops, size_t n,
+                            double *device_ms)
+{
+    (void)c;
+    (void)ops;
+    (void)n;
+    (void)device_ms;
+    return KVS_ENOTSUP;
+}
+
 int backend_cuda_dtod(struct backend_cuda *c, uintptr_t dst, uintptr_t src, uint64_t n)
 {
     (void)c;

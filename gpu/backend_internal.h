@@ -49,8 +49,20 @@ int backend_cuda_export(backend_t *b, int *fds, size_t max, size_t *n_fds, char 
 int backend_cuda_import(const backend_desc_t *desc, const int *fds, size_t n_fds,
                         backend_mapping_t *m, char *err, size_t errlen);
 void backend_cuda_unmap(backend_mapping_t *m);
+/* One strided copy: height rows of width bytes, rows pitch bytes apart (a
+ * flat copy is one row). */
+typedef struct backend_copy_op {
+    uintptr_t dst, src;
+    uint64_t width, height, pitch;
+} backend_copy_op_t;
+
 /* Copies on device addresses, on the backend's own stream, done when they
- * return; the caller's current context is unchanged. */
+ * return; the caller's current context is unchanged. The batch issues n
+ * copies back to back and waits once; device_ms (may be NULL) receives the
+ * device time from the first copy's start to the last one's end (events on
+ * the stream). */
+int backend_cuda_copy_batch(struct backend_cuda *c, const backend_copy_op_t *ops, size_t n,
+                            double *device_ms);
 int backend_cuda_dtod(struct backend_cuda *c, uintptr_t dst, uintptr_t src, uint64_t n);
 int backend_cuda_dtod_2d(struct backend_cuda *c, uintptr_t dst, uintptr_t src, uint64_t width,
                          uint64_t height, uint64_t pitch);

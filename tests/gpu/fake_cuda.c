@@ -57,6 +57,7 @@
 #include <strings.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define FAKE_GRANULARITY (2ull << 20)
@@ -85,10 +86,17 @@ typedef struct fake_range {
     unsigned access; /* mappings: bit per physical device with access */
 } fake_range_t;
 
+typedef struct fake_event {
+    int recorded; /* queued on a stream, or done */
+    int done;     /* the stream reached it: t is set */
+    double t;     /* seconds, CLOCK_MONOTONIC */
+} fake_event_t;
+
 typedef struct fake_op {
     char *dst;
     const char *src;
     size_t n;
+    fake_event_t *event; /* non-NULL: an event record, not a copy */
 } fake_op_t;
 
 typedef struct fake_stream {
@@ -232,10 +240,23 @@ static fake_ctx_t *current_ctx(void)
 
 /* ---- streams ---------------------------------------------------------------- */
 
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 static void stream_drain(fake_stream_t *s)
 {
-    for (size_t i = 0; i < s->n_ops; i++)
-        memmove(s->ops[i].dst, s->ops[i].src, s->ops[i].n);
+    for (size_t i = 0; i < s->n_ops; i++) {
+        if (s->ops[i].event != NULL) {
+            s->ops[i].event->t = now_s();
+            s->ops[i].event->done = 1;
+        } else {
+            memmove(s->ops[i].dst, s->ops[i].src, s->ops[i].n);
+        }
+    }
     s->n_ops = 0;
 }
 
@@ -875,12 +896,18 @@ static CUresult fake_mem_import(CUmemGenericAllocationHandle *handle, void *os_h
 
 /* ---- copies ----------------------------------------------------------------------- */
 
-/* Queues (or, on the legacy stream, runs) one copy of n bytes. */
-static CUresult submit(CUstream h, char *dst, const char *src, size_t n)
+/* Queues (or, on the legacy stream, runs) one copy of n bytes, or an event
+ * record when ev is not NULL. */
+static CUresult submit_op(CUstream h, char *dst, const char *src, size_t n, fake_event_t *ev)
 {
     if (is_legacy(h)) {
         drain_streams(current_ctx(), 1);
-        memmove(dst, src, n);
+        if (ev != NULL) {
+            ev->t = now_s();
+            ev->done = 1;
+        } else {
+            memmove(dst, src, n);
+        }
         return CUDA_SUCCESS;
     }
     fake_stream_t *s = stream_find(h);
@@ -894,7 +921,62 @@ static CUresult submit(CUstream h, char *dst, const char *src, size_t n)
         s->ops = ops;
         s->cap = cap;
     }
-    s->ops[s->n_ops++] = (fake_op_t){dst, src, n};
+    s->ops[s->n_ops++] = (fake_op_t){dst, src, n, ev};
+    return CUDA_SUCCESS;
+}
+
+static CUresult submit(CUstream h, char *dst, const char *src, size_t n)
+{
+    return submit_op(h, dst, src, n, NULL);
+}
+
+/* ---- events: a record is queued like a copy and timestamped when its stream
+ * runs it; elapsed time needs both ends done. ---------------------------------------- */
+
+static CUresult fake_event_create(CUevent *out, unsigned int flags)
+{
+    NEED_CTX();
+    if (out == NULL || (flags & ~(unsigned)(CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING)))
+        return CUDA_ERROR_INVALID_VALUE;
+    fake_event_t *e = calloc(1, sizeof(*e));
+    if (e == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *out = (CUevent)(void *)e;
+    return CUDA_SUCCESS;
+}
+
+static CUresult fake_event_destroy(CUevent h)
+{
+    NEED_INIT();
+    if (h == NULL)
+        return CUDA_ERROR_INVALID_HANDLE;
+    free((fake_event_t *)(void *)h);
+    return CUDA_SUCCESS;
+}
+
+static CUresult fake_event_record(CUevent h, CUstream s)
+{
+    NEED_CTX();
+    fake_event_t *e = (fake_event_t *)(void *)h;
+    if (e == NULL)
+        return CUDA_ERROR_INVALID_HANDLE;
+    e->recorded = 1;
+    e->done = 0;
+    return submit_op(s, NULL, NULL, 0, e);
+}
+
+static CUresult fake_event_elapsed(float *ms, CUevent start, CUevent end)
+{
+    NEED_INIT();
+    const fake_event_t *a = (const fake_event_t *)(void *)start;
+    const fake_event_t *b = (const fake_event_t *)(void *)end;
+    if (ms == NULL || a == NULL || b == NULL)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!a->recorded || !b->recorded)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!a->done || !b->done)
+        return CUDA_ERROR_NOT_READY;
+    *ms = (float)((b->t - a->t) * 1e3);
     return CUDA_SUCCESS;
 }
 
@@ -1043,6 +1125,10 @@ EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
         {"cuMemcpy2D", (void *)fake_memcpy_2d},
         {"cuMemcpy2DUnaligned", (void *)fake_memcpy_2d_unaligned},
         {"cuMemcpy2DAsync", (void *)fake_memcpy_2d_async},
+        {"cuEventCreate", (void *)fake_event_create},
+        {"cuEventDestroy", (void *)fake_event_destroy},
+        {"cuEventRecord", (void *)fake_event_record},
+        {"cuEventElapsedTime", (void *)fake_event_elapsed},
     };
     if (status != NULL)
         *status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;

@@ -303,6 +303,61 @@ START_TEST(copies_on_device)
 }
 END_TEST
 
+/* Batches: three blocks and three ranges in one wait each, the device time
+ * reported, and a bad entry refused before anything is copied. */
+START_TEST(copy_batches_on_device)
+{
+    geometry_t g = test_geom();
+    uint64_t slot = geometry_slot_bytes(&g), block = geometry_block_bytes(&g);
+    backend_t *b = open_cuda(NUM_BLOCKS * block);
+    uint8_t *want = malloc(slot), *got = malloc(slot);
+    const uint32_t src[3] = {1, 2, 3}, dst[3] = {20, 21, 22};
+    for (int i = 0; i < 3; i++)
+        for (uint32_t l = 0; l < g.layers; l++)
+            for (uint32_t kv = 0; kv < 2; kv++) {
+                fill_pattern(want, slot, src[i] * 64 + l * 2 + kv);
+                ck_assert_int_eq(
+                    backend_write(b, geometry_offset(&g, NUM_BLOCKS, l, kv, src[i]), want, slot),
+                    0);
+            }
+    double ms = -1;
+    ck_assert_int_eq(backend_copy_blocks(b, &g, NUM_BLOCKS, dst, src, 3, &ms), 0);
+    ck_assert(ms >= 0);
+    for (int i = 0; i < 3; i++)
+        for (uint32_t l = 0; l < g.layers; l++)
+            for (uint32_t kv = 0; kv < 2; kv++) {
+                fill_pattern(want, slot, src[i] * 64 + l * 2 + kv);
+                ck_assert_int_eq(
+                    backend_read(b, geometry_offset(&g, NUM_BLOCKS, l, kv, dst[i]), got, slot), 0);
+                ck_assert_int_eq(memcmp(got, want, slot), 0);
+            }
+    /* Ranges: slot-sized pieces of layer 0's K row, moved to the V row. */
+    uint64_t from[3], to[3];
+    for (int i = 0; i < 3; i++) {
+        from[i] = geometry_offset(&g, NUM_BLOCKS, 0, 0, src[i]);
+        to[i] = geometry_offset(&g, NUM_BLOCKS, 0, 1, 30 + (uint32_t)i);
+    }
+    ck_assert_int_eq(backend_copy_many(b, to, from, slot, 3, NULL), 0);
+    for (int i = 0; i < 3; i++) {
+        fill_pattern(want, slot, src[i] * 64);
+        ck_assert_int_eq(backend_read(b, to[i], got, slot), 0);
+        ck_assert_int_eq(memcmp(got, want, slot), 0);
+    }
+    /* Refused whole: a block out of range, a copy onto itself, an overlap. */
+    const uint32_t bad_dst[2] = {23, NUM_BLOCKS}, self[1] = {5};
+    ck_assert_int_eq(backend_copy_blocks(b, &g, NUM_BLOCKS, bad_dst, src, 2, NULL), KVS_EINVAL);
+    ck_assert_int_eq(backend_copy_blocks(b, &g, NUM_BLOCKS, self, self, 1, NULL), KVS_EINVAL);
+    ck_assert_int_eq(backend_read(b, geometry_offset(&g, NUM_BLOCKS, 0, 0, 23), got, slot), 0);
+    fill_pattern(want, slot, src[0] * 64);
+    ck_assert_int_ne(memcmp(got, want, slot), 0);
+    uint64_t o_dst[1] = {100}, o_src[1] = {0};
+    ck_assert_int_eq(backend_copy_many(b, o_dst, o_src, 200, 1, NULL), KVS_EINVAL);
+    free(want);
+    free(got);
+    backend_close(b);
+}
+END_TEST
+
 /* The worker writes block b of layer l; the daemon side reads it where the
  * layout function says, and the other way round. */
 START_TEST(export_import_across_processes)
@@ -453,6 +508,7 @@ int main(int argc, char **argv)
         tcase_add_test(tc, too_big_is_enomem);
         tcase_add_test(tc, mem_fraction_sizes_pool);
         tcase_add_test(tc, copies_on_device);
+        tcase_add_test(tc, copy_batches_on_device);
         tcase_add_test(tc, export_import_across_processes);
         tcase_add_test(tc, import_outlives_exporter);
     } else {
