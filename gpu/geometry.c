@@ -200,6 +200,24 @@ uint64_t geometry_seqs_for_budget(const geometry_t *g, uint64_t budget_bytes, ui
     return geometry_blocks_for_budget(g, budget_bytes) / per_seq;
 }
 
+int geometry_derive_budget(uint64_t gpu_memory, double utilization, uint64_t weights,
+                           uint64_t overhead, uint64_t *usable, uint64_t *budget)
+{
+    if (usable == NULL || budget == NULL || !(utilization > 0) || utilization > 1)
+        return KVS_EINVAL;
+    /* utilization <= 1: the product never exceeds gpu_memory, but the double
+     * may round up past UINT64_MAX for the largest inputs. */
+    double u = (double)gpu_memory * utilization + 0.5; /* rounds: truncated below */
+    uint64_t use = u >= 18446744073709551615.0 ? gpu_memory : (uint64_t)u;
+    if (use > gpu_memory)
+        use = gpu_memory;
+    if (weights >= use || overhead >= use - weights)
+        return KVS_EINVAL;
+    *usable = use;
+    *budget = use - weights - overhead;
+    return 0;
+}
+
 int geometry_plan(const geometry_t *g, uint64_t budget_bytes, geometry_plan_t *out)
 {
     if (out == NULL || geometry_validate(g) != 0)

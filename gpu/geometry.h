@@ -123,6 +123,17 @@ uint64_t geometry_seq_bytes(const geometry_t *g, uint64_t ctx_tokens);
  * floor(pool blocks / blocks per sequence). 0 when ctx_tokens is 0. */
 uint64_t geometry_seqs_for_budget(const geometry_t *g, uint64_t budget_bytes, uint64_t ctx_tokens);
 
+/* The KV budget of a node, the way serving engines size their cache (vLLM's
+ * gpu_memory_utilization):
+ *
+ *     usable = gpu_memory x utilization      (rounded to the byte)
+ *     budget = usable - weights - overhead
+ *
+ * Fills *usable and *budget. Errors: KVS_EINVAL (utilization not in (0, 1],
+ * a NULL output, or weights and overhead leave nothing for the KV). */
+int geometry_derive_budget(uint64_t gpu_memory, double utilization, uint64_t weights,
+                           uint64_t overhead, uint64_t *usable, uint64_t *budget);
+
 /* The arithmetic behind a pool of budget_bytes, for the daemon to log and the
  * capacity planner to print. */
 typedef struct geometry_plan {
