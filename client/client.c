@@ -51,6 +51,7 @@ struct kvs_client {
     int64_t last_attempt_ms;
 
     kvs_geometry_t geo;
+    geometry_t layout; /* the daemon's geometry, for geometry_offset */
     int have_geo;
     int in_hello;       /* the next reply may carry fds */
     int rcv_ms, snd_ms; /* the socket's current timeouts */
@@ -473,6 +474,24 @@ static int hello(kvs_client_t *c, int64_t deadline)
     g->dtype_bytes = h->geometry->dtype_bytes;
     snprintf(g->dtype, sizeof(g->dtype), "%s", h->geometry->dtype ? h->geometry->dtype : "");
     g->block_tokens = h->geometry->block_tokens;
+    /* An MLA slot row is one latent: reported as one head of its width, the
+     * way engines (vLLM) describe an MLA cache. */
+    memset(&c->layout, 0, sizeof(c->layout));
+    c->layout.layers = g->layers;
+    c->layout.kv_heads = g->kv_heads;
+    c->layout.head_dim = g->head_dim;
+    c->layout.block_tokens = g->block_tokens;
+    c->layout.kv_lora_rank = h->geometry->kv_lora_rank;
+    c->layout.rope_head_dim = h->geometry->rope_head_dim;
+    if (geometry_dtype_parse(g->dtype, &c->layout.dtype) != 0 ||
+        geometry_validate(&c->layout) != 0) {
+        rc = set_err(c, KVS_EPROTO, "kvshared described a geometry this library cannot use");
+        goto out;
+    }
+    if (geometry_is_mla(&c->layout)) {
+        g->kv_heads = 1;
+        g->head_dim = (uint32_t)geometry_token_width(&c->layout);
+    }
     g->num_blocks = h->num_blocks;
     g->block_bytes = h->block_bytes;
     g->slot_bytes = h->slot_bytes;
@@ -656,17 +675,10 @@ int kvs_block_addr(const kvs_client_t *c, uint32_t layer, uint32_t kv, uint32_t 
     if (!c->map || c->pid != getpid())
         return KVS_ENOTCONN;
     const kvs_geometry_t *g = &c->geo;
-    if (layer >= g->layers || kv > 1 || block >= g->num_blocks)
+    if (layer >= g->layers || kv >= geometry_planes(&c->layout) || block >= g->num_blocks)
         return KVS_EINVAL;
-    geometry_t geo = {
-        .layers = g->layers,
-        .kv_heads = g->kv_heads,
-        .head_dim = g->head_dim,
-        .block_tokens = g->block_tokens,
-    };
-    if (geometry_dtype_parse(g->dtype, &geo.dtype) != 0)
-        return KVS_EPROTO;
-    *addr = backend_mapping_base(c->map) + geometry_offset(&geo, g->num_blocks, layer, kv, block);
+    *addr =
+        backend_mapping_base(c->map) + geometry_offset(&c->layout, g->num_blocks, layer, kv, block);
     return 0;
 }
 
