@@ -157,9 +157,10 @@ typedef enum kvs_backend {
     KVS_BACKEND_CUDA = 2,
 } kvs_backend_t;
 
-/* An MLA (latent attention) pool has no V: kv_stride is 0, a slot holds one
- * latent of kv_lora_rank + rope_head_dim elements per token, reported as
- * kv_heads = 1 and head_dim = that width, and kv is always 0. */
+/* An MLA (latent attention) pool (kv_lora_rank != 0) has no V: kv_stride is
+ * 0, kv is always 0, and a slot holds one latent of kv_lora_rank +
+ * rope_head_dim elements per token, also reported as kv_heads = 1 and
+ * head_dim = that width (how engines describe an MLA cache). */
 typedef struct kvs_geometry {
     uint32_t layers, kv_heads, head_dim;
     uint32_t dtype_bytes;
@@ -174,7 +175,9 @@ typedef struct kvs_geometry {
     uint64_t pool_bytes;
     kvs_backend_t backend;
     uint8_t device_uuid[16]; /* cuda: the device the pool lives on */
-    uint64_t reserved[8];    /* room for fields added later (0 until then) */
+    uint32_t kv_lora_rank;   /* MLA: latent width; 0: K and V per layer */
+    uint32_t rope_head_dim;  /* MLA: decoupled RoPE key width */
+    uint64_t reserved[7];    /* room for fields added later (0 until then) */
 } kvs_geometry_t;
 
 /* The pool's geometry as the daemon described it at the last connect.

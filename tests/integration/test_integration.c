@@ -782,6 +782,8 @@ START_TEST(test_mla_pool_layout)
     ck_assert_uint_eq(g.layers, 2);
     ck_assert_uint_eq(g.kv_heads, 1);
     ck_assert_uint_eq(g.head_dim, 576);
+    ck_assert_uint_eq(g.kv_lora_rank, 512);
+    ck_assert_uint_eq(g.rope_head_dim, 64);
     ck_assert_uint_eq(g.num_blocks, POOL);
     ck_assert_uint_eq(g.slot_bytes, slot);
     ck_assert_uint_eq(g.block_bytes, 2 * slot); /* one slot per layer, not two */
