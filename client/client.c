@@ -445,6 +445,8 @@ static int map_pool(kvs_client_t *c, const Kvshare__HelloReply *h)
     return 0;
 }
 
+static int layout_of(const kvs_geometry_t *g, geometry_t *out);
+
 static int hello(kvs_client_t *c, int64_t deadline)
 {
     Kvshare__Request req = KVSHARE__REQUEST__INIT;
@@ -473,6 +475,19 @@ static int hello(kvs_client_t *c, int64_t deadline)
     g->dtype_bytes = h->geometry->dtype_bytes;
     snprintf(g->dtype, sizeof(g->dtype), "%s", h->geometry->dtype ? h->geometry->dtype : "");
     g->block_tokens = h->geometry->block_tokens;
+    g->kv_lora_rank = h->geometry->kv_lora_rank;
+    g->rope_head_dim = h->geometry->rope_head_dim;
+    geometry_t layout;
+    if (layout_of(g, &layout) != 0) {
+        rc = set_err(c, KVS_EPROTO, "kvshared described a geometry this library cannot use");
+        goto out;
+    }
+    /* An MLA slot row is one latent: also reported as one head of its width,
+     * the way engines (vLLM) describe an MLA cache. */
+    if (geometry_is_mla(&layout)) {
+        g->kv_heads = 1;
+        g->head_dim = (uint32_t)geometry_token_width(&layout);
+    }
     g->num_blocks = h->num_blocks;
     g->block_bytes = h->block_bytes;
     g->slot_bytes = h->slot_bytes;
@@ -648,6 +663,24 @@ uintptr_t kvs_pool_base(const kvs_client_t *c)
     return c && c->map && c->pid == getpid() ? backend_mapping_base(c->map) : 0;
 }
 
+/* The pool's layout (geometry.h) from what the daemon described. Errors:
+ * KVS_EINVAL (a geometry this library cannot lay out). */
+static int layout_of(const kvs_geometry_t *g, geometry_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->layers = g->layers;
+    out->block_tokens = g->block_tokens;
+    out->kv_lora_rank = g->kv_lora_rank;
+    out->rope_head_dim = g->rope_head_dim;
+    if (!g->kv_lora_rank) {
+        out->kv_heads = g->kv_heads;
+        out->head_dim = g->head_dim;
+    }
+    if (geometry_dtype_parse(g->dtype, &out->dtype) != 0)
+        return KVS_EINVAL;
+    return geometry_validate(out);
+}
+
 int kvs_block_addr(const kvs_client_t *c, uint32_t layer, uint32_t kv, uint32_t block,
                    uintptr_t *addr)
 {
@@ -656,17 +689,13 @@ int kvs_block_addr(const kvs_client_t *c, uint32_t layer, uint32_t kv, uint32_t 
     if (!c->map || c->pid != getpid())
         return KVS_ENOTCONN;
     const kvs_geometry_t *g = &c->geo;
-    if (layer >= g->layers || kv > 1 || block >= g->num_blocks)
-        return KVS_EINVAL;
-    geometry_t geo = {
-        .layers = g->layers,
-        .kv_heads = g->kv_heads,
-        .head_dim = g->head_dim,
-        .block_tokens = g->block_tokens,
-    };
-    if (geometry_dtype_parse(g->dtype, &geo.dtype) != 0)
+    geometry_t layout;
+    if (layout_of(g, &layout) != 0)
         return KVS_EPROTO;
-    *addr = backend_mapping_base(c->map) + geometry_offset(&geo, g->num_blocks, layer, kv, block);
+    if (layer >= g->layers || kv >= geometry_planes(&layout) || block >= g->num_blocks)
+        return KVS_EINVAL;
+    *addr =
+        backend_mapping_base(c->map) + geometry_offset(&layout, g->num_blocks, layer, kv, block);
     return 0;
 }
 

@@ -157,6 +157,10 @@ typedef enum kvs_backend {
     KVS_BACKEND_CUDA = 2,
 } kvs_backend_t;
 
+/* An MLA (latent attention) pool (kv_lora_rank != 0) has no V: kv_stride is
+ * 0, kv is always 0, and a slot holds one latent of kv_lora_rank +
+ * rope_head_dim elements per token, also reported as kv_heads = 1 and
+ * head_dim = that width (how engines describe an MLA cache). */
 typedef struct kvs_geometry {
     uint32_t layers, kv_heads, head_dim;
     uint32_t dtype_bytes;
@@ -166,12 +170,14 @@ typedef struct kvs_geometry {
     uint64_t block_bytes;  /* one block: all layers, K and V */
     uint64_t slot_bytes;   /* one block, one layer, K or V: contiguous */
     uint64_t layer_stride; /* bytes between layer l and l + 1 */
-    uint64_t kv_stride;    /* bytes between a layer's K and its V */
+    uint64_t kv_stride;    /* bytes between a layer's K and its V; 0: MLA, no V */
     uint64_t block_stride; /* bytes between block b and b + 1 */
     uint64_t pool_bytes;
     kvs_backend_t backend;
     uint8_t device_uuid[16]; /* cuda: the device the pool lives on */
-    uint64_t reserved[8];    /* room for fields added later (0 until then) */
+    uint32_t kv_lora_rank;   /* MLA: latent width; 0: K and V per layer */
+    uint32_t rope_head_dim;  /* MLA: decoupled RoPE key width */
+    uint64_t reserved[7];    /* room for fields added later (0 until then) */
 } kvs_geometry_t;
 
 /* The pool's geometry as the daemon described it at the last connect.
@@ -183,8 +189,9 @@ int kvs_geometry(const kvs_client_t *c, kvs_geometry_t *out);
 uintptr_t kvs_pool_base(const kvs_client_t *c);
 
 /* Address of block `block`'s K (kv = 0) or V (kv = 1) in layer `layer`:
- * slot_bytes contiguous bytes laid out [token][kv_head][head_dim]. Errors:
- * KVS_EINVAL (out of range), KVS_ENOTCONN (no mapping). */
+ * slot_bytes contiguous bytes laid out [token][kv_head][head_dim] (MLA: the
+ * latent, kv = 0 only). Errors: KVS_EINVAL (out of range), KVS_ENOTCONN (no
+ * mapping). */
 int kvs_block_addr(const kvs_client_t *c, uint32_t layer, uint32_t kv, uint32_t block,
                    uintptr_t *addr);
 

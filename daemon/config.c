@@ -299,7 +299,8 @@ int config_load(const char *path, config_t **out, char *err, size_t errlen)
                        "'%s' is a global key: put it before the first [namespace] section", key);
             else
                 err_at(&e, line, "unknown key '%s'%s", key,
-                       in_ns ? " in a namespace section (quota, reserve, allow_uids, allow_gids)"
+                       in_ns ? " in a namespace section (quota, reserve, allow_uids, allow_gids, "
+                               "hit_rate_target, tier)"
                              : " (docs/OPERATING.md lists the keys)");
             continue;
         }

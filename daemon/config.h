@@ -42,7 +42,9 @@ typedef struct config_ns {
     uint32_t quota;   /* max cached blocks; 0: none */
     uint32_t reserve; /* blocks guaranteed to it (radix_evict's rule) */
     config_acl_t acl;
-    int line; /* of its [namespace] header, for messages */
+    double hit_rate_target;           /* (0, 1]: designed for caching, alert below; 0: not set */
+    char tier[RADIX_NS_NAME_MAX + 1]; /* service tier, for metrics by tier; "": none */
+    int line;                         /* of its [namespace] header, for messages */
 } config_ns_t;
 
 /* One global setting of the file, already validated. */

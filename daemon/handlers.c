@@ -193,6 +193,8 @@ int handler_hello(session_t *s, const Kvshare__Request *req, Kvshare__Response *
     g->dtype = (char *)geometry_dtype_name(srv->geo.dtype);
     g->dtype_bytes = geometry_dtype_bytes(srv->geo.dtype);
     g->block_tokens = srv->geo.block_tokens;
+    g->kv_lora_rank = srv->geo.kv_lora_rank;
+    g->rope_head_dim = srv->geo.rope_head_dim;
 
     Kvshare__HelloReply *r = &ctx->reply.hello;
     kvshare__hello_reply__init(r);
@@ -202,8 +204,9 @@ int handler_hello(session_t *s, const Kvshare__Request *req, Kvshare__Response *
     r->block_bytes = srv->block_bytes;
     r->slot_bytes = geometry_slot_bytes(&srv->geo);
     r->block_stride = geometry_offset(&srv->geo, srv->num_blocks, 0, 0, 1);
-    r->kv_stride = geometry_offset(&srv->geo, srv->num_blocks, 0, 1, 0);
-    r->layer_stride = 2 * r->kv_stride;
+    r->kv_stride =
+        geometry_planes(&srv->geo) > 1 ? geometry_offset(&srv->geo, srv->num_blocks, 0, 1, 0) : 0;
+    r->layer_stride = geometry_offset(&srv->geo, srv->num_blocks, 1, 0, 0);
     r->backend = (Kvshare__Backend)desc.kind;
     if (desc.kind == BACKEND_CUDA) {
         r->device_uuid.data = uuid;

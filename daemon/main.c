@@ -35,10 +35,11 @@ static void log_pool(const server_t *srv, radix_policy_t eviction)
     human((uint64_t)srv->num_blocks * srv->block_bytes, pool, sizeof(pool));
     LOG_INFO("kvshared %d.%d.%d, backend %s", KVS_VERSION_MAJOR, KVS_VERSION_MINOR,
              KVS_VERSION_PATCH, backend_detail(srv->backend));
-    LOG_INFO("geometry: %u layers x %u kv heads x %u head dim x %u B (%s) x 2 (K, V) = %s per "
-             "token",
-             srv->geo.layers, srv->geo.kv_heads, srv->geo.head_dim,
-             geometry_dtype_bytes(srv->geo.dtype), geometry_dtype_name(srv->geo.dtype), per_token);
+    char shape[128];
+    geometry_describe(&srv->geo, shape, sizeof(shape));
+    LOG_INFO("geometry: %s, %s (%u B each) = %s per token", shape,
+             geometry_is_mla(&srv->geo) ? "one latent" : "K and V",
+             geometry_dtype_bytes(srv->geo.dtype), per_token);
     LOG_INFO("pool: %s per token x %u tokens = %s per block; %u blocks = %s (%llu tokens)",
              per_token, srv->geo.block_tokens, per_block, srv->num_blocks, pool,
              (unsigned long long)srv->num_blocks * srv->geo.block_tokens);

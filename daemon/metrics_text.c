@@ -211,6 +211,34 @@ static void counters(text_t *t, const metrics_t *m)
     }
 }
 
+/* What the config file says each namespace is for: the hit rate it is designed
+ * for (the alert rules compare the measured rate with it) and its tier (for
+ * hit rates by tier). Only namespaces whose section sets the key appear. */
+static void ns_design(text_t *t, const server_t *srv)
+{
+    const config_t *conf = srv->conf;
+    head(t, "kvshare_namespace_hit_rate_target", "gauge",
+         "Prefix-cache hit rate a namespace is designed for (config hit_rate_target)");
+    for (uint32_t i = 0; conf && i < conf->n_ns; i++) {
+        if (conf->ns[i].hit_rate_target <= 0)
+            continue;
+        put(t, "kvshare_namespace_hit_rate_target{namespace=\"");
+        label_value(t, conf->ns[i].name);
+        put(t, "\"} %g\n", conf->ns[i].hit_rate_target);
+    }
+    head(t, "kvshare_namespace_tier", "gauge",
+         "Service tier of a namespace (config tier), value 1");
+    for (uint32_t i = 0; conf && i < conf->n_ns; i++) {
+        if (!conf->ns[i].tier[0])
+            continue;
+        put(t, "kvshare_namespace_tier{namespace=\"");
+        label_value(t, conf->ns[i].name);
+        put(t, "\",tier=\"");
+        label_value(t, conf->ns[i].tier);
+        put(t, "\"} 1\n");
+    }
+}
+
 int metrics_render(server_t *srv, char **out, size_t *len)
 {
     text_t t = {0};
@@ -244,6 +272,8 @@ int metrics_render(server_t *srv, char **out, size_t *len)
                       ns_field(&st, ns_families[f].field));
         }
     }
+
+    ns_design(&t, srv);
 
     head(&t, "kvshare_kv_cache_usage_perc", "gauge",
          "Fraction of pool blocks in use (writing or cached), 0 to 1");

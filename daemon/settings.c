@@ -216,6 +216,14 @@ const setting_t settings_table[] = {
      .reload = true, .help = "only these users may use the namespace"},
     {"allow_gids", NULL, SETTING_NS, SETTING_GIDS, "LIST", 0, 0, NS_AT(acl), .zero = "anyone",
      .reload = true, .help = "only peers with these primary groups may use the namespace"},
+    {"hit_rate_target", NULL, SETTING_NS, SETTING_FRACTION, "F", 0, 0, NS_AT(hit_rate_target),
+     .zero = "none", .reload = true,
+     .help = "the share of prompt tokens it is designed to hit: exported as "
+             "kvshare_namespace_hit_rate_target, the alert KvshareHitRateBelowTarget compares "
+             "with it"},
+    {"tier", NULL, SETTING_NS, SETTING_NAME, "NAME", 0, 0, NS_AT(tier), .zero = "none",
+     .reload = true, .example = "interactive",
+     .help = "its service tier: exported as kvshare_namespace_tier, for hit rates by tier"},
 };
 
 const size_t settings_count = sizeof(settings_table) / sizeof(settings_table[0]);
@@ -453,6 +461,13 @@ int settings_set(const setting_t *row, void *base, const char *value, char *why,
     case SETTING_NAMESPACE:
         if (set_namespace(row, base, value, why, whylen) != 0)
             return KVS_EINVAL;
+        break;
+    case SETTING_NAME:
+        if (!nsname_valid(value) || strlen(value) >= row->width) {
+            snprintf(why, whylen, "%s", nsname_rule());
+            return KVS_EINVAL;
+        }
+        memcpy(field, value, strlen(value) + 1);
         break;
     case SETTING_SWITCH: {
         bool on = true;
@@ -745,6 +760,9 @@ void settings_format(const setting_t *row, const void *base, char *buf, size_t l
         }
         return;
     }
+    case SETTING_NAME:
+        snprintf(buf, len, "%s", field[0] ? field : row->zero ? row->zero : "none");
+        return;
     case SETTING_NAMESPACE:
     case SETTING_SWITCH:
         return;

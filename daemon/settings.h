@@ -47,6 +47,7 @@ typedef enum setting_type {
     SETTING_GROUP,     /* one group, by name or number: a uint32_t gid */
     SETTING_NAMESPACE, /* NAME[:QUOTA[:RESERVE]], repeatable: settings_t.ns */
     SETTING_SWITCH,    /* a flag without a value (--help): a bool */
+    SETTING_NAME,      /* a name under the namespace-name rule, copied into a char[width] */
 } setting_type_t;
 
 typedef enum setting_scope {

@@ -27,19 +27,26 @@ static const geometry_dtype_info_t dtype_table[] = {
 };
 #define DTYPE_COUNT (sizeof(dtype_table) / sizeof(dtype_table[0]))
 
-/* Model shapes from the models' published configs (num_hidden_layers,
- * num_key_value_heads, hidden_size / num_attention_heads). */
+/* Model shapes from the models' published configs: num_hidden_layers,
+ * num_key_value_heads and hidden_size / num_attention_heads; for MLA models
+ * num_hidden_layers, kv_lora_rank and qk_rope_head_dim. */
 typedef struct geometry_preset_entry {
     const char *name;
     uint32_t layers, kv_heads, head_dim;
+    uint32_t kv_lora_rank, rope_head_dim; /* MLA */
 } geometry_preset_entry_t;
 
 static const geometry_preset_entry_t preset_table[] = {
-    {"llama-3.1-8b", 32, 8, 128}, {"llama-3.1-70b", 80, 8, 128},    {"llama-3.1-405b", 126, 8, 128},
-    {"llama-3.2-1b", 16, 8, 64},  {"llama-3.2-3b", 28, 8, 128},     {"llama-3.3-70b", 80, 8, 128},
-    {"qwen2.5-0.5b", 24, 2, 64},  {"qwen2.5-1.5b", 28, 2, 128},     {"qwen2.5-7b", 28, 4, 128},
-    {"qwen2.5-14b", 48, 8, 128},  {"qwen2.5-32b", 64, 8, 128},      {"qwen2.5-72b", 80, 8, 128},
-    {"mistral-7b", 32, 8, 128},   {"mistral-nemo-12b", 40, 8, 128}, {"mixtral-8x7b", 32, 8, 128},
+    {"llama-3.1-8b", 32, 8, 128, 0, 0},    {"llama-3.1-70b", 80, 8, 128, 0, 0},
+    {"llama-3.1-405b", 126, 8, 128, 0, 0}, {"llama-3.2-1b", 16, 8, 64, 0, 0},
+    {"llama-3.2-3b", 28, 8, 128, 0, 0},    {"llama-3.3-70b", 80, 8, 128, 0, 0},
+    {"qwen2.5-0.5b", 24, 2, 64, 0, 0},     {"qwen2.5-1.5b", 28, 2, 128, 0, 0},
+    {"qwen2.5-7b", 28, 4, 128, 0, 0},      {"qwen2.5-14b", 48, 8, 128, 0, 0},
+    {"qwen2.5-32b", 64, 8, 128, 0, 0},     {"qwen2.5-72b", 80, 8, 128, 0, 0},
+    {"mistral-7b", 32, 8, 128, 0, 0},      {"mistral-nemo-12b", 40, 8, 128, 0, 0},
+    {"mixtral-8x7b", 32, 8, 128, 0, 0},    {"deepseek-v2-lite", 27, 0, 0, 512, 64},
+    {"deepseek-v2", 60, 0, 0, 512, 64},    {"deepseek-v3", 61, 0, 0, 512, 64},
+    {"deepseek-r1", 61, 0, 0, 512, 64},
 };
 #define PRESET_COUNT (sizeof(preset_table) / sizeof(preset_table[0]))
 
@@ -77,15 +84,21 @@ int geometry_dtype_parse(const char *name, geometry_dtype_t *out)
 
 int geometry_validate(const geometry_t *g)
 {
-    if (g == NULL || g->layers == 0 || g->kv_heads == 0 || g->head_dim == 0 ||
-        g->block_tokens == 0 || geometry_dtype_bytes(g->dtype) == 0)
+    if (g == NULL || g->layers == 0 || g->block_tokens == 0 || geometry_dtype_bytes(g->dtype) == 0)
         return KVS_EINVAL;
-    /* Each factor is below 2^32; check the product step by step so that no
+    if (geometry_is_mla(g) ? g->kv_heads != 0 || g->head_dim != 0
+                           : g->kv_heads == 0 || g->head_dim == 0 || g->rope_head_dim != 0)
+        return KVS_EINVAL;
+    /* Each factor is below 2^33; check the product step by step so that no
      * intermediate wraps before we compare it with 2^63. */
     const uint64_t limit = UINT64_C(1) << 63;
-    uint64_t v = 2ull * g->layers; /* < 2^33 */
-    const uint64_t factors[] = {g->kv_heads, g->head_dim, geometry_dtype_bytes(g->dtype),
-                                g->block_tokens};
+    uint64_t v = (uint64_t)geometry_planes(g) * g->layers; /* < 2^33 */
+    const uint64_t factors[] = {
+        geometry_is_mla(g) ? geometry_token_width(g) : g->kv_heads,
+        geometry_is_mla(g) ? 1 : g->head_dim,
+        geometry_dtype_bytes(g->dtype),
+        g->block_tokens,
+    };
     for (size_t i = 0; i < sizeof(factors) / sizeof(factors[0]); i++) {
         if (v > (limit - 1) / factors[i])
             return KVS_EINVAL;
@@ -96,7 +109,8 @@ int geometry_validate(const geometry_t *g)
 
 uint64_t geometry_bytes_per_token(const geometry_t *g)
 {
-    return 2ull * g->layers * g->kv_heads * g->head_dim * geometry_dtype_bytes(g->dtype);
+    return (uint64_t)geometry_planes(g) * g->layers * geometry_token_width(g) *
+           geometry_dtype_bytes(g->dtype);
 }
 
 uint64_t geometry_block_bytes(const geometry_t *g)
@@ -106,7 +120,24 @@ uint64_t geometry_block_bytes(const geometry_t *g)
 
 uint64_t geometry_slot_bytes(const geometry_t *g)
 {
-    return (uint64_t)g->block_tokens * g->kv_heads * g->head_dim * geometry_dtype_bytes(g->dtype);
+    return (uint64_t)g->block_tokens * geometry_token_width(g) * geometry_dtype_bytes(g->dtype);
+}
+
+int geometry_describe(const geometry_t *g, char *buf, size_t len)
+{
+    if (geometry_validate(g) != 0 || (buf == NULL && len != 0))
+        return KVS_EINVAL;
+    int n;
+    if (geometry_is_mla(g))
+        n = snprintf(buf, len,
+                     "%" PRIu32 " layers x (%" PRIu32 " kv_lora_rank + %" PRIu32
+                     " rope_head_dim) %s, MLA",
+                     g->layers, g->kv_lora_rank, g->rope_head_dim, geometry_dtype_name(g->dtype));
+    else
+        n = snprintf(buf, len,
+                     "%" PRIu32 " layers x %" PRIu32 " kv_heads x %" PRIu32 " head_dim %s",
+                     g->layers, g->kv_heads, g->head_dim, geometry_dtype_name(g->dtype));
+    return n < 0 ? KVS_EINVAL : n;
 }
 
 /* "meta-llama/Llama-3.1-70B" names the same preset as "llama-3.1-70b". */
@@ -124,9 +155,12 @@ int geometry_preset(const char *name, geometry_t *out)
     for (size_t i = 0; i < PRESET_COUNT; i++) {
         if (strcasecmp(base, preset_table[i].name) != 0)
             continue;
+        memset(out, 0, sizeof(*out));
         out->layers = preset_table[i].layers;
         out->kv_heads = preset_table[i].kv_heads;
         out->head_dim = preset_table[i].head_dim;
+        out->kv_lora_rank = preset_table[i].kv_lora_rank;
+        out->rope_head_dim = preset_table[i].rope_head_dim;
         out->dtype = GEOMETRY_BF16;
         out->block_tokens = 16;
         return 0;
@@ -166,6 +200,24 @@ uint64_t geometry_seqs_for_budget(const geometry_t *g, uint64_t budget_bytes, ui
     return geometry_blocks_for_budget(g, budget_bytes) / per_seq;
 }
 
+int geometry_derive_budget(uint64_t gpu_memory, double utilization, uint64_t weights,
+                           uint64_t overhead, uint64_t *usable, uint64_t *budget)
+{
+    if (usable == NULL || budget == NULL || !(utilization > 0) || utilization > 1)
+        return KVS_EINVAL;
+    /* utilization <= 1: the product never exceeds gpu_memory, but the double
+     * may round up past UINT64_MAX for the largest inputs. */
+    double u = (double)gpu_memory * utilization + 0.5; /* rounds: truncated below */
+    uint64_t use = u >= 18446744073709551615.0 ? gpu_memory : (uint64_t)u;
+    if (use > gpu_memory)
+        use = gpu_memory;
+    if (weights >= use || overhead >= use - weights)
+        return KVS_EINVAL;
+    *usable = use;
+    *budget = use - weights - overhead;
+    return 0;
+}
+
 int geometry_plan(const geometry_t *g, uint64_t budget_bytes, geometry_plan_t *out)
 {
     if (out == NULL || geometry_validate(g) != 0)
@@ -188,16 +240,15 @@ int geometry_plan(const geometry_t *g, uint64_t budget_bytes, geometry_plan_t *o
 
 int geometry_plan_format(const geometry_t *g, const geometry_plan_t *plan, char *buf, size_t len)
 {
-    if (plan == NULL || geometry_validate(g) != 0 || (buf == NULL && len != 0))
+    char shape[128];
+    if (plan == NULL || geometry_describe(g, shape, sizeof(shape)) < 0 || (buf == NULL && len != 0))
         return KVS_EINVAL;
     int n =
         snprintf(buf, len,
-                 "%" PRIu32 " layers x %" PRIu32 " kv_heads x %" PRIu32 " head_dim %s, "
-                 "%" PRIu32 "-token blocks: %" PRIu64 " B/token, %" PRIu64 " B/block; "
+                 "%s, %" PRIu32 "-token blocks: %" PRIu64 " B/token, %" PRIu64 " B/block; "
                  "budget %" PRIu64 " B -> %" PRIu64 " blocks (%" PRIu64 " B), %" PRIu64 " tokens",
-                 g->layers, g->kv_heads, g->head_dim, geometry_dtype_name(g->dtype),
-                 g->block_tokens, plan->bytes_per_token, plan->block_bytes, plan->budget_bytes,
-                 plan->blocks, plan->pool_bytes, plan->tokens);
+                 shape, g->block_tokens, plan->bytes_per_token, plan->block_bytes,
+                 plan->budget_bytes, plan->blocks, plan->pool_bytes, plan->tokens);
     return n < 0 ? KVS_EINVAL : n;
 }
 

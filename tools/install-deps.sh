@@ -5,7 +5,7 @@ set -eu
 
 pkgs="build-essential cmake pkg-config libuv1-dev libxxhash-dev libprotobuf-c-dev
 protobuf-c-compiler check valgrind clang-format python3 python3-torch curl clang libclang-rt-14-dev
-abigail-tools"
+abigail-tools prometheus"
 
 missing=""
 for p in $pkgs; do

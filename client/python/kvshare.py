@@ -74,7 +74,8 @@ class _Geometry(ctypes.Structure):
         ("block_stride", ctypes.c_uint64), ("pool_bytes", ctypes.c_uint64),
         ("backend", ctypes.c_int),
         ("device_uuid", ctypes.c_uint8 * 16),
-        ("reserved", ctypes.c_uint64 * 8),
+        ("kv_lora_rank", ctypes.c_uint32), ("rope_head_dim", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint64 * 7),
     ]
 
 
@@ -297,6 +298,7 @@ class Client:
             "block_stride": g.block_stride, "pool_bytes": g.pool_bytes,
             "backend": "cuda" if g.backend == BACKEND_CUDA else "host",
             "device_uuid": bytes(g.device_uuid),
+            "kv_lora_rank": g.kv_lora_rank, "rope_head_dim": g.rope_head_dim,
         }
 
     @property

@@ -16,7 +16,8 @@
 #include "geometry.h"
 
 /* A small geometry: slot = 4 tokens x 2 heads x 8 dims x 2 B = 128 B. */
-static const geometry_t small_geom = {4, 2, 8, GEOMETRY_FP16, 4};
+static const geometry_t small_geom = {
+    .layers = 4, .kv_heads = 2, .head_dim = 8, .dtype = GEOMETRY_FP16, .block_tokens = 4};
 #define NUM_BLOCKS 8
 
 static backend_t *open_host(uint64_t bytes)

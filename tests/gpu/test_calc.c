@@ -1,5 +1,6 @@
 /* The capacity planner's arithmetic (geometry_seq_bytes,
- * geometry_seqs_for_budget) pinned to the published Llama-3.1-70B figures. */
+ * geometry_seqs_for_budget, geometry_derive_budget) pinned to the published
+ * Llama-3.1-70B figures, the operator's two-GPU question, and MLA models. */
 #include <check.h>
 #include <math.h>
 #include <stdint.h>
@@ -97,6 +98,82 @@ START_TEST(llama_8b_figures)
 }
 END_TEST
 
+/* 2 x 80 GB, utilization 0.9, 70 GB of FP8 weights, 5 GB overhead: the KV
+ * budget is 160 x 0.9 - 70 - 5 = 69 GB, quoted as "~70 GB". */
+START_TEST(budget_from_two_gpus)
+{
+    uint64_t usable = 0, budget = 0;
+    ck_assert_int_eq(geometry_derive_budget(160000000000ull, 0.9, 70000000000ull, 5000000000ull,
+                                            &usable, &budget),
+                     0);
+    ck_assert_uint_eq(usable, 144000000000ull);
+    ck_assert_uint_eq(budget, 69000000000ull);
+    ck_assert_double_eq_tol(gb1(budget), 69.0, 1e-9);
+
+    geometry_t g = llama70(GEOMETRY_FP8);
+    geometry_plan_t plan;
+    ck_assert_int_eq(geometry_plan(&g, budget, &plan), 0);
+    ck_assert_uint_eq(plan.blocks, 26321);
+    ck_assert_uint_eq(plan.tokens, 421136); /* "~430k live tokens" */
+    /* "~105 / ~13 / ~3 users" (quoted from 70 GB): in whole blocks of 69 GB */
+    ck_assert_uint_eq(geometry_seqs_for_budget(&g, budget, K4), 102);
+    ck_assert_uint_eq(geometry_seqs_for_budget(&g, budget, K32), 12);
+    ck_assert_uint_eq(geometry_seqs_for_budget(&g, budget, K128), 3);
+    /* 16 users: ~11 GB at 4k, ~86 GB at 32k (over budget), ~344 GB at 128k */
+    ck_assert_double_eq_tol(gb1(16 * geometry_seq_bytes(&g, K4)), 10.7, 1e-9);
+    ck_assert_double_eq_tol(gb1(16 * geometry_seq_bytes(&g, K32)), 85.9, 1e-9);
+    ck_assert_uint_gt(16 * geometry_seq_bytes(&g, K32), budget);
+    ck_assert_double_eq_tol(round((double)(16 * geometry_seq_bytes(&g, K128)) / 1e9), 344, 1e-9);
+    /* $6/hour for the pair: a 4k user costs cents, a 128k user dollars */
+    ck_assert_double_eq_tol(6.0 / (double)geometry_seqs_for_budget(&g, budget, K4), 0.0588, 1e-4);
+    ck_assert_double_eq_tol(6.0 / (double)geometry_seqs_for_budget(&g, budget, K128), 2.0, 1e-9);
+}
+END_TEST
+
+START_TEST(budget_refusals)
+{
+    uint64_t usable = 7, budget = 7;
+    /* weights and overhead take everything, or more */
+    ck_assert_int_eq(
+        geometry_derive_budget(80000000000ull, 0.9, 72000000000ull, 0, &usable, &budget),
+        KVS_EINVAL);
+    ck_assert_int_eq(geometry_derive_budget(80000000000ull, 0.9, 60000000000ull, 12000000000ull,
+                                            &usable, &budget),
+                     KVS_EINVAL);
+    ck_assert_int_eq(geometry_derive_budget(80000000000ull, 0.9, 0, UINT64_MAX, &usable, &budget),
+                     KVS_EINVAL);
+    /* utilization outside (0, 1] */
+    ck_assert_int_eq(geometry_derive_budget(80000000000ull, 0, 1, 1, &usable, &budget), KVS_EINVAL);
+    ck_assert_int_eq(geometry_derive_budget(80000000000ull, 1.01, 1, 1, &usable, &budget),
+                     KVS_EINVAL);
+    ck_assert_int_eq(geometry_derive_budget(80000000000ull, NAN, 1, 1, &usable, &budget),
+                     KVS_EINVAL);
+    ck_assert_int_eq(geometry_derive_budget(80000000000ull, 0.9, 1, 1, NULL, &budget), KVS_EINVAL);
+    ck_assert_uint_eq(usable, 7);
+    ck_assert_uint_eq(budget, 7);
+    /* the whole of the largest memory: no wrap */
+    ck_assert_int_eq(geometry_derive_budget(UINT64_MAX, 1.0, 0, 0, &usable, &budget), 0);
+    ck_assert_uint_eq(usable, UINT64_MAX);
+    ck_assert_uint_eq(budget, UINT64_MAX);
+}
+END_TEST
+
+/* DeepSeek-V3 in FP8: 61 layers x (512 + 64) x 1 B = 35136 B per token, about
+ * a ninth of Llama-3.1-70B's 160 KiB in FP8; V2-Lite in BF16: 31104 B. */
+START_TEST(mla_figures)
+{
+    geometry_t g;
+    ck_assert_int_eq(geometry_preset("deepseek-v3", &g), 0);
+    g.dtype = GEOMETRY_FP8;
+    ck_assert_uint_eq(geometry_bytes_per_token(&g), 35136);
+    ck_assert_uint_eq(geometry_seq_bytes(&g, K128), 8192ull * 16 * 35136);
+    ck_assert_double_eq_tol(gb1(geometry_seq_bytes(&g, K128)), 4.6, 1e-9);
+    ck_assert_uint_eq(geometry_seqs_for_budget(&g, 100000000000ull, K128), 21);
+    ck_assert_int_eq(geometry_preset("deepseek-v2-lite", &g), 0);
+    ck_assert_uint_eq(geometry_bytes_per_token(&g), 31104);
+}
+END_TEST
+
 static Suite *calc_suite(void)
 {
     Suite *s = suite_create("calc");
@@ -108,6 +185,9 @@ static Suite *calc_suite(void)
     tcase_add_test(tc, sequences_in_70gb_fp8);
     tcase_add_test(tc, partial_blocks_count_whole);
     tcase_add_test(tc, llama_8b_figures);
+    tcase_add_test(tc, budget_from_two_gpus);
+    tcase_add_test(tc, budget_refusals);
+    tcase_add_test(tc, mla_figures);
     suite_add_tcase(s, tc);
     return s;
 }

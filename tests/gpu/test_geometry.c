@@ -76,10 +76,18 @@ START_TEST(validate)
     bad.dtype = (geometry_dtype_t)7;
     ck_assert_int_eq(geometry_validate(&bad), KVS_EINVAL);
     /* 2 x 2^32 x 2^32 ... would wrap 64 bits: refused, not wrapped. */
-    geometry_t huge = {UINT32_MAX, UINT32_MAX, UINT32_MAX, GEOMETRY_FP32, UINT32_MAX};
+    geometry_t huge = {.layers = UINT32_MAX,
+                       .kv_heads = UINT32_MAX,
+                       .head_dim = UINT32_MAX,
+                       .dtype = GEOMETRY_FP32,
+                       .block_tokens = UINT32_MAX};
     ck_assert_int_eq(geometry_validate(&huge), KVS_EINVAL);
     /* block_bytes = 2^62 fits; 2^63 does not. */
-    geometry_t edge = {1u << 15, 1u << 15, 1u << 15, GEOMETRY_FP32, 1u << 14};
+    geometry_t edge = {.layers = 1u << 15,
+                       .kv_heads = 1u << 15,
+                       .head_dim = 1u << 15,
+                       .dtype = GEOMETRY_FP32,
+                       .block_tokens = 1u << 14};
     ck_assert_int_eq(geometry_validate(&edge), 0);
     ck_assert_uint_eq(geometry_block_bytes(&edge), UINT64_C(1) << 62);
     edge.block_tokens = 1u << 15;
@@ -146,7 +154,11 @@ END_TEST
 
 START_TEST(layout_offsets)
 {
-    geometry_t g = {3, 2, 4, GEOMETRY_FP16, 4}; /* slot = 4 x 2 x 4 x 2 = 64 B */
+    geometry_t g = {.layers = 3,
+                    .kv_heads = 2,
+                    .head_dim = 4,
+                    .dtype = GEOMETRY_FP16,
+                    .block_tokens = 4}; /* slot = 4 x 2 x 4 x 2 = 64 B */
     const uint32_t nb = 5;
     uint64_t slot = geometry_slot_bytes(&g);
     ck_assert_uint_eq(slot, 64);
@@ -162,6 +174,95 @@ START_TEST(layout_offsets)
     ck_assert_uint_eq(geometry_offset(&big, 100, 1, 1, 3), 303ull * 32768);
     /* 64-bit: the last slot of a 140 GB pool is past 4 GiB */
     ck_assert_uint_eq(geometry_offset(&big, 28000, 79, 1, 27999), (159ull * 28000 + 27999) * 32768);
+}
+END_TEST
+
+/* MLA (DeepSeek-V2/V3): one latent of kv_lora_rank + rope_head_dim elements
+ * per token and layer, no K/V split and no heads. */
+START_TEST(mla_arithmetic)
+{
+    geometry_t g;
+    ck_assert_int_eq(geometry_preset("deepseek-v3", &g), 0);
+    ck_assert_int_eq(geometry_validate(&g), 0);
+    ck_assert(geometry_is_mla(&g));
+    ck_assert_uint_eq(g.layers, 61);
+    ck_assert_uint_eq(g.kv_lora_rank, 512);
+    ck_assert_uint_eq(g.rope_head_dim, 64);
+    ck_assert_uint_eq(g.kv_heads, 0);
+    ck_assert_uint_eq(g.head_dim, 0);
+    ck_assert_uint_eq(geometry_planes(&g), 1);
+    ck_assert_uint_eq(geometry_token_width(&g), 576);
+    ck_assert_uint_eq(geometry_bytes_per_token(&g), 61 * 576 * 2); /* 70272 B */
+    ck_assert_uint_eq(geometry_slot_bytes(&g), 16 * 576 * 2);
+    ck_assert_uint_eq(geometry_slot_bytes(&g) * g.layers, geometry_block_bytes(&g));
+    g.dtype = GEOMETRY_FP8;
+    ck_assert_uint_eq(geometry_bytes_per_token(&g), 35136);
+    ck_assert_uint_eq(geometry_seq_bytes(&g, 131072), 131072ull * 35136);
+
+    ck_assert_int_eq(geometry_preset("deepseek-ai/DeepSeek-V2-Lite", &g), 0);
+    ck_assert_uint_eq(g.layers, 27);
+    ck_assert_uint_eq(geometry_bytes_per_token(&g), 27 * 576 * 2); /* 31104 B */
+    char text[128];
+    ck_assert_int_gt(geometry_describe(&g, text, sizeof(text)), 0);
+    ck_assert_str_eq(text, "27 layers x (512 kv_lora_rank + 64 rope_head_dim) bf16, MLA");
+    geometry_t mha = llama70(GEOMETRY_FP8);
+    ck_assert_int_gt(geometry_describe(&mha, text, sizeof(text)), 0);
+    ck_assert_str_eq(text, "80 layers x 8 kv_heads x 128 head_dim fp8");
+    ck_assert_uint_eq(geometry_planes(&mha), 2);
+
+    /* heads and a latent together, or a RoPE width without a latent: refused */
+    geometry_t bad = g;
+    bad.kv_heads = 1;
+    ck_assert_int_eq(geometry_validate(&bad), KVS_EINVAL);
+    bad = g;
+    bad.head_dim = 64;
+    ck_assert_int_eq(geometry_validate(&bad), KVS_EINVAL);
+    bad = mha;
+    bad.rope_head_dim = 64;
+    ck_assert_int_eq(geometry_validate(&bad), KVS_EINVAL);
+    ck_assert_int_eq(geometry_describe(&bad, text, sizeof(text)), KVS_EINVAL);
+    /* a latent without a RoPE part is still a latent */
+    bad = g;
+    bad.rope_head_dim = 0;
+    ck_assert_int_eq(geometry_validate(&bad), 0);
+    ck_assert_uint_eq(geometry_token_width(&bad), 512);
+    /* 2^32 x 2^33 x ...: refused, not wrapped */
+    geometry_t huge = {.layers = UINT32_MAX,
+                       .kv_heads = 0,
+                       .head_dim = 0,
+                       .dtype = GEOMETRY_FP32,
+                       .block_tokens = UINT32_MAX,
+                       .kv_lora_rank = UINT32_MAX,
+                       .rope_head_dim = UINT32_MAX};
+    ck_assert_int_eq(geometry_validate(&huge), KVS_EINVAL);
+}
+END_TEST
+
+/* An MLA block is one latent slot per layer instead of K and V: layer l
+ * starts l x num_blocks slots in, every slot used exactly once. */
+START_TEST(mla_layout_offsets)
+{
+    geometry_t g = {.layers = 3,
+                    .dtype = GEOMETRY_FP16,
+                    .block_tokens = 4,
+                    .kv_lora_rank = 6,
+                    .rope_head_dim = 2}; /* slot = 4 x 8 x 2 = 64 B */
+    const uint32_t nb = 5;
+    uint64_t slot = geometry_slot_bytes(&g);
+    ck_assert_uint_eq(slot, 64);
+    uint64_t expect = 0;
+    for (uint32_t l = 0; l < g.layers; l++)
+        for (uint32_t b = 0; b < nb; b++, expect += slot)
+            ck_assert_uint_eq(geometry_offset(&g, nb, l, 0, b), expect);
+    ck_assert_uint_eq(expect, nb * geometry_block_bytes(&g));
+    /* half the bytes of the same pool as MHA with one head of that width */
+    geometry_t mha = {
+        .layers = 3, .kv_heads = 1, .head_dim = 8, .dtype = GEOMETRY_FP16, .block_tokens = 4};
+    ck_assert_uint_eq(geometry_block_bytes(&mha), 2 * geometry_block_bytes(&g));
+    ck_assert_uint_eq(geometry_offset(&mha, nb, 1, 0, 0), 2 * geometry_offset(&g, nb, 1, 0, 0));
+    geometry_t v3;
+    ck_assert_int_eq(geometry_preset("deepseek-v3", &v3), 0);
+    ck_assert_uint_eq(geometry_offset(&v3, 28000, 60, 0, 27999), (60ull * 28000 + 27999) * 18432);
 }
 END_TEST
 
@@ -263,6 +364,8 @@ static Suite *geometry_suite(void)
     tcase_add_test(tc, arithmetic_llama_70b);
     tcase_add_test(tc, presets);
     tcase_add_test(tc, layout_offsets);
+    tcase_add_test(tc, mla_arithmetic);
+    tcase_add_test(tc, mla_layout_offsets);
     tcase_add_test(tc, budget_and_plan);
     tcase_add_test(tc, parse_bytes);
     tcase_add_test(tc, parse_tokens);

@@ -15,7 +15,14 @@
 #error "KVSHARED_PATH must name the kvshared binary"
 #endif
 
-static pid_t spawn(const char *socket_path, unsigned blocks, const char *const *extra, int *ready)
+/* The test geometry: 2 layers, 2 kv heads, head_dim 8, fp16, 4-token blocks. */
+static const char *const test_geometry[] = {
+    "--layers", "2",    "--kv-heads",     "2", "--head-dim", "8",
+    "--dtype",  "fp16", "--block-tokens", "4", NULL,
+};
+
+static pid_t spawn(const char *socket_path, unsigned blocks, const char *const *geometry,
+                   const char *const *extra, int *ready)
 {
     int p[2];
     if (pipe(p) != 0)
@@ -40,16 +47,8 @@ static pid_t spawn(const char *socket_path, unsigned blocks, const char *const *
         argv[n++] = socket_path;
         argv[n++] = "--backend";
         argv[n++] = "host";
-        argv[n++] = "--layers";
-        argv[n++] = "2";
-        argv[n++] = "--kv-heads";
-        argv[n++] = "2";
-        argv[n++] = "--head-dim";
-        argv[n++] = "8";
-        argv[n++] = "--dtype";
-        argv[n++] = "fp16";
-        argv[n++] = "--block-tokens";
-        argv[n++] = "4";
+        for (int i = 0; geometry[i] && n < 32; i++)
+            argv[n++] = geometry[i];
         argv[n++] = "--pool-blocks";
         argv[n++] = nblocks;
         argv[n++] = "--ready-fd";
@@ -86,13 +85,19 @@ static int wait_ready(int fd, int timeout_ms)
 
 int harness_start(harness_t *h, unsigned blocks, const char *const *extra)
 {
+    return harness_start_geometry(h, blocks, test_geometry, extra);
+}
+
+int harness_start_geometry(harness_t *h, unsigned blocks, const char *const *geometry,
+                           const char *const *extra)
+{
     int ready;
     memset(h, 0, sizeof(*h));
     snprintf(h->dir, sizeof(h->dir), "/tmp/kvs-test-XXXXXX");
     if (!mkdtemp(h->dir))
         return -1;
     snprintf(h->socket_path, sizeof(h->socket_path), "%s/kvshared.sock", h->dir);
-    h->pid = spawn(h->socket_path, blocks, extra, &ready);
+    h->pid = spawn(h->socket_path, blocks, geometry, extra, &ready);
     if (h->pid < 0)
         return -1;
     int rc = wait_ready(ready, 20000);
@@ -114,7 +119,7 @@ int harness_restart(const harness_t *h, unsigned blocks, const char *const *extr
                     pid_t *pid_out)
 {
     int ready, status;
-    pid_t pid = spawn(h->socket_path, blocks, extra, &ready);
+    pid_t pid = spawn(h->socket_path, blocks, test_geometry, extra, &ready);
     *pid_out = pid;
     if (pid < 0)
         return -1;

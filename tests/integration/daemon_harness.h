@@ -19,6 +19,11 @@ typedef struct harness {
  * Returns 0 when it is listening, -1 otherwise. */
 int harness_start(harness_t *h, unsigned blocks, const char *const *extra);
 
+/* The same with the geometry flags given (NULL-ended, e.g. {"--model",
+ * "deepseek-v2-lite", NULL}) instead of the test geometry. */
+int harness_start_geometry(harness_t *h, unsigned blocks, const char *const *geometry,
+                           const char *const *extra);
+
 /* Same socket path as h, as a new process; *pid_out gets its pid. Returns
  * the exit status if it exited within timeout_ms, -1 if still running. */
 int harness_start_again(const harness_t *h, unsigned blocks, int timeout_ms, pid_t *pid_out);

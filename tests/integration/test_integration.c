@@ -758,6 +758,70 @@ START_TEST(test_second_daemon_refused_stale_socket_replaced)
 }
 END_TEST
 
+/* An MLA model's pool (DeepSeek-V2-Lite's latent, 2 layers): the daemon lays
+ * out one latent slot per layer and block instead of K and V, the Hello
+ * strides say so (no V: kv_stride 0), the library's block addresses follow
+ * geometry_offset, and two clients see each other's bytes at those offsets. */
+START_TEST(test_mla_pool_layout)
+{
+    static const char *const mla[] = {
+        "--model", "deepseek-v2-lite", "--layers", "2", "--block-tokens",
+        "4",       "--dtype",          "fp16",     NULL};
+    harness_t own;
+    ck_assert_int_eq(harness_start_geometry(&own, POOL, mla, NULL), 0);
+    kvs_options_t o;
+    kvs_client_t *a = NULL, *b = NULL;
+    kvs_options_init(&o);
+    o.socket_path = own.socket_path;
+    ck_assert_int_eq(kvs_connect(&o, &a), 0);
+    ck_assert_int_eq(kvs_connect(&o, &b), 0);
+
+    kvs_geometry_t g;
+    ck_assert_int_eq(kvs_geometry(a, &g), 0);
+    const uint64_t slot = 4 * (512 + 64) * 2; /* tokens x latent width x fp16 */
+    ck_assert_uint_eq(g.layers, 2);
+    ck_assert_uint_eq(g.kv_heads, 1);
+    ck_assert_uint_eq(g.head_dim, 576);
+    ck_assert_uint_eq(g.kv_lora_rank, 512);
+    ck_assert_uint_eq(g.rope_head_dim, 64);
+    ck_assert_uint_eq(g.num_blocks, POOL);
+    ck_assert_uint_eq(g.slot_bytes, slot);
+    ck_assert_uint_eq(g.block_bytes, 2 * slot); /* one slot per layer, not two */
+    ck_assert_uint_eq(g.block_stride, slot);
+    ck_assert_uint_eq(g.kv_stride, 0);
+    ck_assert_uint_eq(g.layer_stride, POOL * slot);
+    ck_assert_uint_ge(g.pool_bytes, 2 * POOL * slot);
+
+    uintptr_t base = kvs_pool_base(a), addr = 0;
+    ck_assert_int_eq(kvs_block_addr(a, 0, 1, 0, &addr), KVS_EINVAL); /* no V */
+    for (uint32_t l = 0; l < 2; l++)
+        for (uint32_t blk = 0; blk < POOL; blk += 9) {
+            ck_assert_int_eq(kvs_block_addr(a, l, 0, blk, &addr), 0);
+            ck_assert_uint_eq(addr - base, ((uint64_t)l * POOL + blk) * slot);
+        }
+
+    /* a's bytes at (layer 1, block 5) are b's at the same offset of its own
+     * mapping, and nowhere else */
+    static uint8_t want[4608], got[4608];
+    ck_assert_uint_eq(sizeof(want), slot);
+    for (size_t i = 0; i < sizeof(want); i++)
+        want[i] = (uint8_t)(i * 7 + 1);
+    ck_assert_int_eq(kvs_block_write(a, 1, 0, 5, want, sizeof(want)), 0);
+    ck_assert_int_eq(kvs_block_read(b, 1, 0, 5, got, sizeof(got)), 0);
+    ck_assert_mem_eq(got, want, sizeof(want));
+    const uint8_t *mapped = (const uint8_t *)kvs_pool_base(b);
+    ck_assert_mem_eq(mapped + (1ull * POOL + 5) * slot, want, sizeof(want));
+    ck_assert_int_eq(kvs_block_read(b, 0, 0, 5, got, sizeof(got)), 0);
+    ck_assert_int_ne(memcmp(got, want, sizeof(want)), 0);
+    ck_assert_int_eq(kvs_block_write(a, 1, 1, 5, want, sizeof(want)), KVS_EINVAL);
+
+    kvs_close(a);
+    kvs_close(b);
+    ck_assert_int_eq(harness_stop(&own), 0);
+    harness_cleanup(&own);
+}
+END_TEST
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -775,6 +839,7 @@ int main(void)
     tcase_add_test(tc, test_fork_after_connect);
     tcase_add_test(tc, test_timeout_and_reconnect);
     tcase_add_test(tc, test_second_daemon_refused_stale_socket_replaced);
+    tcase_add_test(tc, test_mla_pool_layout);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

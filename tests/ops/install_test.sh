@@ -16,7 +16,8 @@ test -n "$pc" || { echo "no kvshare.pc installed"; cat "$tmp/install.log"; exit 
 libdir=$(dirname "$(dirname "$pc")")
 for f in bin/kvshared bin/kvshare include/kvshare.h include/kvshare_status.h \
          include/kvshare_counters.h \
-         lib/systemd/system/kvshared.service share/kvshare/examples/kvshared.conf; do
+         lib/systemd/system/kvshared.service share/kvshare/examples/kvshared.conf \
+         share/kvshare/prometheus/kvshare-rules.yml; do
     test -e "$tmp/prefix/$f" || { echo "missing $f"; exit 1; }
 done
 test -e "$libdir/libkvshare.a" || { echo "missing libkvshare.a"; exit 1; }

@@ -183,6 +183,10 @@ static int cases_for(const setting_t *row, value_case_t *cases)
             n = add_text(cases, n, false, "above max", long_text);
         }
         break;
+    case SETTING_NAME:
+        n = add_text(cases, n, true, "in range", row->example);
+        n = add_text(cases, n, false, "bad type", "two words");
+        break;
     case SETTING_NAMESPACE:
     case SETTING_SWITCH:
         break;

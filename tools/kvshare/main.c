@@ -9,8 +9,8 @@
 
 static const kvshare_command_t commands[] = {
     {"calc", kvshare_calc,
-     "KV cache capacity planner: bytes per token, per sequence, "
-     "sequences that fit a budget"},
+     "KV cache capacity planner: bytes per token and sequence, the budget a node's GPUs "
+     "leave, users that fit, cost per user (MLA models too)"},
     {"stats", kvshare_cmd_stats,
      "pool usage, blocks free/writing/cached/pinned, hit rates, evictions, sessions (--json)"},
     {"top", kvshare_cmd_top, "the stats view, refreshed, with rates"},

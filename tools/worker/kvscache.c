@@ -96,7 +96,8 @@ static int check_pool(kvscache_t *kc, char *err, size_t err_len)
         return KVS_ENOTSUP;
     }
     if (!base || !pg.num_blocks || pg.slot_bytes != slot || pg.block_stride != slot ||
-        pg.kv_stride != slot * pg.num_blocks || pg.layer_stride != 2 * pg.kv_stride ||
+        pg.kv_stride != geometry_offset(g, pg.num_blocks, 0, 1, 0) ||
+        pg.layer_stride != geometry_offset(g, pg.num_blocks, 1, 0, 0) ||
         pg.pool_bytes < geometry_offset(g, pg.num_blocks, g->layers, 0, 0) ||
         kvs_block_addr(kc->client, g->layers - 1, 1, pg.num_blocks - 1, &far) < 0 ||
         far - base != geometry_offset(g, pg.num_blocks, g->layers - 1, 1, pg.num_blocks - 1)) {
