@@ -41,6 +41,16 @@ POOL_BLOCKS = torch_share.POOL_BLOCKS
 VOCAB = torch_share.VOCAB
 
 
+def configure(layers, kv_heads, head_dim, pool_blocks):
+    """Another geometry for benchmarks; returns the kvshared flags that give
+    a pool of it (after torch_share.Daemon's own flags: the last flag wins)."""
+    global POOL_BLOCKS
+    GEO.update(layers=layers, kv_heads=kv_heads, head_dim=head_dim)
+    POOL_BLOCKS = pool_blocks
+    return ["--layers", str(layers), "--kv-heads", str(kv_heads), "--head-dim", str(head_dim),
+            "--pool-blocks", str(pool_blocks)]
+
+
 def prompt(seed, blocks, continuation=7):
     """A prompt of `blocks` full blocks and a continuation."""
     import random
