@@ -35,7 +35,6 @@ from the environment: KVSHARED (or KVS_KVSHARED) and KVSHARE_LIB. libkvshare's
 own dependencies must be found by the dynamic loader (LD_LIBRARY_PATH).
 """
 import argparse
-import ctypes
 import os
 import random
 import shutil

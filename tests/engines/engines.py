@@ -31,7 +31,7 @@ import kvshare  # noqa: E402
 import kvshare.sglang  # noqa: E402
 import kvshare.vllm  # noqa: E402
 import torch_share  # noqa: E402
-from torch_share import Daemon, Failure, check  # noqa: E402,F401
+Daemon, Failure, check = torch_share.Daemon, torch_share.Failure, torch_share.check
 
 # The daemon of torch_share.Daemon: 2 layers, 2 KV heads, head_dim 32,
 # 16 tokens per block, 64 blocks.

@@ -351,7 +351,6 @@ def role_victim(engine, socket, outdir):
     """Holds pins (prepare_load) and WRITING blocks (prepare_store), starts a
     transfer and waits to be killed."""
     import time
-    import torch  # noqa: F401
     inst = engines.VllmInstance(socket)
     tokens, _ = engines.prompt(71, 2)
     hashes = engines.vllm_hashes(tokens, engines.GEO["block_tokens"])
