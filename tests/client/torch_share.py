@@ -23,10 +23,10 @@ Starts a real kvshared on a temporary socket, then two worker processes:
           value in the pool must change the output (then restoring it must
           restore it).
 
-Tensors over the pool are zero-copy: on the host backend torch.frombuffer over
-the mapped memory, on cuda torch.as_tensor of an object exposing
-__cuda_array_interface__ at the device pointer (the library maps the pool into
-the process's primary context, the one PyTorch uses). Each view's data_ptr is
+Tensors over the pool are zero-copy (kvshare.tensors.pool_tensor): on the host
+backend torch.frombuffer over the mapped memory, on cuda torch.as_tensor of an
+object exposing __cuda_array_interface__ at the device pointer (the library
+maps the pool into the process's primary context, the one PyTorch uses). Each view's data_ptr is
 checked against the address the library gives.
 
 Exit status: 0 passed, 1 failed, 77 skipped (PyTorch missing, or without CUDA
@@ -35,7 +35,6 @@ from the environment: KVSHARED (or KVS_KVSHARED) and KVSHARE_LIB. libkvshare's
 own dependencies must be found by the dynamic loader (LD_LIBRARY_PATH).
 """
 import argparse
-import ctypes
 import os
 import random
 import shutil
@@ -48,6 +47,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "client", "python"))
 import kvshare  # noqa: E402
+import kvshare.tensors  # noqa: E402
 
 PASS, FAIL, SKIP = 0, 1, 77
 
@@ -80,7 +80,7 @@ class Model:
     and V for a token are [kv_heads, head_dim], as the pool stores them.
     `projected` counts the tokens whose K/V this model has computed."""
 
-    def __init__(self, torch, geo, seed, device, dtype):
+    def __init__(self, torch, geo, seed, device, dtype, positions=None):
         self.t = torch
         self.layers, self.kv_heads, self.head_dim = geo["layers"], geo["kv_heads"], geo["head_dim"]
         self.heads = self.kv_heads * QUERY_GROUP
@@ -93,7 +93,8 @@ class Model:
             return (torch.randn(*shape, generator=g) * scale).to(device=device, dtype=dtype)
 
         self.embed = param(VOCAB, d)
-        self.pos = param(PROMPT_BLOCKS * geo["block_tokens"] + CONTINUATION, d, scale=0.5)
+        self.pos = param(positions or PROMPT_BLOCKS * geo["block_tokens"] + CONTINUATION, d,
+                         scale=0.5)
         s = d ** -0.5
         self.w = [dict(q=param(d, d, scale=s),
                        k=param(d, self.kv_heads * self.head_dim, scale=s),
@@ -164,37 +165,14 @@ def prompt_tokens(seed, block_tokens):
 
 # -- tensors over pool memory ------------------------------------------------
 
-class _DeviceArray:
-    """Unowned device memory described by __cuda_array_interface__ (strides in
-    bytes); torch.as_tensor wraps it without copying."""
-
-    def __init__(self, addr, shape, strides, typestr):
-        self.__cuda_array_interface__ = {
-            "shape": tuple(shape), "strides": tuple(strides), "typestr": typestr,
-            "data": (addr, False), "version": 2,
-        }
-
-
 def pool_tensor(torch, addr, nbytes, shape, byte_strides, dtype, device):
-    """A tensor of `dtype` with `shape` and `byte_strides` over the pool
-    memory at addr (nbytes from there are mapped), sharing that memory."""
-    size = torch.tensor([], dtype=dtype).element_size()
-    if any(s % size for s in byte_strides):
-        raise Failure("pool strides %r are not multiples of the element size %d"
-                      % (byte_strides, size))
-    if device.type == "cuda":
-        # __cuda_array_interface__ has no bfloat16: wrap as same-size ints, then reinterpret.
-        typestr = {4: "<f4", 2: "<i2"}[size]
-        raw = torch.as_tensor(_DeviceArray(addr, shape, byte_strides, typestr), device=device)
-        out = raw.view(dtype)
-    else:
-        buf = (ctypes.c_uint8 * nbytes).from_address(addr)
-        flat = torch.frombuffer(buf, dtype=dtype)
-        out = flat.as_strided(tuple(shape), tuple(s // size for s in byte_strides))
-    if out.data_ptr() != addr:
-        raise Failure("tensor at 0x%x, the pool memory at 0x%x: not a view"
-                      % (out.data_ptr(), addr))
-    return out
+    """A tensor over pool memory (kvshare.tensors.pool_tensor), a Failure
+    when it cannot be one."""
+    try:
+        return kvshare.tensors.pool_tensor(torch, addr, nbytes, shape, byte_strides, dtype,
+                                           device)
+    except ValueError as e:
+        raise Failure(str(e))
 
 
 def slot_tensor(torch, client, geo, layer, kv, block, dtype, device):

@@ -12,8 +12,14 @@ Same calls as kvshare.h. Errors raise KvsError (status, message). The cache
 is an optimisation: while the daemon is unreachable, lookup() returns []
 (a miss) instead of raising; every call first tries to reconnect.
 
-The library is found through $KVSHARE_LIB, then next to this file or in a
+The library is found through $KVSHARE_LIB, then next to this package or in a
 build tree, then the system's library path.
+
+Submodules (imported on demand; they need PyTorch, the binding does not):
+kvshare.tensors (PyTorch tensors over pool memory, block copies),
+kvshare.keyblocks (blocks named by an engine's key, the geometry check),
+kvshare.vllm (vLLM's offloading connector) and kvshare.sglang (SGLang's
+HiCache storage); docs/ENGINES.md says how to configure each engine.
 """
 
 import array
@@ -144,7 +150,7 @@ def load_library(path=None):
     here = os.path.dirname(os.path.abspath(__file__))
     candidates += [
         os.path.join(here, "libkvshare.so"),
-        os.path.join(here, "..", "..", "build", "client", "libkvshare.so"),
+        os.path.join(here, "..", "..", "..", "build", "client", "libkvshare.so"),
     ]
     found = ctypes.util.find_library("kvshare")
     if found:

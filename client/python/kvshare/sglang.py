@@ -1,0 +1,283 @@
+"""SGLang plug-in: a HiCache storage backend (L3) whose pages live in kvshared.
+
+SGLang loads it with the dynamic storage backend (docs/ENGINES.md has the
+exact flags):
+
+    --hicache-storage-backend dynamic --hicache-storage-backend-extra-config
+    '{"backend_name": "kvshare", "module_path": "kvshare.sglang",
+      "class_name": "KvshareHiCacheStorage",
+      "socket": "/run/kvshare/kvshared.sock", "namespace": "sglang.qwen3-8b"}'
+
+SGLang names each page by a key chained through the previous page's key
+(hex SHA-256); this backend keeps pages as key blocks (kvshare.keyblocks) of
+one namespace, one per model, rank and tenant: SGLang passes no tenant or
+cache salt to storage, so the namespace comes from the configuration (with
+tensor parallelism each rank's namespace gets "_{tp_rank}_{tp_size}" added).
+Pages are copied between SGLang's host KV pool (register_mem_pool_host) and
+pool blocks; batch_exists counts leading pages present, batch_get_v1 and
+batch_set_v1 move pages by host indices and say per page whether it worked.
+
+The interface follows SGLang's python/sglang/srt/mem_cache/hicache_storage.py
+and storage/backend_factory.py (versions in docs/ENGINES.md). When SGLang is
+importable its HiCacheStorage base class is used; otherwise a stand-in.
+"""
+import kvshare
+from kvshare.keyblocks import EngineGeometry, GeometryMismatch, KeyBlocks, check_geometry
+from kvshare.tensors import BlockCopier, pool_rows
+
+try:  # pragma: no cover - only where SGLang is installed
+    from sglang.srt.mem_cache.hicache_storage import HiCacheStorage
+    HAVE_SGLANG = True
+except ImportError:
+    HAVE_SGLANG = False
+
+    class HiCacheStorage:
+        """Stand-in for sglang.srt.mem_cache.hicache_storage.HiCacheStorage."""
+
+        def register_mem_pool_host(self, mem_pool_host):
+            self.mem_pool_host = mem_pool_host
+
+WHO = "kvshare.sglang"
+MAX_PAGES = 128  # SGLang asks for at most this many pages per call
+
+
+def page_key(key):
+    """SGLang's page key (hex SHA-256, maybe with a "_..." rank suffix) as
+    the 32 bytes of the digest."""
+    digest = key.split("_", 1)[0] if isinstance(key, str) else key
+    if isinstance(digest, str):
+        try:
+            return bytes.fromhex(digest)
+        except ValueError:
+            raise ValueError("%s: page key %r is not hex" % (WHO, key[:80]))
+    return bytes(digest)
+
+
+def _option(storage_config, kwargs, name, default=None):
+    """A setting from the extra config (SGLang passes it in storage_config
+    and in kwargs, depending on its version), else default."""
+    for source in (kwargs or {}, getattr(storage_config, "extra_config", None) or {}):
+        if name in source:
+            return source[name]
+    return default
+
+
+class KvshareHiCacheStorage(HiCacheStorage):
+    """Constructed by SGLang as cls(storage_config, kwargs)."""
+
+    def __init__(self, storage_config=None, kwargs=None):
+        self.socket = _option(storage_config, kwargs, "socket")
+        ns = _option(storage_config, kwargs, "namespace", "sglang")
+        tp_size = int(getattr(storage_config, "tp_size", 1) or 1)
+        if tp_size > 1:
+            ns = "%s_%d_%d" % (ns, storage_config.tp_rank, tp_size)
+        self.ns = ns
+        self.timeout_ms = int(_option(storage_config, kwargs, "timeout_ms", 1000))
+        if getattr(storage_config, "is_mla_model", False):
+            raise GeometryMismatch("%s: MLA models keep one latent vector per token; kvshared "
+                                   "pools hold K and V" % WHO)
+        self.client = kvshare.Client(socket_path=self.socket, timeout_ms=self.timeout_ms,
+                                     worker_name="sglang", lazy=True)
+        self.keys = None
+        self.copier = None
+        self._epoch = None
+        self.mem_pool_host = None
+        self.counts = {"exists": 0, "hits": 0, "gets": 0, "get_failures": 0, "sets": 0,
+                       "set_present": 0, "set_failures": 0}
+
+    # -- setup --
+    def register_mem_pool_host(self, mem_pool_host):
+        """Checks the host pool's layout against the daemon's pool (raises
+        GeometryMismatch naming both) and maps the pool over it."""
+        self.mem_pool_host = mem_pool_host
+        layout = getattr(mem_pool_host, "layout", "layer_first")
+        self.geometry = EngineGeometry(mem_pool_host.layer_num, mem_pool_host.head_num,
+                                       mem_pool_host.head_dim, mem_pool_host.dtype,
+                                       mem_pool_host.page_size)
+        if layout != "layer_first":
+            raise GeometryMismatch("%s: host pool layout %r: only layer_first (a page of one "
+                                   "layer's K or V is contiguous, as in kvshared's pool) is "
+                                   "supported" % (WHO, layout))
+        self.keys = KeyBlocks(self.client, self.ns, engine=self.geometry, who=WHO)
+        if self.client.connected:
+            self._copier()
+
+    def _copier(self):
+        """The copier over the mapped pool, made again after a reconnect."""
+        import torch
+        if self.copier is not None and self.client.epoch == self._epoch:
+            return self.copier
+        check_geometry(self.client.geometry, self.geometry, WHO)
+        buf = self.mem_pool_host.kv_buffer  # (2, layers, tokens, heads, head_dim)
+        ps, slot = self.geometry.block_tokens, self.geometry.slot_bytes
+        pages = buf.shape[2] // ps
+        pairs = []
+        for layer in range(self.geometry.layers):
+            for kv in (0, 1):
+                rows = buf[kv, layer, :pages * ps].reshape(-1).view(torch.uint8)
+                pairs.append((rows.view(pages, slot),
+                              pool_rows(torch, self.client, layer, kv, buf.device)))
+        self.copier = BlockCopier(pairs)
+        self._epoch = self.client.epoch
+        return self.copier
+
+    def _pages(self, host_indices, n):
+        """The host pool page of each of n pages given by their token indices."""
+        ps = self.geometry.block_tokens
+        idx = [int(i) for i in host_indices[: n * ps: ps]] if n else []
+        if len(host_indices) < n * ps or any(i % ps for i in idx):
+            raise ValueError("%s: host indices are not %d whole pages" % (WHO, n))
+        return [i // ps for i in idx]
+
+    def _ready(self):
+        return self.keys is not None and self.keys.usable()
+
+    # -- the v1 batch interface --
+    def batch_exists(self, keys, extra_info=None):
+        """How many leading pages of keys are stored (0 without a daemon)."""
+        self.counts["exists"] += 1
+        if not self._ready():
+            return 0
+        n = self.keys.present_run([page_key(k) for k in keys[:MAX_PAGES]])
+        self.counts["hits"] += n
+        return n
+
+    def batch_get_v1(self, keys, host_indices, extra_info=None):
+        """Copies stored pages into the host pool at host_indices; a list of
+        one bool per key (False: not stored, or evicted since batch_exists)."""
+        self.counts["gets"] += len(keys)
+        if not self._ready():
+            self.counts["get_failures"] += len(keys)
+            return [False] * len(keys)
+        pages = self._pages(host_indices, len(keys))
+        ids = self.keys.pin([page_key(k) for k in keys])
+        got = [(b, p) for b, p in zip(ids, pages) if b is not None]
+        try:
+            if got:
+                self._copier().load([b for b, _ in got], [p for _, p in got])
+            ok = [b is not None for b in ids]
+        except (kvshare.KvsError, ValueError):
+            ok = [False] * len(keys)
+        finally:
+            self.keys.release(ids)
+        self.counts["get_failures"] += ok.count(False)
+        return ok
+
+    def batch_set_v1(self, keys, host_indices, extra_info=None):
+        """Stores pages from the host pool at host_indices; one bool per key
+        (True also for a page that was stored already)."""
+        self.counts["sets"] += len(keys)
+        if not self._ready():
+            self.counts["set_failures"] += len(keys)
+            return [False] * len(keys)
+        pages = self._pages(host_indices, len(keys))
+        digests = [page_key(k) for k in keys]
+        ok = [False] * len(keys)
+        todo = []
+        for i, d in enumerate(digests):
+            if self.keys.find(d) is not None:
+                ok[i] = True
+                self.counts["set_present"] += 1
+            else:
+                todo.append(i)
+        held = []
+        try:
+            ids = self.keys.alloc(len(todo))
+            held = list(ids)
+            self._copier().store([pages[i] for i in todo], ids)
+            for i, b in zip(todo, ids):
+                canonical = self.keys.commit(digests[i], b)
+                if canonical != b:
+                    held.append(canonical)  # stored first by another instance: b stays WRITING
+                ok[i] = True
+        except (kvshare.KvsError, ValueError):
+            pass
+        finally:
+            # One release per block: a WRITING block goes back to the pool, a
+            # committed one loses the commit's pin and stays cached.
+            self.keys.release(held)
+        self.counts["set_failures"] += ok.count(False)
+        return ok
+
+    # -- the older per-key interface: a page as one tensor --
+    def _page_slots(self, page):
+        """The (layer, kv) slots of a page tensor laid out [k|v][layer][token]
+        [head][head_dim] (contiguous), as byte vectors in the pool's order."""
+        import torch
+        g = self.geometry
+        if not page.is_contiguous() or page.numel() != 2 * g.layers * g.slot_bytes \
+                // page.element_size():
+            raise ValueError("%s: a page tensor must be contiguous [2][%d][%d][%d][%d]"
+                             % (WHO, g.layers, g.block_tokens, g.kv_heads, g.head_dim))
+        v = page.view(2, g.layers, -1)
+        return [v[kv, layer].view(torch.uint8) for layer in range(g.layers) for kv in (0, 1)]
+
+    def exists(self, key):
+        return self._ready() and self.keys.find(page_key(key)) is not None
+
+    def get(self, key, target_location=None, target_sizes=None):
+        """The page stored under key (into target_location if given), or None."""
+        import torch
+        if not self._ready():
+            return None
+        [b] = self.keys.pin([page_key(key)])
+        if b is None:
+            return None
+        try:
+            g = self.geometry
+            out = target_location if target_location is not None else torch.empty(
+                (2, g.layers, g.block_tokens, g.kv_heads, g.head_dim),
+                dtype=self.mem_pool_host.kv_buffer.dtype)
+            for slot, (_, prow) in zip(self._page_slots(out), self._copier().pairs):
+                slot.copy_(prow[b])
+            return out
+        finally:
+            self.keys.release([b])
+
+    def set(self, key, value=None, target_location=None, target_sizes=None):
+        """Stores one page (value: [k|v][layer][token][head][head_dim])."""
+        if not self._ready():
+            return False
+        digest = page_key(key)
+        if self.keys.find(digest) is not None:
+            return True
+        held = []
+        try:
+            slots = self._page_slots(value)
+            [b] = self.keys.alloc(1)
+            held.append(b)
+            for slot, (_, prow) in zip(slots, self._copier().pairs):
+                prow[b].copy_(slot)
+            canonical = self.keys.commit(digest, b)
+            if canonical != b:
+                held.append(canonical)
+            return True
+        except (kvshare.KvsError, ValueError):
+            return False
+        finally:
+            self.keys.release(held)
+
+    def batch_get(self, keys, target_locations=None, target_sizes=None):
+        locs = target_locations or [None] * len(keys)
+        return [self.get(k, t) for k, t in zip(keys, locs)]
+
+    def batch_set(self, keys, values=None, target_locations=None, target_sizes=None):
+        return all(self.set(k, v) for k, v in zip(keys, values))
+
+    def clear(self):
+        """Drops what this backend holds. Stored pages stay in kvshared for
+        the other instances (it has no delete; the pool evicts them as
+        needed); this instance's session holds no pin between calls."""
+        self.counts = dict.fromkeys(self.counts, 0)
+
+    def get_stats(self):
+        """This backend's counters and the namespace's row of the daemon's
+        stats (absent without a daemon)."""
+        out = dict(self.counts)
+        try:
+            rows = [r for r in self.client.stats()["namespaces"] if r["name"] == self.ns]
+            if rows:
+                out["namespace"] = rows[0]
+        except kvshare.KvsError:
+            pass
+        return out

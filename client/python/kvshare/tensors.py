@@ -1,0 +1,132 @@
+"""PyTorch tensors over pool memory, and block copies between an engine's KV
+tensors and pool blocks.
+
+The pool is laid out [layer][k|v][block][token][kv_head][head_dim] (strides
+from Hello), so for one layer and one of K or V the blocks are rows of
+slot_bytes bytes: pool_rows() is that (num_blocks, slot_bytes) uint8 tensor,
+a view of the mapped pool (no copy). On the host backend it is built with
+torch.frombuffer over the mapping; on cuda with torch.as_tensor of an object
+exposing __cuda_array_interface__ at the device pointer.
+
+A BlockCopier holds pairs (engine rows, pool rows), one per layer and K or V,
+and copies lists of blocks between them, merging runs of blocks that are
+consecutive on both sides into one strided copy each.
+
+PyTorch is imported when a function needs it, so `import kvshare.tensors`
+works without it.
+"""
+import ctypes
+
+__all__ = ["pool_tensor", "pool_rows", "BlockCopier"]
+
+
+class _DeviceArray:
+    """Unowned device memory described by __cuda_array_interface__ (strides in
+    bytes); torch.as_tensor wraps it without copying."""
+
+    def __init__(self, addr, shape, strides, typestr):
+        self.__cuda_array_interface__ = {
+            "shape": tuple(shape), "strides": tuple(strides), "typestr": typestr,
+            "data": (addr, False), "version": 2,
+        }
+
+
+def pool_tensor(torch, addr, nbytes, shape, byte_strides, dtype, device):
+    """A tensor of `dtype` with `shape` and `byte_strides` over the pool
+    memory at addr (nbytes from there are mapped), sharing that memory.
+    Raises ValueError when a stride is not a multiple of the element size or
+    the tensor does not start at addr."""
+    size = torch.tensor([], dtype=dtype).element_size()
+    if any(s % size for s in byte_strides):
+        raise ValueError("pool strides %r are not multiples of the element size %d"
+                         % (byte_strides, size))
+    if torch.device(device).type == "cuda":
+        # __cuda_array_interface__ has no bfloat16: wrap as same-size ints, then reinterpret.
+        typestr = {1: "|u1", 4: "<f4", 2: "<i2"}[size]
+        raw = torch.as_tensor(_DeviceArray(addr, shape, byte_strides, typestr), device=device)
+        out = raw.view(dtype)
+    else:
+        buf = (ctypes.c_uint8 * nbytes).from_address(addr)
+        flat = torch.frombuffer(buf, dtype=dtype)
+        out = flat.as_strided(tuple(shape), tuple(s // size for s in byte_strides))
+    if out.data_ptr() != addr:
+        raise ValueError("tensor at 0x%x, the pool memory at 0x%x: not a view"
+                         % (out.data_ptr(), addr))
+    return out
+
+
+def pool_rows(torch, client, layer, kv, device="cpu"):
+    """(num_blocks, slot_bytes) uint8 view of layer's K (kv=0) or V (kv=1)
+    blocks in the mapped pool of client (a kvshare.Client)."""
+    geo = client.geometry
+    addr = client.block_addr(layer, kv, 0)
+    n, slot, stride = geo["num_blocks"], geo["slot_bytes"], geo["block_stride"]
+    return pool_tensor(torch, addr, (n - 1) * stride + slot, (n, slot), (stride, 1),
+                       torch.uint8, device)
+
+
+def _runs(src, dst):
+    """[(src0, dst0, length)]: the pairs (src[i], dst[i]) cut into runs that
+    are consecutive on both sides."""
+    runs = []
+    for s, d in zip(src, dst):
+        if runs and runs[-1][0] + runs[-1][2] == s and runs[-1][1] + runs[-1][2] == d:
+            runs[-1][2] += 1
+        else:
+            runs.append([s, d, 1])
+    return runs
+
+
+class BlockCopier:
+    """Copies blocks between engine tensors and pool rows.
+
+    pairs: [(engine_rows, pool_rows)], each a 2-D uint8 tensor whose rows are
+    blocks (any row stride, contiguous rows), the engine's rows engine_bytes
+    long and the pool's factor x engine_bytes long: one pool block holds
+    `factor` consecutive engine blocks (vLLM's block_size_factor)."""
+
+    def __init__(self, pairs, factor=1):
+        if factor < 1:
+            raise ValueError("factor %d: must be >= 1" % factor)
+        self.factor = factor
+        self.pairs = []
+        for eng, pool in pairs:
+            if eng.dim() != 2 or pool.dim() != 2:
+                raise ValueError("engine and pool rows must be 2-D (blocks, bytes)")
+            if pool.shape[1] != eng.shape[1] * factor:
+                raise ValueError("a pool block of %d bytes does not hold %d engine blocks of %d"
+                                 % (pool.shape[1], factor, eng.shape[1]))
+            # Pool rows seen at engine-block granularity: (num_blocks x factor, engine bytes).
+            fine = pool.as_strided((pool.shape[0] * factor, eng.shape[1]),
+                                   (pool.stride(0) // factor, 1)) \
+                if factor > 1 and pool.stride(0) == pool.shape[1] else pool
+            if factor > 1 and fine is pool:
+                raise ValueError("pool rows with padding cannot be split into engine blocks")
+            self.pairs.append((eng, fine))
+        self.bytes_per_block = sum(p.shape[1] for _, p in self.pairs) * factor
+
+    def _expand(self, pool_blocks):
+        f = self.factor
+        return [b * f + j for b in pool_blocks for j in range(f)]
+
+    def load(self, pool_blocks, engine_blocks, skip=0):
+        """Engine block engine_blocks[i] <- pool sub-block skip + i (pool_blocks
+        expanded by factor; skip < factor leaves out the start of the first
+        pool block): len(engine_blocks) == factor x len(pool_blocks) - skip."""
+        fine = self._expand(pool_blocks)[skip:]
+        if len(fine) != len(engine_blocks):
+            raise ValueError("%d pool blocks (skipping %d) hold %d engine blocks, %d given"
+                             % (len(pool_blocks), skip, len(fine), len(engine_blocks)))
+        for s, d, n in _runs(fine, engine_blocks):
+            for eng, pool in self.pairs:
+                eng[d:d + n].copy_(pool[s:s + n], non_blocking=True)
+
+    def store(self, engine_blocks, pool_blocks):
+        """Pool sub-block i <- engine block engine_blocks[i]."""
+        fine = self._expand(pool_blocks)
+        if len(fine) != len(engine_blocks):
+            raise ValueError("%d pool blocks hold %d engine blocks, %d given"
+                             % (len(pool_blocks), len(fine), len(engine_blocks)))
+        for s, d, n in _runs(engine_blocks, fine):
+            for eng, pool in self.pairs:
+                pool[d:d + n].copy_(eng[s:s + n], non_blocking=True)
