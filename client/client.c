@@ -17,7 +17,6 @@
  * the parent, and a CUDA mapping does not survive fork).
  */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,20 +24,23 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "backend.h"
+#include "errbuf.h"
+#include "frame_header.h"
 #include "geometry.h"
 #include "kvshare.h"
 #include "kvshare.pb-c.h"
+#include "now.h"
+#include "socket_path.h"
 #include "wire.h"
 
 #define CLIENT_MAX_REPLY (256u << 20)
 #define CLIENT_MAX_FDS   BACKEND_MAX_SLABS
 
 struct kvs_client {
-    char socket_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    char socket_path[SOCKET_PATH_MAX];
     char worker[64];
     int timeout_ms;
     int reconnect_ms;
@@ -66,24 +68,8 @@ struct kvs_client {
     char err[320];
 };
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int set_err(kvs_client_t *c, int status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int set_err(kvs_client_t *c, int status, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(c->err, sizeof(c->err), fmt, ap);
-    va_end(ap);
-    return status;
-}
+/* Records the message of a failed call (kvs_last_error) and returns its status. */
+#define set_err(c, status, ...) errbuf_set((c)->err, sizeof((c)->err), (status), __VA_ARGS__)
 
 static void drop_fds(kvs_client_t *c)
 {
@@ -278,11 +264,6 @@ static int recv_until(kvs_client_t *c, size_t need, int64_t deadline)
     return 0;
 }
 
-static uint32_t get_le32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
 /* A reply's status as a KVS_* code. The wire enum is open: a value outside
  * the status table (a newer or broken daemon) is a protocol error, never a
  * positive return or an unknown negative one. */
@@ -298,12 +279,12 @@ static int read_refusal(kvs_client_t *c)
 {
     uint8_t buf[1024];
     ssize_t n = recv(c->fd, buf, sizeof(buf), MSG_DONTWAIT);
-    if (n < 4)
+    if (n < FRAME_HEADER_BYTES)
         return 0;
-    uint32_t len = get_le32(buf);
-    if (len > (size_t)n - 4)
+    uint32_t len = frame_get_len(buf);
+    if (len > (size_t)n - FRAME_HEADER_BYTES)
         return 0;
-    Kvshare__Response *resp = kvshare__response__unpack(NULL, len, buf + 4);
+    Kvshare__Response *resp = kvshare__response__unpack(NULL, len, buf + FRAME_HEADER_BYTES);
     if (!resp)
         return 0;
     int status = wire_status(resp);
@@ -338,19 +319,16 @@ static int round_trip(kvs_client_t *c, Kvshare__Request *req, Kvshare__Response 
         rc = send_two(c, c->wbuf, head_len, lk->tokens.data, lk->tokens.len, deadline);
     } else {
         size_t size = kvshare__request__get_packed_size(req);
-        if (size + 4 > c->wcap) {
-            uint8_t *b = realloc(c->wbuf, size + 4);
+        if (size + FRAME_HEADER_BYTES > c->wcap) {
+            uint8_t *b = realloc(c->wbuf, size + FRAME_HEADER_BYTES);
             if (!b)
                 return set_err(c, KVS_ENOMEM, "out of memory for a %zu-byte request", size);
             c->wbuf = b;
-            c->wcap = size + 4;
+            c->wcap = size + FRAME_HEADER_BYTES;
         }
-        c->wbuf[0] = (uint8_t)size;
-        c->wbuf[1] = (uint8_t)(size >> 8);
-        c->wbuf[2] = (uint8_t)(size >> 16);
-        c->wbuf[3] = (uint8_t)(size >> 24);
-        kvshare__request__pack(req, c->wbuf + 4);
-        rc = send_all(c, c->wbuf, size + 4, deadline);
+        frame_put_len(c->wbuf, (uint32_t)size);
+        kvshare__request__pack(req, c->wbuf + FRAME_HEADER_BYTES);
+        rc = send_all(c, c->wbuf, size + FRAME_HEADER_BYTES, deadline);
     }
     if (rc == KVS_ENOTCONN) {
         /* The daemon may have hung up with a reason (session limit, a
@@ -365,20 +343,21 @@ static int round_trip(kvs_client_t *c, Kvshare__Request *req, Kvshare__Response 
         goto transport;
 
     for (;;) {
-        rc = recv_until(c, 4, deadline);
+        rc = recv_until(c, FRAME_HEADER_BYTES, deadline);
         if (rc != 0)
             goto transport;
-        uint32_t len = get_le32(c->rbuf);
+        uint32_t len = frame_get_len(c->rbuf);
         if (len > CLIENT_MAX_REPLY) {
             rc = KVS_EPROTO;
             goto transport;
         }
-        rc = recv_until(c, 4 + (size_t)len, deadline);
+        rc = recv_until(c, FRAME_HEADER_BYTES + (size_t)len, deadline);
         if (rc != 0)
             goto transport;
-        Kvshare__Response *resp = kvshare__response__unpack(NULL, len, c->rbuf + 4);
-        c->rlen -= 4 + (size_t)len;
-        memmove(c->rbuf, c->rbuf + 4 + len, c->rlen);
+        Kvshare__Response *resp =
+            kvshare__response__unpack(NULL, len, c->rbuf + FRAME_HEADER_BYTES);
+        c->rlen -= FRAME_HEADER_BYTES + (size_t)len;
+        memmove(c->rbuf, c->rbuf + FRAME_HEADER_BYTES + len, c->rlen);
         if (!resp) {
             rc = KVS_EPROTO;
             goto transport;
@@ -1062,17 +1041,14 @@ int kvs_ping(kvs_client_t *c, size_t payload_bytes, double *rtt_us)
         Kvshare__Request req = KVSHARE__REQUEST__INIT;
         Kvshare__PingRequest pr = KVSHARE__PING_REQUEST__INIT;
         Kvshare__Response *resp = NULL;
-        struct timespec t0, t1;
         pr.payload.len = payload_bytes;
         pr.payload.data = payload;
         req.rpc_case = KVSHARE__REQUEST__RPC_PING;
         req.ping = &pr;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
+        int64_t t0 = now_ns();
         rc = round_trip(c, &req, &resp, deadline);
-        clock_gettime(CLOCK_MONOTONIC, &t1);
         if (rc == 0 && rtt_us)
-            *rtt_us =
-                (double)(t1.tv_sec - t0.tv_sec) * 1e6 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e3;
+            *rtt_us = (double)(now_ns() - t0) / 1e3;
         if (resp)
             kvshare__response__free_unpacked(resp, NULL);
     }

@@ -1,28 +1,9 @@
-/* The default socket path, shared by kvshared and its clients so that both
- * agree without configuration. */
-#include <stdio.h>
-#include <stdlib.h>
-#include <unistd.h>
-
+/* kvs_default_socket_path: the default that kvshared computes too
+ * (common/socket_path.c), so that both agree without configuration. */
 #include "kvshare.h"
+#include "socket_path.h"
 
 int kvs_default_socket_path(char *buf, size_t len)
 {
-    const char *env = getenv("KVSHARE_SOCKET");
-    const char *xdg = getenv("XDG_RUNTIME_DIR");
-    int n;
-
-    if (!buf || len == 0)
-        return KVS_EINVAL;
-    if (env && env[0])
-        n = snprintf(buf, len, "%s", env);
-    else if (xdg && xdg[0] == '/')
-        n = snprintf(buf, len, "%s/kvshare/kvshared.sock", xdg);
-    else if (geteuid() == 0)
-        n = snprintf(buf, len, "/run/kvshare/kvshared.sock");
-    else
-        n = snprintf(buf, len, "/tmp/kvshare-%u/kvshared.sock", (unsigned)geteuid());
-    if (n < 0 || (size_t)n >= len)
-        return KVS_EINVAL;
-    return 0;
+    return socket_path_default(buf, len);
 }

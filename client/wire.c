@@ -2,6 +2,8 @@
 
 #include <string.h>
 
+#include "frame_header.h"
+
 /* Protobuf keys: (field number << 3) | wire type. */
 #define KEY_REQUEST_ID     0x08 /* Request.id, varint */
 #define KEY_REQUEST_LOOKUP 0x5a /* Request.lookup (11), length-delimited */
@@ -41,10 +43,8 @@ int wire_lookup_head(uint8_t *buf, uint64_t id, const char *ns, int pin, size_t 
     if (request_len > UINT32_MAX)
         return -1;
     uint8_t *p = buf;
-    *p++ = (uint8_t)request_len;
-    *p++ = (uint8_t)(request_len >> 8);
-    *p++ = (uint8_t)(request_len >> 16);
-    *p++ = (uint8_t)(request_len >> 24);
+    frame_put_len(p, (uint32_t)request_len);
+    p += FRAME_HEADER_BYTES;
     if (id) {
         *p++ = KEY_REQUEST_ID;
         p = put_varint(p, id);

@@ -11,8 +11,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "frame_header.h"
+
 /* Room wire_lookup_head needs for a namespace of ns_len bytes. */
-#define WIRE_LOOKUP_HEAD_MAX(ns_len) (4 + 11 + 1 + 10 + 1 + 10 + (ns_len) + 2 + 1 + 10)
+#define WIRE_LOOKUP_HEAD_MAX(ns_len)                                                               \
+    (FRAME_HEADER_BYTES + 11 + 1 + 10 + 1 + 10 + (ns_len) + 2 + 1 + 10)
 
 /* Writes the frame header and every byte of a Lookup Request before the
  * token bytes (which follow as the last field): *head_len bytes into buf

@@ -5,7 +5,8 @@
 #include <string.h>
 
 #include "handlers.h"
-#include "kvshare.h"
+#include "kvshare_status.h"
+#include "kvshare_version.h"
 #include "log.h"
 #include "session.h"
 
@@ -160,7 +161,7 @@ int dispatch_frame(session_t *s, const uint8_t *body, size_t len)
     metrics_count_rpc(&s->srv->metrics, slot, status);
     if (status != 0) {
         resp.status = (Kvshare__Status)(-status);
-        resp.message = ctx.msg[0] ? ctx.msg : (char *)kvs_strerror(status);
+        resp.message = ctx.msg[0] ? ctx.msg : (char *)kvs_status_text(status);
     }
 
     int rc = append_reply(s, &resp);

@@ -1,9 +1,6 @@
 /*
- * frame: the byte stream of a connection cut into messages.
- *
- *     +----------------+---------------------------+
- *     | length (4, LE) | protobuf message (length) |   ... next frame
- *     +----------------+---------------------------+
+ * frame: the byte stream of a connection cut into messages (the header's
+ * layout and codec: common/frame_header.h).
  *
  * A frame_buf is a growable byte buffer with a read offset: bytes arrive at
  * the end, whole frames are taken from the front, and the unread tail moves to
@@ -15,10 +12,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "frame_header.h"
 #include "kvshare.pb-c.h"
 #include "kvshare_status.h"
-
-#define FRAME_HEADER_BYTES 4
 
 typedef struct frame_buf {
     uint8_t *data;
@@ -26,19 +22,6 @@ typedef struct frame_buf {
     size_t len;  /* bytes in data, read or not */
     size_t cap;
 } frame_buf_t;
-
-static inline uint32_t frame_get_len(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static inline void frame_put_len(uint8_t *p, uint32_t len)
-{
-    p[0] = (uint8_t)len;
-    p[1] = (uint8_t)(len >> 8);
-    p[2] = (uint8_t)(len >> 16);
-    p[3] = (uint8_t)(len >> 24);
-}
 
 /* Makes room for `extra` more bytes after len (moving unread bytes to the
  * front first). Errors: KVS_ENOMEM (the buffer is unchanged). */

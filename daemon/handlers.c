@@ -1,28 +1,21 @@
 #include "handlers.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "kvshare.h"
+#include "errbuf.h"
+#include "kvshare_counters.h"
+#include "kvshare_status.h"
+#include "kvshare_version.h"
 #include "log.h"
+#include "now.h"
 #include "nsname.h"
 #include "session.h"
 #include "tenants.h"
 
 /* Records the message of a failing request and returns its status. */
-static int fail(handler_ctx_t *ctx, int status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int fail(handler_ctx_t *ctx, int status, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(ctx->msg, sizeof(ctx->msg), fmt, ap);
-    va_end(ap);
-    return status;
-}
+#define fail(ctx, status, ...) errbuf_set((ctx)->msg, sizeof((ctx)->msg), (status), __VA_ARGS__)
 
 /* The namespace id for `name` ("" is the default namespace), created on first
  * use when `create` is true. */
@@ -64,7 +57,7 @@ static int ns_resolve(session_t *s, const char *name, bool create, uint32_t *ns,
                     name, srv->cfg.max_namespaces);
     rc = radix_ns_create(srv->index, name, server_ns_seed(name), 0, 0, ns);
     if (rc != 0)
-        return fail(ctx, rc, "cannot create namespace '%s': %s", name, kvs_strerror(rc));
+        return fail(ctx, rc, "cannot create namespace '%s': %s", name, kvs_status_text(rc));
     LOG_INFO("namespace '%s' created (id %u)", name, *ns);
     return 0;
 }
@@ -250,7 +243,7 @@ int handler_lookup(session_t *s, const Kvshare__Request *req, Kvshare__Response 
         return fail(ctx, KVS_ENOMEM, "out of memory for a lookup of %zu tokens", n_tokens);
     rc = radix_lookup(srv->index, ns, tokens, n_tokens, lk->pin, ids, max_ids, &n_blocks);
     if (rc != 0)
-        return fail(ctx, rc, "lookup failed: %s", kvs_strerror(rc));
+        return fail(ctx, rc, "lookup failed: %s", kvs_status_text(rc));
     if (lk->pin && srv->cfg.session_max_pinned &&
         s->pins.total + n_blocks > srv->cfg.session_max_pinned) {
         /* Over the limit: the pins just taken go back, nothing is returned. */
@@ -308,7 +301,7 @@ int handler_alloc(session_t *s, const Kvshare__Request *req, Kvshare__Response *
         pool_counts(srv->pool, &c);
         rc = radix_evict(srv->index, ns, al->n - c.free, &evicted);
         if (rc != 0)
-            return fail(ctx, rc, "eviction failed: %s", kvs_strerror(rc));
+            return fail(ctx, rc, "eviction failed: %s", kvs_status_text(rc));
         rc = pool_alloc(srv->pool, al->n, ids);
     }
     if (rc == KVS_EPOOLFULL) {
@@ -321,7 +314,7 @@ int handler_alloc(session_t *s, const Kvshare__Request *req, Kvshare__Response *
                     al->n, c.free, evicted, c.writing, radix_pinned_blocks(srv->index), c.cached);
     }
     if (rc != 0)
-        return fail(ctx, rc, "alloc failed: %s", kvs_strerror(rc));
+        return fail(ctx, rc, "alloc failed: %s", kvs_status_text(rc));
     for (uint32_t i = 0; i < al->n; i++)
         session_writing_add(s, ids[i]);
 
@@ -450,7 +443,7 @@ int handler_commit(session_t *s, const Kvshare__Request *req, Kvshare__Response 
         size_t n_matched = 0;
         rc = radix_match(srv->index, ns, tokens, n_tokens, matched, n_ids, &n_matched);
         if (rc != 0)
-            return fail(ctx, rc, "commit check failed: %s", kvs_strerror(rc));
+            return fail(ctx, rc, "commit check failed: %s", kvs_status_text(rc));
         for (size_t i = 0; i < n_ids; i++) {
             uint32_t b = cm->block_ids[i];
             if (srv->writer[b] != s && (i >= n_matched || matched[i] != b))
@@ -504,7 +497,7 @@ int handler_commit(session_t *s, const Kvshare__Request *req, Kvshare__Response 
     }
     if (irc != 0)
         return fail(ctx, irc, "commit stopped after %zu of %zu blocks: %s", n_done, n_ids,
-                    kvs_strerror(irc));
+                    kvs_status_text(irc));
     return 0;
 }
 
@@ -552,7 +545,7 @@ int handler_pin(session_t *s, const Kvshare__Request *req, Kvshare__Response *re
             break;
         }
         if (rc != 0) {
-            fail(ctx, rc, "pin of block %u failed: %s", b, kvs_strerror(rc));
+            fail(ctx, rc, "pin of block %u failed: %s", b, kvs_status_text(rc));
             break;
         }
         session_pin_add(s, b);
@@ -586,7 +579,7 @@ int handler_release(session_t *s, const Kvshare__Request *req, Kvshare__Response
             rc = radix_unpin(srv->index, b);
             if (rc != 0) {
                 fail(ctx, KVS_EINTERNAL, "block %u: this session's pin is not in the index (%s)", b,
-                     kvs_strerror(rc));
+                     kvs_status_text(rc));
                 break;
             }
             session_pin_drop(s, b);
@@ -634,7 +627,7 @@ int handler_stats(session_t *s, const Kvshare__Request *req, Kvshare__Response *
     r->block_bytes = srv->block_bytes;
     r->pool_bytes = (uint64_t)srv->num_blocks * srv->block_bytes;
     r->backend = (Kvshare__Backend)backend_kind(srv->backend);
-    r->uptime_ms = server_now_ms() - srv->start_ms;
+    r->uptime_ms = (uint64_t)now_ms() - srv->start_ms;
     r->index_bytes = radix_memory_bytes(srv->index);
     r->block_tokens = srv->geo.block_tokens;
 
@@ -713,7 +706,7 @@ int handler_tree(session_t *s, const Kvshare__Request *req, Kvshare__Response *r
         return fail(ctx, KVS_ENOMEM, "out of memory for %zu tree rows", max);
     int rc = radix_top(srv->index, ns, tr->by_size ? RADIX_BY_SIZE : RADIX_BY_HITS, rows, max, &n);
     if (rc != 0)
-        return fail(ctx, rc, "tree listing failed: %s", kvs_strerror(rc));
+        return fail(ctx, rc, "tree listing failed: %s", kvs_status_text(rc));
 
     uint64_t newest = 0;
     size_t kept = 0;

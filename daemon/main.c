@@ -7,32 +7,22 @@
 #include <stdlib.h>
 #include <uv.h>
 
-#include "kvshare.h"
+#include "kvshare_status.h"
+#include "kvshare_version.h"
 #include "log.h"
 #include "metrics_http.h"
 #include "server.h"
 #include "settings.h"
 #include "tenants.h"
-
-static void human(uint64_t bytes, char *buf, size_t len)
-{
-    const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    double v = (double)bytes;
-    int u = 0;
-    while (v >= 1024 && u < 4) {
-        v /= 1024;
-        u++;
-    }
-    snprintf(buf, len, u ? "%.1f %s" : "%.0f %s", v, units[u]);
-}
+#include "units.h"
 
 /* What the pool holds, once at start. */
 static void log_pool(const server_t *srv, radix_policy_t eviction)
 {
     char per_token[32], per_block[32], pool[32];
-    human(geometry_bytes_per_token(&srv->geo), per_token, sizeof(per_token));
-    human(srv->block_bytes, per_block, sizeof(per_block));
-    human((uint64_t)srv->num_blocks * srv->block_bytes, pool, sizeof(pool));
+    units_format_bytes(geometry_bytes_per_token(&srv->geo), 1, per_token, sizeof(per_token));
+    units_format_bytes(srv->block_bytes, 1, per_block, sizeof(per_block));
+    units_format_bytes((uint64_t)srv->num_blocks * srv->block_bytes, 1, pool, sizeof(pool));
     LOG_INFO("kvshared %d.%d.%d, backend %s", KVS_VERSION_MAJOR, KVS_VERSION_MINOR,
              KVS_VERSION_PATCH, backend_detail(srv->backend));
     char shape[128];
@@ -100,7 +90,7 @@ static int serve(settings_t *st)
     uv_loop_t *loop = uv_default_loop();
     rc = server_open(cfg, loop, &srv, err, sizeof(err));
     if (rc != 0) {
-        fprintf(stderr, "kvshared: %s\n", err[0] ? err : kvs_strerror(rc));
+        fprintf(stderr, "kvshared: %s\n", err[0] ? err : kvs_status_text(rc));
         return 1;
     }
     if (st->config_path && declare_file_namespaces(srv, st->config_path, err, sizeof(err)) != 0) {

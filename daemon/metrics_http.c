@@ -17,7 +17,7 @@
 #include <string.h>
 #include <uv.h>
 
-#include "kvshare.h"
+#include "kvshare_status.h"
 #include "log.h"
 #include "server.h"
 

@@ -11,8 +11,10 @@
 #include <string.h>
 
 #include "dispatch.h"
-#include "kvshare.h"
+#include "kvshare_status.h"
+#include "kvshare_version.h"
 #include "metrics_http.h"
+#include "now.h"
 #include "server.h"
 
 typedef struct text {
@@ -258,7 +260,7 @@ int metrics_render(server_t *srv, char **out, size_t *len)
         KVS_VERSION_MINOR, KVS_VERSION_PATCH,
         backend_kind(srv->backend) == BACKEND_CUDA ? "cuda" : "host");
     head(&t, "kvshare_uptime_seconds", "gauge", "Seconds since kvshared started");
-    put(&t, "kvshare_uptime_seconds %.3f\n", (double)(server_now_ms() - srv->start_ms) / 1000.0);
+    put(&t, "kvshare_uptime_seconds %.3f\n", (double)((uint64_t)now_ms() - srv->start_ms) / 1000.0);
 
     /* One family at a time: the format wants each family's samples together. */
     for (size_t f = 0; f < sizeof(ns_families) / sizeof(ns_families[0]); f++) {

@@ -4,7 +4,7 @@
 #include <sys/socket.h>
 
 #include "dispatch.h"
-#include "kvshare.h"
+#include "kvshare_status.h"
 #include "log.h"
 
 void peer_identify(session_t *s)

@@ -10,22 +10,17 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "kvshare.h"
+#include "kvshare_status.h"
 #include "log.h"
 #include "metrics_http.h"
+#include "now.h"
 #include "nsname.h"
 #include "session.h"
+#include "socket_path.h"
 #include "tenants.h"
 
 /* Connections the kernel queues before kvshared accepts them. */
 #define SERVER_LISTEN_BACKLOG 128
-
-uint64_t server_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 void server_config_init(server_config_t *cfg)
 {
@@ -48,13 +43,13 @@ void server_config_init(server_config_t *cfg)
 static int open_backend(server_t *s, const backend_config_t *bc, char *err, size_t errlen)
 {
     const struct timespec pause = {0, 250 * 1000 * 1000};
-    uint64_t start = server_now_ms();
+    uint64_t start = (uint64_t)now_ms();
     unsigned tries = 0;
     for (;;) {
         int rc = backend_open(bc, &s->backend, err, errlen);
         if (rc != KVS_ENOMEM || bc->kind == BACKEND_HOST)
             return rc;
-        uint64_t waited = server_now_ms() - start;
+        uint64_t waited = (uint64_t)now_ms() - start;
         if (waited >= s->cfg.backend_retry_ms) {
             if (tries > 0) {
                 size_t used = strlen(err);
@@ -108,7 +103,7 @@ int server_ns_create(server_t *s, const char *name, uint32_t quota, uint32_t res
     }
     int rc = radix_ns_create(s->index, name, server_ns_seed(name), quota, reserve, &ns);
     if (rc != 0) {
-        snprintf(err, errlen, "namespace '%s': %s%s%s", name, kvs_strerror(rc),
+        snprintf(err, errlen, "namespace '%s': %s%s%s", name, kvs_status_text(rc),
                  rc == KVS_EINVAL ? ": names are " : "", rc == KVS_EINVAL ? nsname_rule() : "");
         return rc;
     }
@@ -138,7 +133,7 @@ int server_open(const server_config_t *cfg, uv_loop_t *loop, server_t **out, cha
     s->cfg = *cfg;
     s->geo = cfg->geometry;
     s->block_bytes = geometry_block_bytes(&s->geo);
-    s->start_ms = server_now_ms();
+    s->start_ms = (uint64_t)now_ms();
 
     backend_config_t bc = cfg->backend;
     if (cfg->pool_blocks > 0)
@@ -172,7 +167,7 @@ int server_open(const server_config_t *cfg, uv_loop_t *loop, server_t **out, cha
     rc = pool_new(s->num_blocks, &s->pool);
     if (rc != 0) {
         snprintf(err, errlen, "cannot create a pool of %u blocks: %s", s->num_blocks,
-                 kvs_strerror(rc));
+                 kvs_status_text(rc));
         goto fail;
     }
     radix_config_t rcfg = {
@@ -184,7 +179,7 @@ int server_open(const server_config_t *cfg, uv_loop_t *loop, server_t **out, cha
     };
     rc = radix_new(&rcfg, &s->index);
     if (rc != 0) {
-        snprintf(err, errlen, "cannot create the index: %s", kvs_strerror(rc));
+        snprintf(err, errlen, "cannot create the index: %s", kvs_status_text(rc));
         goto fail;
     }
     s->writer = calloc(s->num_blocks, sizeof(*s->writer));
@@ -272,7 +267,7 @@ static void on_connection(uv_stream_t *listener, int status)
     }
     int rc = session_accept(s);
     if (rc != 0 && rc != KVS_ELIMIT && rc != KVS_EDENIED)
-        LOG_WARN("accept: %s", kvs_strerror(rc));
+        LOG_WARN("accept: %s", kvs_status_text(rc));
     else if (rc == KVS_ELIMIT)
         LOG_WARN("refused a connection: %u sessions is the limit (--max-sessions)",
                  s->cfg.max_sessions);
@@ -294,7 +289,7 @@ static bool socket_is_live(const char *path)
 /* Creates the socket's directory (and its parents) when missing. */
 static int make_dirs(const char *path, char *err, size_t errlen)
 {
-    char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    char dir[SOCKET_PATH_MAX];
     snprintf(dir, sizeof(dir), "%s", path);
     char *slash = strrchr(dir, '/');
     if (!slash || slash == dir)
@@ -319,9 +314,9 @@ fail:
 int server_check_socket(const char *path, char *err, size_t errlen)
 {
     struct stat st;
-    if (!path || !path[0] || strlen(path) >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
+    if (!path || !path[0] || strlen(path) >= SOCKET_PATH_MAX) {
         snprintf(err, errlen, "socket path '%s' is empty or longer than %zu bytes",
-                 path ? path : "", sizeof(((struct sockaddr_un *)0)->sun_path) - 1);
+                 path ? path : "", SOCKET_PATH_MAX - 1);
         return KVS_EINVAL;
     }
     if (lstat(path, &st) != 0)

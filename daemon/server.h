@@ -168,7 +168,4 @@ int server_ns_create(server_t *s, const char *name, uint32_t quota, uint32_t res
 /* Index eviction callback: the block goes back to the pool. */
 void server_on_evict(void *ctx, uint32_t block_id);
 
-/* Milliseconds of a monotonic clock. */
-uint64_t server_now_ms(void);
-
 #endif /* KVS_DAEMON_SERVER_H */

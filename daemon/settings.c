@@ -9,13 +9,15 @@
 
 #include "backend.h"
 #include "geometry.h"
-#include "kvshare.h"
+#include "kvshare_status.h"
+#include "kvshare_version.h"
 #include "metrics_http.h"
 #include "nsname.h"
+#include "socket_path.h"
+#include "units.h"
 
 #define DEFAULT_MODEL      "llama-3.1-8b"
 #define DEFAULT_POOL_BYTES (1ull << 30)
-#define SOCKET_PATH_MAX    (sizeof(((struct sockaddr_un *)0)->sun_path) - 1)
 
 /* --- the names of SETTING_CHOICE and checked SETTING_TEXT rows --- */
 
@@ -108,7 +110,7 @@ static int parse_addr(const char *text, int *out)
 
 const setting_t settings_table[] = {
     /* Where it listens, and who may connect. */
-    {"socket", "socket", SETTING_GLOBAL, SETTING_TEXT, "PATH", 1, SOCKET_PATH_MAX,
+    {"socket", "socket", SETTING_GLOBAL, SETTING_TEXT, "PATH", 1, SOCKET_PATH_MAX - 1,
      AT(server.socket_path), .expect = "a path", .example = "/run/kvshare/kvshared.sock",
      .deflt = "$XDG_RUNTIME_DIR/kvshare/kvshared.sock; as root /run/kvshare/kvshared.sock; else "
               "/tmp/kvshare-$UID/kvshared.sock",
@@ -393,7 +395,7 @@ int settings_set(const setting_t *row, void *base, const char *value, char *why,
         store_uint(field, row->width, n);
         break;
     case SETTING_SIZE:
-        if (geometry_parse_bytes(value, &n) != 0 || n < row->min || n > row->max) {
+        if (units_parse_bytes(value, &n) != 0 || n < row->min || n > row->max) {
             if (row->max == UINT64_MAX)
                 snprintf(why, whylen,
                          "give a size such as 512MiB, 8GiB or 70GB (at least %llu bytes)",
@@ -524,7 +526,7 @@ int settings_finish(settings_t *st, char *err, size_t errlen)
     st->server.has_socket_gid = given(st, "socket-group");
     st->server.config_path = st->config_path;
     if (!st->server.socket_path) {
-        if (kvs_default_socket_path(st->default_socket, sizeof(st->default_socket)) != 0) {
+        if (socket_path_default(st->default_socket, sizeof(st->default_socket)) != 0) {
             snprintf(err, errlen, "cannot build the default socket path; give --socket");
             return KVS_EINVAL;
         }
@@ -645,9 +647,9 @@ bool settings_parse(settings_t *st, int argc, char **argv, int *status)
         int rc = config_load(path, &st->conf, err, sizeof(err));
         if (rc != 0) {
             if (check)
-                fprintf(stderr, "%s\n", err[0] ? err : kvs_strerror(rc));
+                fprintf(stderr, "%s\n", err[0] ? err : kvs_status_text(rc));
             else
-                fprintf(stderr, "kvshared: config errors:\n%s\n", err[0] ? err : kvs_strerror(rc));
+                fprintf(stderr, "kvshared: config errors:\n%s\n", err[0] ? err : kvs_status_text(rc));
             errors++;
         }
         /* With a config file, namespaces are the ones it declares. */

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kvshare.h"
+#include "kvshare_status.h"
 #include "log.h"
 #include "server.h"
 #include "session.h"
@@ -101,7 +101,7 @@ int tenants_apply(server_t *srv, config_t *conf, char *err, size_t errlen)
                                  &id);
             if (rc != 0) {
                 snprintf(err, errlen, "cannot create namespace '%s': %s", n->name,
-                         kvs_strerror(rc));
+                         kvs_status_text(rc));
                 return rc;
             }
         }

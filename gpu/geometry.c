@@ -1,13 +1,10 @@
 /*
- * KV arithmetic, model presets and the size parsers the daemon and the
- * capacity planner share. See geometry.h for the layout.
+ * KV arithmetic and model presets, shared by the daemon, the client and the
+ * capacity planner. See geometry.h for the layout.
  */
 #include "geometry.h"
 
-#include <ctype.h>
-#include <errno.h>
 #include <inttypes.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -235,104 +232,5 @@ int geometry_plan(const geometry_t *g, uint64_t budget_bytes, geometry_plan_t *o
     out->blocks = blocks;
     out->pool_bytes = blocks * out->block_bytes;
     out->tokens = blocks * g->block_tokens;
-    return 0;
-}
-
-int geometry_plan_format(const geometry_t *g, const geometry_plan_t *plan, char *buf, size_t len)
-{
-    char shape[128];
-    if (plan == NULL || geometry_describe(g, shape, sizeof(shape)) < 0 || (buf == NULL && len != 0))
-        return KVS_EINVAL;
-    int n =
-        snprintf(buf, len,
-                 "%s, %" PRIu32 "-token blocks: %" PRIu64 " B/token, %" PRIu64 " B/block; "
-                 "budget %" PRIu64 " B -> %" PRIu64 " blocks (%" PRIu64 " B), %" PRIu64 " tokens",
-                 shape, g->block_tokens, plan->bytes_per_token, plan->block_bytes,
-                 plan->budget_bytes, plan->blocks, plan->pool_bytes, plan->tokens);
-    return n < 0 ? KVS_EINVAL : n;
-}
-
-static const char *skip_space(const char *s)
-{
-    while (*s != '\0' && isspace((unsigned char)*s))
-        s++;
-    return s;
-}
-
-int geometry_parse_bytes(const char *text, uint64_t *out)
-{
-    static const struct {
-        const char *unit;
-        double scale;
-    } units[] = {
-        {"", 1},
-        {"b", 1},
-        {"k", 1e3},
-        {"kb", 1e3},
-        {"m", 1e6},
-        {"mb", 1e6},
-        {"g", 1e9},
-        {"gb", 1e9},
-        {"t", 1e12},
-        {"tb", 1e12},
-        {"kib", 1024.0},
-        {"mib", 1048576.0},
-        {"gib", 1073741824.0},
-        {"tib", 1099511627776.0},
-    };
-    if (text == NULL || out == NULL)
-        return KVS_EINVAL;
-    const char *s = skip_space(text);
-    /* strtod would accept "inf", "nan", hex and a sign: allow digits and one dot only. */
-    if (!isdigit((unsigned char)*s) && *s != '.')
-        return KVS_EINVAL;
-    char *end = NULL;
-    errno = 0;
-    double value = strtod(s, &end);
-    if (errno != 0 || end == s || !isfinite(value) || value < 0)
-        return KVS_EINVAL;
-    for (const char *p = s; p < end; p++)
-        if (!isdigit((unsigned char)*p) && *p != '.')
-            return KVS_EINVAL;
-    const char *unit = skip_space(end);
-    size_t ulen = strlen(unit);
-    while (ulen > 0 && isspace((unsigned char)unit[ulen - 1]))
-        ulen--;
-    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
-        if (strlen(units[i].unit) != ulen || strncasecmp(unit, units[i].unit, ulen) != 0)
-            continue;
-        double bytes = value * units[i].scale;
-        if (bytes >= 18446744073709551616.0) /* 2^64 */
-            return KVS_EINVAL;
-        /* Round to the nearest byte: "1.1GB" is 1100000000, not 1099999999. */
-        *out = (uint64_t)(bytes + 0.5);
-        return 0;
-    }
-    return KVS_EINVAL;
-}
-
-int geometry_parse_tokens(const char *text, uint64_t *out)
-{
-    if (text == NULL || out == NULL)
-        return KVS_EINVAL;
-    const char *s = skip_space(text);
-    if (!isdigit((unsigned char)*s))
-        return KVS_EINVAL;
-    char *end = NULL;
-    errno = 0;
-    unsigned long long value = strtoull(s, &end, 10);
-    if (errno != 0 || end == s)
-        return KVS_EINVAL;
-    uint64_t scale = 1;
-    if (*end == 'k' || *end == 'K') {
-        scale = 1024;
-        end++;
-    } else if (*end == 'm' || *end == 'M') {
-        scale = 1024 * 1024;
-        end++;
-    }
-    if (*skip_space(end) != '\0' || value == 0 || value > UINT64_MAX / scale)
-        return KVS_EINVAL;
-    *out = (uint64_t)value * scale;
     return 0;
 }

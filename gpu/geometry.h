@@ -150,22 +150,4 @@ typedef struct geometry_plan {
  * one block fits in the budget). */
 int geometry_plan(const geometry_t *g, uint64_t budget_bytes, geometry_plan_t *out);
 
-/* Writes one line describing g and plan into buf (always NUL-terminated), e.g.
- * "80 layers x 8 kv_heads x 128 head_dim bf16, 16-token blocks: 327680 B/token,
- *  5242880 B/block; budget 70000000000 B -> 13351 blocks (69998428160 B),
- *  213616 tokens".
- * Returns the length it needed (like snprintf) or KVS_EINVAL. */
-int geometry_plan_format(const geometry_t *g, const geometry_plan_t *plan, char *buf, size_t len);
-
-/* Parses a byte size: a number (decimals allowed) with an optional unit B, K/KB,
- * M/MB, G/GB, T/TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024);
- * units are case-insensitive ("70GB", "70 GiB", "1.5t", "4096").
- * Errors: KVS_EINVAL (empty, junk, negative, overflow). */
-int geometry_parse_bytes(const char *text, uint64_t *out);
-
-/* Parses a token count: a whole number with an optional k (x1024) or m
- * (x1048576) suffix, case-insensitive ("4k" = 4096, "128k", "1m", "5000").
- * Errors: KVS_EINVAL (empty, junk, zero, overflow). */
-int geometry_parse_tokens(const char *text, uint64_t *out);
-
 #endif /* KVS_GEOMETRY_H */

@@ -8,7 +8,7 @@
 # Any change to the exported functions or the types they reach fails, but
 # for a counter appended to KVS_COUNTERS (client/abi/kvshare.abignore).
 # A change that fails is either a mistake, or deliberate: then follow the
-# rule in kvshare.h (bump KVS_SOVERSION if it breaks old programs) and run
+# rule in common/kvshare_version.h (bump KVS_SOVERSION if it breaks old programs) and run
 # --update in the same commit. Exit status: 0 same ABI, 1 changed, 77 when
 # abidiff is not installed (tools/install-deps.sh installs it).
 set -eu
@@ -31,7 +31,7 @@ test -e "$lib" || { echo "abi-check: no $lib: build first"; exit 1; }
 
 # Locations and build paths out of the XML: it is compared, not read.
 dump() {
-    abidw --headers-dir "$here/client" --drop-undefined-syms --no-show-locs \
+    abidw --headers-dir "$here/client" --headers-dir "$here/common" --drop-undefined-syms --no-show-locs \
         --no-comp-dir-path --no-corpus-path --no-architecture --out-file "$2" "$1"
     sed -i -e "s|$(cd "$build" && pwd)/||g" -e "s|$here/||g" "$2"
 }
@@ -48,9 +48,9 @@ dump "$lib" "$tmp/current.abi"
 if abidiff --suppressions "$suppr" --no-added-syms "$baseline" "$tmp/current.abi" \
     >"$tmp/report" 2>&1; then
     echo "abi-check: libkvshare.so.$(sed -n 's/^#define KVS_SOVERSION //p' \
-        "$here/client/kvshare.h") matches client/abi/libkvshare.abi"
+        "$here/common/kvshare_version.h") matches client/abi/libkvshare.abi"
     exit 0
 fi
 cat "$tmp/report"
-echo "abi-check: the ABI changed; see the rule in client/kvshare.h"
+echo "abi-check: the ABI changed; see the rule in common/kvshare_version.h"
 exit 1

@@ -12,6 +12,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "frame_header.h"
 #include "kvshare.h"
 #include "kvshare.pb-c.h"
 #include "wire.h"
@@ -153,8 +154,7 @@ START_TEST(test_wire_lookup_head)
                     ck_assert_uint_le(head_len, WIRE_LOOKUP_HEAD_MAX(strlen(names[a])));
                     if (tb)
                         memcpy(frame + head_len, tokens, tb);
-                    uint32_t len =
-                        frame[0] | frame[1] << 8 | frame[2] << 16 | (uint32_t)frame[3] << 24;
+                    uint32_t len = frame_get_len(frame);
                     ck_assert_uint_eq(len + 4, head_len + tb);
                     Kvshare__Request *r = kvshare__request__unpack(NULL, len, frame + 4);
                     ck_assert_ptr_nonnull(r);

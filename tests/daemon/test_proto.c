@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kvshare.h"
+#include "kvshare_status.h"
 #include "kvshare.pb-c.h"
 
 START_TEST(test_status_enum_matches_table)
@@ -16,7 +16,7 @@ START_TEST(test_status_enum_matches_table)
             protobuf_c_enum_descriptor_get_value_by_name(d, "KVS_" #name);                         \
         ck_assert_msg(v != NULL, "KVS_" #name " missing from kvshare.proto");                      \
         ck_assert_int_eq(v->value, -(code));                                                       \
-        ck_assert_str_eq(kvs_strerror(code), text);                                                \
+        ck_assert_str_eq(kvs_status_text(code), text);                                             \
     } while (0);
     KVS_STATUS_TABLE(CHECK_CODE)
 #undef CHECK_CODE
@@ -28,11 +28,11 @@ START_TEST(test_every_proto_value_is_in_table)
     const ProtobufCEnumDescriptor *d = &kvshare__status__descriptor;
     for (unsigned i = 0; i < d->n_values; i++) {
         int code = -d->values[i].value;
-        ck_assert_msg(strcmp(kvs_strerror(code), "unknown kvshare status") != 0,
+        ck_assert_msg(strcmp(kvs_status_text(code), "unknown kvshare status") != 0,
                       "proto status %s has no entry in kvshare_status.h", d->values[i].name);
     }
-    ck_assert_str_eq(kvs_strerror(1), "unknown kvshare status");
-    ck_assert_str_eq(kvs_strerror(-1000), "unknown kvshare status");
+    ck_assert_str_eq(kvs_status_text(1), "unknown kvshare status");
+    ck_assert_str_eq(kvs_status_text(-1000), "unknown kvshare status");
 }
 END_TEST
 

@@ -13,7 +13,8 @@
 #include <unistd.h>
 
 #include "dispatch.h"
-#include "kvshare.h"
+#include "kvshare_status.h"
+#include "kvshare_version.h"
 #include "log.h"
 #include "server.h"
 #include "session.h"

@@ -19,6 +19,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "frame_header.h"
 #include "fuzz.h"
 #include "kvshare.h"
 
@@ -88,8 +89,7 @@ static void *serve(void *arg)
             close(fd);
             continue;
         }
-        uint32_t n = (uint32_t)hdr[0] | (uint32_t)hdr[1] << 8 | (uint32_t)hdr[2] << 16 |
-                     (uint32_t)hdr[3] << 24;
+        uint32_t n = frame_get_len(hdr);
         pthread_mutex_lock(&mu);
         const uint8_t *data = NULL;
         size_t len = 0;

@@ -20,7 +20,8 @@
 #include <sys/stat.h>
 
 #include "frame.h"
-#include "kvshare.h"
+#include "kvshare_status.h"
+#include "kvshare_version.h"
 
 #define SEED_BT 4
 

@@ -25,7 +25,7 @@
 #include <string.h>
 
 #include "fuzz.h"
-#include "kvshare.h"
+#include "kvshare_status.h"
 #include "log.h"
 #include "server.h"
 #include "session.h"
@@ -84,7 +84,7 @@ static void check_replies(frame_buf_t *out)
         FUZZ_CHECK(r->status == 0 || (r->message && r->message[0]));
         if (verbose)
             fprintf(stderr, "  reply %llu: %s%s%s\n", (unsigned long long)r->id,
-                    kvs_strerror(-(int)r->status), r->status ? ": " : "",
+                    kvs_status_text(-(int)r->status), r->status ? ": " : "",
                     r->status ? r->message : "");
         kvshare__response__free_unpacked(r, NULL);
         p += FRAME_HEADER_BYTES + len;

@@ -1,5 +1,5 @@
-/* geometry: dtypes, validation, KV arithmetic, the layout function, presets,
- * plans and the size parsers. */
+/* geometry: dtypes, validation, KV arithmetic, the layout function, presets
+ * and plans (the size parsers are common/units.c: tests/common). */
 #include <check.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -281,75 +281,6 @@ START_TEST(budget_and_plan)
     ck_assert_uint_eq(p.pool_bytes, 13351ull * 5242880);
     ck_assert_uint_eq(p.tokens, 13351ull * 16);
     ck_assert_int_eq(geometry_plan(&g, 1000, &p), KVS_EINVAL);
-    char line[512];
-    int n = geometry_plan_format(&g, &p, line, sizeof(line));
-    ck_assert_int_gt(n, 0);
-    ck_assert_int_lt(n, (int)sizeof(line));
-    ck_assert_ptr_nonnull(strstr(line, "327680 B/token"));
-    ck_assert_ptr_nonnull(strstr(line, "5242880 B/block"));
-    ck_assert_ptr_nonnull(strstr(line, "13351 blocks"));
-    ck_assert_ptr_nonnull(strstr(line, "213616 tokens"));
-    /* truncation is safe and reports the length needed */
-    char small[16];
-    ck_assert_int_eq(geometry_plan_format(&g, &p, small, sizeof(small)), n);
-    ck_assert_uint_eq(strlen(small), sizeof(small) - 1);
-}
-END_TEST
-
-START_TEST(parse_bytes)
-{
-    static const struct {
-        const char *text;
-        uint64_t bytes;
-    } ok[] = {
-        {"70GB", 70000000000ull},
-        {"70 GB", 70000000000ull},
-        {"70gb", 70000000000ull},
-        {"70G", 70000000000ull},
-        {"70GiB", 70ull << 30},
-        {"512MiB", 512ull << 20},
-        {"1.5TB", 1500000000000ull},
-        {"1.1GB", 1100000000ull},
-        {"4096", 4096},
-        {"4096B", 4096},
-        {"2kib", 2048},
-        {"0.5 TiB", 1ull << 39},
-    };
-    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
-        uint64_t v = 0;
-        ck_assert_msg(geometry_parse_bytes(ok[i].text, &v) == 0, "%s", ok[i].text);
-        ck_assert_uint_eq(v, ok[i].bytes);
-    }
-    static const char *const bad[] = {"",    "GB",   "-1GB",    "12x",           "1e3",  "inf",
-                                      "nan", "0x10", "1.5.5GB", "99999999999TB", "7 G B"};
-    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        uint64_t v = 123;
-        ck_assert_msg(geometry_parse_bytes(bad[i], &v) == KVS_EINVAL, "%s", bad[i]);
-        ck_assert_uint_eq(v, 123);
-    }
-    uint64_t v;
-    ck_assert_int_eq(geometry_parse_bytes(NULL, &v), KVS_EINVAL);
-}
-END_TEST
-
-START_TEST(parse_tokens)
-{
-    uint64_t v = 0;
-    ck_assert_int_eq(geometry_parse_tokens("4k", &v), 0);
-    ck_assert_uint_eq(v, 4096);
-    ck_assert_int_eq(geometry_parse_tokens("128K", &v), 0);
-    ck_assert_uint_eq(v, 131072);
-    ck_assert_int_eq(geometry_parse_tokens("1m", &v), 0);
-    ck_assert_uint_eq(v, 1048576);
-    ck_assert_int_eq(geometry_parse_tokens("5000", &v), 0);
-    ck_assert_uint_eq(v, 5000);
-    static const char *const bad[] = {"",    "0",    "k",     "-4k",
-                                      "4kb", "4.5k", "4 k x", "99999999999999999999"};
-    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        v = 7;
-        ck_assert_msg(geometry_parse_tokens(bad[i], &v) == KVS_EINVAL, "%s", bad[i]);
-        ck_assert_uint_eq(v, 7);
-    }
 }
 END_TEST
 
@@ -367,8 +298,6 @@ static Suite *geometry_suite(void)
     tcase_add_test(tc, mla_arithmetic);
     tcase_add_test(tc, mla_layout_offsets);
     tcase_add_test(tc, budget_and_plan);
-    tcase_add_test(tc, parse_bytes);
-    tcase_add_test(tc, parse_tokens);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "daemon_harness.h"
+#include "frame_header.h"
 #include "kvshare.h"
 #include "kvshare.pb-c.h"
 
@@ -372,12 +373,9 @@ static void raw_send(int fd, const void *p, size_t n)
 static void raw_request(int fd, Kvshare__Request *req)
 {
     size_t size = kvshare__request__get_packed_size(req);
-    uint8_t *buf = malloc(size + 4);
-    buf[0] = (uint8_t)size;
-    buf[1] = (uint8_t)(size >> 8);
-    buf[2] = (uint8_t)(size >> 16);
-    buf[3] = (uint8_t)(size >> 24);
-    kvshare__request__pack(req, buf + 4);
+    uint8_t *buf = malloc(size + FRAME_HEADER_BYTES);
+    frame_put_len(buf, (uint32_t)size);
+    kvshare__request__pack(req, buf + FRAME_HEADER_BYTES);
     raw_send(fd, buf, size + 4);
     free(buf);
 }
@@ -403,7 +401,7 @@ static Kvshare__Response *raw_reply(int fd)
     uint8_t hdr[4];
     if (read_full(fd, hdr, 4) != 0)
         return NULL;
-    uint32_t len = hdr[0] | hdr[1] << 8 | hdr[2] << 16 | (uint32_t)hdr[3] << 24;
+    uint32_t len = frame_get_len(hdr);
     ck_assert_uint_lt(len, 1 << 20);
     uint8_t *body = malloc(len ? len : 1);
     ck_assert_int_eq(read_full(fd, body, len), 0);
@@ -598,12 +596,9 @@ START_TEST(test_client_that_stops_reading_is_dropped)
     req.rpc_case = KVSHARE__REQUEST__RPC_PING;
     req.ping = &pr;
     size_t size = kvshare__request__get_packed_size(&req);
-    uint8_t *buf = malloc(size + 4);
-    buf[0] = (uint8_t)size;
-    buf[1] = (uint8_t)(size >> 8);
-    buf[2] = (uint8_t)(size >> 16);
-    buf[3] = 0;
-    kvshare__request__pack(&req, buf + 4);
+    uint8_t *buf = malloc(size + FRAME_HEADER_BYTES);
+    frame_put_len(buf, (uint32_t)size);
+    kvshare__request__pack(&req, buf + FRAME_HEADER_BYTES);
     int dropped = 0;
     for (int i = 0; i < 4000 && !dropped; i++) {
         struct pollfd pfd = {.fd = fd, .events = POLLOUT};

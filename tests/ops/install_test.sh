@@ -15,7 +15,7 @@ pc=$(find "$tmp/prefix" -name kvshare.pc)
 test -n "$pc" || { echo "no kvshare.pc installed"; cat "$tmp/install.log"; exit 1; }
 libdir=$(dirname "$(dirname "$pc")")
 for f in bin/kvshared bin/kvshare include/kvshare.h include/kvshare_status.h \
-         include/kvshare_counters.h \
+         include/kvshare_counters.h include/kvshare_version.h \
          lib/systemd/system/kvshared.service share/kvshare/examples/kvshared.conf \
          share/kvshare/prometheus/kvshare-rules.yml; do
     test -e "$tmp/prefix/$f" || { echo "missing $f"; exit 1; }

@@ -12,6 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "frame_header.h"
+
 int64_t rel_now_ms(void)
 {
     struct timespec ts;
@@ -51,10 +53,7 @@ uint8_t *rel_frame(Kvshare__Request *req, size_t *len)
     size_t size = kvshare__request__get_packed_size(req);
     uint8_t *buf = malloc(size + 4);
     ck_assert_ptr_nonnull(buf);
-    buf[0] = (uint8_t)size;
-    buf[1] = (uint8_t)(size >> 8);
-    buf[2] = (uint8_t)(size >> 16);
-    buf[3] = (uint8_t)(size >> 24);
+    frame_put_len(buf, (uint32_t)size);
     kvshare__request__pack(req, buf + 4);
     *len = size + 4;
     return buf;
@@ -99,8 +98,7 @@ Kvshare__Response *rel_read_reply(int fd, int timeout_ms)
     uint8_t hdr[4];
     if (read_exact(fd, hdr, 4, deadline) != 0)
         return NULL;
-    uint32_t len =
-        (uint32_t)hdr[0] | (uint32_t)hdr[1] << 8 | (uint32_t)hdr[2] << 16 | (uint32_t)hdr[3] << 24;
+    uint32_t len = frame_get_len(hdr);
     if (len > (64u << 20))
         return NULL;
     uint8_t *body = malloc(len ? len : 1);

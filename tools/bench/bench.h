@@ -5,6 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "now.h"
+
 /* A subcommand: argv[0] is its name. Returns the process exit status. */
 typedef int (*bench_fn)(int argc, char **argv);
 
@@ -12,9 +14,6 @@ int bench_radix(int argc, char **argv);
 int bench_rpc_main(int argc, char **argv); /* bench_rpc.c */
 int bench_trace_sim(int argc, char **argv);
 int bench_replay(int argc, char **argv);
-
-/* Monotonic clock in nanoseconds. */
-uint64_t bench_now_ns(void);
 
 /* Sorts samples in place and returns the q-quantile (0 <= q <= 1). */
 double bench_quantile(uint64_t *samples, size_t n, double q);

@@ -204,7 +204,7 @@ int bench_radix(int argc, char **argv)
         f.ids[f.n++] = id;
 
     /* Build: system prompts, then conversations up to o.blocks. */
-    uint64_t t0 = bench_now_ns();
+    uint64_t t0 = (uint64_t)now_ns();
     for (uint32_t p = 0; p < o.prompts; p++) {
         fill_tokens(tok, o.seed, p, 0, (size_t)o.sys_blocks * BT);
         take_ids(&f, ids, o.sys_blocks);
@@ -225,7 +225,7 @@ int bench_radix(int argc, char **argv)
         if (nb == PROMPT_BLKS)
             n_conv++;
     }
-    uint64_t build_ns = bench_now_ns() - t0;
+    uint64_t build_ns = (uint64_t)now_ns() - t0;
     uint32_t cached = radix_cached_blocks(t);
     size_t mem = radix_memory_bytes(t);
     printf("tree_blocks %u blocks\n", cached);
@@ -240,11 +240,11 @@ int bench_radix(int argc, char **argv)
     {
         conversation(&o, 0, tok);
         uint64_t h = 0x5eed, reps = 20000;
-        t0 = bench_now_ns();
+        t0 = (uint64_t)now_ns();
         for (uint64_t r = 0; r < reps; r++)
             for (uint32_t b = 0; b < PROMPT_BLKS; b++)
                 h = XXH3_64bits_withSeed(tok + (size_t)b * BT, BT * sizeof(uint32_t), h);
-        double per = (double)(bench_now_ns() - t0) / (double)(reps * PROMPT_BLKS);
+        double per = (double)((uint64_t)now_ns() - t0) / (double)(reps * PROMPT_BLKS);
         printf("xxh3_chained_per_block %.2f ns (4k prompt: %.2f us) [%llx]\n", per,
                per * PROMPT_BLKS / 1e3, (unsigned long long)(h & 0xf));
     }
@@ -253,9 +253,9 @@ int bench_radix(int argc, char **argv)
     for (uint32_t i = 0; i < o.lookups; i++) {
         uint64_t k = mix64(o.seed + i) % n_conv;
         conversation(&o, k, tok);
-        t0 = bench_now_ns();
+        t0 = (uint64_t)now_ns();
         radix_lookup(t, ns, tok, PROMPT_BLKS * BT, false, ids, PROMPT_BLKS, &n);
-        samples[i] = bench_now_ns() - t0;
+        samples[i] = (uint64_t)now_ns() - t0;
         if (n != PROMPT_BLKS)
             goto broken;
     }
@@ -264,9 +264,9 @@ int bench_radix(int argc, char **argv)
     /* The same prompt again and again: all of it in cache. */
     conversation(&o, 1, tok);
     for (uint32_t i = 0; i < o.lookups; i++) {
-        t0 = bench_now_ns();
+        t0 = (uint64_t)now_ns();
         radix_lookup(t, ns, tok, PROMPT_BLKS * BT, false, ids, PROMPT_BLKS, &n);
-        samples[i] = bench_now_ns() - t0;
+        samples[i] = (uint64_t)now_ns() - t0;
         if (n != PROMPT_BLKS)
             goto broken;
     }
@@ -276,9 +276,9 @@ int bench_radix(int argc, char **argv)
     for (uint32_t i = 0; i < o.inserts; i++) {
         conversation(&o, mix64(o.seed ^ i) % n_conv, tok);
         take_ids(&f, ids, PROMPT_BLKS);
-        t0 = bench_now_ns();
+        t0 = (uint64_t)now_ns();
         radix_insert(t, ns, tok, PROMPT_BLKS * BT, ids, PROMPT_BLKS, false, canon, &done);
-        samples[i] = bench_now_ns() - t0;
+        samples[i] = (uint64_t)now_ns() - t0;
         for (uint32_t b = 0; b < PROMPT_BLKS; b++)
             f.ids[f.n++] = ids[b];
         if (done != PROMPT_BLKS || canon[PROMPT_BLKS - 1] == ids[PROMPT_BLKS - 1])
@@ -295,17 +295,17 @@ int bench_radix(int argc, char **argv)
         radix_lookup(t, ns, tok, PROMPT_BLKS * BT, false, ids, PROMPT_BLKS, &n);
         while (f.n < PROMPT_BLKS) {
             size_t got;
-            t0 = bench_now_ns();
+            t0 = (uint64_t)now_ns();
             radix_evict(t, RADIX_NS_ANY, conv_blks, &got);
-            evict_ns += bench_now_ns() - t0;
+            evict_ns += (uint64_t)now_ns() - t0;
             evicted += got;
             if (got == 0)
                 goto broken;
         }
         take_ids(&f, ids, PROMPT_BLKS);
-        t0 = bench_now_ns();
+        t0 = (uint64_t)now_ns();
         int rc = radix_insert(t, ns, tok, PROMPT_BLKS * BT, ids, PROMPT_BLKS, false, canon, &done);
-        samples[i] = bench_now_ns() - t0;
+        samples[i] = (uint64_t)now_ns() - t0;
         for (uint32_t b = 0; b < PROMPT_BLKS; b++) {
             if (canon[b] != ids[b])
                 f.ids[f.n++] = ids[b];

@@ -34,8 +34,10 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "frame_header.h"
 #include "kvshare.h"
 #include "kvshare.pb-c.h"
+#include "now.h"
 
 #define BENCH_BT    16
 #define MAX_CLIENTS 64
@@ -54,9 +56,7 @@ typedef struct bench_cfg {
 
 static double now_us(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+    return (double)now_ns() / 1e3;
 }
 
 static void prompt(uint32_t *t, size_t n, uint32_t seed)
@@ -116,9 +116,7 @@ static void raw_server(int lfd, size_t reply_len)
     size_t have[MAX_CLIENTS + 1] = {0}, cap = 1 << 20;
     int n = 1;
     uint8_t *reply = calloc(1, reply_len + 4);
-    reply[0] = (uint8_t)reply_len;
-    reply[1] = (uint8_t)(reply_len >> 8);
-    reply[2] = (uint8_t)(reply_len >> 16);
+    frame_put_len(reply, (uint32_t)reply_len);
     fds[0].fd = lfd;
     fds[0].events = POLLIN;
     for (;;) {
@@ -152,7 +150,7 @@ static void raw_server(int lfd, size_t reply_len)
             size_t off = 0;
             while (have[i] - off >= 4) {
                 const uint8_t *p = bufs[i] + off;
-                size_t len = p[0] | p[1] << 8 | p[2] << 16 | (size_t)p[3] << 24;
+                size_t len = frame_get_len(p);
                 if (have[i] - off < 4 + len)
                     break;
                 off += 4 + len;
@@ -295,9 +293,7 @@ static void client_loop(const bench_cfg_t *b, mode_t_ mode, const uint32_t *toke
             fprintf(stderr, "bench rpc: client %d: raw connect: %s\n", idx, strerror(errno));
             goto fail;
         }
-        req[0] = (uint8_t)request_bytes;
-        req[1] = (uint8_t)(request_bytes >> 8);
-        req[2] = (uint8_t)(request_bytes >> 16);
+        frame_put_len(req, (uint32_t)request_bytes);
     }
     char go;
     if (read(go_fd, &go, 1) != 1) {
@@ -451,10 +447,7 @@ static int run_pipelined(const bench_cfg_t *b, const uint32_t *tokens, size_t n_
         for (int d = 0; d < PIPE_DEPTH; d++) {
             req.id = (uint64_t)d + 1;
             size_t sz = kvshare__request__get_packed_size(&req);
-            batch[blen] = (uint8_t)sz;
-            batch[blen + 1] = (uint8_t)(sz >> 8);
-            batch[blen + 2] = (uint8_t)(sz >> 16);
-            batch[blen + 3] = (uint8_t)(sz >> 24);
+            frame_put_len(batch + blen, (uint32_t)sz);
             kvshare__request__pack(&req, batch + blen + 4);
             blen += sz + 4;
         }
@@ -475,8 +468,7 @@ static int run_pipelined(const bench_cfg_t *b, const uint32_t *tokens, size_t n_
                 have += (size_t)r;
                 size_t off = 0;
                 while (have - off >= 4) {
-                    size_t len =
-                        in[off] | in[off + 1] << 8 | in[off + 2] << 16 | (size_t)in[off + 3] << 24;
+                    size_t len = frame_get_len(in + off);
                     if (have - off < 4 + len)
                         break;
                     if (done == 0 && got == 0) {

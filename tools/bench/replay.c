@@ -47,6 +47,7 @@
 
 #include "bench.h"
 #include "kvshare.h"
+#include "now.h"
 #include "trace.h"
 #include "trace_sim.h"
 
@@ -74,9 +75,7 @@ typedef struct replay_opts {
 
 static double mono_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+    return (double)now_ns() / 1e6;
 }
 
 static void sleep_until_ms(double t)

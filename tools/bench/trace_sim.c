@@ -85,7 +85,7 @@ int sim_run(const trace_t *tr, const sim_params_t *sp, sim_result_t *res)
     rc = radix_ns_create(t, "trace", 0x6b767368617265ull, 0, 0, &ns);
     if (rc)
         goto out;
-    uint64_t t0 = bench_now_ns();
+    uint64_t t0 = (uint64_t)now_ns();
     for (size_t r = 0; r < tr->n_reqs; r++) {
         const trace_req_t *req = &tr->reqs[r];
         size_t n_tokens = trace_prompt_tokens(tr, req);
@@ -120,7 +120,7 @@ int sim_run(const trace_t *tr, const sim_params_t *sp, sim_result_t *res)
         if (radix_cached_blocks(t) > res->max_cached)
             res->max_cached = radix_cached_blocks(t);
     }
-    res->seconds = (double)(bench_now_ns() - t0) / 1e9;
+    res->seconds = (double)((uint64_t)now_ns() - t0) / 1e9;
     radix_ns_stats_t st;
     rc = radix_ns_stats(t, ns, &st);
     if (rc)

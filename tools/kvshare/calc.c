@@ -27,6 +27,7 @@
 
 #include "commands.h"
 #include "geometry.h"
+#include "units.h"
 
 #define CALC_MAX_CONTEXTS     32
 #define CALC_DEFAULT_CONTEXTS "4k,32k,128k"
@@ -117,7 +118,7 @@ static int parse_contexts(calc_args_t *a, const char *text)
             fprintf(stderr, "kvshare calc: at most %d context lengths\n", CALC_MAX_CONTEXTS);
             return -1;
         }
-        if (geometry_parse_tokens(item, &a->contexts[a->n_contexts]) != 0) {
+        if (units_parse_count(item, &a->contexts[a->n_contexts]) != 0) {
             fprintf(stderr,
                     "kvshare calc: bad context length '%s' (want e.g. 4096, 4k, 128k, 1m)\n", item);
             return -1;
@@ -148,7 +149,7 @@ static int parse_gpu_memory(const char *text, uint32_t *gpus, uint64_t *total)
         size = x + 1;
     }
     uint64_t each;
-    if (geometry_parse_bytes(size, &each) != 0 || each == 0 || each > UINT64_MAX / n)
+    if (units_parse_bytes(size, &each) != 0 || each == 0 || each > UINT64_MAX / n)
         return -1;
     *gpus = (uint32_t)n;
     *total = each * n;
@@ -276,7 +277,7 @@ static int calc_parse(int argc, char **argv, calc_args_t *a)
             have_dtype = 1;
             break;
         case 'b':
-            if (geometry_parse_bytes(optarg, &a->budget) != 0 || a->budget == 0) {
+            if (units_parse_bytes(optarg, &a->budget) != 0 || a->budget == 0) {
                 fprintf(stderr, "kvshare calc: bad budget '%s' (want e.g. 70GB, 64GiB, 500MB)\n",
                         optarg);
                 return 2;
@@ -297,7 +298,7 @@ static int calc_parse(int argc, char **argv, calc_args_t *a)
         case OPT_WEIGHTS:
         case OPT_OVERHEAD: {
             uint64_t *v = c == OPT_WEIGHTS ? &a->weights : &a->overhead;
-            if (geometry_parse_bytes(optarg, v) != 0) {
+            if (units_parse_bytes(optarg, v) != 0) {
                 fprintf(stderr, "kvshare calc: bad %s '%s' (want e.g. 70GB, 5GB, 512MiB)\n",
                         c == OPT_WEIGHTS ? "--weights" : "--overhead", optarg);
                 return 2;
@@ -455,19 +456,6 @@ static void format_gb(uint64_t bytes, char *buf, size_t len)
     snprintf(buf, len, fmt, gb);
 }
 
-/* Binary units for the small figures: 320 KiB, 5 MiB, 2.5 MiB. */
-static void format_binary(uint64_t bytes, char *buf, size_t len)
-{
-    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    double v = (double)bytes;
-    size_t u = 0;
-    while (v >= 1024 && u + 1 < sizeof(units) / sizeof(units[0])) {
-        v /= 1024;
-        u++;
-    }
-    snprintf(buf, len, v == (double)(uint64_t)v ? "%.0f %s" : "%.2f %s", v, units[u]);
-}
-
 static uint64_t blocks_per_seq(const geometry_t *g, uint64_t ctx)
 {
     return ctx / g->block_tokens + (ctx % g->block_tokens != 0);
@@ -523,7 +511,7 @@ static void print_budget(const calc_args_t *a, const geometry_plan_t *plan)
         printf("overhead     %" PRIu64 " B (%s)\n", a->overhead, b1);
     }
     format_gb(a->budget, b1, sizeof(b1));
-    format_binary(a->budget, b2, sizeof(b2));
+    units_format_bytes(a->budget, 2, b2, sizeof(b2));
     if (plan != NULL)
         printf("budget       %" PRIu64 " B (%s, %s): %" PRIu64 " blocks, %" PRIu64 " tokens\n",
                a->budget, b1, b2, plan->blocks, plan->tokens);
@@ -558,9 +546,9 @@ static void print_text(const calc_args_t *a, const geometry_plan_t *plan)
                ", %s, %" PRIu32 "-token blocks\n",
                a->model != NULL ? a->model : "custom", g->layers, g->kv_heads, g->head_dim,
                geometry_dtype_name(g->dtype), g->block_tokens);
-    format_binary(geometry_bytes_per_token(g), b1, sizeof(b1));
+    units_format_bytes(geometry_bytes_per_token(g), 2, b1, sizeof(b1));
     printf("per token    %" PRIu64 " B/token (%s)\n", geometry_bytes_per_token(g), b1);
-    format_binary(geometry_block_bytes(g), b1, sizeof(b1));
+    units_format_bytes(geometry_block_bytes(g), 2, b1, sizeof(b1));
     printf("per block    %" PRIu64 " B (%s)\n", geometry_block_bytes(g), b1);
     if (a->have_budget)
         print_budget(a, plan);

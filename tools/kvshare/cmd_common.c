@@ -1,8 +1,8 @@
 #include "cmd_common.h"
 
-#include <errno.h>
-#include <stdlib.h>
 #include <string.h>
+
+#include "units.h"
 
 int cli_conn_flag(cli_conn_t *conn, int argc, char **argv, int *i, const char *cmd)
 {
@@ -18,12 +18,12 @@ int cli_conn_flag(cli_conn_t *conn, int argc, char **argv, int *i, const char *c
         conn->socket_path = v;
         return 1;
     }
-    char *end;
-    errno = 0;
-    long ms = strtol(v, &end, 10);
-    if (errno || *end || ms <= 0 || ms > 3600000) {
-        fprintf(stderr, "kvshare %s: --timeout takes milliseconds (1 to 3600000), not '%s'\n", cmd,
-                v);
+    uint64_t ms;
+    if (units_parse_ms(v, 1, &ms) != 0 || ms == 0 || ms > 3600000) {
+        fprintf(stderr,
+                "kvshare %s: --timeout takes 1ms to 1h (a bare number is milliseconds), not "
+                "'%s'\n",
+                cmd, v);
         return -1;
     }
     conn->timeout_ms = (int)ms;
@@ -58,39 +58,6 @@ kvs_client_t *cli_connect(const cli_conn_t *conn, const char *cmd)
         return NULL;
     }
     return c;
-}
-
-const char *cli_bytes(uint64_t bytes, char *buf, size_t len)
-{
-    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-    double v = (double)bytes;
-    int u = 0;
-    while (v >= 1024 && u < 5) {
-        v /= 1024;
-        u++;
-    }
-    if (u == 0)
-        snprintf(buf, len, "%llu B", (unsigned long long)bytes);
-    else
-        snprintf(buf, len, "%.1f %s", v, units[u]);
-    return buf;
-}
-
-const char *cli_duration(uint64_t ms, char *buf, size_t len)
-{
-    uint64_t s = ms / 1000;
-    if (s >= 86400)
-        snprintf(buf, len, "%llud%02lluh", (unsigned long long)(s / 86400),
-                 (unsigned long long)(s % 86400 / 3600));
-    else if (s >= 3600)
-        snprintf(buf, len, "%lluh%02llum", (unsigned long long)(s / 3600),
-                 (unsigned long long)(s % 3600 / 60));
-    else if (s >= 60)
-        snprintf(buf, len, "%llum%02llus", (unsigned long long)(s / 60),
-                 (unsigned long long)(s % 60));
-    else
-        snprintf(buf, len, "%llus", (unsigned long long)s);
-    return buf;
 }
 
 void cli_json_string(FILE *f, const char *s)

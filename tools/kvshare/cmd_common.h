@@ -1,7 +1,7 @@
 /*
  * What the daemon-facing `kvshare` commands share: the common flags, the
- * connection with an error that says what to do, number formatting. Uses
- * only the public client API (kvshare.h).
+ * connection with an error that says what to do, JSON strings. Uses the
+ * public client API (kvshare.h) and, for numbers people read, common/units.h.
  */
 #ifndef KVSHARE_CMD_COMMON_H
 #define KVSHARE_CMD_COMMON_H
@@ -13,13 +13,14 @@
 #include "kvshare.h"
 
 #include "commands.h"
+#include "units.h"
 
 typedef struct cli_conn {
     const char *socket_path; /* --socket; NULL: the default */
     int timeout_ms;          /* --timeout */
 } cli_conn_t;
 
-/* Consumes --socket PATH / --timeout MS at argv[*i] (advancing *i). Returns
+/* Consumes --socket PATH / --timeout DURATION at argv[*i] (advancing *i). Returns
  * 1 if it took the flag, 0 if the flag is not one of these, -1 on a missing
  * or bad value (message printed). */
 int cli_conn_flag(cli_conn_t *conn, int argc, char **argv, int *i, const char *cmd);
@@ -27,12 +28,6 @@ int cli_conn_flag(cli_conn_t *conn, int argc, char **argv, int *i, const char *c
 /* Connects without mapping the pool. On failure prints what to do and
  * returns NULL. */
 kvs_client_t *cli_connect(const cli_conn_t *conn, const char *cmd);
-
-/* "1.5 GiB", "512 B" into buf. */
-const char *cli_bytes(uint64_t bytes, char *buf, size_t len);
-
-/* "3d04h", "1h02m", "5m03s", "12s". */
-const char *cli_duration(uint64_t ms, char *buf, size_t len);
 
 /* Writes s as a JSON string (quoted, escaped). */
 void cli_json_string(FILE *f, const char *s);

@@ -34,7 +34,14 @@ int kvshare_cmd_ping(int argc, char **argv)
         } else if (strcmp(argv[i], "--size") == 0 && i + 1 < argc) {
             size = strtol(argv[++i], NULL, 10);
         } else if (strcmp(argv[i], "--interval") == 0 && i + 1 < argc) {
-            interval = strtod(argv[++i], NULL);
+            uint64_t ms;
+            if (units_parse_ms(argv[++i], 1000, &ms) != 0) {
+                fprintf(stderr,
+                        "kvshare ping: --interval takes a duration (0.5, 200ms), not '%s'\n",
+                        argv[i]);
+                return 2;
+            }
+            interval = (double)ms / 1000.0;
         } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             usage(stdout);
             return 0;

@@ -26,15 +26,15 @@ void cli_print_stats(FILE *f, const kvs_stats_t *s)
 {
     char a[32], b[32], up[32];
     fprintf(f, "backend   %s, up %s\n", backend_name(s->backend),
-            cli_duration(s->uptime_ms, up, sizeof(up)));
+            units_format_ms(s->uptime_ms, up, sizeof(up)));
     fprintf(f, "pool      %u blocks x %s = %s (%u tokens per block)\n", s->total_blocks,
-            cli_bytes(s->block_bytes, a, sizeof(a)), cli_bytes(s->pool_bytes, b, sizeof(b)),
-            s->block_tokens);
+            units_format_bytes(s->block_bytes, 1, a, sizeof(a)),
+            units_format_bytes(s->pool_bytes, 1, b, sizeof(b)), s->block_tokens);
     fprintf(f, "blocks    free %u (%.1f%%)  writing %u  cached %u  pinned %u  used %.1f%%\n",
             s->free_blocks, pct(s->free_blocks, s->total_blocks), s->writing_blocks,
             s->cached_blocks, s->pinned_blocks,
             pct(s->total_blocks - s->free_blocks, s->total_blocks));
-    fprintf(f, "index     %s\n", cli_bytes(s->index_bytes, a, sizeof(a)));
+    fprintf(f, "index     %s\n", units_format_bytes(s->index_bytes, 1, a, sizeof(a)));
     fprintf(f, "sessions  %u open\n", s->sessions);
     fprintf(f, "\ncounters since start\n");
     for (size_t i = 0; i < KVS_N_COUNTERS; i++)

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cmd_common.h"
+#include "now.h"
 
 static volatile sig_atomic_t stop_requested;
 
@@ -51,11 +52,13 @@ int kvshare_cmd_top(int argc, char **argv)
         if (r > 0)
             continue;
         if (strcmp(argv[i], "--interval") == 0 && i + 1 < argc) {
-            interval = strtod(argv[++i], NULL);
-            if (interval < 0.05 || interval > 3600) {
-                fprintf(stderr, "kvshare top: --interval takes 0.05 to 3600 seconds\n");
+            uint64_t ms;
+            if (units_parse_ms(argv[++i], 1000, &ms) != 0 || ms < 50 || ms > 3600000) {
+                fprintf(stderr,
+                        "kvshare top: --interval takes 0.05 to 3600 seconds (or 50ms to 1h)\n");
                 return 2;
             }
+            interval = (double)ms / 1000.0;
         } else if (strcmp(argv[i], "--count") == 0 && i + 1 < argc) {
             count = strtol(argv[++i], NULL, 10);
             if (count <= 0) {
@@ -78,7 +81,7 @@ int kvshare_cmd_top(int argc, char **argv)
     int tty = isatty(STDOUT_FILENO);
     kvs_stats_t prev;
     int have_prev = 0, rc = 0;
-    struct timespec t_prev = {0}, t_now;
+    double t_prev = 0, t_now;
     memset(&prev, 0, sizeof(prev));
     for (long n = 0; !stop_requested && (count == 0 || n < count); n++) {
         kvs_stats_t s;
@@ -87,15 +90,14 @@ int kvshare_cmd_top(int argc, char **argv)
             rc = 1;
             break;
         }
-        clock_gettime(CLOCK_MONOTONIC, &t_now);
+        t_now = now_s();
         if (tty)
             fputs("\033[H\033[2J", stdout);
         else if (n > 0)
             fputs("\n", stdout);
         cli_print_stats(stdout, &s);
         if (have_prev) {
-            double dt = (double)(t_now.tv_sec - t_prev.tv_sec) +
-                        (double)(t_now.tv_nsec - t_prev.tv_nsec) / 1e9;
+            double dt = t_now - t_prev;
             uint64_t l0, a0, h0, l1, a1, h1;
             totals(&prev, &l0, &a0, &h0);
             totals(&s, &l1, &a1, &h1);

@@ -1,10 +1,10 @@
 #include "kvscache.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "errbuf.h"
 #include "kvshare.h"
 
 struct kvscache {
@@ -28,16 +28,8 @@ struct kvscache {
     char note[512];
 };
 
-static void note(kvscache_t *kc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void note(kvscache_t *kc, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(kc->note, sizeof(kc->note), fmt, ap);
-    va_end(ap);
-}
+/* Leaves a message for kvscache_note(). */
+#define note(kc, ...) errbuf_set((kc)->note, sizeof((kc)->note), 0, __VA_ARGS__)
 
 static int grow(uint32_t **arr, uint32_t *cap, uint32_t need)
 {

@@ -1,10 +1,11 @@
 #include "worker.h"
 
 #include <stdlib.h>
-#include <time.h>
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
+
+#include "now.h"
 
 static int private_lookup(void *ctx, const uint32_t *tokens, uint32_t n, uint32_t *ids,
                           uint32_t max_blocks, uint32_t *matched_blocks)
@@ -37,14 +38,6 @@ const worker_cache_ops_t worker_private_ops = {
     .commit = private_commit,
     .release = private_release,
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 uint32_t worker_blocks_needed(uint32_t block_tokens, uint32_t n, uint32_t decode)
 {

@@ -1,0 +1,70 @@
+#!/bin/sh
+# The include graph points only downward:
+#
+#     tools  ->  client  ->  gpu, proto  ->  common
+#     daemon ->  radix, gpu, proto  ->  common
+#
+# Each folder below may include (with "...") headers of the folders listed
+# after it, and nothing else; tests/ may include anything. Fails, naming the
+# file and the header, when a source includes a header of a folder it may not
+# use, or a header that no folder holds.
+#
+# Usage: layering.sh [SOURCE_ROOT]   (default: the repository this script is in)
+set -eu
+root=${1:-$(dirname "$0")/..}
+cd "$root"
+
+allowed() {
+    case $1 in
+    common) echo "common" ;;
+    radix) echo "radix common" ;;
+    gpu) echo "gpu common" ;;
+    proto) echo "proto common" ;;
+    daemon) echo "daemon radix gpu proto common" ;;
+    client) echo "client gpu proto common" ;;
+    tools) echo "tools client radix gpu proto common" ;;
+    esac
+}
+
+folders="common radix gpu proto daemon client tools"
+existing=""
+for f in $folders; do
+    [ -d "$f" ] && existing="$existing $f"
+done
+
+# header basename -> folder; the generated protocol header belongs to proto/.
+map=$(mktemp)
+trap 'rm -f "$map"' EXIT
+echo "kvshare.pb-c.h proto" >"$map"
+# shellcheck disable=SC2086
+find $existing -name '*.h' | while read -r h; do
+    echo "$(basename "$h") ${h%%/*}"
+done >>"$map"
+
+status=0
+checked=0
+for folder in $existing; do
+    ok=$(allowed "$folder")
+    for src in $(find "$folder" -name '*.c' -o -name '*.h' | sort); do
+        checked=$((checked + 1))
+        for inc in $(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$src"); do
+            owner=$(awk -v h="$(basename "$inc")" '$1 == h { print $2; exit }' "$map")
+            if [ -z "$owner" ]; then
+                echo "$src: includes \"$inc\", which no folder holds"
+                status=1
+                continue
+            fi
+            case " $ok " in
+            *" $owner "*) ;;
+            *)
+                echo "$src: includes \"$inc\" from $owner/; $folder/ may use only: $ok"
+                status=1
+                ;;
+            esac
+        done
+    done
+done
+if [ "$status" -eq 0 ]; then
+    echo "layering: $checked files, every include points downward"
+fi
+exit "$status"
