@@ -12,6 +12,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "check_main.h"
 #include "frame_header.h"
 #include "kvshare.h"
 #include "kvshare.pb-c.h"
@@ -183,7 +184,7 @@ START_TEST(test_wire_lookup_head)
 }
 END_TEST
 
-int main(void)
+static Suite *client_suite(void)
 {
     Suite *s = suite_create("client");
     TCase *tc = tcase_create("client");
@@ -194,9 +195,7 @@ int main(void)
     tcase_add_test(tc, test_silent_server_times_out);
     tcase_add_test(tc, test_wire_lookup_head);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return s;
 }
+
+KVS_CHECK_MAIN(client_suite)

@@ -4,44 +4,23 @@ Run by ctest with KVSHARED (the daemon binary) and KVSHARE_LIB (libkvshare.so)
 in the environment.
 """
 import os
-import shutil
-import signal
-import subprocess
 import sys
-import tempfile
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "..", "client", "python"))
 import kvshare  # noqa: E402
 
-BT = 4
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "support"))
+import kvsd  # noqa: E402
+from kvsd import BT  # noqa: E402
+
 POOL = 32
 
 
-class Daemon:
-    def __init__(self):
-        self.dir = tempfile.mkdtemp(prefix="kvs-py-")
-        self.socket = os.path.join(self.dir, "kvshared.sock")
-        r, w = os.pipe()
-        self.proc = subprocess.Popen(
-            [os.environ["KVSHARED"], "--socket", self.socket, "--backend", "host",
-             "--layers", "2", "--kv-heads", "2", "--head-dim", "8", "--dtype", "fp16",
-             "--block-tokens", str(BT), "--pool-blocks", str(POOL),
-             "--ready-fd", str(w), "--log-level", "warn"],
-            pass_fds=(w,))
-        os.close(w)
-        with os.fdopen(r, "rb") as ready:
-            line = ready.readline()
-        if line != b"READY\n":
-            self.proc.kill()
-            raise RuntimeError("kvshared did not start")
-
-    def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
-        rc = self.proc.wait(timeout=120)
-        shutil.rmtree(self.dir, ignore_errors=True)
-        return rc
+def Daemon():
+    return kvsd.Daemon(blocks=POOL)
 
 
 class BindingTest(unittest.TestCase):

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "check_main.h"
 #include "errbuf.h"
 #include "frame_header.h"
 #include "kvshare_status.h"
@@ -214,11 +215,4 @@ static Suite *common_suite(void)
     return s;
 }
 
-int main(void)
-{
-    SRunner *sr = srunner_create(common_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+KVS_CHECK_MAIN(common_suite)

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_main.h"
 #include "frame.h"
 
 static void append_raw(frame_buf_t *b, const void *p, size_t n)
@@ -83,7 +84,7 @@ START_TEST(test_empty_frame_and_exact_limit)
 }
 END_TEST
 
-int main(void)
+static Suite *frame_suite(void)
 {
     Suite *s = suite_create("frame");
     TCase *tc = tcase_create("frame");
@@ -92,9 +93,7 @@ int main(void)
     tcase_add_test(tc, test_length_over_limit);
     tcase_add_test(tc, test_empty_frame_and_exact_limit);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return s;
 }
+
+KVS_CHECK_MAIN(frame_suite)

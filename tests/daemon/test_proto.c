@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_main.h"
 #include "kvshare_status.h"
 #include "kvshare.pb-c.h"
 
@@ -66,7 +67,7 @@ START_TEST(test_tokens_travel_as_packed_bytes)
 }
 END_TEST
 
-int main(void)
+static Suite *proto_suite(void)
 {
     Suite *s = suite_create("proto");
     TCase *tc = tcase_create("proto");
@@ -75,9 +76,7 @@ int main(void)
     tcase_add_test(tc, test_every_proto_value_is_in_table);
     tcase_add_test(tc, test_tokens_travel_as_packed_bytes);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return s;
 }
+
+KVS_CHECK_MAIN(proto_suite)

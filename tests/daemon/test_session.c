@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "check_main.h"
 #include "dispatch.h"
 #include "kvshare_status.h"
 #include "kvshare_version.h"
@@ -905,7 +906,7 @@ START_TEST(test_server_open_errors)
 }
 END_TEST
 
-int main(void)
+static Suite *session_suite(void)
 {
     Suite *s = suite_create("session");
     TCase *tc = tcase_create("session");
@@ -932,9 +933,7 @@ int main(void)
     tcase_set_timeout(tc_server, 30);
     tcase_add_test(tc_server, test_server_open_errors);
     suite_add_tcase(s, tc_server);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return s;
 }
+
+KVS_CHECK_MAIN(session_suite)

@@ -16,10 +16,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "check_main.h"
 #include "daemon_harness.h"
-#include "frame_header.h"
 #include "kvshare.h"
 #include "kvshare.pb-c.h"
+#include "raw_wire.h"
 
 #define BT   4
 #define POOL 64
@@ -355,60 +356,27 @@ END_TEST
 
 /* --- raw sockets --- */
 
-static int raw_connect(void)
+static int raw_connect_h(void)
 {
-    struct sockaddr_un addr = {.sun_family = AF_UNIX};
-    snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", h.socket_path);
-    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    int fd = raw_connect(h.socket_path);
     ck_assert_int_ge(fd, 0);
-    ck_assert_int_eq(connect(fd, (struct sockaddr *)&addr, sizeof(addr)), 0);
     return fd;
 }
 
 static void raw_send(int fd, const void *p, size_t n)
 {
-    ck_assert_int_eq(send(fd, p, n, MSG_NOSIGNAL), (ssize_t)n);
+    ck_assert_int_eq(raw_write_all(fd, p, n), 0);
 }
 
 static void raw_request(int fd, Kvshare__Request *req)
 {
-    size_t size = kvshare__request__get_packed_size(req);
-    uint8_t *buf = malloc(size + FRAME_HEADER_BYTES);
-    frame_put_len(buf, (uint32_t)size);
-    kvshare__request__pack(req, buf + FRAME_HEADER_BYTES);
-    raw_send(fd, buf, size + 4);
-    free(buf);
+    ck_assert_int_eq(raw_send_request(fd, req), 0);
 }
 
-static int read_full(int fd, uint8_t *p, size_t n)
-{
-    while (n > 0) {
-        struct pollfd pfd = {.fd = fd, .events = POLLIN};
-        if (poll(&pfd, 1, 5000) <= 0)
-            return -1;
-        ssize_t r = read(fd, p, n);
-        if (r <= 0)
-            return -1;
-        p += r;
-        n -= (size_t)r;
-    }
-    return 0;
-}
-
-/* The next reply on fd (caller frees), NULL if the connection ended. */
+/* The next reply on fd (caller frees), NULL if none came within 5 s. */
 static Kvshare__Response *raw_reply(int fd)
 {
-    uint8_t hdr[4];
-    if (read_full(fd, hdr, 4) != 0)
-        return NULL;
-    uint32_t len = frame_get_len(hdr);
-    ck_assert_uint_lt(len, 1 << 20);
-    uint8_t *body = malloc(len ? len : 1);
-    ck_assert_int_eq(read_full(fd, body, len), 0);
-    Kvshare__Response *r = kvshare__response__unpack(NULL, len, body);
-    free(body);
-    ck_assert_ptr_nonnull(r);
-    return r;
+    return raw_read_reply(fd, 5000);
 }
 
 static int raw_status(int fd, const char *expect_in_message)
@@ -488,34 +456,34 @@ START_TEST(test_bad_input)
     ck_assert_int_eq(kvs_alloc(holder, NULL, 2, held), 0);
 
     /* Garbage bytes: an HTTP request line reads as a 542 MB length. */
-    int fd = raw_connect();
+    int fd = raw_connect_h();
     raw_send(fd, "GET / HTTP/1.1\r\n\r\n", 18);
     ck_assert_int_eq(raw_status(fd, "over the limit"), KVS_ETOOBIG);
     assert_closed(fd);
     assert_others_served(other);
 
     /* Small garbage that does not decode. */
-    fd = raw_connect();
+    fd = raw_connect_h();
     raw_send(fd, "\x05\x00\x00\x00\xff\xff\xff\xff\xff", 9);
     ck_assert_int_eq(raw_status(fd, "does not decode"), KVS_EPROTO);
     assert_closed(fd);
     assert_others_served(other);
 
     /* A 4 GiB length prefix. */
-    fd = raw_connect();
+    fd = raw_connect_h();
     raw_send(fd, "\xff\xff\xff\xff", 4);
     ck_assert_int_eq(raw_status(fd, "--max-frame"), KVS_ETOOBIG);
     assert_closed(fd);
     assert_others_served(other);
 
     /* A truncated frame, then the client goes away. */
-    fd = raw_connect();
+    fd = raw_connect_h();
     raw_send(fd, "\x40\x00\x00\x00\x08\x01", 6);
     close(fd);
     assert_others_served(other);
 
     /* Unknown RPC: an error, and the connection stays usable. */
-    fd = raw_connect();
+    fd = raw_connect_h();
     raw_send(fd, "\x05\x00\x00\x00\x08\x09\x9a\x06\x00", 9);
     ck_assert_int_eq(raw_status(fd, "unknown or missing RPC"), KVS_EPROTO);
     assert_raw_alive(fd);
@@ -582,10 +550,8 @@ START_TEST(test_client_that_stops_reading_is_dropped)
     o.socket_path = own.socket_path;
     ck_assert_int_eq(kvs_connect(&o, &other), 0);
 
-    struct sockaddr_un addr = {.sun_family = AF_UNIX};
-    snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", own.socket_path);
-    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-    ck_assert_int_eq(connect(fd, (struct sockaddr *)&addr, sizeof(addr)), 0);
+    int fd = raw_connect(own.socket_path);
+    ck_assert_int_ge(fd, 0);
     /* Pipelined pings with 60 kB payloads, replies never read: they pile up
      * in the daemon past the limit and it hangs up. */
     Kvshare__Request req = KVSHARE__REQUEST__INIT;
@@ -595,10 +561,9 @@ START_TEST(test_client_that_stops_reading_is_dropped)
     pr.payload.len = sizeof(payload);
     req.rpc_case = KVSHARE__REQUEST__RPC_PING;
     req.ping = &pr;
-    size_t size = kvshare__request__get_packed_size(&req);
-    uint8_t *buf = malloc(size + FRAME_HEADER_BYTES);
-    frame_put_len(buf, (uint32_t)size);
-    kvshare__request__pack(&req, buf + FRAME_HEADER_BYTES);
+    size_t len;
+    uint8_t *buf = raw_frame(&req, &len);
+    ck_assert_ptr_nonnull(buf);
     int dropped = 0;
     for (int i = 0; i < 4000 && !dropped; i++) {
         struct pollfd pfd = {.fd = fd, .events = POLLOUT};
@@ -606,7 +571,7 @@ START_TEST(test_client_that_stops_reading_is_dropped)
             break;
         if (pfd.revents & (POLLERR | POLLHUP))
             dropped = 1;
-        else if (send(fd, buf, size + 4, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 && errno != EAGAIN)
+        else if (send(fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 && errno != EAGAIN)
             dropped = 1;
     }
     free(buf);
@@ -817,9 +782,8 @@ START_TEST(test_mla_pool_layout)
 }
 END_TEST
 
-int main(void)
+static Suite *integration_suite(void)
 {
-    signal(SIGPIPE, SIG_IGN);
     Suite *s = suite_create("integration");
     TCase *tc = tcase_create("daemon");
     tcase_add_checked_fixture(tc, start, stop);
@@ -836,9 +800,7 @@ int main(void)
     tcase_add_test(tc, test_second_daemon_refused_stale_socket_replaced);
     tcase_add_test(tc, test_mla_pool_layout);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return s;
 }
+
+KVS_CHECK_MAIN(integration_suite)

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "check_main.h"
 #include "config.h"
 #include "log.h"
 #include "metrics_http.h"
@@ -242,7 +243,7 @@ START_TEST(test_metrics_text_format)
 }
 END_TEST
 
-int main(void)
+static Suite *config_suite(void)
 {
     Suite *s = suite_create("ops_config");
     TCase *tc = tcase_create("config");
@@ -257,9 +258,7 @@ int main(void)
     tcase_add_test(tt, test_tenants_apply_and_reapply);
     tcase_add_test(tt, test_metrics_text_format);
     suite_add_tcase(s, tt);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return s;
 }
+
+KVS_CHECK_MAIN(config_suite)

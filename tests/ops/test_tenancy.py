@@ -9,7 +9,7 @@ import subprocess
 import time
 import unittest
 
-from ops_daemon import BT, Daemon, kvshare, metric, parse_metrics
+from ops_daemon import BT, Daemon, kvshare, kvsd, metric, parse_metrics
 
 POOL = 1024
 SYSTEM_BLOCKS = 4    # the system prompt every chat starts with
@@ -369,8 +369,8 @@ class ConfigTest(unittest.TestCase):
                 break
             data += chunk
         raw.close()
-        self.assertGreater(len(data), 4)
-        self.assertEqual(int.from_bytes(data[:4], "little"), len(data) - 4)
+        self.assertGreater(len(data), kvsd.FRAME_HEADER_BYTES)
+        self.assertEqual(kvsd.frame_len(data), len(data) - kvsd.FRAME_HEADER_BYTES)
         self.assertIn(b"kvshared is stopping", data)
         # The client is told, then answers lookups as misses.
         self.assertEqual(c.lookup([1] * BT, pin=False), [])

@@ -5,7 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_main.h"
 #include "radix.h"
+#include "radix_diff.h"
 #include "radix_model.h"
 
 #define BT 4
@@ -1173,17 +1175,16 @@ typedef struct diff_cfg {
 #define MAX_BT            16
 
 /* Check records every passing ck_assert; the differential loop makes
- * millions of comparisons, so it only calls into Check on a failure. */
-#define DIFF_EQ(a, b)                                                                              \
+ * millions of comparisons (radix_diff.c), so it only calls into Check on a
+ * failure. */
+#define DIFF_OK(d, call)                                                                           \
     do {                                                                                           \
-        long long a_ = (long long)(a), b_ = (long long)(b);                                        \
-        if (a_ != b_)                                                                              \
-            ck_abort_msg("step %ld: %s == %lld, %s == %lld", step, #a, a_, #b, b_);                \
+        if ((call) != 0)                                                                           \
+            ck_abort_msg("%s", (d)->err);                                                          \
     } while (0)
 
 static void diff_run(const diff_cfg_t *dc)
 {
-    long step = -1;
     radix_config_t cfg = {.block_tokens = dc->bt,
                           .max_blocks = dc->max_blocks,
                           .hash = dc->hash,
@@ -1192,30 +1193,21 @@ static void diff_run(const diff_cfg_t *dc)
                           .freq_bonus_pct = dc->bonus_pct,
                           .freq_bonus_ticks = dc->bonus_ticks,
                           .freq_horizon_pct = dc->horizon_pct};
-    radix_tree_t *t = tree_cfg(cfg);
-    model_t m;
-    DIFF_EQ(model_init(&m, dc->bt, dc->max_blocks), 0);
-    model_set_policy(&m, dc->policy, dc->max_hits, dc->bonus_pct, dc->bonus_ticks, dc->horizon_pct);
+    static const uint32_t quotas[3] = {0, 16, 0}, reserves[3] = {0, 0, 12};
+    static const char *const names[3] = {"free", "quota", "reserve"};
+    radix_diff_t *d = malloc(sizeof(*d));
+    ck_assert_ptr_nonnull(d);
+    DIFF_OK(d, radix_diff_init(d, cfg, 3, names, quotas, reserves, 4096));
     /* KVS_RADIX_SEED=n reruns the same test with other seeds. */
     const char *seed_env = getenv("KVS_RADIX_SEED");
     rng_state = dc->seed ^ (seed_env ? strtoull(seed_env, NULL, 0) * 0x9E3779B97F4A7C15ull : 0);
     if (rng_state == 0)
         rng_state = 1;
-    uint32_t quotas[3] = {0, 16, 0}, reserves[3] = {0, 0, 12};
-    const char *names[3] = {"free", "quota", "reserve"};
-    for (uint32_t k = 0; k < 3; k++) {
-        uint32_t ns;
-        DIFF_EQ(radix_ns_create(t, names[k], 100 + k, quotas[k], reserves[k], &ns), 0);
-        DIFF_EQ(model_ns_create(&m, quotas[k], reserves[k]), ns);
-    }
-    enum { MAX_HELD = 4096 };
-    uint32_t *held = malloc(MAX_HELD * sizeof(*held)); /* pins this test holds */
-    size_t n_held = 0;
     uint32_t tok[MAX_PROMPT_BLOCKS * MAX_BT + 16];
-    uint32_t ids[MAX_PROMPT_BLOCKS], got[MAX_PROMPT_BLOCKS], want[MAX_PROMPT_BLOCKS];
+    uint32_t ids[MAX_PROMPT_BLOCKS];
     long counts[8] = {0};
     long insert_rc[16] = {0}, evicted = 0, max_cached = 0, pinned_lookups = 0;
-    for (step = 0; step < dc->ops; step++) {
+    for (long step = 0; step < dc->ops; step++) {
         uint32_t ns = rnd(3);
         if (rnd(50) == 0)
             ns = 3 + rnd(2); /* unknown namespace now and then */
@@ -1224,159 +1216,76 @@ static void diff_run(const diff_cfg_t *dc)
         for (size_t k = 0; k < n_tokens; k++)
             tok[k] = dc->sparse && rnd(24) != 0 ? 0 : rnd(dc->vocab);
         uint32_t op = rnd(100);
-        ev.n = 0;
-        m.n_evicted = 0;
-        int rc_t, rc_m;
+        radix_diff_op_t o = {.ns = ns, .tokens = tok, .n_tokens = n_tokens};
+        int rc;
         if (op < 35) {
-            /* lookup */
-            bool pin = rnd(4) == 0 && n_held < MAX_HELD - MAX_PROMPT_BLOCKS;
-            size_t max_ids = rnd(5) == 0 ? rnd(MAX_PROMPT_BLOCKS) : MAX_PROMPT_BLOCKS;
-            size_t n_t = 77, n_m = 77;
-            rc_t = radix_lookup(t, ns, tok, n_tokens, pin, got, max_ids, &n_t);
-            rc_m = model_lookup(&m, ns, tok, n_tokens, pin, want, max_ids, &n_m);
-            DIFF_EQ(rc_t, rc_m);
-            if (rc_t == 0) {
-                DIFF_EQ(n_t, n_m);
-                for (size_t k = 0; k < n_t; k++)
-                    DIFF_EQ(got[k], want[k]);
-                if (pin)
-                    for (size_t k = 0; k < n_t; k++)
-                        held[n_held++] = got[k];
-                pinned_lookups += pin && n_t > 0;
-            }
+            o.kind = RADIX_DIFF_LOOKUP;
+            o.pin = rnd(4) == 0 && radix_diff_can_pin(d, MAX_PROMPT_BLOCKS + 1);
+            o.max_ids = rnd(5) == 0 ? rnd(MAX_PROMPT_BLOCKS) : MAX_PROMPT_BLOCKS;
+            size_t held_before = d->n_held;
+            DIFF_OK(d, radix_diff_step(d, &o, &rc));
+            pinned_lookups += d->n_held > held_before;
             counts[0]++;
         } else if (op < 65) {
             /* insert: mostly free ids, sometimes a taken one */
-            size_t n_ids = nb > 0 ? (rnd(4) == 0 ? rnd((uint32_t)nb + 1) : nb) : 0;
-            uint32_t used = 0;
-            for (uint32_t k = 0; k < 3; k++)
-                used += m.ns[k].cached;
-            if (used + n_ids > dc->max_blocks && rnd(4) != 0) {
-                /* Make room first, as the daemon does when the pool is full. */
-                size_t need = used + n_ids - dc->max_blocks, e_t = 77, e_m = 77;
-                DIFF_EQ(radix_evict(t, ns, need, &e_t), model_evict(&m, ns, need, &e_m));
-                DIFF_EQ(e_t, e_m);
-            }
-            for (size_t k = 0; k < n_ids; k++) {
+            o.kind = RADIX_DIFF_INSERT;
+            o.n_ids = nb > 0 ? (rnd(4) == 0 ? rnd((uint32_t)nb + 1) : nb) : 0;
+            /* Make room first, as the daemon does when the pool is full. */
+            o.make_room = radix_cached_blocks(d->t) + o.n_ids > dc->max_blocks && rnd(4) != 0;
+            o.room_ns = ns;
+            for (size_t k = 0; k < o.n_ids; k++) {
                 uint32_t id = rnd(dc->max_blocks);
-                for (int tries = 0; tries < 8 && m.blocks[id].cached && rnd(20) != 0; tries++)
+                for (int tries = 0; tries < 8 && d->m.blocks[id].cached && rnd(20) != 0; tries++)
                     id = rnd(dc->max_blocks);
                 ids[k] = id;
             }
-            if (rnd(100) == 0 && n_ids > 0)
-                ids[rnd((uint32_t)n_ids)] = dc->max_blocks; /* out of range */
-            bool pin = rnd(4) == 0 && n_held < MAX_HELD - MAX_PROMPT_BLOCKS;
-            size_t d_t = 77, d_m = 77;
-            rc_t = radix_insert(t, ns, tok, n_tokens, ids, n_ids, pin, got, &d_t);
-            rc_m = model_insert(&m, ns, tok, n_tokens, ids, n_ids, pin, want, &d_m);
-            DIFF_EQ(rc_t, rc_m);
-            DIFF_EQ(d_t, d_m);
-            for (size_t k = 0; k < d_t; k++)
-                DIFF_EQ(got[k], want[k]);
-            if (pin)
-                for (size_t k = 0; k < d_t; k++)
-                    held[n_held++] = got[k];
-            insert_rc[-rc_t]++;
+            if (rnd(100) == 0 && o.n_ids > 0)
+                ids[rnd((uint32_t)o.n_ids)] = dc->max_blocks; /* out of range */
+            o.ids = ids;
+            o.pin = rnd(4) == 0 && radix_diff_can_pin(d, MAX_PROMPT_BLOCKS + 1);
+            DIFF_OK(d, radix_diff_step(d, &o, &rc));
+            insert_rc[-rc]++;
             counts[1]++;
         } else if (op < 72) {
             /* pin: a held block again, or any id */
-            uint32_t id = n_held && rnd(2) ? held[rnd((uint32_t)n_held)] : rnd(dc->max_blocks + 1);
-            rc_t = radix_pin(t, id);
-            rc_m = model_pin(&m, id);
-            DIFF_EQ(rc_t, rc_m);
-            if (rc_t == 0 && n_held < MAX_HELD)
-                held[n_held++] = id;
-            else if (rc_t == 0)
-                DIFF_EQ(radix_unpin(t, id) | model_unpin(&m, id), 0);
+            o.kind = RADIX_DIFF_PIN;
+            o.id =
+                d->n_held && rnd(2) ? d->held[rnd((uint32_t)d->n_held)] : rnd(dc->max_blocks + 1);
+            DIFF_OK(d, radix_diff_step(d, &o, &rc));
             counts[2]++;
         } else if (op < 90) {
             /* unpin: mostly held pins, sometimes any id (errors) */
+            o.kind = RADIX_DIFF_UNPIN;
             for (uint32_t rep = 1 + rnd(8); rep > 0; rep--) {
-                uint32_t id;
-                size_t which = 0;
-                bool from_held = n_held > 0 && rnd(8) != 0;
-                if (from_held) {
-                    which = rnd((uint32_t)n_held);
-                    id = held[which];
-                } else {
-                    id = rnd(dc->max_blocks + 1);
-                }
-                rc_t = radix_unpin(t, id);
-                rc_m = model_unpin(&m, id);
-                DIFF_EQ(rc_t, rc_m);
-                if (from_held) {
-                    DIFF_EQ(rc_t, 0);
-                    held[which] = held[--n_held];
-                } else if (rc_t == 0) {
-                    /* Took a pin this test holds: forget one copy of it. */
-                    for (size_t k = 0; k < n_held; k++)
-                        if (held[k] == id) {
-                            held[k] = held[--n_held];
-                            break;
-                        }
-                }
+                o.from_held = d->n_held > 0 && rnd(8) != 0;
+                if (o.from_held)
+                    o.held_index = rnd((uint32_t)d->n_held);
+                else
+                    o.id = rnd(dc->max_blocks + 1);
+                DIFF_OK(d, radix_diff_step(d, &o, &rc));
             }
             counts[3]++;
         } else if (op < 99) {
-            uint32_t for_ns = rnd(4) == 0 ? RADIX_NS_ANY : ns;
-            size_t n = rnd(6), e_t = 77, e_m = 77;
-            rc_t = radix_evict(t, for_ns, n, &e_t);
-            rc_m = model_evict(&m, for_ns, n, &e_m);
-            DIFF_EQ(rc_t, rc_m);
-            if (rc_t == 0)
-                DIFF_EQ(e_t, e_m);
+            o.kind = RADIX_DIFF_EVICT;
+            o.for_ns = rnd(4) == 0 ? RADIX_NS_ANY : ns;
+            o.n = rnd(6);
+            DIFF_OK(d, radix_diff_step(d, &o, &rc));
             counts[4]++;
         } else {
             /* "quota" keeps a small quota, so it often runs into it */
-            uint32_t q = ns == 1 ? 4 + rnd(20) : (rnd(3) ? 0 : 8 + rnd(24));
-            uint32_t r = rnd(3) ? 0 : rnd(16);
-            rc_t = radix_ns_set_limits(t, ns, q, r);
-            rc_m = ns < m.n_ns ? 0 : KVS_ENONS;
-            if (rc_m == 0) {
-                m.ns[ns].quota = q;
-                m.ns[ns].reserve = r;
-            }
-            DIFF_EQ(rc_t, rc_m);
+            o.kind = RADIX_DIFF_SET_LIMITS;
+            o.quota = ns == 1 ? 4 + rnd(20) : (rnd(3) ? 0 : 8 + rnd(24));
+            o.reserve = rnd(3) ? 0 : rnd(16);
+            DIFF_OK(d, radix_diff_step(d, &o, &rc));
             counts[5]++;
         }
-        /* Same evictions, in the same order. */
-        evicted += (long)ev.n;
-        if ((long)radix_cached_blocks(t) > max_cached)
-            max_cached = radix_cached_blocks(t);
-        DIFF_EQ(ev.n, m.n_evicted);
-        for (size_t k = 0; k < ev.n; k++)
-            DIFF_EQ(ev.ids[k], m.evicted[k]);
-        if (radix_check(t) != 0)
-            ck_abort_msg("radix_check failed at step %ld (op %u), radix.c line %d", step, op,
-                         radix_check_line());
-        for (uint32_t k = 0; k < 3; k++) {
-            radix_ns_stats_t st;
-            DIFF_EQ(radix_ns_stats(t, k, &st), 0);
-            DIFF_EQ(st.cached_blocks, m.ns[k].cached);
-            DIFF_EQ(st.pinned_blocks, m.ns[k].pinned);
-            DIFF_EQ(st.lookups, m.ns[k].lookups);
-            DIFF_EQ(st.lookup_tokens, m.ns[k].lookup_tokens);
-            DIFF_EQ(st.hit_tokens, m.ns[k].hit_tokens);
-            DIFF_EQ(st.inserted_blocks, m.ns[k].inserted);
-            DIFF_EQ(st.duplicate_blocks, m.ns[k].duplicates);
-            DIFF_EQ(st.evicted_blocks, m.ns[k].evicted);
-            DIFF_EQ(st.evicted_own, m.ns[k].evicted_own);
-            DIFF_EQ(st.evicted_others, m.ns[k].evicted_others);
-            DIFF_EQ(st.evicted_quota, m.ns[k].evicted_quota);
-        }
-        uint32_t id = rnd(dc->max_blocks), r_t = 0, r_m = 0;
-        DIFF_EQ(radix_block_refcount(t, id, &r_t), model_refcount(&m, id, &r_m));
-        DIFF_EQ(r_t, r_m);
+        evicted += (long)d->n_evicted;
+        if ((long)radix_cached_blocks(d->t) > max_cached)
+            max_cached = radix_cached_blocks(d->t);
     }
+    uint64_t taken_back = d->m.taken_back;
     /* Release everything: the tree must then empty out completely. */
-    for (size_t k = 0; k < n_held; k++)
-        DIFF_EQ(radix_unpin(t, held[k]), 0);
-    size_t all;
-    DIFF_EQ(radix_evict(t, RADIX_NS_ANY, dc->max_blocks, &all), 0);
-    for (uint32_t k = 0; k < 3; k++)
-        DIFF_EQ(radix_evict(t, k, dc->max_blocks, &all), 0);
-    DIFF_EQ(radix_cached_blocks(t), 0);
-    DIFF_EQ(radix_check(t), 0);
+    DIFF_OK(d, radix_diff_finish(d));
     /* Every kind of operation ran many times. */
     for (int k = 0; k < 6; k++)
         ck_assert_int_gt(counts[k], dc->ops / 200);
@@ -1390,16 +1299,14 @@ static void diff_run(const diff_cfg_t *dc)
     ck_assert_int_gt(max_cached, dc->max_blocks / 2);
     ck_assert_int_gt(pinned_lookups, 10);
     /* A namespace below its reservation took blocks back from others. */
-    ck_assert_int_gt((long)m.taken_back, dc->ops / 1000);
+    ck_assert_int_gt((long)taken_back, dc->ops / 1000);
     if (getenv("KVS_TEST_VERBOSE"))
         fprintf(stderr,
                 "ops %ld: inserted ok %ld eexist %ld equota %ld, evicted %ld (taken back "
                 "below a reservation %llu), max cached %ld\n",
                 dc->ops, insert_rc[0], insert_rc[-KVS_EEXIST], insert_rc[-KVS_EQUOTA], evicted,
-                (unsigned long long)m.taken_back, max_cached);
-    free(held);
-    model_fini(&m);
-    radix_free(t);
+                (unsigned long long)taken_back, max_cached);
+    free(d);
 }
 
 static long diff_ops(long full, long small)
@@ -1684,11 +1591,4 @@ static Suite *radix_suite(void)
     return s;
 }
 
-int main(void)
-{
-    SRunner *sr = srunner_create(radix_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+KVS_CHECK_MAIN(radix_suite)

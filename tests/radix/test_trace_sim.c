@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "check_main.h"
 #include "radix.h"
 #include "trace.h"
 #include "trace_sim.h"
@@ -209,11 +210,4 @@ static Suite *trace_suite(void)
     return s;
 }
 
-int main(void)
-{
-    SRunner *sr = srunner_create(trace_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+KVS_CHECK_MAIN(trace_suite)

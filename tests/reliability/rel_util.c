@@ -2,24 +2,10 @@
 
 #include <check.h>
 #include <dirent.h>
-#include <errno.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
-
-#include "frame_header.h"
-
-int64_t rel_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 kvs_client_t *rel_client(const char *path, const char *name, int timeout_ms)
 {
@@ -32,83 +18,6 @@ kvs_client_t *rel_client(const char *path, const char *name, int timeout_ms)
     int rc = kvs_connect(&o, &c);
     ck_assert_msg(rc == 0, "connect %s: %s", name, kvs_strerror(rc));
     return c;
-}
-
-int rel_raw_connect(const char *path)
-{
-    struct sockaddr_un addr = {.sun_family = AF_UNIX};
-    snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -1;
-    if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0) {
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
-
-uint8_t *rel_frame(Kvshare__Request *req, size_t *len)
-{
-    size_t size = kvshare__request__get_packed_size(req);
-    uint8_t *buf = malloc(size + 4);
-    ck_assert_ptr_nonnull(buf);
-    frame_put_len(buf, (uint32_t)size);
-    kvshare__request__pack(req, buf + 4);
-    *len = size + 4;
-    return buf;
-}
-
-int rel_write_all(int fd, const void *buf, size_t len)
-{
-    const uint8_t *p = buf;
-    while (len > 0) {
-        ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return -1;
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
-static int read_exact(int fd, uint8_t *p, size_t len, int64_t deadline)
-{
-    while (len > 0) {
-        int left = (int)(deadline - rel_now_ms());
-        struct pollfd pfd = {.fd = fd, .events = POLLIN};
-        if (left <= 0 || poll(&pfd, 1, left) <= 0)
-            return -1;
-        ssize_t n = recv(fd, p, len, 0);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return -1;
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
-Kvshare__Response *rel_read_reply(int fd, int timeout_ms)
-{
-    int64_t deadline = rel_now_ms() + timeout_ms;
-    uint8_t hdr[4];
-    if (read_exact(fd, hdr, 4, deadline) != 0)
-        return NULL;
-    uint32_t len = frame_get_len(hdr);
-    if (len > (64u << 20))
-        return NULL;
-    uint8_t *body = malloc(len ? len : 1);
-    if (!body)
-        return NULL;
-    Kvshare__Response *r = NULL;
-    if (read_exact(fd, body, len, deadline) == 0)
-        r = kvshare__response__unpack(NULL, len, body);
-    free(body);
-    return r;
 }
 
 void rel_prompt(uint32_t *tokens, size_t n_tokens, uint32_t family)
@@ -132,12 +41,12 @@ void rel_wait_quiet(kvs_client_t *mon, uint32_t sessions, int idle, int timeout_
                     kvs_stats_t *out)
 {
     kvs_stats_t s;
-    int64_t deadline = rel_now_ms() + timeout_ms;
+    int64_t deadline = now_ms() + timeout_ms;
     for (;;) {
         rel_stats(mon, &s);
         if (s.sessions == sessions && (!idle || (s.writing_blocks == 0 && s.pinned_blocks == 0)))
             break;
-        if (rel_now_ms() > deadline)
+        if (now_ms() > deadline)
             break;
         kvs_stats_free(&s);
         usleep(5000);

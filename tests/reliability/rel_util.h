@@ -1,8 +1,8 @@
 /*
  * Helpers of the reliability tests: clients of a real kvshared (started by
- * tests/integration/daemon_harness.c), raw sockets that misbehave, the
- * daemon's block accounting as Stats reports it, and the daemon process's
- * memory and descriptors as /proc shows them.
+ * tests/support/daemon_harness.c), the daemon's block accounting as Stats
+ * reports it, and the daemon process's memory and descriptors as /proc shows
+ * them. Raw sockets that misbehave: tests/support/raw_wire.h.
  *
  * The helpers assert with Check (ck_assert), so they are for test bodies,
  * not for forked worker processes: workers report through return codes or
@@ -17,25 +17,14 @@
 
 #include "kvshare.h"
 #include "kvshare.pb-c.h"
+#include "now.h"
+#include "raw_wire.h"
 
 /* The harness geometry: 4 tokens per block. */
 #define REL_BT 4
 
 /* A libkvshare client of the daemon at path (asserts that it connects). */
 kvs_client_t *rel_client(const char *path, const char *name, int timeout_ms);
-
-/* A raw connected socket to path, or -1. */
-int rel_raw_connect(const char *path);
-
-/* One request as a frame (length prefix + body) in a malloc'd buffer. */
-uint8_t *rel_frame(Kvshare__Request *req, size_t *len);
-
-/* Writes all of buf (blocking). Returns 0 or -1. */
-int rel_write_all(int fd, const void *buf, size_t len);
-
-/* Reads one reply frame from a raw socket within timeout_ms; NULL if none
- * (free with kvshare__response__free_unpacked). */
-Kvshare__Response *rel_read_reply(int fd, int timeout_ms);
 
 /* Prompt `family` of n_tokens tokens: families share nothing, and the same
  * family always gives the same tokens. */
@@ -76,8 +65,5 @@ long rel_vm_hwm_kib(pid_t pid);
 
 /* Open descriptors of a process; -1 if unknown. */
 int rel_fd_count(pid_t pid);
-
-/* Milliseconds of a monotonic clock. */
-int64_t rel_now_ms(void);
 
 #endif

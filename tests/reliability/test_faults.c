@@ -19,6 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "check_main.h"
 #include "daemon_harness.h"
 #include "rel_util.h"
 
@@ -100,7 +101,7 @@ static void __attribute__((noreturn)) worker_to_point(int point, int ready_fd)
 
     if (point == MID_FRAME) {
         /* A raw client: Alloc, then half of a Commit frame, then nothing. */
-        int fd = rel_raw_connect(h.socket_path);
+        int fd = raw_connect(h.socket_path);
         if (fd < 0)
             _exit(10);
         Kvshare__Request req = KVSHARE__REQUEST__INIT;
@@ -109,12 +110,9 @@ static void __attribute__((noreturn)) worker_to_point(int point, int ready_fd)
         req.id = 1;
         req.rpc_case = KVSHARE__REQUEST__RPC_ALLOC;
         req.alloc = &al;
-        size_t len;
-        uint8_t *frame = rel_frame(&req, &len);
-        if (rel_write_all(fd, frame, len) != 0)
+        if (raw_send_request(fd, &req) != 0)
             _exit(11);
-        free(frame);
-        Kvshare__Response *r = rel_read_reply(fd, 5000);
+        Kvshare__Response *r = raw_read_reply(fd, 5000);
         if (!r || r->status != 0 || !r->alloc || r->alloc->n_block_ids != 2)
             _exit(12);
         Kvshare__Request cr = KVSHARE__REQUEST__INIT;
@@ -127,8 +125,9 @@ static void __attribute__((noreturn)) worker_to_point(int point, int ready_fd)
         cr.id = 2;
         cr.rpc_case = KVSHARE__REQUEST__RPC_COMMIT;
         cr.commit = &cm;
-        frame = rel_frame(&cr, &len);
-        if (rel_write_all(fd, frame, len / 2) != 0)
+        size_t len;
+        uint8_t *frame = raw_frame(&cr, &len);
+        if (!frame || raw_write_all(fd, frame, len / 2) != 0)
             _exit(13);
         goto ready;
     }
@@ -314,16 +313,16 @@ START_TEST(test_silent_clients_do_not_block_others)
     enum { SILENT = 100 };
     int fds[SILENT + 2];
     for (int i = 0; i < SILENT; i++) {
-        fds[i] = rel_raw_connect(h.socket_path);
+        fds[i] = raw_connect(h.socket_path);
         ck_assert_int_ge(fds[i], 0);
     }
     /* Two that stop mid-frame: in the length prefix, and in the body. */
     static const uint8_t half_len[2] = {0x10, 0};
     static const uint8_t half_body[6] = {0xe8, 0x03, 0, 0, 0x08, 0x01};
-    fds[SILENT] = rel_raw_connect(h.socket_path);
-    fds[SILENT + 1] = rel_raw_connect(h.socket_path);
-    ck_assert_int_eq(rel_write_all(fds[SILENT], half_len, sizeof(half_len)), 0);
-    ck_assert_int_eq(rel_write_all(fds[SILENT + 1], half_body, sizeof(half_body)), 0);
+    fds[SILENT] = raw_connect(h.socket_path);
+    fds[SILENT + 1] = raw_connect(h.socket_path);
+    ck_assert_int_eq(raw_write_all(fds[SILENT], half_len, sizeof(half_len)), 0);
+    ck_assert_int_eq(raw_write_all(fds[SILENT + 1], half_body, sizeof(half_body)), 0);
 
     /* A worker's whole lifecycle goes through while they hang. */
     kvs_client_t *w = rel_client(h.socket_path, "worker", 2000);
@@ -361,7 +360,7 @@ START_TEST(test_client_that_stops_reading_is_dropped_and_released)
     kvs_client_t *m = rel_client(own.socket_path, "monitor", 5000);
     long rss_before = rel_rss_anon_kib(own.pid);
 
-    int fd = rel_raw_connect(own.socket_path);
+    int fd = raw_connect(own.socket_path);
     ck_assert_int_ge(fd, 0);
     /* It holds blocks... */
     Kvshare__Request req = KVSHARE__REQUEST__INIT;
@@ -370,11 +369,8 @@ START_TEST(test_client_that_stops_reading_is_dropped_and_released)
     req.id = 1;
     req.rpc_case = KVSHARE__REQUEST__RPC_ALLOC;
     req.alloc = &al;
-    size_t len;
-    uint8_t *frame = rel_frame(&req, &len);
-    ck_assert_int_eq(rel_write_all(fd, frame, len), 0);
-    free(frame);
-    Kvshare__Response *r = rel_read_reply(fd, 5000);
+    ck_assert_int_eq(raw_send_request(fd, &req), 0);
+    Kvshare__Response *r = raw_read_reply(fd, 5000);
     ck_assert_ptr_nonnull(r);
     ck_assert_int_eq(r->status, 0);
     kvshare__response__free_unpacked(r, NULL);
@@ -386,7 +382,9 @@ START_TEST(test_client_that_stops_reading_is_dropped_and_released)
     pr.payload.len = sizeof(payload);
     req.rpc_case = KVSHARE__REQUEST__RPC_PING;
     req.ping = &pr;
-    frame = rel_frame(&req, &len);
+    size_t len;
+    uint8_t *frame = raw_frame(&req, &len);
+    ck_assert_ptr_nonnull(frame);
     int dropped = 0;
     size_t sent = 0;
     for (int i = 0; i < 20000 && !dropped; i++) {
@@ -455,17 +453,18 @@ START_TEST(test_reply_flood_from_small_requests_is_bounded)
     req.rpc_case = KVSHARE__REQUEST__RPC_STATS;
     req.stats = &sr;
     size_t len;
-    uint8_t *frame = rel_frame(&req, &len);
+    uint8_t *frame = raw_frame(&req, &len);
+    ck_assert_ptr_nonnull(frame);
     size_t count = (256u << 10) / len;
     uint8_t *flood = malloc(count * len);
     ck_assert_ptr_nonnull(flood);
     for (size_t i = 0; i < count; i++)
         memcpy(flood + i * len, frame, len);
     free(frame);
-    int fd = rel_raw_connect(own.socket_path);
+    int fd = raw_connect(own.socket_path);
     ck_assert_int_ge(fd, 0);
     /* The daemon may hang up before it has read everything. */
-    rel_write_all(fd, flood, count * len);
+    raw_write_all(fd, flood, count * len);
     free(flood);
 
     /* Dropped: the monitor alone remains. */
@@ -495,7 +494,7 @@ static void __attribute__((noreturn)) churn(int which, int count)
     for (int i = 0; i < count; i++) {
         switch ((i + which) % 3) {
         case 0: { /* connect, close: not even a Hello */
-            int fd = rel_raw_connect(h.socket_path);
+            int fd = raw_connect(h.socket_path);
             if (fd < 0)
                 _exit(50);
             close(fd);
@@ -537,7 +536,7 @@ START_TEST(test_thousands_of_connections)
     int fds_before = rel_fd_count(h.pid);
     long rss_before = rel_rss_anon_kib(h.pid);
 
-    int64_t t0 = rel_now_ms();
+    int64_t t0 = now_ms();
     pid_t pids[PROCS];
     for (int k = 0; k < PROCS; k++) {
         pids[k] = fork();
@@ -551,7 +550,7 @@ START_TEST(test_thousands_of_connections)
         ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "churn %d failed: %d", k,
                       WIFEXITED(status) ? WEXITSTATUS(status) : -1);
     }
-    int64_t ms = rel_now_ms() - t0;
+    int64_t ms = now_ms() - t0;
 
     rel_wait_quiet(mon, 1, 1, 10000, &s);
     ck_assert_uint_eq(s.sessions_total - total_before, PROCS * EACH);
@@ -587,7 +586,7 @@ START_TEST(test_descriptor_limit_reached)
 
     int fds[TRIES], open_fds = 0;
     for (int i = 0; i < TRIES; i++) {
-        fds[i] = rel_raw_connect(own.socket_path);
+        fds[i] = raw_connect(own.socket_path);
         open_fds += fds[i] >= 0;
     }
     kvs_stats_t s;
@@ -601,9 +600,9 @@ START_TEST(test_descriptor_limit_reached)
     kvs_options_init(&o);
     o.socket_path = own.socket_path;
     o.timeout_ms = 2000;
-    int64_t t0 = rel_now_ms();
+    int64_t t0 = now_ms();
     int rc = kvs_connect(&o, &c);
-    ck_assert_msg(rel_now_ms() - t0 < 2500, "connect took %lld ms", (long long)(rel_now_ms() - t0));
+    ck_assert_msg(now_ms() - t0 < 2500, "connect took %lld ms", (long long)(now_ms() - t0));
     if (rc == 0)
         kvs_close(c);
     /* The monitor, connected before, is still served. */
@@ -712,9 +711,8 @@ START_TEST(test_pool_exhausted_by_pins)
 }
 END_TEST
 
-int main(void)
+static Suite *faults_suite(void)
 {
-    signal(SIGPIPE, SIG_IGN);
     Suite *s = suite_create("faults");
     TCase *tc = tcase_create("daemon");
     tcase_add_checked_fixture(tc, start, stop);
@@ -728,9 +726,7 @@ int main(void)
     tcase_add_test(tc, test_descriptor_limit_reached);
     tcase_add_test(tc, test_pool_exhausted_by_pins);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return s;
 }
+
+KVS_CHECK_MAIN(faults_suite)

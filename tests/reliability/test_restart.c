@@ -24,6 +24,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "check_main.h"
 #include "daemon_harness.h"
 #include "rel_util.h"
 
@@ -61,9 +62,9 @@ static shared_t *sh;
 #define TIMED(slot, is_lookup, call, rc_out)                                                       \
     do {                                                                                           \
         int ph_ = sh->phase;                                                                       \
-        int64_t t0_ = rel_now_ms();                                                                \
+        int64_t t0_ = now_ms();                                                                    \
         rc_out = (call);                                                                           \
-        int64_t ms_ = rel_now_ms() - t0_;                                                          \
+        int64_t ms_ = now_ms() - t0_;                                                              \
         if (sh->phase == ph_) {                                                                    \
             phase_counts_t *pc_ = &sh->p[slot][ph_];                                               \
             pc_->calls++;                                                                          \
@@ -272,17 +273,14 @@ START_TEST(test_restart_under_load)
 }
 END_TEST
 
-int main(void)
+static Suite *restart_suite(void)
 {
-    signal(SIGPIPE, SIG_IGN);
     Suite *s = suite_create("restart");
     TCase *tc = tcase_create("restart");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_restart_under_load);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return s;
 }
+
+KVS_CHECK_MAIN(restart_suite)

@@ -225,18 +225,18 @@ static uint64_t run_phase(int64_t ms, uint32_t *seed, kvs_client_t *mon)
     uint64_t kills = 0;
     for (int k = 0; k < WORKERS; k++)
         pids[k] = spawn(k, ++*seed);
-    int64_t end = rel_now_ms() + ms, next_check = rel_now_ms() + 500;
-    while (rel_now_ms() < end) {
+    int64_t end = now_ms() + ms, next_check = now_ms() + 500;
+    while (now_ms() < end) {
         usleep(1000 * (20 + rnd(180)));
         int k = (int)rnd(WORKERS);
         kill_worker(pids[k]);
         kills++;
         pids[k] = spawn(k, ++*seed);
-        if (rel_now_ms() >= next_check) {
+        if (now_ms() >= next_check) {
             kvs_stats_t s;
             rel_stats(mon, &s);
             kvs_stats_free(&s);
-            next_check = rel_now_ms() + 500;
+            next_check = now_ms() + 500;
         }
     }
     for (int k = 0; k < WORKERS; k++) {

@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "check_main.h"
 #include "kvstore.h"
 #include "model.h"
 #include "worker.h"
@@ -1014,13 +1015,4 @@ static Suite *worker_suite(void)
     return s;
 }
 
-int main(void)
-{
-    SRunner *sr = srunner_create(worker_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+KVS_CHECK_MAIN(worker_suite)

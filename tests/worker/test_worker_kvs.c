@@ -16,9 +16,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "check_main.h"
 #include "daemon_harness.h"
 #include "kvscache.h"
 #include "kvshare.h"
+#include "launch.h"
 #include "model.h"
 #include "workload.h"
 
@@ -532,28 +534,13 @@ END_TEST
  * harness restarts it with its own geometry only); returns once READY. */
 static pid_t daemon_spawn_at(const char *socket_path)
 {
-    int p[2];
-    char buf[8] = "";
-    pid_t pid;
-
-    ck_assert_int_eq(pipe(p), 0);
-    pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        char fd[16];
-
-        close(p[0]);
-        snprintf(fd, sizeof(fd), "%d", p[1]);
-        execl(KVSHARED_PATH, KVSHARED_PATH, "--socket", socket_path, "--backend", "host",
-              "--layers", "2", "--kv-heads", "2", "--head-dim", "16", "--dtype", "fp32",
-              "--block-tokens", "16", "--pool-blocks", "256", "--log-level", "warn", "--ready-fd",
-              fd, (char *)NULL);
-        _exit(127);
-    }
-    close(p[1]);
-    ck_assert_int_eq(read(p[0], buf, 6), 6);
-    ck_assert_int_eq(memcmp(buf, "READY\n", 6), 0);
-    close(p[0]);
+    const char *const argv[] = {KVSHARED_PATH, "--socket",       socket_path, "--backend",
+                                "host",        "--layers",       "2",         "--kv-heads",
+                                "2",           "--head-dim",     "16",        "--dtype",
+                                "fp32",        "--block-tokens", "16",        "--pool-blocks",
+                                "256",         "--log-level",    "warn",      NULL};
+    pid_t pid = launch_daemon(argv, LAUNCH_READY_MS, NULL);
+    ck_assert_msg(pid > 0, "kvshared did not start on %s", socket_path);
     return pid;
 }
 
@@ -713,13 +700,4 @@ static Suite *worker_kvs_suite(void)
     return s;
 }
 
-int main(void)
-{
-    SRunner *sr = srunner_create(worker_kvs_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_VERBOSE);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+KVS_CHECK_MAIN(worker_kvs_suite)

@@ -37,7 +37,10 @@
 #include "frame_header.h"
 #include "kvshare.h"
 #include "kvshare.pb-c.h"
+#include "launch.h"
 #include "now.h"
+#include "socket_path.h"
+#include "test_tmp.h"
 
 #define BENCH_BT    16
 #define MAX_CLIENTS 64
@@ -47,9 +50,9 @@
 typedef struct bench_cfg {
     const char *kvshared;
     const char *socket_path;
-    char dir[64];
-    char kvs_sock[96];
-    char raw_sock[96];
+    char dir[SOCKET_PATH_MAX - sizeof("/kvshared.sock")];
+    char kvs_sock[SOCKET_PATH_MAX];
+    char raw_sock[SOCKET_PATH_MAX];
     double seconds;
     pid_t daemon_pid;
 } bench_cfg_t;
@@ -74,35 +77,22 @@ static void prompt(uint32_t *t, size_t n, uint32_t seed)
 
 static int start_daemon(bench_cfg_t *b, unsigned blocks)
 {
-    int p[2];
-    if (pipe(p) != 0)
-        return -1;
-    pid_t pid = fork();
+    char nb[16];
+    snprintf(nb, sizeof(nb), "%u", blocks);
+    const char *const argv[] = {b->kvshared, "--socket",
+                                b->kvs_sock, "--backend",
+                                "host",      "--layers",
+                                "1",         "--kv-heads",
+                                "1",         "--head-dim",
+                                "8",         "--dtype",
+                                "fp16",      "--block-tokens",
+                                "16",        "--pool-blocks",
+                                nb,          "--max-frame",
+                                "64M",       "--log-level",
+                                "warn",      NULL};
+    pid_t pid = launch_daemon(argv, LAUNCH_READY_MS, NULL);
     if (pid < 0)
         return -1;
-    if (pid == 0) {
-        char fd[16], nb[16];
-        close(p[0]);
-        prctl(PR_SET_PDEATHSIG, SIGKILL); /* no daemon outlives the bench */
-        snprintf(fd, sizeof(fd), "%d", p[1]);
-        snprintf(nb, sizeof(nb), "%u", blocks);
-        execl(b->kvshared, b->kvshared, "--socket", b->kvs_sock, "--backend", "host", "--layers",
-              "1", "--kv-heads", "1", "--head-dim", "8", "--dtype", "fp16", "--block-tokens", "16",
-              "--pool-blocks", nb, "--max-frame", "64M", "--ready-fd", fd, "--log-level", "warn",
-              (char *)NULL);
-        fprintf(stderr, "bench rpc: cannot run %s: %s\n", b->kvshared, strerror(errno));
-        _exit(127);
-    }
-    close(p[1]);
-    char buf[8] = {0};
-    struct pollfd pfd = {.fd = p[0], .events = POLLIN};
-    int ok = poll(&pfd, 1, 30000) == 1 && read(p[0], buf, 6) == 6 && memcmp(buf, "READY\n", 6) == 0;
-    close(p[0]);
-    if (!ok) {
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
-        return -1;
-    }
     b->daemon_pid = pid;
     return 0;
 }
@@ -581,9 +571,10 @@ int bench_rpc_main(int argc, char **argv)
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
-    snprintf(b.dir, sizeof(b.dir), "/tmp/kvs-bench-XXXXXX");
-    if (!mkdtemp(b.dir))
+    if (test_tmp_dir("kvs-bench", b.dir, sizeof(b.dir)) != 0) {
+        fprintf(stderr, "bench rpc: cannot make a temporary directory: %s\n", strerror(errno));
         return 1;
+    }
     snprintf(b.kvs_sock, sizeof(b.kvs_sock), "%s/kvshared.sock", b.dir);
     snprintf(b.raw_sock, sizeof(b.raw_sock), "%s/raw.sock", b.dir);
 
@@ -652,8 +643,7 @@ int bench_rpc_main(int argc, char **argv)
     }
     for (size_t s = 0; s < n_sizes; s++)
         free(tokens[s]);
-    kill(b.daemon_pid, SIGTERM);
-    waitpid(b.daemon_pid, NULL, 0);
+    launch_stop(b.daemon_pid, SIGTERM, LAUNCH_READY_MS);
     unlink(b.raw_sock);
     rmdir(b.dir);
     return rc;

@@ -47,7 +47,10 @@
 
 #include "bench.h"
 #include "kvshare.h"
+#include "launch.h"
 #include "now.h"
+#include "socket_path.h"
+#include "test_tmp.h"
 #include "trace.h"
 #include "trace_sim.h"
 
@@ -94,79 +97,51 @@ static void sleep_until_ms(double t)
 /* Starts kvshared on sock and waits for its READY line. */
 static pid_t start_daemon(const replay_opts_t *o, const char *sock)
 {
-    int p[2];
-    if (pipe(p) != 0)
-        return -1;
-    pid_t pid = fork();
-    if (pid < 0) {
-        close(p[0]);
-        close(p[1]);
-        return -1;
+    char nb[32], layers[16], heads[16], dim[16];
+    const char *argv[40];
+    int a = 0;
+    snprintf(layers, sizeof(layers), "%u", o->layers);
+    snprintf(heads, sizeof(heads), "%u", o->kv_heads);
+    snprintf(dim, sizeof(dim), "%u", o->head_dim);
+    argv[a++] = o->kvshared;
+    argv[a++] = "--socket";
+    argv[a++] = sock;
+    argv[a++] = "--backend";
+    argv[a++] = "host";
+    if (o->model) {
+        argv[a++] = "--model";
+        argv[a++] = o->model;
+    } else {
+        argv[a++] = "--layers";
+        argv[a++] = layers;
+        argv[a++] = "--kv-heads";
+        argv[a++] = heads;
+        argv[a++] = "--head-dim";
+        argv[a++] = dim;
+        argv[a++] = "--dtype";
+        argv[a++] = o->dtype;
     }
-    if (pid == 0) {
-        char fd[16], nb[32], layers[16], heads[16], dim[16];
-        const char *argv[40];
-        int a = 0;
-        close(p[0]);
-        snprintf(fd, sizeof(fd), "%d", p[1]);
-        snprintf(layers, sizeof(layers), "%u", o->layers);
-        snprintf(heads, sizeof(heads), "%u", o->kv_heads);
-        snprintf(dim, sizeof(dim), "%u", o->head_dim);
-        argv[a++] = o->kvshared;
-        argv[a++] = "--socket";
-        argv[a++] = sock;
-        argv[a++] = "--backend";
-        argv[a++] = "host";
-        if (o->model) {
-            argv[a++] = "--model";
-            argv[a++] = o->model;
-        } else {
-            argv[a++] = "--layers";
-            argv[a++] = layers;
-            argv[a++] = "--kv-heads";
-            argv[a++] = heads;
-            argv[a++] = "--head-dim";
-            argv[a++] = dim;
-            argv[a++] = "--dtype";
-            argv[a++] = o->dtype;
-        }
-        argv[a++] = "--block-tokens";
-        argv[a++] = "16";
-        if (o->pool_bytes) {
-            argv[a++] = "--pool-bytes";
-            argv[a++] = o->pool_bytes;
-        } else {
-            snprintf(nb, sizeof(nb), "%u", o->pool_blocks);
-            argv[a++] = "--pool-blocks";
-            argv[a++] = nb;
-        }
-        argv[a++] = "--eviction";
-        argv[a++] = o->eviction;
-        argv[a++] = "--max-frame";
-        argv[a++] = "64MiB";
-        argv[a++] = "--max-output";
-        argv[a++] = "64MiB";
-        argv[a++] = "--ready-fd";
-        argv[a++] = fd;
-        argv[a++] = "--log-level";
-        argv[a++] = "warn";
-        argv[a] = NULL;
-        execv(o->kvshared, (char *const *)argv);
-        fprintf(stderr, "replay: cannot run %s: %s\n", o->kvshared, strerror(errno));
-        _exit(127);
+    argv[a++] = "--block-tokens";
+    argv[a++] = "16";
+    if (o->pool_bytes) {
+        argv[a++] = "--pool-bytes";
+        argv[a++] = o->pool_bytes;
+    } else {
+        snprintf(nb, sizeof(nb), "%u", o->pool_blocks);
+        argv[a++] = "--pool-blocks";
+        argv[a++] = nb;
     }
-    close(p[1]);
-    char buf[8] = {0};
-    struct pollfd pfd = {.fd = p[0], .events = POLLIN};
-    bool ok =
-        poll(&pfd, 1, 60000) == 1 && read(p[0], buf, 6) == 6 && memcmp(buf, "READY\n", 6) == 0;
-    close(p[0]);
-    if (!ok) {
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
-        return -1;
-    }
-    return pid;
+    argv[a++] = "--eviction";
+    argv[a++] = o->eviction;
+    argv[a++] = "--max-frame";
+    argv[a++] = "64MiB";
+    argv[a++] = "--max-output";
+    argv[a++] = "64MiB";
+    argv[a++] = "--log-level";
+    argv[a++] = "warn";
+    argv[a] = NULL;
+    /* A large pool takes a while to allocate and fault in. */
+    return launch_daemon(argv, 2 * LAUNCH_READY_MS, NULL);
 }
 
 /* ---- a worker ------------------------------------------------------------- */
@@ -418,14 +393,14 @@ int bench_replay(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     int status = 1;
     pid_t daemon = -1;
-    char dir[64] = "", sock[128];
+    char dir[SOCKET_PATH_MAX - sizeof("/kvshared.sock")] = "", sock[SOCKET_PATH_MAX];
     replay_rec_t *recs = MAP_FAILED;
     size_t recs_bytes = (tr.n_reqs + 1) * sizeof(replay_rec_t);
     if (o.socket) {
         snprintf(sock, sizeof(sock), "%s", o.socket);
     } else {
-        snprintf(dir, sizeof(dir), "/tmp/kvs-replay-XXXXXX");
-        if (!mkdtemp(dir)) {
+        if (test_tmp_dir("kvs-replay", dir, sizeof(dir)) != 0) {
+            fprintf(stderr, "replay: cannot make a temporary directory: %s\n", strerror(errno));
             dir[0] = '\0';
             goto out;
         }
@@ -571,8 +546,7 @@ out:
     if (recs != MAP_FAILED)
         munmap(recs, recs_bytes);
     if (daemon > 0) {
-        kill(daemon, SIGTERM);
-        waitpid(daemon, NULL, 0);
+        launch_stop(daemon, SIGTERM, LAUNCH_READY_MS);
     }
     if (dir[0]) {
         unlink(sock);

@@ -1,0 +1,265 @@
+#include "radix_diff.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvshare_status.h"
+
+static void record_evict(void *ctx, uint32_t block_id)
+{
+    radix_diff_t *d = ctx;
+    if (d->n_evicted < RADIX_DIFF_MAX_EVICTED)
+        d->evicted[d->n_evicted] = block_id;
+    d->n_evicted++;
+}
+
+static int differ(radix_diff_t *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static int differ(radix_diff_t *d, const char *fmt, ...)
+{
+    va_list ap;
+    int n = snprintf(d->err, sizeof(d->err), "step %ld: ", d->step);
+    va_start(ap, fmt);
+    if (n > 0 && (size_t)n < sizeof(d->err))
+        vsnprintf(d->err + n, sizeof(d->err) - (size_t)n, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* Fails the step (returns -1 from the caller) when a != b. */
+#define SAME(d, a, b)                                                                              \
+    do {                                                                                           \
+        long long a_ = (long long)(a), b_ = (long long)(b);                                        \
+        if (a_ != b_)                                                                              \
+            return differ((d), "%s == %lld but %s == %lld (radix_diff.c line %d)", #a, a_, #b, b_, \
+                          __LINE__);                                                               \
+    } while (0)
+
+int radix_diff_init(radix_diff_t *d, radix_config_t cfg, uint32_t n_ns, const char *const *names,
+                    const uint32_t *quotas, const uint32_t *reserves, size_t max_held)
+{
+    memset(d, 0, sizeof(*d));
+    d->step = -1;
+    if (n_ns > RADIX_DIFF_MAX_NS)
+        return differ(d, "at most %d namespaces", RADIX_DIFF_MAX_NS);
+    cfg.on_evict = record_evict;
+    cfg.evict_ctx = d;
+    d->n_ns = n_ns;
+    d->max_blocks = cfg.max_blocks;
+    d->max_held = max_held;
+    d->held = malloc(max_held * sizeof(*d->held));
+    if (!d->held)
+        return differ(d, "out of memory");
+    int rc = radix_new(&cfg, &d->t);
+    if (rc == 0 && model_init(&d->m, cfg.block_tokens, cfg.max_blocks) != 0)
+        rc = KVS_ENOMEM;
+    if (rc != 0) {
+        radix_free(d->t);
+        free(d->held);
+        return differ(d, "radix_new or model_init: %s", kvs_status_text(rc));
+    }
+    model_set_policy(&d->m, cfg.policy, cfg.freq_max_hits, cfg.freq_bonus_pct, cfg.freq_bonus_ticks,
+                     cfg.freq_horizon_pct);
+    for (uint32_t k = 0; k < n_ns; k++) {
+        uint32_t ns = 99;
+        rc = radix_ns_create(d->t, names[k], 100 + k, quotas[k], reserves[k], &ns);
+        if (rc != 0 || model_ns_create(&d->m, quotas[k], reserves[k]) != ns) {
+            model_fini(&d->m);
+            radix_free(d->t);
+            free(d->held);
+            return differ(d, "namespace %s: %s, or ids disagree", names[k], kvs_status_text(rc));
+        }
+    }
+    return 0;
+}
+
+bool radix_diff_can_pin(const radix_diff_t *d, size_t n)
+{
+    return d->n_held + n <= d->max_held;
+}
+
+static void hold(radix_diff_t *d, const uint32_t *ids, size_t n)
+{
+    for (size_t k = 0; k < n && d->n_held < d->max_held; k++)
+        d->held[d->n_held++] = ids[k];
+}
+
+/* Forgets one copy of a pin on id that the driver holds, if any. */
+static void forget(radix_diff_t *d, uint32_t id)
+{
+    for (size_t k = 0; k < d->n_held; k++)
+        if (d->held[k] == id) {
+            d->held[k] = d->held[--d->n_held];
+            return;
+        }
+}
+
+static int run(radix_diff_t *d, const radix_diff_op_t *op, int *rc)
+{
+    radix_tree_t *t = d->t;
+    model_t *m = &d->m;
+    uint32_t got[RADIX_DIFF_MAX_EVICTED], want[RADIX_DIFF_MAX_EVICTED];
+    int rc_t, rc_m;
+    switch (op->kind) {
+    case RADIX_DIFF_LOOKUP: {
+        size_t n_t = 77, n_m = 77, max_ids = op->max_ids;
+        if (max_ids > RADIX_DIFF_MAX_EVICTED)
+            return differ(d, "lookup of more than %d ids", RADIX_DIFF_MAX_EVICTED);
+        rc_t = radix_lookup(t, op->ns, op->tokens, op->n_tokens, op->pin, got, max_ids, &n_t);
+        rc_m = model_lookup(m, op->ns, op->tokens, op->n_tokens, op->pin, want, max_ids, &n_m);
+        SAME(d, rc_t, rc_m);
+        if (rc_t == 0) {
+            SAME(d, n_t, n_m);
+            for (size_t k = 0; k < n_t; k++)
+                SAME(d, got[k], want[k]);
+            if (op->pin)
+                hold(d, got, n_t);
+        }
+        break;
+    }
+    case RADIX_DIFF_INSERT: {
+        if (op->n_ids > RADIX_DIFF_MAX_EVICTED)
+            return differ(d, "insert of more than %d ids", RADIX_DIFF_MAX_EVICTED);
+        uint32_t used = radix_cached_blocks(t);
+        if (op->make_room && used + op->n_ids > d->max_blocks) {
+            size_t need = used + op->n_ids - d->max_blocks, e_t = 77, e_m = 77;
+            SAME(d, radix_evict(t, op->room_ns, need, &e_t),
+                 model_evict(m, op->room_ns, need, &e_m));
+            SAME(d, e_t, e_m);
+        }
+        size_t d_t = 77, d_m = 77;
+        rc_t = radix_insert(t, op->ns, op->tokens, op->n_tokens, op->ids, op->n_ids, op->pin, got,
+                            &d_t);
+        rc_m = model_insert(m, op->ns, op->tokens, op->n_tokens, op->ids, op->n_ids, op->pin, want,
+                            &d_m);
+        SAME(d, rc_t, rc_m);
+        SAME(d, d_t, d_m);
+        for (size_t k = 0; k < d_t; k++)
+            SAME(d, got[k], want[k]);
+        if (op->pin)
+            hold(d, got, d_t);
+        break;
+    }
+    case RADIX_DIFF_PIN:
+        rc_t = radix_pin(t, op->id);
+        rc_m = model_pin(m, op->id);
+        SAME(d, rc_t, rc_m);
+        if (rc_t == 0 && d->n_held < d->max_held)
+            d->held[d->n_held++] = op->id;
+        else if (rc_t == 0)
+            SAME(d, radix_unpin(t, op->id) | model_unpin(m, op->id), 0);
+        break;
+    case RADIX_DIFF_UNPIN: {
+        bool from_held = op->from_held && op->held_index < d->n_held;
+        uint32_t id = from_held ? d->held[op->held_index] : op->id;
+        rc_t = radix_unpin(t, id);
+        rc_m = model_unpin(m, id);
+        SAME(d, rc_t, rc_m);
+        if (from_held) {
+            SAME(d, rc_t, 0);
+            d->held[op->held_index] = d->held[--d->n_held];
+        } else if (rc_t == 0) {
+            /* Took a pin the driver holds: forget one copy of it. */
+            forget(d, id);
+        }
+        break;
+    }
+    case RADIX_DIFF_EVICT: {
+        size_t e_t = 77, e_m = 77;
+        rc_t = radix_evict(t, op->for_ns, op->n, &e_t);
+        rc_m = model_evict(m, op->for_ns, op->n, &e_m);
+        SAME(d, rc_t, rc_m);
+        if (rc_t == 0)
+            SAME(d, e_t, e_m);
+        break;
+    }
+    case RADIX_DIFF_SET_LIMITS:
+        rc_t = radix_ns_set_limits(t, op->ns, op->quota, op->reserve);
+        rc_m = op->ns < m->n_ns ? 0 : KVS_ENONS;
+        if (rc_m == 0) {
+            m->ns[op->ns].quota = op->quota;
+            m->ns[op->ns].reserve = op->reserve;
+        }
+        SAME(d, rc_t, rc_m);
+        break;
+    default:
+        return differ(d, "unknown operation %d", (int)op->kind);
+    }
+    *rc = rc_t;
+    return 0;
+}
+
+/* Everything that must agree after any operation. */
+static int compare(radix_diff_t *d)
+{
+    radix_tree_t *t = d->t;
+    model_t *m = &d->m;
+    /* The same evictions, in the same order. */
+    SAME(d, d->n_evicted, m->n_evicted);
+    for (size_t k = 0; k < d->n_evicted && k < RADIX_DIFF_MAX_EVICTED; k++)
+        SAME(d, d->evicted[k], m->evicted[k]);
+    if (radix_check(t) != 0)
+        return differ(d, "radix_check failed at radix.c line %d", radix_check_line());
+    for (uint32_t k = 0; k < d->n_ns; k++) {
+        radix_ns_stats_t st;
+        SAME(d, radix_ns_stats(t, k, &st), 0);
+        SAME(d, st.cached_blocks, m->ns[k].cached);
+        SAME(d, st.pinned_blocks, m->ns[k].pinned);
+        SAME(d, st.lookups, m->ns[k].lookups);
+        SAME(d, st.lookup_tokens, m->ns[k].lookup_tokens);
+        SAME(d, st.hit_tokens, m->ns[k].hit_tokens);
+        SAME(d, st.inserted_blocks, m->ns[k].inserted);
+        SAME(d, st.duplicate_blocks, m->ns[k].duplicates);
+        SAME(d, st.evicted_blocks, m->ns[k].evicted);
+        SAME(d, st.evicted_own, m->ns[k].evicted_own);
+        SAME(d, st.evicted_others, m->ns[k].evicted_others);
+        SAME(d, st.evicted_quota, m->ns[k].evicted_quota);
+    }
+    /* Every block's refcount, or one block per step in turn (long runs). */
+    uint32_t from = d->all_refcounts ? 0 : (uint32_t)(d->step % d->max_blocks);
+    uint32_t to = d->all_refcounts ? d->max_blocks : from + 1;
+    for (uint32_t id = from; id < to; id++) {
+        uint32_t r_t = 0, r_m = 0;
+        SAME(d, radix_block_refcount(t, id, &r_t), model_refcount(m, id, &r_m));
+        SAME(d, r_t, r_m);
+    }
+    return 0;
+}
+
+int radix_diff_step(radix_diff_t *d, const radix_diff_op_t *op, int *rc)
+{
+    d->step++;
+    d->n_evicted = 0;
+    d->m.n_evicted = 0;
+    if (run(d, op, rc) != 0)
+        return -1;
+    return compare(d);
+}
+
+static int finish(radix_diff_t *d)
+{
+    d->step = -2; /* the final check */
+    for (size_t k = 0; k < d->n_held; k++)
+        SAME(d, radix_unpin(d->t, d->held[k]), 0);
+    SAME(d, radix_pinned_blocks(d->t), 0);
+    size_t all;
+    SAME(d, radix_evict(d->t, RADIX_NS_ANY, d->max_blocks, &all), 0);
+    for (uint32_t k = 0; k < d->n_ns; k++)
+        SAME(d, radix_evict(d->t, k, d->max_blocks, &all), 0);
+    SAME(d, radix_cached_blocks(d->t), 0);
+    SAME(d, radix_check(d->t), 0);
+    return 0;
+}
+
+int radix_diff_finish(radix_diff_t *d)
+{
+    int rc = finish(d);
+    free(d->held);
+    model_fini(&d->m);
+    radix_free(d->t);
+    d->held = NULL;
+    d->t = NULL;
+    return rc;
+}

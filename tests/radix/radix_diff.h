@@ -1,0 +1,86 @@
+/*
+ * One step of the differential test of the index: an operation run on the
+ * radix tree and on the flat model (radix_model.c), then everything compared:
+ * the results, the evictions in order, radix_check, every namespace's
+ * counters and the blocks' refcounts (all of them, or one per step in turn). The seeded unit test
+ * (test_radix.c) and the fuzz target (tests/fuzz/fuzz_radix.c) choose operations their own way (a
+ * PRNG, the fuzzer's bytes) and share this step, so both check the same things.
+ *
+ * The driver holds pins (held[]): a pinning lookup or insert adds the pinned
+ * ids, an unpin of a held pin removes it, and radix_diff_finish releases them
+ * all and checks that the tree then empties.
+ */
+#ifndef KVS_TEST_RADIX_DIFF_H
+#define KVS_TEST_RADIX_DIFF_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "radix.h"
+#include "radix_model.h"
+
+#define RADIX_DIFF_MAX_NS      4
+#define RADIX_DIFF_MAX_EVICTED 4096
+
+typedef enum radix_diff_kind {
+    RADIX_DIFF_LOOKUP,
+    RADIX_DIFF_INSERT,
+    RADIX_DIFF_PIN,
+    RADIX_DIFF_UNPIN,
+    RADIX_DIFF_EVICT,
+    RADIX_DIFF_SET_LIMITS,
+} radix_diff_kind_t;
+
+typedef struct radix_diff_op {
+    radix_diff_kind_t kind;
+    uint32_t ns; /* lookup, insert, set_limits; may be unknown */
+    const uint32_t *tokens;
+    size_t n_tokens;
+    bool pin;            /* lookup, insert: pin what is returned */
+    size_t max_ids;      /* lookup */
+    const uint32_t *ids; /* insert */
+    size_t n_ids;
+    bool make_room; /* insert: first evict for room_ns what does not fit, as the daemon does */
+    uint32_t room_ns;
+    uint32_t id;    /* pin, unpin (when not from_held) */
+    bool from_held; /* unpin held[held_index] */
+    size_t held_index;
+    uint32_t for_ns;         /* evict */
+    size_t n;                /* evict */
+    uint32_t quota, reserve; /* set_limits */
+} radix_diff_op_t;
+
+typedef struct radix_diff {
+    radix_tree_t *t;
+    model_t m;
+    uint32_t n_ns, max_blocks;
+    uint32_t *held; /* pins the driver holds */
+    size_t n_held, max_held;
+    uint32_t evicted[RADIX_DIFF_MAX_EVICTED]; /* by the tree, in this step */
+    size_t n_evicted;
+    bool all_refcounts; /* compare every block's refcount after each step, not one in turn */
+    long step;
+    char err[256]; /* the first disagreement */
+} radix_diff_t;
+
+/* A tree made from cfg (its on_evict and evict_ctx are the recorder's) and a
+ * model with the same policy, each with n_ns namespaces (names[k], seed
+ * 100 + k, quotas[k], reserves[k]); room for max_held held pins. Returns 0,
+ * or -1 with d->err set (nothing to free). */
+int radix_diff_init(radix_diff_t *d, radix_config_t cfg, uint32_t n_ns, const char *const *names,
+                    const uint32_t *quotas, const uint32_t *reserves, size_t max_held);
+
+/* Whether an operation may pin up to n more blocks: room is left in held[]. */
+bool radix_diff_can_pin(const radix_diff_t *d, size_t n);
+
+/* Runs op on both and compares everything (above). *rc gets the tree's
+ * return code (the model's is the same). Returns 0, or -1 with d->err set. */
+int radix_diff_step(radix_diff_t *d, const radix_diff_op_t *op, int *rc);
+
+/* Releases every held pin, evicts everything, checks that the tree is empty
+ * and consistent, and frees both. Returns 0, or -1 with d->err set (freed
+ * either way). */
+int radix_diff_finish(radix_diff_t *d);
+
+#endif /* KVS_TEST_RADIX_DIFF_H */

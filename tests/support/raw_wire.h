@@ -1,0 +1,39 @@
+/*
+ * raw_wire: a client of kvshared that speaks the wire protocol by hand, for
+ * tests that must send what libkvshare never would (half frames, junk,
+ * oversized lengths, floods) or read replies libkvshare would hide. Frames
+ * are built with common/frame_header.h like everywhere else.
+ *
+ * Nothing here asserts: the functions return codes, so forked worker
+ * processes may use them too.
+ */
+#ifndef KVS_TEST_RAW_WIRE_H
+#define KVS_TEST_RAW_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvshare.pb-c.h"
+
+/* The largest reply raw_read_reply accepts. */
+#define RAW_MAX_REPLY (64u << 20)
+
+/* A blocking socket connected to the daemon at path, or -1. */
+int raw_connect(const char *path);
+
+/* req as one frame (length header + packed body) in a malloc'd buffer of
+ * *len bytes; NULL when out of memory. */
+uint8_t *raw_frame(const Kvshare__Request *req, size_t *len);
+
+/* Writes all of buf (blocking, no SIGPIPE). Returns 0 or -1. */
+int raw_write_all(int fd, const void *buf, size_t len);
+
+/* raw_frame + raw_write_all. Returns 0 or -1. */
+int raw_send_request(int fd, const Kvshare__Request *req);
+
+/* Reads one reply frame within timeout_ms. Returns it (free with
+ * kvshare__response__free_unpacked), or NULL on timeout, end of stream, a
+ * length over RAW_MAX_REPLY or a body that does not decode. */
+Kvshare__Response *raw_read_reply(int fd, int timeout_ms);
+
+#endif /* KVS_TEST_RAW_WIRE_H */

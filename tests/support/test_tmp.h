@@ -1,0 +1,15 @@
+/*
+ * Temporary directories for tests and benchmarks: under $TMPDIR when it is
+ * set (an absolute path), else /tmp.
+ */
+#ifndef KVS_TEST_TMP_H
+#define KVS_TEST_TMP_H
+
+#include <stddef.h>
+
+/* Creates a new directory "<tmp>/<prefix>-XXXXXX" (mkdtemp) and writes its
+ * path into buf. Returns 0, or -1 (buf too small, or mkdtemp failed; errno
+ * set). */
+int test_tmp_dir(const char *prefix, char *buf, size_t len);
+
+#endif /* KVS_TEST_TMP_H */
