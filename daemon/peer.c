@@ -22,16 +22,6 @@ void peer_identify(session_t *s)
     s->peer_pid = (int32_t)cred.pid;
 }
 
-const char *peer_describe(const session_t *s, char *buf, size_t len)
-{
-    if (s->has_peer)
-        snprintf(buf, len, "worker '%s', pid %d, uid %u, gid %u", s->worker[0] ? s->worker : "?",
-                 (int)s->peer_pid, s->peer_uid, s->peer_gid);
-    else
-        snprintf(buf, len, "worker '%s'", s->worker[0] ? s->worker : "?");
-    return buf;
-}
-
 int peer_admit(session_t *s)
 {
     server_t *srv = s->srv;

@@ -21,7 +21,4 @@ void peer_identify(session_t *s);
  * flushes and closes). */
 int peer_admit(session_t *s);
 
-/* "worker 'name', pid P, uid U" for log lines about s, in buf. */
-const char *peer_describe(const session_t *s, char *buf, size_t len);
-
 #endif /* KVS_DAEMON_PEER_H */

@@ -16,6 +16,8 @@
 #include "frame_header.h"
 #include "kvshare.h"
 #include "kvshare.pb-c.h"
+#include "socket_path.h"
+#include "test_tmp.h"
 #include "wire.h"
 
 START_TEST(test_options_and_strerror)
@@ -103,8 +105,8 @@ END_TEST
 
 START_TEST(test_silent_server_times_out)
 {
-    char dir[] = "/tmp/kvs-client-XXXXXX", path[96];
-    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char dir[SOCKET_PATH_MAX - sizeof("/s.sock")], path[SOCKET_PATH_MAX];
+    ck_assert_int_eq(test_tmp_dir("kvs-client", dir, sizeof(dir)), 0);
     snprintf(path, sizeof(path), "%s/s.sock", dir);
     int lfd = socket(AF_UNIX, SOCK_STREAM, 0);
     struct sockaddr_un addr = {.sun_family = AF_UNIX};

@@ -19,6 +19,7 @@
 #include "log.h"
 #include "server.h"
 #include "session.h"
+#include "test_tmp.h"
 
 #define BT   4
 #define POOL 16
@@ -893,8 +894,8 @@ START_TEST(test_server_open_errors)
     ck_assert_int_eq(server_open(&cfg, &l, &out, err, sizeof(err)), 0);
     ck_assert_uint_eq(out->num_blocks, 3);
     ck_assert_int_eq(server_check_socket("/nonexistent-dir/s.sock", err, sizeof(err)), 0);
-    char plain[] = "/tmp/kvs-plain-XXXXXX";
-    int fd = mkstemp(plain);
+    char plain[256];
+    int fd = test_tmp_file("kvs-plain", plain, sizeof(plain));
     ck_assert_int_ge(fd, 0);
     close(fd);
     ck_assert_int_eq(server_check_socket(plain, err, sizeof(err)), KVS_EINVAL);

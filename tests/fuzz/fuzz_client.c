@@ -22,6 +22,8 @@
 #include "frame_header.h"
 #include "fuzz.h"
 #include "kvshare.h"
+#include "socket_path.h"
+#include "test_tmp.h"
 
 #define FUZZ_CHECK(cond)                                                                           \
     do {                                                                                           \
@@ -31,7 +33,7 @@
         }                                                                                          \
     } while (0)
 
-static char dir[64], path[108];
+static char dir[SOCKET_PATH_MAX - sizeof("/kvshared.sock")], path[SOCKET_PATH_MAX];
 static int listener = -1;
 static pthread_t server;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -126,8 +128,7 @@ static void *serve(void *arg)
 
 static void fuzz_init(void)
 {
-    snprintf(dir, sizeof(dir), "/tmp/kvs-fuzz-client-XXXXXX");
-    FUZZ_CHECK(mkdtemp(dir) != NULL);
+    FUZZ_CHECK(test_tmp_dir("kvs-fuzz-client", dir, sizeof(dir)) == 0);
     snprintf(path, sizeof(path), "%s/kvshared.sock", dir);
     struct sockaddr_un addr = {.sun_family = AF_UNIX};
     snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path);

@@ -15,13 +15,13 @@
 #include "server.h"
 #include "settings.h"
 #include "tenants.h"
+#include "test_tmp.h"
 
-static char path[64];
+static char path[256];
 
 static void write_file(const char *text)
 {
-    snprintf(path, sizeof(path), "/tmp/kvs-config-XXXXXX");
-    int fd = mkstemp(path);
+    int fd = test_tmp_file("kvs-config", path, sizeof(path));
     ck_assert_int_ge(fd, 0);
     ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
     close(fd);

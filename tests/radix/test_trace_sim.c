@@ -13,6 +13,7 @@
 #include "radix.h"
 #include "trace.h"
 #include "trace_sim.h"
+#include "test_tmp.h"
 
 #ifndef KVS_TRACE_FIXTURE
 #error "KVS_TRACE_FIXTURE must name the trace excerpt"
@@ -21,9 +22,8 @@
 /* Writes text to a new temporary file; returns its path (static buffer). */
 static const char *temp_file(const char *text)
 {
-    static char path[64];
-    snprintf(path, sizeof(path), "/tmp/kvs_trace_XXXXXX");
-    int fd = mkstemp(path);
+    static char path[256];
+    int fd = test_tmp_file("kvs-trace", path, sizeof(path));
     ck_assert_int_ge(fd, 0);
     size_t len = strlen(text);
     ck_assert_int_eq(write(fd, text, len), (ssize_t)len);

@@ -4,7 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-int test_tmp_dir(const char *prefix, char *buf, size_t len)
+/* "<tmp>/<prefix>-XXXXXX" into buf: 0, or -1 when it does not fit. */
+static int template(const char *prefix, char *buf, size_t len)
 {
     const char *tmp = getenv("TMPDIR");
     if (!tmp || tmp[0] != '/')
@@ -14,5 +15,19 @@ int test_tmp_dir(const char *prefix, char *buf, size_t len)
         errno = ENAMETOOLONG;
         return -1;
     }
+    return 0;
+}
+
+int test_tmp_dir(const char *prefix, char *buf, size_t len)
+{
+    if (template(prefix, buf, len) != 0)
+        return -1;
     return mkdtemp(buf) ? 0 : -1;
+}
+
+int test_tmp_file(const char *prefix, char *buf, size_t len)
+{
+    if (template(prefix, buf, len) != 0)
+        return -1;
+    return mkstemp(buf);
 }

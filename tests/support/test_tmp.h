@@ -12,4 +12,8 @@
  * set). */
 int test_tmp_dir(const char *prefix, char *buf, size_t len);
 
+/* Creates a new file "<tmp>/<prefix>-XXXXXX" (mkstemp), writes its path into
+ * buf and returns its descriptor, or -1 (buf too small, or mkstemp failed). */
+int test_tmp_file(const char *prefix, char *buf, size_t len);
+
 #endif /* KVS_TEST_TMP_H */

@@ -18,6 +18,7 @@
 #include "model.h"
 #include "worker.h"
 #include "workload.h"
+#include "test_tmp.h"
 
 /* ---- helpers -------------------------------------------------------------- */
 
@@ -921,8 +922,9 @@ END_TEST
 
 static char *write_temp(const char *text)
 {
-    char *path = strdup("/tmp/kvs-worker-test-XXXXXX");
-    int fd = mkstemp(path);
+    char *path = malloc(256);
+    ck_assert_ptr_nonnull(path);
+    int fd = test_tmp_file("kvs-worker-test", path, 256);
 
     ck_assert_int_ge(fd, 0);
     ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));

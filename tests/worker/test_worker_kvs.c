@@ -23,6 +23,7 @@
 #include "launch.h"
 #include "model.h"
 #include "workload.h"
+#include "test_tmp.h"
 
 #ifndef WORKER_PATH
 #error "WORKER_PATH must name the kvshare-worker binary"
@@ -57,8 +58,7 @@ static char scratch_dir[64];
 
 static void scratch_init(void)
 {
-    snprintf(scratch_dir, sizeof(scratch_dir), "/tmp/kvs-worker-XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(scratch_dir));
+    ck_assert_int_eq(test_tmp_dir("kvs-worker", scratch_dir, sizeof(scratch_dir)), 0);
 }
 
 static void scratch_path(char *buf, size_t len, const char *name)
