@@ -101,6 +101,17 @@ out=$("$KVSHARE" calc --layers 40 --model llama-3.1-70b --block-tokens 32 --budg
 expect "override after preset" '^model +llama-3.1-70b: 40 layers, 8 kv_heads, head_dim 128, bf16, 32-token blocks$' "$out"
 expect "GiB budget" '^budget +68719476736 B' "$out"
 
+# repeated --context flags add up (none is dropped), in the order given
+out=$("$KVSHARE" calc --model llama-3.1-70b --context 4096 --context 32768,1k) || fail=1
+expect "repeated --context: first" '^4096 +4096 +1\.34 GB +256$' "$out"
+expect "repeated --context: second" '^32768 +32768 +10\.7 GB +2048$' "$out"
+expect "repeated --context: third" '^1k +1024 +0\.34 GB +64$' "$out"
+if [ "$(printf '%s\n' "$out" | grep -Ec '^(4096|32768|1k) ')" -ne 3 ]; then
+    echo "FAIL repeated --context: not exactly three rows in:"
+    printf '%s\n' "$out"
+    fail=1
+fi
+
 out=$("$KVSHARE" calc --list-models) || fail=1
 expect "list models" '^qwen2\.5-7b +28 layers +4 kv_heads +128 head_dim +57344 B/token' "$out"
 expect "list mla models" '^deepseek-v2-lite +27 layers MLA +512 kv_lora_rank +64 rope_head_dim +31104 B/token' "$out"

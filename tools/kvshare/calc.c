@@ -54,7 +54,8 @@ typedef struct calc_args {
     size_t n_contexts;
     uint64_t contexts[CALC_MAX_CONTEXTS];
     const char *context_names[CALC_MAX_CONTEXTS];
-    char context_text[512];
+    char context_text[512]; /* the --context lists, each NUL-ended */
+    size_t context_used;
     int json;
 } calc_args_t;
 
@@ -84,7 +85,8 @@ static void calc_usage(FILE *out)
             "  --utilization F   fraction of GPU memory the engine may use (default %.1f)\n"
             "  --overhead SIZE   activations, CUDA graphs, runtime (default 0)\n"
             "                    budget = gpu memory x utilization - weights - overhead\n"
-            "  --context LIST    context lengths, e.g. 4k,32k,128k (k = 1024; default %s)\n"
+            "  --context LIST    context lengths, e.g. 4k,32k,128k (k = 1024; default %s);\n"
+            "                    repeat it to add more\n"
             "  --users N         the KV N users need at each context, and whether it fits\n"
             "  --price-per-hour X  the node's price: cost per user-hour at each context\n"
             "  --json            one JSON object instead of text\n",
@@ -103,17 +105,21 @@ static int parse_u32(const char *opt, const char *text, uint32_t *out)
     return 0;
 }
 
+/* Appends the lengths of one --context list ("4k,32k") to a's: repeated
+ * --context flags add up. */
 static int parse_contexts(calc_args_t *a, const char *text)
 {
-    if (strlen(text) >= sizeof(a->context_text)) {
-        fprintf(stderr, "kvshare calc: --context list too long\n");
+    size_t len = strlen(text);
+    if (len >= sizeof(a->context_text) - a->context_used) {
+        fprintf(stderr, "kvshare calc: --context lists too long\n");
         return -1;
     }
-    strcpy(a->context_text, text);
-    a->n_contexts = 0;
+    char *copy = a->context_text + a->context_used;
+    memcpy(copy, text, len + 1);
+    a->context_used += len + 1;
+    size_t before = a->n_contexts;
     char *save = NULL;
-    for (char *item = strtok_r(a->context_text, ",", &save); item != NULL;
-         item = strtok_r(NULL, ",", &save)) {
+    for (char *item = strtok_r(copy, ",", &save); item != NULL; item = strtok_r(NULL, ",", &save)) {
         if (a->n_contexts == CALC_MAX_CONTEXTS) {
             fprintf(stderr, "kvshare calc: at most %d context lengths\n", CALC_MAX_CONTEXTS);
             return -1;
@@ -125,7 +131,7 @@ static int parse_contexts(calc_args_t *a, const char *text)
         }
         a->context_names[a->n_contexts++] = item;
     }
-    if (a->n_contexts == 0) {
+    if (a->n_contexts == before) {
         fprintf(stderr, "kvshare calc: --context needs at least one length\n");
         return -1;
     }
@@ -233,7 +239,6 @@ static int calc_parse(int argc, char **argv, calc_args_t *a)
     uint32_t kv_lora_rank = 0, rope_head_dim = 0;
     int have_rope = 0, have_dtype = 0, have_weights = 0, have_util = 0, have_overhead = 0;
     geometry_dtype_t dtype = GEOMETRY_BF16;
-    const char *contexts = CALC_DEFAULT_CONTEXTS;
     int c;
     a->utilization = CALC_DEFAULT_UTILIZATION;
     optind = 1;
@@ -318,7 +323,8 @@ static int calc_parse(int argc, char **argv, calc_args_t *a)
             have_util = 1;
             break;
         case 'c':
-            contexts = optarg;
+            if (parse_contexts(a, optarg) != 0)
+                return 2;
             break;
         case OPT_USERS: {
             uint32_t users;
@@ -443,7 +449,7 @@ static int calc_parse(int argc, char **argv, calc_args_t *a)
                         "that fit: give --budget or --gpu-memory\n");
         return 2;
     }
-    if (parse_contexts(a, contexts) != 0)
+    if (a->n_contexts == 0 && parse_contexts(a, CALC_DEFAULT_CONTEXTS) != 0)
         return 2;
     return 0;
 }
