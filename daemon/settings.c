@@ -649,7 +649,8 @@ bool settings_parse(settings_t *st, int argc, char **argv, int *status)
             if (check)
                 fprintf(stderr, "%s\n", err[0] ? err : kvs_status_text(rc));
             else
-                fprintf(stderr, "kvshared: config errors:\n%s\n", err[0] ? err : kvs_status_text(rc));
+                fprintf(stderr, "kvshared: config errors:\n%s\n",
+                        err[0] ? err : kvs_status_text(rc));
             errors++;
         }
         /* With a config file, namespaces are the ones it declares. */

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_main.h"
 #include "dispatch.h"
 #include "kvshare.h"
 #include "kvshare.pb-c.h"
@@ -174,7 +175,7 @@ START_TEST(test_dispatch_positions)
 }
 END_TEST
 
-int main(void)
+static Suite *counters_suite(void)
 {
     Suite *s = suite_create("ops_counters");
     TCase *tc = tcase_create("counters");
@@ -186,9 +187,7 @@ int main(void)
     tcase_add_test(tc, test_metrics_text_values);
     tcase_add_test(tc, test_dispatch_positions);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return s;
 }
+
+KVS_CHECK_MAIN(counters_suite)

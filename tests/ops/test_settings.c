@@ -14,15 +14,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "check_main.h"
 #include "nsname.h"
 #include "settings.h"
+#include "test_tmp.h"
 
 static char dir[64];
 
 static void make_dir(void)
 {
-    snprintf(dir, sizeof(dir), "/tmp/kvs-settings-XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(dir));
+    ck_assert_int_eq(test_tmp_dir("kvs-settings", dir, sizeof(dir)), 0);
 }
 
 static void remove_dir(void)
@@ -349,7 +350,7 @@ START_TEST(test_table_is_consistent)
 }
 END_TEST
 
-int main(void)
+static Suite *settings_suite(void)
 {
     Suite *s = suite_create("ops_settings");
     TCase *tc = tcase_create("settings");
@@ -359,9 +360,7 @@ int main(void)
     tcase_add_test(tc, test_abbreviations_everywhere);
     tcase_add_test(tc, test_flag_and_file_agree);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return s;
 }
+
+KVS_CHECK_MAIN(settings_suite)
