@@ -127,7 +127,7 @@ const char *units_format_bytes(uint64_t bytes, int decimals, char *buf, size_t l
     }
     if (u == 0)
         snprintf(buf, len, "%llu B", (unsigned long long)bytes);
-    else if (v == floor(v))
+    else if (v == (double)(uint64_t)v) /* whole: no libm needed, v < 2^64 */
         snprintf(buf, len, "%.0f %s", v, units[u]);
     else
         snprintf(buf, len, "%.*f %s", decimals, v, units[u]);
