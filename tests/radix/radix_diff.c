@@ -10,6 +10,7 @@
 static void record_evict(void *ctx, uint32_t block_id)
 {
     radix_diff_t *d = ctx;
+    d->evicted_total++;
     if (d->n_evicted < RADIX_DIFF_MAX_EVICTED)
         d->evicted[d->n_evicted] = block_id;
     d->n_evicted++;
@@ -41,7 +42,6 @@ int radix_diff_init(radix_diff_t *d, radix_config_t cfg, uint32_t n_ns, const ch
                     const uint32_t *quotas, const uint32_t *reserves, size_t max_held)
 {
     memset(d, 0, sizeof(*d));
-    d->step = -1;
     if (n_ns > RADIX_DIFF_MAX_NS)
         return differ(d, "at most %d namespaces", RADIX_DIFF_MAX_NS);
     cfg.on_evict = record_evict;
@@ -228,14 +228,25 @@ static int compare(radix_diff_t *d)
     return 0;
 }
 
-int radix_diff_step(radix_diff_t *d, const radix_diff_op_t *op, int *rc)
+int radix_diff_apply(radix_diff_t *d, const radix_diff_op_t *op, int *rc)
 {
+    return run(d, op, rc);
+}
+
+int radix_diff_compare(radix_diff_t *d)
+{
+    int rc = compare(d);
     d->step++;
     d->n_evicted = 0;
     d->m.n_evicted = 0;
-    if (run(d, op, rc) != 0)
+    return rc;
+}
+
+int radix_diff_step(radix_diff_t *d, const radix_diff_op_t *op, int *rc)
+{
+    if (radix_diff_apply(d, op, rc) != 0)
         return -1;
-    return compare(d);
+    return radix_diff_compare(d);
 }
 
 static int finish(radix_diff_t *d)

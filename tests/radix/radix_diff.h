@@ -59,9 +59,10 @@ typedef struct radix_diff {
     size_t n_held, max_held;
     uint32_t evicted[RADIX_DIFF_MAX_EVICTED]; /* by the tree, in this step */
     size_t n_evicted;
-    bool all_refcounts; /* compare every block's refcount after each step, not one in turn */
-    long step;
-    char err[256]; /* the first disagreement */
+    uint64_t evicted_total; /* by the tree, since init */
+    bool all_refcounts;     /* compare every block's refcount after each step, not one in turn */
+    long step;              /* steps compared so far */
+    char err[256];          /* the first disagreement */
 } radix_diff_t;
 
 /* A tree made from cfg (its on_evict and evict_ctx are the recorder's) and a
@@ -77,6 +78,13 @@ bool radix_diff_can_pin(const radix_diff_t *d, size_t n);
 /* Runs op on both and compares everything (above). *rc gets the tree's
  * return code (the model's is the same). Returns 0, or -1 with d->err set. */
 int radix_diff_step(radix_diff_t *d, const radix_diff_op_t *op, int *rc);
+
+/* radix_diff_step in two halves, for a batch of operations checked once:
+ * apply runs op on both and compares its results only; compare checks the
+ * rest (evictions since the last compare, in order, radix_check, counters,
+ * refcounts) and starts the next step. */
+int radix_diff_apply(radix_diff_t *d, const radix_diff_op_t *op, int *rc);
+int radix_diff_compare(radix_diff_t *d);
 
 /* Releases every held pin, evicts everything, checks that the tree is empty
  * and consistent, and frees both. Returns 0, or -1 with d->err set (freed

@@ -1262,8 +1262,9 @@ static void diff_run(const diff_cfg_t *dc)
                     o.held_index = rnd((uint32_t)d->n_held);
                 else
                     o.id = rnd(dc->max_blocks + 1);
-                DIFF_OK(d, radix_diff_step(d, &o, &rc));
+                DIFF_OK(d, radix_diff_apply(d, &o, &rc));
             }
+            DIFF_OK(d, radix_diff_compare(d));
             counts[3]++;
         } else if (op < 99) {
             o.kind = RADIX_DIFF_EVICT;
@@ -1279,11 +1280,11 @@ static void diff_run(const diff_cfg_t *dc)
             DIFF_OK(d, radix_diff_step(d, &o, &rc));
             counts[5]++;
         }
-        evicted += (long)d->n_evicted;
         if ((long)radix_cached_blocks(d->t) > max_cached)
             max_cached = radix_cached_blocks(d->t);
     }
     uint64_t taken_back = d->m.taken_back;
+    evicted = (long)d->evicted_total;
     /* Release everything: the tree must then empty out completely. */
     DIFF_OK(d, radix_diff_finish(d));
     /* Every kind of operation ran many times. */
