@@ -716,10 +716,12 @@ int kvs_block_read(kvs_client_t *c, uint32_t layer, uint32_t kv, uint32_t block,
     return rc != 0 ? rc : backend_mapping_read(c->map, off, dst, n);
 }
 
-/* ensure + round_trip under one deadline. */
-static int call(kvs_client_t *c, Kvshare__Request *req, Kvshare__Response **resp)
+/* ensure + round_trip under one deadline: timeout_ms, plus extra_ms that
+ * the daemon may take on purpose (a Lookup's wait). */
+static int call_within(kvs_client_t *c, Kvshare__Request *req, Kvshare__Response **resp,
+                       uint32_t extra_ms)
 {
-    int64_t deadline = now_ms() + c->timeout_ms;
+    int64_t deadline = now_ms() + c->timeout_ms + extra_ms;
     *resp = NULL;
     int fresh = c->fd < 0;
     int rc = ensure(c, deadline);
@@ -736,6 +738,11 @@ static int call(kvs_client_t *c, Kvshare__Request *req, Kvshare__Response **resp
     return rc;
 }
 
+static int call(kvs_client_t *c, Kvshare__Request *req, Kvshare__Response **resp)
+{
+    return call_within(c, req, resp, 0);
+}
+
 /* The wire carries little-endian token ids; sending the array as is needs a
  * little-endian host (x86-64, aarch64: every host with a GPU kvshare drives). */
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
@@ -747,12 +754,16 @@ static ProtobufCBinaryData tokens_bytes(const uint32_t *tokens, size_t n)
     return b;
 }
 
-int kvs_lookup(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n_tokens, int pin,
-               uint32_t *ids, size_t max_ids, size_t *n_blocks)
+int kvs_lookup_wait(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n_tokens,
+                    int pin, uint32_t wait_ms, uint32_t *ids, size_t max_ids, size_t *n_blocks,
+                    uint32_t *inflight_blocks)
 {
     if (n_blocks)
         *n_blocks = 0;
-    if (!c || !n_blocks || (n_tokens && !tokens) || (max_ids && !ids))
+    if (inflight_blocks)
+        *inflight_blocks = 0;
+    if (!c || !n_blocks || (n_tokens && !tokens) || (max_ids && !ids) ||
+        wait_ms > KVS_LOOKUP_MAX_WAIT_MS)
         return KVS_EINVAL;
     Kvshare__Request req = KVSHARE__REQUEST__INIT;
     Kvshare__LookupRequest lk = KVSHARE__LOOKUP_REQUEST__INIT;
@@ -760,9 +771,10 @@ int kvs_lookup(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n
     lk.ns = (char *)(ns ? ns : "");
     lk.tokens = tokens_bytes(tokens, n_tokens);
     lk.pin = pin != 0;
+    lk.wait_ms = wait_ms;
     req.rpc_case = KVSHARE__REQUEST__RPC_LOOKUP;
     req.lookup = &lk;
-    int rc = call(c, &req, &resp);
+    int rc = call_within(c, &req, &resp, wait_ms);
     if (rc == 0 && (resp->rpc_case != KVSHARE__RESPONSE__RPC_LOOKUP || !resp->lookup))
         rc = set_err(c, KVS_EPROTO, "kvshared answered Lookup with another reply");
     if (rc == 0) {
@@ -785,21 +797,33 @@ int kvs_lookup(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n
         if (n)
             memcpy(ids, resp->lookup->block_ids, n * sizeof(uint32_t));
         *n_blocks = n;
+        if (inflight_blocks)
+            *inflight_blocks = resp->lookup->inflight_blocks;
     }
     if (resp)
         kvshare__response__free_unpacked(resp, NULL);
     return rc;
 }
 
-int kvs_alloc(kvs_client_t *c, const char *ns, uint32_t n, uint32_t *ids)
+int kvs_lookup(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n_tokens, int pin,
+               uint32_t *ids, size_t max_ids, size_t *n_blocks)
 {
-    if (!c || !ids || n == 0)
+    return kvs_lookup_wait(c, ns, tokens, n_tokens, pin, 0, ids, max_ids, n_blocks, NULL);
+}
+
+int kvs_alloc_for(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n_tokens,
+                  uint32_t first_block, uint32_t n, uint32_t *ids)
+{
+    if (!c || !ids || n == 0 || (n_tokens && !tokens) || (!n_tokens && first_block) ||
+        (n_tokens && (!ns || !ns[0])))
         return KVS_EINVAL;
     Kvshare__Request req = KVSHARE__REQUEST__INIT;
     Kvshare__AllocRequest al = KVSHARE__ALLOC_REQUEST__INIT;
     Kvshare__Response *resp;
     al.n = n;
     al.ns = (char *)(ns ? ns : "");
+    al.tokens = tokens_bytes(tokens, n_tokens);
+    al.first_block = first_block;
     req.rpc_case = KVSHARE__REQUEST__RPC_ALLOC;
     req.alloc = &al;
     int rc = call(c, &req, &resp);
@@ -811,6 +835,11 @@ int kvs_alloc(kvs_client_t *c, const char *ns, uint32_t n, uint32_t *ids)
     if (resp)
         kvshare__response__free_unpacked(resp, NULL);
     return rc;
+}
+
+int kvs_alloc(kvs_client_t *c, const char *ns, uint32_t n, uint32_t *ids)
+{
+    return kvs_alloc_for(c, ns, NULL, 0, 0, n, ids);
 }
 
 int kvs_commit(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n_tokens,

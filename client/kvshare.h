@@ -200,6 +200,43 @@ int kvs_lookup(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n
  * KVS_ENOTCONN, KVS_ETIMEDOUT. */
 int kvs_alloc(kvs_client_t *c, const char *ns, uint32_t n, uint32_t *ids);
 
+/* Prefixes in flight. When several workers get the same new prompt at once,
+ * each would compute the same prefill. A worker that declares what it is
+ * about to write lets the others wait for it instead:
+ *
+ *   writer: kvs_lookup_wait(prompt) finds m blocks;
+ *           kvs_alloc_for(ns, prompt, first_block = m, n - m): the fresh
+ *           blocks are declared as holding blocks m .. n-1 of the prompt;
+ *           kvs_commit as usual, at once or in pieces (commit the first
+ *           blocks as soon as they are written: later commits name them again
+ *           as cached blocks this client pins, and waiters see them at once);
+ *   reader: kvs_lookup_wait(prompt, wait_ms): when blocks after the cached
+ *           prefix are declared by another client, the reply waits until
+ *           they are committed or released (or their writer dies), at most
+ *           wait_ms, and is then the prefix cached at that time: compute
+ *           only the rest.
+ *
+ * A client never waits for its own declarations, nor across namespaces.
+ * The wait adds to the call's timeout; KVS_LOOKUP_MAX_WAIT_MS
+ * (kvshare_version.h) is the longest. */
+
+/* kvs_lookup, and: wait_ms (0 .. KVS_LOOKUP_MAX_WAIT_MS; 0 = answer at
+ * once) as above; *inflight_blocks (may be NULL) = blocks right after the
+ * returned prefix that other clients were writing when the reply was made
+ * (a router or worker may choose to wait, or to go elsewhere). Errors: as
+ * kvs_lookup, and KVS_EINVAL for wait_ms over the limit. */
+int kvs_lookup_wait(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n_tokens,
+                    int pin, uint32_t wait_ms, uint32_t *ids, size_t max_ids, size_t *n_blocks,
+                    uint32_t *inflight_blocks);
+
+/* kvs_alloc, declaring that ids[i] will hold block first_block + i of
+ * tokens in namespace ns (required), so that kvs_lookup_wait of other
+ * clients waits for them. n_tokens == 0: no declaration (kvs_alloc).
+ * Errors: as kvs_alloc, and KVS_EINVAL (first_block + n over the prompt's
+ * full blocks, tokens without ns). */
+int kvs_alloc_for(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n_tokens,
+                  uint32_t first_block, uint32_t n, uint32_t *ids);
+
 /* Commits the first n_ids full blocks of tokens, block i held by ids[i]:
  * either a WRITING block owned by this client, or a cached block this client
  * holds a pin on (from kvs_lookup or kvs_pin) that already holds prefix block

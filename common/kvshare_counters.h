@@ -58,7 +58,13 @@
     X(config_reload_errors, 1, "kvshare_config_reloads_total", "result=\"error\"", \
       "SIGHUP reloads, by result") \
     X(pin_misses, 0, "kvshare_pin_misses_total", "", \
-      "Pins refused because the block is no longer cached (evicted since its lookup)")
+      "Pins refused because the block is no longer cached (evicted since its lookup)") \
+    X(lookup_waits, 0, "kvshare_lookup_waits_total", "result=\"done\"", \
+      "Lookups that waited for blocks other sessions were writing, by how the wait ended") \
+    X(lookup_wait_timeouts, 0, "kvshare_lookup_waits_total", "result=\"deadline\"", \
+      "Lookups that waited for blocks other sessions were writing, by how the wait ended") \
+    X(lookup_wait_ms, 0, "kvshare_lookup_wait_milliseconds_total", "", \
+      "Milliseconds lookups spent waiting for blocks other sessions were writing")
 /* clang-format on */
 
 /* Room for counters in kvs_stats_t and StatsReply.counters. */

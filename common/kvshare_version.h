@@ -31,4 +31,8 @@
 /* Sent in Hello: clients and daemons of the same major version interoperate. */
 #define KVS_PROTOCOL_VERSION (KVS_VERSION_MAJOR * 1000 + KVS_VERSION_MINOR)
 
+/* The longest wait a Lookup may ask for (LookupRequest.wait_ms): a worker
+ * that would wait longer should compute instead. */
+#define KVS_LOOKUP_MAX_WAIT_MS 60000
+
 #endif /* KVSHARE_VERSION_H */

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "handlers.h"
+#include "inflight.h"
 #include "kvshare_status.h"
 #include "kvshare_version.h"
 #include "log.h"
@@ -158,6 +159,12 @@ int dispatch_frame(session_t *s, const uint8_t *body, size_t len)
             LOG_DEBUG("session %llu: %s: %s", (unsigned long long)s->id, entry->name, ctx.msg);
     }
     s->requests++;
+    if (ctx.parked) {
+        /* Answered later by dispatch_lookup_resume. */
+        kvshare__request__free_unpacked(req, &arena);
+        arena_reset(s->srv);
+        return 0;
+    }
     metrics_count_rpc(&s->srv->metrics, slot, status);
     if (status != 0) {
         resp.status = (Kvshare__Status)(-status);
@@ -169,5 +176,31 @@ int dispatch_frame(session_t *s, const uint8_t *body, size_t len)
         free(ctx.heap[i]);
     kvshare__request__free_unpacked(req, &arena);
     arena_reset(s->srv);
+    /* A Commit or Release that ended declarations: parked lookups look
+     * again (a nested call from a resumed session only flags it). */
+    if (inflight_pending(s->srv))
+        inflight_wake(s->srv, false);
+    return rc;
+}
+
+int dispatch_lookup_resume(session_t *s, const inflight_wait_t *w)
+{
+    Kvshare__Response resp = KVSHARE__RESPONSE__INIT;
+    handler_ctx_t ctx;
+    memset(&ctx, 0, sizeof(ctx));
+    resp.id = w->req_id;
+    unsigned slot = METRICS_MAX_RPC;
+    for (size_t i = 0; i < DISPATCH_N; i++)
+        if (dispatch_table[i].rpc == KVSHARE__REQUEST__RPC_LOOKUP)
+            slot = (unsigned)i;
+    int status = handler_lookup_answer(s, w->ns, w->tokens, w->n_tokens, w->pin, true, &resp, &ctx);
+    metrics_count_rpc(&s->srv->metrics, slot, status);
+    if (status != 0) {
+        resp.status = (Kvshare__Status)(-status);
+        resp.message = ctx.msg[0] ? ctx.msg : (char *)kvs_status_text(status);
+    }
+    int rc = append_reply(s, &resp);
+    for (size_t i = 0; i < sizeof(ctx.heap) / sizeof(ctx.heap[0]); i++)
+        free(ctx.heap[i]);
     return rc;
 }

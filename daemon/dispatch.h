@@ -45,4 +45,9 @@ int dispatch_frame(session_t *s, const uint8_t *body, size_t len);
 /* Appends an error reply with no RPC body (request id `id`). */
 int dispatch_error_reply(session_t *s, uint64_t id, int status, const char *message);
 
+/* Answers a parked Lookup (inflight.h) into the session's output, as the
+ * reply of its request, counted like any Lookup. Returns 0 or KVS_ENOMEM. */
+struct inflight_wait;
+int dispatch_lookup_resume(session_t *s, const struct inflight_wait *w);
+
 #endif /* KVS_DAEMON_DISPATCH_H */

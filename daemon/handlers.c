@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "errbuf.h"
+#include "inflight.h"
 #include "kvshare_counters.h"
 #include "kvshare_status.h"
 #include "kvshare_version.h"
@@ -217,54 +218,93 @@ int handler_hello(session_t *s, const Kvshare__Request *req, Kvshare__Response *
     return 0;
 }
 
-int handler_lookup(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
-                   handler_ctx_t *ctx)
+int handler_lookup_answer(session_t *s, uint32_t ns, const uint32_t *tokens, size_t n_tokens,
+                          bool pin, bool waited, Kvshare__Response *resp, handler_ctx_t *ctx)
 {
     server_t *srv = s->srv;
-    const Kvshare__LookupRequest *lk = req->lookup;
-    const uint32_t *tokens;
-    size_t n_tokens, n_blocks = 0;
-    uint32_t ns, *ids;
-    void *copy = NULL;
-
-    int rc = tokens_view(&lk->tokens, &tokens, &n_tokens, &copy, ctx);
-    if (rc != 0)
-        return rc;
-    ctx->heap[0] = copy;
-    rc = ns_resolve(s, lk->ns, true, &ns, ctx);
-    if (rc != 0)
-        return rc;
+    size_t n_blocks = 0;
+    uint32_t *ids, inflight = 0;
     /* A chain of cached blocks is never longer than the pool. */
     size_t max_ids = n_tokens / srv->geo.block_tokens;
     if (max_ids > srv->num_blocks)
         max_ids = srv->num_blocks;
     if (session_scratch(s, max_ids ? max_ids : 1, &ids) != 0 ||
-        (lk->pin && session_pins_reserve(s, (uint32_t)max_ids) != 0))
+        (pin && session_pins_reserve(s, (uint32_t)max_ids) != 0))
         return fail(ctx, KVS_ENOMEM, "out of memory for a lookup of %zu tokens", n_tokens);
-    rc = radix_lookup(srv->index, ns, tokens, n_tokens, lk->pin, ids, max_ids, &n_blocks);
+    int rc = radix_lookup(srv->index, ns, tokens, n_tokens, pin, ids, max_ids, &n_blocks);
     if (rc != 0)
         return fail(ctx, rc, "lookup failed: %s", kvs_status_text(rc));
-    if (lk->pin && srv->cfg.session_max_pinned &&
+    if (pin && srv->cfg.session_max_pinned &&
         s->pins.total + n_blocks > srv->cfg.session_max_pinned) {
         /* Over the limit: the pins just taken go back, nothing is returned. */
         for (size_t i = 0; i < n_blocks; i++)
             radix_unpin(srv->index, ids[i]);
         return over_pin_limit(s, n_blocks, ctx);
     }
-    if (lk->pin) {
+    if (pin) {
         for (size_t i = 0; i < n_blocks; i++)
             session_pin_add(s, ids[i]);
     }
     observe_reuse(srv, ids, n_blocks);
+    /* Telling what is in flight is advice: without memory for it, none. */
+    if (inflight_count(srv, s, ns, tokens, n_tokens, n_blocks, &inflight) != 0)
+        inflight = 0;
 
     Kvshare__LookupReply *r = &ctx->reply.lookup;
     kvshare__lookup_reply__init(r);
     r->n_block_ids = n_blocks;
     r->block_ids = ids;
     r->hit_tokens = (uint32_t)(n_blocks * srv->geo.block_tokens);
+    r->inflight_blocks = inflight;
+    r->waited = waited;
     resp->rpc_case = KVSHARE__RESPONSE__RPC_LOOKUP;
     resp->lookup = r;
     return 0;
+}
+
+/* Lookup: the cached prefix at once, or with wait_ms > 0 and blocks after
+ * it that other sessions are writing, parked until they are committed (see
+ * inflight.h). */
+int handler_lookup(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
+                   handler_ctx_t *ctx)
+{
+    server_t *srv = s->srv;
+    const Kvshare__LookupRequest *lk = req->lookup;
+    const uint32_t *tokens;
+    size_t n_tokens;
+    uint32_t ns;
+    void *copy = NULL;
+
+    int rc = tokens_view(&lk->tokens, &tokens, &n_tokens, &copy, ctx);
+    if (rc != 0)
+        return rc;
+    ctx->heap[0] = copy;
+    if (lk->wait_ms > KVS_LOOKUP_MAX_WAIT_MS)
+        return fail(ctx, KVS_EINVAL, "lookup wait_ms %u is over the limit of %u ms", lk->wait_ms,
+                    KVS_LOOKUP_MAX_WAIT_MS);
+    rc = ns_resolve(s, lk->ns, true, &ns, ctx);
+    if (rc != 0)
+        return rc;
+    if (lk->wait_ms > 0 && !srv->stopping && inflight_declared(srv) > 0) {
+        uint32_t *ids, inflight = 0;
+        size_t max_ids = n_tokens / srv->geo.block_tokens, cached = 0;
+        if (max_ids > srv->num_blocks)
+            max_ids = srv->num_blocks;
+        if (session_scratch(s, max_ids ? max_ids : 1, &ids) != 0)
+            return fail(ctx, KVS_ENOMEM, "out of memory for a lookup of %zu tokens", n_tokens);
+        rc = radix_match(srv->index, ns, tokens, n_tokens, ids, max_ids, &cached);
+        if (rc == 0)
+            rc = inflight_count(srv, s, ns, tokens, n_tokens, cached, &inflight);
+        if (rc == 0 && inflight > 0) {
+            rc = inflight_park(srv, s, req->id, ns, tokens, n_tokens, lk->pin, lk->wait_ms);
+            if (rc == 0) {
+                ctx->parked = true;
+                return 0;
+            }
+        }
+        /* Without memory to wait, answer now: waiting is an optimisation. */
+    }
+    return handler_lookup_answer(s, ns, tokens, n_tokens, lk->pin, false, resp, ctx);
 }
 
 int handler_alloc(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
@@ -282,6 +322,34 @@ int handler_alloc(session_t *s, const Kvshare__Request *req, Kvshare__Response *
         int rc = ns_resolve(s, al->ns, true, &ns, ctx);
         if (rc != 0)
             return rc;
+    }
+    /* A declaration of what the blocks will hold (inflight.h). */
+    const uint64_t *hashes = NULL;
+    if (al->tokens.len > 0) {
+        const uint32_t *tokens;
+        size_t n_tokens;
+        void *copy = NULL;
+        if (ns == RADIX_NS_ANY)
+            return fail(ctx, KVS_EINVAL,
+                        "an alloc that declares its prefix (tokens) must name its namespace");
+        int rc = tokens_view(&al->tokens, &tokens, &n_tokens, &copy, ctx);
+        if (rc != 0)
+            return rc;
+        ctx->heap[0] = copy;
+        size_t n_full = n_tokens / srv->geo.block_tokens;
+        if ((uint64_t)al->first_block + al->n > n_full)
+            return fail(ctx, KVS_EINVAL,
+                        "alloc declares blocks %u..%u of a prompt of %zu full blocks (%zu "
+                        "tokens, %u per block)",
+                        al->first_block, al->first_block + al->n - 1, n_full, n_tokens,
+                        srv->geo.block_tokens);
+        rc = inflight_hashes(srv, ns, tokens, al->first_block + al->n, &hashes);
+        if (rc != 0)
+            return fail(ctx, rc, "declaring the alloc's prefix failed: %s", kvs_status_text(rc));
+        hashes += al->first_block;
+    } else if (al->first_block > 0) {
+        return fail(ctx, KVS_EINVAL, "alloc first_block %u without the tokens it counts in",
+                    al->first_block);
     }
     if (srv->cfg.session_max_writing &&
         (uint64_t)s->n_writing + al->n > srv->cfg.session_max_writing) {
@@ -317,6 +385,8 @@ int handler_alloc(session_t *s, const Kvshare__Request *req, Kvshare__Response *
         return fail(ctx, rc, "alloc failed: %s", kvs_status_text(rc));
     for (uint32_t i = 0; i < al->n; i++)
         session_writing_add(s, ids[i]);
+    if (hashes)
+        inflight_declare(srv, ns, hashes, ids, al->n);
 
     Kvshare__AllocReply *r = &ctx->reply.alloc;
     kvshare__alloc_reply__init(r);
@@ -477,7 +547,9 @@ int handler_commit(session_t *s, const Kvshare__Request *req, Kvshare__Response 
                 LOG_ERROR("block %u was WRITING for session %llu but the pool refused it", b,
                           (unsigned long long)s->id);
         }
-        /* A duplicate stays WRITING, held by this session until released. */
+        /* A duplicate stays WRITING, held by this session until released;
+         * its prefix is cached now, so it is no longer in flight. */
+        inflight_undeclare(srv, b);
         session_pin_add(s, canonical[i]);
     }
 

@@ -9,6 +9,10 @@
 #ifndef KVS_DAEMON_HANDLERS_H
 #define KVS_DAEMON_HANDLERS_H
 
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
 #include "dispatch.h"
 #include "kvshare.pb-c.h"
 
@@ -30,7 +34,15 @@ struct handler_ctx {
     Kvshare__Geometry geometry;
     /* Stats and Tree rows: freed by dispatch after packing. */
     void *heap[2];
+    /* Set by a Lookup that waits (inflight.h): no reply now; it comes
+     * from dispatch_lookup_resume. */
+    bool parked;
 };
+
+/* The Lookup reply for a prompt whose namespace is resolved: the one path
+ * of an immediate and a parked lookup. waited: the reply's `waited`. */
+int handler_lookup_answer(session_t *s, uint32_t ns, const uint32_t *tokens, size_t n_tokens,
+                          bool pin, bool waited, Kvshare__Response *resp, handler_ctx_t *ctx);
 
 int handler_hello(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
                   handler_ctx_t *ctx);

@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "inflight.h"
 #include "kvshare_status.h"
 #include "log.h"
 #include "metrics_http.h"
@@ -192,6 +193,11 @@ int server_open(const server_config_t *cfg, uv_loop_t *loop, server_t **out, cha
         !s->block_ns) {
         snprintf(err, errlen, "out of memory for the block tables of %u blocks", s->num_blocks);
         rc = KVS_ENOMEM;
+        goto fail;
+    }
+    rc = inflight_new(s, &s->inflight);
+    if (rc != 0) {
+        snprintf(err, errlen, "out of memory for the in-flight tables of %u blocks", s->num_blocks);
         goto fail;
     }
     *out = s;
@@ -405,6 +411,9 @@ void server_shutdown(server_t *s)
     if (!s || s->stopping)
         return;
     s->stopping = true;
+    /* Lookups waiting for other sessions' writes are answered with what is
+     * cached before their sessions are told goodbye. */
+    inflight_shutdown(s);
     if (s->listening) {
         uv_close((uv_handle_t *)&s->listener, NULL);
         s->listening = false;
@@ -462,6 +471,7 @@ void server_free(server_t *s)
      * closed by server_shutdown. */
     while (s->sessions)
         session_close(s->sessions, "server freed");
+    inflight_free(s->inflight);
     radix_free(s->index);
     pool_free(s->pool);
     backend_close(s->backend);

@@ -119,6 +119,7 @@ typedef struct server {
     uv_signal_t sig_hup;
     uv_timer_t drain_timer;
     bool drain_on;
+    struct inflight *inflight; /* declared prefixes and parked lookups */
 } server_t;
 
 /* Fills cfg with defaults: 16 MiB frames, 64 MiB output, 1024 sessions,

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "dispatch.h"
+#include "inflight.h"
 #include "log.h"
 #include "peer.h"
 
@@ -102,6 +103,7 @@ void session_writing_add(session_t *s, uint32_t block_id)
 
 void session_writing_remove(session_t *s, uint32_t block_id)
 {
+    inflight_undeclare(s->srv, block_id);
     server_t *srv = s->srv;
     uint32_t pos = srv->writer_pos[block_id];
     uint32_t last = s->writing[--s->n_writing];
@@ -248,6 +250,7 @@ static void release_all(session_t *s)
 
     for (uint32_t i = 0; i < s->n_writing; i++) {
         uint32_t b = s->writing[i];
+        inflight_undeclare(srv, b);
         srv->writer[b] = NULL;
         if (pool_release(srv->pool, b) != 0)
             LOG_ERROR("session %llu: block %u was WRITING but the pool refused its release",
@@ -283,7 +286,9 @@ void session_close(session_t *s, const char *reason)
 {
     if (!s || s->closing)
         return;
+    server_t *srv = s->srv;
     s->closing = true;
+    inflight_cancel(s->srv, s);
     release_all(s);
     unlink_session(s);
     LOG_DEBUG("session %llu (worker '%s', pid %d) closed: %s", (unsigned long long)s->id,
@@ -294,6 +299,9 @@ void session_close(session_t *s, const char *reason)
     } else {
         destroy(s);
     }
+    /* Its declarations ended: lookups waiting for them look again. */
+    if (inflight_pending(srv))
+        inflight_wake(srv, false);
 }
 
 /* --- I/O --- */
@@ -412,6 +420,8 @@ void session_goodbye(session_t *s, int status, const char *message)
 int session_process(session_t *s)
 {
     for (;;) {
+        if (s->wait || s->closing)
+            return 0; /* a parked lookup answers first (inflight.h) */
         const uint8_t *body;
         uint32_t len;
         int rc = frame_next(&s->in, s->srv->cfg.max_frame, &body, &len);
@@ -452,6 +462,17 @@ int session_process(session_t *s)
             }
         }
     }
+}
+
+void session_resume(session_t *s)
+{
+    if (s->closing)
+        return;
+    int rc = session_process(s);
+    if (s->n_fds == 0)
+        flush(s);
+    if (rc != 0)
+        session_close(s, rc == KVS_ETOOBIG ? "frame over the limit" : "undecodable frame");
 }
 
 int session_feed(session_t *s, const uint8_t *bytes, size_t len)

@@ -67,6 +67,10 @@ struct session {
 
     uint32_t *scratch; /* reply arrays, valid for one request */
     size_t scratch_cap;
+
+    /* A Lookup waiting for blocks other sessions write (inflight.h); while
+     * set, no further request of the session is answered. */
+    struct inflight_wait *wait;
 };
 
 /* A session with no socket (tests). Errors: KVS_ENOMEM. */
@@ -92,6 +96,10 @@ int session_feed(session_t *s, const uint8_t *bytes, size_t len);
 
 /* Answers every whole frame already in `in` (see session_feed). */
 int session_process(session_t *s);
+
+/* Answers the frames that arrived while a parked lookup held the session,
+ * sends the replies, and closes the session if its stream went bad. */
+void session_resume(session_t *s);
 
 /* --- holdings, for the handlers --- */
 

@@ -1107,6 +1107,20 @@ int radix_match(const radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens, s
     return 0;
 }
 
+int radix_chain_hashes(const radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens,
+                       size_t n_blocks, uint64_t *out)
+{
+    if (!t || (n_blocks > 0 && (!tokens || !out)))
+        return KVS_EINVAL;
+    if (ns_id >= t->n_ns)
+        return KVS_ENONS;
+    uint32_t bt = t->cfg.block_tokens;
+    uint64_t h = t->ns[ns_id]->seed;
+    for (size_t i = 0; i < n_blocks; i++)
+        out[i] = h = t->hash(tokens + i * bt, bt, h);
+    return 0;
+}
+
 int radix_insert(radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens, size_t n_tokens,
                  const uint32_t *ids, size_t n_ids, bool pin, uint32_t *canonical, size_t *n_done)
 {

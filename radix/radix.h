@@ -230,6 +230,14 @@ int radix_lookup(radix_tree_t *t, uint32_t ns, const uint32_t *tokens, size_t n_
 int radix_match(const radix_tree_t *t, uint32_t ns, const uint32_t *tokens, size_t n_tokens,
                 uint32_t *ids, size_t max_ids, size_t *n_blocks);
 
+/* The chained hashes of the first n_blocks full blocks of `tokens` in
+ * namespace ns: out[i] = h_i (see Theory of operation), whether cached or
+ * not. For callers that name prefixes the index does not hold yet (kvshared
+ * declares the prefixes of blocks being written). Cost: one hash per block.
+ * Errors: KVS_EINVAL (NULL arrays with n_blocks > 0), KVS_ENONS. */
+int radix_chain_hashes(const radix_tree_t *t, uint32_t ns, const uint32_t *tokens, size_t n_blocks,
+                       uint64_t *out);
+
 /* Inserts the first n_ids full blocks of `tokens`, block i held by ids[i]
  * (n_ids <= n_tokens / block_tokens). Block by block: if the prefix is already
  * cached, canonical[i] is the block that holds it (a duplicate: ids[i] stays

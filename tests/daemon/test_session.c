@@ -14,6 +14,7 @@
 
 #include "check_main.h"
 #include "dispatch.h"
+#include "inflight.h"
 #include "kvshare_status.h"
 #include "kvshare_version.h"
 #include "log.h"
@@ -47,7 +48,8 @@ static void teardown(void)
 {
     server_free(srv);
     srv = NULL;
-    uv_loop_close(&loop);
+    uv_run(&loop, UV_RUN_NOWAIT); /* close callbacks (the in-flight timer) */
+    ck_assert_int_eq(uv_loop_close(&loop), 0);
 }
 
 static void check_invariants(void)
@@ -80,6 +82,8 @@ static void check_invariants(void)
         }
     }
     ck_assert_uint_eq(writing, c.writing);
+    /* Only WRITING blocks are declared in flight. */
+    ck_assert_uint_le(inflight_declared(srv), writing);
 }
 
 static session_t *new_session(void)
@@ -907,6 +911,252 @@ START_TEST(test_server_open_errors)
 }
 END_TEST
 
+/* ---- prefixes in flight ------------------------------------------------ */
+
+/* Sends a request without reading a reply (it may be parked). */
+static void send_req(session_t *s, Kvshare__Request *req, uint64_t id)
+{
+    frame_buf_t f = {0};
+    req->id = id;
+    ck_assert_int_eq(frame_append_request(&f, req), 0);
+    ck_assert_int_eq(session_feed(s, f.data, f.len), 0);
+    frame_buf_release(&f);
+}
+
+/* The next reply in s's output, or NULL when none is there. */
+static Kvshare__Response *take_reply(session_t *s)
+{
+    const uint8_t *body;
+    uint32_t len;
+    if (frame_next(&s->out, UINT32_MAX, &body, &len) != 1)
+        return NULL;
+    Kvshare__Response *r = kvshare__response__unpack(NULL, len, body);
+    ck_assert_ptr_nonnull(r);
+    if (s->out.head == s->out.len)
+        frame_buf_reset(&s->out);
+    return r;
+}
+
+static void send_lookup_wait(session_t *s, const char *ns, const uint32_t *tokens, size_t n,
+                             uint32_t wait_ms, uint64_t id)
+{
+    Kvshare__Request req = KVSHARE__REQUEST__INIT;
+    Kvshare__LookupRequest lk = KVSHARE__LOOKUP_REQUEST__INIT;
+    lk.ns = (char *)ns;
+    lk.tokens.data = (uint8_t *)tokens;
+    lk.tokens.len = n * 4;
+    lk.pin = 1;
+    lk.wait_ms = wait_ms;
+    req.rpc_case = KVSHARE__REQUEST__RPC_LOOKUP;
+    req.lookup = &lk;
+    send_req(s, &req, id);
+}
+
+/* Checks that s's parked lookup was answered: `blocks` blocks, waited as
+ * said; releases the pins it took. */
+static void expect_lookup_reply(session_t *s, uint64_t id, size_t blocks, bool waited)
+{
+    Kvshare__Response *r = take_reply(s);
+    ck_assert_msg(r != NULL, "the lookup was not answered");
+    ck_assert_uint_eq(r->id, id);
+    ck_assert_int_eq(r->status, 0);
+    ck_assert_int_eq(r->rpc_case, KVSHARE__RESPONSE__RPC_LOOKUP);
+    ck_assert_uint_eq(r->lookup->n_block_ids, blocks);
+    ck_assert_int_eq(r->lookup->waited, waited);
+    uint32_t ids[16];
+    memcpy(ids, r->lookup->block_ids, blocks * 4);
+    kvshare__response__free_unpacked(r, NULL);
+    check_invariants();
+    if (blocks)
+        ck_assert_int_eq(do_release(s, ids, blocks), 0);
+}
+
+static int do_alloc_for(session_t *s, const char *ns, const uint32_t *tokens, size_t n_tokens,
+                        uint32_t first, uint32_t n, uint32_t *ids)
+{
+    Kvshare__Request req = KVSHARE__REQUEST__INIT;
+    Kvshare__AllocRequest al = KVSHARE__ALLOC_REQUEST__INIT;
+    al.n = n;
+    al.ns = (char *)ns;
+    al.tokens.data = (uint8_t *)tokens;
+    al.tokens.len = n_tokens * 4;
+    al.first_block = first;
+    req.rpc_case = KVSHARE__REQUEST__RPC_ALLOC;
+    req.alloc = &al;
+    Kvshare__Response *r = rpc(s, &req);
+    if (r->status == 0)
+        memcpy(ids, r->alloc->block_ids, n * 4);
+    return finish(r);
+}
+
+static Kvshare__Response *lookup_now(session_t *s, const char *ns, const uint32_t *tokens, size_t n)
+{
+    send_lookup_wait(s, ns, tokens, n, 0, 7);
+    Kvshare__Response *r = take_reply(s);
+    ck_assert_ptr_nonnull(r);
+    ck_assert_int_eq(r->status, 0);
+    return r;
+}
+
+START_TEST(test_wait_for_commit)
+{
+    session_t *a = new_session(), *b = new_session();
+    uint32_t tokens[12], ids[3], can[3];
+    size_t done;
+    prompt(tokens, 12, 31);
+    ck_assert_int_eq(do_alloc_for(a, "default", tokens, 12, 0, 3, ids), 0);
+    ck_assert_uint_eq(inflight_declared(srv), 3);
+    /* Not waiting: a miss that says three blocks are coming. */
+    Kvshare__Response *r = lookup_now(b, "default", tokens, 12);
+    ck_assert_uint_eq(r->lookup->n_block_ids, 0);
+    ck_assert_uint_eq(r->lookup->inflight_blocks, 3);
+    kvshare__response__free_unpacked(r, NULL);
+    /* Waiting, with a request pipelined behind it: neither is answered. */
+    send_lookup_wait(b, "default", tokens, 12, 60000, 100);
+    Kvshare__Request ping = KVSHARE__REQUEST__INIT;
+    Kvshare__PingRequest pg = KVSHARE__PING_REQUEST__INIT;
+    ping.rpc_case = KVSHARE__REQUEST__RPC_PING;
+    ping.ping = &pg;
+    send_req(b, &ping, 101);
+    ck_assert_ptr_null(take_reply(b));
+    ck_assert_uint_eq(inflight_waiting(srv), 1);
+    /* The writer commits in pieces: the first block alone leaves two in
+     * flight, so the lookup goes on waiting. */
+    ck_assert_int_eq(do_commit(a, tokens, 4, ids, 1, can, &done), 0);
+    ck_assert_ptr_null(take_reply(b));
+    ck_assert_int_eq(do_commit(a, tokens, 12, ids, 3, can, &done), 0);
+    ck_assert_uint_eq(done, 3);
+    r = take_reply(b);
+    ck_assert_ptr_nonnull(r);
+    ck_assert_uint_eq(r->id, 100);
+    ck_assert_uint_eq(r->lookup->n_block_ids, 3);
+    ck_assert(r->lookup->waited);
+    kvshare__response__free_unpacked(r, NULL);
+    r = take_reply(b);
+    ck_assert_ptr_nonnull(r);
+    ck_assert_uint_eq(r->id, 101);
+    ck_assert_int_eq(r->rpc_case, KVSHARE__RESPONSE__RPC_PING);
+    kvshare__response__free_unpacked(r, NULL);
+    ck_assert_int_eq(do_release(b, ids, 3), 0);
+    ck_assert_uint_eq(inflight_waiting(srv), 0);
+    ck_assert_uint_eq(inflight_declared(srv), 0);
+    ck_assert_uint_eq(srv->metrics.lookup_waits, 1);
+    ck_assert_int_eq(do_release(a, ids, 3), 0);
+}
+END_TEST
+
+/* The writer releases, dies, or is the waiter itself; other namespaces. */
+START_TEST(test_wait_ends_without_commit)
+{
+    session_t *a = new_session(), *b = new_session();
+    uint32_t tokens[8], ids[2];
+    prompt(tokens, 8, 32);
+    ck_assert_int_eq(do_alloc_for(a, "default", tokens, 8, 0, 2, ids), 0);
+    send_lookup_wait(b, "default", tokens, 8, 60000, 1);
+    ck_assert_ptr_null(take_reply(b));
+    ck_assert_int_eq(do_release(a, ids, 2), 0);
+    expect_lookup_reply(b, 1, 0, true);
+
+    ck_assert_int_eq(do_alloc_for(a, "default", tokens, 8, 0, 2, ids), 0);
+    send_lookup_wait(b, "default", tokens, 8, 60000, 2);
+    ck_assert_ptr_null(take_reply(b));
+    session_close(a, "writer died");
+    expect_lookup_reply(b, 2, 0, true);
+    ck_assert_uint_eq(inflight_declared(srv), 0);
+
+    /* Its own declarations: no wait. Another namespace: no wait. */
+    ck_assert_int_eq(do_alloc_for(b, "default", tokens, 8, 0, 2, ids), 0);
+    send_lookup_wait(b, "default", tokens, 8, 60000, 3);
+    expect_lookup_reply(b, 3, 0, false);
+    session_t *c = new_session();
+    send_lookup_wait(c, "other", tokens, 8, 60000, 4);
+    expect_lookup_reply(c, 4, 0, false);
+    Kvshare__Response *r = lookup_now(c, "other", tokens, 8);
+    ck_assert_uint_eq(r->lookup->inflight_blocks, 0);
+    kvshare__response__free_unpacked(r, NULL);
+    ck_assert_int_eq(do_release(b, ids, 2), 0);
+}
+END_TEST
+
+/* Two writers of one prefix: the wait lasts while either writes. A waiter
+ * that disconnects leaves nothing behind. */
+START_TEST(test_wait_two_writers_and_disconnect)
+{
+    session_t *a = new_session(), *b = new_session(), *c = new_session(), *d = new_session();
+    uint32_t tokens[8], ia[2], ib[2], can[2];
+    size_t done;
+    prompt(tokens, 8, 33);
+    ck_assert_int_eq(do_alloc_for(a, "default", tokens, 8, 0, 2, ia), 0);
+    ck_assert_int_eq(do_alloc_for(b, "default", tokens, 8, 0, 2, ib), 0);
+    ck_assert_uint_eq(inflight_declared(srv), 4);
+    send_lookup_wait(c, "default", tokens, 8, 60000, 1);
+    send_lookup_wait(d, "default", tokens, 8, 60000, 2);
+    ck_assert_uint_eq(inflight_waiting(srv), 2);
+    session_close(d, "waiter gone");
+    ck_assert_uint_eq(inflight_waiting(srv), 1);
+    ck_assert_int_eq(do_release(a, ia, 2), 0);
+    ck_assert_ptr_null(take_reply(c));
+    ck_assert_int_eq(do_commit(b, tokens, 8, ib, 2, can, &done), 0);
+    expect_lookup_reply(c, 1, 2, true);
+    ck_assert_int_eq(do_release(b, ib, 2), 0);
+    /* A second writer whose commit finds the prefix cached: duplicates,
+     * no longer in flight. */
+    ck_assert_int_eq(do_alloc_for(a, "default", tokens, 8, 0, 2, ia), 0);
+    ck_assert_int_eq(do_commit(a, tokens, 8, ia, 2, can, &done), 0);
+    ck_assert_uint_eq(can[0], ib[0]);
+    ck_assert_uint_eq(inflight_declared(srv), 0);
+    ck_assert_int_eq(do_release(a, ia, 2), 0);
+    ck_assert_int_eq(do_release(a, can, 2), 0);
+}
+END_TEST
+
+START_TEST(test_wait_deadline_and_shutdown)
+{
+    session_t *a = new_session(), *b = new_session();
+    uint32_t tokens[8], ids[2], can[2];
+    size_t done;
+    prompt(tokens, 8, 34);
+    ck_assert_int_eq(do_alloc_for(a, "default", tokens, 8, 0, 2, ids), 0);
+    ck_assert_int_eq(do_commit(a, tokens, 4, ids, 1, can, &done), 0);
+    send_lookup_wait(b, "default", tokens, 8, 5, 1);
+    ck_assert_ptr_null(take_reply(b));
+    /* The loop's timer ends the wait: the cached block, not the other. */
+    while (inflight_waiting(srv) > 0)
+        uv_run(&loop, UV_RUN_ONCE);
+    expect_lookup_reply(b, 1, 1, true);
+    ck_assert_uint_eq(srv->metrics.lookup_wait_timeouts, 1);
+    /* Stopping answers what waits (then closes every session). */
+    send_lookup_wait(b, "default", tokens, 8, 60000, 2);
+    ck_assert_ptr_null(take_reply(b));
+    uint64_t lookups = srv->metrics.rpc_calls[1]; /* Lookup is row 1 of the table */
+    server_shutdown(srv);
+    ck_assert_uint_eq(srv->metrics.rpc_calls[1], lookups + 1);
+    ck_assert_uint_eq(srv->metrics.lookup_waits, 1);
+    ck_assert_uint_eq(inflight_waiting(srv), 0);
+    ck_assert_ptr_null(srv->sessions);
+    server_drain_done(srv);
+    uv_run(&loop, UV_RUN_NOWAIT);
+}
+END_TEST
+
+START_TEST(test_alloc_declaration_errors)
+{
+    session_t *a = new_session();
+    uint32_t tokens[8], ids[3];
+    prompt(tokens, 8, 35);
+    ck_assert_int_eq(do_alloc_for(a, "default", tokens, 8, 1, 2, ids), KVS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(last_msg, "declares blocks 1..2"));
+    ck_assert_int_eq(do_alloc_for(a, "", tokens, 8, 0, 2, ids), KVS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(last_msg, "must name its namespace"));
+    ck_assert_int_eq(do_alloc_for(a, "default", NULL, 0, 1, 1, ids), KVS_EINVAL);
+    send_lookup_wait(a, "default", tokens, 8, 60001, 1);
+    Kvshare__Response *r = take_reply(a);
+    ck_assert_int_eq(-(int)r->status, KVS_EINVAL);
+    kvshare__response__free_unpacked(r, NULL);
+    ck_assert_uint_eq(inflight_declared(srv), 0);
+}
+END_TEST
+
 static Suite *session_suite(void)
 {
     Suite *s = suite_create("session");
@@ -929,6 +1179,11 @@ static Suite *session_suite(void)
     tcase_add_test(tc, test_random_bytes);
     tcase_add_test(tc, test_pin_map_grows_and_shrinks);
     tcase_add_test(tc, test_namespace_quota);
+    tcase_add_test(tc, test_wait_for_commit);
+    tcase_add_test(tc, test_wait_ends_without_commit);
+    tcase_add_test(tc, test_wait_two_writers_and_disconnect);
+    tcase_add_test(tc, test_wait_deadline_and_shutdown);
+    tcase_add_test(tc, test_alloc_declaration_errors);
     suite_add_tcase(s, tc);
     TCase *tc_server = tcase_create("server");
     tcase_set_timeout(tc_server, 30);

@@ -1,0 +1,386 @@
+/*
+ * inflight.c: the declared prefixes of WRITING blocks (see inflight.h).
+ *
+ *   bucket[h & mask] -> block -> next[block] -> ... -> INFLIGHT_NONE
+ *   key[block] = h_i of the declared prefix, ns_of[block] its namespace
+ *
+ * One chained hash table threaded through per-block arrays: a block is
+ * declared at most once, so declaring and ending a declaration never
+ * allocate, and a key may appear several times (two writers of one prefix).
+ */
+#include "inflight.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "dispatch.h"
+#include "log.h"
+#include "session.h"
+
+#define INFLIGHT_NONE UINT32_MAX
+
+struct inflight {
+    uint32_t n_blocks;
+    uint32_t mask;
+    uint32_t *bucket; /* [mask + 1] first block of each chain */
+    uint32_t *next;   /* [n_blocks] */
+    uint32_t *prev;   /* [n_blocks]: INFLIGHT_NONE for a chain's first */
+    uint64_t *key;    /* [n_blocks] */
+    uint32_t *ns_of;  /* [n_blocks] */
+    uint8_t *on;      /* [n_blocks]: declared */
+    uint32_t declared;
+
+    uint64_t *scratch; /* chain hashes for inflight_count */
+    size_t scratch_cap;
+
+    inflight_wait_t *waiters;
+    uint32_t n_waiting;
+    bool changed; /* a declaration ended since the last wake */
+    bool waking;  /* inflight_wake is running */
+    bool again;   /* ... and a nested call asked for another pass */
+
+    uv_timer_t timer;
+    bool closed; /* inflight_shutdown closed the timer: no new one */
+    bool timer_init;
+    bool timer_armed;
+    uint64_t timer_due;
+};
+
+static inline uint32_t slot_of(const inflight_t *f, uint64_t h, uint32_t ns)
+{
+    uint64_t x = h ^ ((uint64_t)ns * 0x9E3779B97F4A7C15ull);
+    return (uint32_t)(x ^ (x >> 29)) & f->mask;
+}
+
+int inflight_new(server_t *srv, inflight_t **out)
+{
+    inflight_t *f = calloc(1, sizeof(*f));
+    if (!f)
+        return KVS_ENOMEM;
+    uint32_t n = srv->num_blocks, buckets = 16;
+    while (buckets < n)
+        buckets *= 2;
+    f->n_blocks = n;
+    f->mask = buckets - 1;
+    f->bucket = malloc(sizeof(uint32_t) * buckets);
+    f->next = malloc(sizeof(uint32_t) * n);
+    f->prev = malloc(sizeof(uint32_t) * n);
+    f->key = malloc(sizeof(uint64_t) * n);
+    f->ns_of = malloc(sizeof(uint32_t) * n);
+    f->on = calloc(n, 1);
+    if (!f->bucket || !f->next || !f->prev || !f->key || !f->ns_of || !f->on) {
+        inflight_free(f);
+        return KVS_ENOMEM;
+    }
+    memset(f->bucket, 0xff, sizeof(uint32_t) * buckets);
+    *out = f;
+    return 0;
+}
+
+static void free_tables(inflight_t *f)
+{
+    free(f->bucket);
+    free(f->next);
+    free(f->prev);
+    free(f->key);
+    free(f->ns_of);
+    free(f->on);
+    free(f->scratch);
+    free(f);
+}
+
+static void on_timer_close(uv_handle_t *h)
+{
+    free_tables(h->data);
+}
+
+void inflight_free(inflight_t *f)
+{
+    if (!f)
+        return;
+    /* Parked lookups belong to their sessions, which are gone by now. */
+    if (f->timer_init) {
+        uv_timer_stop(&f->timer);
+        f->timer.data = f;
+        if (!uv_is_closing((uv_handle_t *)&f->timer))
+            uv_close((uv_handle_t *)&f->timer, on_timer_close);
+        return;
+    }
+    free_tables(f);
+}
+
+void inflight_declare(server_t *srv, uint32_t ns, const uint64_t *hashes, const uint32_t *ids,
+                      size_t n)
+{
+    inflight_t *f = srv->inflight;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t b = ids[i];
+        if (b >= f->n_blocks || f->on[b])
+            continue;
+        uint32_t slot = slot_of(f, hashes[i], ns);
+        f->key[b] = hashes[i];
+        f->ns_of[b] = ns;
+        f->on[b] = 1;
+        f->prev[b] = INFLIGHT_NONE;
+        f->next[b] = f->bucket[slot];
+        if (f->next[b] != INFLIGHT_NONE)
+            f->prev[f->next[b]] = b;
+        f->bucket[slot] = b;
+        f->declared++;
+    }
+}
+
+void inflight_undeclare(server_t *srv, uint32_t b)
+{
+    inflight_t *f = srv->inflight;
+    if (!f || b >= f->n_blocks || !f->on[b])
+        return;
+    if (f->prev[b] != INFLIGHT_NONE)
+        f->next[f->prev[b]] = f->next[b];
+    else
+        f->bucket[slot_of(f, f->key[b], f->ns_of[b])] = f->next[b];
+    if (f->next[b] != INFLIGHT_NONE)
+        f->prev[f->next[b]] = f->prev[b];
+    f->on[b] = 0;
+    f->declared--;
+    if (f->n_waiting > 0)
+        f->changed = true;
+}
+
+/* Whether a session other than s declared (ns, h). */
+static bool declared_by_other(const server_t *srv, const session_t *s, uint32_t ns, uint64_t h)
+{
+    const inflight_t *f = srv->inflight;
+    for (uint32_t b = f->bucket[slot_of(f, h, ns)]; b != INFLIGHT_NONE; b = f->next[b])
+        if (f->key[b] == h && f->ns_of[b] == ns && srv->writer[b] && srv->writer[b] != s)
+            return true;
+    return false;
+}
+
+static int scratch_hashes(server_t *srv, uint32_t ns, const uint32_t *tokens, size_t n_blocks)
+{
+    inflight_t *f = srv->inflight;
+    if (f->scratch_cap < n_blocks) {
+        uint64_t *h = realloc(f->scratch, sizeof(uint64_t) * n_blocks);
+        if (!h)
+            return KVS_ENOMEM;
+        f->scratch = h;
+        f->scratch_cap = n_blocks;
+    }
+    return radix_chain_hashes(srv->index, ns, tokens, n_blocks, f->scratch);
+}
+
+int inflight_hashes(server_t *srv, uint32_t ns, const uint32_t *tokens, size_t n_blocks,
+                    const uint64_t **out)
+{
+    int rc = scratch_hashes(srv, ns, tokens, n_blocks);
+    *out = srv->inflight->scratch;
+    return rc;
+}
+
+int inflight_count(server_t *srv, const session_t *s, uint32_t ns, const uint32_t *tokens,
+                   size_t n_tokens, size_t cached, uint32_t *count)
+{
+    inflight_t *f = srv->inflight;
+    *count = 0;
+    if (f->declared == 0)
+        return 0;
+    size_t n_blocks = n_tokens / srv->geo.block_tokens;
+    if (cached >= n_blocks)
+        return 0;
+    /* Only up to the first block past the cached prefix that is not
+     * declared would do; the whole prompt is one hash per block. */
+    int rc = scratch_hashes(srv, ns, tokens, n_blocks);
+    if (rc != 0)
+        return rc;
+    uint32_t k = 0;
+    for (size_t i = cached; i < n_blocks && declared_by_other(srv, s, ns, f->scratch[i]); i++)
+        k++;
+    *count = k;
+    return 0;
+}
+
+static void on_timer(uv_timer_t *t)
+{
+    server_t *srv = t->data;
+    srv->inflight->timer_armed = false;
+    inflight_wake(srv, false);
+}
+
+/* Arms the timer for the earliest deadline of the parked lookups. */
+static void arm(server_t *srv)
+{
+    inflight_t *f = srv->inflight;
+    uint64_t due = UINT64_MAX;
+    for (inflight_wait_t *w = f->waiters; w; w = w->next)
+        if (w->deadline_ms < due)
+            due = w->deadline_ms;
+    if (due == UINT64_MAX) {
+        if (f->timer_armed)
+            uv_timer_stop(&f->timer);
+        f->timer_armed = false;
+        return;
+    }
+    if (f->timer_armed && f->timer_due == due)
+        return;
+    if (!f->timer_init) {
+        if (f->closed || uv_timer_init(srv->loop, &f->timer) != 0)
+            return;
+        f->timer_init = true;
+        f->timer.data = srv;
+    }
+    uint64_t now = uv_now(srv->loop);
+    if (uv_timer_start(&f->timer, on_timer, due > now ? due - now : 0, 0) == 0) {
+        f->timer_armed = true;
+        f->timer_due = due;
+    }
+}
+
+int inflight_park(server_t *srv, session_t *s, uint64_t req_id, uint32_t ns, const uint32_t *tokens,
+                  size_t n_tokens, bool pin, uint32_t wait_ms)
+{
+    inflight_t *f = srv->inflight;
+    inflight_wait_t *w = calloc(1, sizeof(*w));
+    uint32_t *copy = n_tokens ? malloc(sizeof(uint32_t) * n_tokens) : NULL;
+    if (!w || (n_tokens && !copy)) {
+        free(w);
+        free(copy);
+        return KVS_ENOMEM;
+    }
+    if (n_tokens)
+        memcpy(copy, tokens, sizeof(uint32_t) * n_tokens);
+    w->s = s;
+    w->req_id = req_id;
+    w->ns = ns;
+    w->pin = pin;
+    w->tokens = copy;
+    w->n_tokens = n_tokens;
+    w->start_ms = uv_now(srv->loop);
+    w->deadline_ms = w->start_ms + wait_ms;
+    w->next = f->waiters;
+    if (f->waiters)
+        f->waiters->prev = w;
+    f->waiters = w;
+    f->n_waiting++;
+    s->wait = w;
+    arm(srv);
+    return 0;
+}
+
+static void unlink_wait(server_t *srv, inflight_wait_t *w)
+{
+    inflight_t *f = srv->inflight;
+    if (w->prev)
+        w->prev->next = w->next;
+    else
+        f->waiters = w->next;
+    if (w->next)
+        w->next->prev = w->prev;
+    f->n_waiting--;
+    w->s->wait = NULL;
+    free(w->tokens);
+    free(w);
+}
+
+void inflight_cancel(server_t *srv, session_t *s)
+{
+    if (!s->wait)
+        return;
+    unlink_wait(srv, s->wait);
+    arm(srv);
+}
+
+/* Whether w's wait is over; its lookup is then answered by the caller. */
+static bool wait_over(server_t *srv, inflight_wait_t *w, uint64_t now, bool all)
+{
+    if (all || now >= w->deadline_ms || srv->stopping)
+        return true;
+    uint32_t *ids;
+    size_t max_ids = w->n_tokens / srv->geo.block_tokens, cached = 0;
+    if (max_ids > srv->num_blocks)
+        max_ids = srv->num_blocks;
+    if (session_scratch(w->s, max_ids ? max_ids : 1, &ids) != 0)
+        return true;
+    uint32_t k = 0;
+    if (radix_match(srv->index, w->ns, w->tokens, w->n_tokens, ids, max_ids, &cached) != 0 ||
+        inflight_count(srv, w->s, w->ns, w->tokens, w->n_tokens, cached, &k) != 0)
+        return true;
+    return k == 0;
+}
+
+void inflight_wake(server_t *srv, bool all)
+{
+    inflight_t *f = srv->inflight;
+    if (!f)
+        return;
+    if (f->waking) {
+        f->again = true;
+        return;
+    }
+    f->waking = true;
+    do {
+        f->again = false;
+        f->changed = false;
+        uint64_t now = uv_now(srv->loop);
+        /* Answering a lookup runs its session's next requests, which may
+         * end declarations or close sessions: start over after each. */
+        for (inflight_wait_t *w = f->waiters; w;) {
+            if (!wait_over(srv, w, now, all)) {
+                w = w->next;
+                continue;
+            }
+            session_t *s = w->s;
+            bool timed_out = now >= w->deadline_ms;
+            srv->metrics.lookup_wait_ms += now - w->start_ms;
+            if (timed_out)
+                srv->metrics.lookup_wait_timeouts++;
+            else
+                srv->metrics.lookup_waits++;
+            s->wait = NULL;
+            if (w->prev)
+                w->prev->next = w->next;
+            else
+                f->waiters = w->next;
+            if (w->next)
+                w->next->prev = w->prev;
+            f->n_waiting--;
+            dispatch_lookup_resume(s, w);
+            free(w->tokens);
+            free(w);
+            session_resume(s);
+            w = f->waiters;
+        }
+    } while (f->again || f->changed);
+    f->waking = false;
+    arm(srv);
+}
+
+void inflight_shutdown(server_t *srv)
+{
+    inflight_t *f = srv->inflight;
+    if (!f)
+        return;
+    inflight_wake(srv, true);
+    if (f->timer_init) {
+        uv_timer_stop(&f->timer);
+        uv_close((uv_handle_t *)&f->timer, NULL);
+        f->timer_init = false;
+        f->timer_armed = false;
+        f->closed = true;
+    }
+}
+
+bool inflight_pending(const server_t *srv)
+{
+    return srv->inflight && srv->inflight->changed;
+}
+
+uint32_t inflight_declared(const server_t *srv)
+{
+    return srv->inflight ? srv->inflight->declared : 0;
+}
+
+uint32_t inflight_waiting(const server_t *srv)
+{
+    return srv->inflight ? srv->inflight->n_waiting : 0;
+}

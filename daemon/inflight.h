@@ -1,0 +1,121 @@
+/*
+ * inflight: prefixes being written, and the lookups that wait for them.
+ *
+ * Design
+ * ------
+ * A WRITING block holds nothing the index knows of until its writer commits
+ * it, so by itself it cannot be found. An Alloc may declare what its blocks
+ * will hold (AllocRequest.tokens, first_block: block i of the reply will hold
+ * block first_block + i of those tokens in ns). The declaration is the only
+ * change on the writer's side; Commit is the same RPC as before, and a
+ * writer may commit its prompt in pieces (the first blocks as soon as they
+ * are written; later commits name them again as cached blocks it pins).
+ *
+ * A declared block is entered here under (ns, h_i), the chained hash of the
+ * prefix it will hold (radix_chain_hashes), and leaves when it stops being
+ * WRITING for its session: committed (cached, or a duplicate of a block
+ * committed first), released, or its session ends. Nothing else is findable
+ * before commit; in particular a declared block is never returned by Lookup:
+ * a Lookup finds only cached blocks, and the declaration only tells it that
+ * the next blocks are coming. A 64-bit hash that collides makes a lookup
+ * wait for a block it will not get; never a wrong block, since the reply is
+ * always the index's verified match.
+ *
+ * A Lookup with wait_ms > 0 whose cached prefix is followed by blocks that
+ * another session declared (its own never count: a waiter that is itself
+ * the writer does not wait) is parked: the session answers nothing more
+ * (replies stay in request order) until the wait ends, and then answers the
+ * lookup as if it had just arrived, with what is cached at that time. The
+ * wait ends when no declared block of another session follows the cached
+ * prefix any more (the writers committed, released or died), when the
+ * deadline passes, or when the daemon stops. Each end of a declaration
+ * marks the waiters for a fresh look, made after the request (or the
+ * session close) that ended it: O(waiters) per such request, each look one
+ * walk of the prompt.
+ *
+ * Two sessions writing one prefix: both declarations are entered; a waiter
+ * waits while either is in flight. Namespaces: the key holds the namespace,
+ * so a waiter never waits for another namespace's writes.
+ */
+#ifndef KVS_DAEMON_INFLIGHT_H
+#define KVS_DAEMON_INFLIGHT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "server.h"
+
+typedef struct inflight inflight_t;
+
+/* A parked lookup, owned by its session (session_t.wait). */
+typedef struct inflight_wait {
+    struct inflight_wait *prev, *next; /* the server's waiters */
+    session_t *s;
+    uint64_t req_id;
+    uint32_t ns;
+    bool pin;
+    uint32_t *tokens;
+    size_t n_tokens;
+    uint64_t start_ms;
+    uint64_t deadline_ms; /* loop time */
+} inflight_wait_t;
+
+/* Per-block tables for num_blocks blocks. Errors: KVS_ENOMEM. */
+int inflight_new(server_t *srv, inflight_t **out);
+
+/* Frees the tables; a started timer is closed first (its memory goes in the
+ * close callback, so the loop must run once more). Accepts NULL. */
+void inflight_free(inflight_t *f);
+
+/* The chained hashes of the first n_blocks blocks of a prompt, in memory
+ * owned by the inflight tables, valid until the next call here. Errors:
+ * KVS_ENOMEM, KVS_ENONS. */
+int inflight_hashes(server_t *srv, uint32_t ns, const uint32_t *tokens, size_t n_blocks,
+                    const uint64_t **out);
+
+/* Declares that WRITING blocks ids[0..n) of session s will hold prefixes
+ * hashes[0..n) of namespace ns. A block declared already keeps its first
+ * declaration. */
+void inflight_declare(server_t *srv, uint32_t ns, const uint64_t *hashes, const uint32_t *ids,
+                      size_t n);
+
+/* Ends block b's declaration, if any (idempotent), and marks the waiters for
+ * a fresh look (inflight_wake). */
+void inflight_undeclare(server_t *srv, uint32_t b);
+
+/* Blocks of the prompt after its first `cached` ones that sessions other
+ * than s declared, counted up to the first that is not declared. 0 at once
+ * when nothing is declared. Errors: KVS_ENOMEM (hash scratch), KVS_ENONS. */
+int inflight_count(server_t *srv, const session_t *s, uint32_t ns, const uint32_t *tokens,
+                   size_t n_tokens, size_t cached, uint32_t *count);
+
+/* Parks the lookup of request req_id for at most wait_ms: copies the tokens
+ * and links the wait to the session and the server. Errors: KVS_ENOMEM
+ * (then nothing is parked). */
+int inflight_park(server_t *srv, session_t *s, uint64_t req_id, uint32_t ns, const uint32_t *tokens,
+                  size_t n_tokens, bool pin, uint32_t wait_ms);
+
+/* Forgets the session's parked lookup without answering it (the session is
+ * closing). */
+void inflight_cancel(server_t *srv, session_t *s);
+
+/* Answers every parked lookup whose wait has ended (see Design); with
+ * `all`, every parked lookup (the daemon is stopping). Safe to call from a
+ * request handler's caller: a nested call only asks the running one to look
+ * again. */
+void inflight_wake(server_t *srv, bool all);
+
+/* The daemon is stopping: answers every parked lookup and closes the timer
+ * (the loop must run before inflight_free). */
+void inflight_shutdown(server_t *srv);
+
+/* Whether a declaration ended since the last inflight_wake. */
+bool inflight_pending(const server_t *srv);
+
+/* Declared blocks now, and parked lookups now. */
+uint32_t inflight_declared(const server_t *srv);
+uint32_t inflight_waiting(const server_t *srv);
+
+#endif /* KVS_DAEMON_INFLIGHT_H */
