@@ -313,7 +313,8 @@ static int round_trip(kvs_client_t *c, Kvshare__Request *req, Kvshare__Response 
             c->wbuf = b;
             c->wcap = head;
         }
-        if (wire_lookup_head(c->wbuf, req->id, lk->ns, lk->pin, lk->tokens.len, &head_len) != 0)
+        if (wire_lookup_head(c->wbuf, req->id, lk->ns, lk->pin, lk->wait_ms, lk->tokens.len,
+                             &head_len) != 0)
             return set_err(c, KVS_EINVAL, "a lookup of %zu tokens does not fit one frame",
                            lk->tokens.len / 4);
         rc = send_two(c, c->wbuf, head_len, lk->tokens.data, lk->tokens.len, deadline);
@@ -756,8 +757,10 @@ static ProtobufCBinaryData tokens_bytes(const uint32_t *tokens, size_t n)
 
 int kvs_lookup_wait(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n_tokens,
                     int pin, uint32_t wait_ms, uint32_t *ids, size_t max_ids, size_t *n_blocks,
-                    uint32_t *inflight_blocks)
+                    uint32_t *inflight_blocks, int *waited)
 {
+    if (waited)
+        *waited = 0;
     if (n_blocks)
         *n_blocks = 0;
     if (inflight_blocks)
@@ -799,6 +802,8 @@ int kvs_lookup_wait(kvs_client_t *c, const char *ns, const uint32_t *tokens, siz
         *n_blocks = n;
         if (inflight_blocks)
             *inflight_blocks = resp->lookup->inflight_blocks;
+        if (waited)
+            *waited = resp->lookup->waited;
     }
     if (resp)
         kvshare__response__free_unpacked(resp, NULL);
@@ -808,7 +813,7 @@ int kvs_lookup_wait(kvs_client_t *c, const char *ns, const uint32_t *tokens, siz
 int kvs_lookup(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n_tokens, int pin,
                uint32_t *ids, size_t max_ids, size_t *n_blocks)
 {
-    return kvs_lookup_wait(c, ns, tokens, n_tokens, pin, 0, ids, max_ids, n_blocks, NULL);
+    return kvs_lookup_wait(c, ns, tokens, n_tokens, pin, 0, ids, max_ids, n_blocks, NULL, NULL);
 }
 
 int kvs_alloc_for(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n_tokens,

@@ -223,11 +223,12 @@ int kvs_alloc(kvs_client_t *c, const char *ns, uint32_t n, uint32_t *ids);
 /* kvs_lookup, and: wait_ms (0 .. KVS_LOOKUP_MAX_WAIT_MS; 0 = answer at
  * once) as above; *inflight_blocks (may be NULL) = blocks right after the
  * returned prefix that other clients were writing when the reply was made
- * (a router or worker may choose to wait, or to go elsewhere). Errors: as
- * kvs_lookup, and KVS_EINVAL for wait_ms over the limit. */
+ * (a router or worker may choose to wait, or to go elsewhere); *waited (may
+ * be NULL) = 1 when the daemon held the reply for other clients' writes.
+ * Errors: as kvs_lookup, and KVS_EINVAL for wait_ms over the limit. */
 int kvs_lookup_wait(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n_tokens,
                     int pin, uint32_t wait_ms, uint32_t *ids, size_t max_ids, size_t *n_blocks,
-                    uint32_t *inflight_blocks);
+                    uint32_t *inflight_blocks, int *waited);
 
 /* kvs_alloc, declaring that ids[i] will hold block first_block + i of
  * tokens in namespace ns (required), so that kvs_lookup_wait of other

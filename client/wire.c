@@ -10,6 +10,7 @@
 #define KEY_LOOKUP_NS      0x0a /* LookupRequest.ns (1), length-delimited */
 #define KEY_LOOKUP_TOKENS  0x12 /* LookupRequest.tokens (2), length-delimited */
 #define KEY_LOOKUP_PIN     0x18 /* LookupRequest.pin (3), varint */
+#define KEY_LOOKUP_WAIT_MS 0x20 /* LookupRequest.wait_ms (4), varint */
 
 static size_t varint_len(uint64_t v)
 {
@@ -31,13 +32,14 @@ static uint8_t *put_varint(uint8_t *p, uint64_t v)
     return p;
 }
 
-int wire_lookup_head(uint8_t *buf, uint64_t id, const char *ns, int pin, size_t token_bytes,
-                     size_t *head_len)
+int wire_lookup_head(uint8_t *buf, uint64_t id, const char *ns, int pin, uint32_t wait_ms,
+                     size_t token_bytes, size_t *head_len)
 {
     size_t ns_len = ns ? strlen(ns) : 0;
     /* Fields at their proto3 defaults ("" / false / empty) are left out,
      * as protobuf-c's packer does. */
     uint64_t lookup_len = (ns_len ? 1 + varint_len(ns_len) + ns_len : 0) + (pin ? 2 : 0) +
+                          (wait_ms ? 1 + varint_len(wait_ms) : 0) +
                           (token_bytes ? 1 + varint_len(token_bytes) + token_bytes : 0);
     uint64_t request_len = (id ? 1 + varint_len(id) : 0) + 1 + varint_len(lookup_len) + lookup_len;
     if (request_len > UINT32_MAX)
@@ -60,6 +62,10 @@ int wire_lookup_head(uint8_t *buf, uint64_t id, const char *ns, int pin, size_t 
     if (pin) {
         *p++ = KEY_LOOKUP_PIN;
         *p++ = 1;
+    }
+    if (wait_ms) {
+        *p++ = KEY_LOOKUP_WAIT_MS;
+        p = put_varint(p, wait_ms);
     }
     if (token_bytes) {
         *p++ = KEY_LOOKUP_TOKENS;

@@ -62,6 +62,7 @@ typedef struct replay_rec {
     float us[N_RPC]; /* latency of each RPC; < 0: not made */
     uint32_t hit_blocks;
     uint32_t dup_blocks; /* new blocks another worker committed first */
+    uint32_t waited;     /* the Lookup waited for another worker's blocks */
     int32_t status;      /* 0 or the first failing call's KVS_* code */
     uint32_t done;
 } replay_rec_t;
@@ -73,6 +74,8 @@ typedef struct replay_opts {
     double cap_units, speed;
     size_t write_bytes;
     double max_sim_gap; /* > 0: fail when |hit rate - simulator's| exceeds it (points) */
+    double prefill_us;  /* simulated prefill, microseconds per computed token */
+    uint32_t wait_ms;   /* > 0: declare allocs, and Lookups wait this long for them */
     bool json;
 } replay_opts_t;
 
@@ -211,16 +214,21 @@ static int worker(const replay_opts_t *o, const trace_t *tr, const char *sock, u
         trace_expand(tr, q, tokens);
         ns_name(o, tr, q, ns, sizeof(ns));
         double t0 = mono_ms();
-        rc = kvs_lookup(c, ns, tokens, n, 1, hit, want, &n_hit);
+        int waited = 0;
+        rc = kvs_lookup_wait(c, ns, tokens, n, 1, o->wait_ms, hit, want, &n_hit, NULL, &waited);
         r->us[RPC_LOOKUP] = since_us(t0);
         if (rc)
             goto next;
         r->hit_blocks = (uint32_t)n_hit;
+        r->waited = (uint32_t)waited;
         /* blocks: the hit ones, then the new ones (fresh + n_hit). */
         memcpy(fresh, hit, n_hit * sizeof(*fresh));
         if (want > n_hit) {
             t0 = mono_ms();
-            rc = kvs_alloc(c, ns, (uint32_t)(want - n_hit), fresh + n_hit);
+            /* With waits, the blocks are declared so that others wait. */
+            rc = o->wait_ms ? kvs_alloc_for(c, ns, tokens, n, (uint32_t)n_hit,
+                                            (uint32_t)(want - n_hit), fresh + n_hit)
+                            : kvs_alloc(c, ns, (uint32_t)(want - n_hit), fresh + n_hit);
             r->us[RPC_ALLOC] = since_us(t0);
         }
         size_t n_rel = 0;
@@ -230,6 +238,10 @@ static int worker(const replay_opts_t *o, const trace_t *tr, const char *sock, u
             memset(pattern, (int)(i & 0xff), wb);
             for (size_t k = n_hit; k < want && wb > 0 && rc == 0; k++)
                 rc = kvs_block_write(c, 0, 0, fresh[k], pattern, wb);
+            /* The prefill of the tokens past the hit, as a GPU would take. */
+            if (o->prefill_us > 0)
+                sleep_until_ms(mono_ms() +
+                               o->prefill_us * (double)(n - n_hit * g.block_tokens) / 1e3);
             if (rc == 0) {
                 t0 = mono_ms();
                 rc = kvs_commit(c, ns, tokens, n, fresh, want, canon, &done);
@@ -291,6 +303,10 @@ static void replay_usage(FILE *f)
             "                      geometry (default 1 layer, 1 head, dim 8, fp16)\n"
             "  --eviction P        lru | freq, given to kvshared (default lru)\n"
             "  --write-bytes N     bytes written into each new block (default 64)\n"
+            "  --prefill-us-per-token F  simulated prefill: sleep F us per token computed\n"
+            "                      (past the hit) before Commit (default 0)\n"
+            "  --wait-ms N         declare each Alloc's prefix and let Lookups wait up to N ms\n"
+            "                      for blocks other workers are writing (default 0: no wait)\n"
             "  --kvshared PATH     the daemon to start (default: built next to this program)\n"
             "  --socket PATH       use a running kvshared instead (pool and policy are its own)\n"
             "  --max-sim-gap P     exit 1 if the hit rate and the simulator's differ by\n"
@@ -358,6 +374,12 @@ int bench_replay(int argc, char **argv)
             ok = strcmp(v, "lru") == 0 || strcmp(v, "freq") == 0;
         } else if (strcmp(a, "--write-bytes") == 0) {
             o.write_bytes = strtoull(v, NULL, 0);
+        } else if (strcmp(a, "--prefill-us-per-token") == 0) {
+            o.prefill_us = strtod(v, NULL);
+            ok = o.prefill_us >= 0 && o.prefill_us <= 1e6;
+        } else if (strcmp(a, "--wait-ms") == 0) {
+            o.wait_ms = (uint32_t)strtoul(v, NULL, 0);
+            ok = o.wait_ms <= KVS_LOOKUP_MAX_WAIT_MS;
         } else if (strcmp(a, "--max-sim-gap") == 0) {
             o.max_sim_gap = strtod(v, NULL);
             ok = o.max_sim_gap > 0;
@@ -453,7 +475,8 @@ int bench_replay(int argc, char **argv)
     double wall_s = (mono_ms() - t0) / 1e3;
 
     /* Tally. */
-    uint64_t prompt_tokens = 0, hit_tokens = 0, dups = 0, errors = 0, done_reqs = 0;
+    uint64_t prompt_tokens = 0, hit_tokens = 0, dups = 0, errors = 0, done_reqs = 0, waits = 0;
+    double wait_us = 0;
     for (size_t i = 0; i < tr.n_reqs; i++) {
         if (!recs[i].done)
             continue;
@@ -462,6 +485,10 @@ int bench_replay(int argc, char **argv)
         hit_tokens += (uint64_t)recs[i].hit_blocks * g.block_tokens;
         dups += recs[i].dup_blocks;
         errors += recs[i].status != 0;
+        if (recs[i].waited) {
+            waits++;
+            wait_us += recs[i].us[RPC_LOOKUP];
+        }
     }
     float *lat = malloc((tr.n_reqs + 1) * sizeof(*lat));
     double pct[N_RPC][4] = {{0}}; /* p50 p90 p99 max */
@@ -502,11 +529,14 @@ int bench_replay(int argc, char **argv)
                "\"pool_blocks\": %u, \"block_tokens\": %u, \"block_bytes\": %llu, "
                "\"prompt_tokens\": %llu, \"hit_tokens\": %llu, \"hit_rate\": %.4f, "
                "\"sim_hit_rate\": %.4f, \"unlimited_hit_rate\": %.4f, \"dup_blocks\": %llu, "
+               "\"prefill_us_per_token\": %g, \"wait_ms\": %u, \"waits\": %llu, "
+               "\"wait_ms_total\": %.1f, "
                "\"wall_s\": %.2f, \"requests_per_s\": %.1f, \"latency_us\": {",
                o.trace, tr.n_reqs, (unsigned long long)done_reqs, (unsigned long long)errors,
                o.workers, o.namespaces, o.speed, o.socket ? "daemon's" : o.eviction, g.num_blocks,
                g.block_tokens, (unsigned long long)g.block_bytes, (unsigned long long)prompt_tokens,
-               (unsigned long long)hit_tokens, hr, sim_hr, unl_hr, (unsigned long long)dups, wall_s,
+               (unsigned long long)hit_tokens, hr, sim_hr, unl_hr, (unsigned long long)dups,
+               o.prefill_us, o.wait_ms, (unsigned long long)waits, wait_us / 1e3, wall_s,
                (double)done_reqs / wall_s);
         for (int k = 0; k < N_RPC; k++)
             printf("%s\"%s\": {\"n\": %zu, \"p50\": %.1f, \"p90\": %.1f, \"p99\": %.1f, "
@@ -528,6 +558,10 @@ int bench_replay(int argc, char **argv)
         printf("unlimited_hit_rate %.2f %%\n", 100 * unl_hr);
         printf("duplicate_new_blocks %llu (committed first by another worker)\n",
                (unsigned long long)dups);
+        printf("prefill %g us per token, wait up to %u ms: %llu lookups waited, %.1f ms in all "
+               "(%.2f ms each)\n",
+               o.prefill_us, o.wait_ms, (unsigned long long)waits, wait_us / 1e3,
+               waits ? wait_us / 1e3 / (double)waits : 0.0);
         printf("wall %.2f s, %.1f requests/s\n", wall_s, (double)done_reqs / wall_s);
         printf("%-8s %8s %10s %10s %10s %10s\n", "rpc", "n", "p50 us", "p90 us", "p99 us",
                "max us");
