@@ -117,7 +117,16 @@ typedef struct radix_ns {
     size_t heap_len;
     size_t heap_cap;
     size_t heap_live;
+    uint8_t prio_default; /* priority of blocks without a live hint */
+    uint8_t prio_cap;     /* the highest priority a hint may give */
 } radix_ns_t;
+
+/* A timed hint's end, queued by time (min-heap); stale entries (the hint
+ * was replaced or its block evicted) are dropped when they come up. */
+typedef struct radix_expiry {
+    uint64_t until;
+    uint32_t id;
+} radix_expiry_t;
 
 typedef struct radix_slot {
     uint64_t hash;
@@ -144,8 +153,19 @@ struct radix_tree {
     radix_node_t *guard; /* a block that quota eviction must keep */
     uint32_t guard_pos;
     uint64_t evict_age64; /* 64 x moving average of evicted blocks' age, in ticks */
+    /* Retention hints, per block id (RADIX_PRIO_NONE: none): the highest
+     * hint without an end, the highest timed one and its end, and the band
+     * the block is counted in (cached_by_band). */
+    uint8_t *hint_base;
+    uint8_t *hint_timed;
+    uint64_t *hint_until;
+    uint8_t *band_of;
+    radix_expiry_t *exp;
+    size_t exp_len, exp_cap;
     uint64_t reuse_gap64; /* 64 x moving average of first-reuse gaps, in ticks */
 };
+
+#define RADIX_PRIO_NONE 0xff
 
 /* Marks ids in by_node while an insert checks them for repeats. */
 static radix_node_t radix_mark;
@@ -412,11 +432,31 @@ static uint64_t freq_step(const radix_tree_t *t)
     return age < horizon ? step : 0;
 }
 
-/* The key a leaf is queued with: its last use, plus under RADIX_EVICT_FREQ
- * a bonus for each hit up to freq_max_hits. Fixed while it stays queued. */
+/* A cached block's retention priority: the highest live hint, else its
+ * namespace's default. */
+static inline uint32_t block_prio(const radix_tree_t *t, uint32_t id, uint32_t ns)
+{
+    uint32_t b = t->hint_base[id], m = t->hint_timed[id];
+    if (b == RADIX_PRIO_NONE)
+        b = m;
+    else if (m != RADIX_PRIO_NONE && m > b)
+        b = m;
+    return b == RADIX_PRIO_NONE ? t->ns[ns]->prio_default : b;
+}
+
+static inline uint32_t prio_band(uint32_t prio)
+{
+    return prio >= 75 ? 3 : prio / 25;
+}
+
+/* The key a leaf is queued with: its retention priority above everything
+ * (RADIX_PRIO_SHIFT), then its last use, plus under RADIX_EVICT_FREQ a
+ * bonus for each hit up to freq_max_hits. Fixed while it stays queued. */
+#define RADIX_PRIO_SHIFT 56
 static uint64_t queue_key(const radix_tree_t *t, const radix_node_t *n)
 {
-    uint64_t key = leaf_stamp(n);
+    uint32_t id = *rec_id(n, last_pos(n));
+    uint64_t key = leaf_stamp(n) + ((uint64_t)block_prio(t, id, n->ns) << RADIX_PRIO_SHIFT);
     if (t->cfg.policy == RADIX_EVICT_FREQ) {
         uint32_t hits = rec_hits(n, last_pos(n));
         if (hits > t->cfg.freq_max_hits)
@@ -617,13 +657,10 @@ static void refresh(radix_tree_t *t, radix_node_t *n, bool touched)
     if (!evictable(t, n)) {
         make_unevictable(t, n);
     } else if (touched) {
+        /* Under LRU with one priority the newest goes to the tail; expose
+         * finds that with one comparison. */
         make_unevictable(t, n);
-        if (t->cfg.policy == RADIX_EVICT_LRU) {
-            n->leaf_key = leaf_stamp(n); /* the newest: the tail */
-            list_append(t->ns[n->ns], n);
-        } else {
-            expose(t, n);
-        }
+        expose(t, n);
     } else if (n->where == WHERE_NONE) {
         expose(t, n);
     }
@@ -656,6 +693,9 @@ static void evict_leaf(radix_tree_t *t, radix_node_t *n, evict_cause_t cause)
     t->evict_age64 += (t->tick - leaf_stamp(n)) - t->evict_age64 / 64;
     uint32_t id = *rec_id(n, last_pos(n));
     t->by_node[id] = NULL;
+    ns->st.cached_by_band[t->band_of[id]]--;
+    ns->st.evicted_by_band[t->band_of[id]]++;
+    t->hint_base[id] = t->hint_timed[id] = RADIX_PRIO_NONE;
     ns->st.cached_blocks--;
     ns->st.evicted_blocks++;
     if (cause == EVICT_OWN)
@@ -712,8 +752,15 @@ int radix_new(const radix_config_t *cfg, radix_tree_t **out)
     t->by_node = t_calloc(t, cfg->max_blocks, sizeof(*t->by_node));
     t->by_pos = t_calloc(t, cfg->max_blocks, sizeof(*t->by_pos));
     t->slots = t_calloc(t, 64, sizeof(*t->slots));
-    if (!t->by_node || !t->by_pos || !t->slots)
+    t->hint_base = t_malloc(t, cfg->max_blocks);
+    t->hint_timed = t_malloc(t, cfg->max_blocks);
+    t->hint_until = t_calloc(t, cfg->max_blocks, sizeof(*t->hint_until));
+    t->band_of = t_calloc(t, cfg->max_blocks, 1);
+    if (!t->by_node || !t->by_pos || !t->slots || !t->hint_base || !t->hint_timed ||
+        !t->hint_until || !t->band_of)
         goto fail;
+    memset(t->hint_base, RADIX_PRIO_NONE, cfg->max_blocks);
+    memset(t->hint_timed, RADIX_PRIO_NONE, cfg->max_blocks);
     t->slot_mask = 63;
     *out = t;
     return 0;
@@ -739,6 +786,11 @@ void radix_free(radix_tree_t *t)
     free(t->slots);
     free(t->by_node);
     free(t->by_pos);
+    free(t->hint_base);
+    free(t->hint_timed);
+    free(t->hint_until);
+    free(t->band_of);
+    free(t->exp);
     free(t);
 }
 
@@ -775,6 +827,10 @@ int radix_ns_create(radix_tree_t *t, const char *name, uint64_t seed, uint32_t q
     ns->seed = seed;
     ns->st.quota = quota;
     ns->st.reserve = reserve;
+    ns->prio_default = RADIX_PRIO_DEFAULT;
+    ns->prio_cap = RADIX_PRIO_MAX;
+    ns->st.prio_default = RADIX_PRIO_DEFAULT;
+    ns->st.prio_cap = RADIX_PRIO_MAX;
     root->ns = t->n_ns;
     ns->root = root;
     t->ns[t->n_ns] = ns;
@@ -1075,6 +1131,8 @@ static void fill_recs(radix_tree_t *t, radix_ns_t *ns, radix_node_t *n, uint32_t
         memcpy(rec_tokens(t, n, pos), block, (size_t)bt * sizeof(uint32_t));
         t->by_node[id] = n;
         t->by_pos[id] = pos;
+        t->band_of[id] = (uint8_t)prio_band(block_prio(t, id, n->ns));
+        ns->st.cached_by_band[t->band_of[id]]++;
         canonical[i + k] = id;
         if (pin)
             pin_rec(t, ns, n, pos);
@@ -1307,6 +1365,164 @@ int radix_block_refcount(const radix_tree_t *t, uint32_t block_id, uint32_t *ref
     if (!n)
         return KVS_ENOTFOUND;
     *refcount = *rec_ref(n, t->by_pos[block_id]);
+    return 0;
+}
+
+/* ---- retention hints -------------------------------------------------------- */
+
+/* After block id's hints changed from giving `before`: its band count, and
+ * its place in eviction order when it is a queued leaf (requeued with its
+ * new key: O(1) at a list end, else O(log leaves)). */
+static void prio_changed(radix_tree_t *t, uint32_t id, uint32_t before)
+{
+    radix_node_t *n = t->by_node[id];
+    uint32_t now = block_prio(t, id, n->ns);
+    if (now == before)
+        return;
+    radix_ns_t *ns = t->ns[n->ns];
+    uint32_t band = prio_band(now);
+    if (band != t->band_of[id]) {
+        ns->st.cached_by_band[t->band_of[id]]--;
+        ns->st.cached_by_band[band]++;
+        t->band_of[id] = (uint8_t)band;
+    }
+    if (t->by_pos[id] == last_pos(n) && n->where != WHERE_NONE) {
+        make_unevictable(t, n);
+        expose(t, n);
+    }
+}
+
+static int expiry_push(radix_tree_t *t, uint64_t until, uint32_t id)
+{
+    if (t->exp_len == t->exp_cap) {
+        size_t ncap = t->exp_cap ? 2 * t->exp_cap : 64;
+        radix_expiry_t *e = t_realloc(t, t->exp, ncap * sizeof(*e));
+        if (!e)
+            return KVS_ENOMEM;
+        t->exp = e;
+        t->exp_cap = ncap;
+    }
+    size_t i = t->exp_len++;
+    while (i > 0 && t->exp[(i - 1) / 2].until > until) {
+        t->exp[i] = t->exp[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    t->exp[i].until = until;
+    t->exp[i].id = id;
+    return 0;
+}
+
+static void expiry_pop(radix_tree_t *t)
+{
+    radix_expiry_t last = t->exp[--t->exp_len];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= t->exp_len)
+            break;
+        if (c + 1 < t->exp_len && t->exp[c + 1].until < t->exp[c].until)
+            c++;
+        if (t->exp[c].until >= last.until)
+            break;
+        t->exp[i] = t->exp[c];
+        i = c;
+    }
+    if (t->exp_len > 0)
+        t->exp[i] = last;
+}
+
+int radix_hint(radix_tree_t *t, uint32_t block_id, uint32_t prio, uint64_t until)
+{
+    if (!t || block_id >= t->cfg.max_blocks || prio > RADIX_PRIO_MAX)
+        return KVS_EINVAL;
+    radix_node_t *n = t->by_node[block_id];
+    if (!n || n == &radix_mark)
+        return KVS_ENOTFOUND;
+    radix_ns_t *ns = t->ns[n->ns];
+    if (prio > ns->prio_cap)
+        prio = ns->prio_cap;
+    uint32_t before = block_prio(t, block_id, n->ns);
+    if (until == 0) {
+        if (t->hint_base[block_id] == RADIX_PRIO_NONE || prio > t->hint_base[block_id])
+            t->hint_base[block_id] = (uint8_t)prio;
+    } else {
+        uint32_t cur = t->hint_timed[block_id];
+        if (cur != RADIX_PRIO_NONE &&
+            (prio < cur || (prio == cur && until <= t->hint_until[block_id])))
+            return 0; /* a higher (or as high and longer) timed hint holds */
+        if (expiry_push(t, until, block_id) != 0)
+            return KVS_ENOMEM;
+        t->hint_timed[block_id] = (uint8_t)prio;
+        t->hint_until[block_id] = until;
+    }
+    prio_changed(t, block_id, before);
+    return 0;
+}
+
+int radix_expire_hints(radix_tree_t *t, uint64_t now, size_t *n_expired)
+{
+    if (!t)
+        return KVS_EINVAL;
+    size_t done = 0;
+    while (t->exp_len > 0 && t->exp[0].until <= now) {
+        radix_expiry_t e = t->exp[0];
+        expiry_pop(t);
+        radix_node_t *n = t->by_node[e.id];
+        /* Stale: the block was evicted, or its timed hint replaced. */
+        if (!n || n == &radix_mark || t->hint_timed[e.id] == RADIX_PRIO_NONE ||
+            t->hint_until[e.id] != e.until)
+            continue;
+        uint32_t before = block_prio(t, e.id, n->ns);
+        t->hint_timed[e.id] = RADIX_PRIO_NONE;
+        t->hint_until[e.id] = 0;
+        prio_changed(t, e.id, before);
+        done++;
+    }
+    if (n_expired)
+        *n_expired = done;
+    return 0;
+}
+
+int radix_block_priority(const radix_tree_t *t, uint32_t block_id, uint32_t *prio)
+{
+    if (!t || !prio || block_id >= t->cfg.max_blocks)
+        return KVS_EINVAL;
+    const radix_node_t *n = t->by_node[block_id];
+    if (!n || n == &radix_mark)
+        return KVS_ENOTFOUND;
+    *prio = block_prio(t, block_id, n->ns);
+    return 0;
+}
+
+int radix_ns_set_priority(radix_tree_t *t, uint32_t ns_id, uint32_t prio_default, uint32_t prio_cap)
+{
+    if (!t || prio_default > RADIX_PRIO_MAX || prio_cap > RADIX_PRIO_MAX)
+        return KVS_EINVAL;
+    if (ns_id >= t->n_ns)
+        return KVS_ENONS;
+    radix_ns_t *ns = t->ns[ns_id];
+    if (ns->prio_default == prio_default && ns->prio_cap == prio_cap)
+        return 0;
+    /* Rare (configuration): every block of the namespace is looked at, and
+     * hints above the new cap come down to it. */
+    uint32_t old_default = ns->prio_default;
+    for (uint32_t id = 0; id < t->cfg.max_blocks; id++) {
+        radix_node_t *n = t->by_node[id];
+        if (!n || n == &radix_mark || n->ns != ns_id)
+            continue;
+        ns->prio_default = (uint8_t)old_default;
+        uint32_t before = block_prio(t, id, ns_id);
+        if (t->hint_base[id] != RADIX_PRIO_NONE && t->hint_base[id] > prio_cap)
+            t->hint_base[id] = (uint8_t)prio_cap;
+        if (t->hint_timed[id] != RADIX_PRIO_NONE && t->hint_timed[id] > prio_cap)
+            t->hint_timed[id] = (uint8_t)prio_cap;
+        ns->prio_default = (uint8_t)prio_default;
+        prio_changed(t, id, before);
+    }
+    ns->prio_default = (uint8_t)prio_default;
+    ns->prio_cap = (uint8_t)prio_cap;
+    ns->st.prio_default = prio_default;
+    ns->st.prio_cap = prio_cap;
     return 0;
 }
 
@@ -1586,6 +1802,10 @@ int radix_check(const radix_tree_t *t)
             stamp = rec_stamp(node, k);
             uint32_t id = *rec_id(node, k);
             CHECK(id < t->cfg.max_blocks && t->by_node[id] == node && t->by_pos[id] == k);
+            CHECK(t->band_of[id] == prio_band(block_prio(t, id, node->ns)));
+            uint32_t hb = t->hint_base[id], ht = t->hint_timed[id];
+            CHECK((hb == RADIX_PRIO_NONE || hb <= RADIX_PRIO_MAX) &&
+                  (ht == RADIX_PRIO_NONE || (ht <= RADIX_PRIO_MAX && t->hint_until[id] > 0)));
             cached++;
             ns_cached[node->ns]++;
             if (*rec_ref(node, k) > 0) {
@@ -1618,6 +1838,12 @@ int radix_check(const radix_tree_t *t)
         CHECK(ns->st.cached_blocks == ns_cached[k] && ns->st.pinned_blocks == ns_pinned[k]);
         CHECK(ns->st.evicted_blocks ==
               ns->st.evicted_own + ns->st.evicted_others + ns->st.evicted_quota);
+        uint64_t by_band = 0, ev_band = 0;
+        for (int b = 0; b < RADIX_PRIO_BANDS; b++) {
+            by_band += ns->st.cached_by_band[b];
+            ev_band += ns->st.evicted_by_band[b];
+        }
+        CHECK(by_band == ns->st.cached_blocks && ev_band == ns->st.evicted_blocks);
         CHECK(ns->n_nodes == ns_nodes[k] && ns->root->n_children == ns_root_children[k]);
         /* LRU list: linked both ways, strictly increasing stamps. */
         const radix_node_t *prev = NULL;
@@ -1627,7 +1853,7 @@ int radix_check(const radix_tree_t *t)
             if (prev)
                 CHECK(goes_before(prev, l));
             if (t->cfg.policy == RADIX_EVICT_LRU)
-                CHECK(l->leaf_key == leaf_stamp(l));
+                CHECK(l->leaf_key == queue_key(t, l));
             prev = l;
         }
         CHECK(ns->lru_tail == prev);

@@ -142,6 +142,12 @@ typedef struct radix_config {
                                 * or RADIX_FREQ_NO_HORIZON) */
 } radix_config_t;
 
+/* Retention priorities (radix_hint): 0 .. RADIX_PRIO_MAX, and the bands
+ * stats count them in: 0-24, 25-49, 50-74, 75-100. */
+#define RADIX_PRIO_MAX     100
+#define RADIX_PRIO_DEFAULT 50
+#define RADIX_PRIO_BANDS   4
+
 typedef struct radix_ns_stats {
     uint64_t lookups;          /* radix_lookup calls */
     uint64_t lookup_tokens;    /* tokens asked for by lookups */
@@ -156,6 +162,10 @@ typedef struct radix_ns_stats {
     uint32_t pinned_blocks;    /* of those, blocks with refcount > 0 */
     uint32_t quota;            /* 0: unlimited */
     uint32_t reserve;
+    uint32_t prio_default; /* retention priority of blocks without a live hint */
+    uint32_t prio_cap;     /* the highest a hint may give */
+    uint32_t cached_by_band[RADIX_PRIO_BANDS];  /* cached_blocks by priority band */
+    uint64_t evicted_by_band[RADIX_PRIO_BANDS]; /* evicted_blocks by band when dropped */
 } radix_ns_stats_t;
 
 typedef enum radix_order {
@@ -177,7 +187,7 @@ typedef struct radix_prefix {
 /* Creates an empty index. Errors: KVS_EINVAL (block_tokens or max_blocks 0,
  * block_tokens > 65536, an unknown policy, freq_* parameters above their
  * limits), KVS_ENOMEM. The tree is freed with radix_free.
- * Memory: 12 bytes per possible block id (max_blocks) at once, then per
+ * Memory: 23 bytes per possible block id (max_blocks) at once, then per
  * cached block 28 bytes plus its token ids, plus a node header and a table
  * slot per run of blocks. */
 int radix_new(const radix_config_t *cfg, radix_tree_t **out);
@@ -279,6 +289,39 @@ int radix_unpin(radix_tree_t *t, uint32_t block_id);
 /* Whether the block is cached, and its refcount. Errors: KVS_EINVAL,
  * KVS_ENOTFOUND. */
 int radix_block_refcount(const radix_tree_t *t, uint32_t block_id, uint32_t *refcount);
+
+/* Retention hints. A cached block's priority is the highest that a live
+ * hint gives it, else its namespace's default (RADIX_PRIO_DEFAULT unless
+ * radix_ns_set_priority says otherwise). Eviction takes the lowest priority
+ * first, and within a priority the order above (Eviction order): the
+ * priority sits above the key's other bits. Priority is not a pin: a
+ * priority-100 block is evicted when nothing lower is left, and quotas and
+ * reservations (radix_evict) hold whatever the priorities.
+ * A hint with until == 0 lasts while the block is cached; otherwise it ends
+ * at `until`, in the clock of radix_expire_hints' `now` (kvshared: loop
+ * milliseconds). A block keeps two: the highest hint without an end, and the
+ * highest timed one (a timed hint lower than a live timed one is dropped,
+ * even when it would outlast it). Hints end with the block's eviction.
+ * Cost: O(1), plus O(log leaves) when a queued leaf changes place, plus a
+ * heap push for a timed hint. Errors: KVS_EINVAL (id out of range, prio >
+ * RADIX_PRIO_MAX), KVS_ENOTFOUND (not cached), KVS_ENOMEM (timed only;
+ * nothing changes). A prio above the namespace's cap counts as the cap. */
+int radix_hint(radix_tree_t *t, uint32_t block_id, uint32_t prio, uint64_t until);
+
+/* Ends the timed hints whose `until` <= now (each block's priority falls
+ * back to what its other hints, or its namespace's default, give). Call it
+ * before evicting; *n_expired (may be NULL) = hints ended. Cost: O(log n)
+ * per hint ended or stale. Errors: KVS_EINVAL. */
+int radix_expire_hints(radix_tree_t *t, uint64_t now, size_t *n_expired);
+
+/* A cached block's priority now. Errors: KVS_EINVAL, KVS_ENOTFOUND. */
+int radix_block_priority(const radix_tree_t *t, uint32_t block_id, uint32_t *prio);
+
+/* A namespace's default priority and the cap on its hints (both <=
+ * RADIX_PRIO_MAX; hints above a lowered cap come down to it). Linear in
+ * max_blocks when either changes: for configuration, not the request path.
+ * Errors: KVS_EINVAL, KVS_ENONS. */
+int radix_ns_set_priority(radix_tree_t *t, uint32_t ns, uint32_t prio_default, uint32_t prio_cap);
 
 /* Evicts up to n unpinned leaf blocks, calling on_evict for each. for_ns is
  * the namespace whose need drives the eviction (RADIX_NS_ANY for none). The

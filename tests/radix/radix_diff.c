@@ -184,6 +184,24 @@ static int run(radix_diff_t *d, const radix_diff_op_t *op, int *rc)
         }
         SAME(d, rc_t, rc_m);
         break;
+    case RADIX_DIFF_HINT: {
+        bool from_held = op->from_held && op->held_index < d->n_held;
+        uint32_t id = from_held ? d->held[op->held_index] : op->id;
+        rc_t = radix_hint(t, id, op->prio, op->until);
+        rc_m = model_hint(m, id, op->prio, op->until);
+        SAME(d, rc_t, rc_m);
+        break;
+    }
+    case RADIX_DIFF_EXPIRE:
+        rc_t = radix_expire_hints(t, op->now, NULL);
+        model_expire(m, op->now);
+        SAME(d, rc_t, 0);
+        break;
+    case RADIX_DIFF_SET_PRIORITY:
+        rc_t = radix_ns_set_priority(t, op->ns, op->prio, op->prio_cap);
+        rc_m = model_set_priority(m, op->ns, op->prio, op->prio_cap);
+        SAME(d, rc_t, rc_m);
+        break;
     default:
         return differ(d, "unknown operation %d", (int)op->kind);
     }
@@ -216,6 +234,8 @@ static int compare(radix_diff_t *d)
         SAME(d, st.evicted_own, m->ns[k].evicted_own);
         SAME(d, st.evicted_others, m->ns[k].evicted_others);
         SAME(d, st.evicted_quota, m->ns[k].evicted_quota);
+        SAME(d, st.prio_default, m->ns[k].prio_default);
+        SAME(d, st.prio_cap, m->ns[k].prio_cap);
     }
     /* Every block's refcount, or one block per step in turn (long runs). */
     uint32_t from = d->all_refcounts ? 0 : (uint32_t)(d->step % d->max_blocks);
@@ -224,6 +244,11 @@ static int compare(radix_diff_t *d)
         uint32_t r_t = 0, r_m = 0;
         SAME(d, radix_block_refcount(t, id, &r_t), model_refcount(m, id, &r_m));
         SAME(d, r_t, r_m);
+        if (m->blocks[id].cached) {
+            uint32_t p_t = 999;
+            SAME(d, radix_block_priority(t, id, &p_t), 0);
+            SAME(d, p_t, model_prio(m, id));
+        }
     }
     return 0;
 }

@@ -30,6 +30,9 @@ typedef enum radix_diff_kind {
     RADIX_DIFF_UNPIN,
     RADIX_DIFF_EVICT,
     RADIX_DIFF_SET_LIMITS,
+    RADIX_DIFF_HINT,         /* radix_hint(id or held[held_index], prio, until) */
+    RADIX_DIFF_EXPIRE,       /* radix_expire_hints(now) */
+    RADIX_DIFF_SET_PRIORITY, /* radix_ns_set_priority(ns, prio, prio_cap) */
 } radix_diff_kind_t;
 
 typedef struct radix_diff_op {
@@ -49,6 +52,8 @@ typedef struct radix_diff_op {
     uint32_t for_ns;         /* evict */
     size_t n;                /* evict */
     uint32_t quota, reserve; /* set_limits */
+    uint32_t prio, prio_cap; /* hint, set_priority */
+    uint64_t until, now;     /* hint, expire */
 } radix_diff_op_t;
 
 typedef struct radix_diff {

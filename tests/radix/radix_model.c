@@ -40,15 +40,23 @@ static uint64_t step_now(const model_t *m)
     return step;
 }
 
-/* The key of a block as of now: last use, plus under RADIX_EVICT_FREQ a
- * bonus per hit (up to max_hits). */
+uint32_t model_prio(const model_t *m, uint32_t id)
+{
+    const model_block_t *b = &m->blocks[id];
+    int p = b->hint_base > b->hint_timed ? b->hint_base : b->hint_timed;
+    return p < 0 ? m->ns[b->ns].prio_default : (uint32_t)p;
+}
+
+/* The key of a block as of now: its priority above all, then last use, plus
+ * under RADIX_EVICT_FREQ a bonus per hit (up to max_hits). */
 static uint64_t key_now(const model_t *m, const model_block_t *b)
 {
+    uint64_t prio = (uint64_t)model_prio(m, (uint32_t)(b - m->blocks)) << 56;
     if (m->policy != RADIX_EVICT_FREQ)
-        return b->stamp;
+        return prio + b->stamp;
     uint64_t step = step_now(m);
     uint32_t hits = b->hits < m->max_hits ? b->hits : m->max_hits;
-    return b->stamp + hits * step;
+    return prio + b->stamp + hits * step;
 }
 
 static bool is_leaf_free(const model_t *m, int64_t id)
@@ -75,6 +83,8 @@ uint32_t model_ns_create(model_t *m, uint32_t quota, uint32_t reserve)
 {
     m->ns[m->n_ns].quota = quota;
     m->ns[m->n_ns].reserve = reserve;
+    m->ns[m->n_ns].prio_default = RADIX_PRIO_DEFAULT;
+    m->ns[m->n_ns].prio_cap = RADIX_PRIO_MAX;
     return m->n_ns++;
 }
 
@@ -234,6 +244,7 @@ int model_insert(model_t *m, uint32_t ns, const uint32_t *tokens, size_t n_token
         model_block_t *b = &m->blocks[ids[i]];
         memset(b, 0, sizeof(*b));
         b->cached = true;
+        b->hint_base = b->hint_timed = -1;
         b->ns = ns;
         b->parent = cur;
         memcpy(b->tokens, tokens + i * m->bt, m->bt * sizeof(uint32_t));
@@ -291,6 +302,66 @@ int model_refcount(const model_t *m, uint32_t id, uint32_t *ref)
     if (!m->blocks[id].cached)
         return KVS_ENOTFOUND;
     *ref = m->blocks[id].ref;
+    return 0;
+}
+
+int model_hint(model_t *m, uint32_t id, uint32_t prio, uint64_t until)
+{
+    if (id >= m->max_blocks || prio > RADIX_PRIO_MAX)
+        return KVS_EINVAL;
+    model_block_t *b = &m->blocks[id];
+    if (!b->cached)
+        return KVS_ENOTFOUND;
+    uint32_t before = model_prio(m, id);
+    int p = (int)(prio < m->ns[b->ns].prio_cap ? prio : m->ns[b->ns].prio_cap);
+    if (until == 0) {
+        if (p > b->hint_base)
+            b->hint_base = p;
+    } else if (p > b->hint_timed || (p == b->hint_timed && until > b->hint_until)) {
+        b->hint_timed = p;
+        b->hint_until = until;
+    }
+    if (model_prio(m, id) != before)
+        rekey(m, id);
+    return 0;
+}
+
+void model_expire(model_t *m, uint64_t now)
+{
+    for (uint32_t id = 0; id < m->max_blocks; id++) {
+        model_block_t *b = &m->blocks[id];
+        if (!b->cached || b->hint_timed < 0 || b->hint_until > now)
+            continue;
+        uint32_t before = model_prio(m, id);
+        b->hint_timed = -1;
+        if (model_prio(m, id) != before)
+            rekey(m, id);
+    }
+}
+
+int model_set_priority(model_t *m, uint32_t ns, uint32_t prio_default, uint32_t prio_cap)
+{
+    if (prio_default > RADIX_PRIO_MAX || prio_cap > RADIX_PRIO_MAX)
+        return KVS_EINVAL;
+    if (ns >= m->n_ns)
+        return KVS_ENONS;
+    uint32_t old_default = m->ns[ns].prio_default;
+    for (uint32_t id = 0; id < m->max_blocks; id++) {
+        model_block_t *b = &m->blocks[id];
+        if (!b->cached || b->ns != ns)
+            continue;
+        m->ns[ns].prio_default = old_default;
+        uint32_t before = model_prio(m, id);
+        if (b->hint_base > (int)prio_cap)
+            b->hint_base = (int)prio_cap;
+        if (b->hint_timed > (int)prio_cap)
+            b->hint_timed = (int)prio_cap;
+        m->ns[ns].prio_default = prio_default;
+        if (model_prio(m, id) != before)
+            rekey(m, id);
+    }
+    m->ns[ns].prio_default = prio_default;
+    m->ns[ns].prio_cap = prio_cap;
     return 0;
 }
 

@@ -25,6 +25,8 @@ typedef struct model_block {
     uint32_t children;
     uint32_t hits; /* lookups that matched it */
     uint64_t key;  /* eviction key, set when it last became or was used as an evictable leaf */
+    int hint_base, hint_timed; /* -1: none */
+    uint64_t hint_until;
 } model_block_t;
 
 typedef struct model_ns {
@@ -32,6 +34,7 @@ typedef struct model_ns {
     uint64_t lookups, lookup_tokens, hit_tokens, inserted, duplicates, evicted;
     uint64_t evicted_own, evicted_others, evicted_quota; /* evicted, by cause */
     uint32_t cached, pinned;
+    uint32_t prio_default, prio_cap;
 } model_ns_t;
 
 typedef struct model {
@@ -64,6 +67,12 @@ int model_insert(model_t *m, uint32_t ns, const uint32_t *tokens, size_t n_token
 int model_pin(model_t *m, uint32_t id);
 int model_unpin(model_t *m, uint32_t id);
 int model_refcount(const model_t *m, uint32_t id, uint32_t *ref);
+/* Retention hints as radix_hint, radix_expire_hints, radix_ns_set_priority
+ * define them, kept the obvious way: every block's hints, scanned. */
+int model_hint(model_t *m, uint32_t id, uint32_t prio, uint64_t until);
+void model_expire(model_t *m, uint64_t now);
+int model_set_priority(model_t *m, uint32_t ns, uint32_t prio_default, uint32_t prio_cap);
+uint32_t model_prio(const model_t *m, uint32_t id);
 int model_evict(model_t *m, uint32_t for_ns, size_t n, size_t *n_evicted);
 
 #endif

@@ -514,6 +514,102 @@ START_TEST(test_evict_lru_order)
 }
 END_TEST
 
+/* Retention priority: lowest first, LRU within; the highest live hint
+ * counts; timed hints end; a namespace's cap and default; a priority-100
+ * block is still evicted (not a pin) and a quota still holds. */
+START_TEST(test_evict_priority_order)
+{
+    radix_tree_t *t = tree_with(BT, 64, NULL);
+    uint32_t ns = ns_new(t, "a", 0, 0);
+    uint32_t p[4][BT];
+    for (uint32_t k = 0; k < 4; k++) {
+        prompt(p[k], BT, k + 1);
+        insert_run(t, ns, p[k], 1, 10 * k, false, 0);
+    }
+    /* 0: 80 for good; 1: 90 until 100, and 20 for good; 2: 10; 3: default. */
+    ck_assert_int_eq(radix_hint(t, 0, 80, 0), 0);
+    ck_assert_int_eq(radix_hint(t, 10, 20, 0), 0);
+    ck_assert_int_eq(radix_hint(t, 10, 90, 100), 0);
+    ck_assert_int_eq(radix_hint(t, 10, 60, 200), 0); /* lower than the live 90: dropped */
+    ck_assert_int_eq(radix_hint(t, 20, 10, 0), 0);
+    ck_assert_int_eq(radix_hint(t, 20, 5, 0), 0); /* lower: the highest stays */
+    ck_assert_int_eq(radix_hint(t, 20, RADIX_PRIO_MAX + 1, 0), KVS_EINVAL);
+    ck_assert_int_eq(radix_hint(t, 5, 50, 0), KVS_ENOTFOUND);
+    uint32_t prio = 0;
+    ck_assert_int_eq(radix_block_priority(t, 10, &prio), 0);
+    ck_assert_uint_eq(prio, 90);
+    radix_ns_stats_t st;
+    ck_assert_int_eq(radix_ns_stats(t, ns, &st), 0);
+    ck_assert_uint_eq(st.cached_by_band[0], 1); /* 10 */
+    ck_assert_uint_eq(st.cached_by_band[2], 1); /* 50 */
+    ck_assert_uint_eq(st.cached_by_band[3], 2); /* 80, 90 */
+    size_t n = 0;
+    ck_assert_int_eq(radix_expire_hints(t, 99, &n), 0);
+    ck_assert_uint_eq(n, 0);
+    ck_assert_int_eq(radix_expire_hints(t, 100, &n), 0);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_int_eq(radix_block_priority(t, 10, &prio), 0);
+    ck_assert_uint_eq(prio, 20);
+    ck_assert_int_eq(radix_check(t), 0);
+    size_t got;
+    ck_assert_int_eq(radix_evict(t, RADIX_NS_ANY, 4, &got), 0);
+    ck_assert_uint_eq(got, 4);
+    uint32_t want[4] = {20, 10, 30, 0};
+    for (int k = 0; k < 4; k++)
+        ck_assert_uint_eq(ev.ids[k], want[k]);
+    ck_assert_int_eq(radix_ns_stats(t, ns, &st), 0);
+    ck_assert_uint_eq(st.evicted_by_band[0], 2);
+    ck_assert_uint_eq(st.evicted_by_band[2], 1);
+    ck_assert_uint_eq(st.evicted_by_band[3], 1);
+    /* A cap of 60 and a default of 30: hints above 60 count as 60, and an
+     * unhinted block (30) goes before a hinted one. */
+    ck_assert_int_eq(radix_ns_set_priority(t, ns, 30, 60), 0);
+    ck_assert_int_eq(radix_ns_set_priority(t, ns, 30, 101), KVS_EINVAL);
+    ck_assert_int_eq(radix_ns_set_priority(t, 7, 30, 60), KVS_ENONS);
+    insert_run(t, ns, p[0], 1, 1, false, 0);
+    insert_run(t, ns, p[1], 1, 2, false, 0);
+    ck_assert_int_eq(radix_hint(t, 1, 100, 0), 0);
+    ck_assert_int_eq(radix_block_priority(t, 1, &prio), 0);
+    ck_assert_uint_eq(prio, 60);
+    ev.n = 0;
+    ck_assert_int_eq(radix_evict(t, RADIX_NS_ANY, 1, &got), 0);
+    ck_assert_uint_eq(ev.ids[0], 2);
+    /* Not a pin: the last block goes too. */
+    ck_assert_int_eq(radix_evict(t, RADIX_NS_ANY, 1, &got), 0);
+    ck_assert_uint_eq(got, 1);
+    ck_assert_uint_eq(ev.ids[1], 1);
+    ck_assert_int_eq(radix_check(t), 0);
+    radix_free(t);
+}
+END_TEST
+
+/* A quota holds whatever the priorities: the namespace evicts its own
+ * blocks, the high ones too, and never another namespace's. */
+START_TEST(test_priority_keeps_quota)
+{
+    radix_tree_t *t = tree_with(BT, 64, NULL);
+    uint32_t a = ns_new(t, "a", 2, 0), b = ns_new(t, "b", 0, 0);
+    uint32_t p[4][BT];
+    for (uint32_t k = 0; k < 4; k++)
+        prompt(p[k], BT, k + 1);
+    insert_run(t, b, p[0], 1, 30, false, 0);
+    ck_assert_int_eq(radix_hint(t, 30, 0, 0), 0);
+    insert_run(t, a, p[1], 1, 1, false, 0);
+    insert_run(t, a, p[2], 1, 2, false, 0);
+    ck_assert_int_eq(radix_hint(t, 1, 100, 0), 0);
+    ck_assert_int_eq(radix_hint(t, 2, 100, 0), 0);
+    insert_run(t, a, p[3], 1, 3, false, 0);
+    radix_ns_stats_t st;
+    ck_assert_int_eq(radix_ns_stats(t, a, &st), 0);
+    ck_assert_uint_eq(st.cached_blocks, 2);
+    ck_assert_uint_eq(ev.n, 1);
+    ck_assert_uint_eq(ev.ids[0], 1);
+    ck_assert_int_eq(radix_block_refcount(t, 30, &(uint32_t){0}), 0);
+    ck_assert_int_eq(radix_check(t), 0);
+    radix_free(t);
+}
+END_TEST
+
 START_TEST(test_evict_out_of_order_unpins)
 {
     /* Leaves that become evictable with a stamp between the oldest and the
@@ -1207,6 +1303,7 @@ static void diff_run(const diff_cfg_t *dc)
     uint32_t ids[MAX_PROMPT_BLOCKS];
     long counts[8] = {0};
     long insert_rc[16] = {0}, evicted = 0, max_cached = 0, pinned_lookups = 0;
+    uint64_t clock_now = 1; /* the clock of hint ends */
     for (long step = 0; step < dc->ops; step++) {
         uint32_t ns = rnd(3);
         if (rnd(50) == 0)
@@ -1266,6 +1363,30 @@ static void diff_run(const diff_cfg_t *dc)
             }
             DIFF_OK(d, radix_diff_compare(d));
             counts[3]++;
+        } else if (op < 94) {
+            /* retention hints: a hint on a held or any block, the clock
+             * moving on, now and then a namespace's default and cap */
+            uint32_t kind = rnd(10);
+            clock_now += rnd(8);
+            if (kind < 7) {
+                o.kind = RADIX_DIFF_HINT;
+                o.from_held = d->n_held > 0 && rnd(2);
+                if (o.from_held)
+                    o.held_index = rnd((uint32_t)d->n_held);
+                else
+                    o.id = rnd(dc->max_blocks + 1);
+                o.prio = rnd(30) == 0 ? RADIX_PRIO_MAX + 1 : rnd(RADIX_PRIO_MAX + 1);
+                o.until = rnd(2) ? 0 : clock_now + 1 + rnd(40);
+            } else if (kind < 9) {
+                o.kind = RADIX_DIFF_EXPIRE;
+                o.now = clock_now;
+            } else {
+                o.kind = RADIX_DIFF_SET_PRIORITY;
+                o.prio = rnd(RADIX_PRIO_MAX + 1);
+                o.prio_cap = rnd(RADIX_PRIO_MAX + 1);
+            }
+            DIFF_OK(d, radix_diff_step(d, &o, &rc));
+            counts[6]++;
         } else if (op < 99) {
             o.kind = RADIX_DIFF_EVICT;
             o.for_ns = rnd(4) == 0 ? RADIX_NS_ANY : ns;
@@ -1288,7 +1409,7 @@ static void diff_run(const diff_cfg_t *dc)
     /* Release everything: the tree must then empty out completely. */
     DIFF_OK(d, radix_diff_finish(d));
     /* Every kind of operation ran many times. */
-    for (int k = 0; k < 6; k++)
+    for (int k = 0; k < 7; k++)
         ck_assert_int_gt(counts[k], dc->ops / 200);
     /* ... and reached the interesting outcomes. */
     ck_assert_int_gt(insert_rc[0], dc->ops / 100);
@@ -1559,6 +1680,8 @@ static Suite *radix_suite(void)
     tcase_add_test(tc, test_insert_eexist);
     tcase_add_test(tc, test_pin_unpin);
     tcase_add_test(tc, test_evict_lru_order);
+    tcase_add_test(tc, test_evict_priority_order);
+    tcase_add_test(tc, test_priority_keeps_quota);
     tcase_add_test(tc, test_evict_out_of_order_unpins);
     tcase_add_test(tc, test_evict_all_pinned);
     tcase_add_test(tc, test_evict_freq_order);
