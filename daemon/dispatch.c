@@ -151,7 +151,11 @@ int dispatch_frame(session_t *s, const uint8_t *body, size_t len)
         status = KVS_EPROTO;
     } else {
         uint64_t t0 = uv_hrtime();
+        uint32_t claim_gen = s->claim_gen;
         status = entry->handler(s, req, &resp, &ctx);
+        /* Claims last until the next request has been handled (inflight.h). */
+        if (s->claims && s->claim_gen == claim_gen)
+            inflight_unclaim(s->srv, s);
         slot = (unsigned)dispatch_index(entry);
         metrics_observe(&s->srv->metrics.rpc_latency[slot], metrics_latency_bounds_ns,
                         metrics_latency_n_bounds, uv_hrtime() - t0);
@@ -193,7 +197,8 @@ int dispatch_lookup_resume(session_t *s, const inflight_wait_t *w)
     for (size_t i = 0; i < DISPATCH_N; i++)
         if (dispatch_table[i].rpc == KVSHARE__REQUEST__RPC_LOOKUP)
             slot = (unsigned)i;
-    int status = handler_lookup_answer(s, w->ns, w->tokens, w->n_tokens, w->pin, true, &resp, &ctx);
+    int status =
+        handler_lookup_answer(s, w->ns, w->tokens, w->n_tokens, w->pin, true, true, &resp, &ctx);
     metrics_count_rpc(&s->srv->metrics, slot, status);
     if (status != 0) {
         resp.status = (Kvshare__Status)(-status);

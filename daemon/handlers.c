@@ -219,7 +219,8 @@ int handler_hello(session_t *s, const Kvshare__Request *req, Kvshare__Response *
 }
 
 int handler_lookup_answer(session_t *s, uint32_t ns, const uint32_t *tokens, size_t n_tokens,
-                          bool pin, bool waited, Kvshare__Response *resp, handler_ctx_t *ctx)
+                          bool pin, bool waited, bool claim, Kvshare__Response *resp,
+                          handler_ctx_t *ctx)
 {
     server_t *srv = s->srv;
     size_t n_blocks = 0;
@@ -249,6 +250,9 @@ int handler_lookup_answer(session_t *s, uint32_t ns, const uint32_t *tokens, siz
     /* Telling what is in flight is advice: without memory for it, none. */
     if (inflight_count(srv, s, ns, tokens, n_tokens, n_blocks, &inflight) != 0)
         inflight = 0;
+    /* A waiting worker computes what it misses: others wait for it. */
+    if (claim && inflight == 0)
+        inflight_claim(srv, s, ns, tokens, n_tokens, n_blocks);
 
     Kvshare__LookupReply *r = &ctx->reply.lookup;
     kvshare__lookup_reply__init(r);
@@ -285,6 +289,8 @@ int handler_lookup(session_t *s, const Kvshare__Request *req, Kvshare__Response 
     rc = ns_resolve(s, lk->ns, true, &ns, ctx);
     if (rc != 0)
         return rc;
+    /* A new lookup ends this session's claims: it never waits for itself. */
+    inflight_unclaim(srv, s);
     if (lk->wait_ms > 0 && !srv->stopping && inflight_declared(srv) > 0) {
         uint32_t *ids, inflight = 0;
         size_t max_ids = n_tokens / srv->geo.block_tokens, cached = 0;
@@ -304,7 +310,8 @@ int handler_lookup(session_t *s, const Kvshare__Request *req, Kvshare__Response 
         }
         /* Without memory to wait, answer now: waiting is an optimisation. */
     }
-    return handler_lookup_answer(s, ns, tokens, n_tokens, lk->pin, false, resp, ctx);
+    return handler_lookup_answer(s, ns, tokens, n_tokens, lk->pin, false, lk->wait_ms > 0, resp,
+                                 ctx);
 }
 
 int handler_alloc(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,

@@ -42,7 +42,8 @@ struct handler_ctx {
 /* The Lookup reply for a prompt whose namespace is resolved: the one path
  * of an immediate and a parked lookup. waited: the reply's `waited`. */
 int handler_lookup_answer(session_t *s, uint32_t ns, const uint32_t *tokens, size_t n_tokens,
-                          bool pin, bool waited, Kvshare__Response *resp, handler_ctx_t *ctx);
+                          bool pin, bool waited, bool claim, Kvshare__Response *resp,
+                          handler_ctx_t *ctx);
 
 int handler_hello(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
                   handler_ctx_t *ctx);

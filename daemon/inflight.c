@@ -4,9 +4,12 @@
  *   bucket[h & mask] -> block -> next[block] -> ... -> INFLIGHT_NONE
  *   key[block] = h_i of the declared prefix, ns_of[block] its namespace
  *
- * One chained hash table threaded through per-block arrays: a block is
- * declared at most once, so declaring and ending a declaration never
- * allocate, and a key may appear several times (two writers of one prefix).
+ * One chained hash table threaded through per-entry arrays: entries
+ * [0, n_blocks) are the pool's blocks (a block is declared at most once),
+ * entries [n_blocks, 2 n_blocks) are claims, taken from a free stack and
+ * listed per session through claim_next. Declaring, claiming and ending
+ * either never allocate, and a key may appear several times (two writers of
+ * one prefix).
  */
 #include "inflight.h"
 
@@ -22,13 +25,19 @@
 struct inflight {
     uint32_t n_blocks;
     uint32_t mask;
-    uint32_t *bucket; /* [mask + 1] first block of each chain */
-    uint32_t *next;   /* [n_blocks] */
-    uint32_t *prev;   /* [n_blocks]: INFLIGHT_NONE for a chain's first */
-    uint64_t *key;    /* [n_blocks] */
-    uint32_t *ns_of;  /* [n_blocks] */
-    uint8_t *on;      /* [n_blocks]: declared */
-    uint32_t declared;
+    uint32_t *bucket;  /* [mask + 1] first entry of each chain */
+    uint32_t *next;    /* [2 n_blocks] */
+    uint32_t *prev;    /* [2 n_blocks]: INFLIGHT_NONE for a chain's first */
+    uint64_t *key;     /* [2 n_blocks] */
+    uint32_t *ns_of;   /* [2 n_blocks] */
+    uint8_t *on;       /* [2 n_blocks]: in the table */
+    uint32_t declared; /* blocks and claims in the table */
+
+    session_t **claim_owner; /* [n_blocks], by claim entry - n_blocks */
+    uint32_t *claim_next;    /* [n_blocks]: the owner's next claim */
+    uint32_t *claim_free;    /* free stack of claim entries */
+    uint32_t n_claim_free;
+    uint32_t claimed; /* claim entries in the table */
 
     uint64_t *scratch; /* chain hashes for inflight_count */
     size_t scratch_cap;
@@ -63,16 +72,23 @@ int inflight_new(server_t *srv, inflight_t **out)
     f->n_blocks = n;
     f->mask = buckets - 1;
     f->bucket = malloc(sizeof(uint32_t) * buckets);
-    f->next = malloc(sizeof(uint32_t) * n);
-    f->prev = malloc(sizeof(uint32_t) * n);
-    f->key = malloc(sizeof(uint64_t) * n);
-    f->ns_of = malloc(sizeof(uint32_t) * n);
-    f->on = calloc(n, 1);
-    if (!f->bucket || !f->next || !f->prev || !f->key || !f->ns_of || !f->on) {
+    f->next = malloc(sizeof(uint32_t) * 2 * n);
+    f->prev = malloc(sizeof(uint32_t) * 2 * n);
+    f->key = malloc(sizeof(uint64_t) * 2 * n);
+    f->ns_of = malloc(sizeof(uint32_t) * 2 * n);
+    f->on = calloc(2 * (size_t)n, 1);
+    f->claim_owner = calloc(n, sizeof(*f->claim_owner));
+    f->claim_next = malloc(sizeof(uint32_t) * n);
+    f->claim_free = malloc(sizeof(uint32_t) * n);
+    if (!f->bucket || !f->next || !f->prev || !f->key || !f->ns_of || !f->on || !f->claim_owner ||
+        !f->claim_next || !f->claim_free) {
         inflight_free(f);
         return KVS_ENOMEM;
     }
     memset(f->bucket, 0xff, sizeof(uint32_t) * buckets);
+    for (uint32_t i = 0; i < n; i++)
+        f->claim_free[i] = 2 * n - 1 - i;
+    f->n_claim_free = n;
     *out = f;
     return 0;
 }
@@ -85,6 +101,9 @@ static void free_tables(inflight_t *f)
     free(f->key);
     free(f->ns_of);
     free(f->on);
+    free(f->claim_owner);
+    free(f->claim_next);
+    free(f->claim_free);
     free(f->scratch);
     free(f);
 }
@@ -109,25 +128,30 @@ void inflight_free(inflight_t *f)
     free_tables(f);
 }
 
+static void entry_add(inflight_t *f, uint32_t b, uint32_t ns, uint64_t h)
+{
+    uint32_t slot = slot_of(f, h, ns);
+    f->key[b] = h;
+    f->ns_of[b] = ns;
+    f->on[b] = 1;
+    f->prev[b] = INFLIGHT_NONE;
+    f->next[b] = f->bucket[slot];
+    if (f->next[b] != INFLIGHT_NONE)
+        f->prev[f->next[b]] = b;
+    f->bucket[slot] = b;
+    f->declared++;
+}
+
+static void entry_remove(inflight_t *f, uint32_t b);
+static int scratch_hashes(server_t *srv, uint32_t ns, const uint32_t *tokens, size_t n_blocks);
+
 void inflight_declare(server_t *srv, uint32_t ns, const uint64_t *hashes, const uint32_t *ids,
                       size_t n)
 {
     inflight_t *f = srv->inflight;
-    for (size_t i = 0; i < n; i++) {
-        uint32_t b = ids[i];
-        if (b >= f->n_blocks || f->on[b])
-            continue;
-        uint32_t slot = slot_of(f, hashes[i], ns);
-        f->key[b] = hashes[i];
-        f->ns_of[b] = ns;
-        f->on[b] = 1;
-        f->prev[b] = INFLIGHT_NONE;
-        f->next[b] = f->bucket[slot];
-        if (f->next[b] != INFLIGHT_NONE)
-            f->prev[f->next[b]] = b;
-        f->bucket[slot] = b;
-        f->declared++;
-    }
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < f->n_blocks && !f->on[ids[i]])
+            entry_add(f, ids[i], ns, hashes[i]);
 }
 
 void inflight_undeclare(server_t *srv, uint32_t b)
@@ -135,6 +159,11 @@ void inflight_undeclare(server_t *srv, uint32_t b)
     inflight_t *f = srv->inflight;
     if (!f || b >= f->n_blocks || !f->on[b])
         return;
+    entry_remove(f, b);
+}
+
+static void entry_remove(inflight_t *f, uint32_t b)
+{
     if (f->prev[b] != INFLIGHT_NONE)
         f->next[f->prev[b]] = f->next[b];
     else
@@ -147,14 +176,57 @@ void inflight_undeclare(server_t *srv, uint32_t b)
         f->changed = true;
 }
 
-/* Whether a session other than s declared (ns, h). */
+/* The session that declared or claimed entry b. */
+static const session_t *entry_owner(const server_t *srv, uint32_t b)
+{
+    const inflight_t *f = srv->inflight;
+    return b < f->n_blocks ? srv->writer[b] : f->claim_owner[b - f->n_blocks];
+}
+
+/* Whether a session other than s declared or claimed (ns, h). */
 static bool declared_by_other(const server_t *srv, const session_t *s, uint32_t ns, uint64_t h)
 {
     const inflight_t *f = srv->inflight;
-    for (uint32_t b = f->bucket[slot_of(f, h, ns)]; b != INFLIGHT_NONE; b = f->next[b])
-        if (f->key[b] == h && f->ns_of[b] == ns && srv->writer[b] && srv->writer[b] != s)
+    for (uint32_t b = f->bucket[slot_of(f, h, ns)]; b != INFLIGHT_NONE; b = f->next[b]) {
+        const session_t *w = entry_owner(srv, b);
+        if (f->key[b] == h && f->ns_of[b] == ns && w && w != s)
             return true;
+    }
     return false;
+}
+
+void inflight_claim(server_t *srv, session_t *s, uint32_t ns, const uint32_t *tokens,
+                    size_t n_tokens, size_t cached)
+{
+    inflight_t *f = srv->inflight;
+    inflight_unclaim(srv, s);
+    size_t n_blocks = n_tokens / srv->geo.block_tokens;
+    if (cached >= n_blocks || scratch_hashes(srv, ns, tokens, n_blocks) != 0)
+        return;
+    for (size_t i = cached; i < n_blocks && f->n_claim_free > 0; i++) {
+        uint32_t c = f->claim_free[--f->n_claim_free];
+        entry_add(f, c, ns, f->scratch[i]);
+        f->claim_owner[c - f->n_blocks] = s;
+        f->claim_next[c - f->n_blocks] = s->claims;
+        s->claims = c;
+        f->claimed++;
+    }
+    s->claim_gen++;
+}
+
+void inflight_unclaim(server_t *srv, session_t *s)
+{
+    inflight_t *f = srv->inflight;
+    if (!f)
+        return;
+    while (s->claims != 0) {
+        uint32_t c = s->claims;
+        s->claims = f->claim_next[c - f->n_blocks];
+        f->claim_owner[c - f->n_blocks] = NULL;
+        entry_remove(f, c);
+        f->claim_free[f->n_claim_free++] = c;
+        f->claimed--;
+    }
 }
 
 static int scratch_hashes(server_t *srv, uint32_t ns, const uint32_t *tokens, size_t n_blocks)
@@ -378,6 +450,11 @@ bool inflight_pending(const server_t *srv)
 uint32_t inflight_declared(const server_t *srv)
 {
     return srv->inflight ? srv->inflight->declared : 0;
+}
+
+uint32_t inflight_claimed(const server_t *srv)
+{
+    return srv->inflight ? srv->inflight->claimed : 0;
 }
 
 uint32_t inflight_waiting(const server_t *srv)

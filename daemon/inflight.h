@@ -85,6 +85,19 @@ void inflight_declare(server_t *srv, uint32_t ns, const uint64_t *hashes, const 
  * a fresh look (inflight_wake). */
 void inflight_undeclare(server_t *srv, uint32_t b);
 
+/* Claims: a Lookup with wait_ms > 0 that is answered with blocks missing
+ * claims them for its session (each missing block's prefix, entered like a
+ * declaration), so that a worker computing the rest is waited for from its
+ * Lookup on, not only from its Alloc: two workers that look up one new
+ * prompt at once do not both compute it. The claims end after the
+ * session's next request (its Alloc declares the blocks first), or when it
+ * ends. Claim entries are bounded by the pool size; past that, no claim. */
+void inflight_claim(server_t *srv, session_t *s, uint32_t ns, const uint32_t *tokens,
+                    size_t n_tokens, size_t cached);
+
+/* Ends the session's claims (idempotent); marks the waiters for a look. */
+void inflight_unclaim(server_t *srv, session_t *s);
+
 /* Blocks of the prompt after its first `cached` ones that sessions other
  * than s declared, counted up to the first that is not declared. 0 at once
  * when nothing is declared. Errors: KVS_ENOMEM (hash scratch), KVS_ENONS. */
@@ -114,8 +127,9 @@ void inflight_shutdown(server_t *srv);
 /* Whether a declaration ended since the last inflight_wake. */
 bool inflight_pending(const server_t *srv);
 
-/* Declared blocks now, and parked lookups now. */
+/* Declared blocks and claims now, claims alone, and parked lookups now. */
 uint32_t inflight_declared(const server_t *srv);
+uint32_t inflight_claimed(const server_t *srv);
 uint32_t inflight_waiting(const server_t *srv);
 
 #endif /* KVS_DAEMON_INFLIGHT_H */

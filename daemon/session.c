@@ -289,6 +289,7 @@ void session_close(session_t *s, const char *reason)
     server_t *srv = s->srv;
     s->closing = true;
     inflight_cancel(s->srv, s);
+    inflight_unclaim(s->srv, s);
     release_all(s);
     unlink_session(s);
     LOG_DEBUG("session %llu (worker '%s', pid %d) closed: %s", (unsigned long long)s->id,

@@ -71,6 +71,10 @@ struct session {
     /* A Lookup waiting for blocks other sessions write (inflight.h); while
      * set, no further request of the session is answered. */
     struct inflight_wait *wait;
+    /* Its claims (inflight.h): first claim entry, 0 for none, and a count
+     * of claims made, so that dispatch can tell a request that made some. */
+    uint32_t claims;
+    uint32_t claim_gen;
 };
 
 /* A session with no socket (tests). Errors: KVS_ENOMEM. */

@@ -83,7 +83,7 @@ static void check_invariants(void)
     }
     ck_assert_uint_eq(writing, c.writing);
     /* Only WRITING blocks are declared in flight. */
-    ck_assert_uint_le(inflight_declared(srv), writing);
+    ck_assert_uint_le(inflight_declared(srv) - inflight_claimed(srv), writing);
 }
 
 static session_t *new_session(void)
@@ -1062,7 +1062,9 @@ START_TEST(test_wait_ends_without_commit)
     ck_assert_ptr_null(take_reply(b));
     session_close(a, "writer died");
     expect_lookup_reply(b, 2, 0, true);
-    ck_assert_uint_eq(inflight_declared(srv), 0);
+    /* b now computes the prompt: what is in flight is its claim. */
+    ck_assert_uint_eq(inflight_declared(srv), 2);
+    ck_assert_uint_eq(inflight_claimed(srv), 2);
 
     /* Its own declarations: no wait. Another namespace: no wait. */
     ck_assert_int_eq(do_alloc_for(b, "default", tokens, 8, 0, 2, ids), 0);
@@ -1157,6 +1159,51 @@ START_TEST(test_alloc_declaration_errors)
 }
 END_TEST
 
+/* Two workers look a new prompt up at once: the first, told it misses,
+ * claims the rest until its next request, so the second waits for it
+ * rather than computing the same blocks. */
+START_TEST(test_wait_for_claim)
+{
+    session_t *a = new_session(), *b = new_session();
+    uint32_t tokens[8], ids[2], can[2];
+    size_t done;
+    prompt(tokens, 8, 36);
+    send_lookup_wait(a, "default", tokens, 8, 60000, 2);
+    Kvshare__Response *r = take_reply(a);
+    ck_assert_ptr_nonnull(r);
+    ck_assert_uint_eq(r->lookup->n_block_ids, 0);
+    kvshare__response__free_unpacked(r, NULL);
+    ck_assert_uint_eq(inflight_claimed(srv), 2);
+    send_lookup_wait(b, "default", tokens, 8, 60000, 3);
+    ck_assert_ptr_null(take_reply(b));
+    /* The Alloc declares the blocks before the claims end: still waiting. */
+    ck_assert_int_eq(do_alloc_for(a, "default", tokens, 8, 0, 2, ids), 0);
+    ck_assert_ptr_null(take_reply(b));
+    ck_assert_uint_eq(inflight_declared(srv), 2);
+    ck_assert_int_eq(do_commit(a, tokens, 8, ids, 2, can, &done), 0);
+    expect_lookup_reply(b, 3, 2, true);
+    ck_assert_int_eq(do_release(a, ids, 2), 0);
+    /* A claim whose owner's next request does not declare ends there. */
+    uint32_t other[8];
+    prompt(other, 8, 37);
+    send_lookup_wait(a, "default", other, 8, 60000, 4);
+    r = take_reply(a);
+    kvshare__response__free_unpacked(r, NULL);
+    send_lookup_wait(b, "default", other, 8, 60000, 5);
+    ck_assert_ptr_null(take_reply(b));
+    ck_assert_int_eq(do_alloc(a, 2, ids), 0);
+    expect_lookup_reply(b, 5, 0, true);
+    ck_assert_int_eq(do_release(a, ids, 2), 0);
+    /* b's answer, a miss, claimed the prompt for b: a now waits for b,
+     * until b disconnects. */
+    send_lookup_wait(a, "default", other, 8, 60000, 6);
+    ck_assert_ptr_null(take_reply(a));
+    session_close(b, "gone");
+    expect_lookup_reply(a, 6, 0, true);
+    session_close(a, "done");
+    ck_assert_uint_eq(inflight_declared(srv), 0);
+}
+END_TEST
 static Suite *session_suite(void)
 {
     Suite *s = suite_create("session");
@@ -1184,6 +1231,7 @@ static Suite *session_suite(void)
     tcase_add_test(tc, test_wait_two_writers_and_disconnect);
     tcase_add_test(tc, test_wait_deadline_and_shutdown);
     tcase_add_test(tc, test_alloc_declaration_errors);
+    tcase_add_test(tc, test_wait_for_claim);
     suite_add_tcase(s, tc);
     TCase *tc_server = tcase_create("server");
     tcase_set_timeout(tc_server, 30);

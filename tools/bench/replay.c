@@ -9,8 +9,10 @@
  * dim 8, fp16: 512 B per 16-token block), since only hit rates and RPC costs
  * are measured, not KV bandwidth.
  *
- * Worker w (of --workers N) takes requests w, w + N, w + 2N ... in trace
- * order; with --speed X > 0 request i starts no earlier than its timestamp /
+ * Workers (--workers N) take the requests in trace order from one shared
+ * counter, each the next one when it is free, as a router hands requests to
+ * free workers (so no worker runs ahead of the others, whatever its requests
+ * cost); with --speed X > 0 request i starts no earlier than its timestamp /
  * X after the start (X = 0: as fast as possible). Per request, as a decode
  * worker does:
  *   1. Lookup(prompt, pin): the cached prefix, pinned;
@@ -202,7 +204,12 @@ static int worker(const replay_opts_t *o, const trace_t *tr, const char *sock, u
         rc = KVS_ENOMEM;
         goto out;
     }
-    for (size_t i = w; i < tr->n_reqs; i += o->workers) {
+    /* The record past the last one holds the shared dispatch counter. */
+    uint32_t *next = &recs[tr->n_reqs].done;
+    for (;;) {
+        size_t i = __atomic_fetch_add(next, 1, __ATOMIC_RELAXED);
+        if (i >= tr->n_reqs)
+            break;
         const trace_req_t *q = &tr->reqs[i];
         replay_rec_t *r = &recs[i];
         char ns[48];
