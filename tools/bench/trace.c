@@ -213,6 +213,30 @@ out:
     return rc;
 }
 
+int trace_next_uses(const trace_t *t, size_t **next)
+{
+    size_t *out = malloc((t->n_hash_ids ? t->n_hash_ids : 1) * sizeof(*out));
+    size_t *last = malloc(((size_t)t->max_hash_id + 1) * sizeof(*last));
+    if (!out || !last) {
+        free(out);
+        free(last);
+        return KVS_ENOMEM;
+    }
+    for (size_t i = 0; i <= t->max_hash_id; i++)
+        last[i] = SIZE_MAX;
+    for (size_t r = t->n_reqs; r-- > 0;) {
+        const trace_req_t *q = &t->reqs[r];
+        for (uint32_t u = 0; u < q->n_hash; u++) {
+            uint32_t id = t->hash_ids[q->first_hash + u];
+            out[q->first_hash + u] = last[id];
+            last[id] = r;
+        }
+    }
+    free(last);
+    *next = out;
+    return 0;
+}
+
 void trace_free(trace_t *t)
 {
     if (!t)

@@ -54,6 +54,13 @@ void trace_free(trace_t *t);
  * TRACE_HASH_TOKENS x its number of ids. */
 size_t trace_prompt_tokens(const trace_t *t, const trace_req_t *r);
 
+/* For each id slot of the trace (an index into hash_ids), the index of the
+ * next request whose prompt has that id (the same prefix: ids name
+ * prefixes), or SIZE_MAX when none does: next[] of n_hash_ids entries, the
+ * caller frees it. The trace's own future, for hint oracles. Errors:
+ * KVS_ENOMEM. */
+int trace_next_uses(const trace_t *t, size_t **next);
+
 /* Writes the trace_prompt_tokens(t, r) token ids of r's prompt into tokens. */
 void trace_expand(const trace_t *t, const trace_req_t *r, uint32_t *tokens);
 

@@ -35,6 +35,21 @@ static void pool_put(void *ctx, uint32_t block_id)
     p->ids[p->n++] = block_id;
 }
 
+int sim_hint(const trace_t *tr, const size_t *next_use, size_t r, uint32_t u, double accuracy,
+             uint32_t horizon, uint64_t *rng)
+{
+    size_t next = next_use[tr->reqs[r].first_hash + u];
+    bool truth = next != SIZE_MAX && next - r <= horizon;
+    /* xorshift64: reproducible for a seed, the same in trace-sim and replay */
+    uint64_t x = *rng;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    *rng = x;
+    bool right = (double)(x >> 11) / (double)(1ull << 53) < accuracy;
+    return truth == right ? SIM_HINT_PRIO : -1;
+}
+
 uint64_t sim_unlimited_blocks(const trace_t *tr, uint32_t block_tokens)
 {
     uint64_t n = 0;
@@ -48,6 +63,9 @@ int sim_run(const trace_t *tr, const sim_params_t *sp, sim_result_t *res)
     int rc = KVS_EINVAL;
     radix_tree_t *t = NULL;
     uint32_t *tokens = NULL, *ids = NULL, *canon = NULL;
+    size_t *own_next = NULL;
+    const size_t *next_use = sp ? sp->next_use : NULL;
+    uint64_t rng = sp ? (sp->hint_seed ? sp->hint_seed : 0x9E3779B97F4A7C15ull) : 1;
     id_pool_t pool = {0};
     if (!tr || !sp || !res || sp->block_tokens == 0 || sp->capacity == 0)
         return KVS_EINVAL;
@@ -66,6 +84,13 @@ int sim_run(const trace_t *tr, const sim_params_t *sp, sim_result_t *res)
     pool.ids = malloc((size_t)sp->capacity * sizeof(*pool.ids));
     if (!tokens || !ids || !canon || !pool.ids)
         goto out;
+    bool hints = sp->hints;
+    if (hints && !next_use) {
+        rc = trace_next_uses(tr, &own_next);
+        if (rc)
+            goto out;
+        next_use = own_next;
+    }
     for (uint32_t k = 0; k < sp->capacity; k++)
         pool.ids[k] = sp->capacity - 1 - k;
     pool.n = sp->capacity;
@@ -91,6 +116,8 @@ int sim_run(const trace_t *tr, const sim_params_t *sp, sim_result_t *res)
         size_t n_tokens = trace_prompt_tokens(tr, req);
         size_t want = n_tokens / sp->block_tokens, hit = 0, done = 0, evicted = 0;
         trace_expand(tr, req, tokens);
+        if (hints && (rc = radix_expire_hints(t, r, NULL)) != 0)
+            goto out;
         rc = radix_lookup(t, ns, tokens, n_tokens, true, ids, want, &hit);
         if (rc)
             goto out;
@@ -117,6 +144,21 @@ int sim_run(const trace_t *tr, const sim_params_t *sp, sim_result_t *res)
             if (rc)
                 goto out;
         }
+        /* The engine's hints for the blocks it holds, per 512-token unit:
+         * one draw per unit, or one per request shared by its units. */
+        uint64_t draw = rng;
+        if (hints && sp->hint_per_request)
+            sim_hint(tr, next_use, r, 0, 0, 0, &rng);
+        for (size_t k = 0, per = TRACE_HASH_TOKENS / sp->block_tokens; hints && k < done;) {
+            uint32_t u = (uint32_t)(k / per);
+            uint64_t same = draw;
+            int prio = sim_hint(tr, next_use, r, u, sp->hint_accuracy, sp->hint_horizon,
+                                sp->hint_per_request ? &same : &rng);
+            for (size_t end = (u + 1) * per; k < done && k < end; k++)
+                if (prio >= 0 &&
+                    (rc = radix_hint(t, canon[k], (uint32_t)prio, r + sp->hint_horizon + 1)) != 0)
+                    goto out;
+        }
         if (radix_cached_blocks(t) > res->max_cached)
             res->max_cached = radix_cached_blocks(t);
     }
@@ -139,6 +181,7 @@ out:
     free(ids);
     free(canon);
     free(pool.ids);
+    free(own_next);
     return rc;
 }
 
@@ -304,11 +347,20 @@ static void sim_usage(FILE *f)
             "  --bonus-ticks N     freq: fixed bonus per hit in ticks instead\n"
             "  --horizon-pct N|off freq: no bonus while the mean eviction age is past\n"
             "                      N %% of the mean first-reuse gap (%u)\n"
+            "  --hint-accuracy LIST  also runs with retention hints from the trace's own\n"
+            "                      future, right with these probabilities (0.5: no\n"
+            "                      information): blocks believed reused within the horizon\n"
+            "                      get priority %u for that long\n"
+            "  --hint-horizon N    requests within which a reuse counts (default 2000)\n"
+            "  --hint-seed N       seed of the hints' noise\n"
+            "  --hint-noise unit|request  one draw per 512-token unit (default: accuracy 0.5\n"
+            "                      is no information), or one per request shared by its\n"
+            "                      units (correlated: 0.5 still tells which units go together)\n"
             "  --optimum           also the offline optimum over %u-token ids (opt512)\n"
             "  --check             radix_check() after each run\n"
             "  --json              one JSON object instead of the table\n",
             TRACE_HASH_TOKENS, RADIX_FREQ_MAX_HITS, RADIX_FREQ_BONUS_PCT, RADIX_FREQ_HORIZON_PCT,
-            TRACE_HASH_TOKENS);
+            SIM_HINT_PRIO, TRACE_HASH_TOKENS);
 }
 
 static size_t distinct_ids(const trace_t *tr)
@@ -327,7 +379,9 @@ static size_t distinct_ids(const trace_t *tr)
 int bench_trace_sim(int argc, char **argv)
 {
     const char *path = NULL;
-    sim_params_t sp = {.block_tokens = 16};
+    sim_params_t sp = {.block_tokens = 16, .hint_horizon = 2000};
+    double accs[16];
+    size_t n_accs = 0;
     radix_policy_t policies[2] = {RADIX_EVICT_LRU, RADIX_EVICT_FREQ};
     size_t n_policies = 2, n_caps = 0;
     double caps[32];
@@ -364,6 +418,18 @@ int bench_trace_sim(int argc, char **argv)
             ok = parse_list(v, caps, 32, &n_caps) == 0;
         } else if (strcmp(a, "--policy") == 0) {
             ok = parse_policies(v, policies, &n_policies) == 0;
+        } else if (strcmp(a, "--hint-accuracy") == 0) {
+            ok = parse_list(v, accs, 16, &n_accs) == 0;
+            for (size_t k = 0; ok && k < n_accs; k++)
+                ok = accs[k] >= 0 && accs[k] <= 1;
+        } else if (strcmp(a, "--hint-horizon") == 0) {
+            sp.hint_horizon = (uint32_t)strtoul(v, NULL, 0);
+            ok = sp.hint_horizon > 0;
+        } else if (strcmp(a, "--hint-noise") == 0) {
+            sp.hint_per_request = strcmp(v, "request") == 0;
+            ok = sp.hint_per_request || strcmp(v, "unit") == 0;
+        } else if (strcmp(a, "--hint-seed") == 0) {
+            sp.hint_seed = strtoull(v, NULL, 0);
         } else if (strcmp(a, "--max-hits") == 0) {
             sp.freq_max_hits = (uint32_t)strtoul(v, NULL, 0);
         } else if (strcmp(a, "--bonus-pct") == 0) {
@@ -402,6 +468,13 @@ int bench_trace_sim(int argc, char **argv)
         return 1;
     }
     size_t distinct = distinct_ids(&tr);
+    size_t *next_use = NULL;
+    if (n_accs > 0 && trace_next_uses(&tr, &next_use) != 0) {
+        fprintf(stderr, "trace-sim: out of memory for the trace's next uses\n");
+        trace_free(&tr);
+        return 1;
+    }
+    sp.next_use = next_use;
     uint64_t unlimited = sim_unlimited_blocks(&tr, sp.block_tokens);
     if (unlimited > UINT32_MAX) {
         fprintf(stderr, "trace-sim: trace too large for 32-bit block ids\n");
@@ -428,7 +501,7 @@ int bench_trace_sim(int argc, char **argv)
     else
         printf("trace %s: %zu requests, %zu distinct %u-token ids, %llu prompt tokens\n"
                "block %u tokens; unlimited capacity: hit rate %.2f %% with %u blocks cached\n\n"
-               "%12s %10s %12s %7s %9s %10s %8s\n",
+               "%12s %10s %12s %10s %9s %10s %8s\n",
                path, tr.n_reqs, distinct, TRACE_HASH_TOKENS, (unsigned long long)unl.prompt_tokens,
                sp.block_tokens, 100.0 * (double)unl.hit_tokens / (double)unl.prompt_tokens,
                unl.max_cached, "capacity", "(x512 tok)", "% distinct", "policy", "hit rate",
@@ -447,15 +520,22 @@ int bench_trace_sim(int argc, char **argv)
             break;
         }
         sp.capacity = (uint32_t)blocks;
-        for (size_t p = 0; p < n_policies + (optimum ? 1 : 0); p++) {
+        size_t per = 1 + n_accs; /* each policy without hints, then with each accuracy */
+        for (size_t p = 0; p < n_policies * per + (optimum ? 1 : 0); p++) {
             sim_result_t res;
-            const char *name;
-            if (p < n_policies) {
-                sp.policy = policies[p];
-                name = policy_name(sp.policy);
+            char name[32];
+            if (p < n_policies * per) {
+                sp.policy = policies[p / per];
+                sp.hints = p % per > 0;
+                sp.hint_accuracy = sp.hints ? accs[p % per - 1] : 0;
+                if (sp.hints)
+                    snprintf(name, sizeof(name), "%s+h%.2f", policy_name(sp.policy),
+                             sp.hint_accuracy);
+                else
+                    snprintf(name, sizeof(name), "%s", policy_name(sp.policy));
                 rc = sim_run(&tr, &sp, &res);
             } else {
-                name = "opt512";
+                snprintf(name, sizeof(name), "opt512");
                 rc = units >= 1 ? sim_belady(&tr, (uint32_t)units, &res) : KVS_EINVAL;
             }
             if (rc) {
@@ -473,8 +553,9 @@ int bench_trace_sim(int argc, char **argv)
                        (unsigned long long)res.short_requests, res.seconds);
                 first = false;
             } else {
-                printf("%12u %10.0f %11.2f%% %7s %8.2f%% %10llu %8.2f\n", sp.capacity, units, pct_d,
-                       name, 100.0 * hr, (unsigned long long)res.evicted_blocks, res.seconds);
+                printf("%12u %10.0f %11.2f%% %10s %8.2f%% %10llu %8.2f\n", sp.capacity, units,
+                       pct_d, name, 100.0 * hr, (unsigned long long)res.evicted_blocks,
+                       res.seconds);
             }
             fflush(stdout);
         }
@@ -483,6 +564,7 @@ int bench_trace_sim(int argc, char **argv)
     }
     if (json)
         printf("]}\n");
+    free(next_use);
     trace_free(&tr);
     return rc ? 1 : 0;
 }

@@ -16,7 +16,25 @@ typedef struct sim_params {
     uint64_t freq_bonus_ticks;
     uint32_t freq_horizon_pct;
     bool check; /* radix_check() at the end */
+    /* Retention hints from an oracle with noise (sim_hint), when hints. */
+    bool hints;
+    double hint_accuracy;
+    uint32_t hint_horizon; /* requests: "reused" means within this many */
+    uint64_t hint_seed;
+    bool hint_per_request;  /* one draw per request for all its units */
+    const size_t *next_use; /* trace_next_uses(); NULL: computed per run */
 } sim_params_t;
+
+/* The priority a simulated engine gives the blocks of unit u (a 512-token id
+ * slot of request r's prompt), from the trace's own future with noise: the
+ * truth is "the prefix through unit u is used again within `horizon`
+ * requests"; the engine's belief is the truth with probability `accuracy`
+ * (one draw of *rng per unit), else its opposite. A block believed reused
+ * gets SIM_HINT_PRIO for `horizon` requests; one believed not gets no hint
+ * (returns -1). At accuracy 0.5 the belief carries no information. */
+#define SIM_HINT_PRIO 75
+int sim_hint(const trace_t *tr, const size_t *next_use, size_t r, uint32_t u, double accuracy,
+             uint32_t horizon, uint64_t *rng);
 
 typedef struct sim_result {
     uint64_t requests;
