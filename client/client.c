@@ -847,13 +847,27 @@ int kvs_alloc(kvs_client_t *c, const char *ns, uint32_t n, uint32_t *ids)
     return kvs_alloc_for(c, ns, NULL, 0, 0, n, ids);
 }
 
-int kvs_commit(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n_tokens,
-               const uint32_t *ids, size_t n_ids, uint32_t *canonical, size_t *n_committed)
+/* The wire form of a hint (NULL: none); wire is the caller's storage. */
+static Kvshare__RetentionHint *hint_wire(const kvs_hint_t *hint, Kvshare__RetentionHint *wire)
+{
+    if (!hint)
+        return NULL;
+    kvshare__retention_hint__init(wire);
+    wire->priority = hint->priority;
+    wire->duration_ms = hint->duration_ms;
+    return wire;
+}
+
+int kvs_commit_hint(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n_tokens,
+                    const uint32_t *ids, size_t n_ids, uint32_t *canonical, size_t *n_committed,
+                    const kvs_hint_t *hint)
 {
     if (n_committed)
         *n_committed = 0;
-    if (!c || (n_tokens && !tokens) || (n_ids && (!ids || !canonical)))
+    if (!c || (n_tokens && !tokens) || (n_ids && (!ids || !canonical)) ||
+        (hint && hint->priority > KVS_PRIORITY_MAX))
         return KVS_EINVAL;
+    Kvshare__RetentionHint wire;
     Kvshare__Request req = KVSHARE__REQUEST__INIT;
     Kvshare__CommitRequest cm = KVSHARE__COMMIT_REQUEST__INIT;
     Kvshare__Response *resp;
@@ -861,6 +875,7 @@ int kvs_commit(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n
     cm.tokens = tokens_bytes(tokens, n_tokens);
     cm.n_block_ids = n_ids;
     cm.block_ids = (uint32_t *)ids;
+    cm.hint = hint_wire(hint, &wire);
     req.rpc_case = KVSHARE__REQUEST__RPC_COMMIT;
     req.commit = &cm;
     int rc = call(c, &req, &resp);
@@ -880,16 +895,25 @@ int kvs_commit(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n
     return rc;
 }
 
-static int ids_call(kvs_client_t *c, int pin, const uint32_t *ids, size_t n, size_t *n_done)
+int kvs_commit(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n_tokens,
+               const uint32_t *ids, size_t n_ids, uint32_t *canonical, size_t *n_committed)
+{
+    return kvs_commit_hint(c, ns, tokens, n_tokens, ids, n_ids, canonical, n_committed, NULL);
+}
+
+static int ids_call(kvs_client_t *c, int pin, const uint32_t *ids, size_t n, size_t *n_done,
+                    const kvs_hint_t *hint)
 {
     if (n_done)
         *n_done = 0;
-    if (!c || (n && !ids))
+    if (!c || (n && !ids) || (hint && hint->priority > KVS_PRIORITY_MAX))
         return KVS_EINVAL;
     Kvshare__Request req = KVSHARE__REQUEST__INIT;
     Kvshare__PinRequest pr = KVSHARE__PIN_REQUEST__INIT;
     Kvshare__ReleaseRequest rl = KVSHARE__RELEASE_REQUEST__INIT;
+    Kvshare__RetentionHint wire;
     Kvshare__Response *resp;
+    pr.hint = rl.hint = hint_wire(hint, &wire);
     if (pin) {
         pr.n_block_ids = n;
         pr.block_ids = (uint32_t *)ids;
@@ -915,12 +939,24 @@ static int ids_call(kvs_client_t *c, int pin, const uint32_t *ids, size_t n, siz
 
 int kvs_pin(kvs_client_t *c, const uint32_t *ids, size_t n, size_t *n_done)
 {
-    return ids_call(c, 1, ids, n, n_done);
+    return ids_call(c, 1, ids, n, n_done, NULL);
 }
 
 int kvs_release(kvs_client_t *c, const uint32_t *ids, size_t n, size_t *n_done)
 {
-    return ids_call(c, 0, ids, n, n_done);
+    return ids_call(c, 0, ids, n, n_done, NULL);
+}
+
+int kvs_pin_hint(kvs_client_t *c, const uint32_t *ids, size_t n, size_t *n_done,
+                 const kvs_hint_t *hint)
+{
+    return ids_call(c, 1, ids, n, n_done, hint);
+}
+
+int kvs_release_hint(kvs_client_t *c, const uint32_t *ids, size_t n, size_t *n_done,
+                     const kvs_hint_t *hint)
+{
+    return ids_call(c, 0, ids, n, n_done, hint);
 }
 
 _Static_assert(KVS_N_COUNTERS <= KVS_COUNTER_SLOTS,

@@ -274,6 +274,41 @@ int kvs_pin(kvs_client_t *c, const uint32_t *ids, size_t n, size_t *n_done);
  * released twice), KVS_ENOTCONN, KVS_ETIMEDOUT. */
 int kvs_release(kvs_client_t *c, const uint32_t *ids, size_t n, size_t *n_done);
 
+/* Retention hints. The application often knows what the cache cannot: a
+ * chat whose user closed the window, an agent session that ended, a system
+ * prompt every request uses, a one-off batch job. A hint gives the blocks
+ * it names a priority, 0 .. KVS_PRIORITY_MAX: the daemon evicts the lowest
+ * priority first, least recently used within one. A block's priority is
+ * the highest that a live hint gives it (one without a duration, and the
+ * highest timed one), else its namespace's default (KVS_PRIORITY_DEFAULT
+ * unless the config says `priority` in its [namespace] section); a
+ * namespace's `max_priority` caps what its clients may set. duration_ms >
+ * 0: the hint ends after that long. Priority is never a pin (a priority-100
+ * block is evicted when nothing lower is left) and never overrides quotas
+ * or reservations. An engine typically commits a system prompt with 90, a
+ * live conversation's turns with 70 for the time the user may come back
+ * (duration_ms), a one-off batch with 10, and releases a closed
+ * conversation with 0 for a short duration. */
+#define KVS_PRIORITY_MAX     100
+#define KVS_PRIORITY_DEFAULT 50
+typedef struct kvs_hint {
+    uint32_t priority;    /* 0 .. KVS_PRIORITY_MAX */
+    uint32_t duration_ms; /* 0: while the block is cached */
+} kvs_hint_t;
+
+/* kvs_commit, kvs_pin, kvs_release with a retention hint (NULL: none) for
+ * every block they commit (canonical), pin, or release (cached ones). The
+ * hint is applied to the blocks the call handled; errors as the plain
+ * calls, and KVS_EINVAL for a priority over KVS_PRIORITY_MAX (then nothing
+ * is done). */
+int kvs_commit_hint(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n_tokens,
+                    const uint32_t *ids, size_t n_ids, uint32_t *canonical, size_t *n_committed,
+                    const kvs_hint_t *hint);
+int kvs_pin_hint(kvs_client_t *c, const uint32_t *ids, size_t n, size_t *n_done,
+                 const kvs_hint_t *hint);
+int kvs_release_hint(kvs_client_t *c, const uint32_t *ids, size_t n, size_t *n_done,
+                     const kvs_hint_t *hint);
+
 #define KVS_NS_NAME_MAX 64
 
 typedef struct kvs_ns_stats {

@@ -153,6 +153,13 @@ static char *trim(char *s)
     return s;
 }
 
+void config_ns_init(config_ns_t *n)
+{
+    memset(n, 0, sizeof(*n));
+    n->priority = RADIX_PRIO_DEFAULT;
+    n->max_priority = RADIX_PRIO_MAX;
+}
+
 const config_ns_t *config_find_ns(const config_t *c, const char *name)
 {
     for (uint32_t i = 0; c && i < c->n_ns; i++)
@@ -261,7 +268,7 @@ int config_load(const char *path, config_t **out, char *err, size_t errlen)
             }
             c->ns = ns;
             cur = &c->ns[c->n_ns++];
-            memset(cur, 0, sizeof(*cur));
+            config_ns_init(cur);
             memcpy(cur->name, name, strlen(name) + 1); /* nsname_valid: it fits */
             cur->line = line;
             ns_seen = 0;

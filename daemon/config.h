@@ -41,6 +41,8 @@ typedef struct config_ns {
     char name[RADIX_NS_NAME_MAX + 1];
     uint32_t quota;   /* max cached blocks; 0: none */
     uint32_t reserve; /* blocks guaranteed to it (radix_evict's rule) */
+    uint32_t priority;     /* retention priority of unhinted blocks (radix_hint) */
+    uint32_t max_priority; /* the highest a hint may give */
     config_acl_t acl;
     double hit_rate_target;           /* (0, 1]: designed for caching, alert below; 0: not set */
     char tier[RADIX_NS_NAME_MAX + 1]; /* service tier, for metrics by tier; "": none */
@@ -53,6 +55,9 @@ typedef struct config_entry {
     char *value;                   /* owned */
     int line;
 } config_entry_t;
+
+/* A namespace section with every key at its default. */
+void config_ns_init(config_ns_t *n);
 
 typedef struct config {
     config_entry_t *entries; /* the global section, in file order */

@@ -130,6 +130,34 @@ static int over_pin_limit_check(session_t *s, size_t more, handler_ctx_t *ctx)
     return 0;
 }
 
+/* A request's retention hint, checked before anything changes. */
+static int hint_check(const Kvshare__RetentionHint *h, handler_ctx_t *ctx)
+{
+    if (h && h->priority > RADIX_PRIO_MAX)
+        return fail(ctx, KVS_EINVAL, "retention priority %u: use 0 to %d", h->priority,
+                    RADIX_PRIO_MAX);
+    return 0;
+}
+
+/* Gives cached block b the request's hint (radix_hint; a block no longer
+ * cached takes none). */
+static void hint_apply(server_t *srv, const Kvshare__RetentionHint *h, uint32_t b)
+{
+    if (!h)
+        return;
+    uint64_t until = h->duration_ms ? uv_now(srv->loop) + h->duration_ms : 0;
+    int rc = radix_hint(srv->index, b, h->priority, until);
+    if (rc != 0 && rc != KVS_ENOTFOUND)
+        LOG_WARN("retention hint on block %u: %s", b, kvs_strerror(rc));
+}
+
+/* Timed hints that ended go back to their namespace's default before the
+ * index chooses what to evict. */
+static void hints_expire(server_t *srv)
+{
+    radix_expire_hints(srv->index, uv_now(srv->loop), NULL);
+}
+
 static int check_range(session_t *s, uint32_t block_id, handler_ctx_t *ctx)
 {
     if (block_id >= s->srv->num_blocks)
@@ -374,6 +402,7 @@ int handler_alloc(session_t *s, const Kvshare__Request *req, Kvshare__Response *
         /* A full pool is the signal to evict unpinned cached blocks, then retry. */
         pool_counts_t c;
         pool_counts(srv->pool, &c);
+        hints_expire(srv);
         rc = radix_evict(srv->index, ns, al->n - c.free, &evicted);
         if (rc != 0)
             return fail(ctx, rc, "eviction failed: %s", kvs_status_text(rc));
@@ -465,6 +494,9 @@ int handler_commit(session_t *s, const Kvshare__Request *req, Kvshare__Response 
     if (rc != 0)
         return rc;
     ctx->heap[0] = copy;
+    rc = hint_check(cm->hint, ctx);
+    if (rc != 0)
+        return rc;
     if (n_ids > n_tokens / srv->geo.block_tokens)
         return fail(ctx, KVS_EINVAL,
                     "commit of %zu blocks needs at least %zu tokens (%u per block); got %zu", n_ids,
@@ -529,6 +561,7 @@ int handler_commit(session_t *s, const Kvshare__Request *req, Kvshare__Response 
         }
     }
 
+    hints_expire(srv); /* a namespace at its quota evicts in the insert */
     int irc = n_ids ? radix_insert(srv->index, ns, tokens, n_tokens, cm->block_ids, n_ids, true,
                                    canonical, &n_done)
                     : 0;
@@ -559,6 +592,8 @@ int handler_commit(session_t *s, const Kvshare__Request *req, Kvshare__Response 
         inflight_undeclare(srv, b);
         session_pin_add(s, canonical[i]);
     }
+    for (size_t i = 0; i < n_done; i++)
+        hint_apply(srv, cm->hint, canonical[i]);
 
     Kvshare__CommitReply *r = &ctx->reply.commit;
     kvshare__commit_reply__init(r);
@@ -593,6 +628,9 @@ int handler_pin(session_t *s, const Kvshare__Request *req, Kvshare__Response *re
     if (pn->n_block_ids > s->srv->num_blocks)
         return fail(ctx, KVS_EINVAL, "pin of %zu blocks in one request: at most %u (the pool size)",
                     pn->n_block_ids, s->srv->num_blocks);
+    rc = hint_check(pn->hint, ctx);
+    if (rc != 0)
+        return rc;
     rc = over_pin_limit_check(s, pn->n_block_ids, ctx);
     if (rc != 0)
         return rc;
@@ -628,6 +666,7 @@ int handler_pin(session_t *s, const Kvshare__Request *req, Kvshare__Response *re
             break;
         }
         session_pin_add(s, b);
+        hint_apply(s->srv, pn->hint, b);
         r->n_pinned++;
     }
     return rc;
@@ -644,6 +683,9 @@ int handler_release(session_t *s, const Kvshare__Request *req, Kvshare__Response
     kvshare__release_reply__init(r);
     resp->rpc_case = KVSHARE__RESPONSE__RPC_RELEASE;
     resp->release = r;
+    rc = hint_check(rl->hint, ctx);
+    if (rc != 0)
+        return rc;
     /* In order; on an error the blocks before it stay released and
      * n_released says how many. */
     for (size_t i = 0; i < rl->n_block_ids; i++) {
@@ -662,6 +704,7 @@ int handler_release(session_t *s, const Kvshare__Request *req, Kvshare__Response
                 break;
             }
             session_pin_drop(s, b);
+            hint_apply(srv, rl->hint, b);
         } else {
             rc = not_held(s, b, ctx);
             break;

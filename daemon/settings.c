@@ -214,6 +214,14 @@ const setting_t settings_table[] = {
      .help = "blocks guaranteed to the namespace: other namespaces' allocations never evict "
              "it below them, and below them its own take blocks back from namespaces above "
              "their reservations before evicting its own"},
+    {"priority", NULL, SETTING_NS, SETTING_U32, "N", 0, RADIX_PRIO_MAX, NS_AT(priority),
+     .reload = true,
+     .help = "retention priority of the namespace's blocks that no live hint names (0-100: "
+             "the lowest priority is evicted first, least recently used within one)"},
+    {"max_priority", NULL, SETTING_NS, SETTING_U32, "N", 0, RADIX_PRIO_MAX, NS_AT(max_priority),
+     .reload = true,
+     .help = "the highest retention priority a hint may give the namespace's blocks (higher "
+             "hints count as this); priority is never a pin: quotas and reservations hold"},
     {"allow_uids", NULL, SETTING_NS, SETTING_UIDS, "LIST", 0, 0, NS_AT(acl), .zero = "anyone",
      .reload = true, .help = "only these users may use the namespace"},
     {"allow_gids", NULL, SETTING_NS, SETTING_GIDS, "LIST", 0, 0, NS_AT(acl), .zero = "anyone",
@@ -781,6 +789,7 @@ static bool format_default(const setting_t *row, char *buf, size_t len)
     static bool ready;
     if (!ready) {
         settings_init(&defaults);
+        config_ns_init(&ns_defaults);
         ready = true;
     }
     if (row->deflt) {

@@ -105,6 +105,7 @@ int tenants_apply(server_t *srv, config_t *conf, char *err, size_t errlen)
                 return rc;
             }
         }
+        radix_ns_set_priority(srv->index, id, n->priority, n->max_priority);
         if (id < srv->n_tenants) {
             srv->tenants[id].declared = true;
             srv->tenants[id].acl = n->acl;
@@ -121,6 +122,7 @@ int tenants_apply(server_t *srv, config_t *conf, char *err, size_t errlen)
         if (srv->conf && config_find_ns(srv->conf, radix_ns_name(srv->index, id)) &&
             (st.quota || st.reserve)) {
             radix_ns_set_limits(srv->index, id, 0, 0);
+            radix_ns_set_priority(srv->index, id, RADIX_PRIO_DEFAULT, RADIX_PRIO_MAX);
             LOG_INFO("namespace '%s' is no longer declared: quota and reserve removed",
                      radix_ns_name(srv->index, id));
         }

@@ -1204,6 +1204,85 @@ START_TEST(test_wait_for_claim)
     ck_assert_uint_eq(inflight_declared(srv), 0);
 }
 END_TEST
+
+/* Retention hints travel with Commit, Pin and Release; a bad priority
+ * changes nothing; a timed hint ends. */
+START_TEST(test_retention_hints)
+{
+    session_t *a = new_session();
+    uint32_t tokens[8], ids[2], can[2];
+    size_t done;
+    prompt(tokens, 8, 40);
+    ck_assert_int_eq(do_alloc(a, 2, ids), 0);
+    Kvshare__Request req = KVSHARE__REQUEST__INIT;
+    Kvshare__CommitRequest cm = KVSHARE__COMMIT_REQUEST__INIT;
+    Kvshare__RetentionHint hint = KVSHARE__RETENTION_HINT__INIT;
+    cm.tokens.data = (uint8_t *)tokens;
+    cm.tokens.len = sizeof(tokens);
+    cm.block_ids = ids;
+    cm.n_block_ids = 2;
+    cm.hint = &hint;
+    req.rpc_case = KVSHARE__REQUEST__RPC_COMMIT;
+    req.commit = &cm;
+    hint.priority = 101;
+    ck_assert_int_eq(finish(rpc(a, &req)), KVS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(last_msg, "retention priority 101"));
+    hint.priority = 90;
+    ck_assert_int_eq(finish(rpc(a, &req)), 0);
+    uint32_t prio = 0;
+    ck_assert_int_eq(radix_block_priority(srv->index, ids[1], &prio), 0);
+    ck_assert_uint_eq(prio, 90);
+    /* Release with a lower timed hint: the highest live hint counts. */
+    Kvshare__ReleaseRequest rl = KVSHARE__RELEASE_REQUEST__INIT;
+    Kvshare__Request rr = KVSHARE__REQUEST__INIT;
+    Kvshare__RetentionHint low = KVSHARE__RETENTION_HINT__INIT;
+    low.priority = 10;
+    rl.block_ids = ids;
+    rl.n_block_ids = 2;
+    rl.hint = &low;
+    rr.rpc_case = KVSHARE__REQUEST__RPC_RELEASE;
+    rr.release = &rl;
+    ck_assert_int_eq(finish(rpc(a, &rr)), 0);
+    ck_assert_int_eq(radix_block_priority(srv->index, ids[0], &prio), 0);
+    ck_assert_uint_eq(prio, 90);
+    /* A namespace capped at 60 (config), and a timed hint that ends. */
+    uint32_t ns;
+    ck_assert_int_eq(radix_ns_find(srv->index, "default", &ns), 0);
+    ck_assert_int_eq(radix_ns_set_priority(srv->index, ns, 20, 60), 0);
+    ck_assert_int_eq(radix_block_priority(srv->index, ids[0], &prio), 0);
+    ck_assert_uint_eq(prio, 60);
+    uint32_t other[8], oid[2];
+    prompt(other, 8, 41);
+    ck_assert_int_eq(do_alloc(a, 2, oid), 0);
+    ck_assert_int_eq(do_commit(a, other, 8, oid, 2, can, &done), 0);
+    ck_assert_int_eq(radix_block_priority(srv->index, oid[0], &prio), 0);
+    ck_assert_uint_eq(prio, 20);
+    Kvshare__PinRequest pr = KVSHARE__PIN_REQUEST__INIT;
+    Kvshare__Request pq = KVSHARE__REQUEST__INIT;
+    Kvshare__RetentionHint timed = KVSHARE__RETENTION_HINT__INIT;
+    timed.priority = 55;
+    timed.duration_ms = 1;
+    pr.block_ids = oid;
+    pr.n_block_ids = 1;
+    pr.hint = &timed;
+    pq.rpc_case = KVSHARE__REQUEST__RPC_PIN;
+    pq.pin = &pr;
+    ck_assert_int_eq(finish(rpc(a, &pq)), 0);
+    ck_assert_int_eq(radix_block_priority(srv->index, oid[0], &prio), 0);
+    ck_assert_uint_eq(prio, 55);
+    usleep(3000);
+    uv_update_time(&loop);
+    ck_assert_int_eq(radix_expire_hints(srv->index, uv_now(&loop), NULL), 0);
+    ck_assert_int_eq(radix_block_priority(srv->index, oid[0], &prio), 0);
+    ck_assert_uint_eq(prio, 20);
+    ck_assert_int_eq(do_release(a, oid, 2), 0);
+    ck_assert_int_eq(do_release(a, oid, 1), 0);
+    radix_ns_stats_t st;
+    ck_assert_int_eq(radix_ns_stats(srv->index, ns, &st), 0);
+    ck_assert_uint_eq(st.cached_by_band[0], 2);
+    ck_assert_uint_eq(st.cached_by_band[2], 2);
+}
+END_TEST
 static Suite *session_suite(void)
 {
     Suite *s = suite_create("session");
@@ -1232,6 +1311,7 @@ static Suite *session_suite(void)
     tcase_add_test(tc, test_wait_deadline_and_shutdown);
     tcase_add_test(tc, test_alloc_declaration_errors);
     tcase_add_test(tc, test_wait_for_claim);
+    tcase_add_test(tc, test_retention_hints);
     suite_add_tcase(s, tc);
     TCase *tc_server = tcase_create("server");
     tcase_set_timeout(tc_server, 30);
