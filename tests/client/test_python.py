@@ -5,6 +5,7 @@ in the environment.
 """
 import os
 import sys
+import threading
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
@@ -82,6 +83,27 @@ class BindingTest(unittest.TestCase):
             self.assertGreaterEqual(len(rows), 1)
             self.assertEqual(rows[0]["ns"], "default")
             self.assertGreater(a.ping(128), 0)
+
+    def test_wait_for_prefix_in_flight(self):
+        tokens = list(range(5000, 5000 + 2 * BT))
+        with self.client(worker_name="A") as a, self.client(worker_name="B") as b:
+            ids = a.alloc(2, ns="chat", tokens=tokens, first_block=0)
+            self.assertEqual(b.lookup_inflight(tokens, ns="chat", pin=False), ([], 2))
+            got = {}
+            waiter = threading.Thread(
+                target=lambda: got.setdefault("ids", b.lookup(tokens, ns="chat", wait_ms=20000)))
+            waiter.start()
+            # Parked or not yet sent, the lookup ends with the commit's blocks
+            # (tests/daemon/test_session.c checks the parking step by step).
+            a.commit(tokens, ids, ns="chat", priority=90)
+            waiter.join(30)
+            self.assertFalse(waiter.is_alive())
+            self.assertEqual(got["ids"], ids)
+            b.release(ids, priority=0, duration_ms=1000)
+            a.release(ids)
+            with self.assertRaises(kvshare.KvsError) as cm:
+                a.pin(ids, priority=101)
+            self.assertEqual(cm.exception.name, "KVS_EINVAL")
 
     def test_errors_carry_messages(self):
         with self.client() as a:

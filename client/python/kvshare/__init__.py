@@ -8,6 +8,25 @@
         canonical = c.commit(tokens, hit + new)
         c.release(canonical)
 
+Prefixes in flight: a worker that may compute a prompt another worker is
+computing right now waits for it instead (kvs_lookup_wait, kvs_alloc_for):
+
+        hit = c.lookup(tokens, ns="chat", wait_ms=2000)   # waits for others' writes
+        new = c.alloc(n - len(hit), ns="chat", tokens=tokens, first_block=len(hit))
+        ...                                               # compute, write
+        c.commit(tokens, hit + new, ns="chat")            # waiters get them now
+        ids, in_flight = c.lookup_inflight(tokens, ns="chat")   # no wait: how many
+                                                          # blocks others are writing
+
+Retention hints (kvs_commit_hint, kvs_pin_hint, kvs_release_hint): a
+priority 0-100 (lowest evicted first; default 50) and an optional duration:
+
+        c.commit(tokens, ids, ns="chat", priority=90)             # a system prompt
+        c.release(ids, priority=70, duration_ms=600_000)          # the user may be back
+        c.release(ids, priority=0, duration_ms=60_000)            # the chat was closed
+
+A block's priority is the highest live hint; priority is never a pin.
+
 Same calls as kvshare.h. Errors raise KvsError (status, message). The cache
 is an optimisation: while the daemon is unreachable, lookup() returns []
 (a miss) instead of raising; every call first tries to reconnect.
@@ -192,6 +211,16 @@ def _declare(lib):
         "kvs_lookup": (ctypes.c_int, [P, ctypes.c_char_p, U32P, SZ, ctypes.c_int,
                                       U32P, SZ, SZP]),
         "kvs_alloc": (ctypes.c_int, [P, ctypes.c_char_p, ctypes.c_uint32, U32P]),
+        "kvs_lookup_wait": (ctypes.c_int, [P, ctypes.c_char_p, U32P, SZ, ctypes.c_int,
+                                           ctypes.c_uint32, U32P, SZ, SZP,
+                                           ctypes.POINTER(ctypes.c_uint32),
+                                           ctypes.POINTER(ctypes.c_int)]),
+        "kvs_alloc_for": (ctypes.c_int, [P, ctypes.c_char_p, U32P, SZ, ctypes.c_uint32,
+                                         ctypes.c_uint32, U32P]),
+        "kvs_commit_hint": (ctypes.c_int, [P, ctypes.c_char_p, U32P, SZ, U32P, SZ, U32P, SZP,
+                                           ctypes.POINTER(_Hint)]),
+        "kvs_pin_hint": (ctypes.c_int, [P, U32P, SZ, SZP, ctypes.POINTER(_Hint)]),
+        "kvs_release_hint": (ctypes.c_int, [P, U32P, SZ, SZP, ctypes.POINTER(_Hint)]),
         "kvs_commit": (ctypes.c_int, [P, ctypes.c_char_p, U32P, SZ, U32P, SZ, U32P, SZP]),
         "kvs_pin": (ctypes.c_int, [P, U32P, SZ, SZP]),
         "kvs_release": (ctypes.c_int, [P, U32P, SZ, SZP]),
@@ -217,6 +246,17 @@ def counter_names(lib=None):
         if name is None:
             return names
         names.append(name.decode())
+
+
+class _Hint(ctypes.Structure):
+    _fields_ = [("priority", ctypes.c_uint32), ("duration_ms", ctypes.c_uint32)]
+
+
+def _hint(priority, duration_ms):
+    """A kvs_hint_t pointer, or None (no hint) when priority is None."""
+    if priority is None:
+        return None
+    return ctypes.pointer(_Hint(priority, duration_ms))
 
 
 def _u32(values):
@@ -342,47 +382,69 @@ class Client:
         return buf.raw
 
     # -- RPCs --
-    def lookup(self, tokens, ns=None, pin=True):
-        """Block ids of the longest cached prefix; [] on a miss or while the
-        daemon is unreachable (then last_error says why)."""
+    def lookup_inflight(self, tokens, ns=None, pin=True, wait_ms=0):
+        """(block ids of the longest cached prefix, blocks after it that other
+        clients are writing now). wait_ms > 0: wait up to that long for
+        those blocks (see the module doc). ([], 0) while the daemon is
+        unreachable."""
         ptr, n, keep = _u32(tokens)
         # At most one id per token: no geometry needed to size the answer.
         out = (ctypes.c_uint32 * max(1, n))()
         got = ctypes.c_size_t()
-        rc = self._lib.kvs_lookup(self._c, _enc(ns), ptr, n, 1 if pin else 0, out, n,
-                                  ctypes.byref(got))
+        inflight = ctypes.c_uint32()
+        waited = ctypes.c_int()
+        rc = self._lib.kvs_lookup_wait(self._c, _enc(ns), ptr, n, 1 if pin else 0, wait_ms, out,
+                                       n, ctypes.byref(got), ctypes.byref(inflight),
+                                       ctypes.byref(waited))
         del keep
         if rc in (STATUS["ENOTCONN"], STATUS["ETIMEDOUT"]):
-            return []
+            return [], 0
         self._check(rc)
-        return list(out[:got.value])
+        return list(out[:got.value]), inflight.value
 
-    def alloc(self, n, ns=None):
+    def lookup(self, tokens, ns=None, pin=True, wait_ms=0):
+        """Block ids of the longest cached prefix; [] on a miss or while the
+        daemon is unreachable (then last_error says why). wait_ms > 0: wait
+        up to that long for blocks other clients are writing."""
+        return self.lookup_inflight(tokens, ns, pin, wait_ms)[0]
+
+    def alloc(self, n, ns=None, tokens=None, first_block=0):
+        """n WRITING blocks. With tokens (and ns): declared as holding blocks
+        first_block .. first_block + n - 1 of them, so that others wait."""
         out = (ctypes.c_uint32 * n)()
-        self._check(self._lib.kvs_alloc(self._c, _enc(ns), n, out))
+        if tokens is None:
+            self._check(self._lib.kvs_alloc(self._c, _enc(ns), n, out))
+        else:
+            tp, tn, keep = _u32(tokens)
+            self._check(self._lib.kvs_alloc_for(self._c, _enc(ns), tp, tn, first_block, n, out))
+            del keep
         return list(out)
 
-    def commit(self, tokens, block_ids, ns=None):
-        """Commits; returns the canonical block of each committed block."""
+    def commit(self, tokens, block_ids, ns=None, priority=None, duration_ms=0):
+        """Commits; returns the canonical block of each committed block.
+        priority (0-100): a retention hint for them (see the module doc)."""
         tp, tn, tk = _u32(tokens)
         ip, n_ids, ik = _u32(block_ids)
         out = (ctypes.c_uint32 * max(1, n_ids))()
         done = ctypes.c_size_t()
-        rc = self._lib.kvs_commit(self._c, _enc(ns), tp, tn, ip, n_ids, out, ctypes.byref(done))
+        rc = self._lib.kvs_commit_hint(self._c, _enc(ns), tp, tn, ip, n_ids, out,
+                                       ctypes.byref(done), _hint(priority, duration_ms))
         del tk, ik
         self._check(rc)
         return list(out[:done.value])
 
-    def pin(self, block_ids):
+    def pin(self, block_ids, priority=None, duration_ms=0):
         p, n, keep = _u32(block_ids)
         done = ctypes.c_size_t()
-        self._check(self._lib.kvs_pin(self._c, p, n, ctypes.byref(done)))
+        self._check(self._lib.kvs_pin_hint(self._c, p, n, ctypes.byref(done),
+                                           _hint(priority, duration_ms)))
         return done.value
 
-    def release(self, block_ids):
+    def release(self, block_ids, priority=None, duration_ms=0):
         p, n, keep = _u32(block_ids)
         done = ctypes.c_size_t()
-        self._check(self._lib.kvs_release(self._c, p, n, ctypes.byref(done)))
+        self._check(self._lib.kvs_release_hint(self._c, p, n, ctypes.byref(done),
+                                               _hint(priority, duration_ms)))
         return done.value
 
     def stats(self):
