@@ -39,8 +39,8 @@ typedef struct config_acl {
 
 typedef struct config_ns {
     char name[RADIX_NS_NAME_MAX + 1];
-    uint32_t quota;   /* max cached blocks; 0: none */
-    uint32_t reserve; /* blocks guaranteed to it (radix_evict's rule) */
+    uint32_t quota;        /* max cached blocks; 0: none */
+    uint32_t reserve;      /* blocks guaranteed to it (radix_evict's rule) */
     uint32_t priority;     /* retention priority of unhinted blocks (radix_hint) */
     uint32_t max_priority; /* the highest a hint may give */
     config_acl_t acl;

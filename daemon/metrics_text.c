@@ -277,6 +277,28 @@ int metrics_render(server_t *srv, char **out, size_t *len)
 
     ns_design(&t, srv);
 
+    /* Retention priority bands (radix_hint): blocks cached and evicted. */
+    static const char *const bands[RADIX_PRIO_BANDS] = {"0-24", "25-49", "50-74", "75-100"};
+    for (int evicted = 0; evicted < 2; evicted++) {
+        const char *name = evicted ? "kvshare_namespace_evicted_blocks_by_priority_total"
+                                   : "kvshare_namespace_cached_blocks_by_priority";
+        head(&t, name, evicted ? "counter" : "gauge",
+             evicted ? "Blocks dropped, per namespace and retention priority band when dropped"
+                     : "Blocks cached, per namespace and retention priority band");
+        for (uint32_t i = 0; i < n_ns; i++) {
+            radix_ns_stats_t st;
+            memset(&st, 0, sizeof(st));
+            radix_ns_stats(srv->index, i, &st);
+            for (int b = 0; b < RADIX_PRIO_BANDS; b++) {
+                put(&t, "%s{namespace=\"", name);
+                label_value(&t, radix_ns_name(srv->index, i));
+                put(&t, "\",band=\"%s\"} %llu\n", bands[b],
+                    evicted ? (unsigned long long)st.evicted_by_band[b]
+                            : (unsigned long long)st.cached_by_band[b]);
+            }
+        }
+    }
+
     head(&t, "kvshare_kv_cache_usage_perc", "gauge",
          "Fraction of pool blocks in use (writing or cached), 0 to 1");
     put(&t, "kvshare_kv_cache_usage_perc %.6f\n",

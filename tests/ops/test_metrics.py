@@ -118,6 +118,14 @@ class MetricsTest(unittest.TestCase):
                 self.assertEqual(metric(m, "kvshare_namespace_evictions_total",
                                         namespace=ns["name"], cause=cause),
                                  ns["evicted_" + cause])
+            # No hints here: every block is in the default priority's band.
+            bands = ("0-24", "25-49", "50-74", "75-100")
+            self.assertEqual([metric(m, "kvshare_namespace_cached_blocks_by_priority",
+                                     namespace=ns["name"], band=b) for b in bands],
+                             [0, 0, ns["cached_blocks"], 0])
+            self.assertEqual(sum(metric(m, "kvshare_namespace_evicted_blocks_by_priority_total",
+                                        namespace=ns["name"], band=b) for b in bands),
+                             ns["evicted_blocks"])
         self.assertEqual(metric(m, "kvshare_prefix_cache_queries_total", namespace="tenant-a"),
                          7 * BT)
         self.assertEqual(metric(m, "kvshare_prefix_cache_hits_total", namespace="tenant-a"),
