@@ -148,7 +148,7 @@ static void hint_apply(server_t *srv, const Kvshare__RetentionHint *h, uint32_t 
     uint64_t until = h->duration_ms ? uv_now(srv->loop) + h->duration_ms : 0;
     int rc = radix_hint(srv->index, b, h->priority, until);
     if (rc != 0 && rc != KVS_ENOTFOUND)
-        LOG_WARN("retention hint on block %u: %s", b, kvs_strerror(rc));
+        LOG_WARN("retention hint on block %u: %s", b, kvs_status_text(rc));
 }
 
 /* Timed hints that ended go back to their namespace's default before the
