@@ -964,7 +964,8 @@ static void expect_lookup_reply(session_t *s, uint64_t id, size_t blocks, bool w
     ck_assert_uint_eq(r->lookup->n_block_ids, blocks);
     ck_assert_int_eq(r->lookup->waited, waited);
     uint32_t ids[16];
-    memcpy(ids, r->lookup->block_ids, blocks * 4);
+    if (blocks)
+        memcpy(ids, r->lookup->block_ids, blocks * 4);
     kvshare__response__free_unpacked(r, NULL);
     check_invariants();
     if (blocks)
