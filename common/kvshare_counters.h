@@ -58,7 +58,13 @@
     X(config_reload_errors, 1, "kvshare_config_reloads_total", "result=\"error\"", \
       "SIGHUP reloads, by result") \
     X(pin_misses, 0, "kvshare_pin_misses_total", "", \
-      "Pins refused because the block is no longer cached (evicted since its lookup)")
+      "Pins refused because the block is no longer cached (evicted since its lookup)") \
+    X(kv_events_published, 0, "kvshare_kv_events_published_total", "", \
+      "KV events sent to routers (BlockStored, BlockRemoved, AllBlocksCleared)") \
+    X(kv_events_dropped, 0, "kvshare_kv_events_dropped_total", "", \
+      "KV events dropped because the publisher's queue was full (kv_events_queue)") \
+    X(kv_events_replay_requests, 0, "kvshare_kv_events_replay_requests_total", "", \
+      "Replay requests answered on the KV events replay socket")
 /* clang-format on */
 
 /* Room for counters in kvs_stats_t and StatsReply.counters. */

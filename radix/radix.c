@@ -1296,6 +1296,17 @@ int radix_block_refcount(const radix_tree_t *t, uint32_t block_id, uint32_t *ref
     return 0;
 }
 
+int radix_block_hash(const radix_tree_t *t, uint32_t block_id, uint64_t *hash)
+{
+    if (!t || !hash || block_id >= t->cfg.max_blocks)
+        return KVS_EINVAL;
+    const radix_node_t *n = t->by_node[block_id];
+    if (!n)
+        return KVS_ENOTFOUND;
+    *hash = *rec_hash(n, t->by_pos[block_id]);
+    return 0;
+}
+
 /* ---- eviction -------------------------------------------------------------- */
 
 /* The reservation rule (radix.h, radix_evict): the leaf that goes next when

@@ -272,6 +272,11 @@ int radix_unpin(radix_tree_t *t, uint32_t block_id);
  * KVS_ENOTFOUND. */
 int radix_block_refcount(const radix_tree_t *t, uint32_t block_id, uint32_t *refcount);
 
+/* The chained hash of a cached block (h_i of Theory of operation): the key
+ * that names its whole prefix, as KV events publish it. Errors: KVS_EINVAL
+ * (id out of range, hash NULL), KVS_ENOTFOUND (block not cached). */
+int radix_block_hash(const radix_tree_t *t, uint32_t block_id, uint64_t *hash);
+
 /* Evicts up to n unpinned leaf blocks, calling on_evict for each. for_ns is
  * the namespace whose need drives the eviction (RADIX_NS_ANY for none). The
  * reservation rule, applied at each block with the counts as they are then:
