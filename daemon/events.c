@@ -537,9 +537,13 @@ static void serve_replay(events_t *ev, const zmq_msg_t *frames, int n)
             send_frame(ev->router, slot->bytes + slot->topic_len, slot->payload_len, false) != 0)
             return;
     }
-    if (send_frame(ev->router, id, id_len, true) == 0 && send_frame(ev->router, "", 0, true) == 0)
-        (void)(send_frame(ev->router, end_seq, 8, true) == 0 &&
-               send_frame(ev->router, "", 0, false) == 0);
+    /* The end has the framing's frame count too: an empty topic there. */
+    if (send_frame(ev->router, id, id_len, true) != 0 || send_frame(ev->router, "", 0, true) != 0)
+        return;
+    if (ev->cfg.replay_framing == EVENTS_REPLAY_TOPIC && send_frame(ev->router, "", 0, true) != 0)
+        return;
+    (void)(send_frame(ev->router, end_seq, 8, true) == 0 &&
+           send_frame(ev->router, "", 0, false) == 0);
 }
 
 static void serve_replays(events_t *ev)
@@ -674,8 +678,11 @@ int events_start(const events_config_t *cfg, uint32_t block_tokens, const char *
         return KVS_EIO;
     }
     if (cfg->replay_endpoint) {
+        /* Room for one whole answer per client: the ring and the end. */
+        int replay_hwm = cfg->buffer >= INT32_MAX - 1 ? INT32_MAX : (int)cfg->buffer + 1;
         ev->router = zmq_socket(ev->zctx, ZMQ_ROUTER);
-        rc = ev->router ? zmq_setsockopt(ev->router, ZMQ_SNDHWM, &hwm, sizeof(hwm)) : -1;
+        rc = ev->router ? zmq_setsockopt(ev->router, ZMQ_SNDHWM, &replay_hwm, sizeof(replay_hwm))
+                        : -1;
         if (rc == 0)
             rc = zmq_bind(ev->router, cfg->replay_endpoint);
         if (rc != 0) {
