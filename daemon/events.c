@@ -17,8 +17,10 @@
 
 /* A batch is flushed at this many events or record bytes, so that one
  * message (and one replay slot) stays small. */
-#define BATCH_MAX_EVENTS 512
-#define BATCH_MAX_BYTES  (64u << 10)
+#define BATCH_MAX_EVENTS 1024
+#define BATCH_MAX_BYTES  (256u << 10)
+/* How long the publisher lets a batch fill once woken by its first event. */
+#define BATCH_WAIT_MS 1
 /* How long events_stop lets subscribers take what is queued. */
 #define STOP_LINGER_MS 100
 
@@ -598,6 +600,11 @@ static void *publisher_main(void *arg)
         uint64_t count;
         ssize_t rc = read(ev->wake_fd, &count, sizeof(count));
         (void)rc; /* EAGAIN: woken by the replay socket */
+        /* Woken by an event: let the batch fill for a moment. Meanwhile the
+         * loop thread queues without a system call (sleeping is false), and
+         * one message carries what a busy millisecond produced. */
+        if (atomic_load(&ev->tail) != atomic_load(&ev->head) && !atomic_load(&ev->stop))
+            zmq_poll(items, n_items, BATCH_WAIT_MS);
     }
     return NULL;
 }

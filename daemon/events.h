@@ -13,6 +13,11 @@
  *     full: the event is dropped and    answers replay requests on ROUTER
  *     counted, never waited for
  *
+ * The publisher sleeps until the loop queues an event (an eventfd write, the
+ * only system call on the loop's side, made only when the publisher sleeps),
+ * then lets the batch fill for 1 ms: a busy daemon sends one message per
+ * millisecond, not one per Commit.
+ *
  * The loop thread never blocks and never allocates here: a record (header,
  * block keys, token ids, topic, LoRA name) is copied into a ring allocated at
  * start; when the ring is full the record is dropped and the caller counts it.
