@@ -335,8 +335,7 @@ int config_load(const char *path, config_t **out, char *err, size_t errlen)
             goto done;
         }
         /* A text value points into this line: the section keeps a copy. */
-        if (in_ns && cur && row->type == SETTING_TEXT &&
-            !(*ns_text(cur, row) = strdup(value))) {
+        if (in_ns && cur && row->type == SETTING_TEXT && !(*ns_text(cur, row) = strdup(value))) {
             rc = KVS_ENOMEM;
             goto done;
         }

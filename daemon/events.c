@@ -106,7 +106,8 @@ int events_check_topic(const char *tmpl)
     for (const char *p = strchr(tmpl, '{'); p; p = strchr(p + 1, '{'))
         if (strncmp(p, "{pod}", 5) != 0 && strncmp(p, "{model}", 7) != 0)
             return KVS_EINVAL;
-    return 0;
+    /* Both: a topic names whose blocks (the pod) of which model they are. */
+    return strstr(tmpl, "{pod}") && strstr(tmpl, "{model}") ? 0 : KVS_EINVAL;
 }
 
 /* vLLM's rule: bind on a wildcard address or a local transport, else
@@ -239,8 +240,7 @@ static int queue_event(events_t *ev, const events_stream_t *st, int kind, const 
 }
 
 int events_stored(events_t *ev, const events_stream_t *st, const uint32_t *ids, size_t n,
-                  const uint64_t *key_of, bool has_parent, uint64_t parent,
-                  const uint32_t *tokens)
+                  const uint64_t *key_of, bool has_parent, uint64_t parent, const uint32_t *tokens)
 {
     if (n == 0)
         return 0;

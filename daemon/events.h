@@ -90,8 +90,9 @@ typedef struct events events_t;
  * KVS_EINVAL. */
 int events_check_endpoint(const char *endpoint);
 
-/* Checks a topic template: text with {pod} and {model} only, at most
- * EVENTS_TOPIC_MAX bytes. Returns 0 or KVS_EINVAL. */
+/* Checks a topic template: text with {pod} and {model}, each at least
+ * once, and no other {placeholder}; at most EVENTS_TOPIC_MAX bytes.
+ * Returns 0 or KVS_EINVAL. */
 int events_check_topic(const char *tmpl);
 
 /* Fills *st for a namespace mapped to `model` (NULL or "": st->on false)
@@ -119,8 +120,7 @@ void events_stop(events_t *ev);
  * first (when has_parent). Returns 0, or KVS_ELIMIT when the ring is full
  * (nothing queued: count it as dropped). Never blocks, never allocates. */
 int events_stored(events_t *ev, const events_stream_t *st, const uint32_t *ids, size_t n,
-                  const uint64_t *key_of, bool has_parent, uint64_t parent,
-                  const uint32_t *tokens);
+                  const uint64_t *key_of, bool has_parent, uint64_t parent, const uint32_t *tokens);
 
 /* Queues BlockRemoved for one block. Returns 0 or KVS_ELIMIT, as above. */
 int events_removed(events_t *ev, const events_stream_t *st, uint64_t key);

@@ -73,9 +73,8 @@ void server_on_evict(void *ctx, uint32_t block_id)
 {
     server_t *s = ctx;
     s->metrics.evictions++;
-    if (s->events &&
-        events_removed(s->events, server_events_stream(s, s->block_ns[block_id]),
-                       s->block_hash[block_id]) != 0)
+    if (s->events && events_removed(s->events, server_events_stream(s, s->block_ns[block_id]),
+                                    s->block_hash[block_id]) != 0)
         s->metrics.kv_events_dropped++;
     if (s->block_cached_ms)
         metrics_observe(&s->metrics.block_lifetime, metrics_block_bounds_ms, metrics_block_n_bounds,

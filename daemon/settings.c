@@ -115,8 +115,8 @@ static int parse_topic(const char *text, int *out)
 }
 
 static const char *const encoding_names[] = {[EVENTS_MAP] = "map", [EVENTS_ARRAY] = "array"};
-static const char *const framing_names[] = {[EVENTS_REPLAY_PLAIN] = "plain",
-                                            [EVENTS_REPLAY_TOPIC] = "topic"};
+static const char *const framing_names[] = {
+    [EVENTS_REPLAY_PLAIN] = "plain", [EVENTS_REPLAY_TOPIC] = "topic"};
 
 static int parse_names(const char *const *names, size_t n, const char *text, int *out)
 {
@@ -246,14 +246,15 @@ const setting_t settings_table[] = {
      .help = "bind a replay socket here: subscribers that missed batches ask for them by seq"},
     {"kv_events_topic", "kv-events-topic", SETTING_GLOBAL, SETTING_TEXT, "TEMPLATE", 1,
      EVENTS_TOPIC_MAX, .parse = parse_topic, AT(server.events.topic),
-     .expect = "a topic with {pod} and {model} only", .example = "kv@{pod}@{model}",
-     .deflt = "kv@{pod}@{model}", .help = "topic of each message; llm-d reads pod and model from it"},
+     .expect = "a topic with {pod} and {model} (no other {...})", .example = "kv@{pod}@{model}",
+     .deflt = "kv@{pod}@{model}",
+     .help = "topic of each message; llm-d reads pod and model from it"},
     {"kv_events_pod", "kv-events-pod", SETTING_GLOBAL, SETTING_TEXT, "NAME", 1, 127,
      AT(server.events.pod), .expect = "a name", .example = "node-7", .deflt = "the host name",
      .help = "{pod} of the topic: the identity routers credit this node's blocks to"},
-    {"kv_events_model", "kv-events-model", SETTING_GLOBAL, SETTING_TEXT, "NAME", 1,
-     EVENTS_NAME_MAX, AT(server.events.default_model), .zero = "none",
-     .expect = "a model name", .example = "meta-llama/Llama-3.1-8B-Instruct",
+    {"kv_events_model", "kv-events-model", SETTING_GLOBAL, SETTING_TEXT, "NAME", 1, EVENTS_NAME_MAX,
+     AT(server.events.default_model), .zero = "none", .expect = "a model name",
+     .example = "meta-llama/Llama-3.1-8B-Instruct",
      .help = "model name of the namespace \"default\" (others: model_name of their section); a "
              "namespace without one publishes nothing"},
     {"kv_events_buffer", "kv-events-buffer", SETTING_GLOBAL, SETTING_U32, "N", 1, 10000000,

@@ -647,10 +647,10 @@ static int run_events(const bench_cfg_t *b, int rounds)
                       &lk_on) != 0)
             rc = 1;
     for (int r = 0; r < rounds && rc == 0; r++)
-        if (run_round(&off, MODE_COMMIT, commit_tokens, COMMIT_TOKENS, CLIENTS,
-                      b->seconds / rounds, &cm_off) != 0 ||
-            run_round(&on, MODE_COMMIT, commit_tokens, COMMIT_TOKENS, CLIENTS,
-                      b->seconds / rounds, &cm_on) != 0)
+        if (run_round(&off, MODE_COMMIT, commit_tokens, COMMIT_TOKENS, CLIENTS, b->seconds / rounds,
+                      &cm_off) != 0 ||
+            run_round(&on, MODE_COMMIT, commit_tokens, COMMIT_TOKENS, CLIENTS, b->seconds / rounds,
+                      &cm_on) != 0)
             rc = 1;
     if (rc == 0) {
         printf("# events off: kvshared without --kv-events; on: --kv-events ipc:// with one live "

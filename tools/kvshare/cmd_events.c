@@ -21,10 +21,17 @@
 #define DEFAULT_ENDPOINT "tcp://127.0.0.1:5557"
 
 /* vLLM's field order of each event (the array form). */
-static const char *const stored_fields[] = {"block_hashes", "parent_block_hash", "token_ids",
-                                            "block_size",   "lora_id",           "medium",
-                                            "lora_name",    "extra_keys",        "group_idx",
-                                            "kv_cache_spec_kind", "kv_cache_spec_sliding_window",
+static const char *const stored_fields[] = {"block_hashes",
+                                            "parent_block_hash",
+                                            "token_ids",
+                                            "block_size",
+                                            "lora_id",
+                                            "medium",
+                                            "lora_name",
+                                            "extra_keys",
+                                            "group_idx",
+                                            "kv_cache_spec_kind",
+                                            "kv_cache_spec_sliding_window",
                                             NULL};
 static const char *const removed_fields[] = {"block_hashes", "medium", "group_idx", NULL};
 static const char *const cleared_fields[] = {NULL};
@@ -254,8 +261,9 @@ static int show(FILE *f, bool json, uint64_t seq, const char *topic, const char 
     if (msgpack_unpack_next(&u, payload, len, NULL) != MSGPACK_UNPACK_SUCCESS ||
         u.data.type != MSGPACK_OBJECT_ARRAY || u.data.via.array.size != 3 ||
         u.data.via.array.ptr[1].type != MSGPACK_OBJECT_ARRAY) {
-        fprintf(stderr, "kvshare events: seq %" PRIu64 ": the payload is not a batch "
-                        "[ts, events, data_parallel_rank]\n",
+        fprintf(stderr,
+                "kvshare events: seq %" PRIu64 ": the payload is not a batch "
+                "[ts, events, data_parallel_rank]\n",
                 seq);
         goto done;
     }
