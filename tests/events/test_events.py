@@ -252,7 +252,7 @@ class TestEvents(unittest.TestCase):
         try:
             sub = ev.subscriber()
             time.sleep(0.2)
-            c = kvshare.Client(ev.d.socket)
+            c = kvshare.Client(ev.d.socket, timeout_ms=10000)
             wl = Workload(c, seed)
             wl.run(OPS, sub)
             st = drain(ev, sub, c)
@@ -298,7 +298,7 @@ class TestEvents(unittest.TestCase):
         ev = Events(framing=framing, encoding="map" if plain else "array",
                     config=CONFIG_ONE if plain else CONFIG)
         try:
-            c = kvshare.Client(ev.d.socket)
+            c = kvshare.Client(ev.d.socket, timeout_ms=10000)
             wl = Workload(c, 7)
             wl.run(min(OPS, 1500))
             time.sleep(0.3)
@@ -330,7 +330,7 @@ class TestEvents(unittest.TestCase):
         try:
             sub = ev.subscriber(rcvhwm=1)
             time.sleep(0.2)
-            c = kvshare.Client(ev.d.socket)
+            c = kvshare.Client(ev.d.socket, timeout_ms=10000)
             Workload(c, 11).run(800, sub, every=200)
             drain(ev, sub, c)
             self.assertGreater(sub.gaps, 0)
@@ -348,7 +348,7 @@ class TestEvents(unittest.TestCase):
         try:
             sub = ev.subscriber()
             time.sleep(0.2)
-            c = kvshare.Client(ev.d.socket)
+            c = kvshare.Client(ev.d.socket, timeout_ms=10000)
             wl = Workload(c, 5)
             wl.run(600, sub)
             drain(ev, sub, c)
@@ -393,7 +393,7 @@ class TestEvents(unittest.TestCase):
             "--kv-events-replay-bytes", "64KiB", "--kv-events-queue", "4KiB"])
         ctx = zmq.Context()
         try:
-            c = kvshare.Client(d.socket)
+            c = kvshare.Client(d.socket, timeout_ms=10000)
             wl = Workload(c, 3)
             wl.run(300)  # no subscriber: connect mode, nobody bound
             self.assertGreater(c.stats()["kv_events_published"], 0)
@@ -471,7 +471,7 @@ class TestEvents(unittest.TestCase):
         try:
             sub = ev.subscriber()
             time.sleep(0.2)
-            c = kvshare.Client(ev.d.socket)
+            c = kvshare.Client(ev.d.socket, timeout_ms=10000)
             ids = c.alloc(2, ns="quiet")
             c.commit(list(range(2 * BT)), ids, ns="quiet")
             c.release(ids)

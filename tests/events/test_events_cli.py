@@ -29,7 +29,7 @@ class TestEventsCli(unittest.TestCase):
                                    list(flags),
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             time.sleep(0.5)
-            c = kvshare.Client(d.socket)
+            c = kvshare.Client(d.socket, timeout_ms=10000)
             ids = c.alloc(3)
             c.commit(list(range(3 * BT)), ids)
             c.release(ids)
