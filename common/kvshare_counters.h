@@ -64,7 +64,13 @@
     X(lookup_wait_timeouts, 0, "kvshare_lookup_waits_total", "result=\"deadline\"", \
       "Lookups that waited for blocks other sessions were writing, by how the wait ended") \
     X(lookup_wait_ms, 0, "kvshare_lookup_wait_milliseconds_total", "", \
-      "Milliseconds lookups spent waiting for blocks other sessions were writing")
+      "Milliseconds lookups spent waiting for blocks other sessions were writing") \
+    X(kv_events_published, 0, "kvshare_kv_events_published_total", "", \
+      "KV events sent to routers (BlockStored, BlockRemoved, AllBlocksCleared)") \
+    X(kv_events_dropped, 0, "kvshare_kv_events_dropped_total", "", \
+      "KV events dropped because the publisher's queue was full (kv_events_queue)") \
+    X(kv_events_replay_requests, 0, "kvshare_kv_events_replay_requests_total", "", \
+      "Replay requests answered on the KV events replay socket")
 /* clang-format on */
 
 /* Room for counters in kvs_stats_t and StatsReply.counters. */

@@ -168,10 +168,21 @@ const config_ns_t *config_find_ns(const config_t *c, const char *name)
     return NULL;
 }
 
+/* The field of a text key of a [namespace] section: a string the section
+ * owns. */
+static char **ns_text(config_ns_t *ns, const setting_t *row)
+{
+    return (char **)(void *)((char *)ns + row->offset);
+}
+
 void config_free(config_t *c)
 {
     if (!c)
         return;
+    for (uint32_t i = 0; i < c->n_ns; i++)
+        for (size_t r = 0; r < settings_count; r++)
+            if (settings_table[r].scope == SETTING_NS && settings_table[r].type == SETTING_TEXT)
+                free(*ns_text(&c->ns[i], &settings_table[r]));
     for (uint32_t i = 0; i < c->n_entries; i++)
         free(c->entries[i].value);
     free(c->entries);
@@ -307,7 +318,7 @@ int config_load(const char *path, config_t **out, char *err, size_t errlen)
             else
                 err_at(&e, line, "unknown key '%s'%s", key,
                        in_ns ? " in a namespace section (quota, reserve, allow_uids, allow_gids, "
-                               "hit_rate_target, tier)"
+                               "hit_rate_target, tier, model_name, lora_name)"
                              : " (docs/OPERATING.md lists the keys)");
             continue;
         }
@@ -327,6 +338,11 @@ int config_load(const char *path, config_t **out, char *err, size_t errlen)
             continue;
         }
         if (!in_ns && add_entry(c, row, value, line) != 0) {
+            rc = KVS_ENOMEM;
+            goto done;
+        }
+        /* A text value points into this line: the section keeps a copy. */
+        if (in_ns && cur && row->type == SETTING_TEXT && !(*ns_text(cur, row) = strdup(value))) {
             rc = KVS_ENOMEM;
             goto done;
         }

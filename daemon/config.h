@@ -46,6 +46,8 @@ typedef struct config_ns {
     config_acl_t acl;
     double hit_rate_target;           /* (0, 1]: designed for caching, alert below; 0: not set */
     char tier[RADIX_NS_NAME_MAX + 1]; /* service tier, for metrics by tier; "": none */
+    const char *model_name;           /* KV events: the model routers key on; NULL: none (owned) */
+    const char *lora_name;            /* KV events: the LoRA name; NULL: none (owned) */
     int line;                         /* of its [namespace] header, for messages */
 } config_ns_t;
 

@@ -470,6 +470,35 @@ static int not_at_position(uint32_t b, size_t i, size_t n_matched, const uint32_
                 b, i, ns_name, n_matched);
 }
 
+/* KV events of a commit: one BlockStored per run of blocks it cached
+ * (fresh[i] != 0), whose parent is the block before the run. A duplicate
+ * publishes nothing. Parents go first: a run's parent was cached before
+ * this commit or earlier in it, and its event queued then. */
+static void publish_stored(server_t *srv, uint32_t ns, const uint32_t *ids,
+                           const uint32_t *canonical, const uint32_t *fresh, size_t n,
+                           const uint32_t *tokens)
+{
+    const events_stream_t *st = server_events_stream(srv, ns);
+    uint32_t bt = srv->geo.block_tokens;
+    if (!st->on)
+        return;
+    for (size_t i = 0; i < n;) {
+        if (!fresh[i]) {
+            i++;
+            continue;
+        }
+        size_t end = i;
+        while (end < n && fresh[end])
+            end++;
+        uint64_t parent = 0;
+        bool has_parent = i > 0 && radix_block_hash(srv->index, canonical[i - 1], &parent) == 0;
+        if (events_stored(srv->events, st, ids + i, end - i, srv->block_hash, has_parent, parent,
+                          tokens + i * bt) != 0)
+            srv->metrics.kv_events_dropped++;
+        i = end;
+    }
+}
+
 /*
  * Commit: block i of the prompt is either a WRITING block of this session
  * (it becomes cached, or stays WRITING as a duplicate when another block
@@ -565,6 +594,10 @@ int handler_commit(session_t *s, const Kvshare__Request *req, Kvshare__Response 
     int irc = n_ids ? radix_insert(srv->index, ns, tokens, n_tokens, cm->block_ids, n_ids, true,
                                    canonical, &n_done)
                     : 0;
+    /* Which blocks this commit cached (KV events), in the scratch's second
+     * half. */
+    uint32_t *fresh = canonical + n_ids;
+    memset(fresh, 0, n_done * sizeof(*fresh));
     for (size_t i = 0; i < n_done; i++) {
         uint32_t b = cm->block_ids[i];
         if (srv->writer[b] != s) {
@@ -582,6 +615,10 @@ int handler_commit(session_t *s, const Kvshare__Request *req, Kvshare__Response 
         if (canonical[i] == b) {
             srv->block_cached_ms[b] = srv->block_used_ms[b] = uv_now(srv->loop);
             srv->block_ns[b] = ns;
+            if (srv->events) {
+                fresh[i] = 1;
+                radix_block_hash(srv->index, b, &srv->block_hash[b]);
+            }
             session_writing_remove(s, b);
             if (pool_set_cached(srv->pool, b) != 0)
                 LOG_ERROR("block %u was WRITING for session %llu but the pool refused it", b,
@@ -594,6 +631,9 @@ int handler_commit(session_t *s, const Kvshare__Request *req, Kvshare__Response 
     }
     for (size_t i = 0; i < n_done; i++)
         hint_apply(srv, cm->hint, canonical[i]);
+
+    if (srv->events)
+        publish_stored(srv, ns, cm->block_ids, canonical, fresh, n_done, tokens);
 
     Kvshare__CommitReply *r = &ctx->reply.commit;
     kvshare__commit_reply__init(r);
@@ -732,6 +772,7 @@ int handler_stats(session_t *s, const Kvshare__Request *req, Kvshare__Response *
     r->sessions = srv->n_sessions;
     /* Every counter in the list (a copy: dispatch counts this request
      * before the reply is packed), and the named fields older clients read. */
+    server_sync_counters(srv);
     uint64_t *counters = malloc(sizeof(srv->metrics.counters));
     if (!counters)
         return fail(ctx, KVS_ENOMEM, "out of memory for the stats counters");

@@ -106,6 +106,12 @@ static int serve(settings_t *st)
         uv_loop_close(loop);
         return 2;
     }
+    if (cfg->events.endpoint && server_events_start(srv, err, sizeof(err)) != 0) {
+        fprintf(stderr, "kvshared: %s\n", err);
+        server_free(srv);
+        uv_loop_close(loop);
+        return 1;
+    }
     settings_log(st);
     tenants_log(srv);
     if (cfg->metrics_listen) {

@@ -248,6 +248,7 @@ int metrics_render(server_t *srv, char **out, size_t *len)
     pool_counts_t c;
     uint32_t n_ns = radix_ns_count(srv->index);
 
+    server_sync_counters(srv);
     t.cap = 16384;
     t.buf = malloc(t.cap);
     if (!t.buf)

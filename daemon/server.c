@@ -35,6 +35,7 @@ void server_config_init(server_config_t *cfg)
     cfg->dynamic_namespaces = true;
     cfg->drain_ms = SERVER_DEFAULT_DRAIN_MS;
     cfg->backend_retry_ms = SERVER_DEFAULT_BACKEND_RETRY_MS;
+    events_config_init(&cfg->events);
 }
 
 /* Opens the pool memory. A restarted daemon may find the GPU still holding
@@ -73,10 +74,79 @@ void server_on_evict(void *ctx, uint32_t block_id)
 {
     server_t *s = ctx;
     s->metrics.evictions++;
+    if (s->events && events_removed(s->events, server_events_stream(s, s->block_ns[block_id]),
+                                    s->block_hash[block_id]) != 0)
+        s->metrics.kv_events_dropped++;
     if (s->block_cached_ms)
         metrics_observe(&s->metrics.block_lifetime, metrics_block_bounds_ms, metrics_block_n_bounds,
                         uv_now(s->loop) - s->block_cached_ms[block_id]);
     pool_release(s->pool, block_id);
+}
+
+const events_stream_t *server_events_stream(server_t *s, uint32_t ns)
+{
+    static const events_stream_t off = {.on = false};
+    if (!s->events || ns >= s->cfg.max_namespaces)
+        return &off;
+    if (!s->ev_resolved[ns]) {
+        const char *name = radix_ns_name(s->index, ns);
+        const config_ns_t *sec = name ? config_find_ns(s->conf, name) : NULL;
+        const char *model = sec ? sec->model_name : NULL;
+        if (!sec && name && strcmp(name, SERVER_DEFAULT_NS) == 0)
+            model = s->cfg.events.default_model;
+        if (events_stream_init(&s->cfg.events, model, sec ? sec->lora_name : NULL,
+                               &s->ev_streams[ns]) != 0)
+            LOG_WARN("kv events: namespace '%s' publishes nothing: its topic would exceed %d "
+                     "bytes",
+                     name, EVENTS_TOPIC_MAX);
+        s->ev_resolved[ns] = true;
+    }
+    return &s->ev_streams[ns];
+}
+
+int server_events_start(server_t *s, char *err, size_t errlen)
+{
+    const char *medium = backend_kind(s->backend) == BACKEND_CUDA ? "GPU" : "CPU";
+    s->block_hash = calloc(s->num_blocks, sizeof(*s->block_hash));
+    s->ev_streams = calloc(s->cfg.max_namespaces, sizeof(*s->ev_streams));
+    s->ev_resolved = calloc(s->cfg.max_namespaces, sizeof(*s->ev_resolved));
+    if (!s->block_hash || !s->ev_streams || !s->ev_resolved) {
+        snprintf(err, errlen, "kv events: out of memory for the tables of %u blocks",
+                 s->num_blocks);
+        return KVS_ENOMEM;
+    }
+    int rc = events_start(&s->cfg.events, s->geo.block_tokens, medium, &s->events, err, errlen);
+    if (rc != 0)
+        return rc;
+    /* Routers forget what a previous daemon on this node held: one
+     * AllBlocksCleared per topic a namespace may publish on. */
+    uint32_t n_topics = 0;
+    for (uint32_t ns = 0; ns < radix_ns_count(s->index); ns++) {
+        const events_stream_t *st = server_events_stream(s, ns);
+        if (st->on && events_cleared(s->events, st) == 0)
+            n_topics++;
+    }
+    uint32_t dflt;
+    if (s->cfg.events.default_model && radix_ns_find(s->index, SERVER_DEFAULT_NS, &dflt) != 0) {
+        events_stream_t st;
+        if (events_stream_init(&s->cfg.events, s->cfg.events.default_model, NULL, &st) == 0 &&
+            events_cleared(s->events, &st) == 0)
+            n_topics++;
+    }
+    LOG_INFO("kv events: publishing on %s%s%s (medium %s, block size %u, %s events), %u "
+             "namespace topics",
+             s->cfg.events.endpoint, s->cfg.events.replay_endpoint ? ", replay on " : "",
+             s->cfg.events.replay_endpoint ? s->cfg.events.replay_endpoint : "", medium,
+             s->geo.block_tokens, s->cfg.events.encoding == EVENTS_ARRAY ? "array" : "map",
+             n_topics);
+    return 0;
+}
+
+void server_sync_counters(server_t *s)
+{
+    if (s->events)
+        events_counters(s->events, &s->metrics.kv_events_published,
+                        &s->metrics.kv_events_replay_requests);
 }
 
 uint64_t server_ns_seed(const char *name)
@@ -472,6 +542,10 @@ void server_free(server_t *s)
     while (s->sessions)
         session_close(s->sessions, "server freed");
     inflight_free(s->inflight);
+    events_stop(s->events);
+    free(s->block_hash);
+    free(s->ev_streams);
+    free(s->ev_resolved);
     radix_free(s->index);
     pool_free(s->pool);
     backend_close(s->backend);

@@ -24,6 +24,7 @@
 
 #include "backend.h"
 #include "config.h"
+#include "events.h"
 #include "geometry.h"
 #include "metrics.h"
 #include "pool.h"
@@ -64,6 +65,8 @@ typedef struct server_config {
     config_acl_t allow;      /* peers allowed to connect (empty: anyone) */
     uint32_t drain_ms;       /* SIGTERM: the loop ends within this time */
     const char *config_path; /* reread on SIGHUP; NULL: none */
+
+    events_config_t events; /* KV events for routers (events.h); endpoint NULL: off */
 } server_config_t;
 
 typedef struct server {
@@ -120,6 +123,14 @@ typedef struct server {
     uv_timer_t drain_timer;
     bool drain_on;
     struct inflight *inflight; /* declared prefixes and parked lookups */
+
+    /* KV events (events.h): NULL when off. Per block, its chained hash (the
+     * key BlockRemoved names); per namespace, what it publishes as,
+     * resolved on first use (ev_resolved). */
+    struct events *events;
+    uint64_t *block_hash;
+    events_stream_t *ev_streams;
+    bool *ev_resolved;
 } server_t;
 
 /* Fills cfg with defaults: 16 MiB frames, 64 MiB output, 1024 sessions,
@@ -165,6 +176,19 @@ uint64_t server_ns_seed(const char *name);
  * RADIX_NS_NAME_MAX bytes, reserve over quota or over the pool), KVS_EEXIST, KVS_ENOMEM. */
 int server_ns_create(server_t *s, const char *name, uint32_t quota, uint32_t reserve, char *err,
                      size_t errlen);
+
+/* Starts publishing KV events (cfg.events.endpoint set; after the
+ * namespaces of the config are declared) and queues AllBlocksCleared on
+ * the topic of every namespace that maps to a model. Errors (message in
+ * err): those of events_start, KVS_ENOMEM. */
+int server_events_start(server_t *s, char *err, size_t errlen);
+
+/* What namespace ns publishes as (stream->on false: nothing). */
+const events_stream_t *server_events_stream(server_t *s, uint32_t ns);
+
+/* Copies the publisher's counters into s->metrics (before a Stats reply or
+ * a scrape). */
+void server_sync_counters(server_t *s);
 
 /* Index eviction callback: the block goes back to the pool. */
 void server_on_evict(void *ctx, uint32_t block_id);

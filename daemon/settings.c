@@ -8,6 +8,7 @@
 #include <sys/un.h>
 
 #include "backend.h"
+#include "events.h"
 #include "geometry.h"
 #include "kvshare_status.h"
 #include "kvshare_version.h"
@@ -101,6 +102,53 @@ static int parse_addr(const char *text, int *out)
     return metrics_http_parse_addr(text, host, sizeof(host), &port);
 }
 
+static int parse_endpoint(const char *text, int *out)
+{
+    (void)out;
+    return events_check_endpoint(text);
+}
+
+static int parse_topic(const char *text, int *out)
+{
+    (void)out;
+    return events_check_topic(text);
+}
+
+static const char *const encoding_names[] = {[EVENTS_MAP] = "map", [EVENTS_ARRAY] = "array"};
+static const char *const framing_names[] = {
+    [EVENTS_REPLAY_PLAIN] = "plain", [EVENTS_REPLAY_TOPIC] = "topic"};
+
+static int parse_names(const char *const *names, size_t n, const char *text, int *out)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(text, names[i]) == 0) {
+            *out = (int)i;
+            return 0;
+        }
+    }
+    return KVS_EINVAL;
+}
+
+static int parse_encoding(const char *text, int *out)
+{
+    return parse_names(encoding_names, 2, text, out);
+}
+
+static const char *name_encoding(int i)
+{
+    return i >= 0 && i < 2 ? encoding_names[i] : NULL;
+}
+
+static int parse_framing(const char *text, int *out)
+{
+    return parse_names(framing_names, 2, text, out);
+}
+
+static const char *name_framing(int i)
+{
+    return i >= 0 && i < 2 ? framing_names[i] : NULL;
+}
+
 /* --- the table --- */
 
 #define AT(field) .offset = offsetof(settings_t, field), .width = sizeof(((settings_t *)0)->field)
@@ -186,6 +234,49 @@ const setting_t settings_table[] = {
     {"log_level", "log-level", SETTING_GLOBAL, SETTING_CHOICE, "LEVEL", 0, 0, CHOICE(log_level),
      AT(log_level), .help = "error, warn, info or debug"},
 
+    /* KV events for cluster routers (docs/ROUTING.md). */
+    {"kv_events", "kv-events", SETTING_GLOBAL, SETTING_TEXT, "ENDPOINT", 1, 255,
+     .parse = parse_endpoint, AT(server.events.endpoint), .zero = "off",
+     .expect = "tcp://HOST:PORT or ipc://PATH", .example = "tcp://*:5557",
+     .help = "publish vLLM-format KV events on this ZeroMQ endpoint: binds on tcp://*:PORT or "
+             "ipc://, connects to tcp://HOST:PORT (a central indexer)"},
+    {"kv_events_replay", "kv-events-replay", SETTING_GLOBAL, SETTING_TEXT, "ENDPOINT", 1, 255,
+     .parse = parse_endpoint, AT(server.events.replay_endpoint), .zero = "off",
+     .expect = "tcp://HOST:PORT or ipc://PATH", .example = "tcp://*:5558",
+     .help = "bind a replay socket here: subscribers that missed batches ask for them by seq"},
+    {"kv_events_topic", "kv-events-topic", SETTING_GLOBAL, SETTING_TEXT, "TEMPLATE", 1,
+     EVENTS_TOPIC_MAX, .parse = parse_topic, AT(server.events.topic),
+     .expect = "a topic with {pod} and {model} (no other {...})", .example = "kv@{pod}@{model}",
+     .deflt = "kv@{pod}@{model}",
+     .help = "topic of each message; llm-d reads pod and model from it"},
+    {"kv_events_pod", "kv-events-pod", SETTING_GLOBAL, SETTING_TEXT, "NAME", 1, 127,
+     AT(server.events.pod), .expect = "a name", .example = "node-7", .deflt = "the host name",
+     .help = "{pod} of the topic: the identity routers credit this node's blocks to"},
+    {"kv_events_model", "kv-events-model", SETTING_GLOBAL, SETTING_TEXT, "NAME", 1, EVENTS_NAME_MAX,
+     AT(server.events.default_model), .zero = "none", .expect = "a model name",
+     .example = "meta-llama/Llama-3.1-8B-Instruct",
+     .help = "model name of the namespace \"default\" (others: model_name of their section); a "
+             "namespace without one publishes nothing"},
+    {"kv_events_buffer", "kv-events-buffer", SETTING_GLOBAL, SETTING_U32, "N", 1, 10000000,
+     AT(server.events.buffer), .help = "batches the replay socket can serve"},
+    {"kv_events_replay_bytes", "kv-events-replay-bytes", SETTING_GLOBAL, SETTING_SIZE, "SIZE", 4096,
+     UINT64_MAX, AT(server.events.replay_bytes),
+     .help = "the replay ring's memory: the oldest batches go beyond it"},
+    {"kv_events_hwm", "kv-events-hwm", SETTING_GLOBAL, SETTING_U32, "N", 1, INT32_MAX,
+     AT(server.events.hwm),
+     .help = "messages queued per subscriber; a slower one misses the next (a gap in seq)"},
+    {"kv_events_queue", "kv-events-queue", SETTING_GLOBAL, SETTING_SIZE, "SIZE", 4096, 1ull << 32,
+     AT(server.events.queue_bytes),
+     .help = "hand-off queue to the publisher thread; events that do not fit are dropped and "
+             "counted"},
+    {"kv_events_encoding", "kv-events-encoding", SETTING_GLOBAL, SETTING_CHOICE, "FORM", 0, 0,
+     CHOICE(encoding), AT(server.events.encoding),
+     .help = "map (each event a msgpack map, vLLM since 2026) or array (positional, earlier vLLM)"},
+    {"kv_events_replay_framing", "kv-events-replay-framing", SETTING_GLOBAL, SETTING_CHOICE, "FORM",
+     0, 0, CHOICE(framing), AT(server.events.replay_framing),
+     .help = "replay replies as [seq, payload] (plain: Dynamo) or [topic, seq, payload] (topic: "
+             "newer vLLM)"},
+
     /* Flags only. */
     {NULL, "namespace", SETTING_GLOBAL, SETTING_NAMESPACE, "NAME[:QUOTA[:RESERVE]]", 0,
      UINT32_MAX - 1, .example = "chat:4096:1024",
@@ -234,6 +325,14 @@ const setting_t settings_table[] = {
     {"tier", NULL, SETTING_NS, SETTING_NAME, "NAME", 0, 0, NS_AT(tier), .zero = "none",
      .reload = true, .example = "interactive",
      .help = "its service tier: exported as kvshare_namespace_tier, for hit rates by tier"},
+    {"model_name", NULL, SETTING_NS, SETTING_TEXT, "NAME", 1, EVENTS_NAME_MAX, NS_AT(model_name),
+     .zero = "none: publishes no KV events", .expect = "a model name",
+     .example = "meta-llama/Llama-3.1-8B-Instruct",
+     .help = "KV events: the model routers key this namespace's blocks on ({model} of the topic)"},
+    {"lora_name", NULL, SETTING_NS, SETTING_TEXT, "NAME", 1, EVENTS_NAME_MAX, NS_AT(lora_name),
+     .zero = "none", .expect = "a LoRA adapter name", .example = "sql-adapter",
+     .help = "KV events: the LoRA name each BlockStored carries (llm-d keys on it instead of the "
+             "model)"},
 };
 
 const size_t settings_count = sizeof(settings_table) / sizeof(settings_table[0]);

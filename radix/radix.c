@@ -1526,6 +1526,17 @@ int radix_ns_set_priority(radix_tree_t *t, uint32_t ns_id, uint32_t prio_default
     return 0;
 }
 
+int radix_block_hash(const radix_tree_t *t, uint32_t block_id, uint64_t *hash)
+{
+    if (!t || !hash || block_id >= t->cfg.max_blocks)
+        return KVS_EINVAL;
+    const radix_node_t *n = t->by_node[block_id];
+    if (!n || n == &radix_mark)
+        return KVS_ENOTFOUND;
+    *hash = *rec_hash(n, t->by_pos[block_id]);
+    return 0;
+}
+
 /* ---- eviction -------------------------------------------------------------- */
 
 /* The reservation rule (radix.h, radix_evict): the leaf that goes next when

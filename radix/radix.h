@@ -323,6 +323,11 @@ int radix_block_priority(const radix_tree_t *t, uint32_t block_id, uint32_t *pri
  * Errors: KVS_EINVAL, KVS_ENONS. */
 int radix_ns_set_priority(radix_tree_t *t, uint32_t ns, uint32_t prio_default, uint32_t prio_cap);
 
+/* The chained hash of a cached block (h_i of Theory of operation): the key
+ * that names its whole prefix, as KV events publish it. Errors: KVS_EINVAL
+ * (id out of range, hash NULL), KVS_ENOTFOUND (block not cached). */
+int radix_block_hash(const radix_tree_t *t, uint32_t block_id, uint64_t *hash);
+
 /* Evicts up to n unpinned leaf blocks, calling on_evict for each. for_ns is
  * the namespace whose need drives the eviction (RADIX_NS_ANY for none). The
  * reservation rule, applied at each block with the counts as they are then:

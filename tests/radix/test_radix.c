@@ -434,6 +434,35 @@ END_TEST
 
 /* ---- pins --------------------------------------------------------------------- */
 
+static uint64_t hash_mix(const uint32_t *tokens, size_t n, uint64_t seed)
+{
+    for (size_t i = 0; i < n; i++)
+        seed = (seed ^ tokens[i]) * 0x100000001b3ull;
+    return seed;
+}
+
+/* radix_block_hash: a cached block's key is the chain h_i = hash(block i,
+ * h_{i-1}) from the namespace seed, as KV events publish it. */
+START_TEST(test_block_hash)
+{
+    radix_tree_t *t = tree_with(BT, 64, hash_mix);
+    uint32_t ns = ns_new(t, "a", 0, 0);
+    uint32_t tok[3 * BT];
+    uint64_t h, want = 0x1234 + 1;
+    prompt(tok, 3 * BT, 1);
+    insert_run(t, ns, tok, 3, 5, false, 0);
+    for (uint32_t i = 0; i < 3; i++) {
+        want = hash_mix(tok + i * BT, BT, want);
+        ck_assert_int_eq(radix_block_hash(t, 5 + i, &h), 0);
+        ck_assert_uint_eq(h, want);
+    }
+    ck_assert_int_eq(radix_block_hash(t, 4, &h), KVS_ENOTFOUND);
+    ck_assert_int_eq(radix_block_hash(t, 64, &h), KVS_EINVAL);
+    ck_assert_int_eq(radix_block_hash(t, 5, NULL), KVS_EINVAL);
+    radix_free(t);
+}
+END_TEST
+
 START_TEST(test_pin_unpin)
 {
     radix_tree_t *t = tree_with(BT, 64, NULL);
@@ -1679,6 +1708,7 @@ static Suite *radix_suite(void)
     tcase_add_test(tc, test_insert_split_and_extend);
     tcase_add_test(tc, test_insert_eexist);
     tcase_add_test(tc, test_pin_unpin);
+    tcase_add_test(tc, test_block_hash);
     tcase_add_test(tc, test_evict_lru_order);
     tcase_add_test(tc, test_evict_priority_order);
     tcase_add_test(tc, test_priority_keeps_quota);

@@ -14,6 +14,14 @@
  *
  * Latencies are per round trip (p50, p99 over all clients); throughput is
  * round trips per second over all clients. Processes are not pinned to CPUs.
+ *
+ * --events: the cost of KV events instead. Two daemons run side by side,
+ * one without --kv-events and one publishing (ipc://, default namespace
+ * mapped to a model) to one live subscriber process that reads every
+ * message; in alternating rounds, 16 clients loop 4k-token Lookups (full
+ * hits), then 16 clients loop Commits of 256 new tokens each (Alloc before,
+ * Release after, outside the timing; the pool is small, so commits evict and
+ * publish BlockRemoved too).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -32,6 +40,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <zmq.h>
 
 #include "bench.h"
 #include "frame_header.h"
@@ -55,6 +65,7 @@ typedef struct bench_cfg {
     char raw_sock[SOCKET_PATH_MAX];
     double seconds;
     pid_t daemon_pid;
+    const char *events; /* --kv-events endpoint of the daemon; NULL: off */
 } bench_cfg_t;
 
 static double now_us(void)
@@ -89,7 +100,9 @@ static int start_daemon(bench_cfg_t *b, unsigned blocks)
                                 "16",        "--pool-blocks",
                                 nb,          "--max-frame",
                                 "64M",       "--log-level",
-                                "warn",      NULL};
+                                "warn",      b->events ? "--kv-events" : NULL,
+                                b->events,   "--kv-events-model",
+                                "bench",     NULL};
     pid_t pid = launch_daemon(argv, LAUNCH_READY_MS, NULL);
     if (pid < 0)
         return -1;
@@ -221,7 +234,9 @@ typedef struct cell {
     double p50_us, p99_us, per_sec;
 } cell_t;
 
-typedef enum mode { MODE_KVS, MODE_RAW } mode_t_;
+typedef enum mode { MODE_KVS, MODE_RAW, MODE_COMMIT } mode_t_;
+
+#define COMMIT_TOKENS 256
 
 /* The Lookup request frame for tokens, for sizing the raw ping-pong. */
 static size_t lookup_request_bytes(const uint32_t *tokens, size_t n)
@@ -263,8 +278,12 @@ static void client_loop(const bench_cfg_t *b, mode_t_ mode, const uint32_t *toke
     int fd = -1;
     uint8_t *req = NULL, *reply = NULL;
     uint32_t *ids = malloc((n_tokens / BENCH_BT + 1) * sizeof(uint32_t));
+    uint32_t *canon = malloc((n_tokens / BENCH_BT + 1) * sizeof(uint32_t));
+    uint32_t *fresh = malloc(n_tokens * sizeof(uint32_t));
     size_t n_ids;
-    if (mode == MODE_KVS) {
+    if (!ids || !canon || !fresh)
+        goto fail;
+    if (mode == MODE_KVS || mode == MODE_COMMIT) {
         kvs_options_t o;
         kvs_options_init(&o);
         o.socket_path = b->kvs_sock;
@@ -291,10 +310,33 @@ static void client_loop(const bench_cfg_t *b, mode_t_ mode, const uint32_t *toke
         goto fail;
     }
     double end = now_us() + seconds * 1e6;
-    uint32_t k = 0;
+    uint32_t k = 0, iter = 0;
     float *out = res->samples + (size_t)idx * per_client;
     for (;;) {
         double t0 = now_us();
+        if (mode == MODE_COMMIT) {
+            /* A prompt no one committed before: every block is new. */
+            size_t nb = n_tokens / BENCH_BT, done;
+            memcpy(fresh, tokens, n_tokens * sizeof(uint32_t));
+            fresh[0] = (uint32_t)idx << 24 | iter++;
+            fresh[1] = (uint32_t)getpid();
+            int rc = kvs_alloc(c, NULL, (uint32_t)nb, ids);
+            t0 = now_us();
+            if (rc == 0)
+                rc = kvs_commit(c, NULL, fresh, n_tokens, ids, nb, canon, &done);
+            double t1 = now_us();
+            if (rc == 0)
+                rc = kvs_release(c, canon, nb, NULL);
+            if (rc != 0) {
+                fprintf(stderr, "bench rpc: client %d: commit: %s\n", idx, kvs_last_error(c));
+                goto fail;
+            }
+            if (k < per_client)
+                out[k++] = (float)(t1 - t0);
+            if (t1 >= end)
+                break;
+            continue;
+        }
         if (mode == MODE_KVS) {
             int rc = kvs_lookup(c, NULL, tokens, n_tokens, 0, ids, n_tokens / BENCH_BT + 1, &n_ids);
             if (rc != 0 || n_ids != n_tokens / BENCH_BT) {
@@ -530,22 +572,135 @@ static int warm(const bench_cfg_t *b, const uint32_t *tokens, size_t n_tokens)
     return rc;
 }
 
+/* The live subscriber of --events: reads every message until killed,
+ * counting them in *count (shared memory). */
+static pid_t start_subscriber(const char *endpoint, volatile uint64_t *count)
+{
+    pid_t pid = fork();
+    if (pid != 0)
+        return pid;
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    void *ctx = zmq_ctx_new();
+    void *sub = zmq_socket(ctx, ZMQ_SUB);
+    if (!sub || zmq_setsockopt(sub, ZMQ_SUBSCRIBE, "", 0) != 0 || zmq_connect(sub, endpoint) != 0)
+        _exit(1);
+    for (;;) {
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, sub, 0) >= 0 && !zmq_msg_more(&m))
+            (*count)++;
+        zmq_msg_close(&m);
+    }
+}
+
+static void print_pair(const char *what, const samples_t *off_s, const samples_t *on_s)
+{
+    cell_t off, on;
+    samples_result((samples_t *)off_s, &off);
+    samples_result((samples_t *)on_s, &on);
+    printf("%-28s %9.1fus %9.1fus %11.0f   %9.1fus %9.1fus %11.0f   %+6.1f%% %+6.1f%%\n", what,
+           off.p50_us, off.p99_us, off.per_sec, on.p50_us, on.p99_us, on.per_sec,
+           100.0 * (on.p50_us / off.p50_us - 1), 100.0 * (on.per_sec / off.per_sec - 1));
+}
+
+/* --events: the same cells against a daemon without and one with events. */
+static int run_events(const bench_cfg_t *b, int rounds)
+{
+    enum { CLIENTS = 16, LOOKUP_TOKENS = 4096 };
+    bench_cfg_t off = *b, on = *b;
+    char endpoint[128];
+    int rc = 0;
+    snprintf(off.kvs_sock, sizeof(off.kvs_sock), "%s/off.sock", b->dir);
+    snprintf(on.kvs_sock, sizeof(on.kvs_sock), "%s/on.sock", b->dir);
+    snprintf(endpoint, sizeof(endpoint), "ipc://%s/events", b->dir);
+    on.events = endpoint;
+    volatile uint64_t *received =
+        mmap(NULL, sizeof(uint64_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (received == MAP_FAILED)
+        return 1;
+    *received = 0;
+    if (start_daemon(&off, 4096) != 0 || start_daemon(&on, 4096) != 0) {
+        fprintf(stderr, "bench rpc: kvshared (%s) did not start; give --kvshared PATH\n",
+                b->kvshared);
+        if (off.daemon_pid > 0) {
+            kill(off.daemon_pid, SIGTERM);
+            waitpid(off.daemon_pid, NULL, 0);
+        }
+        return 1;
+    }
+    pid_t sub = start_subscriber(endpoint, received);
+    uint32_t *lookup_tokens = malloc(LOOKUP_TOKENS * sizeof(uint32_t));
+    uint32_t *commit_tokens = malloc(COMMIT_TOKENS * sizeof(uint32_t));
+    prompt(lookup_tokens, LOOKUP_TOKENS, 1);
+    prompt(commit_tokens, COMMIT_TOKENS, 2);
+    usleep(200000); /* the subscriber connects */
+    if (sub < 0 || warm(&off, lookup_tokens, LOOKUP_TOKENS) != 0 ||
+        warm(&on, lookup_tokens, LOOKUP_TOKENS) != 0)
+        rc = 1;
+    samples_t lk_off = {0}, lk_on = {0}, cm_off = {0}, cm_on = {0};
+    /* Lookups first: the commits then evict the warmed prompt. Off and on
+     * alternate in short rounds, so drift falls on both alike. */
+    for (int r = 0; r < rounds && rc == 0; r++)
+        if (run_round(&off, MODE_KVS, lookup_tokens, LOOKUP_TOKENS, CLIENTS, b->seconds / rounds,
+                      &lk_off) != 0 ||
+            run_round(&on, MODE_KVS, lookup_tokens, LOOKUP_TOKENS, CLIENTS, b->seconds / rounds,
+                      &lk_on) != 0)
+            rc = 1;
+    for (int r = 0; r < rounds && rc == 0; r++)
+        if (run_round(&off, MODE_COMMIT, commit_tokens, COMMIT_TOKENS, CLIENTS, b->seconds / rounds,
+                      &cm_off) != 0 ||
+            run_round(&on, MODE_COMMIT, commit_tokens, COMMIT_TOKENS, CLIENTS, b->seconds / rounds,
+                      &cm_on) != 0)
+            rc = 1;
+    if (rc == 0) {
+        printf("# events off: kvshared without --kv-events; on: --kv-events ipc:// with one live "
+               "subscriber\n");
+        printf("%-28s %11s %11s %11s   %11s %11s %11s   %7s %7s\n", "", "off p50", "off p99",
+               "off/s", "on p50", "on p99", "on/s", "p50", "rate");
+        print_pair("lookup 4096 tok, 16 clients", &lk_off, &lk_on);
+        print_pair("commit 256 tok, 16 clients", &cm_off, &cm_on);
+        usleep(200000);
+        printf("subscriber received %llu messages\n", (unsigned long long)*received);
+    } else {
+        fprintf(stderr, "bench rpc: a client failed\n");
+    }
+    free(lk_off.v);
+    free(lk_on.v);
+    free(cm_off.v);
+    free(cm_on.v);
+    free(lookup_tokens);
+    free(commit_tokens);
+    if (sub > 0) {
+        kill(sub, SIGKILL);
+        waitpid(sub, NULL, 0);
+    }
+    kill(off.daemon_pid, SIGTERM);
+    kill(on.daemon_pid, SIGTERM);
+    waitpid(off.daemon_pid, NULL, 0);
+    waitpid(on.daemon_pid, NULL, 0);
+    munmap((void *)received, sizeof(uint64_t));
+    return rc;
+}
+
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: kvshare-bench rpc [--kvshared PATH] [--seconds S] [--rounds N] [--quick]\n"
+    fprintf(f, "usage: kvshare-bench rpc [--kvshared PATH] [--seconds S] [--rounds N] [--quick] "
+               "[--events]\n"
                "\n"
                "Starts kvshared (host backend) on a temporary socket and measures Lookup\n"
                "latency and throughput with 1, 4, 16 client processes for 64-, 4k- and\n"
                "32k-token prompts, next to a raw Unix-socket ping-pong of the same sizes,\n"
                "plus pipelined Lookups. Each cell runs S seconds (default 2) per side, in N\n"
-               "alternating rounds (default 5). --quick: 64 and 4k tokens, 1 and 16 clients.\n");
+               "alternating rounds (default 5). --quick: 64 and 4k tokens, 1 and 16 clients.\n"
+               "--events: instead, 16-client Lookup and Commit against a daemon without and\n"
+               "one with KV events (one live subscriber), in alternating rounds.\n");
 }
 
 int bench_rpc_main(int argc, char **argv)
 {
     bench_cfg_t b;
     char kvshared[PATH_MAX + 32];
-    int quick = 0, rounds = 5;
+    int quick = 0, rounds = 5, events = 0;
     memset(&b, 0, sizeof(b));
     b.seconds = 2.0;
     b.kvshared = bench_default_kvshared(kvshared, sizeof(kvshared));
@@ -558,6 +713,8 @@ int bench_rpc_main(int argc, char **argv)
             rounds = atoi(argv[++i]);
         } else if (strcmp(argv[i], "--quick") == 0) {
             quick = 1;
+        } else if (strcmp(argv[i], "--events") == 0) {
+            events = 1;
         } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             usage(stdout);
             return 0;
@@ -578,6 +735,11 @@ int bench_rpc_main(int argc, char **argv)
     snprintf(b.kvs_sock, sizeof(b.kvs_sock), "%s/kvshared.sock", b.dir);
     snprintf(b.raw_sock, sizeof(b.raw_sock), "%s/raw.sock", b.dir);
 
+    if (events) {
+        int erc = run_events(&b, rounds);
+        rmdir(b.dir);
+        return erc;
+    }
     static const size_t sizes[] = {64, 4096, 32768};
     static const int client_counts[] = {1, 4, 16};
     size_t n_sizes = quick ? 2 : 3;

@@ -16,6 +16,8 @@ static const kvshare_command_t commands[] = {
     {"top", kvshare_cmd_top, "the stats view, refreshed, with rates"},
     {"tree", kvshare_cmd_tree, "top cached prefixes: tokens, blocks, hits, pins, age"},
     {"ping", kvshare_cmd_ping, "round-trip time to kvshared"},
+    {"events", kvshare_cmd_events,
+     "tail the KV events kvshared publishes for cluster routers (--json)"},
 };
 #define COMMAND_COUNT (sizeof(commands) / sizeof(commands[0]))
 

@@ -1,0 +1,139 @@
+/*
+ * events: KV events for cluster routers, in the format vLLM defined (see
+ * docs/ROUTING.md). llm-d's kv-cache indexer, NVIDIA Dynamo's KV router and
+ * the others that read vLLM's stream mirror what this node caches from it.
+ *
+ *   loop thread                         publisher thread
+ *   -----------                         ----------------
+ *   Commit  --> events_stored   --+     pops records, groups consecutive
+ *   evict   --> events_removed  --+-->  ones of one topic into a batch,
+ *   start   --> events_cleared  --+     msgpack-encodes [ts, events, rank],
+ *                 |                     sends [topic, seq, payload] on PUB,
+ *     bounded byte ring (queue_bytes)   keeps it in the replay ring, and
+ *     full: the event is dropped and    answers replay requests on ROUTER
+ *     counted, never waited for
+ *
+ * The publisher sleeps until the loop queues an event (an eventfd write, the
+ * only system call on the loop's side, made only when the publisher sleeps),
+ * then lets the batch fill for 1 ms: a busy daemon sends one message per
+ * millisecond, not one per Commit.
+ *
+ * The loop thread never blocks and never allocates here: a record (header,
+ * block keys, token ids, topic, LoRA name) is copied into a ring allocated at
+ * start; when the ring is full the record is dropped and the caller counts it.
+ * The publisher thread owns both ZeroMQ sockets. seq counts batches from 0,
+ * one per message, 8 bytes big-endian. PUB drops a batch for a subscriber
+ * whose queue holds `hwm` messages (ZeroMQ's SNDHWM): that subscriber sees a
+ * gap in seq and fills it from the replay socket, which serves the last
+ * `buffer` batches held in at most replay_bytes. Memory is bounded by
+ * queue_bytes, replay_bytes and hwm messages per subscriber.
+ *
+ * A namespace publishes only when it maps to a model name (events_stream_t):
+ * the topic template's {model} is that name (default `kv@{pod}@{model}`), and
+ * each BlockStored carries the namespace's LoRA name, if any.
+ */
+#ifndef KVS_DAEMON_EVENTS_H
+#define KVS_DAEMON_EVENTS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define EVENTS_TOPIC_MAX 255 /* bytes of an expanded topic */
+#define EVENTS_NAME_MAX  127 /* bytes of a model or LoRA name */
+
+typedef enum events_encoding {
+    EVENTS_MAP = 0,  /* each event a msgpack map tagged by "type" (vLLM since 2026) */
+    EVENTS_ARRAY = 1 /* each event a positional array, the tag first (earlier vLLM) */
+} events_encoding_t;
+
+typedef enum events_framing {
+    EVENTS_REPLAY_PLAIN = 0, /* replay replies [id, "", seq, payload] (Dynamo) */
+    EVENTS_REPLAY_TOPIC = 1  /* [id, "", topic, seq, payload] (newer vLLM) */
+} events_framing_t;
+
+/* The settings (settings.c rows kv_events_*). Strings are borrowed. */
+typedef struct events_config {
+    const char *endpoint;        /* PUB: binds on `*`, `::`, ipc://, else connects; NULL: off */
+    const char *replay_endpoint; /* ROUTER, always binds; NULL: no replay */
+    const char *topic;           /* template with {pod} and {model}; NULL: kv@{pod}@{model} */
+    const char *pod;             /* {pod}; NULL: the host name */
+    const char *default_model;   /* model of namespace "default"; NULL: it publishes nothing */
+    uint32_t buffer;             /* batches the replay ring keeps */
+    uint64_t replay_bytes;       /* ... in at most this much memory */
+    uint32_t hwm;                /* ZeroMQ SNDHWM: messages queued per subscriber */
+    uint64_t queue_bytes;        /* the hand-off ring between the threads */
+    int encoding;                /* events_encoding_t */
+    int replay_framing;          /* events_framing_t */
+} events_config_t;
+
+#define EVENTS_DEFAULT_TOPIC  "kv@{pod}@{model}"
+#define EVENTS_DEFAULT_BUFFER 10000
+#define EVENTS_DEFAULT_HWM    100000
+#define EVENTS_DEFAULT_QUEUE  (16u << 20)
+#define EVENTS_DEFAULT_REPLAY (64u << 20)
+
+/* Fills cfg with the defaults above, endpoint NULL (off). */
+void events_config_init(events_config_t *cfg);
+
+/* What a namespace publishes as: its expanded topic and LoRA name. */
+typedef struct events_stream {
+    bool on; /* false: the namespace has no model and publishes nothing */
+    uint16_t topic_len, lora_len;
+    char topic[EVENTS_TOPIC_MAX + 1];
+    char lora[EVENTS_NAME_MAX + 1];
+} events_stream_t;
+
+typedef struct events events_t;
+
+/* Checks an endpoint setting: tcp://HOST:PORT or ipc://PATH. Returns 0 or
+ * KVS_EINVAL. */
+int events_check_endpoint(const char *endpoint);
+
+/* Checks a topic template: text with {pod} and {model}, each at least
+ * once, and no other {placeholder}; at most EVENTS_TOPIC_MAX bytes.
+ * Returns 0 or KVS_EINVAL. */
+int events_check_topic(const char *tmpl);
+
+/* Fills *st for a namespace mapped to `model` (NULL or "": st->on false)
+ * and `lora` (NULL: none), expanding cfg's template with cfg's pod (or the
+ * host name). Errors: KVS_EINVAL (the expanded topic or a name too long:
+ * st->on false). */
+int events_stream_init(const events_config_t *cfg, const char *model, const char *lora,
+                       events_stream_t *st);
+
+/* Opens the sockets (errors with a message in err: KVS_EINVAL for a bad
+ * endpoint, KVS_EIO when a bind or connect fails, KVS_ENOMEM) and starts the
+ * publisher thread. block_tokens is every BlockStored's block_size, medium
+ * its and every BlockRemoved's medium ("GPU", "CPU"). Stop with
+ * events_stop. */
+int events_start(const events_config_t *cfg, uint32_t block_tokens, const char *medium,
+                 events_t **out, char *err, size_t errlen);
+
+/* Publishes what is queued, stops the thread, closes the sockets (dropping
+ * what subscribers did not take within 100 ms) and frees ev. Accepts NULL. */
+void events_stop(events_t *ev);
+
+/* Queues BlockStored for n newly cached blocks of one prefix, held by pool
+ * blocks ids[0..n): block i's key is key_of[ids[i]], its token ids are
+ * tokens[i x block_tokens ..], parent is the key of the block before the
+ * first (when has_parent). Returns 0, or KVS_ELIMIT when the ring is full
+ * (nothing queued: count it as dropped). Never blocks, never allocates. */
+int events_stored(events_t *ev, const events_stream_t *st, const uint32_t *ids, size_t n,
+                  const uint64_t *key_of, bool has_parent, uint64_t parent, const uint32_t *tokens);
+
+/* Queues BlockRemoved for one block. Returns 0 or KVS_ELIMIT, as above. */
+int events_removed(events_t *ev, const events_stream_t *st, uint64_t key);
+
+/* Queues AllBlocksCleared on st's topic. Returns 0 or KVS_ELIMIT. */
+int events_cleared(events_t *ev, const events_stream_t *st);
+
+/* Counters the publisher thread keeps: events sent, replay requests
+ * answered. Safe from any thread. */
+void events_counters(const events_t *ev, uint64_t *published, uint64_t *replay_requests);
+
+/* Waits up to timeout_ms for the publisher to have sent everything queued
+ * so far (tests, shutdown). Returns true when it has. */
+bool events_flush(events_t *ev, uint32_t timeout_ms);
+
+#endif /* KVS_DAEMON_EVENTS_H */

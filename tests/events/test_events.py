@@ -1,0 +1,516 @@
+"""KV events of a real kvshared, read as cluster routers read them.
+
+A random workload (shared system prompts, extensions, duplicate commits,
+evictions from a small pool, a namespace without a model) runs while a
+subscriber decodes the stream with vLLM's schema; the routers' rebuilt view
+must be exactly the daemon's index: every router prefix found whole by the
+daemon's Lookup, and as many blocks per namespace as the daemon caches. Then:
+late joiners through the replay socket (both framings), the token-level
+re-hash of llm-d (FNV-64a over CBOR) and Dynamo (XXH3-64, seed 1337)
+against Lookup, and subscribers that are absent, stalled or gone.
+
+KVS_EVENTS_OPS sets the workload's commits (default 3000); the 100k run of
+ctest sets 100000.
+"""
+import os
+import random
+import struct
+import sys
+import tempfile
+import time
+import unittest
+import faulthandler
+faulthandler.dump_traceback_later(int(os.environ.get("KVS_TEST_DUMP_S", "100000")))
+
+import xxhash
+import zmq
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "ops"))
+from ops_daemon import BT, Daemon, kvshare  # noqa: E402
+from kvsd import free_port  # noqa: E402
+from kv_router import Subscriber, chunks, decode_batch, fnv64a, rebuild  # noqa: E402
+
+OPS = int(os.environ.get("KVS_EVENTS_OPS", "3000"))
+POD = "node-a"
+# namespace -> (model, lora) as the config maps them; "quiet" has no model.
+NAMESPACES = {"chat": ("meta-llama/Llama-3.1-8B", None), "code": ("base-7b", "sql-lora"),
+              "quiet": (None, None)}
+CONFIG = """dynamic_namespaces = no
+[namespace chat]
+model_name = meta-llama/Llama-3.1-8B
+[namespace code]
+model_name = base-7b
+lora_name = sql-lora
+[namespace quiet]
+"""
+# One model on the node: the plain replay framing carries no topic, and a
+# consumer that keys by worker (Dynamo) expects one model per stream.
+NAMESPACES_ONE = {"chat": NAMESPACES["chat"], "code": (None, None), "quiet": (None, None)}
+CONFIG_ONE = """dynamic_namespaces = no
+[namespace chat]
+model_name = meta-llama/Llama-3.1-8B
+[namespace code]
+[namespace quiet]
+"""
+
+
+def topic_of(ns):
+    return "kv@%s@%s" % (POD, NAMESPACES[ns][0])
+
+
+def key_model(ns):
+    """The model llm-d keys a namespace's blocks on (the LoRA name if set)."""
+    model, lora = NAMESPACES[ns]
+    return lora or model
+
+
+class Events:
+    """A daemon publishing on ipc:// endpoints in a fresh directory."""
+
+    def __init__(self, blocks=64, extra=(), config=CONFIG, replay=True, framing="plain",
+                 encoding="map"):
+        self.tmp = tempfile.mkdtemp(prefix="kvs-events-")
+        self.pub = "ipc://%s/pub" % self.tmp
+        self.replay = "ipc://%s/replay" % self.tmp if replay else None
+        args = ["--kv-events", self.pub, "--kv-events-pod", POD,
+                "--kv-events-encoding", encoding, "--kv-events-replay-framing", framing]
+        if replay:
+            args += ["--kv-events-replay", self.replay]
+        self.framing, self.config = framing, config
+        self.d = Daemon(blocks=blocks, config=config, extra=args + list(extra))
+        self.ctx = zmq.Context()
+
+    def subscriber(self, **kw):
+        one = self.config == CONFIG_ONE
+        return Subscriber(self.ctx, self.pub, self.replay, self.framing,
+                          default_topic=topic_of("chat") if one else None, **kw)
+
+    def close(self):
+        rc = self.d.stop()
+        self.ctx.destroy(linger=0)
+        return rc
+
+
+class Workload:
+    """Random prompts over a few shared system prompts, in three namespaces."""
+
+    def __init__(self, client, seed):
+        self.c = client
+        self.rng = random.Random(seed)
+        self.systems = [[self.rng.randrange(1, 50000) for _ in range(BT * self.rng.randint(1, 6))]
+                        for _ in range(12)]
+        self.commits = self.duplicates = self.full = 0
+
+    def prompt(self):
+        rng = self.rng
+        tokens = list(rng.choice(self.systems))
+        tokens += [rng.randrange(1, 50000) for _ in range(BT * rng.randint(0, 5))]
+        return tokens + [rng.randrange(1, 50000) for _ in range(rng.randint(0, BT - 1))]
+
+    def step(self):
+        """One request: look up, write what is missing, commit, release. One
+        in ten commits without looking up first, so the cached prefix is
+        committed again (duplicates publish nothing)."""
+        c, rng = self.c, self.rng
+        ns = rng.choice(list(NAMESPACES))
+        tokens = self.prompt()
+        n_blocks = len(tokens) // BT
+        got = c.lookup(tokens, ns=ns, pin=True) if rng.random() >= 0.1 else []
+        need = n_blocks - len(got)
+        new = []
+        try:
+            if need:
+                new = c.alloc(need, ns=ns)
+            canon = c.commit(tokens, got + new, ns=ns)
+            self.commits += 1
+        except kvshare.KvsError as e:
+            if e.status != kvshare.STATUS["EPOOLFULL"]:
+                raise
+            self.full += 1
+            canon = None
+        if got:
+            c.release(got)
+        for i, b in enumerate(new):
+            c.release([b])
+            if canon is not None and canon[len(got) + i] != b:
+                self.duplicates += 1
+                c.release([canon[len(got) + i]])
+
+    def run(self, n, sub=None, every=50):
+        for i in range(n):
+            self.step()
+            if sub is not None and i % every == 0:
+                sub.poll(0)
+
+
+def drain(ev, sub, client):
+    """Reads until the subscriber has every batch the daemon published."""
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        sub.poll(200)
+        st = client.stats()
+        # Everything queued has been sent when published stops moving.
+        published = st["kv_events_published"]
+        sub.poll(200)
+        if client.stats()["kv_events_published"] == published and not sub.sock.poll(100):
+            if sub.replay:
+                sub.fill_tail()
+            return st
+    raise AssertionError("the stream did not settle")
+
+
+class RouterView:
+    """The prefixes a router holds, from the llm-d view's engine keys (the
+    Dynamo view must agree with it)."""
+
+    def __init__(self, batches):
+        self.llmd, self.dynamo = rebuild(batches, BT)
+        self.prefix = {}  # (topic, engine key) -> (parent key, tokens)
+        self.model = {}
+        for topic, events in batches:
+            for ev in events:
+                if ev["type"] == "BlockStored":
+                    parent = ev["parent_block_hash"]
+                    if parent is not None and (topic, parent) not in self.prefix:
+                        continue
+                    for key, chunk in zip(ev["block_hashes"], chunks(ev["token_ids"], BT)):
+                        self.prefix[(topic, key)] = (parent, chunk)
+                        self.model[(topic, key)] = ev["lora_name"] or topic.split("@")[2]
+                        parent = key
+                elif ev["type"] == "BlockRemoved":
+                    for key in ev["block_hashes"]:
+                        self.prefix.pop((topic, key), None)
+                else:
+                    for k in [k for k in self.prefix if k[0] == topic]:
+                        del self.prefix[k]
+
+    def tokens(self, topic, key):
+        out = []
+        while key is not None:
+            parent, chunk = self.prefix[(topic, key)]
+            out = chunk + out
+            key = parent
+        return out
+
+    def leaves(self):
+        parents = {(t, p) for (t, _), (p, _) in self.prefix.items() if p is not None}
+        return [k for k in self.prefix if k not in parents]
+
+
+def compare(test, view, client, namespaces=NAMESPACES):
+    """Zero missing, zero extra: every router prefix is cached whole (one
+    Lookup per leaf), and each namespace caches as many blocks as the router
+    holds for it."""
+    by_topic = {}
+    for (topic, key) in view.prefix:
+        by_topic[(topic, view.model[(topic, key)])] = by_topic.get(
+            (topic, view.model[(topic, key)]), 0) + 1
+    missing = 0
+    for topic, key in view.leaves():
+        tokens = view.tokens(topic, key)
+        ns = [n for n in namespaces if namespaces[n][0] and topic_of(n) == topic and
+              key_model(n) == view.model[(topic, key)]][0]
+        if len(client.lookup(tokens, ns=ns, pin=False)) != len(tokens) // BT:
+            missing += 1
+    test.assertEqual(missing, 0, "router prefixes the daemon does not hold")
+    st = {row["name"]: row["cached_blocks"] for row in client.stats()["namespaces"]}
+    for ns, (model, lora) in namespaces.items():
+        held = by_topic.get((topic_of(ns), lora or model), 0) if model else 0
+        test.assertEqual(held, st.get(ns, 0) if model else 0,
+                         "namespace %s: the router holds %d blocks, the daemon %d" %
+                         (ns, held, st.get(ns, 0)))
+    test.assertEqual(len(view.llmd.engine), len(view.prefix))
+    test.assertEqual(sum(len(d.nodes) for d in view.dynamo.values()), len(view.prefix))
+    test.assertEqual(view.llmd.dropped + sum(d.dropped for d in view.dynamo.values()), 0)
+    return len(view.prefix)
+
+
+def check_keys(test, batches):
+    """Block keys are the index's chained XXH3-64 over the tokens, seeded by
+    the namespace (FNV-1a of its name) at the root."""
+    seeds = {(topic_of(n), key_model(n)): fnv64a(n.encode()) for n in NAMESPACES if
+             NAMESPACES[n][0]}
+    checked = 0
+    for topic, events in batches:
+        for ev in events:
+            if ev["type"] != "BlockStored":
+                continue
+            prev = ev["parent_block_hash"]
+            if prev is None:
+                prev = seeds[(topic, ev["lora_name"] or topic.split("@")[2])]
+            for key, chunk in zip(ev["block_hashes"], chunks(ev["token_ids"], BT)):
+                prev = xxhash.xxh3_64_intdigest(struct.pack("<%dI" % BT, *chunk), seed=prev)
+                test.assertEqual(key, prev)
+                checked += 1
+    test.assertGreater(checked, 0)
+
+
+class TestEvents(unittest.TestCase):
+    def rebuild_run(self, encoding, framing, seed):
+        ev = Events(encoding=encoding, framing=framing)
+        try:
+            sub = ev.subscriber()
+            time.sleep(0.2)
+            c = kvshare.Client(ev.d.socket, timeout_ms=10000)
+            wl = Workload(c, seed)
+            wl.run(OPS, sub)
+            st = drain(ev, sub, c)
+            self.assertEqual(sub.forms, {encoding})
+            self.assertEqual(sub.batches[0][1][0]["type"], "AllBlocksCleared")
+            kinds = {e["type"] for _, evs in sub.batches for e in evs}
+            self.assertEqual(kinds, {"AllBlocksCleared", "BlockStored", "BlockRemoved"})
+            for _, evs in sub.batches:
+                for e in evs:
+                    if e["type"] != "AllBlocksCleared":
+                        self.assertEqual(e["medium"], "CPU")
+                    if e["type"] == "BlockStored":
+                        self.assertEqual(e["block_size"], BT)
+                        self.assertEqual(len(e["token_ids"]), BT * len(e["block_hashes"]))
+            self.assertEqual(st["kv_events_dropped"], 0)
+            self.assertGreater(st["evictions"], 0)
+            self.assertGreater(wl.duplicates, 0)
+            view = RouterView(sub.batches)
+            n = compare(self, view, c)
+            self.assertGreater(c.stats()["namespaces"][-1]["inserted_blocks"], 0,
+                               "the workload never used the quiet namespace")
+            check_keys(self, sub.batches)
+            # Every event that was published reached the router.
+            self.assertEqual(sum(len(evs) for _, evs in sub.batches), st["kv_events_published"])
+            print("%s/%s: %d commits, %d duplicates, %d evictions, %d events in %d batches "
+                  "(%d gaps, %d replayed), router holds %d blocks = the index" %
+                  (encoding, framing, wl.commits, wl.duplicates, st["evictions"],
+                   st["kv_events_published"], len(sub.batches), sub.gaps, sub.replayed, n),
+                  file=sys.stderr)
+            sub.close()
+            c.close()
+        finally:
+            self.assertEqual(ev.close(), 0)
+
+    def test_rebuild_map(self):
+        self.rebuild_run("map", "topic", 1)
+
+    def test_rebuild_array(self):
+        self.rebuild_run("array", "topic", 2)
+
+    def late_joiner(self, framing):
+        plain = framing == "plain"
+        ev = Events(framing=framing, encoding="map" if plain else "array",
+                    config=CONFIG_ONE if plain else CONFIG)
+        try:
+            c = kvshare.Client(ev.d.socket, timeout_ms=10000)
+            wl = Workload(c, 7)
+            wl.run(min(OPS, 1500))
+            time.sleep(0.3)
+            sub = ev.subscriber()
+            sub.catch_up(0)
+            self.assertEqual(sub.batches[0][1][0]["type"], "AllBlocksCleared")
+            # Then live messages continue the sequence without a gap.
+            time.sleep(0.2)
+            wl.run(200, sub, every=10)
+            drain(ev, sub, c)
+            self.assertEqual(sub.gaps, 0)
+            self.assertEqual(c.stats()["kv_events_replay_requests"], 2)  # join, tail
+            compare(self, RouterView(sub.batches), c, NAMESPACES_ONE if plain else NAMESPACES)
+            sub.close()
+            c.close()
+        finally:
+            self.assertEqual(ev.close(), 0)
+
+    def test_late_joiner_plain(self):
+        self.late_joiner("plain")
+
+    def test_late_joiner_topic(self):
+        self.late_joiner("topic")
+
+    def test_replay_fills_gaps(self):
+        """A subscriber that cannot keep up (receive queue of 1 message,
+        read rarely) sees gaps in seq and fills them from the replay socket."""
+        ev = Events(extra=["--kv-events-hwm", "1"], framing="topic")
+        try:
+            sub = ev.subscriber(rcvhwm=1)
+            time.sleep(0.2)
+            c = kvshare.Client(ev.d.socket, timeout_ms=10000)
+            Workload(c, 11).run(800, sub, every=200)
+            drain(ev, sub, c)
+            self.assertGreater(sub.gaps, 0)
+            self.assertGreater(sub.replayed, 0)
+            compare(self, RouterView(sub.batches), c)
+            sub.close()
+            c.close()
+        finally:
+            self.assertEqual(ev.close(), 0)
+
+    def test_token_level_lookup(self):
+        """Routers re-hash token_ids their own way; a new prompt's longest
+        prefix in their view is the daemon's Lookup answer."""
+        ev = Events(framing="topic")
+        try:
+            sub = ev.subscriber()
+            time.sleep(0.2)
+            c = kvshare.Client(ev.d.socket, timeout_ms=10000)
+            wl = Workload(c, 5)
+            wl.run(600, sub)
+            drain(ev, sub, c)
+            view = RouterView(sub.batches)
+            rng = random.Random(9)
+            hits = 0
+            for _ in range(300):
+                ns = rng.choice(["chat", "code"])
+                tokens = wl.prompt()
+                if rng.random() < 0.5:  # an extension of something cached
+                    leaf = rng.choice(view.leaves())
+                    tokens = view.tokens(*leaf) + tokens
+                    ns = [n for n in ("chat", "code") if topic_of(n) == leaf[0]][0]
+                daemon = len(c.lookup(tokens, ns=ns, pin=False))
+                llmd = view.llmd.longest_prefix(POD, key_model(ns), tokens)
+                dynamo = view.dynamo[topic_of(ns)].longest_prefix(tokens)
+                self.assertEqual(llmd, daemon, "llm-d's view differs from Lookup")
+                self.assertEqual(dynamo, daemon, "Dynamo's view differs from Lookup")
+                hits += daemon > 0
+            self.assertGreater(hits, 100)
+            sub.close()
+            c.close()
+        finally:
+            self.assertEqual(ev.close(), 0)
+
+    def rss_kib(self, pid):
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        raise AssertionError("no VmRSS")
+
+    def test_absent_stalled_gone_subscribers(self):
+        """Nobody listening (connect mode to a closed port), a subscriber
+        that never reads, one that disconnects mid-stream: serving goes on,
+        memory stays bounded, and what could not be queued is counted."""
+        port = free_port()
+        tmp = tempfile.mkdtemp(prefix="kvs-events-")
+        if "ASAN_OPTIONS" in os.environ:
+            # AddressSanitizer keeps freed memory (the replay ring's batches)
+            # in a quarantine of up to 256 MiB: RSS would measure that.
+            os.environ["ASAN_OPTIONS"] += ":quarantine_size_mb=1"
+        d = Daemon(blocks=256, config=CONFIG, extra=[
+            "--kv-events", "tcp://127.0.0.1:%d" % port, "--kv-events-hwm", "16",
+            "--kv-events-replay", "ipc://%s/replay" % tmp, "--kv-events-buffer", "64",
+            "--kv-events-replay-bytes", "64KiB", "--kv-events-queue", "4KiB"])
+        ctx = zmq.Context()
+        try:
+            c = kvshare.Client(d.socket, timeout_ms=10000)
+            wl = Workload(c, 3)
+            wl.run(300)  # no subscriber: connect mode, nobody bound
+            self.assertGreater(c.stats()["kv_events_published"], 0)
+            # A stalled subscriber: binds where the daemon connects, never reads.
+            stalled = ctx.socket(zmq.SUB)
+            stalled.setsockopt(zmq.RCVHWM, 1)
+            stalled.setsockopt(zmq.SUBSCRIBE, b"")
+            stalled.bind("tcp://127.0.0.1:%d" % port)
+            time.sleep(0.3)
+            wl.run(2000)
+            rss0 = self.rss_kib(d.proc.pid)
+            t0 = time.time()
+            wl.run(4000)
+            took = time.time() - t0
+            rss1 = self.rss_kib(d.proc.pid)
+            self.assertLess(rss1 - rss0, 4096, "the daemon grew by %d KiB" % (rss1 - rss0))
+            # One commit larger than the whole queue: dropped and counted,
+            # and served. (A queue this small may drop others too when the
+            # publisher thread waits for a CPU.)
+            dropped = c.stats()["kv_events_dropped"]
+            tokens = list(range(1, 1 + BT * 200))
+            ids = c.alloc(200, ns="chat")
+            self.assertEqual(c.commit(tokens, ids, ns="chat"), ids)
+            c.release(ids)
+            self.assertEqual(len(c.lookup(tokens, ns="chat", pin=False)), 200)
+            self.assertGreater(c.stats()["kv_events_dropped"], dropped)
+            # A subscriber that reads a little and goes away without a word.
+            stalled.close(linger=0)
+            gone = ctx.socket(zmq.SUB)
+            gone.setsockopt(zmq.SUBSCRIBE, b"")
+            for _ in range(100):  # the closed socket lets go of the port soon
+                try:
+                    gone.bind("tcp://127.0.0.1:%d" % port)
+                    break
+                except zmq.ZMQError:
+                    time.sleep(0.05)
+            deadline = time.time() + 10
+            while not gone.poll(10) and time.time() < deadline:
+                wl.run(20)  # the daemon reconnects within its reconnect interval
+            self.assertTrue(gone.poll(0), "the daemon did not reconnect")
+            gone.recv_multipart()
+            gone.close(linger=0)
+            wl.run(500)
+            m = c.stats()
+            self.assertGreater(m["kv_events_published"], 1000)
+            # Replay kept at most its byte bound: the oldest are gone.
+            req = ctx.socket(zmq.DEALER)
+            req.connect("ipc://%s/replay" % tmp)
+            req.send_multipart([b"", struct.pack(">Q", 0)])
+            got = total = 0
+            while True:
+                self.assertTrue(req.poll(5000))
+                f = req.recv_multipart()
+                if f[1] == b"\xff" * 8:
+                    break
+                got += 1
+                total += len(f[2])
+                decode_batch(f[2])
+            req.close(linger=0)
+            self.assertLessEqual(got, 64)
+            self.assertLessEqual(total, 64 << 10)
+            self.assertGreater(got, 0)
+            print("stalled subscriber: %d requests in %.2f s, RSS %d -> %d KiB; %d published, "
+                  "%d dropped" % (3 * 4000, took, rss0, rss1, m["kv_events_published"],
+                                  m["kv_events_dropped"]), file=sys.stderr)
+            c.close()
+        finally:
+            ctx.destroy(linger=0)
+            self.assertEqual(d.stop(), 0)
+
+    def test_namespace_without_model_and_metrics(self):
+        """Only namespaces with a model publish; the counters reach
+        /metrics; a bad endpoint is refused at start."""
+        ev = Events(framing="topic")
+        try:
+            sub = ev.subscriber()
+            time.sleep(0.2)
+            c = kvshare.Client(ev.d.socket, timeout_ms=10000)
+            ids = c.alloc(2, ns="quiet")
+            c.commit(list(range(2 * BT)), ids, ns="quiet")
+            c.release(ids)
+            ids = c.alloc(2, ns="code")
+            c.commit(list(range(2 * BT)), ids, ns="code")
+            c.release(ids)
+            drain(ev, sub, c)
+            topics = [t for t, _ in sub.batches]
+            self.assertEqual(set(topics), {topic_of("chat"), topic_of("code")})
+            stored = [e for _, evs in sub.batches for e in evs if e["type"] == "BlockStored"]
+            self.assertEqual(len(stored), 1)
+            self.assertEqual(stored[0]["lora_name"], "sql-lora")
+            text = ev.d.scrape()
+            st = c.stats()
+            self.assertEqual(st["kv_events_published"], 3)
+            self.assertEqual(st["kv_events_dropped"], 0)
+            self.assertGreater(st["kv_events_replay_requests"], 0)  # the drain's tail check
+            for name in ("published", "dropped", "replay_requests"):
+                self.assertIn("kvshare_kv_events_%s_total %d\n" % (name, st["kv_events_" + name]),
+                              text)
+            sub.close()
+            c.close()
+        finally:
+            self.assertEqual(ev.close(), 0)
+        with self.assertRaises(RuntimeError) as cm:
+            Daemon(extra=["--kv-events", "udp://1.2.3.4:5"])
+        self.assertIn("tcp://HOST:PORT or ipc://PATH", str(cm.exception))
+        with self.assertRaises(RuntimeError) as cm:
+            Daemon(extra=["--kv-events", "ipc:///nonexistent-dir/x/pub"])
+        self.assertIn("cannot bind ipc:///nonexistent-dir/x/pub", str(cm.exception))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--only-100k":
+        # The 100,000-commit target: rebuild equals the index.
+        OPS = 100000
+        sys.argv[1:] = ["TestEvents.test_rebuild_map"]
+    unittest.main(verbosity=2)

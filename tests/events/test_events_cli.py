@@ -1,0 +1,89 @@
+"""`kvshare events`: tails a live kvshared's KV events, as text and JSON, in
+both event encodings; refuses bad options."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "ops"))
+from ops_daemon import BT, Daemon, kvshare  # noqa: E402
+
+CLI = os.environ["KVSHARE_CLI"]
+
+
+class TestEventsCli(unittest.TestCase):
+    def tail(self, encoding, *flags):
+        tmp = tempfile.mkdtemp(prefix="kvs-events-cli-")
+        pub = "ipc://%s/pub" % tmp
+        d = Daemon(blocks=16, extra=["--kv-events", pub, "--kv-events-model", "m",
+                                     "--kv-events-pod", "p", "--kv-events-encoding", encoding])
+        try:
+            # After the start's AllBlocksCleared, which the tail is too late
+            # for: BlockStored, then three BlockRemoved by eviction (in one
+            # to three messages); the tail ends 2 s after the last.
+            cli = subprocess.Popen([CLI, "events", "--endpoint", pub, "--wait", "2000"] +
+                                   list(flags),
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            time.sleep(0.5)
+            c = kvshare.Client(d.socket, timeout_ms=10000)
+            ids = c.alloc(3)
+            c.commit(list(range(3 * BT)), ids)
+            c.release(ids)
+            time.sleep(0.2)
+            ids = c.alloc(16)  # evicts the three
+            c.release(ids)
+            out, err = cli.communicate(timeout=30)
+            self.assertEqual(cli.returncode, 1, err)
+            self.assertEqual(err, "kvshare events: no message in 2000 ms\n")
+            c.close()
+            return out
+        finally:
+            self.assertEqual(d.stop(), 0)
+
+    def test_text(self):
+        for encoding in ("map", "array"):
+            lines = self.tail(encoding).splitlines()
+            self.assertEqual(len(lines), 4, lines)
+            self.assertRegex(lines[0], r"^ +1 kv@p@m BlockStored 3 blocks [0-9a-f]{16}\.\.\."
+                             r"[0-9a-f]{16} parent - tokens 12 block_size 4 medium CPU$")
+            for line in lines[1:]:
+                self.assertRegex(line, r"^ +[234] kv@p@m BlockRemoved 1 block [0-9a-f]{16} "
+                                 r"medium CPU$")
+
+    def test_json(self):
+        for encoding in ("map", "array"):
+            msgs = [json.loads(line) for line in self.tail(encoding, "--json").splitlines()]
+            self.assertEqual([m["seq"] for m in msgs], list(range(1, len(msgs) + 1)))
+            self.assertEqual(msgs[0]["topic"], "kv@p@m")
+            self.assertIsNone(msgs[0]["data_parallel_rank"])
+            stored = msgs[0]["events"][0]
+            self.assertEqual(stored["type"], "BlockStored")
+            self.assertEqual(stored["token_ids"], list(range(3 * BT)))
+            self.assertEqual(stored["block_size"], BT)
+            self.assertIsNone(stored["parent_block_hash"])
+            self.assertEqual(stored["medium"], "CPU")
+            removed = {e["block_hashes"][0] for m in msgs[1:] for e in m["events"]}
+            self.assertEqual(removed, set(stored["block_hashes"]))
+
+    def test_usage(self):
+        r = subprocess.run([CLI, "events", "--count", "0"], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--count", r.stderr)
+        r = subprocess.run([CLI, "events", "--wat", "5"], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("unknown or incomplete option '--wat'", r.stderr)
+        r = subprocess.run([CLI, "events", "--endpoint", "tcp://127.0.0.1:1", "--wait", "200"],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("no message in 200 ms", r.stderr)
+        r = subprocess.run([CLI, "events", "--endpoint", "bogus"], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("cannot connect to bogus", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
