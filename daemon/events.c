@@ -27,23 +27,27 @@
 enum { REC_STORED = 1, REC_REMOVED = 2, REC_CLEARED = 3 };
 
 /* One queued event in the hand-off ring, followed by its keys (uint64_t),
- * token ids (uint32_t, n_keys x block_tokens for REC_STORED), topic and
+ * token ids (uint32_t, n_keys x block_tokens for REC_STORED), model name
+ * (the topic's {model}: the publisher writes one topic per identity) and
  * LoRA name; `size` covers all of it, rounded up to 8. size 0 marks the
  * rest of the ring unused: the next record is at the ring's start. */
 typedef struct rec {
     uint32_t size;
     uint8_t kind;
     uint8_t has_parent;
-    uint16_t topic_len;
+    uint16_t model_len;
     uint16_t lora_len;
     uint16_t pad;
     uint32_t n_keys;
     uint64_t parent;
 } rec_t;
 
-/* A sent batch kept for replay: topic bytes then payload bytes. */
+/* A sent message kept for replay: topic bytes then payload bytes. Slots
+ * are indexed by msg, which counts messages of every identity; seq is the
+ * message's number in its identity's stream. */
 typedef struct replay_slot {
-    uint64_t seq;
+    uint64_t msg, seq;
+    uint32_t ident;
     uint8_t *bytes; /* NULL: empty */
     uint32_t topic_len;
     size_t payload_len;
@@ -53,6 +57,10 @@ struct events {
     events_config_t cfg;
     uint32_t block_tokens;
     char medium[16];
+    /* The {pod} of each stream: the identities, or the pod alone. */
+    uint32_t n_idents;
+    uint16_t ident_len[EVENTS_IDENT_MAX];
+    char ident[EVENTS_IDENT_MAX][EVENTS_NAME_MAX + 1];
 
     /* The hand-off ring: the loop thread advances head, the publisher tail
      * (both count bytes since start; position = count % ring_cap). */
@@ -67,12 +75,13 @@ struct events {
     void *zctx, *pub, *router;
     pthread_t thread;
     bool thread_on;
-    uint64_t next_seq;
+    uint64_t next_seq[EVENTS_IDENT_MAX]; /* per identity: each topic counts from 0 */
+    uint64_t next_msg;                   /* messages of all identities: replay slots */
     msgpack_sbuffer sbuf;
     msgpack_packer pk;
     replay_slot_t *replay;
     size_t replay_bytes;    /* held by the slots */
-    uint64_t replay_oldest; /* seq of the oldest batch that may still be held */
+    uint64_t replay_oldest; /* msg of the oldest message that may still be held */
 
     _Atomic uint64_t published, replay_requests;
 };
@@ -110,6 +119,79 @@ int events_check_topic(const char *tmpl)
     return strstr(tmpl, "{pod}") && strstr(tmpl, "{model}") ? 0 : KVS_EINVAL;
 }
 
+int events_check_identities(const char *list)
+{
+    if (!list || !list[0])
+        return KVS_EINVAL;
+    size_t n = 0;
+    for (const char *p = list;; p++) {
+        size_t len = strcspn(p, ",");
+        if (len == 0 || len > EVENTS_NAME_MAX || memchr(p, '@', len) || memchr(p, '{', len) ||
+            memchr(p, '}', len) || ++n > EVENTS_IDENT_MAX)
+            return KVS_EINVAL;
+        /* No name twice: two streams would share a topic and its seq. */
+        for (const char *q = list; q < p; q += strcspn(q, ",") + 1)
+            if (strcspn(q, ",") == len && memcmp(q, p, len) == 0)
+                return KVS_EINVAL;
+        p += len;
+        if (!*p)
+            return 0;
+    }
+}
+
+/* Calls fn for each identity of cfg (or its pod, or the host name). */
+static void for_each_ident(const events_config_t *cfg,
+                           void (*fn)(void *arg, const char *name, size_t len), void *arg)
+{
+    if (cfg->identities) {
+        for (const char *p = cfg->identities;; p++) {
+            size_t len = strcspn(p, ",");
+            fn(arg, p, len);
+            p += len;
+            if (!*p)
+                return;
+        }
+    }
+    char host[256];
+    const char *pod = cfg->pod;
+    if (!pod) {
+        if (gethostname(host, sizeof(host)) != 0)
+            snprintf(host, sizeof(host), "localhost");
+        host[sizeof(host) - 1] = '\0';
+        pod = host;
+    }
+    fn(arg, pod, strlen(pod));
+}
+
+/* Expands tmpl with pod and model into out (EVENTS_TOPIC_MAX + 1 bytes).
+ * Returns the length, or -1 when it does not fit. */
+static int expand_topic(const char *tmpl, const char *pod, size_t pod_len, const char *model,
+                        size_t model_len, char *out)
+{
+    size_t len = 0;
+    for (const char *p = tmpl; *p;) {
+        const char *put = p;
+        size_t n = 1;
+        if (strncmp(p, "{pod}", 5) == 0) {
+            put = pod;
+            n = pod_len;
+            p += 5;
+        } else if (strncmp(p, "{model}", 7) == 0) {
+            put = model;
+            n = model_len;
+            p += 7;
+        } else {
+            p++;
+        }
+        if (len + n > EVENTS_TOPIC_MAX)
+            return -1;
+        memcpy(out + len, put, n);
+        len += n;
+    }
+    out[len] = '\0';
+    return (int)len;
+}
+
 /* vLLM's rule: bind on a wildcard address or a local transport, else
  * connect (a central indexer that binds). */
 static bool endpoint_binds(const char *endpoint)
@@ -118,45 +200,41 @@ static bool endpoint_binds(const char *endpoint)
            strncmp(endpoint, "inproc://", 9) == 0;
 }
 
+struct expand_check {
+    const char *tmpl, *model;
+    events_stream_t *st;
+    bool fits;
+};
+
+static void expand_one(void *arg, const char *name, size_t len)
+{
+    struct expand_check *x = arg;
+    char topic[EVENTS_TOPIC_MAX + 1];
+    int n = expand_topic(x->tmpl, name, len, x->model, strlen(x->model),
+                         x->st->topic_len ? topic : x->st->topic);
+    if (n < 0)
+        x->fits = false;
+    else if (!x->st->topic_len)
+        x->st->topic_len = (uint16_t)n;
+}
+
 int events_stream_init(const events_config_t *cfg, const char *model, const char *lora,
                        events_stream_t *st)
 {
-    char host[256];
     memset(st, 0, sizeof(*st));
     if (!model || !model[0])
         return 0;
     if (strlen(model) > EVENTS_NAME_MAX || (lora && strlen(lora) > EVENTS_NAME_MAX))
         return KVS_EINVAL;
-    const char *pod = cfg->pod;
-    if (!pod) {
-        if (gethostname(host, sizeof(host)) != 0)
-            snprintf(host, sizeof(host), "localhost");
-        host[sizeof(host) - 1] = '\0';
-        pod = host;
+    /* Every identity's topic must fit; st->topic is the first one's. */
+    struct expand_check x = {cfg->topic ? cfg->topic : EVENTS_DEFAULT_TOPIC, model, st, true};
+    for_each_ident(cfg, expand_one, &x);
+    if (!x.fits) {
+        memset(st, 0, sizeof(*st));
+        return KVS_EINVAL;
     }
-    const char *p = cfg->topic ? cfg->topic : EVENTS_DEFAULT_TOPIC;
-    size_t len = 0;
-    while (*p) {
-        const char *put = p;
-        size_t n = 1;
-        if (strncmp(p, "{pod}", 5) == 0) {
-            put = pod;
-            n = strlen(pod);
-            p += 5;
-        } else if (strncmp(p, "{model}", 7) == 0) {
-            put = model;
-            n = strlen(model);
-            p += 7;
-        } else {
-            p++;
-        }
-        if (len + n > EVENTS_TOPIC_MAX)
-            return KVS_EINVAL;
-        memcpy(st->topic + len, put, n);
-        len += n;
-    }
-    st->topic[len] = '\0';
-    st->topic_len = (uint16_t)len;
+    st->model_len = (uint16_t)strlen(model);
+    memcpy(st->model, model, st->model_len + 1u);
     if (lora && lora[0]) {
         st->lora_len = (uint16_t)strlen(lora);
         memcpy(st->lora, lora, st->lora_len + 1u);
@@ -213,7 +291,7 @@ static int queue_event(events_t *ev, const events_stream_t *st, int kind, const 
         return 0;
     size_t n_tokens = kind == REC_STORED ? n_keys * ev->block_tokens : 0;
     size_t size = round8(sizeof(rec_t) + n_keys * sizeof(uint64_t) + n_tokens * sizeof(uint32_t) +
-                         st->topic_len + st->lora_len);
+                         st->model_len + st->lora_len);
     uint64_t advance;
     rec_t *r = ring_reserve(ev, size, &advance);
     if (!r)
@@ -221,7 +299,7 @@ static int queue_event(events_t *ev, const events_stream_t *st, int kind, const 
     *r = (rec_t){.size = (uint32_t)size,
                  .kind = (uint8_t)kind,
                  .has_parent = has_parent,
-                 .topic_len = st->topic_len,
+                 .model_len = st->model_len,
                  .lora_len = kind == REC_STORED ? st->lora_len : 0,
                  .n_keys = (uint32_t)n_keys,
                  .parent = parent};
@@ -232,8 +310,8 @@ static int queue_event(events_t *ev, const events_stream_t *st, int kind, const 
     if (n_tokens)
         memcpy(p, tokens, n_tokens * sizeof(uint32_t));
     p += n_tokens * sizeof(uint32_t);
-    memcpy(p, st->topic, st->topic_len);
-    p += st->topic_len;
+    memcpy(p, st->model, st->model_len);
+    p += st->model_len;
     memcpy(p, st->lora, r->lora_len);
     ring_commit(ev, advance);
     return 0;
@@ -289,7 +367,7 @@ static const uint32_t *rec_tokens(const rec_t *r)
     return (const uint32_t *)(const void *)(rec_keys(r) + r->n_keys);
 }
 
-static const char *rec_topic(const events_t *ev, const rec_t *r)
+static const char *rec_model(const events_t *ev, const rec_t *r)
 {
     size_t n_tokens = r->kind == REC_STORED ? (size_t)r->n_keys * ev->block_tokens : 0;
     return (const char *)(rec_tokens(r) + n_tokens);
@@ -321,7 +399,7 @@ static void pack_event(events_t *ev, const rec_t *r)
     case REC_STORED: {
         size_t n_tokens = (size_t)r->n_keys * ev->block_tokens;
         const uint32_t *tokens = rec_tokens(r);
-        const char *lora = rec_topic(ev, r) + r->topic_len;
+        const char *lora = rec_model(ev, r) + r->model_len;
         if (map) {
             msgpack_pack_map(pk, 8);
             PACK_KEY(pk, "type");
@@ -395,10 +473,13 @@ static void seq_bytes(uint64_t seq, uint8_t out[8])
     }
 }
 
-/* Keeps a sent batch for replay, dropping the oldest beyond the byte bound. */
-static void replay_keep(events_t *ev, uint64_t seq, const char *topic, size_t topic_len)
+/* Keeps a sent message for replay, dropping the oldest beyond the byte
+ * bound. */
+static void replay_keep(events_t *ev, uint32_t ident, uint64_t seq, const char *topic,
+                        size_t topic_len)
 {
-    replay_slot_t *slot = &ev->replay[seq % ev->cfg.buffer];
+    uint64_t msg = ev->next_msg++;
+    replay_slot_t *slot = &ev->replay[msg % ev->cfg.buffer];
     if (slot->bytes) {
         ev->replay_bytes -= slot->topic_len + slot->payload_len;
         free(slot->bytes);
@@ -410,29 +491,30 @@ static void replay_keep(events_t *ev, uint64_t seq, const char *topic, size_t to
         return; /* a gap in replay: the subscriber sees it end early */
     memcpy(bytes, topic, topic_len);
     memcpy(bytes + topic_len, ev->sbuf.data, ev->sbuf.size);
-    *slot = (replay_slot_t){seq, bytes, (uint32_t)topic_len, ev->sbuf.size};
+    *slot = (replay_slot_t){msg, seq, ident, bytes, (uint32_t)topic_len, ev->sbuf.size};
     ev->replay_bytes += total;
     /* Over the byte bound: the oldest go first (never this one). */
-    while (ev->replay_bytes > ev->cfg.replay_bytes && ev->replay_oldest < seq) {
+    while (ev->replay_bytes > ev->cfg.replay_bytes && ev->replay_oldest < msg) {
         replay_slot_t *old = &ev->replay[ev->replay_oldest % ev->cfg.buffer];
-        if (old->bytes && old->seq == ev->replay_oldest) {
+        if (old->bytes && old->msg == ev->replay_oldest) {
             ev->replay_bytes -= old->topic_len + old->payload_len;
             free(old->bytes);
             old->bytes = NULL;
         }
         ev->replay_oldest++;
     }
-    if (seq >= ev->cfg.buffer && ev->replay_oldest < seq + 1 - ev->cfg.buffer)
-        ev->replay_oldest = seq + 1 - ev->cfg.buffer;
+    if (msg >= ev->cfg.buffer && ev->replay_oldest < msg + 1 - ev->cfg.buffer)
+        ev->replay_oldest = msg + 1 - ev->cfg.buffer;
 }
 
-/* Encodes recs[0..n) (one topic) as one batch and sends it. */
+/* Encodes recs[0..n) (one model) as one batch and sends it once per
+ * identity, on that identity's topic with that stream's next seq. */
 static void send_batch(events_t *ev, const rec_t *const *recs, size_t n)
 {
     struct timespec now;
     uint8_t seq[8];
-    const char *topic = rec_topic(ev, recs[0]);
-    size_t topic_len = recs[0]->topic_len;
+    char topic[EVENTS_TOPIC_MAX + 1];
+    const char *tmpl = ev->cfg.topic ? ev->cfg.topic : EVENTS_DEFAULT_TOPIC;
 
     clock_gettime(CLOCK_REALTIME, &now);
     msgpack_sbuffer_clear(&ev->sbuf);
@@ -443,17 +525,24 @@ static void send_batch(events_t *ev, const rec_t *const *recs, size_t n)
         pack_event(ev, recs[i]);
     msgpack_pack_nil(&ev->pk); /* data_parallel_rank */
 
-    seq_bytes(ev->next_seq, seq);
-    /* PUB never blocks: a subscriber at its high-water mark misses this
-     * message and sees the gap in seq. */
-    if (zmq_send(ev->pub, topic, topic_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
-        zmq_send(ev->pub, seq, sizeof(seq), ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
-        zmq_send(ev->pub, ev->sbuf.data, ev->sbuf.size, ZMQ_DONTWAIT) < 0)
-        LOG_DEBUG("kv events: batch %llu not sent: %s", (unsigned long long)ev->next_seq,
-                  zmq_strerror(zmq_errno()));
-    if (ev->router)
-        replay_keep(ev, ev->next_seq, topic, topic_len);
-    ev->next_seq++;
+    for (uint32_t id = 0; id < ev->n_idents; id++) {
+        /* Fits: events_stream_init checked every identity's topic. */
+        int topic_len = expand_topic(tmpl, ev->ident[id], ev->ident_len[id], rec_model(ev, recs[0]),
+                                     recs[0]->model_len, topic);
+        if (topic_len < 0)
+            continue;
+        seq_bytes(ev->next_seq[id], seq);
+        /* PUB never blocks: a subscriber at its high-water mark misses this
+         * message and sees the gap in seq. */
+        if (zmq_send(ev->pub, topic, (size_t)topic_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
+            zmq_send(ev->pub, seq, sizeof(seq), ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
+            zmq_send(ev->pub, ev->sbuf.data, ev->sbuf.size, ZMQ_DONTWAIT) < 0)
+            LOG_DEBUG("kv events: batch %llu of %s not sent: %s",
+                      (unsigned long long)ev->next_seq[id], topic, zmq_strerror(zmq_errno()));
+        if (ev->router)
+            replay_keep(ev, id, ev->next_seq[id], topic, (size_t)topic_len);
+        ev->next_seq[id]++;
+    }
     atomic_fetch_add(&ev->published, n);
 }
 
@@ -475,8 +564,8 @@ static void publish_pending(events_t *ev)
             }
         }
         if (n > 0 && (!r || n == BATCH_MAX_EVENTS || bytes >= BATCH_MAX_BYTES ||
-                      r->topic_len != batch[0]->topic_len ||
-                      memcmp(rec_topic(ev, r), rec_topic(ev, batch[0]), r->topic_len) != 0)) {
+                      r->model_len != batch[0]->model_len ||
+                      memcmp(rec_model(ev, r), rec_model(ev, batch[0]), r->model_len) != 0)) {
             send_batch(ev, batch, n);
             /* The records are encoded: their room goes back to the loop. */
             atomic_store_explicit(&ev->tail, tail, memory_order_release);
@@ -500,8 +589,10 @@ static int send_frame(void *sock, const void *data, size_t len, bool more)
     return zmq_send(sock, data, len, (more ? ZMQ_SNDMORE : 0) | ZMQ_DONTWAIT) < 0 ? -1 : 0;
 }
 
-/* Answers one request [identity, "", start_seq] with every kept batch from
- * start_seq on, then END_SEQ (-1). */
+/* Answers one request [identity, "", start_seq] with every kept batch of
+ * the first stream from start_seq on, then END_SEQ (-1). With several
+ * identities a request may name its stream in a fourth frame:
+ * [identity, "", start_seq, name]. */
 static void serve_replay(events_t *ev, const zmq_msg_t *frames, int n)
 {
     const uint8_t *id = zmq_msg_data((zmq_msg_t *)&frames[0]);
@@ -509,26 +600,37 @@ static void serve_replay(events_t *ev, const zmq_msg_t *frames, int n)
     static const uint8_t end_seq[8] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
     uint8_t seq[8];
 
-    if (n != 3 || zmq_msg_size((zmq_msg_t *)&frames[1]) != 0 ||
+    if ((n != 3 && n != 4) || zmq_msg_size((zmq_msg_t *)&frames[1]) != 0 ||
         zmq_msg_size((zmq_msg_t *)&frames[2]) != 8) {
         LOG_DEBUG("kv events: replay request of %d frames ignored: send [\"\", start_seq (8 "
-                  "bytes, big-endian)]",
+                  "bytes, big-endian)] or [\"\", start_seq, identity]",
                   n);
         return;
+    }
+    uint32_t ident = 0;
+    if (n == 4) {
+        const char *name = zmq_msg_data((zmq_msg_t *)&frames[3]);
+        size_t len = zmq_msg_size((zmq_msg_t *)&frames[3]);
+        while (ident < ev->n_idents &&
+               (ev->ident_len[ident] != len || memcmp(ev->ident[ident], name, len) != 0))
+            ident++;
+        if (ident == ev->n_idents) {
+            LOG_DEBUG("kv events: replay request for an unknown identity '%.*s' ignored",
+                      (int)(len > EVENTS_NAME_MAX ? EVENTS_NAME_MAX : len), name);
+            return;
+        }
     }
     atomic_fetch_add(&ev->replay_requests, 1);
     const uint8_t *s = zmq_msg_data((zmq_msg_t *)&frames[2]);
     uint64_t start = 0;
     for (int i = 0; i < 8; i++)
         start = start << 8 | s[i];
-    uint64_t oldest = ev->next_seq > ev->cfg.buffer ? ev->next_seq - ev->cfg.buffer : 0;
-    if (start < oldest)
-        start = oldest;
-    for (uint64_t q = start; q < ev->next_seq; q++) {
+    uint64_t oldest = ev->next_msg > ev->cfg.buffer ? ev->next_msg - ev->cfg.buffer : 0;
+    for (uint64_t q = oldest; q < ev->next_msg; q++) {
         const replay_slot_t *slot = &ev->replay[q % ev->cfg.buffer];
-        if (!slot->bytes || slot->seq != q)
-            continue; /* dropped for the byte bound */
-        seq_bytes(q, seq);
+        if (!slot->bytes || slot->msg != q || slot->ident != ident || slot->seq < start)
+            continue; /* dropped for the byte bound, another stream, or before start */
+        seq_bytes(slot->seq, seq);
         if (send_frame(ev->router, id, id_len, true) != 0 ||
             send_frame(ev->router, "", 0, true) != 0)
             return;
@@ -550,7 +652,7 @@ static void serve_replay(events_t *ev, const zmq_msg_t *frames, int n)
 
 static void serve_replays(events_t *ev)
 {
-    enum { MAX_FRAMES = 4 };
+    enum { MAX_FRAMES = 5 };
     for (;;) {
         zmq_msg_t frames[MAX_FRAMES];
         int kept = 0, n = 0, more = 1;
@@ -640,6 +742,16 @@ static void events_free(events_t *ev)
     free(ev);
 }
 
+static void add_ident(void *arg, const char *name, size_t len)
+{
+    events_t *ev = arg;
+    if (ev->n_idents == EVENTS_IDENT_MAX || len > EVENTS_NAME_MAX)
+        return; /* events_check_identities refused such a list */
+    memcpy(ev->ident[ev->n_idents], name, len);
+    ev->ident[ev->n_idents][len] = '\0';
+    ev->ident_len[ev->n_idents++] = (uint16_t)len;
+}
+
 int events_start(const events_config_t *cfg, uint32_t block_tokens, const char *medium,
                  events_t **out, char *err, size_t errlen)
 {
@@ -651,6 +763,13 @@ int events_start(const events_config_t *cfg, uint32_t block_tokens, const char *
         snprintf(err, errlen, "kv events: give endpoints as tcp://HOST:PORT or ipc://PATH");
         return KVS_EINVAL;
     }
+    if (cfg->identities && events_check_identities(cfg->identities) != 0) {
+        snprintf(err, errlen,
+                 "kv events: give identities as NAME,NAME,... (at most %d distinct names of "
+                 "1 to %d bytes without '@', '{' or '}')",
+                 EVENTS_IDENT_MAX, EVENTS_NAME_MAX);
+        return KVS_EINVAL;
+    }
     events_t *ev = calloc(1, sizeof(*ev));
     if (!ev)
         return KVS_ENOMEM;
@@ -658,6 +777,7 @@ int events_start(const events_config_t *cfg, uint32_t block_tokens, const char *
     ev->wake_fd = -1;
     ev->block_tokens = block_tokens;
     snprintf(ev->medium, sizeof(ev->medium), "%s", medium);
+    for_each_ident(cfg, add_ident, ev);
     msgpack_sbuffer_init(&ev->sbuf);
     msgpack_packer_init(&ev->pk, &ev->sbuf, msgpack_sbuffer_write);
     ev->ring_cap = (size_t)(cfg->queue_bytes & ~(uint64_t)7);

@@ -21,12 +21,14 @@
  * The loop thread never blocks and never allocates here: a record (header,
  * block keys, token ids, topic, LoRA name) is copied into a ring allocated at
  * start; when the ring is full the record is dropped and the caller counts it.
- * The publisher thread owns both ZeroMQ sockets. seq counts batches from 0,
- * one per message, 8 bytes big-endian. PUB drops a batch for a subscriber
- * whose queue holds `hwm` messages (ZeroMQ's SNDHWM): that subscriber sees a
- * gap in seq and fills it from the replay socket, which serves the last
- * `buffer` batches held in at most replay_bytes. Memory is bounded by
- * queue_bytes, replay_bytes and hwm messages per subscriber.
+ * The publisher thread owns both ZeroMQ sockets. Each batch goes out once
+ * per identity (kv_events_identities, else the pod) on the topic with that
+ * {pod}; seq counts each identity's messages from 0, 8 bytes big-endian.
+ * PUB drops a batch for a subscriber whose queue holds `hwm` messages
+ * (ZeroMQ's SNDHWM): that subscriber sees a gap in seq and fills it from the
+ * replay socket, which serves the last `buffer` messages held in at most
+ * replay_bytes. Memory is bounded by queue_bytes, replay_bytes and hwm
+ * messages per subscriber.
  *
  * A namespace publishes only when it maps to a model name (events_stream_t):
  * the topic template's {model} is that name (default `kv@{pod}@{model}`), and
@@ -41,6 +43,7 @@
 
 #define EVENTS_TOPIC_MAX 255 /* bytes of an expanded topic */
 #define EVENTS_NAME_MAX  127 /* bytes of a model or LoRA name */
+#define EVENTS_IDENT_MAX 64  /* identities in kv_events_identities */
 
 typedef enum events_encoding {
     EVENTS_MAP = 0,  /* each event a msgpack map tagged by "type" (vLLM since 2026) */
@@ -58,6 +61,7 @@ typedef struct events_config {
     const char *replay_endpoint; /* ROUTER, always binds; NULL: no replay */
     const char *topic;           /* template with {pod} and {model}; NULL: kv@{pod}@{model} */
     const char *pod;             /* {pod}; NULL: the host name */
+    const char *identities;      /* comma list: one stream per {pod}; NULL: pod alone */
     const char *default_model;   /* model of namespace "default"; NULL: it publishes nothing */
     uint32_t buffer;             /* batches the replay ring keeps */
     uint64_t replay_bytes;       /* ... in at most this much memory */
@@ -76,11 +80,13 @@ typedef struct events_config {
 /* Fills cfg with the defaults above, endpoint NULL (off). */
 void events_config_init(events_config_t *cfg);
 
-/* What a namespace publishes as: its expanded topic and LoRA name. */
+/* What a namespace publishes as: its model (the topic's {model}), its
+ * topic as the first identity's, and its LoRA name. */
 typedef struct events_stream {
     bool on; /* false: the namespace has no model and publishes nothing */
-    uint16_t topic_len, lora_len;
+    uint16_t topic_len, model_len, lora_len;
     char topic[EVENTS_TOPIC_MAX + 1];
+    char model[EVENTS_NAME_MAX + 1];
     char lora[EVENTS_NAME_MAX + 1];
 } events_stream_t;
 
@@ -95,10 +101,15 @@ int events_check_endpoint(const char *endpoint);
  * Returns 0 or KVS_EINVAL. */
 int events_check_topic(const char *tmpl);
 
+/* Checks an identities setting: 1 to EVENTS_IDENT_MAX comma-separated
+ * names, each 1 to EVENTS_NAME_MAX bytes without '@', '{' or '}', no name
+ * twice. Returns 0 or KVS_EINVAL. */
+int events_check_identities(const char *list);
+
 /* Fills *st for a namespace mapped to `model` (NULL or "": st->on false)
  * and `lora` (NULL: none), expanding cfg's template with cfg's pod (or the
- * host name). Errors: KVS_EINVAL (the expanded topic or a name too long:
- * st->on false). */
+ * host name), or with each of cfg's identities. Errors: KVS_EINVAL (the
+ * topic of some identity or a name too long: st->on false). */
 int events_stream_init(const events_config_t *cfg, const char *model, const char *lora,
                        events_stream_t *st);
 

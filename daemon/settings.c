@@ -252,6 +252,13 @@ const setting_t settings_table[] = {
     {"kv_events_pod", "kv-events-pod", SETTING_GLOBAL, SETTING_TEXT, "NAME", 1, 127,
      AT(server.events.pod), .expect = "a name", .example = "node-7", .deflt = "the host name",
      .help = "{pod} of the topic: the identity routers credit this node's blocks to"},
+    {"kv_events_identities", "kv-events-identities", SETTING_GLOBAL, SETTING_TEXT, "NAME,...", 1,
+     255, AT(server.events.identities), .zero = "kv_events_pod alone",
+     .expect = "distinct names, comma-separated, without '@', '{' or '}'",
+     .example = "worker-0,worker-1",
+     .help = "publish one stream per identity (every worker on the node can use every block): "
+             "each batch goes out on each identity's topic ({pod} = the identity), with that "
+             "topic's own seq; replaces kv_events_pod"},
     {"kv_events_model", "kv-events-model", SETTING_GLOBAL, SETTING_TEXT, "NAME", 1, EVENTS_NAME_MAX,
      AT(server.events.default_model), .zero = "none", .expect = "a model name",
      .example = "meta-llama/Llama-3.1-8B-Instruct",

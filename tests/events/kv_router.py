@@ -214,11 +214,13 @@ class Subscriber:
     """A SUB socket that checks seq and fills gaps from the replay socket."""
 
     def __init__(self, ctx, endpoint, replay=None, framing="plain", rcvhwm=None, topic=b"",
-                 default_topic=None):
+                 default_topic=None, identity=None):
         # The plain replay framing carries no topic: a consumer that keys by
         # worker (Dynamo) has one model per stream, default_topic here.
         self.ctx, self.replay, self.framing = ctx, replay, framing
         self.default_topic = default_topic
+        # With several identities, replay requests name their stream.
+        self.identity = identity
         self.sock = ctx.socket(zmq.SUB)
         if rcvhwm is not None:
             self.sock.setsockopt(zmq.RCVHWM, rcvhwm)
@@ -249,7 +251,8 @@ class Subscriber:
         req = self.ctx.socket(zmq.DEALER)
         req.setsockopt(zmq.LINGER, 0)
         req.connect(self.replay)
-        req.send_multipart([b"", struct.pack(">Q", start)])
+        req.send_multipart([b"", struct.pack(">Q", start)] +
+                           ([self.identity.encode()] if self.identity else []))
         out = []
         try:
             while True:
