@@ -45,6 +45,7 @@ struct kvs_client {
     int timeout_ms;
     int reconnect_ms;
     unsigned flags;
+    uint64_t daemon_uid; /* trusted besides our own uid and root; 0: none */
 
     pid_t pid; /* the process that connected: the socket and mapping are its */
     int fd;
@@ -493,6 +494,28 @@ out:
     return rc;
 }
 
+/* Whoever listens on the socket gets prompt tokens and hands out KV bytes
+ * that the worker will trust as cache hits, so before anything is sent the
+ * peer must be the daemon we mean: its uid (as the kernel saw it when it
+ * called listen) is ours, root's, or the one the options name. A socket path
+ * in a directory another user could create first would otherwise let that
+ * user pose as kvshared. */
+static int check_daemon_uid(kvs_client_t *c)
+{
+    struct ucred cred;
+    socklen_t len = sizeof(cred);
+    if (getsockopt(c->fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || len != sizeof(cred))
+        return set_err(c, KVS_EIO, "cannot read the credentials of the peer at %s: %s",
+                       c->socket_path, strerror(errno));
+    if (cred.uid == geteuid() || cred.uid == 0 || (c->daemon_uid && cred.uid == c->daemon_uid))
+        return 0;
+    return set_err(c, KVS_EDENIED,
+                   "refused the daemon at %s: it runs as uid %u (pid %d), which is neither "
+                   "this process's uid %u, nor root, nor kvs_options_t.daemon_uid; another user "
+                   "may have taken the socket path. Nothing was sent",
+                   c->socket_path, (unsigned)cred.uid, (int)cred.pid, (unsigned)geteuid());
+}
+
 static int connect_now(kvs_client_t *c, int64_t deadline)
 {
     struct sockaddr_un addr = {.sun_family = AF_UNIX};
@@ -527,7 +550,12 @@ static int connect_now(kvs_client_t *c, int64_t deadline)
                            c->socket_path);
         return set_err(c, KVS_ENOTCONN, "cannot connect to %s: %s", c->socket_path, strerror(e));
     }
-    int rc = hello(c, deadline);
+    int rc = check_daemon_uid(c);
+    if (rc != 0) {
+        disconnect(c);
+        return rc;
+    }
+    rc = hello(c, deadline);
     if (rc != 0)
         return rc;
     c->epoch++;
@@ -572,6 +600,7 @@ int kvs_connect(const kvs_options_t *opts, kvs_client_t **out)
     c->timeout_ms = o.timeout_ms;
     c->reconnect_ms = o.reconnect_ms > 0 ? o.reconnect_ms : 0;
     c->flags = o.flags;
+    c->daemon_uid = o.daemon_uid;
     if (o.worker_name)
         snprintf(c->worker, sizeof(c->worker), "%s", o.worker_name);
     int rc = 0;

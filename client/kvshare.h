@@ -96,7 +96,13 @@ typedef struct kvs_options {
     const char *worker_name; /* shown in the daemon's logs; may be NULL */
     unsigned flags;          /* KVS_NO_MAP, KVS_LAZY */
     int reconnect_ms;        /* least time between reconnect attempts; default 0 */
-    uint64_t reserved[8];    /* room for options added later: keep 0 */
+    /* Before sending anything the client checks who listens on the socket
+     * (SO_PEERCRED): the daemon must run as this process's effective uid, as
+     * root, or as daemon_uid when it is not 0 (a daemon run by a service
+     * account). Any other peer is refused with KVS_EDENIED: another local
+     * user may have taken the socket path to pose as kvshared. */
+    uint64_t daemon_uid;
+    uint64_t reserved[7]; /* room for options added later: keep 0 */
 } kvs_options_t;
 
 void kvs_options_init(kvs_options_t *opts);

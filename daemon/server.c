@@ -379,12 +379,56 @@ static int make_dirs(const char *path, char *err, size_t errlen)
             goto fail;
         *p = '/';
     }
-    if (mkdir(dir, 0770) != 0 && errno != EEXIST)
+    if (mkdir(dir, 0750) != 0 && errno != EEXIST)
         goto fail;
     return 0;
 fail:
     snprintf(err, errlen, "cannot create directory %s for the socket: %s", dir, strerror(errno));
     return KVS_EIO;
+}
+
+/* The directory that holds the socket must be ours (or root's) and writable
+ * by nobody else (unless sticky, like /tmp, where others cannot remove or
+ * replace our entry): whoever can create or replace the socket there can pose
+ * as kvshared to every worker. A missing directory is fine (we create it). */
+static int check_socket_dir(const char *path, char *err, size_t errlen)
+{
+    char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    struct stat st;
+    snprintf(dir, sizeof(dir), "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        snprintf(dir, sizeof(dir), ".");
+    else if (slash == dir)
+        dir[1] = '\0';
+    else
+        *slash = '\0';
+    if (lstat(dir, &st) != 0)
+        return 0;
+    if (!S_ISDIR(st.st_mode)) {
+        snprintf(err, errlen,
+                 "%s (the socket's directory) is not a directory (a symbolic link?); refusing "
+                 "it: give --socket in a directory kvshared owns",
+                 dir);
+        return KVS_EDENIED;
+    }
+    if (st.st_uid != geteuid() && st.st_uid != 0) {
+        snprintf(err, errlen,
+                 "%s (the socket's directory) belongs to uid %u, not to kvshared's uid %u nor "
+                 "root: another user may have created it to pose as kvshared; remove it or give "
+                 "--socket in a directory kvshared owns",
+                 dir, (unsigned)st.st_uid, (unsigned)geteuid());
+        return KVS_EDENIED;
+    }
+    if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(st.st_mode & S_ISVTX)) {
+        snprintf(err, errlen,
+                 "%s (the socket's directory) is writable by %s (mode %04o): they could replace "
+                 "the socket and pose as kvshared; chmod go-w it or give another --socket",
+                 dir, (st.st_mode & S_IWOTH) ? "every user" : "its group",
+                 (unsigned)(st.st_mode & 07777));
+        return KVS_EDENIED;
+    }
+    return 0;
 }
 
 int server_check_socket(const char *path, char *err, size_t errlen)
@@ -395,11 +439,21 @@ int server_check_socket(const char *path, char *err, size_t errlen)
                  path ? path : "", SOCKET_PATH_MAX - 1);
         return KVS_EINVAL;
     }
+    int rc = check_socket_dir(path, err, errlen);
+    if (rc != 0)
+        return rc;
     if (lstat(path, &st) != 0)
         return 0;
     if (!S_ISSOCK(st.st_mode)) {
         snprintf(err, errlen, "%s exists and is not a socket; remove it or pick --socket", path);
         return KVS_EINVAL;
+    }
+    if (st.st_uid != geteuid()) {
+        snprintf(err, errlen,
+                 "socket %s belongs to uid %u, not to kvshared's uid %u: another user may be "
+                 "posing as kvshared there; remove it or pick another --socket",
+                 path, (unsigned)st.st_uid, (unsigned)geteuid());
+        return KVS_EDENIED;
     }
     if (socket_is_live(path)) {
         snprintf(err, errlen,
@@ -424,6 +478,8 @@ int server_listen(server_t *s, bool signals, char *err, size_t errlen)
         unlink(path);
     } else {
         rc = make_dirs(path, err, errlen);
+        if (rc == 0) /* it may have been created by someone else meanwhile */
+            rc = check_socket_dir(path, err, errlen);
         if (rc != 0)
             return rc;
     }

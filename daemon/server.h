@@ -145,7 +145,10 @@ int server_open(const server_config_t *cfg, uv_loop_t *loop, server_t **out, cha
 
 /* Checks the socket path before anything is built: KVS_EBUSY when a live
  * daemon answers there, KVS_EINVAL for a bad path or a file that is not a
- * socket; 0 for no file or a stale socket (server_listen replaces it). */
+ * socket, KVS_EDENIED when the socket's directory is not ours or root's, or
+ * others can write it (without the sticky bit), or the socket belongs to
+ * another uid (someone could pose as kvshared there); 0 for no file or a
+ * stale socket of ours (server_listen replaces it). */
 int server_check_socket(const char *path, char *err, size_t errlen);
 
 /* Binds and listens on cfg.socket_path (mode 0660), installs the SIGINT /

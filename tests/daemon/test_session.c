@@ -10,6 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "check_main.h"
@@ -911,6 +914,43 @@ START_TEST(test_server_open_errors)
 }
 END_TEST
 
+/* Socket squatting: a directory or socket that another user made first, or
+ * that others can write, is refused before the daemon starts. */
+START_TEST(test_socket_path_not_ours_is_refused)
+{
+    char dir[] = "/tmp/kvs-squat-XXXXXX", path[96], err[512];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(path, sizeof(path), "%s/kvshared.sock", dir);
+    ck_assert_int_eq(server_check_socket(path, err, sizeof(err)), 0);
+    ck_assert_int_eq(chmod(dir, 0777), 0);
+    ck_assert_int_eq(server_check_socket(path, err, sizeof(err)), KVS_EDENIED);
+    ck_assert_msg(strstr(err, "writable by every user (mode 0777)"), "%s", err);
+    ck_assert_int_eq(chmod(dir, 0770), 0);
+    ck_assert_int_eq(server_check_socket(path, err, sizeof(err)), KVS_EDENIED);
+    ck_assert_msg(strstr(err, "writable by its group"), "%s", err);
+    ck_assert_int_eq(chmod(dir, 01777), 0); /* sticky, like /tmp */
+    ck_assert_int_eq(server_check_socket(path, err, sizeof(err)), 0);
+    ck_assert_int_eq(chmod(dir, 0700), 0);
+    if (geteuid() == 0) {
+        /* A stale socket of another user, then a directory of another user. */
+        int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+        struct sockaddr_un addr = {.sun_family = AF_UNIX};
+        snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path);
+        ck_assert_int_eq(bind(fd, (struct sockaddr *)&addr, sizeof(addr)), 0);
+        close(fd);
+        ck_assert_int_eq(server_check_socket(path, err, sizeof(err)), 0);
+        ck_assert_int_eq(chown(path, 4242424, 4242424), 0);
+        ck_assert_int_eq(server_check_socket(path, err, sizeof(err)), KVS_EDENIED);
+        ck_assert_msg(strstr(err, "belongs to uid 4242424"), "%s", err);
+        unlink(path);
+        ck_assert_int_eq(chown(dir, 4242424, 4242424), 0);
+        ck_assert_int_eq(server_check_socket(path, err, sizeof(err)), KVS_EDENIED);
+        ck_assert_msg(strstr(err, "directory) belongs to uid 4242424"), "%s", err);
+    }
+    rmdir(dir);
+}
+END_TEST
+
 /* ---- prefixes in flight ------------------------------------------------ */
 
 /* Sends a request without reading a reply (it may be parked). */
@@ -1317,6 +1357,7 @@ static Suite *session_suite(void)
     TCase *tc_server = tcase_create("server");
     tcase_set_timeout(tc_server, 30);
     tcase_add_test(tc_server, test_server_open_errors);
+    tcase_add_test(tc_server, test_socket_path_not_ours_is_refused);
     suite_add_tcase(s, tc_server);
     return s;
 }

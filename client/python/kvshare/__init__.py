@@ -84,7 +84,8 @@ class _Options(ctypes.Structure):
         ("worker_name", ctypes.c_char_p),
         ("flags", ctypes.c_uint),
         ("reconnect_ms", ctypes.c_int),
-        ("reserved", ctypes.c_uint64 * 8),
+        ("daemon_uid", ctypes.c_uint64),
+        ("reserved", ctypes.c_uint64 * 7),
     ]
 
 
@@ -277,7 +278,7 @@ class Client:
     """One connection to kvshared (a session): see kvshare.h for the semantics."""
 
     def __init__(self, socket_path=None, timeout_ms=1000, worker_name=None,
-                 map_pool=True, lazy=False, reconnect_ms=0, lib=None):
+                 map_pool=True, lazy=False, reconnect_ms=0, lib=None, daemon_uid=0):
         self._lib = load_library(lib)
         opts = _Options()
         self._lib.kvs_options_init(ctypes.byref(opts))
@@ -286,6 +287,7 @@ class Client:
         opts.worker_name = self._keep[1]
         opts.timeout_ms = int(timeout_ms)
         opts.reconnect_ms = int(reconnect_ms)
+        opts.daemon_uid = int(daemon_uid)
         opts.flags = (0 if map_pool else KVS_NO_MAP) | (KVS_LAZY if lazy else 0)
         handle = ctypes.c_void_p()
         rc = self._lib.kvs_connect(ctypes.byref(opts), ctypes.byref(handle))
