@@ -156,6 +156,11 @@ int dispatch_frame(session_t *s, const uint8_t *body, size_t len)
         /* Claims last until the next request has been handled (inflight.h). */
         if (s->claims && s->claim_gen == claim_gen)
             inflight_unclaim(s->srv, s);
+        if (status == DISPATCH_DEFER) {
+            kvshare__request__free_unpacked(req, &arena);
+            arena_reset(s->srv);
+            return DISPATCH_DEFER;
+        }
         slot = (unsigned)dispatch_index(entry);
         metrics_observe(&s->srv->metrics.rpc_latency[slot], metrics_latency_bounds_ns,
                         metrics_latency_n_bounds, uv_hrtime() - t0);

@@ -35,11 +35,17 @@ size_t dispatch_count(void);
 const dispatch_entry_t *dispatch_at(size_t i);
 size_t dispatch_index(const dispatch_entry_t *e);
 
+/* A handler's answer "not now": the request walks the whole index and the
+ * last walk was too recent (server.h, walk_next_ns). Nothing is replied;
+ * the session keeps the frame and is answered once the spacing has passed. */
+#define DISPATCH_DEFER 1
+
 /* Decodes one request frame body, runs its handler and appends the reply
  * frame to the session's output. Returns 0 when the stream is still
- * trustworthy (including requests answered with an error), KVS_EPROTO when
- * the body does not decode (an error reply is appended; close the
- * connection), KVS_ENOMEM when not even the reply could be built. */
+ * trustworthy (including requests answered with an error), DISPATCH_DEFER
+ * (nothing done; offer the same frame again later), KVS_EPROTO when the body
+ * does not decode (an error reply is appended; close the connection),
+ * KVS_ENOMEM when not even the reply could be built. */
 int dispatch_frame(session_t *s, const uint8_t *body, size_t len);
 
 /* Appends an error reply with no RPC body (request id `id`). */

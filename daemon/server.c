@@ -551,6 +551,7 @@ void server_shutdown(server_t *s)
     }
     metrics_http_close(s->http);
     s->http = NULL;
+    session_sched_close(s);
     /* Tell each worker why its connection ends, so its client reports it
      * and recomputes until a daemon is back. */
     while (s->sessions) {

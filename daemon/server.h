@@ -94,6 +94,17 @@ typedef struct server {
     uint32_t n_sessions;
     uint64_t next_session_id;
 
+    /* Fair turns (session.c): sessions with whole frames left after their
+     * turn wait here, oldest first, and an idle handle gives each one more
+     * turn per loop iteration, so that no session's backlog keeps the loop
+     * from the others. Sessions waiting for the whole-index walk spacing
+     * (Tree) are parked until walk_timer fires. */
+    session_t *ready_head, *ready_tail;
+    uv_idle_t turn_idle;
+    uv_timer_t walk_timer;
+    bool sched_on;         /* turn_idle and walk_timer initialised */
+    uint64_t walk_next_ns; /* uv_hrtime before which no whole-index walk starts */
+
     uv_pipe_t listener;
     bool listening;
     dev_t sock_dev;

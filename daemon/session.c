@@ -241,6 +241,25 @@ int session_scratch(session_t *s, size_t n, uint32_t **out)
     return 0;
 }
 
+/* --- the ready queue (fair turns) --- */
+
+static void ready_remove(session_t *s)
+{
+    server_t *srv = s->srv;
+    if (!s->in_ready)
+        return;
+    if (s->ready_prev)
+        s->ready_prev->ready_next = s->ready_next;
+    else
+        srv->ready_head = s->ready_next;
+    if (s->ready_next)
+        s->ready_next->ready_prev = s->ready_prev;
+    else
+        srv->ready_tail = s->ready_prev;
+    s->ready_prev = s->ready_next = NULL;
+    s->in_ready = false;
+}
+
 /* Gives back everything the session holds: its WRITING blocks to the pool,
  * its pins to the index. Linear in the holdings, not in the pool. */
 static void release_all(session_t *s)
@@ -291,6 +310,7 @@ void session_close(session_t *s, const char *reason)
     inflight_cancel(s->srv, s);
     inflight_unclaim(s->srv, s);
     release_all(s);
+    ready_remove(s);
     unlink_session(s);
     LOG_DEBUG("session %llu (worker '%s', pid %d) closed: %s", (unsigned long long)s->id,
               s->worker[0] ? s->worker : "?", (int)s->peer_pid, reason);
@@ -313,6 +333,8 @@ static void on_write(uv_write_t *req, int status)
     session_t *s = req->handle->data;
     if (status < 0 && status != UV_ECANCELED)
         session_close(s, uv_strerror(status));
+    else if (s->eof && !s->in_ready && !s->parked && req->handle->write_queue_size == 0)
+        session_close(s, "client closed (after its replies were sent)");
     free(w);
 }
 
@@ -418,13 +440,34 @@ void session_goodbye(session_t *s, int status, const char *message)
         flush(s);
 }
 
-int session_process(session_t *s)
+/* Whether a whole frame (or a header over the limit) waits in `in`. */
+static bool frame_waiting(const session_t *s)
 {
+    size_t avail = s->in.len - s->in.head;
+    if (avail < FRAME_HEADER_BYTES)
+        return false;
+    uint32_t len = frame_get_len(s->in.data + s->in.head);
+    return len > s->srv->cfg.max_frame || avail - FRAME_HEADER_BYTES >= len;
+}
+
+/* Answers whole frames of `in`: all of them, or when `bounded` at most one
+ * turn's worth (SESSION_TURN_FRAMES / SESSION_TURN_BYTES). *more says
+ * whether frames are left, *deferred whether the next one waits for the
+ * whole-index walk spacing. */
+static int process(session_t *s, bool bounded, bool *more, bool *deferred)
+{
+    size_t frames = 0, bytes = 0;
+    *more = *deferred = false;
     for (;;) {
         if (s->wait || s->closing)
             return 0; /* a parked lookup answers first (inflight.h) */
+        if (bounded && (frames >= SESSION_TURN_FRAMES || bytes >= SESSION_TURN_BYTES)) {
+            *more = frame_waiting(s);
+            return 0;
+        }
         const uint8_t *body;
         uint32_t len;
+        size_t head = s->in.head, in_len = s->in.len;
         int rc = frame_next(&s->in, s->srv->cfg.max_frame, &body, &len);
         if (rc == 0)
             return 0;
@@ -439,8 +482,17 @@ int session_process(session_t *s)
             dispatch_error_reply(s, 0, KVS_ETOOBIG, msg);
             return KVS_ETOOBIG;
         }
-        s->srv->metrics.bytes_in += FRAME_HEADER_BYTES + len;
         rc = dispatch_frame(s, body, len);
+        if (rc == DISPATCH_DEFER) {
+            /* The frame stays for a later turn (frame_next did not move it). */
+            s->in.head = head;
+            s->in.len = in_len;
+            *more = *deferred = true;
+            return 0;
+        }
+        s->srv->metrics.bytes_in += FRAME_HEADER_BYTES + len;
+        frames++;
+        bytes += FRAME_HEADER_BYTES + (size_t)len;
         if (rc != 0)
             return rc;
         /* A reply can be thousands of times its request (Stats, Tree): send
@@ -465,13 +517,24 @@ int session_process(session_t *s)
     }
 }
 
+int session_process(session_t *s)
+{
+    bool more, deferred;
+    return process(s, false, &more, &deferred);
+}
+
+static void take_turn(session_t *s);
+
 void session_resume(session_t *s)
 {
     if (s->closing)
         return;
+    if (s->has_pipe) {
+        /* Its frames wait for their turn like anyone's. */
+        take_turn(s);
+        return;
+    }
     int rc = session_process(s);
-    if (s->n_fds == 0)
-        flush(s);
     if (rc != 0)
         session_close(s, rc == KVS_ETOOBIG ? "frame over the limit" : "undecodable frame");
 }
@@ -507,21 +570,177 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     *buf = uv_buf_init((char *)s->in.data + s->in.len, (unsigned)(s->in.cap - s->in.len));
 }
 
+static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf);
+static void on_turn(uv_idle_t *h);
+
+static void start_reading(session_t *s)
+{
+    if (s->reading || s->eof || s->closing)
+        return;
+    int rc = uv_read_start((uv_stream_t *)&s->pipe, on_alloc, on_read);
+    if (rc != 0) {
+        session_close(s, uv_strerror(rc));
+        return;
+    }
+    s->reading = true;
+}
+
+static void stop_reading(session_t *s)
+{
+    if (!s->reading)
+        return;
+    uv_read_stop((uv_stream_t *)&s->pipe);
+    s->reading = false;
+}
+
+/* Lazily, the first time a session has a backlog. */
+static int sched_init(server_t *srv)
+{
+    if (srv->sched_on)
+        return 0;
+    if (uv_idle_init(srv->loop, &srv->turn_idle) != 0)
+        return KVS_EIO;
+    if (uv_timer_init(srv->loop, &srv->walk_timer) != 0) {
+        uv_close((uv_handle_t *)&srv->turn_idle, NULL);
+        return KVS_EIO;
+    }
+    srv->turn_idle.data = srv;
+    srv->walk_timer.data = srv;
+    srv->sched_on = true;
+    return 0;
+}
+
+static void ready_push(session_t *s)
+{
+    server_t *srv = s->srv;
+    if (s->in_ready)
+        return;
+    s->ready_prev = srv->ready_tail;
+    s->ready_next = NULL;
+    if (srv->ready_tail)
+        srv->ready_tail->ready_next = s;
+    else
+        srv->ready_head = s;
+    srv->ready_tail = s;
+    s->in_ready = true;
+    uv_idle_start(&srv->turn_idle, on_turn);
+}
+
+/* The walk spacing has passed: parked sessions get their turns again. */
+static void on_walk_timer(uv_timer_t *t)
+{
+    server_t *srv = t->data;
+    for (session_t *s = srv->sessions; s; s = s->next) {
+        if (s->parked) {
+            s->parked = false;
+            ready_push(s);
+        }
+    }
+}
+
+/* One turn of s: at most a turn's worth of frames answered, replies sent.
+ * A session with frames left stops reading (its socket buffers push back on
+ * the client) and queues for another turn after everyone else's; one whose
+ * next frame must wait for the walk spacing is parked until then. */
+static void take_turn(session_t *s)
+{
+    server_t *srv = s->srv;
+    bool more, deferred;
+    int rc = process(s, true, &more, &deferred);
+    if (s->n_fds == 0)
+        flush(s);
+    if (s->closing)
+        return;
+    if (rc != 0) {
+        session_close(s, rc == KVS_ETOOBIG ? "frame over the limit" : "undecodable frame");
+        return;
+    }
+    if (more && sched_init(srv) != 0) {
+        /* Without the machinery, the old way: everything now. */
+        rc = session_process(s);
+        flush(s);
+        if (s->closing)
+            return;
+        if (rc != 0) {
+            session_close(s, "undecodable frame");
+            return;
+        }
+        more = deferred = false;
+    }
+    if (s->wait) {
+        /* A parked lookup holds the session (inflight.h): nothing more is
+         * read until session_resume gives it its turn again. */
+        stop_reading(s);
+        return;
+    }
+    if (more) {
+        stop_reading(s);
+        if (deferred) {
+            uint64_t now = uv_hrtime();
+            uint64_t wait_ms =
+                srv->walk_next_ns > now ? (srv->walk_next_ns - now + 999999) / 1000000 : 0;
+            s->parked = true;
+            if (!uv_is_active((uv_handle_t *)&srv->walk_timer))
+                uv_timer_start(&srv->walk_timer, on_walk_timer, wait_ms, 0);
+        } else {
+            ready_push(s);
+        }
+        return;
+    }
+    if (s->eof) {
+        if (s->pipe.write_queue_size == 0)
+            session_close(s, "client closed");
+        return;
+    }
+    start_reading(s);
+}
+
+static void on_turn(uv_idle_t *h)
+{
+    server_t *srv = h->data;
+    /* One turn for each session queued now; those that queue again wait
+     * for the next iteration, after the loop has polled everyone. */
+    session_t *last = srv->ready_tail;
+    while (srv->ready_head) {
+        session_t *s = srv->ready_head;
+        bool was_last = s == last;
+        ready_remove(s);
+        take_turn(s);
+        if (was_last)
+            break;
+    }
+    if (!srv->ready_head)
+        uv_idle_stop(h);
+}
+
+void session_sched_close(server_t *srv)
+{
+    if (!srv || !srv->sched_on)
+        return;
+    uv_close((uv_handle_t *)&srv->turn_idle, NULL);
+    uv_close((uv_handle_t *)&srv->walk_timer, NULL);
+    srv->sched_on = false;
+}
+
 static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 {
     session_t *s = stream->data;
     (void)buf;
+    if (nread == UV_EOF) {
+        /* Half-closed: what it sent is answered and sent before we close. */
+        stop_reading(s);
+        s->eof = true;
+        take_turn(s);
+        return;
+    }
     if (nread < 0) {
-        session_close(s, nread == UV_EOF ? "client closed" : uv_strerror((int)nread));
+        session_close(s, uv_strerror((int)nread));
         return;
     }
     if (nread == 0)
         return;
     s->in.len += (size_t)nread;
-    int rc = session_process(s);
-    flush(s);
-    if (rc != 0)
-        session_close(s, rc == KVS_ETOOBIG ? "frame over the limit" : "undecodable frame");
+    take_turn(s);
 }
 
 int session_accept(server_t *srv)
@@ -555,10 +774,9 @@ int session_accept(server_t *srv)
         session_close(s, "session limit");
         return KVS_ELIMIT;
     }
-    if (uv_read_start((uv_stream_t *)&s->pipe, on_alloc, on_read) != 0) {
-        session_close(s, "read start failed");
+    start_reading(s);
+    if (s->closing)
         return KVS_EIO;
-    }
     LOG_DEBUG("session %llu connected (%u open)", (unsigned long long)s->id, srv->n_sessions);
     return 0;
 }

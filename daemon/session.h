@@ -75,7 +75,18 @@ struct session {
      * of claims made, so that dispatch can tell a request that made some. */
     uint32_t claims;
     uint32_t claim_gen;
+    /* Scheduling (fair turns, see server.h). */
+    session_t *ready_prev, *ready_next;
+    bool in_ready; /* on the server's ready queue */
+    bool parked;   /* waits for walk_timer (a deferred Tree) */
+    bool reading;  /* uv_read_start is on */
+    bool eof;      /* the client half-closed: close once replies are out */
 };
+
+/* Most frames, and most request bytes, one session gets answered per loop
+ * turn before every other session has had its turn. */
+#define SESSION_TURN_FRAMES 16
+#define SESSION_TURN_BYTES  (256u << 10)
 
 /* A session with no socket (tests). Errors: KVS_ENOMEM. */
 int session_new(server_t *srv, session_t **out);
@@ -104,6 +115,8 @@ int session_process(session_t *s);
 /* Answers the frames that arrived while a parked lookup held the session,
  * sends the replies, and closes the session if its stream went bad. */
 void session_resume(session_t *s);
+/* Stops the fair-turn machinery (server_shutdown): closes its handles. */
+void session_sched_close(server_t *srv);
 
 /* --- holdings, for the handlers --- */
 

@@ -24,6 +24,9 @@ static const struct bench_cmd {
     {"rpc", bench_rpc_main,
      "kvshared: Lookup p50/p99 and throughput with 1/4/16 clients for 64/4k/32k tokens next to "
      "a raw Unix-socket ping-pong, and pipelined Lookups"},
+    {"flood", bench_flood,
+     "kvshared under one hostile client: another client's Lookup p50/p99/max while it "
+     "pipelines Tree, the largest Release or Lookup, or Stats"},
 };
 
 #define N_CMDS (sizeof(bench_cmds) / sizeof(bench_cmds[0]))

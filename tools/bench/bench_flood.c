@@ -1,0 +1,392 @@
+/*
+ * bench flood: one hostile client against everyone else.
+ *
+ * kvshared (host backend, --blocks blocks, 16-token blocks) is filled with
+ * prompts of 16 blocks each until every block is cached, so whole-index work
+ * is as expensive as the pool allows. Then, for each attack, a victim process
+ * loops over Lookups of a cached 4k-token prompt for --seconds while an
+ * attacker process pipelines the given request as fast as the daemon takes
+ * it (and reads every reply, so it is never dropped for not reading):
+ *
+ *   none     no attacker: the baseline
+ *   tree     Tree (1,000 rows, by size and by hits in turn)
+ *   release  the largest Release the frame limit allows (ids of free blocks)
+ *   lookup   a frame-limit-sized Lookup of a cached prompt followed by misses
+ *   stats    Stats
+ *
+ * Printed per attack: the victim's Lookup count, p50, p99 and max latency,
+ * and how many attack requests the daemon answered.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "kvshare.h"
+#include "kvshare.pb-c.h"
+#include "launch.h"
+
+#define FLOOD_BT          16
+#define FLOOD_PROMPT      4096 /* victim's prompt, tokens */
+#define FLOOD_MAX_SAMPLES (1u << 22)
+
+typedef struct flood_cfg {
+    const char *kvshared;
+    char dir[64];
+    char sock[96];
+    unsigned blocks;
+    unsigned max_frame;
+    double seconds;
+    pid_t daemon;
+} flood_cfg_t;
+
+static void flood_prompt(uint32_t *t, size_t n, uint32_t seed)
+{
+    uint32_t x = seed * 2654435761u + 12345;
+    for (size_t i = 0; i < n; i++) {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        t[i] = x % 128000;
+    }
+}
+
+static int flood_start_daemon(flood_cfg_t *b)
+{
+    char nb[16], mf[16];
+    snprintf(nb, sizeof(nb), "%u", b->blocks);
+    snprintf(mf, sizeof(mf), "%u", b->max_frame);
+    const char *const argv[] = {b->kvshared, "--socket",
+                                b->sock,     "--backend",
+                                "host",      "--layers",
+                                "1",         "--kv-heads",
+                                "1",         "--head-dim",
+                                "8",         "--dtype",
+                                "fp16",      "--block-tokens",
+                                "16",        "--pool-blocks",
+                                nb,          "--max-frame",
+                                mf,          "--log-level",
+                                "error",     NULL};
+    pid_t pid = launch_daemon(argv, LAUNCH_READY_MS, NULL);
+    if (pid < 0)
+        return -1;
+    b->daemon = pid;
+    return 0;
+}
+
+/* Fills the pool: prompts of 16 blocks, seeds 1, 2, ... (seed 1 is the
+ * victim's first 16 blocks, its whole prompt is seed 0's 4k tokens). */
+static int flood_fill(const flood_cfg_t *b)
+{
+    kvs_options_t o;
+    kvs_client_t *c = NULL;
+    kvs_options_init(&o);
+    o.socket_path = b->sock;
+    o.flags = KVS_NO_MAP;
+    o.timeout_ms = 10000;
+    if (kvs_connect(&o, &c) != 0)
+        return -1;
+    uint32_t tokens[FLOOD_PROMPT], ids[FLOOD_PROMPT / FLOOD_BT], canon[FLOOD_PROMPT / FLOOD_BT];
+    size_t per = FLOOD_PROMPT / FLOOD_BT, n;
+    int rc = 0;
+    /* The victim's prompt first. */
+    flood_prompt(tokens, FLOOD_PROMPT, 0);
+    rc = kvs_alloc(c, NULL, (uint32_t)per, ids);
+    if (rc == 0)
+        rc = kvs_commit(c, NULL, tokens, FLOOD_PROMPT, ids, per, canon, &n);
+    if (rc == 0)
+        rc = kvs_release(c, ids, per, NULL);
+    for (uint32_t seed = 1; rc == 0 && per + seed * 16 <= b->blocks; seed++) {
+        flood_prompt(tokens, 16 * FLOOD_BT, seed);
+        rc = kvs_alloc(c, NULL, 16, ids);
+        if (rc == 0)
+            rc = kvs_commit(c, NULL, tokens, 16 * FLOOD_BT, ids, 16, canon, &n);
+        if (rc == 0)
+            rc = kvs_release(c, ids, 16, NULL);
+    }
+    if (rc != 0)
+        fprintf(stderr, "bench flood: fill: %s: %s\n", kvs_strerror(rc), kvs_last_error(c));
+    kvs_close(c);
+    return rc;
+}
+
+/* One attack frame, packed (4-byte length, then the Request). */
+static uint8_t *flood_frame(const flood_cfg_t *b, const char *attack, int variant, size_t *len)
+{
+    Kvshare__Request req = KVSHARE__REQUEST__INIT;
+    Kvshare__TreeRequest tr = KVSHARE__TREE_REQUEST__INIT;
+    Kvshare__ReleaseRequest rr = KVSHARE__RELEASE_REQUEST__INIT;
+    Kvshare__LookupRequest lk = KVSHARE__LOOKUP_REQUEST__INIT;
+    Kvshare__StatsRequest st = KVSHARE__STATS_REQUEST__INIT;
+    uint32_t *buf = NULL;
+    size_t room = (b->max_frame - 64) / 4;
+    req.id = 1;
+    if (strcmp(attack, "tree") == 0) {
+        tr.max = 1000;
+        tr.by_size = variant & 1;
+        req.rpc_case = KVSHARE__REQUEST__RPC_TREE;
+        req.tree = &tr;
+    } else if (strcmp(attack, "release") == 0) {
+        /* fixed32 ids: 4 bytes each plus a few of framing. */
+        size_t n = (b->max_frame - 64) / 4;
+        buf = malloc(n * sizeof(*buf));
+        if (!buf)
+            return NULL;
+        for (size_t i = 0; i < n; i++)
+            buf[i] = (uint32_t)(i % b->blocks);
+        rr.block_ids = buf;
+        rr.n_block_ids = n;
+        req.rpc_case = KVSHARE__REQUEST__RPC_RELEASE;
+        req.release = &rr;
+    } else if (strcmp(attack, "lookup") == 0) {
+        buf = malloc(room * sizeof(*buf));
+        if (!buf)
+            return NULL;
+        flood_prompt(buf, FLOOD_PROMPT, 0);
+        flood_prompt(buf + FLOOD_PROMPT, room - FLOOD_PROMPT, 999999);
+        lk.tokens.data = (uint8_t *)buf;
+        lk.tokens.len = room * 4;
+        req.rpc_case = KVSHARE__REQUEST__RPC_LOOKUP;
+        req.lookup = &lk;
+    } else {
+        req.rpc_case = KVSHARE__REQUEST__RPC_STATS;
+        req.stats = &st;
+    }
+    size_t body = kvshare__request__get_packed_size(&req);
+    uint8_t *f = malloc(4 + body);
+    if (f) {
+        f[0] = (uint8_t)body;
+        f[1] = (uint8_t)(body >> 8);
+        f[2] = (uint8_t)(body >> 16);
+        f[3] = (uint8_t)(body >> 24);
+        kvshare__request__pack(&req, f + 4);
+        *len = 4 + body;
+    }
+    free(buf);
+    return f;
+}
+
+/* The attacker: a writer that pipelines frames and a reader (a second
+ * process on the same socket) that counts replies. Runs until killed. */
+static void flood_attacker(const flood_cfg_t *b, const char *attack, uint64_t *answered)
+{
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", b->sock);
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0)
+        _exit(3);
+    pid_t reader = fork();
+    if (reader == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        uint8_t hdr[4];
+        static uint8_t sink[1 << 16];
+        for (;;) {
+            size_t got = 0;
+            while (got < 4) {
+                ssize_t r = read(fd, hdr + got, 4 - got);
+                if (r <= 0)
+                    _exit(0);
+                got += (size_t)r;
+            }
+            size_t len =
+                (size_t)hdr[0] | (size_t)hdr[1] << 8 | (size_t)hdr[2] << 16 | (size_t)hdr[3] << 24;
+            while (len > 0) {
+                ssize_t r = read(fd, sink, len < sizeof(sink) ? len : sizeof(sink));
+                if (r <= 0)
+                    _exit(0);
+                len -= (size_t)r;
+            }
+            __atomic_add_fetch(answered, 1, __ATOMIC_RELAXED);
+        }
+    }
+    size_t len[2];
+    uint8_t *frame[2] = {flood_frame(b, attack, 0, &len[0]), flood_frame(b, attack, 1, &len[1])};
+    if (!frame[0] || !frame[1])
+        _exit(4);
+    for (int i = 0;; i ^= 1) {
+        const uint8_t *p = frame[i];
+        size_t n = len[i];
+        while (n > 0) {
+            ssize_t w = write(fd, p, n);
+            if (w <= 0)
+                _exit(0);
+            p += w;
+            n -= (size_t)w;
+        }
+    }
+}
+
+typedef struct flood_shared {
+    uint64_t answered;
+    uint64_t n;
+    int failed;
+    float us[FLOOD_MAX_SAMPLES];
+} flood_shared_t;
+
+static void flood_victim(const flood_cfg_t *b, flood_shared_t *sh)
+{
+    kvs_options_t o;
+    kvs_client_t *c = NULL;
+    kvs_options_init(&o);
+    o.socket_path = b->sock;
+    o.flags = KVS_NO_MAP;
+    o.timeout_ms = 60000;
+    if (kvs_connect(&o, &c) != 0) {
+        sh->failed = 1;
+        _exit(1);
+    }
+    uint32_t tokens[FLOOD_PROMPT], ids[FLOOD_PROMPT / FLOOD_BT];
+    flood_prompt(tokens, FLOOD_PROMPT, 0);
+    uint64_t end = now_ns() + (uint64_t)(b->seconds * 1e9);
+    while (sh->n < FLOOD_MAX_SAMPLES) {
+        uint64_t t0 = now_ns();
+        if (t0 >= end)
+            break;
+        size_t n = 0;
+        int rc = kvs_lookup(c, NULL, tokens, FLOOD_PROMPT, 0, ids, FLOOD_PROMPT / FLOOD_BT, &n);
+        uint64_t t1 = now_ns();
+        if (rc != 0 || n != FLOOD_PROMPT / FLOOD_BT) {
+            fprintf(stderr, "bench flood: victim lookup: %s (%zu blocks): %s\n", kvs_strerror(rc),
+                    n, kvs_last_error(c));
+            sh->failed = 1;
+            break;
+        }
+        sh->us[sh->n++] = (float)((double)(t1 - t0) / 1e3);
+    }
+    kvs_close(c);
+    _exit(0);
+}
+
+static int flood_run(const flood_cfg_t *b, const char *attack, flood_shared_t *sh)
+{
+    memset(sh, 0, offsetof(flood_shared_t, us));
+    pid_t att = -1;
+    if (strcmp(attack, "none") != 0) {
+        att = fork();
+        if (att == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            setpgid(0, 0);
+            flood_attacker(b, attack, &sh->answered);
+        }
+        usleep(200000); /* the flood is on before the victim starts */
+    }
+    pid_t vic = fork();
+    if (vic == 0)
+        flood_victim(b, sh);
+    waitpid(vic, NULL, 0);
+    if (att > 0) {
+        kill(-att, SIGKILL);
+        kill(att, SIGKILL);
+        waitpid(att, NULL, 0);
+    }
+    if (sh->failed || sh->n == 0)
+        return -1;
+    uint64_t *ns = malloc(sh->n * sizeof(*ns));
+    if (!ns)
+        return -1;
+    for (uint64_t i = 0; i < sh->n; i++)
+        ns[i] = (uint64_t)(sh->us[i] * 1000.0f);
+    double p50 = bench_quantile(ns, sh->n, 0.50) / 1e3, p99 = bench_quantile(ns, sh->n, 0.99) / 1e3,
+           max = bench_quantile(ns, sh->n, 1.0) / 1e3;
+    free(ns);
+    printf("flood_%s_victim_lookups %llu count\n", attack, (unsigned long long)sh->n);
+    printf("flood_%s_victim_p50 %.1f us\n", attack, p50);
+    printf("flood_%s_victim_p99 %.1f us\n", attack, p99);
+    printf("flood_%s_victim_max %.1f us\n", attack, max);
+    printf("flood_%s_attack_answered %llu count\n", attack, (unsigned long long)sh->answered);
+    fflush(stdout);
+    return 0;
+}
+
+static void flood_usage(FILE *f)
+{
+    fprintf(f, "usage: kvshare-bench flood [--kvshared PATH] [--blocks N] [--max-frame BYTES]\n"
+               "                           [--seconds S] [ATTACK...]\n"
+               "ATTACK: none tree release lookup stats (default: all). See bench_flood.c.\n");
+}
+
+int bench_flood(int argc, char **argv)
+{
+    flood_cfg_t b = {.blocks = 65536, .max_frame = 16u << 20, .seconds = 5};
+    char kvshared[PATH_MAX + 32];
+    const char *attacks[8];
+    int n_attacks = 0;
+    b.kvshared = bench_default_kvshared(kvshared, sizeof(kvshared));
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--kvshared") == 0 && i + 1 < argc)
+            b.kvshared = argv[++i];
+        else if (strcmp(argv[i], "--blocks") == 0 && i + 1 < argc)
+            b.blocks = (unsigned)strtoul(argv[++i], NULL, 10);
+        else if (strcmp(argv[i], "--max-frame") == 0 && i + 1 < argc)
+            b.max_frame = (unsigned)strtoul(argv[++i], NULL, 10);
+        else if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc)
+            b.seconds = atof(argv[++i]);
+        else if (strcmp(argv[i], "--help") == 0) {
+            flood_usage(stdout);
+            return 0;
+        } else if (argv[i][0] != '-' && n_attacks < 8)
+            attacks[n_attacks++] = argv[i];
+        else {
+            flood_usage(stderr);
+            return 2;
+        }
+    }
+    if (b.blocks < FLOOD_PROMPT / FLOOD_BT + 16 || b.max_frame < (FLOOD_PROMPT + 64) * 4 ||
+        b.seconds <= 0) {
+        fprintf(stderr, "bench flood: --blocks >= %d, --max-frame >= %d, --seconds > 0\n",
+                FLOOD_PROMPT / FLOOD_BT + 16, (FLOOD_PROMPT + 64) * 4);
+        return 2;
+    }
+    if (n_attacks == 0) {
+        static const char *all[] = {"none", "tree", "release", "lookup", "stats"};
+        for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+            attacks[n_attacks++] = all[i];
+    }
+    snprintf(b.dir, sizeof(b.dir), "/tmp/kvs-flood-XXXXXX");
+    if (!mkdtemp(b.dir)) {
+        perror("bench flood: mkdtemp");
+        return 1;
+    }
+    snprintf(b.sock, sizeof(b.sock), "%s/kvshared.sock", b.dir);
+    int rc = 1;
+    flood_shared_t *sh =
+        mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (sh == MAP_FAILED)
+        goto out_dir;
+    if (flood_start_daemon(&b) != 0) {
+        fprintf(stderr, "bench flood: kvshared (%s) did not start\n", b.kvshared);
+        goto out_map;
+    }
+    uint64_t t0 = now_ns();
+    if (flood_fill(&b) != 0) {
+        fprintf(stderr, "bench flood: filling the pool failed\n");
+        goto out_daemon;
+    }
+    printf("flood_blocks %u count\nflood_max_frame %u bytes\nflood_fill %.2f s\n", b.blocks,
+           b.max_frame, (double)(now_ns() - t0) / 1e9);
+    rc = 0;
+    for (int i = 0; i < n_attacks && rc == 0; i++)
+        if (flood_run(&b, attacks[i], sh) != 0) {
+            fprintf(stderr, "bench flood: the %s run failed\n", attacks[i]);
+            rc = 1;
+        }
+out_daemon:
+    kill(b.daemon, SIGTERM);
+    waitpid(b.daemon, NULL, 0);
+out_map:
+    munmap(sh, sizeof(*sh));
+out_dir:
+    unlink(b.sock);
+    rmdir(b.dir);
+    return rc;
+}
