@@ -73,15 +73,26 @@ int dispatch_error_reply(session_t *s, uint64_t id, int status, const char *mess
 
 /* The decode arena: protobuf-c's allocations for one request come from one
  * reused buffer. What does not fit goes to malloc, and the arena grows to
- * the size the request wanted (at most twice the largest frame) for the next
- * one. */
+ * the size the request wanted (at most DECODE_ARENA_MAX, so that one large
+ * request does not leave the daemon holding its size) for the next one. */
 #define DECODE_ARENA_MIN 65536
+#define DECODE_ARENA_MAX (1u << 20)
+/* A request decodes into at most this many times its frame (plus
+ * DECODE_ARENA_MIN): packed ids and token bytes need about 1x. */
+#define DISPATCH_DECODE_FACTOR 4
 
 static void *arena_alloc(void *data, size_t size)
 {
     server_t *srv = data;
     size_t need = (size + 15) & ~(size_t)15;
     srv->decode_want += need;
+    /* protobuf-c keeps every unknown field (24 bytes and a copy each, for
+     * as little as 2 bytes of frame): past the frame's budget, the decode
+     * fails instead of growing. */
+    if (srv->decode_want > srv->decode_budget) {
+        srv->decode_over = true;
+        return NULL;
+    }
     if (srv->decode_arena && srv->decode_used + need <= srv->decode_cap) {
         void *p = srv->decode_arena + srv->decode_used;
         srv->decode_used += need;
@@ -103,8 +114,8 @@ static void arena_free(void *data, void *p)
 
 static void arena_reset(server_t *srv)
 {
-    size_t limit = 2 * (size_t)srv->cfg.max_frame;
-    if (srv->decode_want > srv->decode_cap && srv->decode_want <= limit) {
+    if (srv->decode_want > srv->decode_cap && srv->decode_want <= DECODE_ARENA_MAX &&
+        !srv->decode_over) {
         size_t cap = srv->decode_cap ? srv->decode_cap : DECODE_ARENA_MIN;
         while (cap < srv->decode_want)
             cap *= 2;
@@ -119,17 +130,44 @@ static void arena_reset(server_t *srv)
     srv->decode_want = 0;
 }
 
+/* Fields a request may carry that this daemon does not know (a newer
+ * client's): a few are fine, more are an attack on decode memory. */
+#define DISPATCH_MAX_UNKNOWN_FIELDS 32
+
+static size_t unknown_fields(const Kvshare__Request *req)
+{
+    size_t n = req->base.n_unknown_fields;
+    /* Every RPC's message is in the oneof's union: any member reaches it. */
+    const ProtobufCMessage *rpc = (const ProtobufCMessage *)req->hello;
+    if (req->rpc_case != KVSHARE__REQUEST__RPC__NOT_SET && rpc)
+        n += rpc->n_unknown_fields;
+    return n;
+}
+
 int dispatch_frame(session_t *s, const uint8_t *body, size_t len)
 {
     ProtobufCAllocator arena = {arena_alloc, arena_free, s->srv};
+    s->srv->decode_budget = DISPATCH_DECODE_FACTOR * len + DECODE_ARENA_MIN;
+    s->srv->decode_over = false;
     Kvshare__Request *req = kvshare__request__unpack(&arena, len, body);
+    if (req && unknown_fields(req) > DISPATCH_MAX_UNKNOWN_FIELDS) {
+        kvshare__request__free_unpacked(req, &arena);
+        req = NULL;
+        s->srv->decode_over = true;
+    }
     if (!req) {
-        char msg[160];
+        char msg[200];
         s->srv->metrics.protocol_errors++;
-        snprintf(msg, sizeof(msg),
-                 "a frame of %zu bytes does not decode as a kvshare Request; closing the "
-                 "connection (is the client speaking the kvshare protocol?)",
-                 len);
+        if (s->srv->decode_over)
+            snprintf(msg, sizeof(msg),
+                     "a frame of %zu bytes carries more than %d unknown fields or needs more "
+                     "than %d times its size to decode; closing the connection",
+                     len, DISPATCH_MAX_UNKNOWN_FIELDS, DISPATCH_DECODE_FACTOR);
+        else
+            snprintf(msg, sizeof(msg),
+                     "a frame of %zu bytes does not decode as a kvshare Request; closing the "
+                     "connection (is the client speaking the kvshare protocol?)",
+                     len);
         dispatch_error_reply(s, 0, KVS_EPROTO, msg);
         arena_reset(s->srv);
         return KVS_EPROTO;

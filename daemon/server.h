@@ -89,6 +89,8 @@ typedef struct server {
      * 128 KiB prompt costs no malloc, free or page fault per request. */
     uint8_t *decode_arena;
     size_t decode_cap, decode_used, decode_want;
+    size_t decode_budget; /* bytes this frame may take to decode */
+    bool decode_over;     /* the frame went past it */
 
     session_t *sessions; /* doubly linked, newest first */
     uint32_t n_sessions;

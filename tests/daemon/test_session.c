@@ -580,6 +580,66 @@ START_TEST(test_untrusted_streams)
 }
 END_TEST
 
+/* A Ping (field 18, empty) preceded by n unknown varint fields (number
+ * 1000, 3 bytes each on the wire), as one frame in buf; returns its size. */
+static size_t unknown_fields_frame(uint8_t *buf, size_t n)
+{
+    size_t at = 4;
+    for (size_t i = 0; i < n; i++) {
+        buf[at++] = 0xc0; /* tag 1000 << 3 | varint, as a 2-byte varint */
+        buf[at++] = 0x3e;
+        buf[at++] = 0x01;
+    }
+    buf[at++] = 0x92; /* tag 18 << 3 | length-delimited: ping, empty */
+    buf[at++] = 0x01;
+    buf[at++] = 0;
+    frame_put_len(buf, (uint32_t)(at - 4));
+    return at;
+}
+
+static int feed_status(session_t *s, const uint8_t *frame, size_t n, int *feed_rc)
+{
+    const uint8_t *body;
+    uint32_t len;
+    *feed_rc = session_feed(s, frame, n);
+    ck_assert_int_eq(frame_next(&s->out, UINT32_MAX, &body, &len), 1);
+    Kvshare__Response *r = kvshare__response__unpack(NULL, len, body);
+    ck_assert_ptr_nonnull(r);
+    int status = -(int)r->status;
+    snprintf(last_msg, sizeof(last_msg), "%s", r->message ? r->message : "");
+    kvshare__response__free_unpacked(r, NULL);
+    return status;
+}
+
+/* Unknown fields: a few (a newer client's) are ignored; many are refused
+ * before they cost more than a few times the frame (protobuf-c keeps each,
+ * 40 bytes for 3 on the wire), and the decode arena stays small. */
+START_TEST(test_unknown_fields_are_bounded)
+{
+    static uint8_t frame[1 << 16];
+    int rc;
+    session_t *a = new_session();
+    size_t n = unknown_fields_frame(frame, 8);
+    ck_assert_int_eq(feed_status(a, frame, n, &rc), 0);
+    ck_assert_int_eq(rc, 0);
+    n = unknown_fields_frame(frame, 40);
+    ck_assert_int_eq(feed_status(a, frame, n, &rc), KVS_EPROTO);
+    ck_assert_int_eq(rc, KVS_EPROTO);
+    ck_assert_msg(strstr(last_msg, "unknown fields"), "%s", last_msg);
+    session_close(a, "test");
+
+    a = new_session();
+    n = unknown_fields_frame(frame, 20000);
+    uint64_t errors = srv->metrics.protocol_errors;
+    ck_assert_int_eq(feed_status(a, frame, n, &rc), KVS_EPROTO);
+    ck_assert_int_eq(rc, KVS_EPROTO);
+    ck_assert_uint_eq(srv->metrics.protocol_errors, errors + 1);
+    ck_assert_uint_le(srv->decode_cap, 1u << 20);
+    session_close(a, "test");
+    check_invariants();
+}
+END_TEST
+
 START_TEST(test_hello_first_only)
 {
     session_t *a = new_session(), *b = new_session();
@@ -1339,6 +1399,7 @@ static Suite *session_suite(void)
     tcase_add_test(tc, test_namespace_name_rule_on_requests);
     tcase_add_test(tc, test_unknown_rpc_keeps_session);
     tcase_add_test(tc, test_untrusted_streams);
+    tcase_add_test(tc, test_unknown_fields_are_bounded);
     tcase_add_test(tc, test_hello_first_only);
     tcase_add_test(tc, test_full_pool_evicts_then_refuses);
     tcase_add_test(tc, test_stats_and_tree);
