@@ -29,6 +29,7 @@ void server_config_init(server_config_t *cfg)
     cfg->backend.kind = BACKEND_AUTO;
     cfg->max_frame = SERVER_DEFAULT_MAX_FRAME;
     cfg->max_output = SERVER_DEFAULT_MAX_OUTPUT;
+    cfg->max_buffer_memory = SERVER_DEFAULT_MAX_BUFFERS;
     cfg->max_sessions = SERVER_DEFAULT_MAX_SESSIONS;
     cfg->max_namespaces = SERVER_DEFAULT_MAX_NAMESPACES;
     cfg->ready_fd = -1;
@@ -515,7 +516,14 @@ int server_listen(server_t *s, bool signals, char *err, size_t errlen)
         s->sock_dev = st.st_dev;
         s->sock_ino = st.st_ino;
     }
+    if (session_idle_start(s) != 0) {
+        snprintf(err, errlen, "cannot start the idle-session timer (idle_timeout_ms)");
+        session_sched_close(s);
+        abandon_listener(s);
+        return KVS_EIO;
+    }
     if (signals && start_signals(s, err, errlen) != 0) {
+        session_sched_close(s);
         abandon_listener(s);
         return KVS_EIO;
     }

@@ -34,6 +34,7 @@ typedef struct session session_t;
 
 #define SERVER_DEFAULT_MAX_FRAME      (16u << 20)
 #define SERVER_DEFAULT_MAX_OUTPUT     (64u << 20)
+#define SERVER_DEFAULT_MAX_BUFFERS    (512u << 20)
 #define SERVER_DEFAULT_MAX_SESSIONS   1024
 #define SERVER_DEFAULT_MAX_NAMESPACES 256
 #define SERVER_DEFAULT_NS             "default"
@@ -50,6 +51,8 @@ typedef struct server_config {
     uint32_t backend_retry_ms; /* cuda out of memory: retry this long (0: fail at once) */
     uint32_t max_frame;        /* largest request accepted, bytes */
     size_t max_output;         /* per session: unsent reply bytes before disconnect */
+    size_t max_buffer_memory;  /* all sessions' buffers together, bytes */
+    uint32_t idle_timeout_ms;  /* a session without a request this long is closed; 0: never */
     uint32_t max_sessions;
     uint32_t max_namespaces;
     radix_policy_t eviction;    /* index eviction policy (default RADIX_EVICT_LRU) */
@@ -106,6 +109,13 @@ typedef struct server {
     uv_timer_t walk_timer;
     bool sched_on;         /* turn_idle and walk_timer initialised */
     uint64_t walk_next_ns; /* uv_hrtime before which no whole-index walk starts */
+
+    /* Bytes of every session's buffers (input, output, reply scratch, queued
+     * writes), kept under cfg.max_buffer_memory (session.c). */
+    size_t buf_bytes;
+    uint64_t budget_log_ms; /* last "over the buffer budget" log line */
+    uv_timer_t idle_timer;  /* idle_timeout_ms sweeps */
+    bool idle_on;
 
     uv_pipe_t listener;
     bool listening;

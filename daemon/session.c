@@ -260,6 +260,72 @@ static void ready_remove(session_t *s)
     s->in_ready = false;
 }
 
+/* --- buffer memory across sessions --- */
+
+static size_t held_bytes(const session_t *s)
+{
+    return s->in.cap + s->out.cap + s->scratch_cap * sizeof(*s->scratch) + s->queued;
+}
+
+/* Counts s's buffers again into the server's total. */
+static void account(session_t *s)
+{
+    if (s->closing)
+        return;
+    size_t now = held_bytes(s);
+    s->srv->buf_bytes = s->srv->buf_bytes - s->buf_bytes + now;
+    s->buf_bytes = now;
+}
+
+/* Gives back buffers grown by a large exchange once they are empty. */
+static void shrink(session_t *s)
+{
+    if (s->in.head == s->in.len && s->in.cap > SESSION_KEEP_BYTES)
+        frame_buf_release(&s->in);
+    if (s->out.head == s->out.len && s->out.cap > SESSION_KEEP_BYTES)
+        frame_buf_release(&s->out);
+    if (s->scratch_cap * sizeof(*s->scratch) > SESSION_KEEP_BYTES) {
+        free(s->scratch);
+        s->scratch = NULL;
+        s->scratch_cap = 0;
+    }
+    account(s);
+}
+
+/* While the sessions' buffers are over max_buffer_memory, closes the
+ * session holding the most (counted, logged at most once a second). Returns
+ * false, closing nothing more, when that session is `spare` (one in its
+ * alloc callback, which libuv does not let us close there). */
+static bool enforce_budget(server_t *srv, const session_t *spare)
+{
+    while (srv->buf_bytes > srv->cfg.max_buffer_memory) {
+        session_t *big = NULL;
+        for (session_t *s = srv->sessions; s; s = s->next)
+            if (!s->closing && (!big || s->buf_bytes > big->buf_bytes))
+                big = s;
+        if (!big || big->buf_bytes == 0)
+            return true;
+        if (big == spare)
+            return false;
+        srv->metrics.sessions_dropped_memory++;
+        uint64_t now = uv_now(srv->loop);
+        if (now - srv->budget_log_ms >= 1000 || srv->budget_log_ms == 0) {
+            srv->budget_log_ms = now;
+            LOG_WARN("session buffers at %zu bytes, over max_buffer_memory (%zu): closing "
+                     "session %llu (pid %d), which holds %zu; %llu closed so far for this",
+                     srv->buf_bytes, srv->cfg.max_buffer_memory, (unsigned long long)big->id,
+                     (int)big->peer_pid, big->buf_bytes,
+                     (unsigned long long)srv->metrics.sessions_dropped_memory);
+        }
+        session_goodbye(big, KVS_ELIMIT,
+                        "kvshared's session buffers are over max_buffer_memory and this "
+                        "connection holds the most (a large partial request or unread "
+                        "replies); closing it");
+        session_close(big, "over the buffer budget");
+    }
+    return true;
+}
+
 /* Gives back everything the session holds: its WRITING blocks to the pool,
  * its pins to the index. Linear in the holdings, not in the pool. */
 static void release_all(session_t *s)
@@ -309,6 +375,8 @@ void session_close(session_t *s, const char *reason)
     s->closing = true;
     inflight_cancel(s->srv, s);
     inflight_unclaim(s->srv, s);
+    s->srv->buf_bytes -= s->buf_bytes;
+    s->buf_bytes = 0;
     release_all(s);
     ready_remove(s);
     unlink_session(s);
@@ -331,6 +399,10 @@ static void on_write(uv_write_t *req, int status)
 {
     session_write_t *w = (session_write_t *)req;
     session_t *s = req->handle->data;
+    if (!s->closing) {
+        s->queued -= w->len;
+        account(s);
+    }
     if (status < 0 && status != UV_ECANCELED)
         session_close(s, uv_strerror(status));
     else if (s->eof && !s->in_ready && !s->parked && req->handle->write_queue_size == 0)
@@ -420,9 +492,11 @@ static void flush(session_t *s)
         }
         memcpy(w->data, p, n);
         w->len = n;
+        s->queued += n;
         uv_buf_t buf = uv_buf_init((char *)w->data, (unsigned)n);
         int rc = uv_write(&w->req, stream, &buf, 1, on_write);
         if (rc != 0) {
+            s->queued -= n;
             free(w);
             frame_buf_reset(&s->out);
             session_close(s, uv_strerror(rc));
@@ -491,6 +565,8 @@ static int process(session_t *s, bool bounded, bool *more, bool *deferred)
             return 0;
         }
         s->srv->metrics.bytes_in += FRAME_HEADER_BYTES + len;
+        if (s->has_pipe)
+            s->last_request_ms = uv_now(s->srv->loop);
         frames++;
         bytes += FRAME_HEADER_BYTES + (size_t)len;
         if (rc != 0)
@@ -564,6 +640,12 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
             want = len + FRAME_HEADER_BYTES - avail;
     }
     if (frame_buf_reserve(&s->in, want) != 0) {
+        *buf = uv_buf_init(NULL, 0);
+        return;
+    }
+    account(s);
+    if (!enforce_budget(s->srv, s)) {
+        /* s holds the most: no buffer, and on_read (UV_ENOBUFS) closes it. */
         *buf = uv_buf_init(NULL, 0);
         return;
     }
@@ -651,6 +733,10 @@ static void take_turn(session_t *s)
         flush(s);
     if (s->closing)
         return;
+    shrink(s);
+    enforce_budget(srv, NULL);
+    if (s->closing)
+        return;
     if (rc != 0) {
         session_close(s, rc == KVS_ETOOBIG ? "frame over the limit" : "undecodable frame");
         return;
@@ -713,9 +799,51 @@ static void on_turn(uv_idle_t *h)
         uv_idle_stop(h);
 }
 
+/* Closes the sessions that sent no request for idle_timeout_ms (not those
+ * whose requests wait for their turn). */
+static void on_idle_sweep(uv_timer_t *t)
+{
+    server_t *srv = t->data;
+    uint64_t now = uv_now(srv->loop);
+    session_t *next;
+    for (session_t *s = srv->sessions; s; s = next) {
+        next = s->next;
+        if (!s->has_pipe || s->closing || s->in_ready || s->parked || s->wait ||
+            now - s->last_request_ms < srv->cfg.idle_timeout_ms)
+            continue;
+        srv->metrics.sessions_idle_closed++;
+        LOG_INFO("session %llu (pid %d): no request for %u ms (idle_timeout_ms); closing it",
+                 (unsigned long long)s->id, (int)s->peer_pid, srv->cfg.idle_timeout_ms);
+        session_goodbye(s, KVS_ETIMEDOUT,
+                        "closed by kvshared after idle_timeout_ms without a request; "
+                        "reconnect to go on");
+        session_close(s, "idle timeout");
+    }
+}
+
+int session_idle_start(server_t *srv)
+{
+    if (srv->cfg.idle_timeout_ms == 0 || srv->idle_on)
+        return 0;
+    if (uv_timer_init(srv->loop, &srv->idle_timer) != 0)
+        return KVS_EIO;
+    srv->idle_timer.data = srv;
+    srv->idle_on = true;
+    uint64_t every = srv->cfg.idle_timeout_ms / 4 ? srv->cfg.idle_timeout_ms / 4 : 1;
+    if (uv_timer_start(&srv->idle_timer, on_idle_sweep, every, every) != 0)
+        return KVS_EIO;
+    return 0;
+}
+
 void session_sched_close(server_t *srv)
 {
-    if (!srv || !srv->sched_on)
+    if (!srv)
+        return;
+    if (srv->idle_on) {
+        uv_close((uv_handle_t *)&srv->idle_timer, NULL);
+        srv->idle_on = false;
+    }
+    if (!srv->sched_on)
         return;
     uv_close((uv_handle_t *)&srv->turn_idle, NULL);
     uv_close((uv_handle_t *)&srv->walk_timer, NULL);
@@ -731,6 +859,10 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
         stop_reading(s);
         s->eof = true;
         take_turn(s);
+        return;
+    }
+    if (nread == UV_ENOBUFS && s->srv->buf_bytes > s->srv->cfg.max_buffer_memory) {
+        enforce_budget(s->srv, NULL);
         return;
     }
     if (nread < 0) {
@@ -774,6 +906,7 @@ int session_accept(server_t *srv)
         session_close(s, "session limit");
         return KVS_ELIMIT;
     }
+    s->last_request_ms = uv_now(srv->loop);
     start_reading(s);
     if (s->closing)
         return KVS_EIO;

@@ -81,7 +81,16 @@ struct session {
     bool parked;   /* waits for walk_timer (a deferred Tree) */
     bool reading;  /* uv_read_start is on */
     bool eof;      /* the client half-closed: close once replies are out */
+
+    /* Memory (see server.h, buf_bytes). */
+    size_t buf_bytes;         /* this session's share of the server's count */
+    size_t queued;            /* reply bytes in queued uv_writes */
+    uint64_t last_request_ms; /* loop time of the last request (idle timeout) */
 };
+
+/* Buffers larger than this are given back once empty, so that one large
+ * exchange does not leave a session holding its size. */
+#define SESSION_KEEP_BYTES (256u << 10)
 
 /* Most frames, and most request bytes, one session gets answered per loop
  * turn before every other session has had its turn. */
@@ -115,7 +124,13 @@ int session_process(session_t *s);
 /* Answers the frames that arrived while a parked lookup held the session,
  * sends the replies, and closes the session if its stream went bad. */
 void session_resume(session_t *s);
-/* Stops the fair-turn machinery (server_shutdown): closes its handles. */
+
+/* Starts the idle sweep when cfg.idle_timeout_ms is set (server_listen).
+ * Errors: KVS_EIO. */
+int session_idle_start(server_t *srv);
+
+/* Stops the fair-turn machinery and the idle sweep (server_shutdown):
+ * closes their handles. */
 void session_sched_close(server_t *srv);
 
 /* --- holdings, for the handlers --- */

@@ -223,6 +223,14 @@ const setting_t settings_table[] = {
     {"max_output", "max-output", SETTING_GLOBAL, SETTING_SIZE, "SIZE", 4096, UINT64_MAX,
      AT(server.max_output),
      .help = "unread reply bytes before a client that stopped reading is dropped"},
+    {"max_buffer_memory", "max-buffer-memory", SETTING_GLOBAL, SETTING_SIZE, "SIZE", 1u << 20,
+     UINT64_MAX, AT(server.max_buffer_memory),
+     .help = "all connections' buffers together (partial requests, unsent replies); past it "
+             "the connection holding the most is closed"},
+    {"idle_timeout_ms", "idle-timeout-ms", SETTING_GLOBAL, SETTING_U32, "N", 0, UINT32_MAX,
+     AT(server.idle_timeout_ms), .zero = "0: never",
+     .help = "close a connection that sent no request for this long (it releases what it "
+             "holds; libkvshare reconnects by itself)"},
 
     /* Operations. */
     {"metrics_listen", "metrics-listen", SETTING_GLOBAL, SETTING_TEXT, "HOST:PORT", 1, 255,

@@ -21,6 +21,7 @@
 #include "kvshare.h"
 #include "kvshare.pb-c.h"
 #include "raw_wire.h"
+#include "rel_util.h"
 
 #define BT 4
 
@@ -202,6 +203,137 @@ START_TEST(test_half_close_gets_every_reply)
 }
 END_TEST
 
+/* Writes what the socket takes of p (blocking) until n bytes or the daemon
+ * hangs up; returns the bytes written. */
+static size_t write_until_closed(int fd, const uint8_t *p, size_t n)
+{
+    size_t done = 0;
+    while (done < n) {
+        ssize_t w = send(fd, p + done, n - done, MSG_NOSIGNAL);
+        if (w <= 0)
+            break;
+        done += (size_t)w;
+    }
+    return done;
+}
+
+/* Whether the daemon has closed fd (EOF or reset after its goodbye). */
+static int closed_by_daemon(int fd)
+{
+    uint8_t buf[4096];
+    struct pollfd pfd = {.fd = fd, .events = POLLIN};
+    for (;;) {
+        if (poll(&pfd, 1, 0) != 1)
+            return 0;
+        ssize_t r = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+        if (r <= 0)
+            return r == 0 || errno != EAGAIN;
+    }
+}
+
+/* 24 sessions each hold most of a 4 MiB request and 8 more pipeline Pings
+ * without reading a reply: before, the daemon held all of it (about 100
+ * MiB); now the sessions' buffers stay within --max-buffer-memory (8 MiB):
+ * the sessions holding the most are closed and counted, and everyone else
+ * is served. */
+START_TEST(test_buffer_memory_is_bounded_across_sessions)
+{
+    static const char *const extra[] = {
+        "--max-frame", "4MiB", "--max-buffer-memory", "8MiB", "--max-output", "16MiB", NULL};
+    harness_t d;
+    ck_assert_int_eq(harness_start(&d, 64, extra), 0);
+    kvs_client_t *c = client_of(&d);
+    long hwm0 = rel_vm_hwm_kib(d.pid);
+
+    enum { PARTIAL = 24, UNREAD = 8 };
+    int fds[PARTIAL + UNREAD];
+    size_t body = (4u << 20) - 64, sent = 3u << 20;
+    uint8_t *frame = calloc(1, 4 + sent);
+    ck_assert_ptr_nonnull(frame);
+    frame[0] = (uint8_t)body;
+    frame[1] = (uint8_t)(body >> 8);
+    frame[2] = (uint8_t)(body >> 16);
+    frame[3] = (uint8_t)(body >> 24);
+    for (int i = 0; i < PARTIAL; i++) {
+        fds[i] = hostile_connect(&d);
+        write_until_closed(fds[i], frame, 4 + sent);
+    }
+    free(frame);
+
+    Kvshare__Request req = KVSHARE__REQUEST__INIT;
+    Kvshare__PingRequest pr = KVSHARE__PING_REQUEST__INIT;
+    static uint8_t payload[60000];
+    pr.payload.data = payload;
+    pr.payload.len = sizeof(payload);
+    req.rpc_case = KVSHARE__REQUEST__RPC_PING;
+    req.ping = &pr;
+    size_t len;
+    uint8_t *pings = frames(&req, 64, &len); /* 3.8 MB of replies, never read */
+    for (int i = PARTIAL; i < PARTIAL + UNREAD; i++) {
+        fds[i] = hostile_connect(&d);
+        struct timeval tv = {.tv_sec = 2};
+        setsockopt(fds[i], SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+        write_until_closed(fds[i], pings, len);
+    }
+    free(pings);
+
+    /* Everyone else is still served; the offenders were counted. */
+    double rtt;
+    ck_assert_int_eq(kvs_ping(c, 16, &rtt), 0);
+    kvs_stats_t st;
+    ck_assert_int_eq(kvs_stats(c, &st), 0);
+    uint64_t dropped = st.counters[KVS_COUNTER_sessions_dropped_memory];
+    kvs_stats_free(&st);
+    int closed = 0;
+    for (int i = 0; i < PARTIAL + UNREAD; i++) {
+        closed += closed_by_daemon(fds[i]);
+        close(fds[i]);
+    }
+    long hwm = rel_vm_hwm_kib(d.pid);
+    fprintf(stderr,
+            "buffer budget 8 MiB: %llu sessions closed for it (%d seen closed); daemon "
+            "peak RSS %ld -> %ld KiB\n",
+            (unsigned long long)dropped, closed, hwm0, hwm);
+    ck_assert_uint_ge(dropped, PARTIAL - 2);
+    ck_assert_int_ge(closed, (int)dropped);
+    if (REL_RSS_MEANINGFUL)
+        ck_assert_msg(hwm - hwm0 < 16 * 1024, "peak RSS grew by %ld KiB", hwm - hwm0);
+    kvs_close(c);
+    ck_assert_int_eq(harness_stop(&d), 0);
+    harness_cleanup(&d);
+}
+END_TEST
+
+/* A connection that never sends is closed after --idle-timeout-ms, with a
+ * goodbye that says why, and counted. (Before, sessions had no idle limit.) */
+START_TEST(test_idle_session_is_closed)
+{
+    static const char *const extra[] = {"--idle-timeout-ms", "200", NULL};
+    harness_t d;
+    ck_assert_int_eq(harness_start(&d, 64, extra), 0);
+    int fd = hostile_connect(&d);
+    size_t len;
+    uint8_t *body = read_frame(fd, &len); /* blocks until the daemon gives up */
+    ck_assert_ptr_nonnull(body);
+    Kvshare__Response *r = kvshare__response__unpack(NULL, len, body);
+    ck_assert_ptr_nonnull(r);
+    ck_assert_int_eq(-(int)r->status, KVS_ETIMEDOUT);
+    ck_assert_msg(strstr(r->message, "idle_timeout_ms"), "%s", r->message);
+    kvshare__response__free_unpacked(r, NULL);
+    free(body);
+    ck_assert_ptr_null(read_frame(fd, &len));
+    close(fd);
+    kvs_client_t *c = client_of(&d);
+    kvs_stats_t st;
+    ck_assert_int_eq(kvs_stats(c, &st), 0);
+    ck_assert_uint_eq(st.counters[KVS_COUNTER_sessions_idle_closed], 1);
+    kvs_stats_free(&st);
+    kvs_close(c);
+    ck_assert_int_eq(harness_stop(&d), 0);
+    harness_cleanup(&d);
+}
+END_TEST
+
 static Suite *hostile_suite(void)
 {
     Suite *s = suite_create("hostile");
@@ -209,6 +341,8 @@ static Suite *hostile_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_tree_flood_does_not_freeze_others);
     tcase_add_test(tc, test_half_close_gets_every_reply);
+    tcase_add_test(tc, test_buffer_memory_is_bounded_across_sessions);
+    tcase_add_test(tc, test_idle_session_is_closed);
     suite_add_tcase(s, tc);
     return s;
 }

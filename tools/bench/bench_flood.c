@@ -26,6 +26,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -42,6 +43,8 @@
 
 typedef struct flood_cfg {
     const char *kvshared;
+    const char *max_buffers; /* --max-buffer-memory for the daemon; NULL: its default */
+    unsigned sessions;       /* memory attack: hostile sessions */
     char dir[64];
     char sock[96];
     unsigned blocks;
@@ -66,17 +69,17 @@ static int flood_start_daemon(flood_cfg_t *b)
     char nb[16], mf[16];
     snprintf(nb, sizeof(nb), "%u", b->blocks);
     snprintf(mf, sizeof(mf), "%u", b->max_frame);
-    const char *const argv[] = {b->kvshared, "--socket",
-                                b->sock,     "--backend",
-                                "host",      "--layers",
-                                "1",         "--kv-heads",
-                                "1",         "--head-dim",
-                                "8",         "--dtype",
-                                "fp16",      "--block-tokens",
-                                "16",        "--pool-blocks",
-                                nb,          "--max-frame",
-                                mf,          "--log-level",
-                                "error",     NULL};
+    const char *argv[32] = {
+        b->kvshared, "--socket",       b->sock, "--backend",      "host", "--layers",
+        "1",         "--kv-heads",     "1",     "--head-dim",     "8",    "--dtype",
+        "fp16",      "--block-tokens", "16",    "--pool-blocks",  nb,     "--max-frame",
+        mf,          "--log-level",    "error", "--max-sessions", "2048"};
+    int n = 23;
+    if (b->max_buffers) {
+        argv[n++] = "--max-buffer-memory";
+        argv[n++] = b->max_buffers;
+    }
+    argv[n] = NULL;
     pid_t pid = launch_daemon(argv, LAUNCH_READY_MS, NULL);
     if (pid < 0)
         return -1;
@@ -308,16 +311,135 @@ static int flood_run(const flood_cfg_t *b, const char *attack, flood_shared_t *s
     return 0;
 }
 
+static long flood_status_kib(pid_t pid, const char *field)
+{
+    char path[64], line[256];
+    long v = -1;
+    size_t n = strlen(field);
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    while (fgets(line, sizeof(line), f))
+        if (strncmp(line, field, n) == 0 && line[n] == ':')
+            v = atol(line + n + 1);
+    fclose(f);
+    return v;
+}
+
+/* The memory attack: --sessions connections, half holding most of a
+ * max-frame request, half pipelining 60 kB Pings and never reading a reply.
+ * Each writes until the daemon stops taking bytes for 1 s or hangs up.
+ * Prints the daemon's peak RSS and how many sessions it closed. */
+static int flood_memory(const flood_cfg_t *b)
+{
+    int *fds = calloc(b->sessions, sizeof(*fds));
+    size_t frame_len = 4 + (size_t)b->max_frame - 65536;
+    uint8_t *frame = calloc(1, frame_len);
+    if (!fds || !frame)
+        return -1;
+    uint32_t body = b->max_frame - 64;
+    memcpy(frame, &body, 4); /* little-endian hosts only: fine for a bench */
+    Kvshare__Request req = KVSHARE__REQUEST__INIT;
+    Kvshare__PingRequest pr = KVSHARE__PING_REQUEST__INIT;
+    static uint8_t payload[60000];
+    pr.payload.data = payload;
+    pr.payload.len = sizeof(payload);
+    req.rpc_case = KVSHARE__REQUEST__RPC_PING;
+    req.ping = &pr;
+    size_t ping_body = kvshare__request__get_packed_size(&req), ping_len = 4 + ping_body;
+    uint8_t *ping = malloc(ping_len);
+    if (!ping)
+        return -1;
+    uint32_t pb = (uint32_t)ping_body;
+    memcpy(ping, &pb, 4);
+    kvshare__request__pack(&req, ping + 4);
+
+    long rss0 = flood_status_kib(b->daemon, "VmRSS");
+    uint64_t t0 = now_ns(), sent = 0;
+    for (unsigned i = 0; i < b->sessions; i++) {
+        struct sockaddr_un addr = {.sun_family = AF_UNIX};
+        snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", b->sock);
+        fds[i] = socket(AF_UNIX, SOCK_STREAM, 0);
+        if (fds[i] < 0 || connect(fds[i], (struct sockaddr *)&addr, sizeof(addr)) != 0) {
+            fprintf(stderr, "bench flood: memory: connect %u: %s\n", i, strerror(errno));
+            break;
+        }
+        struct timeval tv = {.tv_sec = 1};
+        setsockopt(fds[i], SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+        if (i % 2 == 0) {
+            size_t done = 0;
+            while (done < frame_len) {
+                ssize_t w = send(fds[i], frame + done, frame_len - done, MSG_NOSIGNAL);
+                if (w <= 0)
+                    break;
+                done += (size_t)w;
+            }
+            sent += done;
+        } else {
+            /* Replies up to twice the daemon's 64 MiB output limit. */
+            for (size_t k = 0; k < (128u << 20) / ping_len; k++) {
+                size_t done = 0;
+                while (done < ping_len) {
+                    ssize_t w = send(fds[i], ping + done, ping_len - done, MSG_NOSIGNAL);
+                    if (w <= 0)
+                        break;
+                    done += (size_t)w;
+                }
+                sent += done;
+                if (done < ping_len)
+                    break;
+            }
+        }
+    }
+    double secs = (double)(now_ns() - t0) / 1e9;
+    long rss = flood_status_kib(b->daemon, "VmRSS"), hwm = flood_status_kib(b->daemon, "VmHWM");
+    kvs_options_t o;
+    kvs_client_t *c = NULL;
+    kvs_options_init(&o);
+    o.socket_path = b->sock;
+    o.flags = KVS_NO_MAP;
+    o.timeout_ms = 30000;
+    kvs_stats_t st;
+    int rc = kvs_connect(&o, &c);
+    if (rc == 0)
+        rc = kvs_stats(c, &st);
+    if (rc == 0) {
+        printf("memory_sessions %u count\nmemory_sent %.1f MiB\nmemory_attack %.1f s\n",
+               b->sessions, (double)sent / (1 << 20), secs);
+        printf("memory_daemon_rss_before %ld KiB\nmemory_daemon_rss_after %ld KiB\n"
+               "memory_daemon_peak_rss %ld KiB\n",
+               rss0, rss, hwm);
+        printf("memory_sessions_open %u count\nmemory_dropped_budget %llu count\n"
+               "memory_dropped_output %llu count\n",
+               st.sessions, (unsigned long long)st.counters[KVS_COUNTER_sessions_dropped_memory],
+               (unsigned long long)st.sessions_dropped);
+        kvs_stats_free(&st);
+    } else {
+        fprintf(stderr, "bench flood: memory: stats: %s\n", kvs_strerror(rc));
+    }
+    kvs_close(c);
+    for (unsigned i = 0; i < b->sessions; i++)
+        if (fds[i] > 0)
+            close(fds[i]);
+    free(fds);
+    free(frame);
+    free(ping);
+    return rc == 0 ? 0 : -1;
+}
+
 static void flood_usage(FILE *f)
 {
     fprintf(f, "usage: kvshare-bench flood [--kvshared PATH] [--blocks N] [--max-frame BYTES]\n"
-               "                           [--seconds S] [ATTACK...]\n"
-               "ATTACK: none tree release lookup stats (default: all). See bench_flood.c.\n");
+               "                           [--seconds S] [--sessions N]\n"
+               "                           [--max-buffer-memory SIZE] [ATTACK...]\n"
+               "ATTACK: none tree release lookup stats (default: these), memory (--sessions\n"
+               "hostile sessions hold partial frames or unread replies). See bench_flood.c.\n");
 }
 
 int bench_flood(int argc, char **argv)
 {
-    flood_cfg_t b = {.blocks = 65536, .max_frame = 16u << 20, .seconds = 5};
+    flood_cfg_t b = {.blocks = 65536, .max_frame = 16u << 20, .seconds = 5, .sessions = 1024};
     char kvshared[PATH_MAX + 32];
     const char *attacks[8];
     int n_attacks = 0;
@@ -331,6 +453,10 @@ int bench_flood(int argc, char **argv)
             b.max_frame = (unsigned)strtoul(argv[++i], NULL, 10);
         else if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc)
             b.seconds = atof(argv[++i]);
+        else if (strcmp(argv[i], "--sessions") == 0 && i + 1 < argc)
+            b.sessions = (unsigned)strtoul(argv[++i], NULL, 10);
+        else if (strcmp(argv[i], "--max-buffer-memory") == 0 && i + 1 < argc)
+            b.max_buffers = argv[++i];
         else if (strcmp(argv[i], "--help") == 0) {
             flood_usage(stdout);
             return 0;
@@ -351,6 +477,13 @@ int bench_flood(int argc, char **argv)
         static const char *all[] = {"none", "tree", "release", "lookup", "stats"};
         for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
             attacks[n_attacks++] = all[i];
+    }
+    /* A descriptor per hostile session, here and in the daemon. */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 2 * (rlim_t)b.sessions + 64) {
+        rl.rlim_cur =
+            rl.rlim_max < 2 * (rlim_t)b.sessions + 64 ? rl.rlim_max : 2 * (rlim_t)b.sessions + 64;
+        setrlimit(RLIMIT_NOFILE, &rl);
     }
     snprintf(b.dir, sizeof(b.dir), "/tmp/kvs-flood-XXXXXX");
     if (!mkdtemp(b.dir)) {
@@ -376,7 +509,8 @@ int bench_flood(int argc, char **argv)
            b.max_frame, (double)(now_ns() - t0) / 1e9);
     rc = 0;
     for (int i = 0; i < n_attacks && rc == 0; i++)
-        if (flood_run(&b, attacks[i], sh) != 0) {
+        if (strcmp(attacks[i], "memory") == 0 ? flood_memory(&b) != 0
+                                              : flood_run(&b, attacks[i], sh) != 0) {
             fprintf(stderr, "bench flood: the %s run failed\n", attacks[i]);
             rc = 1;
         }
