@@ -76,6 +76,14 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+/* Pins one block may hold. Every path that pins checks it (radix_pin
+ * refuses, a pinning lookup stops before the block, a pinning duplicate
+ * insert refuses), so a count never wraps to 0 under its holders. A test
+ * build lowers it to reach it (tests/radix, like rax's allocator swap). */
+#ifndef RADIX_MAX_PINS
+#define RADIX_MAX_PINS UINT32_MAX
+#endif
+
 enum { WHERE_NONE = 0, WHERE_LIST = 1, WHERE_HEAP = 2 };
 
 typedef struct radix_node radix_node_t;
@@ -993,8 +1001,8 @@ int radix_lookup(radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens, size_t
         if (!have_h)
             h = t->hash(q, bt, end_hash(t, n));
         radix_node_t *child = child_find(t, n, h, q);
-        if (!child)
-            break;
+        if (!child || (pin && *rec_ref(child, child->first) >= RADIX_MAX_PINS))
+            break; /* a block that takes no more pins ends a pinning match */
         if (!is_root(n))
             n->hits++; /* matched through its end */
         uint32_t run = child->len;
@@ -1014,6 +1022,10 @@ int radix_lookup(radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens, size_t
             halfway = run / 2;
         }
         uint32_t k = match_run(t, child, q, run, slot, halfway);
+        if (pin)
+            for (uint32_t b = 1; b < k; b++)
+                if (*rec_ref(child, child->first + b) >= RADIX_MAX_PINS)
+                    k = b;
         memcpy(ids + i, rec_id(child, child->first), (size_t)k * sizeof(uint32_t));
         if (pin)
             for (uint32_t b = 0; b < k; b++)
@@ -1210,6 +1222,10 @@ int radix_insert(radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens, size_t
             rc = KVS_EEXIST;
             break;
         }
+        if (pin && *rec_ref(next.node, next.pos) >= RADIX_MAX_PINS) {
+            rc = KVS_EBUSY;
+            break;
+        }
         c = next;
         *rec_stampp(c.node, c.pos) = tick;
         canonical[i] = id;
@@ -1329,7 +1345,7 @@ int radix_pin(radix_tree_t *t, uint32_t block_id)
     if (!n)
         return KVS_ENOTFOUND;
     uint32_t pos = t->by_pos[block_id];
-    if (*rec_ref(n, pos) == UINT32_MAX)
+    if (*rec_ref(n, pos) >= RADIX_MAX_PINS)
         return KVS_EBUSY;
     pin_rec(t, t->ns[n->ns], n, pos);
     if (pos == last_pos(n))

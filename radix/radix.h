@@ -221,7 +221,8 @@ int radix_ns_stats(const radix_tree_t *t, uint32_t ns, radix_ns_stats_t *out);
 /* Longest cached prefix of `tokens` (full blocks only). Writes the matched
  * block ids, in prompt order, into ids[0 .. *n_blocks), at most max_ids of
  * them (matching stops there). When pin is true each returned block's
- * refcount goes up by one (release them with radix_unpin). Marks the matched
+ * refcount goes up by one (release them with radix_unpin), and matching
+ * also stops before a block whose refcount is at its limit (UINT32_MAX). Marks the matched
  * blocks used at this call's tick (see Recency) and counts the lookup in the
  * namespace's stats. n_tokens may be 0. Cost: one token comparison per
  * matched block, one hash and one table probe per node boundary crossed.
@@ -267,8 +268,9 @@ int radix_chain_hashes(const radix_tree_t *t, uint32_t ns, const uint32_t *token
  * KVS_ENONS, KVS_EEXIST (ids[i] is already cached and is not the block that
  * holds prefix i, or repeats an earlier new id of this call; ids are checked
  * as they are on entry, before any eviction: nothing from block i on is
- * inserted, *n_done = i), KVS_ENOMEM (*n_done = blocks done before; the tree
- * stays consistent). */
+ * inserted, *n_done = i), KVS_EBUSY (pin is true and the block holding prefix
+ * i already has UINT32_MAX pins: *n_done = i, nothing from i on is done), KVS_ENOMEM (*n_done =
+ * blocks done before; the tree stays consistent). */
 int radix_insert(radix_tree_t *t, uint32_t ns, const uint32_t *tokens, size_t n_tokens,
                  const uint32_t *ids, size_t n_ids, bool pin, uint32_t *canonical, size_t *n_done);
 

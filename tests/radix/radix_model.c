@@ -1,5 +1,10 @@
 #include "radix_model.h"
 
+/* The same bound as radix.c (a test build lowers both). */
+#ifndef RADIX_MAX_PINS
+#define RADIX_MAX_PINS UINT32_MAX
+#endif
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -116,7 +121,7 @@ int model_lookup(model_t *m, uint32_t ns, const uint32_t *tokens, size_t n_token
     uint32_t prev_hits = 0;
     for (; i < want; i++) {
         int64_t c = find_child(m, ns, cur, tokens + i * m->bt);
-        if (c < 0)
+        if (c < 0 || (pin && m->blocks[c].ref >= RADIX_MAX_PINS))
             break;
         model_block_t *b = &m->blocks[c];
         prev_stamp = b->stamp;
@@ -203,6 +208,10 @@ int model_insert(model_t *m, uint32_t ns, const uint32_t *tokens, size_t n_token
             rc = KVS_EEXIST;
             break;
         }
+        if (pin && m->blocks[c].ref >= RADIX_MAX_PINS) {
+            rc = KVS_EBUSY;
+            break;
+        }
         model_block_t *b = &m->blocks[c];
         b->stamp = m->tick;
         if (pin && b->ref++ == 0)
@@ -274,6 +283,8 @@ int model_pin(model_t *m, uint32_t id)
     model_block_t *b = &m->blocks[id];
     if (!b->cached)
         return KVS_ENOTFOUND;
+    if (b->ref >= RADIX_MAX_PINS)
+        return KVS_EBUSY;
     if (b->ref++ == 0)
         m->ns[b->ns].pinned++;
     return 0;

@@ -1331,7 +1331,7 @@ static void diff_run(const diff_cfg_t *dc)
     uint32_t tok[MAX_PROMPT_BLOCKS * MAX_BT + 16];
     uint32_t ids[MAX_PROMPT_BLOCKS];
     long counts[8] = {0};
-    long insert_rc[16] = {0}, evicted = 0, max_cached = 0, pinned_lookups = 0;
+    long insert_rc[32] = {0}, evicted = 0, max_cached = 0, pinned_lookups = 0, pins_refused = 0;
     uint64_t clock_now = 1; /* the clock of hint ends */
     for (long step = 0; step < dc->ops; step++) {
         uint32_t ns = rnd(3);
@@ -1378,6 +1378,7 @@ static void diff_run(const diff_cfg_t *dc)
             o.id =
                 d->n_held && rnd(2) ? d->held[rnd((uint32_t)d->n_held)] : rnd(dc->max_blocks + 1);
             DIFF_OK(d, radix_diff_step(d, &o, &rc));
+            pins_refused += rc == KVS_EBUSY;
             counts[2]++;
         } else if (op < 90) {
             /* unpin: mostly held pins, sometimes any id (errors) */
@@ -1449,6 +1450,12 @@ static void diff_run(const diff_cfg_t *dc)
     ck_assert_int_gt(evicted, dc->ops / 20);
     ck_assert_int_gt(max_cached, dc->max_blocks / 2);
     ck_assert_int_gt(pinned_lookups, 10);
+#ifdef RADIX_MAX_PINS
+    /* The build with a low pin bound reaches it on every pinning path. */
+    ck_assert_int_gt(pins_refused, 0);
+    if (dc->ops >= 30000) /* the short (valgrind) runs may not get there */
+        ck_assert_int_gt(insert_rc[-KVS_EBUSY], 0);
+#endif
     /* A namespace below its reservation took blocks back from others. */
     ck_assert_int_gt((long)taken_back, dc->ops / 1000);
     if (getenv("KVS_TEST_VERBOSE"))
