@@ -12,6 +12,7 @@
 #include "log.h"
 #include "now.h"
 #include "nsname.h"
+#include "peer.h"
 #include "session.h"
 #include "tenants.h"
 
@@ -29,8 +30,11 @@ static int ns_resolve(session_t *s, const char *name, bool create, uint32_t *ns,
     if (len > RADIX_NS_NAME_MAX)
         return fail(ctx, KVS_EINVAL, "namespace name of %zu bytes is too long (%d at most)", len,
                     RADIX_NS_NAME_MAX);
-    if (!nsname_valid(name))
-        return fail(ctx, KVS_EINVAL, "namespace name '%s': use %s", name, nsname_rule());
+    if (!nsname_valid(name)) {
+        char shown[4 * RADIX_NS_NAME_MAX + 1];
+        return fail(ctx, KVS_EINVAL, "namespace name '%s': use %s",
+                    log_escape(name, shown, sizeof(shown)), nsname_rule());
+    }
     int rc = radix_ns_find(srv->index, name, ns);
     if (rc == 0 && !tenants_usable(srv, *ns))
         rc = KVS_ENONS;
@@ -182,8 +186,7 @@ int handler_hello(session_t *s, const Kvshare__Request *req, Kvshare__Response *
                     "libkvshare of the same release",
                     hello->version / 1000, hello->version % 1000, KVS_VERSION_MAJOR,
                     KVS_VERSION_MINOR);
-    if (hello->worker)
-        snprintf(s->worker, sizeof(s->worker), "%s", hello->worker);
+    peer_set_worker(s, hello->worker);
 
     backend_desc_t desc;
     backend_describe(srv->backend, &desc);

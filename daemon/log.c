@@ -1,6 +1,7 @@
 #include "log.h"
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,4 +60,28 @@ void log_write(log_level_t level, const char *fmt, ...)
      * never interleave mid-line. */
     fprintf(stderr, "%s%s.%03ldZ kvshared %s: %s\n", prio, stamp, now.tv_nsec / 1000000,
             level_names[level], line);
+}
+
+const char *log_escape(const char *text, char *buf, size_t len)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t at = 0;
+    if (len == 0)
+        return buf;
+    for (const unsigned char *p = (const unsigned char *)(text ? text : ""); *p; p++) {
+        bool plain = *p >= 0x20 && *p < 0x7f && *p != '\\' && *p != '\'';
+        size_t need = plain ? 1 : 4;
+        if (at + need >= len)
+            break;
+        if (plain) {
+            buf[at++] = (char)*p;
+        } else {
+            buf[at++] = '\\';
+            buf[at++] = 'x';
+            buf[at++] = hex[*p >> 4];
+            buf[at++] = hex[*p & 15];
+        }
+    }
+    buf[at] = '\0';
+    return buf;
 }

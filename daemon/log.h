@@ -7,6 +7,8 @@
 #ifndef KVS_DAEMON_LOG_H
 #define KVS_DAEMON_LOG_H
 
+#include <stddef.h>
+
 typedef enum log_level {
     LOG_LEVEL_ERROR = 0,
     LOG_LEVEL_WARN = 1,
@@ -22,6 +24,12 @@ int log_level_parse(const char *name, log_level_t *out);
 
 /* "error", "warn", "info", "debug"; NULL for an unknown level. */
 const char *log_level_name(log_level_t level);
+
+/* Copies text into buf (len bytes, NUL included) as printable ASCII: every
+ * other byte, and ' and \, become \xNN, so that text from a client can
+ * neither forge a log line nor send escapes to a terminal. Cut to fit, never
+ * inside an escape. Returns buf. */
+const char *log_escape(const char *text, char *buf, size_t len);
 
 /* Writes one line: UTC time, level, message. Use the macros instead. */
 void log_write(log_level_t level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

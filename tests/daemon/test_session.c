@@ -21,6 +21,7 @@
 #include "kvshare_status.h"
 #include "kvshare_version.h"
 #include "log.h"
+#include "peer.h"
 #include "server.h"
 #include "session.h"
 #include "test_tmp.h"
@@ -636,6 +637,39 @@ START_TEST(test_unknown_fields_are_bounded)
     ck_assert_uint_eq(srv->metrics.protocol_errors, errors + 1);
     ck_assert_uint_le(srv->decode_cap, 1u << 20);
     session_close(a, "test");
+    check_invariants();
+}
+END_TEST
+
+/* A worker name with a newline, an ANSI escape and invalid UTF-8 is kept
+ * escaped: it cannot forge a log line or reach an operator's terminal raw. */
+START_TEST(test_worker_name_is_escaped)
+{
+    session_t *a = new_session();
+    Kvshare__Request req = KVSHARE__REQUEST__INIT;
+    Kvshare__HelloRequest h = KVSHARE__HELLO_REQUEST__INIT;
+    h.version = KVS_PROTOCOL_VERSION;
+    h.worker = "w\n2026 kvshared error: x\x1b[31m\xff'\\";
+    req.rpc_case = KVSHARE__REQUEST__RPC_HELLO;
+    req.hello = &h;
+    ck_assert_int_eq(finish(rpc(a, &req)), 0);
+    ck_assert_str_eq(a->worker, "w\\x0a2026 kvshared error: x\\x1b[31m\\xff\\x27\\x5c");
+
+    /* A long name is cut on an escape's boundary, never inside one. */
+    session_t *b = new_session();
+    char longname[200];
+    memset(longname, '\n', sizeof(longname) - 1);
+    longname[sizeof(longname) - 1] = '\0';
+    h.worker = longname;
+    ck_assert_int_eq(finish(rpc(b, &req)), 0);
+    ck_assert_uint_eq(strlen(b->worker) % 4, 0);
+    ck_assert_uint_lt(strlen(b->worker), sizeof(b->worker));
+
+    /* A refused namespace name is echoed escaped too. */
+    uint32_t tokens[BT] = {1, 2, 3, 4}, ids[1];
+    size_t n;
+    ck_assert_int_eq(do_lookup(b, "x\n\x1b]0;", tokens, BT, 0, ids, &n), KVS_EINVAL);
+    ck_assert_msg(strstr(last_msg, "'x\\x0a\\x1b]0;'") && !strchr(last_msg, '\n'), "%s", last_msg);
     check_invariants();
 }
 END_TEST
@@ -1401,6 +1435,7 @@ static Suite *session_suite(void)
     tcase_add_test(tc, test_untrusted_streams);
     tcase_add_test(tc, test_unknown_fields_are_bounded);
     tcase_add_test(tc, test_hello_first_only);
+    tcase_add_test(tc, test_worker_name_is_escaped);
     tcase_add_test(tc, test_full_pool_evicts_then_refuses);
     tcase_add_test(tc, test_stats_and_tree);
     tcase_add_test(tc, test_random_operations);
