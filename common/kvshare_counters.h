@@ -71,6 +71,8 @@
       "KV events dropped because the publisher's queue was full (kv_events_queue)") \
     X(kv_events_replay_requests, 0, "kvshare_kv_events_replay_requests_total", "", \
       "Replay requests answered on the KV events replay socket") \
+    X(sessions_refused_fds, 0, "kvshare_sessions_refused_total", "reason=\"descriptors\"", \
+      "Connections refused, by reason") \
     X(sessions_dropped_memory, 0, "kvshare_sessions_dropped_memory_total", "", \
       "Sessions closed because the session buffers went over max_buffer_memory") \
     X(sessions_idle_closed, 0, "kvshare_sessions_idle_closed_total", "", \

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -343,11 +344,44 @@ static void on_connection(uv_stream_t *listener, int status)
         return;
     }
     int rc = session_accept(s);
-    if (rc != 0 && rc != KVS_ELIMIT && rc != KVS_EDENIED)
+    if (rc != 0 && rc != KVS_ELIMIT && rc != KVS_EDENIED) {
         LOG_WARN("accept: %s", kvs_status_text(rc));
-    else if (rc == KVS_ELIMIT)
-        LOG_WARN("refused a connection: %u sessions is the limit (--max-sessions)",
-                 s->cfg.max_sessions);
+    } else if (rc == KVS_ELIMIT) {
+        /* At most one line a second, however many are refused. */
+        uint64_t now = uv_now(s->loop);
+        s->refused_unlogged++;
+        if (s->refuse_log_ms == 0 || now - s->refuse_log_ms >= 1000) {
+            LOG_WARN("refused %llu connection(s): %u sessions is the limit (%s)",
+                     (unsigned long long)s->refused_unlogged,
+                     s->fd_sessions < s->cfg.max_sessions ? s->fd_sessions : s->cfg.max_sessions,
+                     s->fd_sessions < s->cfg.max_sessions
+                         ? "what the descriptor limit leaves room for; raise LimitNOFILE / "
+                           "ulimit -n"
+                         : "--max-sessions");
+            s->refuse_log_ms = now;
+            s->refused_unlogged = 0;
+        }
+    }
+}
+
+/* Sessions the descriptor limit leaves room for, with a warning at start
+ * when that is fewer than max_sessions. */
+static void check_fd_limit(server_t *s)
+{
+    struct rlimit rl;
+    s->fd_sessions = s->cfg.max_sessions;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+        return;
+    uint64_t need = (uint64_t)s->cfg.max_sessions + SERVER_SPARE_FDS;
+    if (rl.rlim_cur >= need)
+        return;
+    s->fd_sessions = rl.rlim_cur > 2 * SERVER_SPARE_FDS ? (uint32_t)(rl.rlim_cur - SERVER_SPARE_FDS)
+                                                        : (uint32_t)(rl.rlim_cur / 2);
+    LOG_WARN("the descriptor limit (%llu, ulimit -n or LimitNOFILE) is below what max_sessions "
+             "= %u needs (%llu): connections past %u sessions will be refused; raise the limit "
+             "(its hard limit is %llu) or lower max_sessions",
+             (unsigned long long)rl.rlim_cur, s->cfg.max_sessions, (unsigned long long)need,
+             s->fd_sessions, rl.rlim_max == RLIM_INFINITY ? 0ull : (unsigned long long)rl.rlim_max);
 }
 
 /* Whether a daemon answers on path: a connect that succeeds means yes. */
@@ -474,6 +508,7 @@ int server_listen(server_t *s, bool signals, char *err, size_t errlen)
     rc = server_check_socket(path, err, errlen);
     if (rc != 0)
         return rc;
+    check_fd_limit(s);
     if (lstat(path, &st) == 0) {
         LOG_INFO("replacing stale socket %s (no daemon answers on it)", path);
         unlink(path);

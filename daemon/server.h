@@ -42,6 +42,10 @@ typedef struct session session_t;
 /* A cuda pool that does not fit is retried this long: after a restart the
  * workers may still map the previous daemon's pool until their next call. */
 #define SERVER_DEFAULT_BACKEND_RETRY_MS 60000
+/* Descriptors kvshared uses besides one per session: the listener, the
+ * metrics listener and its clients, signals, the backend, the fds a Hello
+ * exports while it is sent. */
+#define SERVER_SPARE_FDS 32
 
 typedef struct server_config {
     const char *socket_path;   /* required for server_listen */
@@ -116,6 +120,13 @@ typedef struct server {
     uint64_t budget_log_ms; /* last "over the buffer budget" log line */
     uv_timer_t idle_timer;  /* idle_timeout_ms sweeps */
     bool idle_on;
+
+    /* Sessions the descriptor limit leaves room for (server_listen): past
+     * it connections are refused like those over max_sessions, so that
+     * accept never meets EMFILE (where libuv closes them unseen). */
+    uint32_t fd_sessions;
+    uint64_t refuse_log_ms;    /* last "refused a connection" log line */
+    uint64_t refused_unlogged; /* refusals since then */
 
     uv_pipe_t listener;
     bool listening;

@@ -906,6 +906,16 @@ int session_accept(server_t *srv)
         session_close(s, "session limit");
         return KVS_ELIMIT;
     }
+    if (srv->fd_sessions && srv->n_sessions > srv->fd_sessions) {
+        srv->metrics.sessions_refused_fds++;
+        dispatch_error_reply(s, 0, KVS_ELIMIT,
+                             "kvshared has no descriptors left for another session (its "
+                             "descriptor limit is below what --max-sessions needs); close idle "
+                             "clients, or raise LimitNOFILE / ulimit -n of kvshared");
+        flush(s);
+        session_close(s, "session limit");
+        return KVS_ELIMIT;
+    }
     s->last_request_ms = uv_now(srv->loop);
     start_reading(s);
     if (s->closing)

@@ -91,4 +91,5 @@ grep -q "ExecStart=.*kvshared --config" "$tmp/prefix/lib/systemd/system/kvshared
 # GPU nodes: started after the driver's daemons (fabric manager: cuInit 802).
 grep -q "^After=nvidia-persistenced.service nvidia-fabricmanager.service" \
     "$tmp/prefix/lib/systemd/system/kvshared.service"
+grep -q "^LimitNOFILE=" "$tmp/prefix/lib/systemd/system/kvshared.service"
 echo "install test: ok"

@@ -591,9 +591,18 @@ START_TEST(test_descriptor_limit_reached)
     }
     kvs_stats_t s;
     rel_stats(m, &s);
+    /* The daemon accepts (and refuses) the queued connections as its loop
+     * gets to them: wait for the first refusal to be counted. */
+    for (int i = 0; i < 500 && s.counters[KVS_COUNTER_sessions_refused_fds] == 0; i++) {
+        kvs_stats_free(&s);
+        usleep(10000);
+        rel_stats(m, &s);
+    }
     int daemon_fds = rel_fd_count(own.pid);
-    /* Some were refused: the limit was reached. */
+    /* Some were refused: the limit was reached, and the refusals were
+     * counted (before, libuv closed them at EMFILE unseen). */
     ck_assert_uint_lt(s.sessions, TRIES + 1);
+    ck_assert_uint_gt(s.counters[KVS_COUNTER_sessions_refused_fds], 0);
     /* Past the limit, a new worker fails fast instead of hanging. */
     kvs_options_t o;
     kvs_client_t *c = NULL;
@@ -617,9 +626,11 @@ START_TEST(test_descriptor_limit_reached)
     ck_assert_int_eq(kvs_alloc(c, NULL, 4, ids), 0);
     kvs_close(c);
     rel_wait_quiet(m, 1, 1, 5000, NULL);
-    printf("descriptor limit %d: %d connections, %u sessions, daemon fds %d; a worker past the "
-           "limit got: %s\n",
-           LIMIT, open_fds, s.sessions, daemon_fds, kvs_strerror(rc));
+    printf("descriptor limit %d: %d connections, %u sessions, %llu refused for descriptors, "
+           "daemon fds %d; a worker past the limit got: %s\n",
+           LIMIT, open_fds, s.sessions,
+           (unsigned long long)s.counters[KVS_COUNTER_sessions_refused_fds], daemon_fds,
+           kvs_strerror(rc));
     kvs_stats_free(&s);
     kvs_close(m);
     ck_assert_int_eq(harness_stop(&own), 0);
