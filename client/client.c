@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -500,6 +501,33 @@ out:
  * called listen) is ours, root's, or the one the options name. A socket path
  * in a directory another user could create first would otherwise let that
  * user pose as kvshared. */
+/* Whether the socket's directory vouches for uid: it belongs to uid and no
+ * one else can write it, and its parent belongs to root and no one else can
+ * write it, so only root could have given uid that directory (systemd's
+ * RuntimeDirectory= for a daemon run by a service account: /run/kvshare). */
+static bool dir_vouches(const char *socket_path, uid_t uid)
+{
+    char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    struct stat st;
+    snprintf(dir, sizeof(dir), "%s", socket_path);
+    char *slash = strrchr(dir, '/');
+    if (!slash || slash == dir)
+        return false;
+    *slash = '\0';
+    if (lstat(dir, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != uid ||
+        (st.st_mode & (S_IWGRP | S_IWOTH)))
+        return false;
+    slash = strrchr(dir, '/');
+    if (!slash)
+        return false;
+    if (slash == dir)
+        slash[1] = '\0';
+    else
+        *slash = '\0';
+    return lstat(dir, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == 0 &&
+           !(st.st_mode & (S_IWGRP | S_IWOTH));
+}
+
 static int check_daemon_uid(kvs_client_t *c)
 {
     struct ucred cred;
@@ -507,12 +535,14 @@ static int check_daemon_uid(kvs_client_t *c)
     if (getsockopt(c->fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || len != sizeof(cred))
         return set_err(c, KVS_EIO, "cannot read the credentials of the peer at %s: %s",
                        c->socket_path, strerror(errno));
-    if (cred.uid == geteuid() || cred.uid == 0 || (c->daemon_uid && cred.uid == c->daemon_uid))
+    if (cred.uid == geteuid() || cred.uid == 0 || (c->daemon_uid && cred.uid == c->daemon_uid) ||
+        dir_vouches(c->socket_path, cred.uid))
         return 0;
     return set_err(c, KVS_EDENIED,
                    "refused the daemon at %s: it runs as uid %u (pid %d), which is neither "
-                   "this process's uid %u, nor root, nor kvs_options_t.daemon_uid; another user "
-                   "may have taken the socket path. Nothing was sent",
+                   "this process's uid %u, nor root, nor kvs_options_t.daemon_uid, nor the "
+                   "owner of a root-made socket directory; another user may have taken the "
+                   "socket path. Nothing was sent",
                    c->socket_path, (unsigned)cred.uid, (int)cred.pid, (unsigned)geteuid());
 }
 

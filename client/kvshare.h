@@ -98,9 +98,12 @@ typedef struct kvs_options {
     int reconnect_ms;        /* least time between reconnect attempts; default 0 */
     /* Before sending anything the client checks who listens on the socket
      * (SO_PEERCRED): the daemon must run as this process's effective uid, as
-     * root, or as daemon_uid when it is not 0 (a daemon run by a service
-     * account). Any other peer is refused with KVS_EDENIED: another local
-     * user may have taken the socket path to pose as kvshared. */
+     * root, as daemon_uid when it is not 0, or as the owner of the socket's
+     * directory when only root could have made that directory theirs (the
+     * directory and its root-owned parent writable by no one else, as
+     * systemd's /run/kvshare for a service account). Any other peer is
+     * refused with KVS_EDENIED: another local user may have taken the socket
+     * path to pose as kvshared. */
     uint64_t daemon_uid;
     uint64_t reserved[7]; /* room for options added later: keep 0 */
 } kvs_options_t;

@@ -58,7 +58,7 @@ static void fake_daemon(const char *path, int ready_fd, int report_fd, int n)
 
 START_TEST(test_daemon_of_another_user_is_refused)
 {
-    char dir[] = "/tmp/kvs-squat-XXXXXX", path[96];
+    char dir[96] = "/tmp/kvs-squat-XXXXXX", path[128];
     ck_assert_ptr_nonnull(mkdtemp(dir));
     ck_assert_int_eq(chown(dir, OTHER_UID, OTHER_UID), 0);
     snprintf(path, sizeof(path), "%s/kvshared.sock", dir);
@@ -110,6 +110,34 @@ START_TEST(test_daemon_of_another_user_is_refused)
     ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     unlink(path);
     rmdir(dir);
+
+    /* A service account's daemon in a directory root gave it (a root-owned
+     * parent no one else can write, like systemd's /run/kvshare): trusted
+     * without options. */
+    char parent[] = "/tmp/kvs-run-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(parent));
+    ck_assert_int_eq(chmod(parent, 0755), 0);
+    snprintf(dir, sizeof(dir), "%s/kvshare", parent);
+    ck_assert_int_eq(mkdir(dir, 0750), 0);
+    ck_assert_int_eq(chown(dir, OTHER_UID, OTHER_UID), 0);
+    snprintf(path, sizeof(path), "%s/kvshared.sock", dir);
+    pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0)
+        fake_daemon(path, ready[1], report[1], 1);
+    ck_assert_int_eq(read(ready[0], &r, 1), 1);
+    kvs_options_init(&o);
+    o.socket_path = path;
+    o.timeout_ms = 200;
+    o.flags = KVS_NO_MAP;
+    ck_assert_int_eq(kvs_connect(&o, &c), KVS_ETIMEDOUT);
+    ck_assert_int_eq(read(report[0], &sent, sizeof(sent)), sizeof(sent));
+    ck_assert_int_gt(sent, 0);
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    unlink(path);
+    rmdir(dir);
+    rmdir(parent);
 }
 END_TEST
 
