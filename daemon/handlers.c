@@ -445,7 +445,8 @@ static int not_held(session_t *s, uint32_t b, handler_ctx_t *ctx)
         return fail(ctx, KVS_ENOTHELD,
                     "block %u is not held by this session: another session is writing it", b);
     pool_state(s->srv->pool, b, &st);
-    if (st == POOL_FREE)
+    /* Another namespace's block, to a peer that may not use it, looks free. */
+    if (st == POOL_FREE || !tenants_allowed(s, s->srv->block_ns[b]))
         return fail(ctx, KVS_ENOTHELD,
                     "block %u is not held by this session: it is free (released twice, or "
                     "never allocated)",
@@ -549,7 +550,9 @@ int handler_commit(session_t *s, const Kvshare__Request *req, Kvshare__Response 
             if (srv->writer[b])
                 return not_held(s, b, ctx);
             pool_state(srv->pool, b, &st);
-            if (st != POOL_CACHED)
+            /* Another namespace's block, to a peer that may not use it,
+             * looks free (see handler_pin). */
+            if (st != POOL_CACHED || !tenants_allowed(s, srv->block_ns[b]))
                 return fail(ctx, KVS_EBADSTATE,
                             "block %u is not in WRITING (it is free): commit only blocks this "
                             "session got from Alloc (once), or cached blocks it pinned",
@@ -685,17 +688,13 @@ int handler_pin(session_t *s, const Kvshare__Request *req, Kvshare__Response *re
         rc = check_range(s, b, ctx);
         if (rc != 0)
             break;
-        /* A block of a namespace this peer may not use is not its to pin. */
-        if (pool_state(s->srv->pool, b, &st) == 0 && st == POOL_CACHED &&
-            !tenants_allowed(s, s->srv->block_ns[b])) {
-            s->srv->metrics.namespace_denied++;
-            rc = fail(ctx, KVS_EDENIED,
-                      "permission denied: block %u belongs to a namespace this peer may not "
-                      "use; %u of %zu blocks pinned",
-                      b, r->n_pinned, pn->n_block_ids);
-            break;
-        }
-        rc = radix_pin(s->srv->index, b);
+        /* A block of a namespace this peer may not use is not its to pin,
+         * and is answered exactly as a block that is not cached: a
+         * different answer would let it find the other namespace's blocks
+         * by probing ids. */
+        bool hidden = pool_state(s->srv->pool, b, &st) == 0 && st == POOL_CACHED &&
+                      !tenants_allowed(s, s->srv->block_ns[b]);
+        rc = hidden ? KVS_ENOTFOUND : radix_pin(s->srv->index, b);
         if (rc == KVS_ENOTFOUND) {
             s->srv->metrics.pin_misses++;
             fail(ctx, rc,
@@ -742,8 +741,9 @@ int handler_release(session_t *s, const Kvshare__Request *req, Kvshare__Response
         } else if (session_pin_count(s, b) > 0) {
             rc = radix_unpin(srv->index, b);
             if (rc != 0) {
-                fail(ctx, KVS_EINTERNAL, "block %u: this session's pin is not in the index (%s)", b,
-                     kvs_status_text(rc));
+                rc = fail(ctx, KVS_EINTERNAL,
+                          "block %u: this session's pin is not in the index (%s)", b,
+                          kvs_status_text(rc));
                 break;
             }
             session_pin_drop(s, b);

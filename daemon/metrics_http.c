@@ -12,6 +12,7 @@
  */
 #include "metrics_http.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,9 +86,10 @@ static void on_written(uv_write_t *req, int status)
 }
 
 /* Sends status line, headers and body (body may be NULL for a short text);
- * takes ownership of a malloc'd body. */
-static void respond(http_conn_t *c, int code, const char *reason, char *body, size_t body_len,
-                    const char *content_type)
+ * takes ownership of a malloc'd body. With head_only (HEAD), the headers
+ * say the body's length but the body is not sent. */
+static void respond_full(http_conn_t *c, int code, const char *reason, char *body, size_t body_len,
+                         const char *content_type, bool head_only)
 {
     char hdr[256];
     c->answered = true;
@@ -104,6 +106,8 @@ static void respond(http_conn_t *c, int code, const char *reason, char *body, si
         return;
     }
     memcpy(c->reply, hdr, (size_t)n);
+    if (head_only)
+        body_len = 0;
     if (body_len)
         memcpy(c->reply + n, body, body_len);
     free(body);
@@ -111,6 +115,12 @@ static void respond(http_conn_t *c, int code, const char *reason, char *body, si
     c->write_req.data = c;
     if (uv_write(&c->write_req, (uv_stream_t *)&c->tcp, &buf, 1, on_written) != 0)
         conn_close(c);
+}
+
+static void respond(http_conn_t *c, int code, const char *reason, char *body, size_t body_len,
+                    const char *content_type)
+{
+    respond_full(c, code, reason, body, body_len, content_type, false);
 }
 
 static void respond_text(http_conn_t *c, int code, const char *reason, const char *text)
@@ -129,8 +139,9 @@ static void respond_text(http_conn_t *c, int code, const char *reason, const cha
 static void answer(http_conn_t *c)
 {
     char method[16], target[256], version[16];
-    char *eol = memchr(c->head, '\r', c->len);
-    size_t line_len = eol ? (size_t)(eol - c->head) : c->len;
+    size_t line_len = 0; /* up to CR LF, or a bare LF */
+    while (line_len < c->len && c->head[line_len] != '\r' && c->head[line_len] != '\n')
+        line_len++;
     char line[300];
     if (line_len >= sizeof(line)) {
         respond_text(c, 414, "URI Too Long", "request line too long\n");
@@ -161,12 +172,8 @@ static void answer(http_conn_t *c)
         respond_text(c, 500, "Internal Server Error", "out of memory rendering metrics\n");
         return;
     }
-    if (strcmp(method, "HEAD") == 0) {
-        free(body);
-        body = NULL;
-        len = 0;
-    }
-    respond(c, 200, "OK", body, len, "text/plain; version=0.0.4; charset=utf-8");
+    respond_full(c, 200, "OK", body, len, "text/plain; version=0.0.4; charset=utf-8",
+                 strcmp(method, "HEAD") == 0);
 }
 
 static void on_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf)
@@ -186,10 +193,17 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
         conn_close(c);
         return;
     }
-    size_t from = c->len > 3 ? c->len - 3 : 0;
+    size_t from = c->len > 2 ? c->len - 2 : 0;
     c->len += (size_t)nread;
-    for (size_t i = from; i + 4 <= c->len; i++) {
-        if (memcmp(c->head + i, "\r\n\r\n", 4) == 0) {
+    /* The head ends with an empty line: CR LF CR LF, or bare LFs (which
+     * HTTP/1.1 lets a server accept, and some clients send). */
+    for (size_t i = from; i + 1 < c->len; i++) {
+        if (c->head[i] != '\n')
+            continue;
+        size_t j = i + 1;
+        if (j < c->len && c->head[j] == '\r')
+            j++;
+        if (j < c->len && c->head[j] == '\n') {
             answer(c);
             return;
         }

@@ -674,6 +674,35 @@ START_TEST(test_worker_name_is_escaped)
 }
 END_TEST
 
+/* A pin the session lists but the index lost (a bug elsewhere) is
+ * reported as an internal error, not as "not found". */
+START_TEST(test_release_of_a_lost_pin_is_internal)
+{
+    session_t *a = new_session();
+    uint32_t tokens[BT] = {5, 6, 7, 8}, ids[1], can[1];
+    size_t done;
+    ck_assert_int_eq(do_alloc(a, 1, ids), 0);
+    ck_assert_int_eq(do_commit(a, tokens, BT, ids, 1, can, &done), 0);
+    ck_assert_uint_eq(can[0], ids[0]);
+    ck_assert_uint_eq(session_pin_count(a, ids[0]), 1);
+    ck_assert_int_eq(radix_unpin(srv->index, ids[0]), 0); /* the index loses it */
+    Kvshare__Request req = KVSHARE__REQUEST__INIT;
+    Kvshare__ReleaseRequest rl = KVSHARE__RELEASE_REQUEST__INIT;
+    rl.block_ids = ids;
+    rl.n_block_ids = 1;
+    req.rpc_case = KVSHARE__REQUEST__RPC_RELEASE;
+    req.release = &rl;
+    Kvshare__Response *r = rpc(a, &req); /* not finish(): the invariant is broken here */
+    ck_assert_int_eq(-(int)r->status, KVS_EINTERNAL);
+    ck_assert_ptr_nonnull(strstr(r->message, "not in the index"));
+    kvshare__response__free_unpacked(r, NULL);
+    ck_assert_uint_eq(session_pin_count(a, ids[0]), 1);
+    session_pin_drop(a, ids[0]);
+    ck_assert_uint_eq(session_pin_count(a, ids[0]), 0);
+    check_invariants();
+}
+END_TEST
+
 START_TEST(test_hello_first_only)
 {
     session_t *a = new_session(), *b = new_session();
@@ -1435,6 +1464,7 @@ static Suite *session_suite(void)
     tcase_add_test(tc, test_untrusted_streams);
     tcase_add_test(tc, test_unknown_fields_are_bounded);
     tcase_add_test(tc, test_hello_first_only);
+    tcase_add_test(tc, test_release_of_a_lost_pin_is_internal);
     tcase_add_test(tc, test_worker_name_is_escaped);
     tcase_add_test(tc, test_full_pool_evicts_then_refuses);
     tcase_add_test(tc, test_stats_and_tree);

@@ -207,6 +207,33 @@ class MetricsTest(unittest.TestCase):
             urllib.request.urlopen(req, timeout=10)
         self.assertEqual(e.exception.code, 405)
 
+    def raw(self, request):
+        with socket.create_connection(("127.0.0.1", self.d.port), timeout=10) as s:
+            s.sendall(request)
+            data = b""
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    return data
+                data += chunk
+
+    def test_bare_lf_and_head(self):
+        # Bare LF line ends (before: no answer until the timeout) and HEAD
+        # (before: Content-Length 0) answer as GET does, HEAD without body.
+        get = self.raw(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        lf = self.raw(b"GET /metrics HTTP/1.0\nHost: x\n\n")
+        self.assertTrue(lf.startswith(b"HTTP/1.1 200"), lf[:100])
+        self.assertIn(b"kvshare_pool_blocks 16", lf)
+        head = self.raw(b"HEAD /metrics HTTP/1.1\r\n\r\n")
+        headers, _, body = head.partition(b"\r\n\r\n")
+        self.assertTrue(head.startswith(b"HTTP/1.1 200"), head[:100])
+        self.assertEqual(body, b"")
+        length = int([h for h in headers.split(b"\r\n")
+                      if h.lower().startswith(b"content-length:")][0].split(b":")[1])
+        get_body = get.partition(b"\r\n\r\n")[2]
+        # The scrapes differ only in counters that moved: same order of size.
+        self.assertGreater(length, len(get_body) // 2)
+
     def test_oversized_request_and_idle_client_do_not_block(self):
         idle = socket.create_connection(("127.0.0.1", self.d.port), timeout=10)
         idle.sendall(b"GET /metr")  # never finishes its request
