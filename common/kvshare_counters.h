@@ -70,7 +70,15 @@
     X(kv_events_dropped, 0, "kvshare_kv_events_dropped_total", "", \
       "KV events dropped because the publisher's queue was full (kv_events_queue)") \
     X(kv_events_replay_requests, 0, "kvshare_kv_events_replay_requests_total", "", \
-      "Replay requests answered on the KV events replay socket")
+      "Replay requests answered on the KV events replay socket") \
+    X(tier_demotions, 0, "kvshare_tier_demotions_total", "", \
+      "Blocks copied from the pool to tier 2 (host memory) instead of being evicted") \
+    X(tier_promotions, 0, "kvshare_tier_promotions_total", "", \
+      "Blocks copied back from tier 2 to the pool for a pinned lookup") \
+    X(tier_drops_t1, 0, "kvshare_tier_demote_drops_total", "", \
+      "Blocks evicted from the pool while demoting because tier 2 had no room for them") \
+    X(tier_copied_bytes, 0, "kvshare_tier_copied_bytes_total", "", \
+      "Bytes copied between the pool and tier 2, both ways")
 /* clang-format on */
 
 /* Room for counters in kvs_stats_t and StatsReply.counters. */

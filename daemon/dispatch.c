@@ -157,6 +157,13 @@ int dispatch_frame(session_t *s, const uint8_t *body, size_t len)
         if (s->claims && s->claim_gen == claim_gen)
             inflight_unclaim(s->srv, s);
         slot = (unsigned)dispatch_index(entry);
+        if (ctx.deferred) {
+            for (size_t i = 0; i < sizeof(ctx.heap) / sizeof(ctx.heap[0]); i++)
+                free(ctx.heap[i]);
+            kvshare__request__free_unpacked(req, &arena);
+            arena_reset(s->srv);
+            return DISPATCH_DEFERRED;
+        }
         metrics_observe(&s->srv->metrics.rpc_latency[slot], metrics_latency_bounds_ns,
                         metrics_latency_n_bounds, uv_hrtime() - t0);
         if (status != 0)

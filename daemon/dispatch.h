@@ -39,7 +39,11 @@ size_t dispatch_index(const dispatch_entry_t *e);
  * frame to the session's output. Returns 0 when the stream is still
  * trustworthy (including requests answered with an error), KVS_EPROTO when
  * the body does not decode (an error reply is appended; close the
- * connection), KVS_ENOMEM when not even the reply could be built. */
+ * connection), KVS_ENOMEM when not even the reply could be built, and
+ * DISPATCH_DEFERRED when the handler started copies the request waits for
+ * (handler_ctx_t.deferred): nothing is appended or counted, and the caller
+ * runs the same frame again when they are done. */
+#define DISPATCH_DEFERRED 1
 int dispatch_frame(session_t *s, const uint8_t *body, size_t len);
 
 /* Appends an error reply with no RPC body (request id `id`). */

@@ -234,6 +234,25 @@ int server_open(const server_config_t *cfg, uv_loop_t *loop, server_t **out, cha
         goto fail;
     }
     s->num_blocks = (uint32_t)blocks;
+    if (cfg->host_tier_bytes > 0) {
+        uint64_t t2 = cfg->host_tier_bytes / s->block_bytes;
+        if (t2 == 0 || t2 > UINT32_MAX - s->num_blocks) {
+            snprintf(err, errlen,
+                     "a host tier of %llu bytes holds %llu blocks of %llu bytes: give one "
+                     "between one block and 2^32 - 1 blocks with the pool",
+                     (unsigned long long)cfg->host_tier_bytes, (unsigned long long)t2,
+                     (unsigned long long)s->block_bytes);
+            rc = KVS_EINVAL;
+            goto fail;
+        }
+        rc = backend_tier_open(s->backend, t2 * s->block_bytes, err, errlen);
+        if (rc != 0)
+            goto fail;
+        s->tier2_blocks = (uint32_t)t2;
+        LOG_INFO("tier 2: %u blocks in %llu bytes of host memory%s", s->tier2_blocks,
+                 (unsigned long long)backend_tier_size(s->backend),
+                 backend_kind(s->backend) == BACKEND_CUDA ? " (pinned)" : "");
+    }
 
     rc = pool_new(s->num_blocks, &s->pool);
     if (rc != 0) {
@@ -247,6 +266,7 @@ int server_open(const server_config_t *cfg, uv_loop_t *loop, server_t **out, cha
         .on_evict = server_on_evict,
         .evict_ctx = s,
         .policy = s->cfg.eviction,
+        .tier2_blocks = s->tier2_blocks,
     };
     rc = radix_new(&rcfg, &s->index);
     if (rc != 0) {

@@ -66,7 +66,8 @@ typedef struct server_config {
     uint32_t drain_ms;       /* SIGTERM: the loop ends within this time */
     const char *config_path; /* reread on SIGHUP; NULL: none */
 
-    events_config_t events; /* KV events for routers (events.h); endpoint NULL: off */
+    events_config_t events;   /* KV events for routers (events.h); endpoint NULL: off */
+    uint64_t host_tier_bytes; /* tier 2 in host memory (tier.h); 0: none */
 } server_config_t;
 
 typedef struct server {
@@ -131,6 +132,10 @@ typedef struct server {
     uint64_t *block_hash;
     events_stream_t *ev_streams;
     bool *ev_resolved;
+
+    uint32_t tier2_blocks;   /* blocks of tier 2 (--host-tier); 0: none */
+    uint32_t tier_jobs;      /* tier copies in flight (tier.c) */
+    session_t *tier_waiters; /* sessions waiting for one to end (tier_wait) */
 } server_t;
 
 /* Fills cfg with defaults: 16 MiB frames, 64 MiB output, 1024 sessions,

@@ -10,6 +10,7 @@
 #include "inflight.h"
 #include "log.h"
 #include "peer.h"
+#include "tier.h"
 
 /* Bytes asked of libuv per read when no bigger frame is pending. */
 #define SESSION_READ_CHUNK 65536
@@ -290,6 +291,7 @@ void session_close(session_t *s, const char *reason)
     s->closing = true;
     inflight_cancel(s->srv, s);
     inflight_unclaim(s->srv, s);
+    tier_detach(s);
     release_all(s);
     unlink_session(s);
     LOG_DEBUG("session %llu (worker '%s', pid %d) closed: %s", (unsigned long long)s->id,
@@ -425,6 +427,9 @@ int session_process(session_t *s)
             return 0; /* a parked lookup answers first (inflight.h) */
         const uint8_t *body;
         uint32_t len;
+        if (s->tier_job || s->tier_waiting || s->closing)
+            return 0;
+        size_t head = s->in.head, filled = s->in.len;
         int rc = frame_next(&s->in, s->srv->cfg.max_frame, &body, &len);
         if (rc == 0)
             return 0;
@@ -439,8 +444,14 @@ int session_process(session_t *s)
             dispatch_error_reply(s, 0, KVS_ETOOBIG, msg);
             return KVS_ETOOBIG;
         }
-        s->srv->metrics.bytes_in += FRAME_HEADER_BYTES + len;
         rc = dispatch_frame(s, body, len);
+        if (rc == DISPATCH_DEFERRED) {
+            /* Kept whole where it was, to run again once its copies are done. */
+            s->in.head = head;
+            s->in.len = filled;
+            return 0;
+        }
+        s->srv->metrics.bytes_in += FRAME_HEADER_BYTES + len;
         if (rc != 0)
             return rc;
         /* A reply can be thousands of times its request (Stats, Tree): send
