@@ -25,11 +25,18 @@ class TestEventsCli(unittest.TestCase):
             # After the start's AllBlocksCleared, which the tail is too late
             # for: BlockStored, then three BlockRemoved by eviction (in one
             # to three messages); the tail ends 2 s after the last.
+            # The start's AllBlocksCleared must be out before the tail
+            # subscribes (the publisher thread may send it late): the
+            # counter moves only after the send.
+            c = kvshare.Client(d.socket, timeout_ms=10000)
+            deadline = time.monotonic() + 10
+            while c.stats()["kv_events_published"] < 1:
+                self.assertLess(time.monotonic(), deadline, "no AllBlocksCleared at start")
+                time.sleep(0.01)
             cli = subprocess.Popen([CLI, "events", "--endpoint", pub, "--wait", "2000"] +
                                    list(flags),
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             time.sleep(0.5)
-            c = kvshare.Client(d.socket, timeout_ms=10000)
             ids = c.alloc(3)
             c.commit(list(range(3 * BT)), ids)
             c.release(ids)
