@@ -301,12 +301,18 @@ class TestEvents(unittest.TestCase):
             c = kvshare.Client(ev.d.socket, timeout_ms=10000)
             wl = Workload(c, 7)
             wl.run(min(OPS, 1500))
-            time.sleep(0.3)
             sub = ev.subscriber()
+            # The subscription must be in effect before the catch-up, or live
+            # messages sent in between are lost: step the workload until one
+            # is queued (looked at, not taken).
+            steps = 0
+            while not sub.sock.poll(50):
+                self.assertLess(steps, 400, "the subscription never took effect")
+                wl.run(1)
+                steps += 1
             sub.catch_up(0)
             self.assertEqual(sub.batches[0][1][0]["type"], "AllBlocksCleared")
             # Then live messages continue the sequence without a gap.
-            time.sleep(0.2)
             wl.run(200, sub, every=10)
             drain(ev, sub, c)
             self.assertEqual(sub.gaps, 0)

@@ -2,6 +2,7 @@
 both event encodings; refuses bad options."""
 import json
 import os
+import select
 import subprocess
 import sys
 import tempfile
@@ -13,22 +14,20 @@ sys.path.insert(0, os.path.join(HERE, "..", "ops"))
 from ops_daemon import BT, Daemon, kvshare  # noqa: E402
 
 CLI = os.environ["KVSHARE_CLI"]
+PROBE = 1 << 20  # token ids of the probes, apart from the test's
 
 
 class TestEventsCli(unittest.TestCase):
     def tail(self, encoding, *flags):
+        """The tail's output: probes first, then the test's events."""
         tmp = tempfile.mkdtemp(prefix="kvs-events-cli-")
         pub = "ipc://%s/pub" % tmp
-        d = Daemon(blocks=16, extra=["--kv-events", pub, "--kv-events-model", "m",
+        d = Daemon(blocks=64, extra=["--kv-events", pub, "--kv-events-model", "m",
                                      "--kv-events-pod", "p", "--kv-events-encoding", encoding])
         try:
-            # After the start's AllBlocksCleared, which the tail is too late
-            # for: BlockStored, then three BlockRemoved by eviction (in one
-            # to three messages); the tail ends 2 s after the last.
-            # The start's AllBlocksCleared must be out before the tail
-            # subscribes (the publisher thread may send it late): the
-            # counter moves only after the send.
             c = kvshare.Client(d.socket, timeout_ms=10000)
+            # The start's AllBlocksCleared is out before the tail starts (the
+            # counter moves only after a send), so the tail never sees it.
             deadline = time.monotonic() + 10
             while c.stats()["kv_events_published"] < 1:
                 self.assertLess(time.monotonic(), deadline, "no AllBlocksCleared at start")
@@ -36,12 +35,24 @@ class TestEventsCli(unittest.TestCase):
             cli = subprocess.Popen([CLI, "events", "--endpoint", pub, "--wait", "2000"] +
                                    list(flags),
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            time.sleep(0.5)
+            # A publisher drops what it sends before the tail's subscription
+            # reaches it, and when that is depends on when the tail gets to
+            # run. So probe: commit one pinned block at a time until the tail
+            # prints something. Pinned probes are never evicted below.
+            probes = 0
+            while not select.select([cli.stdout], [], [], 0.2)[0]:
+                self.assertIsNone(cli.poll(), "the tail exited early")
+                self.assertLess(probes, 40, "the tail never printed a probe")
+                ids = c.alloc(1)
+                c.commit([PROBE + probes * BT + k for k in range(BT)], ids)
+                probes += 1
+            # Then: BlockStored, and three BlockRemoved by eviction (in one to
+            # three messages); the tail ends 2 s after the last.
             ids = c.alloc(3)
             c.commit(list(range(3 * BT)), ids)
             c.release(ids)
             time.sleep(0.2)
-            ids = c.alloc(16)  # evicts the three
+            ids = c.alloc(64 - probes)  # evicts the three, not the pinned probes
             c.release(ids)
             out, err = cli.communicate(timeout=30)
             self.assertEqual(cli.returncode, 1, err)
@@ -54,17 +65,32 @@ class TestEventsCli(unittest.TestCase):
     def test_text(self):
         for encoding in ("map", "array"):
             lines = self.tail(encoding).splitlines()
+            first = next(i for i, line in enumerate(lines) if "BlockStored 3 blocks" in line)
+            self.assertGreater(first, 0, lines)
+            for line in lines[:first]:
+                self.assertRegex(line, r"^ +[0-9]+ kv@p@m BlockStored 1 block [0-9a-f]{16} "
+                                 r"parent - tokens 4 block_size 4 medium CPU$")
+            # A message's events share its seq; messages are numbered 1 apart.
+            seqs = [int(line.split()[0]) for line in lines]
+            self.assertTrue(all(b - a in (0, 1) for a, b in zip(seqs, seqs[1:])), lines)
+            lines = lines[first:]
             self.assertEqual(len(lines), 4, lines)
-            self.assertRegex(lines[0], r"^ +1 kv@p@m BlockStored 3 blocks [0-9a-f]{16}\.\.\."
+            self.assertRegex(lines[0], r"^ +[0-9]+ kv@p@m BlockStored 3 blocks [0-9a-f]{16}\.\.\."
                              r"[0-9a-f]{16} parent - tokens 12 block_size 4 medium CPU$")
             for line in lines[1:]:
-                self.assertRegex(line, r"^ +[234] kv@p@m BlockRemoved 1 block [0-9a-f]{16} "
+                self.assertRegex(line, r"^ +[0-9]+ kv@p@m BlockRemoved 1 block [0-9a-f]{16} "
                                  r"medium CPU$")
 
     def test_json(self):
         for encoding in ("map", "array"):
             msgs = [json.loads(line) for line in self.tail(encoding, "--json").splitlines()]
-            self.assertEqual([m["seq"] for m in msgs], list(range(1, len(msgs) + 1)))
+            seqs = [m["seq"] for m in msgs]
+            self.assertEqual(seqs, list(range(seqs[0], seqs[0] + len(seqs))))
+            self.assertGreaterEqual(seqs[0], 1)  # the start's message came before
+            probes = [m for m in msgs if m["events"][0].get("token_ids", [0])[0] >= PROBE]
+            self.assertGreater(len(probes), 0)
+            self.assertEqual(msgs[:len(probes)], probes)
+            msgs = msgs[len(probes):]
             self.assertEqual(msgs[0]["topic"], "kv@p@m")
             self.assertIsNone(msgs[0]["data_parallel_rank"])
             stored = msgs[0]["events"][0]

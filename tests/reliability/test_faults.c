@@ -25,13 +25,22 @@
 
 #define POOL 64
 
+/* Deadlines for what must happen (a reply, a quiet daemon, a drop); only a
+ * failing test waits them out. Under valgrind the daemon runs tens of times
+ * slower, and a loaded machine slower still. */
+#ifdef KVS_TEST_DAEMON_CHECKED
+#define WAIT_MS 120000
+#else
+#define WAIT_MS 20000
+#endif
+
 static harness_t h;
 static kvs_client_t *mon; /* the test's monitor: one session throughout */
 
 static void start(void)
 {
     ck_assert_int_eq(harness_start(&h, POOL, NULL), 0);
-    mon = rel_client(h.socket_path, "monitor", 5000);
+    mon = rel_client(h.socket_path, "monitor", WAIT_MS);
 }
 
 static void stop(void)
@@ -47,20 +56,20 @@ static void stop(void)
  * block (evicting what is cached), and give them back. */
 static void assert_pool_whole(void)
 {
-    kvs_client_t *c = rel_client(h.socket_path, "whole", 5000);
+    kvs_client_t *c = rel_client(h.socket_path, "whole", WAIT_MS);
     uint32_t ids[POOL];
     int rc = kvs_alloc(c, NULL, POOL, ids);
     ck_assert_msg(rc == 0, "alloc of the whole pool: %s", kvs_last_error(c));
     ck_assert_int_eq(kvs_release(c, ids, POOL, NULL), 0);
     kvs_close(c);
-    rel_wait_quiet(mon, 1, 1, 5000, NULL);
+    rel_wait_quiet(mon, 1, 1, WAIT_MS, NULL);
 }
 
 /* Commits prompt `family` (n blocks) and releases the commit's pins: the
  * blocks stay cached, unpinned. */
 static void seed_prefix(uint32_t family, size_t n)
 {
-    kvs_client_t *c = rel_client(h.socket_path, "seed", 5000);
+    kvs_client_t *c = rel_client(h.socket_path, "seed", WAIT_MS);
     uint32_t tokens[16 * REL_BT], ids[16], can[16];
     size_t done;
     rel_prompt(tokens, n * REL_BT, family);
@@ -112,7 +121,7 @@ static void __attribute__((noreturn)) worker_to_point(int point, int ready_fd)
         req.alloc = &al;
         if (raw_send_request(fd, &req) != 0)
             _exit(11);
-        Kvshare__Response *r = raw_read_reply(fd, 5000);
+        Kvshare__Response *r = raw_read_reply(fd, WAIT_MS);
         if (!r || r->status != 0 || !r->alloc || r->alloc->n_block_ids != 2)
             _exit(12);
         Kvshare__Request cr = KVSHARE__REQUEST__INIT;
@@ -135,7 +144,7 @@ static void __attribute__((noreturn)) worker_to_point(int point, int ready_fd)
     kvs_options_init(&o);
     o.socket_path = h.socket_path;
     o.worker_name = point_names[point];
-    o.timeout_ms = 5000;
+    o.timeout_ms = WAIT_MS;
     if (kvs_connect(&o, &c) != 0)
         _exit(20);
     rel_prompt(tokens, (SEEDED_BLOCKS + OWN_BLOCKS) * REL_BT, SEEDED_FAMILY);
@@ -187,7 +196,7 @@ static pid_t spawn_to_point(int point)
     close(p[1]);
     struct pollfd pfd = {.fd = p[0], .events = POLLIN};
     char b = 0;
-    int ok = poll(&pfd, 1, 10000) == 1 && read(p[0], &b, 1) == 1;
+    int ok = poll(&pfd, 1, WAIT_MS) == 1 && read(p[0], &b, 1) == 1;
     close(p[0]);
     if (!ok) {
         int status = 0;
@@ -212,7 +221,7 @@ START_TEST(test_sigkill_at_each_lifecycle_point)
     int point = _i;
     seed_prefix(SEEDED_FAMILY, SEEDED_BLOCKS);
     kvs_stats_t s;
-    rel_wait_quiet(mon, 1, 1, 5000, &s);
+    rel_wait_quiet(mon, 1, 1, WAIT_MS, &s);
     uint32_t cached_before = s.cached_blocks;
     kvs_stats_free(&s);
 
@@ -228,7 +237,7 @@ START_TEST(test_sigkill_at_each_lifecycle_point)
     kvs_stats_free(&s);
 
     kill_and_reap(pid);
-    rel_wait_quiet(mon, 1, 1, 5000, &s);
+    rel_wait_quiet(mon, 1, 1, WAIT_MS, &s);
     /* Committed blocks outlive their writer; nothing else it held stays. */
     ck_assert_uint_eq(s.cached_blocks, cached_before + (point == AFTER_COMMIT ? OWN_BLOCKS : 0));
     kvs_stats_free(&s);
@@ -252,7 +261,7 @@ static void __attribute__((noreturn)) random_worker(uint32_t seed)
     kvs_client_t *c;
     kvs_options_init(&o);
     o.socket_path = h.socket_path;
-    o.timeout_ms = 5000;
+    o.timeout_ms = WAIT_MS;
     if (kvs_connect(&o, &c) != 0)
         _exit(40);
     srand(seed);
@@ -300,7 +309,7 @@ START_TEST(test_sigkill_at_random_points)
         ck_assert_msg(r == 0, "worker exited early with %d",
                       WIFEXITED(status) ? WEXITSTATUS(status) : -1);
         kill_and_reap(pid);
-        rel_wait_quiet(mon, 1, 1, 5000, NULL);
+        rel_wait_quiet(mon, 1, 1, WAIT_MS, NULL);
     }
     assert_pool_whole();
 }
@@ -346,7 +355,7 @@ START_TEST(test_silent_clients_do_not_block_others)
     kvs_close(w);
     for (int i = 0; i < SILENT + 2; i++)
         close(fds[i]);
-    rel_wait_quiet(mon, 1, 1, 5000, NULL);
+    rel_wait_quiet(mon, 1, 1, WAIT_MS, NULL);
     assert_pool_whole();
 }
 END_TEST
@@ -357,7 +366,7 @@ START_TEST(test_client_that_stops_reading_is_dropped_and_released)
     static const char *const extra[] = {"--max-output", "1MiB", NULL};
     harness_t own;
     ck_assert_int_eq(harness_start(&own, POOL, extra), 0);
-    kvs_client_t *m = rel_client(own.socket_path, "monitor", 5000);
+    kvs_client_t *m = rel_client(own.socket_path, "monitor", WAIT_MS);
     long rss_before = rel_rss_anon_kib(own.pid);
 
     int fd = raw_connect(own.socket_path);
@@ -370,7 +379,7 @@ START_TEST(test_client_that_stops_reading_is_dropped_and_released)
     req.rpc_case = KVSHARE__REQUEST__RPC_ALLOC;
     req.alloc = &al;
     ck_assert_int_eq(raw_send_request(fd, &req), 0);
-    Kvshare__Response *r = raw_read_reply(fd, 5000);
+    Kvshare__Response *r = raw_read_reply(fd, WAIT_MS);
     ck_assert_ptr_nonnull(r);
     ck_assert_int_eq(r->status, 0);
     kvshare__response__free_unpacked(r, NULL);
@@ -389,7 +398,7 @@ START_TEST(test_client_that_stops_reading_is_dropped_and_released)
     size_t sent = 0;
     for (int i = 0; i < 20000 && !dropped; i++) {
         struct pollfd pfd = {.fd = fd, .events = POLLOUT};
-        if (poll(&pfd, 1, 5000) <= 0)
+        if (poll(&pfd, 1, WAIT_MS) <= 0)
             break;
         if (pfd.revents & (POLLERR | POLLHUP)) {
             dropped = 1;
@@ -407,7 +416,7 @@ START_TEST(test_client_that_stops_reading_is_dropped_and_released)
 
     /* Its blocks went back; the daemon's memory did not follow the flood. */
     kvs_stats_t s;
-    rel_wait_quiet(m, 1, 1, 5000, &s);
+    rel_wait_quiet(m, 1, 1, WAIT_MS, &s);
     kvs_stats_free(&s);
     long rss_after = rel_rss_anon_kib(own.pid);
     ck_assert_msg(!REL_RSS_MEANINGFUL || (rss_after >= 0 && rss_after - rss_before < 8 * 1024),
@@ -429,7 +438,7 @@ START_TEST(test_reply_flood_from_small_requests_is_bounded)
     static const char *const extra[] = {"--max-output", "1MiB", NULL};
     harness_t own;
     ck_assert_int_eq(harness_start(&own, POOL, extra), 0);
-    kvs_client_t *m = rel_client(own.socket_path, "monitor", 5000);
+    kvs_client_t *m = rel_client(own.socket_path, "monitor", WAIT_MS);
     /* Many namespaces with long names make Stats replies large. */
     uint32_t tokens[REL_BT], got[1];
     size_t n;
@@ -490,7 +499,7 @@ static void __attribute__((noreturn)) churn(int which, int count)
     kvs_options_t o;
     kvs_options_init(&o);
     o.socket_path = h.socket_path;
-    o.timeout_ms = 5000;
+    o.timeout_ms = WAIT_MS;
     for (int i = 0; i < count; i++) {
         switch ((i + which) % 3) {
         case 0: { /* connect, close: not even a Hello */
@@ -530,7 +539,7 @@ START_TEST(test_thousands_of_connections)
     enum { PROCS = 4, EACH = 1250 };
     seed_prefix(1, 1);
     kvs_stats_t s;
-    rel_wait_quiet(mon, 1, 1, 5000, &s);
+    rel_wait_quiet(mon, 1, 1, WAIT_MS, &s);
     uint64_t total_before = s.sessions_total;
     kvs_stats_free(&s);
     int fds_before = rel_fd_count(h.pid);
@@ -582,7 +591,7 @@ START_TEST(test_descriptor_limit_reached)
     int started = harness_start(&own, POOL, NULL);
     ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &saved), 0);
     ck_assert_int_eq(started, 0);
-    kvs_client_t *m = rel_client(own.socket_path, "monitor", 5000);
+    kvs_client_t *m = rel_client(own.socket_path, "monitor", WAIT_MS);
 
     int fds[TRIES], open_fds = 0;
     for (int i = 0; i < TRIES; i++) {
@@ -619,13 +628,13 @@ START_TEST(test_descriptor_limit_reached)
     for (int i = 0; i < TRIES; i++)
         if (fds[i] >= 0)
             close(fds[i]);
-    rel_wait_quiet(m, 1, 1, 5000, NULL);
+    rel_wait_quiet(m, 1, 1, WAIT_MS, NULL);
     /* Back under the limit: workers connect (with the pool's fd) again. */
-    c = rel_client(own.socket_path, "after", 5000);
+    c = rel_client(own.socket_path, "after", WAIT_MS);
     uint32_t ids[4];
     ck_assert_int_eq(kvs_alloc(c, NULL, 4, ids), 0);
     kvs_close(c);
-    rel_wait_quiet(m, 1, 1, 5000, NULL);
+    rel_wait_quiet(m, 1, 1, WAIT_MS, NULL);
     printf("descriptor limit %d: %d connections, %u sessions, %llu refused for descriptors, "
            "daemon fds %d; a worker past the limit got: %s\n",
            LIMIT, open_fds, s.sessions,
@@ -655,7 +664,7 @@ static pid_t spawn_pinner(void)
         close(p[0]);
         kvs_options_init(&o);
         o.socket_path = h.socket_path;
-        o.timeout_ms = 5000;
+        o.timeout_ms = WAIT_MS;
         rel_prompt(tokens, POOL * REL_BT, 1);
         if (kvs_connect(&o, &c) != 0 ||
             kvs_lookup(c, NULL, tokens, POOL * REL_BT, 1, got, POOL, &n) != 0 || n != POOL)
@@ -668,7 +677,7 @@ static pid_t spawn_pinner(void)
     close(p[1]);
     char b;
     struct pollfd pfd = {.fd = p[0], .events = POLLIN};
-    ck_assert_msg(poll(&pfd, 1, 10000) == 1 && read(p[0], &b, 1) == 1, "pinner did not start");
+    ck_assert_msg(poll(&pfd, 1, WAIT_MS) == 1 && read(p[0], &b, 1) == 1, "pinner did not start");
     close(p[0]);
     return pid;
 }
@@ -679,8 +688,8 @@ START_TEST(test_pool_exhausted_by_pins)
     uint32_t ids[POOL], can[POOL], one;
     size_t done;
     kvs_stats_t s;
-    kvs_client_t *a = rel_client(h.socket_path, "a", 5000);
-    kvs_client_t *b = rel_client(h.socket_path, "b", 5000);
+    kvs_client_t *a = rel_client(h.socket_path, "a", WAIT_MS);
+    kvs_client_t *b = rel_client(h.socket_path, "b", WAIT_MS);
 
     /* Every block WRITING. */
     ck_assert_int_eq(kvs_alloc(a, NULL, POOL, ids), 0);
@@ -698,7 +707,7 @@ START_TEST(test_pool_exhausted_by_pins)
     ck_assert_int_eq(kvs_release(a, can, POOL, NULL), 0);
     ck_assert_int_eq(kvs_alloc(b, NULL, 1, &one), KVS_EPOOLFULL);
     kill_and_reap(r1);
-    rel_wait_quiet(mon, 4, 0, 5000, NULL);
+    rel_wait_quiet(mon, 4, 0, WAIT_MS, NULL);
     ck_assert_int_eq(kvs_alloc(b, NULL, 1, &one), KVS_EPOOLFULL);
     rel_stats(mon, &s);
     ck_assert_uint_eq(s.pinned_blocks, POOL);
@@ -707,7 +716,7 @@ START_TEST(test_pool_exhausted_by_pins)
 
     /* The last pinner dies: eviction makes room again. */
     kill_and_reap(r2);
-    rel_wait_quiet(mon, 3, 1, 5000, NULL);
+    rel_wait_quiet(mon, 3, 1, WAIT_MS, NULL);
     ck_assert_int_eq(kvs_alloc(b, NULL, 1, &one), 0);
     rel_stats(mon, &s);
     ck_assert_uint_eq(s.writing_blocks, 1);
@@ -717,7 +726,7 @@ START_TEST(test_pool_exhausted_by_pins)
     ck_assert_int_eq(kvs_release(b, &one, 1, NULL), 0);
     kvs_close(a);
     kvs_close(b);
-    rel_wait_quiet(mon, 1, 1, 5000, NULL);
+    rel_wait_quiet(mon, 1, 1, WAIT_MS, NULL);
     assert_pool_whole();
 }
 END_TEST
