@@ -50,7 +50,7 @@ static kvs_client_t *client(const char *name)
     kvs_options_init(&o);
     o.socket_path = h.socket_path;
     o.worker_name = name;
-    o.timeout_ms = 5000;
+    o.timeout_ms = 30000; /* a deadline: only a failing test waits it out */
     int rc = kvs_connect(&o, &c);
     ck_assert_msg(rc == 0, "connect: %s", kvs_strerror(rc));
     return c;

@@ -472,7 +472,7 @@ START_TEST(test_kvs_daemon_restart)
                                .seed = 1};
     workload_t *wl = NULL;
     kvscache_t *kc = NULL;
-    kvscache_opts_t ko = {.timeout_ms = 5000, .reconnect_ms = 1, .private_blocks = 64};
+    kvscache_opts_t ko = {.timeout_ms = 30000, .reconnect_ms = 1, .private_blocks = 64};
     kvscache_stats_t st;
     harness_t h;
     pid_t again;
@@ -558,7 +558,7 @@ START_TEST(test_kvs_daemon_restart_same_geometry)
                                .seed = 3};
     workload_t *wl = NULL;
     kvscache_t *kc = NULL;
-    kvscache_opts_t ko = {.timeout_ms = 5000, .reconnect_ms = 1, .private_blocks = 64};
+    kvscache_opts_t ko = {.timeout_ms = 30000, .reconnect_ms = 1, .private_blocks = 64};
     harness_t h;
     float ref[3][256], got[256];
     uint32_t gen[DECODE];
@@ -622,7 +622,7 @@ START_TEST(test_kvs_duplicate_block_is_swapped)
     model_config_t cfg;
     model_t *m = NULL;
     kvscache_t *kc = NULL;
-    kvscache_opts_t ko = {.timeout_ms = 5000, .private_blocks = 16};
+    kvscache_opts_t ko = {.timeout_ms = 30000, .private_blocks = 16};
     kvscache_stats_t st;
     harness_t h;
     uint32_t prompt[64], gen[DECODE], gen_ref[DECODE];
