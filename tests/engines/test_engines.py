@@ -25,6 +25,10 @@ Cases:
                   WRITING blocks held): the daemon frees everything it held
   geometry        a plug-in whose KV layout differs from the pool's is refused
                   at start, with both layouts in the message
+  copier          kvshare.tensors.BlockCopier, each copy method (memmove,
+                  index, slices), against indexing by hand: runs and scattered
+                  blocks, rows with gaps, pool blocks holding 2 engine blocks;
+                  an index out of range is refused before anything is copied
 
 Exit status: 0 passed, 1 failed, 77 skipped (no PyTorch; the reason printed).
 """
@@ -445,8 +449,51 @@ def case_geometry(torch):
         d.stop()
 
 
+def case_copier(torch):
+    import random
+    from kvshare.tensors import BlockCopier
+    rng = random.Random(5)
+    row, eng_blocks, pool_blocks = 96, 24, 20
+    for factor in (1, 2):
+        for method in BlockCopier.METHODS:
+            # Engine rows with a gap after each (a page holding K then V, as
+            # vLLM's joined layout), pool rows back to back.
+            pages = [torch.randint(0, 255, (eng_blocks, 2 * row), dtype=torch.uint8)
+                     for _ in range(3)]
+            engine = [p[:, :row] for p in pages]
+            pool = [torch.zeros(pool_blocks, factor * row, dtype=torch.uint8) for _ in range(3)]
+            copier = BlockCopier(list(zip(engine, pool)), factor=factor, method=method)
+            n = 6
+            for shape in ("runs", "scattered"):
+                if shape == "runs":
+                    src = [2, 3, 4, 5, 11, 12][:n * factor]
+                    dst = [7, 8, 9][:n // factor] if factor == 2 else [7, 8, 9, 14, 15, 16]
+                else:
+                    src = rng.sample(range(eng_blocks), n)
+                    dst = rng.sample(range(pool_blocks), n // factor)
+                copier.store(src, dst)
+                fine = [b * factor + j for b in dst for j in range(factor)]
+                check(all(same_bytes(torch, p.view(-1, row)[fine], e[src])
+                          for e, p in zip(engine, pool)),
+                      "%s, factor %d, %s: store" % (method, factor, shape))
+                stored = [e[src].clone() for e in engine]
+                back = rng.sample(range(eng_blocks), len(src))
+                copier.load(dst, back)
+                check(all(same_bytes(torch, e[back], want) for e, want in zip(engine, stored)),
+                      "%s, factor %d, %s: load" % (method, factor, shape))
+            before = [p.clone() for p in pool]
+            try:
+                copier.store([0, eng_blocks], [1] if factor == 2 else [1, 2])
+                raise Failure("%s: an engine block out of range was copied" % method)
+            except ValueError as e:
+                check("out of range" in str(e) and all(torch.equal(a, b)
+                                                       for a, b in zip(before, pool)),
+                      "%s, factor %d: out of range refused, nothing copied (%s)"
+                      % (method, factor, e))
+
+
 CASES = ["vllm_order", "sglang_order", "vllm_two", "sglang_two", "cross", "daemon_down",
-         "evicted", "killed", "geometry"]
+         "evicted", "killed", "geometry", "copier"]
 
 
 def main():

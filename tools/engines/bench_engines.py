@@ -22,6 +22,7 @@ CPU tensors, host backend, /usr/bin/python3 with Debian's python3-torch.
 Both run one PyTorch thread; say so with the figures.
 """
 import argparse
+import ctypes
 import os
 import random
 import statistics
@@ -35,13 +36,16 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "engines"))
 import engines  # noqa: E402
 
 
-def timed(fn, repeat):
-    times = []
+def interleaved(fns, repeat):
+    """Median seconds of each of fns, run in turns (fns[0], fns[1], ..., then
+    again) so that a change of the machine's load hits all of them alike."""
+    times = [[] for _ in fns]
     for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        for i, fn in enumerate(fns):
+            t0 = time.perf_counter()
+            fn()
+            times[i].append(time.perf_counter() - t0)
+    return [statistics.median(t) for t in times]
 
 
 def bench_copy(args, torch):
@@ -71,6 +75,10 @@ def bench_copy(args, torch):
                 for s, dd in zip(plain_src, plain_dst):
                     dd.copy_(s)
 
+            def plain_memmove():
+                for s, dd in zip(plain_src, plain_dst):
+                    ctypes.memmove(dd.data_ptr(), s.data_ptr(), n * slot)
+
             def run(handler, src, dst):
                 inst.job += 1
                 handler.transfer_async(inst.job, (src, dst))
@@ -79,6 +87,7 @@ def bench_copy(args, torch):
                 if not r or not r[0].success:
                     raise engines.Failure("transfer failed: %s" % handler.last_error)
 
+            methods = args.methods.split(",")
             rows = []
             for name, gpu in (("contiguous", list(range(n))),
                               ("scattered", rng.sample(range(2 * n), n))):
@@ -89,16 +98,24 @@ def bench_copy(args, torch):
                 for direction, h, src, dst in (
                         ("store", inst.store_handler, gpu_spec, pool_spec),
                         ("load", inst.load_handler, pool_spec, gpu_spec)):
-                    run(h, src, dst)  # warm
-                    plain()
-                    t_plain = timed(plain, args.repeat)
-                    t_path = timed(lambda: run(h, src, dst), args.repeat)
-                    rows.append((name, direction, total / t_path / 1e9, total / t_plain / 1e9))
-            print("| blocks | direction | plug-in GB/s | plain copy GB/s | ratio |")
-            print("|---|---|---|---|---|")
-            for name, direction, path, plain_bw in rows:
-                print("| %s | %s | %.2f | %.2f | %.0f %% |" % (name, direction, path, plain_bw,
-                                                              100 * path / plain_bw))
+                    def path(m, h=h, src=src, dst=dst):
+                        copier.method = m
+                        run(h, src, dst)
+                    fns = [plain, plain_memmove] + [
+                        (lambda m=m: path(m)) for m in methods]
+                    for f in fns:
+                        f()  # warm
+                    t = interleaved(fns, args.repeat)
+                    for i, m in enumerate(methods):
+                        rows.append((name, direction, m, total / t[2 + i] / 1e9,
+                                     total / t[0] / 1e9, total / t[1] / 1e9))
+            print("| blocks | direction | copy method | plug-in GB/s | plain copy_ GB/s | ratio "
+                  "| plain memmove GB/s | ratio |")
+            print("|---|---|---|---|---|---|---|---|")
+            for name, direction, m, path_bw, plain_bw, mm_bw in rows:
+                print("| %s | %s | %s | %.2f | %.2f | %.0f %% | %.2f | %.0f %% |"
+                      % (name, direction, m, path_bw, plain_bw, 100 * path_bw / plain_bw,
+                         mm_bw, 100 * path_bw / mm_bw))
         inst.close()
     finally:
         d.stop()
@@ -175,6 +192,9 @@ def main():
     p.add_argument("--blocks", type=int, default=64, help="blocks per copy transfer")
     p.add_argument("--prompt-blocks", type=int, default=64, help="ttft prompt, in blocks")
     p.add_argument("--repeat", type=int, default=7)
+    p.add_argument("--methods", default="slices,memmove",
+                   help="copy methods of kvshare.tensors.BlockCopier to time, comma separated "
+                        "(slices: one copy_ per run, as before memmove)")
     p.add_argument("--role", choices=("a", "b"))
     p.add_argument("--socket")
     args = p.parse_args()

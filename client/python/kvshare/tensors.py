@@ -10,7 +10,8 @@ exposing __cuda_array_interface__ at the device pointer.
 
 A BlockCopier holds pairs (engine rows, pool rows), one per layer and K or V,
 and copies lists of blocks between them, merging runs of blocks that are
-consecutive on both sides into one strided copy each.
+consecutive on both sides; on the CPU with memmove, on a device with one
+gather and one scatter per pair (BlockCopier says why).
 
 PyTorch is imported when a function needs it, so `import kvshare.tensors`
 works without it.
@@ -77,15 +78,45 @@ def _runs(src, dst):
     return runs
 
 
+class _Rows:
+    """One side of a pair: a 2-D uint8 tensor whose rows are blocks, and,
+    for CPU tensors, its address and row stride in bytes."""
+
+    def __init__(self, t):
+        if t.dim() != 2 or t.stride(1) != 1 or t.element_size() != 1:
+            raise ValueError("block rows must be a 2-D byte tensor with contiguous rows, not "
+                             "%s of shape %s, strides %s" % (t.dtype, tuple(t.shape), t.stride()))
+        self.t = t
+        self.n = t.shape[0]
+        self.addr = t.data_ptr()
+        self.stride = t.stride(0)
+
+
 class BlockCopier:
     """Copies blocks between engine tensors and pool rows.
 
     pairs: [(engine_rows, pool_rows)], each a 2-D uint8 tensor whose rows are
     blocks (any row stride, contiguous rows), the engine's rows engine_bytes
     long and the pool's factor x engine_bytes long: one pool block holds
-    `factor` consecutive engine blocks (vLLM's block_size_factor)."""
+    `factor` consecutive engine blocks (vLLM's block_size_factor).
 
-    def __init__(self, pairs, factor=1):
+    A transfer is cut into runs of blocks consecutive on both sides. How the
+    runs are copied (method):
+      "memmove"  CPU tensors: one memmove per run and pair, or per block of a
+                 run whose rows are not back to back (ctypes.memmove, which
+                 releases the GIL); a few hundred ns of Python per call, where
+                 a torch slice and copy_ cost several µs. The default on CPU.
+      "index"    one gather (index_select) and one scatter (index_copy_) per
+                 pair for the whole transfer, whatever its runs: a fixed
+                 number of kernel launches, where one copy per block would
+                 launch thousands. The default for device tensors.
+      "slices"   copy_ of one slice per run and pair (any device).
+    Every block index is checked against its tensor before anything is
+    copied (ValueError)."""
+
+    METHODS = ("memmove", "index", "slices")
+
+    def __init__(self, pairs, factor=1, method=None):
         if factor < 1:
             raise ValueError("factor %d: must be >= 1" % factor)
         self.factor = factor
@@ -104,10 +135,67 @@ class BlockCopier:
                 raise ValueError("pool rows with padding cannot be split into engine blocks")
             self.pairs.append((eng, fine))
         self.bytes_per_block = sum(p.shape[1] for _, p in self.pairs) * factor
+        on_cpu = all(t.device.type == "cpu" for pair in self.pairs for t in pair)
+        if method is None:
+            method = "memmove" if on_cpu else "index"
+        if method not in self.METHODS:
+            raise ValueError("copy method %r: one of %s" % (method, ", ".join(self.METHODS)))
+        if method == "memmove" and not on_cpu:
+            raise ValueError("copy method memmove needs CPU tensors")
+        self.method = method
+        self._rows = [(_Rows(e), _Rows(p)) for e, p in self.pairs]
+        if len({(e.n, p.n) for e, p in self._rows}) > 1:
+            raise ValueError("engine (or pool) tensors with different numbers of blocks")
 
     def _expand(self, pool_blocks):
         f = self.factor
         return [b * f + j for b in pool_blocks for j in range(f)]
+
+    @staticmethod
+    def _check(rows, blocks, side):
+        """Raises ValueError unless every index in blocks is a row of rows."""
+        if blocks and (min(blocks) < 0 or max(blocks) >= rows.n):
+            bad = min(blocks) if min(blocks) < 0 else max(blocks)
+            raise ValueError("%s row %d out of range: the tensor has %d" % (side, bad, rows.n))
+
+    def _copy(self, src, dst, to_pool):
+        """Rows src[i] -> dst[i] of every pair, engine -> pool if to_pool."""
+        eng, pool = self._rows[0]
+        self._check(eng if to_pool else pool, src, "engine" if to_pool else "pool")
+        self._check(pool if to_pool else eng, dst, "pool" if to_pool else "engine")
+        if not src:
+            return
+        if self.method == "index":
+            self._copy_index(src, dst, to_pool)
+            return
+        runs = _runs(src, dst)
+        if self.method == "slices":
+            for eng, pool in self.pairs:
+                a, b = (eng, pool) if to_pool else (pool, eng)
+                for s, d, n in runs:
+                    b[d:d + n].copy_(a[s:s + n], non_blocking=True)
+            return
+        memmove = ctypes.memmove
+        for eng, pool in self._rows:
+            a, b = (eng, pool) if to_pool else (pool, eng)
+            row = a.t.shape[1]
+            sa, sb, aa, ab = a.stride, b.stride, a.addr, b.addr
+            whole = sa == row and sb == row  # a run is one range on both sides
+            for s, d, n in runs:
+                if whole or n == 1:
+                    memmove(ab + d * sb, aa + s * sa, n * row)
+                else:
+                    for i in range(n):
+                        memmove(ab + (d + i) * sb, aa + (s + i) * sa, row)
+
+    def _copy_index(self, src, dst, to_pool):
+        import torch
+        device = self.pairs[0][0].device
+        si = torch.tensor(src, dtype=torch.int64, device=device)
+        di = torch.tensor(dst, dtype=torch.int64, device=device)
+        for eng, pool in self.pairs:
+            a, b = (eng, pool) if to_pool else (pool, eng)
+            b.index_copy_(0, di, a.index_select(0, si))
 
     def load(self, pool_blocks, engine_blocks, skip=0):
         """Engine block engine_blocks[i] <- pool sub-block skip + i (pool_blocks
@@ -117,9 +205,7 @@ class BlockCopier:
         if len(fine) != len(engine_blocks):
             raise ValueError("%d pool blocks (skipping %d) hold %d engine blocks, %d given"
                              % (len(pool_blocks), skip, len(fine), len(engine_blocks)))
-        for s, d, n in _runs(fine, engine_blocks):
-            for eng, pool in self.pairs:
-                eng[d:d + n].copy_(pool[s:s + n], non_blocking=True)
+        self._copy(fine, [int(b) for b in engine_blocks], False)
 
     def store(self, engine_blocks, pool_blocks):
         """Pool sub-block i <- engine block engine_blocks[i]."""
@@ -127,6 +213,4 @@ class BlockCopier:
         if len(fine) != len(engine_blocks):
             raise ValueError("%d pool blocks hold %d engine blocks, %d given"
                              % (len(pool_blocks), len(fine), len(engine_blocks)))
-        for s, d, n in _runs(engine_blocks, fine):
-            for eng, pool in self.pairs:
-                pool[d:d + n].copy_(eng[s:s + n], non_blocking=True)
+        self._copy([int(b) for b in engine_blocks], fine, True)
