@@ -37,15 +37,14 @@ own dependencies must be found by the dynamic loader (LD_LIBRARY_PATH).
 import argparse
 import os
 import random
-import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "client", "python"))
+sys.path.insert(0, os.path.join(HERE, "..", "support"))
+import kvsd  # noqa: E402
 import kvshare  # noqa: E402
 import kvshare.tensors  # noqa: E402
 
@@ -352,43 +351,17 @@ def reader(args):
 
 # -- the driver ----------------------------------------------------------------
 
-class Daemon:
-    def __init__(self, kvshared, backend, dtype, extra):
-        self.dir = tempfile.mkdtemp(prefix="kvs-torch-")
-        self.socket = os.path.join(self.dir, "kvshared.sock")
-        self.log_path = os.path.join(self.dir, "kvshared.log")
-        self.log = open(self.log_path, "w+")
-        args = [kvshared, "--socket", self.socket, "--backend", backend,
-                "--layers", str(LAYERS), "--kv-heads", str(KV_HEADS),
-                "--head-dim", str(HEAD_DIM), "--dtype", dtype,
-                "--block-tokens", str(BLOCK_TOKENS), "--pool-blocks", str(POOL_BLOCKS),
-                "--log-level", "warn"] + list(extra)
-        r, w = os.pipe()
-        self.proc = subprocess.Popen(args + ["--ready-fd", str(w)], pass_fds=(w,),
-                                     stdout=self.log, stderr=subprocess.STDOUT)
-        os.close(w)
-        with os.fdopen(r, "rb") as ready:
-            line = ready.readline()
-        if line != b"READY\n":
-            self.proc.kill()
-            self.proc.wait()
-            raise Failure("kvshared did not start: " + self.text())
-
-    def text(self):
-        self.log.flush()
-        self.log.seek(0)
-        return self.log.read()
-
-    def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            rc = self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            rc = self.proc.wait()
-        self.log.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
-        return rc
+def start_daemon(kvshared, backend, dtype, extra=()):
+    """kvshared with this check's geometry (tests/support/kvsd.py starts it:
+    READY on --ready-fd within a deadline). Raises Failure when it does not
+    start."""
+    try:
+        return kvsd.Daemon(blocks=POOL_BLOCKS, kvshared=kvshared, backend=backend,
+                           geometry={"layers": LAYERS, "kv_heads": KV_HEADS,
+                                     "head_dim": HEAD_DIM, "dtype": dtype,
+                                     "block_tokens": BLOCK_TOKENS}, extra=extra)
+    except RuntimeError as e:
+        raise Failure(str(e))
 
 
 def run_worker(args, role, socket, timeout):
@@ -427,10 +400,10 @@ def drive(args):
         print("== %s" % dtype, flush=True)
         daemon = None
         try:
-            daemon = Daemon(args.kvshared, args.backend, dtype, args.daemon_arg or [])
+            daemon = start_daemon(args.kvshared, args.backend, dtype, args.daemon_arg or [])
             run_worker(args, "writer", daemon.socket, args.timeout)
             run_worker(args, "reader", daemon.socket, args.timeout)
-            log = daemon.text()
+            log = daemon.log()
             rc = daemon.stop()
             daemon = None
             if rc != 0:
@@ -438,7 +411,7 @@ def drive(args):
         except Failure as e:
             print("FAILED (%s): %s" % (dtype, e))
             if daemon is not None:
-                print("kvshared log:\n" + daemon.text())
+                print("kvshared log:\n" + daemon.log())
                 daemon.stop()
             return FAIL
     print("PASSED: blocks written by one process were read by another through tensor views, "

@@ -27,14 +27,16 @@ from types import SimpleNamespace
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "client", "python"))
 sys.path.insert(0, os.path.join(HERE, "..", "client"))
+sys.path.insert(0, os.path.join(HERE, "..", "support"))
+import kvsd  # noqa: E402
 import kvshare  # noqa: E402
 import kvshare.sglang  # noqa: E402
 import kvshare.vllm  # noqa: E402
 import torch_share  # noqa: E402
-Daemon, Failure, check = torch_share.Daemon, torch_share.Failure, torch_share.check
+Failure, check = torch_share.Failure, torch_share.check
 
-# The daemon of torch_share.Daemon: 2 layers, 2 KV heads, head_dim 32,
-# 16 tokens per block, 64 blocks.
+# The geometry of the PyTorch check (2 layers, 2 KV heads, head_dim 32, 16
+# tokens per block, 64 blocks), fp32; configure() changes it.
 GEO = {"layers": torch_share.LAYERS, "kv_heads": torch_share.KV_HEADS,
        "head_dim": torch_share.HEAD_DIM, "block_tokens": torch_share.BLOCK_TOKENS}
 POOL_BLOCKS = torch_share.POOL_BLOCKS
@@ -42,13 +44,21 @@ VOCAB = torch_share.VOCAB
 
 
 def configure(layers, kv_heads, head_dim, pool_blocks):
-    """Another geometry for benchmarks; returns the kvshared flags that give
-    a pool of it (after torch_share.Daemon's own flags: the last flag wins)."""
+    """Another geometry (for benchmarks), for daemon() and the instances."""
     global POOL_BLOCKS
     GEO.update(layers=layers, kv_heads=kv_heads, head_dim=head_dim)
     POOL_BLOCKS = pool_blocks
-    return ["--layers", str(layers), "--kv-heads", str(kv_heads), "--head-dim", str(head_dim),
-            "--pool-blocks", str(pool_blocks)]
+
+
+def daemon(kvshared, extra=()):
+    """A kvshared (tests/support/kvsd.py) with a pool of GEO in fp32 and
+    POOL_BLOCKS blocks on the host backend, extra flags after. Raises
+    Failure when it does not start."""
+    try:
+        return kvsd.Daemon(blocks=POOL_BLOCKS, kvshared=kvshared,
+                           geometry=dict(GEO, dtype="fp32"), extra=extra)
+    except RuntimeError as e:
+        raise Failure(str(e))
 
 
 def prompt(seed, blocks, continuation=7):

@@ -49,7 +49,7 @@ ARGS = None
 
 
 def daemon(extra=()):
-    return engines.Daemon(ARGS.kvshared, "host", "fp32", list(extra))
+    return engines.daemon(ARGS.kvshared, extra)
 
 
 def same_bytes(torch, a, b):

@@ -5,8 +5,8 @@ deadline, so that no test races the daemon's start or hangs on one that never
 starts. Also the frame header of the wire protocol, for tests that read raw
 bytes.
 
-Needs KVSHARED (the daemon binary) in the environment; KVS_TEST_DAEMON_LOG
-sets its log level (default warn)."""
+The daemon binary is the kvshared argument, else KVSHARED from the
+environment; KVS_TEST_DAEMON_LOG sets its log level (default warn)."""
 import os
 import select
 import shutil
@@ -17,6 +17,9 @@ import tempfile
 import time
 
 BT = 4                  # tokens per block of the test geometry
+# The test geometry, as kvshared's flags name it; Daemon(geometry=...) changes
+# any of it (tests of real tensors want a model-like shape).
+GEOMETRY = {"layers": 2, "kv_heads": 2, "head_dim": 8, "dtype": "fp16", "block_tokens": BT}
 READY_SECONDS = 30      # as LAUNCH_READY_MS in launch.h
 FRAME_HEADER_BYTES = 4  # as common/frame_header.h
 SOCKET_PATH_MAX = 108   # as common/socket_path.h, NUL included
@@ -55,12 +58,18 @@ def wait_ready(fd, seconds):
 
 
 class Daemon:
-    """kvshared with `blocks` blocks of the test geometry, an optional config
-    file (its text), extra flags, and, with metrics, a free TCP port for
-    --metrics-listen. Its stderr is kept (log())."""
+    """kvshared with `blocks` blocks of the test geometry (or GEOMETRY updated
+    by `geometry`) on `backend`, an optional config file (its text), extra
+    flags, and, with metrics, a free TCP port for --metrics-listen. Its
+    stderr is kept (log())."""
 
     def __init__(self, blocks=64, config=None, extra=(), metrics=False,
-                 ready_seconds=READY_SECONDS):
+                 ready_seconds=READY_SECONDS, kvshared=None, backend="host", geometry=None):
+        geo = dict(GEOMETRY, **(geometry or {}))
+        unknown = set(geo) - set(GEOMETRY)
+        if unknown:
+            raise ValueError("unknown geometry keys %s (known: %s)"
+                             % (sorted(unknown), ", ".join(GEOMETRY)))
         self.dir = tempfile.mkdtemp(prefix="kvs-py-")
         self.socket = os.path.join(self.dir, "kvshared.sock")
         if len(self.socket) >= SOCKET_PATH_MAX:
@@ -69,10 +78,11 @@ class Daemon:
                                % self.socket)
         self.port = free_port() if metrics else None
         self.config = None
-        args = [os.environ["KVSHARED"], "--socket", self.socket, "--backend", "host",
-                "--layers", "2", "--kv-heads", "2", "--head-dim", "8", "--dtype", "fp16",
-                "--block-tokens", str(BT), "--pool-blocks", str(blocks),
+        args = [kvshared or os.environ["KVSHARED"], "--socket", self.socket,
+                "--backend", backend, "--pool-blocks", str(blocks),
                 "--log-level", os.environ.get("KVS_TEST_DAEMON_LOG", "warn")]
+        for key, value in geo.items():
+            args += ["--" + key.replace("_", "-"), str(value)]
         if config is not None:
             self.config = os.path.join(self.dir, "kvshared.conf")
             with open(self.config, "w") as f:

@@ -49,8 +49,8 @@ def interleaved(fns, repeat):
 
 
 def bench_copy(args, torch):
-    flags = engines.configure(args.layers, args.kv_heads, args.head_dim, args.blocks * 2)
-    d = engines.Daemon(args.kvshared, "host", "fp32", flags)
+    engines.configure(args.layers, args.kv_heads, args.head_dim, args.blocks * 2)
+    d = engines.daemon(args.kvshared)
     try:
         inst = engines.VllmInstance(d.socket, gpu_blocks=args.blocks * 2)
         link = inst.spec.link
@@ -162,8 +162,8 @@ def role(args, torch):
 
 
 def bench_ttft(args, torch):
-    flags = engines.configure(args.layers, args.kv_heads, args.head_dim, args.blocks * 2)
-    d = engines.Daemon(args.kvshared, "host", "fp32", flags)
+    engines.configure(args.layers, args.kv_heads, args.head_dim, args.blocks * 2)
+    d = engines.daemon(args.kvshared)
     try:
         print("ttft: %d layers, %d kv heads x %d (x2 query heads), prompt %d tokens"
               % (args.layers, args.kv_heads, args.head_dim,
