@@ -906,6 +906,34 @@ int kvs_alloc(kvs_client_t *c, const char *ns, uint32_t n, uint32_t *ids)
     return kvs_alloc_for(c, ns, NULL, 0, 0, n, ids);
 }
 
+int kvs_clear(kvs_client_t *c, const char *ns, size_t *n_cleared, size_t *n_kept)
+{
+    if (n_cleared)
+        *n_cleared = 0;
+    if (n_kept)
+        *n_kept = 0;
+    if (!c)
+        return KVS_EINVAL;
+    Kvshare__Request req = KVSHARE__REQUEST__INIT;
+    Kvshare__ClearRequest cl = KVSHARE__CLEAR_REQUEST__INIT;
+    Kvshare__Response *resp;
+    cl.ns = (char *)(ns ? ns : "");
+    req.rpc_case = KVSHARE__REQUEST__RPC_CLEAR;
+    req.clear = &cl;
+    int rc = call(c, &req, &resp);
+    if (rc == 0 && (resp->rpc_case != KVSHARE__RESPONSE__RPC_CLEAR || !resp->clear))
+        rc = set_err(c, KVS_EPROTO, "kvshared answered Clear with a wrong reply");
+    if (rc == 0) {
+        if (n_cleared)
+            *n_cleared = resp->clear->n_cleared;
+        if (n_kept)
+            *n_kept = resp->clear->n_kept;
+    }
+    if (resp)
+        kvshare__response__free_unpacked(resp, NULL);
+    return rc;
+}
+
 /* The wire form of a hint (NULL: none); wire is the caller's storage. */
 static Kvshare__RetentionHint *hint_wire(const kvs_hint_t *hint, Kvshare__RetentionHint *wire)
 {

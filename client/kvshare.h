@@ -305,6 +305,17 @@ typedef struct kvs_hint {
     uint32_t duration_ms; /* 0: while the block is cached */
 } kvs_hint_t;
 
+/* Drops the cached blocks of namespace ns (NULL or "": "default") that can
+ * go: every block no client pins, except the prefix (ancestors) of pinned
+ * blocks. Pinned and WRITING blocks stay; blocks of other namespaces are not
+ * touched. For an engine's "clear the store" and for operators; the blocks
+ * go as evictions do (KV events, metrics). *n_cleared (may be NULL) = blocks
+ * dropped; *n_kept (may be NULL) = cached blocks of ns left. Errors:
+ * KVS_EINVAL, KVS_ENONS (no such namespace: never created here),
+ * KVS_EDENIED (the namespace's allow-list refuses this client),
+ * KVS_ENOTCONN, KVS_ETIMEDOUT. */
+int kvs_clear(kvs_client_t *c, const char *ns, size_t *n_cleared, size_t *n_kept);
+
 /* kvs_commit, kvs_pin, kvs_release with a retention hint (NULL: none) for
  * every block they commit (canonical), pin, or release (cached ones). The
  * hint is applied to the blocks the call handled; errors as the plain

@@ -76,7 +76,11 @@
     X(sessions_dropped_memory, 0, "kvshare_sessions_dropped_memory_total", "", \
       "Sessions closed because the session buffers went over max_buffer_memory") \
     X(sessions_idle_closed, 0, "kvshare_sessions_idle_closed_total", "", \
-      "Sessions closed after idle_timeout_ms without a request")
+      "Sessions closed after idle_timeout_ms without a request") \
+    X(clears, 0, "kvshare_clears_total", "", \
+      "Clear requests served (a namespace's unpinned cached blocks dropped)") \
+    X(cleared_blocks, 0, "kvshare_cleared_blocks_total", "", \
+      "Cached blocks dropped by Clear requests (also counted in evictions)")
 /* clang-format on */
 
 /* Room for counters in kvs_stats_t and StatsReply.counters. */

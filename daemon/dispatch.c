@@ -22,6 +22,7 @@ static const dispatch_entry_t dispatch_table[] = {
     {KVSHARE__REQUEST__RPC_STATS, "Stats", handler_stats},
     {KVSHARE__REQUEST__RPC_TREE, "Tree", handler_tree},
     {KVSHARE__REQUEST__RPC_PING, "Ping", handler_ping},
+    {KVSHARE__REQUEST__RPC_CLEAR, "Clear", handler_clear},
 };
 
 #define DISPATCH_N (sizeof(dispatch_table) / sizeof(dispatch_table[0]))

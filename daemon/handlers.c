@@ -929,3 +929,38 @@ int handler_ping(session_t *s, const Kvshare__Request *req, Kvshare__Response *r
     resp->ping = r;
     return 0;
 }
+
+/* Clear: the namespace's unpinned cached blocks go back to the pool (each
+ * through server_on_evict, so KV events and metrics see them as evictions).
+ * Pinned blocks and their prefixes stay; WRITING blocks are not in the
+ * index. A namespace is never created here. */
+int handler_clear(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
+                  handler_ctx_t *ctx)
+{
+    server_t *srv = s->srv;
+    uint32_t ns;
+    size_t cleared = 0;
+    radix_ns_stats_t st;
+
+    int rc = ns_resolve(s, req->clear->ns, false, &ns, ctx);
+    if (rc != 0)
+        return rc;
+    rc = radix_ns_clear(srv->index, ns, &cleared);
+    if (rc == 0)
+        rc = radix_ns_stats(srv->index, ns, &st);
+    if (rc != 0)
+        return fail(ctx, KVS_EINTERNAL, "clearing namespace '%s' failed: %s",
+                    radix_ns_name(srv->index, ns), kvs_status_text(rc));
+    srv->metrics.clears++;
+    srv->metrics.cleared_blocks += cleared;
+    LOG_INFO("namespace '%s' cleared by session %llu: %zu blocks dropped, %u kept (pinned)",
+             radix_ns_name(srv->index, ns), (unsigned long long)s->id, cleared, st.cached_blocks);
+
+    Kvshare__ClearReply *r = &ctx->reply.clear;
+    kvshare__clear_reply__init(r);
+    r->n_cleared = (uint32_t)cleared;
+    r->n_kept = st.cached_blocks;
+    resp->rpc_case = KVSHARE__RESPONSE__RPC_CLEAR;
+    resp->clear = r;
+    return 0;
+}

@@ -30,6 +30,7 @@ struct handler_ctx {
         Kvshare__StatsReply stats;
         Kvshare__TreeReply tree;
         Kvshare__PingReply ping;
+        Kvshare__ClearReply clear;
     } reply;
     Kvshare__Geometry geometry;
     /* Stats and Tree rows: freed by dispatch after packing. */
@@ -63,5 +64,7 @@ int handler_tree(session_t *s, const Kvshare__Request *req, Kvshare__Response *r
                  handler_ctx_t *ctx);
 int handler_ping(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
                  handler_ctx_t *ctx);
+int handler_clear(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
+                  handler_ctx_t *ctx);
 
 #endif /* KVS_DAEMON_HANDLERS_H */

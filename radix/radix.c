@@ -1607,6 +1607,26 @@ int radix_evict(radix_tree_t *t, uint32_t for_ns, size_t n, size_t *n_evicted)
     return 0;
 }
 
+/* A clear is not a choice of whose block makes room: the namespace asks for
+ * all of its unpinned blocks to go, so evict_choice (and the reservations
+ * it guards) has nothing to decide. Leaves go in the namespace's own order,
+ * each parent after its last child. */
+int radix_ns_clear(radix_tree_t *t, uint32_t ns, size_t *n_dropped)
+{
+    if (!t || !n_dropped)
+        return KVS_EINVAL;
+    if (ns >= t->n_ns)
+        return KVS_ENONS;
+    size_t done = 0;
+    radix_node_t *v;
+    while ((v = candidate(t, t->ns[ns])) != NULL) {
+        evict_leaf(t, v, EVICT_OWN);
+        done++;
+    }
+    *n_dropped = done;
+    return 0;
+}
+
 uint32_t radix_cached_blocks(const radix_tree_t *t)
 {
     return t ? t->cached : 0;

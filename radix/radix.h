@@ -348,6 +348,16 @@ int radix_block_hash(const radix_tree_t *t, uint32_t block_id, uint64_t *hash);
  * at each namespace. Errors: KVS_ENONS. */
 int radix_evict(radix_tree_t *t, uint32_t for_ns, size_t n, size_t *n_evicted);
 
+/* Drops every cached block of namespace ns that can go: unpinned leaves,
+ * then their parents as their last child goes, until only pinned blocks and
+ * their ancestors are left. Calls on_evict for each; counted as evicted_own
+ * (the namespace's own request). Reservations do not apply (nothing is taken
+ * for another namespace), nor priorities (every unpinned block goes).
+ * *n_dropped = blocks dropped; the namespace's cached_blocks afterwards are
+ * those kept. Cost: O(log leaves) per block dropped. Errors: KVS_EINVAL,
+ * KVS_ENONS. */
+int radix_ns_clear(radix_tree_t *t, uint32_t ns, size_t *n_dropped);
+
 /* Blocks cached, and of those pinned, over all namespaces. */
 uint32_t radix_cached_blocks(const radix_tree_t *t);
 uint32_t radix_pinned_blocks(const radix_tree_t *t);

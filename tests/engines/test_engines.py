@@ -9,7 +9,7 @@ Cases:
                   prepare_store, transfer, complete_store, success and failure;
                   both KV layouts (K and V split, and joined); events
   sglang_order    batch_exists, batch_set_v1, batch_get_v1 with host indices;
-                  set/get/exists; get_stats
+                  set/get/exists; get_stats; clear (a page being read stays)
   vllm_two        instance A stores a prompt's KV in one process, instance B in
                   another loads it into its own tensors: the bytes equal A's,
                   and B's attention output on a continuation equals computing
@@ -155,9 +155,25 @@ def case_sglang_order(torch):
         check(inst.storage.set(key, page) and inst.storage.exists(key), "set, then exists")
         check(same_bytes(torch, inst.storage.get(key), page), "get returns the page set")
         check(inst.storage.batch_get([key, keys[0]])[0] is not None, "batch_get")
+        # clear() while another instance reads page 0 (its pin): that page
+        # stays, the other 4 pages of the namespace go; other namespaces stay.
+        other = engines.kvshare.Client(socket_path=d.socket, map_pool=False)
+        other.release(other.commit(list(range(16)), other.alloc(1, ns="keep"), ns="keep"))
+        reader = inst.storage.keys.client
+        [pinned] = inst.storage.keys.pin([engines.kvshare.sglang.page_key(keys[0])])
         inst.storage.clear()
-        check(inst.storage.get_stats()["sets"] == 0 and inst.storage.batch_exists(keys) == 4,
-              "clear resets this backend; the pages stay for other instances")
+        st = inst.storage.get_stats()
+        check(st["sets"] == 0 and st["last_clear"] == {"cleared": 4, "kept": 1},
+              "clear drops the namespace's pages but one being read, resets the counters")
+        check(inst.storage.batch_exists(keys) == 1 and not inst.storage.exists(key),
+              "after clear: only the page being read is found")
+        check(len(other.lookup(list(range(16)), ns="keep", pin=False)) == 1,
+              "clear leaves other namespaces alone")
+        reader.release([pinned])
+        inst.storage.clear()
+        check(inst.storage.get_stats()["last_clear"] == {"cleared": 1, "kept": 0}
+              and inst.storage.batch_exists(keys) == 0, "once read, a second clear drops it")
+        other.close()
     finally:
         d.stop()
 

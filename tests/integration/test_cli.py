@@ -89,11 +89,27 @@ class CliTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("lookups/s", r.stdout)
 
+    def test_clear(self):
+        with kvshare.Client(socket_path=self.daemon.socket, map_pool=False,
+                            timeout_ms=20000) as c:
+            tokens = list(range(500, 500 + 2 * 4))
+            c.release(c.commit(tokens, c.alloc(2, ns="tenant-clear"), ns="tenant-clear"))
+            r = cli("clear", "tenant-clear", "--socket", self.daemon.socket)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("namespace 'tenant-clear': 2 blocks dropped, 0 kept", r.stdout)
+            self.assertEqual(c.lookup(tokens, ns="tenant-clear", pin=False), [])
+        r = cli("clear", "no-such-ns", "--socket", self.daemon.socket)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("unknown namespace 'no-such-ns'", r.stderr)
+        r = cli("clear", "--socket", self.daemon.socket)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("name the namespace", r.stderr)
+
     def test_no_daemon_says_what_to_do(self):
         d = tempfile.mkdtemp()
         try:
-            for cmd in ("stats", "top", "tree", "ping"):
-                r = cli(cmd, "--socket", os.path.join(d, "none.sock"))
+            for cmd in ("stats", "top", "tree", "ping", "clear x"):
+                r = cli(*cmd.split(), "--socket", os.path.join(d, "none.sock"))
                 self.assertEqual(r.returncode, 1, cmd)
                 self.assertIn("is kvshared running? no socket at", r.stderr)
         finally:

@@ -379,5 +379,56 @@ class ConfigTest(unittest.TestCase):
         c.close()
 
 
+class ClearTest(unittest.TestCase):
+    """Clear drops a namespace's unpinned cached blocks, keeps pinned ones and
+    their prefixes and WRITING blocks, never touches another namespace, and
+    is refused on a namespace the peer may not use."""
+
+    NOBODY = 4242424  # a uid no test process has
+
+    def test_clear(self):
+        d = Daemon(blocks=64, config="[namespace open]\n[namespace other]\n"
+                                     "[namespace secret]\nallow_uids = %d\n" % self.NOBODY)
+        try:
+            with kvshare.Client(socket_path=d.socket, map_pool=False) as c:
+                kept = blocks_of(100, 3)        # its last block stays pinned
+                gone = blocks_of(200, 2)
+                other = blocks_of(300, 2)
+                pinned = c.commit(kept, c.alloc(3, ns="open"), ns="open")
+                c.release(pinned[:2])
+                c.release(c.commit(gone, c.alloc(2, ns="open"), ns="open"))
+                c.release(c.commit(other, c.alloc(2, ns="other"), ns="other"))
+                writing = c.alloc(1, ns="open")
+                self.assertEqual(c.clear("open"), (2, 3))  # "gone"; "kept" is a pinned prefix
+                self.assertEqual(len(c.lookup(kept, ns="open", pin=False)), 3)
+                self.assertEqual(c.lookup(gone, ns="open", pin=False), [])
+                self.assertEqual(len(c.lookup(other, ns="other", pin=False)), 2)
+                st = c.stats()
+                self.assertEqual(st["writing_blocks"], 1)
+                self.assertEqual(st["cached_blocks"], 5)
+                self.assertEqual(st["free_blocks"] + st["writing_blocks"] + st["cached_blocks"],
+                                 64)
+                self.assertEqual(st["clears"], 1)
+                self.assertEqual(st["cleared_blocks"], 2)
+                # Pins gone: a second clear takes the rest; a third finds nothing.
+                c.release(pinned[2:] + writing)
+                self.assertEqual(c.clear("open"), (3, 0))
+                self.assertEqual(c.clear("open"), (0, 0))
+                for ns, status, says in (("secret", "EDENIED", "allow_uids"),
+                                         ("nosuch", "ENONS", "nosuch")):
+                    with self.assertRaises(kvshare.KvsError) as e:
+                        c.clear(ns)
+                    self.assertEqual(e.exception.status, kvshare.STATUS[status],
+                                     str(e.exception))
+                    self.assertIn(says, str(e.exception))
+                m = parse_metrics(d.scrape())
+                self.assertEqual(metric(m, "kvshare_clears_total"), 3)
+                self.assertEqual(metric(m, "kvshare_cleared_blocks_total"), 5)
+                self.assertEqual(metric(m, "kvshare_evictions_total"), 5)
+                self.assertGreaterEqual(metric(m, "kvshare_namespace_denied_total"), 1)
+        finally:
+            self.assertEqual(d.stop(), 0)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -163,6 +163,53 @@ END_TEST
 
 /* ---- lookup ------------------------------------------------------------------ */
 
+/* A clear drops every unpinned block of its namespace, keeps pinned blocks
+ * and their ancestors, and never touches another namespace. */
+START_TEST(test_ns_clear)
+{
+    radix_tree_t *t = tree_with(BT, 64, NULL);
+    uint32_t a = ns_new(t, "a", 0, 0), b = ns_new(t, "b", 0, 0);
+    uint32_t p1[3 * BT], p2[2 * BT], p3[2 * BT];
+    prompt(p1, 3 * BT, 1);
+    prompt(p2, 2 * BT, 2);
+    prompt(p3, 2 * BT, 3);
+    insert_run(t, a, p1, 3, 0, false, 0);
+    insert_run(t, a, p2, 2, 3, false, 0);
+    insert_run(t, b, p3, 2, 5, false, 0);
+    /* Pin block 1 (p1's second block): 0 stays as its ancestor. */
+    ck_assert_int_eq(radix_pin(t, 1), 0);
+    size_t n = 99;
+    ck_assert_int_eq(radix_ns_clear(t, a, NULL), KVS_EINVAL);
+    ck_assert_int_eq(radix_ns_clear(NULL, a, &n), KVS_EINVAL);
+    ck_assert_int_eq(radix_ns_clear(t, 7, &n), KVS_ENONS);
+    ck_assert_uint_eq(ev.n, 0);
+    ck_assert_int_eq(radix_ns_clear(t, a, &n), 0);
+    ck_assert_int_eq(radix_check(t), 0);
+    ck_assert_uint_eq(n, 3); /* 2 (p1's last), 3 and 4 (p2) */
+    ck_assert_uint_eq(ev.n, 3);
+    uint32_t seen = 0;
+    for (size_t i = 0; i < ev.n; i++)
+        seen |= 1u << ev.ids[i];
+    ck_assert_uint_eq(seen, (1u << 2) | (1u << 3) | (1u << 4));
+    radix_ns_stats_t st;
+    ck_assert_int_eq(radix_ns_stats(t, a, &st), 0);
+    ck_assert_uint_eq(st.cached_blocks, 2);
+    ck_assert_uint_eq(st.evicted_own, 3);
+    ck_assert_uint_eq(lookup_n(t, a, p1, 3 * BT, NULL), 2);
+    ck_assert_uint_eq(lookup_n(t, a, p2, 2 * BT, NULL), 0);
+    ck_assert_uint_eq(lookup_n(t, b, p3, 2 * BT, NULL), 2);
+    /* Once the pin goes, a second clear takes the rest. */
+    ck_assert_int_eq(radix_unpin(t, 1), 0);
+    ck_assert_int_eq(radix_ns_clear(t, a, &n), 0);
+    ck_assert_int_eq(radix_check(t), 0);
+    ck_assert_uint_eq(n, 2);
+    ck_assert_uint_eq(radix_cached_blocks(t), 2);
+    ck_assert_int_eq(radix_ns_clear(t, a, &n), 0);
+    ck_assert_uint_eq(n, 0);
+    radix_free(t);
+}
+END_TEST
+
 START_TEST(test_lookup_edges)
 {
     radix_tree_t *t = tree_with(BT, 64, NULL);
@@ -1707,6 +1754,7 @@ static Suite *radix_suite(void)
     tcase_add_test(tc, test_new_args);
     tcase_add_test(tc, test_namespaces);
     tcase_add_test(tc, test_namespace_isolation);
+    tcase_add_test(tc, test_ns_clear);
     tcase_add_test(tc, test_lookup_edges);
     tcase_add_test(tc, test_lookup_pin);
     tcase_add_test(tc, test_match_read_only);

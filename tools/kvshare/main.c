@@ -16,6 +16,7 @@ static const kvshare_command_t commands[] = {
     {"top", kvshare_cmd_top, "the stats view, refreshed, with rates"},
     {"tree", kvshare_cmd_tree, "top cached prefixes: tokens, blocks, hits, pins, age"},
     {"ping", kvshare_cmd_ping, "round-trip time to kvshared"},
+    {"clear", kvshare_cmd_clear, "drop a namespace's cached blocks that no worker pins"},
     {"events", kvshare_cmd_events,
      "tail the KV events kvshared publishes for cluster routers (--json)"},
 };

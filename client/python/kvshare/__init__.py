@@ -231,6 +231,7 @@ def _declare(lib):
         "kvs_tree": (ctypes.c_int, [P, ctypes.c_char_p, ctypes.c_int,
                                     ctypes.POINTER(_Prefix), SZ, SZP]),
         "kvs_ping": (ctypes.c_int, [P, SZ, ctypes.POINTER(ctypes.c_double)]),
+        "kvs_clear": (ctypes.c_int, [P, ctypes.c_char_p, SZP, SZP]),
     }
     for name, (res, args) in sig.items():
         fn = getattr(lib, name)
@@ -421,6 +422,15 @@ class Client:
             self._check(self._lib.kvs_alloc_for(self._c, _enc(ns), tp, tn, first_block, n, out))
             del keep
         return list(out)
+
+    def clear(self, ns=None):
+        """Drops namespace ns's cached blocks that no client pins (but the
+        prefixes of pinned ones); returns (blocks dropped, cached blocks
+        kept). Raises KvsError (ENONS, EDENIED, ENOTCONN, ...)."""
+        cleared, kept = ctypes.c_size_t(), ctypes.c_size_t()
+        self._check(self._lib.kvs_clear(self._c, _enc(ns), ctypes.byref(cleared),
+                                        ctypes.byref(kept)))
+        return cleared.value, kept.value
 
     def commit(self, tokens, block_ids, ns=None, priority=None, duration_ms=0):
         """Commits; returns the canonical block of each committed block.

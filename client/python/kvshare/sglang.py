@@ -82,6 +82,7 @@ class KvshareHiCacheStorage(HiCacheStorage):
         self.copier = None
         self._epoch = None
         self.mem_pool_host = None
+        self.last_clear = None
         self.counts = {"exists": 0, "hits": 0, "gets": 0, "get_failures": 0, "sets": 0,
                        "set_present": 0, "set_failures": 0}
 
@@ -265,15 +266,34 @@ class KvshareHiCacheStorage(HiCacheStorage):
         return all(self.set(k, v) for k, v in zip(keys, values))
 
     def clear(self):
-        """Drops what this backend holds. Stored pages stay in kvshared for
-        the other instances (it has no delete; the pool evicts them as
-        needed); this instance's session holds no pin between calls."""
+        """Drops the pages of this backend's namespace from kvshared (its
+        Clear RPC) and resets this backend's counters. Pages that another
+        instance is reading at that moment (pinned) stay, with their
+        prefixes; pages being written stay too. The namespace is shared by
+        every instance configured with it: they lose the pages as well.
+        Never raises: without a daemon there is nothing to drop; a refusal
+        (an allow-list, say) is kept in last_clear with the reason."""
         self.counts = dict.fromkeys(self.counts, 0)
+        self.last_clear = None
+        if not self._ready():
+            self.last_clear = {"error": "no daemon: %s" % (self.client.last_error or "")}
+            return
+        try:
+            cleared, kept = self.client.clear(self.ns)
+            self.last_clear = {"cleared": cleared, "kept": kept}
+        except kvshare.KvsError as e:
+            if e.status == kvshare.STATUS["ENONS"]:  # nothing was ever stored here
+                self.last_clear = {"cleared": 0, "kept": 0}
+            else:
+                self.last_clear = {"error": str(e)}
 
     def get_stats(self):
-        """This backend's counters and the namespace's row of the daemon's
-        stats (absent without a daemon)."""
+        """This backend's counters, what the last clear() did (last_clear:
+        pages dropped and kept, or the error), and the namespace's row of the
+        daemon's stats (absent without a daemon)."""
         out = dict(self.counts)
+        if self.last_clear is not None:
+            out["last_clear"] = dict(self.last_clear)
         try:
             rows = [r for r in self.client.stats()["namespaces"] if r["name"] == self.ns]
             if rows:
