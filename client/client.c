@@ -875,12 +875,12 @@ int kvs_lookup(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n
     return kvs_lookup_wait(c, ns, tokens, n_tokens, pin, 0, ids, max_ids, n_blocks, NULL, NULL);
 }
 
-int kvs_alloc_for(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n_tokens,
-                  uint32_t first_block, uint32_t n, uint32_t *ids)
+/* The Alloc RPC: kvs_alloc_for, and with report (kvs_alloc_report) the
+ * evicted blocks of ns. */
+static int alloc_call(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n_tokens,
+                      uint32_t first_block, uint32_t n, uint32_t *ids, int report,
+                      uint32_t *evicted_tokens, size_t max_evicted, size_t *n_evicted)
 {
-    if (!c || !ids || n == 0 || (n_tokens && !tokens) || (!n_tokens && first_block) ||
-        (n_tokens && (!ns || !ns[0])))
-        return KVS_EINVAL;
     Kvshare__Request req = KVSHARE__REQUEST__INIT;
     Kvshare__AllocRequest al = KVSHARE__ALLOC_REQUEST__INIT;
     Kvshare__Response *resp;
@@ -888,17 +888,51 @@ int kvs_alloc_for(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_
     al.ns = (char *)(ns ? ns : "");
     al.tokens = tokens_bytes(tokens, n_tokens);
     al.first_block = first_block;
+    al.report_evicted = report != 0;
     req.rpc_case = KVSHARE__REQUEST__RPC_ALLOC;
     req.alloc = &al;
     int rc = call(c, &req, &resp);
     if (rc == 0 && (resp->rpc_case != KVSHARE__RESPONSE__RPC_ALLOC || !resp->alloc ||
                     resp->alloc->n_block_ids != n))
         rc = set_err(c, KVS_EPROTO, "kvshared answered Alloc with a wrong reply");
-    if (rc == 0)
+    size_t bt = c->geo.block_tokens;
+    if (rc == 0 && report && (bt == 0 || resp->alloc->evicted_tokens.len % (4 * bt) != 0))
+        rc = set_err(c, KVS_EPROTO,
+                     "kvshared reported %zu bytes of evicted tokens, not whole blocks of %zu",
+                     resp->alloc->evicted_tokens.len, bt);
+    if (rc == 0) {
         memcpy(ids, resp->alloc->block_ids, n * sizeof(uint32_t));
+        if (report) {
+            const uint8_t *p = resp->alloc->evicted_tokens.data;
+            size_t blocks = resp->alloc->evicted_tokens.len / (4 * bt);
+            *n_evicted = blocks < max_evicted ? blocks : max_evicted;
+            for (size_t i = 0; i < *n_evicted * bt; i++, p += 4)
+                evicted_tokens[i] = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+                                    (uint32_t)p[3] << 24;
+        }
+    }
     if (resp)
         kvshare__response__free_unpacked(resp, NULL);
     return rc;
+}
+
+int kvs_alloc_for(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n_tokens,
+                  uint32_t first_block, uint32_t n, uint32_t *ids)
+{
+    if (!c || !ids || n == 0 || (n_tokens && !tokens) || (!n_tokens && first_block) ||
+        (n_tokens && (!ns || !ns[0])))
+        return KVS_EINVAL;
+    return alloc_call(c, ns, tokens, n_tokens, first_block, n, ids, 0, NULL, 0, NULL);
+}
+
+int kvs_alloc_report(kvs_client_t *c, const char *ns, uint32_t n, uint32_t *ids,
+                     uint32_t *evicted_tokens, size_t max_evicted, size_t *n_evicted)
+{
+    if (n_evicted)
+        *n_evicted = 0;
+    if (!c || !ids || n == 0 || !ns || !ns[0] || !n_evicted || (max_evicted && !evicted_tokens))
+        return KVS_EINVAL;
+    return alloc_call(c, ns, NULL, 0, 0, n, ids, 1, evicted_tokens, max_evicted, n_evicted);
 }
 
 int kvs_alloc(kvs_client_t *c, const char *ns, uint32_t n, uint32_t *ids)

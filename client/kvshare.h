@@ -209,6 +209,18 @@ int kvs_lookup(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n
  * KVS_ENOTCONN, KVS_ETIMEDOUT. */
 int kvs_alloc(kvs_client_t *c, const char *ns, uint32_t n, uint32_t *ids);
 
+/* kvs_alloc in namespace ns (required), also saying which blocks of ns it
+ * evicted to make room: the token ids of up to max_evicted of them,
+ * block_tokens each (block i at evicted_tokens[i * block_tokens]), in
+ * eviction order, and their number in *n_evicted. A block's own tokens, not
+ * its prefix: in a namespace of one-block prompts (the engine plug-ins' key
+ * blocks) they name the block. Blocks of other namespaces that it evicted
+ * are not reported, nor blocks evicted by other requests. Errors: as
+ * kvs_alloc, and KVS_EINVAL (ns NULL or "", n_evicted NULL, evicted_tokens
+ * NULL with max_evicted > 0). */
+int kvs_alloc_report(kvs_client_t *c, const char *ns, uint32_t n, uint32_t *ids,
+                     uint32_t *evicted_tokens, size_t max_evicted, size_t *n_evicted);
+
 /* Prefixes in flight. When several workers get the same new prompt at once,
  * each would compute the same prefill. A worker that declares what it is
  * about to write lets the others wait for it instead:

@@ -363,6 +363,10 @@ int handler_alloc(session_t *s, const Kvshare__Request *req, Kvshare__Response *
     }
     /* A declaration of what the blocks will hold (inflight.h). */
     const uint64_t *hashes = NULL;
+    if (al->report_evicted && ns == RADIX_NS_ANY)
+        return fail(ctx, KVS_EINVAL,
+                    "an alloc that asks for its evicted blocks must name its "
+                    "namespace (only that namespace's blocks are reported)");
     if (al->tokens.len > 0) {
         const uint32_t *tokens;
         size_t n_tokens;
@@ -406,7 +410,18 @@ int handler_alloc(session_t *s, const Kvshare__Request *req, Kvshare__Response *
         pool_counts_t c;
         pool_counts(srv->pool, &c);
         hints_expire(srv);
+        if (al->report_evicted) {
+            /* Freed by dispatch with the reply it travels in. */
+            ctx->heap[1] = malloc((size_t)(al->n - c.free) * srv->geo.block_tokens * 4);
+            if (!ctx->heap[1])
+                return fail(ctx, KVS_ENOMEM, "out of memory for the evicted blocks' tokens");
+            srv->evict_report.ns = ns;
+            srv->evict_report.tokens = ctx->heap[1];
+            srv->evict_report.n = 0;
+            srv->evict_report.max = al->n - c.free;
+        }
         rc = radix_evict(srv->index, ns, al->n - c.free, &evicted);
+        srv->evict_report.tokens = NULL;
         if (rc != 0)
             return fail(ctx, rc, "eviction failed: %s", kvs_status_text(rc));
         rc = pool_alloc(srv->pool, al->n, ids);
@@ -432,6 +447,10 @@ int handler_alloc(session_t *s, const Kvshare__Request *req, Kvshare__Response *
     r->n_block_ids = al->n;
     r->block_ids = ids;
     r->evicted = (uint32_t)evicted;
+    if (ctx->heap[1]) {
+        r->evicted_tokens.data = ctx->heap[1];
+        r->evicted_tokens.len = srv->evict_report.n * srv->geo.block_tokens * 4;
+    }
     resp->rpc_case = KVSHARE__RESPONSE__RPC_ALLOC;
     resp->alloc = r;
     return 0;

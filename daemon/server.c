@@ -85,6 +85,24 @@ void server_on_evict(void *ctx, uint32_t block_id)
     pool_release(s->pool, block_id);
 }
 
+void server_on_evict_tokens(void *ctx, uint32_t block_id, uint32_t ns, const uint32_t *tokens)
+{
+    server_t *s = ctx;
+    (void)block_id;
+    if (!s->evict_report.tokens || ns != s->evict_report.ns ||
+        s->evict_report.n >= s->evict_report.max)
+        return;
+    uint32_t bt = s->geo.block_tokens;
+    uint8_t *out = s->evict_report.tokens + s->evict_report.n * bt * 4;
+    for (uint32_t i = 0; i < bt; i++) {
+        out[4 * i] = (uint8_t)tokens[i];
+        out[4 * i + 1] = (uint8_t)(tokens[i] >> 8);
+        out[4 * i + 2] = (uint8_t)(tokens[i] >> 16);
+        out[4 * i + 3] = (uint8_t)(tokens[i] >> 24);
+    }
+    s->evict_report.n++;
+}
+
 const events_stream_t *server_events_stream(server_t *s, uint32_t ns)
 {
     static const events_stream_t off = {.on = false};
@@ -247,6 +265,7 @@ int server_open(const server_config_t *cfg, uv_loop_t *loop, server_t **out, cha
         .block_tokens = s->geo.block_tokens,
         .max_blocks = s->num_blocks,
         .on_evict = server_on_evict,
+        .on_evict_tokens = server_on_evict_tokens,
         .evict_ctx = s,
         .policy = s->cfg.eviction,
     };

@@ -165,6 +165,17 @@ typedef struct server {
     uint64_t *block_hash;
     events_stream_t *ev_streams;
     bool *ev_resolved;
+
+    /* Set by an Alloc that asks which blocks its evictions dropped
+     * (report_evicted) for the time of its radix_evict: the token ids of
+     * each dropped block of namespace ns, at most max blocks, as the wire
+     * has them (little-endian uint32). */
+    struct {
+        uint32_t ns;
+        uint8_t *tokens;
+        size_t n;
+        size_t max;
+    } evict_report;
 } server_t;
 
 /* Fills cfg with defaults: 16 MiB frames, 64 MiB output, 1024 sessions,
@@ -229,5 +240,7 @@ void server_sync_counters(server_t *s);
 
 /* Index eviction callback: the block goes back to the pool. */
 void server_on_evict(void *ctx, uint32_t block_id);
+/* radix's on_evict_tokens: records the block for an Alloc's evict_report. */
+void server_on_evict_tokens(void *ctx, uint32_t block_id, uint32_t ns, const uint32_t *tokens);
 
 #endif /* KVS_DAEMON_SERVER_H */

@@ -125,6 +125,11 @@ typedef struct radix_config {
     uint32_t max_blocks;     /* block ids are in [0, max_blocks) */
     radix_evict_fn on_evict; /* may be NULL */
     void *evict_ctx;
+    /* May be NULL: called with evict_ctx just before on_evict, with the
+     * dropped block's namespace and its block_tokens token ids (valid during
+     * the call only), for callers that report what was dropped. Must not call
+     * back into the tree. */
+    void (*on_evict_tokens)(void *ctx, uint32_t block_id, uint32_t ns, const uint32_t *tokens);
     radix_hash_fn hash; /* NULL: XXH3-64 */
     /* Tests only, NULL otherwise: asked before each allocation the index
      * makes once the tree exists; true makes that allocation fail, so tests

@@ -362,6 +362,27 @@ def case_evicted(torch):
                   "vLLM: prepare_load finds them gone and the transfer fails (a load error)")
             got = s.storage.batch_get_v1(keys, s.indices([5, 6, 7]))
             check(got == [False] * 3, "SGLang: batch_get_v1 says False for each page")
+
+        # prepare_store names the hashes its Alloc evicted, of its namespace
+        # only: SGLang's 3 pages (stored first, so evicted first) are not
+        # among them.
+        check(s.store(keys, [0, 1, 2]) == [True] * 3, "SGLang stores its 3 pages again")
+        many, _ = engines.prompt(62, 40)
+        many = engines.vllm_hashes(many, engines.GEO["block_tokens"])
+        check(v.store(many, [i % 16 for i in range(40)])[1], "vLLM stores 40 blocks")
+        with engines.kvshare.Client(socket_path=d.socket, map_pool=False) as hog:
+            hog.alloc(engines.POOL_BLOCKS - 44)  # 1 block left free
+            new, _ = engines.prompt(63, 5)
+            new = engines.vllm_hashes(new, engines.GEO["block_tokens"])
+            out = v.manager.prepare_store(new)
+            check(out is not None and list(out.block_hashes_to_store) == new,
+                  "prepare_store of 5 new blocks with 1 free")
+            check(list(out.block_hashes_evicted) == many[:1],
+                  "block_hashes_evicted: the one vLLM block evicted (the 3 SGLang pages "
+                  "evicted before it are not named)")
+            check(v.lookup(many) == 0 and v.manager.lookup(many[1:]) == 39
+                  and s.storage.batch_exists(keys) == 0, "and those blocks are gone")
+            v.manager.complete_store(new, success=False)
         v.close()
     finally:
         d.stop()

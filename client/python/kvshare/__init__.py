@@ -232,6 +232,8 @@ def _declare(lib):
                                     ctypes.POINTER(_Prefix), SZ, SZP]),
         "kvs_ping": (ctypes.c_int, [P, SZ, ctypes.POINTER(ctypes.c_double)]),
         "kvs_clear": (ctypes.c_int, [P, ctypes.c_char_p, SZP, SZP]),
+        "kvs_alloc_report": (ctypes.c_int, [P, ctypes.c_char_p, ctypes.c_uint32, U32P, U32P,
+                                            SZ, SZP]),
     }
     for name, (res, args) in sig.items():
         fn = getattr(lib, name)
@@ -422,6 +424,17 @@ class Client:
             self._check(self._lib.kvs_alloc_for(self._c, _enc(ns), tp, tn, first_block, n, out))
             del keep
         return list(out)
+
+    def alloc_report(self, n, ns):
+        """n WRITING blocks in namespace ns, and the blocks of ns this Alloc
+        evicted to make room: (ids, [token ids of each evicted block])."""
+        out = (ctypes.c_uint32 * n)()
+        bt = self.geometry["block_tokens"]
+        evicted = (ctypes.c_uint32 * (n * bt))()
+        got = ctypes.c_size_t()
+        self._check(self._lib.kvs_alloc_report(self._c, _enc(ns), n, out, evicted, n,
+                                               ctypes.byref(got)))
+        return list(out), [list(evicted[i * bt:(i + 1) * bt]) for i in range(got.value)]
 
     def clear(self, ns=None):
         """Drops namespace ns's cached blocks that no client pins (but the

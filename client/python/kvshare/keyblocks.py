@@ -26,7 +26,8 @@ import array
 
 import kvshare
 
-__all__ = ["EngineGeometry", "GeometryMismatch", "KeyBlocks", "key_tokens", "check_geometry"]
+__all__ = ["EngineGeometry", "GeometryMismatch", "KeyBlocks", "key_tokens", "tokens_key",
+           "check_geometry"]
 
 # dtype names as kvshared spells them, and their sizes.
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
@@ -105,6 +106,18 @@ def key_tokens(key, block_tokens):
     tokens.append(n)
     tokens.extend([0] * (block_tokens - len(tokens)))
     return tokens
+
+
+def tokens_key(tokens):
+    """The key a key block's token ids hold (the inverse of key_tokens), or
+    None when they are not a key block's (a block of token ids)."""
+    k = max((i for i, t in enumerate(tokens) if t), default=-1)
+    if k < 4 or tokens[k] != 4 * k:
+        return None
+    words = array.array("I", tokens[:k])
+    if array.array("I", [1]).tobytes() != b"\x01\x00\x00\x00":
+        words.byteswap()
+    return words.tobytes()
 
 
 class KeyBlocks:
@@ -204,6 +217,19 @@ class KeyBlocks:
             raise kvshare.KvsError(kvshare.STATUS["ENOTCONN"], self.client.last_error or
                                    str(self.refused))
         return self.client.alloc(n, ns=self.ns)
+
+    def alloc_evicting(self, n):
+        """alloc(n), and the keys of this namespace's blocks that the daemon
+        evicted to make room for them: (ids, keys). Blocks of other
+        namespaces, and evictions by other requests, are not reported."""
+        if not n:
+            return [], []
+        if not self.usable():
+            raise kvshare.KvsError(kvshare.STATUS["ENOTCONN"], self.client.last_error or
+                                   str(self.refused))
+        ids, evicted = self.client.alloc_report(n, self.ns)
+        keys = [tokens_key(t) for t in evicted]
+        return ids, [k for k in keys if k is not None]
 
     def commit(self, key, block):
         """Commits a written block under key; returns the block that now holds

@@ -177,16 +177,17 @@ class KvshareOffloadingManager(OffloadingManager):
         hashes = _hashes(block_hashes)
         todo = [h for h in hashes if h not in self._storing and self.keys.find(h) is None]
         try:
-            ids = self.keys.alloc(len(todo))
+            ids, evicted = self.keys.alloc_evicting(len(todo))
         except kvshare.KvsError:
             return None  # pool full of pinned blocks, or no daemon: vLLM skips the store
         for h, b in zip(todo, ids):
             self._storing[h] = b
-        # kvshared evicts inside Alloc without naming what it dropped, so no
-        # evicted hashes can be reported here.
+        # The daemon names the blocks of this namespace that this Alloc
+        # evicted (their keys); evictions made by other instances' requests
+        # are not seen here (their lookups then miss).
         return PrepareStoreOutput(block_hashes_to_store=todo,
                                   store_spec=KvshareLoadStoreSpec(ids),
-                                  block_hashes_evicted=[])
+                                  block_hashes_evicted=evicted)
 
     def complete_store(self, block_hashes, success=True):
         stored, drop = [], []
