@@ -1110,6 +1110,11 @@ static void stats_counters(kvs_stats_t *out, const Kvshare__StatsReply *s)
 #undef NAMED_1
 }
 
+/* Part of the ABI: a field may only take the place of reserved room. */
+_Static_assert(sizeof(kvs_ns_stats_t) == 192, "kvs_ns_stats_t changed size");
+_Static_assert(sizeof(kvs_ns_stats_t) % _Alignof(kvs_priority_bands_t) == 0,
+               "the bands follow the rows in one allocation");
+
 int kvs_stats(kvs_client_t *c, kvs_stats_t *out)
 {
     if (!c || !out)
@@ -1139,7 +1144,9 @@ int kvs_stats(kvs_client_t *c, kvs_stats_t *out)
         out->backend = (kvs_backend_t)s->backend;
         out->uptime_ms = s->uptime_ms;
         if (s->n_namespaces > 0) {
-            out->namespaces = calloc(s->n_namespaces, sizeof(*out->namespaces));
+            /* One allocation: the rows, then their bands. */
+            out->namespaces =
+                calloc(s->n_namespaces, sizeof(*out->namespaces) + sizeof(kvs_priority_bands_t));
             if (!out->namespaces) {
                 rc = KVS_ENOMEM;
                 goto done;
@@ -1162,6 +1169,15 @@ int kvs_stats(kvs_client_t *c, kvs_stats_t *out)
                 d->evicted_own = src->evicted_own;
                 d->evicted_others = src->evicted_others;
                 d->evicted_quota = src->evicted_quota;
+                kvs_priority_bands_t *bands =
+                    (kvs_priority_bands_t *)(out->namespaces + s->n_namespaces) + i;
+                for (size_t b = 0; b < KVS_PRIORITY_BANDS; b++) {
+                    if (b < src->n_cached_by_priority)
+                        bands->cached[b] = src->cached_by_priority[b];
+                    if (b < src->n_evicted_by_priority)
+                        bands->evicted[b] = src->evicted_by_priority[b];
+                }
+                d->bands = bands;
             }
         }
     }

@@ -343,6 +343,15 @@ int kvs_release_hint(kvs_client_t *c, const uint32_t *ids, size_t n, size_t *n_d
 
 #define KVS_NS_NAME_MAX 64
 
+/* Retention priority bands, as /metrics, `kvshare stats` and `kvshare tree`
+ * show them: band b holds priorities 25 b .. 25 b + 24, the last 75 .. 100. */
+#define KVS_PRIORITY_BANDS 4
+typedef struct kvs_priority_bands {
+    uint64_t cached[KVS_PRIORITY_BANDS];  /* blocks cached now, by their priority's band */
+    uint64_t evicted[KVS_PRIORITY_BANDS]; /* blocks dropped since start, by band then */
+    uint64_t reserved[4];                 /* room for fields added later (0 until then) */
+} kvs_priority_bands_t;
+
 typedef struct kvs_ns_stats {
     char name[KVS_NS_NAME_MAX];
     uint64_t lookups, lookup_tokens, hit_tokens;
@@ -352,7 +361,11 @@ typedef struct kvs_ns_stats {
      * namespace's need (or an Alloc naming none), at its quota. 0 from a
      * daemon that predates them. */
     uint64_t evicted_own, evicted_others, evicted_quota;
-    uint64_t reserved[5]; /* room for fields added later (0 until then) */
+    /* Its blocks by retention priority band: memory of the kvs_stats_t,
+     * valid until kvs_stats_free. NULL from a library that predates it; all
+     * 0 from a daemon that does. */
+    const kvs_priority_bands_t *bands;
+    uint64_t reserved[4]; /* room for fields added later (0 until then) */
 } kvs_ns_stats_t;
 
 #define KVS__STATS_COUNTER(name, ...) uint64_t name;

@@ -818,14 +818,16 @@ int handler_stats(session_t *s, const Kvshare__Request *req, Kvshare__Response *
 
     uint32_t n_ns = radix_ns_count(srv->index);
     if (n_ns > 0) {
-        /* One allocation for the rows and the pointer array. */
-        size_t bytes = n_ns * (sizeof(Kvshare__NamespaceStats) + sizeof(void *));
+        /* One allocation for the pointer array, the rows and their bands. */
+        size_t bytes = n_ns * (sizeof(void *) + sizeof(Kvshare__NamespaceStats) +
+                               2 * RADIX_PRIO_BANDS * sizeof(uint64_t));
         void *mem = malloc(bytes);
         if (!mem)
             return fail(ctx, KVS_ENOMEM, "out of memory for the stats of %u namespaces", n_ns);
         ctx->heap[0] = mem;
         Kvshare__NamespaceStats **ptrs = mem;
         Kvshare__NamespaceStats *rows = (void *)(ptrs + n_ns);
+        uint64_t *bands = (void *)(rows + n_ns);
         uint32_t n_rows = 0;
         for (uint32_t i = 0; i < n_ns; i++) {
             radix_ns_stats_t st;
@@ -849,6 +851,16 @@ int handler_stats(session_t *s, const Kvshare__Request *req, Kvshare__Response *
             rows[n_rows].evicted_own = st.evicted_own;
             rows[n_rows].evicted_others = st.evicted_others;
             rows[n_rows].evicted_quota = st.evicted_quota;
+            uint64_t *cached = bands + 2 * RADIX_PRIO_BANDS * n_rows;
+            uint64_t *evicted = cached + RADIX_PRIO_BANDS;
+            for (int b = 0; b < RADIX_PRIO_BANDS; b++) {
+                cached[b] = st.cached_by_band[b];
+                evicted[b] = st.evicted_by_band[b];
+            }
+            rows[n_rows].n_cached_by_priority = RADIX_PRIO_BANDS;
+            rows[n_rows].cached_by_priority = cached;
+            rows[n_rows].n_evicted_by_priority = RADIX_PRIO_BANDS;
+            rows[n_rows].evicted_by_priority = evicted;
             ptrs[n_rows] = &rows[n_rows];
             n_rows++;
         }

@@ -101,6 +101,11 @@ class BindingTest(unittest.TestCase):
             self.assertEqual(got["ids"], ids)
             b.release(ids, priority=0, duration_ms=1000)
             a.release(ids)
+            # The highest live hint counts: every block in the 75-100 band.
+            chat = [n for n in a.stats()["namespaces"] if n["name"] == "chat"][0]
+            self.assertEqual(chat["cached_by_priority"],
+                             {"0-24": 0, "25-49": 0, "50-74": 0, "75-100": len(ids)})
+            self.assertEqual(sum(chat["evicted_by_priority"].values()), 0)
             with self.assertRaises(kvshare.KvsError) as cm:
                 a.pin(ids, priority=101)
             self.assertEqual(cm.exception.name, "KVS_EINVAL")

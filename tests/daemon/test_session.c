@@ -1445,6 +1445,26 @@ START_TEST(test_retention_hints)
     ck_assert_int_eq(radix_ns_stats(srv->index, ns, &st), 0);
     ck_assert_uint_eq(st.cached_by_band[0], 2);
     ck_assert_uint_eq(st.cached_by_band[2], 2);
+    /* An Alloc that needs two blocks more than are free evicts the two of
+     * priority 20 first; Stats carries both counts by band. */
+    uint32_t more[POOL];
+    ck_assert_int_eq(do_alloc(a, POOL - 2, more), 0);
+    Kvshare__Request sq = KVSHARE__REQUEST__INIT;
+    Kvshare__StatsRequest sr = KVSHARE__STATS_REQUEST__INIT;
+    sq.rpc_case = KVSHARE__REQUEST__RPC_STATS;
+    sq.stats = &sr;
+    Kvshare__Response *r = rpc(a, &sq);
+    ck_assert_int_eq(r->status, 0);
+    ck_assert_uint_eq(r->stats->n_namespaces, 1);
+    const Kvshare__NamespaceStats *nst = r->stats->namespaces[0];
+    const uint64_t want_cached[] = {0, 0, 2, 0}, want_evicted[] = {2, 0, 0, 0};
+    ck_assert_uint_eq(nst->n_cached_by_priority, 4);
+    ck_assert_uint_eq(nst->n_evicted_by_priority, 4);
+    for (int b = 0; b < 4; b++) {
+        ck_assert_uint_eq(nst->cached_by_priority[b], want_cached[b]);
+        ck_assert_uint_eq(nst->evicted_by_priority[b], want_evicted[b]);
+    }
+    finish(r);
 }
 END_TEST
 static Suite *session_suite(void)

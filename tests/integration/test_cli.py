@@ -56,6 +56,11 @@ class CliTest(unittest.TestCase):
         self.assertAlmostEqual(ns["tenant-a"]["hit_rate"], 24 / 32, places=3)
         for key in ("reserve", "evicted_own", "evicted_others", "evicted_quota"):
             self.assertEqual(ns["tenant-a"][key], 0, key)
+        # No hints: the default priority, 50.
+        self.assertEqual(ns["tenant-a"]["cached_by_priority"],
+                         {"0-24": 0, "25-49": 0, "50-74": 4, "75-100": 0})
+        self.assertEqual(ns["tenant-a"]["evicted_by_priority"],
+                         {"0-24": 0, "25-49": 0, "50-74": 0, "75-100": 0})
 
     def test_stats_human(self):
         r = cli("stats", "--socket", self.daemon.socket)
@@ -75,8 +80,17 @@ class CliTest(unittest.TestCase):
         head, rest = r.stdout.split("\n", 1)
         self.assertEqual(head.split(), ["NAMESPACE", "HELD", "RESERVE", "QUOTA", "EVICTED",
                                         "FOR", "OWN", "FOR", "OTHERS", "AT", "QUOTA"])
-        self.assertEqual(rest.split("\n", 1)[0].split(), ["tenant-a", "4", "0", "-", "0", "0",
-                                                          "0", "0"])
+        lines = rest.split("\n")
+        self.assertEqual(lines[0].split(), ["tenant-a", "4", "0", "-", "0", "0", "0", "0"])
+        # Blocks by retention priority band, cached then evicted, after the
+        # capacity rows and an empty line.
+        band_head = (f"{'NAMESPACE':<20} {'PRIORITY':<8} {'0-24':>10} {'25-49':>10} "
+                     f"{'50-74':>10} {'75-100':>10}")
+        h = lines.index(band_head)
+        self.assertEqual(lines[h - 1], "")
+        self.assertEqual(lines[h + 1:h + 3], [
+            f"{'tenant-a':<20} {'cached':<8} {0:>10} {0:>10} {4:>10} {0:>10}",
+            f"{'':<20} {'evicted':<8} {0:>10} {0:>10} {0:>10} {0:>10}"])
         r = cli("tree", "--ns", "nope", "--socket", self.daemon.socket)
         self.assertEqual(r.returncode, 1)
         self.assertIn("unknown namespace 'nope'", r.stderr)

@@ -126,6 +126,14 @@ class MetricsTest(unittest.TestCase):
             self.assertEqual(sum(metric(m, "kvshare_namespace_evicted_blocks_by_priority_total",
                                         namespace=ns["name"], band=b) for b in bands),
                              ns["evicted_blocks"])
+            # The Stats reply carries the same counts.
+            for b in bands:
+                self.assertEqual(metric(m, "kvshare_namespace_cached_blocks_by_priority",
+                                        namespace=ns["name"], band=b),
+                                 ns["cached_by_priority"][b])
+                self.assertEqual(metric(m, "kvshare_namespace_evicted_blocks_by_priority_total",
+                                        namespace=ns["name"], band=b),
+                                 ns["evicted_by_priority"][b])
         self.assertEqual(metric(m, "kvshare_prefix_cache_queries_total", namespace="tenant-a"),
                          7 * BT)
         self.assertEqual(metric(m, "kvshare_prefix_cache_hits_total", namespace="tenant-a"),

@@ -36,8 +36,8 @@ void cli_json_string(FILE *f, const char *s);
 void cli_print_stats(FILE *f, const kvs_stats_t *s);
 
 /* Each namespace's capacity (cmd_stats.c, also used by tree): blocks held,
- * reservation, quota, and evictions by cause. Only namespace `ns` unless it
- * is NULL. */
+ * reservation, quota, evictions by cause, then blocks cached and evicted by
+ * retention priority band. Only namespace `ns` unless it is NULL. */
 void cli_print_capacity(FILE *f, const kvs_stats_t *s, const char *ns);
 
 #endif /* KVSHARE_CMD_COMMON_H */

@@ -57,6 +57,31 @@ void cli_print_stats(FILE *f, const kvs_stats_t *s)
     cli_print_capacity(f, s, NULL);
 }
 
+static const char *const band_names[KVS_PRIORITY_BANDS] = {"0-24", "25-49", "50-74", "75-100"};
+
+/* Each namespace's blocks by retention priority band: cached now, and
+ * evicted since start (by band when dropped). Nothing from a library that
+ * predates the bands. */
+static void print_priority_bands(FILE *f, const kvs_stats_t *s, const char *ns)
+{
+    fprintf(f, "\n%-20s %-8s", "NAMESPACE", "PRIORITY");
+    for (size_t b = 0; b < KVS_PRIORITY_BANDS; b++)
+        fprintf(f, " %10s", band_names[b]);
+    fprintf(f, "\n");
+    for (size_t i = 0; i < s->n_namespaces; i++) {
+        const kvs_ns_stats_t *n = &s->namespaces[i];
+        if ((ns && strcmp(ns, n->name) != 0) || !n->bands)
+            continue;
+        for (int evicted = 0; evicted < 2; evicted++) {
+            fprintf(f, "%-20s %-8s", evicted ? "" : n->name, evicted ? "evicted" : "cached");
+            for (size_t b = 0; b < KVS_PRIORITY_BANDS; b++)
+                fprintf(f, " %10llu",
+                        (unsigned long long)(evicted ? n->bands->evicted[b] : n->bands->cached[b]));
+            fprintf(f, "\n");
+        }
+    }
+}
+
 void cli_print_capacity(FILE *f, const kvs_stats_t *s, const char *ns)
 {
     fprintf(f, "%-20s %8s %8s %8s %10s %10s %10s %10s\n", "NAMESPACE", "HELD", "RESERVE", "QUOTA",
@@ -73,6 +98,7 @@ void cli_print_capacity(FILE *f, const kvs_stats_t *s, const char *ns)
                 (unsigned long long)n->evicted_own, (unsigned long long)n->evicted_others,
                 (unsigned long long)n->evicted_quota);
     }
+    print_priority_bands(f, s, ns);
 }
 
 static void print_json(FILE *f, const kvs_stats_t *s)
@@ -97,13 +123,21 @@ static void print_json(FILE *f, const kvs_stats_t *s)
                 "\"hit_rate\":%.4f,\"inserted_blocks\":%llu,\"duplicate_blocks\":%llu,"
                 "\"evicted_blocks\":%llu,\"evicted_own\":%llu,\"evicted_others\":%llu,"
                 "\"evicted_quota\":%llu,\"cached_blocks\":%u,\"pinned_blocks\":%u,"
-                "\"quota\":%u,\"reserve\":%u}",
+                "\"quota\":%u,\"reserve\":%u",
                 (unsigned long long)n->lookups, (unsigned long long)n->lookup_tokens,
                 (unsigned long long)n->hit_tokens, pct(n->hit_tokens, n->lookup_tokens) / 100.0,
                 (unsigned long long)n->inserted_blocks, (unsigned long long)n->duplicate_blocks,
                 (unsigned long long)n->evicted_blocks, (unsigned long long)n->evicted_own,
                 (unsigned long long)n->evicted_others, (unsigned long long)n->evicted_quota,
                 n->cached_blocks, n->pinned_blocks, n->quota, n->reserve);
+        for (int evicted = 0; n->bands && evicted < 2; evicted++) {
+            fprintf(f, ",\"%s_by_priority\":{", evicted ? "evicted" : "cached");
+            for (size_t b = 0; b < KVS_PRIORITY_BANDS; b++)
+                fprintf(f, "%s\"%s\":%llu", b ? "," : "", band_names[b],
+                        (unsigned long long)(evicted ? n->bands->evicted[b] : n->bands->cached[b]));
+            fprintf(f, "}");
+        }
+        fprintf(f, "}");
     }
     fprintf(f, "]}\n");
 }
@@ -115,7 +149,7 @@ static void usage(FILE *f)
                "Pool usage, blocks free/writing/cached/pinned, evictions, sessions, and per\n"
                "namespace lookups, hit rate in tokens, blocks held against the reservation\n"
                "and evictions by cause (the namespace's own need, other namespaces' need,\n"
-               "its quota).\n");
+               "its quota), and blocks cached and evicted by retention priority band.\n");
 }
 
 int kvshare_cmd_stats(int argc, char **argv)

@@ -3,7 +3,8 @@
  * their length in tokens, cached blocks under them, hits, pins and age (index
  * operations since last use, relative to the most recent row). The text
  * form first shows each namespace's capacity (blocks held, reservation,
- * quota, evictions by cause), as `kvshare stats` does.
+ * quota, evictions by cause, blocks cached and evicted by retention
+ * priority band), as `kvshare stats` does.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,8 +17,10 @@ static void usage(FILE *f)
     fprintf(f, "usage: kvshare tree [--ns NAME] [--by-size] [--max N] [--json] [--socket PATH] "
                "[--timeout MS]\n"
                "\n"
-               "Each namespace's blocks held, reservation, quota and evictions by cause, then\n"
-               "the top cached prefixes (default 20, by hits): tokens, blocks, hits, pins, age.\n"
+               "Each namespace's blocks held, reservation, quota, evictions by cause, and\n"
+               "blocks cached and evicted by retention priority band (0-24, 25-49, 50-74,\n"
+               "75-100), then the top cached prefixes (default 20, by hits): tokens, blocks,\n"
+               "hits, pins, age.\n"
                "--json: the prefixes only (kvshare stats --json has the namespaces).\n");
 }
 

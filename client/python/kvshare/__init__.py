@@ -105,6 +105,18 @@ class _Geometry(ctypes.Structure):
     ]
 
 
+# KVS_PRIORITY_BANDS: retention priorities 0-24, 25-49, 50-74, 75-100.
+PRIORITY_BANDS = ("0-24", "25-49", "50-74", "75-100")
+
+
+class _PriorityBands(ctypes.Structure):
+    _fields_ = [
+        ("cached", ctypes.c_uint64 * len(PRIORITY_BANDS)),
+        ("evicted", ctypes.c_uint64 * len(PRIORITY_BANDS)),
+        ("reserved", ctypes.c_uint64 * 4),
+    ]
+
+
 class _NsStats(ctypes.Structure):
     _fields_ = [
         ("name", ctypes.c_char * 64),
@@ -115,7 +127,8 @@ class _NsStats(ctypes.Structure):
         ("quota", ctypes.c_uint32), ("reserve", ctypes.c_uint32),
         ("evicted_own", ctypes.c_uint64), ("evicted_others", ctypes.c_uint64),
         ("evicted_quota", ctypes.c_uint64),
-        ("reserved", ctypes.c_uint64 * 5),
+        ("bands", ctypes.POINTER(_PriorityBands)),
+        ("reserved", ctypes.c_uint64 * 4),
     ]
 
 
@@ -486,8 +499,12 @@ class Client:
             for i in range(s.n_namespaces):
                 ns = s.namespaces[i]
                 row = {name: getattr(ns, name) for name, _ in _NsStats._fields_
-                       if name != "reserved"}
+                       if name not in ("reserved", "bands")}
                 row["name"] = ns.name.decode()
+                if ns.bands:
+                    bands = ns.bands.contents
+                    row["cached_by_priority"] = dict(zip(PRIORITY_BANDS, bands.cached))
+                    row["evicted_by_priority"] = dict(zip(PRIORITY_BANDS, bands.evicted))
                 out["namespaces"].append(row)
             return out
         finally:
