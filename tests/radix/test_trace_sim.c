@@ -197,6 +197,58 @@ START_TEST(test_sim_capacity)
 }
 END_TEST
 
+/* The simulated engine's hints: at accuracy 1 the truth, at 0.5 a coin as
+ * often "keep" for units that are reused as for units that are not, and
+ * the same for a request whoever asks (a replay worker draws as trace-sim). */
+START_TEST(test_hint_oracle)
+{
+    load_fixture();
+    size_t *next_use = NULL;
+    ck_assert_int_eq(trace_next_uses(&fixture, &next_use), 0);
+    int prio[256], again[256];
+    for (int a = 0; a < 2; a++) {
+        sim_oracle_t o = {.tr = &fixture,
+                          .next_use = next_use,
+                          .accuracy = a ? 0.5 : 1.0,
+                          .seed = 7,
+                          .capacity = 100000,
+                          .unit_blocks = 32};
+        uint64_t keep[2] = {0}, units[2] = {0};
+        for (size_t r = 0; r < fixture.n_reqs; r++) {
+            const trace_req_t *q = &fixture.reqs[r];
+            size_t n_blocks = trace_prompt_tokens(&fixture, q) / 16;
+            ck_assert_uint_le((n_blocks + 31) / 32, 256);
+            sim_oracle_t copy = o;
+            uint64_t h, h2;
+            sim_oracle_hints(&o, r, n_blocks, 0, prio, &h);
+            sim_oracle_hints(&copy, r, n_blocks, 0, again, &h2);
+            ck_assert_uint_eq(h, h2);
+            ck_assert_uint_ge(h, 1);
+            for (size_t u = 0; u < (n_blocks + 31) / 32; u++) {
+                size_t next = next_use[q->first_hash + u];
+                bool truth = next != SIZE_MAX && next - r <= h;
+                ck_assert(prio[u] == SIM_HINT_KEEP || prio[u] == SIM_HINT_DROP);
+                ck_assert_int_eq(prio[u], again[u]);
+                if (!a)
+                    ck_assert_int_eq(prio[u], truth ? SIM_HINT_KEEP : SIM_HINT_DROP);
+                units[truth]++;
+                keep[truth] += prio[u] == SIM_HINT_KEEP;
+            }
+        }
+        ck_assert_uint_gt(units[0], 500);
+        ck_assert_uint_gt(units[1], 500);
+        if (a) {
+            for (int t = 0; t < 2; t++) {
+                double f = (double)keep[t] / (double)units[t];
+                ck_assert_msg(f > 0.45 && f < 0.55, "truth %d: kept %.3f", t, f);
+            }
+        }
+    }
+    free(next_use);
+    trace_free(&fixture);
+}
+END_TEST
+
 static Suite *trace_suite(void)
 {
     Suite *s = suite_create("trace_sim");
@@ -206,6 +258,7 @@ static Suite *trace_suite(void)
     tcase_add_test(tc, test_parse_bad);
     tcase_add_test(tc, test_sim_unlimited);
     tcase_add_test(tc, test_sim_capacity);
+    tcase_add_test(tc, test_hint_oracle);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -75,9 +75,13 @@ typedef struct replay_opts {
     uint32_t workers, namespaces, pool_blocks, layers, kv_heads, head_dim;
     double cap_units, speed;
     size_t write_bytes;
-    double max_sim_gap; /* > 0: fail when |hit rate - simulator's| exceeds it (points) */
-    double prefill_us;  /* simulated prefill, microseconds per computed token */
-    uint32_t wait_ms;   /* > 0: declare allocs, and Lookups wait this long for them */
+    double max_sim_gap;   /* > 0: fail when |hit rate - simulator's| exceeds it (points) */
+    double prefill_us;    /* simulated prefill, microseconds per computed token */
+    uint32_t wait_ms;     /* > 0: declare allocs, and Lookups wait this long for them */
+    double hint_accuracy; /* > 0: retention hints from sim_oracle_t at this accuracy */
+    bool hint_per_unit;
+    uint64_t hint_seed;
+    const size_t *next_use; /* trace_next_uses(), with hints */
     bool json;
 } replay_opts_t;
 
@@ -168,6 +172,26 @@ static float since_us(double t0_ms)
     return (float)((mono_ms() - t0_ms) * 1e3);
 }
 
+/* Releases rel[0 .. n) with the hints the oracle gave their units (prio[k]
+ * for rel[k], < 0: none), in one call per priority. */
+static int release_hinted(kvs_client_t *c, const uint32_t *rel, const int *prio, size_t n,
+                          uint32_t duration_ms, uint32_t *group)
+{
+    const int classes[] = {SIM_HINT_KEEP, SIM_HINT_DROP, -1};
+    int rc = 0;
+    for (size_t g = 0; g < sizeof(classes) / sizeof(classes[0]); g++) {
+        size_t m = 0;
+        for (size_t k = 0; k < n; k++)
+            if (prio[k] == classes[g])
+                group[m++] = rel[k];
+        kvs_hint_t hint = {.priority = (uint32_t)classes[g], .duration_ms = duration_ms};
+        int grc = m ? kvs_release_hint(c, group, m, NULL, classes[g] < 0 ? NULL : &hint) : 0;
+        if (rc == 0)
+            rc = grc;
+    }
+    return rc;
+}
+
 /* Replays requests w, w + N, ... Returns the exit status of the process. */
 static int worker(const replay_opts_t *o, const trace_t *tr, const char *sock, uint32_t w,
                   double start_ms, replay_rec_t *recs)
@@ -198,9 +222,21 @@ static int worker(const replay_opts_t *o, const trace_t *tr, const char *sock, u
     uint32_t *fresh = malloc(max_blocks * sizeof(*fresh));
     uint32_t *canon = malloc(max_blocks * sizeof(*canon));
     uint32_t *rel = malloc(3 * max_blocks * sizeof(*rel));
+    uint32_t *group = malloc(3 * max_blocks * sizeof(*group));
+    int *rel_prio = malloc(3 * max_blocks * sizeof(*rel_prio));
+    int *unit_prio = malloc(max_blocks * sizeof(*unit_prio));
     size_t wb = o->write_bytes < g.slot_bytes ? o->write_bytes : g.slot_bytes;
     uint8_t *pattern = calloc(1, wb + 1);
-    if (!tokens || !hit || !fresh || !canon || !rel || !pattern) {
+    /* This worker's engine: the same draws per request as trace-sim's. */
+    sim_oracle_t oracle = {.tr = tr,
+                           .next_use = o->next_use,
+                           .accuracy = o->hint_accuracy,
+                           .seed = o->hint_seed,
+                           .per_unit = o->hint_per_unit,
+                           .capacity = g.num_blocks,
+                           .unit_blocks = TRACE_HASH_TOKENS / g.block_tokens};
+    if (!tokens || !hit || !fresh || !canon || !rel || !group || !rel_prio || !unit_prio ||
+        !pattern) {
         rc = KVS_ENOMEM;
         goto out;
     }
@@ -241,6 +277,8 @@ static int worker(const replay_opts_t *o, const trace_t *tr, const char *sock, u
         size_t n_rel = 0;
         memcpy(rel, hit, n_hit * sizeof(*rel));
         n_rel = n_hit;
+        for (size_t k = 0; k < n_hit; k++)
+            rel_prio[k] = (int)k; /* the block's place in the prompt, until the hints */
         if (rc == 0 && want > n_hit) {
             memset(pattern, (int)(i & 0xff), wb);
             for (size_t k = n_hit; k < want && wb > 0 && rc == 0; k++)
@@ -256,17 +294,37 @@ static int worker(const replay_opts_t *o, const trace_t *tr, const char *sock, u
             }
             /* The hit blocks carry only the Lookup's pin, already in rel. */
             for (size_t k = n_hit; k < want; k++) {
-                if (k < done)
+                if (k < done) {
+                    rel_prio[n_rel] = (int)k;
                     rel[n_rel++] = canon[k];
+                }
                 if (k >= done || canon[k] != fresh[k]) {
+                    rel_prio[n_rel] = -1;
                     rel[n_rel++] = fresh[k];
                     r->dup_blocks += k < done;
                 }
             }
+        } else if (want == n_hit) {
+            done = want;
         }
         int rrc;
-        t0 = mono_ms();
-        rrc = kvs_release(c, rel, n_rel, NULL);
+        if (o->hint_accuracy > 0 && rc == 0) {
+            /* The hints for the cached blocks it touched, as trace-sim gives
+             * them; the horizon in requests becomes milliseconds at the
+             * replay's pace so far. */
+            uint64_t horizon;
+            sim_oracle_hints(&oracle, i, done, n_hit, unit_prio, &horizon);
+            double ms = (double)horizon * (mono_ms() - start_ms) / (double)(i + 1);
+            uint32_t duration_ms = ms < 1 ? 1 : ms > UINT32_MAX ? UINT32_MAX : (uint32_t)ms;
+            for (size_t k = 0; k < n_rel; k++)
+                if (rel_prio[k] >= 0)
+                    rel_prio[k] = unit_prio[(size_t)rel_prio[k] / oracle.unit_blocks];
+            t0 = mono_ms();
+            rrc = release_hinted(c, rel, rel_prio, n_rel, duration_ms, group);
+        } else {
+            t0 = mono_ms();
+            rrc = kvs_release(c, rel, n_rel, NULL);
+        }
         r->us[RPC_RELEASE] = since_us(t0);
         if (rc == 0)
             rc = rrc;
@@ -286,6 +344,9 @@ out:
     free(fresh);
     free(canon);
     free(rel);
+    free(group);
+    free(rel_prio);
+    free(unit_prio);
     free(pattern);
     kvs_close(c);
     return rc ? 1 : 0;
@@ -314,6 +375,11 @@ static void replay_usage(FILE *f)
             "                      (past the hit) before Commit (default 0)\n"
             "  --wait-ms N         declare each Alloc's prefix and let Lookups wait up to N ms\n"
             "                      for blocks other workers are writing (default 0: no wait)\n"
+            "  --hint-accuracy A   retention hints from the trace's own future, right with\n"
+            "                      probability A (0.5 .. 1), given with each Release as\n"
+            "                      trace-sim --hint-accuracy gives them (trace_sim.h)\n"
+            "  --hint-knowledge request|unit  as trace-sim's (default request)\n"
+            "  --hint-seed N       seed of the hints' noise\n"
             "  --kvshared PATH     the daemon to start (default: built next to this program)\n"
             "  --socket PATH       use a running kvshared instead (pool and policy are its own)\n"
             "  --max-sim-gap P     exit 1 if the hit rate and the simulator's differ by\n"
@@ -387,6 +453,14 @@ int bench_replay(int argc, char **argv)
         } else if (strcmp(a, "--wait-ms") == 0) {
             o.wait_ms = (uint32_t)strtoul(v, NULL, 0);
             ok = o.wait_ms <= KVS_LOOKUP_MAX_WAIT_MS;
+        } else if (strcmp(a, "--hint-accuracy") == 0) {
+            o.hint_accuracy = strtod(v, NULL);
+            ok = o.hint_accuracy >= 0.5 && o.hint_accuracy <= 1;
+        } else if (strcmp(a, "--hint-knowledge") == 0) {
+            o.hint_per_unit = strcmp(v, "unit") == 0;
+            ok = o.hint_per_unit || strcmp(v, "request") == 0;
+        } else if (strcmp(a, "--hint-seed") == 0) {
+            o.hint_seed = strtoull(v, NULL, 0);
         } else if (strcmp(a, "--max-sim-gap") == 0) {
             o.max_sim_gap = strtod(v, NULL);
             ok = o.max_sim_gap > 0;
@@ -418,6 +492,15 @@ int bench_replay(int argc, char **argv)
     if (rc) {
         fprintf(stderr, "replay: %s (%s)\n", err, kvs_strerror(rc));
         return 1;
+    }
+    size_t *next_use = NULL;
+    if (o.hint_accuracy > 0) {
+        if (trace_next_uses(&tr, &next_use) != 0) {
+            fprintf(stderr, "replay: out of memory for the trace's next uses\n");
+            trace_free(&tr);
+            return 1;
+        }
+        o.next_use = next_use;
     }
     signal(SIGPIPE, SIG_IGN);
     int status = 1;
@@ -521,9 +604,15 @@ int bench_replay(int argc, char **argv)
     sim_params_t sp = {.block_tokens = g.block_tokens,
                        .capacity = g.num_blocks,
                        .policy =
-                           strcmp(o.eviction, "freq") == 0 ? RADIX_EVICT_FREQ : RADIX_EVICT_LRU};
+                           strcmp(o.eviction, "freq") == 0 ? RADIX_EVICT_FREQ : RADIX_EVICT_LRU,
+                       .hints = o.hint_accuracy > 0,
+                       .hint_accuracy = o.hint_accuracy,
+                       .hint_seed = o.hint_seed,
+                       .hint_per_unit = o.hint_per_unit,
+                       .next_use = next_use};
     sim_result_t sim = {0}, unl = {0};
     int src = sim_run(&tr, &sp, &sim);
+    sp.hints = false;
     sp.capacity = (uint32_t)sim_unlimited_blocks(&tr, g.block_tokens);
     if (src == 0)
         src = sim_run(&tr, &sp, &unl);
@@ -537,14 +626,15 @@ int bench_replay(int argc, char **argv)
                "\"prompt_tokens\": %llu, \"hit_tokens\": %llu, \"hit_rate\": %.4f, "
                "\"sim_hit_rate\": %.4f, \"unlimited_hit_rate\": %.4f, \"dup_blocks\": %llu, "
                "\"prefill_us_per_token\": %g, \"wait_ms\": %u, \"waits\": %llu, "
+               "\"hint_accuracy\": %g, "
                "\"wait_ms_total\": %.1f, "
                "\"wall_s\": %.2f, \"requests_per_s\": %.1f, \"latency_us\": {",
                o.trace, tr.n_reqs, (unsigned long long)done_reqs, (unsigned long long)errors,
                o.workers, o.namespaces, o.speed, o.socket ? "daemon's" : o.eviction, g.num_blocks,
                g.block_tokens, (unsigned long long)g.block_bytes, (unsigned long long)prompt_tokens,
                (unsigned long long)hit_tokens, hr, sim_hr, unl_hr, (unsigned long long)dups,
-               o.prefill_us, o.wait_ms, (unsigned long long)waits, wait_us / 1e3, wall_s,
-               (double)done_reqs / wall_s);
+               o.prefill_us, o.wait_ms, (unsigned long long)waits, o.hint_accuracy, wait_us / 1e3,
+               wall_s, (double)done_reqs / wall_s);
         for (int k = 0; k < N_RPC; k++)
             printf("%s\"%s\": {\"n\": %zu, \"p50\": %.1f, \"p90\": %.1f, \"p99\": %.1f, "
                    "\"max\": %.1f}",
@@ -561,7 +651,11 @@ int bench_replay(int argc, char **argv)
                o.socket ? "(the daemon's)" : o.eviction);
         printf("hit_rate %.2f %% (%llu of %llu prompt tokens)\n", 100 * hr,
                (unsigned long long)hit_tokens, (unsigned long long)prompt_tokens);
-        printf("sim_hit_rate %.2f %% (offline simulator, same pool and policy)\n", 100 * sim_hr);
+        printf("sim_hit_rate %.2f %% (offline simulator, same pool, policy and hints)\n",
+               100 * sim_hr);
+        if (o.hint_accuracy > 0)
+            printf("hints from the trace's future, accuracy %g, knowledge per %s\n",
+                   o.hint_accuracy, o.hint_per_unit ? "unit" : "request");
         printf("unlimited_hit_rate %.2f %%\n", 100 * unl_hr);
         printf("duplicate_new_blocks %llu (committed first by another worker)\n",
                (unsigned long long)dups);
@@ -593,6 +687,7 @@ out:
         unlink(sock);
         rmdir(dir);
     }
+    free(next_use);
     trace_free(&tr);
     return status;
 }

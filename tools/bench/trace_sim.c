@@ -35,19 +35,54 @@ static void pool_put(void *ctx, uint32_t block_id)
     p->ids[p->n++] = block_id;
 }
 
-int sim_hint(const trace_t *tr, const size_t *next_use, size_t r, uint32_t u, double accuracy,
-             uint32_t horizon, uint64_t *rng)
+static size_t next_use_of(const sim_oracle_t *o, const trace_req_t *req, size_t u)
 {
-    size_t next = next_use[tr->reqs[r].first_hash + u];
-    bool truth = next != SIZE_MAX && next - r <= horizon;
-    /* xorshift64: reproducible for a seed, the same in trace-sim and replay */
-    uint64_t x = *rng;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    *rng = x;
-    bool right = (double)(x >> 11) / (double)(1ull << 53) < accuracy;
-    return truth == right ? SIM_HINT_PRIO : -1;
+    return u < req->n_hash ? o->next_use[req->first_hash + u] : SIZE_MAX;
+}
+
+/* A uniform draw in [0, 1) from *x (xorshift64, never 0 once seeded). */
+static double draw(uint64_t *x)
+{
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    return (double)(*x >> 11) / (double)(1ull << 53);
+}
+
+uint64_t sim_oracle_horizon(const sim_oracle_t *o)
+{
+    /* Before any keep hint: as if one block a request were kept. */
+    uint64_t kept = o->keep_new ? o->keep_new : 1;
+    uint64_t h = (uint64_t)o->capacity * (o->requests ? o->requests : 1) / kept;
+    return h ? h : 1;
+}
+
+void sim_oracle_hints(sim_oracle_t *o, size_t r, size_t n_blocks, size_t n_hit, int *prio,
+                      uint64_t *horizon)
+{
+    uint64_t h = sim_oracle_horizon(o);
+    /* splitmix64 of (seed, r): the same draws for r in any process. */
+    uint64_t x = o->seed + 0x9E3779B97F4A7C15ull * (r + 1);
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    x ^= x >> 31;
+    x |= 1;
+    double q = 2 * o->accuracy - 1;
+    bool knows = draw(&x) < q;
+    const trace_req_t *req = &o->tr->reqs[r];
+    for (size_t u = 0, k = 0; k < n_blocks; u++) {
+        size_t next = next_use_of(o, req, u);
+        bool truth = next != SIZE_MAX && next - r <= h;
+        if (o->per_unit)
+            knows = draw(&x) < q;
+        double coin = draw(&x); /* drawn either way: the draws do not depend on q */
+        bool keep = knows ? truth : coin < 0.5;
+        prio[u] = keep ? SIM_HINT_KEEP : SIM_HINT_DROP;
+        for (size_t end = (u + 1) * o->unit_blocks; k < n_blocks && k < end; k++)
+            o->keep_new += keep && k >= n_hit;
+    }
+    o->requests++;
+    *horizon = h;
 }
 
 uint64_t sim_unlimited_blocks(const trace_t *tr, uint32_t block_tokens)
@@ -65,7 +100,7 @@ int sim_run(const trace_t *tr, const sim_params_t *sp, sim_result_t *res)
     uint32_t *tokens = NULL, *ids = NULL, *canon = NULL;
     size_t *own_next = NULL;
     const size_t *next_use = sp ? sp->next_use : NULL;
-    uint64_t rng = sp ? (sp->hint_seed ? sp->hint_seed : 0x9E3779B97F4A7C15ull) : 1;
+    int *prio = NULL;
     id_pool_t pool = {0};
     if (!tr || !sp || !res || sp->block_tokens == 0 || sp->capacity == 0)
         return KVS_EINVAL;
@@ -85,11 +120,28 @@ int sim_run(const trace_t *tr, const sim_params_t *sp, sim_result_t *res)
     if (!tokens || !ids || !canon || !pool.ids)
         goto out;
     bool hints = sp->hints;
-    if (hints && !next_use) {
-        rc = trace_next_uses(tr, &own_next);
-        if (rc)
+    sim_oracle_t oracle = {0};
+    if (hints) {
+        if (!next_use) {
+            rc = trace_next_uses(tr, &own_next);
+            if (rc)
+                goto out;
+            next_use = own_next;
+        }
+        oracle = (sim_oracle_t){.tr = tr,
+                                .next_use = next_use,
+                                .accuracy = sp->hint_accuracy,
+                                .seed = sp->hint_seed,
+                                .per_unit = sp->hint_per_unit,
+                                .capacity = sp->capacity,
+                                .unit_blocks = TRACE_HASH_TOKENS / sp->block_tokens};
+        rc = KVS_EINVAL;
+        if (oracle.unit_blocks == 0 || sp->hint_accuracy < 0.5 || sp->hint_accuracy > 1)
             goto out;
-        next_use = own_next;
+        rc = KVS_ENOMEM;
+        prio = malloc((max_blocks + 1) * sizeof(*prio));
+        if (!prio)
+            goto out;
     }
     for (uint32_t k = 0; k < sp->capacity; k++)
         pool.ids[k] = sp->capacity - 1 - k;
@@ -144,20 +196,16 @@ int sim_run(const trace_t *tr, const sim_params_t *sp, sim_result_t *res)
             if (rc)
                 goto out;
         }
-        /* The engine's hints for the blocks it holds, per 512-token unit:
-         * one draw per unit, or one per request shared by its units. */
-        uint64_t draw = rng;
-        if (hints && sp->hint_per_request)
-            sim_hint(tr, next_use, r, 0, 0, 0, &rng);
-        for (size_t k = 0, per = TRACE_HASH_TOKENS / sp->block_tokens; hints && k < done;) {
-            uint32_t u = (uint32_t)(k / per);
-            uint64_t same = draw;
-            int prio = sim_hint(tr, next_use, r, u, sp->hint_accuracy, sp->hint_horizon,
-                                sp->hint_per_request ? &same : &rng);
-            for (size_t end = (u + 1) * per; k < done && k < end; k++)
-                if (prio >= 0 &&
-                    (rc = radix_hint(t, canon[k], (uint32_t)prio, r + sp->hint_horizon + 1)) != 0)
+        /* The engine's hints for the blocks it touched, unit by unit. */
+        if (hints) {
+            uint64_t horizon;
+            sim_oracle_hints(&oracle, r, done, hit, prio, &horizon);
+            for (size_t k = 0; k < done; k++) {
+                rc = radix_hint(t, canon[k], (uint32_t)prio[k / oracle.unit_blocks],
+                                r + horizon + 1);
+                if (rc)
                     goto out;
+            }
         }
         if (radix_cached_blocks(t) > res->max_cached)
             res->max_cached = radix_cached_blocks(t);
@@ -182,6 +230,7 @@ out:
     free(canon);
     free(pool.ids);
     free(own_next);
+    free(prio);
     return rc;
 }
 
@@ -348,19 +397,18 @@ static void sim_usage(FILE *f)
             "  --horizon-pct N|off freq: no bonus while the mean eviction age is past\n"
             "                      N %% of the mean first-reuse gap (%u)\n"
             "  --hint-accuracy LIST  also runs with retention hints from the trace's own\n"
-            "                      future, right with these probabilities (0.5: no\n"
-            "                      information): blocks believed reused within the horizon\n"
-            "                      get priority %u for that long\n"
-            "  --hint-horizon N    requests within which a reuse counts (default 2000)\n"
+            "                      future, right with these probabilities (0.5 .. 1; 0.5:\n"
+            "                      no information): units believed reused within the\n"
+            "                      horizon get priority %u for that long, the others %u\n"
+            "                      (the model: trace_sim.h, sim_oracle_t)\n"
             "  --hint-seed N       seed of the hints' noise\n"
-            "  --hint-noise unit|request  one draw per 512-token unit (default: accuracy 0.5\n"
-            "                      is no information), or one per request shared by its\n"
-            "                      units (correlated: 0.5 still tells which units go together)\n"
+            "  --hint-knowledge request|unit  the engine knows the future of a whole request\n"
+            "                      (default) or of each unit, with probability 2 A - 1\n"
             "  --optimum           also the offline optimum over %u-token ids (opt512)\n"
             "  --check             radix_check() after each run\n"
             "  --json              one JSON object instead of the table\n",
             TRACE_HASH_TOKENS, RADIX_FREQ_MAX_HITS, RADIX_FREQ_BONUS_PCT, RADIX_FREQ_HORIZON_PCT,
-            SIM_HINT_PRIO, TRACE_HASH_TOKENS);
+            SIM_HINT_KEEP, SIM_HINT_DROP, TRACE_HASH_TOKENS);
 }
 
 static size_t distinct_ids(const trace_t *tr)
@@ -379,7 +427,7 @@ static size_t distinct_ids(const trace_t *tr)
 int bench_trace_sim(int argc, char **argv)
 {
     const char *path = NULL;
-    sim_params_t sp = {.block_tokens = 16, .hint_horizon = 2000};
+    sim_params_t sp = {.block_tokens = 16};
     double accs[16];
     size_t n_accs = 0;
     radix_policy_t policies[2] = {RADIX_EVICT_LRU, RADIX_EVICT_FREQ};
@@ -421,13 +469,10 @@ int bench_trace_sim(int argc, char **argv)
         } else if (strcmp(a, "--hint-accuracy") == 0) {
             ok = parse_list(v, accs, 16, &n_accs) == 0;
             for (size_t k = 0; ok && k < n_accs; k++)
-                ok = accs[k] >= 0 && accs[k] <= 1;
-        } else if (strcmp(a, "--hint-horizon") == 0) {
-            sp.hint_horizon = (uint32_t)strtoul(v, NULL, 0);
-            ok = sp.hint_horizon > 0;
-        } else if (strcmp(a, "--hint-noise") == 0) {
-            sp.hint_per_request = strcmp(v, "request") == 0;
-            ok = sp.hint_per_request || strcmp(v, "unit") == 0;
+                ok = accs[k] >= 0.5 && accs[k] <= 1;
+        } else if (strcmp(a, "--hint-knowledge") == 0) {
+            sp.hint_per_unit = strcmp(v, "unit") == 0;
+            ok = sp.hint_per_unit || strcmp(v, "request") == 0;
         } else if (strcmp(a, "--hint-seed") == 0) {
             sp.hint_seed = strtoull(v, NULL, 0);
         } else if (strcmp(a, "--max-hits") == 0) {

@@ -16,25 +16,54 @@ typedef struct sim_params {
     uint64_t freq_bonus_ticks;
     uint32_t freq_horizon_pct;
     bool check; /* radix_check() at the end */
-    /* Retention hints from an oracle with noise (sim_hint), when hints. */
+    /* Retention hints from an oracle with noise (sim_oracle_t), when hints. */
     bool hints;
     double hint_accuracy;
-    uint32_t hint_horizon; /* requests: "reused" means within this many */
     uint64_t hint_seed;
-    bool hint_per_request;  /* one draw per request for all its units */
+    bool hint_per_unit;     /* the engine's knowledge drawn per unit, not per request */
     const size_t *next_use; /* trace_next_uses(); NULL: computed per run */
 } sim_params_t;
 
-/* The priority a simulated engine gives the blocks of unit u (a 512-token id
- * slot of request r's prompt), from the trace's own future with noise: the
- * truth is "the prefix through unit u is used again within `horizon`
- * requests"; the engine's belief is the truth with probability `accuracy`
- * (one draw of *rng per unit), else its opposite. A block believed reused
- * gets SIM_HINT_PRIO for `horizon` requests; one believed not gets no hint
- * (returns -1). At accuracy 0.5 the belief carries no information. */
-#define SIM_HINT_PRIO 75
-int sim_hint(const trace_t *tr, const size_t *next_use, size_t r, uint32_t u, double accuracy,
-             uint32_t horizon, uint64_t *rng);
+/*
+ * A simulated engine that hints from the trace's own future with noise, the
+ * same in trace-sim and replay. After request r, for each 512-token unit u
+ * of its prompt (the blocks it touched), the truth is "the prefix through u
+ * is used again within the horizon H", and the engine's belief is:
+ *   - with probability q = 2 accuracy - 1 (accuracy 0.5 .. 1), the truth (it knows this
+ *     request's future: one draw per request; per unit with per_unit);
+ *   - otherwise a fair coin, drawn per unit, independent of the future.
+ * So P(belief = truth) = accuracy, and at 0.5 (q = 0) the belief is a coin
+ * that carries no information. Believed reused: SIM_HINT_KEEP for H
+ * requests; believed not: SIM_HINT_DROP for H (before unhinted blocks).
+ * A hint given at the next access replaces neither (the index keeps the
+ * highest live one), so a block is kept while its latest keep hint lives.
+ * H is how long a kept block stays cached: the pool's blocks over the rate
+ * of new blocks hinted keep (per request, so far), so it follows the pool
+ * size and the hints themselves. Draws come from (seed, request) alone, so
+ * any worker that handles request r draws as the simulator does.
+ */
+#define SIM_HINT_KEEP 75
+#define SIM_HINT_DROP 25
+typedef struct sim_oracle {
+    const trace_t *tr;
+    const size_t *next_use; /* trace_next_uses() */
+    double accuracy;
+    uint64_t seed;
+    bool per_unit;
+    uint32_t capacity;    /* pool blocks */
+    uint32_t unit_blocks; /* blocks per 512-token unit */
+    uint64_t keep_new;    /* new blocks hinted keep so far */
+    uint64_t requests;    /* requests hinted so far */
+} sim_oracle_t;
+
+/* The horizon now, in requests (>= 1). */
+uint64_t sim_oracle_horizon(const sim_oracle_t *o);
+
+/* The hints after request r, which touched n_blocks blocks (the first n_hit
+ * of them hits): prio[u] for each unit u < ceil(n_blocks / unit_blocks),
+ * SIM_HINT_KEEP or SIM_HINT_DROP, each for *horizon requests. */
+void sim_oracle_hints(sim_oracle_t *o, size_t r, size_t n_blocks, size_t n_hit, int *prio,
+                      uint64_t *horizon);
 
 typedef struct sim_result {
     uint64_t requests;
