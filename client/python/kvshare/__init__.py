@@ -25,7 +25,13 @@ priority 0-100 (lowest evicted first; default 50) and an optional duration:
         c.release(ids, priority=70, duration_ms=600_000)          # the user may be back
         c.release(ids, priority=0, duration_ms=60_000)            # the chat was closed
 
-A block's priority is the highest live hint; priority is never a pin.
+A block's priority is the highest live hint; priority is never a pin. A
+hint names the blocks the call handles: commit() the canonical blocks it
+commits, pin() those it pins, release() the cached ones it releases; to
+give the blocks of one request different priorities, release them in one
+call per priority. stats() shows per namespace the blocks cached and
+evicted by priority band ("cached_by_priority", "evicted_by_priority":
+{"0-24": n, "25-49": n, "50-74": n, "75-100": n}).
 
 Same calls as kvshare.h. Errors raise KvsError (status, message). The cache
 is an optimisation: while the daemon is unreachable, lookup() returns []
@@ -472,6 +478,8 @@ class Client:
         return list(out[:done.value])
 
     def pin(self, block_ids, priority=None, duration_ms=0):
+        """Pins cached blocks; returns how many. priority, duration_ms: a
+        retention hint for every block pinned (see the module doc)."""
         p, n, keep = _u32(block_ids)
         done = ctypes.c_size_t()
         self._check(self._lib.kvs_pin_hint(self._c, p, n, ctypes.byref(done),
@@ -479,6 +487,8 @@ class Client:
         return done.value
 
     def release(self, block_ids, priority=None, duration_ms=0):
+        """Releases pins and WRITING blocks; returns how many. priority,
+        duration_ms: a retention hint for every cached block released."""
         p, n, keep = _u32(block_ids)
         done = ctypes.c_size_t()
         self._check(self._lib.kvs_release_hint(self._c, p, n, ctypes.byref(done),
