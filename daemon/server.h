@@ -37,6 +37,7 @@ typedef struct session session_t;
 #define SERVER_DEFAULT_MAX_BUFFERS    (512u << 20)
 #define SERVER_DEFAULT_MAX_SESSIONS   1024
 #define SERVER_DEFAULT_MAX_NAMESPACES 256
+#define SERVER_DEFAULT_SESSION_MAX_NS 64
 #define SERVER_DEFAULT_NS             "default"
 #define SERVER_DEFAULT_DRAIN_MS       5000
 /* A cuda pool that does not fit is retried this long: after a restart the
@@ -69,6 +70,9 @@ typedef struct server_config {
     uint32_t session_max_writing; /* WRITING blocks one session may hold; 0: no limit */
     bool has_socket_gid;          /* chown the socket to socket_gid */
     uint32_t socket_gid;
+    /* Dynamic namespaces one session may have created that still exist
+     * (tenants.h); 0: no limit. */
+    uint32_t session_max_namespaces;
     config_acl_t allow;      /* peers allowed to connect (empty: anyone) */
     uint32_t drain_ms;       /* SIGTERM: the loop ends within this time */
     const char *config_path; /* reread on SIGHUP; NULL: none */
@@ -153,6 +157,14 @@ typedef struct server {
     uint32_t n_tenants;
     bool any_ns_acl;    /* some namespace has an allow-list */
     uint32_t *block_ns; /* per block: the namespace that committed it */
+    /* Per namespace id (max_namespaces of them): the session that created
+     * it dynamically, while both live (tenants_reclaim, the per-session
+     * limit). */
+    session_t **ns_creator;
+    uint64_t ns_refuse_log_ms;      /* last "namespace not created" log line */
+    uint64_t ns_refused_unlogged;   /* refusals since then */
+    uint64_t ns_reclaim_log_ms;     /* last "reclaimed" log line */
+    uint64_t ns_reclaimed_unlogged; /* namespaces reclaimed since then */
     uv_signal_t sig_hup;
     uv_timer_t drain_timer;
     bool drain_on;

@@ -10,6 +10,7 @@
 #include "inflight.h"
 #include "log.h"
 #include "peer.h"
+#include "tenants.h"
 
 /* Bytes asked of libuv per read when no bigger frame is pending. */
 #define SESSION_READ_CHUNK 65536
@@ -375,6 +376,7 @@ void session_close(session_t *s, const char *reason)
     s->closing = true;
     inflight_cancel(s->srv, s);
     inflight_unclaim(s->srv, s);
+    tenants_session_gone(s);
     s->srv->buf_bytes -= s->buf_bytes;
     s->buf_bytes = 0;
     release_all(s);

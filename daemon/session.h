@@ -49,6 +49,7 @@ struct session {
     bool closing;
     bool hello_done;
     uint64_t requests;
+    uint32_t ns_created; /* dynamic namespaces it created that still exist */
 
     frame_buf_t in;
     frame_buf_t out;
