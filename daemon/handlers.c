@@ -890,10 +890,7 @@ int handler_stats(session_t *s, const Kvshare__Request *req, Kvshare__Response *
 }
 
 #define TREE_DEFAULT_ROWS 20
-/* A whole-index walk of d ns is followed by (HANDLER_WALK_SPACING - 1) d ns
- * without one: Tree gets at most 1 % of the loop under a flood. */
-#define HANDLER_WALK_SPACING 100
-#define TREE_MAX_ROWS        1000
+#define TREE_MAX_ROWS     1000
 
 int handler_tree(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
                  handler_ctx_t *ctx)
@@ -906,7 +903,7 @@ int handler_tree(session_t *s, const Kvshare__Request *req, Kvshare__Response *r
     if (max > TREE_MAX_ROWS)
         max = TREE_MAX_ROWS;
     /* The listing walks the whole index: spaced so that walks take at most
-     * 1/HANDLER_WALK_SPACING of the loop's time, however many Trees a client
+     * 1/SERVER_WALK_SPACING of the loop's time, however many Trees a client
      * pipelines (a session without a socket, in tests, is never deferred). */
     uint64_t t0 = uv_hrtime();
     if (s->has_pipe && t0 < srv->walk_next_ns)
@@ -929,7 +926,7 @@ int handler_tree(session_t *s, const Kvshare__Request *req, Kvshare__Response *r
         return fail(ctx, KVS_ENOMEM, "out of memory for %zu tree rows", max);
     int rc = radix_top(srv->index, ns, tr->by_size ? RADIX_BY_SIZE : RADIX_BY_HITS, rows, max, &n);
     uint64_t t1 = uv_hrtime();
-    srv->walk_next_ns = t1 + (t1 - t0) * HANDLER_WALK_SPACING;
+    srv->walk_next_ns = t1 + (t1 - t0) * SERVER_WALK_SPACING;
     if (rc != 0)
         return fail(ctx, rc, "tree listing failed: %s", kvs_status_text(rc));
 

@@ -47,6 +47,9 @@ typedef struct session session_t;
  * metrics listener and its clients, signals, the backend, the fds a Hello
  * exports while it is sent. */
 #define SERVER_SPARE_FDS 32
+/* Walks and large frames: one d of such work, then (SPACING - 1) d of
+ * none (server_t.walk_next_ns). */
+#define SERVER_WALK_SPACING 100
 
 typedef struct server_config {
     const char *socket_path;   /* required for server_listen */
@@ -110,13 +113,17 @@ typedef struct server {
     /* Fair turns (session.c): sessions with whole frames left after their
      * turn wait here, oldest first, and an idle handle gives each one more
      * turn per loop iteration, so that no session's backlog keeps the loop
-     * from the others. Sessions waiting for the whole-index walk spacing
-     * (Tree) are parked until walk_timer fires. */
+     * from the others. Work that cannot be cut into turns, whole-index
+     * walks (Tree) and frames of SESSION_LARGE_FRAME bytes or more (their
+     * decoding alone copies the frame: ~6 ms for 16 MiB here), is spaced:
+     * after such work took d, none starts for (SERVER_WALK_SPACING - 1) d,
+     * so it takes at most 1 % of the loop however many clients send it.
+     * Sessions waiting for the spacing are parked until walk_timer fires. */
     session_t *ready_head, *ready_tail;
     uv_idle_t turn_idle;
     uv_timer_t walk_timer;
     bool sched_on;         /* turn_idle and walk_timer initialised */
-    uint64_t walk_next_ns; /* uv_hrtime before which no whole-index walk starts */
+    uint64_t walk_next_ns; /* uv_hrtime before which no walk or large frame starts */
 
     /* Bytes of every session's buffers (input, output, reply scratch, queued
      * writes), kept under cfg.max_buffer_memory (session.c). */
