@@ -71,6 +71,14 @@ static int check(const server_t *srv, const config_t *conf, char *err, size_t er
 
 int tenants_apply(server_t *srv, config_t *conf, char *err, size_t errlen)
 {
+    /* Room for new sections first: unused dynamic namespaces would be
+     * reclaimed by the next creation anyway. */
+    uint32_t new_ns = 0, id;
+    for (uint32_t i = 0; conf && i < conf->n_ns; i++)
+        if (radix_ns_find(srv->index, conf->ns[i].name, &id) != 0)
+            new_ns++;
+    if (radix_ns_count(srv->index) + new_ns > srv->cfg.max_namespaces)
+        tenants_reclaim(srv);
     int rc = check(srv, conf, err, errlen);
     if (rc != 0)
         return rc;

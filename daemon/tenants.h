@@ -40,10 +40,12 @@ typedef struct tenant {
 } tenant_t;
 
 /* Applies conf's namespaces to srv's index and takes ownership of conf
- * (NULL: none declared). Checks first, changing nothing on error:
- * KVS_EINVAL (a quota or reservation larger than the pool, reservations
- * adding up to more than the pool, more namespaces than max_namespaces;
- * message in err), KVS_ENOMEM. */
+ * (NULL: none declared). When its new namespaces would not fit in the
+ * table, unused dynamic ones are reclaimed first (tenants_reclaim). Then
+ * checks, changing nothing more on error: KVS_EINVAL (a quota or
+ * reservation larger than the pool, reservations adding up to more than
+ * the pool, more namespaces than max_namespaces; message in err),
+ * KVS_ENOMEM. */
 int tenants_apply(server_t *srv, config_t *conf, char *err, size_t errlen);
 
 /* Declares the existing namespace `name` (created by --namespace) for the
