@@ -1658,7 +1658,7 @@ int radix_ns_clear(radix_tree_t *t, uint32_t ns, size_t *n_dropped)
 {
     if (!t || !n_dropped)
         return KVS_EINVAL;
-    if (ns >= t->n_ns)
+    if (!ns_live(t, ns))
         return KVS_ENONS;
     size_t done = 0;
     radix_node_t *v;

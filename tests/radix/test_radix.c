@@ -188,6 +188,7 @@ START_TEST(test_namespace_delete)
     uint32_t canon[4], ids[4] = {10, 11, 12, 13};
     ck_assert_int_eq(radix_insert(t, b, tok, 4 * BT, ids, 4, false, canon, &n), KVS_ENONS);
     ck_assert_int_eq(radix_evict(t, b, 1, &n), KVS_ENONS);
+    ck_assert_int_eq(radix_ns_clear(t, b, &n), KVS_ENONS);
     radix_prefix_t rows[8];
     ck_assert_int_eq(radix_top(t, b, RADIX_BY_HITS, rows, 8, &n), KVS_ENONS);
 
