@@ -80,7 +80,13 @@
     X(clears, 0, "kvshare_clears_total", "", \
       "Clear requests served (a namespace's unpinned cached blocks dropped)") \
     X(cleared_blocks, 0, "kvshare_cleared_blocks_total", "", \
-      "Cached blocks dropped by Clear requests (also counted in evictions)")
+      "Cached blocks dropped by Clear requests (also counted in evictions)") \
+    X(namespaces_reclaimed, 0, "kvshare_namespaces_reclaimed_total", "", \
+      "Dynamic namespaces deleted because they held nothing when the namespace table was full") \
+    X(namespace_session_refusals, 0, "kvshare_namespace_create_refusals_total", \
+      "reason=\"session_limit\"", "Namespaces not created, by reason") \
+    X(namespace_table_refusals, 0, "kvshare_namespace_create_refusals_total", \
+      "reason=\"table_full\"", "Namespaces not created, by reason")
 /* clang-format on */
 
 /* Room for counters in kvs_stats_t and StatsReply.counters. */

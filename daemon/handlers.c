@@ -19,8 +19,22 @@
 /* Records the message of a failing request and returns its status. */
 #define fail(ctx, status, ...) errbuf_set((ctx)->msg, sizeof((ctx)->msg), (status), __VA_ARGS__)
 
+/* A namespace not created: logged at most once a second, with a count. */
+static void ns_refused(server_t *srv, const char *why)
+{
+    uint64_t now = uv_now(srv->loop);
+    srv->ns_refused_unlogged++;
+    if (srv->ns_refuse_log_ms == 0 || now - srv->ns_refuse_log_ms >= 1000) {
+        LOG_WARN("refused to create %llu namespace(s): %s",
+                 (unsigned long long)srv->ns_refused_unlogged, why);
+        srv->ns_refuse_log_ms = now;
+        srv->ns_refused_unlogged = 0;
+    }
+}
+
 /* The namespace id for `name` ("" is the default namespace), created on first
- * use when `create` is true. */
+ * use when `create` is true (and counted against the session's
+ * session_max_namespaces; a full table first reclaims unused ones). */
 static int ns_resolve(session_t *s, const char *name, bool create, uint32_t *ns, handler_ctx_t *ctx)
 {
     server_t *srv = s->srv;
@@ -55,15 +69,31 @@ static int ns_resolve(session_t *s, const char *name, bool create, uint32_t *ns,
     if (!create)
         return fail(ctx, KVS_ENONS,
                     "unknown namespace '%s'; `kvshare stats` lists the namespaces in use", name);
-    if (radix_ns_count(srv->index) >= srv->cfg.max_namespaces)
+    uint32_t limit = srv->cfg.session_max_namespaces;
+    if (limit && s->ns_created >= limit) {
+        srv->metrics.namespace_session_refusals++;
+        ns_refused(srv, "a connection reached session_max_namespaces");
+        return fail(ctx, KVS_ELIMIT,
+                    "cannot create namespace '%s': this connection already created %u "
+                    "namespaces that still exist (session_max_namespaces); reuse one of them",
+                    name, limit);
+    }
+    if (radix_ns_count(srv->index) >= srv->cfg.max_namespaces && tenants_reclaim(srv) == 0) {
+        srv->metrics.namespace_table_refusals++;
+        ns_refused(srv, "the namespace table is full of declared or used namespaces");
         return fail(ctx, KVS_ELIMIT,
                     "cannot create namespace '%s': kvshared already has %u namespaces (the "
-                    "limit); reuse one",
+                    "limit, max_namespaces), each declared or holding blocks; reuse one",
                     name, srv->cfg.max_namespaces);
+    }
     rc = radix_ns_create(srv->index, name, server_ns_seed(name), 0, 0, ns);
+    if (rc == 0 && tenants_created(s, *ns) != 0) {
+        radix_ns_delete(srv->index, *ns);
+        rc = KVS_ENOMEM;
+    }
     if (rc != 0)
         return fail(ctx, rc, "cannot create namespace '%s': %s", name, kvs_status_text(rc));
-    LOG_INFO("namespace '%s' created (id %u)", name, *ns);
+    LOG_DEBUG("namespace '%s' created (id %u)", name, *ns);
     return 0;
 }
 
@@ -816,7 +846,7 @@ int handler_stats(session_t *s, const Kvshare__Request *req, Kvshare__Response *
     r->index_bytes = radix_memory_bytes(srv->index);
     r->block_tokens = srv->geo.block_tokens;
 
-    uint32_t n_ns = radix_ns_count(srv->index);
+    uint32_t n_ns = radix_ns_count(srv->index), id_end = radix_ns_id_end(srv->index);
     if (n_ns > 0) {
         /* One allocation for the pointer array, the rows and their bands. */
         size_t bytes = n_ns * (sizeof(void *) + sizeof(Kvshare__NamespaceStats) +
@@ -829,13 +859,12 @@ int handler_stats(session_t *s, const Kvshare__Request *req, Kvshare__Response *
         Kvshare__NamespaceStats *rows = (void *)(ptrs + n_ns);
         uint64_t *bands = (void *)(rows + n_ns);
         uint32_t n_rows = 0;
-        for (uint32_t i = 0; i < n_ns; i++) {
+        for (uint32_t i = 0; i < id_end && n_rows < n_ns; i++) {
             radix_ns_stats_t st;
-            /* Other tenants' namespaces are none of this peer's business. */
-            if (!tenants_allowed(s, i))
+            /* Other tenants' namespaces are none of this peer's business;
+             * reclaimed ones are gone. */
+            if (!tenants_allowed(s, i) || radix_ns_stats(srv->index, i, &st) != 0)
                 continue;
-            memset(&st, 0, sizeof(st));
-            radix_ns_stats(srv->index, i, &st);
             kvshare__namespace_stats__init(&rows[n_rows]);
             rows[n_rows].name = (char *)radix_ns_name(srv->index, i);
             rows[n_rows].lookups = st.lookups;
@@ -873,10 +902,7 @@ int handler_stats(session_t *s, const Kvshare__Request *req, Kvshare__Response *
 }
 
 #define TREE_DEFAULT_ROWS 20
-/* A whole-index walk of d ns is followed by (HANDLER_WALK_SPACING - 1) d ns
- * without one: Tree gets at most 1 % of the loop under a flood. */
-#define HANDLER_WALK_SPACING 100
-#define TREE_MAX_ROWS        1000
+#define TREE_MAX_ROWS     1000
 
 int handler_tree(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
                  handler_ctx_t *ctx)
@@ -889,7 +915,7 @@ int handler_tree(session_t *s, const Kvshare__Request *req, Kvshare__Response *r
     if (max > TREE_MAX_ROWS)
         max = TREE_MAX_ROWS;
     /* The listing walks the whole index: spaced so that walks take at most
-     * 1/HANDLER_WALK_SPACING of the loop's time, however many Trees a client
+     * 1/SERVER_WALK_SPACING of the loop's time, however many Trees a client
      * pipelines (a session without a socket, in tests, is never deferred). */
     uint64_t t0 = uv_hrtime();
     if (s->has_pipe && t0 < srv->walk_next_ns)
@@ -912,7 +938,7 @@ int handler_tree(session_t *s, const Kvshare__Request *req, Kvshare__Response *r
         return fail(ctx, KVS_ENOMEM, "out of memory for %zu tree rows", max);
     int rc = radix_top(srv->index, ns, tr->by_size ? RADIX_BY_SIZE : RADIX_BY_HITS, rows, max, &n);
     uint64_t t1 = uv_hrtime();
-    srv->walk_next_ns = t1 + (t1 - t0) * HANDLER_WALK_SPACING;
+    srv->walk_next_ns = t1 + (t1 - t0) * SERVER_WALK_SPACING;
     if (rc != 0)
         return fail(ctx, rc, "tree listing failed: %s", kvs_status_text(rc));
 

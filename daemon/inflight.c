@@ -32,6 +32,10 @@ struct inflight {
     uint32_t *ns_of;   /* [2 n_blocks] */
     uint8_t *on;       /* [2 n_blocks]: in the table */
     uint32_t declared; /* blocks and claims in the table */
+    /* Per namespace id below n_ns_refs: its entries and parked lookups,
+     * so that a namespace in use is never reclaimed (inflight_ns_busy). */
+    uint32_t *ns_refs;
+    uint32_t n_ns_refs;
 
     session_t **claim_owner; /* [n_blocks], by claim entry - n_blocks */
     uint32_t *claim_next;    /* [n_blocks]: the owner's next claim */
@@ -80,8 +84,10 @@ int inflight_new(server_t *srv, inflight_t **out)
     f->claim_owner = calloc(n, sizeof(*f->claim_owner));
     f->claim_next = malloc(sizeof(uint32_t) * n);
     f->claim_free = malloc(sizeof(uint32_t) * n);
-    if (!f->bucket || !f->next || !f->prev || !f->key || !f->ns_of || !f->on || !f->claim_owner ||
-        !f->claim_next || !f->claim_free) {
+    f->n_ns_refs = srv->cfg.max_namespaces;
+    f->ns_refs = calloc(f->n_ns_refs, sizeof(*f->ns_refs));
+    if (!f->ns_refs || !f->bucket || !f->next || !f->prev || !f->key || !f->ns_of || !f->on ||
+        !f->claim_owner || !f->claim_next || !f->claim_free) {
         inflight_free(f);
         return KVS_ENOMEM;
     }
@@ -104,6 +110,7 @@ static void free_tables(inflight_t *f)
     free(f->claim_owner);
     free(f->claim_next);
     free(f->claim_free);
+    free(f->ns_refs);
     free(f->scratch);
     free(f);
 }
@@ -128,8 +135,15 @@ void inflight_free(inflight_t *f)
     free_tables(f);
 }
 
+static void ns_ref(inflight_t *f, uint32_t ns, int delta)
+{
+    if (ns < f->n_ns_refs)
+        f->ns_refs[ns] += (uint32_t)delta;
+}
+
 static void entry_add(inflight_t *f, uint32_t b, uint32_t ns, uint64_t h)
 {
+    ns_ref(f, ns, 1);
     uint32_t slot = slot_of(f, h, ns);
     f->key[b] = h;
     f->ns_of[b] = ns;
@@ -172,6 +186,7 @@ static void entry_remove(inflight_t *f, uint32_t b)
         f->prev[f->next[b]] = f->prev[b];
     f->on[b] = 0;
     f->declared--;
+    ns_ref(f, f->ns_of[b], -1);
     if (f->n_waiting > 0)
         f->changed = true;
 }
@@ -334,6 +349,7 @@ int inflight_park(server_t *srv, session_t *s, uint64_t req_id, uint32_t ns, con
         f->waiters->prev = w;
     f->waiters = w;
     f->n_waiting++;
+    ns_ref(f, ns, 1);
     s->wait = w;
     arm(srv);
     return 0;
@@ -349,6 +365,7 @@ static void unlink_wait(server_t *srv, inflight_wait_t *w)
     if (w->next)
         w->next->prev = w->prev;
     f->n_waiting--;
+    ns_ref(f, w->ns, -1);
     w->s->wait = NULL;
     free(w->tokens);
     free(w);
@@ -416,6 +433,7 @@ void inflight_wake(server_t *srv, bool all)
             if (w->next)
                 w->next->prev = w->prev;
             f->n_waiting--;
+            ns_ref(f, w->ns, -1);
             dispatch_lookup_resume(s, w);
             free(w->tokens);
             free(w);
@@ -460,4 +478,12 @@ uint32_t inflight_claimed(const server_t *srv)
 uint32_t inflight_waiting(const server_t *srv)
 {
     return srv->inflight ? srv->inflight->n_waiting : 0;
+}
+
+bool inflight_ns_busy(const server_t *srv, uint32_t ns)
+{
+    const inflight_t *f = srv->inflight;
+    if (!f)
+        return false;
+    return ns >= f->n_ns_refs || f->ns_refs[ns] > 0;
 }

@@ -127,6 +127,11 @@ void inflight_shutdown(server_t *srv);
 /* Whether a declaration ended since the last inflight_wake. */
 bool inflight_pending(const server_t *srv);
 
+/* Whether declarations, claims or parked lookups name namespace ns (then
+ * it is in use even without cached blocks; an id at or past max_namespaces
+ * counts as in use). */
+bool inflight_ns_busy(const server_t *srv, uint32_t ns);
+
 /* Declared blocks and claims now, claims alone, and parked lookups now. */
 uint32_t inflight_declared(const server_t *srv);
 uint32_t inflight_claimed(const server_t *srv);

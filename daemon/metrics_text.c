@@ -246,7 +246,7 @@ int metrics_render(server_t *srv, char **out, size_t *len)
     text_t t = {0};
     const metrics_t *m = &srv->metrics;
     pool_counts_t c;
-    uint32_t n_ns = radix_ns_count(srv->index);
+    uint32_t n_ns = radix_ns_id_end(srv->index); /* ids; reclaimed ones are skipped */
 
     server_sync_counters(srv);
     t.cap = 16384;
@@ -269,8 +269,8 @@ int metrics_render(server_t *srv, char **out, size_t *len)
             head(&t, ns_families[f].name, ns_families[f].type, ns_families[f].help);
         for (uint32_t i = 0; i < n_ns; i++) {
             radix_ns_stats_t st;
-            memset(&st, 0, sizeof(st));
-            radix_ns_stats(srv->index, i, &st);
+            if (radix_ns_stats(srv->index, i, &st) != 0)
+                continue;
             ns_series(&t, ns_families[f].name, radix_ns_name(srv->index, i), ns_families[f].cause,
                       ns_field(&st, ns_families[f].field));
         }
@@ -288,8 +288,8 @@ int metrics_render(server_t *srv, char **out, size_t *len)
                      : "Blocks cached, per namespace and retention priority band");
         for (uint32_t i = 0; i < n_ns; i++) {
             radix_ns_stats_t st;
-            memset(&st, 0, sizeof(st));
-            radix_ns_stats(srv->index, i, &st);
+            if (radix_ns_stats(srv->index, i, &st) != 0)
+                continue;
             for (int b = 0; b < RADIX_PRIO_BANDS; b++) {
                 put(&t, "%s{namespace=\"", name);
                 label_value(&t, radix_ns_name(srv->index, i));

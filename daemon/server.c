@@ -33,6 +33,7 @@ void server_config_init(server_config_t *cfg)
     cfg->max_buffer_memory = SERVER_DEFAULT_MAX_BUFFERS;
     cfg->max_sessions = SERVER_DEFAULT_MAX_SESSIONS;
     cfg->max_namespaces = SERVER_DEFAULT_MAX_NAMESPACES;
+    cfg->session_max_namespaces = SERVER_DEFAULT_SESSION_MAX_NS;
     cfg->ready_fd = -1;
     cfg->dynamic_namespaces = true;
     cfg->drain_ms = SERVER_DEFAULT_DRAIN_MS;
@@ -141,7 +142,9 @@ int server_events_start(server_t *s, char *err, size_t errlen)
     /* Routers forget what a previous daemon on this node held: one
      * AllBlocksCleared per topic a namespace may publish on. */
     uint32_t n_topics = 0;
-    for (uint32_t ns = 0; ns < radix_ns_count(s->index); ns++) {
+    for (uint32_t ns = 0; ns < radix_ns_id_end(s->index); ns++) {
+        if (!radix_ns_name(s->index, ns))
+            continue;
         const events_stream_t *st = server_events_stream(s, ns);
         if (st->on && events_cleared(s->events, st) == 0)
             n_topics++;

@@ -37,6 +37,7 @@ typedef struct session session_t;
 #define SERVER_DEFAULT_MAX_BUFFERS    (512u << 20)
 #define SERVER_DEFAULT_MAX_SESSIONS   1024
 #define SERVER_DEFAULT_MAX_NAMESPACES 256
+#define SERVER_DEFAULT_SESSION_MAX_NS 64
 #define SERVER_DEFAULT_NS             "default"
 #define SERVER_DEFAULT_DRAIN_MS       5000
 /* A cuda pool that does not fit is retried this long: after a restart the
@@ -46,6 +47,9 @@ typedef struct session session_t;
  * metrics listener and its clients, signals, the backend, the fds a Hello
  * exports while it is sent. */
 #define SERVER_SPARE_FDS 32
+/* Walks and large frames: one d of such work, then (SPACING - 1) d of
+ * none (server_t.walk_next_ns). */
+#define SERVER_WALK_SPACING 100
 
 typedef struct server_config {
     const char *socket_path;   /* required for server_listen */
@@ -69,6 +73,9 @@ typedef struct server_config {
     uint32_t session_max_writing; /* WRITING blocks one session may hold; 0: no limit */
     bool has_socket_gid;          /* chown the socket to socket_gid */
     uint32_t socket_gid;
+    /* Dynamic namespaces one session may have created that still exist
+     * (tenants.h); 0: no limit. */
+    uint32_t session_max_namespaces;
     config_acl_t allow;      /* peers allowed to connect (empty: anyone) */
     uint32_t drain_ms;       /* SIGTERM: the loop ends within this time */
     const char *config_path; /* reread on SIGHUP; NULL: none */
@@ -106,13 +113,17 @@ typedef struct server {
     /* Fair turns (session.c): sessions with whole frames left after their
      * turn wait here, oldest first, and an idle handle gives each one more
      * turn per loop iteration, so that no session's backlog keeps the loop
-     * from the others. Sessions waiting for the whole-index walk spacing
-     * (Tree) are parked until walk_timer fires. */
+     * from the others. Work that cannot be cut into turns, whole-index
+     * walks (Tree) and frames of SESSION_LARGE_FRAME bytes or more (their
+     * decoding alone copies the frame: ~6 ms for 16 MiB here), is spaced:
+     * after such work took d, none starts for (SERVER_WALK_SPACING - 1) d,
+     * so it takes at most 1 % of the loop however many clients send it.
+     * Sessions waiting for the spacing are parked until walk_timer fires. */
     session_t *ready_head, *ready_tail;
     uv_idle_t turn_idle;
     uv_timer_t walk_timer;
     bool sched_on;         /* turn_idle and walk_timer initialised */
-    uint64_t walk_next_ns; /* uv_hrtime before which no whole-index walk starts */
+    uint64_t walk_next_ns; /* uv_hrtime before which no walk or large frame starts */
 
     /* Bytes of every session's buffers (input, output, reply scratch, queued
      * writes), kept under cfg.max_buffer_memory (session.c). */
@@ -153,6 +164,14 @@ typedef struct server {
     uint32_t n_tenants;
     bool any_ns_acl;    /* some namespace has an allow-list */
     uint32_t *block_ns; /* per block: the namespace that committed it */
+    /* Per namespace id (max_namespaces of them): the session that created
+     * it dynamically, while both live (tenants_reclaim, the per-session
+     * limit). */
+    session_t **ns_creator;
+    uint64_t ns_refuse_log_ms;      /* last "namespace not created" log line */
+    uint64_t ns_refused_unlogged;   /* refusals since then */
+    uint64_t ns_reclaim_log_ms;     /* last "reclaimed" log line */
+    uint64_t ns_reclaimed_unlogged; /* namespaces reclaimed since then */
     uv_signal_t sig_hup;
     uv_timer_t drain_timer;
     bool drain_on;

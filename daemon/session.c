@@ -10,6 +10,7 @@
 #include "inflight.h"
 #include "log.h"
 #include "peer.h"
+#include "tenants.h"
 
 /* Bytes asked of libuv per read when no bigger frame is pending. */
 #define SESSION_READ_CHUNK 65536
@@ -375,6 +376,7 @@ void session_close(session_t *s, const char *reason)
     s->closing = true;
     inflight_cancel(s->srv, s);
     inflight_unclaim(s->srv, s);
+    tenants_session_gone(s);
     s->srv->buf_bytes -= s->buf_bytes;
     s->buf_bytes = 0;
     release_all(s);
@@ -556,7 +558,21 @@ static int process(session_t *s, bool bounded, bool *more, bool *deferred)
             dispatch_error_reply(s, 0, KVS_ETOOBIG, msg);
             return KVS_ETOOBIG;
         }
-        rc = dispatch_frame(s, body, len);
+        /* Large frames are spaced like whole-index walks (server.h);
+         * sessions without a socket (tests) are never deferred. */
+        bool large = s->has_pipe && len >= SESSION_LARGE_FRAME;
+        size_t out_len = s->out.len, reply_bytes = 0;
+        uint64_t t0 = large ? uv_hrtime() : 0;
+        if (large && t0 < s->srv->walk_next_ns)
+            rc = DISPATCH_DEFER;
+        else
+            rc = dispatch_frame(s, body, len);
+        if (rc != DISPATCH_DEFER && s->out.len > out_len)
+            reply_bytes = s->out.len - out_len;
+        if (large && rc != DISPATCH_DEFER) {
+            uint64_t t1 = uv_hrtime();
+            s->srv->walk_next_ns = t1 + (t1 - t0) * SERVER_WALK_SPACING;
+        }
         if (rc == DISPATCH_DEFER) {
             /* The frame stays for a later turn (frame_next did not move it). */
             s->in.head = head;
@@ -568,7 +584,8 @@ static int process(session_t *s, bool bounded, bool *more, bool *deferred)
         if (s->has_pipe)
             s->last_request_ms = uv_now(s->srv->loop);
         frames++;
-        bytes += FRAME_HEADER_BYTES + (size_t)len;
+        /* Work, roughly: the bytes decoded and the bytes of reply built. */
+        bytes += FRAME_HEADER_BYTES + (size_t)len + reply_bytes;
         if (rc != 0)
             return rc;
         /* A reply can be thousands of times its request (Stats, Tree): send
@@ -629,15 +646,20 @@ int session_feed(session_t *s, const uint8_t *bytes, size_t len)
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     session_t *s = h->data;
-    size_t want = SESSION_READ_CHUNK;
+    size_t want = SESSION_READ_CHUNK, room_max = SIZE_MAX;
     size_t avail = s->in.len - s->in.head;
     (void)suggested;
     if (avail >= FRAME_HEADER_BYTES) {
-        /* Room for the whole pending frame at once: one realloc, not log(n). */
+        /* Room for the whole pending frame at once: one realloc, not log(n);
+         * and no read past its end, so that the buffer is empty once it is
+         * answered and the next frame's bytes are never moved down (a
+         * memmove of up to a frame, in one piece of loop time). */
         uint32_t len = frame_get_len(s->in.data + s->in.head);
         if (len <= s->srv->cfg.max_frame && len + FRAME_HEADER_BYTES > avail &&
-            len + FRAME_HEADER_BYTES - avail > want)
+            len + FRAME_HEADER_BYTES - avail > want) {
             want = len + FRAME_HEADER_BYTES - avail;
+            room_max = want;
+        }
     }
     if (frame_buf_reserve(&s->in, want) != 0) {
         *buf = uv_buf_init(NULL, 0);
@@ -649,7 +671,9 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
         *buf = uv_buf_init(NULL, 0);
         return;
     }
-    *buf = uv_buf_init((char *)s->in.data + s->in.len, (unsigned)(s->in.cap - s->in.len));
+    size_t room = s->in.cap - s->in.len;
+    *buf =
+        uv_buf_init((char *)s->in.data + s->in.len, (unsigned)(room < room_max ? room : room_max));
 }
 
 static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf);

@@ -49,6 +49,7 @@ struct session {
     bool closing;
     bool hello_done;
     uint64_t requests;
+    uint32_t ns_created; /* dynamic namespaces it created that still exist */
 
     frame_buf_t in;
     frame_buf_t out;
@@ -92,10 +93,14 @@ struct session {
  * exchange does not leave a session holding its size. */
 #define SESSION_KEEP_BYTES (256u << 10)
 
-/* Most frames, and most request bytes, one session gets answered per loop
- * turn before every other session has had its turn. */
+/* Most frames, and most bytes of requests and their replies together, one
+ * session gets answered per loop turn before every other session has had
+ * its turn (a reply can cost far more than its request: Stats, Tree). */
 #define SESSION_TURN_FRAMES 16
 #define SESSION_TURN_BYTES  (256u << 10)
+/* A frame this large is one piece of work no turn can cut: it waits for
+ * the walk spacing like Tree (server.h) and sets it. */
+#define SESSION_LARGE_FRAME (1u << 20)
 
 /* A session with no socket (tests). Errors: KVS_ENOMEM. */
 int session_new(server_t *srv, session_t **out);

@@ -210,6 +210,10 @@ const setting_t settings_table[] = {
      .help = "create unknown namespaces on first use"},
     {"max_namespaces", "max-namespaces", SETTING_GLOBAL, SETTING_U32, "N", 1, 65536,
      AT(server.max_namespaces), .help = "namespaces the index may hold"},
+    {"session_max_namespaces", "session-max-namespaces", SETTING_GLOBAL, SETTING_U32, "N", 0, 65536,
+     AT(server.session_max_namespaces), .zero = "0: no limit",
+     .help = "dynamic namespaces one connection may have created that still exist (more are "
+             "refused with KVS_ELIMIT)"},
     {"session_max_pinned", "session-max-pinned", SETTING_GLOBAL, SETTING_U32, "N", 0, UINT32_MAX,
      AT(server.session_max_pinned), .zero = "0: no limit",
      .help = "pins one connection may hold at once (a block pinned twice counts twice)"},

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "inflight.h"
 #include "kvshare_status.h"
 #include "log.h"
 #include "server.h"
@@ -70,6 +71,14 @@ static int check(const server_t *srv, const config_t *conf, char *err, size_t er
 
 int tenants_apply(server_t *srv, config_t *conf, char *err, size_t errlen)
 {
+    /* Room for new sections first: unused dynamic namespaces would be
+     * reclaimed by the next creation anyway. */
+    uint32_t new_ns = 0, id;
+    for (uint32_t i = 0; conf && i < conf->n_ns; i++)
+        if (radix_ns_find(srv->index, conf->ns[i].name, &id) != 0)
+            new_ns++;
+    if (radix_ns_count(srv->index) + new_ns > srv->cfg.max_namespaces)
+        tenants_reclaim(srv);
     int rc = check(srv, conf, err, errlen);
     if (rc != 0)
         return rc;
@@ -115,7 +124,7 @@ int tenants_apply(server_t *srv, config_t *conf, char *err, size_t errlen)
     }
     /* A namespace dropped from the file keeps its cache but loses its
      * limits: it is no longer the operator's to protect. */
-    for (uint32_t id = 0; id < radix_ns_count(srv->index) && id < srv->n_tenants; id++) {
+    for (uint32_t id = 0; id < radix_ns_id_end(srv->index) && id < srv->n_tenants; id++) {
         radix_ns_stats_t st;
         if (srv->tenants[id].declared || radix_ns_stats(srv->index, id, &st) != 0)
             continue;
@@ -157,8 +166,70 @@ void tenants_reload(server_t *srv)
     tenants_log(srv);
 }
 
+uint32_t tenants_reclaim(server_t *srv)
+{
+    uint32_t n = 0;
+    for (uint32_t id = 0; id < radix_ns_id_end(srv->index); id++) {
+        radix_ns_stats_t st;
+        if (radix_ns_stats(srv->index, id, &st) != 0 || st.cached_blocks > 0 ||
+            (id < srv->n_tenants && srv->tenants[id].declared) || inflight_ns_busy(srv, id))
+            continue;
+        if (radix_ns_delete(srv->index, id) != 0)
+            continue;
+        n++;
+        if (srv->ns_creator && id < srv->cfg.max_namespaces && srv->ns_creator[id]) {
+            srv->ns_creator[id]->ns_created--;
+            srv->ns_creator[id] = NULL;
+        }
+        /* The next namespace with this id resolves its own topic. */
+        if (srv->ev_resolved && id < srv->cfg.max_namespaces)
+            srv->ev_resolved[id] = false;
+    }
+    srv->metrics.namespaces_reclaimed += n;
+    srv->ns_reclaimed_unlogged += n;
+    uint64_t now = uv_now(srv->loop);
+    if (srv->ns_reclaimed_unlogged &&
+        (srv->ns_reclaim_log_ms == 0 || now - srv->ns_reclaim_log_ms >= 1000)) {
+        LOG_INFO("namespace table full (max_namespaces %u): reclaimed %llu dynamic namespace(s) "
+                 "that held nothing",
+                 srv->cfg.max_namespaces, (unsigned long long)srv->ns_reclaimed_unlogged);
+        srv->ns_reclaim_log_ms = now;
+        srv->ns_reclaimed_unlogged = 0;
+    }
+    return n;
+}
+
+int tenants_created(session_t *s, uint32_t ns)
+{
+    server_t *srv = s->srv;
+    if (ns >= srv->cfg.max_namespaces)
+        return 0;
+    if (!srv->ns_creator) {
+        srv->ns_creator = calloc(srv->cfg.max_namespaces, sizeof(*srv->ns_creator));
+        if (!srv->ns_creator)
+            return KVS_ENOMEM;
+    }
+    srv->ns_creator[ns] = s;
+    s->ns_created++;
+    return 0;
+}
+
+void tenants_session_gone(session_t *s)
+{
+    server_t *srv = s->srv;
+    for (uint32_t id = 0; s->ns_created > 0 && srv->ns_creator && id < srv->cfg.max_namespaces;
+         id++) {
+        if (srv->ns_creator[id] == s) {
+            srv->ns_creator[id] = NULL;
+            s->ns_created--;
+        }
+    }
+}
+
 void tenants_free(server_t *srv)
 {
+    free(srv->ns_creator);
+    srv->ns_creator = NULL;
     free(srv->tenants);
     srv->tenants = NULL;
     srv->n_tenants = 0;

@@ -10,6 +10,13 @@
  * it, including blocks of it named by id (Pin) and its rows in Stats and
  * Tree (filtered out).
  *
+ * Dynamic namespaces (dynamic_namespaces on) are created on first use and
+ * reclaimed when the table is full (max_namespaces) and one more is asked
+ * for: every one that holds nothing then goes (tenants_reclaim), so that
+ * names used once do not lock new tenants out until a restart. A session
+ * may have created at most session_max_namespaces of those that exist.
+ * Declared namespaces are never reclaimed.
+ *
  * SIGHUP (tenants_reload) rereads the file and applies the namespaces' new
  * limits and allow-lists without touching the cache; other keys need a
  * restart. A file that does not validate changes nothing.
@@ -33,10 +40,12 @@ typedef struct tenant {
 } tenant_t;
 
 /* Applies conf's namespaces to srv's index and takes ownership of conf
- * (NULL: none declared). Checks first, changing nothing on error:
- * KVS_EINVAL (a quota or reservation larger than the pool, reservations
- * adding up to more than the pool, more namespaces than max_namespaces;
- * message in err), KVS_ENOMEM. */
+ * (NULL: none declared). When its new namespaces would not fit in the
+ * table, unused dynamic ones are reclaimed first (tenants_reclaim). Then
+ * checks, changing nothing more on error: KVS_EINVAL (a quota or
+ * reservation larger than the pool, reservations adding up to more than
+ * the pool, more namespaces than max_namespaces; message in err),
+ * KVS_ENOMEM. */
 int tenants_apply(server_t *srv, config_t *conf, char *err, size_t errlen);
 
 /* Declares the existing namespace `name` (created by --namespace) for the
@@ -55,6 +64,23 @@ bool tenants_allowed(const session_t *s, uint32_t ns);
 
 /* Whether ns may be used by name at all: declared, or dynamic namespaces on. */
 bool tenants_usable(const server_t *srv, uint32_t ns);
+
+/* Makes room in a full namespace table: deletes every namespace that is
+ * not declared (by the file or --namespace) and holds nothing: no cached
+ * block (so no pin), no declared or claimed block being written, no parked
+ * lookup (inflight_ns_busy). Its id and name become free; its counters
+ * leave Stats and /metrics (the global counters keep what it did). Counted
+ * in namespaces_reclaimed and logged at most once a second. Returns the
+ * number deleted. Cost: one look at each namespace; run only when the
+ * table is full. */
+uint32_t tenants_reclaim(server_t *srv);
+
+/* Session s created namespace ns on first use: it counts against s's
+ * session_max_namespaces while both exist. Errors: KVS_ENOMEM. */
+int tenants_created(session_t *s, uint32_t ns);
+
+/* Session s ends: the namespaces it created stay, counted against no one. */
+void tenants_session_gone(session_t *s);
 
 /* Logs the effective namespace settings, one line each. */
 void tenants_log(const server_t *srv);

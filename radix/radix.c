@@ -150,8 +150,9 @@ struct radix_tree {
     radix_slot_t *slots;
     size_t slot_mask;
     size_t slot_used;
-    radix_ns_t **ns;
-    uint32_t n_ns;
+    radix_ns_t **ns; /* [n_ns]: NULL where a deleted namespace was */
+    uint32_t n_ns;   /* ids are below it; ns[n_ns - 1] is live */
+    uint32_t n_live; /* namespaces */
     uint32_t ns_cap;
     uint64_t tick;
     uint32_t cached;
@@ -734,6 +735,12 @@ static void evict_leaf(radix_tree_t *t, radix_node_t *n, evict_cause_t cause)
 
 /* ---- tree and namespaces --------------------------------------------------- */
 
+/* Whether id names a namespace (not a deleted one's free slot). */
+static inline bool ns_live(const radix_tree_t *t, uint32_t id)
+{
+    return id < t->n_ns && t->ns[id] != NULL;
+}
+
 int radix_new(const radix_config_t *cfg, radix_tree_t **out)
 {
     int rc = KVS_EINVAL;
@@ -788,6 +795,8 @@ void radix_free(radix_tree_t *t)
             if (t->slots[i].node)
                 free(t->slots[i].node);
     for (uint32_t i = 0; i < t->n_ns; i++) {
+        if (!t->ns[i])
+            continue;
         free(t->ns[i]->root);
         free(t->ns[i]->heap);
         free(t->ns[i]);
@@ -812,12 +821,15 @@ int radix_ns_create(radix_tree_t *t, const char *name, uint64_t seed, uint32_t q
     size_t len = strnlen(name, RADIX_NS_NAME_MAX + 1);
     if (len == 0 || len > RADIX_NS_NAME_MAX)
         return KVS_EINVAL;
-    uint32_t dummy;
-    if (radix_ns_find(t, name, &dummy) == 0)
+    uint32_t id;
+    if (radix_ns_find(t, name, &id) == 0)
         return KVS_EEXIST;
-    if (t->n_ns == RADIX_NS_ANY - 1)
+    /* The lowest free id: a deleted namespace's, else a new one. */
+    for (id = 0; id < t->n_ns && t->ns[id]; id++)
+        ;
+    if (id == RADIX_NS_ANY - 1)
         return KVS_ENOMEM;
-    if (t->n_ns == t->ns_cap) {
+    if (id == t->ns_cap) {
         uint32_t ncap = t->ns_cap ? t->ns_cap * 2 : 4;
         radix_ns_t **a = t_realloc(t, t->ns, ncap * sizeof(*a));
         if (!a)
@@ -841,10 +853,34 @@ int radix_ns_create(radix_tree_t *t, const char *name, uint64_t seed, uint32_t q
     ns->prio_cap = RADIX_PRIO_MAX;
     ns->st.prio_default = RADIX_PRIO_DEFAULT;
     ns->st.prio_cap = RADIX_PRIO_MAX;
-    root->ns = t->n_ns;
+    root->ns = id;
     ns->root = root;
-    t->ns[t->n_ns] = ns;
-    *ns_out = t->n_ns++;
+    t->ns[id] = ns;
+    if (id == t->n_ns)
+        t->n_ns++;
+    t->n_live++;
+    *ns_out = id;
+    return 0;
+}
+
+int radix_ns_delete(radix_tree_t *t, uint32_t ns_id)
+{
+    if (!t)
+        return KVS_EINVAL;
+    if (!ns_live(t, ns_id))
+        return KVS_ENONS;
+    radix_ns_t *ns = t->ns[ns_id];
+    if (ns->st.cached_blocks > 0)
+        return KVS_EBUSY;
+    /* No cached block: the root has no child, no node is queued (the heap
+     * holds stale entries at most), and no block id or hint names it. */
+    node_free(t, ns->root);
+    free(ns->heap);
+    free(ns);
+    t->ns[ns_id] = NULL;
+    t->n_live--;
+    while (t->n_ns > 0 && !t->ns[t->n_ns - 1])
+        t->n_ns--;
     return 0;
 }
 
@@ -853,7 +889,7 @@ int radix_ns_find(const radix_tree_t *t, const char *name, uint32_t *ns_out)
     if (!t || !name || !ns_out)
         return KVS_EINVAL;
     for (uint32_t i = 0; i < t->n_ns; i++) {
-        if (strcmp(t->ns[i]->name, name) == 0) {
+        if (t->ns[i] && strcmp(t->ns[i]->name, name) == 0) {
             *ns_out = i;
             return 0;
         }
@@ -863,12 +899,17 @@ int radix_ns_find(const radix_tree_t *t, const char *name, uint32_t *ns_out)
 
 uint32_t radix_ns_count(const radix_tree_t *t)
 {
+    return t ? t->n_live : 0;
+}
+
+uint32_t radix_ns_id_end(const radix_tree_t *t)
+{
     return t ? t->n_ns : 0;
 }
 
 const char *radix_ns_name(const radix_tree_t *t, uint32_t ns)
 {
-    if (!t || ns >= t->n_ns)
+    if (!t || !ns_live(t, ns))
         return NULL;
     return t->ns[ns]->name;
 }
@@ -877,7 +918,7 @@ int radix_ns_set_limits(radix_tree_t *t, uint32_t ns, uint32_t quota, uint32_t r
 {
     if (!t)
         return KVS_EINVAL;
-    if (ns >= t->n_ns)
+    if (!ns_live(t, ns))
         return KVS_ENONS;
     t->ns[ns]->st.quota = quota;
     t->ns[ns]->st.reserve = reserve;
@@ -888,7 +929,7 @@ int radix_ns_stats(const radix_tree_t *t, uint32_t ns, radix_ns_stats_t *out)
 {
     if (!t || !out)
         return KVS_EINVAL;
-    if (ns >= t->n_ns)
+    if (!ns_live(t, ns))
         return KVS_ENONS;
     *out = t->ns[ns]->st;
     return 0;
@@ -978,7 +1019,7 @@ int radix_lookup(radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens, size_t
 {
     if (!t || !n_blocks || (n_tokens > 0 && !tokens) || (max_ids > 0 && !ids))
         return KVS_EINVAL;
-    if (ns_id >= t->n_ns)
+    if (!ns_live(t, ns_id))
         return KVS_ENONS;
     radix_ns_t *ns = t->ns[ns_id];
     uint32_t bt = t->cfg.block_tokens;
@@ -1162,7 +1203,7 @@ int radix_match(const radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens, s
     if (!t || !n_blocks || (n_tokens > 0 && !tokens) || (max_ids > 0 && !ids))
         return KVS_EINVAL;
     *n_blocks = 0;
-    if (ns_id >= t->n_ns)
+    if (!ns_live(t, ns_id))
         return KVS_ENONS;
     uint32_t bt = t->cfg.block_tokens;
     size_t want = n_tokens / bt;
@@ -1184,7 +1225,7 @@ int radix_chain_hashes(const radix_tree_t *t, uint32_t ns_id, const uint32_t *to
 {
     if (!t || (n_blocks > 0 && (!tokens || !out)))
         return KVS_EINVAL;
-    if (ns_id >= t->n_ns)
+    if (!ns_live(t, ns_id))
         return KVS_ENONS;
     uint32_t bt = t->cfg.block_tokens;
     uint64_t h = t->ns[ns_id]->seed;
@@ -1205,7 +1246,7 @@ int radix_insert(radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens, size_t
     for (size_t k = 0; k < n_ids; k++)
         if (ids[k] >= t->cfg.max_blocks)
             return KVS_EINVAL;
-    if (ns_id >= t->n_ns)
+    if (!ns_live(t, ns_id))
         return KVS_ENONS;
     int rc = 0;
     radix_ns_t *ns = t->ns[ns_id];
@@ -1516,7 +1557,7 @@ int radix_ns_set_priority(radix_tree_t *t, uint32_t ns_id, uint32_t prio_default
 {
     if (!t || prio_default > RADIX_PRIO_MAX || prio_cap > RADIX_PRIO_MAX)
         return KVS_EINVAL;
-    if (ns_id >= t->n_ns)
+    if (!ns_live(t, ns_id))
         return KVS_ENONS;
     radix_ns_t *ns = t->ns[ns_id];
     if (ns->prio_default == prio_default && ns->prio_cap == prio_cap)
@@ -1574,7 +1615,7 @@ static radix_node_t *evict_choice(radix_tree_t *t, uint32_t for_ns)
     radix_node_t *best = NULL;
     for (uint32_t k = 0; k < t->n_ns; k++) {
         radix_ns_t *ns = t->ns[k];
-        if (k == for_ns || ns->st.cached_blocks <= ns->st.reserve)
+        if (!ns || k == for_ns || ns->st.cached_blocks <= ns->st.reserve)
             continue;
         radix_node_t *v = candidate(t, ns);
         if (v && (!best || goes_before(v, best)))
@@ -1595,7 +1636,7 @@ int radix_evict(radix_tree_t *t, uint32_t for_ns, size_t n, size_t *n_evicted)
 {
     if (!t || !n_evicted)
         return KVS_EINVAL;
-    if (for_ns != RADIX_NS_ANY && for_ns >= t->n_ns)
+    if (for_ns != RADIX_NS_ANY && !ns_live(t, for_ns))
         return KVS_ENONS;
     size_t done = 0;
     while (done < n) {
@@ -1617,7 +1658,7 @@ int radix_ns_clear(radix_tree_t *t, uint32_t ns, size_t *n_dropped)
 {
     if (!t || !n_dropped)
         return KVS_EINVAL;
-    if (ns >= t->n_ns)
+    if (!ns_live(t, ns))
         return KVS_ENONS;
     size_t done = 0;
     radix_node_t *v;
@@ -1647,7 +1688,8 @@ size_t radix_memory_bytes(const radix_tree_t *t)
                    (size_t)t->cfg.max_blocks * (sizeof(*t->by_node) + sizeof(*t->by_pos)) +
                    (size_t)t->ns_cap * sizeof(*t->ns);
     for (uint32_t i = 0; i < t->n_ns; i++)
-        bytes += sizeof(radix_ns_t) + t->ns[i]->heap_cap * sizeof(radix_heap_entry_t);
+        if (t->ns[i])
+            bytes += sizeof(radix_ns_t) + t->ns[i]->heap_cap * sizeof(radix_heap_entry_t);
     return bytes;
 }
 
@@ -1716,7 +1758,7 @@ int radix_top(const radix_tree_t *t, uint32_t ns, radix_order_t order, radix_pre
 {
     if (!t || !n_out || (max > 0 && !out) || (order != RADIX_BY_HITS && order != RADIX_BY_SIZE))
         return KVS_EINVAL;
-    if (ns != RADIX_NS_ALL && ns >= t->n_ns)
+    if (ns != RADIX_NS_ALL && !ns_live(t, ns))
         return KVS_ENONS;
     int rc;
     radix_node_t **nodes = NULL, **by_depth = NULL;
@@ -1817,7 +1859,11 @@ int radix_check(const radix_tree_t *t)
 
     size_t node_bytes = 0;
     uint32_t cached = 0, pinned = 0;
+    uint32_t live = 0;
     for (uint32_t k = 0; k < t->n_ns; k++) {
+        if (!t->ns[k])
+            continue;
+        live++;
         const radix_node_t *root = t->ns[k]->root;
         CHECK(root->parent == NULL && root->len == 0 && root->ns == k && root->where == WHERE_NONE);
         node_bytes += sizeof(radix_node_t) + (size_t)root->cap * t->rec_bytes;
@@ -1825,7 +1871,7 @@ int radix_check(const radix_tree_t *t)
     for (size_t i = 0; i < n; i++) {
         const radix_node_t *node = nodes[i];
         const radix_node_t *parent = node->parent;
-        CHECK(node->ns < t->n_ns && parent && parent->ns == node->ns);
+        CHECK(ns_live(t, node->ns) && parent && parent->ns == node->ns);
         CHECK(node->len >= 1 && (size_t)node->first + node->len <= node->cap);
         node_bytes += sizeof(radix_node_t) + (size_t)node->cap * t->rec_bytes;
         ns_nodes[node->ns]++;
@@ -1882,8 +1928,12 @@ int radix_check(const radix_tree_t *t)
         }
     CHECK(mapped == cached);
 
+    /* Deleted ids are empty slots below n_ns, the last slot is live. */
+    CHECK(live == t->n_live && (t->n_ns == 0 || t->ns[t->n_ns - 1]));
     for (uint32_t k = 0; k < t->n_ns; k++) {
         const radix_ns_t *ns = t->ns[k];
+        if (!ns)
+            continue;
         CHECK(ns->st.cached_blocks == ns_cached[k] && ns->st.pinned_blocks == ns_pinned[k]);
         CHECK(ns->st.evicted_blocks ==
               ns->st.evicted_own + ns->st.evicted_others + ns->st.evicted_quota);

@@ -77,7 +77,8 @@
  * it holds fewer cached blocks than its reservation its own need is met first
  * from namespaces above their reservations (radix_evict states the rule).
  * Each namespace keeps its own eviction order; eviction looks at the first
- * leaf of each namespace that may give, never at every leaf.
+ * leaf of each namespace that may give, never at every leaf. A namespace
+ * that holds no cached block may be deleted, and its id reused.
  *
  * Block ids are owned by the caller (the pool); the index only records which
  * cached prefix each id holds. A tree is not thread-safe: one caller at a
@@ -200,20 +201,37 @@ int radix_new(const radix_config_t *cfg, radix_tree_t **out);
 /* Frees the index without calling on_evict. Accepts NULL. */
 void radix_free(radix_tree_t *t);
 
-/* Adds a namespace; *ns_out gets its id (small, dense, from 0). The name is
- * copied. Errors: KVS_EINVAL (empty or longer than RADIX_NS_NAME_MAX bytes), KVS_EEXIST
- * (name taken), KVS_ENOMEM. */
+/* Adds a namespace; *ns_out gets its id: the lowest id free, that of a
+ * deleted namespace (radix_ns_delete) or the next one, so ids stay below the
+ * most namespaces that ever existed at once. The name is copied. Errors:
+ * KVS_EINVAL (empty or longer than RADIX_NS_NAME_MAX bytes), KVS_EEXIST (name
+ * taken), KVS_ENOMEM. */
 int radix_ns_create(radix_tree_t *t, const char *name, uint64_t seed, uint32_t quota,
                     uint32_t reserve, uint32_t *ns_out);
 
 /* Finds a namespace by name. Errors: KVS_ENONS. */
 int radix_ns_find(const radix_tree_t *t, const char *name, uint32_t *ns_out);
 
-/* Number of namespaces; ids are 0 .. count-1. */
+/* Deletes a namespace that holds no cached block (so no pinned one): its
+ * name, seed, limits, priorities and counters go, and its id is free for
+ * the next radix_ns_create (another namespace then, with a new root: nothing
+ * of the deleted one's carries over). Cost: O(1) plus freeing its queues.
+ * The tree's tick and totals stay. Errors: KVS_EINVAL (t NULL), KVS_ENONS
+ * (no namespace with that id), KVS_EBUSY (it holds cached blocks: nothing
+ * changes). */
+int radix_ns_delete(radix_tree_t *t, uint32_t ns);
+
+/* Number of namespaces. */
 uint32_t radix_ns_count(const radix_tree_t *t);
 
-/* The namespace's name, owned by the tree, valid until radix_free; NULL for an
- * unknown id. */
+/* One past the highest namespace id in use (0 for none): a walk over every
+ * namespace is `for (id = 0; id < radix_ns_id_end(t); id++)`, skipping the
+ * ids of deleted namespaces (radix_ns_name NULL, the others KVS_ENONS).
+ * Without deletions, equal to radix_ns_count. */
+uint32_t radix_ns_id_end(const radix_tree_t *t);
+
+/* The namespace's name, owned by the tree, valid until radix_free or the
+ * namespace's radix_ns_delete; NULL for an unknown or deleted id. */
 const char *radix_ns_name(const radix_tree_t *t, uint32_t ns);
 
 /* Changes quota and reservation. A lowered quota does not evict at once: the

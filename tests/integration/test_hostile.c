@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "check_main.h"
@@ -159,6 +160,111 @@ START_TEST(test_tree_flood_does_not_freeze_others)
     uint64_t trees = answered(c) - before - 2; /* less the Lookup and this Stats */
     ck_assert_msg(trees < 500, "%llu of 1000 pipelined Trees answered before one Lookup",
                   (unsigned long long)trees);
+    close(fd);
+    kvs_close(c);
+    ck_assert_int_eq(harness_stop(&d), 0);
+    harness_cleanup(&d);
+}
+END_TEST
+
+/* Replies fully received on fd so far, reading what is there without
+ * waiting; *need and *got carry a partial frame between calls. */
+static unsigned replies_so_far(int fd, size_t *need, size_t *got, uint8_t hdr[4])
+{
+    static uint8_t sink[1 << 16];
+    unsigned n = 0;
+    for (;;) {
+        if (*need == 0) {
+            ssize_t r = recv(fd, hdr + *got, 4 - *got, MSG_DONTWAIT);
+            if (r <= 0)
+                return n;
+            *got += (size_t)r;
+            if (*got == 4) {
+                *need = (size_t)hdr[0] | (size_t)hdr[1] << 8 | (size_t)hdr[2] << 16 |
+                        (size_t)hdr[3] << 24;
+                *got = 0;
+                if (*need == 0)
+                    n++;
+            }
+            continue;
+        }
+        size_t want = *need - *got < sizeof(sink) ? *need - *got : sizeof(sink);
+        ssize_t r = recv(fd, sink, want, MSG_DONTWAIT);
+        if (r <= 0)
+            return n;
+        *got += (size_t)r;
+        if (*got == *need) {
+            *need = *got = 0;
+            n++;
+        }
+    }
+}
+
+/* Large frames cannot be cut into turns (decoding alone copies the frame):
+ * they are spaced like whole-index walks, so a client pipelining them gets
+ * at most about 1 % of the loop. Before, 6 pipelined 2 MiB Lookups were all
+ * answered while another client did a few hundred Lookups; now that client
+ * does 2,000 while most of them wait. */
+START_TEST(test_large_frames_are_spaced)
+{
+    static const char *const extra[] = {"--max-frame", "4MiB", NULL};
+    harness_t d;
+    ck_assert_int_eq(harness_start(&d, 256, extra), 0);
+    kvs_client_t *c = client_of(&d);
+    fill(c, 8);
+
+    enum { N_LARGE = 6, TOKENS = (2u << 20) / 4 };
+    uint32_t *big = malloc(TOKENS * sizeof(*big));
+    ck_assert_ptr_nonnull(big);
+    for (uint32_t i = 0; i < TOKENS; i++)
+        big[i] = 7 * 1000 + i; /* prompt 7's blocks, then misses */
+    Kvshare__Request req = KVSHARE__REQUEST__INIT;
+    Kvshare__LookupRequest lk = KVSHARE__LOOKUP_REQUEST__INIT;
+    lk.tokens.data = (uint8_t *)big;
+    lk.tokens.len = TOKENS * sizeof(*big);
+    req.rpc_case = KVSHARE__REQUEST__RPC_LOOKUP;
+    req.lookup = &lk;
+    size_t len;
+    uint8_t *flood = frames(&req, N_LARGE, &len);
+    free(big);
+    int fd = hostile_connect(&d);
+    pid_t writer = fork();
+    ck_assert_int_ge(writer, 0);
+    if (writer == 0) {
+        const uint8_t *p = flood;
+        while (len > 0) {
+            ssize_t w = send(fd, p, len, MSG_NOSIGNAL);
+            if (w <= 0)
+                _exit(1);
+            p += w;
+            len -= (size_t)w;
+        }
+        _exit(0);
+    }
+    free(flood);
+    /* The daemon is on the flood once its first reply is out. */
+    uint8_t *first = read_frame(fd, &len);
+    ck_assert_ptr_nonnull(first);
+    free(first);
+
+    uint32_t tokens[4 * BT], ids[4];
+    for (uint32_t i = 0; i < 4 * BT; i++)
+        tokens[i] = 7 * 1000 + i;
+    size_t need = 0, got = 0, n;
+    uint8_t hdr[4];
+    unsigned large = 1, lookups = 0;
+    while (lookups < 2000 && large < N_LARGE) {
+        ck_assert_int_eq(kvs_lookup(c, NULL, tokens, 4 * BT, 0, ids, 4, &n), 0);
+        ck_assert_uint_eq(n, 4);
+        lookups++;
+        large += replies_so_far(fd, &need, &got, hdr);
+    }
+    ck_assert_msg(large < N_LARGE,
+                  "all %d pipelined 2 MiB Lookups were answered while another "
+                  "client did %u Lookups",
+                  N_LARGE, lookups);
+    kill(writer, SIGKILL);
+    waitpid(writer, NULL, 0);
     close(fd);
     kvs_close(c);
     ck_assert_int_eq(harness_stop(&d), 0);
@@ -334,15 +440,195 @@ START_TEST(test_idle_session_is_closed)
 }
 END_TEST
 
+/* A lookup of a prompt in namespace name (created on first use); returns
+ * the status and fills *hits. */
+static int lookup_in(kvs_client_t *c, const char *name, uint32_t base, size_t *hits)
+{
+    uint32_t tokens[4 * BT], ids[4];
+    for (uint32_t i = 0; i < 4 * BT; i++)
+        tokens[i] = base * 1000 + i;
+    *hits = 0;
+    return kvs_lookup(c, name, tokens, 4 * BT, 0, ids, 4, hits);
+}
+
+/* Commits one prompt of 4 blocks in namespace name and releases its pins. */
+static void commit_in(kvs_client_t *c, const char *name, uint32_t base)
+{
+    uint32_t tokens[4 * BT], ids[4], canon[4];
+    size_t n;
+    for (uint32_t i = 0; i < 4 * BT; i++)
+        tokens[i] = base * 1000 + i;
+    ck_assert_int_eq(kvs_alloc(c, name, 4, ids), 0);
+    ck_assert_int_eq(kvs_commit(c, name, tokens, 4 * BT, ids, 4, canon, &n), 0);
+    ck_assert_int_eq(kvs_release(c, ids, 4, NULL), 0);
+}
+
+static const kvs_ns_stats_t *ns_row(const kvs_stats_t *st, const char *name)
+{
+    for (size_t i = 0; i < st->n_namespaces; i++)
+        if (strcmp(st->namespaces[i].name, name) == 0)
+            return &st->namespaces[i];
+    return NULL;
+}
+
+/* Namespace exhaustion: one client's empty Lookups over many names used to
+ * create every namespace the table holds, for good, and every new tenant
+ * got KVS_ELIMIT until a restart. Now a full table reclaims the dynamic
+ * namespaces that hold nothing. (Before: the attacker's 9th name and the
+ * new tenant were refused.) */
+START_TEST(test_empty_lookups_do_not_exhaust_namespaces)
+{
+    /* No per-session limit: the reclaiming alone must hold. */
+    static const char *const extra[] = {"--max-namespaces", "8", "--session-max-namespaces", "0",
+                                        NULL};
+    harness_t d;
+    ck_assert_int_eq(harness_start(&d, 64, extra), 0);
+    kvs_client_t *attacker = client_of(&d), *tenant = client_of(&d);
+    char name[32];
+    size_t hits;
+    for (int i = 0; i < 200; i++) {
+        snprintf(name, sizeof(name), "junk-%d", i);
+        int rc = lookup_in(attacker, name, 1, &hits);
+        ck_assert_msg(rc == 0, "lookup %d: %s: %s", i, kvs_strerror(rc), kvs_last_error(attacker));
+    }
+    /* The new tenant gets its namespace and keeps it. */
+    commit_in(tenant, "tenant", 7);
+    ck_assert_int_eq(lookup_in(tenant, "tenant", 7, &hits), 0);
+    ck_assert_uint_eq(hits, 4);
+    for (int i = 200; i < 300; i++) {
+        snprintf(name, sizeof(name), "junk-%d", i);
+        ck_assert_int_eq(lookup_in(attacker, name, 1, &hits), 0);
+    }
+    ck_assert_int_eq(lookup_in(tenant, "tenant", 7, &hits), 0);
+    ck_assert_uint_eq(hits, 4);
+
+    kvs_stats_t st;
+    ck_assert_int_eq(kvs_stats(tenant, &st), 0);
+    ck_assert_uint_le(st.n_namespaces, 8);
+    ck_assert_ptr_nonnull(ns_row(&st, "tenant"));
+    ck_assert_uint_eq(ns_row(&st, "tenant")->cached_blocks, 4);
+    /* 301 namespaces were made, at most 8 are left: the rest were reclaimed. */
+    ck_assert_uint_eq(st.counters[KVS_COUNTER_namespaces_reclaimed] + st.n_namespaces, 301);
+    ck_assert_uint_eq(st.counters[KVS_COUNTER_namespace_table_refusals], 0);
+    kvs_stats_free(&st);
+    kvs_close(attacker);
+    kvs_close(tenant);
+    ck_assert_int_eq(harness_stop(&d), 0);
+    harness_cleanup(&d);
+}
+END_TEST
+
+/* A namespace that holds anything (cached blocks, blocks being written
+ * under a declaration) is never reclaimed; when every namespace holds
+ * something, a new one is refused with a clear status and counted. */
+START_TEST(test_namespace_in_use_is_never_reclaimed)
+{
+    static const char *const extra[] = {"--max-namespaces", "4", NULL};
+    harness_t d;
+    ck_assert_int_eq(harness_start(&d, 64, extra), 0);
+    kvs_client_t *a = client_of(&d), *b = client_of(&d), *x = client_of(&d);
+    size_t hits;
+    commit_in(a, "cached-1", 1);
+    commit_in(a, "cached-2", 2);
+    /* Blocks being written, declared for their prompt: in use too. */
+    uint32_t tokens[4 * BT], writing[4];
+    for (uint32_t i = 0; i < 4 * BT; i++)
+        tokens[i] = 3000 + i;
+    ck_assert_int_eq(kvs_alloc_for(b, "writing", tokens, 4 * BT, 0, 4, writing), 0);
+    /* The fourth slot churns through empty namespaces. */
+    for (int i = 0; i < 20; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "empty-%d", i);
+        ck_assert_int_eq(lookup_in(x, name, 9, &hits), 0);
+    }
+    ck_assert_int_eq(lookup_in(a, "cached-1", 1, &hits), 0);
+    ck_assert_uint_eq(hits, 4);
+    ck_assert_int_eq(lookup_in(a, "cached-2", 2, &hits), 0);
+    ck_assert_uint_eq(hits, 4);
+    /* The writer commits into its namespace: still the same one. */
+    uint32_t canon[4];
+    size_t n;
+    ck_assert_int_eq(kvs_commit(b, "writing", tokens, 4 * BT, writing, 4, canon, &n), 0);
+    ck_assert_int_eq(kvs_release(b, writing, 4, NULL), 0);
+    ck_assert_int_eq(lookup_in(x, "writing", 3, &hits), 0);
+    ck_assert_uint_eq(hits, 4);
+    /* Fill the last slot with blocks: now nothing can go. */
+    commit_in(x, "cached-4", 4);
+    int rc = lookup_in(x, "one-too-many", 1, &hits);
+    ck_assert_int_eq(rc, KVS_ELIMIT);
+    ck_assert_msg(strstr(kvs_last_error(x), "max_namespaces"), "%s", kvs_last_error(x));
+
+    kvs_stats_t st;
+    ck_assert_int_eq(kvs_stats(a, &st), 0);
+    ck_assert_uint_eq(st.n_namespaces, 4);
+    const char *const kept[] = {"cached-1", "cached-2", "writing", "cached-4"};
+    for (int i = 0; i < 4; i++) {
+        ck_assert_msg(ns_row(&st, kept[i]), "namespace %s is gone", kept[i]);
+        ck_assert_uint_eq(ns_row(&st, kept[i])->cached_blocks, 4);
+    }
+    ck_assert_uint_eq(st.counters[KVS_COUNTER_namespaces_reclaimed], 20);
+    ck_assert_uint_eq(st.counters[KVS_COUNTER_namespace_table_refusals], 1);
+    kvs_stats_free(&st);
+    kvs_close(a);
+    kvs_close(b);
+    kvs_close(x);
+    ck_assert_int_eq(harness_stop(&d), 0);
+    harness_cleanup(&d);
+}
+END_TEST
+
+/* session_max_namespaces: a connection may have created that many
+ * namespaces that still exist; the next is refused (KVS_ELIMIT, a message
+ * naming the setting) and counted; it may still use the ones it has, and
+ * other connections are not affected. */
+START_TEST(test_namespaces_per_session_are_limited)
+{
+    static const char *const extra[] = {"--session-max-namespaces", "3", NULL};
+    harness_t d;
+    ck_assert_int_eq(harness_start(&d, 64, extra), 0);
+    kvs_client_t *a = client_of(&d), *b = client_of(&d);
+    size_t hits;
+    ck_assert_int_eq(lookup_in(a, "a-1", 1, &hits), 0);
+    ck_assert_int_eq(lookup_in(a, "a-2", 1, &hits), 0);
+    ck_assert_int_eq(lookup_in(a, "a-3", 1, &hits), 0);
+    ck_assert_int_eq(lookup_in(a, "a-4", 1, &hits), KVS_ELIMIT);
+    ck_assert_msg(strstr(kvs_last_error(a), "session_max_namespaces"), "%s", kvs_last_error(a));
+    ck_assert_int_eq(kvs_alloc(a, "a-4", 1, (uint32_t[1]){0}), KVS_ELIMIT);
+    ck_assert_int_eq(lookup_in(a, "a-2", 1, &hits), 0);
+    /* Namespaces it did not create cost it nothing. */
+    ck_assert_int_eq(lookup_in(b, "b-1", 1, &hits), 0);
+    ck_assert_int_eq(lookup_in(a, "b-1", 1, &hits), 0);
+    ck_assert_int_eq(lookup_in(b, "a-4", 1, &hits), 0);
+    ck_assert_int_eq(lookup_in(a, "a-4", 1, &hits), 0);
+
+    kvs_stats_t st;
+    ck_assert_int_eq(kvs_stats(b, &st), 0);
+    ck_assert_uint_eq(st.counters[KVS_COUNTER_namespace_session_refusals], 2);
+    kvs_stats_free(&st);
+    /* A new connection starts from zero. */
+    kvs_close(a);
+    a = client_of(&d);
+    ck_assert_int_eq(lookup_in(a, "a-5", 1, &hits), 0);
+    kvs_close(a);
+    kvs_close(b);
+    ck_assert_int_eq(harness_stop(&d), 0);
+    harness_cleanup(&d);
+}
+END_TEST
+
 static Suite *hostile_suite(void)
 {
     Suite *s = suite_create("hostile");
     TCase *tc = tcase_create("daemon");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_tree_flood_does_not_freeze_others);
+    tcase_add_test(tc, test_large_frames_are_spaced);
     tcase_add_test(tc, test_half_close_gets_every_reply);
     tcase_add_test(tc, test_buffer_memory_is_bounded_across_sessions);
     tcase_add_test(tc, test_idle_session_is_closed);
+    tcase_add_test(tc, test_empty_lookups_do_not_exhaust_namespaces);
+    tcase_add_test(tc, test_namespace_in_use_is_never_reclaimed);
+    tcase_add_test(tc, test_namespaces_per_session_are_limited);
     suite_add_tcase(s, tc);
     return s;
 }

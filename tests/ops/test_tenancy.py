@@ -348,6 +348,32 @@ class ConfigTest(unittest.TestCase):
         finally:
             self.assertEqual(d.stop(), 0)
 
+    def test_sighup_reclaims_unused_namespaces_for_new_sections(self):
+        # A table full of dynamic namespaces that hold nothing makes room for
+        # the sections a reload adds (before, the reload was refused).
+        d = Daemon(blocks=32, config="dynamic_namespaces = yes\nmax_namespaces = 4\n"
+                   "[namespace chat]\n", extra=["--log-level", "info"], metrics=False)
+        try:
+            with kvshare.Client(socket_path=d.socket, map_pool=False) as c:
+                for i in range(3):
+                    c.lookup([1] * BT, ns="junk-%d" % i, pin=False)
+                self.assertEqual(len(c.stats()["namespaces"]), 4)
+                with open(d.config, "w") as f:
+                    f.write("dynamic_namespaces = yes\nmax_namespaces = 4\n"
+                            "[namespace chat]\n[namespace new]\nquota = 8\n")
+                d.proc.send_signal(signal.SIGHUP)
+                for _ in range(100):
+                    if "SIGHUP: reloaded" in d.log() or "not reloaded" in d.log():
+                        break
+                    time.sleep(0.05)
+                self.assertIn("SIGHUP: reloaded", d.log())
+                ns = {n["name"]: n for n in c.stats()["namespaces"]}
+                self.assertEqual(sorted(ns), ["chat", "new"])
+                self.assertEqual(ns["new"]["quota"], 8)
+                self.assertEqual(c.stats()["namespaces_reclaimed"], 3)
+        finally:
+            self.assertEqual(d.stop(), 0)
+
     def test_sigterm_drains(self):
         d = Daemon(blocks=32, metrics=False)
         c = kvshare.Client(socket_path=d.socket, map_pool=False)

@@ -141,6 +141,105 @@ START_TEST(test_namespaces)
 }
 END_TEST
 
+/* radix_ns_delete: only an empty namespace goes; its id is reused by the
+ * next create, and nothing of it (blocks, counters, limits) carries over. */
+START_TEST(test_namespace_delete)
+{
+    radix_tree_t *t = tree_with(BT, 64, NULL);
+    uint32_t a = ns_new(t, "a", 0, 0), b = ns_new(t, "b", 9, 3), c = ns_new(t, "c", 0, 0), x = 99;
+    uint32_t tok[8 * BT], id = 99;
+    radix_ns_stats_t st;
+    prompt(tok, 8 * BT, 1);
+
+    /* Blocks, pinned or not, keep a namespace. */
+    insert_run(t, b, tok, 4, 0, true, 0);
+    ck_assert_int_eq(radix_ns_delete(t, b), KVS_EBUSY);
+    for (uint32_t k = 0; k < 4; k++)
+        ck_assert_int_eq(radix_unpin(t, k), 0);
+    ck_assert_int_eq(radix_ns_delete(t, b), KVS_EBUSY);
+    ck_assert_int_eq(radix_ns_stats(t, b, &st), 0);
+    ck_assert_uint_eq(st.cached_blocks, 4);
+    ck_assert_int_eq(radix_ns_delete(t, 17), KVS_ENONS);
+    ck_assert_int_eq(radix_ns_delete(NULL, a), KVS_EINVAL);
+
+    /* Evicted to empty, it goes; every call naming its id says so. */
+    size_t n = 0;
+    ck_assert_int_eq(radix_lookup(t, b, tok, 8 * BT, false, &id, 1, &n), 0);
+    ck_assert_int_eq(radix_evict(t, RADIX_NS_ANY, 64, &n), 0);
+    ck_assert_uint_eq(n, 1); /* its reservation holds the rest */
+    ck_assert_int_eq(radix_ns_delete(t, b), KVS_EBUSY);
+    ck_assert_int_eq(radix_ns_set_limits(t, b, 0, 0), 0);
+    ck_assert_int_eq(radix_evict(t, RADIX_NS_ANY, 64, &n), 0);
+    ck_assert_uint_eq(n, 3);
+    ck_assert_int_eq(radix_ns_delete(t, b), 0);
+    ck_assert_int_eq(radix_check(t), 0);
+    ck_assert_int_eq(radix_ns_delete(t, b), KVS_ENONS);
+    ck_assert_uint_eq(radix_ns_count(t), 2);
+    ck_assert_uint_eq(radix_ns_id_end(t), 3);
+    ck_assert_ptr_null(radix_ns_name(t, b));
+    ck_assert_int_eq(radix_ns_find(t, "b", &x), KVS_ENONS);
+    ck_assert_int_eq(radix_ns_stats(t, b, &st), KVS_ENONS);
+    ck_assert_int_eq(radix_ns_set_limits(t, b, 1, 1), KVS_ENONS);
+    ck_assert_int_eq(radix_ns_set_priority(t, b, 10, 20), KVS_ENONS);
+    ck_assert_int_eq(radix_lookup(t, b, tok, 8 * BT, false, &id, 1, &n), KVS_ENONS);
+    ck_assert_int_eq(radix_match(t, b, tok, 8 * BT, &id, 1, &n), KVS_ENONS);
+    uint64_t h;
+    ck_assert_int_eq(radix_chain_hashes(t, b, tok, 1, &h), KVS_ENONS);
+    uint32_t canon[4], ids[4] = {10, 11, 12, 13};
+    ck_assert_int_eq(radix_insert(t, b, tok, 4 * BT, ids, 4, false, canon, &n), KVS_ENONS);
+    ck_assert_int_eq(radix_evict(t, b, 1, &n), KVS_ENONS);
+    ck_assert_int_eq(radix_ns_clear(t, b, &n), KVS_ENONS);
+    radix_prefix_t rows[8];
+    ck_assert_int_eq(radix_top(t, b, RADIX_BY_HITS, rows, 8, &n), KVS_ENONS);
+
+    /* The others work around the hole: insert, evict for them, list all. */
+    insert_run(t, c, tok, 3, 20, false, 0);
+    insert_run(t, a, tok, 2, 30, false, 0);
+    ck_assert_int_eq(radix_top(t, RADIX_NS_ALL, RADIX_BY_SIZE, rows, 8, &n), 0);
+    ck_assert_uint_eq(n, 2);
+    ck_assert_int_eq(radix_evict(t, c, 1, &n), 0);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_int_eq(radix_check(t), 0);
+
+    /* The free id is taken first, by a namespace that starts empty, with its
+     * own seed, limits and counters. */
+    ck_assert_int_eq(radix_ns_create(t, "d", 0x99, 0, 0, &x), 0);
+    ck_assert_uint_eq(x, b);
+    ck_assert_str_eq(radix_ns_name(t, x), "d");
+    ck_assert_int_eq(radix_ns_stats(t, x, &st), 0);
+    ck_assert_uint_eq(st.lookups, 0);
+    ck_assert_uint_eq(st.cached_blocks, 0);
+    ck_assert_uint_eq(st.evicted_blocks, 0);
+    ck_assert_uint_eq(st.quota, 0);
+    ck_assert_uint_eq(st.reserve, 0);
+    ck_assert_uint_eq(lookup_n(t, x, tok, 8 * BT, NULL), 0);
+    ck_assert_uint_eq(radix_ns_count(t), 3);
+    ck_assert_int_eq(radix_ns_create(t, "e", 1, 0, 0, &x), 0);
+    ck_assert_uint_eq(x, 3);
+
+    /* The name is free again; deleting the last ids shrinks the id range. */
+    ck_assert_int_eq(radix_ns_delete(t, x), 0);
+    ck_assert_uint_eq(radix_ns_id_end(t), 3);
+    ck_assert_int_eq(radix_ns_find(t, "d", &x), 0);
+    ck_assert_int_eq(radix_ns_delete(t, x), 0);
+    ck_assert_uint_eq(radix_ns_id_end(t), 3);
+    ck_assert_int_eq(radix_ns_create(t, "b", 1, 0, 0, &x), 0);
+    ck_assert_uint_eq(x, 1);
+    ck_assert_int_eq(radix_check(t), 0);
+
+    /* Everything evicted, every namespace goes, and the tree is as new. */
+    ck_assert_int_eq(radix_evict(t, RADIX_NS_ANY, 64, &n), 0);
+    for (uint32_t k = 0; k < 3; k++)
+        ck_assert_int_eq(radix_ns_delete(t, k), 0);
+    ck_assert_uint_eq(radix_ns_count(t), 0);
+    ck_assert_uint_eq(radix_ns_id_end(t), 0);
+    ck_assert_int_eq(radix_check(t), 0);
+    ck_assert_uint_eq(ns_new(t, "again", 0, 0), 0);
+    (void)c;
+    radix_free(t);
+}
+END_TEST
+
 START_TEST(test_namespace_isolation)
 {
     radix_tree_t *t = tree_with(BT, 64, NULL);
@@ -1753,6 +1852,7 @@ static Suite *radix_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_new_args);
     tcase_add_test(tc, test_namespaces);
+    tcase_add_test(tc, test_namespace_delete);
     tcase_add_test(tc, test_namespace_isolation);
     tcase_add_test(tc, test_ns_clear);
     tcase_add_test(tc, test_lookup_edges);

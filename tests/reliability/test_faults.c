@@ -435,7 +435,9 @@ END_TEST
  * that is never read made the daemon hold ~160 MB. */
 START_TEST(test_reply_flood_from_small_requests_is_bounded)
 {
-    static const char *const extra[] = {"--max-output", "1MiB", NULL};
+    /* One connection makes all the namespaces: no per-session limit. */
+    static const char *const extra[] = {"--max-output", "1MiB", "--session-max-namespaces", "0",
+                                        NULL};
     harness_t own;
     ck_assert_int_eq(harness_start(&own, POOL, extra), 0);
     kvs_client_t *m = rel_client(own.socket_path, "monitor", WAIT_MS);

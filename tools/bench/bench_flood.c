@@ -9,13 +9,24 @@
  * it (and reads every reply, so it is never dropped for not reading):
  *
  *   none     no attacker: the baseline
+ *   idle     an attacker connection that sends nothing
+ *   spin     no attacker connection, but two processes burning CPU (as many
+ *            as the attacker's writer and reader): what the victim's p99
+ *            owes to CPU contention alone, on a machine with few CPUs
+ *   raw      no daemon: the victim's request size (16 KiB) and a 64-byte
+ *            reply over a Unix socket pair with an echo process, the
+ *            floor of a round trip on this machine
+ *   raw-spin the same while two processes burn CPU
  *   tree     Tree (1,000 rows, by size and by hits in turn)
  *   release  the largest Release the frame limit allows (ids of free blocks)
  *   lookup   a frame-limit-sized Lookup of a cached prompt followed by misses
  *   stats    Stats
  *
  * Printed per attack: the victim's Lookup count, p50, p99 and max latency,
- * and how many attack requests the daemon answered.
+ * and how many attack requests the daemon answered. --attacker-nice N runs
+ * the attacker's processes at that nice value: with few CPUs, what the
+ * victim then gains is what it lost to the attacker's processes competing
+ * for the CPUs, not to the daemon's work for them.
  */
 #include <errno.h>
 #include <limits.h>
@@ -45,6 +56,7 @@ typedef struct flood_cfg {
     const char *kvshared;
     const char *max_buffers; /* --max-buffer-memory for the daemon; NULL: its default */
     unsigned sessions;       /* memory attack: hostile sessions */
+    int attacker_nice;       /* nice value of the attacker's processes (0: as ours) */
     char dir[64];
     char sock[96];
     unsigned blocks;
@@ -179,15 +191,37 @@ static uint8_t *flood_frame(const flood_cfg_t *b, const char *attack, int varian
     return f;
 }
 
+/* Burns CPU until killed (the spin baselines). */
+static void flood_spin(void)
+{
+    volatile uint64_t x = 0;
+    for (;;)
+        x++;
+}
+
 /* The attacker: a writer that pipelines frames and a reader (a second
- * process on the same socket) that counts replies. Runs until killed. */
+ * process on the same socket) that counts replies. Runs until killed. For
+ * idle, a connection that sends nothing; for spin and raw-spin, two
+ * processes burning CPU. */
 static void flood_attacker(const flood_cfg_t *b, const char *attack, uint64_t *answered)
 {
+    if (b->attacker_nice && setpriority(PRIO_PROCESS, 0, b->attacker_nice) != 0)
+        _exit(5);
+    if (strstr(attack, "spin")) {
+        if (fork() == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            flood_spin();
+        }
+        flood_spin();
+    }
     struct sockaddr_un addr = {.sun_family = AF_UNIX};
     snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", b->sock);
     int fd = socket(AF_UNIX, SOCK_STREAM, 0);
     if (fd < 0 || connect(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0)
         _exit(3);
+    if (strcmp(attack, "idle") == 0)
+        for (;;)
+            pause();
     pid_t reader = fork();
     if (reader == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -229,12 +263,63 @@ static void flood_attacker(const flood_cfg_t *b, const char *attack, uint64_t *a
     }
 }
 
+/* Reads exactly n bytes; 0, or -1 at EOF or on an error. */
+static int flood_read_all(int fd, uint8_t *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t r = read(fd, p, n);
+        if (r <= 0)
+            return -1;
+        p += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
 typedef struct flood_shared {
     uint64_t answered;
     uint64_t n;
     int failed;
     float us[FLOOD_MAX_SAMPLES];
 } flood_shared_t;
+
+/* The raw baselines: the victim's Lookup frame size (its 4k tokens) out, a
+ * 64-byte reply back, over a socket pair with an echo process. */
+static void flood_victim_raw(const flood_cfg_t *b, flood_shared_t *sh)
+{
+    static uint8_t req[FLOOD_PROMPT * 4 + 32], reply[64];
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) {
+        sh->failed = 1;
+        _exit(1);
+    }
+    pid_t echo = fork();
+    if (echo == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        close(sv[0]);
+        while (flood_read_all(sv[1], req, sizeof(req)) == 0)
+            if (write(sv[1], reply, sizeof(reply)) != (ssize_t)sizeof(reply))
+                break;
+        _exit(0);
+    }
+    close(sv[1]);
+    uint64_t end = now_ns() + (uint64_t)(b->seconds * 1e9);
+    while (sh->n < FLOOD_MAX_SAMPLES) {
+        uint64_t t0 = now_ns();
+        if (t0 >= end)
+            break;
+        if (write(sv[0], req, sizeof(req)) != (ssize_t)sizeof(req) ||
+            flood_read_all(sv[0], reply, sizeof(reply)) != 0) {
+            sh->failed = 1;
+            break;
+        }
+        sh->us[sh->n++] = (float)((double)(now_ns() - t0) / 1e3);
+    }
+    close(sv[0]);
+    kill(echo, SIGKILL);
+    waitpid(echo, NULL, 0);
+    _exit(0);
+}
 
 static void flood_victim(const flood_cfg_t *b, flood_shared_t *sh)
 {
@@ -274,7 +359,7 @@ static int flood_run(const flood_cfg_t *b, const char *attack, flood_shared_t *s
 {
     memset(sh, 0, offsetof(flood_shared_t, us));
     pid_t att = -1;
-    if (strcmp(attack, "none") != 0) {
+    if (strcmp(attack, "none") != 0 && strcmp(attack, "raw") != 0) {
         att = fork();
         if (att == 0) {
             prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -284,8 +369,11 @@ static int flood_run(const flood_cfg_t *b, const char *attack, flood_shared_t *s
         usleep(200000); /* the flood is on before the victim starts */
     }
     pid_t vic = fork();
-    if (vic == 0)
+    if (vic == 0) {
+        if (strncmp(attack, "raw", 3) == 0)
+            flood_victim_raw(b, sh);
         flood_victim(b, sh);
+    }
     waitpid(vic, NULL, 0);
     if (att > 0) {
         kill(-att, SIGKILL);
@@ -432,16 +520,18 @@ static void flood_usage(FILE *f)
 {
     fprintf(f, "usage: kvshare-bench flood [--kvshared PATH] [--blocks N] [--max-frame BYTES]\n"
                "                           [--seconds S] [--sessions N]\n"
-               "                           [--max-buffer-memory SIZE] [ATTACK...]\n"
-               "ATTACK: none tree release lookup stats (default: these), memory (--sessions\n"
-               "hostile sessions hold partial frames or unread replies). See bench_flood.c.\n");
+               "                           [--max-buffer-memory SIZE] [--attacker-nice N]\n"
+               "                           [ATTACK...]\n"
+               "ATTACK: none idle spin raw raw-spin tree release lookup stats (default:\n"
+               "these), memory (--sessions hostile sessions hold partial frames or unread\n"
+               "replies). See bench_flood.c.\n");
 }
 
 int bench_flood(int argc, char **argv)
 {
     flood_cfg_t b = {.blocks = 65536, .max_frame = 16u << 20, .seconds = 5, .sessions = 1024};
     char kvshared[PATH_MAX + 32];
-    const char *attacks[8];
+    const char *attacks[16];
     int n_attacks = 0;
     b.kvshared = bench_default_kvshared(kvshared, sizeof(kvshared));
     for (int i = 1; i < argc; i++) {
@@ -455,12 +545,14 @@ int bench_flood(int argc, char **argv)
             b.seconds = atof(argv[++i]);
         else if (strcmp(argv[i], "--sessions") == 0 && i + 1 < argc)
             b.sessions = (unsigned)strtoul(argv[++i], NULL, 10);
+        else if (strcmp(argv[i], "--attacker-nice") == 0 && i + 1 < argc)
+            b.attacker_nice = atoi(argv[++i]);
         else if (strcmp(argv[i], "--max-buffer-memory") == 0 && i + 1 < argc)
             b.max_buffers = argv[++i];
         else if (strcmp(argv[i], "--help") == 0) {
             flood_usage(stdout);
             return 0;
-        } else if (argv[i][0] != '-' && n_attacks < 8)
+        } else if (argv[i][0] != '-' && n_attacks < 16)
             attacks[n_attacks++] = argv[i];
         else {
             flood_usage(stderr);
@@ -474,7 +566,8 @@ int bench_flood(int argc, char **argv)
         return 2;
     }
     if (n_attacks == 0) {
-        static const char *all[] = {"none", "tree", "release", "lookup", "stats"};
+        static const char *all[] = {"none", "idle",  "spin",    "raw",   "raw-spin",
+                                    "tree", "stats", "release", "lookup"};
         for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
             attacks[n_attacks++] = all[i];
     }
