@@ -80,7 +80,15 @@
     X(clears, 0, "kvshare_clears_total", "", \
       "Clear requests served (a namespace's unpinned cached blocks dropped)") \
     X(cleared_blocks, 0, "kvshare_cleared_blocks_total", "", \
-      "Cached blocks dropped by Clear requests (also counted in evictions)")
+      "Cached blocks dropped by Clear requests (also counted in evictions)") \
+    X(tier_demotions, 0, "kvshare_tier_demotions_total", "", \
+      "Blocks copied from the pool to tier 2 (host memory) instead of being evicted") \
+    X(tier_promotions, 0, "kvshare_tier_promotions_total", "", \
+      "Blocks copied back from tier 2 to the pool for a pinned lookup") \
+    X(tier_drops_t1, 0, "kvshare_tier_demote_drops_total", "", \
+      "Blocks evicted from the pool while demoting because tier 2 had no room for them") \
+    X(tier_copied_bytes, 0, "kvshare_tier_copied_bytes_total", "", \
+      "Bytes copied between the pool and tier 2, both ways")
 /* clang-format on */
 
 /* Room for counters in kvs_stats_t and StatsReply.counters. */

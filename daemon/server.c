@@ -254,6 +254,25 @@ int server_open(const server_config_t *cfg, uv_loop_t *loop, server_t **out, cha
         goto fail;
     }
     s->num_blocks = (uint32_t)blocks;
+    if (cfg->host_tier_bytes > 0) {
+        uint64_t t2 = cfg->host_tier_bytes / s->block_bytes;
+        if (t2 == 0 || t2 > UINT32_MAX - s->num_blocks) {
+            snprintf(err, errlen,
+                     "a host tier of %llu bytes holds %llu blocks of %llu bytes: give one "
+                     "between one block and 2^32 - 1 blocks with the pool",
+                     (unsigned long long)cfg->host_tier_bytes, (unsigned long long)t2,
+                     (unsigned long long)s->block_bytes);
+            rc = KVS_EINVAL;
+            goto fail;
+        }
+        rc = backend_tier_open(s->backend, t2 * s->block_bytes, err, errlen);
+        if (rc != 0)
+            goto fail;
+        s->tier2_blocks = (uint32_t)t2;
+        LOG_INFO("tier 2: %u blocks in %llu bytes of host memory%s", s->tier2_blocks,
+                 (unsigned long long)backend_tier_size(s->backend),
+                 backend_kind(s->backend) == BACKEND_CUDA ? " (pinned)" : "");
+    }
 
     rc = pool_new(s->num_blocks, &s->pool);
     if (rc != 0) {
@@ -268,6 +287,7 @@ int server_open(const server_config_t *cfg, uv_loop_t *loop, server_t **out, cha
         .on_evict_tokens = server_on_evict_tokens,
         .evict_ctx = s,
         .policy = s->cfg.eviction,
+        .tier2_blocks = s->tier2_blocks,
     };
     rc = radix_new(&rcfg, &s->index);
     if (rc != 0) {
@@ -660,6 +680,11 @@ void server_free(server_t *s)
      * closed by server_shutdown. */
     while (s->sessions)
         session_close(s->sessions, "server freed");
+    /* Tier copies on libuv's thread pool use the backend and the index (a
+     * drain deadline may have stopped the loop before they ended): they
+     * end within milliseconds, so wait for their completions. */
+    while (s->tier_jobs > 0)
+        uv_run(s->loop, UV_RUN_ONCE);
     inflight_free(s->inflight);
     events_stop(s->events);
     free(s->block_hash);

@@ -73,7 +73,8 @@ typedef struct server_config {
     uint32_t drain_ms;       /* SIGTERM: the loop ends within this time */
     const char *config_path; /* reread on SIGHUP; NULL: none */
 
-    events_config_t events; /* KV events for routers (events.h); endpoint NULL: off */
+    events_config_t events;   /* KV events for routers (events.h); endpoint NULL: off */
+    uint64_t host_tier_bytes; /* tier 2 in host memory (tier.h); 0: none */
 } server_config_t;
 
 typedef struct server {
@@ -176,6 +177,10 @@ typedef struct server {
         size_t n;
         size_t max;
     } evict_report;
+
+    uint32_t tier2_blocks;   /* blocks of tier 2 (--host-tier); 0: none */
+    uint32_t tier_jobs;      /* tier copies in flight (tier.c) */
+    session_t *tier_waiters; /* sessions waiting for one to end (tier_wait) */
 } server_t;
 
 /* Fills cfg with defaults: 16 MiB frames, 64 MiB output, 1024 sessions,

@@ -1,0 +1,227 @@
+/*
+ * Tier 2 through a real kvshared (host backend, --host-tier): a full pool
+ * demotes instead of dropping, a pinned lookup of a demoted prefix gets it
+ * back with the bytes its writer wrote, and workers killed while their
+ * lookups promote leave no pin, no WRITING block and no lost block behind.
+ */
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "daemon_harness.h"
+#include "kvshare.h"
+
+#define MAX_BLOCKS 64
+
+static harness_t h;
+
+static kvs_client_t *client(const char *name)
+{
+    kvs_options_t o;
+    kvs_client_t *c = NULL;
+    kvs_options_init(&o);
+    o.socket_path = h.socket_path;
+    o.worker_name = name;
+    o.timeout_ms = 30000;
+    int rc = kvs_connect(&o, &c);
+    ck_assert_msg(rc == 0, "connect: %s", kvs_strerror(rc));
+    return c;
+}
+
+static void prompt(uint32_t *t, size_t n, uint32_t seed)
+{
+    for (size_t i = 0; i < n; i++)
+        t[i] = seed * 100000 + (uint32_t)i;
+}
+
+static uint8_t pattern(uint32_t seed, uint32_t layer, uint32_t kv, size_t j, size_t i)
+{
+    return (uint8_t)(seed * 17 + layer * 31 + kv * 7 + j * 13 + i);
+}
+
+/* Writes nb blocks of prompt `seed`, commits them and lets go of them. */
+static void write_prompt(kvs_client_t *c, uint32_t seed, size_t nb)
+{
+    kvs_geometry_t g;
+    uint32_t tokens[MAX_BLOCKS * 16], ids[MAX_BLOCKS], can[MAX_BLOCKS];
+    size_t done;
+    ck_assert_int_eq(kvs_geometry(c, &g), 0);
+    ck_assert_uint_le(nb * g.block_tokens, sizeof(tokens) / sizeof(tokens[0]));
+    prompt(tokens, nb * g.block_tokens, seed);
+    int rc = kvs_alloc(c, NULL, (uint32_t)nb, ids);
+    ck_assert_msg(rc == 0, "alloc: %s", kvs_last_error(c));
+    for (size_t j = 0; j < nb; j++)
+        for (uint32_t l = 0; l < g.layers; l++)
+            for (uint32_t kv = 0; kv < 2; kv++) {
+                uintptr_t addr;
+                ck_assert_int_eq(kvs_block_addr(c, l, kv, ids[j], &addr), 0);
+                for (size_t i = 0; i < g.slot_bytes; i++)
+                    ((uint8_t *)addr)[i] = pattern(seed, l, kv, j, i);
+            }
+    ck_assert_int_eq(kvs_commit(c, NULL, tokens, nb * g.block_tokens, ids, nb, can, &done), 0);
+    ck_assert_uint_eq(done, nb);
+    ck_assert_int_eq(kvs_release(c, can, nb, NULL), 0);
+}
+
+/* A pinned lookup of prompt `seed`: all nb blocks, holding its writer's
+ * bytes; the pins are released. */
+static void check_prompt(kvs_client_t *c, uint32_t seed, size_t nb)
+{
+    kvs_geometry_t g;
+    uint32_t tokens[MAX_BLOCKS * 16], got[MAX_BLOCKS];
+    size_t n = 0;
+    ck_assert_int_eq(kvs_geometry(c, &g), 0);
+    prompt(tokens, nb * g.block_tokens, seed);
+    int rc = kvs_lookup(c, NULL, tokens, nb * g.block_tokens, 1, got, MAX_BLOCKS, &n);
+    ck_assert_msg(rc == 0, "lookup: %s", kvs_last_error(c));
+    ck_assert_uint_eq(n, nb);
+    uint8_t *want = malloc(g.slot_bytes);
+    ck_assert_ptr_nonnull(want);
+    for (size_t j = 0; j < n; j++)
+        for (uint32_t l = 0; l < g.layers; l++)
+            for (uint32_t kv = 0; kv < 2; kv++) {
+                uintptr_t addr;
+                ck_assert_int_eq(kvs_block_addr(c, l, kv, got[j], &addr), 0);
+                for (size_t i = 0; i < g.slot_bytes; i++)
+                    want[i] = pattern(seed, l, kv, j, i);
+                ck_assert_msg(memcmp((const void *)addr, want, g.slot_bytes) == 0,
+                              "prompt %u block %zu layer %u kv %u differs", seed, j, l, kv);
+            }
+    free(want);
+    ck_assert_int_eq(kvs_release(c, got, n, NULL), 0);
+}
+
+/* free + writing + cached == pool, nothing pinned or written, one session. */
+static void check_idle(kvs_client_t *c, kvs_stats_t *s)
+{
+    ck_assert_int_eq(kvs_stats(c, s), 0);
+    ck_assert_uint_eq(s->free_blocks + s->writing_blocks + s->cached_blocks, s->total_blocks);
+    ck_assert_uint_eq(s->writing_blocks, 0);
+    ck_assert_uint_eq(s->pinned_blocks, 0);
+}
+
+START_TEST(test_demote_then_promote)
+{
+    /* 16 blocks of 512 B in the pool, 32 in tier 2. */
+    const char *const extra[] = {"--host-tier", "16KiB", NULL};
+    ck_assert_int_eq(harness_start(&h, 16, extra), 0);
+    kvs_client_t *c = client("tier");
+    kvs_stats_t s;
+    write_prompt(c, 1, 8);
+    write_prompt(c, 2, 8);
+    write_prompt(c, 3, 8); /* the pool is full: prompt 1 goes to tier 2 */
+    check_idle(c, &s);
+    ck_assert_uint_eq(s.tier_demotions, 8);
+    ck_assert_uint_eq(s.tier_promotions, 0);
+    ck_assert_uint_eq(s.evictions, 0);
+    ck_assert_uint_eq(s.cached_blocks, 16);
+    kvs_stats_free(&s);
+    /* Prompt 1 comes back (prompt 2, least recent, makes room), and its bytes with it. */
+    check_prompt(c, 1, 8);
+    check_idle(c, &s);
+    ck_assert_uint_eq(s.tier_demotions, 16);
+    ck_assert_uint_eq(s.tier_promotions, 8);
+    ck_assert_uint_eq(s.tier_copied_bytes, 24 * 512);
+    ck_assert_uint_eq(s.evictions, 0);
+    kvs_stats_free(&s);
+    /* Then prompt 2, for which prompt 3 (now least recent) goes, and prompt 3. */
+    check_prompt(c, 2, 8);
+    check_prompt(c, 3, 8);
+    check_idle(c, &s);
+    ck_assert_uint_eq(s.tier_promotions, 24); /* prompt 3 made room for prompt 2 */
+    kvs_stats_free(&s);
+    kvs_close(c);
+    ck_assert_int_eq(harness_stop(&h), 0);
+    harness_cleanup(&h);
+}
+END_TEST
+
+/* Children look up prompts held in tier 2 and are killed while the daemon
+ * promotes them (blocks of 512 KiB, so the copies take a while): afterwards
+ * nothing is pinned or lost, and every prompt still reads back whole. */
+START_TEST(test_sigkill_during_promotion)
+{
+    const char *const geo[] = {"--model", "llama-3.2-1b", NULL};
+    const char *const extra[] = {"--host-tier", "64MiB", NULL}; /* 128 blocks */
+    ck_assert_int_eq(harness_start_geometry(&h, 32, geo, extra), 0);
+    kvs_client_t *c = client("observer");
+    kvs_geometry_t g;
+    ck_assert_int_eq(kvs_geometry(c, &g), 0);
+    for (uint32_t p = 1; p <= 4; p++)
+        write_prompt(c, p, 16); /* prompts 1 and 2 end in tier 2 */
+    kvs_stats_t s;
+    check_idle(c, &s);
+    ck_assert_uint_eq(s.tier_demotions, 32);
+    kvs_stats_free(&s);
+    for (int round = 0; round < 8; round++) {
+        uint32_t seed = 1 + (uint32_t)round % 4;
+        int p[2];
+        ck_assert_int_eq(pipe(p), 0);
+        pid_t pid = fork();
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0) {
+            kvs_options_t o;
+            kvs_client_t *w;
+            uint32_t tokens[16 * 16], got[16];
+            size_t n;
+            close(p[0]);
+            kvs_options_init(&o);
+            o.socket_path = h.socket_path;
+            if (kvs_connect(&o, &w) != 0 || kvs_geometry(w, &g) != 0)
+                _exit(1);
+            prompt(tokens, 16 * g.block_tokens, seed);
+            if (write(p[1], "x", 1) != 1)
+                _exit(2);
+            kvs_lookup(w, NULL, tokens, 16 * g.block_tokens, 1, got, 16, &n);
+            pause();
+            _exit(0);
+        }
+        close(p[1]);
+        char x;
+        ck_assert_int_eq(read(p[0], &x, 1), 1);
+        close(p[0]);
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        /* The daemon sees the EOF on a later loop turn: wait for it. */
+        for (int i = 0; i < 1000; i++) {
+            ck_assert_int_eq(kvs_stats(c, &s), 0);
+            int gone = s.sessions == 1 && s.pinned_blocks == 0;
+            kvs_stats_free(&s);
+            if (gone)
+                break;
+            usleep(10000);
+        }
+        check_idle(c, &s);
+        ck_assert_uint_eq(s.sessions, 1);
+        kvs_stats_free(&s);
+    }
+    for (uint32_t p = 1; p <= 4; p++)
+        check_prompt(c, p, 16);
+    check_idle(c, &s);
+    ck_assert_uint_eq(s.evictions, 0); /* tier 2 holds everything: nothing was dropped */
+    ck_assert_uint_ge(s.tier_promotions, 32);
+    kvs_stats_free(&s);
+    kvs_close(c);
+    ck_assert_int_eq(harness_stop(&h), 0);
+    harness_cleanup(&h);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *su = suite_create("tier");
+    TCase *tc = tcase_create("daemon");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_demote_then_promote);
+    tcase_add_test(tc, test_sigkill_during_promotion);
+    suite_add_tcase(su, tc);
+    SRunner *sr = srunner_create(su);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
