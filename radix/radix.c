@@ -832,7 +832,7 @@ static void evict_leaf(radix_tree_t *t, radix_node_t *n, int q, evict_cause_t ca
         n->len--;
         refresh(t, n, false);
     }
-    if (tier1 && t->cfg.on_evict)
+    if (t->cfg.on_evict)
         t->cfg.on_evict(t->cfg.evict_ctx, id);
 }
 
@@ -1971,6 +1971,25 @@ int radix_copy_done(radix_tree_t *t, uint32_t id, uint32_t *peer)
     return 0;
 }
 
+int radix_lookup_uncount(radix_tree_t *t, uint32_t ns, size_t n_tokens, size_t n_blocks,
+                         size_t n_tier2)
+{
+    if (!t)
+        return KVS_EINVAL;
+    if (ns >= t->n_ns)
+        return KVS_ENONS;
+    radix_ns_stats_t *st = &t->ns[ns]->st;
+    uint64_t bt = t->cfg.block_tokens;
+    if (n_tier2 > n_blocks || st->lookups == 0 || st->lookup_tokens < n_tokens ||
+        st->hit_tokens < n_blocks * bt || st->t2_hit_tokens < n_tier2 * bt)
+        return KVS_EINVAL;
+    st->lookups--;
+    st->lookup_tokens -= n_tokens;
+    st->hit_tokens -= n_blocks * bt;
+    st->t2_hit_tokens -= n_tier2 * bt;
+    return 0;
+}
+
 uint32_t radix_tier2_blocks(const radix_tree_t *t)
 {
     return t ? t->t2_cached : 0;
@@ -2101,6 +2120,7 @@ int radix_top(const radix_tree_t *t, uint32_t ns, radix_order_t order, radix_pre
         row->last_used = rec_stamp(node, node->first);
         row->last_block_id = *rec_id(node, last_pos(node));
         row->blocks += node->len;
+        row->tier2_blocks += node->len - node->t1_len;
         for (uint32_t k = node->first; k <= last_pos(node); k++)
             row->pins += *rec_ref(node, k);
     }
@@ -2114,6 +2134,7 @@ int radix_top(const radix_tree_t *t, uint32_t ns, radix_order_t order, radix_pre
         size_t c = node_index(nodes, n, node), p = node_index(nodes, n, node->parent);
         rows[p].row.blocks += rows[c].row.blocks;
         rows[p].row.pins += rows[c].row.pins;
+        rows[p].row.tier2_blocks += rows[c].row.tier2_blocks;
     }
     for (size_t i = 0; i < n; i++)
         rows[i].key = order == RADIX_BY_HITS ? rows[i].row.hits : rows[i].row.blocks;

@@ -119,8 +119,11 @@
 
 typedef struct radix_tree radix_tree_t;
 
-/* Called once for each block the index drops (eviction, quota): the block id
- * goes back to its owner. Must not call back into the tree. */
+/* Called once for each block the index drops for good (eviction, quota, a
+ * tier-2 drop): the block id goes back to its owner (a tier-2 id, at or
+ * above max_blocks, is free in the tree again already; the owner only
+ * learns that its block left the cache). A demotion or promotion is not a
+ * drop. Must not call back into the tree. */
 typedef void (*radix_evict_fn)(void *ctx, uint32_t block_id);
 
 /* Block hash: the default is chained XXH3-64. Tests replace it to force
@@ -215,6 +218,7 @@ typedef struct radix_prefix {
     uint64_t hits;          /* lookups that matched through the end of this prefix */
     uint64_t last_used;     /* tick of the last lookup or insert that touched it */
     uint32_t last_block_id; /* the block holding the prefix's last block */
+    uint32_t tier2_blocks;  /* of blocks, those in tier 2 (see Tiers) */
 } radix_prefix_t;
 
 /* Creates an empty index. Errors: KVS_EINVAL (block_tokens or max_blocks 0,
@@ -400,6 +404,16 @@ int radix_promote(radix_tree_t *t, uint32_t tier2_id, uint32_t block_id);
  * the caller may now free). The block becomes readable and, if it is a
  * candidate, queued. Errors: KVS_EINVAL, KVS_ENOTFOUND (not busy). */
 int radix_copy_done(radix_tree_t *t, uint32_t id, uint32_t *peer);
+
+/* Takes one radix_lookup back out of namespace ns's counters: a lookup of
+ * n_tokens tokens that matched n_blocks blocks, n_tier2 of them in tier 2
+ * (lookups, lookup_tokens, hit_tokens and t2_hit_tokens go down by what it
+ * added). For a caller that runs one request's lookup again after moving
+ * blocks between the tiers, so that the request counts once, as first
+ * matched. Recency and hits of the blocks stay. Errors: KVS_EINVAL (more
+ * than was counted, n_tier2 > n_blocks), KVS_ENONS. */
+int radix_lookup_uncount(radix_tree_t *t, uint32_t ns, size_t n_tokens, size_t n_blocks,
+                         size_t n_tier2);
 
 /* Blocks in tier 2, free tier-2 ids, and blocks being copied. */
 uint32_t radix_tier2_blocks(const radix_tree_t *t);

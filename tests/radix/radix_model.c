@@ -212,8 +212,7 @@ static void drop(model_t *m, uint32_t id, int64_t keep, int cause)
         m->ns[b->ns].evicted_others++;
     else
         m->ns[b->ns].evicted_quota++;
-    if (!tier2(m, id)) /* tier-1 ids go back to their owner (on_evict) */
-        m->evicted[m->n_evicted++] = id;
+    m->evicted[m->n_evicted++] = id; /* either tier's id (on_evict) */
 }
 
 /* First evictable leaf in eviction order (key, then last use) among

@@ -1141,6 +1141,73 @@ END_TEST
 
 /* ---- top and memory ----------------------------------------------------------------- */
 
+/* With a tier 2: radix_top says how many blocks under each prefix are in
+ * tier 2, a drop from a full tier 2 is reported through on_evict with its
+ * tier-2 id, and radix_lookup_uncount takes a lookup back out of the
+ * counters, hits by tier included. */
+START_TEST(test_tier2_top_drop_uncount)
+{
+    radix_config_t cfg = {.block_tokens = BT, .max_blocks = 4, .tier2_blocks = 2};
+    radix_tree_t *t = tree_cfg(cfg);
+    uint32_t ns = ns_new(t, "a", 0, 0), tok[4 * BT], ids[4], peer;
+    prompt(tok, 4 * BT, 1);
+    insert_run(t, ns, tok, 4, 0, false, 0);
+    radix_move_t mv[4];
+    size_t n_mv = 9, n_dr = 9;
+    ck_assert_int_eq(radix_demote(t, ns, 2, mv, &n_mv, &n_dr), 0);
+    ck_assert_uint_eq(n_mv, 2);
+    ck_assert_uint_eq(n_dr, 0);
+    for (size_t k = 0; k < n_mv; k++) {
+        ck_assert_uint_ge(mv[k].to, 4);
+        ck_assert_int_eq(radix_copy_done(t, mv[k].to, &peer), 0);
+        ck_assert_uint_eq(peer, mv[k].from);
+    }
+    radix_prefix_t rows[4];
+    size_t n_rows = 0;
+    ck_assert_int_eq(radix_top(t, RADIX_NS_ALL, RADIX_BY_SIZE, rows, 4, &n_rows), 0);
+    ck_assert_uint_eq(n_rows, 1);
+    ck_assert_uint_eq(rows[0].blocks, 4);
+    ck_assert_uint_eq(rows[0].tier2_blocks, 2);
+    ck_assert_uint_ge(rows[0].last_block_id, 4); /* its last block is in tier 2 */
+
+    /* A lookup matches 2 + 2 blocks; taken back out, the counters are as before. */
+    radix_ns_stats_t before, after;
+    ck_assert_int_eq(radix_ns_stats(t, ns, &before), 0);
+    size_t n = 0;
+    ck_assert_int_eq(radix_lookup(t, ns, tok, 4 * BT, false, ids, 4, &n), 0);
+    ck_assert_uint_eq(n, 4);
+    ck_assert_int_eq(radix_ns_stats(t, ns, &after), 0);
+    ck_assert_uint_eq(after.hit_tokens - before.hit_tokens, 4 * BT);
+    ck_assert_uint_eq(after.t2_hit_tokens - before.t2_hit_tokens, 2 * BT);
+    ck_assert_int_eq(radix_lookup_uncount(t, ns, 4 * BT, 4, 5), KVS_EINVAL);
+    ck_assert_int_eq(radix_lookup_uncount(t, 7, 4 * BT, 4, 2), KVS_ENONS);
+    ck_assert_int_eq(radix_lookup_uncount(t, ns, 4 * BT, 4, 2), 0);
+    ck_assert_int_eq(radix_ns_stats(t, ns, &after), 0);
+    ck_assert_uint_eq(after.lookups, before.lookups);
+    ck_assert_uint_eq(after.lookup_tokens, before.lookup_tokens);
+    ck_assert_uint_eq(after.hit_tokens, before.hit_tokens);
+    ck_assert_uint_eq(after.t2_hit_tokens, before.t2_hit_tokens);
+    ck_assert_int_eq(radix_lookup_uncount(t, ns, 4 * BT, 4, 2), KVS_EINVAL); /* nothing left */
+
+    /* A second prompt fills the pool; demoting for it drops tier 2's
+     * least recently used leaf (prompt 1's last block) through on_evict. */
+    uint32_t tok2[2 * BT];
+    prompt(tok2, 2 * BT, 2);
+    ev.n = 0;
+    insert_run(t, ns, tok2, 2, 2, false, 0);
+    ck_assert_int_eq(radix_demote(t, ns, 1, mv, &n_mv, &n_dr), 0);
+    ck_assert_uint_eq(n_mv, 1);
+    ck_assert_uint_eq(ev.n, 1);
+    ck_assert_uint_eq(ev.ids[0], rows[0].last_block_id);
+    ck_assert_int_eq(radix_copy_done(t, mv[0].to, &peer), 0);
+    ck_assert_int_eq(radix_ns_stats(t, ns, &after), 0);
+    ck_assert_uint_eq(after.tier2_dropped, 1);
+    ck_assert_uint_eq(after.evicted_blocks, 1);
+    ck_assert_int_eq(radix_check(t), 0);
+    radix_free(t);
+}
+END_TEST
+
 START_TEST(test_top)
 {
     radix_tree_t *t = tree_with(BT, 64, NULL);
@@ -2201,6 +2268,7 @@ static Suite *radix_suite(void)
     tcase_add_test(tc, test_collisions);
     tcase_add_test(tc, test_fanout_10k);
     tcase_add_test(tc, test_top);
+    tcase_add_test(tc, test_tier2_top_drop_uncount);
     tcase_add_test(tc, test_memory);
     tcase_add_test(tc, test_alloc_failures);
     suite_add_tcase(s, tc);
