@@ -88,7 +88,13 @@
     X(tier_drops_t1, 0, "kvshare_tier_demote_drops_total", "", \
       "Blocks evicted from the pool while demoting because tier 2 had no room for them") \
     X(tier_copied_bytes, 0, "kvshare_tier_copied_bytes_total", "", \
-      "Bytes copied between the pool and tier 2, both ways")
+      "Bytes copied between the pool and tier 2, both ways") \
+    X(tier2_drops, 0, "kvshare_tier2_drops_total", "", \
+      "Blocks dropped from tier 2 for good (part of evictions): tier 2 was full") \
+    X(tier_copy_us, 0, "kvshare_tier_copy_microseconds_total", "", \
+      "Microseconds the copies between the pool and tier 2 took, on the copying threads") \
+    X(tier_copy_failures, 0, "kvshare_tier_copy_failures_total", "", \
+      "Batches of copies between the pool and tier 2 that failed (their blocks are dropped)")
 /* clang-format on */
 
 /* Room for counters in kvs_stats_t and StatsReply.counters. */

@@ -272,11 +272,20 @@ int handler_lookup_answer(session_t *s, uint32_t ns, const uint32_t *tokens, siz
     size_t n_t1 = 0;
     while (n_t1 < n_blocks && ids[n_t1] < srv->num_blocks)
         n_t1++;
+    /* A request run again after its copies counts once, as it first matched
+     * (hits by tier included): this run comes out of the counters. */
+    if (s->tier_rerun && !waited)
+        radix_lookup_uncount(srv->index, ns, n_tokens, n_blocks, n_blocks - n_t1);
     if (n_t1 < n_blocks && pin && !waited) {
         size_t n_t2 = n_blocks - n_t1;
-        int started = tier_promote(srv, s, ns, ids + n_t1, n_t2, ids, n_blocks);
-        if (started == 0) /* no free pool block: make room first, then promote */
+        int started = tier_promote(srv, s, ids + n_t1, n_t2, ids, n_blocks);
+        if (started == 0) { /* no free pool block: make room first, then promote */
             started = tier_demote(srv, s, ns, n_t2);
+            /* Nothing to wait for when the room came from blocks dropped
+             * at once (tier 2 full of blocks it cannot drop: these). */
+            if (started == 0)
+                started = tier_promote(srv, s, ids + n_t1, n_t2, ids, n_blocks);
+        }
         if (started == 0) /* copies in flight will free or move blocks */
             started = tier_wait(srv, s);
         LOG_DEBUG("session %llu: lookup matched %zu + %zu tier-2 blocks: %s (pinned %u, busy %u, "
@@ -373,7 +382,9 @@ int handler_lookup(session_t *s, const Kvshare__Request *req, Kvshare__Response 
         return rc;
     /* A new lookup ends this session's claims: it never waits for itself. */
     inflight_unclaim(srv, s);
-    if (lk->wait_ms > 0 && !srv->stopping && inflight_declared(srv) > 0) {
+    /* One that already waited for tier copies answers now (it was counted,
+     * and a parked lookup answers without promoting). */
+    if (lk->wait_ms > 0 && !srv->stopping && !s->tier_rerun && inflight_declared(srv) > 0) {
         uint32_t *ids, inflight = 0;
         size_t max_ids = n_tokens / srv->geo.block_tokens, cached = 0;
         if (max_ids > srv->num_blocks)
@@ -879,6 +890,9 @@ int handler_stats(session_t *s, const Kvshare__Request *req, Kvshare__Response *
     r->uptime_ms = (uint64_t)now_ms() - srv->start_ms;
     r->index_bytes = radix_memory_bytes(srv->index);
     r->block_tokens = srv->geo.block_tokens;
+    r->tier2_total_blocks = srv->tier2_blocks;
+    r->tier2_cached_blocks = radix_tier2_blocks(srv->index);
+    r->copying_blocks = radix_busy_blocks(srv->index);
 
     uint32_t n_ns = radix_ns_count(srv->index);
     if (n_ns > 0) {
@@ -913,6 +927,8 @@ int handler_stats(session_t *s, const Kvshare__Request *req, Kvshare__Response *
             rows[n_rows].evicted_own = st.evicted_own;
             rows[n_rows].evicted_others = st.evicted_others;
             rows[n_rows].evicted_quota = st.evicted_quota;
+            rows[n_rows].tier2_blocks = st.tier2_blocks;
+            rows[n_rows].tier2_hit_tokens = st.t2_hit_tokens;
             ptrs[n_rows] = &rows[n_rows];
             n_rows++;
         }
@@ -990,6 +1006,8 @@ int handler_tree(session_t *s, const Kvshare__Request *req, Kvshare__Response *r
         out[i].last_used = rows[i].last_used;
         out[i].age_ticks = newest - rows[i].last_used;
         out[i].last_block_id = rows[i].last_block_id;
+        out[i].tier = rows[i].last_block_id < srv->num_blocks ? 1 : 2;
+        out[i].tier2_blocks = rows[i].tier2_blocks;
         ptrs[i] = &out[i];
     }
     Kvshare__TreeReply *r = &ctx->reply.tree;

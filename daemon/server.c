@@ -76,13 +76,19 @@ void server_on_evict(void *ctx, uint32_t block_id)
 {
     server_t *s = ctx;
     s->metrics.evictions++;
+    /* A block leaves the cache for good from either tier; routers hear of it
+     * once, here (a move between the tiers publishes nothing). */
+    bool tier2 = block_id >= s->num_blocks;
+    if (tier2)
+        s->metrics.tier2_drops++;
     if (s->events && events_removed(s->events, server_events_stream(s, s->block_ns[block_id]),
                                     s->block_hash[block_id]) != 0)
         s->metrics.kv_events_dropped++;
     if (s->block_cached_ms)
         metrics_observe(&s->metrics.block_lifetime, metrics_block_bounds_ms, metrics_block_n_bounds,
                         uv_now(s->loop) - s->block_cached_ms[block_id]);
-    pool_release(s->pool, block_id);
+    if (!tier2) /* a tier-2 id is the index's own, free there already */
+        pool_release(s->pool, block_id);
 }
 
 void server_on_evict_tokens(void *ctx, uint32_t block_id, uint32_t ns, const uint32_t *tokens)
@@ -127,7 +133,7 @@ const events_stream_t *server_events_stream(server_t *s, uint32_t ns)
 int server_events_start(server_t *s, char *err, size_t errlen)
 {
     const char *medium = backend_kind(s->backend) == BACKEND_CUDA ? "GPU" : "CPU";
-    s->block_hash = calloc(s->num_blocks, sizeof(*s->block_hash));
+    s->block_hash = calloc((size_t)s->num_blocks + s->tier2_blocks, sizeof(*s->block_hash));
     s->ev_streams = calloc(s->cfg.max_namespaces, sizeof(*s->ev_streams));
     s->ev_resolved = calloc(s->cfg.max_namespaces, sizeof(*s->ev_resolved));
     if (!s->block_hash || !s->ev_streams || !s->ev_resolved) {
@@ -297,9 +303,11 @@ int server_open(const server_config_t *cfg, uv_loop_t *loop, server_t **out, cha
     s->writer = calloc(s->num_blocks, sizeof(*s->writer));
     s->writer_pos = calloc(s->num_blocks, sizeof(*s->writer_pos));
     s->mark = calloc(s->num_blocks, sizeof(*s->mark));
-    s->block_cached_ms = calloc(s->num_blocks, sizeof(*s->block_cached_ms));
+    /* By index id: tier-2 blocks keep their namespace, hash and age too. */
+    size_t n_ids = (size_t)s->num_blocks + s->tier2_blocks;
+    s->block_cached_ms = calloc(n_ids, sizeof(*s->block_cached_ms));
     s->block_used_ms = calloc(s->num_blocks, sizeof(*s->block_used_ms));
-    s->block_ns = calloc(s->num_blocks, sizeof(*s->block_ns));
+    s->block_ns = calloc(n_ids, sizeof(*s->block_ns));
     if (!s->writer || !s->writer_pos || !s->mark || !s->block_cached_ms || !s->block_used_ms ||
         !s->block_ns) {
         snprintf(err, errlen, "out of memory for the block tables of %u blocks", s->num_blocks);

@@ -140,8 +140,9 @@ typedef struct server {
     uint64_t start_ms;
     metrics_t metrics;
 
-    /* Per block, loop time in ms (metrics): when it was last committed, and
-     * when it was last committed or matched by a lookup. */
+    /* Per block, loop time in ms (metrics): when it was last committed (by
+     * index id: tier-2 blocks too), and when it was last committed or
+     * matched by a lookup (pool blocks). */
     uint64_t *block_cached_ms;
     uint64_t *block_used_ms;
     struct metrics_http *http; /* --metrics-listen; NULL when off */
@@ -153,15 +154,15 @@ typedef struct server {
     struct tenant *tenants;
     uint32_t n_tenants;
     bool any_ns_acl;    /* some namespace has an allow-list */
-    uint32_t *block_ns; /* per block: the namespace that committed it */
+    uint32_t *block_ns; /* per index id (either tier): the namespace that committed it */
     uv_signal_t sig_hup;
     uv_timer_t drain_timer;
     bool drain_on;
     struct inflight *inflight; /* declared prefixes and parked lookups */
 
     /* KV events (events.h): NULL when off. Per block, its chained hash (the
-     * key BlockRemoved names); per namespace, what it publishes as,
-     * resolved on first use (ev_resolved). */
+     * key BlockRemoved names; by index id, either tier); per namespace,
+     * what it publishes as, resolved on first use (ev_resolved). */
     struct events *events;
     uint64_t *block_hash;
     events_stream_t *ev_streams;

@@ -67,6 +67,7 @@ struct session {
 
     struct tier_job *tier_job; /* copies this session's request waits for (tier.h) */
     bool tier_waiting;         /* its request waits for any tier copy to end */
+    bool tier_rerun;           /* the next request runs again after tier copies */
     session_t *tier_wait_prev, *tier_wait_next;
 
     uint32_t *scratch; /* reply arrays, valid for one request */

@@ -20,6 +20,7 @@ struct tier_job {
     size_t n_pins;
     int rc;
     double ms;
+    uint64_t copy_ns; /* wall time of the batch on its thread */
 };
 
 static tier_job_t *job_new(server_t *srv, session_t *s, backend_tier_dir_t dir, size_t n,
@@ -63,8 +64,10 @@ static void run_copies(uv_work_t *w)
 {
     tier_job_t *j = w->data;
     server_t *srv = j->srv;
+    uint64_t t0 = uv_hrtime();
     j->rc = backend_tier_copy(srv->backend, &srv->geo, srv->num_blocks, srv->tier2_blocks, j->dir,
                               j->pool_ids, j->tier_ids, j->n, &j->ms);
+    j->copy_ns = uv_hrtime() - t0;
 }
 
 /* On the loop: every block's copy ends in the index, freed tier-1 ids go
@@ -73,6 +76,8 @@ static void copies_done(uv_work_t *w, int status)
 {
     tier_job_t *j = w->data;
     server_t *srv = j->srv;
+    if (status != 0 || j->rc != 0)
+        srv->metrics.tier_copy_failures++;
     if (status != 0 || j->rc != 0)
         LOG_ERROR("tier-2 %s of %zu blocks failed: %s",
                   j->dir == BACKEND_TO_TIER ? "demotion" : "promotion", j->n,
@@ -91,6 +96,9 @@ static void copies_done(uv_work_t *w, int status)
     else
         srv->metrics.tier_promotions += j->n;
     srv->metrics.tier_copied_bytes += (uint64_t)j->n * srv->block_bytes;
+    srv->metrics.tier_copy_us += j->copy_ns / 1000;
+    metrics_observe(&srv->metrics.tier_copy_time[j->dir], metrics_latency_bounds_ns,
+                    metrics_latency_n_bounds, j->copy_ns);
     srv->tier_jobs--;
     for (size_t i = 0; i < j->n_pins; i++)
         if (radix_unpin(srv->index, j->pins[i]) != 0)
@@ -149,15 +157,21 @@ int tier_demote(server_t *srv, session_t *s, uint32_t ns, size_t n)
         return KVS_ENOMEM;
     }
     for (size_t i = 0; i < n_moved; i++) {
-        j->pool_ids[i] = moves[i].from;
-        j->tier_ids[i] = moves[i].to - srv->num_blocks;
-        j->index_ids[i] = moves[i].to;
+        uint32_t from = moves[i].from, to = moves[i].to;
+        j->pool_ids[i] = from;
+        j->tier_ids[i] = to - srv->num_blocks;
+        j->index_ids[i] = to;
+        /* What names the block goes with it (server.h: by index id). */
+        srv->block_ns[to] = srv->block_ns[from];
+        srv->block_cached_ms[to] = srv->block_cached_ms[from];
+        if (srv->block_hash)
+            srv->block_hash[to] = srv->block_hash[from];
     }
     free(moves);
     return start(j, s);
 }
 
-int tier_promote(server_t *srv, session_t *s, uint32_t ns, const uint32_t *t2_ids, size_t n,
+int tier_promote(server_t *srv, session_t *s, const uint32_t *t2_ids, size_t n,
                  const uint32_t *pins, size_t n_pins)
 {
     pool_counts_t c;
@@ -184,12 +198,13 @@ int tier_promote(server_t *srv, session_t *s, uint32_t ns, const uint32_t *t2_id
             break;
         }
         pool_set_cached(srv->pool, id);
-        srv->block_ns[id] = ns;
-        /* KV events name it by its chained hash when it is evicted from tier 1
-         * (server_on_evict); moving between the tiers publishes nothing. */
+        /* What names the block goes with it (server.h: by index id); moving
+         * between the tiers publishes no KV event. */
+        uint32_t from = t2_ids[done];
+        srv->block_ns[id] = srv->block_ns[from];
+        srv->block_cached_ms[id] = srv->block_cached_ms[from];
         if (srv->block_hash)
-            radix_block_hash(srv->index, id, &srv->block_hash[id]);
-        srv->block_cached_ms[id] = now;
+            srv->block_hash[id] = srv->block_hash[from];
         srv->block_used_ms[id] = now;
         j->tier_ids[done] = t2_ids[done] - srv->num_blocks;
         j->index_ids[done] = id;

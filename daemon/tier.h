@@ -38,9 +38,8 @@ int tier_demote(server_t *srv, session_t *s, uint32_t ns, size_t n);
  * tier-1 prefix of a pinned lookup, and pinned by it) into free pool
  * blocks; the job takes over the n_pins pins in pins[] (the whole lookup's)
  * and lets go of them when done. Returns 1 when copies started (s waits),
- * 0 when none could (no free block: the caller unpins), or an error. The
- * promoted blocks count as namespace ns's. */
-int tier_promote(server_t *srv, session_t *s, uint32_t ns, const uint32_t *t2_ids, size_t n,
+ * 0 when none could (no free block: the caller unpins), or an error. */
+int tier_promote(server_t *srv, session_t *s, const uint32_t *t2_ids, size_t n,
                  const uint32_t *pins, size_t n_pins);
 
 /* When tier copies are in flight, queues s to run its request again when

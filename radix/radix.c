@@ -795,7 +795,7 @@ static void evict_leaf(radix_tree_t *t, radix_node_t *n, int q, evict_cause_t ca
      * the parent is queued, so the parent's key already sees it. */
     t->evict_age64 += (t->tick - rec_stamp(n, last_pos(n))) - t->evict_age64 / 64;
     uint32_t id = *rec_id(n, last_pos(n));
-    if (q == Q_T1 && t->cfg.on_evict_tokens)
+    if (t->cfg.on_evict_tokens)
         t->cfg.on_evict_tokens(t->cfg.evict_ctx, id, n->ns, rec_tokens(t, n, last_pos(n)));
     t->by_node[id] = NULL;
     ns->st.cached_by_band[t->band_of[id]]--;
