@@ -1143,6 +1143,9 @@ int kvs_stats(kvs_client_t *c, kvs_stats_t *out)
         out->block_tokens = s->block_tokens;
         out->backend = (kvs_backend_t)s->backend;
         out->uptime_ms = s->uptime_ms;
+        out->tier2_total_blocks = s->tier2_total_blocks;
+        out->tier2_cached_blocks = s->tier2_cached_blocks;
+        out->copying_blocks = s->copying_blocks;
         if (s->n_namespaces > 0) {
             /* One allocation: the rows, then their bands. */
             out->namespaces =
@@ -1178,6 +1181,8 @@ int kvs_stats(kvs_client_t *c, kvs_stats_t *out)
                         bands->evicted[b] = src->evicted_by_priority[b];
                 }
                 d->bands = bands;
+                d->tier2_blocks = src->tier2_blocks;
+                d->tier2_hit_tokens = src->tier2_hit_tokens;
             }
         }
     }
@@ -1227,6 +1232,8 @@ int kvs_tree(kvs_client_t *c, const char *ns, int by_size, kvs_prefix_t *out, si
             d->hits = p->hits;
             d->age_ticks = p->age_ticks;
             d->last_block_id = p->last_block_id;
+            d->tier = p->tier;
+            d->tier2_blocks = p->tier2_blocks;
         }
         *n_out = n;
     }

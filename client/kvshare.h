@@ -365,7 +365,12 @@ typedef struct kvs_ns_stats {
      * valid until kvs_stats_free. NULL from a library that predates it; all
      * 0 from a daemon that does. */
     const kvs_priority_bands_t *bands;
-    uint64_t reserved[4]; /* room for fields added later (0 until then) */
+    /* Tier 2 (host memory, kvshared --host-tier): blocks there now
+     * (cached_blocks counts the pool), and of hit_tokens those matched
+     * there. 0 without a tier 2 or from a daemon that predates it. */
+    uint32_t tier2_blocks, reserved32;
+    uint64_t tier2_hit_tokens;
+    uint64_t reserved[2]; /* room for fields added later (0 until then) */
 } kvs_ns_stats_t;
 
 #define KVS__STATS_COUNTER(name, ...) uint64_t name;
@@ -380,7 +385,12 @@ typedef struct kvs_stats {
     uint64_t uptime_ms;
     size_t n_namespaces;
     kvs_ns_stats_t *namespaces; /* owned by out; free with kvs_stats_free */
-    uint64_t reserved[8];       /* room for gauges added later (0 until then) */
+    /* Tier 2 (host memory, kvshared --host-tier; 0 without one or from a
+     * daemon that predates it): its size and cached blocks, and blocks
+     * being copied between the tiers. */
+    uint32_t tier2_total_blocks, tier2_cached_blocks;
+    uint32_t copying_blocks, reserved32;
+    uint64_t reserved[6]; /* room for gauges added later (0 until then) */
     /* Counters since the daemon started: one uint64_t field per entry of
      * KVS_COUNTERS (kvshare_counters.h: s.evictions, s.alloc_failures, ...),
      * also readable by position as counters[KVS_COUNTER_<name>]. A counter
@@ -411,7 +421,9 @@ typedef struct kvs_prefix {
     uint64_t hits;
     uint64_t age_ticks; /* index operations since its last use, vs the newest row */
     uint32_t last_block_id;
-    uint64_t reserved[4]; /* room for fields added later (0 until then) */
+    uint32_t tier;         /* of its last block: 1 (pool), 2 (host memory); 0: older daemon */
+    uint32_t tier2_blocks; /* of blocks, those in tier 2 */
+    uint64_t reserved[3];  /* room for fields added later (0 until then) */
 } kvs_prefix_t;
 
 /* Top prefixes of namespace ns (NULL: all) by hits, or by size when by_size.

@@ -86,7 +86,21 @@
     X(namespace_session_refusals, 0, "kvshare_namespace_create_refusals_total", \
       "reason=\"session_limit\"", "Namespaces not created, by reason") \
     X(namespace_table_refusals, 0, "kvshare_namespace_create_refusals_total", \
-      "reason=\"table_full\"", "Namespaces not created, by reason")
+      "reason=\"table_full\"", "Namespaces not created, by reason") \
+    X(tier_demotions, 0, "kvshare_tier_demotions_total", "", \
+      "Blocks copied from the pool to tier 2 (host memory) instead of being evicted") \
+    X(tier_promotions, 0, "kvshare_tier_promotions_total", "", \
+      "Blocks copied back from tier 2 to the pool for a pinned lookup") \
+    X(tier_drops_t1, 0, "kvshare_tier_demote_drops_total", "", \
+      "Blocks evicted from the pool while demoting because tier 2 had no room for them") \
+    X(tier_copied_bytes, 0, "kvshare_tier_copied_bytes_total", "", \
+      "Bytes copied between the pool and tier 2, both ways") \
+    X(tier2_drops, 0, "kvshare_tier2_drops_total", "", \
+      "Blocks dropped from tier 2 for good (part of evictions): tier 2 was full") \
+    X(tier_copy_us, 0, "kvshare_tier_copy_microseconds_total", "", \
+      "Microseconds the copies between the pool and tier 2 took, on the copying threads") \
+    X(tier_copy_failures, 0, "kvshare_tier_copy_failures_total", "", \
+      "Batches of copies between the pool and tier 2 that failed (their blocks are dropped)")
 /* clang-format on */
 
 /* Room for counters in kvs_stats_t and StatsReply.counters. */

@@ -195,11 +195,16 @@ int dispatch_frame(session_t *s, const uint8_t *body, size_t len)
         /* Claims last until the next request has been handled (inflight.h). */
         if (s->claims && s->claim_gen == claim_gen)
             inflight_unclaim(s->srv, s);
-        if (status == DISPATCH_DEFER) {
+        if (status == DISPATCH_DEFER || ctx.deferred) {
+            for (size_t i = 0; i < sizeof(ctx.heap) / sizeof(ctx.heap[0]); i++)
+                free(ctx.heap[i]);
             kvshare__request__free_unpacked(req, &arena);
             arena_reset(s->srv);
+            if (ctx.deferred)
+                s->tier_rerun = true;
             return DISPATCH_DEFER;
         }
+        s->tier_rerun = false;
         slot = (unsigned)dispatch_index(entry);
         metrics_observe(&s->srv->metrics.rpc_latency[slot], metrics_latency_bounds_ns,
                         metrics_latency_n_bounds, uv_hrtime() - t0);

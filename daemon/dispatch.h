@@ -43,9 +43,12 @@ size_t dispatch_index(const dispatch_entry_t *e);
 /* Decodes one request frame body, runs its handler and appends the reply
  * frame to the session's output. Returns 0 when the stream is still
  * trustworthy (including requests answered with an error), DISPATCH_DEFER
- * (nothing done; offer the same frame again later), KVS_EPROTO when the body
- * does not decode (an error reply is appended; close the connection),
- * KVS_ENOMEM when not even the reply could be built. */
+ * (nothing replied or counted; the session keeps the frame and offers it
+ * again later: after the walk spacing, or, when the handler started tier
+ * copies the request waits for (handler_ctx_t.deferred, tier.h), when they
+ * are done), KVS_EPROTO when the body does not decode (an error reply is
+ * appended; close the connection), KVS_ENOMEM when not even the reply could
+ * be built. */
 int dispatch_frame(session_t *s, const uint8_t *body, size_t len);
 
 /* Appends an error reply with no RPC body (request id `id`). */

@@ -13,6 +13,7 @@
 #include "now.h"
 #include "nsname.h"
 #include "peer.h"
+#include "tier.h"
 #include "session.h"
 #include "tenants.h"
 
@@ -296,6 +297,65 @@ int handler_lookup_answer(session_t *s, uint32_t ns, const uint32_t *tokens, siz
     int rc = radix_lookup(srv->index, ns, tokens, n_tokens, pin, ids, max_ids, &n_blocks);
     if (rc != 0)
         return fail(ctx, rc, "lookup failed: %s", kvs_status_text(rc));
+    /* A match goes on into tier 2 after its tier-1 blocks: a pinned lookup
+     * waits for them to come back (tier.h); the reply names tier-1 blocks. */
+    size_t n_t1 = 0;
+    while (n_t1 < n_blocks && ids[n_t1] < srv->num_blocks)
+        n_t1++;
+    /* A request run again after its copies counts once, as it first matched
+     * (hits by tier included): this run comes out of the counters. */
+    if (s->tier_rerun && !waited)
+        radix_lookup_uncount(srv->index, ns, n_tokens, n_blocks, n_blocks - n_t1);
+    if (n_t1 < n_blocks && pin && !waited) {
+        size_t n_t2 = n_blocks - n_t1;
+        int started = tier_promote(srv, s, ids + n_t1, n_t2, ids, n_blocks);
+        if (started == 0) { /* no free pool block: make room first, then promote */
+            started = tier_demote(srv, s, ns, n_t2);
+            /* Nothing to wait for when the room came from blocks dropped
+             * at once (tier 2 full of blocks it cannot drop: these). */
+            if (started == 0)
+                started = tier_promote(srv, s, ids + n_t1, n_t2, ids, n_blocks);
+        }
+        if (started == 0) /* copies in flight will free or move blocks */
+            started = tier_wait(srv, s);
+        LOG_DEBUG("session %llu: lookup matched %zu + %zu tier-2 blocks: %s (pinned %u, busy %u, "
+                  "tier-2 free %u, copies %u)",
+                  (unsigned long long)s->id, n_t1, n_t2,
+                  started == 1   ? "waiting"
+                  : started == 0 ? "no room"
+                                 : kvs_status_text(started),
+                  radix_pinned_blocks(srv->index), radix_busy_blocks(srv->index),
+                  radix_tier2_free(srv->index), srv->tier_jobs);
+        if (started == 1) {
+            ctx->deferred = true;
+            /* A promotion holds the pins until its copies are done; for a
+             * demotion they only kept this prefix out of its way. */
+            if (!s->tier_job || !tier_job_holds_pins(s->tier_job))
+                for (size_t i = 0; i < n_blocks; i++)
+                    radix_unpin(srv->index, ids[i]);
+            return 0;
+        }
+        for (size_t i = started < 0 ? 0 : n_t1; i < n_blocks; i++)
+            radix_unpin(srv->index, ids[i]);
+        if (started < 0)
+            return fail(ctx, started, "lookup: moving blocks between tiers failed: %s",
+                        kvs_status_text(started));
+    } else if (n_t1 < n_blocks && pin) {
+        /* A parked lookup answers from its resume (inflight.h), where it
+         * cannot wait again: its tier-2 part is not returned. */
+        for (size_t i = n_t1; i < n_blocks; i++)
+            radix_unpin(srv->index, ids[i]);
+    }
+    n_blocks = n_t1; /* without pin, only the tier-1 part is of use */
+    if (pin && !waited && n_blocks < max_ids && radix_busy_blocks(srv->index) > 0 &&
+        tier_wait(srv, s) == 1) {
+        /* The match may have stopped at a block being copied between the
+         * tiers: it is readable again once the copies end. */
+        for (size_t i = 0; i < n_blocks; i++)
+            radix_unpin(srv->index, ids[i]);
+        ctx->deferred = true;
+        return 0;
+    }
     if (pin && srv->cfg.session_max_pinned &&
         s->pins.total + n_blocks > srv->cfg.session_max_pinned) {
         /* Over the limit: the pins just taken go back, nothing is returned. */
@@ -352,7 +412,9 @@ int handler_lookup(session_t *s, const Kvshare__Request *req, Kvshare__Response 
         return rc;
     /* A new lookup ends this session's claims: it never waits for itself. */
     inflight_unclaim(srv, s);
-    if (lk->wait_ms > 0 && !srv->stopping && inflight_declared(srv) > 0) {
+    /* One that already waited for tier copies answers now (it was counted,
+     * and a parked lookup answers without promoting). */
+    if (lk->wait_ms > 0 && !srv->stopping && !s->tier_rerun && inflight_declared(srv) > 0) {
         uint32_t *ids, inflight = 0;
         size_t max_ids = n_tokens / srv->geo.block_tokens, cached = 0;
         if (max_ids > srv->num_blocks)
@@ -450,8 +512,21 @@ int handler_alloc(session_t *s, const Kvshare__Request *req, Kvshare__Response *
             srv->evict_report.n = 0;
             srv->evict_report.max = al->n - c.free;
         }
-        rc = radix_evict(srv->index, ns, al->n - c.free, &evicted);
-        srv->evict_report.tokens = NULL;
+        if (srv->tier2_blocks) {
+            /* Demote instead of drop: the reply waits for the copies. The
+             * report names what the run that answers dropped. */
+            rc = tier_demote(srv, s, ns, al->n - c.free);
+            srv->evict_report.tokens = NULL;
+            if (rc == 0)
+                rc = tier_wait(srv, s);
+            if (rc == 1) {
+                ctx->deferred = true;
+                return 0;
+            }
+        } else {
+            rc = radix_evict(srv->index, ns, al->n - c.free, &evicted);
+            srv->evict_report.tokens = NULL;
+        }
         if (rc != 0)
             return fail(ctx, rc, "eviction failed: %s", kvs_status_text(rc));
         rc = pool_alloc(srv->pool, al->n, ids);
@@ -845,6 +920,9 @@ int handler_stats(session_t *s, const Kvshare__Request *req, Kvshare__Response *
     r->uptime_ms = (uint64_t)now_ms() - srv->start_ms;
     r->index_bytes = radix_memory_bytes(srv->index);
     r->block_tokens = srv->geo.block_tokens;
+    r->tier2_total_blocks = srv->tier2_blocks;
+    r->tier2_cached_blocks = radix_tier2_blocks(srv->index);
+    r->copying_blocks = radix_busy_blocks(srv->index);
 
     uint32_t n_ns = radix_ns_count(srv->index), id_end = radix_ns_id_end(srv->index);
     if (n_ns > 0) {
@@ -890,6 +968,8 @@ int handler_stats(session_t *s, const Kvshare__Request *req, Kvshare__Response *
             rows[n_rows].cached_by_priority = cached;
             rows[n_rows].n_evicted_by_priority = RADIX_PRIO_BANDS;
             rows[n_rows].evicted_by_priority = evicted;
+            rows[n_rows].tier2_blocks = st.tier2_blocks;
+            rows[n_rows].tier2_hit_tokens = st.t2_hit_tokens;
             ptrs[n_rows] = &rows[n_rows];
             n_rows++;
         }
@@ -964,6 +1044,8 @@ int handler_tree(session_t *s, const Kvshare__Request *req, Kvshare__Response *r
         out[i].last_used = rows[i].last_used;
         out[i].age_ticks = newest - rows[i].last_used;
         out[i].last_block_id = rows[i].last_block_id;
+        out[i].tier = rows[i].last_block_id < srv->num_blocks ? 1 : 2;
+        out[i].tier2_blocks = rows[i].tier2_blocks;
         ptrs[i] = &out[i];
     }
     Kvshare__TreeReply *r = &ctx->reply.tree;

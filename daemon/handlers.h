@@ -38,6 +38,9 @@ struct handler_ctx {
     /* Set by a Lookup that waits (inflight.h): no reply now; it comes
      * from dispatch_lookup_resume. */
     bool parked;
+    /* Set by a handler that started tier copies instead of answering
+     * (tier.h): the request runs again when they are done. */
+    bool deferred;
 };
 
 /* The Lookup reply for a prompt whose namespace is resolved: the one path

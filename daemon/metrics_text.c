@@ -117,6 +117,8 @@ enum ns_field {
     NS_INSERTED,
     NS_QUOTA,
     NS_RESERVE,
+    NS_TIER2_HITS,
+    NS_TIER2_CACHED,
 };
 
 /* Rows of one family are adjacent; a row with a cause adds that label. */
@@ -150,6 +152,14 @@ static const struct {
      "Blocks guaranteed to the namespace: others' need never evicts it below them, and below "
      "them its need takes blocks back from namespaces above their reservations",
      NS_RESERVE, NULL},
+    {"kvshare_prefix_cache_tier2_hits_total", "counter",
+     "Prompt tokens found in tier 2 (host memory), per namespace: part of "
+     "kvshare_prefix_cache_hits_total",
+     NS_TIER2_HITS, NULL},
+    {"kvshare_namespace_tier2_blocks", "gauge",
+     "Blocks in tier 2 (host memory), per namespace (kvshare_namespace_cached_blocks counts "
+     "the pool)",
+     NS_TIER2_CACHED, NULL},
 };
 
 static unsigned long long ns_field(const radix_ns_stats_t *st, enum ns_field f)
@@ -179,6 +189,10 @@ static unsigned long long ns_field(const radix_ns_stats_t *st, enum ns_field f)
         return st->quota;
     case NS_RESERVE:
         return st->reserve;
+    case NS_TIER2_HITS:
+        return st->t2_hit_tokens;
+    case NS_TIER2_CACHED:
+        return st->tier2_blocks;
     }
     return 0;
 }
@@ -315,6 +329,13 @@ int metrics_render(server_t *srv, char **out, size_t *len)
     put(&t, "kvshare_blocks{state=\"writing\"} %u\n", c.writing);
     put(&t, "kvshare_blocks{state=\"cached\"} %u\n", c.cached);
     put(&t, "kvshare_blocks{state=\"pinned\"} %u\n", radix_pinned_blocks(srv->index));
+    head(&t, "kvshare_tier2_blocks", "gauge",
+         "Tier 2 (host memory, --host-tier) by state: total, cached, free; copying counts "
+         "blocks moving between the tiers");
+    put(&t, "kvshare_tier2_blocks{state=\"total\"} %u\n", srv->tier2_blocks);
+    put(&t, "kvshare_tier2_blocks{state=\"cached\"} %u\n", radix_tier2_blocks(srv->index));
+    put(&t, "kvshare_tier2_blocks{state=\"free\"} %u\n", radix_tier2_free(srv->index));
+    put(&t, "kvshare_tier2_blocks{state=\"copying\"} %u\n", radix_busy_blocks(srv->index));
     head(&t, "kvshare_index_bytes", "gauge", "Memory of the prefix index");
     put(&t, "kvshare_index_bytes %llu\n", (unsigned long long)radix_memory_bytes(srv->index));
 
@@ -346,6 +367,15 @@ int metrics_render(server_t *srv, char **out, size_t *len)
          "Time since a lookup's matched prefix was last used (committed or matched to its end)");
     hist(&t, "kvshare_block_reuse_gap_seconds", "", &m->block_reuse_gap, metrics_block_bounds_ms,
          metrics_block_n_bounds, 1e-3);
+    head(&t, "kvshare_tier_copy_seconds", "histogram",
+         "Time one request's batch of copies between the pool and tier 2 took on its thread, "
+         "by direction");
+    hist(&t, "kvshare_tier_copy_seconds", "direction=\"demote\"",
+         &m->tier_copy_time[BACKEND_TO_TIER], metrics_latency_bounds_ns, metrics_latency_n_bounds,
+         1e-9);
+    hist(&t, "kvshare_tier_copy_seconds", "direction=\"promote\"",
+         &m->tier_copy_time[BACKEND_FROM_TIER], metrics_latency_bounds_ns, metrics_latency_n_bounds,
+         1e-9);
 
     if (t.failed) {
         free(t.buf);

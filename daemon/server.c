@@ -77,13 +77,19 @@ void server_on_evict(void *ctx, uint32_t block_id)
 {
     server_t *s = ctx;
     s->metrics.evictions++;
+    /* A block leaves the cache for good from either tier; routers hear of it
+     * once, here (a move between the tiers publishes nothing). */
+    bool tier2 = block_id >= s->num_blocks;
+    if (tier2)
+        s->metrics.tier2_drops++;
     if (s->events && events_removed(s->events, server_events_stream(s, s->block_ns[block_id]),
                                     s->block_hash[block_id]) != 0)
         s->metrics.kv_events_dropped++;
     if (s->block_cached_ms)
         metrics_observe(&s->metrics.block_lifetime, metrics_block_bounds_ms, metrics_block_n_bounds,
                         uv_now(s->loop) - s->block_cached_ms[block_id]);
-    pool_release(s->pool, block_id);
+    if (!tier2) /* a tier-2 id is the index's own, free there already */
+        pool_release(s->pool, block_id);
 }
 
 void server_on_evict_tokens(void *ctx, uint32_t block_id, uint32_t ns, const uint32_t *tokens)
@@ -128,7 +134,7 @@ const events_stream_t *server_events_stream(server_t *s, uint32_t ns)
 int server_events_start(server_t *s, char *err, size_t errlen)
 {
     const char *medium = backend_kind(s->backend) == BACKEND_CUDA ? "GPU" : "CPU";
-    s->block_hash = calloc(s->num_blocks, sizeof(*s->block_hash));
+    s->block_hash = calloc((size_t)s->num_blocks + s->tier2_blocks, sizeof(*s->block_hash));
     s->ev_streams = calloc(s->cfg.max_namespaces, sizeof(*s->ev_streams));
     s->ev_resolved = calloc(s->cfg.max_namespaces, sizeof(*s->ev_resolved));
     if (!s->block_hash || !s->ev_streams || !s->ev_resolved) {
@@ -257,6 +263,25 @@ int server_open(const server_config_t *cfg, uv_loop_t *loop, server_t **out, cha
         goto fail;
     }
     s->num_blocks = (uint32_t)blocks;
+    if (cfg->host_tier_bytes > 0) {
+        uint64_t t2 = cfg->host_tier_bytes / s->block_bytes;
+        if (t2 == 0 || t2 > UINT32_MAX - s->num_blocks) {
+            snprintf(err, errlen,
+                     "a host tier of %llu bytes holds %llu blocks of %llu bytes: give one "
+                     "between one block and 2^32 - 1 blocks with the pool",
+                     (unsigned long long)cfg->host_tier_bytes, (unsigned long long)t2,
+                     (unsigned long long)s->block_bytes);
+            rc = KVS_EINVAL;
+            goto fail;
+        }
+        rc = backend_tier_open(s->backend, t2 * s->block_bytes, err, errlen);
+        if (rc != 0)
+            goto fail;
+        s->tier2_blocks = (uint32_t)t2;
+        LOG_INFO("tier 2: %u blocks in %llu bytes of host memory%s", s->tier2_blocks,
+                 (unsigned long long)backend_tier_size(s->backend),
+                 backend_kind(s->backend) == BACKEND_CUDA ? " (pinned)" : "");
+    }
 
     rc = pool_new(s->num_blocks, &s->pool);
     if (rc != 0) {
@@ -271,6 +296,7 @@ int server_open(const server_config_t *cfg, uv_loop_t *loop, server_t **out, cha
         .on_evict_tokens = server_on_evict_tokens,
         .evict_ctx = s,
         .policy = s->cfg.eviction,
+        .tier2_blocks = s->tier2_blocks,
     };
     rc = radix_new(&rcfg, &s->index);
     if (rc != 0) {
@@ -280,9 +306,11 @@ int server_open(const server_config_t *cfg, uv_loop_t *loop, server_t **out, cha
     s->writer = calloc(s->num_blocks, sizeof(*s->writer));
     s->writer_pos = calloc(s->num_blocks, sizeof(*s->writer_pos));
     s->mark = calloc(s->num_blocks, sizeof(*s->mark));
-    s->block_cached_ms = calloc(s->num_blocks, sizeof(*s->block_cached_ms));
+    /* By index id: tier-2 blocks keep their namespace, hash and age too. */
+    size_t n_ids = (size_t)s->num_blocks + s->tier2_blocks;
+    s->block_cached_ms = calloc(n_ids, sizeof(*s->block_cached_ms));
     s->block_used_ms = calloc(s->num_blocks, sizeof(*s->block_used_ms));
-    s->block_ns = calloc(s->num_blocks, sizeof(*s->block_ns));
+    s->block_ns = calloc(n_ids, sizeof(*s->block_ns));
     if (!s->writer || !s->writer_pos || !s->mark || !s->block_cached_ms || !s->block_used_ms ||
         !s->block_ns) {
         snprintf(err, errlen, "out of memory for the block tables of %u blocks", s->num_blocks);
@@ -663,6 +691,11 @@ void server_free(server_t *s)
      * closed by server_shutdown. */
     while (s->sessions)
         session_close(s->sessions, "server freed");
+    /* Tier copies on libuv's thread pool use the backend and the index (a
+     * drain deadline may have stopped the loop before they ended): they
+     * end within milliseconds, so wait for their completions. */
+    while (s->tier_jobs > 0)
+        uv_run(s->loop, UV_RUN_ONCE);
     inflight_free(s->inflight);
     events_stop(s->events);
     free(s->block_hash);

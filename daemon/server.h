@@ -80,7 +80,8 @@ typedef struct server_config {
     uint32_t drain_ms;       /* SIGTERM: the loop ends within this time */
     const char *config_path; /* reread on SIGHUP; NULL: none */
 
-    events_config_t events; /* KV events for routers (events.h); endpoint NULL: off */
+    events_config_t events;   /* KV events for routers (events.h); endpoint NULL: off */
+    uint64_t host_tier_bytes; /* tier 2 in host memory (tier.h); 0: none */
 } server_config_t;
 
 typedef struct server {
@@ -150,8 +151,9 @@ typedef struct server {
     uint64_t start_ms;
     metrics_t metrics;
 
-    /* Per block, loop time in ms (metrics): when it was last committed, and
-     * when it was last committed or matched by a lookup. */
+    /* Per block, loop time in ms (metrics): when it was last committed (by
+     * index id: tier-2 blocks too), and when it was last committed or
+     * matched by a lookup (pool blocks). */
     uint64_t *block_cached_ms;
     uint64_t *block_used_ms;
     struct metrics_http *http; /* --metrics-listen; NULL when off */
@@ -163,7 +165,7 @@ typedef struct server {
     struct tenant *tenants;
     uint32_t n_tenants;
     bool any_ns_acl;    /* some namespace has an allow-list */
-    uint32_t *block_ns; /* per block: the namespace that committed it */
+    uint32_t *block_ns; /* per index id (either tier): the namespace that committed it */
     /* Per namespace id (max_namespaces of them): the session that created
      * it dynamically, while both live (tenants_reclaim, the per-session
      * limit). */
@@ -178,8 +180,8 @@ typedef struct server {
     struct inflight *inflight; /* declared prefixes and parked lookups */
 
     /* KV events (events.h): NULL when off. Per block, its chained hash (the
-     * key BlockRemoved names); per namespace, what it publishes as,
-     * resolved on first use (ev_resolved). */
+     * key BlockRemoved names; by index id, either tier); per namespace,
+     * what it publishes as, resolved on first use (ev_resolved). */
     struct events *events;
     uint64_t *block_hash;
     events_stream_t *ev_streams;
@@ -195,6 +197,10 @@ typedef struct server {
         size_t n;
         size_t max;
     } evict_report;
+
+    uint32_t tier2_blocks;   /* blocks of tier 2 (--host-tier); 0: none */
+    uint32_t tier_jobs;      /* tier copies in flight (tier.c) */
+    session_t *tier_waiters; /* sessions waiting for one to end (tier_wait) */
 } server_t;
 
 /* Fills cfg with defaults: 16 MiB frames, 64 MiB output, 1024 sessions,

@@ -11,6 +11,7 @@
 #include "log.h"
 #include "peer.h"
 #include "tenants.h"
+#include "tier.h"
 
 /* Bytes asked of libuv per read when no bigger frame is pending. */
 #define SESSION_READ_CHUNK 65536
@@ -379,6 +380,7 @@ void session_close(session_t *s, const char *reason)
     tenants_session_gone(s);
     s->srv->buf_bytes -= s->buf_bytes;
     s->buf_bytes = 0;
+    tier_detach(s);
     release_all(s);
     ready_remove(s);
     unlink_session(s);
@@ -407,7 +409,8 @@ static void on_write(uv_write_t *req, int status)
     }
     if (status < 0 && status != UV_ECANCELED)
         session_close(s, uv_strerror(status));
-    else if (s->eof && !s->in_ready && !s->parked && req->handle->write_queue_size == 0)
+    else if (s->eof && !s->in_ready && !s->parked && !tier_held(s) &&
+             req->handle->write_queue_size == 0)
         session_close(s, "client closed (after its replies were sent)");
     free(w);
 }
@@ -535,8 +538,9 @@ static int process(session_t *s, bool bounded, bool *more, bool *deferred)
     size_t frames = 0, bytes = 0;
     *more = *deferred = false;
     for (;;) {
-        if (s->wait || s->closing)
-            return 0; /* a parked lookup answers first (inflight.h) */
+        if (s->wait || tier_held(s) || s->closing)
+            return 0; /* a parked lookup (inflight.h) or a request waiting
+                       * for tier copies (tier.h) answers first */
         if (bounded && (frames >= SESSION_TURN_FRAMES || bytes >= SESSION_TURN_BYTES)) {
             *more = frame_waiting(s);
             return 0;
@@ -574,10 +578,12 @@ static int process(session_t *s, bool bounded, bool *more, bool *deferred)
             s->srv->walk_next_ns = t1 + (t1 - t0) * SERVER_WALK_SPACING;
         }
         if (rc == DISPATCH_DEFER) {
-            /* The frame stays for a later turn (frame_next did not move it). */
+            /* The frame stays for a later turn (frame_next did not move it):
+             * after the walk spacing, or when its tier copies are done. */
             s->in.head = head;
             s->in.len = in_len;
-            *more = *deferred = true;
+            if (!tier_held(s))
+                *more = *deferred = true;
             return 0;
         }
         s->srv->metrics.bytes_in += FRAME_HEADER_BYTES + len;
@@ -777,9 +783,10 @@ static void take_turn(session_t *s)
         }
         more = deferred = false;
     }
-    if (s->wait) {
-        /* A parked lookup holds the session (inflight.h): nothing more is
-         * read until session_resume gives it its turn again. */
+    if (s->wait || tier_held(s)) {
+        /* A parked lookup (inflight.h) or a request waiting for tier copies
+         * (tier.h) holds the session: nothing more is read until
+         * session_resume gives it its turn again. */
         stop_reading(s);
         return;
     }
@@ -832,7 +839,7 @@ static void on_idle_sweep(uv_timer_t *t)
     session_t *next;
     for (session_t *s = srv->sessions; s; s = next) {
         next = s->next;
-        if (!s->has_pipe || s->closing || s->in_ready || s->parked || s->wait ||
+        if (!s->has_pipe || s->closing || s->in_ready || s->parked || s->wait || tier_held(s) ||
             now - s->last_request_ms < srv->cfg.idle_timeout_ms)
             continue;
         srv->metrics.sessions_idle_closed++;

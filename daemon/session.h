@@ -66,6 +66,11 @@ struct session {
     uint32_t peer_uid, peer_gid;
     int32_t peer_pid;
 
+    struct tier_job *tier_job; /* copies this session's request waits for (tier.h) */
+    bool tier_waiting;         /* its request waits for any tier copy to end */
+    bool tier_rerun;           /* the next request runs again after tier copies */
+    session_t *tier_wait_prev, *tier_wait_next;
+
     uint32_t *scratch; /* reply arrays, valid for one request */
     size_t scratch_cap;
 
@@ -123,11 +128,15 @@ void session_goodbye(session_t *s, int status, const char *message);
  * (the error reply is in `out`; the caller closes). */
 int session_feed(session_t *s, const uint8_t *bytes, size_t len);
 
-/* Answers every whole frame already in `in` (see session_feed). */
+/* Answers every whole frame already in `in` (see session_feed). A request
+ * whose handler defers (it waits for tier copies, tier.h) stays in `in`, and
+ * no later one is answered until session_resume. */
 int session_process(session_t *s);
 
-/* Answers the frames that arrived while a parked lookup held the session,
- * sends the replies, and closes the session if its stream went bad. */
+/* Answers the frames that arrived while a parked lookup (inflight.h) or a
+ * deferred request (tier copies, tier.h; it runs again first) held the
+ * session, sends the replies, and closes the session if its stream went
+ * bad. */
 void session_resume(session_t *s);
 
 /* Starts the idle sweep when cfg.idle_timeout_ms is set (server_listen).

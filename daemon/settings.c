@@ -198,6 +198,10 @@ const setting_t settings_table[] = {
      .help = "pool size, e.g. 512MiB, 8GiB, 70GB"},
     {"pool_blocks", "pool-blocks", SETTING_GLOBAL, SETTING_U32, "N", 1, UINT32_MAX - 1,
      AT(server.pool_blocks), .zero = "none", .help = "pool size in blocks (instead of pool_bytes)"},
+    {"host_tier", "host-tier", SETTING_GLOBAL, SETTING_SIZE, "SIZE", 1, UINT64_MAX,
+     AT(server.host_tier_bytes), .zero = "off", .example = "64GiB",
+     .help = "tier 2 in host memory: blocks the pool evicts are kept there and come back on "
+             "a pinned lookup"},
     {"gpu_memory_utilization", "gpu-memory-utilization", SETTING_GLOBAL, SETTING_FRACTION, "F", 0,
      0, AT(gpu_memory_utilization), .zero = "none",
      .help = "pool = this fraction of free device memory (cuda)"},

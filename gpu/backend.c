@@ -4,10 +4,13 @@
  */
 #include "backend_internal.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -80,6 +83,7 @@ int backend_open(const backend_config_t *cfg, backend_t **out, char *err, size_t
         goto fail;
     }
     b->host_fd = -1;
+    b->tier_fd = -1;
     if (cfg->kind == BACKEND_CUDA || cfg->kind == BACKEND_AUTO) {
         rc = backend_cuda_open(cfg, b, why, sizeof(why));
         if (rc == 0)
@@ -104,10 +108,26 @@ fail:
     return rc;
 }
 
+/* Unregisters (cuda), unmaps and closes tier 2, before the pool goes. */
+static void tier_close(backend_t *b)
+{
+    if (b->tier_registered)
+        backend_cuda_host_unregister(b->cuda, (void *)b->tier_base);
+    if (b->tier_base != 0)
+        munmap((void *)b->tier_base, b->tier_size);
+    if (b->tier_fd >= 0)
+        close(b->tier_fd);
+    b->tier_registered = 0;
+    b->tier_base = 0;
+    b->tier_size = 0;
+    b->tier_fd = -1;
+}
+
 void backend_close(backend_t *b)
 {
     if (b == NULL)
         return;
+    tier_close(b);
     if (b->kind == BACKEND_CUDA)
         backend_cuda_close(b);
     else
@@ -361,22 +381,17 @@ static double host_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
-/* Runs n checked copies: on cuda as one batch on the stream, on host with
- * memcpy, row by row. */
-static int copy_ops(backend_t *b, backend_copy_op_t *ops, size_t n, double *device_ms)
+/* Runs n checked copies on absolute addresses: on cuda as one batch on the
+ * stream, on host with memcpy, row by row. */
+static int copy_ops(backend_t *b, const backend_copy_op_t *ops, size_t n, double *device_ms)
 {
-    if (b->kind == BACKEND_CUDA) {
-        for (size_t i = 0; i < n; i++) {
-            ops[i].dst += b->base;
-            ops[i].src += b->base;
-        }
+    if (b->kind == BACKEND_CUDA)
         return backend_cuda_copy_batch(b->cuda, ops, n, device_ms);
-    }
     double t0 = host_ms();
     for (size_t i = 0; i < n; i++)
         for (uint64_t r = 0; r < ops[i].height; r++)
-            memcpy((char *)b->base + ops[i].dst + r * ops[i].pitch,
-                   (const char *)b->base + ops[i].src + r * ops[i].pitch, ops[i].width);
+            memcpy((char *)ops[i].dst + r * ops[i].dst_pitch,
+                   (const char *)ops[i].src + r * ops[i].src_pitch, ops[i].width);
     if (device_ms != NULL)
         *device_ms = host_ms() - t0;
     return 0;
@@ -404,11 +419,12 @@ int backend_copy_blocks(backend_t *b, const geometry_t *g, uint32_t num_blocks,
             break;
         }
         ops[i] = (backend_copy_op_t){
-            .dst = geometry_offset(g, num_blocks, 0, 0, dst_blocks[i]),
-            .src = geometry_offset(g, num_blocks, 0, 0, src_blocks[i]),
+            .dst = b->base + geometry_offset(g, num_blocks, 0, 0, dst_blocks[i]),
+            .src = b->base + geometry_offset(g, num_blocks, 0, 0, src_blocks[i]),
             .width = slot,
             .height = rows,
-            .pitch = (uint64_t)num_blocks * slot,
+            .dst_pitch = (uint64_t)num_blocks * slot,
+            .src_pitch = (uint64_t)num_blocks * slot,
         };
     }
     if (rc == 0)
@@ -433,8 +449,113 @@ int backend_copy_many(backend_t *b, const uint64_t *dst, const uint64_t *src, ui
             rc = KVS_EINVAL;
             break;
         }
+        ops[i] = (backend_copy_op_t){.dst = b->base + dst[i],
+                                     .src = b->base + src[i],
+                                     .width = n_bytes,
+                                     .height = 1,
+                                     .dst_pitch = n_bytes,
+                                     .src_pitch = n_bytes};
+    }
+    if (rc == 0)
+        rc = copy_ops(b, ops, n, device_ms);
+    free(ops);
+    return rc;
+}
+
+/* --- Tier 2 ------------------------------------------------------------------ */
+
+int backend_tier_open(backend_t *b, uint64_t bytes, char *err, size_t errlen)
+{
+    if (b == NULL || bytes == 0 || b->tier_base != 0) {
+        backend_errorf(err, errlen, "tier 2 needs a backend without one and a size above 0");
+        return KVS_EINVAL;
+    }
+    int rc = backend_host_memfd("kvshare-tier2", bytes, &b->tier_fd, &b->tier_base, &b->tier_size,
+                                err, errlen);
+    if (rc != 0)
+        return rc;
+    if (b->kind == BACKEND_CUDA) {
+        rc = backend_cuda_host_register(b->cuda, (void *)b->tier_base, b->tier_size, err, errlen);
+        if (rc != 0) {
+            tier_close(b);
+            return rc;
+        }
+        b->tier_registered = 1;
+    }
+    return 0;
+}
+
+uint64_t backend_tier_size(const backend_t *b)
+{
+    return b->tier_size;
+}
+
+uintptr_t backend_tier_base(const backend_t *b)
+{
+    return b->tier_base;
+}
+
+void backend_tier_describe(const backend_t *b, backend_desc_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->kind = BACKEND_HOST;
+    out->size = b->tier_size;
+    out->n_slabs = b->tier_size != 0 ? 1 : 0;
+    out->slab_bytes[0] = b->tier_size;
+}
+
+int backend_tier_export(backend_t *b, int *fd, char *err, size_t errlen)
+{
+    if (b == NULL || fd == NULL || b->tier_fd < 0) {
+        backend_errorf(err, errlen, "no tier 2 to export");
+        return KVS_EINVAL;
+    }
+    int dup = fcntl(b->tier_fd, F_DUPFD_CLOEXEC, 0);
+    if (dup < 0) {
+        backend_errorf(err, errlen, "duplicating the tier-2 memfd failed: %s", strerror(errno));
+        return KVS_EIO;
+    }
+    *fd = dup;
+    return 0;
+}
+
+int backend_tier_copy(backend_t *b, const geometry_t *g, uint32_t pool_blocks, uint32_t tier_blocks,
+                      backend_tier_dir_t dir, const uint32_t *pool_ids, const uint32_t *tier_ids,
+                      size_t n, double *device_ms)
+{
+    if (b == NULL || b->tier_base == 0 || geometry_validate(g) != 0 || pool_blocks == 0 ||
+        tier_blocks == 0 || n == 0 || pool_ids == NULL || tier_ids == NULL ||
+        (dir != BACKEND_TO_TIER && dir != BACKEND_FROM_TIER))
+        return KVS_EINVAL;
+    uint64_t slot = geometry_slot_bytes(g);
+    uint64_t rows = 2ull * g->layers;
+    if (b->size / slot / pool_blocks < rows || b->tier_size / slot / tier_blocks < rows)
+        return KVS_EINVAL;
+    backend_copy_op_t *ops = calloc(n, sizeof(*ops));
+    if (ops == NULL)
+        return KVS_ENOMEM;
+    int rc = 0;
+    int to_tier = dir == BACKEND_TO_TIER;
+    uint8_t tier_host = b->kind == BACKEND_CUDA; /* host memory seen from the device */
+    for (size_t i = 0; i < n; i++) {
+        if (pool_ids[i] >= pool_blocks || tier_ids[i] >= tier_blocks) {
+            rc = KVS_EINVAL;
+            break;
+        }
+        uintptr_t pool = b->base + geometry_offset(g, pool_blocks, 0, 0, pool_ids[i]);
+        uintptr_t tier = b->tier_base + geometry_offset(g, tier_blocks, 0, 0, tier_ids[i]);
+        uint64_t pool_pitch = (uint64_t)pool_blocks * slot;
+        uint64_t tier_pitch = (uint64_t)tier_blocks * slot;
         ops[i] = (backend_copy_op_t){
-            .dst = dst[i], .src = src[i], .width = n_bytes, .height = 1, .pitch = n_bytes};
+            .dst = to_tier ? tier : pool,
+            .src = to_tier ? pool : tier,
+            .width = slot,
+            .height = rows,
+            .dst_pitch = to_tier ? tier_pitch : pool_pitch,
+            .src_pitch = to_tier ? pool_pitch : tier_pitch,
+            .dst_host = to_tier ? tier_host : 0,
+            .src_host = to_tier ? 0 : tier_host,
+        };
     }
     if (rc == 0)
         rc = copy_ops(b, ops, n, device_ms);

@@ -165,4 +165,37 @@ int backend_copy_many(backend_t *b, const uint64_t *dst, const uint64_t *src, ui
  * or "memcpy per row" (host). Static string. */
 const char *backend_copy_block_path(const backend_t *b);
 
+/* --- Tier 2: host memory next to the pool ---------------------------------- */
+
+/* Gives b a tier 2 of at least bytes (rounded up to the page size) in host
+ * memory: a memfd sealed like the host pool and mapped shared; on cuda also
+ * registered with the driver (cuMemHostRegister) so that copies between the
+ * tiers are DMA. Tier-2 blocks are laid out as in the pool, by
+ * geometry_offset with the tier's block count. Importers map it from
+ * backend_tier_export's fd and backend_tier_describe's desc with
+ * backend_import (a host mapping). Once per backend; closed with it.
+ * Errors (message in err): KVS_EINVAL (bytes 0, already open), KVS_ENOMEM,
+ * KVS_EIO (on cuda also a registration the driver refuses). */
+int backend_tier_open(backend_t *b, uint64_t bytes, char *err, size_t errlen);
+uint64_t backend_tier_size(const backend_t *b);  /* 0: no tier 2 */
+uintptr_t backend_tier_base(const backend_t *b); /* the daemon's host pointer */
+void backend_tier_describe(const backend_t *b, backend_desc_t *out);
+int backend_tier_export(backend_t *b, int *fd, char *err, size_t errlen);
+
+typedef enum backend_tier_dir {
+    BACKEND_TO_TIER = 0,   /* pool -> tier 2 (demotion) */
+    BACKEND_FROM_TIER = 1, /* tier 2 -> pool (promotion) */
+} backend_tier_dir_t;
+
+/* Copies n blocks between the pool (pool_blocks blocks) and tier 2
+ * (tier_blocks blocks): pool_ids[i] <-> tier_ids[i] in direction dir, every
+ * layer's K and V slot, issued back to back and waited for once (on cuda on
+ * the backend's stream, host <-> device; on host with memcpy). device_ms as
+ * backend_copy_blocks. Any thread may call it; cuda copies of one backend
+ * take turns. Errors: KVS_EINVAL (no tier 2, bad geometry, an id out of
+ * range, a layout larger than its tier), KVS_ENOMEM, KVS_EIO. */
+int backend_tier_copy(backend_t *b, const geometry_t *g, uint32_t pool_blocks, uint32_t tier_blocks,
+                      backend_tier_dir_t dir, const uint32_t *pool_ids, const uint32_t *tier_ids,
+                      size_t n, double *device_ms);
+
 #endif /* KVS_BACKEND_H */

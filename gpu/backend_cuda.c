@@ -100,6 +100,8 @@ typedef struct cuda_api {
     PFN_cuMemcpyHtoDAsync_v3020 memcpy_htod_async;
     PFN_cuMemcpyDtoHAsync_v3020 memcpy_dtoh_async;
     PFN_cuMemcpy2DAsync_v3020 memcpy_2d_async;
+    PFN_cuMemHostRegister_v6050 mem_host_register;
+    PFN_cuMemHostUnregister_v4000 mem_host_unregister;
     PFN_cuEventCreate_v2000 event_create;
     PFN_cuEventDestroy_v4000 event_destroy;
     PFN_cuEventRecord_v2000 event_record;
@@ -118,8 +120,9 @@ struct backend_cuda {
     uint64_t size;
     uint64_t granularity;
     uint64_t max_pitch;
-    int copy_2d;   /* which block copy works here: CUDA_COPY_* */
-    int last_copy; /* what the last block copy used */
+    pthread_mutex_t copy_lock; /* copies from several threads take turns */
+    int copy_2d;               /* which block copy works here: CUDA_COPY_* */
+    int last_copy;             /* what the last block copy used */
     uint32_t n_slabs;
     uint32_t n_mapped;
     uint64_t slab_bytes[BACKEND_MAX_SLABS];
@@ -285,6 +288,8 @@ static void cuda_load(void)
         {"cuMemcpyHtoDAsync", (void **)&api.memcpy_htod_async},
         {"cuMemcpyDtoHAsync", (void **)&api.memcpy_dtoh_async},
         {"cuMemcpy2DAsync", (void **)&api.memcpy_2d_async},
+        {"cuMemHostRegister", (void **)&api.mem_host_register},
+        {"cuMemHostUnregister", (void **)&api.mem_host_unregister},
         {"cuEventCreate", (void **)&api.event_create},
         {"cuEventDestroy", (void **)&api.event_destroy},
         {"cuEventRecord", (void **)&api.event_record},
@@ -641,6 +646,8 @@ int backend_cuda_open(const backend_config_t *cfg, backend_t *b, char *err, size
     if (rc != 0)
         return rc;
     c = calloc(1, sizeof(*c));
+    if (c != NULL)
+        pthread_mutex_init(&c->copy_lock, NULL);
     if (c == NULL) {
         backend_errorf(err, errlen, "out of memory");
         return KVS_ENOMEM;
@@ -793,6 +800,8 @@ int backend_cuda_import(const backend_desc_t *desc, const int *fds, size_t n_fds
     if (rc != 0)
         goto fail;
     c = calloc(1, sizeof(*c));
+    if (c != NULL)
+        pthread_mutex_init(&c->copy_lock, NULL);
     if (c == NULL) {
         rc = KVS_ENOMEM;
         backend_errorf(err, errlen, "out of memory");
@@ -881,39 +890,65 @@ static int cuda_copy_done(struct backend_cuda *c, CUresult queued)
     return queued == CUDA_SUCCESS && r == CUDA_SUCCESS ? 0 : KVS_EIO;
 }
 
+/* Queues one flat copy; host memory is registered memory. */
+static CUresult cuda_queue_flat(struct backend_cuda *c, uintptr_t dst, int dst_host, uintptr_t src,
+                                int src_host, uint64_t n)
+{
+    if (dst_host && !src_host)
+        return api.memcpy_dtoh_async((void *)dst, (CUdeviceptr)src, n, c->stream);
+    if (src_host && !dst_host)
+        return api.memcpy_htod_async((CUdeviceptr)dst, (const void *)src, n, c->stream);
+    if (dst_host && src_host)
+        return CUDA_ERROR_INVALID_VALUE; /* the backend never copies host to host */
+    return api.memcpy_dtod_async((CUdeviceptr)dst, (CUdeviceptr)src, n, c->stream);
+}
+
 /* Queues one strided copy on c's stream (context entered by the caller). */
 static CUresult cuda_queue(struct backend_cuda *c, const backend_copy_op_t *op)
 {
     if (op->height == 1)
-        return api.memcpy_dtod_async((CUdeviceptr)op->dst, (CUdeviceptr)op->src, op->width,
-                                     c->stream);
+        return cuda_queue_flat(c, op->dst, op->dst_host, op->src, op->src_host, op->width);
+    int d2d = !op->dst_host && !op->src_host;
+    uint64_t pitch = op->dst_pitch > op->src_pitch ? op->dst_pitch : op->src_pitch;
     CUresult r = CUDA_ERROR_INVALID_VALUE;
-    if (c->copy_2d != CUDA_COPY_ROWS && c->max_pitch != 0 && op->pitch <= c->max_pitch) {
+    if ((!d2d || c->copy_2d != CUDA_COPY_ROWS) && c->max_pitch != 0 && pitch <= c->max_pitch) {
         CUDA_MEMCPY2D copy;
         memset(&copy, 0, sizeof(copy));
-        copy.srcMemoryType = CU_MEMORYTYPE_DEVICE;
-        copy.srcDevice = (CUdeviceptr)op->src;
-        copy.srcPitch = op->pitch;
-        copy.dstMemoryType = CU_MEMORYTYPE_DEVICE;
-        copy.dstDevice = (CUdeviceptr)op->dst;
-        copy.dstPitch = op->pitch;
+        if (op->src_host) {
+            copy.srcMemoryType = CU_MEMORYTYPE_HOST;
+            copy.srcHost = (const void *)op->src;
+        } else {
+            copy.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+            copy.srcDevice = (CUdeviceptr)op->src;
+        }
+        copy.srcPitch = op->src_pitch;
+        if (op->dst_host) {
+            copy.dstMemoryType = CU_MEMORYTYPE_HOST;
+            copy.dstHost = (void *)op->dst;
+        } else {
+            copy.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+            copy.dstDevice = (CUdeviceptr)op->dst;
+        }
+        copy.dstPitch = op->dst_pitch;
         copy.WidthInBytes = op->width;
         copy.Height = op->height;
         /* cuMemcpy2DAsync may refuse device-to-device pitches that did not
          * come from cuMemAllocPitch (cuMemcpy2DUnaligned, which takes any,
-         * has no stream variant): then rows, from now on. */
+         * has no stream variant): then rows, from now on (for device to
+         * device; copies with host memory try again each time). */
         r = api.memcpy_2d_async(&copy, c->stream);
-        c->copy_2d = r == CUDA_SUCCESS ? CUDA_COPY_2D : CUDA_COPY_ROWS;
+        if (d2d)
+            c->copy_2d = r == CUDA_SUCCESS ? CUDA_COPY_2D : CUDA_COPY_ROWS;
     }
-    c->last_copy = r == CUDA_SUCCESS ? CUDA_COPY_2D : CUDA_COPY_ROWS;
+    if (d2d)
+        c->last_copy = r == CUDA_SUCCESS ? CUDA_COPY_2D : CUDA_COPY_ROWS;
     /* Pitch beyond what one 2D copy allows (very large pools), or a pitch
      * the 2D copy refuses: one queued copy per row. */
     if (r != CUDA_SUCCESS) {
         r = CUDA_SUCCESS;
         for (uint64_t row = 0; r == CUDA_SUCCESS && row < op->height; row++)
-            r = api.memcpy_dtod_async((CUdeviceptr)(op->dst + row * op->pitch),
-                                      (CUdeviceptr)(op->src + row * op->pitch), op->width,
-                                      c->stream);
+            r = cuda_queue_flat(c, op->dst + row * op->dst_pitch, op->dst_host,
+                                op->src + row * op->src_pitch, op->src_host, op->width);
     }
     return r;
 }
@@ -921,8 +956,13 @@ static CUresult cuda_queue(struct backend_cuda *c, const backend_copy_op_t *op)
 int backend_cuda_copy_batch(struct backend_cuda *c, const backend_copy_op_t *ops, size_t n,
                             double *device_ms)
 {
-    if (c->pid != getpid() || cuda_enter(c) != 0)
+    if (c->pid != getpid())
         return KVS_EIO;
+    pthread_mutex_lock(&c->copy_lock);
+    if (cuda_enter(c) != 0) {
+        pthread_mutex_unlock(&c->copy_lock);
+        return KVS_EIO;
+    }
     CUevent ev[2] = {NULL, NULL};
     CUresult r = CUDA_SUCCESS;
     if (device_ms != NULL) {
@@ -946,20 +986,49 @@ int backend_cuda_copy_batch(struct backend_cuda *c, const backend_copy_op_t *ops
         if (ev[i] != NULL)
             api.event_destroy(ev[i]);
     cuda_leave();
+    pthread_mutex_unlock(&c->copy_lock);
     return r == CUDA_SUCCESS && done == CUDA_SUCCESS ? 0 : KVS_EIO;
+}
+
+int backend_cuda_host_register(struct backend_cuda *c, void *p, uint64_t n, char *err,
+                               size_t errlen)
+{
+    if (c->pid != getpid() || cuda_enter(c) != 0) {
+        backend_errorf(err, errlen, "cannot enter the device's context to register tier 2");
+        return KVS_EIO;
+    }
+    CUresult r = api.mem_host_register(p, n, CU_MEMHOSTREGISTER_PORTABLE);
+    cuda_leave();
+    if (r != CUDA_SUCCESS)
+        return cuda_fail(err, errlen, r == CUDA_ERROR_OUT_OF_MEMORY ? KVS_ENOMEM : KVS_EIO,
+                         "cuMemHostRegister (pinning tier 2)", r);
+    return 0;
+}
+
+void backend_cuda_host_unregister(struct backend_cuda *c, void *p)
+{
+    if (c->pid != getpid() || cuda_enter(c) != 0)
+        return;
+    api.mem_host_unregister(p);
+    cuda_leave();
 }
 
 int backend_cuda_dtod(struct backend_cuda *c, uintptr_t dst, uintptr_t src, uint64_t n)
 {
-    backend_copy_op_t op = {.dst = dst, .src = src, .width = n, .height = 1, .pitch = n};
+    backend_copy_op_t op = {
+        .dst = dst, .src = src, .width = n, .height = 1, .dst_pitch = n, .src_pitch = n};
     return backend_cuda_copy_batch(c, &op, 1, NULL);
 }
 
 int backend_cuda_dtod_2d(struct backend_cuda *c, uintptr_t dst, uintptr_t src, uint64_t width,
                          uint64_t height, uint64_t pitch)
 {
-    backend_copy_op_t op = {
-        .dst = dst, .src = src, .width = width, .height = height, .pitch = pitch};
+    backend_copy_op_t op = {.dst = dst,
+                            .src = src,
+                            .width = width,
+                            .height = height,
+                            .dst_pitch = pitch,
+                            .src_pitch = pitch};
     return backend_cuda_copy_batch(c, &op, 1, NULL);
 }
 

@@ -115,3 +115,19 @@ int backend_cuda_dtoh(struct backend_cuda *c, void *dst, uintptr_t src, uint64_t
     (void)n;
     return KVS_ENOTSUP;
 }
+
+int backend_cuda_host_register(struct backend_cuda *c, void *p, uint64_t n, char *err,
+                               size_t errlen)
+{
+    (void)c;
+    (void)p;
+    (void)n;
+    backend_errorf(err, errlen, NOT_BUILT);
+    return KVS_ENOTSUP;
+}
+
+void backend_cuda_host_unregister(struct backend_cuda *c, void *p)
+{
+    (void)c;
+    (void)p;
+}

@@ -21,50 +21,65 @@ static uint64_t page_round_up(uint64_t n)
     return (n + page - 1) / page * page;
 }
 
-int backend_host_open(const backend_config_t *cfg, backend_t *b, char *err, size_t errlen)
+int backend_host_memfd(const char *name, uint64_t bytes, int *fd_out, uintptr_t *base_out,
+                       uint64_t *size_out, char *err, size_t errlen)
 {
-    int fd = -1;
-    void *base = MAP_FAILED;
-    int rc = KVS_EINVAL;
-    if (cfg->bytes == 0) {
-        backend_errorf(err, errlen,
-                       "host backend needs an explicit pool size (a memory fraction is for "
-                       "cuda devices only): give the pool a byte size");
-        goto fail;
+    if (bytes > (uint64_t)INT64_MAX / 2) {
+        backend_errorf(err, errlen, "%s size %llu bytes is too large", name,
+                       (unsigned long long)bytes);
+        return KVS_EINVAL;
     }
-    if (cfg->bytes > (uint64_t)INT64_MAX / 2) {
-        backend_errorf(err, errlen, "host pool size %llu bytes is too large",
-                       (unsigned long long)cfg->bytes);
-        goto fail;
-    }
-    uint64_t size = page_round_up(cfg->bytes);
-    fd = memfd_create("kvshare-pool", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    int rc;
+    uint64_t size = page_round_up(bytes);
+    int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd < 0) {
-        rc = KVS_EIO;
         backend_errorf(err, errlen, "memfd_create failed: %s", strerror(errno));
-        goto fail;
+        return KVS_EIO;
     }
     if (ftruncate(fd, (off_t)size) != 0) {
         rc = errno == EFBIG || errno == ENOMEM || errno == ENOSPC ? KVS_ENOMEM : KVS_EIO;
-        backend_errorf(err, errlen, "cannot size the host pool to %llu bytes: %s",
+        backend_errorf(err, errlen, "cannot size the %s to %llu bytes: %s", name,
                        (unsigned long long)size, strerror(errno));
         goto fail;
     }
     if (fcntl(fd, F_ADD_SEALS, HOST_SEALS) != 0) {
         rc = KVS_EIO;
-        backend_errorf(err, errlen, "cannot seal the host pool memfd: %s", strerror(errno));
+        backend_errorf(err, errlen, "cannot seal the %s memfd: %s", name, strerror(errno));
         goto fail;
     }
-    base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    void *base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (base == MAP_FAILED) {
         rc = errno == ENOMEM ? KVS_ENOMEM : KVS_EIO;
-        backend_errorf(err, errlen, "cannot map the host pool (%llu bytes): %s",
+        backend_errorf(err, errlen, "cannot map the %s (%llu bytes): %s", name,
                        (unsigned long long)size, strerror(errno));
         goto fail;
     }
+    *fd_out = fd;
+    *base_out = (uintptr_t)base;
+    *size_out = size;
+    return 0;
+fail:
+    close(fd);
+    return rc;
+}
+
+int backend_host_open(const backend_config_t *cfg, backend_t *b, char *err, size_t errlen)
+{
+    if (cfg->bytes == 0) {
+        backend_errorf(err, errlen,
+                       "host backend needs an explicit pool size (a memory fraction is for "
+                       "cuda devices only): give the pool a byte size");
+        return KVS_EINVAL;
+    }
+    int fd;
+    uintptr_t base;
+    uint64_t size;
+    int rc = backend_host_memfd("kvshare-pool", cfg->bytes, &fd, &base, &size, err, errlen);
+    if (rc != 0)
+        return rc;
     b->kind = BACKEND_HOST;
     b->size = size;
-    b->base = (uintptr_t)base;
+    b->base = base;
     b->host_fd = fd;
     memset(&b->desc, 0, sizeof(b->desc));
     b->desc.kind = BACKEND_HOST;
@@ -73,10 +88,6 @@ int backend_host_open(const backend_config_t *cfg, backend_t *b, char *err, size
     b->desc.slab_bytes[0] = size;
     snprintf(b->detail, sizeof(b->detail), "host memfd, %llu bytes", (unsigned long long)size);
     return 0;
-fail:
-    if (fd >= 0)
-        close(fd);
-    return rc;
 }
 
 void backend_host_close(backend_t *b)

@@ -18,6 +18,12 @@ struct backend {
     int host_fd;
     struct backend_cuda *cuda;
     char detail[768];
+    /* Tier 2 (backend_tier_open): a host memfd mapped shared; on cuda also
+     * registered with the driver. */
+    int tier_fd;
+    uintptr_t tier_base;
+    uint64_t tier_size;
+    int tier_registered;
 };
 
 struct backend_mapping {
@@ -30,6 +36,11 @@ struct backend_mapping {
 /* printf into the caller's error buffer (accepts NULL / 0). */
 void backend_errorf(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* A memfd of at least bytes (rounded up to the page size, *size), sealed
+ * against shrinking and growing, mapped shared at *base (backend_host.c). */
+int backend_host_memfd(const char *name, uint64_t bytes, int *fd, uintptr_t *base, uint64_t *size,
+                       char *err, size_t errlen);
 
 /* host: memfd + mmap (backend_host.c). open fills size, base, desc, host_fd. */
 int backend_host_open(const backend_config_t *cfg, backend_t *b, char *err, size_t errlen);
@@ -49,11 +60,14 @@ int backend_cuda_export(backend_t *b, int *fds, size_t max, size_t *n_fds, char 
 int backend_cuda_import(const backend_desc_t *desc, const int *fds, size_t n_fds,
                         backend_mapping_t *m, char *err, size_t errlen);
 void backend_cuda_unmap(backend_mapping_t *m);
-/* One strided copy: height rows of width bytes, rows pitch bytes apart (a
- * flat copy is one row). */
+/* One strided copy: height rows of width bytes, rows dst_pitch bytes apart
+ * at dst and src_pitch apart at src (a flat copy is one row). An address is
+ * device memory unless its *_host flag says host memory (on cuda: memory
+ * registered with the driver). */
 typedef struct backend_copy_op {
     uintptr_t dst, src;
-    uint64_t width, height, pitch;
+    uint64_t width, height, dst_pitch, src_pitch;
+    uint8_t dst_host, src_host;
 } backend_copy_op_t;
 
 /* Copies on device addresses, on the backend's own stream, done when they
@@ -68,6 +82,11 @@ int backend_cuda_dtod_2d(struct backend_cuda *c, uintptr_t dst, uintptr_t src, u
                          uint64_t height, uint64_t pitch);
 int backend_cuda_htod(struct backend_cuda *c, uintptr_t dst, const void *src, uint64_t n);
 int backend_cuda_dtoh(struct backend_cuda *c, void *dst, uintptr_t src, uint64_t n);
+/* Registers [p, p + n) of host memory with c's driver (cuMemHostRegister,
+ * portable) so that copies with it are DMA, and unregisters it. */
+int backend_cuda_host_register(struct backend_cuda *c, void *p, uint64_t n, char *err,
+                               size_t errlen);
+void backend_cuda_host_unregister(struct backend_cuda *c, void *p);
 /* The copy the last backend_cuda_dtod_2d used, e.g. "cuMemcpy2DAsync". */
 const char *backend_cuda_copy_path(const struct backend_cuda *c);
 

@@ -86,24 +86,36 @@
 
 enum { WHERE_NONE = 0, WHERE_LIST = 1, WHERE_HEAP = 2 };
 
+/* The two eviction queues: Q_T1 orders tier-1 candidates (demotion, or
+ * eviction when there is no tier 2), Q_T2 tier-2 leaves (drops). */
+enum { Q_T1 = 0, Q_T2 = 1 };
+
 typedef struct radix_node radix_node_t;
+
+/* A node's place in one queue. */
+typedef struct radix_qlink {
+    radix_node_t *prev;
+    radix_node_t *next;
+    uint64_t key;   /* eviction key of the candidate, set when queued */
+    uint32_t seq;   /* sequence number of the live heap entry */
+    uint32_t where; /* WHERE_*: where the candidate is queued */
+} radix_qlink_t;
+
 struct radix_node {
     radix_node_t *parent; /* NULL for a namespace root */
-    radix_node_t *lru_prev;
-    radix_node_t *lru_next;
-    uint64_t hits;       /* lookups that matched through this node's end */
-    uint64_t full_stamp; /* a tick at which every record here was touched */
-    uint64_t leaf_key;   /* eviction key of the last block, set when queued */
-    uint32_t first;      /* records in use: [first, first + len) */
+    radix_qlink_t q[2];   /* Q_T1, Q_T2 */
+    uint64_t hits;        /* lookups that matched through this node's end */
+    uint64_t full_stamp;  /* a tick at which every record here was touched */
+    uint32_t first;       /* records in use: [first, first + len) */
     uint32_t len;
     uint32_t cap;
     uint32_t n_children;
     uint32_t depth; /* blocks before this node's first block */
     uint32_t ns;
-    uint32_t heap_seq;  /* sequence number of the live heap entry */
-    uint32_t where;     /* WHERE_*: where the node's leaf block is queued */
-    uint32_t full_hits; /* lookups that matched every record here (mod 2^32) */
-    uint64_t recs[];    /* the record arrays, see rec_hash() .. rec_tokens() */
+    uint32_t full_hits;   /* lookups that matched every record here (mod 2^32) */
+    uint32_t t1_len;      /* records [first, first + t1_len) are in tier 1, the rest in tier 2 */
+    uint32_t t1_children; /* children whose first block is in tier 1 */
+    uint64_t recs[];      /* the record arrays, see rec_hash() .. rec_tokens() */
 };
 
 typedef struct radix_heap_entry {
@@ -113,18 +125,23 @@ typedef struct radix_heap_entry {
     uint32_t seq;
 } radix_heap_entry_t;
 
-typedef struct radix_ns {
-    char name[RADIX_NS_NAME_MAX + 1];
-    uint64_t seed;
-    radix_node_t *root;
-    radix_ns_stats_t st; /* counters, cached/pinned blocks, quota, reserve */
-    uint32_t n_nodes;    /* non-root nodes */
-    radix_node_t *lru_head;
-    radix_node_t *lru_tail;
+/* One eviction queue of a namespace: a list and a heap (see Recency). */
+typedef struct radix_queue {
+    radix_node_t *head;
+    radix_node_t *tail;
     radix_heap_entry_t *heap;
     size_t heap_len;
     size_t heap_cap;
     size_t heap_live;
+} radix_queue_t;
+
+typedef struct radix_ns {
+    char name[RADIX_NS_NAME_MAX + 1];
+    uint64_t seed;
+    radix_node_t *root;
+    radix_ns_stats_t st;  /* counters, cached/pinned blocks, quota, reserve */
+    uint32_t n_nodes;     /* non-root nodes */
+    radix_queue_t q[2];   /* Q_T1, Q_T2 */
     uint8_t prio_default; /* priority of blocks without a live hint */
     uint8_t prio_cap;     /* the highest priority a hint may give */
 } radix_ns_t;
@@ -172,6 +189,14 @@ struct radix_tree {
     radix_expiry_t *exp;
     size_t exp_len, exp_cap;
     uint64_t reuse_gap64; /* 64 x moving average of first-reuse gaps, in ticks */
+    /* Tier 2: ids [max_blocks, max_blocks + t2_blocks), owned by the tree. */
+    uint32_t t2_blocks;
+    uint32_t *t2_free; /* stack of free tier-2 ids */
+    uint32_t t2_n_free;
+    uint32_t t2_cached;   /* tier-2 blocks in the index */
+    uint32_t t2_inflight; /* tier-2 ids held by promotions being copied */
+    uint32_t *peer;       /* [max_blocks + t2_blocks]: a busy block's other id, else UINT32_MAX */
+    uint32_t n_busy;      /* blocks being copied */
 };
 
 #define RADIX_PRIO_NONE 0xff
@@ -418,9 +443,32 @@ static inline uint64_t rec_stamp(const radix_node_t *n, uint32_t i)
     return s > n->full_stamp ? s : n->full_stamp;
 }
 
-static inline uint64_t leaf_stamp(const radix_node_t *n)
+static inline bool in_tier2(const radix_tree_t *t, uint32_t id)
 {
-    return rec_stamp(n, last_pos(n));
+    return id >= t->cfg.max_blocks;
+}
+
+static inline bool is_busy(const radix_tree_t *t, uint32_t id)
+{
+    return t->n_busy > 0 && t->peer[id] != UINT32_MAX;
+}
+
+/* The record a node offers to queue q: its last tier-1 block (Q_T1, a
+ * demotion or, single-tier, eviction candidate) or its last block when that is
+ * in tier 2 (Q_T2, a drop candidate). Only meaningful when has_cand(). */
+static inline uint32_t cand_pos(const radix_node_t *n, int q)
+{
+    return q == Q_T1 ? n->first + n->t1_len - 1 : last_pos(n);
+}
+
+static inline bool has_cand(const radix_node_t *n, int q)
+{
+    return n->len > 0 && (q == Q_T1 ? n->t1_len > 0 : n->t1_len < n->len);
+}
+
+static inline uint64_t cand_stamp(const radix_node_t *n, int q)
+{
+    return rec_stamp(n, cand_pos(n, q));
 }
 
 /* Bonus per hit under RADIX_EVICT_FREQ, in ticks: a share of the eviction
@@ -458,16 +506,18 @@ static inline uint32_t prio_band(uint32_t prio)
     return prio >= 75 ? 3 : prio / 25;
 }
 
-/* The key a leaf is queued with: its retention priority above everything
- * (RADIX_PRIO_SHIFT), then its last use, plus under RADIX_EVICT_FREQ a
- * bonus for each hit up to freq_max_hits. Fixed while it stays queued. */
+/* The key a candidate is queued with: its retention priority above
+ * everything (RADIX_PRIO_SHIFT), then its last use, plus under
+ * RADIX_EVICT_FREQ a bonus for each hit up to freq_max_hits. Fixed while it
+ * stays queued. */
 #define RADIX_PRIO_SHIFT 56
-static uint64_t queue_key(const radix_tree_t *t, const radix_node_t *n)
+static uint64_t queue_key(const radix_tree_t *t, const radix_node_t *n, int q)
 {
-    uint32_t id = *rec_id(n, last_pos(n));
-    uint64_t key = leaf_stamp(n) + ((uint64_t)block_prio(t, id, n->ns) << RADIX_PRIO_SHIFT);
+    uint32_t pos = cand_pos(n, q);
+    uint32_t id = *rec_id(n, pos);
+    uint64_t key = rec_stamp(n, pos) + ((uint64_t)block_prio(t, id, n->ns) << RADIX_PRIO_SHIFT);
     if (t->cfg.policy == RADIX_EVICT_FREQ) {
-        uint32_t hits = rec_hits(n, last_pos(n));
+        uint32_t hits = rec_hits(n, pos);
         if (hits > t->cfg.freq_max_hits)
             hits = t->cfg.freq_max_hits;
         key += hits * freq_step(t);
@@ -475,13 +525,13 @@ static uint64_t queue_key(const radix_tree_t *t, const radix_node_t *n)
     return key;
 }
 
-/* Eviction order of two queued leaves: key, then last use (distinct among
- * evictable leaves, so the order is total). */
-static inline bool goes_before(const radix_node_t *a, const radix_node_t *b)
+/* Order of two candidates queued in q: key, then last use (distinct among
+ * the candidates of one queue, so the order is total). */
+static inline bool goes_before(const radix_node_t *a, const radix_node_t *b, int q)
 {
-    if (a->leaf_key != b->leaf_key)
-        return a->leaf_key < b->leaf_key;
-    return leaf_stamp(a) < leaf_stamp(b);
+    if (a->q[q].key != b->q[q].key)
+        return a->q[q].key < b->q[q].key;
+    return cand_stamp(a, q) < cand_stamp(b, q);
 }
 
 static inline bool entry_before(const radix_heap_entry_t *a, const radix_heap_entry_t *b)
@@ -489,71 +539,82 @@ static inline bool entry_before(const radix_heap_entry_t *a, const radix_heap_en
     return a->key != b->key ? a->key < b->key : a->stamp < b->stamp;
 }
 
-static bool evictable(const radix_tree_t *t, const radix_node_t *n)
+/* Whether n's candidate for queue q may go: unpinned, not being copied, and
+ * with no tier-1 block below it (Q_T1: the tier-1 blocks stay closed towards
+ * the root) or nothing below it (Q_T2). Single-tier, Q_T1 is "an unpinned
+ * leaf", as always. */
+static bool queueable(const radix_tree_t *t, const radix_node_t *n, int q)
 {
-    if (is_root(n) || n->n_children > 0 || n->len == 0)
+    if (is_root(n) || !has_cand(n, q))
         return false;
-    uint32_t pos = last_pos(n);
-    if (n == t->guard && pos == t->guard_pos)
+    uint32_t pos = cand_pos(n, q);
+    if (q == Q_T1) {
+        if (n->t1_len == n->len && n->t1_children > 0)
+            return false;
+        if (n == t->guard && pos == t->guard_pos)
+            return false;
+    } else if (n->n_children > 0) {
         return false;
-    return *rec_ref(n, pos) == 0;
+    }
+    return *rec_ref(n, pos) == 0 && !is_busy(t, *rec_id(n, pos));
 }
 
-static void list_unlink(radix_ns_t *ns, radix_node_t *n)
+static void list_unlink(radix_queue_t *Q, radix_node_t *n, int q)
 {
-    if (n->lru_prev)
-        n->lru_prev->lru_next = n->lru_next;
+    radix_qlink_t *l = &n->q[q];
+    if (l->prev)
+        l->prev->q[q].next = l->next;
     else
-        ns->lru_head = n->lru_next;
-    if (n->lru_next)
-        n->lru_next->lru_prev = n->lru_prev;
+        Q->head = l->next;
+    if (l->next)
+        l->next->q[q].prev = l->prev;
     else
-        ns->lru_tail = n->lru_prev;
-    n->lru_prev = n->lru_next = NULL;
+        Q->tail = l->prev;
+    l->prev = l->next = NULL;
 }
 
-static void list_append(radix_ns_t *ns, radix_node_t *n)
+static void list_append(radix_queue_t *Q, radix_node_t *n, int q)
 {
-    n->lru_next = NULL;
-    n->lru_prev = ns->lru_tail;
-    if (ns->lru_tail)
-        ns->lru_tail->lru_next = n;
+    n->q[q].next = NULL;
+    n->q[q].prev = Q->tail;
+    if (Q->tail)
+        Q->tail->q[q].next = n;
     else
-        ns->lru_head = n;
-    ns->lru_tail = n;
-    n->where = WHERE_LIST;
+        Q->head = n;
+    Q->tail = n;
+    n->q[q].where = WHERE_LIST;
 }
 
-static void list_prepend(radix_ns_t *ns, radix_node_t *n)
+static void list_prepend(radix_queue_t *Q, radix_node_t *n, int q)
 {
-    n->lru_prev = NULL;
-    n->lru_next = ns->lru_head;
-    if (ns->lru_head)
-        ns->lru_head->lru_prev = n;
+    n->q[q].prev = NULL;
+    n->q[q].next = Q->head;
+    if (Q->head)
+        Q->head->q[q].prev = n;
     else
-        ns->lru_tail = n;
-    ns->lru_head = n;
-    n->where = WHERE_LIST;
+        Q->tail = n;
+    Q->head = n;
+    n->q[q].where = WHERE_LIST;
 }
 
-/* The node an entry stands for, or NULL when the entry is stale. */
-static radix_node_t *heap_entry_node(const radix_tree_t *t, const radix_heap_entry_t *e)
+/* The node an entry of queue q stands for, or NULL when the entry is stale. */
+static radix_node_t *heap_entry_node(const radix_tree_t *t, const radix_heap_entry_t *e, int q)
 {
     radix_node_t *n = t->by_node[e->id];
-    if (!n || n == &radix_mark || n->where != WHERE_HEAP || n->heap_seq != e->seq ||
-        t->by_pos[e->id] != last_pos(n))
+    if (!n || n == &radix_mark || n->q[q].where != WHERE_HEAP || n->q[q].seq != e->seq ||
+        !has_cand(n, q) || t->by_pos[e->id] != cand_pos(n, q))
         return NULL;
-    return leaf_stamp(n) == e->stamp && n->leaf_key == e->key ? n : NULL;
+    return cand_stamp(n, q) == e->stamp && n->q[q].key == e->key ? n : NULL;
 }
 
-static void heap_sift_down(radix_ns_t *ns, size_t i)
+static void heap_sift_down(radix_queue_t *Q, size_t i)
 {
-    radix_heap_entry_t *h = ns->heap;
+    radix_heap_entry_t *h = Q->heap;
     for (;;) {
         size_t l = 2 * i + 1, m = i;
-        if (l < ns->heap_len && entry_before(&h[l], &h[m]))
+        if (l < Q->heap_len && entry_before(&h[l], &h[m]))
             m = l;
-        if (l + 1 < ns->heap_len && entry_before(&h[l + 1], &h[m]))
+        if (l + 1 < Q->heap_len && entry_before(&h[l + 1], &h[m]))
             m = l + 1;
         if (m == i)
             return;
@@ -564,9 +625,9 @@ static void heap_sift_down(radix_ns_t *ns, size_t i)
     }
 }
 
-static void heap_sift_up(radix_ns_t *ns, size_t i)
+static void heap_sift_up(radix_queue_t *Q, size_t i)
 {
-    radix_heap_entry_t *h = ns->heap;
+    radix_heap_entry_t *h = Q->heap;
     while (i > 0) {
         size_t p = (i - 1) / 2;
         if (!entry_before(&h[i], &h[p]))
@@ -578,128 +639,162 @@ static void heap_sift_up(radix_ns_t *ns, size_t i)
     }
 }
 
-static void heap_pop(radix_ns_t *ns)
+static void heap_pop(radix_queue_t *Q)
 {
-    ns->heap[0] = ns->heap[--ns->heap_len];
-    heap_sift_down(ns, 0);
+    Q->heap[0] = Q->heap[--Q->heap_len];
+    heap_sift_down(Q, 0);
 }
 
 /* Drops stale entries and rebuilds the heap: linear, and paid for by the
  * pushes that made the entries stale. */
-static void heap_compact(const radix_tree_t *t, radix_ns_t *ns)
+static void heap_compact(const radix_tree_t *t, radix_queue_t *Q, int q)
 {
     size_t k = 0;
-    for (size_t i = 0; i < ns->heap_len; i++)
-        if (heap_entry_node(t, &ns->heap[i]))
-            ns->heap[k++] = ns->heap[i];
-    ns->heap_len = k;
+    for (size_t i = 0; i < Q->heap_len; i++)
+        if (heap_entry_node(t, &Q->heap[i], q))
+            Q->heap[k++] = Q->heap[i];
+    Q->heap_len = k;
     for (size_t i = k / 2; i-- > 0;)
-        heap_sift_down(ns, i);
+        heap_sift_down(Q, i);
 }
 
 /* The heap never needs more than 2 x nodes + 34 entries (compaction keeps
  * stale entries below live + 33), so reserving that when nodes are created
- * means pushes, which happen in unpin and eviction, never allocate. */
+ * means pushes, which happen in unpin, eviction and copies, never allocate.
+ * The tier-2 queue exists only when there is a tier 2. */
 static int heap_reserve(const radix_tree_t *t, radix_ns_t *ns, size_t nodes)
 {
     size_t need = 2 * nodes + 34;
-    if (ns->heap_cap >= need)
-        return 0;
-    size_t ncap = ns->heap_cap ? ns->heap_cap : 64;
-    while (ncap < need)
-        ncap *= 2;
-    radix_heap_entry_t *h = t_realloc(t, ns->heap, ncap * sizeof(*h));
-    if (!h)
-        return KVS_ENOMEM;
-    ns->heap = h;
-    ns->heap_cap = ncap;
+    for (int q = 0; q < (t->t2_blocks > 0 ? 2 : 1); q++) {
+        radix_queue_t *Q = &ns->q[q];
+        if (Q->heap_cap >= need)
+            continue;
+        size_t ncap = Q->heap_cap ? Q->heap_cap : 64;
+        while (ncap < need)
+            ncap *= 2;
+        radix_heap_entry_t *h = t_realloc(t, Q->heap, ncap * sizeof(*h));
+        if (!h)
+            return KVS_ENOMEM;
+        Q->heap = h;
+        Q->heap_cap = ncap;
+    }
     return 0;
 }
 
-static void heap_push(radix_tree_t *t, radix_ns_t *ns, radix_node_t *n)
+static void heap_push(radix_tree_t *t, radix_queue_t *Q, radix_node_t *n, int q)
 {
-    if (ns->heap_len > 2 * ns->heap_live + 32 || ns->heap_len == ns->heap_cap)
-        heap_compact(t, ns);
-    n->heap_seq = ++t->heap_seq;
-    n->where = WHERE_HEAP;
-    ns->heap_live++;
-    ns->heap[ns->heap_len].key = n->leaf_key;
-    ns->heap[ns->heap_len].stamp = rec_stamp(n, last_pos(n));
-    ns->heap[ns->heap_len].id = *rec_id(n, last_pos(n));
-    ns->heap[ns->heap_len].seq = n->heap_seq;
-    ns->heap_len++;
-    heap_sift_up(ns, ns->heap_len - 1);
+    if (Q->heap_len > 2 * Q->heap_live + 32 || Q->heap_len == Q->heap_cap)
+        heap_compact(t, Q, q);
+    uint32_t pos = cand_pos(n, q);
+    n->q[q].seq = ++t->heap_seq;
+    n->q[q].where = WHERE_HEAP;
+    Q->heap_live++;
+    Q->heap[Q->heap_len].key = n->q[q].key;
+    Q->heap[Q->heap_len].stamp = rec_stamp(n, pos);
+    Q->heap[Q->heap_len].id = *rec_id(n, pos);
+    Q->heap[Q->heap_len].seq = n->q[q].seq;
+    Q->heap_len++;
+    heap_sift_up(Q, Q->heap_len - 1);
 }
 
-/* Takes n out of the eviction queues (it was pinned, got a child, ...). */
+/* Takes n out of queue q (it was pinned, got a child, ...). */
+static void unqueue(radix_tree_t *t, radix_node_t *n, int q)
+{
+    radix_queue_t *Q = &t->ns[n->ns]->q[q];
+    if (n->q[q].where == WHERE_LIST)
+        list_unlink(Q, n, q);
+    else if (n->q[q].where == WHERE_HEAP)
+        Q->heap_live--;
+    n->q[q].where = WHERE_NONE;
+}
+
 static void make_unevictable(radix_tree_t *t, radix_node_t *n)
 {
-    radix_ns_t *ns = t->ns[n->ns];
-    if (n->where == WHERE_LIST)
-        list_unlink(ns, n);
-    else if (n->where == WHERE_HEAP)
-        ns->heap_live--;
-    n->where = WHERE_NONE;
+    unqueue(t, n, Q_T1);
+    unqueue(t, n, Q_T2);
 }
 
-/* Queues an evictable leaf that is in no queue, with its key as of now, at
- * its place in eviction order: an end of the list when it fits there (always
- * the tail for a leaf just used under LRU), else the heap. */
-static void expose(radix_tree_t *t, radix_node_t *n)
+/* Queues a candidate that is in no queue, with its key as of now, at its
+ * place in q's order: an end of the list when it fits there (always the tail
+ * for a block just used under LRU), else the heap. */
+static void expose(radix_tree_t *t, radix_node_t *n, int q)
 {
-    radix_ns_t *ns = t->ns[n->ns];
-    n->leaf_key = queue_key(t, n);
-    if (!ns->lru_tail || goes_before(ns->lru_tail, n))
-        list_append(ns, n);
-    else if (goes_before(n, ns->lru_head))
-        list_prepend(ns, n);
+    radix_queue_t *Q = &t->ns[n->ns]->q[q];
+    n->q[q].key = queue_key(t, n, q);
+    if (!Q->tail || goes_before(Q->tail, n, q))
+        list_append(Q, n, q);
+    else if (goes_before(n, Q->head, q))
+        list_prepend(Q, n, q);
     else
-        heap_push(t, ns, n);
+        heap_push(t, Q, n, q);
 }
 
-/* Puts n where it belongs after its last block or children changed.
- * touched: its last block was just stamped with the newest tick. */
+/* Puts n where it belongs in queue q after its blocks, tiers or children
+ * changed. touched: its candidate was just stamped with the newest tick. */
+static void refresh_q(radix_tree_t *t, radix_node_t *n, int q, bool touched)
+{
+    if (!queueable(t, n, q)) {
+        unqueue(t, n, q);
+    } else if (touched) {
+        /* Under LRU with one priority the newest goes to the tail; expose
+         * finds that with one comparison. */
+        unqueue(t, n, q);
+        expose(t, n, q);
+    } else if (n->q[q].where == WHERE_NONE) {
+        expose(t, n, q);
+    }
+}
+
+/* Both queues; touched: every block of the node was just stamped (a walk
+ * went through its end), so both its candidates were. */
 static void refresh(radix_tree_t *t, radix_node_t *n, bool touched)
 {
     if (is_root(n))
         return;
-    if (!evictable(t, n)) {
-        make_unevictable(t, n);
-    } else if (touched) {
-        /* Under LRU with one priority the newest goes to the tail; expose
-         * finds that with one comparison. */
-        make_unevictable(t, n);
-        expose(t, n);
-    } else if (n->where == WHERE_NONE) {
-        expose(t, n);
-    }
+    refresh_q(t, n, Q_T1, touched);
+    if (t->t2_blocks > 0)
+        refresh_q(t, n, Q_T2, touched);
 }
 
-/* The namespace's least recently used evictable leaf, or NULL. */
-static radix_node_t *candidate(radix_tree_t *t, radix_ns_t *ns)
+/* After a walk stamped n's blocks up to record pos: its tier-1 candidate was
+ * touched if it lies there, its tier-2 candidate if pos is its last block. */
+static void refresh_at(radix_tree_t *t, radix_node_t *n, uint32_t pos)
 {
+    if (is_root(n))
+        return;
+    refresh_q(t, n, Q_T1, has_cand(n, Q_T1) && cand_pos(n, Q_T1) <= pos);
+    if (t->t2_blocks > 0)
+        refresh_q(t, n, Q_T2, pos == last_pos(n));
+}
+
+/* The first candidate of the namespace's queue q, or NULL. */
+static radix_node_t *candidate(radix_tree_t *t, radix_ns_t *ns, int q)
+{
+    radix_queue_t *Q = &ns->q[q];
     radix_node_t *h = NULL;
-    while (ns->heap_len > 0 && !(h = heap_entry_node(t, &ns->heap[0])))
-        heap_pop(ns);
-    radix_node_t *l = ns->lru_head;
+    while (Q->heap_len > 0 && !(h = heap_entry_node(t, &Q->heap[0], q)))
+        heap_pop(Q);
+    radix_node_t *l = Q->head;
     if (!l)
         return h;
     if (!h)
         return l;
-    return goes_before(h, l) ? h : l;
+    return goes_before(h, l, q) ? h : l;
 }
 
 /* Why a block is dropped, for the namespace's counters. */
 typedef enum evict_cause { EVICT_OWN, EVICT_OTHERS, EVICT_QUOTA } evict_cause_t;
 
-/* Drops n's last block (an evictable leaf) and hands its id back. */
-static void evict_leaf(radix_tree_t *t, radix_node_t *n, evict_cause_t cause)
+/* Drops n's last block, a candidate of queue q with nothing below it (a
+ * tier-1 leaf, or a tier-2 leaf), and hands its id back: a tier-1 id to the
+ * owner through on_evict, a tier-2 id to the tree's free tier-2 slots. */
+static void evict_leaf(radix_tree_t *t, radix_node_t *n, int q, evict_cause_t cause)
 {
     radix_ns_t *ns = t->ns[n->ns];
     make_unevictable(t, n);
     /* The moving average (weight 1/64) sets the FREQ bonus; updated before
      * the parent is queued, so the parent's key already sees it. */
-    t->evict_age64 += (t->tick - leaf_stamp(n)) - t->evict_age64 / 64;
+    t->evict_age64 += (t->tick - rec_stamp(n, last_pos(n))) - t->evict_age64 / 64;
     uint32_t id = *rec_id(n, last_pos(n));
     if (t->cfg.on_evict_tokens)
         t->cfg.on_evict_tokens(t->cfg.evict_ctx, id, n->ns, rec_tokens(t, n, last_pos(n)));
@@ -707,7 +802,6 @@ static void evict_leaf(radix_tree_t *t, radix_node_t *n, evict_cause_t cause)
     ns->st.cached_by_band[t->band_of[id]]--;
     ns->st.evicted_by_band[t->band_of[id]]++;
     t->hint_base[id] = t->hint_timed[id] = RADIX_PRIO_NONE;
-    ns->st.cached_blocks--;
     ns->st.evicted_blocks++;
     if (cause == EVICT_OWN)
         ns->st.evicted_own++;
@@ -715,22 +809,100 @@ static void evict_leaf(radix_tree_t *t, radix_node_t *n, evict_cause_t cause)
         ns->st.evicted_others++;
     else
         ns->st.evicted_quota++;
-    t->cached--;
+    bool tier1 = q == Q_T1;
+    if (tier1) {
+        ns->st.cached_blocks--;
+        t->cached--;
+        n->t1_len--;
+    } else {
+        ns->st.tier2_blocks--;
+        ns->st.tier2_dropped++;
+        t->t2_cached--;
+        t->t2_free[t->t2_n_free++] = id;
+    }
     if (n->len == 1) {
         radix_node_t *parent = n->parent;
         slot_remove(t, n);
         ns->n_nodes--;
         node_free(t, n);
         parent->n_children--;
-        if (evictable(t, parent))
-            expose(t, parent);
+        if (tier1)
+            parent->t1_children--;
+        refresh(t, parent, false);
     } else {
         n->len--;
-        if (evictable(t, n))
-            expose(t, n);
+        refresh(t, n, false);
     }
     if (t->cfg.on_evict)
         t->cfg.on_evict(t->cfg.evict_ctx, id);
+}
+
+static void prio_changed(radix_tree_t *t, uint32_t id, uint32_t before);
+static int expiry_push(radix_tree_t *t, uint64_t until, uint32_t id);
+
+/* Retention hints and band go with a block to its new id (the band counts
+ * both tiers). A timed hint's end is queued again under the new id; when
+ * that cannot be (no memory) the timed hint ends now. */
+static void move_hints(radix_tree_t *t, uint32_t old_id, uint32_t new_id)
+{
+    radix_node_t *n = t->by_node[new_id];
+    t->hint_base[new_id] = t->hint_base[old_id];
+    t->hint_timed[new_id] = t->hint_timed[old_id];
+    t->hint_until[new_id] = t->hint_until[old_id];
+    t->band_of[new_id] = t->band_of[old_id];
+    t->hint_base[old_id] = t->hint_timed[old_id] = RADIX_PRIO_NONE;
+    t->hint_until[old_id] = 0;
+    if (t->hint_timed[new_id] != RADIX_PRIO_NONE &&
+        expiry_push(t, t->hint_until[new_id], new_id) != 0) {
+        uint32_t before = block_prio(t, new_id, n->ns);
+        t->hint_timed[new_id] = RADIX_PRIO_NONE;
+        t->hint_until[new_id] = 0;
+        prio_changed(t, new_id, before);
+    }
+}
+
+/* Moves the block at record pos of n (the first tier-2 block of n, or its
+ * last tier-1 block) to the other tier under new_id and returns its old id.
+ * busy: it is being copied, with the old id as its peer, until
+ * radix_copy_done. The caller checked that tier 1 stays closed towards the
+ * root (a block in tier 1 only below blocks in tier 1). */
+static uint32_t retier(radix_tree_t *t, radix_node_t *n, uint32_t pos, uint32_t new_id, bool busy)
+{
+    radix_ns_t *ns = t->ns[n->ns];
+    uint32_t old_id = *rec_id(n, pos);
+    bool up = in_tier2(t, old_id);
+    make_unevictable(t, n);
+    t->by_node[old_id] = NULL;
+    t->by_node[new_id] = n;
+    t->by_pos[new_id] = pos;
+    *rec_id(n, pos) = new_id;
+    move_hints(t, old_id, new_id);
+    if (busy) {
+        t->peer[new_id] = old_id;
+        t->n_busy++;
+    }
+    if (up) {
+        n->t1_len++;
+        ns->st.cached_blocks++;
+        ns->st.tier2_blocks--;
+        t->cached++;
+        t->t2_cached--;
+    } else {
+        n->t1_len--;
+        ns->st.cached_blocks--;
+        ns->st.tier2_blocks++;
+        t->cached--;
+        t->t2_cached++;
+    }
+    if (pos == n->first) {
+        if (up)
+            n->parent->t1_children++;
+        else
+            n->parent->t1_children--;
+        refresh(t, n->parent, false);
+    }
+    refresh(t, n, false);
+    return old_id;
 }
 
 /* ---- tree and namespaces --------------------------------------------------- */
@@ -746,7 +918,7 @@ int radix_new(const radix_config_t *cfg, radix_tree_t **out)
     int rc = KVS_EINVAL;
     radix_tree_t *t = NULL;
     if (!cfg || !out || cfg->block_tokens == 0 || cfg->max_blocks == 0 ||
-        cfg->block_tokens > 65536 ||
+        cfg->block_tokens > 65536 || cfg->tier2_blocks > UINT32_MAX - cfg->max_blocks ||
         (cfg->policy != RADIX_EVICT_LRU && cfg->policy != RADIX_EVICT_FREQ) ||
         cfg->freq_max_hits > 255 || cfg->freq_bonus_pct > 10000 ||
         cfg->freq_bonus_ticks > UINT32_MAX ||
@@ -766,18 +938,32 @@ int radix_new(const radix_config_t *cfg, radix_tree_t **out)
         t->cfg.freq_horizon_pct = RADIX_FREQ_HORIZON_PCT;
     t->rec_bytes =
         2 * sizeof(uint64_t) + 3 * sizeof(uint32_t) + (size_t)cfg->block_tokens * sizeof(uint32_t);
-    t->by_node = t_calloc(t, cfg->max_blocks, sizeof(*t->by_node));
-    t->by_pos = t_calloc(t, cfg->max_blocks, sizeof(*t->by_pos));
+    size_t ids = (size_t)cfg->max_blocks + cfg->tier2_blocks;
+    t->t2_blocks = cfg->tier2_blocks;
+    t->by_node = t_calloc(t, ids, sizeof(*t->by_node));
+    t->by_pos = t_calloc(t, ids, sizeof(*t->by_pos));
     t->slots = t_calloc(t, 64, sizeof(*t->slots));
-    t->hint_base = t_malloc(t, cfg->max_blocks);
-    t->hint_timed = t_malloc(t, cfg->max_blocks);
-    t->hint_until = t_calloc(t, cfg->max_blocks, sizeof(*t->hint_until));
-    t->band_of = t_calloc(t, cfg->max_blocks, 1);
+    t->hint_base = t_malloc(t, ids);
+    t->hint_timed = t_malloc(t, ids);
+    t->hint_until = t_calloc(t, ids, sizeof(*t->hint_until));
+    t->band_of = t_calloc(t, ids, 1);
     if (!t->by_node || !t->by_pos || !t->slots || !t->hint_base || !t->hint_timed ||
         !t->hint_until || !t->band_of)
         goto fail;
-    memset(t->hint_base, RADIX_PRIO_NONE, cfg->max_blocks);
-    memset(t->hint_timed, RADIX_PRIO_NONE, cfg->max_blocks);
+    memset(t->hint_base, RADIX_PRIO_NONE, ids);
+    memset(t->hint_timed, RADIX_PRIO_NONE, ids);
+    if (t->t2_blocks > 0) {
+        t->peer = t_malloc(t, ids * sizeof(*t->peer));
+        t->t2_free = t_malloc(t, (size_t)t->t2_blocks * sizeof(*t->t2_free));
+        if (!t->peer || !t->t2_free)
+            goto fail;
+        for (size_t i = 0; i < ids; i++)
+            t->peer[i] = UINT32_MAX;
+        /* popped in increasing order */
+        for (uint32_t i = 0; i < t->t2_blocks; i++)
+            t->t2_free[i] = cfg->max_blocks + t->t2_blocks - 1 - i;
+        t->t2_n_free = t->t2_blocks;
+    }
     t->slot_mask = 63;
     *out = t;
     return 0;
@@ -798,7 +984,8 @@ void radix_free(radix_tree_t *t)
         if (!t->ns[i])
             continue;
         free(t->ns[i]->root);
-        free(t->ns[i]->heap);
+        free(t->ns[i]->q[Q_T1].heap);
+        free(t->ns[i]->q[Q_T2].heap);
         free(t->ns[i]);
     }
     free(t->ns);
@@ -810,6 +997,8 @@ void radix_free(radix_tree_t *t)
     free(t->hint_until);
     free(t->band_of);
     free(t->exp);
+    free(t->peer);
+    free(t->t2_free);
     free(t);
 }
 
@@ -870,12 +1059,14 @@ int radix_ns_delete(radix_tree_t *t, uint32_t ns_id)
     if (!ns_live(t, ns_id))
         return KVS_ENONS;
     radix_ns_t *ns = t->ns[ns_id];
-    if (ns->st.cached_blocks > 0)
+    if (ns->st.cached_blocks > 0 || ns->st.tier2_blocks > 0)
         return KVS_EBUSY;
-    /* No cached block: the root has no child, no node is queued (the heap
-     * holds stale entries at most), and no block id or hint names it. */
+    /* No cached block in either tier: the root has no child, no node is
+     * queued (the heaps hold stale entries at most), and no block id or hint
+     * names it. */
     node_free(t, ns->root);
-    free(ns->heap);
+    free(ns->q[Q_T1].heap);
+    free(ns->q[Q_T2].heap);
     free(ns);
     t->ns[ns_id] = NULL;
     t->n_live--;
@@ -1037,6 +1228,9 @@ int radix_lookup(radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens, size_t
     uint64_t prev_full_stamp = 0, prev_stamp = 0;
     uint32_t prev_full_hits = 0, prev_hits = 0;
     bool partial = false;
+    bool stop = false;
+    radix_node_t *f_node = NULL; /* holds the last tier-1 block matched */
+    bool f_full = false;         /* its tier-1 candidate was matched */
     while (i < want) {
         if (n->n_children == 0)
             break; /* no hash, no probe: nothing below */
@@ -1070,6 +1264,22 @@ int radix_lookup(radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens, size_t
                 if (*rec_ref(child, child->first + b) >= RADIX_MAX_PINS)
                     k = b;
         memcpy(ids + i, rec_id(child, child->first), (size_t)k * sizeof(uint32_t));
+        if (t->n_busy > 0) {
+            /* a block being copied is not readable: the match ends there */
+            uint32_t b = 0;
+            while (b < k && !is_busy(t, ids[i + b]))
+                b++;
+            if (b < k) {
+                stop = true;
+                k = b;
+                if (k == 0)
+                    break;
+            }
+        }
+        if (child->t1_len > 0) {
+            f_node = child;
+            f_full = k >= child->t1_len;
+        }
         if (pin)
             for (uint32_t b = 0; b < k; b++)
                 pin_rec(t, ns, child, child->first + b);
@@ -1090,7 +1300,7 @@ int radix_lookup(radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens, size_t
         i += k;
         n = child;
         pos = child->first + k - 1;
-        if (k < child->len)
+        if (k < child->len || stop)
             break;
     }
     if (i > 0 && t->cfg.policy == RADIX_EVICT_FREQ) {
@@ -1108,6 +1318,15 @@ int radix_lookup(radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens, size_t
     if (i > 0 && pos == last_pos(n)) {
         n->hits++;
         refresh(t, n, true);
+    }
+    if (t->t2_blocks > 0 && i > 0) {
+        /* the path's tier-1 candidate was stamped too, if it lies above */
+        if (f_node && f_full && !(f_node == n && pos == last_pos(n)))
+            refresh_q(t, f_node, Q_T1, true);
+        size_t k1 = i;
+        while (k1 > 0 && in_tier2(t, ids[k1 - 1]))
+            k1--;
+        ns->st.t2_hit_tokens += (uint64_t)(i - k1) * bt;
     }
     ns->st.lookups++;
     ns->st.lookup_tokens += n_tokens;
@@ -1153,6 +1372,12 @@ static void node_split(radix_tree_t *t, radix_node_t *n, uint32_t pos, radix_nod
     upper->ns = n->ns;
     upper->n_children = 1;
     upper->len = j;
+    /* n's tier-1 candidate moves up unless it lies below the split */
+    if (n->t1_len <= j)
+        unqueue(t, n, Q_T1);
+    upper->t1_len = n->t1_len < j ? n->t1_len : j;
+    upper->t1_children = n->t1_len > j ? 1 : 0;
+    n->t1_len -= upper->t1_len;
     recs_copy(t, upper, 0, n, n->first, j);
     for (uint32_t k = 0; k < j; k++) {
         uint32_t id = *rec_id(upper, k);
@@ -1215,6 +1440,8 @@ int radix_match(const radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens, s
         if (!walk_next(t, &c, tokens + i * bt))
             break;
         ids[i] = *rec_id(c.node, c.pos);
+        if (is_busy(t, ids[i]))
+            break;
     }
     *n_blocks = i;
     return 0;
@@ -1265,19 +1492,32 @@ int radix_insert(radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens, size_t
             rc = KVS_EEXIST;
             break;
         }
-        if (pin && *rec_ref(next.node, next.pos) >= RADIX_MAX_PINS) {
+        bool upgrade = in_tier2(t, id);
+        if (is_busy(t, id) || (upgrade && *rec_ref(next.node, next.pos) > 0) ||
+            (pin && *rec_ref(next.node, next.pos) >= RADIX_MAX_PINS)) {
             rc = KVS_EBUSY;
+            break;
+        }
+        if (upgrade && ns->st.quota > 0 && ns->st.cached_blocks >= ns->st.quota) {
+            rc = KVS_EQUOTA;
             break;
         }
         c = next;
         *rec_stampp(c.node, c.pos) = tick;
+        if (upgrade) {
+            /* The caller's tier-1 copy replaces the tier-2 one. */
+            t->t2_free[t->t2_n_free++] = retier(t, c.node, c.pos, ids[i], false);
+            ns->st.inserted_blocks++;
+            id = ids[i];
+        } else {
+            ns->st.duplicate_blocks++;
+        }
         canonical[i] = id;
         if (pin)
             pin_rec(t, ns, c.node, c.pos);
-        ns->st.duplicate_blocks++;
     }
     if (i > 0)
-        refresh(t, c.node, c.pos == last_pos(c.node));
+        refresh_at(t, c.node, c.pos);
     if (rc)
         goto done;
 
@@ -1300,15 +1540,18 @@ int radix_insert(radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens, size_t
         if (!is_root(c.node)) {
             t->guard = c.node;
             t->guard_pos = c.pos;
-            if (c.pos == last_pos(c.node))
-                make_unevictable(t, c.node);
+            if (has_cand(c.node, Q_T1) && cand_pos(c.node, Q_T1) == c.pos)
+                unqueue(t, c.node, Q_T1);
         }
+        /* Only tier-1 leaves: a candidate with tier-2 blocks below it would
+         * have to be demoted, which takes a copy (radix_demote). */
         radix_node_t *v;
-        while (ns->st.cached_blocks + m > quota && (v = candidate(t, ns)))
-            evict_leaf(t, v, EVICT_QUOTA);
+        while (ns->st.cached_blocks + m > quota && (v = candidate(t, ns, Q_T1)) &&
+               v->n_children == 0 && v->t1_len == v->len)
+            evict_leaf(t, v, Q_T1, EVICT_QUOTA);
         t->guard = NULL;
         if (!is_root(c.node))
-            refresh(t, c.node, c.pos == last_pos(c.node));
+            refresh_at(t, c.node, c.pos);
         if (ns->st.cached_blocks + m > quota) {
             m = ns->st.cached_blocks < quota ? quota - ns->st.cached_blocks : 0;
             rc = KVS_EQUOTA;
@@ -1345,6 +1588,7 @@ int radix_insert(radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens, size_t
         }
         fill_recs(t, ns, n, n->first + n->len, h, tokens, ids, i, m, pin, tick, canonical);
         n->len += (uint32_t)m;
+        n->t1_len += (uint32_t)m;
         refresh(t, n, true);
     } else {
         radix_node_t *leaf = node_new(t, (uint32_t)m);
@@ -1366,9 +1610,11 @@ int radix_insert(radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens, size_t
         leaf->depth = n->depth + n->len;
         fill_recs(t, ns, leaf, 0, h, tokens, ids, i, m, pin, tick, canonical);
         leaf->len = (uint32_t)m;
+        leaf->t1_len = (uint32_t)m;
         slot_put(t, leaf);
         ns->n_nodes++;
         n->n_children++;
+        n->t1_children++;
         refresh(t, n, false);
         refresh(t, leaf, true);
     }
@@ -1382,7 +1628,7 @@ done:
 
 int radix_pin(radix_tree_t *t, uint32_t block_id)
 {
-    if (!t || block_id >= t->cfg.max_blocks)
+    if (!t || block_id >= t->cfg.max_blocks + t->t2_blocks)
         return KVS_EINVAL;
     radix_node_t *n = t->by_node[block_id];
     if (!n)
@@ -1391,14 +1637,13 @@ int radix_pin(radix_tree_t *t, uint32_t block_id)
     if (*rec_ref(n, pos) >= RADIX_MAX_PINS)
         return KVS_EBUSY;
     pin_rec(t, t->ns[n->ns], n, pos);
-    if (pos == last_pos(n))
-        refresh(t, n, false);
+    refresh(t, n, false);
     return 0;
 }
 
 int radix_unpin(radix_tree_t *t, uint32_t block_id)
 {
-    if (!t || block_id >= t->cfg.max_blocks)
+    if (!t || block_id >= t->cfg.max_blocks + t->t2_blocks)
         return KVS_EINVAL;
     radix_node_t *n = t->by_node[block_id];
     if (!n)
@@ -1410,15 +1655,14 @@ int radix_unpin(radix_tree_t *t, uint32_t block_id)
     if (--*ref == 0) {
         t->ns[n->ns]->st.pinned_blocks--;
         t->pinned--;
-        if (pos == last_pos(n))
-            refresh(t, n, false);
+        refresh(t, n, false);
     }
     return 0;
 }
 
 int radix_block_refcount(const radix_tree_t *t, uint32_t block_id, uint32_t *refcount)
 {
-    if (!t || !refcount || block_id >= t->cfg.max_blocks)
+    if (!t || !refcount || block_id >= t->cfg.max_blocks + t->t2_blocks)
         return KVS_EINVAL;
     const radix_node_t *n = t->by_node[block_id];
     if (!n)
@@ -1445,9 +1689,11 @@ static void prio_changed(radix_tree_t *t, uint32_t id, uint32_t before)
         ns->st.cached_by_band[band]++;
         t->band_of[id] = (uint8_t)band;
     }
-    if (t->by_pos[id] == last_pos(n) && n->where != WHERE_NONE) {
-        make_unevictable(t, n);
-        expose(t, n);
+    for (int q = 0; q < 2; q++) {
+        if (n->q[q].where != WHERE_NONE && cand_pos(n, q) == t->by_pos[id]) {
+            unqueue(t, n, q);
+            expose(t, n, q);
+        }
     }
 }
 
@@ -1492,7 +1738,7 @@ static void expiry_pop(radix_tree_t *t)
 
 int radix_hint(radix_tree_t *t, uint32_t block_id, uint32_t prio, uint64_t until)
 {
-    if (!t || block_id >= t->cfg.max_blocks || prio > RADIX_PRIO_MAX)
+    if (!t || block_id >= t->cfg.max_blocks + t->t2_blocks || prio > RADIX_PRIO_MAX)
         return KVS_EINVAL;
     radix_node_t *n = t->by_node[block_id];
     if (!n || n == &radix_mark)
@@ -1544,7 +1790,7 @@ int radix_expire_hints(radix_tree_t *t, uint64_t now, size_t *n_expired)
 
 int radix_block_priority(const radix_tree_t *t, uint32_t block_id, uint32_t *prio)
 {
-    if (!t || !prio || block_id >= t->cfg.max_blocks)
+    if (!t || !prio || block_id >= t->cfg.max_blocks + t->t2_blocks)
         return KVS_EINVAL;
     const radix_node_t *n = t->by_node[block_id];
     if (!n || n == &radix_mark)
@@ -1565,7 +1811,7 @@ int radix_ns_set_priority(radix_tree_t *t, uint32_t ns_id, uint32_t prio_default
     /* Rare (configuration): every block of the namespace is looked at, and
      * hints above the new cap come down to it. */
     uint32_t old_default = ns->prio_default;
-    for (uint32_t id = 0; id < t->cfg.max_blocks; id++) {
+    for (uint32_t id = 0; id < t->cfg.max_blocks + t->t2_blocks; id++) {
         radix_node_t *n = t->by_node[id];
         if (!n || n == &radix_mark || n->ns != ns_id)
             continue;
@@ -1587,7 +1833,7 @@ int radix_ns_set_priority(radix_tree_t *t, uint32_t ns_id, uint32_t prio_default
 
 int radix_block_hash(const radix_tree_t *t, uint32_t block_id, uint64_t *hash)
 {
-    if (!t || !hash || block_id >= t->cfg.max_blocks)
+    if (!t || !hash || block_id >= t->cfg.max_blocks + t->t2_blocks)
         return KVS_EINVAL;
     const radix_node_t *n = t->by_node[block_id];
     if (!n || n == &radix_mark)
@@ -1610,24 +1856,29 @@ int radix_block_hash(const radix_tree_t *t, uint32_t block_id, uint64_t *hash)
  * here too, and a retention priority orders leaves inside each namespace's
  * queue (candidate()), within what this choice allows: neither may bypass
  * it, or a reservation stops guaranteeing capacity. */
-static radix_node_t *evict_choice(radix_tree_t *t, uint32_t for_ns)
+static uint32_t tier_count(const radix_ns_t *ns, int q)
+{
+    return q == Q_T1 ? ns->st.cached_blocks : ns->st.tier2_blocks;
+}
+
+static radix_node_t *evict_choice(radix_tree_t *t, uint32_t for_ns, int q)
 {
     radix_node_t *best = NULL;
     for (uint32_t k = 0; k < t->n_ns; k++) {
         radix_ns_t *ns = t->ns[k];
-        if (!ns || k == for_ns || ns->st.cached_blocks <= ns->st.reserve)
+        if (!ns || k == for_ns || tier_count(ns, q) <= ns->st.reserve)
             continue;
-        radix_node_t *v = candidate(t, ns);
-        if (v && (!best || goes_before(v, best)))
+        radix_node_t *v = candidate(t, ns, q);
+        if (v && (!best || goes_before(v, best, q)))
             best = v;
     }
     if (for_ns == RADIX_NS_ANY)
         return best;
     radix_ns_t *own = t->ns[for_ns];
-    if (best && own->st.cached_blocks < own->st.reserve)
+    if (best && tier_count(own, q) < own->st.reserve)
         return best; /* take back what it lent before evicting itself */
-    radix_node_t *v = candidate(t, own);
-    if (v && (!best || goes_before(v, best)))
+    radix_node_t *v = candidate(t, own, q);
+    if (v && (!best || goes_before(v, best, q)))
         best = v;
     return best;
 }
@@ -1640,10 +1891,10 @@ int radix_evict(radix_tree_t *t, uint32_t for_ns, size_t n, size_t *n_evicted)
         return KVS_ENONS;
     size_t done = 0;
     while (done < n) {
-        radix_node_t *v = evict_choice(t, for_ns);
-        if (!v)
-            break;
-        evict_leaf(t, v, v->ns == for_ns ? EVICT_OWN : EVICT_OTHERS);
+        radix_node_t *v = evict_choice(t, for_ns, Q_T1);
+        if (!v || v->n_children > 0 || v->t1_len < v->len)
+            break; /* nothing, or a block that only demotion can move */
+        evict_leaf(t, v, Q_T1, v->ns == for_ns ? EVICT_OWN : EVICT_OTHERS);
         done++;
     }
     *n_evicted = done;
@@ -1653,7 +1904,9 @@ int radix_evict(radix_tree_t *t, uint32_t for_ns, size_t n, size_t *n_evicted)
 /* A clear is not a choice of whose block makes room: the namespace asks for
  * all of its unpinned blocks to go, so evict_choice (and the reservations
  * it guards) has nothing to decide. Leaves go in the namespace's own order,
- * each parent after its last child. */
+ * each parent after its last child: tier 2's first (they hang below tier
+ * 1), then tier 1's, stopping at a tier-1 candidate that still has tier-2
+ * blocks below it (pinned or being copied). */
 int radix_ns_clear(radix_tree_t *t, uint32_t ns, size_t *n_dropped)
 {
     if (!t || !n_dropped)
@@ -1662,12 +1915,137 @@ int radix_ns_clear(radix_tree_t *t, uint32_t ns, size_t *n_dropped)
         return KVS_ENONS;
     size_t done = 0;
     radix_node_t *v;
-    while ((v = candidate(t, t->ns[ns])) != NULL) {
-        evict_leaf(t, v, EVICT_OWN);
+    while ((v = candidate(t, t->ns[ns], Q_T2)) != NULL) {
+        evict_leaf(t, v, Q_T2, EVICT_OWN);
+        done++;
+    }
+    while ((v = candidate(t, t->ns[ns], Q_T1)) != NULL && v->n_children == 0 &&
+           v->t1_len == v->len) {
+        evict_leaf(t, v, Q_T1, EVICT_OWN);
         done++;
     }
     *n_dropped = done;
     return 0;
+}
+
+int radix_demote(radix_tree_t *t, uint32_t for_ns, size_t n, radix_move_t *moves, size_t *n_moved,
+                 size_t *n_dropped)
+{
+    if (!t || !n_moved || !n_dropped || (n > 0 && !moves) || t->t2_blocks == 0)
+        return KVS_EINVAL;
+    *n_moved = *n_dropped = 0;
+    if (for_ns != RADIX_NS_ANY && for_ns >= t->n_ns)
+        return KVS_ENONS;
+    while (*n_moved + *n_dropped < n) {
+        radix_node_t *v = evict_choice(t, for_ns, Q_T1);
+        if (!v)
+            break;
+        evict_cause_t cause = v->ns == for_ns ? EVICT_OWN : EVICT_OTHERS;
+        if (t->t2_n_free == 0) {
+            /* Tier 2 makes room by the same rule, for the demoted block's
+             * namespace. */
+            radix_node_t *d = evict_choice(t, v->ns, Q_T2);
+            if (d) {
+                evict_leaf(t, d, Q_T2, d->ns == v->ns ? EVICT_OWN : EVICT_OTHERS);
+                continue; /* the drop may have changed the first candidate */
+            }
+        }
+        if (t->t2_n_free == 0) {
+            if (v->n_children > 0 || v->t1_len < v->len)
+                break; /* tier 2 is all pinned or being copied */
+            evict_leaf(t, v, Q_T1, cause);
+            (*n_dropped)++;
+            continue;
+        }
+        uint32_t to = t->t2_free[--t->t2_n_free];
+        radix_ns_t *ns = t->ns[v->ns];
+        radix_move_t *mv = &moves[(*n_moved)++];
+        mv->ns = v->ns;
+        mv->to = to;
+        mv->from = retier(t, v, cand_pos(v, Q_T1), to, true);
+        ns->st.demoted_blocks++;
+        if (cause == EVICT_OWN)
+            ns->st.demoted_own++;
+        else
+            ns->st.demoted_others++;
+    }
+    return 0;
+}
+
+int radix_promote(radix_tree_t *t, uint32_t tier2_id, uint32_t block_id)
+{
+    if (!t || t->t2_blocks == 0 || !in_tier2(t, tier2_id) ||
+        tier2_id >= t->cfg.max_blocks + t->t2_blocks || block_id >= t->cfg.max_blocks)
+        return KVS_EINVAL;
+    radix_node_t *n = t->by_node[tier2_id];
+    if (!n)
+        return KVS_ENOTFOUND;
+    if (t->by_node[block_id] || t->peer[block_id] != UINT32_MAX)
+        return KVS_EEXIST;
+    uint32_t pos = t->by_pos[tier2_id];
+    if (is_busy(t, tier2_id) || *rec_ref(n, pos) > 1)
+        return KVS_EBUSY;
+    /* Its parent must be in tier 1: it is the first tier-2 block of its
+     * node, and the node's first block is its parent's child. */
+    const radix_node_t *p = n->parent;
+    if (pos != n->first + n->t1_len || (n->t1_len == 0 && !is_root(p) && p->t1_len < p->len))
+        return KVS_EINVAL;
+    t->t2_inflight++;
+    retier(t, n, pos, block_id, true);
+    t->ns[n->ns]->st.promoted_blocks++;
+    return 0;
+}
+
+int radix_copy_done(radix_tree_t *t, uint32_t id, uint32_t *peer)
+{
+    if (!t || !peer || t->t2_blocks == 0 || id >= t->cfg.max_blocks + t->t2_blocks)
+        return KVS_EINVAL;
+    radix_node_t *n = t->by_node[id];
+    if (!n || t->peer[id] == UINT32_MAX)
+        return KVS_ENOTFOUND;
+    *peer = t->peer[id];
+    t->peer[id] = UINT32_MAX;
+    t->n_busy--;
+    if (!in_tier2(t, id)) { /* a promotion: its tier-2 slot is free again */
+        t->t2_inflight--;
+        t->t2_free[t->t2_n_free++] = *peer;
+    }
+    refresh(t, n, false);
+    return 0;
+}
+
+int radix_lookup_uncount(radix_tree_t *t, uint32_t ns, size_t n_tokens, size_t n_blocks,
+                         size_t n_tier2)
+{
+    if (!t)
+        return KVS_EINVAL;
+    if (ns >= t->n_ns)
+        return KVS_ENONS;
+    radix_ns_stats_t *st = &t->ns[ns]->st;
+    uint64_t bt = t->cfg.block_tokens;
+    if (n_tier2 > n_blocks || st->lookups == 0 || st->lookup_tokens < n_tokens ||
+        st->hit_tokens < n_blocks * bt || st->t2_hit_tokens < n_tier2 * bt)
+        return KVS_EINVAL;
+    st->lookups--;
+    st->lookup_tokens -= n_tokens;
+    st->hit_tokens -= n_blocks * bt;
+    st->t2_hit_tokens -= n_tier2 * bt;
+    return 0;
+}
+
+uint32_t radix_tier2_blocks(const radix_tree_t *t)
+{
+    return t ? t->t2_cached : 0;
+}
+
+uint32_t radix_tier2_free(const radix_tree_t *t)
+{
+    return t ? t->t2_n_free : 0;
+}
+
+uint32_t radix_busy_blocks(const radix_tree_t *t)
+{
+    return t ? t->n_busy : 0;
 }
 
 uint32_t radix_cached_blocks(const radix_tree_t *t)
@@ -1684,12 +2062,18 @@ size_t radix_memory_bytes(const radix_tree_t *t)
 {
     if (!t)
         return 0;
-    size_t bytes = sizeof(*t) + t->node_bytes + (t->slot_mask + 1) * sizeof(radix_slot_t) +
-                   (size_t)t->cfg.max_blocks * (sizeof(*t->by_node) + sizeof(*t->by_pos)) +
-                   (size_t)t->ns_cap * sizeof(*t->ns);
+    size_t bytes =
+        sizeof(*t) + t->node_bytes + (t->slot_mask + 1) * sizeof(radix_slot_t) +
+        ((size_t)t->cfg.max_blocks + t->t2_blocks) * (sizeof(*t->by_node) + sizeof(*t->by_pos)) +
+        (size_t)t->ns_cap * sizeof(*t->ns);
     for (uint32_t i = 0; i < t->n_ns; i++)
         if (t->ns[i])
-            bytes += sizeof(radix_ns_t) + t->ns[i]->heap_cap * sizeof(radix_heap_entry_t);
+            bytes += sizeof(radix_ns_t) +
+                     (t->ns[i]->q[Q_T1].heap_cap + t->ns[i]->q[Q_T2].heap_cap) *
+                         sizeof(radix_heap_entry_t);
+    if (t->t2_blocks > 0)
+        bytes += (size_t)t->t2_blocks * sizeof(*t->t2_free) +
+                 ((size_t)t->cfg.max_blocks + t->t2_blocks) * sizeof(*t->peer);
     return bytes;
 }
 
@@ -1781,6 +2165,7 @@ int radix_top(const radix_tree_t *t, uint32_t ns, radix_order_t order, radix_pre
         row->last_used = rec_stamp(node, node->first);
         row->last_block_id = *rec_id(node, last_pos(node));
         row->blocks += node->len;
+        row->tier2_blocks += node->len - node->t1_len;
         for (uint32_t k = node->first; k <= last_pos(node); k++)
             row->pins += *rec_ref(node, k);
     }
@@ -1794,6 +2179,7 @@ int radix_top(const radix_tree_t *t, uint32_t ns, radix_order_t order, radix_pre
         size_t c = node_index(nodes, n, node), p = node_index(nodes, n, node->parent);
         rows[p].row.blocks += rows[c].row.blocks;
         rows[p].row.pins += rows[c].row.pins;
+        rows[p].row.tier2_blocks += rows[c].row.tier2_blocks;
     }
     for (size_t i = 0; i < n; i++)
         rows[i].key = order == RADIX_BY_HITS ? rows[i].row.hits : rows[i].row.blocks;
@@ -1823,25 +2209,70 @@ static int radix_check_failed_line;
         }                                                                                          \
     } while (0)
 
+/* One queue of one namespace: the list linked both ways in strict order,
+ * the heap in heap order with heap_live live entries. */
+static bool check_queue(const radix_tree_t *t, uint32_t k, int q, radix_node_t *const *nodes,
+                        size_t n, uint32_t heap_nodes)
+{
+    const radix_queue_t *Q = &t->ns[k]->q[q];
+    const radix_node_t *prev = NULL;
+    for (const radix_node_t *l = Q->head; l; l = l->q[q].next) {
+        if (l->q[q].where != WHERE_LIST || l->ns != k || l->q[q].prev != prev ||
+            node_index(nodes, n, l) == SIZE_MAX)
+            return false;
+        if (prev && !goes_before(prev, l, q))
+            return false;
+        if (t->cfg.policy == RADIX_EVICT_LRU && l->q[q].key != queue_key(t, l, q))
+            return false;
+        prev = l;
+    }
+    if (Q->tail != prev || Q->heap_len > Q->heap_cap)
+        return false;
+    size_t live = 0;
+    for (size_t i = 0; i < Q->heap_len; i++) {
+        if (i > 0 && entry_before(&Q->heap[i], &Q->heap[(i - 1) / 2]))
+            return false;
+        const radix_node_t *hn = heap_entry_node(t, &Q->heap[i], q);
+        if (hn) {
+            if (hn->ns != k)
+                return false;
+            live++;
+        }
+    }
+    if (live != Q->heap_live || live != heap_nodes)
+        return false;
+    size_t nodes_k = t->ns[k]->n_nodes;
+    bool has_heap = q == Q_T1 || t->t2_blocks > 0;
+    return !has_heap || Q->heap_cap >= 2 * nodes_k + 34 || nodes_k == 0;
+}
+
 int radix_check(const radix_tree_t *t)
 {
     if (!t)
         return KVS_EINVAL;
     int rc = KVS_EINTERNAL;
     radix_node_t **nodes = NULL;
-    uint32_t *children = NULL, *ns_cached = NULL, *ns_pinned = NULL, *ns_nodes = NULL,
-             *ns_heap = NULL, *ns_root_children = NULL;
+    uint32_t *children = NULL, *t1_children = NULL, *ns_cached = NULL, *ns_t2 = NULL,
+             *ns_pinned = NULL, *ns_nodes = NULL, *ns_heap = NULL, *ns_root_children = NULL,
+             *ns_root_t1 = NULL;
+    uint8_t *t2_seen = NULL;
     size_t n = 0;
     uint32_t bt = t->cfg.block_tokens;
+    uint32_t max_ids = t->cfg.max_blocks + t->t2_blocks;
     if (collect_nodes(t, RADIX_NS_ALL, &nodes, &n))
         return KVS_ENOMEM;
     children = t_calloc(t, n + 1, sizeof(*children));
+    t1_children = t_calloc(t, n + 1, sizeof(*t1_children));
     ns_cached = t_calloc(t, t->n_ns + 1, sizeof(uint32_t));
+    ns_t2 = t_calloc(t, t->n_ns + 1, sizeof(uint32_t));
     ns_pinned = t_calloc(t, t->n_ns + 1, sizeof(uint32_t));
     ns_nodes = t_calloc(t, t->n_ns + 1, sizeof(uint32_t));
-    ns_heap = t_calloc(t, t->n_ns + 1, sizeof(uint32_t));
+    ns_heap = t_calloc(t, 2 * (t->n_ns + 1), sizeof(uint32_t));
     ns_root_children = t_calloc(t, t->n_ns + 1, sizeof(uint32_t));
-    if (!children || !ns_cached || !ns_pinned || !ns_nodes || !ns_heap || !ns_root_children) {
+    ns_root_t1 = t_calloc(t, t->n_ns + 1, sizeof(uint32_t));
+    t2_seen = t_calloc(t, (size_t)t->t2_blocks + 1, 1);
+    if (!children || !t1_children || !ns_cached || !ns_t2 || !ns_pinned || !ns_nodes || !ns_heap ||
+        !ns_root_children || !ns_root_t1 || !t2_seen) {
         rc = KVS_ENOMEM;
         goto out;
     }
@@ -1858,14 +2289,15 @@ int radix_check(const radix_tree_t *t)
     }
 
     size_t node_bytes = 0;
-    uint32_t cached = 0, pinned = 0;
+    uint32_t cached = 0, t2_cached = 0, pinned = 0, busy = 0;
     uint32_t live = 0;
     for (uint32_t k = 0; k < t->n_ns; k++) {
         if (!t->ns[k])
             continue;
         live++;
         const radix_node_t *root = t->ns[k]->root;
-        CHECK(root->parent == NULL && root->len == 0 && root->ns == k && root->where == WHERE_NONE);
+        CHECK(root->parent == NULL && root->len == 0 && root->ns == k);
+        CHECK(root->q[Q_T1].where == WHERE_NONE && root->q[Q_T2].where == WHERE_NONE);
         node_bytes += sizeof(radix_node_t) + (size_t)root->cap * t->rec_bytes;
     }
     for (size_t i = 0; i < n; i++) {
@@ -1873,22 +2305,27 @@ int radix_check(const radix_tree_t *t)
         const radix_node_t *parent = node->parent;
         CHECK(ns_live(t, node->ns) && parent && parent->ns == node->ns);
         CHECK(node->len >= 1 && (size_t)node->first + node->len <= node->cap);
+        CHECK(node->t1_len <= node->len);
+        /* Tier 1 is closed towards the root. */
+        CHECK(node->t1_len == 0 || is_root(parent) || parent->t1_len == parent->len);
         node_bytes += sizeof(radix_node_t) + (size_t)node->cap * t->rec_bytes;
         ns_nodes[node->ns]++;
         if (is_root(parent)) {
             CHECK(parent == t->ns[node->ns]->root && node->depth == 0);
             ns_root_children[node->ns]++;
+            ns_root_t1[node->ns] += node->t1_len > 0;
         } else {
             size_t p = node_index(nodes, n, parent);
             CHECK(p != SIZE_MAX);
             children[p]++;
+            t1_children[p] += node->t1_len > 0;
             CHECK(node->depth == parent->depth + parent->len);
         }
         /* Siblings are distinct: the probe finds this node for its own block. */
         CHECK(child_find(t, parent, *rec_hash(node, node->first),
                          rec_tokens(t, node, node->first)) == node);
         uint64_t h = end_hash(t, parent);
-        uint64_t stamp = is_root(parent) ? t->tick : leaf_stamp(parent);
+        uint64_t stamp = is_root(parent) ? t->tick : rec_stamp(parent, last_pos(parent));
         CHECK(node->full_stamp <= t->tick);
         for (uint32_t k = node->first; k <= last_pos(node); k++) {
             h = t->hash(rec_tokens(t, node, k), bt, h);
@@ -1896,37 +2333,65 @@ int radix_check(const radix_tree_t *t)
             CHECK(rec_stamp(node, k) <= stamp && *rec_stampp(node, k) > 0);
             stamp = rec_stamp(node, k);
             uint32_t id = *rec_id(node, k);
-            CHECK(id < t->cfg.max_blocks && t->by_node[id] == node && t->by_pos[id] == k);
+            CHECK(id < max_ids && t->by_node[id] == node && t->by_pos[id] == k);
+            CHECK(in_tier2(t, id) == (k >= node->first + node->t1_len));
             CHECK(t->band_of[id] == prio_band(block_prio(t, id, node->ns)));
             uint32_t hb = t->hint_base[id], ht = t->hint_timed[id];
             CHECK((hb == RADIX_PRIO_NONE || hb <= RADIX_PRIO_MAX) &&
                   (ht == RADIX_PRIO_NONE || (ht <= RADIX_PRIO_MAX && t->hint_until[id] > 0)));
-            cached++;
-            ns_cached[node->ns]++;
+            if (in_tier2(t, id)) {
+                t2_cached++;
+                ns_t2[node->ns]++;
+                t2_seen[id - t->cfg.max_blocks] = 1;
+            } else {
+                cached++;
+                ns_cached[node->ns]++;
+            }
+            if (t->peer && t->peer[id] != UINT32_MAX) {
+                /* busy: its other id is in the other tier and not cached */
+                uint32_t peer = t->peer[id];
+                busy++;
+                CHECK(peer < max_ids && in_tier2(t, peer) != in_tier2(t, id) && !t->by_node[peer]);
+                if (!in_tier2(t, id)) {
+                    CHECK(!t2_seen[peer - t->cfg.max_blocks]);
+                    t2_seen[peer - t->cfg.max_blocks] = 2;
+                }
+            }
             if (*rec_ref(node, k) > 0) {
                 pinned++;
                 ns_pinned[node->ns]++;
             }
         }
-        if (node->where == WHERE_HEAP)
-            ns_heap[node->ns]++;
+        for (int q = 0; q < 2; q++)
+            if (node->q[q].where == WHERE_HEAP)
+                ns_heap[2 * node->ns + q]++;
     }
     for (size_t i = 0; i < n; i++) {
-        CHECK(nodes[i]->n_children == children[i]);
-        bool ev = evictable(t, nodes[i]);
-        CHECK(ev == (nodes[i]->where != WHERE_NONE));
-        if (nodes[i]->where != WHERE_LIST)
-            CHECK(!nodes[i]->lru_prev && !nodes[i]->lru_next);
+        CHECK(nodes[i]->n_children == children[i] && nodes[i]->t1_children == t1_children[i]);
+        for (int q = 0; q < 2; q++) {
+            bool ev = queueable(t, nodes[i], q) && (q == Q_T1 || t->t2_blocks > 0);
+            CHECK(ev == (nodes[i]->q[q].where != WHERE_NONE));
+            if (nodes[i]->q[q].where != WHERE_LIST)
+                CHECK(!nodes[i]->q[q].prev && !nodes[i]->q[q].next);
+        }
     }
     CHECK(node_bytes == t->node_bytes);
-    CHECK(cached == t->cached && pinned == t->pinned);
+    CHECK(cached == t->cached && pinned == t->pinned && t2_cached == t->t2_cached);
+    CHECK(busy == t->n_busy);
     uint32_t mapped = 0;
-    for (uint32_t id = 0; id < t->cfg.max_blocks; id++)
+    for (uint32_t id = 0; id < max_ids; id++)
         if (t->by_node[id]) {
             CHECK(t->by_node[id] != &radix_mark);
             mapped++;
         }
-    CHECK(mapped == cached);
+    CHECK(mapped == cached + t2_cached);
+    /* Tier-2 ids: each free, cached, or held by a promotion being copied. */
+    CHECK(t->t2_n_free + t->t2_cached + t->t2_inflight == t->t2_blocks);
+    for (uint32_t i = 0; i < t->t2_n_free; i++) {
+        uint32_t id = t->t2_free[i];
+        CHECK(in_tier2(t, id) && id < max_ids && !t2_seen[id - t->cfg.max_blocks]);
+        t2_seen[id - t->cfg.max_blocks] = 3;
+    }
 
     /* Deleted ids are empty slots below n_ns, the last slot is live. */
     CHECK(live == t->n_live && (t->n_ns == 0 || t->ns[t->n_ns - 1]));
@@ -1935,6 +2400,7 @@ int radix_check(const radix_tree_t *t)
         if (!ns)
             continue;
         CHECK(ns->st.cached_blocks == ns_cached[k] && ns->st.pinned_blocks == ns_pinned[k]);
+        CHECK(ns->st.tier2_blocks == ns_t2[k]);
         CHECK(ns->st.evicted_blocks ==
               ns->st.evicted_own + ns->st.evicted_others + ns->st.evicted_quota);
         uint64_t by_band = 0, ev_band = 0;
@@ -1942,34 +2408,13 @@ int radix_check(const radix_tree_t *t)
             by_band += ns->st.cached_by_band[b];
             ev_band += ns->st.evicted_by_band[b];
         }
-        CHECK(by_band == ns->st.cached_blocks && ev_band == ns->st.evicted_blocks);
+        CHECK(by_band == ns->st.cached_blocks + ns->st.tier2_blocks &&
+              ev_band == ns->st.evicted_blocks);
+        CHECK(ns->st.demoted_blocks == ns->st.demoted_own + ns->st.demoted_others);
         CHECK(ns->n_nodes == ns_nodes[k] && ns->root->n_children == ns_root_children[k]);
-        /* LRU list: linked both ways, strictly increasing stamps. */
-        const radix_node_t *prev = NULL;
-        for (const radix_node_t *l = ns->lru_head; l; l = l->lru_next) {
-            CHECK(l->where == WHERE_LIST && l->ns == k && l->lru_prev == prev);
-            CHECK(node_index(nodes, n, l) != SIZE_MAX);
-            if (prev)
-                CHECK(goes_before(prev, l));
-            if (t->cfg.policy == RADIX_EVICT_LRU)
-                CHECK(l->leaf_key == queue_key(t, l));
-            prev = l;
-        }
-        CHECK(ns->lru_tail == prev);
-        /* Heap: min-heap order, one live entry per queued node. */
-        size_t live = 0;
-        CHECK(ns->heap_len <= ns->heap_cap);
-        for (size_t i = 0; i < ns->heap_len; i++) {
-            if (i > 0)
-                CHECK(!entry_before(&ns->heap[i], &ns->heap[(i - 1) / 2]));
-            const radix_node_t *hn = heap_entry_node(t, &ns->heap[i]);
-            if (hn) {
-                CHECK(hn->ns == k);
-                live++;
-            }
-        }
-        CHECK(live == ns->heap_live && live == ns_heap[k]);
-        CHECK(ns->heap_cap >= 2 * (size_t)ns->n_nodes + 34 || ns->n_nodes == 0);
+        CHECK(ns->root->t1_children == ns_root_t1[k]);
+        CHECK(check_queue(t, k, Q_T1, nodes, n, ns_heap[2 * k]));
+        CHECK(check_queue(t, k, Q_T2, nodes, n, ns_heap[2 * k + 1]));
     }
     rc = 0;
     goto out;
@@ -1978,11 +2423,15 @@ bad:
 out:
     free(nodes);
     free(children);
+    free(t1_children);
     free(ns_cached);
+    free(ns_t2);
     free(ns_pinned);
     free(ns_nodes);
     free(ns_heap);
     free(ns_root_children);
+    free(ns_root_t1);
+    free(t2_seen);
     return rc;
 }
 

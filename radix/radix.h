@@ -71,6 +71,26 @@
  * insert that ends on a leaf queues it with one heap push (O(log leaves))
  * unless its key is the largest, where LRU appends it to a list in O(1).
  *
+ * Tiers: with tier2_blocks > 0 the index also holds blocks in a second tier
+ * (host memory), named by ids [max_blocks, max_blocks + tier2_blocks) that
+ * the tree itself hands out; ids below max_blocks are tier 1 (the pool). The
+ * tiers are exclusive: a block is in one of them, so the cache holds the sum
+ * of both (an inclusive tier 2 would hold only max(tier 1, tier 2) distinct
+ * blocks, and every demotion would copy a block that is already there),
+ * and tier 1 is closed towards the root: a block in tier 1 has every
+ * ancestor in tier 1. So a matched prefix is some tier-1 blocks, then some
+ * tier-2 blocks. Room in tier 1 is made by radix_demote: it takes tier-1
+ * candidates (unpinned tier-1 blocks with no tier-1 block below them) in
+ * eviction order, by the reservation rule, and gives each a free tier-2 id,
+ * dropping tier-2 leaves in their own eviction order (and by the same rule)
+ * when tier 2 is full. radix_promote moves a matched tier-2 block back to a
+ * tier-1 id. A demoted or promoted block is busy until radix_copy_done: it
+ * is then in neither tier's queue, and lookups and matches stop before it, as
+ * if it were not cached (its bytes are being copied). Quotas and
+ * reservations count each tier on its own (quota: tier 1 only; a
+ * reservation holds in each tier). Recency, hits and pins do not depend on
+ * the tier.
+ *
  * Namespaces each have a name, a seed, a root, a quota (max cached blocks, 0 =
  * unlimited) and a reservation: capacity the namespace is guaranteed. Eviction
  * for another namespace's need never takes it below its reservation, and while
@@ -100,8 +120,11 @@
 
 typedef struct radix_tree radix_tree_t;
 
-/* Called once for each block the index drops (eviction, quota): the block id
- * goes back to its owner. Must not call back into the tree. */
+/* Called once for each block the index drops for good (eviction, quota, a
+ * tier-2 drop): the block id goes back to its owner (a tier-2 id, at or
+ * above max_blocks, is free in the tree again already; the owner only
+ * learns that its block left the cache). A demotion or promotion is not a
+ * drop. Must not call back into the tree. */
 typedef void (*radix_evict_fn)(void *ctx, uint32_t block_id);
 
 /* Block hash: the default is chained XXH3-64. Tests replace it to force
@@ -146,6 +169,7 @@ typedef struct radix_config {
     uint64_t freq_bonus_ticks; /* > 0: a fixed bonus per hit in ticks instead (<= 2^32 - 1) */
     uint32_t freq_horizon_pct; /* horizon, % of the mean reuse gap (0: 275; <= 10000,
                                 * or RADIX_FREQ_NO_HORIZON) */
+    uint32_t tier2_blocks;     /* blocks of tier 2 (see Tiers); 0: one tier */
 } radix_config_t;
 
 /* Retention priorities (radix_hint): 0 .. RADIX_PRIO_MAX, and the bands
@@ -164,13 +188,20 @@ typedef struct radix_ns_stats {
     uint64_t evicted_own;      /*   radix_evict for this namespace's own need, */
     uint64_t evicted_others;   /*   radix_evict for another's need or none's (RADIX_NS_ANY), */
     uint64_t evicted_quota;    /*   radix_insert at this namespace's quota */
+    uint64_t tier2_dropped;    /* of evicted_blocks, those dropped from tier 2 */
+    uint64_t demoted_blocks;   /* blocks moved to tier 2 (radix_demote): the sum of */
+    uint64_t demoted_own;      /*   for this namespace's own need, */
+    uint64_t demoted_others;   /*   for another's or none's */
+    uint64_t promoted_blocks;  /* blocks moved back to tier 1 (radix_promote) */
+    uint64_t t2_hit_tokens;    /* of hit_tokens, tokens matched in tier 2 */
+    uint32_t tier2_blocks;     /* blocks in tier 2 now (cached_blocks counts tier 1) */
     uint32_t cached_blocks;    /* blocks in the tree now */
     uint32_t pinned_blocks;    /* of those, blocks with refcount > 0 */
     uint32_t quota;            /* 0: unlimited */
     uint32_t reserve;
     uint32_t prio_default; /* retention priority of blocks without a live hint */
     uint32_t prio_cap;     /* the highest a hint may give */
-    uint32_t cached_by_band[RADIX_PRIO_BANDS];  /* cached_blocks by priority band */
+    uint32_t cached_by_band[RADIX_PRIO_BANDS];  /* cached + tier-2 blocks by priority band */
     uint64_t evicted_by_band[RADIX_PRIO_BANDS]; /* evicted_blocks by band when dropped */
 } radix_ns_stats_t;
 
@@ -188,6 +219,7 @@ typedef struct radix_prefix {
     uint64_t hits;          /* lookups that matched through the end of this prefix */
     uint64_t last_used;     /* tick of the last lookup or insert that touched it */
     uint32_t last_block_id; /* the block holding the prefix's last block */
+    uint32_t tier2_blocks;  /* of blocks, those in tier 2 (see Tiers) */
 } radix_prefix_t;
 
 /* Creates an empty index. Errors: KVS_EINVAL (block_tokens or max_blocks 0,
@@ -324,13 +356,14 @@ int radix_block_refcount(const radix_tree_t *t, uint32_t block_id, uint32_t *ref
  * reservations (radix_evict) hold whatever the priorities.
  * A hint with until == 0 lasts while the block is cached; otherwise it ends
  * at `until`, in the clock of radix_expire_hints' `now` (kvshared: loop
- * milliseconds). A block keeps two: the highest hint without an end, and the
- * highest timed one (a timed hint lower than a live timed one is dropped,
- * even when it would outlast it). Hints end with the block's eviction.
- * Cost: O(1), plus O(log leaves) when a queued leaf changes place, plus a
- * heap push for a timed hint. Errors: KVS_EINVAL (id out of range, prio >
- * RADIX_PRIO_MAX), KVS_ENOTFOUND (not cached), KVS_ENOMEM (timed only;
- * nothing changes). A prio above the namespace's cap counts as the cap. */
+ * milliseconds). block_id may be in either tier: hints, and the band the
+ * block is counted in, go with a block that changes tier (radix_demote,
+ * radix_promote), and the priority orders both tiers. A block keeps two: the highest hint without
+ * an end, and the highest timed one (a timed hint lower than a live timed one is dropped, even when
+ * it would outlast it). Hints end with the block's eviction. Cost: O(1), plus O(log leaves) when a
+ * queued leaf changes place, plus a heap push for a timed hint. Errors: KVS_EINVAL (id out of
+ * range, prio > RADIX_PRIO_MAX), KVS_ENOTFOUND (not cached), KVS_ENOMEM (timed only; nothing
+ * changes). A prio above the namespace's cap counts as the cap. */
 int radix_hint(radix_tree_t *t, uint32_t block_id, uint32_t prio, uint64_t until);
 
 /* Ends the timed hints whose `until` <= now (each block's priority falls
@@ -352,6 +385,58 @@ int radix_ns_set_priority(radix_tree_t *t, uint32_t ns, uint32_t prio_default, u
  * that names its whole prefix, as KV events publish it. Errors: KVS_EINVAL
  * (id out of range, hash NULL), KVS_ENOTFOUND (block not cached). */
 int radix_block_hash(const radix_tree_t *t, uint32_t block_id, uint64_t *hash);
+/* One block radix_demote moved: its tier-1 id `from` (free once the copy to
+ * `to` is done) and its tier-2 id `to`. */
+typedef struct radix_move {
+    uint32_t from;
+    uint32_t to;
+    uint32_t ns;
+} radix_move_t;
+
+/* Makes room for up to n blocks in tier 1 (tier 2 must exist): takes tier-1
+ * candidates by the rule of radix_evict (with tier-1 counts) and demotes
+ * each to a free tier-2 id, moves[*n_moved] = {from, to}; the block is busy
+ * until radix_copy_done(to), and `from` stays the caller's, not free, until
+ * then. When tier 2 has no free id, its first leaf by the same rule (for the
+ * demoted block's namespace, with tier-2 counts) is dropped; when it has
+ * none (everything pinned or busy), a tier-1 candidate with nothing below it
+ * is dropped instead (on_evict; counted in *n_dropped), and one with tier-2
+ * blocks below stops the call. *n_moved + *n_dropped may be less than n;
+ * that is not an error. moves has room for n. Errors: KVS_EINVAL (no tier
+ * 2, NULL arguments), KVS_ENONS. */
+int radix_demote(radix_tree_t *t, uint32_t for_ns, size_t n, radix_move_t *moves, size_t *n_moved,
+                 size_t *n_dropped);
+
+/* Moves the tier-2 block tier2_id, whose parent is in tier 1, to the free
+ * tier-1 id block_id (the caller's; it becomes cached). The block keeps its
+ * place, recency, hits and pins (a caller that pinned tier2_id holds a pin
+ * on block_id now) and is busy until radix_copy_done(block_id); its tier-2
+ * id is free again then. Errors: KVS_EINVAL (ids out of their tiers, no
+ * tier 2, the parent not in tier 1), KVS_ENOTFOUND (tier2_id not cached),
+ * KVS_EEXIST (block_id cached or busy), KVS_EBUSY (tier2_id busy, or pinned
+ * more than once: someone else reads its tier-2 copy). */
+int radix_promote(radix_tree_t *t, uint32_t tier2_id, uint32_t block_id);
+
+/* Ends the copy of busy block id (a promotion's tier-1 id or a demotion's
+ * tier-2 id): *peer gets its other id (for a demotion, the tier-1 id that
+ * the caller may now free). The block becomes readable and, if it is a
+ * candidate, queued. Errors: KVS_EINVAL, KVS_ENOTFOUND (not busy). */
+int radix_copy_done(radix_tree_t *t, uint32_t id, uint32_t *peer);
+
+/* Takes one radix_lookup back out of namespace ns's counters: a lookup of
+ * n_tokens tokens that matched n_blocks blocks, n_tier2 of them in tier 2
+ * (lookups, lookup_tokens, hit_tokens and t2_hit_tokens go down by what it
+ * added). For a caller that runs one request's lookup again after moving
+ * blocks between the tiers, so that the request counts once, as first
+ * matched. Recency and hits of the blocks stay. Errors: KVS_EINVAL (more
+ * than was counted, n_tier2 > n_blocks), KVS_ENONS. */
+int radix_lookup_uncount(radix_tree_t *t, uint32_t ns, size_t n_tokens, size_t n_blocks,
+                         size_t n_tier2);
+
+/* Blocks in tier 2, free tier-2 ids, and blocks being copied. */
+uint32_t radix_tier2_blocks(const radix_tree_t *t);
+uint32_t radix_tier2_free(const radix_tree_t *t);
+uint32_t radix_busy_blocks(const radix_tree_t *t);
 
 /* Evicts up to n unpinned leaf blocks, calling on_evict for each. for_ns is
  * the namespace whose need drives the eviction (RADIX_NS_ANY for none). The
@@ -368,7 +453,9 @@ int radix_block_hash(const radix_tree_t *t, uint32_t block_id, uint64_t *hash);
  * itself. *n_evicted may be less than n (everything else pinned or reserved);
  * that is not an error. Counted as evicted_own or evicted_others of the
  * namespace that lost the block. Cost per block: O(log leaves) plus one look
- * at each namespace. Errors: KVS_ENONS. */
+ * at each namespace. With a tier 2 it drops tier-1 leaves only, and stops at
+ * a candidate that has tier-2 blocks below it (radix_demote moves those).
+ * Errors: KVS_ENONS. */
 int radix_evict(radix_tree_t *t, uint32_t for_ns, size_t n, size_t *n_evicted);
 
 /* Drops every cached block of namespace ns that can go: unpinned leaves,

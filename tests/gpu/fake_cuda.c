@@ -1023,32 +1023,99 @@ static CUresult fake_memcpy_dtod(CUdeviceptr dst, CUdeviceptr src, size_t n)
     return fake_memcpy_dtod_async(dst, src, n, NULL);
 }
 
-/* Device-to-device 2D copies only (all the backend makes), checked row by
- * row. aligned: like the driver's cuMemcpy2D*, refuses pitches it does not
- * like (here: not a multiple of 2 MiB), for which callers must use another
- * copy. */
+/* ---- page-locked host memory: cuMemHostRegister records the range; copies
+ * that name host memory in a 2D copy must lie in a registered range. -------------- */
+
+#define FAKE_MAX_REGISTERED 8
+
+static struct {
+    char *p;
+    size_t n;
+} registered[FAKE_MAX_REGISTERED];
+
+static CUresult fake_mem_host_register(void *p, size_t n, unsigned int flags)
+{
+    NEED_CTX();
+    if (p == NULL || n == 0 ||
+        (flags & ~(unsigned)(CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP)))
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < FAKE_MAX_REGISTERED; i++)
+        if (registered[i].p != NULL && (char *)p < registered[i].p + registered[i].n &&
+            registered[i].p < (char *)p + n)
+            return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+    for (size_t i = 0; i < FAKE_MAX_REGISTERED; i++) {
+        if (registered[i].p == NULL) {
+            registered[i].p = p;
+            registered[i].n = n;
+            return CUDA_SUCCESS;
+        }
+    }
+    return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+static CUresult fake_mem_host_unregister(void *p)
+{
+    NEED_CTX();
+    for (size_t i = 0; i < FAKE_MAX_REGISTERED; i++) {
+        if (p != NULL && registered[i].p == p) {
+            registered[i].p = NULL;
+            registered[i].n = 0;
+            return CUDA_SUCCESS;
+        }
+    }
+    return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+}
+
+static char *registered_range(const void *p, size_t n)
+{
+    for (size_t i = 0; i < FAKE_MAX_REGISTERED; i++)
+        if (registered[i].p != NULL && (const char *)p >= registered[i].p && n <= registered[i].n &&
+            (size_t)((const char *)p - registered[i].p) <= registered[i].n - n)
+            return (char *)p;
+    return NULL;
+}
+
+/* One row of a 2D copy: device memory through device_range, host memory
+ * only when registered (the backend copies with pinned memory only). */
+static char *copy_2d_row(CUmemorytype type, CUdeviceptr dev, const void *host, size_t offset,
+                         size_t n)
+{
+    if (type == CU_MEMORYTYPE_DEVICE)
+        return device_range(dev + offset, n);
+    if (type == CU_MEMORYTYPE_HOST && host != NULL)
+        return registered_range((const char *)host + offset, n);
+    return NULL;
+}
+
+/* 2D copies between device memory and registered host memory, checked row
+ * by row. aligned: like the driver's cuMemcpy2D*, refuses device-to-device
+ * pitches it does not like (here: not a multiple of 2 MiB), for which
+ * callers must use another copy. */
 static CUresult copy_2d(const CUDA_MEMCPY2D *c, CUstream s, int aligned)
 {
     NEED_CTX();
-    if (c == NULL || c->srcMemoryType != CU_MEMORYTYPE_DEVICE ||
-        c->dstMemoryType != CU_MEMORYTYPE_DEVICE || c->srcPitch > FAKE_MAX_PITCH ||
-        c->dstPitch > FAKE_MAX_PITCH || c->WidthInBytes > c->srcPitch ||
-        c->WidthInBytes > c->dstPitch)
+    if (c == NULL || c->srcPitch > FAKE_MAX_PITCH || c->dstPitch > FAKE_MAX_PITCH ||
+        c->WidthInBytes > c->srcPitch || c->WidthInBytes > c->dstPitch)
         return CUDA_ERROR_INVALID_VALUE;
-    if (aligned && (c->srcPitch % (2u << 20) != 0 || c->dstPitch % (2u << 20) != 0))
+    int d2d = c->srcMemoryType == CU_MEMORYTYPE_DEVICE && c->dstMemoryType == CU_MEMORYTYPE_DEVICE;
+    if (aligned && d2d && (c->srcPitch % (2u << 20) != 0 || c->dstPitch % (2u << 20) != 0))
         return CUDA_ERROR_INVALID_VALUE;
-    for (size_t row = 0; row < c->Height; row++) {
-        CUdeviceptr d = c->dstDevice + c->dstXInBytes + (c->dstY + row) * c->dstPitch;
-        CUdeviceptr p = c->srcDevice + c->srcXInBytes + (c->srcY + row) * c->srcPitch;
-        if (device_range(d, c->WidthInBytes) == NULL || device_range(p, c->WidthInBytes) == NULL)
-            return CUDA_ERROR_INVALID_VALUE;
-    }
-    for (size_t row = 0; row < c->Height; row++) {
-        CUdeviceptr d = c->dstDevice + c->dstXInBytes + (c->dstY + row) * c->dstPitch;
-        CUdeviceptr p = c->srcDevice + c->srcXInBytes + (c->srcY + row) * c->srcPitch;
-        CUresult r = submit(s, host_of(d), host_of(p), c->WidthInBytes);
-        if (r != CUDA_SUCCESS)
-            return r;
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t row = 0; row < c->Height; row++) {
+            size_t d_off = c->dstXInBytes + (c->dstY + row) * c->dstPitch;
+            size_t p_off = c->srcXInBytes + (c->srcY + row) * c->srcPitch;
+            char *d =
+                copy_2d_row(c->dstMemoryType, c->dstDevice, c->dstHost, d_off, c->WidthInBytes);
+            const char *p =
+                copy_2d_row(c->srcMemoryType, c->srcDevice, c->srcHost, p_off, c->WidthInBytes);
+            if (d == NULL || p == NULL)
+                return CUDA_ERROR_INVALID_VALUE;
+            if (pass == 1) {
+                CUresult r = submit(s, d, p, c->WidthInBytes);
+                if (r != CUDA_SUCCESS)
+                    return r;
+            }
+        }
     }
     return CUDA_SUCCESS;
 }
@@ -1125,6 +1192,8 @@ EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
         {"cuMemcpy2D", (void *)fake_memcpy_2d},
         {"cuMemcpy2DUnaligned", (void *)fake_memcpy_2d_unaligned},
         {"cuMemcpy2DAsync", (void *)fake_memcpy_2d_async},
+        {"cuMemHostRegister", (void *)fake_mem_host_register},
+        {"cuMemHostUnregister", (void *)fake_mem_host_unregister},
         {"cuEventCreate", (void *)fake_event_create},
         {"cuEventDestroy", (void *)fake_event_destroy},
         {"cuEventRecord", (void *)fake_event_record},

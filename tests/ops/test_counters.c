@@ -28,11 +28,13 @@ static const struct {
 } rows[] = {KVS_COUNTERS(COUNTER_ROW)};
 #undef COUNTER_ROW
 
-/* StatsReply fields that are not counters. */
+/* StatsReply fields that are not counters (the last three: tier 2). */
 static const char *const gauges[] = {
-    "total_blocks", "free_blocks",  "writing_blocks", "cached_blocks", "pinned_blocks",
-    "sessions",     "block_bytes",  "pool_bytes",     "backend",       "uptime_ms",
-    "index_bytes",  "block_tokens", "namespaces",     "counters",
+    "total_blocks",   "free_blocks", "writing_blocks",     "cached_blocks",
+    "pinned_blocks",  "sessions",    "block_bytes",        "pool_bytes",
+    "backend",        "uptime_ms",   "index_bytes",        "block_tokens",
+    "namespaces",     "counters",    "tier2_total_blocks", "tier2_cached_blocks",
+    "copying_blocks",
 };
 
 static int is_gauge(const char *name)

@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "radix.h"
+
 #define MODEL_MAX_BT 16
 #define MODEL_MAX_NS 8
 
@@ -27,6 +29,8 @@ typedef struct model_block {
     uint64_t key;  /* eviction key, set when it last became or was used as an evictable leaf */
     int hint_base, hint_timed; /* -1: none */
     uint64_t hint_until;
+    uint32_t t1_children; /* children in tier 1 */
+    int64_t peer;         /* being copied: its other id; else -1 */
 } model_block_t;
 
 typedef struct model_ns {
@@ -35,10 +39,15 @@ typedef struct model_ns {
     uint64_t evicted_own, evicted_others, evicted_quota; /* evicted, by cause */
     uint32_t cached, pinned;
     uint32_t prio_default, prio_cap;
+    uint32_t t2;                                           /* blocks in tier 2 */
+    uint64_t t2_dropped, demoted, promoted, t2_hit_tokens; /* tier counters */
 } model_ns_t;
 
 typedef struct model {
     uint32_t bt, max_blocks, n_ns;
+    uint32_t t2_blocks; /* tier-2 ids [max_blocks, max_blocks + t2_blocks) */
+    uint32_t *t2_free;  /* free tier-2 ids, a stack popped from the end */
+    uint32_t t2_n_free;
     model_block_t *blocks;
     model_ns_t ns[MODEL_MAX_NS];
     uint64_t tick;
@@ -55,6 +64,13 @@ typedef struct model {
 } model_t;
 
 int model_init(model_t *m, uint32_t bt, uint32_t max_blocks);
+/* With a tier 2 of t2_blocks ids (see radix.h, Tiers). Eviction order with a
+ * tier 2 is modelled for RADIX_EVICT_LRU. */
+int model_init_tiers(model_t *m, uint32_t bt, uint32_t max_blocks, uint32_t t2_blocks);
+int model_demote(model_t *m, uint32_t for_ns, size_t n, radix_move_t *moves, size_t *n_moved,
+                 size_t *n_dropped);
+int model_promote(model_t *m, uint32_t t2_id, uint32_t id);
+int model_copy_done(model_t *m, uint32_t id, uint32_t *peer);
 /* Sets the policy like radix_config_t's fields (0 parameters: defaults). */
 void model_set_policy(model_t *m, int policy, uint32_t max_hits, uint32_t bonus_pct,
                       uint64_t bonus_ticks, uint32_t horizon_pct);

@@ -1240,6 +1240,73 @@ END_TEST
 
 /* ---- top and memory ----------------------------------------------------------------- */
 
+/* With a tier 2: radix_top says how many blocks under each prefix are in
+ * tier 2, a drop from a full tier 2 is reported through on_evict with its
+ * tier-2 id, and radix_lookup_uncount takes a lookup back out of the
+ * counters, hits by tier included. */
+START_TEST(test_tier2_top_drop_uncount)
+{
+    radix_config_t cfg = {.block_tokens = BT, .max_blocks = 4, .tier2_blocks = 2};
+    radix_tree_t *t = tree_cfg(cfg);
+    uint32_t ns = ns_new(t, "a", 0, 0), tok[4 * BT], ids[4], peer;
+    prompt(tok, 4 * BT, 1);
+    insert_run(t, ns, tok, 4, 0, false, 0);
+    radix_move_t mv[4];
+    size_t n_mv = 9, n_dr = 9;
+    ck_assert_int_eq(radix_demote(t, ns, 2, mv, &n_mv, &n_dr), 0);
+    ck_assert_uint_eq(n_mv, 2);
+    ck_assert_uint_eq(n_dr, 0);
+    for (size_t k = 0; k < n_mv; k++) {
+        ck_assert_uint_ge(mv[k].to, 4);
+        ck_assert_int_eq(radix_copy_done(t, mv[k].to, &peer), 0);
+        ck_assert_uint_eq(peer, mv[k].from);
+    }
+    radix_prefix_t rows[4];
+    size_t n_rows = 0;
+    ck_assert_int_eq(radix_top(t, RADIX_NS_ALL, RADIX_BY_SIZE, rows, 4, &n_rows), 0);
+    ck_assert_uint_eq(n_rows, 1);
+    ck_assert_uint_eq(rows[0].blocks, 4);
+    ck_assert_uint_eq(rows[0].tier2_blocks, 2);
+    ck_assert_uint_ge(rows[0].last_block_id, 4); /* its last block is in tier 2 */
+
+    /* A lookup matches 2 + 2 blocks; taken back out, the counters are as before. */
+    radix_ns_stats_t before, after;
+    ck_assert_int_eq(radix_ns_stats(t, ns, &before), 0);
+    size_t n = 0;
+    ck_assert_int_eq(radix_lookup(t, ns, tok, 4 * BT, false, ids, 4, &n), 0);
+    ck_assert_uint_eq(n, 4);
+    ck_assert_int_eq(radix_ns_stats(t, ns, &after), 0);
+    ck_assert_uint_eq(after.hit_tokens - before.hit_tokens, 4 * BT);
+    ck_assert_uint_eq(after.t2_hit_tokens - before.t2_hit_tokens, 2 * BT);
+    ck_assert_int_eq(radix_lookup_uncount(t, ns, 4 * BT, 4, 5), KVS_EINVAL);
+    ck_assert_int_eq(radix_lookup_uncount(t, 7, 4 * BT, 4, 2), KVS_ENONS);
+    ck_assert_int_eq(radix_lookup_uncount(t, ns, 4 * BT, 4, 2), 0);
+    ck_assert_int_eq(radix_ns_stats(t, ns, &after), 0);
+    ck_assert_uint_eq(after.lookups, before.lookups);
+    ck_assert_uint_eq(after.lookup_tokens, before.lookup_tokens);
+    ck_assert_uint_eq(after.hit_tokens, before.hit_tokens);
+    ck_assert_uint_eq(after.t2_hit_tokens, before.t2_hit_tokens);
+    ck_assert_int_eq(radix_lookup_uncount(t, ns, 4 * BT, 4, 2), KVS_EINVAL); /* nothing left */
+
+    /* A second prompt fills the pool; demoting for it drops tier 2's
+     * least recently used leaf (prompt 1's last block) through on_evict. */
+    uint32_t tok2[2 * BT];
+    prompt(tok2, 2 * BT, 2);
+    ev.n = 0;
+    insert_run(t, ns, tok2, 2, 2, false, 0);
+    ck_assert_int_eq(radix_demote(t, ns, 1, mv, &n_mv, &n_dr), 0);
+    ck_assert_uint_eq(n_mv, 1);
+    ck_assert_uint_eq(ev.n, 1);
+    ck_assert_uint_eq(ev.ids[0], rows[0].last_block_id);
+    ck_assert_int_eq(radix_copy_done(t, mv[0].to, &peer), 0);
+    ck_assert_int_eq(radix_ns_stats(t, ns, &after), 0);
+    ck_assert_uint_eq(after.tier2_dropped, 1);
+    ck_assert_uint_eq(after.evicted_blocks, 1);
+    ck_assert_int_eq(radix_check(t), 0);
+    radix_free(t);
+}
+END_TEST
+
 START_TEST(test_top)
 {
     radix_tree_t *t = tree_with(BT, 64, NULL);
@@ -1440,6 +1507,7 @@ typedef struct diff_cfg {
     uint32_t max_hits, bonus_pct;
     uint64_t bonus_ticks;
     uint32_t horizon_pct;
+    uint32_t t2_blocks; /* > 0: a tier 2, and demote/promote/copy steps */
 } diff_cfg_t;
 
 #define MAX_PROMPT_BLOCKS 10
@@ -1613,11 +1681,429 @@ static void diff_run(const diff_cfg_t *dc)
     free(d);
 }
 
+/* The tier differential below compares inline (no radix_diff step yet). */
+#define DIFF_EQ(a, b)                                                                              \
+    do {                                                                                           \
+        long long a_ = (long long)(a), b_ = (long long)(b);                                        \
+        if (a_ != b_)                                                                              \
+            ck_abort_msg("step %ld: %s == %lld, %s == %lld", step, #a, a_, #b, b_);                \
+    } while (0)
+
+/* The tier differential: demote, promote and copy steps against the
+ * model, with the single-tier operations around them. */
+static void diff_run_tiers(const diff_cfg_t *dc)
+{
+    long step = -1;
+    radix_config_t cfg = {.block_tokens = dc->bt,
+                          .max_blocks = dc->max_blocks,
+                          .hash = dc->hash,
+                          .policy = dc->policy,
+                          .freq_max_hits = dc->max_hits,
+                          .freq_bonus_pct = dc->bonus_pct,
+                          .freq_bonus_ticks = dc->bonus_ticks,
+                          .freq_horizon_pct = dc->horizon_pct,
+                          .tier2_blocks = dc->t2_blocks};
+    radix_tree_t *t = tree_cfg(cfg);
+    model_t m;
+    DIFF_EQ(model_init_tiers(&m, dc->bt, dc->max_blocks, dc->t2_blocks), 0);
+    /* Copies in flight: the busy id of each, and the tier-1 ids that
+     * demotions vacated, not free until their copy is done. */
+    uint32_t n_all = dc->max_blocks + dc->t2_blocks;
+    uint32_t *copying = malloc((n_all + 1) * sizeof(*copying));
+    bool *vacated = calloc(n_all + 1, sizeof(*vacated));
+    size_t n_copying = 0;
+    long tier_ops[4] = {0};
+    model_set_policy(&m, dc->policy, dc->max_hits, dc->bonus_pct, dc->bonus_ticks, dc->horizon_pct);
+    /* KVS_RADIX_SEED=n reruns the same test with other seeds. */
+    const char *seed_env = getenv("KVS_RADIX_SEED");
+    rng_state = dc->seed ^ (seed_env ? strtoull(seed_env, NULL, 0) * 0x9E3779B97F4A7C15ull : 0);
+    if (rng_state == 0)
+        rng_state = 1;
+    uint32_t quotas[3] = {0, 16, 0}, reserves[3] = {0, 0, 12};
+    const char *names[3] = {"free", "quota", "reserve"};
+    for (uint32_t k = 0; k < 3; k++) {
+        uint32_t ns;
+        DIFF_EQ(radix_ns_create(t, names[k], 100 + k, quotas[k], reserves[k], &ns), 0);
+        DIFF_EQ(model_ns_create(&m, quotas[k], reserves[k]), ns);
+    }
+    enum { MAX_HELD = 4096 };
+    uint32_t *held = malloc(MAX_HELD * sizeof(*held)); /* pins this test holds */
+    size_t n_held = 0;
+    uint32_t tok[MAX_PROMPT_BLOCKS * MAX_BT + 16];
+    uint32_t ids[MAX_PROMPT_BLOCKS], got[MAX_PROMPT_BLOCKS], want[MAX_PROMPT_BLOCKS];
+    long counts[8] = {0};
+    long insert_rc[64] = {0}, evicted = 0, max_cached = 0, pinned_lookups = 0, hints = 0;
+    uint64_t clock_now = 1; /* the clock of hint ends */
+    for (step = 0; step < dc->ops; step++) {
+        uint32_t ns = rnd(3);
+        if (rnd(50) == 0)
+            ns = 3 + rnd(2); /* unknown namespace now and then */
+        size_t nb = rnd(MAX_PROMPT_BLOCKS + 1);
+        size_t n_tokens = nb * dc->bt + (rnd(3) == 0 ? rnd(dc->bt) : 0);
+        for (size_t k = 0; k < n_tokens; k++)
+            tok[k] = dc->sparse && rnd(24) != 0 ? 0 : rnd(dc->vocab);
+        uint32_t op = rnd(100);
+        ev.n = 0;
+        m.n_evicted = 0;
+        int rc_t, rc_m;
+        if (rnd(8) == 0) {
+            /* Retention hints on blocks of either tier, some ending: the
+             * priority orders both tiers' queues and goes with a block that
+             * changes tier. */
+            uint32_t hid = rnd(n_all), prio = rnd(RADIX_PRIO_MAX + 1);
+            uint64_t until = rnd(2) ? 0 : clock_now + 1 + rnd(50);
+            DIFF_EQ(radix_hint(t, hid, prio, until), model_hint(&m, hid, prio, until));
+            clock_now += rnd(10);
+            size_t n_exp;
+            DIFF_EQ(radix_expire_hints(t, clock_now, &n_exp), 0);
+            model_expire(&m, clock_now);
+            hints++;
+        }
+        if (dc->t2_blocks > 0 && op % 3 == 0) {
+            uint32_t kind = rnd(3);
+            if (kind == 0) {
+                /* demote: moves agree; they stay busy until copied */
+                uint32_t for_ns = rnd(4) == 0 ? RADIX_NS_ANY : ns;
+                size_t n = rnd(8), mv_t = 77, mv_m = 77, dr_t = 77, dr_m = 77;
+                radix_move_t mt[8], mm[8];
+                rc_t = radix_demote(t, for_ns, n, mt, &mv_t, &dr_t);
+                rc_m = model_demote(&m, for_ns, n, mm, &mv_m, &dr_m);
+                DIFF_EQ(rc_t, rc_m);
+                DIFF_EQ(mv_t, mv_m);
+                DIFF_EQ(dr_t, dr_m);
+                for (size_t k = 0; k < mv_t; k++) {
+                    DIFF_EQ(mt[k].from, mm[k].from);
+                    DIFF_EQ(mt[k].to, mm[k].to);
+                    vacated[mt[k].from] = true;
+                    copying[n_copying++] = mt[k].to;
+                }
+                tier_ops[0] += (long)mv_t;
+            } else if (kind == 1) {
+                /* a pinned lookup, then its tier-2 blocks promoted in order */
+                size_t n_t = 77, n_m = 77;
+                if (n_held >= MAX_HELD - MAX_PROMPT_BLOCKS)
+                    goto tier_done;
+                rc_t = radix_lookup(t, ns, tok, n_tokens, true, got, MAX_PROMPT_BLOCKS, &n_t);
+                rc_m = model_lookup(&m, ns, tok, n_tokens, true, want, MAX_PROMPT_BLOCKS, &n_m);
+                DIFF_EQ(rc_t, rc_m);
+                if (rc_t != 0)
+                    goto tier_done;
+                DIFF_EQ(n_t, n_m);
+                for (size_t k = 0; k < n_t; k++) {
+                    DIFF_EQ(got[k], want[k]);
+                    uint32_t id = got[k];
+                    if (id >= dc->max_blocks) {
+                        uint32_t to = rnd(dc->max_blocks);
+                        for (int tries = 0; tries < 16 && (m.blocks[to].cached || vacated[to]);
+                             tries++)
+                            to = rnd(dc->max_blocks);
+                        if (!m.blocks[to].cached && !vacated[to]) {
+                            rc_t = radix_promote(t, id, to);
+                            rc_m = model_promote(&m, id, to);
+                            DIFF_EQ(rc_t, rc_m);
+                            if (rc_t == 0) {
+                                id = to;
+                                copying[n_copying++] = to;
+                                tier_ops[1]++;
+                            }
+                        }
+                    }
+                    held[n_held++] = id;
+                }
+            } else if (n_copying > 0) {
+                /* a copy ends */
+                size_t which = rnd((uint32_t)n_copying);
+                uint32_t id = copying[which], p_t = 77, p_m = 78;
+                copying[which] = copying[--n_copying];
+                DIFF_EQ(radix_copy_done(t, id, &p_t), 0);
+                DIFF_EQ(model_copy_done(&m, id, &p_m), 0);
+                DIFF_EQ(p_t, p_m);
+                if (id >= dc->max_blocks)
+                    vacated[p_t] = false;
+                tier_ops[2]++;
+            }
+        tier_done:
+            counts[6]++;
+        } else if (op < 35) {
+            /* lookup */
+            bool pin = rnd(4) == 0 && n_held < MAX_HELD - MAX_PROMPT_BLOCKS;
+            size_t max_ids = rnd(5) == 0 ? rnd(MAX_PROMPT_BLOCKS) : MAX_PROMPT_BLOCKS;
+            size_t n_t = 77, n_m = 77;
+            rc_t = radix_lookup(t, ns, tok, n_tokens, pin, got, max_ids, &n_t);
+            rc_m = model_lookup(&m, ns, tok, n_tokens, pin, want, max_ids, &n_m);
+            DIFF_EQ(rc_t, rc_m);
+            if (rc_t == 0) {
+                DIFF_EQ(n_t, n_m);
+                for (size_t k = 0; k < n_t; k++)
+                    DIFF_EQ(got[k], want[k]);
+                if (pin)
+                    for (size_t k = 0; k < n_t; k++)
+                        held[n_held++] = got[k];
+                pinned_lookups += pin && n_t > 0;
+            }
+            counts[0]++;
+        } else if (op < 65) {
+            /* insert: mostly free ids, sometimes a taken one */
+            size_t n_ids = nb > 0 ? (rnd(4) == 0 ? rnd((uint32_t)nb + 1) : nb) : 0;
+            uint32_t used = 0;
+            for (uint32_t k = 0; k < 3; k++)
+                used += m.ns[k].cached;
+            for (uint32_t k = 0; k < dc->max_blocks; k++)
+                used += vacated[k];
+            if (used + n_ids > dc->max_blocks && dc->t2_blocks > 0 && rnd(4) != 0) {
+                size_t need = used + n_ids - dc->max_blocks, mv_t = 77, mv_m = 77, dr_t, dr_m;
+                radix_move_t mt[MAX_PROMPT_BLOCKS], mm[MAX_PROMPT_BLOCKS];
+                if (need > MAX_PROMPT_BLOCKS)
+                    need = MAX_PROMPT_BLOCKS;
+                DIFF_EQ(radix_demote(t, ns, need, mt, &mv_t, &dr_t),
+                        model_demote(&m, ns, need, mm, &mv_m, &dr_m));
+                DIFF_EQ(mv_t, mv_m);
+                DIFF_EQ(dr_t, dr_m);
+                for (size_t k = 0; k < mv_t; k++) {
+                    DIFF_EQ(mt[k].to, mm[k].to);
+                    vacated[mt[k].from] = true;
+                    copying[n_copying++] = mt[k].to;
+                }
+            } else if (used + n_ids > dc->max_blocks && rnd(4) != 0) {
+                /* Make room first, as the daemon does when the pool is full. */
+                size_t need = used + n_ids - dc->max_blocks, e_t = 77, e_m = 77;
+                DIFF_EQ(radix_evict(t, ns, need, &e_t), model_evict(&m, ns, need, &e_m));
+                DIFF_EQ(e_t, e_m);
+            }
+            for (size_t k = 0; k < n_ids; k++) {
+                uint32_t id = rnd(dc->max_blocks);
+                for (int tries = 0; tries < 8 && m.blocks[id].cached && rnd(20) != 0; tries++)
+                    id = rnd(dc->max_blocks);
+                /* a vacated id is not the caller's to give until copied */
+                while (vacated[id])
+                    id = (id + 1) % dc->max_blocks;
+                ids[k] = id;
+            }
+            if (rnd(100) == 0 && n_ids > 0)
+                ids[rnd((uint32_t)n_ids)] = dc->max_blocks; /* out of range */
+            bool pin = rnd(4) == 0 && n_held < MAX_HELD - MAX_PROMPT_BLOCKS;
+            size_t d_t = 77, d_m = 77;
+            rc_t = radix_insert(t, ns, tok, n_tokens, ids, n_ids, pin, got, &d_t);
+            rc_m = model_insert(&m, ns, tok, n_tokens, ids, n_ids, pin, want, &d_m);
+            DIFF_EQ(rc_t, rc_m);
+            DIFF_EQ(d_t, d_m);
+            for (size_t k = 0; k < d_t; k++)
+                DIFF_EQ(got[k], want[k]);
+            if (pin)
+                for (size_t k = 0; k < d_t; k++)
+                    held[n_held++] = got[k];
+            insert_rc[-rc_t]++;
+            counts[1]++;
+        } else if (op < 72) {
+            /* pin: a held block again, or any id */
+            uint32_t id = n_held && rnd(2) ? held[rnd((uint32_t)n_held)] : rnd(dc->max_blocks + 1);
+            rc_t = radix_pin(t, id);
+            rc_m = model_pin(&m, id);
+            DIFF_EQ(rc_t, rc_m);
+            if (rc_t == 0 && n_held < MAX_HELD)
+                held[n_held++] = id;
+            else if (rc_t == 0)
+                DIFF_EQ(radix_unpin(t, id) | model_unpin(&m, id), 0);
+            counts[2]++;
+        } else if (op < 90) {
+            /* unpin: mostly held pins, sometimes any id (errors) */
+            for (uint32_t rep = 1 + rnd(8); rep > 0; rep--) {
+                uint32_t id;
+                size_t which = 0;
+                bool from_held = n_held > 0 && rnd(8) != 0;
+                if (from_held) {
+                    which = rnd((uint32_t)n_held);
+                    id = held[which];
+                } else {
+                    id = rnd(dc->max_blocks + 1);
+                }
+                rc_t = radix_unpin(t, id);
+                rc_m = model_unpin(&m, id);
+                DIFF_EQ(rc_t, rc_m);
+                if (from_held) {
+                    DIFF_EQ(rc_t, 0);
+                    held[which] = held[--n_held];
+                } else if (rc_t == 0) {
+                    /* Took a pin this test holds: forget one copy of it. */
+                    for (size_t k = 0; k < n_held; k++)
+                        if (held[k] == id) {
+                            held[k] = held[--n_held];
+                            break;
+                        }
+                }
+            }
+            counts[3]++;
+        } else if (op < 99) {
+            uint32_t for_ns = rnd(4) == 0 ? RADIX_NS_ANY : ns;
+            size_t n = rnd(6), e_t = 77, e_m = 77;
+            rc_t = radix_evict(t, for_ns, n, &e_t);
+            rc_m = model_evict(&m, for_ns, n, &e_m);
+            DIFF_EQ(rc_t, rc_m);
+            if (rc_t == 0)
+                DIFF_EQ(e_t, e_m);
+            counts[4]++;
+        } else {
+            /* "quota" keeps a small quota, so it often runs into it */
+            uint32_t q = ns == 1 ? 4 + rnd(20) : (rnd(3) ? 0 : 8 + rnd(24));
+            uint32_t r = rnd(3) ? 0 : rnd(16);
+            rc_t = radix_ns_set_limits(t, ns, q, r);
+            rc_m = ns < m.n_ns ? 0 : KVS_ENONS;
+            if (rc_m == 0) {
+                m.ns[ns].quota = q;
+                m.ns[ns].reserve = r;
+            }
+            DIFF_EQ(rc_t, rc_m);
+            counts[5]++;
+        }
+        /* Same evictions, in the same order. */
+        evicted += (long)ev.n;
+        if ((long)radix_cached_blocks(t) > max_cached)
+            max_cached = radix_cached_blocks(t);
+        DIFF_EQ(ev.n, m.n_evicted);
+        for (size_t k = 0; k < ev.n; k++)
+            DIFF_EQ(ev.ids[k], m.evicted[k]);
+        if (radix_check(t) != 0)
+            ck_abort_msg("radix_check failed at step %ld (op %u), radix.c line %d", step, op,
+                         radix_check_line());
+        for (uint32_t k = 0; k < 3; k++) {
+            radix_ns_stats_t st;
+            DIFF_EQ(radix_ns_stats(t, k, &st), 0);
+            DIFF_EQ(st.cached_blocks, m.ns[k].cached);
+            DIFF_EQ(st.pinned_blocks, m.ns[k].pinned);
+            DIFF_EQ(st.lookups, m.ns[k].lookups);
+            DIFF_EQ(st.lookup_tokens, m.ns[k].lookup_tokens);
+            DIFF_EQ(st.hit_tokens, m.ns[k].hit_tokens);
+            DIFF_EQ(st.inserted_blocks, m.ns[k].inserted);
+            DIFF_EQ(st.duplicate_blocks, m.ns[k].duplicates);
+            DIFF_EQ(st.evicted_blocks, m.ns[k].evicted);
+            DIFF_EQ(st.evicted_own, m.ns[k].evicted_own);
+            DIFF_EQ(st.evicted_others, m.ns[k].evicted_others);
+            DIFF_EQ(st.evicted_quota, m.ns[k].evicted_quota);
+            DIFF_EQ(st.tier2_blocks, m.ns[k].t2);
+            DIFF_EQ(st.tier2_dropped, m.ns[k].t2_dropped);
+            DIFF_EQ(st.demoted_blocks, m.ns[k].demoted);
+            DIFF_EQ(st.promoted_blocks, m.ns[k].promoted);
+            DIFF_EQ(st.t2_hit_tokens, m.ns[k].t2_hit_tokens);
+        }
+        uint32_t id = rnd(dc->max_blocks), r_t = 0, r_m = 0;
+        DIFF_EQ(radix_block_refcount(t, id, &r_t), model_refcount(&m, id, &r_m));
+        DIFF_EQ(r_t, r_m);
+        uint32_t pid = rnd(n_all), p_t = 0;
+        int prc = radix_block_priority(t, pid, &p_t);
+        DIFF_EQ(prc, m.blocks[pid].cached ? 0 : KVS_ENOTFOUND);
+        if (prc == 0)
+            DIFF_EQ(p_t, model_prio(&m, pid));
+    }
+    /* Release everything: the tree must then empty out completely (with a
+     * tier 2, once every copy is done and tier 1 is empty: tier 2 keeps
+     * what was demoted). */
+    for (size_t k = 0; k < n_copying; k++) {
+        uint32_t p;
+        DIFF_EQ(radix_copy_done(t, copying[k], &p), 0);
+    }
+    for (size_t k = 0; k < n_held; k++)
+        DIFF_EQ(radix_unpin(t, held[k]), 0);
+    if (dc->t2_blocks > 0) {
+        radix_move_t *mv = malloc(n_all * sizeof(*mv));
+        size_t n_mv, n_dr, moved;
+        do { /* a full tier 2 of blocks being copied stops a round */
+            moved = 0;
+            for (uint32_t k = 0; k < 3; k++) { /* each below its reservation too */
+                DIFF_EQ(radix_demote(t, k, n_all, mv, &n_mv, &n_dr), 0);
+                for (size_t j = 0; j < n_mv; j++) {
+                    uint32_t p;
+                    DIFF_EQ(radix_copy_done(t, mv[j].to, &p), 0);
+                }
+                moved += n_mv + n_dr;
+            }
+        } while (moved > 0);
+        free(mv);
+        DIFF_EQ(radix_check(t), 0);
+        /* every tier-2 id is cached or free again */
+        DIFF_EQ(radix_tier2_blocks(t) + radix_tier2_free(t), dc->t2_blocks);
+        DIFF_EQ(radix_busy_blocks(t), 0);
+        ck_assert_int_gt(tier_ops[0], dc->ops / 200);
+        ck_assert_int_gt(tier_ops[1], dc->ops / 2000);
+        ck_assert_int_gt(tier_ops[2], dc->ops / 200);
+        long dropped = 0;
+        for (uint32_t k = 0; k < 3; k++)
+            dropped += (long)m.ns[k].t2_dropped;
+        ck_assert_int_gt(dropped, dc->ops / 1000);
+        ck_assert_int_gt(insert_rc[-KVS_EBUSY], 10);
+        ck_assert_int_gt(hints, dc->ops / 20);
+        DIFF_EQ(radix_cached_blocks(t), 0);
+        goto done;
+    }
+    size_t all;
+    DIFF_EQ(radix_evict(t, RADIX_NS_ANY, dc->max_blocks, &all), 0);
+    for (uint32_t k = 0; k < 3; k++)
+        DIFF_EQ(radix_evict(t, k, dc->max_blocks, &all), 0);
+    DIFF_EQ(radix_cached_blocks(t), 0);
+    DIFF_EQ(radix_check(t), 0);
+    /* Every kind of operation ran many times. */
+    for (int k = 0; k < 6; k++)
+        ck_assert_int_gt(counts[k], dc->ops / 200);
+    /* ... and reached the interesting outcomes. */
+    ck_assert_int_gt(insert_rc[0], dc->ops / 100);
+    ck_assert_int_gt(insert_rc[-KVS_EEXIST], 10);
+    ck_assert_int_gt(insert_rc[-KVS_EQUOTA], dc->ops / 20000);
+    ck_assert_int_gt(insert_rc[-KVS_EINVAL], 10);
+    ck_assert_int_gt(insert_rc[-KVS_ENONS], 10);
+    ck_assert_int_gt(evicted, dc->ops / 20);
+    ck_assert_int_gt(max_cached, dc->max_blocks / 2);
+    ck_assert_int_gt(pinned_lookups, 10);
+    /* A namespace below its reservation took blocks back from others. */
+    ck_assert_int_gt((long)m.taken_back, dc->ops / 1000);
+done:
+    if (getenv("KVS_TEST_VERBOSE"))
+        fprintf(stderr,
+                "ops %ld: inserted ok %ld eexist %ld equota %ld, evicted %ld (taken back "
+                "below a reservation %llu), max cached %ld\n",
+                dc->ops, insert_rc[0], insert_rc[-KVS_EEXIST], insert_rc[-KVS_EQUOTA], evicted,
+                (unsigned long long)m.taken_back, max_cached);
+    free(held);
+    free(copying);
+    free(vacated);
+    model_fini(&m);
+    radix_free(t);
+}
+
 static long diff_ops(long full, long small)
 {
     const char *s = getenv("KVS_TEST_SMALL");
     return s && *s && strcmp(s, "0") != 0 ? small : full;
 }
+
+/* Tier 2 smaller, equal and larger than tier 1: demotions, promotions,
+ * tier-2 drops and copies in flight, invariants after every step. */
+static void diff_tiers(uint32_t t2_blocks, uint64_t seed)
+{
+    diff_cfg_t dc = {.seed = seed,
+                     .ops = diff_ops(60000, 20000),
+                     .bt = 2,
+                     .vocab = 3,
+                     .max_blocks = 48,
+                     .t2_blocks = t2_blocks};
+    diff_run_tiers(&dc);
+}
+
+START_TEST(test_diff_tier2_smaller)
+{
+    diff_tiers(16, 0x5EED0001);
+}
+END_TEST
+
+START_TEST(test_diff_tier2_equal)
+{
+    diff_tiers(48, 0x5EED0002);
+}
+END_TEST
+
+START_TEST(test_diff_tier2_larger)
+{
+    diff_tiers(200, 0x5EED0003);
+}
+END_TEST
 
 START_TEST(test_diff_xxh3)
 {
@@ -1882,12 +2368,16 @@ static Suite *radix_suite(void)
     tcase_add_test(tc, test_collisions);
     tcase_add_test(tc, test_fanout_10k);
     tcase_add_test(tc, test_top);
+    tcase_add_test(tc, test_tier2_top_drop_uncount);
     tcase_add_test(tc, test_memory);
     tcase_add_test(tc, test_alloc_failures);
     suite_add_tcase(s, tc);
     TCase *diff = tcase_create("differential");
     tcase_set_timeout(diff, 600);
     tcase_add_test(diff, test_diff_xxh3);
+    tcase_add_test(diff, test_diff_tier2_smaller);
+    tcase_add_test(diff, test_diff_tier2_equal);
+    tcase_add_test(diff, test_diff_tier2_larger);
     tcase_add_test(diff, test_diff_collisions);
     tcase_add_test(diff, test_diff_one_token_blocks);
     tcase_add_test(diff, test_diff_16_token_blocks);

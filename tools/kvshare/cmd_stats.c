@@ -34,6 +34,11 @@ void cli_print_stats(FILE *f, const kvs_stats_t *s)
             s->free_blocks, pct(s->free_blocks, s->total_blocks), s->writing_blocks,
             s->cached_blocks, s->pinned_blocks,
             pct(s->total_blocks - s->free_blocks, s->total_blocks));
+    if (s->tier2_total_blocks > 0)
+        fprintf(f, "tier 2    %u blocks x %s in host memory: cached %u (%.1f%%)  copying %u\n",
+                s->tier2_total_blocks, units_format_bytes(s->block_bytes, 1, a, sizeof(a)),
+                s->tier2_cached_blocks, pct(s->tier2_cached_blocks, s->tier2_total_blocks),
+                s->copying_blocks);
     fprintf(f, "index     %s\n", units_format_bytes(s->index_bytes, 1, a, sizeof(a)));
     fprintf(f, "sessions  %u open\n", s->sessions);
     fprintf(f, "\ncounters since start\n");
@@ -52,6 +57,18 @@ void cli_print_stats(FILE *f, const kvs_stats_t *s)
                 (unsigned long long)n->lookups, (unsigned long long)n->lookup_tokens,
                 (unsigned long long)n->hit_tokens, pct(n->hit_tokens, n->lookup_tokens),
                 n->cached_blocks, n->pinned_blocks, (unsigned long long)n->evicted_blocks);
+    }
+    if (s->tier2_total_blocks > 0) {
+        /* Hits by tier: tier-2 hits are part of HIT TOKENS above. */
+        fprintf(f, "\n%-20s %12s %12s %8s %8s %8s\n", "NAMESPACE", "TIER-1 HITS", "TIER-2 HITS",
+                "T2 HIT %", "TIER 1", "TIER 2");
+        for (size_t i = 0; i < s->n_namespaces; i++) {
+            const kvs_ns_stats_t *n = &s->namespaces[i];
+            fprintf(f, "%-20s %12llu %12llu %7.1f%% %8u %8u\n", n->name,
+                    (unsigned long long)(n->hit_tokens - n->tier2_hit_tokens),
+                    (unsigned long long)n->tier2_hit_tokens,
+                    pct(n->tier2_hit_tokens, n->lookup_tokens), n->cached_blocks, n->tier2_blocks);
+        }
     }
     fprintf(f, "\n");
     cli_print_capacity(f, s, NULL);
@@ -111,6 +128,8 @@ static void print_json(FILE *f, const kvs_stats_t *s)
             (unsigned long long)s->block_bytes, (unsigned long long)s->pool_bytes, s->total_blocks,
             s->free_blocks, s->writing_blocks, s->cached_blocks, s->pinned_blocks,
             (unsigned long long)s->index_bytes, s->sessions);
+    fprintf(f, ",\"tier2\":{\"total\":%u,\"cached\":%u,\"copying\":%u}", s->tier2_total_blocks,
+            s->tier2_cached_blocks, s->copying_blocks);
     for (size_t i = 0; i < KVS_N_COUNTERS; i++)
         fprintf(f, ",\"%s\":%llu", counter_names[i], (unsigned long long)s->counters[i]);
     fprintf(f, ",\"namespaces\":[");
@@ -123,13 +142,14 @@ static void print_json(FILE *f, const kvs_stats_t *s)
                 "\"hit_rate\":%.4f,\"inserted_blocks\":%llu,\"duplicate_blocks\":%llu,"
                 "\"evicted_blocks\":%llu,\"evicted_own\":%llu,\"evicted_others\":%llu,"
                 "\"evicted_quota\":%llu,\"cached_blocks\":%u,\"pinned_blocks\":%u,"
-                "\"quota\":%u,\"reserve\":%u",
+                "\"quota\":%u,\"reserve\":%u,\"tier2_blocks\":%u,\"tier2_hit_tokens\":%llu",
                 (unsigned long long)n->lookups, (unsigned long long)n->lookup_tokens,
                 (unsigned long long)n->hit_tokens, pct(n->hit_tokens, n->lookup_tokens) / 100.0,
                 (unsigned long long)n->inserted_blocks, (unsigned long long)n->duplicate_blocks,
                 (unsigned long long)n->evicted_blocks, (unsigned long long)n->evicted_own,
                 (unsigned long long)n->evicted_others, (unsigned long long)n->evicted_quota,
-                n->cached_blocks, n->pinned_blocks, n->quota, n->reserve);
+                n->cached_blocks, n->pinned_blocks, n->quota, n->reserve, n->tier2_blocks,
+                (unsigned long long)n->tier2_hit_tokens);
         for (int evicted = 0; n->bands && evicted < 2; evicted++) {
             fprintf(f, ",\"%s_by_priority\":{", evicted ? "evicted" : "cached");
             for (size_t b = 0; b < KVS_PRIORITY_BANDS; b++)
@@ -149,7 +169,9 @@ static void usage(FILE *f)
                "Pool usage, blocks free/writing/cached/pinned, evictions, sessions, and per\n"
                "namespace lookups, hit rate in tokens, blocks held against the reservation\n"
                "and evictions by cause (the namespace's own need, other namespaces' need,\n"
-               "its quota), and blocks cached and evicted by retention priority band.\n");
+               "its quota), and blocks cached and evicted by retention priority band.\n"
+               "With a tier 2 (kvshared --host-tier): its usage, and hits and blocks by\n"
+               "tier per namespace.\n");
 }
 
 int kvshare_cmd_stats(int argc, char **argv)

@@ -27,17 +27,25 @@ static void usage(FILE *f)
                "[--timeout MS]\n"
                "\n"
                "The stats view, refreshed (default every 1 s), with request, lookup and\n"
-               "eviction rates and the hit rate over the last interval.\n");
+               "eviction rates and the hit rate over the last interval; with a tier 2,\n"
+               "hit rates by tier, promotions, demotions, drops and copy throughput.\n");
 }
 
-static void totals(const kvs_stats_t *s, uint64_t *lookups, uint64_t *asked, uint64_t *hit)
+static void totals(const kvs_stats_t *s, uint64_t *lookups, uint64_t *asked, uint64_t *hit,
+                   uint64_t *hit_t2)
 {
-    *lookups = *asked = *hit = 0;
+    *lookups = *asked = *hit = *hit_t2 = 0;
     for (size_t i = 0; i < s->n_namespaces; i++) {
         *lookups += s->namespaces[i].lookups;
         *asked += s->namespaces[i].lookup_tokens;
         *hit += s->namespaces[i].hit_tokens;
+        *hit_t2 += s->namespaces[i].tier2_hit_tokens;
     }
+}
+
+static double rate_pct(uint64_t part, uint64_t whole)
+{
+    return whole ? 100.0 * (double)part / (double)whole : 0.0;
 }
 
 int kvshare_cmd_top(int argc, char **argv)
@@ -98,15 +106,29 @@ int kvshare_cmd_top(int argc, char **argv)
         cli_print_stats(stdout, &s);
         if (have_prev) {
             double dt = t_now - t_prev;
-            uint64_t l0, a0, h0, l1, a1, h1;
-            totals(&prev, &l0, &a0, &h0);
-            totals(&s, &l1, &a1, &h1);
+            uint64_t l0, a0, h0, t0, l1, a1, h1, t1;
+            totals(&prev, &l0, &a0, &h0, &t0);
+            totals(&s, &l1, &a1, &h1, &t1);
             fprintf(stdout,
                     "\nlast %.1fs: %.0f requests/s, %.0f lookups/s, hit rate %.1f%% of %llu "
                     "tokens, %.0f evictions/s\n",
                     dt, (double)(s.requests - prev.requests) / dt, (double)(l1 - l0) / dt,
-                    a1 > a0 ? 100.0 * (double)(h1 - h0) / (double)(a1 - a0) : 0.0,
-                    (unsigned long long)(a1 - a0), (double)(s.evictions - prev.evictions) / dt);
+                    rate_pct(h1 - h0, a1 - a0), (unsigned long long)(a1 - a0),
+                    (double)(s.evictions - prev.evictions) / dt);
+            if (s.tier2_total_blocks > 0) {
+                double copy_s = (double)(s.tier_copy_us - prev.tier_copy_us) / 1e6;
+                uint64_t bytes = s.tier_copied_bytes - prev.tier_copied_bytes;
+                fprintf(stdout,
+                        "tier 2: hit rate %.1f%% (tier 1 %.1f%%), %.0f promotions/s, %.0f "
+                        "demotions/s, %.0f drops/s, %.1f MiB/s copied (%.0f MiB/s while "
+                        "copying)\n",
+                        rate_pct(t1 - t0, a1 - a0), rate_pct((h1 - h0) - (t1 - t0), a1 - a0),
+                        (double)(s.tier_promotions - prev.tier_promotions) / dt,
+                        (double)(s.tier_demotions - prev.tier_demotions) / dt,
+                        (double)(s.tier2_drops - prev.tier2_drops) / dt,
+                        (double)bytes / 1048576.0 / dt,
+                        copy_s > 0 ? (double)bytes / 1048576.0 / copy_s : 0.0);
+            }
         }
         fflush(stdout);
         kvs_stats_free(&prev);

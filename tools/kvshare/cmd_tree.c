@@ -75,9 +75,10 @@ int kvshare_cmd_tree(int argc, char **argv)
             printf("%s{\"ns\":", i ? "," : "");
             cli_json_string(stdout, rows[i].ns);
             printf(",\"tokens\":%u,\"blocks\":%u,\"hits\":%llu,\"pins\":%u,\"age_ops\":%llu,"
-                   "\"last_block_id\":%u}",
+                   "\"last_block_id\":%u,\"tier\":%u,\"tier2_blocks\":%u}",
                    rows[i].tokens, rows[i].blocks, (unsigned long long)rows[i].hits, rows[i].pins,
-                   (unsigned long long)rows[i].age_ticks, rows[i].last_block_id);
+                   (unsigned long long)rows[i].age_ticks, rows[i].last_block_id, rows[i].tier,
+                   rows[i].tier2_blocks);
         }
         printf("]\n");
     } else {
@@ -94,12 +95,15 @@ int kvshare_cmd_tree(int argc, char **argv)
         if (n == 0) {
             printf("\nnothing cached%s%s\n", ns ? " in namespace " : "", ns ? ns : "");
         } else {
-            printf("\n%-16s %10s %8s %10s %6s %10s %10s\n", "NAMESPACE", "TOKENS", "BLOCKS", "HITS",
-                   "PINS", "AGE (ops)", "LAST BLOCK");
+            /* TIER: where the prefix's own last block is; IN TIER 2: how
+             * many of the blocks under it are in host memory. */
+            printf("\n%-16s %10s %8s %10s %6s %10s %10s %4s %9s\n", "NAMESPACE", "TOKENS", "BLOCKS",
+                   "HITS", "PINS", "AGE (ops)", "LAST BLOCK", "TIER", "IN TIER 2");
             for (size_t i = 0; i < n; i++)
-                printf("%-16s %10u %8u %10llu %6u %10llu %10u\n", rows[i].ns, rows[i].tokens,
-                       rows[i].blocks, (unsigned long long)rows[i].hits, rows[i].pins,
-                       (unsigned long long)rows[i].age_ticks, rows[i].last_block_id);
+                printf("%-16s %10u %8u %10llu %6u %10llu %10u %4u %9u\n", rows[i].ns,
+                       rows[i].tokens, rows[i].blocks, (unsigned long long)rows[i].hits,
+                       rows[i].pins, (unsigned long long)rows[i].age_ticks, rows[i].last_block_id,
+                       rows[i].tier, rows[i].tier2_blocks);
         }
     }
     free(rows);

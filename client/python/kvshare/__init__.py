@@ -134,7 +134,9 @@ class _NsStats(ctypes.Structure):
         ("evicted_own", ctypes.c_uint64), ("evicted_others", ctypes.c_uint64),
         ("evicted_quota", ctypes.c_uint64),
         ("bands", ctypes.POINTER(_PriorityBands)),
-        ("reserved", ctypes.c_uint64 * 4),
+        ("tier2_blocks", ctypes.c_uint32), ("reserved32", ctypes.c_uint32),
+        ("tier2_hit_tokens", ctypes.c_uint64),
+        ("reserved", ctypes.c_uint64 * 2),
     ]
 
 
@@ -157,7 +159,9 @@ class _Stats(ctypes.Structure):
         ("uptime_ms", ctypes.c_uint64),
         ("n_namespaces", ctypes.c_size_t),
         ("namespaces", ctypes.POINTER(_NsStats)),
-        ("reserved", ctypes.c_uint64 * 8),
+        ("tier2_total_blocks", ctypes.c_uint32), ("tier2_cached_blocks", ctypes.c_uint32),
+        ("copying_blocks", ctypes.c_uint32), ("reserved32", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint64 * 6),
         ("counters", ctypes.c_uint64 * COUNTER_SLOTS),
     ]
 
@@ -169,7 +173,8 @@ class _Prefix(ctypes.Structure):
         ("pins", ctypes.c_uint32),
         ("hits", ctypes.c_uint64), ("age_ticks", ctypes.c_uint64),
         ("last_block_id", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint64 * 4),
+        ("tier", ctypes.c_uint32), ("tier2_blocks", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint64 * 3),
     ]
 
 
@@ -501,7 +506,7 @@ class Client:
         try:
             out = {name: getattr(s, name) for name, _ in _Stats._fields_
                    if name not in ("namespaces", "n_namespaces", "backend", "reserved",
-                                   "counters")}
+                                   "reserved32", "counters")}
             for i, name in enumerate(counter_names(self._lib)):
                 out[name] = s.counters[i]
             out["backend"] = "cuda" if s.backend == BACKEND_CUDA else "host"
@@ -509,7 +514,7 @@ class Client:
             for i in range(s.n_namespaces):
                 ns = s.namespaces[i]
                 row = {name: getattr(ns, name) for name, _ in _NsStats._fields_
-                       if name not in ("reserved", "bands")}
+                       if not name.startswith("reserved") and name != "bands"}
                 row["name"] = ns.name.decode()
                 if ns.bands:
                     bands = ns.bands.contents

@@ -1,0 +1,64 @@
+/*
+ * tier: the copies between the pool (tier 1) and host memory (tier 2,
+ * --host-tier), off the loop thread.
+ *
+ * A handler that needs copies before it can answer (an Alloc that finds
+ * the pool full demotes blocks; a pinned Lookup that matches tier-2 blocks
+ * promotes them) starts one job, batched for the request, and defers: the
+ * session keeps the request and reads no further one until the job is done
+ * (session.c). The copies run on libuv's thread pool (backend_tier_copy);
+ * the completion, on the loop, ends each block's copy in the index
+ * (radix_copy_done), gives a demoted block's tier-1 id back to the pool,
+ * lets go of the pins the job held, and runs the session's request again,
+ * which now finds room in the pool or its blocks in tier 1. A session that
+ * ends while its job runs is detached from it: the job still finishes its
+ * bookkeeping, so nothing leaks.
+ */
+#ifndef KVS_DAEMON_TIER_H
+#define KVS_DAEMON_TIER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "radix.h"
+#include "server.h"
+#include "session.h"
+
+typedef struct tier_job tier_job_t;
+
+/* Demotes up to n blocks for namespace ns (radix_demote) and, when some
+ * blocks move, starts their copy for session s and returns 1 (s waits);
+ * returns 0 when nothing moved (dropped blocks went back to the pool at
+ * once), or an error: KVS_ENOMEM, radix_demote's. */
+int tier_demote(server_t *srv, session_t *s, uint32_t ns, size_t n);
+
+/* Promotes the tier-2 blocks t2_ids[0..n) (matched in order after the
+ * tier-1 prefix of a pinned lookup, and pinned by it) into free pool
+ * blocks; the job takes over the n_pins pins in pins[] (the whole lookup's)
+ * and lets go of them when done. Returns 1 when copies started (s waits),
+ * 0 when none could (no free block: the caller unpins), or an error. */
+int tier_promote(server_t *srv, session_t *s, const uint32_t *t2_ids, size_t n,
+                 const uint32_t *pins, size_t n_pins);
+
+/* When tier copies are in flight, queues s to run its request again when
+ * one ends (the blocks it frees or moves may make room) and returns 1;
+ * returns 0 when none is. */
+int tier_wait(server_t *srv, session_t *s);
+
+/* Whether job j holds the pins of the lookup that started it (a promotion). */
+bool tier_job_holds_pins(const tier_job_t *j);
+
+/* Whether s has a request waiting for tier copies (its own job, or any job
+ * when tier_wait queued it): it answers nothing else until they end. */
+static inline bool tier_held(const session_t *s)
+{
+    return s->tier_job || s->tier_waiting;
+}
+
+/* The session is closing: its job, if any, completes without it, and it
+ * waits for none. */
+void tier_detach(session_t *s);
+
+#endif /* KVS_DAEMON_TIER_H */

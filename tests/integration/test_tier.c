@@ -1,0 +1,382 @@
+/*
+ * Tier 2 through a real kvshared (host backend, --host-tier): a full pool
+ * demotes instead of dropping, a pinned lookup of a demoted prefix gets it
+ * back with the bytes its writer wrote, and workers killed while their
+ * lookups promote leave no pin, no WRITING block and no lost block behind.
+ */
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "daemon_harness.h"
+#include "kvshare.h"
+
+#define MAX_BLOCKS 64
+
+static harness_t h;
+
+static kvs_client_t *client(const char *name)
+{
+    kvs_options_t o;
+    kvs_client_t *c = NULL;
+    kvs_options_init(&o);
+    o.socket_path = h.socket_path;
+    o.worker_name = name;
+    o.timeout_ms = 30000;
+    int rc = kvs_connect(&o, &c);
+    ck_assert_msg(rc == 0, "connect: %s", kvs_strerror(rc));
+    return c;
+}
+
+static void prompt(uint32_t *t, size_t n, uint32_t seed)
+{
+    for (size_t i = 0; i < n; i++)
+        t[i] = seed * 100000 + (uint32_t)i;
+}
+
+static uint8_t pattern(uint32_t seed, uint32_t layer, uint32_t kv, size_t j, size_t i)
+{
+    return (uint8_t)(seed * 17 + layer * 31 + kv * 7 + j * 13 + i);
+}
+
+/* Writes nb blocks of prompt `seed`, commits them and lets go of them. */
+static void write_prompt(kvs_client_t *c, uint32_t seed, size_t nb)
+{
+    kvs_geometry_t g;
+    uint32_t tokens[MAX_BLOCKS * 16], ids[MAX_BLOCKS], can[MAX_BLOCKS];
+    size_t done;
+    ck_assert_int_eq(kvs_geometry(c, &g), 0);
+    ck_assert_uint_le(nb * g.block_tokens, sizeof(tokens) / sizeof(tokens[0]));
+    prompt(tokens, nb * g.block_tokens, seed);
+    int rc = kvs_alloc(c, NULL, (uint32_t)nb, ids);
+    ck_assert_msg(rc == 0, "alloc: %s", kvs_last_error(c));
+    for (size_t j = 0; j < nb; j++)
+        for (uint32_t l = 0; l < g.layers; l++)
+            for (uint32_t kv = 0; kv < 2; kv++) {
+                uintptr_t addr;
+                ck_assert_int_eq(kvs_block_addr(c, l, kv, ids[j], &addr), 0);
+                for (size_t i = 0; i < g.slot_bytes; i++)
+                    ((uint8_t *)addr)[i] = pattern(seed, l, kv, j, i);
+            }
+    ck_assert_int_eq(kvs_commit(c, NULL, tokens, nb * g.block_tokens, ids, nb, can, &done), 0);
+    ck_assert_uint_eq(done, nb);
+    ck_assert_int_eq(kvs_release(c, can, nb, NULL), 0);
+}
+
+/* A pinned lookup of prompt `seed`: all nb blocks, holding its writer's
+ * bytes; the pins are released. */
+static void check_prompt(kvs_client_t *c, uint32_t seed, size_t nb)
+{
+    kvs_geometry_t g;
+    uint32_t tokens[MAX_BLOCKS * 16], got[MAX_BLOCKS];
+    size_t n = 0;
+    ck_assert_int_eq(kvs_geometry(c, &g), 0);
+    prompt(tokens, nb * g.block_tokens, seed);
+    int rc = kvs_lookup(c, NULL, tokens, nb * g.block_tokens, 1, got, MAX_BLOCKS, &n);
+    ck_assert_msg(rc == 0, "lookup: %s", kvs_last_error(c));
+    ck_assert_uint_eq(n, nb);
+    uint8_t *want = malloc(g.slot_bytes);
+    ck_assert_ptr_nonnull(want);
+    for (size_t j = 0; j < n; j++)
+        for (uint32_t l = 0; l < g.layers; l++)
+            for (uint32_t kv = 0; kv < 2; kv++) {
+                uintptr_t addr;
+                ck_assert_int_eq(kvs_block_addr(c, l, kv, got[j], &addr), 0);
+                for (size_t i = 0; i < g.slot_bytes; i++)
+                    want[i] = pattern(seed, l, kv, j, i);
+                ck_assert_msg(memcmp((const void *)addr, want, g.slot_bytes) == 0,
+                              "prompt %u block %zu layer %u kv %u differs", seed, j, l, kv);
+            }
+    free(want);
+    ck_assert_int_eq(kvs_release(c, got, n, NULL), 0);
+}
+
+/* free + writing + cached == pool, nothing pinned, written or being copied,
+ * and every tier-2 slot either holds a block that was demoted and has not
+ * left since, or is free. */
+static void check_idle(kvs_client_t *c, kvs_stats_t *s)
+{
+    ck_assert_int_eq(kvs_stats(c, s), 0);
+    ck_assert_uint_eq(s->free_blocks + s->writing_blocks + s->cached_blocks, s->total_blocks);
+    ck_assert_uint_eq(s->writing_blocks, 0);
+    ck_assert_uint_eq(s->pinned_blocks, 0);
+    ck_assert_uint_eq(s->copying_blocks, 0);
+    ck_assert_uint_le(s->tier2_cached_blocks, s->tier2_total_blocks);
+    ck_assert_uint_eq(s->tier2_cached_blocks,
+                      s->tier_demotions - s->tier_promotions - s->tier2_drops);
+    uint32_t t2 = 0;
+    for (size_t i = 0; i < s->n_namespaces; i++)
+        t2 += s->namespaces[i].tier2_blocks;
+    ck_assert_uint_eq(t2, s->tier2_cached_blocks);
+}
+
+START_TEST(test_demote_then_promote)
+{
+    /* 16 blocks of 512 B in the pool, 32 in tier 2. */
+    const char *const extra[] = {"--host-tier", "16KiB", NULL};
+    ck_assert_int_eq(harness_start(&h, 16, extra), 0);
+    kvs_client_t *c = client("tier");
+    kvs_stats_t s;
+    write_prompt(c, 1, 8);
+    write_prompt(c, 2, 8);
+    write_prompt(c, 3, 8); /* the pool is full: prompt 1 goes to tier 2 */
+    check_idle(c, &s);
+    ck_assert_uint_eq(s.tier_demotions, 8);
+    ck_assert_uint_eq(s.tier_promotions, 0);
+    ck_assert_uint_eq(s.evictions, 0);
+    ck_assert_uint_eq(s.cached_blocks, 16);
+    ck_assert_uint_eq(s.tier2_total_blocks, 32);
+    ck_assert_uint_eq(s.tier2_cached_blocks, 8);
+    ck_assert_uint_eq(s.tier_copied_bytes, 8 * 512);
+    kvs_stats_free(&s);
+    /* The tree says where each prompt is: all three are 8-block prefixes. */
+    kvs_prefix_t rows[8];
+    size_t n_rows = 0;
+    ck_assert_int_eq(kvs_tree(c, NULL, 1, rows, 8, &n_rows), 0);
+    ck_assert_uint_eq(n_rows, 3);
+    uint32_t in_t2 = 0, rows_t2 = 0;
+    for (size_t i = 0; i < n_rows; i++) {
+        ck_assert_uint_eq(rows[i].blocks, 8);
+        ck_assert_uint_eq(rows[i].tier, rows[i].tier2_blocks ? 2 : 1);
+        in_t2 += rows[i].tier2_blocks;
+        rows_t2 += rows[i].tier == 2;
+    }
+    ck_assert_uint_eq(in_t2, 8);
+    ck_assert_uint_eq(rows_t2, 1);
+    /* Prompt 1 comes back (prompt 2, least recent, makes room), and its bytes with it. */
+    check_prompt(c, 1, 8);
+    check_idle(c, &s);
+    ck_assert_uint_eq(s.tier_demotions, 16);
+    ck_assert_uint_eq(s.tier_promotions, 8);
+    ck_assert_uint_eq(s.tier_copied_bytes, 24 * 512);
+    ck_assert_uint_eq(s.evictions, 0);
+    /* Hits by tier: the one lookup found its 8 blocks in tier 2, and counts
+     * once although it ran again after the copies. */
+    ck_assert_uint_eq(s.n_namespaces, 1);
+    ck_assert_uint_eq(s.namespaces[0].lookups, 1);
+    ck_assert_uint_eq(s.namespaces[0].hit_tokens, 8 * s.block_tokens);
+    ck_assert_uint_eq(s.namespaces[0].tier2_hit_tokens, 8 * s.block_tokens);
+    kvs_stats_free(&s);
+    /* Then prompt 2, for which prompt 3 (now least recent) goes, and prompt 3. */
+    check_prompt(c, 2, 8);
+    check_prompt(c, 3, 8);
+    check_idle(c, &s);
+    ck_assert_uint_eq(s.tier_promotions, 24); /* prompt 3 made room for prompt 2 */
+    kvs_stats_free(&s);
+    kvs_close(c);
+    ck_assert_int_eq(harness_stop(&h), 0);
+    harness_cleanup(&h);
+}
+END_TEST
+
+/* Children look up prompts held in tier 2 and are killed while the daemon
+ * promotes them (blocks of 512 KiB, so the copies take a while): afterwards
+ * nothing is pinned or lost, and every prompt still reads back whole. */
+START_TEST(test_sigkill_during_promotion)
+{
+    const char *const geo[] = {"--model", "llama-3.2-1b", NULL};
+    const char *const extra[] = {"--host-tier", "64MiB", NULL}; /* 128 blocks */
+    ck_assert_int_eq(harness_start_geometry(&h, 32, geo, extra), 0);
+    kvs_client_t *c = client("observer");
+    kvs_geometry_t g;
+    ck_assert_int_eq(kvs_geometry(c, &g), 0);
+    for (uint32_t p = 1; p <= 4; p++)
+        write_prompt(c, p, 16); /* prompts 1 and 2 end in tier 2 */
+    kvs_stats_t s;
+    check_idle(c, &s);
+    ck_assert_uint_eq(s.tier_demotions, 32);
+    kvs_stats_free(&s);
+    for (int round = 0; round < 8; round++) {
+        uint32_t seed = 1 + (uint32_t)round % 4;
+        int p[2];
+        ck_assert_int_eq(pipe(p), 0);
+        pid_t pid = fork();
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0) {
+            kvs_options_t o;
+            kvs_client_t *w;
+            uint32_t tokens[16 * 16], got[16];
+            size_t n;
+            close(p[0]);
+            kvs_options_init(&o);
+            o.socket_path = h.socket_path;
+            if (kvs_connect(&o, &w) != 0 || kvs_geometry(w, &g) != 0)
+                _exit(1);
+            prompt(tokens, 16 * g.block_tokens, seed);
+            if (write(p[1], "x", 1) != 1)
+                _exit(2);
+            kvs_lookup(w, NULL, tokens, 16 * g.block_tokens, 1, got, 16, &n);
+            pause();
+            _exit(0);
+        }
+        close(p[1]);
+        char x;
+        ck_assert_int_eq(read(p[0], &x, 1), 1);
+        close(p[0]);
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        /* The daemon sees the EOF on a later loop turn: wait for it. */
+        for (int i = 0; i < 1000; i++) {
+            ck_assert_int_eq(kvs_stats(c, &s), 0);
+            int gone = s.sessions == 1 && s.pinned_blocks == 0;
+            kvs_stats_free(&s);
+            if (gone)
+                break;
+            usleep(10000);
+        }
+        check_idle(c, &s);
+        ck_assert_uint_eq(s.sessions, 1);
+        kvs_stats_free(&s);
+    }
+    for (uint32_t p = 1; p <= 4; p++)
+        check_prompt(c, p, 16);
+    check_idle(c, &s);
+    ck_assert_uint_eq(s.evictions, 0); /* tier 2 holds everything: nothing was dropped */
+    ck_assert_uint_ge(s.tier_promotions, 32);
+    kvs_stats_free(&s);
+    kvs_close(c);
+    ck_assert_int_eq(harness_stop(&h), 0);
+    harness_cleanup(&h);
+}
+END_TEST
+
+/* Tier 2 smaller than the pool, and full: a demotion then drops tier 2's
+ * least recently used blocks for good (evictions, tier2_drops), and the
+ * blocks still there come back whole. */
+START_TEST(test_full_tier2)
+{
+    /* 16 blocks of 512 B in the pool, 8 in tier 2. */
+    const char *const extra[] = {"--host-tier", "4KiB", NULL};
+    ck_assert_int_eq(harness_start(&h, 16, extra), 0);
+    kvs_client_t *c = client("tier");
+    kvs_stats_t s;
+    write_prompt(c, 1, 8);
+    write_prompt(c, 2, 8);
+    write_prompt(c, 3, 8); /* prompt 1 to tier 2, which is then full */
+    check_idle(c, &s);
+    ck_assert_uint_eq(s.tier2_total_blocks, 8);
+    ck_assert_uint_eq(s.tier2_cached_blocks, 8);
+    ck_assert_uint_eq(s.tier2_drops, 0);
+    kvs_stats_free(&s);
+    write_prompt(c, 4, 8); /* prompt 2 to tier 2: prompt 1 leaves for good */
+    check_idle(c, &s);
+    ck_assert_uint_eq(s.tier_demotions, 16);
+    ck_assert_uint_eq(s.tier2_drops, 8);
+    ck_assert_uint_eq(s.evictions, 8);
+    ck_assert_uint_eq(s.tier2_cached_blocks, 8);
+    ck_assert_uint_eq(s.namespaces[0].evicted_blocks, 8);
+    kvs_stats_free(&s);
+    /* Prompt 1 is gone; prompt 2 comes back. Tier 2 holds only prompt 2,
+     * pinned by the lookup, so the pool's least recent blocks (prompt 3)
+     * make room by leaving for good. */
+    kvs_geometry_t g;
+    uint32_t tokens[8 * 16], got[8];
+    size_t n = 99;
+    ck_assert_int_eq(kvs_geometry(c, &g), 0);
+    prompt(tokens, 8 * g.block_tokens, 1);
+    ck_assert_int_eq(kvs_lookup(c, NULL, tokens, 8 * g.block_tokens, 1, got, 8, &n), 0);
+    ck_assert_uint_eq(n, 0);
+    check_prompt(c, 2, 8);
+    check_idle(c, &s);
+    ck_assert_uint_eq(s.tier_promotions, 8);
+    ck_assert_uint_eq(s.tier_drops_t1, 8);
+    ck_assert_uint_eq(s.evictions, 16);
+    ck_assert_uint_eq(s.tier2_cached_blocks, 0);
+    kvs_stats_free(&s);
+    check_prompt(c, 4, 8);
+    kvs_close(c);
+    ck_assert_int_eq(harness_stop(&h), 0);
+    harness_cleanup(&h);
+}
+END_TEST
+
+/* Children fill the pool so that their Alloc demotes (blocks of 512 KiB,
+ * so the copies take a while) and are killed while it does: afterwards
+ * nothing is pinned, written, copied or lost, every tier-2 slot is
+ * accounted for, and every prompt still reads back whole. */
+START_TEST(test_sigkill_during_demotion)
+{
+    const char *const geo[] = {"--model", "llama-3.2-1b", NULL};
+    const char *const extra[] = {"--host-tier", "64MiB", NULL}; /* 128 blocks */
+    ck_assert_int_eq(harness_start_geometry(&h, 32, geo, extra), 0);
+    kvs_client_t *c = client("observer");
+    for (uint32_t p = 1; p <= 2; p++)
+        write_prompt(c, p, 16); /* the pool is full and everything cached */
+    kvs_stats_t s;
+    for (int round = 0; round < 6; round++) {
+        int p[2];
+        ck_assert_int_eq(pipe(p), 0);
+        pid_t pid = fork();
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0) {
+            kvs_options_t o;
+            kvs_client_t *w;
+            uint32_t ids[16];
+            close(p[0]);
+            kvs_options_init(&o);
+            o.socket_path = h.socket_path;
+            if (kvs_connect(&o, &w) != 0)
+                _exit(1);
+            if (write(p[1], "x", 1) != 1)
+                _exit(2);
+            kvs_alloc(w, NULL, 16, ids); /* demotes 16 blocks, or finds free ones */
+            pause();
+            _exit(0);
+        }
+        close(p[1]);
+        char x;
+        ck_assert_int_eq(read(p[0], &x, 1), 1);
+        close(p[0]);
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        /* The daemon sees the EOF on a later loop turn: wait for it. */
+        for (int i = 0; i < 1000; i++) {
+            ck_assert_int_eq(kvs_stats(c, &s), 0);
+            int gone = s.sessions == 1 && s.writing_blocks == 0 && s.copying_blocks == 0;
+            kvs_stats_free(&s);
+            if (gone)
+                break;
+            usleep(10000);
+        }
+        check_idle(c, &s);
+        ck_assert_uint_eq(s.sessions, 1);
+        kvs_stats_free(&s);
+        /* The next round finds the pool full again. */
+        write_prompt(c, 10 + (uint32_t)round, 16);
+    }
+    check_idle(c, &s);
+    ck_assert_uint_ge(s.tier_demotions, 16);
+    ck_assert_uint_eq(s.evictions, 0); /* tier 2 holds everything: nothing was dropped */
+    kvs_stats_free(&s);
+    check_prompt(c, 1, 16);
+    check_prompt(c, 2, 16);
+    for (uint32_t r = 0; r < 6; r++)
+        check_prompt(c, 10 + r, 16);
+    check_idle(c, &s);
+    kvs_stats_free(&s);
+    kvs_close(c);
+    ck_assert_int_eq(harness_stop(&h), 0);
+    harness_cleanup(&h);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *su = suite_create("tier");
+    TCase *tc = tcase_create("daemon");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_demote_then_promote);
+    tcase_add_test(tc, test_sigkill_during_promotion);
+    tcase_add_test(tc, test_full_tier2);
+    tcase_add_test(tc, test_sigkill_during_demotion);
+    suite_add_tcase(su, tc);
+    SRunner *sr = srunner_create(su);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
