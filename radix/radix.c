@@ -2068,9 +2068,9 @@ size_t radix_memory_bytes(const radix_tree_t *t)
         (size_t)t->ns_cap * sizeof(*t->ns);
     for (uint32_t i = 0; i < t->n_ns; i++)
         if (t->ns[i])
-            bytes += sizeof(radix_ns_t) +
-                     (t->ns[i]->q[Q_T1].heap_cap + t->ns[i]->q[Q_T2].heap_cap) *
-                         sizeof(radix_heap_entry_t);
+            bytes +=
+                sizeof(radix_ns_t) + (t->ns[i]->q[Q_T1].heap_cap + t->ns[i]->q[Q_T2].heap_cap) *
+                                         sizeof(radix_heap_entry_t);
     if (t->t2_blocks > 0)
         bytes += (size_t)t->t2_blocks * sizeof(*t->t2_free) +
                  ((size_t)t->cfg.max_blocks + t->t2_blocks) * sizeof(*t->peer);
