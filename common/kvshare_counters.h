@@ -100,7 +100,7 @@
     X(tier_copy_us, 0, "kvshare_tier_copy_microseconds_total", "", \
       "Microseconds the copies between the pool and tier 2 took, on the copying threads") \
     X(tier_copy_failures, 0, "kvshare_tier_copy_failures_total", "", \
-      "Batches of copies between the pool and tier 2 that failed (their blocks are dropped)")
+      "Batches of copies between the pool and tier 2 that failed (kvshared then stops)")
 /* clang-format on */
 
 /* Room for counters in kvs_stats_t and StatsReply.counters. */

@@ -138,11 +138,12 @@ static int serve(settings_t *st)
     uv_run(loop, UV_RUN_DEFAULT);
     server_drain_done(srv);
     uv_run(loop, UV_RUN_NOWAIT);
+    bool failed = srv->failed;
     server_free(srv);
     if (uv_loop_close(loop) != 0)
         LOG_WARN("event loop closed with handles still open");
-    LOG_INFO("stopped");
-    return 0;
+    LOG_INFO(failed ? "stopped after a fault" : "stopped");
+    return failed ? 1 : 0;
 }
 
 int main(int argc, char **argv)

@@ -147,6 +147,7 @@ typedef struct server {
     uv_signal_t sig_int, sig_term;
     bool signals_on;
     bool stopping;
+    bool failed; /* a fault made serving unsafe: stopping, and kvshared exits 1 */
 
     uint64_t start_ms;
     metrics_t metrics;

@@ -76,9 +76,10 @@ static void copies_done(uv_work_t *w, int status)
 {
     tier_job_t *j = w->data;
     server_t *srv = j->srv;
-    if (status != 0 || j->rc != 0)
+    bool failed = status != 0 || j->rc != 0;
+    if (failed)
         srv->metrics.tier_copy_failures++;
-    if (status != 0 || j->rc != 0)
+    if (failed)
         LOG_ERROR("tier-2 %s of %zu blocks failed: %s",
                   j->dir == BACKEND_TO_TIER ? "demotion" : "promotion", j->n,
                   status != 0 ? uv_strerror(status) : kvs_status_text(j->rc));
@@ -105,6 +106,21 @@ static void copies_done(uv_work_t *w, int status)
             LOG_ERROR("tier-2 job: pin on block %u was not in the index", j->pins[i]);
     session_t *s = j->s;
     job_free(j);
+    if (failed) {
+        /* The index now says these blocks hold bytes that were never
+         * copied, and after a device fault nothing else it holds can be
+         * trusted either. Stop before anyone reads them: every session gets
+         * its goodbye (the request waiting for these copies is never
+         * answered with them), and kvshared exits with status 1. */
+        if (s)
+            s->tier_job = NULL;
+        LOG_ERROR("stopping: a copy between the pool and tier 2 failed, so blocks in the index "
+                  "hold bytes that were not copied; workers recompute until kvshared is "
+                  "restarted");
+        srv->failed = true;
+        server_shutdown(srv);
+        return;
+    }
     if (s) {
         s->tier_job = NULL;
         session_resume(s);

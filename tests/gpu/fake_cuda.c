@@ -36,7 +36,10 @@
  *   803, 804) | zero (no device counted) | novmm | nofd (attributes
  *   unsupported) | nordma (no GPUDirect RDMA with VMM) | exclusive |
  *   prohibited (compute mode) | old (a CUDA 11.8 driver) | oom (cuMemCreate
- *   fails) | noexport (cuMemExportToShareableHandle: not permitted).
+ *   fails) | noexport (cuMemExportToShareableHandle: not permitted) |
+ *   hostcopyfail (every asynchronous copy from or to host memory, 2D or
+ *   flat, fails with CUDA_ERROR_ILLEGAL_ADDRESS: a device that faults
+ *   mid-transfer).
  * KVS_FAKE_CUDA_FREE_MIB sets the free memory (default 1024);
  * KVS_FAKE_CUDA_OOM_WHILE=path: cuMemCreate runs out of memory while that
  * file exists (a GPU still holding a previous pool).
@@ -983,6 +986,8 @@ static CUresult fake_event_elapsed(float *ms, CUevent start, CUevent end)
 EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream s)
 {
     NEED_CTX();
+    if (is_mode("hostcopyfail"))
+        return CUDA_ERROR_ILLEGAL_ADDRESS;
     char *d = device_range(dst, n);
     if (d == NULL || src == NULL)
         return CUDA_ERROR_INVALID_VALUE;
@@ -992,6 +997,8 @@ EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n,
 static CUresult fake_memcpy_dtoh_async(void *dst, CUdeviceptr src, size_t n, CUstream s)
 {
     NEED_CTX();
+    if (is_mode("hostcopyfail"))
+        return CUDA_ERROR_ILLEGAL_ADDRESS;
     const char *p = device_range(src, n);
     if (p == NULL || dst == NULL)
         return CUDA_ERROR_INVALID_VALUE;
@@ -1098,6 +1105,8 @@ static CUresult copy_2d(const CUDA_MEMCPY2D *c, CUstream s, int aligned)
         c->WidthInBytes > c->srcPitch || c->WidthInBytes > c->dstPitch)
         return CUDA_ERROR_INVALID_VALUE;
     int d2d = c->srcMemoryType == CU_MEMORYTYPE_DEVICE && c->dstMemoryType == CU_MEMORYTYPE_DEVICE;
+    if (!d2d && is_mode("hostcopyfail"))
+        return CUDA_ERROR_ILLEGAL_ADDRESS;
     if (aligned && d2d && (c->srcPitch % (2u << 20) != 0 || c->dstPitch % (2u << 20) != 0))
         return CUDA_ERROR_INVALID_VALUE;
     for (int pass = 0; pass < 2; pass++) {
