@@ -38,12 +38,14 @@
 typedef struct id_pool {
     uint32_t *ids;
     size_t n;
+    uint32_t capacity; /* ids at or above it are tier 2's, which the tree keeps */
 } id_pool_t;
 
 static void pool_put(void *ctx, uint32_t block_id)
 {
     id_pool_t *p = ctx;
-    p->ids[p->n++] = block_id;
+    if (block_id < p->capacity)
+        p->ids[p->n++] = block_id;
 }
 
 static size_t next_use_of(const sim_oracle_t *o, const trace_req_t *req, size_t u)
@@ -205,6 +207,7 @@ int sim_run(const trace_t *tr, const sim_params_t *sp, sim_result_t *res)
     for (uint32_t k = 0; k < sp->capacity; k++)
         pool.ids[k] = sp->capacity - 1 - k;
     pool.n = sp->capacity;
+    pool.capacity = sp->capacity;
     radix_config_t cfg = {.block_tokens = sp->block_tokens,
                           .max_blocks = sp->capacity,
                           .on_evict = pool_put,
