@@ -700,7 +700,7 @@ int bench_replay(int argc, char **argv)
                "\"wait_ms_total\": %.1f, "
                "\"tier2_blocks\": %u, \"t2_hit_tokens\": %llu, \"t2_hit_rate\": %.4f, "
                "\"sim_t2_hit_rate\": %.4f, \"demoted\": %llu, \"promoted\": %llu, "
-               "\"demote_drops\": %llu, \"pool_evictions\": %llu, "
+               "\"demote_drops\": %llu, \"evictions\": %llu, "
                "\"wall_s\": %.2f, \"requests_per_s\": %.1f, \"latency_us\": {",
                o.trace, tr.n_reqs, (unsigned long long)done_reqs, (unsigned long long)errors,
                o.workers, o.namespaces, o.speed, o.socket ? "daemon's" : o.eviction, g.num_blocks,
@@ -730,7 +730,7 @@ int bench_replay(int argc, char **argv)
         if (o.tier2_blocks || promoted || demoted)
             printf("tier 2: %u blocks; hits in it %.2f %% of prompt tokens (simulator %.2f %%); "
                    "%llu blocks demoted, %llu promoted, %llu dropped from the pool while "
-                   "demoting, %llu evicted from the pool in all\n",
+                   "demoting, %llu dropped for good (evictions)\n",
                    o.tier2_blocks, 100 * t2_hr, 100 * sim_t2_hr, (unsigned long long)demoted,
                    (unsigned long long)promoted, (unsigned long long)t1_drops,
                    (unsigned long long)evictions);
