@@ -249,6 +249,69 @@ START_TEST(test_hint_oracle)
 }
 END_TEST
 
+static double run_tiers(uint32_t capacity, uint32_t tier2, sim_result_t *res)
+{
+    sim_params_t sp = {.block_tokens = 16, .capacity = capacity, .tier2 = tier2, .check = true};
+    ck_assert_int_eq(sim_run(&fixture, &sp, res), 0);
+    ck_assert_uint_eq(res->requests, 300);
+    ck_assert_uint_le(res->max_cached, capacity);
+    /* Every tier-2 hit was promoted, and only demoted blocks can be. */
+    ck_assert_uint_eq(res->t2_hit_tokens, res->promoted_blocks * 16);
+    ck_assert_uint_le(res->promoted_blocks, res->demoted_blocks);
+    ck_assert_uint_le(res->tier2_dropped, res->evicted_blocks);
+    return (double)res->hit_tokens / (double)res->prompt_tokens;
+}
+
+/* A tier 2 large enough to hold everything: nothing is lost, so the hit
+ * rate is the unlimited one, to the token, with hits in both tiers. */
+START_TEST(test_sim_tier2_holds_all)
+{
+    load_fixture();
+    sim_result_t unl, res;
+    double full = run(16, (uint32_t)sim_unlimited_blocks(&fixture, 16), RADIX_EVICT_LRU, &unl);
+    for (uint32_t div = 8; div >= 2; div /= 2) {
+        double hr = run_tiers(unl.max_cached / div, unl.max_cached, &res);
+        ck_assert_msg(hr == full, "tier 1 = 1/%u: %.6f, unlimited %.6f", div, hr, full);
+        ck_assert_uint_eq(res.evicted_blocks, 0);
+        ck_assert_uint_gt(res.demoted_blocks, 0);
+        ck_assert_uint_gt(res.t2_hit_tokens, 0);
+        ck_assert_uint_lt(res.t2_hit_tokens, res.hit_tokens);
+    }
+    trace_free(&fixture);
+}
+END_TEST
+
+/* Tier 2 smaller and larger than tier 1: more than tier 1 alone, less than
+ * unlimited, tier 2 full (drops) and the index consistent at the end. */
+START_TEST(test_sim_tier2_sizes)
+{
+    load_fixture();
+    sim_result_t unl, one, res;
+    double full = run(16, (uint32_t)sim_unlimited_blocks(&fixture, 16), RADIX_EVICT_LRU, &unl);
+    uint32_t t1 = unl.max_cached / 4;
+    double alone = run(16, t1, RADIX_EVICT_LRU, &one);
+    double prev = alone;
+    for (int larger = 0; larger <= 1; larger++) {
+        uint32_t t2 = larger ? t1 * 2 : t1 / 2;
+        double hr = run_tiers(t1, t2, &res);
+        ck_assert_msg(hr > prev && hr < full, "tier 2 %u: %.4f (before %.4f, unlimited %.4f)", t2,
+                      hr, prev, full);
+        ck_assert_uint_gt(res.tier2_dropped, 0);
+        /* Without tier 2 each demotion would have been an eviction. */
+        ck_assert_uint_eq(res.demoted_blocks, one.evicted_blocks);
+        prev = hr;
+    }
+    /* A tier 0 run is the one-tier run. */
+    ck_assert(run_tiers(t1, 0, &res) == alone);
+    ck_assert_uint_eq(res.demoted_blocks, 0);
+    ck_assert_uint_eq(res.evicted_blocks, one.evicted_blocks);
+    /* A pool smaller than one prompt still runs: requests get what there is. */
+    run_tiers(64, 256, &res);
+    ck_assert_uint_gt(res.short_requests, 0);
+    trace_free(&fixture);
+}
+END_TEST
+
 static Suite *trace_suite(void)
 {
     Suite *s = suite_create("trace_sim");
@@ -259,6 +322,8 @@ static Suite *trace_suite(void)
     tcase_add_test(tc, test_sim_unlimited);
     tcase_add_test(tc, test_sim_capacity);
     tcase_add_test(tc, test_hint_oracle);
+    tcase_add_test(tc, test_sim_tier2_holds_all);
+    tcase_add_test(tc, test_sim_tier2_sizes);
     suite_add_tcase(s, tc);
     return s;
 }

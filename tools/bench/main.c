@@ -24,6 +24,9 @@ static const struct bench_cmd {
     {"rpc", bench_rpc_main,
      "kvshared: Lookup p50/p99 and throughput with 1/4/16 clients for 64/4k/32k tokens next to "
      "a raw Unix-socket ping-pong, and pipelined Lookups"},
+    {"tier-copy", bench_tier_copy,
+     "tier 2: demotion and promotion copies of 4k-token prefixes (llama-3.1-8b) against a "
+     "plain memcpy of the same sizes on the same threads"},
     {"flood", bench_flood,
      "kvshared under one hostile client: another client's Lookup p50/p99/max while it "
      "pipelines Tree, the largest Release or Lookup, or Stats"},

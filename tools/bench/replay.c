@@ -29,10 +29,21 @@
  * second hash id (its first when it has one), so a conversation stays in one
  * namespace while the shared first block is cached once per namespace.
  *
+ * Tier 2 (--tier2-units U or --tier2-blocks N): the daemon is started with
+ * --host-tier of that many blocks, so blocks the pool evicts are demoted to
+ * host memory and a pinned Lookup that matches them waits for their
+ * promotion; the workers do nothing differently. With --socket, start
+ * kvshared with --host-tier yourself and give the same --tier2-* here for
+ * the simulator. Hits in tier 2 are the daemon's tier_promotions counter
+ * over the run (a block is promoted only for a pinned Lookup that matched
+ * it, and every Lookup here pins), in tokens.
+ *
  * Reported: token hit rate (hit tokens / prompt tokens, from the Lookup
- * replies), the offline simulator's hit rates at the same pool size with the
- * same policy and with unlimited capacity (trace_sim.c), latency percentiles
- * of each RPC as the worker sees them, requests/s.
+ * replies), of it the part found in tier 2 and the blocks demoted, promoted
+ * and dropped (the daemon's counters), the offline simulator's hit rates at
+ * the same pool (and tier-2) size with the same policy and with unlimited
+ * capacity (trace_sim.c), latency percentiles of each RPC as the worker sees
+ * them, requests/s.
  */
 #include <errno.h>
 #include <limits.h>
@@ -48,6 +59,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "geometry.h"
 #include "kvshare.h"
 #include "launch.h"
 #include "now.h"
@@ -73,7 +85,8 @@ typedef struct replay_opts {
     const char *trace, *socket, *kvshared, *eviction, *model, *dtype, *pool_bytes;
     size_t max_reqs;
     uint32_t workers, namespaces, pool_blocks, layers, kv_heads, head_dim;
-    double cap_units, speed;
+    uint32_t tier2_blocks; /* > 0: kvshared --host-tier of that many blocks */
+    double cap_units, tier2_units, speed;
     size_t write_bytes;
     double max_sim_gap;   /* > 0: fail when |hit rate - simulator's| exceeds it (points) */
     double prefill_us;    /* simulated prefill, microseconds per computed token */
@@ -103,10 +116,23 @@ static void sleep_until_ms(double t)
 
 /* ---- the daemon ------------------------------------------------------------- */
 
+/* Bytes of one block of the geometry kvshared is started with; 0 for an
+ * unknown model or dtype. */
+static uint64_t daemon_block_bytes(const replay_opts_t *o)
+{
+    geometry_t g = {
+        .layers = o->layers, .kv_heads = o->kv_heads, .head_dim = o->head_dim, .block_tokens = 16};
+    if (o->model ? geometry_preset(o->model, &g) != 0
+                 : geometry_dtype_parse(o->dtype, &g.dtype) != 0)
+        return 0;
+    g.block_tokens = 16;
+    return geometry_validate(&g) == 0 ? geometry_block_bytes(&g) : 0;
+}
+
 /* Starts kvshared on sock and waits for its READY line. */
 static pid_t start_daemon(const replay_opts_t *o, const char *sock)
 {
-    char nb[32], layers[16], heads[16], dim[16];
+    char nb[32], layers[16], heads[16], dim[16], tier[32];
     const char *argv[40];
     int a = 0;
     snprintf(layers, sizeof(layers), "%u", o->layers);
@@ -139,6 +165,16 @@ static pid_t start_daemon(const replay_opts_t *o, const char *sock)
         snprintf(nb, sizeof(nb), "%u", o->pool_blocks);
         argv[a++] = "--pool-blocks";
         argv[a++] = nb;
+    }
+    if (o->tier2_blocks) {
+        uint64_t bb = daemon_block_bytes(o);
+        if (bb == 0) {
+            fprintf(stderr, "replay: unknown geometry: cannot size tier 2 in blocks\n");
+            return -1;
+        }
+        snprintf(tier, sizeof(tier), "%llu", (unsigned long long)(bb * o->tier2_blocks));
+        argv[a++] = "--host-tier";
+        argv[a++] = tier;
     }
     argv[a++] = "--eviction";
     argv[a++] = o->eviction;
@@ -356,35 +392,40 @@ out:
 
 static void replay_usage(FILE *f)
 {
-    fprintf(f,
-            "usage: kvshare-bench replay --trace FILE [options]\n"
-            "  --requests N        first N requests only (default: all)\n"
-            "  --workers N         worker processes (default 1)\n"
-            "  --speed X           time compression: request i starts at timestamp / X\n"
-            "                      (default 0: as fast as possible)\n"
-            "  --namespaces K      spread conversations over K namespaces (default 1)\n"
-            "  --pool-blocks N     pool size in 16-token blocks\n"
-            "  --cap-units U       pool size in units of the trace's 512-token blocks\n"
-            "                      (default 9139: 5 %% of the Mooncake trace's distinct ids)\n"
-            "  --pool-bytes SIZE   pool size in bytes (with the geometry below)\n"
-            "  --model NAME | --layers N --kv-heads N --head-dim N --dtype T\n"
-            "                      geometry (default 1 layer, 1 head, dim 8, fp16)\n"
-            "  --eviction P        lru | freq, given to kvshared (default lru)\n"
-            "  --write-bytes N     bytes written into each new block (default 64)\n"
-            "  --prefill-us-per-token F  simulated prefill: sleep F us per token computed\n"
-            "                      (past the hit) before Commit (default 0)\n"
-            "  --wait-ms N         declare each Alloc's prefix and let Lookups wait up to N ms\n"
-            "                      for blocks other workers are writing (default 0: no wait)\n"
-            "  --hint-accuracy A   retention hints from the trace's own future, right with\n"
-            "                      probability A (0.5 .. 1), given with each Release as\n"
-            "                      trace-sim --hint-accuracy gives them (trace_sim.h)\n"
-            "  --hint-knowledge request|unit  as trace-sim's (default request)\n"
-            "  --hint-seed N       seed of the hints' noise\n"
-            "  --kvshared PATH     the daemon to start (default: built next to this program)\n"
-            "  --socket PATH       use a running kvshared instead (pool and policy are its own)\n"
-            "  --max-sim-gap P     exit 1 if the hit rate and the simulator's differ by\n"
-            "                      more than P points (for tests)\n"
-            "  --json              one JSON object instead of text\n");
+    fprintf(f, "usage: kvshare-bench replay --trace FILE [options]\n"
+               "  --requests N        first N requests only (default: all)\n"
+               "  --workers N         worker processes (default 1)\n"
+               "  --speed X           time compression: request i starts at timestamp / X\n"
+               "                      (default 0: as fast as possible)\n"
+               "  --namespaces K      spread conversations over K namespaces (default 1)\n"
+               "  --pool-blocks N     pool size in 16-token blocks\n"
+               "  --cap-units U       pool size in units of the trace's 512-token blocks\n"
+               "                      (default 9139: 5 %% of the Mooncake trace's distinct ids)\n"
+               "  --pool-bytes SIZE   pool size in bytes (with the geometry below)\n"
+               "  --tier2-units U     start kvshared with a tier 2 (--host-tier) of U units of\n"
+               "                      512-token blocks (default 0: one tier)\n"
+               "  --tier2-blocks N    the same in 16-token blocks\n"
+               "  --model NAME | --layers N --kv-heads N --head-dim N --dtype T\n"
+               "                      geometry (default 1 layer, 1 head, dim 8, fp16)\n"
+               "  --eviction P        lru | freq, given to kvshared (default lru)\n"
+               "  --write-bytes N     bytes written into each new block (default 64)\n"
+               "  --prefill-us-per-token F  simulated prefill: sleep F us per token computed\n"
+               "                      (past the hit) before Commit (default 0)\n"
+               "  --wait-ms N         declare each Alloc's prefix and let Lookups wait up to N ms\n"
+               "                      for blocks other workers are writing (default 0: no wait)\n"
+               "  --hint-accuracy A   retention hints from the trace's own future, right with\n"
+               "                      probability A (0.5 .. 1), given with each Release as\n"
+               "                      trace-sim --hint-accuracy gives them (trace_sim.h)\n"
+               "  --hint-knowledge request|unit  as trace-sim's (default request)\n"
+               "  --hint-seed N       seed of the hints' noise\n"
+               "  --kvshared PATH     the daemon to start (default: built next to this program)\n"
+               "  --socket PATH       use a running kvshared instead (pool, tier 2 and policy are\n"
+               "                      its own; give its tier-2 size with --tier2-* for the\n"
+               "                      simulator)\n"
+               "  --max-sim-gap P     exit 1 if the hit rate and the simulator's differ by\n"
+               "                      more than P points, or with a tier 2 the hits in it\n"
+               "                      (for tests)\n"
+               "  --json              one JSON object instead of text\n");
 }
 
 int bench_replay(int argc, char **argv)
@@ -430,6 +471,11 @@ int bench_replay(int argc, char **argv)
         } else if (strcmp(a, "--cap-units") == 0) {
             o.cap_units = strtod(v, NULL);
             ok = o.cap_units > 0;
+        } else if (strcmp(a, "--tier2-units") == 0) {
+            o.tier2_units = strtod(v, NULL);
+            ok = o.tier2_units >= 0 && o.tier2_units * TRACE_HASH_TOKENS / 16 < UINT32_MAX;
+        } else if (strcmp(a, "--tier2-blocks") == 0) {
+            o.tier2_blocks = (uint32_t)strtoul(v, NULL, 0);
         } else if (strcmp(a, "--pool-bytes") == 0) {
             o.pool_bytes = v;
         } else if (strcmp(a, "--model") == 0) {
@@ -485,6 +531,8 @@ int bench_replay(int argc, char **argv)
     }
     if (!o.pool_blocks && !o.pool_bytes)
         o.pool_blocks = (uint32_t)(o.cap_units * TRACE_HASH_TOKENS / 16);
+    if (!o.tier2_blocks)
+        o.tier2_blocks = (uint32_t)(o.tier2_units * TRACE_HASH_TOKENS / 16);
 
     trace_t tr;
     char err[256] = "";
@@ -531,12 +579,16 @@ int bench_replay(int argc, char **argv)
     ko.flags = KVS_NO_MAP;
     kvs_client_t *mon = NULL;
     kvs_geometry_t g;
-    if ((rc = kvs_connect(&ko, &mon)) != 0 || (rc = kvs_geometry(mon, &g)) != 0) {
+    kvs_stats_t before = {0}, after = {0};
+    if ((rc = kvs_connect(&ko, &mon)) != 0 || (rc = kvs_geometry(mon, &g)) != 0 ||
+        (rc = kvs_stats(mon, &before)) != 0) {
         fprintf(stderr, "replay: cannot reach kvshared at %s: %s\n", sock, kvs_strerror(rc));
         kvs_close(mon);
         goto out;
     }
+    kvs_stats_free(&before);
     kvs_close(mon);
+    mon = NULL;
 
     recs = mmap(NULL, recs_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (recs == MAP_FAILED)
@@ -563,6 +615,20 @@ int bench_replay(int argc, char **argv)
         failed |= !WIFEXITED(ws) || WEXITSTATUS(ws) != 0;
     }
     double wall_s = (mono_ms() - t0) / 1e3;
+    /* The tier counters over the run, from the daemon. */
+    if ((rc = kvs_connect(&ko, &mon)) == 0)
+        rc = kvs_stats(mon, &after);
+    kvs_stats_free(&after);
+    kvs_close(mon);
+    if (rc) {
+        fprintf(stderr, "replay: kvshared's stats after the run: %s\n", kvs_strerror(rc));
+        goto out;
+    }
+#define REPLAY_DELTA(name) (after.name - before.name)
+    uint64_t demoted = REPLAY_DELTA(tier_demotions), promoted = REPLAY_DELTA(tier_promotions),
+             t1_drops = REPLAY_DELTA(tier_drops_t1), evictions = REPLAY_DELTA(evictions);
+#undef REPLAY_DELTA
+    uint64_t t2_hit_tokens = promoted * g.block_tokens;
 
     /* Tally. */
     uint64_t prompt_tokens = 0, hit_tokens = 0, dups = 0, errors = 0, done_reqs = 0, waits = 0;
@@ -599,10 +665,11 @@ int bench_replay(int argc, char **argv)
     }
     free(lat);
 
-    /* The offline simulator on the same trace and pool size (policy from
-     * --eviction; a --socket daemon's own policy is not known here). */
+    /* The offline simulator on the same trace, pool and tier-2 size (policy
+     * from --eviction; a --socket daemon's own policy is not known here). */
     sim_params_t sp = {.block_tokens = g.block_tokens,
                        .capacity = g.num_blocks,
+                       .tier2 = o.tier2_blocks,
                        .policy =
                            strcmp(o.eviction, "freq") == 0 ? RADIX_EVICT_FREQ : RADIX_EVICT_LRU,
                        .hints = o.hint_accuracy > 0,
@@ -614,11 +681,14 @@ int bench_replay(int argc, char **argv)
     int src = sim_run(&tr, &sp, &sim);
     sp.hints = false;
     sp.capacity = (uint32_t)sim_unlimited_blocks(&tr, g.block_tokens);
+    sp.tier2 = 0;
     if (src == 0)
         src = sim_run(&tr, &sp, &unl);
     double hr = prompt_tokens ? (double)hit_tokens / (double)prompt_tokens : 0;
     double sim_hr = src == 0 ? (double)sim.hit_tokens / (double)sim.prompt_tokens : -1;
     double unl_hr = src == 0 ? (double)unl.hit_tokens / (double)unl.prompt_tokens : -1;
+    double t2_hr = prompt_tokens ? (double)t2_hit_tokens / (double)prompt_tokens : 0;
+    double sim_t2_hr = src == 0 ? (double)sim.t2_hit_tokens / (double)sim.prompt_tokens : -1;
     if (o.json) {
         printf("{\"trace\": \"%s\", \"requests\": %zu, \"done\": %llu, \"errors\": %llu, "
                "\"workers\": %u, \"namespaces\": %u, \"speed\": %g, \"eviction\": \"%s\", "
@@ -628,13 +698,19 @@ int bench_replay(int argc, char **argv)
                "\"prefill_us_per_token\": %g, \"wait_ms\": %u, \"waits\": %llu, "
                "\"hint_accuracy\": %g, "
                "\"wait_ms_total\": %.1f, "
+               "\"tier2_blocks\": %u, \"t2_hit_tokens\": %llu, \"t2_hit_rate\": %.4f, "
+               "\"sim_t2_hit_rate\": %.4f, \"demoted\": %llu, \"promoted\": %llu, "
+               "\"demote_drops\": %llu, \"evictions\": %llu, "
                "\"wall_s\": %.2f, \"requests_per_s\": %.1f, \"latency_us\": {",
                o.trace, tr.n_reqs, (unsigned long long)done_reqs, (unsigned long long)errors,
                o.workers, o.namespaces, o.speed, o.socket ? "daemon's" : o.eviction, g.num_blocks,
                g.block_tokens, (unsigned long long)g.block_bytes, (unsigned long long)prompt_tokens,
                (unsigned long long)hit_tokens, hr, sim_hr, unl_hr, (unsigned long long)dups,
                o.prefill_us, o.wait_ms, (unsigned long long)waits, o.hint_accuracy, wait_us / 1e3,
-               wall_s, (double)done_reqs / wall_s);
+               o.tier2_blocks, (unsigned long long)t2_hit_tokens, t2_hr, sim_t2_hr,
+               (unsigned long long)demoted, (unsigned long long)promoted,
+               (unsigned long long)t1_drops, (unsigned long long)evictions, wall_s,
+               (double)done_reqs / wall_s);
         for (int k = 0; k < N_RPC; k++)
             printf("%s\"%s\": {\"n\": %zu, \"p50\": %.1f, \"p90\": %.1f, \"p99\": %.1f, "
                    "\"max\": %.1f}",
@@ -651,7 +727,14 @@ int bench_replay(int argc, char **argv)
                o.socket ? "(the daemon's)" : o.eviction);
         printf("hit_rate %.2f %% (%llu of %llu prompt tokens)\n", 100 * hr,
                (unsigned long long)hit_tokens, (unsigned long long)prompt_tokens);
-        printf("sim_hit_rate %.2f %% (offline simulator, same pool, policy and hints)\n",
+        if (o.tier2_blocks || promoted || demoted)
+            printf("tier 2: %u blocks; hits in it %.2f %% of prompt tokens (simulator %.2f %%); "
+                   "%llu blocks demoted, %llu promoted, %llu dropped from the pool while "
+                   "demoting, %llu dropped for good (evictions)\n",
+                   o.tier2_blocks, 100 * t2_hr, 100 * sim_t2_hr, (unsigned long long)demoted,
+                   (unsigned long long)promoted, (unsigned long long)t1_drops,
+                   (unsigned long long)evictions);
+        printf("sim_hit_rate %.2f %% (offline simulator, same pool, tier 2, policy and hints)\n",
                100 * sim_hr);
         if (o.hint_accuracy > 0)
             printf("hints from the trace's future, accuracy %g, knowledge per %s\n",
@@ -675,6 +758,14 @@ int bench_replay(int argc, char **argv)
         !(src == 0 && 100 * (hr > sim_hr ? hr - sim_hr : sim_hr - hr) <= o.max_sim_gap)) {
         fprintf(stderr, "replay: hit rate %.2f %% and simulator's %.2f %% differ by more than %g\n",
                 100 * hr, 100 * sim_hr, o.max_sim_gap);
+        status = 1;
+    }
+    if (o.max_sim_gap > 0 && o.tier2_blocks > 0 &&
+        !(src == 0 &&
+          100 * (t2_hr > sim_t2_hr ? t2_hr - sim_t2_hr : sim_t2_hr - t2_hr) <= o.max_sim_gap)) {
+        fprintf(stderr,
+                "replay: hits in tier 2 %.2f %% and simulator's %.2f %% differ by more than %g\n",
+                100 * t2_hr, 100 * sim_t2_hr, o.max_sim_gap);
         status = 1;
     }
 out:

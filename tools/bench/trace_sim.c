@@ -13,6 +13,17 @@
  * Token hit rate = tokens of hit blocks / all prompt tokens (partial last
  * blocks count as prompt tokens and are never hits). The unlimited hit rate
  * is the same run with a pool large enough to never evict.
+ *
+ * With a tier 2 (sp->tier2 blocks; the index's Tiers, exclusive: a block is
+ * in one tier, so the cache holds both tiers' sum) the flow is kvshared's
+ * with --host-tier, with copies that end at once:
+ *   1'. the lookup's match is tier-1 blocks, then tier-2 blocks; those are
+ *       promoted into free pool ids (radix_promote), after demoting as many
+ *       others as the pool lacks (radix_demote), and count as hits in tier
+ *       2; a tier-2 block that cannot come back is not a hit;
+ *   2'. the missing blocks' room is made by radix_demote instead of
+ *       radix_evict: the pool's least recently used candidates move to tier
+ *       2, which drops its own least recently used leaves when full.
  */
 #include <stdbool.h>
 #include <stdio.h>
@@ -27,12 +38,14 @@
 typedef struct id_pool {
     uint32_t *ids;
     size_t n;
+    uint32_t capacity; /* ids at or above it are tier 2's, which the tree keeps */
 } id_pool_t;
 
 static void pool_put(void *ctx, uint32_t block_id)
 {
     id_pool_t *p = ctx;
-    p->ids[p->n++] = block_id;
+    if (block_id < p->capacity)
+        p->ids[p->n++] = block_id;
 }
 
 static size_t next_use_of(const sim_oracle_t *o, const trace_req_t *req, size_t u)
@@ -85,6 +98,51 @@ void sim_oracle_hints(sim_oracle_t *o, size_t r, size_t n_blocks, size_t n_hit, 
     *horizon = h;
 }
 
+/* Demotes up to n blocks for ns; the copies end at once, so the tier-1 ids
+ * the demoted blocks leave go back to the pool (dropped ones come back
+ * through on_evict). */
+static int sim_demote(radix_tree_t *t, uint32_t ns, size_t n, radix_move_t *moves, id_pool_t *pool)
+{
+    size_t moved = 0, dropped = 0;
+    int rc = radix_demote(t, ns, n, moves, &moved, &dropped);
+    for (size_t k = 0; rc == 0 && k < moved; k++) {
+        uint32_t from;
+        rc = radix_copy_done(t, moves[k].to, &from);
+        if (rc == 0)
+            pool_put(pool, from);
+    }
+    return rc;
+}
+
+/* ids[0 .. n) are tier-2 blocks a pinned lookup matched after its tier-1
+ * blocks: each comes back to a free pool id, in prompt order (a block's
+ * parent is in tier 1 by then), after demoting as many other blocks as the
+ * pool lacks. Replaces the promoted ids by their tier-1 ids (the lookup's
+ * pins move with them); *n_done of them, fewer than n only when demotion
+ * found too little to move (everything else pinned). */
+static int sim_promote(radix_tree_t *t, uint32_t ns, uint32_t *ids, size_t n, radix_move_t *moves,
+                       id_pool_t *pool, size_t *n_done)
+{
+    *n_done = 0;
+    if (n > pool->n) {
+        int rc = sim_demote(t, ns, n - pool->n, moves, pool);
+        if (rc)
+            return rc;
+    }
+    for (; *n_done < n && pool->n > 0; (*n_done)++) {
+        uint32_t id = pool->ids[--pool->n], peer;
+        int rc = radix_promote(t, ids[*n_done], id);
+        if (rc == 0)
+            rc = radix_copy_done(t, id, &peer);
+        if (rc) {
+            pool->n++;
+            return rc;
+        }
+        ids[*n_done] = id;
+    }
+    return 0;
+}
+
 uint64_t sim_unlimited_blocks(const trace_t *tr, uint32_t block_tokens)
 {
     uint64_t n = 0;
@@ -98,11 +156,13 @@ int sim_run(const trace_t *tr, const sim_params_t *sp, sim_result_t *res)
     int rc = KVS_EINVAL;
     radix_tree_t *t = NULL;
     uint32_t *tokens = NULL, *ids = NULL, *canon = NULL;
+    radix_move_t *moves = NULL;
     size_t *own_next = NULL;
     const size_t *next_use = sp ? sp->next_use : NULL;
     int *prio = NULL;
     id_pool_t pool = {0};
-    if (!tr || !sp || !res || sp->block_tokens == 0 || sp->capacity == 0)
+    if (!tr || !sp || !res || sp->block_tokens == 0 || sp->capacity == 0 ||
+        sp->tier2 > UINT32_MAX - sp->capacity)
         return KVS_EINVAL;
     memset(res, 0, sizeof(*res));
     size_t max_tokens = 0;
@@ -116,8 +176,9 @@ int sim_run(const trace_t *tr, const sim_params_t *sp, sim_result_t *res)
     tokens = malloc((max_tokens + 1) * sizeof(*tokens));
     ids = malloc((max_blocks + 1) * sizeof(*ids));
     canon = malloc((max_blocks + 1) * sizeof(*canon));
+    moves = malloc((max_blocks + 1) * sizeof(*moves));
     pool.ids = malloc((size_t)sp->capacity * sizeof(*pool.ids));
-    if (!tokens || !ids || !canon || !pool.ids)
+    if (!tokens || !ids || !canon || !moves || !pool.ids)
         goto out;
     bool hints = sp->hints;
     sim_oracle_t oracle = {0};
@@ -146,6 +207,7 @@ int sim_run(const trace_t *tr, const sim_params_t *sp, sim_result_t *res)
     for (uint32_t k = 0; k < sp->capacity; k++)
         pool.ids[k] = sp->capacity - 1 - k;
     pool.n = sp->capacity;
+    pool.capacity = sp->capacity;
     radix_config_t cfg = {.block_tokens = sp->block_tokens,
                           .max_blocks = sp->capacity,
                           .on_evict = pool_put,
@@ -154,7 +216,8 @@ int sim_run(const trace_t *tr, const sim_params_t *sp, sim_result_t *res)
                           .freq_max_hits = sp->freq_max_hits,
                           .freq_bonus_pct = sp->freq_bonus_pct,
                           .freq_bonus_ticks = sp->freq_bonus_ticks,
-                          .freq_horizon_pct = sp->freq_horizon_pct};
+                          .freq_horizon_pct = sp->freq_horizon_pct,
+                          .tier2_blocks = sp->tier2};
     rc = radix_new(&cfg, &t);
     if (rc)
         goto out;
@@ -173,11 +236,26 @@ int sim_run(const trace_t *tr, const sim_params_t *sp, sim_result_t *res)
         rc = radix_lookup(t, ns, tokens, n_tokens, true, ids, want, &hit);
         if (rc)
             goto out;
+        size_t n_t1 = 0;
+        while (n_t1 < hit && ids[n_t1] < sp->capacity)
+            n_t1++;
+        if (n_t1 < hit) {
+            size_t promoted;
+            rc = sim_promote(t, ns, ids + n_t1, hit - n_t1, moves, &pool, &promoted);
+            if (rc)
+                goto out;
+            for (size_t k = n_t1 + promoted; k < hit; k++)
+                if ((rc = radix_unpin(t, ids[k])) != 0)
+                    goto out;
+            res->t2_hit_tokens += (uint64_t)promoted * sp->block_tokens;
+            hit = n_t1 + promoted;
+        }
         res->prompt_tokens += n_tokens;
         res->hit_tokens += (uint64_t)hit * sp->block_tokens;
         size_t missing = want - hit;
         if (missing > pool.n) {
-            rc = radix_evict(t, ns, missing - pool.n, &evicted);
+            rc = sp->tier2 ? sim_demote(t, ns, missing - pool.n, moves, &pool)
+                           : radix_evict(t, ns, missing - pool.n, &evicted);
             if (rc)
                 goto out;
         }
@@ -216,6 +294,9 @@ int sim_run(const trace_t *tr, const sim_params_t *sp, sim_result_t *res)
     if (rc)
         goto out;
     res->evicted_blocks = st.evicted_blocks;
+    res->demoted_blocks = st.demoted_blocks;
+    res->promoted_blocks = st.promoted_blocks;
+    res->tier2_dropped = st.tier2_dropped;
     res->requests = tr->n_reqs;
     res->index_bytes = radix_memory_bytes(t);
     if (sp->check && radix_check(t) != 0) {
@@ -228,6 +309,7 @@ out:
     free(tokens);
     free(ids);
     free(canon);
+    free(moves);
     free(pool.ids);
     free(own_next);
     free(prio);
@@ -361,14 +443,14 @@ static int parse_policies(const char *s, radix_policy_t *out, size_t *n)
     return *n ? 0 : -1;
 }
 
-/* Comma-separated list of positive numbers. */
-static int parse_list(const char *s, double *out, size_t max, size_t *n)
+/* Comma-separated list of positive numbers (or zero too, when zero_ok). */
+static int parse_list(const char *s, double *out, size_t max, size_t *n, bool zero_ok)
 {
     *n = 0;
     while (*s) {
         char *end;
         double v = strtod(s, &end);
-        if (end == s || v <= 0 || *n == max)
+        if (end == s || v < 0 || (v == 0 && !zero_ok) || *n == max)
             return -1;
         out[(*n)++] = v;
         s = end;
@@ -390,6 +472,11 @@ static void sim_usage(FILE *f)
             "                      (default: 2.5,5,10,20,40 %% of its distinct ids)\n"
             "  --cap-pct LIST      capacities in percent of the trace's distinct ids\n"
             "  --cap-blocks LIST   capacities in blocks of --block-tokens\n"
+            "  --tier2-pct LIST    also a tier 2 (kvshared --host-tier) of these sizes, in\n"
+            "                      percent of the distinct ids (0: one tier), next to each\n"
+            "                      capacity above (tier 1): blocks are demoted to it\n"
+            "                      instead of evicted and promoted back on a hit\n"
+            "  --tier2-units LIST  tier-2 sizes in units of %u-token blocks instead\n"
             "  --policy P          lru | freq | all (default all)\n"
             "  --max-hits N        freq: hits that earn a bonus (default %u)\n"
             "  --bonus-pct N       freq: bonus per hit, %% of the mean eviction age (%u)\n"
@@ -407,8 +494,8 @@ static void sim_usage(FILE *f)
             "  --optimum           also the offline optimum over %u-token ids (opt512)\n"
             "  --check             radix_check() after each run\n"
             "  --json              one JSON object instead of the table\n",
-            TRACE_HASH_TOKENS, RADIX_FREQ_MAX_HITS, RADIX_FREQ_BONUS_PCT, RADIX_FREQ_HORIZON_PCT,
-            SIM_HINT_KEEP, SIM_HINT_DROP, TRACE_HASH_TOKENS);
+            TRACE_HASH_TOKENS, TRACE_HASH_TOKENS, RADIX_FREQ_MAX_HITS, RADIX_FREQ_BONUS_PCT,
+            RADIX_FREQ_HORIZON_PCT, SIM_HINT_KEEP, SIM_HINT_DROP, TRACE_HASH_TOKENS);
 }
 
 static size_t distinct_ids(const trace_t *tr)
@@ -432,7 +519,9 @@ int bench_trace_sim(int argc, char **argv)
     size_t n_accs = 0;
     radix_policy_t policies[2] = {RADIX_EVICT_LRU, RADIX_EVICT_FREQ};
     size_t n_policies = 2, n_caps = 0;
-    double caps[32];
+    double caps[32], tier2s[16] = {0};
+    size_t n_tier2s = 1;
+    bool tiers = false, tier2_pct = true;
     enum { CAP_PCT, CAP_UNITS, CAP_BLOCKS } cap_kind = CAP_PCT;
     size_t max_reqs = 0;
     bool json = false, optimum = false;
@@ -463,11 +552,15 @@ int bench_trace_sim(int argc, char **argv)
         } else if (strcmp(a, "--cap-units") == 0 || strcmp(a, "--cap-pct") == 0 ||
                    strcmp(a, "--cap-blocks") == 0) {
             cap_kind = a[6] == 'u' ? CAP_UNITS : a[6] == 'p' ? CAP_PCT : CAP_BLOCKS;
-            ok = parse_list(v, caps, 32, &n_caps) == 0;
+            ok = parse_list(v, caps, 32, &n_caps, false) == 0;
+        } else if (strcmp(a, "--tier2-pct") == 0 || strcmp(a, "--tier2-units") == 0) {
+            tiers = true;
+            tier2_pct = a[8] == 'p';
+            ok = parse_list(v, tier2s, 16, &n_tier2s, true) == 0;
         } else if (strcmp(a, "--policy") == 0) {
             ok = parse_policies(v, policies, &n_policies) == 0;
         } else if (strcmp(a, "--hint-accuracy") == 0) {
-            ok = parse_list(v, accs, 16, &n_accs) == 0;
+            ok = parse_list(v, accs, 16, &n_accs, false) == 0;
             for (size_t k = 0; ok && k < n_accs; k++)
                 ok = accs[k] >= 0.5 && accs[k] <= 1;
         } else if (strcmp(a, "--hint-knowledge") == 0) {
@@ -543,28 +636,36 @@ int bench_trace_sim(int argc, char **argv)
                "\"unlimited_blocks\": %u, \"runs\": [",
                path, tr.n_reqs, distinct, sp.block_tokens, (unsigned long long)unl.prompt_tokens,
                (double)unl.hit_tokens / (double)unl.prompt_tokens, unl.max_cached);
-    else
+    else {
         printf("trace %s: %zu requests, %zu distinct %u-token ids, %llu prompt tokens\n"
                "block %u tokens; unlimited capacity: hit rate %.2f %% with %u blocks cached\n\n"
-               "%12s %10s %12s %10s %9s %10s %8s\n",
+               "%12s %10s %12s ",
                path, tr.n_reqs, distinct, TRACE_HASH_TOKENS, (unsigned long long)unl.prompt_tokens,
                sp.block_tokens, 100.0 * (double)unl.hit_tokens / (double)unl.prompt_tokens,
-               unl.max_cached, "capacity", "(x512 tok)", "% distinct", "policy", "hit rate",
-               "evicted", "secs");
+               unl.max_cached, "capacity", "(x512 tok)", "% distinct");
+        if (tiers)
+            printf("%12s %10s ", "tier 2", "(x512 tok)");
+        printf("%10s %9s ", "policy", "hit rate");
+        if (tiers)
+            printf("%10s %10s %10s ", "in tier 2", "demoted", "promoted");
+        printf("%10s %8s\n", "evicted", "secs");
+    }
     bool first = true;
-    for (size_t c = 0; c < n_caps; c++) {
-        double units = cap_kind == CAP_UNITS ? caps[c]
-                       : cap_kind == CAP_PCT
-                           ? (double)(uint64_t)(caps[c] / 100.0 * (double)distinct)
-                           : caps[c] * sp.block_tokens / TRACE_HASH_TOKENS;
-        double blocks =
-            cap_kind == CAP_BLOCKS ? caps[c] : units * TRACE_HASH_TOKENS / sp.block_tokens;
-        if (blocks < 1 || blocks > (double)UINT32_MAX) {
-            fprintf(stderr, "trace-sim: capacity %g out of range\n", caps[c]);
+    for (size_t c = 0; c < n_caps * n_tier2s; c++) {
+        double cap = caps[c / n_tier2s], tier2 = tier2s[c % n_tier2s];
+        double units = cap_kind == CAP_UNITS ? cap
+                       : cap_kind == CAP_PCT ? (double)(uint64_t)(cap / 100.0 * (double)distinct)
+                                             : cap * sp.block_tokens / TRACE_HASH_TOKENS;
+        double blocks = cap_kind == CAP_BLOCKS ? cap : units * TRACE_HASH_TOKENS / sp.block_tokens;
+        double units2 = tier2_pct ? (double)(uint64_t)(tier2 / 100.0 * (double)distinct) : tier2;
+        double blocks2 = units2 * TRACE_HASH_TOKENS / sp.block_tokens;
+        if (blocks < 1 || blocks + blocks2 > (double)UINT32_MAX) {
+            fprintf(stderr, "trace-sim: capacity %g with tier 2 %g out of range\n", cap, tier2);
             rc = KVS_EINVAL;
             break;
         }
         sp.capacity = (uint32_t)blocks;
+        sp.tier2 = (uint32_t)blocks2;
         size_t per = 1 + n_accs; /* each policy without hints, then with each accuracy */
         for (size_t p = 0; p < n_policies * per + (optimum ? 1 : 0); p++) {
             sim_result_t res;
@@ -580,27 +681,45 @@ int bench_trace_sim(int argc, char **argv)
                     snprintf(name, sizeof(name), "%s", policy_name(sp.policy));
                 rc = sim_run(&tr, &sp, &res);
             } else {
+                /* The optimum of one cache as large as both tiers. */
                 snprintf(name, sizeof(name), "opt512");
-                rc = units >= 1 ? sim_belady(&tr, (uint32_t)units, &res) : KVS_EINVAL;
+                rc = units + units2 >= 1 ? sim_belady(&tr, (uint32_t)(units + units2), &res)
+                                         : KVS_EINVAL;
             }
             if (rc) {
                 fprintf(stderr, "trace-sim: run failed: %s\n", kvs_status_text(rc));
                 break;
             }
             double hr = (double)res.hit_tokens / (double)res.prompt_tokens;
+            double t2_hr = (double)res.t2_hit_tokens / (double)res.prompt_tokens;
             double pct_d = 100.0 * units / (double)distinct;
             if (json) {
                 printf("%s{\"capacity_blocks\": %u, \"capacity_units\": %.1f, \"pct_distinct\": "
                        "%.2f, \"policy\": \"%s\", \"hit_rate\": %.4f, \"evicted\": %llu, "
-                       "\"short_requests\": %llu, \"seconds\": %.2f}",
+                       "\"short_requests\": %llu, \"seconds\": %.2f",
                        first ? "" : ", ", sp.capacity, units, pct_d, name, hr,
                        (unsigned long long)res.evicted_blocks,
                        (unsigned long long)res.short_requests, res.seconds);
+                if (tiers)
+                    printf(", \"tier2_blocks\": %u, \"tier2_units\": %.1f, \"tier2_pct_distinct\": "
+                           "%.2f, \"t1_hit_rate\": %.4f, \"t2_hit_rate\": %.4f, \"demoted\": %llu, "
+                           "\"promoted\": %llu, \"tier2_dropped\": %llu",
+                           sp.tier2, units2, 100.0 * units2 / (double)distinct, hr - t2_hr, t2_hr,
+                           (unsigned long long)res.demoted_blocks,
+                           (unsigned long long)res.promoted_blocks,
+                           (unsigned long long)res.tier2_dropped);
+                printf("}");
                 first = false;
             } else {
-                printf("%12u %10.0f %11.2f%% %10s %8.2f%% %10llu %8.2f\n", sp.capacity, units,
-                       pct_d, name, 100.0 * hr, (unsigned long long)res.evicted_blocks,
-                       res.seconds);
+                printf("%12u %10.0f %11.2f%% ", sp.capacity, units, pct_d);
+                if (tiers)
+                    printf("%12u %10.0f ", sp.tier2, units2);
+                printf("%10s %8.2f%% ", name, 100.0 * hr);
+                if (tiers)
+                    printf("%9.2f%% %10llu %10llu ", 100.0 * t2_hr,
+                           (unsigned long long)res.demoted_blocks,
+                           (unsigned long long)res.promoted_blocks);
+                printf("%10llu %8.2f\n", (unsigned long long)res.evicted_blocks, res.seconds);
             }
             fflush(stdout);
         }

@@ -10,7 +10,8 @@
 
 typedef struct sim_params {
     uint32_t block_tokens;
-    uint32_t capacity; /* pool blocks */
+    uint32_t capacity; /* pool blocks (tier 1) */
+    uint32_t tier2;    /* tier-2 blocks (radix Tiers: demote, promote); 0: one tier */
     radix_policy_t policy;
     uint32_t freq_max_hits, freq_bonus_pct;
     uint64_t freq_bonus_ticks;
@@ -69,7 +70,10 @@ typedef struct sim_result {
     uint64_t requests;
     uint64_t prompt_tokens;
     uint64_t hit_tokens;
-    uint64_t evicted_blocks;
+    uint64_t t2_hit_tokens;  /* of hit_tokens, those found in tier 2 (and promoted) */
+    uint64_t evicted_blocks; /* dropped for good, from either tier */
+    uint64_t demoted_blocks, promoted_blocks;
+    uint64_t tier2_dropped;  /* of evicted_blocks, those dropped from tier 2 */
     uint64_t short_requests; /* requests that could not get all their blocks */
     uint32_t max_cached;
     size_t index_bytes;
@@ -81,8 +85,10 @@ typedef struct sim_result {
 uint64_t sim_unlimited_blocks(const trace_t *tr, uint32_t block_tokens);
 
 /* Replays the trace against a fresh index with a pool of sp->capacity
- * blocks. Errors: KVS_EINVAL, KVS_ENOMEM, KVS_EINTERNAL (the index
- * misbehaved: an insert or unpin failed, or radix_check did). */
+ * blocks and, when sp->tier2 > 0, a tier 2 of that many blocks, moved as
+ * kvshared --host-tier moves them (see trace_sim.c). Errors: KVS_EINVAL,
+ * KVS_ENOMEM, KVS_EINTERNAL (the index misbehaved: an insert or unpin
+ * failed, or radix_check did), or the code of an index call that failed. */
 int sim_run(const trace_t *tr, const sim_params_t *sp, sim_result_t *res);
 
 /* The offline optimum over the trace's 512-token ids (Belady: when over

@@ -1,0 +1,275 @@
+/*
+ * kvshare-bench tier-copy: the copies between the pool and tier 2 (kvshared
+ * --host-tier) against a plain memcpy of the same sizes, on the same
+ * threads, in the same run.
+ *
+ * Each of T threads owns a prefix of --tokens tokens (default 4096: 256
+ * blocks of llama-3.1-8b, 2 MiB each, 512 MiB) in a pool and in a tier 2
+ * of the host backend, and in two plain buffers of the same size. A round
+ * runs three phases, every thread at once (a barrier between phases):
+ *   demote   backend_tier_copy pool -> tier 2 of its blocks, one batch (what
+ *            a kvshared thread-pool job does for a request);
+ *   promote  backend_tier_copy tier 2 -> pool, one batch;
+ *   memcpy   one memcpy per block of block_bytes between its two buffers.
+ * The phase order rotates from round to round. A phase's throughput is all
+ * threads' bytes over the time from the barrier to the last thread's end;
+ * reported: the median over rounds of each, and the tier copies' as a
+ * percentage of memcpy's. The blocks' bytes are checked after the last
+ * round (a demotion then a promotion gives the pool what it had).
+ *
+ * The tier copies move each block as 2 x layers rows of one slot (the
+ * pool's layout, [layer][k|v][block]...), memcpy one contiguous run of the
+ * same bytes: the difference is what the layout costs.
+ */
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "bench.h"
+#include "geometry.h"
+#include "kvshare_status.h"
+
+enum { PH_DEMOTE, PH_PROMOTE, PH_MEMCPY, N_PH };
+static const char *const phase_names[N_PH] = {"demote", "promote", "memcpy"};
+
+#define MAX_THREADS 16
+#define MAX_ROUNDS  101
+
+typedef struct tc_shared {
+    backend_t *b;
+    geometry_t g;
+    uint32_t pool_blocks, tier_blocks, per_thread, threads, rounds;
+    pthread_barrier_t barrier;
+    double start_ns[MAX_ROUNDS][N_PH];
+    double end_ns[MAX_ROUNDS][N_PH][MAX_THREADS];
+    int rc[MAX_THREADS];
+} tc_shared_t;
+
+typedef struct tc_thread {
+    tc_shared_t *sh;
+    uint32_t index;
+    uint32_t *pool_ids, *tier_ids;
+    uint8_t *src, *dst; /* the memcpy buffers, per_thread blocks each */
+} tc_thread_t;
+
+static void *tc_run(void *arg)
+{
+    tc_thread_t *th = arg;
+    tc_shared_t *sh = th->sh;
+    uint64_t bb = geometry_block_bytes(&sh->g);
+    for (uint32_t r = 0; r < sh->rounds; r++) {
+        for (int k = 0; k < N_PH; k++) {
+            int ph = (int)((r + (uint32_t)k) % N_PH);
+            /* One thread takes the start time once everyone is at the line. */
+            if (pthread_barrier_wait(&sh->barrier) == PTHREAD_BARRIER_SERIAL_THREAD)
+                sh->start_ns[r][ph] = (double)now_ns();
+            pthread_barrier_wait(&sh->barrier);
+            int rc = 0;
+            if (ph == PH_MEMCPY) {
+                for (uint32_t i = 0; i < sh->per_thread; i++)
+                    memcpy(th->dst + (size_t)i * bb, th->src + (size_t)i * bb, bb);
+            } else {
+                rc = backend_tier_copy(sh->b, &sh->g, sh->pool_blocks, sh->tier_blocks,
+                                       ph == PH_DEMOTE ? BACKEND_TO_TIER : BACKEND_FROM_TIER,
+                                       th->pool_ids, th->tier_ids, sh->per_thread, NULL);
+            }
+            sh->end_ns[r][ph][th->index] = (double)now_ns();
+            if (rc && !sh->rc[th->index])
+                sh->rc[th->index] = rc;
+        }
+    }
+    return NULL;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Every slot of each thread's blocks equal in the pool and in tier 2. */
+static bool tc_verify(const tc_shared_t *sh, const tc_thread_t *ths)
+{
+    uintptr_t pool = backend_base(sh->b), tier = backend_tier_base(sh->b);
+    uint64_t slot = geometry_slot_bytes(&sh->g);
+    for (uint32_t t = 0; t < sh->threads; t++)
+        for (uint32_t i = 0; i < sh->per_thread; i++)
+            for (uint32_t l = 0; l < sh->g.layers; l++)
+                for (uint32_t p = 0; p < 2; p++) {
+                    uint64_t po =
+                        geometry_offset(&sh->g, sh->pool_blocks, l, p, ths[t].pool_ids[i]);
+                    uint64_t to =
+                        geometry_offset(&sh->g, sh->tier_blocks, l, p, ths[t].tier_ids[i]);
+                    const uint8_t *a = (const uint8_t *)(pool + po),
+                                  *c = (const uint8_t *)(tier + to);
+                    /* the pattern written before the first round */
+                    if (memcmp(a, c, slot) != 0 ||
+                        a[0] != (uint8_t)(ths[t].pool_ids[i] * 7u + l * 3u + p))
+                        return false;
+                }
+    return true;
+}
+
+static void tc_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: kvshare-bench tier-copy [options]\n"
+            "  --model NAME    geometry preset (default llama-3.1-8b: 2 MiB per 16-token block)\n"
+            "  --tokens N      prefix length per thread (default 4096)\n"
+            "  --threads N     threads copying at once (default 1; at most %d)\n"
+            "  --rounds N      rounds of the three phases (default 5; at most %d)\n",
+            MAX_THREADS, MAX_ROUNDS);
+}
+
+int bench_tier_copy(int argc, char **argv)
+{
+    const char *model = "llama-3.1-8b";
+    uint32_t tokens = 4096, threads = 1, rounds = 5;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        bool ok = v != NULL;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            tc_usage(stdout);
+            return 0;
+        } else if (!ok) {
+        } else if (strcmp(a, "--model") == 0) {
+            model = v;
+        } else if (strcmp(a, "--tokens") == 0) {
+            tokens = (uint32_t)strtoul(v, NULL, 0);
+            ok = tokens >= 16 && tokens <= (1u << 24);
+        } else if (strcmp(a, "--threads") == 0) {
+            threads = (uint32_t)strtoul(v, NULL, 0);
+            ok = threads >= 1 && threads <= MAX_THREADS;
+        } else if (strcmp(a, "--rounds") == 0) {
+            rounds = (uint32_t)strtoul(v, NULL, 0);
+            ok = rounds >= 1 && rounds <= MAX_ROUNDS;
+        } else {
+            ok = false;
+        }
+        if (!ok) {
+            fprintf(stderr, "tier-copy: bad option or value: %s\n", a);
+            tc_usage(stderr);
+            return 2;
+        }
+        i++;
+    }
+    static tc_shared_t sh; /* large: the per-round times */
+    memset(&sh, 0, sizeof(sh));
+    if (geometry_preset(model, &sh.g) != 0) {
+        fprintf(stderr, "tier-copy: no model preset named '%s'\n", model);
+        return 2;
+    }
+    if (geometry_is_mla(&sh.g)) {
+        fprintf(stderr, "tier-copy: %s is MLA; give a K/V model\n", model);
+        return 2;
+    }
+    uint64_t bb = geometry_block_bytes(&sh.g);
+    sh.per_thread = tokens / sh.g.block_tokens;
+    sh.threads = threads;
+    sh.rounds = rounds;
+    sh.pool_blocks = sh.tier_blocks = sh.per_thread * threads;
+    if (sh.per_thread % 37 == 0) {
+        fprintf(stderr, "tier-copy: --tokens gives a multiple of 37 blocks; take another\n");
+        return 2;
+    }
+    int status = 1;
+    tc_thread_t ths[MAX_THREADS] = {{0}};
+    pthread_t tids[MAX_THREADS];
+    char err[256] = "";
+    backend_config_t bc = {.kind = BACKEND_HOST, .bytes = (uint64_t)sh.pool_blocks * bb};
+    int rc = backend_open(&bc, &sh.b, err, sizeof(err));
+    if (rc == 0)
+        rc = backend_tier_open(sh.b, (uint64_t)sh.tier_blocks * bb, err, sizeof(err));
+    if (rc) {
+        fprintf(stderr, "tier-copy: %s (%s)\n", err, kvs_status_text(rc));
+        goto out;
+    }
+    /* Fault everything in; a pattern in each slot of the pool. */
+    memset((void *)backend_tier_base(sh.b), 0, (size_t)sh.tier_blocks * bb);
+    for (uint32_t blk = 0; blk < sh.pool_blocks; blk++)
+        for (uint32_t l = 0; l < sh.g.layers; l++)
+            for (uint32_t p = 0; p < 2; p++)
+                memset((void *)(backend_base(sh.b) +
+                                geometry_offset(&sh.g, sh.pool_blocks, l, p, blk)),
+                       (int)(uint8_t)(blk * 7u + l * 3u + p), geometry_slot_bytes(&sh.g));
+    for (uint32_t t = 0; t < threads; t++) {
+        tc_thread_t *th = &ths[t];
+        th->sh = &sh;
+        th->index = t;
+        th->pool_ids = malloc(sh.per_thread * sizeof(uint32_t));
+        th->tier_ids = malloc(sh.per_thread * sizeof(uint32_t));
+        th->src = malloc((size_t)sh.per_thread * bb);
+        th->dst = malloc((size_t)sh.per_thread * bb);
+        if (!th->pool_ids || !th->tier_ids || !th->src || !th->dst) {
+            fprintf(stderr, "tier-copy: out of memory\n");
+            goto out;
+        }
+        /* Non-zero: malloc + memset 0 may become calloc, which faults no page in. */
+        memset(th->src, 1, (size_t)sh.per_thread * bb);
+        memset(th->dst, 2, (size_t)sh.per_thread * bb);
+        /* Ids as a pool hands them out after a while: not in order. The
+         * tier-2 ids run the other way. */
+        for (uint32_t i = 0; i < sh.per_thread; i++) {
+            th->pool_ids[i] = t * sh.per_thread + (i * 37u) % sh.per_thread;
+            th->tier_ids[i] = t * sh.per_thread + (sh.per_thread - 1 - i);
+        }
+    }
+    pthread_barrier_init(&sh.barrier, NULL, threads);
+    uint32_t started = 0;
+    for (; started < threads; started++)
+        if (pthread_create(&tids[started], NULL, tc_run, &ths[started]) != 0)
+            break;
+    if (started < threads) {
+        /* Cannot happen short of resources; the started ones would wait at
+         * the barrier for ever, so leave without them. */
+        fprintf(stderr, "tier-copy: cannot start %u threads\n", threads);
+        exit(1);
+    }
+    for (uint32_t t = 0; t < threads; t++)
+        pthread_join(tids[t], NULL);
+    pthread_barrier_destroy(&sh.barrier);
+    for (uint32_t t = 0; t < threads; t++)
+        if (sh.rc[t]) {
+            fprintf(stderr, "tier-copy: backend_tier_copy failed: %s\n", kvs_status_text(sh.rc[t]));
+            goto out;
+        }
+    if (!tc_verify(&sh, ths)) {
+        fprintf(stderr, "tier-copy: blocks differ after the copies\n");
+        goto out;
+    }
+    double gbps[N_PH][MAX_ROUNDS], med[N_PH];
+    double bytes = (double)bb * sh.per_thread * threads;
+    for (int ph = 0; ph < N_PH; ph++) {
+        for (uint32_t r = 0; r < rounds; r++) {
+            double end = 0;
+            for (uint32_t t = 0; t < threads; t++)
+                end = sh.end_ns[r][ph][t] > end ? sh.end_ns[r][ph][t] : end;
+            gbps[ph][r] = bytes / (end - sh.start_ns[r][ph]);
+        }
+        qsort(gbps[ph], rounds, sizeof(double), cmp_double);
+        med[ph] = gbps[ph][rounds / 2];
+    }
+    printf("tier-copy: %s, %llu B per block (%u rows of %llu B), %u-token prefix = %u blocks "
+           "(%.0f MiB) per thread, %u thread(s), host backend, median of %u rounds\n",
+           model, (unsigned long long)bb, 2 * sh.g.layers,
+           (unsigned long long)geometry_slot_bytes(&sh.g), tokens, sh.per_thread,
+           (double)sh.per_thread * (double)bb / 1048576.0, threads, rounds);
+    for (int ph = 0; ph < N_PH; ph++)
+        printf("%s_gbps %.2f GB/s (min %.2f, max %.2f)\n", phase_names[ph], med[ph], gbps[ph][0],
+               gbps[ph][rounds - 1]);
+    printf("demote_vs_memcpy %.0f %%\n", 100.0 * med[PH_DEMOTE] / med[PH_MEMCPY]);
+    printf("promote_vs_memcpy %.0f %%\n", 100.0 * med[PH_PROMOTE] / med[PH_MEMCPY]);
+    status = 0;
+out:
+    for (uint32_t t = 0; t < threads; t++) {
+        free(ths[t].pool_ids);
+        free(ths[t].tier_ids);
+        free(ths[t].src);
+        free(ths[t].dst);
+    }
+    backend_close(sh.b);
+    return status;
+}
