@@ -24,7 +24,8 @@ pid_t launch_daemon(const char *const *argv, int timeout_ms, int *exit_status);
 
 /* Sends sig to pid and waits up to timeout_ms for it to exit, then SIGKILLs
  * it. Returns its exit status, or -1 if it ended by a signal, was killed at
- * the deadline, or could not be waited for. */
+ * the deadline, or could not be waited for. Sig 0 sends nothing: it waits
+ * for a daemon that exits by itself. */
 int launch_stop(pid_t pid, int sig, int timeout_ms);
 
 #endif /* KVS_TEST_LAUNCH_H */
