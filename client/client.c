@@ -38,7 +38,7 @@
 #include "wire.h"
 
 #define CLIENT_MAX_REPLY (256u << 20)
-#define CLIENT_MAX_FDS   BACKEND_MAX_SLABS
+#define CLIENT_MAX_FDS   (BACKEND_MAX_SLABS + 1) /* the pool's slabs, and tier 2's */
 
 struct kvs_client {
     char socket_path[SOCKET_PATH_MAX];
@@ -59,6 +59,7 @@ struct kvs_client {
     int in_hello;       /* the next reply may carry fds */
     int rcv_ms, snd_ms; /* the socket's current timeouts */
     backend_mapping_t *map;
+    backend_mapping_t *tier2_map; /* read-only, with KVS_MAP_TIER2 and a tier 2 */
 
     uint8_t *rbuf;
     size_t rlen, rcap;
@@ -98,10 +99,12 @@ static void disconnect(kvs_client_t *c)
  * flight here; backend_unmap waits for device work still reading it. */
 static void unmap_stale_pool(kvs_client_t *c)
 {
-    if (c->fd >= 0 || !c->map)
+    if (c->fd >= 0)
         return;
     backend_unmap(c->map);
     c->map = NULL;
+    backend_unmap(c->tier2_map);
+    c->tier2_map = NULL;
 }
 
 /* A forked child may not use its parent's client. */
@@ -315,8 +318,8 @@ static int round_trip(kvs_client_t *c, Kvshare__Request *req, Kvshare__Response 
             c->wbuf = b;
             c->wcap = head;
         }
-        if (wire_lookup_head(c->wbuf, req->id, lk->ns, lk->pin, lk->wait_ms, lk->tokens.len,
-                             &head_len) != 0)
+        if (wire_lookup_head(c->wbuf, req->id, lk->ns, lk->pin, lk->wait_ms, lk->tier2_in_place,
+                             lk->tokens.len, &head_len) != 0)
             return set_err(c, KVS_EINVAL, "a lookup of %zu tokens does not fit one frame",
                            lk->tokens.len / 4);
         rc = send_two(c, c->wbuf, head_len, lk->tokens.data, lk->tokens.len, deadline);
@@ -409,21 +412,37 @@ static int map_pool(kvs_client_t *c, const Kvshare__HelloReply *h)
     desc.kind = (backend_kind_t)h->backend;
     desc.size = h->pool_bytes;
     desc.n_slabs = (uint32_t)h->n_slab_bytes;
-    if (h->n_slab_bytes > BACKEND_MAX_SLABS || h->n_fds != c->n_fds || h->n_fds != h->n_slab_bytes)
-        return set_err(c, KVS_EPROTO, "Hello reply announced %u fds and %zu slabs, got %zu fds",
-                       h->n_fds, h->n_slab_bytes, c->n_fds);
+    /* The tier-2 memfd, when it came, is the last fd: the rest are slabs. */
+    size_t n_tier2 = h->tier2_fd ? 1 : 0;
+    if (h->n_slab_bytes > BACKEND_MAX_SLABS || h->n_fds != c->n_fds ||
+        h->n_fds != h->n_slab_bytes + n_tier2 || (n_tier2 && h->tier2_bytes == 0))
+        return set_err(c, KVS_EPROTO, "Hello reply announced %u fds for %zu slabs%s, got %zu fds",
+                       h->n_fds, h->n_slab_bytes, n_tier2 ? " and tier 2" : "", c->n_fds);
     if (h->n_slab_bytes)
         memcpy(desc.slab_bytes, h->slab_bytes, sizeof(uint64_t) * h->n_slab_bytes);
     if (h->device_uuid.len == BACKEND_UUID_LEN)
         memcpy(desc.device_uuid, h->device_uuid.data, BACKEND_UUID_LEN);
-    backend_mapping_t *m = NULL;
-    size_t n = c->n_fds;
-    c->n_fds = 0; /* consumed by backend_import, success or not */
+    backend_mapping_t *m = NULL, *t2 = NULL;
+    size_t n = c->n_fds - n_tier2;
+    int t2_fd = n_tier2 ? c->fds[n] : -1;
+    c->n_fds = 0; /* consumed by the imports, success or not */
     int rc = backend_import(&desc, c->fds, n, &m, err, sizeof(err));
-    if (rc != 0)
+    if (rc != 0) {
+        if (t2_fd >= 0)
+            close(t2_fd);
         return set_err(c, rc, "cannot map the pool: %s", err[0] ? err : kvs_strerror(rc));
+    }
+    if (t2_fd >= 0) {
+        rc = backend_tier_import(t2_fd, h->tier2_bytes, &t2, err, sizeof(err));
+        if (rc != 0) {
+            backend_unmap(m);
+            return set_err(c, rc, "cannot map tier 2: %s", err[0] ? err : kvs_strerror(rc));
+        }
+    }
     backend_unmap(c->map);
     c->map = m;
+    backend_unmap(c->tier2_map);
+    c->tier2_map = t2;
     return 0;
 }
 
@@ -437,6 +456,7 @@ static int hello(kvs_client_t *c, int64_t deadline)
     hr.version = KVS_PROTOCOL_VERSION;
     hr.worker = c->worker;
     hr.no_fds = (c->flags & KVS_NO_MAP) != 0;
+    hr.map_tier2 = (c->flags & KVS_MAP_TIER2) != 0;
     req.rpc_case = KVSHARE__REQUEST__RPC_HELLO;
     req.hello = &hr;
     c->in_hello = 1;
@@ -480,6 +500,19 @@ static int hello(kvs_client_t *c, int64_t deadline)
     g->backend = (kvs_backend_t)h->backend;
     if (h->device_uuid.len == sizeof(g->device_uuid))
         memcpy(g->device_uuid, h->device_uuid.data, sizeof(g->device_uuid));
+    g->tier2_blocks = h->tier2_blocks;
+    g->tier2_bytes = h->tier2_bytes;
+    if (h->tier2_blocks) {
+        /* The tier's layout must fit its memfd, as the pool's does. */
+        uint64_t rows = (uint64_t)g->layers * geometry_planes(&layout);
+        uint64_t slot = geometry_slot_bytes(&layout);
+        if (slot == 0 || h->tier2_bytes / slot / h->tier2_blocks < rows) {
+            rc = set_err(c, KVS_EPROTO,
+                         "kvshared described a tier 2 of %u blocks in %llu bytes: too small",
+                         h->tier2_blocks, (unsigned long long)h->tier2_bytes);
+            goto out;
+        }
+    }
     if (!(c->flags & KVS_NO_MAP)) {
         rc = map_pool(c, h);
         if (rc != 0)
@@ -661,6 +694,7 @@ void kvs_close(kvs_client_t *c)
         return;
     disconnect(c);
     backend_unmap(c->map);
+    backend_unmap(c->tier2_map);
     free(c->rbuf);
     free(c->wbuf);
     free(c);
@@ -776,6 +810,47 @@ int kvs_block_read(kvs_client_t *c, uint32_t layer, uint32_t kv, uint32_t block,
     return rc != 0 ? rc : backend_mapping_read(c->map, off, dst, n);
 }
 
+uintptr_t kvs_tier2_base(const kvs_client_t *c)
+{
+    return c && c->tier2_map && c->pid == getpid() ? backend_mapping_base(c->tier2_map) : 0;
+}
+
+int kvs_tier2_block_addr(const kvs_client_t *c, uint32_t layer, uint32_t kv, uint32_t block,
+                         uintptr_t *addr)
+{
+    if (!c || !addr)
+        return KVS_EINVAL;
+    if (!c->map || c->pid != getpid())
+        return KVS_ENOTCONN;
+    if (!c->tier2_map)
+        return KVS_ENOTSUP;
+    const kvs_geometry_t *g = &c->geo;
+    geometry_t layout;
+    if (layout_of(g, &layout) != 0)
+        return KVS_EPROTO;
+    if (layer >= g->layers || kv >= geometry_planes(&layout) || block >= g->tier2_blocks)
+        return KVS_EINVAL;
+    *addr = backend_mapping_base(c->tier2_map) +
+            geometry_offset(&layout, g->tier2_blocks, layer, kv, block);
+    return 0;
+}
+
+int kvs_tier2_block_read(kvs_client_t *c, uint32_t layer, uint32_t kv, uint32_t block, void *dst,
+                         size_t n)
+{
+    uintptr_t addr;
+    if (!dst && n)
+        return KVS_EINVAL;
+    if (c && foreign_process(c))
+        return KVS_ENOTCONN;
+    int rc = kvs_tier2_block_addr(c, layer, kv, block, &addr);
+    if (rc != 0)
+        return rc;
+    if (n > c->geo.slot_bytes)
+        return KVS_EINVAL;
+    return backend_mapping_read(c->tier2_map, addr - backend_mapping_base(c->tier2_map), dst, n);
+}
+
 /* ensure + round_trip under one deadline: timeout_ms, plus extra_ms that
  * the daemon may take on purpose (a Lookup's wait). */
 static int call_within(kvs_client_t *c, Kvshare__Request *req, Kvshare__Response **resp,
@@ -814,6 +889,73 @@ static ProtobufCBinaryData tokens_bytes(const uint32_t *tokens, size_t n)
     return b;
 }
 
+/* Releases pins that a lookup returned beyond what the caller has room for
+ * (the reply's ids from `from` on, pool then tier 2); best effort. */
+static void release_surplus(kvs_client_t *c, const Kvshare__LookupReply *lr, size_t from)
+{
+    Kvshare__Request rr = KVSHARE__REQUEST__INIT;
+    Kvshare__ReleaseRequest rl = KVSHARE__RELEASE_REQUEST__INIT;
+    Kvshare__Response *r2;
+    size_t n1 = lr->n_block_ids;
+    if (from < n1) {
+        rl.n_block_ids = n1 - from;
+        rl.block_ids = lr->block_ids + from;
+    }
+    size_t t2_from = from > n1 ? from - n1 : 0;
+    rl.n_tier2_block_ids = lr->n_tier2_block_ids - t2_from;
+    rl.tier2_block_ids = lr->tier2_block_ids + t2_from;
+    rr.rpc_case = KVSHARE__REQUEST__RPC_RELEASE;
+    rr.release = &rl;
+    if (call(c, &rr, &r2) == 0 || r2)
+        kvshare__response__free_unpacked(r2, NULL);
+}
+
+/* The Lookup RPC: kvs_lookup_wait, and with in_place (kvs_lookup_tier2)
+ * the tier-2 part named where it is, tiers[i] saying which tier ids[i] is in. */
+static int lookup_call(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n_tokens,
+                       int pin, int in_place, uint32_t wait_ms, uint32_t *ids, uint8_t *tiers,
+                       size_t max_ids, size_t *n_blocks, uint32_t *inflight_blocks, int *waited)
+{
+    Kvshare__Request req = KVSHARE__REQUEST__INIT;
+    Kvshare__LookupRequest lk = KVSHARE__LOOKUP_REQUEST__INIT;
+    Kvshare__Response *resp;
+    lk.ns = (char *)(ns ? ns : "");
+    lk.tokens = tokens_bytes(tokens, n_tokens);
+    lk.pin = pin != 0;
+    lk.wait_ms = wait_ms;
+    lk.tier2_in_place = in_place != 0;
+    req.rpc_case = KVSHARE__REQUEST__RPC_LOOKUP;
+    req.lookup = &lk;
+    int rc = call_within(c, &req, &resp, wait_ms);
+    if (rc == 0 && (resp->rpc_case != KVSHARE__RESPONSE__RPC_LOOKUP || !resp->lookup))
+        rc = set_err(c, KVS_EPROTO, "kvshared answered Lookup with another reply");
+    if (rc == 0 && !in_place && resp->lookup->n_tier2_block_ids > 0)
+        rc = set_err(c, KVS_EPROTO, "kvshared named tier-2 blocks to a lookup that did not ask");
+    if (rc == 0) {
+        const Kvshare__LookupReply *lr = resp->lookup;
+        size_t n1 = lr->n_block_ids, n = n1 + lr->n_tier2_block_ids;
+        if (n > max_ids) {
+            /* Keep the prefix that fits; the rest stays pinned, so give it back. */
+            if (pin)
+                release_surplus(c, lr, max_ids);
+            n = max_ids;
+        }
+        for (size_t i = 0; i < n; i++) {
+            ids[i] = i < n1 ? lr->block_ids[i] : lr->tier2_block_ids[i - n1];
+            if (tiers)
+                tiers[i] = i < n1 ? 1 : 2;
+        }
+        *n_blocks = n;
+        if (inflight_blocks)
+            *inflight_blocks = lr->inflight_blocks;
+        if (waited)
+            *waited = lr->waited;
+    }
+    if (resp)
+        kvshare__response__free_unpacked(resp, NULL);
+    return rc;
+}
+
 int kvs_lookup_wait(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n_tokens,
                     int pin, uint32_t wait_ms, uint32_t *ids, size_t max_ids, size_t *n_blocks,
                     uint32_t *inflight_blocks, int *waited)
@@ -827,46 +969,18 @@ int kvs_lookup_wait(kvs_client_t *c, const char *ns, const uint32_t *tokens, siz
     if (!c || !n_blocks || (n_tokens && !tokens) || (max_ids && !ids) ||
         wait_ms > KVS_LOOKUP_MAX_WAIT_MS)
         return KVS_EINVAL;
-    Kvshare__Request req = KVSHARE__REQUEST__INIT;
-    Kvshare__LookupRequest lk = KVSHARE__LOOKUP_REQUEST__INIT;
-    Kvshare__Response *resp;
-    lk.ns = (char *)(ns ? ns : "");
-    lk.tokens = tokens_bytes(tokens, n_tokens);
-    lk.pin = pin != 0;
-    lk.wait_ms = wait_ms;
-    req.rpc_case = KVSHARE__REQUEST__RPC_LOOKUP;
-    req.lookup = &lk;
-    int rc = call_within(c, &req, &resp, wait_ms);
-    if (rc == 0 && (resp->rpc_case != KVSHARE__RESPONSE__RPC_LOOKUP || !resp->lookup))
-        rc = set_err(c, KVS_EPROTO, "kvshared answered Lookup with another reply");
-    if (rc == 0) {
-        size_t n = resp->lookup->n_block_ids;
-        if (n > max_ids) {
-            /* Keep the prefix that fits; the rest stays pinned, so give it back. */
-            if (pin) {
-                Kvshare__Request rr = KVSHARE__REQUEST__INIT;
-                Kvshare__ReleaseRequest rl = KVSHARE__RELEASE_REQUEST__INIT;
-                Kvshare__Response *r2;
-                rl.n_block_ids = n - max_ids;
-                rl.block_ids = resp->lookup->block_ids + max_ids;
-                rr.rpc_case = KVSHARE__REQUEST__RPC_RELEASE;
-                rr.release = &rl;
-                if (call(c, &rr, &r2) == 0 || r2)
-                    kvshare__response__free_unpacked(r2, NULL);
-            }
-            n = max_ids;
-        }
-        if (n)
-            memcpy(ids, resp->lookup->block_ids, n * sizeof(uint32_t));
-        *n_blocks = n;
-        if (inflight_blocks)
-            *inflight_blocks = resp->lookup->inflight_blocks;
-        if (waited)
-            *waited = resp->lookup->waited;
-    }
-    if (resp)
-        kvshare__response__free_unpacked(resp, NULL);
-    return rc;
+    return lookup_call(c, ns, tokens, n_tokens, pin, 0, wait_ms, ids, NULL, max_ids, n_blocks,
+                       inflight_blocks, waited);
+}
+
+int kvs_lookup_tier2(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n_tokens,
+                     uint32_t *ids, uint8_t *tiers, size_t max_ids, size_t *n_blocks)
+{
+    if (n_blocks)
+        *n_blocks = 0;
+    if (!c || !n_blocks || (n_tokens && !tokens) || (max_ids && (!ids || !tiers)))
+        return KVS_EINVAL;
+    return lookup_call(c, ns, tokens, n_tokens, 1, 1, 0, ids, tiers, max_ids, n_blocks, NULL, NULL);
 }
 
 int kvs_lookup(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n_tokens, int pin,
@@ -1068,6 +1182,39 @@ int kvs_release(kvs_client_t *c, const uint32_t *ids, size_t n, size_t *n_done)
     return ids_call(c, 0, ids, n, n_done, NULL);
 }
 
+int kvs_release_tiers(kvs_client_t *c, const uint32_t *ids, const uint8_t *tiers, size_t n,
+                      size_t *n_done)
+{
+    if (n_done)
+        *n_done = 0;
+    if (!c || (n && (!ids || !tiers)))
+        return KVS_EINVAL;
+    size_t n1 = 0;
+    while (n1 < n && tiers[n1] == 1)
+        n1++;
+    for (size_t i = n1; i < n; i++)
+        if (tiers[i] != 2)
+            return set_err(c, KVS_EINVAL,
+                           "kvs_release_tiers: block %zu is in tier %u; the list must be tier-1 "
+                           "blocks, then tier-2 blocks, as kvs_lookup_tier2 returns them",
+                           i, (unsigned)tiers[i]);
+    Kvshare__Request req = KVSHARE__REQUEST__INIT;
+    Kvshare__ReleaseRequest rl = KVSHARE__RELEASE_REQUEST__INIT;
+    Kvshare__Response *resp;
+    rl.n_block_ids = n1;
+    rl.block_ids = (uint32_t *)ids;
+    rl.n_tier2_block_ids = n - n1;
+    rl.tier2_block_ids = (uint32_t *)ids + n1;
+    req.rpc_case = KVSHARE__REQUEST__RPC_RELEASE;
+    req.release = &rl;
+    int rc = call(c, &req, &resp);
+    if (resp && n_done && resp->rpc_case == KVSHARE__RESPONSE__RPC_RELEASE && resp->release)
+        *n_done = resp->release->n_released;
+    if (resp)
+        kvshare__response__free_unpacked(resp, NULL);
+    return rc;
+}
+
 int kvs_pin_hint(kvs_client_t *c, const uint32_t *ids, size_t n, size_t *n_done,
                  const kvs_hint_t *hint)
 {
@@ -1112,6 +1259,7 @@ static void stats_counters(kvs_stats_t *out, const Kvshare__StatsReply *s)
 
 /* Part of the ABI: a field may only take the place of reserved room. */
 _Static_assert(sizeof(kvs_ns_stats_t) == 192, "kvs_ns_stats_t changed size");
+_Static_assert(sizeof(kvs_geometry_t) == 168, "kvs_geometry_t changed size");
 _Static_assert(sizeof(kvs_ns_stats_t) % _Alignof(kvs_priority_bands_t) == 0,
                "the bands follow the rows in one allocation");
 

@@ -86,6 +86,10 @@ typedef struct kvs_client kvs_client_t;
 /* Connection flags (kvs_options_t.flags). */
 #define KVS_NO_MAP 0x1u /* do not map the pool (monitoring tools) */
 #define KVS_LAZY   0x2u /* kvs_connect succeeds even if the daemon is down */
+/* Also map the daemon's tier 2 (kvshared --host-tier), read-only, for
+ * kvs_lookup_tier2 (see "Tier 2 in place" below). Without a tier 2 there,
+ * nothing more is mapped. */
+#define KVS_MAP_TIER2 0x4u
 
 /* Options for kvs_connect. Always start with kvs_options_init: it sets
  * `size`, so fields added later keep older callers working. */
@@ -162,7 +166,11 @@ typedef struct kvs_geometry {
     uint8_t device_uuid[16]; /* cuda: the device the pool lives on */
     uint32_t kv_lora_rank;   /* MLA: latent width; 0: K and V per layer */
     uint32_t rope_head_dim;  /* MLA: decoupled RoPE key width */
-    uint64_t reserved[7];    /* room for fields added later (0 until then) */
+    /* Tier 2 (kvshared --host-tier; 0 without one): its blocks, laid out as
+     * the pool's with tier2_blocks in place of num_blocks, and its bytes. */
+    uint32_t tier2_blocks;
+    uint64_t tier2_bytes;
+    uint64_t reserved[6]; /* room for fields added later (0 until then) */
 } kvs_geometry_t;
 
 /* The pool's geometry as the daemon described it at the last connect.
@@ -189,6 +197,50 @@ int kvs_block_write(kvs_client_t *c, uint32_t layer, uint32_t kv, uint32_t block
 int kvs_block_read(kvs_client_t *c, uint32_t layer, uint32_t kv, uint32_t block, void *dst,
                    size_t n);
 
+/* --- tier 2 in place ---
+ *
+ * A kvshared with a tier 2 (--host-tier) keeps blocks evicted from the pool
+ * in host memory. A plain pinned kvs_lookup copies matched tier-2 blocks
+ * back into the pool before it answers. An engine with KV memory of its own
+ * may rather copy them itself, from a mapping of tier 2:
+ *
+ *   1. kvs_connect with KVS_MAP_TIER2: the daemon's tier-2 memfd is mapped
+ *      read-only into this process (kvs_tier2_base; 0 without a tier 2);
+ *   2. kvs_lookup_tier2: the matched prefix, pinned, as pool blocks
+ *      (tiers[i] == 1) and then tier-2 blocks (tiers[i] == 2, ids[i] their
+ *      block number in tier 2), which stay where they are;
+ *   3. read them: kvs_tier2_block_addr / kvs_tier2_block_read, the pool
+ *      blocks with kvs_block_addr as usual;
+ *   4. kvs_release_tiers(ids, tiers): the pins go.
+ *
+ * While this client pins a tier-2 block it is neither dropped nor moved
+ * (the daemon makes room elsewhere, or not at all), so its bytes stay as
+ * they were. After the release they may change at any time: read nothing
+ * through an address you no longer pin. The mapping is PROT_READ (from an
+ * fd opened read-only where the system allows): reading is all a client may
+ * do; a write faults (SIGSEGV). The addresses are host pointers in both
+ * backends (on cuda, host memory that the daemon registered for DMA; to
+ * copy to the device with DMA from this process, register the range with
+ * cuMemHostRegister and CU_MEMHOSTREGISTER_READ_ONLY, or copy through
+ * pageable memory). They stay valid as kvs_pool_base's do (until
+ * kvs_epoch() changes or kvs_close). */
+
+/* Base address of the mapped tier 2 (a host pointer), 0 when not mapped. */
+uintptr_t kvs_tier2_base(const kvs_client_t *c);
+
+/* Address of tier-2 block `block`'s K (kv = 0) or V (kv = 1) in layer
+ * `layer`: slot_bytes contiguous bytes, laid out as in the pool. Errors:
+ * KVS_EINVAL (out of range: block >= tier2_blocks), KVS_ENOTCONN (no
+ * mapping), KVS_ENOTSUP (tier 2 not mapped: no KVS_MAP_TIER2, or no tier 2
+ * at the daemon). */
+int kvs_tier2_block_addr(const kvs_client_t *c, uint32_t layer, uint32_t kv, uint32_t block,
+                         uintptr_t *addr);
+
+/* Copies n bytes (at most slot_bytes) out of the start of tier-2 block's
+ * slot (memcpy). Errors: as kvs_tier2_block_addr, and KVS_EINVAL (n). */
+int kvs_tier2_block_read(kvs_client_t *c, uint32_t layer, uint32_t kv, uint32_t block, void *dst,
+                         size_t n);
+
 /* --- the RPCs (synchronous; each waits at most timeout_ms) --- */
 
 /* Longest cached prefix of tokens in namespace ns (NULL or "": "default").
@@ -199,6 +251,17 @@ int kvs_block_read(kvs_client_t *c, uint32_t layer, uint32_t kv, uint32_t block,
  * KVS_ELIMIT (too many namespaces). */
 int kvs_lookup(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n_tokens, int pin,
                uint32_t *ids, size_t max_ids, size_t *n_blocks);
+
+/* A pinned kvs_lookup that leaves tier-2 blocks in tier 2 ("Tier 2 in
+ * place" above): ids[0 .. *n_blocks) is the matched prefix, at most max_ids
+ * blocks, each pinned for this client; tiers[i] is 1 when ids[i] is a pool
+ * block and 2 when it is a block of tier 2 (pool blocks come first). The
+ * daemon copies nothing. Against a kvshared without tier 2 (or one that
+ * predates this option) it is a pinned kvs_lookup, every tiers[i] 1.
+ * Release with kvs_release_tiers (kvs_release takes pool ids only). Errors:
+ * as kvs_lookup, and KVS_EINVAL (ids or tiers NULL with max_ids > 0). */
+int kvs_lookup_tier2(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n_tokens,
+                     uint32_t *ids, uint8_t *tiers, size_t max_ids, size_t *n_blocks);
 
 /* n fresh blocks in WRITING state, owned by this client, into ids[0..n).
  * When the pool is full the daemon evicts unpinned cached blocks on behalf
@@ -294,6 +357,15 @@ int kvs_pin(kvs_client_t *c, const uint32_t *ids, size_t n, size_t *n_done);
  * range), KVS_ENOTHELD (not held by this client: another's, free, or
  * released twice), KVS_ENOTCONN, KVS_ETIMEDOUT. */
 int kvs_release(kvs_client_t *c, const uint32_t *ids, size_t n, size_t *n_done);
+
+/* kvs_release of what kvs_lookup_tier2 returned: ids[i] in tier tiers[i],
+ * pool blocks first, then tier-2 blocks (released in that order). *n_done
+ * (may be NULL) = blocks released before an error. Errors: as kvs_release,
+ * and KVS_EINVAL (a tier other than 1 or 2, a pool block after a tier-2 one,
+ * a tier-2 block out of range or on a daemon without tier 2), KVS_ENOTHELD
+ * (a tier-2 block this client does not pin). */
+int kvs_release_tiers(kvs_client_t *c, const uint32_t *ids, const uint8_t *tiers, size_t n,
+                      size_t *n_done);
 
 /* Retention hints. The application often knows what the cache cannot: a
  * chat whose user closed the window, an agent session that ended, a system

@@ -5,12 +5,13 @@
 #include "frame_header.h"
 
 /* Protobuf keys: (field number << 3) | wire type. */
-#define KEY_REQUEST_ID     0x08 /* Request.id, varint */
-#define KEY_REQUEST_LOOKUP 0x5a /* Request.lookup (11), length-delimited */
-#define KEY_LOOKUP_NS      0x0a /* LookupRequest.ns (1), length-delimited */
-#define KEY_LOOKUP_TOKENS  0x12 /* LookupRequest.tokens (2), length-delimited */
-#define KEY_LOOKUP_PIN     0x18 /* LookupRequest.pin (3), varint */
-#define KEY_LOOKUP_WAIT_MS 0x20 /* LookupRequest.wait_ms (4), varint */
+#define KEY_REQUEST_ID      0x08 /* Request.id, varint */
+#define KEY_REQUEST_LOOKUP  0x5a /* Request.lookup (11), length-delimited */
+#define KEY_LOOKUP_NS       0x0a /* LookupRequest.ns (1), length-delimited */
+#define KEY_LOOKUP_TOKENS   0x12 /* LookupRequest.tokens (2), length-delimited */
+#define KEY_LOOKUP_PIN      0x18 /* LookupRequest.pin (3), varint */
+#define KEY_LOOKUP_WAIT_MS  0x20 /* LookupRequest.wait_ms (4), varint */
+#define KEY_LOOKUP_IN_PLACE 0x28 /* LookupRequest.tier2_in_place (5), varint */
 
 static size_t varint_len(uint64_t v)
 {
@@ -33,13 +34,13 @@ static uint8_t *put_varint(uint8_t *p, uint64_t v)
 }
 
 int wire_lookup_head(uint8_t *buf, uint64_t id, const char *ns, int pin, uint32_t wait_ms,
-                     size_t token_bytes, size_t *head_len)
+                     int tier2_in_place, size_t token_bytes, size_t *head_len)
 {
     size_t ns_len = ns ? strlen(ns) : 0;
     /* Fields at their proto3 defaults ("" / false / empty) are left out,
      * as protobuf-c's packer does. */
     uint64_t lookup_len = (ns_len ? 1 + varint_len(ns_len) + ns_len : 0) + (pin ? 2 : 0) +
-                          (wait_ms ? 1 + varint_len(wait_ms) : 0) +
+                          (wait_ms ? 1 + varint_len(wait_ms) : 0) + (tier2_in_place ? 2 : 0) +
                           (token_bytes ? 1 + varint_len(token_bytes) + token_bytes : 0);
     uint64_t request_len = (id ? 1 + varint_len(id) : 0) + 1 + varint_len(lookup_len) + lookup_len;
     if (request_len > UINT32_MAX)
@@ -66,6 +67,10 @@ int wire_lookup_head(uint8_t *buf, uint64_t id, const char *ns, int pin, uint32_
     if (wait_ms) {
         *p++ = KEY_LOOKUP_WAIT_MS;
         p = put_varint(p, wait_ms);
+    }
+    if (tier2_in_place) {
+        *p++ = KEY_LOOKUP_IN_PLACE;
+        *p++ = 1;
     }
     if (token_bytes) {
         *p++ = KEY_LOOKUP_TOKENS;

@@ -15,7 +15,7 @@
 
 /* Room wire_lookup_head needs for a namespace of ns_len bytes. */
 #define WIRE_LOOKUP_HEAD_MAX(ns_len)                                                               \
-    (FRAME_HEADER_BYTES + 11 + 1 + 10 + 1 + 10 + (ns_len) + 2 + 6 + 1 + 10)
+    (FRAME_HEADER_BYTES + 11 + 1 + 10 + 1 + 10 + (ns_len) + 2 + 6 + 2 + 1 + 10)
 
 /* Writes the frame header and every byte of a Lookup Request before the
  * token bytes (which follow as the last field): *head_len bytes into buf
@@ -23,6 +23,6 @@
  * *head_len + token_bytes bytes. Returns 0, or -1 when the frame would not
  * fit a 32-bit length. */
 int wire_lookup_head(uint8_t *buf, uint64_t id, const char *ns, int pin, uint32_t wait_ms,
-                     size_t token_bytes, size_t *head_len);
+                     int tier2_in_place, size_t token_bytes, size_t *head_len);
 
 #endif /* KVS_CLIENT_WIRE_H */

@@ -100,7 +100,10 @@
     X(tier_copy_us, 0, "kvshare_tier_copy_microseconds_total", "", \
       "Microseconds the copies between the pool and tier 2 took, on the copying threads") \
     X(tier_copy_failures, 0, "kvshare_tier_copy_failures_total", "", \
-      "Batches of copies between the pool and tier 2 that failed (kvshared then stops)")
+      "Batches of copies between the pool and tier 2 that failed (kvshared then stops)") \
+    X(tier2_in_place_blocks, 0, "kvshare_tier2_in_place_blocks_total", "", \
+      "Tier-2 blocks that lookups with tier2_in_place returned pinned where they are, " \
+      "for the worker to copy itself")
 /* clang-format on */
 
 /* Room for counters in kvs_stats_t and StatsReply.counters. */

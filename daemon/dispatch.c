@@ -246,8 +246,8 @@ int dispatch_lookup_resume(session_t *s, const inflight_wait_t *w)
     for (size_t i = 0; i < DISPATCH_N; i++)
         if (dispatch_table[i].rpc == KVSHARE__REQUEST__RPC_LOOKUP)
             slot = (unsigned)i;
-    int status =
-        handler_lookup_answer(s, w->ns, w->tokens, w->n_tokens, w->pin, true, true, &resp, &ctx);
+    int status = handler_lookup_answer(s, w->ns, w->tokens, w->n_tokens, w->pin, w->in_place, true,
+                                       true, &resp, &ctx);
     metrics_count_rpc(&s->srv->metrics, slot, status);
     if (status != 0) {
         resp.status = (Kvshare__Status)(-status);

@@ -239,6 +239,30 @@ int handler_hello(session_t *s, const Kvshare__Request *req, Kvshare__Response *
             return fail(ctx, rc, "exporting the pool for this worker failed: %s", why);
         s->n_fds = n_fds;
     }
+    /* Tier 2 goes only to a client that asks: one that does not would
+     * count the fds as slabs (or lose the extra one to a short control
+     * buffer). */
+    bool tier2_fd = false;
+    if (!hello->no_fds && hello->map_tier2 && srv->tier2_blocks) {
+        char why[320];
+        int fd = -1;
+        int rc = backend_tier_export_readonly(srv->backend, &fd, why, sizeof(why));
+        if (rc == KVS_EIO) {
+            /* Read-only is a safeguard the system may not offer (no /proc):
+             * the reader's mapping is PROT_READ all the same. */
+            LOG_WARN("session %llu: %s; sending the tier-2 memfd read-write",
+                     (unsigned long long)s->id, why);
+            rc = backend_tier_export(srv->backend, &fd, why, sizeof(why));
+        }
+        if (rc != 0) {
+            for (size_t i = 0; i < s->n_fds; i++)
+                close(s->fds[i]);
+            s->n_fds = 0;
+            return fail(ctx, rc, "exporting tier 2 for this worker failed: %s", why);
+        }
+        s->fds[s->n_fds++] = fd;
+        tier2_fd = true;
+    }
     s->hello_done = true;
 
     Kvshare__Geometry *g = &ctx->geometry;
@@ -273,6 +297,9 @@ int handler_hello(session_t *s, const Kvshare__Request *req, Kvshare__Response *
     r->slab_bytes = slabs;
     r->n_fds = (uint32_t)s->n_fds;
     r->session_id = s->id;
+    r->tier2_blocks = srv->tier2_blocks;
+    r->tier2_bytes = srv->tier2_blocks ? backend_tier_size(srv->backend) : 0;
+    r->tier2_fd = tier2_fd;
     resp->rpc_case = KVSHARE__RESPONSE__RPC_HELLO;
     resp->hello = r;
     LOG_INFO("session %llu: hello from '%s', pid %d, uid %u (%u fds)", (unsigned long long)s->id,
@@ -281,16 +308,19 @@ int handler_hello(session_t *s, const Kvshare__Request *req, Kvshare__Response *
 }
 
 int handler_lookup_answer(session_t *s, uint32_t ns, const uint32_t *tokens, size_t n_tokens,
-                          bool pin, bool waited, bool claim, Kvshare__Response *resp,
+                          bool pin, bool in_place, bool waited, bool claim, Kvshare__Response *resp,
                           handler_ctx_t *ctx)
 {
     server_t *srv = s->srv;
     size_t n_blocks = 0;
     uint32_t *ids, inflight = 0;
-    /* A chain of cached blocks is never longer than the pool. */
+    in_place = in_place && pin;
+    /* A chain of cached blocks is never longer than the pool, or the pool
+     * and tier 2 for a lookup that returns the tier-2 part as it is. */
     size_t max_ids = n_tokens / srv->geo.block_tokens;
-    if (max_ids > srv->num_blocks)
-        max_ids = srv->num_blocks;
+    size_t chain_max = (size_t)srv->num_blocks + (in_place ? srv->tier2_blocks : 0);
+    if (max_ids > chain_max)
+        max_ids = chain_max;
     if (session_scratch(s, max_ids ? max_ids : 1, &ids) != 0 ||
         (pin && session_pins_reserve(s, (uint32_t)max_ids) != 0))
         return fail(ctx, KVS_ENOMEM, "out of memory for a lookup of %zu tokens", n_tokens);
@@ -298,29 +328,41 @@ int handler_lookup_answer(session_t *s, uint32_t ns, const uint32_t *tokens, siz
     if (rc != 0)
         return fail(ctx, rc, "lookup failed: %s", kvs_status_text(rc));
     /* A match goes on into tier 2 after its tier-1 blocks: a pinned lookup
-     * waits for them to come back (tier.h); the reply names tier-1 blocks. */
-    size_t n_t1 = 0;
+     * waits for them to come back (tier.h), or with in_place keeps them
+     * pinned where they are and names them; otherwise the reply names
+     * tier-1 blocks only. */
+    size_t n_t1 = 0, n_t2 = 0;
     while (n_t1 < n_blocks && ids[n_t1] < srv->num_blocks)
         n_t1++;
     /* A request run again after its copies counts once, as it first matched
      * (hits by tier included): this run comes out of the counters. */
     if (s->tier_rerun && !waited)
         radix_lookup_uncount(srv->index, ns, n_tokens, n_blocks, n_blocks - n_t1);
-    if (n_t1 < n_blocks && pin && !waited) {
-        size_t n_t2 = n_blocks - n_t1;
-        int started = tier_promote(srv, s, ids + n_t1, n_t2, ids, n_blocks);
+    /* Tier-2 blocks that another session pins in place (a lookup with
+     * tier2_in_place) are read there: they stay, and so do the blocks
+     * after them. */
+    size_t n_promote = 0;
+    uint32_t refs = 0;
+    if (n_t1 < n_blocks && pin && !in_place && !waited)
+        while (n_t1 + n_promote < n_blocks &&
+               radix_block_refcount(srv->index, ids[n_t1 + n_promote], &refs) == 0 && refs == 1)
+            n_promote++;
+    if (n_t1 < n_blocks && in_place) {
+        n_t2 = n_blocks - n_t1; /* pinned in tier 2: neither promoted nor dropped */
+    } else if (n_promote > 0) {
+        int started = tier_promote(srv, s, ids + n_t1, n_promote, ids, n_blocks);
         if (started == 0) { /* no free pool block: make room first, then promote */
-            started = tier_demote(srv, s, ns, n_t2);
+            started = tier_demote(srv, s, ns, n_promote);
             /* Nothing to wait for when the room came from blocks dropped
              * at once (tier 2 full of blocks it cannot drop: these). */
             if (started == 0)
-                started = tier_promote(srv, s, ids + n_t1, n_t2, ids, n_blocks);
+                started = tier_promote(srv, s, ids + n_t1, n_promote, ids, n_blocks);
         }
         if (started == 0) /* copies in flight will free or move blocks */
             started = tier_wait(srv, s);
         LOG_DEBUG("session %llu: lookup matched %zu + %zu tier-2 blocks: %s (pinned %u, busy %u, "
                   "tier-2 free %u, copies %u)",
-                  (unsigned long long)s->id, n_t1, n_t2,
+                  (unsigned long long)s->id, n_t1, n_promote,
                   started == 1   ? "waiting"
                   : started == 0 ? "no room"
                                  : kvs_status_text(started),
@@ -342,11 +384,12 @@ int handler_lookup_answer(session_t *s, uint32_t ns, const uint32_t *tokens, siz
                         kvs_status_text(started));
     } else if (n_t1 < n_blocks && pin) {
         /* A parked lookup answers from its resume (inflight.h), where it
-         * cannot wait again: its tier-2 part is not returned. */
+         * cannot wait again, and blocks pinned in place stay where they
+         * are: the tier-2 part is not returned. */
         for (size_t i = n_t1; i < n_blocks; i++)
             radix_unpin(srv->index, ids[i]);
     }
-    n_blocks = n_t1; /* without pin, only the tier-1 part is of use */
+    n_blocks = n_t1 + n_t2; /* without pin, only the tier-1 part is of use */
     if (pin && !waited && n_blocks < max_ids && radix_busy_blocks(srv->index) > 0 &&
         tier_wait(srv, s) == 1) {
         /* The match may have stopped at a block being copied between the
@@ -363,11 +406,12 @@ int handler_lookup_answer(session_t *s, uint32_t ns, const uint32_t *tokens, siz
             radix_unpin(srv->index, ids[i]);
         return over_pin_limit(s, n_blocks, ctx);
     }
+    /* Tier-2 blocks are pinned by their index id, as Release names them. */
     if (pin) {
         for (size_t i = 0; i < n_blocks; i++)
             session_pin_add(s, ids[i]);
     }
-    observe_reuse(srv, ids, n_blocks);
+    observe_reuse(srv, ids, n_t1);
     /* Telling what is in flight is advice: without memory for it, none. */
     if (inflight_count(srv, s, ns, tokens, n_tokens, n_blocks, &inflight) != 0)
         inflight = 0;
@@ -375,10 +419,17 @@ int handler_lookup_answer(session_t *s, uint32_t ns, const uint32_t *tokens, siz
     if (claim && inflight == 0)
         inflight_claim(srv, s, ns, tokens, n_tokens, n_blocks);
 
+    /* The tier-2 part by block number in tier 2 (the index's ids follow the
+     * pool's). */
+    for (size_t i = n_t1; i < n_blocks; i++)
+        ids[i] -= srv->num_blocks;
+    srv->metrics.tier2_in_place_blocks += n_t2;
     Kvshare__LookupReply *r = &ctx->reply.lookup;
     kvshare__lookup_reply__init(r);
-    r->n_block_ids = n_blocks;
+    r->n_block_ids = n_t1;
     r->block_ids = ids;
+    r->n_tier2_block_ids = n_t2;
+    r->tier2_block_ids = n_t2 ? ids + n_t1 : NULL;
     r->hit_tokens = (uint32_t)(n_blocks * srv->geo.block_tokens);
     r->inflight_blocks = inflight;
     r->waited = waited;
@@ -407,6 +458,10 @@ int handler_lookup(session_t *s, const Kvshare__Request *req, Kvshare__Response 
     if (lk->wait_ms > KVS_LOOKUP_MAX_WAIT_MS)
         return fail(ctx, KVS_EINVAL, "lookup wait_ms %u is over the limit of %u ms", lk->wait_ms,
                     KVS_LOOKUP_MAX_WAIT_MS);
+    if (lk->tier2_in_place && !lk->pin)
+        return fail(ctx, KVS_EINVAL,
+                    "lookup with tier2_in_place must pin: tier-2 blocks are named only while "
+                    "this session pins them");
     rc = ns_resolve(s, lk->ns, true, &ns, ctx);
     if (rc != 0)
         return rc;
@@ -425,7 +480,8 @@ int handler_lookup(session_t *s, const Kvshare__Request *req, Kvshare__Response 
         if (rc == 0)
             rc = inflight_count(srv, s, ns, tokens, n_tokens, cached, &inflight);
         if (rc == 0 && inflight > 0) {
-            rc = inflight_park(srv, s, req->id, ns, tokens, n_tokens, lk->pin, lk->wait_ms);
+            rc = inflight_park(srv, s, req->id, ns, tokens, n_tokens, lk->pin, lk->tier2_in_place,
+                               lk->wait_ms);
             if (rc == 0) {
                 ctx->parked = true;
                 return 0;
@@ -433,8 +489,8 @@ int handler_lookup(session_t *s, const Kvshare__Request *req, Kvshare__Response 
         }
         /* Without memory to wait, answer now: waiting is an optimisation. */
     }
-    return handler_lookup_answer(s, ns, tokens, n_tokens, lk->pin, false, lk->wait_ms > 0, resp,
-                                 ctx);
+    return handler_lookup_answer(s, ns, tokens, n_tokens, lk->pin, lk->tier2_in_place, false,
+                                 lk->wait_ms > 0, resp, ctx);
 }
 
 int handler_alloc(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
@@ -876,6 +932,40 @@ int handler_release(session_t *s, const Kvshare__Request *req, Kvshare__Response
             rc = not_held(s, b, ctx);
             break;
         }
+        r->n_released++;
+    }
+    /* Then the tier-2 pins of lookups with tier2_in_place, named by block
+     * number in tier 2; the session pins them by index id. */
+    for (size_t i = 0; rc == 0 && i < rl->n_tier2_block_ids; i++) {
+        uint32_t t = rl->tier2_block_ids[i];
+        if (t >= srv->tier2_blocks) {
+            rc = srv->tier2_blocks
+                     ? fail(ctx, KVS_EINVAL,
+                            "tier-2 block %u is out of range: tier 2 has %u blocks (0..%u)", t,
+                            srv->tier2_blocks, srv->tier2_blocks - 1)
+                     : fail(ctx, KVS_EINVAL,
+                            "tier-2 block %u named, but this kvshared has no tier 2 "
+                            "(--host-tier)",
+                            t);
+            break;
+        }
+        uint32_t b = srv->num_blocks + t;
+        if (session_pin_count(s, b) == 0) {
+            rc = fail(ctx, KVS_ENOTHELD,
+                      "tier-2 block %u is not held by this session: no pin of a lookup with "
+                      "tier2_in_place (released twice?)",
+                      t);
+            break;
+        }
+        rc = radix_unpin(srv->index, b);
+        if (rc != 0) {
+            rc = fail(ctx, KVS_EINTERNAL,
+                      "tier-2 block %u: this session's pin is not in the index (%s)", t,
+                      kvs_status_text(rc));
+            break;
+        }
+        session_pin_drop(s, b);
+        hint_apply(srv, rl->hint, b);
         r->n_released++;
     }
     return rc;

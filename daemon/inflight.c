@@ -324,7 +324,7 @@ static void arm(server_t *srv)
 }
 
 int inflight_park(server_t *srv, session_t *s, uint64_t req_id, uint32_t ns, const uint32_t *tokens,
-                  size_t n_tokens, bool pin, uint32_t wait_ms)
+                  size_t n_tokens, bool pin, bool in_place, uint32_t wait_ms)
 {
     inflight_t *f = srv->inflight;
     inflight_wait_t *w = calloc(1, sizeof(*w));
@@ -340,6 +340,7 @@ int inflight_park(server_t *srv, session_t *s, uint64_t req_id, uint32_t ns, con
     w->req_id = req_id;
     w->ns = ns;
     w->pin = pin;
+    w->in_place = in_place;
     w->tokens = copy;
     w->n_tokens = n_tokens;
     w->start_ms = uv_now(srv->loop);

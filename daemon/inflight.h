@@ -56,6 +56,7 @@ typedef struct inflight_wait {
     uint64_t req_id;
     uint32_t ns;
     bool pin;
+    bool in_place; /* LookupRequest.tier2_in_place */
     uint32_t *tokens;
     size_t n_tokens;
     uint64_t start_ms;
@@ -108,7 +109,7 @@ int inflight_count(server_t *srv, const session_t *s, uint32_t ns, const uint32_
  * and links the wait to the session and the server. Errors: KVS_ENOMEM
  * (then nothing is parked). */
 int inflight_park(server_t *srv, session_t *s, uint64_t req_id, uint32_t ns, const uint32_t *tokens,
-                  size_t n_tokens, bool pin, uint32_t wait_ms);
+                  size_t n_tokens, bool pin, bool in_place, uint32_t wait_ms);
 
 /* Forgets the session's parked lookup without answering it (the session is
  * closing). */

@@ -425,7 +425,7 @@ static int send_with_fds(session_t *s)
         return KVS_EIO;
     struct iovec iov = {s->out.data + s->out.head, s->out.len - s->out.head};
     union {
-        char buf[CMSG_SPACE(sizeof(int) * BACKEND_MAX_SLABS)];
+        char buf[CMSG_SPACE(sizeof(int) * SESSION_MAX_FDS)];
         struct cmsghdr align;
     } control;
     memset(&control, 0, sizeof(control));

@@ -38,6 +38,10 @@ typedef struct session_pins {
 
 #define SESSION_NO_BLOCK UINT32_MAX
 
+/* fds a Hello reply carries at most: the pool's slabs, and tier 2's memfd
+ * for a client that asks for it (HelloRequest.map_tier2). */
+#define SESSION_MAX_FDS (BACKEND_MAX_SLABS + 1)
+
 struct session {
     server_t *srv;
     session_t *prev, *next;
@@ -53,7 +57,7 @@ struct session {
 
     frame_buf_t in;
     frame_buf_t out;
-    int fds[BACKEND_MAX_SLABS]; /* exported for the Hello reply, sent with it */
+    int fds[SESSION_MAX_FDS]; /* exported for the Hello reply, sent with it */
     size_t n_fds;
 
     uint32_t *writing;

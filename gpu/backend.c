@@ -334,7 +334,7 @@ int backend_read(backend_t *b, uint64_t offset, void *dst, uint64_t n_bytes)
 
 int backend_mapping_write(backend_mapping_t *m, uint64_t offset, const void *src, uint64_t n_bytes)
 {
-    if (m == NULL)
+    if (m == NULL || m->read_only)
         return KVS_EINVAL;
     return copy_in(m->kind, m->cuda, m->base, m->size, offset, src, n_bytes);
 }
@@ -516,6 +516,51 @@ int backend_tier_export(backend_t *b, int *fd, char *err, size_t errlen)
         return KVS_EIO;
     }
     *fd = dup;
+    return 0;
+}
+
+int backend_tier_export_readonly(backend_t *b, int *fd, char *err, size_t errlen)
+{
+    if (b == NULL || fd == NULL || b->tier_fd < 0) {
+        backend_errorf(err, errlen, "no tier 2 to export");
+        return KVS_EINVAL;
+    }
+    /* A new open file description: its mode, not the daemon's, decides
+     * what a mapping of it may become (mprotect cannot add PROT_WRITE). */
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", b->tier_fd);
+    int ro = open(path, O_RDONLY | O_CLOEXEC);
+    if (ro < 0) {
+        backend_errorf(err, errlen, "reopening the tier-2 memfd read-only (%s) failed: %s", path,
+                       strerror(errno));
+        return KVS_EIO;
+    }
+    *fd = ro;
+    return 0;
+}
+
+int backend_tier_import(int fd, uint64_t bytes, backend_mapping_t **out, char *err, size_t errlen)
+{
+    if (err != NULL && errlen > 0)
+        err[0] = '\0';
+    if (out == NULL || fd < 0) {
+        if (fd >= 0)
+            close(fd);
+        backend_errorf(err, errlen, "backend_tier_import: missing fd or output");
+        return KVS_EINVAL;
+    }
+    backend_mapping_t *m = calloc(1, sizeof(*m));
+    if (m == NULL) {
+        close(fd);
+        backend_errorf(err, errlen, "out of memory allocating the mapping");
+        return KVS_ENOMEM;
+    }
+    int rc = backend_host_import_readonly(fd, bytes, m, err, errlen);
+    if (rc != 0) {
+        free(m);
+        return rc;
+    }
+    *out = m;
     return 0;
 }
 

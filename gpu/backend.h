@@ -182,6 +182,21 @@ uintptr_t backend_tier_base(const backend_t *b); /* the daemon's host pointer */
 void backend_tier_describe(const backend_t *b, backend_desc_t *out);
 int backend_tier_export(backend_t *b, int *fd, char *err, size_t errlen);
 
+/* For workers that read tier 2 themselves: *fd gets the tier-2 memfd opened
+ * again read-only (through /proc/self/fd), so that no mapping of it can be
+ * made writable. Errors (message in err): KVS_EINVAL (no tier 2), KVS_EIO
+ * (the system cannot reopen it: no /proc; the caller may fall back to
+ * backend_tier_export). */
+int backend_tier_export_readonly(backend_t *b, int *fd, char *err, size_t errlen);
+
+/* Importer side of tier 2 for a reader: maps the first bytes of the memfd fd
+ * (consumed: closed on success and on failure) read-only (PROT_READ,
+ * shared): a host mapping whose backend_mapping_read works and whose
+ * backend_mapping_write fails with KVS_EINVAL. The fd must be a memfd sealed
+ * against shrinking, of at least bytes. Errors (message in err): KVS_EINVAL,
+ * KVS_ENOMEM, KVS_EIO. Freed with backend_unmap. */
+int backend_tier_import(int fd, uint64_t bytes, backend_mapping_t **out, char *err, size_t errlen);
+
 typedef enum backend_tier_dir {
     BACKEND_TO_TIER = 0,   /* pool -> tier 2 (demotion) */
     BACKEND_FROM_TIER = 1, /* tier 2 -> pool (promotion) */

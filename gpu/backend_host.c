@@ -177,6 +177,41 @@ fail:
     return rc;
 }
 
+int backend_host_import_readonly(int fd, uint64_t bytes, backend_mapping_t *m, char *err,
+                                 size_t errlen)
+{
+    struct stat st;
+    int rc = KVS_EINVAL;
+    if (bytes == 0 || fstat(fd, &st) != 0 || (uint64_t)st.st_size < bytes) {
+        backend_errorf(err, errlen, "the tier-2 fd is smaller than the %llu bytes it should hold",
+                       (unsigned long long)bytes);
+        goto fail;
+    }
+    int seals = fcntl(fd, F_GET_SEALS);
+    if (seals < 0 || !(seals & F_SEAL_SHRINK)) {
+        backend_errorf(err, errlen,
+                       "the tier-2 fd is not a memfd sealed against shrinking: mapping it could "
+                       "crash this process if it shrank");
+        goto fail;
+    }
+    void *base = mmap(NULL, bytes, PROT_READ, MAP_SHARED, fd, 0);
+    if (base == MAP_FAILED) {
+        rc = errno == ENOMEM ? KVS_ENOMEM : KVS_EIO;
+        backend_errorf(err, errlen, "cannot map tier 2 (%llu bytes) read-only: %s",
+                       (unsigned long long)bytes, strerror(errno));
+        goto fail;
+    }
+    close(fd);
+    m->kind = BACKEND_HOST;
+    m->size = bytes;
+    m->base = (uintptr_t)base;
+    m->read_only = 1;
+    return 0;
+fail:
+    close(fd);
+    return rc;
+}
+
 void backend_host_unmap(backend_mapping_t *m)
 {
     if (m->base != 0)

@@ -31,6 +31,7 @@ struct backend_mapping {
     uint64_t size;
     uintptr_t base;
     struct backend_cuda *cuda;
+    int read_only; /* mapped PROT_READ: writes through it are refused */
 };
 
 /* printf into the caller's error buffer (accepts NULL / 0). */
@@ -50,6 +51,9 @@ int backend_host_export(backend_t *b, int *fds, size_t max, size_t *n_fds, char 
 int backend_host_import(const backend_desc_t *desc, const int *fds, size_t n_fds,
                         backend_mapping_t *m, char *err, size_t errlen);
 void backend_host_unmap(backend_mapping_t *m);
+/* Maps bytes of the sealed memfd fd read-only (fd consumed). */
+int backend_host_import_readonly(int fd, uint64_t bytes, backend_mapping_t *m, char *err,
+                                 size_t errlen);
 
 /* cuda (backend_cuda.c, or backend_cuda_none.c when built without CUDA). */
 int backend_cuda_built(void);

@@ -149,14 +149,15 @@ START_TEST(test_wire_lookup_head)
     for (size_t a = 0; a < 3; a++)
         for (size_t b = 0; b < 5; b++)
             for (size_t k = 0; k < 4; k++)
-                for (int pin = 0; pin < 4; pin++) {
-                    /* pin 2, 3: with a wait */
-                    uint32_t wait_ms = pin >= 2 ? (pin == 2 ? 5 : 60000) : 0;
+                for (int pin = 0; pin < 8; pin++) {
+                    /* pin 2, 3 (and 6, 7): with a wait; 4 .. 7 with tier2_in_place */
+                    uint32_t wait_ms = (pin & 3) >= 2 ? ((pin & 3) == 2 ? 5 : 60000) : 0;
+                    int in_place = pin >= 4;
                     size_t tb = counts[b] * 4, head_len;
                     uint8_t *frame = malloc(WIRE_LOOKUP_HEAD_MAX(strlen(names[a])) + tb);
-                    ck_assert_int_eq(
-                        wire_lookup_head(frame, ids[k], names[a], pin & 1, wait_ms, tb, &head_len),
-                        0);
+                    ck_assert_int_eq(wire_lookup_head(frame, ids[k], names[a], pin & 1, wait_ms,
+                                                      in_place, tb, &head_len),
+                                     0);
                     ck_assert_uint_le(head_len, WIRE_LOOKUP_HEAD_MAX(strlen(names[a])));
                     if (tb)
                         memcpy(frame + head_len, tokens, tb);
@@ -169,6 +170,7 @@ START_TEST(test_wire_lookup_head)
                     ck_assert_str_eq(r->lookup->ns, names[a]);
                     ck_assert_int_eq(r->lookup->pin, pin & 1);
                     ck_assert_uint_eq(r->lookup->wait_ms, wait_ms);
+                    ck_assert_int_eq(r->lookup->tier2_in_place, in_place);
                     ck_assert_uint_eq(r->lookup->tokens.len, tb);
                     if (tb)
                         ck_assert_int_eq(memcmp(r->lookup->tokens.data, tokens, tb), 0);
@@ -178,6 +180,7 @@ START_TEST(test_wire_lookup_head)
                     lk.ns = (char *)names[a];
                     lk.pin = pin & 1;
                     lk.wait_ms = wait_ms;
+                    lk.tier2_in_place = in_place;
                     lk.tokens.data = (uint8_t *)tokens;
                     lk.tokens.len = tb;
                     q.id = ids[k];

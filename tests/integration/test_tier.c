@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,7 +23,7 @@
 
 static harness_t h;
 
-static kvs_client_t *client(const char *name)
+static kvs_client_t *client_flags(const char *name, unsigned flags)
 {
     kvs_options_t o;
     kvs_client_t *c = NULL;
@@ -29,9 +31,15 @@ static kvs_client_t *client(const char *name)
     o.socket_path = h.socket_path;
     o.worker_name = name;
     o.timeout_ms = 30000;
+    o.flags = flags;
     int rc = kvs_connect(&o, &c);
     ck_assert_msg(rc == 0, "connect: %s", kvs_strerror(rc));
     return c;
+}
+
+static kvs_client_t *client(const char *name)
+{
+    return client_flags(name, 0);
 }
 
 static void prompt(uint32_t *t, size_t n, uint32_t seed)
@@ -366,6 +374,274 @@ START_TEST(test_sigkill_during_demotion)
 }
 END_TEST
 
+/* A lookup with tier2_in_place of prompt `seed` (nb blocks): all of them,
+ * the first n_t1 in the pool and the rest in tier 2, into ids and tiers,
+ * pinned; every block holds its writer's bytes, read through the pool's
+ * mapping or the tier-2 one. */
+static void lookup_in_place(kvs_client_t *c, uint32_t seed, size_t nb, size_t n_t1, uint32_t *ids,
+                            uint8_t *tiers)
+{
+    kvs_geometry_t g;
+    uint32_t tokens[MAX_BLOCKS * 16];
+    size_t n = 0;
+    ck_assert_int_eq(kvs_geometry(c, &g), 0);
+    prompt(tokens, nb * g.block_tokens, seed);
+    int rc = kvs_lookup_tier2(c, NULL, tokens, nb * g.block_tokens, ids, tiers, MAX_BLOCKS, &n);
+    ck_assert_msg(rc == 0, "lookup_tier2: %s", kvs_last_error(c));
+    ck_assert_uint_eq(n, nb);
+    uint8_t *want = malloc(g.slot_bytes), *got = malloc(g.slot_bytes);
+    ck_assert_ptr_nonnull(want);
+    ck_assert_ptr_nonnull(got);
+    for (size_t j = 0; j < n; j++) {
+        ck_assert_uint_eq(tiers[j], j < n_t1 ? 1 : 2);
+        for (uint32_t l = 0; l < g.layers; l++)
+            for (uint32_t kv = 0; kv < 2; kv++) {
+                for (size_t i = 0; i < g.slot_bytes; i++)
+                    want[i] = pattern(seed, l, kv, j, i);
+                if (tiers[j] == 1) {
+                    ck_assert_int_eq(kvs_block_read(c, l, kv, ids[j], got, g.slot_bytes), 0);
+                } else {
+                    uintptr_t addr;
+                    ck_assert_uint_lt(ids[j], g.tier2_blocks);
+                    ck_assert_int_eq(kvs_tier2_block_addr(c, l, kv, ids[j], &addr), 0);
+                    ck_assert_int_eq(kvs_tier2_block_read(c, l, kv, ids[j], got, g.slot_bytes), 0);
+                    ck_assert_int_eq(memcmp((const void *)addr, got, g.slot_bytes), 0);
+                }
+                ck_assert_msg(memcmp(got, want, g.slot_bytes) == 0,
+                              "prompt %u block %zu (tier %u) layer %u kv %u differs", seed, j,
+                              tiers[j], l, kv);
+            }
+    }
+    free(want);
+    free(got);
+}
+
+/* A worker writes a prompt, it is demoted, and a second worker that maps
+ * tier 2 looks it up in place: tier-2 blocks, not promoted, holding the
+ * writer's bytes. While pinned they stay put even when tier 2 must make
+ * room (other blocks go), and a plain pinned lookup of the same prompt
+ * does not move them either. Released with the usual Release. */
+START_TEST(test_tier2_in_place)
+{
+    /* 16 blocks of 512 B in the pool, 16 in tier 2. */
+    const char *const extra[] = {"--host-tier", "8KiB", NULL};
+    ck_assert_int_eq(harness_start(&h, 16, extra), 0);
+    kvs_client_t *w = client("writer");
+    kvs_client_t *r = client_flags("reader", KVS_MAP_TIER2);
+    kvs_geometry_t g;
+    kvs_stats_t s;
+    ck_assert_int_eq(kvs_geometry(r, &g), 0);
+    ck_assert_uint_eq(g.tier2_blocks, 16);
+    ck_assert_uint_ge(g.tier2_bytes, 16 * g.block_bytes);
+    ck_assert_uint_ne(kvs_tier2_base(r), 0);
+    ck_assert_uint_eq(kvs_tier2_base(w), 0); /* it did not ask */
+    uintptr_t addr;
+    ck_assert_int_eq(kvs_tier2_block_addr(w, 0, 0, 0, &addr), KVS_ENOTSUP);
+    ck_assert_int_eq(kvs_tier2_block_addr(r, 0, 0, 16, &addr), KVS_EINVAL);
+    write_prompt(w, 1, 8);
+    write_prompt(w, 2, 8);
+    write_prompt(w, 3, 8); /* the pool is full: prompt 1 goes to tier 2 */
+    check_idle(w, &s);
+    ck_assert_uint_eq(s.tier2_cached_blocks, 8);
+    kvs_stats_free(&s);
+
+    uint32_t ids[MAX_BLOCKS], ids3[MAX_BLOCKS];
+    uint8_t tiers[MAX_BLOCKS], tiers3[MAX_BLOCKS];
+    lookup_in_place(r, 1, 8, 0, ids, tiers);
+    lookup_in_place(r, 3, 8, 8, ids3, tiers3); /* in the pool: named there */
+    ck_assert_int_eq(kvs_stats(w, &s), 0);
+    ck_assert_uint_eq(s.tier_promotions, 0);
+    ck_assert_uint_eq(s.pinned_blocks, 16);
+    ck_assert_uint_eq(s.tier2_in_place_blocks, 8);
+    ck_assert_uint_eq(s.namespaces[0].tier2_hit_tokens, 8 * g.block_tokens);
+    kvs_stats_free(&s);
+    ck_assert_int_eq(kvs_release_tiers(r, ids3, tiers3, 8, NULL), 0);
+
+    /* A plain pinned lookup of prompt 1 leaves it where the reader reads
+     * it: no promotion, and no demotion to make room for one. */
+    uint32_t tokens[8 * 16], got[8];
+    size_t n = 99;
+    prompt(tokens, 8 * g.block_tokens, 1);
+    ck_assert_int_eq(kvs_lookup(w, NULL, tokens, 8 * g.block_tokens, 1, got, 8, &n), 0);
+    ck_assert_uint_eq(n, 0);
+    ck_assert_int_eq(kvs_stats(w, &s), 0);
+    ck_assert_uint_eq(s.tier_promotions, 0);
+    ck_assert_uint_eq(s.tier_demotions, 8);
+    kvs_stats_free(&s);
+
+    /* Prompt 4 demotes prompt 2: tier 2 is full. Prompt 5 must demote
+     * prompt 3, so tier 2 drops what it can: prompt 2, never the pinned
+     * prompt 1. Then prompt 6 demotes prompt 4, dropping prompt 3. */
+    write_prompt(w, 4, 8);
+    write_prompt(w, 5, 8);
+    ck_assert_int_eq(kvs_stats(w, &s), 0);
+    ck_assert_uint_eq(s.tier_demotions, 24);
+    ck_assert_uint_eq(s.tier2_drops, 8);
+    ck_assert_uint_eq(s.pinned_blocks, 8);
+    kvs_stats_free(&s);
+    write_prompt(w, 6, 8);
+    ck_assert_int_eq(kvs_stats(w, &s), 0);
+    ck_assert_uint_eq(s.tier_demotions, 32);
+    ck_assert_uint_eq(s.tier2_drops, 16);
+    ck_assert_uint_eq(s.tier2_cached_blocks, 16);
+    ck_assert_uint_eq(s.pinned_blocks, 8);
+    kvs_stats_free(&s);
+    uint32_t again[MAX_BLOCKS];
+    uint8_t again_tiers[MAX_BLOCKS];
+    lookup_in_place(r, 1, 8, 0, again, again_tiers); /* the same blocks, the same bytes */
+    ck_assert_int_eq(memcmp(again, ids, 8 * sizeof(uint32_t)), 0);
+    ck_assert_int_eq(kvs_release_tiers(r, again, again_tiers, 8, NULL), 0);
+
+    /* Released: no pin left; releasing again is refused. */
+    size_t done = 99;
+    ck_assert_int_eq(kvs_release_tiers(r, ids, tiers, 8, &done), 0);
+    ck_assert_uint_eq(done, 8);
+    ck_assert_int_eq(kvs_release_tiers(r, ids, tiers, 8, &done), KVS_ENOTHELD);
+    ck_assert_uint_eq(done, 0);
+    uint8_t bad_tier = 3;
+    ck_assert_int_eq(kvs_release_tiers(r, ids, &bad_tier, 1, NULL), KVS_EINVAL);
+    uint32_t out_of_range = 16;
+    uint8_t two = 2;
+    ck_assert_int_eq(kvs_release_tiers(r, &out_of_range, &two, 1, NULL), KVS_EINVAL);
+    check_idle(w, &s);
+    kvs_stats_free(&s);
+    /* Unpinned, prompt 1 now comes back into the pool as usual. */
+    check_prompt(w, 1, 8);
+    kvs_close(r);
+    kvs_close(w);
+    ck_assert_int_eq(harness_stop(&h), 0);
+    harness_cleanup(&h);
+}
+END_TEST
+
+/* The tier-2 mapping is for reading: a write through it faults, and it
+ * cannot be made writable (the fd came read-only). */
+START_TEST(test_tier2_mapping_read_only)
+{
+    const char *const extra[] = {"--host-tier", "8KiB", NULL};
+    ck_assert_int_eq(harness_start(&h, 16, extra), 0);
+    kvs_client_t *r = client_flags("reader", KVS_MAP_TIER2);
+    uintptr_t base = kvs_tier2_base(r);
+    ck_assert_uint_ne(base, 0);
+    long page = sysconf(_SC_PAGESIZE);
+    ck_assert_int_eq(mprotect((void *)base, (size_t)page, PROT_READ | PROT_WRITE), -1);
+    ck_assert_int_eq(errno, EACCES);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        *(volatile uint8_t *)base = 1;
+        _exit(0);
+    }
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV,
+                  "a write to tier 2 did not fault (status %d)", status);
+    kvs_close(r);
+    ck_assert_int_eq(harness_stop(&h), 0);
+    harness_cleanup(&h);
+}
+END_TEST
+
+/* A reader killed while it holds tier-2 pins leaks none, and the blocks
+ * are free to move again. */
+START_TEST(test_tier2_in_place_sigkill)
+{
+    const char *const extra[] = {"--host-tier", "8KiB", NULL};
+    ck_assert_int_eq(harness_start(&h, 16, extra), 0);
+    kvs_client_t *c = client("observer");
+    kvs_stats_t s;
+    write_prompt(c, 1, 8);
+    write_prompt(c, 2, 8);
+    write_prompt(c, 3, 8); /* prompt 1 in tier 2 */
+    int p[2];
+    ck_assert_int_eq(pipe(p), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        kvs_options_t o;
+        kvs_client_t *w;
+        kvs_geometry_t g;
+        uint32_t tokens[8 * 16], ids[8];
+        uint8_t tiers[8];
+        size_t n = 0;
+        close(p[0]);
+        kvs_options_init(&o);
+        o.socket_path = h.socket_path;
+        o.flags = KVS_MAP_TIER2;
+        if (kvs_connect(&o, &w) != 0 || kvs_geometry(w, &g) != 0)
+            _exit(1);
+        prompt(tokens, 8 * g.block_tokens, 1);
+        if (kvs_lookup_tier2(w, NULL, tokens, 8 * g.block_tokens, ids, tiers, 8, &n) != 0 ||
+            n != 8 || tiers[0] != 2)
+            _exit(2);
+        if (write(p[1], "x", 1) != 1)
+            _exit(3);
+        pause();
+        _exit(0);
+    }
+    close(p[1]);
+    char x;
+    ck_assert_int_eq(read(p[0], &x, 1), 1);
+    close(p[0]);
+    ck_assert_int_eq(kvs_stats(c, &s), 0);
+    ck_assert_uint_eq(s.pinned_blocks, 8);
+    kvs_stats_free(&s);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    /* The daemon sees the EOF on a later loop turn: wait for it. */
+    for (int i = 0; i < 1000; i++) {
+        ck_assert_int_eq(kvs_stats(c, &s), 0);
+        int gone = s.sessions == 1 && s.pinned_blocks == 0;
+        kvs_stats_free(&s);
+        if (gone)
+            break;
+        usleep(10000);
+    }
+    check_idle(c, &s);
+    ck_assert_uint_eq(s.sessions, 1);
+    ck_assert_uint_eq(s.tier_promotions, 0);
+    kvs_stats_free(&s);
+    check_prompt(c, 1, 8); /* unpinned: it comes back into the pool */
+    kvs_close(c);
+    ck_assert_int_eq(harness_stop(&h), 0);
+    harness_cleanup(&h);
+}
+END_TEST
+
+/* Without a tier 2 the option asks for nothing more: the mapping flag maps
+ * the pool only, and the lookup is a pinned lookup of pool blocks. */
+START_TEST(test_tier2_in_place_without_tier2)
+{
+    ck_assert_int_eq(harness_start(&h, 16, NULL), 0);
+    kvs_client_t *c = client_flags("reader", KVS_MAP_TIER2);
+    kvs_geometry_t g;
+    kvs_stats_t s;
+    ck_assert_int_eq(kvs_geometry(c, &g), 0);
+    ck_assert_uint_eq(g.tier2_blocks, 0);
+    ck_assert_uint_eq(g.tier2_bytes, 0);
+    ck_assert_uint_eq(kvs_tier2_base(c), 0);
+    uintptr_t addr;
+    ck_assert_int_eq(kvs_tier2_block_addr(c, 0, 0, 0, &addr), KVS_ENOTSUP);
+    write_prompt(c, 1, 8);
+    uint32_t ids[MAX_BLOCKS];
+    uint8_t tiers[MAX_BLOCKS];
+    lookup_in_place(c, 1, 8, 8, ids, tiers);
+    ck_assert_int_eq(kvs_stats(c, &s), 0);
+    ck_assert_uint_eq(s.pinned_blocks, 8);
+    kvs_stats_free(&s);
+    ck_assert_int_eq(kvs_release_tiers(c, ids, tiers, 8, NULL), 0);
+    uint32_t zero = 0;
+    uint8_t two = 2;
+    ck_assert_int_eq(kvs_release_tiers(c, &zero, &two, 1, NULL), KVS_EINVAL);
+    ck_assert_msg(strstr(kvs_last_error(c), "no tier 2") != NULL, "%s", kvs_last_error(c));
+    check_idle(c, &s);
+    kvs_stats_free(&s);
+    kvs_close(c);
+    ck_assert_int_eq(harness_stop(&h), 0);
+    harness_cleanup(&h);
+}
+END_TEST
+
 /* Blocks committed without their bytes written (the cuda pool's memory is
  * not the test's to write). */
 static void commit_prompt(kvs_client_t *c, uint32_t seed, size_t nb)
@@ -424,6 +700,10 @@ int main(void)
         tcase_add_test(tc, test_sigkill_during_promotion);
         tcase_add_test(tc, test_full_tier2);
         tcase_add_test(tc, test_sigkill_during_demotion);
+        tcase_add_test(tc, test_tier2_in_place);
+        tcase_add_test(tc, test_tier2_mapping_read_only);
+        tcase_add_test(tc, test_tier2_in_place_sigkill);
+        tcase_add_test(tc, test_tier2_in_place_without_tier2);
         printf("test_copy_failure_stops_the_daemon: not in this run (it needs the cuda test "
                "driver); ctest runs it as test_tier_copy_failure\n");
     }
