@@ -110,6 +110,44 @@ class BindingTest(unittest.TestCase):
                 a.pin(ids, priority=101)
             self.assertEqual(cm.exception.name, "KVS_EINVAL")
 
+    def test_tier2_in_place(self):
+        # A daemon with a tier 2 as large as its pool: the first prompt is
+        # demoted when two more fill the pool, and a reader that maps tier 2
+        # reads it there.
+        self.assertEqual(self.daemon.stop(), 0)
+        g = kvsd.GEOMETRY
+        block_bytes = 2 * g["layers"] * BT * g["kv_heads"] * g["head_dim"] * 2  # fp16
+        self.daemon = kvsd.Daemon(blocks=POOL, extra=("--host-tier", str(POOL * block_bytes)))
+        nb = POOL // 2
+        prompts = [list(range(s * 100000, s * 100000 + nb * BT)) for s in (1, 2, 3)]
+        with self.client(worker_name="W") as w, \
+                self.client(worker_name="R", map_tier2=True) as r:
+            geo = r.geometry
+            self.assertEqual(geo["tier2_blocks"], POOL)
+            self.assertNotEqual(r.tier2_base, 0)
+            self.assertEqual(w.tier2_base, 0)
+            for s, tokens in enumerate(prompts):
+                ids = w.alloc(nb)
+                for j, block in enumerate(ids):
+                    w.block_write(0, 1, block, bytes([s, j]) * 8)
+                self.assertEqual(w.commit(tokens, ids), ids)
+                w.release(ids)
+            got = r.lookup_tier2(prompts[0])
+            self.assertEqual([t for t, _ in got], [2] * nb)
+            for j, (_, block) in enumerate(got):
+                self.assertEqual(r.tier2_block_read(0, 1, block, 16), bytes([0, j]) * 8)
+            self.assertEqual(r.lookup_tier2(prompts[2]), [(1, b) for b in r.lookup(prompts[2])])
+            st = w.stats()
+            self.assertEqual(st["tier_promotions"], 0)
+            self.assertEqual(st["tier2_in_place_blocks"], nb)
+            self.assertEqual(st["pinned_blocks"], 2 * nb)
+            self.assertEqual(r.release_tiers(got), nb)
+            self.assertEqual(r.release(r.lookup(prompts[2], pin=False) * 2), 2 * nb)
+            self.assertEqual(w.stats()["pinned_blocks"], 0)
+            with self.assertRaises(kvshare.KvsError) as e:
+                r.release_tiers(got[:1])
+            self.assertEqual(e.exception.status, kvshare.STATUS["ENOTHELD"])
+
     def test_errors_carry_messages(self):
         with self.client() as a:
             with self.assertRaises(kvshare.KvsError) as cm:

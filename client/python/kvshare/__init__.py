@@ -68,6 +68,7 @@ _NAMES = {v: k for k, v in STATUS.items()}
 
 KVS_NO_MAP = 0x1
 KVS_LAZY = 0x2
+KVS_MAP_TIER2 = 0x4
 BACKEND_HOST = 1
 BACKEND_CUDA = 2
 
@@ -107,7 +108,8 @@ class _Geometry(ctypes.Structure):
         ("backend", ctypes.c_int),
         ("device_uuid", ctypes.c_uint8 * 16),
         ("kv_lora_rank", ctypes.c_uint32), ("rope_head_dim", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint64 * 7),
+        ("tier2_blocks", ctypes.c_uint32), ("tier2_bytes", ctypes.c_uint64),
+        ("reserved", ctypes.c_uint64 * 6),
     ]
 
 
@@ -258,6 +260,15 @@ def _declare(lib):
         "kvs_clear": (ctypes.c_int, [P, ctypes.c_char_p, SZP, SZP]),
         "kvs_alloc_report": (ctypes.c_int, [P, ctypes.c_char_p, ctypes.c_uint32, U32P, U32P,
                                             SZ, SZP]),
+        "kvs_tier2_base": (ctypes.c_size_t, [P]),
+        "kvs_tier2_block_addr": (ctypes.c_int, [P, ctypes.c_uint32, ctypes.c_uint32,
+                                                ctypes.c_uint32, ctypes.POINTER(ctypes.c_size_t)]),
+        "kvs_tier2_block_read": (ctypes.c_int, [P, ctypes.c_uint32, ctypes.c_uint32,
+                                                ctypes.c_uint32, ctypes.c_void_p, SZ]),
+        "kvs_lookup_tier2": (ctypes.c_int, [P, ctypes.c_char_p, U32P, SZ, U32P,
+                                            ctypes.POINTER(ctypes.c_uint8), SZ, SZP]),
+        "kvs_release_tiers": (ctypes.c_int, [P, U32P, ctypes.POINTER(ctypes.c_uint8), SZ,
+                                             SZP]),
     }
     for name, (res, args) in sig.items():
         fn = getattr(lib, name)
@@ -305,7 +316,8 @@ class Client:
     """One connection to kvshared (a session): see kvshare.h for the semantics."""
 
     def __init__(self, socket_path=None, timeout_ms=1000, worker_name=None,
-                 map_pool=True, lazy=False, reconnect_ms=0, lib=None, daemon_uid=0):
+                 map_pool=True, lazy=False, reconnect_ms=0, lib=None, daemon_uid=0,
+                 map_tier2=False):
         self._lib = load_library(lib)
         opts = _Options()
         self._lib.kvs_options_init(ctypes.byref(opts))
@@ -315,7 +327,8 @@ class Client:
         opts.timeout_ms = int(timeout_ms)
         opts.reconnect_ms = int(reconnect_ms)
         opts.daemon_uid = int(daemon_uid)
-        opts.flags = (0 if map_pool else KVS_NO_MAP) | (KVS_LAZY if lazy else 0)
+        opts.flags = ((0 if map_pool else KVS_NO_MAP) | (KVS_LAZY if lazy else 0) |
+                      (KVS_MAP_TIER2 if map_tier2 else 0))
         handle = ctypes.c_void_p()
         rc = self._lib.kvs_connect(ctypes.byref(opts), ctypes.byref(handle))
         if rc != 0:
@@ -374,6 +387,7 @@ class Client:
             "backend": "cuda" if g.backend == BACKEND_CUDA else "host",
             "device_uuid": bytes(g.device_uuid),
             "kv_lora_rank": g.kv_lora_rank, "rope_head_dim": g.rope_head_dim,
+            "tier2_blocks": g.tier2_blocks, "tier2_bytes": g.tier2_bytes,
         }
 
     @property
@@ -409,6 +423,55 @@ class Client:
         buf = ctypes.create_string_buffer(n)
         self._check(self._lib.kvs_block_read(self._c, layer, kv, block, buf, n))
         return buf.raw
+
+    # -- tier 2 in place (Client(map_tier2=True); kvshare.h "Tier 2 in place") --
+    @property
+    def tier2_base(self):
+        """Address of the read-only tier-2 mapping (host memory); 0 when not mapped."""
+        return self._lib.kvs_tier2_base(self._c)
+
+    def tier2_block_addr(self, layer, kv, block):
+        """Address of tier-2 block's K (kv=0) or V (kv=1) in layer: slot_bytes
+        bytes to read, never to write, while this client pins the block."""
+        addr = ctypes.c_size_t()
+        self._check(self._lib.kvs_tier2_block_addr(self._c, layer, kv, block,
+                                                   ctypes.byref(addr)))
+        return addr.value
+
+    def tier2_block_read(self, layer, kv, block, n=None):
+        """Bytes from the start of a tier-2 block's K or V slot (default: all of it)."""
+        if n is None:
+            n = self.geometry["slot_bytes"]
+        buf = ctypes.create_string_buffer(n)
+        self._check(self._lib.kvs_tier2_block_read(self._c, layer, kv, block, buf, n))
+        return buf.raw
+
+    def lookup_tier2(self, tokens, ns=None):
+        """The longest cached prefix, pinned, as (tier, block id) pairs: tier 1
+        blocks are in the pool, tier 2 blocks stay in tier 2 (ids in tier 2)
+        for this client to read itself. Release with release_tiers(). []
+        while the daemon is unreachable."""
+        ptr, n, keep = _u32(tokens)
+        ids = (ctypes.c_uint32 * max(1, n))()
+        tiers = (ctypes.c_uint8 * max(1, n))()
+        got = ctypes.c_size_t()
+        rc = self._lib.kvs_lookup_tier2(self._c, _enc(ns), ptr, n, ids, tiers, n,
+                                        ctypes.byref(got))
+        del keep
+        if rc in (STATUS["ENOTCONN"], STATUS["ETIMEDOUT"]):
+            return []
+        self._check(rc)
+        return [(tiers[i], ids[i]) for i in range(got.value)]
+
+    def release_tiers(self, blocks):
+        """Releases what lookup_tier2 returned ((tier, id) pairs, pool blocks
+        first); returns how many."""
+        blocks = list(blocks)
+        p, n, keep = _u32([b for _, b in blocks])
+        tiers = (ctypes.c_uint8 * max(1, n))(*[t for t, _ in blocks])
+        done = ctypes.c_size_t()
+        self._check(self._lib.kvs_release_tiers(self._c, p, tiers, n, ctypes.byref(done)))
+        return done.value
 
     # -- RPCs --
     def lookup_inflight(self, tokens, ns=None, pin=True, wait_ms=0):
