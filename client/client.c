@@ -902,8 +902,10 @@ static void release_surplus(kvs_client_t *c, const Kvshare__LookupReply *lr, siz
         rl.block_ids = lr->block_ids + from;
     }
     size_t t2_from = from > n1 ? from - n1 : 0;
-    rl.n_tier2_block_ids = lr->n_tier2_block_ids - t2_from;
-    rl.tier2_block_ids = lr->tier2_block_ids + t2_from;
+    if (t2_from < lr->n_tier2_block_ids) { /* (no arithmetic on a NULL array) */
+        rl.n_tier2_block_ids = lr->n_tier2_block_ids - t2_from;
+        rl.tier2_block_ids = lr->tier2_block_ids + t2_from;
+    }
     rr.rpc_case = KVSHARE__REQUEST__RPC_RELEASE;
     rr.release = &rl;
     if (call(c, &rr, &r2) == 0 || r2)
