@@ -77,12 +77,12 @@ static void copies_done(uv_work_t *w, int status)
     tier_job_t *j = w->data;
     server_t *srv = j->srv;
     bool failed = status != 0 || j->rc != 0;
-    if (failed)
+    if (failed) {
         srv->metrics.tier_copy_failures++;
-    if (failed)
         LOG_ERROR("tier-2 %s of %zu blocks failed: %s",
                   j->dir == BACKEND_TO_TIER ? "demotion" : "promotion", j->n,
                   status != 0 ? uv_strerror(status) : kvs_status_text(j->rc));
+    }
     for (size_t i = 0; i < j->n; i++) {
         uint32_t peer;
         if (radix_copy_done(srv->index, j->index_ids[i], &peer) != 0) {

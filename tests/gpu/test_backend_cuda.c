@@ -22,6 +22,7 @@
 
 #include "backend.h"
 #include "geometry.h"
+#include "tier_checks.h"
 
 #define SKIP_CODE  77
 #define NUM_BLOCKS 64
@@ -358,93 +359,12 @@ START_TEST(copy_batches_on_device)
 }
 END_TEST
 
-/* Tier 2: blocks go to the tier and back (the tier laid out by
- * geometry_offset with its own block count, so both pitches differ), the
- * tier maps through its exported fd, and bad ids are refused. */
+/* Tier 2: the round trip every backend passes (tier_checks.c). */
 START_TEST(tier_round_trip)
 {
-    enum { TIER_BLOCKS = 5 };
-    geometry_t tg = test_geom();
-    const geometry_t *g = &tg;
-    uint64_t slot = geometry_slot_bytes(g);
-    backend_t *b = open_cuda(NUM_BLOCKS * geometry_block_bytes(g));
-    const uint32_t one[1] = {0};
-    ck_assert_int_eq(
-        backend_tier_copy(b, g, NUM_BLOCKS, TIER_BLOCKS, BACKEND_TO_TIER, one, one, 1, NULL),
-        KVS_EINVAL);
-    char err[256] = "";
-    ck_assert_int_eq(backend_tier_open(b, 0, err, sizeof(err)), KVS_EINVAL);
-    int rc = backend_tier_open(b, TIER_BLOCKS * geometry_block_bytes(g), err, sizeof(err));
-    ck_assert_msg(rc == 0, "backend_tier_open: %d: %s", rc, err);
-    ck_assert_int_eq(backend_tier_open(b, 4096, err, sizeof(err)), KVS_EINVAL);
-    ck_assert_uint_ge(backend_tier_size(b), TIER_BLOCKS * geometry_block_bytes(g));
-    uint8_t *want = malloc(slot), *got = malloc(slot), *zero = calloc(1, slot);
-    const uint32_t pool[3] = {1, 2, 3}, tier[3] = {4, 0, 2}, back[3] = {5, 6, 7};
-    for (int i = 0; i < 3; i++)
-        for (uint32_t l = 0; l < g->layers; l++)
-            for (uint32_t kv = 0; kv < 2; kv++) {
-                fill_pattern(want, slot, pool[i] * 64 + l * 2 + kv);
-                ck_assert_int_eq(
-                    backend_write(b, geometry_offset(g, NUM_BLOCKS, l, kv, pool[i]), want, slot),
-                    0);
-            }
-    double ms = -1;
-    ck_assert_int_eq(
-        backend_tier_copy(b, g, NUM_BLOCKS, TIER_BLOCKS, BACKEND_TO_TIER, pool, tier, 3, &ms), 0);
-    ck_assert(ms >= 0);
-    const uint8_t *t2 = (const uint8_t *)backend_tier_base(b);
-    for (int i = 0; i < 3; i++)
-        for (uint32_t l = 0; l < g->layers; l++)
-            for (uint32_t kv = 0; kv < 2; kv++) {
-                fill_pattern(want, slot, pool[i] * 64 + l * 2 + kv);
-                ck_assert_int_eq(
-                    memcmp(t2 + geometry_offset(g, TIER_BLOCKS, l, kv, tier[i]), want, slot), 0);
-                ck_assert_int_eq(
-                    backend_write(b, geometry_offset(g, NUM_BLOCKS, l, kv, pool[i]), zero, slot),
-                    0);
-            }
-    /* tier block 1 and 3 untouched */
-    ck_assert_int_eq(memcmp(t2 + geometry_offset(g, TIER_BLOCKS, 0, 0, 1), zero, slot), 0);
-    ck_assert_int_eq(memcmp(t2 + geometry_offset(g, TIER_BLOCKS, 0, 1, 3), zero, slot), 0);
-    ck_assert_int_eq(
-        backend_tier_copy(b, g, NUM_BLOCKS, TIER_BLOCKS, BACKEND_FROM_TIER, back, tier, 3, NULL),
-        0);
-    for (int i = 0; i < 3; i++)
-        for (uint32_t l = 0; l < g->layers; l++)
-            for (uint32_t kv = 0; kv < 2; kv++) {
-                fill_pattern(want, slot, pool[i] * 64 + l * 2 + kv);
-                ck_assert_int_eq(
-                    backend_read(b, geometry_offset(g, NUM_BLOCKS, l, kv, back[i]), got, slot), 0);
-                ck_assert_int_eq(memcmp(got, want, slot), 0);
-            }
-    /* An importer maps tier 2 like a host pool. */
-    backend_desc_t desc;
-    backend_tier_describe(b, &desc);
-    int fd = -1;
-    ck_assert_int_eq(backend_tier_export(b, &fd, err, sizeof(err)), 0);
-    backend_mapping_t *m = NULL;
-    ck_assert_int_eq(backend_import(&desc, &fd, 1, &m, err, sizeof(err)), 0);
-    fill_pattern(want, slot, pool[0] * 64 + 1);
-    ck_assert_int_eq(memcmp((const uint8_t *)backend_mapping_base(m) +
-                                geometry_offset(g, TIER_BLOCKS, 0, 1, tier[0]),
-                            want, slot),
-                     0);
-    backend_unmap(m);
-    /* Refused whole: a tier id or pool id out of range, a layout beyond the tier. */
-    const uint32_t bad_tier[2] = {1, TIER_BLOCKS}, bad_pool[2] = {5, NUM_BLOCKS};
-    ck_assert_int_eq(
-        backend_tier_copy(b, g, NUM_BLOCKS, TIER_BLOCKS, BACKEND_TO_TIER, pool, bad_tier, 2, NULL),
-        KVS_EINVAL);
-    ck_assert_int_eq(backend_tier_copy(b, g, NUM_BLOCKS, TIER_BLOCKS, BACKEND_FROM_TIER, bad_pool,
-                                       tier, 2, NULL),
-                     KVS_EINVAL);
-    ck_assert_int_eq(backend_tier_copy(b, g, NUM_BLOCKS, TIER_BLOCKS * 100, BACKEND_TO_TIER, pool,
-                                       tier, 1, NULL),
-                     KVS_EINVAL);
-    ck_assert_int_eq(memcmp(t2 + geometry_offset(g, TIER_BLOCKS, 0, 0, 1), zero, slot), 0);
-    free(want);
-    free(got);
-    free(zero);
+    geometry_t g = test_geom();
+    backend_t *b = open_cuda(NUM_BLOCKS * geometry_block_bytes(&g));
+    check_tier_round_trip(b, &g, NUM_BLOCKS);
     backend_close(b);
 }
 END_TEST
