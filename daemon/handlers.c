@@ -338,15 +338,11 @@ int handler_lookup_answer(session_t *s, uint32_t ns, const uint32_t *tokens, siz
      * (hits by tier included): this run comes out of the counters. */
     if (s->tier_rerun && !waited)
         radix_lookup_uncount(srv->index, ns, n_tokens, n_blocks, n_blocks - n_t1);
-    /* Tier-2 blocks that another session pins in place (a lookup with
-     * tier2_in_place) are read there: they stay, and so do the blocks
-     * after them. */
+    /* Tier-2 blocks that another session reads in place stay, and so do
+     * the blocks after them (radix_promotable). */
     size_t n_promote = 0;
-    uint32_t refs = 0;
     if (n_t1 < n_blocks && pin && !in_place && !waited)
-        while (n_t1 + n_promote < n_blocks &&
-               radix_block_refcount(srv->index, ids[n_t1 + n_promote], &refs) == 0 && refs == 1)
-            n_promote++;
+        n_promote = radix_promotable(srv->index, ids + n_t1, n_blocks - n_t1);
     if (n_t1 < n_blocks && in_place) {
         n_t2 = n_blocks - n_t1; /* pinned in tier 2: neither promoted nor dropped */
     } else if (n_promote > 0) {

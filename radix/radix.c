@@ -1996,6 +1996,20 @@ int radix_promote(radix_tree_t *t, uint32_t tier2_id, uint32_t block_id)
     return 0;
 }
 
+size_t radix_promotable(const radix_tree_t *t, const uint32_t *ids, size_t n)
+{
+    size_t k = 0;
+    if (!t || !ids || t->t2_blocks == 0)
+        return 0;
+    for (; k < n; k++) {
+        uint32_t id = ids[k];
+        if (!in_tier2(t, id) || id >= t->cfg.max_blocks + t->t2_blocks || !t->by_node[id] ||
+            is_busy(t, id) || *rec_ref(t->by_node[id], t->by_pos[id]) != 1)
+            break;
+    }
+    return k;
+}
+
 int radix_copy_done(radix_tree_t *t, uint32_t id, uint32_t *peer)
 {
     if (!t || !peer || t->t2_blocks == 0 || id >= t->cfg.max_blocks + t->t2_blocks)

@@ -417,6 +417,14 @@ int radix_demote(radix_tree_t *t, uint32_t for_ns, size_t n, radix_move_t *moves
  * more than once: someone else reads its tier-2 copy). */
 int radix_promote(radix_tree_t *t, uint32_t tier2_id, uint32_t block_id);
 
+/* How many of ids, from the first, radix_promote would take as far as their
+ * own state goes: cached tier-2 blocks, not busy, pinned exactly once (the
+ * caller's pin from the lookup that matched them). ids is a matched
+ * prefix's tier-2 part; a block that someone else pins too (a reader of its
+ * tier-2 copy in place) ends the run, so it and the blocks after it stay in
+ * tier 2. */
+size_t radix_promotable(const radix_tree_t *t, const uint32_t *ids, size_t n);
+
 /* Ends the copy of busy block id (a promotion's tier-1 id or a demotion's
  * tier-2 id): *peer gets its other id (for a demotion, the tier-1 id that
  * the caller may now free). The block becomes readable and, if it is a

@@ -1307,6 +1307,43 @@ START_TEST(test_tier2_top_drop_uncount)
 }
 END_TEST
 
+/* radix_promotable: the run of a matched tier-2 part that the matching
+ * lookup alone pins; a block someone else pins too ends it. */
+START_TEST(test_tier2_promotable)
+{
+    radix_config_t cfg = {.block_tokens = BT, .max_blocks = 4, .tier2_blocks = 4};
+    radix_tree_t *t = tree_cfg(cfg);
+    uint32_t ns = ns_new(t, "a", 0, 0), tok[4 * BT], ids[4], peer;
+    prompt(tok, 4 * BT, 1);
+    insert_run(t, ns, tok, 4, 0, false, 0);
+    radix_move_t mv[4];
+    size_t n_mv = 0, n_dr = 0;
+    ck_assert_int_eq(radix_demote(t, ns, 3, mv, &n_mv, &n_dr), 0);
+    ck_assert_uint_eq(n_mv, 3);
+    for (size_t k = 0; k < n_mv; k++)
+        ck_assert_int_eq(radix_copy_done(t, mv[k].to, &peer), 0);
+    size_t n = 0;
+    ck_assert_int_eq(radix_lookup(t, ns, tok, 4 * BT, true, ids, 4, &n), 0);
+    ck_assert_uint_eq(n, 4);
+    ck_assert_uint_lt(ids[0], 4);
+    ck_assert_uint_eq(radix_promotable(t, ids + 1, 3), 3);
+    ck_assert_uint_eq(radix_promotable(t, ids, 4), 0); /* a tier-1 block first */
+    ck_assert_uint_eq(radix_promotable(NULL, ids + 1, 3), 0);
+    /* Another reader pins the middle block: the run stops before it. */
+    ck_assert_int_eq(radix_pin(t, ids[2]), 0);
+    ck_assert_uint_eq(radix_promotable(t, ids + 1, 3), 1);
+    ck_assert_int_eq(radix_promote(t, ids[2], 3), KVS_EBUSY); /* as radix_promote says */
+    ck_assert_int_eq(radix_unpin(t, ids[2]), 0);
+    ck_assert_uint_eq(radix_promotable(t, ids + 1, 3), 3);
+    for (size_t k = 0; k < n; k++)
+        ck_assert_int_eq(radix_unpin(t, ids[k]), 0);
+    /* Unpinned, nothing is promotable: the caller's pin is missing. */
+    ck_assert_uint_eq(radix_promotable(t, ids + 1, 3), 0);
+    ck_assert_int_eq(radix_check(t), 0);
+    radix_free(t);
+}
+END_TEST
+
 START_TEST(test_top)
 {
     radix_tree_t *t = tree_with(BT, 64, NULL);
@@ -2369,6 +2406,7 @@ static Suite *radix_suite(void)
     tcase_add_test(tc, test_fanout_10k);
     tcase_add_test(tc, test_top);
     tcase_add_test(tc, test_tier2_top_drop_uncount);
+    tcase_add_test(tc, test_tier2_promotable);
     tcase_add_test(tc, test_memory);
     tcase_add_test(tc, test_alloc_failures);
     suite_add_tcase(s, tc);
