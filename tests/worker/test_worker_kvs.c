@@ -3,7 +3,8 @@
  * model's geometry, a temporary socket): worker processes that share a long
  * system prompt through the daemon produce exactly the private run's tokens
  * and final logits, compute only what the cache lacked, and leave nothing
- * pinned or WRITING behind. Times to first token are printed, not asserted.
+ * pinned or WRITING behind, also when their prefix went to tier 2
+ * (--host-tier) and came back. Times to first token are printed, not asserted.
  */
 #include <check.h>
 #include <errno.h>
@@ -24,6 +25,7 @@
 #include "model.h"
 #include "workload.h"
 #include "test_tmp.h"
+#include "tierfill.h"
 
 #ifndef WORKER_PATH
 #error "WORKER_PATH must name the kvshare-worker binary"
@@ -682,6 +684,121 @@ START_TEST(test_kvs_duplicate_block_is_swapped)
 }
 END_TEST
 
+/* The small model's geometry, a pool of `blocks` and a tier 2 of 1 MiB (128
+ * blocks of 8 KiB). */
+static void start_daemon_tier2(harness_t *h, unsigned blocks)
+{
+    static const char *const flags[] = {
+        "--layers",       "2",  "--kv-heads",  "2",    "--head-dim", "16", "--dtype", "fp32",
+        "--block-tokens", "16", "--host-tier", "1MiB", NULL,
+    };
+    ck_assert_int_eq(harness_start(h, blocks, flags), 0);
+}
+
+static void ns_blocks(kvs_client_t *c, const char *ns, uint32_t *pool, uint32_t *tier2)
+{
+    kvs_stats_t st;
+    int found = 0;
+
+    ck_assert_int_eq(kvs_stats(c, &st), 0);
+    for (size_t i = 0; i < st.n_namespaces; i++)
+        if (strcmp(st.namespaces[i].name, ns) == 0) {
+            *pool = st.namespaces[i].cached_blocks;
+            *tier2 = st.namespaces[i].tier2_blocks;
+            found = 1;
+        }
+    ck_assert_uint_eq(st.pinned_blocks, 0);
+    ck_assert_uint_eq(st.writing_blocks, 0);
+    ck_assert_uint_eq(st.copying_blocks, 0);
+    kvs_stats_free(&st);
+    ck_assert_msg(found, "kvshared does not know namespace %s", ns);
+}
+
+/* A prefix that goes tier 1 -> tier 2 -> tier 1, twice: each time the
+ * worker's pinned lookup gets its blocks promoted back, and its generated
+ * tokens and final logits equal a full private prefill's, bit for bit. The
+ * model reads every promoted byte (attention over all earlier positions), so
+ * a promotion that brought back any other bytes would change the logits. */
+START_TEST(test_kvs_tier2_round_trip_bitwise)
+{
+    enum { N = 300, FULL = N / 16, HIT = (N - 1) / 16 }; /* 18 blocks committed and matched */
+    model_config_t cfg;
+    model_t *m = NULL;
+    kvscache_t *kc = NULL;
+    kvscache_opts_t ko = {.ns = "tier", .timeout_ms = 30000, .private_blocks = 32};
+    harness_t h;
+    uint32_t prompt[N], gen[DECODE], gen_ref[DECODE], serial = 1, pool, tier2;
+    float ref[256], got[256];
+    worker_result_t r;
+    kvstore_t *priv = NULL;
+    geometry_t g;
+    kvs_client_t *c;
+    kvs_stats_t before, after;
+    tierfill_result_t fill;
+    char err[512];
+
+    model_config_small(&cfg);
+    ck_assert_int_eq(model_new(&cfg, &m), 0);
+    for (uint32_t i = 0; i < N; i++)
+        prompt[i] = (i * 59 + 7) % cfg.vocab;
+    model_config_geometry(&cfg, &g);
+    ck_assert_int_eq(kvstore_new_private(&g, 32, &priv), 0);
+    {
+        worker_t w = {.model = m, .store = priv, .ops = &worker_private_ops, .ctx = priv};
+        ck_assert_int_eq(worker_run(&w, prompt, N, DECODE, gen_ref, ref, &r), 0);
+    }
+
+    start_daemon_tier2(&h, 48);
+    ko.socket_path = h.socket_path;
+    ck_assert_int_eq(kvscache_open(&ko, m, &kc, err, sizeof(err)), 0);
+    ck_assert_int_eq(kvscache_run(kc, prompt, N, DECODE, gen, got, &r), 0);
+    ck_assert_int_eq(r.cache, WORKER_CACHE_SHARED);
+    ck_assert_uint_eq(r.matched_tokens, 0);
+    ck_assert_int_eq(memcmp(got, ref, sizeof(got)), 0);
+    c = monitor(&h);
+
+    for (int round = 0; round < 2; round++) {
+        /* Into tier 2, by the daemon's own count. */
+        ck_assert_msg(
+            tierfill_demote(c, "tier", "filler", FULL, &serial, &fill, err, sizeof(err)) == 0, "%s",
+            err);
+        ns_blocks(c, "tier", &pool, &tier2);
+        ck_assert_uint_eq(pool, 0);
+        ck_assert_uint_eq(tier2, FULL);
+        ck_assert_uint_gt(fill.filler_blocks, 0);
+
+        /* Back into tier 1 by the lookup: the prompt's blocks were promoted,
+         * not computed again. */
+        ck_assert_int_eq(kvs_stats(c, &before), 0);
+        memset(got, 0, sizeof(got));
+        memset(gen, 0, sizeof(gen));
+        ck_assert_int_eq(kvscache_run(kc, prompt, N, DECODE, gen, got, &r), 0);
+        ck_assert_msg(r.cache == WORKER_CACHE_SHARED, "%s", kvscache_note(kc));
+        ck_assert_uint_eq(r.matched_tokens, HIT * 16);
+        ck_assert_uint_eq(r.prefill_tokens, N - HIT * 16);
+        ck_assert_int_eq(kvs_stats(c, &after), 0);
+        ck_assert_uint_ge(after.tier_promotions - before.tier_promotions, HIT);
+        kvs_stats_free(&after);
+        kvs_stats_free(&before);
+        ns_blocks(c, "tier", &pool, &tier2);
+        ck_assert_uint_eq(pool, FULL);
+        ck_assert_uint_eq(tier2, 0);
+
+        ck_assert_msg(memcmp(got, ref, sizeof(got)) == 0,
+                      "round %d: final logits differ from the private prefill's", round);
+        ck_assert_msg(memcmp(gen, gen_ref, sizeof(gen)) == 0,
+                      "round %d: generated tokens differ from the private prefill's", round);
+    }
+
+    kvs_close(c);
+    kvscache_free(kc);
+    ck_assert_int_eq(harness_stop(&h), 0);
+    harness_cleanup(&h);
+    kvstore_free(priv);
+    model_free(m);
+}
+END_TEST
+
 static Suite *worker_kvs_suite(void)
 {
     Suite *s = suite_create("worker_kvs");
@@ -696,6 +813,7 @@ static Suite *worker_kvs_suite(void)
     tcase_add_test(tc, test_kvs_geometry_mismatch_refused);
     tcase_add_test(tc, test_kvs_daemon_restart);
     tcase_add_test(tc, test_kvs_daemon_restart_same_geometry);
+    tcase_add_test(tc, test_kvs_tier2_round_trip_bitwise);
     suite_add_tcase(s, tc);
     return s;
 }
