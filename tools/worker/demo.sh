@@ -39,7 +39,7 @@ while [ $# -gt 0 ]; do
     --system-tokens) system_tokens=$2; shift 2 ;;
     --question-tokens) question_tokens=$2; shift 2 ;;
     --decode) decode=$2; shift 2 ;;
-    -h | --help) sed -n '2,18p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "demo.sh: unknown option $1" >&2; exit 2 ;;
     esac
 done
