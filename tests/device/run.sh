@@ -21,6 +21,13 @@
 #     another process (tests/client/torch_share.py);
 #   - block copy against one cuMemcpy of the same bytes, latency and
 #     pipelined bandwidth (bench_copy);
+#   - tier 2 on the cuda backend: every test_tier case against kvshared
+#     --backend cuda --host-tier (copies between device memory and pinned
+#     tier-2 memory on the backend's stream, workers SIGKILLed mid-copy, a
+#     full tier 2, tier 2 read in place), then `kvshare-bench tier-copy
+#     --backend cuda`: demotions and promotions of 4k-token llama-3.1-8b
+#     prefixes against plain cuMemcpy DtoH / HtoD of the same sizes on the
+#     same threads (issue 14's target: at least 80 %);
 #   - the pure pool suites and `kvshare calc`.
 # A step that reports "skipped" while a GPU is visible is a failure: the GPU
 # was there and the check did not run. Everything is logged to LOG (default
@@ -166,6 +173,22 @@ fi
 # The stand-in driver copies with memmove: the rehearsal's figures mean
 # nothing, so it runs the short version.
 run "block copy bandwidth" 120 "$BIN/bench_copy" $([ $fake = 1 ] && echo --quick)
+# Tier 2 on the cuda backend (test_tier picks the backend from
+# KVS_TEST_TIER_BACKEND), then the copy bench: on the stand-in driver a short
+# run that only shows the copies and their check work (its copies are
+# memmoves: the figures mean nothing); on a GPU 4k-token prefixes, one thread
+# and four.
+run "tier 2 on the cuda backend (test_tier, kvshared --backend cuda --host-tier)" 240 \
+    env KVS_TEST_TIER_BACKEND=cuda "$BIN/test_tier"
+if [ $fake = 1 ]; then
+    run "tier-copy bench, cuda backend (stand-in driver: figures mean nothing)" 60 \
+        "$BIN/kvshare-bench" tier-copy --backend cuda --tokens 256 --rounds 1 --threads 2
+else
+    run "tier-copy bench, cuda backend, 4k-token llama-3.1-8b prefixes, 1 thread" 120 \
+        "$BIN/kvshare-bench" tier-copy --backend cuda --tokens 4096 --rounds 5 --threads 1
+    run "tier-copy bench, cuda backend, 4k-token llama-3.1-8b prefixes, 4 threads" 120 \
+        "$BIN/kvshare-bench" tier-copy --backend cuda --tokens 4096 --rounds 5 --threads 4
+fi
 run "geometry" 30 "$BIN/test_geometry"
 run "free stack" 30 "$BIN/test_pool"
 run "capacity planner arithmetic" 30 "$BIN/test_calc"

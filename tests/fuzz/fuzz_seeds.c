@@ -8,7 +8,8 @@
  * target's pool is fresh, 32 blocks of 4 tokens, and hands out ids 0, 1, 2,
  * ... and then the last released first), with 0xA5 0x5A between the reads;
  * chunks go to the target's two sessions in turn, and an empty chunk closes
- * one. Radix seeds are operation streams from a fixed generator. Client seeds
+ * one. Radix seeds are operation streams from a fixed generator, some
+ * random, some (seed_tier_*) shaped to reach the tier-2 steps. Client seeds
  * are a daemon's replies to fuzz_client's calls. The committed corpora were
  * made by this program; libFuzzer grows them in a scratch directory during
  * CI, never in the tree.
@@ -458,20 +459,134 @@ static uint8_t rnd_byte(void)
     return (uint8_t)(rng >> 24);
 }
 
+static void byte(uint8_t b)
+{
+    raw(&b, 1);
+}
+
+/* fuzz_radix's step encoding (tests/fuzz/fuzz_radix.c): an opcode (low 3
+ * bits: the operation), then ns + 4 x blocks, then the prompt's token bytes
+ * (four 2-bit tokens each), then the operation's own bytes. */
+static void r_no_prompt(uint8_t index)
+{
+    /* ns and a held or copy index; (arg >> 2) % 9 == 0 blocks: no token bytes */
+    byte((uint8_t)((index / 4 % 4) * 36 + index % 4));
+}
+
+enum {
+    R_INSERT_ROOM = 0x81,
+    R_PIN_ANY = 0x03,
+    R_HINT = 0x06,
+    R_DEMOTE = 0x07,
+    R_PROMOTE = 0x0f,
+    R_COPY_DONE = 0x17,
+    R_UNPIN_HELD = 0x04,
+    R_LOOKUP_PIN = 0x10
+};
+
+static void r_prompt(uint32_t ns, uint32_t blocks, uint32_t bt, const uint8_t *tokens)
+{
+    byte((uint8_t)(ns + 4 * blocks));
+    for (uint32_t k = 0; k < (blocks * bt + 3) / 4; k++)
+        byte(tokens[k]);
+}
+
+/* A tier-2 seed: prompts that share prefixes inserted into a full pool (so
+ * inserts demote), copies ended, then the prompts looked up again with
+ * promotion to random tier-1 ids, demotions and copy ends interleaved, pins
+ * and hints on any id of either tier, and pins let go. */
+static void radix_tier_seed(uint8_t shape, uint8_t tier, uint32_t bt, uint32_t pool)
+{
+    enum { PROMPTS = 12, MAX_TOKEN_BYTES = 8 * 16 / 4 };
+    static uint8_t tok[PROMPTS][MAX_TOKEN_BYTES];
+    uint32_t blocks[PROMPTS];
+    byte(shape);
+    byte(tier);
+    for (uint32_t p = 0; p < PROMPTS; p++) {
+        blocks[p] = 2 + p % 6;
+        for (uint32_t k = 0; k < MAX_TOKEN_BYTES; k++) /* prompts share the first bytes */
+            tok[p][k] = k < 2 * bt / 4 + 1 && p % 3 ? tok[0][k] : rnd_byte();
+    }
+    uint32_t next_id = 0;
+    for (int round = 0; round < 3; round++) {
+        for (uint32_t p = 0; p < PROMPTS; p++) {
+            byte(R_INSERT_ROOM);
+            r_prompt(p % 3, blocks[p], bt, tok[p]);
+            for (uint32_t k = 0; k < blocks[p]; k++)
+                byte((uint8_t)(next_id++ % pool));
+            for (int k = 0; k < 2; k++) {
+                byte(R_COPY_DONE);
+                r_no_prompt(rnd_byte());
+                byte(rnd_byte()); /* the id, were none in flight */
+            }
+        }
+        for (uint32_t p = 0; p < PROMPTS; p++) {
+            uint32_t q = (p * 5 + (uint32_t)round) % PROMPTS;
+            byte(R_DEMOTE);
+            r_prompt(q % 3, 0, bt, tok[q]);
+            byte(4);
+            for (int k = 0; k < 4; k++) {
+                byte(R_COPY_DONE);
+                r_no_prompt(rnd_byte());
+                byte(rnd_byte());
+            }
+            byte(R_PROMOTE);
+            r_prompt(q % 3, blocks[q], bt, tok[q]);
+            for (int k = 0; k < 8; k++)
+                byte((uint8_t)(rnd_byte() % pool));
+            byte(R_PIN_ANY);
+            r_no_prompt(0);
+            byte(rnd_byte()); /* any id of either tier */
+            byte(R_HINT);
+            byte((uint8_t)(q % 3));
+            byte(rnd_byte() % 8); /* the clock */
+            byte(rnd_byte());     /* the id */
+            byte(rnd_byte());     /* the priority */
+            byte(R_LOOKUP_PIN);
+            r_prompt(q % 3, blocks[q], bt, tok[q]);
+            for (int k = 0; k < 3; k++) {
+                byte(R_COPY_DONE);
+                r_no_prompt(rnd_byte());
+                byte(rnd_byte());
+                byte(R_UNPIN_HELD);
+                r_no_prompt(rnd_byte());
+                byte(rnd_byte());
+            }
+        }
+    }
+}
+
 static void radix_seeds(const char *dir)
 {
     static const uint8_t shapes[] = {0x00, 0x81, 0x0a, 0x87, 0x13, 0x04, 0x8f, 0x22};
+    /* byte 1, the tier 2: none, smaller than the pool, as large, larger */
+    static const uint8_t tiers[] = {0x00, 0x01, 0x02, 0x07, 0x04, 0x22, 0x0d, 0x13};
     for (size_t s = 0; s < sizeof(shapes); s++) {
         raw(&shapes[s], 1);
+        raw(&tiers[s], 1);
         /* Bias toward inserts first so later lookups hit. */
         for (int i = 0; i < 600 + 200 * (int)s; i++) {
             uint8_t b = rnd_byte();
             if (i < 120 && i % 3 == 0)
-                b = (uint8_t)(1 + 6 * (b % 40)); /* op % 6 == 1: insert */
+                b = (uint8_t)(1 + 8 * (b % 32)); /* op % 8 == 1: insert */
             raw(&b, 1);
         }
         char name[32];
         snprintf(name, sizeof(name), "seed_ops_%zu", s);
+        save(dir, name);
+    }
+    /* Tier 2 smaller (4, 3), as large and larger (16, 58) than pools of
+     * 12, 16 and 48 blocks (shape: block tokens [shape % 5] of 1, 2, 3, 4,
+     * 16; pool 8 + (shape >> 2) % 64; 0x80, the colliding hash). */
+    static const struct {
+        uint8_t shape, tier;
+        uint32_t bt, pool;
+    } tiered[] = {{0x10, 0x0d, 2, 12}, {0x10, 0x02, 2, 12}, {0x10, 0x0f, 2, 12},
+                  {0x23, 0x09, 1, 16}, {0x23, 0x02, 1, 16}, {0xa0, 0x27, 1, 48}};
+    for (size_t s = 0; s < sizeof(tiered) / sizeof(tiered[0]); s++) {
+        radix_tier_seed(tiered[s].shape, tiered[s].tier, tiered[s].bt, tiered[s].pool);
+        char name[32];
+        snprintf(name, sizeof(name), "seed_tier_%zu", s);
         save(dir, name);
     }
 }

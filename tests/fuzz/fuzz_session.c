@@ -19,6 +19,19 @@
  *   - each cached block's refcount is the sum of the sessions' pins on it,
  *     and no session holds a pin on a block that is not cached.
  * After both sessions close: nothing is WRITING, nothing is pinned.
+ *
+ * The daemon runs without a tier 2 here (--host-tier 0). With one, an Alloc
+ * on a full pool or a Lookup that matches tier-2 blocks starts a copy job on
+ * libuv's thread pool and defers the request until the job's completion runs
+ * on the loop (daemon/tier.c); this target feeds sessions directly and never
+ * runs the loop, so such a request would never be answered. Running the loop
+ * after each chunk until no job is left would answer it, but the checks
+ * above would then need what only tier.c knows while a job runs (the pins it
+ * holds, the tier-1 ids it copies from, which are neither free nor cached),
+ * and the order in which jobs end would depend on the threads. The index's
+ * side of the tiers is fuzzed by fuzz_radix (demotions, promotions, copy
+ * ends, tier-2 drops, in any order); the daemon's by test_tier (SIGKILL
+ * during promotion and demotion, a full tier 2).
  */
 #include <stdio.h>
 #include <stdlib.h>

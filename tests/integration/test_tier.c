@@ -1,8 +1,15 @@
 /*
- * Tier 2 through a real kvshared (host backend, --host-tier): a full pool
- * demotes instead of dropping, a pinned lookup of a demoted prefix gets it
- * back with the bytes its writer wrote, and workers killed while their
- * lookups promote leave no pin, no WRITING block and no lost block behind.
+ * Tier 2 through a real kvshared (--host-tier): a full pool demotes instead
+ * of dropping, a pinned lookup of a demoted prefix gets it back with the
+ * bytes its writer wrote, and workers killed while their lookups promote
+ * leave no pin, no WRITING block and no lost block behind.
+ *
+ * The daemon runs on the host backend, or on the cuda backend where
+ * KVS_TEST_TIER_BACKEND=cuda (ctest on the stand-in driver, and
+ * tests/device/run.sh on a GPU: the copies are then DMA between device
+ * memory and pinned tier-2 memory on the backend's stream). Blocks are
+ * written and read through libkvshare (kvs_block_write, kvs_block_read), so
+ * the same checks hold on either.
  */
 #include <check.h>
 #include <signal.h>
@@ -22,6 +29,25 @@
 #define MAX_BLOCKS 64
 
 static harness_t h;
+static const char *tier_backend; /* NULL: kvshared's default (host here) */
+
+/* Starts the daemon with extra flags (NULL-ended; may be NULL), on the
+ * backend this run tests, and with geometry flags when geo is not NULL. */
+static int start(unsigned blocks, const char *const *geo, const char *const *extra)
+{
+    const char *args[16];
+    size_t n = 0;
+    if (tier_backend) {
+        args[n++] = "--backend";
+        args[n++] = tier_backend;
+    }
+    for (size_t k = 0; extra && extra[k]; k++) {
+        ck_assert_uint_lt(n, 15);
+        args[n++] = extra[k];
+    }
+    args[n] = NULL;
+    return geo ? harness_start_geometry(&h, blocks, geo, args) : harness_start(&h, blocks, args);
+}
 
 static kvs_client_t *client_flags(const char *name, unsigned flags)
 {
@@ -64,14 +90,17 @@ static void write_prompt(kvs_client_t *c, uint32_t seed, size_t nb)
     prompt(tokens, nb * g.block_tokens, seed);
     int rc = kvs_alloc(c, NULL, (uint32_t)nb, ids);
     ck_assert_msg(rc == 0, "alloc: %s", kvs_last_error(c));
+    uint8_t *slot = malloc(g.slot_bytes);
+    ck_assert_ptr_nonnull(slot);
     for (size_t j = 0; j < nb; j++)
         for (uint32_t l = 0; l < g.layers; l++)
             for (uint32_t kv = 0; kv < 2; kv++) {
-                uintptr_t addr;
-                ck_assert_int_eq(kvs_block_addr(c, l, kv, ids[j], &addr), 0);
                 for (size_t i = 0; i < g.slot_bytes; i++)
-                    ((uint8_t *)addr)[i] = pattern(seed, l, kv, j, i);
+                    slot[i] = pattern(seed, l, kv, j, i);
+                rc = kvs_block_write(c, l, kv, ids[j], slot, g.slot_bytes);
+                ck_assert_msg(rc == 0, "block write: %s", kvs_last_error(c));
             }
+    free(slot);
     ck_assert_int_eq(kvs_commit(c, NULL, tokens, nb * g.block_tokens, ids, nb, can, &done), 0);
     ck_assert_uint_eq(done, nb);
     ck_assert_int_eq(kvs_release(c, can, nb, NULL), 0);
@@ -89,19 +118,21 @@ static void check_prompt(kvs_client_t *c, uint32_t seed, size_t nb)
     int rc = kvs_lookup(c, NULL, tokens, nb * g.block_tokens, 1, got, MAX_BLOCKS, &n);
     ck_assert_msg(rc == 0, "lookup: %s", kvs_last_error(c));
     ck_assert_uint_eq(n, nb);
-    uint8_t *want = malloc(g.slot_bytes);
+    uint8_t *want = malloc(g.slot_bytes), *slot = malloc(g.slot_bytes);
     ck_assert_ptr_nonnull(want);
+    ck_assert_ptr_nonnull(slot);
     for (size_t j = 0; j < n; j++)
         for (uint32_t l = 0; l < g.layers; l++)
             for (uint32_t kv = 0; kv < 2; kv++) {
-                uintptr_t addr;
-                ck_assert_int_eq(kvs_block_addr(c, l, kv, got[j], &addr), 0);
+                rc = kvs_block_read(c, l, kv, got[j], slot, g.slot_bytes);
+                ck_assert_msg(rc == 0, "block read: %s", kvs_last_error(c));
                 for (size_t i = 0; i < g.slot_bytes; i++)
                     want[i] = pattern(seed, l, kv, j, i);
-                ck_assert_msg(memcmp((const void *)addr, want, g.slot_bytes) == 0,
+                ck_assert_msg(memcmp(slot, want, g.slot_bytes) == 0,
                               "prompt %u block %zu layer %u kv %u differs", seed, j, l, kv);
             }
     free(want);
+    free(slot);
     ck_assert_int_eq(kvs_release(c, got, n, NULL), 0);
 }
 
@@ -128,7 +159,7 @@ START_TEST(test_demote_then_promote)
 {
     /* 16 blocks of 512 B in the pool, 32 in tier 2. */
     const char *const extra[] = {"--host-tier", "16KiB", NULL};
-    ck_assert_int_eq(harness_start(&h, 16, extra), 0);
+    ck_assert_int_eq(start(16, NULL, extra), 0);
     kvs_client_t *c = client("tier");
     kvs_stats_t s;
     write_prompt(c, 1, 8);
@@ -190,7 +221,7 @@ START_TEST(test_sigkill_during_promotion)
 {
     const char *const geo[] = {"--model", "llama-3.2-1b", NULL};
     const char *const extra[] = {"--host-tier", "64MiB", NULL}; /* 128 blocks */
-    ck_assert_int_eq(harness_start_geometry(&h, 32, geo, extra), 0);
+    ck_assert_int_eq(start(32, geo, extra), 0);
     kvs_client_t *c = client("observer");
     kvs_geometry_t g;
     ck_assert_int_eq(kvs_geometry(c, &g), 0);
@@ -261,7 +292,7 @@ START_TEST(test_full_tier2)
 {
     /* 16 blocks of 512 B in the pool, 8 in tier 2. */
     const char *const extra[] = {"--host-tier", "4KiB", NULL};
-    ck_assert_int_eq(harness_start(&h, 16, extra), 0);
+    ck_assert_int_eq(start(16, NULL, extra), 0);
     kvs_client_t *c = client("tier");
     kvs_stats_t s;
     write_prompt(c, 1, 8);
@@ -312,7 +343,7 @@ START_TEST(test_sigkill_during_demotion)
 {
     const char *const geo[] = {"--model", "llama-3.2-1b", NULL};
     const char *const extra[] = {"--host-tier", "64MiB", NULL}; /* 128 blocks */
-    ck_assert_int_eq(harness_start_geometry(&h, 32, geo, extra), 0);
+    ck_assert_int_eq(start(32, geo, extra), 0);
     kvs_client_t *c = client("observer");
     for (uint32_t p = 1; p <= 2; p++)
         write_prompt(c, p, 16); /* the pool is full and everything cached */
@@ -425,7 +456,7 @@ START_TEST(test_tier2_in_place)
 {
     /* 16 blocks of 512 B in the pool, 16 in tier 2. */
     const char *const extra[] = {"--host-tier", "8KiB", NULL};
-    ck_assert_int_eq(harness_start(&h, 16, extra), 0);
+    ck_assert_int_eq(start(16, NULL, extra), 0);
     kvs_client_t *w = client("writer");
     kvs_client_t *r = client_flags("reader", KVS_MAP_TIER2);
     kvs_geometry_t g;
@@ -527,7 +558,7 @@ static void on_segv(int sig)
 START_TEST(test_tier2_mapping_read_only)
 {
     const char *const extra[] = {"--host-tier", "8KiB", NULL};
-    ck_assert_int_eq(harness_start(&h, 16, extra), 0);
+    ck_assert_int_eq(start(16, NULL, extra), 0);
     kvs_client_t *r = client_flags("reader", KVS_MAP_TIER2);
     uintptr_t base = kvs_tier2_base(r);
     ck_assert_uint_ne(base, 0);
@@ -560,7 +591,7 @@ END_TEST
 START_TEST(test_tier2_in_place_sigkill)
 {
     const char *const extra[] = {"--host-tier", "8KiB", NULL};
-    ck_assert_int_eq(harness_start(&h, 16, extra), 0);
+    ck_assert_int_eq(start(16, NULL, extra), 0);
     kvs_client_t *c = client("observer");
     kvs_stats_t s;
     write_prompt(c, 1, 8);
@@ -625,7 +656,7 @@ END_TEST
  * the pool only, and the lookup is a pinned lookup of pool blocks. */
 START_TEST(test_tier2_in_place_without_tier2)
 {
-    ck_assert_int_eq(harness_start(&h, 16, NULL), 0);
+    ck_assert_int_eq(start(16, NULL, NULL), 0);
     kvs_client_t *c = client_flags("reader", KVS_MAP_TIER2);
     kvs_geometry_t g;
     kvs_stats_t s;
@@ -703,8 +734,15 @@ int main(void)
      * it out; the daemon cases run on the host backend. */
     const char *fake = getenv("KVS_FAKE_CUDA");
     bool copy_failure = fake && strcmp(fake, "hostcopyfail") == 0;
+    tier_backend = getenv("KVS_TEST_TIER_BACKEND");
+    if (tier_backend && strcmp(tier_backend, "cuda") != 0 && strcmp(tier_backend, "host") != 0) {
+        fprintf(stderr, "test_tier: KVS_TEST_TIER_BACKEND is host or cuda, not %s\n", tier_backend);
+        return EXIT_FAILURE;
+    }
     Suite *su = suite_create("tier");
     TCase *tc = tcase_create(copy_failure ? "cuda" : "daemon");
+    if (tier_backend)
+        printf("test_tier: kvshared --backend %s\n", tier_backend);
     tcase_set_timeout(tc, 120);
     if (copy_failure) {
         tcase_add_test(tc, test_copy_failure_stops_the_daemon);

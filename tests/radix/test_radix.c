@@ -1568,7 +1568,8 @@ static void diff_run(const diff_cfg_t *dc)
                           .freq_max_hits = dc->max_hits,
                           .freq_bonus_pct = dc->bonus_pct,
                           .freq_bonus_ticks = dc->bonus_ticks,
-                          .freq_horizon_pct = dc->horizon_pct};
+                          .freq_horizon_pct = dc->horizon_pct,
+                          .tier2_blocks = dc->t2_blocks};
     static const uint32_t quotas[3] = {0, 16, 0}, reserves[3] = {0, 0, 12};
     static const char *const names[3] = {"free", "quota", "reserve"};
     radix_diff_t *d = malloc(sizeof(*d));
@@ -1581,6 +1582,7 @@ static void diff_run(const diff_cfg_t *dc)
         rng_state = 1;
     uint32_t tok[MAX_PROMPT_BLOCKS * MAX_BT + 16];
     uint32_t ids[MAX_PROMPT_BLOCKS];
+    uint32_t n_all = dc->max_blocks + dc->t2_blocks; /* ids of both tiers */
     long counts[8] = {0};
     long insert_rc[32] = {0}, evicted = 0, max_cached = 0, pinned_lookups = 0, pins_refused = 0;
     uint64_t clock_now = 1; /* the clock of hint ends */
@@ -1595,7 +1597,34 @@ static void diff_run(const diff_cfg_t *dc)
         uint32_t op = rnd(100);
         radix_diff_op_t o = {.ns = ns, .tokens = tok, .n_tokens = n_tokens};
         int rc;
-        if (op < 35) {
+        if (dc->t2_blocks > 0 && rnd(3) == 0) {
+            /* the tiers: demote, promote a pinned lookup's tier-2 blocks,
+             * end a copy (now and then of any id: errors) */
+            uint32_t kind = rnd(3);
+            if (kind == 0) {
+                o.kind = RADIX_DIFF_DEMOTE;
+                o.for_ns = rnd(4) == 0 ? RADIX_NS_ANY : ns;
+                o.n = rnd(8);
+            } else if (kind == 1 && radix_diff_can_pin(d, MAX_PROMPT_BLOCKS + 1)) {
+                o.kind = RADIX_DIFF_PROMOTE;
+                o.max_ids = MAX_PROMPT_BLOCKS;
+                for (size_t k = 0; k < MAX_PROMPT_BLOCKS; k++) {
+                    uint32_t id = rnd(dc->max_blocks);
+                    for (int tries = 0; tries < 16 && d->m.blocks[id].cached; tries++)
+                        id = rnd(dc->max_blocks);
+                    ids[k] = id;
+                }
+                o.ids = ids;
+                o.n_ids = MAX_PROMPT_BLOCKS;
+            } else {
+                o.kind = RADIX_DIFF_COPY_DONE;
+                o.from_copying = rnd(20) != 0;
+                o.copy_index = rnd(1u << 16);
+                o.id = rnd(n_all + 1);
+            }
+            DIFF_OK(d, radix_diff_step(d, &o, &rc));
+            counts[7]++;
+        } else if (op < 35) {
             o.kind = RADIX_DIFF_LOOKUP;
             o.pin = rnd(4) == 0 && radix_diff_can_pin(d, MAX_PROMPT_BLOCKS + 1);
             o.max_ids = rnd(5) == 0 ? rnd(MAX_PROMPT_BLOCKS) : MAX_PROMPT_BLOCKS;
@@ -1607,8 +1636,10 @@ static void diff_run(const diff_cfg_t *dc)
             /* insert: mostly free ids, sometimes a taken one */
             o.kind = RADIX_DIFF_INSERT;
             o.n_ids = nb > 0 ? (rnd(4) == 0 ? rnd((uint32_t)nb + 1) : nb) : 0;
-            /* Make room first, as the daemon does when the pool is full. */
-            o.make_room = radix_cached_blocks(d->t) + o.n_ids > dc->max_blocks && rnd(4) != 0;
+            /* Make room first, as the daemon does when the pool is full
+             * (with a tier 2, by demoting; ids being copied from count). */
+            o.make_room =
+                radix_cached_blocks(d->t) + d->n_vacated + o.n_ids > dc->max_blocks && rnd(4) != 0;
             o.room_ns = ns;
             for (size_t k = 0; k < o.n_ids; k++) {
                 uint32_t id = rnd(dc->max_blocks);
@@ -1624,10 +1655,9 @@ static void diff_run(const diff_cfg_t *dc)
             insert_rc[-rc]++;
             counts[1]++;
         } else if (op < 72) {
-            /* pin: a held block again, or any id */
+            /* pin: a held block again, or any id of either tier */
             o.kind = RADIX_DIFF_PIN;
-            o.id =
-                d->n_held && rnd(2) ? d->held[rnd((uint32_t)d->n_held)] : rnd(dc->max_blocks + 1);
+            o.id = d->n_held && rnd(2) ? d->held[rnd((uint32_t)d->n_held)] : rnd(n_all + 1);
             DIFF_OK(d, radix_diff_step(d, &o, &rc));
             pins_refused += rc == KVS_EBUSY;
             counts[2]++;
@@ -1639,7 +1669,7 @@ static void diff_run(const diff_cfg_t *dc)
                 if (o.from_held)
                     o.held_index = rnd((uint32_t)d->n_held);
                 else
-                    o.id = rnd(dc->max_blocks + 1);
+                    o.id = rnd(n_all + 1);
                 DIFF_OK(d, radix_diff_apply(d, &o, &rc));
             }
             DIFF_OK(d, radix_diff_compare(d));
@@ -1655,7 +1685,7 @@ static void diff_run(const diff_cfg_t *dc)
                 if (o.from_held)
                     o.held_index = rnd((uint32_t)d->n_held);
                 else
-                    o.id = rnd(dc->max_blocks + 1);
+                    o.id = rnd(n_all + 1);
                 o.prio = rnd(30) == 0 ? RADIX_PRIO_MAX + 1 : rnd(RADIX_PRIO_MAX + 1);
                 o.until = rnd(2) ? 0 : clock_now + 1 + rnd(40);
             } else if (kind < 9) {
@@ -1682,13 +1712,38 @@ static void diff_run(const diff_cfg_t *dc)
             DIFF_OK(d, radix_diff_step(d, &o, &rc));
             counts[5]++;
         }
-        if ((long)radix_cached_blocks(d->t) > max_cached)
-            max_cached = radix_cached_blocks(d->t);
+        /* tier 1 in use: cached, and being copied from */
+        if ((long)(radix_cached_blocks(d->t) + d->n_vacated) > max_cached)
+            max_cached = radix_cached_blocks(d->t) + d->n_vacated;
     }
     uint64_t taken_back = d->m.taken_back;
     evicted = (long)d->evicted_total;
-    /* Release everything: the tree must then empty out completely. */
+    long demoted = 0, promoted = 0, t2_dropped = 0, copies_done = (long)d->copies_done;
+    for (uint32_t k = 0; k < 3; k++) {
+        demoted += (long)d->m.ns[k].demoted;
+        promoted += (long)d->m.ns[k].promoted;
+        t2_dropped += (long)d->m.ns[k].t2_dropped;
+    }
+    /* Release everything: the tree must then empty out completely (with a
+     * tier 2, once every copy is done, tier 1 is demoted and tier 2 cleared). */
     DIFF_OK(d, radix_diff_finish(d));
+    if (getenv("KVS_TEST_VERBOSE"))
+        fprintf(stderr,
+                "ops %ld: inserted ok %ld eexist %ld equota %ld ebusy %ld, evicted %ld (taken "
+                "back below a reservation %llu), max cached %ld; tier 2 %u: demoted %ld, "
+                "promoted %ld, copies done %ld, tier-2 drops %ld\n",
+                dc->ops, insert_rc[0], insert_rc[-KVS_EEXIST], insert_rc[-KVS_EQUOTA],
+                insert_rc[-KVS_EBUSY], evicted, (unsigned long long)taken_back, max_cached,
+                dc->t2_blocks, demoted, promoted, copies_done, t2_dropped);
+    if (dc->t2_blocks > 0) {
+        /* The tier steps ran and reached their outcomes. */
+        ck_assert_int_gt(counts[7], dc->ops / 10);
+        ck_assert_int_gt(demoted, dc->ops / 200);
+        ck_assert_int_gt(promoted, dc->ops / 2000);
+        ck_assert_int_gt(copies_done, dc->ops / 200);
+        ck_assert_int_gt(t2_dropped, dc->ops / 1000);
+        ck_assert_int_gt(insert_rc[-KVS_EBUSY], 10);
+    }
     /* Every kind of operation ran many times. */
     for (int k = 0; k < 7; k++)
         ck_assert_int_gt(counts[k], dc->ops / 200);
@@ -1698,7 +1753,8 @@ static void diff_run(const diff_cfg_t *dc)
     ck_assert_int_gt(insert_rc[-KVS_EQUOTA], dc->ops / 20000);
     ck_assert_int_gt(insert_rc[-KVS_EINVAL], 10);
     ck_assert_int_gt(insert_rc[-KVS_ENONS], 10);
-    ck_assert_int_gt(evicted, dc->ops / 20);
+    /* (a tier 2 takes what tier 1 would drop: the larger, the fewer drops) */
+    ck_assert_int_gt(evicted, dc->ops / (dc->t2_blocks > 0 ? 100 : 20));
     ck_assert_int_gt(max_cached, dc->max_blocks / 2);
     ck_assert_int_gt(pinned_lookups, 10);
 #ifdef RADIX_MAX_PINS
@@ -1709,400 +1765,7 @@ static void diff_run(const diff_cfg_t *dc)
 #endif
     /* A namespace below its reservation took blocks back from others. */
     ck_assert_int_gt((long)taken_back, dc->ops / 1000);
-    if (getenv("KVS_TEST_VERBOSE"))
-        fprintf(stderr,
-                "ops %ld: inserted ok %ld eexist %ld equota %ld, evicted %ld (taken back "
-                "below a reservation %llu), max cached %ld\n",
-                dc->ops, insert_rc[0], insert_rc[-KVS_EEXIST], insert_rc[-KVS_EQUOTA], evicted,
-                (unsigned long long)taken_back, max_cached);
     free(d);
-}
-
-/* The tier differential below compares inline (no radix_diff step yet). */
-#define DIFF_EQ(a, b)                                                                              \
-    do {                                                                                           \
-        long long a_ = (long long)(a), b_ = (long long)(b);                                        \
-        if (a_ != b_)                                                                              \
-            ck_abort_msg("step %ld: %s == %lld, %s == %lld", step, #a, a_, #b, b_);                \
-    } while (0)
-
-/* The tier differential: demote, promote and copy steps against the
- * model, with the single-tier operations around them. */
-static void diff_run_tiers(const diff_cfg_t *dc)
-{
-    long step = -1;
-    radix_config_t cfg = {.block_tokens = dc->bt,
-                          .max_blocks = dc->max_blocks,
-                          .hash = dc->hash,
-                          .policy = dc->policy,
-                          .freq_max_hits = dc->max_hits,
-                          .freq_bonus_pct = dc->bonus_pct,
-                          .freq_bonus_ticks = dc->bonus_ticks,
-                          .freq_horizon_pct = dc->horizon_pct,
-                          .tier2_blocks = dc->t2_blocks};
-    radix_tree_t *t = tree_cfg(cfg);
-    model_t m;
-    DIFF_EQ(model_init_tiers(&m, dc->bt, dc->max_blocks, dc->t2_blocks), 0);
-    /* Copies in flight: the busy id of each, and the tier-1 ids that
-     * demotions vacated, not free until their copy is done. */
-    uint32_t n_all = dc->max_blocks + dc->t2_blocks;
-    uint32_t *copying = malloc((n_all + 1) * sizeof(*copying));
-    bool *vacated = calloc(n_all + 1, sizeof(*vacated));
-    size_t n_copying = 0;
-    long tier_ops[4] = {0};
-    model_set_policy(&m, dc->policy, dc->max_hits, dc->bonus_pct, dc->bonus_ticks, dc->horizon_pct);
-    /* KVS_RADIX_SEED=n reruns the same test with other seeds. */
-    const char *seed_env = getenv("KVS_RADIX_SEED");
-    rng_state = dc->seed ^ (seed_env ? strtoull(seed_env, NULL, 0) * 0x9E3779B97F4A7C15ull : 0);
-    if (rng_state == 0)
-        rng_state = 1;
-    uint32_t quotas[3] = {0, 16, 0}, reserves[3] = {0, 0, 12};
-    const char *names[3] = {"free", "quota", "reserve"};
-    for (uint32_t k = 0; k < 3; k++) {
-        uint32_t ns;
-        DIFF_EQ(radix_ns_create(t, names[k], 100 + k, quotas[k], reserves[k], &ns), 0);
-        DIFF_EQ(model_ns_create(&m, quotas[k], reserves[k]), ns);
-    }
-    enum { MAX_HELD = 4096 };
-    uint32_t *held = malloc(MAX_HELD * sizeof(*held)); /* pins this test holds */
-    size_t n_held = 0;
-    uint32_t tok[MAX_PROMPT_BLOCKS * MAX_BT + 16];
-    uint32_t ids[MAX_PROMPT_BLOCKS], got[MAX_PROMPT_BLOCKS], want[MAX_PROMPT_BLOCKS];
-    long counts[8] = {0};
-    long insert_rc[64] = {0}, evicted = 0, max_cached = 0, pinned_lookups = 0, hints = 0;
-    uint64_t clock_now = 1; /* the clock of hint ends */
-    for (step = 0; step < dc->ops; step++) {
-        uint32_t ns = rnd(3);
-        if (rnd(50) == 0)
-            ns = 3 + rnd(2); /* unknown namespace now and then */
-        size_t nb = rnd(MAX_PROMPT_BLOCKS + 1);
-        size_t n_tokens = nb * dc->bt + (rnd(3) == 0 ? rnd(dc->bt) : 0);
-        for (size_t k = 0; k < n_tokens; k++)
-            tok[k] = dc->sparse && rnd(24) != 0 ? 0 : rnd(dc->vocab);
-        uint32_t op = rnd(100);
-        ev.n = 0;
-        m.n_evicted = 0;
-        int rc_t, rc_m;
-        if (rnd(8) == 0) {
-            /* Retention hints on blocks of either tier, some ending: the
-             * priority orders both tiers' queues and goes with a block that
-             * changes tier. */
-            uint32_t hid = rnd(n_all), prio = rnd(RADIX_PRIO_MAX + 1);
-            uint64_t until = rnd(2) ? 0 : clock_now + 1 + rnd(50);
-            DIFF_EQ(radix_hint(t, hid, prio, until), model_hint(&m, hid, prio, until));
-            clock_now += rnd(10);
-            size_t n_exp;
-            DIFF_EQ(radix_expire_hints(t, clock_now, &n_exp), 0);
-            model_expire(&m, clock_now);
-            hints++;
-        }
-        if (dc->t2_blocks > 0 && op % 3 == 0) {
-            uint32_t kind = rnd(3);
-            if (kind == 0) {
-                /* demote: moves agree; they stay busy until copied */
-                uint32_t for_ns = rnd(4) == 0 ? RADIX_NS_ANY : ns;
-                size_t n = rnd(8), mv_t = 77, mv_m = 77, dr_t = 77, dr_m = 77;
-                radix_move_t mt[8], mm[8];
-                rc_t = radix_demote(t, for_ns, n, mt, &mv_t, &dr_t);
-                rc_m = model_demote(&m, for_ns, n, mm, &mv_m, &dr_m);
-                DIFF_EQ(rc_t, rc_m);
-                DIFF_EQ(mv_t, mv_m);
-                DIFF_EQ(dr_t, dr_m);
-                for (size_t k = 0; k < mv_t; k++) {
-                    DIFF_EQ(mt[k].from, mm[k].from);
-                    DIFF_EQ(mt[k].to, mm[k].to);
-                    vacated[mt[k].from] = true;
-                    copying[n_copying++] = mt[k].to;
-                }
-                tier_ops[0] += (long)mv_t;
-            } else if (kind == 1) {
-                /* a pinned lookup, then its tier-2 blocks promoted in order */
-                size_t n_t = 77, n_m = 77;
-                if (n_held >= MAX_HELD - MAX_PROMPT_BLOCKS)
-                    goto tier_done;
-                rc_t = radix_lookup(t, ns, tok, n_tokens, true, got, MAX_PROMPT_BLOCKS, &n_t);
-                rc_m = model_lookup(&m, ns, tok, n_tokens, true, want, MAX_PROMPT_BLOCKS, &n_m);
-                DIFF_EQ(rc_t, rc_m);
-                if (rc_t != 0)
-                    goto tier_done;
-                DIFF_EQ(n_t, n_m);
-                for (size_t k = 0; k < n_t; k++) {
-                    DIFF_EQ(got[k], want[k]);
-                    uint32_t id = got[k];
-                    if (id >= dc->max_blocks) {
-                        uint32_t to = rnd(dc->max_blocks);
-                        for (int tries = 0; tries < 16 && (m.blocks[to].cached || vacated[to]);
-                             tries++)
-                            to = rnd(dc->max_blocks);
-                        if (!m.blocks[to].cached && !vacated[to]) {
-                            rc_t = radix_promote(t, id, to);
-                            rc_m = model_promote(&m, id, to);
-                            DIFF_EQ(rc_t, rc_m);
-                            if (rc_t == 0) {
-                                id = to;
-                                copying[n_copying++] = to;
-                                tier_ops[1]++;
-                            }
-                        }
-                    }
-                    held[n_held++] = id;
-                }
-            } else if (n_copying > 0) {
-                /* a copy ends */
-                size_t which = rnd((uint32_t)n_copying);
-                uint32_t id = copying[which], p_t = 77, p_m = 78;
-                copying[which] = copying[--n_copying];
-                DIFF_EQ(radix_copy_done(t, id, &p_t), 0);
-                DIFF_EQ(model_copy_done(&m, id, &p_m), 0);
-                DIFF_EQ(p_t, p_m);
-                if (id >= dc->max_blocks)
-                    vacated[p_t] = false;
-                tier_ops[2]++;
-            }
-        tier_done:
-            counts[6]++;
-        } else if (op < 35) {
-            /* lookup */
-            bool pin = rnd(4) == 0 && n_held < MAX_HELD - MAX_PROMPT_BLOCKS;
-            size_t max_ids = rnd(5) == 0 ? rnd(MAX_PROMPT_BLOCKS) : MAX_PROMPT_BLOCKS;
-            size_t n_t = 77, n_m = 77;
-            rc_t = radix_lookup(t, ns, tok, n_tokens, pin, got, max_ids, &n_t);
-            rc_m = model_lookup(&m, ns, tok, n_tokens, pin, want, max_ids, &n_m);
-            DIFF_EQ(rc_t, rc_m);
-            if (rc_t == 0) {
-                DIFF_EQ(n_t, n_m);
-                for (size_t k = 0; k < n_t; k++)
-                    DIFF_EQ(got[k], want[k]);
-                if (pin)
-                    for (size_t k = 0; k < n_t; k++)
-                        held[n_held++] = got[k];
-                pinned_lookups += pin && n_t > 0;
-            }
-            counts[0]++;
-        } else if (op < 65) {
-            /* insert: mostly free ids, sometimes a taken one */
-            size_t n_ids = nb > 0 ? (rnd(4) == 0 ? rnd((uint32_t)nb + 1) : nb) : 0;
-            uint32_t used = 0;
-            for (uint32_t k = 0; k < 3; k++)
-                used += m.ns[k].cached;
-            for (uint32_t k = 0; k < dc->max_blocks; k++)
-                used += vacated[k];
-            if (used + n_ids > dc->max_blocks && dc->t2_blocks > 0 && rnd(4) != 0) {
-                size_t need = used + n_ids - dc->max_blocks, mv_t = 77, mv_m = 77, dr_t, dr_m;
-                radix_move_t mt[MAX_PROMPT_BLOCKS], mm[MAX_PROMPT_BLOCKS];
-                if (need > MAX_PROMPT_BLOCKS)
-                    need = MAX_PROMPT_BLOCKS;
-                DIFF_EQ(radix_demote(t, ns, need, mt, &mv_t, &dr_t),
-                        model_demote(&m, ns, need, mm, &mv_m, &dr_m));
-                DIFF_EQ(mv_t, mv_m);
-                DIFF_EQ(dr_t, dr_m);
-                for (size_t k = 0; k < mv_t; k++) {
-                    DIFF_EQ(mt[k].to, mm[k].to);
-                    vacated[mt[k].from] = true;
-                    copying[n_copying++] = mt[k].to;
-                }
-            } else if (used + n_ids > dc->max_blocks && rnd(4) != 0) {
-                /* Make room first, as the daemon does when the pool is full. */
-                size_t need = used + n_ids - dc->max_blocks, e_t = 77, e_m = 77;
-                DIFF_EQ(radix_evict(t, ns, need, &e_t), model_evict(&m, ns, need, &e_m));
-                DIFF_EQ(e_t, e_m);
-            }
-            for (size_t k = 0; k < n_ids; k++) {
-                uint32_t id = rnd(dc->max_blocks);
-                for (int tries = 0; tries < 8 && m.blocks[id].cached && rnd(20) != 0; tries++)
-                    id = rnd(dc->max_blocks);
-                /* a vacated id is not the caller's to give until copied */
-                while (vacated[id])
-                    id = (id + 1) % dc->max_blocks;
-                ids[k] = id;
-            }
-            if (rnd(100) == 0 && n_ids > 0)
-                ids[rnd((uint32_t)n_ids)] = dc->max_blocks; /* out of range */
-            bool pin = rnd(4) == 0 && n_held < MAX_HELD - MAX_PROMPT_BLOCKS;
-            size_t d_t = 77, d_m = 77;
-            rc_t = radix_insert(t, ns, tok, n_tokens, ids, n_ids, pin, got, &d_t);
-            rc_m = model_insert(&m, ns, tok, n_tokens, ids, n_ids, pin, want, &d_m);
-            DIFF_EQ(rc_t, rc_m);
-            DIFF_EQ(d_t, d_m);
-            for (size_t k = 0; k < d_t; k++)
-                DIFF_EQ(got[k], want[k]);
-            if (pin)
-                for (size_t k = 0; k < d_t; k++)
-                    held[n_held++] = got[k];
-            insert_rc[-rc_t]++;
-            counts[1]++;
-        } else if (op < 72) {
-            /* pin: a held block again, or any id */
-            uint32_t id = n_held && rnd(2) ? held[rnd((uint32_t)n_held)] : rnd(dc->max_blocks + 1);
-            rc_t = radix_pin(t, id);
-            rc_m = model_pin(&m, id);
-            DIFF_EQ(rc_t, rc_m);
-            if (rc_t == 0 && n_held < MAX_HELD)
-                held[n_held++] = id;
-            else if (rc_t == 0)
-                DIFF_EQ(radix_unpin(t, id) | model_unpin(&m, id), 0);
-            counts[2]++;
-        } else if (op < 90) {
-            /* unpin: mostly held pins, sometimes any id (errors) */
-            for (uint32_t rep = 1 + rnd(8); rep > 0; rep--) {
-                uint32_t id;
-                size_t which = 0;
-                bool from_held = n_held > 0 && rnd(8) != 0;
-                if (from_held) {
-                    which = rnd((uint32_t)n_held);
-                    id = held[which];
-                } else {
-                    id = rnd(dc->max_blocks + 1);
-                }
-                rc_t = radix_unpin(t, id);
-                rc_m = model_unpin(&m, id);
-                DIFF_EQ(rc_t, rc_m);
-                if (from_held) {
-                    DIFF_EQ(rc_t, 0);
-                    held[which] = held[--n_held];
-                } else if (rc_t == 0) {
-                    /* Took a pin this test holds: forget one copy of it. */
-                    for (size_t k = 0; k < n_held; k++)
-                        if (held[k] == id) {
-                            held[k] = held[--n_held];
-                            break;
-                        }
-                }
-            }
-            counts[3]++;
-        } else if (op < 99) {
-            uint32_t for_ns = rnd(4) == 0 ? RADIX_NS_ANY : ns;
-            size_t n = rnd(6), e_t = 77, e_m = 77;
-            rc_t = radix_evict(t, for_ns, n, &e_t);
-            rc_m = model_evict(&m, for_ns, n, &e_m);
-            DIFF_EQ(rc_t, rc_m);
-            if (rc_t == 0)
-                DIFF_EQ(e_t, e_m);
-            counts[4]++;
-        } else {
-            /* "quota" keeps a small quota, so it often runs into it */
-            uint32_t q = ns == 1 ? 4 + rnd(20) : (rnd(3) ? 0 : 8 + rnd(24));
-            uint32_t r = rnd(3) ? 0 : rnd(16);
-            rc_t = radix_ns_set_limits(t, ns, q, r);
-            rc_m = ns < m.n_ns ? 0 : KVS_ENONS;
-            if (rc_m == 0) {
-                m.ns[ns].quota = q;
-                m.ns[ns].reserve = r;
-            }
-            DIFF_EQ(rc_t, rc_m);
-            counts[5]++;
-        }
-        /* Same evictions, in the same order. */
-        evicted += (long)ev.n;
-        if ((long)radix_cached_blocks(t) > max_cached)
-            max_cached = radix_cached_blocks(t);
-        DIFF_EQ(ev.n, m.n_evicted);
-        for (size_t k = 0; k < ev.n; k++)
-            DIFF_EQ(ev.ids[k], m.evicted[k]);
-        if (radix_check(t) != 0)
-            ck_abort_msg("radix_check failed at step %ld (op %u), radix.c line %d", step, op,
-                         radix_check_line());
-        for (uint32_t k = 0; k < 3; k++) {
-            radix_ns_stats_t st;
-            DIFF_EQ(radix_ns_stats(t, k, &st), 0);
-            DIFF_EQ(st.cached_blocks, m.ns[k].cached);
-            DIFF_EQ(st.pinned_blocks, m.ns[k].pinned);
-            DIFF_EQ(st.lookups, m.ns[k].lookups);
-            DIFF_EQ(st.lookup_tokens, m.ns[k].lookup_tokens);
-            DIFF_EQ(st.hit_tokens, m.ns[k].hit_tokens);
-            DIFF_EQ(st.inserted_blocks, m.ns[k].inserted);
-            DIFF_EQ(st.duplicate_blocks, m.ns[k].duplicates);
-            DIFF_EQ(st.evicted_blocks, m.ns[k].evicted);
-            DIFF_EQ(st.evicted_own, m.ns[k].evicted_own);
-            DIFF_EQ(st.evicted_others, m.ns[k].evicted_others);
-            DIFF_EQ(st.evicted_quota, m.ns[k].evicted_quota);
-            DIFF_EQ(st.tier2_blocks, m.ns[k].t2);
-            DIFF_EQ(st.tier2_dropped, m.ns[k].t2_dropped);
-            DIFF_EQ(st.demoted_blocks, m.ns[k].demoted);
-            DIFF_EQ(st.promoted_blocks, m.ns[k].promoted);
-            DIFF_EQ(st.t2_hit_tokens, m.ns[k].t2_hit_tokens);
-        }
-        uint32_t id = rnd(dc->max_blocks), r_t = 0, r_m = 0;
-        DIFF_EQ(radix_block_refcount(t, id, &r_t), model_refcount(&m, id, &r_m));
-        DIFF_EQ(r_t, r_m);
-        uint32_t pid = rnd(n_all), p_t = 0;
-        int prc = radix_block_priority(t, pid, &p_t);
-        DIFF_EQ(prc, m.blocks[pid].cached ? 0 : KVS_ENOTFOUND);
-        if (prc == 0)
-            DIFF_EQ(p_t, model_prio(&m, pid));
-    }
-    /* Release everything: the tree must then empty out completely (with a
-     * tier 2, once every copy is done and tier 1 is empty: tier 2 keeps
-     * what was demoted). */
-    for (size_t k = 0; k < n_copying; k++) {
-        uint32_t p;
-        DIFF_EQ(radix_copy_done(t, copying[k], &p), 0);
-    }
-    for (size_t k = 0; k < n_held; k++)
-        DIFF_EQ(radix_unpin(t, held[k]), 0);
-    if (dc->t2_blocks > 0) {
-        radix_move_t *mv = malloc(n_all * sizeof(*mv));
-        size_t n_mv, n_dr, moved;
-        do { /* a full tier 2 of blocks being copied stops a round */
-            moved = 0;
-            for (uint32_t k = 0; k < 3; k++) { /* each below its reservation too */
-                DIFF_EQ(radix_demote(t, k, n_all, mv, &n_mv, &n_dr), 0);
-                for (size_t j = 0; j < n_mv; j++) {
-                    uint32_t p;
-                    DIFF_EQ(radix_copy_done(t, mv[j].to, &p), 0);
-                }
-                moved += n_mv + n_dr;
-            }
-        } while (moved > 0);
-        free(mv);
-        DIFF_EQ(radix_check(t), 0);
-        /* every tier-2 id is cached or free again */
-        DIFF_EQ(radix_tier2_blocks(t) + radix_tier2_free(t), dc->t2_blocks);
-        DIFF_EQ(radix_busy_blocks(t), 0);
-        ck_assert_int_gt(tier_ops[0], dc->ops / 200);
-        ck_assert_int_gt(tier_ops[1], dc->ops / 2000);
-        ck_assert_int_gt(tier_ops[2], dc->ops / 200);
-        long dropped = 0;
-        for (uint32_t k = 0; k < 3; k++)
-            dropped += (long)m.ns[k].t2_dropped;
-        ck_assert_int_gt(dropped, dc->ops / 1000);
-        ck_assert_int_gt(insert_rc[-KVS_EBUSY], 10);
-        ck_assert_int_gt(hints, dc->ops / 20);
-        DIFF_EQ(radix_cached_blocks(t), 0);
-        goto done;
-    }
-    size_t all;
-    DIFF_EQ(radix_evict(t, RADIX_NS_ANY, dc->max_blocks, &all), 0);
-    for (uint32_t k = 0; k < 3; k++)
-        DIFF_EQ(radix_evict(t, k, dc->max_blocks, &all), 0);
-    DIFF_EQ(radix_cached_blocks(t), 0);
-    DIFF_EQ(radix_check(t), 0);
-    /* Every kind of operation ran many times. */
-    for (int k = 0; k < 6; k++)
-        ck_assert_int_gt(counts[k], dc->ops / 200);
-    /* ... and reached the interesting outcomes. */
-    ck_assert_int_gt(insert_rc[0], dc->ops / 100);
-    ck_assert_int_gt(insert_rc[-KVS_EEXIST], 10);
-    ck_assert_int_gt(insert_rc[-KVS_EQUOTA], dc->ops / 20000);
-    ck_assert_int_gt(insert_rc[-KVS_EINVAL], 10);
-    ck_assert_int_gt(insert_rc[-KVS_ENONS], 10);
-    ck_assert_int_gt(evicted, dc->ops / 20);
-    ck_assert_int_gt(max_cached, dc->max_blocks / 2);
-    ck_assert_int_gt(pinned_lookups, 10);
-    /* A namespace below its reservation took blocks back from others. */
-    ck_assert_int_gt((long)m.taken_back, dc->ops / 1000);
-done:
-    if (getenv("KVS_TEST_VERBOSE"))
-        fprintf(stderr,
-                "ops %ld: inserted ok %ld eexist %ld equota %ld, evicted %ld (taken back "
-                "below a reservation %llu), max cached %ld\n",
-                dc->ops, insert_rc[0], insert_rc[-KVS_EEXIST], insert_rc[-KVS_EQUOTA], evicted,
-                (unsigned long long)m.taken_back, max_cached);
-    free(held);
-    free(copying);
-    free(vacated);
-    model_fini(&m);
-    radix_free(t);
 }
 
 static long diff_ops(long full, long small)
@@ -2121,7 +1784,7 @@ static void diff_tiers(uint32_t t2_blocks, uint64_t seed)
                      .vocab = 3,
                      .max_blocks = 48,
                      .t2_blocks = t2_blocks};
-    diff_run_tiers(&dc);
+    diff_run(&dc);
 }
 
 START_TEST(test_diff_tier2_smaller)

@@ -1,25 +1,40 @@
 /*
  * kvshare-bench tier-copy: the copies between the pool and tier 2 (kvshared
- * --host-tier) against a plain memcpy of the same sizes, on the same
- * threads, in the same run.
+ * --host-tier) against a plain copy of the same sizes, on the same threads,
+ * in the same run: memcpy on the host backend, cuMemcpy host <-> device on
+ * the cuda backend (--backend cuda).
  *
  * Each of T threads owns a prefix of --tokens tokens (default 4096: 256
- * blocks of llama-3.1-8b, 2 MiB each, 512 MiB) in a pool and in a tier 2
- * of the host backend, and in two plain buffers of the same size. A round
- * runs three phases, every thread at once (a barrier between phases):
+ * blocks of llama-3.1-8b, 2 MiB each, 512 MiB) in a pool and in a tier 2,
+ * and room for a plain copy of the same size. A round runs the phases,
+ * every thread at once (a barrier between phases):
  *   demote   backend_tier_copy pool -> tier 2 of its blocks, one batch (what
  *            a kvshared thread-pool job does for a request);
  *   promote  backend_tier_copy tier 2 -> pool, one batch;
- *   memcpy   one memcpy per block of block_bytes between its two buffers.
+ * and on the host backend
+ *   memcpy   one memcpy per block of block_bytes between two plain buffers;
+ * on the cuda backend, where tier 2 is pinned host memory (registered with
+ * the driver) and the pool device memory,
+ *   dtoh     one cuMemcpyDtoH per block of block_bytes, device -> pinned host,
+ *   htod     one cuMemcpyHtoD per block, pinned host -> device,
+ * each waited for before the next (backend_read / backend_write: a plain
+ * cuMemcpy on the backend's stream), between a second half of the pool and
+ * of tier 2 that the tier copies do not use.
  * The phase order rotates from round to round. A phase's throughput is all
  * threads' bytes over the time from the barrier to the last thread's end;
  * reported: the median over rounds of each, and the tier copies' as a
- * percentage of memcpy's. The blocks' bytes are checked after the last
+ * percentage of the plain copy's (demote against memcpy or dtoh, promote
+ * against memcpy or htod). The blocks' bytes are checked after the last
  * round (a demotion then a promotion gives the pool what it had).
  *
  * The tier copies move each block as 2 x layers rows of one slot (the
- * pool's layout, [layer][k|v][block]...), memcpy one contiguous run of the
- * same bytes: the difference is what the layout costs.
+ * pool's layout, [layer][k|v][block]...; one strided cuMemcpy2DAsync per
+ * block on cuda), the plain copies one contiguous run of the same bytes:
+ * the difference is what the layout and the batch cost.
+ *
+ * With --backend cuda and no device answering, it says so and exits 77. On
+ * the stand-in driver (tests/gpu/fake_cuda.c) it runs, but the copies are
+ * memmoves and the figures mean nothing.
  */
 #include <pthread.h>
 #include <stdbool.h>
@@ -32,8 +47,8 @@
 #include "geometry.h"
 #include "kvshare_status.h"
 
-enum { PH_DEMOTE, PH_PROMOTE, PH_MEMCPY, N_PH };
-static const char *const phase_names[N_PH] = {"demote", "promote", "memcpy"};
+enum { PH_DEMOTE, PH_PROMOTE, PH_MEMCPY, PH_DTOH, PH_HTOD, N_PH };
+static const char *const phase_names[N_PH] = {"demote", "promote", "memcpy", "dtoh", "htod"};
 
 #define MAX_THREADS 16
 #define MAX_ROUNDS  101
@@ -42,6 +57,8 @@ typedef struct tc_shared {
     backend_t *b;
     geometry_t g;
     uint32_t pool_blocks, tier_blocks, per_thread, threads, rounds;
+    int phases[N_PH]; /* the phases this backend runs, n_phases of them */
+    int n_phases;
     pthread_barrier_t barrier;
     double start_ns[MAX_ROUNDS][N_PH];
     double end_ns[MAX_ROUNDS][N_PH][MAX_THREADS];
@@ -60,9 +77,13 @@ static void *tc_run(void *arg)
     tc_thread_t *th = arg;
     tc_shared_t *sh = th->sh;
     uint64_t bb = geometry_block_bytes(&sh->g);
+    /* The plain cuMemcpys' runs: past the tier copies' layouts. */
+    uint64_t dev_run = (uint64_t)(sh->pool_blocks + th->index * sh->per_thread) * bb;
+    uint8_t *host_run = (uint8_t *)backend_tier_base(sh->b) +
+                        (uint64_t)(sh->tier_blocks + th->index * sh->per_thread) * bb;
     for (uint32_t r = 0; r < sh->rounds; r++) {
-        for (int k = 0; k < N_PH; k++) {
-            int ph = (int)((r + (uint32_t)k) % N_PH);
+        for (int k = 0; k < sh->n_phases; k++) {
+            int ph = sh->phases[(r + (uint32_t)k) % (uint32_t)sh->n_phases];
             /* One thread takes the start time once everyone is at the line. */
             if (pthread_barrier_wait(&sh->barrier) == PTHREAD_BARRIER_SERIAL_THREAD)
                 sh->start_ns[r][ph] = (double)now_ns();
@@ -71,6 +92,12 @@ static void *tc_run(void *arg)
             if (ph == PH_MEMCPY) {
                 for (uint32_t i = 0; i < sh->per_thread; i++)
                     memcpy(th->dst + (size_t)i * bb, th->src + (size_t)i * bb, bb);
+            } else if (ph == PH_DTOH) {
+                for (uint32_t i = 0; i < sh->per_thread && rc == 0; i++)
+                    rc = backend_read(sh->b, dev_run + i * bb, host_run + i * bb, bb);
+            } else if (ph == PH_HTOD) {
+                for (uint32_t i = 0; i < sh->per_thread && rc == 0; i++)
+                    rc = backend_write(sh->b, dev_run + i * bb, host_run + i * bb, bb);
             } else {
                 rc = backend_tier_copy(sh->b, &sh->g, sh->pool_blocks, sh->tier_blocks,
                                        ph == PH_DEMOTE ? BACKEND_TO_TIER : BACKEND_FROM_TIER,
@@ -90,27 +117,28 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Every slot of each thread's blocks equal in the pool and in tier 2. */
+/* Every slot of each thread's blocks equal in the pool and in tier 2, and
+ * the pattern written before the first round. */
 static bool tc_verify(const tc_shared_t *sh, const tc_thread_t *ths)
 {
-    uintptr_t pool = backend_base(sh->b), tier = backend_tier_base(sh->b);
+    uintptr_t tier = backend_tier_base(sh->b);
     uint64_t slot = geometry_slot_bytes(&sh->g);
-    for (uint32_t t = 0; t < sh->threads; t++)
-        for (uint32_t i = 0; i < sh->per_thread; i++)
-            for (uint32_t l = 0; l < sh->g.layers; l++)
-                for (uint32_t p = 0; p < 2; p++) {
+    uint8_t *a = malloc(slot);
+    bool ok = a != NULL;
+    for (uint32_t t = 0; ok && t < sh->threads; t++)
+        for (uint32_t i = 0; ok && i < sh->per_thread; i++)
+            for (uint32_t l = 0; ok && l < sh->g.layers; l++)
+                for (uint32_t p = 0; ok && p < 2; p++) {
                     uint64_t po =
                         geometry_offset(&sh->g, sh->pool_blocks, l, p, ths[t].pool_ids[i]);
                     uint64_t to =
                         geometry_offset(&sh->g, sh->tier_blocks, l, p, ths[t].tier_ids[i]);
-                    const uint8_t *a = (const uint8_t *)(pool + po),
-                                  *c = (const uint8_t *)(tier + to);
-                    /* the pattern written before the first round */
-                    if (memcmp(a, c, slot) != 0 ||
-                        a[0] != (uint8_t)(ths[t].pool_ids[i] * 7u + l * 3u + p))
-                        return false;
+                    const uint8_t *c = (const uint8_t *)(tier + to);
+                    ok = backend_read(sh->b, po, a, slot) == 0 && memcmp(a, c, slot) == 0 &&
+                         a[0] == (uint8_t)(ths[t].pool_ids[i] * 7u + l * 3u + p);
                 }
-    return true;
+    free(a);
+    return ok;
 }
 
 static void tc_usage(FILE *f)
@@ -120,7 +148,10 @@ static void tc_usage(FILE *f)
             "  --model NAME    geometry preset (default llama-3.1-8b: 2 MiB per 16-token block)\n"
             "  --tokens N      prefix length per thread (default 4096)\n"
             "  --threads N     threads copying at once (default 1; at most %d)\n"
-            "  --rounds N      rounds of the three phases (default 5; at most %d)\n",
+            "  --rounds N      rounds of the phases (default 5; at most %d)\n"
+            "  --backend KIND  host (default: against memcpy) or cuda (pool on device 0,\n"
+            "                  tier 2 pinned: against cuMemcpy HtoD / DtoH; exit 77 when\n"
+            "                  no device answers)\n",
             MAX_THREADS, MAX_ROUNDS);
 }
 
@@ -128,6 +159,7 @@ int bench_tier_copy(int argc, char **argv)
 {
     const char *model = "llama-3.1-8b";
     uint32_t tokens = 4096, threads = 1, rounds = 5;
+    backend_kind_t kind = BACKEND_HOST;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool ok = v != NULL;
@@ -146,6 +178,8 @@ int bench_tier_copy(int argc, char **argv)
         } else if (strcmp(a, "--rounds") == 0) {
             rounds = (uint32_t)strtoul(v, NULL, 0);
             ok = rounds >= 1 && rounds <= MAX_ROUNDS;
+        } else if (strcmp(a, "--backend") == 0) {
+            ok = backend_kind_parse(v, &kind) == 0 && kind != BACKEND_AUTO;
         } else {
             ok = false;
         }
@@ -175,41 +209,70 @@ int bench_tier_copy(int argc, char **argv)
         fprintf(stderr, "tier-copy: --tokens gives a multiple of 37 blocks; take another\n");
         return 2;
     }
+    bool cuda = kind == BACKEND_CUDA;
+    static const int host_phases[] = {PH_DEMOTE, PH_PROMOTE, PH_MEMCPY};
+    static const int cuda_phases[] = {PH_DEMOTE, PH_PROMOTE, PH_DTOH, PH_HTOD};
+    sh.n_phases = cuda ? 4 : 3;
+    memcpy(sh.phases, cuda ? cuda_phases : host_phases, (size_t)sh.n_phases * sizeof(int));
     int status = 1;
     tc_thread_t ths[MAX_THREADS] = {{0}};
     pthread_t tids[MAX_THREADS];
     char err[256] = "";
-    backend_config_t bc = {.kind = BACKEND_HOST, .bytes = (uint64_t)sh.pool_blocks * bb};
+    uint8_t *slot_buf = NULL;
+    if (cuda && backend_cuda_probe(0, err, sizeof(err)) != 0) {
+        printf("tier-copy: skipped: no CUDA device (%s)\n", err);
+        return 77;
+    }
+    /* On cuda, twice the bytes: the second halves hold the plain cuMemcpys. */
+    uint64_t halves = cuda ? 2 : 1;
+    backend_config_t bc = {.kind = kind, .bytes = halves * sh.pool_blocks * bb};
     int rc = backend_open(&bc, &sh.b, err, sizeof(err));
     if (rc == 0)
-        rc = backend_tier_open(sh.b, (uint64_t)sh.tier_blocks * bb, err, sizeof(err));
+        rc = backend_tier_open(sh.b, halves * sh.tier_blocks * bb, err, sizeof(err));
     if (rc) {
         fprintf(stderr, "tier-copy: %s (%s)\n", err, kvs_status_text(rc));
         goto out;
     }
     /* Fault everything in; a pattern in each slot of the pool. */
-    memset((void *)backend_tier_base(sh.b), 0, (size_t)sh.tier_blocks * bb);
+    uint64_t slot = geometry_slot_bytes(&sh.g);
+    memset((void *)backend_tier_base(sh.b), 0, halves * sh.tier_blocks * bb);
+    slot_buf = malloc(slot);
+    if (!slot_buf) {
+        fprintf(stderr, "tier-copy: out of memory\n");
+        goto out;
+    }
     for (uint32_t blk = 0; blk < sh.pool_blocks; blk++)
         for (uint32_t l = 0; l < sh.g.layers; l++)
-            for (uint32_t p = 0; p < 2; p++)
-                memset((void *)(backend_base(sh.b) +
-                                geometry_offset(&sh.g, sh.pool_blocks, l, p, blk)),
-                       (int)(uint8_t)(blk * 7u + l * 3u + p), geometry_slot_bytes(&sh.g));
+            for (uint32_t p = 0; p < 2; p++) {
+                memset(slot_buf, (int)(uint8_t)(blk * 7u + l * 3u + p), slot);
+                rc = backend_write(sh.b, geometry_offset(&sh.g, sh.pool_blocks, l, p, blk),
+                                   slot_buf, slot);
+                if (rc) {
+                    fprintf(stderr, "tier-copy: writing the pool: %s\n", kvs_status_text(rc));
+                    goto out;
+                }
+            }
     for (uint32_t t = 0; t < threads; t++) {
         tc_thread_t *th = &ths[t];
         th->sh = &sh;
         th->index = t;
         th->pool_ids = malloc(sh.per_thread * sizeof(uint32_t));
         th->tier_ids = malloc(sh.per_thread * sizeof(uint32_t));
-        th->src = malloc((size_t)sh.per_thread * bb);
-        th->dst = malloc((size_t)sh.per_thread * bb);
-        if (!th->pool_ids || !th->tier_ids || !th->src || !th->dst) {
+        if (!th->pool_ids || !th->tier_ids) {
             fprintf(stderr, "tier-copy: out of memory\n");
             goto out;
         }
-        /* Non-zero: malloc + memset 0 may become calloc, which faults no page in. */
-        memset(th->src, 1, (size_t)sh.per_thread * bb);
-        memset(th->dst, 2, (size_t)sh.per_thread * bb);
+        if (!cuda) { /* memcpy's buffers */
+            th->src = malloc((size_t)sh.per_thread * bb);
+            th->dst = malloc((size_t)sh.per_thread * bb);
+            if (!th->src || !th->dst) {
+                fprintf(stderr, "tier-copy: out of memory\n");
+                goto out;
+            }
+            /* Non-zero: malloc + memset 0 may become calloc, which faults no page in. */
+            memset(th->src, 1, (size_t)sh.per_thread * bb);
+            memset(th->dst, 2, (size_t)sh.per_thread * bb);
+        }
         /* Ids as a pool hands them out after a while: not in order. The
          * tier-2 ids run the other way. */
         for (uint32_t i = 0; i < sh.per_thread; i++) {
@@ -233,7 +296,7 @@ int bench_tier_copy(int argc, char **argv)
     pthread_barrier_destroy(&sh.barrier);
     for (uint32_t t = 0; t < threads; t++)
         if (sh.rc[t]) {
-            fprintf(stderr, "tier-copy: backend_tier_copy failed: %s\n", kvs_status_text(sh.rc[t]));
+            fprintf(stderr, "tier-copy: a copy failed: %s\n", kvs_status_text(sh.rc[t]));
             goto out;
         }
     if (!tc_verify(&sh, ths)) {
@@ -242,7 +305,8 @@ int bench_tier_copy(int argc, char **argv)
     }
     double gbps[N_PH][MAX_ROUNDS], med[N_PH];
     double bytes = (double)bb * sh.per_thread * threads;
-    for (int ph = 0; ph < N_PH; ph++) {
+    for (int k = 0; k < sh.n_phases; k++) {
+        int ph = sh.phases[k];
         for (uint32_t r = 0; r < rounds; r++) {
             double end = 0;
             for (uint32_t t = 0; t < threads; t++)
@@ -253,15 +317,23 @@ int bench_tier_copy(int argc, char **argv)
         med[ph] = gbps[ph][rounds / 2];
     }
     printf("tier-copy: %s, %llu B per block (%u rows of %llu B), %u-token prefix = %u blocks "
-           "(%.0f MiB) per thread, %u thread(s), host backend, median of %u rounds\n",
+           "(%.0f MiB) per thread, %u thread(s), %s backend, median of %u rounds\n",
            model, (unsigned long long)bb, 2 * sh.g.layers,
            (unsigned long long)geometry_slot_bytes(&sh.g), tokens, sh.per_thread,
-           (double)sh.per_thread * (double)bb / 1048576.0, threads, rounds);
-    for (int ph = 0; ph < N_PH; ph++)
+           (double)sh.per_thread * (double)bb / 1048576.0, threads, backend_kind_name(kind),
+           rounds);
+    if (cuda)
+        printf("tier-copy: %s; tier copies: one batch per thread, one cuMemcpy2DAsync per block "
+               "(or one copy per row); baseline: one cuMemcpy per block, each waited for\n",
+               backend_detail(sh.b));
+    for (int k = 0; k < sh.n_phases; k++) {
+        int ph = sh.phases[k];
         printf("%s_gbps %.2f GB/s (min %.2f, max %.2f)\n", phase_names[ph], med[ph], gbps[ph][0],
                gbps[ph][rounds - 1]);
-    printf("demote_vs_memcpy %.0f %%\n", 100.0 * med[PH_DEMOTE] / med[PH_MEMCPY]);
-    printf("promote_vs_memcpy %.0f %%\n", 100.0 * med[PH_PROMOTE] / med[PH_MEMCPY]);
+    }
+    int base_out = cuda ? PH_DTOH : PH_MEMCPY, base_in = cuda ? PH_HTOD : PH_MEMCPY;
+    printf("demote_vs_%s %.0f %%\n", phase_names[base_out], 100.0 * med[PH_DEMOTE] / med[base_out]);
+    printf("promote_vs_%s %.0f %%\n", phase_names[base_in], 100.0 * med[PH_PROMOTE] / med[base_in]);
     status = 0;
 out:
     for (uint32_t t = 0; t < threads; t++) {
@@ -270,6 +342,7 @@ out:
         free(ths[t].src);
         free(ths[t].dst);
     }
+    free(slot_buf);
     backend_close(sh.b);
     return status;
 }
