@@ -453,6 +453,14 @@ static inline bool is_busy(const radix_tree_t *t, uint32_t id)
     return t->n_busy > 0 && t->peer[id] != UINT32_MAX;
 }
 
+/* Whether a caller's id may not become a block: it is cached, or it is the
+ * tier-1 id a demotion is still copying from (the caller gets it back at
+ * radix_copy_done). */
+static inline bool id_taken(const radix_tree_t *t, uint32_t id)
+{
+    return t->by_node[id] || (t->peer && t->peer[id] != UINT32_MAX);
+}
+
 /* The record a node offers to queue q: its last tier-1 block (Q_T1, a
  * demotion or, single-tier, eviction candidate) or its last block when that is
  * in tier 2 (Q_T2, a drop candidate). Only meaningful when has_cand(). */
@@ -879,6 +887,8 @@ static uint32_t retier(radix_tree_t *t, radix_node_t *n, uint32_t pos, uint32_t 
     move_hints(t, old_id, new_id);
     if (busy) {
         t->peer[new_id] = old_id;
+        if (!up) /* a demotion: its tier-1 id is not the caller's until copy done */
+            t->peer[old_id] = new_id;
         t->n_busy++;
     }
     if (up) {
@@ -1488,7 +1498,7 @@ int radix_insert(radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens, size_t
         if (!walk_next(t, &next, tokens + i * bt))
             break;
         uint32_t id = *rec_id(next.node, next.pos);
-        if (ids[i] != id && t->by_node[ids[i]]) {
+        if (ids[i] != id && id_taken(t, ids[i])) {
             rc = KVS_EEXIST;
             break;
         }
@@ -1523,7 +1533,7 @@ int radix_insert(radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens, size_t
 
     /* New blocks: up to the first id that is cached (or repeated). */
     size_t m = 0;
-    while (i + m < n_ids && !t->by_node[ids[i + m]]) {
+    while (i + m < n_ids && !id_taken(t, ids[i + m])) {
         t->by_node[ids[i + m]] = &radix_mark;
         m++;
     }
@@ -1980,7 +1990,7 @@ int radix_promote(radix_tree_t *t, uint32_t tier2_id, uint32_t block_id)
     radix_node_t *n = t->by_node[tier2_id];
     if (!n)
         return KVS_ENOTFOUND;
-    if (t->by_node[block_id] || t->peer[block_id] != UINT32_MAX)
+    if (id_taken(t, block_id))
         return KVS_EEXIST;
     uint32_t pos = t->by_pos[tier2_id];
     if (is_busy(t, tier2_id) || *rec_ref(n, pos) > 1)
@@ -2023,6 +2033,8 @@ int radix_copy_done(radix_tree_t *t, uint32_t id, uint32_t *peer)
     if (!in_tier2(t, id)) { /* a promotion: its tier-2 slot is free again */
         t->t2_inflight--;
         t->t2_free[t->t2_n_free++] = *peer;
+    } else { /* a demotion: its tier-1 id is the caller's again */
+        t->peer[*peer] = UINT32_MAX;
     }
     refresh(t, n, false);
     return 0;
@@ -2366,6 +2378,8 @@ int radix_check(const radix_tree_t *t)
                 uint32_t peer = t->peer[id];
                 busy++;
                 CHECK(peer < max_ids && in_tier2(t, peer) != in_tier2(t, id) && !t->by_node[peer]);
+                /* a demotion's tier-1 id is marked as leaving */
+                CHECK(!in_tier2(t, id) || t->peer[peer] == id);
                 if (!in_tier2(t, id)) {
                     CHECK(!t2_seen[peer - t->cfg.max_blocks]);
                     t2_seen[peer - t->cfg.max_blocks] = 2;

@@ -321,7 +321,8 @@ int radix_chain_hashes(const radix_tree_t *t, uint32_t ns, const uint32_t *token
  * quota stay made whatever the result. Errors: KVS_EINVAL (bad counts, an id
  * >= max_blocks, NULL arrays with counts > 0, n_done NULL: nothing changes),
  * KVS_ENONS, KVS_EEXIST (ids[i] is already cached and is not the block that
- * holds prefix i, or repeats an earlier new id of this call; ids are checked
+ * holds prefix i, or is a tier-1 id that a demotion is still copying from
+ * (radix_demote), or repeats an earlier new id of this call; ids are checked
  * as they are on entry, before any eviction: nothing from block i on is
  * inserted, *n_done = i), KVS_EBUSY (pin is true and the block holding prefix
  * i already has UINT32_MAX pins: *n_done = i, nothing from i on is done), KVS_ENOMEM (*n_done =

@@ -1344,6 +1344,35 @@ START_TEST(test_tier2_promotable)
 }
 END_TEST
 
+/* A tier-1 id that a demotion is still copying from stays the caller's
+ * until radix_copy_done: neither an insert nor a promotion may take it. */
+START_TEST(test_tier2_leaving_id)
+{
+    radix_config_t cfg = {.block_tokens = BT, .max_blocks = 4, .tier2_blocks = 4};
+    radix_tree_t *t = tree_cfg(cfg);
+    uint32_t ns = ns_new(t, "a", 0, 0), tok[2 * BT], tok2[BT], peer, canon[1];
+    prompt(tok, 2 * BT, 1);
+    prompt(tok2, BT, 2);
+    insert_run(t, ns, tok, 2, 0, false, 0);
+    radix_move_t mv[1];
+    size_t n_mv = 0, n_dr = 0, done = 9;
+    ck_assert_int_eq(radix_demote(t, ns, 1, mv, &n_mv, &n_dr), 0);
+    ck_assert_uint_eq(n_mv, 1);
+    ck_assert_uint_eq(mv[0].from, 1);
+    const uint32_t leaving[1] = {mv[0].from};
+    ck_assert_int_eq(radix_insert(t, ns, tok2, BT, leaving, 1, false, canon, &done), KVS_EEXIST);
+    ck_assert_uint_eq(done, 0);
+    ck_assert_int_eq(radix_check(t), 0);
+    ck_assert_int_eq(radix_copy_done(t, mv[0].to, &peer), 0);
+    ck_assert_uint_eq(peer, mv[0].from);
+    /* Copied: the id is the caller's again. */
+    ck_assert_int_eq(radix_insert(t, ns, tok2, BT, leaving, 1, false, canon, &done), 0);
+    ck_assert_uint_eq(done, 1);
+    ck_assert_int_eq(radix_check(t), 0);
+    radix_free(t);
+}
+END_TEST
+
 START_TEST(test_top)
 {
     radix_tree_t *t = tree_with(BT, 64, NULL);
@@ -2070,6 +2099,7 @@ static Suite *radix_suite(void)
     tcase_add_test(tc, test_top);
     tcase_add_test(tc, test_tier2_top_drop_uncount);
     tcase_add_test(tc, test_tier2_promotable);
+    tcase_add_test(tc, test_tier2_leaving_id);
     tcase_add_test(tc, test_memory);
     tcase_add_test(tc, test_alloc_failures);
     suite_add_tcase(s, tc);
