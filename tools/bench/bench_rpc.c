@@ -157,13 +157,8 @@ static void raw_server(int lfd, size_t reply_len)
                 if (have[i] - off < 4 + len)
                     break;
                 off += 4 + len;
-                size_t w = 0;
-                while (w < reply_len + 4) {
-                    ssize_t k = write(fds[i].fd, reply + w, reply_len + 4 - w);
-                    if (k <= 0)
-                        break;
-                    w += (size_t)k;
-                }
+                /* A client that went away is noticed by the next read. */
+                (void)bench_write_all(fds[i].fd, reply, reply_len + 4);
             }
             memmove(bufs[i], bufs[i] + off, have[i] - off);
             have[i] -= off;
@@ -196,30 +191,6 @@ static int raw_connect(const char *path)
     if (fd < 0 || connect(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0)
         return -1;
     return fd;
-}
-
-static int write_all(int fd, const uint8_t *p, size_t n)
-{
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w <= 0)
-            return -1;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-static int read_all(int fd, uint8_t *p, size_t n)
-{
-    while (n > 0) {
-        ssize_t r = read(fd, p, n);
-        if (r <= 0)
-            return -1;
-        p += r;
-        n -= (size_t)r;
-    }
-    return 0;
 }
 
 /* --- one measured cell: `clients` processes, each looping for `seconds` --- */
@@ -345,7 +316,8 @@ static void client_loop(const bench_cfg_t *b, mode_t_ mode, const uint32_t *toke
                 goto fail;
             }
         } else {
-            if (write_all(fd, req, request_bytes + 4) || read_all(fd, reply, reply_bytes + 4)) {
+            if (bench_write_all(fd, req, request_bytes + 4) ||
+                bench_read_all(fd, reply, reply_bytes + 4)) {
                 fprintf(stderr, "bench rpc: client %d: raw round trip: %s\n", idx, strerror(errno));
                 goto fail;
             }
@@ -490,7 +462,7 @@ static int run_pipelined(const bench_cfg_t *b, const uint32_t *tokens, size_t n_
         uint32_t done = 0;
         size_t have = 0;
         while (now_us() < end) {
-            if (write_all(fd, batch, blen))
+            if (bench_write_all(fd, batch, blen))
                 _exit(1);
             int got = 0;
             while (got < PIPE_DEPTH) {
