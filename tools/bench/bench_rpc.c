@@ -89,7 +89,8 @@ typedef struct bench_cfg {
     char raw_sock[SOCKET_PATH_MAX];
     double seconds;
     pid_t daemon_pid;
-    const char *events; /* --kv-events endpoint of the daemon; NULL: off */
+    const char *events;    /* --kv-events endpoint of the daemon; NULL: off */
+    const char *copy_nice; /* --tier-copy-nice of the daemon; NULL: its default */
 } bench_cfg_t;
 
 static double now_us(void)
@@ -145,6 +146,10 @@ static int start_daemon(bench_cfg_t *b, unsigned blocks, unsigned tier2)
     if (tier2) {
         argv[n++] = "--host-tier";
         argv[n++] = t2;
+    }
+    if (tier2 && b->copy_nice) {
+        argv[n++] = "--tier-copy-nice";
+        argv[n++] = b->copy_nice;
     }
     if (b->events) {
         argv[n++] = "--kv-events";
@@ -992,6 +997,7 @@ static int run_tier(bench_cfg_t *b, int rounds, int n_churn, int churn_nice)
     printf("# victim: 1 process, kvs_lookup of a %d-token prefix (no pin; full tier-1 hits: "
            "another session pins it)\n",
            TIER_VICTIM_TOKENS);
+    printf("# kvshared --tier-copy-nice %s\n", b->copy_nice ? b->copy_nice : "(its default)");
     printf("# churn: %d processes at nice %d, each: write %d new tokens (Alloc+Commit+Release), "
            "pinned Lookup of its prefix %d writes back (+Release)\n",
            n_churn, churn_nice, TIER_CHURN_TOKENS, TIER_LAG);
@@ -1037,8 +1043,8 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: kvshare-bench rpc [--kvshared PATH] [--seconds S] [--rounds N] [--quick] "
                "[--events]\n"
-               "       kvshare-bench rpc --tier [--churn N] [--churn-nice N] [--seconds S] "
-               "[--rounds N]\n"
+               "       kvshare-bench rpc --tier [--churn N] [--churn-nice N] [--copy-nice N]\n"
+               "                         [--seconds S] [--rounds N]\n"
                "\n"
                "Starts kvshared (host backend) on a temporary socket and measures Lookup\n"
                "latency and throughput with 1, 4, 16 client processes for 64-, 4k- and\n"
@@ -1050,7 +1056,8 @@ static void usage(FILE *f)
                "--tier: instead, one process's 4k-token Lookups (full tier-1 hits) against a\n"
                "kvshared with tier 2, alone, while N churn processes (default 3, at nice\n"
                "--churn-nice) write prefixes (demoting) and look up demoted ones pinned\n"
-               "(promoting), and the raw ping-pong of the same sizes; S seconds per phase.\n");
+               "(promoting), and the raw ping-pong of the same sizes; S seconds per phase.\n"
+               "--copy-nice N: kvshared --tier-copy-nice N (default: kvshared's).\n");
 }
 
 int bench_rpc_main(int argc, char **argv)
@@ -1078,6 +1085,8 @@ int bench_rpc_main(int argc, char **argv)
             churn = atoi(argv[++i]);
         } else if (strcmp(argv[i], "--churn-nice") == 0 && i + 1 < argc) {
             churn_nice = atoi(argv[++i]);
+        } else if (strcmp(argv[i], "--copy-nice") == 0 && i + 1 < argc) {
+            b.copy_nice = argv[++i];
         } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             usage(stdout);
             return 0;
