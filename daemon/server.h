@@ -50,6 +50,8 @@ typedef struct session session_t;
 /* Walks and large frames: one d of such work, then (SPACING - 1) d of
  * none (server_t.walk_next_ns). */
 #define SERVER_WALK_SPACING 100
+/* Tier copies run this much nicer than the loop thread (tier.c). */
+#define SERVER_DEFAULT_TIER_COPY_NICE 10
 
 typedef struct server_config {
     const char *socket_path;   /* required for server_listen */
@@ -82,6 +84,7 @@ typedef struct server_config {
 
     events_config_t events;   /* KV events for routers (events.h); endpoint NULL: off */
     uint64_t host_tier_bytes; /* tier 2 in host memory (tier.h); 0: none */
+    uint32_t tier_copy_nice;  /* copy threads: this much nicer than the loop (0..19) */
 } server_config_t;
 
 typedef struct server {

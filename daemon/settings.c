@@ -202,6 +202,10 @@ const setting_t settings_table[] = {
      AT(server.host_tier_bytes), .zero = "off", .example = "64GiB",
      .help = "tier 2 in host memory: blocks the pool evicts are kept there and come back on "
              "a pinned lookup"},
+    {"tier_copy_nice", "tier-copy-nice", SETTING_GLOBAL, SETTING_U32, "N", 0, 19,
+     AT(server.tier_copy_nice), .zero = "0: as the loop thread",
+     .help = "threads copying between the pool and tier 2 run this much nicer than the thread "
+             "that serves the sessions, so that with few CPUs copies do not keep it waiting"},
     {"gpu_memory_utilization", "gpu-memory-utilization", SETTING_GLOBAL, SETTING_FRACTION, "F", 0,
      0, AT(gpu_memory_utilization), .zero = "none",
      .help = "pool = this fraction of free device memory (cuda)"},

@@ -1,7 +1,10 @@
 #include "tier.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "kvshare_status.h"
 #include "log.h"
@@ -19,6 +22,7 @@ struct tier_job {
     uint32_t *pins;      /* [n_pins], pins the job holds (tier-1 ids) */
     size_t n_pins;
     int rc;
+    int nice_errno; /* setting this thread's nice failed (tier_copy_nice) */
     double ms;
     uint64_t copy_ns; /* wall time of the batch on its thread */
 };
@@ -59,11 +63,38 @@ static void job_free(tier_job_t *j)
     free(j);
 }
 
+/* Whether this thread of libuv's pool has taken tier_copy_nice. */
+static _Thread_local bool copy_thread_niced;
+
+/* The first job on a thread of libuv's pool (only tier copies use it)
+ * makes it `by` nicer than it started, which is the loop thread's nice (the
+ * loop thread starts libuv's threads). A copy is bulk work on a thread that
+ * holds a CPU as long as it is given one; the loop thread answers every
+ * session in a few microseconds per request. At equal nice, on a machine
+ * with few CPUs, the loop waits on the run queue behind copies and every
+ * session's p99 grows tenfold and more (docs/BENCHMARKS.md, "Tier 2 and the
+ * loop"); nicer, the copies yield to it when it wakes and take what it
+ * leaves. Linux applies nice per thread. Returns 0 or an errno. */
+static int nice_copy_thread(uint32_t by)
+{
+    copy_thread_niced = true;
+    if (by == 0)
+        return 0;
+    errno = 0;
+    int now = getpriority(PRIO_PROCESS, (id_t)gettid());
+    if (now == -1 && errno != 0)
+        return errno;
+    int want = now + (int)by > 19 ? 19 : now + (int)by;
+    return setpriority(PRIO_PROCESS, (id_t)gettid(), want) == 0 ? 0 : errno;
+}
+
 /* On a thread of the pool: the copies of the whole batch. */
 static void run_copies(uv_work_t *w)
 {
     tier_job_t *j = w->data;
     server_t *srv = j->srv;
+    if (!copy_thread_niced)
+        j->nice_errno = nice_copy_thread(srv->cfg.tier_copy_nice);
     uint64_t t0 = uv_hrtime();
     j->rc = backend_tier_copy(srv->backend, &srv->geo, srv->num_blocks, srv->tier2_blocks, j->dir,
                               j->pool_ids, j->tier_ids, j->n, &j->ms);
@@ -77,6 +108,9 @@ static void copies_done(uv_work_t *w, int status)
     tier_job_t *j = w->data;
     server_t *srv = j->srv;
     bool failed = status != 0 || j->rc != 0;
+    if (j->nice_errno)
+        LOG_WARN("a tier copy thread keeps the loop thread's priority: tier_copy_nice %u: %s",
+                 srv->cfg.tier_copy_nice, strerror(j->nice_errno));
     if (failed) {
         srv->metrics.tier_copy_failures++;
         LOG_ERROR("tier-2 %s of %zu blocks failed: %s",

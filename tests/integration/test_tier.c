@@ -12,6 +12,7 @@
  * the same checks hold on either.
  */
 #include <check.h>
+#include <dirent.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -727,6 +728,66 @@ START_TEST(test_copy_failure_stops_the_daemon)
 }
 END_TEST
 
+/* The nice value of thread tid of process pid (field 19 of its stat). */
+static int thread_nice(pid_t pid, int tid)
+{
+    char path[96], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", (int)pid, tid);
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    /* After the command name in parentheses: field 3 (state) onwards. */
+    const char *p = strrchr(buf, ')');
+    ck_assert_ptr_nonnull(p);
+    int field = 2, nice = 0;
+    for (p++; *p && field < 19; p++)
+        if (*p == ' ' && ++field == 19)
+            nice = atoi(p + 1);
+    ck_assert_int_eq(field, 19);
+    return nice;
+}
+
+/* The threads that copied between the tiers run tier_copy_nice nicer than
+ * the loop thread (the main thread); no thread of the daemon is niced in
+ * any other way. */
+START_TEST(test_copy_threads_nicer)
+{
+    const char *const extra[] = {"--host-tier", "16KiB", "--tier-copy-nice", "7", NULL};
+    ck_assert_int_eq(harness_start(&h, 16, extra), 0);
+    kvs_client_t *c = client("tier");
+    for (uint32_t p = 1; p <= 3; p++)
+        write_prompt(c, p, 8); /* prompt 1 is demoted: a copy ran */
+    kvs_stats_t s;
+    check_idle(c, &s);
+    ck_assert_uint_eq(s.tier_demotions, 8);
+    kvs_stats_free(&s);
+    int loop = thread_nice(h.pid, h.pid), want = loop + 7 > 19 ? 19 : loop + 7;
+    char dir[64];
+    snprintf(dir, sizeof(dir), "/proc/%d/task", (int)h.pid);
+    DIR *d = opendir(dir);
+    ck_assert_ptr_nonnull(d);
+    int niced = 0, others = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        int tid = atoi(e->d_name);
+        if (tid <= 0 || tid == h.pid)
+            continue;
+        int nice = thread_nice(h.pid, tid);
+        ck_assert_msg(nice == loop || nice == want, "thread %d: nice %d (loop %d, copies %d)", tid,
+                      nice, loop, want);
+        niced += nice == want;
+        others++;
+    }
+    closedir(d);
+    ck_assert_int_gt(others, 0);
+    ck_assert_int_gt(niced, 0);
+    kvs_close(c);
+    ck_assert_int_eq(harness_stop(&h), 0);
+    harness_cleanup(&h);
+}
+END_TEST
+
 int main(void)
 {
     /* The copy-failure case needs the cuda backend on the test driver, so
@@ -755,6 +816,7 @@ int main(void)
         tcase_add_test(tc, test_tier2_mapping_read_only);
         tcase_add_test(tc, test_tier2_in_place_sigkill);
         tcase_add_test(tc, test_tier2_in_place_without_tier2);
+        tcase_add_test(tc, test_copy_threads_nicer);
         printf("test_copy_failure_stops_the_daemon: not in this run (it needs the cuda test "
                "driver); ctest runs it as test_tier_copy_failure\n");
     }

@@ -28,4 +28,12 @@ int bench_cmp_float(const void *a, const void *b);
  * /proc/self/exe cannot be read. Returns buf or that literal. */
 const char *bench_default_kvshared(char *buf, size_t len);
 
+/* Writes all n bytes to a blocking fd, looping over short writes. Returns 0,
+ * or -1 when a write fails or writes nothing (errno tells which, if any). */
+int bench_write_all(int fd, const void *buf, size_t n);
+
+/* Reads exactly n bytes from a blocking fd. Returns 0, or -1 at end of file
+ * or when a read fails. */
+int bench_read_all(int fd, void *buf, size_t n);
+
 #endif

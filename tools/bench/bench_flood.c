@@ -228,13 +228,8 @@ static void flood_attacker(const flood_cfg_t *b, const char *attack, uint64_t *a
         uint8_t hdr[4];
         static uint8_t sink[1 << 16];
         for (;;) {
-            size_t got = 0;
-            while (got < 4) {
-                ssize_t r = read(fd, hdr + got, 4 - got);
-                if (r <= 0)
-                    _exit(0);
-                got += (size_t)r;
-            }
+            if (bench_read_all(fd, hdr, sizeof(hdr)) != 0)
+                _exit(0);
             size_t len =
                 (size_t)hdr[0] | (size_t)hdr[1] << 8 | (size_t)hdr[2] << 16 | (size_t)hdr[3] << 24;
             while (len > 0) {
@@ -250,30 +245,9 @@ static void flood_attacker(const flood_cfg_t *b, const char *attack, uint64_t *a
     uint8_t *frame[2] = {flood_frame(b, attack, 0, &len[0]), flood_frame(b, attack, 1, &len[1])};
     if (!frame[0] || !frame[1])
         _exit(4);
-    for (int i = 0;; i ^= 1) {
-        const uint8_t *p = frame[i];
-        size_t n = len[i];
-        while (n > 0) {
-            ssize_t w = write(fd, p, n);
-            if (w <= 0)
-                _exit(0);
-            p += w;
-            n -= (size_t)w;
-        }
-    }
-}
-
-/* Reads exactly n bytes; 0, or -1 at EOF or on an error. */
-static int flood_read_all(int fd, uint8_t *p, size_t n)
-{
-    while (n > 0) {
-        ssize_t r = read(fd, p, n);
-        if (r <= 0)
-            return -1;
-        p += r;
-        n -= (size_t)r;
-    }
-    return 0;
+    for (int i = 0;; i ^= 1)
+        if (bench_write_all(fd, frame[i], len[i]) != 0)
+            _exit(0);
 }
 
 typedef struct flood_shared {
@@ -297,7 +271,7 @@ static void flood_victim_raw(const flood_cfg_t *b, flood_shared_t *sh)
     if (echo == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         close(sv[0]);
-        while (flood_read_all(sv[1], req, sizeof(req)) == 0)
+        while (bench_read_all(sv[1], req, sizeof(req)) == 0)
             if (write(sv[1], reply, sizeof(reply)) != (ssize_t)sizeof(reply))
                 break;
         _exit(0);
@@ -309,7 +283,7 @@ static void flood_victim_raw(const flood_cfg_t *b, flood_shared_t *sh)
         if (t0 >= end)
             break;
         if (write(sv[0], req, sizeof(req)) != (ssize_t)sizeof(req) ||
-            flood_read_all(sv[0], reply, sizeof(reply)) != 0) {
+            bench_read_all(sv[0], reply, sizeof(reply)) != 0) {
             sh->failed = 1;
             break;
         }

@@ -22,6 +22,26 @@
  * hits), then 16 clients loop Commits of 256 new tokens each (Alloc before,
  * Release after, outside the timing; the pool is small, so commits evict and
  * publish BlockRemoved too).
+ *
+ * --tier: the loop target of tier 2 instead (issue 14: a Lookup that hits
+ * tier 1 keeps its p99 within 2x of idle while other sessions promote and
+ * demote at full speed). One kvshared with a pool of 1,024 blocks of 256 KiB
+ * and a tier 2 of 4,096 (1.25 GiB in all). The bench's own session commits a
+ * 4k-token prefix and keeps it pinned, so it stays in tier 1. In each round,
+ * phases in rotating order, S/N seconds each:
+ *   idle:  one victim process loops kvs_lookup of that prefix (no pin; a
+ *          full tier-1 hit, checked) alone;
+ *   churn: the same while --churn processes, started first and seen both
+ *          promoting and demoting, loop at full speed: write a new 1k-token
+ *          prefix (Alloc + Commit + Release: the full pool demotes 64
+ *          blocks), then a pinned Lookup of the prefix they wrote 8 writes
+ *          before, demoted by then (promotes 64 blocks, demoting as many to
+ *          make room), and Release;
+ *   raw:   the raw ping-pong of the victim's frame sizes, the floor.
+ * Printed: p50/p99/max of each, p99(churn)/p99(idle), and the churn's
+ * demotions, promotions and bytes copied per second from the daemon's
+ * counters, and the daemon's loop thread's time on a CPU and waiting for one
+ * (schedstat): on a machine with few CPUs the copy threads compete with it.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -34,6 +54,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -57,6 +78,9 @@
 #define MAX_SAMPLES (1u << 20)
 #define PIPE_DEPTH  64
 
+/* --tier: bytes per block (see start_daemon). */
+#define TIER_BLOCK_BYTES (256u << 10)
+
 typedef struct bench_cfg {
     const char *kvshared;
     const char *socket_path;
@@ -65,7 +89,8 @@ typedef struct bench_cfg {
     char raw_sock[SOCKET_PATH_MAX];
     double seconds;
     pid_t daemon_pid;
-    const char *events; /* --kv-events endpoint of the daemon; NULL: off */
+    const char *events;    /* --kv-events endpoint of the daemon; NULL: off */
+    const char *copy_nice; /* --tier-copy-nice of the daemon; NULL: its default */
 } bench_cfg_t;
 
 static double now_us(void)
@@ -86,23 +111,53 @@ static void prompt(uint32_t *t, size_t n, uint32_t seed)
 
 /* --- the daemon --- */
 
-static int start_daemon(bench_cfg_t *b, unsigned blocks)
+/* The daemon, host backend, 16-token blocks. Without tier 2 the blocks are
+ * tiny (16 B per token: the RPC alone is measured); with tier2 (--tier) they
+ * are 256 KiB (4 layers, 8 KV heads, head_dim 128, bf16: 16 KiB per token),
+ * so that copies between the tiers take real time, and tier 2 holds tier2
+ * blocks. */
+static int start_daemon(bench_cfg_t *b, unsigned blocks, unsigned tier2)
 {
-    char nb[16];
+    char nb[16], t2[32];
     snprintf(nb, sizeof(nb), "%u", blocks);
-    const char *const argv[] = {b->kvshared, "--socket",
-                                b->kvs_sock, "--backend",
-                                "host",      "--layers",
-                                "1",         "--kv-heads",
-                                "1",         "--head-dim",
-                                "8",         "--dtype",
-                                "fp16",      "--block-tokens",
-                                "16",        "--pool-blocks",
-                                nb,          "--max-frame",
-                                "64M",       "--log-level",
-                                "warn",      b->events ? "--kv-events" : NULL,
-                                b->events,   "--kv-events-model",
-                                "bench",     NULL};
+    snprintf(t2, sizeof(t2), "%llu", (unsigned long long)tier2 * TIER_BLOCK_BYTES);
+    const char *argv[40] = {b->kvshared,
+                            "--socket",
+                            b->kvs_sock,
+                            "--backend",
+                            "host",
+                            "--layers",
+                            tier2 ? "4" : "1",
+                            "--kv-heads",
+                            tier2 ? "8" : "1",
+                            "--head-dim",
+                            tier2 ? "128" : "8",
+                            "--dtype",
+                            tier2 ? "bf16" : "fp16",
+                            "--block-tokens",
+                            "16",
+                            "--pool-blocks",
+                            nb,
+                            "--max-frame",
+                            "64M",
+                            "--log-level",
+                            "warn"};
+    int n = 21;
+    if (tier2) {
+        argv[n++] = "--host-tier";
+        argv[n++] = t2;
+    }
+    if (tier2 && b->copy_nice) {
+        argv[n++] = "--tier-copy-nice";
+        argv[n++] = b->copy_nice;
+    }
+    if (b->events) {
+        argv[n++] = "--kv-events";
+        argv[n++] = b->events;
+        argv[n++] = "--kv-events-model";
+        argv[n++] = "bench";
+    }
+    argv[n] = NULL;
     pid_t pid = launch_daemon(argv, LAUNCH_READY_MS, NULL);
     if (pid < 0)
         return -1;
@@ -157,13 +212,8 @@ static void raw_server(int lfd, size_t reply_len)
                 if (have[i] - off < 4 + len)
                     break;
                 off += 4 + len;
-                size_t w = 0;
-                while (w < reply_len + 4) {
-                    ssize_t k = write(fds[i].fd, reply + w, reply_len + 4 - w);
-                    if (k <= 0)
-                        break;
-                    w += (size_t)k;
-                }
+                /* A client that went away is noticed by the next read. */
+                (void)bench_write_all(fds[i].fd, reply, reply_len + 4);
             }
             memmove(bufs[i], bufs[i] + off, have[i] - off);
             have[i] -= off;
@@ -196,30 +246,6 @@ static int raw_connect(const char *path)
     if (fd < 0 || connect(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0)
         return -1;
     return fd;
-}
-
-static int write_all(int fd, const uint8_t *p, size_t n)
-{
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w <= 0)
-            return -1;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-static int read_all(int fd, uint8_t *p, size_t n)
-{
-    while (n > 0) {
-        ssize_t r = read(fd, p, n);
-        if (r <= 0)
-            return -1;
-        p += r;
-        n -= (size_t)r;
-    }
-    return 0;
 }
 
 /* --- one measured cell: `clients` processes, each looping for `seconds` --- */
@@ -345,7 +371,8 @@ static void client_loop(const bench_cfg_t *b, mode_t_ mode, const uint32_t *toke
                 goto fail;
             }
         } else {
-            if (write_all(fd, req, request_bytes + 4) || read_all(fd, reply, reply_bytes + 4)) {
+            if (bench_write_all(fd, req, request_bytes + 4) ||
+                bench_read_all(fd, reply, reply_bytes + 4)) {
                 fprintf(stderr, "bench rpc: client %d: raw round trip: %s\n", idx, strerror(errno));
                 goto fail;
             }
@@ -490,7 +517,7 @@ static int run_pipelined(const bench_cfg_t *b, const uint32_t *tokens, size_t n_
         uint32_t done = 0;
         size_t have = 0;
         while (now_us() < end) {
-            if (write_all(fd, batch, blen))
+            if (bench_write_all(fd, batch, blen))
                 _exit(1);
             int got = 0;
             while (got < PIPE_DEPTH) {
@@ -546,8 +573,10 @@ static int run_pipelined(const bench_cfg_t *b, const uint32_t *tokens, size_t n_
     return ok ? 0 : -1;
 }
 
-/* Commits the prompt so that every Lookup of it is a full hit. */
-static int warm(const bench_cfg_t *b, const uint32_t *tokens, size_t n_tokens)
+/* Commits the prompt so that every Lookup of it is a full hit. With keep,
+ * the committer's pins stay (the blocks are never evicted nor demoted) and
+ * its open connection goes to *keep; the pins go when it is closed. */
+static int warm(const bench_cfg_t *b, const uint32_t *tokens, size_t n_tokens, kvs_client_t **keep)
 {
     kvs_options_t o;
     kvs_client_t *c;
@@ -559,16 +588,19 @@ static int warm(const bench_cfg_t *b, const uint32_t *tokens, size_t n_tokens)
     if (kvs_connect(&o, &c) != 0)
         return -1;
     uint32_t *ids = malloc(nb * sizeof(uint32_t)), *can = malloc(nb * sizeof(uint32_t));
-    int rc = kvs_alloc(c, NULL, (uint32_t)nb, ids);
+    int rc = ids && can ? kvs_alloc(c, NULL, (uint32_t)nb, ids) : KVS_ENOMEM;
     if (rc == 0)
         rc = kvs_commit(c, NULL, tokens, n_tokens, ids, nb, can, &done);
-    if (rc == 0)
+    if (rc == 0 && !keep)
         rc = kvs_release(c, can, nb, NULL); /* cached, unpinned */
     if (rc != 0)
         fprintf(stderr, "bench rpc: warming a %zu-token prompt: %s\n", n_tokens, kvs_last_error(c));
     free(ids);
     free(can);
-    kvs_close(c);
+    if (rc == 0 && keep)
+        *keep = c;
+    else
+        kvs_close(c);
     return rc;
 }
 
@@ -619,7 +651,7 @@ static int run_events(const bench_cfg_t *b, int rounds)
     if (received == MAP_FAILED)
         return 1;
     *received = 0;
-    if (start_daemon(&off, 4096) != 0 || start_daemon(&on, 4096) != 0) {
+    if (start_daemon(&off, 4096, 0) != 0 || start_daemon(&on, 4096, 0) != 0) {
         fprintf(stderr, "bench rpc: kvshared (%s) did not start; give --kvshared PATH\n",
                 b->kvshared);
         if (off.daemon_pid > 0) {
@@ -634,8 +666,8 @@ static int run_events(const bench_cfg_t *b, int rounds)
     prompt(lookup_tokens, LOOKUP_TOKENS, 1);
     prompt(commit_tokens, COMMIT_TOKENS, 2);
     usleep(200000); /* the subscriber connects */
-    if (sub < 0 || warm(&off, lookup_tokens, LOOKUP_TOKENS) != 0 ||
-        warm(&on, lookup_tokens, LOOKUP_TOKENS) != 0)
+    if (sub < 0 || warm(&off, lookup_tokens, LOOKUP_TOKENS, NULL) != 0 ||
+        warm(&on, lookup_tokens, LOOKUP_TOKENS, NULL) != 0)
         rc = 1;
     samples_t lk_off = {0}, lk_on = {0}, cm_off = {0}, cm_on = {0};
     /* Lookups first: the commits then evict the warmed prompt. Off and on
@@ -682,10 +714,337 @@ static int run_events(const bench_cfg_t *b, int rounds)
     return rc;
 }
 
+/* --- --tier: a tier-1 Lookup while other sessions promote and demote --- */
+
+enum {
+    TIER_POOL_BLOCKS = 1024,   /* 256 MiB */
+    TIER_T2_BLOCKS = 4096,     /* 1 GiB */
+    TIER_VICTIM_TOKENS = 4096, /* 256 blocks, pinned in tier 1 */
+    TIER_CHURN_TOKENS = 1024,  /* 64 blocks (16 MiB) per write and per promotion */
+    TIER_LAG = 8,              /* a churn process looks up what it wrote 8 prefixes before */
+    TIER_MAX_CHURN = 8,
+};
+#define TIER_CHURN_BLOCKS (TIER_CHURN_TOKENS / BENCH_BT)
+
+/* What the churn processes share with the bench (shared memory). */
+typedef struct churn_shared {
+    int stop, failed;
+    uint64_t iter[TIER_MAX_CHURN]; /* prefixes each has written, over all phases */
+    uint64_t writes, lookups, hit_blocks, pool_full;
+} churn_shared_t;
+
+static uint32_t churn_seed(int idx, uint64_t i)
+{
+    return 0x40000000u + ((uint32_t)idx << 24) + (uint32_t)i;
+}
+
+/* A churn process, until sh->stop: writes a new prefix (Alloc, Commit,
+ * Release: with the pool full, the Alloc demotes), then looks up, pinned,
+ * the prefix it wrote TIER_LAG prefixes before, which the pool has demoted
+ * by then (the Lookup promotes it), and releases it. */
+static void churn_loop(const bench_cfg_t *b, int idx, int nice_value, churn_shared_t *sh)
+{
+    kvs_options_t o;
+    kvs_client_t *c = NULL;
+    uint32_t tokens[TIER_CHURN_TOKENS], ids[TIER_CHURN_BLOCKS], canon[TIER_CHURN_BLOCKS];
+    if (nice_value && setpriority(PRIO_PROCESS, 0, nice_value) != 0) {
+        fprintf(stderr, "bench rpc: churn %d: setpriority: %s\n", idx, strerror(errno));
+        goto fail;
+    }
+    kvs_options_init(&o);
+    o.socket_path = b->kvs_sock;
+    o.timeout_ms = 30000;
+    o.flags = KVS_NO_MAP;
+    int rc = kvs_connect(&o, &c);
+    if (rc != 0) {
+        fprintf(stderr, "bench rpc: churn %d: connect: %s\n", idx, kvs_strerror(rc));
+        goto fail;
+    }
+    while (!__atomic_load_n(&sh->stop, __ATOMIC_RELAXED)) {
+        uint64_t i = sh->iter[idx]++;
+        size_t n;
+        prompt(tokens, TIER_CHURN_TOKENS, churn_seed(idx, i));
+        rc = kvs_alloc(c, NULL, TIER_CHURN_BLOCKS, ids);
+        if (rc == KVS_EPOOLFULL) {
+            /* Every other block pinned, written or being copied: counted. */
+            __atomic_add_fetch(&sh->pool_full, 1, __ATOMIC_RELAXED);
+        } else {
+            if (rc == 0)
+                rc = kvs_commit(c, NULL, tokens, TIER_CHURN_TOKENS, ids, TIER_CHURN_BLOCKS, canon,
+                                &n);
+            if (rc == 0)
+                rc = kvs_release(c, canon, TIER_CHURN_BLOCKS, NULL);
+            if (rc != 0) {
+                fprintf(stderr, "bench rpc: churn %d: write: %s\n", idx, kvs_last_error(c));
+                goto fail;
+            }
+            __atomic_add_fetch(&sh->writes, 1, __ATOMIC_RELAXED);
+        }
+        if (i < TIER_LAG)
+            continue;
+        prompt(tokens, TIER_CHURN_TOKENS, churn_seed(idx, i - TIER_LAG));
+        rc = kvs_lookup(c, NULL, tokens, TIER_CHURN_TOKENS, 1, ids, TIER_CHURN_BLOCKS, &n);
+        if (rc == 0 && n > 0)
+            rc = kvs_release(c, ids, n, NULL);
+        if (rc != 0) {
+            fprintf(stderr, "bench rpc: churn %d: lookup: %s\n", idx, kvs_last_error(c));
+            goto fail;
+        }
+        __atomic_add_fetch(&sh->lookups, 1, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&sh->hit_blocks, n, __ATOMIC_RELAXED);
+    }
+    kvs_close(c);
+    _exit(0);
+fail:
+    sh->failed = 1;
+    _exit(1);
+}
+
+/* The daemon's tier counters, and its loop thread's time on a CPU and
+ * waiting for one (/proc/PID/task/PID/schedstat, ns; 0 when unreadable). */
+typedef struct tier_counts {
+    uint64_t demotions, promotions, bytes, drops_t1, t2_drops, copy_us;
+    uint64_t loop_run_ns, loop_wait_ns;
+    double at_us;
+} tier_counts_t;
+
+static int tier_counts(kvs_client_t *c, pid_t daemon, tier_counts_t *out)
+{
+    kvs_stats_t st;
+    int rc = kvs_stats(c, &st);
+    if (rc != 0) {
+        fprintf(stderr, "bench rpc: stats: %s\n", kvs_last_error(c));
+        return -1;
+    }
+    memset(out, 0, sizeof(*out));
+    out->at_us = now_us();
+    out->demotions = st.tier_demotions;
+    out->promotions = st.tier_promotions;
+    out->bytes = st.tier_copied_bytes;
+    out->drops_t1 = st.tier_drops_t1;
+    out->t2_drops = st.tier2_drops;
+    out->copy_us = st.tier_copy_us;
+    kvs_stats_free(&st);
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/task/%d/schedstat", (int)daemon, (int)daemon);
+    FILE *f = fopen(path, "r");
+    if (f) {
+        unsigned long long run, wait;
+        if (fscanf(f, "%llu %llu", &run, &wait) == 2) {
+            out->loop_run_ns = run;
+            out->loop_wait_ns = wait;
+        }
+        fclose(f);
+    }
+    return 0;
+}
+
+static void tier_counts_add(tier_counts_t *acc, const tier_counts_t *a, const tier_counts_t *z)
+{
+    acc->demotions += z->demotions - a->demotions;
+    acc->promotions += z->promotions - a->promotions;
+    acc->bytes += z->bytes - a->bytes;
+    acc->drops_t1 += z->drops_t1 - a->drops_t1;
+    acc->t2_drops += z->t2_drops - a->t2_drops;
+    acc->copy_us += z->copy_us - a->copy_us;
+    acc->loop_run_ns += z->loop_run_ns - a->loop_run_ns;
+    acc->loop_wait_ns += z->loop_wait_ns - a->loop_wait_ns;
+    acc->at_us += z->at_us - a->at_us; /* the sum of the windows */
+}
+
+static int churn_start(const bench_cfg_t *b, int n, int nice_value, churn_shared_t *sh, pid_t *pids)
+{
+    __atomic_store_n(&sh->stop, 0, __ATOMIC_RELAXED);
+    for (int i = 0; i < n; i++) {
+        pids[i] = fork();
+        if (pids[i] < 0)
+            return -1;
+        if (pids[i] == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            churn_loop(b, i, nice_value, sh);
+        }
+    }
+    return 0;
+}
+
+/* Waits until the running churn both demoted and promoted since `since`. */
+static int churn_wait_going(const bench_cfg_t *b, kvs_client_t *c, const tier_counts_t *since,
+                            churn_shared_t *sh)
+{
+    double deadline = now_us() + 60e6;
+    tier_counts_t t;
+    do {
+        if (sh->failed || tier_counts(c, b->daemon_pid, &t) != 0)
+            return -1;
+        if (t.demotions > since->demotions && t.promotions > since->promotions)
+            return 0;
+        usleep(2000);
+    } while (now_us() < deadline);
+    fprintf(stderr, "bench rpc: the churn neither promoted nor demoted within 60 s\n");
+    return -1;
+}
+
+static int churn_stop(churn_shared_t *sh, const pid_t *pids, int n)
+{
+    int ok = 1;
+    __atomic_store_n(&sh->stop, 1, __ATOMIC_RELAXED);
+    for (int i = 0; i < n; i++) {
+        int st = 0;
+        if (pids[i] > 0 && waitpid(pids[i], &st, 0) == pids[i])
+            ok &= WIFEXITED(st) && WEXITSTATUS(st) == 0;
+        else
+            ok = 0;
+    }
+    return ok && !sh->failed ? 0 : -1;
+}
+
+enum { PH_IDLE, PH_CHURN, PH_RAW, N_TIER_PHASES };
+static const char *const tier_phase_names[N_TIER_PHASES] = {"idle", "churn", "raw"};
+
+static void tier_print(const char *name, samples_t *acc, cell_t *out)
+{
+    samples_result(acc, out);
+    printf("%-7s %9.1fus %9.1fus %9.1fus %10zu %9.0f\n", name, out->p50_us, out->p99_us,
+           acc->n ? acc->v[acc->n - 1] : 0.0, acc->n, out->per_sec);
+}
+
+/* --tier: kvshared with tier 2; in each round, in turn, the victim alone
+ * (idle), the victim while churn processes promote and demote (churn), and
+ * the raw ping-pong of the victim's frame sizes (raw). */
+static int run_tier(bench_cfg_t *b, int rounds, int n_churn, int churn_nice)
+{
+    int rc = 1;
+    kvs_client_t *holder = NULL;
+    uint32_t *victim = malloc(TIER_VICTIM_TOKENS * sizeof(uint32_t));
+    churn_shared_t *sh =
+        mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    samples_t acc[N_TIER_PHASES] = {{0}};
+    tier_counts_t churn = {0}, idle = {0}, a, z;
+    pid_t pids[TIER_MAX_CHURN] = {0};
+    if (!victim || sh == MAP_FAILED)
+        goto out;
+    memset(sh, 0, sizeof(*sh));
+    if (start_daemon(b, TIER_POOL_BLOCKS, TIER_T2_BLOCKS) != 0) {
+        fprintf(stderr, "bench rpc: kvshared (%s) did not start; give --kvshared PATH\n",
+                b->kvshared);
+        goto out;
+    }
+    /* The victim's prefix, pinned for the whole run by `holder`: it stays
+     * in tier 1 whatever the churn does. */
+    prompt(victim, TIER_VICTIM_TOKENS, 1);
+    if (warm(b, victim, TIER_VICTIM_TOKENS, &holder) != 0)
+        goto out_daemon;
+    /* Warm-up: the churn fills the pool and tier 2 and is seen promoting
+     * and demoting, so that every idle phase finds the same full pool. */
+    if (tier_counts(holder, b->daemon_pid, &a) != 0 ||
+        churn_start(b, n_churn, churn_nice, sh, pids) != 0 ||
+        churn_wait_going(b, holder, &a, sh) != 0) {
+        churn_stop(sh, pids, n_churn);
+        goto out_daemon;
+    }
+    if (churn_stop(sh, pids, n_churn) != 0)
+        goto out_daemon;
+    /* The churn's own counts, over the victim's windows only. */
+    uint64_t writes = 0, lookups = 0, hits = 0, full = 0;
+    double per_phase = b->seconds / rounds;
+    for (int r = 0; r < rounds; r++) {
+        for (int k = 0; k < N_TIER_PHASES; k++) {
+            int ph = (r + k) % N_TIER_PHASES;
+            int prc = 0;
+            if (ph == PH_RAW) {
+                prc = run_round(b, MODE_RAW, victim, TIER_VICTIM_TOKENS, 1, per_phase, &acc[ph]);
+            } else if (ph == PH_IDLE) {
+                prc = tier_counts(holder, b->daemon_pid, &a);
+                if (prc == 0)
+                    prc =
+                        run_round(b, MODE_KVS, victim, TIER_VICTIM_TOKENS, 1, per_phase, &acc[ph]);
+                if (prc == 0 && (prc = tier_counts(holder, b->daemon_pid, &z)) == 0)
+                    tier_counts_add(&idle, &a, &z);
+            } else {
+                tier_counts_t start;
+                prc = tier_counts(holder, b->daemon_pid, &start);
+                if (prc == 0)
+                    prc = churn_start(b, n_churn, churn_nice, sh, pids);
+                if (prc == 0)
+                    prc = churn_wait_going(b, holder, &start, sh);
+                if (prc == 0)
+                    prc = tier_counts(holder, b->daemon_pid, &a);
+                uint64_t w = sh->writes, l = sh->lookups, h = sh->hit_blocks, f = sh->pool_full;
+                if (prc == 0)
+                    prc =
+                        run_round(b, MODE_KVS, victim, TIER_VICTIM_TOKENS, 1, per_phase, &acc[ph]);
+                if (prc == 0 && (prc = tier_counts(holder, b->daemon_pid, &z)) == 0)
+                    tier_counts_add(&churn, &a, &z);
+                writes += sh->writes - w;
+                lookups += sh->lookups - l;
+                hits += sh->hit_blocks - h;
+                full += sh->pool_full - f;
+                if (churn_stop(sh, pids, n_churn) != 0)
+                    prc = -1;
+            }
+            if (prc != 0) {
+                fprintf(stderr, "bench rpc: the %s phase of round %d failed\n",
+                        tier_phase_names[ph], r + 1);
+                goto out_daemon;
+            }
+        }
+    }
+    cell_t cell[N_TIER_PHASES];
+    double churn_s = churn.at_us / 1e6, idle_s = idle.at_us / 1e6;
+    printf("# tier: kvshared --host-tier %u blocks, pool %u blocks of %u KiB (4 layers, 8 KV "
+           "heads, head_dim 128, bf16, 16 tokens), host backend\n",
+           TIER_T2_BLOCKS, TIER_POOL_BLOCKS, TIER_BLOCK_BYTES >> 10);
+    printf("# victim: 1 process, kvs_lookup of a %d-token prefix (no pin; full tier-1 hits: "
+           "another session pins it)\n",
+           TIER_VICTIM_TOKENS);
+    printf("# kvshared --tier-copy-nice %s\n", b->copy_nice ? b->copy_nice : "(its default)");
+    printf("# churn: %d processes at nice %d, each: write %d new tokens (Alloc+Commit+Release), "
+           "pinned Lookup of its prefix %d writes back (+Release)\n",
+           n_churn, churn_nice, TIER_CHURN_TOKENS, TIER_LAG);
+    printf("# %d rounds of idle, churn, raw (order rotating), %.2f s each\n", rounds, per_phase);
+    printf("%-7s %11s %11s %11s %10s %9s\n", "phase", "p50", "p99", "max", "lookups", "per s");
+    for (int ph = 0; ph < N_TIER_PHASES; ph++)
+        tier_print(tier_phase_names[ph], &acc[ph], &cell[ph]);
+    printf("tier_p99_churn_vs_idle %.2f x\n", cell[PH_CHURN].p99_us / cell[PH_IDLE].p99_us);
+    printf("tier_p50_churn_vs_idle %.2f x\n", cell[PH_CHURN].p50_us / cell[PH_IDLE].p50_us);
+    printf("churn_demotions %.0f per s\n", (double)churn.demotions / churn_s);
+    printf("churn_promotions %.0f per s\n", (double)churn.promotions / churn_s);
+    printf("churn_copied %.0f MB/s\n", (double)churn.bytes / churn_s / 1e6);
+    printf("churn_copy_thread_time %.0f %% of the window\n",
+           100.0 * (double)churn.copy_us / (churn_s * 1e6));
+    printf("churn_drops %llu from tier 1, %llu from tier 2\n", (unsigned long long)churn.drops_t1,
+           (unsigned long long)churn.t2_drops);
+    printf("churn_writes %.0f per s, promoting lookups %.0f per s (%.0f %% of their blocks hit), "
+           "pool full %llu\n",
+           (double)writes / churn_s, (double)lookups / churn_s,
+           lookups ? 100.0 * (double)hits / ((double)lookups * TIER_CHURN_BLOCKS) : 0.0,
+           (unsigned long long)full);
+    printf("loop_thread idle: on a CPU %.0f %%, waiting for one %.1f %%; churn: on a CPU %.0f %%, "
+           "waiting for one %.1f %%\n",
+           100.0 * (double)idle.loop_run_ns / (idle_s * 1e9),
+           100.0 * (double)idle.loop_wait_ns / (idle_s * 1e9),
+           100.0 * (double)churn.loop_run_ns / (churn_s * 1e9),
+           100.0 * (double)churn.loop_wait_ns / (churn_s * 1e9));
+    rc = 0;
+out_daemon:
+    kvs_close(holder);
+    launch_stop(b->daemon_pid, SIGTERM, LAUNCH_READY_MS);
+out:
+    for (int ph = 0; ph < N_TIER_PHASES; ph++)
+        free(acc[ph].v);
+    if (sh != MAP_FAILED)
+        munmap(sh, sizeof(*sh));
+    free(victim);
+    unlink(b->raw_sock);
+    return rc;
+}
+
 static void usage(FILE *f)
 {
     fprintf(f, "usage: kvshare-bench rpc [--kvshared PATH] [--seconds S] [--rounds N] [--quick] "
                "[--events]\n"
+               "       kvshare-bench rpc --tier [--churn N] [--churn-nice N] [--copy-nice N]\n"
+               "                         [--seconds S] [--rounds N]\n"
                "\n"
                "Starts kvshared (host backend) on a temporary socket and measures Lookup\n"
                "latency and throughput with 1, 4, 16 client processes for 64-, 4k- and\n"
@@ -693,14 +1052,19 @@ static void usage(FILE *f)
                "plus pipelined Lookups. Each cell runs S seconds (default 2) per side, in N\n"
                "alternating rounds (default 5). --quick: 64 and 4k tokens, 1 and 16 clients.\n"
                "--events: instead, 16-client Lookup and Commit against a daemon without and\n"
-               "one with KV events (one live subscriber), in alternating rounds.\n");
+               "one with KV events (one live subscriber), in alternating rounds.\n"
+               "--tier: instead, one process's 4k-token Lookups (full tier-1 hits) against a\n"
+               "kvshared with tier 2, alone, while N churn processes (default 3, at nice\n"
+               "--churn-nice) write prefixes (demoting) and look up demoted ones pinned\n"
+               "(promoting), and the raw ping-pong of the same sizes; S seconds per phase.\n"
+               "--copy-nice N: kvshared --tier-copy-nice N (default: kvshared's).\n");
 }
 
 int bench_rpc_main(int argc, char **argv)
 {
     bench_cfg_t b;
     char kvshared[PATH_MAX + 32];
-    int quick = 0, rounds = 5, events = 0;
+    int quick = 0, rounds = 5, events = 0, tier = 0, churn = 3, churn_nice = 0;
     memset(&b, 0, sizeof(b));
     b.seconds = 2.0;
     b.kvshared = bench_default_kvshared(kvshared, sizeof(kvshared));
@@ -715,6 +1079,14 @@ int bench_rpc_main(int argc, char **argv)
             quick = 1;
         } else if (strcmp(argv[i], "--events") == 0) {
             events = 1;
+        } else if (strcmp(argv[i], "--tier") == 0) {
+            tier = 1;
+        } else if (strcmp(argv[i], "--churn") == 0 && i + 1 < argc) {
+            churn = atoi(argv[++i]);
+        } else if (strcmp(argv[i], "--churn-nice") == 0 && i + 1 < argc) {
+            churn_nice = atoi(argv[++i]);
+        } else if (strcmp(argv[i], "--copy-nice") == 0 && i + 1 < argc) {
+            b.copy_nice = argv[++i];
         } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             usage(stdout);
             return 0;
@@ -727,6 +1099,10 @@ int bench_rpc_main(int argc, char **argv)
         fprintf(stderr, "bench rpc: --seconds takes 0 to 600, --rounds 1 to 100\n");
         return 2;
     }
+    if (churn < 1 || churn > TIER_MAX_CHURN || churn_nice < 0 || churn_nice > 19) {
+        fprintf(stderr, "bench rpc: --churn takes 1 to %d, --churn-nice 0 to 19\n", TIER_MAX_CHURN);
+        return 2;
+    }
     signal(SIGPIPE, SIG_IGN);
     if (test_tmp_dir("kvs-bench", b.dir, sizeof(b.dir)) != 0) {
         fprintf(stderr, "bench rpc: cannot make a temporary directory: %s\n", strerror(errno));
@@ -735,8 +1111,8 @@ int bench_rpc_main(int argc, char **argv)
     snprintf(b.kvs_sock, sizeof(b.kvs_sock), "%s/kvshared.sock", b.dir);
     snprintf(b.raw_sock, sizeof(b.raw_sock), "%s/raw.sock", b.dir);
 
-    if (events) {
-        int erc = run_events(&b, rounds);
+    if (events || tier) {
+        int erc = events ? run_events(&b, rounds) : run_tier(&b, rounds, churn, churn_nice);
         rmdir(b.dir);
         return erc;
     }
@@ -745,7 +1121,7 @@ int bench_rpc_main(int argc, char **argv)
     size_t n_sizes = quick ? 2 : 3;
     int rc = 0;
     /* Every prompt's blocks at once, with room to spare. */
-    if (start_daemon(&b, 8192) != 0) {
+    if (start_daemon(&b, 8192, 0) != 0) {
         fprintf(stderr, "bench rpc: kvshared (%s) did not start; give --kvshared PATH\n",
                 b.kvshared);
         rmdir(b.dir);
@@ -755,7 +1131,7 @@ int bench_rpc_main(int argc, char **argv)
     for (size_t s = 0; s < n_sizes; s++) {
         tokens[s] = malloc(sizes[s] * sizeof(uint32_t));
         prompt(tokens[s], sizes[s], (uint32_t)s + 1);
-        if (warm(&b, tokens[s], sizes[s]) != 0)
+        if (warm(&b, tokens[s], sizes[s], NULL) != 0)
             rc = 1;
     }
     printf("# kvs = kvs_lookup (full hit, no pin); raw = Unix-socket ping-pong, same frame "

@@ -41,3 +41,29 @@ const char *bench_default_kvshared(char *buf, size_t len)
     snprintf(buf, len, "%s/../../daemon/kvshared", self);
     return buf;
 }
+
+int bench_write_all(int fd, const void *buf, size_t n)
+{
+    const uint8_t *p = buf;
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w <= 0)
+            return -1;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+int bench_read_all(int fd, void *buf, size_t n)
+{
+    uint8_t *p = buf;
+    while (n > 0) {
+        ssize_t r = read(fd, p, n);
+        if (r <= 0)
+            return -1;
+        p += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
