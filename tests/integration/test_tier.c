@@ -156,16 +156,106 @@ static void check_idle(kvs_client_t *c, kvs_stats_t *s)
     ck_assert_uint_eq(t2, s->tier2_cached_blocks);
 }
 
+/* Starts the daemon on a pool of 16 blocks (of 512 B: the default geometry)
+ * and a tier 2 of tier_size bytes. */
+static void start_tier(const char *tier_size)
+{
+    const char *const extra[] = {"--host-tier", tier_size, NULL};
+    ck_assert_int_eq(start(16, NULL, extra), 0);
+}
+
+/* Writes prompts first..last, nb blocks each, in that order. */
+static void write_prompts(kvs_client_t *c, uint32_t first, uint32_t last, size_t nb)
+{
+    for (uint32_t p = first; p <= last; p++)
+        write_prompt(c, p, nb);
+}
+
+/* A pinned lookup of prompt `seed` (nb blocks) finds none of it. */
+static void check_miss(kvs_client_t *c, uint32_t seed, size_t nb)
+{
+    kvs_geometry_t g;
+    uint32_t tokens[MAX_BLOCKS * 16], got[MAX_BLOCKS];
+    size_t n = 99;
+    ck_assert_int_eq(kvs_geometry(c, &g), 0);
+    ck_assert_uint_le(nb * g.block_tokens, sizeof(tokens) / sizeof(tokens[0]));
+    prompt(tokens, nb * g.block_tokens, seed);
+    ck_assert_int_eq(kvs_lookup(c, NULL, tokens, nb * g.block_tokens, 1, got, nb, &n), 0);
+    ck_assert_uint_eq(n, 0);
+}
+
+/* Closes c, the test's last client, and stops the daemon, which must exit 0. */
+static void stop(kvs_client_t *c)
+{
+    kvs_close(c);
+    ck_assert_int_eq(harness_stop(&h), 0);
+    harness_cleanup(&h);
+}
+
+/* Forks a worker that connects with `flags` and runs body(w, ready_fd,
+ * seed), which writes one byte to ready_fd (with ready()) once the parent
+ * may go on; the worker then waits to be killed. Returns its pid once that
+ * byte came. */
+static pid_t fork_worker(unsigned flags, void (*body)(kvs_client_t *w, int ready_fd, uint32_t seed),
+                         uint32_t seed)
+{
+    int p[2];
+    ck_assert_int_eq(pipe(p), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        kvs_options_t o;
+        kvs_client_t *w;
+        close(p[0]);
+        kvs_options_init(&o);
+        o.socket_path = h.socket_path;
+        o.flags = flags;
+        if (kvs_connect(&o, &w) != 0)
+            _exit(1);
+        body(w, p[1], seed);
+        pause();
+        _exit(0);
+    }
+    close(p[1]);
+    char x;
+    ck_assert_int_eq(read(p[0], &x, 1), 1);
+    close(p[0]);
+    return pid;
+}
+
+/* In a worker: tells the parent to go on. */
+static void ready(int ready_fd)
+{
+    if (write(ready_fd, "x", 1) != 1)
+        _exit(2);
+}
+
+/* Kills worker pid and waits until the daemon has ended its session (it
+ * sees the EOF on a later loop turn): then only c's session is left, and
+ * check_idle holds, with the stats in s (the caller frees them). */
+static void kill_worker(kvs_client_t *c, pid_t pid, kvs_stats_t *s)
+{
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    for (int i = 0; i < 1000; i++) {
+        ck_assert_int_eq(kvs_stats(c, s), 0);
+        int gone = s->sessions == 1 && s->pinned_blocks == 0 && s->writing_blocks == 0 &&
+                   s->copying_blocks == 0;
+        kvs_stats_free(s);
+        if (gone)
+            break;
+        usleep(10000);
+    }
+    check_idle(c, s);
+    ck_assert_uint_eq(s->sessions, 1);
+}
+
 START_TEST(test_demote_then_promote)
 {
-    /* 16 blocks of 512 B in the pool, 32 in tier 2. */
-    const char *const extra[] = {"--host-tier", "16KiB", NULL};
-    ck_assert_int_eq(start(16, NULL, extra), 0);
+    start_tier("16KiB"); /* 32 blocks in tier 2 */
     kvs_client_t *c = client("tier");
     kvs_stats_t s;
-    write_prompt(c, 1, 8);
-    write_prompt(c, 2, 8);
-    write_prompt(c, 3, 8); /* the pool is full: prompt 1 goes to tier 2 */
+    write_prompts(c, 1, 3, 8); /* the pool is full: prompt 1 goes to tier 2 */
     check_idle(c, &s);
     ck_assert_uint_eq(s.tier_demotions, 8);
     ck_assert_uint_eq(s.tier_promotions, 0);
@@ -209,11 +299,23 @@ START_TEST(test_demote_then_promote)
     check_idle(c, &s);
     ck_assert_uint_eq(s.tier_promotions, 24); /* prompt 3 made room for prompt 2 */
     kvs_stats_free(&s);
-    kvs_close(c);
-    ck_assert_int_eq(harness_stop(&h), 0);
-    harness_cleanup(&h);
+    stop(c);
 }
 END_TEST
+
+/* In a worker: a pinned lookup of prompt `seed` (16 blocks), which the
+ * parent may kill once it is sent. */
+static void lookup_16(kvs_client_t *w, int ready_fd, uint32_t seed)
+{
+    kvs_geometry_t g;
+    uint32_t tokens[16 * 16], got[16];
+    size_t n;
+    if (kvs_geometry(w, &g) != 0)
+        _exit(1);
+    prompt(tokens, 16 * g.block_tokens, seed);
+    ready(ready_fd);
+    kvs_lookup(w, NULL, tokens, 16 * g.block_tokens, 1, got, 16, &n);
+}
 
 /* Children look up prompts held in tier 2 and are killed while the daemon
  * promotes them (blocks of 512 KiB, so the copies take a while): afterwards
@@ -226,52 +328,14 @@ START_TEST(test_sigkill_during_promotion)
     kvs_client_t *c = client("observer");
     kvs_geometry_t g;
     ck_assert_int_eq(kvs_geometry(c, &g), 0);
-    for (uint32_t p = 1; p <= 4; p++)
-        write_prompt(c, p, 16); /* prompts 1 and 2 end in tier 2 */
+    write_prompts(c, 1, 4, 16); /* prompts 1 and 2 end in tier 2 */
     kvs_stats_t s;
     check_idle(c, &s);
     ck_assert_uint_eq(s.tier_demotions, 32);
     kvs_stats_free(&s);
     for (int round = 0; round < 8; round++) {
-        uint32_t seed = 1 + (uint32_t)round % 4;
-        int p[2];
-        ck_assert_int_eq(pipe(p), 0);
-        pid_t pid = fork();
-        ck_assert_int_ge(pid, 0);
-        if (pid == 0) {
-            kvs_options_t o;
-            kvs_client_t *w;
-            uint32_t tokens[16 * 16], got[16];
-            size_t n;
-            close(p[0]);
-            kvs_options_init(&o);
-            o.socket_path = h.socket_path;
-            if (kvs_connect(&o, &w) != 0 || kvs_geometry(w, &g) != 0)
-                _exit(1);
-            prompt(tokens, 16 * g.block_tokens, seed);
-            if (write(p[1], "x", 1) != 1)
-                _exit(2);
-            kvs_lookup(w, NULL, tokens, 16 * g.block_tokens, 1, got, 16, &n);
-            pause();
-            _exit(0);
-        }
-        close(p[1]);
-        char x;
-        ck_assert_int_eq(read(p[0], &x, 1), 1);
-        close(p[0]);
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
-        /* The daemon sees the EOF on a later loop turn: wait for it. */
-        for (int i = 0; i < 1000; i++) {
-            ck_assert_int_eq(kvs_stats(c, &s), 0);
-            int gone = s.sessions == 1 && s.pinned_blocks == 0;
-            kvs_stats_free(&s);
-            if (gone)
-                break;
-            usleep(10000);
-        }
-        check_idle(c, &s);
-        ck_assert_uint_eq(s.sessions, 1);
+        pid_t pid = fork_worker(0, lookup_16, 1 + (uint32_t)round % 4);
+        kill_worker(c, pid, &s);
         kvs_stats_free(&s);
     }
     for (uint32_t p = 1; p <= 4; p++)
@@ -280,9 +344,7 @@ START_TEST(test_sigkill_during_promotion)
     ck_assert_uint_eq(s.evictions, 0); /* tier 2 holds everything: nothing was dropped */
     ck_assert_uint_ge(s.tier_promotions, 32);
     kvs_stats_free(&s);
-    kvs_close(c);
-    ck_assert_int_eq(harness_stop(&h), 0);
-    harness_cleanup(&h);
+    stop(c);
 }
 END_TEST
 
@@ -291,14 +353,10 @@ END_TEST
  * blocks still there come back whole. */
 START_TEST(test_full_tier2)
 {
-    /* 16 blocks of 512 B in the pool, 8 in tier 2. */
-    const char *const extra[] = {"--host-tier", "4KiB", NULL};
-    ck_assert_int_eq(start(16, NULL, extra), 0);
+    start_tier("4KiB"); /* 8 blocks in tier 2 */
     kvs_client_t *c = client("tier");
     kvs_stats_t s;
-    write_prompt(c, 1, 8);
-    write_prompt(c, 2, 8);
-    write_prompt(c, 3, 8); /* prompt 1 to tier 2, which is then full */
+    write_prompts(c, 1, 3, 8); /* prompt 1 to tier 2, which is then full */
     check_idle(c, &s);
     ck_assert_uint_eq(s.tier2_total_blocks, 8);
     ck_assert_uint_eq(s.tier2_cached_blocks, 8);
@@ -315,13 +373,7 @@ START_TEST(test_full_tier2)
     /* Prompt 1 is gone; prompt 2 comes back. Tier 2 holds only prompt 2,
      * pinned by the lookup, so the pool's least recent blocks (prompt 3)
      * make room by leaving for good. */
-    kvs_geometry_t g;
-    uint32_t tokens[8 * 16], got[8];
-    size_t n = 99;
-    ck_assert_int_eq(kvs_geometry(c, &g), 0);
-    prompt(tokens, 8 * g.block_tokens, 1);
-    ck_assert_int_eq(kvs_lookup(c, NULL, tokens, 8 * g.block_tokens, 1, got, 8, &n), 0);
-    ck_assert_uint_eq(n, 0);
+    check_miss(c, 1, 8);
     check_prompt(c, 2, 8);
     check_idle(c, &s);
     ck_assert_uint_eq(s.tier_promotions, 8);
@@ -330,11 +382,19 @@ START_TEST(test_full_tier2)
     ck_assert_uint_eq(s.tier2_cached_blocks, 0);
     kvs_stats_free(&s);
     check_prompt(c, 4, 8);
-    kvs_close(c);
-    ck_assert_int_eq(harness_stop(&h), 0);
-    harness_cleanup(&h);
+    stop(c);
 }
 END_TEST
+
+/* In a worker: an Alloc of 16 blocks, which the parent may kill once it
+ * is sent. */
+static void alloc_16(kvs_client_t *w, int ready_fd, uint32_t seed)
+{
+    uint32_t ids[16];
+    (void)seed;
+    ready(ready_fd);
+    kvs_alloc(w, NULL, 16, ids); /* demotes 16 blocks, or finds free ones */
+}
 
 /* Children fill the pool so that their Alloc demotes (blocks of 512 KiB,
  * so the copies take a while) and are killed while it does: afterwards
@@ -346,46 +406,11 @@ START_TEST(test_sigkill_during_demotion)
     const char *const extra[] = {"--host-tier", "64MiB", NULL}; /* 128 blocks */
     ck_assert_int_eq(start(32, geo, extra), 0);
     kvs_client_t *c = client("observer");
-    for (uint32_t p = 1; p <= 2; p++)
-        write_prompt(c, p, 16); /* the pool is full and everything cached */
+    write_prompts(c, 1, 2, 16); /* the pool is full and everything cached */
     kvs_stats_t s;
     for (int round = 0; round < 6; round++) {
-        int p[2];
-        ck_assert_int_eq(pipe(p), 0);
-        pid_t pid = fork();
-        ck_assert_int_ge(pid, 0);
-        if (pid == 0) {
-            kvs_options_t o;
-            kvs_client_t *w;
-            uint32_t ids[16];
-            close(p[0]);
-            kvs_options_init(&o);
-            o.socket_path = h.socket_path;
-            if (kvs_connect(&o, &w) != 0)
-                _exit(1);
-            if (write(p[1], "x", 1) != 1)
-                _exit(2);
-            kvs_alloc(w, NULL, 16, ids); /* demotes 16 blocks, or finds free ones */
-            pause();
-            _exit(0);
-        }
-        close(p[1]);
-        char x;
-        ck_assert_int_eq(read(p[0], &x, 1), 1);
-        close(p[0]);
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
-        /* The daemon sees the EOF on a later loop turn: wait for it. */
-        for (int i = 0; i < 1000; i++) {
-            ck_assert_int_eq(kvs_stats(c, &s), 0);
-            int gone = s.sessions == 1 && s.writing_blocks == 0 && s.copying_blocks == 0;
-            kvs_stats_free(&s);
-            if (gone)
-                break;
-            usleep(10000);
-        }
-        check_idle(c, &s);
-        ck_assert_uint_eq(s.sessions, 1);
+        pid_t pid = fork_worker(0, alloc_16, 0);
+        kill_worker(c, pid, &s);
         kvs_stats_free(&s);
         /* The next round finds the pool full again. */
         write_prompt(c, 10 + (uint32_t)round, 16);
@@ -400,9 +425,7 @@ START_TEST(test_sigkill_during_demotion)
         check_prompt(c, 10 + r, 16);
     check_idle(c, &s);
     kvs_stats_free(&s);
-    kvs_close(c);
-    ck_assert_int_eq(harness_stop(&h), 0);
-    harness_cleanup(&h);
+    stop(c);
 }
 END_TEST
 
@@ -455,9 +478,7 @@ static void lookup_in_place(kvs_client_t *c, uint32_t seed, size_t nb, size_t n_
  * does not move them either. Released with the usual Release. */
 START_TEST(test_tier2_in_place)
 {
-    /* 16 blocks of 512 B in the pool, 16 in tier 2. */
-    const char *const extra[] = {"--host-tier", "8KiB", NULL};
-    ck_assert_int_eq(start(16, NULL, extra), 0);
+    start_tier("8KiB"); /* 16 blocks in tier 2 */
     kvs_client_t *w = client("writer");
     kvs_client_t *r = client_flags("reader", KVS_MAP_TIER2);
     kvs_geometry_t g;
@@ -470,9 +491,7 @@ START_TEST(test_tier2_in_place)
     uintptr_t addr;
     ck_assert_int_eq(kvs_tier2_block_addr(w, 0, 0, 0, &addr), KVS_ENOTSUP);
     ck_assert_int_eq(kvs_tier2_block_addr(r, 0, 0, 16, &addr), KVS_EINVAL);
-    write_prompt(w, 1, 8);
-    write_prompt(w, 2, 8);
-    write_prompt(w, 3, 8); /* the pool is full: prompt 1 goes to tier 2 */
+    write_prompts(w, 1, 3, 8); /* the pool is full: prompt 1 goes to tier 2 */
     check_idle(w, &s);
     ck_assert_uint_eq(s.tier2_cached_blocks, 8);
     kvs_stats_free(&s);
@@ -491,11 +510,7 @@ START_TEST(test_tier2_in_place)
 
     /* A plain pinned lookup of prompt 1 leaves it where the reader reads
      * it: no promotion, and no demotion to make room for one. */
-    uint32_t tokens[8 * 16], got[8];
-    size_t n = 99;
-    prompt(tokens, 8 * g.block_tokens, 1);
-    ck_assert_int_eq(kvs_lookup(w, NULL, tokens, 8 * g.block_tokens, 1, got, 8, &n), 0);
-    ck_assert_uint_eq(n, 0);
+    check_miss(w, 1, 8);
     ck_assert_int_eq(kvs_stats(w, &s), 0);
     ck_assert_uint_eq(s.tier_promotions, 0);
     ck_assert_uint_eq(s.tier_demotions, 8);
@@ -540,9 +555,7 @@ START_TEST(test_tier2_in_place)
     /* Unpinned, prompt 1 now comes back into the pool as usual. */
     check_prompt(w, 1, 8);
     kvs_close(r);
-    kvs_close(w);
-    ck_assert_int_eq(harness_stop(&h), 0);
-    harness_cleanup(&h);
+    stop(w);
 }
 END_TEST
 
@@ -558,8 +571,7 @@ static void on_segv(int sig)
  * cannot be made writable (the fd came read-only). */
 START_TEST(test_tier2_mapping_read_only)
 {
-    const char *const extra[] = {"--host-tier", "8KiB", NULL};
-    ck_assert_int_eq(start(16, NULL, extra), 0);
+    start_tier("8KiB");
     kvs_client_t *r = client_flags("reader", KVS_MAP_TIER2);
     uintptr_t base = kvs_tier2_base(r);
     ck_assert_uint_ne(base, 0);
@@ -581,75 +593,44 @@ START_TEST(test_tier2_mapping_read_only)
     ck_assert_int_eq(waitpid(pid, &status, 0), pid);
     ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == SEGV_EXIT,
                   "a write to tier 2 did not fault (status %d)", status);
-    kvs_close(r);
-    ck_assert_int_eq(harness_stop(&h), 0);
-    harness_cleanup(&h);
+    stop(r);
 }
 END_TEST
+
+/* In a worker: a lookup in place of prompt 1 (8 blocks, in tier 2), which
+ * holds its tier-2 pins when the parent goes on. */
+static void lookup_in_place_8(kvs_client_t *w, int ready_fd, uint32_t seed)
+{
+    kvs_geometry_t g;
+    uint32_t tokens[8 * 16], ids[8];
+    uint8_t tiers[8];
+    size_t n = 0;
+    if (kvs_geometry(w, &g) != 0)
+        _exit(1);
+    prompt(tokens, 8 * g.block_tokens, seed);
+    if (kvs_lookup_tier2(w, NULL, tokens, 8 * g.block_tokens, ids, tiers, 8, &n) != 0 || n != 8 ||
+        tiers[0] != 2)
+        _exit(2);
+    ready(ready_fd);
+}
 
 /* A reader killed while it holds tier-2 pins leaks none, and the blocks
  * are free to move again. */
 START_TEST(test_tier2_in_place_sigkill)
 {
-    const char *const extra[] = {"--host-tier", "8KiB", NULL};
-    ck_assert_int_eq(start(16, NULL, extra), 0);
+    start_tier("8KiB");
     kvs_client_t *c = client("observer");
     kvs_stats_t s;
-    write_prompt(c, 1, 8);
-    write_prompt(c, 2, 8);
-    write_prompt(c, 3, 8); /* prompt 1 in tier 2 */
-    int p[2];
-    ck_assert_int_eq(pipe(p), 0);
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        kvs_options_t o;
-        kvs_client_t *w;
-        kvs_geometry_t g;
-        uint32_t tokens[8 * 16], ids[8];
-        uint8_t tiers[8];
-        size_t n = 0;
-        close(p[0]);
-        kvs_options_init(&o);
-        o.socket_path = h.socket_path;
-        o.flags = KVS_MAP_TIER2;
-        if (kvs_connect(&o, &w) != 0 || kvs_geometry(w, &g) != 0)
-            _exit(1);
-        prompt(tokens, 8 * g.block_tokens, 1);
-        if (kvs_lookup_tier2(w, NULL, tokens, 8 * g.block_tokens, ids, tiers, 8, &n) != 0 ||
-            n != 8 || tiers[0] != 2)
-            _exit(2);
-        if (write(p[1], "x", 1) != 1)
-            _exit(3);
-        pause();
-        _exit(0);
-    }
-    close(p[1]);
-    char x;
-    ck_assert_int_eq(read(p[0], &x, 1), 1);
-    close(p[0]);
+    write_prompts(c, 1, 3, 8); /* prompt 1 in tier 2 */
+    pid_t pid = fork_worker(KVS_MAP_TIER2, lookup_in_place_8, 1);
     ck_assert_int_eq(kvs_stats(c, &s), 0);
     ck_assert_uint_eq(s.pinned_blocks, 8);
     kvs_stats_free(&s);
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-    /* The daemon sees the EOF on a later loop turn: wait for it. */
-    for (int i = 0; i < 1000; i++) {
-        ck_assert_int_eq(kvs_stats(c, &s), 0);
-        int gone = s.sessions == 1 && s.pinned_blocks == 0;
-        kvs_stats_free(&s);
-        if (gone)
-            break;
-        usleep(10000);
-    }
-    check_idle(c, &s);
-    ck_assert_uint_eq(s.sessions, 1);
+    kill_worker(c, pid, &s);
     ck_assert_uint_eq(s.tier_promotions, 0);
     kvs_stats_free(&s);
     check_prompt(c, 1, 8); /* unpinned: it comes back into the pool */
-    kvs_close(c);
-    ck_assert_int_eq(harness_stop(&h), 0);
-    harness_cleanup(&h);
+    stop(c);
 }
 END_TEST
 
@@ -681,9 +662,7 @@ START_TEST(test_tier2_in_place_without_tier2)
     ck_assert_msg(strstr(kvs_last_error(c), "no tier 2") != NULL, "%s", kvs_last_error(c));
     check_idle(c, &s);
     kvs_stats_free(&s);
-    kvs_close(c);
-    ck_assert_int_eq(harness_stop(&h), 0);
-    harness_cleanup(&h);
+    stop(c);
 }
 END_TEST
 
@@ -757,8 +736,7 @@ START_TEST(test_copy_threads_nicer)
     const char *const extra[] = {"--host-tier", "16KiB", "--tier-copy-nice", "7", NULL};
     ck_assert_int_eq(harness_start(&h, 16, extra), 0);
     kvs_client_t *c = client("tier");
-    for (uint32_t p = 1; p <= 3; p++)
-        write_prompt(c, p, 8); /* prompt 1 is demoted: a copy ran */
+    write_prompts(c, 1, 3, 8); /* prompt 1 is demoted: a copy ran */
     kvs_stats_t s;
     check_idle(c, &s);
     ck_assert_uint_eq(s.tier_demotions, 8);
@@ -782,9 +760,7 @@ START_TEST(test_copy_threads_nicer)
     closedir(d);
     ck_assert_int_gt(others, 0);
     ck_assert_int_gt(niced, 0);
-    kvs_close(c);
-    ck_assert_int_eq(harness_stop(&h), 0);
-    harness_cleanup(&h);
+    stop(c);
 }
 END_TEST
 
