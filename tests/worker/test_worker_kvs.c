@@ -37,6 +37,7 @@
 #define REQUESTS      6
 #define DECODE        6
 #define MAX_LINE      4096
+#define LOGITS        256 /* final logits: the small model's vocabulary */
 
 static const char *const daemon_geometry[] = {
     "--layers", "2",    "--kv-heads",     "2",  "--head-dim", "16",
@@ -460,75 +461,131 @@ START_TEST(test_kvs_geometry_mismatch_refused)
 }
 END_TEST
 
+/* The in-process cases run kvscache, not a worker process: the small model,
+ * a private store for the reference runs, and kvshared in h. */
+typedef struct inproc {
+    model_config_t cfg;
+    model_t *m;
+    kvstore_t *priv;
+    harness_t h;
+    kvscache_t *kc;
+} inproc_t;
+
+/* The small model and a private store of priv_blocks blocks. */
+static void inproc_init(inproc_t *t, uint32_t priv_blocks)
+{
+    geometry_t g;
+
+    memset(t, 0, sizeof(*t));
+    model_config_small(&t->cfg);
+    ck_assert_int_eq(model_new(&t->cfg, &t->m), 0);
+    ck_assert_uint_eq(t->cfg.vocab, LOGITS);
+    model_config_geometry(&t->cfg, &g);
+    ck_assert_int_eq(kvstore_new_private(&g, priv_blocks, &t->priv), 0);
+}
+
+/* A full private prefill of prompt (len tokens): its generated tokens and
+ * final logits. */
+static void inproc_reference(const inproc_t *t, const uint32_t *prompt, uint32_t len,
+                             uint32_t gen[DECODE], float logits[LOGITS])
+{
+    worker_t w = {.model = t->m, .store = t->priv, .ops = &worker_private_ops, .ctx = t->priv};
+    worker_result_t r;
+
+    ck_assert_int_eq(worker_run(&w, prompt, len, DECODE, gen, logits, &r), 0);
+}
+
+/* Opens kvscache (ko, on the socket of the kvshared started in t->h) and
+ * runs prompt: a miss, shared through the pool, whose final logits equal
+ * ref; its results in gen, got and r. */
+static void inproc_open(inproc_t *t, kvscache_opts_t *ko, const uint32_t *prompt, uint32_t len,
+                        const float ref[LOGITS], uint32_t gen[DECODE], float got[LOGITS],
+                        worker_result_t *r)
+{
+    char err[512];
+
+    ko->socket_path = t->h.socket_path;
+    ck_assert_msg(kvscache_open(ko, t->m, &t->kc, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_int_eq(kvscache_run(t->kc, prompt, len, DECODE, gen, got, r), 0);
+    ck_assert_int_eq(r->cache, WORKER_CACHE_SHARED);
+    ck_assert_uint_eq(r->matched_tokens, 0);
+    ck_assert_int_eq(memcmp(got, ref, LOGITS * sizeof(float)), 0);
+}
+
+/* Closes kvscache, stops kvshared (which must exit 0), frees the rest. */
+static void inproc_free(inproc_t *t)
+{
+    kvscache_free(t->kc);
+    ck_assert_int_eq(harness_stop(&t->h), 0);
+    harness_cleanup(&t->h);
+    kvstore_free(t->priv);
+    model_free(t->m);
+}
+
+/* The start of both restart cases: three chat requests (workload seed
+ * `seed`) and their private references; request 0 shared through a fresh
+ * kvshared, then the daemon stops and request 1 is computed privately
+ * (fallback). Same logits as the references throughout. */
+static void restart_begin(inproc_t *t, uint32_t seed, workload_t **wl, kvscache_opts_t *ko,
+                          float ref[3][LOGITS])
+{
+    workload_chat_opts_t wo = {.requests = 3,
+                               .systems = 1,
+                               .system_tokens = SYSTEM_TOKENS,
+                               .question_tokens = 40,
+                               .seed = seed};
+    float got[LOGITS];
+    uint32_t gen[DECODE];
+    worker_result_t r;
+
+    inproc_init(t, 64);
+    wo.vocab = t->cfg.vocab;
+    ck_assert_int_eq(workload_chat(&wo, wl), 0);
+    for (uint32_t i = 0; i < 3; i++)
+        inproc_reference(t, (*wl)->prompt[i], (*wl)->len[i], gen, ref[i]);
+
+    start_daemon(&t->h, 256);
+    inproc_open(t, ko, (*wl)->prompt[0], (*wl)->len[0], ref[0], gen, got, &r);
+
+    ck_assert_int_eq(harness_stop(&t->h), 0);
+    ck_assert_int_eq(kvscache_run(t->kc, (*wl)->prompt[1], (*wl)->len[1], DECODE, gen, got, &r), 0);
+    ck_assert_int_eq(r.cache, WORKER_CACHE_FALLBACK);
+    ck_assert_int_eq(memcmp(got, ref[1], sizeof(got)), 0);
+}
+
 /* In one process through kvscache: shared, then the daemon stops (private),
  * then another daemon on the same socket with a pool of another geometry
  * (sharing off): every request gives the private run's logits. */
 START_TEST(test_kvs_daemon_restart)
 {
-    model_config_t cfg;
-    model_t *m = NULL;
-    workload_chat_opts_t wo = {.requests = 3,
-                               .systems = 1,
-                               .system_tokens = SYSTEM_TOKENS,
-                               .question_tokens = 40,
-                               .seed = 1};
+    inproc_t t;
     workload_t *wl = NULL;
-    kvscache_t *kc = NULL;
     kvscache_opts_t ko = {.timeout_ms = 30000, .reconnect_ms = 1, .private_blocks = 64};
     kvscache_stats_t st;
-    harness_t h;
     pid_t again;
-    float ref[3][256], got[256];
+    float ref[3][LOGITS], got[LOGITS];
     uint32_t gen[DECODE];
     worker_result_t r;
-    kvstore_t *priv = NULL;
-    geometry_t g;
-    char err[512];
 
-    model_config_small(&cfg);
-    ck_assert_int_eq(model_new(&cfg, &m), 0);
-    wo.vocab = cfg.vocab;
-    ck_assert_int_eq(workload_chat(&wo, &wl), 0);
-    model_config_geometry(&cfg, &g);
-    ck_assert_int_eq(kvstore_new_private(&g, 64, &priv), 0);
-    for (uint32_t i = 0; i < 3; i++) {
-        worker_t w = {.model = m, .store = priv, .ops = &worker_private_ops, .ctx = priv};
-        ck_assert_int_eq(worker_run(&w, wl->prompt[i], wl->len[i], DECODE, gen, ref[i], &r), 0);
-    }
-
-    start_daemon(&h, 256);
-    ko.socket_path = h.socket_path;
-    ck_assert_int_eq(kvscache_open(&ko, m, &kc, err, sizeof(err)), 0);
-    ck_assert_int_eq(kvscache_run(kc, wl->prompt[0], wl->len[0], DECODE, gen, got, &r), 0);
-    ck_assert_int_eq(r.cache, WORKER_CACHE_SHARED);
-    ck_assert_int_eq(memcmp(got, ref[0], sizeof(got)), 0);
-
-    ck_assert_int_eq(harness_stop(&h), 0);
-    ck_assert_int_eq(kvscache_run(kc, wl->prompt[1], wl->len[1], DECODE, gen, got, &r), 0);
-    ck_assert_int_eq(r.cache, WORKER_CACHE_FALLBACK);
-    ck_assert_int_eq(memcmp(got, ref[1], sizeof(got)), 0);
-    ck_assert_ptr_nonnull(strstr(kvscache_note(kc), "computing privately"));
+    restart_begin(&t, 1, &wl, &ko, ref);
+    ck_assert_ptr_nonnull(strstr(kvscache_note(t.kc), "computing privately"));
 
     /* The harness restarts kvshared with its own fp16 geometry: the worker
      * reconnects, sees a pool it cannot compute in, turns sharing off. */
-    ck_assert_int_eq(harness_start_again(&h, 256, 20000, &again), -1); /* listening */
+    ck_assert_int_eq(harness_start_again(&t.h, 256, 20000, &again), -1); /* listening */
     ck_assert_int_gt(again, 0);
-    h.pid = again;
+    t.h.pid = again;
     usleep(5000); /* past reconnect_ms */
-    ck_assert_int_eq(kvscache_run(kc, wl->prompt[2], wl->len[2], DECODE, gen, got, &r), 0);
+    ck_assert_int_eq(kvscache_run(t.kc, wl->prompt[2], wl->len[2], DECODE, gen, got, &r), 0);
     ck_assert_int_eq(r.cache, WORKER_CACHE_FALLBACK);
     ck_assert_int_eq(memcmp(got, ref[2], sizeof(got)), 0);
-    ck_assert_msg(strstr(kvscache_note(kc), "sharing is off"), "%s", kvscache_note(kc));
-    kvscache_stats(kc, &st);
+    ck_assert_msg(strstr(kvscache_note(t.kc), "sharing is off"), "%s", kvscache_note(t.kc));
+    kvscache_stats(t.kc, &st);
     ck_assert_uint_eq(st.shared, 1);
     ck_assert_uint_eq(st.fallbacks, 2);
 
-    kvscache_free(kc);
-    harness_stop(&h);
-    harness_cleanup(&h);
-    kvstore_free(priv);
+    inproc_free(&t);
     workload_free(wl);
-    model_free(m);
 }
 END_TEST
 
@@ -551,66 +608,30 @@ static pid_t daemon_spawn_at(const char *socket_path)
  * shares again; all outputs equal the private run's. */
 START_TEST(test_kvs_daemon_restart_same_geometry)
 {
-    model_config_t cfg;
-    model_t *m = NULL;
-    workload_chat_opts_t wo = {.requests = 3,
-                               .systems = 1,
-                               .system_tokens = SYSTEM_TOKENS,
-                               .question_tokens = 40,
-                               .seed = 3};
+    inproc_t t;
     workload_t *wl = NULL;
-    kvscache_t *kc = NULL;
     kvscache_opts_t ko = {.timeout_ms = 30000, .reconnect_ms = 1, .private_blocks = 64};
-    harness_t h;
-    float ref[3][256], got[256];
+    float ref[3][LOGITS], got[LOGITS];
     uint32_t gen[DECODE];
     worker_result_t r;
-    kvstore_t *priv = NULL;
-    geometry_t g;
-    char err[512];
 
-    model_config_small(&cfg);
-    ck_assert_int_eq(model_new(&cfg, &m), 0);
-    wo.vocab = cfg.vocab;
-    ck_assert_int_eq(workload_chat(&wo, &wl), 0);
-    model_config_geometry(&cfg, &g);
-    ck_assert_int_eq(kvstore_new_private(&g, 64, &priv), 0);
-    for (uint32_t i = 0; i < 3; i++) {
-        worker_t w = {.model = m, .store = priv, .ops = &worker_private_ops, .ctx = priv};
-        ck_assert_int_eq(worker_run(&w, wl->prompt[i], wl->len[i], DECODE, gen, ref[i], &r), 0);
-    }
+    restart_begin(&t, 3, &wl, &ko, ref);
 
-    start_daemon(&h, 256);
-    ko.socket_path = h.socket_path;
-    ck_assert_int_eq(kvscache_open(&ko, m, &kc, err, sizeof(err)), 0);
-    ck_assert_int_eq(kvscache_run(kc, wl->prompt[0], wl->len[0], DECODE, gen, got, &r), 0);
-    ck_assert_int_eq(r.cache, WORKER_CACHE_SHARED);
-    ck_assert_int_eq(memcmp(got, ref[0], sizeof(got)), 0);
-
-    ck_assert_int_eq(harness_stop(&h), 0);
-    ck_assert_int_eq(kvscache_run(kc, wl->prompt[1], wl->len[1], DECODE, gen, got, &r), 0);
-    ck_assert_int_eq(r.cache, WORKER_CACHE_FALLBACK);
-    ck_assert_int_eq(memcmp(got, ref[1], sizeof(got)), 0);
-
-    h.pid = daemon_spawn_at(h.socket_path);
+    t.h.pid = daemon_spawn_at(t.h.socket_path);
     usleep(5000); /* past reconnect_ms */
     /* A new, empty pool: a miss, computed in the newly mapped blocks. */
-    ck_assert_int_eq(kvscache_run(kc, wl->prompt[2], wl->len[2], DECODE, gen, got, &r), 0);
-    ck_assert_msg(r.cache == WORKER_CACHE_SHARED, "%s", kvscache_note(kc));
+    ck_assert_int_eq(kvscache_run(t.kc, wl->prompt[2], wl->len[2], DECODE, gen, got, &r), 0);
+    ck_assert_msg(r.cache == WORKER_CACHE_SHARED, "%s", kvscache_note(t.kc));
     ck_assert_uint_eq(r.matched_tokens, 0);
     ck_assert_int_eq(memcmp(got, ref[2], sizeof(got)), 0);
     /* Request 1 again: its system prompt now comes from the new pool. */
-    ck_assert_int_eq(kvscache_run(kc, wl->prompt[1], wl->len[1], DECODE, gen, got, &r), 0);
+    ck_assert_int_eq(kvscache_run(t.kc, wl->prompt[1], wl->len[1], DECODE, gen, got, &r), 0);
     ck_assert_int_eq(r.cache, WORKER_CACHE_SHARED);
     ck_assert_uint_eq(r.matched_tokens, SYSTEM_TOKENS);
     ck_assert_int_eq(memcmp(got, ref[1], sizeof(got)), 0);
 
-    kvscache_free(kc);
-    ck_assert_int_eq(harness_stop(&h), 0);
-    harness_cleanup(&h);
-    kvstore_free(priv);
+    inproc_free(&t);
     workload_free(wl);
-    model_free(m);
 }
 END_TEST
 
@@ -621,53 +642,36 @@ END_TEST
  * canonical and decodes from it; same logits, nothing left held. */
 START_TEST(test_kvs_duplicate_block_is_swapped)
 {
-    model_config_t cfg;
-    model_t *m = NULL;
-    kvscache_t *kc = NULL;
+    inproc_t t;
     kvscache_opts_t ko = {.timeout_ms = 30000, .private_blocks = 16};
     kvscache_stats_t st;
-    harness_t h;
     uint32_t prompt[64], gen[DECODE], gen_ref[DECODE];
-    float ref[256], got[256];
+    float ref[LOGITS], got[LOGITS];
     worker_result_t r;
-    kvstore_t *priv = NULL;
-    geometry_t g;
     kvs_client_t *c;
     kvs_stats_t ds;
-    char err[512];
 
-    model_config_small(&cfg);
-    ck_assert_int_eq(model_new(&cfg, &m), 0);
+    inproc_init(&t, 16);
     for (uint32_t i = 0; i < 64; i++)
-        prompt[i] = (i * 37 + 11) % cfg.vocab;
-    model_config_geometry(&cfg, &g);
-    ck_assert_int_eq(kvstore_new_private(&g, 16, &priv), 0);
-    {
-        worker_t w = {.model = m, .store = priv, .ops = &worker_private_ops, .ctx = priv};
-        ck_assert_int_eq(worker_run(&w, prompt, 64, DECODE, gen_ref, ref, &r), 0);
-    }
+        prompt[i] = (i * 37 + 11) % t.cfg.vocab;
+    inproc_reference(&t, prompt, 64, gen_ref, ref);
 
-    start_daemon(&h, 64);
-    ko.socket_path = h.socket_path;
-    ck_assert_int_eq(kvscache_open(&ko, m, &kc, err, sizeof(err)), 0);
-    ck_assert_int_eq(kvscache_run(kc, prompt, 64, DECODE, gen, got, &r), 0);
-    ck_assert_int_eq(r.cache, WORKER_CACHE_SHARED);
-    ck_assert_uint_eq(r.matched_tokens, 0);
-    ck_assert_int_eq(memcmp(got, ref, sizeof(got)), 0);
-    ck_assert_int_eq(kvscache_run(kc, prompt, 64, DECODE, gen, got, &r), 0);
+    start_daemon(&t.h, 64);
+    inproc_open(&t, &ko, prompt, 64, ref, gen, got, &r);
+    ck_assert_int_eq(kvscache_run(t.kc, prompt, 64, DECODE, gen, got, &r), 0);
     ck_assert_int_eq(r.cache, WORKER_CACHE_SHARED);
     ck_assert_uint_eq(r.matched_tokens, 48);
     ck_assert_uint_eq(r.prefill_tokens, 16);
     ck_assert_int_eq(memcmp(got, ref, sizeof(got)), 0);
     ck_assert_int_eq(memcmp(gen, gen_ref, sizeof(gen)), 0);
-    kvscache_stats(kc, &st);
+    kvscache_stats(t.kc, &st);
     ck_assert_uint_eq(st.shared, 2);
     ck_assert_uint_eq(st.commits, 2);
     ck_assert_uint_eq(st.commit_errors, 0);
     ck_assert_uint_eq(st.duplicates, 1);
 
     /* Still connected: the releases, not the session's end, freed it all. */
-    c = monitor(&h);
+    c = monitor(&t.h);
     ck_assert_int_eq(kvs_stats(c, &ds), 0);
     ck_assert_uint_eq(ds.pinned_blocks, 0);
     ck_assert_uint_eq(ds.writing_blocks, 0);
@@ -676,11 +680,7 @@ START_TEST(test_kvs_duplicate_block_is_swapped)
     kvs_stats_free(&ds);
     kvs_close(c);
 
-    kvscache_free(kc);
-    ck_assert_int_eq(harness_stop(&h), 0);
-    harness_cleanup(&h);
-    kvstore_free(priv);
-    model_free(m);
+    inproc_free(&t);
 }
 END_TEST
 
@@ -722,40 +722,24 @@ static void ns_blocks(kvs_client_t *c, const char *ns, uint32_t *pool, uint32_t 
 START_TEST(test_kvs_tier2_round_trip_bitwise)
 {
     enum { N = 300, FULL = N / 16, HIT = (N - 1) / 16 }; /* 18 blocks committed and matched */
-    model_config_t cfg;
-    model_t *m = NULL;
-    kvscache_t *kc = NULL;
+    inproc_t t;
     kvscache_opts_t ko = {.ns = "tier", .timeout_ms = 30000, .private_blocks = 32};
-    harness_t h;
     uint32_t prompt[N], gen[DECODE], gen_ref[DECODE], serial = 1, pool, tier2;
-    float ref[256], got[256];
+    float ref[LOGITS], got[LOGITS];
     worker_result_t r;
-    kvstore_t *priv = NULL;
-    geometry_t g;
     kvs_client_t *c;
     kvs_stats_t before, after;
     tierfill_result_t fill;
     char err[512];
 
-    model_config_small(&cfg);
-    ck_assert_int_eq(model_new(&cfg, &m), 0);
+    inproc_init(&t, 32);
     for (uint32_t i = 0; i < N; i++)
-        prompt[i] = (i * 59 + 7) % cfg.vocab;
-    model_config_geometry(&cfg, &g);
-    ck_assert_int_eq(kvstore_new_private(&g, 32, &priv), 0);
-    {
-        worker_t w = {.model = m, .store = priv, .ops = &worker_private_ops, .ctx = priv};
-        ck_assert_int_eq(worker_run(&w, prompt, N, DECODE, gen_ref, ref, &r), 0);
-    }
+        prompt[i] = (i * 59 + 7) % t.cfg.vocab;
+    inproc_reference(&t, prompt, N, gen_ref, ref);
 
-    start_daemon_tier2(&h, 48);
-    ko.socket_path = h.socket_path;
-    ck_assert_int_eq(kvscache_open(&ko, m, &kc, err, sizeof(err)), 0);
-    ck_assert_int_eq(kvscache_run(kc, prompt, N, DECODE, gen, got, &r), 0);
-    ck_assert_int_eq(r.cache, WORKER_CACHE_SHARED);
-    ck_assert_uint_eq(r.matched_tokens, 0);
-    ck_assert_int_eq(memcmp(got, ref, sizeof(got)), 0);
-    c = monitor(&h);
+    start_daemon_tier2(&t.h, 48);
+    inproc_open(&t, &ko, prompt, N, ref, gen, got, &r);
+    c = monitor(&t.h);
 
     for (int round = 0; round < 2; round++) {
         /* Into tier 2, by the daemon's own count. */
@@ -772,8 +756,8 @@ START_TEST(test_kvs_tier2_round_trip_bitwise)
         ck_assert_int_eq(kvs_stats(c, &before), 0);
         memset(got, 0, sizeof(got));
         memset(gen, 0, sizeof(gen));
-        ck_assert_int_eq(kvscache_run(kc, prompt, N, DECODE, gen, got, &r), 0);
-        ck_assert_msg(r.cache == WORKER_CACHE_SHARED, "%s", kvscache_note(kc));
+        ck_assert_int_eq(kvscache_run(t.kc, prompt, N, DECODE, gen, got, &r), 0);
+        ck_assert_msg(r.cache == WORKER_CACHE_SHARED, "%s", kvscache_note(t.kc));
         ck_assert_uint_eq(r.matched_tokens, HIT * 16);
         ck_assert_uint_eq(r.prefill_tokens, N - HIT * 16);
         ck_assert_int_eq(kvs_stats(c, &after), 0);
@@ -791,11 +775,7 @@ START_TEST(test_kvs_tier2_round_trip_bitwise)
     }
 
     kvs_close(c);
-    kvscache_free(kc);
-    ck_assert_int_eq(harness_stop(&h), 0);
-    harness_cleanup(&h);
-    kvstore_free(priv);
-    model_free(m);
+    inproc_free(&t);
 }
 END_TEST
 
