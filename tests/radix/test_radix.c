@@ -83,6 +83,19 @@ static size_t lookup_n(radix_tree_t *t, uint32_t ns, const uint32_t *tok, size_t
     return n;
 }
 
+/* Evicts up to max blocks on behalf of for_ns: exactly n_want go, and they
+ * are want[0 .. n_want), in that order (the next entries of ev.ids). */
+static void evict_expect(radix_tree_t *t, uint32_t for_ns, size_t max, const uint32_t *want,
+                         size_t n_want)
+{
+    size_t got = 999, from = ev.n;
+    ck_assert_int_eq(radix_evict(t, for_ns, max, &got), 0);
+    ck_assert_uint_eq(got, n_want);
+    ck_assert_uint_eq(ev.n, from + n_want);
+    for (size_t k = 0; k < n_want; k++)
+        ck_assert_uint_eq(ev.ids[from + k], want[k]);
+}
+
 /* ---- tree and namespaces --------------------------------------------------- */
 
 START_TEST(test_new_args)
@@ -365,20 +378,13 @@ START_TEST(test_lookup_pin)
     ck_assert_int_eq(radix_block_refcount(t, 23, &ref), 0);
     ck_assert_uint_eq(ref, 0);
     /* Only the unpinned tail can go. */
-    size_t got = 0;
-    ck_assert_int_eq(radix_evict(t, RADIX_NS_ANY, 10, &got), 0);
-    ck_assert_uint_eq(got, 1);
-    ck_assert_uint_eq(ev.ids[0], 23);
+    evict_expect(t, RADIX_NS_ANY, 10, (const uint32_t[]){23}, 1);
     for (size_t k = 0; k < n; k++)
         ck_assert_int_eq(radix_unpin(t, ids[k]), 0);
     ck_assert_uint_eq(radix_pinned_blocks(t), 0);
     ck_assert_int_eq(radix_check(t), 0);
-    ck_assert_int_eq(radix_evict(t, RADIX_NS_ANY, 10, &got), 0);
-    ck_assert_uint_eq(got, 3);
     /* Leaf first: a parent becomes evictable when its last child goes. */
-    ck_assert_uint_eq(ev.ids[1], 22);
-    ck_assert_uint_eq(ev.ids[2], 21);
-    ck_assert_uint_eq(ev.ids[3], 20);
+    evict_expect(t, RADIX_NS_ANY, 10, (const uint32_t[]){22, 21, 20}, 3);
     ck_assert_uint_eq(radix_cached_blocks(t), 0);
     ck_assert_int_eq(radix_check(t), 0);
     radix_free(t);
@@ -424,10 +430,7 @@ START_TEST(test_match_read_only)
     ck_assert_int_eq(radix_block_refcount(t, 23, &ref), 0);
     ck_assert_uint_eq(ref, 0);
     /* No change of last use: the leaf 23, older than 43, still goes first. */
-    size_t got = 0;
-    ck_assert_int_eq(radix_evict(t, RADIX_NS_ANY, 1, &got), 0);
-    ck_assert_uint_eq(got, 1);
-    ck_assert_uint_eq(ev.ids[0], 23);
+    evict_expect(t, RADIX_NS_ANY, 1, (const uint32_t[]){23}, 1);
 
     ck_assert_int_eq(radix_match(t, ns, tok, 4 * BT, NULL, 4, &n), KVS_EINVAL);
     ck_assert_int_eq(radix_match(t, ns, NULL, 4, ids, 4, &n), KVS_EINVAL);
@@ -637,9 +640,7 @@ START_TEST(test_pin_unpin)
     ck_assert_int_eq(radix_pin(t, 7), 0);
     ck_assert_uint_eq(radix_pinned_blocks(t), 1);
     ck_assert_int_eq(radix_check(t), 0);
-    size_t got;
-    ck_assert_int_eq(radix_evict(t, ns, 5, &got), 0);
-    ck_assert_uint_eq(got, 0);
+    evict_expect(t, ns, 5, NULL, 0);
     ck_assert_int_eq(radix_unpin(t, 7), 0);
     ck_assert_int_eq(radix_block_refcount(t, 7, &ref), 0);
     ck_assert_uint_eq(ref, 1);
@@ -649,9 +650,7 @@ START_TEST(test_pin_unpin)
     ck_assert_int_eq(radix_check(t), 0);
     /* Pinning a middle block keeps it and its ancestors, not its descendants. */
     ck_assert_int_eq(radix_pin(t, 6), 0);
-    ck_assert_int_eq(radix_evict(t, ns, 5, &got), 0);
-    ck_assert_uint_eq(got, 1);
-    ck_assert_uint_eq(ev.ids[0], 7);
+    evict_expect(t, ns, 5, (const uint32_t[]){7}, 1);
     ck_assert_uint_eq(radix_cached_blocks(t), 2);
     ck_assert_int_eq(radix_check(t), 0);
     radix_free(t);
@@ -672,14 +671,9 @@ START_TEST(test_evict_lru_order)
     /* Use prompt 0 (fully) and the first block of prompt 1. */
     ck_assert_uint_eq(lookup_n(t, ns, p[0], 2 * BT, NULL), 2);
     ck_assert_uint_eq(lookup_n(t, ns, p[1], BT, NULL), 1);
-    size_t got;
-    ck_assert_int_eq(radix_evict(t, RADIX_NS_ANY, 6, &got), 0);
-    ck_assert_uint_eq(got, 6);
     /* Leaf stamps: p1's leaf (insert 2) < p2's leaf (insert 3) < p0 (lookup);
      * p1's first block was used by the last lookup, so it goes last. */
-    uint32_t want[6] = {11, 21, 20, 1, 0, 10};
-    for (int k = 0; k < 6; k++)
-        ck_assert_uint_eq(ev.ids[k], want[k]);
+    evict_expect(t, RADIX_NS_ANY, 6, (const uint32_t[]){11, 21, 20, 1, 0, 10}, 6);
     ck_assert_int_eq(radix_check(t), 0);
     radix_ns_stats_t st;
     ck_assert_int_eq(radix_ns_stats(t, ns, &st), 0);
@@ -726,12 +720,7 @@ START_TEST(test_evict_priority_order)
     ck_assert_int_eq(radix_block_priority(t, 10, &prio), 0);
     ck_assert_uint_eq(prio, 20);
     ck_assert_int_eq(radix_check(t), 0);
-    size_t got;
-    ck_assert_int_eq(radix_evict(t, RADIX_NS_ANY, 4, &got), 0);
-    ck_assert_uint_eq(got, 4);
-    uint32_t want[4] = {20, 10, 30, 0};
-    for (int k = 0; k < 4; k++)
-        ck_assert_uint_eq(ev.ids[k], want[k]);
+    evict_expect(t, RADIX_NS_ANY, 4, (const uint32_t[]){20, 10, 30, 0}, 4);
     ck_assert_int_eq(radix_ns_stats(t, ns, &st), 0);
     ck_assert_uint_eq(st.evicted_by_band[0], 2);
     ck_assert_uint_eq(st.evicted_by_band[2], 1);
@@ -747,12 +736,9 @@ START_TEST(test_evict_priority_order)
     ck_assert_int_eq(radix_block_priority(t, 1, &prio), 0);
     ck_assert_uint_eq(prio, 60);
     ev.n = 0;
-    ck_assert_int_eq(radix_evict(t, RADIX_NS_ANY, 1, &got), 0);
-    ck_assert_uint_eq(ev.ids[0], 2);
+    evict_expect(t, RADIX_NS_ANY, 1, (const uint32_t[]){2}, 1);
     /* Not a pin: the last block goes too. */
-    ck_assert_int_eq(radix_evict(t, RADIX_NS_ANY, 1, &got), 0);
-    ck_assert_uint_eq(got, 1);
-    ck_assert_uint_eq(ev.ids[1], 1);
+    evict_expect(t, RADIX_NS_ANY, 1, (const uint32_t[]){1}, 1);
     ck_assert_int_eq(radix_check(t), 0);
     radix_free(t);
 }
@@ -942,11 +928,7 @@ START_TEST(test_reservation)
     insert_run(t, b, tok, 5, 10, false, 0);
     size_t got;
     /* On behalf of b: a gives 2 (down to its reservation), then b's own. */
-    ck_assert_int_eq(radix_evict(t, b, 4, &got), 0);
-    ck_assert_uint_eq(got, 4);
-    uint32_t want[4] = {4, 3, 14, 13};
-    for (int k = 0; k < 4; k++)
-        ck_assert_uint_eq(ev.ids[k], want[k]);
+    evict_expect(t, b, 4, (const uint32_t[]){4, 3, 14, 13}, 4);
     radix_ns_stats_t st;
     ck_assert_int_eq(radix_ns_stats(t, a, &st), 0);
     ck_assert_uint_eq(st.cached_blocks, 3);
@@ -989,10 +971,7 @@ START_TEST(test_reservation_takes_back)
     prompt(tok, 3 * BT, 3);
     insert_run(t, lng, tok, 3, 20, false, 0); /* 20 .. 22: the newest */
     size_t got;
-    ck_assert_int_eq(radix_evict(t, chat, 2, &got), 0);
-    ck_assert_uint_eq(got, 2);
-    ck_assert_uint_eq(ev.ids[0], 12);
-    ck_assert_uint_eq(ev.ids[1], 11);
+    evict_expect(t, chat, 2, (const uint32_t[]){12, 11}, 2);
     /* Still below: the rest of long goes, then chat's own; mid keeps its 2. */
     ck_assert_int_eq(radix_evict(t, chat, 10, &got), 0);
     ck_assert_uint_eq(got, 6);
@@ -1027,20 +1006,13 @@ START_TEST(test_reservation_at_reserve_is_plain_lru)
     insert_run(t, chat, tok, 2, 0, false, 0);
     prompt(tok, 3 * BT, 2);
     insert_run(t, lng, tok, 3, 10, false, 0);
-    size_t got;
-    ck_assert_int_eq(radix_evict(t, chat, 3, &got), 0);
-    ck_assert_uint_eq(got, 3);
-    ck_assert_uint_eq(ev.ids[0], 1);
-    ck_assert_uint_eq(ev.ids[1], 12);
-    ck_assert_uint_eq(ev.ids[2], 11);
+    evict_expect(t, chat, 3, (const uint32_t[]){1, 12, 11}, 3);
     /* Above its reservation, on behalf of long: chat competes by LRU too. */
     prompt(tok, 2 * BT, 3);
     insert_run(t, chat, tok, 2, 40, false, 0); /* chat holds 0, 40, 41: one over */
     ev.n = 0;
-    ck_assert_int_eq(radix_evict(t, lng, 3, &got), 0);
-    ck_assert_uint_eq(got, 2);
-    ck_assert_uint_eq(ev.ids[0], 0);  /* chat's oldest, down to its reservation */
-    ck_assert_uint_eq(ev.ids[1], 10); /* then only long's own */
+    /* chat's oldest, down to its reservation, then only long's own */
+    evict_expect(t, lng, 3, (const uint32_t[]){0, 10}, 2);
     ck_assert_uint_eq(ev.n, 2);
     radix_ns_stats_t st;
     ns_stats(t, chat, &st);
@@ -1066,15 +1038,14 @@ START_TEST(test_reservation_lends)
     uint32_t tok[8 * BT];
     prompt(tok, 8 * BT, 2);
     insert_run(t, b, tok, 8, 0, false, 0); /* b holds the whole pool */
-    size_t got, done;
+    size_t done;
     uint32_t a_ids[4] = {7, 6, 5, 4}, canon[4];
     prompt(tok, 4 * BT, 1);
     for (uint32_t k = 0; k < 4; k++) {
         /* a's conversation grows a block at a time, in the block b's tail
          * gives back */
-        ck_assert_int_eq(radix_evict(t, a, 1, &got), 0);
-        ck_assert_uint_eq(got, 1);
-        ck_assert_uint_eq(ev.ids[k], 7 - k);
+        ck_assert_uint_eq(ev.n, k);
+        evict_expect(t, a, 1, (const uint32_t[]){7 - k}, 1);
         ck_assert_int_eq(radix_insert(t, a, tok, (k + 1) * BT, a_ids, k + 1, false, canon, &done),
                          0);
         ck_assert_uint_eq(done, k + 1);
@@ -1086,14 +1057,10 @@ START_TEST(test_reservation_lends)
     ck_assert_uint_eq(st.cached_blocks, 4);
     ck_assert_uint_eq(st.evicted_others, 4);
     /* Both at their reservations. */
-    ck_assert_int_eq(radix_evict(t, RADIX_NS_ANY, 8, &got), 0);
-    ck_assert_uint_eq(got, 0);
-    ck_assert_int_eq(radix_evict(t, a, 1, &got), 0);
-    ck_assert_uint_eq(got, 1);
-    ck_assert_uint_eq(ev.ids[4], 4); /* a's own, though b's blocks are older */
-    ck_assert_int_eq(radix_evict(t, b, 1, &got), 0);
-    ck_assert_uint_eq(got, 1);
-    ck_assert_uint_eq(ev.ids[5], 3);
+    evict_expect(t, RADIX_NS_ANY, 8, NULL, 0);
+    ck_assert_uint_eq(ev.n, 4);
+    evict_expect(t, a, 1, (const uint32_t[]){4}, 1); /* a's own, though b's blocks are older */
+    evict_expect(t, b, 1, (const uint32_t[]){3}, 1);
     ns_stats(t, a, &st);
     ck_assert_uint_eq(st.evicted_own, 1);
     ck_assert_uint_eq(st.evicted_others, 0);
@@ -1115,16 +1082,10 @@ START_TEST(test_reservation_pinned_givers)
     insert_run(t, chat, tok, 2, 0, false, 0);
     prompt(tok, 4 * BT, 2);
     insert_run(t, lng, tok, 4, 10, true, 0);
-    size_t got;
-    ck_assert_int_eq(radix_evict(t, chat, 1, &got), 0);
-    ck_assert_uint_eq(got, 1);
-    ck_assert_uint_eq(ev.ids[0], 1);
+    evict_expect(t, chat, 1, (const uint32_t[]){1}, 1);
     /* Unpinned, long's tail is the first to go. */
     ck_assert_int_eq(radix_unpin(t, 13), 0);
-    ck_assert_int_eq(radix_evict(t, chat, 2, &got), 0);
-    ck_assert_uint_eq(got, 2);
-    ck_assert_uint_eq(ev.ids[1], 13);
-    ck_assert_uint_eq(ev.ids[2], 0);
+    evict_expect(t, chat, 2, (const uint32_t[]){13, 0}, 2);
     ck_assert_int_eq(radix_check(t), 0);
     radix_free(t);
 }
@@ -1147,12 +1108,7 @@ START_TEST(test_reservation_freq)
     ck_assert_uint_eq(lookup_n(t, lng, tok, BT, NULL), 1); /* tick 4: key 24 */
     prompt(tok, BT, 3);
     insert_run(t, lng, tok, 1, 11, false, 0); /* tick 5: key 5 */
-    size_t got;
-    ck_assert_int_eq(radix_evict(t, chat, 3, &got), 0);
-    ck_assert_uint_eq(got, 3);
-    ck_assert_uint_eq(ev.ids[0], 11);
-    ck_assert_uint_eq(ev.ids[1], 10);
-    ck_assert_uint_eq(ev.ids[2], 0);
+    evict_expect(t, chat, 3, (const uint32_t[]){11, 10, 0}, 3);
     ck_assert_int_eq(radix_check(t), 0);
     radix_free(t);
 }
@@ -1240,6 +1196,24 @@ END_TEST
 
 /* ---- top and memory ----------------------------------------------------------------- */
 
+/* Demotes n leaves of ns into tier 2, which has room for them all (none is
+ * dropped), and completes each copy: a move goes to a tier-2 id (at or past
+ * pool_blocks) and radix_copy_done names the tier-1 id it came from. */
+static void demote_copied(radix_tree_t *t, uint32_t ns, size_t n, uint32_t pool_blocks,
+                          radix_move_t *mv)
+{
+    size_t n_mv = 9, n_dr = 9;
+    uint32_t peer;
+    ck_assert_int_eq(radix_demote(t, ns, n, mv, &n_mv, &n_dr), 0);
+    ck_assert_uint_eq(n_mv, n);
+    ck_assert_uint_eq(n_dr, 0);
+    for (size_t k = 0; k < n_mv; k++) {
+        ck_assert_uint_ge(mv[k].to, pool_blocks);
+        ck_assert_int_eq(radix_copy_done(t, mv[k].to, &peer), 0);
+        ck_assert_uint_eq(peer, mv[k].from);
+    }
+}
+
 /* With a tier 2: radix_top says how many blocks under each prefix are in
  * tier 2, a drop from a full tier 2 is reported through on_evict with its
  * tier-2 id, and radix_lookup_uncount takes a lookup back out of the
@@ -1253,14 +1227,7 @@ START_TEST(test_tier2_top_drop_uncount)
     insert_run(t, ns, tok, 4, 0, false, 0);
     radix_move_t mv[4];
     size_t n_mv = 9, n_dr = 9;
-    ck_assert_int_eq(radix_demote(t, ns, 2, mv, &n_mv, &n_dr), 0);
-    ck_assert_uint_eq(n_mv, 2);
-    ck_assert_uint_eq(n_dr, 0);
-    for (size_t k = 0; k < n_mv; k++) {
-        ck_assert_uint_ge(mv[k].to, 4);
-        ck_assert_int_eq(radix_copy_done(t, mv[k].to, &peer), 0);
-        ck_assert_uint_eq(peer, mv[k].from);
-    }
+    demote_copied(t, ns, 2, 4, mv);
     radix_prefix_t rows[4];
     size_t n_rows = 0;
     ck_assert_int_eq(radix_top(t, RADIX_NS_ALL, RADIX_BY_SIZE, rows, 4, &n_rows), 0);
@@ -1313,15 +1280,11 @@ START_TEST(test_tier2_promotable)
 {
     radix_config_t cfg = {.block_tokens = BT, .max_blocks = 4, .tier2_blocks = 4};
     radix_tree_t *t = tree_cfg(cfg);
-    uint32_t ns = ns_new(t, "a", 0, 0), tok[4 * BT], ids[4], peer;
+    uint32_t ns = ns_new(t, "a", 0, 0), tok[4 * BT], ids[4];
     prompt(tok, 4 * BT, 1);
     insert_run(t, ns, tok, 4, 0, false, 0);
     radix_move_t mv[4];
-    size_t n_mv = 0, n_dr = 0;
-    ck_assert_int_eq(radix_demote(t, ns, 3, mv, &n_mv, &n_dr), 0);
-    ck_assert_uint_eq(n_mv, 3);
-    for (size_t k = 0; k < n_mv; k++)
-        ck_assert_int_eq(radix_copy_done(t, mv[k].to, &peer), 0);
+    demote_copied(t, ns, 3, 4, mv);
     size_t n = 0;
     ck_assert_int_eq(radix_lookup(t, ns, tok, 4 * BT, true, ids, 4, &n), 0);
     ck_assert_uint_eq(n, 4);
