@@ -19,6 +19,7 @@
 
 #include "check_main.h"
 #include "daemon_harness.h"
+#include "frame_header.h"
 #include "kvshare.h"
 #include "kvshare.pb-c.h"
 #include "raw_wire.h"
@@ -35,32 +36,10 @@ static int hostile_connect(const harness_t *d)
     return fd;
 }
 
-/* n copies of req as frames, in one buffer. */
-static uint8_t *frames(const Kvshare__Request *req, size_t n, size_t *len)
+/* Writes all of buf. */
+static void write_all(int fd, const uint8_t *buf, size_t len)
 {
-    size_t body = kvshare__request__get_packed_size(req);
-    uint8_t *buf = malloc((4 + body) * n);
-    ck_assert_ptr_nonnull(buf);
-    for (size_t i = 0; i < n; i++) {
-        uint8_t *f = buf + i * (4 + body);
-        f[0] = (uint8_t)body;
-        f[1] = (uint8_t)(body >> 8);
-        f[2] = (uint8_t)(body >> 16);
-        f[3] = (uint8_t)(body >> 24);
-        kvshare__request__pack(req, f + 4);
-    }
-    *len = (4 + body) * n;
-    return buf;
-}
-
-static void write_all(int fd, const uint8_t *p, size_t n)
-{
-    while (n > 0) {
-        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
-        ck_assert_msg(w > 0, "send: %s", strerror(errno));
-        p += w;
-        n -= (size_t)w;
-    }
+    ck_assert_msg(raw_write_all(fd, buf, len) == 0, "send: %s", strerror(errno));
 }
 
 /* Reads one whole frame; returns its body (free it) and *len, or NULL at
@@ -76,7 +55,7 @@ static uint8_t *read_frame(int fd, size_t *len)
         ck_assert_msg(r > 0, "read: %s", r < 0 ? strerror(errno) : "EOF mid-header");
         got += (size_t)r;
     }
-    *len = (size_t)hdr[0] | (size_t)hdr[1] << 8 | (size_t)hdr[2] << 16 | (size_t)hdr[3] << 24;
+    *len = frame_get_len(hdr);
     uint8_t *body = malloc(*len ? *len : 1);
     ck_assert_ptr_nonnull(body);
     for (got = 0; got < *len;) {
@@ -142,7 +121,8 @@ START_TEST(test_tree_flood_does_not_freeze_others)
     req.rpc_case = KVSHARE__REQUEST__RPC_TREE;
     req.tree = &tr;
     size_t len;
-    uint8_t *flood = frames(&req, 1000, &len);
+    uint8_t *flood = raw_frames(&req, 1000, &len);
+    ck_assert_ptr_nonnull(flood);
     int fd = hostile_connect(&d);
     write_all(fd, flood, len);
     free(flood);
@@ -180,8 +160,7 @@ static unsigned replies_so_far(int fd, size_t *need, size_t *got, uint8_t hdr[4]
                 return n;
             *got += (size_t)r;
             if (*got == 4) {
-                *need = (size_t)hdr[0] | (size_t)hdr[1] << 8 | (size_t)hdr[2] << 16 |
-                        (size_t)hdr[3] << 24;
+                *need = frame_get_len(hdr);
                 *got = 0;
                 if (*need == 0)
                     n++;
@@ -225,22 +204,14 @@ START_TEST(test_large_frames_are_spaced)
     req.rpc_case = KVSHARE__REQUEST__RPC_LOOKUP;
     req.lookup = &lk;
     size_t len;
-    uint8_t *flood = frames(&req, N_LARGE, &len);
+    uint8_t *flood = raw_frames(&req, N_LARGE, &len);
+    ck_assert_ptr_nonnull(flood);
     free(big);
     int fd = hostile_connect(&d);
     pid_t writer = fork();
     ck_assert_int_ge(writer, 0);
-    if (writer == 0) {
-        const uint8_t *p = flood;
-        while (len > 0) {
-            ssize_t w = send(fd, p, len, MSG_NOSIGNAL);
-            if (w <= 0)
-                _exit(1);
-            p += w;
-            len -= (size_t)w;
-        }
-        _exit(0);
-    }
+    if (writer == 0)
+        _exit(raw_write_all(fd, flood, len) == 0 ? 0 : 1);
     free(flood);
     /* The daemon is on the flood once its first reply is out. */
     uint8_t *first = read_frame(fd, &len);
@@ -278,15 +249,9 @@ START_TEST(test_half_close_gets_every_reply)
 {
     harness_t d;
     ck_assert_int_eq(harness_start(&d, 64, NULL), 0);
-    Kvshare__Request req = KVSHARE__REQUEST__INIT;
-    Kvshare__PingRequest pr = KVSHARE__PING_REQUEST__INIT;
-    static uint8_t payload[4096];
-    pr.payload.data = payload;
-    pr.payload.len = sizeof(payload);
-    req.rpc_case = KVSHARE__REQUEST__RPC_PING;
-    req.ping = &pr;
     size_t len;
-    uint8_t *buf = frames(&req, 200, &len);
+    uint8_t *buf = raw_ping_frames(4096, 200, &len);
+    ck_assert_ptr_nonnull(buf);
     int fd = hostile_connect(&d);
     write_all(fd, buf, len);
     free(buf);
@@ -308,20 +273,6 @@ START_TEST(test_half_close_gets_every_reply)
     harness_cleanup(&d);
 }
 END_TEST
-
-/* Writes what the socket takes of p (blocking) until n bytes or the daemon
- * hangs up; returns the bytes written. */
-static size_t write_until_closed(int fd, const uint8_t *p, size_t n)
-{
-    size_t done = 0;
-    while (done < n) {
-        ssize_t w = send(fd, p + done, n - done, MSG_NOSIGNAL);
-        if (w <= 0)
-            break;
-        done += (size_t)w;
-    }
-    return done;
-}
 
 /* Whether the daemon has closed fd (EOF or reset after its goodbye). */
 static int closed_by_daemon(int fd)
@@ -353,33 +304,22 @@ START_TEST(test_buffer_memory_is_bounded_across_sessions)
 
     enum { PARTIAL = 24, UNREAD = 8 };
     int fds[PARTIAL + UNREAD];
-    size_t body = (4u << 20) - 64, sent = 3u << 20;
-    uint8_t *frame = calloc(1, 4 + sent);
+    size_t len;
+    uint8_t *frame = raw_frame_head((4u << 20) - 64, 3u << 20, &len);
     ck_assert_ptr_nonnull(frame);
-    frame[0] = (uint8_t)body;
-    frame[1] = (uint8_t)(body >> 8);
-    frame[2] = (uint8_t)(body >> 16);
-    frame[3] = (uint8_t)(body >> 24);
     for (int i = 0; i < PARTIAL; i++) {
         fds[i] = hostile_connect(&d);
-        write_until_closed(fds[i], frame, 4 + sent);
+        raw_write_until_closed(fds[i], frame, len);
     }
     free(frame);
 
-    Kvshare__Request req = KVSHARE__REQUEST__INIT;
-    Kvshare__PingRequest pr = KVSHARE__PING_REQUEST__INIT;
-    static uint8_t payload[60000];
-    pr.payload.data = payload;
-    pr.payload.len = sizeof(payload);
-    req.rpc_case = KVSHARE__REQUEST__RPC_PING;
-    req.ping = &pr;
-    size_t len;
-    uint8_t *pings = frames(&req, 64, &len); /* 3.8 MB of replies, never read */
+    uint8_t *pings = raw_ping_frames(60000, 64, &len); /* 3.8 MB of replies, never read */
+    ck_assert_ptr_nonnull(pings);
     for (int i = PARTIAL; i < PARTIAL + UNREAD; i++) {
         fds[i] = hostile_connect(&d);
         struct timeval tv = {.tv_sec = 2};
         setsockopt(fds[i], SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-        write_until_closed(fds[i], pings, len);
+        raw_write_until_closed(fds[i], pings, len);
     }
     free(pings);
 

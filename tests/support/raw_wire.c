@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/socket.h>
@@ -28,17 +29,52 @@ int raw_connect(const char *path)
     return fd;
 }
 
-uint8_t *raw_frame(const Kvshare__Request *req, size_t *len)
+uint8_t *raw_frames(const Kvshare__Request *req, size_t n, size_t *len)
 {
-    size_t size = kvshare__request__get_packed_size(req);
-    if (size > UINT32_MAX)
+    size_t size = kvshare__request__get_packed_size(req), one = FRAME_HEADER_BYTES + size;
+    if (n == 0 || size > UINT32_MAX || one > SIZE_MAX / n)
         return NULL;
-    uint8_t *buf = malloc(FRAME_HEADER_BYTES + size);
+    uint8_t *buf = malloc(one * n);
     if (!buf)
         return NULL;
-    frame_put_len(buf, (uint32_t)size);
-    kvshare__request__pack(req, buf + FRAME_HEADER_BYTES);
-    *len = FRAME_HEADER_BYTES + size;
+    for (size_t i = 0; i < n; i++) {
+        frame_put_len(buf + i * one, (uint32_t)size);
+        kvshare__request__pack(req, buf + i * one + FRAME_HEADER_BYTES);
+    }
+    *len = one * n;
+    return buf;
+}
+
+uint8_t *raw_frame(const Kvshare__Request *req, size_t *len)
+{
+    return raw_frames(req, 1, len);
+}
+
+uint8_t *raw_ping_frames(size_t payload_len, size_t n, size_t *len)
+{
+    Kvshare__Request req = KVSHARE__REQUEST__INIT;
+    Kvshare__PingRequest ping = KVSHARE__PING_REQUEST__INIT;
+    uint8_t *payload = calloc(1, payload_len ? payload_len : 1);
+    if (!payload)
+        return NULL;
+    ping.payload.data = payload;
+    ping.payload.len = payload_len;
+    req.rpc_case = KVSHARE__REQUEST__RPC_PING;
+    req.ping = &ping;
+    uint8_t *buf = raw_frames(&req, n, len);
+    free(payload);
+    return buf;
+}
+
+uint8_t *raw_frame_head(uint32_t body_len, size_t head_len, size_t *len)
+{
+    if (head_len > SIZE_MAX - FRAME_HEADER_BYTES)
+        return NULL;
+    uint8_t *buf = calloc(1, FRAME_HEADER_BYTES + head_len);
+    if (!buf)
+        return NULL;
+    frame_put_len(buf, body_len);
+    *len = FRAME_HEADER_BYTES + head_len;
     return buf;
 }
 
@@ -55,6 +91,21 @@ int raw_write_all(int fd, const void *buf, size_t len)
         len -= (size_t)n;
     }
     return 0;
+}
+
+size_t raw_write_until_closed(int fd, const void *buf, size_t len)
+{
+    const uint8_t *p = buf;
+    size_t done = 0;
+    while (done < len) {
+        ssize_t n = send(fd, p + done, len - done, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        done += (size_t)n;
+    }
+    return done;
 }
 
 int raw_send_request(int fd, const Kvshare__Request *req)

@@ -25,8 +25,27 @@ int raw_connect(const char *path);
  * *len bytes; NULL when out of memory. */
 uint8_t *raw_frame(const Kvshare__Request *req, size_t *len);
 
+/* n copies of req as frames, back to back (a pipeline), in a malloc'd
+ * buffer of *len bytes; NULL when n is 0 or out of memory. */
+uint8_t *raw_frames(const Kvshare__Request *req, size_t n, size_t *len);
+
+/* n Ping frames (request id 0) whose payload is payload_len zero bytes, as
+ * raw_frames; NULL when n is 0 or out of memory. */
+uint8_t *raw_ping_frames(size_t payload_len, size_t n, size_t *len);
+
+/* The start of a frame that announces a body of body_len bytes: its
+ * header, then head_len zero bytes of body (a frame that never ends when
+ * head_len < body_len), in a malloc'd buffer of *len bytes; NULL when out
+ * of memory. */
+uint8_t *raw_frame_head(uint32_t body_len, size_t head_len, size_t *len);
+
 /* Writes all of buf (blocking, no SIGPIPE). Returns 0 or -1. */
 int raw_write_all(int fd, const void *buf, size_t len);
+
+/* Writes what the socket takes of buf (blocking, no SIGPIPE) until all of
+ * it is written or a send fails: the daemon hung up, or a send timeout set
+ * on fd (SO_SNDTIMEO) ran out. Returns the bytes written. */
+size_t raw_write_until_closed(int fd, const void *buf, size_t len);
 
 /* raw_frame + raw_write_all. Returns 0 or -1. */
 int raw_send_request(int fd, const Kvshare__Request *req);

@@ -39,14 +39,15 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "bench.h"
+#include "frame_header.h"
 #include "kvshare.h"
 #include "kvshare.pb-c.h"
 #include "launch.h"
+#include "raw_wire.h"
 
 #define FLOOD_BT          16
 #define FLOOD_PROMPT      4096 /* victim's prompt, tokens */
@@ -177,16 +178,7 @@ static uint8_t *flood_frame(const flood_cfg_t *b, const char *attack, int varian
         req.rpc_case = KVSHARE__REQUEST__RPC_STATS;
         req.stats = &st;
     }
-    size_t body = kvshare__request__get_packed_size(&req);
-    uint8_t *f = malloc(4 + body);
-    if (f) {
-        f[0] = (uint8_t)body;
-        f[1] = (uint8_t)(body >> 8);
-        f[2] = (uint8_t)(body >> 16);
-        f[3] = (uint8_t)(body >> 24);
-        kvshare__request__pack(&req, f + 4);
-        *len = 4 + body;
-    }
+    uint8_t *f = raw_frame(&req, len);
     free(buf);
     return f;
 }
@@ -214,10 +206,8 @@ static void flood_attacker(const flood_cfg_t *b, const char *attack, uint64_t *a
         }
         flood_spin();
     }
-    struct sockaddr_un addr = {.sun_family = AF_UNIX};
-    snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", b->sock);
-    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-    if (fd < 0 || connect(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0)
+    int fd = raw_connect(b->sock);
+    if (fd < 0)
         _exit(3);
     if (strcmp(attack, "idle") == 0)
         for (;;)
@@ -225,13 +215,12 @@ static void flood_attacker(const flood_cfg_t *b, const char *attack, uint64_t *a
     pid_t reader = fork();
     if (reader == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);
-        uint8_t hdr[4];
+        uint8_t hdr[FRAME_HEADER_BYTES];
         static uint8_t sink[1 << 16];
         for (;;) {
             if (bench_read_all(fd, hdr, sizeof(hdr)) != 0)
                 _exit(0);
-            size_t len =
-                (size_t)hdr[0] | (size_t)hdr[1] << 8 | (size_t)hdr[2] << 16 | (size_t)hdr[3] << 24;
+            size_t len = frame_get_len(hdr);
             while (len > 0) {
                 ssize_t r = read(fd, sink, len < sizeof(sink) ? len : sizeof(sink));
                 if (r <= 0)
@@ -395,59 +384,33 @@ static long flood_status_kib(pid_t pid, const char *field)
  * Prints the daemon's peak RSS and how many sessions it closed. */
 static int flood_memory(const flood_cfg_t *b)
 {
+    size_t frame_len, ping_len;
     int *fds = calloc(b->sessions, sizeof(*fds));
-    size_t frame_len = 4 + (size_t)b->max_frame - 65536;
-    uint8_t *frame = calloc(1, frame_len);
-    if (!fds || !frame)
+    uint8_t *frame = raw_frame_head(b->max_frame - 64, (size_t)b->max_frame - 65536, &frame_len);
+    uint8_t *ping = raw_ping_frames(60000, 1, &ping_len);
+    if (!fds || !frame || !ping) {
+        free(fds);
+        free(frame);
+        free(ping);
         return -1;
-    uint32_t body = b->max_frame - 64;
-    memcpy(frame, &body, 4); /* little-endian hosts only: fine for a bench */
-    Kvshare__Request req = KVSHARE__REQUEST__INIT;
-    Kvshare__PingRequest pr = KVSHARE__PING_REQUEST__INIT;
-    static uint8_t payload[60000];
-    pr.payload.data = payload;
-    pr.payload.len = sizeof(payload);
-    req.rpc_case = KVSHARE__REQUEST__RPC_PING;
-    req.ping = &pr;
-    size_t ping_body = kvshare__request__get_packed_size(&req), ping_len = 4 + ping_body;
-    uint8_t *ping = malloc(ping_len);
-    if (!ping)
-        return -1;
-    uint32_t pb = (uint32_t)ping_body;
-    memcpy(ping, &pb, 4);
-    kvshare__request__pack(&req, ping + 4);
+    }
 
     long rss0 = flood_status_kib(b->daemon, "VmRSS");
     uint64_t t0 = now_ns(), sent = 0;
     for (unsigned i = 0; i < b->sessions; i++) {
-        struct sockaddr_un addr = {.sun_family = AF_UNIX};
-        snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", b->sock);
-        fds[i] = socket(AF_UNIX, SOCK_STREAM, 0);
-        if (fds[i] < 0 || connect(fds[i], (struct sockaddr *)&addr, sizeof(addr)) != 0) {
+        fds[i] = raw_connect(b->sock);
+        if (fds[i] < 0) {
             fprintf(stderr, "bench flood: memory: connect %u: %s\n", i, strerror(errno));
             break;
         }
         struct timeval tv = {.tv_sec = 1};
         setsockopt(fds[i], SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
         if (i % 2 == 0) {
-            size_t done = 0;
-            while (done < frame_len) {
-                ssize_t w = send(fds[i], frame + done, frame_len - done, MSG_NOSIGNAL);
-                if (w <= 0)
-                    break;
-                done += (size_t)w;
-            }
-            sent += done;
+            sent += raw_write_until_closed(fds[i], frame, frame_len);
         } else {
             /* Replies up to twice the daemon's 64 MiB output limit. */
             for (size_t k = 0; k < (128u << 20) / ping_len; k++) {
-                size_t done = 0;
-                while (done < ping_len) {
-                    ssize_t w = send(fds[i], ping + done, ping_len - done, MSG_NOSIGNAL);
-                    if (w <= 0)
-                        break;
-                    done += (size_t)w;
-                }
+                size_t done = raw_write_until_closed(fds[i], ping, ping_len);
                 sent += done;
                 if (done < ping_len)
                     break;
