@@ -13,6 +13,15 @@
  * which now finds room in the pool or its blocks in tier 1. A session that
  * ends while its job runs is detached from it: the job still finishes its
  * bookkeeping, so nothing leaks.
+ *
+ * Why not the parking of inflight.h, the other way a request waits: a
+ * parked Lookup has been read and is answered once, from its resume, by a
+ * deadline; a request waiting for copies may be an Alloc as well, may need
+ * a second round (room made by demotion, then the promotion), and has no
+ * deadline but the copies' end. Keeping the frame and running it again
+ * serves all of these with the handlers unchanged. A parked Lookup
+ * therefore answers without promoting (docs/EVICTION.md says why that
+ * rarely costs a hit).
  */
 #ifndef KVS_DAEMON_TIER_H
 #define KVS_DAEMON_TIER_H
