@@ -296,6 +296,24 @@ static size_t lookup_reply_bytes(size_t n_blocks, uint32_t first_id)
     return size;
 }
 
+/* A connection to the daemon under test, without mapping the pool (the
+ * bench reads no block); NULL with the reason on stderr, saying who. */
+static kvs_client_t *bench_connect(const bench_cfg_t *b, const char *who, int idx, int timeout_ms)
+{
+    kvs_options_t o;
+    kvs_client_t *c = NULL;
+    kvs_options_init(&o);
+    o.socket_path = b->kvs_sock;
+    o.timeout_ms = timeout_ms;
+    o.flags = KVS_NO_MAP;
+    int rc = kvs_connect(&o, &c);
+    if (rc != 0) {
+        fprintf(stderr, "bench rpc: %s %d: connect: %s\n", who, idx, kvs_strerror(rc));
+        return NULL;
+    }
+    return c;
+}
+
 static void client_loop(const bench_cfg_t *b, mode_t_ mode, const uint32_t *tokens, size_t n_tokens,
                         size_t request_bytes, size_t reply_bytes, int go_fd, shared_results_t *res,
                         int idx, uint32_t per_client, double seconds)
@@ -310,16 +328,9 @@ static void client_loop(const bench_cfg_t *b, mode_t_ mode, const uint32_t *toke
     if (!ids || !canon || !fresh)
         goto fail;
     if (mode == MODE_KVS || mode == MODE_COMMIT) {
-        kvs_options_t o;
-        kvs_options_init(&o);
-        o.socket_path = b->kvs_sock;
-        o.timeout_ms = 10000;
-        o.flags = KVS_NO_MAP;
-        int rc = kvs_connect(&o, &c);
-        if (rc != 0) {
-            fprintf(stderr, "bench rpc: client %d: connect: %s\n", idx, kvs_strerror(rc));
+        c = bench_connect(b, "client", idx, 10000);
+        if (!c)
             goto fail;
-        }
     } else {
         fd = raw_connect(b->raw_sock);
         req = calloc(1, request_bytes + 4);
@@ -578,14 +589,9 @@ static int run_pipelined(const bench_cfg_t *b, const uint32_t *tokens, size_t n_
  * its open connection goes to *keep; the pins go when it is closed. */
 static int warm(const bench_cfg_t *b, const uint32_t *tokens, size_t n_tokens, kvs_client_t **keep)
 {
-    kvs_options_t o;
-    kvs_client_t *c;
     size_t nb = n_tokens / BENCH_BT, done;
-    kvs_options_init(&o);
-    o.socket_path = b->kvs_sock;
-    o.timeout_ms = 10000;
-    o.flags = KVS_NO_MAP;
-    if (kvs_connect(&o, &c) != 0)
+    kvs_client_t *c = bench_connect(b, "warm-up", 0, 10000);
+    if (!c)
         return -1;
     uint32_t *ids = malloc(nb * sizeof(uint32_t)), *can = malloc(nb * sizeof(uint32_t));
     int rc = ids && can ? kvs_alloc(c, NULL, (uint32_t)nb, ids) : KVS_ENOMEM;
@@ -744,22 +750,16 @@ static uint32_t churn_seed(int idx, uint64_t i)
  * by then (the Lookup promotes it), and releases it. */
 static void churn_loop(const bench_cfg_t *b, int idx, int nice_value, churn_shared_t *sh)
 {
-    kvs_options_t o;
     kvs_client_t *c = NULL;
     uint32_t tokens[TIER_CHURN_TOKENS], ids[TIER_CHURN_BLOCKS], canon[TIER_CHURN_BLOCKS];
+    int rc;
     if (nice_value && setpriority(PRIO_PROCESS, 0, nice_value) != 0) {
         fprintf(stderr, "bench rpc: churn %d: setpriority: %s\n", idx, strerror(errno));
         goto fail;
     }
-    kvs_options_init(&o);
-    o.socket_path = b->kvs_sock;
-    o.timeout_ms = 30000;
-    o.flags = KVS_NO_MAP;
-    int rc = kvs_connect(&o, &c);
-    if (rc != 0) {
-        fprintf(stderr, "bench rpc: churn %d: connect: %s\n", idx, kvs_strerror(rc));
+    c = bench_connect(b, "churn", idx, 30000);
+    if (!c)
         goto fail;
-    }
     while (!__atomic_load_n(&sh->stop, __ATOMIC_RELAXED)) {
         uint64_t i = sh->iter[idx]++;
         size_t n;
