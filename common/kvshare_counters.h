@@ -103,7 +103,10 @@
       "Batches of copies between the pool and tier 2 that failed (kvshared then stops)") \
     X(tier2_in_place_blocks, 0, "kvshare_tier2_in_place_blocks_total", "", \
       "Tier-2 blocks that lookups with tier2_in_place returned pinned where they are, " \
-      "for the worker to copy itself")
+      "for the worker to copy itself") \
+    X(requests_spaced, 0, "kvshare_requests_spaced_total", "", \
+      "Times a request of 1 MiB or more, or a whole-index walk (Tree), was held back so that " \
+      "such work takes at most 1 % of the loop")
 /* clang-format on */
 
 /* Room for counters in kvs_stats_t and StatsReply.counters. */

@@ -1084,8 +1084,10 @@ int handler_tree(session_t *s, const Kvshare__Request *req, Kvshare__Response *r
      * 1/SERVER_WALK_SPACING of the loop's time, however many Trees a client
      * pipelines (a session without a socket, in tests, is never deferred). */
     uint64_t t0 = uv_hrtime();
-    if (s->has_pipe && t0 < srv->walk_next_ns)
+    if (s->has_pipe && t0 < srv->walk_next_ns) {
+        srv->metrics.requests_spaced++;
         return DISPATCH_DEFER;
+    }
     if (tr->ns && tr->ns[0]) {
         int rc = ns_resolve(s, tr->ns, false, &ns, ctx);
         if (rc != 0)

@@ -567,10 +567,12 @@ static int process(session_t *s, bool bounded, bool *more, bool *deferred)
         bool large = s->has_pipe && len >= SESSION_LARGE_FRAME;
         size_t out_len = s->out.len, reply_bytes = 0;
         uint64_t t0 = large ? uv_hrtime() : 0;
-        if (large && t0 < s->srv->walk_next_ns)
+        if (large && t0 < s->srv->walk_next_ns) {
             rc = DISPATCH_DEFER;
-        else
+            s->srv->metrics.requests_spaced++;
+        } else {
             rc = dispatch_frame(s, body, len);
+        }
         if (rc != DISPATCH_DEFER && s->out.len > out_len)
             reply_bytes = s->out.len - out_len;
         if (large && rc != DISPATCH_DEFER) {

@@ -218,14 +218,15 @@ START_TEST(test_metrics_text_format)
     ck_assert_ptr_nonnull(strstr(text, "namespace=\"x\\\"y\""));
     ck_assert_ptr_nonnull(
         strstr(text, "kvshare_rpc_duration_seconds_bucket{rpc=\"Lookup\",le=\"+Inf\"} 0"));
-    char family[128] = "", seen[64][128];
+    enum { MAX_FAMILIES = 128 };
+    char family[128] = "", seen[MAX_FAMILIES][128];
     int n_seen = 0;
     for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
         if (strncmp(line, "# TYPE ", 7) == 0) {
             sscanf(line + 7, "%127s", family);
             for (int i = 0; i < n_seen; i++)
                 ck_assert_msg(strcmp(seen[i], family) != 0, "family %s twice", family);
-            ck_assert_int_lt(n_seen, 64);
+            ck_assert_int_lt(n_seen, MAX_FAMILIES);
             snprintf(seen[n_seen++], sizeof(seen[0]), "%s", family);
             continue;
         }
