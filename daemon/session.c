@@ -620,6 +620,8 @@ static int process(session_t *s, bool bounded, bool *more, bool *deferred)
 
 int session_process(session_t *s)
 {
+    if (s->broken)
+        return s->broken;
     bool more, deferred;
     return process(s, false, &more, &deferred);
 }
@@ -637,11 +639,18 @@ void session_resume(session_t *s)
     }
     int rc = session_process(s);
     if (rc != 0)
-        session_close(s, rc == KVS_ETOOBIG ? "frame over the limit" : "undecodable frame");
+        s->broken = rc;
+}
+
+int session_broken(const session_t *s)
+{
+    return s->broken;
 }
 
 int session_feed(session_t *s, const uint8_t *bytes, size_t len)
 {
+    if (s->broken)
+        return s->broken;
     int rc = frame_buf_reserve(&s->in, len);
     if (rc != 0)
         return rc;

@@ -51,6 +51,7 @@ struct session {
     uv_pipe_t pipe;
     bool has_pipe;
     bool closing;
+    int broken; /* no socket: the error that ended its stream in a resume */
     bool hello_done;
     uint64_t requests;
     uint32_t ns_created; /* dynamic namespaces it created that still exist */
@@ -140,8 +141,17 @@ int session_process(session_t *s);
 /* Answers the frames that arrived while a parked lookup (inflight.h) or a
  * deferred request (tier copies, tier.h; it runs again first) held the
  * session, sends the replies, and closes the session if its stream went
- * bad. */
+ * bad. It runs inside another session's request (the Commit a lookup waited
+ * for), so a session without a socket is not closed here, where its owner
+ * could not know: its stream stops, session_broken says why, and its owner
+ * closes it. */
 void session_resume(session_t *s);
+
+/* 0, or the error (KVS_ETOOBIG, KVS_EPROTO) that stopped the stream of a
+ * session without a socket while session_resume answered its frames; the
+ * error reply is in `out`, session_feed and session_process return the
+ * error from then on, and the owner closes the session. */
+int session_broken(const session_t *s);
 
 /* Starts the idle sweep when cfg.idle_timeout_ms is set (server_listen).
  * Errors: KVS_EIO. */

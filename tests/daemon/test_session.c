@@ -1244,6 +1244,49 @@ START_TEST(test_wait_ends_without_commit)
 }
 END_TEST
 
+/* Garbage pipelined behind a parked lookup is read when the Commit it waited
+ * for answers it, inside the writer's request: the waiter's stream stops with
+ * an error reply, but a session without a socket stays for its owner to
+ * close (closing it there would free it under the owner's feet). */
+START_TEST(test_wait_then_garbage)
+{
+    session_t *a = new_session(), *b = new_session();
+    uint32_t tokens[8], ids[2], can[2];
+    size_t done;
+    prompt(tokens, 8, 35);
+    ck_assert_int_eq(do_alloc_for(a, "default", tokens, 8, 0, 2, ids), 0);
+    send_lookup_wait(b, "default", tokens, 8, 60000, 1);
+    const uint8_t garbage[] = {5, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff};
+    ck_assert_int_eq(session_feed(b, garbage, sizeof(garbage)), 0);
+    ck_assert_ptr_null(take_reply(b));
+    ck_assert_int_eq(session_broken(b), 0);
+
+    ck_assert_int_eq(do_commit(a, tokens, 8, ids, 2, can, &done), 0);
+    ck_assert_int_eq(session_broken(b), KVS_EPROTO);
+    Kvshare__Response *r = take_reply(b);
+    ck_assert_ptr_nonnull(r);
+    ck_assert_uint_eq(r->id, 1);
+    ck_assert_uint_eq(r->lookup->n_block_ids, 2);
+    kvshare__response__free_unpacked(r, NULL);
+    r = take_reply(b);
+    ck_assert_ptr_nonnull(r);
+    ck_assert_int_eq(-(int)r->status, KVS_EPROTO);
+    kvshare__response__free_unpacked(r, NULL);
+    /* Nothing more is read from it, and it still holds its pins. */
+    ck_assert_int_eq(session_feed(b, garbage, 0), KVS_EPROTO);
+    ck_assert_int_eq(session_process(b), KVS_EPROTO);
+    ck_assert_ptr_null(take_reply(b));
+    uint32_t ref = 0;
+    ck_assert_int_eq(radix_block_refcount(srv->index, ids[0], &ref), 0);
+    ck_assert_uint_eq(ref, 2);
+    session_close(b, "test: broken stream");
+    ck_assert_int_eq(radix_block_refcount(srv->index, ids[0], &ref), 0);
+    ck_assert_uint_eq(ref, 1);
+    check_invariants();
+    ck_assert_int_eq(do_release(a, ids, 2), 0);
+}
+END_TEST
+
 /* Two writers of one prefix: the wait lasts while either writes. A waiter
  * that disconnects leaves nothing behind. */
 START_TEST(test_wait_two_writers_and_disconnect)
@@ -1494,6 +1537,7 @@ static Suite *session_suite(void)
     tcase_add_test(tc, test_namespace_quota);
     tcase_add_test(tc, test_wait_for_commit);
     tcase_add_test(tc, test_wait_ends_without_commit);
+    tcase_add_test(tc, test_wait_then_garbage);
     tcase_add_test(tc, test_wait_two_writers_and_disconnect);
     tcase_add_test(tc, test_wait_deadline_and_shutdown);
     tcase_add_test(tc, test_alloc_declaration_errors);

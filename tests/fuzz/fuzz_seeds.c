@@ -93,6 +93,35 @@ static void alloc(uint32_t n)
     send(&req);
 }
 
+/* An Alloc that names the prompt its blocks will hold (declared in flight,
+ * inflight.h), and a pinned Lookup that waits for such blocks. */
+static void alloc_for(const char *ns, uint32_t base, size_t blocks)
+{
+    uint32_t tok[64];
+    Kvshare__Request req = KVSHARE__REQUEST__INIT;
+    Kvshare__AllocRequest al = KVSHARE__ALLOC_REQUEST__INIT;
+    al.n = (uint32_t)blocks;
+    al.ns = (char *)ns;
+    al.tokens = prompt(tok, blocks, base);
+    req.rpc_case = KVSHARE__REQUEST__RPC_ALLOC;
+    req.alloc = &al;
+    send(&req);
+}
+
+static void lookup_wait(const char *ns, uint32_t base, size_t blocks)
+{
+    uint32_t tok[64];
+    Kvshare__Request req = KVSHARE__REQUEST__INIT;
+    Kvshare__LookupRequest lk = KVSHARE__LOOKUP_REQUEST__INIT;
+    lk.ns = (char *)ns;
+    lk.tokens = prompt(tok, blocks, base);
+    lk.pin = 1;
+    lk.wait_ms = 60000;
+    req.rpc_case = KVSHARE__REQUEST__RPC_LOOKUP;
+    req.lookup = &lk;
+    send(&req);
+}
+
 static void commit(const char *ns, uint32_t base, size_t blocks, uint32_t *ids, size_t n_ids)
 {
     uint32_t tok[64];
@@ -315,6 +344,36 @@ static void session_seeds(const char *dir)
         raw(huge, sizeof(huge));
     }
     save(dir, "seed_frame_too_big");
+
+    /* A lookup waits for a prefix the other session computes, with a
+     * request pipelined behind it; the writer's Commit answers both. */
+    alloc_for("default", 6, 2);
+    cut();
+    lookup_wait("default", 6, 2);
+    stats_tree_ping();
+    cut();
+    ids[0] = 0, ids[1] = 1;
+    commit("default", 6, 2, ids, 2);
+    ids_rpc(0, ids, 2);
+    cut();
+    ids_rpc(0, ids, 2);
+    save(dir, "seed_wait_for_commit");
+
+    /* The same with garbage behind the waiting lookup: the waiter's stream
+     * breaks inside the writer's Commit. */
+    alloc_for("default", 7, 2);
+    cut();
+    lookup_wait("default", 7, 2);
+    {
+        static const uint8_t junk[] = {5, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff};
+        raw(junk, sizeof(junk));
+    }
+    cut();
+    ids[0] = 0, ids[1] = 1;
+    commit("default", 7, 2, ids, 2);
+    cut();
+    lookup("default", 7, 2, 1);
+    save(dir, "seed_wait_then_garbage");
 }
 
 static void reply(Kvshare__Response *resp)

@@ -105,6 +105,16 @@ static void check_replies(frame_buf_t *out)
     frame_buf_reset(out);
 }
 
+/* Closes a session whose stream went bad, after checking its replies (the
+ * last says why), and opens a new one in its place. */
+static void replace(server_t *srv, session_t **sp)
+{
+    FUZZ_CHECK(session_broken(*sp) != 0 || (*sp)->out.len > (*sp)->out.head);
+    check_replies(&(*sp)->out);
+    session_close(*sp, "fuzz: bad stream");
+    FUZZ_CHECK(session_new(srv, sp) == 0);
+}
+
 static void check(server_t *srv, session_t *const *s, size_t n)
 {
     pool_counts_t c;
@@ -170,10 +180,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             /* An untrusted stream: the reply says why, then the connection
              * goes and everything it held with it. A new client takes its
              * place. */
-            check_replies(&(*sp)->out);
-            session_close(*sp, "fuzz");
-            FUZZ_CHECK(session_new(srv, sp) == 0);
+            replace(srv, sp);
         }
+        /* The other session too: a Commit in this chunk may have answered
+         * its parked lookup and run the frames behind it (session_resume),
+         * which may have been garbage. */
+        for (size_t k = 0; k < FUZZ_SESSIONS; k++)
+            if (session_broken(s[k]))
+                replace(srv, &s[k]);
         for (size_t k = 0; k < FUZZ_SESSIONS; k++)
             check_replies(&s[k]->out);
         check(srv, s, FUZZ_SESSIONS);
