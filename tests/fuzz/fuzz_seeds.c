@@ -70,7 +70,8 @@ static void hello(const char *worker)
     send(&req);
 }
 
-static void lookup(const char *ns, uint32_t base, size_t blocks, int pin)
+/* A Lookup; with wait_ms, pinned, it waits for blocks in flight. */
+static void lookup_for(const char *ns, uint32_t base, size_t blocks, int pin, uint32_t wait_ms)
 {
     uint32_t tok[64];
     Kvshare__Request req = KVSHARE__REQUEST__INIT;
@@ -78,48 +79,42 @@ static void lookup(const char *ns, uint32_t base, size_t blocks, int pin)
     lk.ns = (char *)ns;
     lk.tokens = prompt(tok, blocks, base);
     lk.pin = pin;
+    lk.wait_ms = wait_ms;
     req.rpc_case = KVSHARE__REQUEST__RPC_LOOKUP;
     req.lookup = &lk;
+    send(&req);
+}
+
+static void lookup(const char *ns, uint32_t base, size_t blocks, int pin)
+{
+    lookup_for(ns, base, blocks, pin, 0);
+}
+
+static void lookup_wait(const char *ns, uint32_t base, size_t blocks)
+{
+    lookup_for(ns, base, blocks, 1, 60000);
+}
+
+/* An Alloc of n blocks; with ns, it names the prompt they will hold
+ * (declared in flight, inflight.h). */
+static void alloc_for(const char *ns, uint32_t base, uint32_t n)
+{
+    uint32_t tok[64];
+    Kvshare__Request req = KVSHARE__REQUEST__INIT;
+    Kvshare__AllocRequest al = KVSHARE__ALLOC_REQUEST__INIT;
+    al.n = n;
+    if (ns) {
+        al.ns = (char *)ns;
+        al.tokens = prompt(tok, n, base);
+    }
+    req.rpc_case = KVSHARE__REQUEST__RPC_ALLOC;
+    req.alloc = &al;
     send(&req);
 }
 
 static void alloc(uint32_t n)
 {
-    Kvshare__Request req = KVSHARE__REQUEST__INIT;
-    Kvshare__AllocRequest al = KVSHARE__ALLOC_REQUEST__INIT;
-    al.n = n;
-    req.rpc_case = KVSHARE__REQUEST__RPC_ALLOC;
-    req.alloc = &al;
-    send(&req);
-}
-
-/* An Alloc that names the prompt its blocks will hold (declared in flight,
- * inflight.h), and a pinned Lookup that waits for such blocks. */
-static void alloc_for(const char *ns, uint32_t base, size_t blocks)
-{
-    uint32_t tok[64];
-    Kvshare__Request req = KVSHARE__REQUEST__INIT;
-    Kvshare__AllocRequest al = KVSHARE__ALLOC_REQUEST__INIT;
-    al.n = (uint32_t)blocks;
-    al.ns = (char *)ns;
-    al.tokens = prompt(tok, blocks, base);
-    req.rpc_case = KVSHARE__REQUEST__RPC_ALLOC;
-    req.alloc = &al;
-    send(&req);
-}
-
-static void lookup_wait(const char *ns, uint32_t base, size_t blocks)
-{
-    uint32_t tok[64];
-    Kvshare__Request req = KVSHARE__REQUEST__INIT;
-    Kvshare__LookupRequest lk = KVSHARE__LOOKUP_REQUEST__INIT;
-    lk.ns = (char *)ns;
-    lk.tokens = prompt(tok, blocks, base);
-    lk.pin = 1;
-    lk.wait_ms = 60000;
-    req.rpc_case = KVSHARE__REQUEST__RPC_LOOKUP;
-    req.lookup = &lk;
-    send(&req);
+    alloc_for(NULL, 0, n);
 }
 
 static void commit(const char *ns, uint32_t base, size_t blocks, uint32_t *ids, size_t n_ids)
