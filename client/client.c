@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * libkvshare: synchronous calls over the daemon's socket.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * libkvshare: the client library of kvshared, the KV-cache prefix sharing daemon.
  *

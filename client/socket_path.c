@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* kvs_default_socket_path: the default that kvshared computes too
  * (common/socket_path.c), so that both agree without configuration. */
 #include "kvshare.h"

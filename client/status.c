@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* kvs_strerror: the texts of the one status table (kvshare_status.h). */
 #include "kvshare.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * wire: hand-encoded request frames for the calls that carry a prompt, so
  * the token array goes to the socket straight from the caller's memory

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # kvs_require_cuda_headers(HEADER): stops the configure step with a clear
 # message when HEADER (a cuda.h) is older than CUDA 12.0, which the cuda
 # backend is written against (cuGetProcAddress_v2, the PFN_*_v12000 types).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The one way to leave a message for the caller in a fixed buffer: format
  * it, truncate safely, and hand back the status the message explains, so

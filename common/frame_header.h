@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The frame header of the wire protocol, written and read in one place.
  *

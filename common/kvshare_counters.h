@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The daemon's counters, listed once. Everything that carries a counter is
  * generated from this list: the daemon's metrics_t, the Stats reply (the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * kvshare version: the release, the library's ABI version and the wire
  * protocol's version. CMake reads KVS_VERSION_* (the project's VERSION) and

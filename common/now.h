@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The monotonic clock every part reads: deadlines, uptime, benchmark timing.
  * Never the wall clock (it jumps); log lines read CLOCK_REALTIME themselves.

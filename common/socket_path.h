@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Where kvshared listens: the default socket path, which the daemon and its
  * clients compute alike so that both agree without configuration, and the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Sizes, counts and durations as people type and read them, parsed and
  * printed the same way by the daemon (flags and config file), the CLI and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * dispatch: from a frame's bytes to a handler and back to a reply frame.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * events: KV events for cluster routers, in the format vLLM defined (see
  * docs/ROUTING.md). llm-d's kv-cache indexer, NVIDIA Dynamo's KV router and

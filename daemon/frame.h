@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * frame: the byte stream of a connection cut into messages (the header's
  * layout and codec: common/frame_header.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * handlers: one function per RPC. Each validates its request first and
  * answers with a status and, on error, a message that names the block, the

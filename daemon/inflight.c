@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * inflight.c: the declared prefixes of WRITING blocks (see inflight.h).
  *

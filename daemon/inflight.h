@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * inflight: prefixes being written, and the lookups that wait for them.
  *

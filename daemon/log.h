@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * log: the daemon's log lines on stderr, one per event.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * kvshared: the settings (settings.c), then the server (server.c, ...) on a
  * libuv loop until SIGINT or SIGTERM.

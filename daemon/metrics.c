@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 #include "metrics.h"
 
 /* 10 us .. 1 s: a Lookup is tens of microseconds, a Stats or Tree with a

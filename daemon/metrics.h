@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * metrics: the daemon's counters, one for every way a request can go. They
  * are plain integers bumped on the event loop thread and read by the Stats

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * A minimal HTTP/1.1 responder for GET /metrics on the daemon's loop.
  *

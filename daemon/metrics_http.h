@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * metrics_http: the Prometheus exposition of the daemon's metrics, and a
  * minimal HTTP/1.1 responder for it on the daemon's own libuv loop.

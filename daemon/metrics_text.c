@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The Prometheus text exposition (format 0.0.4) of the daemon's metrics.
  * Names follow vLLM's where the meaning is the same (prefix-cache queries and

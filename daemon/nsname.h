@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * nsname: the one rule for a namespace name, wherever a name comes from: a
  * [namespace NAME] section of the config file, a --namespace flag, or a

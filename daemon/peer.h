@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * peer: who is on the other end of a session, and whether it may connect.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tenants: namespaces as an operator declares them, and who may use them.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tier: the copies between the pool (tier 1) and host memory (tier 2,
  * --host-tier), off the loop thread.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The backend-independent half: names, the auto choice, range checks, and
  * dispatch to backend_host.c and backend_cuda.c.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * backend: the memory of the KV pool, and how another process maps it.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cuda backend: the CUDA driver API, loaded at run time.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The cuda backend of a build without the CUDA Toolkit headers: every entry
  * point says so and how to get the real one.

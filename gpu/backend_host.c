@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * host backend: one memfd, sealed so that it can never shrink under a worker
  * that maps it (a shrunk file would SIGBUS the worker), mapped shared.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * What backend.c shares with the host and cuda backends. Not installed.
  */

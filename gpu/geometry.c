@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * KV arithmetic and model presets, shared by the daemon, the client and the
  * capacity planner. See geometry.h for the layout.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * geometry: KV arithmetic and the pool layout, in one place that the daemon,
  * the client and the tests share.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The block ids of the pool: a free stack and one state byte per block.
  *

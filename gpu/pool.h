@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * pool: the block ids of the KV pool and the state of each block.
  *

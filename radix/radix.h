@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * radix: the prefix index of kvshare. No I/O, no event loop, no logging.
  *

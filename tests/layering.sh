@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # The include graph points only downward:
 #
 #     tools  ->  client  ->  gpu, proto  ->  common

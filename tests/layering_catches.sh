@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # layering.sh must fail on a tree that breaks the rule: radix/ including the
 # client's header, gpu/ including a daemon header, and a header nobody holds.
 set -eu

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # The ABI check: compares libkvshare.so of a build with the baseline of this
 # SOVERSION kept in client/abi/ (abidiff, from Debian's abigail-tools).
 #

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Fails when a C source or header of the repo differs from .clang-format.
 # With --fix, rewrites them instead.
 set -eu

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Packs what tests/device/run.sh needs into one folder, so that a GPU machine
 # with the NVIDIA driver but none of the project's build dependencies (libuv,
 # protobuf-c, xxHash, Check) can run the device checks without configuring or

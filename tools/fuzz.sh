@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Builds the libFuzzer targets (tests/fuzz/) with clang, AddressSanitizer and
 # UndefinedBehaviorSanitizer in their own build directory, then runs each for
 # a bounded time, starting from the committed seeds. Fails on any crash,

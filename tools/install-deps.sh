@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Installs the Debian packages kvshare builds and tests with. Idempotent: it
 # asks apt only for what is missing. Run as root (or through sudo).
 set -eu

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * libkvshare without a daemon: options, status texts, the default socket
  * path, and calls that must fail fast (no daemon) or time out (a server that

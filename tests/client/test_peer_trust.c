@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * libkvshare refuses a daemon run by another user: a process of another uid
  * listens where the worker expects kvshared (the socket-squatting attack), and

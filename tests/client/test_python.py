@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The Python binding against a real kvshared (host backend, temporary socket).
 
 Run by ctest with KVSHARED (the daemon binary) and KVSHARE_LIB (libkvshare.so)

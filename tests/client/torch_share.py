@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """PyTorch on shared pool blocks, end to end, across processes.
 
     torch_share.py --kvshared PATH --lib PATH [--backend host|cuda]

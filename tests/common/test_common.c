@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* common/: the size, count and duration parsers and printers, the frame
  * header, the default socket path and the error message helper. */
 #include <check.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* frame: length-prefixed frames cut from arbitrary chunks. */
 #include <check.h>
 #include <stdlib.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The protocol's Status enum and kvshare_status.h are one table. */
 #include <check.h>
 #include <stdlib.h>

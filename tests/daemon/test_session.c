@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Sessions and handlers, driven through session_feed on sessions without a
  * socket: the same dispatch, handlers and release paths as the daemon, with

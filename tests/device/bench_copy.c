@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Device-to-device block copy: a block (the K and V slots of every layer,
  * 2 x layers strided pieces, one 2D copy where the driver takes the pitch)

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The device checks, in one run, from the folder tools/device-pack.sh fills
 # (.device/: programs, libkvshare and the libraries they load), so that the GPU
 # machine needs no configure step and none of the build dependencies:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What the engine plug-in tests and tools share: engine instances that make
 vLLM's and SGLang's calls in the engines' order (as read from their sources),
 their keys, their KV tensors, and the reference model of the PyTorch check

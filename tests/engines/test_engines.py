@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The vLLM and SGLang plug-ins (kvshare.vllm, kvshare.sglang) against a real
 kvshared (host backend, CPU tensors), through harnesses that make each
 engine's calls in its order (engines.py).

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What a cluster router does with kvshared's KV events, modelled on the
 consumer rules of llm-d's kv-cache indexer and Dynamo's KV router (written
 from their documented behaviour; see docs/ROUTING.md):

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """KV events of a real kvshared, read as cluster routers read them.
 
 A random workload (shared system prompts, extensions, duplicate commits,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`kvshare events`: tails a live kvshared's KV events, as text and JSON, in
 both event encodings; refuses bad options."""
 import json

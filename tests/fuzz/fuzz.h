@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * What a fuzz target defines: libFuzzer's entry point, and a cleanup the
  * replay driver (fuzz_replay.c) calls once every seed has run, so that a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Fuzz target: libkvshare reading a daemon's bytes. A fake daemon (a thread
  * on a Unix socket in a temporary directory) reads the client's Hello, sends

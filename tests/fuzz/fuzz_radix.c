@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Fuzz target: sequences of index operations, each run on the radix tree and
  * on the reference model (tests/radix/radix_model.c) by the step the unit

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The driver of a fuzz target built without libFuzzer: runs every input file
  * named on the command line (a directory: every file in it, in name order)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Fuzz target: bytes from a socket into sessions (frames, protobuf decoding,
  * every handler), with the daemon's invariants checked after each read.

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # `kvshare calc` end to end: the published Llama-3.1-70B figures, the budget
 # derived from GPU memory, users and price, MLA models, JSON, explicit
 # geometry, and usage errors. $1: the kvshare binary.

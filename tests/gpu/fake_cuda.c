@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * A stand-in libcuda.so.1 for tests on machines without a GPU. It implements
  * the part of the driver API that the cuda backend uses, as strictly as the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cuda backend. Without a device: the errors (cause and fix), and that auto
  * falls back to host; then the program prints "skipped: no CUDA device

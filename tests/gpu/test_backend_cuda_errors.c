@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The cuda backend's failures, acted out by the test driver (fake_cuda.c,
  * loaded as libcuda.so.1 through LD_LIBRARY_PATH): each case picks a failure

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* host backend: memfd pool, seals, export/import across processes, copies. */
 #include <check.h>
 #include <errno.h>

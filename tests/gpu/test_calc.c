@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The capacity planner's arithmetic (geometry_seq_bytes,
  * geometry_seqs_for_budget, geometry_derive_budget) pinned to the published
  * Llama-3.1-70B figures, the operator's two-GPU question, and MLA models. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The cuda backend inside an application that uses CUDA itself (PyTorch,
  * vLLM), on the strict test driver (fake_cuda.c, loaded as libcuda.so.1

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* geometry: dtypes, validation, KV arithmetic, the layout function, presets
  * and plans (the size parsers are common/units.c: tests/common). */
 #include <check.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* pool: the free stack and per-block states, against a trivial model. */
 #include <check.h>
 #include <stdint.h>

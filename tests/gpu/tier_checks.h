@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Checks that every backend must pass the same way (host and cuda). */
 #ifndef KVS_TESTS_TIER_CHECKS_H
 #define KVS_TESTS_TIER_CHECKS_H

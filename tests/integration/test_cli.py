@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The kvshare CLI's daemon commands (stats, top, tree, ping) against a real
 kvshared. Run by ctest with KVSHARED and KVSHARE_CLI in the environment."""
 import json

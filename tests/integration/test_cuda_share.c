@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Worker processes share a pool through a kvshared with the cuda backend,
  * the whole path: the daemon exports (SCM_RIGHTS, one fd per slab), each

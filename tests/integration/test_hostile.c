@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Hostile clients against a real kvshared: attacks found from outside the
  * project (docs/RELIABILITY.md, "Attacks from outside"), each shown to hold.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Integration: a real kvshared (host backend) on a temporary socket, real
  * worker processes using libkvshare, and raw sockets for bad input.

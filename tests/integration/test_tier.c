@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Tier 2 through a real kvshared (--host-tier): a full pool demotes instead
  * of dropping, a pinned lookup of a demoted prefix gets it back with the

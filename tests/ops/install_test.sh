@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # cmake --install into a temporary prefix, then build a tiny program against
 # the installed kvshare.pc (shared) and libkvshare.a (static), and through
 # find_package(kvshare) (both imported targets), and run the installed

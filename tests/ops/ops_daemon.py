@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The operations tests' daemon (tests/support/kvsd.py, with a metrics
 listener) and a reader for its Prometheus text."""
 import os

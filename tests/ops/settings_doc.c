@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * settings_doc: the settings tables of docs/OPERATING.md, generated from the
  * settings table (settings.c).

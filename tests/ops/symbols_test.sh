@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # The library exports its public prefix only: every defined global symbol
 # of libkvshare.so and of the installed libkvshare.a starts with kvs_, so
 # nothing internal (pool_*, backend_*, geometry_*, kvshare__*) can collide

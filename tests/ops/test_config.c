@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Unit tests of the config file parser (config.c), the namespace table
  * (tenants.c) and the Prometheus text (metrics_text.c), without a socket.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The counter list (kvshare_counters.h) reaches every place that carries a
  * counter: the daemon's metrics_t, the Stats reply, /metrics, the client

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Prometheus metrics over HTTP, scraped by real HTTP clients (curl and
 urllib), against `kvshare stats --json` from the same daemon."""
 import json

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The Prometheus rules in packaging/prometheus/: promtool checks them and runs
 their unit tests (tests/ops/prometheus_rules_test.yml: each alert fires on one
 synthetic series and stays quiet on another), and every kvshare_ metric they

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Socket mode and group, peer credentials and allow-lists, namespace
 isolation (Pin by id, Stats, Tree, Lookup) for a peer not allowed."""
 import os

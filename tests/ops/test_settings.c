@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The settings table (settings.c): its rows are consistent, and every
  * setting gets the same verdict as a flag and as a config-file line. The

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Namespaces declared in a config file: quotas and reservations (the
 long-context tier next to short chats), unknown namespaces, per-session
 limits, --check-config, flags over the file, SIGHUP reload, SIGTERM drain."""

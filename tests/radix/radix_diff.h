@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * One step of the differential test of the index: an operation run on the
  * radix tree and on the flat model (radix_model.c), then everything compared:

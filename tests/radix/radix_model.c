@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 #include "radix_model.h"
 
 /* The same bound as radix.c (a test build lowers both). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * A deliberately trivial model of the radix index for differential tests:
  * a flat array of cached blocks indexed by block id, each knowing its

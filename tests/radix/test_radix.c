@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests of the prefix index, one group per operation, and a seeded
  * differential test against the flat model in radix_model.c. */
 #include <check.h>

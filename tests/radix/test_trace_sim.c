@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Tests of the trace reader and the offline simulator of kvshare-bench
  * (tools/bench/trace.c, trace_sim.c): the parser on good and bad lines, the
  * token expansion, and the simulator on an excerpt of the Mooncake trace

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Helpers of the reliability tests: clients of a real kvshared (started by
  * tests/support/daemon_harness.c), the daemon's block accounting as Stats

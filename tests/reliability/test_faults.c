@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Fault tests against a real kvshared: workers SIGKILLed at each point of the
  * block lifecycle and at random points, clients that never send or never

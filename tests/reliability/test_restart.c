@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Daemon restart under load: worker processes (libkvshare, KVS_LAZY, 300 ms
  * timeout) keep serving while kvshared is SIGKILLed, stays down, comes back

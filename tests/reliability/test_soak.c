@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Soak: worker processes doing random lookup / alloc / write / commit /
  * release against a real kvshared while the test SIGKILLs one of them every

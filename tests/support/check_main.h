@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The main() of every Check suite: run the suite its function builds (fork
  * mode as CK_FORK says; ctest sets it), ignore SIGPIPE (tests write to

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The test daemon: a real kvshared on a socket in a new temporary directory
  * (under $TMPDIR, else /tmp), host backend, a small geometry, started through

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The test daemon for Python tests: a real kvshared on a socket in a new
 temporary directory (under $TMPDIR), host backend, a small geometry, started
 the way tests/support/launch.c starts it: READY on --ready-fd, within a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * launch: starts kvshared and waits, up to a deadline, for the READY line it
  * writes on --ready-fd once it listens. The one way every C test and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * raw_wire: a client of kvshared that speaks the wire protocol by hand, for
  * tests that must send what libkvshare never would (half frames, junk,

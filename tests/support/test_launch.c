@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* launch.c: READY within the deadline, an exit reported with its status, a
  * silent daemon killed at the deadline, and stop's own deadline. The
  * "daemons" are shell one-liners: launch_daemon appends "--ready-fd N", which

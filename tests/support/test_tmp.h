@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Temporary directories for tests and benchmarks: under $TMPDIR when it is
  * set (an absolute path), else /tmp.

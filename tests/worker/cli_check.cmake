@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Runs kvshare-worker as a user would and checks what two processes agree on:
 # the same workload run twice, or split over two processes with --first,
 # writes the same final logits, byte for byte.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The reference worker: its KV store in the pool layout, the model's
  * determinism (the property that lets workers share KV blocks), a naive

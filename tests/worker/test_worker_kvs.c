@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * kvshare-worker --kvs against a real kvshared (host backend, the small
  * model's geometry, a temporary socket): worker processes that share a long

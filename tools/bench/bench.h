@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* kvshare-bench: shared helpers of the benchmark subcommands. */
 #ifndef KVS_BENCH_H
 #define KVS_BENCH_H

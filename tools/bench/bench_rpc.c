@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * bench rpc: Lookup latency and throughput against a real kvshared, next to
  * a raw Unix-socket ping-pong of the same request and reply sizes measured

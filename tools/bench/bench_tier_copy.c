@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * kvshare-bench tier-copy: the copies between the pool and tier 2 (kvshared
  * --host-tier) against a plain copy of the same sizes, on the same threads,

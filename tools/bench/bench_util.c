@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench_util.c: helpers shared by the kvshare-bench subcommands (bench.h). */
 #include <limits.h>
 #include <stdio.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * kvshare-bench: the benchmark programs of kvshare, one subcommand each.
  * Figures are printed one per line as "name value unit" so they can be

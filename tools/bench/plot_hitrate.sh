@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Hit rate against cache capacity on a request trace, as a table and a PNG
 # plot for docs/EVICTION.md:
 #   tools/bench/plot_hitrate.sh BENCH TRACE [OUT_PREFIX]

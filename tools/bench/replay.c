@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * kvshare-bench replay: a request trace (trace.h) against a real kvshared,
  * through libkvshare, by one or more worker processes.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* trace.c: reader of the JSONL request trace and its token expansion. */
 #include "trace.h"
 

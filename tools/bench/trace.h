@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * trace: a request trace in the JSONL format of the Mooncake conversation
  * trace, and its expansion into token ids.

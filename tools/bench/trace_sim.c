@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * kvshare-bench trace-sim: the prefix index alone, replaying a request trace
  * (trace.h) offline, to measure hit rate against capacity and eviction

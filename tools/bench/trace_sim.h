@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* trace_sim: the offline trace simulator over the index (trace_sim.c). */
 #ifndef KVS_TRACE_SIM_H
 #define KVS_TRACE_SIM_H

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Engine plug-in figures: the copy path's speed, and prefill and time to
 first token with and without kvshare for one prompt shared by two instances.
 

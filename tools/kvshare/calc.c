@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * kvshare calc: how much KV a model needs, how many sequences fit, what they
  * cost.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * kvshare clear NAMESPACE: drops the namespace's cached blocks that no
  * worker pins (a Clear RPC); pinned blocks, their prefixes and blocks being

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * What the daemon-facing `kvshare` commands share: the common flags, the
  * connection with an error that says what to do, JSON strings. Uses the

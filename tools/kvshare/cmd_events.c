@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * kvshare events: tails the KV event stream a kvshared publishes for cluster
  * routers (--kv-events): a ZeroMQ SUB socket, each message [topic, seq,

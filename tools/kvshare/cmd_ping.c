@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * kvshare ping: round trips to the daemon (a Ping RPC carrying --size
  * bytes each way), one line each, then min / avg / max like ping(8).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * kvshare stats: the daemon's pool, index and traffic counters, for a person
  * (a few aligned lines and a namespace table) or a script (--json).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * kvshare top: the stats view refreshed every --interval seconds, with the
  * rates since the previous refresh. Ctrl-C ends it; --count N stops after N

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * kvshare tree: the top prefixes of the index, by hits (default) or by size:
  * their length in tokens, cached blocks under them, hits, pins and age (index

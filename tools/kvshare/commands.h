@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The `kvshare` subcommands. Each takes the arguments after its name
  * (argv[0] is the command name) and returns the process exit status:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * kvshare: the operator's command line. One table maps a command name to its
  * function and a line of help; each command lives in its own file.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * kvshare-worker-bench: what prefix sharing saves in the reference worker.
  *

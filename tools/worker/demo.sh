@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # kvshare demo: decode workers sharing a chat workload's system prompts
 # through kvshared, compared with the same workers computing alone.
 #

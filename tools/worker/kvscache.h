@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * kvscache: a worker's KV in kvshared's pool, shared with other workers, with
  * the worker's own memory as the fallback.

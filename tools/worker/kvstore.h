@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * kvstore: KV blocks in kvshare's pool layout, as a decode worker sees them.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * kvshare-worker: the reference decode worker. Runs a workload of prompts
  * through the model (model.h), prefill then greedy decode, and reports per

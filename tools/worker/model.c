@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The forward pass. Bitwise reproducibility rules, kept by every kernel here:
  *  - each output element is accumulated from zero, over its inputs in index

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * model: a small decoder-only transformer whose attention reads and writes its
  * KV in kvshare's pool layout (see kvstore.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tierfill: gets a namespace's cached prefixes demoted to kvshared's tier 2
  * (--host-tier), as other traffic would, so that a benchmark or a test can

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * worker: one request through the model, with its KV in blocks that a cache
  * may share between processes.

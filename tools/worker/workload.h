@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * workload: the prompts a worker runs, read from a file or generated.
  *

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kvshare: Python binding of libkvshare (ctypes, standard library only).
 
     import kvshare

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Key blocks: pool blocks named by an engine's key instead of token ids, and
 the geometry check every engine plug-in makes at start.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """SGLang plug-in: a HiCache storage backend (L3) whose pages live in kvshared.
 
 SGLang loads it with the dynamic storage backend (docs/ENGINES.md has the

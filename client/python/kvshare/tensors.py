@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """PyTorch tensors over pool memory, and block copies between an engine's KV
 tensors and pool blocks.
 

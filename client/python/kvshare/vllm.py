@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """vLLM plug-in: an OffloadingSpec whose offloaded blocks live in kvshared.
 
 vLLM's OffloadingConnector loads the spec by name (docs/ENGINES.md has the
