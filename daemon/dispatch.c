@@ -196,16 +196,15 @@ int dispatch_frame(session_t *s, const uint8_t *body, size_t len)
         /* Claims last until the next request has been handled (inflight.h). */
         if (s->claims && s->claim_gen == claim_gen)
             inflight_unclaim(s->srv, s);
-        if (status == DISPATCH_DEFER || ctx.deferred) {
+        if (ctx.hold != SESSION_HOLD_NONE) {
+            /* Not now: the frame stays, and runs again when released. */
             for (size_t i = 0; i < sizeof(ctx.heap) / sizeof(ctx.heap[0]); i++)
                 free(ctx.heap[i]);
             kvshare__request__free_unpacked(req, &arena);
             arena_reset(s->srv);
-            if (ctx.deferred)
-                s->tier_rerun = true;
-            return DISPATCH_DEFER;
+            session_hold(s, ctx.hold, ctx.hold_until_ms);
+            return DISPATCH_HELD;
         }
-        s->tier_rerun = false;
         slot = (unsigned)dispatch_index(entry);
         metrics_observe(&s->srv->metrics.rpc_latency[slot], metrics_latency_bounds_ns,
                         metrics_latency_n_bounds, uv_hrtime() - t0);
@@ -213,12 +212,6 @@ int dispatch_frame(session_t *s, const uint8_t *body, size_t len)
             LOG_DEBUG("session %llu: %s: %s", (unsigned long long)s->id, entry->name, ctx.msg);
     }
     s->requests++;
-    if (ctx.parked) {
-        /* Answered later by dispatch_lookup_resume. */
-        kvshare__request__free_unpacked(req, &arena);
-        arena_reset(s->srv);
-        return 0;
-    }
     metrics_count_rpc(&s->srv->metrics, slot, status);
     if (status != 0) {
         resp.status = (Kvshare__Status)(-status);
@@ -230,32 +223,9 @@ int dispatch_frame(session_t *s, const uint8_t *body, size_t len)
         free(ctx.heap[i]);
     kvshare__request__free_unpacked(req, &arena);
     arena_reset(s->srv);
-    /* A Commit or Release that ended declarations: parked lookups look
-     * again (a nested call from a resumed session only flags it). */
+    /* A Commit or Release that ended declarations: held lookups look
+     * again (released ones run from the ready queue, not in here). */
     if (inflight_pending(s->srv))
         inflight_wake(s->srv, false);
-    return rc;
-}
-
-int dispatch_lookup_resume(session_t *s, const inflight_wait_t *w)
-{
-    Kvshare__Response resp = KVSHARE__RESPONSE__INIT;
-    handler_ctx_t ctx;
-    memset(&ctx, 0, sizeof(ctx));
-    resp.id = w->req_id;
-    unsigned slot = METRICS_MAX_RPC;
-    for (size_t i = 0; i < DISPATCH_N; i++)
-        if (dispatch_table[i].rpc == KVSHARE__REQUEST__RPC_LOOKUP)
-            slot = (unsigned)i;
-    int status = handler_lookup_answer(s, w->ns, w->tokens, w->n_tokens, w->pin, w->in_place, true,
-                                       true, &resp, &ctx);
-    metrics_count_rpc(&s->srv->metrics, slot, status);
-    if (status != 0) {
-        resp.status = (Kvshare__Status)(-status);
-        resp.message = ctx.msg[0] ? ctx.msg : (char *)kvs_status_text(status);
-    }
-    int rc = append_reply(s, &resp);
-    for (size_t i = 0; i < sizeof(ctx.heap) / sizeof(ctx.heap[0]); i++)
-        free(ctx.heap[i]);
     return rc;
 }

@@ -36,28 +36,20 @@ size_t dispatch_count(void);
 const dispatch_entry_t *dispatch_at(size_t i);
 size_t dispatch_index(const dispatch_entry_t *e);
 
-/* A handler's answer "not now": the request walks the whole index and the
- * last walk was too recent (server.h, walk_next_ns). Nothing is replied;
- * the session keeps the frame and is answered once the spacing has passed. */
-#define DISPATCH_DEFER 1
+/* dispatch_frame's answer "not now": the handler asked for a hold
+ * (handler_ctx_t.hold). Nothing is replied or counted; the session is held
+ * (session.h) and keeps the frame, which runs again once it is released. */
+#define DISPATCH_HELD 1
 
 /* Decodes one request frame body, runs its handler and appends the reply
  * frame to the session's output. Returns 0 when the stream is still
- * trustworthy (including requests answered with an error), DISPATCH_DEFER
- * (nothing replied or counted; the session keeps the frame and offers it
- * again later: after the walk spacing, or, when the handler started tier
- * copies the request waits for (handler_ctx_t.deferred, tier.h), when they
- * are done), KVS_EPROTO when the body does not decode (an error reply is
- * appended; close the connection), KVS_ENOMEM when not even the reply could
- * be built. */
+ * trustworthy (including requests answered with an error), DISPATCH_HELD,
+ * KVS_EPROTO when the body does not decode (an error reply is appended;
+ * close the connection), KVS_ENOMEM when not even the reply could be
+ * built. */
 int dispatch_frame(session_t *s, const uint8_t *body, size_t len);
 
 /* Appends an error reply with no RPC body (request id `id`). */
 int dispatch_error_reply(session_t *s, uint64_t id, int status, const char *message);
-
-/* Answers a parked Lookup (inflight.h) into the session's output, as the
- * reply of its request, counted like any Lookup. Returns 0 or KVS_ENOMEM. */
-struct inflight_wait;
-int dispatch_lookup_resume(session_t *s, const struct inflight_wait *w);
 
 #endif /* KVS_DAEMON_DISPATCH_H */

@@ -337,7 +337,8 @@ int handler_lookup_answer(session_t *s, uint32_t ns, const uint32_t *tokens, siz
         n_t1++;
     /* A request run again after its copies counts once, as it first matched
      * (hits by tier included): this run comes out of the counters. */
-    if (s->tier_rerun && !waited)
+    if ((session_rerun(s) == SESSION_HOLD_TIER_JOB || session_rerun(s) == SESSION_HOLD_TIER_ANY) &&
+        !waited)
         radix_lookup_uncount(srv->index, ns, n_tokens, n_blocks, n_blocks - n_t1);
     /* Tier-2 blocks that another session reads in place stay, and so do
      * the blocks after them (radix_promotable). */
@@ -366,7 +367,7 @@ int handler_lookup_answer(session_t *s, uint32_t ns, const uint32_t *tokens, siz
                   radix_pinned_blocks(srv->index), radix_busy_blocks(srv->index),
                   radix_tier2_free(srv->index), srv->tier_jobs);
         if (started == 1) {
-            ctx->deferred = true;
+            ctx->hold = tier_hold(s);
             /* A promotion holds the pins until its copies are done; for a
              * demotion they only kept this prefix out of its way. */
             if (!s->tier_job || !tier_job_holds_pins(s->tier_job))
@@ -380,9 +381,9 @@ int handler_lookup_answer(session_t *s, uint32_t ns, const uint32_t *tokens, siz
             return fail(ctx, started, "lookup: moving blocks between tiers failed: %s",
                         kvs_status_text(started));
     } else if (n_t1 < n_blocks && pin) {
-        /* A parked lookup answers from its resume (inflight.h), where it
-         * cannot wait again, and blocks pinned in place stay where they
-         * are: the tier-2 part is not returned. */
+        /* A lookup that waited for writers (inflight.h) is not held again,
+         * and blocks pinned in place stay where they are: the tier-2 part
+         * is not returned. */
         for (size_t i = n_t1; i < n_blocks; i++)
             radix_unpin(srv->index, ids[i]);
     }
@@ -393,7 +394,7 @@ int handler_lookup_answer(session_t *s, uint32_t ns, const uint32_t *tokens, siz
          * tiers: it is readable again once the copies end. */
         for (size_t i = 0; i < n_blocks; i++)
             radix_unpin(srv->index, ids[i]);
-        ctx->deferred = true;
+        ctx->hold = SESSION_HOLD_TIER_ANY;
         return 0;
     }
     if (pin && srv->cfg.session_max_pinned &&
@@ -436,8 +437,8 @@ int handler_lookup_answer(session_t *s, uint32_t ns, const uint32_t *tokens, siz
 }
 
 /* Lookup: the cached prefix at once, or with wait_ms > 0 and blocks after
- * it that other sessions are writing, parked until they are committed (see
- * inflight.h). */
+ * it that other sessions are writing, held until they are committed (see
+ * inflight.h), then answered with what is cached. */
 int handler_lookup(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
                    handler_ctx_t *ctx)
 {
@@ -464,9 +465,13 @@ int handler_lookup(session_t *s, const Kvshare__Request *req, Kvshare__Response 
         return rc;
     /* A new lookup ends this session's claims: it never waits for itself. */
     inflight_unclaim(srv, s);
-    /* One that already waited for tier copies answers now (it was counted,
-     * and a parked lookup answers without promoting). */
-    if (lk->wait_ms > 0 && !srv->stopping && !s->tier_rerun && inflight_declared(srv) > 0) {
+    /* One that was held for writers, or for tier copies, answers now (a
+     * lookup that waited answers without promoting). */
+    session_hold_reason_t rerun = session_rerun(s);
+    bool waited = rerun == SESSION_HOLD_INFLIGHT;
+    if (lk->wait_ms > 0 && !srv->stopping && rerun != SESSION_HOLD_INFLIGHT &&
+        rerun != SESSION_HOLD_TIER_JOB && rerun != SESSION_HOLD_TIER_ANY &&
+        inflight_declared(srv) > 0) {
         uint32_t *ids, inflight = 0;
         size_t max_ids = n_tokens / srv->geo.block_tokens, cached = 0;
         if (max_ids > srv->num_blocks)
@@ -477,16 +482,16 @@ int handler_lookup(session_t *s, const Kvshare__Request *req, Kvshare__Response 
         if (rc == 0)
             rc = inflight_count(srv, s, ns, tokens, n_tokens, cached, &inflight);
         if (rc == 0 && inflight > 0) {
-            rc = inflight_park(srv, s, req->id, ns, tokens, n_tokens, lk->pin, lk->tier2_in_place,
-                               lk->wait_ms);
+            rc = inflight_park(srv, s, ns, tokens, n_tokens, lk->wait_ms);
             if (rc == 0) {
-                ctx->parked = true;
+                ctx->hold = SESSION_HOLD_INFLIGHT;
+                ctx->hold_until_ms = s->wait->deadline_ms;
                 return 0;
             }
         }
         /* Without memory to wait, answer now: waiting is an optimisation. */
     }
-    return handler_lookup_answer(s, ns, tokens, n_tokens, lk->pin, lk->tier2_in_place, false,
+    return handler_lookup_answer(s, ns, tokens, n_tokens, lk->pin, lk->tier2_in_place, waited,
                                  lk->wait_ms > 0, resp, ctx);
 }
 
@@ -573,7 +578,7 @@ int handler_alloc(session_t *s, const Kvshare__Request *req, Kvshare__Response *
             if (rc == 0)
                 rc = tier_wait(srv, s);
             if (rc == 1) {
-                ctx->deferred = true;
+                ctx->hold = tier_hold(s);
                 return 0;
             }
         } else {
@@ -1083,11 +1088,13 @@ int handler_tree(session_t *s, const Kvshare__Request *req, Kvshare__Response *r
         max = TREE_MAX_ROWS;
     /* The listing walks the whole index: spaced so that walks take at most
      * 1/SERVER_WALK_SPACING of the loop's time, however many Trees a client
-     * pipelines (a session without a socket, in tests, is never deferred). */
+     * pipelines (a session without a socket, in tests, is never held). */
     uint64_t t0 = uv_hrtime();
     if (s->has_pipe && t0 < srv->walk_next_ns) {
         srv->metrics.requests_spaced++;
-        return DISPATCH_DEFER;
+        ctx->hold = SESSION_HOLD_SPACING;
+        ctx->hold_until_ms = session_spacing_until(srv, t0);
+        return 0;
     }
     if (tr->ns && tr->ns[0]) {
         int rc = ns_resolve(s, tr->ns, false, &ns, ctx);

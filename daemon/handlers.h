@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "dispatch.h"
+#include "session.h"
 #include "kvshare.pb-c.h"
 
 #define HANDLER_MSG_MAX 256
@@ -36,12 +37,11 @@ struct handler_ctx {
     Kvshare__Geometry geometry;
     /* Stats and Tree rows: freed by dispatch after packing. */
     void *heap[2];
-    /* Set by a Lookup that waits (inflight.h): no reply now; it comes
-     * from dispatch_lookup_resume. */
-    bool parked;
-    /* Set by a handler that started tier copies instead of answering
-     * (tier.h): the request runs again when they are done. */
-    bool deferred;
+    /* Set by a handler that cannot answer now: dispatch holds the session
+     * for this reason until loop time hold_until_ms (0: until released),
+     * replies nothing, and the request runs again (session.h). */
+    session_hold_reason_t hold;
+    uint64_t hold_until_ms;
 };
 
 /* The Lookup reply for a prompt whose namespace is resolved: the one path

@@ -17,7 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dispatch.h"
 #include "log.h"
 #include "session.h"
 
@@ -50,14 +49,6 @@ struct inflight {
     inflight_wait_t *waiters;
     uint32_t n_waiting;
     bool changed; /* a declaration ended since the last wake */
-    bool waking;  /* inflight_wake is running */
-    bool again;   /* ... and a nested call asked for another pass */
-
-    uv_timer_t timer;
-    bool closed; /* inflight_shutdown closed the timer: no new one */
-    bool timer_init;
-    bool timer_armed;
-    uint64_t timer_due;
 };
 
 static inline uint32_t slot_of(const inflight_t *f, uint64_t h, uint32_t ns)
@@ -116,24 +107,10 @@ static void free_tables(inflight_t *f)
     free(f);
 }
 
-static void on_timer_close(uv_handle_t *h)
-{
-    free_tables(h->data);
-}
-
 void inflight_free(inflight_t *f)
 {
-    if (!f)
-        return;
-    /* Parked lookups belong to their sessions, which are gone by now. */
-    if (f->timer_init) {
-        uv_timer_stop(&f->timer);
-        f->timer.data = f;
-        if (!uv_is_closing((uv_handle_t *)&f->timer))
-            uv_close((uv_handle_t *)&f->timer, on_timer_close);
-        return;
-    }
-    free_tables(f);
+    if (f)
+        free_tables(f);
 }
 
 static void ns_ref(inflight_t *f, uint32_t ns, int delta)
@@ -288,44 +265,8 @@ int inflight_count(server_t *srv, const session_t *s, uint32_t ns, const uint32_
     return 0;
 }
 
-static void on_timer(uv_timer_t *t)
-{
-    server_t *srv = t->data;
-    srv->inflight->timer_armed = false;
-    inflight_wake(srv, false);
-}
-
-/* Arms the timer for the earliest deadline of the parked lookups. */
-static void arm(server_t *srv)
-{
-    inflight_t *f = srv->inflight;
-    uint64_t due = UINT64_MAX;
-    for (inflight_wait_t *w = f->waiters; w; w = w->next)
-        if (w->deadline_ms < due)
-            due = w->deadline_ms;
-    if (due == UINT64_MAX) {
-        if (f->timer_armed)
-            uv_timer_stop(&f->timer);
-        f->timer_armed = false;
-        return;
-    }
-    if (f->timer_armed && f->timer_due == due)
-        return;
-    if (!f->timer_init) {
-        if (f->closed || uv_timer_init(srv->loop, &f->timer) != 0)
-            return;
-        f->timer_init = true;
-        f->timer.data = srv;
-    }
-    uint64_t now = uv_now(srv->loop);
-    if (uv_timer_start(&f->timer, on_timer, due > now ? due - now : 0, 0) == 0) {
-        f->timer_armed = true;
-        f->timer_due = due;
-    }
-}
-
-int inflight_park(server_t *srv, session_t *s, uint64_t req_id, uint32_t ns, const uint32_t *tokens,
-                  size_t n_tokens, bool pin, bool in_place, uint32_t wait_ms)
+int inflight_park(server_t *srv, session_t *s, uint32_t ns, const uint32_t *tokens, size_t n_tokens,
+                  uint32_t wait_ms)
 {
     inflight_t *f = srv->inflight;
     inflight_wait_t *w = calloc(1, sizeof(*w));
@@ -338,10 +279,7 @@ int inflight_park(server_t *srv, session_t *s, uint64_t req_id, uint32_t ns, con
     if (n_tokens)
         memcpy(copy, tokens, sizeof(uint32_t) * n_tokens);
     w->s = s;
-    w->req_id = req_id;
     w->ns = ns;
-    w->pin = pin;
-    w->in_place = in_place;
     w->tokens = copy;
     w->n_tokens = n_tokens;
     w->start_ms = uv_now(srv->loop);
@@ -353,12 +291,14 @@ int inflight_park(server_t *srv, session_t *s, uint64_t req_id, uint32_t ns, con
     f->n_waiting++;
     ns_ref(f, ns, 1);
     s->wait = w;
-    arm(srv);
     return 0;
 }
 
-static void unlink_wait(server_t *srv, inflight_wait_t *w)
+void inflight_cancel(server_t *srv, session_t *s)
 {
+    inflight_wait_t *w = s->wait;
+    if (!w)
+        return;
     inflight_t *f = srv->inflight;
     if (w->prev)
         w->prev->next = w->next;
@@ -368,23 +308,30 @@ static void unlink_wait(server_t *srv, inflight_wait_t *w)
         w->next->prev = w->prev;
     f->n_waiting--;
     ns_ref(f, w->ns, -1);
-    w->s->wait = NULL;
+    s->wait = NULL;
     free(w->tokens);
     free(w);
 }
 
-void inflight_cancel(server_t *srv, session_t *s)
+void inflight_end(server_t *srv, session_t *s)
 {
-    if (!s->wait)
+    inflight_wait_t *w = s->wait;
+    if (!w)
         return;
-    unlink_wait(srv, s->wait);
-    arm(srv);
+    uint64_t now = uv_now(srv->loop);
+    srv->metrics.lookup_wait_ms += now - w->start_ms;
+    if (now >= w->deadline_ms)
+        srv->metrics.lookup_wait_timeouts++;
+    else
+        srv->metrics.lookup_waits++;
+    inflight_cancel(srv, s);
 }
 
-/* Whether w's wait is over; its lookup is then answered by the caller. */
-static bool wait_over(server_t *srv, inflight_wait_t *w, uint64_t now, bool all)
+/* Whether w's wait is over: nothing another session declared follows the
+ * cached prefix any more (its deadline is the hold's, session.c). */
+static bool wait_over(server_t *srv, inflight_wait_t *w, bool all)
 {
-    if (all || now >= w->deadline_ms || srv->stopping)
+    if (all || srv->stopping)
         return true;
     uint32_t *ids;
     size_t max_ids = w->n_tokens / srv->geo.block_tokens, cached = 0;
@@ -404,62 +351,19 @@ void inflight_wake(server_t *srv, bool all)
     inflight_t *f = srv->inflight;
     if (!f)
         return;
-    if (f->waking) {
-        f->again = true;
-        return;
+    f->changed = false;
+    /* Releasing a session only queues its turn: nothing here runs a
+     * request, so the list does not change under the walk but by this. */
+    for (inflight_wait_t *w = f->waiters, *next; w; w = next) {
+        next = w->next;
+        if (wait_over(srv, w, all))
+            session_release(w->s); /* ends w (inflight_end) */
     }
-    f->waking = true;
-    do {
-        f->again = false;
-        f->changed = false;
-        uint64_t now = uv_now(srv->loop);
-        /* Answering a lookup runs its session's next requests, which may
-         * end declarations or close sessions: start over after each. */
-        for (inflight_wait_t *w = f->waiters; w;) {
-            if (!wait_over(srv, w, now, all)) {
-                w = w->next;
-                continue;
-            }
-            session_t *s = w->s;
-            bool timed_out = now >= w->deadline_ms;
-            srv->metrics.lookup_wait_ms += now - w->start_ms;
-            if (timed_out)
-                srv->metrics.lookup_wait_timeouts++;
-            else
-                srv->metrics.lookup_waits++;
-            s->wait = NULL;
-            if (w->prev)
-                w->prev->next = w->next;
-            else
-                f->waiters = w->next;
-            if (w->next)
-                w->next->prev = w->prev;
-            f->n_waiting--;
-            ns_ref(f, w->ns, -1);
-            dispatch_lookup_resume(s, w);
-            free(w->tokens);
-            free(w);
-            session_resume(s);
-            w = f->waiters;
-        }
-    } while (f->again || f->changed);
-    f->waking = false;
-    arm(srv);
 }
 
 void inflight_shutdown(server_t *srv)
 {
-    inflight_t *f = srv->inflight;
-    if (!f)
-        return;
     inflight_wake(srv, true);
-    if (f->timer_init) {
-        uv_timer_stop(&f->timer);
-        uv_close((uv_handle_t *)&f->timer, NULL);
-        f->timer_init = false;
-        f->timer_armed = false;
-        f->closed = true;
-    }
 }
 
 bool inflight_pending(const server_t *srv)

@@ -24,15 +24,16 @@
  *
  * A Lookup with wait_ms > 0 whose cached prefix is followed by blocks that
  * another session declared (its own never count: a waiter that is itself
- * the writer does not wait) is parked: the session answers nothing more
- * (replies stay in request order) until the wait ends, and then answers the
- * lookup as if it had just arrived, with what is cached at that time. The
- * wait ends when no declared block of another session follows the cached
- * prefix any more (the writers committed, released or died), when the
- * deadline passes, or when the daemon stops. Each end of a declaration
- * marks the waiters for a fresh look, made after the request (or the
- * session close) that ended it: O(waiters) per such request, each look one
- * walk of the prompt.
+ * the writer does not wait) holds its session (session_hold: replies stay
+ * in request order) until the wait ends; the session is then released and
+ * its Lookup runs again from the ready queue, answered with what is cached
+ * at that time, never held twice. The wait ends when no declared block of
+ * another session follows the cached prefix any more (the writers
+ * committed, released or died), when the hold's deadline passes, or when
+ * the daemon stops. Each end of a declaration marks the waiters for a fresh
+ * look, made after the request (or the session close) that ended it:
+ * O(waiters) per such request, each look one walk of the prompt. No reply
+ * is written from inside the writer's request.
  *
  * Two sessions writing one prefix: both declarations are entered; a waiter
  * waits while either is in flight. Namespaces: the key holds the namespace,
@@ -50,25 +51,22 @@
 
 typedef struct inflight inflight_t;
 
-/* A parked lookup, owned by its session (session_t.wait). */
+/* A held Lookup's wait, owned by its session (session_t.wait): what it
+ * waits for, so that an end of a declaration can tell whether it is over. */
 typedef struct inflight_wait {
     struct inflight_wait *prev, *next; /* the server's waiters */
     session_t *s;
-    uint64_t req_id;
     uint32_t ns;
-    bool pin;
-    bool in_place; /* LookupRequest.tier2_in_place */
     uint32_t *tokens;
     size_t n_tokens;
     uint64_t start_ms;
-    uint64_t deadline_ms; /* loop time */
+    uint64_t deadline_ms; /* loop time: the hold's deadline */
 } inflight_wait_t;
 
 /* Per-block tables for num_blocks blocks. Errors: KVS_ENOMEM. */
 int inflight_new(server_t *srv, inflight_t **out);
 
-/* Frees the tables; a started timer is closed first (its memory goes in the
- * close callback, so the loop must run once more). Accepts NULL. */
+/* Frees the tables. Accepts NULL. */
 void inflight_free(inflight_t *f);
 
 /* The chained hashes of the first n_blocks blocks of a prompt, in memory
@@ -106,35 +104,37 @@ void inflight_unclaim(server_t *srv, session_t *s);
 int inflight_count(server_t *srv, const session_t *s, uint32_t ns, const uint32_t *tokens,
                    size_t n_tokens, size_t cached, uint32_t *count);
 
-/* Parks the lookup of request req_id for at most wait_ms: copies the tokens
- * and links the wait to the session and the server. Errors: KVS_ENOMEM
- * (then nothing is parked). */
-int inflight_park(server_t *srv, session_t *s, uint64_t req_id, uint32_t ns, const uint32_t *tokens,
-                  size_t n_tokens, bool pin, bool in_place, uint32_t wait_ms);
+/* Enters the wait of s's Lookup for at most wait_ms (the caller holds the
+ * session, SESSION_HOLD_INFLIGHT, until s->wait->deadline_ms): copies the
+ * tokens and links the wait to the session and the server. Errors:
+ * KVS_ENOMEM (then nothing waits). */
+int inflight_park(server_t *srv, session_t *s, uint32_t ns, const uint32_t *tokens, size_t n_tokens,
+                  uint32_t wait_ms);
 
-/* Forgets the session's parked lookup without answering it (the session is
- * closing). */
+/* Forgets the session's wait, uncounted (the session is closing). */
 void inflight_cancel(server_t *srv, session_t *s);
 
-/* Answers every parked lookup whose wait has ended (see Design); with
- * `all`, every parked lookup (the daemon is stopping). Safe to call from a
- * request handler's caller: a nested call only asks the running one to look
- * again. */
+/* Ends the session's wait, counted as a wait or a timeout (its hold is
+ * being released: session_release calls it). Idempotent. */
+void inflight_end(server_t *srv, session_t *s);
+
+/* Releases every held Lookup whose wait has ended (see Design); with
+ * `all`, every one (the daemon is stopping). Their Lookups run again from
+ * the ready queue. */
 void inflight_wake(server_t *srv, bool all);
 
-/* The daemon is stopping: answers every parked lookup and closes the timer
- * (the loop must run before inflight_free). */
+/* The daemon is stopping: releases every held Lookup. */
 void inflight_shutdown(server_t *srv);
 
 /* Whether a declaration ended since the last inflight_wake. */
 bool inflight_pending(const server_t *srv);
 
-/* Whether declarations, claims or parked lookups name namespace ns (then
+/* Whether declarations, claims or held lookups name namespace ns (then
  * it is in use even without cached blocks; an id at or past max_namespaces
  * counts as in use). */
 bool inflight_ns_busy(const server_t *srv, uint32_t ns);
 
-/* Declared blocks and claims now, claims alone, and parked lookups now. */
+/* Declared blocks and claims now, claims alone, and held lookups now. */
 uint32_t inflight_declared(const server_t *srv);
 uint32_t inflight_claimed(const server_t *srv);
 uint32_t inflight_waiting(const server_t *srv);

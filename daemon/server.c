@@ -635,6 +635,7 @@ void server_shutdown(server_t *s)
     /* Lookups waiting for other sessions' writes are answered with what is
      * cached before their sessions are told goodbye. */
     inflight_shutdown(s);
+    session_run_ready(s);
     if (s->listening) {
         uv_close((uv_handle_t *)&s->listener, NULL);
         s->listening = false;
@@ -698,6 +699,7 @@ void server_free(server_t *s)
      * end within milliseconds, so wait for their completions. */
     while (s->tier_jobs > 0)
         uv_run(s->loop, UV_RUN_ONCE);
+    session_sched_close(s); /* their memory goes in the close callbacks */
     inflight_free(s->inflight);
     events_stop(s->events);
     free(s->block_hash);

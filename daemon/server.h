@@ -123,11 +123,13 @@ typedef struct server {
      * decoding alone copies the frame: ~6 ms for 16 MiB here), is spaced:
      * after such work took d, none starts for (SERVER_WALK_SPACING - 1) d,
      * so it takes at most 1 % of the loop however many clients send it.
-     * Sessions waiting for the spacing are parked until walk_timer fires. */
+     * Sessions waiting for the spacing are held (session.h) until then.
+     * Held sessions are listed here, and the hold timer fires at the earliest
+     * deadline among them (hold_due, loop ms; 0: not armed). */
     session_t *ready_head, *ready_tail;
-    uv_idle_t turn_idle;
-    uv_timer_t walk_timer;
-    bool sched_on;         /* turn_idle and walk_timer initialised */
+    session_t *held_head;
+    struct session_sched *sched; /* the turn idle handle and the hold timer */
+    uint64_t hold_due;
     uint64_t walk_next_ns; /* uv_hrtime before which no walk or large frame starts */
 
     /* Bytes of every session's buffers (input, output, reply scratch, queued
@@ -203,9 +205,8 @@ typedef struct server {
         size_t max;
     } evict_report;
 
-    uint32_t tier2_blocks;   /* blocks of tier 2 (--host-tier); 0: none */
-    uint32_t tier_jobs;      /* tier copies in flight (tier.c) */
-    session_t *tier_waiters; /* sessions waiting for one to end (tier_wait) */
+    uint32_t tier2_blocks; /* blocks of tier 2 (--host-tier); 0: none */
+    uint32_t tier_jobs;    /* tier copies in flight (tier.c) */
 } server_t;
 
 /* Fills cfg with defaults: 16 MiB frames, 64 MiB output, 1024 sessions,

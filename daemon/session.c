@@ -365,6 +365,8 @@ static void release_all(session_t *s)
                   n_writing, n_pins);
 }
 
+static void held_remove(session_t *s);
+
 static void on_close(uv_handle_t *h)
 {
     destroy(h->data);
@@ -383,6 +385,7 @@ void session_close(session_t *s, const char *reason)
     s->buf_bytes = 0;
     tier_detach(s);
     release_all(s);
+    held_remove(s);
     ready_remove(s);
     unlink_session(s);
     LOG_DEBUG("session %llu (worker '%s', pid %d) closed: %s", (unsigned long long)s->id,
@@ -393,7 +396,7 @@ void session_close(session_t *s, const char *reason)
     } else {
         destroy(s);
     }
-    /* Its declarations ended: lookups waiting for them look again. */
+    /* Its declarations ended: lookups held for them look again. */
     if (inflight_pending(srv))
         inflight_wake(srv, false);
 }
@@ -410,8 +413,7 @@ static void on_write(uv_write_t *req, int status)
     }
     if (status < 0 && status != UV_ECANCELED)
         session_close(s, uv_strerror(status));
-    else if (s->eof && !s->in_ready && !s->parked && !tier_held(s) &&
-             req->handle->write_queue_size == 0)
+    else if (s->eof && !s->in_ready && !session_held(s) && req->handle->write_queue_size == 0)
         session_close(s, "client closed (after its replies were sent)");
     free(w);
 }
@@ -532,16 +534,15 @@ static bool frame_waiting(const session_t *s)
 
 /* Answers whole frames of `in`: all of them, or when `bounded` at most one
  * turn's worth (SESSION_TURN_FRAMES / SESSION_TURN_BYTES). *more says
- * whether frames are left, *deferred whether the next one waits for the
- * whole-index walk spacing. */
-static int process(session_t *s, bool bounded, bool *more, bool *deferred)
+ * whether frames are left for another turn. A held session answers
+ * nothing (its kept frame runs again once released). */
+static int process(session_t *s, bool bounded, bool *more)
 {
     size_t frames = 0, bytes = 0;
-    *more = *deferred = false;
+    *more = false;
     for (;;) {
-        if (s->wait || tier_held(s) || s->closing)
-            return 0; /* a parked lookup (inflight.h) or a request waiting
-                       * for tier copies (tier.h) answers first */
+        if (session_held(s) || s->closing)
+            return 0;
         if (bounded && (frames >= SESSION_TURN_FRAMES || bytes >= SESSION_TURN_BYTES)) {
             *more = frame_waiting(s);
             return 0;
@@ -564,30 +565,30 @@ static int process(session_t *s, bool bounded, bool *more, bool *deferred)
             return KVS_ETOOBIG;
         }
         /* Large frames are spaced like whole-index walks (server.h);
-         * sessions without a socket (tests) are never deferred. */
+         * sessions without a socket (tests) are never held for it. */
         bool large = s->has_pipe && len >= SESSION_LARGE_FRAME;
         size_t out_len = s->out.len, reply_bytes = 0;
         uint64_t t0 = large ? uv_hrtime() : 0;
         if (large && t0 < s->srv->walk_next_ns) {
-            rc = DISPATCH_DEFER;
             s->srv->metrics.requests_spaced++;
+            session_hold(s, SESSION_HOLD_SPACING, session_spacing_until(s->srv, t0));
+            rc = DISPATCH_HELD;
         } else {
             rc = dispatch_frame(s, body, len);
         }
-        if (rc != DISPATCH_DEFER && s->out.len > out_len)
-            reply_bytes = s->out.len - out_len;
-        if (large && rc != DISPATCH_DEFER) {
-            uint64_t t1 = uv_hrtime();
-            s->srv->walk_next_ns = t1 + (t1 - t0) * SERVER_WALK_SPACING;
-        }
-        if (rc == DISPATCH_DEFER) {
-            /* The frame stays for a later turn (frame_next did not move it):
-             * after the walk spacing, or when its tier copies are done. */
+        if (rc == DISPATCH_HELD) {
+            /* The frame stays (frame_next did not move it) for its run
+             * after the release. */
             s->in.head = head;
             s->in.len = in_len;
-            if (!tier_held(s))
-                *more = *deferred = true;
             return 0;
+        }
+        s->rerun = SESSION_HOLD_NONE;
+        if (s->out.len > out_len)
+            reply_bytes = s->out.len - out_len;
+        if (large) {
+            uint64_t t1 = uv_hrtime();
+            s->srv->walk_next_ns = t1 + (t1 - t0) * SERVER_WALK_SPACING;
         }
         s->srv->metrics.bytes_in += FRAME_HEADER_BYTES + len;
         if (s->has_pipe)
@@ -623,24 +624,8 @@ int session_process(session_t *s)
 {
     if (s->broken)
         return s->broken;
-    bool more, deferred;
-    return process(s, false, &more, &deferred);
-}
-
-static void take_turn(session_t *s);
-
-void session_resume(session_t *s)
-{
-    if (s->closing)
-        return;
-    if (s->has_pipe) {
-        /* Its frames wait for their turn like anyone's. */
-        take_turn(s);
-        return;
-    }
-    int rc = session_process(s);
-    if (rc != 0)
-        s->broken = rc;
+    bool more;
+    return process(s, false, &more);
 }
 
 int session_broken(const session_t *s)
@@ -696,6 +681,7 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 
 static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf);
 static void on_turn(uv_idle_t *h);
+static void take_turn(session_t *s);
 
 static void start_reading(session_t *s)
 {
@@ -717,20 +703,44 @@ static void stop_reading(session_t *s)
     s->reading = false;
 }
 
-/* Lazily, the first time a session has a backlog. */
+/* The loop handles of the ready queue and of the hold, in memory of their
+ * own: closing them must not wait for server_free. */
+struct session_sched {
+    uv_idle_t turn;
+    uv_timer_t hold;
+    int open; /* handles not closed yet */
+};
+
+static void on_sched_close(uv_handle_t *h)
+{
+    struct session_sched *sc = h->data;
+    if (--sc->open == 0)
+        free(sc);
+}
+
+/* Lazily, the first time a session has a backlog or is held. */
 static int sched_init(server_t *srv)
 {
-    if (srv->sched_on)
+    if (srv->sched)
         return 0;
-    if (uv_idle_init(srv->loop, &srv->turn_idle) != 0)
-        return KVS_EIO;
-    if (uv_timer_init(srv->loop, &srv->walk_timer) != 0) {
-        uv_close((uv_handle_t *)&srv->turn_idle, NULL);
+    struct session_sched *sc = calloc(1, sizeof(*sc));
+    if (!sc)
+        return KVS_ENOMEM;
+    if (uv_idle_init(srv->loop, &sc->turn) != 0) {
+        free(sc);
         return KVS_EIO;
     }
-    srv->turn_idle.data = srv;
-    srv->walk_timer.data = srv;
-    srv->sched_on = true;
+    sc->open = 1;
+    if (uv_timer_init(srv->loop, &sc->hold) != 0) {
+        sc->turn.data = sc;
+        uv_close((uv_handle_t *)&sc->turn, on_sched_close);
+        return KVS_EIO;
+    }
+    sc->open = 2;
+    sc->turn.data = srv;
+    sc->hold.data = srv;
+    srv->hold_due = 0;
+    srv->sched = sc;
     return 0;
 }
 
@@ -739,6 +749,13 @@ static void ready_push(session_t *s)
     server_t *srv = s->srv;
     if (s->in_ready)
         return;
+    if (sched_init(srv) != 0) {
+        /* Without the machinery, the old way: its frames now. */
+        LOG_ERROR("session %llu: no loop handles for its turn; answering it at once",
+                  (unsigned long long)s->id);
+        take_turn(s);
+        return;
+    }
     s->ready_prev = srv->ready_tail;
     s->ready_next = NULL;
     if (srv->ready_tail)
@@ -747,30 +764,117 @@ static void ready_push(session_t *s)
         srv->ready_head = s;
     srv->ready_tail = s;
     s->in_ready = true;
-    uv_idle_start(&srv->turn_idle, on_turn);
+    uv_idle_start(&srv->sched->turn, on_turn);
 }
 
-/* The walk spacing has passed: parked sessions get their turns again. */
-static void on_walk_timer(uv_timer_t *t)
+/* --- the hold --- */
+
+uint64_t session_spacing_until(const server_t *srv, uint64_t now_ns)
+{
+    uint64_t wait_ns = srv->walk_next_ns > now_ns ? srv->walk_next_ns - now_ns : 0;
+    return uv_now(srv->loop) + (wait_ns + 999999) / 1000000 + 1;
+}
+
+static void on_hold_timer(uv_timer_t *t);
+
+/* Arms the hold timer for the earliest deadline among held sessions. */
+static void hold_arm(server_t *srv)
+{
+    uint64_t due = 0;
+    for (session_t *h = srv->held_head; h; h = h->held_next)
+        if (h->hold_until_ms && (due == 0 || h->hold_until_ms < due))
+            due = h->hold_until_ms;
+    if (due == srv->hold_due || !srv->sched)
+        return;
+    srv->hold_due = due;
+    if (due == 0) {
+        uv_timer_stop(&srv->sched->hold);
+        return;
+    }
+    uint64_t now = uv_now(srv->loop);
+    uv_timer_start(&srv->sched->hold, on_hold_timer, due > now ? due - now : 0, 0);
+}
+
+static void held_remove(session_t *s)
+{
+    if (s->held == SESSION_HOLD_NONE)
+        return;
+    if (s->held_prev)
+        s->held_prev->held_next = s->held_next;
+    else
+        s->srv->held_head = s->held_next;
+    if (s->held_next)
+        s->held_next->held_prev = s->held_prev;
+    s->held_prev = s->held_next = NULL;
+    s->held = SESSION_HOLD_NONE;
+    s->hold_until_ms = 0;
+}
+
+void session_hold(session_t *s, session_hold_reason_t why, uint64_t until_ms)
+{
+    server_t *srv = s->srv;
+    held_remove(s);
+    s->held = why;
+    s->hold_until_ms = until_ms;
+    s->held_prev = NULL;
+    s->held_next = srv->held_head;
+    if (srv->held_head)
+        srv->held_head->held_prev = s;
+    srv->held_head = s;
+    if (until_ms && sched_init(srv) == 0 && (srv->hold_due == 0 || until_ms < srv->hold_due)) {
+        srv->hold_due = until_ms;
+        uint64_t now = uv_now(srv->loop);
+        uv_timer_start(&srv->sched->hold, on_hold_timer, until_ms > now ? until_ms - now : 0, 0);
+    }
+}
+
+void session_release(session_t *s)
+{
+    if (s->held == SESSION_HOLD_NONE || s->closing)
+        return;
+    s->rerun = s->held;
+    inflight_end(s->srv, s); /* a held Lookup's wait ends with its hold */
+    held_remove(s);
+    ready_push(s);
+}
+
+void session_release_all(server_t *srv, session_hold_reason_t why)
+{
+    for (session_t *h = srv->held_head, *next; h; h = next) {
+        next = h->held_next;
+        if (h->held == why)
+            session_release(h);
+    }
+    hold_arm(srv);
+}
+
+/* Deadlines passed: those sessions run again (a Lookup answers with what
+ * is cached, a spaced request does its work). */
+static void on_hold_timer(uv_timer_t *t)
 {
     server_t *srv = t->data;
-    for (session_t *s = srv->sessions; s; s = s->next) {
-        if (s->parked) {
-            s->parked = false;
-            ready_push(s);
-        }
+    uint64_t now = uv_now(srv->loop);
+    srv->hold_due = 0;
+    for (session_t *h = srv->held_head, *next; h; h = next) {
+        next = h->held_next;
+        if (h->hold_until_ms && h->hold_until_ms <= now)
+            session_release(h);
     }
+    hold_arm(srv);
 }
 
 /* One turn of s: at most a turn's worth of frames answered, replies sent.
  * A session with frames left stops reading (its socket buffers push back on
- * the client) and queues for another turn after everyone else's; one whose
- * next frame must wait for the walk spacing is parked until then. */
+ * the client) and queues for another turn after everyone else's; a held
+ * one reads nothing until it is released. A session without a socket whose
+ * stream goes bad keeps the error for its owner (session_broken). */
 static void take_turn(session_t *s)
 {
     server_t *srv = s->srv;
-    bool more, deferred;
-    int rc = process(s, true, &more, &deferred);
+    bool more;
+    if (s->broken)
+        return;
+    int rc = process(s, true, &more);
     if (s->n_fds == 0)
         flush(s);
     if (s->closing)
@@ -780,42 +884,26 @@ static void take_turn(session_t *s)
     if (s->closing)
         return;
     if (rc != 0) {
+        if (!s->has_pipe) {
+            s->broken = rc;
+            return;
+        }
         session_close(s, rc == KVS_ETOOBIG ? "frame over the limit" : "undecodable frame");
         return;
     }
-    if (more && sched_init(srv) != 0) {
-        /* Without the machinery, the old way: everything now. */
-        rc = session_process(s);
-        flush(s);
-        if (s->closing)
-            return;
-        if (rc != 0) {
-            session_close(s, "undecodable frame");
-            return;
-        }
-        more = deferred = false;
-    }
-    if (s->wait || tier_held(s)) {
-        /* A parked lookup (inflight.h) or a request waiting for tier copies
-         * (tier.h) holds the session: nothing more is read until
-         * session_resume gives it its turn again. */
-        stop_reading(s);
+    if (session_held(s)) {
+        if (s->has_pipe)
+            stop_reading(s);
         return;
     }
     if (more) {
-        stop_reading(s);
-        if (deferred) {
-            uint64_t now = uv_hrtime();
-            uint64_t wait_ms =
-                srv->walk_next_ns > now ? (srv->walk_next_ns - now + 999999) / 1000000 : 0;
-            s->parked = true;
-            if (!uv_is_active((uv_handle_t *)&srv->walk_timer))
-                uv_timer_start(&srv->walk_timer, on_walk_timer, wait_ms, 0);
-        } else {
-            ready_push(s);
-        }
+        if (s->has_pipe)
+            stop_reading(s);
+        ready_push(s);
         return;
     }
+    if (!s->has_pipe)
+        return;
     if (s->eof) {
         if (s->pipe.write_queue_size == 0)
             session_close(s, "client closed");
@@ -842,6 +930,15 @@ static void on_turn(uv_idle_t *h)
         uv_idle_stop(h);
 }
 
+void session_run_ready(server_t *srv)
+{
+    while (srv->ready_head) {
+        session_t *s = srv->ready_head;
+        ready_remove(s);
+        take_turn(s);
+    }
+}
+
 /* Closes the sessions that sent no request for idle_timeout_ms (not those
  * whose requests wait for their turn). */
 static void on_idle_sweep(uv_timer_t *t)
@@ -851,7 +948,7 @@ static void on_idle_sweep(uv_timer_t *t)
     session_t *next;
     for (session_t *s = srv->sessions; s; s = next) {
         next = s->next;
-        if (!s->has_pipe || s->closing || s->in_ready || s->parked || s->wait || tier_held(s) ||
+        if (!s->has_pipe || s->closing || s->in_ready || session_held(s) ||
             now - s->last_request_ms < srv->cfg.idle_timeout_ms)
             continue;
         srv->metrics.sessions_idle_closed++;
@@ -886,11 +983,14 @@ void session_sched_close(server_t *srv)
         uv_close((uv_handle_t *)&srv->idle_timer, NULL);
         srv->idle_on = false;
     }
-    if (!srv->sched_on)
+    struct session_sched *sc = srv->sched;
+    if (!sc)
         return;
-    uv_close((uv_handle_t *)&srv->turn_idle, NULL);
-    uv_close((uv_handle_t *)&srv->walk_timer, NULL);
-    srv->sched_on = false;
+    sc->turn.data = sc;
+    sc->hold.data = sc;
+    uv_close((uv_handle_t *)&sc->turn, on_sched_close);
+    uv_close((uv_handle_t *)&sc->hold, on_sched_close);
+    srv->sched = NULL;
 }
 
 static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)

@@ -29,6 +29,15 @@
 #include "frame.h"
 #include "server.h"
 
+/* Why a session's next frame waits (session_hold). */
+typedef enum session_hold_reason {
+    SESSION_HOLD_NONE = 0,
+    SESSION_HOLD_SPACING,  /* large work waits for the walk spacing (server.h) */
+    SESSION_HOLD_INFLIGHT, /* a Lookup waits for blocks others write (inflight.h) */
+    SESSION_HOLD_TIER_JOB, /* a request waits for its own tier copies (tier.h) */
+    SESSION_HOLD_TIER_ANY, /* a request waits for any tier copy to end (tier.h) */
+} session_hold_reason_t;
+
 typedef struct session_pins {
     uint32_t *keys;   /* block ids; SESSION_NO_BLOCK = empty slot */
     uint32_t *counts; /* pins this session holds on keys[i] */
@@ -73,15 +82,12 @@ struct session {
     int32_t peer_pid;
 
     struct tier_job *tier_job; /* copies this session's request waits for (tier.h) */
-    bool tier_waiting;         /* its request waits for any tier copy to end */
-    bool tier_rerun;           /* the next request runs again after tier copies */
-    session_t *tier_wait_prev, *tier_wait_next;
 
     uint32_t *scratch; /* reply arrays, valid for one request */
     size_t scratch_cap;
 
-    /* A Lookup waiting for blocks other sessions write (inflight.h); while
-     * set, no further request of the session is answered. */
+    /* The entry of its Lookup held for blocks other sessions write
+     * (inflight.h), while it is held for them. */
     struct inflight_wait *wait;
     /* Its claims (inflight.h): first claim entry, 0 for none, and a count
      * of claims made, so that dispatch can tell a request that made some. */
@@ -90,9 +96,15 @@ struct session {
     /* Scheduling (fair turns, see server.h). */
     session_t *ready_prev, *ready_next;
     bool in_ready; /* on the server's ready queue */
-    bool parked;   /* waits for walk_timer (a deferred Tree) */
-    bool reading;  /* uv_read_start is on */
-    bool eof;      /* the client half-closed: close once replies are out */
+    /* The hold (session_hold): why its kept frame waits, until when (loop
+     * ms, 0: no deadline), its place among the held sessions, and why the
+     * frame now running was held before it ran (session_rerun). */
+    session_hold_reason_t held;
+    session_hold_reason_t rerun;
+    uint64_t hold_until_ms;
+    session_t *held_prev, *held_next;
+    bool reading; /* uv_read_start is on */
+    bool eof;     /* the client half-closed: close once replies are out */
 
     /* Memory (see server.h, buf_bytes). */
     size_t buf_bytes;         /* this session's share of the server's count */
@@ -135,23 +147,59 @@ void session_goodbye(session_t *s, int status, const char *message);
 int session_feed(session_t *s, const uint8_t *bytes, size_t len);
 
 /* Answers every whole frame already in `in` (see session_feed). A request
- * whose handler defers (it waits for tier copies, tier.h) stays in `in`, and
- * no later one is answered until session_resume. */
+ * whose session is held (session_hold) stays in `in`, and no later one is
+ * answered until the session is released and takes its turn. */
 int session_process(session_t *s);
 
-/* Answers the frames that arrived while a parked lookup (inflight.h) or a
- * deferred request (tier copies, tier.h; it runs again first) held the
- * session, sends the replies, and closes the session if its stream went
- * bad. It runs inside another session's request (the Commit a lookup waited
- * for), so a session without a socket is not closed here, where its owner
- * could not know: its stream stops, session_broken says why, and its owner
- * closes it. */
-void session_resume(session_t *s);
+/* --- the hold: the one way a request waits ---
+ *
+ * A handler that cannot answer now (large work before the walk spacing has
+ * passed, a Lookup waiting for blocks other sessions write, a request
+ * waiting for tier copies) asks dispatch to hold its session
+ * (handler_ctx_t.hold): nothing is replied, the frame stays in the
+ * session's input, and no later frame of the session is read or answered
+ * (replies stay in request order). The owner of the reason releases it
+ * (session_release), or its deadline passes; either way the session joins
+ * the ready queue and its kept frame runs again in its next turn, never
+ * inside another session's request. While it runs, session_rerun says why
+ * it was held, so that it is not held again for the same reason. */
+
+/* Holds s for `why` until session_release, or until loop time until_ms
+ * (0: no deadline). */
+void session_hold(session_t *s, session_hold_reason_t why, uint64_t until_ms);
+
+/* Ends s's hold (a no-op when it is not held): its kept frame runs again
+ * from the ready queue. */
+void session_release(session_t *s);
+
+/* The deadline of a hold for the walk spacing (server.h), from uv_hrtime
+ * now_ns: loop time once walk_next_ns has passed. */
+uint64_t session_spacing_until(const server_t *srv, uint64_t now_ns);
+
+/* Releases every session held for `why`. */
+void session_release_all(server_t *srv, session_hold_reason_t why);
+
+/* Whether s is held: then it answers nothing until released. */
+static inline bool session_held(const session_t *s)
+{
+    return s->held != SESSION_HOLD_NONE;
+}
+
+/* Why the frame now running was held before it ran (SESSION_HOLD_NONE on
+ * its first run). */
+static inline session_hold_reason_t session_rerun(const session_t *s)
+{
+    return s->rerun;
+}
+
+/* Runs the turn of every session on the ready queue now (the daemon is
+ * stopping: held lookups are answered before goodbye). */
+void session_run_ready(server_t *srv);
 
 /* 0, or the error (KVS_ETOOBIG, KVS_EPROTO) that stopped the stream of a
- * session without a socket while session_resume answered its frames; the
- * error reply is in `out`, session_feed and session_process return the
- * error from then on, and the owner closes the session. */
+ * session without a socket in a turn from the ready queue; the error reply
+ * is in `out`, session_feed and session_process return the error from then
+ * on, and the owner closes the session. */
 int session_broken(const session_t *s);
 
 /* Starts the idle sweep when cfg.idle_timeout_ms is set (server_listen).

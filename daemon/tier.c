@@ -158,18 +158,10 @@ static void copies_done(uv_work_t *w, int status)
     }
     if (s) {
         s->tier_job = NULL;
-        session_resume(s);
+        session_release(s);
     }
     /* Everyone that waited for room runs again (and may wait again). */
-    session_t *waiter = srv->tier_waiters;
-    srv->tier_waiters = NULL;
-    while (waiter) {
-        session_t *next = waiter->tier_wait_next;
-        waiter->tier_waiting = false;
-        waiter->tier_wait_prev = waiter->tier_wait_next = NULL;
-        session_resume(waiter);
-        waiter = next;
-    }
+    session_release_all(srv, SESSION_HOLD_TIER_ANY);
 }
 
 static int start(tier_job_t *j, session_t *s)
@@ -281,28 +273,12 @@ bool tier_job_holds_pins(const tier_job_t *j)
 
 int tier_wait(server_t *srv, session_t *s)
 {
-    if (srv->tier_jobs == 0 || s->tier_waiting)
-        return 0;
-    s->tier_waiting = true;
-    s->tier_wait_prev = NULL;
-    s->tier_wait_next = srv->tier_waiters;
-    if (srv->tier_waiters)
-        srv->tier_waiters->tier_wait_prev = s;
-    srv->tier_waiters = s;
-    return 1;
+    (void)s;
+    return srv->tier_jobs > 0;
 }
 
 void tier_detach(session_t *s)
 {
-    if (s->tier_waiting) {
-        if (s->tier_wait_prev)
-            s->tier_wait_prev->tier_wait_next = s->tier_wait_next;
-        else
-            s->srv->tier_waiters = s->tier_wait_next;
-        if (s->tier_wait_next)
-            s->tier_wait_next->tier_wait_prev = s->tier_wait_prev;
-        s->tier_waiting = false;
-    }
     if (s->tier_job) {
         s->tier_job->s = NULL;
         s->tier_job = NULL;

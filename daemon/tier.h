@@ -15,14 +15,11 @@
  * ends while its job runs is detached from it: the job still finishes its
  * bookkeeping, so nothing leaks.
  *
- * Why not the parking of inflight.h, the other way a request waits: a
- * parked Lookup has been read and is answered once, from its resume, by a
- * deadline; a request waiting for copies may be an Alloc as well, may need
- * a second round (room made by demotion, then the promotion), and has no
- * deadline but the copies' end. Keeping the frame and running it again
- * serves all of these with the handlers unchanged. A parked Lookup
- * therefore answers without promoting (docs/EVICTION.md says why that
- * rarely costs a hit).
+ * The session waits the one way every request waits (session_hold): a
+ * handler whose copies started asks for the hold tier_hold names, and the
+ * completion releases it; the request runs again from the ready queue and
+ * finds its blocks where they now are. A request may need a second round
+ * (room made by demotion, then the promotion): it is held again.
  */
 #ifndef KVS_DAEMON_TIER_H
 #define KVS_DAEMON_TIER_H
@@ -52,19 +49,19 @@ int tier_demote(server_t *srv, session_t *s, uint32_t ns, size_t n);
 int tier_promote(server_t *srv, session_t *s, const uint32_t *t2_ids, size_t n,
                  const uint32_t *pins, size_t n_pins);
 
-/* When tier copies are in flight, queues s to run its request again when
- * one ends (the blocks it frees or moves may make room) and returns 1;
- * returns 0 when none is. */
+/* Whether tier copies are in flight, whose end may make room for s's
+ * request (blocks freed or moved): 1 when some are (the caller holds the
+ * session for SESSION_HOLD_TIER_ANY: every end releases those), else 0. */
 int tier_wait(server_t *srv, session_t *s);
 
 /* Whether job j holds the pins of the lookup that started it (a promotion). */
 bool tier_job_holds_pins(const tier_job_t *j);
 
-/* Whether s has a request waiting for tier copies (its own job, or any job
- * when tier_wait queued it): it answers nothing else until they end. */
-static inline bool tier_held(const session_t *s)
+/* The hold for a request that waits for tier copies: its own job's, when
+ * it started one, or any job's (tier_wait). */
+static inline session_hold_reason_t tier_hold(const session_t *s)
 {
-    return s->tier_job || s->tier_waiting;
+    return s->tier_job ? SESSION_HOLD_TIER_JOB : SESSION_HOLD_TIER_ANY;
 }
 
 /* The session is closing: its job, if any, completes without it, and it

@@ -183,9 +183,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
              * place. */
             replace(srv, sp);
         }
-        /* The other session too: a Commit in this chunk may have answered
-         * its parked lookup and run the frames behind it (session_resume),
-         * which may have been garbage. */
+        /* A Commit in this chunk may have released the other session's
+         * held lookup: its turn (from the ready queue) answers it and runs
+         * the frames behind it, which may have been garbage. */
+        uv_run(&loop, UV_RUN_NOWAIT);
         for (size_t k = 0; k < FUZZ_SESSIONS; k++)
             if (session_broken(s[k]))
                 replace(srv, &s[k]);
@@ -202,8 +203,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     FUZZ_CHECK(c.writing == 0);
     FUZZ_CHECK(radix_pinned_blocks(srv->index) == 0);
     server_free(srv);
-    /* Close callbacks: the in-flight table goes with its timer's (armed by
-     * a parked lookup). */
+    /* Close callbacks of the loop handles (the ready queue's, the hold
+     * timer). */
     uv_run(&loop, UV_RUN_NOWAIT);
     return 0;
 }
