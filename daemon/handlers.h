@@ -45,7 +45,7 @@ struct handler_ctx {
 };
 
 /* The Lookup reply for a prompt whose namespace is resolved: the one path
- * of an immediate and a parked lookup. waited: the reply's `waited`;
+ * of an immediate and a held lookup. waited: the reply's `waited`;
  * in_place (with pin): the request's tier2_in_place. */
 int handler_lookup_answer(session_t *s, uint32_t ns, const uint32_t *tokens, size_t n_tokens,
                           bool pin, bool in_place, bool waited, bool claim, Kvshare__Response *resp,

@@ -32,7 +32,7 @@ struct inflight {
     uint32_t *ns_of;   /* [2 n_blocks] */
     uint8_t *on;       /* [2 n_blocks]: in the table */
     uint32_t declared; /* blocks and claims in the table */
-    /* Per namespace id below n_ns_refs: its entries and parked lookups,
+    /* Per namespace id below n_ns_refs: its entries and held lookups,
      * so that a namespace in use is never reclaimed (inflight_ns_busy). */
     uint32_t *ns_refs;
     uint32_t n_ns_refs;

@@ -184,7 +184,7 @@ typedef struct server {
     uv_signal_t sig_hup;
     uv_timer_t drain_timer;
     bool drain_on;
-    struct inflight *inflight; /* declared prefixes and parked lookups */
+    struct inflight *inflight; /* declared prefixes and held lookups */
 
     /* KV events (events.h): NULL when off. Per block, its chained hash (the
      * key BlockRemoved names; by index id, either tier); per namespace,

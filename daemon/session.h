@@ -61,7 +61,7 @@ struct session {
     uv_pipe_t pipe;
     bool has_pipe;
     bool closing;
-    int broken; /* no socket: the error that ended its stream in a resume */
+    int broken; /* no socket: the error that ended its stream in a turn */
     bool hello_done;
     uint64_t requests;
     uint32_t ns_created; /* dynamic namespaces it created that still exist */

@@ -68,7 +68,7 @@ bool tenants_usable(const server_t *srv, uint32_t ns);
 
 /* Makes room in a full namespace table: deletes every namespace that is
  * not declared (by the file or --namespace) and holds nothing: no cached
- * block (so no pin), no declared or claimed block being written, no parked
+ * block (so no pin), no declared or claimed block being written, no held
  * lookup (inflight_ns_busy). Its id and name become free; its counters
  * leave Stats and /metrics (the global counters keep what it did). Counted
  * in namespaces_reclaimed and logged at most once a second. Returns the

@@ -1043,7 +1043,7 @@ out:
 static void usage(FILE *f)
 {
     fprintf(f, "usage: kvshare-bench rpc [--kvshared PATH] [--seconds S] [--rounds N] [--quick] "
-               "[--events]\n"
+               "[--events] [--pipelined]\n"
                "       kvshare-bench rpc --tier [--churn N] [--churn-nice N] [--copy-nice N]\n"
                "                         [--seconds S] [--rounds N]\n"
                "\n"
@@ -1052,6 +1052,7 @@ static void usage(FILE *f)
                "32k-token prompts, next to a raw Unix-socket ping-pong of the same sizes,\n"
                "plus pipelined Lookups. Each cell runs S seconds (default 2) per side, in N\n"
                "alternating rounds (default 5). --quick: 64 and 4k tokens, 1 and 16 clients.\n"
+               "--pipelined: the pipelined Lookups alone.\n"
                "--events: instead, 16-client Lookup and Commit against a daemon without and\n"
                "one with KV events (one live subscriber), in alternating rounds.\n"
                "--tier: instead, one process's 4k-token Lookups (full tier-1 hits) against a\n"
@@ -1065,7 +1066,7 @@ int bench_rpc_main(int argc, char **argv)
 {
     bench_cfg_t b;
     char kvshared[PATH_MAX + 32];
-    int quick = 0, rounds = 5, events = 0, tier = 0, churn = 3, churn_nice = 0;
+    int quick = 0, rounds = 5, events = 0, tier = 0, churn = 3, churn_nice = 0, pipelined = 0;
     memset(&b, 0, sizeof(b));
     b.seconds = 2.0;
     b.kvshared = bench_default_kvshared(kvshared, sizeof(kvshared));
@@ -1080,6 +1081,8 @@ int bench_rpc_main(int argc, char **argv)
             quick = 1;
         } else if (strcmp(argv[i], "--events") == 0) {
             events = 1;
+        } else if (strcmp(argv[i], "--pipelined") == 0) {
+            pipelined = 1;
         } else if (strcmp(argv[i], "--tier") == 0) {
             tier = 1;
         } else if (strcmp(argv[i], "--churn") == 0 && i + 1 < argc) {
@@ -1135,11 +1138,13 @@ int bench_rpc_main(int argc, char **argv)
         if (warm(&b, tokens[s], sizes[s], NULL) != 0)
             rc = 1;
     }
-    printf("# kvs = kvs_lookup (full hit, no pin); raw = Unix-socket ping-pong, same frame "
-           "sizes\n");
-    printf("%-7s %-7s %9s %9s %9s %9s %11s %11s %7s %7s\n", "tokens", "clients", "kvs p50",
-           "kvs p99", "raw p50", "raw p99", "kvs/s", "raw/s", "p50 x", "p99 x");
-    for (size_t s = 0; s < n_sizes && rc == 0; s++) {
+    if (!pipelined)
+        printf("# kvs = kvs_lookup (full hit, no pin); raw = Unix-socket ping-pong, same frame "
+               "sizes\n");
+    if (!pipelined)
+        printf("%-7s %-7s %9s %9s %9s %9s %11s %11s %7s %7s\n", "tokens", "clients", "kvs p50",
+               "kvs p99", "raw p50", "raw p99", "kvs/s", "raw/s", "p50 x", "p99 x");
+    for (size_t s = 0; s < n_sizes && rc == 0 && !pipelined; s++) {
         for (size_t ci = 0; ci < 3; ci++) {
             int clients = client_counts[ci];
             if (quick && clients == 4)

@@ -1,0 +1,48 @@
+#!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
+# Pipelined throughput of several kvshared builds and of Redis, in the same
+# run: 64-token Lookups, 4 connections x 64 in flight (kvshare-bench rpc
+# --pipelined), and Redis GET with 4 clients x 64 pipelined over a Unix
+# socket (redis-benchmark), in alternating rounds so that the machine's
+# drift falls on all alike. Prints one line per round and binary.
+#
+#   tools/bench/compare-pipelined.sh BENCH ROUNDS KVSHARED...
+#
+# BENCH is a kvshare-bench binary; redis-server and redis-benchmark are used
+# when they are on PATH.
+set -eu
+bench=$1
+rounds=$2
+shift 2
+dir=$(mktemp -d)
+redis_pid=
+cleanup() {
+    [ -n "$redis_pid" ] && kill "$redis_pid" 2>/dev/null || true
+    rm -rf "$dir"
+}
+trap cleanup EXIT INT TERM
+if command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null; then
+    redis-server --port 0 --unixsocket "$dir/redis.sock" --save "" --appendonly no \
+        --dir "$dir" >"$dir/redis.log" 2>&1 &
+    redis_pid=$!
+    i=0
+    while [ ! -S "$dir/redis.sock" ] && [ $i -lt 100 ]; do
+        sleep 0.05
+        i=$((i + 1))
+    done
+    redis-benchmark -s "$dir/redis.sock" -q -t set -n 1000 >/dev/null
+fi
+r=1
+while [ $r -le "$rounds" ]; do
+    for k in "$@"; do
+        rate=$("$bench" rpc --pipelined --seconds 2 --kvshared "$k" |
+            awk '/4 connections/ {print $(NF-2)}')
+        echo "round $r  $rate/s  $k"
+    done
+    if [ -n "$redis_pid" ]; then
+        rate=$(redis-benchmark -s "$dir/redis.sock" -c 4 -P 64 -t get -n 4000000 --csv |
+            awk -F'"' '/GET/ {print $4}')
+        echo "round $r  $rate/s  redis GET, 4 clients x 64 pipelined"
+    fi
+    r=$((r + 1))
+done
