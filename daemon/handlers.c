@@ -12,91 +12,19 @@
 #include "kvshare_version.h"
 #include "log.h"
 #include "now.h"
-#include "nsname.h"
 #include "peer.h"
 #include "tier.h"
 #include "session.h"
-#include "tenants.h"
+#include "namespaces.h"
 
 /* Records the message of a failing request and returns its status. */
 #define fail(ctx, status, ...) errbuf_set((ctx)->msg, sizeof((ctx)->msg), (status), __VA_ARGS__)
 
-/* A namespace not created: logged at most once a second, with a count. */
-static void ns_refused(server_t *srv, const char *why)
-{
-    uint64_t now = uv_now(srv->loop);
-    srv->ns_refused_unlogged++;
-    if (srv->ns_refuse_log_ms == 0 || now - srv->ns_refuse_log_ms >= 1000) {
-        LOG_WARN("refused to create %llu namespace(s): %s",
-                 (unsigned long long)srv->ns_refused_unlogged, why);
-        srv->ns_refuse_log_ms = now;
-        srv->ns_refused_unlogged = 0;
-    }
-}
-
-/* The namespace id for `name` ("" is the default namespace), created on first
- * use when `create` is true (and counted against the session's
- * session_max_namespaces; a full table first reclaims unused ones). */
+/* The namespace id for `name`, created on first use when `create` is true
+ * (namespaces.h); the failure's message goes to the reply. */
 static int ns_resolve(session_t *s, const char *name, bool create, uint32_t *ns, handler_ctx_t *ctx)
 {
-    server_t *srv = s->srv;
-    if (!name || !name[0])
-        name = SERVER_DEFAULT_NS;
-    size_t len = strlen(name);
-    if (len > RADIX_NS_NAME_MAX)
-        return fail(ctx, KVS_EINVAL, "namespace name of %zu bytes is too long (%d at most)", len,
-                    RADIX_NS_NAME_MAX);
-    if (!nsname_valid(name)) {
-        char shown[4 * RADIX_NS_NAME_MAX + 1];
-        return fail(ctx, KVS_EINVAL, "namespace name '%s': use %s",
-                    log_escape(name, shown, sizeof(shown)), nsname_rule());
-    }
-    int rc = radix_ns_find(srv->index, name, ns);
-    if (rc == 0 && !tenants_usable(srv, *ns))
-        rc = KVS_ENONS;
-    if (rc == 0 && !tenants_allowed(s, *ns)) {
-        srv->metrics.namespace_denied++;
-        return fail(ctx, KVS_EDENIED,
-                    "permission denied: namespace '%s' does not allow uid %u / gid %u "
-                    "(allow_uids / allow_gids of its [namespace] section)",
-                    name, s->peer_uid, s->peer_gid);
-    }
-    if (rc == 0)
-        return 0;
-    if (!srv->cfg.dynamic_namespaces)
-        return fail(ctx, KVS_ENONS,
-                    "unknown namespace '%s': this kvshared serves only the namespaces its config "
-                    "declares; add a [namespace %s] section (then SIGHUP) or use a declared one",
-                    name, name);
-    if (!create)
-        return fail(ctx, KVS_ENONS,
-                    "unknown namespace '%s'; `kvshare stats` lists the namespaces in use", name);
-    uint32_t limit = srv->cfg.session_max_namespaces;
-    if (limit && s->ns_created >= limit) {
-        srv->metrics.namespace_session_refusals++;
-        ns_refused(srv, "a connection reached session_max_namespaces");
-        return fail(ctx, KVS_ELIMIT,
-                    "cannot create namespace '%s': this connection already created %u "
-                    "namespaces that still exist (session_max_namespaces); reuse one of them",
-                    name, limit);
-    }
-    if (radix_ns_count(srv->index) >= srv->cfg.max_namespaces && tenants_reclaim(srv) == 0) {
-        srv->metrics.namespace_table_refusals++;
-        ns_refused(srv, "the namespace table is full of declared or used namespaces");
-        return fail(ctx, KVS_ELIMIT,
-                    "cannot create namespace '%s': kvshared already has %u namespaces (the "
-                    "limit, max_namespaces), each declared or holding blocks; reuse one",
-                    name, srv->cfg.max_namespaces);
-    }
-    rc = radix_ns_create(srv->index, name, server_ns_seed(name), 0, 0, ns);
-    if (rc == 0 && tenants_created(s, *ns) != 0) {
-        radix_ns_delete(srv->index, *ns);
-        rc = KVS_ENOMEM;
-    }
-    if (rc != 0)
-        return fail(ctx, rc, "cannot create namespace '%s': %s", name, kvs_status_text(rc));
-    LOG_DEBUG("namespace '%s' created (id %u)", name, *ns);
-    return 0;
+    return namespaces_resolve(s, name, create, ns, ctx->msg, sizeof(ctx->msg));
 }
 
 /* Token ids from the wire: little-endian uint32 packed in bytes. On a
@@ -628,7 +556,7 @@ static int not_held(session_t *s, uint32_t b, handler_ctx_t *ctx)
                     "block %u is not held by this session: another session is writing it", b);
     pool_state(s->srv->pool, b, &st);
     /* Another namespace's block, to a peer that may not use it, looks free. */
-    if (st == POOL_FREE || !tenants_allowed(s, s->srv->block_ns[b]))
+    if (st == POOL_FREE || !namespaces_allowed(s, s->srv->block_ns[b]))
         return fail(ctx, KVS_ENOTHELD,
                     "block %u is not held by this session: it is free (released twice, or "
                     "never allocated)",
@@ -664,7 +592,7 @@ static void publish_stored(server_t *srv, uint32_t ns, const uint32_t *ids,
                            const uint32_t *canonical, const uint32_t *fresh, size_t n,
                            const uint32_t *tokens)
 {
-    const events_stream_t *st = server_events_stream(srv, ns);
+    const events_stream_t *st = namespaces_events_stream(srv, ns);
     uint32_t bt = srv->geo.block_tokens;
     if (!st->on)
         return;
@@ -734,7 +662,7 @@ int handler_commit(session_t *s, const Kvshare__Request *req, Kvshare__Response 
             pool_state(srv->pool, b, &st);
             /* Another namespace's block, to a peer that may not use it,
              * looks free (see handler_pin). */
-            if (st != POOL_CACHED || !tenants_allowed(s, srv->block_ns[b]))
+            if (st != POOL_CACHED || !namespaces_allowed(s, srv->block_ns[b]))
                 return fail(ctx, KVS_EBADSTATE,
                             "block %u is not in WRITING (it is free): commit only blocks this "
                             "session got from Alloc (once), or cached blocks it pinned",
@@ -875,7 +803,7 @@ int handler_pin(session_t *s, const Kvshare__Request *req, Kvshare__Response *re
          * different answer would let it find the other namespace's blocks
          * by probing ids. */
         bool hidden = pool_state(s->srv->pool, b, &st) == 0 && st == POOL_CACHED &&
-                      !tenants_allowed(s, s->srv->block_ns[b]);
+                      !namespaces_allowed(s, s->srv->block_ns[b]);
         rc = hidden ? KVS_ENOTFOUND : radix_pin(s->srv->index, b);
         if (rc == KVS_ENOTFOUND) {
             s->srv->metrics.pin_misses++;
@@ -1033,7 +961,7 @@ int handler_stats(session_t *s, const Kvshare__Request *req, Kvshare__Response *
             radix_ns_stats_t st;
             /* Other tenants' namespaces are none of this peer's business;
              * reclaimed ones are gone. */
-            if (!tenants_allowed(s, i) || radix_ns_stats(srv->index, i, &st) != 0)
+            if (!namespaces_allowed(s, i) || radix_ns_stats(srv->index, i, &st) != 0)
                 continue;
             kvshare__namespace_stats__init(&rows[n_rows]);
             rows[n_rows].name = (char *)radix_ns_name(srv->index, i);
@@ -1121,7 +1049,7 @@ int handler_tree(session_t *s, const Kvshare__Request *req, Kvshare__Response *r
     uint64_t newest = 0;
     size_t kept = 0;
     for (size_t i = 0; i < n && kept < want; i++)
-        if (tenants_allowed(s, rows[i].ns))
+        if (namespaces_allowed(s, rows[i].ns))
             rows[kept++] = rows[i];
     n = kept;
     for (size_t i = 0; i < n; i++)

@@ -14,7 +14,7 @@
 #include "metrics_http.h"
 #include "server.h"
 #include "settings.h"
-#include "tenants.h"
+#include "namespaces.h"
 #include "units.h"
 
 /* What the pool holds, once at start. */
@@ -44,7 +44,7 @@ static int declare_file_namespaces(server_t *srv, const char *path, char *err, s
     config_t *conf = NULL;
     int rc = config_load(path, &conf, err, errlen);
     if (rc == 0) {
-        rc = tenants_apply(srv, conf, err, errlen);
+        rc = namespaces_apply(srv, conf, err, errlen);
         if (rc != 0)
             config_free(conf);
     }
@@ -62,9 +62,9 @@ static int declare_flag_namespaces(server_t *srv, const settings_t *st, char *er
         if (radix_ns_find(srv->index, ns->name, &id) == 0)
             rc = radix_ns_set_limits(srv->index, id, ns->quota, ns->reserve);
         else
-            rc = server_ns_create(srv, ns->name, ns->quota, ns->reserve, err, errlen);
+            rc = namespaces_create(srv, ns->name, ns->quota, ns->reserve, err, errlen);
         if (rc == 0)
-            rc = tenants_declare(srv, ns->name, err, errlen);
+            rc = namespaces_declare(srv, ns->name, err, errlen);
         if (rc != 0)
             return rc;
     }
@@ -114,7 +114,7 @@ static int serve(settings_t *st)
         return 1;
     }
     settings_log(st);
-    tenants_log(srv);
+    namespaces_log(srv);
     if (cfg->metrics_listen) {
         rc = metrics_http_start(srv, cfg->metrics_listen, &srv->http, err, sizeof(err));
         if (rc != 0) {

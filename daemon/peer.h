@@ -6,7 +6,7 @@
  * (SO_PEERCRED, taken at connect). They are logged with the session, and
  * checked against the daemon's allow-lists (allow_uids / allow_gids): a peer
  * not allowed gets a KVS_EDENIED reply and is closed. Namespace allow-lists
- * are checked per request by tenants.c with the same identity.
+ * are checked per request by namespaces.c with the same identity.
  */
 #ifndef KVS_DAEMON_PEER_H
 #define KVS_DAEMON_PEER_H

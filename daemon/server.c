@@ -20,7 +20,7 @@
 #include "nsname.h"
 #include "session.h"
 #include "socket_path.h"
-#include "tenants.h"
+#include "namespaces.h"
 
 /* Connections the kernel queues before kvshared accepts them. */
 #define SERVER_LISTEN_BACKLOG 128
@@ -84,7 +84,7 @@ void server_on_evict(void *ctx, uint32_t block_id)
     bool tier2 = block_id >= s->num_blocks;
     if (tier2)
         s->metrics.tier2_drops++;
-    if (s->events && events_removed(s->events, server_events_stream(s, s->block_ns[block_id]),
+    if (s->events && events_removed(s->events, namespaces_events_stream(s, s->block_ns[block_id]),
                                     s->block_hash[block_id]) != 0)
         s->metrics.kv_events_dropped++;
     if (s->block_cached_ms)
@@ -112,27 +112,6 @@ void server_on_evict_tokens(void *ctx, uint32_t block_id, uint32_t ns, const uin
     s->evict_report.n++;
 }
 
-const events_stream_t *server_events_stream(server_t *s, uint32_t ns)
-{
-    static const events_stream_t off = {.on = false};
-    if (!s->events || ns >= s->cfg.max_namespaces)
-        return &off;
-    if (!s->ev_resolved[ns]) {
-        const char *name = radix_ns_name(s->index, ns);
-        const config_ns_t *sec = name ? config_find_ns(s->conf, name) : NULL;
-        const char *model = sec ? sec->model_name : NULL;
-        if (!sec && name && strcmp(name, SERVER_DEFAULT_NS) == 0)
-            model = s->cfg.events.default_model;
-        if (events_stream_init(&s->cfg.events, model, sec ? sec->lora_name : NULL,
-                               &s->ev_streams[ns]) != 0)
-            LOG_WARN("kv events: namespace '%s' publishes nothing: its topic would exceed %d "
-                     "bytes",
-                     name, EVENTS_TOPIC_MAX);
-        s->ev_resolved[ns] = true;
-    }
-    return &s->ev_streams[ns];
-}
-
 int server_events_start(server_t *s, char *err, size_t errlen)
 {
     const char *medium = backend_kind(s->backend) == BACKEND_CUDA ? "GPU" : "CPU";
@@ -153,7 +132,7 @@ int server_events_start(server_t *s, char *err, size_t errlen)
     for (uint32_t ns = 0; ns < radix_ns_id_end(s->index); ns++) {
         if (!radix_ns_name(s->index, ns))
             continue;
-        const events_stream_t *st = server_events_stream(s, ns);
+        const events_stream_t *st = namespaces_events_stream(s, ns);
         if (st->on && events_cleared(s->events, st) == 0)
             n_topics++;
     }
@@ -178,40 +157,6 @@ void server_sync_counters(server_t *s)
     if (s->events)
         events_counters(s->events, &s->metrics.kv_events_published,
                         &s->metrics.kv_events_replay_requests);
-}
-
-uint64_t server_ns_seed(const char *name)
-{
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (const char *p = name; *p; p++) {
-        h ^= (uint8_t)*p;
-        h *= 0x100000001b3ull;
-    }
-    return h;
-}
-
-int server_ns_create(server_t *s, const char *name, uint32_t quota, uint32_t reserve, char *err,
-                     size_t errlen)
-{
-    uint32_t ns;
-    if (!s || !name)
-        return KVS_EINVAL;
-    if ((quota && reserve > quota) || reserve > s->num_blocks) {
-        snprintf(err, errlen,
-                 "namespace '%s': a reservation of %u blocks must not exceed its quota (%u) "
-                 "nor the pool (%u blocks)",
-                 name, reserve, quota, s->num_blocks);
-        return KVS_EINVAL;
-    }
-    int rc = radix_ns_create(s->index, name, server_ns_seed(name), quota, reserve, &ns);
-    if (rc != 0) {
-        snprintf(err, errlen, "namespace '%s': %s%s%s", name, kvs_status_text(rc),
-                 rc == KVS_EINVAL ? ": names are " : "", rc == KVS_EINVAL ? nsname_rule() : "");
-        return rc;
-    }
-    LOG_INFO("namespace '%s': quota %u blocks%s, reserve %u", name, quota, quota ? "" : " (none)",
-             reserve);
-    return 0;
 }
 
 int server_open(const server_config_t *cfg, uv_loop_t *loop, server_t **out, char *err,
@@ -336,7 +281,7 @@ static void on_signal(uv_signal_t *h, int signum)
 {
     server_t *s = h->data;
     if (signum == SIGHUP) {
-        tenants_reload(s);
+        namespaces_reload(s);
         return;
     }
     LOG_INFO("%s: shutting down: no new connections, closing %u sessions (at most %u ms)",
@@ -714,7 +659,7 @@ void server_free(server_t *s)
     free(s->block_cached_ms);
     free(s->block_used_ms);
     free(s->block_ns);
-    tenants_free(s);
+    namespaces_free(s);
     free(s->decode_arena);
     free(s);
 }

@@ -70,7 +70,7 @@ typedef struct server_config {
     int ready_fd;               /* >= 0: "READY\n" is written there once listening */
     const char *metrics_listen; /* "HOST:PORT" for Prometheus over HTTP; NULL: off */
 
-    /* Operations (tenants.c, peer.c). */
+    /* Operations (namespaces.c, peer.c). */
     bool dynamic_namespaces;      /* unknown namespaces are created on first use */
     uint32_t session_max_pinned;  /* pins one session may hold; 0: no limit */
     uint32_t session_max_writing; /* WRITING blocks one session may hold; 0: no limit */
@@ -166,7 +166,7 @@ typedef struct server {
     struct metrics_http *http; /* --metrics-listen; NULL when off */
 
     /* Namespaces declared in the config file, and who may use each
-     * (tenants.c). tenants[ns] for ns < n_tenants; others: undeclared,
+     * (namespaces.c). tenants[ns] for ns < n_tenants; others: undeclared,
      * open to anyone. */
     config_t *conf;
     struct tenant *tenants;
@@ -174,7 +174,7 @@ typedef struct server {
     bool any_ns_acl;    /* some namespace has an allow-list */
     uint32_t *block_ns; /* per index id (either tier): the namespace that committed it */
     /* Per namespace id (max_namespaces of them): the session that created
-     * it dynamically, while both live (tenants_reclaim, the per-session
+     * it dynamically, while both live (namespaces_reclaim, the per-session
      * limit). */
     session_t **ns_creator;
     uint64_t ns_refuse_log_ms;      /* last "namespace not created" log line */
@@ -246,24 +246,11 @@ void server_drain_done(server_t *s);
  * after the loop has run the close callbacks. Accepts NULL. */
 void server_free(server_t *s);
 
-/* The hash chain seed of a namespace (FNV-1a of its name), so that equal
- * prompts in two namespaces never share a block hash. */
-uint64_t server_ns_seed(const char *name);
-
-/* Creates a namespace with a quota and a reservation in blocks (0: none),
- * for --namespace. Errors (message in err): KVS_EINVAL (name empty or over
- * RADIX_NS_NAME_MAX bytes, reserve over quota or over the pool), KVS_EEXIST, KVS_ENOMEM. */
-int server_ns_create(server_t *s, const char *name, uint32_t quota, uint32_t reserve, char *err,
-                     size_t errlen);
-
 /* Starts publishing KV events (cfg.events.endpoint set; after the
  * namespaces of the config are declared) and queues AllBlocksCleared on
  * the topic of every namespace that maps to a model. Errors (message in
  * err): those of events_start, KVS_ENOMEM. */
 int server_events_start(server_t *s, char *err, size_t errlen);
-
-/* What namespace ns publishes as (stream->on false: nothing). */
-const events_stream_t *server_events_stream(server_t *s, uint32_t ns);
 
 /* Copies the publisher's counters into s->metrics (before a Stats reply or
  * a scrape). */

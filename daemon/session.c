@@ -11,7 +11,7 @@
 #include "inflight.h"
 #include "log.h"
 #include "peer.h"
-#include "tenants.h"
+#include "namespaces.h"
 #include "tier.h"
 
 /* Bytes asked of libuv per read when no bigger frame is pending. */
@@ -380,7 +380,7 @@ void session_close(session_t *s, const char *reason)
     s->closing = true;
     inflight_cancel(s->srv, s);
     inflight_unclaim(s->srv, s);
-    tenants_session_gone(s);
+    namespaces_session_gone(s);
     s->srv->buf_bytes -= s->buf_bytes;
     s->buf_bytes = 0;
     tier_detach(s);

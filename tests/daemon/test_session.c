@@ -24,6 +24,7 @@
 #include "log.h"
 #include "peer.h"
 #include "server.h"
+#include "namespaces.h"
 #include "session.h"
 #include "test_tmp.h"
 
@@ -939,9 +940,9 @@ END_TEST
 START_TEST(test_namespace_quota)
 {
     char err[256];
-    ck_assert_int_eq(server_ns_create(srv, "tiny", 2, 1, err, sizeof(err)), 0);
-    ck_assert_int_eq(server_ns_create(srv, "tiny", 2, 1, err, sizeof(err)), KVS_EEXIST);
-    ck_assert_int_eq(server_ns_create(srv, "bad", 2, 3, err, sizeof(err)), KVS_EINVAL);
+    ck_assert_int_eq(namespaces_create(srv, "tiny", 2, 1, err, sizeof(err)), 0);
+    ck_assert_int_eq(namespaces_create(srv, "tiny", 2, 1, err, sizeof(err)), KVS_EEXIST);
+    ck_assert_int_eq(namespaces_create(srv, "bad", 2, 3, err, sizeof(err)), KVS_EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "must not exceed its quota"));
     session_t *a = new_session();
     uint32_t tokens[3 * BT], ids[3];

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Unit tests of the config file parser (config.c), the namespace table
- * (tenants.c) and the Prometheus text (metrics_text.c), without a socket.
+ * (namespaces.c) and the Prometheus text (metrics_text.c), without a socket.
  */
 #include <check.h>
 #include <stdio.h>
@@ -15,7 +15,7 @@
 #include "metrics_http.h"
 #include "server.h"
 #include "settings.h"
-#include "tenants.h"
+#include "namespaces.h"
 #include "test_tmp.h"
 
 static char path[256];
@@ -173,7 +173,7 @@ START_TEST(test_tenants_apply_and_reapply)
     char err[512];
     ck_assert_int_eq(
         load("[namespace a]\nquota = 32\nreserve = 16\n[namespace b]\n", &c, err, sizeof(err)), 0);
-    ck_assert_int_eq(tenants_apply(srv, c, err, sizeof(err)), 0);
+    ck_assert_int_eq(namespaces_apply(srv, c, err, sizeof(err)), 0);
     uint32_t a, b;
     radix_ns_stats_t st;
     ck_assert_int_eq(radix_ns_find(srv->index, "a", &a), 0);
@@ -182,13 +182,13 @@ START_TEST(test_tenants_apply_and_reapply)
     ck_assert_uint_eq(st.quota, 32);
     ck_assert_uint_eq(st.reserve, 16);
     srv->cfg.dynamic_namespaces = false;
-    ck_assert(tenants_usable(srv, a));
+    ck_assert(namespaces_usable(srv, a));
 
     /* Reservations over the pool: refused, nothing changes. */
     ck_assert_int_eq(
         load("[namespace a]\nreserve = 40\n[namespace b]\nreserve = 40\n", &c, err, sizeof(err)),
         0);
-    ck_assert_int_eq(tenants_apply(srv, c, err, sizeof(err)), KVS_EINVAL);
+    ck_assert_int_eq(namespaces_apply(srv, c, err, sizeof(err)), KVS_EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "80 blocks"));
     config_free(c);
     ck_assert_int_eq(radix_ns_stats(srv->index, a, &st), 0);
@@ -196,9 +196,9 @@ START_TEST(test_tenants_apply_and_reapply)
 
     /* "a" dropped from the file: undeclared, limits gone. */
     ck_assert_int_eq(load("[namespace b]\nquota = 8\n", &c, err, sizeof(err)), 0);
-    ck_assert_int_eq(tenants_apply(srv, c, err, sizeof(err)), 0);
-    ck_assert(!tenants_usable(srv, a));
-    ck_assert(tenants_usable(srv, b));
+    ck_assert_int_eq(namespaces_apply(srv, c, err, sizeof(err)), 0);
+    ck_assert(!namespaces_usable(srv, a));
+    ck_assert(namespaces_usable(srv, b));
     ck_assert_int_eq(radix_ns_stats(srv->index, a, &st), 0);
     ck_assert_uint_eq(st.quota, 0);
     ck_assert_uint_eq(st.reserve, 0);

@@ -1,17 +1,19 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-#include "tenants.h"
+#include "namespaces.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "errbuf.h"
 #include "inflight.h"
 #include "kvshare_status.h"
 #include "log.h"
+#include "nsname.h"
 #include "server.h"
 #include "session.h"
 
-static int tenants_alloc(server_t *srv)
+static int namespaces_alloc(server_t *srv)
 {
     if (srv->tenants)
         return 0;
@@ -22,14 +24,14 @@ static int tenants_alloc(server_t *srv)
     return 0;
 }
 
-int tenants_declare(server_t *srv, const char *name, char *err, size_t errlen)
+int namespaces_declare(server_t *srv, const char *name, char *err, size_t errlen)
 {
     uint32_t id;
     if (radix_ns_find(srv->index, name, &id) != 0) {
         snprintf(err, errlen, "namespace '%s' does not exist", name);
         return KVS_ENONS;
     }
-    if (tenants_alloc(srv) != 0) {
+    if (namespaces_alloc(srv) != 0) {
         snprintf(err, errlen, "out of memory for the namespace table");
         return KVS_ENOMEM;
     }
@@ -70,7 +72,7 @@ static int check(const server_t *srv, const config_t *conf, char *err, size_t er
     return 0;
 }
 
-int tenants_apply(server_t *srv, config_t *conf, char *err, size_t errlen)
+int namespaces_apply(server_t *srv, config_t *conf, char *err, size_t errlen)
 {
     /* Room for new sections first: unused dynamic namespaces would be
      * reclaimed by the next creation anyway. */
@@ -79,11 +81,11 @@ int tenants_apply(server_t *srv, config_t *conf, char *err, size_t errlen)
         if (radix_ns_find(srv->index, conf->ns[i].name, &id) != 0)
             new_ns++;
     if (radix_ns_count(srv->index) + new_ns > srv->cfg.max_namespaces)
-        tenants_reclaim(srv);
+        namespaces_reclaim(srv);
     int rc = check(srv, conf, err, errlen);
     if (rc != 0)
         return rc;
-    if (tenants_alloc(srv) != 0)
+    if (namespaces_alloc(srv) != 0)
         return KVS_ENOMEM;
     /* Every namespace first loses what the file gave it; the file (or a
      * --namespace flag) gives it back. */
@@ -107,8 +109,8 @@ int tenants_apply(server_t *srv, config_t *conf, char *err, size_t errlen)
                 LOG_INFO("namespace '%s': quota %u -> %u, reserve %u -> %u", n->name, before.quota,
                          n->quota, before.reserve, n->reserve);
         } else {
-            rc = radix_ns_create(srv->index, n->name, server_ns_seed(n->name), n->quota, n->reserve,
-                                 &id);
+            rc = radix_ns_create(srv->index, n->name, namespaces_seed(n->name), n->quota,
+                                 n->reserve, &id);
             if (rc != 0) {
                 snprintf(err, errlen, "cannot create namespace '%s': %s", n->name,
                          kvs_status_text(rc));
@@ -142,7 +144,7 @@ int tenants_apply(server_t *srv, config_t *conf, char *err, size_t errlen)
     return 0;
 }
 
-void tenants_reload(server_t *srv)
+void namespaces_reload(server_t *srv)
 {
     char err[2048];
     config_t *conf = NULL;
@@ -152,7 +154,7 @@ void tenants_reload(server_t *srv)
     }
     int rc = config_load(srv->cfg.config_path, &conf, err, sizeof(err));
     if (rc == 0)
-        rc = tenants_apply(srv, conf, err, sizeof(err));
+        rc = namespaces_apply(srv, conf, err, sizeof(err));
     if (rc != 0) {
         if (conf && conf != srv->conf)
             config_free(conf);
@@ -164,10 +166,10 @@ void tenants_reload(server_t *srv)
     srv->metrics.config_reloads++;
     LOG_INFO("SIGHUP: reloaded namespaces from %s (other keys take effect at restart)",
              srv->cfg.config_path);
-    tenants_log(srv);
+    namespaces_log(srv);
 }
 
-uint32_t tenants_reclaim(server_t *srv)
+uint32_t namespaces_reclaim(server_t *srv)
 {
     uint32_t n = 0;
     for (uint32_t id = 0; id < radix_ns_id_end(srv->index); id++) {
@@ -200,7 +202,7 @@ uint32_t tenants_reclaim(server_t *srv)
     return n;
 }
 
-int tenants_created(session_t *s, uint32_t ns)
+int namespaces_created(session_t *s, uint32_t ns)
 {
     server_t *srv = s->srv;
     if (ns >= srv->cfg.max_namespaces)
@@ -215,7 +217,7 @@ int tenants_created(session_t *s, uint32_t ns)
     return 0;
 }
 
-void tenants_session_gone(session_t *s)
+void namespaces_session_gone(session_t *s)
 {
     server_t *srv = s->srv;
     for (uint32_t id = 0; s->ns_created > 0 && srv->ns_creator && id < srv->cfg.max_namespaces;
@@ -227,7 +229,7 @@ void tenants_session_gone(session_t *s)
     }
 }
 
-void tenants_free(server_t *srv)
+void namespaces_free(server_t *srv)
 {
     free(srv->ns_creator);
     srv->ns_creator = NULL;
@@ -238,7 +240,7 @@ void tenants_free(server_t *srv)
     srv->conf = NULL;
 }
 
-bool tenants_allowed(const session_t *s, uint32_t ns)
+bool namespaces_allowed(const session_t *s, uint32_t ns)
 {
     const server_t *srv = s->srv;
     if (!srv->any_ns_acl || ns >= srv->n_tenants || !s->has_peer)
@@ -246,14 +248,14 @@ bool tenants_allowed(const session_t *s, uint32_t ns)
     return config_acl_allows(&srv->tenants[ns].acl, s->peer_uid, s->peer_gid);
 }
 
-bool tenants_usable(const server_t *srv, uint32_t ns)
+bool namespaces_usable(const server_t *srv, uint32_t ns)
 {
     if (srv->cfg.dynamic_namespaces)
         return true;
     return ns < srv->n_tenants && srv->tenants[ns].declared;
 }
 
-void tenants_log(const server_t *srv)
+void namespaces_log(const server_t *srv)
 {
     for (uint32_t i = 0; srv->conf && i < srv->conf->n_ns; i++) {
         const config_ns_t *n = &srv->conf->ns[i];
@@ -262,4 +264,141 @@ void tenants_log(const server_t *srv)
         LOG_INFO("config: namespace '%s': quota %u%s, reserve %u, allowed %s", n->name, n->quota,
                  n->quota ? "" : " (none)", n->reserve, acl);
     }
+}
+
+/* --- names, seeds, creation, resolution --- */
+
+uint64_t namespaces_seed(const char *name)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const char *p = name; *p; p++) {
+        h ^= (uint8_t)*p;
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+int namespaces_create(server_t *s, const char *name, uint32_t quota, uint32_t reserve, char *err,
+                      size_t errlen)
+{
+    uint32_t ns;
+    if (!s || !name)
+        return KVS_EINVAL;
+    if ((quota && reserve > quota) || reserve > s->num_blocks) {
+        snprintf(err, errlen,
+                 "namespace '%s': a reservation of %u blocks must not exceed its quota (%u) "
+                 "nor the pool (%u blocks)",
+                 name, reserve, quota, s->num_blocks);
+        return KVS_EINVAL;
+    }
+    int rc = radix_ns_create(s->index, name, namespaces_seed(name), quota, reserve, &ns);
+    if (rc != 0) {
+        snprintf(err, errlen, "namespace '%s': %s%s%s", name, kvs_status_text(rc),
+                 rc == KVS_EINVAL ? ": names are " : "", rc == KVS_EINVAL ? nsname_rule() : "");
+        return rc;
+    }
+    LOG_INFO("namespace '%s': quota %u blocks%s, reserve %u", name, quota, quota ? "" : " (none)",
+             reserve);
+    return 0;
+}
+
+const events_stream_t *namespaces_events_stream(server_t *s, uint32_t ns)
+{
+    static const events_stream_t off = {.on = false};
+    if (!s->events || ns >= s->cfg.max_namespaces)
+        return &off;
+    if (!s->ev_resolved[ns]) {
+        const char *name = radix_ns_name(s->index, ns);
+        const config_ns_t *sec = name ? config_find_ns(s->conf, name) : NULL;
+        const char *model = sec ? sec->model_name : NULL;
+        if (!sec && name && strcmp(name, SERVER_DEFAULT_NS) == 0)
+            model = s->cfg.events.default_model;
+        if (events_stream_init(&s->cfg.events, model, sec ? sec->lora_name : NULL,
+                               &s->ev_streams[ns]) != 0)
+            LOG_WARN("kv events: namespace '%s' publishes nothing: its topic would exceed %d "
+                     "bytes",
+                     name, EVENTS_TOPIC_MAX);
+        s->ev_resolved[ns] = true;
+    }
+    return &s->ev_streams[ns];
+}
+
+/* A namespace not created: logged at most once a second, with a count. */
+static void ns_refused(server_t *srv, const char *why)
+{
+    uint64_t now = uv_now(srv->loop);
+    srv->ns_refused_unlogged++;
+    if (srv->ns_refuse_log_ms == 0 || now - srv->ns_refuse_log_ms >= 1000) {
+        LOG_WARN("refused to create %llu namespace(s): %s",
+                 (unsigned long long)srv->ns_refused_unlogged, why);
+        srv->ns_refuse_log_ms = now;
+        srv->ns_refused_unlogged = 0;
+    }
+}
+
+int namespaces_resolve(session_t *s, const char *name, bool create, uint32_t *ns, char *msg,
+                       size_t msglen)
+{
+    server_t *srv = s->srv;
+    if (!name || !name[0])
+        name = SERVER_DEFAULT_NS;
+    size_t len = strlen(name);
+    if (len > RADIX_NS_NAME_MAX)
+        return errbuf_set(msg, msglen, KVS_EINVAL,
+                          "namespace name of %zu bytes is too long (%d at most)", len,
+                          RADIX_NS_NAME_MAX);
+    if (!nsname_valid(name)) {
+        char shown[4 * RADIX_NS_NAME_MAX + 1];
+        return errbuf_set(msg, msglen, KVS_EINVAL, "namespace name '%s': use %s",
+                          log_escape(name, shown, sizeof(shown)), nsname_rule());
+    }
+    int rc = radix_ns_find(srv->index, name, ns);
+    if (rc == 0 && !namespaces_usable(srv, *ns))
+        rc = KVS_ENONS;
+    if (rc == 0 && !namespaces_allowed(s, *ns)) {
+        srv->metrics.namespace_denied++;
+        return errbuf_set(msg, msglen, KVS_EDENIED,
+                          "permission denied: namespace '%s' does not allow uid %u / gid %u "
+                          "(allow_uids / allow_gids of its [namespace] section)",
+                          name, s->peer_uid, s->peer_gid);
+    }
+    if (rc == 0)
+        return 0;
+    if (!srv->cfg.dynamic_namespaces)
+        return errbuf_set(
+            msg, msglen, KVS_ENONS,
+            "unknown namespace '%s': this kvshared serves only the namespaces its config "
+            "declares; add a [namespace %s] section (then SIGHUP) or use a declared one",
+            name, name);
+    if (!create)
+        return errbuf_set(msg, msglen, KVS_ENONS,
+                          "unknown namespace '%s'; `kvshare stats` lists the namespaces in use",
+                          name);
+    uint32_t limit = srv->cfg.session_max_namespaces;
+    if (limit && s->ns_created >= limit) {
+        srv->metrics.namespace_session_refusals++;
+        ns_refused(srv, "a connection reached session_max_namespaces");
+        return errbuf_set(msg, msglen, KVS_ELIMIT,
+                          "cannot create namespace '%s': this connection already created %u "
+                          "namespaces that still exist (session_max_namespaces); reuse one of them",
+                          name, limit);
+    }
+    if (radix_ns_count(srv->index) >= srv->cfg.max_namespaces && namespaces_reclaim(srv) == 0) {
+        srv->metrics.namespace_table_refusals++;
+        ns_refused(srv, "the namespace table is full of declared or used namespaces");
+        return errbuf_set(msg, msglen, KVS_ELIMIT,
+                          "cannot create namespace '%s': kvshared already has %u namespaces (the "
+                          "limit, max_namespaces), each declared or holding blocks; reuse one",
+                          name, srv->cfg.max_namespaces);
+    }
+    rc = radix_ns_create(srv->index, name, namespaces_seed(name), 0, 0, ns);
+    if (rc == 0 && namespaces_created(s, *ns) != 0) {
+        radix_ns_delete(srv->index, *ns);
+        rc = KVS_ENOMEM;
+    }
+    if (rc != 0)
+        return errbuf_set(msg, msglen, rc, "cannot create namespace '%s': %s", name,
+                          kvs_status_text(rc));
+    LOG_DEBUG("namespace '%s' created (id %u)", name, *ns);
+    return 0;
 }

@@ -1,9 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * tenants: namespaces as an operator declares them, and who may use them.
+ * namespaces: everything about a namespace in one module: its name rule
+ * (nsname.h, a leaf the config parser uses too), its hash seed, creation
+ * with a quota and a reservation, resolution of a request's name (with the
+ * per-session limit and reclaim of unused ones), the allow-lists, and the
+ * KV-event topic it publishes on.
  *
  * The config file declares namespaces ([namespace NAME]) with a quota, a
- * reservation and optional uid/gid allow-lists. tenants_apply creates them
+ * reservation and optional uid/gid allow-lists. namespaces_apply creates them
  * in the index (or changes their limits) and records, per namespace id,
  * whether it is declared and its allow-list. With dynamic_namespaces off, a
  * request naming a namespace that is not declared fails with KVS_ENONS; a
@@ -13,23 +17,24 @@
  *
  * Dynamic namespaces (dynamic_namespaces on) are created on first use and
  * reclaimed when the table is full (max_namespaces) and one more is asked
- * for: every one that holds nothing then goes (tenants_reclaim), so that
+ * for: every one that holds nothing then goes (namespaces_reclaim), so that
  * names used once do not lock new tenants out until a restart. A session
  * may have created at most session_max_namespaces of those that exist.
  * Declared namespaces are never reclaimed.
  *
- * SIGHUP (tenants_reload) rereads the file and applies the namespaces' new
+ * SIGHUP (namespaces_reload) rereads the file and applies the namespaces' new
  * limits and allow-lists without touching the cache; other keys need a
  * restart. A file that does not validate changes nothing.
  */
-#ifndef KVS_DAEMON_TENANTS_H
-#define KVS_DAEMON_TENANTS_H
+#ifndef KVS_DAEMON_NAMESPACES_H
+#define KVS_DAEMON_NAMESPACES_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "config.h"
+#include "events.h"
 
 typedef struct server server_t;
 typedef struct session session_t;
@@ -42,29 +47,29 @@ typedef struct tenant {
 
 /* Applies conf's namespaces to srv's index and takes ownership of conf
  * (NULL: none declared). When its new namespaces would not fit in the
- * table, unused dynamic ones are reclaimed first (tenants_reclaim). Then
+ * table, unused dynamic ones are reclaimed first (namespaces_reclaim). Then
  * checks, changing nothing more on error: KVS_EINVAL (a quota or
  * reservation larger than the pool, reservations adding up to more than
  * the pool, more namespaces than max_namespaces; message in err),
  * KVS_ENOMEM. */
-int tenants_apply(server_t *srv, config_t *conf, char *err, size_t errlen);
+int namespaces_apply(server_t *srv, config_t *conf, char *err, size_t errlen);
 
 /* Declares the existing namespace `name` (created by --namespace) for the
  * life of the daemon, open to anyone unless the file gives it an allow-list.
  * Errors: KVS_ENONS, KVS_ENOMEM (message in err). */
-int tenants_declare(server_t *srv, const char *name, char *err, size_t errlen);
+int namespaces_declare(server_t *srv, const char *name, char *err, size_t errlen);
 
 /* SIGHUP: rereads cfg.config_path and applies it; logs the outcome. */
-void tenants_reload(server_t *srv);
+void namespaces_reload(server_t *srv);
 
-/* Frees what tenants_apply kept. */
-void tenants_free(server_t *srv);
+/* Frees what namespaces_apply kept. */
+void namespaces_free(server_t *srv);
 
 /* Whether session s may use namespace ns (its allow-list, if any). */
-bool tenants_allowed(const session_t *s, uint32_t ns);
+bool namespaces_allowed(const session_t *s, uint32_t ns);
 
 /* Whether ns may be used by name at all: declared, or dynamic namespaces on. */
-bool tenants_usable(const server_t *srv, uint32_t ns);
+bool namespaces_usable(const server_t *srv, uint32_t ns);
 
 /* Makes room in a full namespace table: deletes every namespace that is
  * not declared (by the file or --namespace) and holds nothing: no cached
@@ -74,16 +79,38 @@ bool tenants_usable(const server_t *srv, uint32_t ns);
  * in namespaces_reclaimed and logged at most once a second. Returns the
  * number deleted. Cost: one look at each namespace; run only when the
  * table is full. */
-uint32_t tenants_reclaim(server_t *srv);
+uint32_t namespaces_reclaim(server_t *srv);
 
 /* Session s created namespace ns on first use: it counts against s's
  * session_max_namespaces while both exist. Errors: KVS_ENOMEM. */
-int tenants_created(session_t *s, uint32_t ns);
+int namespaces_created(session_t *s, uint32_t ns);
 
 /* Session s ends: the namespaces it created stay, counted against no one. */
-void tenants_session_gone(session_t *s);
+void namespaces_session_gone(session_t *s);
 
 /* Logs the effective namespace settings, one line each. */
-void tenants_log(const server_t *srv);
+void namespaces_log(const server_t *srv);
 
-#endif /* KVS_DAEMON_TENANTS_H */
+/* The hash chain seed of a namespace (FNV-1a of its name), so that equal
+ * prompts in two namespaces never share a block hash. */
+uint64_t namespaces_seed(const char *name);
+
+/* Creates a namespace with a quota and a reservation in blocks (0: none),
+ * for --namespace. Errors (message in err): KVS_EINVAL (name empty or over
+ * RADIX_NS_NAME_MAX bytes, reserve over quota or over the pool), KVS_EEXIST, KVS_ENOMEM. */
+int namespaces_create(server_t *s, const char *name, uint32_t quota, uint32_t reserve, char *err,
+                      size_t errlen);
+
+/* What namespace ns publishes as (stream->on false: nothing). */
+const events_stream_t *namespaces_events_stream(server_t *s, uint32_t ns);
+
+/* The namespace id for `name` ("" is the default namespace), for session
+ * s: checked against the name rule, its allow-list and whether it may be
+ * used, and created on first use when `create` is true (counted against
+ * the session's session_max_namespaces; a full table first reclaims unused
+ * ones). Errors (message for the reply in msg): KVS_EINVAL, KVS_EDENIED,
+ * KVS_ENONS, KVS_ELIMIT, KVS_ENOMEM. */
+int namespaces_resolve(session_t *s, const char *name, bool create, uint32_t *ns, char *msg,
+                       size_t msglen);
+
+#endif /* KVS_DAEMON_NAMESPACES_H */
