@@ -875,7 +875,10 @@ static void take_turn(session_t *s)
     if (s->broken)
         return;
     int rc = process(s, true, &more);
-    if (s->n_fds == 0)
+    /* Replies of a pipeline that goes on in a later turn wait for it (up
+     * to SESSION_FLUSH_BYTES, which process sends itself): one write and
+     * one wake-up of the client per pipeline, not one per turn. */
+    if (s->n_fds == 0 && (!more || rc != 0))
         flush(s);
     if (s->closing)
         return;

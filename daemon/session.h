@@ -118,7 +118,9 @@ struct session {
 
 /* Most frames, and most bytes of requests and their replies together, one
  * session gets answered per loop turn before every other session has had
- * its turn (a reply can cost far more than its request: Stats, Tree). */
+ * its turn (a reply can cost far more than its request: Stats, Tree). The
+ * replies of a pipeline cut into several turns are sent together when it
+ * ends (take_turn), so that the cut costs no extra writes or wake-ups. */
 #define SESSION_TURN_FRAMES 16
 #define SESSION_TURN_BYTES  (256u << 10)
 /* A frame this large is one piece of work no turn can cut: it waits for
