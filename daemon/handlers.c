@@ -16,6 +16,7 @@
 #include "peer.h"
 #include "tier.h"
 #include "session.h"
+#include "store.h"
 #include "tenants.h"
 
 /* Records the message of a failing request and returns its status. */
@@ -144,8 +145,8 @@ static void observe_reuse(server_t *srv, const uint32_t *ids, size_t n)
     uint32_t last = ids[n - 1];
     uint64_t now = uv_now(srv->loop);
     metrics_observe(&srv->metrics.block_reuse_gap, metrics_block_bounds_ms, metrics_block_n_bounds,
-                    now - srv->block_used_ms[last]);
-    srv->block_used_ms[last] = now;
+                    now - srv->store->rec[last].used_ms);
+    srv->store->rec[last].used_ms = now;
 }
 
 /* The per-session limits (session_max_pinned, session_max_writing). */
@@ -618,12 +619,12 @@ int handler_alloc(session_t *s, const Kvshare__Request *req, Kvshare__Response *
 static int not_held(session_t *s, uint32_t b, handler_ctx_t *ctx)
 {
     pool_state_t st = POOL_FREE;
-    if (s->srv->writer[b] && s->srv->writer[b] != s)
+    if (store_writer(s->srv->store, b) && store_writer(s->srv->store, b) != s)
         return fail(ctx, KVS_ENOTHELD,
                     "block %u is not held by this session: another session is writing it", b);
     pool_state(s->srv->pool, b, &st);
     /* Another namespace's block, to a peer that may not use it, looks free. */
-    if (st == POOL_FREE || !tenants_allowed(s, s->srv->block_ns[b]))
+    if (st == POOL_FREE || !tenants_allowed(s, store_block_ns(s->srv->store, b)))
         return fail(ctx, KVS_ENOTHELD,
                     "block %u is not held by this session: it is free (released twice, or "
                     "never allocated)",
@@ -661,6 +662,7 @@ static void publish_stored(server_t *srv, uint32_t ns, const uint32_t *ids,
 {
     const events_stream_t *st = server_events_stream(srv, ns);
     uint32_t bt = srv->geo.block_tokens;
+    uint64_t *keys = srv->store->keys;
     if (!st->on)
         return;
     for (size_t i = 0; i < n;) {
@@ -673,8 +675,9 @@ static void publish_stored(server_t *srv, uint32_t ns, const uint32_t *ids,
             end++;
         uint64_t parent = 0;
         bool has_parent = i > 0 && radix_block_hash(srv->index, canonical[i - 1], &parent) == 0;
-        if (events_stored(srv->events, st, ids + i, end - i, srv->block_hash, has_parent, parent,
-                          tokens + i * bt) != 0)
+        for (size_t k = i; k < end; k++)
+            keys[k - i] = srv->store->rec[ids[k]].meta.hash;
+        if (events_stored(srv->events, st, keys, end - i, has_parent, parent, tokens + i * bt) != 0)
             srv->metrics.kv_events_dropped++;
         i = end;
     }
@@ -713,23 +716,25 @@ int handler_commit(session_t *s, const Kvshare__Request *req, Kvshare__Response 
                     n_ids * srv->geo.block_tokens, srv->geo.block_tokens, n_tokens);
     /* Every block must be WRITING and held by this session, or cached and
      * pinned by it, and named once. */
-    if (++srv->mark_stamp == 0) {
-        memset(srv->mark, 0, sizeof(uint32_t) * srv->num_blocks);
-        srv->mark_stamp = 1;
+    store_t *st = srv->store;
+    if (++st->mark_stamp == 0) {
+        for (uint32_t b = 0; b < st->n_ids; b++)
+            st->rec[b].mark = 0;
+        st->mark_stamp = 1;
     }
     for (size_t i = 0; i < n_ids; i++) {
         uint32_t b = cm->block_ids[i];
         rc = check_range(s, b, ctx);
         if (rc != 0)
             return rc;
-        if (srv->writer[b] != s) {
+        if (store_writer(srv->store, b) != s) {
             pool_state_t st = POOL_FREE;
-            if (srv->writer[b])
+            if (store_writer(srv->store, b))
                 return not_held(s, b, ctx);
             pool_state(srv->pool, b, &st);
             /* Another namespace's block, to a peer that may not use it,
              * looks free (see handler_pin). */
-            if (st != POOL_CACHED || !tenants_allowed(s, srv->block_ns[b]))
+            if (st != POOL_CACHED || !tenants_allowed(s, store_block_ns(srv->store, b)))
                 return fail(ctx, KVS_EBADSTATE,
                             "block %u is not in WRITING (it is free): commit only blocks this "
                             "session got from Alloc (once), or cached blocks it pinned",
@@ -742,9 +747,9 @@ int handler_commit(session_t *s, const Kvshare__Request *req, Kvshare__Response 
                             b);
             n_named_cached++;
         }
-        if (srv->mark[b] == srv->mark_stamp)
+        if (st->rec[b].mark == st->mark_stamp)
             return fail(ctx, KVS_EINVAL, "block %u appears twice in this commit", b);
-        srv->mark[b] = srv->mark_stamp;
+        st->rec[b].mark = st->mark_stamp;
     }
     /* A commit naming cached blocks does not create its namespace: they
      * cannot be in one that does not exist. */
@@ -767,7 +772,7 @@ int handler_commit(session_t *s, const Kvshare__Request *req, Kvshare__Response 
             return fail(ctx, rc, "commit check failed: %s", kvs_status_text(rc));
         for (size_t i = 0; i < n_ids; i++) {
             uint32_t b = cm->block_ids[i];
-            if (srv->writer[b] != s && (i >= n_matched || matched[i] != b))
+            if (store_writer(srv->store, b) != s && (i >= n_matched || matched[i] != b))
                 return not_at_position(b, i, n_matched, matched, radix_ns_name(srv->index, ns),
                                        ctx);
         }
@@ -783,7 +788,7 @@ int handler_commit(session_t *s, const Kvshare__Request *req, Kvshare__Response 
     memset(fresh, 0, n_done * sizeof(*fresh));
     for (size_t i = 0; i < n_done; i++) {
         uint32_t b = cm->block_ids[i];
-        if (srv->writer[b] != s) {
+        if (store_writer(srv->store, b) != s) {
             /* A cached block named here: the session already pins it; the
              * insert's pin is taken back so that one Release frees it. */
             if (canonical[i] == b && radix_unpin(srv->index, b) == 0)
@@ -796,11 +801,12 @@ int handler_commit(session_t *s, const Kvshare__Request *req, Kvshare__Response 
             continue;
         }
         if (canonical[i] == b) {
-            srv->block_cached_ms[b] = srv->block_used_ms[b] = uv_now(srv->loop);
-            srv->block_ns[b] = ns;
+            store_record_t *rec = &st->rec[b];
+            rec->meta.cached_ms = rec->used_ms = uv_now(srv->loop);
+            rec->meta.ns = ns;
             if (srv->events) {
                 fresh[i] = 1;
-                radix_block_hash(srv->index, b, &srv->block_hash[b]);
+                radix_block_hash(srv->index, b, &rec->meta.hash);
             }
             session_writing_remove(s, b);
             if (pool_set_cached(srv->pool, b) != 0)
@@ -870,7 +876,7 @@ int handler_pin(session_t *s, const Kvshare__Request *req, Kvshare__Response *re
          * different answer would let it find the other namespace's blocks
          * by probing ids. */
         bool hidden = pool_state(s->srv->pool, b, &st) == 0 && st == POOL_CACHED &&
-                      !tenants_allowed(s, s->srv->block_ns[b]);
+                      !tenants_allowed(s, store_block_ns(s->srv->store, b));
         rc = hidden ? KVS_ENOTFOUND : radix_pin(s->srv->index, b);
         if (rc == KVS_ENOTFOUND) {
             s->srv->metrics.pin_misses++;
@@ -912,7 +918,7 @@ int handler_release(session_t *s, const Kvshare__Request *req, Kvshare__Response
         rc = check_range(s, b, ctx);
         if (rc != 0)
             break;
-        if (srv->writer[b] == s) {
+        if (store_writer(srv->store, b) == s) {
             session_writing_remove(s, b);
             pool_release(srv->pool, b);
         } else if (session_pin_count(s, b) > 0) {

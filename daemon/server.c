@@ -20,6 +20,7 @@
 #include "nsname.h"
 #include "session.h"
 #include "socket_path.h"
+#include "store.h"
 #include "tenants.h"
 
 /* Connections the kernel queues before kvshared accepts them. */
@@ -84,12 +85,11 @@ void server_on_evict(void *ctx, uint32_t block_id)
     bool tier2 = block_id >= s->num_blocks;
     if (tier2)
         s->metrics.tier2_drops++;
-    if (s->events && events_removed(s->events, server_events_stream(s, s->block_ns[block_id]),
-                                    s->block_hash[block_id]) != 0)
+    const store_meta_t *m = &s->store->rec[block_id].meta;
+    if (s->events && events_removed(s->events, server_events_stream(s, m->ns), m->hash) != 0)
         s->metrics.kv_events_dropped++;
-    if (s->block_cached_ms)
-        metrics_observe(&s->metrics.block_lifetime, metrics_block_bounds_ms, metrics_block_n_bounds,
-                        uv_now(s->loop) - s->block_cached_ms[block_id]);
+    metrics_observe(&s->metrics.block_lifetime, metrics_block_bounds_ms, metrics_block_n_bounds,
+                    uv_now(s->loop) - m->cached_ms);
     if (!tier2) /* a tier-2 id is the index's own, free there already */
         pool_release(s->pool, block_id);
 }
@@ -136,10 +136,9 @@ const events_stream_t *server_events_stream(server_t *s, uint32_t ns)
 int server_events_start(server_t *s, char *err, size_t errlen)
 {
     const char *medium = backend_kind(s->backend) == BACKEND_CUDA ? "GPU" : "CPU";
-    s->block_hash = calloc((size_t)s->num_blocks + s->tier2_blocks, sizeof(*s->block_hash));
     s->ev_streams = calloc(s->cfg.max_namespaces, sizeof(*s->ev_streams));
     s->ev_resolved = calloc(s->cfg.max_namespaces, sizeof(*s->ev_resolved));
-    if (!s->block_hash || !s->ev_streams || !s->ev_resolved) {
+    if (!s->ev_streams || !s->ev_resolved) {
         snprintf(err, errlen, "kv events: out of memory for the tables of %u blocks",
                  s->num_blocks);
         return KVS_ENOMEM;
@@ -305,16 +304,7 @@ int server_open(const server_config_t *cfg, uv_loop_t *loop, server_t **out, cha
         snprintf(err, errlen, "cannot create the index: %s", kvs_status_text(rc));
         goto fail;
     }
-    s->writer = calloc(s->num_blocks, sizeof(*s->writer));
-    s->writer_pos = calloc(s->num_blocks, sizeof(*s->writer_pos));
-    s->mark = calloc(s->num_blocks, sizeof(*s->mark));
-    /* By index id: tier-2 blocks keep their namespace, hash and age too. */
-    size_t n_ids = (size_t)s->num_blocks + s->tier2_blocks;
-    s->block_cached_ms = calloc(n_ids, sizeof(*s->block_cached_ms));
-    s->block_used_ms = calloc(s->num_blocks, sizeof(*s->block_used_ms));
-    s->block_ns = calloc(n_ids, sizeof(*s->block_ns));
-    if (!s->writer || !s->writer_pos || !s->mark || !s->block_cached_ms || !s->block_used_ms ||
-        !s->block_ns) {
+    if (store_open(s, &s->store) != 0) {
         snprintf(err, errlen, "out of memory for the block tables of %u blocks", s->num_blocks);
         rc = KVS_ENOMEM;
         goto fail;
@@ -700,18 +690,12 @@ void server_free(server_t *s)
         uv_run(s->loop, UV_RUN_ONCE);
     inflight_free(s->inflight);
     events_stop(s->events);
-    free(s->block_hash);
     free(s->ev_streams);
     free(s->ev_resolved);
     radix_free(s->index);
     pool_free(s->pool);
     backend_close(s->backend);
-    free(s->writer);
-    free(s->writer_pos);
-    free(s->mark);
-    free(s->block_cached_ms);
-    free(s->block_used_ms);
-    free(s->block_ns);
+    store_free(s->store);
     tenants_free(s);
     free(s->decode_arena);
     free(s);

@@ -11,6 +11,7 @@
 #include "inflight.h"
 #include "log.h"
 #include "peer.h"
+#include "store.h"
 #include "tenants.h"
 #include "tier.h"
 
@@ -98,21 +99,21 @@ int session_writing_reserve(session_t *s, uint32_t n)
 
 void session_writing_add(session_t *s, uint32_t block_id)
 {
-    server_t *srv = s->srv;
-    srv->writer[block_id] = s;
-    srv->writer_pos[block_id] = s->n_writing;
+    store_record_t *r = &s->srv->store->rec[block_id];
+    r->writer = s;
+    r->writer_pos = s->n_writing;
     s->writing[s->n_writing++] = block_id;
 }
 
 void session_writing_remove(session_t *s, uint32_t block_id)
 {
     inflight_undeclare(s->srv, block_id);
-    server_t *srv = s->srv;
-    uint32_t pos = srv->writer_pos[block_id];
+    store_record_t *rec = s->srv->store->rec;
+    uint32_t pos = rec[block_id].writer_pos;
     uint32_t last = s->writing[--s->n_writing];
     s->writing[pos] = last;
-    srv->writer_pos[last] = pos;
-    srv->writer[block_id] = NULL;
+    rec[last].writer_pos = pos;
+    rec[block_id].writer = NULL;
 }
 
 static inline uint32_t pin_slot(uint32_t block_id, uint32_t mask)
@@ -339,7 +340,7 @@ static void release_all(session_t *s)
     for (uint32_t i = 0; i < s->n_writing; i++) {
         uint32_t b = s->writing[i];
         inflight_undeclare(srv, b);
-        srv->writer[b] = NULL;
+        srv->store->rec[b].writer = NULL;
         if (pool_release(srv->pool, b) != 0)
             LOG_ERROR("session %llu: block %u was WRITING but the pool refused its release",
                       (unsigned long long)s->id, b);

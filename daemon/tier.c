@@ -10,6 +10,7 @@
 #include "kvshare_status.h"
 #include "log.h"
 #include "session.h"
+#include "store.h"
 
 struct tier_job {
     uv_work_t work;
@@ -213,10 +214,7 @@ int tier_demote(server_t *srv, session_t *s, uint32_t ns, size_t n)
         j->tier_ids[i] = to - srv->num_blocks;
         j->index_ids[i] = to;
         /* What names the block goes with it (server.h: by index id). */
-        srv->block_ns[to] = srv->block_ns[from];
-        srv->block_cached_ms[to] = srv->block_cached_ms[from];
-        if (srv->block_hash)
-            srv->block_hash[to] = srv->block_hash[from];
+        srv->store->rec[to].meta = srv->store->rec[from].meta;
     }
     free(moves);
     return start(j, s);
@@ -252,11 +250,8 @@ int tier_promote(server_t *srv, session_t *s, const uint32_t *t2_ids, size_t n,
         /* What names the block goes with it (server.h: by index id); moving
          * between the tiers publishes no KV event. */
         uint32_t from = t2_ids[done];
-        srv->block_ns[id] = srv->block_ns[from];
-        srv->block_cached_ms[id] = srv->block_cached_ms[from];
-        if (srv->block_hash)
-            srv->block_hash[id] = srv->block_hash[from];
-        srv->block_used_ms[id] = now;
+        srv->store->rec[id].meta = srv->store->rec[from].meta;
+        srv->store->rec[id].used_ms = now;
         j->tier_ids[done] = t2_ids[done] - srv->num_blocks;
         j->index_ids[done] = id;
         /* The lookup's pin on the tier-2 id is on the tier-1 id now. */
