@@ -76,42 +76,6 @@ static int open_backend(server_t *s, const backend_config_t *bc, char *err, size
     }
 }
 
-void server_on_evict(void *ctx, uint32_t block_id)
-{
-    server_t *s = ctx;
-    s->metrics.evictions++;
-    /* A block leaves the cache for good from either tier; routers hear of it
-     * once, here (a move between the tiers publishes nothing). */
-    bool tier2 = block_id >= s->num_blocks;
-    if (tier2)
-        s->metrics.tier2_drops++;
-    const store_meta_t *m = &s->store->rec[block_id].meta;
-    if (s->events && events_removed(s->events, server_events_stream(s, m->ns), m->hash) != 0)
-        s->metrics.kv_events_dropped++;
-    metrics_observe(&s->metrics.block_lifetime, metrics_block_bounds_ms, metrics_block_n_bounds,
-                    uv_now(s->loop) - m->cached_ms);
-    if (!tier2) /* a tier-2 id is the index's own, free there already */
-        pool_release(s->pool, block_id);
-}
-
-void server_on_evict_tokens(void *ctx, uint32_t block_id, uint32_t ns, const uint32_t *tokens)
-{
-    server_t *s = ctx;
-    (void)block_id;
-    if (!s->evict_report.tokens || ns != s->evict_report.ns ||
-        s->evict_report.n >= s->evict_report.max)
-        return;
-    uint32_t bt = s->geo.block_tokens;
-    uint8_t *out = s->evict_report.tokens + s->evict_report.n * bt * 4;
-    for (uint32_t i = 0; i < bt; i++) {
-        out[4 * i] = (uint8_t)tokens[i];
-        out[4 * i + 1] = (uint8_t)(tokens[i] >> 8);
-        out[4 * i + 2] = (uint8_t)(tokens[i] >> 16);
-        out[4 * i + 3] = (uint8_t)(tokens[i] >> 24);
-    }
-    s->evict_report.n++;
-}
-
 const events_stream_t *server_events_stream(server_t *s, uint32_t ns)
 {
     static const events_stream_t off = {.on = false};
@@ -284,31 +248,9 @@ int server_open(const server_config_t *cfg, uv_loop_t *loop, server_t **out, cha
                  backend_kind(s->backend) == BACKEND_CUDA ? " (pinned)" : "");
     }
 
-    rc = pool_new(s->num_blocks, &s->pool);
-    if (rc != 0) {
-        snprintf(err, errlen, "cannot create a pool of %u blocks: %s", s->num_blocks,
-                 kvs_status_text(rc));
+    rc = store_open(s, &s->store, err, errlen);
+    if (rc != 0)
         goto fail;
-    }
-    radix_config_t rcfg = {
-        .block_tokens = s->geo.block_tokens,
-        .max_blocks = s->num_blocks,
-        .on_evict = server_on_evict,
-        .on_evict_tokens = server_on_evict_tokens,
-        .evict_ctx = s,
-        .policy = s->cfg.eviction,
-        .tier2_blocks = s->tier2_blocks,
-    };
-    rc = radix_new(&rcfg, &s->index);
-    if (rc != 0) {
-        snprintf(err, errlen, "cannot create the index: %s", kvs_status_text(rc));
-        goto fail;
-    }
-    if (store_open(s, &s->store) != 0) {
-        snprintf(err, errlen, "out of memory for the block tables of %u blocks", s->num_blocks);
-        rc = KVS_ENOMEM;
-        goto fail;
-    }
     rc = inflight_new(s, &s->inflight);
     if (rc != 0) {
         snprintf(err, errlen, "out of memory for the in-flight tables of %u blocks", s->num_blocks);
@@ -692,10 +634,8 @@ void server_free(server_t *s)
     events_stop(s->events);
     free(s->ev_streams);
     free(s->ev_resolved);
-    radix_free(s->index);
-    pool_free(s->pool);
-    backend_close(s->backend);
     store_free(s->store);
+    backend_close(s->backend);
     tenants_free(s);
     free(s->decode_arena);
     free(s);

@@ -184,17 +184,6 @@ typedef struct server {
     events_stream_t *ev_streams;
     bool *ev_resolved;
 
-    /* Set by an Alloc that asks which blocks its evictions dropped
-     * (report_evicted) for the time of its radix_evict: the token ids of
-     * each dropped block of namespace ns, at most max blocks, as the wire
-     * has them (little-endian uint32). */
-    struct {
-        uint32_t ns;
-        uint8_t *tokens;
-        size_t n;
-        size_t max;
-    } evict_report;
-
     uint32_t tier2_blocks;   /* blocks of tier 2 (--host-tier); 0: none */
     uint32_t tier_jobs;      /* tier copies in flight (tier.c) */
     session_t *tier_waiters; /* sessions waiting for one to end (tier_wait) */
@@ -259,10 +248,5 @@ const events_stream_t *server_events_stream(server_t *s, uint32_t ns);
 /* Copies the publisher's counters into s->metrics (before a Stats reply or
  * a scrape). */
 void server_sync_counters(server_t *s);
-
-/* Index eviction callback: the block goes back to the pool. */
-void server_on_evict(void *ctx, uint32_t block_id);
-/* radix's on_evict_tokens: records the block for an Alloc's evict_report. */
-void server_on_evict_tokens(void *ctx, uint32_t block_id, uint32_t ns, const uint32_t *tokens);
 
 #endif /* KVS_DAEMON_SERVER_H */

@@ -97,25 +97,6 @@ int session_writing_reserve(session_t *s, uint32_t n)
     return 0;
 }
 
-void session_writing_add(session_t *s, uint32_t block_id)
-{
-    store_record_t *r = &s->srv->store->rec[block_id];
-    r->writer = s;
-    r->writer_pos = s->n_writing;
-    s->writing[s->n_writing++] = block_id;
-}
-
-void session_writing_remove(session_t *s, uint32_t block_id)
-{
-    inflight_undeclare(s->srv, block_id);
-    store_record_t *rec = s->srv->store->rec;
-    uint32_t pos = rec[block_id].writer_pos;
-    uint32_t last = s->writing[--s->n_writing];
-    s->writing[pos] = last;
-    rec[last].writer_pos = pos;
-    rec[block_id].writer = NULL;
-}
-
 static inline uint32_t pin_slot(uint32_t block_id, uint32_t mask)
 {
     /* Fibonacci hashing spreads consecutive ids over the table. */
@@ -337,30 +318,7 @@ static void release_all(session_t *s)
     server_t *srv = s->srv;
     uint32_t n_writing = s->n_writing, n_pins = (uint32_t)s->pins.total;
 
-    for (uint32_t i = 0; i < s->n_writing; i++) {
-        uint32_t b = s->writing[i];
-        inflight_undeclare(srv, b);
-        srv->store->rec[b].writer = NULL;
-        if (pool_release(srv->pool, b) != 0)
-            LOG_ERROR("session %llu: block %u was WRITING but the pool refused its release",
-                      (unsigned long long)s->id, b);
-    }
-    s->n_writing = 0;
-    for (uint32_t i = 0; i < s->pins.cap; i++) {
-        uint32_t b = s->pins.keys[i];
-        if (b == SESSION_NO_BLOCK)
-            continue;
-        for (uint32_t k = 0; k < s->pins.counts[i]; k++) {
-            if (radix_unpin(srv->index, b) != 0) {
-                LOG_ERROR("session %llu: pin on block %u was not in the index",
-                          (unsigned long long)s->id, b);
-                break;
-            }
-        }
-        s->pins.keys[i] = SESSION_NO_BLOCK;
-    }
-    s->pins.used = 0;
-    s->pins.total = 0;
+    store_release_session(srv, s);
     if (n_writing || n_pins)
         LOG_DEBUG("session %llu released %u writing blocks and %u pins", (unsigned long long)s->id,
                   n_writing, n_pins);
