@@ -52,7 +52,7 @@ typedef struct store store_t;
 /* Walks and large frames: one d of such work, then (SPACING - 1) d of
  * none (server_t.walk_next_ns). */
 #define SERVER_WALK_SPACING 100
-/* Tier copies run this much nicer than the loop thread (tier.c). */
+/* Tier copies run this much nicer than the loop thread (tier_host.c). */
 #define SERVER_DEFAULT_TIER_COPY_NICE 10
 
 typedef struct server_config {

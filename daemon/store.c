@@ -11,6 +11,7 @@
 #include "session.h"
 #include "tenants.h"
 #include "tier.h"
+#include "tier_medium.h"
 
 /* --- records, and what the index tells of the blocks it drops --- */
 
@@ -91,6 +92,11 @@ int store_open(server_t *srv, store_t **out, char *err, size_t errlen)
         rc = KVS_ENOMEM;
         goto fail;
     }
+    /* The medium below the pool: host memory (--host-tier). */
+    if (srv->tier2_blocks > 0 && (rc = tier_host_open(srv, &st->medium)) != 0) {
+        snprintf(err, errlen, "out of memory for the host tier");
+        goto fail;
+    }
     srv->pool = st->pool;
     srv->index = st->index;
     *out = st;
@@ -104,6 +110,7 @@ void store_free(store_t *st)
 {
     if (!st)
         return;
+    tier_medium_close(st->medium);
     radix_free(st->index);
     pool_free(st->pool);
     free(st->rec);
@@ -191,7 +198,7 @@ int store_alloc(server_t *srv, session_t *s, uint32_t ns, uint32_t n, const uint
         hints_expire(srv);
         if (report_open(report, need, srv->geo.block_tokens) != 0)
             return KVS_ENOMEM;
-        if (srv->tier2_blocks) {
+        if (store_tiers_usable(srv)) {
             /* Demote instead of drop: the request waits for the copies,
              * and the report names what the run that answers dropped. */
             st->report = report;
@@ -494,7 +501,7 @@ int store_lookup(server_t *srv, session_t *s, uint32_t ns, const uint32_t *token
     /* Tier-2 blocks that another session reads in place stay, and so do
      * the blocks after them (radix_promotable). */
     size_t n_promote = 0;
-    if (n_t1 < n_blocks && pin && !in_place && !waited)
+    if (n_t1 < n_blocks && pin && !in_place && !waited && store_tiers_usable(srv))
         n_promote = radix_promotable(st->index, ids + n_t1, n_blocks - n_t1);
     if (n_t1 < n_blocks && in_place) {
         n_t2 = n_blocks - n_t1; /* pinned in tier 2: neither promoted nor dropped */
@@ -544,4 +551,92 @@ int store_clear(server_t *srv, uint32_t ns, size_t *cleared)
     srv->metrics.clears++;
     srv->metrics.cleared_blocks += *cleared;
     return 0;
+}
+
+/* --- moves between the tiers --- */
+
+bool store_tiers_usable(const server_t *srv)
+{
+    return srv->tier2_blocks > 0 && uv_now(srv->loop) >= srv->store->medium_down_until;
+}
+
+int store_demote(server_t *srv, uint32_t ns, size_t n, radix_move_t *moves, size_t *n_moved)
+{
+    store_t *st = srv->store;
+    size_t n_dropped = 0;
+    int rc = radix_demote(st->index, ns, n, moves, n_moved, &n_dropped);
+    srv->metrics.tier_drops_t1 += n_dropped;
+    /* What names the block goes with it (by index id). */
+    for (size_t i = 0; rc == 0 && i < *n_moved; i++)
+        st->rec[moves[i].to].meta = st->rec[moves[i].from].meta;
+    return rc;
+}
+
+void store_promote(server_t *srv, const uint32_t *t2_ids, size_t n, uint32_t *pool_ids,
+                   size_t *n_done, uint32_t *pins, size_t n_pins)
+{
+    store_t *st = srv->store;
+    pool_counts_t c;
+    pool_counts(st->pool, &c);
+    size_t m = n < c.free ? n : c.free, done = 0;
+    *n_done = 0;
+    if (m == 0 || pool_alloc(st->pool, (uint32_t)m, pool_ids) != 0)
+        return;
+    uint64_t now = uv_now(srv->loop);
+    for (; done < m; done++) {
+        uint32_t id = pool_ids[done], from = t2_ids[done];
+        int prc = radix_promote(st->index, from, id);
+        if (prc != 0) {
+            LOG_DEBUG("promotion of tier-2 block %u to %u stopped: %s", from, id,
+                      kvs_status_text(prc));
+            break;
+        }
+        pool_set_cached(st->pool, id);
+        /* What names the block goes with it; moving between the tiers
+         * publishes no KV event. */
+        st->rec[id].meta = st->rec[from].meta;
+        st->rec[id].used_ms = now;
+        /* The lookup's pin on the tier-2 id is on the pool id now. */
+        for (size_t k = 0; k < n_pins; k++)
+            if (pins[k] == from)
+                pins[k] = id;
+    }
+    for (size_t i = done; i < m; i++)
+        pool_release(st->pool, pool_ids[i]);
+    *n_done = done;
+}
+
+int store_move_end(server_t *srv, uint32_t id, bool ok, uint32_t *back)
+{
+    store_t *st = srv->store;
+    uint32_t peer;
+    bool demotion = id >= srv->num_blocks;
+    if (ok) {
+        int rc = radix_copy_done(st->index, id, &peer);
+        if (rc == 0 && demotion && pool_release(st->pool, peer) != 0)
+            LOG_ERROR("demoted block %u was not cached in the pool", peer);
+        *back = id;
+        return rc;
+    }
+    int rc = radix_copy_undo(st->index, id, &peer);
+    if (rc != 0)
+        return rc;
+    /* Back where it was, with its bytes; a promotion's pool id was never
+     * readable and goes back to the pool. */
+    if (!demotion)
+        pool_release(st->pool, id);
+    *back = peer;
+    return 0;
+}
+
+void store_set_medium(store_t *st, tier_medium_t *m)
+{
+    tier_medium_close(st->medium);
+    st->medium = m;
+}
+
+void store_unpin(server_t *srv, uint32_t b)
+{
+    if (radix_unpin(srv->store->index, b) != 0)
+        LOG_ERROR("a pin of the store's own on block %u was not in the index", b);
 }

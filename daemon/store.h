@@ -92,7 +92,13 @@ struct store {
     uint64_t *keys;             /* [pool blocks]: one commit's BlockStored keys */
     store_evicted_t *report;    /* during one store call: where dropped blocks go */
     struct tier_medium *medium; /* the tier below the pool; NULL: none */
+    uint64_t medium_down_until; /* loop ms: after a failed copy, no moves before it */
 };
+
+/* After a copy to or from the medium failed, this long no block moves
+ * between the tiers (a full pool evicts, a hit in tier 2 is not promoted),
+ * so that a failing medium costs no request a wait that cannot end. */
+#define STORE_MEDIUM_RETRY_MS 1000
 
 /* Creates the pool, the index and the records for srv's geometry, pool and
  * tier 2 (srv->num_blocks, srv->tier2_blocks, srv->cfg.eviction), and sets
@@ -169,6 +175,40 @@ int store_lookup(server_t *srv, session_t *s, uint32_t ns, const uint32_t *token
  * an eviction); *cleared: how many. Counted: clears, cleared_blocks.
  * Errors: radix_ns_clear's. */
 int store_clear(server_t *srv, uint32_t ns, size_t *cleared);
+
+/* --- moves between the pool and the tier below (tier.c runs the copies) --- */
+
+/* Whether blocks may move between the tiers now: a tier 2 exists and its
+ * medium did not fail a copy within STORE_MEDIUM_RETRY_MS. */
+bool store_tiers_usable(const server_t *srv);
+
+/* Makes room in the pool for up to n blocks for ns by demotion
+ * (radix_demote): moves[0..*n_moved) are busy until store_move_end; what
+ * tier 2 drops to make room is dropped for good (BlockRemoved). moves has
+ * room for n. Errors: radix_demote's. */
+int store_demote(server_t *srv, uint32_t ns, size_t n, radix_move_t *moves, size_t *n_moved);
+
+/* Promotes the tier-2 blocks t2_ids[0..n) (a pinned lookup's, in chain
+ * order) into free pool blocks, as far as free blocks and radix_promote
+ * allow: pool_ids[0..*n_done) get them, busy until store_move_end; pins
+ * (n_pins index ids held by the caller) that named a promoted block name
+ * its pool id now. */
+void store_promote(server_t *srv, const uint32_t *t2_ids, size_t n, uint32_t *pool_ids,
+                   size_t *n_done, uint32_t *pins, size_t n_pins);
+
+/* The copy of one move ended; id is the block's new index id (a demotion's
+ * tier-2 id, a promotion's pool id). ok: the block is readable there, and a
+ * demotion's pool id goes back to the pool. Not ok: the move is undone
+ * (radix_copy_undo; the block is where it was, with its bytes) and *back
+ * gets its id again; KVS_EBUSY when it cannot be undone. */
+int store_move_end(server_t *srv, uint32_t id, bool ok, uint32_t *back);
+
+/* Replaces the medium of tier 2 (closing the one there; no copy may be in
+ * flight): the host tier is the default, tests put theirs in its place. */
+void store_set_medium(store_t *st, struct tier_medium *m);
+
+/* One pin held by the store's own work (a promotion's) goes. */
+void store_unpin(server_t *srv, uint32_t b);
 
 /* The retention hint on cached block b (a block no longer cached takes
  * none). */
