@@ -32,8 +32,12 @@ static void on_evict(void *ctx, uint32_t block_id)
         srv->metrics.kv_events_dropped++;
     metrics_observe(&srv->metrics.block_lifetime, metrics_block_bounds_ms, metrics_block_n_bounds,
                     uv_now(srv->loop) - m->cached_ms);
-    if (!tier2)
+    if (!tier2) {
         pool_release(st->pool, block_id);
+    } else if (st->medium) {
+        uint32_t slot = block_id - srv->num_blocks;
+        st->medium->ops->drop(st->medium, &slot, 1);
+    }
 }
 
 /* Just before on_evict: the dropped block's tokens, for the report of the
@@ -629,10 +633,11 @@ int store_move_end(server_t *srv, uint32_t id, bool ok, uint32_t *back)
     return 0;
 }
 
-void store_set_medium(store_t *st, tier_medium_t *m)
+tier_medium_t *store_swap_medium(store_t *st, tier_medium_t *m)
 {
-    tier_medium_close(st->medium);
+    tier_medium_t *old = st->medium;
     st->medium = m;
+    return old;
 }
 
 void store_unpin(server_t *srv, uint32_t b)

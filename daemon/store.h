@@ -203,9 +203,10 @@ void store_promote(server_t *srv, const uint32_t *t2_ids, size_t n, uint32_t *po
  * gets its id again; KVS_EBUSY when it cannot be undone. */
 int store_move_end(server_t *srv, uint32_t id, bool ok, uint32_t *back);
 
-/* Replaces the medium of tier 2 (closing the one there; no copy may be in
- * flight): the host tier is the default, tests put theirs in its place. */
-void store_set_medium(store_t *st, struct tier_medium *m);
+/* Puts m in place of tier 2's medium and returns the one there (the
+ * caller's now); no copy may be in flight. The host tier is the default;
+ * tests put theirs in its place. */
+struct tier_medium *store_swap_medium(store_t *st, struct tier_medium *m);
 
 /* One pin held by the store's own work (a promotion's) goes. */
 void store_unpin(server_t *srv, uint32_t b);

@@ -105,8 +105,13 @@ static int start(tier_medium_t *m, backend_tier_dir_t dir, const uint32_t *pool_
     host_batch_t *b = calloc(1, sizeof(*b));
     if (!b)
         return KVS_ENOMEM;
-    *b = (host_batch_t){.hm = hm, .dir = dir, .pool_ids = pool_ids, .slots = slots, .n = n,
-                        .done = done, .arg = arg};
+    *b = (host_batch_t){.hm = hm,
+                        .dir = dir,
+                        .pool_ids = pool_ids,
+                        .slots = slots,
+                        .n = n,
+                        .done = done,
+                        .arg = arg};
     b->work.data = b;
     int rc = uv_queue_work(hm->srv->loop, &b->work, run_copies, copies_done);
     if (rc != 0) { /* cannot happen with a valid loop and callbacks */

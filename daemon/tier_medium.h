@@ -36,9 +36,9 @@ typedef struct tier_medium_result {
 typedef void (*tier_medium_done_fn)(void *arg, const tier_medium_result_t *res);
 
 typedef struct tier_medium_stats {
-    uint64_t puts, gets;  /* batches started */
-    uint64_t blocks;      /* blocks copied, both ways */
-    uint64_t failures;    /* batches that failed */
+    uint64_t puts, gets; /* batches started */
+    uint64_t blocks;     /* blocks copied, both ways */
+    uint64_t failures;   /* batches that failed */
 } tier_medium_stats_t;
 
 typedef struct tier_medium_ops {
