@@ -61,8 +61,13 @@ static int start(tier_medium_t *m, bool put, const uint32_t *pool_ids, const uin
     fake_batch_t *b = calloc(1, sizeof(*b));
     if (!b)
         return KVS_ENOMEM;
-    *b = (fake_batch_t){.fm = fm, .put = put, .pool_ids = pool_ids, .slots = slots, .n = n,
-                        .done = done, .arg = arg};
+    *b = (fake_batch_t){.fm = fm,
+                        .put = put,
+                        .pool_ids = pool_ids,
+                        .slots = slots,
+                        .n = n,
+                        .done = done,
+                        .arg = arg};
     if (fm->knobs->fail_next > 0) {
         fm->knobs->fail_next--;
         b->fail = true;
