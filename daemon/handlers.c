@@ -14,7 +14,6 @@
 #include "now.h"
 #include "nsname.h"
 #include "peer.h"
-#include "tier.h"
 #include "session.h"
 #include "store.h"
 #include "tenants.h"
