@@ -114,6 +114,14 @@ void store_free(store_t *st)
 {
     if (!st)
         return;
+    if (st->medium) {
+        tier_medium_stats_t ms;
+        st->medium->ops->stats(st->medium, &ms);
+        LOG_INFO("tier 2 (%s, %u blocks): %llu puts, %llu gets, %llu blocks copied, %llu failed",
+                 st->medium->ops->name, st->medium->capacity, (unsigned long long)ms.puts,
+                 (unsigned long long)ms.gets, (unsigned long long)ms.blocks,
+                 (unsigned long long)ms.failures);
+    }
     tier_medium_close(st->medium);
     radix_free(st->index);
     pool_free(st->pool);

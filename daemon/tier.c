@@ -107,8 +107,9 @@ static void copies_done(void *arg, const tier_medium_result_t *res)
     bool fatal = failed && res->fatal;
     if (failed) {
         srv->metrics.tier_copy_failures++;
-        LOG_ERROR("tier-2 %s of %zu blocks failed: %s", j->put ? "demotion" : "promotion", j->n,
-                  kvs_status_text(res->status));
+        LOG_ERROR("tier-2 %s of %zu blocks failed (medium %s%s): %s",
+                  j->put ? "demotion" : "promotion", j->n, srv->store->medium->ops->name,
+                  fatal ? ", a device fault" : ", undone", kvs_status_text(res->status));
     }
     if (!failed) {
         for (size_t i = 0; i < j->n; i++) {

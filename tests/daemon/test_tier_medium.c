@@ -284,6 +284,16 @@ START_TEST(test_failed_promotion_loses_nothing)
     ck_assert_uint_eq(srv->metrics.tier_copy_failures, 2);
     ck_assert_uint_eq(radix_tier2_blocks(srv->index), POOL);
     check_invariants(0);
+
+    /* The medium's own count: 2 demotions and 1 promotion copied (3 x POOL
+     * blocks), 2 promotions failed. */
+    tier_medium_stats_t ms;
+    srv->store->medium->ops->stats(srv->store->medium, &ms);
+    ck_assert_str_eq(srv->store->medium->ops->name, "fake");
+    ck_assert_uint_eq(ms.puts, 2);
+    ck_assert_uint_eq(ms.gets, 3);
+    ck_assert_uint_eq(ms.failures, 2);
+    ck_assert_uint_eq(ms.blocks, 3 * POOL);
 }
 END_TEST
 

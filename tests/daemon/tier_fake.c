@@ -102,9 +102,14 @@ static void fake_drop(tier_medium_t *m, const uint32_t *slots, size_t n)
     fm->inner->ops->drop(fm->inner, slots, n);
 }
 
+/* Its own batches and failures; the blocks the inner medium copied. */
 static void fake_stats(const tier_medium_t *m, tier_medium_stats_t *out)
 {
-    *out = ((const fake_medium_t *)m)->st;
+    const fake_medium_t *fm = (const fake_medium_t *)m;
+    tier_medium_stats_t in;
+    fm->inner->ops->stats(fm->inner, &in);
+    *out = fm->st;
+    out->blocks = in.blocks;
 }
 
 static void fake_close(tier_medium_t *m)
