@@ -282,11 +282,9 @@ static void ring_commit(events_t *ev, uint64_t advance)
     }
 }
 
-/* Queues one record: its keys are keys[0..n_keys), or key_of[ids[i]] when
- * ids is given. */
+/* Queues one record with keys[0..n_keys). */
 static int queue_event(events_t *ev, const events_stream_t *st, int kind, const uint64_t *keys,
-                       const uint32_t *ids, size_t n_keys, bool has_parent, uint64_t parent,
-                       const uint32_t *tokens)
+                       size_t n_keys, bool has_parent, uint64_t parent, const uint32_t *tokens)
 {
     if (!ev || !st || !st->on)
         return 0;
@@ -306,7 +304,7 @@ static int queue_event(events_t *ev, const events_stream_t *st, int kind, const 
                  .parent = parent};
     uint64_t *k = (uint64_t *)(void *)(r + 1);
     for (size_t i = 0; i < n_keys; i++)
-        k[i] = ids ? keys[ids[i]] : keys[i];
+        k[i] = keys[i];
     uint8_t *p = (uint8_t *)(k + n_keys);
     if (n_tokens)
         memcpy(p, tokens, n_tokens * sizeof(uint32_t));
@@ -318,22 +316,22 @@ static int queue_event(events_t *ev, const events_stream_t *st, int kind, const 
     return 0;
 }
 
-int events_stored(events_t *ev, const events_stream_t *st, const uint32_t *ids, size_t n,
-                  const uint64_t *key_of, bool has_parent, uint64_t parent, const uint32_t *tokens)
+int events_stored(events_t *ev, const events_stream_t *st, const uint64_t *keys, size_t n,
+                  bool has_parent, uint64_t parent, const uint32_t *tokens)
 {
     if (n == 0)
         return 0;
-    return queue_event(ev, st, REC_STORED, key_of, ids, n, has_parent, parent, tokens);
+    return queue_event(ev, st, REC_STORED, keys, n, has_parent, parent, tokens);
 }
 
 int events_removed(events_t *ev, const events_stream_t *st, uint64_t key)
 {
-    return queue_event(ev, st, REC_REMOVED, &key, NULL, 1, false, 0, NULL);
+    return queue_event(ev, st, REC_REMOVED, &key, 1, false, 0, NULL);
 }
 
 int events_cleared(events_t *ev, const events_stream_t *st)
 {
-    return queue_event(ev, st, REC_CLEARED, NULL, NULL, 0, false, 0, NULL);
+    return queue_event(ev, st, REC_CLEARED, NULL, 0, false, 0, NULL);
 }
 
 void events_counters(const events_t *ev, uint64_t *published, uint64_t *replay_requests)

@@ -126,13 +126,13 @@ int events_start(const events_config_t *cfg, uint32_t block_tokens, const char *
  * what subscribers did not take within 100 ms) and frees ev. Accepts NULL. */
 void events_stop(events_t *ev);
 
-/* Queues BlockStored for n newly cached blocks of one prefix, held by pool
- * blocks ids[0..n): block i's key is key_of[ids[i]], its token ids are
- * tokens[i x block_tokens ..], parent is the key of the block before the
- * first (when has_parent). Returns 0, or KVS_ELIMIT when the ring is full
- * (nothing queued: count it as dropped). Never blocks, never allocates. */
-int events_stored(events_t *ev, const events_stream_t *st, const uint32_t *ids, size_t n,
-                  const uint64_t *key_of, bool has_parent, uint64_t parent, const uint32_t *tokens);
+/* Queues BlockStored for n newly cached blocks of one prefix: block i's key
+ * is keys[i], its token ids are tokens[i x block_tokens ..], parent is the
+ * key of the block before the first (when has_parent). Returns 0, or
+ * KVS_ELIMIT when the ring is full (nothing queued: count it as dropped).
+ * Never blocks, never allocates. */
+int events_stored(events_t *ev, const events_stream_t *st, const uint64_t *keys, size_t n,
+                  bool has_parent, uint64_t parent, const uint32_t *tokens);
 
 /* Queues BlockRemoved for one block. Returns 0 or KVS_ELIMIT, as above. */
 int events_removed(events_t *ev, const events_stream_t *st, uint64_t key);

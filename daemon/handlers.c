@@ -13,8 +13,9 @@
 #include "log.h"
 #include "now.h"
 #include "peer.h"
-#include "tier.h"
 #include "session.h"
+#include "tier.h"
+#include "store.h"
 #include "namespaces.h"
 
 /* Records the message of a failing request and returns its status. */
@@ -61,21 +62,6 @@ static int tokens_view(const ProtobufCBinaryData *bytes, const uint32_t **tokens
     return 0;
 }
 
-/* The reuse-gap histogram: the time since the matched prefix's last block
- * was last used (committed, or the end of a lookup's match). One
- * observation per lookup that hits, O(1): the blocks before it were used at
- * least as recently (every walk starts at the root). */
-static void observe_reuse(server_t *srv, const uint32_t *ids, size_t n)
-{
-    if (n == 0)
-        return;
-    uint32_t last = ids[n - 1];
-    uint64_t now = uv_now(srv->loop);
-    metrics_observe(&srv->metrics.block_reuse_gap, metrics_block_bounds_ms, metrics_block_n_bounds,
-                    now - srv->block_used_ms[last]);
-    srv->block_used_ms[last] = now;
-}
-
 /* The per-session limits (session_max_pinned, session_max_writing). */
 static int over_pin_limit(session_t *s, size_t more, handler_ctx_t *ctx)
 {
@@ -103,23 +89,15 @@ static int hint_check(const Kvshare__RetentionHint *h, handler_ctx_t *ctx)
     return 0;
 }
 
-/* Gives cached block b the request's hint (radix_hint; a block no longer
- * cached takes none). */
-static void hint_apply(server_t *srv, const Kvshare__RetentionHint *h, uint32_t b)
+/* The request's hint as the store takes it (none when h is NULL). */
+static store_hint_t hint_of(const Kvshare__RetentionHint *h)
 {
-    if (!h)
-        return;
-    uint64_t until = h->duration_ms ? uv_now(srv->loop) + h->duration_ms : 0;
-    int rc = radix_hint(srv->index, b, h->priority, until);
-    if (rc != 0 && rc != KVS_ENOTFOUND)
-        LOG_WARN("retention hint on block %u: %s", b, kvs_status_text(rc));
-}
-
-/* Timed hints that ended go back to their namespace's default before the
- * index chooses what to evict. */
-static void hints_expire(server_t *srv)
-{
-    radix_expire_hints(srv->index, uv_now(srv->loop), NULL);
+    store_hint_t sh = {.set = h != NULL};
+    if (h) {
+        sh.priority = h->priority;
+        sh.duration_ms = h->duration_ms;
+    }
+    return sh;
 }
 
 static int check_range(session_t *s, uint32_t block_id, handler_ctx_t *ctx)
@@ -241,103 +219,20 @@ int handler_lookup_answer(session_t *s, uint32_t ns, const uint32_t *tokens, siz
                           handler_ctx_t *ctx)
 {
     server_t *srv = s->srv;
-    size_t n_blocks = 0;
-    uint32_t *ids, inflight = 0;
-    in_place = in_place && pin;
-    /* A chain of cached blocks is never longer than the pool, or the pool
-     * and tier 2 for a lookup that returns the tier-2 part as it is. */
-    size_t max_ids = n_tokens / srv->geo.block_tokens;
-    size_t chain_max = (size_t)srv->num_blocks + (in_place ? srv->tier2_blocks : 0);
-    if (max_ids > chain_max)
-        max_ids = chain_max;
-    if (session_scratch(s, max_ids ? max_ids : 1, &ids) != 0 ||
-        (pin && session_pins_reserve(s, (uint32_t)max_ids) != 0))
-        return fail(ctx, KVS_ENOMEM, "out of memory for a lookup of %zu tokens", n_tokens);
-    int rc = radix_lookup(srv->index, ns, tokens, n_tokens, pin, ids, max_ids, &n_blocks);
-    if (rc != 0)
-        return fail(ctx, rc, "lookup failed: %s", kvs_status_text(rc));
-    /* A match goes on into tier 2 after its tier-1 blocks: a pinned lookup
-     * waits for them to come back (tier.h), or with in_place keeps them
-     * pinned where they are and names them; otherwise the reply names
-     * tier-1 blocks only. */
     size_t n_t1 = 0, n_t2 = 0;
-    while (n_t1 < n_blocks && ids[n_t1] < srv->num_blocks)
-        n_t1++;
-    /* A request run again after its copies counts once, as it first matched
-     * (hits by tier included): this run comes out of the counters. */
-    if ((session_rerun(s) == SESSION_HOLD_TIER_JOB || session_rerun(s) == SESSION_HOLD_TIER_ANY) &&
-        !waited)
-        radix_lookup_uncount(srv->index, ns, n_tokens, n_blocks, n_blocks - n_t1);
-    /* Tier-2 blocks that another session reads in place stay, and so do
-     * the blocks after them (radix_promotable). */
-    size_t n_promote = 0;
-    if (n_t1 < n_blocks && pin && !in_place && !waited)
-        n_promote = radix_promotable(srv->index, ids + n_t1, n_blocks - n_t1);
-    if (n_t1 < n_blocks && in_place) {
-        n_t2 = n_blocks - n_t1; /* pinned in tier 2: neither promoted nor dropped */
-    } else if (n_promote > 0) {
-        int started = tier_promote(srv, s, ids + n_t1, n_promote, ids, n_blocks);
-        if (started == 0) { /* no free pool block: make room first, then promote */
-            started = tier_demote(srv, s, ns, n_promote);
-            /* Nothing to wait for when the room came from blocks dropped
-             * at once (tier 2 full of blocks it cannot drop: these). */
-            if (started == 0)
-                started = tier_promote(srv, s, ids + n_t1, n_promote, ids, n_blocks);
-        }
-        if (started == 0) /* copies in flight will free or move blocks */
-            started = tier_wait(srv, s);
-        LOG_DEBUG("session %llu: lookup matched %zu + %zu tier-2 blocks: %s (pinned %u, busy %u, "
-                  "tier-2 free %u, copies %u)",
-                  (unsigned long long)s->id, n_t1, n_promote,
-                  started == 1   ? "waiting"
-                  : started == 0 ? "no room"
-                                 : kvs_status_text(started),
-                  radix_pinned_blocks(srv->index), radix_busy_blocks(srv->index),
-                  radix_tier2_free(srv->index), srv->tier_jobs);
-        if (started == 1) {
-            ctx->hold = tier_hold(s);
-            /* A promotion holds the pins until its copies are done; for a
-             * demotion they only kept this prefix out of its way. */
-            if (!s->tier_job || !tier_job_holds_pins(s->tier_job))
-                for (size_t i = 0; i < n_blocks; i++)
-                    radix_unpin(srv->index, ids[i]);
-            return 0;
-        }
-        for (size_t i = started < 0 ? 0 : n_t1; i < n_blocks; i++)
-            radix_unpin(srv->index, ids[i]);
-        if (started < 0)
-            return fail(ctx, started, "lookup: moving blocks between tiers failed: %s",
-                        kvs_status_text(started));
-    } else if (n_t1 < n_blocks && pin) {
-        /* A lookup that waited for writers (inflight.h) is not held again,
-         * and blocks pinned in place stay where they are: the tier-2 part
-         * is not returned. */
-        for (size_t i = n_t1; i < n_blocks; i++)
-            radix_unpin(srv->index, ids[i]);
-    }
-    n_blocks = n_t1 + n_t2; /* without pin, only the tier-1 part is of use */
-    if (pin && !waited && n_blocks < max_ids && radix_busy_blocks(srv->index) > 0 &&
-        tier_wait(srv, s) == 1) {
-        /* The match may have stopped at a block being copied between the
-         * tiers: it is readable again once the copies end. */
-        for (size_t i = 0; i < n_blocks; i++)
-            radix_unpin(srv->index, ids[i]);
-        ctx->hold = SESSION_HOLD_TIER_ANY;
+    uint32_t *ids = NULL, inflight = 0;
+    int rc = store_lookup(srv, s, ns, tokens, n_tokens, pin, in_place, waited, &ids, &n_t1, &n_t2);
+    if (rc == STORE_WAIT) {
+        ctx->hold = tier_hold(s);
         return 0;
     }
-    if (pin && srv->cfg.session_max_pinned &&
-        s->pins.total + n_blocks > srv->cfg.session_max_pinned) {
-        /* Over the limit: the pins just taken go back, nothing is returned. */
-        for (size_t i = 0; i < n_blocks; i++)
-            radix_unpin(srv->index, ids[i]);
-        return over_pin_limit(s, n_blocks, ctx);
-    }
-    /* Tier-2 blocks are pinned by their index id, as Release names them. */
-    if (pin) {
-        for (size_t i = 0; i < n_blocks; i++)
-            session_pin_add(s, ids[i]);
-    }
-    observe_reuse(srv, ids, n_t1);
+    if (rc == KVS_ELIMIT)
+        return over_pin_limit(s, n_t1, ctx);
+    if (rc == KVS_ENOMEM)
+        return fail(ctx, KVS_ENOMEM, "out of memory for a lookup of %zu tokens", n_tokens);
+    if (rc != 0)
+        return fail(ctx, rc, "lookup failed: %s", kvs_status_text(rc));
+    size_t n_blocks = n_t1 + n_t2;
     /* Telling what is in flight is advice: without memory for it, none. */
     if (inflight_count(srv, s, ns, tokens, n_tokens, n_blocks, &inflight) != 0)
         inflight = 0;
@@ -482,45 +377,17 @@ int handler_alloc(session_t *s, const Kvshare__Request *req, Kvshare__Response *
     if (session_scratch(s, al->n, &ids) != 0 || session_writing_reserve(s, al->n) != 0)
         return fail(ctx, KVS_ENOMEM, "out of memory for an alloc of %u blocks", al->n);
 
-    int rc = pool_alloc(srv->pool, al->n, ids);
-    if (rc == KVS_EPOOLFULL) {
-        /* A full pool is the signal to evict unpinned cached blocks, then retry. */
-        pool_counts_t c;
-        pool_counts(srv->pool, &c);
-        hints_expire(srv);
-        if (al->report_evicted) {
-            /* Freed by dispatch with the reply it travels in. */
-            ctx->heap[1] = malloc((size_t)(al->n - c.free) * srv->geo.block_tokens * 4);
-            if (!ctx->heap[1])
-                return fail(ctx, KVS_ENOMEM, "out of memory for the evicted blocks' tokens");
-            srv->evict_report.ns = ns;
-            srv->evict_report.tokens = ctx->heap[1];
-            srv->evict_report.n = 0;
-            srv->evict_report.max = al->n - c.free;
-        }
-        if (srv->tier2_blocks) {
-            /* Demote instead of drop: the reply waits for the copies. The
-             * report names what the run that answers dropped. */
-            rc = tier_demote(srv, s, ns, al->n - c.free);
-            srv->evict_report.tokens = NULL;
-            if (rc == 0)
-                rc = tier_wait(srv, s);
-            if (rc == 1) {
-                ctx->hold = tier_hold(s);
-                return 0;
-            }
-        } else {
-            rc = radix_evict(srv->index, ns, al->n - c.free, &evicted);
-            srv->evict_report.tokens = NULL;
-        }
-        if (rc != 0)
-            return fail(ctx, rc, "eviction failed: %s", kvs_status_text(rc));
-        rc = pool_alloc(srv->pool, al->n, ids);
+    store_evicted_t report = {.want = al->report_evicted, .ns = ns};
+    int rc = store_alloc(srv, s, ns, al->n, hashes, ids, &evicted, &report);
+    /* Freed by dispatch with the reply it travels in. */
+    ctx->heap[1] = report.tokens;
+    if (rc == STORE_WAIT) {
+        ctx->hold = tier_hold(s);
+        return 0;
     }
     if (rc == KVS_EPOOLFULL) {
         pool_counts_t c;
         pool_counts(srv->pool, &c);
-        srv->metrics.alloc_failures++;
         return fail(ctx, KVS_EPOOLFULL,
                     "pool full: %u blocks wanted, %u free after evicting %zu; %u are being "
                     "written and %u of %u cached are pinned (release blocks or grow the pool)",
@@ -528,19 +395,15 @@ int handler_alloc(session_t *s, const Kvshare__Request *req, Kvshare__Response *
     }
     if (rc != 0)
         return fail(ctx, rc, "alloc failed: %s", kvs_status_text(rc));
-    for (uint32_t i = 0; i < al->n; i++)
-        session_writing_add(s, ids[i]);
-    if (hashes)
-        inflight_declare(srv, ns, hashes, ids, al->n);
 
     Kvshare__AllocReply *r = &ctx->reply.alloc;
     kvshare__alloc_reply__init(r);
     r->n_block_ids = al->n;
     r->block_ids = ids;
     r->evicted = (uint32_t)evicted;
-    if (ctx->heap[1]) {
-        r->evicted_tokens.data = ctx->heap[1];
-        r->evicted_tokens.len = srv->evict_report.n * srv->geo.block_tokens * 4;
+    if (report.tokens) {
+        r->evicted_tokens.data = report.tokens;
+        r->evicted_tokens.len = report.n * srv->geo.block_tokens * 4;
     }
     resp->rpc_case = KVSHARE__RESPONSE__RPC_ALLOC;
     resp->alloc = r;
@@ -551,12 +414,12 @@ int handler_alloc(session_t *s, const Kvshare__Request *req, Kvshare__Response *
 static int not_held(session_t *s, uint32_t b, handler_ctx_t *ctx)
 {
     pool_state_t st = POOL_FREE;
-    if (s->srv->writer[b] && s->srv->writer[b] != s)
+    if (store_writer(s->srv->store, b) && store_writer(s->srv->store, b) != s)
         return fail(ctx, KVS_ENOTHELD,
                     "block %u is not held by this session: another session is writing it", b);
     pool_state(s->srv->pool, b, &st);
     /* Another namespace's block, to a peer that may not use it, looks free. */
-    if (st == POOL_FREE || !namespaces_allowed(s, s->srv->block_ns[b]))
+    if (st == POOL_FREE || !namespaces_allowed(s, store_block_ns(s->srv->store, b)))
         return fail(ctx, KVS_ENOTHELD,
                     "block %u is not held by this session: it is free (released twice, or "
                     "never allocated)",
@@ -582,35 +445,6 @@ static int not_at_position(uint32_t b, size_t i, size_t n_matched, const uint32_
                 "(no block does: only the first %zu are cached): name a cached block only where "
                 "Lookup returned it",
                 b, i, ns_name, n_matched);
-}
-
-/* KV events of a commit: one BlockStored per run of blocks it cached
- * (fresh[i] != 0), whose parent is the block before the run. A duplicate
- * publishes nothing. Parents go first: a run's parent was cached before
- * this commit or earlier in it, and its event queued then. */
-static void publish_stored(server_t *srv, uint32_t ns, const uint32_t *ids,
-                           const uint32_t *canonical, const uint32_t *fresh, size_t n,
-                           const uint32_t *tokens)
-{
-    const events_stream_t *st = namespaces_events_stream(srv, ns);
-    uint32_t bt = srv->geo.block_tokens;
-    if (!st->on)
-        return;
-    for (size_t i = 0; i < n;) {
-        if (!fresh[i]) {
-            i++;
-            continue;
-        }
-        size_t end = i;
-        while (end < n && fresh[end])
-            end++;
-        uint64_t parent = 0;
-        bool has_parent = i > 0 && radix_block_hash(srv->index, canonical[i - 1], &parent) == 0;
-        if (events_stored(srv->events, st, ids + i, end - i, srv->block_hash, has_parent, parent,
-                          tokens + i * bt) != 0)
-            srv->metrics.kv_events_dropped++;
-        i = end;
-    }
 }
 
 /*
@@ -646,23 +480,20 @@ int handler_commit(session_t *s, const Kvshare__Request *req, Kvshare__Response 
                     n_ids * srv->geo.block_tokens, srv->geo.block_tokens, n_tokens);
     /* Every block must be WRITING and held by this session, or cached and
      * pinned by it, and named once. */
-    if (++srv->mark_stamp == 0) {
-        memset(srv->mark, 0, sizeof(uint32_t) * srv->num_blocks);
-        srv->mark_stamp = 1;
-    }
+    store_mark_begin(srv->store);
     for (size_t i = 0; i < n_ids; i++) {
         uint32_t b = cm->block_ids[i];
         rc = check_range(s, b, ctx);
         if (rc != 0)
             return rc;
-        if (srv->writer[b] != s) {
+        if (store_writer(srv->store, b) != s) {
             pool_state_t st = POOL_FREE;
-            if (srv->writer[b])
+            if (store_writer(srv->store, b))
                 return not_held(s, b, ctx);
             pool_state(srv->pool, b, &st);
             /* Another namespace's block, to a peer that may not use it,
              * looks free (see handler_pin). */
-            if (st != POOL_CACHED || !namespaces_allowed(s, srv->block_ns[b]))
+            if (st != POOL_CACHED || !namespaces_allowed(s, store_block_ns(srv->store, b)))
                 return fail(ctx, KVS_EBADSTATE,
                             "block %u is not in WRITING (it is free): commit only blocks this "
                             "session got from Alloc (once), or cached blocks it pinned",
@@ -675,9 +506,8 @@ int handler_commit(session_t *s, const Kvshare__Request *req, Kvshare__Response 
                             b);
             n_named_cached++;
         }
-        if (srv->mark[b] == srv->mark_stamp)
+        if (store_mark(srv->store, b))
             return fail(ctx, KVS_EINVAL, "block %u appears twice in this commit", b);
-        srv->mark[b] = srv->mark_stamp;
     }
     /* A commit naming cached blocks does not create its namespace: they
      * cannot be in one that does not exist. */
@@ -700,56 +530,15 @@ int handler_commit(session_t *s, const Kvshare__Request *req, Kvshare__Response 
             return fail(ctx, rc, "commit check failed: %s", kvs_status_text(rc));
         for (size_t i = 0; i < n_ids; i++) {
             uint32_t b = cm->block_ids[i];
-            if (srv->writer[b] != s && (i >= n_matched || matched[i] != b))
+            if (store_writer(srv->store, b) != s && (i >= n_matched || matched[i] != b))
                 return not_at_position(b, i, n_matched, matched, radix_ns_name(srv->index, ns),
                                        ctx);
         }
     }
 
-    hints_expire(srv); /* a namespace at its quota evicts in the insert */
-    int irc = n_ids ? radix_insert(srv->index, ns, tokens, n_tokens, cm->block_ids, n_ids, true,
-                                   canonical, &n_done)
-                    : 0;
-    /* Which blocks this commit cached (KV events), in the scratch's second
-     * half. */
-    uint32_t *fresh = canonical + n_ids;
-    memset(fresh, 0, n_done * sizeof(*fresh));
-    for (size_t i = 0; i < n_done; i++) {
-        uint32_t b = cm->block_ids[i];
-        if (srv->writer[b] != s) {
-            /* A cached block named here: the session already pins it; the
-             * insert's pin is taken back so that one Release frees it. */
-            if (canonical[i] == b && radix_unpin(srv->index, b) == 0)
-                continue;
-            LOG_ERROR("cached block %u of session %llu was checked at position %zu but the "
-                      "index disagrees",
-                      b, (unsigned long long)s->id, i);
-            if (canonical[i] != b)
-                session_pin_add(s, canonical[i]);
-            continue;
-        }
-        if (canonical[i] == b) {
-            srv->block_cached_ms[b] = srv->block_used_ms[b] = uv_now(srv->loop);
-            srv->block_ns[b] = ns;
-            if (srv->events) {
-                fresh[i] = 1;
-                radix_block_hash(srv->index, b, &srv->block_hash[b]);
-            }
-            session_writing_remove(s, b);
-            if (pool_set_cached(srv->pool, b) != 0)
-                LOG_ERROR("block %u was WRITING for session %llu but the pool refused it", b,
-                          (unsigned long long)s->id);
-        }
-        /* A duplicate stays WRITING, held by this session until released;
-         * its prefix is cached now, so it is no longer in flight. */
-        inflight_undeclare(srv, b);
-        session_pin_add(s, canonical[i]);
-    }
-    for (size_t i = 0; i < n_done; i++)
-        hint_apply(srv, cm->hint, canonical[i]);
-
-    if (srv->events)
-        publish_stored(srv, ns, cm->block_ids, canonical, fresh, n_done, tokens);
+    store_hint_t hint = hint_of(cm->hint);
+    int irc =
+        store_commit(srv, s, ns, tokens, n_tokens, cm->block_ids, n_ids, &hint, canonical, &n_done);
 
     Kvshare__CommitReply *r = &ctx->reply.commit;
     kvshare__commit_reply__init(r);
@@ -759,7 +548,6 @@ int handler_commit(session_t *s, const Kvshare__Request *req, Kvshare__Response 
     resp->rpc_case = KVSHARE__RESPONSE__RPC_COMMIT;
     resp->commit = r;
     if (irc == KVS_EQUOTA) {
-        srv->metrics.alloc_failures_quota++;
         return fail(ctx, irc,
                     "namespace quota reached: %zu of %zu blocks committed, the rest stay "
                     "WRITING (release them)",
@@ -792,21 +580,14 @@ int handler_pin(session_t *s, const Kvshare__Request *req, Kvshare__Response *re
         return rc;
     if (session_pins_reserve(s, (uint32_t)pn->n_block_ids) != 0)
         return fail(ctx, KVS_ENOMEM, "out of memory pinning %zu blocks", pn->n_block_ids);
+    store_hint_t hint = hint_of(pn->hint);
     for (size_t i = 0; i < pn->n_block_ids; i++) {
         uint32_t b = pn->block_ids[i];
-        pool_state_t st = POOL_FREE;
         rc = check_range(s, b, ctx);
         if (rc != 0)
             break;
-        /* A block of a namespace this peer may not use is not its to pin,
-         * and is answered exactly as a block that is not cached: a
-         * different answer would let it find the other namespace's blocks
-         * by probing ids. */
-        bool hidden = pool_state(s->srv->pool, b, &st) == 0 && st == POOL_CACHED &&
-                      !namespaces_allowed(s, s->srv->block_ns[b]);
-        rc = hidden ? KVS_ENOTFOUND : radix_pin(s->srv->index, b);
+        rc = store_pin(s->srv, s, b, &hint);
         if (rc == KVS_ENOTFOUND) {
-            s->srv->metrics.pin_misses++;
             fail(ctx, rc,
                  "block %u is not cached (evicted, or not committed yet); %u of %zu blocks "
                  "pinned: look the prefix up again",
@@ -817,8 +598,6 @@ int handler_pin(session_t *s, const Kvshare__Request *req, Kvshare__Response *re
             fail(ctx, rc, "pin of block %u failed: %s", b, kvs_status_text(rc));
             break;
         }
-        session_pin_add(s, b);
-        hint_apply(s->srv, pn->hint, b);
         r->n_pinned++;
     }
     return rc;
@@ -838,6 +617,7 @@ int handler_release(session_t *s, const Kvshare__Request *req, Kvshare__Response
     rc = hint_check(rl->hint, ctx);
     if (rc != 0)
         return rc;
+    store_hint_t hint = hint_of(rl->hint);
     /* In order; on an error the blocks before it stay released and
      * n_released says how many. */
     for (size_t i = 0; i < rl->n_block_ids; i++) {
@@ -845,21 +625,14 @@ int handler_release(session_t *s, const Kvshare__Request *req, Kvshare__Response
         rc = check_range(s, b, ctx);
         if (rc != 0)
             break;
-        if (srv->writer[b] == s) {
-            session_writing_remove(s, b);
-            pool_release(srv->pool, b);
-        } else if (session_pin_count(s, b) > 0) {
-            rc = radix_unpin(srv->index, b);
-            if (rc != 0) {
-                rc = fail(ctx, KVS_EINTERNAL,
-                          "block %u: this session's pin is not in the index (%s)", b,
-                          kvs_status_text(rc));
-                break;
-            }
-            session_pin_drop(s, b);
-            hint_apply(srv, rl->hint, b);
-        } else {
+        rc = store_release(srv, s, b, &hint);
+        if (rc == KVS_ENOTHELD) {
             rc = not_held(s, b, ctx);
+            break;
+        }
+        if (rc != 0) {
+            rc = fail(ctx, KVS_EINTERNAL, "block %u: this session's pin is not in the index (%s)",
+                      b, kvs_status_text(rc));
             break;
         }
         r->n_released++;
@@ -887,15 +660,13 @@ int handler_release(session_t *s, const Kvshare__Request *req, Kvshare__Response
                       t);
             break;
         }
-        rc = radix_unpin(srv->index, b);
+        rc = store_release(srv, s, b, &hint);
         if (rc != 0) {
             rc = fail(ctx, KVS_EINTERNAL,
                       "tier-2 block %u: this session's pin is not in the index (%s)", t,
                       kvs_status_text(rc));
             break;
         }
-        session_pin_drop(s, b);
-        hint_apply(srv, rl->hint, b);
         r->n_released++;
     }
     return rc;
@@ -1094,7 +865,7 @@ int handler_ping(session_t *s, const Kvshare__Request *req, Kvshare__Response *r
 }
 
 /* Clear: the namespace's unpinned cached blocks go back to the pool (each
- * through server_on_evict, so KV events and metrics see them as evictions).
+ * an eviction of the store, so KV events and metrics see them as such).
  * Pinned blocks and their prefixes stay; WRITING blocks are not in the
  * index. A namespace is never created here. */
 int handler_clear(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
@@ -1108,14 +879,12 @@ int handler_clear(session_t *s, const Kvshare__Request *req, Kvshare__Response *
     int rc = ns_resolve(s, req->clear->ns, false, &ns, ctx);
     if (rc != 0)
         return rc;
-    rc = radix_ns_clear(srv->index, ns, &cleared);
+    rc = store_clear(srv, ns, &cleared);
     if (rc == 0)
         rc = radix_ns_stats(srv->index, ns, &st);
     if (rc != 0)
         return fail(ctx, KVS_EINTERNAL, "clearing namespace '%s' failed: %s",
                     radix_ns_name(srv->index, ns), kvs_status_text(rc));
-    srv->metrics.clears++;
-    srv->metrics.cleared_blocks += cleared;
     LOG_INFO("namespace '%s' cleared by session %llu: %zu blocks dropped, %u kept (pinned)",
              radix_ns_name(srv->index, ns), (unsigned long long)s->id, cleared, st.cached_blocks);
 

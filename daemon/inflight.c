@@ -19,6 +19,7 @@
 
 #include "log.h"
 #include "session.h"
+#include "store.h"
 
 #define INFLIGHT_NONE UINT32_MAX
 
@@ -173,7 +174,7 @@ static void entry_remove(inflight_t *f, uint32_t b)
 static const session_t *entry_owner(const server_t *srv, uint32_t b)
 {
     const inflight_t *f = srv->inflight;
-    return b < f->n_blocks ? srv->writer[b] : f->claim_owner[b - f->n_blocks];
+    return b < f->n_blocks ? store_writer(srv->store, b) : f->claim_owner[b - f->n_blocks];
 }
 
 /* Whether a session other than s declared or claimed (ns, h). */

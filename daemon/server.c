@@ -20,6 +20,7 @@
 #include "nsname.h"
 #include "session.h"
 #include "socket_path.h"
+#include "store.h"
 #include "namespaces.h"
 
 /* Connections the kernel queues before kvshared accepts them. */
@@ -75,50 +76,12 @@ static int open_backend(server_t *s, const backend_config_t *bc, char *err, size
     }
 }
 
-void server_on_evict(void *ctx, uint32_t block_id)
-{
-    server_t *s = ctx;
-    s->metrics.evictions++;
-    /* A block leaves the cache for good from either tier; routers hear of it
-     * once, here (a move between the tiers publishes nothing). */
-    bool tier2 = block_id >= s->num_blocks;
-    if (tier2)
-        s->metrics.tier2_drops++;
-    if (s->events && events_removed(s->events, namespaces_events_stream(s, s->block_ns[block_id]),
-                                    s->block_hash[block_id]) != 0)
-        s->metrics.kv_events_dropped++;
-    if (s->block_cached_ms)
-        metrics_observe(&s->metrics.block_lifetime, metrics_block_bounds_ms, metrics_block_n_bounds,
-                        uv_now(s->loop) - s->block_cached_ms[block_id]);
-    if (!tier2) /* a tier-2 id is the index's own, free there already */
-        pool_release(s->pool, block_id);
-}
-
-void server_on_evict_tokens(void *ctx, uint32_t block_id, uint32_t ns, const uint32_t *tokens)
-{
-    server_t *s = ctx;
-    (void)block_id;
-    if (!s->evict_report.tokens || ns != s->evict_report.ns ||
-        s->evict_report.n >= s->evict_report.max)
-        return;
-    uint32_t bt = s->geo.block_tokens;
-    uint8_t *out = s->evict_report.tokens + s->evict_report.n * bt * 4;
-    for (uint32_t i = 0; i < bt; i++) {
-        out[4 * i] = (uint8_t)tokens[i];
-        out[4 * i + 1] = (uint8_t)(tokens[i] >> 8);
-        out[4 * i + 2] = (uint8_t)(tokens[i] >> 16);
-        out[4 * i + 3] = (uint8_t)(tokens[i] >> 24);
-    }
-    s->evict_report.n++;
-}
-
 int server_events_start(server_t *s, char *err, size_t errlen)
 {
     const char *medium = backend_kind(s->backend) == BACKEND_CUDA ? "GPU" : "CPU";
-    s->block_hash = calloc((size_t)s->num_blocks + s->tier2_blocks, sizeof(*s->block_hash));
     s->ev_streams = calloc(s->cfg.max_namespaces, sizeof(*s->ev_streams));
     s->ev_resolved = calloc(s->cfg.max_namespaces, sizeof(*s->ev_resolved));
-    if (!s->block_hash || !s->ev_streams || !s->ev_resolved) {
+    if (!s->ev_streams || !s->ev_resolved) {
         snprintf(err, errlen, "kv events: out of memory for the tables of %u blocks",
                  s->num_blocks);
         return KVS_ENOMEM;
@@ -230,40 +193,9 @@ int server_open(const server_config_t *cfg, uv_loop_t *loop, server_t **out, cha
                  backend_kind(s->backend) == BACKEND_CUDA ? " (pinned)" : "");
     }
 
-    rc = pool_new(s->num_blocks, &s->pool);
-    if (rc != 0) {
-        snprintf(err, errlen, "cannot create a pool of %u blocks: %s", s->num_blocks,
-                 kvs_status_text(rc));
+    rc = store_open(s, &s->store, err, errlen);
+    if (rc != 0)
         goto fail;
-    }
-    radix_config_t rcfg = {
-        .block_tokens = s->geo.block_tokens,
-        .max_blocks = s->num_blocks,
-        .on_evict = server_on_evict,
-        .on_evict_tokens = server_on_evict_tokens,
-        .evict_ctx = s,
-        .policy = s->cfg.eviction,
-        .tier2_blocks = s->tier2_blocks,
-    };
-    rc = radix_new(&rcfg, &s->index);
-    if (rc != 0) {
-        snprintf(err, errlen, "cannot create the index: %s", kvs_status_text(rc));
-        goto fail;
-    }
-    s->writer = calloc(s->num_blocks, sizeof(*s->writer));
-    s->writer_pos = calloc(s->num_blocks, sizeof(*s->writer_pos));
-    s->mark = calloc(s->num_blocks, sizeof(*s->mark));
-    /* By index id: tier-2 blocks keep their namespace, hash and age too. */
-    size_t n_ids = (size_t)s->num_blocks + s->tier2_blocks;
-    s->block_cached_ms = calloc(n_ids, sizeof(*s->block_cached_ms));
-    s->block_used_ms = calloc(s->num_blocks, sizeof(*s->block_used_ms));
-    s->block_ns = calloc(n_ids, sizeof(*s->block_ns));
-    if (!s->writer || !s->writer_pos || !s->mark || !s->block_cached_ms || !s->block_used_ms ||
-        !s->block_ns) {
-        snprintf(err, errlen, "out of memory for the block tables of %u blocks", s->num_blocks);
-        rc = KVS_ENOMEM;
-        goto fail;
-    }
     rc = inflight_new(s, &s->inflight);
     if (rc != 0) {
         snprintf(err, errlen, "out of memory for the in-flight tables of %u blocks", s->num_blocks);
@@ -647,18 +579,10 @@ void server_free(server_t *s)
     session_sched_close(s); /* their memory goes in the close callbacks */
     inflight_free(s->inflight);
     events_stop(s->events);
-    free(s->block_hash);
     free(s->ev_streams);
     free(s->ev_resolved);
-    radix_free(s->index);
-    pool_free(s->pool);
+    store_free(s->store);
     backend_close(s->backend);
-    free(s->writer);
-    free(s->writer_pos);
-    free(s->mark);
-    free(s->block_cached_ms);
-    free(s->block_used_ms);
-    free(s->block_ns);
     namespaces_free(s);
     free(s->decode_arena);
     free(s);

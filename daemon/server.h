@@ -5,8 +5,8 @@
  *     server_t
  *       |-- backend_t     the pool memory (host memfd or cuda slabs)
  *       |-- pool_t        block ids and states (FREE / WRITING / CACHED)
- *       |-- radix_tree_t  which cached prefix each CACHED block holds, pins
- *       |-- writer[b]     the session writing block b (NULL unless WRITING)
+ *       |-- store_t       the block store (store.h): the pool, the index, one
+ *       |                 record per block, the tier below the pool
  *       `-- sessions      one per connection (session.h): pins, WRITING blocks
  *
  * Everything runs on one libuv loop thread. server_open builds the pool and
@@ -32,6 +32,7 @@
 #include "radix.h"
 
 typedef struct session session_t;
+typedef struct store store_t;
 
 #define SERVER_DEFAULT_MAX_FRAME      (16u << 20)
 #define SERVER_DEFAULT_MAX_OUTPUT     (64u << 20)
@@ -51,7 +52,7 @@ typedef struct session session_t;
 /* Walks and large frames: one d of such work, then (SPACING - 1) d of
  * none (server_t.walk_next_ns). */
 #define SERVER_WALK_SPACING 100
-/* Tier copies run this much nicer than the loop thread (tier.c). */
+/* Tier copies run this much nicer than the loop thread (tier_host.c). */
 #define SERVER_DEFAULT_TIER_COPY_NICE 10
 
 typedef struct server_config {
@@ -96,13 +97,12 @@ typedef struct server {
     uint64_t block_bytes;
 
     backend_t *backend;
+    /* The block store (store.h): every change of a block goes through it.
+     * pool and index are the store's, kept here for the readers (stats,
+     * namespaces, metrics). */
+    store_t *store;
     pool_t *pool;
     radix_tree_t *index;
-
-    session_t **writer;   /* per block: the session holding it WRITING */
-    uint32_t *writer_pos; /* per block: its index in that session's list */
-    uint32_t *mark;       /* per block: scratch stamp for duplicate checks */
-    uint32_t mark_stamp;
 
     /* Memory for decoding one request (dispatch.c): reused, so that a
      * 128 KiB prompt costs no malloc, free or page fault per request. */
@@ -158,11 +158,6 @@ typedef struct server {
     uint64_t start_ms;
     metrics_t metrics;
 
-    /* Per block, loop time in ms (metrics): when it was last committed (by
-     * index id: tier-2 blocks too), and when it was last committed or
-     * matched by a lookup (pool blocks). */
-    uint64_t *block_cached_ms;
-    uint64_t *block_used_ms;
     struct metrics_http *http; /* --metrics-listen; NULL when off */
 
     /* Namespaces declared in the config file, and who may use each
@@ -171,8 +166,7 @@ typedef struct server {
     config_t *conf;
     struct tenant *tenants;
     uint32_t n_tenants;
-    bool any_ns_acl;    /* some namespace has an allow-list */
-    uint32_t *block_ns; /* per index id (either tier): the namespace that committed it */
+    bool any_ns_acl; /* some namespace has an allow-list */
     /* Per namespace id (max_namespaces of them): the session that created
      * it dynamically, while both live (namespaces_reclaim, the per-session
      * limit). */
@@ -186,24 +180,11 @@ typedef struct server {
     bool drain_on;
     struct inflight *inflight; /* declared prefixes and held lookups */
 
-    /* KV events (events.h): NULL when off. Per block, its chained hash (the
-     * key BlockRemoved names; by index id, either tier); per namespace,
-     * what it publishes as, resolved on first use (ev_resolved). */
+    /* KV events (events.h): NULL when off. Per namespace, what it
+     * publishes as, resolved on first use (ev_resolved). */
     struct events *events;
-    uint64_t *block_hash;
     events_stream_t *ev_streams;
     bool *ev_resolved;
-
-    /* Set by an Alloc that asks which blocks its evictions dropped
-     * (report_evicted) for the time of its radix_evict: the token ids of
-     * each dropped block of namespace ns, at most max blocks, as the wire
-     * has them (little-endian uint32). */
-    struct {
-        uint32_t ns;
-        uint8_t *tokens;
-        size_t n;
-        size_t max;
-    } evict_report;
 
     uint32_t tier2_blocks; /* blocks of tier 2 (--host-tier); 0: none */
     uint32_t tier_jobs;    /* tier copies in flight (tier.c) */
@@ -255,10 +236,5 @@ int server_events_start(server_t *s, char *err, size_t errlen);
 /* Copies the publisher's counters into s->metrics (before a Stats reply or
  * a scrape). */
 void server_sync_counters(server_t *s);
-
-/* Index eviction callback: the block goes back to the pool. */
-void server_on_evict(void *ctx, uint32_t block_id);
-/* radix's on_evict_tokens: records the block for an Alloc's evict_report. */
-void server_on_evict_tokens(void *ctx, uint32_t block_id, uint32_t ns, const uint32_t *tokens);
 
 #endif /* KVS_DAEMON_SERVER_H */

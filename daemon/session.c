@@ -11,6 +11,7 @@
 #include "inflight.h"
 #include "log.h"
 #include "peer.h"
+#include "store.h"
 #include "namespaces.h"
 #include "tier.h"
 
@@ -94,25 +95,6 @@ int session_writing_reserve(session_t *s, uint32_t n)
     s->writing = w;
     s->cap_writing = (uint32_t)cap;
     return 0;
-}
-
-void session_writing_add(session_t *s, uint32_t block_id)
-{
-    server_t *srv = s->srv;
-    srv->writer[block_id] = s;
-    srv->writer_pos[block_id] = s->n_writing;
-    s->writing[s->n_writing++] = block_id;
-}
-
-void session_writing_remove(session_t *s, uint32_t block_id)
-{
-    inflight_undeclare(s->srv, block_id);
-    server_t *srv = s->srv;
-    uint32_t pos = srv->writer_pos[block_id];
-    uint32_t last = s->writing[--s->n_writing];
-    s->writing[pos] = last;
-    srv->writer_pos[last] = pos;
-    srv->writer[block_id] = NULL;
 }
 
 static inline uint32_t pin_slot(uint32_t block_id, uint32_t mask)
@@ -336,30 +318,7 @@ static void release_all(session_t *s)
     server_t *srv = s->srv;
     uint32_t n_writing = s->n_writing, n_pins = (uint32_t)s->pins.total;
 
-    for (uint32_t i = 0; i < s->n_writing; i++) {
-        uint32_t b = s->writing[i];
-        inflight_undeclare(srv, b);
-        srv->writer[b] = NULL;
-        if (pool_release(srv->pool, b) != 0)
-            LOG_ERROR("session %llu: block %u was WRITING but the pool refused its release",
-                      (unsigned long long)s->id, b);
-    }
-    s->n_writing = 0;
-    for (uint32_t i = 0; i < s->pins.cap; i++) {
-        uint32_t b = s->pins.keys[i];
-        if (b == SESSION_NO_BLOCK)
-            continue;
-        for (uint32_t k = 0; k < s->pins.counts[i]; k++) {
-            if (radix_unpin(srv->index, b) != 0) {
-                LOG_ERROR("session %llu: pin on block %u was not in the index",
-                          (unsigned long long)s->id, b);
-                break;
-            }
-        }
-        s->pins.keys[i] = SESSION_NO_BLOCK;
-    }
-    s->pins.used = 0;
-    s->pins.total = 0;
+    store_release_session(srv, s);
     if (n_writing || n_pins)
         LOG_DEBUG("session %llu released %u writing blocks and %u pins", (unsigned long long)s->id,
                   n_writing, n_pins);

@@ -3,8 +3,8 @@
  * session: one client connection and everything it holds.
  *
  * A session owns
- *   - its WRITING blocks: a dense list (writing[]), with the server's
- *     writer[] / writer_pos[] arrays pointing back, so adding, removing and
+ *   - its WRITING blocks: a dense list (writing[]), with the store's
+ *     records (store.h: writer, writer_pos) pointing back, so adding, removing and
  *     checking ownership of a block are O(1);
  *   - its pins: a hash map block id -> count (open addressing), because a
  *     session may pin the same cached block several times;
@@ -218,11 +218,6 @@ void session_sched_close(server_t *srv);
  * after a successful pool or index call cannot fail. Errors: KVS_ENOMEM. */
 int session_writing_reserve(session_t *s, uint32_t n);
 int session_pins_reserve(session_t *s, uint32_t n);
-
-/* Records block id as WRITING by s (room reserved first). */
-void session_writing_add(session_t *s, uint32_t block_id);
-/* Forgets that s writes block id (the caller changes its pool state). */
-void session_writing_remove(session_t *s, uint32_t block_id);
 
 /* Adds one pin on block id to the session's count (room reserved first). */
 void session_pin_add(session_t *s, uint32_t block_id);

@@ -1,42 +1,35 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "tier.h"
 
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
-#include <unistd.h>
 
 #include "kvshare_status.h"
 #include "log.h"
 #include "session.h"
+#include "store.h"
+#include "tier_medium.h"
 
 struct tier_job {
-    uv_work_t work;
     server_t *srv;
-    session_t *s; /* NULL once the session has ended */
-    backend_tier_dir_t dir;
+    session_t *s;        /* NULL once the session has ended */
+    bool put;            /* a demotion: pool blocks to the medium */
     size_t n;            /* blocks copied */
     uint32_t *pool_ids;  /* [n] */
-    uint32_t *tier_ids;  /* [n], tier-2 slots (index ids minus the pool size) */
-    uint32_t *index_ids; /* [n], what radix_copy_done takes */
-    uint32_t *pins;      /* [n_pins], pins the job holds (tier-1 ids) */
+    uint32_t *tier_ids;  /* [n], the medium's slots (index ids minus the pool size) */
+    uint32_t *index_ids; /* [n], each block's index id once moved */
+    uint32_t *pins;      /* [n_pins], pins the job holds (index ids) */
     size_t n_pins;
-    int rc;
-    int nice_errno; /* setting this thread's nice failed (tier_copy_nice) */
-    double ms;
-    uint64_t copy_ns; /* wall time of the batch on its thread */
 };
 
-static tier_job_t *job_new(server_t *srv, session_t *s, backend_tier_dir_t dir, size_t n,
-                           size_t n_pins)
+static tier_job_t *job_new(server_t *srv, session_t *s, bool put, size_t n, size_t n_pins)
 {
     tier_job_t *j = calloc(1, sizeof(*j));
     if (!j)
         return NULL;
-    j->pool_ids = calloc(n, sizeof(uint32_t));
-    j->tier_ids = calloc(n, sizeof(uint32_t));
-    j->index_ids = calloc(n, sizeof(uint32_t));
+    j->pool_ids = calloc(n ? n : 1, sizeof(uint32_t));
+    j->tier_ids = calloc(n ? n : 1, sizeof(uint32_t));
+    j->index_ids = calloc(n ? n : 1, sizeof(uint32_t));
     j->pins = calloc(n_pins ? n_pins : 1, sizeof(uint32_t));
     if (!j->pool_ids || !j->tier_ids || !j->index_ids || !j->pins) {
         free(j->pool_ids);
@@ -46,10 +39,9 @@ static tier_job_t *job_new(server_t *srv, session_t *s, backend_tier_dir_t dir, 
         free(j);
         return NULL;
     }
-    j->work.data = j;
     j->srv = srv;
     j->s = s;
-    j->dir = dir;
+    j->put = put;
     j->n = n;
     j->n_pins = n_pins;
     return j;
@@ -64,112 +56,118 @@ static void job_free(tier_job_t *j)
     free(j);
 }
 
-/* Whether this thread of libuv's pool has taken tier_copy_nice. */
-static _Thread_local bool copy_thread_niced;
-
-/* The first job on a thread of libuv's pool (only tier copies use it)
- * makes it `by` nicer than it started, which is the loop thread's nice (the
- * loop thread starts libuv's threads). A copy is bulk work on a thread that
- * holds a CPU as long as it is given one; the loop thread answers every
- * session in a few microseconds per request. At equal nice, on a machine
- * with few CPUs, the loop waits on the run queue behind copies and every
- * session's p99 grows tenfold and more (docs/BENCHMARKS.md, "Tier 2 and the
- * loop"); nicer, the copies yield to it when it wakes and take what it
- * leaves. Linux applies nice per thread. Returns 0 or an errno. */
-static int nice_copy_thread(uint32_t by)
+/* A fault that leaves the index naming bytes that were not copied, and
+ * after which nothing else the device holds can be trusted: stop before
+ * anyone reads them. Every session gets its goodbye (the request waiting
+ * for these copies is never answered with them), and kvshared exits with
+ * status 1. */
+static void stop_on_fault(server_t *srv)
 {
-    copy_thread_niced = true;
-    if (by == 0)
-        return 0;
-    errno = 0;
-    int now = getpriority(PRIO_PROCESS, (id_t)gettid());
-    if (now == -1 && errno != 0)
-        return errno;
-    int want = now + (int)by > 19 ? 19 : now + (int)by;
-    return setpriority(PRIO_PROCESS, (id_t)gettid(), want) == 0 ? 0 : errno;
+    LOG_ERROR("stopping: a copy between the pool and tier 2 failed, so blocks in the index "
+              "hold bytes that were not copied; workers recompute until kvshared is "
+              "restarted");
+    srv->failed = true;
+    server_shutdown(srv);
 }
 
-/* On a thread of the pool: the copies of the whole batch. */
-static void run_copies(uv_work_t *w)
+/* Every block of a failed batch goes back where it was, in the reverse
+ * order of the moves (radix_copy_undo); the job's pins follow a promoted
+ * block back to its tier-2 id. Returns false when a move could not be
+ * undone (the daemon must stop). */
+static bool undo_moves(tier_job_t *j)
 {
-    tier_job_t *j = w->data;
-    server_t *srv = j->srv;
-    if (!copy_thread_niced)
-        j->nice_errno = nice_copy_thread(srv->cfg.tier_copy_nice);
-    uint64_t t0 = uv_hrtime();
-    j->rc = backend_tier_copy(srv->backend, &srv->geo, srv->num_blocks, srv->tier2_blocks, j->dir,
-                              j->pool_ids, j->tier_ids, j->n, &j->ms);
-    j->copy_ns = uv_hrtime() - t0;
-}
-
-/* On the loop: every block's copy ends in the index, freed tier-1 ids go
- * back to the pool, the job's pins go, and the session's request runs again. */
-static void copies_done(uv_work_t *w, int status)
-{
-    tier_job_t *j = w->data;
-    server_t *srv = j->srv;
-    bool failed = status != 0 || j->rc != 0;
-    if (j->nice_errno)
-        LOG_WARN("a tier copy thread keeps the loop thread's priority: tier_copy_nice %u: %s",
-                 srv->cfg.tier_copy_nice, strerror(j->nice_errno));
-    if (failed) {
-        srv->metrics.tier_copy_failures++;
-        LOG_ERROR("tier-2 %s of %zu blocks failed: %s",
-                  j->dir == BACKEND_TO_TIER ? "demotion" : "promotion", j->n,
-                  status != 0 ? uv_strerror(status) : kvs_status_text(j->rc));
-    }
-    for (size_t i = 0; i < j->n; i++) {
-        uint32_t peer;
-        if (radix_copy_done(srv->index, j->index_ids[i], &peer) != 0) {
-            LOG_ERROR("tier-2 block %u was not being copied", j->index_ids[i]);
+    bool all = true;
+    for (size_t i = j->n; i-- > 0;) {
+        uint32_t back;
+        int rc = store_move_end(j->srv, j->index_ids[i], false, &back);
+        if (rc != 0) {
+            LOG_ERROR("tier-2 block %u: the failed copy cannot be undone: %s", j->index_ids[i],
+                      kvs_status_text(rc));
+            all = false;
             continue;
         }
-        if (j->dir == BACKEND_TO_TIER && pool_release(srv->pool, peer) != 0)
-            LOG_ERROR("demoted block %u was not cached in the pool", peer);
+        for (size_t k = 0; k < j->n_pins; k++)
+            if (j->pins[k] == j->index_ids[i])
+                j->pins[k] = back;
     }
-    if (j->dir == BACKEND_TO_TIER)
-        srv->metrics.tier_demotions += j->n;
-    else
-        srv->metrics.tier_promotions += j->n;
-    srv->metrics.tier_copied_bytes += (uint64_t)j->n * srv->block_bytes;
-    srv->metrics.tier_copy_us += j->copy_ns / 1000;
-    metrics_observe(&srv->metrics.tier_copy_time[j->dir], metrics_latency_bounds_ns,
-                    metrics_latency_n_bounds, j->copy_ns);
+    return all;
+}
+
+/* On the loop, once the medium is done: every block's copy ends in the
+ * index (or, when the batch failed, every move is undone: nothing is lost,
+ * the blocks are where they were, and for STORE_MEDIUM_RETRY_MS nothing
+ * moves between the tiers), the job's pins go, and the session's request
+ * runs again, which now finds room in the pool, its blocks in tier 1, or,
+ * after a failure, answers without moving blocks. */
+static void copies_done(void *arg, const tier_medium_result_t *res)
+{
+    tier_job_t *j = arg;
+    server_t *srv = j->srv;
+    bool failed = res->status != 0;
+    bool fatal = failed && res->fatal;
+    if (failed) {
+        srv->metrics.tier_copy_failures++;
+        LOG_ERROR("tier-2 %s of %zu blocks failed (medium %s%s): %s",
+                  j->put ? "demotion" : "promotion", j->n, srv->store->medium->ops->name,
+                  fatal ? ", a device fault" : ", undone", kvs_status_text(res->status));
+    }
+    if (!failed) {
+        for (size_t i = 0; i < j->n; i++) {
+            uint32_t back;
+            if (store_move_end(srv, j->index_ids[i], true, &back) != 0)
+                LOG_ERROR("tier-2 block %u was not being copied", j->index_ids[i]);
+        }
+        if (j->put)
+            srv->metrics.tier_demotions += j->n;
+        else
+            srv->metrics.tier_promotions += j->n;
+        srv->metrics.tier_copied_bytes += (uint64_t)j->n * srv->block_bytes;
+    } else if (!fatal) {
+        fatal = !undo_moves(j);
+        srv->store->medium_down_until = uv_now(srv->loop) + STORE_MEDIUM_RETRY_MS;
+    } else {
+        for (size_t i = 0; i < j->n; i++) {
+            uint32_t back;
+            store_move_end(srv, j->index_ids[i], true, &back);
+        }
+    }
+    srv->metrics.tier_copy_us += res->copy_ns / 1000;
+    metrics_observe(&srv->metrics.tier_copy_time[j->put ? BACKEND_TO_TIER : BACKEND_FROM_TIER],
+                    metrics_latency_bounds_ns, metrics_latency_n_bounds, res->copy_ns);
     srv->tier_jobs--;
     for (size_t i = 0; i < j->n_pins; i++)
-        if (radix_unpin(srv->index, j->pins[i]) != 0)
-            LOG_ERROR("tier-2 job: pin on block %u was not in the index", j->pins[i]);
+        store_unpin(srv, j->pins[i]);
     session_t *s = j->s;
     job_free(j);
-    if (failed) {
-        /* The index now says these blocks hold bytes that were never
-         * copied, and after a device fault nothing else it holds can be
-         * trusted either. Stop before anyone reads them: every session gets
-         * its goodbye (the request waiting for these copies is never
-         * answered with them), and kvshared exits with status 1. */
-        if (s)
-            s->tier_job = NULL;
-        LOG_ERROR("stopping: a copy between the pool and tier 2 failed, so blocks in the index "
-                  "hold bytes that were not copied; workers recompute until kvshared is "
-                  "restarted");
-        srv->failed = true;
-        server_shutdown(srv);
+    if (s)
+        s->tier_job = NULL;
+    if (fatal) {
+        stop_on_fault(srv);
         return;
     }
-    if (s) {
-        s->tier_job = NULL;
+    if (s)
         session_release(s);
-    }
     /* Everyone that waited for room runs again (and may wait again). */
     session_release_all(srv, SESSION_HOLD_TIER_ANY);
 }
 
+/* Hands the batch to the medium; s waits for it. Returns 1, or an error
+ * after undoing the moves. */
 static int start(tier_job_t *j, session_t *s)
 {
-    int rc = uv_queue_work(j->srv->loop, &j->work, run_copies, copies_done);
-    if (rc != 0)
-        return rc; /* cannot happen with a valid loop and callbacks */
-    j->srv->tier_jobs++;
+    server_t *srv = j->srv;
+    tier_medium_t *m = srv->store->medium;
+    int rc = j->put ? m->ops->put(m, j->pool_ids, j->tier_ids, j->n, copies_done, j)
+                    : m->ops->get(m, j->pool_ids, j->tier_ids, j->n, copies_done, j);
+    if (rc != 0) {
+        /* The caller lets go of the lookup's pins (tier.h). */
+        bool undone = undo_moves(j);
+        job_free(j);
+        if (!undone)
+            stop_on_fault(srv);
+        return rc;
+    }
+    srv->tier_jobs++;
     if (s)
         s->tier_job = j;
     return 1;
@@ -180,35 +178,27 @@ int tier_demote(server_t *srv, session_t *s, uint32_t ns, size_t n)
     radix_move_t *moves = calloc(n ? n : 1, sizeof(*moves));
     if (!moves)
         return KVS_ENOMEM;
-    size_t n_moved = 0, n_dropped = 0;
-    int rc = radix_demote(srv->index, ns, n, moves, &n_moved, &n_dropped);
-    srv->metrics.tier_drops_t1 += n_dropped;
+    size_t n_moved = 0;
+    int rc = store_demote(srv, ns, n, moves, &n_moved);
     if (rc != 0 || n_moved == 0) {
         free(moves);
         return rc;
     }
-    tier_job_t *j = job_new(srv, s, BACKEND_TO_TIER, n_moved, 0);
+    tier_job_t *j = job_new(srv, s, true, n_moved, 0);
     if (!j) {
-        /* The index already moved them: finish without copying, as a drop
-         * would (the tier-2 copy is garbage, so give back both ids). */
-        for (size_t i = 0; i < n_moved; i++) {
-            uint32_t peer;
-            radix_copy_done(srv->index, moves[i].to, &peer);
-            pool_release(srv->pool, peer);
+        /* The index already moved them: put them back, nothing copied. */
+        for (size_t i = n_moved; i-- > 0;) {
+            uint32_t back;
+            if (store_move_end(srv, moves[i].to, false, &back) != 0)
+                LOG_ERROR("tier-2 block %u: the demotion cannot be undone", moves[i].to);
         }
         free(moves);
         return KVS_ENOMEM;
     }
     for (size_t i = 0; i < n_moved; i++) {
-        uint32_t from = moves[i].from, to = moves[i].to;
-        j->pool_ids[i] = from;
-        j->tier_ids[i] = to - srv->num_blocks;
-        j->index_ids[i] = to;
-        /* What names the block goes with it (server.h: by index id). */
-        srv->block_ns[to] = srv->block_ns[from];
-        srv->block_cached_ms[to] = srv->block_cached_ms[from];
-        if (srv->block_hash)
-            srv->block_hash[to] = srv->block_hash[from];
+        j->pool_ids[i] = moves[i].from;
+        j->tier_ids[i] = moves[i].to - srv->num_blocks;
+        j->index_ids[i] = moves[i].to;
     }
     free(moves);
     return start(j, s);
@@ -217,50 +207,19 @@ int tier_demote(server_t *srv, session_t *s, uint32_t ns, size_t n)
 int tier_promote(server_t *srv, session_t *s, const uint32_t *t2_ids, size_t n,
                  const uint32_t *pins, size_t n_pins)
 {
-    pool_counts_t c;
-    pool_counts(srv->pool, &c);
-    size_t m = n < c.free ? n : c.free;
-    if (m == 0)
-        return 0;
-    tier_job_t *j = job_new(srv, s, BACKEND_FROM_TIER, m, n_pins);
+    tier_job_t *j = job_new(srv, s, false, n, n_pins);
     if (!j)
         return KVS_ENOMEM;
-    if (pool_alloc(srv->pool, (uint32_t)m, j->pool_ids) != 0) {
-        job_free(j);
-        return 0;
-    }
     memcpy(j->pins, pins, n_pins * sizeof(*pins));
-    uint64_t now = uv_now(srv->loop);
     size_t done = 0;
-    for (; done < m; done++) {
-        uint32_t id = j->pool_ids[done];
-        int prc = radix_promote(srv->index, t2_ids[done], id);
-        if (prc != 0) {
-            LOG_DEBUG("promotion of tier-2 block %u to %u stopped: %s", t2_ids[done], id,
-                      kvs_status_text(prc));
-            break;
-        }
-        pool_set_cached(srv->pool, id);
-        /* What names the block goes with it (server.h: by index id); moving
-         * between the tiers publishes no KV event. */
-        uint32_t from = t2_ids[done];
-        srv->block_ns[id] = srv->block_ns[from];
-        srv->block_cached_ms[id] = srv->block_cached_ms[from];
-        if (srv->block_hash)
-            srv->block_hash[id] = srv->block_hash[from];
-        srv->block_used_ms[id] = now;
-        j->tier_ids[done] = t2_ids[done] - srv->num_blocks;
-        j->index_ids[done] = id;
-        /* The lookup's pin on the tier-2 id is on the tier-1 id now. */
-        for (size_t k = 0; k < n_pins; k++)
-            if (j->pins[k] == t2_ids[done])
-                j->pins[k] = id;
-    }
-    for (size_t i = done; i < m; i++)
-        pool_release(srv->pool, j->pool_ids[i]);
+    store_promote(srv, t2_ids, n, j->pool_ids, &done, j->pins, n_pins);
     if (done == 0) {
         job_free(j);
         return 0;
+    }
+    for (size_t i = 0; i < done; i++) {
+        j->tier_ids[i] = t2_ids[i] - srv->num_blocks;
+        j->index_ids[i] = j->pool_ids[i];
     }
     j->n = done;
     return start(j, s);

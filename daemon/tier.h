@@ -1,19 +1,21 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * tier: the copies between the pool (tier 1) and host memory (tier 2,
- * --host-tier), off the loop thread.
+ * tier: the copies between the pool (tier 1) and tier 2 (--host-tier),
+ * off the loop thread, and the requests that wait for them.
  *
  * A handler that needs copies before it can answer (an Alloc that finds
  * the pool full demotes blocks; a pinned Lookup that matches tier-2 blocks
  * promotes them) starts one job, batched for the request, and defers: the
  * session keeps the request and reads no further one until the job is done
- * (session.c). The copies run on libuv's thread pool (backend_tier_copy);
- * the completion, on the loop, ends each block's copy in the index
- * (radix_copy_done), gives a demoted block's tier-1 id back to the pool,
- * lets go of the pins the job held, and runs the session's request again,
- * which now finds room in the pool or its blocks in tier 1. A session that
- * ends while its job runs is detached from it: the job still finishes its
- * bookkeeping, so nothing leaks.
+ * (session.c). The store moves the blocks in the index (store_demote,
+ * store_promote); tier 2's medium copies them (tier_medium.h: the host
+ * tier on libuv's thread pool). The completion, on the loop, ends each
+ * block's move (store_move_end: a demoted block's tier-1 id goes back to
+ * the pool; a failed batch is undone, or stops the daemon after a device
+ * fault), lets go of the pins the job held, and runs the session's request
+ * again, which now finds room in the pool or its blocks in tier 1. A
+ * session that ends while its job runs is detached from it: the job still
+ * finishes its bookkeeping, so nothing leaks.
  *
  * The session waits the one way every request waits (session_hold): a
  * handler whose copies started asks for the hold tier_hold names, and the

@@ -2468,3 +2468,33 @@ int radix_check_line(void)
 {
     return radix_check_failed_line;
 }
+
+int radix_copy_undo(radix_tree_t *t, uint32_t id, uint32_t *peer)
+{
+    if (!t || !peer || t->t2_blocks == 0 || id >= t->cfg.max_blocks + t->t2_blocks)
+        return KVS_EINVAL;
+    radix_node_t *n = t->by_node[id];
+    if (!n || t->peer[id] == UINT32_MAX)
+        return KVS_ENOTFOUND;
+    uint32_t pos = t->by_pos[id], back = t->peer[id];
+    bool demotion = in_tier2(t, id);
+    if (demotion) {
+        /* Back up: the block before it must be in tier 1. */
+        const radix_node_t *p = n->parent;
+        if (pos != n->first + n->t1_len || (n->t1_len == 0 && !is_root(p) && p->t1_len < p->len))
+            return KVS_EBUSY;
+    } else if (pos != n->first + n->t1_len - 1 || (n->t1_len == n->len && n->t1_children > 0)) {
+        return KVS_EBUSY; /* back down: nothing below it may be in tier 1 */
+    }
+    t->peer[id] = UINT32_MAX;
+    t->n_busy--;
+    if (demotion)
+        t->peer[back] = UINT32_MAX;
+    else
+        t->t2_inflight--;
+    retier(t, n, pos, back, false);
+    if (demotion) /* its tier-2 id was never written: free again */
+        t->t2_free[t->t2_n_free++] = id;
+    *peer = back;
+    return 0;
+}

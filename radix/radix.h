@@ -433,6 +433,17 @@ size_t radix_promotable(const radix_tree_t *t, const uint32_t *ids, size_t n);
  * candidate, queued. Errors: KVS_EINVAL, KVS_ENOTFOUND (not busy). */
 int radix_copy_done(radix_tree_t *t, uint32_t id, uint32_t *peer);
 
+/* Ends the copy of busy block id as if the move had not happened, for a
+ * copy that failed: the block goes back to its other id *peer (a demotion's
+ * tier-1 id, whose bytes were never given up; a promotion's tier-2 id, whose
+ * copy is still there) with its place, recency, hits, hints and pins, and id
+ * is free again (a promotion's tier-1 id is the caller's). The namespace's
+ * demoted_blocks / promoted_blocks still count the move. Undo a batch in the
+ * reverse order of its moves. Errors: KVS_EINVAL, KVS_ENOTFOUND (not busy),
+ * KVS_EBUSY (moving it back would break tier 1's closure towards the root:
+ * the block before a demoted one was demoted meanwhile; nothing changes). */
+int radix_copy_undo(radix_tree_t *t, uint32_t id, uint32_t *peer);
+
 /* Takes one radix_lookup back out of namespace ns's counters: a lookup of
  * n_tokens tokens that matched n_blocks blocks, n_tier2 of them in tier 2
  * (lookups, lookup_tokens, hit_tokens and t2_hit_tokens go down by what it

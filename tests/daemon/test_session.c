@@ -26,6 +26,7 @@
 #include "server.h"
 #include "namespaces.h"
 #include "session.h"
+#include "store.h"
 #include "test_tmp.h"
 
 #define BT   4
@@ -79,11 +80,11 @@ static void check_invariants(void)
         } else {
             ck_assert_msg(pins == 0, "block %u is not cached but pinned %u times", b, pins);
         }
-        ck_assert_msg((st == POOL_WRITING) == (srv->writer[b] != NULL),
-                      "block %u: state %d, writer %p", b, st, (void *)srv->writer[b]);
+        ck_assert_msg((st == POOL_WRITING) == (store_writer(srv->store, b) != NULL),
+                      "block %u: state %d, writer %p", b, st, (void *)store_writer(srv->store, b));
         if (st == POOL_WRITING) {
-            session_t *w = srv->writer[b];
-            ck_assert_uint_eq(w->writing[srv->writer_pos[b]], b);
+            session_t *w = store_writer(srv->store, b);
+            ck_assert_uint_eq(w->writing[store_writer_pos(srv->store, b)], b);
             writing++;
         }
     }
@@ -275,7 +276,7 @@ START_TEST(test_duplicate_commit_keeps_first)
     ck_assert_uint_eq(can[0], ia[0]);
     ck_assert_uint_eq(can[1], ia[1]);
     /* b's own blocks stay WRITING and b's; b holds pins on a's blocks. */
-    ck_assert_ptr_eq(srv->writer[ib[0]], b);
+    ck_assert_ptr_eq(store_writer(srv->store, ib[0]), b);
     ck_assert_uint_eq(session_pin_count(b, ia[0]), 1);
     ck_assert_int_eq(do_release(b, ib, 2), 0);
     ck_assert_int_eq(do_release(b, ia, 2), 0);
@@ -443,7 +444,7 @@ START_TEST(test_bad_block_ids)
     ck_assert_int_eq(do_release(a, ib, 1), KVS_ENOTHELD);
     ck_assert_ptr_nonnull(strstr(last_msg, "not held by this session"));
     ck_assert_int_eq(do_commit(a, tokens, 8, ib, 1, can, &done), KVS_ENOTHELD);
-    ck_assert_ptr_eq(srv->writer[ib[0]], b);
+    ck_assert_ptr_eq(store_writer(srv->store, ib[0]), b);
 
     /* Double release of a WRITING block. */
     ck_assert_int_eq(do_release(a, ia, 1), 0);
@@ -931,8 +932,8 @@ START_TEST(test_random_bytes)
         check_invariants();
     }
     /* The holder's blocks were never anyone else's to release. */
-    ck_assert_ptr_eq(srv->writer[ids[0]], holder);
-    ck_assert_ptr_eq(srv->writer[ids[1]], holder);
+    ck_assert_ptr_eq(store_writer(srv->store, ids[0]), holder);
+    ck_assert_ptr_eq(store_writer(srv->store, ids[1]), holder);
 }
 END_TEST
 
@@ -962,7 +963,7 @@ START_TEST(test_namespace_quota)
     ck_assert_uint_eq(r->commit->n_committed, 2);
     ck_assert_ptr_nonnull(strstr(r->message, "2 of 3 blocks committed"));
     finish(r);
-    ck_assert_ptr_eq(srv->writer[ids[2]], a); /* still this session's */
+    ck_assert_ptr_eq(store_writer(srv->store, ids[2]), a); /* still this session's */
     ck_assert_int_eq(do_release(a, ids, 3), 0);
 }
 END_TEST

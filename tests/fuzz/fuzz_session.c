@@ -43,6 +43,7 @@
 #include "log.h"
 #include "server.h"
 #include "session.h"
+#include "store.h"
 
 #define FUZZ_SESSIONS 2
 
@@ -133,14 +134,15 @@ static void check(server_t *srv, session_t *const *s, size_t n)
     for (uint32_t b = 0; b < srv->num_blocks; b++) {
         pool_state_t st;
         FUZZ_CHECK(pool_state(srv->pool, b, &st) == 0);
-        session_t *w = srv->writer[b];
+        session_t *w = store_writer(srv->store, b);
         FUZZ_CHECK((st == POOL_WRITING) == (w != NULL));
         if (w) {
             int live = 0;
             for (size_t k = 0; k < n; k++)
                 live |= s[k] == w;
             FUZZ_CHECK(live);
-            FUZZ_CHECK(srv->writer_pos[b] < w->n_writing && w->writing[srv->writer_pos[b]] == b);
+            FUZZ_CHECK(store_writer_pos(srv->store, b) < w->n_writing &&
+                       w->writing[store_writer_pos(srv->store, b)] == b);
         }
         uint64_t pins = 0;
         for (size_t k = 0; k < n; k++)

@@ -1337,6 +1337,62 @@ START_TEST(test_tier2_leaving_id)
 }
 END_TEST
 
+/* radix_copy_undo: a failed copy's moves go back, in reverse order, to the
+ * ids they left, with their pins; one that would put a tier-1 block below a
+ * tier-2 one is refused and changes nothing. */
+START_TEST(test_tier2_copy_undo)
+{
+    radix_config_t cfg = {.block_tokens = BT, .max_blocks = 4, .tier2_blocks = 4};
+    radix_tree_t *t = tree_cfg(cfg);
+    uint32_t ns = ns_new(t, "a", 0, 0), tok[3 * BT], ids[3], peer;
+    prompt(tok, 3 * BT, 1);
+    insert_run(t, ns, tok, 3, 0, false, 0);
+    radix_move_t mv[2];
+    size_t n_mv = 0, n_dr = 0, n = 0;
+    /* Two demotions, one call each: the parent's goes first back. */
+    ck_assert_int_eq(radix_demote(t, ns, 1, mv, &n_mv, &n_dr), 0);
+    ck_assert_int_eq(radix_demote(t, ns, 1, mv + 1, &n_mv, &n_dr), 0);
+    ck_assert_uint_eq(mv[0].from, 2);
+    ck_assert_uint_eq(mv[1].from, 1);
+    ck_assert_int_eq(radix_copy_undo(t, mv[0].to, &peer), KVS_EBUSY);
+    ck_assert_int_eq(radix_check(t), 0);
+    ck_assert_int_eq(radix_copy_undo(t, mv[1].to, &peer), 0);
+    ck_assert_uint_eq(peer, 1);
+    ck_assert_int_eq(radix_copy_undo(t, mv[0].to, &peer), 0);
+    ck_assert_uint_eq(peer, 2);
+    ck_assert_int_eq(radix_copy_undo(t, mv[0].to, &peer), KVS_ENOTFOUND);
+    ck_assert_uint_eq(radix_busy_blocks(t), 0);
+    ck_assert_uint_eq(radix_tier2_blocks(t), 0);
+    ck_assert_uint_eq(radix_tier2_free(t), 4);
+    ck_assert_int_eq(radix_check(t), 0);
+    ck_assert_int_eq(radix_match(t, ns, tok, 3 * BT, ids, 3, &n), 0);
+    ck_assert_uint_eq(n, 3);
+    for (uint32_t k = 0; k < 3; k++)
+        ck_assert_uint_eq(ids[k], k);
+
+    /* Promotions of a pinned lookup, undone: the pins are on the tier-2
+     * ids again. */
+    demote_copied(t, ns, 2, 4, mv);
+    ck_assert_int_eq(radix_lookup(t, ns, tok, 3 * BT, true, ids, 3, &n), 0);
+    ck_assert_uint_eq(n, 3);
+    ck_assert_int_eq(radix_promote(t, ids[1], 1), 0);
+    ck_assert_int_eq(radix_promote(t, ids[2], 2), 0);
+    ck_assert_int_eq(radix_copy_undo(t, 1, &peer), KVS_EBUSY); /* its child is in tier 1 */
+    ck_assert_int_eq(radix_copy_undo(t, 2, &peer), 0);
+    ck_assert_uint_eq(peer, ids[2]);
+    ck_assert_int_eq(radix_copy_undo(t, 1, &peer), 0);
+    ck_assert_uint_eq(peer, ids[1]);
+    ck_assert_uint_eq(radix_tier2_blocks(t), 2);
+    ck_assert_uint_eq(radix_busy_blocks(t), 0);
+    ck_assert_int_eq(radix_check(t), 0);
+    for (size_t k = 0; k < n; k++)
+        ck_assert_int_eq(radix_unpin(t, ids[k]), 0);
+    ck_assert_uint_eq(radix_pinned_blocks(t), 0);
+    ck_assert_int_eq(radix_check(t), 0);
+    radix_free(t);
+}
+END_TEST
+
 START_TEST(test_top)
 {
     radix_tree_t *t = tree_with(BT, 64, NULL);
@@ -2064,6 +2120,7 @@ static Suite *radix_suite(void)
     tcase_add_test(tc, test_tier2_top_drop_uncount);
     tcase_add_test(tc, test_tier2_promotable);
     tcase_add_test(tc, test_tier2_leaving_id);
+    tcase_add_test(tc, test_tier2_copy_undo);
     tcase_add_test(tc, test_memory);
     tcase_add_test(tc, test_alloc_failures);
     suite_add_tcase(s, tc);

@@ -1,0 +1,657 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "store.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "inflight.h"
+#include "kvshare_status.h"
+#include "log.h"
+#include "session.h"
+#include "namespaces.h"
+#include "tier.h"
+#include "tier_medium.h"
+
+/* --- records, and what the index tells of the blocks it drops --- */
+
+/* The index dropped block_id for good, from either tier: it goes back to
+ * the pool (a tier-2 id is the index's own, free there already), and
+ * routers hear of it once, here (a move between the tiers publishes
+ * nothing). */
+static void on_evict(void *ctx, uint32_t block_id)
+{
+    server_t *srv = ctx;
+    store_t *st = srv->store;
+    const store_meta_t *m = &st->rec[block_id].meta;
+    bool tier2 = block_id >= srv->num_blocks;
+    srv->metrics.evictions++;
+    if (tier2)
+        srv->metrics.tier2_drops++;
+    if (srv->events &&
+        events_removed(srv->events, namespaces_events_stream(srv, m->ns), m->hash) != 0)
+        srv->metrics.kv_events_dropped++;
+    metrics_observe(&srv->metrics.block_lifetime, metrics_block_bounds_ms, metrics_block_n_bounds,
+                    uv_now(srv->loop) - m->cached_ms);
+    if (!tier2) {
+        pool_release(st->pool, block_id);
+    } else if (st->medium) {
+        uint32_t slot = block_id - srv->num_blocks;
+        st->medium->ops->drop(st->medium, &slot, 1);
+    }
+}
+
+/* Just before on_evict: the dropped block's tokens, for the report of the
+ * store call running (store_evicted_t), if it asked for this namespace. */
+static void on_evict_tokens(void *ctx, uint32_t block_id, uint32_t ns, const uint32_t *tokens)
+{
+    server_t *srv = ctx;
+    store_evicted_t *r = srv->store->report;
+    (void)block_id;
+    if (!r || !r->tokens || ns != r->ns || r->n >= r->max)
+        return;
+    uint32_t bt = srv->geo.block_tokens;
+    uint8_t *out = r->tokens + r->n * bt * 4;
+    for (uint32_t i = 0; i < bt; i++) {
+        out[4 * i] = (uint8_t)tokens[i];
+        out[4 * i + 1] = (uint8_t)(tokens[i] >> 8);
+        out[4 * i + 2] = (uint8_t)(tokens[i] >> 16);
+        out[4 * i + 3] = (uint8_t)(tokens[i] >> 24);
+    }
+    r->n++;
+}
+
+int store_open(server_t *srv, store_t **out, char *err, size_t errlen)
+{
+    store_t *st = calloc(1, sizeof(*st));
+    if (!st) {
+        snprintf(err, errlen, "out of memory for the block store");
+        return KVS_ENOMEM;
+    }
+    int rc = pool_new(srv->num_blocks, &st->pool);
+    if (rc != 0) {
+        snprintf(err, errlen, "cannot create a pool of %u blocks: %s", srv->num_blocks,
+                 kvs_status_text(rc));
+        goto fail;
+    }
+    radix_config_t rcfg = {
+        .block_tokens = srv->geo.block_tokens,
+        .max_blocks = srv->num_blocks,
+        .on_evict = on_evict,
+        .on_evict_tokens = on_evict_tokens,
+        .evict_ctx = srv,
+        .policy = srv->cfg.eviction,
+        .tier2_blocks = srv->tier2_blocks,
+    };
+    rc = radix_new(&rcfg, &st->index);
+    if (rc != 0) {
+        snprintf(err, errlen, "cannot create the index: %s", kvs_status_text(rc));
+        goto fail;
+    }
+    /* By index id: tier-2 blocks keep what names them too. */
+    st->n_ids = srv->num_blocks + srv->tier2_blocks;
+    st->rec = calloc(st->n_ids, sizeof(*st->rec));
+    st->keys = calloc(srv->num_blocks, sizeof(*st->keys));
+    if (!st->rec || !st->keys) {
+        snprintf(err, errlen, "out of memory for the records of %u blocks", st->n_ids);
+        rc = KVS_ENOMEM;
+        goto fail;
+    }
+    /* The medium below the pool: host memory (--host-tier). */
+    if (srv->tier2_blocks > 0 && (rc = tier_host_open(srv, &st->medium)) != 0) {
+        snprintf(err, errlen, "out of memory for the host tier");
+        goto fail;
+    }
+    srv->pool = st->pool;
+    srv->index = st->index;
+    *out = st;
+    return 0;
+fail:
+    store_free(st);
+    return rc;
+}
+
+void store_free(store_t *st)
+{
+    if (!st)
+        return;
+    if (st->medium) {
+        tier_medium_stats_t ms;
+        st->medium->ops->stats(st->medium, &ms);
+        LOG_INFO("tier 2 (%s, %u blocks): %llu puts, %llu gets, %llu blocks copied, %llu failed",
+                 st->medium->ops->name, st->medium->capacity, (unsigned long long)ms.puts,
+                 (unsigned long long)ms.gets, (unsigned long long)ms.blocks,
+                 (unsigned long long)ms.failures);
+    }
+    tier_medium_close(st->medium);
+    radix_free(st->index);
+    pool_free(st->pool);
+    free(st->rec);
+    free(st->keys);
+    free(st);
+}
+
+/* --- holdings: a session's WRITING blocks --- */
+
+/* b is WRITING by s (room reserved in s's list). */
+static void writing_add(store_t *st, session_t *s, uint32_t b)
+{
+    store_record_t *r = &st->rec[b];
+    r->writer = s;
+    r->writer_pos = s->n_writing;
+    s->writing[s->n_writing++] = b;
+}
+
+/* s no longer writes b (the caller changes its pool state); it leaves the
+ * in-flight table. */
+static void writing_remove(server_t *srv, session_t *s, uint32_t b)
+{
+    store_record_t *rec = srv->store->rec;
+    inflight_undeclare(srv, b);
+    uint32_t pos = rec[b].writer_pos;
+    uint32_t last = s->writing[--s->n_writing];
+    s->writing[pos] = last;
+    rec[last].writer_pos = pos;
+    rec[b].writer = NULL;
+}
+
+/* --- hints --- */
+
+void store_hint(server_t *srv, const store_hint_t *h, uint32_t b)
+{
+    if (!h || !h->set)
+        return;
+    uint64_t until = h->duration_ms ? uv_now(srv->loop) + h->duration_ms : 0;
+    int rc = radix_hint(srv->store->index, b, h->priority, until);
+    if (rc != 0 && rc != KVS_ENOTFOUND)
+        LOG_WARN("retention hint on block %u: %s", b, kvs_status_text(rc));
+}
+
+/* Timed hints that ended go back to their namespace's default before the
+ * index chooses what to evict. */
+static void hints_expire(server_t *srv)
+{
+    radix_expire_hints(srv->store->index, uv_now(srv->loop), NULL);
+}
+
+/* --- alloc and evict --- */
+
+/* Room in the report for the blocks an eviction of n may drop. */
+static int report_open(store_evicted_t *r, size_t n, uint32_t block_tokens)
+{
+    if (!r || !r->want)
+        return 0;
+    free(r->tokens);
+    r->n = 0;
+    r->max = n;
+    r->tokens = malloc(n * block_tokens * 4);
+    return r->tokens ? 0 : KVS_ENOMEM;
+}
+
+int store_evict(server_t *srv, uint32_t ns, size_t n, size_t *evicted, store_evicted_t *report)
+{
+    store_t *st = srv->store;
+    st->report = report;
+    int rc = radix_evict(st->index, ns, n, evicted);
+    st->report = NULL;
+    return rc;
+}
+
+int store_alloc(server_t *srv, session_t *s, uint32_t ns, uint32_t n, const uint64_t *hashes,
+                uint32_t *ids, size_t *evicted, store_evicted_t *report)
+{
+    store_t *st = srv->store;
+    *evicted = 0;
+    int rc = pool_alloc(st->pool, n, ids);
+    if (rc == KVS_EPOOLFULL) {
+        /* A full pool is the signal to evict unpinned cached blocks, then retry. */
+        pool_counts_t c;
+        pool_counts(st->pool, &c);
+        size_t need = n - c.free;
+        hints_expire(srv);
+        if (report_open(report, need, srv->geo.block_tokens) != 0)
+            return KVS_ENOMEM;
+        if (store_tiers_usable(srv)) {
+            /* Demote instead of drop: the request waits for the copies,
+             * and the report names what the run that answers dropped. */
+            st->report = report;
+            rc = tier_demote(srv, s, ns, need);
+            st->report = NULL;
+            if (rc == 0)
+                rc = tier_wait(srv, s);
+            if (rc == 1)
+                return STORE_WAIT;
+        } else {
+            rc = store_evict(srv, ns, need, evicted, report);
+        }
+        if (rc != 0)
+            return rc;
+        rc = pool_alloc(st->pool, n, ids);
+    }
+    if (rc == KVS_EPOOLFULL)
+        srv->metrics.alloc_failures++;
+    if (rc != 0)
+        return rc;
+    for (uint32_t i = 0; i < n; i++)
+        writing_add(st, s, ids[i]);
+    if (hashes)
+        inflight_declare(srv, ns, hashes, ids, n);
+    return 0;
+}
+
+/* --- commit --- */
+
+void store_mark_begin(store_t *st)
+{
+    if (++st->mark_stamp == 0) {
+        for (uint32_t b = 0; b < st->n_ids; b++)
+            st->rec[b].mark = 0;
+        st->mark_stamp = 1;
+    }
+}
+
+bool store_mark(store_t *st, uint32_t b)
+{
+    if (st->rec[b].mark == st->mark_stamp)
+        return true;
+    st->rec[b].mark = st->mark_stamp;
+    return false;
+}
+
+/* KV events of a commit: one BlockStored per run of blocks it cached
+ * (fresh[i] != 0), whose parent is the block before the run. A duplicate
+ * publishes nothing. Parents go first: a run's parent was cached before
+ * this commit or earlier in it, and its event queued then. */
+static void publish_stored(server_t *srv, uint32_t ns, const uint32_t *ids,
+                           const uint32_t *canonical, const uint32_t *fresh, size_t n,
+                           const uint32_t *tokens)
+{
+    store_t *st = srv->store;
+    const events_stream_t *es = namespaces_events_stream(srv, ns);
+    uint32_t bt = srv->geo.block_tokens;
+    if (!es->on)
+        return;
+    for (size_t i = 0; i < n;) {
+        if (!fresh[i]) {
+            i++;
+            continue;
+        }
+        size_t end = i;
+        while (end < n && fresh[end])
+            end++;
+        uint64_t parent = 0;
+        bool has_parent = i > 0 && radix_block_hash(st->index, canonical[i - 1], &parent) == 0;
+        for (size_t k = i; k < end; k++)
+            st->keys[k - i] = st->rec[ids[k]].meta.hash;
+        if (events_stored(srv->events, es, st->keys, end - i, has_parent, parent,
+                          tokens + i * bt) != 0)
+            srv->metrics.kv_events_dropped++;
+        i = end;
+    }
+}
+
+/* Block b of session s now holds a prefix of ns in the index: CACHED. */
+static void became_cached(server_t *srv, session_t *s, uint32_t ns, uint32_t b)
+{
+    store_t *st = srv->store;
+    store_record_t *r = &st->rec[b];
+    r->meta.cached_ms = r->used_ms = uv_now(srv->loop);
+    r->meta.ns = ns;
+    r->meta.hash = 0;
+    if (srv->events)
+        radix_block_hash(st->index, b, &r->meta.hash);
+    writing_remove(srv, s, b);
+    if (pool_set_cached(st->pool, b) != 0)
+        LOG_ERROR("block %u was WRITING for session %llu but the pool refused it", b,
+                  (unsigned long long)s->id);
+}
+
+int store_commit(server_t *srv, session_t *s, uint32_t ns, const uint32_t *tokens, size_t n_tokens,
+                 const uint32_t *ids, size_t n_ids, const store_hint_t *hint, uint32_t *canonical,
+                 size_t *n_done)
+{
+    store_t *st = srv->store;
+    *n_done = 0;
+    hints_expire(srv); /* a namespace at its quota evicts in the insert */
+    int irc =
+        n_ids ? radix_insert(st->index, ns, tokens, n_tokens, ids, n_ids, true, canonical, n_done)
+              : 0;
+    /* Which blocks this commit cached (KV events), in the scratch's second
+     * half. */
+    uint32_t *fresh = canonical + n_ids;
+    memset(fresh, 0, *n_done * sizeof(*fresh));
+    for (size_t i = 0; i < *n_done; i++) {
+        uint32_t b = ids[i];
+        if (st->rec[b].writer != s) {
+            /* A cached block named here: the session already pins it; the
+             * insert's pin is taken back so that one Release frees it. */
+            if (canonical[i] == b && radix_unpin(st->index, b) == 0)
+                continue;
+            LOG_ERROR("cached block %u of session %llu was checked at position %zu but the "
+                      "index disagrees",
+                      b, (unsigned long long)s->id, i);
+            if (canonical[i] != b)
+                session_pin_add(s, canonical[i]);
+            continue;
+        }
+        if (canonical[i] == b) {
+            fresh[i] = srv->events != NULL;
+            became_cached(srv, s, ns, b);
+        }
+        /* A duplicate stays WRITING, held by this session until released;
+         * its prefix is cached now, so it is no longer in flight. */
+        inflight_undeclare(srv, b);
+        session_pin_add(s, canonical[i]);
+    }
+    for (size_t i = 0; i < *n_done; i++)
+        store_hint(srv, hint, canonical[i]);
+    if (srv->events)
+        publish_stored(srv, ns, ids, canonical, fresh, *n_done, tokens);
+    if (irc == KVS_EQUOTA)
+        srv->metrics.alloc_failures_quota++;
+    return irc;
+}
+
+/* --- pins and releases --- */
+
+int store_pin(server_t *srv, session_t *s, uint32_t b, const store_hint_t *hint)
+{
+    store_t *st = srv->store;
+    pool_state_t ps = POOL_FREE;
+    /* A block of a namespace this peer may not use is not its to pin, and
+     * is answered exactly as a block that is not cached: a different answer
+     * would let it find the other namespace's blocks by probing ids. */
+    bool hidden = pool_state(st->pool, b, &ps) == 0 && ps == POOL_CACHED &&
+                  !namespaces_allowed(s, st->rec[b].meta.ns);
+    int rc = hidden ? KVS_ENOTFOUND : radix_pin(st->index, b);
+    if (rc == KVS_ENOTFOUND)
+        srv->metrics.pin_misses++;
+    if (rc != 0)
+        return rc;
+    session_pin_add(s, b);
+    store_hint(srv, hint, b);
+    return 0;
+}
+
+int store_release(server_t *srv, session_t *s, uint32_t b, const store_hint_t *hint)
+{
+    store_t *st = srv->store;
+    if (b < srv->num_blocks && st->rec[b].writer == s) {
+        writing_remove(srv, s, b);
+        pool_release(st->pool, b);
+        return 0;
+    }
+    if (session_pin_count(s, b) == 0)
+        return KVS_ENOTHELD;
+    int rc = radix_unpin(st->index, b);
+    if (rc != 0)
+        return rc;
+    session_pin_drop(s, b);
+    store_hint(srv, hint, b);
+    return 0;
+}
+
+void store_release_session(server_t *srv, session_t *s)
+{
+    store_t *st = srv->store;
+    for (uint32_t i = 0; i < s->n_writing; i++) {
+        uint32_t b = s->writing[i];
+        inflight_undeclare(srv, b);
+        st->rec[b].writer = NULL;
+        if (pool_release(st->pool, b) != 0)
+            LOG_ERROR("session %llu: block %u was WRITING but the pool refused its release",
+                      (unsigned long long)s->id, b);
+    }
+    s->n_writing = 0;
+    for (uint32_t i = 0; i < s->pins.cap; i++) {
+        uint32_t b = s->pins.keys[i];
+        if (b == SESSION_NO_BLOCK)
+            continue;
+        for (uint32_t k = 0; k < s->pins.counts[i]; k++) {
+            if (radix_unpin(st->index, b) != 0) {
+                LOG_ERROR("session %llu: pin on block %u was not in the index",
+                          (unsigned long long)s->id, b);
+                break;
+            }
+        }
+        s->pins.keys[i] = SESSION_NO_BLOCK;
+    }
+    s->pins.used = 0;
+    s->pins.total = 0;
+}
+
+/* --- lookup --- */
+
+/* The reuse-gap histogram: the time since the matched prefix's last block
+ * was last used (committed, or the end of a lookup's match). One
+ * observation per lookup that hits, O(1): the blocks before it were used at
+ * least as recently (every walk starts at the root). */
+static void observe_reuse(server_t *srv, const uint32_t *ids, size_t n)
+{
+    if (n == 0)
+        return;
+    store_record_t *r = &srv->store->rec[ids[n - 1]];
+    uint64_t now = uv_now(srv->loop);
+    metrics_observe(&srv->metrics.block_reuse_gap, metrics_block_bounds_ms, metrics_block_n_bounds,
+                    now - r->used_ms);
+    r->used_ms = now;
+}
+
+static void unpin_range(store_t *st, const uint32_t *ids, size_t from, size_t to)
+{
+    for (size_t i = from; i < to; i++)
+        radix_unpin(st->index, ids[i]);
+}
+
+/* A pinned match that goes on into tier 2: its tier-2 blocks ids[n_t1 ..
+ * n_t1 + n_promote) come back to the pool first. Returns STORE_WAIT (s
+ * waits, the pins handled), 0 (no room: the tier-2 part is unpinned), or an
+ * error (every pin of the match let go). */
+static int promote_match(server_t *srv, session_t *s, uint32_t ns, uint32_t *ids, size_t n_t1,
+                         size_t n_promote, size_t n_blocks)
+{
+    store_t *st = srv->store;
+    int started = tier_promote(srv, s, ids + n_t1, n_promote, ids, n_blocks);
+    if (started == 0) { /* no free pool block: make room first, then promote */
+        started = tier_demote(srv, s, ns, n_promote);
+        /* Nothing to wait for when the room came from blocks dropped
+         * at once (tier 2 full of blocks it cannot drop: these). */
+        if (started == 0)
+            started = tier_promote(srv, s, ids + n_t1, n_promote, ids, n_blocks);
+    }
+    if (started == 0) /* copies in flight will free or move blocks */
+        started = tier_wait(srv, s);
+    LOG_DEBUG("session %llu: lookup matched %zu + %zu tier-2 blocks: %s (pinned %u, busy %u, "
+              "tier-2 free %u, copies %u)",
+              (unsigned long long)s->id, n_t1, n_promote,
+              started == 1   ? "waiting"
+              : started == 0 ? "no room"
+                             : kvs_status_text(started),
+              radix_pinned_blocks(st->index), radix_busy_blocks(st->index),
+              radix_tier2_free(st->index), srv->tier_jobs);
+    if (started == 1) {
+        /* A promotion holds the pins until its copies are done; for a
+         * demotion they only kept this prefix out of its way. */
+        if (!s->tier_job || !tier_job_holds_pins(s->tier_job))
+            unpin_range(st, ids, 0, n_blocks);
+        return STORE_WAIT;
+    }
+    unpin_range(st, ids, started < 0 ? 0 : n_t1, n_blocks);
+    return started;
+}
+
+int store_lookup(server_t *srv, session_t *s, uint32_t ns, const uint32_t *tokens, size_t n_tokens,
+                 bool pin, bool in_place, bool waited, uint32_t **ids_out, size_t *n_t1_out,
+                 size_t *n_t2_out)
+{
+    store_t *st = srv->store;
+    size_t n_blocks = 0;
+    uint32_t *ids;
+    in_place = in_place && pin;
+    /* A chain of cached blocks is never longer than the pool, or the pool
+     * and tier 2 for a lookup that returns the tier-2 part as it is. */
+    size_t max_ids = n_tokens / srv->geo.block_tokens;
+    size_t chain_max = (size_t)srv->num_blocks + (in_place ? srv->tier2_blocks : 0);
+    if (max_ids > chain_max)
+        max_ids = chain_max;
+    if (session_scratch(s, max_ids ? max_ids : 1, &ids) != 0 ||
+        (pin && session_pins_reserve(s, (uint32_t)max_ids) != 0))
+        return KVS_ENOMEM;
+    int rc = radix_lookup(st->index, ns, tokens, n_tokens, pin, ids, max_ids, &n_blocks);
+    if (rc != 0)
+        return rc;
+    /* A match goes on into tier 2 after its tier-1 blocks: a pinned lookup
+     * waits for them to come back (tier.h), or with in_place keeps them
+     * pinned where they are and names them; otherwise the reply names
+     * tier-1 blocks only. */
+    size_t n_t1 = 0, n_t2 = 0;
+    while (n_t1 < n_blocks && ids[n_t1] < srv->num_blocks)
+        n_t1++;
+    /* A request run again after its copies counts once, as it first matched
+     * (hits by tier included): this run comes out of the counters. */
+    if ((session_rerun(s) == SESSION_HOLD_TIER_JOB || session_rerun(s) == SESSION_HOLD_TIER_ANY) &&
+        !waited)
+        radix_lookup_uncount(st->index, ns, n_tokens, n_blocks, n_blocks - n_t1);
+    /* Tier-2 blocks that another session reads in place stay, and so do
+     * the blocks after them (radix_promotable). */
+    size_t n_promote = 0;
+    if (n_t1 < n_blocks && pin && !in_place && !waited && store_tiers_usable(srv))
+        n_promote = radix_promotable(st->index, ids + n_t1, n_blocks - n_t1);
+    if (n_t1 < n_blocks && in_place) {
+        n_t2 = n_blocks - n_t1; /* pinned in tier 2: neither promoted nor dropped */
+    } else if (n_promote > 0) {
+        rc = promote_match(srv, s, ns, ids, n_t1, n_promote, n_blocks);
+        if (rc != 0)
+            return rc;
+    } else if (n_t1 < n_blocks && pin) {
+        /* A lookup that waited for writers (inflight.h) is not held again,
+         * and blocks pinned in place stay where they are: the tier-2 part
+         * is not returned. */
+        unpin_range(st, ids, n_t1, n_blocks);
+    }
+    n_blocks = n_t1 + n_t2; /* without pin, only the tier-1 part is of use */
+    if (pin && !waited && n_blocks < max_ids && radix_busy_blocks(st->index) > 0 &&
+        tier_wait(srv, s) == 1) {
+        /* The match may have stopped at a block being copied between the
+         * tiers: it is readable again once the copies end. */
+        unpin_range(st, ids, 0, n_blocks);
+        return STORE_WAIT;
+    }
+    if (pin && srv->cfg.session_max_pinned &&
+        s->pins.total + n_blocks > srv->cfg.session_max_pinned) {
+        /* Over the limit: the pins just taken go back, nothing is returned. */
+        unpin_range(st, ids, 0, n_blocks);
+        *n_t1_out = n_blocks; /* what it would have pinned, for the message */
+        return KVS_ELIMIT;
+    }
+    /* Tier-2 blocks are pinned by their index id, as Release names them. */
+    if (pin)
+        for (size_t i = 0; i < n_blocks; i++)
+            session_pin_add(s, ids[i]);
+    observe_reuse(srv, ids, n_t1);
+    *ids_out = ids;
+    *n_t1_out = n_t1;
+    *n_t2_out = n_t2;
+    return 0;
+}
+
+/* --- clear --- */
+
+int store_clear(server_t *srv, uint32_t ns, size_t *cleared)
+{
+    int rc = radix_ns_clear(srv->store->index, ns, cleared);
+    if (rc != 0)
+        return rc;
+    srv->metrics.clears++;
+    srv->metrics.cleared_blocks += *cleared;
+    return 0;
+}
+
+/* --- moves between the tiers --- */
+
+bool store_tiers_usable(const server_t *srv)
+{
+    return srv->tier2_blocks > 0 && uv_now(srv->loop) >= srv->store->medium_down_until;
+}
+
+int store_demote(server_t *srv, uint32_t ns, size_t n, radix_move_t *moves, size_t *n_moved)
+{
+    store_t *st = srv->store;
+    size_t n_dropped = 0;
+    int rc = radix_demote(st->index, ns, n, moves, n_moved, &n_dropped);
+    srv->metrics.tier_drops_t1 += n_dropped;
+    /* What names the block goes with it (by index id). */
+    for (size_t i = 0; rc == 0 && i < *n_moved; i++)
+        st->rec[moves[i].to].meta = st->rec[moves[i].from].meta;
+    return rc;
+}
+
+void store_promote(server_t *srv, const uint32_t *t2_ids, size_t n, uint32_t *pool_ids,
+                   size_t *n_done, uint32_t *pins, size_t n_pins)
+{
+    store_t *st = srv->store;
+    pool_counts_t c;
+    pool_counts(st->pool, &c);
+    size_t m = n < c.free ? n : c.free, done = 0;
+    *n_done = 0;
+    if (m == 0 || pool_alloc(st->pool, (uint32_t)m, pool_ids) != 0)
+        return;
+    uint64_t now = uv_now(srv->loop);
+    for (; done < m; done++) {
+        uint32_t id = pool_ids[done], from = t2_ids[done];
+        int prc = radix_promote(st->index, from, id);
+        if (prc != 0) {
+            LOG_DEBUG("promotion of tier-2 block %u to %u stopped: %s", from, id,
+                      kvs_status_text(prc));
+            break;
+        }
+        pool_set_cached(st->pool, id);
+        /* What names the block goes with it; moving between the tiers
+         * publishes no KV event. */
+        st->rec[id].meta = st->rec[from].meta;
+        st->rec[id].used_ms = now;
+        /* The lookup's pin on the tier-2 id is on the pool id now. */
+        for (size_t k = 0; k < n_pins; k++)
+            if (pins[k] == from)
+                pins[k] = id;
+    }
+    for (size_t i = done; i < m; i++)
+        pool_release(st->pool, pool_ids[i]);
+    *n_done = done;
+}
+
+int store_move_end(server_t *srv, uint32_t id, bool ok, uint32_t *back)
+{
+    store_t *st = srv->store;
+    uint32_t peer;
+    bool demotion = id >= srv->num_blocks;
+    if (ok) {
+        int rc = radix_copy_done(st->index, id, &peer);
+        if (rc == 0 && demotion && pool_release(st->pool, peer) != 0)
+            LOG_ERROR("demoted block %u was not cached in the pool", peer);
+        *back = id;
+        return rc;
+    }
+    int rc = radix_copy_undo(st->index, id, &peer);
+    if (rc != 0)
+        return rc;
+    /* Back where it was, with its bytes; a promotion's pool id was never
+     * readable and goes back to the pool. */
+    if (!demotion)
+        pool_release(st->pool, id);
+    *back = peer;
+    return 0;
+}
+
+tier_medium_t *store_swap_medium(store_t *st, tier_medium_t *m)
+{
+    tier_medium_t *old = st->medium;
+    st->medium = m;
+    return old;
+}
+
+void store_unpin(server_t *srv, uint32_t b)
+{
+    if (radix_unpin(srv->store->index, b) != 0)
+        LOG_ERROR("a pin of the store's own on block %u was not in the index", b);
+}

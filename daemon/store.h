@@ -1,0 +1,236 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * store: the block store. It owns the pool (block ids and their states), the
+ * index (which prefix each cached block holds, pins, eviction), one record
+ * per block and the tier below the pool, and it is the only code that
+ * changes a block's state: the one place that publishes a block's KV events
+ * (BlockStored, BlockRemoved) and counts what happens to blocks.
+ *
+ *     store_t
+ *       |-- pool_t          pool ids: FREE / WRITING / CACHED
+ *       |-- radix_tree_t    cached prefixes, pins, eviction; tier-2 ids after
+ *       |                   the pool's (radix.h, Tiers)
+ *       |-- rec[id]         one record per index id: pool ids, then tier-2 ids
+ *       `-- medium          the tier below the pool (tier_medium.h); NULL: none
+ *
+ * Lifecycle (docs: DESIGN.md, Block lifecycle):
+ *
+ *     FREE --store_alloc--> WRITING (rec.writer = the session)
+ *     WRITING --store_commit--> CACHED, pinned by the committer
+ *     CACHED --store_release--> unpinned --store_evict--> FREE (BlockRemoved)
+ *     WRITING --store_release or store_release_session--> FREE
+ *
+ * A record holds nothing that belongs to one device: a block id names the
+ * same slot on every device's pool (DESIGN.md, Pool layout), so a node with
+ * several devices keeps this one index and one record per id, and only the
+ * copies (the media) are per device. What names a block (its namespace,
+ * chained hash and commit time, store_meta_t) moves with it when it changes
+ * tier; the rest belongs to its pool id.
+ *
+ * Handlers decode a request, call the store, and encode its answer; they
+ * read records through the accessors below and never write them. Everything
+ * runs on the loop thread.
+ */
+#ifndef KVS_DAEMON_STORE_H
+#define KVS_DAEMON_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pool.h"
+#include "radix.h"
+#include "server.h"
+
+/* What names a cached block, by index id: it moves with the block between
+ * the tiers. */
+typedef struct store_meta {
+    uint64_t hash;      /* chained hash, the key KV events name (0 while events are off) */
+    uint64_t cached_ms; /* loop time of its last commit (the lifetime histogram) */
+    uint32_t ns;        /* the namespace that committed it */
+} store_meta_t;
+
+/* One block. writer, writer_pos, mark and used_ms belong to pool ids only. */
+typedef struct store_record {
+    store_meta_t meta;
+    session_t *writer;   /* WRITING: the session holding it; NULL otherwise */
+    uint32_t writer_pos; /* its index in writer->writing */
+    uint32_t mark;       /* scratch stamp of the duplicate check (store_mark) */
+    uint64_t used_ms;    /* loop time of its last commit or lookup match */
+} store_record_t;
+
+/* A retention hint as a request gives it (radix_hint): set false for none. */
+typedef struct store_hint {
+    bool set;
+    uint32_t priority;    /* 0 .. RADIX_PRIO_MAX, checked by the caller */
+    uint32_t duration_ms; /* 0: no end */
+} store_hint_t;
+
+/* What an Alloc's evictions dropped of namespace ns, for a caller that asks
+ * (AllocRequest.report_evicted): want set by the caller; the store fills
+ * tokens (malloc'd, the caller frees it) with the token ids of each dropped
+ * block, as the wire has them (little-endian uint32), n blocks of them. */
+typedef struct store_evicted {
+    bool want;
+    uint32_t ns;
+    uint8_t *tokens;
+    size_t n;
+    size_t max; /* room in tokens, in blocks */
+} store_evicted_t;
+
+/* Returned by a store call that started copies between the tiers, or queued
+ * the session for copies in flight (tier.h): the request waits and runs
+ * again when they end. */
+#define STORE_WAIT 1
+
+struct store {
+    pool_t *pool;
+    radix_tree_t *index;
+    store_record_t *rec; /* [n_ids] */
+    uint32_t n_ids;      /* pool blocks + tier-2 blocks */
+    uint32_t mark_stamp;
+    uint64_t *keys;             /* [pool blocks]: one commit's BlockStored keys */
+    store_evicted_t *report;    /* during one store call: where dropped blocks go */
+    struct tier_medium *medium; /* the tier below the pool; NULL: none */
+    uint64_t medium_down_until; /* loop ms: after a failed copy, no moves before it */
+};
+
+/* After a copy to or from the medium failed, this long no block moves
+ * between the tiers (a full pool evicts, a hit in tier 2 is not promoted),
+ * so that a failing medium costs no request a wait that cannot end. */
+#define STORE_MEDIUM_RETRY_MS 1000
+
+/* Creates the pool, the index and the records for srv's geometry, pool and
+ * tier 2 (srv->num_blocks, srv->tier2_blocks, srv->cfg.eviction), and sets
+ * srv->pool and srv->index. Errors (message in err): KVS_ENOMEM, radix_new's
+ * and pool_new's. */
+int store_open(server_t *srv, store_t **out, char *err, size_t errlen);
+
+/* Frees the index, the pool and the records (no events). Accepts NULL. */
+void store_free(store_t *st);
+
+/* --- the lifecycle --- */
+
+/* n FREE blocks for session s, now WRITING by it, into ids[0..n) (the
+ * caller reserved room in s's list: session_writing_reserve). With hashes
+ * (not NULL) they are declared in flight as block i holding hashes[i] of ns
+ * (inflight.h). A full pool evicts for ns (RADIX_NS_ANY: none) first, or,
+ * with a tier 2, demotes: then s waits for the copies and STORE_WAIT is
+ * returned (nothing allocated). *evicted: blocks dropped; report (may be
+ * NULL) gets the tokens of the dropped blocks of report->ns. Errors:
+ * KVS_EPOOLFULL (counted: alloc_failures), KVS_ENOMEM, radix's. */
+int store_alloc(server_t *srv, session_t *s, uint32_t ns, uint32_t n, const uint64_t *hashes,
+                uint32_t *ids, size_t *evicted, store_evicted_t *report);
+
+/* Drops up to n unpinned cached blocks for namespace ns's need (radix_evict's
+ * rule); each is a BlockRemoved. *evicted: how many; report as for
+ * store_alloc. Errors: radix_evict's. */
+int store_evict(server_t *srv, uint32_t ns, size_t n, size_t *evicted, store_evicted_t *report);
+
+/* Starts a duplicate check over block ids: store_mark then says whether an
+ * id was marked since (O(1) each; the stamps wrap without a sweep per call). */
+void store_mark_begin(store_t *st);
+/* Marks b; true when it was marked already since store_mark_begin. */
+bool store_mark(store_t *st, uint32_t b);
+
+/* Commits ids[0..n_ids) as the blocks of tokens in ns for session s; the
+ * caller checked each is WRITING by s, or cached, pinned by s and holding
+ * that position (handler_commit), and reserved n_ids pins. Block i becomes
+ * cached (BlockStored) or, when another block holds prefix i, stays WRITING
+ * as a duplicate; canonical[i] gets the block that holds it. Every block
+ * committed leaves the in-flight table and takes the hint. canonical has
+ * room for 2 n_ids. Returns radix_insert's status with *n_done blocks done
+ * (KVS_EQUOTA is counted: alloc_failures_quota). */
+int store_commit(server_t *srv, session_t *s, uint32_t ns, const uint32_t *tokens, size_t n_tokens,
+                 const uint32_t *ids, size_t n_ids, const store_hint_t *hint, uint32_t *canonical,
+                 size_t *n_done);
+
+/* One more pin of s on cached pool block b, with the hint (s reserved room).
+ * Errors: KVS_ENOTFOUND (not cached, or in a namespace s may not use: the
+ * same answer; counted: pin_misses), radix_pin's. */
+int store_pin(server_t *srv, session_t *s, uint32_t b, const store_hint_t *hint);
+
+/* Lets go of one hold of s on index id b: a pool block s writes goes back
+ * to the pool; otherwise one of s's pins goes, and b takes the hint.
+ * Errors: KVS_ENOTHELD (s holds neither: nothing changes), radix_unpin's
+ * (s's pin was not in the index). */
+int store_release(server_t *srv, session_t *s, uint32_t b, const store_hint_t *hint);
+
+/* Everything s holds goes: WRITING blocks to the pool, pins to the index
+ * (the session is closing). Linear in the holdings, not in the pool. */
+void store_release_session(server_t *srv, session_t *s);
+
+/* The cached prefix of tokens in ns for session s (pinned when pin), in
+ * *ids (s's scratch, valid until its next request): *n_t1 tier-1 blocks,
+ * then, with in_place, *n_t2 tier-2 blocks (index ids). A
+ * pinned match that goes on into tier 2 promotes those blocks first (s
+ * waits: STORE_WAIT), unless waited (a held lookup answering, which does
+ * not wait again). Errors: KVS_ELIMIT (session_max_pinned: nothing pinned,
+ * *n_t1 says how many it would have pinned),
+ * KVS_ENOMEM, radix_lookup's, tier.h's. */
+int store_lookup(server_t *srv, session_t *s, uint32_t ns, const uint32_t *tokens, size_t n_tokens,
+                 bool pin, bool in_place, bool waited, uint32_t **ids, size_t *n_t1, size_t *n_t2);
+
+/* Namespace ns's unpinned cached blocks go (each a BlockRemoved, counted as
+ * an eviction); *cleared: how many. Counted: clears, cleared_blocks.
+ * Errors: radix_ns_clear's. */
+int store_clear(server_t *srv, uint32_t ns, size_t *cleared);
+
+/* --- moves between the pool and the tier below (tier.c runs the copies) --- */
+
+/* Whether blocks may move between the tiers now: a tier 2 exists and its
+ * medium did not fail a copy within STORE_MEDIUM_RETRY_MS. */
+bool store_tiers_usable(const server_t *srv);
+
+/* Makes room in the pool for up to n blocks for ns by demotion
+ * (radix_demote): moves[0..*n_moved) are busy until store_move_end; what
+ * tier 2 drops to make room is dropped for good (BlockRemoved). moves has
+ * room for n. Errors: radix_demote's. */
+int store_demote(server_t *srv, uint32_t ns, size_t n, radix_move_t *moves, size_t *n_moved);
+
+/* Promotes the tier-2 blocks t2_ids[0..n) (a pinned lookup's, in chain
+ * order) into free pool blocks, as far as free blocks and radix_promote
+ * allow: pool_ids[0..*n_done) get them, busy until store_move_end; pins
+ * (n_pins index ids held by the caller) that named a promoted block name
+ * its pool id now. */
+void store_promote(server_t *srv, const uint32_t *t2_ids, size_t n, uint32_t *pool_ids,
+                   size_t *n_done, uint32_t *pins, size_t n_pins);
+
+/* The copy of one move ended; id is the block's new index id (a demotion's
+ * tier-2 id, a promotion's pool id). ok: the block is readable there, and a
+ * demotion's pool id goes back to the pool. Not ok: the move is undone
+ * (radix_copy_undo; the block is where it was, with its bytes) and *back
+ * gets its id again; KVS_EBUSY when it cannot be undone. */
+int store_move_end(server_t *srv, uint32_t id, bool ok, uint32_t *back);
+
+/* Puts m in place of tier 2's medium and returns the one there (the
+ * caller's now); no copy may be in flight. The host tier is the default;
+ * tests put theirs in its place. */
+struct tier_medium *store_swap_medium(store_t *st, struct tier_medium *m);
+
+/* One pin held by the store's own work (a promotion's) goes. */
+void store_unpin(server_t *srv, uint32_t b);
+
+/* The retention hint on cached block b (a block no longer cached takes
+ * none). */
+void store_hint(server_t *srv, const store_hint_t *hint, uint32_t b);
+
+/* The session holding pool block b WRITING, or NULL. */
+static inline session_t *store_writer(const store_t *st, uint32_t b)
+{
+    return st->rec[b].writer;
+}
+
+/* Where b sits in its writer's list (valid while store_writer(b) is set). */
+static inline uint32_t store_writer_pos(const store_t *st, uint32_t b)
+{
+    return st->rec[b].writer_pos;
+}
+
+/* The namespace that committed index id b (either tier). */
+static inline uint32_t store_block_ns(const store_t *st, uint32_t b)
+{
+    return st->rec[b].meta.ns;
+}
+
+#endif /* KVS_DAEMON_STORE_H */
