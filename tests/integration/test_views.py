@@ -228,7 +228,8 @@ class ViewsTest(unittest.TestCase):
         self.assertIn("q quit", lines[-1])
         pool = lines[row_with(lines, "pool ")]
         used = stats["total_blocks"] - stats["free_blocks"]
-        self.assertIn("%d of %d blocks used" % (used, stats["total_blocks"]), pool)
+        self.assertIn("%d/%d blocks: %d cached" % (used, stats["total_blocks"],
+                                                  stats["cached_blocks"]), pool)
         self.assertIn(FULL, pool)  # the bar
 
         # Busiest first: only "batch" is looked up now.

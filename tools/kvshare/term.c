@@ -117,8 +117,8 @@ int term_key(int timeout_ms)
     static const struct {
         const char *seq;
         int key;
-    } keys[] = {{"[A", TERM_KEY_UP},     {"OA", TERM_KEY_UP},      {"[B", TERM_KEY_DOWN},
-                {"OB", TERM_KEY_DOWN},   {"[5~", TERM_KEY_PGUP},   {"[6~", TERM_KEY_PGDN}};
+    } keys[] = {{"[A", TERM_KEY_UP},   {"OA", TERM_KEY_UP},    {"[B", TERM_KEY_DOWN},
+                {"OB", TERM_KEY_DOWN}, {"[5~", TERM_KEY_PGUP}, {"[6~", TERM_KEY_PGDN}};
     for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
         if (strcmp(seq, keys[i].seq) == 0)
             return keys[i].key;
@@ -153,14 +153,20 @@ void scr_begin(scr_t *s, int rows, int cols, int ansi)
     memset(s, 0, sizeof(*s));
     s->rows = rows > 0 ? rows : 1;
     s->cols = cols > 0 ? cols : 1;
+    s->limit = s->rows;
     s->ansi = ansi;
     if (ansi)
         raw_append(s, "\033[H", 3);
 }
 
+void scr_limit(scr_t *s, int rows)
+{
+    s->limit = rows < 0 ? 0 : rows > s->rows ? s->rows : rows;
+}
+
 int scr_room(const scr_t *s)
 {
-    return s->row < s->rows;
+    return s->row < s->limit;
 }
 
 void scr_printf(scr_t *s, const char *fmt, ...)
@@ -191,8 +197,8 @@ void scr_glyph(scr_t *s, const char *utf8)
 void scr_attr(scr_t *s, scr_attr_t a)
 {
     static const char *const esc[] = {
-        [SCR_PLAIN] = "\033[m",         [SCR_BOLD] = "\033[m\033[1m",
-        [SCR_DIM] = "\033[m\033[2m",    [SCR_REVERSE] = "\033[m\033[7m",
+        [SCR_PLAIN] = "\033[m",           [SCR_BOLD] = "\033[m\033[1m",
+        [SCR_DIM] = "\033[m\033[2m",      [SCR_REVERSE] = "\033[m\033[7m",
         [SCR_ALERT] = "\033[m\033[1;31m",
     };
     if (s->ansi && scr_room(s))

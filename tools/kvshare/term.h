@@ -59,6 +59,7 @@ typedef struct scr {
     char *buf;
     size_t len, cap;
     int rows, cols; /* the frame's size */
+    int limit;      /* rows text may use now (scr_limit), at most rows */
     int row, col;   /* where the next text goes */
     int ansi;       /* 0: plain text (no escapes), for --once */
     int failed;     /* out of memory: the frame is incomplete */
@@ -85,7 +86,11 @@ void scr_pad(scr_t *s, int col);
  * frame's height are dropped. */
 void scr_newline(scr_t *s);
 
-/* 1 while rows are left in the frame. */
+/* Lets text use the first `rows` rows of the frame only (a page keeps its
+ * last row for the key bar), or all of them again with s->rows. */
+void scr_limit(scr_t *s, int rows);
+
+/* 1 while rows are left for text. */
 int scr_room(const scr_t *s);
 
 /* Writes the frame to fd (over the screen with ansi, else as lines) and

@@ -44,8 +44,7 @@ static void title_bar(scr_t *s, const top_view_t *v)
     scr_attr(s, SCR_REVERSE);
     scr_printf(s, " kvshare top - %s", v->where);
     if (v->cur)
-        scr_printf(s, "  %s backend, up %s",
-                   v->cur->backend == KVS_BACKEND_CUDA ? "cuda" : "host",
+        scr_printf(s, "  %s backend, up %s", v->cur->backend == KVS_BACKEND_CUDA ? "cuda" : "host",
                    units_format_ms(v->cur->uptime_ms, up, sizeof(up)));
     scr_printf(s, "  [%s]", page_name[v->page]);
     int right = s->cols - (int)strlen(v->clock) - 1;
@@ -60,9 +59,8 @@ static void status_line(scr_t *s, const top_view_t *v)
 {
     if (v->error) {
         scr_attr(s, SCR_ALERT);
-        scr_printf(s, "kvshared not answering for %.0fs: %s; retrying every %.1fs%s",
-                   v->down_for, v->error, v->interval,
-                   v->cur ? " (figures below are its last answer)" : "");
+        scr_printf(s, "kvshared not answering for %.0fs: %s; retrying every %.1fs%s", v->down_for,
+                   v->error, v->interval, v->cur ? " (figures below are its last answer)" : "");
     } else if (v->notice) {
         scr_attr(s, SCR_BOLD);
         scr_printf(s, "%s", v->notice);
@@ -99,8 +97,9 @@ static void header(scr_t *s, const top_view_t *v)
     scr_attr(s, SCR_PLAIN);
     scr_printf(s, " since start   (prompt tokens found cached)");
     scr_newline(s);
-    scr_printf(s, "lookups   %s/s   prefill saved %s tokens/s   evictions %s/s   requests %s/s   "
-                  "errors %s/s",
+    scr_printf(s,
+               "lookups   %s/s   prefill saved %s tokens/s   evictions %s/s   requests %s/s   "
+               "errors %s/s",
                human(f->lookups_s, a, sizeof(a)), human(f->saved_tokens_s, b, sizeof(b)),
                human(f->evictions_s, c, sizeof(c)), human(f->requests_s, d, sizeof(d)),
                human(f->errors_s, e, sizeof(e)));
@@ -108,19 +107,20 @@ static void header(scr_t *s, const top_view_t *v)
     int width = s->cols >= 100 ? 30 : 20;
     scr_printf(s, "pool      ");
     bar(s, v, f->pool_used_pct, width);
-    scr_printf(s, " %5.1f%%  %u of %u blocks used: %u cached, %u writing; %u pinned",
-               f->pool_used_pct, st->total_blocks - st->free_blocks, st->total_blocks,
-               st->cached_blocks, st->writing_blocks, st->pinned_blocks);
+    scr_printf(s, " %5.1f%%  %u/%u blocks: %u cached, %u writing, %u pinned", f->pool_used_pct,
+               st->total_blocks - st->free_blocks, st->total_blocks, st->cached_blocks,
+               st->writing_blocks, st->pinned_blocks);
     scr_newline(s);
     if (st->tier2_total_blocks > 0) {
         scr_printf(s, "tier 2    ");
         bar(s, v, f->tier2_used_pct, width);
-        scr_printf(s, " %5.1f%%  %u of %u blocks; hits there %s; %s promotions/s, %s "
-                      "demotions/s, %s drops/s, %.1f MiB/s copied",
+        scr_printf(s,
+                   " %5.1f%%  %u/%u blocks: hits there %s, %s promotions/s, %s "
+                   "demotions/s, %s drops/s, %.1f MiB/s copied",
                    f->tier2_used_pct, st->tier2_cached_blocks, st->tier2_total_blocks,
-                   pct_text(f->tier2_hit_pct, a, sizeof(a)),
-                   human(f->promotions_s, b, sizeof(b)), human(f->demotions_s, c, sizeof(c)),
-                   human(f->tier2_drops_s, d, sizeof(d)), f->copy_mib_s);
+                   pct_text(f->tier2_hit_pct, a, sizeof(a)), human(f->promotions_s, b, sizeof(b)),
+                   human(f->demotions_s, c, sizeof(c)), human(f->tier2_drops_s, d, sizeof(d)),
+                   f->copy_mib_s);
         scr_newline(s);
     }
     scr_printf(s, "sessions  %u open   index %s", st->sessions,
@@ -143,8 +143,9 @@ static void sparkline(scr_t *s, const top_view_t *v)
     size_t n = h->n < (size_t)(width > 0 ? width : 0) ? h->n : (size_t)(width > 0 ? width : 0);
     char span[32];
     units_format_ms((uint64_t)(v->interval * 1000.0 * (double)n), span, sizeof(span));
-    scr_printf(s, "hit rate, last %s (a mark per %.1fs, 0-100%%; blank: no lookups; x: kvshared "
-                  "down)",
+    scr_printf(s,
+               "hit rate, last %s (a mark per %.1fs, 0-100%%; blank: no lookups; x: kvshared "
+               "down)",
                span, v->interval);
     scr_newline(s);
     scr_printf(s, "%*s", label, "");
@@ -166,10 +167,10 @@ static void sparkline(scr_t *s, const top_view_t *v)
     scr_newline(s);
 }
 
-/* Rows of the namespace table at most, past the rows the page needs. */
-static int table_rows(const scr_t *s, int key_bar)
+/* Rows left for a page's table (its "more" line included). */
+static int table_rows(const scr_t *s)
 {
-    int left = s->rows - s->row - 1 - key_bar;
+    int left = s->limit - s->row;
     return left > 0 ? left : 0;
 }
 
@@ -187,7 +188,7 @@ static void namespace_table(scr_t *s, const top_view_t *v, int *rows_total)
         scr_newline(s);
         return;
     }
-    int room = table_rows(s, !v->plain), first = v->scroll;
+    int room = table_rows(s), first = v->scroll;
     if (first > (int)f->n_ns - 1)
         first = (int)f->n_ns - 1;
     if (first < 0)
@@ -204,11 +205,10 @@ static void namespace_table(scr_t *s, const top_view_t *v, int *rows_total)
         snprintf(causes, sizeof(causes), "%llu/%llu/%llu", (unsigned long long)n->evicted_own,
                  (unsigned long long)n->evicted_others, (unsigned long long)n->evicted_quota);
         if (n->bands)
-            snprintf(bands, sizeof(bands), "%llu/%llu/%llu/%llu",
-                     (unsigned long long)n->bands->cached[0],
-                     (unsigned long long)n->bands->cached[1],
-                     (unsigned long long)n->bands->cached[2],
-                     (unsigned long long)n->bands->cached[3]);
+            snprintf(
+                bands, sizeof(bands), "%llu/%llu/%llu/%llu",
+                (unsigned long long)n->bands->cached[0], (unsigned long long)n->bands->cached[1],
+                (unsigned long long)n->bands->cached[2], (unsigned long long)n->bands->cached[3]);
         /* Below its reservation: other namespaces may not evict it, but it
          * is not full either; at its quota: its commits are cut short. */
         int at_quota = n->quota && n->cached_blocks >= n->quota;
@@ -216,7 +216,12 @@ static void namespace_table(scr_t *s, const top_view_t *v, int *rows_total)
                    pct_text(r->hit_pct, b, sizeof(b)), pct_text(r->hit_pct_all, c, sizeof(c)));
         if (at_quota)
             scr_attr(s, SCR_BOLD);
-        scr_printf(s, "%7u", n->cached_blocks);
+        char held[32];
+        if (n->tier2_blocks) /* pool + tier 2 */
+            snprintf(held, sizeof(held), "%u+%u", n->cached_blocks, n->tier2_blocks);
+        else
+            snprintf(held, sizeof(held), "%u", n->cached_blocks);
+        scr_printf(s, "%7s", held);
         scr_attr(s, SCR_PLAIN);
         scr_printf(s, " %7u %7s %8s  %-24s %s", n->reserve, q, human(r->evictions_s, d, sizeof(d)),
                    causes, bands);
@@ -259,8 +264,9 @@ static void counters(scr_t *s, const top_view_t *v, int *rows_total)
         return;
     }
     char a[32], b[32], c[32];
-    scr_printf(s, "blocks  total %u  free %u  writing %u  cached %u  pinned %u   tier 2 %u of %u, "
-                  "copying %u",
+    scr_printf(s,
+               "blocks  total %u  free %u  writing %u  cached %u  pinned %u   tier 2 %u of %u, "
+               "copying %u",
                st->total_blocks, st->free_blocks, st->writing_blocks, st->cached_blocks,
                st->pinned_blocks, st->tier2_cached_blocks, st->tier2_total_blocks,
                st->copying_blocks);
@@ -275,7 +281,7 @@ static void counters(scr_t *s, const top_view_t *v, int *rows_total)
     scr_printf(s, "%-28s %16s %10s  %s", "COUNTER (since start)", "TOTAL", "PER SEC", "WHAT");
     scr_newline(s);
     *rows_total = KVS_N_COUNTERS;
-    int room = table_rows(s, !v->plain), first = v->scroll;
+    int room = table_rows(s), first = v->scroll;
     if (first > KVS_N_COUNTERS - 1)
         first = KVS_N_COUNTERS - 1;
     if (first < 0)
@@ -292,8 +298,8 @@ static void counters(scr_t *s, const top_view_t *v, int *rows_total)
                   rate, sizeof(rate));
         if (now == 0)
             scr_attr(s, SCR_DIM);
-        scr_printf(s, "%-28s %16llu %10s  %s", kvs_counter_name((size_t)i),
-                   (unsigned long long)now, rate, counter_help[i]);
+        scr_printf(s, "%-28s %16llu %10s  %s", kvs_counter_name((size_t)i), (unsigned long long)now,
+                   rate, counter_help[i]);
         scr_attr(s, SCR_PLAIN);
         scr_newline(s);
     }
@@ -316,7 +322,8 @@ static void help(scr_t *s)
         "pool / tier 2  blocks in use (cached or being written) of the pool, and of tier 2",
         "sparkline      the hit rate of each interval, oldest at the left",
         "namespaces     busiest first: LOOKUP/s and HIT% over the last interval, ALL% since",
-        "               start, HELD blocks against RESERVE and QUOTA (bold: at its quota),",
+        "               start, HELD blocks (+ those in tier 2) against RESERVE and QUOTA",
+        "               (bold: at its quota),",
         "               EVICT/s, EVICTED since start for its own need / for other",
         "               namespaces / at its quota, cached blocks by retention priority",
         "counters page  every counter since start, with its rate over the last interval",
@@ -337,11 +344,13 @@ static void help(scr_t *s)
 static void key_bar(scr_t *s, const top_view_t *v)
 {
     /* Down to the last row, then the bar across it. */
+    scr_limit(s, s->rows);
     while (s->row < s->rows - 1)
         scr_newline(s);
     scr_attr(s, SCR_REVERSE);
-    scr_printf(s, " q quit  tab/1/2 page  arrows scroll  h help   %s overview  %s counters   "
-                  "every %.1fs",
+    scr_printf(s,
+               " q quit  tab/1/2 page  arrows scroll  h help   %s overview  %s counters   "
+               "every %.1fs",
                v->page == TOP_PAGE_OVERVIEW ? "[1]" : " 1 ",
                v->page == TOP_PAGE_COUNTERS ? "[2]" : " 2 ", v->interval);
     scr_pad(s, s->cols);
@@ -351,8 +360,10 @@ static void key_bar(scr_t *s, const top_view_t *v)
 void top_view_draw(scr_t *s, const top_view_t *v, int *rows_total)
 {
     *rows_total = 0;
-    if (!v->plain)
+    if (!v->plain) {
+        scr_limit(s, s->rows - 1); /* the last row is the key bar's */
         title_bar(s, v);
+    }
     if (!v->plain || v->error || v->notice)
         status_line(s, v);
     if (v->page == TOP_PAGE_HELP)

@@ -35,10 +35,10 @@ typedef struct top_view {
     const kvs_stats_t *cur, *prev;
     const top_figures_t *fig;
     const top_history_t *history;
-    const char *error;   /* kvshared not answering: why; NULL when it answers */
-    double down_for;     /* seconds since the last answer, with error */
-    const char *notice;  /* a passing note (kvshared restarted), or NULL */
-    const char *clock;   /* HH:MM:SS of the newest answer, or "" */
+    const char *error;  /* kvshared not answering: why; NULL when it answers */
+    double down_for;    /* seconds since the last answer, with error */
+    const char *notice; /* a passing note (kvshared restarted), or NULL */
+    const char *clock;  /* HH:MM:SS of the newest answer, or "" */
 } top_view_t;
 
 /* Draws v's page into s (begun with its size). Sets *rows_total to the
