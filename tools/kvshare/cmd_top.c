@@ -44,7 +44,8 @@ typedef struct top_state {
     kvs_client_t *client;
     kvs_stats_t prev, cur; /* valid when have_prev / have_cur */
     int have_prev, have_cur;
-    double t_prev, t_cur, t_answer; /* monotonic seconds of the samples */
+    double t_prev, t_cur; /* monotonic seconds of the samples */
+    double t_answer;      /* of the last answer (at first: of the start) */
     top_figures_t fig;
     top_history_t history;
     char error[256]; /* "" while kvshared answers */
@@ -209,21 +210,12 @@ static void print_lines(FILE *f, const top_state_t *st, long n)
     if (!g->have_interval)
         return;
     const kvs_stats_t *p = &st->prev;
-    uint64_t asked = 0;
-    for (size_t i = 0; i < s->n_namespaces; i++) {
-        const kvs_ns_stats_t *ns = &s->namespaces[i];
-        uint64_t before = 0;
-        for (size_t j = 0; j < p->n_namespaces; j++)
-            if (strcmp(p->namespaces[j].name, ns->name) == 0)
-                before = p->namespaces[j].lookup_tokens;
-        asked += ns->lookup_tokens >= before ? ns->lookup_tokens - before : 0;
-    }
     fprintf(f,
             "\nlast %.1fs: %.0f requests/s, %.0f lookups/s, hit rate %.1f%% of %llu tokens "
             "(%.1f%% since start), %.0f prefill tokens saved/s, %.0f evictions/s\n",
             g->dt, g->requests_s, g->lookups_s, g->hit_pct < 0 ? 0.0 : g->hit_pct,
-            (unsigned long long)asked, g->hit_pct_all < 0 ? 0.0 : g->hit_pct_all, g->saved_tokens_s,
-            g->evictions_s);
+            (unsigned long long)g->asked_tokens, g->hit_pct_all < 0 ? 0.0 : g->hit_pct_all,
+            g->saved_tokens_s, g->evictions_s);
     if (s->tier2_total_blocks > 0) {
         double copy_s = (double)(s->tier_copy_us - p->tier_copy_us) / 1e6;
         double mib = (double)(s->tier_copied_bytes - p->tier_copied_bytes) / 1048576.0;
@@ -249,7 +241,7 @@ static void fill_view(top_state_t *st, const top_opts_t *o, top_page_t page, int
     v->fig = &st->fig;
     v->history = &st->history;
     v->error = st->error[0] ? st->error : NULL;
-    v->down_for = st->have_cur ? t - st->t_answer : 0;
+    v->down_for = t - st->t_answer;
     v->notice = st->notice[0] && t < st->notice_until ? st->notice : NULL;
     v->clock = st->clock;
 }
@@ -476,6 +468,7 @@ int kvshare_cmd_top(int argc, char **argv)
     else if (kvs_default_socket_path(where, sizeof(where)) != 0)
         snprintf(where, sizeof(where), "kvshared");
     st->view.where = where;
+    st->t_answer = now_s();
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_stop;

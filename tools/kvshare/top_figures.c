@@ -85,6 +85,7 @@ int top_figures(const kvs_stats_t *prev, const kvs_stats_t *cur, double dt, top_
     out->hit_pct = out->tier2_hit_pct = TOP_NONE;
     if (!out->have_interval)
         return 0;
+    out->asked_tokens = asked;
     out->hit_pct = pct_or_none(hit, asked);
     out->tier2_hit_pct = pct_or_none(hit_t2, asked);
     out->lookups_s = (double)lookups / dt;

@@ -10,6 +10,7 @@
 #define KVSHARE_TOP_FIGURES_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "kvshare.h"
 
@@ -28,7 +29,8 @@ typedef struct top_figures {
     int have_interval; /* the rates below are valid (two samples, same run) */
     double dt;         /* seconds between the samples */
     double hit_pct, hit_pct_all;
-    double tier2_hit_pct; /* of the interval's lookup tokens, hit in tier 2 */
+    double tier2_hit_pct;  /* of the interval's lookup tokens, hit in tier 2 */
+    uint64_t asked_tokens; /* tokens looked up in the interval */
     double lookups_s, requests_s, saved_tokens_s, evictions_s, errors_s;
     double pool_used_pct, pool_pinned_pct, tier2_used_pct;
     double promotions_s, demotions_s, tier2_drops_s, copy_mib_s;
