@@ -1385,6 +1385,8 @@ int kvs_tree(kvs_client_t *c, const char *ns, int by_size, kvs_prefix_t *out, si
             d->last_block_id = p->last_block_id;
             d->tier = p->tier;
             d->tier2_blocks = p->tier2_blocks;
+            d->parent_block_id = p->parent_block_id;
+            d->has_parent = p->has_parent ? 1 : 0;
         }
         *n_out = n;
     }

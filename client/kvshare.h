@@ -496,11 +496,21 @@ typedef struct kvs_prefix {
     uint32_t last_block_id;
     uint32_t tier;         /* of its last block: 1 (pool), 2 (host memory); 0: older daemon */
     uint32_t tier2_blocks; /* of blocks, those in tier 2 */
-    uint64_t reserved[3];  /* room for fields added later (0 until then) */
+    /* The prefix this one extends (the node above it in the index): its
+     * last_block_id, when has_parent is 1. has_parent is 0 for a prefix that
+     * starts at its namespace's root, and from a daemon that predates it. */
+    uint32_t parent_block_id;
+    uint32_t has_parent;
+    uint64_t reserved[2]; /* room for fields added later (0 until then) */
 } kvs_prefix_t;
 
 /* Top prefixes of namespace ns (NULL: all) by hits, or by size when by_size.
- * Fills out[0..*n_out), *n_out <= max. Errors: KVS_EINVAL, KVS_ENONS,
+ * Fills out[0..*n_out), *n_out <= max. Each row is a node of the index's
+ * compressed tree: a prefix ending where prompts diverge or stop. A
+ * prefix's hits are never fewer than those of a prefix that extends it
+ * (ties list the shorter first), and it holds more blocks, so a listing by
+ * either order holds every listed prefix's parent too: parent_block_id
+ * nests the rows into the tree. Errors: KVS_EINVAL, KVS_ENONS,
  * KVS_ENOTCONN, KVS_ETIMEDOUT. */
 int kvs_tree(kvs_client_t *c, const char *ns, int by_size, kvs_prefix_t *out, size_t max,
              size_t *n_out);

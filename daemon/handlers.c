@@ -841,6 +841,8 @@ int handler_tree(session_t *s, const Kvshare__Request *req, Kvshare__Response *r
         out[i].last_block_id = rows[i].last_block_id;
         out[i].tier = rows[i].last_block_id < srv->num_blocks ? 1 : 2;
         out[i].tier2_blocks = rows[i].tier2_blocks;
+        out[i].parent_block_id = rows[i].parent_block_id;
+        out[i].has_parent = rows[i].has_parent;
         ptrs[i] = &out[i];
     }
     Kvshare__TreeReply *r = &ctx->reply.tree;

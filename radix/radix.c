@@ -2191,6 +2191,9 @@ int radix_top(const radix_tree_t *t, uint32_t ns, radix_order_t order, radix_pre
         row->hits = node->hits;
         row->last_used = rec_stamp(node, node->first);
         row->last_block_id = *rec_id(node, last_pos(node));
+        row->has_parent = !is_root(node->parent);
+        if (row->has_parent)
+            row->parent_block_id = *rec_id(node->parent, last_pos(node->parent));
         row->blocks += node->len;
         row->tier2_blocks += node->len - node->t1_len;
         for (uint32_t k = node->first; k <= last_pos(node); k++)

@@ -221,6 +221,11 @@ typedef struct radix_prefix {
     uint64_t last_used;     /* tick of the last lookup or insert that touched it */
     uint32_t last_block_id; /* the block holding the prefix's last block */
     uint32_t tier2_blocks;  /* of blocks, those in tier 2 (see Tiers) */
+    /* The node this one extends: its last_block_id, when has_parent (false
+     * for a node right below its namespace's root). Lets a reader draw the
+     * rows as the tree they are. */
+    uint32_t parent_block_id;
+    bool has_parent;
 } radix_prefix_t;
 
 /* Creates an empty index. Errors: KVS_EINVAL (block_tokens or max_blocks 0,

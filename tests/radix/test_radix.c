@@ -1424,6 +1424,14 @@ START_TEST(test_top)
     ck_assert_uint_eq(rows[2].blocks, 3);
     ck_assert_uint_eq(rows[2].last_block_id, 14);
     ck_assert_uint_eq(rows[2].pins, 3);
+    /* The rows nest: both conversations extend the system prompt's node
+     * (its last block is u1's second, id 1), which starts at the root. */
+    ck_assert(!rows[0].has_parent);
+    ck_assert_uint_eq(rows[0].last_block_id, 1);
+    ck_assert(rows[1].has_parent);
+    ck_assert_uint_eq(rows[1].parent_block_id, 1);
+    ck_assert(rows[2].has_parent);
+    ck_assert_uint_eq(rows[2].parent_block_id, 1);
     ck_assert_int_eq(radix_top(t, a, RADIX_BY_HITS, rows, 2, &n), 0);
     ck_assert_uint_eq(n, 2);
     ck_assert_uint_eq(rows[0].hits, 4);

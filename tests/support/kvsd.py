@@ -62,16 +62,23 @@ class Daemon:
     """kvshared with `blocks` blocks of the test geometry (or GEOMETRY updated
     by `geometry`) on `backend`, an optional config file (its text), extra
     flags, and, with metrics, a free TCP port for --metrics-listen. Its
-    stderr is kept (log())."""
+    stderr is kept (log()). With `dir`, the daemon lives in that directory
+    (made if missing) rather than a new one: a daemon started again with the
+    same dir listens on the same socket, as a restarted service does."""
 
     def __init__(self, blocks=64, config=None, extra=(), metrics=False,
-                 ready_seconds=READY_SECONDS, kvshared=None, backend="host", geometry=None):
+                 ready_seconds=READY_SECONDS, kvshared=None, backend="host", geometry=None,
+                 dir=None):
         geo = dict(GEOMETRY, **(geometry or {}))
         unknown = set(geo) - set(GEOMETRY)
         if unknown:
             raise ValueError("unknown geometry keys %s (known: %s)"
                              % (sorted(unknown), ", ".join(GEOMETRY)))
-        self.dir = tempfile.mkdtemp(prefix="kvs-py-")
+        if dir is None:
+            self.dir = tempfile.mkdtemp(prefix="kvs-py-")
+        else:
+            os.makedirs(dir, exist_ok=True)
+            self.dir = dir
         self.socket = os.path.join(self.dir, "kvshared.sock")
         if len(self.socket) >= SOCKET_PATH_MAX:
             shutil.rmtree(self.dir, ignore_errors=True)

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "cmd_common.h"
 
+#include <langinfo.h>
+#include <locale.h>
 #include <string.h>
 
 #include "units.h"
@@ -73,4 +75,16 @@ void cli_json_string(FILE *f, const char *s)
             fputc(*p, f);
     }
     fputc('"', f);
+}
+
+int cli_utf8(void)
+{
+    static int known = -1;
+    if (known < 0) {
+        /* LC_CTYPE only: number formatting (LC_NUMERIC) stays "C". */
+        setlocale(LC_CTYPE, "");
+        const char *set = nl_langinfo(CODESET);
+        known = set && (strcmp(set, "UTF-8") == 0 || strcmp(set, "utf8") == 0);
+    }
+    return known;
 }

@@ -33,6 +33,11 @@ kvs_client_t *cli_connect(const cli_conn_t *conn, const char *cmd);
 /* Writes s as a JSON string (quoted, escaped). */
 void cli_json_string(FILE *f, const char *s);
 
+/* 1 when the terminal's character set is UTF-8 (the locale's LC_CTYPE, as
+ * LANG / LC_ALL / LC_CTYPE set it), so that box-drawing and block glyphs may
+ * be drawn; 0: draw ASCII. */
+int cli_utf8(void);
+
 /* The human-readable stats block (cmd_stats.c), also used by top. */
 void cli_print_stats(FILE *f, const kvs_stats_t *s);
 

@@ -177,7 +177,8 @@ class _Prefix(ctypes.Structure):
         ("hits", ctypes.c_uint64), ("age_ticks", ctypes.c_uint64),
         ("last_block_id", ctypes.c_uint32),
         ("tier", ctypes.c_uint32), ("tier2_blocks", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint64 * 3),
+        ("parent_block_id", ctypes.c_uint32), ("has_parent", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint64 * 2),
     ]
 
 
