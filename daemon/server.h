@@ -127,8 +127,8 @@ typedef struct server {
      * Held sessions are listed here, and the hold timer fires at the earliest
      * deadline among them (hold_due, loop ms; 0: not armed). */
     session_t *ready_head, *ready_tail;
-    session_t *held_head;
-    struct session_sched *sched; /* the turn idle handle and the hold timer */
+    session_t *held_head, *held_tail; /* oldest first */
+    struct session_sched *sched;      /* the turn idle handle and the hold timer */
     uint64_t hold_due;
     uint64_t walk_next_ns; /* uv_hrtime before which no walk or large frame starts */
 

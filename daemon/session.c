@@ -764,6 +764,8 @@ static void held_remove(session_t *s)
         s->srv->held_head = s->held_next;
     if (s->held_next)
         s->held_next->held_prev = s->held_prev;
+    else
+        s->srv->held_tail = s->held_prev;
     s->held_prev = s->held_next = NULL;
     s->held = SESSION_HOLD_NONE;
     s->hold_until_ms = 0;
@@ -775,11 +777,26 @@ void session_hold(session_t *s, session_hold_reason_t why, uint64_t until_ms)
     held_remove(s);
     s->held = why;
     s->hold_until_ms = until_ms;
-    s->held_prev = NULL;
-    s->held_next = srv->held_head;
-    if (srv->held_head)
-        srv->held_head->held_prev = s;
-    srv->held_head = s;
+    /* Oldest first. Large work goes round-robin between the sessions that
+     * wait for it (on_hold_timer lets one go per spacing), and one let go
+     * that still found the spacing running keeps its place at the front. */
+    if (why == SESSION_HOLD_SPACING && s->rerun == SESSION_HOLD_SPACING) {
+        s->held_prev = NULL;
+        s->held_next = srv->held_head;
+        if (srv->held_head)
+            srv->held_head->held_prev = s;
+        else
+            srv->held_tail = s;
+        srv->held_head = s;
+    } else {
+        s->held_next = NULL;
+        s->held_prev = srv->held_tail;
+        if (srv->held_tail)
+            srv->held_tail->held_next = s;
+        else
+            srv->held_head = s;
+        srv->held_tail = s;
+    }
     if (until_ms && sched_init(srv) == 0 && (srv->hold_due == 0 || until_ms < srv->hold_due)) {
         srv->hold_due = until_ms;
         uint64_t now = uv_now(srv->loop);
@@ -812,12 +829,22 @@ void session_release_all(server_t *srv, session_hold_reason_t why)
 static void on_hold_timer(uv_timer_t *t)
 {
     server_t *srv = t->data;
-    uint64_t now = uv_now(srv->loop);
+    uint64_t now = uv_now(srv->loop), now_ns = uv_hrtime();
+    bool spacing_taken = false;
     srv->hold_due = 0;
     for (session_t *h = srv->held_head, *next; h; h = next) {
         next = h->held_next;
-        if (h->hold_until_ms && h->hold_until_ms <= now)
-            session_release(h);
+        if (!h->hold_until_ms || h->hold_until_ms > now)
+            continue;
+        /* One piece of large work per spacing: the oldest waiter's. The
+         * others keep their places and look again once it has run. */
+        if (h->held == SESSION_HOLD_SPACING && (spacing_taken || now_ns < srv->walk_next_ns)) {
+            h->hold_until_ms = session_spacing_until(srv, now_ns);
+            continue;
+        }
+        if (h->held == SESSION_HOLD_SPACING)
+            spacing_taken = true;
+        session_release(h);
     }
     hold_arm(srv);
 }

@@ -256,6 +256,79 @@ START_TEST(test_large_frames_are_spaced)
 }
 END_TEST
 
+/* Large work is shared round-robin between the sessions that wait for it:
+ * one client pipelining whole-index Trees cannot keep another's large
+ * Lookup waiting for more than about one of its Trees. The victim connects
+ * first: before, the sessions waiting for the spacing were let go newest
+ * connection first, and a 2 MiB Lookup waited behind every Tree (it never
+ * got its turn while the flood lasted). */
+START_TEST(test_large_work_is_shared_between_sessions)
+{
+    static const char *const extra[] = {"--max-frame", "4MiB", NULL};
+    harness_t d;
+    ck_assert_int_eq(harness_start(&d, 4096, extra), 0);
+    kvs_client_t *c = client_of(&d);
+    fill(c, 1000);
+    int victim = hostile_connect(&d);
+
+    Kvshare__Request req = KVSHARE__REQUEST__INIT;
+    Kvshare__TreeRequest tr = KVSHARE__TREE_REQUEST__INIT;
+    tr.max = 1000;
+    req.rpc_case = KVSHARE__REQUEST__RPC_TREE;
+    req.tree = &tr;
+    size_t len;
+    uint8_t *flood = raw_frames(&req, 300, &len);
+    ck_assert_ptr_nonnull(flood);
+    int attacker = hostile_connect(&d);
+    write_all(attacker, flood, len);
+    free(flood);
+    uint8_t *first = read_frame(attacker, &len);
+    ck_assert_ptr_nonnull(first);
+    free(first);
+
+    enum { TOKENS = (2u << 20) / 4, ROUNDS = 3, MAX_TREES = 3 };
+    uint32_t *big = malloc(TOKENS * sizeof(*big));
+    ck_assert_ptr_nonnull(big);
+    for (uint32_t i = 0; i < TOKENS; i++)
+        big[i] = 7 * 1000 + i;
+    Kvshare__LookupRequest lk = KVSHARE__LOOKUP_REQUEST__INIT;
+    lk.tokens.data = (uint8_t *)big;
+    lk.tokens.len = TOKENS * sizeof(*big);
+    req.rpc_case = KVSHARE__REQUEST__RPC_LOOKUP;
+    req.lookup = &lk;
+    uint8_t *large = raw_frames(&req, 1, &len);
+    ck_assert_ptr_nonnull(large);
+    free(big);
+
+    size_t a_need = 0, a_got = 0, v_need = 0, v_got = 0;
+    uint8_t a_hdr[4], v_hdr[4];
+    for (int r = 0; r < ROUNDS; r++) {
+        replies_so_far(attacker, &a_need, &a_got, a_hdr);
+        write_all(victim, large, len);
+        unsigned trees = 0;
+        /* Until the victim's answer: the attacker's Trees answered meanwhile. */
+        while (replies_so_far(victim, &v_need, &v_got, v_hdr) == 0) {
+            trees += replies_so_far(attacker, &a_need, &a_got, a_hdr);
+            ck_assert_msg(trees <= 10 * MAX_TREES,
+                          "round %d: %u Trees answered and the large Lookup still waits", r, trees);
+            struct pollfd p[2] = {{victim, POLLIN, 0}, {attacker, POLLIN, 0}};
+            poll(p, 2, 100);
+        }
+        printf("large work: round %d: %u of the other client's Trees answered while a 2 MiB "
+               "Lookup waited\n",
+               r, trees);
+        ck_assert_msg(trees <= MAX_TREES, "round %d: %u Trees answered while a large Lookup waited",
+                      r, trees);
+    }
+    free(large);
+    close(attacker);
+    close(victim);
+    kvs_close(c);
+    ck_assert_int_eq(harness_stop(&d), 0);
+    harness_cleanup(&d);
+}
+END_TEST
+
 /* 200 pipelined 4 KiB Pings, then shutdown(SHUT_WR): every reply arrives
  * before the daemon closes (before the fix, about a quarter did). */
 START_TEST(test_half_close_gets_every_reply)
@@ -576,6 +649,7 @@ static Suite *hostile_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_tree_flood_does_not_freeze_others);
     tcase_add_test(tc, test_large_frames_are_spaced);
+    tcase_add_test(tc, test_large_work_is_shared_between_sessions);
     tcase_add_test(tc, test_half_close_gets_every_reply);
     tcase_add_test(tc, test_buffer_memory_is_bounded_across_sessions);
     tcase_add_test(tc, test_idle_session_is_closed);
