@@ -169,6 +169,14 @@ def case_vllm_order(torch):
                 inst.lookup(hashes, req="e")
                 inst.finish("e")
                 check(ns_pinned(inst, ns) == 0, "on_request_finished drops pins no load took")
+                check(inst.lookup(hashes, req="f") == 4, "request f finds 4 blocks")
+                spec = inst.prepare_load(hashes[:2], req="f")
+                check(ns_pinned(inst, ns) == 2, "prepare_load of 2 keeps their pins and drops "
+                      "the 2 no load of the request will take")
+                inst.wait_job(inst.submit(True, spec, engines.gpu_spec([14, 15])))
+                inst.complete_load(hashes[:2], req="f")
+                inst.finish("f")
+                check(ns_pinned(inst, ns) == 0, "complete_load drops the rest")
             inst.close()
     finally:
         d.stop()

@@ -231,10 +231,11 @@ class SchedulerCore:
         self.counts["hits"] += 1
         return True
 
-    def load_spec(self, owner, keys):
-        """Hands the lookup pins of keys to a load. Raises AssertionError
-        for a key no lookup of this owner pinned (vLLM loads only what its
-        lookups found)."""
+    def load_spec(self, owner, keys, drop_rest=False):
+        """Hands the lookup pins of keys to a load (drop_rest: and drops the
+        owner's other lookup pins, which no load of this request will take).
+        Raises AssertionError for a key no lookup of this owner pinned (vLLM
+        loads only what its lookups found)."""
         ids, start = [], None
         for key in keys:
             got = self._pins.get(owner, {}).pop(key, None)
@@ -246,6 +247,8 @@ class SchedulerCore:
             if start is not None and not _near(start, s):
                 raise AssertionError("%s: one load over two daemons" % WHO)
             start = s
+        if drop_rest:
+            self.release_owner(owner)
         return KvshareLoadStoreSpec(keys, ids, start)
 
     def complete_load(self, owner, keys):
@@ -375,7 +378,10 @@ class WorkerCore:
         self._pending = set()
         self._direction = {}  # job id -> load (True) or store
         self._cond = threading.Condition()
+        self.refused = None
+        self._starting = True
         self.refresh()  # maps the pool and checks its layout now, when the daemon is up
+        self._starting = False
         self._thread = threading.Thread(target=self._run, name="kvshare-copy", daemon=True)
         self._thread.start()
 
@@ -401,6 +407,8 @@ class WorkerCore:
                 return None
             if self._rpc_epoch == self.rpc.epoch and self._maps:
                 return self._maps[0]
+            if self.refused is not None:
+                return None
             try:
                 start = daemon_start_ms(self.rpc)
                 current = next((m for m in self._maps if _near(m.start, start)), None)
@@ -409,6 +417,13 @@ class WorkerCore:
                     self._maps.insert(0, current)
             except kvshare.KvsError as e:
                 self.last_error = e
+                return None
+            except GeometryMismatch as e:
+                if self._starting:
+                    raise  # get_worker refuses to start
+                # A daemon that came back with another layout: never mapped,
+                # so the scheduler never finds it in the state file (misses).
+                self.refused = self.last_error = e
                 return None
             self._rpc_epoch = self.rpc.epoch
             self._forget_old()
@@ -570,6 +585,10 @@ class WorkerCore:
             m.close()
         self._maps = []
         self.rpc.close()
+        try:
+            os.unlink(self.spec.state_file)  # nothing is mapped any more
+        except OSError:
+            pass
 
 
 # -- the spec: what both layouts share ----------------------------------------------
@@ -653,7 +672,8 @@ if LAYOUT == "base":
                 else LookupResult.MISS
 
         def prepare_load(self, keys, req_context):
-            return self.core.load_spec(req_context.req_id, [bytes(k) for k in keys])
+            return self.core.load_spec(req_context.req_id, [bytes(k) for k in keys],
+                                       drop_rest=True)
 
         def complete_load(self, keys, req_context):
             self.core.complete_load(req_context.req_id, [bytes(k) for k in keys])
