@@ -96,7 +96,7 @@ else:
 MEDIUM = "KVSHARE"
 WHO = "kvshare.vllm"
 # Two start times closer than this name one daemon (they come from the
-# daemon's uptime, read over one RPC: microseconds of error).
+# daemon's uptime in ms, read over one RPC: off by that RPC's latency).
 SAME_DAEMON_MS = 50
 # A pool mapping the worker no longer advertises is kept this long, for
 # loads the scheduler planned just before it stopped advertising it.
@@ -186,6 +186,7 @@ class SchedulerCore:
         self._pins = collections.defaultdict(dict)  # owner -> key -> (block, epoch, start, t)
         self._loading = collections.defaultdict(list)  # (owner, key) -> [(block, epoch)]
         self._storing = set()
+        self._pools, self._pools_stamp = set(), None
         self.counts = {"lookups": 0, "hits": 0, "misses_unmapped": 0, "stores_planned": 0}
 
     def _daemon(self):
@@ -204,6 +205,19 @@ class SchedulerCore:
             self._start_epoch = self.client.epoch
         return self._start
 
+    def _worker_pools(self):
+        """The daemons the worker has mapped (read_pools), read again only
+        when the file was replaced."""
+        try:
+            st = os.stat(self.state_file)
+            stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+        except OSError:
+            return set()
+        if stamp != self._pools_stamp:
+            self._pools = read_pools(self.state_file)
+            self._pools_stamp = stamp
+        return self._pools
+
     def pinned(self, owner, key):
         got = self._pins.get(owner, {}).get(key)
         return got is not None and got[1] == self.client.epoch
@@ -217,7 +231,7 @@ class SchedulerCore:
         start = self._daemon()
         if start is None:
             return False
-        if not any(_near(start, s) for s in read_pools(self.state_file)):
+        if not any(_near(start, s) for s in self._worker_pools()):
             self.counts["misses_unmapped"] += 1
             return False  # the worker could not read this daemon's pool
         epoch = self.client.epoch
