@@ -11,6 +11,9 @@ call order (engines.py).
 newest; default) or release (abstract/spec/mediums/worker of the releases).
 
 Cases:
+  signatures      the plug-in classes derive from the engines' own base classes,
+                  leave no abstract method out, and every method they override
+                  takes the base's parameters (names, order, defaults)
   vllm_order      the spec made by vLLM's factory (issubclass check), the
                   manager and worker subclasses of vLLM's own; lookups repeated
                   (same answer), a lookup pins what it finds, prepare_load,
@@ -180,6 +183,41 @@ def case_vllm_order(torch):
             inst.close()
     finally:
         d.stop()
+
+
+def case_signatures(torch):
+    """Every method of the engines' base classes that a plug-in class
+    overrides takes the same parameters (names, order, defaults), so the
+    engines' calls bind whether they pass arguments by position or by
+    name; no abstract method is left unimplemented."""
+    import inspect
+    v, sg = engines.kvshare.vllm, engines.kvshare.sglang
+    pairs = [(v.KvshareOffloadingSpec, v.OffloadingSpec),
+             (v.KvshareOffloadingManager, v.OffloadingManager),
+             (sg.KvshareHiCacheStorage, sg.HiCacheStorage)]
+    if v.LAYOUT == "base":
+        pairs.append((v.KvshareOffloadingWorker, v.OffloadingWorker))
+    else:
+        pairs.append((v.KvshareOffloadingHandler, v.OffloadingHandler))
+    for mine, theirs in pairs:
+        check(not getattr(mine, "__abstractmethods__", None) and issubclass(mine, theirs),
+              "%s derives from %s.%s and implements all its abstract methods (%s)"
+              % (mine.__name__, theirs.__module__, theirs.__name__,
+                 ", ".join(sorted(getattr(theirs, "__abstractmethods__", ())))))
+        for name, fn in vars(theirs).items():
+            if name.startswith("_") and name != "__init__" or not callable(fn):
+                continue
+            ours = getattr(mine, name)
+            if ours is fn or isinstance(inspect.getattr_static(theirs, name), staticmethod):
+                continue
+            want = [(p.name, p.default) for p in inspect.signature(fn).parameters.values()]
+            got = [(p.name, p.default) for p in inspect.signature(ours).parameters.values()]
+            if name == "get_handlers" and got[:2] == want[:2] and got[2:] == [
+                    ("attn_backends", None)] and want[2:] == [("attn_backends",
+                                                               inspect.Parameter.empty)]:
+                continue  # ours accepts the later releases' call without attn_backends too
+            check(got == want, "%s.%s%s as %s's" % (mine.__name__, name,
+                                                   inspect.signature(ours), theirs.__name__))
 
 
 def restart_daemon(d, socket):
@@ -784,7 +822,7 @@ def case_copier(torch):
                       % (method, factor, e))
 
 
-CASES = ["vllm_order", "vllm_no_fail", "vllm_preempt", "sglang_order", "sglang_ranks",
+CASES = ["signatures", "vllm_order", "vllm_no_fail", "vllm_preempt", "sglang_order", "sglang_ranks",
          "sglang_paths", "vllm_two", "sglang_two", "cross", "daemon_down", "evicted", "killed",
          "geometry", "copier"]
 
