@@ -504,6 +504,10 @@ def case_sglang_paths(torch):
               b.collector.observed["backup_pgs"] == [2], "a backup of 2 pages is in the metrics")
         check(b.storage.get_stats() == engines.kvshare.sglang.StorageMetrics(),
               "get_stats() drains what it reported")
+        c = engines.SglangInstance(d.socket, ns="sglang.paths")
+        check(c.load(keys, [1, 2, 3]) == (3, [True] * 3) and
+              c.storage.get_stats() == engines.kvshare.sglang.StorageMetrics(),
+              "with storage metrics off nothing is kept for get_stats() (it would only grow)")
     finally:
         d.stop()
 

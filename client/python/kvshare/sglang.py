@@ -112,6 +112,8 @@ class KvshareHiCacheStorage(HiCacheStorage):
         self.last_clear = None
         self.counts = {"exists": 0, "hits": 0, "gets": 0, "get_failures": 0, "sets": 0,
                        "set_present": 0, "set_failures": 0}
+        # Kept only when SGLang reads them (get_stats), else they would grow.
+        self.enable_metrics = bool(getattr(storage_config, "enable_storage_metrics", False))
         self._metrics = self._new_metrics()
 
     @staticmethod
@@ -121,7 +123,7 @@ class KvshareHiCacheStorage(HiCacheStorage):
 
     def _record(self, kind, pages, seconds):
         """One batch for get_stats(): pages moved and GB/s."""
-        if pages:
+        if pages and self.enable_metrics:
             self._metrics[kind + "_pgs"].append(pages)
             gb = pages * 2 * self.geometry.layers * self.geometry.slot_bytes / 1e9
             self._metrics[kind + "_bandwidth"].append(gb / max(seconds, 1e-9))
