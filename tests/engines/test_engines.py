@@ -293,7 +293,8 @@ def case_vllm_no_fail(torch):
         inst.finish("s")
 
         def restart():
-            time.sleep(0.2)  # daemons started closer than SAME_DAEMON_MS look alike
+            # Daemons started closer than SAME_DAEMON_MS look alike.
+            time.sleep(2.5 * engines.kvshare.vllm.SAME_DAEMON_MS / 1000)
             daemons.append(restart_daemon(daemons[-1], d.socket))
         check(inst.load(hashes, [4, 5, 6], req="r", between=restart) == 3,
               "restarting the daemon between lookup and load: 3 blocks loaded")

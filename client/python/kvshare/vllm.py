@@ -95,9 +95,12 @@ else:
 
 MEDIUM = "KVSHARE"
 WHO = "kvshare.vllm"
-# Two start times closer than this name one daemon (they come from the
-# daemon's uptime in ms, read over one RPC: off by that RPC's latency).
-SAME_DAEMON_MS = 50
+# Two start times closer than this name one daemon. A start time is the
+# wall clock minus the daemon's uptime (ms), read over an RPC: off by up to
+# half its round trip (daemon_start_ms). Daemons restarted on one socket
+# closer together than this would look alike (kvshared's Hello names no
+# daemon instance).
+SAME_DAEMON_MS = 200
 # A pool mapping the worker no longer advertises is kept this long, for
 # loads the scheduler planned just before it stopped advertising it.
 KEEP_OLD_POOL_S = 30.0
@@ -111,11 +114,19 @@ LOOKUP_PIN_TTL_S = 10.0
 PING_S = 0.05
 
 
-def daemon_start_ms(client):
+def daemon_start_ms(client, samples=3):
     """The daemon's start time (wall clock, ms) seen through client: it
-    names one daemon instance. Raises KvsError without a daemon."""
-    up = client.stats()["uptime_ms"]
-    return int(time.time() * 1000) - int(up)
+    names one daemon instance. Of `samples` Stats RPCs, the one with the
+    shortest round trip, taken at its midpoint (a loaded machine delays
+    some replies by tens of ms). Raises KvsError without a daemon."""
+    best = None
+    for _ in range(samples):
+        t0 = time.time()
+        up = client.stats()["uptime_ms"]
+        t1 = time.time()
+        if best is None or t1 - t0 < best[0]:
+            best = (t1 - t0, (t0 + t1) * 500.0 - up)
+    return int(best[1])
 
 
 def _state_file(extra, engine_id, ns):
