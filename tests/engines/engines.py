@@ -35,10 +35,12 @@ releases). The call orders they follow:
 import hashlib
 import itertools
 import os
+import shutil
 import struct
 import sys
 import tempfile
 import time
+import weakref
 from types import SimpleNamespace
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -225,11 +227,9 @@ class VllmInstance:
         import torch
         self.torch = torch
         self.state_dir = tempfile.mkdtemp(prefix="kvs-vllm-")
-        try:
-            self.spec = create_spec(socket, ns, os.path.join(self.state_dir, "pools"), **geo)
-        except BaseException:
-            os.rmdir(self.state_dir)
-            raise
+        # Removed by close(), or when the instance goes or the process exits.
+        self._cleanup = weakref.finalize(self, shutil.rmtree, self.state_dir, True)
+        self.spec = create_spec(socket, ns, os.path.join(self.state_dir, "pools"), **geo)
         self.manager = self.spec.get_manager()
         bt, h, d = GEO["block_tokens"], GEO["kv_heads"], GEO["head_dim"]
         layers = geo.get("layers") or GEO["layers"]
@@ -435,9 +435,7 @@ class VllmInstance:
             self.store_handler.shutdown()
             self.load_handler.shutdown()
         self.manager.core.client.close()
-        for f in os.listdir(self.state_dir):
-            os.unlink(os.path.join(self.state_dir, f))
-        os.rmdir(self.state_dir)
+        self._cleanup()
 
 
 # -- SGLang --------------------------------------------------------------------

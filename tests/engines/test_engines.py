@@ -63,6 +63,7 @@ Exit status: 0 passed, 1 failed, 77 skipped (no PyTorch; the reason printed).
 """
 import argparse
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -724,7 +725,9 @@ def case_killed(torch):
         cmd = [sys.executable, os.path.abspath(__file__), "--kvshared", ARGS.kvshared,
                "--lib", ARGS.lib, "--role", "victim", "--engine", "vllm",
                "--socket", d.socket, "--outdir", "-"]
-        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+        tmp = tempfile.mkdtemp(prefix="kvs-victim-")  # its state file: it cannot clean up
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True,
+                             env=dict(os.environ, TMPDIR=tmp))
         line = ""
         while line.strip() != "IN FLIGHT":
             line = p.stdout.readline()
@@ -738,6 +741,7 @@ def case_killed(torch):
         p.send_signal(signal.SIGKILL)
         p.wait()
         p.stdout.close()
+        shutil.rmtree(tmp)
         check(engines.wait_for(lambda: c.stats()["pinned_blocks"] == 0 and
                                c.stats()["writing_blocks"] == 0),
               "killed mid-transfer: the daemon freed its pins and WRITING blocks")
