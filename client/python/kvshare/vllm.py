@@ -39,8 +39,11 @@ versions). Loads: the worker copies the blocks the scheduler pinned, from its
 mapping of the very daemon that holds the pins (named by the daemon's start
 time): a daemon that dies after the lookup leaves that mapping readable, so
 the load is still served. vLLM asserts that every transfer succeeds ("we
-currently do not support job failures"), so no transfer is ever reported
-failed: a store that cannot be made is simply not stored (a later miss).
+currently do not support job failures"), so transfers are reported done: a
+store that cannot be made is simply not stored (a later miss). The one
+exception is a load that reaches the worker more than KEEP_OLD_POOL_S after
+its daemon left the state file (WorkerCore._load): nothing is left to read
+it from.
 
 The worker writes the start times of the pools it has mapped to a small
 state file; the scheduler answers "hit" only for a daemon in that file.
