@@ -1,31 +1,53 @@
 # SPDX-License-Identifier: Apache-2.0
 """What the engine plug-in tests and tools share: engine instances that make
-vLLM's and SGLang's calls in the engines' order (as read from their sources),
-their keys, their KV tensors, and the reference model of the PyTorch check
-(tests/client/torch_share.py).
+vLLM's and SGLang's calls in the engines' order, with the engines' own
+interface modules (mirrors in tests/engines/upstream/, on sys.path under the
+engines' module names), their keys, their KV tensors, and the reference model
+of the PyTorch check (tests/client/torch_share.py).
 
 These are harnesses, not the engines: neither engine is installed here.
-The call order they follow:
+KVS_VLLM_LAYOUT picks vLLM's interface: "base" (vllm/v1/kv_offload/base.py,
+the newest; default) or "release" (abstract/spec/mediums/worker of the
+releases). The call orders they follow:
 
-  vLLM (OffloadingConnectorScheduler / OffloadingConnectorWorker):
-    scheduler: manager.lookup(hashes) (again at every scheduling step),
-    manager.prepare_load(hits) -> spec; worker: handler.transfer_async(job,
-    (spec, GPU spec)), get_finished() until the job is there; scheduler:
-    manager.complete_load(hits). Stores: manager.prepare_store(hashes) ->
-    PrepareStoreOutput; worker: transfer_async(job, (GPU spec, store spec)),
-    get_finished(); scheduler: manager.complete_store(hashes, success).
-  SGLang (HiCacheController prefetch and backup):
-    batch_exists(keys) -> n; batch_get_v1(keys[:n], host_indices) -> [bool];
-    batch_set_v1(keys, host_indices) -> [bool].
+  vLLM, newest (distributed/kv_transfer/kv_connector/v1/offloading/
+  scheduler.py and worker.py): the spec from OffloadingSpecFactory.create_spec
+  (issubclass check, spec_cls(config)); get_manager() in the scheduler,
+  get_worker(CanonicalKVCaches) in the worker. Scheduler: on_new_request,
+  lookup(key, ctx) per key until the first non-HIT (again at every step),
+  prepare_load(hit keys, ctx); worker: assert submit_load(job, spec, GPU
+  spec); get_finished() each step, asserting every result's success;
+  scheduler: complete_load(keys, ctx) once the job is done. Stores:
+  prepare_store(keys, ctx) -> PrepareStoreOutput; worker: assert
+  submit_store(job, GPU spec, store spec); complete_store(keys, ctx) once the
+  job is done; on_request_finished(ctx) at the end.
+  vLLM, releases: lookup(block_hashes) -> int, prepare_load(hashes),
+  handler.transfer_async(job, (src, dst)), get_finished() -> [(job, ok)],
+  complete_load(hashes); prepare_store(hashes), transfer_async,
+  complete_store(hashes) (on preemption, before the copy has finished).
+  SGLang (managers/cache_controller.py): the backend from
+  StorageBackendFactory.create_backend("dynamic", ...); prefetch:
+  batch_exists(keys) -> n, then with "interface_v1" batch_get_v1(keys[:n],
+  host_indices), without it batch_get(keys, flat pages) and
+  set_from_flat_data_page; backup: batch_set_v1, or batch_set(keys, flat
+  pages); with storage metrics on, log_storage_metrics(get_stats()).
 """
 import hashlib
+import itertools
 import os
+import shutil
 import struct
 import sys
+import tempfile
 import time
+import weakref
 from types import SimpleNamespace
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+LAYOUT = os.environ.get("KVS_VLLM_LAYOUT", "base")
+UPSTREAM = os.path.join(HERE, "upstream")
+sys.path.insert(0, os.path.join(UPSTREAM, "sglang"))
+sys.path.insert(0, os.path.join(UPSTREAM, "vllm_base" if LAYOUT == "base" else "vllm_release"))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "client", "python"))
 sys.path.insert(0, os.path.join(HERE, "..", "client"))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
@@ -34,6 +56,15 @@ import kvshare  # noqa: E402
 import kvshare.sglang  # noqa: E402
 import kvshare.vllm  # noqa: E402
 import torch_share  # noqa: E402
+from sglang.srt.mem_cache import hicache_storage as sg_storage  # noqa: E402
+from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory  # noqa: E402
+from sglang.srt.observability.metrics_collector import StorageMetricsCollector  # noqa: E402
+if LAYOUT == "base":
+    from vllm.v1.kv_offload import base as vbase  # noqa: E402
+    from vllm.v1.kv_offload import config as vconfig  # noqa: E402
+else:
+    from vllm.v1.kv_offload import mediums as vmediums  # noqa: E402
+from vllm.v1.kv_offload.factory import OffloadingSpecFactory  # noqa: E402
 Failure, check = torch_share.Failure, torch_share.check
 
 # The geometry of the PyTorch check (2 layers, 2 KV heads, head_dim 32, 16
@@ -118,39 +149,94 @@ def ns_row(client, ns):
 
 # -- vLLM ----------------------------------------------------------------------
 
-def vllm_configs(socket, ns, head_dim=None, block_size=None, layers=None):
-    """The parts of VllmConfig and KVCacheConfig the spec reads."""
+_ENGINES = itertools.count()
+# The releases name no request: their lookup pins last until prepare_load
+# or this long (lookup_pin_ttl_s), and finish() waits it out.
+RELEASE_PIN_TTL_S = 0.2
+
+
+def vllm_key(block_hash):
+    """The key vLLM's manager is given for a block hash of KV cache group 0:
+    an OffloadKey (hash + group index) in the newest layout, the hash in
+    the releases."""
+    return vbase.make_offload_key(block_hash, 0) if LAYOUT == "base" else block_hash
+
+
+def vllm_configs(socket, ns, state_file, head_dim=None, block_size=None, layers=None,
+                 world_size=1):
+    """What vLLM hands the spec: an OffloadingConfig (newest), or the parts
+    of VllmConfig and KVCacheConfig the releases' spec reads."""
     import torch
     extra = {"spec_name": "KvshareOffloadingSpec", "spec_module_path": "kvshare.vllm",
-             "socket": socket, "namespace": ns, "timeout_ms": 2000}
-    vcfg = SimpleNamespace(kv_transfer_config=SimpleNamespace(kv_connector_extra_config=extra))
-    spec = SimpleNamespace(block_size=block_size or GEO["block_tokens"],
-                           num_kv_heads=GEO["kv_heads"],
+             "socket": socket, "namespace": ns, "timeout_ms": 2000, "state_file": state_file}
+    bt = block_size or GEO["block_tokens"]
+    nl = layers or GEO["layers"]
+    names = tuple("model.layers.%d.self_attn" % i for i in range(nl))
+    engine_id = "engine-%d-%d" % (os.getpid(), next(_ENGINES))
+    if LAYOUT == "release":
+        extra["lookup_pin_ttl_s"] = RELEASE_PIN_TTL_S
+    if LAYOUT == "base":
+        page = bt * GEO["kv_heads"] * (head_dim or GEO["head_dim"]) * 4
+        return vconfig.OffloadingConfig(
+            groups=(vconfig.OffloadingGroupConfig(tokens_per_block=bt, layer_names=names),),
+            worker_kv_bytes_per_block=2 * nl * page, enable_kv_cache_events=True,
+            extra_config=extra, engine_id=engine_id,
+            model=vconfig.OffloadingModelConfig(name="test", dtype="float32"),
+            cache=vconfig.OffloadingCacheConfig(tokens_per_hash=bt, blocks_per_chunk=1),
+            parallel=vconfig.OffloadingParallelConfig(
+                rank=0, world_size=world_size, tp_size=world_size, pp_size=1, pcp_size=1,
+                dcp_size=1, data_parallel_index=0, is_parallelism_agnostic=False))
+    vcfg = SimpleNamespace(
+        kv_transfer_config=SimpleNamespace(kv_connector_extra_config=extra, engine_id=engine_id),
+        cache_config=SimpleNamespace(block_size=bt),
+        parallel_config=SimpleNamespace(world_size=world_size))
+    spec = SimpleNamespace(block_size=bt, num_kv_heads=GEO["kv_heads"],
                            head_size=head_dim or GEO["head_dim"], dtype=torch.float32)
-    names = ["model.layers.%d.self_attn" % i for i in range(layers or GEO["layers"])]
-    kcfg = SimpleNamespace(kv_cache_groups=[SimpleNamespace(layer_names=names,
+    kcfg = SimpleNamespace(kv_cache_groups=[SimpleNamespace(layer_names=list(names),
                                                             kv_cache_spec=spec)])
     return vcfg, kcfg
 
 
+def create_spec(socket, ns, state_file, **geo):
+    """The spec as vLLM's factory makes it (the issubclass check, then the
+    constructor of the layout)."""
+    cfg = vllm_configs(socket, ns, state_file, **geo)
+    if LAYOUT == "base":
+        return OffloadingSpecFactory.create_spec(cfg)
+    return OffloadingSpecFactory.create_spec(*cfg)
+
+
+def gpu_spec(blocks, first_index=0):
+    """vLLM's GPULoadStoreSpec of one KV cache group."""
+    if LAYOUT == "base":
+        return vbase.GPULoadStoreSpec(list(blocks), group_sizes=(len(blocks),),
+                                      block_indices=(first_index,))
+    return vmediums.GPULoadStoreSpec(list(blocks))
+
+
 class VllmInstance:
-    """One vLLM engine with the kvshare offloading spec: a scheduler-side
-    manager and worker-side handlers over its own paged KV cache, laid out
-    as FlashAttention's (2, num_blocks, block_size, kv_heads, head_dim) per
-    layer and handed to the spec split into K and V canonical tensors
-    (num_blocks, page bytes), or, with joined=True, as FlashInfer's
-    (num_blocks, 2, ...) with K and V in one page."""
+    """One vLLM engine with the kvshare offloading spec: the scheduler-side
+    manager and the worker over its own paged KV cache, laid out as
+    FlashAttention's (2, num_blocks, block_size, kv_heads, head_dim) per
+    layer and handed over split into K and V canonical tensors (num_blocks,
+    page bytes), or, with joined=True, as FlashInfer's (num_blocks, 2, ...)
+    with K and V in one page. The methods make the connector's calls in its
+    order and check what it checks (every transfer succeeded)."""
 
     def __init__(self, socket, ns="vllm.test", gpu_blocks=16, joined=False, **geo):
         import torch
         self.torch = torch
-        vcfg, kcfg = vllm_configs(socket, ns, **geo)
-        self.spec = kvshare.vllm.KvshareOffloadingSpec(vcfg, kcfg)
+        self.state_dir = tempfile.mkdtemp(prefix="kvs-vllm-")
+        # Removed by close(), or when the instance goes or the process exits.
+        self._cleanup = weakref.finalize(self, shutil.rmtree, self.state_dir, True)
+        self.spec = create_spec(socket, ns, os.path.join(self.state_dir, "pools"), **geo)
         self.manager = self.spec.get_manager()
         bt, h, d = GEO["block_tokens"], GEO["kv_heads"], GEO["head_dim"]
+        layers = geo.get("layers") or GEO["layers"]
+        geo.pop("world_size", None)
         self.kv = []
         canonical = []
-        for _ in range(len(kcfg.kv_cache_groups[0].layer_names)):
+        for _ in range(layers):
             if joined:
                 t = torch.zeros(gpu_blocks, 2, bt, h, d)
                 canonical.append(t.view(gpu_blocks, -1).view(torch.int8))
@@ -160,15 +246,46 @@ class VllmInstance:
                 canonical += [t[0].reshape(gpu_blocks, -1).view(torch.int8),
                               t[1].reshape(gpu_blocks, -1).view(torch.int8)]
                 self.kv.append(t)
-        handlers = {}
-        for src, dst, handler in self.spec.get_handlers(SimpleNamespace(tensors=[
-                SimpleNamespace(tensor=c, page_size_bytes=c.shape[1]) for c in canonical])):
-            handlers[(src.medium(), dst.medium())] = handler
-        self.store_handler = handlers[("GPU", "KVSHARE")]
-        self.load_handler = handlers[("KVSHARE", "GPU")]
+        if LAYOUT == "base":
+            tensors = [vbase.CanonicalKVCacheTensor(tensor=c, page_size_bytes=c.shape[1])
+                       for c in canonical]
+            refs = [vbase.CanonicalKVCacheRef(tensor_idx=i, page_size_bytes=c.shape[1])
+                    for i, c in enumerate(canonical)]
+            self.worker = self.spec.get_worker(vbase.CanonicalKVCaches(
+                tensors=tensors, group_data_refs=[refs]))
+            self.core = self.worker.core
+        else:
+            handlers = {}
+            for src, dst, handler in self.spec.get_handlers(
+                    {"layer%d" % i: c for i, c in enumerate(canonical)}, {}):
+                handlers[(src.medium(), dst.medium())] = handler
+            self.store_handler = handlers[("GPU", "KVSHARE")]
+            self.load_handler = handlers[("KVSHARE", "GPU")]
+            self.core = self.load_handler.core
         self.job = 0
         self.lookups = 0
+        self._contexts = {}
 
+    # -- the request context (newest layout) --
+    def ctx(self, req):
+        if req not in self._contexts:
+            self._contexts[req] = vbase.ReqContext(req_id=req) if LAYOUT == "base" else None
+            if LAYOUT == "base":
+                self.manager.on_new_request(self._contexts[req])
+        return self._contexts[req]
+
+    def finish(self, req):
+        """The request ends (on_request_finished in the newest layout)."""
+        c = self._contexts.pop(req, None)
+        if LAYOUT == "base" and c is not None:
+            self.manager.on_request_finished(c)
+        if LAYOUT == "release":
+            # No call ends a request: its lookup pins expire, dropped at the
+            # manager's next lookup or prepare_store (made here, of nothing).
+            time.sleep(RELEASE_PIN_TTL_S * 1.5)
+            self.manager.lookup([])
+
+    # -- KV contents --
     def write_kv(self, blocks, ks, vs):
         """Puts a prompt's per-layer K and V ([T, heads, dim]) in GPU blocks."""
         bt = GEO["block_tokens"]
@@ -183,81 +300,196 @@ class VllmInstance:
         vs = [kv[1, blocks].reshape(-1, GEO["kv_heads"], GEO["head_dim"]) for kv in self.kv]
         return ks, vs
 
-    def _run(self, handler, src, dst):
+    # -- the worker side --
+    def submit(self, load, src, dst):
+        """Submits a job as the connector's worker does (asserting the
+        submission); returns its id."""
         self.job += 1
-        job = self.job
-        if not handler.transfer_async(job, (src, dst)):
-            return False
-        results = []
-        deadline = time.monotonic() + 30
-        while not results and time.monotonic() < deadline:  # the worker polls each step
-            results = [r for r in handler.get_finished() if r.job_id == job]
+        if LAYOUT == "base":
+            ok = (self.worker.submit_load if load else self.worker.submit_store)(
+                self.job, src, dst)
+        else:
+            ok = (self.load_handler if load else self.store_handler).transfer_async(
+                self.job, (src, dst))
+        assert ok, "vLLM asserts that a transfer is submitted"
+        return self.job
+
+    def finished(self):
+        """get_finished() as the connector's worker calls it each step,
+        asserting (as vLLM does) that every transfer succeeded."""
+        if LAYOUT == "base":
+            results = [(r.job_id, r.success) for r in self.worker.get_finished()]
+        else:
+            results = [tuple(r) if isinstance(r, tuple) else (r.job_id, r.success)
+                       for h in (self.store_handler, self.load_handler)
+                       for r in h.get_finished()]
+        for job, ok in results:
+            assert ok, "vLLM asserts transfer_result.success (job %d failed: %s)" % (
+                job, self.core.last_error)
+        return [job for job, _ in results]
+
+    def wait_job(self, job, seconds=30):
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if job in self.finished():
+                return
             time.sleep(0.001)
-        return bool(results) and results[0].success
+        raise Failure("job %d did not finish" % job)
 
-    def store(self, hashes, gpu_blocks, fail=False):
-        """prepare_store, the worker's transfer, complete_store (fail: the
-        transfer is reported failed). Returns (hashes stored, success)."""
-        out = self.manager.prepare_store(hashes)
-        if out is None:
-            return [], False
-        todo = list(out.block_hashes_to_store)
-        index = {bytes(h): i for i, h in enumerate(hashes)}
-        src = kvshare.vllm.GPULoadStoreSpec([gpu_blocks[index[h]] for h in todo])
-        ok = self._run(self.store_handler, src, out.store_spec) if todo else True
-        self.manager.complete_store(hashes, success=ok and not fail)
-        return todo, ok and not fail
-
-    def lookup(self, hashes, repeat=2):
-        """lookup() as the scheduler calls it: again at each step, the same answer."""
-        hits = [self.manager.lookup(hashes) for _ in range(repeat)]
+    # -- the scheduler side --
+    def lookup(self, hashes, req="r", repeat=2):
+        """get_num_new_matched_tokens: leading blocks found, asked again at
+        each step (the same answer)."""
+        hits = []
+        for _ in range(repeat):
+            if LAYOUT == "base":
+                n = 0
+                for h in hashes:
+                    if self.manager.lookup(vllm_key(h), self.ctx(req)) != vbase.LookupResult.HIT:
+                        break
+                    n += 1
+                hits.append(n)
+            else:
+                hits.append(self.manager.lookup([vllm_key(h) for h in hashes]))
         self.lookups += repeat
         if len(set(hits)) != 1:
             raise Failure("repeated lookups disagree: %r" % hits)
         return hits[0]
 
-    def load(self, hashes, gpu_blocks):
-        """prepare_load, the worker's transfer, complete_load of the leading
-        hits; returns (hits, success)."""
-        hits = self.lookup(hashes)
+    def prepare_load(self, hashes, req="r"):
+        keys = [vllm_key(h) for h in hashes]
+        if LAYOUT == "base":
+            return self.manager.prepare_load(keys, self.ctx(req))
+        return self.manager.prepare_load(keys)
+
+    def complete_load(self, hashes, req="r"):
+        keys = [vllm_key(h) for h in hashes]
+        if LAYOUT == "base":
+            self.manager.complete_load(keys, self.ctx(req))
+        else:
+            self.manager.complete_load(keys)
+
+    def load(self, hashes, gpu_blocks, req="r", between=None):
+        """lookup, prepare_load, the worker's transfer, complete_load of the
+        leading hits (between(): called after the lookup, before the
+        load); returns the number of blocks loaded."""
+        hits = self.lookup(hashes, req)
+        if between is not None:
+            between()
         if hits == 0:
-            return 0, True
-        spec = self.manager.prepare_load(hashes[:hits])
-        ok = self._run(self.load_handler, spec,
-                       kvshare.vllm.GPULoadStoreSpec(gpu_blocks[:hits]))
-        self.manager.complete_load(hashes[:hits])
-        return hits, ok
+            self.finish(req)
+            return 0
+        spec = self.prepare_load(hashes[:hits], req)
+        self.wait_job(self.submit(True, spec, gpu_spec(gpu_blocks[:hits])))
+        self.complete_load(hashes[:hits], req)
+        self.finish(req)
+        return hits
+
+    def prepare_store(self, hashes, req="r"):
+        keys = [vllm_key(h) for h in hashes]
+        if LAYOUT == "base":
+            return self.manager.prepare_store(keys, self.ctx(req))
+        return self.manager.prepare_store(keys)
+
+    def todo(self, out):
+        return list(out.keys_to_store if LAYOUT == "base" else out.block_hashes_to_store)
+
+    def complete_store(self, keys, req="r", success=True):
+        if LAYOUT == "base":
+            self.manager.complete_store(keys, self.ctx(req), success=success)
+        else:
+            self.manager.complete_store(keys, success=success)
+
+    def store(self, hashes, gpu_blocks, req="r", early=False):
+        """prepare_store, the worker's transfer, complete_store (early: before
+        the transfer has finished, as the releases' scheduler does on
+        preemption). Returns the keys prepare_store asked for, or None when
+        it declined."""
+        out = self.prepare_store(hashes, req)
+        if out is None:
+            return None
+        todo = self.todo(out)
+        index = {vllm_key(h): i for i, h in enumerate(hashes)}
+        if todo:
+            job = self.submit(False, gpu_spec([gpu_blocks[index[k]] for k in todo]),
+                              out.store_spec)
+            if early:
+                self.complete_store(todo, req)
+            self.wait_job(job)
+        if not early or not todo:
+            self.complete_store(todo, req)
+        self.finish(req)
+        return todo
+
+    def events(self):
+        """take_events(): the keys of each stored event."""
+        out = []
+        for e in self.manager.take_events():
+            out.append(list(e.keys if LAYOUT == "base" else e.block_hashes))
+        return out
 
     def close(self):
-        self.store_handler.shutdown()
-        self.load_handler.shutdown()
+        if LAYOUT == "base":
+            self.worker.shutdown()
+        else:
+            self.store_handler.shutdown()
+            self.load_handler.shutdown()
+        self.manager.core.client.close()
+        self._cleanup()
 
 
 # -- SGLang --------------------------------------------------------------------
 
-class SglangInstance:
-    """One SGLang engine's host pool (layer_first: (2, layers, tokens,
-    heads, dim)) with the kvshare storage backend, built as SGLang's backend
-    factory builds it: cls(storage_config, extra config)."""
+class HostPool:
+    """SGLang's host KV pool in the layer_first layout (mem_cache/
+    memory_pool_host.py, MHATokenToKVPoolHost): kv_buffer (2, layers,
+    tokens, heads, head_dim), and the flat-page helpers the generic (not
+    interface_v1) path uses: a page is kv_buffer[:, :, i:i + page_size]
+    flattened."""
 
-    def __init__(self, socket, ns="sglang.test", host_pages=16, head_dim=None):
+    def __init__(self, torch, pages, head_dim):
+        ps = GEO["block_tokens"]
+        self.layer_num, self.head_num = GEO["layers"], GEO["kv_heads"]
+        self.head_dim, self.dtype, self.page_size = head_dim, torch.float32, ps
+        self.layout = "layer_first"
+        self.kv_buffer = torch.zeros(2, GEO["layers"], pages * ps, GEO["kv_heads"], head_dim)
+
+    def get_flat_data_page(self, index):
+        return self.kv_buffer[:, :, index:index + self.page_size].flatten()
+
+    def get_dummy_flat_data_page(self):
+        return self.get_flat_data_page(0).clone().zero_()
+
+    def set_from_flat_data_page(self, index, data_page):
+        self.kv_buffer[:, :, index:index + self.page_size] = data_page.reshape(
+            2, self.layer_num, self.page_size, self.head_num, self.head_dim)
+
+
+class SglangInstance:
+    """One SGLang engine's host pool with the kvshare storage backend, made
+    by SGLang's backend factory ("dynamic") from a HiCacheStorageConfig;
+    prefetch() and backup() call what HiCacheController calls, with or
+    without interface_v1, and log the storage metrics when they are on."""
+
+    def __init__(self, socket, ns="sglang.test", host_pages=16, head_dim=None,
+                 interface_v1=True, metrics=False, **ranks):
         import torch
         self.torch = torch
-        ps = GEO["block_tokens"]
-        cfg = SimpleNamespace(tp_rank=0, tp_size=1, is_mla_model=False, model_name="test",
-                              extra_config={"backend_name": "kvshare",
-                                            "module_path": "kvshare.sglang",
-                                            "class_name": "KvshareHiCacheStorage",
-                                            "socket": socket, "namespace": ns,
-                                            "timeout_ms": 2000})
-        self.storage = kvshare.sglang.KvshareHiCacheStorage(cfg, cfg.extra_config)
-        self.pool = SimpleNamespace(
-            layer_num=GEO["layers"], head_num=GEO["kv_heads"],
-            head_dim=head_dim or GEO["head_dim"], dtype=torch.float32, page_size=ps,
-            layout="layer_first",
-            kv_buffer=torch.zeros(2, GEO["layers"], host_pages * ps, GEO["kv_heads"],
-                                  head_dim or GEO["head_dim"]))
+        extra = {"backend_name": "kvshare", "module_path": "kvshare.sglang",
+                 "class_name": "KvshareHiCacheStorage", "socket": socket, "namespace": ns,
+                 "timeout_ms": 2000}
+        if interface_v1:
+            extra["interface_v1"] = 1
+        cfg = dict(tp_rank=0, tp_size=1, pp_rank=0, pp_size=1, attn_cp_rank=0, attn_cp_size=1,
+                   is_mla_model=False, enable_storage_metrics=metrics,
+                   is_page_first_layout=False, model_name="test", extra_config=extra)
+        cfg.update(ranks)
+        self.config = sg_storage.HiCacheStorageConfig(**cfg)
+        self.pool = HostPool(torch, host_pages, head_dim or GEO["head_dim"])
+        self.storage = StorageBackendFactory.create_backend("dynamic", self.config, self.pool)
         self.storage.register_mem_pool_host(self.pool)
+        self.v1 = bool(extra.get("interface_v1"))
+        self.collector = StorageMetricsCollector() if metrics else None
 
     def indices(self, pages):
         ps = GEO["block_tokens"]
@@ -279,12 +511,37 @@ class SglangInstance:
         vs = [buf[1, layer, idx] for layer in range(GEO["layers"])]
         return ks, vs
 
+    def _metrics(self):
+        if self.collector is not None:
+            self.collector.log_storage_metrics(self.storage.get_stats())
+
     def store(self, keys, pages):
-        return self.storage.batch_set_v1(keys, self.indices(pages))
+        """The controller's backup of pages: one bool per page."""
+        if self.v1:
+            ok = self.storage.batch_set_v1(keys, self.indices(pages))
+        else:
+            ps = GEO["block_tokens"]
+            flat = [self.pool.get_flat_data_page(p * ps) for p in pages]
+            ok = [bool(self.storage.batch_set(keys, flat))] * len(keys)
+        self._metrics()
+        return ok
 
     def load(self, keys, pages):
-        """batch_exists, then batch_get_v1 of the leading pages found."""
+        """The controller's prefetch: batch_exists, then a get of the leading
+        pages found; (n, one bool per page read)."""
         n = self.storage.batch_exists(keys)
         if n == 0:
             return 0, []
-        return n, self.storage.batch_get_v1(keys[:n], self.indices(pages[:n]))
+        if self.v1:
+            ok = self.storage.batch_get_v1(keys[:n], self.indices(pages[:n]))
+        else:
+            ps = GEO["block_tokens"]
+            got = self.storage.batch_get(keys[:n], [self.pool.get_dummy_flat_data_page()
+                                                    for _ in range(n)])
+            ok = []
+            for p, page in zip(pages, got):
+                ok.append(page is not None)
+                if page is not None:
+                    self.pool.set_from_flat_data_page(p * ps, page)
+        self._metrics()
+        return n, ok

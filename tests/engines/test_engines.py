@@ -1,16 +1,43 @@
 # SPDX-License-Identifier: Apache-2.0
 """The vLLM and SGLang plug-ins (kvshare.vllm, kvshare.sglang) against a real
-kvshared (host backend, CPU tensors), through harnesses that make each
-engine's calls in its order (engines.py).
+kvshared (host backend, CPU tensors), loaded and called through the engines'
+own interface modules (mirrors in tests/engines/upstream/) in each engine's
+call order (engines.py).
 
-    test_engines.py --kvshared PATH --lib PATH [--only NAME ...]
+    test_engines.py --kvshared PATH --lib PATH [--vllm-layout base|release]
+                    [--only NAME ...]
+
+--vllm-layout picks vLLM's interface: base (vllm/v1/kv_offload/base.py, the
+newest; default) or release (abstract/spec/mediums/worker of the releases).
 
 Cases:
-  vllm_order      lookup repeated, prepare_load, transfer, complete_load;
-                  prepare_store, transfer, complete_store, success and failure;
-                  both KV layouts (K and V split, and joined); events
+  signatures      the plug-in classes derive from the engines' own base classes,
+                  leave no abstract method out, and every method they override
+                  takes the base's parameters (names, order, defaults)
+  vllm_order      the spec made by vLLM's factory (issubclass check), the
+                  manager and worker subclasses of vLLM's own; lookups repeated
+                  (same answer), a lookup pins what it finds, prepare_load,
+                  transfer, complete_load drops the pins, the end of a request
+                  drops pins no load took; prepare_store, transfer,
+                  complete_store; events; both KV tensor layouts
+  vllm_no_fail    between a lookup and its load: the pool is taken by another
+                  worker (eviction), the namespace cleared, or the daemon
+                  killed, or restarted: every load is served, bytes equal, and
+                  no transfer fails; after a restart, lookups miss until the
+                  worker maps the new pool; blocks evicted before the lookup,
+                  or no daemon, are misses
+  vllm_preempt    complete_store called before the worker's copy has finished
+                  (the releases' scheduler on preemption): the blocks are not
+                  visible until the copy is done, then they are, intact
   sglang_order    batch_exists, batch_set_v1, batch_get_v1 with host indices;
-                  set/get/exists; get_stats; clear (a page being read stays)
+                  set/get/exists; stats(); clear (a page being read stays)
+  sglang_ranks    pipeline and attention context-parallel ranks (and tensor)
+                  that hold different KV under the same page keys each read
+                  back their own pages
+  sglang_paths    without interface_v1 (SGLang's per-page batch_get/batch_set
+                  with flat pages) the pages round-trip too; with storage
+                  metrics on, get_stats() gives a StorageMetrics that SGLang's
+                  collector accepts
   vllm_two        instance A stores a prompt's KV in one process, instance B in
                   another loads it into its own tensors: the bytes equal A's,
                   and B's attention output on a continuation equals computing
@@ -20,12 +47,13 @@ Cases:
                   other's blocks, even under the same key bytes
   daemon_down     no daemon: misses, declined stores, no error; a daemon that
                   goes away mid-run: misses again
-  evicted         blocks evicted between lookup and load: vLLM's transfer
-                  fails (a load error), SGLang's batch_get_v1 says False
-  killed          a process killed in the middle of a transfer (pins and
-                  WRITING blocks held): the daemon frees everything it held
-  geometry        a plug-in whose KV layout differs from the pool's is refused
-                  at start, with both layouts in the message
+  evicted         SGLang: pages evicted between batch_exists and batch_get_v1
+                  are False (SGLang's miss path)
+  killed          a process killed with lookup pins and a store in flight
+                  (WRITING blocks held): the daemon frees everything it held
+  geometry        a plug-in whose KV layout differs from the pool's, or with
+                  several vLLM workers, is refused at start, with both layouts
+                  in the message
   copier          kvshare.tensors.BlockCopier, each copy method (memmove,
                   index, slices), against indexing by hand: runs and scattered
                   blocks, rows with gaps, pool blocks holding 2 engine blocks;
@@ -35,13 +63,21 @@ Exit status: 0 passed, 1 failed, 77 skipped (no PyTorch; the reason printed).
 """
 import argparse
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+# The vLLM layout is chosen before engines.py imports vLLM's interface.
+for _i, _a in enumerate(sys.argv):
+    if _a == "--vllm-layout" and _i + 1 < len(sys.argv):
+        os.environ["KVS_VLLM_LAYOUT"] = sys.argv[_i + 1]
+    elif _a.startswith("--vllm-layout="):
+        os.environ["KVS_VLLM_LAYOUT"] = _a.split("=", 1)[1]
 import engines  # noqa: E402
 from engines import Failure, check  # noqa: E402
 
@@ -60,61 +96,290 @@ def same_bytes(torch, a, b):
 
 # -- vLLM call order ---------------------------------------------------------
 
+def ns_pinned(inst, ns):
+    row = engines.ns_row(inst.manager.core.client, ns)
+    return row["pinned_blocks"] if row else 0
+
+
+def hashes_of(seed, blocks):
+    return engines.vllm_hashes(engines.prompt(seed, blocks)[0], engines.GEO["block_tokens"])
+
+
 def case_vllm_order(torch):
+    v = engines.kvshare.vllm
+    print("-- vLLM layout: %s" % v.LAYOUT)
+    check(v.LAYOUT == engines.LAYOUT, "kvshare.vllm picked the layout that imports (%s)"
+          % v.LAYOUT)
     d = daemon()
     try:
         for joined in (False, True):
             ns = "vllm.order.%s" % ("joined" if joined else "split")
-            print("-- layout: %s" % ("joined (num_blocks, 2, ...)" if joined
-                                      else "split K and V"))
+            print("-- KV tensors: %s" % ("joined (num_blocks, 2, ...)" if joined
+                                         else "split K and V"))
             inst = engines.VllmInstance(d.socket, ns=ns, joined=joined)
+            check(isinstance(inst.spec, v.OffloadingSpec) and
+                  isinstance(inst.manager, v.OffloadingManager) and
+                  (isinstance(inst.worker, v.OffloadingWorker) if v.LAYOUT == "base" else
+                   isinstance(inst.load_handler, v.OffloadingHandler)),
+                  "the factory made the spec; spec, manager and worker derive from vLLM's own")
             tokens, _ = engines.prompt(11, 4)
             hashes = engines.vllm_hashes(tokens, engines.GEO["block_tokens"])
             m = engines.model(torch)
             _, ks, vs = m.prefill(tokens)
             inst.write_kv([3, 4, 9, 10], ks, vs)
             check(inst.lookup(hashes) == 0, "lookup of a new prompt: 0 blocks, again and again")
+            inst.finish("r")
 
-            # A failed store frees its blocks: nothing cached, nothing WRITING.
-            todo, ok = inst.store(hashes[:2], [3, 4], fail=True)
-            st = inst.manager.keys.client.stats()
-            check(todo == hashes[:2] and not ok and st["writing_blocks"] == 0,
-                  "complete_store(success=False) frees the WRITING blocks")
-            check(inst.lookup(hashes) == 0, "after a failed store, still 0 blocks")
+            keys = [engines.vllm_key(h) for h in hashes]
+            todo = inst.store(hashes, [3, 4, 9, 10])
+            check(todo == keys, "prepare_store asks for all 4 blocks; the worker stored them")
+            events = inst.events()
+            check(events == [keys], "take_events: one stored event with the 4 keys")
+            check(inst.events() == [], "events are taken once")
+            check(inst.store(hashes, [3, 4, 9, 10]) == [],
+                  "prepare_store of stored blocks: nothing to store")
+            st = inst.manager.core.client.stats()
+            check(st["writing_blocks"] == 0 and ns_pinned(inst, ns) == 0,
+                  "after the stores: nothing WRITING, nothing pinned")
 
-            todo, ok = inst.store(hashes, [3, 4, 9, 10])
-            check(ok and todo == hashes, "prepare_store asks for all 4 blocks; stored")
-            events = list(inst.manager.take_events())
-            check(len(events) == 1 and events[0].block_hashes == hashes and
-                  not events[0].removed and events[0].medium == "KVSHARE",
-                  "take_events: one stored event with the 4 hashes")
-            check(list(inst.manager.take_events()) == [], "events are taken once")
-            todo, ok = inst.store(hashes, [3, 4, 9, 10])
-            check(ok and todo == [], "prepare_store of stored hashes: nothing to store")
-            check(inst.lookup(hashes) == 4, "lookup: all 4 blocks, again and again")
-            check(inst.lookup(hashes[2:]) == 2,
+            check(inst.lookup(hashes, req="a") == 4, "lookup: all 4 blocks, again and again")
+            check(ns_pinned(inst, ns) == 4, "the lookup pinned the 4 blocks (%d pinned)"
+                  % ns_pinned(inst, ns))
+            check(inst.lookup(hashes[2:], req="b") == 2,
                   "lookup from the middle of the chain (after GPU hits): 2 blocks")
-            other = engines.vllm_hashes(engines.prompt(12, 2)[0], engines.GEO["block_tokens"])
-            check(inst.lookup(hashes[:2] + other) == 2, "lookup stops at the first miss")
+            other = hashes_of(12, 2)
+            check(inst.lookup(hashes[:2] + other, req="c") == 2, "lookup stops at the first miss")
+            inst.finish("b")
+            inst.finish("c")
+            if v.LAYOUT == "base":
+                check(ns_pinned(inst, ns) == 4,
+                      "the end of other requests leaves request a's pins")
+            else:
+                check(ns_pinned(inst, ns) == 0, "the releases name no request: lookup pins no "
+                      "prepare_load took expire (lookup_pin_ttl_s)")
 
-            spec = inst.manager.prepare_load(hashes)
-            row = engines.ns_row(inst.manager.keys.client, ns)
-            check(row["pinned_blocks"] == 4, "prepare_load pins the 4 blocks (%d pinned)"
-                  % row["pinned_blocks"])
-            ok = inst._run(inst.load_handler, spec,
-                           engines.kvshare.vllm.GPULoadStoreSpec([0, 1, 12, 13]))
-            inst.manager.complete_load(hashes)
-            row = engines.ns_row(inst.manager.keys.client, ns)
-            check(ok and row["pinned_blocks"] == 0, "the transfer succeeds; complete_load "
-                  "drops the pins")
+            spec = inst.prepare_load(hashes, req="a")
+            inst.wait_job(inst.submit(True, spec, engines.gpu_spec([0, 1, 12, 13])))
+            inst.complete_load(hashes, req="a")
+            inst.finish("a")
+            check(ns_pinned(inst, ns) == 0, "the transfer succeeds; complete_load drops the pins")
             got_k, got_v = inst.read_kv([0, 1, 12, 13])
             want_k, want_v = inst.read_kv([3, 4, 9, 10])
             check(all(same_bytes(torch, a, b) for a, b in zip(got_k + got_v, want_k + want_v)),
                   "the loaded blocks equal the stored ones byte for byte")
-            hits, ok = inst.load(hashes[1:], [5, 6, 7])
-            check(hits == 3 and ok, "load through the harness: lookup, prepare_load, transfer, "
-                  "complete_load")
+            check(inst.load(hashes[1:], [5, 6, 7], req="d") == 3,
+                  "load through the harness: lookup, prepare_load, transfer, complete_load")
+            if v.LAYOUT == "base":
+                inst.lookup(hashes, req="e")
+                inst.finish("e")
+                check(ns_pinned(inst, ns) == 0, "on_request_finished drops pins no load took")
+                check(inst.lookup(hashes, req="f") == 4, "request f finds 4 blocks")
+                spec = inst.prepare_load(hashes[:2], req="f")
+                check(ns_pinned(inst, ns) == 2, "prepare_load of 2 keeps their pins and drops "
+                      "the 2 no load of the request will take")
+                inst.wait_job(inst.submit(True, spec, engines.gpu_spec([14, 15])))
+                inst.complete_load(hashes[:2], req="f")
+                inst.finish("f")
+                check(ns_pinned(inst, ns) == 0, "complete_load drops the rest")
             inst.close()
+    finally:
+        d.stop()
+
+
+def case_signatures(torch):
+    """Every method of the engines' base classes that a plug-in class
+    overrides takes the same parameters (names, order, defaults), so the
+    engines' calls bind whether they pass arguments by position or by
+    name; no abstract method is left unimplemented."""
+    import inspect
+    v, sg = engines.kvshare.vllm, engines.kvshare.sglang
+    pairs = [(v.KvshareOffloadingSpec, v.OffloadingSpec),
+             (v.KvshareOffloadingManager, v.OffloadingManager),
+             (sg.KvshareHiCacheStorage, sg.HiCacheStorage)]
+    if v.LAYOUT == "base":
+        pairs.append((v.KvshareOffloadingWorker, v.OffloadingWorker))
+    else:
+        pairs.append((v.KvshareOffloadingHandler, v.OffloadingHandler))
+    for mine, theirs in pairs:
+        check(not getattr(mine, "__abstractmethods__", None) and issubclass(mine, theirs),
+              "%s derives from %s.%s and implements all its abstract methods (%s)"
+              % (mine.__name__, theirs.__module__, theirs.__name__,
+                 ", ".join(sorted(getattr(theirs, "__abstractmethods__", ())))))
+        for name, fn in vars(theirs).items():
+            if name.startswith("_") and name != "__init__" or not callable(fn):
+                continue
+            ours = getattr(mine, name)
+            if ours is fn or isinstance(inspect.getattr_static(theirs, name), staticmethod):
+                continue
+            want = [(p.name, p.default) for p in inspect.signature(fn).parameters.values()]
+            got = [(p.name, p.default) for p in inspect.signature(ours).parameters.values()]
+            if name == "get_handlers" and got[:2] == want[:2] and got[2:] == [
+                    ("attn_backends", None)] and want[2:] == [("attn_backends",
+                                                               inspect.Parameter.empty)]:
+                continue  # ours accepts the later releases' call without attn_backends too
+            check(got == want, "%s.%s%s as %s's" % (mine.__name__, name,
+                                                   inspect.signature(ours), theirs.__name__))
+
+
+def restart_daemon(d, socket):
+    """Kills d and starts another daemon on socket, d's (a crash and a
+    restart by a supervisor)."""
+    d.proc.send_signal(signal.SIGKILL)
+    d.proc.wait()
+    return engines.daemon(ARGS.kvshared, ["--socket", socket])
+
+
+def case_vllm_no_fail(torch):
+    d = daemon()
+    daemons = [d]
+    try:
+        inst = engines.VllmInstance(d.socket, ns="vllm.nofail")
+        tokens, _ = engines.prompt(61, 3)
+        m = engines.model(torch)
+        _, ks, vs = m.prefill(tokens)
+        hashes = engines.vllm_hashes(tokens, engines.GEO["block_tokens"])
+        inst.write_kv([0, 1, 2], ks, vs)
+        check(inst.store(hashes, [0, 1, 2]) is not None and inst.lookup(hashes, req="x") == 3,
+              "a prompt of 3 blocks stored and found")
+        inst.finish("x")
+        want = inst.read_kv([0, 1, 2])
+
+        def loaded(dst, what):
+            got = inst.read_kv(dst)
+            check(all(same_bytes(torch, a, b) for a, b in zip(got[0] + got[1],
+                                                               want[0] + want[1])),
+                  "%s: the load was served, the bytes equal the stored ones" % what)
+            for layer in inst.kv:  # clean for the next load
+                layer[:, dst] = 0
+
+        def hog():
+            with engines.kvshare.Client(socket_path=d.socket, map_pool=False) as c:
+                got = c.alloc(engines.POOL_BLOCKS - 3)
+                check(len(got) == engines.POOL_BLOCKS - 3 and c.stats()["cached_blocks"] == 3,
+                      "another worker took every other block: the pinned 3 stayed cached")
+                c.release(got)
+        check(inst.load(hashes, [4, 5, 6], req="e", between=hog) == 3,
+              "evicting between lookup and load: 3 blocks loaded")
+        loaded([4, 5, 6], "eviction between lookup and load")
+
+        def clear():
+            with engines.kvshare.Client(socket_path=d.socket, map_pool=False) as c:
+                check(c.clear("vllm.nofail") == (0, 3), "clear between lookup and load keeps "
+                      "the 3 pinned blocks")
+        check(inst.load(hashes, [4, 5, 6], req="c", between=clear) == 3,
+              "clearing between lookup and load: 3 blocks loaded")
+        loaded([4, 5, 6], "clear between lookup and load")
+
+        state = {}
+
+        def kill():
+            d.proc.send_signal(signal.SIGKILL)
+            d.proc.wait()
+            state["killed"] = True
+        check(inst.load(hashes, [4, 5, 6], req="k", between=kill) == 3,
+              "killing the daemon between lookup and load: 3 blocks loaded")
+        loaded([4, 5, 6], "daemon killed between lookup and load")
+        check(inst.lookup(hashes, req="k2") == 0, "with the daemon dead: lookups miss")
+        inst.finish("k2")
+        check(inst.store(hashes, [0, 1, 2]) is None, "and stores are declined")
+
+        daemons.append(engines.daemon(ARGS.kvshared, ["--socket", d.socket]))
+        check(inst.lookup(hashes, req="n") == 0, "a new daemon: the prompt is not there")
+        inst.finish("n")
+        time.sleep(engines.kvshare.vllm.PING_S)
+        inst.finished()  # a worker step: the worker maps the new pool
+        todo = inst.store(hashes, [0, 1, 2])
+        check(todo is not None and len(todo) == 3 and inst.lookup(hashes, req="s") == 3,
+              "stored again in the new daemon, and found")
+        inst.finish("s")
+
+        def restart():
+            # Daemons started closer than SAME_DAEMON_MS look alike.
+            time.sleep(2.5 * engines.kvshare.vllm.SAME_DAEMON_MS / 1000)
+            daemons.append(restart_daemon(daemons[-1], d.socket))
+        check(inst.load(hashes, [4, 5, 6], req="r", between=restart) == 3,
+              "restarting the daemon between lookup and load: 3 blocks loaded")
+        loaded([4, 5, 6], "daemon restarted between lookup and load")
+
+        # Restarted again, with no worker step since: the scheduler reconnects
+        # first, and the worker has not mapped this daemon's pool yet.
+        restart()
+        c = engines.kvshare.Client(socket_path=d.socket, map_pool=False)
+        c.release(c.commit(engines.kvshare.keyblocks.key_tokens(
+            engines.vllm_key(hashes[0]), engines.GEO["block_tokens"]),
+            c.alloc(1, ns="vllm.nofail"), ns="vllm.nofail"))
+        c.close()
+        check(inst.lookup(hashes[:1], req="u") == 0,
+              "a block in a daemon the worker has not mapped yet: a miss")
+        inst.finish("u")
+        time.sleep(engines.kvshare.vllm.PING_S)
+        inst.finished()
+        check(inst.lookup(hashes[:1], req="u2") == 1,
+              "once the worker has mapped it (its next step): a hit")
+        inst.finish("u2")
+        # Evicted before the lookup: a miss, the engine computes.
+        with engines.kvshare.Client(socket_path=d.socket, map_pool=False) as h:
+            h.release(h.alloc(engines.POOL_BLOCKS))
+        check(inst.load(hashes, [4, 5, 6], req="g") == 0,
+              "evicted before the lookup: a miss (0), no load, no failure")
+        check(inst.core.counts["load_unserved"] == 0, "no load went unserved")
+        inst.close()
+    finally:
+        for x in daemons:
+            x.stop()
+
+
+class Gate:
+    """GPU block ids whose reading waits for open(): a copy held mid-way."""
+
+    def __init__(self, ids):
+        self.ids = list(ids)
+        self.event = threading.Event()
+        self.group_sizes, self.block_indices = (len(self.ids),), (0,)
+
+    def __len__(self):
+        return len(self.ids)
+
+    def __iter__(self):
+        self.event.wait(60)
+        return iter(self.ids)
+
+
+def case_vllm_preempt(torch):
+    d = daemon()
+    try:
+        inst = engines.VllmInstance(d.socket, ns="vllm.preempt")
+        tokens, _ = engines.prompt(81, 2)
+        hashes = engines.vllm_hashes(tokens, engines.GEO["block_tokens"])
+        m = engines.model(torch)
+        _, ks, vs = m.prefill(tokens)
+        inst.write_kv([2, 3], ks, vs)
+        out = inst.prepare_store(hashes, req="p")
+        todo = inst.todo(out)
+        gate = Gate([2, 3])
+        src = engines.gpu_spec([2, 3])
+        src.block_ids = gate
+        job = inst.submit(False, src, out.store_spec)
+        other = engines.kvshare.Client(socket_path=d.socket, map_pool=False)
+        check(engines.wait_for(lambda: other.stats()["writing_blocks"] == 2),
+              "the worker allocated 2 blocks and is copying into them (held mid-copy)")
+        inst.complete_store(todo, req="p")  # the scheduler, before the copy ends
+        inst.finish("p")
+        bt = engines.GEO["block_tokens"]
+        key_tokens = engines.kvshare.keyblocks.key_tokens
+        seen = [len(other.lookup(key_tokens(k, bt), ns="vllm.preempt", pin=False)) for k in todo]
+        check(seen == [0, 0] and other.stats()["writing_blocks"] == 2,
+              "complete_store came first: the blocks are not visible while the copy runs")
+        gate.event.set()
+        inst.wait_job(job)
+        seen = [len(other.lookup(key_tokens(k, bt), ns="vllm.preempt", pin=False)) for k in todo]
+        check(seen == [1, 1], "once the copy is done the worker committed them (%r %r)" % (inst.core.counts, inst.core.last_error))
+        other.close()
+        check(inst.load(hashes, [6, 7], req="l") == 2, "and they load")
+        got, want = inst.read_kv([6, 7]), inst.read_kv([2, 3])
+        check(all(same_bytes(torch, a, b) for a, b in zip(got[0] + got[1], want[0] + want[1])),
+              "intact: the loaded blocks equal the stored ones")
+        inst.close()
     finally:
         d.stop()
 
@@ -135,9 +400,9 @@ def case_sglang_order(torch):
         check(inst.storage.batch_exists(keys) == 3, "batch_exists: the 3 leading pages")
         check(inst.store(keys, [2, 3, 7, 8]) == [True] * 4,
               "batch_set_v1 of 4 pages, 3 of them stored already")
-        st = inst.storage.get_stats()
+        st = inst.storage.stats()
         check(st["set_present"] == 3 and st["namespace"]["cached_blocks"] == 4,
-              "get_stats: 3 pages were there, 4 cached in the namespace")
+              "stats(): 3 pages were there, 4 cached in the namespace")
         n, ok = inst.load(keys, [10, 11, 12, 13])
         check(n == 4 and ok == [True] * 4, "batch_exists then batch_get_v1 of 4 pages")
         got = inst.read_kv([10, 11, 12, 13])
@@ -163,7 +428,7 @@ def case_sglang_order(torch):
         reader = inst.storage.keys.client
         [pinned] = inst.storage.keys.pin([engines.kvshare.sglang.page_key(keys[0])])
         inst.storage.clear()
-        st = inst.storage.get_stats()
+        st = inst.storage.stats()
         check(st["sets"] == 0 and st["last_clear"] == {"cleared": 4, "kept": 1},
               "clear drops the namespace's pages but one being read, resets the counters")
         check(inst.storage.batch_exists(keys) == 1 and not inst.storage.exists(key),
@@ -172,9 +437,79 @@ def case_sglang_order(torch):
               "clear leaves other namespaces alone")
         reader.release([pinned])
         inst.storage.clear()
-        check(inst.storage.get_stats()["last_clear"] == {"cleared": 1, "kept": 0}
+        check(inst.storage.stats()["last_clear"] == {"cleared": 1, "kept": 0}
               and inst.storage.batch_exists(keys) == 0, "once read, a second clear drops it")
         other.close()
+    finally:
+        d.stop()
+
+
+def case_sglang_ranks(torch):
+    d = daemon()
+    try:
+        tokens, _ = engines.prompt(91, 2)
+        keys = engines.sglang_keys(tokens, engines.GEO["block_tokens"])
+        for what, size, rank in (("pipeline", "pp_size", "pp_rank"),
+                                 ("attention context-parallel", "attn_cp_size", "attn_cp_rank"),
+                                 ("tensor", "tp_size", "tp_rank")):
+            ranks = [engines.SglangInstance(d.socket, ns="sglang.ranks", **{size: 2, rank: r})
+                     for r in (0, 1)]
+            names = [i.storage.ns for i in ranks]
+            check(names[0] != names[1], "%s ranks 0 and 1: namespaces %s" % (what, names))
+            for r, inst in enumerate(ranks):  # each rank holds other KV for the same tokens
+                inst.pool.kv_buffer.uniform_(-1, 1)
+                check(inst.store(keys, [0, 1]) == [True, True], "%s rank %d stored its 2 pages"
+                      % (what, r))
+            for r, inst in enumerate(ranks):
+                n, ok = inst.load(keys, [4, 5])
+                got, want = inst.read_kv([4, 5]), inst.read_kv([0, 1])
+                check(n == 2 and ok == [True, True] and
+                      all(same_bytes(torch, a, b) for a, b in zip(got[0] + got[1],
+                                                                   want[0] + want[1])),
+                      "%s rank %d reads back its own pages, not the other rank's" % (what, r))
+        both = engines.SglangInstance(d.socket, ns="sglang.ranks", pp_size=2, pp_rank=1,
+                                      attn_cp_size=2, attn_cp_rank=1, tp_size=4, tp_rank=3)
+        check(both.storage.ns == "sglang.ranks_tp3_4_pp1_2_cp1_2",
+              "all three ranks in the namespace: %s" % both.storage.ns)
+    finally:
+        d.stop()
+
+
+def case_sglang_paths(torch):
+    d = daemon()
+    try:
+        tokens, _ = engines.prompt(93, 3)
+        keys = engines.sglang_keys(tokens, engines.GEO["block_tokens"])
+        m = engines.model(torch)
+        _, ks, vs = m.prefill(tokens)
+        a = engines.SglangInstance(d.socket, ns="sglang.paths", interface_v1=False)
+        check(not a.v1, "without interface_v1 SGLang uses batch_get/batch_set with flat pages")
+        a.write_kv([0, 1, 2], ks, vs)
+        check(a.store(keys, [0, 1, 2]) == [True] * 3, "batch_set of 3 flat pages")
+        n, ok = a.load(keys, [5, 6, 7])
+        got, want = a.read_kv([5, 6, 7]), a.read_kv([0, 1, 2])
+        check(n == 3 and ok == [True] * 3 and
+              all(same_bytes(torch, x, y) for x, y in zip(got[0] + got[1], want[0] + want[1])),
+              "batch_get into flat pages, set_from_flat_data_page: the bytes round-trip")
+        b = engines.SglangInstance(d.socket, ns="sglang.paths", metrics=True)
+        n, ok = b.load(keys, [1, 2, 3])
+        check(n == 3 and ok == [True] * 3, "interface_v1: batch_get_v1 reads the pages the "
+              "per-page path stored")
+        check(b.collector.observed["prefetch_pgs"] == [3] and
+              len(b.collector.observed["prefetch_bandwidth"]) == 1 and
+              b.collector.observed["prefetch_bandwidth"][0] > 0,
+              "storage metrics on: get_stats() gave a StorageMetrics SGLang's collector took "
+              "(%r)" % b.collector.observed)
+        b.write_kv([8, 9, 10], ks, vs)
+        more = engines.sglang_keys(engines.prompt(94, 2)[0], engines.GEO["block_tokens"])
+        check(b.store(more, [8, 9]) == [True, True] and
+              b.collector.observed["backup_pgs"] == [2], "a backup of 2 pages is in the metrics")
+        check(b.storage.get_stats() == engines.kvshare.sglang.StorageMetrics(),
+              "get_stats() drains what it reported")
+        c = engines.SglangInstance(d.socket, ns="sglang.paths")
+        check(c.load(keys, [1, 2, 3]) == (3, [True] * 3) and
+              c.storage.get_stats() == engines.kvshare.sglang.StorageMetrics(),
+              "with storage metrics off nothing is kept for get_stats() (it would only grow)")
     finally:
         d.stop()
 
@@ -194,8 +529,8 @@ def role_store(engine, socket, outdir):
         inst = engines.VllmInstance(socket)
         inst.write_kv(blocks, ks, vs)
         hashes = engines.vllm_hashes(tokens, engines.GEO["block_tokens"])
-        todo, ok = inst.store(hashes, blocks)
-        check(ok and len(todo) == n, "A: stored %d blocks" % n)
+        todo = inst.store(hashes, blocks)
+        check(todo is not None and len(todo) == n, "A: stored %d blocks" % n)
         inst.close()
     else:
         inst = engines.SglangInstance(socket)
@@ -216,8 +551,8 @@ def role_load(engine, socket, outdir):
     if engine == "vllm":
         inst = engines.VllmInstance(socket)
         hashes = engines.vllm_hashes(tokens, engines.GEO["block_tokens"])
-        hits, ok = inst.load(hashes, mine)
-        check(hits == n and ok, "B: lookup found all %d blocks, the load succeeded" % n)
+        hits = inst.load(hashes, mine)
+        check(hits == n, "B: lookup found all %d blocks, the load succeeded" % n)
         inst.close()
     else:
         inst = engines.SglangInstance(socket)
@@ -285,7 +620,7 @@ def case_cross(torch):
         hashes = engines.vllm_hashes(tokens, engines.GEO["block_tokens"])
         keys = engines.sglang_keys(tokens, engines.GEO["block_tokens"])
         v.write_kv([0, 1, 2], ks, vs)
-        check(v.store(hashes, [0, 1, 2])[1], "vLLM stored the prompt")
+        check(v.store(hashes, [0, 1, 2]) is not None, "vLLM stored the prompt")
         check(s.storage.batch_exists(keys) == 0, "SGLang does not find it under its own keys")
         check(s.storage.batch_exists([h.hex() for h in hashes]) == 0,
               "nor under vLLM's very key bytes (another namespace)")
@@ -295,7 +630,7 @@ def case_cross(torch):
               "vLLM does not find SGLang's pages")
         check(v.lookup(hashes) == 3 and s.storage.batch_exists(keys) == 3,
               "each finds its own")
-        c = v.manager.keys.client
+        c = v.manager.core.client
         rv, rs = engines.ns_row(c, "vllm.m"), engines.ns_row(c, "sglang.m")
         check(rv["cached_blocks"] == 3 and rs["cached_blocks"] == 3 and
               c.stats()["cached_blocks"] == 6, "3 blocks in each namespace, 6 in the pool")
@@ -314,8 +649,7 @@ def case_daemon_down(torch):
     hashes = engines.vllm_hashes(tokens, engines.GEO["block_tokens"])
     keys = engines.sglang_keys(tokens, engines.GEO["block_tokens"])
     check(v.lookup(hashes) == 0, "vLLM without a daemon: lookup is a miss (0)")
-    check(v.manager.prepare_store(hashes) is None, "vLLM without a daemon: prepare_store "
-          "declines (None)")
+    check(v.prepare_store(hashes) is None, "vLLM without a daemon: prepare_store declines (None)")
     check(s.storage.batch_exists(keys) == 0 and s.store(keys, [0, 1]) == [False, False],
           "SGLang without a daemon: batch_exists 0, batch_set_v1 all False")
     v.close()
@@ -325,98 +659,55 @@ def case_daemon_down(torch):
     m = engines.model(torch)
     _, ks, vs = m.prefill(tokens)
     v.write_kv([0, 1], ks, vs)
-    check(v.store(hashes, [0, 1])[1] and v.lookup(hashes) == 2, "stored with a daemon")
+    check(v.store(hashes, [0, 1]) is not None and v.lookup(hashes, req="a") == 2,
+          "stored with a daemon")
+    v.finish("a")
     d.stop()
-    check(v.lookup(hashes) == 0, "the daemon gone: lookup is a miss again")
-    spec = v.manager.prepare_load(hashes)
-    check(spec.block_ids == [-1, -1], "prepare_load without the daemon marks the blocks missing")
-    ok = v._run(v.load_handler, spec, engines.kvshare.vllm.GPULoadStoreSpec([2, 3]))
-    v.manager.complete_load(hashes)
-    check(not ok, "and the transfer reports a failure: the engine recomputes")
+    check(v.lookup(hashes, req="b") == 0, "the daemon gone: lookup is a miss again")
+    check(v.prepare_store(hashes, req="b") is None, "and prepare_store declines")
+    v.finish("b")
+    check(v.core.counts["load_unserved"] == 0, "no transfer failed")
     v.close()
 
 
 def case_evicted(torch):
     d = daemon()
     try:
-        v = engines.VllmInstance(d.socket)
         s = engines.SglangInstance(d.socket)
         tokens, _ = engines.prompt(61, 3)
         m = engines.model(torch)
         _, ks, vs = m.prefill(tokens)
-        hashes = engines.vllm_hashes(tokens, engines.GEO["block_tokens"])
         keys = engines.sglang_keys(tokens, engines.GEO["block_tokens"])
-        v.write_kv([0, 1, 2], ks, vs)
         s.write_kv([0, 1, 2], ks, vs)
-        check(v.store(hashes, [0, 1, 2])[1] and s.store(keys, [0, 1, 2]) == [True] * 3,
-              "both stored the prompt")
-        check(v.lookup(hashes) == 3 and s.storage.batch_exists(keys) == 3, "both find it")
+        check(s.store(keys, [0, 1, 2]) == [True] * 3, "SGLang stored the prompt")
+        check(s.storage.batch_exists(keys) == 3, "batch_exists finds it")
         # Another worker takes the whole pool: every unpinned block is evicted.
         with engines.kvshare.Client(socket_path=d.socket, map_pool=False) as hog:
             got = hog.alloc(engines.POOL_BLOCKS)
             check(len(got) == engines.POOL_BLOCKS and hog.stats()["cached_blocks"] == 0,
                   "another worker's alloc of the whole pool evicted them")
-            spec = v.manager.prepare_load(hashes)
-            ok = v._run(v.load_handler, spec, engines.kvshare.vllm.GPULoadStoreSpec([3, 4, 5]))
-            v.manager.complete_load(hashes)
-            check(spec.block_ids == [-1] * 3 and not ok,
-                  "vLLM: prepare_load finds them gone and the transfer fails (a load error)")
             got = s.storage.batch_get_v1(keys, s.indices([5, 6, 7]))
-            check(got == [False] * 3, "SGLang: batch_get_v1 says False for each page")
-
-        # prepare_store names the hashes its Alloc evicted, of its namespace
-        # only: SGLang's 3 pages (stored first, so evicted first) are not
-        # among them.
-        check(s.store(keys, [0, 1, 2]) == [True] * 3, "SGLang stores its 3 pages again")
-        many, _ = engines.prompt(62, 40)
-        many = engines.vllm_hashes(many, engines.GEO["block_tokens"])
-        check(v.store(many, [i % 16 for i in range(40)])[1], "vLLM stores 40 blocks")
-        with engines.kvshare.Client(socket_path=d.socket, map_pool=False) as hog:
-            hog.alloc(engines.POOL_BLOCKS - 44)  # 1 block left free
-            new, _ = engines.prompt(63, 5)
-            new = engines.vllm_hashes(new, engines.GEO["block_tokens"])
-            out = v.manager.prepare_store(new)
-            check(out is not None and list(out.block_hashes_to_store) == new,
-                  "prepare_store of 5 new blocks with 1 free")
-            check(list(out.block_hashes_evicted) == many[:1],
-                  "block_hashes_evicted: the one vLLM block evicted (the 3 SGLang pages "
-                  "evicted before it are not named)")
-            check(v.lookup(many) == 0 and v.manager.lookup(many[1:]) == 39
-                  and s.storage.batch_exists(keys) == 0, "and those blocks are gone")
-            v.manager.complete_store(new, success=False)
-        v.close()
+            check(got == [False] * 3, "batch_get_v1 says False for each page (SGLang's miss)")
     finally:
         d.stop()
 
 
 def role_victim(engine, socket, outdir):
-    """Holds pins (prepare_load) and WRITING blocks (prepare_store), starts a
-    transfer and waits to be killed."""
+    """Holds lookup pins of 2 blocks and a store of 3 blocks held mid-copy
+    (WRITING blocks of its worker), and waits to be killed."""
     import time
     inst = engines.VllmInstance(socket)
-    tokens, _ = engines.prompt(71, 2)
-    hashes = engines.vllm_hashes(tokens, engines.GEO["block_tokens"])
-    spec = inst.manager.prepare_load(hashes)
-    more = engines.vllm_hashes(engines.prompt(72, 3)[0], engines.GEO["block_tokens"])
-    out = inst.manager.prepare_store(more)
-    check(-1 not in spec.block_ids and out is not None and len(out.block_hashes_to_store) == 3,
-          "victim: 2 blocks pinned for a load, 3 allocated for a store")
-
-    # A store whose copy never ends (its source blocks take an hour to
-    # list): the worker is killed in the middle of it.
-    class Stuck:
-        def __iter__(self):
-            time.sleep(3600)
-            return iter(())
-
-    class StuckSpec:
-        block_ids = Stuck()
-
-        @staticmethod
-        def medium():
-            return "GPU"
-    inst.store_handler.transfer_async(1, (StuckSpec(), out.store_spec))
-    inst.load_handler.transfer_async(2, (spec, engines.kvshare.vllm.GPULoadStoreSpec([0, 1])))
+    hashes = hashes_of(71, 2)
+    check(inst.lookup(hashes) == 2, "victim: 2 blocks found and pinned by the lookup")
+    more = hashes_of(72, 3)
+    out = inst.prepare_store(more)
+    check(out is not None and len(inst.todo(out)) == 3, "victim: 3 blocks to store")
+    src = engines.gpu_spec([0, 1, 2])
+    src.block_ids = Gate([0, 1, 2])  # never opened: the copy waits
+    inst.submit(False, src, out.store_spec)
+    with engines.kvshare.Client(socket_path=socket, map_pool=False) as c:
+        check(engines.wait_for(lambda: c.stats()["writing_blocks"] == 3),
+              "victim: its worker allocated 3 blocks")
     print("IN FLIGHT", flush=True)
     time.sleep(3600)
 
@@ -429,30 +720,34 @@ def case_killed(torch):
         m = engines.model(torch)
         _, ks, vs = m.prefill(tokens)
         v.write_kv([0, 1], ks, vs)
-        check(v.store(engines.vllm_hashes(tokens, engines.GEO["block_tokens"]), [0, 1])[1],
-              "a prompt of 2 blocks stored")
+        check(v.store(engines.vllm_hashes(tokens, engines.GEO["block_tokens"]), [0, 1])
+              is not None, "a prompt of 2 blocks stored")
         cmd = [sys.executable, os.path.abspath(__file__), "--kvshared", ARGS.kvshared,
                "--lib", ARGS.lib, "--role", "victim", "--engine", "vllm",
                "--socket", d.socket, "--outdir", "-"]
-        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+        tmp = tempfile.mkdtemp(prefix="kvs-victim-")  # its state file: it cannot clean up
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True,
+                             env=dict(os.environ, TMPDIR=tmp))
         line = ""
         while line.strip() != "IN FLIGHT":
             line = p.stdout.readline()
             if not line:
                 raise Failure("the victim exited before its transfer: %s" % p.wait())
             print(line.rstrip())
-        c = v.manager.keys.client
+        c = v.manager.core.client
         st = c.stats()
         check(st["pinned_blocks"] == 2 and st["writing_blocks"] == 3,
-              "while its transfers run: 2 blocks pinned, 3 WRITING")
+              "while it runs: 2 blocks pinned, 3 WRITING")
         p.send_signal(signal.SIGKILL)
         p.wait()
         p.stdout.close()
+        shutil.rmtree(tmp)
         check(engines.wait_for(lambda: c.stats()["pinned_blocks"] == 0 and
                                c.stats()["writing_blocks"] == 0),
               "killed mid-transfer: the daemon freed its pins and WRITING blocks")
         check(v.lookup(engines.vllm_hashes(tokens, engines.GEO["block_tokens"])) == 2,
               "the stored prompt is still there")
+        v.finish("r")
         v.close()
     finally:
         d.stop()
@@ -472,6 +767,12 @@ def case_geometry(torch):
                 check("engine's KV layout" in msg and "pool's (2 layers x 2 kv heads x 32 head "
                       "dim, fp32, 16 tokens per block" in msg,
                       "vLLM with %s: refused at start, both layouts named" % what)
+        try:
+            engines.VllmInstance(d.socket, world_size=2)
+            raise Failure("vLLM with 2 workers was not refused")
+        except engines.kvshare.keyblocks.GeometryMismatch as e:
+            print("   " + str(e))
+            check("2 workers" in str(e), "vLLM with 2 workers: refused at start")
         try:
             engines.SglangInstance(d.socket, head_dim=16)
             raise Failure("SGLang with head_dim 16 was not refused")
@@ -530,8 +831,9 @@ def case_copier(torch):
                       % (method, factor, e))
 
 
-CASES = ["vllm_order", "sglang_order", "vllm_two", "sglang_two", "cross", "daemon_down",
-         "evicted", "killed", "geometry", "copier"]
+CASES = ["signatures", "vllm_order", "vllm_no_fail", "vllm_preempt", "sglang_order", "sglang_ranks",
+         "sglang_paths", "vllm_two", "sglang_two", "cross", "daemon_down", "evicted", "killed",
+         "geometry", "copier"]
 
 
 def main():
@@ -544,6 +846,8 @@ def main():
     p.add_argument("--engine", choices=("vllm", "sglang"))
     p.add_argument("--socket")
     p.add_argument("--outdir")
+    p.add_argument("--vllm-layout", choices=("base", "release"), default="base",
+                   help="vLLM's interface to load the plug-in through")
     ARGS = p.parse_args()
     if ARGS.lib:
         os.environ["KVSHARE_LIB"] = ARGS.lib
@@ -556,7 +860,7 @@ def main():
         try:
             {"store": role_store, "load": role_load, "victim": role_victim}[ARGS.role](
                 ARGS.engine, ARGS.socket, ARGS.outdir)
-        except (Failure, engines.kvshare.KvsError) as e:
+        except (Failure, AssertionError, engines.kvshare.KvsError) as e:
             print("%s: FAILED: %s" % (ARGS.role, e), flush=True)
             return FAIL
         return PASS
@@ -570,7 +874,8 @@ def main():
         print("== %s" % name, flush=True)
         try:
             globals()["case_" + name](torch)
-        except (Failure, engines.kvshare.KvsError, subprocess.TimeoutExpired) as e:
+        except (Failure, AssertionError, engines.kvshare.KvsError,
+                subprocess.TimeoutExpired) as e:
             print("FAILED (%s): %s" % (name, e), flush=True)
             failed.append(name)
     if failed:

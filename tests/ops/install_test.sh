@@ -84,10 +84,17 @@ mv "$tmp/moved" "$tmp/prefix"
 "$tmp/prefix/bin/kvshared" --version
 "$tmp/prefix/bin/kvshared" --check-config "$tmp/prefix/share/kvshare/examples/kvshared.conf"
 "$tmp/prefix/bin/kvshare" --help >/dev/null
-# The Python package from its installed place, with the engine plug-ins
-# (importable without PyTorch or the engines).
-PYTHONPATH="$tmp/prefix/share/kvshare/python" python3 -c \
-    "import kvshare, kvshare.keyblocks, kvshare.vllm, kvshare.sglang; print('python package: ok')"
+# The Python package from its installed place (importable without PyTorch),
+# with the engine plug-ins: they derive from the engines' own classes, so
+# without an engine they refuse to import, naming it.
+PYTHONPATH="$tmp/prefix/share/kvshare/python" python3 -c "
+import kvshare, kvshare.keyblocks, kvshare.tensors
+for engine in ('vllm', 'sglang'):
+    try:
+        __import__('kvshare.' + engine)
+    except ImportError as e:
+        assert 'kvshare.%s needs' % engine in str(e), e
+print('python package: ok')"
 grep -q "ExecStart=.*kvshared --config" "$tmp/prefix/lib/systemd/system/kvshared.service"
 # GPU nodes: started after the driver's daemons (fabric manager: cuInit 802).
 grep -q "^After=nvidia-persistenced.service nvidia-fabricmanager.service" \

@@ -7,11 +7,12 @@ first token with and without kvshare for one prompt shared by two instances.
 copy  A kvshared pool of Llama-like blocks (--layers, --kv-heads,
       --head-dim, fp32, 16 tokens per block) and a vLLM instance whose
       paged KV cache has the same blocks (K and V tensors per layer). Times
-      the plug-in's handler (transfer_async until get_finished reports the
-      job) storing and loading N blocks, contiguous and scattered, against a
-      plain PyTorch copy of the same bytes in the same run: one
-      dst.copy_(src) per layer and K or V of the same size (contiguous
-      tensors). Medians of --repeat runs.
+      the plug-in's worker (submit_load / submit_store until the job is
+      done) loading N blocks and storing N new blocks (a store includes
+      its Alloc and one Commit RPC per block, made by the worker once the
+      copy is done), contiguous and scattered, against a plain PyTorch copy
+      of the same bytes in the same run: one dst.copy_(src) per layer and K
+      or V of the same size (contiguous tensors). Medians of --repeat runs.
 ttft  Instance A (its own process) computes a prompt with the reference
       attention model of tests/client/torch_share.py and stores its KV;
       instance B (another process) gets the prompt plus a continuation and
@@ -54,8 +55,8 @@ def bench_copy(args, torch):
     d = engines.daemon(args.kvshared)
     try:
         inst = engines.VllmInstance(d.socket, gpu_blocks=args.blocks * 2)
-        link = inst.spec.link
-        copier = link.copier()
+        mapping = inst.core.refresh()
+        copier = mapping.copier
         n = args.blocks
         with engines.kvshare.Client(socket_path=d.socket, map_pool=False) as c:
             pool_ids = c.alloc(n)  # WRITING blocks of this bench: free when it ends
@@ -80,13 +81,16 @@ def bench_copy(args, torch):
                 for s, dd in zip(plain_src, plain_dst):
                     ctypes.memmove(dd.data_ptr(), s.data_ptr(), n * slot)
 
-            def run(handler, src, dst):
-                inst.job += 1
-                handler.transfer_async(inst.job, (src, dst))
-                handler.wait({inst.job})
-                r = handler.get_finished()
-                if not r or not r[0].success:
-                    raise engines.Failure("transfer failed: %s" % handler.last_error)
+            def run(load, src, dst):
+                if not load:  # new keys each time: the worker stores them all
+                    dst = engines.kvshare.vllm.KvshareLoadStoreSpec(
+                        [engines.vllm_key(os.urandom(32)) for _ in range(n)])
+                job = inst.submit(load, src, dst)
+                inst.core.wait({job})
+                if job not in inst.finished():  # asserts success, as vLLM does
+                    raise engines.Failure("job %d did not finish" % job)
+                if not load and inst.core.counts["store_skipped"]:
+                    raise engines.Failure("a store was skipped: %s" % inst.core.last_error)
 
             methods = args.methods.split(",")
             rows = []
@@ -94,14 +98,15 @@ def bench_copy(args, torch):
                               ("scattered", rng.sample(range(2 * n), n))):
                 spool = sorted(pool_ids) if name == "contiguous" else \
                     rng.sample(pool_ids, n)
-                pool_spec = engines.kvshare.vllm.KvshareLoadStoreSpec(spool)
-                gpu_spec = engines.kvshare.vllm.GPULoadStoreSpec(gpu)
-                for direction, h, src, dst in (
-                        ("store", inst.store_handler, gpu_spec, pool_spec),
-                        ("load", inst.load_handler, pool_spec, gpu_spec)):
-                    def path(m, h=h, src=src, dst=dst):
+                pool_spec = engines.kvshare.vllm.KvshareLoadStoreSpec(
+                    [b""] * n, spool, mapping.start)
+                gpu_spec = engines.gpu_spec(gpu)
+                for direction, load, src, dst in (
+                        ("store", False, gpu_spec, None),
+                        ("load", True, pool_spec, gpu_spec)):
+                    def path(m, load=load, src=src, dst=dst):
                         copier.method = m
-                        run(h, src, dst)
+                        run(load, src, dst)
                     fns = [plain, plain_memmove] + [
                         (lambda m=m: path(m)) for m in methods]
                     for f in fns:
@@ -136,8 +141,8 @@ def role(args, torch):
     if args.role == "a":
         _, ks, vs = m.prefill(tokens)
         inst.write_kv(list(range(n)), ks, vs)
-        todo, ok = inst.store(hashes, list(range(n)))
-        if not ok or len(todo) != n:
+        todo = inst.store(hashes, list(range(n)))
+        if todo is None or len(todo) != n or inst.core.counts["store_skipped"]:
             raise engines.Failure("A could not store the prompt")
     else:
         m.projected = 0
@@ -147,12 +152,12 @@ def role(args, torch):
         alone_tokens = m.projected // args.layers
         m.projected = 0
         t0 = time.perf_counter()
-        hits, ok = inst.load(hashes, list(range(n)))
+        hits = inst.load(hashes, list(range(n)))
         ks, vs = inst.read_kv(list(range(hits)))
         out = m.extend(cont, ks, vs)
         t_shared = time.perf_counter() - t0
         shared_tokens = m.projected // args.layers
-        if hits != n or not ok:
+        if hits != n:
             raise engines.Failure("B found %d of %d blocks" % (hits, n))
         err = (out - full[len(tokens):]).abs().max().item()
         print("| B alone | %d | %.1f ms |" % (alone_tokens, 1e3 * t_alone))

@@ -45,7 +45,8 @@ Submodules (imported on demand; they need PyTorch, the binding does not):
 kvshare.tensors (PyTorch tensors over pool memory, block copies),
 kvshare.keyblocks (blocks named by an engine's key, the geometry check),
 kvshare.vllm (vLLM's offloading connector) and kvshare.sglang (SGLang's
-HiCache storage); docs/ENGINES.md says how to configure each engine.
+HiCache storage), which also need their engine (they derive from its
+classes); docs/ENGINES.md says how to configure each engine.
 """
 
 import array

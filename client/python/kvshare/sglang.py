@@ -6,37 +6,49 @@ exact flags):
 
     --hicache-storage-backend dynamic --hicache-storage-backend-extra-config
     '{"backend_name": "kvshare", "module_path": "kvshare.sglang",
-      "class_name": "KvshareHiCacheStorage",
+      "class_name": "KvshareHiCacheStorage", "interface_v1": 1,
       "socket": "/run/kvshare/kvshared.sock", "namespace": "sglang.qwen3-8b"}'
+
+("interface_v1": 1 makes SGLang call batch_get_v1/batch_set_v1, the
+zero-copy path; without it SGLang calls the per-page batch_get/batch_set.)
 
 SGLang names each page by a key chained through the previous page's key
 (hex SHA-256); this backend keeps pages as key blocks (kvshare.keyblocks) of
 one namespace, one per model, rank and tenant: SGLang passes no tenant or
-cache salt to storage, so the namespace comes from the configuration (with
-tensor parallelism each rank's namespace gets "_{tp_rank}_{tp_size}" added).
+cache salt to storage, so the namespace comes from the configuration, and
+every rank that holds different KV gets its own (rank_namespace: tensor,
+pipeline and attention context-parallel ranks).
 Pages are copied between SGLang's host KV pool (register_mem_pool_host) and
 pool blocks; batch_exists counts leading pages present, batch_get_v1 and
 batch_set_v1 move pages by host indices and say per page whether it worked.
 
 The interface follows SGLang's python/sglang/srt/mem_cache/hicache_storage.py
-and storage/backend_factory.py (versions in docs/ENGINES.md). When SGLang is
-importable its HiCacheStorage base class is used; otherwise a stand-in.
+and storage/backend_factory.py (versions in docs/ENGINES.md); the class
+derives from SGLang's own HiCacheStorage, so this module does not import
+without SGLang.
 """
+import time
+
 import kvshare
 from kvshare.keyblocks import EngineGeometry, GeometryMismatch, KeyBlocks, check_geometry
 from kvshare.tensors import BlockCopier, pool_rows
 
-try:  # pragma: no cover - only where SGLang is installed
+try:
     from sglang.srt.mem_cache.hicache_storage import HiCacheStorage
-    HAVE_SGLANG = True
-except ImportError:
-    HAVE_SGLANG = False
+except ImportError as e:
+    raise ImportError("kvshare.sglang needs SGLang's HiCacheStorage "
+                      "(sglang.srt.mem_cache.hicache_storage): %s" % e) from e
 
-    class HiCacheStorage:
-        """Stand-in for sglang.srt.mem_cache.hicache_storage.HiCacheStorage."""
-
-        def register_mem_pool_host(self, mem_pool_host):
-            self.mem_pool_host = mem_pool_host
+# SGLang's StorageMetrics moved: observability.metrics_collector (newest),
+# metrics.collector (before). get_stats() returns None where neither imports.
+StorageMetrics = None
+for _where in ("sglang.srt.observability.metrics_collector", "sglang.srt.metrics.collector"):
+    try:
+        StorageMetrics = getattr(__import__(_where, fromlist=["StorageMetrics"]),
+                                 "StorageMetrics")
+        break
+    except (ImportError, AttributeError):
+        continue
 
 WHO = "kvshare.sglang"
 MAX_PAGES = 128  # SGLang asks for at most this many pages per call
@@ -54,6 +66,20 @@ def page_key(key):
     return bytes(digest)
 
 
+def rank_namespace(ns, storage_config):
+    """ns with the ranks that hold different KV: "_tp{rank}_{size}" with
+    tensor parallelism, "_pp{rank}_{size}" with pipeline parallelism,
+    "_cp{rank}_{size}" with attention context parallelism (as SGLang's own
+    file backend names its files). Data-parallel ranks hold the same KV and
+    share the namespace."""
+    for tag, rank, size in (("tp", "tp_rank", "tp_size"), ("pp", "pp_rank", "pp_size"),
+                            ("cp", "attn_cp_rank", "attn_cp_size")):
+        n = int(getattr(storage_config, size, 1) or 1)
+        if n > 1:
+            ns += "_%s%d_%d" % (tag, int(getattr(storage_config, rank, 0) or 0), n)
+    return ns
+
+
 def _option(storage_config, kwargs, name, default=None):
     """A setting from the extra config (SGLang passes it in storage_config
     and in kwargs, depending on its version), else default."""
@@ -68,11 +94,11 @@ class KvshareHiCacheStorage(HiCacheStorage):
 
     def __init__(self, storage_config=None, kwargs=None):
         self.socket = _option(storage_config, kwargs, "socket")
-        ns = _option(storage_config, kwargs, "namespace", "sglang")
-        tp_size = int(getattr(storage_config, "tp_size", 1) or 1)
-        if tp_size > 1:
-            ns = "%s_%d_%d" % (ns, storage_config.tp_rank, tp_size)
-        self.ns = ns
+        self.ns = rank_namespace(_option(storage_config, kwargs, "namespace", "sglang"),
+                                 storage_config)
+        if len(self.ns.encode()) >= 64:
+            raise ValueError("%s: namespace %r is too long (kvshared takes 63 bytes)"
+                             % (WHO, self.ns))
         self.timeout_ms = int(_option(storage_config, kwargs, "timeout_ms", 1000))
         if getattr(storage_config, "is_mla_model", False):
             raise GeometryMismatch("%s: MLA models keep one latent vector per token; kvshared "
@@ -86,6 +112,21 @@ class KvshareHiCacheStorage(HiCacheStorage):
         self.last_clear = None
         self.counts = {"exists": 0, "hits": 0, "gets": 0, "get_failures": 0, "sets": 0,
                        "set_present": 0, "set_failures": 0}
+        # Kept only when SGLang reads them (get_stats), else they would grow.
+        self.enable_metrics = bool(getattr(storage_config, "enable_storage_metrics", False))
+        self._metrics = self._new_metrics()
+
+    @staticmethod
+    def _new_metrics():
+        return {"prefetch_pgs": [], "backup_pgs": [], "prefetch_bandwidth": [],
+                "backup_bandwidth": []}
+
+    def _record(self, kind, pages, seconds):
+        """One batch for get_stats(): pages moved and GB/s."""
+        if pages and self.enable_metrics:
+            self._metrics[kind + "_pgs"].append(pages)
+            gb = pages * 2 * self.geometry.layers * self.geometry.slot_bytes / 1e9
+            self._metrics[kind + "_bandwidth"].append(gb / max(seconds, 1e-9))
 
     # -- setup --
     def register_mem_pool_host(self, mem_pool_host):
@@ -152,6 +193,7 @@ class KvshareHiCacheStorage(HiCacheStorage):
             self.counts["get_failures"] += len(keys)
             return [False] * len(keys)
         pages = self._pages(host_indices, len(keys))
+        t0 = time.perf_counter()
         ids = self.keys.pin([page_key(k) for k in keys])
         got = [(b, p) for b, p in zip(ids, pages) if b is not None]
         try:
@@ -163,6 +205,7 @@ class KvshareHiCacheStorage(HiCacheStorage):
         finally:
             self.keys.release(ids)
         self.counts["get_failures"] += ok.count(False)
+        self._record("prefetch", ok.count(True), time.perf_counter() - t0)
         return ok
 
     def batch_set_v1(self, keys, host_indices, extra_info=None):
@@ -173,6 +216,7 @@ class KvshareHiCacheStorage(HiCacheStorage):
             self.counts["set_failures"] += len(keys)
             return [False] * len(keys)
         pages = self._pages(host_indices, len(keys))
+        t0 = time.perf_counter()
         digests = [page_key(k) for k in keys]
         ok = [False] * len(keys)
         todo = []
@@ -199,6 +243,7 @@ class KvshareHiCacheStorage(HiCacheStorage):
             # committed one loses the commit's pin and stays cached.
             self.keys.release(held)
         self.counts["set_failures"] += ok.count(False)
+        self._record("backup", len(todo) if all(ok) else 0, time.perf_counter() - t0)
         return ok
 
     # -- the older per-key interface: a page as one tensor --
@@ -275,6 +320,7 @@ class KvshareHiCacheStorage(HiCacheStorage):
         Never raises: without a daemon there is nothing to drop; a refusal
         (an allow-list, say) is kept in last_clear with the reason."""
         self.counts = dict.fromkeys(self.counts, 0)
+        self._metrics = self._new_metrics()
         self.last_clear = None
         if not self._ready():
             self.last_clear = {"error": "no daemon: %s" % (self.client.last_error or "")}
@@ -289,6 +335,14 @@ class KvshareHiCacheStorage(HiCacheStorage):
                 self.last_clear = {"error": str(e)}
 
     def get_stats(self):
+        """What SGLang's storage metrics read: a StorageMetrics with the pages
+        and GB/s of each batch_get_v1 (prefetch) and batch_set_v1 (backup)
+        since the last call (then emptied); None where SGLang's class does
+        not import."""
+        m, self._metrics = self._metrics, self._new_metrics()
+        return None if StorageMetrics is None else StorageMetrics(**m)
+
+    def stats(self):
         """This backend's counters, what the last clear() did (last_clear:
         pages dropped and kept, or the error), and the namespace's row of the
         daemon's stats (absent without a daemon)."""

@@ -9,23 +9,50 @@ exact --kv-transfer-config line):
                                  "socket": "/run/kvshare/kvshared.sock",
                                  "namespace": "vllm.llama-3.1-8b"}
 
-Scheduler side, KvshareOffloadingManager keeps vLLM's block hashes as key
-blocks of one namespace (kvshare.keyblocks) through the scheduler's own
-session: lookup() counts leading cached hashes; prepare_load() pins them
-until complete_load() (or until the session ends); prepare_store() allocates
-WRITING blocks for the hashes not cached yet; complete_store() commits them
-(or frees them on failure). Worker side, KvshareOffloadingHandler copies
-between the engine's per-layer KV byte tensors and the pool blocks, in a
-thread, and reports completions through get_finished().
+Two layouts of vLLM's offloading interface are supported, picked by what
+imports (never by falling back to stand-ins: without vLLM this module does
+not import):
 
-The interface follows vLLM's v1 kv_offload source (abstract.py, spec.py,
-mediums.py, worker/worker.py of the versions named in docs/ENGINES.md). When
-vLLM is importable its base classes are used; otherwise this module defines
-stand-ins with the same names, fields and methods, so that it can be tested
-without vLLM.
+  "base"     vllm/v1/kv_offload/base.py, config.py, factory.py (the newest):
+             OffloadingSpec(config), get_manager(), get_worker(kv_caches);
+             the manager takes one OffloadKey and a ReqContext per lookup.
+  "release"  vllm/v1/kv_offload/abstract.py, spec.py, mediums.py,
+             worker/worker.py (the layout releases shipped):
+             OffloadingSpec(vllm_config, kv_cache_config), get_handlers(),
+             lookup(block_hashes) -> int.
+
+Both share one scheduler core and one worker core:
+
+Scheduler (one session per scheduler process). A lookup that answers "hit"
+has pinned the block in that session, so it cannot be evicted or cleared
+before its load; a lookup that cannot be served (no daemon, not stored, the
+worker has not mapped this daemon's pool) answers "miss", and vLLM computes
+those tokens itself. The pin is handed to the load by prepare_load and
+dropped by complete_load (or when the request ends). prepare_store only
+decides which keys are new; nothing is allocated by the scheduler.
+
+Worker (one per worker process). Stores: the worker allocates blocks in its
+own session, copies the engine's KV into them and commits them itself, so a
+block becomes visible only once its bytes are all there, whatever order the
+scheduler calls complete_store in (vLLM calls it early on preemption in some
+versions). Loads: the worker copies the blocks the scheduler pinned, from its
+mapping of the very daemon that holds the pins (named by the daemon's start
+time): a daemon that dies after the lookup leaves that mapping readable, so
+the load is still served. vLLM asserts that every transfer succeeds ("we
+currently do not support job failures"), so transfers are reported done: a
+store that cannot be made is simply not stored (a later miss). The one
+exception is a load that reaches the worker more than KEEP_OLD_POOL_S after
+its daemon left the state file (WorkerCore._load): nothing is left to read
+it from.
+
+The worker writes the start times of the pools it has mapped to a small
+state file; the scheduler answers "hit" only for a daemon in that file.
 """
 import collections
+import os
 import queue
+import re
+import tempfile
 import threading
 import time
 
@@ -33,279 +60,275 @@ import kvshare
 from kvshare.keyblocks import EngineGeometry, GeometryMismatch, KeyBlocks, check_geometry
 from kvshare.tensors import BlockCopier, pool_rows
 
-try:  # pragma: no cover - only where vLLM is installed
-    from vllm.v1.kv_offload.abstract import (LoadStoreSpec, OffloadingEvent, OffloadingManager,
-                                             PrepareStoreOutput)
-    from vllm.v1.kv_offload.mediums import GPULoadStoreSpec
-    from vllm.v1.kv_offload.spec import OffloadingSpec
-    from vllm.v1.kv_offload.worker.worker import OffloadingHandler, TransferResult
-    HAVE_VLLM = True
+try:
+    from vllm.v1.kv_offload import base as _base
+    LAYOUT = "base"
 except ImportError:
-    HAVE_VLLM = False
+    try:
+        from vllm.v1.kv_offload import abstract as _abstract
+        from vllm.v1.kv_offload import mediums as _mediums
+        from vllm.v1.kv_offload import spec as _spec
+        from vllm.v1.kv_offload.worker import worker as _worker
+        LAYOUT = "release"
+    except ImportError as e:
+        raise ImportError("kvshare.vllm needs vLLM's offloading interface "
+                          "(vllm.v1.kv_offload.base, or abstract/spec/mediums/worker of the "
+                          "older releases): %s" % e) from e
 
-    class LoadStoreSpec:
-        """Stand-in for vllm.v1.kv_offload.abstract.LoadStoreSpec."""
-
-        @staticmethod
-        def medium():
-            raise NotImplementedError
-
-    class PrepareStoreOutput:
-        def __init__(self, block_hashes_to_store, store_spec, block_hashes_evicted):
-            self.block_hashes_to_store = block_hashes_to_store
-            self.store_spec = store_spec
-            self.block_hashes_evicted = block_hashes_evicted
-
-    class OffloadingEvent:
-        def __init__(self, block_hashes, block_size, medium, removed):
-            self.block_hashes = block_hashes
-            self.block_size = block_size
-            self.medium = medium
-            self.removed = removed
-
-    class OffloadingManager:
-        """Stand-in for vllm.v1.kv_offload.abstract.OffloadingManager."""
-
-    class GPULoadStoreSpec(LoadStoreSpec):
-        """Stand-in for vllm.v1.kv_offload.mediums.GPULoadStoreSpec."""
-
-        def __init__(self, block_ids, group_sizes=None, block_indices=None):
-            self.block_ids = list(block_ids)
-            self.group_sizes = group_sizes if group_sizes is not None else (len(self.block_ids),)
-            self.block_indices = block_indices
-
-        @staticmethod
-        def medium():
-            return "GPU"
-
-    class OffloadingHandler:
-        """Stand-in for vllm.v1.kv_offload.worker.worker.OffloadingHandler."""
-
-        def shutdown(self):
-            pass
-
-    class TransferResult:
-        def __init__(self, job_id, success, transfer_size=None, transfer_time=None,
-                     transfer_type=None):
-            self.job_id = job_id
-            self.success = success
-            self.transfer_size = transfer_size
-            self.transfer_time = transfer_time
-            self.transfer_type = transfer_type
-
-    class OffloadingSpec:
-        """Stand-in for vllm.v1.kv_offload.spec.OffloadingSpec (the fields
-        this plug-in reads)."""
-
-        def __init__(self, vllm_config, kv_cache_config):
-            self.vllm_config = vllm_config
-            self.kv_cache_config = kv_cache_config
-            self.extra_config = vllm_config.kv_transfer_config.kv_connector_extra_config
-            self.gpu_block_size = tuple(g.kv_cache_spec.block_size
-                                        for g in kv_cache_config.kv_cache_groups)
-            self.offloaded_block_size = int(self.extra_config.get("block_size",
-                                                                  self.gpu_block_size[0]))
-            self.block_size_factors = tuple(self.offloaded_block_size // b
-                                            for b in self.gpu_block_size)
+if LAYOUT == "base":
+    LoadStoreSpec = _base.LoadStoreSpec
+    GPULoadStoreSpec = _base.GPULoadStoreSpec
+    OffloadingManager = _base.OffloadingManager
+    OffloadingSpec = _base.OffloadingSpec
+    OffloadingWorker = _base.OffloadingWorker
+    TransferResult = _base.TransferResult
+    PrepareStoreOutput = _base.PrepareStoreOutput
+    OffloadingEvent = _base.OffloadingEvent
+    LookupResult = _base.LookupResult
+    RequestOffloadingContext = _base.RequestOffloadingContext
+else:
+    LoadStoreSpec = _abstract.LoadStoreSpec
+    GPULoadStoreSpec = _mediums.GPULoadStoreSpec
+    OffloadingManager = _abstract.OffloadingManager
+    OffloadingSpec = _spec.OffloadingSpec
+    OffloadingHandler = _worker.OffloadingHandler
+    TransferResult = getattr(_worker, "TransferResult", None)
+    PrepareStoreOutput = _abstract.PrepareStoreOutput
+    OffloadingEvent = _abstract.OffloadingEvent
 
 MEDIUM = "KVSHARE"
 WHO = "kvshare.vllm"
+# Two start times closer than this name one daemon. A start time is the
+# wall clock minus the daemon's uptime (ms), read over an RPC: off by up to
+# half its round trip (daemon_start_ms). Daemons restarted on one socket
+# closer together than this would look alike (kvshared's Hello names no
+# daemon instance).
+SAME_DAEMON_MS = 200
+# A pool mapping the worker no longer advertises is kept this long, for
+# loads the scheduler planned just before it stopped advertising it.
+KEEP_OLD_POOL_S = 30.0
+# Lookup pins of the release layout (which names no request) that no
+# prepare_load took within this long are dropped (extra config
+# lookup_pin_ttl_s); a lookup in a later step pins again. Less than
+# KEEP_OLD_POOL_S, so a pin is never older than the mapping it is read from.
+LOOKUP_PIN_TTL_S = 10.0
+# How often the worker checks, between transfers, that its daemon is still
+# the one it mapped (a ping).
+PING_S = 0.05
+
+
+def daemon_start_ms(client, samples=3):
+    """The daemon's start time (wall clock, ms) seen through client: it
+    names one daemon instance. Of `samples` Stats RPCs, the one with the
+    shortest round trip, taken at its midpoint (a loaded machine delays
+    some replies by tens of ms). Raises KvsError without a daemon."""
+    best = None
+    for _ in range(samples):
+        t0 = time.time()
+        up = client.stats()["uptime_ms"]
+        t1 = time.time()
+        if best is None or t1 - t0 < best[0]:
+            best = (t1 - t0, (t0 + t1) * 500.0 - up)
+    return int(best[1])
+
+
+def _state_file(extra, engine_id, ns):
+    """The file where the worker lists the pools it has mapped."""
+    path = extra.get("state_file")
+    if path:
+        return path
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", "%s-%s" % (engine_id or "engine", ns))
+    return os.path.join(tempfile.gettempdir(), "kvshare-vllm-%d-%s.pools" % (os.getuid(), name))
+
+
+def read_pools(path):
+    """The start times the worker advertises (a set, empty without a file)."""
+    try:
+        with open(path) as f:
+            return {int(x) for x in f.read().split()}
+    except (OSError, ValueError):
+        return set()
+
+
+def write_pools(path, starts):
+    """Replaces the file atomically (the scheduler may read it meanwhile)."""
+    tmp = "%s.%d.tmp" % (path, os.getpid())
+    with open(tmp, "w") as f:
+        f.write(" ".join(str(s) for s in starts))
+    os.replace(tmp, path)
+
+
+def _near(a, b):
+    return a is not None and b is not None and abs(a - b) <= SAME_DAEMON_MS
 
 
 class KvshareLoadStoreSpec(LoadStoreSpec):
-    """Pool block ids, one per offloaded block; -1 marks a block that could
-    not be pinned (evicted since lookup): loading it fails."""
+    """What the worker needs for one transfer. A load: the keys, the blocks
+    the scheduler pinned for them and the start time of the daemon that
+    holds the pins. A store: the keys to store (the worker allocates)."""
 
-    def __init__(self, block_ids):
-        self.block_ids = [int(b) for b in block_ids]
+    def __init__(self, keys, block_ids=None, daemon_start=None):
+        self.keys = [bytes(k) for k in keys]
+        self.block_ids = [int(b) for b in block_ids] if block_ids is not None else None
+        self.daemon_start = daemon_start
 
     @staticmethod
     def medium():
         return MEDIUM
 
     def __repr__(self):
-        return "KvshareLoadStoreSpec(%r)" % (self.block_ids,)
+        return "KvshareLoadStoreSpec(%d keys, blocks=%r, daemon=%r)" % (
+            len(self.keys), self.block_ids, self.daemon_start)
 
 
-def _hashes(block_hashes):
-    return [bytes(h) for h in block_hashes]
+# -- the scheduler core ---------------------------------------------------------
 
+class SchedulerCore:
+    """Pins at lookup, per owner (a request id, or None), in the scheduler's
+    session. Every pin remembers the connection (epoch) it was taken in:
+    after a reconnect the old pins are gone with the old daemon and are
+    never released by id in the new one."""
 
-class KvshareOffloadingManager(OffloadingManager):
-    """The scheduler side: vLLM's block hashes as key blocks of namespace ns.
+    def __init__(self, spec, client):
+        self.spec = spec
+        self.keys = KeyBlocks(client, spec.ns, who=WHO)
+        self.client = client
+        self.state_file = spec.state_file
+        self.refused = None  # a daemon that came back with another layout
+        self._start = None
+        self._start_epoch = None
+        self._pins = collections.defaultdict(dict)  # owner -> key -> (block, epoch, start, t)
+        self._loading = collections.defaultdict(list)  # (owner, key) -> [(block, epoch)]
+        self._storing = set()
+        self._pools, self._pools_stamp = set(), None
+        self.counts = {"lookups": 0, "hits": 0, "misses_unmapped": 0, "stores_planned": 0}
 
-    Pins and WRITING blocks belong to this manager's session. prepare_load
-    takes one pin per hash, complete_load drops one (so requests loading the
-    same hash each hold their own); a request the scheduler aborts without
-    complete_load keeps its pins until the scheduler process exits."""
-
-    def __init__(self, client, ns, geometry):
-        self.keys = KeyBlocks(client, ns, engine=geometry, who=WHO)
-        self.block_size = geometry.block_tokens
-        self._loading = collections.defaultdict(list)  # hash -> pinned ids (a stack)
-        self._storing = {}  # hash -> WRITING block id
-        self._events = []
-
-    # -- lookups and loads --
-    def lookup(self, block_hashes):
-        return self.keys.present_run(_hashes(block_hashes))
-
-    def prepare_load(self, block_hashes):
-        hashes = _hashes(block_hashes)
-        ids = self.keys.pin(hashes)
-        for h, b in zip(hashes, ids):
-            if b is not None:
-                self._loading[h].append(b)
-        return KvshareLoadStoreSpec([-1 if b is None else b for b in ids])
-
-    def touch(self, block_hashes):
-        # A pool-side recency bump needs a Lookup per hash; lookup() and
-        # prepare_load() already mark what they find as used.
-        return None
-
-    def complete_load(self, block_hashes):
-        done = []
-        for h in _hashes(block_hashes):
-            pins = self._loading.get(h)
-            if pins:
-                done.append(pins.pop())
-                if not pins:
-                    del self._loading[h]
-        self.keys.release(done)
-
-    # -- stores --
-    def prepare_store(self, block_hashes):
-        hashes = _hashes(block_hashes)
-        todo = [h for h in hashes if h not in self._storing and self.keys.find(h) is None]
-        try:
-            ids, evicted = self.keys.alloc_evicting(len(todo))
-        except kvshare.KvsError:
-            return None  # pool full of pinned blocks, or no daemon: vLLM skips the store
-        for h, b in zip(todo, ids):
-            self._storing[h] = b
-        # The daemon names the blocks of this namespace that this Alloc
-        # evicted (their keys); evictions made by other instances' requests
-        # are not seen here (their lookups then miss).
-        return PrepareStoreOutput(block_hashes_to_store=todo,
-                                  store_spec=KvshareLoadStoreSpec(ids),
-                                  block_hashes_evicted=evicted)
-
-    def complete_store(self, block_hashes, success=True):
-        stored, drop = [], []
-        for h in _hashes(block_hashes):
-            b = self._storing.pop(h, None)
-            if b is None:
-                continue
-            if not success:
-                drop.append(b)
-                continue
+    def _daemon(self):
+        """The start time of the daemon the scheduler talks to, or None."""
+        if self.refused is not None or not self.keys.usable():
+            return None
+        if self._start_epoch != self.client.epoch:
             try:
-                canonical = self.keys.commit(h, b)
+                self.spec.resolve(self.client.geometry)
+                self._start = daemon_start_ms(self.client)
+            except GeometryMismatch as e:
+                self.refused = e
+                return None
             except kvshare.KvsError:
-                drop.append(b)
-                continue
-            drop.append(canonical)  # the commit's pin: the block stays cached, unpinned
-            if canonical != b:
-                drop.append(b)  # another instance stored it first; ours is a duplicate
-            else:
-                stored.append(h)
-        self.keys.release(drop)
-        if stored:
-            self._events.append(OffloadingEvent(block_hashes=stored, block_size=self.block_size,
-                                                medium=MEDIUM, removed=False))
+                return None
+            self._start_epoch = self.client.epoch
+        return self._start
 
-    def take_events(self):
-        events, self._events = self._events, []
-        yield from events
+    def _worker_pools(self):
+        """The daemons the worker has mapped (read_pools), read again only
+        when the file was replaced."""
+        try:
+            st = os.stat(self.state_file)
+            stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+        except OSError:
+            return set()
+        if stamp != self._pools_stamp:
+            self._pools = read_pools(self.state_file)
+            self._pools_stamp = stamp
+        return self._pools
 
+    def pinned(self, owner, key):
+        got = self._pins.get(owner, {}).get(key)
+        return got is not None and got[1] == self.client.epoch
 
-class KvshareOffloadingHandler(OffloadingHandler):
-    """The worker side, one per direction: copies between the engine's KV
-    tensors and pool blocks in a background thread (PyTorch copies release
-    the GIL); transfer_async queues a job, get_finished returns the results
-    of jobs done since the last call, wait blocks until the given jobs are."""
-
-    def __init__(self, link, load):
-        self.link = link
-        self.load = load
-        self._jobs = queue.Queue()
-        self._done = []
-        self._pending = set()
-        self.last_error = None  # why the last failed job failed
-        self._cond = threading.Condition()
-        self._thread = threading.Thread(target=self._run, name="kvshare-copy", daemon=True)
-        self._thread.start()
-
-    def transfer_async(self, job_id, spec):
-        src, dst = spec
-        with self._cond:
-            self._pending.add(job_id)
-        self._jobs.put((job_id, src, dst))
+    def lookup(self, owner, key):
+        """True (a hit, pinned for owner) or False (a miss)."""
+        self.counts["lookups"] += 1
+        if self.pinned(owner, key):
+            self.counts["hits"] += 1
+            return True
+        start = self._daemon()
+        if start is None:
+            return False
+        if not any(_near(start, s) for s in self._worker_pools()):
+            self.counts["misses_unmapped"] += 1
+            return False  # the worker could not read this daemon's pool
+        epoch = self.client.epoch
+        [block] = self.keys.pin([key])
+        if block is None:
+            return False
+        if self.client.epoch != epoch:  # reconnected in between: another daemon
+            self._release([(block, self.client.epoch)])
+            return False
+        self._pins[owner][key] = (block, epoch, start, time.monotonic())
+        self.counts["hits"] += 1
         return True
 
-    def _copy(self, src, dst):
-        copier = self.link.copier()
-        if self.load:
-            pool, gpu = src.block_ids, [int(b) for b in dst.block_ids]
-            if any(b < 0 for b in pool):
-                raise LookupError("a block was evicted before it was pinned")
-            skip = 0
-            if getattr(dst, "block_indices", None) is not None:
-                skip = int(dst.block_indices[0]) % copier.factor
-            copier.load(pool, gpu, skip=skip)
-        else:
-            copier.store([int(b) for b in src.block_ids], dst.block_ids)
-        self.link.synchronize()
-        return len(dst.block_ids if self.load else src.block_ids) * copier.bytes_per_block \
-            // copier.factor
+    def load_spec(self, owner, keys, drop_rest=False):
+        """Hands the lookup pins of keys to a load (drop_rest: and drops the
+        owner's other lookup pins, which no load of this request will take).
+        Raises AssertionError for a key no lookup of this owner pinned (vLLM
+        loads only what its lookups found)."""
+        ids, start = [], None
+        for key in keys:
+            got = self._pins.get(owner, {}).pop(key, None)
+            if got is None:
+                raise AssertionError("%s: prepare_load of a block no lookup found" % WHO)
+            block, epoch, s, _ = got
+            self._loading[(owner, key)].append((block, epoch))
+            ids.append(block)
+            if start is not None and not _near(start, s):
+                raise AssertionError("%s: one load over two daemons" % WHO)
+            start = s
+        if drop_rest:
+            self.release_owner(owner)
+        return KvshareLoadStoreSpec(keys, ids, start)
 
-    def _run(self):
-        while True:
-            job = self._jobs.get()
-            if job is None:
-                return
-            job_id, src, dst = job
-            t0 = time.monotonic()
-            try:
-                size, ok = self._copy(src, dst), True
-            except Exception as e:  # reported to vLLM as a failed transfer
-                size, ok, self.last_error = 0, False, e
-            result = TransferResult(job_id=job_id, success=ok, transfer_size=size,
-                                    transfer_time=time.monotonic() - t0,
-                                    transfer_type=(MEDIUM, "GPU") if self.load
-                                    else ("GPU", MEDIUM))
-            with self._cond:
-                self._pending.discard(job_id)
-                self._done.append(result)
-                self._cond.notify_all()
+    def complete_load(self, owner, keys):
+        done = []
+        for key in keys:
+            held = self._loading.get((owner, key))
+            if held:
+                done.append(held.pop())
+                if not held:
+                    del self._loading[(owner, key)]
+        self._release(done)
 
-    def get_finished(self):
-        with self._cond:
-            done, self._done = self._done, []
-        return done
+    def _release(self, pins):
+        ids = [b for b, epoch in pins if epoch == self.client.epoch]
+        try:
+            self.keys.release(ids)
+        except kvshare.KvsError:
+            pass  # gone with the daemon or the session
 
-    def wait(self, job_ids):
-        with self._cond:
-            while self._pending & set(job_ids):
-                self._cond.wait()
+    def release_owner(self, owner):
+        """Drops owner's lookup pins that no load took."""
+        pins = self._pins.pop(owner, {})
+        self._release([(b, e) for b, e, _, _ in pins.values()])
 
-    def shutdown(self):
-        self._jobs.put(None)
-        self._thread.join()
+    def expire(self, ttl):
+        """Drops lookup pins older than ttl seconds (the release layout)."""
+        now = time.monotonic()
+        for owner in list(self._pins):
+            old = [k for k, (_, _, _, t) in self._pins[owner].items() if now - t > ttl]
+            for k in old:
+                b, e, _, _ = self._pins[owner].pop(k)
+                self._release([(b, e)])
+
+    def plan_store(self, keys):
+        """The keys that are neither stored nor being stored. Raises KvsError
+        without a daemon (vLLM then skips the store)."""
+        if self._daemon() is None:
+            raise kvshare.KvsError(kvshare.STATUS["ENOTCONN"], self.client.last_error or
+                                   "no daemon")
+        todo = [k for k in keys if k not in self._storing and self.keys.find(k) is None]
+        self._storing.update(todo)
+        self.counts["stores_planned"] += len(todo)
+        return todo
+
+    def complete_store(self, keys):
+        """Forgets keys as being stored; returns those now stored."""
+        mine = [k for k in keys if k in self._storing]
+        self._storing.difference_update(mine)
+        return [k for k in mine if self.keys.find(k) is not None]
 
 
-def engine_geometry(kv_cache_config, offloaded_block_size):
-    """The engine's layout from vLLM's KVCacheConfig: one KV cache group of
-    attention layers (kv_cache_spec: block_size, num_kv_heads, head_size,
-    dtype); raises GeometryMismatch for hybrid models (several groups)."""
-    groups = kv_cache_config.kv_cache_groups
-    if len(groups) != 1:
-        raise GeometryMismatch("%s: %d KV cache groups (a hybrid model); kvshared holds one "
-                               "uniform layout" % (WHO, len(groups)))
-    spec = groups[0].kv_cache_spec
-    return EngineGeometry(len(groups[0].layer_names), spec.num_kv_heads, spec.head_size,
-                          spec.dtype, offloaded_block_size)
-
+# -- the worker core --------------------------------------------------------------
 
 def slot_tensors(torch, tensors, geo, factor):
     """Splits vLLM's canonical KV tensors (each (num_blocks, page_bytes)
@@ -330,86 +353,575 @@ def slot_tensors(torch, tensors, geo, factor):
     return rows
 
 
-class _PoolLink:
-    """A worker's mapping of the pool and the copier over it, made at the
-    first transfer and again after the daemon restarts (a new mapping)."""
+class _Mapping:
+    """One daemon's pool mapped by the worker: a client used for nothing
+    but its mapping once made (a call to a dead daemon would unmap it, and
+    pinned blocks must stay readable), and the copier over it."""
 
-    def __init__(self, spec, tensors):
+    def __init__(self, spec, tensors, device):
+        import torch
+        self.client = spec.connect(True, "vllm-worker-pool", lazy=False)
+        try:
+            spec.resolve(self.client.geometry)
+            geo = spec.geometry
+            rows = slot_tensors(torch, tensors, geo, spec.factor)
+            self.start = daemon_start_ms(self.client)
+            pool = [pool_rows(torch, self.client, layer, kv, device)
+                    for layer in range(geo.layers) for kv in (0, 1)]
+            self.copier = BlockCopier(list(zip(rows, pool)), factor=spec.factor)
+        except BaseException:
+            self.client.close()
+            raise
+        self.last_used = time.monotonic()
+        self.dropped_at = None
+
+    def close(self):
+        self.client.close()
+
+
+class WorkerCore:
+    """Copies between the worker's KV tensors and pool blocks, in a thread.
+
+    submit(job_id, load, src, dst) queues a job and returns True; jobs run
+    in order; finished() gives the TransferResult of each job done since
+    the last call, always with success=True (see the module doc); wait()
+    blocks until the given jobs are done."""
+
+    def __init__(self, spec, tensors, make_result):
         self.spec = spec
         self.tensors = tensors
-        self.client = None
-        self._copier = None
-        self._epoch = None
-        self._lock = threading.Lock()
         self.device = tensors[0].device
+        self.make_result = make_result
+        self.rpc = spec.connect(False, "vllm-worker")
+        self.keys = KeyBlocks(self.rpc, spec.ns, who=WHO)
+        self._maps = []  # newest first
+        self._rpc_epoch = None
+        self._last_ping = 0.0
+        self._lock = threading.RLock()  # the session (rpc) and the mappings
+        self.counts = {"loads": 0, "stores": 0, "stored_blocks": 0, "store_skipped": 0,
+                       "load_unserved": 0}
+        self.last_error = None
+        self._jobs = queue.Queue()
+        self._done = []
+        self._pending = set()
+        self._direction = {}  # job id -> load (True) or store
+        self._cond = threading.Condition()
+        self.refused = None
+        self._starting = True
+        self.refresh()  # maps the pool and checks its layout now, when the daemon is up
+        self._starting = False
+        self._thread = threading.Thread(target=self._run, name="kvshare-copy", daemon=True)
+        self._thread.start()
 
-    def copier(self):
-        import torch
+    # -- pool mappings --
+    def refresh(self, force=False, wait=True):
+        """Maps the pool of the daemon the worker's session talks to (again
+        after a restart) and advertises it; returns that mapping or None.
+        A connection is only known dead after I/O on it, so this pings (at
+        most every PING_S unless force) before trusting it. The session is
+        used by one thread at a time (the lock); with wait=False, returns
+        None at once while the copy thread is using it."""
+        if not self._lock.acquire(blocking=wait):
+            return None
+        try:
+            now = time.monotonic()
+            if force or now - self._last_ping >= PING_S:
+                self._last_ping = now
+                try:
+                    self.rpc.ping()
+                except kvshare.KvsError:
+                    pass  # dropped: usable() reconnects
+            if not self.keys.usable():
+                return None
+            if self._rpc_epoch == self.rpc.epoch and self._maps:
+                return self._maps[0]
+            if self.refused is not None:
+                return None
+            try:
+                start = daemon_start_ms(self.rpc)
+                current = next((m for m in self._maps if _near(m.start, start)), None)
+                if current is None:
+                    current = _Mapping(self.spec, self.tensors, self.device)
+                    self._maps.insert(0, current)
+            except kvshare.KvsError as e:
+                self.last_error = e
+                return None
+            except GeometryMismatch as e:
+                if self._starting:
+                    raise  # get_worker refuses to start
+                # A daemon that came back with another layout: never mapped,
+                # so the scheduler never finds it in the state file (misses).
+                self.refused = self.last_error = e
+                return None
+            self._rpc_epoch = self.rpc.epoch
+            self._forget_old()
+            write_pools(self.spec.state_file, [m.start for m in self._maps
+                                               if m.dropped_at is None])
+            return current
+        finally:
+            self._lock.release()
+
+    def _forget_old(self):
+        """Stops advertising all but the newest mapping; closes one that has
+        not been advertised or used for KEEP_OLD_POOL_S."""
+        now = time.monotonic()
+        keep = self._maps[:1]
+        for m in self._maps[1:]:
+            if m.dropped_at is None:
+                m.dropped_at = now
+            if now - max(m.dropped_at, m.last_used) > KEEP_OLD_POOL_S:
+                m.close()
+            else:
+                keep.append(m)
+        self._maps = keep
+
+    def _mapping(self, start):
         with self._lock:
-            if self.client is None:
-                self.client = self.spec._connect(True, "vllm-worker")
-            c = self.client
-            if not c.connected:
-                c.ping()  # reconnects or raises KvsError: the job fails
-            if self._copier is None or c.epoch != self._epoch:
-                check_geometry(c.geometry, self.spec.geometry, WHO)
-                rows = slot_tensors(torch, self.tensors, self.spec.geometry, self.spec.factor)
-                pool = [pool_rows(torch, c, layer, kv, self.device)
-                        for layer in range(self.spec.geometry.layers) for kv in (0, 1)]
-                self._copier = BlockCopier(list(zip(rows, pool)), factor=self.spec.factor)
-                self._epoch = c.epoch
-            return self._copier
+            m = next((m for m in self._maps if _near(m.start, start)), None)
+            if m is not None:
+                m.last_used = time.monotonic()
+            return m
 
-    def synchronize(self):
+    # -- transfers --
+    def _load(self, spec, gpu_ids, skip):
+        """Pool blocks spec.block_ids (pinned by the scheduler in the daemon
+        spec.daemon_start) -> GPU blocks."""
+        m = self._mapping(spec.daemon_start)
+        if m is None:
+            self.refresh()
+            m = self._mapping(spec.daemon_start)
+        if m is None:
+            # The scheduler found this daemon in the state file, and a mapping
+            # is kept KEEP_OLD_POOL_S after it leaves the file: a load planned
+            # that long before it runs. Nothing to read from.
+            self.counts["load_unserved"] += 1
+            raise RuntimeError("%s: no mapping of the daemon started at %s ms holds the blocks "
+                               "of this load" % (WHO, spec.daemon_start))
+        m.copier.load(spec.block_ids, gpu_ids, skip=skip)
+        self._synchronize()
+        self.counts["loads"] += 1
+        return len(gpu_ids) * m.copier.bytes_per_block // m.copier.factor
+
+    def _store(self, spec, gpu_ids):
+        """GPU blocks -> new pool blocks, committed under spec.keys once
+        copied. Returns bytes stored; stores nothing (0) when the daemon
+        is unreachable or full of pinned blocks."""
+        with self._lock:
+            return self._store_locked(spec, gpu_ids)
+
+    def _store_locked(self, spec, gpu_ids):
+        f = self.spec.factor
+        keys = spec.keys[:len(gpu_ids) // f]
+        if not keys:
+            return 0
+        m = self.refresh(force=True)
+        if m is None:
+            self.counts["store_skipped"] += len(keys)
+            return 0
+        held = []
+        try:
+            ids = self.keys.alloc(len(keys))
+            held = list(ids)
+            if self.rpc.epoch != self._rpc_epoch:  # reconnected: ids are another pool's
+                raise kvshare.KvsError(kvshare.STATUS["ENOTCONN"], "the daemon restarted")
+            m.copier.store([int(b) for b in gpu_ids][:len(keys) * f], ids)
+            self._synchronize()
+            # Committed only now that every byte is in place.
+            for key, b in zip(keys, ids):
+                held.append(self.keys.commit(key, b))  # the commit's pin, dropped below
+            self.counts["stores"] += 1
+            self.counts["stored_blocks"] += len(keys)
+            return len(keys) * m.copier.bytes_per_block
+        except (kvshare.KvsError, ValueError) as e:
+            self.last_error = e
+            self.counts["store_skipped"] += len(keys)
+            return 0
+        finally:
+            # A WRITING block goes back to the pool, a committed one keeps its
+            # data unpinned; a duplicate (another instance committed the key
+            # first) is a WRITING block freed here.
+            if self.rpc.epoch == self._rpc_epoch:
+                try:
+                    self.keys.release(held)
+                except kvshare.KvsError:
+                    pass
+
+    def _synchronize(self):
         if self.device.type == "cuda":
             import torch
             torch.cuda.current_stream(self.device).synchronize()
 
+    def submit(self, job_id, load, src, dst):
+        with self._cond:
+            self._pending.add(job_id)
+            self._direction[job_id] = load
+        self._jobs.put((job_id, load, src, dst))
+        return True
 
-class KvshareOffloadingSpec(OffloadingSpec):
-    """vLLM loads this class by name (spec_name, spec_module_path). Extra
-    config keys: socket (default: libkvshare's default path), namespace
-    (default "vllm"; one per model and tenant), timeout_ms (default 1000),
-    block_size (offloaded block size in tokens: vLLM's own key; must equal
-    the pool's block_tokens)."""
+    def _run(self):
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            job_id, load, src, dst = job
+            t0 = time.monotonic()
+            if load:
+                skip = 0
+                indices = getattr(dst, "block_indices", None)
+                if indices is not None and len(indices):
+                    skip = int(indices[0]) % self.spec.factor
+                try:
+                    size = self._load(src, [int(b) for b in dst.block_ids], skip)
+                except Exception as e:  # noqa: BLE001 - kept for the logs and tests
+                    self.last_error = e
+                    size = 0
+                    ok = False
+                else:
+                    ok = True
+            else:
+                size, ok = self._store(dst, src.block_ids), True
+            result = self.make_result(job_id, ok, size, time.monotonic() - t0)
+            with self._cond:
+                self._pending.discard(job_id)
+                self._done.append(result)
+                self._cond.notify_all()
 
-    def __init__(self, vllm_config, kv_cache_config):
-        super().__init__(vllm_config, kv_cache_config)
-        cfg = self.extra_config
-        self.socket = cfg.get("socket")
-        self.ns = cfg.get("namespace", "vllm")
-        self.timeout_ms = int(cfg.get("timeout_ms", 1000))
-        if len(set(self.block_size_factors)) != 1:
-            raise ValueError("%s: one block size factor expected, got %r"
-                             % (WHO, self.block_size_factors))
-        self.factor = self.block_size_factors[0]
-        self.geometry = engine_geometry(kv_cache_config, self.offloaded_block_size)
+    def finished(self, load=None):
+        """Results of the jobs done since the last call (of one direction
+        when load is True or False)."""
+        done, keep = [], []
+        with self._cond:
+            for r in self._done:
+                job = r[0] if isinstance(r, tuple) else r.job_id
+                if load is None or self._direction.get(job) == load:
+                    done.append(r)
+                    self._direction.pop(job, None)
+                else:
+                    keep.append(r)
+            self._done = keep
+        return done
 
-    def _connect(self, map_pool, name):
-        # Lazy: a daemon that is down makes every lookup a miss, never an error.
+    def wait(self, job_ids):
+        with self._cond:
+            while self._pending & set(job_ids):
+                self._cond.wait()
+
+    def shutdown(self):
+        self._jobs.put(None)
+        self._thread.join()
+        for m in self._maps:
+            m.close()
+        self._maps = []
+        self.rpc.close()
+        try:
+            os.unlink(self.spec.state_file)  # nothing is mapped any more
+        except OSError:
+            pass
+
+
+# -- the spec: what both layouts share ----------------------------------------------
+
+class _SpecMixin:
+    """Reads the extra config; builds the cores."""
+
+    def _setup(self, extra, engine_id, world_size, geometry, factor):
+        self.socket = extra.get("socket")
+        self.ns = extra.get("namespace", "vllm")
+        self.timeout_ms = int(extra.get("timeout_ms", 1000))
+        self.state_file = _state_file(extra, engine_id, self.ns)
+        if world_size > 1:
+            # Each worker holds other heads or layers of every block: one pool
+            # block per key would mix them.
+            raise GeometryMismatch("%s: %d workers (tensor, pipeline or context parallel); "
+                                   "kvshare.vllm supports one worker per engine" % (WHO, world_size))
+        self.geometry = geometry
+        self.factor = factor
+
+    def connect(self, map_pool, name, lazy=True):
+        """A client (lazy: a daemon that is down makes lookups misses, never
+        errors); checks the pool's layout when the daemon is up (raises
+        GeometryMismatch)."""
         client = kvshare.Client(socket_path=self.socket, timeout_ms=self.timeout_ms,
-                                worker_name=name, map_pool=map_pool, lazy=True)
+                                worker_name=name, map_pool=map_pool, lazy=lazy)
         if client.connected:
-            check_geometry(client.geometry, self.geometry, WHO)
+            try:
+                self.resolve(client.geometry)
+            except GeometryMismatch:
+                client.close()
+                raise
         return client
 
-    def get_manager(self):
-        """Raises GeometryMismatch when the daemon's pool has another layout."""
-        return KvshareOffloadingManager(self._connect(False, "vllm-scheduler"), self.ns,
-                                        self.geometry)
+    def resolve(self, pool):
+        """Checks the pool's layout (kvshare.Client.geometry) against the
+        engine's; raises GeometryMismatch naming both."""
+        check_geometry(pool, self.geometry, WHO)
 
-    def get_handlers(self, kv_caches, attn_backends=None):
-        """kv_caches: vLLM's CanonicalKVCaches (or a list of its tensors).
-        Raises GeometryMismatch when the tensors' pages or the daemon's pool
-        do not match the engine's layout."""
-        import torch
-        tensors = [getattr(t, "tensor", t) for t in getattr(kv_caches, "tensors", kv_caches)]
-        slot_tensors(torch, tensors, self.geometry, self.factor)  # refuses a wrong layout now
-        link = _PoolLink(self, tensors)
-        try:
-            link.copier()  # maps the pool and checks its layout now, not at the first transfer
-        except kvshare.KvsError:
-            pass  # no daemon yet: the scheduler sees misses, transfers wait for it
-        self.link = link
-        yield GPULoadStoreSpec, KvshareLoadStoreSpec, KvshareOffloadingHandler(link, False)
-        yield KvshareLoadStoreSpec, GPULoadStoreSpec, KvshareOffloadingHandler(link, True)
+    def scheduler_core(self):
+        return SchedulerCore(self, self.connect(False, "vllm-scheduler"))
+
+
+def _tensors(kv_caches):
+    """The (num_blocks, page_bytes) tensors of vLLM's CanonicalKVCaches, or
+    of a list of tensors (or of a dict layer name -> tensor)."""
+    seq = getattr(kv_caches, "tensors", kv_caches)
+    if isinstance(seq, dict):
+        seq = list(seq.values())
+    return [getattr(t, "tensor", t) for t in seq]
+
+
+def _new_geometry(layers, dtype, block_tokens, kv_bytes, pool):
+    """The engine's layout from what vLLM's OffloadingConfig says (layers,
+    dtype, tokens per offloaded block, KV bytes per offloaded block) and the
+    pool's heads and head size (the config does not name them): raises
+    GeometryMismatch naming both layouts unless they agree."""
+    geo = EngineGeometry(layers, pool["kv_heads"], pool["head_dim"], dtype, block_tokens)
+    check_geometry(pool, geo, WHO)
+    if 2 * layers * geo.slot_bytes != kv_bytes:
+        raise GeometryMismatch(
+            "%s refuses to start: the engine's KV layout (%d layers, %s, %d tokens per block, "
+            "%d KV bytes per block) differs from the kvshared pool's (%s: %d bytes per block) "
+            "in kv_heads x head_dim; start kvshared with the engine's geometry (--layers, "
+            "--kv-heads, --head-dim, --dtype, --block-tokens) or point the plug-in at a daemon "
+            "that has it" % (WHO, layers, geo.dtype, block_tokens, kv_bytes, geo.describe(),
+                             2 * layers * geo.slot_bytes))
+    return geo
+
+
+if LAYOUT == "base":
+    class KvshareOffloadingManager(OffloadingManager):
+        """vLLM's OffloadingManager (vllm/v1/kv_offload/base.py)."""
+
+        def __init__(self, core):
+            self.core = core
+            self._events = []
+
+        def lookup(self, key, req_context):
+            return LookupResult.HIT if self.core.lookup(req_context.req_id, bytes(key)) \
+                else LookupResult.MISS
+
+        def prepare_load(self, keys, req_context):
+            return self.core.load_spec(req_context.req_id, [bytes(k) for k in keys],
+                                       drop_rest=True)
+
+        def complete_load(self, keys, req_context):
+            self.core.complete_load(req_context.req_id, [bytes(k) for k in keys])
+
+        def prepare_store(self, keys, req_context):
+            try:
+                todo = self.core.plan_store([bytes(k) for k in keys])
+            except kvshare.KvsError:
+                return None
+            return PrepareStoreOutput(keys_to_store=todo, store_spec=KvshareLoadStoreSpec(todo),
+                                      evicted_keys=[])
+
+        def complete_store(self, keys, req_context, success=True):
+            stored = self.core.complete_store([bytes(k) for k in keys])
+            if stored and success:
+                self._events.append(OffloadingEvent(keys=stored, medium=_base.Medium.CPU,
+                                                    removed=False,
+                                                    locality=_base.Locality.LOCAL))
+
+        def on_new_request(self, req_context):
+            return RequestOffloadingContext()
+
+        def on_request_finished(self, req_context):
+            self.core.release_owner(req_context.req_id)
+
+        def take_events(self):
+            events, self._events = self._events, []
+            yield from events
+
+        def reset_cache(self):
+            """Drops this namespace's blocks from kvshared that no one reads."""
+            try:
+                self.core.client.clear(self.core.keys.ns)
+            except kvshare.KvsError:
+                pass
+
+    class KvshareOffloadingWorker(OffloadingWorker):
+        """vLLM's OffloadingWorker (vllm/v1/kv_offload/base.py)."""
+
+        def __init__(self, core):
+            self.core = core
+
+        def submit_store(self, job_id, src_spec, dst_spec):
+            return self.core.submit(job_id, False, src_spec, dst_spec)
+
+        def submit_load(self, job_id, src_spec, dst_spec):
+            return self.core.submit(job_id, True, src_spec, dst_spec)
+
+        def get_finished(self):
+            self.core.refresh(wait=False)  # notices a restarted daemon between transfers
+            return self.core.finished()
+
+        def wait(self, job_ids):
+            self.core.wait(job_ids)
+
+        def shutdown(self):
+            self.core.shutdown()
+
+    class KvshareOffloadingSpec(OffloadingSpec, _SpecMixin):
+        """Constructed by vLLM's OffloadingSpecFactory as spec_cls(config).
+        Extra config keys: socket, namespace (default "vllm"; one per model
+        and tenant), timeout_ms (default 1000), state_file (default in the
+        temporary directory, named by engine and namespace)."""
+
+        def __init__(self, config):
+            super().__init__(config)
+            groups = config.groups
+            if len(groups) != 1:
+                raise GeometryMismatch("%s: %d KV cache groups (a hybrid model); kvshared holds "
+                                       "one uniform layout" % (WHO, len(groups)))
+            factor = int(config.cache.blocks_per_chunk)
+            self._layout = (len(groups[0].layer_names), config.model.dtype,
+                            int(groups[0].tokens_per_block) * factor,
+                            int(config.worker_kv_bytes_per_block) * factor)
+            # Heads and head size come from the pool once seen (resolve).
+            geo = EngineGeometry(self._layout[0], 0, 0, self._layout[1], self._layout[2])
+            self._setup(config.extra_config, config.engine_id, config.parallel.world_size, geo,
+                        factor)
+            probe = self.connect(False, "vllm-spec")  # refuses a wrong layout now
+            probe.close()
+
+        def resolve(self, pool):
+            self.geometry = _new_geometry(*self._layout, pool)
+
+        def get_manager(self):
+            """Raises GeometryMismatch when the daemon's pool has another layout."""
+            return KvshareOffloadingManager(self.scheduler_core())
+
+        def get_worker(self, kv_caches):
+            """Raises GeometryMismatch when the tensors' pages or the daemon's
+            pool do not match the engine's layout."""
+            return KvshareOffloadingWorker(WorkerCore(
+                self, _tensors(kv_caches),
+                lambda job, ok, size, t: TransferResult(job_id=job, success=ok,
+                                                        transfer_size=size, transfer_time=t)))
+
+else:
+    def _release_result(job, ok, size, t):
+        fields = getattr(TransferResult, "__dataclass_fields__", None)
+        if not fields:
+            return (job, ok)  # releases whose TransferResult is tuple[int, bool]
+        kw = {"job_id": job, "success": ok}
+        if "transfer_size" in fields:
+            kw.update(transfer_size=size, transfer_time=t)
+        if "transfer_type" in fields:
+            kw["transfer_type"] = None
+        return TransferResult(**kw)
+
+    class KvshareOffloadingManager(OffloadingManager):
+        """vLLM's OffloadingManager (vllm/v1/kv_offload/abstract.py of the
+        releases): block hashes, no request. Lookup pins are shared by
+        every request that looks a hash up, and dropped when no
+        prepare_load takes them within LOOKUP_PIN_TTL_S."""
+
+        def __init__(self, core, block_size, ttl):
+            self.core = core
+            self.block_size = block_size
+            self.ttl = min(ttl, KEEP_OLD_POOL_S)
+            self._events = []
+
+        def lookup(self, block_hashes):
+            self.core.expire(self.ttl)
+            n = 0
+            for h in block_hashes:
+                if not self.core.lookup(None, bytes(h)):
+                    break
+                n += 1
+            return n
+
+        def prepare_load(self, block_hashes):
+            keys = [bytes(h) for h in block_hashes]
+            for k in keys:  # a hash two requests load needs a pin for each
+                if not self.core.pinned(None, k):
+                    self.core.lookup(None, k)
+            return self.core.load_spec(None, keys)
+
+        def touch(self, block_hashes):
+            return None
+
+        def complete_load(self, block_hashes):
+            self.core.complete_load(None, [bytes(h) for h in block_hashes])
+
+        def prepare_store(self, block_hashes):
+            self.core.expire(self.ttl)
+            try:
+                todo = self.core.plan_store([bytes(h) for h in block_hashes])
+            except kvshare.KvsError:
+                return None
+            return PrepareStoreOutput(block_hashes_to_store=todo,
+                                      store_spec=KvshareLoadStoreSpec(todo),
+                                      block_hashes_evicted=[])
+
+        def complete_store(self, block_hashes, success=True):
+            stored = self.core.complete_store([bytes(h) for h in block_hashes])
+            if stored and success:
+                self._events.append(OffloadingEvent(block_hashes=stored,
+                                                    block_size=self.block_size,
+                                                    medium=MEDIUM, removed=False))
+
+        def take_events(self):
+            events, self._events = self._events, []
+            yield from events
+
+    class KvshareOffloadingHandler(OffloadingHandler):
+        """vLLM's OffloadingHandler (worker/worker.py of the releases), one
+        per direction over one worker core."""
+
+        def __init__(self, core, load):
+            self.core = core
+            self.load = load
+
+        def transfer_async(self, job_id, spec):
+            src, dst = spec
+            return self.core.submit(job_id, self.load, src, dst)
+
+        def get_finished(self):
+            self.core.refresh(wait=False)
+            return self.core.finished(self.load)
+
+        def wait(self, job_ids):
+            self.core.wait(job_ids)
+
+        def shutdown(self):
+            if self.load:
+                self.core.shutdown()
+
+    class KvshareOffloadingSpec(OffloadingSpec, _SpecMixin):
+        """Constructed by the releases' factory as spec_cls(vllm_config,
+        kv_cache_config). Extra config keys as for the newest layout, and
+        block_size (tokens per offloaded block, vLLM's own key)."""
+
+        def __init__(self, vllm_config, kv_cache_config):
+            super().__init__(vllm_config, kv_cache_config)
+            groups = kv_cache_config.kv_cache_groups
+            if len(groups) != 1:
+                raise GeometryMismatch("%s: %d KV cache groups (a hybrid model); kvshared holds "
+                                       "one uniform layout" % (WHO, len(groups)))
+            spec = groups[0].kv_cache_spec
+            gpu_block = int(spec.block_size)
+            extra = self.extra_config
+            # The releases set block_size_factor (no offloaded_block_size);
+            # read vLLM's own extra-config key the same way.
+            block = int(extra.get("block_size", gpu_block))
+            if block % gpu_block:
+                raise GeometryMismatch("%s: block_size %d is not a multiple of the GPU block "
+                                       "size %d" % (WHO, block, gpu_block))
+            geo = EngineGeometry(len(groups[0].layer_names), spec.num_kv_heads, spec.head_size,
+                                 spec.dtype, block)
+            parallel = getattr(vllm_config, "parallel_config", None)
+            world = int(getattr(parallel, "world_size", 1) or 1)
+            engine_id = getattr(vllm_config.kv_transfer_config, "engine_id", None)
+            self._setup(extra, engine_id, world, geo, block // gpu_block)
+            self.offloaded_block_size_tokens = block
+
+        def get_manager(self):
+            return KvshareOffloadingManager(
+                self.scheduler_core(), self.offloaded_block_size_tokens,
+                float(self.extra_config.get("lookup_pin_ttl_s", LOOKUP_PIN_TTL_S)))
+
+        def get_handlers(self, kv_caches, attn_backends=None):
+            core = WorkerCore(self, _tensors(kv_caches), _release_result)
+            yield GPULoadStoreSpec, KvshareLoadStoreSpec, KvshareOffloadingHandler(core, False)
+            yield KvshareLoadStoreSpec, GPULoadStoreSpec, KvshareOffloadingHandler(core, True)
