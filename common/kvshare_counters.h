@@ -107,7 +107,10 @@
       "for the worker to copy itself") \
     X(requests_spaced, 0, "kvshare_requests_spaced_total", "", \
       "Times a request of 1 MiB or more, or a whole-index walk (Tree), was held back so that " \
-      "such work takes at most 1 % of the loop")
+      "such work takes at most 1 % of the loop") \
+    X(claims_expired, 0, "kvshare_claims_expired_total", "", \
+      "Claims of a Lookup's missing blocks that ended because their session sent no request " \
+      "for the claim lease (1 s): lookups waiting for them stop waiting")
 /* clang-format on */
 
 /* Room for counters in kvs_stats_t and StatsReply.counters. */

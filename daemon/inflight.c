@@ -43,6 +43,11 @@ struct inflight {
     uint32_t *claim_free;    /* free stack of claim entries */
     uint32_t n_claim_free;
     uint32_t claimed; /* claim entries in the table */
+    /* Sessions with claims, oldest first (their leases end in this order),
+     * and the timer that ends them (its own memory: it closes on its own). */
+    session_t *claimers_head, *claimers_tail;
+    uv_timer_t *lease_timer;
+    bool lease_armed;
 
     uint64_t *scratch; /* chain hashes for inflight_count */
     size_t scratch_cap;
@@ -108,10 +113,18 @@ static void free_tables(inflight_t *f)
     free(f);
 }
 
+static void on_lease_close(uv_handle_t *h)
+{
+    free(h);
+}
+
 void inflight_free(inflight_t *f)
 {
-    if (f)
-        free_tables(f);
+    if (!f)
+        return;
+    if (f->lease_timer)
+        uv_close((uv_handle_t *)f->lease_timer, on_lease_close);
+    free_tables(f);
 }
 
 static void ns_ref(inflight_t *f, uint32_t ns, int delta)
@@ -189,6 +202,49 @@ static bool declared_by_other(const server_t *srv, const session_t *s, uint32_t 
     return false;
 }
 
+static void on_lease(uv_timer_t *t);
+
+/* Arms the lease timer for the oldest claimer. */
+static void lease_arm(server_t *srv)
+{
+    inflight_t *f = srv->inflight;
+    if (!f->claimers_head) {
+        if (f->lease_armed)
+            uv_timer_stop(f->lease_timer);
+        f->lease_armed = false;
+        return;
+    }
+    if (!f->lease_timer) {
+        f->lease_timer = malloc(sizeof(*f->lease_timer));
+        if (!f->lease_timer || uv_timer_init(srv->loop, f->lease_timer) != 0) {
+            free(f->lease_timer);
+            f->lease_timer = NULL;
+            return; /* claims then end with their session's next request */
+        }
+        f->lease_timer->data = srv;
+        uv_unref((uv_handle_t *)f->lease_timer); /* a stopping loop does not wait for it */
+    }
+    uint64_t now = uv_now(srv->loop), due = f->claimers_head->claim_until_ms;
+    uv_timer_start(f->lease_timer, on_lease, due > now ? due - now : 0, 0);
+    f->lease_armed = true;
+}
+
+/* Leases ended: those claims go, and lookups waiting for them look again. */
+static void on_lease(uv_timer_t *t)
+{
+    server_t *srv = t->data;
+    inflight_t *f = srv->inflight;
+    uint64_t now = uv_now(srv->loop);
+    f->lease_armed = false;
+    while (f->claimers_head && f->claimers_head->claim_until_ms <= now) {
+        srv->metrics.claims_expired++;
+        inflight_unclaim(srv, f->claimers_head);
+    }
+    lease_arm(srv);
+    if (f->changed)
+        inflight_wake(srv, false);
+}
+
 void inflight_claim(server_t *srv, session_t *s, uint32_t ns, const uint32_t *tokens,
                     size_t n_tokens, size_t cached)
 {
@@ -197,7 +253,11 @@ void inflight_claim(server_t *srv, session_t *s, uint32_t ns, const uint32_t *to
     size_t n_blocks = n_tokens / srv->geo.block_tokens;
     if (cached >= n_blocks || scratch_hashes(srv, ns, tokens, n_blocks) != 0)
         return;
-    for (size_t i = cached; i < n_blocks && f->n_claim_free > 0; i++) {
+    size_t most = f->n_blocks / 4 ? f->n_blocks / 4 : 1;
+    if (most > INFLIGHT_SESSION_MAX_CLAIMS)
+        most = INFLIGHT_SESSION_MAX_CLAIMS;
+    size_t end = n_blocks - cached > most ? cached + most : n_blocks;
+    for (size_t i = cached; i < end && f->n_claim_free > 0; i++) {
         uint32_t c = f->claim_free[--f->n_claim_free];
         entry_add(f, c, ns, f->scratch[i]);
         f->claim_owner[c - f->n_blocks] = s;
@@ -206,6 +266,19 @@ void inflight_claim(server_t *srv, session_t *s, uint32_t ns, const uint32_t *to
         f->claimed++;
     }
     s->claim_gen++;
+    if (s->claims == 0)
+        return;
+    s->claim_until_ms = uv_now(srv->loop) + INFLIGHT_CLAIM_LEASE_MS;
+    s->claimer_next = NULL;
+    s->claimer_prev = f->claimers_tail;
+    if (f->claimers_tail)
+        f->claimers_tail->claimer_next = s;
+    else
+        f->claimers_head = s;
+    f->claimers_tail = s;
+    s->claiming = true;
+    if (!f->lease_armed)
+        lease_arm(srv);
 }
 
 void inflight_unclaim(server_t *srv, session_t *s)
@@ -213,6 +286,18 @@ void inflight_unclaim(server_t *srv, session_t *s)
     inflight_t *f = srv->inflight;
     if (!f)
         return;
+    if (s->claiming) {
+        if (s->claimer_prev)
+            s->claimer_prev->claimer_next = s->claimer_next;
+        else
+            f->claimers_head = s->claimer_next;
+        if (s->claimer_next)
+            s->claimer_next->claimer_prev = s->claimer_prev;
+        else
+            f->claimers_tail = s->claimer_prev;
+        s->claimer_prev = s->claimer_next = NULL;
+        s->claiming = false;
+    }
     while (s->claims != 0) {
         uint32_t c = s->claims;
         s->claims = f->claim_next[c - f->n_blocks];

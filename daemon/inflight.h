@@ -85,13 +85,24 @@ void inflight_declare(server_t *srv, uint32_t ns, const uint64_t *hashes, const 
  * a fresh look (inflight_wake). */
 void inflight_undeclare(server_t *srv, uint32_t b);
 
+/* How long claims last without a request from their session: a claimer
+ * that went idle (or hung) must not make every later waiter wait its whole
+ * wait_ms. An honest worker sends its Alloc right after the Lookup. */
+#define INFLIGHT_CLAIM_LEASE_MS 1000
+/* Claimed blocks one session holds at most (and a quarter of the pool's):
+ * one huge Lookup must not take every claim entry (there are as many as
+ * pool blocks). */
+#define INFLIGHT_SESSION_MAX_CLAIMS 4096
+
 /* Claims: a Lookup with wait_ms > 0 that is answered with blocks missing
  * claims them for its session (each missing block's prefix, entered like a
  * declaration), so that a worker computing the rest is waited for from its
  * Lookup on, not only from its Alloc: two workers that look up one new
  * prompt at once do not both compute it. The claims end after the
  * session's next request (its Alloc declares the blocks first), or when it
- * ends. Claim entries are bounded by the pool size; past that, no claim. */
+ * ends, or after INFLIGHT_CLAIM_LEASE_MS without a request. Claim entries
+ * are bounded by the pool size, and per session by a quarter of it (at
+ * most INFLIGHT_SESSION_MAX_CLAIMS); past that, no claim. */
 void inflight_claim(server_t *srv, session_t *s, uint32_t ns, const uint32_t *tokens,
                     size_t n_tokens, size_t cached);
 

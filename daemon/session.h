@@ -93,6 +93,11 @@ struct session {
      * of claims made, so that dispatch can tell a request that made some. */
     uint32_t claims;
     uint32_t claim_gen;
+    /* While it has claims: when they end unless a request ends them first
+     * (loop ms), and its place among the claiming sessions, oldest first. */
+    uint64_t claim_until_ms;
+    session_t *claimer_prev, *claimer_next;
+    bool claiming;
     /* Scheduling (fair turns, see server.h). */
     session_t *ready_prev, *ready_next;
     bool in_ready; /* on the server's ready queue */

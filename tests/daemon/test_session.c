@@ -1426,6 +1426,47 @@ START_TEST(test_wait_for_claim)
 }
 END_TEST
 
+/* A claimer that goes idle: its claims end after the lease, and the lookup
+ * waiting for them is answered then, not at its own deadline (before: 60 s).
+ * One session claims at most a quarter of the pool. */
+START_TEST(test_claims_have_a_lease_and_a_bound)
+{
+    session_t *a = new_session(), *b = new_session();
+    uint32_t tokens[8];
+    prompt(tokens, 8, 38);
+    send_lookup_wait(a, "default", tokens, 8, 60000, 1);
+    Kvshare__Response *r = take_reply(a);
+    ck_assert_ptr_nonnull(r);
+    kvshare__response__free_unpacked(r, NULL);
+    ck_assert_uint_eq(inflight_claimed(srv), 2);
+    uint64_t t0 = uv_now(&loop);
+    send_lookup_wait(b, "default", tokens, 8, 60000, 2);
+    ck_assert_ptr_null(take_reply(b));
+    while (inflight_waiting(srv) > 0 && uv_now(&loop) - t0 < 10000)
+        uv_run(&loop, UV_RUN_ONCE);
+    uint64_t waited = uv_now(&loop) - t0;
+    expect_lookup_reply(b, 2, 0, true);
+    ck_assert_msg(waited >= INFLIGHT_CLAIM_LEASE_MS - 50 && waited < 5000,
+                  "the wait ended after %llu ms", (unsigned long long)waited);
+    ck_assert_uint_eq(srv->metrics.claims_expired, 1);
+    ck_assert_uint_eq(srv->metrics.lookup_waits, 1);
+    session_close(a, "done");
+    session_close(b, "done");
+    ck_assert_uint_eq(inflight_claimed(srv), 0);
+
+    /* A prompt of 12 blocks, none cached: a quarter of the 16-block pool. */
+    session_t *c = new_session();
+    uint32_t big[12 * BT];
+    prompt(big, 12 * BT, 39);
+    send_lookup_wait(c, "default", big, 12 * BT, 60000, 3);
+    r = take_reply(c);
+    ck_assert_ptr_nonnull(r);
+    kvshare__response__free_unpacked(r, NULL);
+    ck_assert_uint_eq(inflight_claimed(srv), POOL / 4);
+    session_close(c, "done");
+}
+END_TEST
+
 /* Retention hints travel with Commit, Pin and Release; a bad priority
  * changes nothing; a timed hint ends. */
 START_TEST(test_retention_hints)
@@ -1556,6 +1597,7 @@ static Suite *session_suite(void)
     tcase_add_test(tc, test_wait_deadline_and_shutdown);
     tcase_add_test(tc, test_alloc_declaration_errors);
     tcase_add_test(tc, test_wait_for_claim);
+    tcase_add_test(tc, test_claims_have_a_lease_and_a_bound);
     tcase_add_test(tc, test_retention_hints);
     suite_add_tcase(s, tc);
     TCase *tc_server = tcase_create("server");
