@@ -34,6 +34,7 @@
 #include "geometry.h"
 #include "kvshare.h"
 #include "kvshare.pb-c.h"
+#include "kvshare_rpcs.h"
 #include "now.h"
 #include "socket_path.h"
 #include "wire.h"
@@ -300,9 +301,36 @@ static int read_refusal(kvs_client_t *c)
     return status;
 }
 
+/* The RPC's name (kvshare_rpcs.h), for messages. */
+static const char *rpc_name(Kvshare__Request__RpcCase rpc)
+{
+    switch (rpc) {
+#define RPC_NAME(CASE, Name, field)                                                                \
+    case KVSHARE__REQUEST__RPC_##CASE:                                                             \
+        return #Name;
+        KVS_RPCS(RPC_NAME)
+#undef RPC_NAME
+    default:
+        return "a request";
+    }
+}
+
+/* A successful reply answers the RPC asked: its oneof member has the
+ * request's number (kvshare_rpcs.h) and is there, so that each call reads
+ * its own reply message without checking. */
+static int check_reply(kvs_client_t *c, const Kvshare__Request *req, const Kvshare__Response *resp)
+{
+    /* Every RPC's message is in the oneof's union: any member reaches it. */
+    if ((int)resp->rpc_case == (int)req->rpc_case && resp->hello)
+        return 0;
+    return set_err(c, KVS_EPROTO, "kvshared answered %s with another reply",
+                   rpc_name(req->rpc_case));
+}
+
 /* One round trip on the current connection. On success *out is the decoded
  * response (free with kvshare__response__free_unpacked) and the return is
- * its status; transport failures drop the connection. */
+ * its status (KVS_EPROTO for a success that answers another RPC);
+ * transport failures drop the connection. */
 static int round_trip(kvs_client_t *c, Kvshare__Request *req, Kvshare__Response **out,
                       int64_t deadline)
 {
@@ -386,7 +414,7 @@ static int round_trip(kvs_client_t *c, Kvshare__Request *req, Kvshare__Response 
             return status;
         }
         c->err[0] = '\0';
-        return 0;
+        return check_reply(c, req, resp);
     }
 
 transport:
@@ -930,8 +958,6 @@ static int lookup_call(kvs_client_t *c, const char *ns, const uint32_t *tokens, 
     req.rpc_case = KVSHARE__REQUEST__RPC_LOOKUP;
     req.lookup = &lk;
     int rc = call_within(c, &req, &resp, wait_ms);
-    if (rc == 0 && (resp->rpc_case != KVSHARE__RESPONSE__RPC_LOOKUP || !resp->lookup))
-        rc = set_err(c, KVS_EPROTO, "kvshared answered Lookup with another reply");
     if (rc == 0 && !in_place && resp->lookup->n_tier2_block_ids > 0)
         rc = set_err(c, KVS_EPROTO, "kvshared named tier-2 blocks to a lookup that did not ask");
     if (rc == 0) {
@@ -1009,8 +1035,7 @@ static int alloc_call(kvs_client_t *c, const char *ns, const uint32_t *tokens, s
     req.rpc_case = KVSHARE__REQUEST__RPC_ALLOC;
     req.alloc = &al;
     int rc = call(c, &req, &resp);
-    if (rc == 0 && (resp->rpc_case != KVSHARE__RESPONSE__RPC_ALLOC || !resp->alloc ||
-                    resp->alloc->n_block_ids != n))
+    if (rc == 0 && resp->alloc->n_block_ids != n)
         rc = set_err(c, KVS_EPROTO, "kvshared answered Alloc with a wrong reply");
     size_t bt = c->geo.block_tokens;
     if (rc == 0 && report && (bt == 0 || resp->alloc->evicted_tokens.len % (4 * bt) != 0))
@@ -1072,8 +1097,6 @@ int kvs_clear(kvs_client_t *c, const char *ns, size_t *n_cleared, size_t *n_kept
     req.rpc_case = KVSHARE__REQUEST__RPC_CLEAR;
     req.clear = &cl;
     int rc = call(c, &req, &resp);
-    if (rc == 0 && (resp->rpc_case != KVSHARE__RESPONSE__RPC_CLEAR || !resp->clear))
-        rc = set_err(c, KVS_EPROTO, "kvshared answered Clear with a wrong reply");
     if (rc == 0) {
         if (n_cleared)
             *n_cleared = resp->clear->n_cleared;
@@ -1125,8 +1148,6 @@ int kvs_commit_hint(kvs_client_t *c, const char *ns, const uint32_t *tokens, siz
             memcpy(canonical, resp->commit->canonical, n * sizeof(uint32_t));
         if (n_committed)
             *n_committed = n;
-    } else if (rc == 0) {
-        rc = set_err(c, KVS_EPROTO, "kvshared answered Commit with another reply");
     }
     if (resp)
         kvshare__response__free_unpacked(resp, NULL);
@@ -1277,8 +1298,6 @@ int kvs_stats(kvs_client_t *c, kvs_stats_t *out)
     req.rpc_case = KVSHARE__REQUEST__RPC_STATS;
     req.stats = &sr;
     int rc = call(c, &req, &resp);
-    if (rc == 0 && (resp->rpc_case != KVSHARE__RESPONSE__RPC_STATS || !resp->stats))
-        rc = set_err(c, KVS_EPROTO, "kvshared answered Stats with another reply");
     if (rc == 0) {
         const Kvshare__StatsReply *s = resp->stats;
         out->total_blocks = s->total_blocks;
@@ -1368,8 +1387,6 @@ int kvs_tree(kvs_client_t *c, const char *ns, int by_size, kvs_prefix_t *out, si
     req.rpc_case = KVSHARE__REQUEST__RPC_TREE;
     req.tree = &tr;
     int rc = call(c, &req, &resp);
-    if (rc == 0 && (resp->rpc_case != KVSHARE__RESPONSE__RPC_TREE || !resp->tree))
-        rc = set_err(c, KVS_EPROTO, "kvshared answered Tree with another reply");
     if (rc == 0) {
         size_t n = resp->tree->n_prefixes < max ? resp->tree->n_prefixes : max;
         for (size_t i = 0; i < n; i++) {
