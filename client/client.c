@@ -1185,6 +1185,33 @@ int kvs_clear(kvs_client_t *c, const char *ns, size_t *n_cleared, size_t *n_kept
     return rc;
 }
 
+_Static_assert(sizeof(kvs_evict_result_t) == 40, "kvs_evict_result_t changed size");
+
+int kvs_evict(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n_tokens,
+              kvs_evict_result_t *out)
+{
+    if (out)
+        memset(out, 0, sizeof(*out));
+    if (!c || (n_tokens && !tokens))
+        return KVS_EINVAL;
+    Kvshare__Request req = KVSHARE__REQUEST__INIT;
+    Kvshare__EvictRequest ev = KVSHARE__EVICT_REQUEST__INIT;
+    Kvshare__Response *resp;
+    ev.ns = (char *)(ns ? ns : "");
+    ev.tokens = tokens_bytes(tokens, n_tokens);
+    req.rpc_case = KVSHARE__REQUEST__RPC_EVICT;
+    req.evict = &ev;
+    int rc = call(c, &req, &resp);
+    if (rc == 0 && out) {
+        out->tier1_blocks = resp->evict->n_tier1;
+        out->tier2_blocks = resp->evict->n_tier2;
+        out->kept_blocks = resp->evict->n_kept;
+    }
+    if (resp)
+        kvshare__response__free_unpacked(resp, NULL);
+    return rc;
+}
+
 /* The wire form of a hint (NULL: none); wire is the caller's storage. */
 static Kvshare__RetentionHint *hint_wire(const kvs_hint_t *hint, Kvshare__RetentionHint *wire)
 {

@@ -401,6 +401,32 @@ typedef struct kvs_hint {
  * KVS_ENOTCONN, KVS_ETIMEDOUT. */
 int kvs_clear(kvs_client_t *c, const char *ns, size_t *n_cleared, size_t *n_kept);
 
+/* What kvs_evict did. */
+typedef struct kvs_evict_result {
+    uint32_t tier1_blocks; /* dropped from the pool */
+    uint32_t tier2_blocks; /* dropped from tier 2 (kvshared --host-tier) */
+    /* Of the prompt's cached prefix, blocks that stay: pinned, being copied
+     * between the tiers, or continued by another cached prefix, and every
+     * block before such a one. */
+    uint32_t kept_blocks;
+    uint32_t reserved32;
+    uint64_t reserved[3]; /* room for fields added later (0 until then) */
+} kvs_evict_result_t;
+
+/* Drops one prompt's cached blocks that nothing else needs, from every
+ * tier: along the longest cached prefix of tokens in namespace ns (NULL or
+ * "": "default"), from its last block backward, each block that no client
+ * pins and that no other cached prefix continues; the first block that must
+ * stay ends it, so a shared prefix (a system prompt other conversations
+ * extend) stays. For an engine's "delete this prompt" (SGLang's delete) and
+ * for operators; the blocks go as evictions do (KV events, metrics). *out
+ * (may be NULL) says how many went from each tier and how many stayed.
+ * Errors: KVS_EINVAL, KVS_ENONS (no such namespace), KVS_EDENIED (its
+ * allow-list refuses this client), KVS_EPROTO (a kvshared that predates
+ * Evict), KVS_ENOTCONN, KVS_ETIMEDOUT. */
+int kvs_evict(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n_tokens,
+              kvs_evict_result_t *out);
+
 /* kvs_commit, kvs_pin, kvs_release with a retention hint (NULL: none) for
  * every block they commit (canonical), pin, or release (cached ones). The
  * hint is applied to the blocks the call handled; errors as the plain

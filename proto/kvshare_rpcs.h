@@ -42,7 +42,8 @@
     X(STATS, Stats, stats)                                                                         \
     X(TREE, Tree, tree)                                                                            \
     X(PING, Ping, ping)                                                                            \
-    X(CLEAR, Clear, clear)
+    X(CLEAR, Clear, clear)                                                                         \
+    X(EVICT, Evict, evict)
 
 /* Each RPC's position in the list (KVS_RPC_SLOT_LOOKUP, ...) and their
  * number (KVS_RPC_COUNT). */

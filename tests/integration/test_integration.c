@@ -881,6 +881,62 @@ START_TEST(test_option_structs)
 }
 END_TEST
 
+/* Evict drops one prompt's blocks that nothing else needs, from its end:
+ * a prefix another prompt continues stays, pinned blocks stay, and the
+ * blocks go as evictions do. */
+START_TEST(test_evict)
+{
+    enum { N1 = 4, N2 = 3 };
+    kvs_client_t *c = client("evict");
+    uint32_t p1[N1 * BT], p2[N2 * BT], ids[N1], can[N1], got[N2];
+    size_t done, n;
+    kvs_stats_t s0, s;
+    kvs_evict_result_t r;
+    prompt(p1, N1 * BT, 51);
+    memcpy(p2, p1, 2 * BT * sizeof(uint32_t)); /* p2 continues p1's first 2 blocks */
+    prompt(p2 + 2 * BT, BT, 52);
+    ck_assert_int_eq(kvs_alloc(c, NULL, N1, ids), 0);
+    ck_assert_int_eq(kvs_commit(c, NULL, p1, N1 * BT, ids, N1, can, &done), 0);
+    ck_assert_int_eq(kvs_release(c, can, N1, NULL), 0);
+    ck_assert_int_eq(kvs_alloc(c, NULL, N2, ids), 0);
+    ck_assert_int_eq(kvs_commit(c, NULL, p2, N2 * BT, ids, N2, can, &done), 0);
+    ck_assert_int_eq(kvs_release(c, can, N2, NULL), 0);
+    ck_assert_int_eq(kvs_release(c, ids, 2, NULL), 0); /* the duplicates, still WRITING */
+
+    ck_assert_int_eq(kvs_evict(c, NULL, NULL, 4, &r), KVS_EINVAL);
+    ck_assert_int_eq(kvs_evict(c, "never-made", p1, N1 * BT, &r), KVS_ENONS);
+    stats(c, &s0);
+    ck_assert_int_eq(kvs_evict(c, NULL, p1, N1 * BT, &r), 0);
+    ck_assert_uint_eq(r.tier1_blocks, 2);
+    ck_assert_uint_eq(r.tier2_blocks, 0);
+    ck_assert_uint_eq(r.kept_blocks, 2);
+    stats(c, &s);
+    ck_assert_uint_eq(s.evictions, s0.evictions + 2);
+    ck_assert_uint_eq(s.cached_blocks, s0.cached_blocks - 2);
+    ck_assert_uint_eq(s.free_blocks, s0.free_blocks + 2);
+    kvs_stats_free(&s0);
+    kvs_stats_free(&s);
+    ck_assert_int_eq(kvs_lookup(c, NULL, p1, N1 * BT, 0, got, N2, &n), 0);
+    ck_assert_uint_eq(n, 2);
+
+    /* Pinned, p2 stays whole; released, it goes whole. */
+    ck_assert_int_eq(kvs_lookup(c, NULL, p2, N2 * BT, 1, got, N2, &n), 0);
+    ck_assert_uint_eq(n, N2);
+    ck_assert_int_eq(kvs_evict(c, NULL, p2, N2 * BT, &r), 0);
+    ck_assert_uint_eq(r.tier1_blocks + r.tier2_blocks, 0);
+    ck_assert_uint_eq(r.kept_blocks, N2);
+    ck_assert_int_eq(kvs_release(c, got, N2, NULL), 0);
+    ck_assert_int_eq(kvs_evict(c, NULL, p2, N2 * BT, NULL), 0);
+    ck_assert_int_eq(kvs_evict(c, NULL, p2, N2 * BT, &r), 0);
+    ck_assert_uint_eq(r.tier1_blocks + r.kept_blocks, 0); /* nothing left */
+    stats(c, &s);
+    ck_assert_uint_eq(s.cached_blocks, 0);
+    ck_assert_uint_eq(s.free_blocks, POOL);
+    kvs_stats_free(&s);
+    kvs_close(c);
+}
+END_TEST
+
 static Suite *integration_suite(void)
 {
     Suite *s = suite_create("integration");
@@ -899,6 +955,7 @@ static Suite *integration_suite(void)
     tcase_add_test(tc, test_second_daemon_refused_stale_socket_replaced);
     tcase_add_test(tc, test_mla_pool_layout);
     tcase_add_test(tc, test_option_structs);
+    tcase_add_test(tc, test_evict);
     suite_add_tcase(s, tc);
     return s;
 }
