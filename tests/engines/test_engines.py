@@ -10,7 +10,7 @@ Cases:
                   prepare_store, transfer, complete_store, success and failure;
                   both KV layouts (K and V split, and joined); events
   sglang_order    batch_exists, batch_set_v1, batch_get_v1 with host indices;
-                  set/get/exists; get_stats; clear (a page being read stays)
+                  set/get/exists; get_stats; clear and delete (a page being read stays)
   vllm_two        instance A stores a prompt's KV in one process, instance B in
                   another loads it into its own tensors: the bytes equal A's,
                   and B's attention output on a continuation equals computing
@@ -174,6 +174,14 @@ def case_sglang_order(torch):
         inst.storage.clear()
         check(inst.storage.get_stats()["last_clear"] == {"cleared": 1, "kept": 0}
               and inst.storage.batch_exists(keys) == 0, "once read, a second clear drops it")
+        # delete(key): that page goes (the Evict RPC), unless it is being read.
+        check(inst.storage.set(key, page), "set after clear")
+        [held] = inst.storage.keys.pin([engines.kvshare.sglang.page_key(key)])
+        check(not inst.storage.delete(key) and inst.storage.exists(key),
+              "delete keeps a page being read")
+        reader.release([held])
+        check(inst.storage.delete(key) and not inst.storage.exists(key), "delete drops the page")
+        check(inst.storage.delete(key), "delete of a page not stored: nothing left to drop")
         other.close()
     finally:
         d.stop()

@@ -22,6 +22,7 @@ int kvshare_cmd_top(int argc, char **argv);
 int kvshare_cmd_tree(int argc, char **argv);
 int kvshare_cmd_ping(int argc, char **argv);
 int kvshare_cmd_clear(int argc, char **argv);
+int kvshare_cmd_evict(int argc, char **argv);
 
 /* cmd_events.c: tails kvshared's KV events (ZeroMQ, msgpack; no client API). */
 int kvshare_cmd_events(int argc, char **argv);

@@ -18,6 +18,8 @@ static const kvshare_command_t commands[] = {
     {"tree", kvshare_cmd_tree, "top cached prefixes: tokens, blocks, hits, pins, age"},
     {"ping", kvshare_cmd_ping, "round-trip time to kvshared"},
     {"clear", kvshare_cmd_clear, "drop a namespace's cached blocks that no worker pins"},
+    {"evict", kvshare_cmd_evict,
+     "drop one prompt's cached blocks that no worker pins nor another prompt continues"},
     {"events", kvshare_cmd_events,
      "tail the KV events kvshared publishes for cluster routers (--json)"},
 };
