@@ -136,8 +136,7 @@ int kvshare_cmd_evict(int argc, char **argv)
     else
         printf("namespace '%s': %u blocks dropped (%u from the pool, %u from tier 2), %u kept "
                "(pinned, or a prefix another prompt continues)\n",
-               ns, r.tier1_blocks + r.tier2_blocks, r.tier1_blocks, r.tier2_blocks,
-               r.kept_blocks);
+               ns, r.tier1_blocks + r.tier2_blocks, r.tier1_blocks, r.tier2_blocks, r.kept_blocks);
     kvs_close(c);
     status = rc == 0 ? 0 : 1;
 out:
