@@ -34,6 +34,7 @@
 #include "geometry.h"
 #include "kvshare.h"
 #include "kvshare.pb-c.h"
+#include "kvshare_rpcs.h"
 #include "now.h"
 #include "socket_path.h"
 #include "wire.h"
@@ -300,9 +301,36 @@ static int read_refusal(kvs_client_t *c)
     return status;
 }
 
+/* The RPC's name (kvshare_rpcs.h), for messages. */
+static const char *rpc_name(Kvshare__Request__RpcCase rpc)
+{
+    switch (rpc) {
+#define RPC_NAME(CASE, Name, field)                                                                \
+    case KVSHARE__REQUEST__RPC_##CASE:                                                             \
+        return #Name;
+        KVS_RPCS(RPC_NAME)
+#undef RPC_NAME
+    default:
+        return "a request";
+    }
+}
+
+/* A successful reply answers the RPC asked: its oneof member has the
+ * request's number (kvshare_rpcs.h) and is there, so that each call reads
+ * its own reply message without checking. */
+static int check_reply(kvs_client_t *c, const Kvshare__Request *req, const Kvshare__Response *resp)
+{
+    /* Every RPC's message is in the oneof's union: any member reaches it. */
+    if ((int)resp->rpc_case == (int)req->rpc_case && resp->hello)
+        return 0;
+    return set_err(c, KVS_EPROTO, "kvshared answered %s with another reply",
+                   rpc_name(req->rpc_case));
+}
+
 /* One round trip on the current connection. On success *out is the decoded
  * response (free with kvshare__response__free_unpacked) and the return is
- * its status; transport failures drop the connection. */
+ * its status (KVS_EPROTO for a success that answers another RPC);
+ * transport failures drop the connection. */
 static int round_trip(kvs_client_t *c, Kvshare__Request *req, Kvshare__Response **out,
                       int64_t deadline)
 {
@@ -386,7 +414,7 @@ static int round_trip(kvs_client_t *c, Kvshare__Request *req, Kvshare__Response 
             return status;
         }
         c->err[0] = '\0';
-        return 0;
+        return check_reply(c, req, resp);
     }
 
 transport:
@@ -930,8 +958,6 @@ static int lookup_call(kvs_client_t *c, const char *ns, const uint32_t *tokens, 
     req.rpc_case = KVSHARE__REQUEST__RPC_LOOKUP;
     req.lookup = &lk;
     int rc = call_within(c, &req, &resp, wait_ms);
-    if (rc == 0 && (resp->rpc_case != KVSHARE__RESPONSE__RPC_LOOKUP || !resp->lookup))
-        rc = set_err(c, KVS_EPROTO, "kvshared answered Lookup with another reply");
     if (rc == 0 && !in_place && resp->lookup->n_tier2_block_ids > 0)
         rc = set_err(c, KVS_EPROTO, "kvshared named tier-2 blocks to a lookup that did not ask");
     if (rc == 0) {
@@ -959,41 +985,87 @@ static int lookup_call(kvs_client_t *c, const char *ns, const uint32_t *tokens, 
     return rc;
 }
 
+/* Copies the caller's options over the defaults in dst (dst_size bytes,
+ * `size` first), as kvs_connect does: `size` bytes of them, so a struct of
+ * an older header reads its missing fields as the defaults. NULL: the
+ * defaults. Errors: KVS_EINVAL (size 0, or more than this library knows). */
+static int opts_copy(void *dst, size_t dst_size, const void *src)
+{
+    if (!src)
+        return 0;
+    size_t size;
+    memcpy(&size, src, sizeof(size));
+    if (size < sizeof(size) || size > dst_size)
+        return KVS_EINVAL;
+    memcpy(dst, src, size);
+    memcpy(dst, &dst_size, sizeof(dst_size));
+    return 0;
+}
+
+void kvs_lookup_opts_init(kvs_lookup_opts_t *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof(*o));
+    o->size = sizeof(*o);
+}
+
+int kvs_lookup_ex(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n_tokens,
+                  const kvs_lookup_opts_t *opts, uint32_t *ids, size_t max_ids, size_t *n_blocks)
+{
+    kvs_lookup_opts_t o;
+    kvs_lookup_opts_init(&o);
+    int rc = opts_copy(&o, sizeof(o), opts);
+    if (n_blocks)
+        *n_blocks = 0;
+    if (rc == 0 && o.inflight_blocks)
+        *o.inflight_blocks = 0;
+    if (rc == 0 && o.waited)
+        *o.waited = 0;
+    if (rc != 0 || !c || !n_blocks || (n_tokens && !tokens) || (max_ids && !ids) ||
+        o.wait_ms > KVS_LOOKUP_MAX_WAIT_MS ||
+        (o.tier2_in_place && (!o.pin || (max_ids && !o.tiers))))
+        return KVS_EINVAL;
+    return lookup_call(c, ns, tokens, n_tokens, o.pin, o.tier2_in_place, o.wait_ms, ids,
+                       o.tier2_in_place ? o.tiers : NULL, max_ids, n_blocks, o.inflight_blocks,
+                       o.waited);
+}
+
 int kvs_lookup_wait(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n_tokens,
                     int pin, uint32_t wait_ms, uint32_t *ids, size_t max_ids, size_t *n_blocks,
                     uint32_t *inflight_blocks, int *waited)
 {
-    if (waited)
-        *waited = 0;
-    if (n_blocks)
-        *n_blocks = 0;
-    if (inflight_blocks)
-        *inflight_blocks = 0;
-    if (!c || !n_blocks || (n_tokens && !tokens) || (max_ids && !ids) ||
-        wait_ms > KVS_LOOKUP_MAX_WAIT_MS)
-        return KVS_EINVAL;
-    return lookup_call(c, ns, tokens, n_tokens, pin, 0, wait_ms, ids, NULL, max_ids, n_blocks,
-                       inflight_blocks, waited);
+    kvs_lookup_opts_t o;
+    kvs_lookup_opts_init(&o);
+    o.pin = pin;
+    o.wait_ms = wait_ms;
+    o.inflight_blocks = inflight_blocks;
+    o.waited = waited;
+    return kvs_lookup_ex(c, ns, tokens, n_tokens, &o, ids, max_ids, n_blocks);
 }
 
 int kvs_lookup_tier2(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n_tokens,
                      uint32_t *ids, uint8_t *tiers, size_t max_ids, size_t *n_blocks)
 {
-    if (n_blocks)
-        *n_blocks = 0;
-    if (!c || !n_blocks || (n_tokens && !tokens) || (max_ids && (!ids || !tiers)))
-        return KVS_EINVAL;
-    return lookup_call(c, ns, tokens, n_tokens, 1, 1, 0, ids, tiers, max_ids, n_blocks, NULL, NULL);
+    kvs_lookup_opts_t o;
+    kvs_lookup_opts_init(&o);
+    o.pin = 1;
+    o.tier2_in_place = 1;
+    o.tiers = tiers;
+    return kvs_lookup_ex(c, ns, tokens, n_tokens, &o, ids, max_ids, n_blocks);
 }
 
 int kvs_lookup(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n_tokens, int pin,
                uint32_t *ids, size_t max_ids, size_t *n_blocks)
 {
-    return kvs_lookup_wait(c, ns, tokens, n_tokens, pin, 0, ids, max_ids, n_blocks, NULL, NULL);
+    kvs_lookup_opts_t o;
+    kvs_lookup_opts_init(&o);
+    o.pin = pin;
+    return kvs_lookup_ex(c, ns, tokens, n_tokens, &o, ids, max_ids, n_blocks);
 }
 
-/* The Alloc RPC: kvs_alloc_for, and with report (kvs_alloc_report) the
- * evicted blocks of ns. */
+/* The Alloc RPC: with tokens a declaration, with report the evicted
+ * blocks of ns (kvs_alloc_ex). */
 static int alloc_call(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n_tokens,
                       uint32_t first_block, uint32_t n, uint32_t *ids, int report,
                       uint32_t *evicted_tokens, size_t max_evicted, size_t *n_evicted)
@@ -1009,8 +1081,7 @@ static int alloc_call(kvs_client_t *c, const char *ns, const uint32_t *tokens, s
     req.rpc_case = KVSHARE__REQUEST__RPC_ALLOC;
     req.alloc = &al;
     int rc = call(c, &req, &resp);
-    if (rc == 0 && (resp->rpc_case != KVSHARE__RESPONSE__RPC_ALLOC || !resp->alloc ||
-                    resp->alloc->n_block_ids != n))
+    if (rc == 0 && resp->alloc->n_block_ids != n)
         rc = set_err(c, KVS_EPROTO, "kvshared answered Alloc with a wrong reply");
     size_t bt = c->geo.block_tokens;
     if (rc == 0 && report && (bt == 0 || resp->alloc->evicted_tokens.len % (4 * bt) != 0))
@@ -1033,28 +1104,59 @@ static int alloc_call(kvs_client_t *c, const char *ns, const uint32_t *tokens, s
     return rc;
 }
 
+void kvs_alloc_opts_init(kvs_alloc_opts_t *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof(*o));
+    o->size = sizeof(*o);
+}
+
+int kvs_alloc_ex(kvs_client_t *c, const char *ns, uint32_t n, const kvs_alloc_opts_t *opts,
+                 uint32_t *ids)
+{
+    kvs_alloc_opts_t o;
+    kvs_alloc_opts_init(&o);
+    int rc = opts_copy(&o, sizeof(o), opts);
+    int report = rc == 0 && o.n_evicted != NULL;
+    if (report)
+        *o.n_evicted = 0;
+    bool named = ns && ns[0];
+    if (rc != 0 || !c || !ids || n == 0 || (o.n_tokens && !o.tokens) ||
+        (!o.n_tokens && o.first_block) || ((o.n_tokens || report) && !named) ||
+        (report && o.max_evicted && !o.evicted_tokens))
+        return KVS_EINVAL;
+    return alloc_call(c, ns, o.tokens, o.n_tokens, o.first_block, n, ids, report, o.evicted_tokens,
+                      o.max_evicted, o.n_evicted);
+}
+
 int kvs_alloc_for(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n_tokens,
                   uint32_t first_block, uint32_t n, uint32_t *ids)
 {
-    if (!c || !ids || n == 0 || (n_tokens && !tokens) || (!n_tokens && first_block) ||
-        (n_tokens && (!ns || !ns[0])))
-        return KVS_EINVAL;
-    return alloc_call(c, ns, tokens, n_tokens, first_block, n, ids, 0, NULL, 0, NULL);
+    kvs_alloc_opts_t o;
+    kvs_alloc_opts_init(&o);
+    o.tokens = tokens;
+    o.n_tokens = n_tokens;
+    o.first_block = first_block;
+    return kvs_alloc_ex(c, ns, n, &o, ids);
 }
 
 int kvs_alloc_report(kvs_client_t *c, const char *ns, uint32_t n, uint32_t *ids,
                      uint32_t *evicted_tokens, size_t max_evicted, size_t *n_evicted)
 {
-    if (n_evicted)
-        *n_evicted = 0;
-    if (!c || !ids || n == 0 || !ns || !ns[0] || !n_evicted || (max_evicted && !evicted_tokens))
-        return KVS_EINVAL;
-    return alloc_call(c, ns, NULL, 0, 0, n, ids, 1, evicted_tokens, max_evicted, n_evicted);
+    kvs_alloc_opts_t o;
+    if (!n_evicted)
+        return KVS_EINVAL; /* the report is what this call is for */
+    kvs_alloc_opts_init(&o);
+    o.evicted_tokens = evicted_tokens;
+    o.max_evicted = max_evicted;
+    o.n_evicted = n_evicted;
+    return kvs_alloc_ex(c, ns, n, &o, ids);
 }
 
 int kvs_alloc(kvs_client_t *c, const char *ns, uint32_t n, uint32_t *ids)
 {
-    return kvs_alloc_for(c, ns, NULL, 0, 0, n, ids);
+    return kvs_alloc_ex(c, ns, n, NULL, ids);
 }
 
 int kvs_clear(kvs_client_t *c, const char *ns, size_t *n_cleared, size_t *n_kept)
@@ -1072,13 +1174,38 @@ int kvs_clear(kvs_client_t *c, const char *ns, size_t *n_cleared, size_t *n_kept
     req.rpc_case = KVSHARE__REQUEST__RPC_CLEAR;
     req.clear = &cl;
     int rc = call(c, &req, &resp);
-    if (rc == 0 && (resp->rpc_case != KVSHARE__RESPONSE__RPC_CLEAR || !resp->clear))
-        rc = set_err(c, KVS_EPROTO, "kvshared answered Clear with a wrong reply");
     if (rc == 0) {
         if (n_cleared)
             *n_cleared = resp->clear->n_cleared;
         if (n_kept)
             *n_kept = resp->clear->n_kept;
+    }
+    if (resp)
+        kvshare__response__free_unpacked(resp, NULL);
+    return rc;
+}
+
+_Static_assert(sizeof(kvs_evict_result_t) == 40, "kvs_evict_result_t changed size");
+
+int kvs_evict(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n_tokens,
+              kvs_evict_result_t *out)
+{
+    if (out)
+        memset(out, 0, sizeof(*out));
+    if (!c || (n_tokens && !tokens))
+        return KVS_EINVAL;
+    Kvshare__Request req = KVSHARE__REQUEST__INIT;
+    Kvshare__EvictRequest ev = KVSHARE__EVICT_REQUEST__INIT;
+    Kvshare__Response *resp;
+    ev.ns = (char *)(ns ? ns : "");
+    ev.tokens = tokens_bytes(tokens, n_tokens);
+    req.rpc_case = KVSHARE__REQUEST__RPC_EVICT;
+    req.evict = &ev;
+    int rc = call(c, &req, &resp);
+    if (rc == 0 && out) {
+        out->tier1_blocks = resp->evict->n_tier1;
+        out->tier2_blocks = resp->evict->n_tier2;
+        out->kept_blocks = resp->evict->n_kept;
     }
     if (resp)
         kvshare__response__free_unpacked(resp, NULL);
@@ -1096,14 +1223,30 @@ static Kvshare__RetentionHint *hint_wire(const kvs_hint_t *hint, Kvshare__Retent
     return wire;
 }
 
-int kvs_commit_hint(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n_tokens,
-                    const uint32_t *ids, size_t n_ids, uint32_t *canonical, size_t *n_committed,
-                    const kvs_hint_t *hint)
+static bool hint_bad(const kvs_hint_t *hint)
 {
+    return hint && hint->priority > KVS_PRIORITY_MAX;
+}
+
+void kvs_commit_opts_init(kvs_commit_opts_t *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof(*o));
+    o->size = sizeof(*o);
+}
+
+int kvs_commit_ex(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n_tokens,
+                  const uint32_t *ids, size_t n_ids, const kvs_commit_opts_t *opts,
+                  uint32_t *canonical, size_t *n_committed)
+{
+    kvs_commit_opts_t o;
+    kvs_commit_opts_init(&o);
+    int rc = opts_copy(&o, sizeof(o), opts);
     if (n_committed)
         *n_committed = 0;
-    if (!c || (n_tokens && !tokens) || (n_ids && (!ids || !canonical)) ||
-        (hint && hint->priority > KVS_PRIORITY_MAX))
+    if (rc != 0 || !c || (n_tokens && !tokens) || (n_ids && (!ids || !canonical)) ||
+        hint_bad(o.hint))
         return KVS_EINVAL;
     Kvshare__RetentionHint wire;
     Kvshare__Request req = KVSHARE__REQUEST__INIT;
@@ -1113,10 +1256,11 @@ int kvs_commit_hint(kvs_client_t *c, const char *ns, const uint32_t *tokens, siz
     cm.tokens = tokens_bytes(tokens, n_tokens);
     cm.n_block_ids = n_ids;
     cm.block_ids = (uint32_t *)ids;
-    cm.hint = hint_wire(hint, &wire);
+    cm.hint = hint_wire(o.hint, &wire);
     req.rpc_case = KVSHARE__REQUEST__RPC_COMMIT;
     req.commit = &cm;
-    int rc = call(c, &req, &resp);
+    rc = call(c, &req, &resp);
+    /* On KVS_EQUOTA the reply still says which blocks were done. */
     if (resp && resp->rpc_case == KVSHARE__RESPONSE__RPC_COMMIT && resp->commit) {
         size_t n = resp->commit->n_canonical;
         if (n > n_ids)
@@ -1125,27 +1269,33 @@ int kvs_commit_hint(kvs_client_t *c, const char *ns, const uint32_t *tokens, siz
             memcpy(canonical, resp->commit->canonical, n * sizeof(uint32_t));
         if (n_committed)
             *n_committed = n;
-    } else if (rc == 0) {
-        rc = set_err(c, KVS_EPROTO, "kvshared answered Commit with another reply");
     }
     if (resp)
         kvshare__response__free_unpacked(resp, NULL);
     return rc;
 }
 
+int kvs_commit_hint(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n_tokens,
+                    const uint32_t *ids, size_t n_ids, uint32_t *canonical, size_t *n_committed,
+                    const kvs_hint_t *hint)
+{
+    kvs_commit_opts_t o;
+    kvs_commit_opts_init(&o);
+    o.hint = hint;
+    return kvs_commit_ex(c, ns, tokens, n_tokens, ids, n_ids, &o, canonical, n_committed);
+}
+
 int kvs_commit(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n_tokens,
                const uint32_t *ids, size_t n_ids, uint32_t *canonical, size_t *n_committed)
 {
-    return kvs_commit_hint(c, ns, tokens, n_tokens, ids, n_ids, canonical, n_committed, NULL);
+    return kvs_commit_ex(c, ns, tokens, n_tokens, ids, n_ids, NULL, canonical, n_committed);
 }
 
-static int ids_call(kvs_client_t *c, int pin, const uint32_t *ids, size_t n, size_t *n_done,
-                    const kvs_hint_t *hint)
+/* The Pin RPC (pin) or the Release RPC: ids[0 .. n) in the pool, and for
+ * a release t2[0 .. n2) in tier 2. */
+static int ids_call(kvs_client_t *c, int pin, const uint32_t *ids, size_t n, const uint32_t *t2,
+                    size_t n2, size_t *n_done, const kvs_hint_t *hint)
 {
-    if (n_done)
-        *n_done = 0;
-    if (!c || (n && !ids) || (hint && hint->priority > KVS_PRIORITY_MAX))
-        return KVS_EINVAL;
     Kvshare__Request req = KVSHARE__REQUEST__INIT;
     Kvshare__PinRequest pr = KVSHARE__PIN_REQUEST__INIT;
     Kvshare__ReleaseRequest rl = KVSHARE__RELEASE_REQUEST__INIT;
@@ -1160,10 +1310,13 @@ static int ids_call(kvs_client_t *c, int pin, const uint32_t *ids, size_t n, siz
     } else {
         rl.n_block_ids = n;
         rl.block_ids = (uint32_t *)ids;
+        rl.n_tier2_block_ids = n2;
+        rl.tier2_block_ids = (uint32_t *)t2;
         req.rpc_case = KVSHARE__REQUEST__RPC_RELEASE;
         req.release = &rl;
     }
     int rc = call(c, &req, &resp);
+    /* After an error the reply still says how many were done. */
     if (resp && n_done) {
         if (pin && resp->rpc_case == KVSHARE__RESPONSE__RPC_PIN && resp->pin)
             *n_done = resp->pin->n_pinned;
@@ -1175,59 +1328,101 @@ static int ids_call(kvs_client_t *c, int pin, const uint32_t *ids, size_t n, siz
     return rc;
 }
 
-int kvs_pin(kvs_client_t *c, const uint32_t *ids, size_t n, size_t *n_done)
+void kvs_pin_opts_init(kvs_pin_opts_t *o)
 {
-    return ids_call(c, 1, ids, n, n_done, NULL);
+    if (!o)
+        return;
+    memset(o, 0, sizeof(*o));
+    o->size = sizeof(*o);
 }
 
-int kvs_release(kvs_client_t *c, const uint32_t *ids, size_t n, size_t *n_done)
+int kvs_pin_ex(kvs_client_t *c, const uint32_t *ids, size_t n, const kvs_pin_opts_t *opts,
+               size_t *n_done)
 {
-    return ids_call(c, 0, ids, n, n_done, NULL);
-}
-
-int kvs_release_tiers(kvs_client_t *c, const uint32_t *ids, const uint8_t *tiers, size_t n,
-                      size_t *n_done)
-{
+    kvs_pin_opts_t o;
+    kvs_pin_opts_init(&o);
+    int rc = opts_copy(&o, sizeof(o), opts);
     if (n_done)
         *n_done = 0;
-    if (!c || (n && (!ids || !tiers)))
+    if (rc != 0 || !c || (n && !ids) || hint_bad(o.hint))
         return KVS_EINVAL;
-    size_t n1 = 0;
-    while (n1 < n && tiers[n1] == 1)
-        n1++;
-    for (size_t i = n1; i < n; i++)
-        if (tiers[i] != 2)
-            return set_err(c, KVS_EINVAL,
-                           "kvs_release_tiers: block %zu is in tier %u; the list must be tier-1 "
-                           "blocks, then tier-2 blocks, as kvs_lookup_tier2 returns them",
-                           i, (unsigned)tiers[i]);
-    Kvshare__Request req = KVSHARE__REQUEST__INIT;
-    Kvshare__ReleaseRequest rl = KVSHARE__RELEASE_REQUEST__INIT;
-    Kvshare__Response *resp;
-    rl.n_block_ids = n1;
-    rl.block_ids = (uint32_t *)ids;
-    rl.n_tier2_block_ids = n - n1;
-    rl.tier2_block_ids = (uint32_t *)ids + n1;
-    req.rpc_case = KVSHARE__REQUEST__RPC_RELEASE;
-    req.release = &rl;
-    int rc = call(c, &req, &resp);
-    if (resp && n_done && resp->rpc_case == KVSHARE__RESPONSE__RPC_RELEASE && resp->release)
-        *n_done = resp->release->n_released;
-    if (resp)
-        kvshare__response__free_unpacked(resp, NULL);
-    return rc;
+    return ids_call(c, 1, ids, n, NULL, 0, n_done, o.hint);
+}
+
+int kvs_pin(kvs_client_t *c, const uint32_t *ids, size_t n, size_t *n_done)
+{
+    return kvs_pin_ex(c, ids, n, NULL, n_done);
 }
 
 int kvs_pin_hint(kvs_client_t *c, const uint32_t *ids, size_t n, size_t *n_done,
                  const kvs_hint_t *hint)
 {
-    return ids_call(c, 1, ids, n, n_done, hint);
+    kvs_pin_opts_t o;
+    kvs_pin_opts_init(&o);
+    o.hint = hint;
+    return kvs_pin_ex(c, ids, n, &o, n_done);
+}
+
+void kvs_release_opts_init(kvs_release_opts_t *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof(*o));
+    o->size = sizeof(*o);
+}
+
+int kvs_release_ex(kvs_client_t *c, const uint32_t *ids, size_t n, const kvs_release_opts_t *opts,
+                   size_t *n_done)
+{
+    kvs_release_opts_t o;
+    kvs_release_opts_init(&o);
+    int rc = opts_copy(&o, sizeof(o), opts);
+    if (n_done)
+        *n_done = 0;
+    if (rc != 0 || !c || (n && !ids) || hint_bad(o.hint))
+        return KVS_EINVAL;
+    /* With tiers: the pool blocks, then the tier-2 ones. */
+    size_t n1 = n;
+    if (o.tiers) {
+        n1 = 0;
+        while (n1 < n && o.tiers[n1] == 1)
+            n1++;
+        for (size_t i = n1; i < n; i++)
+            if (o.tiers[i] != 2)
+                return set_err(c, KVS_EINVAL,
+                               "kvs_release_tiers: block %zu is in tier %u; the list must be "
+                               "tier-1 blocks, then tier-2 blocks, as kvs_lookup_tier2 returns "
+                               "them",
+                               i, (unsigned)o.tiers[i]);
+    }
+    return ids_call(c, 0, ids, n1, n1 < n ? ids + n1 : NULL, n - n1, n_done, o.hint);
+}
+
+int kvs_release(kvs_client_t *c, const uint32_t *ids, size_t n, size_t *n_done)
+{
+    return kvs_release_ex(c, ids, n, NULL, n_done);
 }
 
 int kvs_release_hint(kvs_client_t *c, const uint32_t *ids, size_t n, size_t *n_done,
                      const kvs_hint_t *hint)
 {
-    return ids_call(c, 0, ids, n, n_done, hint);
+    kvs_release_opts_t o;
+    kvs_release_opts_init(&o);
+    o.hint = hint;
+    return kvs_release_ex(c, ids, n, &o, n_done);
+}
+
+int kvs_release_tiers(kvs_client_t *c, const uint32_t *ids, const uint8_t *tiers, size_t n,
+                      size_t *n_done)
+{
+    kvs_release_opts_t o;
+    if (n_done)
+        *n_done = 0;
+    if (n && !tiers)
+        return KVS_EINVAL;
+    kvs_release_opts_init(&o);
+    o.tiers = tiers;
+    return kvs_release_ex(c, ids, n, &o, n_done);
 }
 
 _Static_assert(KVS_N_COUNTERS <= KVS_COUNTER_SLOTS,
@@ -1263,6 +1458,11 @@ static void stats_counters(kvs_stats_t *out, const Kvshare__StatsReply *s)
 /* Part of the ABI: a field may only take the place of reserved room. */
 _Static_assert(sizeof(kvs_ns_stats_t) == 192, "kvs_ns_stats_t changed size");
 _Static_assert(sizeof(kvs_geometry_t) == 168, "kvs_geometry_t changed size");
+_Static_assert(sizeof(kvs_lookup_opts_t) == 96, "kvs_lookup_opts_t changed size");
+_Static_assert(sizeof(kvs_alloc_opts_t) == 104, "kvs_alloc_opts_t changed size");
+_Static_assert(sizeof(kvs_commit_opts_t) == 64, "kvs_commit_opts_t changed size");
+_Static_assert(sizeof(kvs_pin_opts_t) == 64, "kvs_pin_opts_t changed size");
+_Static_assert(sizeof(kvs_release_opts_t) == 72, "kvs_release_opts_t changed size");
 _Static_assert(sizeof(kvs_ns_stats_t) % _Alignof(kvs_priority_bands_t) == 0,
                "the bands follow the rows in one allocation");
 
@@ -1277,8 +1477,6 @@ int kvs_stats(kvs_client_t *c, kvs_stats_t *out)
     req.rpc_case = KVSHARE__REQUEST__RPC_STATS;
     req.stats = &sr;
     int rc = call(c, &req, &resp);
-    if (rc == 0 && (resp->rpc_case != KVSHARE__RESPONSE__RPC_STATS || !resp->stats))
-        rc = set_err(c, KVS_EPROTO, "kvshared answered Stats with another reply");
     if (rc == 0) {
         const Kvshare__StatsReply *s = resp->stats;
         out->total_blocks = s->total_blocks;
@@ -1368,8 +1566,6 @@ int kvs_tree(kvs_client_t *c, const char *ns, int by_size, kvs_prefix_t *out, si
     req.rpc_case = KVSHARE__REQUEST__RPC_TREE;
     req.tree = &tr;
     int rc = call(c, &req, &resp);
-    if (rc == 0 && (resp->rpc_case != KVSHARE__RESPONSE__RPC_TREE || !resp->tree))
-        rc = set_err(c, KVS_EPROTO, "kvshared answered Tree with another reply");
     if (rc == 0) {
         size_t n = resp->tree->n_prefixes < max ? resp->tree->n_prefixes : max;
         for (size_t i = 0; i < n; i++) {

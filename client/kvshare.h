@@ -401,6 +401,32 @@ typedef struct kvs_hint {
  * KVS_ENOTCONN, KVS_ETIMEDOUT. */
 int kvs_clear(kvs_client_t *c, const char *ns, size_t *n_cleared, size_t *n_kept);
 
+/* What kvs_evict did. */
+typedef struct kvs_evict_result {
+    uint32_t tier1_blocks; /* dropped from the pool */
+    uint32_t tier2_blocks; /* dropped from tier 2 (kvshared --host-tier) */
+    /* Of the prompt's cached prefix, blocks that stay: pinned, being copied
+     * between the tiers, or continued by another cached prefix, and every
+     * block before such a one. */
+    uint32_t kept_blocks;
+    uint32_t reserved32;
+    uint64_t reserved[3]; /* room for fields added later (0 until then) */
+} kvs_evict_result_t;
+
+/* Drops one prompt's cached blocks that nothing else needs, from every
+ * tier: along the longest cached prefix of tokens in namespace ns (NULL or
+ * "": "default"), from its last block backward, each block that no client
+ * pins and that no other cached prefix continues; the first block that must
+ * stay ends it, so a shared prefix (a system prompt other conversations
+ * extend) stays. For an engine's "delete this prompt" (SGLang's delete) and
+ * for operators; the blocks go as evictions do (KV events, metrics). *out
+ * (may be NULL) says how many went from each tier and how many stayed.
+ * Errors: KVS_EINVAL, KVS_ENONS (no such namespace), KVS_EDENIED (its
+ * allow-list refuses this client), KVS_EPROTO (a kvshared that predates
+ * Evict), KVS_ENOTCONN, KVS_ETIMEDOUT. */
+int kvs_evict(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n_tokens,
+              kvs_evict_result_t *out);
+
 /* kvs_commit, kvs_pin, kvs_release with a retention hint (NULL: none) for
  * every block they commit (canonical), pin, or release (cached ones). The
  * hint is applied to the blocks the call handled; errors as the plain
@@ -413,6 +439,114 @@ int kvs_pin_hint(kvs_client_t *c, const uint32_t *ids, size_t n, size_t *n_done,
                  const kvs_hint_t *hint);
 int kvs_release_hint(kvs_client_t *c, const uint32_t *ids, size_t n, size_t *n_done,
                      const kvs_hint_t *hint);
+
+/* --- one entry point per RPC, its optional arguments in a struct ---
+ *
+ * kvs_lookup_ex, kvs_alloc_ex, kvs_commit_ex, kvs_pin_ex and kvs_release_ex
+ * take every optional argument of their RPC in an options struct, and the
+ * calls above are these with some options set: kvs_lookup_wait is
+ * kvs_lookup_ex with pin, wait_ms, inflight_blocks and waited;
+ * kvs_lookup_tier2 with pin, tier2_in_place and tiers; kvs_alloc_for and
+ * kvs_alloc_report are kvs_alloc_ex with a declaration or a report;
+ * kvs_*_hint and kvs_release_tiers set hint or tiers. Options may be
+ * combined (a lookup that waits and leaves tier-2 blocks in place, a
+ * release with a hint of tier-1 and tier-2 blocks). Options added later go
+ * into these structs, never into new functions.
+ *
+ * As kvs_options_t: fill a struct from its kvs_*_opts_init (which zeroes
+ * it and sets `size`), then set what you need; NULL means every default.
+ * Its size does not change within one KVS_SOVERSION (reserved room at the
+ * end: keep it 0), and the library reads only `size` bytes of it. Errors
+ * of every _ex call: those of the calls it stands for, and KVS_EINVAL for
+ * a size of 0 or larger than this library's struct. Pointers in an options
+ * struct are the caller's, read or written during the call only. */
+
+typedef struct kvs_lookup_opts {
+    size_t size;      /* sizeof(kvs_lookup_opts_t), set by kvs_lookup_opts_init */
+    int pin;          /* != 0: pin each returned block for this client */
+    uint32_t wait_ms; /* 0 .. KVS_LOOKUP_MAX_WAIT_MS: wait for in-flight blocks (0: none) */
+    /* Tier 2 in place (needs pin): tier-2 blocks stay in tier 2, tiers[i]
+     * (max_ids entries, required when max_ids > 0) gets 1 or 2 for ids[i]. */
+    int tier2_in_place;
+    uint8_t *tiers;
+    uint32_t *inflight_blocks; /* may be NULL: as kvs_lookup_wait */
+    int *waited;               /* may be NULL: as kvs_lookup_wait */
+    uint64_t reserved[6];      /* room for options added later: keep 0 */
+} kvs_lookup_opts_t;
+
+void kvs_lookup_opts_init(kvs_lookup_opts_t *o);
+
+/* The Lookup RPC with options (NULL: a lookup that neither pins nor
+ * waits). ids[0 .. *n_blocks), at most max_ids, as kvs_lookup. Errors: as
+ * kvs_lookup_wait and kvs_lookup_tier2, and KVS_EINVAL (tier2_in_place
+ * without pin, or without tiers when max_ids > 0). */
+int kvs_lookup_ex(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n_tokens,
+                  const kvs_lookup_opts_t *opts, uint32_t *ids, size_t max_ids, size_t *n_blocks);
+
+typedef struct kvs_alloc_opts {
+    size_t size; /* sizeof(kvs_alloc_opts_t), set by kvs_alloc_opts_init */
+    /* A declaration (kvs_alloc_for; needs ns): ids[i] will hold block
+     * first_block + i of tokens. n_tokens 0: none. */
+    const uint32_t *tokens;
+    size_t n_tokens;
+    uint32_t first_block;
+    uint32_t reserved32;
+    /* A report (kvs_alloc_report; needs ns), asked for by a non-NULL
+     * n_evicted: the tokens of up to max_evicted evicted blocks of ns. */
+    uint32_t *evicted_tokens;
+    size_t max_evicted;
+    size_t *n_evicted;
+    uint64_t reserved[6]; /* room for options added later: keep 0 */
+} kvs_alloc_opts_t;
+
+void kvs_alloc_opts_init(kvs_alloc_opts_t *o);
+
+/* The Alloc RPC with options (NULL: kvs_alloc). Errors: as kvs_alloc_for
+ * and kvs_alloc_report. */
+int kvs_alloc_ex(kvs_client_t *c, const char *ns, uint32_t n, const kvs_alloc_opts_t *opts,
+                 uint32_t *ids);
+
+typedef struct kvs_commit_opts {
+    size_t size;            /* sizeof(kvs_commit_opts_t), set by kvs_commit_opts_init */
+    const kvs_hint_t *hint; /* NULL: none; else for every canonical block */
+    uint64_t reserved[6];   /* room for options added later: keep 0 */
+} kvs_commit_opts_t;
+
+void kvs_commit_opts_init(kvs_commit_opts_t *o);
+
+/* The Commit RPC with options (NULL: kvs_commit). Errors: as
+ * kvs_commit_hint. */
+int kvs_commit_ex(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n_tokens,
+                  const uint32_t *ids, size_t n_ids, const kvs_commit_opts_t *opts,
+                  uint32_t *canonical, size_t *n_committed);
+
+typedef struct kvs_pin_opts {
+    size_t size;            /* sizeof(kvs_pin_opts_t), set by kvs_pin_opts_init */
+    const kvs_hint_t *hint; /* NULL: none; else for every block pinned */
+    uint64_t reserved[6];   /* room for options added later: keep 0 */
+} kvs_pin_opts_t;
+
+void kvs_pin_opts_init(kvs_pin_opts_t *o);
+
+/* The Pin RPC with options (NULL: kvs_pin). Errors: as kvs_pin_hint. */
+int kvs_pin_ex(kvs_client_t *c, const uint32_t *ids, size_t n, const kvs_pin_opts_t *opts,
+               size_t *n_done);
+
+typedef struct kvs_release_opts {
+    size_t size;            /* sizeof(kvs_release_opts_t), set by kvs_release_opts_init */
+    const kvs_hint_t *hint; /* NULL: none; else for every cached block released */
+    /* NULL: every id is a pool block. Else tiers[i] is ids[i]'s tier, pool
+     * blocks first, as kvs_lookup_tier2 returns them (kvs_release_tiers). */
+    const uint8_t *tiers;
+    uint64_t reserved[6]; /* room for options added later: keep 0 */
+} kvs_release_opts_t;
+
+void kvs_release_opts_init(kvs_release_opts_t *o);
+
+/* The Release RPC with options (NULL: kvs_release). Errors: as
+ * kvs_release_hint and kvs_release_tiers. */
+int kvs_release_ex(kvs_client_t *c, const uint32_t *ids, size_t n, const kvs_release_opts_t *opts,
+                   size_t *n_done);
 
 #define KVS_NS_NAME_MAX 64
 

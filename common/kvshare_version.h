@@ -22,9 +22,11 @@
  * a counter appended to KVS_COUNTERS (kvshare_counters.h).
  *
  * Every struct the library fills (kvs_geometry_t, kvs_stats_t, kvs_ns_stats_t,
- * kvs_prefix_t) and kvs_options_t ends with reserved room, zeroed, so its size
- * never changes within one SOVERSION (libuv's uv_metrics_t idiom): a field
- * added later reads 0 from an older library or daemon. Only kvs_* symbols
+ * kvs_prefix_t), kvs_options_t and the options of the RPCs (kvs_lookup_opts_t,
+ * ...) end with reserved room, zeroed, so their size never changes within one
+ * SOVERSION (libuv's uv_metrics_t idiom): a field added later reads 0 from an
+ * older library or daemon. An RPC's new optional argument is a field of its
+ * options struct, never a new suffixed function. Only kvs_* symbols
  * are exported, from libkvshare.so and from libkvshare.a.
  */
 #define KVS_SOVERSION 1

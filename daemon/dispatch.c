@@ -12,24 +12,24 @@
 #include "log.h"
 #include "session.h"
 
-/* Every RPC the daemon answers: find one by its name here. */
-static const dispatch_entry_t dispatch_table[] = {
-    {KVSHARE__REQUEST__RPC_HELLO, "Hello", handler_hello},
-    {KVSHARE__REQUEST__RPC_LOOKUP, "Lookup", handler_lookup},
-    {KVSHARE__REQUEST__RPC_ALLOC, "Alloc", handler_alloc},
-    {KVSHARE__REQUEST__RPC_COMMIT, "Commit", handler_commit},
-    {KVSHARE__REQUEST__RPC_PIN, "Pin", handler_pin},
-    {KVSHARE__REQUEST__RPC_RELEASE, "Release", handler_release},
-    {KVSHARE__REQUEST__RPC_STATS, "Stats", handler_stats},
-    {KVSHARE__REQUEST__RPC_TREE, "Tree", handler_tree},
-    {KVSHARE__REQUEST__RPC_PING, "Ping", handler_ping},
-    {KVSHARE__REQUEST__RPC_CLEAR, "Clear", handler_clear},
-};
+/* Every RPC the daemon answers, one row per entry of KVS_RPCS
+ * (kvshare_rpcs.h), in its order: find one by its name there. */
+#define DISPATCH_ROW(CASE, Name, field) {KVSHARE__REQUEST__RPC_##CASE, #Name, handler_##field},
+static const dispatch_entry_t dispatch_table[] = {KVS_RPCS(DISPATCH_ROW)};
+#undef DISPATCH_ROW
 
 #define DISPATCH_N (sizeof(dispatch_table) / sizeof(dispatch_table[0]))
 
+/* A reply answers its request in the oneof of the same name and number, so
+ * that a client can check that it got the answer to what it asked. */
+#define DISPATCH_SAME_CASE(CASE, Name, field)                                                      \
+    _Static_assert((int)KVSHARE__REQUEST__RPC_##CASE == (int)KVSHARE__RESPONSE__RPC_##CASE,        \
+                   #Name ": Request and Response oneof fields must share a number");
+KVS_RPCS(DISPATCH_SAME_CASE)
+#undef DISPATCH_SAME_CASE
+
 /* The per-RPC metrics have one slot per entry. */
-_Static_assert(DISPATCH_N <= METRICS_MAX_RPC, "raise METRICS_MAX_RPC for the dispatch table");
+_Static_assert(DISPATCH_N == METRICS_MAX_RPC, "one per-RPC metrics slot per dispatch row");
 
 size_t dispatch_count(void)
 {
@@ -46,13 +46,18 @@ size_t dispatch_index(const dispatch_entry_t *e)
     return (size_t)(e - dispatch_table);
 }
 
+/* One jump on the oneof case, not a scan of the table. */
 const dispatch_entry_t *dispatch_find(Kvshare__Request__RpcCase rpc)
 {
-    for (size_t i = 0; i < DISPATCH_N; i++) {
-        if (dispatch_table[i].rpc == rpc)
-            return &dispatch_table[i];
+    switch (rpc) {
+#define DISPATCH_CASE(CASE, Name, field)                                                           \
+    case KVSHARE__REQUEST__RPC_##CASE:                                                             \
+        return &dispatch_table[KVS_RPC_SLOT_##CASE];
+        KVS_RPCS(DISPATCH_CASE)
+#undef DISPATCH_CASE
+    default:
+        return NULL;
     }
-    return NULL;
 }
 
 static int append_reply(session_t *s, Kvshare__Response *resp)

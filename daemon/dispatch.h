@@ -2,7 +2,8 @@
 /*
  * dispatch: from a frame's bytes to a handler and back to a reply frame.
  *
- * The table in dispatch.c names every RPC once: {oneof case, name, handler}.
+ * The table in dispatch.c has one row per RPC, {oneof case, name, handler},
+ * generated from the RPC list (proto/kvshare_rpcs.h), in its order.
  * A handler fills the reply through a handler_ctx_t (handlers.h) and returns a
  * KVS_* status; dispatch turns it into Response.status (= -code) and
  * Response.message, echoes the request id and appends the frame.

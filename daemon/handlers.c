@@ -898,3 +898,37 @@ int handler_clear(session_t *s, const Kvshare__Request *req, Kvshare__Response *
     resp->clear = r;
     return 0;
 }
+
+/* Evict: one prompt's cached blocks that nothing else needs leave every
+ * tier (radix_evict_prompt), each through server_on_evict like any
+ * eviction (BlockRemoved, the evictions and tier-2 drop counters). A
+ * namespace is never created here. */
+int handler_evict(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
+                  handler_ctx_t *ctx)
+{
+    const Kvshare__EvictRequest *ev = req->evict;
+    const uint32_t *tokens;
+    size_t n_tokens, matched, n1, n2;
+    uint32_t ns;
+
+    int rc = ns_resolve(s, ev->ns, false, &ns, ctx);
+    if (rc == 0)
+        rc = tokens_view(&ev->tokens, &tokens, &n_tokens, &ctx->heap[0], ctx);
+    if (rc != 0)
+        return rc;
+    rc = store_evict_prompt(s->srv, ns, tokens, n_tokens, &matched, &n1, &n2);
+    if (rc != 0)
+        return fail(ctx, KVS_EINTERNAL, "evicting a prompt of namespace '%s' failed: %s",
+                    radix_ns_name(s->srv->index, ns), kvs_status_text(rc));
+    LOG_DEBUG("session %llu evicted %zu + %zu of %zu cached blocks of a prompt in '%s'",
+              (unsigned long long)s->id, n1, n2, matched, radix_ns_name(s->srv->index, ns));
+
+    Kvshare__EvictReply *r = &ctx->reply.evict;
+    kvshare__evict_reply__init(r);
+    r->n_tier1 = (uint32_t)n1;
+    r->n_tier2 = (uint32_t)n2;
+    r->n_kept = (uint32_t)(matched - n1 - n2);
+    resp->rpc_case = KVSHARE__RESPONSE__RPC_EVICT;
+    resp->evict = r;
+    return 0;
+}

@@ -17,22 +17,17 @@
 #include "dispatch.h"
 #include "session.h"
 #include "kvshare.pb-c.h"
+#include "kvshare_rpcs.h"
 
 #define HANDLER_MSG_MAX 256
+
+/* One reply message per RPC (kvshare_rpcs.h); the handler fills its own. */
+#define HANDLER_REPLY(CASE, Name, field) Kvshare__##Name##Reply field;
 
 struct handler_ctx {
     char msg[HANDLER_MSG_MAX];
     union {
-        Kvshare__HelloReply hello;
-        Kvshare__LookupReply lookup;
-        Kvshare__AllocReply alloc;
-        Kvshare__CommitReply commit;
-        Kvshare__PinReply pin;
-        Kvshare__ReleaseReply release;
-        Kvshare__StatsReply stats;
-        Kvshare__TreeReply tree;
-        Kvshare__PingReply ping;
-        Kvshare__ClearReply clear;
+        KVS_RPCS(HANDLER_REPLY)
     } reply;
     Kvshare__Geometry geometry;
     /* Stats and Tree rows: freed by dispatch after packing. */
@@ -43,6 +38,7 @@ struct handler_ctx {
     session_hold_reason_t hold;
     uint64_t hold_until_ms;
 };
+#undef HANDLER_REPLY
 
 /* The Lookup reply for a prompt whose namespace is resolved: the one path
  * of an immediate and a held lookup. waited: the reply's `waited`;
@@ -51,25 +47,13 @@ int handler_lookup_answer(session_t *s, uint32_t ns, const uint32_t *tokens, siz
                           bool pin, bool in_place, bool waited, bool claim, Kvshare__Response *resp,
                           handler_ctx_t *ctx);
 
-int handler_hello(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
-                  handler_ctx_t *ctx);
-int handler_lookup(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
-                   handler_ctx_t *ctx);
-int handler_alloc(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
-                  handler_ctx_t *ctx);
-int handler_commit(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
-                   handler_ctx_t *ctx);
-int handler_pin(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
-                handler_ctx_t *ctx);
-int handler_release(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
-                    handler_ctx_t *ctx);
-int handler_stats(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
-                  handler_ctx_t *ctx);
-int handler_tree(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
-                 handler_ctx_t *ctx);
-int handler_ping(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
-                 handler_ctx_t *ctx);
-int handler_clear(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
-                  handler_ctx_t *ctx);
+/* One handler per RPC of kvshare_rpcs.h: handler_hello, handler_lookup, ...
+ * Each answers its request into resp (through ctx) and returns a KVS_*
+ * status (dispatch.h). */
+#define HANDLER_PROTO(CASE, Name, field)                                                           \
+    int handler_##field(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,        \
+                        handler_ctx_t *ctx);
+KVS_RPCS(HANDLER_PROTO)
+#undef HANDLER_PROTO
 
 #endif /* KVS_DAEMON_HANDLERS_H */

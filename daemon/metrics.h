@@ -8,7 +8,8 @@
  * generates their Stats field, /metrics line and client field.
  *
  * Per-RPC counters and latencies are indexed by the RPC's position in the
- * dispatch table (dispatch_index), not by its protobuf field number.
+ * RPC list (kvshare_rpcs.h), which is its dispatch table position
+ * (dispatch_index), not by its protobuf field number.
  *
  * Histograms keep cumulative-free bucket counts (bucket i counts values
  * <= bounds[i] and > bounds[i-1]; the last bucket is +Inf), a count and a
@@ -21,9 +22,11 @@
 #include <stdint.h>
 
 #include "kvshare_counters.h"
+#include "kvshare_rpcs.h"
 
-/* RPCs in the dispatch table, at most (checked there). */
-#define METRICS_MAX_RPC     16
+/* One per-RPC slot per RPC of the list (kvshare_rpcs.h; dispatch.c checks
+ * that its table has one row each). */
+#define METRICS_MAX_RPC     KVS_RPC_COUNT
 #define METRICS_MAX_BUCKETS 20
 
 typedef struct metrics_hist {

@@ -567,6 +567,12 @@ int store_clear(server_t *srv, uint32_t ns, size_t *cleared)
     return 0;
 }
 
+int store_evict_prompt(server_t *srv, uint32_t ns, const uint32_t *tokens, size_t n_tokens,
+                       size_t *n_matched, size_t *n_tier1, size_t *n_tier2)
+{
+    return radix_evict_prompt(srv->store->index, ns, tokens, n_tokens, n_matched, n_tier1, n_tier2);
+}
+
 /* --- moves between the tiers --- */
 
 bool store_tiers_usable(const server_t *srv)

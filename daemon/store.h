@@ -176,6 +176,14 @@ int store_lookup(server_t *srv, session_t *s, uint32_t ns, const uint32_t *token
  * Errors: radix_ns_clear's. */
 int store_clear(server_t *srv, uint32_t ns, size_t *cleared);
 
+/* One prompt's cached blocks of namespace ns that no session pins and no
+ * other cached prefix continues go, from its last block back, from either
+ * tier (each a BlockRemoved, counted as an eviction of its own namespace):
+ * *n_matched cached blocks were found, *n_tier1 and *n_tier2 of them
+ * dropped. Errors: radix_evict_prompt's. */
+int store_evict_prompt(server_t *srv, uint32_t ns, const uint32_t *tokens, size_t n_tokens,
+                       size_t *n_matched, size_t *n_tier1, size_t *n_tier2);
+
 /* --- moves between the pool and the tier below (tier.c runs the copies) --- */
 
 /* Whether blocks may move between the tiers now: a tier 2 exists and its

@@ -2501,3 +2501,45 @@ int radix_copy_undo(radix_tree_t *t, uint32_t id, uint32_t *peer)
     *peer = back;
     return 0;
 }
+
+/* ---- dropping one prompt ----------------------------------------------------- */
+
+/* Like radix_ns_clear this makes no choice of whose block makes room (the
+ * caller names the blocks), so it does not go through evict_choice; unlike
+ * it, it follows one chain, not the queues: its last block first, then each
+ * block before it as it becomes the end of its prefix. A block another
+ * cached prefix continues has a child record or node, so the walk back stops
+ * there, as it does at a pin or a copy, and keeps everything before it. */
+int radix_evict_prompt(radix_tree_t *t, uint32_t ns, const uint32_t *tokens, size_t n_tokens,
+                       size_t *n_matched, size_t *n_tier1, size_t *n_tier2)
+{
+    if (!t || !n_matched || !n_tier1 || !n_tier2 || (n_tokens > 0 && !tokens))
+        return KVS_EINVAL;
+    *n_matched = *n_tier1 = *n_tier2 = 0;
+    if (!ns_live(t, ns))
+        return KVS_ENONS;
+    uint32_t bt = t->cfg.block_tokens;
+    size_t want = n_tokens / bt;
+    radix_cursor_t at = {t->ns[ns]->root, 0}, next = at;
+    while (*n_matched < want && walk_next(t, &next, tokens + *n_matched * bt) &&
+           !is_busy(t, *rec_id(next.node, next.pos))) {
+        at = next;
+        (*n_matched)++;
+    }
+    radix_node_t *n = at.node;
+    uint32_t pos = at.pos;
+    while (!is_root(n) && pos == last_pos(n) && n->n_children == 0) {
+        uint32_t id = *rec_id(n, pos);
+        if (*rec_ref(n, pos) > 0 || is_busy(t, id))
+            break;
+        radix_node_t *parent = n->parent;
+        bool gone = n->len == 1; /* evict_leaf frees the node with its last block */
+        bool tier2 = in_tier2(t, id);
+        evict_leaf(t, n, tier2 ? Q_T2 : Q_T1, EVICT_OWN);
+        (*(tier2 ? n_tier2 : n_tier1))++;
+        if (gone)
+            n = parent;
+        pos = is_root(n) ? 0 : last_pos(n);
+    }
+    return 0;
+}

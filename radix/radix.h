@@ -523,4 +523,22 @@ int radix_check(const radix_tree_t *t);
  * broken (0 if none failed yet), so a test can say which. Process-wide. */
 int radix_check_line(void);
 
+/* Drops the cached blocks of one prompt that nothing else needs. Walks the
+ * prompt's cached prefix in namespace ns as radix_match does (full blocks;
+ * a block being copied ends it), *n_matched = its blocks, then drops, from
+ * its last block backward, each block that no one pins, that is not being
+ * copied and that no other cached prefix continues (it has no cached block
+ * after it); the first block that must stay ends the drops, so a shared
+ * prefix other prompts extend stays, and with it everything before it. A
+ * prompt that is itself the prefix of a longer cached one drops nothing.
+ * Blocks of both tiers go: each through on_evict (a tier-2 id is free in the
+ * tree again), counted as evicted_own of ns (tier-2 ones also as
+ * tier2_dropped); *n_tier1 and *n_tier2 = blocks dropped from each tier.
+ * Reservations and priorities do not apply: the caller names the blocks. No
+ * tick, hits or lookup counters change. Cost: one walk step per matched
+ * block, plus O(log leaves) per block dropped. Errors: KVS_EINVAL (t or an
+ * out-parameter NULL, tokens NULL with n_tokens > 0), KVS_ENONS. */
+int radix_evict_prompt(radix_tree_t *t, uint32_t ns, const uint32_t *tokens, size_t n_tokens,
+                       size_t *n_matched, size_t *n_tier1, size_t *n_tier2);
+
 #endif /* KVS_RADIX_H */

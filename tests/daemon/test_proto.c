@@ -1,10 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The protocol's Status enum and kvshare_status.h are one table. */
+/* The protocol's Status enum and kvshare_status.h are one table; its RPCs
+ * and kvshare_rpcs.h are one list. */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check_main.h"
+#include "dispatch.h"
+#include "kvshare_rpcs.h"
 #include "kvshare_status.h"
 #include "kvshare.pb-c.h"
 
@@ -68,6 +71,58 @@ START_TEST(test_tokens_travel_as_packed_bytes)
 }
 END_TEST
 
+/* The oneof members of a message (Request or Response's rpc), in field
+ * order. */
+static unsigned oneof_members(const ProtobufCMessageDescriptor *d,
+                              const ProtobufCFieldDescriptor **out, unsigned max)
+{
+    unsigned n = 0;
+    for (unsigned i = 0; i < d->n_fields; i++)
+        if ((d->fields[i].flags & PROTOBUF_C_FIELD_FLAG_ONEOF) && n < max)
+            out[n++] = &d->fields[i];
+    return n;
+}
+
+START_TEST(test_every_rpc_is_in_the_list)
+{
+    const ProtobufCFieldDescriptor *req[64], *resp[64];
+    unsigned n_req = oneof_members(&kvshare__request__descriptor, req, 64);
+    unsigned n_resp = oneof_members(&kvshare__response__descriptor, resp, 64);
+    ck_assert_uint_eq(n_req, KVS_RPC_COUNT);
+    ck_assert_uint_eq(n_resp, KVS_RPC_COUNT);
+    ck_assert_uint_eq(dispatch_count(), KVS_RPC_COUNT);
+    for (unsigned i = 0; i < n_req; i++) {
+        const dispatch_entry_t *e = dispatch_find((Kvshare__Request__RpcCase)req[i]->id);
+        ck_assert_msg(e != NULL, "Request.%s (field %u) has no row in kvshare_rpcs.h", req[i]->name,
+                      req[i]->id);
+        ck_assert_ptr_nonnull(e->handler);
+        ck_assert_uint_eq(resp[i]->id, req[i]->id);
+        ck_assert_str_eq(resp[i]->name, req[i]->name);
+    }
+    /* Each row names its oneof member and its messages. */
+#define CHECK_ROW(CASE, Name, field)                                                               \
+    do {                                                                                           \
+        const dispatch_entry_t *e = dispatch_at(KVS_RPC_SLOT_##CASE);                              \
+        ck_assert_int_eq(e->rpc, KVSHARE__REQUEST__RPC_##CASE);                                    \
+        ck_assert_str_eq(e->name, #Name);                                                          \
+        const ProtobufCFieldDescriptor *f = protobuf_c_message_descriptor_get_field_by_name(       \
+            &kvshare__request__descriptor, #field);                                                \
+        ck_assert_ptr_nonnull(f);                                                                  \
+        ck_assert_uint_eq(f->id, KVSHARE__REQUEST__RPC_##CASE);                                    \
+        ck_assert_str_eq(((const ProtobufCMessageDescriptor *)f->descriptor)->short_name,          \
+                         #Name "Request");                                                         \
+        f = protobuf_c_message_descriptor_get_field_by_name(&kvshare__response__descriptor,        \
+                                                            #field);                               \
+        ck_assert_str_eq(((const ProtobufCMessageDescriptor *)f->descriptor)->short_name,          \
+                         #Name "Reply");                                                           \
+    } while (0);
+    KVS_RPCS(CHECK_ROW)
+#undef CHECK_ROW
+    ck_assert_ptr_null(dispatch_find(KVSHARE__REQUEST__RPC__NOT_SET));
+    ck_assert_ptr_null(dispatch_find((Kvshare__Request__RpcCase)999));
+}
+END_TEST
+
 static Suite *proto_suite(void)
 {
     Suite *s = suite_create("proto");
@@ -76,6 +131,7 @@ static Suite *proto_suite(void)
     tcase_add_test(tc, test_status_enum_matches_table);
     tcase_add_test(tc, test_every_proto_value_is_in_table);
     tcase_add_test(tc, test_tokens_travel_as_packed_bytes);
+    tcase_add_test(tc, test_every_rpc_is_in_the_list);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -30,7 +30,8 @@ Cases:
                   (the releases' scheduler on preemption): the blocks are not
                   visible until the copy is done, then they are, intact
   sglang_order    batch_exists, batch_set_v1, batch_get_v1 with host indices;
-                  set/get/exists; stats(); clear (a page being read stays)
+                  set/get/exists; stats(); clear and delete (a page being
+                  read stays)
   sglang_ranks    pipeline and attention context-parallel ranks (and tensor)
                   that hold different KV under the same page keys each read
                   back their own pages
@@ -439,6 +440,14 @@ def case_sglang_order(torch):
         inst.storage.clear()
         check(inst.storage.stats()["last_clear"] == {"cleared": 1, "kept": 0}
               and inst.storage.batch_exists(keys) == 0, "once read, a second clear drops it")
+        # delete(key): that page goes (the Evict RPC), unless it is being read.
+        check(inst.storage.set(key, page), "set after clear")
+        [held] = inst.storage.keys.pin([engines.kvshare.sglang.page_key(key)])
+        check(not inst.storage.delete(key) and inst.storage.exists(key),
+              "delete keeps a page being read")
+        reader.release([held])
+        check(inst.storage.delete(key) and not inst.storage.exists(key), "delete drops the page")
+        check(inst.storage.delete(key), "delete of a page not stored: nothing left to drop")
         other.close()
     finally:
         d.stop()

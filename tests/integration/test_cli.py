@@ -125,10 +125,40 @@ class CliTest(unittest.TestCase):
         self.assertEqual(r.returncode, 2)
         self.assertIn("name the namespace", r.stderr)
 
+    def test_evict(self):
+        with kvshare.Client(socket_path=self.daemon.socket, map_pool=False,
+                            timeout_ms=20000) as c:
+            tokens = list(range(700, 700 + 3 * 4))
+            c.release(c.commit(tokens, c.alloc(3, ns="tenant-evict"), ns="tenant-evict"))
+            held = c.lookup(tokens[:4], ns="tenant-evict")  # the first block stays
+            words = [str(t) for t in tokens]
+            r = cli("evict", "tenant-evict", ",".join(words[:6]), *words[6:],
+                    "--socket", self.daemon.socket)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("namespace 'tenant-evict': 2 blocks dropped (2 from the pool, "
+                          "0 from tier 2), 1 kept", r.stdout)
+            c.release(held)
+            r = subprocess.run([os.environ["KVSHARE_CLI"], "evict", "tenant-evict", "--file",
+                                "-", "--socket", self.daemon.socket, "--timeout", "20000"],
+                               input=" ".join(words) + "\n", capture_output=True, text=True,
+                               timeout=120)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("1 blocks dropped (1 from the pool", r.stdout)
+            self.assertEqual(c.lookup(tokens, ns="tenant-evict", pin=False), [])
+        r = cli("evict", "no-such-ns", "1", "--socket", self.daemon.socket)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("unknown namespace 'no-such-ns'", r.stderr)
+        r = cli("evict", "tenant-evict", "--socket", self.daemon.socket)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("name the namespace and the prompt", r.stderr)
+        r = cli("evict", "tenant-evict", "12x", "--socket", self.daemon.socket)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("'12x' is not a token id", r.stderr)
+
     def test_no_daemon_says_what_to_do(self):
         d = tempfile.mkdtemp()
         try:
-            for cmd in ("stats", "top", "tree", "ping", "clear x"):
+            for cmd in ("stats", "top", "tree", "ping", "clear x", "evict x 1"):
                 r = cli(*cmd.split(), "--socket", os.path.join(d, "none.sock"))
                 self.assertEqual(r.returncode, 1, cmd)
                 self.assertIn("is kvshared running? no socket at", r.stderr)

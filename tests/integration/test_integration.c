@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -783,6 +784,159 @@ START_TEST(test_mla_pool_layout)
 }
 END_TEST
 
+/* The _ex entry points: every option of an RPC in one struct that carries
+ * its size; the suffixed calls are these with options set. */
+START_TEST(test_option_structs)
+{
+    enum { N = 3 };
+    kvs_client_t *c = client("opts");
+    uint32_t tokens[N * BT], ids[N], can[N], got[N];
+    size_t n, done, n_evicted = 99;
+    kvs_stats_t s;
+    prompt(tokens, N * BT, 41);
+
+    /* Alloc with a declaration and a report at once; the report needs ns. */
+    kvs_alloc_opts_t ao;
+    kvs_alloc_opts_init(&ao);
+    ck_assert_uint_eq(ao.size, sizeof(ao));
+    ao.tokens = tokens;
+    ao.n_tokens = N * BT;
+    ao.n_evicted = &n_evicted;
+    ck_assert_int_eq(kvs_alloc_ex(c, NULL, N, &ao, ids), KVS_EINVAL);
+    ck_assert_int_eq(kvs_alloc_ex(c, "opts", N, &ao, ids), 0);
+    ck_assert_uint_eq(n_evicted, 0);
+
+    /* Commit with a retention hint: its blocks are counted in the top band. */
+    kvs_hint_t hint = {90, 0};
+    kvs_commit_opts_t co;
+    kvs_commit_opts_init(&co);
+    co.hint = &hint;
+    ck_assert_int_eq(kvs_commit_ex(c, "opts", tokens, N * BT, ids, N, &co, can, &done), 0);
+    ck_assert_uint_eq(done, N);
+    stats(c, &s);
+    int found = 0;
+    for (size_t i = 0; i < s.n_namespaces; i++)
+        if (strcmp(s.namespaces[i].name, "opts") == 0) {
+            ck_assert_uint_eq(s.namespaces[i].bands->cached[3], N);
+            found = 1;
+        }
+    ck_assert(found);
+    kvs_stats_free(&s);
+    ck_assert_int_eq(kvs_release_ex(c, can, N, NULL, &done), 0);
+    ck_assert_uint_eq(done, N);
+
+    /* NULL options: a lookup that does not pin. */
+    ck_assert_int_eq(kvs_lookup_ex(c, "opts", tokens, N * BT, NULL, got, N, &n), 0);
+    ck_assert_uint_eq(n, N);
+    stats(c, &s);
+    ck_assert_uint_eq(s.pinned_blocks, 0);
+    kvs_stats_free(&s);
+
+    /* The size idiom: 0 and more than the library knows are refused; a
+     * shorter struct (an older header's) reads the rest as defaults. */
+    kvs_lookup_opts_t lo;
+    kvs_lookup_opts_init(&lo);
+    ck_assert_uint_eq(lo.size, sizeof(lo));
+    lo.size = 0;
+    ck_assert_int_eq(kvs_lookup_ex(c, "opts", tokens, N * BT, &lo, got, N, &n), KVS_EINVAL);
+    lo.size = sizeof(lo) + 8;
+    ck_assert_int_eq(kvs_lookup_ex(c, "opts", tokens, N * BT, &lo, got, N, &n), KVS_EINVAL);
+    lo.size = offsetof(kvs_lookup_opts_t, wait_ms);
+    lo.pin = 1;
+    lo.wait_ms = KVS_LOOKUP_MAX_WAIT_MS + 1; /* past size: not read */
+    ck_assert_int_eq(kvs_lookup_ex(c, "opts", tokens, N * BT, &lo, got, N, &n), 0);
+    ck_assert_uint_eq(n, N);
+    lo.size = sizeof(lo);
+    ck_assert_int_eq(kvs_lookup_ex(c, "opts", tokens, N * BT, &lo, got, N, &n), KVS_EINVAL);
+    /* Tier 2 in place needs a pin, and tiers for the ids. */
+    kvs_lookup_opts_init(&lo);
+    lo.tier2_in_place = 1;
+    lo.tiers = (uint8_t[N]){0};
+    ck_assert_int_eq(kvs_lookup_ex(c, "opts", tokens, N * BT, &lo, got, N, &n), KVS_EINVAL);
+
+    /* Pin with a hint beyond the scale: refused before anything is done. */
+    kvs_hint_t too_high = {KVS_PRIORITY_MAX + 1, 0};
+    kvs_pin_opts_t po;
+    kvs_pin_opts_init(&po);
+    po.hint = &too_high;
+    ck_assert_int_eq(kvs_pin_ex(c, got, N, &po, &done), KVS_EINVAL);
+    po.hint = &hint;
+    ck_assert_int_eq(kvs_pin_ex(c, got, N, &po, &done), 0);
+    ck_assert_uint_eq(done, N);
+
+    /* Release with tiers (and a hint): pool blocks must come first. */
+    kvs_release_opts_t ro;
+    kvs_release_opts_init(&ro);
+    ro.tiers = (const uint8_t[N]){2, 1, 1};
+    ck_assert_int_eq(kvs_release_ex(c, got, N, &ro, &done), KVS_EINVAL);
+    ro.tiers = (const uint8_t[N]){1, 1, 1};
+    ro.hint = &hint;
+    ck_assert_int_eq(kvs_release_ex(c, got, N, &ro, &done), 0);
+    ck_assert_uint_eq(done, N);
+    ck_assert_int_eq(kvs_release_ex(c, got, N, NULL, &done), 0); /* the short lookup's pins */
+    stats(c, &s);
+    ck_assert_uint_eq(s.pinned_blocks, 0);
+    kvs_stats_free(&s);
+    kvs_close(c);
+}
+END_TEST
+
+/* Evict drops one prompt's blocks that nothing else needs, from its end:
+ * a prefix another prompt continues stays, pinned blocks stay, and the
+ * blocks go as evictions do. */
+START_TEST(test_evict)
+{
+    enum { N1 = 4, N2 = 3 };
+    kvs_client_t *c = client("evict");
+    uint32_t p1[N1 * BT], p2[N2 * BT], ids[N1], can[N1], got[N2];
+    size_t done, n;
+    kvs_stats_t s0, s;
+    kvs_evict_result_t r;
+    prompt(p1, N1 * BT, 51);
+    memcpy(p2, p1, 2 * BT * sizeof(uint32_t)); /* p2 continues p1's first 2 blocks */
+    prompt(p2 + 2 * BT, BT, 52);
+    ck_assert_int_eq(kvs_alloc(c, NULL, N1, ids), 0);
+    ck_assert_int_eq(kvs_commit(c, NULL, p1, N1 * BT, ids, N1, can, &done), 0);
+    ck_assert_int_eq(kvs_release(c, can, N1, NULL), 0);
+    ck_assert_int_eq(kvs_alloc(c, NULL, N2, ids), 0);
+    ck_assert_int_eq(kvs_commit(c, NULL, p2, N2 * BT, ids, N2, can, &done), 0);
+    ck_assert_int_eq(kvs_release(c, can, N2, NULL), 0);
+    ck_assert_int_eq(kvs_release(c, ids, 2, NULL), 0); /* the duplicates, still WRITING */
+
+    ck_assert_int_eq(kvs_evict(c, NULL, NULL, 4, &r), KVS_EINVAL);
+    ck_assert_int_eq(kvs_evict(c, "never-made", p1, N1 * BT, &r), KVS_ENONS);
+    stats(c, &s0);
+    ck_assert_int_eq(kvs_evict(c, NULL, p1, N1 * BT, &r), 0);
+    ck_assert_uint_eq(r.tier1_blocks, 2);
+    ck_assert_uint_eq(r.tier2_blocks, 0);
+    ck_assert_uint_eq(r.kept_blocks, 2);
+    stats(c, &s);
+    ck_assert_uint_eq(s.evictions, s0.evictions + 2);
+    ck_assert_uint_eq(s.cached_blocks, s0.cached_blocks - 2);
+    ck_assert_uint_eq(s.free_blocks, s0.free_blocks + 2);
+    kvs_stats_free(&s0);
+    kvs_stats_free(&s);
+    ck_assert_int_eq(kvs_lookup(c, NULL, p1, N1 * BT, 0, got, N2, &n), 0);
+    ck_assert_uint_eq(n, 2);
+
+    /* Pinned, p2 stays whole; released, it goes whole. */
+    ck_assert_int_eq(kvs_lookup(c, NULL, p2, N2 * BT, 1, got, N2, &n), 0);
+    ck_assert_uint_eq(n, N2);
+    ck_assert_int_eq(kvs_evict(c, NULL, p2, N2 * BT, &r), 0);
+    ck_assert_uint_eq(r.tier1_blocks + r.tier2_blocks, 0);
+    ck_assert_uint_eq(r.kept_blocks, N2);
+    ck_assert_int_eq(kvs_release(c, got, N2, NULL), 0);
+    ck_assert_int_eq(kvs_evict(c, NULL, p2, N2 * BT, NULL), 0);
+    ck_assert_int_eq(kvs_evict(c, NULL, p2, N2 * BT, &r), 0);
+    ck_assert_uint_eq(r.tier1_blocks + r.kept_blocks, 0); /* nothing left */
+    stats(c, &s);
+    ck_assert_uint_eq(s.cached_blocks, 0);
+    ck_assert_uint_eq(s.free_blocks, POOL);
+    kvs_stats_free(&s);
+    kvs_close(c);
+}
+END_TEST
+
 static Suite *integration_suite(void)
 {
     Suite *s = suite_create("integration");
@@ -800,6 +954,8 @@ static Suite *integration_suite(void)
     tcase_add_test(tc, test_timeout_and_reconnect);
     tcase_add_test(tc, test_second_daemon_refused_stale_socket_replaced);
     tcase_add_test(tc, test_mla_pool_layout);
+    tcase_add_test(tc, test_option_structs);
+    tcase_add_test(tc, test_evict);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -767,6 +767,41 @@ START_TEST(test_copy_threads_nicer)
 }
 END_TEST
 
+/* Evict drops a prompt from whichever tier holds it: tier-2 slots come
+ * free, pool blocks go back to the pool, each counted as a drop. */
+START_TEST(test_evict_from_both_tiers)
+{
+    start_tier("16KiB"); /* 32 blocks in tier 2 */
+    kvs_client_t *c = client("tier");
+    kvs_geometry_t g;
+    kvs_stats_t s;
+    kvs_evict_result_t r;
+    uint32_t tokens[8 * 16];
+    write_prompts(c, 1, 3, 8); /* the pool is full: prompt 1 goes to tier 2 */
+    ck_assert_int_eq(kvs_geometry(c, &g), 0);
+    prompt(tokens, 8 * g.block_tokens, 1);
+    ck_assert_int_eq(kvs_evict(c, NULL, tokens, 8 * g.block_tokens, &r), 0);
+    ck_assert_uint_eq(r.tier2_blocks, 8);
+    ck_assert_uint_eq(r.tier1_blocks, 0);
+    ck_assert_uint_eq(r.kept_blocks, 0);
+    prompt(tokens, 8 * g.block_tokens, 2);
+    ck_assert_int_eq(kvs_evict(c, NULL, tokens, 8 * g.block_tokens, &r), 0);
+    ck_assert_uint_eq(r.tier1_blocks, 8);
+    ck_assert_uint_eq(r.tier2_blocks, 0);
+    check_idle(c, &s);
+    ck_assert_uint_eq(s.tier2_cached_blocks, 0);
+    ck_assert_uint_eq(s.tier2_drops, 8);
+    ck_assert_uint_eq(s.evictions, 16);
+    ck_assert_uint_eq(s.cached_blocks, 8);
+    ck_assert_uint_eq(s.free_blocks, 8);
+    kvs_stats_free(&s);
+    check_miss(c, 1, 8);
+    check_miss(c, 2, 8);
+    check_prompt(c, 3, 8);
+    stop(c);
+}
+END_TEST
+
 int main(void)
 {
     /* The copy-failure case needs the cuda backend on the test driver, so
@@ -796,6 +831,7 @@ int main(void)
         tcase_add_test(tc, test_tier2_in_place_sigkill);
         tcase_add_test(tc, test_tier2_in_place_without_tier2);
         tcase_add_test(tc, test_copy_threads_nicer);
+        tcase_add_test(tc, test_evict_from_both_tiers);
         printf("test_copy_failure_stops_the_daemon: not in this run (it needs the cuda test "
                "driver); ctest runs it as test_tier_copy_failure\n");
     }

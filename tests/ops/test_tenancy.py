@@ -457,5 +457,52 @@ class ClearTest(unittest.TestCase):
             self.assertEqual(d.stop(), 0)
 
 
+class EvictTest(unittest.TestCase):
+    """Evict drops one prompt's blocks that nothing else needs, keeps a
+    prefix that another prompt continues and pinned blocks, counts them as
+    evictions and per-RPC requests, and is refused on a namespace the peer
+    may not use."""
+
+    NOBODY = 4242424  # a uid no test process has
+
+    def test_evict(self):
+        d = Daemon(blocks=64, config="[namespace open]\n"
+                                     "[namespace secret]\nallow_uids = %d\n" % self.NOBODY)
+        try:
+            with kvshare.Client(socket_path=d.socket, map_pool=False) as c:
+                system = blocks_of(100, 2)
+                chat_a = system + blocks_of(200, 2)
+                chat_b = system + blocks_of(300, 1)
+                c.release(c.commit(chat_a, c.alloc(4, ns="open"), ns="open"))
+                ids = c.alloc(3, ns="open")
+                canon = c.commit(chat_b, ids, ns="open")
+                c.release(canon + ids[:2])  # ids[:2] duplicate the system prompt
+                # chat_a's own blocks go; the system prompt chat_b continues stays.
+                self.assertEqual(c.evict(chat_a, ns="open"), (2, 0, 2))
+                self.assertEqual(len(c.lookup(chat_a, ns="open", pin=False)), 2)
+                self.assertEqual(len(c.lookup(chat_b, ns="open", pin=False)), 3)
+                # Pinned, chat_b stays; released, it goes with the system prompt.
+                held = c.lookup(chat_b, ns="open")
+                self.assertEqual(c.evict(chat_b, ns="open"), (0, 0, 3))
+                c.release(held)
+                self.assertEqual(c.evict(chat_b, ns="open"), (3, 0, 0))
+                st = c.stats()
+                self.assertEqual(st["cached_blocks"], 0)
+                self.assertEqual(st["evictions"], 5)
+                for ns, status, says in (("secret", "EDENIED", "allow_uids"),
+                                         ("nosuch", "ENONS", "nosuch")):
+                    with self.assertRaises(kvshare.KvsError) as e:
+                        c.evict(chat_a, ns=ns)
+                    self.assertEqual(e.exception.status, kvshare.STATUS[status],
+                                     str(e.exception))
+                    self.assertIn(says, str(e.exception))
+                m = parse_metrics(d.scrape())
+                self.assertEqual(metric(m, "kvshare_evictions_total"), 5)
+                self.assertEqual(metric(m, "kvshare_rpc_requests_total", rpc="Evict"), 5)
+                self.assertEqual(metric(m, "kvshare_rpc_errors_total", rpc="Evict"), 2)
+        finally:
+            self.assertEqual(d.stop(), 0)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

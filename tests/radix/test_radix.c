@@ -2088,6 +2088,133 @@ START_TEST(test_alloc_failures)
 }
 END_TEST
 
+/* ---- dropping one prompt ------------------------------------------------- */
+
+/* radix_evict_prompt drops a prompt's blocks from its end backward, and
+ * keeps what another prompt continues, what is pinned and what is being
+ * copied, with everything before it. */
+START_TEST(test_evict_prompt)
+{
+    radix_tree_t *t = tree_with(BT, 64, NULL);
+    uint32_t a = ns_new(t, "a", 0, 0), b = ns_new(t, "b", 0, 0);
+    uint32_t p1[4 * BT], p2[3 * BT], p3[6 * BT], other[2 * BT];
+    size_t m = 99, n1 = 99, n2 = 99;
+    prompt(p1, 4 * BT, 1);
+    memcpy(p2, p1, 2 * BT * sizeof(uint32_t)); /* p2 shares p1's first 2 blocks */
+    prompt(p2 + 2 * BT, BT, 2);
+    memcpy(p3, p1, 4 * BT * sizeof(uint32_t)); /* p3 continues p1 */
+    prompt(p3 + 4 * BT, 2 * BT, 3);
+    prompt(other, 2 * BT, 4);
+    insert_run(t, a, p1, 4, 0, false, 0);  /* ids 0..3 */
+    insert_run(t, a, p2, 3, 10, false, 0); /* 0, 1 are p1's; 12 is its own */
+    insert_run(t, b, p1, 2, 20, false, 0); /* the same tokens in another namespace */
+    insert_run(t, a, other, 2, 30, false, 0);
+
+    ck_assert_int_eq(radix_evict_prompt(NULL, a, p1, 4 * BT, &m, &n1, &n2), KVS_EINVAL);
+    ck_assert_int_eq(radix_evict_prompt(t, a, NULL, 4 * BT, &m, &n1, &n2), KVS_EINVAL);
+    ck_assert_int_eq(radix_evict_prompt(t, a, p1, 4 * BT, NULL, &n1, &n2), KVS_EINVAL);
+    ck_assert_int_eq(radix_evict_prompt(t, 9, p1, 4 * BT, &m, &n1, &n2), KVS_ENONS);
+    ck_assert_uint_eq(ev.n, 0);
+
+    /* p1: 3 and 2 go; 1 and 0 are p2's prefix too. */
+    ck_assert_int_eq(radix_evict_prompt(t, a, p1, 4 * BT + 1, &m, &n1, &n2), 0);
+    ck_assert_int_eq(radix_check(t), 0);
+    ck_assert_uint_eq(m, 4);
+    ck_assert_uint_eq(n1, 2);
+    ck_assert_uint_eq(n2, 0);
+    ck_assert_uint_eq(ev.n, 2);
+    ck_assert_uint_eq(ev.ids[0], 3);
+    ck_assert_uint_eq(ev.ids[1], 2);
+    ck_assert_uint_eq(lookup_n(t, a, p1, 4 * BT, NULL), 2);
+    ck_assert_uint_eq(lookup_n(t, a, p2, 3 * BT, NULL), 3);
+    ck_assert_uint_eq(lookup_n(t, b, p1, 4 * BT, NULL), 2);
+    radix_ns_stats_t st;
+    ck_assert_int_eq(radix_ns_stats(t, a, &st), 0);
+    ck_assert_uint_eq(st.cached_blocks, 5);
+    ck_assert_uint_eq(st.evicted_own, 2);
+    ck_assert_uint_eq(st.evicted_blocks, 2);
+
+    /* A pinned block stops the drops, and keeps what is before it. */
+    ck_assert_int_eq(radix_pin(t, 1), 0);
+    ck_assert_int_eq(radix_evict_prompt(t, a, p2, 3 * BT, &m, &n1, &n2), 0);
+    ck_assert_int_eq(radix_check(t), 0);
+    ck_assert_uint_eq(m, 3);
+    ck_assert_uint_eq(n1, 1); /* 12 */
+    ck_assert_uint_eq(ev.ids[2], 12);
+    ck_assert_uint_eq(lookup_n(t, a, p1, 4 * BT, NULL), 2);
+    ck_assert_int_eq(radix_unpin(t, 1), 0);
+
+    /* A prompt that a longer cached one continues drops nothing. */
+    insert_run(t, a, p3, 6, 40, false, 0); /* 0, 1 stay; 42..45 new */
+    ck_assert_int_eq(radix_evict_prompt(t, a, p1, 4 * BT, &m, &n1, &n2), 0);
+    ck_assert_uint_eq(m, 4);
+    ck_assert_uint_eq(n1, 0);
+    /* The longer one goes whole, its shared start included, once no one
+     * else continues it; other prompts of the namespace stay. */
+    ck_assert_int_eq(radix_evict_prompt(t, a, p3, 6 * BT, &m, &n1, &n2), 0);
+    ck_assert_int_eq(radix_check(t), 0);
+    ck_assert_uint_eq(m, 6);
+    ck_assert_uint_eq(n1, 6);
+    ck_assert_uint_eq(lookup_n(t, a, p3, 6 * BT, NULL), 0);
+    ck_assert_uint_eq(lookup_n(t, a, other, 2 * BT, NULL), 2);
+    ck_assert_uint_eq(lookup_n(t, b, p1, 2 * BT, NULL), 2);
+    /* Nothing cached: a miss drops nothing. */
+    ck_assert_int_eq(radix_evict_prompt(t, a, p3, 6 * BT, &m, &n1, &n2), 0);
+    ck_assert_uint_eq(m + n1 + n2, 0);
+    radix_free(t);
+}
+END_TEST
+
+/* With a tier 2: a prompt's tier-2 blocks go first (its end), then its
+ * tier-1 ones; a block being copied ends the match and keeps the rest. */
+START_TEST(test_evict_prompt_tier2)
+{
+    radix_config_t cfg = {.block_tokens = BT, .max_blocks = 8, .tier2_blocks = 4};
+    radix_tree_t *t = tree_cfg(cfg);
+    uint32_t ns = ns_new(t, "a", 0, 0), p1[4 * BT], p2[2 * BT], peer;
+    size_t m = 99, n1 = 99, n2 = 99, n_mv = 9, n_dr = 9;
+    radix_move_t mv[4];
+    prompt(p1, 4 * BT, 1);
+    prompt(p2, 2 * BT, 2);
+    insert_run(t, ns, p1, 4, 0, false, 0);
+    demote_copied(t, ns, 2, 8, mv); /* p1's last 2 blocks are in tier 2 */
+    ck_assert_uint_eq(radix_tier2_blocks(t), 2);
+    ev.n = 0;
+    ck_assert_int_eq(radix_evict_prompt(t, ns, p1, 4 * BT, &m, &n1, &n2), 0);
+    ck_assert_int_eq(radix_check(t), 0);
+    ck_assert_uint_eq(m, 4);
+    ck_assert_uint_eq(n2, 2);
+    ck_assert_uint_eq(n1, 2);
+    ck_assert_uint_eq(ev.n, 4);
+    ck_assert_uint_ge(ev.ids[0], 8); /* tier-2 ids first */
+    ck_assert_uint_ge(ev.ids[1], 8);
+    ck_assert_uint_lt(ev.ids[2], 8);
+    ck_assert_uint_eq(radix_tier2_blocks(t), 0);
+    ck_assert_uint_eq(radix_tier2_free(t), 4);
+    ck_assert_uint_eq(radix_cached_blocks(t), 0);
+    radix_ns_stats_t st;
+    ck_assert_int_eq(radix_ns_stats(t, ns, &st), 0);
+    ck_assert_uint_eq(st.tier2_dropped, 2);
+    ck_assert_uint_eq(st.evicted_own, 4);
+
+    /* A demotion still copying: the match stops before it, nothing goes. */
+    insert_run(t, ns, p2, 2, 0, false, 0);
+    ck_assert_int_eq(radix_demote(t, ns, 1, mv, &n_mv, &n_dr), 0);
+    ck_assert_uint_eq(n_mv, 1);
+    ck_assert_int_eq(radix_evict_prompt(t, ns, p2, 2 * BT, &m, &n1, &n2), 0);
+    ck_assert_int_eq(radix_check(t), 0);
+    ck_assert_uint_eq(m, 1);
+    ck_assert_uint_eq(n1 + n2, 0);
+    ck_assert_int_eq(radix_copy_done(t, mv[0].to, &peer), 0);
+    ck_assert_int_eq(radix_evict_prompt(t, ns, p2, 2 * BT, &m, &n1, &n2), 0);
+    ck_assert_int_eq(radix_check(t), 0);
+    ck_assert_uint_eq(m, 2);
+    ck_assert_uint_eq(n1, 1);
+    ck_assert_uint_eq(n2, 1);
+    radix_free(t);
+}
+END_TEST
+
 static Suite *radix_suite(void)
 {
     Suite *s = suite_create("radix");
@@ -2131,6 +2258,8 @@ static Suite *radix_suite(void)
     tcase_add_test(tc, test_tier2_copy_undo);
     tcase_add_test(tc, test_memory);
     tcase_add_test(tc, test_alloc_failures);
+    tcase_add_test(tc, test_evict_prompt);
+    tcase_add_test(tc, test_evict_prompt_tier2);
     suite_add_tcase(s, tc);
     TCase *diff = tcase_create("differential");
     tcase_set_timeout(diff, 600);

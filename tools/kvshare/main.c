@@ -1,28 +1,17 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * kvshare: the operator's command line. One table maps a command name to its
- * function and a line of help; each command lives in its own file.
+ * kvshare: the operator's command line. One table (KVSHARE_COMMANDS, in
+ * commands.h) maps a command name to its function and a line of help; each
+ * command lives in its own file.
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "commands.h"
 
-static const kvshare_command_t commands[] = {
-    {"calc", kvshare_calc,
-     "KV cache capacity planner: bytes per token and sequence, the budget a node's GPUs "
-     "leave, users that fit, cost per user (MLA models too)"},
-    {"stats", kvshare_cmd_stats,
-     "pool usage, blocks free/writing/cached/pinned, hit rates, evictions, sessions (--json)"},
-    {"top", kvshare_cmd_top,
-     "live view: hit rate and its history, rates, usage, namespaces by traffic (--once, --json)"},
-    {"tree", kvshare_cmd_tree,
-     "the prefix tree per namespace: branches with hits, share, blocks, tier (--json)"},
-    {"ping", kvshare_cmd_ping, "round-trip time to kvshared"},
-    {"clear", kvshare_cmd_clear, "drop a namespace's cached blocks that no worker pins"},
-    {"events", kvshare_cmd_events,
-     "tail the KV events kvshared publishes for cluster routers (--json)"},
-};
+#define COMMAND_ROW(name, fn, help) {#name, fn, help},
+static const kvshare_command_t commands[] = {KVSHARE_COMMANDS(COMMAND_ROW)};
+#undef COMMAND_ROW
 #define COMMAND_COUNT (sizeof(commands) / sizeof(commands[0]))
 
 static void usage(FILE *out)

@@ -170,6 +170,14 @@ class _Stats(ctypes.Structure):
     ]
 
 
+class _EvictResult(ctypes.Structure):
+    _fields_ = [
+        ("tier1_blocks", ctypes.c_uint32), ("tier2_blocks", ctypes.c_uint32),
+        ("kept_blocks", ctypes.c_uint32), ("reserved32", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint64 * 3),
+    ]
+
+
 class _Prefix(ctypes.Structure):
     _fields_ = [
         ("ns", ctypes.c_char * 64),
@@ -261,6 +269,8 @@ def _declare(lib):
                                     ctypes.POINTER(_Prefix), SZ, SZP]),
         "kvs_ping": (ctypes.c_int, [P, SZ, ctypes.POINTER(ctypes.c_double)]),
         "kvs_clear": (ctypes.c_int, [P, ctypes.c_char_p, SZP, SZP]),
+        "kvs_evict": (ctypes.c_int, [P, ctypes.c_char_p, U32P, SZ,
+                                     ctypes.POINTER(_EvictResult)]),
         "kvs_alloc_report": (ctypes.c_int, [P, ctypes.c_char_p, ctypes.c_uint32, U32P, U32P,
                                             SZ, SZP]),
         "kvs_tier2_base": (ctypes.c_size_t, [P]),
@@ -534,6 +544,18 @@ class Client:
         self._check(self._lib.kvs_clear(self._c, _enc(ns), ctypes.byref(cleared),
                                         ctypes.byref(kept)))
         return cleared.value, kept.value
+
+    def evict(self, tokens, ns=None):
+        """Drops the prompt's cached blocks that nothing else needs, from
+        every tier: from its end backward, each block no client pins and no
+        other cached prompt continues (a shared prefix stays). Returns
+        (blocks dropped from the pool, from tier 2, blocks kept). Raises
+        KvsError (ENONS, EDENIED, ENOTCONN, ...)."""
+        tp, tn, keep = _u32(tokens)
+        r = _EvictResult()
+        self._check(self._lib.kvs_evict(self._c, _enc(ns), tp, tn, ctypes.byref(r)))
+        del keep
+        return r.tier1_blocks, r.tier2_blocks, r.kept_blocks
 
     def commit(self, tokens, block_ids, ns=None, priority=None, duration_ms=0):
         """Commits; returns the canonical block of each committed block.

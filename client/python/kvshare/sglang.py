@@ -311,6 +311,21 @@ class KvshareHiCacheStorage(HiCacheStorage):
     def batch_set(self, keys, values=None, target_locations=None, target_sizes=None):
         return all(self.set(k, v) for k, v in zip(keys, values))
 
+    def delete(self, key):
+        """Drops the page stored under key from kvshared (its Evict RPC), so
+        that no instance of the namespace finds it. A page another instance
+        is reading at that moment (pinned) stays. Returns True when the page
+        is not stored afterwards (also when it never was); never raises."""
+        if not self._ready():
+            return False
+        try:
+            _, _, kept = self.client.evict(self.keys.tokens(page_key(key)), ns=self.ns)
+            return kept == 0
+        except kvshare.KvsError as e:
+            return e.status == kvshare.STATUS["ENONS"]  # nothing was ever stored here
+        except ValueError:
+            return False
+
     def clear(self):
         """Drops the pages of this backend's namespace from kvshared (its
         Clear RPC) and resets this backend's counters. Pages that another
