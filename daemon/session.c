@@ -249,7 +249,9 @@ static void ready_remove(session_t *s)
 
 static size_t held_bytes(const session_t *s)
 {
-    return s->in.cap + s->out.cap + s->scratch_cap * sizeof(*s->scratch) + s->queued;
+    /* A held Lookup keeps its prompt (inflight.h) besides its frame. */
+    size_t wait = s->wait ? sizeof(*s->wait) + s->wait->n_tokens * sizeof(uint32_t) : 0;
+    return s->in.cap + s->out.cap + s->scratch_cap * sizeof(*s->scratch) + s->queued + wait;
 }
 
 /* Counts s's buffers again into the server's total. */

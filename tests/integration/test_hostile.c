@@ -436,6 +436,70 @@ START_TEST(test_buffer_memory_is_bounded_across_sessions)
 }
 END_TEST
 
+/* Held Lookups count in --max-buffer-memory: each keeps its prompt (300 KiB
+ * here) while it waits for a prefix another session writes. 20 of them
+ * under a 4 MiB budget: the largest holders are closed and counted, the
+ * daemon's peak RSS stays bounded, and everyone else is served. Before,
+ * 300 waiters added 317 MiB under a 64 MiB budget. */
+START_TEST(test_held_lookups_count_in_the_buffer_budget)
+{
+    static const char *const extra[] = {"--max-frame", "4MiB", "--max-buffer-memory", "4MiB", NULL};
+    harness_t d;
+    ck_assert_int_eq(harness_start(&d, 64, extra), 0);
+    kvs_client_t *c = client_of(&d);
+    enum { WAITERS = 20, TOKENS = (300u << 10) / 4 };
+    uint32_t *prompt = malloc(TOKENS * sizeof(*prompt));
+    ck_assert_ptr_nonnull(prompt);
+    for (uint32_t i = 0; i < TOKENS; i++)
+        prompt[i] = 9 * 1000 + i;
+    /* The writer declares the prompt's first blocks: lookups of it wait. */
+    uint32_t ids[2];
+    ck_assert_int_eq(kvs_alloc_for(c, "default", prompt, 2 * BT, 0, 2, ids), 0);
+
+    Kvshare__Request req = KVSHARE__REQUEST__INIT;
+    Kvshare__LookupRequest lk = KVSHARE__LOOKUP_REQUEST__INIT;
+    lk.ns = "default";
+    lk.tokens.data = (uint8_t *)prompt;
+    lk.tokens.len = TOKENS * sizeof(*prompt);
+    lk.wait_ms = 60000;
+    req.rpc_case = KVSHARE__REQUEST__RPC_LOOKUP;
+    req.lookup = &lk;
+    size_t len;
+    uint8_t *frame = raw_frames(&req, 1, &len);
+    ck_assert_ptr_nonnull(frame);
+    free(prompt);
+    long hwm0 = rel_vm_hwm_kib(d.pid);
+    int fds[WAITERS];
+    for (int i = 0; i < WAITERS; i++) {
+        fds[i] = hostile_connect(&d);
+        raw_write_until_closed(fds[i], frame, len); /* it may be closed for the budget */
+    }
+    free(frame);
+    /* Everyone else is still served; the waiters over the budget went. */
+    uint64_t dropped = 0;
+    for (int tries = 0; tries < 100 && dropped == 0; tries++) {
+        double rtt;
+        ck_assert_int_eq(kvs_ping(c, 1, &rtt), 0);
+        kvs_stats_t st;
+        ck_assert_int_eq(kvs_stats(c, &st), 0);
+        dropped = st.counters[KVS_COUNTER_sessions_dropped_memory];
+        kvs_stats_free(&st);
+        if (dropped == 0)
+            usleep(50000);
+    }
+    long hwm = rel_vm_hwm_kib(d.pid);
+    fprintf(stderr,
+            "held lookups, 4 MiB budget: %llu sessions closed for it; peak RSS %ld -> %ld KiB\n",
+            (unsigned long long)dropped, hwm0, hwm);
+    ck_assert_msg(dropped >= 1, "%d held 300 KiB lookups stayed under a 4 MiB budget", WAITERS);
+    for (int i = 0; i < WAITERS; i++)
+        close(fds[i]);
+    kvs_close(c);
+    ck_assert_int_eq(harness_stop(&d), 0);
+    harness_cleanup(&d);
+}
+END_TEST
+
 /* A connection that never sends is closed after --idle-timeout-ms, with a
  * goodbye that says why, and counted. (Before, sessions had no idle limit.) */
 START_TEST(test_idle_session_is_closed)
@@ -652,6 +716,7 @@ static Suite *hostile_suite(void)
     tcase_add_test(tc, test_large_work_is_shared_between_sessions);
     tcase_add_test(tc, test_half_close_gets_every_reply);
     tcase_add_test(tc, test_buffer_memory_is_bounded_across_sessions);
+    tcase_add_test(tc, test_held_lookups_count_in_the_buffer_budget);
     tcase_add_test(tc, test_idle_session_is_closed);
     tcase_add_test(tc, test_empty_lookups_do_not_exhaust_namespaces);
     tcase_add_test(tc, test_namespace_in_use_is_never_reclaimed);
