@@ -107,7 +107,13 @@
       "for the worker to copy itself") \
     X(requests_spaced, 0, "kvshare_requests_spaced_total", "", \
       "Times a request of 1 MiB or more, or a whole-index walk (Tree), was held back so that " \
-      "such work takes at most 1 % of the loop")
+      "such work takes at most 1 % of the loop") \
+    X(metrics_http_closed_limit, 0, "kvshare_metrics_http_closed_total", "reason=\"limit\"", \
+      "/metrics connections closed by the daemon, by reason") \
+    X(metrics_http_closed_deadline, 0, "kvshare_metrics_http_closed_total", \
+      "reason=\"deadline\"", "/metrics connections closed by the daemon, by reason") \
+    X(metrics_http_scrapes_held, 0, "kvshare_metrics_http_scrapes_held_total", "", \
+      "Scrapes held for the next render, so that rendering takes at most 5 % of the loop")
 /* clang-format on */
 
 /* Room for counters in kvs_stats_t and StatsReply.counters. */
