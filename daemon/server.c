@@ -175,9 +175,15 @@ int server_events_start(server_t *s, char *err, size_t errlen)
 
 void server_sync_counters(server_t *s)
 {
-    if (s->events)
-        events_counters(s->events, &s->metrics.kv_events_published,
-                        &s->metrics.kv_events_replay_requests);
+    if (s->events) {
+        events_stats_t es;
+        events_counters(s->events, &es);
+        s->metrics.kv_events_published = es.published;
+        s->metrics.kv_events_replay_requests = es.replay_requests;
+        s->metrics.kv_events_replay_refused = es.replay_refused;
+        s->metrics.kv_events_replay_stalled = es.replay_stalled;
+        s->metrics.kv_events_send_drops = es.send_drops;
+    }
 }
 
 uint64_t server_ns_seed(const char *name)

@@ -292,7 +292,16 @@ const setting_t settings_table[] = {
      .help = "the replay ring's memory: the oldest batches go beyond it"},
     {"kv_events_hwm", "kv-events-hwm", SETTING_GLOBAL, SETTING_U32, "N", 1, INT32_MAX,
      AT(server.events.hwm),
-     .help = "messages queued per subscriber; a slower one misses the next (a gap in seq)"},
+     .help = "messages queued per subscriber (fewer when kv_events_subscriber_bytes says so); a "
+             "slower one misses the next (a gap in seq)"},
+    {"kv_events_subscriber_bytes", "kv-events-subscriber-bytes", SETTING_GLOBAL, SETTING_SIZE,
+     "SIZE", 1u << 20, 1ull << 40, AT(server.events.subscriber_bytes),
+     .help = "what one subscriber's queue may hold: its high-water mark is this over the largest "
+             "message (about 50 KiB with 16-token blocks), at most kv_events_hwm"},
+    {"kv_events_send_bytes", "kv-events-send-bytes", SETTING_GLOBAL, SETTING_SIZE, "SIZE", 1u << 20,
+     1ull << 40, AT(server.events.send_bytes),
+     .help = "what the messages queued for every subscriber and replay peer may hold together "
+             "(beyond the replay ring); past it batches go to the replay ring alone, counted"},
     {"kv_events_queue", "kv-events-queue", SETTING_GLOBAL, SETTING_SIZE, "SIZE", 4096, 1ull << 32,
      AT(server.events.queue_bytes),
      .help = "hand-off queue to the publisher thread; events that do not fit are dropped and "
