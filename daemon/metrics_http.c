@@ -144,8 +144,10 @@ static void render_for_waiting(metrics_http_t *h)
     size_t len = 0;
     uint64_t t0 = uv_hrtime();
     int rc = metrics_render(h->srv, &body, &len);
-    uint64_t t1 = uv_hrtime();
-    h->next_render_ns = t1 + (t1 - t0) * METRICS_HTTP_RENDER_GAP;
+    uint64_t t1 = uv_hrtime(), gap = (t1 - t0) * METRICS_HTTP_RENDER_GAP;
+    /* A render slower than 50 ms is a stall already: the gap stays under
+     * the deadlines of the scrapes that wait. */
+    h->next_render_ns = t1 + (gap < METRICS_HTTP_GAP_MAX_NS ? gap : METRICS_HTTP_GAP_MAX_NS);
     for (http_conn_t *c = h->conns; c; c = c->next) {
         if (c->state != CONN_WAITING || uv_is_closing((uv_handle_t *)&c->tcp))
             continue;
@@ -171,6 +173,8 @@ static void scrape(http_conn_t *c, bool head_only)
     c->state = CONN_WAITING;
     c->head_only = head_only;
     uv_read_stop((uv_stream_t *)&c->tcp);
+    /* The head came in time; the wait for a render is bounded by the gap. */
+    uv_timer_start(&c->timer, on_timeout, METRICS_HTTP_WRITE_MS, 0);
     uint64_t now = uv_hrtime();
     if (now >= h->next_render_ns) {
         render_for_waiting(h);

@@ -14,9 +14,9 @@
  *   - at most METRICS_HTTP_MAX_CONNS are open: a new one closes the oldest
  *     that has not sent its head yet (idle connections cannot hold every
  *     slot), or is closed when all are busy being answered;
- *   - after a render that took d, none starts before 19 d later (rendering
- *     takes at most 5 % of the loop, one render at a time): scrapes that
- *     arrive meanwhile wait for the next render and share it.
+ *   - after a render that took d, none starts before 19 d later, 1 s at most
+ *     (rendering takes at most 5 % of the loop, one render at a time):
+ *     scrapes that arrive meanwhile wait for the next render and share it.
  * Each closing and each held scrape is counted (kvshare_counters.h).
  * Rendering walks the namespaces, not the index: its cost does not grow
  * with the cache.
@@ -33,7 +33,8 @@ typedef struct metrics_http metrics_http_t;
 #define METRICS_HTTP_HEAD_MS     2000  /* connect to the end of the request head */
 #define METRICS_HTTP_WRITE_MS    10000 /* the reply, once queued, must be taken */
 #define METRICS_HTTP_MAX_CONNS   64
-#define METRICS_HTTP_RENDER_GAP  19 /* after a render of d, the next after 19 d */
+#define METRICS_HTTP_RENDER_GAP  19            /* after a render of d, the next after 19 d */
+#define METRICS_HTTP_GAP_MAX_NS  1000000000ull /* ... and 1 s at most */
 
 /* Parses "HOST:PORT" (an IPv4 address, or [IPv6]) into *port and the host
  * copied into host[hostlen]. Returns 0 or KVS_EINVAL. */

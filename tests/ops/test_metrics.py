@@ -284,8 +284,13 @@ class MetricsTest(unittest.TestCase):
             for s in idle:
                 s.close()
         self.assertEqual(ok, 30)
+        # Each renewal closed one idle connection: at the limit, or (on a
+        # slow machine, where connecting 64 took seconds) at its deadline.
         m = parse_metrics(self.d.scrape())
-        self.assertGreaterEqual(metric(m, "kvshare_metrics_http_closed_total", reason="limit"), 30)
+        limit = metric(m, "kvshare_metrics_http_closed_total", reason="limit")
+        deadline = metric(m, "kvshare_metrics_http_closed_total", reason="deadline")
+        self.assertGreaterEqual(limit, 1)
+        self.assertGreaterEqual(limit + deadline, 30)
 
     def test_head_deadline(self):
         # A connection that never completes its head is closed within
