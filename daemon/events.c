@@ -1056,7 +1056,8 @@ int events_start(const events_config_t *cfg, uint32_t block_tokens, const char *
                  events_t **out, char *err, size_t errlen)
 {
     if (!cfg || !cfg->endpoint || !medium || !out || block_tokens == 0 || cfg->buffer == 0 ||
-        cfg->hwm == 0 || cfg->queue_bytes < 4096)
+        cfg->hwm == 0 || cfg->queue_bytes < 4096 || cfg->subscriber_bytes == 0 ||
+        cfg->send_bytes == 0)
         return KVS_EINVAL;
     if (events_check_endpoint(cfg->endpoint) != 0 ||
         (cfg->replay_endpoint && events_check_endpoint(cfg->replay_endpoint) != 0)) {
