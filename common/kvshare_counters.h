@@ -110,7 +110,21 @@
       "such work takes at most 1 % of the loop") \
     X(claims_expired, 0, "kvshare_claims_expired_total", "", \
       "Claims of a Lookup's missing blocks that ended because their session sent no request " \
-      "for the claim lease (1 s): lookups waiting for them stop waiting")
+      "for the claim lease (1 s): lookups waiting for them stop waiting") \
+    X(metrics_http_closed_limit, 0, "kvshare_metrics_http_closed_total", "reason=\"limit\"", \
+      "/metrics connections closed by the daemon, by reason") \
+    X(metrics_http_closed_deadline, 0, "kvshare_metrics_http_closed_total", \
+      "reason=\"deadline\"", "/metrics connections closed by the daemon, by reason") \
+    X(metrics_http_scrapes_held, 0, "kvshare_metrics_http_scrapes_held_total", "", \
+      "Scrapes held for the next render, so that rendering takes at most 5 % of the loop") \
+    X(kv_events_replay_refused, 0, "kvshare_kv_events_replay_refused_total", "", \
+      "Replay requests refused: over a peer's share (one at a time, one per 100 ms) or too " \
+      "many replays at once") \
+    X(kv_events_replay_stalled, 0, "kvshare_kv_events_replay_stalled_total", "", \
+      "Replays ended because their peer took nothing for 5 s") \
+    X(kv_events_send_drops, 0, "kvshare_kv_events_send_drops_total", "", \
+      "KV events batches not sent to subscribers because the queued messages held " \
+      "kv_events_send_bytes (kept for replay)")
 /* clang-format on */
 
 /* Room for counters in kvs_stats_t and StatsReply.counters. */

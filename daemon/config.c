@@ -6,9 +6,12 @@
 #include <grp.h>
 #include <pwd.h>
 #include <stdarg.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "kvshare_status.h"
 #include "nsname.h"
@@ -191,6 +194,30 @@ void config_free(config_t *c)
     free(c);
 }
 
+int config_check_pool(const config_t *c, uint32_t num_blocks, char *err, size_t errlen)
+{
+    uint64_t reserved = 0;
+    for (uint32_t i = 0; c && i < c->n_ns; i++) {
+        const config_ns_t *n = &c->ns[i];
+        if (n->quota > num_blocks || n->reserve > num_blocks) {
+            snprintf(err, errlen,
+                     "namespace '%s' (line %d): quota %u / reserve %u is more than the pool's %u "
+                     "blocks",
+                     n->name, n->line, n->quota, n->reserve, num_blocks);
+            return KVS_EINVAL;
+        }
+        reserved += n->reserve;
+    }
+    if (reserved > num_blocks) {
+        snprintf(err, errlen,
+                 "the namespaces reserve %llu blocks in all, more than the pool's %u: lower "
+                 "the reservations or grow the pool",
+                 (unsigned long long)reserved, num_blocks);
+        return KVS_EINVAL;
+    }
+    return 0;
+}
+
 static int add_entry(config_t *c, const setting_t *row, const char *value, int line)
 {
     config_entry_t *e = realloc(c->entries, sizeof(*e) * (c->n_entries + 1));
@@ -202,6 +229,95 @@ static int add_entry(config_t *c, const setting_t *row, const char *value, int l
         return KVS_ENOMEM;
     c->n_entries++;
     return 0;
+}
+
+/* Reads the whole file at path into a malloc'd, NUL-terminated buffer,
+ * only if it is a regular file of at most CONFIG_MAX_BYTES. The open does
+ * not wait (O_NONBLOCK: a FIFO with no writer opens at once) and what is not
+ * a regular file is refused before a byte is read, so that neither
+ * --check-config nor a SIGHUP reload can hang on /dev/zero, a FIFO or a
+ * terminal. Errors: KVS_EIO (message in err), KVS_ENOMEM. */
+static int read_file(const char *path, char **out, size_t *out_len, char *err, size_t errlen)
+{
+    struct stat sb;
+    char *buf = NULL;
+    size_t len = 0;
+    int rc = 0;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(err, errlen, "%s: cannot read the config file: %s", path, strerror(errno));
+        return KVS_EIO;
+    }
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        snprintf(err, errlen,
+                 "%s: not a regular file (a FIFO, a device or a directory): give "
+                 "the path of a config file",
+                 path);
+        rc = KVS_EIO;
+        goto done;
+    }
+    if (sb.st_size > CONFIG_MAX_BYTES) {
+        snprintf(err, errlen, "%s: %lld bytes, more than a config file may hold (%u)", path,
+                 (long long)sb.st_size, CONFIG_MAX_BYTES);
+        rc = KVS_EIO;
+        goto done;
+    }
+    /* One byte more than the bound: a file that grew since fstat is
+     * refused, not read without end. */
+    buf = malloc((size_t)CONFIG_MAX_BYTES + 2);
+    if (!buf) {
+        rc = KVS_ENOMEM;
+        goto done;
+    }
+    while (len <= CONFIG_MAX_BYTES) {
+        ssize_t got = read(fd, buf + len, (size_t)CONFIG_MAX_BYTES + 1 - len);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0) {
+            snprintf(err, errlen, "%s: cannot read the config file: %s", path, strerror(errno));
+            rc = KVS_EIO;
+            goto done;
+        }
+        if (got == 0)
+            break;
+        len += (size_t)got;
+    }
+    if (len > CONFIG_MAX_BYTES) {
+        snprintf(err, errlen, "%s: grew past %u bytes while being read", path, CONFIG_MAX_BYTES);
+        rc = KVS_EIO;
+        goto done;
+    }
+    buf[len] = '\0';
+done:
+    close(fd);
+    if (rc != 0) {
+        free(buf);
+        return rc;
+    }
+    *out = buf;
+    *out_len = len;
+    return 0;
+}
+
+/* Copies the next line of text[*pos..len) into raw (at most rawlen - 1
+ * bytes, the newline included when it fits) and moves *pos past the line.
+ * Returns false at the end of the text; *too_long when the line did not
+ * fit (its rest is skipped). */
+static bool next_line(const char *text, size_t len, size_t *pos, char *raw, size_t rawlen,
+                      bool *too_long)
+{
+    if (*pos >= len)
+        return false;
+    const char *start = text + *pos;
+    const char *nl = memchr(start, '\n', len - *pos);
+    size_t line_len = nl ? (size_t)(nl - start) + 1 : len - *pos;
+    *pos += line_len;
+    *too_long = line_len > rawlen - 1;
+    if (*too_long)
+        line_len = 0;
+    memcpy(raw, start, line_len);
+    raw[line_len] = '\0';
+    return true;
 }
 
 int config_load(const char *path, config_t **out, char *err, size_t errlen)
@@ -218,24 +334,22 @@ int config_load(const char *path, config_t **out, char *err, size_t errlen)
         err[0] = '\0';
     if (!path || !out)
         return KVS_EINVAL;
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        snprintf(err, errlen, "%s: cannot read the config file: %s", path, strerror(errno));
-        return KVS_EIO;
-    }
+    char *text = NULL;
+    size_t text_len = 0, pos = 0;
+    bool too_long;
+    rc = read_file(path, &text, &text_len, err, errlen);
+    if (rc != 0)
+        return rc;
     config_t *c = calloc(1, sizeof(*c));
     if (!c) {
-        fclose(f);
+        free(text);
         return KVS_ENOMEM;
     }
     settings_init(&scratch);
-    while (fgets(raw, sizeof(raw), f)) {
+    while (next_line(text, text_len, &pos, raw, sizeof(raw), &too_long)) {
         line++;
-        if (!strchr(raw, '\n') && !feof(f)) {
+        if (too_long) {
             err_at(&e, line, "line longer than %zu bytes", sizeof(raw) - 2);
-            int ch;
-            while ((ch = fgetc(f)) != EOF && ch != '\n')
-                ;
             continue;
         }
         char *s = trim(raw);
@@ -348,8 +462,6 @@ int config_load(const char *path, config_t **out, char *err, size_t errlen)
             goto done;
         }
     }
-    if (ferror(f))
-        err_at(&e, line, "read error");
     for (uint32_t i = 0; i < c->n_ns; i++) {
         if (c->ns[i].quota && c->ns[i].reserve > c->ns[i].quota)
             err_at(&e, c->ns[i].line,
@@ -357,7 +469,7 @@ int config_load(const char *path, config_t **out, char *err, size_t errlen)
                    c->ns[i].name, c->ns[i].reserve, c->ns[i].quota);
     }
 done:
-    fclose(f);
+    free(text);
     if (rc == 0 && e.count > 0)
         rc = KVS_EINVAL;
     if (rc != 0) {

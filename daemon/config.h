@@ -27,6 +27,9 @@
 
 #define CONFIG_MAX_IDS 32  /* entries of one allow-list */
 #define CONFIG_MAX_NS  256 /* namespaces declared in one file */
+/* The largest config file read: 256 sections of a few keys take a few
+ * KiB; anything near this bound is a wrong path, not a config. */
+#define CONFIG_MAX_BYTES (1u << 20)
 
 struct setting;
 
@@ -69,14 +72,23 @@ typedef struct config {
     uint32_t n_ns;
 } config_t;
 
-/* Reads and validates the file at path. On success *out owns everything
- * (free with config_free). Errors: KVS_EINVAL with every problem found, one
- * per line "PATH:LINE: what is wrong", in err (truncated to errlen);
- * KVS_EIO (cannot read the file: message in err); KVS_ENOMEM. */
+/* Reads and validates the file at path. Only a regular file of at most
+ * CONFIG_MAX_BYTES is read, opened without waiting: a FIFO, a device
+ * (/dev/zero) or a directory is refused at once. On success *out owns
+ * everything (free with config_free). Errors: KVS_EINVAL with every problem
+ * found, one per line "PATH:LINE: what is wrong", in err (truncated to
+ * errlen); KVS_EIO (cannot read the file, not a regular file, too large:
+ * message in err); KVS_ENOMEM. */
 int config_load(const char *path, config_t **out, char *err, size_t errlen);
 
 /* Accepts NULL. */
 void config_free(config_t *c);
+
+/* What start checks of the sections against a pool of num_blocks (also
+ * what --check-config checks when the pool's size is known from the
+ * settings): each quota and reservation at most the pool, the reservations
+ * together at most the pool. Returns 0 or KVS_EINVAL (message in err). */
+int config_check_pool(const config_t *c, uint32_t num_blocks, char *err, size_t errlen);
 
 /* The namespace named `name`, or NULL. */
 const config_ns_t *config_find_ns(const config_t *c, const char *name);

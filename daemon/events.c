@@ -16,14 +16,29 @@
 #include "kvshare_status.h"
 #include "log.h"
 
-/* A batch is flushed at this many events or record bytes, so that one
- * message (and one replay slot) stays small. */
+/* A batch is flushed at this many events, or once its events take
+ * EVENTS_MSG_TARGET bytes (events.h), so that one message (and one replay
+ * slot) stays small. */
 #define BATCH_MAX_EVENTS 1024
-#define BATCH_MAX_BYTES  (256u << 10)
 /* How long the publisher lets a batch fill once woken by its first event. */
 #define BATCH_WAIT_MS 1
 /* How long events_stop lets subscribers take what is queued. */
 #define STOP_LINGER_MS 100
+
+/* The replay socket's bounds (docs/RELIABILITY.md, H3). */
+#define REPLAY_JOBS                 8   /* replays being sent at once, all peers together */
+#define REPLAY_PEERS                64  /* recent requesters whose rate is kept */
+#define REPLAY_PEER_GAP_MS          100 /* one request per peer per this long */
+#define REPLAY_PEER_HWM             64  /* messages queued for one peer */
+#define REPLAY_RCV_HWM              4   /* requests queued from one peer */
+#define REPLAY_MAX_FRAME            512 /* bytes of one request frame; a larger one ends the connection */
+#define REPLAY_BURST                64   /* messages one job sends per turn */
+#define REPLAY_READS                64   /* requests read per turn */
+#define REPLAY_STALL_MS             5000 /* a job whose peer takes nothing for this long ends */
+#define REPLAY_POLL_MS              10   /* how soon the publisher looks again at waiting jobs */
+#define REPLAY_HEARTBEAT_MS         1000
+#define REPLAY_HEARTBEAT_TIMEOUT_MS 10000
+#define REPLAY_ID_MAX               255 /* ZeroMQ routing ids are at most 255 bytes */
 
 enum { REC_STORED = 1, REC_REMOVED = 2, REC_CLEARED = 3 };
 
@@ -43,16 +58,45 @@ typedef struct rec {
     uint64_t parent;
 } rec_t;
 
-/* A sent message kept for replay: topic bytes then payload bytes. Slots
- * are indexed by msg, which counts messages of every identity; seq is the
- * message's number in its identity's stream. */
+/* One message of one identity: its topic, then its payload. Shared by
+ * reference between PUB's queues, the replay ring and replay answers (no
+ * copy per subscriber); freed with the last reference, from whichever
+ * thread drops it. `held` counts every live buffer's size. */
+typedef struct msgbuf {
+    _Atomic uint32_t refs;
+    uint32_t topic_len;
+    size_t size; /* this struct and bytes[] */
+    struct events *ev;
+    uint8_t bytes[];
+} msgbuf_t;
+
+/* A sent message kept for replay. Slots are indexed by msg, which counts
+ * messages of every identity; seq is the message's number in its
+ * identity's stream. */
 typedef struct replay_slot {
     uint64_t msg, seq;
     uint32_t ident;
-    uint8_t *bytes; /* NULL: empty */
-    uint32_t topic_len;
-    size_t payload_len;
+    msgbuf_t *buf; /* NULL: empty */
 } replay_slot_t;
+
+/* A replay being sent: messages [next, end) of ring positions, of stream
+ * `ident`, from start_seq on, to the peer `id`; pump_replays sends what the
+ * peer's queue takes. */
+typedef struct replay_job {
+    bool on;
+    uint8_t id[REPLAY_ID_MAX];
+    size_t id_len;
+    uint32_t ident;
+    uint64_t start_seq, next, end;
+    uint64_t progress_ms; /* when the peer last took a message */
+} replay_job_t;
+
+/* A recent requester and when its last replay was taken. */
+typedef struct replay_peer {
+    uint8_t id[REPLAY_ID_MAX];
+    uint8_t id_len;
+    uint64_t last_ms;
+} replay_peer_t;
 
 struct events {
     events_config_t cfg;
@@ -69,6 +113,8 @@ struct events {
     size_t ring_cap;
     _Atomic uint64_t head, tail;
     _Atomic bool sleeping; /* the publisher waits in zmq_poll */
+    size_t msg_max;        /* bytes of one message at most (events_msg_max) */
+    uint32_t sub_hwm;      /* PUB's high-water mark: hwm, or fewer for subscriber_bytes */
     _Atomic bool stop;
     int wake_fd; /* eventfd: written when the publisher sleeps */
 
@@ -78,13 +124,22 @@ struct events {
     bool thread_on;
     uint64_t next_seq[EVENTS_IDENT_MAX]; /* per identity: each topic counts from 0 */
     uint64_t next_msg;                   /* messages of all identities: replay slots */
-    msgpack_sbuffer sbuf;
+    msgpack_sbuffer sbuf;                /* the batch being sent */
     msgpack_packer pk;
+    msgpack_sbuffer ebuf; /* the events of the batch being built */
+    msgpack_packer epk;
+    uint32_t n_packed; /* events in ebuf */
+    uint16_t cur_model_len;
+    char cur_model[EVENTS_NAME_MAX + 1]; /* the model of the batch being built */
+    size_t blocks_per_event;             /* a BlockStored's most blocks (pack_record) */
     replay_slot_t *replay;
     size_t replay_bytes;    /* held by the slots */
     uint64_t replay_oldest; /* msg of the oldest message that may still be held */
+    replay_job_t jobs[REPLAY_JOBS];
+    replay_peer_t peers[REPLAY_PEERS];
 
-    _Atomic uint64_t published, replay_requests;
+    _Atomic uint64_t held; /* bytes of live message buffers (msgbuf_t) */
+    _Atomic uint64_t published, replay_requests, replay_refused, replay_stalled, send_drops;
 };
 
 void events_config_init(events_config_t *cfg)
@@ -94,8 +149,21 @@ void events_config_init(events_config_t *cfg)
     cfg->hwm = EVENTS_DEFAULT_HWM;
     cfg->queue_bytes = EVENTS_DEFAULT_QUEUE;
     cfg->replay_bytes = EVENTS_DEFAULT_REPLAY;
+    cfg->subscriber_bytes = EVENTS_DEFAULT_SUBSCRIBER;
+    cfg->send_bytes = EVENTS_DEFAULT_SEND;
     cfg->encoding = EVENTS_MAP;
     cfg->replay_framing = EVENTS_REPLAY_PLAIN;
+}
+
+size_t events_msg_max(uint32_t block_tokens)
+{
+    /* The batch is sent once its events reach the target: before the last
+     * event it held less; the last is a chunk of at most half the target,
+     * or one block; then the event's fixed fields (names up to 127 bytes),
+     * the batch's header and the topic. */
+    size_t block_max = 9 + 5 * (size_t)block_tokens;
+    size_t last = block_max > EVENTS_MSG_TARGET / 2 ? block_max : EVENTS_MSG_TARGET / 2;
+    return EVENTS_MSG_TARGET + last + 512 + 64 + EVENTS_TOPIC_MAX + 8;
 }
 
 int events_check_endpoint(const char *endpoint)
@@ -334,10 +402,18 @@ int events_cleared(events_t *ev, const events_stream_t *st)
     return queue_event(ev, st, REC_CLEARED, NULL, 0, false, 0, NULL);
 }
 
-void events_counters(const events_t *ev, uint64_t *published, uint64_t *replay_requests)
+void events_counters(const events_t *ev, events_stats_t *out)
 {
-    *published = ev ? atomic_load(&ev->published) : 0;
-    *replay_requests = ev ? atomic_load(&ev->replay_requests) : 0;
+    memset(out, 0, sizeof(*out));
+    if (!ev)
+        return;
+    out->published = atomic_load(&ev->published);
+    out->replay_requests = atomic_load(&ev->replay_requests);
+    out->replay_refused = atomic_load(&ev->replay_refused);
+    out->replay_stalled = atomic_load(&ev->replay_stalled);
+    out->send_drops = atomic_load(&ev->send_drops);
+    out->held_bytes = atomic_load(&ev->held);
+    out->subscriber_hwm = ev->sub_hwm;
 }
 
 bool events_flush(events_t *ev, uint32_t timeout_ms)
@@ -380,64 +456,62 @@ static void pack_str(msgpack_packer *pk, const char *s, size_t len)
 
 #define PACK_KEY(pk, lit) pack_str((pk), (lit), sizeof(lit) - 1)
 
-static void pack_keys(msgpack_packer *pk, const rec_t *r)
+/* BlockStored for keys[0..n) and their tokens, as vLLM's msgspec structs
+ * encode it: a map tagged by "type", or an array with the tag first and the
+ * fields in declaration order. */
+static void pack_stored(events_t *ev, const rec_t *r, const uint64_t *keys, size_t n,
+                        bool has_parent, uint64_t parent, const uint32_t *tokens)
 {
-    const uint64_t *keys = rec_keys(r);
-    msgpack_pack_array(pk, r->n_keys);
-    for (uint32_t i = 0; i < r->n_keys; i++)
+    msgpack_packer *pk = &ev->epk;
+    bool map = ev->cfg.encoding == EVENTS_MAP;
+    size_t n_tokens = n * ev->block_tokens;
+    const char *lora = rec_model(ev, r) + r->model_len;
+    if (map) {
+        msgpack_pack_map(pk, 8);
+        PACK_KEY(pk, "type");
+    } else {
+        msgpack_pack_array(pk, 8);
+    }
+    PACK_KEY(pk, "BlockStored");
+    if (map)
+        PACK_KEY(pk, "block_hashes");
+    msgpack_pack_array(pk, n);
+    for (size_t i = 0; i < n; i++)
         msgpack_pack_uint64(pk, keys[i]);
+    if (map)
+        PACK_KEY(pk, "parent_block_hash");
+    if (has_parent)
+        msgpack_pack_uint64(pk, parent);
+    else
+        msgpack_pack_nil(pk);
+    if (map)
+        PACK_KEY(pk, "token_ids");
+    msgpack_pack_array(pk, n_tokens);
+    for (size_t i = 0; i < n_tokens; i++)
+        msgpack_pack_uint32(pk, tokens[i]);
+    if (map)
+        PACK_KEY(pk, "block_size");
+    msgpack_pack_uint32(pk, ev->block_tokens);
+    if (map)
+        PACK_KEY(pk, "lora_id");
+    msgpack_pack_nil(pk);
+    if (map)
+        PACK_KEY(pk, "medium");
+    pack_str(pk, ev->medium, strlen(ev->medium));
+    if (map)
+        PACK_KEY(pk, "lora_name");
+    if (r->lora_len)
+        pack_str(pk, lora, r->lora_len);
+    else
+        msgpack_pack_nil(pk);
 }
 
-/* One event, as vLLM's msgspec structs encode it: a map tagged by "type",
- * or an array with the tag first and the fields in declaration order. */
-static void pack_event(events_t *ev, const rec_t *r)
+/* BlockRemoved or AllBlocksCleared. */
+static void pack_other(events_t *ev, const rec_t *r)
 {
-    msgpack_packer *pk = &ev->pk;
+    msgpack_packer *pk = &ev->epk;
     bool map = ev->cfg.encoding == EVENTS_MAP;
-    switch (r->kind) {
-    case REC_STORED: {
-        size_t n_tokens = (size_t)r->n_keys * ev->block_tokens;
-        const uint32_t *tokens = rec_tokens(r);
-        const char *lora = rec_model(ev, r) + r->model_len;
-        if (map) {
-            msgpack_pack_map(pk, 8);
-            PACK_KEY(pk, "type");
-        } else {
-            msgpack_pack_array(pk, 8);
-        }
-        PACK_KEY(pk, "BlockStored");
-        if (map)
-            PACK_KEY(pk, "block_hashes");
-        pack_keys(pk, r);
-        if (map)
-            PACK_KEY(pk, "parent_block_hash");
-        if (r->has_parent)
-            msgpack_pack_uint64(pk, r->parent);
-        else
-            msgpack_pack_nil(pk);
-        if (map)
-            PACK_KEY(pk, "token_ids");
-        msgpack_pack_array(pk, n_tokens);
-        for (size_t i = 0; i < n_tokens; i++)
-            msgpack_pack_uint32(pk, tokens[i]);
-        if (map)
-            PACK_KEY(pk, "block_size");
-        msgpack_pack_uint32(pk, ev->block_tokens);
-        if (map)
-            PACK_KEY(pk, "lora_id");
-        msgpack_pack_nil(pk);
-        if (map)
-            PACK_KEY(pk, "medium");
-        pack_str(pk, ev->medium, strlen(ev->medium));
-        if (map)
-            PACK_KEY(pk, "lora_name");
-        if (r->lora_len)
-            pack_str(pk, lora, r->lora_len);
-        else
-            msgpack_pack_nil(pk);
-        return;
-    }
-    case REC_REMOVED:
+    if (r->kind == REC_REMOVED) {
         if (map) {
             msgpack_pack_map(pk, 3);
             PACK_KEY(pk, "type");
@@ -447,21 +521,21 @@ static void pack_event(events_t *ev, const rec_t *r)
         PACK_KEY(pk, "BlockRemoved");
         if (map)
             PACK_KEY(pk, "block_hashes");
-        pack_keys(pk, r);
+        msgpack_pack_array(pk, r->n_keys);
+        for (uint32_t i = 0; i < r->n_keys; i++)
+            msgpack_pack_uint64(pk, rec_keys(r)[i]);
         if (map)
             PACK_KEY(pk, "medium");
         pack_str(pk, ev->medium, strlen(ev->medium));
         return;
-    default:
-        if (map) {
-            msgpack_pack_map(pk, 1);
-            PACK_KEY(pk, "type");
-        } else {
-            msgpack_pack_array(pk, 1);
-        }
-        PACK_KEY(pk, "AllBlocksCleared");
-        return;
     }
+    if (map) {
+        msgpack_pack_map(pk, 1);
+        PACK_KEY(pk, "type");
+    } else {
+        msgpack_pack_array(pk, 1);
+    }
+    PACK_KEY(pk, "AllBlocksCleared");
 }
 
 static void seq_bytes(uint64_t seq, uint8_t out[8])
@@ -472,33 +546,72 @@ static void seq_bytes(uint64_t seq, uint8_t out[8])
     }
 }
 
-/* Keeps a sent message for replay, dropping the oldest beyond the byte
- * bound. */
-static void replay_keep(events_t *ev, uint32_t ident, uint64_t seq, const char *topic,
-                        size_t topic_len)
+/* --- the publisher thread: message buffers --- */
+
+static void msgbuf_unref(msgbuf_t *b)
+{
+    if (atomic_fetch_sub(&b->refs, 1) != 1)
+        return;
+    atomic_fetch_sub(&b->ev->held, b->size);
+    free(b);
+}
+
+/* ZeroMQ's free function: its I/O thread calls it when no queue holds the
+ * frame any more. */
+static void msgbuf_zfree(void *data, void *hint)
+{
+    (void)data;
+    msgbuf_unref(hint);
+}
+
+/* Bytes held only by ZeroMQ's queues: messages waiting for subscribers or
+ * replay peers that the replay ring no longer keeps. */
+static uint64_t queued_bytes(const events_t *ev)
+{
+    uint64_t held = atomic_load(&ev->held);
+    return held > ev->replay_bytes ? held - ev->replay_bytes : 0;
+}
+
+/* Sends len bytes of b from p as one frame without copying them: the
+ * frame holds a reference to b. Returns 0 or -1 (zmq_errno). */
+static int send_ref(void *sock, msgbuf_t *b, const void *p, size_t len, int flags)
+{
+    zmq_msg_t m;
+    atomic_fetch_add(&b->refs, 1);
+    if (zmq_msg_init_data(&m, (void *)p, len, msgbuf_zfree, b) != 0) {
+        msgbuf_unref(b);
+        return -1;
+    }
+    if (zmq_msg_send(&m, sock, flags | ZMQ_DONTWAIT) < 0) {
+        int e = zmq_errno();
+        zmq_msg_close(&m); /* calls msgbuf_zfree */
+        errno = e;
+        return -1;
+    }
+    return 0;
+}
+
+/* Keeps a sent message for replay (a reference to b), dropping the oldest
+ * beyond the byte bound. */
+static void replay_keep(events_t *ev, uint32_t ident, uint64_t seq, msgbuf_t *b)
 {
     uint64_t msg = ev->next_msg++;
     replay_slot_t *slot = &ev->replay[msg % ev->cfg.buffer];
-    if (slot->bytes) {
-        ev->replay_bytes -= slot->topic_len + slot->payload_len;
-        free(slot->bytes);
-        slot->bytes = NULL;
+    if (slot->buf) {
+        ev->replay_bytes -= slot->buf->size;
+        msgbuf_unref(slot->buf);
+        slot->buf = NULL;
     }
-    size_t total = topic_len + ev->sbuf.size;
-    uint8_t *bytes = malloc(total ? total : 1);
-    if (!bytes)
-        return; /* a gap in replay: the subscriber sees it end early */
-    memcpy(bytes, topic, topic_len);
-    memcpy(bytes + topic_len, ev->sbuf.data, ev->sbuf.size);
-    *slot = (replay_slot_t){msg, seq, ident, bytes, (uint32_t)topic_len, ev->sbuf.size};
-    ev->replay_bytes += total;
+    atomic_fetch_add(&b->refs, 1);
+    *slot = (replay_slot_t){msg, seq, ident, b};
+    ev->replay_bytes += b->size;
     /* Over the byte bound: the oldest go first (never this one). */
     while (ev->replay_bytes > ev->cfg.replay_bytes && ev->replay_oldest < msg) {
         replay_slot_t *old = &ev->replay[ev->replay_oldest % ev->cfg.buffer];
-        if (old->bytes && old->msg == ev->replay_oldest) {
-            ev->replay_bytes -= old->topic_len + old->payload_len;
-            free(old->bytes);
-            old->bytes = NULL;
+        if (old->buf && old->msg == ev->replay_oldest) {
+            ev->replay_bytes -= old->buf->size;
+            msgbuf_unref(old->buf);
+            old->buf = NULL;
         }
         ev->replay_oldest++;
     }
@@ -506,78 +619,135 @@ static void replay_keep(events_t *ev, uint32_t ident, uint64_t seq, const char *
         ev->replay_oldest = msg + 1 - ev->cfg.buffer;
 }
 
-/* Encodes recs[0..n) (one model) as one batch and sends it once per
- * identity, on that identity's topic with that stream's next seq. */
-static void send_batch(events_t *ev, const rec_t *const *recs, size_t n)
+/* Sends the events packed so far (of the model ev->cur_model) as one batch
+ * [ts, events, rank], once per identity, on that identity's topic with that
+ * stream's next seq. One buffer per identity holds topic and payload; PUB's
+ * queues and the replay ring share it. While the messages queued for
+ * subscribers hold send_bytes, the batch goes to the replay ring only, and
+ * is counted: every subscriber then sees a gap and may ask for it. */
+static void flush_batch(events_t *ev)
 {
     struct timespec now;
     uint8_t seq[8];
     char topic[EVENTS_TOPIC_MAX + 1];
     const char *tmpl = ev->cfg.topic ? ev->cfg.topic : EVENTS_DEFAULT_TOPIC;
 
+    if (ev->n_packed == 0)
+        return;
     clock_gettime(CLOCK_REALTIME, &now);
     msgpack_sbuffer_clear(&ev->sbuf);
     msgpack_pack_array(&ev->pk, 3);
     msgpack_pack_double(&ev->pk, (double)now.tv_sec + (double)now.tv_nsec / 1e9);
-    msgpack_pack_array(&ev->pk, n);
-    for (size_t i = 0; i < n; i++)
-        pack_event(ev, recs[i]);
+    msgpack_pack_array(&ev->pk, ev->n_packed);
+    msgpack_sbuffer_write(&ev->sbuf, ev->ebuf.data, ev->ebuf.size);
     msgpack_pack_nil(&ev->pk); /* data_parallel_rank */
+    msgpack_sbuffer_clear(&ev->ebuf);
+    ev->n_packed = 0;
 
     for (uint32_t id = 0; id < ev->n_idents; id++) {
         /* Fits: events_stream_init checked every identity's topic. */
-        int topic_len = expand_topic(tmpl, ev->ident[id], ev->ident_len[id], rec_model(ev, recs[0]),
-                                     recs[0]->model_len, topic);
+        int topic_len = expand_topic(tmpl, ev->ident[id], ev->ident_len[id], ev->cur_model,
+                                     ev->cur_model_len, topic);
         if (topic_len < 0)
             continue;
+        size_t size = (size_t)topic_len + ev->sbuf.size;
+        msgbuf_t *b = malloc(sizeof(*b) + size);
+        if (!b) {
+            ev->next_seq[id]++; /* a gap: subscribers see it */
+            continue;
+        }
+        atomic_init(&b->refs, 1);
+        b->ev = ev;
+        b->topic_len = (uint32_t)topic_len;
+        b->size = sizeof(*b) + size;
+        memcpy(b->bytes, topic, (size_t)topic_len);
+        memcpy(b->bytes + topic_len, ev->sbuf.data, ev->sbuf.size);
+        atomic_fetch_add(&ev->held, b->size);
         seq_bytes(ev->next_seq[id], seq);
-        /* PUB never blocks: a subscriber at its high-water mark misses this
-         * message and sees the gap in seq. */
-        if (zmq_send(ev->pub, topic, (size_t)topic_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
-            zmq_send(ev->pub, seq, sizeof(seq), ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
-            zmq_send(ev->pub, ev->sbuf.data, ev->sbuf.size, ZMQ_DONTWAIT) < 0)
+        if (queued_bytes(ev) > ev->cfg.send_bytes) {
+            atomic_fetch_add(&ev->send_drops, 1);
+        } else if (send_ref(ev->pub, b, b->bytes, (size_t)topic_len, ZMQ_SNDMORE) < 0 ||
+                   zmq_send(ev->pub, seq, sizeof(seq), ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
+                   send_ref(ev->pub, b, b->bytes + topic_len, ev->sbuf.size, 0) < 0) {
+            /* PUB never blocks: a subscriber at its high-water mark misses
+             * this message and sees the gap in seq. */
             LOG_DEBUG("kv events: batch %llu of %s not sent: %s",
                       (unsigned long long)ev->next_seq[id], topic, zmq_strerror(zmq_errno()));
+        }
         if (ev->router)
-            replay_keep(ev, id, ev->next_seq[id], topic, (size_t)topic_len);
+            replay_keep(ev, id, ev->next_seq[id], b);
+        msgbuf_unref(b);
         ev->next_seq[id]++;
     }
-    atomic_fetch_add(&ev->published, n);
 }
 
-/* Sends everything queued, in batches of consecutive records of one topic. */
+/* Starts a batch for r's model when the current one is of another. */
+static void batch_for(events_t *ev, const rec_t *r)
+{
+    const char *model = rec_model(ev, r);
+    if (ev->n_packed > 0 &&
+        (r->model_len != ev->cur_model_len || memcmp(model, ev->cur_model, r->model_len) != 0))
+        flush_batch(ev);
+    memcpy(ev->cur_model, model, r->model_len);
+    ev->cur_model_len = r->model_len;
+}
+
+/* Packs one record, splitting a BlockStored of many blocks into events of
+ * at most blocks_per_event blocks (each names the previous one's last block
+ * as its parent), and flushes the batch whenever it reaches
+ * EVENTS_MSG_TARGET bytes or BATCH_MAX_EVENTS events: no message is larger
+ * than msg_max, so that the subscribers' high-water mark bounds bytes. */
+static void pack_record(events_t *ev, const rec_t *r)
+{
+    batch_for(ev, r);
+    if (r->kind != REC_STORED) {
+        pack_other(ev, r);
+        ev->n_packed++;
+    } else {
+        const uint64_t *keys = rec_keys(r);
+        const uint32_t *tokens = rec_tokens(r);
+        bool has_parent = r->has_parent;
+        uint64_t parent = r->parent;
+        for (size_t at = 0; at < r->n_keys;) {
+            size_t n = r->n_keys - at;
+            if (n > ev->blocks_per_event)
+                n = ev->blocks_per_event;
+            pack_stored(ev, r, keys + at, n, has_parent, parent,
+                        tokens + at * (size_t)ev->block_tokens);
+            ev->n_packed++;
+            at += n;
+            has_parent = true;
+            parent = keys[at - 1];
+            if (at < r->n_keys && ev->ebuf.size >= EVENTS_MSG_TARGET)
+                flush_batch(ev);
+        }
+    }
+    atomic_fetch_add(&ev->published, 1);
+    if (ev->ebuf.size >= EVENTS_MSG_TARGET || ev->n_packed >= BATCH_MAX_EVENTS)
+        flush_batch(ev);
+}
+
+/* Sends everything queued, in batches of consecutive records of one topic.
+ * The ring's room goes back to the loop after each record. */
 static void publish_pending(events_t *ev)
 {
-    const rec_t *batch[BATCH_MAX_EVENTS];
     uint64_t tail = atomic_load_explicit(&ev->tail, memory_order_relaxed);
     uint64_t head = atomic_load(&ev->head);
-    size_t n = 0, bytes = 0;
-    while (tail < head || n > 0) {
-        const rec_t *r = NULL;
-        if (tail < head) {
-            size_t pos = (size_t)(tail % ev->ring_cap);
-            r = (const rec_t *)(const void *)(ev->ring + pos);
-            if (r->size == 0) {
-                tail += ev->ring_cap - pos;
-                continue;
-            }
+    while (tail < head) {
+        size_t pos = (size_t)(tail % ev->ring_cap);
+        const rec_t *r = (const rec_t *)(const void *)(ev->ring + pos);
+        if (r->size == 0) {
+            tail += ev->ring_cap - pos;
+        } else {
+            pack_record(ev, r);
+            tail += r->size;
         }
-        if (n > 0 && (!r || n == BATCH_MAX_EVENTS || bytes >= BATCH_MAX_BYTES ||
-                      r->model_len != batch[0]->model_len ||
-                      memcmp(rec_model(ev, r), rec_model(ev, batch[0]), r->model_len) != 0)) {
-            send_batch(ev, batch, n);
-            /* The records are encoded: their room goes back to the loop. */
+        if (ev->n_packed == 0) /* sent: events_flush may return */
             atomic_store_explicit(&ev->tail, tail, memory_order_release);
-            n = bytes = 0;
-        }
-        if (!r)
-            break;
-        batch[n++] = r;
-        bytes += r->size;
-        tail += r->size;
         if (tail >= head)
             head = atomic_load(&ev->head);
     }
+    flush_batch(ev);
     atomic_store_explicit(&ev->tail, tail, memory_order_release);
 }
 
@@ -588,19 +758,71 @@ static int send_frame(void *sock, const void *data, size_t len, bool more)
     return zmq_send(sock, data, len, (more ? ZMQ_SNDMORE : 0) | ZMQ_DONTWAIT) < 0 ? -1 : 0;
 }
 
-/* Answers one request [identity, "", start_seq] with every kept batch of
- * the first stream from start_seq on, then END_SEQ (-1). With several
- * identities a request may name its stream in a fourth frame:
- * [identity, "", start_seq, name]. */
+static const uint8_t end_seq[8] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+
+/* Sends the end of an answer [id, "", (topic ""), END_SEQ, text]: text is
+ * "" after a replay, the reason of a refusal otherwise (a consumer stops at
+ * END_SEQ and may log the rest). Returns 0, or -1 with zmq_errno EAGAIN
+ * (the peer's queue is full) or EHOSTUNREACH (the peer is gone). */
+static int send_end(events_t *ev, const uint8_t *id, size_t id_len, const char *text)
+{
+    if (send_frame(ev->router, id, id_len, true) != 0)
+        return -1;
+    /* Once the first frame is taken, the rest of the message is too. */
+    (void)(send_frame(ev->router, "", 0, true) == 0 &&
+           (ev->cfg.replay_framing != EVENTS_REPLAY_TOPIC ||
+            send_frame(ev->router, "", 0, true) == 0) &&
+           send_frame(ev->router, end_seq, 8, true) == 0 &&
+           send_frame(ev->router, text, strlen(text), false) == 0);
+    return 0;
+}
+
+/* Refuses a replay request at once: answered with END_SEQ and the reason,
+ * never queued or buffered (a peer whose queue is full gets nothing), and
+ * counted. */
+static void replay_refuse(events_t *ev, const uint8_t *id, size_t id_len, const char *why)
+{
+    atomic_fetch_add(&ev->replay_refused, 1);
+    (void)send_end(ev, id, id_len, why);
+}
+
+static uint64_t mono_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
+}
+
+/* The peer's entry in the table of recent requesters (the least recently
+ * seen one makes room). */
+static replay_peer_t *replay_peer(events_t *ev, const uint8_t *id, size_t id_len)
+{
+    replay_peer_t *oldest = &ev->peers[0];
+    for (size_t i = 0; i < REPLAY_PEERS; i++) {
+        replay_peer_t *p = &ev->peers[i];
+        if (p->id_len == id_len && memcmp(p->id, id, id_len) == 0)
+            return p;
+        if (p->last_ms < oldest->last_ms)
+            oldest = p;
+    }
+    memcpy(oldest->id, id, id_len);
+    oldest->id_len = (uint8_t)id_len;
+    oldest->last_ms = 0;
+    return oldest;
+}
+
+/* Takes one request [identity, "", start_seq] (or [identity, "", start_seq,
+ * name] for the stream of identity `name`): within the peer's share (one
+ * request per REPLAY_PEER_GAP_MS, one replay at a time, REPLAY_JOBS replays
+ * in all) it becomes a replay job that pump_replays sends; else it is
+ * refused (replay_refuse). */
 static void serve_replay(events_t *ev, const zmq_msg_t *frames, int n)
 {
     const uint8_t *id = zmq_msg_data((zmq_msg_t *)&frames[0]);
     size_t id_len = zmq_msg_size((zmq_msg_t *)&frames[0]);
-    static const uint8_t end_seq[8] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
-    uint8_t seq[8];
 
     if ((n != 3 && n != 4) || zmq_msg_size((zmq_msg_t *)&frames[1]) != 0 ||
-        zmq_msg_size((zmq_msg_t *)&frames[2]) != 8) {
+        zmq_msg_size((zmq_msg_t *)&frames[2]) != 8 || id_len > REPLAY_ID_MAX) {
         LOG_DEBUG("kv events: replay request of %d frames ignored: send [\"\", start_seq (8 "
                   "bytes, big-endian)] or [\"\", start_seq, identity]",
                   n);
@@ -619,40 +841,111 @@ static void serve_replay(events_t *ev, const zmq_msg_t *frames, int n)
             return;
         }
     }
+    uint64_t now = mono_ms();
+    replay_peer_t *peer = replay_peer(ev, id, id_len);
+    if (peer->last_ms && now - peer->last_ms < REPLAY_PEER_GAP_MS) {
+        replay_refuse(ev, id, id_len, "refused: at most one replay request per 100 ms per peer");
+        return;
+    }
+    replay_job_t *job = NULL;
+    for (size_t i = 0; i < REPLAY_JOBS; i++) {
+        replay_job_t *j = &ev->jobs[i];
+        if (j->on && j->id_len == id_len && memcmp(j->id, id, id_len) == 0) {
+            replay_refuse(ev, id, id_len, "refused: this peer's previous replay is not done");
+            return;
+        }
+        if (!j->on && !job)
+            job = j;
+    }
+    if (!job) {
+        replay_refuse(ev, id, id_len, "refused: too many replays at once; ask again later");
+        return;
+    }
+    peer->last_ms = now;
     atomic_fetch_add(&ev->replay_requests, 1);
     const uint8_t *s = zmq_msg_data((zmq_msg_t *)&frames[2]);
     uint64_t start = 0;
     for (int i = 0; i < 8; i++)
         start = start << 8 | s[i];
     uint64_t oldest = ev->next_msg > ev->cfg.buffer ? ev->next_msg - ev->cfg.buffer : 0;
-    for (uint64_t q = oldest; q < ev->next_msg; q++) {
-        const replay_slot_t *slot = &ev->replay[q % ev->cfg.buffer];
-        if (!slot->bytes || slot->msg != q || slot->ident != ident || slot->seq < start)
-            continue; /* dropped for the byte bound, another stream, or before start */
-        seq_bytes(slot->seq, seq);
-        if (send_frame(ev->router, id, id_len, true) != 0 ||
-            send_frame(ev->router, "", 0, true) != 0)
-            return;
-        if (ev->cfg.replay_framing == EVENTS_REPLAY_TOPIC &&
-            send_frame(ev->router, slot->bytes, slot->topic_len, true) != 0)
-            return;
-        if (send_frame(ev->router, seq, 8, true) != 0 ||
-            send_frame(ev->router, slot->bytes + slot->topic_len, slot->payload_len, false) != 0)
-            return;
-    }
-    /* The end has the framing's frame count too: an empty topic there. */
-    if (send_frame(ev->router, id, id_len, true) != 0 || send_frame(ev->router, "", 0, true) != 0)
-        return;
-    if (ev->cfg.replay_framing == EVENTS_REPLAY_TOPIC && send_frame(ev->router, "", 0, true) != 0)
-        return;
-    (void)(send_frame(ev->router, end_seq, 8, true) == 0 &&
-           send_frame(ev->router, "", 0, false) == 0);
+    *job = (replay_job_t){.on = true,
+                          .id_len = id_len,
+                          .ident = ident,
+                          .start_seq = start,
+                          .next = oldest > ev->replay_oldest ? oldest : ev->replay_oldest,
+                          .end = ev->next_msg,
+                          .progress_ms = now};
+    memcpy(job->id, id, id_len);
 }
 
+/* Sends what one job's peer takes now, at most REPLAY_BURST messages.
+ * Returns false when the job is over (done, peer gone, or stalled). */
+static bool pump_job(events_t *ev, replay_job_t *j, uint64_t now)
+{
+    uint8_t seq[8];
+    bool moved = false;
+    for (int sent = 0; sent < REPLAY_BURST && j->next < j->end;) {
+        const replay_slot_t *slot = &ev->replay[j->next % ev->cfg.buffer];
+        if (!slot->buf || slot->msg != j->next || slot->ident != j->ident ||
+            slot->seq < j->start_seq) {
+            j->next++; /* dropped for the byte bound, another stream, or before start */
+            continue;
+        }
+        if (queued_bytes(ev) > ev->cfg.send_bytes)
+            break; /* the queues are full: wait for them to drain */
+        msgbuf_t *b = slot->buf;
+        if (send_frame(ev->router, j->id, j->id_len, true) != 0)
+            goto refused;
+        seq_bytes(slot->seq, seq);
+        (void)(send_frame(ev->router, "", 0, true) == 0 &&
+               (ev->cfg.replay_framing != EVENTS_REPLAY_TOPIC ||
+                send_ref(ev->router, b, b->bytes, b->topic_len, ZMQ_SNDMORE) == 0) &&
+               send_frame(ev->router, seq, 8, true) == 0 &&
+               send_ref(ev->router, b, b->bytes + b->topic_len, b->size - sizeof(*b) - b->topic_len,
+                        0) == 0);
+        j->next++;
+        sent++;
+        moved = true;
+    }
+    if (j->next >= j->end) {
+        if (send_end(ev, j->id, j->id_len, "") == 0)
+            return false;
+        goto refused;
+    }
+    goto check;
+refused:
+    if (zmq_errno() == EHOSTUNREACH)
+        return false; /* the peer is gone */
+check:
+    if (moved)
+        j->progress_ms = now;
+    else if (now - j->progress_ms > REPLAY_STALL_MS) {
+        atomic_fetch_add(&ev->replay_stalled, 1);
+        return false;
+    }
+    return true;
+}
+
+/* Moves every replay job on. Returns whether some are left. */
+static bool pump_replays(events_t *ev)
+{
+    bool left = false;
+    uint64_t now = mono_ms();
+    for (size_t i = 0; i < REPLAY_JOBS; i++) {
+        replay_job_t *j = &ev->jobs[i];
+        if (j->on && !pump_job(ev, j, now))
+            j->on = false;
+        left |= j->on;
+    }
+    return left;
+}
+
+/* Reads at most REPLAY_READS requests per turn, so that a peer that floods
+ * requests cannot keep the publisher from publishing. */
 static void serve_replays(events_t *ev)
 {
     enum { MAX_FRAMES = 5 };
-    for (;;) {
+    for (int r = 0; r < REPLAY_READS; r++) {
         zmq_msg_t frames[MAX_FRAMES];
         int kept = 0, n = 0, more = 1;
         while (more) {
@@ -684,19 +977,23 @@ static void *publisher_main(void *arg)
     events_t *ev = arg;
     zmq_pollitem_t items[2];
     int n_items = 0;
+    bool jobs = false;
     items[n_items++] = (zmq_pollitem_t){NULL, ev->wake_fd, ZMQ_POLLIN, 0};
     if (ev->router)
         items[n_items++] = (zmq_pollitem_t){ev->router, 0, ZMQ_POLLIN, 0};
     for (;;) {
         bool stopping = atomic_load(&ev->stop);
         publish_pending(ev);
-        if (ev->router)
+        if (ev->router) {
             serve_replays(ev);
+            jobs = pump_replays(ev);
+        }
         if (stopping)
             break;
         atomic_store(&ev->sleeping, true);
+        /* Replays in progress: look again soon, for their peers' room. */
         if (atomic_load(&ev->tail) == atomic_load(&ev->head) && !atomic_load(&ev->stop))
-            zmq_poll(items, n_items, -1);
+            zmq_poll(items, n_items, jobs ? REPLAY_POLL_MS : -1);
         atomic_store(&ev->sleeping, false);
         uint64_t count;
         ssize_t rc = read(ev->wake_fd, &count, sizeof(count));
@@ -734,9 +1031,11 @@ static void events_free(events_t *ev)
     if (ev->wake_fd >= 0)
         close(ev->wake_fd);
     for (uint32_t i = 0; ev->replay && i < ev->cfg.buffer; i++)
-        free(ev->replay[i].bytes);
+        if (ev->replay[i].buf)
+            msgbuf_unref(ev->replay[i].buf);
     free(ev->replay);
     msgpack_sbuffer_destroy(&ev->sbuf);
+    msgpack_sbuffer_destroy(&ev->ebuf);
     free(ev->ring);
     free(ev);
 }
@@ -755,7 +1054,8 @@ int events_start(const events_config_t *cfg, uint32_t block_tokens, const char *
                  events_t **out, char *err, size_t errlen)
 {
     if (!cfg || !cfg->endpoint || !medium || !out || block_tokens == 0 || cfg->buffer == 0 ||
-        cfg->hwm == 0 || cfg->queue_bytes < 4096)
+        cfg->hwm == 0 || cfg->queue_bytes < 4096 || cfg->subscriber_bytes == 0 ||
+        cfg->send_bytes == 0)
         return KVS_EINVAL;
     if (events_check_endpoint(cfg->endpoint) != 0 ||
         (cfg->replay_endpoint && events_check_endpoint(cfg->replay_endpoint) != 0)) {
@@ -779,6 +1079,17 @@ int events_start(const events_config_t *cfg, uint32_t block_tokens, const char *
     for_each_ident(cfg, add_ident, ev);
     msgpack_sbuffer_init(&ev->sbuf);
     msgpack_packer_init(&ev->pk, &ev->sbuf, msgpack_sbuffer_write);
+    msgpack_sbuffer_init(&ev->ebuf);
+    msgpack_packer_init(&ev->epk, &ev->ebuf, msgpack_sbuffer_write);
+    /* A block's event bytes at most: its key and tokens as msgpack uint64
+     * and uint32 (9 and 5 bytes). */
+    size_t block_max = 9 + 5 * (size_t)block_tokens;
+    ev->blocks_per_event = EVENTS_MSG_TARGET / 2 / block_max;
+    if (ev->blocks_per_event == 0)
+        ev->blocks_per_event = 1;
+    ev->msg_max = events_msg_max(block_tokens);
+    uint64_t by_bytes = cfg->subscriber_bytes / ev->msg_max;
+    ev->sub_hwm = by_bytes < cfg->hwm ? (uint32_t)(by_bytes ? by_bytes : 1) : cfg->hwm;
     ev->ring_cap = (size_t)(cfg->queue_bytes & ~(uint64_t)7);
     ev->ring = malloc(ev->ring_cap);
     ev->replay = cfg->replay_endpoint ? calloc(cfg->buffer, sizeof(*ev->replay)) : NULL;
@@ -790,7 +1101,7 @@ int events_start(const events_config_t *cfg, uint32_t block_tokens, const char *
         events_free(ev);
         return KVS_ENOMEM;
     }
-    int hwm = cfg->hwm > INT32_MAX ? INT32_MAX : (int)cfg->hwm;
+    int hwm = ev->sub_hwm > INT32_MAX ? INT32_MAX : (int)ev->sub_hwm;
     ev->pub = zmq_socket(ev->zctx, ZMQ_PUB);
     int rc = ev->pub ? zmq_setsockopt(ev->pub, ZMQ_SNDHWM, &hwm, sizeof(hwm)) : -1;
     if (rc == 0)
@@ -804,11 +1115,22 @@ int events_start(const events_config_t *cfg, uint32_t block_tokens, const char *
         return KVS_EIO;
     }
     if (cfg->replay_endpoint) {
-        /* Room for one whole answer per client: the ring and the end. */
-        int replay_hwm = cfg->buffer >= INT32_MAX - 1 ? INT32_MAX : (int)cfg->buffer + 1;
+        /* Each peer's queues are small: a replay is sent as its peer takes
+         * it (pump_replays), requests are read as they come, a frame
+         * larger than a request could be ends the connection, and a peer
+         * that answers no heartbeat for 10 s is dropped. Mandatory: a send
+         * to a full or gone peer fails instead of dropping silently. */
+        static const int opts[][2] = {{ZMQ_SNDHWM, REPLAY_PEER_HWM},
+                                      {ZMQ_RCVHWM, REPLAY_RCV_HWM},
+                                      {ZMQ_ROUTER_MANDATORY, 1},
+                                      {ZMQ_HEARTBEAT_IVL, REPLAY_HEARTBEAT_MS},
+                                      {ZMQ_HEARTBEAT_TIMEOUT, REPLAY_HEARTBEAT_TIMEOUT_MS}};
+        int64_t max_frame = REPLAY_MAX_FRAME;
         ev->router = zmq_socket(ev->zctx, ZMQ_ROUTER);
-        rc = ev->router ? zmq_setsockopt(ev->router, ZMQ_SNDHWM, &replay_hwm, sizeof(replay_hwm))
+        rc = ev->router ? zmq_setsockopt(ev->router, ZMQ_MAXMSGSIZE, &max_frame, sizeof(max_frame))
                         : -1;
+        for (size_t i = 0; rc == 0 && i < sizeof(opts) / sizeof(opts[0]); i++)
+            rc = zmq_setsockopt(ev->router, opts[i][0], &opts[i][1], sizeof(int));
         if (rc == 0)
             rc = zmq_bind(ev->router, cfg->replay_endpoint);
         if (rc != 0) {

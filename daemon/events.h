@@ -25,11 +25,20 @@
  * The publisher thread owns both ZeroMQ sockets. Each batch goes out once
  * per identity (kv_events_identities, else the pod) on the topic with that
  * {pod}; seq counts each identity's messages from 0, 8 bytes big-endian.
- * PUB drops a batch for a subscriber whose queue holds `hwm` messages
- * (ZeroMQ's SNDHWM): that subscriber sees a gap in seq and fills it from the
- * replay socket, which serves the last `buffer` messages held in at most
- * replay_bytes. Memory is bounded by queue_bytes, replay_bytes and hwm
- * messages per subscriber.
+ * A message is at most events_msg_max bytes (a BlockStored of many blocks
+ * is cut into events of fewer). PUB drops a batch for a subscriber whose
+ * queue holds its high-water mark: `hwm` messages, or fewer, so that they
+ * take at most subscriber_bytes; that subscriber sees a gap in seq and
+ * fills it from the replay socket, which serves the last `buffer` messages
+ * held in at most replay_bytes. A message's bytes are shared by every
+ * subscriber's queue, the replay ring and replay answers (no copy per
+ * subscriber); while the messages only queues hold take send_bytes, a new
+ * batch goes to the replay ring alone (counted: send_drops). Replay
+ * requests are bounded per peer (one at a time, one per 100 ms, frames of
+ * 512 bytes), REPLAY_JOBS are sent at once and a peer over its share is
+ * refused with END_SEQ and the reason (counted), never buffered; a replay
+ * is sent as fast as its peer takes it, and ends when it takes nothing for
+ * 5 s. Memory is bounded by queue_bytes + replay_bytes + send_bytes.
  *
  * A namespace publishes only when it maps to a model name (events_stream_t):
  * the topic template's {model} is that name (default `kv@{pod}@{model}`), and
@@ -67,16 +76,26 @@ typedef struct events_config {
     uint32_t buffer;             /* batches the replay ring keeps */
     uint64_t replay_bytes;       /* ... in at most this much memory */
     uint32_t hwm;                /* ZeroMQ SNDHWM: messages queued per subscriber */
+    uint64_t subscriber_bytes;   /* ... in at most this many bytes (fewer messages) */
+    uint64_t send_bytes;         /* bytes queued for subscribers and replay peers in all */
     uint64_t queue_bytes;        /* the hand-off ring between the threads */
     int encoding;                /* events_encoding_t */
     int replay_framing;          /* events_framing_t */
 } events_config_t;
 
-#define EVENTS_DEFAULT_TOPIC  "kv@{pod}@{model}"
-#define EVENTS_DEFAULT_BUFFER 10000
-#define EVENTS_DEFAULT_HWM    100000
-#define EVENTS_DEFAULT_QUEUE  (16u << 20)
-#define EVENTS_DEFAULT_REPLAY (64u << 20)
+#define EVENTS_DEFAULT_TOPIC      "kv@{pod}@{model}"
+#define EVENTS_DEFAULT_BUFFER     10000
+#define EVENTS_DEFAULT_HWM        100000
+#define EVENTS_DEFAULT_QUEUE      (16u << 20)
+#define EVENTS_DEFAULT_REPLAY     (64u << 20)
+#define EVENTS_DEFAULT_SUBSCRIBER (32u << 20)
+#define EVENTS_DEFAULT_SEND       (128u << 20)
+/* A batch is sent once its events take this many bytes. */
+#define EVENTS_MSG_TARGET (32u << 10)
+
+/* The largest message (topic, seq and payload) with blocks of block_tokens
+ * tokens: what one subscriber's high-water mark is counted in. */
+size_t events_msg_max(uint32_t block_tokens);
 
 /* Fills cfg with the defaults above, endpoint NULL (off). */
 void events_config_init(events_config_t *cfg);
@@ -140,9 +159,19 @@ int events_removed(events_t *ev, const events_stream_t *st, uint64_t key);
 /* Queues AllBlocksCleared on st's topic. Returns 0 or KVS_ELIMIT. */
 int events_cleared(events_t *ev, const events_stream_t *st);
 
-/* Counters the publisher thread keeps: events sent, replay requests
- * answered. Safe from any thread. */
-void events_counters(const events_t *ev, uint64_t *published, uint64_t *replay_requests);
+/* What the publisher thread counts. */
+typedef struct events_stats {
+    uint64_t published;       /* events sent (BlockStored, BlockRemoved, AllBlocksCleared) */
+    uint64_t replay_requests; /* replay requests taken */
+    uint64_t replay_refused;  /* refused: over a peer's share, or too many at once */
+    uint64_t replay_stalled;  /* replays ended because their peer took nothing for 5 s */
+    uint64_t send_drops;      /* messages not sent to subscribers: send_bytes was full */
+    uint64_t held_bytes;      /* message bytes alive now (ring, queues, answers) */
+    uint32_t subscriber_hwm;  /* PUB's high-water mark in messages */
+} events_stats_t;
+
+/* Fills *out (zeros for NULL ev). Safe from any thread. */
+void events_counters(const events_t *ev, events_stats_t *out);
 
 /* Waits up to timeout_ms for the publisher to have sent everything queued
  * so far (tests, shutdown). Returns true when it has. */

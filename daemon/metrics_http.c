@@ -2,14 +2,16 @@
 /*
  * A minimal HTTP/1.1 responder for GET /metrics on the daemon's loop.
  *
- *     metrics_http_t --- listener (uv_tcp_t)
- *          `-- conns: doubly linked, at most METRICS_HTTP_MAX_CONNS
+ *     metrics_http_t --- listener (uv_tcp_t), render timer (uv_timer_t)
+ *          `-- conns: doubly linked, newest first, at most METRICS_HTTP_MAX_CONNS
  *                 http_conn_t: tcp + timer + request head buffer
  *
- * A connection reads its request head into a fixed buffer, answers once and
- * closes. Its memory goes when both of its handles have closed. The
- * listener's struct goes when the listener has closed and no connection is
- * left, so closing in any order is safe.
+ * A connection reads its request head into a fixed buffer (READING), may
+ * wait for the next render (WAITING), answers once (WRITING) and closes.
+ * Its timer is the deadline of the phase it is in. Its memory goes when
+ * both of its handles have closed. The responder's struct goes when the
+ * listener and the render timer have closed and no connection is left, so
+ * closing in any order is safe.
  */
 #include "metrics_http.h"
 
@@ -28,12 +30,16 @@ typedef struct http_conn http_conn_t;
 struct metrics_http {
     server_t *srv;
     uv_tcp_t listener;
-    bool listener_open;
+    uv_timer_t render_timer; /* runs while scrapes wait for the next render */
+    int handles_open;        /* listener and render timer */
     bool closing;
     int port;
+    uint64_t next_render_ns; /* uv_hrtime before which no render starts */
     http_conn_t *conns;
     unsigned n_conns;
 };
+
+typedef enum conn_state { CONN_READING, CONN_WAITING, CONN_WRITING } conn_state_t;
 
 struct http_conn {
     metrics_http_t *http;
@@ -41,7 +47,8 @@ struct http_conn {
     uv_tcp_t tcp;
     uv_timer_t timer;
     int handles_open;
-    bool answered;
+    conn_state_t state;
+    bool head_only; /* HEAD: the headers of GET, no body */
     size_t len;
     char head[METRICS_HTTP_MAX_REQUEST];
     uv_write_t write_req;
@@ -50,7 +57,7 @@ struct http_conn {
 
 static void maybe_free_http(metrics_http_t *h)
 {
-    if (h->closing && !h->listener_open && h->n_conns == 0)
+    if (h->closing && h->handles_open == 0 && h->n_conns == 0)
         free(h);
 }
 
@@ -86,54 +93,97 @@ static void on_written(uv_write_t *req, int status)
     conn_close(req->data);
 }
 
-/* Sends status line, headers and body (body may be NULL for a short text);
- * takes ownership of a malloc'd body. With head_only (HEAD), the headers
- * say the body's length but the body is not sent. */
-static void respond_full(http_conn_t *c, int code, const char *reason, char *body, size_t body_len,
-                         const char *content_type, bool head_only)
+static void on_timeout(uv_timer_t *timer)
+{
+    http_conn_t *c = timer->data;
+    c->http->srv->metrics.metrics_http_closed_deadline++;
+    conn_close(c);
+}
+
+/* Sends status line, headers and body (copied: the caller keeps it). With
+ * head_only (HEAD), the headers say the body's length but the body is not
+ * sent. The reply must be taken within METRICS_HTTP_WRITE_MS. */
+static void respond_full(http_conn_t *c, int code, const char *reason, const char *body,
+                         size_t body_len, const char *content_type, bool head_only)
 {
     char hdr[256];
-    c->answered = true;
+    c->state = CONN_WRITING;
     uv_read_stop((uv_stream_t *)&c->tcp);
-    uv_timer_stop(&c->timer);
+    uv_timer_start(&c->timer, on_timeout, METRICS_HTTP_WRITE_MS, 0);
     int n = snprintf(hdr, sizeof(hdr),
                      "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
                      "Connection: close\r\n\r\n",
                      code, reason, content_type, body_len);
+    if (head_only)
+        body_len = 0;
     c->reply = malloc((size_t)n + body_len);
     if (!c->reply) {
-        free(body);
         conn_close(c);
         return;
     }
     memcpy(c->reply, hdr, (size_t)n);
-    if (head_only)
-        body_len = 0;
     if (body_len)
         memcpy(c->reply + n, body, body_len);
-    free(body);
     uv_buf_t buf = uv_buf_init(c->reply, (unsigned)((size_t)n + body_len));
     c->write_req.data = c;
     if (uv_write(&c->write_req, (uv_stream_t *)&c->tcp, &buf, 1, on_written) != 0)
         conn_close(c);
 }
 
-static void respond(http_conn_t *c, int code, const char *reason, char *body, size_t body_len,
-                    const char *content_type)
-{
-    respond_full(c, code, reason, body, body_len, content_type, false);
-}
-
 static void respond_text(http_conn_t *c, int code, const char *reason, const char *text)
 {
-    size_t len = strlen(text);
-    char *body = malloc(len + 1);
-    if (!body) {
-        conn_close(c);
+    respond_full(c, code, reason, text, strlen(text), "text/plain; charset=utf-8", false);
+}
+
+/* Renders once and answers every connection waiting for a render with it;
+ * then no render starts before METRICS_HTTP_RENDER_GAP times its duration
+ * has passed. */
+static void render_for_waiting(metrics_http_t *h)
+{
+    char *body = NULL;
+    size_t len = 0;
+    uint64_t t0 = uv_hrtime();
+    int rc = metrics_render(h->srv, &body, &len);
+    uint64_t t1 = uv_hrtime(), gap = (t1 - t0) * METRICS_HTTP_RENDER_GAP;
+    /* A render slower than 50 ms is a stall already: the gap stays under
+     * the deadlines of the scrapes that wait. */
+    h->next_render_ns = t1 + (gap < METRICS_HTTP_GAP_MAX_NS ? gap : METRICS_HTTP_GAP_MAX_NS);
+    for (http_conn_t *c = h->conns; c; c = c->next) {
+        if (c->state != CONN_WAITING || uv_is_closing((uv_handle_t *)&c->tcp))
+            continue;
+        if (rc != 0)
+            respond_text(c, 500, "Internal Server Error", "out of memory rendering metrics\n");
+        else
+            respond_full(c, 200, "OK", body, len, "text/plain; version=0.0.4; charset=utf-8",
+                         c->head_only);
+    }
+    free(body);
+}
+
+static void on_render_timer(uv_timer_t *timer)
+{
+    render_for_waiting(timer->data);
+}
+
+/* A scrape: answered now when a render may start, else held (counted)
+ * until the render timer says one may. */
+static void scrape(http_conn_t *c, bool head_only)
+{
+    metrics_http_t *h = c->http;
+    c->state = CONN_WAITING;
+    c->head_only = head_only;
+    uv_read_stop((uv_stream_t *)&c->tcp);
+    /* The head came in time; the wait for a render is bounded by the gap. */
+    uv_timer_start(&c->timer, on_timeout, METRICS_HTTP_WRITE_MS, 0);
+    uint64_t now = uv_hrtime();
+    if (now >= h->next_render_ns) {
+        render_for_waiting(h);
         return;
     }
-    memcpy(body, text, len + 1);
-    respond(c, code, reason, body, len, "text/plain; charset=utf-8");
+    h->srv->metrics.metrics_http_scrapes_held++;
+    if (!uv_is_active((uv_handle_t *)&h->render_timer))
+        uv_timer_start(&h->render_timer, on_render_timer,
+                       (h->next_render_ns - now + 999999) / 1000000, 0);
 }
 
 /* Answers a complete request head: only its request line matters. */
@@ -167,14 +217,7 @@ static void answer(http_conn_t *c)
         respond_text(c, 404, "Not Found", "kvshared serves GET /metrics only\n");
         return;
     }
-    char *body = NULL;
-    size_t len = 0;
-    if (metrics_render(c->http->srv, &body, &len) != 0) {
-        respond_text(c, 500, "Internal Server Error", "out of memory rendering metrics\n");
-        return;
-    }
-    respond_full(c, 200, "OK", body, len, "text/plain; version=0.0.4; charset=utf-8",
-                 strcmp(method, "HEAD") == 0);
+    scrape(c, strcmp(method, "HEAD") == 0);
 }
 
 static void on_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf)
@@ -188,7 +231,7 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 {
     http_conn_t *c = stream->data;
     (void)buf;
-    if (c->answered)
+    if (c->state != CONN_READING)
         return;
     if (nread < 0) {
         conn_close(c);
@@ -213,9 +256,17 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
         respond_text(c, 431, "Request Header Fields Too Large", "request head too large\n");
 }
 
-static void on_timeout(uv_timer_t *timer)
+/* At the limit: the oldest connection still sending its head goes (an
+ * idle one cannot keep a scraper out); when every one is being answered,
+ * the new one goes. Counted either way. */
+static void make_room(metrics_http_t *h, http_conn_t *fresh)
 {
-    conn_close(timer->data);
+    http_conn_t *oldest = NULL;
+    h->srv->metrics.metrics_http_closed_limit++;
+    for (http_conn_t *c = fresh->next; c; c = c->next)
+        if (c->state == CONN_READING && !uv_is_closing((uv_handle_t *)&c->tcp))
+            oldest = c;
+    conn_close(oldest ? oldest : fresh);
 }
 
 static void on_connection(uv_stream_t *listener, int status)
@@ -236,11 +287,21 @@ static void on_connection(uv_stream_t *listener, int status)
         h->conns->prev = c;
     h->conns = c;
     h->n_conns++;
-    if (uv_accept(listener, (uv_stream_t *)&c->tcp) != 0 || h->n_conns > METRICS_HTTP_MAX_CONNS) {
+    if (uv_accept(listener, (uv_stream_t *)&c->tcp) != 0) {
         conn_close(c);
         return;
     }
-    uv_timer_start(&c->timer, on_timeout, METRICS_HTTP_TIMEOUT_MS, 0);
+    /* Connections closing already (their handles not yet gone) do not
+     * count: they hold no slot a client could use. */
+    unsigned open = 0;
+    for (http_conn_t *o = h->conns; o; o = o->next)
+        open += !uv_is_closing((uv_handle_t *)&o->tcp);
+    if (open > METRICS_HTTP_MAX_CONNS) {
+        make_room(h, c);
+        if (uv_is_closing((uv_handle_t *)&c->tcp))
+            return;
+    }
+    uv_timer_start(&c->timer, on_timeout, METRICS_HTTP_HEAD_MS, 0);
     if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0)
         conn_close(c);
 }
@@ -297,11 +358,12 @@ int metrics_http_start(server_t *srv, const char *listen, metrics_http_t **out, 
         return KVS_ENOMEM;
     h->srv = srv;
     uv_tcp_init(srv->loop, &h->listener);
-    h->listener.data = h;
-    h->listener_open = true;
+    uv_timer_init(srv->loop, &h->render_timer);
+    h->listener.data = h->render_timer.data = h;
+    h->handles_open = 2;
     rc = uv_tcp_bind(&h->listener, (struct sockaddr *)&addr, 0);
     if (rc == 0)
-        rc = uv_listen((uv_stream_t *)&h->listener, 16, on_connection);
+        rc = uv_listen((uv_stream_t *)&h->listener, 2 * METRICS_HTTP_MAX_CONNS, on_connection);
     if (rc != 0) {
         snprintf(err, errlen, "cannot serve metrics on %s: %s", listen, uv_strerror(rc));
         metrics_http_close(h);
@@ -324,10 +386,10 @@ int metrics_http_port(const metrics_http_t *h)
     return h ? h->port : 0;
 }
 
-static void on_listener_closed(uv_handle_t *handle)
+static void on_handle_closed(uv_handle_t *handle)
 {
     metrics_http_t *h = handle->data;
-    h->listener_open = false;
+    h->handles_open--;
     maybe_free_http(h);
 }
 
@@ -338,5 +400,6 @@ void metrics_http_close(metrics_http_t *h)
     h->closing = true;
     for (http_conn_t *c = h->conns; c; c = c->next)
         conn_close(c);
-    uv_close((uv_handle_t *)&h->listener, on_listener_closed);
+    uv_close((uv_handle_t *)&h->listener, on_handle_closed);
+    uv_close((uv_handle_t *)&h->render_timer, on_handle_closed);
 }

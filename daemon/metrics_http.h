@@ -8,11 +8,18 @@
  *     a request head over METRICS_HTTP_MAX_REQUEST bytes -> 431
  *
  * One response per connection (Connection: close). The responder never
- * blocks the loop: reads and writes are libuv's, a connection that sends no
- * complete request within METRICS_HTTP_TIMEOUT_MS is closed, and at most
- * METRICS_HTTP_MAX_CONNS connections are open at once (more are closed at
- * accept). Rendering walks the namespaces, not the index: its cost does not
- * grow with the cache.
+ * blocks the loop, and no client can keep others out:
+ *   - a connection must send its request head within METRICS_HTTP_HEAD_MS
+ *     and take its reply within METRICS_HTTP_WRITE_MS, else it is closed;
+ *   - at most METRICS_HTTP_MAX_CONNS are open: a new one closes the oldest
+ *     that has not sent its head yet (idle connections cannot hold every
+ *     slot), or is closed when all are busy being answered;
+ *   - after a render that took d, none starts before 19 d later, 1 s at most
+ *     (rendering takes at most 5 % of the loop, one render at a time):
+ *     scrapes that arrive meanwhile wait for the next render and share it.
+ * Each closing and each held scrape is counted (kvshare_counters.h).
+ * Rendering walks the namespaces, not the index: its cost does not grow
+ * with the cache.
  */
 #ifndef KVS_DAEMON_METRICS_HTTP_H
 #define KVS_DAEMON_METRICS_HTTP_H
@@ -23,8 +30,11 @@ typedef struct server server_t;
 typedef struct metrics_http metrics_http_t;
 
 #define METRICS_HTTP_MAX_REQUEST 8192
-#define METRICS_HTTP_TIMEOUT_MS  5000
-#define METRICS_HTTP_MAX_CONNS   16
+#define METRICS_HTTP_HEAD_MS     2000  /* connect to the end of the request head */
+#define METRICS_HTTP_WRITE_MS    10000 /* the reply, once queued, must be taken */
+#define METRICS_HTTP_MAX_CONNS   64
+#define METRICS_HTTP_RENDER_GAP  19            /* after a render of d, the next after 19 d */
+#define METRICS_HTTP_GAP_MAX_NS  1000000000ull /* ... and 1 s at most */
 
 /* Parses "HOST:PORT" (an IPv4 address, or [IPv6]) into *port and the host
  * copied into host[hostlen]. Returns 0 or KVS_EINVAL. */

@@ -42,28 +42,13 @@ int namespaces_declare(server_t *srv, const char *name, char *err, size_t errlen
 
 static int check(const server_t *srv, const config_t *conf, char *err, size_t errlen)
 {
-    uint64_t reserved = 0;
     uint32_t new_ns = 0, id;
-    for (uint32_t i = 0; conf && i < conf->n_ns; i++) {
-        const config_ns_t *n = &conf->ns[i];
-        if (n->quota > srv->num_blocks || n->reserve > srv->num_blocks) {
-            snprintf(err, errlen,
-                     "namespace '%s' (line %d): quota %u / reserve %u is more than the pool's %u "
-                     "blocks",
-                     n->name, n->line, n->quota, n->reserve, srv->num_blocks);
-            return KVS_EINVAL;
-        }
-        reserved += n->reserve;
-        if (radix_ns_find(srv->index, n->name, &id) != 0)
+    int rc = config_check_pool(conf, srv->num_blocks, err, errlen);
+    if (rc != 0)
+        return rc;
+    for (uint32_t i = 0; conf && i < conf->n_ns; i++)
+        if (radix_ns_find(srv->index, conf->ns[i].name, &id) != 0)
             new_ns++;
-    }
-    if (reserved > srv->num_blocks) {
-        snprintf(err, errlen,
-                 "the namespaces reserve %llu blocks in all, more than the pool's %u: lower "
-                 "the reservations or grow the pool",
-                 (unsigned long long)reserved, srv->num_blocks);
-        return KVS_EINVAL;
-    }
     if (radix_ns_count(srv->index) + new_ns > srv->cfg.max_namespaces) {
         snprintf(err, errlen, "%u namespaces would exceed max_namespaces (%u)",
                  radix_ns_count(srv->index) + new_ns, srv->cfg.max_namespaces);

@@ -117,9 +117,15 @@ int server_events_start(server_t *s, char *err, size_t errlen)
 
 void server_sync_counters(server_t *s)
 {
-    if (s->events)
-        events_counters(s->events, &s->metrics.kv_events_published,
-                        &s->metrics.kv_events_replay_requests);
+    if (s->events) {
+        events_stats_t es;
+        events_counters(s->events, &es);
+        s->metrics.kv_events_published = es.published;
+        s->metrics.kv_events_replay_requests = es.replay_requests;
+        s->metrics.kv_events_replay_refused = es.replay_refused;
+        s->metrics.kv_events_replay_stalled = es.replay_stalled;
+        s->metrics.kv_events_send_drops = es.send_drops;
+    }
 }
 
 int server_open(const server_config_t *cfg, uv_loop_t *loop, server_t **out, char *err,

@@ -292,7 +292,16 @@ const setting_t settings_table[] = {
      .help = "the replay ring's memory: the oldest batches go beyond it"},
     {"kv_events_hwm", "kv-events-hwm", SETTING_GLOBAL, SETTING_U32, "N", 1, INT32_MAX,
      AT(server.events.hwm),
-     .help = "messages queued per subscriber; a slower one misses the next (a gap in seq)"},
+     .help = "messages queued per subscriber (fewer when kv_events_subscriber_bytes says so); a "
+             "slower one misses the next (a gap in seq)"},
+    {"kv_events_subscriber_bytes", "kv-events-subscriber-bytes", SETTING_GLOBAL, SETTING_SIZE,
+     "SIZE", 1u << 20, 1ull << 40, AT(server.events.subscriber_bytes),
+     .help = "what one subscriber's queue may hold: its high-water mark is this over the largest "
+             "message (about 50 KiB with 16-token blocks), at most kv_events_hwm"},
+    {"kv_events_send_bytes", "kv-events-send-bytes", SETTING_GLOBAL, SETTING_SIZE, "SIZE", 1u << 20,
+     1ull << 40, AT(server.events.send_bytes),
+     .help = "what the messages queued for every subscriber and replay peer may hold together "
+             "(beyond the replay ring); past it batches go to the replay ring alone, counted"},
     {"kv_events_queue", "kv-events-queue", SETTING_GLOBAL, SETTING_SIZE, "SIZE", 4096, 1ull << 32,
      AT(server.events.queue_bytes),
      .help = "hand-off queue to the publisher thread; events that do not fit are dropped and "
@@ -670,6 +679,98 @@ int settings_finish(settings_t *st, char *err, size_t errlen)
     return 0;
 }
 
+/* The pool's blocks as server_open will count them, when the settings
+ * alone decide it (pool_blocks, or pool_bytes over the block size); false
+ * with a fraction of the device's memory, known only at start. A CUDA pool
+ * of pool_bytes is rounded up to the allocation granularity and may hold a
+ * few blocks more: this is the lower figure. */
+static bool pool_blocks_known(const settings_t *st, uint64_t block_bytes, uint64_t *blocks)
+{
+    const server_config_t *cfg = &st->server;
+    if (cfg->pool_blocks > 0)
+        *blocks = cfg->pool_blocks;
+    else if (cfg->backend.bytes > 0)
+        *blocks = cfg->backend.bytes / block_bytes;
+    else
+        return false;
+    return true;
+}
+
+/* What start refuses that the settings alone decide: the geometry, the
+ * pool's and the host tier's sizes, the namespaces' quotas and reservations
+ * against the pool, their number against max_namespaces, and the KV events
+ * identities. --check-config runs it, so that a file it passes does not
+ * fail at start for one of these. Returns 0 or KVS_EINVAL (message in
+ * err); *note says what could not be checked ("" when everything was). */
+static int check_as_start(const settings_t *st, char *note, size_t notelen, char *err,
+                          size_t errlen)
+{
+    const server_config_t *cfg = &st->server;
+    uint64_t blocks = 0;
+    note[0] = '\0';
+    if (geometry_validate(&cfg->geometry) != 0) {
+        snprintf(err, errlen,
+                 "invalid model geometry: give --model or every one of --layers, --kv-heads, "
+                 "--head-dim, --dtype, --block-tokens");
+        return KVS_EINVAL;
+    }
+    uint64_t block_bytes = geometry_block_bytes(&cfg->geometry);
+    if (pool_blocks_known(st, block_bytes, &blocks)) {
+        if (blocks == 0 || blocks >= UINT32_MAX) {
+            snprintf(err, errlen,
+                     "a pool of %llu bytes holds %llu blocks of %llu bytes: give a pool between "
+                     "one block and 2^32 - 1 blocks",
+                     (unsigned long long)cfg->backend.bytes, (unsigned long long)blocks,
+                     (unsigned long long)block_bytes);
+            return KVS_EINVAL;
+        }
+        if (config_check_pool(st->conf, (uint32_t)blocks, err, errlen) != 0)
+            return KVS_EINVAL;
+        for (uint32_t i = 0; i < st->n_ns; i++) {
+            const settings_ns_t *ns = &st->ns[i];
+            if ((ns->quota && ns->reserve > ns->quota) || ns->reserve > blocks) {
+                snprintf(err, errlen,
+                         "--namespace: namespace '%s': a reservation of %u blocks must not "
+                         "exceed its quota (%u) nor the pool (%llu blocks)",
+                         ns->name, ns->reserve, ns->quota, (unsigned long long)blocks);
+                return KVS_EINVAL;
+            }
+        }
+    } else {
+        snprintf(note, notelen,
+                 "; the pool is a fraction of the device's memory, known at start: quotas and "
+                 "reservations are checked against it then");
+    }
+    if (cfg->host_tier_bytes > 0) {
+        uint64_t t2 = cfg->host_tier_bytes / block_bytes;
+        if (t2 == 0 || t2 > UINT32_MAX - blocks) {
+            snprintf(err, errlen,
+                     "a host tier of %llu bytes holds %llu blocks of %llu bytes: give one "
+                     "between one block and 2^32 - 1 blocks with the pool",
+                     (unsigned long long)cfg->host_tier_bytes, (unsigned long long)t2,
+                     (unsigned long long)block_bytes);
+            return KVS_EINVAL;
+        }
+    }
+    /* The file's sections (tenants_apply's rule; start lets --namespace
+     * flags create theirs past it). */
+    uint32_t n_ns = st->conf ? st->conf->n_ns : 0;
+    if (n_ns > cfg->max_namespaces) {
+        snprintf(err, errlen, "%u namespaces would exceed max_namespaces (%u)", n_ns,
+                 cfg->max_namespaces);
+        return KVS_EINVAL;
+    }
+    if (cfg->events.endpoint && cfg->events.identities &&
+        events_check_identities(cfg->events.identities) != 0) {
+        snprintf(err, errlen,
+                 "kv_events_identities: give NAME,NAME,... (at most %d distinct names of 1 to "
+                 "%d bytes without '@', '{' or '}')",
+                 EVENTS_IDENT_MAX, EVENTS_NAME_MAX);
+        return KVS_EINVAL;
+    }
+    return 0;
+}
+
 /* --- the command line --- */
 
 /* One flag as given: its row and its value (NULL for a switch). */
@@ -800,13 +901,18 @@ bool settings_parse(settings_t *st, int argc, char **argv, int *status)
         errors++;
     }
     if (check) {
+        char note[256];
+        if (errors == 0 && check_as_start(st, note, sizeof(note), err, sizeof(err)) != 0) {
+            fprintf(stderr, "kvshared: %s: start would refuse this: %s\n", path, err);
+            errors++;
+        }
         *status = errors ? 1 : 0;
         if (!errors) {
             uint64_t reserved = 0;
             for (uint32_t i = 0; i < st->conf->n_ns; i++)
                 reserved += st->conf->ns[i].reserve;
-            printf("%s: OK (%u settings, %u namespaces reserving %llu blocks)\n", path,
-                   st->conf->n_entries, st->conf->n_ns, (unsigned long long)reserved);
+            printf("%s: OK (%u settings, %u namespaces reserving %llu blocks%s)\n", path,
+                   st->conf->n_entries, st->conf->n_ns, (unsigned long long)reserved, note);
         }
         goto done;
     }

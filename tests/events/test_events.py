@@ -145,6 +145,20 @@ class Workload:
                 sub.poll(0)
 
 
+def events_flush(client, timeout=10.0):
+    """Waits until kv_events_published stops moving: the publisher has
+    taken everything queued."""
+    deadline = time.time() + timeout
+    last = -1
+    while time.time() < deadline:
+        now = client.stats()["kv_events_published"]
+        if now == last:
+            return True
+        last = now
+        time.sleep(0.1)
+    return False
+
+
 def drain(ev, sub, client):
     """Reads until the subscriber has every batch the daemon published."""
     deadline = time.time() + 30
@@ -463,12 +477,12 @@ class TestEvents(unittest.TestCase):
         finally:
             self.assertEqual(ev.close(), 0)
 
-    def rss_kib(self, pid):
+    def rss_kib(self, pid, field="VmRSS"):
         with open("/proc/%d/status" % pid) as f:
             for line in f:
-                if line.startswith("VmRSS:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1])
-        raise AssertionError("no VmRSS")
+        raise AssertionError("no " + field)
 
     def test_absent_stalled_gone_subscribers(self):
         """Nobody listening (connect mode to a closed port), a subscriber
@@ -552,6 +566,243 @@ class TestEvents(unittest.TestCase):
             print("stalled subscriber: %d requests in %.2f s, RSS %d -> %d KiB; %d published, "
                   "%d dropped" % (3 * 4000, took, rss0, rss1, m["kv_events_published"],
                                   m["kv_events_dropped"]), file=sys.stderr)
+            c.close()
+        finally:
+            ctx.destroy(linger=0)
+            self.assertEqual(d.stop(), 0)
+
+    def bounded_daemon(self, extra, replay=True, blocks=1024):
+        """A daemon publishing the namespace chat on ipc:// endpoints."""
+        tmp = tempfile.mkdtemp(prefix="kvs-events-")
+        if "ASAN_OPTIONS" in os.environ:
+            os.environ["ASAN_OPTIONS"] += ":quarantine_size_mb=1"
+        args = ["--kv-events", "ipc://%s/pub" % tmp] + list(extra)
+        if replay:
+            args += ["--kv-events-replay", "ipc://%s/replay" % tmp]
+        d = Daemon(blocks=blocks, config=CONFIG_ONE, extra=args)
+        return d, "ipc://%s/pub" % tmp, "ipc://%s/replay" % tmp
+
+    @staticmethod
+    def commit_long(c, seed, n_blocks=256):
+        """One commit of n_blocks new blocks in chat: one large BlockStored."""
+        rng = random.Random(seed)
+        tokens = [rng.randrange(1, 120000) for _ in range(n_blocks * BT)]
+        ids = c.alloc(n_blocks, ns="chat")
+        c.commit(tokens, ids, ns="chat")
+        c.release(ids)
+
+    @staticmethod
+    def stalled_sub(ctx, endpoint):
+        s = ctx.socket(zmq.SUB)
+        s.setsockopt(zmq.RCVHWM, 1)
+        s.setsockopt(zmq.RCVBUF, 4096)
+        s.setsockopt(zmq.SUBSCRIBE, b"")
+        s.setsockopt(zmq.LINGER, 0)
+        s.connect(endpoint)
+        return s
+
+    def test_stalled_subscriber_is_bounded_in_bytes(self):
+        """A subscriber that never reads holds at most
+        kv_events_subscriber_bytes (32 MiB by default) in the daemon: its
+        high-water mark is counted in the largest message. Before, it was
+        100,000 messages: 64 identities x 150 commits of 4k tokens (about
+        190 MB of messages) all stayed queued for it."""
+        idents = ",".join("w%02d" % i for i in range(64))
+        d, pub, _ = self.bounded_daemon(["--kv-events-identities", idents], replay=False)
+        ctx = zmq.Context()
+        try:
+            c = kvshare.Client(d.socket, timeout_ms=10000)
+            stalled = self.stalled_sub(ctx, pub)
+            time.sleep(0.3)
+            for i in range(20):
+                self.commit_long(c, i)
+            self.assertTrue(events_flush(c))
+            rss0 = self.rss_kib(d.proc.pid)
+            for i in range(20, 170):
+                self.commit_long(c, i)
+            self.assertTrue(events_flush(c))
+            rss1 = self.rss_kib(d.proc.pid)
+            m = c.stats()
+            print("stalled subscriber, 64 identities: RSS %d -> %d KiB, %d events published" %
+                  (rss0, rss1, m["kv_events_published"]), file=sys.stderr)
+            self.assertLess(rss1 - rss0, 40 << 10, "the daemon grew by %d KiB" % (rss1 - rss0))
+            self.assertEqual(m["kv_events_send_drops"], 0)
+            stalled.close()
+            c.close()
+        finally:
+            ctx.destroy(linger=0)
+            self.assertEqual(d.stop(), 0)
+
+    def test_stalled_subscribers_are_bounded_together(self):
+        """Subscribers stalled at different times hold different messages:
+        together they hold at most kv_events_send_bytes; past it batches are
+        not sent (counted), and once the stalled ones are gone a subscriber
+        that reads gets new batches again."""
+        idents = ",".join("w%02d" % i for i in range(16))
+        d, pub, _ = self.bounded_daemon([
+            "--kv-events-identities", idents, "--kv-events-subscriber-bytes", "4MiB",
+            "--kv-events-send-bytes", "2MiB"], replay=False)
+        ctx = zmq.Context()
+        got = [0]
+
+        def read_all(timeout_ms=0):
+            while reader.poll(timeout_ms):
+                reader.recv_multipart()
+                got[0] += 1
+                timeout_ms = 0
+
+        try:
+            c = kvshare.Client(d.socket, timeout_ms=10000)
+            reader = ctx.socket(zmq.SUB)
+            reader.setsockopt(zmq.SUBSCRIBE, b"kv@w00@")
+            reader.setsockopt(zmq.LINGER, 0)
+            reader.connect(pub)
+            a = self.stalled_sub(ctx, pub)
+            time.sleep(0.3)
+            for i in range(30):
+                self.commit_long(c, i)
+                read_all()
+            self.assertTrue(events_flush(c))
+            rss0 = self.rss_kib(d.proc.pid)
+            b = self.stalled_sub(ctx, pub)  # stalls on later messages than a
+            time.sleep(0.3)
+            for i in range(30, 90):
+                self.commit_long(c, i)
+                read_all()
+            self.assertTrue(events_flush(c))
+            rss1 = self.rss_kib(d.proc.pid)
+            m = c.stats()
+            self.assertGreater(m["kv_events_send_drops"], 0)
+            self.assertLess(rss1 - rss0, 8 << 10, "the daemon grew by %d KiB" % (rss1 - rss0))
+            a.close()
+            b.close()
+            time.sleep(0.5)
+            read_all(100)
+            before = got[0]
+            for i in range(90, 95):
+                self.commit_long(c, i)
+            self.assertTrue(events_flush(c))
+            read_all(1000)
+            self.assertGreater(got[0], before)
+            print("two stalled subscribers: RSS %d -> %d KiB, %d batches not sent" %
+                  (rss0, rss1, m["kv_events_send_drops"]), file=sys.stderr)
+            reader.close()
+            c.close()
+        finally:
+            ctx.destroy(linger=0)
+            self.assertEqual(d.stop(), 0)
+
+    def test_replay_flood_from_one_peer(self):
+        """One peer sends 2,000 replay requests at once and never reads.
+        Before, each was answered with the whole ring: the publisher spent
+        its time on them (0 events published in 6 s) and RSS grew by GBs.
+        Now one replay is sent at a time per peer, as fast as it reads; the
+        others are refused and counted, and events keep flowing."""
+        d, pub, replay = self.bounded_daemon([], blocks=2048)
+        ctx = zmq.Context()
+        try:
+            c = kvshare.Client(d.socket, timeout_ms=10000)
+            for i in range(40):  # a ring worth replaying
+                self.commit_long(c, i)
+            self.assertTrue(events_flush(c))
+            rss0 = self.rss_kib(d.proc.pid)
+            sub = Subscriber(ctx, pub, replay, "plain", default_topic=topic_of("chat"))
+            time.sleep(0.3)
+            peer = ctx.socket(zmq.DEALER)
+            peer.setsockopt(zmq.LINGER, 0)
+            peer.setsockopt(zmq.RCVHWM, 1)
+            peer.setsockopt(zmq.SNDHWM, 10000)
+            peer.connect(replay)
+            for _ in range(2000):
+                peer.send_multipart([b"", struct.pack(">Q", 0)])
+            t0 = time.time()
+            published = c.stats()["kv_events_published"]
+            for i in range(40, 80):
+                self.commit_long(c, i)
+                sub.poll(0)
+            self.assertTrue(events_flush(c, 5.0), "the publisher did not keep up")
+            took = time.time() - t0
+            deadline = time.time() + 10
+            while time.time() < deadline:
+                m = c.stats()
+                if m["kv_events_replay_requests"] + m["kv_events_replay_refused"] >= 2000:
+                    break
+                sub.poll(50)
+            sub.poll(200)
+            rss1 = self.rss_kib(d.proc.pid)
+            # The subscriber may have asked too (a gap as it joined).
+            self.assertGreaterEqual(m["kv_events_replay_requests"] + m["kv_events_replay_refused"],
+                                    2000)
+            self.assertLessEqual(m["kv_events_replay_requests"], 100)
+            self.assertGreaterEqual(m["kv_events_replay_refused"], 1900)
+            self.assertGreater(m["kv_events_published"], published)
+            self.assertGreater(len(sub.batches), 0)
+            self.assertLess(rss1 - rss0, 32 << 10, "the daemon grew by %d KiB" % (rss1 - rss0))
+            print("2,000 replay requests from one peer: %d taken, %d refused; 40 commits "
+                  "published in %.2f s; RSS %d -> %d KiB" %
+                  (m["kv_events_replay_requests"], m["kv_events_replay_refused"], took, rss0,
+                   rss1), file=sys.stderr)
+            peer.close()
+            sub.close()
+            c.close()
+        finally:
+            ctx.destroy(linger=0)
+            self.assertEqual(d.stop(), 0)
+
+    def test_replay_request_too_large_and_peers_that_never_read(self):
+        """A 32 MB replay request is not taken (its connection ends at the
+        first 512 bytes); 20 peers that ask for the whole ring and never read
+        hold no copy of it (the ring's messages are shared), at most 8 are
+        served at once, and their replays end when they take nothing for
+        5 s. Then a peer that reads gets its whole replay."""
+        d, pub, replay = self.bounded_daemon([], blocks=2048)
+        ctx = zmq.Context()
+        try:
+            c = kvshare.Client(d.socket, timeout_ms=10000)
+            for i in range(400):  # more batches than a silent peer's queues take
+                self.commit_long(c, i)
+            self.assertTrue(events_flush(c))
+            rss0 = self.rss_kib(d.proc.pid)
+            peak0 = self.rss_kib(d.proc.pid, "VmHWM")
+            big = ctx.socket(zmq.DEALER)
+            big.setsockopt(zmq.LINGER, 0)
+            big.connect(replay)
+            big.send_multipart([b"", b"\0" * (32 << 20)])
+            time.sleep(1.0)
+            # The peak: a request read whole and then freed shows there only.
+            rss_big = self.rss_kib(d.proc.pid, "VmHWM")
+            self.assertLess(rss_big - peak0, 8 << 10, "a 32 MB request took %d KiB" %
+                            (rss_big - peak0))
+            self.assertEqual(c.stats()["kv_events_replay_requests"], 0)
+            big.close()
+            peers = []
+            for _ in range(20):
+                p = ctx.socket(zmq.DEALER)
+                p.setsockopt(zmq.LINGER, 0)
+                p.setsockopt(zmq.RCVHWM, 1)
+                p.setsockopt(zmq.RCVBUF, 4096)
+                p.connect(replay)
+                p.send_multipart([b"", struct.pack(">Q", 0)])
+                peers.append(p)
+            time.sleep(1.0)
+            rss1 = self.rss_kib(d.proc.pid)
+            m = c.stats()
+            self.assertEqual(m["kv_events_replay_requests"], 8)
+            self.assertEqual(m["kv_events_replay_refused"], 12)
+            self.assertLess(rss1 - rss0, 16 << 10, "20 silent peers took %d KiB" % (rss1 - rss0))
+            deadline = time.time() + 15
+            while c.stats()["kv_events_replay_stalled"] < 8 and time.time() < deadline:
+                time.sleep(0.2)
+            self.assertEqual(c.stats()["kv_events_replay_stalled"], 8)
+            sub = Subscriber(ctx, pub, replay, "plain", default_topic=topic_of("chat"))
+            sub.catch_up(0)
+            self.assertEqual(sub.batches[0][1][0]["type"], "AllBlocksCleared")
+            print("20 silent replay peers: RSS %d -> %d KiB; a 32 MB request: +%d KiB; then a "
+                  "replay of %d batches" % (rss0, rss1, rss_big - peak0, len(sub.batches)),
+                  file=sys.stderr)
+            for p in peers:
+                p.close()
+            sub.close()
             c.close()
         finally:
             ctx.destroy(linger=0)

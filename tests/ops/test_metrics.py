@@ -6,6 +6,8 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
+import time
 import unittest
 import urllib.error
 import urllib.request
@@ -258,6 +260,80 @@ class MetricsTest(unittest.TestCase):
         with kvshare.Client(socket_path=self.d.socket, map_pool=False) as c:
             self.assertEqual(c.lookup([1] * BT, pin=False), [])
         idle.close()
+
+    def connect_idle(self):
+        s = socket.create_connection(("127.0.0.1", self.d.port), timeout=10)
+        s.sendall(b"GET /metr")  # never finishes its request
+        return s
+
+    def test_idle_connections_cannot_keep_scrapers_out(self):
+        # Idle connections up to the limit, renewed as the daemon closes
+        # them, let 1 of 30 scrapes through before: a new connection was
+        # closed at the limit. Now it closes the oldest idle one instead.
+        idle = [self.connect_idle() for _ in range(64)]
+        ok = 0
+        try:
+            for _ in range(30):
+                try:
+                    if "kvshare_pool_blocks 16" in self.d.scrape():
+                        ok += 1
+                except OSError:
+                    pass
+                idle.append(self.connect_idle())  # the attacker renews
+        finally:
+            for s in idle:
+                s.close()
+        self.assertEqual(ok, 30)
+        # Each renewal closed one idle connection: at the limit, or (on a
+        # slow machine, where connecting 64 took seconds) at its deadline.
+        m = parse_metrics(self.d.scrape())
+        limit = metric(m, "kvshare_metrics_http_closed_total", reason="limit")
+        deadline = metric(m, "kvshare_metrics_http_closed_total", reason="deadline")
+        self.assertGreaterEqual(limit, 1)
+        self.assertGreaterEqual(limit + deadline, 30)
+
+    def test_head_deadline(self):
+        # A connection that never completes its head is closed within
+        # METRICS_HTTP_HEAD_MS (2 s; it was 5 s) and counted.
+        s = self.connect_idle()
+        t0 = time.monotonic()
+        s.settimeout(10)
+        self.assertEqual(s.recv(100), b"")
+        took = time.monotonic() - t0
+        s.close()
+        self.assertLess(took, 3.5)
+        self.assertGreaterEqual(took, 1.5)
+        m = parse_metrics(self.d.scrape())
+        self.assertEqual(metric(m, "kvshare_metrics_http_closed_total", reason="deadline"), 1)
+
+    def test_parallel_scrapes_share_renders(self):
+        # 16 scrapers at once: each is answered in full, and those that come
+        # within 19 renders' time of the last render wait for the next and
+        # share it (before, each rendered on the loop in turn).
+        import threading
+        bodies, errors = [], []
+        stop = time.monotonic() + 1.5
+
+        def scraper():
+            while time.monotonic() < stop:
+                try:
+                    bodies.append(self.d.scrape())
+                except OSError as e:
+                    errors.append(e)
+
+        threads = [threading.Thread(target=scraper) for _ in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(errors, [])
+        self.assertGreater(len(bodies), 16)
+        self.assertTrue(all("kvshare_pool_blocks 16" in b for b in bodies))
+        m = parse_metrics(self.d.scrape())
+        self.assertGreater(metric(m, "kvshare_metrics_http_scrapes_held_total"), 0)
+        print("%d scrapes, %d held for a shared render" %
+              (len(bodies), metric(m, "kvshare_metrics_http_scrapes_held_total")),
+              file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -349,6 +349,31 @@ class ConfigTest(unittest.TestCase):
         finally:
             self.assertEqual(d.stop(), 0)
 
+    def test_sighup_with_the_config_path_at_a_device_or_fifo(self):
+        # The path now names /dev/zero, then a FIFO without a writer: each
+        # reload is refused at once and counted; the daemon keeps serving
+        # (it hung for good on /dev/zero before).
+        d = Daemon(blocks=32, config="[namespace chat]\nquota = 8\n", metrics=False,
+                   extra=["--log-level", "info"])
+        fifo = os.path.join(self.dir, "fifo")
+        os.mkfifo(fifo)
+        try:
+            with kvshare.Client(socket_path=d.socket, map_pool=False) as c:
+                for target, n in (("/dev/zero", 1), (fifo, 2)):
+                    os.unlink(d.config)
+                    os.symlink(target, d.config)
+                    d.proc.send_signal(signal.SIGHUP)
+                    t0 = time.monotonic()
+                    while c.stats()["config_reload_errors"] < n and time.monotonic() - t0 < 5:
+                        time.sleep(0.02)
+                    self.assertEqual(c.stats()["config_reload_errors"], n)
+                    self.assertLess(time.monotonic() - t0, 2.0)
+                self.assertIn("not a regular file", d.log())
+                ns = {n["name"]: n for n in c.stats()["namespaces"]}
+                self.assertEqual(ns["chat"]["quota"], 8)
+        finally:
+            self.assertEqual(d.stop(), 0)
+
     def test_sighup_reclaims_unused_namespaces_for_new_sections(self):
         # A table full of dynamic namespaces that hold nothing makes room for
         # the sections a reload adds (before, the reload was refused).

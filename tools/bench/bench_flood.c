@@ -22,17 +22,29 @@
  *   release  the largest Release the frame limit allows (ids of free blocks)
  *   lookup   a frame-limit-sized Lookup of a cached prompt followed by misses
  *   stats    Stats
+ *   scrape   16 processes scraping GET /metrics over HTTP as fast as answered
+ *   events   the baseline of the next two: a committer (4k-token prompts, one
+ *            BlockStored of 256 blocks each) and a KV-events subscriber that
+ *            reads everything
+ *   subscriber  the committer and a subscriber that never reads
+ *   replay   the committer, the reading subscriber, and a replay peer that
+ *            sends 2,000 requests at once and never reads
  *
  * Printed per attack: the victim's Lookup count, p50, p99 and max latency,
- * and how many attack requests the daemon answered. --attacker-nice N runs
+ * how many attack requests the daemon answered (scrapes, commits), and the
+ * daemon's RSS before and after the run; for the KV-events attacks also the
+ * events published and what the bounds refused. --attacker-nice N runs
  * the attacker's processes at that nice value: with few CPUs, what the
  * victim then gains is what it lost to the attacker's processes competing
  * for the CPUs, not to the daemon's work for them.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <limits.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +54,7 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <zmq.h>
 
 #include "bench.h"
 #include "frame_header.h"
@@ -53,6 +66,7 @@
 #define FLOOD_BT          16
 #define FLOOD_PROMPT      4096 /* victim's prompt, tokens */
 #define FLOOD_MAX_SAMPLES (1u << 22)
+#define FLOOD_EVENTS_NS   "events" /* the KV-events committer's namespace */
 
 typedef struct flood_cfg {
     const char *kvshared;
@@ -61,6 +75,8 @@ typedef struct flood_cfg {
     int attacker_nice;       /* nice value of the attacker's processes (0: as ours) */
     char dir[64];
     char sock[96];
+    char pub[112], replay[112]; /* KV events endpoints (ipc:// in dir) */
+    int metrics_port;
     unsigned blocks;
     unsigned max_frame;
     double seconds;
@@ -83,12 +99,35 @@ static int flood_start_daemon(flood_cfg_t *b)
     char nb[16], mf[16];
     snprintf(nb, sizeof(nb), "%u", b->blocks);
     snprintf(mf, sizeof(mf), "%u", b->max_frame);
-    const char *argv[32] = {
+    const char *argv[40] = {
         b->kvshared, "--socket",       b->sock, "--backend",      "host", "--layers",
         "1",         "--kv-heads",     "1",     "--head-dim",     "8",    "--dtype",
         "fp16",      "--block-tokens", "16",    "--pool-blocks",  nb,     "--max-frame",
         mf,          "--log-level",    "error", "--max-sessions", "2048"};
+    char listen[32], conf[128];
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", b->metrics_port);
+    /* The committer of the KV-events attacks writes in a namespace of its
+     * own, with a quota of half the pool: it never evicts the victim's
+     * prompt. */
+    snprintf(conf, sizeof(conf), "%s/kvshared.conf", b->dir);
+    FILE *f = fopen(conf, "w");
+    if (!f)
+        return -1;
+    fprintf(f,
+            "dynamic_namespaces = yes\n[namespace " FLOOD_EVENTS_NS "]\nmodel_name = bench\n"
+            "quota = %u\n",
+            b->blocks / 2);
+    if (fclose(f) != 0)
+        return -1;
     int n = 23;
+    argv[n++] = "--config";
+    argv[n++] = conf;
+    argv[n++] = "--metrics-listen";
+    argv[n++] = listen;
+    argv[n++] = "--kv-events";
+    argv[n++] = b->pub;
+    argv[n++] = "--kv-events-replay";
+    argv[n++] = b->replay;
     if (b->max_buffers) {
         argv[n++] = "--max-buffer-memory";
         argv[n++] = b->max_buffers;
@@ -192,14 +231,132 @@ static void flood_spin(void)
         x++;
 }
 
+/* A scraper: GET /metrics over and over, counting full answers. */
+static void flood_scraper(const flood_cfg_t *b, uint64_t *answered)
+{
+    static const char req[] = "GET /metrics HTTP/1.0\r\n\r\n";
+    static char sink[1 << 16];
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)b->metrics_port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    for (;;) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
+            if (fd >= 0)
+                close(fd);
+            usleep(1000);
+            continue;
+        }
+        size_t got = 0;
+        ssize_t r;
+        if (bench_write_all(fd, req, sizeof(req) - 1) == 0)
+            while ((r = read(fd, sink, sizeof(sink))) > 0)
+                got += (size_t)r;
+        close(fd);
+        if (got > 12 && memcmp(sink, "HTTP/1.1 200", 12) == 0)
+            __atomic_add_fetch(answered, 1, __ATOMIC_RELAXED);
+    }
+}
+
+/* A committer: 4k-token prompts never seen before, one Commit each (a
+ * BlockStored of 256 blocks), counting commits. */
+static void flood_committer(const flood_cfg_t *b, uint64_t *answered)
+{
+    kvs_options_t o;
+    kvs_client_t *c = NULL;
+    kvs_options_init(&o);
+    o.socket_path = b->sock;
+    o.flags = KVS_NO_MAP;
+    o.timeout_ms = 60000;
+    if (kvs_connect(&o, &c) != 0)
+        _exit(3);
+    static uint32_t tokens[FLOOD_PROMPT];
+    uint32_t ids[FLOOD_PROMPT / FLOOD_BT], canon[FLOOD_PROMPT / FLOOD_BT];
+    size_t per = FLOOD_PROMPT / FLOOD_BT, n;
+    for (uint32_t seed = 1u << 20;; seed++) {
+        flood_prompt(tokens, FLOOD_PROMPT, seed);
+        if (kvs_alloc(c, FLOOD_EVENTS_NS, (uint32_t)per, ids) != 0)
+            continue;
+        if (kvs_commit(c, FLOOD_EVENTS_NS, tokens, FLOOD_PROMPT, ids, per, canon, &n) == 0)
+            __atomic_add_fetch(answered, 1, __ATOMIC_RELAXED);
+        kvs_release(c, ids, per, NULL);
+    }
+}
+
+/* A KV-events subscriber that reads everything, or (stalled) one that
+ * never reads: a receive queue of one message and a 4 KiB socket buffer. */
+static void flood_subscriber(const flood_cfg_t *b, bool stalled)
+{
+    void *ctx = zmq_ctx_new();
+    void *sub = zmq_socket(ctx, ZMQ_SUB);
+    int one = 1, small = 4096;
+    if (stalled) {
+        zmq_setsockopt(sub, ZMQ_RCVHWM, &one, sizeof(one));
+        zmq_setsockopt(sub, ZMQ_RCVBUF, &small, sizeof(small));
+    }
+    zmq_setsockopt(sub, ZMQ_SUBSCRIBE, "", 0);
+    zmq_connect(sub, b->pub);
+    for (;;) {
+        if (stalled) {
+            pause();
+            continue;
+        }
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        zmq_msg_recv(&m, sub, 0);
+        zmq_msg_close(&m);
+    }
+}
+
+/* A replay peer that sends 2,000 requests at once and never reads. */
+static void flood_replay_peer(const flood_cfg_t *b)
+{
+    void *ctx = zmq_ctx_new();
+    void *peer = zmq_socket(ctx, ZMQ_DEALER);
+    int one = 1, many = 10000;
+    uint8_t start[8] = {0};
+    zmq_setsockopt(peer, ZMQ_RCVHWM, &one, sizeof(one));
+    zmq_setsockopt(peer, ZMQ_SNDHWM, &many, sizeof(many));
+    zmq_connect(peer, b->replay);
+    for (int i = 0; i < 2000; i++) {
+        zmq_send(peer, "", 0, ZMQ_SNDMORE);
+        zmq_send(peer, start, sizeof(start), 0);
+    }
+    for (;;)
+        pause();
+}
+
+/* Forks fn's process (it runs until killed). */
+#define FLOOD_CHILD(call)                                                                          \
+    do {                                                                                           \
+        if (fork() == 0) {                                                                         \
+            prctl(PR_SET_PDEATHSIG, SIGKILL);                                                      \
+            call;                                                                                  \
+            _exit(0);                                                                              \
+        }                                                                                          \
+    } while (0)
+
 /* The attacker: a writer that pipelines frames and a reader (a second
  * process on the same socket) that counts replies. Runs until killed. For
  * idle, a connection that sends nothing; for spin and raw-spin, two
- * processes burning CPU. */
+ * processes burning CPU; for scrape and the KV-events attacks, the
+ * processes their comment at the top of this file names. */
 static void flood_attacker(const flood_cfg_t *b, const char *attack, uint64_t *answered)
 {
     if (b->attacker_nice && setpriority(PRIO_PROCESS, 0, b->attacker_nice) != 0)
         _exit(5);
+    if (strcmp(attack, "scrape") == 0) {
+        for (int i = 0; i < 15; i++)
+            FLOOD_CHILD(flood_scraper(b, answered));
+        flood_scraper(b, answered);
+    }
+    if (strcmp(attack, "events") == 0 || strcmp(attack, "subscriber") == 0 ||
+        strcmp(attack, "replay") == 0) {
+        FLOOD_CHILD(flood_subscriber(b, strcmp(attack, "subscriber") == 0));
+        if (strcmp(attack, "replay") == 0)
+            FLOOD_CHILD(flood_replay_peer(b));
+        usleep(200000); /* subscribed before the first commit */
+        flood_committer(b, answered);
+    }
     if (strstr(attack, "spin")) {
         if (fork() == 0) {
             prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -319,9 +476,40 @@ static void flood_victim(const flood_cfg_t *b, flood_shared_t *sh)
     _exit(0);
 }
 
+static long flood_status_kib(pid_t pid, const char *field);
+
+/* The daemon's counters of the KV-events bounds, and its RSS. */
+static void flood_print_daemon(const flood_cfg_t *b, const char *attack, long rss0)
+{
+    kvs_options_t o;
+    kvs_client_t *c = NULL;
+    kvs_stats_t st;
+    kvs_options_init(&o);
+    o.socket_path = b->sock;
+    o.flags = KVS_NO_MAP;
+    o.timeout_ms = 30000;
+    printf("flood_%s_daemon_rss %ld -> %ld KiB\n", attack, rss0,
+           flood_status_kib(b->daemon, "VmRSS"));
+    if (kvs_connect(&o, &c) == 0 && kvs_stats(c, &st) == 0) {
+        printf("flood_%s_kv_events %llu published, %llu not sent (send_bytes), %llu replays, "
+               "%llu refused, %llu stalled\n",
+               attack, (unsigned long long)st.counters[KVS_COUNTER_kv_events_published],
+               (unsigned long long)st.counters[KVS_COUNTER_kv_events_send_drops],
+               (unsigned long long)st.counters[KVS_COUNTER_kv_events_replay_requests],
+               (unsigned long long)st.counters[KVS_COUNTER_kv_events_replay_refused],
+               (unsigned long long)st.counters[KVS_COUNTER_kv_events_replay_stalled]);
+        printf("flood_%s_metrics %llu scrapes held, %llu connections closed at the limit\n", attack,
+               (unsigned long long)st.counters[KVS_COUNTER_metrics_http_scrapes_held],
+               (unsigned long long)st.counters[KVS_COUNTER_metrics_http_closed_limit]);
+        kvs_stats_free(&st);
+    }
+    kvs_close(c);
+}
+
 static int flood_run(const flood_cfg_t *b, const char *attack, flood_shared_t *sh)
 {
     memset(sh, 0, offsetof(flood_shared_t, us));
+    long rss0 = flood_status_kib(b->daemon, "VmRSS");
     pid_t att = -1;
     if (strcmp(attack, "none") != 0 && strcmp(attack, "raw") != 0) {
         att = fork();
@@ -359,6 +547,7 @@ static int flood_run(const flood_cfg_t *b, const char *attack, flood_shared_t *s
     printf("flood_%s_victim_p99 %.1f us\n", attack, p99);
     printf("flood_%s_victim_max %.1f us\n", attack, max);
     printf("flood_%s_attack_answered %llu count\n", attack, (unsigned long long)sh->answered);
+    flood_print_daemon(b, attack, rss0);
     fflush(stdout);
     return 0;
 }
@@ -462,7 +651,7 @@ static void flood_usage(FILE *f)
                "                           [ATTACK...]\n"
                "ATTACK: none idle spin raw raw-spin tree release lookup stats (default:\n"
                "these), memory (--sessions hostile sessions hold partial frames or unread\n"
-               "replies). See bench_flood.c.\n");
+               "replies), scrape, events, subscriber, replay. See bench_flood.c.\n");
 }
 
 int bench_flood(int argc, char **argv)
@@ -522,6 +711,24 @@ int bench_flood(int argc, char **argv)
         return 1;
     }
     snprintf(b.sock, sizeof(b.sock), "%s/kvshared.sock", b.dir);
+    snprintf(b.pub, sizeof(b.pub), "ipc://%s/pub", b.dir);
+    snprintf(b.replay, sizeof(b.replay), "ipc://%s/replay", b.dir);
+    /* A free port for /metrics: bound, read, let go (the daemon binds it
+     * next; a race with another program is unlikely and fails the start). */
+    int pfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in pa = {.sin_family = AF_INET};
+    socklen_t plen = sizeof(pa);
+    pa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (pfd < 0 || bind(pfd, (struct sockaddr *)&pa, sizeof(pa)) != 0 ||
+        getsockname(pfd, (struct sockaddr *)&pa, &plen) != 0) {
+        perror("bench flood: a port for /metrics");
+        if (pfd >= 0)
+            close(pfd);
+        rmdir(b.dir);
+        return 1;
+    }
+    b.metrics_port = ntohs(pa.sin_port);
+    close(pfd);
     int rc = 1;
     flood_shared_t *sh =
         mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -552,6 +759,12 @@ out_map:
     munmap(sh, sizeof(*sh));
 out_dir:
     unlink(b.sock);
+    static const char *const names[] = {"pub", "replay", "kvshared.conf"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        char path[128];
+        snprintf(path, sizeof(path), "%s/%s", b.dir, names[i]);
+        unlink(path);
+    }
     rmdir(b.dir);
     return rc;
 }
