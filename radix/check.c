@@ -132,8 +132,8 @@ int radix_check(const radix_tree_t *t)
             CHECK(node->depth == parent->depth + parent->len);
         }
         /* Siblings are distinct: the probe finds this node for its own block. */
-        CHECK(child_find(t, parent, *rec_hash(node, node->first),
-                         rec_tokens(t, node, node->first)) == node);
+        CHECK(radix__child_find(t, parent, *rec_hash(node, node->first),
+                                rec_tokens(t, node, node->first)) == node);
         uint64_t h = end_hash(t, parent);
         uint64_t stamp = is_root(parent) ? t->tick : rec_stamp(parent, last_pos(parent));
         CHECK(node->full_stamp <= t->tick);

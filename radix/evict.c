@@ -284,17 +284,6 @@ void radix__refresh_q(radix_tree_t *t, radix_node_t *n, int q, bool touched)
     }
 }
 
-/* Both queues; touched: every block of the node was just stamped (a walk
- * went through its end), so both its candidates were. */
-void radix__refresh(radix_tree_t *t, radix_node_t *n, bool touched)
-{
-    if (is_root(n))
-        return;
-    radix__refresh_q(t, n, Q_T1, touched);
-    if (t->t2_blocks > 0)
-        radix__refresh_q(t, n, Q_T2, touched);
-}
-
 /* After a walk stamped n's blocks up to record pos: its tier-1 candidate was
  * touched if it lies there, its tier-2 candidate if pos is its last block. */
 void radix__refresh_at(radix_tree_t *t, radix_node_t *n, uint32_t pos)
@@ -364,10 +353,10 @@ void radix__evict_leaf(radix_tree_t *t, radix_node_t *n, int q, evict_cause_t ca
         parent->n_children--;
         if (tier1)
             parent->t1_children--;
-        radix__refresh(t, parent, false);
+        refresh(t, parent, false);
     } else {
         n->len--;
-        radix__refresh(t, n, false);
+        refresh(t, n, false);
     }
     if (t->cfg.on_evict)
         t->cfg.on_evict(t->cfg.evict_ctx, id);

@@ -268,21 +268,6 @@ static inline size_t slot_home(const radix_tree_t *t, uint64_t h, const radix_no
     return (size_t)x & t->slot_mask;
 }
 
-static inline radix_node_t *child_find(const radix_tree_t *t, const radix_node_t *parent,
-                                       uint64_t h, const uint32_t *block)
-{
-    size_t i = slot_home(t, h, parent);
-    for (;;) {
-        const radix_slot_t *s = &t->slots[i];
-        if (!s->node)
-            return NULL;
-        if (s->hash == h && s->node->parent == parent &&
-            tokens_eq(rec_tokens(t, s->node, s->node->first), block, t->cfg.block_tokens))
-            return s->node;
-        i = (i + 1) & t->slot_mask;
-    }
-}
-
 /* ---- eviction queues ----------------------------------------------------- */
 
 /* A record's stamp: a walk through a whole node stamps the node once
@@ -378,6 +363,8 @@ extern radix_node_t radix__mark;
 /* tree.c */
 radix_node_t *radix__node_new(radix_tree_t *t, uint32_t cap);
 void radix__node_free(radix_tree_t *t, radix_node_t *n);
+radix_node_t *radix__child_find(const radix_tree_t *t, const radix_node_t *parent, uint64_t h,
+                                const uint32_t *block);
 void radix__slot_remove(radix_tree_t *t, radix_node_t *n);
 
 /* evict.c: the queues */
@@ -388,7 +375,6 @@ int radix__heap_reserve(const radix_tree_t *t, radix_ns_t *ns, size_t nodes);
 void radix__unqueue(radix_tree_t *t, radix_node_t *n, int q);
 void radix__make_unevictable(radix_tree_t *t, radix_node_t *n);
 void radix__refresh_q(radix_tree_t *t, radix_node_t *n, int q, bool touched);
-void radix__refresh(radix_tree_t *t, radix_node_t *n, bool touched);
 void radix__refresh_at(radix_tree_t *t, radix_node_t *n, uint32_t pos);
 radix_node_t *radix__candidate(radix_tree_t *t, radix_ns_t *ns, int q);
 /* evict.c: dropping a block, and whose block goes */
@@ -405,5 +391,17 @@ int radix__collect_nodes(const radix_tree_t *t, uint32_t ns, radix_node_t ***out
 size_t radix__node_index(radix_node_t *const *a, size_t n, const radix_node_t *node);
 
 #pragma GCC visibility pop
+
+/* Both queues; touched: every block of the node was just stamped (a walk
+ * went through its end), so both its candidates were. Inline: every
+ * lookup that ends on a leaf calls it. */
+static inline void refresh(radix_tree_t *t, radix_node_t *n, bool touched)
+{
+    if (is_root(n))
+        return;
+    radix__refresh_q(t, n, Q_T1, touched);
+    if (t->t2_blocks > 0)
+        radix__refresh_q(t, n, Q_T2, touched);
+}
 
 #endif /* KVS_RADIX_INTERNAL_H */

@@ -47,9 +47,9 @@ uint32_t radix__retier(radix_tree_t *t, radix_node_t *n, uint32_t pos, uint32_t 
             n->parent->t1_children++;
         else
             n->parent->t1_children--;
-        radix__refresh(t, n->parent, false);
+        refresh(t, n->parent, false);
     }
-    radix__refresh(t, n, false);
+    refresh(t, n, false);
     return old_id;
 }
 
@@ -151,7 +151,7 @@ int radix_copy_done(radix_tree_t *t, uint32_t id, uint32_t *peer)
     } else { /* a demotion: its tier-1 id is the caller's again */
         t->peer[*peer] = UINT32_MAX;
     }
-    radix__refresh(t, n, false);
+    refresh(t, n, false);
     return 0;
 }
 

@@ -91,6 +91,24 @@ void radix__node_free(radix_tree_t *t, radix_node_t *n)
 
 /* ---- child table -------------------------------------------------------- */
 
+/* The child of parent whose first block is `block`, h being that block's
+ * chained hash, or NULL. The probe compares parents and tokens, so equal
+ * hashes never confuse two nodes. */
+radix_node_t *radix__child_find(const radix_tree_t *t, const radix_node_t *parent, uint64_t h,
+                                const uint32_t *block)
+{
+    size_t i = slot_home(t, h, parent);
+    for (;;) {
+        const radix_slot_t *s = &t->slots[i];
+        if (!s->node)
+            return NULL;
+        if (s->hash == h && s->node->parent == parent &&
+            tokens_eq(rec_tokens(t, s->node, s->node->first), block, t->cfg.block_tokens))
+            return s->node;
+        i = (i + 1) & t->slot_mask;
+    }
+}
+
 static void slot_put(radix_tree_t *t, radix_node_t *n)
 {
     uint64_t h = *rec_hash(n, n->first);
@@ -270,7 +288,7 @@ static inline bool walk_next(const radix_tree_t *t, radix_cursor_t *c, const uin
     }
     if (n->n_children == 0)
         return false;
-    radix_node_t *child = child_find(t, n, t->hash(block, bt, end_hash(t, n)), block);
+    radix_node_t *child = radix__child_find(t, n, t->hash(block, bt, end_hash(t, n)), block);
     if (!child)
         return false;
     c->node = child;
@@ -357,7 +375,7 @@ int radix_lookup(radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens, size_t
         const uint32_t *q = tokens + i * bt;
         if (!have_h)
             h = t->hash(q, bt, end_hash(t, n));
-        radix_node_t *child = child_find(t, n, h, q);
+        radix_node_t *child = radix__child_find(t, n, h, q);
         if (!child || (pin && *rec_ref(child, child->first) >= RADIX_MAX_PINS))
             break; /* a block that takes no more pins ends a pinning match */
         if (!is_root(n))
@@ -437,7 +455,7 @@ int radix_lookup(radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens, size_t
     }
     if (i > 0 && pos == last_pos(n)) {
         n->hits++;
-        radix__refresh(t, n, true);
+        refresh(t, n, true);
     }
     if (t->t2_blocks > 0 && i > 0) {
         /* the path's tier-1 candidate was stamped too, if it lies above */
@@ -700,7 +718,7 @@ int radix_insert(radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens, size_t
             radix__make_unevictable(t, n);
             radix_node_t *bigger = node_resize(t, n, (uint32_t)want);
             if (!bigger) {
-                radix__refresh(t, n, true);
+                refresh(t, n, true);
                 rc = KVS_ENOMEM;
                 goto done;
             }
@@ -709,7 +727,7 @@ int radix_insert(radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens, size_t
         fill_recs(t, ns, n, n->first + n->len, h, tokens, ids, i, m, pin, tick, canonical);
         n->len += (uint32_t)m;
         n->t1_len += (uint32_t)m;
-        radix__refresh(t, n, true);
+        refresh(t, n, true);
     } else {
         radix_node_t *leaf = radix__node_new(t, (uint32_t)m);
         radix_node_t *upper = NULL;
@@ -735,8 +753,8 @@ int radix_insert(radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens, size_t
         ns->n_nodes++;
         n->n_children++;
         n->t1_children++;
-        radix__refresh(t, n, false);
-        radix__refresh(t, leaf, true);
+        refresh(t, n, false);
+        refresh(t, leaf, true);
     }
     i += m;
 done:
@@ -757,7 +775,7 @@ int radix_pin(radix_tree_t *t, uint32_t block_id)
     if (*rec_ref(n, pos) >= RADIX_MAX_PINS)
         return KVS_EBUSY;
     pin_rec(t, t->ns[n->ns], n, pos);
-    radix__refresh(t, n, false);
+    refresh(t, n, false);
     return 0;
 }
 
@@ -775,7 +793,7 @@ int radix_unpin(radix_tree_t *t, uint32_t block_id)
     if (--*ref == 0) {
         t->ns[n->ns]->st.pinned_blocks--;
         t->pinned--;
-        radix__refresh(t, n, false);
+        refresh(t, n, false);
     }
     return 0;
 }
