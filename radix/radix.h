@@ -519,7 +519,7 @@ size_t radix_memory_bytes(const radix_tree_t *t);
  * max_blocks; for tests. */
 int radix_check(const radix_tree_t *t);
 
-/* The line of radix.c whose invariant the last failing radix_check found
+/* The line of check.c whose invariant the last failing radix_check found
  * broken (0 if none failed yet), so a test can say which. Process-wide. */
 int radix_check_line(void);
 

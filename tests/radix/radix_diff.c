@@ -371,7 +371,7 @@ static int compare(radix_diff_t *d)
     for (size_t k = 0; k < d->n_evicted && k < RADIX_DIFF_MAX_EVICTED; k++)
         SAME(d, d->evicted[k], m->evicted[k]);
     if (radix_check(t) != 0)
-        return differ(d, "radix_check failed at radix.c line %d", radix_check_line());
+        return differ(d, "radix_check failed at check.c line %d", radix_check_line());
     for (uint32_t k = 0; k < d->n_ns; k++) {
         radix_ns_stats_t st;
         SAME(d, radix_ns_stats(t, k, &st), 0);

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "radix_model.h"
 
-/* The same bound as radix.c (a test build lowers both). */
+/* The same bound as the index (radix_internal.h; a test build lowers both). */
 #ifndef RADIX_MAX_PINS
 #define RADIX_MAX_PINS UINT32_MAX
 #endif
