@@ -3,7 +3,8 @@
 # The Debian packages end to end, as CI runs them: build them from a clean
 # export of the checkout (tracked files only, with their uncommitted
 # changes), lintian (no errors), `apt-get install ./*.deb`, the
-# installed-files check (packaging/check-installed.sh), then remove (the
+# installed-files check (packaging/check-installed.sh), `pip install
+# client/python` in a fresh virtual environment, then remove (the
 # conffile and the user stay) and purge (both go). The machine is left
 # without the packages. Run as root (or through sudo), from anywhere.
 # Environment: DEB_JOBS (default 2) for dpkg-buildpackage -j.
@@ -58,6 +59,25 @@ installed=1
 (cd "$tmp" && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq ./*.deb >"$tmp/install.log" 2>&1) ||
     { cat "$tmp/install.log"; fail "apt-get install failed"; }
 $SUDO sh "$repo/packaging/check-installed.sh"
+
+echo "-- pip install client/python into a fresh venv (offline), over the installed libkvshare1"
+/usr/bin/python3 -m venv "$tmp/venv"
+"$tmp/venv/bin/pip" install -q --no-build-isolation --no-index "$tmp/src/client/python"
+(cd "$tmp" && env -u KVSHARE_LIB -u PYTHONPATH "$tmp/venv/bin/python" - <<'PY'
+import kvshare
+import kvshare.sglang
+import kvshare.vllm
+
+assert "/venv/" in kvshare.__file__, kvshare.__file__
+lib = kvshare.load_library()
+assert lib._name == "libkvshare.so.1", lib._name
+print("venv: kvshare", kvshare.__file__, "over", lib._name)
+PY
+)
+multiarch=$(dpkg-architecture -qDEB_HOST_MULTIARCH)
+(cd "$tmp" && KVSHARE_LIB="/usr/lib/$multiarch/libkvshare.so.1" "$tmp/venv/bin/python" -c \
+    "import kvshare, sys; n = kvshare.load_library()._name; print('venv: KVSHARE_LIB:', n); sys.exit(n != sys.argv[1])" \
+    "/usr/lib/$multiarch/libkvshare.so.1")
 
 echo "-- remove keeps the config and the user; purge removes them"
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get remove -y -qq kvshared >/dev/null
