@@ -230,7 +230,20 @@ def write_prometheusrule(rules):
                 "#     /usr/bin/python3 packaging/kubernetes/validate.py --write-prometheusrule\n"
                 "# (validate.py fails when the two differ). What each alert means:\n"
                 "# docs/OPERATING.md, \"On call\".\n")
-        yaml.safe_dump(obj, f, sort_keys=False, width=100)
+        yaml.dump(obj, f, Dumper=_BlockDumper, sort_keys=False, width=100)
+
+
+class _BlockDumper(yaml.SafeDumper):
+    """Writes multi-line strings (the PromQL expressions) as `|` blocks, as
+    the rules file has them."""
+
+
+def _str(dumper, value):
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_BlockDumper.add_representer(str, _str)
 
 
 def main(argv):
