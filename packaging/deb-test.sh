@@ -4,9 +4,10 @@
 # export of the checkout (tracked files only, with their uncommitted
 # changes), lintian (no errors), `apt-get install ./*.deb`, the
 # installed-files check (packaging/check-installed.sh), `pip install
-# client/python` in a fresh virtual environment, then remove (the
-# conffile and the user stay) and purge (both go). The machine is left
-# without the packages. Run as root (or through sudo), from anywhere.
+# client/python` in a fresh virtual environment, a reinstall (an edited
+# conffile stays), then remove (the conffile and the user stay) and purge
+# (both go). The machine is left without the packages. Run as root (or
+# through sudo), from anywhere.
 # Environment: DEB_JOBS (default 2) for dpkg-buildpackage -j.
 set -eu
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -78,6 +79,13 @@ multiarch=$(dpkg-architecture -qDEB_HOST_MULTIARCH)
 (cd "$tmp" && KVSHARE_LIB="/usr/lib/$multiarch/libkvshare.so.1" "$tmp/venv/bin/python" -c \
     "import kvshare, sys; n = kvshare.load_library()._name; print('venv: KVSHARE_LIB:', n); sys.exit(n != sys.argv[1])" \
     "/usr/lib/$multiarch/libkvshare.so.1")
+
+echo "-- reinstalling keeps the operator's edit of the conffile"
+echo "# edited by the operator" | $SUDO tee -a /etc/kvshare/kvshared.conf >/dev/null
+(cd "$tmp" && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --reinstall \
+    ./kvshared_*.deb >/dev/null 2>&1) || fail "apt-get install --reinstall failed"
+grep -q "^# edited by the operator" /etc/kvshare/kvshared.conf ||
+    fail "reinstalling kvshared replaced the edited /etc/kvshare/kvshared.conf"
 
 echo "-- remove keeps the config and the user; purge removes them"
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get remove -y -qq kvshared >/dev/null

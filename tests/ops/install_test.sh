@@ -84,9 +84,12 @@ mv "$tmp/moved" "$tmp/prefix"
 "$tmp/prefix/bin/kvshared" --version
 "$tmp/prefix/bin/kvshared" --check-config "$tmp/prefix/share/kvshare/examples/kvshared.conf"
 "$tmp/prefix/bin/kvshare" --help >/dev/null
-# The Python package from its installed place, with the engine plug-ins
-# (importable without PyTorch or the engines).
-PYTHONPATH="$tmp/prefix/share/kvshare/python" python3 -c \
+# The Python package from its installed place (share/kvshare/python, or
+# KVS_PYTHON_INSTALL_DIR), with the engine plug-ins (importable without
+# PyTorch or the engines).
+pyinit=$(find "$tmp/prefix" -path "*/kvshare/__init__.py")
+test -n "$pyinit" || { echo "no Python package kvshare installed"; exit 1; }
+PYTHONPATH="$(dirname "$(dirname "$pyinit")")" python3 -c \
     "import kvshare, kvshare.keyblocks, kvshare.vllm, kvshare.sglang; print('python package: ok')"
 grep -q "ExecStart=.*kvshared --config" "$tmp/prefix/lib/systemd/system/kvshared.service"
 # GPU nodes: started after the driver's daemons (fabric manager: cuInit 802).
