@@ -16,11 +16,14 @@ SUDO=""
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/kvs-deb-XXXXXX")
 pkgs="kvshared libkvshare1 libkvshare-dev kvshare-tools python3-kvshare"
+# Wait for the dpkg lock (another apt on the machine) instead of failing.
+APT_WAIT="-oDPkg::Lock::Timeout=300"
 installed=0
 cleanup() {
     if [ "$installed" = 1 ]; then
         # shellcheck disable=SC2086
-        DEBIAN_FRONTEND=noninteractive $SUDO apt-get purge -y -qq $pkgs >/dev/null 2>&1 || true
+        DEBIAN_FRONTEND=noninteractive $SUDO apt-get "$APT_WAIT" purge -y -qq $pkgs >/dev/null 2>&1 ||
+            echo "deb-test: could not purge $pkgs: remove them by hand" >&2
     fi
     rm -rf "$tmp"
 }
@@ -57,7 +60,7 @@ lintian --fail-on error "$tmp"/kvshare_*.changes
 
 echo "-- apt-get install ./*.deb"
 installed=1
-(cd "$tmp" && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq ./*.deb >"$tmp/install.log" 2>&1) ||
+(cd "$tmp" && DEBIAN_FRONTEND=noninteractive $SUDO apt-get "$APT_WAIT" install -y -qq ./*.deb >"$tmp/install.log" 2>&1) ||
     { cat "$tmp/install.log"; fail "apt-get install failed"; }
 $SUDO sh "$repo/packaging/check-installed.sh"
 
@@ -82,17 +85,18 @@ multiarch=$(dpkg-architecture -qDEB_HOST_MULTIARCH)
 
 echo "-- reinstalling keeps the operator's edit of the conffile"
 echo "# edited by the operator" | $SUDO tee -a /etc/kvshare/kvshared.conf >/dev/null
-(cd "$tmp" && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --reinstall \
-    ./kvshared_*.deb >/dev/null 2>&1) || fail "apt-get install --reinstall failed"
+(cd "$tmp" && DEBIAN_FRONTEND=noninteractive $SUDO apt-get "$APT_WAIT" install -y -qq --reinstall \
+    ./kvshared_*.deb >"$tmp/reinstall.log" 2>&1) ||
+    { cat "$tmp/reinstall.log"; fail "apt-get install --reinstall failed"; }
 grep -q "^# edited by the operator" /etc/kvshare/kvshared.conf ||
     fail "reinstalling kvshared replaced the edited /etc/kvshare/kvshared.conf"
 
 echo "-- remove keeps the config and the user; purge removes them"
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get remove -y -qq kvshared >/dev/null
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get "$APT_WAIT" remove -y -qq kvshared >/dev/null
 test -f /etc/kvshare/kvshared.conf || fail "remove deleted /etc/kvshare/kvshared.conf"
 getent passwd kvshare >/dev/null || fail "remove deleted the user kvshare"
 # shellcheck disable=SC2086
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get purge -y -qq $pkgs >/dev/null
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get "$APT_WAIT" purge -y -qq $pkgs >/dev/null
 installed=0
 test ! -e /etc/kvshare || fail "purge left /etc/kvshare"
 ! getent passwd kvshare >/dev/null || fail "purge left the user kvshare"
