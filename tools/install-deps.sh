@@ -7,7 +7,15 @@ set -eu
 pkgs="build-essential cmake pkg-config libuv1-dev libxxhash-dev libprotobuf-c-dev
 protobuf-c-compiler check valgrind clang-format python3 python3-torch curl clang libclang-rt-14-dev
 abigail-tools prometheus libzmq3-dev libmsgpack-dev python3-zmq python3-msgpack
-python3-cbor2 python3-xxhash tmux"
+python3-cbor2 python3-xxhash tmux
+debhelper dh-python lintian python3-venv python3-kubernetes python3-yaml"
+# Debian packages (debian/, packaging/deb-test.sh): debhelper, dh-python,
+# lintian; python3-venv for the `pip install client/python` check. The
+# Kubernetes manifests' offline check: python3-kubernetes (the API types),
+# python3-yaml, and kubectl for `kubectl kustomize`: Debian's
+# kubernetes-client unless a kubectl is installed already (another
+# package's kubectl owns /usr/bin/kubectl; either renders the kustomization).
+command -v kubectl >/dev/null 2>&1 || pkgs="$pkgs kubernetes-client"
 
 missing=""
 for p in $pkgs; do

@@ -84,10 +84,13 @@ mv "$tmp/moved" "$tmp/prefix"
 "$tmp/prefix/bin/kvshared" --version
 "$tmp/prefix/bin/kvshared" --check-config "$tmp/prefix/share/kvshare/examples/kvshared.conf"
 "$tmp/prefix/bin/kvshare" --help >/dev/null
-# The Python package from its installed place (importable without PyTorch),
-# with the engine plug-ins: they derive from the engines' own classes, so
-# without an engine they refuse to import, naming it.
-PYTHONPATH="$tmp/prefix/share/kvshare/python" python3 -c "
+# The Python package from its installed place (share/kvshare/python, or
+# KVS_PYTHON_INSTALL_DIR), importable without PyTorch, with the engine
+# plug-ins: they derive from the engines' own classes, so without an engine
+# they refuse to import, naming it.
+pyinit=$(find "$tmp/prefix" -path "*/kvshare/__init__.py")
+test -n "$pyinit" || { echo "no Python package kvshare installed"; exit 1; }
+PYTHONPATH="$(dirname "$(dirname "$pyinit")")" python3 -c "
 import kvshare, kvshare.keyblocks, kvshare.tensors
 for engine in ('vllm', 'sglang'):
     try:

@@ -25,8 +25,9 @@ double bench_quantile(uint64_t *samples, size_t n, double q);
 int bench_cmp_float(const void *a, const void *b);
 
 /* The kvshared built next to this program (build/tools/bench/kvshare-bench ->
- * build/daemon/kvshared), written into buf; "kvshared" (found on PATH) when
- * /proc/self/exe cannot be read. Returns buf or that literal. */
+ * build/daemon/kvshared) or, when there is none, installed beside it
+ * (/usr/bin/kvshare-bench -> /usr/bin/kvshared), written into buf; "kvshared"
+ * when /proc/self/exe cannot be read. Returns buf or that literal. */
 const char *bench_default_kvshared(char *buf, size_t len);
 
 /* Writes all n bytes to a blocking fd, looping over short writes. Returns 0,

@@ -40,6 +40,10 @@ const char *bench_default_kvshared(char *buf, size_t len)
     if (slash)
         *slash = '\0';
     snprintf(buf, len, "%s/../../daemon/kvshared", self);
+    if (access(buf, X_OK) == 0)
+        return buf;
+    /* Installed (/usr/bin/kvshare-bench): kvshared sits in the same folder. */
+    snprintf(buf, len, "%s/kvshared", self);
     return buf;
 }
 

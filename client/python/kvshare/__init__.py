@@ -39,7 +39,7 @@ is an optimisation: while the daemon is unreachable, lookup() returns []
 (a miss) instead of raising; every call first tries to reconnect.
 
 The library is found through $KVSHARE_LIB, then next to this package or in a
-build tree, then the system's library path.
+build tree, then on the system's library path (libkvshare.so.1).
 
 Submodules (imported on demand; they need PyTorch, the binding does not):
 kvshare.tensors (PyTorch tensors over pool memory, block copies),
@@ -67,6 +67,9 @@ STATUS = {
     "EVERSION": -21, "EBUSY": -22, "EINTERNAL": -23,
 }
 _NAMES = {v: k for k, v in STATUS.items()}
+
+# KVS_SOVERSION of kvshare_version.h: the structures below are that ABI's.
+_SOVERSION = 1
 
 KVS_NO_MAP = 0x1
 KVS_LAZY = 0x2
@@ -209,6 +212,11 @@ def load_library(path=None):
         os.path.join(here, "libkvshare.so"),
         os.path.join(here, "..", "..", "..", "build", "client", "libkvshare.so"),
     ]
+    # The library path: dlopen's own search by soname (LD_LIBRARY_PATH, the
+    # ld.so cache: /usr/lib/<triplet>/libkvshare.so.1 from the Debian
+    # package libkvshare1), then ctypes' search, which also finds the
+    # development symlink libkvshare.so.
+    candidates.append("libkvshare.so.%d" % _SOVERSION)
     found = ctypes.util.find_library("kvshare")
     if found:
         candidates.append(found)
