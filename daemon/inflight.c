@@ -54,7 +54,15 @@ struct inflight {
 
     inflight_wait_t *waiters;
     uint32_t n_waiting;
-    bool changed; /* a declaration ended since the last wake */
+    /* Waiters by key ([mask + 1] buckets), and the prefixes whose
+     * declarations ended since the last wake (all_ended: too many to keep,
+     * or a waiter without a key: look at every waiter). */
+    inflight_wait_t **wait_bucket;
+    uint64_t *ended_key;
+    uint32_t *ended_ns;
+    size_t n_ended, cap_ended;
+    bool all_ended;
+    uint64_t checks; /* looks at waiters (inflight_checks) */
 };
 
 static inline uint32_t slot_of(const inflight_t *f, uint64_t h, uint32_t ns)
@@ -84,8 +92,9 @@ int inflight_new(server_t *srv, inflight_t **out)
     f->claim_free = malloc(sizeof(uint32_t) * n);
     f->n_ns_refs = srv->cfg.max_namespaces;
     f->ns_refs = calloc(f->n_ns_refs, sizeof(*f->ns_refs));
-    if (!f->ns_refs || !f->bucket || !f->next || !f->prev || !f->key || !f->ns_of || !f->on ||
-        !f->claim_owner || !f->claim_next || !f->claim_free) {
+    f->wait_bucket = calloc(buckets, sizeof(*f->wait_bucket));
+    if (!f->ns_refs || !f->wait_bucket || !f->bucket || !f->next || !f->prev || !f->key ||
+        !f->ns_of || !f->on || !f->claim_owner || !f->claim_next || !f->claim_free) {
         inflight_free(f);
         return KVS_ENOMEM;
     }
@@ -110,6 +119,9 @@ static void free_tables(inflight_t *f)
     free(f->claim_free);
     free(f->ns_refs);
     free(f->scratch);
+    free(f->wait_bucket);
+    free(f->ended_key);
+    free(f->ended_ns);
     free(f);
 }
 
@@ -179,8 +191,24 @@ static void entry_remove(inflight_t *f, uint32_t b)
     f->on[b] = 0;
     f->declared--;
     ns_ref(f, f->ns_of[b], -1);
-    if (f->n_waiting > 0)
-        f->changed = true;
+    if (f->n_waiting == 0 || f->all_ended)
+        return;
+    if (f->n_ended == f->cap_ended) {
+        size_t cap = f->cap_ended ? 2 * f->cap_ended : 16;
+        uint64_t *k = realloc(f->ended_key, cap * sizeof(*k));
+        if (k)
+            f->ended_key = k;
+        uint32_t *n = k ? realloc(f->ended_ns, cap * sizeof(*n)) : NULL;
+        if (n)
+            f->ended_ns = n;
+        if (!k || !n) {
+            f->all_ended = true; /* without memory for the list: look at all */
+            return;
+        }
+        f->cap_ended = cap;
+    }
+    f->ended_key[f->n_ended] = f->key[b];
+    f->ended_ns[f->n_ended++] = f->ns_of[b];
 }
 
 /* The session that declared or claimed entry b. */
@@ -241,7 +269,7 @@ static void on_lease(uv_timer_t *t)
         inflight_unclaim(srv, f->claimers_head);
     }
     lease_arm(srv);
-    if (f->changed)
+    if (inflight_pending(srv))
         inflight_wake(srv, false);
 }
 
@@ -268,7 +296,7 @@ void inflight_claim(server_t *srv, session_t *s, uint32_t ns, const uint32_t *to
     s->claim_gen++;
     if (s->claims == 0)
         return;
-    s->claim_until_ms = uv_now(srv->loop) + INFLIGHT_CLAIM_LEASE_MS;
+    s->claim_until_ms = uv_now(srv->loop) + srv->cfg.claim_lease_ms;
     s->claimer_next = NULL;
     s->claimer_prev = f->claimers_tail;
     if (f->claimers_tail)
@@ -351,6 +379,56 @@ int inflight_count(server_t *srv, const session_t *s, uint32_t ns, const uint32_
     return 0;
 }
 
+static void key_unlink(inflight_t *f, inflight_wait_t *w)
+{
+    if (!w->keyed)
+        return;
+    if (w->kprev)
+        w->kprev->knext = w->knext;
+    else
+        f->wait_bucket[slot_of(f, w->key, w->ns)] = w->knext;
+    if (w->knext)
+        w->knext->kprev = w->kprev;
+    w->kprev = w->knext = NULL;
+    w->keyed = false;
+}
+
+static void key_link(inflight_t *f, inflight_wait_t *w, uint64_t key)
+{
+    uint32_t slot = slot_of(f, key, w->ns);
+    w->key = key;
+    w->keyed = true;
+    w->kprev = NULL;
+    w->knext = f->wait_bucket[slot];
+    if (w->knext)
+        w->knext->kprev = w;
+    f->wait_bucket[slot] = w;
+}
+
+/* Looks at w: true when its wait is over (nothing another session declared
+ * follows its cached prefix), else keys it by the first block it waits
+ * for. Without memory to look, over (waiting is an optimisation). */
+static bool wait_check(server_t *srv, inflight_wait_t *w)
+{
+    inflight_t *f = srv->inflight;
+    f->checks++;
+    key_unlink(f, w);
+    if (srv->stopping)
+        return true;
+    uint32_t *ids;
+    size_t max_ids = w->n_tokens / srv->geo.block_tokens, cached = 0;
+    if (max_ids > srv->num_blocks)
+        max_ids = srv->num_blocks;
+    if (session_scratch(w->s, max_ids ? max_ids : 1, &ids) != 0)
+        return true;
+    uint32_t k = 0;
+    if (radix_match(srv->index, w->ns, w->tokens, w->n_tokens, ids, max_ids, &cached) != 0 ||
+        inflight_count(srv, w->s, w->ns, w->tokens, w->n_tokens, cached, &k) != 0 || k == 0)
+        return true;
+    key_link(f, w, f->scratch[cached]); /* inflight_count hashed the prompt */
+    return false;
+}
+
 int inflight_park(server_t *srv, session_t *s, uint32_t ns, const uint32_t *tokens, size_t n_tokens,
                   uint32_t wait_ms)
 {
@@ -377,6 +455,11 @@ int inflight_park(server_t *srv, session_t *s, uint32_t ns, const uint32_t *toke
     f->n_waiting++;
     ns_ref(f, ns, 1);
     s->wait = w;
+    /* Keyed by what it waits for; one that finds nothing to wait for (it
+     * cannot, right after its handler counted) is looked at by the next
+     * wake. */
+    if (wait_check(srv, w))
+        f->all_ended = true;
     return 0;
 }
 
@@ -386,6 +469,7 @@ void inflight_cancel(server_t *srv, session_t *s)
     if (!w)
         return;
     inflight_t *f = srv->inflight;
+    key_unlink(f, w);
     if (w->prev)
         w->prev->next = w->next;
     else
@@ -413,36 +497,39 @@ void inflight_end(server_t *srv, session_t *s)
     inflight_cancel(srv, s);
 }
 
-/* Whether w's wait is over: nothing another session declared follows the
- * cached prefix any more (its deadline is the hold's, session.c). */
-static bool wait_over(server_t *srv, inflight_wait_t *w, bool all)
-{
-    if (all || srv->stopping)
-        return true;
-    uint32_t *ids;
-    size_t max_ids = w->n_tokens / srv->geo.block_tokens, cached = 0;
-    if (max_ids > srv->num_blocks)
-        max_ids = srv->num_blocks;
-    if (session_scratch(w->s, max_ids ? max_ids : 1, &ids) != 0)
-        return true;
-    uint32_t k = 0;
-    if (radix_match(srv->index, w->ns, w->tokens, w->n_tokens, ids, max_ids, &cached) != 0 ||
-        inflight_count(srv, w->s, w->ns, w->tokens, w->n_tokens, cached, &k) != 0)
-        return true;
-    return k == 0;
-}
-
 void inflight_wake(server_t *srv, bool all)
 {
     inflight_t *f = srv->inflight;
     if (!f)
         return;
-    f->changed = false;
-    /* Releasing a session only queues its turn: nothing here runs a
-     * request, so the list does not change under the walk but by this. */
-    for (inflight_wait_t *w = f->waiters, *next; w; w = next) {
-        next = w->next;
-        if (wait_over(srv, w, all))
+    /* The waiters to look at: every one, or those keyed by an ended
+     * prefix. Releasing a session only queues its turn: nothing here runs
+     * a request, so no list changes but by these steps. */
+    inflight_wait_t *check = NULL;
+    if (all || f->all_ended) {
+        for (inflight_wait_t *w = f->waiters; w; w = w->next) {
+            w->check_next = check;
+            check = w;
+        }
+    } else {
+        for (size_t i = 0; i < f->n_ended; i++) {
+            uint64_t key = f->ended_key[i];
+            uint32_t ns = f->ended_ns[i];
+            for (inflight_wait_t *w = f->wait_bucket[slot_of(f, key, ns)], *next; w; w = next) {
+                next = w->knext;
+                if (w->key != key || w->ns != ns)
+                    continue;
+                key_unlink(f, w);
+                w->check_next = check;
+                check = w;
+            }
+        }
+    }
+    f->n_ended = 0;
+    f->all_ended = false;
+    for (inflight_wait_t *w = check, *next; w; w = next) {
+        next = w->check_next;
+        if (all || wait_check(srv, w))
             session_release(w->s); /* ends w (inflight_end) */
     }
 }
@@ -454,7 +541,13 @@ void inflight_shutdown(server_t *srv)
 
 bool inflight_pending(const server_t *srv)
 {
-    return srv->inflight && srv->inflight->changed;
+    const inflight_t *f = srv->inflight;
+    return f && (f->n_ended > 0 || f->all_ended);
+}
+
+uint64_t inflight_checks(const server_t *srv)
+{
+    return srv->inflight ? srv->inflight->checks : 0;
 }
 
 uint32_t inflight_declared(const server_t *srv)

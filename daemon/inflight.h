@@ -31,8 +31,10 @@
  * another session follows the cached prefix any more (the writers
  * committed, released or died), when the hold's deadline passes, or when
  * the daemon stops. Each end of a declaration marks the waiters for a fresh
- * look, made after the request (or the session close) that ended it:
- * O(waiters) per such request, each look one walk of the prompt. No reply
+ * look, made after the request (or the session close) that ended it. The
+ * waiters are indexed by the prefix of the first block each waits for, so
+ * an end looks only at the waiters of its own prefix (each look one walk
+ * of the prompt, which re-keys a waiter that must wait on). No reply
  * is written from inside the writer's request.
  *
  * Two sessions writing one prefix: both declarations are entered; a waiter
@@ -61,6 +63,12 @@ typedef struct inflight_wait {
     size_t n_tokens;
     uint64_t start_ms;
     uint64_t deadline_ms; /* loop time: the hold's deadline */
+    /* The prefix (ns, key) of the first block it waits for, while keyed:
+     * only the end of that prefix's declarations looks at it again. */
+    uint64_t key;
+    bool keyed;
+    struct inflight_wait *kprev, *knext; /* the waiters of one key bucket */
+    struct inflight_wait *check_next;    /* inflight_wake's list to look at */
 } inflight_wait_t;
 
 /* Per-block tables for num_blocks blocks. Errors: KVS_ENOMEM. */
@@ -85,7 +93,8 @@ void inflight_declare(server_t *srv, uint32_t ns, const uint64_t *hashes, const 
  * a fresh look (inflight_wake). */
 void inflight_undeclare(server_t *srv, uint32_t b);
 
-/* How long claims last without a request from their session: a claimer
+/* How long claims last without a request from their session, by default
+ * (server_config_t.claim_lease_ms): a claimer
  * that went idle (or hung) must not make every later waiter wait its whole
  * wait_ms. An honest worker sends its Alloc right after the Lookup. */
 #define INFLIGHT_CLAIM_LEASE_MS 1000
@@ -136,6 +145,10 @@ void inflight_wake(server_t *srv, bool all);
 
 /* The daemon is stopping: releases every held Lookup. */
 void inflight_shutdown(server_t *srv);
+
+/* Looks at held lookups made since inflight_new (tests: an end of a
+ * declaration looks only at the waiters of its own prefix). */
+uint64_t inflight_checks(const server_t *srv);
 
 /* Whether a declaration ended since the last inflight_wake. */
 bool inflight_pending(const server_t *srv);

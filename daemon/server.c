@@ -41,6 +41,7 @@ void server_config_init(server_config_t *cfg)
     cfg->drain_ms = SERVER_DEFAULT_DRAIN_MS;
     cfg->backend_retry_ms = SERVER_DEFAULT_BACKEND_RETRY_MS;
     cfg->tier_copy_nice = SERVER_DEFAULT_TIER_COPY_NICE;
+    cfg->claim_lease_ms = INFLIGHT_CLAIM_LEASE_MS;
     events_config_init(&cfg->events);
 }
 

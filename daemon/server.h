@@ -87,6 +87,7 @@ typedef struct server_config {
     events_config_t events;   /* KV events for routers (events.h); endpoint NULL: off */
     uint64_t host_tier_bytes; /* tier 2 in host memory (tier.h); 0: none */
     uint32_t tier_copy_nice;  /* copy threads: this much nicer than the loop (0..19) */
+    uint32_t claim_lease_ms;  /* claims end this long after their Lookup (inflight.h) */
 } server_config_t;
 
 typedef struct server {

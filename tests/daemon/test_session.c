@@ -47,6 +47,9 @@ static void setup(void)
     cfg.backend.kind = BACKEND_HOST;
     cfg.pool_blocks = POOL;
     cfg.max_frame = 1 << 16;
+    /* Claims outlast any pause of a loaded machine between two steps of a
+     * test; test_claims_have_a_lease_and_a_bound sets its own lease. */
+    cfg.claim_lease_ms = 600000;
     ck_assert_int_eq(server_open(&cfg, &loop, &srv, err, sizeof(err)), 0);
     ck_assert_uint_eq(srv->num_blocks, POOL);
 }
@@ -1434,6 +1437,7 @@ START_TEST(test_claims_have_a_lease_and_a_bound)
     session_t *a = new_session(), *b = new_session();
     uint32_t tokens[8];
     prompt(tokens, 8, 38);
+    srv->cfg.claim_lease_ms = INFLIGHT_CLAIM_LEASE_MS;
     send_lookup_wait(a, "default", tokens, 8, 60000, 1);
     Kvshare__Response *r = take_reply(a);
     ck_assert_ptr_nonnull(r);
@@ -1464,6 +1468,39 @@ START_TEST(test_claims_have_a_lease_and_a_bound)
     kvshare__response__free_unpacked(r, NULL);
     ck_assert_uint_eq(inflight_claimed(srv), POOL / 4);
     session_close(c, "done");
+}
+END_TEST
+
+/* The end of one prefix's declaration looks only at the lookups waiting for
+ * that prefix, not at every waiter (before, each end walked every waiting
+ * prompt again: 139 ms for one small request pair with 300 waiters). */
+START_TEST(test_an_ended_declaration_looks_at_its_own_waiters)
+{
+    enum { N = 8 };
+    session_t *a = new_session(), *w[N];
+    uint32_t tokens[N][BT], ids[N];
+    for (int i = 0; i < N; i++) {
+        prompt(tokens[i], BT, 40 + (uint32_t)i);
+        ck_assert_int_eq(do_alloc_for(a, "default", tokens[i], BT, 0, 1, &ids[i]), 0);
+        w[i] = new_session();
+        send_lookup_wait(w[i], "default", tokens[i], BT, 60000, 1);
+        ck_assert_ptr_null(take_reply(w[i]));
+    }
+    ck_assert_uint_eq(inflight_waiting(srv), N);
+    uint64_t before = inflight_checks(srv);
+    ck_assert_int_eq(do_release(a, &ids[3], 1), 0);
+    expect_lookup_reply(w[3], 1, 0, true);
+    ck_assert_uint_eq(inflight_checks(srv) - before, 1);
+    ck_assert_uint_eq(inflight_waiting(srv), N - 1);
+    for (int i = 0; i < N; i++)
+        if (i != 3)
+            ck_assert_ptr_null(take_reply(w[i]));
+    /* The writer goes: every waiter is answered. */
+    session_close(a, "writer died");
+    for (int i = 0; i < N; i++)
+        if (i != 3)
+            expect_lookup_reply(w[i], 1, 0, true);
+    ck_assert_uint_eq(inflight_waiting(srv), 0);
 }
 END_TEST
 
@@ -1598,6 +1635,7 @@ static Suite *session_suite(void)
     tcase_add_test(tc, test_alloc_declaration_errors);
     tcase_add_test(tc, test_wait_for_claim);
     tcase_add_test(tc, test_claims_have_a_lease_and_a_bound);
+    tcase_add_test(tc, test_an_ended_declaration_looks_at_its_own_waiters);
     tcase_add_test(tc, test_retention_hints);
     suite_add_tcase(s, tc);
     TCase *tc_server = tcase_create("server");
