@@ -15,10 +15,10 @@
  *            handler handler_<field> (handlers.h)
  *
  * What the rows become:
- *   - daemon/dispatch.c: the dispatch table {case, "Name", handler_field},
+ *   - daemon/rpc/dispatch.c: the dispatch table {case, "Name", handler_field},
  *     and its lookup by case;
- *   - daemon/handlers.h: the handler prototypes and the reply union;
- *   - daemon/metrics.h: one per-RPC metrics slot per row, in row order
+ *   - daemon/rpc/handlers.h: the handler prototypes and the reply union;
+ *   - daemon/core/metrics.h: one per-RPC metrics slot per row, in row order
  *     (METRICS_MAX_RPC is their number), named by Name on /metrics;
  *   - client/client.c: the check that a reply answers the RPC asked, and
  *     the RPC's name in the message when it does not.

@@ -5,6 +5,10 @@
 #     tools  ->  client  ->  gpu, proto  ->  common
 #     daemon ->  radix, gpu, proto  ->  common
 #
+# and inside daemon/, the way a request travels:
+#
+#     daemon (main.c) -> net -> rpc -> store -> core
+#
 # Each folder below may include (with "...") headers of the folders listed
 # after it, and nothing else; tests/ may include anything. tests/support is
 # a folder of its own: kvshare-bench (tools/) starts its daemon with the
@@ -23,14 +27,19 @@ allowed() {
     radix) echo "radix common" ;;
     gpu) echo "gpu common" ;;
     proto) echo "proto common" ;;
-    daemon) echo "daemon radix gpu proto common" ;;
+    daemon) echo "daemon daemon/net daemon/rpc daemon/store daemon/core radix gpu proto common" ;;
+    daemon/net) echo "daemon/net daemon/rpc daemon/store daemon/core radix gpu proto common" ;;
+    daemon/rpc) echo "daemon/rpc daemon/store daemon/core radix gpu proto common" ;;
+    daemon/store) echo "daemon/store daemon/core radix gpu proto common" ;;
+    daemon/core) echo "daemon/core radix gpu proto common" ;;
     client) echo "client gpu proto common" ;;
     tools) echo "tools client radix gpu proto common tests/support" ;;
     tests/support) echo "tests/support proto common" ;;
     esac
 }
 
-folders="common radix gpu proto daemon client tools tests/support"
+folders="common radix gpu proto daemon daemon/net daemon/rpc daemon/store daemon/core client tools
+tests/support"
 existing=""
 for f in $folders; do
     [ -d "$f" ] && existing="$existing $f"
@@ -44,6 +53,7 @@ echo "kvshare.pb-c.h proto" >"$map"
 find $existing -name '*.h' | while read -r h; do
     case $h in
     tests/support/*) echo "$(basename "$h") tests/support" ;;
+    daemon/*/*) echo "$(basename "$h") $(dirname "$h")" ;;
     *) echo "$(basename "$h") ${h%%/*}" ;;
     esac
 done >>"$map"
@@ -52,7 +62,12 @@ status=0
 checked=0
 for folder in $existing; do
     ok=$(allowed "$folder")
-    for src in $(find "$folder" -name '*.c' -o -name '*.h' | sort); do
+    # A folder's own files; daemon/ alone is main.c (its subfolders are
+    # folders of their own).
+    depth=""
+    [ "$folder" = daemon ] && depth="-maxdepth 1"
+    # shellcheck disable=SC2086
+    for src in $(find "$folder" $depth \( -name '*.c' -o -name '*.h' \) | sort); do
         checked=$((checked + 1))
         for inc in $(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$src"); do
             owner=$(awk -v h="$(basename "$inc")" '$1 == h { print $2; exit }' "$map")

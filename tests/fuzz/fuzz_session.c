@@ -24,7 +24,7 @@
  * The daemon runs without a tier 2 here (--host-tier 0). With one, an Alloc
  * on a full pool or a Lookup that matches tier-2 blocks starts a copy job on
  * libuv's thread pool and defers the request until the job's completion runs
- * on the loop (daemon/tier.c); this target feeds sessions directly and never
+ * on the loop (daemon/store/tier.c); this target feeds sessions directly and never
  * runs the loop, so such a request would never be answered. Running the loop
  * after each chunk until no job is left would answer it, but the checks
  * above would then need what only tier.c knows while a job runs (the pins it

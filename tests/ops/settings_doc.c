@@ -84,7 +84,7 @@ int main(int argc, char **argv)
     if (strcmp(argv[1], "--check") == 0) {
         if ((size_t)(end - body) != table_len || memcmp(body, table, table_len) != 0) {
             fprintf(stderr,
-                    "settings_doc: the settings table of %s differs from daemon/settings.c; "
+                    "settings_doc: the settings table of %s differs from daemon/core/settings.c; "
                     "rerun settings_doc --write %s. It should read:\n%s",
                     argv[2], argv[2], table);
             status = 1;

@@ -13,6 +13,7 @@
 #include "config.h"
 #include "log.h"
 #include "metrics_http.h"
+#include "metrics_text.h"
 #include "server.h"
 #include "settings.h"
 #include "namespaces.h"

@@ -19,6 +19,7 @@
 #include "kvshare.pb-c.h"
 #include "log.h"
 #include "metrics_http.h"
+#include "metrics_text.h"
 #include "server.h"
 
 #define COUNTER_ROW(name, named, family, labels, help) {#name, named, family, labels, help},

@@ -107,4 +107,8 @@ bool config_acl_allows(const config_acl_t *acl, uint32_t uid, uint32_t gid);
 /* Writes "uids 1000,1001 gids 27" or "anyone" into buf. */
 void config_acl_describe(const config_acl_t *acl, char *buf, size_t len);
 
+/* Parses "HOST:PORT" (an IPv4 address, or [IPv6]) into *port and the host
+ * copied into host[hostlen] (metrics_listen). Returns 0 or KVS_EINVAL. */
+int config_parse_host_port(const char *listen, char *host, size_t hostlen, int *port);
+
 #endif /* KVS_DAEMON_CONFIG_H */

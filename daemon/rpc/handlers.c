@@ -12,7 +12,6 @@
 #include "kvshare_version.h"
 #include "log.h"
 #include "now.h"
-#include "peer.h"
 #include "session.h"
 #include "tier.h"
 #include "store.h"
@@ -124,7 +123,8 @@ int handler_hello(session_t *s, const Kvshare__Request *req, Kvshare__Response *
                     "libkvshare of the same release",
                     hello->version / 1000, hello->version % 1000, KVS_VERSION_MAJOR,
                     KVS_VERSION_MINOR);
-    peer_set_worker(s, hello->worker);
+    /* Escaped: it is printed in log lines. */
+    log_escape(hello->worker, s->worker, sizeof(s->worker));
 
     backend_desc_t desc;
     backend_describe(srv->backend, &desc);

@@ -13,6 +13,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <netinet/in.h>
+#include <uv.h>
+
 #include "kvshare_status.h"
 #include "nsname.h"
 #include "settings.h"
@@ -477,5 +480,36 @@ done:
         return rc;
     }
     *out = c;
+    return 0;
+}
+
+int config_parse_host_port(const char *listen, char *host, size_t hostlen, int *port)
+{
+    if (!listen || !host || !port)
+        return KVS_EINVAL;
+    const char *colon = strrchr(listen, ':');
+    if (!colon || colon == listen || !colon[1])
+        return KVS_EINVAL;
+    const char *h = listen;
+    size_t hl = (size_t)(colon - listen);
+    if (h[0] == '[') {
+        if (hl < 3 || h[hl - 1] != ']')
+            return KVS_EINVAL;
+        h++;
+        hl -= 2;
+    }
+    if (hl >= hostlen)
+        return KVS_EINVAL;
+    char *end;
+    long p = strtol(colon + 1, &end, 10);
+    if (*end || p < 0 || p > 65535)
+        return KVS_EINVAL;
+    memcpy(host, h, hl);
+    host[hl] = '\0';
+    *port = (int)p;
+    struct sockaddr_in6 a6;
+    struct sockaddr_in a4;
+    if (uv_ip4_addr(host, *port, &a4) != 0 && uv_ip6_addr(host, *port, &a6) != 0)
+        return KVS_EINVAL;
     return 0;
 }

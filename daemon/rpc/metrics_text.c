@@ -14,7 +14,7 @@
 #include "dispatch.h"
 #include "kvshare_status.h"
 #include "kvshare_version.h"
-#include "metrics_http.h"
+#include "metrics_text.h"
 #include "now.h"
 #include "server.h"
 

@@ -22,8 +22,4 @@ void peer_identify(session_t *s);
  * flushes and closes). */
 int peer_admit(session_t *s);
 
-/* Stores the worker name a client gave in Hello escaped (log_escape): it
- * is printed in log lines. */
-void peer_set_worker(session_t *s, const char *name);
-
 #endif /* KVS_DAEMON_PEER_H */

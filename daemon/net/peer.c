@@ -23,11 +23,6 @@ void peer_identify(session_t *s)
     s->peer_pid = (int32_t)cred.pid;
 }
 
-void peer_set_worker(session_t *s, const char *name)
-{
-    log_escape(name, s->worker, sizeof(s->worker));
-}
-
 int peer_admit(session_t *s)
 {
     server_t *srv = s->srv;

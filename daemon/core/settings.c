@@ -13,7 +13,6 @@
 #include "geometry.h"
 #include "kvshare_status.h"
 #include "kvshare_version.h"
-#include "metrics_http.h"
 #include "nsname.h"
 #include "socket_path.h"
 #include "units.h"
@@ -100,7 +99,7 @@ static int parse_addr(const char *text, int *out)
     char host[64];
     int port;
     (void)out;
-    return metrics_http_parse_addr(text, host, sizeof(host), &port);
+    return config_parse_host_port(text, host, sizeof(host), &port);
 }
 
 static int parse_endpoint(const char *text, int *out)

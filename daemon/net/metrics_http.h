@@ -36,10 +36,6 @@ typedef struct metrics_http metrics_http_t;
 #define METRICS_HTTP_RENDER_GAP  19            /* after a render of d, the next after 19 d */
 #define METRICS_HTTP_GAP_MAX_NS  1000000000ull /* ... and 1 s at most */
 
-/* Parses "HOST:PORT" (an IPv4 address, or [IPv6]) into *port and the host
- * copied into host[hostlen]. Returns 0 or KVS_EINVAL. */
-int metrics_http_parse_addr(const char *listen, char *host, size_t hostlen, int *port);
-
 /* Listens on `listen` ("127.0.0.1:9464") on srv's loop. Errors (message in
  * err): KVS_EINVAL (bad address), KVS_EIO (bind or listen failed),
  * KVS_ENOMEM. The responder is closed by metrics_http_close. */
@@ -52,9 +48,5 @@ int metrics_http_port(const metrics_http_t *h);
 /* Stops listening and closes every open connection; memory goes in libuv's
  * close callbacks. Accepts NULL. */
 void metrics_http_close(metrics_http_t *h);
-
-/* The text exposition of srv's metrics in a malloc'd buffer (*out, *len,
- * NUL-terminated), owned by the caller. Errors: KVS_ENOMEM. */
-int metrics_render(server_t *srv, char **out, size_t *len);
 
 #endif /* KVS_DAEMON_METRICS_HTTP_H */

@@ -23,6 +23,7 @@
 
 #include "kvshare_status.h"
 #include "log.h"
+#include "metrics_text.h"
 #include "server.h"
 
 typedef struct http_conn http_conn_t;
@@ -306,37 +307,6 @@ static void on_connection(uv_stream_t *listener, int status)
         conn_close(c);
 }
 
-int metrics_http_parse_addr(const char *listen, char *host, size_t hostlen, int *port)
-{
-    if (!listen || !host || !port)
-        return KVS_EINVAL;
-    const char *colon = strrchr(listen, ':');
-    if (!colon || colon == listen || !colon[1])
-        return KVS_EINVAL;
-    const char *h = listen;
-    size_t hl = (size_t)(colon - listen);
-    if (h[0] == '[') {
-        if (hl < 3 || h[hl - 1] != ']')
-            return KVS_EINVAL;
-        h++;
-        hl -= 2;
-    }
-    if (hl >= hostlen)
-        return KVS_EINVAL;
-    char *end;
-    long p = strtol(colon + 1, &end, 10);
-    if (*end || p < 0 || p > 65535)
-        return KVS_EINVAL;
-    memcpy(host, h, hl);
-    host[hl] = '\0';
-    *port = (int)p;
-    struct sockaddr_in6 a6;
-    struct sockaddr_in a4;
-    if (uv_ip4_addr(host, *port, &a4) != 0 && uv_ip6_addr(host, *port, &a6) != 0)
-        return KVS_EINVAL;
-    return 0;
-}
-
 int metrics_http_start(server_t *srv, const char *listen, metrics_http_t **out, char *err,
                        size_t errlen)
 {
@@ -344,7 +314,7 @@ int metrics_http_start(server_t *srv, const char *listen, metrics_http_t **out, 
     int port, rc;
     struct sockaddr_storage addr;
 
-    if (metrics_http_parse_addr(listen, host, sizeof(host), &port) != 0) {
+    if (config_parse_host_port(listen, host, sizeof(host), &port) != 0) {
         snprintf(err, errlen,
                  "--metrics-listen '%s': give HOST:PORT with a numeric address, e.g. "
                  "127.0.0.1:9464 or [::1]:9464",
