@@ -1150,6 +1150,8 @@ static uint64_t op_extent(uint64_t width, uint64_t height, uint64_t pitch)
 static int kernel_describe(struct backend_cuda *c, const backend_copy_op_t *ops, size_t n,
                            uint64_t *n_units)
 {
+    if (n > UINT32_MAX)
+        return 0; /* the launch counts ops in 32 bits */
     if (n > c->desc_host_cap) {
         gather_op_t *grown = realloc(c->desc, n * sizeof(*grown));
         if (grown == NULL)
