@@ -1495,6 +1495,13 @@ int kvs_stats(kvs_client_t *c, kvs_stats_t *out)
         out->tier2_total_blocks = s->tier2_total_blocks;
         out->tier2_cached_blocks = s->tier2_cached_blocks;
         out->copying_blocks = s->copying_blocks;
+        if (s->copy_path && s->copy_path[0]) {
+            out->copy_path = strdup(s->copy_path);
+            if (!out->copy_path) {
+                rc = KVS_ENOMEM;
+                goto done;
+            }
+        }
         if (s->n_namespaces > 0) {
             /* One allocation: the rows, then their bands. */
             out->namespaces =
@@ -1548,6 +1555,8 @@ void kvs_stats_free(kvs_stats_t *s)
     free(s->namespaces);
     s->namespaces = NULL;
     s->n_namespaces = 0;
+    free(s->copy_path);
+    s->copy_path = NULL;
 }
 
 int kvs_tree(kvs_client_t *c, const char *ns, int by_size, kvs_prefix_t *out, size_t max,

@@ -597,7 +597,13 @@ typedef struct kvs_stats {
      * being copied between the tiers. */
     uint32_t tier2_total_blocks, tier2_cached_blocks;
     uint32_t copying_blocks, reserved32;
-    uint64_t reserved[6]; /* room for gauges added later (0 until then) */
+    /* How the daemon's pool copies blocks: on cuda, per direction
+     * (pool->pool, pool->host, host->pool) the gather kernel or the copy
+     * engine and the timings that chose, or why the kernel is not used;
+     * "memcpy" on host. NULL from a daemon that predates it. Owned by out:
+     * freed by kvs_stats_free. */
+    char *copy_path;
+    uint64_t reserved[5]; /* room for gauges added later (0 until then) */
     /* Counters since the daemon started: one uint64_t field per entry of
      * KVS_COUNTERS (kvshare_counters.h: s.evictions, s.alloc_failures, ...),
      * also readable by position as counters[KVS_COUNTER_<name>]. A counter

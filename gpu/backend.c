@@ -375,6 +375,25 @@ int backend_copy_block(backend_t *b, const geometry_t *g, uint32_t num_blocks, u
     return 0;
 }
 
+int backend_copy_mode_set(backend_t *b, backend_copy_mode_t mode)
+{
+    if (b == NULL || (unsigned)mode > BACKEND_COPY_KERNEL)
+        return KVS_EINVAL;
+    if (b->kind == BACKEND_CUDA)
+        return backend_cuda_copy_mode_set(b->cuda, mode);
+    return mode == BACKEND_COPY_KERNEL ? KVS_ENOTSUP : 0;
+}
+
+void backend_copy_describe(const backend_t *b, char *buf, size_t len)
+{
+    if (buf == NULL || len == 0)
+        return;
+    if (b != NULL && b->kind == BACKEND_CUDA)
+        backend_cuda_copy_describe(b->cuda, buf, len);
+    else
+        snprintf(buf, len, "memcpy");
+}
+
 static double host_ms(void)
 {
     struct timespec ts;

@@ -166,6 +166,37 @@ int backend_copy_many(backend_t *b, const uint64_t *dst, const uint64_t *src, ui
  * or "memcpy per row" (host). Static string. */
 const char *backend_copy_block_path(const backend_t *b);
 
+/* --- Copy kernel or copy engine (cuda) ---------------------------------------- */
+
+/* On cuda, batches (backend_copy_blocks, backend_copy_many, backend_tier_copy,
+ * backend_copy_block) go either through the copy engine (cuMemcpy*Async per
+ * piece) or through one launch of a gather kernel that copies every piece of
+ * the batch (gather.h; tier-2 memory is mapped for it). The kernel is built
+ * into the library when nvcc was found at build time and loaded at
+ * backend_open; where it cannot load (no code for this GPU, an old driver)
+ * the engine serves and backend_detail says why. Under BACKEND_COPY_AUTO
+ * (the default; the environment variable KVS_CUDA_COPY=engine|kernel
+ * overrides it at open) the first batch of at least 64 pieces in each
+ * direction (pool->pool, pool->host, host->pool) runs both ways, timed, and
+ * the faster serves that direction from then on; until then the engine. */
+typedef enum backend_copy_mode {
+    BACKEND_COPY_AUTO = 0,
+    BACKEND_COPY_ENGINE = 1,
+    BACKEND_COPY_KERNEL = 2,
+} backend_copy_mode_t;
+
+/* Sets how b's batches copy, for benchmarks and tests. Errors: KVS_EINVAL
+ * (no backend, unknown mode), KVS_ENOTSUP (the kernel asked for where it is
+ * not loaded, or a host backend asked for anything but AUTO or ENGINE). */
+int backend_copy_mode_set(backend_t *b, backend_copy_mode_t mode);
+
+/* Writes one line saying what b copies with, into buf (always terminated,
+ * cut to len), e.g. "pool->pool kernel (kernel 0.412 ms, engine 0.553 ms);
+ * pool->host not measured yet (copy engine); ...; batches: 3 kernel, 9 copy
+ * engine", or "copy engine (kernel not used: built without nvcc); ...";
+ * host: "memcpy". */
+void backend_copy_describe(const backend_t *b, char *buf, size_t len);
+
 /* --- Tier 2: host memory next to the pool ---------------------------------- */
 
 /* Gives b a tier 2 of at least bytes (rounded up to the page size) in host

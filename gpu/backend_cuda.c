@@ -33,11 +33,13 @@
  * The driver is loaded once per process and never unloaded.
  */
 #include "backend_internal.h"
+#include "gather.h"
 
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <float.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,9 +61,25 @@
  * tests make many slabs out of a small pool. */
 #define CUDA_SLAB_ENV "KVS_CUDA_SLAB_BYTES"
 
-/* How backend_copy_block copies: not yet, one cuMemcpy2DAsync, or one
- * cuMemcpyDtoDAsync per row (the driver refused the 2D copy's pitch). */
-enum { CUDA_COPY_UNKNOWN, CUDA_COPY_2D, CUDA_COPY_ROWS };
+/* How backend_copy_block copies: not yet, one cuMemcpy2DAsync, one
+ * cuMemcpyDtoDAsync per row (the driver refused the 2D copy's pitch), or the
+ * gather kernel. */
+enum { CUDA_COPY_UNKNOWN, CUDA_COPY_2D, CUDA_COPY_ROWS, CUDA_COPY_KERNEL };
+/* Overrides the choice between copy engine and kernel: auto|engine|kernel. */
+#define CUDA_COPY_ENV "KVS_CUDA_COPY"
+/* A batch of at least this many rows is large enough to time both paths on:
+ * the first such batch of each direction decides which one that direction
+ * uses from then on. Smaller batches use the copy engine until then. */
+#define CALIBRATE_MIN_ROWS 64
+/* Blocks of the gather kernel per multiprocessor: enough to hide latency,
+ * few enough that each one strides over several units. */
+#define GATHER_BLOCKS_PER_SM 4
+
+/* The directions a batch can have; a mixed batch always uses the engine. */
+enum { DIR_D2D, DIR_D2H, DIR_H2D, DIR_COUNT, DIR_MIXED = DIR_COUNT };
+static const char *const dir_names[DIR_COUNT] = {"pool->pool", "pool->host", "host->pool"};
+/* What a direction uses: not measured yet (engine meanwhile), engine, kernel. */
+enum { CHOICE_UNMEASURED, CHOICE_ENGINE, CHOICE_KERNEL };
 
 typedef struct cuda_api {
     void *lib;
@@ -107,6 +125,15 @@ typedef struct cuda_api {
     PFN_cuEventDestroy_v4000 event_destroy;
     PFN_cuEventRecord_v2000 event_record;
     PFN_cuEventElapsedTime_v2000 event_elapsed;
+    /* The gather kernel's; optional: without them the copy engine serves. */
+    PFN_cuModuleLoadData_v2000 module_load_data;
+    PFN_cuModuleUnload_v2000 module_unload;
+    PFN_cuModuleGetFunction_v2000 module_get_function;
+    PFN_cuLaunchKernel_v4000 launch_kernel;
+    PFN_cuMemAlloc_v3020 mem_alloc;
+    PFN_cuMemFree_v3020 mem_free;
+    PFN_cuMemHostGetDevicePointer_v3020 mem_host_get_device_pointer;
+    const char *kernel_missing; /* the first of them the driver lacks, or NULL */
 } cuda_api_t;
 
 struct backend_cuda {
@@ -128,6 +155,26 @@ struct backend_cuda {
     uint32_t n_mapped;
     uint64_t slab_bytes[BACKEND_MAX_SLABS];
     CUmemGenericAllocationHandle handles[BACKEND_MAX_SLABS];
+    /* The gather kernel (pools only, not importers' mappings): loaded, or
+     * why not; its descriptors' device buffer and their host copy. */
+    CUmodule module;
+    CUfunction gather;
+    char kernel_why[512]; /* empty when loaded */
+    int sm_count;
+    CUdeviceptr desc_dev;
+    uint64_t desc_cap; /* descriptors desc_dev holds */
+    gather_op_t *desc;
+    uint64_t desc_host_cap;
+    /* Registered host memory (tier 2) as the kernel sees it: host_dev is its
+     * device address, 0 where the driver gave none. */
+    uintptr_t host_base;
+    uint64_t host_size;
+    CUdeviceptr host_dev;
+    /* The choice between copy engine and kernel, per direction. */
+    backend_copy_mode_t mode;
+    int choice[DIR_COUNT];
+    float measured_ms[DIR_COUNT][2]; /* [dir][0 engine, 1 kernel], best of two */
+    uint64_t kernel_batches, engine_batches;
 };
 
 static cuda_api_t api;
@@ -300,6 +347,30 @@ static void cuda_load(void)
         if (resolve(table[i].symbol, table[i].slot) != 0) {
             api.rc = KVS_ENODRIVER;
             return;
+        }
+    }
+    /* Optional: the gather kernel's entry points. A driver without them
+     * still serves, with the copy engine. */
+    struct {
+        const char *symbol;
+        void **slot;
+    } kernel_table[] = {
+        {"cuModuleLoadData", (void **)&api.module_load_data},
+        {"cuModuleUnload", (void **)&api.module_unload},
+        {"cuModuleGetFunction", (void **)&api.module_get_function},
+        {"cuLaunchKernel", (void **)&api.launch_kernel},
+        {"cuMemAlloc", (void **)&api.mem_alloc},
+        {"cuMemFree", (void **)&api.mem_free},
+        {"cuMemHostGetDevicePointer", (void **)&api.mem_host_get_device_pointer},
+    };
+    for (size_t i = 0; i < sizeof(kernel_table) / sizeof(kernel_table[0]); i++) {
+        CUdriverProcAddressQueryResult got = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+        if (api.get_proc_address(kernel_table[i].symbol, kernel_table[i].slot, CUDA_API_VERSION,
+                                 CU_GET_PROC_ADDRESS_DEFAULT, &got) != CUDA_SUCCESS ||
+            got != CU_GET_PROC_ADDRESS_SUCCESS || *kernel_table[i].slot == NULL) {
+            *kernel_table[i].slot = NULL;
+            if (api.kernel_missing == NULL)
+                api.kernel_missing = kernel_table[i].symbol;
         }
     }
     /* Optional: CUDA 11.0's cuDeviceGetUuid gives the GPU's UUID where the
@@ -516,6 +587,11 @@ static void cuda_teardown(struct backend_cuda *c)
         api.stream_synchronize(c->stream);
         api.stream_destroy(c->stream);
     }
+    if (entered && c->desc_dev != 0)
+        api.mem_free(c->desc_dev);
+    if (entered && c->module != NULL)
+        api.module_unload(c->module);
+    free(c->desc);
     uint64_t offset = 0;
     for (uint32_t i = 0; i < c->n_mapped; i++) {
         api.mem_unmap(c->va + offset, c->slab_bytes[i]);
@@ -531,6 +607,68 @@ static void cuda_teardown(struct backend_cuda *c)
     if (c->ctx != NULL)
         api.primary_ctx_release(c->dev);
     free(c);
+}
+
+#ifdef KVS_HAVE_CUDA_KERNEL
+/* The fatbin nvcc made of gather.cu (gather_fatbin.c, generated). */
+extern const unsigned char kvs_gather_fatbin[];
+extern const size_t kvs_gather_fatbin_size;
+#endif
+
+/* Loads the gather kernel into c's context (entered by the caller). Never
+ * fails the pool: where the kernel cannot load (a build without nvcc, a
+ * driver without the entry points, a GPU the fatbin has neither machine
+ * code nor usable PTX for) c->kernel_why says why and copies use the copy
+ * engine. */
+static void cuda_kernel_load(struct backend_cuda *c)
+{
+#ifndef KVS_HAVE_CUDA_KERNEL
+    snprintf(c->kernel_why, sizeof(c->kernel_why), "built without nvcc");
+#else
+    char why[256];
+    if (api.kernel_missing != NULL) {
+        snprintf(c->kernel_why, sizeof(c->kernel_why), "the driver has no %s", api.kernel_missing);
+        return;
+    }
+    CUresult r = api.module_load_data(&c->module, kvs_gather_fatbin);
+    if (r != CUDA_SUCCESS) {
+        c->module = NULL;
+        cuda_describe_error(r, why, sizeof(why));
+        snprintf(c->kernel_why, sizeof(c->kernel_why),
+                 "cuModuleLoadData failed (no code in it for this GPU, or a driver older than "
+                 "the toolkit that built it): %s",
+                 why);
+        return;
+    }
+    r = api.module_get_function(&c->gather, c->module, GATHER_KERNEL);
+    if (r != CUDA_SUCCESS) {
+        cuda_describe_error(r, why, sizeof(why));
+        snprintf(c->kernel_why, sizeof(c->kernel_why), "cuModuleGetFunction(%s) failed: %s",
+                 GATHER_KERNEL, why);
+        api.module_unload(c->module);
+        c->module = NULL;
+        c->gather = NULL;
+        return;
+    }
+    int sms = 0;
+    if (api.device_get_attribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, c->dev) !=
+            CUDA_SUCCESS ||
+        sms <= 0)
+        sms = 1;
+    c->sm_count = sms;
+    c->kernel_why[0] = '\0';
+#endif
+}
+
+/* The mode KVS_CUDA_COPY asks for (auto when unset or unknown). */
+static backend_copy_mode_t cuda_copy_mode_env(void)
+{
+    const char *env = getenv(CUDA_COPY_ENV);
+    if (env != NULL && strcmp(env, "engine") == 0)
+        return BACKEND_COPY_ENGINE;
+    if (env != NULL && strcmp(env, "kernel") == 0)
+        return BACKEND_COPY_KERNEL;
+    return BACKEND_COPY_AUTO;
 }
 
 static uint64_t round_up(uint64_t n, uint64_t to)
@@ -694,6 +832,10 @@ int backend_cuda_open(const backend_config_t *cfg, backend_t *b, char *err, size
         rc = cuda_fail(err, errlen, KVS_EIO, "cuDeviceGetUuid", r);
         goto fail;
     }
+    cuda_kernel_load(c);
+    c->mode = cuda_copy_mode_env();
+    if (c->mode == BACKEND_COPY_KERNEL && c->gather == NULL)
+        c->mode = BACKEND_COPY_AUTO; /* nothing to force: the engine serves */
     c->mig = api.device_get_gpu_uuid != NULL &&
              api.device_get_gpu_uuid(&gpu_uuid, c->dev) == CUDA_SUCCESS &&
              memcmp(gpu_uuid.bytes, uuid.bytes, sizeof(uuid.bytes)) != 0;
@@ -718,6 +860,17 @@ int backend_cuda_open(const backend_config_t *cfg, backend_t *b, char *err, size
              c->n_slabs == 1 ? "" : "s", (unsigned long long)c->granularity,
              c->rdma ? "capable" : "not supported", api.driver_version / 1000,
              api.driver_version % 1000 / 10);
+    size_t used = strlen(b->detail);
+    if (c->gather != NULL)
+        snprintf(b->detail + used, sizeof(b->detail) - used,
+                 ", copy kernel loaded (%d SMs; kernel or copy engine chosen by measurement%s)",
+                 c->sm_count,
+                 c->mode == BACKEND_COPY_ENGINE   ? ", " CUDA_COPY_ENV "=engine: engine only"
+                 : c->mode == BACKEND_COPY_KERNEL ? ", " CUDA_COPY_ENV "=kernel: kernel only"
+                                                  : "");
+    else
+        snprintf(b->detail + used, sizeof(b->detail) - used,
+                 ", copy kernel not used (%s): copies use the copy engine", c->kernel_why);
     return 0;
 fail:
     if (entered)
@@ -954,6 +1107,194 @@ static CUresult cuda_queue(struct backend_cuda *c, const backend_copy_op_t *op)
     return r;
 }
 
+/* --- The gather kernel and the choice between it and the copy engine ------- */
+
+static int op_dir(const backend_copy_op_t *op)
+{
+    if (op->dst_host && op->src_host)
+        return DIR_MIXED;
+    return op->dst_host ? DIR_D2H : op->src_host ? DIR_H2D : DIR_D2D;
+}
+
+/* The direction all n ops share, or DIR_MIXED. */
+static int batch_dir(const backend_copy_op_t *ops, size_t n)
+{
+    int dir = op_dir(&ops[0]);
+    for (size_t i = 1; i < n && dir != DIR_MIXED; i++)
+        if (op_dir(&ops[i]) != dir)
+            dir = DIR_MIXED;
+    return dir;
+}
+
+/* The address the kernel uses for a, which is device memory or (host) a
+ * part of the registered host range that the driver mapped for the device;
+ * 0 where the kernel cannot reach [a, a + extent). */
+static uint64_t kernel_addr(const struct backend_cuda *c, uintptr_t a, int host, uint64_t extent)
+{
+    if (!host)
+        return a;
+    if (c->host_dev == 0 || a < c->host_base || a - c->host_base > c->host_size ||
+        extent > c->host_size - (a - c->host_base))
+        return 0;
+    return c->host_dev + (a - c->host_base);
+}
+
+static uint64_t op_extent(uint64_t width, uint64_t height, uint64_t pitch)
+{
+    return (height - 1) * pitch + width;
+}
+
+/* Fills c->desc with the gather contract's ops for ops[0..n) and returns
+ * the unit count in *n_units; 0 when the kernel cannot take the batch (host
+ * memory it cannot reach, or no memory for the descriptors). */
+static int kernel_describe(struct backend_cuda *c, const backend_copy_op_t *ops, size_t n,
+                           uint64_t *n_units)
+{
+    if (n > UINT32_MAX)
+        return 0; /* the launch counts ops in 32 bits */
+    if (n > c->desc_host_cap) {
+        gather_op_t *grown = realloc(c->desc, n * sizeof(*grown));
+        if (grown == NULL)
+            return 0;
+        c->desc = grown;
+        c->desc_host_cap = n;
+    }
+    uint64_t units = 0;
+    for (size_t i = 0; i < n; i++) {
+        const backend_copy_op_t *op = &ops[i];
+        gather_op_t *g = &c->desc[i];
+        g->dst =
+            kernel_addr(c, op->dst, op->dst_host, op_extent(op->width, op->height, op->dst_pitch));
+        g->src =
+            kernel_addr(c, op->src, op->src_host, op_extent(op->width, op->height, op->src_pitch));
+        if (g->dst == 0 || g->src == 0 || op->width == 0 || op->height == 0)
+            return 0;
+        g->width = op->width;
+        g->height = op->height;
+        g->dst_pitch = op->dst_pitch;
+        g->src_pitch = op->src_pitch;
+        g->units_per_row = (uint32_t)((op->width + GATHER_CHUNK - 1) / GATHER_CHUNK);
+        g->unit0 = units;
+        g->vec16 = ((g->dst | g->src | g->width | g->dst_pitch | g->src_pitch) & 15) == 0;
+        units += g->units_per_row * op->height;
+    }
+    *n_units = units;
+    return 1;
+}
+
+/* Queues the descriptors' upload and one launch on c's stream (context
+ * entered). The descriptor buffer only grows, between batches, when the
+ * stream is idle. */
+static CUresult cuda_queue_kernel(struct backend_cuda *c, size_t n, uint64_t n_units)
+{
+    CUresult r;
+    if (n > c->desc_cap) {
+        uint64_t cap = n < 256 ? 256 : n;
+        if (c->desc_dev != 0)
+            api.mem_free(c->desc_dev);
+        c->desc_dev = 0;
+        c->desc_cap = 0;
+        r = api.mem_alloc(&c->desc_dev, cap * sizeof(gather_op_t));
+        if (r != CUDA_SUCCESS) {
+            c->desc_dev = 0;
+            return r;
+        }
+        c->desc_cap = cap;
+    }
+    r = api.memcpy_htod_async(c->desc_dev, c->desc, n * sizeof(gather_op_t), c->stream);
+    if (r != CUDA_SUCCESS)
+        return r;
+    uint64_t grid = (uint64_t)c->sm_count * GATHER_BLOCKS_PER_SM;
+    if (grid > n_units)
+        grid = n_units;
+    uint32_t n_ops = (uint32_t)n;
+    void *params[] = {&c->desc_dev, &n_ops, &n_units};
+    return api.launch_kernel(c->gather, (unsigned)grid, 1, 1, GATHER_THREADS, 1, 1, 0, c->stream,
+                             params, NULL);
+}
+
+/* Runs the batch one way (kernel: c->desc already filled) and waits for it;
+ * *ms gets the device time when timed. *queued tells whether the failure,
+ * if any, came while queueing (nothing ran) rather than from the device. */
+static CUresult cuda_run(struct backend_cuda *c, const backend_copy_op_t *ops, size_t n, int kernel,
+                         uint64_t n_units, int timed, float *ms, int *queued)
+{
+    CUevent ev[2] = {NULL, NULL};
+    CUresult r = CUDA_SUCCESS;
+    if (timed) {
+        r = api.event_create(&ev[0], CU_EVENT_DEFAULT);
+        if (r == CUDA_SUCCESS)
+            r = api.event_create(&ev[1], CU_EVENT_DEFAULT);
+        if (r == CUDA_SUCCESS)
+            r = api.event_record(ev[0], c->stream);
+    }
+    if (r == CUDA_SUCCESS && kernel)
+        r = cuda_queue_kernel(c, n, n_units);
+    for (size_t i = 0; !kernel && r == CUDA_SUCCESS && i < n; i++)
+        r = cuda_queue(c, &ops[i]);
+    *queued = r == CUDA_SUCCESS;
+    if (r == CUDA_SUCCESS && timed)
+        r = api.event_record(ev[1], c->stream);
+    CUresult done = api.stream_synchronize(c->stream);
+    if (r == CUDA_SUCCESS)
+        r = done;
+    if (r == CUDA_SUCCESS && timed)
+        r = api.event_elapsed(ms, ev[0], ev[1]);
+    for (int i = 0; i < 2; i++)
+        if (ev[i] != NULL)
+            api.event_destroy(ev[i]);
+    if (r == CUDA_SUCCESS)
+        (kernel ? &c->kernel_batches : &c->engine_batches)[0]++;
+    return r;
+}
+
+/* The first large batch of a direction: engine, kernel, engine, kernel
+ * (the copies write the same bytes each time: ranges do not overlap), and
+ * the faster by its best time serves that direction from then on. */
+static CUresult cuda_calibrate(struct backend_cuda *c, const backend_copy_op_t *ops, size_t n,
+                               int dir, uint64_t n_units, float *ms, int *kernel_failed)
+{
+    float best[2] = {FLT_MAX, FLT_MAX};
+    for (int i = 0; i < 4; i++) {
+        int kernel = i % 2, queued = 0;
+        float t = 0;
+        CUresult r = cuda_run(c, ops, n, kernel, n_units, 1, &t, &queued);
+        if (r != CUDA_SUCCESS) {
+            *kernel_failed = kernel && queued == 0;
+            return r;
+        }
+        if (t < best[kernel])
+            best[kernel] = t;
+    }
+    c->measured_ms[dir][0] = best[0];
+    c->measured_ms[dir][1] = best[1];
+    c->choice[dir] = best[1] < best[0] ? CHOICE_KERNEL : CHOICE_ENGINE;
+    *ms = best[1] < best[0] ? best[1] : best[0];
+    return CUDA_SUCCESS;
+}
+
+/* Whether this batch goes through the kernel (and c->desc is filled for
+ * it), and whether it is the one that decides its direction. */
+static int cuda_pick(struct backend_cuda *c, const backend_copy_op_t *ops, size_t n, int dir,
+                     uint64_t *n_units, int *calibrate)
+{
+    *calibrate = 0;
+    if (c->gather == NULL || dir == DIR_MIXED || c->mode == BACKEND_COPY_ENGINE)
+        return 0;
+    if (c->mode == BACKEND_COPY_AUTO && c->choice[dir] == CHOICE_ENGINE)
+        return 0;
+    uint64_t rows = 0;
+    for (size_t i = 0; i < n; i++)
+        rows += ops[i].height;
+    if (c->mode == BACKEND_COPY_AUTO && c->choice[dir] == CHOICE_UNMEASURED &&
+        rows < CALIBRATE_MIN_ROWS)
+        return 0;
+    if (!kernel_describe(c, ops, n, n_units))
+        return 0;
+    *calibrate = c->mode == BACKEND_COPY_AUTO && c->choice[dir] == CHOICE_UNMEASURED;
+    return 1;
+}
+
 int backend_cuda_copy_batch(struct backend_cuda *c, const backend_copy_op_t *ops, size_t n,
                             double *device_ms)
 {
@@ -964,31 +1305,77 @@ int backend_cuda_copy_batch(struct backend_cuda *c, const backend_copy_op_t *ops
         pthread_mutex_unlock(&c->copy_lock);
         return KVS_EIO;
     }
-    CUevent ev[2] = {NULL, NULL};
-    CUresult r = CUDA_SUCCESS;
-    if (device_ms != NULL) {
-        r = api.event_create(&ev[0], CU_EVENT_DEFAULT);
-        if (r == CUDA_SUCCESS)
-            r = api.event_create(&ev[1], CU_EVENT_DEFAULT);
-        if (r == CUDA_SUCCESS)
-            r = api.event_record(ev[0], c->stream);
+    int dir = batch_dir(ops, n), calibrate = 0, queued = 1, kernel_failed = 0;
+    uint64_t n_units = 0;
+    int kernel = cuda_pick(c, ops, n, dir, &n_units, &calibrate);
+    float ms = 0;
+    CUresult r;
+    if (calibrate) {
+        r = cuda_calibrate(c, ops, n, dir, n_units, &ms, &kernel_failed);
+    } else {
+        r = cuda_run(c, ops, n, kernel, n_units, device_ms != NULL, &ms, &queued);
+        kernel_failed = kernel && !queued;
     }
-    for (size_t i = 0; r == CUDA_SUCCESS && i < n; i++)
-        r = cuda_queue(c, &ops[i]);
+    if (r != CUDA_SUCCESS && kernel_failed) {
+        /* The launch itself was refused (nothing ran): say why once, and
+         * copy with the engine from now on. */
+        char why[200];
+        cuda_describe_error(r, why, sizeof(why));
+        snprintf(c->kernel_why, sizeof(c->kernel_why), "cuLaunchKernel failed: %s", why);
+        c->gather = NULL;
+        kernel = 0;
+        r = cuda_run(c, ops, n, 0, 0, device_ms != NULL, &ms, &queued);
+    }
+    /* An engine run has set last_copy itself (cuda_queue). */
+    if (r == CUDA_SUCCESS && dir == DIR_D2D &&
+        (calibrate ? c->choice[dir] == CHOICE_KERNEL : kernel))
+        c->last_copy = CUDA_COPY_KERNEL;
     if (r == CUDA_SUCCESS && device_ms != NULL)
-        r = api.event_record(ev[1], c->stream);
-    CUresult done = api.stream_synchronize(c->stream);
-    if (r == CUDA_SUCCESS && done == CUDA_SUCCESS && device_ms != NULL) {
-        float ms = 0;
-        r = api.event_elapsed(&ms, ev[0], ev[1]);
         *device_ms = ms;
-    }
-    for (int i = 0; i < 2; i++)
-        if (ev[i] != NULL)
-            api.event_destroy(ev[i]);
     cuda_leave();
     pthread_mutex_unlock(&c->copy_lock);
-    return r == CUDA_SUCCESS && done == CUDA_SUCCESS ? 0 : KVS_EIO;
+    return r == CUDA_SUCCESS ? 0 : KVS_EIO;
+}
+
+int backend_cuda_copy_mode_set(struct backend_cuda *c, backend_copy_mode_t mode)
+{
+    if (mode != BACKEND_COPY_AUTO && mode != BACKEND_COPY_ENGINE && mode != BACKEND_COPY_KERNEL)
+        return KVS_EINVAL;
+    pthread_mutex_lock(&c->copy_lock);
+    int rc = mode == BACKEND_COPY_KERNEL && c->gather == NULL ? KVS_ENOTSUP : 0;
+    if (rc == 0)
+        c->mode = mode;
+    pthread_mutex_unlock(&c->copy_lock);
+    return rc;
+}
+
+void backend_cuda_copy_describe(struct backend_cuda *c, char *buf, size_t len)
+{
+    pthread_mutex_lock(&c->copy_lock);
+    size_t used = 0;
+#define PUT(...)                                                                                   \
+    do {                                                                                           \
+        if (used < len)                                                                            \
+            used += (size_t)snprintf(buf + used, len - used, __VA_ARGS__);                         \
+    } while (0)
+    if (c->gather == NULL) {
+        PUT("copy engine (kernel not used: %s)", c->kernel_why);
+    } else if (c->mode != BACKEND_COPY_AUTO) {
+        PUT("%s, forced", c->mode == BACKEND_COPY_KERNEL ? "kernel" : "copy engine");
+    } else {
+        for (int d = 0; d < DIR_COUNT; d++) {
+            if (c->choice[d] == CHOICE_UNMEASURED)
+                PUT("%s%s not measured yet (copy engine)", d ? "; " : "", dir_names[d]);
+            else
+                PUT("%s%s %s (kernel %.3f ms, engine %.3f ms)", d ? "; " : "", dir_names[d],
+                    c->choice[d] == CHOICE_KERNEL ? "kernel" : "copy engine",
+                    (double)c->measured_ms[d][1], (double)c->measured_ms[d][0]);
+        }
+    }
+    PUT("; batches: %llu kernel, %llu copy engine", (unsigned long long)c->kernel_batches,
+        (unsigned long long)c->engine_batches);
+#undef PUT
+    pthread_mutex_unlock(&c->copy_lock);
 }
 
 int backend_cuda_host_register(struct backend_cuda *c, void *p, uint64_t n, char *err,
@@ -998,11 +1385,22 @@ int backend_cuda_host_register(struct backend_cuda *c, void *p, uint64_t n, char
         backend_errorf(err, errlen, "cannot enter the device's context to register tier 2");
         return KVS_EIO;
     }
-    CUresult r = api.mem_host_register(p, n, CU_MEMHOSTREGISTER_PORTABLE);
+    /* DEVICEMAP: the gather kernel reads and writes it directly. */
+    CUresult r =
+        api.mem_host_register(p, n, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
+    CUdeviceptr dev = 0;
+    if (r == CUDA_SUCCESS && c->gather != NULL &&
+        api.mem_host_get_device_pointer(&dev, p, 0) != CUDA_SUCCESS)
+        dev = 0; /* the copy engine serves tier copies */
     cuda_leave();
     if (r != CUDA_SUCCESS)
         return cuda_fail(err, errlen, r == CUDA_ERROR_OUT_OF_MEMORY ? KVS_ENOMEM : KVS_EIO,
                          "cuMemHostRegister (pinning tier 2)", r);
+    pthread_mutex_lock(&c->copy_lock);
+    c->host_base = (uintptr_t)p;
+    c->host_size = n;
+    c->host_dev = dev;
+    pthread_mutex_unlock(&c->copy_lock);
     return 0;
 }
 
@@ -1012,6 +1410,13 @@ void backend_cuda_host_unregister(struct backend_cuda *c, void *p)
         return;
     api.mem_host_unregister(p);
     cuda_leave();
+    pthread_mutex_lock(&c->copy_lock);
+    if (c->host_base == (uintptr_t)p) {
+        c->host_base = 0;
+        c->host_size = 0;
+        c->host_dev = 0;
+    }
+    pthread_mutex_unlock(&c->copy_lock);
 }
 
 int backend_cuda_dtod(struct backend_cuda *c, uintptr_t dst, uintptr_t src, uint64_t n)
@@ -1040,6 +1445,8 @@ const char *backend_cuda_copy_path(const struct backend_cuda *c)
         return "cuMemcpy2DAsync";
     case CUDA_COPY_ROWS:
         return "cuMemcpyDtoDAsync per row";
+    case CUDA_COPY_KERNEL:
+        return "kvs_gather kernel";
     default:
         return "none yet";
     }

@@ -5,6 +5,7 @@
  */
 #include "backend_internal.h"
 
+#include <stdio.h>
 #include <unistd.h>
 
 #define NOT_BUILT                                                                                  \
@@ -131,4 +132,17 @@ void backend_cuda_host_unregister(struct backend_cuda *c, void *p)
 {
     (void)c;
     (void)p;
+}
+
+int backend_cuda_copy_mode_set(struct backend_cuda *c, backend_copy_mode_t mode)
+{
+    (void)c;
+    (void)mode;
+    return KVS_ENOTSUP;
+}
+
+void backend_cuda_copy_describe(struct backend_cuda *c, char *buf, size_t len)
+{
+    (void)c;
+    snprintf(buf, len, "none");
 }

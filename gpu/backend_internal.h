@@ -92,6 +92,10 @@ int backend_cuda_dtoh(struct backend_cuda *c, void *dst, uintptr_t src, uint64_t
 int backend_cuda_host_register(struct backend_cuda *c, void *p, uint64_t n, char *err,
                                size_t errlen);
 void backend_cuda_host_unregister(struct backend_cuda *c, void *p);
+/* The choice between the copy engine and the gather kernel
+ * (backend_copy_mode_set), and a line saying what each direction uses. */
+int backend_cuda_copy_mode_set(struct backend_cuda *c, backend_copy_mode_t mode);
+void backend_cuda_copy_describe(struct backend_cuda *c, char *buf, size_t len);
 /* The copy the last backend_cuda_dtod_2d used, e.g. "cuMemcpy2DAsync". */
 const char *backend_cuda_copy_path(const struct backend_cuda *c);
 

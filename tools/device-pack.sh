@@ -51,12 +51,20 @@ fi
 echo "device-pack: configuring and building $BUILD_DIR"
 mkdir -p "$BUILD_DIR"
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCUDAToolkit_ROOT="$CUDA_ROOT" \
+    -DKVS_NVCC="$CUDA_ROOT/bin/nvcc" \
     >"$BUILD_DIR/configure.log" 2>&1 || {
     cat "$BUILD_DIR/configure.log" >&2
     exit 1
 }
 if ! grep -q "cuda backend ON" "$BUILD_DIR/configure.log"; then
     echo "device-pack: the cuda backend is not built (see $BUILD_DIR/configure.log)" >&2
+    exit 1
+fi
+# The device run measures the gather kernel against the copy engine: a pack
+# without it would measure the engine only.
+if ! grep -q "block copy kernel ON" "$BUILD_DIR/configure.log"; then
+    echo "device-pack: the block copy kernel is not built (no nvcc under $CUDA_ROOT/bin?" \
+        "see $BUILD_DIR/configure.log)" >&2
     exit 1
 fi
 # shellcheck disable=SC2086
@@ -106,6 +114,7 @@ fi
     echo "commit $(git rev-parse HEAD)$(git diff --quiet HEAD -- . || echo ' (with uncommitted changes)')"
     echo "packed $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -m), $(ldd --version | head -1)"
     echo "cuda headers $(grep -m1 '#define CUDA_VERSION' "$CUDA_ROOT/include/cuda.h" | awk '{print $3}')"
+    echo "copy kernel $(wc -c <"$BUILD_DIR/gpu/gather.fatbin") B fatbin: sm_80 sm_90 sm_100 + compute_100 PTX, $("$CUDA_ROOT/bin/nvcc" --version | tail -1)"
     (cd "$PACK_DIR" && find . -type f -printf '%s %p\n' | sort -k2)
 } >"$PACK_DIR/MANIFEST"
 

@@ -714,6 +714,12 @@ int handler_stats(session_t *s, const Kvshare__Request *req, Kvshare__Response *
     r->tier2_total_blocks = srv->tier2_blocks;
     r->tier2_cached_blocks = radix_tier2_blocks(srv->index);
     r->copying_blocks = radix_busy_blocks(srv->index);
+    char *copy_path = malloc(512);
+    if (!copy_path)
+        return fail(ctx, KVS_ENOMEM, "out of memory for the stats");
+    ctx->heap[2] = copy_path;
+    backend_copy_describe(srv->backend, copy_path, 512);
+    r->copy_path = copy_path;
 
     uint32_t n_ns = radix_ns_count(srv->index), id_end = radix_ns_id_end(srv->index);
     if (n_ns > 0) {

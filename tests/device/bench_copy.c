@@ -1,13 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Device-to-device block copy: a block (the K and V slots of every layer,
- * 2 x layers strided pieces, one 2D copy where the driver takes the pitch)
- * against one cuMemcpy of the same number of contiguous bytes, on the cuda
- * backend's private stream. Two figures each: latency (one copy, waited for,
- * then the next) and pipelined bandwidth (N copies back to back, timed on the
- * device with events, best of three runs alternating the two kinds), and the
- * 2D path the backend chose. Copies are checked before and after, so the
- * figures are for copies that worked.
+ * 2 x layers strided pieces) copied by the copy engine (one 2D copy where the
+ * driver takes the pitch) and by the gather kernel (one launch per batch,
+ * where it loaded), against one cuMemcpy of the same number of contiguous
+ * bytes, on the cuda backend's private stream. Two figures each: latency
+ * (one copy, waited for, then the next) and pipelined bandwidth (N copies
+ * back to back, timed on the device with events, best of three runs
+ * alternating the kinds), and the path each used. Copies are checked before
+ * and after, so the figures are for copies that worked.
  *
  *   bench_copy [--quick] [--model NAME]...   (default: llama-3.1-8b and -70b)
  *
@@ -76,6 +77,12 @@ static void copy_plan(uint32_t half, uint64_t block, int iters, uint32_t *dst_b,
     }
 }
 
+/* The two ways a batch can copy on cuda; the kernel only where it loaded. */
+static const struct {
+    backend_copy_mode_t mode;
+    const char *name;
+} paths[2] = {{BACKEND_COPY_ENGINE, "copy engine"}, {BACKEND_COPY_KERNEL, "gather kernel"}};
+
 static int bench_model(const char *model, int iters)
 {
     geometry_t g;
@@ -97,44 +104,66 @@ static int bench_model(const char *model, int iters)
     uint32_t *src_b = calloc((size_t)iters, sizeof(*src_b));
     uint64_t *dst_off = calloc((size_t)iters, sizeof(*dst_off));
     uint64_t *src_off = calloc((size_t)iters, sizeof(*src_off));
+    const char *via[2] = {"", ""};
+    double lat_block[2] = {0, 0}, best_block[2] = {0, 0}, lat_flat = 0, best_flat = 0;
     if (!dst_b || !src_b || !dst_off || !src_off) {
         rc = KVS_ENOMEM;
         goto out;
     }
-    if (check_block_copy(b, &g, nb, half + 1, 1) != 0) {
-        fprintf(stderr, "bench_copy: %s: block copy gave wrong bytes\n", model);
-        rc = 1;
-        goto out;
+    /* Paths this build and device have: the engine always, the kernel
+     * where it loaded (backend_detail says why not). */
+    int n_paths = backend_copy_mode_set(b, BACKEND_COPY_KERNEL) == 0 ? 2 : 1;
+    for (int p = 0; p < n_paths; p++) {
+        backend_copy_mode_set(b, paths[p].mode);
+        if (check_block_copy(b, &g, nb, half + 1 + (uint32_t)p, 1 + (uint32_t)p) != 0) {
+            fprintf(stderr, "bench_copy: %s: block copy via the %s gave wrong bytes\n", model,
+                    paths[p].name);
+            rc = 1;
+            goto out;
+        }
+        via[p] = backend_copy_block_path(b);
     }
     copy_plan(half, block, iters, dst_b, src_b, dst_off, src_off);
 
     /* Warm-up: the copy paths, the stream, the events. */
     double ms_block = 0, ms_flat = 0;
-    rc = backend_copy_blocks(b, &g, nb, dst_b, src_b, (size_t)(iters < 20 ? iters : 20), &ms_block);
+    size_t warm = (size_t)(iters < 20 ? iters : 20);
+    for (int p = 0; p < n_paths && rc == 0; p++) {
+        backend_copy_mode_set(b, paths[p].mode);
+        rc = backend_copy_blocks(b, &g, nb, dst_b, src_b, warm, &ms_block);
+    }
+    /* The baseline is one plain cuMemcpy per block: always the engine. */
+    backend_copy_mode_set(b, BACKEND_COPY_ENGINE);
     if (rc == 0)
-        rc = backend_copy_many(b, dst_off, src_off, block, (size_t)(iters < 20 ? iters : 20),
-                               &ms_flat);
+        rc = backend_copy_many(b, dst_off, src_off, block, warm, &ms_flat);
 
     /* Latency: one copy, waited for, then the next. */
     int lat_iters = iters < 100 ? iters : 100;
+    for (int p = 0; p < n_paths && rc == 0; p++) {
+        backend_copy_mode_set(b, paths[p].mode);
+        double t0 = now_us();
+        for (int i = 0; i < lat_iters && rc == 0; i++)
+            rc = backend_copy_block(b, &g, nb, dst_b[i], src_b[i]);
+        lat_block[p] = (now_us() - t0) / lat_iters;
+    }
+    backend_copy_mode_set(b, BACKEND_COPY_ENGINE);
     double t0 = now_us();
     for (int i = 0; i < lat_iters && rc == 0; i++)
-        rc = backend_copy_block(b, &g, nb, dst_b[i], src_b[i]);
-    double lat_block = (now_us() - t0) / lat_iters;
-    t0 = now_us();
-    for (int i = 0; i < lat_iters && rc == 0; i++)
         rc = backend_copy(b, dst_off[i], src_off[i], block);
-    double lat_flat = (now_us() - t0) / lat_iters;
+    lat_flat = (now_us() - t0) / lat_iters;
 
     /* Bandwidth: iters copies back to back on the stream, timed by events;
-     * the two kinds alternate three times and the best of each counts. */
-    double best_block = 0, best_flat = 0;
+     * the kinds alternate three times and the best of each counts. */
     for (int round = 0; round < 3 && rc == 0; round++) {
-        rc = backend_copy_blocks(b, &g, nb, dst_b, src_b, (size_t)iters, &ms_block);
+        for (int p = 0; p < n_paths && rc == 0; p++) {
+            backend_copy_mode_set(b, paths[p].mode);
+            rc = backend_copy_blocks(b, &g, nb, dst_b, src_b, (size_t)iters, &ms_block);
+            if (rc == 0 && (best_block[p] == 0 || ms_block < best_block[p]))
+                best_block[p] = ms_block;
+        }
+        backend_copy_mode_set(b, BACKEND_COPY_ENGINE);
         if (rc == 0)
             rc = backend_copy_many(b, dst_off, src_off, block, (size_t)iters, &ms_flat);
-        if (rc == 0 && (best_block == 0 || ms_block < best_block))
-            best_block = ms_block;
         if (rc == 0 && (best_flat == 0 || ms_flat < best_flat))
             best_flat = ms_flat;
     }
@@ -144,22 +173,36 @@ static int bench_model(const char *model, int iters)
         goto out;
     }
     /* Each run rewrote the same blocks: the last copies must still hold. */
-    if (check_block_copy(b, &g, nb, half + 2, 2) != 0) {
-        fprintf(stderr, "bench_copy: %s: block copy gave wrong bytes after the runs\n", model);
-        rc = 1;
-        goto out;
+    for (int p = 0; p < n_paths; p++) {
+        backend_copy_mode_set(b, paths[p].mode);
+        if (check_block_copy(b, &g, nb, half + 3 + (uint32_t)p, 3 + (uint32_t)p) != 0) {
+            fprintf(stderr,
+                    "bench_copy: %s: block copy via the %s gave wrong bytes after the runs\n",
+                    model, paths[p].name);
+            rc = 1;
+            goto out;
+        }
     }
-    double gbs_block = (double)block * iters / (best_block * 1e-3) / 1e9;
     double gbs_flat = (double)block * iters / (best_flat * 1e-3) / 1e9;
-    printf("%-14s block %6.2f MiB (%3u pieces of %6" PRIu64 " B) via %s\n", model,
-           (double)block / (1 << 20), 2 * g.layers, geometry_slot_bytes(&g),
-           backend_copy_block_path(b));
-    printf("  latency, each copy waited for: block copy %8.1f us | one cuMemcpy of the same bytes "
-           "%8.1f us\n",
-           lat_block, lat_flat);
-    printf("  pipelined, %d copies on one stream (events): block copy %7.1f GB/s | one cuMemcpy "
-           "%7.1f GB/s | ratio %.2f\n",
-           iters, gbs_block, gbs_flat, gbs_block / gbs_flat);
+    printf("%-14s block %6.2f MiB (%3u pieces of %6" PRIu64 " B)\n", model,
+           (double)block / (1 << 20), 2 * g.layers, geometry_slot_bytes(&g));
+    printf("  one cuMemcpy of the same bytes: latency %8.1f us | pipelined %7.1f GB/s\n", lat_flat,
+           gbs_flat);
+    double best_ratio = 0;
+    for (int p = 0; p < n_paths; p++) {
+        double gbs = (double)block * iters / (best_block[p] * 1e-3) / 1e9;
+        printf("  block copy via %-13s (%s): latency %8.1f us | pipelined, %d copies on one "
+               "stream (events) %7.1f GB/s | ratio %.2f\n",
+               paths[p].name, via[p], lat_block[p], iters, gbs, gbs / gbs_flat);
+        if (gbs / gbs_flat > best_ratio)
+            best_ratio = gbs / gbs_flat;
+    }
+    if (n_paths == 1)
+        printf("  gather kernel not measured: %s\n", backend_detail(b));
+    /* The pipelined target: 0.9 of a flat copy (reported, not enforced: a
+     * figure below it is a finding, not a failed copy). */
+    printf("  best pipelined ratio %.2f: target 0.90 %s\n", best_ratio,
+           best_ratio >= 0.9 ? "met" : "NOT met");
 out:
     free(dst_b);
     free(src_b);

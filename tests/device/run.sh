@@ -21,20 +21,28 @@
 #   - PyTorch on shared blocks: tensors over pool memory, reused bitwise by
 #     another process (tests/client/torch_share.py);
 #   - block copy against one cuMemcpy of the same bytes, latency and
-#     pipelined bandwidth (bench_copy);
+#     pipelined bandwidth (bench_copy), through the copy engine and through
+#     the gather kernel (gpu/gather.cu, loaded from the library's fatbin);
+#     the cuda suite also checks both paths bit-exact against each other;
 #   - tier 2 on the cuda backend: every test_tier case against kvshared
 #     --backend cuda --host-tier (copies between device memory and pinned
 #     tier-2 memory on the backend's stream, workers SIGKILLed mid-copy, a
 #     full tier 2, tier 2 read in place), then `kvshare-bench tier-copy
 #     --backend cuda`: demotions and promotions of 4k-token llama-3.1-8b
 #     prefixes against plain cuMemcpy DtoH / HtoD of the same sizes on the
-#     same threads (issue 14's target: at least 80 %);
+#     same threads, once through the copy engine, once through the gather
+#     kernel (KVS_CUDA_COPY=engine / kernel), once with the automatic choice
+#     (target: at least 90 % of the plain copies); test_tier again with the
+#     kernel forced (tier round trips bit-exact through it);
 #   - the pure pool suites and `kvshare calc`.
 # A step that reports "skipped" while a GPU is visible is a failure: the GPU
 # was there and the check did not run. Everything is logged to LOG (default
 # $OUT/device-run.log where OUT is set, else device-run.log in the packed
 # folder). Meant to
 # finish well within 5 minutes; each step has its own timeout.
+#
+# At the end, FIGURES repeats every measured line (ratios, GB/s, the copy
+# path chosen) for docs/GPU.md.
 #
 # Exit status: 0 all passed; 77 no GPU visible and the GPU steps skipped (the
 # reason is printed); 1 something failed.
@@ -181,13 +189,24 @@ run "block copy bandwidth" 120 "$BIN/bench_copy" $([ $fake = 1 ] && echo --quick
 # and four.
 run "tier 2 on the cuda backend (test_tier, kvshared --backend cuda --host-tier)" 240 \
     env KVS_TEST_TIER_BACKEND=cuda "$BIN/test_tier"
+run "tier 2 on the cuda backend, gather kernel forced (KVS_CUDA_COPY=kernel)" 240 \
+    env KVS_TEST_TIER_BACKEND=cuda KVS_CUDA_COPY=kernel "$BIN/test_tier"
+# The tier-copy bench per copy path: the engine, the kernel, and the choice
+# the backend makes by itself (which its detail line names).
 if [ $fake = 1 ]; then
-    run "tier-copy bench, cuda backend (stand-in driver: figures mean nothing)" 60 \
-        "$BIN/kvshare-bench" tier-copy --backend cuda --tokens 256 --rounds 1 --threads 2
+    tier_args="--tokens 256 --rounds 1 --threads 2"
+    tier_what="stand-in driver: figures mean nothing"
 else
-    run "tier-copy bench, cuda backend, 4k-token llama-3.1-8b prefixes, 1 thread" 120 \
-        "$BIN/kvshare-bench" tier-copy --backend cuda --tokens 4096 --rounds 5 --threads 1
-    run "tier-copy bench, cuda backend, 4k-token llama-3.1-8b prefixes, 4 threads" 120 \
+    tier_args="--tokens 4096 --rounds 5 --threads 1"
+    tier_what="4k-token llama-3.1-8b prefixes, 1 thread"
+fi
+for copy in engine kernel; do
+    # shellcheck disable=SC2086
+    run "tier-copy bench, cuda backend, KVS_CUDA_COPY=$copy ($tier_what)" 120 \
+        env KVS_CUDA_COPY=$copy "$BIN/kvshare-bench" tier-copy --backend cuda $tier_args
+done
+if [ $fake = 0 ]; then
+    run "tier-copy bench, cuda backend, automatic choice, 4k-token prefixes, 4 threads" 120 \
         "$BIN/kvshare-bench" tier-copy --backend cuda --tokens 4096 --rounds 5 --threads 4
 fi
 run "geometry" 30 "$BIN/test_geometry"
@@ -195,6 +214,11 @@ run "free stack" 30 "$BIN/test_pool"
 run "capacity planner arithmetic" 30 "$BIN/test_calc"
 run "host backend" 60 "$BIN/test_backend_host"
 run "kvshare calc" 30 sh tests/gpu/calc_cli.sh "$BIN/kvshare"
+
+step "figures"
+echo "FIGURES (every measured line of this run, for docs/GPU.md)"
+grep -E '^(== (block copy|tier-copy)|bench_copy:|llama|  (one cuMemcpy|block copy via|best pipelined|gather kernel not)|tier-copy:|(demote|promote|dtoh|htod)_gbps|demote_vs|promote_vs|copy path:|cuda backend:)' \
+    "$LOG" | head -120
 
 step "done"
 if [ $failed -ne 0 ]; then

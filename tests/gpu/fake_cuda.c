@@ -40,7 +40,21 @@
  *   fails) | noexport (cuMemExportToShareableHandle: not permitted) |
  *   hostcopyfail (every asynchronous copy from or to host memory, 2D or
  *   flat, fails with CUDA_ERROR_ILLEGAL_ADDRESS: a device that faults
- *   mid-transfer).
+ *   mid-transfer) | nokernel (cuModuleLoadData: CUDA_ERROR_NO_BINARY_FOR_GPU,
+ *   a GPU the fatbin has no code for) | nolaunch (cuLaunchKernel:
+ *   CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES) | nomodule (the driver lacks
+ *   cuModuleLoadData, as an old one would).
+ *
+ * Kernels: the stand-in runs none, but knows the one the backend launches,
+ * kvs_gather (gpu/gather.h): cuModuleLoadData takes any fatbin image (it
+ * checks the magic number), and a launch of kvs_gather is queued on its
+ * stream like a copy and, when the stream runs, done on the CPU by the
+ * contract of gather.h: units found by binary search over unit0, every
+ * byte checked to be device memory or registered host memory mapped with
+ * CU_MEMHOSTREGISTER_DEVICEMAP (through the address cuMemHostGetDevicePointer
+ * gave, which differs from the host pointer), vec16 ops checked for 16-byte
+ * alignment. A broken launch makes the next cuStreamSynchronize fail with
+ * CUDA_ERROR_ILLEGAL_ADDRESS, as a faulting kernel would.
  * KVS_FAKE_CUDA_FREE_MIB sets the free memory (default 1024);
  * KVS_FAKE_CUDA_OOM_WHILE=path: cuMemCreate runs out of memory while that
  * file exists (a GPU still holding a previous pool).
@@ -53,6 +67,8 @@
  */
 #include <cuda.h>
 #include <errno.h>
+
+#include "gather.h"
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -68,6 +84,9 @@
 #define FAKE_MAX_DEVICES 4
 #define FAKE_MAX_PITCH   (4u << 20) /* small, so that tests reach the row-by-row path */
 #define FAKE_VA_BIAS     (1ull << 62)
+#define FAKE_HOST_BIAS   (1ull << 61) /* device addresses of mapped host memory */
+#define FAKE_SM_COUNT    8
+#define FATBIN_MAGIC     0xBA55ED50u
 #define FAKE_MAX_DEPTH   16
 #define EXPORT           __attribute__((visibility("default")))
 
@@ -96,11 +115,18 @@ typedef struct fake_event {
     double t;     /* seconds, CLOCK_MONOTONIC */
 } fake_event_t;
 
+typedef struct fake_launch {
+    CUdeviceptr ops;
+    uint32_t n_ops;
+    uint64_t n_units;
+} fake_launch_t;
+
 typedef struct fake_op {
     char *dst;
     const char *src;
     size_t n;
-    fake_event_t *event; /* non-NULL: an event record, not a copy */
+    fake_event_t *event;  /* non-NULL: an event record, not a copy */
+    fake_launch_t launch; /* n_ops != 0: a kvs_gather launch */
 } fake_op_t;
 
 typedef struct fake_stream {
@@ -251,10 +277,17 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+static CUresult drain_error; /* a kernel that faulted while its stream ran */
+static CUresult gather_run(const fake_launch_t *l);
+
 static void stream_drain(fake_stream_t *s)
 {
     for (size_t i = 0; i < s->n_ops; i++) {
-        if (s->ops[i].event != NULL) {
+        if (s->ops[i].launch.n_ops != 0) {
+            CUresult r = gather_run(&s->ops[i].launch);
+            if (r != CUDA_SUCCESS)
+                drain_error = r;
+        } else if (s->ops[i].event != NULL) {
             s->ops[i].event->t = now_s();
             s->ops[i].event->done = 1;
         } else {
@@ -393,6 +426,11 @@ static const struct {
     {CUDA_ERROR_SYSTEM_NOT_READY, "CUDA_ERROR_SYSTEM_NOT_READY"},
     {CUDA_ERROR_SYSTEM_DRIVER_MISMATCH, "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH"},
     {CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE, "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE"},
+    {CUDA_ERROR_NO_BINARY_FOR_GPU, "CUDA_ERROR_NO_BINARY_FOR_GPU"},
+    {CUDA_ERROR_INVALID_IMAGE, "CUDA_ERROR_INVALID_IMAGE"},
+    {CUDA_ERROR_ILLEGAL_ADDRESS, "CUDA_ERROR_ILLEGAL_ADDRESS"},
+    {CUDA_ERROR_MISALIGNED_ADDRESS, "CUDA_ERROR_MISALIGNED_ADDRESS"},
+    {CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES"},
 };
 
 EXPORT CUresult cuGetErrorName(CUresult error, const char **out)
@@ -451,6 +489,9 @@ static CUresult fake_device_get_attribute(int *value, CUdevice_attribute attr, C
         *value = is_mode("exclusive")    ? CU_COMPUTEMODE_EXCLUSIVE_PROCESS
                  : is_mode("prohibited") ? CU_COMPUTEMODE_PROHIBITED
                                          : CU_COMPUTEMODE_DEFAULT;
+        return CUDA_SUCCESS;
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT:
+        *value = FAKE_SM_COUNT;
         return CUDA_SUCCESS;
     case CU_DEVICE_ATTRIBUTE_MAX_PITCH:
         *value = (int)FAKE_MAX_PITCH;
@@ -654,7 +695,9 @@ EXPORT CUresult cuStreamSynchronize(CUstream h)
     if (s == NULL)
         return CUDA_ERROR_INVALID_HANDLE;
     stream_drain(s);
-    return CUDA_SUCCESS;
+    CUresult r = drain_error;
+    drain_error = CUDA_SUCCESS;
+    return r;
 }
 
 static CUresult fake_mem_get_info(size_t *free_out, size_t *total)
@@ -925,7 +968,7 @@ static CUresult submit_op(CUstream h, char *dst, const char *src, size_t n, fake
         s->ops = ops;
         s->cap = cap;
     }
-    s->ops[s->n_ops++] = (fake_op_t){dst, src, n, ev};
+    s->ops[s->n_ops++] = (fake_op_t){dst, src, n, ev, {0, 0, 0}};
     return CUDA_SUCCESS;
 }
 
@@ -1039,6 +1082,7 @@ static CUresult fake_memcpy_dtod(CUdeviceptr dst, CUdeviceptr src, size_t n)
 static struct {
     char *p;
     size_t n;
+    unsigned flags;
 } registered[FAKE_MAX_REGISTERED];
 
 static CUresult fake_mem_host_register(void *p, size_t n, unsigned int flags)
@@ -1055,6 +1099,7 @@ static CUresult fake_mem_host_register(void *p, size_t n, unsigned int flags)
         if (registered[i].p == NULL) {
             registered[i].p = p;
             registered[i].n = n;
+            registered[i].flags = flags;
             return CUDA_SUCCESS;
         }
     }
@@ -1145,6 +1190,178 @@ static CUresult fake_memcpy_2d_async(const CUDA_MEMCPY2D *c, CUstream s)
     return copy_2d(c, s, 1);
 }
 
+/* ---- the gather kernel, on the CPU --------------------------------------------------- */
+
+static int fake_module; /* the one module handle: its address */
+static int fake_function;
+
+static CUresult fake_module_load_data(CUmodule *module, const void *image)
+{
+    NEED_CTX();
+    if (module == NULL || image == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint32_t magic;
+    memcpy(&magic, image, sizeof(magic));
+    if (magic != FATBIN_MAGIC)
+        return CUDA_ERROR_INVALID_IMAGE;
+    if (is_mode("nokernel"))
+        return CUDA_ERROR_NO_BINARY_FOR_GPU;
+    *module = (CUmodule)(void *)&fake_module;
+    return CUDA_SUCCESS;
+}
+
+static CUresult fake_module_unload(CUmodule module)
+{
+    NEED_INIT();
+    return module == (CUmodule)(void *)&fake_module ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+static CUresult fake_module_get_function(CUfunction *f, CUmodule module, const char *name)
+{
+    NEED_INIT();
+    if (f == NULL || name == NULL || module != (CUmodule)(void *)&fake_module)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (strcmp(name, GATHER_KERNEL) != 0)
+        return CUDA_ERROR_NOT_FOUND;
+    *f = (CUfunction)(void *)&fake_function;
+    return CUDA_SUCCESS;
+}
+
+/* cuMemAlloc: anonymous memory mapped as device memory of the current
+ * context's device (a mapping like cuMemMap's, freed by cuMemFree). */
+static CUresult fake_mem_alloc(CUdeviceptr *out, size_t n)
+{
+    NEED_CTX();
+    if (out == NULL || n == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    int phys = current_ctx()->phys;
+    fake_range_t r = {(CUdeviceptr)(uintptr_t)p + FAKE_VA_BIAS, n, phys, 1u << phys};
+    if (range_add(&mapped, &n_mapped, r) != 0) {
+        munmap(p, n);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *out = r.va;
+    return CUDA_SUCCESS;
+}
+
+static CUresult fake_mem_free(CUdeviceptr va)
+{
+    NEED_CTX();
+    for (size_t i = 0; i < n_mapped; i++) {
+        if (mapped[i].va == va) {
+            drain_streams(NULL, 0); /* cuMemFree waits for work on it */
+            munmap(host_of(va), mapped[i].size);
+            range_remove(mapped, &n_mapped, i);
+            return CUDA_SUCCESS;
+        }
+    }
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult fake_mem_host_get_device_pointer(CUdeviceptr *out, void *p, unsigned int flags)
+{
+    NEED_CTX();
+    if (out == NULL || flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < FAKE_MAX_REGISTERED; i++)
+        if (registered[i].p != NULL && (char *)p >= registered[i].p &&
+            (char *)p < registered[i].p + registered[i].n) {
+            if (!(registered[i].flags & CU_MEMHOSTREGISTER_DEVICEMAP))
+                return CUDA_ERROR_INVALID_VALUE;
+            *out = (CUdeviceptr)(uintptr_t)p + FAKE_HOST_BIAS;
+            return CUDA_SUCCESS;
+        }
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+/* Where a kernel's address a..a+n is in this process: device memory, or
+ * registered host memory mapped for the device (by its device address). */
+static char *kernel_range(uint64_t a, size_t n)
+{
+    if (a >= FAKE_VA_BIAS)
+        return device_range(a, n);
+    if (a < FAKE_HOST_BIAS)
+        return NULL; /* a host pointer: a kernel cannot use it */
+    char *p = registered_range((const char *)(uintptr_t)(a - FAKE_HOST_BIAS), n);
+    for (size_t i = 0; p != NULL && i < FAKE_MAX_REGISTERED; i++)
+        if (registered[i].p != NULL && p >= registered[i].p &&
+            p < registered[i].p + registered[i].n)
+            return (registered[i].flags & CU_MEMHOSTREGISTER_DEVICEMAP) ? p : NULL;
+    return NULL;
+}
+
+/* One launch of kvs_gather, by gather.h's contract, on the CPU. */
+static CUresult gather_run(const fake_launch_t *l)
+{
+    const gather_op_t *ops = (const gather_op_t *)device_range(l->ops, l->n_ops * sizeof(*ops));
+    if (ops == NULL || ops[0].unit0 != 0)
+        return CUDA_ERROR_ILLEGAL_ADDRESS;
+    const gather_op_t *last = &ops[l->n_ops - 1];
+    if (last->unit0 + last->height * last->units_per_row != l->n_units)
+        return CUDA_ERROR_ILLEGAL_ADDRESS;
+    for (uint64_t u = 0; u < l->n_units; u++) {
+        uint32_t lo = 0, hi = l->n_ops;
+        while (hi - lo > 1) {
+            uint32_t mid = lo + (hi - lo) / 2;
+            if (ops[mid].unit0 <= u)
+                lo = mid;
+            else
+                hi = mid;
+        }
+        const gather_op_t *op = &ops[lo];
+        if (op->units_per_row != (op->width + GATHER_CHUNK - 1) / GATHER_CHUNK)
+            return CUDA_ERROR_ILLEGAL_ADDRESS;
+        uint64_t local = u - op->unit0;
+        uint64_t row = local / op->units_per_row;
+        uint64_t begin = local % op->units_per_row * GATHER_CHUNK;
+        uint64_t end = begin + GATHER_CHUNK < op->width ? begin + GATHER_CHUNK : op->width;
+        uint64_t d = op->dst + row * op->dst_pitch + begin,
+                 p = op->src + row * op->src_pitch + begin;
+        if (op->vec16 && ((d | p | (end - begin)) & 15) != 0)
+            return CUDA_ERROR_MISALIGNED_ADDRESS;
+        char *dp = kernel_range(d, end - begin);
+        const char *sp = kernel_range(p, end - begin);
+        if (dp == NULL || sp == NULL)
+            return CUDA_ERROR_ILLEGAL_ADDRESS;
+        memmove(dp, sp, end - begin);
+    }
+    return CUDA_SUCCESS;
+}
+
+static CUresult fake_launch_kernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                   unsigned by, unsigned bz, unsigned shared, CUstream h,
+                                   void **params, void **extra)
+{
+    NEED_CTX();
+    if (f != (CUfunction)(void *)&fake_function)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (params == NULL || extra != NULL || gx == 0 || gy != 1 || gz != 1 || bx != GATHER_THREADS ||
+        by != 1 || bz != 1 || shared != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (is_mode("nolaunch"))
+        return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
+    fake_launch_t l;
+    memcpy(&l.ops, params[0], sizeof(l.ops));
+    memcpy(&l.n_ops, params[1], sizeof(l.n_ops));
+    memcpy(&l.n_units, params[2], sizeof(l.n_units));
+    if (l.n_ops == 0 || l.n_units == 0 || gx > l.n_units)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (is_legacy(h)) {
+        drain_streams(current_ctx(), 1);
+        return gather_run(&l);
+    }
+    fake_stream_t *s = stream_find(h);
+    if (s == NULL || s->ctx != current_ctx())
+        return CUDA_ERROR_INVALID_HANDLE;
+    CUresult r = submit(h, NULL, NULL, 0);
+    if (r == CUDA_SUCCESS)
+        s->ops[s->n_ops - 1].launch = l;
+    return r;
+}
+
 /* ---- test hooks ------------------------------------------------------------------- */
 
 EXPORT int fake_cuda_pending(CUstream h)
@@ -1208,6 +1425,13 @@ EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
         {"cuEventDestroy", (void *)fake_event_destroy},
         {"cuEventRecord", (void *)fake_event_record},
         {"cuEventElapsedTime", (void *)fake_event_elapsed},
+        {"cuModuleLoadData", (void *)fake_module_load_data},
+        {"cuModuleUnload", (void *)fake_module_unload},
+        {"cuModuleGetFunction", (void *)fake_module_get_function},
+        {"cuLaunchKernel", (void *)fake_launch_kernel},
+        {"cuMemAlloc", (void *)fake_mem_alloc},
+        {"cuMemFree", (void *)fake_mem_free},
+        {"cuMemHostGetDevicePointer", (void *)fake_mem_host_get_device_pointer},
     };
     if (status != NULL)
         *status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
@@ -1226,6 +1450,8 @@ EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
     }
     if (version != 12000)
         return CUDA_ERROR_INVALID_VALUE;
+    if (is_mode("nomodule") && strcmp(symbol, "cuModuleLoadData") == 0)
+        return CUDA_ERROR_NOT_FOUND;
     for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++) {
         if (strcmp(symbol, table[i].name) == 0) {
             *pfn = table[i].fn;

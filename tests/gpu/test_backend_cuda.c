@@ -360,6 +360,126 @@ START_TEST(copy_batches_on_device)
 }
 END_TEST
 
+/* ---- copy engine and gather kernel: the same bytes -------------------------- */
+
+/* Fills the whole pool (and img, the model of it) with a pattern. */
+static void fill_pool(backend_t *b, uint8_t *img, uint64_t size, uint32_t seed)
+{
+    fill_pattern(img, size, seed);
+    ck_assert_int_eq(backend_write(b, 0, img, size), 0);
+}
+
+static void check_pool(backend_t *b, const uint8_t *img, uint64_t size, const char *what)
+{
+    uint8_t *got = malloc(size);
+    ck_assert_ptr_nonnull(got);
+    ck_assert_int_eq(backend_read(b, 0, got, size), 0);
+    uint64_t i = 0;
+    if (memcmp(got, img, size) != 0)
+        while (got[i] == img[i])
+            i++;
+    ck_assert_msg(i == 0 || got[i] == img[i], "%s: byte %llu is %u, expected %u", what,
+                  (unsigned long long)i, got[i], img[i]);
+    ck_assert_msg(memcmp(got, img, size) == 0, "%s: pool differs from its model", what);
+    free(got);
+}
+
+/* What backend_copy_blocks does to the model. */
+static void model_blocks(uint8_t *img, const geometry_t *g, const uint32_t *dst,
+                         const uint32_t *src, size_t n)
+{
+    uint64_t slot = geometry_slot_bytes(g);
+    for (size_t i = 0; i < n; i++)
+        for (uint32_t l = 0; l < g->layers; l++)
+            for (uint32_t kv = 0; kv < 2; kv++)
+                memcpy(img + geometry_offset(g, NUM_BLOCKS, l, kv, dst[i]),
+                       img + geometry_offset(g, NUM_BLOCKS, l, kv, src[i]), slot);
+}
+
+/* Block copies, odd-sized ranges (byte by byte, several kernel units per
+ * row) and tier copies both ways give the same bytes through the copy
+ * engine and through the kernel (on the stand-in driver: its CPU version of
+ * the kernel's contract); then the automatic choice measures and says so. */
+START_TEST(kernel_and_engine_agree)
+{
+    geometry_t g = test_geom();
+    uint64_t block = geometry_block_bytes(&g), slot = geometry_slot_bytes(&g);
+    backend_t *b = open_cuda(NUM_BLOCKS * block);
+    uint64_t size = NUM_BLOCKS * block;
+    uint8_t *img = malloc(size);
+    ck_assert_ptr_nonnull(img);
+    printf("cuda backend: %s\n", backend_detail(b));
+#ifdef KVS_HAVE_CUDA_KERNEL
+    ck_assert_msg(strstr(backend_detail(b), "copy kernel loaded") != NULL, "%s", backend_detail(b));
+    const int n_modes = 2;
+#else
+    ck_assert_int_eq(backend_copy_mode_set(b, BACKEND_COPY_KERNEL), KVS_ENOTSUP);
+    const int n_modes = 1;
+#endif
+    const backend_copy_mode_t modes[2] = {BACKEND_COPY_ENGINE, BACKEND_COPY_KERNEL};
+    const uint32_t src[8] = {1, 2, 3, 4, 5, 6, 7, 9}, dst[8] = {40, 41, 42, 43, 50, 51, 52, 63};
+    uint32_t tier_blocks = 16;
+    ck_assert_int_eq(backend_tier_open(b, (uint64_t)tier_blocks * block, NULL, 0), 0);
+    for (int m = 0; m < n_modes; m++) {
+        const char *name = m == 0 ? "engine" : "kernel";
+        ck_assert_int_eq(backend_copy_mode_set(b, modes[m]), 0);
+        fill_pool(b, img, size, 7 + (uint32_t)m);
+        double ms = -1;
+        ck_assert_int_eq(backend_copy_blocks(b, &g, NUM_BLOCKS, dst, src, 8, &ms), 0);
+        ck_assert(ms >= 0);
+        model_blocks(img, &g, dst, src, 8);
+        check_pool(b, img, size, name);
+        if (m == 1)
+            ck_assert_str_eq(backend_copy_block_path(b), "kvs_gather kernel");
+        /* Odd sizes and offsets: 3 ranges of 100003 bytes (4 units each). */
+        uint64_t from[3] = {3, 2 * block + 1, 5 * block + 7};
+        uint64_t to[3] = {20 * block + 5, 30 * block + 11, 33 * block};
+        ck_assert_int_eq(backend_copy_many(b, to, from, 100003, 3, NULL), 0);
+        for (int i = 0; i < 3; i++)
+            memcpy(img + to[i], img + from[i], 100003);
+        check_pool(b, img, size, name);
+        /* Tier 2: three blocks out, then back into other pool blocks. */
+        const uint32_t pool_ids[3] = {4, 5, 6}, tier_ids[3] = {0, 15, 7}, back[3] = {10, 11, 12};
+        ck_assert_int_eq(backend_tier_copy(b, &g, NUM_BLOCKS, tier_blocks, BACKEND_TO_TIER,
+                                           pool_ids, tier_ids, 3, NULL),
+                         0);
+        const uint8_t *tier = (const uint8_t *)backend_tier_base(b);
+        for (int i = 0; i < 3; i++)
+            for (uint32_t l = 0; l < g.layers; l++)
+                for (uint32_t kv = 0; kv < 2; kv++)
+                    ck_assert_int_eq(
+                        memcmp(tier + geometry_offset(&g, tier_blocks, l, kv, tier_ids[i]),
+                               img + geometry_offset(&g, NUM_BLOCKS, l, kv, pool_ids[i]), slot),
+                        0);
+        ck_assert_int_eq(backend_tier_copy(b, &g, NUM_BLOCKS, tier_blocks, BACKEND_FROM_TIER, back,
+                                           tier_ids, 3, NULL),
+                         0);
+        model_blocks(img, &g, back, pool_ids, 3);
+        check_pool(b, img, size, name);
+    }
+    /* Automatic: the first batch of 64 pieces or more measures both ways. */
+    char line[512];
+    ck_assert_int_eq(backend_copy_mode_set(b, BACKEND_COPY_AUTO), 0);
+    fill_pool(b, img, size, 11);
+    ck_assert_int_eq(backend_copy_blocks(b, &g, NUM_BLOCKS, dst, src, 8, NULL), 0);
+    model_blocks(img, &g, dst, src, 8);
+    check_pool(b, img, size, "auto");
+    backend_copy_describe(b, line, sizeof(line));
+    printf("copy path: %s\n", line);
+#ifdef KVS_HAVE_CUDA_KERNEL
+    ck_assert_msg(strstr(line, "pool->pool kernel (kernel ") != NULL ||
+                      strstr(line, "pool->pool copy engine (kernel ") != NULL,
+                  "%s", line);
+    ck_assert_msg(strstr(line, "pool->host not measured yet") != NULL, "%s", line);
+#else
+    ck_assert_msg(strstr(line, "copy engine (kernel not used: built without nvcc)") != NULL, "%s",
+                  line);
+#endif
+    free(img);
+    backend_close(b);
+}
+END_TEST
+
 /* Tier 2: the round trip every backend passes (tier_checks.c). */
 START_TEST(tier_round_trip)
 {
@@ -521,6 +641,7 @@ int main(int argc, char **argv)
         tcase_add_test(tc, mem_fraction_sizes_pool);
         tcase_add_test(tc, copies_on_device);
         tcase_add_test(tc, copy_batches_on_device);
+        tcase_add_test(tc, kernel_and_engine_agree);
         tcase_add_test(tc, tier_round_trip);
         tcase_add_test(tc, export_import_across_processes);
         tcase_add_test(tc, import_outlives_exporter);

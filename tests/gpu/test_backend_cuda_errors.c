@@ -276,6 +276,95 @@ START_TEST(copy_block_each_path)
 }
 END_TEST
 
+/* Where the kernel cannot be used, every copy still works through the copy
+ * engine, and the log line (backend_detail) and the copy description say
+ * why, once. fallback_mode: the stand-in driver's failure; detail_text: in
+ * backend_detail (NULL: the kernel loads, its launch fails later);
+ * describe_text: in backend_copy_describe after the copies. */
+static void check_kernel_fallback(const char *fallback_mode, const char *detail_text,
+                                  const char *describe_text)
+{
+    setenv("KVS_FAKE_CUDA", fallback_mode, 1);
+    geometry_t g;
+    ck_assert_int_eq(geometry_preset("llama-3.2-1b", &g), 0); /* 16 layers: 32 rows a block */
+    const uint32_t nb = 64;
+    uint64_t slot = geometry_slot_bytes(&g);
+    char err[512] = "";
+    backend_t *b = NULL;
+    ck_assert_msg(open_kind(BACKEND_CUDA, 0, nb * geometry_block_bytes(&g), err, sizeof(err), &b) ==
+                      0,
+                  "%s", err);
+    if (detail_text != NULL) {
+        ck_assert_msg(strstr(backend_detail(b), detail_text) != NULL, "detail '%s' lacks '%s'",
+                      backend_detail(b), detail_text);
+        ck_assert_ptr_nonnull(strstr(backend_detail(b), "copies use the copy engine"));
+        ck_assert_int_eq(backend_copy_mode_set(b, BACKEND_COPY_KERNEL), KVS_ENOTSUP);
+    }
+    uint8_t *want = malloc(slot), *got = malloc(slot);
+    const uint32_t src[4] = {1, 2, 3, 4}, dst[4] = {60, 61, 62, 63};
+    for (int i = 0; i < 4; i++)
+        for (uint32_t l = 0; l < g.layers; l++)
+            for (uint32_t kv = 0; kv < 2; kv++) {
+                memset(want, (int)(src[i] * 40 + l * 2 + kv), slot);
+                ck_assert_int_eq(
+                    backend_write(b, geometry_offset(&g, nb, l, kv, src[i]), want, slot), 0);
+            }
+    /* 128 rows: a batch large enough to be measured (or launched). */
+    ck_assert_int_eq(backend_copy_blocks(b, &g, nb, dst, src, 4, NULL), 0);
+    for (int i = 0; i < 4; i++)
+        for (uint32_t l = 0; l < g.layers; l++)
+            for (uint32_t kv = 0; kv < 2; kv++) {
+                memset(want, (int)(src[i] * 40 + l * 2 + kv), slot);
+                ck_assert_int_eq(backend_read(b, geometry_offset(&g, nb, l, kv, dst[i]), got, slot),
+                                 0);
+                ck_assert_int_eq(memcmp(got, want, slot), 0);
+            }
+    char line[512];
+    backend_copy_describe(b, line, sizeof(line));
+    ck_assert_msg(strstr(line, describe_text) != NULL, "'%s' lacks '%s'", line, describe_text);
+    ck_assert_msg(strstr(line, "0 kernel") != NULL, "%s", line);
+    ck_assert_str_ne(backend_copy_block_path(b), "kvs_gather kernel");
+    free(want);
+    free(got);
+    backend_close(b);
+}
+
+START_TEST(kernel_without_code_for_gpu)
+{
+#ifdef KVS_HAVE_CUDA_KERNEL
+    check_kernel_fallback("nokernel", "CUDA_ERROR_NO_BINARY_FOR_GPU",
+                          "copy engine (kernel not used: cuModuleLoadData failed");
+#else
+    check_kernel_fallback("nokernel", "built without nvcc", "built without nvcc");
+#endif
+}
+END_TEST
+
+START_TEST(kernel_on_driver_without_modules)
+{
+#ifdef KVS_HAVE_CUDA_KERNEL
+    check_kernel_fallback("nomodule", "the driver has no cuModuleLoadData",
+                          "kernel not used: the driver has no cuModuleLoadData");
+#else
+    check_kernel_fallback("nomodule", "built without nvcc", "built without nvcc");
+#endif
+}
+END_TEST
+
+/* The kernel loads, its first launch is refused: that batch and every later
+ * one go through the engine, and the description says why. */
+START_TEST(kernel_launch_refused)
+{
+#ifdef KVS_HAVE_CUDA_KERNEL
+    check_kernel_fallback("nolaunch", NULL,
+                          "kernel not used: cuLaunchKernel failed: "
+                          "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES");
+#else
+    check_kernel_fallback("nolaunch", "built without nvcc", "built without nvcc");
+#endif
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("backend_cuda_errors");
@@ -302,6 +391,9 @@ int main(void)
     tcase_add_test(tc, auto_uses_cuda_when_it_answers);
     tcase_add_test(tc, slabs_cover_pool);
     tcase_add_test(tc, copy_block_each_path);
+    tcase_add_test(tc, kernel_without_code_for_gpu);
+    tcase_add_test(tc, kernel_on_driver_without_modules);
+    tcase_add_test(tc, kernel_launch_refused);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     /* each case loads the driver afresh: it must run in its own process */

@@ -155,6 +155,16 @@ static void check_idle(kvs_client_t *c, kvs_stats_t *s)
     for (size_t i = 0; i < s->n_namespaces; i++)
         t2 += s->namespaces[i].tier2_blocks;
     ck_assert_uint_eq(t2, s->tier2_cached_blocks);
+    /* What the pool copies with: memcpy on host; on cuda the kernel or the
+     * engine per direction, or why the kernel is not used. */
+    ck_assert_ptr_nonnull(s->copy_path);
+    if (s->backend == KVS_BACKEND_CUDA)
+        ck_assert_msg(strstr(s->copy_path, "pool->host") != NULL ||
+                          strstr(s->copy_path, "kernel not used") != NULL ||
+                          strstr(s->copy_path, "forced") != NULL,
+                      "%s", s->copy_path);
+    else
+        ck_assert_str_eq(s->copy_path, "memcpy");
 }
 
 /* Starts the daemon on a pool of 16 blocks (of 512 B: the default geometry)

@@ -30,13 +30,14 @@ static const struct {
 } rows[] = {KVS_COUNTERS(COUNTER_ROW)};
 #undef COUNTER_ROW
 
-/* StatsReply fields that are not counters (the last three: tier 2). */
+/* StatsReply fields that are not counters (tier 2's three, then the copy
+ * path). */
 static const char *const gauges[] = {
     "total_blocks",   "free_blocks", "writing_blocks",     "cached_blocks",
     "pinned_blocks",  "sessions",    "block_bytes",        "pool_bytes",
     "backend",        "uptime_ms",   "index_bytes",        "block_tokens",
     "namespaces",     "counters",    "tier2_total_blocks", "tier2_cached_blocks",
-    "copying_blocks",
+    "copying_blocks", "copy_path",
 };
 
 static int is_gauge(const char *name)

@@ -324,8 +324,10 @@ int bench_tier_copy(int argc, char **argv)
            (double)sh.per_thread * (double)bb / 1048576.0, threads, backend_kind_name(kind),
            rounds);
     if (cuda)
-        printf("tier-copy: %s; tier copies: one batch per thread, one cuMemcpy2DAsync per block "
-               "(or one copy per row); baseline: one cuMemcpy per block, each waited for\n",
+        printf("tier-copy: %s; tier copies: one batch per thread, through the copy engine (one "
+               "cuMemcpy2DAsync per block, or one copy per row) or the gather kernel (one launch "
+               "per batch), as the copy path below says; baseline: one cuMemcpy per block, each "
+               "waited for\n",
                backend_detail(sh.b));
     for (int k = 0; k < sh.n_phases; k++) {
         int ph = sh.phases[k];
@@ -335,6 +337,11 @@ int bench_tier_copy(int argc, char **argv)
     int base_out = cuda ? PH_DTOH : PH_MEMCPY, base_in = cuda ? PH_HTOD : PH_MEMCPY;
     printf("demote_vs_%s %.0f %%\n", phase_names[base_out], 100.0 * med[PH_DEMOTE] / med[base_out]);
     printf("promote_vs_%s %.0f %%\n", phase_names[base_in], 100.0 * med[PH_PROMOTE] / med[base_in]);
+    if (cuda) {
+        char path[512];
+        backend_copy_describe(sh.b, path, sizeof(path));
+        printf("copy path: %s\n", path);
+    }
     status = 0;
 out:
     for (uint32_t t = 0; t < threads; t++) {

@@ -40,6 +40,8 @@ void cli_print_stats(FILE *f, const kvs_stats_t *s)
                 s->tier2_total_blocks, units_format_bytes(s->block_bytes, 1, a, sizeof(a)),
                 s->tier2_cached_blocks, pct(s->tier2_cached_blocks, s->tier2_total_blocks),
                 s->copying_blocks);
+    if (s->copy_path)
+        fprintf(f, "copies    %s\n", s->copy_path);
     fprintf(f, "index     %s\n", units_format_bytes(s->index_bytes, 1, a, sizeof(a)));
     fprintf(f, "sessions  %u open\n", s->sessions);
     fprintf(f, "\ncounters since start\n");
@@ -131,6 +133,14 @@ static void print_json(FILE *f, const kvs_stats_t *s)
             (unsigned long long)s->index_bytes, s->sessions);
     fprintf(f, ",\"tier2\":{\"total\":%u,\"cached\":%u,\"copying\":%u}", s->tier2_total_blocks,
             s->tier2_cached_blocks, s->copying_blocks);
+    if (s->copy_path) {
+        /* Plain text: no quotes or backslashes in it, but say so safely. */
+        fputs(",\"copy_path\":\"", f);
+        for (const char *p = s->copy_path; *p; p++)
+            if (*p != '"' && *p != '\\' && (unsigned char)*p >= 0x20)
+                fputc(*p, f);
+        fputc('"', f);
+    }
     for (size_t i = 0; i < KVS_N_COUNTERS; i++)
         fprintf(f, ",\"%s\":%llu", counter_names[i], (unsigned long long)s->counters[i]);
     fprintf(f, ",\"namespaces\":[");

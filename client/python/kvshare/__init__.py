@@ -168,7 +168,8 @@ class _Stats(ctypes.Structure):
         ("namespaces", ctypes.POINTER(_NsStats)),
         ("tier2_total_blocks", ctypes.c_uint32), ("tier2_cached_blocks", ctypes.c_uint32),
         ("copying_blocks", ctypes.c_uint32), ("reserved32", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint64 * 6),
+        ("copy_path", ctypes.c_char_p),
+        ("reserved", ctypes.c_uint64 * 5),
         ("counters", ctypes.c_uint64 * COUNTER_SLOTS),
     ]
 
@@ -606,6 +607,7 @@ class Client:
             for i, name in enumerate(counter_names(self._lib)):
                 out[name] = s.counters[i]
             out["backend"] = "cuda" if s.backend == BACKEND_CUDA else "host"
+            out["copy_path"] = s.copy_path.decode() if s.copy_path else None
             out["namespaces"] = []
             for i in range(s.n_namespaces):
                 ns = s.namespaces[i]
