@@ -7,7 +7,7 @@ set -eu
 cd "$(dirname "$0")/.."
 spdx="SPDX-License-Identifier: Apache-2.0"
 missing=0
-for f in $(git ls-files '*.c' '*.h' '*.py' '*.sh' '*.proto' '*.cmake' '*.in' \
+for f in $(git ls-files '*.c' '*.h' '*.cu' '*.py' '*.sh' '*.proto' '*.cmake' '*.in' \
     '*.map' 'CMakeLists.txt' '*/CMakeLists.txt' '.ci/run'); do
     [ -f "$f" ] || continue
     head -n 3 "$f" | grep -q "$spdx" && continue
@@ -17,7 +17,7 @@ for f in $(git ls-files '*.c' '*.h' '*.py' '*.sh' '*.proto' '*.cmake' '*.in' \
         continue
     fi
     case "$f" in
-    *.c | *.h | *.proto) line="/* $spdx */" ;;
+    *.c | *.h | *.cu | *.proto) line="/* $spdx */" ;;
     *.map) line="/* $spdx */" ;;
     *) line="# $spdx" ;;
     esac
