@@ -906,9 +906,8 @@ int handler_clear(session_t *s, const Kvshare__Request *req, Kvshare__Response *
 }
 
 /* Evict: one prompt's cached blocks that nothing else needs leave every
- * tier (radix_evict_prompt), each through server_on_evict like any
- * eviction (BlockRemoved, the evictions and tier-2 drop counters). A
- * namespace is never created here. */
+ * tier (store_evict_prompt), each like any eviction (BlockRemoved, the
+ * evictions and tier-2 drop counters). A namespace is never created here. */
 int handler_evict(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
                   handler_ctx_t *ctx)
 {
