@@ -6,6 +6,8 @@
  * stops answering (timeouts), and AUTH from a file.
  */
 #include "cluster.h"
+#include "cluster_tier.h"
+#include "cluster_value.h"
 #include "crc16.h"
 #include "kvshare_status.h"
 #include "now.h"
@@ -501,6 +503,215 @@ START_TEST(bounded_inflight_and_bad_seeds)
 }
 END_TEST
 
+/* ---- the tier: blocks up and down ---- */
+
+enum { TB = 8, TBYTES = 64 << 10, TTOK = 16 };
+
+typedef struct fetched {
+    int done;
+    unsigned char *bytes[TB + 2];
+    uint8_t hits[TB + 2];
+} fetched_t;
+
+static void on_block(void *arg, size_t i, const void *payload, size_t len)
+{
+    fetched_t *f = arg;
+    ck_assert_uint_eq(len, TBYTES);
+    ck_assert_ptr_null(f->bytes[i]);
+    f->bytes[i] = malloc(len);
+    memcpy(f->bytes[i], payload, len);
+}
+
+static void on_fetched(void *arg, const uint8_t *hits, size_t n)
+{
+    fetched_t *f = arg;
+    memcpy(f->hits, hits, n);
+    f->done = 1;
+}
+
+static void fetched_clear(fetched_t *f)
+{
+    for (int i = 0; i < TB + 2; i++)
+        free(f->bytes[i]);
+    memset(f, 0, sizeof *f);
+}
+
+/* A chain of TB + 2 blocks: names and payloads (pseudo-random bytes). */
+static void make_chain(cluster_block_t *b, uint32_t (*tokens)[TTOK], unsigned char **payload)
+{
+    uint64_t x = 88172645463325252ULL;
+    for (int i = 0; i < TB + 2; i++) {
+        for (int k = 0; k < TTOK; k++)
+            tokens[i][k] = (uint32_t)(i * 1000 + k);
+        payload[i] = malloc(TBYTES);
+        for (int k = 0; k < TBYTES; k++) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            payload[i][k] = (unsigned char)x;
+        }
+        b[i] = (cluster_block_t){.ns = "test-model",
+                                 .ns_len = 10,
+                                 .hash = 0xabc000 + (uint64_t)i * 0x9E3779B97F4A7C15ULL,
+                                 .tokens = tokens[i],
+                                 .n_tokens = TTOK,
+                                 .payload_len = TBYTES};
+    }
+}
+
+/* node i's blocking connection for the master of key. */
+static redisContext *connect_for_key(const rc_cluster_t *rc, cluster_t *c, const char *key)
+{
+    char addr[64];
+    cluster_slot_node(c, crc16_key_slot(key, strlen(key)), addr, sizeof addr);
+    return rc_connect(rc, rc_node_of_port(rc, node_port(addr)));
+}
+
+START_TEST(tier_blocks_round_trip_and_bad_values)
+{
+    rc_cluster_t rc;
+    start_or_fail(&rc, 3, 0, NULL);
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    cluster_t *c = open_client(&loop, &rc, NULL, 2000);
+    ck_assert(run_until_ready(&loop, c, 10000));
+    cluster_tier_t *t = NULL;
+    ck_assert_int_eq(cluster_tier_new(c, "t:", 64, &t), 0);
+    cluster_block_t b[TB + 2];
+    uint32_t tokens[TB + 2][TTOK];
+    unsigned char *payload[TB + 2];
+    make_chain(b, tokens, payload);
+    for (int i = 0; i < TB; i++)
+        ck_assert_int_eq(cluster_tier_put(t, &b[i], payload[i]), 0);
+    cluster_tier_stats_t st;
+    int64_t end = now_ms() + 10000;
+    do {
+        uv_run(&loop, UV_RUN_ONCE);
+        cluster_tier_get_stats(t, &st);
+    } while (st.put_ok < TB && now_ms() < end);
+    ck_assert_uint_eq(st.put_ok, TB);
+
+    /* Every block written comes back bitwise equal; the two never written
+     * are misses. */
+    fetched_t f = {0};
+    ck_assert_int_eq(cluster_tier_fetch(t, b, TB + 2, on_block, on_fetched, &f), 0);
+    ck_assert_int_eq(f.done, 0);
+    ck_assert(run_until(&loop, &f.done, 10000));
+    for (int i = 0; i < TB + 2; i++) {
+        ck_assert_int_eq(f.hits[i], i < TB);
+        if (i < TB)
+            ck_assert_mem_eq(f.bytes[i], payload[i], TBYTES);
+        else
+            ck_assert_ptr_null(f.bytes[i]);
+    }
+    fetched_clear(&f);
+
+    /* A value corrupted in Redis (one payload byte), and block 5's sound
+     * value under block 4's key: both misses, counted, never handed on. */
+    char key[512];
+    cluster_value_key("t:", &b[3], key, sizeof key);
+    redisContext *nc = connect_for_key(&rc, c, key);
+    redisReply *r = redisCommand(nc, "SETRANGE %s %d %s", key, 40000, "!");
+    ck_assert(r && r->type == REDIS_REPLY_INTEGER);
+    freeReplyObject(r);
+    redisFree(nc);
+    char key5[512];
+    cluster_value_key("t:", &b[5], key5, sizeof key5);
+    nc = connect_for_key(&rc, c, key5);
+    r = redisCommand(nc, "GET %s", key5);
+    ck_assert(r && r->type == REDIS_REPLY_STRING);
+    redisFree(nc);
+    cluster_value_key("t:", &b[4], key, sizeof key);
+    nc = connect_for_key(&rc, c, key);
+    redisReply *r2 = redisCommand(nc, "SET %b %b", key, strlen(key), r->str, r->len);
+    ck_assert(r2 && r2->type == REDIS_REPLY_STATUS);
+    freeReplyObject(r2);
+    freeReplyObject(r);
+    redisFree(nc);
+    ck_assert_int_eq(cluster_tier_fetch(t, b, TB, on_block, on_fetched, &f), 0);
+    ck_assert(run_until(&loop, &f.done, 10000));
+    for (int i = 0; i < TB; i++) {
+        ck_assert_int_eq(f.hits[i], i != 3 && i != 4);
+        if (f.hits[i])
+            ck_assert_mem_eq(f.bytes[i], payload[i], TBYTES);
+        else
+            ck_assert_ptr_null(f.bytes[i]);
+    }
+    fetched_clear(&f);
+    cluster_tier_get_stats(t, &st);
+    ck_assert_uint_eq(st.corrupt, 1);
+    ck_assert_uint_eq(st.mismatched, 1);
+    ck_assert_uint_eq(st.misses, 2);
+    ck_assert_uint_eq(st.hits, 2 * TB - 2);
+    ck_assert_uint_eq(st.fetches, 2);
+    for (int i = 0; i < TB + 2; i++)
+        free(payload[i]);
+    cluster_tier_free(t);
+    close_client(&loop, c);
+    rc_stop(&rc);
+}
+END_TEST
+
+START_TEST(tier_drops_writes_when_the_cluster_is_slow)
+{
+    rc_cluster_t rc;
+    start_or_fail(&rc, 3, 0, NULL);
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    cluster_t *c = open_client(&loop, &rc, NULL, 300);
+    ck_assert(run_until_ready(&loop, c, 10000));
+    cluster_tier_t *t = NULL;
+    ck_assert_int_eq(cluster_tier_new(c, NULL, 4, &t), 0);
+    cluster_block_t b[TB + 2];
+    uint32_t tokens[TB + 2][TTOK];
+    unsigned char *payload[TB + 2];
+    make_chain(b, tokens, payload);
+    for (int i = 0; i < 3; i++)
+        kill(rc.pid[i], SIGSTOP);
+    /* Four writes go out; the rest are dropped at once, the loop never
+     * waits for the stopped cluster. */
+    int64_t t0 = now_ms();
+    int sent = 0, dropped = 0;
+    for (int i = 0; i < TB + 2; i++) {
+        int rc_put = cluster_tier_put(t, &b[i], payload[i]);
+        if (rc_put == 0)
+            sent++;
+        else if (rc_put == KVS_EBUSY)
+            dropped++;
+    }
+    ck_assert_int_lt(now_ms() - t0, 200);
+    ck_assert_int_eq(sent, 4);
+    ck_assert_int_eq(dropped, TB + 2 - 4);
+    cluster_tier_stats_t st;
+    int64_t end = now_ms() + 5000;
+    do {
+        uv_run(&loop, UV_RUN_ONCE);
+        cluster_tier_get_stats(t, &st);
+    } while (st.put_errors < 4 && now_ms() < end);
+    ck_assert_uint_eq(st.put_errors, 4);
+    ck_assert_uint_eq(st.put_drops, TB + 2 - 4);
+    /* A fetch from the stopped cluster ends within the timeout, all misses. */
+    fetched_t f = {0};
+    t0 = now_ms();
+    int frc = cluster_tier_fetch(t, b, TB, on_block, on_fetched, &f);
+    if (frc == 0)
+        ck_assert(run_until(&loop, &f.done, 3000));
+    else
+        ck_assert_int_eq(frc, KVS_EIO);
+    ck_assert_int_lt(now_ms() - t0, 2000);
+    for (int i = 0; i < TB; i++)
+        ck_assert_int_eq(f.hits[i], 0);
+    fetched_clear(&f);
+    for (int i = 0; i < 3; i++)
+        kill(rc.pid[i], SIGCONT);
+    for (int i = 0; i < TB + 2; i++)
+        free(payload[i]);
+    cluster_tier_free(t);
+    close_client(&loop, c);
+    rc_stop(&rc);
+}
+END_TEST
+
 static Suite *cluster_suite(void)
 {
     Suite *s = suite_create("cluster");
@@ -513,6 +724,8 @@ static Suite *cluster_suite(void)
     tcase_add_test(tc, silent_node_times_out);
     tcase_add_test(tc, auth_from_file);
     tcase_add_test(tc, bounded_inflight_and_bad_seeds);
+    tcase_add_test(tc, tier_blocks_round_trip_and_bad_values);
+    tcase_add_test(tc, tier_drops_writes_when_the_cluster_is_slow);
     suite_add_tcase(s, tc);
     return s;
 }
