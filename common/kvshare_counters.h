@@ -110,7 +110,12 @@
       "such work takes at most 1 % of the loop") \
     X(claims_expired, 0, "kvshare_claims_expired_total", "", \
       "Claims of a Lookup's missing blocks that ended because their session sent no request " \
-      "for the claim lease (1 s): lookups waiting for them stop waiting")
+      "for the claim lease (1 s): lookups waiting for them stop waiting") \
+    X(cluster_puts, 0, "kvshare_cluster_puts_total", "", \
+      "Blocks of shared namespaces written through to the cluster tier at commit") \
+    X(cluster_put_drops, 0, "kvshare_cluster_put_drops_total", "", \
+      "Blocks of shared namespaces not written to the cluster tier: too many writes in flight, " \
+      "or the cluster refused them at once")
 /* clang-format on */
 
 /* Room for counters in kvs_stats_t and StatsReply.counters. */

@@ -59,15 +59,16 @@ static size_t header_len(size_t ns_len, uint32_t n_tokens)
     return CLUSTER_VALUE_FIXED + name_room(ns_len) + 4 * (size_t)n_tokens;
 }
 
-/* Appends text with every byte outside [A-Za-z0-9._/-] as %XX. Returns the
- * new offset, or len when it does not fit. */
-static size_t put_escaped(char *buf, size_t len, size_t off, const char *text, size_t n)
+/* Appends text with every byte outside [A-Za-z0-9._/-] (and ':' when colon)
+ * as %XX. Returns the new offset, or len when it does not fit. */
+static size_t put_escaped(char *buf, size_t len, size_t off, const char *text, size_t n, int colon)
 {
     static const char hex[] = "0123456789ABCDEF";
     for (size_t i = 0; i < n && off < len; i++) {
         unsigned char ch = (unsigned char)text[i];
         int plain = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-                    (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' || ch == '/' || ch == '-';
+                    (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' || ch == '/' || ch == '-' ||
+                    (colon && ch == ':');
         if (plain) {
             buf[off++] = (char)ch;
         } else if (off + 3 <= len) {
@@ -85,12 +86,12 @@ int cluster_value_key(const char *prefix, const cluster_block_t *b, char *buf, s
 {
     if (!b || !buf || len == 0)
         return KVS_EINVAL;
-    size_t off = prefix ? put_escaped(buf, len, 0, prefix, strlen(prefix)) : 0;
+    size_t off = prefix ? put_escaped(buf, len, 0, prefix, strlen(prefix), 1) : 0;
     /* ':' is not plain: the separators are written as they are, between
      * fields that cannot hold one. */
     if (off + 5 < len) {
         memcpy(buf + off, "kvs1:", 5);
-        off = put_escaped(buf, len, off + 5, b->ns, b->ns_len);
+        off = put_escaped(buf, len, off + 5, b->ns, b->ns_len, 0);
     } else {
         off = len;
     }

@@ -6,7 +6,8 @@
  * The namespace names the model identity; tokens x bytes is the block's
  * geometry (tokens per block, payload bytes), so two deployments with
  * another geometry never read each other's blocks. Bytes of the prefix and
- * namespace other than [A-Za-z0-9._/-] are written %XX: a key holds no
+ * namespace other than [A-Za-z0-9._/-] (and ':' in the prefix) are written
+ * %XX: a key holds no
  * '{', hence no hash tag, and blocks spread over every slot.
  *
  * Value: ONE Redis value, so that Redis's eviction drops a block whole:

@@ -87,6 +87,11 @@ typedef struct server_config {
     events_config_t events;   /* KV events for routers (events.h); endpoint NULL: off */
     uint64_t host_tier_bytes; /* tier 2 in host memory (tier.h); 0: none */
     uint32_t tier_copy_nice;  /* copy threads: this much nicer than the loop (0..19) */
+
+    /* The cluster tier (cluster_store.h). */
+    const char *cluster_seeds;     /* "HOST:PORT,..."; NULL: off */
+    const char *cluster_auth_file; /* NULL: no AUTH */
+    uint32_t cluster_timeout_ms;   /* a command's deadline */
 } server_config_t;
 
 typedef struct server {
@@ -188,6 +193,9 @@ typedef struct server {
 
     uint32_t tier2_blocks; /* blocks of tier 2 (--host-tier); 0: none */
     uint32_t tier_jobs;    /* tier copies in flight (tier.c) */
+
+    struct cluster *cluster;           /* the cluster tier's client; NULL: off */
+    struct cluster_tier *cluster_tier; /* its blocks up and down */
 } server_t;
 
 /* Fills cfg with defaults: 16 MiB frames, 64 MiB output, 1024 sessions,

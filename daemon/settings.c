@@ -252,6 +252,20 @@ const setting_t settings_table[] = {
      .example = "127.0.0.1:9464", .help = "serve Prometheus metrics on http://HOST:PORT/metrics"},
     {"drain_timeout_ms", "drain-timeout-ms", SETTING_GLOBAL, SETTING_U32, "N", 0, 600000,
      AT(server.drain_ms), .help = "SIGTERM: the daemon exits within this many milliseconds"},
+    /* The cluster tier (docs/CLUSTER.md). */
+    {"cluster_seeds", "cluster-seeds", SETTING_GLOBAL, SETTING_TEXT, "HOST:PORT,...", 1, 255,
+     AT(server.cluster_seeds), .zero = "off", .expect = "HOST:PORT nodes of a Redis Cluster",
+     .example = "10.0.0.5:6379,10.0.0.6:6379",
+     .help = "seed nodes of the Redis Cluster that holds the cluster tier: blocks of namespaces "
+             "marked shared are written through to it"},
+    {"cluster_auth_file", "cluster-auth-file", SETTING_GLOBAL, SETTING_TEXT, "PATH", 1, 255,
+     AT(server.cluster_auth_file), .zero = "no AUTH", .expect = "a path",
+     .example = "/etc/kvshare/redis-auth",
+     .help = "file with the cluster's password (one line) or ACL user and password (two lines); "
+             "never logged"},
+    {"cluster_timeout_ms", "cluster-timeout-ms", SETTING_GLOBAL, SETTING_U32, "N", 1, 60000,
+     AT(server.cluster_timeout_ms), .deflt = "1000",
+     .help = "a cluster command not answered within this many milliseconds is a miss"},
     {"log_level", "log-level", SETTING_GLOBAL, SETTING_CHOICE, "LEVEL", 0, 0, CHOICE(log_level),
      AT(log_level), .help = "error, warn, info or debug"},
 
@@ -357,6 +371,8 @@ const setting_t settings_table[] = {
      .zero = "none: publishes no KV events", .expect = "a model name",
      .example = "meta-llama/Llama-3.1-8B-Instruct",
      .help = "KV events: the model routers key this namespace's blocks on ({model} of the topic)"},
+    {"shared", NULL, SETTING_NS, SETTING_BOOL, "yes/no", 0, 0, NS_AT(shared), .zero = "no",
+     .help = "its blocks are written through to the cluster tier (cluster_seeds) at commit"},
     {"lora_name", NULL, SETTING_NS, SETTING_TEXT, "NAME", 1, EVENTS_NAME_MAX, NS_AT(lora_name),
      .zero = "none", .expect = "a LoRA adapter name", .example = "sql-adapter",
      .help = "KV events: the LoRA name each BlockStored carries (llm-d keys on it instead of the "

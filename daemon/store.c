@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cluster_store.h"
 #include "inflight.h"
 #include "kvshare_status.h"
 #include "log.h"
@@ -316,8 +317,8 @@ int store_commit(server_t *srv, session_t *s, uint32_t ns, const uint32_t *token
     int irc =
         n_ids ? radix_insert(st->index, ns, tokens, n_tokens, ids, n_ids, true, canonical, n_done)
               : 0;
-    /* Which blocks this commit cached (KV events), in the scratch's second
-     * half. */
+    /* Which blocks this commit cached (KV events, the cluster tier), in the
+     * scratch's second half. */
     uint32_t *fresh = canonical + n_ids;
     memset(fresh, 0, *n_done * sizeof(*fresh));
     for (size_t i = 0; i < *n_done; i++) {
@@ -335,7 +336,7 @@ int store_commit(server_t *srv, session_t *s, uint32_t ns, const uint32_t *token
             continue;
         }
         if (canonical[i] == b) {
-            fresh[i] = srv->events != NULL;
+            fresh[i] = srv->events != NULL || srv->cluster_tier != NULL;
             became_cached(srv, s, ns, b);
         }
         /* A duplicate stays WRITING, held by this session until released;
@@ -347,6 +348,7 @@ int store_commit(server_t *srv, session_t *s, uint32_t ns, const uint32_t *token
         store_hint(srv, hint, canonical[i]);
     if (srv->events)
         publish_stored(srv, ns, ids, canonical, fresh, *n_done, tokens);
+    cluster_store_committed(srv, ns, ids, fresh, *n_done, tokens);
     if (irc == KVS_EQUOTA)
         srv->metrics.alloc_failures_quota++;
     return irc;

@@ -1,0 +1,193 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * kvshared with a cluster tier (cluster_seeds) on a Redis Cluster this test
+ * starts on loopback: blocks committed in a namespace marked shared are
+ * written through, one value per block, bitwise equal to what the worker
+ * wrote; blocks of other namespaces are not.
+ */
+#include "cluster_value.h"
+#include "daemon_harness.h"
+#include "kvshare.h"
+#include "now.h"
+#include "redis_cluster.h"
+#include "test_tmp.h"
+
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+enum { NB = 6, MAXTOK = 64 };
+
+static uint8_t pattern(uint32_t seed, uint32_t layer, uint32_t kv, size_t j, size_t i)
+{
+    return (uint8_t)(seed * 17 + layer * 31 + kv * 7 + j * 13 + i);
+}
+
+static void prompt(uint32_t *t, size_t n, uint32_t seed)
+{
+    for (size_t i = 0; i < n; i++)
+        t[i] = seed * 100000 + (uint32_t)i;
+}
+
+static kvs_client_t *client(const harness_t *h)
+{
+    kvs_options_t o;
+    kvs_client_t *c = NULL;
+    kvs_options_init(&o);
+    o.socket_path = h->socket_path;
+    o.worker_name = "share-test";
+    o.timeout_ms = 30000;
+    int rc = kvs_connect(&o, &c);
+    ck_assert_msg(rc == 0, "connect: %s", kvs_strerror(rc));
+    return c;
+}
+
+/* Writes NB blocks of prompt seed into namespace ns and commits them. */
+static void write_prompt(kvs_client_t *c, const char *ns, uint32_t seed)
+{
+    kvs_geometry_t g;
+    uint32_t tokens[MAXTOK], ids[NB], can[NB];
+    size_t done;
+    ck_assert_int_eq(kvs_geometry(c, &g), 0);
+    ck_assert_uint_le(NB * g.block_tokens, MAXTOK);
+    prompt(tokens, NB * g.block_tokens, seed);
+    int rc = kvs_alloc(c, ns, NB, ids);
+    ck_assert_msg(rc == 0, "alloc: %s", kvs_last_error(c));
+    uint8_t *slot = malloc(g.slot_bytes);
+    for (size_t j = 0; j < NB; j++)
+        for (uint32_t l = 0; l < g.layers; l++)
+            for (uint32_t kv = 0; kv < 2; kv++) {
+                for (size_t i = 0; i < g.slot_bytes; i++)
+                    slot[i] = pattern(seed, l, kv, j, i);
+                ck_assert_int_eq(kvs_block_write(c, l, kv, ids[j], slot, g.slot_bytes), 0);
+            }
+    free(slot);
+    ck_assert_int_eq(kvs_commit(c, ns, tokens, NB * g.block_tokens, ids, NB, can, &done), 0);
+    ck_assert_uint_eq(done, NB);
+    ck_assert_int_eq(kvs_release(c, can, NB, NULL), 0);
+}
+
+/* Every value on every master: each must be a block of prompt seed in
+ * namespace ns, with the bytes its writer wrote. Returns how many. */
+static int check_cluster(const rc_cluster_t *rc, const kvs_geometry_t *g, const char *ns,
+                         uint32_t seed)
+{
+    int found = 0;
+    uint8_t seen[NB] = {0};
+    for (int i = 0; i < rc->n; i++) {
+        redisContext *ctx = rc_connect(rc, i);
+        ck_assert_ptr_nonnull(ctx);
+        redisReply *role = redisCommand(ctx, "ROLE");
+        int master =
+            role && role->type == REDIS_REPLY_ARRAY && strcmp(role->element[0]->str, "master") == 0;
+        freeReplyObject(role);
+        if (!master) {
+            redisFree(ctx);
+            continue;
+        }
+        redisReply *keys = redisCommand(ctx, "KEYS *");
+        ck_assert(keys && keys->type == REDIS_REPLY_ARRAY);
+        for (size_t k = 0; k < keys->elements; k++) {
+            const char *key = keys->element[k]->str;
+            ck_assert_msg(strncmp(key, "kvs:kvs1:", 9) == 0, "key %s", key);
+            redisReply *v = redisCommand(ctx, "GET %s", key);
+            ck_assert(v && v->type == REDIS_REPLY_STRING);
+            /* Which block: its first token says. */
+            ck_assert_uint_ge(v->len, CLUSTER_VALUE_FIXED + 16);
+            const unsigned char *tok = (const unsigned char *)v->str + CLUSTER_VALUE_FIXED +
+                                       ((strlen(ns) + 3) & ~(size_t)3);
+            uint32_t t0 = (uint32_t)tok[0] | (uint32_t)tok[1] << 8 | (uint32_t)tok[2] << 16 |
+                          (uint32_t)tok[3] << 24;
+            size_t j = (t0 - seed * 100000) / g->block_tokens;
+            ck_assert_uint_lt(j, NB);
+            uint32_t tokens[MAXTOK];
+            prompt(tokens, NB * g->block_tokens, seed);
+            uint64_t hash;
+            memcpy(&hash, v->str + 16, 8); /* the stored hash; the key must agree */
+            cluster_block_t b = {.ns = ns,
+                                 .ns_len = strlen(ns),
+                                 .hash = hash,
+                                 .tokens = tokens + j * g->block_tokens,
+                                 .n_tokens = g->block_tokens,
+                                 .payload_len = 2 * g->layers * g->slot_bytes};
+            char expect_key[512];
+            cluster_value_key("kvs:", &b, expect_key, sizeof expect_key);
+            ck_assert_str_eq(key, expect_key);
+            const void *payload;
+            ck_assert_int_eq(cluster_value_check(v->str, v->len, &b, &payload), 0);
+            const uint8_t *p = payload;
+            for (uint32_t l = 0; l < g->layers; l++)
+                for (uint32_t kv = 0; kv < 2; kv++)
+                    for (size_t i2 = 0; i2 < g->slot_bytes; i2++, p++)
+                        ck_assert_uint_eq(*p, pattern(seed, l, kv, j, i2));
+            ck_assert_int_eq(seen[j], 0);
+            seen[j] = 1;
+            found++;
+            freeReplyObject(v);
+        }
+        freeReplyObject(keys);
+        redisFree(ctx);
+    }
+    return found;
+}
+
+START_TEST(shared_blocks_are_written_through)
+{
+    rc_cluster_t rc;
+    ck_assert_msg(rc_start(&rc, 3, 0, NULL) == 0, "cannot start a Redis Cluster");
+    char conf[256];
+    int fd = test_tmp_file("kvs-share-conf", conf, sizeof conf);
+    ck_assert_int_ge(fd, 0);
+    const char *text = "[namespace shr]\nshared = yes\n\n[namespace private]\n";
+    ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    harness_t h;
+    const char *extra[] = {"--cluster-seeds", rc.seeds, "--config", conf, NULL};
+    ck_assert_int_eq(harness_start(&h, 64, extra), 0);
+    kvs_client_t *c = client(&h);
+    kvs_geometry_t g;
+    ck_assert_int_eq(kvs_geometry(c, &g), 0);
+    write_prompt(c, "private", 7);
+    write_prompt(c, "shr", 3);
+    /* The writes are asynchronous: wait for them to land. */
+    int found = 0;
+    int64_t end = now_ms() + 10000;
+    while ((found = check_cluster(&rc, &g, "shr", 3)) < NB && now_ms() < end)
+        usleep(50000);
+    ck_assert_int_eq(found, NB);
+    kvs_close(c);
+    ck_assert_int_eq(harness_stop(&h), 0);
+    harness_cleanup(&h);
+    unlink(conf);
+    rc_stop(&rc);
+}
+END_TEST
+
+static Suite *share_suite(void)
+{
+    Suite *s = suite_create("cluster_share");
+    TCase *tc = tcase_create("share");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, shared_blocks_are_written_through);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+/* Skipped (77, "skipped: why") where redis-server is not installed. */
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    if (system("redis-server --version >/dev/null 2>&1") != 0 ||
+        system("redis-cli --version >/dev/null 2>&1") != 0) {
+        printf("skipped: redis-server or redis-cli is not installed (tools/install-deps.sh)\n");
+        return 77;
+    }
+    SRunner *sr = srunner_create(share_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
