@@ -115,7 +115,12 @@
       "Blocks of shared namespaces written through to the cluster tier at commit") \
     X(cluster_put_drops, 0, "kvshare_cluster_put_drops_total", "", \
       "Blocks of shared namespaces not written to the cluster tier: too many writes in flight, " \
-      "or the cluster refused them at once")
+      "or the cluster refused them at once") \
+    X(cluster_fetched_blocks, 0, "kvshare_cluster_fetched_blocks_total", "", \
+      "Blocks a Lookup missed locally that came from the cluster tier into the pool") \
+    X(cluster_fetch_misses, 0, "kvshare_cluster_fetch_misses_total", "", \
+      "Blocks a Lookup asked the cluster tier for that did not come (absent, late, corrupt, " \
+      "or no free pool block)")
 /* clang-format on */
 
 /* Room for counters in kvs_stats_t and StatsReply.counters. */

@@ -194,8 +194,9 @@ typedef struct server {
     uint32_t tier2_blocks; /* blocks of tier 2 (--host-tier); 0: none */
     uint32_t tier_jobs;    /* tier copies in flight (tier.c) */
 
-    struct cluster *cluster;           /* the cluster tier's client; NULL: off */
-    struct cluster_tier *cluster_tier; /* its blocks up and down */
+    struct cluster *cluster;               /* the cluster tier's client; NULL: off */
+    struct cluster_tier *cluster_tier;     /* its blocks up and down */
+    struct cluster_fetch *cluster_fetches; /* fetches in flight (cluster_store.c) */
 } server_t;
 
 /* Fills cfg with defaults: 16 MiB frames, 64 MiB output, 1024 sessions,

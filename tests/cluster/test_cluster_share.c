@@ -3,7 +3,8 @@
  * kvshared with a cluster tier (cluster_seeds) on a Redis Cluster this test
  * starts on loopback: blocks committed in a namespace marked shared are
  * written through, one value per block, bitwise equal to what the worker
- * wrote; blocks of other namespaces are not.
+ * wrote; blocks of other namespaces are not. A second kvshared on the same
+ * cluster, its pool empty, then hits the whole prompt with the same bytes.
  */
 #include "cluster_value.h"
 #include "daemon_harness.h"
@@ -134,6 +135,31 @@ static int check_cluster(const rc_cluster_t *rc, const kvs_geometry_t *g, const 
     return found;
 }
 
+/* A pinned lookup of prompt seed in ns on c: how many blocks hit; each
+ * hit holds its writer's bytes. The pins are released. */
+static size_t lookup_check(kvs_client_t *c, const char *ns, uint32_t seed)
+{
+    kvs_geometry_t g;
+    uint32_t tokens[MAXTOK], got[NB];
+    size_t n = 0;
+    ck_assert_int_eq(kvs_geometry(c, &g), 0);
+    prompt(tokens, NB * g.block_tokens, seed);
+    int rc = kvs_lookup(c, ns, tokens, NB * g.block_tokens, 1, got, NB, &n);
+    ck_assert_msg(rc == 0, "lookup: %s", kvs_last_error(c));
+    uint8_t *slot = malloc(g.slot_bytes);
+    for (size_t j = 0; j < n; j++)
+        for (uint32_t l = 0; l < g.layers; l++)
+            for (uint32_t kv = 0; kv < 2; kv++) {
+                ck_assert_int_eq(kvs_block_read(c, l, kv, got[j], slot, g.slot_bytes), 0);
+                for (size_t i = 0; i < g.slot_bytes; i++)
+                    ck_assert_uint_eq(slot[i], pattern(seed, l, kv, j, i));
+            }
+    free(slot);
+    if (n)
+        ck_assert_int_eq(kvs_release(c, got, n, NULL), 0);
+    return n;
+}
+
 START_TEST(shared_blocks_are_written_through)
 {
     rc_cluster_t rc;
@@ -158,6 +184,24 @@ START_TEST(shared_blocks_are_written_through)
     while ((found = check_cluster(&rc, &g, "shr", 3)) < NB && now_ms() < end)
         usleep(50000);
     ck_assert_int_eq(found, NB);
+
+    /* Another node, its pool empty: the shared prompt comes from the
+     * cluster, bitwise equal; the private one does not. */
+    harness_t h2;
+    ck_assert_int_eq(harness_start(&h2, 64, extra), 0);
+    kvs_client_t *c2 = client(&h2);
+    ck_assert_uint_eq(lookup_check(c2, "private", 7), 0);
+    ck_assert_uint_eq(lookup_check(c2, "shr", 3), NB);
+    /* Now local: asked again, it hits without the cluster. */
+    ck_assert_uint_eq(lookup_check(c2, "shr", 3), NB);
+    kvs_stats_t st;
+    ck_assert_int_eq(kvs_stats(c2, &st), 0);
+    ck_assert_uint_eq(st.cluster_fetched_blocks, NB);
+    ck_assert_uint_eq(st.cluster_puts, 0);
+    kvs_close(c2);
+    ck_assert_int_eq(harness_stop(&h2), 0);
+    harness_cleanup(&h2);
+
     kvs_close(c);
     ck_assert_int_eq(harness_stop(&h), 0);
     harness_cleanup(&h);
