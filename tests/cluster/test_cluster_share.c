@@ -135,6 +135,60 @@ static int check_cluster(const rc_cluster_t *rc, const kvs_geometry_t *g, const 
     return found;
 }
 
+/* Keys on the masters, all told. */
+static long long cluster_keys(const rc_cluster_t *rc)
+{
+    long long n = 0;
+    for (int i = 0; i < rc->n; i++) {
+        redisContext *ctx = rc_connect(rc, i);
+        ck_assert_ptr_nonnull(ctx);
+        redisReply *role = redisCommand(ctx, "ROLE");
+        if (role && role->type == REDIS_REPLY_ARRAY &&
+            strcmp(role->element[0]->str, "master") == 0) {
+            redisReply *r = redisCommand(ctx, "DBSIZE");
+            ck_assert(r && r->type == REDIS_REPLY_INTEGER);
+            n += r->integer;
+            freeReplyObject(r);
+        }
+        freeReplyObject(role);
+        redisFree(ctx);
+    }
+    return n;
+}
+
+/* Changes the last payload byte of the value whose block starts with token
+ * first (namespace name of ns_len bytes). Returns 1 when it found it. */
+static int corrupt_block(const rc_cluster_t *rc, size_t ns_len, uint32_t first)
+{
+    int done = 0;
+    for (int i = 0; i < rc->n && !done; i++) {
+        redisContext *ctx = rc_connect(rc, i);
+        ck_assert_ptr_nonnull(ctx);
+        redisReply *keys = redisCommand(ctx, "KEYS *");
+        for (size_t k = 0; keys && k < keys->elements && !done; k++) {
+            redisReply *v = redisCommand(ctx, "GET %s", keys->element[k]->str);
+            if (v && v->type == REDIS_REPLY_STRING) {
+                const unsigned char *tok = (const unsigned char *)v->str + CLUSTER_VALUE_FIXED +
+                                           ((ns_len + 3) & ~(size_t)3);
+                uint32_t t0 = (uint32_t)tok[0] | (uint32_t)tok[1] << 8 | (uint32_t)tok[2] << 16 |
+                              (uint32_t)tok[3] << 24;
+                if (t0 == first) {
+                    char last = (char)(v->str[v->len - 1] ^ 0x5a);
+                    redisReply *r = redisCommand(ctx, "SETRANGE %s %d %b", keys->element[k]->str,
+                                                 (int)v->len - 1, &last, (size_t)1);
+                    ck_assert(r && r->type == REDIS_REPLY_INTEGER);
+                    freeReplyObject(r);
+                    done = 1;
+                }
+            }
+            freeReplyObject(v);
+        }
+        freeReplyObject(keys);
+        redisFree(ctx);
+    }
+    return done;
+}
+
 /* A pinned lookup of prompt seed in ns on c: how many blocks hit; each
  * hit holds its writer's bytes. The pins are released. */
 static size_t lookup_check(kvs_client_t *c, const char *ns, uint32_t seed)
@@ -198,6 +252,21 @@ START_TEST(shared_blocks_are_written_through)
     ck_assert_int_eq(kvs_stats(c2, &st), 0);
     ck_assert_uint_eq(st.cluster_fetched_blocks, NB);
     ck_assert_uint_eq(st.cluster_puts, 0);
+    kvs_stats_free(&st);
+
+    /* A value corrupted in Redis is a miss: the second node gets the blocks
+     * before it, bitwise equal, and never the corrupt one. */
+    write_prompt(c, "shr", 4);
+    end = now_ms() + 10000;
+    while (cluster_keys(&rc) < 2 * NB && now_ms() < end)
+        usleep(50000);
+    ck_assert_int_eq(cluster_keys(&rc), 2 * NB);
+    ck_assert(corrupt_block(&rc, 3, 4 * 100000 + 2 * g.block_tokens));
+    ck_assert_uint_eq(lookup_check(c2, "shr", 4), 2);
+    ck_assert_int_eq(kvs_stats(c2, &st), 0);
+    ck_assert_uint_eq(st.cluster_fetched_blocks, NB + 2);
+    ck_assert_uint_ge(st.cluster_fetch_misses, NB - 2);
+    kvs_stats_free(&st);
     kvs_close(c2);
     ck_assert_int_eq(harness_stop(&h2), 0);
     harness_cleanup(&h2);
