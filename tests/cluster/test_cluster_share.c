@@ -279,12 +279,107 @@ START_TEST(shared_blocks_are_written_through)
 }
 END_TEST
 
+/* The master (by index) with the most keys, after every master's writes
+ * reached its replica. */
+static int sync_and_pick_master(const rc_cluster_t *rc)
+{
+    int best = -1;
+    long long most = -1;
+    for (int i = 0; i < rc->n; i++) {
+        redisContext *ctx = rc_connect(rc, i);
+        ck_assert_ptr_nonnull(ctx);
+        redisReply *role = redisCommand(ctx, "ROLE");
+        int master =
+            role && role->type == REDIS_REPLY_ARRAY && strcmp(role->element[0]->str, "master") == 0;
+        freeReplyObject(role);
+        if (master) {
+            long long acked = 0;
+            for (int t = 0; t < 20 && acked < 1; t++) {
+                redisReply *r = redisCommand(ctx, "WAIT 1 500");
+                ck_assert(r && r->type == REDIS_REPLY_INTEGER);
+                acked = r->integer;
+                freeReplyObject(r);
+            }
+            ck_assert_int_eq(acked, 1);
+            redisReply *r = redisCommand(ctx, "DBSIZE");
+            if (r->integer > most) {
+                most = r->integer;
+                best = i;
+            }
+            freeReplyObject(r);
+        }
+        redisFree(ctx);
+    }
+    return best;
+}
+
+START_TEST(master_killed_during_a_replay)
+{
+    enum { PROMPTS = 10 };
+    rc_cluster_t rc;
+    ck_assert_msg(rc_start(&rc, 3, 1, NULL) == 0, "cannot start a Redis Cluster");
+    char conf[256];
+    int fd = test_tmp_file("kvs-share-conf", conf, sizeof conf);
+    ck_assert_int_ge(fd, 0);
+    const char *text = "[namespace shr]\nshared = yes\n";
+    ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    harness_t h, h2;
+    const char *extra[] = {
+        "--cluster-seeds", rc.seeds, "--cluster-timeout-ms", "300", "--config", conf, NULL};
+    ck_assert_int_eq(harness_start(&h, 128, extra), 0);
+    kvs_client_t *c = client(&h);
+    for (uint32_t p = 0; p < PROMPTS; p++)
+        write_prompt(c, "shr", 10 + p);
+    int64_t end = now_ms() + 10000;
+    while (cluster_keys(&rc) < PROMPTS * NB && now_ms() < end)
+        usleep(50000);
+    ck_assert_int_eq(cluster_keys(&rc), PROMPTS * NB);
+    int victim = sync_and_pick_master(&rc);
+    ck_assert_int_ge(victim, 0);
+
+    ck_assert_int_eq(harness_start(&h2, 128, extra), 0);
+    kvs_client_t *c2 = client(&h2);
+    rc_kill(&rc, victim);
+    /* Replays until every prompt hits whole: meanwhile shorter hits, never
+     * a wrong byte (lookup_check), and no crash. */
+    int whole = 0, rounds = 0, short_hits = 0;
+    end = now_ms() + 30000;
+    while (!whole && now_ms() < end) {
+        whole = 1;
+        rounds++;
+        for (uint32_t p = 0; p < PROMPTS; p++) {
+            size_t n = lookup_check(c2, "shr", 10 + p);
+            if (n < NB) {
+                whole = 0;
+                short_hits++;
+            }
+        }
+        if (!whole)
+            usleep(100000);
+    }
+    fprintf(stderr, "failover: %d rounds, %d short hits, %lld ms\n", rounds, short_hits,
+            (long long)(now_ms() - (end - 30000)));
+    ck_assert_msg(whole, "hits did not come back after the failover (%d rounds)", rounds);
+    ck_assert_int_gt(short_hits, 0);
+    kvs_close(c2);
+    ck_assert_int_eq(harness_stop(&h2), 0);
+    harness_cleanup(&h2);
+    kvs_close(c);
+    ck_assert_int_eq(harness_stop(&h), 0);
+    harness_cleanup(&h);
+    unlink(conf);
+    rc_stop(&rc);
+}
+END_TEST
+
 static Suite *share_suite(void)
 {
     Suite *s = suite_create("cluster_share");
     TCase *tc = tcase_create("share");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, shared_blocks_are_written_through);
+    tcase_add_test(tc, master_killed_during_a_replay);
     suite_add_tcase(s, tc);
     return s;
 }
