@@ -52,6 +52,25 @@ void cluster_store_close(server_t *srv)
     srv->cluster = NULL;
 }
 
+void cluster_store_sync_counters(server_t *srv)
+{
+    if (!srv->cluster || !srv->cluster_tier)
+        return;
+    cluster_stats_t cs;
+    cluster_tier_stats_t ts;
+    cluster_get_stats(srv->cluster, &cs);
+    cluster_tier_get_stats(srv->cluster_tier, &ts);
+    metrics_t *m = &srv->metrics;
+    m->cluster_timeouts = cs.timeouts;
+    m->cluster_node_errors = cs.down;
+    m->cluster_auth_errors = cs.auth_errors;
+    m->cluster_redirects = cs.moved + cs.ask;
+    m->cluster_map_refreshes = cs.refreshes;
+    m->cluster_bad_values = ts.corrupt + ts.mismatched;
+    m->cluster_bytes_out = cs.bytes_out;
+    m->cluster_bytes_in = cs.bytes_in;
+}
+
 static bool ns_shared(const server_t *srv, uint32_t ns, const char **name)
 {
     *name = radix_ns_name(srv->index, ns);

@@ -41,6 +41,10 @@ int cluster_store_open(server_t *srv, char *err, size_t errlen);
  * when the loop runs its close callbacks. */
 void cluster_store_close(server_t *srv);
 
+/* Copies the client's counters into srv->metrics (Stats, /metrics); keeps
+ * the last copy once the client is closed. */
+void cluster_store_sync_counters(server_t *srv);
+
 /* Blocks of a chain one Lookup fetches at most. */
 #define CLUSTER_STORE_MAX_FETCH 64
 

@@ -122,6 +122,7 @@ void server_sync_counters(server_t *s)
     if (s->events)
         events_counters(s->events, &s->metrics.kv_events_published,
                         &s->metrics.kv_events_replay_requests);
+    cluster_store_sync_counters(s);
 }
 
 int server_open(const server_config_t *cfg, uv_loop_t *loop, server_t **out, char *err,

@@ -266,6 +266,8 @@ START_TEST(shared_blocks_are_written_through)
     ck_assert_int_eq(kvs_stats(c2, &st), 0);
     ck_assert_uint_eq(st.cluster_fetched_blocks, NB + 2);
     ck_assert_uint_ge(st.cluster_fetch_misses, NB - 2);
+    ck_assert_uint_eq(st.cluster_bad_values, 1);
+    ck_assert_uint_ge(st.cluster_bytes_in, (NB + 3) * 2 * g.layers * g.slot_bytes);
     kvs_stats_free(&st);
     kvs_close(c2);
     ck_assert_int_eq(harness_stop(&h2), 0);
@@ -362,6 +364,12 @@ START_TEST(master_killed_during_a_replay)
             (long long)(now_ms() - (end - 30000)));
     ck_assert_msg(whole, "hits did not come back after the failover (%d rounds)", rounds);
     ck_assert_int_gt(short_hits, 0);
+    kvs_stats_t st;
+    ck_assert_int_eq(kvs_stats(c2, &st), 0);
+    ck_assert_uint_gt(st.cluster_node_errors + st.cluster_timeouts, 0);
+    ck_assert_uint_gt(st.cluster_map_refreshes, 1);
+    ck_assert_uint_eq(st.cluster_bad_values, 0);
+    kvs_stats_free(&st);
     kvs_close(c2);
     ck_assert_int_eq(harness_stop(&h2), 0);
     harness_cleanup(&h2);
