@@ -109,9 +109,10 @@ struct session {
     session_hold_reason_t rerun;
     uint64_t hold_until_ms;
     session_t *held_prev, *held_next;
-    struct cluster_fetch *cluster_fetch; /* its Lookup's fetch from the cluster tier */
-    bool reading;                        /* uv_read_start is on */
-    bool eof;                            /* the client half-closed: close once replies are out */
+    bool reading; /* uv_read_start is on */
+    bool eof;     /* the client half-closed: close once replies are out */
+    /* Its Lookup's fetch from the cluster tier (cluster_store.h); NULL: none. */
+    struct cluster_fetch *cluster_fetch;
 
     /* Memory (see server.h, buf_bytes). */
     size_t buf_bytes;         /* this session's share of the server's count */
