@@ -124,7 +124,34 @@
       "Replays ended because their peer took nothing for 5 s") \
     X(kv_events_send_drops, 0, "kvshare_kv_events_send_drops_total", "", \
       "KV events batches not sent to subscribers because the queued messages held " \
-      "kv_events_send_bytes (kept for replay)")
+      "kv_events_send_bytes (kept for replay)") \
+    X(cluster_puts, 0, "kvshare_cluster_puts_total", "", \
+      "Blocks of shared namespaces written through to the cluster tier at commit") \
+    X(cluster_put_drops, 0, "kvshare_cluster_put_drops_total", "", \
+      "Blocks of shared namespaces not written to the cluster tier: too many writes in flight, " \
+      "or the cluster refused them at once") \
+    X(cluster_fetched_blocks, 0, "kvshare_cluster_fetched_blocks_total", "", \
+      "Blocks a Lookup missed locally that came from the cluster tier into the pool") \
+    X(cluster_fetch_misses, 0, "kvshare_cluster_fetch_misses_total", "", \
+      "Blocks a Lookup asked the cluster tier for that did not come (absent, late, corrupt, " \
+      "or no free pool block)") \
+    X(cluster_timeouts, 0, "kvshare_cluster_timeouts_total", "", \
+      "Cluster commands not answered within cluster_timeout_ms (each ends its node's connection)") \
+    X(cluster_node_errors, 0, "kvshare_cluster_node_errors_total", "", \
+      "Cluster commands that failed because their node was down, lost, or the cluster was down") \
+    X(cluster_auth_errors, 0, "kvshare_cluster_auth_errors_total", "", \
+      "AUTH refused by a cluster node, and commands refused for want of it") \
+    X(cluster_redirects, 0, "kvshare_cluster_redirects_total", "", \
+      "MOVED and ASK redirects the cluster client followed") \
+    X(cluster_map_refreshes, 0, "kvshare_cluster_map_refreshes_total", "", \
+      "Slot maps read from the cluster (CLUSTER SLOTS)") \
+    X(cluster_bad_values, 0, "kvshare_cluster_bad_values_total", "", \
+      "Values read from the cluster that did not verify or named another block (misses, " \
+      "never served)") \
+    X(cluster_bytes_out, 0, "kvshare_cluster_bytes_out_total", "", \
+      "Bytes of commands sent to the cluster (values written included)") \
+    X(cluster_bytes_in, 0, "kvshare_cluster_bytes_in_total", "", \
+      "Bytes of values read from the cluster")
 /* clang-format on */
 
 /* Room for counters in kvs_stats_t and StatsReply.counters. */

@@ -328,8 +328,8 @@ int config_load(const char *path, config_t **out, char *err, size_t errlen)
     errs_t e = {err, 0, errlen, path, 0};
     char raw[4096];
     int line = 0, rc = 0;
-    uint64_t seen = 0, ns_seen = 0; /* bit i: settings_table[i] was set */
-    settings_t scratch;             /* where global values are checked */
+    settings_mask_t seen = {{0}}, ns_seen = {{0}}; /* bit i: settings_table[i] was set */
+    settings_t scratch;                            /* where global values are checked */
     config_ns_t *cur = NULL;
     bool in_ns = false; /* past the first [namespace] header, even a broken one */
 
@@ -400,7 +400,7 @@ int config_load(const char *path, config_t **out, char *err, size_t errlen)
             config_ns_init(cur);
             memcpy(cur->name, name, strlen(name) + 1); /* nsname_valid: it fits */
             cur->line = line;
-            ns_seen = 0;
+            ns_seen = (settings_mask_t){{0}};
             continue;
         }
         char *eq = strchr(s, '=');
@@ -440,13 +440,13 @@ int config_load(const char *path, config_t **out, char *err, size_t errlen)
                              : " (docs/OPERATING.md lists the keys)");
             continue;
         }
-        uint64_t bit = 1ull << (row - settings_table);
-        uint64_t *seen_k = in_ns ? &ns_seen : &seen;
-        if (*seen_k & bit) {
+        size_t bit = (size_t)(row - settings_table);
+        settings_mask_t *seen_k = in_ns ? &ns_seen : &seen;
+        if (settings_mask_has(seen_k, bit)) {
             err_at(&e, line, "%s is set twice in this section", key);
             continue;
         }
-        *seen_k |= bit;
+        settings_mask_set(seen_k, bit);
         /* A broken [namespace] header: the values are still checked. */
         config_ns_t spare;
         char why[512];

@@ -88,6 +88,11 @@ typedef struct server_config {
     uint64_t host_tier_bytes; /* tier 2 in host memory (tier.h); 0: none */
     uint32_t tier_copy_nice;  /* copy threads: this much nicer than the loop (0..19) */
     uint32_t claim_lease_ms;  /* claims end this long after their Lookup (inflight.h) */
+
+    /* The cluster tier (cluster_store.h). */
+    const char *cluster_seeds;     /* "HOST:PORT,..."; NULL: off */
+    const char *cluster_auth_file; /* NULL: no AUTH */
+    uint32_t cluster_timeout_ms;   /* a command's deadline */
 } server_config_t;
 
 typedef struct server {
@@ -189,6 +194,10 @@ typedef struct server {
 
     uint32_t tier2_blocks; /* blocks of tier 2 (--host-tier); 0: none */
     uint32_t tier_jobs;    /* tier copies in flight (tier.c) */
+
+    struct cluster *cluster;               /* the cluster tier's client; NULL: off */
+    struct cluster_tier *cluster_tier;     /* its blocks up and down */
+    struct cluster_fetch *cluster_fetches; /* fetches in flight (cluster_store.c) */
 } server_t;
 
 /* Fills cfg with defaults: 16 MiB frames, 64 MiB output, 1024 sessions,

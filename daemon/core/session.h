@@ -36,6 +36,7 @@ typedef enum session_hold_reason {
     SESSION_HOLD_INFLIGHT, /* a Lookup waits for blocks others write (inflight.h) */
     SESSION_HOLD_TIER_JOB, /* a request waits for its own tier copies (tier.h) */
     SESSION_HOLD_TIER_ANY, /* a request waits for any tier copy to end (tier.h) */
+    SESSION_HOLD_CLUSTER,  /* a Lookup waits for blocks from the cluster tier (cluster_store.h) */
 } session_hold_reason_t;
 
 typedef struct session_pins {
@@ -110,6 +111,8 @@ struct session {
     session_t *held_prev, *held_next;
     bool reading; /* uv_read_start is on */
     bool eof;     /* the client half-closed: close once replies are out */
+    /* Its Lookup's fetch from the cluster tier (cluster_store.h); NULL: none. */
+    struct cluster_fetch *cluster_fetch;
 
     /* Memory (see server.h, buf_bytes). */
     size_t buf_bytes;         /* this session's share of the server's count */

@@ -251,6 +251,20 @@ const setting_t settings_table[] = {
      .example = "127.0.0.1:9464", .help = "serve Prometheus metrics on http://HOST:PORT/metrics"},
     {"drain_timeout_ms", "drain-timeout-ms", SETTING_GLOBAL, SETTING_U32, "N", 0, 600000,
      AT(server.drain_ms), .help = "SIGTERM: the daemon exits within this many milliseconds"},
+    /* The cluster tier (docs/CLUSTER.md). */
+    {"cluster_seeds", "cluster-seeds", SETTING_GLOBAL, SETTING_TEXT, "HOST:PORT,...", 1, 255,
+     AT(server.cluster_seeds), .zero = "off", .expect = "HOST:PORT nodes of a Redis Cluster",
+     .example = "10.0.0.5:6379,10.0.0.6:6379",
+     .help = "seed nodes of the Redis Cluster that holds the cluster tier: blocks of namespaces "
+             "marked shared are written through to it"},
+    {"cluster_auth_file", "cluster-auth-file", SETTING_GLOBAL, SETTING_TEXT, "PATH", 1, 255,
+     AT(server.cluster_auth_file), .zero = "no AUTH", .expect = "a path",
+     .example = "/etc/kvshare/redis-auth",
+     .help = "file with the cluster's password (one line) or ACL user and password (two lines); "
+             "never logged"},
+    {"cluster_timeout_ms", "cluster-timeout-ms", SETTING_GLOBAL, SETTING_U32, "N", 1, 60000,
+     AT(server.cluster_timeout_ms), .deflt = "1000",
+     .help = "a cluster command not answered within this many milliseconds is a miss"},
     {"log_level", "log-level", SETTING_GLOBAL, SETTING_CHOICE, "LEVEL", 0, 0, CHOICE(log_level),
      AT(log_level), .help = "error, warn, info or debug"},
 
@@ -365,6 +379,8 @@ const setting_t settings_table[] = {
      .zero = "none: publishes no KV events", .expect = "a model name",
      .example = "meta-llama/Llama-3.1-8B-Instruct",
      .help = "KV events: the model routers key this namespace's blocks on ({model} of the topic)"},
+    {"shared", NULL, SETTING_NS, SETTING_BOOL, "yes/no", 0, 0, NS_AT(shared), .zero = "no",
+     .help = "its blocks are written through to the cluster tier (cluster_seeds) at commit"},
     {"lora_name", NULL, SETTING_NS, SETTING_TEXT, "NAME", 1, EVENTS_NAME_MAX, NS_AT(lora_name),
      .zero = "none", .expect = "a LoRA adapter name", .example = "sql-adapter",
      .help = "KV events: the LoRA name each BlockStored carries (llm-d keys on it instead of the "
@@ -373,8 +389,9 @@ const setting_t settings_table[] = {
 
 const size_t settings_count = sizeof(settings_table) / sizeof(settings_table[0]);
 
-/* settings_t.given and config_load's duplicate check are 64-bit masks. */
-_Static_assert(sizeof(settings_table) / sizeof(settings_table[0]) <= 64, "more than 64 settings");
+/* settings_t.given and config_load's duplicate check are settings_mask_t. */
+_Static_assert(sizeof(settings_table) / sizeof(settings_table[0]) <= SETTINGS_MAX_ROWS,
+               "more settings than SETTINGS_MAX_ROWS");
 
 static const setting_t *row_of_flag(const char *flag)
 {
@@ -393,9 +410,9 @@ const setting_t *settings_find_key(setting_scope_t scope, const char *key)
     return NULL;
 }
 
-static uint64_t bit_of(const setting_t *row)
+static size_t bit_of(const setting_t *row)
 {
-    return 1ull << (row - settings_table);
+    return (size_t)(row - settings_table);
 }
 
 void settings_init(settings_t *st)
@@ -621,7 +638,7 @@ int settings_set(const setting_t *row, void *base, const char *value, char *why,
     }
     }
     if (row->scope == SETTING_GLOBAL)
-        ((settings_t *)base)->given |= bit_of(row);
+        settings_mask_set(&((settings_t *)base)->given, bit_of(row));
     return 0;
 }
 
@@ -629,7 +646,7 @@ int settings_set(const setting_t *row, void *base, const char *value, char *why,
 
 static bool given(const settings_t *st, const char *flag)
 {
-    return (st->given & bit_of(row_of_flag(flag))) != 0;
+    return settings_mask_has(&st->given, bit_of(row_of_flag(flag)));
 }
 
 int settings_finish(settings_t *st, char *err, size_t errlen)
@@ -992,7 +1009,7 @@ void settings_format(const setting_t *row, const void *base, char *buf, size_t l
         const settings_t *st = base;
         uint32_t gid;
         memcpy(&gid, field, sizeof(gid));
-        if (!(st->given & bit_of(row))) {
+        if (!settings_mask_has(&st->given, bit_of(row))) {
             snprintf(buf, len, "%s", row->zero);
         } else {
             struct group *g = getgrgid((gid_t)gid);

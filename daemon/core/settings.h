@@ -83,6 +83,23 @@ extern const setting_t settings_table[];
 extern const size_t settings_count;
 
 /* A namespace declared by a --namespace flag. */
+/* One bit per row of settings_table (SETTINGS_MAX_ROWS of them). */
+#define SETTINGS_MAX_ROWS 128
+typedef struct settings_mask {
+    uint64_t w[SETTINGS_MAX_ROWS / 64];
+} settings_mask_t;
+
+/* Sets / tests bit i. */
+static inline void settings_mask_set(settings_mask_t *m, size_t i)
+{
+    m->w[i / 64] |= 1ull << (i % 64);
+}
+
+static inline bool settings_mask_has(const settings_mask_t *m, size_t i)
+{
+    return (m->w[i / 64] >> (i % 64)) & 1;
+}
+
 typedef struct settings_ns {
     char name[RADIX_NS_NAME_MAX + 1];
     uint32_t quota, reserve;
@@ -101,9 +118,9 @@ typedef struct settings {
     bool help, version;
     settings_ns_t ns[SETTINGS_MAX_NS_FLAGS];
     uint32_t n_ns;
-    uint64_t given;  /* bit i: settings_table[i] was set by the file or a flag */
-    config_t *conf;  /* the config file (values point into it); owned */
-    int file_errors; /* errors found in the file (settings_parse) */
+    settings_mask_t given; /* bit i: settings_table[i] was set by the file or a flag */
+    config_t *conf;        /* the config file (values point into it); owned */
+    int file_errors;       /* errors found in the file (settings_parse) */
     char default_socket[PATH_MAX];
 } settings_t;
 

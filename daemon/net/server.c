@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cluster_store.h"
 #include "inflight.h"
 #include "kvshare_status.h"
 #include "log.h"
@@ -39,6 +40,7 @@ void server_config_init(server_config_t *cfg)
     cfg->ready_fd = -1;
     cfg->dynamic_namespaces = true;
     cfg->drain_ms = SERVER_DEFAULT_DRAIN_MS;
+    cfg->cluster_timeout_ms = 1000;
     cfg->backend_retry_ms = SERVER_DEFAULT_BACKEND_RETRY_MS;
     cfg->tier_copy_nice = SERVER_DEFAULT_TIER_COPY_NICE;
     cfg->claim_lease_ms = INFLIGHT_CLAIM_LEASE_MS;
@@ -127,6 +129,7 @@ void server_sync_counters(server_t *s)
         s->metrics.kv_events_replay_stalled = es.replay_stalled;
         s->metrics.kv_events_send_drops = es.send_drops;
     }
+    cluster_store_sync_counters(s);
 }
 
 int server_open(const server_config_t *cfg, uv_loop_t *loop, server_t **out, char *err,
@@ -201,6 +204,9 @@ int server_open(const server_config_t *cfg, uv_loop_t *loop, server_t **out, cha
     }
 
     rc = store_open(s, &s->store, err, errlen);
+    if (rc != 0)
+        goto fail;
+    rc = cluster_store_open(s, err, errlen);
     if (rc != 0)
         goto fail;
     rc = inflight_new(s, &s->inflight);
@@ -531,6 +537,7 @@ void server_shutdown(server_t *s)
     }
     metrics_http_close(s->http);
     s->http = NULL;
+    cluster_store_close(s);
     session_sched_close(s);
     /* Tell each worker why its connection ends, so its client reports it
      * and recomputes until a daemon is back. */
@@ -584,6 +591,10 @@ void server_free(server_t *s)
     while (s->tier_jobs > 0)
         uv_run(s->loop, UV_RUN_ONCE);
     session_sched_close(s); /* their memory goes in the close callbacks */
+    if (s->cluster) {
+        cluster_store_close(s);
+        uv_run(s->loop, UV_RUN_NOWAIT); /* its close callbacks free the client */
+    }
     inflight_free(s->inflight);
     events_stop(s->events);
     free(s->ev_streams);

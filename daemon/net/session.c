@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "cluster_store.h"
 #include "dispatch.h"
 #include "inflight.h"
 #include "log.h"
@@ -345,6 +346,7 @@ void session_close(session_t *s, const char *reason)
     s->srv->buf_bytes -= s->buf_bytes;
     s->buf_bytes = 0;
     tier_detach(s);
+    cluster_store_detach(s);
     release_all(s);
     held_remove(s);
     ready_remove(s);

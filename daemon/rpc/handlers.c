@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cluster_store.h"
 #include "errbuf.h"
 #include "inflight.h"
 #include "kvshare_counters.h"
@@ -292,6 +293,12 @@ int handler_lookup(session_t *s, const Kvshare__Request *req, Kvshare__Response 
      * lookup that waited answers without promoting). */
     session_hold_reason_t rerun = session_rerun(s);
     bool waited = rerun == SESSION_HOLD_INFLIGHT;
+    /* A miss in a shared namespace asks the cluster tier first, once. */
+    if (rerun == SESSION_HOLD_NONE && srv->cluster_tier &&
+        cluster_store_fetch(s, ns, tokens, n_tokens, &ctx->hold_until_ms) == 0) {
+        ctx->hold = SESSION_HOLD_CLUSTER;
+        return 0;
+    }
     if (lk->wait_ms > 0 && !srv->stopping && rerun != SESSION_HOLD_INFLIGHT &&
         rerun != SESSION_HOLD_TIER_JOB && rerun != SESSION_HOLD_TIER_ANY &&
         inflight_declared(srv) > 0) {

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cluster_store.h"
 #include "inflight.h"
 #include "kvshare_status.h"
 #include "log.h"
@@ -316,8 +317,8 @@ int store_commit(server_t *srv, session_t *s, uint32_t ns, const uint32_t *token
     int irc =
         n_ids ? radix_insert(st->index, ns, tokens, n_tokens, ids, n_ids, true, canonical, n_done)
               : 0;
-    /* Which blocks this commit cached (KV events), in the scratch's second
-     * half. */
+    /* Which blocks this commit cached (KV events, the cluster tier), in the
+     * scratch's second half. */
     uint32_t *fresh = canonical + n_ids;
     memset(fresh, 0, *n_done * sizeof(*fresh));
     for (size_t i = 0; i < *n_done; i++) {
@@ -335,7 +336,7 @@ int store_commit(server_t *srv, session_t *s, uint32_t ns, const uint32_t *token
             continue;
         }
         if (canonical[i] == b) {
-            fresh[i] = srv->events != NULL;
+            fresh[i] = srv->events != NULL || srv->cluster_tier != NULL;
             became_cached(srv, s, ns, b);
         }
         /* A duplicate stays WRITING, held by this session until released;
@@ -347,9 +348,81 @@ int store_commit(server_t *srv, session_t *s, uint32_t ns, const uint32_t *token
         store_hint(srv, hint, canonical[i]);
     if (srv->events)
         publish_stored(srv, ns, ids, canonical, fresh, *n_done, tokens);
+    cluster_store_committed(srv, ns, ids, fresh, *n_done, tokens);
     if (irc == KVS_EQUOTA)
         srv->metrics.alloc_failures_quota++;
     return irc;
+}
+
+/* Writes payload (every layer and plane, in that order) into pool block b. */
+static int write_block(server_t *srv, uint32_t b, const unsigned char *payload)
+{
+    uint64_t slot = geometry_slot_bytes(&srv->geo);
+    uint32_t planes = geometry_planes(&srv->geo);
+    for (uint32_t l = 0; l < srv->geo.layers; l++)
+        for (uint32_t p = 0; p < planes; p++) {
+            uint64_t off = geometry_offset(&srv->geo, srv->num_blocks, l, p, b);
+            int rc = backend_write(srv->backend, off, payload, slot);
+            if (rc != 0)
+                return rc;
+            payload += slot;
+        }
+    return 0;
+}
+
+int store_install(server_t *srv, uint32_t ns, const uint32_t *tokens, const uint32_t *prefix_ids,
+                  size_t m, const void *const *payloads, size_t n, size_t *n_installed)
+{
+    store_t *st = srv->store;
+    *n_installed = 0;
+    pool_counts_t pc;
+    pool_counts(st->pool, &pc);
+    if (n > pc.free)
+        n = pc.free;
+    if (n == 0)
+        return KVS_EPOOLFULL;
+    size_t total = m + n;
+    uint32_t *ids = malloc(total * sizeof(*ids));
+    uint32_t *canonical = malloc(2 * total * sizeof(*canonical));
+    int rc = ids && canonical ? 0 : KVS_ENOMEM;
+    if (rc == 0)
+        rc = pool_alloc(st->pool, (uint32_t)n, ids + m);
+    if (rc != 0) {
+        free(ids);
+        free(canonical);
+        return rc;
+    }
+    memcpy(ids, prefix_ids, m * sizeof(*ids));
+    size_t written = 0;
+    while (written < n && write_block(srv, ids[m + written], payloads[written]) == 0)
+        written++;
+    size_t n_done = 0;
+    rc = radix_insert(st->index, ns, tokens, (m + written) * srv->geo.block_tokens, ids,
+                      m + written, false, canonical, &n_done);
+    uint32_t *fresh = canonical + total;
+    memset(fresh, 0, total * sizeof(*fresh));
+    uint64_t now = uv_now(srv->loop);
+    for (size_t i = m; i < total; i++) {
+        uint32_t b = ids[i];
+        if (i < n_done && canonical[i] == b) {
+            store_record_t *r = &st->rec[b];
+            r->meta.cached_ms = r->used_ms = now;
+            r->meta.ns = ns;
+            r->meta.hash = 0;
+            radix_block_hash(st->index, b, &r->meta.hash);
+            r->writer = NULL;
+            fresh[i] = 1;
+            pool_set_cached(st->pool, b);
+            (*n_installed)++;
+        } else {
+            pool_release(st->pool, b);
+        }
+    }
+    if (srv->events && n_done > 0)
+        publish_stored(srv, ns, ids, canonical, fresh, n_done, tokens);
+    free(ids);
+    free(canonical);
+    return rc;
 }
 
 /* --- pins and releases --- */

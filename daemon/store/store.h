@@ -196,6 +196,18 @@ bool store_tiers_usable(const server_t *srv);
  * room for n. Errors: radix_demote's. */
 int store_demote(server_t *srv, uint32_t ns, size_t n, radix_move_t *moves, size_t *n_moved);
 
+/* Blocks fetched from the cluster tier (cluster_store.h): payloads[j]
+ * (geometry_block_bytes each) hold block m + j of tokens in ns, j < n, and
+ * prefix_ids[0..m) are the tier-1 blocks that hold its first m blocks now.
+ * Takes free pool blocks (never evicts for them: a fetch is a bonus), writes
+ * the bytes, and inserts the blocks cached and unpinned, published as any
+ * commit is (BlockStored). *n_installed: how many of the n are now cached
+ * (a prefix another session cached meanwhile keeps its block). Errors:
+ * KVS_EPOOLFULL (no free block: nothing done), KVS_ENOMEM, radix_insert's
+ * (KVS_EEXIST: the prefix is not held by prefix_ids any more). */
+int store_install(server_t *srv, uint32_t ns, const uint32_t *tokens, const uint32_t *prefix_ids,
+                  size_t m, const void *const *payloads, size_t n, size_t *n_installed);
+
 /* Promotes the tier-2 blocks t2_ids[0..n) (a pinned lookup's, in chain
  * order) into free pool blocks, as far as free blocks and radix_promote
  * allow: pool_ids[0..*n_done) get them, busy until store_move_end; pins

@@ -1,0 +1,808 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "cluster.h"
+
+#include "crc16.h"
+#include "kvshare_status.h"
+#include "log.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <hiredis/async.h>
+#include <hiredis/hiredis.h>
+#include <hiredis/adapters/libuv.h>
+
+#define CLUSTER_HOST_MAX 64
+/* How long a node that failed is counted down (at most; the timeout if
+ * shorter): commands for its slots fail at once meanwhile. */
+#define CLUSTER_DOWN_MS 200
+/* Period of the timer that ends late commands and refreshes the map. */
+#define CLUSTER_TICK_MS 10
+/* At most one log line per kind of fault per this many ms. */
+#define CLUSTER_LOG_MS 1000
+
+typedef struct cluster_node {
+    char host[CLUSTER_HOST_MAX];
+    int port;
+    int idx;
+    cluster_t *cl;
+    redisAsyncContext *ac; /* NULL: not connected */
+    int fail_status;       /* why its commands end when ac goes away */
+    uint64_t down_until;   /* loop ms; 0: up */
+    int auth_refused;
+} cluster_node_t;
+
+typedef enum req_kind { REQ_USER, REQ_REFRESH } req_kind_t;
+
+/* One command in flight: formatted once, sent again on redirects. */
+typedef struct cluster_req {
+    struct cluster_req *prev, *next; /* cl->reqs, oldest first */
+    cluster_t *cl;
+    req_kind_t kind;
+    char *cmd; /* hiredis-formatted (redisFormatCommandArgv) */
+    size_t cmd_len;
+    int keyed;
+    uint16_t slot;
+    int node; /* the node it waits on */
+    int redirects;
+    uint64_t deadline;
+    cluster_reply_cb cb;
+    void *arg;
+} cluster_req_t;
+
+enum { LOGK_CONNECT, LOGK_TIMEOUT, LOGK_AUTH, LOGK_REPLY, LOGK_REFRESH, LOGK_N };
+
+struct cluster {
+    uv_loop_t *loop;
+    uv_timer_t timer;
+    cluster_node_t *nodes[CLUSTER_MAX_NODES];
+    int n_nodes;
+    int16_t slots[CLUSTER_SLOTS]; /* node index, -1: unknown */
+    int next_refresh_node;
+    char *user; /* NULL: the default user */
+    char *pass; /* NULL: no AUTH */
+    uint32_t timeout_ms;
+    uint32_t max_inflight;
+    cluster_req_t *head, *tail;
+    int refreshing;
+    int refresh_wanted;
+    uint64_t last_refresh;
+    uint64_t last_log[LOGK_N];
+    int closing;
+    cluster_stats_t stats;
+};
+
+static uint64_t cl_now(const cluster_t *c)
+{
+    return uv_now(c->loop);
+}
+
+/* Logs at most one line per kind and CLUSTER_LOG_MS: a cluster that is down
+ * fails thousands of commands a second, and the log must stay readable. */
+__attribute__((format(printf, 3, 4))) static void cl_log(cluster_t *c, int kind, const char *fmt,
+                                                         ...)
+{
+    uint64_t now = cl_now(c);
+    if (c->last_log[kind] && now - c->last_log[kind] < CLUSTER_LOG_MS)
+        return;
+    c->last_log[kind] = now;
+    if (LOG_LEVEL_WARN > log_level)
+        return;
+    char line[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    log_write(LOG_LEVEL_WARN, "cluster: %s", line);
+}
+
+/* ---- nodes ---- */
+
+static int node_find(const cluster_t *c, const char *host, int port)
+{
+    for (int i = 0; i < c->n_nodes; i++)
+        if (c->nodes[i]->port == port && strcmp(c->nodes[i]->host, host) == 0)
+            return i;
+    return -1;
+}
+
+/* The index of host:port, added when new. Returns -1 when the table is full
+ * or the host name is too long. */
+static int node_get(cluster_t *c, const char *host, size_t host_len, int port)
+{
+    char name[CLUSTER_HOST_MAX];
+    if (host_len == 0 || host_len >= sizeof name || port <= 0 || port > 65535)
+        return -1;
+    memcpy(name, host, host_len);
+    name[host_len] = '\0';
+    int i = node_find(c, name, port);
+    if (i >= 0 || c->n_nodes == CLUSTER_MAX_NODES)
+        return i;
+    cluster_node_t *n = calloc(1, sizeof *n);
+    if (!n)
+        return -1;
+    memcpy(n->host, name, host_len + 1);
+    n->port = port;
+    n->cl = c;
+    n->idx = c->n_nodes;
+    c->nodes[c->n_nodes++] = n;
+    c->stats.nodes = (uint32_t)c->n_nodes;
+    return n->idx;
+}
+
+static int node_is_down(const cluster_t *c, const cluster_node_t *n)
+{
+    return n->down_until && cl_now(c) < n->down_until;
+}
+
+/* Counts the node down for a while and asks for a refresh of the map. */
+static void node_mark_down(cluster_node_t *n)
+{
+    cluster_t *c = n->cl;
+    uint32_t ms = c->timeout_ms < CLUSTER_DOWN_MS ? c->timeout_ms : CLUSTER_DOWN_MS;
+    n->down_until = cl_now(c) + ms;
+    c->refresh_wanted = 1;
+}
+
+/* Ends the node's connection: every command on it ends with status (hiredis
+ * calls their callbacks with no reply, now or, inside a callback, when it
+ * returns). */
+static void node_drop(cluster_node_t *n, int status)
+{
+    redisAsyncContext *ac = n->ac;
+    if (!ac)
+        return;
+    n->ac = NULL;
+    n->fail_status = status;
+    node_mark_down(n);
+    redisAsyncFree(ac);
+}
+
+static void on_auth(redisAsyncContext *ac, void *r, void *privdata)
+{
+    cluster_node_t *n = privdata;
+    redisReply *reply = r;
+    (void)ac;
+    if (!reply || reply->type != REDIS_REPLY_ERROR) {
+        n->auth_refused = 0;
+        return;
+    }
+    /* The commands pipelined behind AUTH fail with NOAUTH and are counted
+     * there; the text of the reply never names the password. */
+    n->auth_refused = 1;
+    n->cl->stats.auth_errors++;
+    cl_log(n->cl, LOGK_AUTH, "%s:%d refused AUTH: %.80s", n->host, n->port, reply->str);
+}
+
+static void on_connect(const redisAsyncContext *ac, int status)
+{
+    cluster_node_t *n = ac->data;
+    if (status == REDIS_OK)
+        return;
+    cluster_t *c = n->cl;
+    c->stats.connect_errors++;
+    cl_log(c, LOGK_CONNECT, "cannot connect to %s:%d: %s", n->host, n->port,
+           ac->errstr ? ac->errstr : "?");
+    /* hiredis frees ac after this returns; its commands end with no reply. */
+    if (n->ac == ac) {
+        n->ac = NULL;
+        n->fail_status = KVS_EIO;
+        node_mark_down(n);
+    }
+}
+
+static void on_disconnect(const redisAsyncContext *ac, int status)
+{
+    cluster_node_t *n = ac->data;
+    (void)status;
+    if (n->ac != ac)
+        return; /* we ended it ourselves (node_drop) */
+    cluster_t *c = n->cl;
+    c->stats.connect_errors++;
+    cl_log(c, LOGK_CONNECT, "lost %s:%d: %s", n->host, n->port, ac->errstr ? ac->errstr : "?");
+    n->ac = NULL;
+    n->fail_status = KVS_EIO;
+    node_mark_down(n);
+}
+
+/* Opens the node's connection (not connected yet: hiredis queues commands
+ * until it is) and sends AUTH first. Returns 0 or KVS_EIO. */
+static int node_connect(cluster_node_t *n)
+{
+    cluster_t *c = n->cl;
+    redisAsyncContext *ac = redisAsyncConnect(n->host, n->port);
+    if (!ac)
+        return KVS_EIO;
+    if (ac->err) {
+        c->stats.connect_errors++;
+        cl_log(c, LOGK_CONNECT, "cannot connect to %s:%d: %s", n->host, n->port, ac->errstr);
+        redisAsyncFree(ac);
+        node_mark_down(n);
+        return KVS_EIO;
+    }
+    ac->data = n;
+    if (redisLibuvAttach(ac, c->loop) != REDIS_OK) {
+        redisAsyncFree(ac);
+        return KVS_EIO;
+    }
+    redisAsyncSetConnectCallback(ac, on_connect);
+    redisAsyncSetDisconnectCallback(ac, on_disconnect);
+    n->ac = ac;
+    n->fail_status = 0;
+    n->down_until = 0;
+    c->stats.connects++;
+    if (c->pass) {
+        const char *argv[3] = {"AUTH", NULL, NULL};
+        size_t lens[3] = {4, 0, 0};
+        int argc = 1;
+        if (c->user) {
+            argv[argc] = c->user;
+            lens[argc++] = strlen(c->user);
+        }
+        argv[argc] = c->pass;
+        lens[argc++] = strlen(c->pass);
+        if (redisAsyncCommandArgv(ac, on_auth, n, argc, argv, lens) != REDIS_OK) {
+            node_drop(n, KVS_EIO);
+            return KVS_EIO;
+        }
+    }
+    return 0;
+}
+
+/* ---- commands ---- */
+
+static void on_reply(redisAsyncContext *ac, void *r, void *privdata);
+
+static void req_unlink(cluster_req_t *q)
+{
+    cluster_t *c = q->cl;
+    if (q->prev)
+        q->prev->next = q->next;
+    else
+        c->head = q->next;
+    if (q->next)
+        q->next->prev = q->prev;
+    else
+        c->tail = q->prev;
+    q->prev = q->next = NULL;
+    c->stats.inflight--;
+}
+
+static void req_free(cluster_req_t *q)
+{
+    redisFreeCommand(q->cmd);
+    free(q);
+}
+
+static void refresh_done(cluster_t *c, int status, redisReply *reply);
+
+/* Ends a command: counts it, runs its callback once, frees it. */
+static void req_finish(cluster_req_t *q, int status, redisReply *reply)
+{
+    cluster_t *c = q->cl;
+    req_unlink(q);
+    if (q->kind == REQ_REFRESH) {
+        refresh_done(c, status, reply);
+        req_free(q);
+        return;
+    }
+    switch (status) {
+    case 0:
+        c->stats.ok++;
+        break;
+    case KVS_ENOTFOUND:
+        c->stats.nil++;
+        break;
+    case KVS_ETIMEDOUT:
+        c->stats.timeouts++;
+        break;
+    case KVS_EDENIED:
+        c->stats.auth_errors++;
+        break;
+    case KVS_EPOOLFULL:
+        c->stats.full++;
+        break;
+    case KVS_EIO:
+        c->stats.down++;
+        break;
+    default:
+        break;
+    }
+    const char *data = NULL;
+    size_t len = 0;
+    char num[32];
+    if (status == 0 && reply) {
+        if (reply->type == REDIS_REPLY_INTEGER) {
+            len = (size_t)snprintf(num, sizeof num, "%lld", reply->integer);
+            data = num;
+        } else if (reply->str) {
+            data = reply->str;
+            len = reply->len;
+            c->stats.bytes_in += len;
+        }
+    }
+    q->cb(q->arg, status, data, len);
+    req_free(q);
+}
+
+/* Sends q to node i (after ASKING when asking). Returns 0, or KVS_EIO
+ * when the node is down or cannot take it (q is then not sent). */
+static int req_send(cluster_req_t *q, int i, int asking)
+{
+    cluster_t *c = q->cl;
+    cluster_node_t *n = c->nodes[i];
+    if (!n->ac) {
+        if (node_is_down(c, n))
+            return KVS_EIO;
+        if (node_connect(n) != 0)
+            return KVS_EIO;
+    }
+    if (asking && redisAsyncCommand(n->ac, NULL, NULL, "ASKING") != REDIS_OK)
+        return KVS_EIO;
+    if (redisAsyncFormattedCommand(n->ac, on_reply, q, q->cmd, q->cmd_len) != REDIS_OK)
+        return KVS_EIO;
+    q->node = i;
+    c->stats.bytes_out += q->cmd_len;
+    return 0;
+}
+
+/* A node to send to when the map does not say: the next one up, from a
+ * rotating start so that refreshes do not all ask the same node. */
+static int any_node(cluster_t *c)
+{
+    for (int k = 0; k < c->n_nodes; k++) {
+        int i = (c->next_refresh_node + k) % c->n_nodes;
+        if (!node_is_down(c, c->nodes[i])) {
+            c->next_refresh_node = (i + 1) % c->n_nodes;
+            return i;
+        }
+    }
+    return -1;
+}
+
+static int route(cluster_t *c, const cluster_req_t *q)
+{
+    if (q->keyed && c->slots[q->slot] >= 0)
+        return c->slots[q->slot];
+    return any_node(c);
+}
+
+/* Parses "MOVED 3999 127.0.0.1:6381" or "ASK ...": the node's index (added
+ * when new) and the slot. Returns -1 when the text is not one of them. */
+static int parse_redirect(cluster_t *c, const char *s, size_t len, int *asking, int *slot)
+{
+    char text[128];
+    if (len >= sizeof text)
+        return -1;
+    memcpy(text, s, len);
+    text[len] = '\0';
+    const char *rest;
+    if (strncmp(text, "MOVED ", 6) == 0) {
+        *asking = 0;
+        rest = text + 6;
+    } else if (strncmp(text, "ASK ", 4) == 0) {
+        *asking = 1;
+        rest = text + 4;
+    } else {
+        return -1;
+    }
+    char *end;
+    long sl = strtol(rest, &end, 10);
+    if (end == rest || *end != ' ' || sl < 0 || sl >= CLUSTER_SLOTS)
+        return -1;
+    const char *addr = end + 1;
+    const char *colon = strrchr(addr, ':');
+    if (!colon)
+        return -1;
+    long port = strtol(colon + 1, &end, 10);
+    if (*end != '\0')
+        return -1;
+    *slot = (int)sl;
+    return node_get(c, addr, (size_t)(colon - addr), (int)port);
+}
+
+/* The status an error reply stands for. */
+static int error_status(cluster_t *c, const redisReply *reply)
+{
+    const char *s = reply->str ? reply->str : "";
+    if (strncmp(s, "NOAUTH", 6) == 0 || strncmp(s, "WRONGPASS", 9) == 0 ||
+        strncmp(s, "NOPERM", 6) == 0)
+        return KVS_EDENIED;
+    if (strncmp(s, "OOM", 3) == 0)
+        return KVS_EPOOLFULL;
+    if (strncmp(s, "CLUSTERDOWN", 11) == 0 || strncmp(s, "TRYAGAIN", 8) == 0 ||
+        strncmp(s, "LOADING", 7) == 0 || strncmp(s, "MASTERDOWN", 10) == 0) {
+        c->refresh_wanted = 1;
+        return KVS_EIO;
+    }
+    c->stats.reply_errors++;
+    cl_log(c, LOGK_REPLY, "error reply: %.80s", s);
+    return KVS_EIO;
+}
+
+/* Follows a MOVED or ASK. Returns 1 when q was sent again, 0 when the
+ * reply is no redirect, or a status to end q with. */
+static int follow_redirect(cluster_t *c, cluster_req_t *q, const redisReply *reply)
+{
+    int asking = 0, slot = 0;
+    int i = parse_redirect(c, reply->str, reply->len, &asking, &slot);
+    if (i < 0)
+        return 0;
+    if (++q->redirects > CLUSTER_MAX_REDIRECTS)
+        return KVS_EIO;
+    if (asking) {
+        c->stats.ask++;
+    } else {
+        c->stats.moved++;
+        c->slots[slot] = (int16_t)i;
+        c->refresh_wanted = 1;
+    }
+    return req_send(q, i, asking) == 0 ? 1 : KVS_EIO;
+}
+
+static void on_reply(redisAsyncContext *ac, void *r, void *privdata)
+{
+    cluster_req_t *q = privdata;
+    cluster_node_t *n = ac->data;
+    cluster_t *c = q->cl;
+    redisReply *reply = r;
+    if (!reply) {
+        /* The connection went away (lost, refused, or ended by a deadline
+         * or cluster_close): fail_status says which. */
+        if (n->ac == ac) {
+            n->ac = NULL;
+            n->fail_status = KVS_EIO;
+            node_mark_down(n);
+        }
+        req_finish(q, n->fail_status ? n->fail_status : KVS_EIO, NULL);
+        return;
+    }
+    if (reply->type == REDIS_REPLY_ERROR) {
+        int st = follow_redirect(c, q, reply);
+        if (st == 1)
+            return;
+        req_finish(q, st != 0 ? st : error_status(c, reply), NULL);
+        return;
+    }
+    if (reply->type == REDIS_REPLY_NIL) {
+        req_finish(q, KVS_ENOTFOUND, NULL);
+        return;
+    }
+    req_finish(q, 0, reply);
+}
+
+static cluster_req_t *req_new(cluster_t *c, req_kind_t kind, const void *key, size_t klen, int argc,
+                              const char **argv, const size_t *argvlen)
+{
+    cluster_req_t *q = calloc(1, sizeof *q);
+    if (!q)
+        return NULL;
+    long long len = redisFormatCommandArgv(&q->cmd, argc, argv, argvlen);
+    if (len < 0) {
+        free(q);
+        return NULL;
+    }
+    q->cmd_len = (size_t)len;
+    q->cl = c;
+    q->kind = kind;
+    q->keyed = key != NULL;
+    q->slot = key ? crc16_key_slot(key, klen) : 0;
+    q->deadline = cl_now(c) + c->timeout_ms;
+    return q;
+}
+
+static void req_link(cluster_req_t *q)
+{
+    cluster_t *c = q->cl;
+    q->prev = c->tail;
+    q->next = NULL;
+    if (c->tail)
+        c->tail->next = q;
+    else
+        c->head = q;
+    c->tail = q;
+    c->stats.inflight++;
+}
+
+int cluster_command(cluster_t *c, const void *key, size_t klen, int argc, const char **argv,
+                    const size_t *argvlen, cluster_reply_cb cb, void *arg)
+{
+    if (!c || !cb || argc <= 0 || !argv)
+        return KVS_EINVAL;
+    if (c->closing)
+        return KVS_EBADSTATE;
+    /* Called between loop turns too (after a blocking step): the deadline
+     * counts from now, not from the turn's start. */
+    uv_update_time(c->loop);
+    if (c->stats.inflight >= c->max_inflight) {
+        c->stats.busy++;
+        return KVS_EBUSY;
+    }
+    cluster_req_t *q = req_new(c, REQ_USER, key, klen, argc, argv, argvlen);
+    if (!q)
+        return KVS_ENOMEM;
+    q->cb = cb;
+    q->arg = arg;
+    int i = route(c, q);
+    int rc = i < 0 ? KVS_EIO : req_send(q, i, 0);
+    if (rc != 0) {
+        c->stats.down++;
+        c->refresh_wanted = 1;
+        req_free(q);
+        return rc;
+    }
+    req_link(q);
+    c->stats.commands++;
+    return 0;
+}
+
+int cluster_get(cluster_t *c, const void *key, size_t klen, cluster_reply_cb cb, void *arg)
+{
+    const char *argv[2] = {"GET", key};
+    size_t lens[2] = {3, klen};
+    return cluster_command(c, key, klen, 2, argv, lens, cb, arg);
+}
+
+int cluster_set(cluster_t *c, const void *key, size_t klen, const void *value, size_t vlen,
+                cluster_reply_cb cb, void *arg)
+{
+    const char *argv[3] = {"SET", key, value};
+    size_t lens[3] = {3, klen, vlen};
+    return cluster_command(c, key, klen, 3, argv, lens, cb, arg);
+}
+
+/* ---- the slot map ---- */
+
+/* Reads one CLUSTER SLOTS entry: [start, end, [host, port, id...], replicas...].
+ * Returns the master's node index, or -1 when malformed. */
+static int slots_entry(cluster_t *c, const redisReply *e, int *start, int *end)
+{
+    if (e->type != REDIS_REPLY_ARRAY || e->elements < 3)
+        return -1;
+    const redisReply *s = e->element[0], *t = e->element[1], *m = e->element[2];
+    if (s->type != REDIS_REPLY_INTEGER || t->type != REDIS_REPLY_INTEGER ||
+        m->type != REDIS_REPLY_ARRAY || m->elements < 2)
+        return -1;
+    if (s->integer < 0 || t->integer >= CLUSTER_SLOTS || s->integer > t->integer)
+        return -1;
+    const redisReply *host = m->element[0], *port = m->element[1];
+    if (host->type != REDIS_REPLY_STRING || port->type != REDIS_REPLY_INTEGER)
+        return -1;
+    *start = (int)s->integer;
+    *end = (int)t->integer;
+    return node_get(c, host->str, host->len, (int)port->integer);
+}
+
+static void refresh_done(cluster_t *c, int status, redisReply *reply)
+{
+    c->refreshing = 0;
+    if (status != 0 || !reply || reply->type != REDIS_REPLY_ARRAY) {
+        c->stats.refresh_errors++;
+        c->refresh_wanted = 1;
+        cl_log(c, LOGK_REFRESH, "cannot read the slot map (%s)", kvs_status_text(status));
+        return;
+    }
+    int16_t map[CLUSTER_SLOTS];
+    for (int s = 0; s < CLUSTER_SLOTS; s++)
+        map[s] = -1;
+    for (size_t k = 0; k < reply->elements; k++) {
+        int start, end;
+        int i = slots_entry(c, reply->element[k], &start, &end);
+        if (i < 0)
+            continue;
+        for (int s = start; s <= end; s++)
+            map[s] = (int16_t)i;
+    }
+    memcpy(c->slots, map, sizeof map);
+    c->stats.refreshes++;
+    /* A slot still served by a node that is down: the cluster has not
+     * failed over yet; look again soon. */
+    for (int s = 0; s < CLUSTER_SLOTS; s++) {
+        if (map[s] < 0 || node_is_down(c, c->nodes[map[s]])) {
+            c->refresh_wanted = 1;
+            break;
+        }
+    }
+}
+
+/* Sends CLUSTER SLOTS to a node that is up, if no refresh is running. */
+static void refresh_start(cluster_t *c)
+{
+    if (c->refreshing || c->closing)
+        return;
+    const char *argv[2] = {"CLUSTER", "SLOTS"};
+    size_t lens[2] = {7, 5};
+    for (int tries = 0; tries < c->n_nodes; tries++) {
+        int i = any_node(c);
+        if (i < 0)
+            break;
+        cluster_req_t *q = req_new(c, REQ_REFRESH, NULL, 0, 2, argv, lens);
+        if (!q)
+            return;
+        if (req_send(q, i, 0) != 0) {
+            req_free(q);
+            continue;
+        }
+        req_link(q);
+        c->refreshing = 1;
+        c->refresh_wanted = 0;
+        c->last_refresh = cl_now(c);
+        return;
+    }
+    c->stats.refresh_errors++;
+    c->last_refresh = cl_now(c);
+}
+
+/* Ends commands past their deadline (by ending their node's connection) and
+ * refreshes the map when asked to. */
+static void on_tick(uv_timer_t *t)
+{
+    cluster_t *c = t->data;
+    uint64_t now = cl_now(c);
+    while (c->head && c->head->deadline <= now) {
+        cluster_req_t *q = c->head;
+        cluster_node_t *n = c->nodes[q->node];
+        if (!n->ac)
+            break; /* cannot happen outside a hiredis callback */
+        cl_log(c, LOGK_TIMEOUT, "%s:%d did not answer within %u ms", n->host, n->port,
+               c->timeout_ms);
+        node_drop(n, KVS_ETIMEDOUT);
+        if (c->head == q)
+            break;
+    }
+    if (c->refresh_wanted && now - c->last_refresh >= CLUSTER_REFRESH_MS)
+        refresh_start(c);
+}
+
+/* ---- life ---- */
+
+/* Reads the credentials: one line (password) or two (user, password).
+ * Returns 0 or KVS_EIO; the file's text is never logged. */
+static int read_auth(cluster_t *c, const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        LOG_ERROR("cluster: cannot open the auth file %s: %s", path, strerror(errno));
+        return KVS_EIO;
+    }
+    char buf[1024];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *line2 = strchr(buf, '\n');
+    if (line2) {
+        *line2++ = '\0';
+        line2[strcspn(line2, "\r\n")] = '\0';
+    }
+    buf[strcspn(buf, "\r")] = '\0';
+    int rc = KVS_EIO;
+    if (line2 && *line2) {
+        c->user = strdup(buf);
+        c->pass = strdup(line2);
+    } else {
+        c->pass = strdup(buf);
+    }
+    if (c->pass && *c->pass && (!line2 || !*line2 || c->user))
+        rc = 0;
+    else
+        LOG_ERROR("cluster: the auth file %s holds no password", path);
+    memset(buf, 0, sizeof buf);
+    return rc;
+}
+
+static int parse_seeds(cluster_t *c, const char *seeds)
+{
+    const char *p = seeds;
+    while (*p) {
+        size_t len = strcspn(p, ",");
+        const char *colon = memchr(p, ':', len);
+        if (!colon)
+            return KVS_EINVAL;
+        char *end;
+        long port = strtol(colon + 1, &end, 10);
+        if (end != p + len || node_get(c, p, (size_t)(colon - p), (int)port) < 0)
+            return KVS_EINVAL;
+        p += len;
+        if (*p == ',')
+            p++;
+    }
+    return c->n_nodes > 0 ? 0 : KVS_EINVAL;
+}
+
+static void wipe_free(char *s)
+{
+    if (s) {
+        memset(s, 0, strlen(s));
+        free(s);
+    }
+}
+
+static void cluster_free(cluster_t *c)
+{
+    for (int i = 0; i < c->n_nodes; i++)
+        free(c->nodes[i]);
+    wipe_free(c->user);
+    wipe_free(c->pass);
+    free(c);
+}
+
+static void on_timer_closed(uv_handle_t *h)
+{
+    cluster_free(h->data);
+}
+
+int cluster_new(uv_loop_t *loop, const cluster_options_t *opt, cluster_t **out)
+{
+    if (!loop || !opt || !opt->seeds || !out)
+        return KVS_EINVAL;
+    cluster_t *c = calloc(1, sizeof *c);
+    if (!c)
+        return KVS_ENOMEM;
+    c->loop = loop;
+    /* The loop's clock may be old (a loop made long before): deadlines
+     * count from now. */
+    uv_update_time(loop);
+    c->timeout_ms = opt->timeout_ms ? opt->timeout_ms : 1000;
+    c->max_inflight = opt->max_inflight ? opt->max_inflight : 1024;
+    for (int s = 0; s < CLUSTER_SLOTS; s++)
+        c->slots[s] = -1;
+    int rc = parse_seeds(c, opt->seeds);
+    if (rc == 0 && opt->auth_file)
+        rc = read_auth(c, opt->auth_file);
+    if (rc == 0 && uv_timer_init(loop, &c->timer) != 0)
+        rc = KVS_ENOMEM;
+    if (rc != 0) {
+        cluster_free(c);
+        return rc;
+    }
+    c->timer.data = c;
+    uv_timer_start(&c->timer, on_tick, CLUSTER_TICK_MS, CLUSTER_TICK_MS);
+    refresh_start(c);
+    *out = c;
+    return 0;
+}
+
+void cluster_close(cluster_t *c)
+{
+    if (!c || c->closing)
+        return;
+    c->closing = 1;
+    for (int i = 0; i < c->n_nodes; i++)
+        node_drop(c->nodes[i], KVS_EBADSTATE);
+    uv_timer_stop(&c->timer);
+    uv_close((uv_handle_t *)&c->timer, on_timer_closed);
+}
+
+int cluster_ready(const cluster_t *c)
+{
+    if (!c || c->stats.refreshes == 0)
+        return 0;
+    for (int s = 0; s < CLUSTER_SLOTS; s++)
+        if (c->slots[s] < 0)
+            return 0;
+    return 1;
+}
+
+void cluster_get_stats(const cluster_t *c, cluster_stats_t *out)
+{
+    *out = c->stats;
+    out->nodes_up = 0;
+    for (int i = 0; i < c->n_nodes; i++)
+        if (!node_is_down(c, c->nodes[i]))
+            out->nodes_up++;
+}
+
+const char *cluster_slot_node(const cluster_t *c, uint16_t slot, char *buf, size_t len)
+{
+    if (len == 0)
+        return buf;
+    buf[0] = '\0';
+    if (slot < CLUSTER_SLOTS && c->slots[slot] >= 0) {
+        const cluster_node_t *n = c->nodes[c->slots[slot]];
+        snprintf(buf, len, "%s:%d", n->host, n->port);
+    }
+    return buf;
+}

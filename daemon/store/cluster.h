@@ -1,0 +1,134 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * cluster: a client of Redis Cluster on the daemon's libuv loop.
+ *
+ * hiredis (0.14) speaks to one Redis server; the cluster is ours. The
+ * client keeps the slot map (slot -> master) it reads with CLUSTER SLOTS,
+ * and one pipelined hiredis async connection per node, attached to the
+ * loop with hiredis's libuv adapter. A command names the key that routes
+ * it (crc16.h), is formatted once, and is sent to the master of the key's
+ * slot (any node while the map is not known yet: the redirect finds the
+ * right one).
+ *
+ * Redirects. "MOVED slot host:port" means the map is stale: the slot is
+ * pointed at that node at once, the command is sent there again, and a
+ * refresh of the whole map is asked for. "ASK slot host:port" means the
+ * slot is migrating and this one key is already on the target: the
+ * command goes there once, after ASKING, and the map stays as it is. A
+ * command redirected more than CLUSTER_MAX_REDIRECTS times fails.
+ *
+ * Faults. Every command has a deadline (timeout_ms from its start, across
+ * redirects). hiredis cannot cancel one command, so a command past its
+ * deadline ends the connection it waits on: all of that node's commands
+ * fail with KVS_ETIMEDOUT, the node is counted down for a short back-off
+ * (commands for its slots then fail at once with KVS_EIO instead of
+ * waiting), and the map is refreshed. A refused or lost connection does
+ * the same with KVS_EIO. While a slot points at a node that is down the map
+ * is refreshed every CLUSTER_REFRESH_MS, so that after a failover the
+ * promoted replica takes the slots over. Nothing here blocks the loop.
+ *
+ * Bounds. At most max_inflight commands are in flight; one more is
+ * refused (KVS_EBUSY) and counted, for the caller to drop.
+ *
+ * Credentials come from a file (options.auth_file): one line, the
+ * password of the default user, or two lines, an ACL user then its
+ * password. They are sent as AUTH first on every connection and never
+ * logged. A refused AUTH makes that node's commands fail with KVS_EDENIED.
+ *
+ * Every callback runs on the loop thread. Single-threaded: call from the
+ * loop thread only.
+ */
+#ifndef KVS_DAEMON_CLUSTER_H
+#define KVS_DAEMON_CLUSTER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#define CLUSTER_MAX_NODES     64
+#define CLUSTER_MAX_REDIRECTS 5
+/* Least time between two refreshes of the map. */
+#define CLUSTER_REFRESH_MS 250
+
+typedef struct cluster cluster_t;
+
+typedef struct cluster_options {
+    /* Seed nodes, "host:port[,host:port...]" (IPv4 literals or names
+     * hiredis resolves; at most CLUSTER_MAX_NODES). Required. */
+    const char *seeds;
+    /* NULL: no AUTH. Otherwise the file described above. */
+    const char *auth_file;
+    /* Deadline of one command, redirects included (0: 1000 ms). */
+    uint32_t timeout_ms;
+    /* Commands in flight at most (0: 1024). */
+    uint32_t max_inflight;
+} cluster_options_t;
+
+/* Counters of the client; all only grow except inflight and nodes_up. */
+typedef struct cluster_stats {
+    uint64_t commands;       /* accepted by cluster_command */
+    uint64_t ok;             /* ended with a reply */
+    uint64_t nil;            /* ended with a nil reply (KVS_ENOTFOUND) */
+    uint64_t busy;           /* refused: max_inflight reached */
+    uint64_t timeouts;       /* ended by their deadline */
+    uint64_t down;           /* ended because their node was down or lost */
+    uint64_t auth_errors;    /* AUTH refused, or NOAUTH/WRONGPASS replies */
+    uint64_t full;           /* OOM replies: the cluster is full */
+    uint64_t reply_errors;   /* other error replies */
+    uint64_t moved;          /* MOVED redirects followed */
+    uint64_t ask;            /* ASK redirects followed */
+    uint64_t refreshes;      /* slot maps read */
+    uint64_t refresh_errors; /* CLUSTER SLOTS that failed */
+    uint64_t connects;       /* connections opened */
+    uint64_t connect_errors; /* connections refused or lost */
+    uint64_t bytes_out;      /* bytes of commands sent, redirects included */
+    uint64_t bytes_in;       /* bytes of string replies received */
+    uint32_t inflight;       /* commands in flight now */
+    uint32_t nodes;          /* nodes known */
+    uint32_t nodes_up;       /* nodes not counted down now */
+} cluster_stats_t;
+
+/* How a command ended, on the loop thread: status 0 with the reply's bytes
+ * (a string or status reply: data/len valid only during the call; an
+ * integer reply: its decimal text), or KVS_ENOTFOUND (nil reply),
+ * KVS_ETIMEDOUT (past its deadline), KVS_EIO (node down or lost, cluster
+ * down, too many redirects, another error reply), KVS_EDENIED (AUTH
+ * refused or missing), KVS_EPOOLFULL (the cluster answered OOM), or
+ * KVS_EBADSTATE (cluster_close ran with the command in flight). */
+typedef void (*cluster_reply_cb)(void *arg, int status, const char *data, size_t len);
+
+/* Creates a client on loop and starts reading the slot map from the seeds.
+ * Returns 0 and *out, KVS_EINVAL (no or bad seeds, bad options), KVS_EIO
+ * (the auth file cannot be read, or is empty), KVS_ENOMEM. */
+int cluster_new(uv_loop_t *loop, const cluster_options_t *opt, cluster_t **out);
+
+/* Ends every command in flight (KVS_EBADSTATE), closes the connections and
+ * frees the client once its handles are closed (run the loop to finish).
+ * Accepts NULL. Callable from a reply callback. */
+void cluster_close(cluster_t *c);
+
+/* Sends one command, routed by key (klen bytes; NULL with klen 0 sends it
+ * to any node), argv as hiredis's redisAsyncCommandArgv takes it. cb runs
+ * exactly once, later, on the loop, unless this returns an error: then it
+ * never runs. Returns 0, KVS_EBUSY (max_inflight reached), KVS_EIO (the
+ * key's node is down: a fast miss), KVS_EBADSTATE (closing), KVS_ENOMEM. */
+int cluster_command(cluster_t *c, const void *key, size_t klen, int argc, const char **argv,
+                    const size_t *argvlen, cluster_reply_cb cb, void *arg);
+
+/* GET key / SET key value: cluster_command for the two commands the tier
+ * uses. */
+int cluster_get(cluster_t *c, const void *key, size_t klen, cluster_reply_cb cb, void *arg);
+int cluster_set(cluster_t *c, const void *key, size_t klen, const void *value, size_t vlen,
+                cluster_reply_cb cb, void *arg);
+
+/* 1 once a slot map was read and every slot has a master, else 0. */
+int cluster_ready(const cluster_t *c);
+
+/* Copies the counters. */
+void cluster_get_stats(const cluster_t *c, cluster_stats_t *out);
+
+/* The node serving slot now, as "host:port" into buf (len bytes), or ""
+ * when no map covers it. Returns buf. For Stats and tests. */
+const char *cluster_slot_node(const cluster_t *c, uint16_t slot, char *buf, size_t len);
+
+#endif /* KVS_DAEMON_CLUSTER_H */

@@ -1,0 +1,69 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * cluster_store: the cluster tier in the daemon (docs/CLUSTER.md).
+ *
+ * With cluster_seeds set, kvshared keeps one cluster client (cluster.h) on
+ * its loop. Namespaces opt in with `shared = yes` in their section: when a
+ * block of such a namespace is committed and becomes cached, it is written
+ * through to the cluster (cluster_tier.h), keyed by the namespace name (the
+ * model identity), the geometry and its chain hash. The write never makes
+ * the commit wait: it is sent, and a write that finds too many in flight is
+ * dropped and counted (cluster_put_drops).
+ *
+ * A Lookup that misses locally in a shared namespace asks the cluster for
+ * the chain's next blocks (at most CLUSTER_STORE_MAX_FETCH), its session
+ * held (SESSION_HOLD_CLUSTER) until they are in, or the client's timeout
+ * ends them. The contiguous run that verified goes into free pool blocks
+ * (store_install: never evicting for them) and the Lookup runs again,
+ * answering as for any cached prefix. A session that ends meanwhile is
+ * detached: the blocks still go into the pool.
+ */
+#ifndef KVS_DAEMON_CLUSTER_STORE_H
+#define KVS_DAEMON_CLUSTER_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "server.h"
+#include "session.h"
+
+/* Writes committed at once, at most. */
+#define CLUSTER_STORE_MAX_PUTS 256
+/* Keys start with this: one cluster may hold other data. */
+#define CLUSTER_STORE_KEY_PREFIX "kvs:"
+
+/* Starts the client when srv->cfg.cluster_seeds is set (else does
+ * nothing). Returns 0, or an error with a message in err: KVS_EINVAL (bad
+ * seeds), KVS_EIO (the auth file), KVS_ENOMEM. */
+int cluster_store_open(server_t *srv, char *err, size_t errlen);
+
+/* Stops the client: writes in flight are abandoned. The client's memory goes
+ * when the loop runs its close callbacks. */
+void cluster_store_close(server_t *srv);
+
+/* Copies the client's counters into srv->metrics (Stats, /metrics); keeps
+ * the last copy once the client is closed. */
+void cluster_store_sync_counters(server_t *srv);
+
+/* Blocks of a chain one Lookup fetches at most. */
+#define CLUSTER_STORE_MAX_FETCH 64
+
+/* For a Lookup of s in ns that the pool does not fully hold: starts fetching
+ * the next blocks from the cluster when ns is shared. Returns 0 when it
+ * started (hold s for SESSION_HOLD_CLUSTER until *until_ms; the fetch
+ * releases it), else KVS_ENOTFOUND (nothing to fetch: no cluster tier, ns
+ * not shared, the prefix all cached, s already fetching) or an error of the
+ * start. */
+int cluster_store_fetch(session_t *s, uint32_t ns, const uint32_t *tokens, size_t n_tokens,
+                        uint64_t *until_ms);
+
+/* s is closing: its fetch, if any, goes on without it. */
+void cluster_store_detach(session_t *s);
+
+/* Blocks ids[i] with fresh[i] set just became cached in namespace ns, block
+ * i holding tokens[i * block_tokens ...]: writes those of a shared namespace
+ * through. */
+void cluster_store_committed(server_t *srv, uint32_t ns, const uint32_t *ids, const uint32_t *fresh,
+                             size_t n, const uint32_t *tokens);
+
+#endif /* KVS_DAEMON_CLUSTER_STORE_H */

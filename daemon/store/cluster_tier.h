@@ -1,0 +1,79 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * cluster_tier: blocks up to and down from the cluster (cluster.h), one
+ * Redis value per block (cluster_value.h).
+ *
+ * Up: cluster_tier_put writes one block through, fire and forget. At most
+ * max_puts writes are in flight; one more is dropped and counted, never
+ * queued behind a slow cluster: a write-through that waits would make the
+ * commit path wait.
+ *
+ * Down: cluster_tier_fetch asks for the blocks of a chain at once (the
+ * client pipelines them per node). Each reply is checked: a value that
+ * does not verify, or that names another block, is a miss, counted, and
+ * never handed on. on_block runs for each block that verified, as it
+ * arrives; on_done runs once, after every block has its answer, which is
+ * within the client's timeout (cluster.h ends a command at its deadline).
+ *
+ * Loop thread only.
+ */
+#ifndef KVS_DAEMON_CLUSTER_TIER_H
+#define KVS_DAEMON_CLUSTER_TIER_H
+
+#include "cluster.h"
+#include "cluster_value.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct cluster_tier cluster_tier_t;
+
+typedef struct cluster_tier_stats {
+    uint64_t puts;         /* writes sent */
+    uint64_t put_ok;       /* writes the cluster acknowledged */
+    uint64_t put_errors;   /* writes that failed after being sent */
+    uint64_t put_drops;    /* writes dropped: too many in flight, or refused at once */
+    uint64_t put_bytes;    /* bytes of values written */
+    uint64_t gets;         /* blocks asked for */
+    uint64_t hits;         /* blocks that verified */
+    uint64_t misses;       /* blocks the cluster does not hold */
+    uint64_t corrupt;      /* values that did not verify */
+    uint64_t mismatched;   /* sound values of another block */
+    uint64_t get_errors;   /* gets that failed: timeouts, nodes down, AUTH */
+    uint64_t get_bytes;    /* payload bytes of hits */
+    uint64_t fetch_us_sum; /* microseconds from fetch to on_done, summed */
+    uint64_t fetches;      /* fetches done */
+} cluster_tier_stats_t;
+
+/* A block that verified: its index in the fetch and its payload (valid
+ * during the call only). */
+typedef void (*cluster_tier_block_cb)(void *arg, size_t i, const void *payload, size_t len);
+/* The fetch is over: hits[i] says whether block i verified (the array is
+ * valid during the call only). */
+typedef void (*cluster_tier_done_cb)(void *arg, const uint8_t *hits, size_t n);
+
+/* A tier over the client c (not owned: close the tier first), with keys
+ * under prefix (copied; NULL: none). Returns 0, KVS_EINVAL, KVS_ENOMEM. */
+int cluster_tier_new(cluster_t *c, const char *prefix, uint32_t max_puts, cluster_tier_t **out);
+
+/* Frees the tier; writes and fetches still in flight end into the void (their
+ * callbacks do not run; the memory goes when the client has ended them).
+ * Accepts NULL. */
+void cluster_tier_free(cluster_tier_t *t);
+
+/* Writes block b (payload: b->payload_len bytes, copied) through. Returns 0
+ * (sent), KVS_EBUSY (dropped: max_puts in flight, or the client refused it;
+ * counted), KVS_EINVAL, KVS_ENOMEM. */
+int cluster_tier_put(cluster_tier_t *t, const cluster_block_t *b, const void *payload);
+
+/* Fetches blocks[0..n), all of one namespace and geometry (the names are
+ * copied). Returns 0: on_done will run, later, never inside this call.
+ * Otherwise it will not: KVS_EINVAL, KVS_ENOMEM, or KVS_EIO when the client
+ * refused every GET at once (nodes down, too many in flight). A block the
+ * client refuses at once is a miss (counted: get_errors). */
+int cluster_tier_fetch(cluster_tier_t *t, const cluster_block_t *blocks, size_t n,
+                       cluster_tier_block_cb on_block, cluster_tier_done_cb on_done, void *arg);
+
+void cluster_tier_get_stats(const cluster_tier_t *t, cluster_tier_stats_t *out);
+
+#endif /* KVS_DAEMON_CLUSTER_TIER_H */

@@ -1,0 +1,251 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "redis_cluster.h"
+
+#include "test_tmp.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static int port_free(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return 0;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int ok = bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
+    close(fd);
+    return ok;
+}
+
+/* A base port whose n ports and their cluster-bus twins (+10000) are free. */
+static int pick_ports(rc_cluster_t *rc, int n)
+{
+    srand((unsigned)getpid() ^ (unsigned)time(NULL));
+    for (int tries = 0; tries < 200; tries++) {
+        int base = 20000 + (rand() % 2000) * 10;
+        int ok = 1;
+        for (int i = 0; i < n && ok; i++)
+            ok = port_free(base + i) && port_free(base + i + 10000);
+        if (ok) {
+            for (int i = 0; i < n; i++)
+                rc->port[i] = base + i;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* Runs argv with stdout and stderr into log; returns its exit status. */
+static int run_wait(const char *const *argv, const char *log)
+{
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        FILE *f = fopen(log, "a");
+        if (f) {
+            dup2(fileno(f), 1);
+            dup2(fileno(f), 2);
+        }
+        execvp(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    int st;
+    if (waitpid(pid, &st, 0) != pid)
+        return -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static pid_t start_server(const rc_cluster_t *rc, int i)
+{
+    char dir[320], port[16], log[340];
+    snprintf(dir, sizeof dir, "%s/n%d", rc->dir, i);
+    snprintf(port, sizeof port, "%d", rc->port[i]);
+    snprintf(log, sizeof log, "%s/redis.log", dir);
+    if (mkdir(dir, 0700) != 0)
+        return -1;
+    const char *argv[40] = {"redis-server",
+                            "--port",
+                            port,
+                            "--bind",
+                            "127.0.0.1",
+                            "--cluster-enabled",
+                            "yes",
+                            "--cluster-config-file",
+                            "nodes.conf",
+                            "--cluster-node-timeout",
+                            "1000",
+                            "--cluster-replica-validity-factor",
+                            "0",
+                            "--cluster-require-full-coverage",
+                            "no",
+                            "--save",
+                            "",
+                            "--appendonly",
+                            "no",
+                            "--dir",
+                            dir,
+                            "--logfile",
+                            log,
+                            "--daemonize",
+                            "no"};
+    int argc = 0;
+    while (argv[argc])
+        argc++;
+    if (rc->pass[0]) {
+        argv[argc++] = "--requirepass";
+        argv[argc++] = rc->pass;
+        argv[argc++] = "--masterauth";
+        argv[argc++] = rc->pass;
+    }
+    argv[argc] = NULL;
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        execvp(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+redisContext *rc_connect(const rc_cluster_t *rc, int i)
+{
+    struct timeval tv = {2, 0};
+    redisContext *ctx = redisConnectWithTimeout("127.0.0.1", rc->port[i], tv);
+    if (!ctx || ctx->err) {
+        redisFree(ctx);
+        return NULL;
+    }
+    redisSetTimeout(ctx, tv);
+    if (rc->pass[0]) {
+        redisReply *r = redisCommand(ctx, "AUTH %s", rc->pass);
+        int ok = r && r->type != REDIS_REPLY_ERROR;
+        freeReplyObject(r);
+        if (!ok) {
+            redisFree(ctx);
+            return NULL;
+        }
+    }
+    return ctx;
+}
+
+/* Waits until node i answers PING (it listens). */
+static int wait_listening(const rc_cluster_t *rc, int i)
+{
+    for (int t = 0; t < 200; t++) {
+        redisContext *ctx = rc_connect(rc, i);
+        if (ctx) {
+            redisFree(ctx);
+            return 0;
+        }
+        usleep(25000);
+    }
+    return -1;
+}
+
+static int node_state_ok(const rc_cluster_t *rc, int i)
+{
+    redisContext *ctx = rc_connect(rc, i);
+    if (!ctx)
+        return 0;
+    redisReply *r = redisCommand(ctx, "CLUSTER INFO");
+    int ok = r && r->type == REDIS_REPLY_STRING && strstr(r->str, "cluster_state:ok");
+    freeReplyObject(r);
+    redisFree(ctx);
+    return ok;
+}
+
+int rc_start(rc_cluster_t *rc, int masters, int replicas, const char *pass)
+{
+    memset(rc, 0, sizeof *rc);
+    int n = masters * (1 + replicas);
+    if (n < 3 || n > RC_MAX_NODES)
+        return -1;
+    if (pass)
+        snprintf(rc->pass, sizeof rc->pass, "%s", pass);
+    if (test_tmp_dir("kvs-redis", rc->dir, sizeof rc->dir) != 0 || pick_ports(rc, n) != 0)
+        return -1;
+    for (int i = 0; i < n; i++) {
+        rc->pid[i] = start_server(rc, i);
+        rc->n = i + 1;
+        if (rc->pid[i] <= 0 || wait_listening(rc, i) != 0)
+            goto fail;
+    }
+    char addrs[RC_MAX_NODES][32], reps[8], log[300];
+    const char *argv[32] = {"redis-cli", "--cluster", "create"};
+    int argc = 3;
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        snprintf(addrs[i], sizeof addrs[i], "127.0.0.1:%d", rc->port[i]);
+        argv[argc++] = addrs[i];
+        off += (size_t)snprintf(rc->seeds + off, sizeof rc->seeds - off, "%s%s", i ? "," : "",
+                                addrs[i]);
+    }
+    snprintf(reps, sizeof reps, "%d", replicas);
+    argv[argc++] = "--cluster-replicas";
+    argv[argc++] = reps;
+    argv[argc++] = "--cluster-yes";
+    if (rc->pass[0]) {
+        argv[argc++] = "-a";
+        argv[argc++] = rc->pass;
+        argv[argc++] = "--no-auth-warning";
+    }
+    argv[argc] = NULL;
+    snprintf(log, sizeof log, "%s/create.log", rc->dir);
+    if (run_wait(argv, log) != 0)
+        goto fail;
+    for (int t = 0; t < 400; t++) {
+        int ok = 1;
+        for (int i = 0; i < n && ok; i++)
+            ok = node_state_ok(rc, i);
+        if (ok)
+            return 0;
+        usleep(50000);
+    }
+fail:
+    fprintf(stderr, "redis_cluster: could not start the cluster (see %s)\n", rc->dir);
+    rc_stop(rc);
+    return -1;
+}
+
+void rc_kill(rc_cluster_t *rc, int i)
+{
+    if (i < 0 || i >= rc->n || rc->pid[i] <= 0)
+        return;
+    kill(rc->pid[i], SIGKILL);
+    waitpid(rc->pid[i], NULL, 0);
+    rc->pid[i] = 0;
+}
+
+void rc_stop(rc_cluster_t *rc)
+{
+    for (int i = 0; i < rc->n; i++)
+        rc_kill(rc, i);
+    if (rc->dir[0]) {
+        const char *argv[] = {"rm", "-rf", rc->dir, NULL};
+        run_wait(argv, "/dev/null");
+        rc->dir[0] = '\0';
+    }
+}
+
+int rc_node_of_port(const rc_cluster_t *rc, int port)
+{
+    for (int i = 0; i < rc->n; i++)
+        if (rc->port[i] == port)
+            return i;
+    return -1;
+}

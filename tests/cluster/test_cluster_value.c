@@ -1,0 +1,147 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The cluster tier's keys and values (daemon/store/cluster_value.c). */
+#include "check_main.h"
+#include "cluster_value.h"
+#include "crc16.h"
+#include "kvshare_status.h"
+
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const uint32_t tokens[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 70000};
+
+static cluster_block_t block(size_t payload_len)
+{
+    cluster_block_t b = {.ns = "llama-3.1-8b",
+                         .ns_len = 12,
+                         .hash = 0x0123456789abcdefULL,
+                         .tokens = tokens,
+                         .n_tokens = 16,
+                         .payload_len = payload_len};
+    return b;
+}
+
+/* header then payload in one buffer, as Redis stores it. */
+static unsigned char *encode(const cluster_block_t *b, const unsigned char *payload, size_t *len)
+{
+    *len = cluster_value_size(b);
+    unsigned char *v = malloc(*len);
+    int h = cluster_value_header(b, payload, v);
+    ck_assert_int_gt(h, 0);
+    ck_assert_uint_eq((size_t)h + b->payload_len, *len);
+    memcpy(v + h, payload, b->payload_len);
+    return v;
+}
+
+START_TEST(round_trip)
+{
+    enum { P = 4096 };
+    unsigned char payload[P];
+    for (int i = 0; i < P; i++)
+        payload[i] = (unsigned char)(i * 7 + 3);
+    cluster_block_t b = block(P);
+    size_t len;
+    unsigned char *v = encode(&b, payload, &len);
+    const void *got = NULL;
+    ck_assert_int_eq(cluster_value_check(v, len, &b, &got), 0);
+    ck_assert_mem_eq(got, payload, P);
+    ck_assert_ptr_eq(got, v + len - P);
+    free(v);
+}
+END_TEST
+
+START_TEST(corrupt_is_refused)
+{
+    enum { P = 256 };
+    unsigned char payload[P] = {0};
+    cluster_block_t b = block(P);
+    size_t len;
+    unsigned char *v = encode(&b, payload, &len);
+    const void *got;
+    /* Any one byte flipped, header or payload, fails the check. */
+    for (size_t i = 0; i < len; i++) {
+        if (i >= 40 && i < 48)
+            continue; /* reserved: not checked beyond the checksum */
+        v[i] ^= 0x40;
+        int rc = cluster_value_check(v, len, &b, &got);
+        ck_assert_msg(rc == KVS_EPROTO, "byte %zu flipped: %d", i, rc);
+        v[i] ^= 0x40;
+    }
+    /* Cut short, or longer than it says. */
+    ck_assert_int_eq(cluster_value_check(v, len - 1, &b, &got), KVS_EPROTO);
+    ck_assert_int_eq(cluster_value_check(v, 10, &b, &got), KVS_EPROTO);
+    ck_assert_int_eq(cluster_value_check(v, 0, &b, &got), KVS_EPROTO);
+    unsigned char *longer = calloc(1, len + 1);
+    memcpy(longer, v, len);
+    ck_assert_int_eq(cluster_value_check(longer, len + 1, &b, &got), KVS_EPROTO);
+    free(longer);
+    ck_assert_int_eq(cluster_value_check(v, len, &b, &got), 0);
+    free(v);
+}
+END_TEST
+
+START_TEST(another_block_is_a_miss)
+{
+    unsigned char payload[64] = {9};
+    cluster_block_t b = block(64);
+    size_t len;
+    unsigned char *v = encode(&b, payload, &len);
+    const void *got;
+    cluster_block_t other = b;
+    other.hash ^= 1;
+    ck_assert_int_eq(cluster_value_check(v, len, &other, &got), KVS_ENOTFOUND);
+    uint32_t t2[16];
+    memcpy(t2, tokens, sizeof t2);
+    t2[15]++;
+    other = b;
+    other.tokens = t2;
+    ck_assert_int_eq(cluster_value_check(v, len, &other, &got), KVS_ENOTFOUND);
+    other = b;
+    other.ns = "llama-3.1-8B";
+    ck_assert_int_eq(cluster_value_check(v, len, &other, &got), KVS_ENOTFOUND);
+    other = b;
+    other.payload_len = 32;
+    ck_assert_int_eq(cluster_value_check(v, len, &other, &got), KVS_ENOTFOUND);
+    free(v);
+}
+END_TEST
+
+START_TEST(keys_have_no_hash_tag)
+{
+    char key[256];
+    cluster_block_t b = block(2 << 20);
+    int n = cluster_value_key("kvs:", &b, key, sizeof key);
+    ck_assert_int_gt(n, 0);
+    ck_assert_str_eq(key, "kvs:kvs1:llama-3.1-8b:16x2097152:0123456789abcdef");
+    b.ns = "m{x}:y";
+    b.ns_len = 6;
+    n = cluster_value_key(NULL, &b, key, sizeof key);
+    ck_assert_str_eq(key, "kvs1:m%7Bx%7D%3Ay:16x2097152:0123456789abcdef");
+    ck_assert_ptr_null(strchr(key, '{'));
+    ck_assert_int_eq(cluster_value_key(NULL, &b, key, 20), KVS_EINVAL);
+    /* Blocks of one chain spread over the slots. */
+    int seen[4] = {0};
+    for (uint64_t h = 0; h < 400; h++) {
+        b.hash = h * 0x9E3779B97F4A7C15ULL;
+        cluster_value_key(NULL, &b, key, sizeof key);
+        seen[crc16_key_slot(key, strlen(key)) / 4096]++;
+    }
+    for (int q = 0; q < 4; q++)
+        ck_assert_int_gt(seen[q], 50);
+}
+END_TEST
+
+static Suite *value_suite(void)
+{
+    Suite *s = suite_create("cluster_value");
+    TCase *tc = tcase_create("value");
+    tcase_add_test(tc, round_trip);
+    tcase_add_test(tc, corrupt_is_refused);
+    tcase_add_test(tc, another_block_is_a_miss);
+    tcase_add_test(tc, keys_have_no_hash_tag);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+KVS_CHECK_MAIN(value_suite)
