@@ -451,13 +451,13 @@ static int promote_match(server_t *srv, session_t *s, uint32_t ns, uint32_t *ids
                          size_t n_promote, size_t n_blocks)
 {
     store_t *st = srv->store;
-    int started = tier_promote(srv, s, ids + n_t1, n_promote, ids, n_blocks);
+    int started = tier_promote(srv, s, ids, n_blocks, n_t1, n_promote);
     if (started == 0) { /* no free pool block: make room first, then promote */
         started = tier_demote(srv, s, ns, n_promote);
         /* Nothing to wait for when the room came from blocks dropped
          * at once (tier 2 full of blocks it cannot drop: these). */
         if (started == 0)
-            started = tier_promote(srv, s, ids + n_t1, n_promote, ids, n_blocks);
+            started = tier_promote(srv, s, ids, n_blocks, n_t1, n_promote);
     }
     if (started == 0) /* copies in flight will free or move blocks */
         started = tier_wait(srv, s);
@@ -592,10 +592,11 @@ int store_demote(server_t *srv, uint32_t ns, size_t n, radix_move_t *moves, size
     return rc;
 }
 
-void store_promote(server_t *srv, const uint32_t *t2_ids, size_t n, uint32_t *pool_ids,
-                   size_t *n_done, uint32_t *pins, size_t n_pins)
+void store_promote(server_t *srv, uint32_t *pins, size_t first, size_t n, uint32_t *pool_ids,
+                   size_t *n_done)
 {
     store_t *st = srv->store;
+    uint32_t *t2_ids = pins + first;
     pool_counts_t c;
     pool_counts(st->pool, &c);
     size_t m = n < c.free ? n : c.free, done = 0;
@@ -605,6 +606,10 @@ void store_promote(server_t *srv, const uint32_t *t2_ids, size_t n, uint32_t *po
     uint64_t now = uv_now(srv->loop);
     for (; done < m; done++) {
         uint32_t id = pool_ids[done], from = t2_ids[done];
+        /* The lookup's pin on the tier-2 id is on the pool id now: the
+         * promoted blocks are a run of the pins, so each moves in O(1) (a
+         * search of the pins per block made a large promotion quadratic). */
+        t2_ids[done] = id;
         int prc = radix_promote(st->index, from, id);
         if (prc != 0) {
             LOG_DEBUG("promotion of tier-2 block %u to %u stopped: %s", from, id,
@@ -616,10 +621,6 @@ void store_promote(server_t *srv, const uint32_t *t2_ids, size_t n, uint32_t *po
          * publishes no KV event. */
         st->rec[id].meta = st->rec[from].meta;
         st->rec[id].used_ms = now;
-        /* The lookup's pin on the tier-2 id is on the pool id now. */
-        for (size_t k = 0; k < n_pins; k++)
-            if (pins[k] == from)
-                pins[k] = id;
     }
     for (size_t i = done; i < m; i++)
         pool_release(st->pool, pool_ids[i]);

@@ -196,13 +196,13 @@ bool store_tiers_usable(const server_t *srv);
  * room for n. Errors: radix_demote's. */
 int store_demote(server_t *srv, uint32_t ns, size_t n, radix_move_t *moves, size_t *n_moved);
 
-/* Promotes the tier-2 blocks t2_ids[0..n) (a pinned lookup's, in chain
- * order) into free pool blocks, as far as free blocks and radix_promote
- * allow: pool_ids[0..*n_done) get them, busy until store_move_end; pins
- * (n_pins index ids held by the caller) that named a promoted block name
- * its pool id now. */
-void store_promote(server_t *srv, const uint32_t *t2_ids, size_t n, uint32_t *pool_ids,
-                   size_t *n_done, uint32_t *pins, size_t n_pins);
+/* Promotes the tier-2 blocks pins[first .. first + n) (a pinned lookup's,
+ * in chain order, after its tier-1 blocks) into free pool blocks, as far as
+ * free blocks and radix_promote allow: pool_ids[0..*n_done) get them, busy
+ * until store_move_end, and pins[first + i] names pool_ids[i] now (the pin
+ * moved with the block). O(*n_done), not in the other pins. */
+void store_promote(server_t *srv, uint32_t *pins, size_t first, size_t n, uint32_t *pool_ids,
+                   size_t *n_done);
 
 /* The copy of one move ended; id is the block's new index id (a demotion's
  * tier-2 id, a promotion's pool id). ok: the block is readable there, and a
