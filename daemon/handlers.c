@@ -156,7 +156,9 @@ int handler_hello(session_t *s, const Kvshare__Request *req, Kvshare__Response *
         int rc = backend_tier_export_readonly(srv->backend, &fd, why, sizeof(why));
         if (rc == KVS_EIO) {
             /* Read-only is a safeguard the system may not offer (no /proc):
-             * the reader's mapping is PROT_READ all the same. */
+             * the reader's mapping is PROT_READ all the same, and tier 2 is
+             * sealed against every write but the daemon's own mapping
+             * (backend_tier_open). */
             LOG_WARN("session %llu: %s; sending the tier-2 memfd read-write",
                      (unsigned long long)s->id, why);
             rc = backend_tier_export(srv->backend, &fd, why, sizeof(why));
