@@ -110,7 +110,12 @@
       "such work takes at most 1 % of the loop") \
     X(claims_expired, 0, "kvshare_claims_expired_total", "", \
       "Claims of a Lookup's missing blocks that ended because their session sent no request " \
-      "for the claim lease (1 s): lookups waiting for them stop waiting")
+      "for the claim lease (1 s): lookups waiting for them stop waiting") \
+    X(hints_refused, 0, "kvshare_hints_refused_total", "", \
+      "Timed retention hints ignored because max_timed_hints blocks already hold one") \
+    X(clears_denied, 0, "kvshare_clears_denied_total", "", \
+      "Clear requests refused: the session may not clear that namespace (clear_uids, " \
+      "clear_gids, or the namespace's allow-list)")
 /* clang-format on */
 
 /* Room for counters in kvs_stats_t and StatsReply.counters. */

@@ -226,6 +226,15 @@ const setting_t settings_table[] = {
     {"session_max_pinned", "session-max-pinned", SETTING_GLOBAL, SETTING_U32, "N", 0, UINT32_MAX,
      AT(server.session_max_pinned), .zero = "0: no limit",
      .help = "pins one connection may hold at once (a block pinned twice counts twice)"},
+    {"default_max_priority", "default-max-priority", SETTING_GLOBAL, SETTING_U32, "N", 0,
+     RADIX_PRIO_MAX, AT(server.default_max_priority),
+     .help = "the highest retention priority a hint may give in a namespace whose section sets "
+             "no max_priority (higher hints count as this): at the default priority of blocks "
+             "without a hint, one tenant's hints cannot keep its blocks over another's"},
+    {"max_timed_hints", "max-timed-hints", SETTING_GLOBAL, SETTING_U32, "N", 0, UINT32_MAX,
+     AT(server.max_timed_hints), .zero = "0: one per block",
+     .help = "blocks that may hold a live timed retention hint at once; a timed hint for one "
+             "more is ignored and counted (hints_refused)"},
     {"session_max_writing", "session-max-writing", SETTING_GLOBAL, SETTING_U32, "N", 0, UINT32_MAX,
      AT(server.session_max_writing), .zero = "0: no limit",
      .help = "blocks one connection may be writing (allocated, not committed)"},
@@ -338,9 +347,11 @@ const setting_t settings_table[] = {
      .help = "retention priority of the namespace's blocks that no live hint names (0-100: "
              "the lowest priority is evicted first, least recently used within one)"},
     {"max_priority", NULL, SETTING_NS, SETTING_U32, "N", 0, RADIX_PRIO_MAX, NS_AT(max_priority),
-     .reload = true,
+     .reload = true, .deflt = "default_max_priority",
      .help = "the highest retention priority a hint may give the namespace's blocks (higher "
-             "hints count as this); priority is never a pin: quotas and reservations hold"},
+             "hints count as this); above default_max_priority it is this namespace's "
+             "allowance to keep its blocks over others'; priority is never a pin: quotas and "
+             "reservations hold"},
     {"allow_uids", NULL, SETTING_NS, SETTING_UIDS, "LIST", 0, 0, NS_AT(acl), .zero = "anyone",
      .reload = true, .help = "only these users may use the namespace"},
     {"allow_gids", NULL, SETTING_NS, SETTING_GIDS, "LIST", 0, 0, NS_AT(acl), .zero = "anyone",

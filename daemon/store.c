@@ -88,6 +88,7 @@ int store_open(server_t *srv, store_t **out, char *err, size_t errlen)
         snprintf(err, errlen, "cannot create the index: %s", kvs_status_text(rc));
         goto fail;
     }
+    radix_hint_limit(st->index, srv->cfg.max_timed_hints);
     /* By index id: tier-2 blocks keep what names them too. */
     st->n_ids = srv->num_blocks + srv->tier2_blocks;
     st->rec = calloc(st->n_ids, sizeof(*st->rec));
@@ -163,6 +164,10 @@ void store_hint(server_t *srv, const store_hint_t *h, uint32_t b)
         return;
     uint64_t until = h->duration_ms ? uv_now(srv->loop) + h->duration_ms : 0;
     int rc = radix_hint(srv->store->index, b, h->priority, until);
+    if (rc == KVS_ELIMIT) {
+        srv->metrics.hints_refused++; /* max_timed_hints: a hint, never an error */
+        return;
+    }
     if (rc != 0 && rc != KVS_ENOTFOUND)
         LOG_WARN("retention hint on block %u: %s", b, kvs_status_text(rc));
 }

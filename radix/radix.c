@@ -189,6 +189,8 @@ struct radix_tree {
     uint8_t *band_of;
     radix_expiry_t *exp;
     size_t exp_len, exp_cap;
+    size_t exp_live;      /* blocks with a live timed hint (hint_timed set) */
+    size_t exp_max;       /* the most exp_live may be (radix_hint_limit); 0: no limit */
     uint64_t reuse_gap64; /* 64 x moving average of first-reuse gaps, in ticks */
     /* Tier 2: ids [max_blocks, max_blocks + t2_blocks), owned by the tree. */
     uint32_t t2_blocks;
@@ -810,6 +812,8 @@ static void evict_leaf(radix_tree_t *t, radix_node_t *n, int q, evict_cause_t ca
     t->by_node[id] = NULL;
     ns->st.cached_by_band[t->band_of[id]]--;
     ns->st.evicted_by_band[t->band_of[id]]++;
+    if (t->hint_timed[id] != RADIX_PRIO_NONE)
+        t->exp_live--;
     t->hint_base[id] = t->hint_timed[id] = RADIX_PRIO_NONE;
     ns->st.evicted_blocks++;
     if (cause == EVICT_OWN)
@@ -866,6 +870,7 @@ static void move_hints(radix_tree_t *t, uint32_t old_id, uint32_t new_id)
         uint32_t before = block_prio(t, new_id, n->ns);
         t->hint_timed[new_id] = RADIX_PRIO_NONE;
         t->hint_until[new_id] = 0;
+        t->exp_live--;
         prio_changed(t, new_id, before);
     }
 }
@@ -1708,8 +1713,60 @@ static void prio_changed(radix_tree_t *t, uint32_t id, uint32_t before)
     }
 }
 
+/* The expiry queue keeps each block's live timed hint once: entries whose
+ * hint was replaced, ended or evicted, and repeats of a live one, go, and
+ * the heap is rebuilt (linear, paid for by the pushes since the last
+ * compaction, which at least doubled it). Bit 63 of hint_until marks a
+ * block already kept during the pass (radix_hint refuses such ends). Then
+ * the array shrinks when mostly empty, so memory follows the live hints,
+ * not their history. */
+static void expiry_compact(radix_tree_t *t)
+{
+    const uint64_t seen = 1ull << 63;
+    size_t k = 0;
+    for (size_t i = 0; i < t->exp_len; i++) {
+        radix_expiry_t e = t->exp[i];
+        radix_node_t *n = t->by_node[e.id];
+        if (!n || n == &radix_mark || t->hint_timed[e.id] == RADIX_PRIO_NONE ||
+            t->hint_until[e.id] != e.until)
+            continue; /* stale, or (bit 63 set) a repeat of a kept one */
+        t->hint_until[e.id] |= seen;
+        t->exp[k++] = e;
+    }
+    t->exp_len = k;
+    for (size_t i = 0; i < k; i++)
+        t->hint_until[t->exp[i].id] &= ~seen;
+    for (size_t i = k / 2; i-- > 0;) { /* heapify: sift each parent down */
+        size_t j = i;
+        radix_expiry_t v = t->exp[j];
+        for (;;) {
+            size_t c = 2 * j + 1;
+            if (c >= k)
+                break;
+            if (c + 1 < k && t->exp[c + 1].until < t->exp[c].until)
+                c++;
+            if (t->exp[c].until >= v.until)
+                break;
+            t->exp[j] = t->exp[c];
+            j = c;
+        }
+        t->exp[j] = v;
+    }
+    if (t->exp_cap > 64 && 4 * k < t->exp_cap) {
+        size_t ncap = 2 * k > 64 ? 2 * k : 64;
+        radix_expiry_t *e = t_realloc(t, t->exp, ncap * sizeof(*e));
+        if (e) {
+            t->exp = e;
+            t->exp_cap = ncap;
+        }
+    }
+}
+
 static int expiry_push(radix_tree_t *t, uint64_t until, uint32_t id)
 {
+    /* Stale entries never outnumber the live ones by more than 64. */
+    if (t->exp_len >= 2 * t->exp_live + 64)
+        expiry_compact(t);
     if (t->exp_len == t->exp_cap) {
         size_t ncap = t->exp_cap ? 2 * t->exp_cap : 64;
         radix_expiry_t *e = t_realloc(t, t->exp, ncap * sizeof(*e));
@@ -1749,7 +1806,8 @@ static void expiry_pop(radix_tree_t *t)
 
 int radix_hint(radix_tree_t *t, uint32_t block_id, uint32_t prio, uint64_t until)
 {
-    if (!t || block_id >= t->cfg.max_blocks + t->t2_blocks || prio > RADIX_PRIO_MAX)
+    if (!t || block_id >= t->cfg.max_blocks + t->t2_blocks || prio > RADIX_PRIO_MAX ||
+        until >= (1ull << 63))
         return KVS_EINVAL;
     radix_node_t *n = t->by_node[block_id];
     if (!n || n == &radix_mark)
@@ -1766,8 +1824,17 @@ int radix_hint(radix_tree_t *t, uint32_t block_id, uint32_t prio, uint64_t until
         if (cur != RADIX_PRIO_NONE &&
             (prio < cur || (prio == cur && until <= t->hint_until[block_id])))
             return 0; /* a higher (or as high and longer) timed hint holds */
-        if (expiry_push(t, until, block_id) != 0)
-            return KVS_ENOMEM;
+        if (cur == RADIX_PRIO_NONE && t->exp_max && t->exp_live >= t->exp_max)
+            return KVS_ELIMIT; /* a block's own hint may change; a new one waits */
+        /* The queue's entry for this end stays good when only the priority
+         * rises; otherwise one more entry, and the old one goes stale. */
+        if (cur == RADIX_PRIO_NONE || until != t->hint_until[block_id]) {
+            int prc = expiry_push(t, until, block_id);
+            if (prc != 0)
+                return prc;
+        }
+        if (cur == RADIX_PRIO_NONE)
+            t->exp_live++;
         t->hint_timed[block_id] = (uint8_t)prio;
         t->hint_until[block_id] = until;
     }
@@ -1791,12 +1858,33 @@ int radix_expire_hints(radix_tree_t *t, uint64_t now, size_t *n_expired)
         uint32_t before = block_prio(t, e.id, n->ns);
         t->hint_timed[e.id] = RADIX_PRIO_NONE;
         t->hint_until[e.id] = 0;
+        t->exp_live--;
         prio_changed(t, e.id, before);
         done++;
     }
+    if (t->exp_cap > 64 && 4 * t->exp_len < t->exp_cap)
+        expiry_compact(t); /* give back what a burst of hints took */
     if (n_expired)
         *n_expired = done;
     return 0;
+}
+
+int radix_hint_limit(radix_tree_t *t, size_t max_timed)
+{
+    if (!t)
+        return KVS_EINVAL;
+    t->exp_max = max_timed;
+    return 0;
+}
+
+size_t radix_hint_queue_len(const radix_tree_t *t)
+{
+    return t ? t->exp_len : 0;
+}
+
+size_t radix_hint_timed(const radix_tree_t *t)
+{
+    return t ? t->exp_live : 0;
 }
 
 int radix_block_priority(const radix_tree_t *t, uint32_t block_id, uint32_t *prio)
@@ -1819,6 +1907,14 @@ int radix_ns_set_priority(radix_tree_t *t, uint32_t ns_id, uint32_t prio_default
     radix_ns_t *ns = t->ns[ns_id];
     if (ns->prio_default == prio_default && ns->prio_cap == prio_cap)
         return 0;
+    if (ns->st.cached_blocks == 0 && ns->st.tier2_blocks == 0) {
+        /* No block to look at (a namespace just made): O(1). */
+        ns->prio_default = (uint8_t)prio_default;
+        ns->prio_cap = (uint8_t)prio_cap;
+        ns->st.prio_default = prio_default;
+        ns->st.prio_cap = prio_cap;
+        return 0;
+    }
     /* Rare (configuration): every block of the namespace is looked at, and
      * hints above the new cap come down to it. */
     uint32_t old_default = ns->prio_default;
@@ -2092,7 +2188,7 @@ size_t radix_memory_bytes(const radix_tree_t *t)
     size_t bytes =
         sizeof(*t) + t->node_bytes + (t->slot_mask + 1) * sizeof(radix_slot_t) +
         ((size_t)t->cfg.max_blocks + t->t2_blocks) * (sizeof(*t->by_node) + sizeof(*t->by_pos)) +
-        (size_t)t->ns_cap * sizeof(*t->ns);
+        (size_t)t->ns_cap * sizeof(*t->ns) + t->exp_cap * sizeof(*t->exp);
     for (uint32_t i = 0; i < t->n_ns; i++)
         if (t->ns[i])
             bytes +=
@@ -2289,6 +2385,7 @@ int radix_check(const radix_tree_t *t)
     size_t n = 0;
     uint32_t bt = t->cfg.block_tokens;
     uint32_t max_ids = t->cfg.max_blocks + t->t2_blocks;
+    size_t timed = 0; /* blocks with a live timed hint */
     if (collect_nodes(t, RADIX_NS_ALL, &nodes, &n))
         return KVS_ENOMEM;
     children = t_calloc(t, n + 1, sizeof(*children));
@@ -2367,6 +2464,7 @@ int radix_check(const radix_tree_t *t)
             CHECK(in_tier2(t, id) == (k >= node->first + node->t1_len));
             CHECK(t->band_of[id] == prio_band(block_prio(t, id, node->ns)));
             uint32_t hb = t->hint_base[id], ht = t->hint_timed[id];
+            timed += ht != RADIX_PRIO_NONE;
             CHECK((hb == RADIX_PRIO_NONE || hb <= RADIX_PRIO_MAX) &&
                   (ht == RADIX_PRIO_NONE || (ht <= RADIX_PRIO_MAX && t->hint_until[id] > 0)));
             if (in_tier2(t, id)) {
@@ -2448,6 +2546,7 @@ int radix_check(const radix_tree_t *t)
         CHECK(check_queue(t, k, Q_T1, nodes, n, ns_heap[2 * k]));
         CHECK(check_queue(t, k, Q_T2, nodes, n, ns_heap[2 * k + 1]));
     }
+    CHECK(timed == t->exp_live);
     rc = 0;
     goto out;
 bad:

@@ -1489,6 +1489,12 @@ START_TEST(test_retention_hints)
     hint.priority = 101;
     ck_assert_int_eq(finish(rpc(a, &req)), KVS_EINVAL);
     ck_assert_ptr_nonnull(strstr(last_msg, "retention priority 101"));
+    /* Above default_max_priority only with the namespace's allowance. */
+    uint32_t ns, seen[2];
+    size_t n_seen = 0;
+    ck_assert_int_eq(do_lookup(a, NULL, tokens, 8, 0, seen, &n_seen), 0); /* makes "default" */
+    ck_assert_int_eq(radix_ns_find(srv->index, "default", &ns), 0);
+    ck_assert_int_eq(radix_ns_set_priority(srv->index, ns, RADIX_PRIO_DEFAULT, RADIX_PRIO_MAX), 0);
     hint.priority = 90;
     ck_assert_int_eq(finish(rpc(a, &req)), 0);
     uint32_t prio = 0;
@@ -1508,8 +1514,6 @@ START_TEST(test_retention_hints)
     ck_assert_int_eq(radix_block_priority(srv->index, ids[0], &prio), 0);
     ck_assert_uint_eq(prio, 90);
     /* A namespace capped at 60 (config), and a timed hint that ends. */
-    uint32_t ns;
-    ck_assert_int_eq(radix_ns_find(srv->index, "default", &ns), 0);
     ck_assert_int_eq(radix_ns_set_priority(srv->index, ns, 20, 60), 0);
     ck_assert_int_eq(radix_block_priority(srv->index, ids[0], &prio), 0);
     ck_assert_uint_eq(prio, 60);
@@ -1565,6 +1569,128 @@ START_TEST(test_retention_hints)
     finish(r);
 }
 END_TEST
+/* Pins with a timed hint, renewed 10,000 times on two blocks: the expiry
+ * queue stays at the live hints (the issue: one entry per hint given), and
+ * past max_timed_hints a hint for one more block is ignored and counted. */
+START_TEST(test_timed_hints_are_bounded)
+{
+    session_t *a = new_session();
+    uint32_t tokens[2 * BT], ids[2], can[2];
+    size_t done;
+    prompt(tokens, 2 * BT, 77);
+    ck_assert_int_eq(do_alloc(a, 2, ids), 0);
+    ck_assert_int_eq(do_commit(a, tokens, 2 * BT, ids, 2, can, &done), 0);
+    Kvshare__PinRequest pr = KVSHARE__PIN_REQUEST__INIT;
+    Kvshare__Request pq = KVSHARE__REQUEST__INIT;
+    Kvshare__RetentionHint timed = KVSHARE__RETENTION_HINT__INIT;
+    timed.priority = 40;
+    pr.n_block_ids = 1;
+    pr.hint = &timed;
+    pq.rpc_case = KVSHARE__REQUEST__RPC_PIN;
+    pq.pin = &pr;
+    for (uint32_t i = 0; i < 10000; i++) {
+        timed.duration_ms = 1000000 + i; /* a later end each time: a new queue entry */
+        pr.block_ids = &can[i % 2];
+        ck_assert_int_eq(finish(rpc(a, &pq)), 0);
+        ck_assert_int_eq(do_release(a, &can[i % 2], 1), 0);
+    }
+    ck_assert_uint_le(radix_hint_queue_len(srv->index), 2 * 2 + 64 + 1);
+    ck_assert_uint_eq(radix_hint_timed(srv->index), 2);
+    ck_assert_uint_eq(srv->metrics.hints_refused, 0);
+    /* A limit of one block: the second block's new hint is refused. */
+    ck_assert_int_eq(radix_expire_hints(srv->index, UINT64_MAX >> 2, NULL), 0);
+    ck_assert_int_eq(radix_hint_limit(srv->index, 1), 0);
+    pr.block_ids = &can[0];
+    ck_assert_int_eq(finish(rpc(a, &pq)), 0);
+    pr.block_ids = &can[1];
+    ck_assert_int_eq(finish(rpc(a, &pq)), 0); /* a hint, never an error */
+    ck_assert_uint_eq(srv->metrics.hints_refused, 1);
+    ck_assert_uint_eq(radix_hint_timed(srv->index), 1);
+    check_invariants();
+}
+END_TEST
+
+/* Alloc n blocks for ns and commit prompt `seed` there with a hint of
+ * priority prio (none when prio < 0), then let go of them. */
+static void commit_hinted(session_t *s, const char *ns, uint32_t seed, uint32_t n, int prio)
+{
+    uint32_t tokens[4 * BT], ids[4], can[8];
+    ck_assert_uint_le(n, 4);
+    prompt(tokens, n * BT, seed);
+    Kvshare__Request req = KVSHARE__REQUEST__INIT;
+    Kvshare__AllocRequest al = KVSHARE__ALLOC_REQUEST__INIT;
+    al.n = n;
+    al.ns = (char *)ns;
+    req.rpc_case = KVSHARE__REQUEST__RPC_ALLOC;
+    req.alloc = &al;
+    Kvshare__Response *r = rpc(s, &req);
+    ck_assert_int_eq(r->status, 0);
+    memcpy(ids, r->alloc->block_ids, n * 4);
+    finish(r);
+    Kvshare__Request cq = KVSHARE__REQUEST__INIT;
+    Kvshare__CommitRequest cm = KVSHARE__COMMIT_REQUEST__INIT;
+    Kvshare__RetentionHint hint = KVSHARE__RETENTION_HINT__INIT;
+    cm.ns = (char *)ns;
+    cm.tokens.data = (uint8_t *)tokens;
+    cm.tokens.len = n * BT * 4;
+    cm.block_ids = ids;
+    cm.n_block_ids = n;
+    if (prio >= 0) {
+        hint.priority = (uint32_t)prio;
+        cm.hint = &hint;
+    }
+    cq.rpc_case = KVSHARE__REQUEST__RPC_COMMIT;
+    cq.commit = &cm;
+    r = rpc(s, &cq);
+    ck_assert_int_eq(r->status, 0);
+    memcpy(can, r->commit->canonical, n * 4);
+    finish(r);
+    ck_assert_int_eq(do_release(s, can, n), 0);
+}
+
+/* Issue: with hints capped at 100 by default, a tenant whose hints said 100
+ * kept its blocks over every other tenant's: another tenant's working set
+ * hit 0 of its blocks every round. Hints now stop at default_max_priority
+ * (the default priority of unhinted blocks) unless a namespace's section
+ * allows more, and the other tenant's working set stays cached by LRU. */
+START_TEST(test_hints_cannot_starve_another_tenant)
+{
+    session_t *a = new_session(), *b = new_session();
+    uint32_t wtok[4 * BT], got[4];
+    prompt(wtok, 4 * BT, 900);
+    commit_hinted(b, "b", 900, 4, -1); /* b's working set: 4 of the 16 blocks */
+    size_t hits = 0, rounds = 0;
+    for (uint32_t round = 0; round < 12; round++) {
+        /* a writes 8 new blocks a round, all hinted 100 */
+        commit_hinted(a, "a", 1000 + 2 * round, 4, 100);
+        commit_hinted(a, "a", 1001 + 2 * round, 4, 100);
+        size_t n = 0;
+        ck_assert_int_eq(do_lookup(b, "b", wtok, 4 * BT, 0, got, &n), 0);
+        if (round >= 2) { /* the pool is full from then on */
+            hits += n;
+            rounds++;
+        }
+        if (n < 4)
+            commit_hinted(b, "b", 900, 4, -1); /* b recomputes its working set */
+        check_invariants();
+    }
+    ck_assert_msg(hits == 4 * rounds, "b's working set hit %zu of %zu blocks", hits, 4 * rounds);
+    /* With the namespace's allowance (max_priority 100), a's hints hold
+     * again over b's blocks: the allowance is the operator's choice. */
+    uint32_t ns_a;
+    ck_assert_int_eq(radix_ns_find(srv->index, "a", &ns_a), 0);
+    ck_assert_int_eq(radix_ns_set_priority(srv->index, ns_a, RADIX_PRIO_DEFAULT, 100), 0);
+    commit_hinted(a, "a", 5000, 4, 100);
+    commit_hinted(a, "a", 5001, 4, 100);
+    commit_hinted(a, "a", 5002, 4, 100);
+    commit_hinted(a, "a", 5003, 4, 100);
+    size_t n = 0;
+    ck_assert_int_eq(do_lookup(b, "b", wtok, 4 * BT, 0, got, &n), 0);
+    ck_assert_uint_eq(n, 0);
+    check_invariants();
+}
+END_TEST
+
 static Suite *session_suite(void)
 {
     Suite *s = suite_create("session");
@@ -1599,6 +1725,8 @@ static Suite *session_suite(void)
     tcase_add_test(tc, test_wait_for_claim);
     tcase_add_test(tc, test_claims_have_a_lease_and_a_bound);
     tcase_add_test(tc, test_retention_hints);
+    tcase_add_test(tc, test_hints_cannot_starve_another_tenant);
+    tcase_add_test(tc, test_timed_hints_are_bounded);
     suite_add_tcase(s, tc);
     TCase *tc_server = tcase_create("server");
     tcase_set_timeout(tc_server, 30);
