@@ -883,6 +883,14 @@ int handler_clear(session_t *s, const Kvshare__Request *req, Kvshare__Response *
     int rc = ns_resolve(s, req->clear->ns, false, &ns, ctx);
     if (rc != 0)
         return rc;
+    if (!namespaces_may_clear(s, ns)) {
+        srv->metrics.clears_denied++;
+        return fail(ctx, KVS_EDENIED,
+                    "clearing namespace '%s' is not allowed for uid %u: Clear drops a whole "
+                    "tenant's cache; it takes uid 0, a uid or gid in clear_uids / clear_gids, or "
+                    "one the namespace's own allow_uids / allow_gids names",
+                    radix_ns_name(srv->index, ns), (unsigned)s->peer_uid);
+    }
     rc = store_clear(srv, ns, &cleared);
     if (rc == 0)
         rc = radix_ns_stats(srv->index, ns, &st);

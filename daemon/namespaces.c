@@ -251,6 +251,21 @@ bool namespaces_allowed(const session_t *s, uint32_t ns)
     return config_acl_allows(&srv->tenants[ns].acl, s->peer_uid, s->peer_gid);
 }
 
+/* An allow-list that names someone admits the peer (an empty one admits
+ * everyone to use a namespace, but names no owner). */
+static bool acl_names(const config_acl_t *acl, const session_t *s)
+{
+    return (acl->n_uids || acl->n_gids) && config_acl_allows(acl, s->peer_uid, s->peer_gid);
+}
+
+bool namespaces_may_clear(const session_t *s, uint32_t ns)
+{
+    const server_t *srv = s->srv;
+    if (!s->has_peer || s->peer_uid == 0 || acl_names(&srv->cfg.clear_acl, s))
+        return true;
+    return ns < srv->n_tenants && acl_names(&srv->tenants[ns].acl, s);
+}
+
 bool namespaces_usable(const server_t *srv, uint32_t ns)
 {
     if (srv->cfg.dynamic_namespaces)

@@ -91,6 +91,7 @@ typedef struct server_config {
      * (tenants.h); 0: no limit. */
     uint32_t session_max_namespaces;
     config_acl_t allow;      /* peers allowed to connect (empty: anyone) */
+    config_acl_t clear_acl;  /* peers who may Clear any namespace (namespaces_may_clear) */
     uint32_t drain_ms;       /* SIGTERM: the loop ends within this time */
     const char *config_path; /* reread on SIGHUP; NULL: none */
 

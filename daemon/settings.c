@@ -173,6 +173,13 @@ const setting_t settings_table[] = {
     {"allow_gids", "allow-gids", SETTING_GLOBAL, SETTING_GIDS, "LIST", 0, 0, AT(server.allow),
      .zero = "anyone who can open the socket",
      .help = "peers allowed to connect: a primary gid in this list"},
+    {"clear_uids", "clear-uids", SETTING_GLOBAL, SETTING_UIDS, "LIST", 0, 0, AT(server.clear_acl),
+     .zero = "uid 0 only",
+     .help = "peers who may Clear any namespace: a uid in this list (others may clear only a "
+             "namespace whose allow_uids / allow_gids names them; refusals count in "
+             "clears_denied)"},
+    {"clear_gids", "clear-gids", SETTING_GLOBAL, SETTING_GIDS, "LIST", 0, 0, AT(server.clear_acl),
+     .zero = "uid 0 only", .help = "peers who may Clear any namespace: a primary gid in this list"},
 
     /* The pool. */
     {"backend", "backend", SETTING_GLOBAL, SETTING_CHOICE, "KIND", 0, 0, CHOICE(backend),

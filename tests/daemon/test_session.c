@@ -1691,6 +1691,62 @@ START_TEST(test_hints_cannot_starve_another_tenant)
 }
 END_TEST
 
+static int do_clear(session_t *s, const char *ns)
+{
+    Kvshare__Request req = KVSHARE__REQUEST__INIT;
+    Kvshare__ClearRequest cl = KVSHARE__CLEAR_REQUEST__INIT;
+    cl.ns = (char *)ns;
+    req.rpc_case = KVSHARE__REQUEST__RPC_CLEAR;
+    req.clear = &cl;
+    return finish(rpc(s, &req));
+}
+
+/* Issue: without allow-lists (the default) any session could clear another
+ * tenant's namespace. Clear now takes uid 0, clear_uids / clear_gids, or
+ * the namespace's own allow-list; others are denied and counted. */
+START_TEST(test_clear_needs_permission)
+{
+    session_t *owner = new_session(), *other = new_session();
+    char err[256];
+    ck_assert_int_eq(namespaces_create(srv, "t1", 0, 0, err, sizeof(err)), 0);
+    ck_assert_int_eq(namespaces_create(srv, "t2", 0, 0, err, sizeof(err)), 0);
+    ck_assert_int_eq(namespaces_declare(srv, "t1", err, sizeof(err)), 0);
+    ck_assert_int_eq(namespaces_declare(srv, "t2", err, sizeof(err)), 0);
+    commit_hinted(owner, "t1", 300, 2, -1);
+    other->has_peer = true;
+    other->peer_uid = 1234;
+    other->peer_gid = 1234;
+    ck_assert_int_eq(do_clear(other, "t1"), KVS_EDENIED);
+    ck_assert_ptr_nonnull(strstr(last_msg, "clear_uids"));
+    ck_assert_uint_eq(srv->metrics.clears_denied, 1);
+    ck_assert_uint_eq(srv->metrics.clears, 0);
+    uint32_t ns;
+    radix_ns_stats_t st;
+    ck_assert_int_eq(radix_ns_find(srv->index, "t1", &ns), 0);
+    ck_assert_int_eq(radix_ns_stats(srv->index, ns, &st), 0);
+    ck_assert_uint_eq(st.cached_blocks, 2);
+    /* The namespace's own allow-list names the peer: its own session. */
+    srv->tenants[ns].acl.uids[0] = 1234;
+    srv->tenants[ns].acl.n_uids = 1;
+    srv->any_ns_acl = true;
+    ck_assert_int_eq(do_clear(other, "t1"), 0);
+    ck_assert_uint_eq(srv->metrics.clears, 1);
+    /* Another tenant's namespace: denied, unless clear_gids names the peer. */
+    commit_hinted(owner, "t2", 301, 2, -1);
+    ck_assert_int_eq(do_clear(other, "t2"), KVS_EDENIED);
+    ck_assert_uint_eq(srv->metrics.clears_denied, 2);
+    srv->cfg.clear_acl.gids[0] = 1234;
+    srv->cfg.clear_acl.n_gids = 1;
+    ck_assert_int_eq(do_clear(other, "t2"), 0);
+    /* uid 0 may. */
+    other->peer_uid = 0;
+    srv->cfg.clear_acl.n_gids = 0;
+    ck_assert_int_eq(do_clear(other, "t2"), 0);
+    ck_assert_uint_eq(srv->metrics.clears, 3);
+    check_invariants();
+}
+END_TEST
+
 static Suite *session_suite(void)
 {
     Suite *s = suite_create("session");
@@ -1727,6 +1783,7 @@ static Suite *session_suite(void)
     tcase_add_test(tc, test_retention_hints);
     tcase_add_test(tc, test_hints_cannot_starve_another_tenant);
     tcase_add_test(tc, test_timed_hints_are_bounded);
+    tcase_add_test(tc, test_clear_needs_permission);
     suite_add_tcase(s, tc);
     TCase *tc_server = tcase_create("server");
     tcase_set_timeout(tc_server, 30);
