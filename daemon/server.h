@@ -46,8 +46,14 @@ typedef struct store store_t;
  * more (max_priority): one tenant's hints could otherwise keep its blocks
  * over every other tenant's, whose working set then never stays cached. */
 #define SERVER_DEFAULT_MAX_PRIORITY 50
-#define SERVER_DEFAULT_NS           "default"
-#define SERVER_DEFAULT_DRAIN_MS     5000
+
+/* Pins one session may hold (session_max_pinned): 2^24, beyond any honest
+ * worker (1,024 requests in flight, each pinning a 256k-token prompt of
+ * 16-token blocks, is 16.8 M), and what a close lets go of in about 30 ms
+ * in all, in steps (STORE_RELEASE_STEP). */
+#define SERVER_DEFAULT_SESSION_MAX_PINNED (1u << 24)
+#define SERVER_DEFAULT_NS                 "default"
+#define SERVER_DEFAULT_DRAIN_MS           5000
 /* A cuda pool that does not fit is retried this long: after a restart the
  * workers may still map the previous daemon's pool until their next call. */
 #define SERVER_DEFAULT_BACKEND_RETRY_MS 60000

@@ -232,7 +232,9 @@ const setting_t settings_table[] = {
              "refused with KVS_ELIMIT)"},
     {"session_max_pinned", "session-max-pinned", SETTING_GLOBAL, SETTING_U32, "N", 0, UINT32_MAX,
      AT(server.session_max_pinned), .zero = "0: no limit",
-     .help = "pins one connection may hold at once (a block pinned twice counts twice)"},
+     .help = "pins one connection may hold at once (a block pinned twice counts twice); the "
+             "default, 2^24, is beyond any honest worker (1,024 requests each pinning a "
+             "256k-token prompt) and bounds what one session's close lets go of"},
     {"default_max_priority", "default-max-priority", SETTING_GLOBAL, SETTING_U32, "N", 0,
      RADIX_PRIO_MAX, AT(server.default_max_priority),
      .help = "the highest retention priority a hint may give in a namespace whose section sets "

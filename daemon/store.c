@@ -112,6 +112,8 @@ fail:
     return rc;
 }
 
+static void drains_free(store_t *st);
+
 void store_free(store_t *st)
 {
     if (!st)
@@ -125,6 +127,7 @@ void store_free(store_t *st)
                  (unsigned long long)ms.failures);
     }
     tier_medium_close(st->medium);
+    drains_free(st); /* the index goes whole: no pin needs letting go */
     radix_free(st->index);
     pool_free(st->pool);
     free(st->rec);
@@ -396,7 +399,89 @@ int store_release(server_t *srv, session_t *s, uint32_t b, const store_hint_t *h
     return 0;
 }
 
-void store_release_session(server_t *srv, session_t *s)
+/* A closed session's pin map, let go of in steps. */
+typedef struct store_drain {
+    struct store_drain *next;
+    uint32_t *keys; /* the session's map (session_pins_t), now the store's */
+    uint32_t *counts;
+    uint32_t cap;
+    uint32_t pos;  /* next slot to let go of */
+    uint64_t left; /* pins not let go of yet */
+    uint64_t session_id;
+} store_drain_t;
+
+/* Lets go of up to *budget pins of d (each radix_unpin, and each slot
+ * looked at, costs one); true when d is done. */
+static bool drain_some(server_t *srv, store_drain_t *d, uint64_t *budget)
+{
+    store_t *st = srv->store;
+    while (d->pos<d->cap && * budget> 0) {
+        uint32_t b = d->keys[d->pos];
+        (*budget)--;
+        if (b == SESSION_NO_BLOCK) {
+            d->pos++;
+            continue;
+        }
+        while (d->counts[d->pos] > 0 && *budget > 0) {
+            if (radix_unpin(st->index, b) != 0) {
+                LOG_ERROR("session %llu: pin on block %u was not in the index",
+                          (unsigned long long)d->session_id, b);
+                d->left -= d->counts[d->pos];
+                d->counts[d->pos] = 0;
+                break;
+            }
+            d->counts[d->pos]--;
+            d->left--;
+            (*budget)--;
+        }
+        if (d->counts[d->pos] == 0)
+            d->pos++;
+    }
+    return d->pos >= d->cap;
+}
+
+static void drain_free(store_drain_t *d)
+{
+    free(d->keys);
+    free(d->counts);
+    free(d);
+}
+
+static void drains_free(store_t *st)
+{
+    while (st->drains) {
+        store_drain_t *d = st->drains;
+        st->drains = d->next;
+        drain_free(d);
+    }
+    st->drains_tail = NULL;
+}
+
+bool store_drain_step(server_t *srv)
+{
+    store_t *st = srv->store;
+    uint64_t budget = STORE_RELEASE_STEP;
+    while (st->drains && budget > 0) {
+        store_drain_t *d = st->drains;
+        if (!drain_some(srv, d, &budget))
+            break;
+        st->drains = d->next;
+        if (!st->drains)
+            st->drains_tail = NULL;
+        drain_free(d);
+    }
+    return st->drains != NULL;
+}
+
+uint64_t store_draining_pins(const server_t *srv)
+{
+    uint64_t n = 0;
+    for (const store_drain_t *d = srv->store->drains; d; d = d->next)
+        n += d->left;
+    return n;
+}
+
+bool store_release_session(server_t *srv, session_t *s)
 {
     store_t *st = srv->store;
     for (uint32_t i = 0; i < s->n_writing; i++) {
@@ -408,21 +493,36 @@ void store_release_session(server_t *srv, session_t *s)
                       (unsigned long long)s->id, b);
     }
     s->n_writing = 0;
-    for (uint32_t i = 0; i < s->pins.cap; i++) {
-        uint32_t b = s->pins.keys[i];
-        if (b == SESSION_NO_BLOCK)
-            continue;
-        for (uint32_t k = 0; k < s->pins.counts[i]; k++) {
-            if (radix_unpin(st->index, b) != 0) {
-                LOG_ERROR("session %llu: pin on block %u was not in the index",
-                          (unsigned long long)s->id, b);
-                break;
-            }
-        }
-        s->pins.keys[i] = SESSION_NO_BLOCK;
+    store_drain_t one = {.keys = s->pins.keys,
+                         .counts = s->pins.counts,
+                         .cap = s->pins.cap,
+                         .left = s->pins.total,
+                         .session_id = s->id};
+    uint64_t budget = STORE_RELEASE_STEP;
+    bool later = false;
+    /* A map over one step (pins and slots) goes to the drain list whole;
+     * with no memory for the record, at once (a stall, not a leak). */
+    store_drain_t *d = s->pins.total + s->pins.cap > STORE_RELEASE_STEP ? malloc(sizeof(*d)) : NULL;
+    if (d) {
+        *d = one;
+        if (st->drains_tail)
+            st->drains_tail->next = d;
+        else
+            st->drains = d;
+        st->drains_tail = d;
+        s->pins.keys = NULL; /* the store's now */
+        s->pins.counts = NULL;
+        s->pins.cap = 0;
+        later = true;
+    } else {
+        budget = UINT64_MAX;
+        drain_some(srv, &one, &budget);
+        for (uint32_t i = 0; i < s->pins.cap; i++)
+            s->pins.keys[i] = SESSION_NO_BLOCK;
     }
     s->pins.used = 0;
     s->pins.total = 0;
+    return later;
 }
 
 /* --- lookup --- */

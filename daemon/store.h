@@ -93,7 +93,13 @@ struct store {
     store_evicted_t *report;    /* during one store call: where dropped blocks go */
     struct tier_medium *medium; /* the tier below the pool; NULL: none */
     uint64_t medium_down_until; /* loop ms: after a failed copy, no moves before it */
+    struct store_drain *drains; /* pins of closed sessions still to let go (FIFO) */
+    struct store_drain *drains_tail;
 };
+
+/* Pins let go of per step when a closed session held many (store_drain_step):
+ * about a millisecond of the loop, so that no close stalls other sessions. */
+#define STORE_RELEASE_STEP 65536
 
 /* After a copy to or from the medium failed, this long no block moves
  * between the tiers (a full pool evicts, a hit in tier 2 is not promoted),
@@ -156,9 +162,20 @@ int store_pin(server_t *srv, session_t *s, uint32_t b, const store_hint_t *hint)
  * (s's pin was not in the index). */
 int store_release(server_t *srv, session_t *s, uint32_t b, const store_hint_t *hint);
 
-/* Everything s holds goes: WRITING blocks to the pool, pins to the index
- * (the session is closing). Linear in the holdings, not in the pool. */
-void store_release_session(server_t *srv, session_t *s);
+/* Everything s holds goes: WRITING blocks to the pool at once, pins to the
+ * index (the session is closing): at once when they are at most
+ * STORE_RELEASE_STEP, otherwise the store takes s's pin map over and lets
+ * go of it in steps (store_drain_step), and true is returned: the caller
+ * runs the steps on later loop turns. Until then those blocks stay pinned
+ * (held by no session). */
+bool store_release_session(server_t *srv, session_t *s);
+
+/* Lets go of up to STORE_RELEASE_STEP pins of closed sessions (oldest
+ * close first); true when some are left for another step. */
+bool store_drain_step(server_t *srv);
+
+/* Pins of closed sessions not let go yet. */
+uint64_t store_draining_pins(const server_t *srv);
 
 /* The cached prefix of tokens in ns for session s (pinned when pin), in
  * *ids (s's scratch, valid until its next request): *n_t1 tier-1 blocks,
