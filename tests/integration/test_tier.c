@@ -889,7 +889,11 @@ START_TEST(test_large_promotion_is_linear)
     ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     printf("test_large_promotion_is_linear: %d blocks promoted, longest ping %llu us\n", NB,
            (unsigned long long)worst_us);
-    ck_assert_uint_lt(worst_us, 400000);
+    /* Under valgrind (KVS_KVSHARED names its wrapper) everything is ~20x
+     * slower, the quadratic scan too (about 50 s): the bound scales. */
+    const char *wrapper = getenv("KVS_KVSHARED");
+    uint64_t bound_us = wrapper && strstr(wrapper, "valgrind") ? 2000000 : 400000;
+    ck_assert_uint_lt(worst_us, bound_us);
     ck_assert_int_eq(kvs_release(c, got, n, NULL), 0);
     free(tokens);
     free(got);
