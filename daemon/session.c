@@ -311,10 +311,11 @@ static bool enforce_budget(server_t *srv, const session_t *spare)
     return true;
 }
 
-/* Gives back everything the session holds: its WRITING blocks to the pool,
- * its pins to the index. Linear in the holdings, not in the pool. */
 static void drain_in_steps(server_t *srv, uint64_t session_id, unsigned long long n_pins);
 
+/* Gives back everything the session holds: its WRITING blocks to the pool,
+ * its pins to the index. Linear in the holdings, not in the pool; many pins
+ * go in bounded steps on later loop turns (store_release_session). */
 static void release_all(session_t *s)
 {
     server_t *srv = s->srv;
@@ -929,6 +930,11 @@ static void on_turn(uv_idle_t *h)
  * turn (on_turn), between the other sessions' turns. */
 static void drain_in_steps(server_t *srv, uint64_t session_id, unsigned long long n_pins)
 {
+    if (srv->stopping) { /* no session is served any more: no turn to wait for */
+        while (store_drain_step(srv))
+            ;
+        return;
+    }
     if (sched_init(srv) == 0) {
         uv_idle_start(&srv->sched->turn, on_turn);
         return;

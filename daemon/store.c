@@ -415,7 +415,7 @@ typedef struct store_drain {
 static bool drain_some(server_t *srv, store_drain_t *d, uint64_t *budget)
 {
     store_t *st = srv->store;
-    while (d->pos<d->cap && * budget> 0) {
+    while (*budget > 0 && d->pos < d->cap) {
         uint32_t b = d->keys[d->pos];
         (*budget)--;
         if (b == SESSION_NO_BLOCK) {
@@ -498,7 +498,6 @@ bool store_release_session(server_t *srv, session_t *s)
                          .cap = s->pins.cap,
                          .left = s->pins.total,
                          .session_id = s->id};
-    uint64_t budget = STORE_RELEASE_STEP;
     bool later = false;
     /* A map over one step (pins and slots) goes to the drain list whole;
      * with no memory for the record, at once (a stall, not a leak). */
@@ -515,7 +514,7 @@ bool store_release_session(server_t *srv, session_t *s)
         s->pins.cap = 0;
         later = true;
     } else {
-        budget = UINT64_MAX;
+        uint64_t budget = UINT64_MAX;
         drain_some(srv, &one, &budget);
         for (uint32_t i = 0; i < s->pins.cap; i++)
             s->pins.keys[i] = SESSION_NO_BLOCK;
