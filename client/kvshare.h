@@ -397,7 +397,9 @@ typedef struct kvs_hint {
  * go as evictions do (KV events, metrics). *n_cleared (may be NULL) = blocks
  * dropped; *n_kept (may be NULL) = cached blocks of ns left. Errors:
  * KVS_EINVAL, KVS_ENONS (no such namespace: never created here),
- * KVS_EDENIED (the namespace's allow-list refuses this client),
+ * KVS_EDENIED (the namespace's allow-list refuses this client, or it may
+ * not clear it: that takes uid 0, kvshared's clear_uids / clear_gids, or a
+ * uid or gid the namespace's own allow-list names),
  * KVS_ENOTCONN, KVS_ETIMEDOUT. */
 int kvs_clear(kvs_client_t *c, const char *ns, size_t *n_cleared, size_t *n_kept);
 

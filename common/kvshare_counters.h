@@ -151,7 +151,12 @@
     X(cluster_bytes_out, 0, "kvshare_cluster_bytes_out_total", "", \
       "Bytes of commands sent to the cluster (values written included)") \
     X(cluster_bytes_in, 0, "kvshare_cluster_bytes_in_total", "", \
-      "Bytes of values read from the cluster")
+      "Bytes of values read from the cluster") \
+    X(hints_refused, 0, "kvshare_hints_refused_total", "", \
+      "Timed retention hints ignored because max_timed_hints blocks already hold one") \
+    X(clears_denied, 0, "kvshare_clears_denied_total", "", \
+      "Clear requests refused: the session may not clear that namespace (clear_uids, " \
+      "clear_gids, or the namespace's allow-list)")
 /* clang-format on */
 
 /* Room for counters in kvs_stats_t and StatsReply.counters. */

@@ -490,8 +490,13 @@ int backend_tier_open(backend_t *b, uint64_t bytes, char *err, size_t errlen)
         backend_errorf(err, errlen, "tier 2 needs a backend without one and a size above 0");
         return KVS_EINVAL;
     }
-    int rc = backend_host_memfd("kvshare-tier2", bytes, &b->tier_fd, &b->tier_base, &b->tier_size,
-                                err, errlen);
+    /* Workers only read tier 2, and a read-only fd can be reopened
+     * read-write through /proc/<pid>/fd by whoever holds it (a memfd's mode
+     * lets them): F_SEAL_FUTURE_WRITE refuses every write and writable
+     * mapping after it, whatever the fd, while the daemon's own mapping,
+     * made before it, keeps writing the copies. */
+    int rc = backend_host_memfd("kvshare-tier2", bytes, F_SEAL_FUTURE_WRITE, &b->tier_fd,
+                                &b->tier_base, &b->tier_size, err, errlen);
     if (rc != 0)
         return rc;
     if (b->kind == BACKEND_CUDA) {

@@ -200,7 +200,9 @@ void backend_copy_describe(const backend_t *b, char *buf, size_t len);
 /* --- Tier 2: host memory next to the pool ---------------------------------- */
 
 /* Gives b a tier 2 of at least bytes (rounded up to the page size) in host
- * memory: a memfd sealed like the host pool and mapped shared; on cuda also
+ * memory: a memfd sealed like the host pool and mapped shared, then sealed
+ * with F_SEAL_FUTURE_WRITE (no write, no writable mapping from any fd but
+ * this first mapping: workers only read it); on cuda also
  * registered with the driver (cuMemHostRegister) so that copies between the
  * tiers are DMA. Tier-2 blocks are laid out as in the pool, by
  * geometry_offset with the tier's block count. Importers map it from

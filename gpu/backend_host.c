@@ -14,7 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define HOST_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
+#define HOST_SEALS (F_SEAL_SHRINK | F_SEAL_GROW)
 
 static uint64_t page_round_up(uint64_t n)
 {
@@ -22,8 +22,8 @@ static uint64_t page_round_up(uint64_t n)
     return (n + page - 1) / page * page;
 }
 
-int backend_host_memfd(const char *name, uint64_t bytes, int *fd_out, uintptr_t *base_out,
-                       uint64_t *size_out, char *err, size_t errlen)
+int backend_host_memfd(const char *name, uint64_t bytes, unsigned late_seals, int *fd_out,
+                       uintptr_t *base_out, uint64_t *size_out, char *err, size_t errlen)
 {
     if (bytes > (uint64_t)INT64_MAX / 2) {
         backend_errorf(err, errlen, "%s size %llu bytes is too large", name,
@@ -55,6 +55,15 @@ int backend_host_memfd(const char *name, uint64_t bytes, int *fd_out, uintptr_t 
                        (unsigned long long)size, strerror(errno));
         goto fail;
     }
+    if (fcntl(fd, F_ADD_SEALS, (int)(late_seals | F_SEAL_SEAL)) != 0) {
+        rc = KVS_EIO;
+        backend_errorf(err, errlen,
+                       "cannot seal the %s memfd (seals 0x%x; F_SEAL_FUTURE_WRITE needs Linux "
+                       "5.1 or later): %s",
+                       name, late_seals, strerror(errno));
+        munmap(base, size);
+        goto fail;
+    }
     *fd_out = fd;
     *base_out = (uintptr_t)base;
     *size_out = size;
@@ -75,7 +84,7 @@ int backend_host_open(const backend_config_t *cfg, backend_t *b, char *err, size
     int fd;
     uintptr_t base;
     uint64_t size;
-    int rc = backend_host_memfd("kvshare-pool", cfg->bytes, &fd, &base, &size, err, errlen);
+    int rc = backend_host_memfd("kvshare-pool", cfg->bytes, 0, &fd, &base, &size, err, errlen);
     if (rc != 0)
         return rc;
     b->kind = BACKEND_HOST;

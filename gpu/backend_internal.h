@@ -40,9 +40,12 @@ void backend_errorf(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* A memfd of at least bytes (rounded up to the page size, *size), sealed
- * against shrinking and growing, mapped shared at *base (backend_host.c). */
-int backend_host_memfd(const char *name, uint64_t bytes, int *fd, uintptr_t *base, uint64_t *size,
-                       char *err, size_t errlen);
+ * against shrinking and growing, mapped shared and writable at *base, then
+ * sealed with late_seals too (e.g. F_SEAL_FUTURE_WRITE: no write and no
+ * writable mapping from then on but this one) and against further seals
+ * (backend_host.c). */
+int backend_host_memfd(const char *name, uint64_t bytes, unsigned late_seals, int *fd,
+                       uintptr_t *base, uint64_t *size, char *err, size_t errlen);
 
 /* host: memfd + mmap (backend_host.c). open fills size, base, desc, host_fd. */
 int backend_host_open(const backend_config_t *cfg, backend_t *b, char *err, size_t errlen);

@@ -69,6 +69,7 @@ int radix_check(const radix_tree_t *t)
     size_t n = 0;
     uint32_t bt = t->cfg.block_tokens;
     uint32_t max_ids = t->cfg.max_blocks + t->t2_blocks;
+    size_t timed = 0; /* blocks with a live timed hint */
     if (radix__collect_nodes(t, RADIX_NS_ALL, &nodes, &n))
         return KVS_ENOMEM;
     children = t_calloc(t, n + 1, sizeof(*children));
@@ -147,6 +148,7 @@ int radix_check(const radix_tree_t *t)
             CHECK(in_tier2(t, id) == (k >= node->first + node->t1_len));
             CHECK(t->band_of[id] == prio_band(block_prio(t, id, node->ns)));
             uint32_t hb = t->hint_base[id], ht = t->hint_timed[id];
+            timed += ht != RADIX_PRIO_NONE;
             CHECK((hb == RADIX_PRIO_NONE || hb <= RADIX_PRIO_MAX) &&
                   (ht == RADIX_PRIO_NONE || (ht <= RADIX_PRIO_MAX && t->hint_until[id] > 0)));
             if (in_tier2(t, id)) {
@@ -228,6 +230,7 @@ int radix_check(const radix_tree_t *t)
         CHECK(check_queue(t, k, Q_T1, nodes, n, ns_heap[2 * k]));
         CHECK(check_queue(t, k, Q_T2, nodes, n, ns_heap[2 * k + 1]));
     }
+    CHECK(timed == t->exp_live);
     rc = 0;
     goto out;
 bad:

@@ -326,6 +326,8 @@ void radix__evict_leaf(radix_tree_t *t, radix_node_t *n, int q, evict_cause_t ca
     t->by_node[id] = NULL;
     ns->st.cached_by_band[t->band_of[id]]--;
     ns->st.evicted_by_band[t->band_of[id]]++;
+    if (t->hint_timed[id] != RADIX_PRIO_NONE)
+        t->exp_live--;
     t->hint_base[id] = t->hint_timed[id] = RADIX_PRIO_NONE;
     ns->st.evicted_blocks++;
     if (cause == EVICT_OWN)
@@ -474,8 +476,60 @@ static void prio_changed(radix_tree_t *t, uint32_t id, uint32_t before)
     }
 }
 
+/* The expiry queue keeps each block's live timed hint once: entries whose
+ * hint was replaced, ended or evicted, and repeats of a live one, go, and
+ * the heap is rebuilt (linear, paid for by the pushes since the last
+ * compaction, which at least doubled it). Bit 63 of hint_until marks a
+ * block already kept during the pass (radix_hint refuses such ends). Then
+ * the array shrinks when mostly empty, so memory follows the live hints,
+ * not their history. */
+static void expiry_compact(radix_tree_t *t)
+{
+    const uint64_t seen = 1ull << 63;
+    size_t k = 0;
+    for (size_t i = 0; i < t->exp_len; i++) {
+        radix_expiry_t e = t->exp[i];
+        radix_node_t *n = t->by_node[e.id];
+        if (!n || n == &radix__mark || t->hint_timed[e.id] == RADIX_PRIO_NONE ||
+            t->hint_until[e.id] != e.until)
+            continue; /* stale, or (bit 63 set) a repeat of a kept one */
+        t->hint_until[e.id] |= seen;
+        t->exp[k++] = e;
+    }
+    t->exp_len = k;
+    for (size_t i = 0; i < k; i++)
+        t->hint_until[t->exp[i].id] &= ~seen;
+    for (size_t i = k / 2; i-- > 0;) { /* heapify: sift each parent down */
+        size_t j = i;
+        radix_expiry_t v = t->exp[j];
+        for (;;) {
+            size_t c = 2 * j + 1;
+            if (c >= k)
+                break;
+            if (c + 1 < k && t->exp[c + 1].until < t->exp[c].until)
+                c++;
+            if (t->exp[c].until >= v.until)
+                break;
+            t->exp[j] = t->exp[c];
+            j = c;
+        }
+        t->exp[j] = v;
+    }
+    if (t->exp_cap > 64 && 4 * k < t->exp_cap) {
+        size_t ncap = 2 * k > 64 ? 2 * k : 64;
+        radix_expiry_t *e = t_realloc(t, t->exp, ncap * sizeof(*e));
+        if (e) {
+            t->exp = e;
+            t->exp_cap = ncap;
+        }
+    }
+}
+
 static int expiry_push(radix_tree_t *t, uint64_t until, uint32_t id)
 {
+    /* Stale entries never outnumber the live ones by more than 64. */
+    if (t->exp_len >= 2 * t->exp_live + 64)
+        expiry_compact(t);
     if (t->exp_len == t->exp_cap) {
         size_t ncap = t->exp_cap ? 2 * t->exp_cap : 64;
         radix_expiry_t *e = t_realloc(t, t->exp, ncap * sizeof(*e));
@@ -515,7 +569,8 @@ static void expiry_pop(radix_tree_t *t)
 
 int radix_hint(radix_tree_t *t, uint32_t block_id, uint32_t prio, uint64_t until)
 {
-    if (!t || block_id >= t->cfg.max_blocks + t->t2_blocks || prio > RADIX_PRIO_MAX)
+    if (!t || block_id >= t->cfg.max_blocks + t->t2_blocks || prio > RADIX_PRIO_MAX ||
+        until >= (1ull << 63))
         return KVS_EINVAL;
     radix_node_t *n = t->by_node[block_id];
     if (!n || n == &radix__mark)
@@ -532,8 +587,17 @@ int radix_hint(radix_tree_t *t, uint32_t block_id, uint32_t prio, uint64_t until
         if (cur != RADIX_PRIO_NONE &&
             (prio < cur || (prio == cur && until <= t->hint_until[block_id])))
             return 0; /* a higher (or as high and longer) timed hint holds */
-        if (expiry_push(t, until, block_id) != 0)
-            return KVS_ENOMEM;
+        if (cur == RADIX_PRIO_NONE && t->exp_max && t->exp_live >= t->exp_max)
+            return KVS_ELIMIT; /* a block's own hint may change; a new one waits */
+        /* The queue's entry for this end stays good when only the priority
+         * rises; otherwise one more entry, and the old one goes stale. */
+        if (cur == RADIX_PRIO_NONE || until != t->hint_until[block_id]) {
+            int prc = expiry_push(t, until, block_id);
+            if (prc != 0)
+                return prc;
+        }
+        if (cur == RADIX_PRIO_NONE)
+            t->exp_live++;
         t->hint_timed[block_id] = (uint8_t)prio;
         t->hint_until[block_id] = until;
     }
@@ -557,12 +621,33 @@ int radix_expire_hints(radix_tree_t *t, uint64_t now, size_t *n_expired)
         uint32_t before = block_prio(t, e.id, n->ns);
         t->hint_timed[e.id] = RADIX_PRIO_NONE;
         t->hint_until[e.id] = 0;
+        t->exp_live--;
         prio_changed(t, e.id, before);
         done++;
     }
+    if (t->exp_cap > 64 && 4 * t->exp_len < t->exp_cap)
+        expiry_compact(t); /* give back what a burst of hints took */
     if (n_expired)
         *n_expired = done;
     return 0;
+}
+
+int radix_hint_limit(radix_tree_t *t, size_t max_timed)
+{
+    if (!t)
+        return KVS_EINVAL;
+    t->exp_max = max_timed;
+    return 0;
+}
+
+size_t radix_hint_queue_len(const radix_tree_t *t)
+{
+    return t ? t->exp_len : 0;
+}
+
+size_t radix_hint_timed(const radix_tree_t *t)
+{
+    return t ? t->exp_live : 0;
 }
 
 int radix_block_priority(const radix_tree_t *t, uint32_t block_id, uint32_t *prio)
@@ -585,6 +670,14 @@ int radix_ns_set_priority(radix_tree_t *t, uint32_t ns_id, uint32_t prio_default
     radix_ns_t *ns = t->ns[ns_id];
     if (ns->prio_default == prio_default && ns->prio_cap == prio_cap)
         return 0;
+    if (ns->st.cached_blocks == 0 && ns->st.tier2_blocks == 0) {
+        /* No block to look at (a namespace just made): O(1). */
+        ns->prio_default = (uint8_t)prio_default;
+        ns->prio_cap = (uint8_t)prio_cap;
+        ns->st.prio_default = prio_default;
+        ns->st.prio_cap = prio_cap;
+        return 0;
+    }
     /* Rare (configuration): every block of the namespace is looked at, and
      * hints above the new cap come down to it. */
     uint32_t old_default = ns->prio_default;
@@ -625,6 +718,7 @@ void radix__move_hints(radix_tree_t *t, uint32_t old_id, uint32_t new_id)
         uint32_t before = block_prio(t, new_id, n->ns);
         t->hint_timed[new_id] = RADIX_PRIO_NONE;
         t->hint_until[new_id] = 0;
+        t->exp_live--;
         prio_changed(t, new_id, before);
     }
 }

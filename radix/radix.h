@@ -368,10 +368,27 @@ int radix_block_refcount(const radix_tree_t *t, uint32_t block_id, uint32_t *ref
  * radix_promote), and the priority orders both tiers. A block keeps two: the highest hint without
  * an end, and the highest timed one (a timed hint lower than a live timed one is dropped, even when
  * it would outlast it). Hints end with the block's eviction. Cost: O(1), plus O(log leaves) when a
- * queued leaf changes place, plus a heap push for a timed hint. Errors: KVS_EINVAL (id out of
- * range, prio > RADIX_PRIO_MAX), KVS_ENOTFOUND (not cached), KVS_ENOMEM (timed only; nothing
- * changes). A prio above the namespace's cap counts as the cap. */
+ * queued leaf changes place, plus a heap push for a timed hint. The expiry queue holds a block's
+ * live timed hint, not its history: entries of hints replaced or ended are dropped once they
+ * outnumber the live ones by 64 (amortised O(1) per push), and at most radix_hint_limit's blocks
+ * hold a live timed hint. Errors: KVS_EINVAL (id
+ * out of range, prio > RADIX_PRIO_MAX, until >= 2^63), KVS_ENOTFOUND (not cached), KVS_ENOMEM,
+ * KVS_ELIMIT (timed only, the limit reached: nothing changes). A prio above the namespace's cap
+ * counts as the cap. */
 int radix_hint(radix_tree_t *t, uint32_t block_id, uint32_t prio, uint64_t until);
+
+/* The most blocks that may hold a live timed hint at once (0, the default:
+ * every block may); a timed hint for one more block is refused with
+ * KVS_ELIMIT (a block's live one may still change). Hints live already
+ * stay. Errors: KVS_EINVAL. */
+int radix_hint_limit(radix_tree_t *t, size_t max_timed);
+
+/* Entries in the expiry queue of timed hints: the live ones, and those
+ * replaced or ended not yet dropped (at most 2 x live + 64). */
+size_t radix_hint_queue_len(const radix_tree_t *t);
+
+/* Blocks holding a live timed hint. */
+size_t radix_hint_timed(const radix_tree_t *t);
 
 /* Ends the timed hints whose `until` <= now (each block's priority falls
  * back to what its other hints, or its namespace's default, give). Call it
@@ -384,7 +401,8 @@ int radix_block_priority(const radix_tree_t *t, uint32_t block_id, uint32_t *pri
 
 /* A namespace's default priority and the cap on its hints (both <=
  * RADIX_PRIO_MAX; hints above a lowered cap come down to it). Linear in
- * max_blocks when either changes: for configuration, not the request path.
+ * max_blocks when either changes and the namespace holds blocks (O(1) for
+ * an empty one): for configuration, not the request path.
  * Errors: KVS_EINVAL, KVS_ENONS. */
 int radix_ns_set_priority(radix_tree_t *t, uint32_t ns, uint32_t prio_default, uint32_t prio_cap);
 

@@ -141,6 +141,8 @@ struct radix_tree {
     uint8_t *band_of;
     radix_expiry_t *exp;
     size_t exp_len, exp_cap;
+    size_t exp_live;      /* blocks with a live timed hint (hint_timed set) */
+    size_t exp_max;       /* the most exp_live may be (radix_hint_limit); 0: no limit */
     uint64_t reuse_gap64; /* 64 x moving average of first-reuse gaps, in ticks */
     /* Tier 2: ids [max_blocks, max_blocks + t2_blocks), owned by the tree. */
     uint32_t t2_blocks;

@@ -809,7 +809,7 @@ size_t radix_memory_bytes(const radix_tree_t *t)
     size_t bytes =
         sizeof(*t) + t->node_bytes + (t->slot_mask + 1) * sizeof(radix_slot_t) +
         ((size_t)t->cfg.max_blocks + t->t2_blocks) * (sizeof(*t->by_node) + sizeof(*t->by_pos)) +
-        (size_t)t->ns_cap * sizeof(*t->ns);
+        (size_t)t->ns_cap * sizeof(*t->ns) + t->exp_cap * sizeof(*t->exp);
     for (uint32_t i = 0; i < t->n_ns; i++)
         if (t->ns[i])
             bytes +=

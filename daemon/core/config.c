@@ -164,7 +164,7 @@ void config_ns_init(config_ns_t *n)
 {
     memset(n, 0, sizeof(*n));
     n->priority = RADIX_PRIO_DEFAULT;
-    n->max_priority = RADIX_PRIO_MAX;
+    n->max_priority = CONFIG_PRIO_UNSET;
 }
 
 const config_ns_t *config_find_ns(const config_t *c, const char *name)

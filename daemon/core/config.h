@@ -41,12 +41,16 @@ typedef struct config_acl {
     uint32_t gids[CONFIG_MAX_IDS];
 } config_acl_t;
 
+/* A section's max_priority when it sets none: default_max_priority holds. */
+#define CONFIG_PRIO_UNSET UINT32_MAX
+
 typedef struct config_ns {
     char name[RADIX_NS_NAME_MAX + 1];
-    uint32_t quota;        /* max cached blocks; 0: none */
-    uint32_t reserve;      /* blocks guaranteed to it (radix_evict's rule) */
-    uint32_t priority;     /* retention priority of unhinted blocks (radix_hint) */
-    uint32_t max_priority; /* the highest a hint may give */
+    uint32_t quota;    /* max cached blocks; 0: none */
+    uint32_t reserve;  /* blocks guaranteed to it (radix_evict's rule) */
+    uint32_t priority; /* retention priority of unhinted blocks (radix_hint) */
+    uint32_t
+        max_priority; /* the highest a hint may give; CONFIG_PRIO_UNSET: the daemon's default */
     config_acl_t acl;
     double hit_rate_target;           /* (0, 1]: designed for caching, alert below; 0: not set */
     char tier[RADIX_NS_NAME_MAX + 1]; /* service tier, for metrics by tier; "": none */

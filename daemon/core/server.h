@@ -40,8 +40,20 @@ typedef struct store store_t;
 #define SERVER_DEFAULT_MAX_SESSIONS   1024
 #define SERVER_DEFAULT_MAX_NAMESPACES 256
 #define SERVER_DEFAULT_SESSION_MAX_NS 64
-#define SERVER_DEFAULT_NS             "default"
-#define SERVER_DEFAULT_DRAIN_MS       5000
+
+/* A hint may raise a block no higher than the default priority of blocks
+ * without one (RADIX_PRIO_DEFAULT), unless its namespace's section allows
+ * more (max_priority): one tenant's hints could otherwise keep its blocks
+ * over every other tenant's, whose working set then never stays cached. */
+#define SERVER_DEFAULT_MAX_PRIORITY 50
+
+/* Pins one session may hold (session_max_pinned): 2^24, beyond any honest
+ * worker (1,024 requests in flight, each pinning a 256k-token prompt of
+ * 16-token blocks, is 16.8 M), and what a close lets go of in about 30 ms
+ * in all, in steps (STORE_RELEASE_STEP). */
+#define SERVER_DEFAULT_SESSION_MAX_PINNED (1u << 24)
+#define SERVER_DEFAULT_NS                 "default"
+#define SERVER_DEFAULT_DRAIN_MS           5000
 /* A cuda pool that does not fit is retried this long: after a restart the
  * workers may still map the previous daemon's pool until their next call. */
 #define SERVER_DEFAULT_BACKEND_RETRY_MS 60000
@@ -72,8 +84,12 @@ typedef struct server_config {
     const char *metrics_listen; /* "HOST:PORT" for Prometheus over HTTP; NULL: off */
 
     /* Operations (namespaces.c, peer.c). */
-    bool dynamic_namespaces;      /* unknown namespaces are created on first use */
-    uint32_t session_max_pinned;  /* pins one session may hold; 0: no limit */
+    bool dynamic_namespaces;     /* unknown namespaces are created on first use */
+    uint32_t session_max_pinned; /* pins one session may hold; 0: no limit */
+    /* The highest retention priority a hint may give in a namespace whose
+     * section allows no more (max_priority); see SERVER_DEFAULT_MAX_PRIORITY. */
+    uint32_t default_max_priority;
+    uint32_t max_timed_hints;     /* blocks with a live timed hint at once; 0: any */
     uint32_t session_max_writing; /* WRITING blocks one session may hold; 0: no limit */
     bool has_socket_gid;          /* chown the socket to socket_gid */
     uint32_t socket_gid;
@@ -81,6 +97,7 @@ typedef struct server_config {
      * (tenants.h); 0: no limit. */
     uint32_t session_max_namespaces;
     config_acl_t allow;      /* peers allowed to connect (empty: anyone) */
+    config_acl_t clear_acl;  /* peers who may Clear any namespace (namespaces_may_clear) */
     uint32_t drain_ms;       /* SIGTERM: the loop ends within this time */
     const char *config_path; /* reread on SIGHUP; NULL: none */
 

@@ -172,6 +172,13 @@ const setting_t settings_table[] = {
     {"allow_gids", "allow-gids", SETTING_GLOBAL, SETTING_GIDS, "LIST", 0, 0, AT(server.allow),
      .zero = "anyone who can open the socket",
      .help = "peers allowed to connect: a primary gid in this list"},
+    {"clear_uids", "clear-uids", SETTING_GLOBAL, SETTING_UIDS, "LIST", 0, 0, AT(server.clear_acl),
+     .zero = "uid 0 only",
+     .help = "peers who may Clear any namespace: a uid in this list (others may clear only a "
+             "namespace whose allow_uids / allow_gids names them; refusals count in "
+             "clears_denied)"},
+    {"clear_gids", "clear-gids", SETTING_GLOBAL, SETTING_GIDS, "LIST", 0, 0, AT(server.clear_acl),
+     .zero = "uid 0 only", .help = "peers who may Clear any namespace: a primary gid in this list"},
 
     /* The pool. */
     {"backend", "backend", SETTING_GLOBAL, SETTING_CHOICE, "KIND", 0, 0, CHOICE(backend),
@@ -224,7 +231,18 @@ const setting_t settings_table[] = {
              "refused with KVS_ELIMIT)"},
     {"session_max_pinned", "session-max-pinned", SETTING_GLOBAL, SETTING_U32, "N", 0, UINT32_MAX,
      AT(server.session_max_pinned), .zero = "0: no limit",
-     .help = "pins one connection may hold at once (a block pinned twice counts twice)"},
+     .help = "pins one connection may hold at once (a block pinned twice counts twice); the "
+             "default, 2^24, is beyond any honest worker (1,024 requests each pinning a "
+             "256k-token prompt) and bounds what one session's close lets go of"},
+    {"default_max_priority", "default-max-priority", SETTING_GLOBAL, SETTING_U32, "N", 0,
+     RADIX_PRIO_MAX, AT(server.default_max_priority),
+     .help = "the highest retention priority a hint may give in a namespace whose section sets "
+             "no max_priority (higher hints count as this): at the default priority of blocks "
+             "without a hint, one tenant's hints cannot keep its blocks over another's"},
+    {"max_timed_hints", "max-timed-hints", SETTING_GLOBAL, SETTING_U32, "N", 0, UINT32_MAX,
+     AT(server.max_timed_hints), .zero = "0: one per block",
+     .help = "blocks that may hold a live timed retention hint at once; a timed hint for one "
+             "more is ignored and counted (hints_refused)"},
     {"session_max_writing", "session-max-writing", SETTING_GLOBAL, SETTING_U32, "N", 0, UINT32_MAX,
      AT(server.session_max_writing), .zero = "0: no limit",
      .help = "blocks one connection may be writing (allocated, not committed)"},
@@ -360,9 +378,11 @@ const setting_t settings_table[] = {
      .help = "retention priority of the namespace's blocks that no live hint names (0-100: "
              "the lowest priority is evicted first, least recently used within one)"},
     {"max_priority", NULL, SETTING_NS, SETTING_U32, "N", 0, RADIX_PRIO_MAX, NS_AT(max_priority),
-     .reload = true,
+     .reload = true, .deflt = "default_max_priority",
      .help = "the highest retention priority a hint may give the namespace's blocks (higher "
-             "hints count as this); priority is never a pin: quotas and reservations hold"},
+             "hints count as this); above default_max_priority it is this namespace's "
+             "allowance to keep its blocks over others'; priority is never a pin: quotas and "
+             "reservations hold"},
     {"allow_uids", NULL, SETTING_NS, SETTING_UIDS, "LIST", 0, 0, NS_AT(acl), .zero = "anyone",
      .reload = true, .help = "only these users may use the namespace"},
     {"allow_gids", NULL, SETTING_NS, SETTING_GIDS, "LIST", 0, 0, NS_AT(acl), .zero = "anyone",

@@ -37,6 +37,8 @@ void server_config_init(server_config_t *cfg)
     cfg->max_sessions = SERVER_DEFAULT_MAX_SESSIONS;
     cfg->max_namespaces = SERVER_DEFAULT_MAX_NAMESPACES;
     cfg->session_max_namespaces = SERVER_DEFAULT_SESSION_MAX_NS;
+    cfg->default_max_priority = SERVER_DEFAULT_MAX_PRIORITY;
+    cfg->session_max_pinned = SERVER_DEFAULT_SESSION_MAX_PINNED;
     cfg->ready_fd = -1;
     cfg->dynamic_namespaces = true;
     cfg->drain_ms = SERVER_DEFAULT_DRAIN_MS;

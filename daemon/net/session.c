@@ -314,17 +314,22 @@ static bool enforce_budget(server_t *srv, const session_t *spare)
     return true;
 }
 
+static void drain_in_steps(server_t *srv, uint64_t session_id, unsigned long long n_pins);
+
 /* Gives back everything the session holds: its WRITING blocks to the pool,
- * its pins to the index. Linear in the holdings, not in the pool. */
+ * its pins to the index. Linear in the holdings, not in the pool; many pins
+ * go in bounded steps on later loop turns (store_release_session). */
 static void release_all(session_t *s)
 {
     server_t *srv = s->srv;
-    uint32_t n_writing = s->n_writing, n_pins = (uint32_t)s->pins.total;
+    uint32_t n_writing = s->n_writing;
+    unsigned long long n_pins = (unsigned long long)s->pins.total;
 
-    store_release_session(srv, s);
+    if (store_release_session(srv, s))
+        drain_in_steps(srv, s->id, n_pins);
     if (n_writing || n_pins)
-        LOG_DEBUG("session %llu released %u writing blocks and %u pins", (unsigned long long)s->id,
-                  n_writing, n_pins);
+        LOG_DEBUG("session %llu released %u writing blocks and %llu pins",
+                  (unsigned long long)s->id, n_writing, n_pins);
 }
 
 static void held_remove(session_t *s);
@@ -919,8 +924,30 @@ static void on_turn(uv_idle_t *h)
         if (was_last)
             break;
     }
-    if (!srv->ready_head)
+    /* Closed sessions' pins, one bounded step per loop turn. */
+    bool draining = srv->store && srv->store->drains && store_drain_step(srv);
+    if (!srv->ready_head && !draining)
         uv_idle_stop(h);
+}
+
+/* Many pins of a closed session: the store lets go of them a step per loop
+ * turn (on_turn), between the other sessions' turns. */
+static void drain_in_steps(server_t *srv, uint64_t session_id, unsigned long long n_pins)
+{
+    if (srv->stopping) { /* no session is served any more: no turn to wait for */
+        while (store_drain_step(srv))
+            ;
+        return;
+    }
+    if (sched_init(srv) == 0) {
+        uv_idle_start(&srv->sched->turn, on_turn);
+        return;
+    }
+    LOG_ERROR("session %llu: no loop handle for releasing its %llu pins in steps; releasing "
+              "them at once",
+              (unsigned long long)session_id, n_pins);
+    while (store_drain_step(srv))
+        ;
 }
 
 void session_run_ready(server_t *srv)

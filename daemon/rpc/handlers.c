@@ -157,7 +157,9 @@ int handler_hello(session_t *s, const Kvshare__Request *req, Kvshare__Response *
         int rc = backend_tier_export_readonly(srv->backend, &fd, why, sizeof(why));
         if (rc == KVS_EIO) {
             /* Read-only is a safeguard the system may not offer (no /proc):
-             * the reader's mapping is PROT_READ all the same. */
+             * the reader's mapping is PROT_READ all the same, and tier 2 is
+             * sealed against every write but the daemon's own mapping
+             * (backend_tier_open). */
             LOG_WARN("session %llu: %s; sending the tier-2 memfd read-write",
                      (unsigned long long)s->id, why);
             rc = backend_tier_export(srv->backend, &fd, why, sizeof(why));
@@ -894,6 +896,14 @@ int handler_clear(session_t *s, const Kvshare__Request *req, Kvshare__Response *
     int rc = ns_resolve(s, req->clear->ns, false, &ns, ctx);
     if (rc != 0)
         return rc;
+    if (!namespaces_may_clear(s, ns)) {
+        srv->metrics.clears_denied++;
+        return fail(ctx, KVS_EDENIED,
+                    "clearing namespace '%s' is not allowed for uid %u: Clear drops a whole "
+                    "tenant's cache; it takes uid 0, a uid or gid in clear_uids / clear_gids, or "
+                    "one the namespace's own allow_uids / allow_gids names",
+                    radix_ns_name(srv->index, ns), (unsigned)s->peer_uid);
+    }
     rc = store_clear(srv, ns, &cleared);
     if (rc == 0)
         rc = radix_ns_stats(srv->index, ns, &st);

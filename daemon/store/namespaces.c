@@ -102,7 +102,9 @@ int namespaces_apply(server_t *srv, config_t *conf, char *err, size_t errlen)
                 return rc;
             }
         }
-        radix_ns_set_priority(srv->index, id, n->priority, n->max_priority);
+        radix_ns_set_priority(srv->index, id, n->priority,
+                              n->max_priority == CONFIG_PRIO_UNSET ? srv->cfg.default_max_priority
+                                                                   : n->max_priority);
         if (id < srv->n_tenants) {
             srv->tenants[id].declared = true;
             srv->tenants[id].acl = n->acl;
@@ -119,7 +121,8 @@ int namespaces_apply(server_t *srv, config_t *conf, char *err, size_t errlen)
         if (srv->conf && config_find_ns(srv->conf, radix_ns_name(srv->index, id)) &&
             (st.quota || st.reserve)) {
             radix_ns_set_limits(srv->index, id, 0, 0);
-            radix_ns_set_priority(srv->index, id, RADIX_PRIO_DEFAULT, RADIX_PRIO_MAX);
+            radix_ns_set_priority(srv->index, id, RADIX_PRIO_DEFAULT,
+                                  srv->cfg.default_max_priority);
             LOG_INFO("namespace '%s' is no longer declared: quota and reserve removed",
                      radix_ns_name(srv->index, id));
         }
@@ -233,6 +236,21 @@ bool namespaces_allowed(const session_t *s, uint32_t ns)
     return config_acl_allows(&srv->tenants[ns].acl, s->peer_uid, s->peer_gid);
 }
 
+/* An allow-list that names someone admits the peer (an empty one admits
+ * everyone to use a namespace, but names no owner). */
+static bool acl_names(const config_acl_t *acl, const session_t *s)
+{
+    return (acl->n_uids || acl->n_gids) && config_acl_allows(acl, s->peer_uid, s->peer_gid);
+}
+
+bool namespaces_may_clear(const session_t *s, uint32_t ns)
+{
+    const server_t *srv = s->srv;
+    if (!s->has_peer || s->peer_uid == 0 || acl_names(&srv->cfg.clear_acl, s))
+        return true;
+    return ns < srv->n_tenants && acl_names(&srv->tenants[ns].acl, s);
+}
+
 bool namespaces_usable(const server_t *srv, uint32_t ns)
 {
     if (srv->cfg.dynamic_namespaces)
@@ -282,6 +300,7 @@ int namespaces_create(server_t *s, const char *name, uint32_t quota, uint32_t re
                  rc == KVS_EINVAL ? ": names are " : "", rc == KVS_EINVAL ? nsname_rule() : "");
         return rc;
     }
+    radix_ns_set_priority(s->index, ns, RADIX_PRIO_DEFAULT, s->cfg.default_max_priority);
     LOG_INFO("namespace '%s': quota %u blocks%s, reserve %u", name, quota, quota ? "" : " (none)",
              reserve);
     return 0;
@@ -377,6 +396,8 @@ int namespaces_resolve(session_t *s, const char *name, bool create, uint32_t *ns
                           name, srv->cfg.max_namespaces);
     }
     rc = radix_ns_create(srv->index, name, namespaces_seed(name), 0, 0, ns);
+    if (rc == 0) /* O(1): the namespace is empty */
+        radix_ns_set_priority(srv->index, *ns, RADIX_PRIO_DEFAULT, srv->cfg.default_max_priority);
     if (rc == 0 && namespaces_created(s, *ns) != 0) {
         radix_ns_delete(srv->index, *ns);
         rc = KVS_ENOMEM;

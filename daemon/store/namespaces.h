@@ -68,6 +68,14 @@ void namespaces_free(server_t *srv);
 /* Whether session s may use namespace ns (its allow-list, if any). */
 bool namespaces_allowed(const session_t *s, uint32_t ns);
 
+/* Whether session s may Clear namespace ns, which drops a whole tenant's
+ * cache: a peer of uid 0 (it could stop the daemon anyway), a peer in
+ * clear_uids / clear_gids (the operators), or a peer that ns's own
+ * allow-list admits (its own sessions: only a namespace with an allow-list
+ * has any). Everyone else is denied, without allow-lists too. A session
+ * without peer credentials (in-process, tests) may. */
+bool namespaces_may_clear(const session_t *s, uint32_t ns);
+
 /* Whether ns may be used by name at all: declared, or dynamic namespaces on. */
 bool namespaces_usable(const server_t *srv, uint32_t ns);
 

@@ -89,6 +89,7 @@ int store_open(server_t *srv, store_t **out, char *err, size_t errlen)
         snprintf(err, errlen, "cannot create the index: %s", kvs_status_text(rc));
         goto fail;
     }
+    radix_hint_limit(st->index, srv->cfg.max_timed_hints);
     /* By index id: tier-2 blocks keep what names them too. */
     st->n_ids = srv->num_blocks + srv->tier2_blocks;
     st->rec = calloc(st->n_ids, sizeof(*st->rec));
@@ -112,6 +113,8 @@ fail:
     return rc;
 }
 
+static void drains_free(store_t *st);
+
 void store_free(store_t *st)
 {
     if (!st)
@@ -125,6 +128,7 @@ void store_free(store_t *st)
                  (unsigned long long)ms.failures);
     }
     tier_medium_close(st->medium);
+    drains_free(st); /* the index goes whole: no pin needs letting go */
     radix_free(st->index);
     pool_free(st->pool);
     free(st->rec);
@@ -164,6 +168,10 @@ void store_hint(server_t *srv, const store_hint_t *h, uint32_t b)
         return;
     uint64_t until = h->duration_ms ? uv_now(srv->loop) + h->duration_ms : 0;
     int rc = radix_hint(srv->store->index, b, h->priority, until);
+    if (rc == KVS_ELIMIT) {
+        srv->metrics.hints_refused++; /* max_timed_hints: a hint, never an error */
+        return;
+    }
     if (rc != 0 && rc != KVS_ENOTFOUND)
         LOG_WARN("retention hint on block %u: %s", b, kvs_status_text(rc));
 }
@@ -464,7 +472,89 @@ int store_release(server_t *srv, session_t *s, uint32_t b, const store_hint_t *h
     return 0;
 }
 
-void store_release_session(server_t *srv, session_t *s)
+/* A closed session's pin map, let go of in steps. */
+typedef struct store_drain {
+    struct store_drain *next;
+    uint32_t *keys; /* the session's map (session_pins_t), now the store's */
+    uint32_t *counts;
+    uint32_t cap;
+    uint32_t pos;  /* next slot to let go of */
+    uint64_t left; /* pins not let go of yet */
+    uint64_t session_id;
+} store_drain_t;
+
+/* Lets go of up to *budget pins of d (each radix_unpin, and each slot
+ * looked at, costs one); true when d is done. */
+static bool drain_some(server_t *srv, store_drain_t *d, uint64_t *budget)
+{
+    store_t *st = srv->store;
+    while (*budget > 0 && d->pos < d->cap) {
+        uint32_t b = d->keys[d->pos];
+        (*budget)--;
+        if (b == SESSION_NO_BLOCK) {
+            d->pos++;
+            continue;
+        }
+        while (d->counts[d->pos] > 0 && *budget > 0) {
+            if (radix_unpin(st->index, b) != 0) {
+                LOG_ERROR("session %llu: pin on block %u was not in the index",
+                          (unsigned long long)d->session_id, b);
+                d->left -= d->counts[d->pos];
+                d->counts[d->pos] = 0;
+                break;
+            }
+            d->counts[d->pos]--;
+            d->left--;
+            (*budget)--;
+        }
+        if (d->counts[d->pos] == 0)
+            d->pos++;
+    }
+    return d->pos >= d->cap;
+}
+
+static void drain_free(store_drain_t *d)
+{
+    free(d->keys);
+    free(d->counts);
+    free(d);
+}
+
+static void drains_free(store_t *st)
+{
+    while (st->drains) {
+        store_drain_t *d = st->drains;
+        st->drains = d->next;
+        drain_free(d);
+    }
+    st->drains_tail = NULL;
+}
+
+bool store_drain_step(server_t *srv)
+{
+    store_t *st = srv->store;
+    uint64_t budget = STORE_RELEASE_STEP;
+    while (st->drains && budget > 0) {
+        store_drain_t *d = st->drains;
+        if (!drain_some(srv, d, &budget))
+            break;
+        st->drains = d->next;
+        if (!st->drains)
+            st->drains_tail = NULL;
+        drain_free(d);
+    }
+    return st->drains != NULL;
+}
+
+uint64_t store_draining_pins(const server_t *srv)
+{
+    uint64_t n = 0;
+    for (const store_drain_t *d = srv->store->drains; d; d = d->next)
+        n += d->left;
+    return n;
+}
+
+bool store_release_session(server_t *srv, session_t *s)
 {
     store_t *st = srv->store;
     for (uint32_t i = 0; i < s->n_writing; i++) {
@@ -476,21 +566,35 @@ void store_release_session(server_t *srv, session_t *s)
                       (unsigned long long)s->id, b);
     }
     s->n_writing = 0;
-    for (uint32_t i = 0; i < s->pins.cap; i++) {
-        uint32_t b = s->pins.keys[i];
-        if (b == SESSION_NO_BLOCK)
-            continue;
-        for (uint32_t k = 0; k < s->pins.counts[i]; k++) {
-            if (radix_unpin(st->index, b) != 0) {
-                LOG_ERROR("session %llu: pin on block %u was not in the index",
-                          (unsigned long long)s->id, b);
-                break;
-            }
-        }
-        s->pins.keys[i] = SESSION_NO_BLOCK;
+    store_drain_t one = {.keys = s->pins.keys,
+                         .counts = s->pins.counts,
+                         .cap = s->pins.cap,
+                         .left = s->pins.total,
+                         .session_id = s->id};
+    bool later = false;
+    /* A map over one step (pins and slots) goes to the drain list whole;
+     * with no memory for the record, at once (a stall, not a leak). */
+    store_drain_t *d = s->pins.total + s->pins.cap > STORE_RELEASE_STEP ? malloc(sizeof(*d)) : NULL;
+    if (d) {
+        *d = one;
+        if (st->drains_tail)
+            st->drains_tail->next = d;
+        else
+            st->drains = d;
+        st->drains_tail = d;
+        s->pins.keys = NULL; /* the store's now */
+        s->pins.counts = NULL;
+        s->pins.cap = 0;
+        later = true;
+    } else {
+        uint64_t budget = UINT64_MAX;
+        drain_some(srv, &one, &budget);
+        for (uint32_t i = 0; i < s->pins.cap; i++)
+            s->pins.keys[i] = SESSION_NO_BLOCK;
     }
     s->pins.used = 0;
     s->pins.total = 0;
+    return later;
 }
 
 /* --- lookup --- */
@@ -524,13 +628,13 @@ static int promote_match(server_t *srv, session_t *s, uint32_t ns, uint32_t *ids
                          size_t n_promote, size_t n_blocks)
 {
     store_t *st = srv->store;
-    int started = tier_promote(srv, s, ids + n_t1, n_promote, ids, n_blocks);
+    int started = tier_promote(srv, s, ids, n_blocks, n_t1, n_promote);
     if (started == 0) { /* no free pool block: make room first, then promote */
         started = tier_demote(srv, s, ns, n_promote);
         /* Nothing to wait for when the room came from blocks dropped
          * at once (tier 2 full of blocks it cannot drop: these). */
         if (started == 0)
-            started = tier_promote(srv, s, ids + n_t1, n_promote, ids, n_blocks);
+            started = tier_promote(srv, s, ids, n_blocks, n_t1, n_promote);
     }
     if (started == 0) /* copies in flight will free or move blocks */
         started = tier_wait(srv, s);
@@ -665,10 +769,11 @@ int store_demote(server_t *srv, uint32_t ns, size_t n, radix_move_t *moves, size
     return rc;
 }
 
-void store_promote(server_t *srv, const uint32_t *t2_ids, size_t n, uint32_t *pool_ids,
-                   size_t *n_done, uint32_t *pins, size_t n_pins)
+void store_promote(server_t *srv, uint32_t *pins, size_t first, size_t n, uint32_t *pool_ids,
+                   size_t *n_done)
 {
     store_t *st = srv->store;
+    uint32_t *t2_ids = pins + first;
     pool_counts_t c;
     pool_counts(st->pool, &c);
     size_t m = n < c.free ? n : c.free, done = 0;
@@ -678,6 +783,10 @@ void store_promote(server_t *srv, const uint32_t *t2_ids, size_t n, uint32_t *po
     uint64_t now = uv_now(srv->loop);
     for (; done < m; done++) {
         uint32_t id = pool_ids[done], from = t2_ids[done];
+        /* The lookup's pin on the tier-2 id is on the pool id now: the
+         * promoted blocks are a run of the pins, so each moves in O(1) (a
+         * search of the pins per block made a large promotion quadratic). */
+        t2_ids[done] = id;
         int prc = radix_promote(st->index, from, id);
         if (prc != 0) {
             LOG_DEBUG("promotion of tier-2 block %u to %u stopped: %s", from, id,
@@ -689,10 +798,6 @@ void store_promote(server_t *srv, const uint32_t *t2_ids, size_t n, uint32_t *po
          * publishes no KV event. */
         st->rec[id].meta = st->rec[from].meta;
         st->rec[id].used_ms = now;
-        /* The lookup's pin on the tier-2 id is on the pool id now. */
-        for (size_t k = 0; k < n_pins; k++)
-            if (pins[k] == from)
-                pins[k] = id;
     }
     for (size_t i = done; i < m; i++)
         pool_release(st->pool, pool_ids[i]);

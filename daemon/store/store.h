@@ -93,7 +93,13 @@ struct store {
     store_evicted_t *report;    /* during one store call: where dropped blocks go */
     struct tier_medium *medium; /* the tier below the pool; NULL: none */
     uint64_t medium_down_until; /* loop ms: after a failed copy, no moves before it */
+    struct store_drain *drains; /* pins of closed sessions still to let go (FIFO) */
+    struct store_drain *drains_tail;
 };
+
+/* Pins let go of per step when a closed session held many (store_drain_step):
+ * about a millisecond of the loop, so that no close stalls other sessions. */
+#define STORE_RELEASE_STEP 65536
 
 /* After a copy to or from the medium failed, this long no block moves
  * between the tiers (a full pool evicts, a hit in tier 2 is not promoted),
@@ -156,9 +162,20 @@ int store_pin(server_t *srv, session_t *s, uint32_t b, const store_hint_t *hint)
  * (s's pin was not in the index). */
 int store_release(server_t *srv, session_t *s, uint32_t b, const store_hint_t *hint);
 
-/* Everything s holds goes: WRITING blocks to the pool, pins to the index
- * (the session is closing). Linear in the holdings, not in the pool. */
-void store_release_session(server_t *srv, session_t *s);
+/* Everything s holds goes: WRITING blocks to the pool at once, pins to the
+ * index (the session is closing): at once when they are at most
+ * STORE_RELEASE_STEP, otherwise the store takes s's pin map over and lets
+ * go of it in steps (store_drain_step), and true is returned: the caller
+ * runs the steps on later loop turns. Until then those blocks stay pinned
+ * (held by no session). */
+bool store_release_session(server_t *srv, session_t *s);
+
+/* Lets go of up to STORE_RELEASE_STEP pins of closed sessions (oldest
+ * close first); true when some are left for another step. */
+bool store_drain_step(server_t *srv);
+
+/* Pins of closed sessions not let go yet. */
+uint64_t store_draining_pins(const server_t *srv);
 
 /* The cached prefix of tokens in ns for session s (pinned when pin), in
  * *ids (s's scratch, valid until its next request): *n_t1 tier-1 blocks,
@@ -208,13 +225,13 @@ int store_demote(server_t *srv, uint32_t ns, size_t n, radix_move_t *moves, size
 int store_install(server_t *srv, uint32_t ns, const uint32_t *tokens, const uint32_t *prefix_ids,
                   size_t m, const void *const *payloads, size_t n, size_t *n_installed);
 
-/* Promotes the tier-2 blocks t2_ids[0..n) (a pinned lookup's, in chain
- * order) into free pool blocks, as far as free blocks and radix_promote
- * allow: pool_ids[0..*n_done) get them, busy until store_move_end; pins
- * (n_pins index ids held by the caller) that named a promoted block name
- * its pool id now. */
-void store_promote(server_t *srv, const uint32_t *t2_ids, size_t n, uint32_t *pool_ids,
-                   size_t *n_done, uint32_t *pins, size_t n_pins);
+/* Promotes the tier-2 blocks pins[first .. first + n) (a pinned lookup's,
+ * in chain order, after its tier-1 blocks) into free pool blocks, as far as
+ * free blocks and radix_promote allow: pool_ids[0..*n_done) get them, busy
+ * until store_move_end, and pins[first + i] names pool_ids[i] now (the pin
+ * moved with the block). O(*n_done), not in the other pins. */
+void store_promote(server_t *srv, uint32_t *pins, size_t first, size_t n, uint32_t *pool_ids,
+                   size_t *n_done);
 
 /* The copy of one move ended; id is the block's new index id (a demotion's
  * tier-2 id, a promotion's pool id). ok: the block is readable there, and a

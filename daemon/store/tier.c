@@ -20,6 +20,7 @@ struct tier_job {
     uint32_t *index_ids; /* [n], each block's index id once moved */
     uint32_t *pins;      /* [n_pins], pins the job holds (index ids) */
     size_t n_pins;
+    size_t pin_first; /* a promotion: pins[pin_first + i] is the pin on block i */
 };
 
 static tier_job_t *job_new(server_t *srv, session_t *s, bool put, size_t n, size_t n_pins)
@@ -86,9 +87,9 @@ static bool undo_moves(tier_job_t *j)
             all = false;
             continue;
         }
-        for (size_t k = 0; k < j->n_pins; k++)
-            if (j->pins[k] == j->index_ids[i])
-                j->pins[k] = back;
+        /* O(1) per block: a promotion's blocks are a run of its pins. */
+        if (j->n_pins > 0 && j->pins[j->pin_first + i] == j->index_ids[i])
+            j->pins[j->pin_first + i] = back;
     }
     return all;
 }
@@ -204,15 +205,17 @@ int tier_demote(server_t *srv, session_t *s, uint32_t ns, size_t n)
     return start(j, s);
 }
 
-int tier_promote(server_t *srv, session_t *s, const uint32_t *t2_ids, size_t n,
-                 const uint32_t *pins, size_t n_pins)
+int tier_promote(server_t *srv, session_t *s, const uint32_t *pins, size_t n_pins, size_t first,
+                 size_t n)
 {
+    const uint32_t *t2_ids = pins + first;
     tier_job_t *j = job_new(srv, s, false, n, n_pins);
     if (!j)
         return KVS_ENOMEM;
     memcpy(j->pins, pins, n_pins * sizeof(*pins));
     size_t done = 0;
-    store_promote(srv, t2_ids, n, j->pool_ids, &done, j->pins, n_pins);
+    j->pin_first = first;
+    store_promote(srv, j->pins, first, n, j->pool_ids, &done);
     if (done == 0) {
         job_free(j);
         return 0;

@@ -43,13 +43,14 @@ typedef struct tier_job tier_job_t;
  * once), or an error: KVS_ENOMEM, radix_demote's. */
 int tier_demote(server_t *srv, session_t *s, uint32_t ns, size_t n);
 
-/* Promotes the tier-2 blocks t2_ids[0..n) (matched in order after the
- * tier-1 prefix of a pinned lookup, and pinned by it) into free pool
- * blocks; the job takes over the n_pins pins in pins[] (the whole lookup's)
- * and lets go of them when done. Returns 1 when copies started (s waits),
- * 0 when none could (no free block: the caller unpins), or an error. */
-int tier_promote(server_t *srv, session_t *s, const uint32_t *t2_ids, size_t n,
-                 const uint32_t *pins, size_t n_pins);
+/* Promotes the tier-2 blocks pins[first .. first + n) (matched in order
+ * after the tier-1 prefix of a pinned lookup, and pinned by it) into free
+ * pool blocks; the job takes over the n_pins pins in pins[] (the whole
+ * lookup's) and lets go of them when done. Returns 1 when copies started
+ * (s waits), 0 when none could (no free block: the caller unpins), or an
+ * error. Linear in n_pins. */
+int tier_promote(server_t *srv, session_t *s, const uint32_t *pins, size_t n_pins, size_t first,
+                 size_t n);
 
 /* Whether tier copies are in flight, whose end may make room for s's
  * request (blocks freed or moved): 1 when some are (the caller holds the

@@ -22,7 +22,8 @@ POOL = 32
 
 
 def Daemon():
-    return kvsd.Daemon(blocks=POOL)
+    # Hints above the default cap (default_max_priority) are tested here.
+    return kvsd.Daemon(blocks=POOL, extra=["--default-max-priority", "100"])
 
 
 class BindingTest(unittest.TestCase):

@@ -1526,6 +1526,12 @@ START_TEST(test_retention_hints)
     hint.priority = 101;
     ck_assert_int_eq(finish(rpc(a, &req)), KVS_EINVAL);
     ck_assert_ptr_nonnull(strstr(last_msg, "retention priority 101"));
+    /* Above default_max_priority only with the namespace's allowance. */
+    uint32_t ns, seen[2];
+    size_t n_seen = 0;
+    ck_assert_int_eq(do_lookup(a, NULL, tokens, 8, 0, seen, &n_seen), 0); /* makes "default" */
+    ck_assert_int_eq(radix_ns_find(srv->index, "default", &ns), 0);
+    ck_assert_int_eq(radix_ns_set_priority(srv->index, ns, RADIX_PRIO_DEFAULT, RADIX_PRIO_MAX), 0);
     hint.priority = 90;
     ck_assert_int_eq(finish(rpc(a, &req)), 0);
     uint32_t prio = 0;
@@ -1545,8 +1551,6 @@ START_TEST(test_retention_hints)
     ck_assert_int_eq(radix_block_priority(srv->index, ids[0], &prio), 0);
     ck_assert_uint_eq(prio, 90);
     /* A namespace capped at 60 (config), and a timed hint that ends. */
-    uint32_t ns;
-    ck_assert_int_eq(radix_ns_find(srv->index, "default", &ns), 0);
     ck_assert_int_eq(radix_ns_set_priority(srv->index, ns, 20, 60), 0);
     ck_assert_int_eq(radix_block_priority(srv->index, ids[0], &prio), 0);
     ck_assert_uint_eq(prio, 60);
@@ -1602,6 +1606,235 @@ START_TEST(test_retention_hints)
     finish(r);
 }
 END_TEST
+/* Pins with a timed hint, renewed 10,000 times on two blocks: the expiry
+ * queue stays at the live hints (the issue: one entry per hint given), and
+ * past max_timed_hints a hint for one more block is ignored and counted. */
+START_TEST(test_timed_hints_are_bounded)
+{
+    session_t *a = new_session();
+    uint32_t tokens[2 * BT], ids[2], can[2];
+    size_t done;
+    prompt(tokens, 2 * BT, 77);
+    ck_assert_int_eq(do_alloc(a, 2, ids), 0);
+    ck_assert_int_eq(do_commit(a, tokens, 2 * BT, ids, 2, can, &done), 0);
+    Kvshare__PinRequest pr = KVSHARE__PIN_REQUEST__INIT;
+    Kvshare__Request pq = KVSHARE__REQUEST__INIT;
+    Kvshare__RetentionHint timed = KVSHARE__RETENTION_HINT__INIT;
+    timed.priority = 40;
+    pr.n_block_ids = 1;
+    pr.hint = &timed;
+    pq.rpc_case = KVSHARE__REQUEST__RPC_PIN;
+    pq.pin = &pr;
+    for (uint32_t i = 0; i < 10000; i++) {
+        timed.duration_ms = 1000000 + i; /* a later end each time: a new queue entry */
+        pr.block_ids = &can[i % 2];
+        ck_assert_int_eq(finish(rpc(a, &pq)), 0);
+        ck_assert_int_eq(do_release(a, &can[i % 2], 1), 0);
+    }
+    ck_assert_uint_le(radix_hint_queue_len(srv->index), 2 * 2 + 64 + 1);
+    ck_assert_uint_eq(radix_hint_timed(srv->index), 2);
+    ck_assert_uint_eq(srv->metrics.hints_refused, 0);
+    /* A limit of one block: the second block's new hint is refused. */
+    ck_assert_int_eq(radix_expire_hints(srv->index, UINT64_MAX >> 2, NULL), 0);
+    ck_assert_int_eq(radix_hint_limit(srv->index, 1), 0);
+    pr.block_ids = &can[0];
+    ck_assert_int_eq(finish(rpc(a, &pq)), 0);
+    pr.block_ids = &can[1];
+    ck_assert_int_eq(finish(rpc(a, &pq)), 0); /* a hint, never an error */
+    ck_assert_uint_eq(srv->metrics.hints_refused, 1);
+    ck_assert_uint_eq(radix_hint_timed(srv->index), 1);
+    check_invariants();
+}
+END_TEST
+
+/* Alloc n blocks for ns and commit prompt `seed` there with a hint of
+ * priority prio (none when prio < 0), then let go of them. */
+static void commit_hinted(session_t *s, const char *ns, uint32_t seed, uint32_t n, int prio)
+{
+    uint32_t tokens[4 * BT], ids[4], can[8];
+    ck_assert_uint_le(n, 4);
+    prompt(tokens, n * BT, seed);
+    Kvshare__Request req = KVSHARE__REQUEST__INIT;
+    Kvshare__AllocRequest al = KVSHARE__ALLOC_REQUEST__INIT;
+    al.n = n;
+    al.ns = (char *)ns;
+    req.rpc_case = KVSHARE__REQUEST__RPC_ALLOC;
+    req.alloc = &al;
+    Kvshare__Response *r = rpc(s, &req);
+    ck_assert_int_eq(r->status, 0);
+    memcpy(ids, r->alloc->block_ids, n * 4);
+    finish(r);
+    Kvshare__Request cq = KVSHARE__REQUEST__INIT;
+    Kvshare__CommitRequest cm = KVSHARE__COMMIT_REQUEST__INIT;
+    Kvshare__RetentionHint hint = KVSHARE__RETENTION_HINT__INIT;
+    cm.ns = (char *)ns;
+    cm.tokens.data = (uint8_t *)tokens;
+    cm.tokens.len = n * BT * 4;
+    cm.block_ids = ids;
+    cm.n_block_ids = n;
+    if (prio >= 0) {
+        hint.priority = (uint32_t)prio;
+        cm.hint = &hint;
+    }
+    cq.rpc_case = KVSHARE__REQUEST__RPC_COMMIT;
+    cq.commit = &cm;
+    r = rpc(s, &cq);
+    ck_assert_int_eq(r->status, 0);
+    memcpy(can, r->commit->canonical, n * 4);
+    finish(r);
+    ck_assert_int_eq(do_release(s, can, n), 0);
+}
+
+/* Issue: with hints capped at 100 by default, a tenant whose hints said 100
+ * kept its blocks over every other tenant's: another tenant's working set
+ * hit 0 of its blocks every round. Hints now stop at default_max_priority
+ * (the default priority of unhinted blocks) unless a namespace's section
+ * allows more, and the other tenant's working set stays cached by LRU. */
+START_TEST(test_hints_cannot_starve_another_tenant)
+{
+    session_t *a = new_session(), *b = new_session();
+    uint32_t wtok[4 * BT], got[4];
+    prompt(wtok, 4 * BT, 900);
+    commit_hinted(b, "b", 900, 4, -1); /* b's working set: 4 of the 16 blocks */
+    size_t hits = 0, rounds = 0;
+    for (uint32_t round = 0; round < 12; round++) {
+        /* a writes 8 new blocks a round, all hinted 100 */
+        commit_hinted(a, "a", 1000 + 2 * round, 4, 100);
+        commit_hinted(a, "a", 1001 + 2 * round, 4, 100);
+        size_t n = 0;
+        ck_assert_int_eq(do_lookup(b, "b", wtok, 4 * BT, 0, got, &n), 0);
+        if (round >= 2) { /* the pool is full from then on */
+            hits += n;
+            rounds++;
+        }
+        if (n < 4)
+            commit_hinted(b, "b", 900, 4, -1); /* b recomputes its working set */
+        check_invariants();
+    }
+    ck_assert_msg(hits == 4 * rounds, "b's working set hit %zu of %zu blocks", hits, 4 * rounds);
+    /* With the namespace's allowance (max_priority 100), a's hints hold
+     * again over b's blocks: the allowance is the operator's choice. */
+    uint32_t ns_a;
+    ck_assert_int_eq(radix_ns_find(srv->index, "a", &ns_a), 0);
+    ck_assert_int_eq(radix_ns_set_priority(srv->index, ns_a, RADIX_PRIO_DEFAULT, 100), 0);
+    commit_hinted(a, "a", 5000, 4, 100);
+    commit_hinted(a, "a", 5001, 4, 100);
+    commit_hinted(a, "a", 5002, 4, 100);
+    commit_hinted(a, "a", 5003, 4, 100);
+    size_t n = 0;
+    ck_assert_int_eq(do_lookup(b, "b", wtok, 4 * BT, 0, got, &n), 0);
+    ck_assert_uint_eq(n, 0);
+    check_invariants();
+}
+END_TEST
+
+static int do_clear(session_t *s, const char *ns)
+{
+    Kvshare__Request req = KVSHARE__REQUEST__INIT;
+    Kvshare__ClearRequest cl = KVSHARE__CLEAR_REQUEST__INIT;
+    cl.ns = (char *)ns;
+    req.rpc_case = KVSHARE__REQUEST__RPC_CLEAR;
+    req.clear = &cl;
+    return finish(rpc(s, &req));
+}
+
+/* Issue: without allow-lists (the default) any session could clear another
+ * tenant's namespace. Clear now takes uid 0, clear_uids / clear_gids, or
+ * the namespace's own allow-list; others are denied and counted. */
+START_TEST(test_clear_needs_permission)
+{
+    session_t *owner = new_session(), *other = new_session();
+    char err[256];
+    ck_assert_int_eq(namespaces_create(srv, "t1", 0, 0, err, sizeof(err)), 0);
+    ck_assert_int_eq(namespaces_create(srv, "t2", 0, 0, err, sizeof(err)), 0);
+    ck_assert_int_eq(namespaces_declare(srv, "t1", err, sizeof(err)), 0);
+    ck_assert_int_eq(namespaces_declare(srv, "t2", err, sizeof(err)), 0);
+    commit_hinted(owner, "t1", 300, 2, -1);
+    other->has_peer = true;
+    other->peer_uid = 1234;
+    other->peer_gid = 1234;
+    ck_assert_int_eq(do_clear(other, "t1"), KVS_EDENIED);
+    ck_assert_ptr_nonnull(strstr(last_msg, "clear_uids"));
+    ck_assert_uint_eq(srv->metrics.clears_denied, 1);
+    ck_assert_uint_eq(srv->metrics.clears, 0);
+    uint32_t ns;
+    radix_ns_stats_t st;
+    ck_assert_int_eq(radix_ns_find(srv->index, "t1", &ns), 0);
+    ck_assert_int_eq(radix_ns_stats(srv->index, ns, &st), 0);
+    ck_assert_uint_eq(st.cached_blocks, 2);
+    /* The namespace's own allow-list names the peer: its own session. */
+    srv->tenants[ns].acl.uids[0] = 1234;
+    srv->tenants[ns].acl.n_uids = 1;
+    srv->any_ns_acl = true;
+    ck_assert_int_eq(do_clear(other, "t1"), 0);
+    ck_assert_uint_eq(srv->metrics.clears, 1);
+    /* Another tenant's namespace: denied, unless clear_gids names the peer. */
+    commit_hinted(owner, "t2", 301, 2, -1);
+    ck_assert_int_eq(do_clear(other, "t2"), KVS_EDENIED);
+    ck_assert_uint_eq(srv->metrics.clears_denied, 2);
+    srv->cfg.clear_acl.gids[0] = 1234;
+    srv->cfg.clear_acl.n_gids = 1;
+    ck_assert_int_eq(do_clear(other, "t2"), 0);
+    /* uid 0 may. */
+    other->peer_uid = 0;
+    srv->cfg.clear_acl.n_gids = 0;
+    ck_assert_int_eq(do_clear(other, "t2"), 0);
+    ck_assert_uint_eq(srv->metrics.clears, 3);
+    check_invariants();
+}
+END_TEST
+
+/* Issue: closing a session let go of all its pins in one piece (2^29 pins:
+ * a 0.93 s stall of every client). A close over STORE_RELEASE_STEP pins
+ * now hands them to the store, which lets go of them a bounded step per
+ * loop turn; the blocks stay pinned until then, and nothing leaks. */
+START_TEST(test_close_releases_pins_in_steps)
+{
+    session_t *a = new_session(), *b = new_session();
+    uint32_t tokens[2 * BT], ids[2], can[2];
+    size_t done;
+    prompt(tokens, 2 * BT, 55);
+    ck_assert_int_eq(do_alloc(a, 2, ids), 0);
+    ck_assert_int_eq(do_commit(a, tokens, 2 * BT, ids, 2, can, &done), 0);
+    ck_assert_int_eq(do_release(a, can, 2), 0);
+    enum { PINS = 3 * STORE_RELEASE_STEP + 100 };
+    ck_assert_int_eq(session_pins_reserve(a, 2), 0);
+    for (uint32_t i = 0; i < PINS; i++) {
+        ck_assert_int_eq(radix_pin(srv->index, can[i % 2]), 0);
+        session_pin_add(a, can[i % 2]);
+    }
+    session_close(a, "test");
+    /* Nothing let go of in the close itself: all of it waits for steps. */
+    ck_assert_uint_eq(store_draining_pins(srv), PINS);
+    uint32_t ref = 0;
+    ck_assert_int_eq(radix_block_refcount(srv->index, can[0], &ref), 0);
+    ck_assert_uint_eq(ref, PINS / 2);
+    int steps = 0;
+    uint64_t before = store_draining_pins(srv);
+    while (store_drain_step(srv)) {
+        uint64_t now = store_draining_pins(srv);
+        ck_assert_uint_ge(before - now + 0, 1);
+        ck_assert_uint_le(before - now, STORE_RELEASE_STEP);
+        before = now;
+        steps++;
+    }
+    ck_assert_int_eq(steps, 3);
+    ck_assert_uint_eq(store_draining_pins(srv), 0);
+    ck_assert_int_eq(radix_block_refcount(srv->index, can[0], &ref), 0);
+    ck_assert_uint_eq(ref, 0);
+    /* A small close is let go of at once, as before. */
+    ck_assert_int_eq(session_pins_reserve(b, 1), 0);
+    ck_assert_int_eq(radix_pin(srv->index, can[1]), 0);
+    session_pin_add(b, can[1]);
+    session_close(b, "test");
+    ck_assert_uint_eq(store_draining_pins(srv), 0);
+    ck_assert_int_eq(radix_block_refcount(srv->index, can[1], &ref), 0);
+    ck_assert_uint_eq(ref, 0);
+    check_invariants();
+    ck_assert_uint_eq(srv->cfg.session_max_pinned, SERVER_DEFAULT_SESSION_MAX_PINNED);
+}
+END_TEST
+
 static Suite *session_suite(void)
 {
     Suite *s = suite_create("session");
@@ -1637,6 +1870,10 @@ static Suite *session_suite(void)
     tcase_add_test(tc, test_claims_have_a_lease_and_a_bound);
     tcase_add_test(tc, test_an_ended_declaration_looks_at_its_own_waiters);
     tcase_add_test(tc, test_retention_hints);
+    tcase_add_test(tc, test_hints_cannot_starve_another_tenant);
+    tcase_add_test(tc, test_timed_hints_are_bounded);
+    tcase_add_test(tc, test_clear_needs_permission);
+    tcase_add_test(tc, test_close_releases_pins_in_steps);
     suite_add_tcase(s, tc);
     TCase *tc_server = tcase_create("server");
     tcase_set_timeout(tc_server, 30);

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -378,6 +379,70 @@ START_TEST(tier_round_trip)
 }
 END_TEST
 
+/* In a child (as uid/gid 65534 when started as root: the peer of another
+ * uid that received the fd): reopens the read-only tier-2 fd through
+ * /proc/self/fd read-write and tries to write through it. Exits 0 when
+ * every way to write is refused, 1 when a write got through, 2 when the
+ * privileges could not be dropped. */
+static void reopen_and_write(int ro_fd, uint64_t size, bool drop)
+{
+    if (drop && (setresgid(65534, 65534, 65534) != 0 || setresuid(65534, 65534, 65534) != 0))
+        _exit(2);
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", ro_fd);
+    int rw = open(path, O_RDWR);
+    if (rw < 0)
+        _exit(0); /* the reopen itself refused: nothing to write through */
+    uint8_t one = 0x5a;
+    if (pwrite(rw, &one, 1, 0) == 1)
+        _exit(1);
+    void *p = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, rw, 0);
+    if (p != MAP_FAILED) {
+        ((volatile uint8_t *)p)[0] = one;
+        _exit(1);
+    }
+    _exit(0);
+}
+
+/* Issue: a process of another uid that received the read-only tier-2 fd
+ * reopened it read-write through /proc/<pid>/fd and wrote blocks that were
+ * then served. The memfd is sealed against new writes (F_SEAL_FUTURE_WRITE):
+ * such a reopen can neither write nor map writable, while the daemon's own
+ * mapping (made before the seal) still writes. */
+START_TEST(tier_reopen_cannot_write)
+{
+    backend_t *b = open_host(NUM_BLOCKS * geometry_block_bytes(&small_geom));
+    char err[256] = "";
+    uint64_t bytes = 4 * geometry_block_bytes(&small_geom);
+    ck_assert_int_eq(backend_tier_open(b, bytes, err, sizeof(err)), 0);
+    int ro = -1;
+    ck_assert_int_eq(backend_tier_export_readonly(b, &ro, err, sizeof(err)), 0);
+    int fl = fcntl(ro, F_GETFD);
+    ck_assert_int_eq(fcntl(ro, F_SETFD, fl & ~FD_CLOEXEC), 0);
+    bool root = geteuid() == 0;
+    for (int drop = 0; drop <= (root ? 1 : 0); drop++) {
+        pid_t pid = fork();
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0)
+            reopen_and_write(ro, backend_tier_size(b), drop);
+        int status = 0;
+        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                      "a reopen of the tier-2 fd wrote to it (%s, status %d)",
+                      drop ? "as uid 65534" : "as the same uid", status);
+    }
+    if (!root)
+        printf("tier_reopen_cannot_write: not root, the reopen was tried as this uid only\n");
+    /* Nothing reached tier 2, and the daemon's own mapping still writes. */
+    volatile uint8_t *t2 = (volatile uint8_t *)backend_tier_base(b);
+    ck_assert_uint_eq(t2[0], 0);
+    t2[0] = 7;
+    ck_assert_uint_eq(t2[0], 7);
+    close(ro);
+    backend_close(b);
+}
+END_TEST
+
 static Suite *host_suite(void)
 {
     Suite *s = suite_create("backend_host");
@@ -393,6 +458,7 @@ static Suite *host_suite(void)
     tcase_add_test(tc, copy_ranges);
     tcase_add_test(tc, copy_block_all_layers);
     tcase_add_test(tc, tier_round_trip);
+    tcase_add_test(tc, tier_reopen_cannot_write);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -31,7 +31,9 @@ static harness_t h;
 
 static void start(void)
 {
-    ck_assert_int_eq(harness_start(&h, POOL, NULL), 0);
+    /* Hints above the default cap (default_max_priority) are tested here. */
+    const char *const extra[] = {"--default-max-priority", "100", NULL};
+    ck_assert_int_eq(harness_start(&h, POOL, extra), 0);
 }
 
 static void stop(void)

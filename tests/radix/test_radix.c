@@ -745,6 +745,53 @@ START_TEST(test_evict_priority_order)
 }
 END_TEST
 
+/* Issue: timed hints renewed in a loop (Pin and Release with a duration)
+ * grew memory without bound: the expiry queue kept one entry per hint
+ * given, not per block. Now it keeps the live ones and drops the rest as
+ * they pile up; a limit bounds the blocks with a live timed hint. */
+START_TEST(test_hints_are_bounded)
+{
+    radix_tree_t *t = tree_with(BT, 64, NULL);
+    uint32_t ns = ns_new(t, "a", 0, 0);
+    uint32_t p[4][BT];
+    for (uint32_t k = 0; k < 4; k++) {
+        prompt(p[k], BT, k + 1);
+        insert_run(t, ns, p[k], 1, 10 * k, false, 0);
+    }
+    for (uint64_t i = 0; i < 100000; i++) {
+        ck_assert_int_eq(radix_hint(t, (uint32_t)(10 * (i % 4)), 50, 1000 + i), 0);
+        ck_assert_uint_le(radix_hint_queue_len(t), 2 * 4 + 64 + 1);
+    }
+    ck_assert_uint_eq(radix_hint_timed(t), 4);
+    ck_assert_int_eq(radix_check(t), 0);
+    /* A rising priority with the same end adds no entry. */
+    size_t before = radix_hint_queue_len(t);
+    for (uint32_t prio = 51; prio <= 60; prio++)
+        ck_assert_int_eq(radix_hint(t, 0, prio, 1000 + 99996), 0);
+    ck_assert_uint_eq(radix_hint_queue_len(t), before);
+    /* A limit of 2 blocks: the live ones may change, a third block waits. */
+    size_t n = 0;
+    ck_assert_int_eq(radix_expire_hints(t, UINT64_MAX >> 2, &n), 0);
+    ck_assert_uint_eq(n, 4);
+    ck_assert_uint_eq(radix_hint_timed(t), 0);
+    ck_assert_uint_le(radix_hint_queue_len(t), 64);
+    ck_assert_int_eq(radix_hint_limit(t, 2), 0);
+    ck_assert_int_eq(radix_hint(t, 0, 50, 5000), 0);
+    ck_assert_int_eq(radix_hint(t, 10, 50, 5000), 0);
+    ck_assert_int_eq(radix_hint(t, 20, 50, 5000), KVS_ELIMIT);
+    ck_assert_int_eq(radix_hint(t, 10, 70, 6000), 0);
+    ck_assert_int_eq(radix_hint(t, 20, 50, 0), 0); /* untimed: not limited */
+    ck_assert_int_eq(radix_hint(t, 30, 50, 1ull << 63), KVS_EINVAL);
+    /* Evicted blocks' hints end with them. */
+    size_t cleared = 0;
+    ck_assert_int_eq(radix_ns_clear(t, ns, &cleared), 0);
+    ck_assert_uint_eq(cleared, 4);
+    ck_assert_uint_eq(radix_hint_timed(t), 0);
+    ck_assert_int_eq(radix_check(t), 0);
+    radix_free(t);
+}
+END_TEST
+
 /* A quota holds whatever the priorities: the namespace evicts its own
  * blocks, the high ones too, and never another namespace's. */
 START_TEST(test_priority_keeps_quota)
@@ -2236,6 +2283,7 @@ static Suite *radix_suite(void)
     tcase_add_test(tc, test_block_hash);
     tcase_add_test(tc, test_evict_lru_order);
     tcase_add_test(tc, test_evict_priority_order);
+    tcase_add_test(tc, test_hints_are_bounded);
     tcase_add_test(tc, test_priority_keeps_quota);
     tcase_add_test(tc, test_evict_out_of_order_unpins);
     tcase_add_test(tc, test_evict_all_pinned);
