@@ -63,6 +63,12 @@ for folder in $existing; do
             fi
             case " $ok " in
             *" $owner "*) ;;
+            # The disk tier's file API depends on nothing above common/:
+            # kvshare-bench measures it directly against fio.
+            *) [ "$folder:$(basename "$inc")" = "tools:tier_disk.h" ] && continue ;;
+            esac
+            case " $ok " in
+            *" $owner "*) ;;
             *)
                 echo "$src: includes \"$inc\" from $owner/; $folder/ may use only: $ok"
                 status=1
