@@ -87,6 +87,11 @@ typedef struct server_config {
     events_config_t events;   /* KV events for routers (events.h); endpoint NULL: off */
     uint64_t host_tier_bytes; /* tier 2 in host memory (tier.h); 0: none */
     uint32_t tier_copy_nice;  /* copy threads: this much nicer than the loop (0..19) */
+    /* Tier 3 on a local disk (tier_disk.h): opened and scanned at start. */
+    const char *disk_tier_path; /* NULL: none */
+    uint64_t disk_tier_bytes;
+    bool disk_tier_wipe;
+    int disk_tier_io; /* tier_disk_io_t */
 } server_config_t;
 
 typedef struct server {
@@ -186,8 +191,9 @@ typedef struct server {
     events_stream_t *ev_streams;
     bool *ev_resolved;
 
-    uint32_t tier2_blocks; /* blocks of tier 2 (--host-tier); 0: none */
-    uint32_t tier_jobs;    /* tier copies in flight (tier.c) */
+    uint32_t tier2_blocks;       /* blocks of tier 2 (--host-tier); 0: none */
+    struct tier_disk *disk_tier; /* tier 3 (--disk-tier-path); NULL: none */
+    uint32_t tier_jobs;          /* tier copies in flight (tier.c) */
 } server_t;
 
 /* Fills cfg with defaults: 16 MiB frames, 64 MiB output, 1024 sessions,

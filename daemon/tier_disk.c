@@ -252,9 +252,14 @@ static void lru_push_head(tier_disk_t *td, uint32_t s)
         td->tail = s;
 }
 
-/* Marks a free slot used and most recent. */
+/* Marks a free slot used and most recent: out of the free stack (its place
+ * taken by the top entry). */
 static void slot_take(tier_disk_t *td, uint32_t s)
 {
+    uint32_t at = td->free_pos[s], top = td->free_stack[--td->nfree];
+    td->free_stack[at] = top;
+    td->free_pos[top] = at;
+    td->free_pos[s] = TIER_DISK_NO_SLOT;
     td->used[s] = 1;
     td->nused++;
     lru_push_head(td, s);
@@ -263,12 +268,10 @@ static void slot_take(tier_disk_t *td, uint32_t s)
 uint32_t tier_disk_slot_alloc(tier_disk_t *td, bool *evicted)
 {
     *evicted = false;
-    while (td->nfree > 0) {
-        uint32_t s = td->free_stack[--td->nfree];
-        if (!td->used[s]) { /* the stack may hold slots taken by the scan */
-            slot_take(td, s);
-            return s;
-        }
+    if (td->nfree > 0) {
+        uint32_t s = td->free_stack[td->nfree - 1];
+        slot_take(td, s);
+        return s;
     }
     uint32_t s = td->tail;
     if (s == TIER_DISK_NO_SLOT)
@@ -278,6 +281,13 @@ uint32_t tier_disk_slot_alloc(tier_disk_t *td, bool *evicted)
     td->evictions++;
     *evicted = true;
     return s;
+}
+
+void tier_disk_slot_claim(tier_disk_t *td, uint32_t s)
+{
+    if (s >= td->nslots || td->used[s])
+        return;
+    slot_take(td, s);
 }
 
 void tier_disk_slot_touch(tier_disk_t *td, uint32_t s)
@@ -295,6 +305,7 @@ void tier_disk_slot_free(tier_disk_t *td, uint32_t s)
     lru_unlink(td, s);
     td->used[s] = 0;
     td->nused--;
+    td->free_pos[s] = td->nfree;
     td->free_stack[td->nfree++] = s;
 }
 
@@ -532,13 +543,16 @@ static int alloc_slots(tier_disk_t *td)
     td->prev = malloc(n * sizeof(uint32_t));
     td->next = malloc(n * sizeof(uint32_t));
     td->free_stack = malloc(n * sizeof(uint32_t));
+    td->free_pos = malloc(n * sizeof(uint32_t));
     td->used = calloc(n, 1);
-    if (!td->prev || !td->next || !td->free_stack || !td->used)
+    if (!td->prev || !td->next || !td->free_stack || !td->free_pos || !td->used)
         return KVS_ENOMEM;
     td->head = td->tail = TIER_DISK_NO_SLOT;
     /* Lowest slots first off the stack. */
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
         td->free_stack[i] = (uint32_t)(n - 1 - i);
+        td->free_pos[n - 1 - i] = (uint32_t)i;
+    }
     td->nfree = (uint32_t)n;
     return 0;
 }
@@ -627,6 +641,7 @@ void tier_disk_close(tier_disk_t *td)
     free(td->prev);
     free(td->next);
     free(td->free_stack);
+    free(td->free_pos);
     free(td->used);
     free(td);
 }

@@ -116,6 +116,9 @@ int tier_disk_submit(tier_disk_t *td, bool write, tier_disk_op_t *ops, size_t n,
 /* A free slot, else the least recently used one, whose block is forgotten
  * (*evicted = true: tell the index). Marks it used and most recent. */
 uint32_t tier_disk_slot_alloc(tier_disk_t *td, bool *evicted);
+/* Takes a given free slot (a caller that chooses slots itself, like the
+ * store through tier_medium.h); most recent. No-op if used. */
+void tier_disk_slot_claim(tier_disk_t *td, uint32_t slot);
 /* The slot was read: most recent. */
 void tier_disk_slot_touch(tier_disk_t *td, uint32_t slot);
 /* The slot's block is gone; the slot is free. */

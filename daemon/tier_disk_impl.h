@@ -32,7 +32,7 @@ struct tier_disk {
     uint64_t geometry_id;
 
     /* slots (one thread): LRU list, most recent at head */
-    uint32_t *prev, *next, *free_stack;
+    uint32_t *prev, *next, *free_stack, *free_pos; /* free_pos: index in free_stack */
     uint8_t *used;
     uint32_t head, tail, nfree, nused;
 

@@ -22,8 +22,10 @@
 #include "crc32c.h"
 #include "kvshare_status.h"
 #include "log.h"
+#include "server.h"
 #include "test_tmp.h"
 #include "tier_disk.h"
+#include "tier_disk_medium.h"
 
 #define BLOCK  (12 * 1024) /* payload; the slot is 16 KiB: four sectors to tear */
 #define TOKENS 16
@@ -404,9 +406,18 @@ START_TEST(slot_lru)
     ck_assert(!ev);
     ck_assert_uint_eq(tier_disk_slot_alloc(td, &ev), s[3]);
     ck_assert(ev);
+    /* A slot chosen by the caller leaves the free stack. */
+    tier_disk_slot_free(td, 1);
+    tier_disk_slot_free(td, 3);
+    tier_disk_slot_claim(td, 1);
+    ck_assert(tier_disk_slot_used(td, 1));
+    ck_assert_uint_eq(tier_disk_slot_alloc(td, &ev), 3);
+    ck_assert(!ev);
     tier_disk_stats_t st;
     tier_disk_stats(td, &st);
     ck_assert_uint_eq(st.evictions, 2);
+    ck_assert_uint_eq(tier_disk_slot_alloc(td, &ev), s[0]); /* least recent now */
+    ck_assert(ev);
     ck_assert_uint_eq(st.used, 4);
     tier_disk_close(td);
 }
@@ -608,6 +619,146 @@ START_TEST(flipped_bytes_never_pass)
 }
 END_TEST
 
+/* --- the tier medium --- */
+
+enum { MB = 8 }; /* "pool" blocks of the fake source */
+static uint8_t *src_blocks;
+static uint32_t src_tokens[MB][TOKENS];
+
+static void *src_block(void *arg, uint32_t id)
+{
+    (void)arg;
+    return src_blocks + (size_t)id * BLOCK;
+}
+
+static void src_meta(void *arg, uint32_t id, tier_disk_meta_t *out)
+{
+    (void)arg;
+    fill_meta(id, out, src_tokens[id]);
+}
+
+typedef struct medium_res {
+    int calls;
+    tier_medium_result_t res;
+} medium_res_t;
+
+static void medium_done(void *arg, const tier_medium_result_t *res)
+{
+    medium_res_t *r = arg;
+    r->calls++;
+    r->res = *res;
+}
+
+static medium_res_t medium_run(uv_loop_t *loop, tier_medium_t *m, bool put, const uint32_t *ids,
+                               const uint32_t *slots, size_t n)
+{
+    medium_res_t r = {0};
+    int rc = put ? m->ops->put(m, ids, slots, n, medium_done, &r)
+                 : m->ops->get(m, ids, slots, n, medium_done, &r);
+    ck_assert_int_eq(rc, 0);
+    while (r.calls == 0)
+        uv_run(loop, UV_RUN_ONCE);
+    ck_assert_int_eq(r.calls, 1);
+    return r;
+}
+
+START_TEST(medium_put_get_drop)
+{
+    uv_loop_t loop;
+    ck_assert_int_eq(uv_loop_init(&loop), 0);
+    tier_disk_config_t cfg = config(16, _i == 0 ? TIER_DISK_IO_URING : TIER_DISK_IO_THREADS);
+    tier_disk_t *td = open_ok(&cfg);
+    src_blocks = malloc((size_t)MB * BLOCK);
+    for (uint32_t id = 0; id < 4; id++)
+        fill_block(id, src_blocks + (size_t)id * BLOCK);
+    tier_disk_source_t src = {src_block, src_meta, NULL};
+    tier_medium_t *m;
+    ck_assert_int_eq(tier_disk_medium_open(&loop, td, &src, &m), 0);
+    ck_assert_uint_eq(m->capacity, 16);
+    ck_assert_str_eq(m->ops->name, "disk");
+
+    uint32_t ids[4] = {0, 1, 2, 3}, slots[4] = {9, 3, 12, 0};
+    ck_assert_int_eq(medium_run(&loop, m, true, ids, slots, 4).res.status, 0);
+    ck_assert(tier_disk_slot_used(td, 9) && tier_disk_slot_used(td, 0));
+    /* Back into blocks 4..7 (ids 0..3's bytes, as promotions do). */
+    uint32_t back[4] = {4, 5, 6, 7};
+    memset(src_blocks + 4 * BLOCK, 0, 4 * BLOCK);
+    medium_res_t r = medium_run(&loop, m, false, back, slots, 4);
+    ck_assert_int_eq(r.res.status, 0);
+    ck_assert(!r.res.fatal);
+    ck_assert(memcmp(src_blocks, src_blocks + 4 * BLOCK, 4 * BLOCK) == 0);
+
+    /* Dropped: a get of the slot misses, not fatal. */
+    m->ops->drop(m, &slots[1], 1);
+    ck_assert(!tier_disk_slot_used(td, 3));
+    r = medium_run(&loop, m, false, back, slots, 2);
+    ck_assert_int_eq(r.res.status, KVS_ENOTFOUND);
+    ck_assert(!r.res.fatal);
+    /* A slot overwritten on disk behind the medium's back: a miss. */
+    int fd = open(path, O_RDWR);
+    uint8_t junk = 0x5a;
+    ck_assert_int_eq(pwrite(fd, &junk, 1, 4096 + 12 * 16384 + 5000), 1);
+    close(fd);
+    r = medium_run(&loop, m, false, &back[2], &slots[2], 1);
+    ck_assert_int_eq(r.res.status, KVS_ENOTFOUND);
+    tier_medium_stats_t st;
+    m->ops->stats(m, &st);
+    ck_assert_uint_eq(st.puts, 1);
+    ck_assert_uint_eq(st.gets, 3);
+    ck_assert_uint_eq(st.blocks, 8);
+    ck_assert_uint_eq(st.failures, 2);
+    tier_disk_stats_t ds;
+    tier_disk_stats(td, &ds);
+    ck_assert_uint_eq(ds.crc_failures, 1);
+    tier_medium_close(m);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    ck_assert_int_eq(uv_loop_close(&loop), 0);
+    tier_disk_close(td);
+    free(src_blocks);
+}
+END_TEST
+
+/* kvshared's start: the file is made, then refused for another geometry
+ * (the error names the setting) unless disk_tier_wipe. */
+static int start_server(const geometry_t *g, bool wipe, char *err, size_t len)
+{
+    uv_loop_t loop;
+    ck_assert_int_eq(uv_loop_init(&loop), 0);
+    server_config_t cfg;
+    server_config_init(&cfg);
+    cfg.geometry = *g;
+    cfg.backend.kind = BACKEND_HOST;
+    cfg.pool_blocks = 4;
+    cfg.disk_tier_path = path;
+    cfg.disk_tier_bytes = 1 << 20;
+    cfg.disk_tier_wipe = wipe;
+    server_t *srv = NULL;
+    int rc = server_open(&cfg, &loop, &srv, err, len);
+    if (rc == 0) {
+        ck_assert_ptr_nonnull(srv->disk_tier);
+        ck_assert_uint_gt(tier_disk_capacity(srv->disk_tier), 0);
+        server_free(srv);
+    }
+    uv_run(&loop, UV_RUN_DEFAULT);
+    ck_assert_int_eq(uv_loop_close(&loop), 0);
+    return rc;
+}
+
+START_TEST(server_opens_and_checks)
+{
+    geometry_t g = {
+        .layers = 2, .kv_heads = 2, .head_dim = 8, .dtype = GEOMETRY_FP16, .block_tokens = 4};
+    char err[256] = "";
+    ck_assert_int_eq(start_server(&g, false, err, sizeof(err)), 0);
+    ck_assert_int_eq(start_server(&g, false, err, sizeof(err)), 0);
+    g.layers = 3;
+    ck_assert_int_eq(start_server(&g, false, err, sizeof(err)), KVS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "disk_tier_path"));
+    ck_assert_ptr_nonnull(strstr(err, "another block geometry"));
+    ck_assert_int_eq(start_server(&g, true, err, sizeof(err)), 0);
+}
+END_TEST
+
 static Suite *tier_disk_suite(void)
 {
     Suite *s = suite_create("tier_disk");
@@ -625,6 +776,8 @@ static Suite *tier_disk_suite(void)
     tcase_add_test(tc, restart_finds_records);
     tcase_add_loop_test(tc, sigkill_mid_writes, 0, 2);
     tcase_add_test(tc, flipped_bytes_never_pass);
+    tcase_add_loop_test(tc, medium_put_get_drop, 0, 2);
+    tcase_add_test(tc, server_opens_and_checks);
     suite_add_tcase(s, tc);
     return s;
 }
