@@ -225,7 +225,7 @@ const setting_t settings_table[] = {
      AT(server.host_tier_bytes), .zero = "off", .example = "64GiB",
      .help = "tier 2 in host memory: blocks the pool evicts are kept there and come back on "
              "a pinned lookup"},
-    {"disk_tier_path", "disk-tier-path", SETTING_GLOBAL, SETTING_TEXT, "FILE", 1, 4095,
+    {"disk_tier_path", "disk-tier-path", SETTING_GLOBAL, SETTING_TEXT, "FILE", 1, 255,
      AT(server.disk_tier_path), .zero = "off", .example = "/var/cache/kvshare/tier3",
      .help = "tier 3 on a local disk: one preallocated file (its directory must exist), O_DIRECT; "
              "opened, checked and scanned at start (the store does not chain it yet)"},
