@@ -407,7 +407,8 @@ static int scan_file(tier_disk_t *td, char *err, size_t errlen)
     }
     free(buf);
     tier_disk_scan_t *sc = &td->scan;
-    if (rc != 0)
+    td->torn = sc->torn;
+    if (rc != 0 || sc->n == 0) /* qsort takes no NULL array, even empty */
         return rc;
     /* The newest record of each block wins. */
     qsort(sc->recs, sc->n, sizeof(*sc->recs), cmp_key);
@@ -430,7 +431,6 @@ static int scan_file(tier_disk_t *td, char *err, size_t errlen)
     }
     atomic_store(&td->next_seq, max_seq + 1);
     td->recovered = sc->n;
-    td->torn = sc->torn;
     return 0;
 }
 
