@@ -55,7 +55,8 @@ struct td_engine {
     uint32_t qd;
     uint8_t *arena; /* qd buffers of slot_bytes */
     uint32_t *free_bufs, nfree;
-    buf_ctx_t *ctx;
+    buf_ctx_t *ctx;  /* by buffer: the op it holds */
+    uint32_t *taken; /* buffers taken in one turn */
 };
 
 /* Under mu: the next queued op, or false. */
@@ -136,12 +137,13 @@ static int threads_start(tier_disk_t *td, uint32_t qd, char *err, size_t errlen)
 
 /* --- io_uring --- */
 
-/* Queues op (b, i) on buffer k. */
-static void queue_op(tier_disk_t *td, td_batch_t *b, size_t i, uint32_t k)
+/* Encodes and queues in the ring the op that buffer k was taken for. */
+static void queue_op(tier_disk_t *td, uint32_t k)
 {
     td_engine_t *e = td->eng;
     uint8_t *buf = e->arena + (size_t)k * td->slot_bytes;
-    e->ctx[k] = (buf_ctx_t){b, i};
+    td_batch_t *b = e->ctx[k].b;
+    size_t i = e->ctx[k].i;
     td_prepare(td, b, i, buf);
     struct io_uring_sqe *sqe = io_uring_get_sqe(&e->ring);
     off_t off = (off_t)td_slot_offset(td, b->ops[i].slot);
@@ -184,28 +186,27 @@ static void *uring_main(void *arg)
         pthread_mutex_lock(&e->mu);
         while (!e->qhead && inflight == 0 && !e->stop)
             pthread_cond_wait(&e->cv, &e->mu);
+        /* Take ops under the lock, encode them outside it: a push from
+         * the loop thread never waits behind a copy and a CRC. */
         uint32_t queued = 0;
-        td_batch_t *b;
-        size_t i;
-        while (e->nfree > 0 && take_op(e, &b, &i)) {
-            queue_op(td, b, i, e->free_bufs[--e->nfree]);
-            queued++;
-        }
+        while (e->nfree > 0 && take_op(e, &e->ctx[e->free_bufs[e->nfree - 1]].b,
+                                       &e->ctx[e->free_bufs[e->nfree - 1]].i))
+            e->taken[queued++] = e->free_bufs[--e->nfree];
         bool stopping = e->stop && !e->qhead;
         pthread_mutex_unlock(&e->mu);
+        for (uint32_t q = 0; q < queued; q++)
+            queue_op(td, e->taken[q]);
         inflight += queued;
         if (stopping && inflight == 0)
             break;
-        if (queued > 0) {
-            int rc = io_uring_submit(&e->ring);
-            if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY)
-                LOG_ERROR("disk tier: io_uring_submit: %s", strerror(-rc));
-        }
         if (inflight == 0)
             continue;
+        /* One call submits what was queued (and anything an earlier call
+         * left unsubmitted) and waits for a completion. */
+        int rc = io_uring_submit_and_wait(&e->ring, 1);
+        if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY)
+            LOG_ERROR("disk tier: io_uring_submit_and_wait: %s", strerror(-rc));
         struct io_uring_cqe *cqe;
-        if (io_uring_wait_cqe(&e->ring, &cqe) < 0)
-            continue; /* EINTR */
         unsigned head, seen = 0;
         io_uring_for_each_cqe(&e->ring, head, cqe)
         {
@@ -224,6 +225,8 @@ static void uring_free(td_engine_t *e)
     free(e->arena);
     free(e->free_bufs);
     free(e->ctx);
+    free(e->taken);
+    e->taken = NULL;
     e->arena = NULL;
     e->free_bufs = NULL;
     e->ctx = NULL;
@@ -239,8 +242,9 @@ static int uring_start(tier_disk_t *td, uint32_t qd)
     e->qd = qd;
     e->free_bufs = malloc(qd * sizeof(uint32_t));
     e->ctx = calloc(qd, sizeof(buf_ctx_t));
+    e->taken = calloc(qd, sizeof(uint32_t));
     struct iovec *iov = calloc(qd, sizeof(*iov));
-    if (!e->free_bufs || !e->ctx || !iov ||
+    if (!e->free_bufs || !e->ctx || !e->taken || !iov ||
         posix_memalign((void **)&e->arena, TIER_DISK_ALIGN, (size_t)qd * td->slot_bytes) != 0) {
         free(iov);
         uring_free(e);
