@@ -22,6 +22,7 @@
 #include "crc32c.h"
 #include "kvshare_status.h"
 #include "log.h"
+#include "metrics_http.h"
 #include "server.h"
 #include "test_tmp.h"
 #include "tier_disk.h"
@@ -732,11 +733,19 @@ static int start_server(const geometry_t *g, bool wipe, char *err, size_t len)
     cfg.disk_tier_path = path;
     cfg.disk_tier_bytes = 1 << 20;
     cfg.disk_tier_wipe = wipe;
+    cfg.disk_tier_io = TIER_DISK_IO_THREADS;
     server_t *srv = NULL;
     int rc = server_open(&cfg, &loop, &srv, err, len);
     if (rc == 0) {
         ck_assert_ptr_nonnull(srv->disk_tier);
         ck_assert_uint_gt(tier_disk_capacity(srv->disk_tier), 0);
+        char *text = NULL;
+        size_t len = 0;
+        ck_assert_int_eq(metrics_render(srv, &text, &len), 0);
+        ck_assert_ptr_nonnull(strstr(text, "kvshare_tier3_info{io=\"threads\"} 1\n"));
+        ck_assert_ptr_nonnull(strstr(text, "kvshare_tier3_slots{state=\"used\"} 0\n"));
+        ck_assert_ptr_nonnull(strstr(text, "kvshare_tier3_recovered_blocks 0\n"));
+        free(text);
         server_free(srv);
     }
     uv_run(&loop, UV_RUN_DEFAULT);
