@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -496,8 +497,25 @@ static int open_fd(const tier_disk_config_t *cfg, bool *created, char *err, size
         fd = open(cfg->path, O_RDWR | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC, 0600);
         *created = fd >= 0;
     }
-    if (fd >= 0)
-        return fd;
+    if (fd >= 0) {
+        /* Two daemons writing one file would tear each other's slots. A
+         * daemon killed a moment ago may still hold the lock: the kernel
+         * closes its file after its io_uring's last I/O, asynchronously. */
+        int e = 0;
+        for (int tries = 0; tries < 200; tries++) {
+            if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+                return fd;
+            e = errno;
+            if (e != EWOULDBLOCK)
+                break;
+            usleep(10 * 1000);
+        }
+        seterr(err, errlen, "disk_tier_path: %s is in use by another process%s", cfg->path,
+               e == EWOULDBLOCK ? "" : " (it cannot be locked)");
+        close(fd);
+        *created = false; /* whoever holds it keeps it */
+        return -1;
+    }
     int e = errno;
     if (e == ENOENT)
         seterr(err, errlen, "disk_tier_path: the directory of %s does not exist", cfg->path);

@@ -289,6 +289,11 @@ START_TEST(other_geometry_refused_or_wiped)
 
     cfg.wipe = true;
     td = open_ok(&cfg);
+    /* One file, one owner. */
+    tier_disk_config_t again = cfg;
+    again.wipe = false;
+    ck_assert_int_eq(open_err(&again, err, sizeof(err)), KVS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "in use by another process"));
     tier_disk_stats_t st;
     tier_disk_stats(td, &st);
     ck_assert_uint_eq(st.recovered, 0);
