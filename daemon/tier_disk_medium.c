@@ -40,6 +40,8 @@ typedef struct disk_medium {
     pthread_mutex_t mu;
     disk_batch_t *ended; /* batches ended on a tier thread, for the loop */
     tier_medium_stats_t st;
+    uint64_t last_log_ns; /* failures are logged once a second at most */
+    uint64_t unlogged;    /* failed batches since the last line */
 } disk_medium_t;
 
 /* On a tier thread. */
@@ -75,8 +77,18 @@ static void finish(disk_medium_t *dm, disk_batch_t *b)
     }
     if (res.status != 0) {
         dm->st.failures++;
-        LOG_WARN("disk tier: a %s of %zu blocks failed: %s", b->put ? "write" : "read", b->n,
-                 kvs_status_text(res.status));
+        /* A failing disk fails every batch: one line a second says so. */
+        uint64_t now = uv_hrtime();
+        if (dm->last_log_ns == 0 || now - dm->last_log_ns >= 1000000000ull) {
+            LOG_WARN("disk tier: a %s of %zu blocks failed: %s (%llu more failed batches not "
+                     "logged)",
+                     b->put ? "write" : "read", b->n, kvs_status_text(res.status),
+                     (unsigned long long)dm->unlogged);
+            dm->last_log_ns = now;
+            dm->unlogged = 0;
+        } else {
+            dm->unlogged++;
+        }
     } else {
         dm->st.blocks += b->n;
         for (size_t i = 0; i < b->n && !b->put; i++)
