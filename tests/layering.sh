@@ -63,9 +63,11 @@ for folder in $existing; do
             fi
             case " $ok " in
             *" $owner "*) ;;
-            # The disk tier's file API depends on nothing above common/:
-            # kvshare-bench measures it directly against fio.
-            *) [ "$folder:$(basename "$inc")" = "tools:tier_disk.h" ] && continue ;;
+            # The disk tier's file API and its CRC depend on nothing above
+            # common/: kvshare-bench measures them directly against fio.
+            *) case "$folder:$(basename "$inc")" in
+               tools:tier_disk.h | tools:crc32c.h) continue ;;
+               esac ;;
             esac
             case " $ok " in
             *" $owner "*) ;;
