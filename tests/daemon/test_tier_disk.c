@@ -209,6 +209,25 @@ START_TEST(crc_paths_agree)
 }
 END_TEST
 
+/* Long buffers take the three-stripe path: the same CRC as the table. */
+START_TEST(crc_long_buffers)
+{
+    size_t max = 3 * 65536 + 77;
+    uint8_t *buf = malloc(max);
+    for (size_t i = 0; i < max; i++)
+        buf[i] = (uint8_t)mix(i * 7 + 1);
+    size_t lens[] = {4095, 4096, 4097, 4100, 12288, 12289, 65536, 99999, 3 * 65536 + 70};
+    for (size_t k = 0; k < sizeof(lens) / sizeof(lens[0]); k++)
+        for (size_t off = 0; off < 3; off++) {
+            ck_assert_uint_eq(crc32c(0, buf + off, lens[k]),
+                              crc32c_portable(0, buf + off, lens[k]));
+            ck_assert_uint_eq(crc32c(0x12345678u, buf + off, lens[k]),
+                              crc32c_portable(0x12345678u, buf + off, lens[k]));
+        }
+    free(buf);
+}
+END_TEST
+
 /* --- setup errors --- */
 
 static int open_err(const tier_disk_config_t *cfg, char *err, size_t len)
@@ -784,6 +803,7 @@ static Suite *tier_disk_suite(void)
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, crc_known_values);
     tcase_add_test(tc, crc_paths_agree);
+    tcase_add_test(tc, crc_long_buffers);
     tcase_add_test(tc, bad_setup_is_named);
     tcase_add_test(tc, other_geometry_refused_or_wiped);
     tcase_add_test(tc, roundtrip_io_uring);
