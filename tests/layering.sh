@@ -78,6 +78,14 @@ for folder in $existing; do
             fi
             case " $ok " in
             *" $owner "*) ;;
+            # The disk tier's file API and its CRC depend on nothing above
+            # common/: kvshare-bench measures them directly against fio.
+            *) case "$folder:$(basename "$inc")" in
+               tools:tier_disk.h | tools:crc32c.h) continue ;;
+               esac ;;
+            esac
+            case " $ok " in
+            *" $owner "*) ;;
             *)
                 echo "$src: includes \"$inc\" from $owner/; $folder/ may use only: $ok"
                 status=1

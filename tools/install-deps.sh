@@ -7,7 +7,7 @@ set -eu
 pkgs="build-essential cmake pkg-config libuv1-dev libxxhash-dev libprotobuf-c-dev
 protobuf-c-compiler check valgrind clang-format python3 python3-torch curl clang libclang-rt-14-dev
 abigail-tools prometheus libzmq3-dev libmsgpack-dev python3-zmq python3-msgpack
-python3-cbor2 python3-xxhash tmux libhiredis-dev redis-server redis-tools
+python3-cbor2 python3-xxhash tmux libhiredis-dev redis-server redis-tools liburing-dev
 debhelper dh-python lintian python3-venv python3-kubernetes python3-yaml"
 # Debian packages (debian/, packaging/deb-test.sh): debhelper, dh-python,
 # lintian; python3-venv for the `pip install client/python` check. The

@@ -110,6 +110,12 @@ typedef struct server_config {
     const char *cluster_seeds;     /* "HOST:PORT,..."; NULL: off */
     const char *cluster_auth_file; /* NULL: no AUTH */
     uint32_t cluster_timeout_ms;   /* a command's deadline */
+
+    /* Tier 3 on a local disk (tier_disk.h): opened and scanned at start. */
+    const char *disk_tier_path; /* NULL: none */
+    uint64_t disk_tier_bytes;
+    bool disk_tier_wipe;
+    int disk_tier_io; /* tier_disk_io_t */
 } server_config_t;
 
 typedef struct server {
@@ -209,8 +215,9 @@ typedef struct server {
     events_stream_t *ev_streams;
     bool *ev_resolved;
 
-    uint32_t tier2_blocks; /* blocks of tier 2 (--host-tier); 0: none */
-    uint32_t tier_jobs;    /* tier copies in flight (tier.c) */
+    uint32_t tier2_blocks;       /* blocks of tier 2 (--host-tier); 0: none */
+    struct tier_disk *disk_tier; /* tier 3 (--disk-tier-path); NULL: none */
+    uint32_t tier_jobs;          /* tier copies in flight (tier.c) */
 
     struct cluster *cluster;               /* the cluster tier's client; NULL: off */
     struct cluster_tier *cluster_tier;     /* its blocks up and down */

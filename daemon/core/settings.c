@@ -15,6 +15,7 @@
 #include "kvshare_version.h"
 #include "nsname.h"
 #include "socket_path.h"
+#include "tier_disk.h"
 #include "units.h"
 
 #define DEFAULT_MODEL      "llama-3.1-8b"
@@ -80,6 +81,27 @@ static const char *name_eviction(int i)
     return i >= 0 && (size_t)i < sizeof(eviction_names) / sizeof(eviction_names[0])
                ? eviction_names[i]
                : NULL;
+}
+
+static const char *const disk_io_names[] = {[TIER_DISK_IO_AUTO] = "auto",
+                                            [TIER_DISK_IO_URING] = "io_uring",
+                                            [TIER_DISK_IO_THREADS] = "threads"};
+
+static int parse_disk_io(const char *text, int *out)
+{
+    for (size_t i = 0; i < sizeof(disk_io_names) / sizeof(disk_io_names[0]); i++) {
+        if (strcmp(text, disk_io_names[i]) == 0) {
+            *out = (int)i;
+            return 0;
+        }
+    }
+    return KVS_EINVAL;
+}
+
+static const char *name_disk_io(int i)
+{
+    return i >= 0 && (size_t)i < sizeof(disk_io_names) / sizeof(disk_io_names[0]) ? disk_io_names[i]
+                                                                                  : NULL;
 }
 
 static int parse_model(const char *text, int *out)
@@ -209,6 +231,19 @@ const setting_t settings_table[] = {
      AT(server.host_tier_bytes), .zero = "off", .example = "64GiB",
      .help = "tier 2 in host memory: blocks the pool evicts are kept there and come back on "
              "a pinned lookup"},
+    {"disk_tier_path", "disk-tier-path", SETTING_GLOBAL, SETTING_TEXT, "FILE", 1, 255,
+     AT(server.disk_tier_path), .zero = "off", .example = "/var/cache/kvshare/tier3",
+     .help = "tier 3 on a local disk: one preallocated file (its directory must exist), O_DIRECT; "
+             "opened, checked and scanned at start (the store does not chain it yet)"},
+    {"disk_tier_bytes", "disk-tier-bytes", SETTING_GLOBAL, SETTING_SIZE, "SIZE", 1, UINT64_MAX,
+     AT(server.disk_tier_bytes), .zero = "off", .example = "512GiB",
+     .help = "the size of disk_tier_path's file"},
+    {"disk_tier_wipe", "disk-tier-wipe", SETTING_GLOBAL, SETTING_BOOL, "yes/no", 0, 0,
+     AT(server.disk_tier_wipe),
+     .help = "a disk_tier_path written with another geometry, size or format version is "
+             "started over instead of refused"},
+    {"disk_tier_io", "disk-tier-io", SETTING_GLOBAL, SETTING_CHOICE, "KIND", 0, 0, CHOICE(disk_io),
+     AT(server.disk_tier_io), .help = "auto (io_uring, else a thread pool), io_uring, or threads"},
     {"tier_copy_nice", "tier-copy-nice", SETTING_GLOBAL, SETTING_U32, "N", 0, 19,
      AT(server.tier_copy_nice), .zero = "0: as the loop thread",
      .help = "threads copying between the pool and tier 2 run this much nicer than the thread "

@@ -23,6 +23,8 @@
 #include "socket_path.h"
 #include "store.h"
 #include "namespaces.h"
+#include "crc32c.h"
+#include "tier_disk.h"
 
 /* Connections the kernel queues before kvshared accepts them. */
 #define SERVER_LISTEN_BACKLOG 128
@@ -134,6 +136,42 @@ void server_sync_counters(server_t *s)
     cluster_store_sync_counters(s);
 }
 
+/* Tier 3 (disk_tier_path): the file is opened, checked against this
+ * geometry and scanned, so that a bad setup fails at start naming its
+ * setting. Its records are counted, not indexed: the index knows two tiers,
+ * and the store does not chain tier 3 yet (tier_disk_medium.h). */
+static int open_disk_tier(server_t *s, char *err, size_t errlen)
+{
+    const server_config_t *cfg = &s->cfg;
+    if (!cfg->disk_tier_path)
+        return 0;
+    if (cfg->disk_tier_bytes == 0) {
+        snprintf(err, errlen, "disk_tier_path is set without disk_tier_bytes");
+        return KVS_EINVAL;
+    }
+    const geometry_t *g = &s->geo;
+    char geo[128];
+    snprintf(geo, sizeof(geo), "%u/%u/%u/%d/%u/%u/%u", g->layers, g->kv_heads, g->head_dim,
+             (int)g->dtype, g->block_tokens, g->kv_lora_rank, g->rope_head_dim);
+    tier_disk_config_t dc = {.path = cfg->disk_tier_path,
+                             .bytes = cfg->disk_tier_bytes,
+                             .block_bytes = s->block_bytes,
+                             .block_tokens = g->block_tokens,
+                             .geometry_id = crc32c(0, geo, strlen(geo)),
+                             .wipe = cfg->disk_tier_wipe,
+                             .io = (tier_disk_io_t)cfg->disk_tier_io};
+    int rc = tier_disk_open(&dc, &s->disk_tier, err, errlen);
+    if (rc != 0)
+        return rc;
+    tier_disk_scan_t scan;
+    tier_disk_take_scan(s->disk_tier, &scan);
+    LOG_WARN("tier 3: %zu blocks found in %s are not served: the store does not chain tier 3 "
+             "yet",
+             scan.n, cfg->disk_tier_path);
+    tier_disk_scan_free(&scan);
+    return 0;
+}
+
 int server_open(const server_config_t *cfg, uv_loop_t *loop, server_t **out, char *err,
                 size_t errlen)
 {
@@ -205,6 +243,9 @@ int server_open(const server_config_t *cfg, uv_loop_t *loop, server_t **out, cha
                  backend_kind(s->backend) == BACKEND_CUDA ? " (pinned)" : "");
     }
 
+    rc = open_disk_tier(s, err, errlen);
+    if (rc != 0)
+        goto fail;
     rc = store_open(s, &s->store, err, errlen);
     if (rc != 0)
         goto fail;
@@ -603,6 +644,7 @@ void server_free(server_t *s)
     free(s->ev_resolved);
     store_free(s->store);
     backend_close(s->backend);
+    tier_disk_close(s->disk_tier);
     namespaces_free(s);
     free(s->decode_arena);
     free(s);

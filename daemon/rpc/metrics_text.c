@@ -17,6 +17,7 @@
 #include "metrics_text.h"
 #include "now.h"
 #include "server.h"
+#include "tier_disk.h"
 
 typedef struct text {
     char *buf;
@@ -256,6 +257,30 @@ static void ns_design(text_t *t, const server_t *srv)
     }
 }
 
+/* Tier 3 (disk_tier_path), only when one is open: its file, I/O engine and
+ * what its start-up scan found. */
+static void disk_tier(text_t *t, const tier_disk_t *td)
+{
+    tier_disk_stats_t st;
+    tier_disk_stats(td, &st);
+    head(t, "kvshare_tier3_info", "gauge", "Tier 3 (a local disk file): its I/O engine");
+    put(t, "kvshare_tier3_info{io=\"%s\"} 1\n", st.io);
+    head(t, "kvshare_tier3_slots", "gauge", "Tier 3 slots: total, used");
+    put(t, "kvshare_tier3_slots{state=\"total\"} %u\n", st.slots);
+    put(t, "kvshare_tier3_slots{state=\"used\"} %u\n", st.used);
+    head(t, "kvshare_tier3_recovered_blocks", "gauge",
+         "Tier 3 records that verified at start (the last restart kept them)");
+    put(t, "kvshare_tier3_recovered_blocks %llu\n", (unsigned long long)st.recovered);
+    head(t, "kvshare_tier3_torn_slots", "gauge",
+         "Tier 3 slots whose record failed its CRC at start: skipped, never served");
+    put(t, "kvshare_tier3_torn_slots %llu\n", (unsigned long long)st.torn);
+    head(t, "kvshare_tier3_crc_failures_total", "counter",
+         "Tier 3 reads whose slot failed its CRC (a miss, never wrong bytes)");
+    put(t, "kvshare_tier3_crc_failures_total %llu\n", (unsigned long long)st.crc_failures);
+    head(t, "kvshare_tier3_io_errors_total", "counter", "Tier 3 reads and writes the disk failed");
+    put(t, "kvshare_tier3_io_errors_total %llu\n", (unsigned long long)st.io_errors);
+}
+
 int metrics_render(server_t *srv, char **out, size_t *len)
 {
     text_t t = {0};
@@ -337,6 +362,8 @@ int metrics_render(server_t *srv, char **out, size_t *len)
     put(&t, "kvshare_tier2_blocks{state=\"cached\"} %u\n", radix_tier2_blocks(srv->index));
     put(&t, "kvshare_tier2_blocks{state=\"free\"} %u\n", radix_tier2_free(srv->index));
     put(&t, "kvshare_tier2_blocks{state=\"copying\"} %u\n", radix_busy_blocks(srv->index));
+    if (srv->disk_tier)
+        disk_tier(&t, srv->disk_tier);
     head(&t, "kvshare_index_bytes", "gauge", "Memory of the prefix index");
     put(&t, "kvshare_index_bytes %llu\n", (unsigned long long)radix_memory_bytes(srv->index));
 

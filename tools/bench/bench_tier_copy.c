@@ -45,6 +45,7 @@
 
 #include "backend.h"
 #include "bench.h"
+#include "bench_tier_disk.h"
 #include "geometry.h"
 #include "kvshare_status.h"
 
@@ -152,7 +153,11 @@ static void tc_usage(FILE *f)
             "  --rounds N      rounds of the phases (default 5; at most %d)\n"
             "  --backend KIND  host (default: against memcpy) or cuda (pool on device 0,\n"
             "                  tier 2 pinned: against cuMemcpy HtoD / DtoH; exit 77 when\n"
-            "                  no device answers)\n",
+            "                  no device answers)\n"
+            "  --disk DIR      instead: the disk tier (a file in DIR) against fio in DIR,\n"
+            "                  same block size, O_DIRECT, same queue depth\n"
+            "  --qd N          with --disk: queue depth (default 32)\n"
+            "  --io KIND       with --disk: uring (default) or threads\n",
             MAX_THREADS, MAX_ROUNDS);
 }
 
@@ -161,6 +166,9 @@ int bench_tier_copy(int argc, char **argv)
     const char *model = "llama-3.1-8b";
     uint32_t tokens = 4096, threads = 1, rounds = 5;
     backend_kind_t kind = BACKEND_HOST;
+    const char *disk = NULL;
+    uint32_t qd = 32;
+    bool disk_threads = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool ok = v != NULL;
@@ -179,6 +187,14 @@ int bench_tier_copy(int argc, char **argv)
         } else if (strcmp(a, "--rounds") == 0) {
             rounds = (uint32_t)strtoul(v, NULL, 0);
             ok = rounds >= 1 && rounds <= MAX_ROUNDS;
+        } else if (strcmp(a, "--disk") == 0) {
+            disk = v;
+        } else if (strcmp(a, "--qd") == 0) {
+            qd = (uint32_t)strtoul(v, NULL, 0);
+            ok = qd >= 32 && qd <= 1024;
+        } else if (strcmp(a, "--io") == 0) {
+            ok = strcmp(v, "uring") == 0 || strcmp(v, "threads") == 0;
+            disk_threads = strcmp(v, "threads") == 0;
         } else if (strcmp(a, "--backend") == 0) {
             ok = backend_kind_parse(v, &kind) == 0 && kind != BACKEND_AUTO;
         } else {
@@ -202,6 +218,16 @@ int bench_tier_copy(int argc, char **argv)
         return 2;
     }
     uint64_t bb = geometry_block_bytes(&sh.g);
+    if (disk) {
+        bench_tier_disk_args_t da = {.dir = disk,
+                                     .block_bytes = bb,
+                                     .block_tokens = sh.g.block_tokens,
+                                     .blocks = tokens / sh.g.block_tokens,
+                                     .rounds = rounds,
+                                     .qd = qd,
+                                     .threads = disk_threads};
+        return bench_tier_disk(&da);
+    }
     sh.per_thread = tokens / sh.g.block_tokens;
     sh.threads = threads;
     sh.rounds = rounds;

@@ -1,0 +1,166 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * tier_disk: tier 3, one preallocated file on a local disk, read and written
+ * with O_DIRECT in fixed slots aligned to 4 KiB, each holding one block and a
+ * record header that names it (namespace, chain hash, tokens) and a CRC32C
+ * over the whole slot (header, payload, padding). Because every slot names
+ * its block and checks itself, a daemon started on an existing file finds
+ * what it held (tier_disk_take_scan): a restart keeps the cache.
+ *
+ * File layout (little endian; docs/OPERATING.md):
+ *
+ *     [0, 4096)              superblock: magic, format, geometry, slot count
+ *     [4096 + i * slot_bytes) slot i: header (TIER_DISK_HDR_FIXED bytes, then
+ *                            block_tokens u32 tokens), then block_bytes of
+ *                            payload, zero-padded to a multiple of 4096
+ *
+ * I/O runs on io_uring (batched submission at the queue depth, registered
+ * buffers, completions reaped on the tier's own thread) or, where io_uring is
+ * unavailable or refused, on a pool of threads doing pread/pwrite; which one
+ * is chosen at open (tier_disk_io_name). Headers are encoded and checked on
+ * those threads, never on the caller's.
+ *
+ * Slots: the file keeps its own allocator with an LRU (tier_disk_slot_*),
+ * called from one thread (the loop's); the I/O calls are thread-safe.
+ */
+#ifndef KVS_DAEMON_TIER_DISK_H
+#define KVS_DAEMON_TIER_DISK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define TIER_DISK_FORMAT    1u
+#define TIER_DISK_ALIGN     4096u
+#define TIER_DISK_NS_MAX    64u  /* namespace name bytes, with its NUL */
+#define TIER_DISK_HDR_FIXED 112u /* header bytes before the tokens */
+#define TIER_DISK_NO_SLOT   UINT32_MAX
+
+typedef enum tier_disk_io {
+    TIER_DISK_IO_AUTO = 0, /* io_uring, else threads */
+    TIER_DISK_IO_URING,    /* io_uring or fail */
+    TIER_DISK_IO_THREADS,  /* pread/pwrite on a pool of threads */
+} tier_disk_io_t;
+
+typedef struct tier_disk_config {
+    const char *path;      /* the file (created if missing; its directory must exist) */
+    uint64_t bytes;        /* the file's size: superblock + whole slots */
+    uint64_t block_bytes;  /* one block's payload */
+    uint32_t block_tokens; /* tokens per block (header room) */
+    uint64_t geometry_id;  /* the model's geometry: a file of another is refused */
+    bool wipe;             /* another geometry or format: start the file over instead */
+    tier_disk_io_t io;
+    uint32_t queue_depth; /* I/Os in flight; 0: 64; at least 32 */
+} tier_disk_config_t;
+
+/* What a slot holds besides the bytes. */
+typedef struct tier_disk_meta {
+    uint32_t ns_id;
+    char ns[TIER_DISK_NS_MAX]; /* NUL-terminated */
+    uint64_t chain_hash;
+    uint32_t ntokens; /* <= block_tokens */
+    const uint32_t *tokens;
+    uint64_t seq; /* written by tier_disk_submit (writes); checked on reads when non-zero */
+} tier_disk_meta_t;
+
+/* One slot's I/O in a batch. A write stores data (block_bytes) and meta in
+ * slot; a read fills data from slot, and ends in KVS_ENOTFOUND unless the
+ * slot verifies (CRC) and holds meta's chain hash, namespace id and (when
+ * meta.seq is non-zero) sequence number: wrong bytes are never returned. */
+typedef struct tier_disk_op {
+    uint32_t slot;
+    void *data;
+    tier_disk_meta_t meta;
+    int status; /* out: 0, KVS_EIO (the disk failed), KVS_ENOTFOUND (see above) */
+} tier_disk_op_t;
+
+/* Called once per batch, on one of the tier's threads, after every op ended. */
+typedef void (*tier_disk_done_fn)(void *arg, tier_disk_op_t *ops, size_t n);
+
+typedef struct tier_disk_stats {
+    const char *io;         /* "io_uring", "io_uring (unregistered buffers)" or "threads" */
+    uint32_t slots, used;   /* capacity; slots holding a block */
+    uint64_t reads, writes; /* slot I/Os that succeeded */
+    uint64_t read_bytes, write_bytes;
+    uint64_t io_errors;    /* I/Os the disk failed */
+    uint64_t crc_failures; /* reads whose slot did not verify */
+    uint64_t mismatches;   /* reads of a slot holding another block */
+    uint64_t evictions;    /* slots its LRU took back */
+    uint64_t recovered;    /* valid records found at open (tier_disk_scan) */
+    uint64_t torn;         /* slots with a header that did not verify at the scan */
+} tier_disk_stats_t;
+
+typedef struct tier_disk tier_disk_t;
+
+/* Opens (or creates, preallocating with fallocate) the file and starts the
+ * I/O threads. A file of another format, geometry or size is refused unless
+ * cfg->wipe. Returns 0 or KVS_EINVAL / KVS_EIO / KVS_ENOTSUP / KVS_ENOMEM with
+ * a message naming the problem in err. */
+int tier_disk_open(const tier_disk_config_t *cfg, tier_disk_t **out, char *err, size_t errlen);
+/* Waits for the I/O in flight, stops the threads, closes the file. */
+void tier_disk_close(tier_disk_t *td);
+
+uint32_t tier_disk_capacity(const tier_disk_t *td);
+uint64_t tier_disk_slot_bytes(const tier_disk_t *td);
+const char *tier_disk_io_name(const tier_disk_t *td);
+void tier_disk_stats(const tier_disk_t *td, tier_disk_stats_t *out);
+
+/* Starts a batch of writes (write = true) or reads; returns at once. done
+ * runs once all ended (maybe before this returns). ops stay the caller's
+ * until done. Returns 0, or KVS_EINVAL (a slot out of range, n == 0). */
+int tier_disk_submit(tier_disk_t *td, bool write, tier_disk_op_t *ops, size_t n,
+                     tier_disk_done_fn done, void *arg);
+
+/* --- slots: allocator and LRU (one thread) --- */
+
+/* A free slot, else the least recently used one, whose block is forgotten
+ * (*evicted = true: tell the index). Marks it used and most recent. */
+uint32_t tier_disk_slot_alloc(tier_disk_t *td, bool *evicted);
+/* Takes a given free slot (a caller that chooses slots itself, like the
+ * store through tier_medium.h); most recent. No-op if used. */
+void tier_disk_slot_claim(tier_disk_t *td, uint32_t slot);
+/* The slot was read: most recent. */
+void tier_disk_slot_touch(tier_disk_t *td, uint32_t slot);
+/* The slot's block is gone; the slot is free. */
+void tier_disk_slot_free(tier_disk_t *td, uint32_t slot);
+bool tier_disk_slot_used(const tier_disk_t *td, uint32_t slot);
+
+/* --- warm restart --- */
+
+typedef struct tier_disk_record {
+    uint32_t slot;
+    uint64_t seq;
+    uint32_t ns_id;
+    char ns[TIER_DISK_NS_MAX];
+    uint64_t chain_hash;
+    uint32_t ntokens;
+    uint32_t *tokens; /* ntokens, owned by the scan */
+} tier_disk_record_t;
+
+typedef struct tier_disk_scan {
+    tier_disk_record_t *recs; /* valid records, oldest first */
+    size_t n;
+    uint64_t torn;  /* slots written once whose record did not verify */
+    uint64_t stale; /* valid records of a block a newer record replaced */
+} tier_disk_scan_t;
+
+/* Every slot's record is read by tier_disk_open on an existing file; the
+ * result is kept until tier_disk_take_scan hands it over (once). A record
+ * counts when its CRC over the slot verifies; for a block found more than
+ * once the newest sequence number wins and the older slots are freed. The
+ * valid slots become used, in sequence order (oldest least recent). */
+void tier_disk_take_scan(tier_disk_t *td, tier_disk_scan_t *out);
+void tier_disk_scan_free(tier_disk_scan_t *s);
+
+/* --- record encoding (tests, tools) --- */
+
+/* Encodes a record into buf (slot_bytes, zeroed past the payload). */
+void tier_disk_encode(const tier_disk_t *td, uint8_t *buf, uint32_t slot,
+                      const tier_disk_meta_t *meta, const void *payload);
+/* 0 if buf holds a verifying record for slot (meta filled, tokens copied
+ * into the caller's array of block_tokens), KVS_ENOTFOUND otherwise (*blank
+ * tells a never-written slot from a torn or corrupt one). */
+int tier_disk_decode(const tier_disk_t *td, const uint8_t *buf, uint32_t slot,
+                     tier_disk_meta_t *meta, uint32_t *tokens, bool *blank);
+
+#endif /* KVS_DAEMON_TIER_DISK_H */

@@ -1,0 +1,246 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The disk tier as a tier medium (tier_disk_medium.h). A batch becomes one
+ * tier_disk_submit; its end, on a tier thread, is queued and an async handle
+ * wakes the loop, which calls the medium's done.
+ */
+#include "tier_disk_medium.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvshare_status.h"
+#include "log.h"
+
+typedef struct slot_key {
+    uint64_t chain_hash, seq;
+    uint32_t ns_id;
+} slot_key_t;
+
+typedef struct disk_batch {
+    struct disk_batch *next;
+    struct disk_medium *dm;
+    bool put;
+    const uint32_t *slots;
+    size_t n;
+    tier_medium_done_fn done;
+    void *arg;
+    uint64_t t0, copy_ns;
+    tier_disk_op_t ops[]; /* n */
+} disk_batch_t;
+
+typedef struct disk_medium {
+    tier_medium_t m;
+    uv_loop_t *loop;
+    uv_async_t async;
+    tier_disk_t *td;
+    tier_disk_source_t src;
+    slot_key_t *keys; /* what each slot's last put wrote; seq 0: nothing */
+    pthread_mutex_t mu;
+    disk_batch_t *ended; /* batches ended on a tier thread, for the loop */
+    tier_medium_stats_t st;
+    uint64_t last_log_ns; /* failures are logged once a second at most */
+    uint64_t unlogged;    /* failed batches since the last line */
+} disk_medium_t;
+
+/* On a tier thread. */
+static void batch_ended(void *arg, tier_disk_op_t *ops, size_t n)
+{
+    (void)ops;
+    (void)n;
+    disk_batch_t *b = arg;
+    disk_medium_t *dm = b->dm;
+    b->copy_ns = uv_hrtime() - b->t0;
+    pthread_mutex_lock(&dm->mu);
+    b->next = dm->ended;
+    dm->ended = b;
+    pthread_mutex_unlock(&dm->mu);
+    uv_async_send(&dm->async);
+}
+
+/* On the loop: a put records what each slot now holds (or nothing, when
+ * it failed); the first failing op's status is the batch's. */
+static void finish(disk_medium_t *dm, disk_batch_t *b)
+{
+    tier_medium_result_t res = {.copy_ns = b->copy_ns};
+    for (size_t i = 0; i < b->n; i++) {
+        tier_disk_op_t *op = &b->ops[i];
+        if (op->status != 0 && res.status == 0)
+            res.status = op->status;
+    }
+    for (size_t i = 0; i < b->n && b->put; i++) {
+        tier_disk_op_t *op = &b->ops[i];
+        dm->keys[op->slot] = res.status == 0
+                                 ? (slot_key_t){op->meta.chain_hash, op->meta.seq, op->meta.ns_id}
+                                 : (slot_key_t){0};
+    }
+    if (res.status != 0) {
+        dm->st.failures++;
+        /* A failing disk fails every batch: one line a second says so. */
+        uint64_t now = uv_hrtime();
+        if (dm->last_log_ns == 0 || now - dm->last_log_ns >= 1000000000ull) {
+            LOG_WARN("disk tier: a %s of %zu blocks failed: %s (%llu more failed batches not "
+                     "logged)",
+                     b->put ? "write" : "read", b->n, kvs_status_text(res.status),
+                     (unsigned long long)dm->unlogged);
+            dm->last_log_ns = now;
+            dm->unlogged = 0;
+        } else {
+            dm->unlogged++;
+        }
+    } else {
+        dm->st.blocks += b->n;
+        for (size_t i = 0; i < b->n && !b->put; i++)
+            tier_disk_slot_touch(dm->td, b->ops[i].slot);
+    }
+    tier_medium_done_fn done = b->done;
+    void *arg = b->arg;
+    free(b);
+    done(arg, &res);
+}
+
+static void on_async(uv_async_t *h)
+{
+    disk_medium_t *dm = h->data;
+    pthread_mutex_lock(&dm->mu);
+    disk_batch_t *list = dm->ended;
+    dm->ended = NULL;
+    pthread_mutex_unlock(&dm->mu);
+    /* Oldest first: the list is newest first. */
+    disk_batch_t *rev = NULL;
+    while (list) {
+        disk_batch_t *nx = list->next;
+        list->next = rev;
+        rev = list;
+        list = nx;
+    }
+    while (rev) {
+        disk_batch_t *nx = rev->next;
+        finish(dm, rev);
+        rev = nx;
+    }
+}
+
+static int start(tier_medium_t *m, bool put, const uint32_t *ids, const uint32_t *slots, size_t n,
+                 tier_medium_done_fn done, void *arg)
+{
+    disk_medium_t *dm = (disk_medium_t *)m;
+    if (n == 0)
+        return KVS_EINVAL;
+    disk_batch_t *b = calloc(1, sizeof(*b) + n * sizeof(tier_disk_op_t));
+    if (!b)
+        return KVS_ENOMEM;
+    *b = (disk_batch_t){.dm = dm, .put = put, .slots = slots, .n = n, .done = done, .arg = arg};
+    for (size_t i = 0; i < n; i++) {
+        tier_disk_op_t *op = &b->ops[i];
+        op->slot = slots[i];
+        op->data = dm->src.block(dm->src.arg, ids[i]);
+        if (slots[i] >= m->capacity) {
+            free(b);
+            return KVS_EINVAL;
+        }
+        if (put) {
+            dm->src.meta(dm->src.arg, ids[i], &op->meta);
+            if (!tier_disk_slot_used(dm->td, slots[i]))
+                tier_disk_slot_claim(dm->td, slots[i]);
+        } else {
+            slot_key_t k = dm->keys[slots[i]];
+            op->meta.chain_hash = k.chain_hash;
+            op->meta.ns_id = k.ns_id;
+            /* A slot no put filled: seq UINT64_MAX never matches, a miss. */
+            op->meta.seq = k.seq ? k.seq : UINT64_MAX;
+        }
+    }
+    b->t0 = uv_hrtime();
+    int rc = tier_disk_submit(dm->td, put, b->ops, n, batch_ended, b);
+    if (rc != 0) {
+        free(b);
+        return rc;
+    }
+    if (put)
+        dm->st.puts++;
+    else
+        dm->st.gets++;
+    return 0;
+}
+
+static int disk_put(tier_medium_t *m, const uint32_t *ids, const uint32_t *slots, size_t n,
+                    tier_medium_done_fn done, void *arg)
+{
+    return start(m, true, ids, slots, n, done, arg);
+}
+
+static int disk_get(tier_medium_t *m, const uint32_t *ids, const uint32_t *slots, size_t n,
+                    tier_medium_done_fn done, void *arg)
+{
+    return start(m, false, ids, slots, n, done, arg);
+}
+
+/* The slot is free again and its record forgotten: a get of it misses
+ * even though its bytes stay on disk until overwritten. */
+static void disk_drop(tier_medium_t *m, const uint32_t *slots, size_t n)
+{
+    disk_medium_t *dm = (disk_medium_t *)m;
+    for (size_t i = 0; i < n; i++) {
+        if (slots[i] >= m->capacity)
+            continue;
+        dm->keys[slots[i]] = (slot_key_t){0};
+        tier_disk_slot_free(dm->td, slots[i]);
+    }
+}
+
+static void disk_stats(const tier_medium_t *m, tier_medium_stats_t *out)
+{
+    *out = ((const disk_medium_t *)m)->st;
+}
+
+static void on_closed(uv_handle_t *h)
+{
+    disk_medium_t *dm = h->data;
+    pthread_mutex_destroy(&dm->mu);
+    free(dm->keys);
+    free(dm);
+}
+
+static void disk_close(tier_medium_t *m)
+{
+    disk_medium_t *dm = (disk_medium_t *)m;
+    uv_close((uv_handle_t *)&dm->async, on_closed);
+}
+
+static const tier_medium_ops_t disk_ops = {
+    .name = "disk",
+    .put = disk_put,
+    .get = disk_get,
+    .drop = disk_drop,
+    .stats = disk_stats,
+    .close = disk_close,
+};
+
+int tier_disk_medium_open(uv_loop_t *loop, tier_disk_t *td, const tier_disk_source_t *src,
+                          tier_medium_t **out)
+{
+    disk_medium_t *dm = calloc(1, sizeof(*dm));
+    if (!dm)
+        return KVS_ENOMEM;
+    dm->keys = calloc(tier_disk_capacity(td), sizeof(slot_key_t));
+    if (!dm->keys) {
+        free(dm);
+        return KVS_ENOMEM;
+    }
+    if (uv_async_init(loop, &dm->async, on_async) != 0) {
+        free(dm->keys);
+        free(dm);
+        return KVS_EIO;
+    }
+    dm->async.data = dm;
+    pthread_mutex_init(&dm->mu, NULL);
+    dm->m.ops = &disk_ops;
+    dm->m.capacity = tier_disk_capacity(td);
+    dm->loop = loop;
+    dm->td = td;
+    dm->src = *src;
+    *out = &dm->m;
+    return 0;
+}

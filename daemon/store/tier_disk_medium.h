@@ -1,0 +1,39 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The disk tier as a tier medium (tier_medium.h): put and get of whole
+ * blocks between host memory and the disk tier's slots, drop and stats, with
+ * each batch's end delivered on the loop thread. It is not in the store's
+ * chain yet: the index knows two tiers (docs/EVICTION.md); this is the
+ * piece the store will chain below tier 2.
+ *
+ * A medium only sees block ids; what a record must name (namespace, chain
+ * hash, tokens) and where a block's bytes are in host memory come from the
+ * source the opener gives. A get checks that the slot holds the record the
+ * last put wrote there (chain hash, namespace id, sequence number) and its
+ * CRC: otherwise the batch fails with KVS_ENOTFOUND, not fatal (a disk that
+ * fails turns reads into misses, never wrong bytes).
+ */
+#ifndef KVS_DAEMON_TIER_DISK_MEDIUM_H
+#define KVS_DAEMON_TIER_DISK_MEDIUM_H
+
+#include <uv.h>
+
+#include "tier_disk.h"
+#include "tier_medium.h"
+
+typedef struct tier_disk_source {
+    /* The bytes (block_bytes) of block id in host memory, valid until the
+     * batch ends. */
+    void *(*block)(void *arg, uint32_t id);
+    /* What block id is (for a put's record). tokens stay valid until done. */
+    void (*meta)(void *arg, uint32_t id, tier_disk_meta_t *out);
+    void *arg;
+} tier_disk_source_t;
+
+/* A medium over td (which stays the caller's, closed after the medium).
+ * Its close finishes on the loop: run the loop once more after it. Returns
+ * 0 or KVS_ENOMEM / KVS_EIO. */
+int tier_disk_medium_open(uv_loop_t *loop, tier_disk_t *td, const tier_disk_source_t *src,
+                          tier_medium_t **out);
+
+#endif /* KVS_DAEMON_TIER_DISK_MEDIUM_H */

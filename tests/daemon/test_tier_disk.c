@@ -1,0 +1,822 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The disk tier (tier_disk.h) on a file in a temporary directory: CRC32C
+ * against known values and across its two paths; the file's setup errors;
+ * batches of writes and reads on io_uring and on the forced thread fallback;
+ * the slot LRU; and the warm restart: records written before a close, a
+ * SIGKILL in the middle of writes, torn slots and flipped bytes are found
+ * again bitwise or not at all, never as wrong bytes.
+ */
+#include <check.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check_main.h"
+#include "crc32c.h"
+#include "kvshare_status.h"
+#include "log.h"
+#include "metrics_text.h"
+#include "server.h"
+#include "test_tmp.h"
+#include "tier_disk.h"
+#include "tier_disk_medium.h"
+
+#define BLOCK  (12 * 1024) /* payload; the slot is 16 KiB: four sectors to tear */
+#define TOKENS 16
+#define GEO_ID 0x5eed
+
+static char dir[256], path[300];
+
+static void setup(void)
+{
+    log_level = LOG_LEVEL_ERROR;
+    ck_assert_int_eq(test_tmp_dir("kvs-tier-disk", dir, sizeof(dir)), 0);
+    snprintf(path, sizeof(path), "%s/tier3", dir);
+}
+
+static void teardown(void)
+{
+    unlink(path);
+    rmdir(dir);
+}
+
+static tier_disk_config_t config(uint32_t slots, tier_disk_io_t io)
+{
+    return (tier_disk_config_t){.path = path,
+                                .bytes = 4096 + (uint64_t)slots * 16384,
+                                .block_bytes = BLOCK,
+                                .block_tokens = TOKENS,
+                                .geometry_id = GEO_ID,
+                                .io = io,
+                                .queue_depth = 32};
+}
+
+/* Opens; an io_uring that cannot start on this machine skips the caller. */
+static tier_disk_t *open_ok(const tier_disk_config_t *cfg)
+{
+    tier_disk_t *td = NULL;
+    char err[256] = "";
+    int rc = tier_disk_open(cfg, &td, err, sizeof(err));
+    ck_assert_msg(rc == 0, "open: %s", err);
+    return td;
+}
+
+/* The deterministic content of block h: payload and tokens. */
+static uint64_t mix(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    return x;
+}
+
+static void fill_block(uint64_t h, uint8_t *p)
+{
+    uint64_t s = mix(h + 1);
+    for (size_t i = 0; i < BLOCK; i += 8) {
+        s = mix(s);
+        memcpy(p + i, &s, 8);
+    }
+}
+
+static void fill_meta(uint64_t h, tier_disk_meta_t *m, uint32_t *tokens)
+{
+    memset(m, 0, sizeof(*m));
+    m->ns_id = (uint32_t)(h % 3) + 1;
+    snprintf(m->ns, sizeof(m->ns), "ns-%u", m->ns_id);
+    m->chain_hash = mix(h);
+    m->ntokens = TOKENS - (uint32_t)(h % 4);
+    for (uint32_t i = 0; i < m->ntokens; i++)
+        tokens[i] = (uint32_t)(h * 100 + i);
+    m->tokens = tokens;
+}
+
+/* A batch and its wait: done runs on a tier thread. */
+typedef struct waiter {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool done;
+} waiter_t;
+
+static void on_done(void *arg, tier_disk_op_t *ops, size_t n)
+{
+    (void)ops;
+    (void)n;
+    waiter_t *w = arg;
+    pthread_mutex_lock(&w->mu);
+    w->done = true;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+static void run_batch(tier_disk_t *td, bool write, tier_disk_op_t *ops, size_t n)
+{
+    waiter_t w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false};
+    ck_assert_int_eq(tier_disk_submit(td, write, ops, n, on_done, &w), 0);
+    pthread_mutex_lock(&w.mu);
+    while (!w.done)
+        pthread_cond_wait(&w.cv, &w.mu);
+    pthread_mutex_unlock(&w.mu);
+}
+
+/* Writes blocks h0 .. h0+n-1 into slots[i]. */
+static void write_blocks(tier_disk_t *td, const uint32_t *slots, uint64_t h0, size_t n)
+{
+    tier_disk_op_t *ops = calloc(n, sizeof(*ops));
+    uint8_t *data = malloc(n * BLOCK);
+    uint32_t *tokens = malloc(n * TOKENS * sizeof(uint32_t));
+    for (size_t i = 0; i < n; i++) {
+        fill_block(h0 + i, data + i * BLOCK);
+        fill_meta(h0 + i, &ops[i].meta, tokens + i * TOKENS);
+        ops[i].slot = slots[i];
+        ops[i].data = data + i * BLOCK;
+    }
+    run_batch(td, true, ops, n);
+    for (size_t i = 0; i < n; i++)
+        ck_assert_int_eq(ops[i].status, 0);
+    free(ops);
+    free(data);
+    free(tokens);
+}
+
+/* Reads slots[i] expecting block h0+i; returns how many came back (each
+ * checked bitwise); a read that fails leaves its buffer untouched. */
+static size_t read_blocks(tier_disk_t *td, const uint32_t *slots, uint64_t h0, size_t n)
+{
+    tier_disk_op_t *ops = calloc(n, sizeof(*ops));
+    uint8_t *data = malloc(n * BLOCK), *want = malloc(BLOCK);
+    uint32_t tokens[TOKENS];
+    memset(data, 0xa5, n * BLOCK);
+    for (size_t i = 0; i < n; i++) {
+        fill_meta(h0 + i, &ops[i].meta, tokens);
+        ops[i].meta.tokens = NULL;
+        ops[i].slot = slots[i];
+        ops[i].data = data + i * BLOCK;
+    }
+    run_batch(td, false, ops, n);
+    size_t ok = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (ops[i].status == 0) {
+            fill_block(h0 + i, want);
+            ck_assert(memcmp(data + i * BLOCK, want, BLOCK) == 0);
+            ok++;
+        } else {
+            ck_assert_int_eq(ops[i].status, KVS_ENOTFOUND);
+            for (size_t j = 0; j < BLOCK; j++)
+                ck_assert_uint_eq(data[i * BLOCK + j], 0xa5);
+        }
+    }
+    free(ops);
+    free(data);
+    free(want);
+    return ok;
+}
+
+/* --- CRC32C --- */
+
+START_TEST(crc_known_values)
+{
+    /* The check value of CRC-32C, and RFC 3720's 32 zero bytes. */
+    ck_assert_uint_eq(crc32c(0, "123456789", 9), 0xE3069283u);
+    ck_assert_uint_eq(crc32c_portable(0, "123456789", 9), 0xE3069283u);
+    uint8_t z[32] = {0};
+    ck_assert_uint_eq(crc32c(0, z, 32), 0x8A9136AAu);
+    ck_assert_uint_eq(crc32c_portable(0, z, 32), 0x8A9136AAu);
+    ck_assert_uint_eq(crc32c(0, "", 0), 0);
+}
+END_TEST
+
+START_TEST(crc_paths_agree)
+{
+    uint8_t buf[4099];
+    for (size_t i = 0; i < sizeof(buf); i++)
+        buf[i] = (uint8_t)mix(i);
+    size_t step = getenv("KVS_TEST_SMALL") ? 301 : 37; /* valgrind */
+    for (size_t off = 0; off < 9; off++)
+        for (size_t len = 0; len + off <= sizeof(buf); len += step) {
+            uint32_t a = crc32c(0, buf + off, len);
+            ck_assert_uint_eq(a, crc32c_portable(0, buf + off, len));
+            size_t cut = len / 3;
+            ck_assert_uint_eq(a, crc32c(crc32c(0, buf + off, cut), buf + off + cut, len - cut));
+        }
+}
+END_TEST
+
+/* Long buffers take the three-stripe path: the same CRC as the table. */
+START_TEST(crc_long_buffers)
+{
+    size_t max = 3 * 65536 + 77;
+    uint8_t *buf = malloc(max);
+    for (size_t i = 0; i < max; i++)
+        buf[i] = (uint8_t)mix(i * 7 + 1);
+    size_t lens[] = {4095, 4096, 4097, 4100, 12288, 12289, 65536, 99999, 3 * 65536 + 70};
+    for (size_t k = 0; k < sizeof(lens) / sizeof(lens[0]); k++)
+        for (size_t off = 0; off < 3; off++) {
+            ck_assert_uint_eq(crc32c(0, buf + off, lens[k]),
+                              crc32c_portable(0, buf + off, lens[k]));
+            ck_assert_uint_eq(crc32c(0x12345678u, buf + off, lens[k]),
+                              crc32c_portable(0x12345678u, buf + off, lens[k]));
+        }
+    free(buf);
+}
+END_TEST
+
+/* --- setup errors --- */
+
+static int open_err(const tier_disk_config_t *cfg, char *err, size_t len)
+{
+    tier_disk_t *td = NULL;
+    int rc = tier_disk_open(cfg, &td, err, len);
+    ck_assert_ptr_null(td);
+    return rc;
+}
+
+START_TEST(bad_setup_is_named)
+{
+    char err[256];
+    tier_disk_config_t cfg = config(8, TIER_DISK_IO_AUTO);
+    cfg.bytes = 8192;
+    ck_assert_int_eq(open_err(&cfg, err, sizeof(err)), KVS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "disk_tier_bytes"));
+    ck_assert_int_ne(access(path, F_OK), 0); /* nothing left behind */
+
+    char missing[400];
+    snprintf(missing, sizeof(missing), "%s/no-such-dir/tier3", dir);
+    cfg = config(8, TIER_DISK_IO_AUTO);
+    cfg.path = missing;
+    ck_assert_int_eq(open_err(&cfg, err, sizeof(err)), KVS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "does not exist"));
+
+    /* A file that is not a tier file. */
+    int fd = open(path, O_CREAT | O_WRONLY, 0600);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, "hello", 5), 5);
+    close(fd);
+    cfg = config(8, TIER_DISK_IO_AUTO);
+    ck_assert_int_eq(open_err(&cfg, err, sizeof(err)), KVS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "is refused: it is shorter than a superblock"));
+
+    /* A read-only file, where permissions hold (not for root). */
+    if (geteuid() != 0) {
+        chmod(path, 0400);
+        ck_assert_int_eq(open_err(&cfg, err, sizeof(err)), KVS_EINVAL);
+        ck_assert_ptr_nonnull(strstr(err, "cannot be opened for writing"));
+        chmod(path, 0600);
+    }
+    ck_assert_int_eq(cfg.queue_depth, 32);
+    cfg.queue_depth = 8;
+    ck_assert_int_eq(open_err(&cfg, err, sizeof(err)), KVS_EINVAL);
+}
+END_TEST
+
+START_TEST(other_geometry_refused_or_wiped)
+{
+    tier_disk_config_t cfg = config(8, TIER_DISK_IO_AUTO);
+    tier_disk_t *td = open_ok(&cfg);
+    uint32_t slots[2] = {0, 5};
+    write_blocks(td, slots, 10, 2);
+    tier_disk_close(td);
+
+    char err[256];
+    cfg.geometry_id = GEO_ID + 1;
+    ck_assert_int_eq(open_err(&cfg, err, sizeof(err)), KVS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "another block geometry"));
+    ck_assert_ptr_nonnull(strstr(err, "disk_tier_wipe"));
+    cfg = config(9, TIER_DISK_IO_AUTO);
+    ck_assert_int_eq(open_err(&cfg, err, sizeof(err)), KVS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "another disk_tier_bytes"));
+
+    /* Another format version: the superblock's, with its CRC made right. */
+    int fd = open(path, O_RDWR);
+    uint8_t sb[52];
+    ck_assert_int_eq(pread(fd, sb, sizeof(sb), 0), (ssize_t)sizeof(sb));
+    sb[8] = 2;
+    uint32_t c = crc32c(0, sb, 48);
+    memcpy(sb + 48, &c, 4); /* little-endian host */
+    ck_assert_int_eq(pwrite(fd, sb, sizeof(sb), 0), (ssize_t)sizeof(sb));
+    close(fd);
+    cfg = config(8, TIER_DISK_IO_AUTO);
+    ck_assert_int_eq(open_err(&cfg, err, sizeof(err)), KVS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "another format version"));
+
+    cfg.wipe = true;
+    td = open_ok(&cfg);
+    /* One file, one owner. */
+    tier_disk_config_t again = cfg;
+    again.wipe = false;
+    ck_assert_int_eq(open_err(&again, err, sizeof(err)), KVS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "in use by another process"));
+    tier_disk_stats_t st;
+    tier_disk_stats(td, &st);
+    ck_assert_uint_eq(st.recovered, 0);
+    ck_assert_uint_eq(st.used, 0);
+    tier_disk_close(td);
+    struct stat sbuf;
+    ck_assert_int_eq(stat(path, &sbuf), 0);
+    ck_assert_int_eq(sbuf.st_size, 4096 + 8 * 16384);
+}
+END_TEST
+
+/* --- I/O --- */
+
+static void roundtrip(tier_disk_io_t io, const char *name)
+{
+    enum { N = 200 };
+    tier_disk_config_t cfg = config(N, io);
+    tier_disk_t *td = open_ok(&cfg);
+    ck_assert_str_eq(tier_disk_io_name(td), name);
+    ck_assert_uint_eq(tier_disk_capacity(td), N);
+    ck_assert_uint_eq(tier_disk_slot_bytes(td), 16384);
+    uint32_t slots[N];
+    for (uint32_t i = 0; i < N; i++)
+        slots[i] = (i * 7) % N; /* scattered */
+    write_blocks(td, slots, 1000, N);
+    ck_assert_uint_eq(read_blocks(td, slots, 1000, N), N);
+    /* Asking a slot for another block gets nothing. */
+    ck_assert_uint_eq(read_blocks(td, slots, 5000, 10), 0);
+    /* A never-written slot: nothing. */
+    tier_disk_close(td);
+    unlink(path);
+    cfg = config(N, io);
+    td = open_ok(&cfg);
+    ck_assert_uint_eq(read_blocks(td, slots, 1000, 4), 0);
+    tier_disk_stats_t st;
+    tier_disk_stats(td, &st);
+    ck_assert_str_eq(st.io, name);
+    ck_assert_uint_eq(st.reads, 0);
+    ck_assert_uint_eq(st.crc_failures, 0);
+    tier_disk_close(td);
+}
+
+START_TEST(roundtrip_io_uring)
+{
+    roundtrip(TIER_DISK_IO_URING, "io_uring");
+}
+END_TEST
+
+START_TEST(roundtrip_threads_forced)
+{
+    roundtrip(TIER_DISK_IO_THREADS, "threads");
+}
+END_TEST
+
+/* Many batches from several threads at once, overlapping in the queue. */
+typedef struct hammer {
+    tier_disk_t *td;
+    uint32_t base;
+    int rounds;
+} hammer_t;
+
+static void *hammer_main(void *arg)
+{
+    hammer_t *h = arg;
+    uint32_t slots[16];
+    for (int round = 0; round < h->rounds; round++) {
+        for (uint32_t i = 0; i < 16; i++)
+            slots[i] = h->base + i;
+        write_blocks(h->td, slots, (uint64_t)h->base * 1000 + (uint64_t)round * 16, 16);
+        ck_assert_uint_eq(
+            read_blocks(h->td, slots, (uint64_t)h->base * 1000 + (uint64_t)round * 16, 16), 16);
+    }
+    return NULL;
+}
+
+START_TEST(concurrent_batches)
+{
+    tier_disk_io_t io = _i == 0 ? TIER_DISK_IO_URING : TIER_DISK_IO_THREADS;
+    tier_disk_config_t cfg = config(64, io);
+    tier_disk_t *td = open_ok(&cfg);
+    pthread_t t[4];
+    hammer_t h[4];
+    int rounds = getenv("KVS_TEST_SMALL") ? 2 : 10; /* valgrind */
+    for (int k = 0; k < 4; k++) {
+        h[k] = (hammer_t){td, (uint32_t)k * 16, rounds};
+        pthread_create(&t[k], NULL, hammer_main, &h[k]);
+    }
+    for (int k = 0; k < 4; k++)
+        pthread_join(t[k], NULL);
+    tier_disk_stats_t st;
+    tier_disk_stats(td, &st);
+    ck_assert_uint_eq(st.writes, 4 * (uint64_t)rounds * 16);
+    ck_assert_uint_eq(st.reads, 4 * (uint64_t)rounds * 16);
+    ck_assert_uint_eq(st.io_errors, 0);
+    tier_disk_close(td);
+}
+END_TEST
+
+/* --- slots --- */
+
+START_TEST(slot_lru)
+{
+    tier_disk_config_t cfg = config(4, TIER_DISK_IO_THREADS);
+    tier_disk_t *td = open_ok(&cfg);
+    bool ev;
+    uint32_t s[4];
+    for (int i = 0; i < 4; i++) {
+        s[i] = tier_disk_slot_alloc(td, &ev);
+        ck_assert(!ev);
+        ck_assert(tier_disk_slot_used(td, s[i]));
+    }
+    ck_assert_uint_eq(s[0], 0);
+    tier_disk_slot_touch(td, s[0]); /* s[1] is now the least recent */
+    ck_assert_uint_eq(tier_disk_slot_alloc(td, &ev), s[1]);
+    ck_assert(ev);
+    tier_disk_slot_free(td, s[2]);
+    ck_assert(!tier_disk_slot_used(td, s[2]));
+    ck_assert_uint_eq(tier_disk_slot_alloc(td, &ev), s[2]);
+    ck_assert(!ev);
+    ck_assert_uint_eq(tier_disk_slot_alloc(td, &ev), s[3]);
+    ck_assert(ev);
+    /* A slot chosen by the caller leaves the free stack. */
+    tier_disk_slot_free(td, 1);
+    tier_disk_slot_free(td, 3);
+    tier_disk_slot_claim(td, 1);
+    ck_assert(tier_disk_slot_used(td, 1));
+    ck_assert_uint_eq(tier_disk_slot_alloc(td, &ev), 3);
+    ck_assert(!ev);
+    tier_disk_stats_t st;
+    tier_disk_stats(td, &st);
+    ck_assert_uint_eq(st.evictions, 2);
+    ck_assert_uint_eq(tier_disk_slot_alloc(td, &ev), s[0]); /* least recent now */
+    ck_assert(ev);
+    ck_assert_uint_eq(st.used, 4);
+    tier_disk_close(td);
+}
+END_TEST
+
+/* --- warm restart --- */
+
+/* Reopens the file, checks every recovered record against the block its
+ * chain hash names (h is the record's tokens[0] / 100), bitwise through a
+ * read, and returns the scan. */
+static void reopen_and_verify(tier_disk_t **tdp, tier_disk_scan_t *sc, tier_disk_io_t io,
+                              uint32_t nslots)
+{
+    tier_disk_config_t cfg = config(nslots, io);
+    *tdp = open_ok(&cfg);
+    tier_disk_take_scan(*tdp, sc);
+    for (size_t i = 0; i < sc->n; i++) {
+        tier_disk_record_t *r = &sc->recs[i];
+        uint64_t h = r->tokens[0] / 100;
+        tier_disk_meta_t m;
+        uint32_t tokens[TOKENS];
+        fill_meta(h, &m, tokens);
+        ck_assert_uint_eq(r->chain_hash, m.chain_hash);
+        ck_assert_uint_eq(r->ns_id, m.ns_id);
+        ck_assert_str_eq(r->ns, m.ns);
+        ck_assert_uint_eq(r->ntokens, m.ntokens);
+        ck_assert(memcmp(r->tokens, tokens, m.ntokens * sizeof(uint32_t)) == 0);
+        ck_assert(tier_disk_slot_used(*tdp, r->slot));
+        ck_assert_uint_eq(read_blocks(*tdp, &r->slot, h, 1), 1);
+        if (i > 0)
+            ck_assert_uint_lt(sc->recs[i - 1].seq, r->seq);
+    }
+}
+
+START_TEST(restart_finds_records)
+{
+    tier_disk_config_t cfg = config(32, TIER_DISK_IO_AUTO);
+    tier_disk_t *td = open_ok(&cfg);
+    uint32_t slots[20];
+    for (uint32_t i = 0; i < 20; i++)
+        slots[i] = i + 5;
+    write_blocks(td, slots, 100, 20);
+    /* Block 103 again, into another slot: the newer record wins. */
+    uint32_t again = 30;
+    write_blocks(td, &again, 103, 1);
+    tier_disk_close(td);
+
+    tier_disk_scan_t sc;
+    reopen_and_verify(&td, &sc, TIER_DISK_IO_AUTO, 32);
+    ck_assert_uint_eq(sc.n, 20);
+    ck_assert_uint_eq(sc.stale, 1);
+    ck_assert_uint_eq(sc.torn, 0);
+    ck_assert_uint_eq(sc.recs[sc.n - 1].slot, 30); /* newest last */
+    ck_assert(!tier_disk_slot_used(td, 8));        /* the stale copy's slot is free */
+    tier_disk_stats_t st;
+    tier_disk_stats(td, &st);
+    ck_assert_uint_eq(st.recovered, 20);
+    ck_assert_uint_eq(st.used, 20);
+    /* Sequence numbers go on from the newest found. */
+    uint32_t s = 0;
+    write_blocks(td, &s, 999, 1);
+    tier_disk_close(td);
+    tier_disk_scan_free(&sc);
+    reopen_and_verify(&td, &sc, TIER_DISK_IO_AUTO, 32);
+    ck_assert_uint_eq(sc.n, 21);
+    ck_assert_uint_eq(sc.recs[sc.n - 1].slot, 0);
+    tier_disk_scan_free(&sc);
+    tier_disk_close(td);
+}
+END_TEST
+
+/* A child writes batches over and over (each batch overwrites slots with new
+ * blocks) and is SIGKILLed in the middle; then some slots are torn by hand
+ * (a new record's first sector over an old record). The reopened file
+ * serves every verifying record bitwise and nothing of a torn slot. */
+START_TEST(sigkill_mid_writes)
+{
+    enum { NS = 64 };
+    tier_disk_io_t io = _i == 0 ? TIER_DISK_IO_AUTO : TIER_DISK_IO_THREADS;
+    tier_disk_config_t cfg = config(NS, io);
+    tier_disk_t *td = open_ok(&cfg);
+    tier_disk_close(td);
+    int pfd[2];
+    ck_assert_int_eq(pipe(pfd), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        close(pfd[0]);
+        td = open_ok(&cfg);
+        uint32_t slots[NS];
+        for (uint64_t round = 0;; round++) {
+            for (uint32_t i = 0; i < NS; i++)
+                slots[i] = (uint32_t)((i * 5 + round) % NS);
+            write_blocks(td, slots, 10000 + round * NS, NS);
+            if (round == 3 && write(pfd[1], "x", 1) != 1)
+                _exit(2);
+        }
+    }
+    close(pfd[1]);
+    char c;
+    ck_assert_int_eq(read(pfd[0], &c, 1), 1);
+    usleep(2000); /* into the next batches */
+    kill(pid, SIGKILL);
+    int wst;
+    ck_assert_int_eq(waitpid(pid, &wst, 0), pid);
+    ck_assert(WIFSIGNALED(wst));
+    close(pfd[0]);
+
+    tier_disk_scan_t sc;
+    reopen_and_verify(&td, &sc, io, NS);
+    ck_assert_uint_ge(sc.n, NS / 2); /* at least four whole rounds were written */
+    size_t before = sc.n;
+    uint64_t torn_before = sc.torn;
+    /* Tear 8 valid slots: the first sector of another block's record. */
+    uint8_t *rec = aligned_alloc(4096, 16384);
+    uint32_t tokens[TOKENS];
+    tier_disk_meta_t m;
+    uint8_t *payload = malloc(BLOCK);
+    int fd = open(path, O_RDWR);
+    uint32_t torn_slots[8];
+    for (int k = 0; k < 8; k++) {
+        torn_slots[k] = sc.recs[k * 3].slot;
+        fill_meta(777 + (uint64_t)k, &m, tokens);
+        m.seq = sc.recs[sc.n - 1].seq + 1 + (uint64_t)k;
+        fill_block(777 + (uint64_t)k, payload);
+        tier_disk_encode(td, rec, torn_slots[k], &m, payload);
+        ck_assert_int_eq(pwrite(fd, rec, 4096, 4096 + (off_t)torn_slots[k] * 16384), 4096);
+    }
+    close(fd);
+    tier_disk_close(td);
+    tier_disk_scan_free(&sc);
+    reopen_and_verify(&td, &sc, io, NS);
+    ck_assert_uint_eq(sc.torn, torn_before + 8);
+    /* A torn slot's old block is gone too (its record no longer verifies);
+     * another copy of a block may survive elsewhere only if it was stale. */
+    ck_assert_uint_le(sc.n, before - 8 + sc.stale);
+    for (size_t i = 0; i < sc.n; i++)
+        for (int k = 0; k < 8; k++)
+            ck_assert_uint_ne(sc.recs[i].slot, torn_slots[k]);
+    tier_disk_stats_t st;
+    tier_disk_stats(td, &st);
+    ck_assert_uint_eq(st.torn, sc.torn);
+    free(rec);
+    free(payload);
+    tier_disk_scan_free(&sc);
+    tier_disk_close(td);
+}
+END_TEST
+
+/* Random bytes flipped in random slots of a closed file: no flipped slot is
+ * recovered or read, every other one is. */
+START_TEST(flipped_bytes_never_pass)
+{
+    enum { NS = 48 };
+    tier_disk_config_t cfg = config(NS, TIER_DISK_IO_AUTO);
+    tier_disk_t *td = open_ok(&cfg);
+    uint32_t slots[NS];
+    for (uint32_t i = 0; i < NS; i++)
+        slots[i] = i;
+    write_blocks(td, slots, 500, NS);
+    tier_disk_close(td);
+
+    srand(12345);
+    bool flipped[NS] = {false};
+    int fd = open(path, O_RDWR);
+    for (uint32_t s = 0; s < NS; s++) {
+        if (rand() % 2)
+            continue;
+        flipped[s] = true;
+        int nflips = 1 + rand() % 3;
+        for (int k = 0; k < nflips; k++) {
+            off_t off = 4096 + (off_t)s * 16384 + rand() % 16384;
+            uint8_t b;
+            ck_assert_int_eq(pread(fd, &b, 1, off), 1);
+            b ^= (uint8_t)(1 + rand() % 255);
+            ck_assert_int_eq(pwrite(fd, &b, 1, off), 1);
+        }
+    }
+    close(fd);
+
+    tier_disk_scan_t sc;
+    reopen_and_verify(&td, &sc, TIER_DISK_IO_AUTO, NS);
+    size_t nflipped = 0;
+    for (uint32_t s = 0; s < NS; s++)
+        nflipped += flipped[s];
+    ck_assert_uint_gt(nflipped, 0);
+    ck_assert_uint_eq(sc.n, NS - nflipped);
+    ck_assert_uint_eq(sc.torn, nflipped);
+    for (size_t i = 0; i < sc.n; i++)
+        ck_assert(!flipped[sc.recs[i].slot]);
+    /* Read directly, a flipped slot fails its CRC and is counted. */
+    for (uint32_t s = 0; s < NS; s++)
+        ck_assert_uint_eq(read_blocks(td, &s, 500 + s, 1), flipped[s] ? 0 : 1);
+    tier_disk_stats_t st;
+    tier_disk_stats(td, &st);
+    ck_assert_uint_eq(st.crc_failures, nflipped);
+    tier_disk_scan_free(&sc);
+    tier_disk_close(td);
+}
+END_TEST
+
+/* --- the tier medium --- */
+
+enum { MB = 8 }; /* "pool" blocks of the fake source */
+static uint8_t *src_blocks;
+static uint32_t src_tokens[MB][TOKENS];
+
+static void *src_block(void *arg, uint32_t id)
+{
+    (void)arg;
+    return src_blocks + (size_t)id * BLOCK;
+}
+
+static void src_meta(void *arg, uint32_t id, tier_disk_meta_t *out)
+{
+    (void)arg;
+    fill_meta(id, out, src_tokens[id]);
+}
+
+typedef struct medium_res {
+    int calls;
+    tier_medium_result_t res;
+} medium_res_t;
+
+static void medium_done(void *arg, const tier_medium_result_t *res)
+{
+    medium_res_t *r = arg;
+    r->calls++;
+    r->res = *res;
+}
+
+static medium_res_t medium_run(uv_loop_t *loop, tier_medium_t *m, bool put, const uint32_t *ids,
+                               const uint32_t *slots, size_t n)
+{
+    medium_res_t r = {0};
+    int rc = put ? m->ops->put(m, ids, slots, n, medium_done, &r)
+                 : m->ops->get(m, ids, slots, n, medium_done, &r);
+    ck_assert_int_eq(rc, 0);
+    while (r.calls == 0)
+        uv_run(loop, UV_RUN_ONCE);
+    ck_assert_int_eq(r.calls, 1);
+    return r;
+}
+
+START_TEST(medium_put_get_drop)
+{
+    uv_loop_t loop;
+    ck_assert_int_eq(uv_loop_init(&loop), 0);
+    tier_disk_config_t cfg = config(16, _i == 0 ? TIER_DISK_IO_URING : TIER_DISK_IO_THREADS);
+    tier_disk_t *td = open_ok(&cfg);
+    src_blocks = malloc((size_t)MB * BLOCK);
+    for (uint32_t id = 0; id < 4; id++)
+        fill_block(id, src_blocks + (size_t)id * BLOCK);
+    tier_disk_source_t src = {src_block, src_meta, NULL};
+    tier_medium_t *m;
+    ck_assert_int_eq(tier_disk_medium_open(&loop, td, &src, &m), 0);
+    ck_assert_uint_eq(m->capacity, 16);
+    ck_assert_str_eq(m->ops->name, "disk");
+
+    uint32_t ids[4] = {0, 1, 2, 3}, slots[4] = {9, 3, 12, 0};
+    ck_assert_int_eq(medium_run(&loop, m, true, ids, slots, 4).res.status, 0);
+    ck_assert(tier_disk_slot_used(td, 9) && tier_disk_slot_used(td, 0));
+    /* Back into blocks 4..7 (ids 0..3's bytes, as promotions do). */
+    uint32_t back[4] = {4, 5, 6, 7};
+    memset(src_blocks + 4 * BLOCK, 0, 4 * BLOCK);
+    medium_res_t r = medium_run(&loop, m, false, back, slots, 4);
+    ck_assert_int_eq(r.res.status, 0);
+    ck_assert(!r.res.fatal);
+    ck_assert(memcmp(src_blocks, src_blocks + 4 * BLOCK, 4 * BLOCK) == 0);
+
+    /* Dropped: a get of the slot misses, not fatal. */
+    m->ops->drop(m, &slots[1], 1);
+    ck_assert(!tier_disk_slot_used(td, 3));
+    r = medium_run(&loop, m, false, back, slots, 2);
+    ck_assert_int_eq(r.res.status, KVS_ENOTFOUND);
+    ck_assert(!r.res.fatal);
+    /* A slot overwritten on disk behind the medium's back: a miss. */
+    int fd = open(path, O_RDWR);
+    uint8_t junk = 0x5a;
+    ck_assert_int_eq(pwrite(fd, &junk, 1, 4096 + 12 * 16384 + 5000), 1);
+    close(fd);
+    r = medium_run(&loop, m, false, &back[2], &slots[2], 1);
+    ck_assert_int_eq(r.res.status, KVS_ENOTFOUND);
+    tier_medium_stats_t st;
+    m->ops->stats(m, &st);
+    ck_assert_uint_eq(st.puts, 1);
+    ck_assert_uint_eq(st.gets, 3);
+    ck_assert_uint_eq(st.blocks, 8);
+    ck_assert_uint_eq(st.failures, 2);
+    tier_disk_stats_t ds;
+    tier_disk_stats(td, &ds);
+    ck_assert_uint_eq(ds.crc_failures, 1);
+    tier_medium_close(m);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    ck_assert_int_eq(uv_loop_close(&loop), 0);
+    tier_disk_close(td);
+    free(src_blocks);
+}
+END_TEST
+
+/* kvshared's start: the file is made, then refused for another geometry
+ * (the error names the setting) unless disk_tier_wipe. */
+static int start_server(const geometry_t *g, bool wipe, char *err, size_t len)
+{
+    uv_loop_t loop;
+    ck_assert_int_eq(uv_loop_init(&loop), 0);
+    server_config_t cfg;
+    server_config_init(&cfg);
+    cfg.geometry = *g;
+    cfg.backend.kind = BACKEND_HOST;
+    cfg.pool_blocks = 4;
+    cfg.disk_tier_path = path;
+    cfg.disk_tier_bytes = 1 << 20;
+    cfg.disk_tier_wipe = wipe;
+    cfg.disk_tier_io = TIER_DISK_IO_THREADS;
+    server_t *srv = NULL;
+    int rc = server_open(&cfg, &loop, &srv, err, len);
+    if (rc == 0) {
+        ck_assert_ptr_nonnull(srv->disk_tier);
+        ck_assert_uint_gt(tier_disk_capacity(srv->disk_tier), 0);
+        char *text = NULL;
+        size_t len = 0;
+        ck_assert_int_eq(metrics_render(srv, &text, &len), 0);
+        ck_assert_ptr_nonnull(strstr(text, "kvshare_tier3_info{io=\"threads\"} 1\n"));
+        ck_assert_ptr_nonnull(strstr(text, "kvshare_tier3_slots{state=\"used\"} 0\n"));
+        ck_assert_ptr_nonnull(strstr(text, "kvshare_tier3_recovered_blocks 0\n"));
+        free(text);
+        server_free(srv);
+    }
+    uv_run(&loop, UV_RUN_DEFAULT);
+    ck_assert_int_eq(uv_loop_close(&loop), 0);
+    return rc;
+}
+
+START_TEST(server_opens_and_checks)
+{
+    geometry_t g = {
+        .layers = 2, .kv_heads = 2, .head_dim = 8, .dtype = GEOMETRY_FP16, .block_tokens = 4};
+    char err[256] = "";
+    ck_assert_int_eq(start_server(&g, false, err, sizeof(err)), 0);
+    ck_assert_int_eq(start_server(&g, false, err, sizeof(err)), 0);
+    g.layers = 3;
+    ck_assert_int_eq(start_server(&g, false, err, sizeof(err)), KVS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "disk_tier_path"));
+    ck_assert_ptr_nonnull(strstr(err, "another block geometry"));
+    ck_assert_int_eq(start_server(&g, true, err, sizeof(err)), 0);
+}
+END_TEST
+
+static Suite *tier_disk_suite(void)
+{
+    Suite *s = suite_create("tier_disk");
+    TCase *tc = tcase_create("core");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 30);
+    tcase_add_test(tc, crc_known_values);
+    tcase_add_test(tc, crc_paths_agree);
+    tcase_add_test(tc, crc_long_buffers);
+    tcase_add_test(tc, bad_setup_is_named);
+    tcase_add_test(tc, other_geometry_refused_or_wiped);
+    tcase_add_test(tc, roundtrip_io_uring);
+    tcase_add_test(tc, roundtrip_threads_forced);
+    tcase_add_loop_test(tc, concurrent_batches, 0, 2);
+    tcase_add_test(tc, slot_lru);
+    tcase_add_test(tc, restart_finds_records);
+    tcase_add_loop_test(tc, sigkill_mid_writes, 0, 2);
+    tcase_add_test(tc, flipped_bytes_never_pass);
+    tcase_add_loop_test(tc, medium_put_get_drop, 0, 2);
+    tcase_add_test(tc, server_opens_and_checks);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+KVS_CHECK_MAIN(tier_disk_suite)

@@ -1,0 +1,237 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * kvshare-bench tier-copy --disk DIR: the disk tier (daemon/core/tier_disk.h)
+ * against fio on the same file system, in the same run.
+ *
+ * Blocks of the model's geometry (--tokens / block_tokens of them) are
+ * written into a tier file in DIR in one batch (slots 0..n-1, in order) and
+ * read back in one batch; each phase's rate is the slots' bytes over the
+ * time from submit to the batch's end. fio then writes and reads a file of
+ * the same size in DIR with the same block size (one slot), O_DIRECT, the
+ * same queue depth and the same engine (io_uring with registered buffers,
+ * or psync with as many jobs as the queue depth when the tier runs on
+ * threads), sequentially. The phases alternate with fio's within each round
+ * (fio first on odd rounds); reported: the median over rounds and the tier
+ * as a percentage of fio. The tier's reads verify each slot's CRC and the
+ * blocks are compared bitwise after the last round. Without fio on PATH the
+ * tier's own figures are printed and fio's are said to be missing; on a file
+ * system without O_DIRECT (tmpfs) it says so and exits 77.
+ */
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "bench_tier_disk.h"
+#include "crc32c.h"
+#include "kvshare_status.h"
+#include "tier_disk.h"
+
+#define MAX_ROUNDS 101
+
+enum { P_TW, P_TR, P_FW, P_FR, N_P };
+static const char *const pnames[N_P] = {"tier write", "tier read", "fio write", "fio read"};
+
+typedef struct wait_s {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool done;
+} wait_t;
+
+static void on_done(void *arg, tier_disk_op_t *ops, size_t n)
+{
+    (void)ops;
+    (void)n;
+    wait_t *w = arg;
+    pthread_mutex_lock(&w->mu);
+    w->done = true;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* One batch over all ops; returns its wall time in ns, or 0 when an op
+ * failed. */
+static uint64_t tier_batch(tier_disk_t *td, bool write, tier_disk_op_t *ops, size_t n)
+{
+    wait_t w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false};
+    uint64_t t0 = now_ns();
+    if (tier_disk_submit(td, write, ops, n, on_done, &w) != 0)
+        return 0;
+    pthread_mutex_lock(&w.mu);
+    while (!w.done)
+        pthread_cond_wait(&w.cv, &w.mu);
+    pthread_mutex_unlock(&w.mu);
+    uint64_t t = now_ns() - t0;
+    for (size_t i = 0; i < n; i++)
+        if (ops[i].status != 0)
+            return 0;
+    return t;
+}
+
+/* fio's bandwidth in bytes/s for one sequential job, or a negative number
+ * (no fio, or its output not understood). */
+static double run_fio(const char *file, uint64_t bytes, uint64_t bs, uint32_t qd, bool uring,
+                      bool write)
+{
+    char cmd[1024];
+    if (uring)
+        snprintf(cmd, sizeof(cmd),
+                 "fio --name=kvs --filename=%s --size=%llu --bs=%llu --direct=1 "
+                 "--ioengine=io_uring --fixedbufs=1 --iodepth=%u --rw=%s --output-format=json "
+                 "2>/dev/null",
+                 file, (unsigned long long)bytes, (unsigned long long)bs, qd,
+                 write ? "write" : "read");
+    else
+        snprintf(cmd, sizeof(cmd),
+                 "fio --name=kvs --filename=%s --bs=%llu --direct=1 --ioengine=psync "
+                 "--numjobs=%u --size=%llu --offset_increment=%llu --group_reporting --rw=%s "
+                 "--output-format=json 2>/dev/null",
+                 file, (unsigned long long)bs, qd, (unsigned long long)(bytes / qd / bs * bs),
+                 (unsigned long long)(bytes / qd / bs * bs), write ? "write" : "read");
+    FILE *p = popen(cmd, "r");
+    if (!p)
+        return -1;
+    static char out[1 << 20];
+    size_t n = fread(out, 1, sizeof(out) - 1, p);
+    out[n] = 0;
+    int st = pclose(p);
+    if (st != 0) {
+        fprintf(stderr, "tier-copy --disk: fio exited with status %d: %s\n", st, cmd);
+        return -1;
+    }
+    /* The job's "read" and "write" objects each have "bw_bytes" ("rw" :
+     * "write" among the options is a string, not an object). */
+    const char *sec = strstr(out, write ? "\"write\" : {" : "\"read\" : {");
+    const char *bw = sec ? strstr(sec, "\"bw_bytes\"") : NULL;
+    if (!bw)
+        return -1;
+    bw = strchr(bw, ':');
+    return bw ? strtod(bw + 1, NULL) : -1;
+}
+
+/* CPU time of this process (all its threads; not fio, a child), in ns. */
+static uint64_t cpu_ns(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (uint64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000000ull +
+           (uint64_t)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000ull;
+}
+
+static double median(double *v, uint32_t n)
+{
+    qsort(v, n, sizeof(double), bench_cmp_float);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+int bench_tier_disk(const bench_tier_disk_args_t *a)
+{
+    uint64_t bb = a->block_bytes;
+    uint64_t hdr = TIER_DISK_HDR_FIXED + 4ull * a->block_tokens;
+    uint64_t slot = (hdr + bb + TIER_DISK_ALIGN - 1) / TIER_DISK_ALIGN * TIER_DISK_ALIGN;
+    uint32_t n = a->blocks;
+    char tpath[1024], fpath[1024], err[256] = "";
+    snprintf(tpath, sizeof(tpath), "%s/kvshare-bench-tier3", a->dir);
+    snprintf(fpath, sizeof(fpath), "%s/kvshare-bench-fio", a->dir);
+    unlink(tpath);
+    tier_disk_config_t cfg = {.path = tpath,
+                              .bytes = TIER_DISK_ALIGN + (uint64_t)n * slot,
+                              .block_bytes = bb,
+                              .block_tokens = a->block_tokens,
+                              .geometry_id = 1,
+                              .io = a->threads ? TIER_DISK_IO_THREADS : TIER_DISK_IO_URING,
+                              .queue_depth = a->qd};
+    tier_disk_t *td = NULL;
+    int rc = tier_disk_open(&cfg, &td, err, sizeof(err));
+    if (rc != 0 && strstr(err, "without O_DIRECT")) {
+        printf("tier-copy --disk: skipped: %s\n", err);
+        return 77;
+    }
+    if (rc != 0) {
+        fprintf(stderr, "tier-copy --disk: %s (%s)\n", err, kvs_status_text(rc));
+        return 1;
+    }
+    bool uring = strncmp(tier_disk_io_name(td), "io_uring", 8) == 0;
+    uint8_t *src = malloc((size_t)n * bb), *dst = malloc((size_t)n * bb);
+    tier_disk_op_t *ops = calloc(n, sizeof(*ops));
+    uint32_t *tokens = calloc(a->block_tokens, sizeof(uint32_t));
+    int status = 1;
+    if (!src || !dst || !ops || !tokens) {
+        fprintf(stderr, "tier-copy --disk: out of memory\n");
+        goto out;
+    }
+    for (size_t i = 0; i < (size_t)n * bb; i++)
+        src[i] = (uint8_t)(i * 131 + (i >> 12));
+    static double rate[N_P][MAX_ROUNDS];
+    bool have_fio = true;
+    uint64_t tier_cpu = 0, tier_wall = 0;
+    for (uint32_t r = 0; r < a->rounds; r++) {
+        for (int k = 0; k < 2; k++) {
+            bool tier_now = (k == 0) == (r % 2 == 0);
+            if (tier_now) {
+                for (uint32_t i = 0; i < n; i++) {
+                    ops[i] = (tier_disk_op_t){.slot = i, .data = src + (size_t)i * bb};
+                    ops[i].meta.chain_hash = i + 1;
+                    ops[i].meta.ntokens = a->block_tokens;
+                    ops[i].meta.tokens = tokens;
+                    snprintf(ops[i].meta.ns, sizeof(ops[i].meta.ns), "bench");
+                }
+                uint64_t c0 = cpu_ns();
+                uint64_t tw = tier_batch(td, true, ops, n);
+                for (uint32_t i = 0; i < n; i++)
+                    ops[i].data = dst + (size_t)i * bb; /* meta.seq: the record just written */
+                uint64_t tr = tw ? tier_batch(td, false, ops, n) : 0;
+                tier_cpu += cpu_ns() - c0;
+                tier_wall += tw + tr;
+                if (!tw || !tr) {
+                    fprintf(stderr, "tier-copy --disk: a tier %s failed\n", tw ? "read" : "write");
+                    goto out;
+                }
+                rate[P_TW][r] = (double)n * (double)slot / ((double)tw / 1e9);
+                rate[P_TR][r] = (double)n * (double)slot / ((double)tr / 1e9);
+            } else if (have_fio) {
+                rate[P_FW][r] = run_fio(fpath, (uint64_t)n * slot, slot, a->qd, uring, true);
+                rate[P_FR][r] = run_fio(fpath, (uint64_t)n * slot, slot, a->qd, uring, false);
+                have_fio = rate[P_FW][r] > 0 && rate[P_FR][r] > 0;
+            }
+        }
+    }
+    if (memcmp(src, dst, (size_t)n * bb) != 0) {
+        fprintf(stderr, "tier-copy --disk: the blocks read back differ from those written\n");
+        goto out;
+    }
+    double med[N_P];
+    for (int p = 0; p < N_P; p++)
+        med[p] = p < P_FW || have_fio ? median(rate[p], a->rounds) : 0;
+    printf("# disk tier in %s: %u blocks of %llu bytes (slot %llu), queue depth %u, I/O on %s; "
+           "median of %u rounds\n",
+           a->dir, n, (unsigned long long)bb, (unsigned long long)slot, a->qd,
+           tier_disk_io_name(td), a->rounds);
+    printf("# fio: same directory, bs=%llu, O_DIRECT, %s\n", (unsigned long long)slot,
+           uring ? "ioengine=io_uring fixedbufs iodepth=qd" : "ioengine=psync numjobs=qd");
+    for (int p = 0; p < N_P; p++)
+        if (p < P_FW || have_fio)
+            printf("%-10s %9.1f MB/s\n", pnames[p], med[p] / 1e6);
+    printf("tier CPU: %.2f ms per block (copy and CRC32C%s), %.0f %% of one CPU over its phases\n",
+           (double)tier_cpu / 1e6 / (2.0 * n * a->rounds), crc32c_hw() ? ", SSE4.2" : ", table",
+           tier_wall ? 100.0 * (double)tier_cpu / (double)tier_wall : 0);
+    if (have_fio)
+        printf("tier / fio: write %.0f %%, read %.0f %%\n", 100 * med[P_TW] / med[P_FW],
+               100 * med[P_TR] / med[P_FR]);
+    else
+        printf("fio: not measured (fio not found or failed; apt-get install fio)\n");
+    status = 0;
+out:
+    tier_disk_close(td);
+    unlink(tpath);
+    unlink(fpath);
+    free(src);
+    free(dst);
+    free(ops);
+    free(tokens);
+    return status;
+}
