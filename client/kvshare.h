@@ -95,7 +95,8 @@ typedef struct kvs_client kvs_client_t;
  * group, one pool per device with the same block ids. KVS_RANK: this client
  * is the worker of rank kvs_options_t.rank (its device) and maps that
  * device's pool only; its kvs_commit stands for its own shard, and a block
- * is cached once every rank committed it (see "Several devices" below).
+ * is cached once every rank committed it (docs/OPERATING.md, "Several GPUs
+ * of one model").
  * KVS_GROUP_SCHEDULER: this client is the group's scheduler: it maps
  * nothing, and commits for the whole group (kvs_commit_opts_t.for_group). */
 #define KVS_RANK            0x8u

@@ -261,8 +261,18 @@ int handler_hello(session_t *s, const Kvshare__Request *req, Kvshare__Response *
     r->group_size = srv->n_devices;
     resp->rpc_case = KVSHARE__RESPONSE__RPC_HELLO;
     resp->hello = r;
-    LOG_INFO("session %llu: hello from '%s', pid %d, uid %u (%u fds)", (unsigned long long)s->id,
-             s->worker[0] ? s->worker : "?", (int)s->peer_pid, s->peer_uid, r->n_fds);
+    if (srv->n_devices > 1)
+        LOG_INFO("session %llu: hello from '%s', pid %d, uid %u, %s %d of %u (%u fds)",
+                 (unsigned long long)s->id, s->worker[0] ? s->worker : "?", (int)s->peer_pid,
+                 s->peer_uid,
+                 s->group_scheduler ? "scheduler"
+                 : s->rank >= 0     ? "rank"
+                                    : "monitor",
+                 s->rank, srv->n_devices, r->n_fds);
+    else
+        LOG_INFO("session %llu: hello from '%s', pid %d, uid %u (%u fds)",
+                 (unsigned long long)s->id, s->worker[0] ? s->worker : "?", (int)s->peer_pid,
+                 s->peer_uid, r->n_fds);
     return 0;
 }
 

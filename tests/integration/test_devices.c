@@ -8,6 +8,9 @@
  * committed for the group), a lookup finds the prefix once for the group,
  * every rank of another group reads back its own bytes, and a rank that
  * dies mid-write takes its group's unfinished blocks back to the pool.
+ *
+ * KVS_TEST_DEVICES_BACKEND=cuda runs the same on the cuda backend (ctest:
+ * on the stand-in driver with 4 fake devices, test_devices_cuda_fake_driver).
  */
 #include <check.h>
 #include <signal.h>
@@ -32,12 +35,28 @@
 
 static harness_t h;
 
+/* Starts kvshared with extra flags (at most two) on this run's backend. */
+static int start(const char *flag, const char *value)
+{
+    const char *backend = getenv("KVS_TEST_DEVICES_BACKEND");
+    const char *extra[5] = {NULL};
+    size_t n = 0;
+    if (backend && backend[0]) {
+        extra[n++] = "--backend";
+        extra[n++] = backend;
+    }
+    if (flag) {
+        extra[n++] = flag;
+        extra[n++] = value;
+    }
+    return harness_start(&h, POOL, extra);
+}
+
 static void start_devices(unsigned n)
 {
     char spec[16];
     snprintf(spec, sizeof(spec), "0-%u", n - 1);
-    const char *extra[] = {"--devices", spec, NULL};
-    ck_assert_int_eq(harness_start(&h, POOL, extra), 0);
+    ck_assert_int_eq(start("--devices", spec), 0);
 }
 
 static int connect_as(unsigned flags, uint32_t rank, kvs_client_t **out)
@@ -324,8 +343,9 @@ START_TEST(test_scheduler_and_refusals)
     write_shard(r1, 1, ids);
     size_t done = 0;
     /* The scheduler has no shard of its own: it commits for the group. */
-    ck_assert_int_eq(kvs_commit(sched, "default", tokens, N_TOKENS, ids, N_BLOCKS, canonical, &done),
-                     KVS_EINVAL);
+    ck_assert_int_eq(
+        kvs_commit(sched, "default", tokens, N_TOKENS, ids, N_BLOCKS, canonical, &done),
+        KVS_EINVAL);
     kvs_commit_opts_t o;
     kvs_commit_opts_init(&o);
     o.for_group = 1;
@@ -351,7 +371,7 @@ END_TEST
  * refused, and the group is one. */
 START_TEST(test_one_device_rank_zero)
 {
-    ck_assert_int_eq(harness_start(&h, POOL, NULL), 0);
+    ck_assert_int_eq(start(NULL, NULL), 0);
     kvs_client_t *c = NULL;
     ck_assert_int_eq(connect_as(KVS_RANK, 1, &c), KVS_EINVAL);
     c = rank_client(0);

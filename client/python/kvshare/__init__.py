@@ -97,7 +97,8 @@ class _Options(ctypes.Structure):
         ("flags", ctypes.c_uint),
         ("reconnect_ms", ctypes.c_int),
         ("daemon_uid", ctypes.c_uint64),
-        ("reserved", ctypes.c_uint64 * 7),
+        ("rank", ctypes.c_uint32), ("reserved32", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint64 * 6),
     ]
 
 
