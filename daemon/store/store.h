@@ -20,6 +20,15 @@
  *     CACHED --store_release--> unpinned --store_evict--> FREE (BlockRemoved)
  *     WRITING --store_release or store_release_session--> FREE
  *
+ * With several devices (--devices: one tensor-parallel group, a shard of
+ * each block per device), a ranked session's commit records its shard
+ * (rec.shards) and a block leaves WRITING only once every rank's shard is
+ * in, or when one session commits for the group:
+ *
+ *     WRITING --store_commit_shard (a shard missing)--> WRITING, shard bit set
+ *     WRITING --store_commit_shard (the last shard)--> CACHED, pinned by it
+ *     WRITING, incomplete --a rank's session ends (store_release_group)--> FREE
+ *
  * A record holds nothing that belongs to one device: a block id names the
  * same slot on every device's pool (DESIGN.md, Pool layout), so a node with
  * several devices keeps this one index and one record per id, and only the
