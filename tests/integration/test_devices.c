@@ -390,6 +390,44 @@ START_TEST(test_one_device_rank_zero)
 }
 END_TEST
 
+/* The index of n devices after a group cached one prefix: its memory. */
+static uint64_t index_bytes_with(unsigned n)
+{
+    if (n > 1)
+        start_devices(n);
+    else
+        ck_assert_int_eq(start(NULL, NULL), 0);
+    kvs_client_t *w[MAX_RANKS];
+    uint32_t tokens[N_TOKENS], ids[N_BLOCKS], canonical[2 * N_BLOCKS];
+    prompt(tokens, 17);
+    for (uint32_t r = 0; r < n; r++)
+        w[r] = rank_client(r);
+    ck_assert_int_eq(kvs_alloc(w[0], "default", N_BLOCKS, ids), 0);
+    size_t pending = 0, done = 0;
+    for (uint32_t r = 0; r < n; r++)
+        done = commit_shard(w[r], tokens, ids, &pending, canonical);
+    ck_assert_uint_eq(done, N_BLOCKS);
+    kvs_stats_t s;
+    ck_assert_int_eq(kvs_stats(w[0], &s), 0);
+    ck_assert_uint_eq(s.cached_blocks, N_BLOCKS);
+    uint64_t bytes = s.index_bytes;
+    kvs_stats_free(&s);
+    for (uint32_t r = 0; r < n; r++)
+        kvs_close(w[r]);
+    ck_assert_int_eq(harness_stop(&h), 0);
+    harness_cleanup(&h);
+    return bytes;
+}
+
+/* One index for the group: its memory with 4 devices is that with one. */
+START_TEST(test_index_memory_does_not_grow)
+{
+    uint64_t one = index_bytes_with(1), four = index_bytes_with(4);
+    ck_assert_uint_gt(one, 0);
+    ck_assert_uint_eq(four, one);
+}
+END_TEST
+
 static Suite *devices_suite(void)
 {
     Suite *s = suite_create("devices");
@@ -401,6 +439,7 @@ static Suite *devices_suite(void)
     tcase_add_test(tc, test_missing_shard_never_served);
     tcase_add_test(tc, test_scheduler_and_refusals);
     tcase_add_test(tc, test_one_device_rank_zero);
+    tcase_add_test(tc, test_index_memory_does_not_grow);
     suite_add_tcase(s, tc);
     return s;
 }
