@@ -58,8 +58,10 @@ struct kvs_client {
 
     kvs_geometry_t geo;
     int have_geo;
-    int in_hello;       /* the next reply may carry fds */
-    int rcv_ms, snd_ms; /* the socket's current timeouts */
+    uint32_t rank;       /* kvs_options_t.rank, sent with KVS_RANK */
+    uint32_t group_size; /* from the Hello reply */
+    int in_hello;        /* the next reply may carry fds */
+    int rcv_ms, snd_ms;  /* the socket's current timeouts */
     backend_mapping_t *map;
     backend_mapping_t *tier2_map; /* read-only, with KVS_MAP_TIER2 and a tier 2 */
 
@@ -486,6 +488,9 @@ static int hello(kvs_client_t *c, int64_t deadline)
     hr.worker = c->worker;
     hr.no_fds = (c->flags & KVS_NO_MAP) != 0;
     hr.map_tier2 = (c->flags & KVS_MAP_TIER2) != 0;
+    hr.ranked = (c->flags & KVS_RANK) != 0;
+    hr.rank = hr.ranked ? c->rank : 0;
+    hr.group_scheduler = (c->flags & KVS_GROUP_SCHEDULER) != 0;
     req.rpc_case = KVSHARE__REQUEST__RPC_HELLO;
     req.hello = &hr;
     c->in_hello = 1;
@@ -498,6 +503,8 @@ static int hello(kvs_client_t *c, int64_t deadline)
         rc = set_err(c, KVS_EPROTO, "kvshared answered Hello without a pool description");
         goto out;
     }
+    /* A daemon older than several devices says nothing: one. */
+    c->group_size = h->group_size ? h->group_size : 1;
     kvs_geometry_t *g = &c->geo;
     memset(g, 0, sizeof(*g));
     g->layers = h->geometry->layers;
@@ -542,7 +549,7 @@ static int hello(kvs_client_t *c, int64_t deadline)
             goto out;
         }
     }
-    if (!(c->flags & KVS_NO_MAP)) {
+    if (!(c->flags & (KVS_NO_MAP | KVS_GROUP_SCHEDULER))) { /* the scheduler maps nothing */
         rc = map_pool(c, h);
         if (rc != 0)
             goto out;
@@ -693,6 +700,7 @@ int kvs_connect(const kvs_options_t *opts, kvs_client_t **out)
     c->reconnect_ms = o.reconnect_ms > 0 ? o.reconnect_ms : 0;
     c->flags = o.flags;
     c->daemon_uid = o.daemon_uid;
+    c->rank = o.rank;
     if (o.worker_name)
         snprintf(c->worker, sizeof(c->worker), "%s", o.worker_name);
     int rc = 0;
@@ -737,6 +745,17 @@ int kvs_connected(const kvs_client_t *c)
 uint64_t kvs_epoch(const kvs_client_t *c)
 {
     return c ? c->epoch : 0;
+}
+
+int kvs_group(const kvs_client_t *c, uint32_t *rank, uint32_t *group_size)
+{
+    if (!c || !rank || !group_size)
+        return KVS_EINVAL;
+    if (c->group_size == 0)
+        return KVS_ENOTCONN;
+    *rank = (c->flags & KVS_RANK) ? c->rank : 0;
+    *group_size = c->group_size;
+    return 0;
 }
 
 const char *kvs_last_error(const kvs_client_t *c)
@@ -1257,6 +1276,9 @@ int kvs_commit_ex(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_
     cm.n_block_ids = n_ids;
     cm.block_ids = (uint32_t *)ids;
     cm.hint = hint_wire(o.hint, &wire);
+    cm.for_group = o.for_group != 0;
+    if (o.n_pending)
+        *o.n_pending = 0;
     req.rpc_case = KVSHARE__REQUEST__RPC_COMMIT;
     req.commit = &cm;
     rc = call(c, &req, &resp);
@@ -1269,6 +1291,8 @@ int kvs_commit_ex(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_
             memcpy(canonical, resp->commit->canonical, n * sizeof(uint32_t));
         if (n_committed)
             *n_committed = n;
+        if (o.n_pending)
+            *o.n_pending = resp->commit->n_pending;
     }
     if (resp)
         kvshare__response__free_unpacked(resp, NULL);

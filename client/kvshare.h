@@ -91,6 +91,16 @@ typedef struct kvs_client kvs_client_t;
  * kvs_lookup_tier2 (see "Tier 2 in place" below). Without a tier 2 there,
  * nothing more is mapped. */
 #define KVS_MAP_TIER2 0x4u
+/* A kvshared with several devices (--devices) serves one tensor-parallel
+ * group, one pool per device with the same block ids. KVS_RANK: this client
+ * is the worker of rank kvs_options_t.rank (its device) and maps that
+ * device's pool only; its kvs_commit stands for its own shard, and a block
+ * is cached once every rank committed it (docs/OPERATING.md, "Several GPUs
+ * of one model").
+ * KVS_GROUP_SCHEDULER: this client is the group's scheduler: it maps
+ * nothing, and commits for the whole group (kvs_commit_opts_t.for_group). */
+#define KVS_RANK            0x8u
+#define KVS_GROUP_SCHEDULER 0x10u
 
 /* Options for kvs_connect. Always start with kvs_options_init: it sets
  * `size`, so fields added later keep older callers working. */
@@ -110,7 +120,9 @@ typedef struct kvs_options {
      * refused with KVS_EDENIED: another local user may have taken the socket
      * path to pose as kvshared. */
     uint64_t daemon_uid;
-    uint64_t reserved[7]; /* room for options added later: keep 0 */
+    uint32_t rank;        /* with KVS_RANK: this worker's rank (device), 0 .. devices - 1 */
+    uint32_t reserved32;  /* keep 0 */
+    uint64_t reserved[6]; /* room for options added later: keep 0 */
 } kvs_options_t;
 
 void kvs_options_init(kvs_options_t *opts);
@@ -132,6 +144,12 @@ int kvs_connected(const kvs_client_t *c);
 
 /* Counts connections made: changes when a reconnect maps the pool again. */
 uint64_t kvs_epoch(const kvs_client_t *c);
+
+/* Several devices: this client's rank (0 without KVS_RANK) and the number
+ * of devices (ranks) the daemon serves, as its Hello reply said (1 for a
+ * daemon of one device). Errors: KVS_EINVAL (NULL), KVS_ENOTCONN (never
+ * connected). */
+int kvs_group(const kvs_client_t *c, uint32_t *rank, uint32_t *group_size);
 
 /* The daemon's message (or the library's) for the last failed call on c;
  * "" after a success. Owned by c, valid until the next call. */
@@ -511,7 +529,16 @@ int kvs_alloc_ex(kvs_client_t *c, const char *ns, uint32_t n, const kvs_alloc_op
 typedef struct kvs_commit_opts {
     size_t size;            /* sizeof(kvs_commit_opts_t), set by kvs_commit_opts_init */
     const kvs_hint_t *hint; /* NULL: none; else for every canonical block */
-    uint64_t reserved[6];   /* room for options added later: keep 0 */
+    /* Several devices: non-zero, this commit stands for every rank's shard
+     * (the scheduler, or one rank, after all workers wrote theirs); zero, a
+     * KVS_RANK client commits its own shard. */
+    uint32_t for_group;
+    uint32_t reserved32; /* keep 0 */
+    /* Not NULL: gets the blocks of this commit that still wait for another
+     * rank's shard (they stay WRITING; *n_committed counts the cached
+     * prefix before them). */
+    size_t *n_pending;
+    uint64_t reserved[4]; /* room for options added later: keep 0 */
 } kvs_commit_opts_t;
 
 void kvs_commit_opts_init(kvs_commit_opts_t *o);

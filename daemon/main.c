@@ -34,6 +34,13 @@ static void log_pool(const server_t *srv, radix_policy_t eviction)
     LOG_INFO("pool: %s per token x %u tokens = %s per block; %u blocks = %s (%llu tokens)",
              per_token, srv->geo.block_tokens, per_block, srv->num_blocks, pool,
              (unsigned long long)srv->num_blocks * srv->geo.block_tokens);
+    /* Several devices: each holds the same blocks, one shard of each. */
+    for (uint32_t i = 1; i < srv->n_devices; i++)
+        LOG_INFO("rank %u: backend %s", i, backend_detail(srv->backends[i]));
+    if (srv->n_devices > 1)
+        LOG_INFO("devices: %u ranks of one group, each pool %u blocks (the geometry is one "
+                 "rank's shard), one index for all",
+                 srv->n_devices, srv->num_blocks);
     LOG_INFO("eviction: %s", eviction == RADIX_EVICT_FREQ ? "freq" : "lru");
 }
 

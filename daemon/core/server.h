@@ -67,10 +67,16 @@ typedef struct store store_t;
 /* Tier copies run this much nicer than the loop thread (tier_host.c). */
 #define SERVER_DEFAULT_TIER_COPY_NICE 10
 
+/* Devices one kvshared serves at most (a block's shard mask is 64 bits). */
+#define SERVER_MAX_DEVICES 64
+
 typedef struct server_config {
-    const char *socket_path;   /* required for server_listen */
-    geometry_t geometry;       /* validated by server_open */
-    backend_config_t backend;  /* bytes / mem_fraction size the pool */
+    const char *socket_path;  /* required for server_listen */
+    geometry_t geometry;      /* validated by server_open */
+    backend_config_t backend; /* bytes / mem_fraction size the pool */
+    /* --devices: several devices, one pool each with the same blocks
+     * ("0-3", "0,2,5", "all" for cuda); NULL: one, backend.device. */
+    const char *devices;
     uint32_t pool_blocks;      /* > 0: exactly this many blocks (bytes derived) */
     uint32_t backend_retry_ms; /* cuda out of memory: retry this long (0: fail at once) */
     uint32_t max_frame;        /* largest request accepted, bytes */
@@ -125,7 +131,13 @@ typedef struct server {
     uint32_t num_blocks;
     uint64_t block_bytes;
 
-    backend_t *backend;
+    backend_t *backend; /* devices[0]'s: what one-device code uses */
+    /* One backend per device (--devices), all with num_blocks blocks: a
+     * block id names the same slot in each, so the store keeps one index
+     * and one record per id for all (store.h). A worker of rank r maps
+     * backends[r] only. */
+    backend_t *backends[SERVER_MAX_DEVICES];
+    uint32_t n_devices;
     /* The block store (store.h): every change of a block goes through it.
      * pool and index are the store's, kept here for the readers (stats,
      * namespaces, metrics). */

@@ -64,6 +64,10 @@ struct session {
     bool closing;
     int broken; /* no socket: the error that ended its stream in a turn */
     bool hello_done;
+    /* Several devices (server_t.n_devices > 1): the device this worker
+     * writes its shard on (-1: none), or the group's scheduler. */
+    int rank;
+    bool group_scheduler;
     uint64_t requests;
     uint32_t ns_created; /* dynamic namespaces it created that still exist */
 

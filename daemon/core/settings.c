@@ -209,6 +209,10 @@ const setting_t settings_table[] = {
              "cannot start)"},
     {"device", "device", SETTING_GLOBAL, SETTING_U32, "N", 0, 1023, AT(server.backend.device),
      .help = "cuda device ordinal"},
+    {"devices", "devices", SETTING_GLOBAL, SETTING_TEXT, "LIST", 1, 255, AT(server.devices),
+     .expect = "devices", .example = "0-3", .zero = "one, --device",
+     .help = "several devices, one pool each (a tensor-parallel group): a range 0-3, a list "
+             "0,2,5, or all (cuda); the host backend simulates as many"},
     {"model", "model", SETTING_GLOBAL, SETTING_TEXT, "NAME", 1, 64, CHOICE(model), AT(model),
      .expect = "a model preset", .help = "geometry preset"},
     {"layers", "layers", SETTING_GLOBAL, SETTING_U32, "N", 1, 4096, AT(geometry.layers),

@@ -55,13 +55,14 @@ void server_config_init(server_config_t *cfg)
  * its predecessor's pool: every worker maps it until its next call, when
  * libkvshare lets go of it. So a device pool that does not fit is retried
  * for backend_retry_ms before it is an error. */
-static int open_backend(server_t *s, const backend_config_t *bc, char *err, size_t errlen)
+static int open_backend(server_t *s, const backend_config_t *bc, backend_t **out, char *err,
+                        size_t errlen)
 {
     const struct timespec pause = {0, 250 * 1000 * 1000};
     uint64_t start = (uint64_t)now_ms();
     unsigned tries = 0;
     for (;;) {
-        int rc = backend_open(bc, &s->backend, err, errlen);
+        int rc = backend_open(bc, out, err, errlen);
         if (rc != KVS_ENOMEM || bc->kind == BACKEND_HOST)
             return rc;
         uint64_t waited = (uint64_t)now_ms() - start;
@@ -81,6 +82,105 @@ static int open_backend(server_t *s, const backend_config_t *bc, char *err, size
                      err, s->cfg.backend_retry_ms / 1000);
         nanosleep(&pause, NULL);
     }
+}
+
+/* Parses --devices into ordinals[0..*n): "A-B", "A,B,C" (ranges allowed in
+ * the list), each once, at most SERVER_MAX_DEVICES; "all" sets *all.
+ * Errors: KVS_EINVAL (message in err). */
+static int parse_devices(const char *spec, int *ordinals, uint32_t *n, bool *all, char *err,
+                         size_t errlen)
+{
+    *n = 0;
+    *all = strcmp(spec, "all") == 0;
+    if (*all)
+        return 0;
+    const char *p = spec;
+    while (*p) {
+        char *end;
+        unsigned long a = strtoul(p, &end, 10), b;
+        if (end == p || a > 1023)
+            goto bad;
+        b = a;
+        if (*end == '-') {
+            p = end + 1;
+            b = strtoul(p, &end, 10);
+            if (end == p || b > 1023 || b < a)
+                goto bad;
+        }
+        for (unsigned long d = a; d <= b; d++) {
+            for (uint32_t k = 0; k < *n; k++)
+                if (ordinals[k] == (int)d)
+                    goto bad;
+            if (*n == SERVER_MAX_DEVICES)
+                goto bad;
+            ordinals[(*n)++] = (int)d;
+        }
+        if (*end == ',')
+            end++;
+        else if (*end)
+            goto bad;
+        p = end;
+    }
+    if (*n > 0)
+        return 0;
+bad:
+    snprintf(err, errlen,
+             "--devices %s: give a range (0-3), a list (0,2,5), or all; each device once, at "
+             "most %d, ordinals up to 1023",
+             spec, SERVER_MAX_DEVICES);
+    return KVS_EINVAL;
+}
+
+/* Opens one backend per device (cfg.devices, else the one of bc), each
+ * with bc's size: s->backends, s->n_devices, s->backend = the first.
+ * Several devices of different sizes get the smallest one's blocks
+ * (server_open). With "all", devices are opened from 0 until one answers
+ * KVS_ENODEV (cuda; the host backend has none to count). */
+static int open_devices(server_t *s, const backend_config_t *bc, char *err, size_t errlen)
+{
+    int ordinals[SERVER_MAX_DEVICES];
+    uint32_t n = 1;
+    bool all = false;
+    ordinals[0] = bc->device;
+    if (s->cfg.devices) {
+        int rc = parse_devices(s->cfg.devices, ordinals, &n, &all, err, errlen);
+        if (rc != 0)
+            return rc;
+        if (all) {
+            if (bc->kind == BACKEND_HOST) {
+                snprintf(err, errlen,
+                         "--devices all: the host backend has no devices to count; give a "
+                         "number of simulated devices as a range, e.g. --devices 0-3");
+                return KVS_EINVAL;
+            }
+            n = SERVER_MAX_DEVICES;
+            for (uint32_t i = 0; i < n; i++)
+                ordinals[i] = (int)i;
+        }
+    }
+    backend_config_t one = *bc;
+    for (uint32_t i = 0; i < n; i++) {
+        one.device = ordinals[i];
+        /* Every device after the first takes the first's backend kind:
+         * one daemon never mixes host and cuda pools. */
+        if (i > 0)
+            one.kind = backend_kind(s->backends[0]);
+        int rc = open_backend(s, &one, &s->backends[i], err, errlen);
+        if (rc == KVS_ENODEV && all && i > 0)
+            break;
+        if (rc != 0)
+            return rc;
+        s->n_devices = i + 1;
+        if (all && backend_kind(s->backends[0]) == BACKEND_HOST) {
+            snprintf(err, errlen,
+                     "--devices all: no cuda device answers (%s); give a range for simulated "
+                     "host devices, e.g. --devices 0-3",
+                     backend_detail(s->backends[0]));
+            return KVS_EINVAL;
+        }
+    }
+    s->backend = s->backends[0];
+    return 0;
 }
 
 int server_events_start(server_t *s, char *err, size_t errlen)
@@ -207,10 +307,14 @@ int server_open(const server_config_t *cfg, uv_loop_t *loop, server_t **out, cha
         rc = KVS_EINVAL;
         goto fail;
     }
-    rc = open_backend(s, &bc, err, errlen);
+    rc = open_devices(s, &bc, err, errlen);
     if (rc != 0)
         goto fail;
-    uint64_t blocks = backend_size(s->backend) / s->block_bytes;
+    uint64_t smallest = backend_size(s->backend);
+    for (uint32_t i = 1; i < s->n_devices; i++)
+        if (backend_size(s->backends[i]) < smallest)
+            smallest = backend_size(s->backends[i]);
+    uint64_t blocks = smallest / s->block_bytes;
     if (cfg->pool_blocks > 0 && blocks > cfg->pool_blocks)
         blocks = cfg->pool_blocks;
     if (blocks == 0 || blocks >= UINT32_MAX) {
@@ -223,6 +327,13 @@ int server_open(const server_config_t *cfg, uv_loop_t *loop, server_t **out, cha
         goto fail;
     }
     s->num_blocks = (uint32_t)blocks;
+    if (cfg->host_tier_bytes > 0 && s->n_devices > 1) {
+        snprintf(err, errlen,
+                 "a host tier with several devices is not supported yet: give --host-tier 0 "
+                 "or one device");
+        rc = KVS_EINVAL;
+        goto fail;
+    }
     if (cfg->host_tier_bytes > 0) {
         uint64_t t2 = cfg->host_tier_bytes / s->block_bytes;
         if (t2 == 0 || t2 > UINT32_MAX - s->num_blocks) {
@@ -643,7 +754,8 @@ void server_free(server_t *s)
     free(s->ev_streams);
     free(s->ev_resolved);
     store_free(s->store);
-    backend_close(s->backend);
+    for (uint32_t i = 0; i < s->n_devices; i++)
+        backend_close(s->backends[i]);
     tier_disk_close(s->disk_tier);
     namespaces_free(s);
     free(s->decode_arena);

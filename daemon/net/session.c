@@ -74,6 +74,7 @@ int session_new(server_t *srv, session_t **out)
     session_t *s = calloc(1, sizeof(*s));
     if (!s)
         return KVS_ENOMEM;
+    s->rank = -1; /* no rank until its Hello says one */
     link_session(srv, s);
     *out = s;
     return 0;
@@ -325,6 +326,10 @@ static void release_all(session_t *s)
     uint32_t n_writing = s->n_writing;
     unsigned long long n_pins = (unsigned long long)s->pins.total;
 
+    /* A rank that dies never writes its shards: the blocks its group
+     * writes can never be complete, so they go too (store.h). */
+    if (s->rank >= 0 && srv->n_devices > 1)
+        store_release_group(srv, s);
     if (store_release_session(srv, s))
         drain_in_steps(srv, s->id, n_pins);
     if (n_writing || n_pins)
@@ -1043,6 +1048,7 @@ int session_accept(server_t *srv)
     session_t *s = calloc(1, sizeof(*s));
     if (!s)
         return KVS_ENOMEM;
+    s->rank = -1; /* no rank until its Hello says one */
     if (uv_pipe_init(srv->loop, &s->pipe, 0) != 0) {
         free(s);
         return KVS_EIO;

@@ -108,6 +108,50 @@ static int check_range(session_t *s, uint32_t block_id, handler_ctx_t *ctx)
     return 0;
 }
 
+/* Who the session is in the device group: a rank (its device), the
+ * group's scheduler, or neither. With several devices, neither is allowed
+ * only without fds (monitoring; group_writer_check refuses its Alloc and Commit),
+ * since a pool fd would give no rank's shard. Sets s->rank and
+ * s->group_scheduler. Errors: KVS_EINVAL. */
+static int hello_group(session_t *s, const Kvshare__HelloRequest *hello, handler_ctx_t *ctx)
+{
+    server_t *srv = s->srv;
+    s->rank = -1;
+    s->group_scheduler = false;
+    if (hello->ranked && hello->group_scheduler)
+        return fail(ctx, KVS_EINVAL,
+                    "a session is either a rank (a worker on one device) or the group's "
+                    "scheduler, not both");
+    if (hello->ranked) {
+        if (hello->rank >= srv->n_devices)
+            return fail(ctx, KVS_EINVAL,
+                        "rank %u: this kvshared serves %u device(s), ranks 0 to %u; start it "
+                        "with --devices for every rank of the group",
+                        hello->rank, srv->n_devices, srv->n_devices - 1);
+        s->rank = (int)hello->rank;
+    }
+    s->group_scheduler = hello->group_scheduler;
+    if (srv->n_devices > 1 && s->rank < 0 && !s->group_scheduler && !hello->no_fds)
+        return fail(ctx, KVS_EINVAL,
+                    "this kvshared serves %u devices (one tensor-parallel group): a worker must "
+                    "say its rank at connect (kvs_options_t.rank with KVS_RANK), the group's "
+                    "scheduler KVS_GROUP_SCHEDULER; other clients connect with KVS_NO_MAP",
+                    srv->n_devices);
+    return 0;
+}
+
+/* With several devices, only the group's ranks and its scheduler change
+ * blocks. Errors: KVS_EDENIED. */
+static int group_writer_check(session_t *s, const char *rpc, handler_ctx_t *ctx)
+{
+    if (s->srv->n_devices <= 1 || s->rank >= 0 || s->group_scheduler)
+        return 0;
+    return fail(ctx, KVS_EDENIED,
+                "%s: this kvshared serves %u devices; only a session that said its rank, or "
+                "the group's scheduler, may write blocks",
+                rpc, s->srv->n_devices);
+}
+
 int handler_hello(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
                   handler_ctx_t *ctx)
 {
@@ -126,9 +170,15 @@ int handler_hello(session_t *s, const Kvshare__Request *req, Kvshare__Response *
                     KVS_VERSION_MINOR);
     /* Escaped: it is printed in log lines. */
     log_escape(hello->worker, s->worker, sizeof(s->worker));
+    int rc0 = hello_group(s, hello, ctx);
+    if (rc0 != 0)
+        return rc0;
+    /* A worker maps its own device's pool only; the scheduler and the
+     * monitoring tools map none. */
+    backend_t *mine = srv->backends[s->rank > 0 ? s->rank : 0];
 
     backend_desc_t desc;
-    backend_describe(srv->backend, &desc);
+    backend_describe(mine, &desc);
     /* The reply outlives this frame's locals until it is packed: copy what
      * it points to into memory dispatch frees. */
     uint64_t *slabs = malloc(sizeof(uint64_t) * (desc.n_slabs ? desc.n_slabs : 1));
@@ -139,10 +189,10 @@ int handler_hello(session_t *s, const Kvshare__Request *req, Kvshare__Response *
         return fail(ctx, KVS_ENOMEM, "out of memory building the Hello reply");
     memcpy(slabs, desc.slab_bytes, sizeof(uint64_t) * desc.n_slabs);
     memcpy(uuid, desc.device_uuid, BACKEND_UUID_LEN);
-    if (!hello->no_fds) {
+    if (!hello->no_fds && !s->group_scheduler) {
         size_t n_fds = 0;
         char why[320];
-        int rc = backend_export(srv->backend, s->fds, BACKEND_MAX_SLABS, &n_fds, why, sizeof(why));
+        int rc = backend_export(mine, s->fds, BACKEND_MAX_SLABS, &n_fds, why, sizeof(why));
         if (rc != 0)
             return fail(ctx, rc, "exporting the pool for this worker failed: %s", why);
         s->n_fds = n_fds;
@@ -210,10 +260,22 @@ int handler_hello(session_t *s, const Kvshare__Request *req, Kvshare__Response *
     r->tier2_blocks = srv->tier2_blocks;
     r->tier2_bytes = srv->tier2_blocks ? backend_tier_size(srv->backend) : 0;
     r->tier2_fd = tier2_fd;
+    r->rank = s->rank > 0 ? (uint32_t)s->rank : 0;
+    r->group_size = srv->n_devices;
     resp->rpc_case = KVSHARE__RESPONSE__RPC_HELLO;
     resp->hello = r;
-    LOG_INFO("session %llu: hello from '%s', pid %d, uid %u (%u fds)", (unsigned long long)s->id,
-             s->worker[0] ? s->worker : "?", (int)s->peer_pid, s->peer_uid, r->n_fds);
+    if (srv->n_devices > 1)
+        LOG_INFO("session %llu: hello from '%s', pid %d, uid %u, %s %d of %u (%u fds)",
+                 (unsigned long long)s->id, s->worker[0] ? s->worker : "?", (int)s->peer_pid,
+                 s->peer_uid,
+                 s->group_scheduler ? "scheduler"
+                 : s->rank >= 0     ? "rank"
+                                    : "monitor",
+                 s->rank, srv->n_devices, r->n_fds);
+    else
+        LOG_INFO("session %llu: hello from '%s', pid %d, uid %u (%u fds)",
+                 (unsigned long long)s->id, s->worker[0] ? s->worker : "?", (int)s->peer_pid,
+                 s->peer_uid, r->n_fds);
     return 0;
 }
 
@@ -335,6 +397,9 @@ int handler_alloc(session_t *s, const Kvshare__Request *req, Kvshare__Response *
     uint32_t ns = RADIX_NS_ANY, *ids;
     size_t evicted = 0;
 
+    int grc = group_writer_check(s, "Alloc", ctx);
+    if (grc != 0)
+        return grc;
     if (al->n == 0 || al->n > srv->num_blocks)
         return fail(ctx, KVS_EINVAL, "alloc of %u blocks: ask for 1 to %u (the pool size)", al->n,
                     srv->num_blocks);
@@ -476,7 +541,19 @@ int handler_commit(session_t *s, const Kvshare__Request *req, Kvshare__Response 
     uint32_t ns, *canonical;
     void *copy = NULL;
 
-    int rc = tokens_view(&cm->tokens, &tokens, &n_tokens, &copy, ctx);
+    int rc = group_writer_check(s, "Commit", ctx);
+    if (rc != 0)
+        return rc;
+    /* Several devices: a rank commits its own shard unless it says it
+     * commits for the group; a session without a rank only for the group. */
+    bool shard = srv->n_devices > 1 && s->rank >= 0 && !cm->for_group;
+    if (srv->n_devices > 1 && s->rank < 0 && !cm->for_group)
+        return fail(ctx, KVS_EINVAL,
+                    "this kvshared serves %u devices: a session without a rank commits only "
+                    "for the whole group, after every rank wrote its shard "
+                    "(kvs_commit_opts_t.for_group)",
+                    srv->n_devices);
+    rc = tokens_view(&cm->tokens, &tokens, &n_tokens, &copy, ctx);
     if (rc != 0)
         return rc;
     ctx->heap[0] = copy;
@@ -495,9 +572,12 @@ int handler_commit(session_t *s, const Kvshare__Request *req, Kvshare__Response 
         rc = check_range(s, b, ctx);
         if (rc != 0)
             return rc;
-        if (store_writer(srv->store, b) != s) {
+        session_t *w = store_writer(srv->store, b);
+        /* A rank commits its shard of the blocks its group writes. */
+        bool group_block = shard && w && (w->rank >= 0 || w->group_scheduler);
+        if (w != s && !group_block) {
             pool_state_t st = POOL_FREE;
-            if (store_writer(srv->store, b))
+            if (w)
                 return not_held(s, b, ctx);
             pool_state(srv->pool, b, &st);
             /* Another namespace's block, to a peer that may not use it,
@@ -507,7 +587,9 @@ int handler_commit(session_t *s, const Kvshare__Request *req, Kvshare__Response 
                             "block %u is not in WRITING (it is free): commit only blocks this "
                             "session got from Alloc (once), or cached blocks it pinned",
                             b);
-            if (session_pin_count(s, b) == 0)
+            /* A rank's shard of a cached block adds nothing: its position
+             * is checked below, the pin is not needed. */
+            if (!shard && session_pin_count(s, b) == 0)
                 return fail(ctx, KVS_ENOTHELD,
                             "block %u is cached but this session holds no pin on it (other "
                             "sessions' pins do not count): commit a cached block only while "
@@ -539,21 +621,36 @@ int handler_commit(session_t *s, const Kvshare__Request *req, Kvshare__Response 
             return fail(ctx, rc, "commit check failed: %s", kvs_status_text(rc));
         for (size_t i = 0; i < n_ids; i++) {
             uint32_t b = cm->block_ids[i];
-            if (store_writer(srv->store, b) != s && (i >= n_matched || matched[i] != b))
+            if (!store_writer(srv->store, b) && (i >= n_matched || matched[i] != b))
                 return not_at_position(b, i, n_matched, matched, radix_ns_name(srv->index, ns),
                                        ctx);
         }
     }
 
     store_hint_t hint = hint_of(cm->hint);
-    int irc =
-        store_commit(srv, s, ns, tokens, n_tokens, cm->block_ids, n_ids, &hint, canonical, &n_done);
+    size_t n_pending = 0;
+    int irc;
+    if (shard) {
+        irc = store_commit_shard(srv, s, ns, tokens, n_tokens, cm->block_ids, n_ids, &hint,
+                                 canonical, &n_done, &n_pending);
+        if (irc == KVS_EINVAL)
+            return fail(ctx, irc,
+                        "rank %d: a block of this commit was committed by another rank for "
+                        "another prefix; every rank commits the same tokens and block ids",
+                        s->rank);
+    } else {
+        if (srv->n_devices > 1)
+            store_mark_group(srv, s, cm->block_ids, n_ids);
+        irc = store_commit(srv, s, ns, tokens, n_tokens, cm->block_ids, n_ids, &hint, canonical,
+                           &n_done);
+    }
 
     Kvshare__CommitReply *r = &ctx->reply.commit;
     kvshare__commit_reply__init(r);
     r->n_canonical = n_done;
     r->canonical = canonical;
     r->n_committed = (uint32_t)n_done;
+    r->n_pending = (uint32_t)n_pending;
     resp->rpc_case = KVSHARE__RESPONSE__RPC_COMMIT;
     resp->commit = r;
     if (irc == KVS_EQUOTA) {

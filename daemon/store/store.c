@@ -144,6 +144,7 @@ static void writing_add(store_t *st, session_t *s, uint32_t b)
     store_record_t *r = &st->rec[b];
     r->writer = s;
     r->writer_pos = s->n_writing;
+    r->shards = 0; /* no rank has written its shard yet */
     s->writing[s->n_writing++] = b;
 }
 
@@ -595,6 +596,112 @@ bool store_release_session(server_t *srv, session_t *s)
     s->pins.used = 0;
     s->pins.total = 0;
     return later;
+}
+
+/* --- shards: several devices --- */
+
+/* The shard mask of a block every rank of the group committed. */
+static uint64_t full_mask(const server_t *srv)
+{
+    return srv->n_devices >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << srv->n_devices) - 1;
+}
+
+/* Frees every WRITING block of s that is not yet complete (some rank's
+ * shard missing), so that a scheduler's or another rank's commit of it
+ * later fails as a block not held. */
+static void release_incomplete(server_t *srv, session_t *s, uint64_t full)
+{
+    store_t *st = srv->store;
+    for (uint32_t i = 0; i < s->n_writing;) {
+        uint32_t b = s->writing[i];
+        if (st->rec[b].shards == full) {
+            i++;
+            continue;
+        }
+        writing_remove(srv, s, b); /* moves the last one to i */
+        if (pool_release(st->pool, b) != 0)
+            LOG_ERROR("session %llu: block %u was WRITING but the pool refused its release",
+                      (unsigned long long)s->id, b);
+    }
+}
+
+void store_release_group(server_t *srv, session_t *dying)
+{
+    uint64_t full = full_mask(srv);
+    pool_counts_t c0, c1;
+    pool_counts(srv->store->pool, &c0);
+    for (session_t *t = srv->sessions; t; t = t->next)
+        if (t == dying || t->rank >= 0 || t->group_scheduler)
+            release_incomplete(srv, t, full);
+    pool_counts(srv->store->pool, &c1);
+    size_t freed = (size_t)(c1.free - c0.free);
+    if (freed > 0)
+        LOG_INFO("session %llu (rank %d) ended: %zu blocks its group was writing go back to the "
+                 "pool (a shard of theirs will never be written)",
+                 (unsigned long long)dying->id, dying->rank, freed);
+}
+
+void store_mark_group(server_t *srv, session_t *s, const uint32_t *ids, size_t n_ids)
+{
+    store_t *st = srv->store;
+    for (size_t i = 0; i < n_ids; i++)
+        if (st->rec[ids[i]].writer == s)
+            st->rec[ids[i]].shards = full_mask(srv);
+}
+
+int store_commit_shard(server_t *srv, session_t *s, uint32_t ns, const uint32_t *tokens,
+                       size_t n_tokens, const uint32_t *ids, size_t n_ids, const store_hint_t *hint,
+                       uint32_t *canonical, size_t *n_done, size_t *n_pending)
+{
+    store_t *st = srv->store;
+    uint64_t bit = (uint64_t)1 << s->rank, full = full_mask(srv);
+    *n_done = 0;
+    *n_pending = 0;
+    if (n_ids == 0)
+        return 0;
+    uint64_t *hashes = malloc(n_ids * sizeof(*hashes));
+    if (!hashes)
+        return KVS_ENOMEM;
+    int rc = radix_chain_hashes(st->index, ns, tokens, n_ids, hashes);
+    /* Every rank must have written the same prefix into a block: checked
+     * before anything changes. */
+    for (size_t i = 0; rc == 0 && i < n_ids; i++) {
+        const store_record_t *r = &st->rec[ids[i]];
+        if (r->writer && r->shards != 0 && r->shard_hash != hashes[i])
+            rc = KVS_EINVAL;
+    }
+    for (size_t i = 0; rc == 0 && i < n_ids; i++) {
+        store_record_t *r = &st->rec[ids[i]];
+        if (!r->writer)
+            continue; /* cached already, at this position (the caller checked) */
+        if (r->shards == 0)
+            r->shard_hash = hashes[i];
+        r->shards |= bit;
+    }
+    free(hashes);
+    if (rc != 0)
+        return rc;
+    /* The longest prefix whose blocks are cached or complete enters the
+     * index as this session's commit: its blocks become this session's. */
+    size_t k = 0;
+    while (k < n_ids && (!st->rec[ids[k]].writer || st->rec[ids[k]].shards == full))
+        k++;
+    for (size_t i = k; i < n_ids; i++)
+        if (st->rec[ids[i]].writer)
+            (*n_pending)++;
+    if (k == 0)
+        return 0;
+    if (session_writing_reserve(s, (uint32_t)k) != 0)
+        return KVS_ENOMEM;
+    for (size_t i = 0; i < k; i++) {
+        session_t *w = st->rec[ids[i]].writer;
+        if (!w || w == s)
+            continue;
+        writing_remove(srv, w, ids[i]);
+        writing_add(st, s, ids[i]);
+        st->rec[ids[i]].shards = full; /* writing_add reset it */
+    }
+    return store_commit(srv, s, ns, tokens, n_tokens, ids, k, hint, canonical, n_done);
 }
 
 /* --- lookup --- */

@@ -20,6 +20,15 @@
  *     CACHED --store_release--> unpinned --store_evict--> FREE (BlockRemoved)
  *     WRITING --store_release or store_release_session--> FREE
  *
+ * With several devices (--devices: one tensor-parallel group, a shard of
+ * each block per device), a ranked session's commit records its shard
+ * (rec.shards) and a block leaves WRITING only once every rank's shard is
+ * in, or when one session commits for the group:
+ *
+ *     WRITING --store_commit_shard (a shard missing)--> WRITING, shard bit set
+ *     WRITING --store_commit_shard (the last shard)--> CACHED, pinned by it
+ *     WRITING, incomplete --a rank's session ends (store_release_group)--> FREE
+ *
  * A record holds nothing that belongs to one device: a block id names the
  * same slot on every device's pool (DESIGN.md, Pool layout), so a node with
  * several devices keeps this one index and one record per id, and only the
@@ -57,6 +66,12 @@ typedef struct store_record {
     uint32_t writer_pos; /* its index in writer->writing */
     uint32_t mark;       /* scratch stamp of the duplicate check (store_mark) */
     uint64_t used_ms;    /* loop time of its last commit or lookup match */
+    /* Several devices: bit r set once rank r committed its shard of this
+     * WRITING block (all bits: complete); shard_hash is the chained hash
+     * of the prefix the first rank committed it for, which every other
+     * rank must name too. */
+    uint64_t shards;
+    uint64_t shard_hash;
 } store_record_t;
 
 /* A retention hint as a request gives it (radix_hint): set false for none. */
@@ -138,6 +153,32 @@ int store_evict(server_t *srv, uint32_t ns, size_t n, size_t *evicted, store_evi
 void store_mark_begin(store_t *st);
 /* Marks b; true when it was marked already since store_mark_begin. */
 bool store_mark(store_t *st, uint32_t b);
+
+/* Several devices (server_t.n_devices > 1): rank s->rank commits its shard
+ * of ids[0..n_ids), the blocks of tokens in ns. Each is WRITING (by any
+ * session of the group) or cached at that position (the caller checked
+ * both, reserved 2 n_ids of scratch in canonical and n_ids pins). A block
+ * enters the index only once every rank committed its shard: the longest
+ * prefix of ids that is cached or complete is committed as s's
+ * (store_commit: s holds the pins, the duplicates stay WRITING by s);
+ * *n_pending blocks after it wait for other ranks, WRITING. Errors:
+ * KVS_EINVAL (a block another rank committed for another prefix; nothing
+ * changes), KVS_ENOMEM, store_commit's. */
+int store_commit_shard(server_t *srv, session_t *s, uint32_t ns, const uint32_t *tokens,
+                       size_t n_tokens, const uint32_t *ids, size_t n_ids, const store_hint_t *hint,
+                       uint32_t *canonical, size_t *n_done, size_t *n_pending);
+
+/* A commit for the whole group (CommitRequest.for_group): the blocks of
+ * ids that s writes count as written by every rank (call before
+ * store_commit, so that duplicates it leaves WRITING are complete). */
+void store_mark_group(server_t *srv, session_t *s, const uint32_t *ids, size_t n_ids);
+
+/* A ranked session of a group is ending: every WRITING block of the group
+ * (its ranks' and its scheduler's sessions) that is not complete goes
+ * back to the pool, since its shard on this rank will never be written.
+ * Complete blocks (duplicates left by a commit) stay with their holders.
+ * Linear in the sessions and their WRITING blocks. */
+void store_release_group(server_t *srv, session_t *dying);
 
 /* Commits ids[0..n_ids) as the blocks of tokens in ns for session s; the
  * caller checked each is WRITING by s, or cached, pinned by s and holding

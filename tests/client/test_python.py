@@ -36,6 +36,27 @@ class BindingTest(unittest.TestCase):
     def client(self, **kw):
         return kvshare.Client(socket_path=self.daemon.socket, timeout_ms=20000, **kw)
 
+    def test_ranks_of_several_devices(self):
+        # Two simulated devices: each rank maps its own pool, the group
+        # caches a block once both ranks committed it.
+        self.assertEqual(self.daemon.stop(), 0)
+        self.daemon = kvsd.Daemon(blocks=POOL, extra=("--devices", "0-1"))
+        tokens = list(range(500, 500 + BT))
+        with self.client(rank=0) as r0, self.client(rank=1) as r1:
+            self.assertEqual(r0.group, (0, 2))
+            self.assertEqual(r1.group, (1, 2))
+            ids = r0.alloc(1)
+            r0.block_write(0, 0, ids[0], b"\x01" * 8)
+            r1.block_write(0, 0, ids[0], b"\x02" * 8)
+            self.assertEqual(r0.commit(tokens, ids), [])
+            self.assertEqual(r1.lookup(tokens), [])
+            self.assertEqual(r1.commit(tokens, ids), ids)
+            self.assertEqual(r0.lookup(tokens), ids)
+            self.assertEqual(r0.block_read(0, 0, ids[0], 8), b"\x01" * 8)
+            self.assertEqual(r1.block_read(0, 0, ids[0], 8), b"\x02" * 8)
+        with self.assertRaises(kvshare.KvsError):
+            self.client()
+
     def test_status_table_matches_library(self):
         for name, code in kvshare.STATUS.items():
             self.assertNotEqual(kvshare.strerror(code), "unknown kvshare status", name)

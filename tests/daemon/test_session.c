@@ -1835,6 +1835,184 @@ START_TEST(test_close_releases_pins_in_steps)
 }
 END_TEST
 
+/* --- several devices: one group of ranks, shards committed per rank --- */
+
+#define RANKS 3
+
+static void setup_devices(void)
+{
+    server_config_t cfg;
+    char err[256];
+    log_level = LOG_LEVEL_WARN;
+    ck_assert_int_eq(uv_loop_init(&loop), 0);
+    server_config_init(&cfg);
+    cfg.geometry = (geometry_t){
+        .layers = 2, .kv_heads = 2, .head_dim = 8, .dtype = GEOMETRY_FP16, .block_tokens = BT};
+    cfg.backend.kind = BACKEND_HOST;
+    cfg.pool_blocks = POOL;
+    cfg.devices = "0-2";
+    cfg.claim_lease_ms = 600000;
+    ck_assert_int_eq(server_open(&cfg, &loop, &srv, err, sizeof(err)), 0);
+    ck_assert_uint_eq(srv->n_devices, RANKS);
+}
+
+/* A session that said rank r at Hello (no fds: no socket to send them on). */
+static session_t *rank_session(uint32_t r)
+{
+    session_t *s = new_session();
+    Kvshare__Request req = KVSHARE__REQUEST__INIT;
+    Kvshare__HelloRequest h = KVSHARE__HELLO_REQUEST__INIT;
+    h.version = KVS_PROTOCOL_VERSION;
+    h.no_fds = true;
+    h.ranked = true;
+    h.rank = r;
+    req.rpc_case = KVSHARE__REQUEST__RPC_HELLO;
+    req.hello = &h;
+    Kvshare__Response *resp = rpc(s, &req);
+    ck_assert_int_eq(resp->status, 0);
+    ck_assert_uint_eq(resp->hello->rank, r);
+    ck_assert_uint_eq(resp->hello->group_size, RANKS);
+    ck_assert_int_eq(finish(resp), 0);
+    return s;
+}
+
+static int do_commit_group(session_t *s, const uint32_t *tokens, size_t n_tokens,
+                           const uint32_t *ids, size_t n_ids, uint32_t *canonical, size_t *n_done,
+                           size_t *n_pending)
+{
+    Kvshare__Request req = KVSHARE__REQUEST__INIT;
+    Kvshare__CommitRequest cm = KVSHARE__COMMIT_REQUEST__INIT;
+    cm.tokens.data = (uint8_t *)tokens;
+    cm.tokens.len = n_tokens * 4;
+    cm.block_ids = (uint32_t *)ids;
+    cm.n_block_ids = n_ids;
+    cm.for_group = n_pending == NULL;
+    req.rpc_case = KVSHARE__REQUEST__RPC_COMMIT;
+    req.commit = &cm;
+    Kvshare__Response *r = rpc(s, &req);
+    *n_done = 0;
+    if (r->rpc_case == KVSHARE__RESPONSE__RPC_COMMIT) {
+        *n_done = r->commit->n_committed;
+        if (n_pending)
+            *n_pending = r->commit->n_pending;
+        if (r->commit->n_canonical)
+            memcpy(canonical, r->commit->canonical, r->commit->n_canonical * 4);
+    }
+    return finish(r);
+}
+
+/* Random steps of one group against a model of who committed which shard:
+ * a lookup never returns a block some rank did not commit, the commit that
+ * completes a prefix caches it, and a rank that ends frees the blocks its
+ * group was writing (the store's invariants hold after every step). */
+START_TEST(test_group_random_operations)
+{
+    session_t *rk[RANKS];
+    for (uint32_t r = 0; r < RANKS; r++)
+        rk[r] = rank_session(r);
+    uint32_t tokens[6 * BT], ids[POOL], can[2 * POOL], got[POOL];
+    bool job = false, done_by[RANKS] = {false};
+    size_t nb = 0;
+    srand(4321);
+    int steps = getenv("KVS_TEST_SMALL") ? 300 : 3000;
+    for (int step = 0; step < steps; step++) {
+        uint32_t r = (uint32_t)(rand() % RANKS);
+        size_t n, done, pending;
+        switch (rand() % 5) {
+        case 0: /* a new prefix: one rank allocates for the group */
+            if (job)
+                break;
+            nb = 1 + (size_t)(rand() % 6);
+            for (size_t i = 0; i < nb * BT; i++)
+                tokens[i] = (uint32_t)(rand() % 3) * 100 + (uint32_t)i;
+            if (do_alloc(rk[r], (uint32_t)nb, ids) != 0)
+                break;
+            job = true;
+            memset(done_by, 0, sizeof(done_by));
+            if (rand() % 4 == 0) { /* one commit for the group */
+                ck_assert_int_eq(do_commit_group(rk[r], tokens, nb * BT, ids, nb, can, &done, NULL),
+                                 0);
+                ck_assert_uint_eq(done, nb);
+                n = nb;
+                for (size_t i = 0; i < nb; i++)
+                    if ((got[i] = can[i]) != ids[i])
+                        got[n++] = ids[i];
+                ck_assert_int_eq(do_release(rk[r], got, n), 0);
+                job = false;
+            }
+            break;
+        case 1: /* rank r commits its shard */
+            if (!job || done_by[r])
+                break;
+            ck_assert_int_eq(do_commit_group(rk[r], tokens, nb * BT, ids, nb, can, &done, &pending),
+                             0);
+            done_by[r] = true;
+            {
+                bool all = true;
+                for (uint32_t k = 0; k < RANKS; k++)
+                    all = all && done_by[k];
+                ck_assert_uint_eq(done, all ? nb : 0);
+                ck_assert_uint_eq(pending, all ? 0 : nb);
+                if (!all)
+                    break;
+            }
+            /* Completed by r: r holds the pins and the duplicates. */
+            for (size_t i = 0; i < nb; i++)
+                got[i] = can[i];
+            n = nb;
+            for (size_t i = 0; i < nb; i++)
+                if (can[i] != ids[i])
+                    got[n++] = ids[i];
+            ck_assert_int_eq(do_release(rk[r], got, n), 0);
+            job = false;
+            break;
+        case 2: { /* a lookup never returns a block with a shard missing */
+            int pin = rand() % 2;
+            ck_assert_int_eq(do_lookup(rk[r], "", tokens, (nb ? nb : 1) * BT, pin, got, &n), 0);
+            for (size_t i = 0; job && i < n; i++)
+                for (size_t j = 0; j < nb; j++)
+                    ck_assert_msg(got[i] != ids[j], "block %u returned with a shard missing",
+                                  ids[j]);
+            if (pin && n)
+                ck_assert_int_eq(do_release(rk[r], got, n), 0);
+            break;
+        }
+        case 3: /* rank r ends: the group's unfinished blocks go */
+            if (rand() % 3)
+                break;
+            session_close(rk[r], "random");
+            check_invariants();
+            {
+                pool_counts_t c;
+                pool_counts(srv->pool, &c);
+                ck_assert_uint_eq(c.writing, 0);
+            }
+            rk[r] = rank_session(r);
+            job = false;
+            break;
+        default:
+            break;
+        }
+    }
+}
+END_TEST
+
+/* With several devices, a session without a rank may not write. */
+START_TEST(test_group_refuses_rankless_writes)
+{
+    session_t *s = new_session();
+    uint32_t ids[2];
+    ck_assert_int_eq(do_alloc(s, 2, ids), KVS_EDENIED);
+    ck_assert_ptr_nonnull(strstr(last_msg, "rank"));
+    session_t *r0 = rank_session(0);
+    ck_assert_int_eq(do_alloc(r0, 2, ids), 0);
+    uint32_t tokens[2 * BT], can[4];
+    size_t done;
+    prompt(tokens, 2 * BT, 5);
+    ck_assert_int_eq(do_commit(s, tokens, 2 * BT, ids, 2, can, &done), KVS_EDENIED);
+}
+END_TEST
+
 static Suite *session_suite(void)
 {
     Suite *s = suite_create("session");
@@ -1880,6 +2058,12 @@ static Suite *session_suite(void)
     tcase_add_test(tc_server, test_server_open_errors);
     tcase_add_test(tc_server, test_socket_path_not_ours_is_refused);
     suite_add_tcase(s, tc_server);
+    TCase *tc_group = tcase_create("devices");
+    tcase_add_checked_fixture(tc_group, setup_devices, teardown);
+    tcase_set_timeout(tc_group, 60);
+    tcase_add_test(tc_group, test_group_random_operations);
+    tcase_add_test(tc_group, test_group_refuses_rankless_writes);
+    suite_add_tcase(s, tc_group);
     return s;
 }
 

@@ -74,6 +74,8 @@ _SOVERSION = 1
 KVS_NO_MAP = 0x1
 KVS_LAZY = 0x2
 KVS_MAP_TIER2 = 0x4
+KVS_RANK = 0x8
+KVS_GROUP_SCHEDULER = 0x10
 BACKEND_HOST = 1
 BACKEND_CUDA = 2
 
@@ -97,7 +99,8 @@ class _Options(ctypes.Structure):
         ("flags", ctypes.c_uint),
         ("reconnect_ms", ctypes.c_int),
         ("daemon_uid", ctypes.c_uint64),
-        ("reserved", ctypes.c_uint64 * 7),
+        ("rank", ctypes.c_uint32), ("reserved32", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint64 * 6),
     ]
 
 
@@ -245,6 +248,8 @@ def _declare(lib):
         "kvs_close": (None, [P]),
         "kvs_connected": (ctypes.c_int, [P]),
         "kvs_epoch": (ctypes.c_uint64, [P]),
+        "kvs_group": (ctypes.c_int, [P, ctypes.POINTER(ctypes.c_uint32),
+                                     ctypes.POINTER(ctypes.c_uint32)]),
         "kvs_last_error": (ctypes.c_char_p, [P]),
         "kvs_set_timeout": (None, [P, ctypes.c_int]),
         "kvs_geometry": (ctypes.c_int, [P, ctypes.POINTER(_Geometry)]),
@@ -339,7 +344,10 @@ class Client:
 
     def __init__(self, socket_path=None, timeout_ms=1000, worker_name=None,
                  map_pool=True, lazy=False, reconnect_ms=0, lib=None, daemon_uid=0,
-                 map_tier2=False):
+                 map_tier2=False, rank=None, group_scheduler=False):
+        """rank: this worker's rank (device) on a kvshared with several
+        devices (--devices); group_scheduler: the group's scheduler (maps
+        nothing). See kvshare.h, KVS_RANK."""
         self._lib = load_library(lib)
         opts = _Options()
         self._lib.kvs_options_init(ctypes.byref(opts))
@@ -350,7 +358,10 @@ class Client:
         opts.reconnect_ms = int(reconnect_ms)
         opts.daemon_uid = int(daemon_uid)
         opts.flags = ((0 if map_pool else KVS_NO_MAP) | (KVS_LAZY if lazy else 0) |
-                      (KVS_MAP_TIER2 if map_tier2 else 0))
+                      (KVS_MAP_TIER2 if map_tier2 else 0) |
+                      (KVS_RANK if rank is not None else 0) |
+                      (KVS_GROUP_SCHEDULER if group_scheduler else 0))
+        opts.rank = int(rank or 0)
         handle = ctypes.c_void_p()
         rc = self._lib.kvs_connect(ctypes.byref(opts), ctypes.byref(handle))
         if rc != 0:
@@ -395,6 +406,13 @@ class Client:
         self._lib.kvs_set_timeout(self._c, int(timeout_ms))
 
     # -- geometry and memory --
+    @property
+    def group(self):
+        """(rank, group size): this client's rank and the daemon's devices."""
+        rank, size = ctypes.c_uint32(), ctypes.c_uint32()
+        self._check(self._lib.kvs_group(self._c, ctypes.byref(rank), ctypes.byref(size)))
+        return rank.value, size.value
+
     @property
     def geometry(self):
         g = _Geometry()

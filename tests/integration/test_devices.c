@@ -1,0 +1,447 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Several devices through a real kvshared (--devices) on the host backend,
+ * where each simulated device is a memfd of its own: one tensor-parallel
+ * group of 2 or 4 ranks shares one index. Each rank maps its own device's
+ * pool, writes its shard of the blocks rank 0 allocated and commits it; a
+ * block is cached only once every rank committed (or the group's scheduler
+ * committed for the group), a lookup finds the prefix once for the group,
+ * every rank of another group reads back its own bytes, and a rank that
+ * dies mid-write takes its group's unfinished blocks back to the pool.
+ *
+ * KVS_TEST_DEVICES_BACKEND=cuda runs the same on the cuda backend (ctest:
+ * on the stand-in driver with 4 fake devices, test_devices_cuda_fake_driver).
+ */
+#include <check.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "check_main.h"
+#include "daemon_harness.h"
+#include "kvshare.h"
+
+#define MAX_RANKS  4
+#define POOL       16
+#define N_BLOCKS   3
+#define BT         4 /* the harness geometry's tokens per block */
+#define N_TOKENS   (N_BLOCKS * BT)
+#define SLOT_BYTES 128 /* 4 tokens x 2 heads x 8 dims x fp16 */
+
+static harness_t h;
+
+/* Starts kvshared with extra flags (at most two) on this run's backend. */
+static int start(const char *flag, const char *value)
+{
+    const char *backend = getenv("KVS_TEST_DEVICES_BACKEND");
+    const char *extra[5] = {NULL};
+    size_t n = 0;
+    if (backend && backend[0]) {
+        extra[n++] = "--backend";
+        extra[n++] = backend;
+    }
+    if (flag) {
+        extra[n++] = flag;
+        extra[n++] = value;
+    }
+    return harness_start(&h, POOL, extra);
+}
+
+static void start_devices(unsigned n)
+{
+    char spec[16];
+    snprintf(spec, sizeof(spec), "0-%u", n - 1);
+    ck_assert_int_eq(start("--devices", spec), 0);
+}
+
+static int connect_as(unsigned flags, uint32_t rank, kvs_client_t **out)
+{
+    kvs_options_t o;
+    kvs_options_init(&o);
+    o.socket_path = h.socket_path;
+    o.worker_name = "test_devices";
+    o.timeout_ms = 30000;
+    o.flags = flags;
+    o.rank = rank;
+    return kvs_connect(&o, out);
+}
+
+static kvs_client_t *rank_client(uint32_t rank)
+{
+    kvs_client_t *c = NULL;
+    int rc = connect_as(KVS_RANK, rank, &c);
+    ck_assert_msg(rc == 0, "connect as rank %u: %s", rank, kvs_strerror(rc));
+    return c;
+}
+
+static void prompt(uint32_t *t, uint32_t seed)
+{
+    for (size_t i = 0; i < N_TOKENS; i++)
+        t[i] = seed * 1000 + (uint32_t)i;
+}
+
+/* Rank r's bytes of block j, layer l, K or V: different on every rank. */
+static void shard_bytes(uint8_t *out, uint32_t r, uint32_t l, uint32_t kv, size_t j)
+{
+    for (size_t i = 0; i < SLOT_BYTES; i++)
+        out[i] = (uint8_t)(r * 61 + l * 17 + kv * 7 + j * 3 + i);
+}
+
+static void write_shard(kvs_client_t *c, uint32_t r, const uint32_t *ids)
+{
+    uint8_t slot[SLOT_BYTES];
+    for (size_t j = 0; j < N_BLOCKS; j++)
+        for (uint32_t l = 0; l < 2; l++)
+            for (uint32_t kv = 0; kv < 2; kv++) {
+                shard_bytes(slot, r, l, kv, j);
+                ck_assert_int_eq(kvs_block_write(c, l, kv, ids[j], slot, SLOT_BYTES), 0);
+            }
+}
+
+static void check_shard(kvs_client_t *c, uint32_t r, const uint32_t *ids)
+{
+    uint8_t want[SLOT_BYTES], got[SLOT_BYTES];
+    for (size_t j = 0; j < N_BLOCKS; j++)
+        for (uint32_t l = 0; l < 2; l++)
+            for (uint32_t kv = 0; kv < 2; kv++) {
+                shard_bytes(want, r, l, kv, j);
+                ck_assert_int_eq(kvs_block_read(c, l, kv, ids[j], got, SLOT_BYTES), 0);
+                ck_assert_msg(memcmp(want, got, SLOT_BYTES) == 0,
+                              "rank %u read other bytes than its shard of block %u", r, ids[j]);
+            }
+}
+
+static size_t commit_shard(kvs_client_t *c, const uint32_t *tokens, const uint32_t *ids,
+                           size_t *pending, uint32_t *canonical)
+{
+    kvs_commit_opts_t o;
+    kvs_commit_opts_init(&o);
+    o.n_pending = pending;
+    size_t done = 99;
+    int rc = kvs_commit_ex(c, "default", tokens, N_TOKENS, ids, N_BLOCKS, &o, canonical, &done);
+    ck_assert_msg(rc == 0, "commit: %s (%s)", kvs_strerror(rc), kvs_last_error(c));
+    return done;
+}
+
+static size_t lookup(kvs_client_t *c, const uint32_t *tokens, int pin, uint32_t *ids)
+{
+    size_t n = 99;
+    ck_assert_int_eq(kvs_lookup(c, "default", tokens, N_TOKENS, pin, ids, N_BLOCKS, &n), 0);
+    return n;
+}
+
+static void stats(kvs_client_t *c, uint32_t *writing, uint32_t *cached, uint32_t *freeb)
+{
+    kvs_stats_t s;
+    ck_assert_int_eq(kvs_stats(c, &s), 0);
+    ck_assert_uint_eq(s.free_blocks + s.writing_blocks + s.cached_blocks, s.total_blocks);
+    ck_assert_uint_eq(s.total_blocks, POOL);
+    *writing = s.writing_blocks;
+    *cached = s.cached_blocks;
+    *freeb = s.free_blocks;
+    kvs_stats_free(&s);
+}
+
+/* One group of n ranks computes a prefix shard by shard; another group
+ * finds it with one lookup and each of its ranks reads its own bytes. */
+static void group_round_trip(unsigned n)
+{
+    start_devices(n);
+    kvs_client_t *w[MAX_RANKS];
+    uint32_t tokens[N_TOKENS], ids[N_BLOCKS], canonical[2 * N_BLOCKS], found[N_BLOCKS];
+    uint32_t writing, cached, freeb;
+    prompt(tokens, 7);
+    for (uint32_t r = 0; r < n; r++) {
+        w[r] = rank_client(r);
+        uint32_t rank = 99, size = 0;
+        ck_assert_int_eq(kvs_group(w[r], &rank, &size), 0);
+        ck_assert_uint_eq(rank, r);
+        ck_assert_uint_eq(size, n);
+    }
+    ck_assert_int_eq(kvs_alloc(w[0], "default", N_BLOCKS, ids), 0);
+    for (uint32_t r = 0; r < n; r++)
+        write_shard(w[r], r, ids);
+    /* Every rank but the last: nothing is cached, nothing is found. */
+    for (uint32_t r = 0; r + 1 < n; r++) {
+        size_t pending = 0;
+        ck_assert_uint_eq(commit_shard(w[r], tokens, ids, &pending, canonical), 0);
+        ck_assert_uint_eq(pending, N_BLOCKS);
+        ck_assert_uint_eq(lookup(w[n - 1], tokens, 0, found), 0);
+    }
+    stats(w[0], &writing, &cached, &freeb);
+    ck_assert_uint_eq(writing, N_BLOCKS);
+    ck_assert_uint_eq(cached, 0);
+    /* The last rank's shard completes them: cached, pinned by it. */
+    size_t pending = 99;
+    ck_assert_uint_eq(commit_shard(w[n - 1], tokens, ids, &pending, canonical), N_BLOCKS);
+    ck_assert_uint_eq(pending, 0);
+    for (size_t j = 0; j < N_BLOCKS; j++)
+        ck_assert_uint_eq(canonical[j], ids[j]);
+    ck_assert_int_eq(kvs_release(w[n - 1], ids, N_BLOCKS, NULL), 0);
+    for (uint32_t r = 0; r < n; r++)
+        kvs_close(w[r]);
+
+    /* Another group: one lookup (its scheduler's) finds the prefix for
+     * all ranks; each rank reads back its own shard. */
+    kvs_client_t *sched = NULL;
+    ck_assert_int_eq(connect_as(KVS_GROUP_SCHEDULER, 0, &sched), 0);
+    ck_assert_uint_eq(lookup(sched, tokens, 1, found), N_BLOCKS);
+    ck_assert_mem_eq(found, ids, sizeof(ids));
+    for (uint32_t r = 0; r < n; r++) {
+        w[r] = rank_client(r);
+        check_shard(w[r], r, found);
+    }
+    stats(sched, &writing, &cached, &freeb);
+    ck_assert_uint_eq(writing, 0);
+    ck_assert_uint_eq(cached, N_BLOCKS);
+    ck_assert_int_eq(kvs_release(sched, found, N_BLOCKS, NULL), 0);
+    for (uint32_t r = 0; r < n; r++)
+        kvs_close(w[r]);
+    kvs_close(sched);
+    ck_assert_int_eq(harness_stop(&h), 0);
+    harness_cleanup(&h);
+}
+
+START_TEST(test_two_devices)
+{
+    group_round_trip(2);
+}
+END_TEST
+
+START_TEST(test_four_devices)
+{
+    group_round_trip(4);
+}
+END_TEST
+
+/* Waits until the daemon saw a session end: no WRITING block left. */
+static void wait_no_writing(kvs_client_t *c)
+{
+    uint32_t writing = 1, cached, freeb;
+    for (int i = 0; i < 500 && writing; i++) {
+        stats(c, &writing, &cached, &freeb);
+        if (writing) {
+            struct timespec ms10 = {0, 10 * 1000 * 1000};
+            nanosleep(&ms10, NULL);
+        }
+    }
+    ck_assert_uint_eq(writing, 0);
+}
+
+/* Rank 3 is killed while it writes: the blocks ranks 0-2 committed their
+ * shards of go back to the pool, are never found, and are held by no one. */
+START_TEST(test_rank_dies_mid_write)
+{
+    start_devices(4);
+    kvs_client_t *w[3];
+    uint32_t tokens[N_TOKENS], ids[N_BLOCKS], canonical[2 * N_BLOCKS], found[N_BLOCKS];
+    prompt(tokens, 9);
+    for (uint32_t r = 0; r < 3; r++)
+        w[r] = rank_client(r);
+    ck_assert_int_eq(kvs_alloc(w[0], "default", N_BLOCKS, ids), 0);
+    int ready[2];
+    ck_assert_int_eq(pipe(ready), 0);
+    pid_t child = fork();
+    ck_assert_int_ge(child, 0);
+    if (child == 0) {
+        kvs_client_t *c = NULL;
+        if (connect_as(KVS_RANK, 3, &c) != 0)
+            _exit(2);
+        uint8_t slot[SLOT_BYTES];
+        shard_bytes(slot, 3, 0, 0, 0);
+        kvs_block_write(c, 0, 0, ids[0], slot, SLOT_BYTES);
+        char one = 1;
+        if (write(ready[1], &one, 1) != 1)
+            _exit(3);
+        pause(); /* killed here, mid-write */
+        _exit(0);
+    }
+    close(ready[1]);
+    char one = 0;
+    ck_assert_int_eq(read(ready[0], &one, 1), 1);
+    close(ready[0]);
+    for (uint32_t r = 0; r < 3; r++) {
+        write_shard(w[r], r, ids);
+        size_t pending = 0;
+        ck_assert_uint_eq(commit_shard(w[r], tokens, ids, &pending, canonical), 0);
+        ck_assert_uint_eq(pending, N_BLOCKS);
+    }
+    ck_assert_int_eq(kill(child, SIGKILL), 0);
+    int status = 0;
+    ck_assert_int_eq(waitpid(child, &status, 0), child);
+    ck_assert(WIFSIGNALED(status));
+    wait_no_writing(w[0]);
+    uint32_t writing, cached, freeb;
+    stats(w[0], &writing, &cached, &freeb);
+    ck_assert_uint_eq(freeb, POOL);
+    ck_assert_uint_eq(lookup(w[1], tokens, 0, found), 0);
+    /* Nobody holds them any more: the allocator's release is refused. */
+    ck_assert_int_eq(kvs_release(w[0], ids, 1, NULL), KVS_ENOTHELD);
+    for (uint32_t r = 0; r < 3; r++)
+        kvs_close(w[r]);
+    ck_assert_int_eq(harness_stop(&h), 0);
+    harness_cleanup(&h);
+}
+END_TEST
+
+/* A rank whose session ends before the last shard frees the blocks too,
+ * even when it never wrote any (the shard can no longer come). */
+START_TEST(test_missing_shard_never_served)
+{
+    start_devices(2);
+    uint32_t tokens[N_TOKENS], ids[N_BLOCKS], canonical[2 * N_BLOCKS], found[N_BLOCKS];
+    prompt(tokens, 11);
+    kvs_client_t *r0 = rank_client(0), *r1 = rank_client(1);
+    ck_assert_int_eq(kvs_alloc(r0, "default", N_BLOCKS, ids), 0);
+    write_shard(r0, 0, ids);
+    size_t pending = 0;
+    ck_assert_uint_eq(commit_shard(r0, tokens, ids, &pending, canonical), 0);
+    ck_assert_uint_eq(pending, N_BLOCKS);
+    /* Rank 1 names another prefix for the same blocks: refused. */
+    uint32_t other[N_TOKENS];
+    prompt(other, 12);
+    size_t done = 0;
+    ck_assert_int_eq(kvs_commit(r1, "default", other, N_TOKENS, ids, N_BLOCKS, canonical, &done),
+                     KVS_EINVAL);
+    ck_assert_uint_eq(lookup(r1, tokens, 0, found), 0);
+    ck_assert_uint_eq(lookup(r1, other, 0, found), 0);
+    kvs_close(r1);
+    wait_no_writing(r0);
+    ck_assert_uint_eq(lookup(r0, tokens, 0, found), 0);
+    kvs_close(r0);
+    ck_assert_int_eq(harness_stop(&h), 0);
+    harness_cleanup(&h);
+}
+END_TEST
+
+/* The group's scheduler allocates, the workers write, and one commit for
+ * the group caches the blocks; sessions without a rank are refused unless
+ * they map nothing, and those may not write. */
+START_TEST(test_scheduler_and_refusals)
+{
+    start_devices(2);
+    uint32_t tokens[N_TOKENS], ids[N_BLOCKS], canonical[2 * N_BLOCKS], found[N_BLOCKS];
+    prompt(tokens, 13);
+    kvs_client_t *c = NULL;
+    ck_assert_int_eq(connect_as(0, 0, &c), KVS_EINVAL);
+    ck_assert_int_eq(connect_as(KVS_RANK, 2, &c), KVS_EINVAL);
+    ck_assert_int_eq(connect_as(KVS_RANK | KVS_GROUP_SCHEDULER, 0, &c), KVS_EINVAL);
+    kvs_client_t *mon = NULL;
+    ck_assert_int_eq(connect_as(KVS_NO_MAP, 0, &mon), 0);
+    ck_assert_int_eq(kvs_alloc(mon, "default", 1, ids), KVS_EDENIED);
+
+    kvs_client_t *sched = NULL;
+    ck_assert_int_eq(connect_as(KVS_GROUP_SCHEDULER, 0, &sched), 0);
+    kvs_client_t *r0 = rank_client(0), *r1 = rank_client(1);
+    ck_assert_int_eq(kvs_alloc(sched, "default", N_BLOCKS, ids), 0);
+    write_shard(r0, 0, ids);
+    write_shard(r1, 1, ids);
+    size_t done = 0;
+    /* The scheduler has no shard of its own: it commits for the group. */
+    ck_assert_int_eq(
+        kvs_commit(sched, "default", tokens, N_TOKENS, ids, N_BLOCKS, canonical, &done),
+        KVS_EINVAL);
+    kvs_commit_opts_t o;
+    kvs_commit_opts_init(&o);
+    o.for_group = 1;
+    ck_assert_int_eq(
+        kvs_commit_ex(sched, "default", tokens, N_TOKENS, ids, N_BLOCKS, &o, canonical, &done), 0);
+    ck_assert_uint_eq(done, N_BLOCKS);
+    ck_assert_int_eq(kvs_release(sched, ids, N_BLOCKS, NULL), 0);
+    ck_assert_uint_eq(lookup(mon, tokens, 0, found), N_BLOCKS);
+    check_shard(r0, 0, found);
+    check_shard(r1, 1, found);
+    /* A complete block outlives a rank's end. */
+    kvs_close(r1);
+    ck_assert_uint_eq(lookup(mon, tokens, 0, found), N_BLOCKS);
+    kvs_close(r0);
+    kvs_close(sched);
+    kvs_close(mon);
+    ck_assert_int_eq(harness_stop(&h), 0);
+    harness_cleanup(&h);
+}
+END_TEST
+
+/* One device: a client that says rank 0 works as before, rank 1 is
+ * refused, and the group is one. */
+START_TEST(test_one_device_rank_zero)
+{
+    ck_assert_int_eq(start(NULL, NULL), 0);
+    kvs_client_t *c = NULL;
+    ck_assert_int_eq(connect_as(KVS_RANK, 1, &c), KVS_EINVAL);
+    c = rank_client(0);
+    uint32_t rank = 9, size = 0, tokens[N_TOKENS], ids[N_BLOCKS], canonical[2 * N_BLOCKS];
+    ck_assert_int_eq(kvs_group(c, &rank, &size), 0);
+    ck_assert_uint_eq(rank, 0);
+    ck_assert_uint_eq(size, 1);
+    prompt(tokens, 15);
+    ck_assert_int_eq(kvs_alloc(c, "default", N_BLOCKS, ids), 0);
+    size_t pending = 9;
+    ck_assert_uint_eq(commit_shard(c, tokens, ids, &pending, canonical), N_BLOCKS);
+    ck_assert_uint_eq(pending, 0);
+    kvs_close(c);
+    ck_assert_int_eq(harness_stop(&h), 0);
+    harness_cleanup(&h);
+}
+END_TEST
+
+/* The index of n devices after a group cached one prefix: its memory. */
+static uint64_t index_bytes_with(unsigned n)
+{
+    if (n > 1)
+        start_devices(n);
+    else
+        ck_assert_int_eq(start(NULL, NULL), 0);
+    kvs_client_t *w[MAX_RANKS];
+    uint32_t tokens[N_TOKENS], ids[N_BLOCKS], canonical[2 * N_BLOCKS];
+    prompt(tokens, 17);
+    for (uint32_t r = 0; r < n; r++)
+        w[r] = rank_client(r);
+    ck_assert_int_eq(kvs_alloc(w[0], "default", N_BLOCKS, ids), 0);
+    size_t pending = 0, done = 0;
+    for (uint32_t r = 0; r < n; r++)
+        done = commit_shard(w[r], tokens, ids, &pending, canonical);
+    ck_assert_uint_eq(done, N_BLOCKS);
+    kvs_stats_t s;
+    ck_assert_int_eq(kvs_stats(w[0], &s), 0);
+    ck_assert_uint_eq(s.cached_blocks, N_BLOCKS);
+    uint64_t bytes = s.index_bytes;
+    kvs_stats_free(&s);
+    for (uint32_t r = 0; r < n; r++)
+        kvs_close(w[r]);
+    ck_assert_int_eq(harness_stop(&h), 0);
+    harness_cleanup(&h);
+    return bytes;
+}
+
+/* One index for the group: its memory with 4 devices is that with one. */
+START_TEST(test_index_memory_does_not_grow)
+{
+    uint64_t one = index_bytes_with(1), four = index_bytes_with(4);
+    ck_assert_uint_gt(one, 0);
+    ck_assert_uint_eq(four, one);
+}
+END_TEST
+
+static Suite *devices_suite(void)
+{
+    Suite *s = suite_create("devices");
+    TCase *tc = tcase_create("host");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_two_devices);
+    tcase_add_test(tc, test_four_devices);
+    tcase_add_test(tc, test_rank_dies_mid_write);
+    tcase_add_test(tc, test_missing_shard_never_served);
+    tcase_add_test(tc, test_scheduler_and_refusals);
+    tcase_add_test(tc, test_one_device_rank_zero);
+    tcase_add_test(tc, test_index_memory_does_not_grow);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+KVS_CHECK_MAIN(devices_suite)
