@@ -610,9 +610,10 @@ static void cuda_teardown(struct backend_cuda *c)
 }
 
 #ifdef KVS_HAVE_CUDA_KERNEL
-/* The fatbin nvcc made of gather.cu (gather_fatbin.c, generated). */
-extern const unsigned char kvs_gather_fatbin[];
-extern const size_t kvs_gather_fatbin_size;
+/* The fatbin nvcc made of gather.cu (gather_fatbin.c, generated); named
+ * outside kvs_* so that libkvshare does not export it. */
+extern const unsigned char kvsgpu_gather_fatbin[];
+extern const size_t kvsgpu_gather_fatbin_size;
 #endif
 
 /* Loads the gather kernel into c's context (entered by the caller). Never
@@ -630,7 +631,7 @@ static void cuda_kernel_load(struct backend_cuda *c)
         snprintf(c->kernel_why, sizeof(c->kernel_why), "the driver has no %s", api.kernel_missing);
         return;
     }
-    CUresult r = api.module_load_data(&c->module, kvs_gather_fatbin);
+    CUresult r = api.module_load_data(&c->module, kvsgpu_gather_fatbin);
     if (r != CUDA_SUCCESS) {
         c->module = NULL;
         cuda_describe_error(r, why, sizeof(why));
