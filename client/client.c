@@ -1021,12 +1021,18 @@ static int opts_copy(void *dst, size_t dst_size, const void *src)
     return 0;
 }
 
+/* Every options struct starts zeroed with its own size (kvshare.h). */
+#define OPTS_INIT(o)                                                                               \
+    do {                                                                                           \
+        if (o) {                                                                                   \
+            memset((o), 0, sizeof(*(o)));                                                          \
+            (o)->size = sizeof(*(o));                                                              \
+        }                                                                                          \
+    } while (0)
+
 void kvs_lookup_opts_init(kvs_lookup_opts_t *o)
 {
-    if (!o)
-        return;
-    memset(o, 0, sizeof(*o));
-    o->size = sizeof(*o);
+    OPTS_INIT(o);
 }
 
 int kvs_lookup_ex(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n_tokens,
@@ -1125,10 +1131,7 @@ static int alloc_call(kvs_client_t *c, const char *ns, const uint32_t *tokens, s
 
 void kvs_alloc_opts_init(kvs_alloc_opts_t *o)
 {
-    if (!o)
-        return;
-    memset(o, 0, sizeof(*o));
-    o->size = sizeof(*o);
+    OPTS_INIT(o);
 }
 
 int kvs_alloc_ex(kvs_client_t *c, const char *ns, uint32_t n, const kvs_alloc_opts_t *opts,
@@ -1249,10 +1252,7 @@ static bool hint_bad(const kvs_hint_t *hint)
 
 void kvs_commit_opts_init(kvs_commit_opts_t *o)
 {
-    if (!o)
-        return;
-    memset(o, 0, sizeof(*o));
-    o->size = sizeof(*o);
+    OPTS_INIT(o);
 }
 
 int kvs_commit_ex(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n_tokens,
@@ -1354,10 +1354,7 @@ static int ids_call(kvs_client_t *c, int pin, const uint32_t *ids, size_t n, con
 
 void kvs_pin_opts_init(kvs_pin_opts_t *o)
 {
-    if (!o)
-        return;
-    memset(o, 0, sizeof(*o));
-    o->size = sizeof(*o);
+    OPTS_INIT(o);
 }
 
 int kvs_pin_ex(kvs_client_t *c, const uint32_t *ids, size_t n, const kvs_pin_opts_t *opts,
@@ -1389,10 +1386,7 @@ int kvs_pin_hint(kvs_client_t *c, const uint32_t *ids, size_t n, size_t *n_done,
 
 void kvs_release_opts_init(kvs_release_opts_t *o)
 {
-    if (!o)
-        return;
-    memset(o, 0, sizeof(*o));
-    o->size = sizeof(*o);
+    OPTS_INIT(o);
 }
 
 int kvs_release_ex(kvs_client_t *c, const uint32_t *ids, size_t n, const kvs_release_opts_t *opts,
