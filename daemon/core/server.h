@@ -151,6 +151,7 @@ typedef struct server {
     size_t decode_cap, decode_used, decode_want;
     size_t decode_budget; /* bytes this frame may take to decode */
     bool decode_over;     /* the frame went past it */
+    bool decode_heap;     /* some of it is in malloc'd memory, not the arena */
 
     session_t *sessions; /* doubly linked, newest first */
     uint32_t n_sessions;

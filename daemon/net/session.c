@@ -512,6 +512,7 @@ static bool frame_waiting(const session_t *s)
 static int process(session_t *s, bool bounded, bool *more)
 {
     size_t frames = 0, bytes = 0;
+    uint64_t clock_ns = 0; /* read once a frame is there (dispatch_frame) */
     *more = false;
     for (;;) {
         if (session_held(s) || s->closing)
@@ -541,13 +542,15 @@ static int process(session_t *s, bool bounded, bool *more)
          * sessions without a socket (tests) are never held for it. */
         bool large = s->has_pipe && len >= SESSION_LARGE_FRAME;
         size_t out_len = s->out.len, reply_bytes = 0;
-        uint64_t t0 = large ? uv_hrtime() : 0;
+        if (clock_ns == 0)
+            clock_ns = uv_hrtime();
+        uint64_t t0 = clock_ns;
         if (large && t0 < s->srv->walk_next_ns) {
             s->srv->metrics.requests_spaced++;
             session_hold(s, SESSION_HOLD_SPACING, session_spacing_until(s->srv, t0));
             rc = DISPATCH_HELD;
         } else {
-            rc = dispatch_frame(s, body, len);
+            rc = dispatch_frame(s, body, len, &clock_ns);
         }
         if (rc == DISPATCH_HELD) {
             /* The frame stays (frame_next did not move it) for its run
@@ -559,10 +562,8 @@ static int process(session_t *s, bool bounded, bool *more)
         s->rerun = SESSION_HOLD_NONE;
         if (s->out.len > out_len)
             reply_bytes = s->out.len - out_len;
-        if (large) {
-            uint64_t t1 = uv_hrtime();
-            s->srv->walk_next_ns = t1 + (t1 - t0) * SERVER_WALK_SPACING;
-        }
+        if (large) /* clock_ns: when its reply was built */
+            s->srv->walk_next_ns = clock_ns + (clock_ns - t0) * SERVER_WALK_SPACING;
         s->srv->metrics.bytes_in += FRAME_HEADER_BYTES + len;
         if (s->has_pipe)
             s->last_request_ms = uv_now(s->srv->loop);

@@ -105,6 +105,7 @@ static void *arena_alloc(void *data, size_t size)
         srv->decode_used += need;
         return p;
     }
+    srv->decode_heap = true;
     return malloc(size);
 }
 
@@ -135,6 +136,16 @@ static void arena_reset(server_t *srv)
     }
     srv->decode_used = 0;
     srv->decode_want = 0;
+    srv->decode_heap = false;
+}
+
+/* Frees a decoded request. Memory wholly in the arena needs no walk of the
+ * message (every arena_free of it would do nothing): the reset frees it. */
+static void request_free(server_t *srv, Kvshare__Request *req, ProtobufCAllocator *arena)
+{
+    if (srv->decode_heap)
+        kvshare__request__free_unpacked(req, arena);
+    arena_reset(srv);
 }
 
 /* Fields a request may carry that this daemon does not know (a newer
@@ -151,16 +162,16 @@ static size_t unknown_fields(const Kvshare__Request *req)
     return n;
 }
 
-int dispatch_frame(session_t *s, const uint8_t *body, size_t len)
+int dispatch_frame(session_t *s, const uint8_t *body, size_t len, uint64_t *clock_ns)
 {
     ProtobufCAllocator arena = {arena_alloc, arena_free, s->srv};
     s->srv->decode_budget = DISPATCH_DECODE_FACTOR * len + DECODE_ARENA_MIN;
     s->srv->decode_over = false;
     Kvshare__Request *req = kvshare__request__unpack(&arena, len, body);
     if (req && unknown_fields(req) > DISPATCH_MAX_UNKNOWN_FIELDS) {
-        kvshare__request__free_unpacked(req, &arena);
-        req = NULL;
         s->srv->decode_over = true;
+        request_free(s->srv, req, &arena);
+        req = NULL;
     }
     if (!req) {
         char msg[200];
@@ -195,7 +206,6 @@ int dispatch_frame(session_t *s, const uint8_t *body, size_t len)
                  (int)req->rpc_case, KVS_VERSION_MAJOR, KVS_VERSION_MINOR);
         status = KVS_EPROTO;
     } else {
-        uint64_t t0 = uv_hrtime();
         uint32_t claim_gen = s->claim_gen;
         status = entry->handler(s, req, &resp, &ctx);
         /* Claims last until the next request has been handled (inflight.h). */
@@ -205,14 +215,12 @@ int dispatch_frame(session_t *s, const uint8_t *body, size_t len)
             /* Not now: the frame stays, and runs again when released. */
             for (size_t i = 0; i < sizeof(ctx.heap) / sizeof(ctx.heap[0]); i++)
                 free(ctx.heap[i]);
-            kvshare__request__free_unpacked(req, &arena);
-            arena_reset(s->srv);
+            request_free(s->srv, req, &arena);
             session_hold(s, ctx.hold, ctx.hold_until_ms);
+            *clock_ns = uv_hrtime(); /* a held request's time is not the next one's */
             return DISPATCH_HELD;
         }
         slot = (unsigned)dispatch_index(entry);
-        metrics_observe(&s->srv->metrics.rpc_latency[slot], metrics_latency_bounds_ns,
-                        metrics_latency_n_bounds, uv_hrtime() - t0);
         if (status != 0)
             LOG_DEBUG("session %llu: %s: %s", (unsigned long long)s->id, entry->name, ctx.msg);
     }
@@ -226,8 +234,13 @@ int dispatch_frame(session_t *s, const uint8_t *body, size_t len)
     int rc = append_reply(s, &resp);
     for (size_t i = 0; i < sizeof(ctx.heap) / sizeof(ctx.heap[0]); i++)
         free(ctx.heap[i]);
-    kvshare__request__free_unpacked(req, &arena);
-    arena_reset(s->srv);
+    request_free(s->srv, req, &arena);
+    /* One clock read per request: its end is the next one's start. */
+    uint64_t now = uv_hrtime();
+    if (slot < METRICS_MAX_RPC)
+        metrics_observe(&s->srv->metrics.rpc_latency[slot], metrics_latency_bounds_ns,
+                        metrics_latency_n_bounds, now - *clock_ns);
+    *clock_ns = now;
     /* A Commit or Release that ended declarations: held lookups look
      * again (released ones run from the ready queue, not in here). */
     if (inflight_pending(s->srv))

@@ -43,12 +43,15 @@ size_t dispatch_index(const dispatch_entry_t *e);
 #define DISPATCH_HELD 1
 
 /* Decodes one request frame body, runs its handler and appends the reply
- * frame to the session's output. Returns 0 when the stream is still
+ * frame to the session's output. *clock_ns is when the request's work
+ * began (uv_hrtime: read by the caller at the start of a turn, or the end
+ * of the request before it); it is set to when the reply was built, and
+ * the difference goes to the RPC's latency histogram. Returns 0 when the stream is still
  * trustworthy (including requests answered with an error), DISPATCH_HELD,
  * KVS_EPROTO when the body does not decode (an error reply is appended;
  * close the connection), KVS_ENOMEM when not even the reply could be
  * built. */
-int dispatch_frame(session_t *s, const uint8_t *body, size_t len);
+int dispatch_frame(session_t *s, const uint8_t *body, size_t len, uint64_t *clock_ns);
 
 /* Appends an error reply with no RPC body (request id `id`). */
 int dispatch_error_reply(session_t *s, uint64_t id, int status, const char *message);

@@ -332,8 +332,8 @@ int handler_lookup(session_t *s, const Kvshare__Request *req, Kvshare__Response 
 {
     server_t *srv = s->srv;
     const Kvshare__LookupRequest *lk = req->lookup;
-    const uint32_t *tokens;
-    size_t n_tokens;
+    const uint32_t *tokens = NULL;
+    size_t n_tokens = 0;
     uint32_t ns;
     void *copy = NULL;
 

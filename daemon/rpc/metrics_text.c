@@ -380,7 +380,7 @@ int metrics_render(server_t *srv, char **out, size_t *len)
         put(&t, "kvshare_rpc_errors_total{rpc=\"%s\"} %llu\n", dispatch_at(r)->name,
             (unsigned long long)m->rpc_errors[r]);
     head(&t, "kvshare_rpc_duration_seconds", "histogram",
-         "Time to handle one request in the daemon, by RPC (decode and send excluded)");
+         "Time to handle one request in the daemon, by RPC (decode to reply built)");
     for (size_t r = 0; r < dispatch_count(); r++) {
         char labels[64];
         snprintf(labels, sizeof(labels), "rpc=\"%s\"", dispatch_at(r)->name);

@@ -351,12 +351,14 @@ int namespaces_resolve(session_t *s, const char *name, bool create, uint32_t *ns
         return errbuf_set(msg, msglen, KVS_EINVAL,
                           "namespace name of %zu bytes is too long (%d at most)", len,
                           RADIX_NS_NAME_MAX);
-    if (!nsname_valid(name)) {
+    /* A name in the table passed the rule when it was made: the rule is
+     * checked only for one that is not (the lookup is the common case). */
+    int rc = radix_ns_find(srv->index, name, ns);
+    if (rc != 0 && !nsname_valid(name)) {
         char shown[4 * RADIX_NS_NAME_MAX + 1];
         return errbuf_set(msg, msglen, KVS_EINVAL, "namespace name '%s': use %s",
                           log_escape(name, shown, sizeof(shown)), nsname_rule());
     }
-    int rc = radix_ns_find(srv->index, name, ns);
     if (rc == 0 && !namespaces_usable(srv, *ns))
         rc = KVS_ENONS;
     if (rc == 0 && !namespaces_allowed(s, *ns)) {

@@ -90,7 +90,7 @@ static int run(const char *const *args, char *err, size_t errlen)
 static void reason_of(const char *err, const char *value, char *out, size_t len)
 {
     char mark[600];
-    snprintf(mark, sizeof(mark), "'%s': ", value);
+    snprintf(mark, sizeof(mark), "'%.590s': ", value);
     const char *p = strstr(err, mark);
     out[0] = '\0';
     if (!p)

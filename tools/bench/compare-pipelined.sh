@@ -9,7 +9,9 @@
 #   tools/bench/compare-pipelined.sh BENCH ROUNDS KVSHARED...
 #
 # BENCH is a kvshare-bench binary; redis-server and redis-benchmark are used
-# when they are on PATH.
+# when they are on PATH. Besides the rate, each kvshared line gives the
+# daemon's CPU time per Lookup: what the rate cannot show on a machine
+# that other work shares.
 set -eu
 bench=$1
 rounds=$2
@@ -35,9 +37,15 @@ fi
 r=1
 while [ $r -le "$rounds" ]; do
     for k in "$@"; do
-        rate=$("$bench" rpc --pipelined --seconds 2 --kvshared "$k" |
-            awk '/4 connections/ {print $(NF-2)}')
-        echo "round $r  $rate/s  $k"
+        line=$("$bench" rpc --pipelined --seconds 2 --kvshared "$k" |
+            awk '/4 connections/ {
+                for (i = 1; i <= NF; i++) {
+                    if ($i == "flight:") rate = $(i + 1)
+                    if ($i == "CPU") cpu = $(i + 1)
+                }
+                print rate "/s  " cpu " us CPU each"
+            }')
+        echo "round $r  $line  $k"
     done
     if [ -n "$redis_pid" ]; then
         rate=$(redis-benchmark -s "$dir/redis.sock" -c 4 -P 64 -t get -n 4000000 --csv |
