@@ -128,18 +128,20 @@ struct session {
  * exchange does not leave a session holding its size. */
 #define SESSION_KEEP_BYTES (256u << 10)
 
-/* Most bytes of requests and their replies together, and most frames, one
- * session gets answered per loop turn before every other session has had
- * its turn (a reply can cost far more than its request: Stats, Tree). As in
- * Redis, whose turn is one 16 KiB read, the bound is in bytes of work: a
- * bound in frames cut an ordinary pipeline of 64 small requests into four
- * turns, each stopping and restarting the socket's reads (two epoll_ctl
- * calls), which cost a quarter of pipelined throughput. The frame bound is
- * for tiny frames only (256 at about 0.5 us each). The replies of a
- * pipeline cut into several turns are sent together when it ends
- * (take_turn), so that the cut costs no extra writes or wake-ups. */
+/* What one session gets answered per loop turn before every other session
+ * has had its turn: at most SESSION_TURN_NS of work (the clock that times
+ * each request tells it: Stats or Tree cost far more than their frames),
+ * SESSION_TURN_BYTES of requests and replies together, and
+ * SESSION_TURN_FRAMES frames. A turn used to be 16 frames: an ordinary
+ * pipeline of 64 small requests took four turns, each stopping and
+ * restarting the socket's reads (two epoll_ctl calls), a quarter of
+ * pipelined throughput. Redis bounds a turn by one 16 KiB read; kvshare's
+ * requests differ more in cost, hence the time. The replies of a pipeline
+ * cut into several turns are sent together when it ends (take_turn), so
+ * that the cut costs no extra writes or wake-ups. */
+#define SESSION_TURN_NS     50000u
 #define SESSION_TURN_FRAMES 256
-#define SESSION_TURN_BYTES  (64u << 10)
+#define SESSION_TURN_BYTES  (256u << 10)
 /* A frame this large is one piece of work no turn can cut: it waits for
  * the walk spacing like Tree (server.h) and sets it. */
 #define SESSION_LARGE_FRAME (1u << 20)

@@ -506,18 +506,19 @@ static bool frame_waiting(const session_t *s)
 }
 
 /* Answers whole frames of `in`: all of them, or when `bounded` at most one
- * turn's worth (SESSION_TURN_FRAMES / SESSION_TURN_BYTES). *more says
+ * turn's worth (SESSION_TURN_*). *more says
  * whether frames are left for another turn. A held session answers
  * nothing (its kept frame runs again once released). */
 static int process(session_t *s, bool bounded, bool *more)
 {
     size_t frames = 0, bytes = 0;
-    uint64_t clock_ns = 0; /* read once a frame is there (dispatch_frame) */
+    uint64_t clock_ns = 0, start_ns = 0; /* read once a frame is there (dispatch_frame) */
     *more = false;
     for (;;) {
         if (session_held(s) || s->closing)
             return 0;
-        if (bounded && (frames >= SESSION_TURN_FRAMES || bytes >= SESSION_TURN_BYTES)) {
+        if (bounded && (frames >= SESSION_TURN_FRAMES || bytes >= SESSION_TURN_BYTES ||
+                        (frames > 0 && clock_ns - start_ns >= SESSION_TURN_NS))) {
             *more = frame_waiting(s);
             return 0;
         }
@@ -543,7 +544,7 @@ static int process(session_t *s, bool bounded, bool *more)
         bool large = s->has_pipe && len >= SESSION_LARGE_FRAME;
         size_t out_len = s->out.len, reply_bytes = 0;
         if (clock_ns == 0)
-            clock_ns = uv_hrtime();
+            clock_ns = start_ns = uv_hrtime();
         uint64_t t0 = clock_ns;
         if (large && t0 < s->srv->walk_next_ns) {
             s->srv->metrics.requests_spaced++;
