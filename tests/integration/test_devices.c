@@ -289,6 +289,67 @@ START_TEST(test_rank_dies_mid_write)
 }
 END_TEST
 
+/* The scheduler's way (vLLM's connector): it allocated, ranks 0-2 wrote
+ * their shards, rank 3 is killed mid-write. Its end takes the scheduler's
+ * blocks back (no shard 3 will come), so the scheduler's commit for the
+ * group is refused and nothing is cached, however the race goes. */
+START_TEST(test_rank_dies_before_group_commit)
+{
+    start_devices(4);
+    kvs_client_t *w[3], *sched = NULL;
+    uint32_t tokens[N_TOKENS], ids[N_BLOCKS], canonical[2 * N_BLOCKS], found[N_BLOCKS];
+    prompt(tokens, 10);
+    ck_assert_int_eq(connect_as(KVS_GROUP_SCHEDULER, 0, &sched), 0);
+    for (uint32_t r = 0; r < 3; r++)
+        w[r] = rank_client(r);
+    ck_assert_int_eq(kvs_alloc(sched, "default", N_BLOCKS, ids), 0);
+    int ready[2];
+    ck_assert_int_eq(pipe(ready), 0);
+    pid_t child = fork();
+    ck_assert_int_ge(child, 0);
+    if (child == 0) {
+        kvs_client_t *c = NULL;
+        if (connect_as(KVS_RANK, 3, &c) != 0)
+            _exit(2);
+        uint8_t slot[SLOT_BYTES];
+        shard_bytes(slot, 3, 0, 0, 0);
+        kvs_block_write(c, 0, 0, ids[0], slot, SLOT_BYTES);
+        char one = 1;
+        if (write(ready[1], &one, 1) != 1)
+            _exit(3);
+        pause(); /* killed here, mid-write */
+        _exit(0);
+    }
+    close(ready[1]);
+    char one = 0;
+    ck_assert_int_eq(read(ready[0], &one, 1), 1);
+    close(ready[0]);
+    for (uint32_t r = 0; r < 3; r++)
+        write_shard(w[r], r, ids);
+    ck_assert_int_eq(kill(child, SIGKILL), 0);
+    int status = 0;
+    ck_assert_int_eq(waitpid(child, &status, 0), child);
+    wait_no_writing(sched);
+    kvs_commit_opts_t o;
+    kvs_commit_opts_init(&o);
+    o.for_group = 1;
+    size_t done = 99;
+    ck_assert_int_eq(
+        kvs_commit_ex(sched, "default", tokens, N_TOKENS, ids, N_BLOCKS, &o, canonical, &done),
+        KVS_EBADSTATE); /* the blocks are FREE again */
+    ck_assert_uint_eq(lookup(w[0], tokens, 0, found), 0);
+    uint32_t writing, cached, freeb;
+    stats(sched, &writing, &cached, &freeb);
+    ck_assert_uint_eq(cached, 0);
+    ck_assert_uint_eq(freeb, POOL);
+    for (uint32_t r = 0; r < 3; r++)
+        kvs_close(w[r]);
+    kvs_close(sched);
+    ck_assert_int_eq(harness_stop(&h), 0);
+    harness_cleanup(&h);
+}
+END_TEST
+
 /* A rank whose session ends before the last shard frees the blocks too,
  * even when it never wrote any (the shard can no longer come). */
 START_TEST(test_missing_shard_never_served)
@@ -436,6 +497,7 @@ static Suite *devices_suite(void)
     tcase_add_test(tc, test_two_devices);
     tcase_add_test(tc, test_four_devices);
     tcase_add_test(tc, test_rank_dies_mid_write);
+    tcase_add_test(tc, test_rank_dies_before_group_commit);
     tcase_add_test(tc, test_missing_shard_never_served);
     tcase_add_test(tc, test_scheduler_and_refusals);
     tcase_add_test(tc, test_one_device_rank_zero);
