@@ -170,6 +170,7 @@ static int open_devices(server_t *s, const backend_config_t *bc, char *err, size
             break;
         if (rc != 0)
             return rc;
+        s->device_ordinals[i] = ordinals[i];
         s->n_devices = i + 1;
         if (all && backend_kind(s->backends[0]) == BACKEND_HOST) {
             snprintf(err, errlen,

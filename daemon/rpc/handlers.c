@@ -778,6 +778,43 @@ int handler_release(session_t *s, const Kvshare__Request *req, Kvshare__Response
     return rc;
 }
 
+/* Bytes stats_devices needs: per device a pointer, a row and two counts. */
+static size_t stats_devices_bytes(const server_t *srv)
+{
+    return srv->n_devices *
+           (sizeof(Kvshare__DeviceStats *) + sizeof(Kvshare__DeviceStats) + 3 * sizeof(uint32_t));
+}
+
+/* One row per device into r, built in mem (stats_devices_bytes of it):
+ * its pool, the blocks in use (the same ids on every device), the workers
+ * of its rank and the shards of blocks still being written. */
+static void stats_devices(const server_t *srv, void *mem, uint32_t used_blocks,
+                          Kvshare__StatsReply *r)
+{
+    uint32_t n = srv->n_devices;
+    Kvshare__DeviceStats **ptrs = mem;
+    Kvshare__DeviceStats *rows = (void *)(ptrs + n);
+    uint32_t *written = (void *)(rows + n), *missing = written + n, *workers = missing + n;
+    if (n == 0)
+        return;
+    store_device_counts(srv, written, missing, workers);
+    for (uint32_t d = 0; d < n; d++) {
+        Kvshare__DeviceStats *row = &rows[d];
+        kvshare__device_stats__init(row);
+        row->rank = d;
+        row->ordinal = srv->device_ordinals[d];
+        row->detail = (char *)backend_detail(srv->backends[d]);
+        row->pool_bytes = backend_size(srv->backends[d]);
+        row->used_bytes = (uint64_t)used_blocks * srv->block_bytes;
+        row->shards_written = written[d];
+        row->shards_missing = missing[d];
+        row->workers = workers[d];
+        ptrs[d] = row;
+    }
+    r->n_devices = n;
+    r->devices = ptrs;
+}
+
 int handler_stats(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
                   handler_ctx_t *ctx)
 {
@@ -820,10 +857,14 @@ int handler_stats(session_t *s, const Kvshare__Request *req, Kvshare__Response *
     r->tier2_total_blocks = srv->tier2_blocks;
     r->tier2_cached_blocks = radix_tier2_blocks(srv->index);
     r->copying_blocks = radix_busy_blocks(srv->index);
-    char *copy_path = malloc(512);
-    if (!copy_path)
+    /* One allocation: the device rows, then the copy path's text. */
+    size_t dev_bytes = stats_devices_bytes(srv);
+    char *mem = malloc(dev_bytes + 512);
+    if (!mem)
         return fail(ctx, KVS_ENOMEM, "out of memory for the stats");
-    ctx->heap[2] = copy_path;
+    ctx->heap[2] = mem;
+    stats_devices(srv, mem, c.writing + c.cached, r);
+    char *copy_path = mem + dev_bytes;
     backend_copy_describe(srv->backend, copy_path, 512);
     r->copy_path = copy_path;
 

@@ -147,6 +147,30 @@ static void stats(kvs_client_t *c, uint32_t *writing, uint32_t *cached, uint32_t
     kvs_stats_free(&s);
 }
 
+/* Stats per device while every rank but the last committed its shard of
+ * `waiting` blocks: n rows in rank order, each with its pool, the blocks
+ * in use, one worker, and the shards written (ranks 0..n-2) or missing
+ * (rank n-1). */
+static void check_devices(kvs_client_t *c, unsigned n, uint32_t waiting)
+{
+    kvs_stats_t s;
+    ck_assert_int_eq(kvs_stats(c, &s), 0);
+    ck_assert_uint_eq(s.n_devices, n);
+    for (uint32_t r = 0; r < n; r++) {
+        const kvs_device_stats_t *d = &s.devices[r];
+        ck_assert_uint_eq(d->rank, r);
+        ck_assert_int_eq(d->ordinal, (int)r);
+        ck_assert_uint_ge(d->pool_bytes, s.pool_bytes);
+        ck_assert_uint_eq(d->used_bytes,
+                          (uint64_t)(s.writing_blocks + s.cached_blocks) * s.block_bytes);
+        ck_assert_uint_eq(d->workers, 1);
+        ck_assert_uint_eq(d->shards_written, r + 1 < n ? waiting : 0);
+        ck_assert_uint_eq(d->shards_missing, r + 1 < n ? 0 : waiting);
+        ck_assert_msg(d->detail[0], "device %u has no description", r);
+    }
+    kvs_stats_free(&s);
+}
+
 /* One group of n ranks computes a prefix shard by shard; another group
  * finds it with one lookup and each of its ranks reads its own bytes. */
 static void group_round_trip(unsigned n)
@@ -176,6 +200,7 @@ static void group_round_trip(unsigned n)
     stats(w[0], &writing, &cached, &freeb);
     ck_assert_uint_eq(writing, N_BLOCKS);
     ck_assert_uint_eq(cached, 0);
+    check_devices(w[0], n, N_BLOCKS);
     /* The last rank's shard completes them: cached, pinned by it. */
     size_t pending = 99;
     ck_assert_uint_eq(commit_shard(w[n - 1], tokens, ids, &pending, canonical), N_BLOCKS);
@@ -437,6 +462,11 @@ START_TEST(test_one_device_rank_zero)
     ck_assert_int_eq(connect_as(KVS_RANK, 1, &c), KVS_EINVAL);
     c = rank_client(0);
     uint32_t rank = 9, size = 0, tokens[N_TOKENS], ids[N_BLOCKS], canonical[2 * N_BLOCKS];
+    kvs_stats_t s;
+    ck_assert_int_eq(kvs_stats(c, &s), 0);
+    ck_assert_uint_eq(s.n_devices, 1); /* one row, its worker the rank-0 client */
+    ck_assert_uint_eq(s.devices[0].workers, 1);
+    kvs_stats_free(&s);
     ck_assert_int_eq(kvs_group(c, &rank, &size), 0);
     ck_assert_uint_eq(rank, 0);
     ck_assert_uint_eq(size, 1);

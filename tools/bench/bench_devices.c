@@ -253,10 +253,11 @@ static int rpc_round(const dev_cfg_t *b, unsigned devices, const uint32_t *token
         return -1;
     snprintf(sock, sizeof(sock), "%s/kvshared.sock", dir);
     snprintf(nb, sizeof(nb), "%u", DEV_POOL);
-    const char *argv[32] = {b->kvshared, "--socket",     sock, "--backend", "host", "--layers",
-                            "1",         "--kv-heads",   "1",  "--head-dim", "8",   "--dtype",
-                            "fp16",      "--block-tokens", "16", "--pool-blocks", nb, "--log-level",
-                            "warn"};
+    const char *argv[32] = {b->kvshared, "--socket",       sock,  "--backend",
+                            "host",      "--layers",       "1",   "--kv-heads",
+                            "1",         "--head-dim",     "8",   "--dtype",
+                            "fp16",      "--block-tokens", "16",  "--pool-blocks",
+                            nb,          "--log-level",    "warn"};
     int argc = 19;
     if (devices > 1) {
         argv[argc++] = "--devices";
@@ -319,12 +320,11 @@ static void report(const char *path, size_t n_tokens, dev_samples_t *s)
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: kvshare-bench devices [--rounds N] [--iters N] [--kvshared PATH]\n"
-            "  Lookup p50/p99 (64 and 4k tokens, a full hit) in-process and over the socket,\n"
-            "  with kvshared serving 1, 4 and 8 simulated devices, in alternating rounds.\n"
-            "  --rounds N   rounds over the device counts (default 5)\n"
-            "  --iters N    lookups per figure per round (default 20000)\n");
+    fprintf(f, "usage: kvshare-bench devices [--rounds N] [--iters N] [--kvshared PATH]\n"
+               "  Lookup p50/p99 (64 and 4k tokens, a full hit) in-process and over the socket,\n"
+               "  with kvshared serving 1, 4 and 8 simulated devices, in alternating rounds.\n"
+               "  --rounds N   rounds over the device counts (default 5)\n"
+               "  --iters N    lookups per figure per round (default 20000)\n");
 }
 
 int bench_devices(int argc, char **argv)
