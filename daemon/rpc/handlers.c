@@ -389,6 +389,46 @@ int handler_lookup(session_t *s, const Kvshare__Request *req, Kvshare__Response 
                                  lk->wait_ms > 0, resp, ctx);
 }
 
+/* A rank's Alloc that declares its prefixes (several devices): a block
+ * another member of the group declared for the same prefix, and whose
+ * shard of this rank is not committed, is given to this rank too, so that
+ * ranks that do not talk to each other (SGLang's tensor-parallel ranks, each
+ * storing the same pages) write their shards into one block id; the other
+ * positions get new blocks (store_alloc). A joined block stays its
+ * writer's: this rank commits its shard of it, as of any block of its
+ * group. Returns store_alloc's codes. */
+static int alloc_joining(server_t *srv, session_t *s, uint32_t ns, uint32_t n,
+                         const uint64_t *hashes, uint32_t *ids, size_t *evicted,
+                         store_evicted_t *report)
+{
+    uint64_t *fresh_hashes = malloc(n * (sizeof(uint64_t) + 2 * sizeof(uint32_t)));
+    if (!fresh_hashes)
+        return KVS_ENOMEM;
+    uint32_t *fresh_ids = (uint32_t *)(fresh_hashes + n), *fresh_pos = fresh_ids + n;
+    uint32_t n_fresh = 0;
+    store_mark_begin(srv->store);
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t b = inflight_group_block(srv, s, ns, hashes[i]);
+        if (b != UINT32_MAX) {
+            store_mark(srv->store, b);
+            ids[i] = b;
+            continue;
+        }
+        fresh_hashes[n_fresh] = hashes[i];
+        fresh_pos[n_fresh++] = i;
+    }
+    int rc = n_fresh == 0
+                 ? 0
+                 : store_alloc(srv, s, ns, n_fresh, fresh_hashes, fresh_ids, evicted, report);
+    for (uint32_t k = 0; rc == 0 && k < n_fresh; k++)
+        ids[fresh_pos[k]] = fresh_ids[k];
+    if (rc == 0 && n_fresh < n)
+        LOG_DEBUG("session %llu (rank %d): alloc of %u blocks joined %u its group declared",
+                  (unsigned long long)s->id, s->rank, n, n - n_fresh);
+    free(fresh_hashes);
+    return rc;
+}
+
 int handler_alloc(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
                   handler_ctx_t *ctx)
 {
@@ -452,7 +492,9 @@ int handler_alloc(session_t *s, const Kvshare__Request *req, Kvshare__Response *
         return fail(ctx, KVS_ENOMEM, "out of memory for an alloc of %u blocks", al->n);
 
     store_evicted_t report = {.want = al->report_evicted, .ns = ns};
-    int rc = store_alloc(srv, s, ns, al->n, hashes, ids, &evicted, &report);
+    int rc = hashes && s->rank >= 0 && srv->n_devices > 1
+                 ? alloc_joining(srv, s, ns, al->n, hashes, ids, &evicted, &report)
+                 : store_alloc(srv, s, ns, al->n, hashes, ids, &evicted, &report);
     /* Freed by dispatch with the reply it travels in. */
     ctx->heap[1] = report.tokens;
     if (rc == STORE_WAIT) {

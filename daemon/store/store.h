@@ -307,6 +307,12 @@ static inline session_t *store_writer(const store_t *st, uint32_t b)
     return st->rec[b].writer;
 }
 
+/* Whether b was marked since store_mark_begin (store_mark without marking). */
+static inline bool store_marked(const store_t *st, uint32_t b)
+{
+    return st->rec[b].mark == st->mark_stamp;
+}
+
 /* Where b sits in its writer's list (valid while store_writer(b) is set). */
 static inline uint32_t store_writer_pos(const store_t *st, uint32_t b)
 {

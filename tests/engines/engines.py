@@ -558,12 +558,12 @@ class HostPool:
     interface_v1) path uses: a page is kv_buffer[:, :, i:i + page_size]
     flattened."""
 
-    def __init__(self, torch, pages, head_dim):
+    def __init__(self, torch, pages, head_dim, heads=None):
         ps = GEO["block_tokens"]
-        self.layer_num, self.head_num = GEO["layers"], GEO["kv_heads"]
+        self.layer_num, self.head_num = GEO["layers"], heads or GEO["kv_heads"]
         self.head_dim, self.dtype, self.page_size = head_dim, torch.float32, ps
         self.layout = "layer_first"
-        self.kv_buffer = torch.zeros(2, GEO["layers"], pages * ps, GEO["kv_heads"], head_dim)
+        self.kv_buffer = torch.zeros(2, GEO["layers"], pages * ps, self.head_num, head_dim)
 
     def get_flat_data_page(self, index):
         return self.kv_buffer[:, :, index:index + self.page_size].flatten()
@@ -583,7 +583,9 @@ class SglangInstance:
     without interface_v1, and log the storage metrics when they are on."""
 
     def __init__(self, socket, ns="sglang.test", host_pages=16, head_dim=None,
-                 interface_v1=True, metrics=False, **ranks):
+                 interface_v1=True, metrics=False, tp_devices=False, **ranks):
+        """tp_devices: the TP ranks share one kvshared --devices (each rank's
+        host pool holds its kv_heads / tp_size heads)."""
         import torch
         self.torch = torch
         extra = {"backend_name": "kvshare", "module_path": "kvshare.sglang",
@@ -591,12 +593,15 @@ class SglangInstance:
                  "timeout_ms": 2000}
         if interface_v1:
             extra["interface_v1"] = 1
+        if tp_devices:
+            extra["tp_devices"] = 1
         cfg = dict(tp_rank=0, tp_size=1, pp_rank=0, pp_size=1, attn_cp_rank=0, attn_cp_size=1,
                    is_mla_model=False, enable_storage_metrics=metrics,
                    is_page_first_layout=False, model_name="test", extra_config=extra)
         cfg.update(ranks)
         self.config = sg_storage.HiCacheStorageConfig(**cfg)
-        self.pool = HostPool(torch, host_pages, head_dim or GEO["head_dim"])
+        heads = GEO["kv_heads"] // cfg["tp_size"] if tp_devices else None
+        self.pool = HostPool(torch, host_pages, head_dim or GEO["head_dim"], heads)
         self.storage = StorageBackendFactory.create_backend("dynamic", self.config, self.pool)
         self.storage.register_mem_pool_host(self.pool)
         self.v1 = bool(extra.get("interface_v1"))

@@ -40,6 +40,10 @@ Cases:
   sglang_ranks    pipeline and attention context-parallel ranks (and tensor)
                   that hold different KV under the same page keys each read
                   back their own pages
+  sglang_tp2      SGLang with TP=2 on one kvshared --devices 0-1: the ranks store
+                  the same pages without talking to each other (the daemon
+                  gives each the block the other declared); a page is found
+                  once both shards are in; each rank reads back its own head
   sglang_paths    without interface_v1 (SGLang's per-page batch_get/batch_set
                   with flat pages) the pages round-trip too; with storage
                   metrics on, get_stats() gives a StorageMetrics that SGLang's
@@ -489,6 +493,58 @@ def case_sglang_ranks(torch):
         d.stop()
 
 
+def case_sglang_tp2(torch):
+    """SGLang with TP=2 on one kvshared --devices 0-1 ("tp_devices": 1): the
+    two ranks of engine A store the same pages (each its head) without
+    talking to each other; a page is found only once both ranks stored it;
+    the ranks of engine B each read back their own head, bitwise; both
+    paths (interface_v1 and flat pages)."""
+    tp = 2
+    d = engines.daemon_tp(ARGS.kvshared, tp)
+    try:
+        for v1 in (True, False):
+            tokens, _ = engines.prompt(95 + v1, 3)
+            keys = engines.sglang_keys(tokens, engines.GEO["block_tokens"])
+            a = [engines.SglangInstance(d.socket, ns="sglang.tp", tp_devices=True, tp_size=tp,
+                                        tp_rank=r, interface_v1=v1) for r in range(tp)]
+            b = [engines.SglangInstance(d.socket, ns="sglang.tp", tp_devices=True, tp_size=tp,
+                                        tp_rank=r, interface_v1=v1) for r in range(tp)]
+            check(a[0].storage.ns == "sglang.tp" and a[1].storage.ns == "sglang.tp",
+                  "the TP ranks share the namespace (%s)" % a[1].storage.ns)
+            for inst in a:
+                inst.pool.kv_buffer.uniform_(-1, 1)
+            check(a[0].store(keys, [0, 1, 2]) == [True] * 3, "rank 0 stored its head of 3 pages")
+            check(b[0].load(keys, [4, 5, 6])[0] == 0 and b[1].load(keys, [4, 5, 6])[0] == 0,
+                  "with one rank's shard only, no rank finds the pages")
+            check(a[1].store(keys, [0, 1, 2]) == [True] * 3, "rank 1 stored its head too")
+            st = engines.kvshare.Client(socket_path=d.socket, map_pool=False).stats()
+            check(st["writing_blocks"] == 0 and st["pinned_blocks"] == 0,
+                  "the pages are cached, nothing WRITING or pinned (%d, %d)"
+                  % (st["writing_blocks"], st["pinned_blocks"]))
+            for r in range(tp):
+                n, ok = b[r].load(keys, [4, 5, 6])
+                got, want = b[r].read_kv([4, 5, 6]), a[r].read_kv([0, 1, 2])
+                check(n == 3 and ok == [True] * 3 and
+                      all(same_bytes(torch, x, y) for x, y in zip(got[0] + got[1],
+                                                                  want[0] + want[1])),
+                      "%s: engine B's rank %d reads back engine A's rank %d head, bitwise"
+                      % ("interface_v1" if v1 else "flat pages", r, r))
+            again = a[0].store(keys, [0, 1, 2])
+            cached = engines.kvshare.Client(socket_path=d.socket,
+                                            map_pool=False).stats()["cached_blocks"]
+            check(again == [True] * 3 and cached == (3 if v1 else 6),
+                  "storing stored pages again adds nothing (%d cached)" % cached)
+        try:
+            engines.SglangInstance(d.socket, ns="sglang.tp", tp_devices=True, tp_size=4,
+                                   tp_rank=1)
+            raise Failure("TP=4 on a kvshared of 2 devices was not refused")
+        except engines.kvshare.keyblocks.GeometryMismatch as e:
+            print("   " + str(e))
+            check("--devices 0-3" in str(e), "TP=4 on 2 devices: refused, the flag named")
+    finally:
+        d.stop()
+
+
 def case_sglang_paths(torch):
     d = daemon()
     try:
@@ -921,7 +977,7 @@ def case_copier(torch):
                       % (method, factor, e))
 
 
-CASES = ["signatures", "vllm_order", "vllm_tp2", "vllm_no_fail", "vllm_preempt", "sglang_order", "sglang_ranks",
+CASES = ["signatures", "vllm_order", "vllm_tp2", "vllm_no_fail", "vllm_preempt", "sglang_order", "sglang_ranks", "sglang_tp2",
          "sglang_paths", "vllm_two", "sglang_two", "cross", "daemon_down", "evicted", "killed",
          "geometry", "copier"]
 

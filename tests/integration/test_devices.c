@@ -375,6 +375,44 @@ START_TEST(test_rank_dies_before_group_commit)
 }
 END_TEST
 
+/* Ranks that do not talk to each other (SGLang's): each Alloc declares
+ * the prefix, and the later rank gets the block the earlier one declared;
+ * each writes its shard there and commits; the block is cached once both
+ * did. An Alloc that declares nothing, or a prefix no other rank declared,
+ * gets new blocks. */
+START_TEST(test_ranks_join_declared_blocks)
+{
+    start_devices(2);
+    uint32_t tokens[N_TOKENS], other[N_TOKENS], ids0[N_BLOCKS], ids1[N_BLOCKS], fresh[N_BLOCKS];
+    uint32_t canonical[2 * N_BLOCKS], found[N_BLOCKS];
+    prompt(tokens, 21);
+    prompt(other, 22);
+    kvs_client_t *r0 = rank_client(0), *r1 = rank_client(1);
+    ck_assert_int_eq(kvs_alloc_for(r0, "default", tokens, N_TOKENS, 0, N_BLOCKS, ids0), 0);
+    ck_assert_int_eq(kvs_alloc_for(r1, "default", tokens, N_TOKENS, 0, N_BLOCKS, ids1), 0);
+    ck_assert_mem_eq(ids1, ids0, sizeof(ids0));
+    ck_assert_int_eq(kvs_alloc_for(r1, "default", other, N_TOKENS, 0, N_BLOCKS, fresh), 0);
+    ck_assert_int_eq(kvs_alloc(r1, "default", 1, &fresh[0]), 0);
+    for (size_t j = 0; j < N_BLOCKS; j++)
+        ck_assert_uint_ne(fresh[j], ids0[j]);
+    write_shard(r0, 0, ids0);
+    write_shard(r1, 1, ids1);
+    size_t pending = 0;
+    ck_assert_uint_eq(commit_shard(r0, tokens, ids0, &pending, canonical), 0);
+    ck_assert_uint_eq(pending, N_BLOCKS);
+    ck_assert_uint_eq(commit_shard(r1, tokens, ids1, &pending, canonical), N_BLOCKS);
+    ck_assert_uint_eq(pending, 0);
+    ck_assert_int_eq(kvs_release(r1, ids1, N_BLOCKS, NULL), 0);
+    ck_assert_uint_eq(lookup(r0, tokens, 0, found), N_BLOCKS);
+    check_shard(r0, 0, found);
+    check_shard(r1, 1, found);
+    kvs_close(r0);
+    kvs_close(r1);
+    ck_assert_int_eq(harness_stop(&h), 0);
+    harness_cleanup(&h);
+}
+END_TEST
+
 /* A rank whose session ends before the last shard frees the blocks too,
  * even when it never wrote any (the shard can no longer come). */
 START_TEST(test_missing_shard_never_served)
@@ -529,6 +567,7 @@ static Suite *devices_suite(void)
     tcase_add_test(tc, test_rank_dies_mid_write);
     tcase_add_test(tc, test_rank_dies_before_group_commit);
     tcase_add_test(tc, test_missing_shard_never_served);
+    tcase_add_test(tc, test_ranks_join_declared_blocks);
     tcase_add_test(tc, test_scheduler_and_refusals);
     tcase_add_test(tc, test_one_device_rank_zero);
     tcase_add_test(tc, test_index_memory_does_not_grow);
