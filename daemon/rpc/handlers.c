@@ -201,10 +201,12 @@ int handler_hello(session_t *s, const Kvshare__Request *req, Kvshare__Response *
      * count the fds as slabs (or lose the extra one to a short control
      * buffer). */
     bool tier2_fd = false;
+    /* A rank reads its own device's shards of tier 2. */
+    backend_t *tier_be = s->rank >= 0 ? srv->backends[s->rank] : srv->backend;
     if (!hello->no_fds && hello->map_tier2 && srv->tier2_blocks) {
         char why[320];
         int fd = -1;
-        int rc = backend_tier_export_readonly(srv->backend, &fd, why, sizeof(why));
+        int rc = backend_tier_export_readonly(tier_be, &fd, why, sizeof(why));
         if (rc == KVS_EIO) {
             /* Read-only is a safeguard the system may not offer (no /proc):
              * the reader's mapping is PROT_READ all the same, and tier 2 is
@@ -212,7 +214,7 @@ int handler_hello(session_t *s, const Kvshare__Request *req, Kvshare__Response *
              * (backend_tier_open). */
             LOG_WARN("session %llu: %s; sending the tier-2 memfd read-write",
                      (unsigned long long)s->id, why);
-            rc = backend_tier_export(srv->backend, &fd, why, sizeof(why));
+            rc = backend_tier_export(tier_be, &fd, why, sizeof(why));
         }
         if (rc != 0) {
             for (size_t i = 0; i < s->n_fds; i++)
@@ -258,7 +260,7 @@ int handler_hello(session_t *s, const Kvshare__Request *req, Kvshare__Response *
     r->n_fds = (uint32_t)s->n_fds;
     r->session_id = s->id;
     r->tier2_blocks = srv->tier2_blocks;
-    r->tier2_bytes = srv->tier2_blocks ? backend_tier_size(srv->backend) : 0;
+    r->tier2_bytes = srv->tier2_blocks ? backend_tier_size(tier_be) : 0;
     r->tier2_fd = tier2_fd;
     r->rank = s->rank > 0 ? (uint32_t)s->rank : 0;
     r->group_size = srv->n_devices;

@@ -25,6 +25,7 @@
 #include "check_main.h"
 #include "daemon_harness.h"
 #include "kvshare.h"
+#include "test_tmp.h"
 
 #define MAX_RANKS  4
 #define POOL       16
@@ -413,6 +414,91 @@ START_TEST(test_ranks_join_declared_blocks)
 }
 END_TEST
 
+/* Tier 2 with two devices: a slot holds both shards of a block. A prefix
+ * the group cached is demoted by fillers (the pool is 16 blocks), found in
+ * tier 2, promoted by a pinned lookup, and each rank reads back its own
+ * shard, bitwise. */
+START_TEST(test_tier2_holds_every_shard)
+{
+    const char *backend = getenv("KVS_TEST_DEVICES_BACKEND");
+    const char *extra[] = {"--devices", "0-1", "--host-tier", "64KiB", NULL, NULL, NULL};
+    if (backend && backend[0]) {
+        extra[4] = "--backend";
+        extra[5] = backend;
+    }
+    ck_assert_int_eq(harness_start(&h, POOL, extra), 0);
+    uint32_t tokens[N_TOKENS], ids[N_BLOCKS], canonical[2 * N_BLOCKS], found[N_BLOCKS];
+    kvs_client_t *sched = NULL, *r0 = rank_client(0), *r1 = rank_client(1);
+    ck_assert_int_eq(connect_as(KVS_GROUP_SCHEDULER, 0, &sched), 0);
+    prompt(tokens, 31);
+    ck_assert_int_eq(kvs_alloc(sched, "default", N_BLOCKS, ids), 0);
+    write_shard(r0, 0, ids);
+    write_shard(r1, 1, ids);
+    kvs_commit_opts_t o;
+    kvs_commit_opts_init(&o);
+    o.for_group = 1;
+    size_t done = 0;
+    ck_assert_int_eq(
+        kvs_commit_ex(sched, "default", tokens, N_TOKENS, ids, N_BLOCKS, &o, canonical, &done), 0);
+    ck_assert_uint_eq(done, N_BLOCKS);
+    ck_assert_int_eq(kvs_release(sched, ids, N_BLOCKS, NULL), 0);
+    /* Fillers until the prefix is in tier 2. */
+    kvs_stats_t s;
+    uint32_t in_tier2 = 0;
+    for (uint32_t seed = 100; seed < 140 && in_tier2 < N_BLOCKS; seed++) {
+        uint32_t filler[N_TOKENS], fids[N_BLOCKS];
+        prompt(filler, seed);
+        ck_assert_int_eq(kvs_alloc(sched, "default", N_BLOCKS, fids), 0);
+        ck_assert_int_eq(
+            kvs_commit_ex(sched, "default", filler, N_TOKENS, fids, N_BLOCKS, &o, canonical, &done),
+            0);
+        ck_assert_int_eq(kvs_release(sched, fids, N_BLOCKS, NULL), 0);
+        ck_assert_int_eq(kvs_stats(sched, &s), 0);
+        in_tier2 = s.tier2_cached_blocks;
+        kvs_stats_free(&s);
+    }
+    ck_assert_uint_ge(in_tier2, N_BLOCKS);
+    /* A pinned lookup promotes it; both shards came back. */
+    ck_assert_uint_eq(lookup(sched, tokens, 1, found), N_BLOCKS);
+    check_shard(r0, 0, found);
+    check_shard(r1, 1, found);
+    ck_assert_int_eq(kvs_stats(sched, &s), 0);
+    ck_assert_uint_ge(s.tier_promotions, N_BLOCKS);
+    kvs_stats_free(&s);
+    ck_assert_int_eq(kvs_release(sched, found, N_BLOCKS, NULL), 0);
+    kvs_close(r0);
+    kvs_close(r1);
+    kvs_close(sched);
+    ck_assert_int_eq(harness_stop(&h), 0);
+    harness_cleanup(&h);
+}
+END_TEST
+
+/* The disk and cluster tiers keep one device's bytes of a block: with
+ * several devices kvshared refuses to start with them. */
+START_TEST(test_one_shard_tiers_refused)
+{
+    char dir[256], path[300];
+    ck_assert_int_eq(test_tmp_dir("kvs-devices-t3", dir, sizeof(dir)), 0);
+    snprintf(path, sizeof(path), "%s/tier3", dir);
+    /* Each starts with one device (an unreachable cluster seed is retried
+     * later, not an error), and is refused with two. */
+    const char *disk[] = {"--devices", "0-1", "--disk-tier-path", path, "--disk-tier-bytes",
+                          "1MiB",      NULL};
+    const char *cluster[] = {"--devices", "0-1", "--cluster-seeds", "127.0.0.1:1", NULL};
+    ck_assert_int_eq(harness_start(&h, POOL, disk), -1);
+    ck_assert_int_eq(harness_start(&h, POOL, cluster), -1);
+    ck_assert_int_eq(harness_start(&h, POOL, cluster + 2), 0);
+    ck_assert_int_eq(harness_stop(&h), 0);
+    harness_cleanup(&h);
+    ck_assert_int_eq(harness_start(&h, POOL, disk + 2), 0);
+    ck_assert_int_eq(harness_stop(&h), 0);
+    harness_cleanup(&h);
+    unlink(path);
+    ck_assert_int_eq(rmdir(dir), 0);
+}
+END_TEST
+
 /* A rank whose session ends before the last shard frees the blocks too,
  * even when it never wrote any (the shard can no longer come). */
 START_TEST(test_missing_shard_never_served)
@@ -568,6 +654,8 @@ static Suite *devices_suite(void)
     tcase_add_test(tc, test_rank_dies_before_group_commit);
     tcase_add_test(tc, test_missing_shard_never_served);
     tcase_add_test(tc, test_ranks_join_declared_blocks);
+    tcase_add_test(tc, test_tier2_holds_every_shard);
+    tcase_add_test(tc, test_one_shard_tiers_refused);
     tcase_add_test(tc, test_scheduler_and_refusals);
     tcase_add_test(tc, test_one_device_rank_zero);
     tcase_add_test(tc, test_index_memory_does_not_grow);
