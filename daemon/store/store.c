@@ -635,7 +635,8 @@ void store_device_counts(const server_t *srv, uint32_t *written, uint32_t *missi
     for (const session_t *t = srv->sessions; t; t = t->next) {
         if (t->rank >= 0 && (uint32_t)t->rank < srv->n_devices && !t->closing)
             workers[t->rank]++;
-        for (uint32_t i = 0; i < t->n_writing; i++) {
+        /* One device: no block ever waits for another shard. */
+        for (uint32_t i = 0; srv->n_devices > 1 && i < t->n_writing; i++) {
             uint64_t shards = st->rec[t->writing[i]].shards;
             if (shards == 0 || shards == full)
                 continue;

@@ -899,6 +899,11 @@ START_TEST(test_kvs_tp4_group_matches_one_rank)
     for (int q = 0; q < TP; q++)
         kvs_close(rank[q]);
     kvs_close(sched);
+    /* A group of another size is refused at open, with the flag to use. */
+    kvscache_opts_t k2 = ko;
+    k2.tp = 2;
+    ck_assert_int_eq(kvscache_open(&k2, m, &a, err, sizeof(err)), KVS_ENOTSUP);
+    ck_assert_msg(strstr(err, "--devices 0-1"), "%s", err);
     ck_assert_int_eq(harness_stop(&h), 0);
     harness_cleanup(&h);
     kvstore_free(ref_kv);

@@ -250,6 +250,13 @@ int kvscache_open(const kvscache_opts_t *o, const model_t *m, kvscache_t **out, 
             goto fail;
         }
     }
+    /* A daemon of another group size refuses the ranks' connections: say
+     * why now, from the scheduler's view, rather than run privately. */
+    if (kc->tp > 1 && kvs_connected(kc->client)) {
+        rc = check_group(kc->client, kc->tp, UINT32_MAX, err, err_len);
+        if (rc < 0)
+            goto fail;
+    }
     if (all_connected(kc)) {
         rc = adopt_pool(kc, err, err_len);
         if (rc < 0)
