@@ -782,6 +782,20 @@ END_TEST
 
 /* ---- a tensor-parallel group --------------------------------------------- */
 
+/* Lookups the daemon counted in namespace ns. */
+static uint64_t ns_lookups(kvs_client_t *c, const char *ns)
+{
+    kvs_stats_t st;
+    uint64_t n = 0;
+
+    ck_assert_int_eq(kvs_stats(c, &st), 0);
+    for (size_t i = 0; i < st.n_namespaces; i++)
+        if (!strcmp(st.namespaces[i].name, ns))
+            n = st.namespaces[i].lookups;
+    kvs_stats_free(&st);
+    return n;
+}
+
 #define TP 4
 
 /* A connection of the group: rank r (KVS_RANK), or its scheduler (r < 0). */
@@ -848,7 +862,12 @@ START_TEST(test_kvs_tp4_group_matches_one_rank)
     ck_assert_mem_eq(gen, gen_ref[0], sizeof(gen));
 
     ck_assert_msg(kvscache_open(&ko, m, &b, err, sizeof(err)) == 0, "%s", err);
+    kvs_client_t *mon = monitor(&h);
+    uint64_t lookups0 = ns_lookups(mon, "default");
     ck_assert_int_eq(kvscache_run(b, prompt[1], N, DECODE, gen, got, &r), 0);
+    /* One lookup for the whole group, by its scheduler. */
+    ck_assert_uint_eq(ns_lookups(mon, "default") - lookups0, 1);
+    kvs_close(mon);
     ck_assert_msg(r.cache == WORKER_CACHE_SHARED, "%s", kvscache_note(b));
     ck_assert_uint_eq(r.matched_tokens, SYSTEM_TOKENS);
     ck_assert_uint_eq(r.prefill_tokens, Q);
