@@ -237,10 +237,6 @@ void server_sync_counters(server_t *s)
     cluster_store_sync_counters(s);
 }
 
-/* Tier 3 (disk_tier_path): the file is opened, checked against this
- * geometry and scanned, so that a bad setup fails at start naming its
- * setting. Its records are counted, not indexed: the index knows two tiers,
- * and the store does not chain tier 3 yet (tier_disk_medium.h). */
 /* Tier 2 in host memory (--host-tier: its bytes in all). With several
  * devices a tier-2 slot holds every shard of a block, one per device: each
  * device's backend gets host memory for its shard of every slot (slot t of
@@ -274,6 +270,10 @@ static int open_host_tier(server_t *s, char *err, size_t errlen)
     return 0;
 }
 
+/* Tier 3 (disk_tier_path): the file is opened, checked against this
+ * geometry and scanned, so that a bad setup fails at start naming its
+ * setting. Its records are counted, not indexed: the index knows two tiers,
+ * and the store does not chain tier 3 yet (tier_disk_medium.h). */
 static int open_disk_tier(server_t *s, char *err, size_t errlen)
 {
     const server_config_t *cfg = &s->cfg;

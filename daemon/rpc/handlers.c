@@ -822,7 +822,7 @@ int handler_release(session_t *s, const Kvshare__Request *req, Kvshare__Response
     return rc;
 }
 
-/* Bytes stats_devices needs: per device a pointer, a row and two counts. */
+/* Bytes stats_devices needs: per device a pointer, a row and three counts. */
 static size_t stats_devices_bytes(const server_t *srv)
 {
     return srv->n_devices *
