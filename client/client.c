@@ -1520,6 +1520,26 @@ int kvs_stats(kvs_client_t *c, kvs_stats_t *out)
                 goto done;
             }
         }
+        if (s->n_devices > 0) {
+            out->devices = calloc(s->n_devices, sizeof(*out->devices));
+            if (!out->devices) {
+                rc = KVS_ENOMEM;
+                goto done;
+            }
+            out->n_devices = s->n_devices;
+            for (size_t i = 0; i < s->n_devices; i++) {
+                const Kvshare__DeviceStats *src = s->devices[i];
+                kvs_device_stats_t *d = &out->devices[i];
+                d->rank = src->rank;
+                d->ordinal = src->ordinal;
+                snprintf(d->detail, sizeof(d->detail), "%s", src->detail ? src->detail : "");
+                d->pool_bytes = src->pool_bytes;
+                d->used_bytes = src->used_bytes;
+                d->workers = src->workers;
+                d->shards_written = src->shards_written;
+                d->shards_missing = src->shards_missing;
+            }
+        }
         if (s->n_namespaces > 0) {
             /* One allocation: the rows, then their bands. */
             out->namespaces =
@@ -1575,6 +1595,9 @@ void kvs_stats_free(kvs_stats_t *s)
     s->n_namespaces = 0;
     free(s->copy_path);
     s->copy_path = NULL;
+    free(s->devices);
+    s->devices = NULL;
+    s->n_devices = 0;
 }
 
 int kvs_tree(kvs_client_t *c, const char *ns, int by_size, kvs_prefix_t *out, size_t max,

@@ -611,6 +611,24 @@ typedef struct kvs_ns_stats {
 
 #define KVS__STATS_COUNTER(name, ...) uint64_t name;
 
+/* One device of the daemon (kvs_stats_t.devices): kvshared --devices
+ * serves a tensor-parallel group, one pool per device with the same block
+ * ids, so blocks in use are the same on every device; the memory, the
+ * workers and the shards of blocks still being written are per device. */
+typedef struct kvs_device_stats {
+    uint32_t rank;    /* the rank whose workers map this device's pool */
+    int32_t ordinal;  /* the device: cuda ordinal; host: the simulated device's number */
+    char detail[160]; /* the backend's description (cuda: name and UUID; host: memfd), cut to fit */
+    uint64_t pool_bytes; /* its pool's memory */
+    uint64_t used_bytes; /* blocks WRITING or cached, in bytes */
+    uint32_t workers;    /* sessions connected as this rank (KVS_RANK) */
+    /* WRITING blocks whose shard this rank committed, waiting for another
+     * rank's; and those another rank committed a shard of, but not this one. */
+    uint32_t shards_written, shards_missing;
+    uint32_t reserved32;
+    uint64_t reserved[4]; /* room for fields added later (0 until then) */
+} kvs_device_stats_t;
+
 typedef struct kvs_stats {
     /* Gauges: the state now. */
     uint32_t total_blocks, free_blocks, writing_blocks, cached_blocks, pinned_blocks;
@@ -632,7 +650,12 @@ typedef struct kvs_stats {
      * "memcpy" on host. NULL from a daemon that predates it. Owned by out:
      * freed by kvs_stats_free. */
     char *copy_path;
-    uint64_t reserved[5]; /* room for gauges added later (0 until then) */
+    /* One row per device, in rank order (one for a daemon of one device;
+     * none from a daemon that predates it). Owned by out: freed by
+     * kvs_stats_free. */
+    size_t n_devices;
+    kvs_device_stats_t *devices;
+    uint64_t reserved[3]; /* room for gauges added later (0 until then) */
     /* Counters since the daemon started: one uint64_t field per entry of
      * KVS_COUNTERS (kvshare_counters.h: s.evictions, s.alloc_failures, ...),
      * also readable by position as counters[KVS_COUNTER_<name>]. A counter

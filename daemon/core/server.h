@@ -137,6 +137,7 @@ typedef struct server {
      * and one record per id for all (store.h). A worker of rank r maps
      * backends[r] only. */
     backend_t *backends[SERVER_MAX_DEVICES];
+    int device_ordinals[SERVER_MAX_DEVICES]; /* backends[r]'s device (Stats, metrics) */
     uint32_t n_devices;
     /* The block store (store.h): every change of a block goes through it.
      * pool and index are the store's, kept here for the readers (stats,

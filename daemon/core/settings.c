@@ -234,7 +234,7 @@ const setting_t settings_table[] = {
     {"host_tier", "host-tier", SETTING_GLOBAL, SETTING_SIZE, "SIZE", 1, UINT64_MAX,
      AT(server.host_tier_bytes), .zero = "off", .example = "64GiB",
      .help = "tier 2 in host memory: blocks the pool evicts are kept there and come back on "
-             "a pinned lookup"},
+             "a pinned lookup (with devices: the size in all, each block with every shard)"},
     {"disk_tier_path", "disk-tier-path", SETTING_GLOBAL, SETTING_TEXT, "FILE", 1, 255,
      AT(server.disk_tier_path), .zero = "off", .example = "/var/cache/kvshare/tier3",
      .help = "tier 3 on a local disk: one preallocated file (its directory must exist), O_DIRECT; "

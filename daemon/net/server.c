@@ -170,6 +170,7 @@ static int open_devices(server_t *s, const backend_config_t *bc, char *err, size
             break;
         if (rc != 0)
             return rc;
+        s->device_ordinals[i] = ordinals[i];
         s->n_devices = i + 1;
         if (all && backend_kind(s->backends[0]) == BACKEND_HOST) {
             snprintf(err, errlen,
@@ -234,6 +235,39 @@ void server_sync_counters(server_t *s)
         s->metrics.kv_events_send_drops = es.send_drops;
     }
     cluster_store_sync_counters(s);
+}
+
+/* Tier 2 in host memory (--host-tier: its bytes in all). With several
+ * devices a tier-2 slot holds every shard of a block, one per device: each
+ * device's backend gets host memory for its shard of every slot (slot t of
+ * each holds the same block, as block ids do in the pools), copied by that
+ * device's own copies. */
+static int open_host_tier(server_t *s, char *err, size_t errlen)
+{
+    const server_config_t *cfg = &s->cfg;
+    if (cfg->host_tier_bytes == 0)
+        return 0;
+    uint64_t slot_bytes = s->block_bytes * s->n_devices;
+    uint64_t t2 = cfg->host_tier_bytes / slot_bytes;
+    if (t2 == 0 || t2 > UINT32_MAX - s->num_blocks) {
+        snprintf(err, errlen,
+                 "a host tier of %llu bytes holds %llu blocks of %llu bytes (%u device%s): give "
+                 "one between one block and 2^32 - 1 blocks with the pool",
+                 (unsigned long long)cfg->host_tier_bytes, (unsigned long long)t2,
+                 (unsigned long long)slot_bytes, s->n_devices, s->n_devices == 1 ? "" : "s");
+        return KVS_EINVAL;
+    }
+    for (uint32_t d = 0; d < s->n_devices; d++) {
+        int rc = backend_tier_open(s->backends[d], t2 * s->block_bytes, err, errlen);
+        if (rc != 0)
+            return rc;
+    }
+    s->tier2_blocks = (uint32_t)t2;
+    LOG_INFO("tier 2: %u blocks in %llu bytes of host memory%s%s", s->tier2_blocks,
+             (unsigned long long)backend_tier_size(s->backend) * s->n_devices,
+             backend_kind(s->backend) == BACKEND_CUDA ? " (pinned)" : "",
+             s->n_devices > 1 ? ", one shard per device in each slot" : "");
+    return 0;
 }
 
 /* Tier 3 (disk_tier_path): the file is opened, checked against this
@@ -327,32 +361,19 @@ int server_open(const server_config_t *cfg, uv_loop_t *loop, server_t **out, cha
         goto fail;
     }
     s->num_blocks = (uint32_t)blocks;
-    if (cfg->host_tier_bytes > 0 && s->n_devices > 1) {
+    /* The disk and cluster tiers move one device's bytes of a block: with
+     * several devices they would keep a block without its other shards. */
+    if (s->n_devices > 1 && (cfg->disk_tier_path || cfg->cluster_seeds)) {
         snprintf(err, errlen,
-                 "a host tier with several devices is not supported yet: give --host-tier 0 "
-                 "or one device");
+                 "%s with several devices is not supported yet: it would keep one shard of "
+                 "each block; give one device, or leave it off",
+                 cfg->disk_tier_path ? "a disk tier (disk_tier_path)" : "the cluster tier");
         rc = KVS_EINVAL;
         goto fail;
     }
-    if (cfg->host_tier_bytes > 0) {
-        uint64_t t2 = cfg->host_tier_bytes / s->block_bytes;
-        if (t2 == 0 || t2 > UINT32_MAX - s->num_blocks) {
-            snprintf(err, errlen,
-                     "a host tier of %llu bytes holds %llu blocks of %llu bytes: give one "
-                     "between one block and 2^32 - 1 blocks with the pool",
-                     (unsigned long long)cfg->host_tier_bytes, (unsigned long long)t2,
-                     (unsigned long long)s->block_bytes);
-            rc = KVS_EINVAL;
-            goto fail;
-        }
-        rc = backend_tier_open(s->backend, t2 * s->block_bytes, err, errlen);
-        if (rc != 0)
-            goto fail;
-        s->tier2_blocks = (uint32_t)t2;
-        LOG_INFO("tier 2: %u blocks in %llu bytes of host memory%s", s->tier2_blocks,
-                 (unsigned long long)backend_tier_size(s->backend),
-                 backend_kind(s->backend) == BACKEND_CUDA ? " (pinned)" : "");
-    }
+    rc = open_host_tier(s, err, errlen);
+    if (rc != 0)
+        goto fail;
 
     rc = open_disk_tier(s, err, errlen);
     if (rc != 0)

@@ -201,10 +201,12 @@ int handler_hello(session_t *s, const Kvshare__Request *req, Kvshare__Response *
      * count the fds as slabs (or lose the extra one to a short control
      * buffer). */
     bool tier2_fd = false;
+    /* A rank reads its own device's shards of tier 2. */
+    backend_t *tier_be = s->rank >= 0 ? srv->backends[s->rank] : srv->backend;
     if (!hello->no_fds && hello->map_tier2 && srv->tier2_blocks) {
         char why[320];
         int fd = -1;
-        int rc = backend_tier_export_readonly(srv->backend, &fd, why, sizeof(why));
+        int rc = backend_tier_export_readonly(tier_be, &fd, why, sizeof(why));
         if (rc == KVS_EIO) {
             /* Read-only is a safeguard the system may not offer (no /proc):
              * the reader's mapping is PROT_READ all the same, and tier 2 is
@@ -212,7 +214,7 @@ int handler_hello(session_t *s, const Kvshare__Request *req, Kvshare__Response *
              * (backend_tier_open). */
             LOG_WARN("session %llu: %s; sending the tier-2 memfd read-write",
                      (unsigned long long)s->id, why);
-            rc = backend_tier_export(srv->backend, &fd, why, sizeof(why));
+            rc = backend_tier_export(tier_be, &fd, why, sizeof(why));
         }
         if (rc != 0) {
             for (size_t i = 0; i < s->n_fds; i++)
@@ -258,7 +260,7 @@ int handler_hello(session_t *s, const Kvshare__Request *req, Kvshare__Response *
     r->n_fds = (uint32_t)s->n_fds;
     r->session_id = s->id;
     r->tier2_blocks = srv->tier2_blocks;
-    r->tier2_bytes = srv->tier2_blocks ? backend_tier_size(srv->backend) : 0;
+    r->tier2_bytes = srv->tier2_blocks ? backend_tier_size(tier_be) : 0;
     r->tier2_fd = tier2_fd;
     r->rank = s->rank > 0 ? (uint32_t)s->rank : 0;
     r->group_size = srv->n_devices;
@@ -389,6 +391,46 @@ int handler_lookup(session_t *s, const Kvshare__Request *req, Kvshare__Response 
                                  lk->wait_ms > 0, resp, ctx);
 }
 
+/* A rank's Alloc that declares its prefixes (several devices): a block
+ * another member of the group declared for the same prefix, and whose
+ * shard of this rank is not committed, is given to this rank too, so that
+ * ranks that do not talk to each other (SGLang's tensor-parallel ranks, each
+ * storing the same pages) write their shards into one block id; the other
+ * positions get new blocks (store_alloc). A joined block stays its
+ * writer's: this rank commits its shard of it, as of any block of its
+ * group. Returns store_alloc's codes. */
+static int alloc_joining(server_t *srv, session_t *s, uint32_t ns, uint32_t n,
+                         const uint64_t *hashes, uint32_t *ids, size_t *evicted,
+                         store_evicted_t *report)
+{
+    uint64_t *fresh_hashes = malloc(n * (sizeof(uint64_t) + 2 * sizeof(uint32_t)));
+    if (!fresh_hashes)
+        return KVS_ENOMEM;
+    uint32_t *fresh_ids = (uint32_t *)(fresh_hashes + n), *fresh_pos = fresh_ids + n;
+    uint32_t n_fresh = 0;
+    store_mark_begin(srv->store);
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t b = inflight_group_block(srv, s, ns, hashes[i]);
+        if (b != UINT32_MAX) {
+            store_mark(srv->store, b);
+            ids[i] = b;
+            continue;
+        }
+        fresh_hashes[n_fresh] = hashes[i];
+        fresh_pos[n_fresh++] = i;
+    }
+    int rc = n_fresh == 0
+                 ? 0
+                 : store_alloc(srv, s, ns, n_fresh, fresh_hashes, fresh_ids, evicted, report);
+    for (uint32_t k = 0; rc == 0 && k < n_fresh; k++)
+        ids[fresh_pos[k]] = fresh_ids[k];
+    if (rc == 0 && n_fresh < n)
+        LOG_DEBUG("session %llu (rank %d): alloc of %u blocks joined %u its group declared",
+                  (unsigned long long)s->id, s->rank, n, n - n_fresh);
+    free(fresh_hashes);
+    return rc;
+}
+
 int handler_alloc(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
                   handler_ctx_t *ctx)
 {
@@ -452,7 +494,9 @@ int handler_alloc(session_t *s, const Kvshare__Request *req, Kvshare__Response *
         return fail(ctx, KVS_ENOMEM, "out of memory for an alloc of %u blocks", al->n);
 
     store_evicted_t report = {.want = al->report_evicted, .ns = ns};
-    int rc = store_alloc(srv, s, ns, al->n, hashes, ids, &evicted, &report);
+    int rc = hashes && s->rank >= 0 && srv->n_devices > 1
+                 ? alloc_joining(srv, s, ns, al->n, hashes, ids, &evicted, &report)
+                 : store_alloc(srv, s, ns, al->n, hashes, ids, &evicted, &report);
     /* Freed by dispatch with the reply it travels in. */
     ctx->heap[1] = report.tokens;
     if (rc == STORE_WAIT) {
@@ -778,6 +822,43 @@ int handler_release(session_t *s, const Kvshare__Request *req, Kvshare__Response
     return rc;
 }
 
+/* Bytes stats_devices needs: per device a pointer, a row and three counts. */
+static size_t stats_devices_bytes(const server_t *srv)
+{
+    return srv->n_devices *
+           (sizeof(Kvshare__DeviceStats *) + sizeof(Kvshare__DeviceStats) + 3 * sizeof(uint32_t));
+}
+
+/* One row per device into r, built in mem (stats_devices_bytes of it):
+ * its pool, the blocks in use (the same ids on every device), the workers
+ * of its rank and the shards of blocks still being written. */
+static void stats_devices(const server_t *srv, void *mem, uint32_t used_blocks,
+                          Kvshare__StatsReply *r)
+{
+    uint32_t n = srv->n_devices;
+    Kvshare__DeviceStats **ptrs = mem;
+    Kvshare__DeviceStats *rows = (void *)(ptrs + n);
+    uint32_t *written = (void *)(rows + n), *missing = written + n, *workers = missing + n;
+    if (n == 0)
+        return;
+    store_device_counts(srv, written, missing, workers);
+    for (uint32_t d = 0; d < n; d++) {
+        Kvshare__DeviceStats *row = &rows[d];
+        kvshare__device_stats__init(row);
+        row->rank = d;
+        row->ordinal = srv->device_ordinals[d];
+        row->detail = (char *)backend_detail(srv->backends[d]);
+        row->pool_bytes = backend_size(srv->backends[d]);
+        row->used_bytes = (uint64_t)used_blocks * srv->block_bytes;
+        row->shards_written = written[d];
+        row->shards_missing = missing[d];
+        row->workers = workers[d];
+        ptrs[d] = row;
+    }
+    r->n_devices = n;
+    r->devices = ptrs;
+}
+
 int handler_stats(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
                   handler_ctx_t *ctx)
 {
@@ -820,10 +901,14 @@ int handler_stats(session_t *s, const Kvshare__Request *req, Kvshare__Response *
     r->tier2_total_blocks = srv->tier2_blocks;
     r->tier2_cached_blocks = radix_tier2_blocks(srv->index);
     r->copying_blocks = radix_busy_blocks(srv->index);
-    char *copy_path = malloc(512);
-    if (!copy_path)
+    /* One allocation: the device rows, then the copy path's text. */
+    size_t dev_bytes = stats_devices_bytes(srv);
+    char *mem = malloc(dev_bytes + 512);
+    if (!mem)
         return fail(ctx, KVS_ENOMEM, "out of memory for the stats");
-    ctx->heap[2] = copy_path;
+    ctx->heap[2] = mem;
+    stats_devices(srv, mem, c.writing + c.cached, r);
+    char *copy_path = mem + dev_bytes;
     backend_copy_describe(srv->backend, copy_path, 512);
     r->copy_path = copy_path;
 

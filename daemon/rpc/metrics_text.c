@@ -17,6 +17,7 @@
 #include "metrics_text.h"
 #include "now.h"
 #include "server.h"
+#include "store.h"
 #include "tier_disk.h"
 
 typedef struct text {
@@ -281,6 +282,43 @@ static void disk_tier(text_t *t, const tier_disk_t *td)
     put(t, "kvshare_tier3_io_errors_total %llu\n", (unsigned long long)st.io_errors);
 }
 
+/* Per device of the group (--devices; one for a daemon of one device),
+ * labelled device="ordinal" and rank="r": its pool, the bytes in use (the
+ * same blocks on every device), its rank's workers and the shards of
+ * blocks still being written. */
+static void devices(text_t *t, const server_t *srv, uint32_t used_blocks)
+{
+    uint32_t n = srv->n_devices, written[SERVER_MAX_DEVICES], missing[SERVER_MAX_DEVICES];
+    uint32_t workers[SERVER_MAX_DEVICES];
+    store_device_counts(srv, written, missing, workers);
+    static const char *const names[] = {"kvshare_device_pool_bytes", "kvshare_device_used_bytes",
+                                        "kvshare_device_workers", "kvshare_device_shards",
+                                        "kvshare_device_shards"};
+    head(t, names[0], "gauge", "Bytes of the pool on each device");
+    for (uint32_t d = 0; d < n; d++)
+        put(t, "%s{device=\"%d\",rank=\"%u\"} %llu\n", names[0], srv->device_ordinals[d], d,
+            (unsigned long long)backend_size(srv->backends[d]));
+    head(t, names[1], "gauge",
+         "Bytes of each device's pool in use (blocks writing or cached; block ids name the same "
+         "slot on every device)");
+    for (uint32_t d = 0; d < n; d++)
+        put(t, "%s{device=\"%d\",rank=\"%u\"} %llu\n", names[1], srv->device_ordinals[d], d,
+            (unsigned long long)used_blocks * srv->block_bytes);
+    head(t, names[2], "gauge", "Sessions connected as each device's rank");
+    for (uint32_t d = 0; d < n; d++)
+        put(t, "%s{device=\"%d\",rank=\"%u\"} %u\n", names[2], srv->device_ordinals[d], d,
+            workers[d]);
+    head(t, names[3], "gauge",
+         "Blocks being written by the group, per device: state written (this rank's shard is "
+         "in, another rank's is not) or missing (another rank's is in, this rank's is not)");
+    for (uint32_t d = 0; d < n; d++) {
+        put(t, "%s{device=\"%d\",rank=\"%u\",state=\"written\"} %u\n", names[3],
+            srv->device_ordinals[d], d, written[d]);
+        put(t, "%s{device=\"%d\",rank=\"%u\",state=\"missing\"} %u\n", names[3],
+            srv->device_ordinals[d], d, missing[d]);
+    }
+}
+
 int metrics_render(server_t *srv, char **out, size_t *len)
 {
     text_t t = {0};
@@ -366,6 +404,7 @@ int metrics_render(server_t *srv, char **out, size_t *len)
         disk_tier(&t, srv->disk_tier);
     head(&t, "kvshare_index_bytes", "gauge", "Memory of the prefix index");
     put(&t, "kvshare_index_bytes %llu\n", (unsigned long long)radix_memory_bytes(srv->index));
+    devices(&t, srv, c.writing + c.cached);
 
     head(&t, "kvshare_sessions", "gauge", "Open sessions (connections)");
     put(&t, "kvshare_sessions %u\n", srv->n_sessions);

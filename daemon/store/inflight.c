@@ -172,6 +172,22 @@ void inflight_declare(server_t *srv, uint32_t ns, const uint64_t *hashes, const 
             entry_add(f, ids[i], ns, hashes[i]);
 }
 
+uint32_t inflight_group_block(const server_t *srv, const session_t *s, uint32_t ns, uint64_t h)
+{
+    const inflight_t *f = srv->inflight;
+    const store_t *st = srv->store;
+    uint64_t bit = (uint64_t)1 << s->rank;
+    for (uint32_t b = f->bucket[slot_of(f, h, ns)]; b != INFLIGHT_NONE; b = f->next[b]) {
+        if (b >= f->n_blocks || f->key[b] != h || f->ns_of[b] != ns) /* claims, collisions */
+            continue;
+        const session_t *w = store_writer(st, b);
+        if (w && w != s && (w->rank >= 0 || w->group_scheduler) && !(st->rec[b].shards & bit) &&
+            !store_marked(st, b))
+            return b;
+    }
+    return UINT32_MAX;
+}
+
 void inflight_undeclare(server_t *srv, uint32_t b)
 {
     inflight_t *f = srv->inflight;

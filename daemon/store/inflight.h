@@ -89,6 +89,12 @@ int inflight_hashes(server_t *srv, uint32_t ns, const uint32_t *tokens, size_t n
 void inflight_declare(server_t *srv, uint32_t ns, const uint64_t *hashes, const uint32_t *ids,
                       size_t n);
 
+/* Several devices: a WRITING block that another session of s's group
+ * (a rank or its scheduler) declared under (ns, h), whose shard of s's rank
+ * is not committed yet and which is not marked (store_mark: taken already
+ * by this request), or UINT32_MAX. s must be ranked. */
+uint32_t inflight_group_block(const server_t *srv, const session_t *s, uint32_t ns, uint64_t h);
+
 /* Ends block b's declaration, if any (idempotent), and marks the waiters for
  * a fresh look (inflight_wake). */
 void inflight_undeclare(server_t *srv, uint32_t b);

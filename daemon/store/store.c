@@ -625,6 +625,31 @@ static void release_incomplete(server_t *srv, session_t *s, uint64_t full)
     }
 }
 
+void store_device_counts(const server_t *srv, uint32_t *written, uint32_t *missing,
+                         uint32_t *workers)
+{
+    const store_t *st = srv->store;
+    uint64_t full = full_mask(srv);
+    for (uint32_t r = 0; r < srv->n_devices; r++)
+        written[r] = missing[r] = workers[r] = 0;
+    for (const session_t *t = srv->sessions; t; t = t->next) {
+        if (t->rank >= 0 && (uint32_t)t->rank < srv->n_devices && !t->closing)
+            workers[t->rank]++;
+        /* One device: no block ever waits for another shard. */
+        for (uint32_t i = 0; srv->n_devices > 1 && i < t->n_writing; i++) {
+            uint64_t shards = st->rec[t->writing[i]].shards;
+            if (shards == 0 || shards == full)
+                continue;
+            for (uint32_t r = 0; r < srv->n_devices; r++) {
+                if (shards & ((uint64_t)1 << r))
+                    written[r]++;
+                else
+                    missing[r]++;
+            }
+        }
+    }
+}
+
 void store_release_group(server_t *srv, session_t *dying)
 {
     uint64_t full = full_mask(srv);

@@ -173,6 +173,14 @@ int store_commit_shard(server_t *srv, session_t *s, uint32_t ns, const uint32_t 
  * store_commit, so that duplicates it leaves WRITING are complete). */
 void store_mark_group(server_t *srv, session_t *s, const uint32_t *ids, size_t n_ids);
 
+/* Per device r of the group (n = server_t.n_devices, each array n long):
+ * written[r] gets the WRITING blocks whose shard rank r committed that
+ * still wait for another rank's; missing[r] those some other rank
+ * committed a shard of, but not rank r; workers[r] the open sessions that
+ * said rank r at Hello. Linear in the sessions and their WRITING blocks. */
+void store_device_counts(const server_t *srv, uint32_t *written, uint32_t *missing,
+                         uint32_t *workers);
+
 /* A ranked session of a group is ending: every WRITING block of the group
  * (its ranks' and its scheduler's sessions) that is not complete goes
  * back to the pool, since its shard on this rank will never be written.
@@ -297,6 +305,12 @@ void store_hint(server_t *srv, const store_hint_t *hint, uint32_t b);
 static inline session_t *store_writer(const store_t *st, uint32_t b)
 {
     return st->rec[b].writer;
+}
+
+/* Whether b was marked since store_mark_begin (store_mark without marking). */
+static inline bool store_marked(const store_t *st, uint32_t b)
+{
+    return st->rec[b].mark == st->mark_stamp;
 }
 
 /* Where b sits in its writer's list (valid while store_writer(b) is set). */

@@ -2,7 +2,9 @@
 /*
  * The host-memory tier (tier_medium.h): slots in the backend's tier memory
  * (--host-tier, backend_tier_open), copies on libuv's thread pool through
- * backend_tier_copy (a memcpy on the host backend, cuMemcpy on cuda).
+ * backend_tier_copy (a memcpy on the host backend, cuMemcpy on cuda). With
+ * several devices each device's backend holds its shard of every slot, and
+ * a batch copies every device's shards, each through its own backend.
  * Settings: host_tier_bytes (its capacity), tier_copy_nice.
  */
 #include <errno.h>
@@ -69,8 +71,10 @@ static void run_copies(uv_work_t *w)
         b->nice_errno = nice_copy_thread(srv->cfg.tier_copy_nice);
     uint64_t t0 = uv_hrtime();
     double ms;
-    b->rc = backend_tier_copy(srv->backend, &srv->geo, srv->num_blocks, srv->tier2_blocks, b->dir,
-                              b->pool_ids, b->slots, b->n, &ms);
+    b->rc = 0;
+    for (uint32_t d = 0; d < srv->n_devices && b->rc == 0; d++)
+        b->rc = backend_tier_copy(srv->backends[d], &srv->geo, srv->num_blocks, srv->tier2_blocks,
+                                  b->dir, b->pool_ids, b->slots, b->n, &ms);
     b->copy_ns = uv_hrtime() - t0;
 }
 

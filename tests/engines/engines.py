@@ -32,6 +32,7 @@ releases). The call orders they follow:
   set_from_flat_data_page; backup: batch_set_v1, or batch_set(keys, flat
   pages); with storage metrics on, log_storage_metrics(get_stats()).
 """
+import dataclasses
 import hashlib
 import itertools
 import os
@@ -163,7 +164,7 @@ def vllm_key(block_hash):
 
 
 def vllm_configs(socket, ns, state_file, head_dim=None, block_size=None, layers=None,
-                 world_size=1):
+                 world_size=1, rank=0, kv_heads=None):
     """What vLLM hands the spec: an OffloadingConfig (newest), or the parts
     of VllmConfig and KVCacheConfig the releases' spec reads."""
     import torch
@@ -176,7 +177,7 @@ def vllm_configs(socket, ns, state_file, head_dim=None, block_size=None, layers=
     if LAYOUT == "release":
         extra["lookup_pin_ttl_s"] = RELEASE_PIN_TTL_S
     if LAYOUT == "base":
-        page = bt * GEO["kv_heads"] * (head_dim or GEO["head_dim"]) * 4
+        page = bt * (kv_heads or GEO["kv_heads"]) * (head_dim or GEO["head_dim"]) * 4
         return vconfig.OffloadingConfig(
             groups=(vconfig.OffloadingGroupConfig(tokens_per_block=bt, layer_names=names),),
             worker_kv_bytes_per_block=2 * nl * page, enable_kv_cache_events=True,
@@ -184,7 +185,7 @@ def vllm_configs(socket, ns, state_file, head_dim=None, block_size=None, layers=
             model=vconfig.OffloadingModelConfig(name="test", dtype="float32"),
             cache=vconfig.OffloadingCacheConfig(tokens_per_hash=bt, blocks_per_chunk=1),
             parallel=vconfig.OffloadingParallelConfig(
-                rank=0, world_size=world_size, tp_size=world_size, pp_size=1, pcp_size=1,
+                rank=rank, world_size=world_size, tp_size=world_size, pp_size=1, pcp_size=1,
                 dcp_size=1, data_parallel_index=0, is_parallelism_agnostic=False))
     vcfg = SimpleNamespace(
         kv_transfer_config=SimpleNamespace(kv_connector_extra_config=extra, engine_id=engine_id),
@@ -440,6 +441,116 @@ class VllmInstance:
 
 # -- SGLang --------------------------------------------------------------------
 
+class VllmGroup(VllmInstance):
+    """One vLLM engine with tensor parallelism over tp workers (in this
+    process): the scheduler's manager, from the spec vLLM builds in the
+    scheduler process, and one worker per rank, each from its own spec
+    (OffloadingConfig.parallel.rank = r) over its own paged KV cache of
+    kv_heads / tp heads (FlashAttention's layout, K and V split). A job goes
+    to every worker and is done when every worker reported it, as vLLM's
+    connector aggregates the workers' finished transfers before it calls
+    complete_load or complete_store. Needs a kvshared --devices 0-(tp-1)
+    with one rank's geometry (daemon_tp)."""
+
+    def __init__(self, socket, tp, ns="vllm.tp", gpu_blocks=16):
+        import torch
+        self.torch = torch
+        self.tp = tp
+        self.heads = GEO["kv_heads"] // tp
+        self.state_dir = tempfile.mkdtemp(prefix="kvs-vllm-tp-")
+        self._cleanup = weakref.finalize(self, shutil.rmtree, self.state_dir, True)
+        state = os.path.join(self.state_dir, "pools")
+        cfgs = [vllm_configs(socket, ns, state, world_size=tp, rank=r, kv_heads=self.heads)
+                for r in range(tp)]
+        # One engine: every process of it has the same engine id.
+        cfgs = [dataclasses.replace(c, engine_id=cfgs[0].engine_id) for c in cfgs]
+        self.specs = [OffloadingSpecFactory.create_spec(c) for c in cfgs]
+        self.spec = self.specs[0]
+        self.manager = self.spec.get_manager()
+        bt, d = GEO["block_tokens"], GEO["head_dim"]
+        self.kvs, self.workers = [], []
+        for spec in self.specs:
+            kv, canonical = [], []
+            for _ in range(GEO["layers"]):
+                t = torch.zeros(2, gpu_blocks, bt, self.heads, d)
+                canonical += [t[0].reshape(gpu_blocks, -1).view(torch.int8),
+                              t[1].reshape(gpu_blocks, -1).view(torch.int8)]
+                kv.append(t)
+            tensors = [vbase.CanonicalKVCacheTensor(tensor=c, page_size_bytes=c.shape[1])
+                       for c in canonical]
+            refs = [vbase.CanonicalKVCacheRef(tensor_idx=i, page_size_bytes=c.shape[1])
+                    for i, c in enumerate(canonical)]
+            self.kvs.append(kv)
+            self.workers.append(spec.get_worker(vbase.CanonicalKVCaches(
+                tensors=tensors, group_data_refs=[refs])))
+        self.worker = self.workers[0]
+        self.core = self.worker.core
+        self.job = 0
+        self.lookups = 0
+        self._contexts = {}
+        self._done = [set() for _ in range(tp)]
+
+    def write_kv(self, blocks, ks, vs):
+        """A prompt's per-layer K and V ([T, kv_heads, dim]): rank r gets
+        heads [r * heads, (r + 1) * heads) in its own cache."""
+        bt, h = GEO["block_tokens"], self.heads
+        for r, kv in enumerate(self.kvs):
+            for layer, t in enumerate(kv):
+                for i, b in enumerate(blocks):
+                    t[0, b].copy_(ks[layer][i * bt:(i + 1) * bt, r * h:(r + 1) * h])
+                    t[1, b].copy_(vs[layer][i * bt:(i + 1) * bt, r * h:(r + 1) * h])
+
+    def read_kv(self, blocks):
+        """Per-layer K and V of the given blocks, every rank's heads side by
+        side ([T, kv_heads, dim])."""
+        ks, vs = [], []
+        for layer in range(GEO["layers"]):
+            ks.append(self.torch.cat([kv[layer][0, blocks].reshape(-1, self.heads,
+                                                                   GEO["head_dim"])
+                                      for kv in self.kvs], dim=1))
+            vs.append(self.torch.cat([kv[layer][1, blocks].reshape(-1, self.heads,
+                                                                   GEO["head_dim"])
+                                      for kv in self.kvs], dim=1))
+        return ks, vs
+
+    def submit(self, load, src, dst):
+        self.job += 1
+        for w in self.workers:
+            ok = (w.submit_load if load else w.submit_store)(self.job, src, dst)
+            assert ok, "vLLM asserts that a transfer is submitted"
+        return self.job
+
+    def finished(self):
+        """Jobs every worker has reported (each result asserted, as vLLM
+        does)."""
+        for r, w in enumerate(self.workers):
+            for res in w.get_finished():
+                assert res.success, "vLLM asserts transfer_result.success (rank %d job %d: %s)" % (
+                    r, res.job_id, w.core.last_error)
+                self._done[r].add(res.job_id)
+        done = set.intersection(*self._done)
+        for s in self._done:
+            s.difference_update(done)
+        return sorted(done)
+
+    def close(self):
+        for w in self.workers:
+            w.shutdown()
+        self.manager.core.client.close()
+        self._cleanup()
+
+
+def daemon_tp(kvshared, tp, extra=()):
+    """A kvshared --devices 0-(tp-1) whose pools hold one rank's heads
+    (GEO's kv_heads / tp)."""
+    try:
+        return kvsd.Daemon(blocks=POOL_BLOCKS, kvshared=kvshared,
+                           geometry=dict(GEO, dtype="fp32", kv_heads=GEO["kv_heads"] // tp),
+                           extra=("--devices", "0-%d" % (tp - 1)) + tuple(extra))
+    except RuntimeError as e:
+        raise Failure(str(e))
+
+
 class HostPool:
     """SGLang's host KV pool in the layer_first layout (mem_cache/
     memory_pool_host.py, MHATokenToKVPoolHost): kv_buffer (2, layers,
@@ -447,12 +558,12 @@ class HostPool:
     interface_v1) path uses: a page is kv_buffer[:, :, i:i + page_size]
     flattened."""
 
-    def __init__(self, torch, pages, head_dim):
+    def __init__(self, torch, pages, head_dim, heads=None):
         ps = GEO["block_tokens"]
-        self.layer_num, self.head_num = GEO["layers"], GEO["kv_heads"]
+        self.layer_num, self.head_num = GEO["layers"], heads or GEO["kv_heads"]
         self.head_dim, self.dtype, self.page_size = head_dim, torch.float32, ps
         self.layout = "layer_first"
-        self.kv_buffer = torch.zeros(2, GEO["layers"], pages * ps, GEO["kv_heads"], head_dim)
+        self.kv_buffer = torch.zeros(2, GEO["layers"], pages * ps, self.head_num, head_dim)
 
     def get_flat_data_page(self, index):
         return self.kv_buffer[:, :, index:index + self.page_size].flatten()
@@ -472,7 +583,9 @@ class SglangInstance:
     without interface_v1, and log the storage metrics when they are on."""
 
     def __init__(self, socket, ns="sglang.test", host_pages=16, head_dim=None,
-                 interface_v1=True, metrics=False, **ranks):
+                 interface_v1=True, metrics=False, tp_devices=False, **ranks):
+        """tp_devices: the TP ranks share one kvshared --devices (each rank's
+        host pool holds its kv_heads / tp_size heads)."""
         import torch
         self.torch = torch
         extra = {"backend_name": "kvshare", "module_path": "kvshare.sglang",
@@ -480,12 +593,15 @@ class SglangInstance:
                  "timeout_ms": 2000}
         if interface_v1:
             extra["interface_v1"] = 1
+        if tp_devices:
+            extra["tp_devices"] = 1
         cfg = dict(tp_rank=0, tp_size=1, pp_rank=0, pp_size=1, attn_cp_rank=0, attn_cp_size=1,
                    is_mla_model=False, enable_storage_metrics=metrics,
                    is_page_first_layout=False, model_name="test", extra_config=extra)
         cfg.update(ranks)
         self.config = sg_storage.HiCacheStorageConfig(**cfg)
-        self.pool = HostPool(torch, host_pages, head_dim or GEO["head_dim"])
+        heads = GEO["kv_heads"] // cfg["tp_size"] if tp_devices else None
+        self.pool = HostPool(torch, host_pages, head_dim or GEO["head_dim"], heads)
         self.storage = StorageBackendFactory.create_backend("dynamic", self.config, self.pool)
         self.storage.register_mem_pool_host(self.pool)
         self.v1 = bool(extra.get("interface_v1"))

@@ -20,6 +20,11 @@ Cases:
                   transfer, complete_load drops the pins, the end of a request
                   drops pins no load took; prepare_store, transfer,
                   complete_store; events; both KV tensor layouts
+  vllm_tp2        a vLLM engine with tensor parallelism 2 (a scheduler and two
+                  workers, each one of two KV heads) on one kvshared --devices
+                  0-1: engine B finds engine A's prompt with one lookup per key
+                  and each worker loads its own head, bitwise; a store one
+                  rank could not make is never served, nothing left WRITING
   vllm_no_fail    between a lookup and its load: the pool is taken by another
                   worker (eviction), the namespace cleared, or the daemon
                   killed, or restarted: every load is served, bytes equal, and
@@ -35,6 +40,10 @@ Cases:
   sglang_ranks    pipeline and attention context-parallel ranks (and tensor)
                   that hold different KV under the same page keys each read
                   back their own pages
+  sglang_tp2      SGLang with TP=2 on one kvshared --devices 0-1: the ranks store
+                  the same pages without talking to each other (the daemon
+                  gives each the block the other declared); a page is found
+                  once both shards are in; each rank reads back its own head
   sglang_paths    without interface_v1 (SGLang's per-page batch_get/batch_set
                   with flat pages) the pages round-trip too; with storage
                   metrics on, get_stats() gives a StorageMetrics that SGLang's
@@ -484,6 +493,58 @@ def case_sglang_ranks(torch):
         d.stop()
 
 
+def case_sglang_tp2(torch):
+    """SGLang with TP=2 on one kvshared --devices 0-1 ("tp_devices": 1): the
+    two ranks of engine A store the same pages (each its head) without
+    talking to each other; a page is found only once both ranks stored it;
+    the ranks of engine B each read back their own head, bitwise; both
+    paths (interface_v1 and flat pages)."""
+    tp = 2
+    d = engines.daemon_tp(ARGS.kvshared, tp)
+    try:
+        for v1 in (True, False):
+            tokens, _ = engines.prompt(95 + v1, 3)
+            keys = engines.sglang_keys(tokens, engines.GEO["block_tokens"])
+            a = [engines.SglangInstance(d.socket, ns="sglang.tp", tp_devices=True, tp_size=tp,
+                                        tp_rank=r, interface_v1=v1) for r in range(tp)]
+            b = [engines.SglangInstance(d.socket, ns="sglang.tp", tp_devices=True, tp_size=tp,
+                                        tp_rank=r, interface_v1=v1) for r in range(tp)]
+            check(a[0].storage.ns == "sglang.tp" and a[1].storage.ns == "sglang.tp",
+                  "the TP ranks share the namespace (%s)" % a[1].storage.ns)
+            for inst in a:
+                inst.pool.kv_buffer.uniform_(-1, 1)
+            check(a[0].store(keys, [0, 1, 2]) == [True] * 3, "rank 0 stored its head of 3 pages")
+            check(b[0].load(keys, [4, 5, 6])[0] == 0 and b[1].load(keys, [4, 5, 6])[0] == 0,
+                  "with one rank's shard only, no rank finds the pages")
+            check(a[1].store(keys, [0, 1, 2]) == [True] * 3, "rank 1 stored its head too")
+            st = engines.kvshare.Client(socket_path=d.socket, map_pool=False).stats()
+            check(st["writing_blocks"] == 0 and st["pinned_blocks"] == 0,
+                  "the pages are cached, nothing WRITING or pinned (%d, %d)"
+                  % (st["writing_blocks"], st["pinned_blocks"]))
+            for r in range(tp):
+                n, ok = b[r].load(keys, [4, 5, 6])
+                got, want = b[r].read_kv([4, 5, 6]), a[r].read_kv([0, 1, 2])
+                check(n == 3 and ok == [True] * 3 and
+                      all(same_bytes(torch, x, y) for x, y in zip(got[0] + got[1],
+                                                                  want[0] + want[1])),
+                      "%s: engine B's rank %d reads back engine A's rank %d head, bitwise"
+                      % ("interface_v1" if v1 else "flat pages", r, r))
+            again = a[0].store(keys, [0, 1, 2])
+            cached = engines.kvshare.Client(socket_path=d.socket,
+                                            map_pool=False).stats()["cached_blocks"]
+            check(again == [True] * 3 and cached == (3 if v1 else 6),
+                  "storing stored pages again adds nothing (%d cached)" % cached)
+        try:
+            engines.SglangInstance(d.socket, ns="sglang.tp", tp_devices=True, tp_size=4,
+                                   tp_rank=1)
+            raise Failure("TP=4 on a kvshared of 2 devices was not refused")
+        except engines.kvshare.keyblocks.GeometryMismatch as e:
+            print("   " + str(e))
+            check("--devices 0-3" in str(e), "TP=4 on 2 devices: refused, the flag named")
+    finally:
+        d.stop()
+
+
 def case_sglang_paths(torch):
     d = daemon()
     try:
@@ -781,7 +842,13 @@ def case_geometry(torch):
             raise Failure("vLLM with 2 workers was not refused")
         except engines.kvshare.keyblocks.GeometryMismatch as e:
             print("   " + str(e))
-            check("2 workers" in str(e), "vLLM with 2 workers: refused at start")
+            if engines.LAYOUT == "base":
+                check("2 tensor-parallel workers and kvshared serves 1 device" in str(e) and
+                      "--devices 0-1" in str(e),
+                      "vLLM with 2 tensor-parallel workers, kvshared of one device: refused at "
+                      "start, the flag named")
+            else:
+                check("2 workers" in str(e), "vLLM with 2 workers: refused at start")
         try:
             engines.SglangInstance(d.socket, head_dim=16)
             raise Failure("SGLang with head_dim 16 was not refused")
@@ -793,6 +860,76 @@ def case_geometry(torch):
         check(c.stats()["cached_blocks"] == 0 and c.stats()["writing_blocks"] == 0,
               "nothing was stored by the refused plug-ins")
         c.close()
+    finally:
+        d.stop()
+
+
+def case_vllm_tp2(torch):
+    """A vLLM engine with TP=2 (one scheduler, two workers each holding one of
+    the two KV heads) against one kvshared --devices 0-1: engine A stores a
+    prompt, engine B finds it with one lookup per key by its scheduler and
+    each of B's workers loads its own head, bitwise A's; a store one rank
+    could not make leaves nothing cached, and the scheduler gives its
+    blocks back."""
+    if engines.LAYOUT != "base":
+        print("   skipped: the releases' interface names no rank, so the plug-in refuses "
+              "tensor parallelism there (case geometry checks the refusal)")
+        return
+    tp = 2
+    d = engines.daemon_tp(ARGS.kvshared, tp)
+    try:
+        a = engines.VllmGroup(d.socket, tp, ns="vllm.tp")
+        tokens, _ = engines.prompt(71, 4)
+        hashes = engines.vllm_hashes(tokens, engines.GEO["block_tokens"])
+        m = engines.model(torch)
+        _, ks, vs = m.prefill(tokens)
+        a.write_kv([3, 4, 9, 10], ks, vs)
+        check(a.lookup(hashes) == 0, "a new prompt: no block")
+        a.finish("r")
+        keys = [engines.vllm_key(h) for h in hashes]
+        check(a.store(hashes, [3, 4, 9, 10]) == keys,
+              "prepare_store asks for 4 blocks; both workers stored their head")
+        check(a.events() == [keys], "one stored event with the 4 keys (not one per rank)")
+        st = a.manager.core.client.stats()
+        check(st["writing_blocks"] == 0 and st["pinned_blocks"] == 0 and
+              st["cached_blocks"] == 4,
+              "4 blocks cached, nothing WRITING or pinned (%d/%d/%d)" %
+              (st["cached_blocks"], st["writing_blocks"], st["pinned_blocks"]))
+        check([x["workers"] for x in st["devices"]] == [2, 2],
+              "each device has its rank's two sessions of engine A (copies, pool)")
+
+        b = engines.VllmGroup(d.socket, tp, ns="vllm.tp")
+        before = b.manager.core.client.stats()["requests"]
+        check(b.load(hashes, [0, 1, 12, 13], req="b") == 4,
+              "engine B: lookup, prepare_load, both workers' transfers, complete_load")
+        got_k, got_v = b.read_kv([0, 1, 12, 13])
+        check(all(same_bytes(torch, x, y) for x, y in zip(got_k + got_v, ks + vs)),
+              "B's two workers hold exactly A's KV, each its own head")
+        per_lookup = b.manager.core.client.stats()["requests"] - before
+        check(b.manager.core.counts["lookups"] == 8,
+              "B's scheduler asked once per key and step for the group (%d lookups, %d RPCs "
+              "by then)" % (b.manager.core.counts["lookups"], per_lookup))
+
+        # Rank 1 cannot store (vLLM lets it report no failure): nothing of
+        # that store is cached, and the scheduler's blocks go back.
+        other, _ = engines.prompt(72, 2)
+        oh = engines.vllm_hashes(other, engines.GEO["block_tokens"])
+        _, ks2, vs2 = m.prefill(other)
+        a.write_kv([5, 6], ks2, vs2)
+        a.workers[1].core._store_shard = lambda spec, keys, gpu_ids: 0
+        check(a.store(oh, [5, 6]) == [engines.vllm_key(h) for h in oh],
+              "prepare_store asked for 2 blocks; rank 1 stored nothing")
+        del a.workers[1].core._store_shard
+        st = a.manager.core.client.stats()
+        check(b.lookup(oh, req="c") == 0 and st["writing_blocks"] == 0 and
+              st["cached_blocks"] == 4 and a.events() == [],
+              "a block one rank did not write is never served; nothing left WRITING")
+        b.finish("c")
+        b.close()
+        a.close()
+        st = engines.kvshare.Client(socket_path=d.socket, map_pool=False).stats()
+        check(st["writing_blocks"] == 0 and st["pinned_blocks"] == 0,
+              "both engines gone: nothing held")
     finally:
         d.stop()
 
@@ -840,7 +977,7 @@ def case_copier(torch):
                       % (method, factor, e))
 
 
-CASES = ["signatures", "vllm_order", "vllm_no_fail", "vllm_preempt", "sglang_order", "sglang_ranks",
+CASES = ["signatures", "vllm_order", "vllm_tp2", "vllm_no_fail", "vllm_preempt", "sglang_order", "sglang_ranks", "sglang_tp2",
          "sglang_paths", "vllm_two", "sglang_two", "cross", "daemon_down", "evicted", "killed",
          "geometry", "copier"]
 

@@ -808,6 +808,50 @@ class TestEvents(unittest.TestCase):
             ctx.destroy(linger=0)
             self.assertEqual(d.stop(), 0)
 
+    def test_devices_one_event_per_block(self):
+        """kvshared --devices 0-3 (a tensor-parallel group of 4 ranks): a
+        block is published once, when its last shard is committed, not once
+        per shard; a commit for the group publishes once too. While shards
+        wait, /metrics and Stats show them per device."""
+        ev = Events(framing="topic", extra=["--devices", "0-3"])
+        try:
+            sub = ev.subscriber()
+            time.sleep(0.2)
+            ranks = [kvshare.Client(ev.d.socket, timeout_ms=10000, rank=r) for r in range(4)]
+            tokens = list(range(100, 100 + 3 * BT))
+            ids = ranks[0].alloc(3, ns="chat")
+            for r in range(3):
+                self.assertEqual(ranks[r].commit_group(tokens, ids, ns="chat"), ([], 3))
+            text = ev.d.scrape()
+            for r in range(4):
+                state, other = ("written", "missing") if r < 3 else ("missing", "written")
+                self.assertIn('kvshare_device_shards{device="%d",rank="%d",state="%s"} 3\n' %
+                              (r, r, state), text)
+                self.assertIn('kvshare_device_shards{device="%d",rank="%d",state="%s"} 0\n' %
+                              (r, r, other), text)
+                self.assertIn('kvshare_device_workers{device="%d",rank="%d"} 1\n' % (r, r), text)
+            devices = ranks[0].stats()["devices"]
+            self.assertEqual([d["rank"] for d in devices], [0, 1, 2, 3])
+            self.assertEqual([d["shards_missing"] for d in devices], [0, 0, 0, 3])
+            self.assertEqual(ranks[3].commit_group(tokens, ids, ns="chat"), (ids, 0))
+            ranks[3].release(ids)
+            sched = kvshare.Client(ev.d.socket, timeout_ms=10000, group_scheduler=True)
+            more = list(range(500, 500 + 2 * BT))
+            ids2 = sched.alloc(2, ns="chat")
+            self.assertEqual(sched.commit(more, ids2, ns="chat", for_group=True), ids2)
+            sched.release(ids2)
+            drain(ev, sub, sched)
+            stored = [e for _, evs in sub.batches for e in evs if e["type"] == "BlockStored"]
+            keys = [k for e in stored for k in e["block_hashes"]]
+            self.assertEqual(len(stored), 2, "one BlockStored per commit that cached blocks")
+            self.assertEqual(len(keys), 5, "one key per block, not per shard")
+            self.assertEqual(len(set(keys)), 5)
+            self.assertEqual([e["token_ids"] for e in stored], [tokens, more])
+            for c in ranks + [sched]:
+                c.close()
+        finally:
+            self.assertEqual(ev.close(), 0)
+
     def test_namespace_without_model_and_metrics(self):
         """Only namespaces with a model publish; the counters reach
         /metrics; a bad endpoint is refused at start."""

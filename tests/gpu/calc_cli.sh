@@ -117,6 +117,31 @@ out=$("$KVSHARE" calc --list-models) || fail=1
 expect "list models" '^qwen2\.5-7b +28 layers +4 kv_heads +128 head_dim +57344 B/token' "$out"
 expect "list mla models" '^deepseek-v2-lite +27 layers MLA +512 kv_lora_rank +64 rope_head_dim +31104 B/token' "$out"
 
+# --tp: one kvshared for a tensor-parallel group. 8 GPUs of 80 GB, 70B in
+# FP8: 640 x 0.9 - 70 - 5 = 501 GB for the group, 62.6 GB per device; a rank
+# holds 1 of the 8 KV heads: 20 KiB per token, 320 KiB per block, so each
+# device's pool holds 191116 blocks; a sequence's KV over the group is the
+# model's (0.67 GB at 4k), and 746 of them fit.
+out=$("$KVSHARE" calc --model llama-3.1-70b --dtype fp8 --gpu-memory 8x80GB --weights 70GB \
+    --overhead 5GB --tp 8) || fail=1
+expect "tp 8: per rank" '^per rank +tp 8: 1 kv_heads, 20480 B/token \(20 KiB\), 327680 B per block \(320 KiB\)$' "$out"
+expect "tp 8: kvshared flags" '^kvshared +--devices 0-7 --layers 80 --kv-heads 1 --head-dim 128 --dtype fp8 --block-tokens 16$' "$out"
+expect "tp 8: per device" '^budget +501000000000 B .* for the group: 62625000000 B .* per device$' "$out"
+expect "tp 8: blocks per device" "each device's pool: 191116 blocks of 327680 B, 3057856 tokens" "$out"
+expect "tp 8: 4k sequences" '^4k +4096 +0\.67 GB +256 +746$' "$out"
+# TP=2 on 2 GPUs: the same blocks and sequences as one kvshared of the
+# whole model on the same memory (26321 blocks, 102 at 4k).
+# shellcheck disable=SC2086
+out=$("$KVSHARE" calc $node --tp 2) || fail=1
+expect "tp 2: blocks" "each device's pool: 26321 blocks of 1310720 B, 421136 tokens" "$out"
+expect "tp 2: 4k" '^4k +4096 +0\.67 GB +256 +102$' "$out"
+# Fewer KV heads than ranks: one head per rank, each held twice; MLA: the
+# whole latent on every rank.
+out=$("$KVSHARE" calc --model llama-3.1-8b --tp 16 --budget 100GB --json) || fail=1
+expect "tp 16 json" '"tp":16,"rank_kv_heads":1,"replication":2,"rank_bytes_per_token":16384,"rank_block_bytes":262144,"device_budget_bytes":6250000000,' "$out"
+out=$("$KVSHARE" calc --model deepseek-v3 --tp 8 --budget 80GB) || fail=1
+expect "tp 8 mla" '^per rank +tp 8: the whole latent on every rank' "$out"
+
 # usage errors: exit 2 and a message
 for args in "--model nope" "--layers 8" "--model llama-3.1-8b --budget lots" \
     "--model llama-3.1-8b --context 0" "--model llama-3.1-8b --dtype int4" "--bogus" \
@@ -130,7 +155,9 @@ for args in "--model nope" "--layers 8" "--model llama-3.1-8b --budget lots" \
     "--model llama-3.1-8b --price-per-hour 6" "--model llama-3.1-8b --budget 1GB --price-per-hour -3" \
     "--model llama-3.1-8b --budget 1GB --price-per-hour 1e3" "--model llama-3.1-8b --users 0" \
     "--model deepseek-v3 --kv-heads 8" "--model llama-3.1-8b --rope-head-dim 64" \
-    "--layers 8 --rope-head-dim 64"; do
+    "--layers 8 --rope-head-dim 64" "--model llama-3.1-70b --tp 3" \
+    "--model llama-3.1-70b --tp 0" "--model llama-3.1-70b --tp 65" \
+    "--model llama-3.1-70b --gpu-memory 2x80GB --weights 70GB --tp 4"; do
     # shellcheck disable=SC2086
     err=$("$KVSHARE" calc $args 2>&1 >/dev/null)
     rc=$?

@@ -15,6 +15,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
 from test_python import Daemon  # noqa: E402  (same daemon launcher)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "support"))
+import kvsd  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "..", "client", "python"))
 import kvshare  # noqa: E402
 
@@ -70,6 +74,36 @@ class CliTest(unittest.TestCase):
         self.assertIn("blocks    free", r.stdout)
         self.assertIn("tenant-a", r.stdout)
         self.assertIn("75.0%", r.stdout)
+
+    def test_devices(self):
+        """kvshared --devices 0-1: stats lists each device (human and JSON)
+        with its rank's worker and the shards still being written; top's
+        JSON carries them too."""
+        d = kvsd.Daemon(blocks=16, extra=("--devices", "0-1"))
+        try:
+            with kvshare.Client(socket_path=d.socket, rank=0, timeout_ms=20000) as r0:
+                tokens = list(range(200, 200 + 2 * 4))
+                ids = r0.alloc(2)
+                self.assertEqual(r0.commit_group(tokens, ids), ([], 2))
+                r = cli("stats", "--json", "--socket", d.socket)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                devs = json.loads(r.stdout)["devices"]
+                self.assertEqual([(x["rank"], x["ordinal"], x["workers"], x["shards_written"],
+                                   x["shards_missing"]) for x in devs],
+                                 [(0, 0, 1, 2, 0), (1, 1, 0, 0, 2)])
+                self.assertGreater(devs[0]["used_bytes"], 0)
+                t = cli("stats", "--socket", d.socket)
+                self.assertEqual(t.returncode, 0, t.stderr)
+                self.assertIn("DEVICE RANK", t.stdout)
+                rows = [line.split() for line in t.stdout.splitlines()
+                        if line.startswith(("0 ", "1 "))]
+                self.assertEqual([row[:2] for row in rows], [["0", "0"], ["1", "1"]])
+                top = cli("top", "--once", "--json", "--socket", d.socket)
+                self.assertEqual(top.returncode, 0, top.stderr)
+                self.assertEqual([x["shards_missing"] for x in json.loads(top.stdout)["devices"]],
+                                 [0, 2])
+        finally:
+            self.assertEqual(d.stop(), 0)
 
     def test_tree(self):
         r = cli("tree", "--json", "--socket", self.daemon.socket)

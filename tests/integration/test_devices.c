@@ -25,6 +25,7 @@
 #include "check_main.h"
 #include "daemon_harness.h"
 #include "kvshare.h"
+#include "test_tmp.h"
 
 #define MAX_RANKS  4
 #define POOL       16
@@ -147,6 +148,30 @@ static void stats(kvs_client_t *c, uint32_t *writing, uint32_t *cached, uint32_t
     kvs_stats_free(&s);
 }
 
+/* Stats per device while every rank but the last committed its shard of
+ * `waiting` blocks: n rows in rank order, each with its pool, the blocks
+ * in use, one worker, and the shards written (ranks 0..n-2) or missing
+ * (rank n-1). */
+static void check_devices(kvs_client_t *c, unsigned n, uint32_t waiting)
+{
+    kvs_stats_t s;
+    ck_assert_int_eq(kvs_stats(c, &s), 0);
+    ck_assert_uint_eq(s.n_devices, n);
+    for (uint32_t r = 0; r < n; r++) {
+        const kvs_device_stats_t *d = &s.devices[r];
+        ck_assert_uint_eq(d->rank, r);
+        ck_assert_int_eq(d->ordinal, (int)r);
+        ck_assert_uint_ge(d->pool_bytes, s.pool_bytes);
+        ck_assert_uint_eq(d->used_bytes,
+                          (uint64_t)(s.writing_blocks + s.cached_blocks) * s.block_bytes);
+        ck_assert_uint_eq(d->workers, 1);
+        ck_assert_uint_eq(d->shards_written, r + 1 < n ? waiting : 0);
+        ck_assert_uint_eq(d->shards_missing, r + 1 < n ? 0 : waiting);
+        ck_assert_msg(d->detail[0], "device %u has no description", r);
+    }
+    kvs_stats_free(&s);
+}
+
 /* One group of n ranks computes a prefix shard by shard; another group
  * finds it with one lookup and each of its ranks reads its own bytes. */
 static void group_round_trip(unsigned n)
@@ -176,6 +201,7 @@ static void group_round_trip(unsigned n)
     stats(w[0], &writing, &cached, &freeb);
     ck_assert_uint_eq(writing, N_BLOCKS);
     ck_assert_uint_eq(cached, 0);
+    check_devices(w[0], n, N_BLOCKS);
     /* The last rank's shard completes them: cached, pinned by it. */
     size_t pending = 99;
     ck_assert_uint_eq(commit_shard(w[n - 1], tokens, ids, &pending, canonical), N_BLOCKS);
@@ -289,6 +315,190 @@ START_TEST(test_rank_dies_mid_write)
 }
 END_TEST
 
+/* The scheduler's way (vLLM's connector): it allocated, ranks 0-2 wrote
+ * their shards, rank 3 is killed mid-write. Its end takes the scheduler's
+ * blocks back (no shard 3 will come), so the scheduler's commit for the
+ * group is refused and nothing is cached, however the race goes. */
+START_TEST(test_rank_dies_before_group_commit)
+{
+    start_devices(4);
+    kvs_client_t *w[3], *sched = NULL;
+    uint32_t tokens[N_TOKENS], ids[N_BLOCKS], canonical[2 * N_BLOCKS], found[N_BLOCKS];
+    prompt(tokens, 10);
+    ck_assert_int_eq(connect_as(KVS_GROUP_SCHEDULER, 0, &sched), 0);
+    for (uint32_t r = 0; r < 3; r++)
+        w[r] = rank_client(r);
+    ck_assert_int_eq(kvs_alloc(sched, "default", N_BLOCKS, ids), 0);
+    int ready[2];
+    ck_assert_int_eq(pipe(ready), 0);
+    pid_t child = fork();
+    ck_assert_int_ge(child, 0);
+    if (child == 0) {
+        kvs_client_t *c = NULL;
+        if (connect_as(KVS_RANK, 3, &c) != 0)
+            _exit(2);
+        uint8_t slot[SLOT_BYTES];
+        shard_bytes(slot, 3, 0, 0, 0);
+        kvs_block_write(c, 0, 0, ids[0], slot, SLOT_BYTES);
+        char one = 1;
+        if (write(ready[1], &one, 1) != 1)
+            _exit(3);
+        pause(); /* killed here, mid-write */
+        _exit(0);
+    }
+    close(ready[1]);
+    char one = 0;
+    ck_assert_int_eq(read(ready[0], &one, 1), 1);
+    close(ready[0]);
+    for (uint32_t r = 0; r < 3; r++)
+        write_shard(w[r], r, ids);
+    ck_assert_int_eq(kill(child, SIGKILL), 0);
+    int status = 0;
+    ck_assert_int_eq(waitpid(child, &status, 0), child);
+    wait_no_writing(sched);
+    kvs_commit_opts_t o;
+    kvs_commit_opts_init(&o);
+    o.for_group = 1;
+    size_t done = 99;
+    ck_assert_int_eq(
+        kvs_commit_ex(sched, "default", tokens, N_TOKENS, ids, N_BLOCKS, &o, canonical, &done),
+        KVS_EBADSTATE); /* the blocks are FREE again */
+    ck_assert_uint_eq(lookup(w[0], tokens, 0, found), 0);
+    uint32_t writing, cached, freeb;
+    stats(sched, &writing, &cached, &freeb);
+    ck_assert_uint_eq(cached, 0);
+    ck_assert_uint_eq(freeb, POOL);
+    for (uint32_t r = 0; r < 3; r++)
+        kvs_close(w[r]);
+    kvs_close(sched);
+    ck_assert_int_eq(harness_stop(&h), 0);
+    harness_cleanup(&h);
+}
+END_TEST
+
+/* Ranks that do not talk to each other (SGLang's): each Alloc declares
+ * the prefix, and the later rank gets the block the earlier one declared;
+ * each writes its shard there and commits; the block is cached once both
+ * did. An Alloc that declares nothing, or a prefix no other rank declared,
+ * gets new blocks. */
+START_TEST(test_ranks_join_declared_blocks)
+{
+    start_devices(2);
+    uint32_t tokens[N_TOKENS], other[N_TOKENS], ids0[N_BLOCKS], ids1[N_BLOCKS], fresh[N_BLOCKS];
+    uint32_t canonical[2 * N_BLOCKS], found[N_BLOCKS];
+    prompt(tokens, 21);
+    prompt(other, 22);
+    kvs_client_t *r0 = rank_client(0), *r1 = rank_client(1);
+    ck_assert_int_eq(kvs_alloc_for(r0, "default", tokens, N_TOKENS, 0, N_BLOCKS, ids0), 0);
+    ck_assert_int_eq(kvs_alloc_for(r1, "default", tokens, N_TOKENS, 0, N_BLOCKS, ids1), 0);
+    ck_assert_mem_eq(ids1, ids0, sizeof(ids0));
+    ck_assert_int_eq(kvs_alloc_for(r1, "default", other, N_TOKENS, 0, N_BLOCKS, fresh), 0);
+    ck_assert_int_eq(kvs_alloc(r1, "default", 1, &fresh[0]), 0);
+    for (size_t j = 0; j < N_BLOCKS; j++)
+        ck_assert_uint_ne(fresh[j], ids0[j]);
+    write_shard(r0, 0, ids0);
+    write_shard(r1, 1, ids1);
+    size_t pending = 0;
+    ck_assert_uint_eq(commit_shard(r0, tokens, ids0, &pending, canonical), 0);
+    ck_assert_uint_eq(pending, N_BLOCKS);
+    ck_assert_uint_eq(commit_shard(r1, tokens, ids1, &pending, canonical), N_BLOCKS);
+    ck_assert_uint_eq(pending, 0);
+    ck_assert_int_eq(kvs_release(r1, ids1, N_BLOCKS, NULL), 0);
+    ck_assert_uint_eq(lookup(r0, tokens, 0, found), N_BLOCKS);
+    check_shard(r0, 0, found);
+    check_shard(r1, 1, found);
+    kvs_close(r0);
+    kvs_close(r1);
+    ck_assert_int_eq(harness_stop(&h), 0);
+    harness_cleanup(&h);
+}
+END_TEST
+
+/* Tier 2 with two devices: a slot holds both shards of a block. A prefix
+ * the group cached is demoted by fillers (the pool is 16 blocks), found in
+ * tier 2, promoted by a pinned lookup, and each rank reads back its own
+ * shard, bitwise. */
+START_TEST(test_tier2_holds_every_shard)
+{
+    const char *backend = getenv("KVS_TEST_DEVICES_BACKEND");
+    const char *extra[] = {"--devices", "0-1", "--host-tier", "64KiB", NULL, NULL, NULL};
+    if (backend && backend[0]) {
+        extra[4] = "--backend";
+        extra[5] = backend;
+    }
+    ck_assert_int_eq(harness_start(&h, POOL, extra), 0);
+    uint32_t tokens[N_TOKENS], ids[N_BLOCKS], canonical[2 * N_BLOCKS], found[N_BLOCKS];
+    kvs_client_t *sched = NULL, *r0 = rank_client(0), *r1 = rank_client(1);
+    ck_assert_int_eq(connect_as(KVS_GROUP_SCHEDULER, 0, &sched), 0);
+    prompt(tokens, 31);
+    ck_assert_int_eq(kvs_alloc(sched, "default", N_BLOCKS, ids), 0);
+    write_shard(r0, 0, ids);
+    write_shard(r1, 1, ids);
+    kvs_commit_opts_t o;
+    kvs_commit_opts_init(&o);
+    o.for_group = 1;
+    size_t done = 0;
+    ck_assert_int_eq(
+        kvs_commit_ex(sched, "default", tokens, N_TOKENS, ids, N_BLOCKS, &o, canonical, &done), 0);
+    ck_assert_uint_eq(done, N_BLOCKS);
+    ck_assert_int_eq(kvs_release(sched, ids, N_BLOCKS, NULL), 0);
+    /* Fillers until the prefix is in tier 2. */
+    kvs_stats_t s;
+    uint32_t in_tier2 = 0;
+    for (uint32_t seed = 100; seed < 140 && in_tier2 < N_BLOCKS; seed++) {
+        uint32_t filler[N_TOKENS], fids[N_BLOCKS];
+        prompt(filler, seed);
+        ck_assert_int_eq(kvs_alloc(sched, "default", N_BLOCKS, fids), 0);
+        ck_assert_int_eq(
+            kvs_commit_ex(sched, "default", filler, N_TOKENS, fids, N_BLOCKS, &o, canonical, &done),
+            0);
+        ck_assert_int_eq(kvs_release(sched, fids, N_BLOCKS, NULL), 0);
+        ck_assert_int_eq(kvs_stats(sched, &s), 0);
+        in_tier2 = s.tier2_cached_blocks;
+        kvs_stats_free(&s);
+    }
+    ck_assert_uint_ge(in_tier2, N_BLOCKS);
+    /* A pinned lookup promotes it; both shards came back. */
+    ck_assert_uint_eq(lookup(sched, tokens, 1, found), N_BLOCKS);
+    check_shard(r0, 0, found);
+    check_shard(r1, 1, found);
+    ck_assert_int_eq(kvs_stats(sched, &s), 0);
+    ck_assert_uint_ge(s.tier_promotions, N_BLOCKS);
+    kvs_stats_free(&s);
+    ck_assert_int_eq(kvs_release(sched, found, N_BLOCKS, NULL), 0);
+    kvs_close(r0);
+    kvs_close(r1);
+    kvs_close(sched);
+    ck_assert_int_eq(harness_stop(&h), 0);
+    harness_cleanup(&h);
+}
+END_TEST
+
+/* The disk and cluster tiers keep one device's bytes of a block: with
+ * several devices kvshared refuses to start with them. */
+START_TEST(test_one_shard_tiers_refused)
+{
+    char dir[256], path[300];
+    ck_assert_int_eq(test_tmp_dir("kvs-devices-t3", dir, sizeof(dir)), 0);
+    snprintf(path, sizeof(path), "%s/tier3", dir);
+    /* Each starts with one device (an unreachable cluster seed is retried
+     * later, not an error), and is refused with two. */
+    const char *disk[] = {"--devices", "0-1", "--disk-tier-path", path, "--disk-tier-bytes",
+                          "1MiB",      NULL};
+    const char *cluster[] = {"--devices", "0-1", "--cluster-seeds", "127.0.0.1:1", NULL};
+    ck_assert_int_eq(harness_start(&h, POOL, disk), -1);
+    ck_assert_int_eq(harness_start(&h, POOL, cluster), -1);
+    ck_assert_int_eq(harness_start(&h, POOL, cluster + 2), 0);
+    ck_assert_int_eq(harness_stop(&h), 0);
+    harness_cleanup(&h);
+    ck_assert_int_eq(harness_start(&h, POOL, disk + 2), 0);
+    ck_assert_int_eq(harness_stop(&h), 0);
+    harness_cleanup(&h);
+    unlink(path);
+    ck_assert_int_eq(rmdir(dir), 0);
+}
+END_TEST
+
 /* A rank whose session ends before the last shard frees the blocks too,
  * even when it never wrote any (the shard can no longer come). */
 START_TEST(test_missing_shard_never_served)
@@ -376,6 +586,11 @@ START_TEST(test_one_device_rank_zero)
     ck_assert_int_eq(connect_as(KVS_RANK, 1, &c), KVS_EINVAL);
     c = rank_client(0);
     uint32_t rank = 9, size = 0, tokens[N_TOKENS], ids[N_BLOCKS], canonical[2 * N_BLOCKS];
+    kvs_stats_t s;
+    ck_assert_int_eq(kvs_stats(c, &s), 0);
+    ck_assert_uint_eq(s.n_devices, 1); /* one row, its worker the rank-0 client */
+    ck_assert_uint_eq(s.devices[0].workers, 1);
+    kvs_stats_free(&s);
     ck_assert_int_eq(kvs_group(c, &rank, &size), 0);
     ck_assert_uint_eq(rank, 0);
     ck_assert_uint_eq(size, 1);
@@ -436,7 +651,11 @@ static Suite *devices_suite(void)
     tcase_add_test(tc, test_two_devices);
     tcase_add_test(tc, test_four_devices);
     tcase_add_test(tc, test_rank_dies_mid_write);
+    tcase_add_test(tc, test_rank_dies_before_group_commit);
     tcase_add_test(tc, test_missing_shard_never_served);
+    tcase_add_test(tc, test_ranks_join_declared_blocks);
+    tcase_add_test(tc, test_tier2_holds_every_shard);
+    tcase_add_test(tc, test_one_shard_tiers_refused);
     tcase_add_test(tc, test_scheduler_and_refusals);
     tcase_add_test(tc, test_one_device_rank_zero);
     tcase_add_test(tc, test_index_memory_does_not_grow);

@@ -339,6 +339,73 @@ START_TEST(test_forward_block_ids_do_not_matter)
 END_TEST
 
 /* One call, token by token, or in uneven pieces: the same bits. */
+/* A tensor-parallel group of tp ranks (model_forward_tp), each rank's KV
+ * heads in its own store: the logits are bitwise the one-rank pass's, and
+ * each rank's shard is exactly its heads' slice of the one-rank KV, for a
+ * prefill and for a decode step resumed on the shards. */
+static void check_tp_matches_one_rank(uint32_t tp)
+{
+    model_config_t cfg;
+    model_t *m = NULL;
+    geometry_t g;
+    kvstore_t *one, *shard[4];
+    const uint32_t n = 45, blocks = 4;
+    uint32_t table[4], *prompt, tok;
+    float *want, *got;
+
+    model_config_small_tp(&cfg);
+    ck_assert_int_eq(model_new(&cfg, &m), 0);
+    one = store_for(m, 8);
+    model_config_geometry(&cfg, &g);
+    g.kv_heads = cfg.kv_heads / tp;
+    for (uint32_t r = 0; r < tp; r++)
+        ck_assert_int_eq(kvstore_new_private(&g, 8, &shard[r]), 0);
+    shuffled_ids(table, blocks, 3);
+    prompt = random_tokens(n, cfg.vocab, 11);
+    want = prefill(m, one, table, blocks, prompt, n);
+    got = malloc(sizeof(float) * cfg.vocab);
+    ck_assert_ptr_nonnull(got);
+    ck_assert_int_eq(
+        model_forward_tp(m, (const kvstore_t *const *)shard, tp, table, blocks, prompt, 0, n, got),
+        0);
+    ck_assert_mem_eq(got, want, sizeof(float) * cfg.vocab);
+    tok = model_argmax(want, cfg.vocab);
+    ck_assert_int_eq(model_forward(m, one, table, blocks, &tok, n, 1, want), 0);
+    ck_assert_int_eq(
+        model_forward_tp(m, (const kvstore_t *const *)shard, tp, table, blocks, &tok, n, 1, got),
+        0);
+    ck_assert_mem_eq(got, want, sizeof(float) * cfg.vocab);
+    for (uint32_t l = 0; l < cfg.layers; l++)
+        for (uint32_t kv = 0; kv < 2; kv++)
+            for (uint32_t p = 0; p <= n; p++)
+                for (uint32_t r = 0; r < tp; r++)
+                    ck_assert_mem_eq(kvstore_token(shard[r], l, kv, table[p / 16], p % 16),
+                                     kvstore_token(one, l, kv, table[p / 16], p % 16) +
+                                         (uint64_t)r * shard[r]->token_floats,
+                                     shard[r]->token_floats * sizeof(float));
+    /* A tp that does not divide the KV heads, or a store of other heads. */
+    ck_assert_int_eq(
+        model_forward_tp(m, (const kvstore_t *const *)shard, 3, table, blocks, prompt, 0, n, got),
+        KVS_EINVAL);
+    ck_assert_int_eq(
+        model_forward_tp(m, (const kvstore_t *const *)&one, tp, table, blocks, prompt, 0, n, got),
+        KVS_EINVAL);
+    for (uint32_t r = 0; r < tp; r++)
+        kvstore_free(shard[r]);
+    kvstore_free(one);
+    free(prompt);
+    free(want);
+    free(got);
+    model_free(m);
+}
+
+START_TEST(test_forward_tp_matches_one_rank)
+{
+    check_tp_matches_one_rank(2);
+    check_tp_matches_one_rank(4);
+}
+END_TEST
+
 START_TEST(test_forward_batching_does_not_matter)
 {
     model_t *m = small_model();
@@ -997,6 +1064,7 @@ static Suite *worker_suite(void)
     tcase_add_test(tc, test_forward_deterministic);
     tcase_add_test(tc, test_forward_block_ids_do_not_matter);
     tcase_add_test(tc, test_forward_batching_does_not_matter);
+    tcase_add_test(tc, test_forward_tp_matches_one_rank);
     tcase_add_test(tc, test_resumed_prefill_equals_full);
     tcase_add_test(tc, test_resumed_prefill_default_model);
     tcase_add_test(tc, test_resume_on_blocks_written_by_another_process);

@@ -780,6 +780,157 @@ START_TEST(test_kvs_tier2_round_trip_bitwise)
 }
 END_TEST
 
+/* ---- a tensor-parallel group --------------------------------------------- */
+
+/* Lookups the daemon counted in namespace ns. */
+static uint64_t ns_lookups(kvs_client_t *c, const char *ns)
+{
+    kvs_stats_t st;
+    uint64_t n = 0;
+
+    ck_assert_int_eq(kvs_stats(c, &st), 0);
+    for (size_t i = 0; i < st.n_namespaces; i++)
+        if (!strcmp(st.namespaces[i].name, ns))
+            n = st.namespaces[i].lookups;
+    kvs_stats_free(&st);
+    return n;
+}
+
+#define TP 4
+
+/* A connection of the group: rank r (KVS_RANK), or its scheduler (r < 0). */
+static kvs_client_t *group_client(const harness_t *h, int r)
+{
+    kvs_options_t o;
+    kvs_client_t *c = NULL;
+
+    kvs_options_init(&o);
+    o.socket_path = h->socket_path;
+    o.timeout_ms = 30000;
+    o.flags = r < 0 ? KVS_GROUP_SCHEDULER : KVS_RANK;
+    o.rank = r < 0 ? 0 : (uint32_t)r;
+    ck_assert_int_eq(kvs_connect(&o, &c), 0);
+    return c;
+}
+
+/* One kvshared --devices 0-3 (each pool one rank's geometry: 1 of the
+ * small-tp model's 4 KV heads): a TP=4 group (kvscache, tp 4) computes a
+ * prompt, another TP=4 group finds its system prompt with one lookup and
+ * computes only its question; both give the one-rank private run's tokens
+ * and logits bit for bit. Then a third group looks the system prompt up
+ * once and each rank reads, from its own device's pool, exactly its head's
+ * slice of the one-rank KV. */
+START_TEST(test_kvs_tp4_group_matches_one_rank)
+{
+    enum { Q = 40, N = SYSTEM_TOKENS + Q, SYS_BLOCKS = SYSTEM_TOKENS / 16 };
+    static const char *const flags[] = {
+        "--layers",       "2",  "--kv-heads", "1",   "--head-dim", "16", "--dtype", "fp32",
+        "--block-tokens", "16", "--devices",  "0-3", NULL,
+    };
+    model_config_t cfg;
+    model_t *m = NULL;
+    geometry_t g;
+    kvstore_t *priv, *ref_kv;
+    harness_t h;
+    kvscache_t *a = NULL, *b = NULL;
+    kvscache_opts_t ko = {.timeout_ms = 30000, .private_blocks = 32, .tp = TP};
+    uint32_t prompt[2][N], gen[DECODE], gen_ref[2][DECODE], table[SYS_BLOCKS], ids[SYS_BLOCKS];
+    float ref[2][LOGITS], got[LOGITS];
+    worker_result_t r;
+    char err[512];
+
+    model_config_small_tp(&cfg);
+    ck_assert_int_eq(model_new(&cfg, &m), 0);
+    model_config_geometry(&cfg, &g);
+    ck_assert_int_eq(kvstore_new_private(&g, 32, &priv), 0);
+    for (uint32_t i = 0; i < N; i++) {
+        prompt[0][i] = (i * 37 + 5) % cfg.vocab;
+        prompt[1][i] = i < SYSTEM_TOKENS ? prompt[0][i] : (i * 11 + 3) % cfg.vocab;
+    }
+    for (int p = 0; p < 2; p++) {
+        worker_t w = {.model = m, .store = priv, .ops = &worker_private_ops, .ctx = priv};
+        ck_assert_int_eq(worker_run(&w, prompt[p], N, DECODE, gen_ref[p], ref[p], &r), 0);
+    }
+
+    ck_assert_int_eq(harness_start(&h, 128, flags), 0);
+    ko.socket_path = h.socket_path;
+    ck_assert_msg(kvscache_open(&ko, m, &a, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_int_eq(kvscache_run(a, prompt[0], N, DECODE, gen, got, &r), 0);
+    ck_assert_msg(r.cache == WORKER_CACHE_SHARED, "%s", kvscache_note(a));
+    ck_assert_uint_eq(r.matched_tokens, 0);
+    ck_assert_mem_eq(got, ref[0], sizeof(got));
+    ck_assert_mem_eq(gen, gen_ref[0], sizeof(gen));
+
+    ck_assert_msg(kvscache_open(&ko, m, &b, err, sizeof(err)) == 0, "%s", err);
+    kvs_client_t *mon = monitor(&h);
+    uint64_t lookups0 = ns_lookups(mon, "default");
+    ck_assert_int_eq(kvscache_run(b, prompt[1], N, DECODE, gen, got, &r), 0);
+    /* One lookup for the whole group, by its scheduler. */
+    ck_assert_uint_eq(ns_lookups(mon, "default") - lookups0, 1);
+    kvs_close(mon);
+    ck_assert_msg(r.cache == WORKER_CACHE_SHARED, "%s", kvscache_note(b));
+    ck_assert_uint_eq(r.matched_tokens, SYSTEM_TOKENS);
+    ck_assert_uint_eq(r.prefill_tokens, Q);
+    ck_assert_mem_eq(got, ref[1], sizeof(got));
+    ck_assert_mem_eq(gen, gen_ref[1], sizeof(gen));
+    kvscache_free(a);
+    kvscache_free(b);
+
+    /* The one-rank KV of the system prompt, in blocks 0..SYS_BLOCKS-1. */
+    ck_assert_int_eq(kvstore_new_private(&g, SYS_BLOCKS, &ref_kv), 0);
+    for (uint32_t i = 0; i < SYS_BLOCKS; i++)
+        table[i] = i;
+    ck_assert_int_eq(model_forward(m, ref_kv, table, SYS_BLOCKS, prompt[0], 0, SYSTEM_TOKENS, NULL),
+                     0);
+    kvs_client_t *sched = group_client(&h, -1), *rank[TP];
+    size_t found = 0;
+    ck_assert_int_eq(
+        kvs_lookup(sched, "default", prompt[0], SYSTEM_TOKENS, 1, ids, SYS_BLOCKS, &found), 0);
+    ck_assert_uint_eq(found, SYS_BLOCKS);
+    uint32_t head_floats = cfg.head_dim, slot_floats = 16 * head_floats;
+    float shard[16 * 16];
+    ck_assert_uint_le(slot_floats, 16 * 16);
+    for (int q = 0; q < TP; q++) {
+        rank[q] = group_client(&h, q);
+        for (uint32_t l = 0; l < cfg.layers; l++)
+            for (uint32_t kv = 0; kv < 2; kv++)
+                for (uint32_t j = 0; j < SYS_BLOCKS; j++) {
+                    ck_assert_int_eq(
+                        kvs_block_read(rank[q], l, kv, ids[j], shard, slot_floats * sizeof(float)),
+                        0);
+                    for (uint32_t t = 0; t < 16; t++)
+                        ck_assert_msg(
+                            memcmp(shard + t * head_floats,
+                                   kvstore_token(ref_kv, l, kv, j, t) + (uint64_t)q * head_floats,
+                                   head_floats * sizeof(float)) == 0,
+                            "rank %d, layer %u, %c, block %u, token %u: not the "
+                            "one-rank KV of its head",
+                            q, l, kv ? 'V' : 'K', j, t);
+                }
+    }
+    ck_assert_int_eq(kvs_release(sched, ids, SYS_BLOCKS, NULL), 0);
+    kvs_stats_t st;
+    ck_assert_int_eq(kvs_stats(sched, &st), 0);
+    ck_assert_uint_eq(st.pinned_blocks, 0);
+    ck_assert_uint_eq(st.writing_blocks, 0);
+    ck_assert_uint_eq(st.cached_blocks, 2 * (N / 16) - SYS_BLOCKS);
+    kvs_stats_free(&st);
+    for (int q = 0; q < TP; q++)
+        kvs_close(rank[q]);
+    kvs_close(sched);
+    /* A group of another size is refused at open, with the flag to use. */
+    kvscache_opts_t k2 = ko;
+    k2.tp = 2;
+    ck_assert_int_eq(kvscache_open(&k2, m, &a, err, sizeof(err)), KVS_ENOTSUP);
+    ck_assert_msg(strstr(err, "--devices 0-1"), "%s", err);
+    ck_assert_int_eq(harness_stop(&h), 0);
+    harness_cleanup(&h);
+    kvstore_free(ref_kv);
+    kvstore_free(priv);
+    model_free(m);
+}
+END_TEST
+
 static Suite *worker_kvs_suite(void)
 {
     Suite *s = suite_create("worker_kvs");
@@ -795,6 +946,7 @@ static Suite *worker_kvs_suite(void)
     tcase_add_test(tc, test_kvs_daemon_restart);
     tcase_add_test(tc, test_kvs_daemon_restart_same_geometry);
     tcase_add_test(tc, test_kvs_tier2_round_trip_bitwise);
+    tcase_add_test(tc, test_kvs_tp4_group_matches_one_rank);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -28,6 +28,9 @@ static const struct bench_cmd {
     {"tier-copy", bench_tier_copy,
      "tier 2: demotion and promotion copies of 4k-token prefixes (llama-3.1-8b) against a "
      "plain memcpy of the same sizes on the same threads"},
+    {"devices", bench_devices,
+     "kvshared with 1, 4 and 8 simulated devices (--devices): Lookup p50/p99 in-process and "
+     "over the socket, each against the one-device figure of the same run"},
     {"flood", bench_flood,
      "kvshared under one hostile client: another client's Lookup p50/p99/max while it "
      "pipelines Tree, the largest Release or Lookup, or Stats"},

@@ -16,6 +16,14 @@
  * (ceil(tokens / block_tokens)), since that is what the pool hands out; a user
  * costs the node's price divided by the sequences that fit. Sizes print in
  * decimal GB (10^9 bytes), exact bytes in --json.
+ *
+ * --tp N: the model runs tensor-parallel over N GPUs, each rank holding its
+ * share of every block's KV, and one kvshared serves the group with one
+ * pool per device (--devices). A rank holds kv_heads / N heads; with fewer
+ * heads than ranks each rank holds one, replicated N / kv_heads times (as
+ * vLLM does), and an MLA latent is whole on every rank. The budget is the
+ * group's, split evenly: each device's pool gets budget / N, and holds the
+ * same number of blocks of one rank's geometry.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -58,6 +66,11 @@ typedef struct calc_args {
     char context_text[512]; /* the --context lists, each NUL-ended */
     size_t context_used;
     int json;
+    /* --tp: ranks; rank_g is one rank's geometry (g when tp is 1), and
+     * replication how many ranks hold each KV value. */
+    uint32_t tp;
+    geometry_t rank_g;
+    uint32_t replication;
 } calc_args_t;
 
 static void calc_usage(FILE *out)
@@ -68,7 +81,8 @@ static void calc_usage(FILE *out)
             "                    [--dtype fp32|fp16|bf16|fp8] [--block-tokens N]\n"
             "                    [--budget SIZE | --gpu-memory SIZE --weights SIZE\n"
             "                     [--utilization F] [--overhead SIZE]]\n"
-            "                    [--context LIST] [--users N] [--price-per-hour X] [--json]\n"
+            "                    [--context LIST] [--users N] [--price-per-hour X] [--tp N]\n"
+            "                    [--json]\n"
             "       kvshare calc --list-models\n"
             "\n"
             "  --model NAME      a preset (see --list-models); the options below override it\n"
@@ -90,6 +104,9 @@ static void calc_usage(FILE *out)
             "                    repeat it to add more\n"
             "  --users N         the KV N users need at each context, and whether it fits\n"
             "  --price-per-hour X  the node's price: cost per user-hour at each context\n"
+            "  --tp N            tensor parallelism over N GPUs (one kvshared --devices for\n"
+            "                    the group): per-rank bytes per token and block, each\n"
+            "                    device's share of the budget and its pool's blocks\n"
             "  --json            one JSON object instead of text\n",
             CALC_DEFAULT_UTILIZATION, CALC_DEFAULT_CONTEXTS);
 }
@@ -195,6 +212,45 @@ static int derive_budget(calc_args_t *a)
     return 0;
 }
 
+/* One rank's geometry for --tp (a->rank_g, a->replication). Returns 0, or
+ * 2 (usage) with a message when the heads do not split over the ranks, or
+ * --gpu-memory names another number of GPUs. */
+static int split_ranks(calc_args_t *a)
+{
+    if (a->tp == 0)
+        a->tp = 1;
+    a->rank_g = a->g;
+    a->replication = 1;
+    if (a->have_gpu && a->gpus > 1 && a->tp > 1 && a->gpus != a->tp) {
+        fprintf(stderr,
+                "kvshare calc: --gpu-memory names %" PRIu32 " GPUs and --tp %" PRIu32
+                " ranks: one kvshared serves one tensor-parallel group; give the group's GPUs "
+                "(e.g. --gpu-memory %" PRIu32 "x80GB --tp %" PRIu32 ")\n",
+                a->gpus, a->tp, a->tp, a->tp);
+        return 2;
+    }
+    if (a->tp == 1)
+        return 0;
+    if (geometry_is_mla(&a->g)) {
+        a->replication = a->tp; /* the latent is whole on every rank */
+        return 0;
+    }
+    if (a->g.kv_heads >= a->tp && a->g.kv_heads % a->tp == 0) {
+        a->rank_g.kv_heads = a->g.kv_heads / a->tp;
+        return 0;
+    }
+    if (a->g.kv_heads < a->tp && a->tp % a->g.kv_heads == 0) {
+        a->rank_g.kv_heads = 1;
+        a->replication = a->tp / a->g.kv_heads;
+        return 0;
+    }
+    fprintf(stderr,
+            "kvshare calc: %" PRIu32 " KV heads do not split over %" PRIu32
+            " ranks: --tp must divide the KV heads, or be a multiple of them\n",
+            a->g.kv_heads, a->tp);
+    return 2;
+}
+
 /* Returns 0, or the exit status to stop with. */
 static int calc_parse(int argc, char **argv, calc_args_t *a)
 {
@@ -211,6 +267,7 @@ static int calc_parse(int argc, char **argv, calc_args_t *a)
         OPT_OVERHEAD,
         OPT_USERS,
         OPT_PRICE,
+        OPT_TP,
         OPT_LIST,
     };
     static const struct option options[] = {
@@ -230,6 +287,7 @@ static int calc_parse(int argc, char **argv, calc_args_t *a)
         {"context", required_argument, NULL, 'c'},
         {"users", required_argument, NULL, OPT_USERS},
         {"price-per-hour", required_argument, NULL, OPT_PRICE},
+        {"tp", required_argument, NULL, OPT_TP},
         {"json", no_argument, NULL, 'j'},
         {"list-models", no_argument, NULL, OPT_LIST},
         {"help", no_argument, NULL, 'h'},
@@ -344,6 +402,14 @@ static int calc_parse(int argc, char **argv, calc_args_t *a)
             }
             a->have_price = 1;
             break;
+        case OPT_TP:
+            if (parse_u32("--tp", optarg, &a->tp) != 0)
+                return 2;
+            if (a->tp == 0 || a->tp > 64) {
+                fprintf(stderr, "kvshare calc: --tp wants 1 to 64 ranks (GPUs), not %s\n", optarg);
+                return 2;
+            }
+            break;
         case 'j':
             a->json = 1;
             break;
@@ -452,7 +518,7 @@ static int calc_parse(int argc, char **argv, calc_args_t *a)
     }
     if (a->n_contexts == 0 && parse_contexts(a, CALC_DEFAULT_CONTEXTS) != 0)
         return 2;
-    return 0;
+    return split_ranks(a);
 }
 
 /* Three significant digits or so: 0.67, 5.37, 42.9, 137. */
@@ -468,11 +534,31 @@ static uint64_t blocks_per_seq(const geometry_t *g, uint64_t ctx)
     return ctx / g->block_tokens + (ctx % g->block_tokens != 0);
 }
 
+/* Each device's share of the budget: all of it with one device. */
+static uint64_t device_budget(const calc_args_t *a)
+{
+    return a->budget / a->tp;
+}
+
+/* A sequence's KV over the whole group (every rank's share, replicas
+ * included), saturating. */
+static uint64_t seq_bytes(const calc_args_t *a, uint64_t ctx)
+{
+    uint64_t one = geometry_seq_bytes(&a->rank_g, ctx);
+    return one > UINT64_MAX / a->tp ? UINT64_MAX : one * a->tp;
+}
+
+/* Sequences of ctx tokens that fit: as many as one device's pool holds. */
+static uint64_t seqs_fit(const calc_args_t *a, uint64_t ctx)
+{
+    return geometry_seqs_for_budget(&a->rank_g, device_budget(a), ctx);
+}
+
 /* The node's price divided by the sequences of ctx tokens that fit; -1 when
  * none fits (no price per user then). */
 static double user_hour_price(const calc_args_t *a, uint64_t ctx)
 {
-    uint64_t seqs = geometry_seqs_for_budget(&a->g, a->budget, ctx);
+    uint64_t seqs = seqs_fit(a, ctx);
     return seqs == 0 ? -1.0 : a->price_per_hour / (double)seqs;
 }
 
@@ -486,7 +572,7 @@ static int users_fit(const calc_args_t *a, const geometry_plan_t *plan, uint64_t
 /* users x the KV of one sequence, saturating. */
 static uint64_t users_bytes(const calc_args_t *a, uint64_t ctx)
 {
-    uint64_t one = geometry_seq_bytes(&a->g, ctx);
+    uint64_t one = seq_bytes(a, ctx);
     return one > UINT64_MAX / a->users ? UINT64_MAX : one * a->users;
 }
 
@@ -519,7 +605,20 @@ static void print_budget(const calc_args_t *a, const geometry_plan_t *plan)
     }
     format_gb(a->budget, b1, sizeof(b1));
     units_format_bytes(a->budget, 2, b2, sizeof(b2));
-    if (plan != NULL)
+    if (a->tp > 1) {
+        char d1[48], d2[48];
+        format_gb(device_budget(a), d1, sizeof(d1));
+        units_format_bytes(device_budget(a), 2, d2, sizeof(d2));
+        printf("budget       %" PRIu64 " B (%s, %s) for the group: %" PRIu64
+               " B (%s, %s) per device\n",
+               a->budget, b1, b2, device_budget(a), d1, d2);
+        if (plan != NULL)
+            printf("             each device's pool: %" PRIu64 " blocks of %" PRIu64 " B, %" PRIu64
+                   " tokens (the same block ids on every device)\n",
+                   plan->blocks, geometry_block_bytes(&a->rank_g), plan->tokens);
+        else
+            printf("             not even one block fits a device\n");
+    } else if (plan != NULL)
         printf("budget       %" PRIu64 " B (%s, %s): %" PRIu64 " blocks, %" PRIu64 " tokens\n",
                a->budget, b1, b2, plan->blocks, plan->tokens);
     else
@@ -537,6 +636,37 @@ static void print_budget(const calc_args_t *a, const geometry_plan_t *plan)
         else
             printf("             = %s - %s weights - %s overhead\n", usable, weights, overhead);
     }
+}
+
+/* --tp: one rank's share, and the kvshared that serves the group. */
+static void print_ranks(const calc_args_t *a)
+{
+    const geometry_t *r = &a->rank_g;
+    char b1[48], b2[48];
+    units_format_bytes(geometry_bytes_per_token(r), 2, b1, sizeof(b1));
+    units_format_bytes(geometry_block_bytes(r), 2, b2, sizeof(b2));
+    if (geometry_is_mla(r))
+        printf("per rank     tp %" PRIu32 ": the whole latent on every rank, %" PRIu64
+               " B/token (%s), %" PRIu64 " B per block (%s)\n",
+               a->tp, geometry_bytes_per_token(r), b1, geometry_block_bytes(r), b2);
+    else
+        printf("per rank     tp %" PRIu32 ": %" PRIu32 " kv_heads, %" PRIu64
+               " B/token (%s), %" PRIu64 " B per block (%s)\n",
+               a->tp, r->kv_heads, geometry_bytes_per_token(r), b1, geometry_block_bytes(r), b2);
+    if (a->replication > 1)
+        printf("             each KV value is held by %" PRIu32
+               " ranks (fewer KV heads than ranks): the group holds %" PRIu64 " B/token\n",
+               a->replication, geometry_bytes_per_token(r) * a->tp);
+    if (geometry_is_mla(r))
+        printf("kvshared     --devices 0-%" PRIu32 " --layers %" PRIu32 " --kv-lora-rank %" PRIu32
+               " --rope-head-dim %" PRIu32 " --dtype %s --block-tokens %" PRIu32 "\n",
+               a->tp - 1, r->layers, r->kv_lora_rank, r->rope_head_dim,
+               geometry_dtype_name(r->dtype), r->block_tokens);
+    else
+        printf("kvshared     --devices 0-%" PRIu32 " --layers %" PRIu32 " --kv-heads %" PRIu32
+               " --head-dim %" PRIu32 " --dtype %s --block-tokens %" PRIu32 "\n",
+               a->tp - 1, r->layers, r->kv_heads, r->head_dim, geometry_dtype_name(r->dtype),
+               r->block_tokens);
 }
 
 static void print_text(const calc_args_t *a, const geometry_plan_t *plan)
@@ -557,6 +687,8 @@ static void print_text(const calc_args_t *a, const geometry_plan_t *plan)
     printf("per token    %" PRIu64 " B/token (%s)\n", geometry_bytes_per_token(g), b1);
     units_format_bytes(geometry_block_bytes(g), 2, b1, sizeof(b1));
     printf("per block    %" PRIu64 " B (%s)\n", geometry_block_bytes(g), b1);
+    if (a->tp > 1)
+        print_ranks(a);
     if (a->have_budget)
         print_budget(a, plan);
     if (a->have_price)
@@ -574,11 +706,11 @@ static void print_text(const calc_args_t *a, const geometry_plan_t *plan)
     printf("\n");
     for (size_t i = 0; i < a->n_contexts; i++) {
         uint64_t ctx = a->contexts[i];
-        format_gb(geometry_seq_bytes(g, ctx), b1, sizeof(b1));
+        format_gb(seq_bytes(a, ctx), b1, sizeof(b1));
         printf("%-9s %9" PRIu64 " %12s %11" PRIu64, a->context_names[i], ctx, b1,
                blocks_per_seq(g, ctx));
         if (a->have_budget)
-            printf(" %10" PRIu64, geometry_seqs_for_budget(g, a->budget, ctx));
+            printf(" %10" PRIu64, seqs_fit(a, ctx));
         if (a->users != 0) {
             format_gb(users_bytes(a, ctx), b1, sizeof(b1));
             printf(" %15s", b1);
@@ -627,6 +759,12 @@ static void print_json(const calc_args_t *a, const geometry_plan_t *plan)
                ",\"tokens\":%" PRIu64,
                a->budget_given ? "budget" : "gpu_memory", a->budget,
                plan != NULL ? plan->blocks : 0, plan != NULL ? plan->tokens : 0);
+    if (a->tp > 1)
+        printf(",\"tp\":%" PRIu32 ",\"rank_kv_heads\":%" PRIu32 ",\"replication\":%" PRIu32
+               ",\"rank_bytes_per_token\":%" PRIu64 ",\"rank_block_bytes\":%" PRIu64
+               ",\"device_budget_bytes\":%" PRIu64,
+               a->tp, a->rank_g.kv_heads, a->replication, geometry_bytes_per_token(&a->rank_g),
+               geometry_block_bytes(&a->rank_g), a->have_budget ? device_budget(a) : 0);
     if (a->users != 0)
         printf(",\"users\":%" PRIu64, a->users);
     if (a->have_price)
@@ -635,9 +773,9 @@ static void print_json(const calc_args_t *a, const geometry_plan_t *plan)
     for (size_t i = 0; i < a->n_contexts; i++) {
         uint64_t ctx = a->contexts[i];
         printf("%s{\"tokens\":%" PRIu64 ",\"blocks\":%" PRIu64 ",\"kv_bytes\":%" PRIu64,
-               i ? "," : "", ctx, blocks_per_seq(g, ctx), geometry_seq_bytes(g, ctx));
+               i ? "," : "", ctx, blocks_per_seq(g, ctx), seq_bytes(a, ctx));
         if (a->have_budget)
-            printf(",\"sequences\":%" PRIu64, geometry_seqs_for_budget(g, a->budget, ctx));
+            printf(",\"sequences\":%" PRIu64, seqs_fit(a, ctx));
         if (a->users != 0) {
             printf(",\"users_kv_bytes\":%" PRIu64, users_bytes(a, ctx));
             if (a->have_budget)
@@ -664,7 +802,7 @@ int kvshare_calc(int argc, char **argv)
         return rc < 0 ? 0 : rc;
     geometry_plan_t plan;
     const geometry_plan_t *p = NULL;
-    if (a.have_budget && geometry_plan(&a.g, a.budget, &plan) == 0)
+    if (a.have_budget && geometry_plan(&a.rank_g, device_budget(&a), &plan) == 0)
         p = &plan;
     if (a.json)
         print_json(&a, p);

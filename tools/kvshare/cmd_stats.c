@@ -23,6 +23,25 @@ static const char *backend_name(kvs_backend_t b)
 static const char *const counter_names[] = {KVS_COUNTERS(COUNTER_NAME)};
 #undef COUNTER_NAME
 
+/* Several devices (--devices): one line per device, in rank order. A
+ * daemon of one device prints none (its pool line says it all). */
+static void print_devices(FILE *f, const kvs_stats_t *s)
+{
+    char a[32], b[32];
+    if (s->n_devices < 2)
+        return;
+    fprintf(f, "\n%-6s %4s %10s %10s %6s %7s %8s %8s  %s\n", "DEVICE", "RANK", "POOL", "USED",
+            "USED %", "WORKERS", "WRITTEN", "MISSING", "BACKEND");
+    for (size_t i = 0; i < s->n_devices; i++) {
+        const kvs_device_stats_t *d = &s->devices[i];
+        fprintf(f, "%-6d %4u %10s %10s %5.1f%% %7u %8u %8u  %s\n", d->ordinal, d->rank,
+                units_format_bytes(d->pool_bytes, 1, a, sizeof(a)),
+                units_format_bytes(d->used_bytes, 1, b, sizeof(b)),
+                pct(d->used_bytes, d->pool_bytes), d->workers, d->shards_written, d->shards_missing,
+                d->detail);
+    }
+}
+
 void cli_print_stats(FILE *f, const kvs_stats_t *s)
 {
     char a[32], b[32], up[32];
@@ -44,6 +63,7 @@ void cli_print_stats(FILE *f, const kvs_stats_t *s)
         fprintf(f, "copies    %s\n", s->copy_path);
     fprintf(f, "index     %s\n", units_format_bytes(s->index_bytes, 1, a, sizeof(a)));
     fprintf(f, "sessions  %u open\n", s->sessions);
+    print_devices(f, s);
     fprintf(f, "\ncounters since start\n");
     for (size_t i = 0; i < KVS_N_COUNTERS; i++)
         fprintf(f, "  %-24s %14llu%s", counter_names[i], (unsigned long long)s->counters[i],
@@ -141,6 +161,18 @@ static void print_json(FILE *f, const kvs_stats_t *s)
                 fputc(*p, f);
         fputc('"', f);
     }
+    fprintf(f, ",\"devices\":[");
+    for (size_t i = 0; i < s->n_devices; i++) {
+        const kvs_device_stats_t *d = &s->devices[i];
+        fprintf(f, "%s{\"rank\":%u,\"ordinal\":%d,\"detail\":", i ? "," : "", d->rank, d->ordinal);
+        cli_json_string(f, d->detail);
+        fprintf(f,
+                ",\"pool_bytes\":%llu,\"used_bytes\":%llu,\"workers\":%u,"
+                "\"shards_written\":%u,\"shards_missing\":%u}",
+                (unsigned long long)d->pool_bytes, (unsigned long long)d->used_bytes, d->workers,
+                d->shards_written, d->shards_missing);
+    }
+    fprintf(f, "]");
     for (size_t i = 0; i < KVS_N_COUNTERS; i++)
         fprintf(f, ",\"%s\":%llu", counter_names[i], (unsigned long long)s->counters[i]);
     fprintf(f, ",\"namespaces\":[");

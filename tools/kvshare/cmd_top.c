@@ -166,7 +166,17 @@ static void print_json(FILE *f, const top_state_t *st)
     fprintf(f, ",\"tier2\":{\"total\":%u,\"cached\":%u,\"used\":%.4f", s->tier2_total_blocks,
             s->tier2_cached_blocks, g->tier2_used_pct / 100.0);
     json_pct(f, "hit_rate", g->tier2_hit_pct);
-    fprintf(f, "},\"sessions\":%u,\"namespaces\":[", s->sessions);
+    fprintf(f, "},\"devices\":[");
+    for (size_t i = 0; i < s->n_devices; i++) {
+        const kvs_device_stats_t *d = &s->devices[i];
+        fprintf(f,
+                "%s{\"rank\":%u,\"ordinal\":%d,\"pool_bytes\":%llu,\"used_bytes\":%llu,"
+                "\"workers\":%u,\"shards_written\":%u,\"shards_missing\":%u}",
+                i ? "," : "", d->rank, d->ordinal, (unsigned long long)d->pool_bytes,
+                (unsigned long long)d->used_bytes, d->workers, d->shards_written,
+                d->shards_missing);
+    }
+    fprintf(f, "],\"sessions\":%u,\"namespaces\":[", s->sessions);
     for (size_t i = 0; i < g->n_ns; i++) {
         const top_ns_row_t *r = &g->ns[i];
         const kvs_ns_stats_t *n = r->ns;

@@ -82,6 +82,34 @@ static void bar(scr_t *s, const top_view_t *v, double pct, int width)
     scr_printf(s, "]");
 }
 
+/* Several devices (--devices): one line per device under the pool's, at
+ * most TOP_DEVICE_LINES, then one line for the rest. Its bar is the pool's
+ * use (the same blocks on every device); what tells devices apart is its
+ * rank's workers and the shards of blocks still being written. */
+#define TOP_DEVICE_LINES 8
+static void devices(scr_t *s, const top_view_t *v, const kvs_stats_t *st, int width)
+{
+    char a[32], b[32];
+    if (st->n_devices < 2)
+        return;
+    for (size_t i = 0; i < st->n_devices && i < TOP_DEVICE_LINES; i++) {
+        const kvs_device_stats_t *d = &st->devices[i];
+        double used = d->pool_bytes ? 100.0 * (double)d->used_bytes / (double)d->pool_bytes : 0;
+        scr_printf(s, "dev %-3d r%-2u", d->ordinal, d->rank);
+        bar(s, v, used, width);
+        scr_printf(s, " %5.1f%%  %s of %s, workers %u, shards written %u missing %u", used,
+                   units_format_bytes(d->used_bytes, 1, a, sizeof(a)),
+                   units_format_bytes(d->pool_bytes, 1, b, sizeof(b)), d->workers,
+                   d->shards_written, d->shards_missing);
+        scr_newline(s);
+    }
+    if (st->n_devices > TOP_DEVICE_LINES) {
+        scr_printf(s, "          and %zu more devices (kvshare stats lists them all)",
+                   st->n_devices - TOP_DEVICE_LINES);
+        scr_newline(s);
+    }
+}
+
 static void header(scr_t *s, const top_view_t *v)
 {
     const top_figures_t *f = v->fig;
@@ -111,6 +139,7 @@ static void header(scr_t *s, const top_view_t *v)
                st->total_blocks - st->free_blocks, st->total_blocks, st->cached_blocks,
                st->writing_blocks, st->pinned_blocks);
     scr_newline(s);
+    devices(s, v, st, width);
     if (st->tier2_total_blocks > 0) {
         scr_printf(s, "tier 2    ");
         bar(s, v, f->tier2_used_pct, width);

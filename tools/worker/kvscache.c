@@ -11,10 +11,18 @@
 struct kvscache {
     const model_t *model;
     geometry_t geom;
+    /* One worker: the worker's client, mapping the pool. A tensor-parallel
+     * group (tp > 1): the group's scheduler, which maps nothing and makes
+     * every call; ranks[r] maps device r's pool, wrapped as shards[r]. */
     kvs_client_t *client;
     char *ns;
     kvstore_t *shared; /* wraps the pool mapped at connection `epoch`; NULL: none yet */
     uint64_t epoch;
+    uint32_t tp;
+    geometry_t shard_geom; /* one rank's heads: kv_heads / tp */
+    kvs_client_t *ranks[KVSCACHE_MAX_TP];
+    kvstore_t *shards[KVSCACHE_MAX_TP];
+    uint64_t rank_epoch[KVSCACHE_MAX_TP];
     int disabled; /* the daemon's pool does not fit the model: private only */
     kvstore_t *priv;
 
@@ -58,15 +66,14 @@ static int extra_add(kvscache_t *kc, const uint32_t *ids, uint32_t n)
 /* Whether the pool the client maps is one this model can compute in: host
  * memory, the model's geometry, and the layout of geometry.h (the daemon's
  * strides and one far block address agree with geometry_offset). */
-static int check_pool(kvscache_t *kc, char *err, size_t err_len)
+static int check_pool(kvs_client_t *client, const geometry_t *g, char *err, size_t err_len)
 {
-    const geometry_t *g = &kc->geom;
     kvs_geometry_t pg;
     geometry_dtype_t dtype;
-    uintptr_t base = kvs_pool_base(kc->client), far = 0;
+    uintptr_t base = kvs_pool_base(client), far = 0;
     uint64_t slot = geometry_slot_bytes(g);
 
-    if (kvs_geometry(kc->client, &pg) < 0) {
+    if (kvs_geometry(client, &pg) < 0) {
         snprintf(err, err_len, "kvshared described no pool");
         return KVS_ENOTSUP;
     }
@@ -92,7 +99,7 @@ static int check_pool(kvscache_t *kc, char *err, size_t err_len)
         pg.kv_stride != geometry_offset(g, pg.num_blocks, 0, 1, 0) ||
         pg.layer_stride != geometry_offset(g, pg.num_blocks, 1, 0, 0) ||
         pg.pool_bytes < geometry_offset(g, pg.num_blocks, g->layers, 0, 0) ||
-        kvs_block_addr(kc->client, g->layers - 1, 1, pg.num_blocks - 1, &far) < 0 ||
+        kvs_block_addr(client, g->layers - 1, 1, pg.num_blocks - 1, &far) < 0 ||
         far - base != geometry_offset(g, pg.num_blocks, g->layers - 1, 1, pg.num_blocks - 1)) {
         snprintf(err, err_len,
                  "kvshared's pool is not laid out as [layer][k|v][block][token][kv_head]"
@@ -105,17 +112,64 @@ static int check_pool(kvscache_t *kc, char *err, size_t err_len)
     return 0;
 }
 
+/* A group: the daemon serves tp ranks, and client is rank `rank` of them
+ * (the scheduler: any rank). */
+static int check_group(kvs_client_t *client, uint32_t tp, uint32_t rank, char *err, size_t err_len)
+{
+    uint32_t r = 0, size = 0;
+
+    if (kvs_group(client, &r, &size) < 0 || size != tp || (rank != UINT32_MAX && r != rank)) {
+        snprintf(err, err_len,
+                 "kvshared serves %u devices (ranks); this worker group has %u: start kvshared "
+                 "with --devices 0-%u",
+                 size, tp, tp - 1);
+        return KVS_ENOTSUP;
+    }
+    return 0;
+}
+
+/* A group: checks the scheduler's view and wraps each rank's pool (its
+ * shard of every block) when its connection is new. */
+static int adopt_shards(kvscache_t *kc, char *err, size_t err_len)
+{
+    kvs_geometry_t pg;
+    int rc = check_group(kc->client, kc->tp, UINT32_MAX, err, err_len);
+
+    for (uint32_t r = 0; rc == 0 && r < kc->tp; r++) {
+        if (kc->shards[r] && kc->rank_epoch[r] == kvs_epoch(kc->ranks[r]))
+            continue;
+        kvstore_free(kc->shards[r]);
+        kc->shards[r] = NULL;
+        rc = check_group(kc->ranks[r], kc->tp, r, err, err_len);
+        if (rc == 0)
+            rc = check_pool(kc->ranks[r], &kc->shard_geom, err, err_len);
+        if (rc < 0)
+            return rc;
+        kvs_geometry(kc->ranks[r], &pg);
+        rc = kvstore_wrap((void *)kvs_pool_base(kc->ranks[r]), &kc->shard_geom, pg.num_blocks,
+                          &kc->shards[r]);
+        if (rc < 0) {
+            snprintf(err, err_len, "cannot wrap rank %u's pool: %s", r, kvs_strerror(rc));
+            return rc;
+        }
+        kc->rank_epoch[r] = kvs_epoch(kc->ranks[r]);
+    }
+    return rc;
+}
+
 /* Wraps the pool of the current connection when it is new. */
 static int adopt_pool(kvscache_t *kc, char *err, size_t err_len)
 {
     kvs_geometry_t pg;
     int rc;
 
+    if (kc->tp > 1)
+        return adopt_shards(kc, err, err_len);
     if (kc->shared && kc->epoch == kvs_epoch(kc->client))
         return 0;
     kvstore_free(kc->shared);
     kc->shared = NULL;
-    rc = check_pool(kc, err, err_len);
+    rc = check_pool(kc->client, &kc->geom, err, err_len);
     if (rc < 0)
         return rc;
     kvs_geometry(kc->client, &pg);
@@ -126,6 +180,17 @@ static int adopt_pool(kvscache_t *kc, char *err, size_t err_len)
     }
     kc->epoch = kvs_epoch(kc->client);
     return 0;
+}
+
+/* The scheduler's connection and, in a group, every rank's. */
+static int all_connected(const kvscache_t *kc)
+{
+    if (!kvs_connected(kc->client))
+        return 0;
+    for (uint32_t r = 0; kc->tp > 1 && r < kc->tp; r++)
+        if (!kvs_connected(kc->ranks[r]))
+            return 0;
+    return 1;
 }
 
 int kvscache_open(const kvscache_opts_t *o, const model_t *m, kvscache_t **out, char *err,
@@ -144,13 +209,23 @@ int kvscache_open(const kvscache_opts_t *o, const model_t *m, kvscache_t **out, 
         snprintf(err, err_len, "invalid argument");
         return KVS_EINVAL;
     }
+    if (o->tp > KVSCACHE_MAX_TP || (o->tp > 1 && m->cfg.kv_heads % o->tp)) {
+        snprintf(err, err_len,
+                 "a group of %u ranks cannot split this model's %u KV heads (at most %d ranks, "
+                 "a divisor of the KV heads)",
+                 o->tp, m->cfg.kv_heads, KVSCACHE_MAX_TP);
+        return KVS_EINVAL;
+    }
     kc = calloc(1, sizeof(*kc));
     if (!kc || !(kc->ns = strdup(o->ns ? o->ns : ""))) {
         rc = KVS_ENOMEM;
         goto fail;
     }
     kc->model = m;
+    kc->tp = o->tp > 1 ? o->tp : 1;
     model_config_geometry(&m->cfg, &kc->geom);
+    kc->shard_geom = kc->geom;
+    kc->shard_geom.kv_heads = kc->geom.kv_heads / kc->tp;
     rc = kvstore_new_private(&kc->geom, o->private_blocks, &kc->priv);
     if (rc < 0)
         goto fail;
@@ -160,13 +235,29 @@ int kvscache_open(const kvscache_opts_t *o, const model_t *m, kvscache_t **out, 
     ko.worker_name = o->worker_name;
     ko.timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 1000;
     ko.reconnect_ms = o->reconnect_ms > 0 ? o->reconnect_ms : 1000;
-    ko.flags = KVS_LAZY;
+    ko.flags = KVS_LAZY | (kc->tp > 1 ? KVS_GROUP_SCHEDULER : 0);
     rc = kvs_connect(&ko, &kc->client);
     if (rc < 0) {
         snprintf(err, err_len, "kvs_connect: %s", kvs_strerror(rc));
         goto fail;
     }
-    if (kvs_connected(kc->client)) {
+    for (uint32_t r = 0; kc->tp > 1 && r < kc->tp; r++) {
+        ko.flags = KVS_LAZY | KVS_RANK;
+        ko.rank = r;
+        rc = kvs_connect(&ko, &kc->ranks[r]);
+        if (rc < 0) {
+            snprintf(err, err_len, "kvs_connect (rank %u): %s", r, kvs_strerror(rc));
+            goto fail;
+        }
+    }
+    /* A daemon of another group size refuses the ranks' connections: say
+     * why now, from the scheduler's view, rather than run privately. */
+    if (kc->tp > 1 && kvs_connected(kc->client)) {
+        rc = check_group(kc->client, kc->tp, UINT32_MAX, err, err_len);
+        if (rc < 0)
+            goto fail;
+    }
+    if (all_connected(kc)) {
         rc = adopt_pool(kc, err, err_len);
         if (rc < 0)
             goto fail;
@@ -184,6 +275,10 @@ void kvscache_free(kvscache_t *kc)
 {
     if (!kc)
         return;
+    for (uint32_t r = 0; r < kc->tp && r < KVSCACHE_MAX_TP; r++) {
+        kvs_close(kc->ranks[r]);
+        kvstore_free(kc->shards[r]);
+    }
     kvs_close(kc->client);
     kvstore_free(kc->shared);
     kvstore_free(kc->priv);
@@ -198,8 +293,11 @@ void kvscache_free(kvscache_t *kc)
  * request still reads the old mapping's blocks. */
 static int usable(kvscache_t *kc)
 {
-    if (!kvs_connected(kc->client) || kvs_epoch(kc->client) != kc->epoch)
+    if (!kvs_connected(kc->client) || (kc->tp == 1 && kvs_epoch(kc->client) != kc->epoch))
         kc->lost = 1;
+    for (uint32_t r = 0; kc->tp > 1 && r < kc->tp; r++)
+        if (!kvs_connected(kc->ranks[r]) || kvs_epoch(kc->ranks[r]) != kc->rank_epoch[r])
+            kc->lost = 1;
     return !kc->lost;
 }
 
@@ -241,6 +339,7 @@ static int kvs_commit_cb(void *ctx, const uint32_t *tokens, uint32_t n_blocks, u
 {
     kvscache_t *kc = ctx;
     uint32_t bt = kc->geom.block_tokens, *canonical;
+    kvs_commit_opts_t co;
     size_t done = 0;
     int rc;
 
@@ -250,8 +349,12 @@ static int kvs_commit_cb(void *ctx, const uint32_t *tokens, uint32_t n_blocks, u
     if (rc < 0)
         goto out;
     canonical = kc->scratch;
-    rc = kvs_commit(kc->client, kc->ns, tokens, (size_t)n_blocks * bt, ids, n_blocks, canonical,
-                    &done);
+    /* A group's scheduler commits for every rank: worker_run calls commit
+     * after the forward pass, so every rank's shard is written. */
+    kvs_commit_opts_init(&co);
+    co.for_group = kc->tp > 1;
+    rc = kvs_commit_ex(kc->client, kc->ns, tokens, (size_t)n_blocks * bt, ids, n_blocks, &co,
+                       canonical, &done);
     if (rc < 0)
         usable(kc);
     if (done > n_blocks)
@@ -328,9 +431,13 @@ static int daemon_ready(kvscache_t *kc)
 
     if (kc->disabled)
         return 0;
-    if (!kvs_connected(kc->client) && kvs_ping(kc->client, 0, NULL) < 0) {
-        note(kc, "kvshared does not answer (%s): computing privately", kvs_last_error(kc->client));
-        return 0;
+    for (uint32_t r = 0; r <= kc->tp; r++) {
+        /* The scheduler, then (a group) each rank. */
+        kvs_client_t *c = r == 0 ? kc->client : kc->tp > 1 ? kc->ranks[r - 1] : NULL;
+        if (c && !kvs_connected(c) && kvs_ping(c, 0, NULL) < 0) {
+            note(kc, "kvshared does not answer (%s): computing privately", kvs_last_error(c));
+            return 0;
+        }
     }
     if (adopt_pool(kc, err, sizeof(err)) < 0) {
         kc->disabled = 1;
@@ -350,7 +457,12 @@ int kvscache_run(kvscache_t *kc, const uint32_t *prompt, uint32_t n, uint32_t de
         return KVS_EINVAL;
     kc->note[0] = '\0';
     if (daemon_ready(kc)) {
-        w = (worker_t){.model = kc->model, .store = kc->shared, .ops = &kvscache_ops, .ctx = kc};
+        w = (worker_t){.model = kc->model,
+                       .store = kc->shared,
+                       .shards = kc->shards,
+                       .tp = kc->tp,
+                       .ops = &kvscache_ops,
+                       .ctx = kc};
         kc->lost = 0;
         kc->n_extra = 0;
         rc = worker_run(&w, prompt, n, decode, generated, logits, res);

@@ -14,6 +14,9 @@
  *       '-- otherwise, or when the shared run did not count: worker_run again
  *           over a private store (no sharing), the same bits
  *
+ * A tensor-parallel group (kvscache_opts_t.tp > 1) is the same with one
+ * connection per rank for the shards and the group's scheduler for the calls.
+ *
  * Why a shared run must end with a successful Release: a session that ends
  * (timeout, daemon hang-up) gives its blocks back to the pool, where another
  * worker may take and overwrite them while this one still reads them. A
@@ -47,6 +50,9 @@
 
 typedef struct kvscache kvscache_t;
 
+/* The largest tensor-parallel group a kvscache simulates. */
+#define KVSCACHE_MAX_TP 8
+
 typedef struct kvscache_opts {
     const char *socket_path; /* NULL: libkvshare's default path */
     const char *ns;          /* namespace; NULL: "default" */
@@ -54,6 +60,14 @@ typedef struct kvscache_opts {
     int timeout_ms;          /* per call; 0: 1000 */
     int reconnect_ms;        /* least time between reconnects; 0: 1000 */
     uint32_t private_blocks; /* the fallback store: at least what one request needs */
+    /* 0 or 1: one worker. Above: a tensor-parallel group of tp ranks in
+     * this process (model_forward_tp), against a kvshared --devices 0-(tp-1)
+     * whose geometry is one rank's (kv_heads / tp): a scheduler connection
+     * (KVS_GROUP_SCHEDULER) looks up, allocates, commits for the group and
+     * releases; rank r's connection (KVS_RANK) maps device r's pool, where
+     * rank r reads and writes its heads' shard of every block. The private
+     * fallback computes as one rank: the same bits. */
+    uint32_t tp;
 } kvscache_opts_t;
 
 typedef struct kvscache_stats {

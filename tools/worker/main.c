@@ -36,6 +36,7 @@ typedef struct options {
     const char *socket_path;
     const char *ns;
     uint32_t timeout_ms;
+    uint32_t tp;
     workload_chat_opts_t chat;
     uint32_t decode;
     uint32_t blocks;
@@ -58,7 +59,11 @@ static void usage(FILE *f)
             "  --socket PATH          kvshared's socket (default: libkvshare's default path)\n"
             "  --namespace NS         kvshared namespace (default: \"default\")\n"
             "  --timeout-ms N         per call to kvshared (default 1000)\n"
-            "  --model NAME           default (4 layers, d 512, GQA 8/2, vocab 4096) | small\n"
+            "  --tp N                 with --kvs: a tensor-parallel group of N ranks in this\n"
+            "                         process, each rank's KV heads in its own device's pool\n"
+            "                         (kvshared --devices 0-(N-1), --kv-heads = the model's / N)\n"
+            "  --model NAME           default (4 layers, d 512, GQA 8/2, vocab 4096) | small |\n"
+            "                         small-tp (small with 8/4 heads: --tp 2 or 4)\n"
             "  --prompts FILE         one prompt per line, token ids separated by spaces\n"
             "  --requests N           generated workload: requests (default 4)\n"
             "  --systems N            distinct system prompts, used in turn (default 1)\n"
@@ -95,6 +100,7 @@ static int parse_options(int argc, char **argv, options_t *o)
         OPT_SOCKET,
         OPT_NAMESPACE,
         OPT_TIMEOUT_MS,
+        OPT_TP,
         OPT_MODEL,
         OPT_PROMPTS,
         OPT_REQUESTS,
@@ -116,6 +122,7 @@ static int parse_options(int argc, char **argv, options_t *o)
         {"socket", required_argument, NULL, OPT_SOCKET},
         {"namespace", required_argument, NULL, OPT_NAMESPACE},
         {"timeout-ms", required_argument, NULL, OPT_TIMEOUT_MS},
+        {"tp", required_argument, NULL, OPT_TP},
         {"model", required_argument, NULL, OPT_MODEL},
         {"prompts", required_argument, NULL, OPT_PROMPTS},
         {"requests", required_argument, NULL, OPT_REQUESTS},
@@ -158,6 +165,9 @@ static int parse_options(int argc, char **argv, options_t *o)
             break;
         case OPT_TIMEOUT_MS:
             target = &o->timeout_ms;
+            break;
+        case OPT_TP:
+            target = &o->tp;
             break;
         case OPT_MODEL:
             o->model = optarg;
@@ -221,6 +231,10 @@ static int parse_options(int argc, char **argv, options_t *o)
         fprintf(stderr, "kvshare-worker: unexpected argument '%s'\n", argv[optind]);
         return -1;
     }
+    if (o->tp > 1 && o->mode != KV_MODE_KVS) {
+        fprintf(stderr, "kvshare-worker: --tp needs --kvs (a private run is one rank)\n");
+        return -1;
+    }
     if (o->mode == KV_MODE_NONE) {
         fprintf(stderr, "kvshare-worker: choose a KV mode (--private or --kvs)\n");
         usage(stderr);
@@ -276,6 +290,7 @@ static int kv_mode_open_kvs(const options_t *o, const model_t *m, uint32_t need,
         .worker_name = "kvshare-worker",
         .timeout_ms = o->timeout_ms > INT32_MAX ? INT32_MAX : (int)o->timeout_ms,
         .private_blocks = o->blocks ? o->blocks : need,
+        .tp = o->tp,
     };
     char err[512];
     int rc;
@@ -373,7 +388,7 @@ int main(int argc, char **argv)
         return 2;
     rc = model_config_preset(o.model, &cfg);
     if (rc < 0) {
-        fprintf(stderr, "kvshare-worker: unknown model '%s' (default, small)\n", o.model);
+        fprintf(stderr, "kvshare-worker: unknown model '%s' (default, small, small-tp)\n", o.model);
         return 2;
     }
     o.chat.vocab = cfg.vocab;

@@ -57,6 +57,13 @@ void model_config_small(model_config_t *cfg)
     };
 }
 
+void model_config_small_tp(model_config_t *cfg)
+{
+    model_config_small(cfg);
+    cfg->heads = 8;
+    cfg->kv_heads = 4;
+}
+
 int model_config_preset(const char *name, model_config_t *cfg)
 {
     if (!name || !cfg)
@@ -65,6 +72,8 @@ int model_config_preset(const char *name, model_config_t *cfg)
         model_config_default(cfg);
     else if (!strcmp(name, "small"))
         model_config_small(cfg);
+    else if (!strcmp(name, "small-tp"))
+        model_config_small_tp(cfg);
     else
         return KVS_ENOTFOUND;
     return 0;
@@ -465,14 +474,63 @@ static void attend_group(const model_t *m, const kvstore_t *ks, const uint32_t *
         }
 }
 
-/* One chunk of tokens at positions start.. through every layer; leaves the
- * residual stream in s->x. */
-static void forward_chunk(const model_t *m, const kvstore_t *ks, const uint32_t *block_table,
-                          const uint32_t *tokens, uint32_t start, uint32_t T, scratch_t *s)
+/* The attention of one rank of a tensor-parallel group of tp ranks, for
+ * a chunk of T tokens of layer l: rank r owns KV heads [r * kvh, (r + 1) *
+ * kvh) (kvh = kv_heads / tp) and their query heads, computes their Q, K and
+ * V columns from xn, writes K and V of its heads into its own store ks (a
+ * shard of kvh heads) and attends over that store only; its heads'
+ * outputs land in their columns of s->att (the all-gather of a real
+ * group). Each output element is computed exactly as the one-rank pass
+ * computes it (a column slice of a panel-stored matrix is a run of whole
+ * panels, and matmul sums each column on its own), so any tp gives the
+ * same bits. */
+static void attention_rank(const model_t *m, const kvstore_t *ks, uint32_t r, uint32_t tp,
+                           const uint32_t *block_table, uint32_t l, uint32_t start, uint32_t T,
+                           scratch_t *s)
 {
     const model_config_t *c = &m->cfg;
-    uint32_t d = c->d_model, hd = c->head_dim, qd = c->heads * hd, kvd = c->kv_heads * hd;
-    uint32_t group = c->heads / c->kv_heads, bt = c->block_tokens, hid = c->hidden;
+    const model_layer_t *ly = &m->layer[l];
+    uint32_t d = c->d_model, hd = c->head_dim, bt = c->block_tokens;
+    uint32_t group = c->heads / c->kv_heads, kvh = c->kv_heads / tp, qh = kvh * group;
+    uint32_t qd = c->heads * hd, rqd = qh * hd, rkvd = kvh * hd;
+    const float *wq = ly->wq + (uint64_t)(r * rqd / MODEL_PANEL) * d * MODEL_PANEL;
+    const float *wk = ly->wk + (uint64_t)(r * rkvd / MODEL_PANEL) * d * MODEL_PANEL;
+    const float *wv = ly->wv + (uint64_t)(r * rkvd / MODEL_PANEL) * d * MODEL_PANEL;
+
+    matmul(s->q, s->xn, wq, T, d, rqd);
+    matmul(s->k, s->xn, wk, T, d, rkvd);
+    matmul(s->v, s->xn, wv, T, d, rkvd);
+    /* Every K and V of the chunk reaches its block before any token of
+     * the chunk attends: attention only ever reads KV from blocks. */
+    for (uint32_t t = 0; t < T; t++) {
+        uint32_t pos = start + t;
+        float *kd = kvstore_token(ks, l, 0, block_table[pos / bt], pos % bt);
+        float *vd = kvstore_token(ks, l, 1, block_table[pos / bt], pos % bt);
+        for (uint32_t h = 0; h < qh; h++)
+            rope(s->q + (uint64_t)t * rqd + (uint64_t)h * hd, hd, pos, m->rope_inv_freq);
+        for (uint32_t h = 0; h < kvh; h++)
+            rope(s->k + (uint64_t)t * rkvd + (uint64_t)h * hd, hd, pos, m->rope_inv_freq);
+        memcpy(kd, s->k + (uint64_t)t * rkvd, sizeof(float) * rkvd);
+        memcpy(vd, s->v + (uint64_t)t * rkvd, sizeof(float) * rkvd);
+    }
+    for (uint32_t t = 0; t < T; t++)
+        for (uint32_t g = 0; g < kvh; g++) {
+            uint64_t in = (uint64_t)t * rqd + (uint64_t)g * group * hd;
+            uint64_t out = (uint64_t)t * qd + (uint64_t)r * rqd + (uint64_t)g * group * hd;
+            attend_group(m, ks, block_table, l, g, start + t, s->q + in, s->att + out, s->scores);
+        }
+}
+
+/* One chunk of tokens at positions start.. through every layer, its KV in
+ * the tp shards of ks (tp 1: one store of every head); leaves the residual
+ * stream in s->x. Wo, the MLP and the norms run once on the gathered
+ * attention output: every rank of a real group would compute the same. */
+static void forward_chunk(const model_t *m, const kvstore_t *const *ks, uint32_t tp,
+                          const uint32_t *block_table, const uint32_t *tokens, uint32_t start,
+                          uint32_t T, scratch_t *s)
+{
+    const model_config_t *c = &m->cfg;
+    uint32_t d = c->d_model, hd = c->head_dim, qd = c->heads * hd, hid = c->hidden;
 
     for (uint32_t t = 0; t < T; t++)
         memcpy(s->x + (uint64_t)t * d, m->embed + (uint64_t)tokens[t] * d, sizeof(float) * d);
@@ -482,28 +540,8 @@ static void forward_chunk(const model_t *m, const kvstore_t *ks, const uint32_t 
 
         for (uint32_t t = 0; t < T; t++)
             rmsnorm(s->xn + (uint64_t)t * d, s->x + (uint64_t)t * d, ly->attn_norm, d, c->norm_eps);
-        matmul(s->q, s->xn, ly->wq, T, d, qd);
-        matmul(s->k, s->xn, ly->wk, T, d, kvd);
-        matmul(s->v, s->xn, ly->wv, T, d, kvd);
-        /* Every K and V of the chunk reaches its block before any token of
-         * the chunk attends: attention only ever reads KV from blocks. */
-        for (uint32_t t = 0; t < T; t++) {
-            uint32_t pos = start + t;
-            float *kd = kvstore_token(ks, l, 0, block_table[pos / bt], pos % bt);
-            float *vd = kvstore_token(ks, l, 1, block_table[pos / bt], pos % bt);
-            for (uint32_t h = 0; h < c->heads; h++)
-                rope(s->q + (uint64_t)t * qd + (uint64_t)h * hd, hd, pos, m->rope_inv_freq);
-            for (uint32_t h = 0; h < c->kv_heads; h++)
-                rope(s->k + (uint64_t)t * kvd + (uint64_t)h * hd, hd, pos, m->rope_inv_freq);
-            memcpy(kd, s->k + (uint64_t)t * kvd, sizeof(float) * kvd);
-            memcpy(vd, s->v + (uint64_t)t * kvd, sizeof(float) * kvd);
-        }
-        for (uint32_t t = 0; t < T; t++)
-            for (uint32_t g = 0; g < c->kv_heads; g++) {
-                uint64_t off = (uint64_t)t * qd + (uint64_t)g * group * hd;
-                attend_group(m, ks, block_table, l, g, start + t, s->q + off, s->att + off,
-                             s->scores);
-            }
+        for (uint32_t r = 0; r < tp; r++)
+            attention_rank(m, ks[r], r, tp, block_table, l, start, T, s);
         matmul(s->proj, s->att, ly->wo, T, qd, d);
         for (uint64_t i = 0; i < (uint64_t)T * d; i++)
             s->x[i] += s->proj[i];
@@ -526,18 +564,34 @@ int model_forward(const model_t *m, const kvstore_t *ks, const uint32_t *block_t
                   uint32_t table_len, const uint32_t *tokens, uint32_t start, uint32_t count,
                   float *logits)
 {
+    return model_forward_tp(m, &ks, 1, block_table, table_len, tokens, start, count, logits);
+}
+
+/* Whether ks holds rank shards of this model's KV for a group of tp. */
+static int shards_fit(const model_config_t *c, const kvstore_t *const *ks, uint32_t tp)
+{
+    for (uint32_t r = 0; r < tp; r++)
+        if (!ks[r] || ks[r]->geom.dtype != GEOMETRY_FP32 || ks[r]->geom.layers != c->layers ||
+            ks[r]->geom.kv_heads != c->kv_heads / tp || ks[r]->geom.head_dim != c->head_dim ||
+            ks[r]->geom.block_tokens != c->block_tokens || ks[r]->num_blocks != ks[0]->num_blocks)
+            return 0;
+    return 1;
+}
+
+int model_forward_tp(const model_t *m, const kvstore_t *const *ks, uint32_t tp,
+                     const uint32_t *block_table, uint32_t table_len, const uint32_t *tokens,
+                     uint32_t start, uint32_t count, float *logits)
+{
     const model_config_t *c;
     scratch_t s = {0};
     uint64_t end;
     uint32_t done, T = 0;
     int rc;
 
-    if (!m || !ks || !block_table || !tokens || !count)
+    if (!m || !ks || !tp || !block_table || !tokens || !count)
         return KVS_EINVAL;
     c = &m->cfg;
-    if (ks->geom.dtype != GEOMETRY_FP32 || ks->geom.layers != c->layers ||
-        ks->geom.kv_heads != c->kv_heads || ks->geom.head_dim != c->head_dim ||
-        ks->geom.block_tokens != c->block_tokens)
+    if (c->kv_heads % tp || !shards_fit(c, ks, tp))
         return KVS_EINVAL;
     end = (uint64_t)start + count;
     if (end > (uint64_t)table_len * c->block_tokens || end > UINT32_MAX)
@@ -546,7 +600,7 @@ int model_forward(const model_t *m, const kvstore_t *ks, const uint32_t *block_t
         if (tokens[i] >= c->vocab)
             return KVS_EINVAL;
     for (uint64_t i = 0; i < (end + c->block_tokens - 1) / c->block_tokens; i++)
-        if (block_table[i] >= ks->num_blocks)
+        if (block_table[i] >= ks[0]->num_blocks)
             return KVS_EINVAL;
 
     /* A decode step needs room for one token only: a small allocation that
@@ -556,7 +610,7 @@ int model_forward(const model_t *m, const kvstore_t *ks, const uint32_t *block_t
         return rc;
     for (done = 0; done < count; done += T) {
         T = count - done < MODEL_CHUNK ? count - done : MODEL_CHUNK;
-        forward_chunk(m, ks, block_table, tokens + done, start + done, T, &s);
+        forward_chunk(m, ks, tp, block_table, tokens + done, start + done, T, &s);
     }
     if (logits) {
         const float *last = s.x + (uint64_t)(T - 1) * c->d_model;

@@ -86,7 +86,11 @@ void model_config_default(model_config_t *cfg);
  * 4 query heads, 2 KV heads, head dim 16, vocab 256, hidden 128. */
 void model_config_small(model_config_t *cfg);
 
-/* Fills cfg from a preset name: "default" or "small". Errors: KVS_EINVAL,
+/* The small model with 8 query and 4 KV heads, so that a tensor-parallel
+ * group of 2 or 4 ranks splits its KV heads (model_forward_tp). */
+void model_config_small_tp(model_config_t *cfg);
+
+/* Fills cfg from a preset name: "default", "small" or "small-tp". Errors: KVS_EINVAL,
  * KVS_ENOTFOUND. */
 int model_config_preset(const char *name, model_config_t *cfg);
 
@@ -118,6 +122,19 @@ void model_free(model_t *m);
 int model_forward(const model_t *m, const kvstore_t *ks, const uint32_t *block_table,
                   uint32_t table_len, const uint32_t *tokens, uint32_t start, uint32_t count,
                   float *logits);
+
+/* model_forward for a tensor-parallel group of tp ranks, simulated in one
+ * process: rank r keeps the KV of its kv_heads / tp heads in ks[r] (each
+ * store a shard: the model's geometry with kv_heads / tp heads, the same
+ * block count and block ids as the others), computes those heads' Q, K, V
+ * and attention, and the outputs are gathered before Wo. The logits and
+ * every KV value are bitwise those of the one-rank pass (tp 1: ks[0] holds
+ * every head), so a group's shards put side by side are the one-rank KV.
+ * Errors: model_forward's, and KVS_EINVAL when tp is 0, does not divide
+ * kv_heads, or a store is not a rank's shard of this model. */
+int model_forward_tp(const model_t *m, const kvstore_t *const *ks, uint32_t tp,
+                     const uint32_t *block_table, uint32_t table_len, const uint32_t *tokens,
+                     uint32_t start, uint32_t count, float *logits);
 
 /* Index of the largest logit, the lowest index on a tie (greedy decoding). */
 uint32_t model_argmax(const float *logits, uint32_t vocab);

@@ -56,15 +56,18 @@ int worker_run(const worker_t *w, const uint32_t *prompt, uint32_t n, uint32_t d
                uint32_t *generated, float *logits, worker_result_t *res)
 {
     const model_config_t *c;
-    uint32_t *table = NULL, matched = 0, blocks, held = 0, full, bt, tok;
+    const kvstore_t *const *kv;
+    uint32_t *table = NULL, matched = 0, blocks, held = 0, full, bt, tok, tp;
     double t0, t1;
     int rc;
 
-    if (!w || !w->model || !w->store || !w->ops || !prompt || !n || (decode && !generated) ||
-        !logits || !res)
+    if (!w || !w->model || (w->tp > 1 ? !w->shards : !w->store) || !w->ops || !prompt || !n ||
+        (decode && !generated) || !logits || !res)
         return KVS_EINVAL;
     c = &w->model->cfg;
     bt = c->block_tokens;
+    tp = w->tp > 1 ? w->tp : 1;
+    kv = tp > 1 ? (const kvstore_t *const *)w->shards : (const kvstore_t *const *)&w->store;
     *res = (worker_result_t){.prompt_tokens = n};
     blocks = worker_blocks_needed(bt, n, decode);
     table = malloc(sizeof(*table) * blocks);
@@ -86,8 +89,8 @@ int worker_run(const worker_t *w, const uint32_t *prompt, uint32_t n, uint32_t d
     res->prefill_tokens = n - matched * bt;
     res->blocks = blocks;
     t1 = now_s();
-    rc = model_forward(w->model, w->store, table, blocks, prompt + matched * bt, matched * bt,
-                       n - matched * bt, logits);
+    rc = model_forward_tp(w->model, kv, tp, table, blocks, prompt + matched * bt, matched * bt,
+                          n - matched * bt, logits);
     if (rc < 0)
         goto out;
     res->prefill_s = now_s() - t1;
@@ -104,7 +107,7 @@ int worker_run(const worker_t *w, const uint32_t *prompt, uint32_t n, uint32_t d
     t1 = now_s();
     for (uint32_t i = 1; i < decode; i++) {
         tok = generated[i - 1];
-        rc = model_forward(w->model, w->store, table, blocks, &tok, n + i - 1, 1, logits);
+        rc = model_forward_tp(w->model, kv, tp, table, blocks, &tok, n + i - 1, 1, logits);
         if (rc < 0)
             goto out;
         generated[i] = model_argmax(logits, c->vocab);

@@ -48,7 +48,11 @@ typedef struct worker_cache_ops {
 
 typedef struct worker {
     const model_t *model;
-    kvstore_t *store;
+    kvstore_t *store; /* the KV, when tp is 0 or 1 */
+    /* A tensor-parallel group (tp > 1): rank r's shard of every block is in
+     * shards[r] (model_forward_tp); the callbacks stand for the group. */
+    kvstore_t *const *shards;
+    uint32_t tp;
     const worker_cache_ops_t *ops;
     void *ctx;
 } worker_t;

@@ -156,6 +156,18 @@ class _NsStats(ctypes.Structure):
 COUNTER_SLOTS = 64
 
 
+class _DeviceStats(ctypes.Structure):
+    _fields_ = [
+        ("rank", ctypes.c_uint32), ("ordinal", ctypes.c_int32),
+        ("detail", ctypes.c_char * 160),
+        ("pool_bytes", ctypes.c_uint64), ("used_bytes", ctypes.c_uint64),
+        ("workers", ctypes.c_uint32),
+        ("shards_written", ctypes.c_uint32), ("shards_missing", ctypes.c_uint32),
+        ("reserved32", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint64 * 4),
+    ]
+
+
 class _Stats(ctypes.Structure):
     _fields_ = [
         ("total_blocks", ctypes.c_uint32), ("free_blocks", ctypes.c_uint32),
@@ -172,7 +184,9 @@ class _Stats(ctypes.Structure):
         ("tier2_total_blocks", ctypes.c_uint32), ("tier2_cached_blocks", ctypes.c_uint32),
         ("copying_blocks", ctypes.c_uint32), ("reserved32", ctypes.c_uint32),
         ("copy_path", ctypes.c_char_p),
-        ("reserved", ctypes.c_uint64 * 5),
+        ("n_devices", ctypes.c_size_t),
+        ("devices", ctypes.POINTER(_DeviceStats)),
+        ("reserved", ctypes.c_uint64 * 3),
         ("counters", ctypes.c_uint64 * COUNTER_SLOTS),
     ]
 
@@ -271,6 +285,9 @@ def _declare(lib):
                                          ctypes.c_uint32, U32P]),
         "kvs_commit_hint": (ctypes.c_int, [P, ctypes.c_char_p, U32P, SZ, U32P, SZ, U32P, SZP,
                                            ctypes.POINTER(_Hint)]),
+        "kvs_commit_opts_init": (None, [ctypes.POINTER(_CommitOpts)]),
+        "kvs_commit_ex": (ctypes.c_int, [P, ctypes.c_char_p, U32P, SZ, U32P, SZ,
+                                         ctypes.POINTER(_CommitOpts), U32P, SZP]),
         "kvs_pin_hint": (ctypes.c_int, [P, U32P, SZ, SZP, ctypes.POINTER(_Hint)]),
         "kvs_release_hint": (ctypes.c_int, [P, U32P, SZ, SZP, ctypes.POINTER(_Hint)]),
         "kvs_commit": (ctypes.c_int, [P, ctypes.c_char_p, U32P, SZ, U32P, SZ, U32P, SZP]),
@@ -316,6 +333,13 @@ def counter_names(lib=None):
 
 class _Hint(ctypes.Structure):
     _fields_ = [("priority", ctypes.c_uint32), ("duration_ms", ctypes.c_uint32)]
+
+
+class _CommitOpts(ctypes.Structure):
+    _fields_ = [("size", ctypes.c_size_t), ("hint", ctypes.POINTER(_Hint)),
+                ("for_group", ctypes.c_uint32), ("reserved32", ctypes.c_uint32),
+                ("n_pending", ctypes.POINTER(ctypes.c_size_t)),
+                ("reserved", ctypes.c_uint64 * 4)]
 
 
 def _hint(priority, duration_ms):
@@ -584,18 +608,35 @@ class Client:
         del keep
         return r.tier1_blocks, r.tier2_blocks, r.kept_blocks
 
-    def commit(self, tokens, block_ids, ns=None, priority=None, duration_ms=0):
+    def commit(self, tokens, block_ids, ns=None, priority=None, duration_ms=0,
+               for_group=False):
         """Commits; returns the canonical block of each committed block.
-        priority (0-100): a retention hint for them (see the module doc)."""
+        priority (0-100): a retention hint for them (see the module doc).
+        Several devices (--devices): a rank's commit stands for its own
+        shard, and blocks still waiting for another rank's are not in the
+        returned list; for_group=True commits for every rank (the group's
+        scheduler after its workers wrote). commit_group() also says how
+        many wait."""
+        return self.commit_group(tokens, block_ids, ns, priority, duration_ms, for_group)[0]
+
+    def commit_group(self, tokens, block_ids, ns=None, priority=None, duration_ms=0,
+                     for_group=False):
+        """commit() for a tensor-parallel group: returns (canonical blocks of
+        the committed prefix, blocks that wait for another rank's shard)."""
         tp, tn, tk = _u32(tokens)
         ip, n_ids, ik = _u32(block_ids)
-        out = (ctypes.c_uint32 * max(1, n_ids))()
-        done = ctypes.c_size_t()
-        rc = self._lib.kvs_commit_hint(self._c, _enc(ns), tp, tn, ip, n_ids, out,
-                                       ctypes.byref(done), _hint(priority, duration_ms))
+        out = (ctypes.c_uint32 * max(1, 2 * n_ids))()
+        done, pending = ctypes.c_size_t(), ctypes.c_size_t()
+        opts = _CommitOpts()
+        self._lib.kvs_commit_opts_init(ctypes.byref(opts))
+        opts.hint = _hint(priority, duration_ms)
+        opts.for_group = 1 if for_group else 0
+        opts.n_pending = ctypes.pointer(pending)
+        rc = self._lib.kvs_commit_ex(self._c, _enc(ns), tp, tn, ip, n_ids, ctypes.byref(opts),
+                                     out, ctypes.byref(done))
         del tk, ik
         self._check(rc)
-        return list(out[:done.value])
+        return list(out[:done.value]), pending.value
 
     def pin(self, block_ids, priority=None, duration_ms=0):
         """Pins cached blocks; returns how many. priority, duration_ms: a
@@ -621,11 +662,18 @@ class Client:
         try:
             out = {name: getattr(s, name) for name, _ in _Stats._fields_
                    if name not in ("namespaces", "n_namespaces", "backend", "reserved",
-                                   "reserved32", "counters")}
+                                   "reserved32", "counters", "devices", "n_devices")}
             for i, name in enumerate(counter_names(self._lib)):
                 out[name] = s.counters[i]
             out["backend"] = "cuda" if s.backend == BACKEND_CUDA else "host"
             out["copy_path"] = s.copy_path.decode() if s.copy_path else None
+            out["devices"] = []
+            for i in range(s.n_devices):
+                d = s.devices[i]
+                row = {name: getattr(d, name) for name, _ in _DeviceStats._fields_
+                       if not name.startswith("reserved")}
+                row["detail"] = d.detail.decode()
+                out["devices"].append(row)
             out["namespaces"] = []
             for i in range(s.n_namespaces):
                 ns = s.namespaces[i]

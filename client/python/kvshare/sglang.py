@@ -22,6 +22,17 @@ Pages are copied between SGLang's host KV pool (register_mem_pool_host) and
 pool blocks; batch_exists counts leading pages present, batch_get_v1 and
 batch_set_v1 move pages by host indices and say per page whether it worked.
 
+Tensor parallelism on one kvshared for the group ("tp_devices": 1 in the
+extra config; kvshared --devices 0-(tp_size-1) with one rank's heads): each
+TP rank connects as its rank (it maps only its device's pool) and all ranks
+share the namespace (pipeline and attention context-parallel ranks still
+get their own: they hold other layers or tokens). SGLang's ranks store the
+same pages without talking to each other, so a rank's Alloc declares the
+page's key and the daemon gives each later rank the block an earlier rank
+declared for it; each rank copies its heads there and commits its shard,
+and the page is stored (found by batch_exists) once every rank has. A
+block that waits for another rank is given back after PENDING_S.
+
 The interface follows SGLang's python/sglang/srt/mem_cache/hicache_storage.py
 and storage/backend_factory.py (versions in docs/ENGINES.md); the class
 derives from SGLang's own HiCacheStorage, so this module does not import
@@ -52,6 +63,9 @@ for _where in ("sglang.srt.observability.metrics_collector", "sglang.srt.metrics
 
 WHO = "kvshare.sglang"
 MAX_PAGES = 128  # SGLang asks for at most this many pages per call
+# Tensor parallelism on one kvshared: a page block whose shard this rank
+# committed but another rank's never came is given back after this long.
+PENDING_S = 30.0
 
 
 def page_key(key):
@@ -66,16 +80,17 @@ def page_key(key):
     return bytes(digest)
 
 
-def rank_namespace(ns, storage_config):
+def rank_namespace(ns, storage_config, tp_devices=False):
     """ns with the ranks that hold different KV: "_tp{rank}_{size}" with
-    tensor parallelism, "_pp{rank}_{size}" with pipeline parallelism,
-    "_cp{rank}_{size}" with attention context parallelism (as SGLang's own
-    file backend names its files). Data-parallel ranks hold the same KV and
-    share the namespace."""
+    tensor parallelism (not with tp_devices: one kvshared device per TP rank,
+    one block for all of them), "_pp{rank}_{size}" with pipeline
+    parallelism, "_cp{rank}_{size}" with attention context parallelism (as
+    SGLang's own file backend names its files). Data-parallel ranks hold the
+    same KV and share the namespace."""
     for tag, rank, size in (("tp", "tp_rank", "tp_size"), ("pp", "pp_rank", "pp_size"),
                             ("cp", "attn_cp_rank", "attn_cp_size")):
         n = int(getattr(storage_config, size, 1) or 1)
-        if n > 1:
+        if n > 1 and not (tag == "tp" and tp_devices):
             ns += "_%s%d_%d" % (tag, int(getattr(storage_config, rank, 0) or 0), n)
     return ns
 
@@ -94,8 +109,13 @@ class KvshareHiCacheStorage(HiCacheStorage):
 
     def __init__(self, storage_config=None, kwargs=None):
         self.socket = _option(storage_config, kwargs, "socket")
+        self.tp = int(getattr(storage_config, "tp_size", 1) or 1)
+        self.tp_rank = None
+        tp_devices = bool(int(_option(storage_config, kwargs, "tp_devices", 0) or 0))
+        if tp_devices and self.tp > 1:
+            self.tp_rank = int(getattr(storage_config, "tp_rank", 0) or 0)
         self.ns = rank_namespace(_option(storage_config, kwargs, "namespace", "sglang"),
-                                 storage_config)
+                                 storage_config, self.tp_rank is not None)
         if len(self.ns.encode()) >= 64:
             raise ValueError("%s: namespace %r is too long (kvshared takes 63 bytes)"
                              % (WHO, self.ns))
@@ -104,7 +124,8 @@ class KvshareHiCacheStorage(HiCacheStorage):
             raise GeometryMismatch("%s: MLA models keep one latent vector per token; kvshared "
                                    "pools hold K and V" % WHO)
         self.client = kvshare.Client(socket_path=self.socket, timeout_ms=self.timeout_ms,
-                                     worker_name="sglang", lazy=True)
+                                     worker_name="sglang", lazy=True, rank=self.tp_rank)
+        self._pending = {}  # tp_devices: block -> when its shard waited for other ranks
         self.keys = None
         self.copier = None
         self._epoch = None
@@ -141,9 +162,81 @@ class KvshareHiCacheStorage(HiCacheStorage):
             raise GeometryMismatch("%s: host pool layout %r: only layer_first (a page of one "
                                    "layer's K or V is contiguous, as in kvshared's pool) is "
                                    "supported" % (WHO, layout))
+        if self.client.connected:
+            self._check_group()
         self.keys = KeyBlocks(self.client, self.ns, engine=self.geometry, who=WHO)
         if self.client.connected:
             self._copier()
+
+    def _check_group(self):
+        """tp_devices: the daemon serves as many devices as SGLang has TP
+        ranks (raises GeometryMismatch)."""
+        if self.tp_rank is None:
+            return
+        size = self.client.group[1]
+        if size != self.tp:
+            raise GeometryMismatch(
+                "%s refuses to start: tp_devices with %d tensor-parallel ranks, and kvshared "
+                "serves %d device%s: start kvshared with --devices 0-%d and the geometry of one "
+                "rank's KV heads" % (WHO, self.tp, size, "" if size == 1 else "s", self.tp - 1))
+
+    def _alloc(self, digests, held):
+        """Blocks for the pages of digests, each also appended to held (to be
+        released): with tp_devices, one Alloc per page declaring its key,
+        which gives the block another rank declared for it when there is
+        one. Raises KvsError."""
+        if self.tp_rank is None:
+            ids = self.keys.alloc(len(digests))
+            held.extend(ids)
+            return ids
+        self._expire()
+        ids = []
+        for d in digests:
+            ids += self.client.alloc(1, ns=self.ns, tokens=self.keys.tokens(d))
+            held.append(ids[-1])
+            self._pending.pop(ids[-1], None)  # an older wait on this id is over
+        return ids
+
+    def _release(self, held):
+        """Releases held: with tp_devices one by one, since a block another
+        rank declared (joined) is not this session's to release."""
+        if self.tp_rank is None:
+            self.keys.release(held)
+            return
+        for b in held:
+            try:
+                self.keys.release([b])
+            except kvshare.KvsError:
+                pass
+
+    def _commit(self, digest, b, held):
+        """Commits block b (in held, to be released) under digest; adds to
+        held what the commit pinned. With tp_devices, commits this rank's
+        shard: a block that still waits for another rank's leaves held (it
+        is the group's until every shard is in; _expire gives it back)."""
+        if self.tp_rank is None:
+            canonical = self.keys.commit(digest, b)
+            if canonical != b:
+                held.append(canonical)  # stored first by another instance: b stays WRITING
+            return
+        canon, _ = self.client.commit_group(self.keys.tokens(digest), [b], ns=self.ns)
+        if canon:
+            if canon[0] != b:
+                held.append(canon[0])
+        else:
+            held.remove(b)
+            self._pending[b] = (time.monotonic(), digest)
+
+    def _expire(self):
+        """Gives back the blocks whose other shards did not come within
+        PENDING_S (a block another rank completed is no longer this
+        session's: its release is refused, and ignored)."""
+        now = time.monotonic()
+        for b in [b for b, (t, _) in self._pending.items() if now - t > PENDING_S]:
+            _, digest = self._pending.pop(b)
+            if self.keys.find(digest) == b:
+                continue  # every shard came: cached
+            self._release([b])
 
     def _copier(self):
         """The copier over the mapped pool, made again after a reconnect."""
@@ -228,20 +321,17 @@ class KvshareHiCacheStorage(HiCacheStorage):
                 todo.append(i)
         held = []
         try:
-            ids = self.keys.alloc(len(todo))
-            held = list(ids)
+            ids = self._alloc([digests[i] for i in todo], held)
             self._copier().store([pages[i] for i in todo], ids)
             for i, b in zip(todo, ids):
-                canonical = self.keys.commit(digests[i], b)
-                if canonical != b:
-                    held.append(canonical)  # stored first by another instance: b stays WRITING
+                self._commit(digests[i], b, held)
                 ok[i] = True
         except (kvshare.KvsError, ValueError):
             pass
         finally:
             # One release per block: a WRITING block goes back to the pool, a
             # committed one loses the commit's pin and stays cached.
-            self.keys.release(held)
+            self._release(held)
         self.counts["set_failures"] += ok.count(False)
         self._record("backup", len(todo) if all(ok) else 0, time.perf_counter() - t0)
         return ok
@@ -291,18 +381,15 @@ class KvshareHiCacheStorage(HiCacheStorage):
         held = []
         try:
             slots = self._page_slots(value)
-            [b] = self.keys.alloc(1)
-            held.append(b)
+            [b] = self._alloc([digest], held)
             for slot, (_, prow) in zip(slots, self._copier().pairs):
                 prow[b].copy_(slot)
-            canonical = self.keys.commit(digest, b)
-            if canonical != b:
-                held.append(canonical)
+            self._commit(digest, b, held)
             return True
         except (kvshare.KvsError, ValueError):
             return False
         finally:
-            self.keys.release(held)
+            self._release(held)
 
     def batch_get(self, keys, target_locations=None, target_sizes=None):
         locs = target_locations or [None] * len(keys)

@@ -47,6 +47,22 @@ it from.
 
 The worker writes the start times of the pools it has mapped to a small
 state file; the scheduler answers "hit" only for a daemon in that file.
+
+Tensor parallelism (newest layout; tp_size workers, no pipeline or context
+parallelism): one kvshared serves the group (`kvshared --devices 0-(tp-1)`,
+the geometry of one rank's KV heads). Each worker connects as its rank
+(KVS_RANK: it maps only its device's pool); the scheduler connects as the
+group's scheduler. A store's blocks must have the same ids on every rank,
+and only the scheduler sees all ranks' stores, so the scheduler allocates
+them in prepare_store (in its session) and names them in the store spec;
+each worker copies its heads into its device's blocks and commits its
+shard, and the daemon caches a block only once every rank committed its
+shard: a worker that cannot store (vLLM lets it report no failure) leaves
+the block uncached. complete_store (called by vLLM once every worker's job
+is done) gives back what stayed uncached. Lookups and loads are as for one
+worker: the scheduler's pin holds the block on every device, each worker
+copies its own heads; a hit needs every rank to have mapped the daemon
+(one state file per rank).
 """
 import collections
 import os
@@ -168,6 +184,9 @@ class KvshareLoadStoreSpec(LoadStoreSpec):
     holds the pins. A store: the keys to store (the worker allocates)."""
 
     def __init__(self, keys, block_ids=None, daemon_start=None):
+        # A store of a tensor-parallel group names the blocks the scheduler
+        # allocated for it (the same ids on every rank); one worker's store
+        # names none (the worker allocates).
         self.keys = [bytes(k) for k in keys]
         self.block_ids = [int(b) for b in block_ids] if block_ids is not None else None
         self.daemon_start = daemon_start
@@ -200,6 +219,7 @@ class SchedulerCore:
         self._pins = collections.defaultdict(dict)  # owner -> key -> (block, epoch, start, t)
         self._loading = collections.defaultdict(list)  # (owner, key) -> [(block, epoch)]
         self._storing = set()
+        self._store_blocks = {}  # a group: key -> (block, epoch) the scheduler allocated
         self._pools, self._pools_stamp = set(), None
         self.counts = {"lookups": 0, "hits": 0, "misses_unmapped": 0, "stores_planned": 0}
 
@@ -220,15 +240,19 @@ class SchedulerCore:
         return self._start
 
     def _worker_pools(self):
-        """The daemons the worker has mapped (read_pools), read again only
-        when the file was replaced."""
-        try:
-            st = os.stat(self.state_file)
-            stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
-        except OSError:
-            return set()
+        """The daemons the worker has mapped (read_pools; a group: those
+        every rank has mapped), read again only when a file was replaced."""
+        stamp = []
+        for path in self.spec.state_files():
+            try:
+                st = os.stat(path)
+            except OSError:
+                return set()
+            stamp.append((st.st_ino, st.st_mtime_ns, st.st_size))
         if stamp != self._pools_stamp:
-            self._pools = read_pools(self.state_file)
+            sets = [read_pools(path) for path in self.spec.state_files()]
+            self._pools = {s for s in sets[0] if all(any(_near(s, t) for t in o)
+                                                     for o in sets[1:])}
             self._pools_stamp = stamp
         return self._pools
 
@@ -311,21 +335,43 @@ class SchedulerCore:
                 self._release([(b, e)])
 
     def plan_store(self, keys):
-        """The keys that are neither stored nor being stored. Raises KvsError
-        without a daemon (vLLM then skips the store)."""
-        if self._daemon() is None:
+        """The keys that are neither stored nor being stored, and (a group)
+        the blocks allocated for them, or None. Raises KvsError without a
+        daemon or, for a group, when the pool has no room (vLLM then skips
+        the store)."""
+        start = self._daemon()
+        if start is None:
             raise kvshare.KvsError(kvshare.STATUS["ENOTCONN"], self.client.last_error or
                                    "no daemon")
         todo = [k for k in keys if k not in self._storing and self.keys.find(k) is None]
+        ids = None
+        if self.spec.tp > 1 and todo:
+            epoch = self.client.epoch
+            ids = self.keys.alloc(len(todo))  # raises: nothing is marked yet
+            self._store_blocks.update((k, (b, epoch)) for k, b in zip(todo, ids))
         self._storing.update(todo)
         self.counts["stores_planned"] += len(todo)
-        return todo
+        return todo, ids, start
 
     def complete_store(self, keys):
-        """Forgets keys as being stored; returns those now stored."""
+        """Forgets keys as being stored; returns those now stored. A group:
+        gives back the blocks allocated for keys whose shards did not all
+        come (a block every rank committed is cached, and no longer the
+        scheduler's)."""
         mine = [k for k in keys if k in self._storing]
         self._storing.difference_update(mine)
-        return [k for k in mine if self.keys.find(k) is not None]
+        stored = []
+        for k in mine:
+            found = self.keys.find(k)
+            held = self._store_blocks.pop(k, None)
+            if found is not None:
+                stored.append(k)
+            if held is not None and held[0] != found and held[1] == self.client.epoch:
+                try:
+                    self.keys.release([held[0]])
+                except kvshare.KvsError:
+                    pass  # a rank's end took it back already, or it moved to a rank
+        return stored
 
 
 # -- the worker core --------------------------------------------------------------
@@ -455,8 +501,8 @@ class WorkerCore:
                 return None
             self._rpc_epoch = self.rpc.epoch
             self._forget_old()
-            write_pools(self.spec.state_file, [m.start for m in self._maps
-                                               if m.dropped_at is None])
+            write_pools(self.spec.worker_state_file(), [m.start for m in self._maps
+                                                        if m.dropped_at is None])
             return current
         finally:
             self._lock.release()
@@ -514,6 +560,8 @@ class WorkerCore:
         keys = spec.keys[:len(gpu_ids) // f]
         if not keys:
             return 0
+        if self.spec.tp > 1:
+            return self._store_shard(spec, keys, gpu_ids)
         m = self.refresh(force=True)
         if m is None:
             self.counts["store_skipped"] += len(keys)
@@ -545,6 +593,35 @@ class WorkerCore:
                     self.keys.release(held)
                 except kvshare.KvsError:
                     pass
+
+    def _store_shard(self, spec, keys, gpu_ids):
+        """A rank of a group: this worker's heads into the blocks the
+        scheduler allocated (spec.block_ids, in the daemon spec.daemon_start),
+        then its shard committed per key. The commit that brings a block's
+        last shard caches it, pinned by this session (dropped here), and
+        names the block that holds the key: another one when another
+        instance stored the key first (then ours is dropped too). Returns
+        bytes stored; stores nothing when this worker does not map that
+        daemon (the block then never becomes cached)."""
+        ids = (spec.block_ids or [])[:len(keys)]
+        m = self.refresh(force=True)
+        if m is None or len(ids) < len(keys) or not _near(m.start, spec.daemon_start):
+            self.counts["store_skipped"] += len(keys)
+            return 0
+        try:
+            m.copier.store([int(b) for b in gpu_ids][:len(keys) * self.spec.factor], ids)
+            self._synchronize()
+            for key, b in zip(keys, ids):
+                canon, _ = self.rpc.commit_group(self.keys.tokens(key), [b], ns=self.keys.ns)
+                if canon:
+                    self.keys.release(canon + ([b] if canon[0] != b else []))
+            self.counts["stores"] += 1
+            self.counts["stored_blocks"] += len(keys)
+            return len(keys) * m.copier.bytes_per_block
+        except (kvshare.KvsError, ValueError) as e:
+            self.last_error = e
+            self.counts["store_skipped"] += len(keys)
+            return 0
 
     def _synchronize(self):
         if self.device.type == "cuda":
@@ -614,7 +691,7 @@ class WorkerCore:
         self._maps = []
         self.rpc.close()
         try:
-            os.unlink(self.spec.state_file)  # nothing is mapped any more
+            os.unlink(self.spec.worker_state_file())  # nothing is mapped any more
         except OSError:
             pass
 
@@ -624,32 +701,67 @@ class WorkerCore:
 class _SpecMixin:
     """Reads the extra config; builds the cores."""
 
-    def _setup(self, extra, engine_id, world_size, geometry, factor):
+    def _setup(self, extra, engine_id, world_size, geometry, factor, parallel=None):
+        """parallel: vLLM's OffloadingParallelConfig (newest layout), or None."""
         self.socket = extra.get("socket")
         self.ns = extra.get("namespace", "vllm")
         self.timeout_ms = int(extra.get("timeout_ms", 1000))
         self.state_file = _state_file(extra, engine_id, self.ns)
+        self.tp, self.rank = 1, 0
         if world_size > 1:
-            # Each worker holds other heads or layers of every block: one pool
-            # block per key would mix them.
-            raise GeometryMismatch("%s: %d workers (tensor, pipeline or context parallel); "
-                                   "kvshare.vllm supports one worker per engine" % (WHO, world_size))
+            tp = int(getattr(parallel, "tp_size", 0) or 0)
+            others = [getattr(parallel, f, 1) for f in ("pp_size", "pcp_size", "dcp_size")]
+            if parallel is None or tp != world_size or any(int(o or 1) != 1 for o in others):
+                # Pipeline or context ranks hold other layers or tokens of a
+                # block: one pool block per key would mix them.
+                raise GeometryMismatch(
+                    "%s: %d workers (pipeline or context parallel, or vLLM's releases): "
+                    "kvshare.vllm supports one worker per engine, or tensor parallelism alone "
+                    "with vLLM's newest offloading interface" % (WHO, world_size))
+            self.tp, self.rank = tp, int(parallel.rank) % tp
         self.geometry = geometry
         self.factor = factor
 
-    def connect(self, map_pool, name, lazy=True):
+    def state_files(self):
+        """The workers' state files: one per rank of a group."""
+        if self.tp == 1:
+            return [self.state_file]
+        return ["%s.rank%d" % (self.state_file, r) for r in range(self.tp)]
+
+    def worker_state_file(self):
+        return self.state_files()[self.rank if self.tp > 1 else 0]
+
+    def connect(self, map_pool, name, lazy=True, scheduler=False):
         """A client (lazy: a daemon that is down makes lookups misses, never
-        errors); checks the pool's layout when the daemon is up (raises
-        GeometryMismatch)."""
+        errors); checks the pool's layout, and the daemon's devices against
+        the group, when the daemon is up (raises GeometryMismatch). A group:
+        the scheduler connects as the group's scheduler, a worker as its
+        rank."""
+        group = {}
+        if self.tp > 1:
+            group = {"group_scheduler": True} if scheduler else {"rank": self.rank}
         client = kvshare.Client(socket_path=self.socket, timeout_ms=self.timeout_ms,
-                                worker_name=name, map_pool=map_pool, lazy=lazy)
+                                worker_name=name, map_pool=map_pool and not scheduler,
+                                lazy=lazy, **group)
         if client.connected:
             try:
                 self.resolve(client.geometry)
+                self.check_group(client)
             except GeometryMismatch:
                 client.close()
                 raise
         return client
+
+    def check_group(self, client):
+        """Raises GeometryMismatch unless the daemon serves as many devices
+        as the engine has tensor-parallel ranks."""
+        size = client.group[1]
+        if size != self.tp:
+            raise GeometryMismatch(
+                "%s refuses to start: the engine has %d tensor-parallel workers and kvshared "
+                "serves %d device%s; start kvshared with %s and the geometry of one rank's KV "
+                "heads" % (WHO, self.tp, size, "" if size == 1 else "s",
+                           "--devices 0-%d" % (self.tp - 1) if self.tp > 1 else "one device"))
 
     def resolve(self, pool):
         """Checks the pool's layout (kvshare.Client.geometry) against the
@@ -657,7 +769,7 @@ class _SpecMixin:
         check_geometry(pool, self.geometry, WHO)
 
     def scheduler_core(self):
-        return SchedulerCore(self, self.connect(False, "vllm-scheduler"))
+        return SchedulerCore(self, self.connect(False, "vllm-scheduler", scheduler=True))
 
 
 def _tensors(kv_caches):
@@ -711,7 +823,9 @@ if LAYOUT == "base":
                 todo = self.core.plan_store([bytes(k) for k in keys])
             except kvshare.KvsError:
                 return None
-            return PrepareStoreOutput(keys_to_store=todo, store_spec=KvshareLoadStoreSpec(todo),
+            todo, ids, start = todo
+            return PrepareStoreOutput(keys_to_store=todo,
+                                      store_spec=KvshareLoadStoreSpec(todo, ids, start),
                                       evicted_keys=[])
 
         def complete_store(self, keys, req_context, success=True):
@@ -779,7 +893,7 @@ if LAYOUT == "base":
             # Heads and head size come from the pool once seen (resolve).
             geo = EngineGeometry(self._layout[0], 0, 0, self._layout[1], self._layout[2])
             self._setup(config.extra_config, config.engine_id, config.parallel.world_size, geo,
-                        factor)
+                        factor, config.parallel)
             probe = self.connect(False, "vllm-spec")  # refuses a wrong layout now
             probe.close()
 
@@ -847,7 +961,7 @@ else:
         def prepare_store(self, block_hashes):
             self.core.expire(self.ttl)
             try:
-                todo = self.core.plan_store([bytes(h) for h in block_hashes])
+                todo = self.core.plan_store([bytes(h) for h in block_hashes])[0]
             except kvshare.KvsError:
                 return None
             return PrepareStoreOutput(block_hashes_to_store=todo,
