@@ -795,7 +795,7 @@ int store_lookup(server_t *srv, session_t *s, uint32_t ns, const uint32_t *token
      * (hits by tier included): this run comes out of the counters. */
     if ((session_rerun(s) == SESSION_HOLD_TIER_JOB || session_rerun(s) == SESSION_HOLD_TIER_ANY) &&
         !waited)
-        radix_lookup_uncount(st->index, ns, n_tokens, n_blocks, n_blocks - n_t1);
+        radix_lookup_uncount(st->index, ns, n_tokens, n_blocks, n_blocks - n_t1, 0);
     /* Tier-2 blocks that another session reads in place stay, and so do
      * the blocks after them (radix_promotable). */
     size_t n_promote = 0;

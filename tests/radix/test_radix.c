@@ -1293,15 +1293,15 @@ START_TEST(test_tier2_top_drop_uncount)
     ck_assert_int_eq(radix_ns_stats(t, ns, &after), 0);
     ck_assert_uint_eq(after.hit_tokens - before.hit_tokens, 4 * BT);
     ck_assert_uint_eq(after.t2_hit_tokens - before.t2_hit_tokens, 2 * BT);
-    ck_assert_int_eq(radix_lookup_uncount(t, ns, 4 * BT, 4, 5), KVS_EINVAL);
-    ck_assert_int_eq(radix_lookup_uncount(t, 7, 4 * BT, 4, 2), KVS_ENONS);
-    ck_assert_int_eq(radix_lookup_uncount(t, ns, 4 * BT, 4, 2), 0);
+    ck_assert_int_eq(radix_lookup_uncount(t, ns, 4 * BT, 4, 5, 0), KVS_EINVAL);
+    ck_assert_int_eq(radix_lookup_uncount(t, 7, 4 * BT, 4, 2, 0), KVS_ENONS);
+    ck_assert_int_eq(radix_lookup_uncount(t, ns, 4 * BT, 4, 2, 0), 0);
     ck_assert_int_eq(radix_ns_stats(t, ns, &after), 0);
     ck_assert_uint_eq(after.lookups, before.lookups);
     ck_assert_uint_eq(after.lookup_tokens, before.lookup_tokens);
     ck_assert_uint_eq(after.hit_tokens, before.hit_tokens);
     ck_assert_uint_eq(after.t2_hit_tokens, before.t2_hit_tokens);
-    ck_assert_int_eq(radix_lookup_uncount(t, ns, 4 * BT, 4, 2), KVS_EINVAL); /* nothing left */
+    ck_assert_int_eq(radix_lookup_uncount(t, ns, 4 * BT, 4, 2, 0), KVS_EINVAL); /* nothing left */
 
     /* A second prompt fills the pool; demoting for it drops tier 2's
      * least recently used leaf (prompt 1's last block) through on_evict. */
