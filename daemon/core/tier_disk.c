@@ -35,7 +35,8 @@ enum {
     H_LEN = 32,
     H_SLOT = 36,
     H_CRC = 40,
-    H_NS = 48,
+    H_PARENT = 48, /* format 2: the chained hash this block chains from */
+    H_NS = 56,
     H_TOKENS = TIER_DISK_HDR_FIXED,
 };
 
@@ -108,6 +109,7 @@ void tier_disk_encode(const tier_disk_t *td, uint8_t *buf, uint32_t slot,
     put32(buf + H_FORMAT, TIER_DISK_FORMAT);
     put64(buf + H_SEQ, meta->seq);
     put64(buf + H_HASH, meta->chain_hash);
+    put64(buf + H_PARENT, meta->parent_hash);
     put32(buf + H_NSID, meta->ns_id);
     uint32_t nt = meta->ntokens <= td->block_tokens ? meta->ntokens : td->block_tokens;
     put32(buf + H_NTOK, nt);
@@ -138,6 +140,7 @@ int tier_disk_decode(const tier_disk_t *td, const uint8_t *buf, uint32_t slot,
         return KVS_ENOTFOUND;
     meta->seq = get64(buf + H_SEQ);
     meta->chain_hash = get64(buf + H_HASH);
+    meta->parent_hash = get64(buf + H_PARENT);
     meta->ns_id = get32(buf + H_NSID);
     meta->ntokens = nt;
     memcpy(meta->ns, buf + H_NS, TIER_DISK_NS_MAX);
@@ -374,6 +377,7 @@ static int scan_one(tier_disk_t *td, const uint8_t *buf, uint32_t slot, size_t *
                               .seq = m.seq,
                               .ns_id = m.ns_id,
                               .chain_hash = m.chain_hash,
+                              .parent_hash = m.parent_hash,
                               .ntokens = m.ntokens,
                               .tokens = tokens};
     memcpy(r->ns, m.ns, TIER_DISK_NS_MAX);

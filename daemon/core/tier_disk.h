@@ -30,10 +30,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define TIER_DISK_FORMAT    1u
+#define TIER_DISK_FORMAT    2u /* 2: records name their parent's chained hash */
 #define TIER_DISK_ALIGN     4096u
 #define TIER_DISK_NS_MAX    64u  /* namespace name bytes, with its NUL */
-#define TIER_DISK_HDR_FIXED 112u /* header bytes before the tokens */
+#define TIER_DISK_HDR_FIXED 120u /* header bytes before the tokens */
 #define TIER_DISK_NO_SLOT   UINT32_MAX
 
 typedef enum tier_disk_io {
@@ -58,7 +58,8 @@ typedef struct tier_disk_meta {
     uint32_t ns_id;
     char ns[TIER_DISK_NS_MAX]; /* NUL-terminated */
     uint64_t chain_hash;
-    uint32_t ntokens; /* <= block_tokens */
+    uint64_t parent_hash; /* the hash it chains from: the prefix's, or the namespace's seed */
+    uint32_t ntokens;     /* <= block_tokens */
     const uint32_t *tokens;
     uint64_t seq; /* written by tier_disk_submit (writes); checked on reads when non-zero */
 } tier_disk_meta_t;
@@ -133,6 +134,7 @@ typedef struct tier_disk_record {
     uint32_t ns_id;
     char ns[TIER_DISK_NS_MAX];
     uint64_t chain_hash;
+    uint64_t parent_hash;
     uint32_t ntokens;
     uint32_t *tokens; /* ntokens, owned by the scan */
 } tier_disk_record_t;
