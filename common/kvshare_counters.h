@@ -156,7 +156,13 @@
       "Timed retention hints ignored because max_timed_hints blocks already hold one") \
     X(clears_denied, 0, "kvshare_clears_denied_total", "", \
       "Clear requests refused: the session may not clear that namespace (clear_uids, " \
-      "clear_gids, or the namespace's allow-list)")
+      "clear_gids, or the namespace's allow-list)") \
+    X(disk_reads, 0, "kvshare_disk_reads_total", "", \
+      "Blocks read back from the disk tier (tier 3) into the pool and verified") \
+    X(disk_crc_failures, 0, "kvshare_disk_crc_failures_total", "", \
+      "Disk tier reads of a slot whose record did not verify (misses, never served)") \
+    X(disk_restored, 0, "kvshare_disk_restored_blocks_total", "", \
+      "Blocks put back into the index from the disk tier's file at start (warm restart)")
 /* clang-format on */
 
 /* Room for counters in kvs_stats_t and StatsReply.counters. */

@@ -523,6 +523,10 @@ uint32_t radix_tier_of(const radix_tree_t *t, uint32_t id);
 int radix_block_chain(const radix_tree_t *t, uint32_t id, uint64_t *hash, uint64_t *parent_hash,
                       const uint32_t **tokens);
 
+/* The other id of busy block id (radix_copy_done's *peer to come): where
+ * its bytes are copied from. Errors: KVS_EINVAL, KVS_ENOTFOUND (not busy). */
+int radix_block_peer(const radix_tree_t *t, uint32_t id, uint32_t *peer);
+
 /* Puts blocks straight into a lower tier (a disk tier's records found at a
  * restart): the n_ids blocks of tokens in namespace ns, block i under id
  * ids[i], all ids of one lower tier k and free there. Blocks of the prefix

@@ -271,6 +271,16 @@ uint32_t radix_tier_of(const radix_tree_t *t, uint32_t id)
     return tier_of(t, id) + 1;
 }
 
+int radix_block_peer(const radix_tree_t *t, uint32_t id, uint32_t *peer)
+{
+    if (!t || !peer || id >= t->id_end)
+        return KVS_EINVAL;
+    if (!t->peer || !t->by_node[id] || t->peer[id] == UINT32_MAX)
+        return KVS_ENOTFOUND;
+    *peer = t->peer[id];
+    return 0;
+}
+
 uint32_t radix_busy_blocks(const radix_tree_t *t)
 {
     return t ? t->n_busy : 0;

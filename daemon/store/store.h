@@ -10,8 +10,10 @@
  *       |-- pool_t          pool ids: FREE / WRITING / CACHED
  *       |-- radix_tree_t    cached prefixes, pins, eviction; tier-2 ids after
  *       |                   the pool's (radix.h, Tiers)
- *       |-- rec[id]         one record per index id: pool ids, then tier-2 ids
- *       `-- medium          the tier below the pool (tier_medium.h); NULL: none
+ *       |-- rec[id]         one record per index id: pool ids, then tier-2 ids,
+ *       |                   then tier-3 ids
+ *       |-- medium          tier 2, below the pool (tier_medium.h); NULL: none
+ *       `-- medium3         tier 3, below tier 2: the disk (store_disk.h); NULL: none
  *
  * Lifecycle (docs: DESIGN.md, Block lifecycle):
  *
@@ -102,13 +104,14 @@ struct store {
     pool_t *pool;
     radix_tree_t *index;
     store_record_t *rec; /* [n_ids] */
-    uint32_t n_ids;      /* pool blocks + tier-2 blocks */
+    uint32_t n_ids;      /* pool blocks + tier-2 blocks + tier-3 blocks */
     uint32_t mark_stamp;
-    uint64_t *keys;             /* [pool blocks]: one commit's BlockStored keys */
-    store_evicted_t *report;    /* during one store call: where dropped blocks go */
-    struct tier_medium *medium; /* the tier below the pool; NULL: none */
-    uint64_t medium_down_until; /* loop ms: after a failed copy, no moves before it */
-    struct store_drain *drains; /* pins of closed sessions still to let go (FIFO) */
+    uint64_t *keys;              /* [pool blocks]: one commit's BlockStored keys */
+    store_evicted_t *report;     /* during one store call: where dropped blocks go */
+    struct tier_medium *medium;  /* tier 2, below the pool; NULL: none */
+    struct tier_medium *medium3; /* tier 3, below tier 2 (the disk); NULL: none */
+    uint64_t medium_down_until;  /* loop ms: after a failed copy, no moves before it */
+    struct store_drain *drains;  /* pins of closed sessions still to let go (FIFO) */
     struct store_drain *drains_tail;
 };
 

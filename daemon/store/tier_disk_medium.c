@@ -158,7 +158,8 @@ static int start(tier_medium_t *m, bool put, const uint32_t *ids, const uint32_t
     for (size_t i = 0; i < n; i++) {
         tier_disk_op_t *op = &b->ops[i];
         op->slot = slots[i];
-        op->data = b->stage ? b->stage + i * dm->src.block_bytes : dm->src.block(dm->src.arg, ids[i]);
+        op->data =
+            b->stage ? b->stage + i * dm->src.block_bytes : dm->src.block(dm->src.arg, ids[i]);
         if (put) {
             dm->src.meta(dm->src.arg, ids[i], &op->meta);
             if (b->tokens) { /* the index may move its copy before the write */

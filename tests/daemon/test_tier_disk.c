@@ -757,6 +757,7 @@ static int start_server(const geometry_t *g, bool wipe, char *err, size_t len)
     cfg.geometry = *g;
     cfg.backend.kind = BACKEND_HOST;
     cfg.pool_blocks = 4;
+    cfg.host_tier_bytes = 4 * geometry_block_bytes(g); /* the disk tier hangs below it */
     cfg.disk_tier_path = path;
     cfg.disk_tier_bytes = 1 << 20;
     cfg.disk_tier_wipe = wipe;
