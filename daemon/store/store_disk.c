@@ -46,8 +46,8 @@ static void src_load(void *arg, uint32_t id, void *buf)
     for (uint32_t l = 0; l < srv->geo.layers; l++)
         for (uint32_t p = 0; p < planes; p++, out += piece)
             memcpy(out,
-                   base + geometry_offset(&srv->geo, srv->tier2_blocks, l, p,
-                                          from - srv->num_blocks),
+                   base +
+                       geometry_offset(&srv->geo, srv->tier2_blocks, l, p, from - srv->num_blocks),
                    piece);
 }
 
@@ -61,8 +61,8 @@ static void src_store(void *arg, uint32_t id, const void *buf)
     const uint8_t *in = buf;
     for (uint32_t l = 0; l < srv->geo.layers; l++)
         for (uint32_t p = 0; p < planes; p++, in += piece) {
-            int rc = backend_write(srv->backend, geometry_offset(&srv->geo, srv->num_blocks, l, p, id),
-                                   in, piece);
+            int rc = backend_write(
+                srv->backend, geometry_offset(&srv->geo, srv->num_blocks, l, p, id), in, piece);
             if (rc != 0)
                 LOG_ERROR("disk tier: writing pool block %u failed: %s", id, kvs_status_text(rc));
         }
@@ -230,20 +230,18 @@ int store_disk_restore(server_t *srv, size_t *restored, size_t *dropped)
     uint8_t *is_parent = calloc(sc.n, 1);
     uint8_t *state = calloc(sc.n, 1); /* 1: restored */
     int rc = path && tokens && ids && canonical && is_parent && state ? table_build(&tb, &sc)
-                                                                       : KVS_ENOMEM;
+                                                                      : KVS_ENOMEM;
     if (rc == 0) {
         mark_parents(&sc, &tb, is_parent);
         /* Leaves oldest first (the scan's order), so recency follows the
          * sequence numbers: the newest chains are the last to go. */
         for (size_t i = 0; i < sc.n; i++)
             if (!is_parent[i])
-                *restored +=
-                    restore_chain(srv, &sc, &tb, i, path, tokens, ids, canonical, state);
+                *restored += restore_chain(srv, &sc, &tb, i, path, tokens, ids, canonical, state);
         /* A parent no leaf reached (its leaves were dropped): its own chain. */
         for (size_t i = sc.n; i-- > 0;)
             if (is_parent[i] && !state[i])
-                *restored +=
-                    restore_chain(srv, &sc, &tb, i, path, tokens, ids, canonical, state);
+                *restored += restore_chain(srv, &sc, &tb, i, path, tokens, ids, canonical, state);
     }
     /* Whatever did not go in frees its slot: never served. */
     for (size_t i = 0; i < sc.n; i++)

@@ -45,6 +45,8 @@ typedef struct disk_medium {
     tier_medium_stats_t st;
     uint64_t last_log_ns; /* failures are logged once a second at most */
     uint64_t unlogged;    /* failed batches since the last line */
+    size_t in_flight;     /* batches started and not finished: the async handle keeps the
+                           * loop alive only while there are some */
 } disk_medium_t;
 
 /* On a tier thread. */
@@ -100,6 +102,8 @@ static void finish(disk_medium_t *dm, disk_batch_t *b)
                 dm->src.store(dm->src.arg, b->ids[i], b->stage + i * dm->src.block_bytes);
         }
     }
+    if (--dm->in_flight == 0)
+        uv_unref((uv_handle_t *)&dm->async);
     tier_medium_done_fn done = b->done;
     void *arg = b->arg;
     free(b->stage);
@@ -187,6 +191,8 @@ static int start(tier_medium_t *m, bool put, const uint32_t *ids, const uint32_t
         free(b);
         return rc;
     }
+    if (dm->in_flight++ == 0)
+        uv_ref((uv_handle_t *)&dm->async);
     if (put)
         dm->st.puts++;
     else
@@ -277,6 +283,7 @@ int tier_disk_medium_open(uv_loop_t *loop, tier_disk_t *td, const tier_disk_sour
         return KVS_EIO;
     }
     dm->async.data = dm;
+    uv_unref((uv_handle_t *)&dm->async); /* idle: the loop may end */
     pthread_mutex_init(&dm->mu, NULL);
     dm->m.ops = &disk_ops;
     dm->m.capacity = tier_disk_capacity(td);
