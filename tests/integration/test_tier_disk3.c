@@ -42,9 +42,9 @@ static char disk_dir[256], disk_path[300];
  * disk tier of disk_bytes. */
 static const char *const *tier_flags(void)
 {
-    static const char *flags[] = {"--host-tier",      "8KiB", "--disk-tier-path", disk_path,
-                                  "--disk-tier-bytes", "1MiB", "--disk-tier-io",    "threads",
-                                  NULL};
+    static const char *flags[] = {
+        "--host-tier", "8KiB",           "--disk-tier-path", disk_path, "--disk-tier-bytes",
+        "1MiB",        "--disk-tier-io", "threads",          NULL};
     flags[3] = disk_path;
     return flags;
 }
@@ -133,8 +133,8 @@ static size_t lookup_checked(kvs_client_t *c, uint32_t seed)
                 for (size_t i = 0; i < g.slot_bytes; i++)
                     want[i] = pattern(seed, l, kv, j, i);
                 ck_assert_msg(memcmp(slot, want, g.slot_bytes) == 0,
-                              "prompt %u block %zu layer %u kv %u: wrong bytes served", seed, j,
-                              l, kv);
+                              "prompt %u block %zu layer %u kv %u: wrong bytes served", seed, j, l,
+                              kv);
             }
     if (n > 0)
         ck_assert_int_eq(kvs_release(c, got, n, NULL), 0);
