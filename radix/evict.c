@@ -465,7 +465,7 @@ static void prio_changed(radix_tree_t *t, uint32_t id, uint32_t before)
         ns->st.cached_by_band[band]++;
         t->band_of[id] = (uint8_t)band;
     }
-    for (int q = 0; q < 2; q++) {
+    for (int q = 0; q < RADIX_TIERS; q++) {
         if (n->q[q].where != WHERE_NONE && cand_pos(n, q) == t->by_pos[id]) {
             radix__unqueue(t, n, q);
             expose(t, n, q);

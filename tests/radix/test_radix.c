@@ -1649,6 +1649,7 @@ typedef struct diff_cfg {
     uint64_t bonus_ticks;
     uint32_t horizon_pct;
     uint32_t t2_blocks; /* > 0: a tier 2, and demote/promote/copy steps */
+    uint32_t t3_blocks; /* > 0: a tier 3 below tier 2 as well */
 } diff_cfg_t;
 
 #define MAX_PROMPT_BLOCKS 10
@@ -1673,7 +1674,8 @@ static void diff_run(const diff_cfg_t *dc)
                           .freq_bonus_pct = dc->bonus_pct,
                           .freq_bonus_ticks = dc->bonus_ticks,
                           .freq_horizon_pct = dc->horizon_pct,
-                          .tier2_blocks = dc->t2_blocks};
+                          .tier2_blocks = dc->t2_blocks,
+                          .tier3_blocks = dc->t3_blocks};
     static const uint32_t quotas[3] = {0, 16, 0}, reserves[3] = {0, 0, 12};
     static const char *const names[3] = {"free", "quota", "reserve"};
     radix_diff_t *d = malloc(sizeof(*d));
@@ -1686,7 +1688,7 @@ static void diff_run(const diff_cfg_t *dc)
         rng_state = 1;
     uint32_t tok[MAX_PROMPT_BLOCKS * MAX_BT + 16];
     uint32_t ids[MAX_PROMPT_BLOCKS];
-    uint32_t n_all = dc->max_blocks + dc->t2_blocks; /* ids of both tiers */
+    uint32_t n_all = dc->max_blocks + dc->t2_blocks + dc->t3_blocks; /* ids of every tier */
     long counts[8] = {0};
     long insert_rc[32] = {0}, evicted = 0, max_cached = 0, pinned_lookups = 0, pins_refused = 0;
     uint64_t clock_now = 1; /* the clock of hint ends */
@@ -1823,10 +1825,14 @@ static void diff_run(const diff_cfg_t *dc)
     uint64_t taken_back = d->m.taken_back;
     evicted = (long)d->evicted_total;
     long demoted = 0, promoted = 0, t2_dropped = 0, copies_done = (long)d->copies_done;
+    long demoted3 = 0, t3_dropped = 0, t3_hits = 0;
     for (uint32_t k = 0; k < 3; k++) {
         demoted += (long)d->m.ns[k].demoted;
         promoted += (long)d->m.ns[k].promoted;
         t2_dropped += (long)d->m.ns[k].t2_dropped;
+        demoted3 += (long)d->m.ns[k].demoted3;
+        t3_dropped += (long)d->m.ns[k].t3_dropped;
+        t3_hits += (long)d->m.ns[k].t3_hit_tokens;
     }
     /* Release everything: the tree must then empty out completely (with a
      * tier 2, once every copy is done, tier 1 is demoted and tier 2 cleared). */
@@ -1845,8 +1851,13 @@ static void diff_run(const diff_cfg_t *dc)
         ck_assert_int_gt(demoted, dc->ops / 200);
         ck_assert_int_gt(promoted, dc->ops / 2000);
         ck_assert_int_gt(copies_done, dc->ops / 200);
-        ck_assert_int_gt(t2_dropped, dc->ops / 1000);
+        /* with a tier 3, tier 2 moves its blocks down instead of dropping them */
+        ck_assert_int_gt(dc->t3_blocks ? t3_dropped : t2_dropped, dc->ops / 1000);
         ck_assert_int_gt(insert_rc[-KVS_EBUSY], 10);
+    }
+    if (dc->t3_blocks > 0) {
+        ck_assert_int_gt(demoted3, dc->ops / 1000);
+        ck_assert_int_gt(t3_hits, 0);
     }
     /* Every kind of operation ran many times. */
     for (int k = 0; k < 7; k++)
@@ -1894,6 +1905,32 @@ static void diff_tiers(uint32_t t2_blocks, uint64_t seed)
 START_TEST(test_diff_tier2_smaller)
 {
     diff_tiers(16, 0x5EED0001);
+}
+END_TEST
+
+/* Three tiers: tier 2 makes room by moving blocks to tier 3, which drops
+ * its own leaves; promotions come back from either. */
+static void diff_tiers3(uint32_t t2_blocks, uint32_t t3_blocks, uint64_t seed)
+{
+    diff_cfg_t dc = {.seed = seed,
+                     .ops = diff_ops(60000, 20000),
+                     .bt = 2,
+                     .vocab = 3,
+                     .max_blocks = 48,
+                     .t2_blocks = t2_blocks,
+                     .t3_blocks = t3_blocks};
+    diff_run(&dc);
+}
+
+START_TEST(test_diff_tier3_small)
+{
+    diff_tiers3(16, 32, 0x5EED0031);
+}
+END_TEST
+
+START_TEST(test_diff_tier3_large)
+{
+    diff_tiers3(48, 384, 0x5EED0032);
 }
 END_TEST
 
@@ -2313,6 +2350,8 @@ static Suite *radix_suite(void)
     tcase_set_timeout(diff, 600);
     tcase_add_test(diff, test_diff_xxh3);
     tcase_add_test(diff, test_diff_tier2_smaller);
+    tcase_add_test(diff, test_diff_tier3_small);
+    tcase_add_test(diff, test_diff_tier3_large);
     tcase_add_test(diff, test_diff_tier2_equal);
     tcase_add_test(diff, test_diff_tier2_larger);
     tcase_add_test(diff, test_diff_collisions);
