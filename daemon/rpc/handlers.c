@@ -15,6 +15,7 @@
 #include "now.h"
 #include "session.h"
 #include "tier.h"
+#include "tier_disk.h"
 #include "store.h"
 #include "namespaces.h"
 
@@ -820,6 +821,9 @@ int handler_stats(session_t *s, const Kvshare__Request *req, Kvshare__Response *
     r->tier2_total_blocks = srv->tier2_blocks;
     r->tier2_cached_blocks = radix_tier2_blocks(srv->index);
     r->copying_blocks = radix_busy_blocks(srv->index);
+    r->tier3_total_blocks = srv->tier3_blocks;
+    r->tier3_cached_blocks = radix_tier_blocks(srv->index, 3);
+    r->disk_io = srv->disk_tier ? (char *)tier_disk_io_name(srv->disk_tier) : "";
     char *copy_path = malloc(512);
     if (!copy_path)
         return fail(ctx, KVS_ENOMEM, "out of memory for the stats");

@@ -19,6 +19,8 @@ typedef struct job_part {
     uint32_t *ids;   /* the medium's block ids: pool ids, or a disk put's tier-3 index ids */
     uint32_t *slots; /* the medium's slots */
     size_t n;
+    struct tier_job *job; /* the medium's done argument: this part */
+    int kind;             /* PART_* */
 } job_part_t;
 
 struct tier_job {
@@ -55,6 +57,8 @@ static tier_job_t *job_new(server_t *srv, session_t *s, bool put, size_t n, size
     for (int k = 0; k < PART_N; k++) {
         j->part[k].ids = j->part_mem + 2 * k * m;
         j->part[k].slots = j->part_mem + (2 * k + 1) * m;
+        j->part[k].job = j;
+        j->part[k].kind = k;
     }
     j->srv = srv;
     j->s = s;
@@ -148,10 +152,13 @@ static void job_done(tier_job_t *j, const tier_medium_result_t *res);
 /* One part's medium called back: the job ends with its last part. */
 static void part_done(void *arg, const tier_medium_result_t *res)
 {
-    tier_job_t *j = arg;
-    if (res->status != 0 && j->res.status == 0) {
+    job_part_t *p = arg;
+    tier_job_t *j = p->job;
+    if (p->kind == PART_DISK_GET && res->status == 0)
+        metrics_observe(&j->srv->metrics.disk_read_time, metrics_latency_bounds_ns,
+                        metrics_latency_n_bounds, res->copy_ns);
+    if (res->status != 0 && j->res.status == 0)
         j->res.status = res->status;
-    }
     j->res.fatal = j->res.fatal || (res->status != 0 && res->fatal);
     if (res->copy_ns > j->res.copy_ns)
         j->res.copy_ns = res->copy_ns;
@@ -226,8 +233,8 @@ static int start(tier_job_t *j, session_t *s)
             continue;
         int prc = !m ? KVS_EINVAL
                   : k == PART_HOST_PUT || k == PART_DISK_PUT
-                      ? m->ops->put(m, p->ids, p->slots, p->n, part_done, j)
-                      : m->ops->get(m, p->ids, p->slots, p->n, part_done, j);
+                      ? m->ops->put(m, p->ids, p->slots, p->n, part_done, p)
+                      : m->ops->get(m, p->ids, p->slots, p->n, part_done, p);
         if (prc == 0)
             j->pending++;
         else if (rc == 0)

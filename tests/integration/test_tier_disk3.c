@@ -173,6 +173,11 @@ START_TEST(three_tiers_round_trip)
     kvs_stats_t s;
     settle(c, &s);
     ck_assert_uint_eq(s.tier2_cached_blocks, 16);
+    /* 1 MiB: a superblock page and 255 slots of 4 KiB */
+    ck_assert_uint_eq(s.tier3_total_blocks, 255);
+    ck_assert_uint_eq(s.tier3_cached_blocks, 12 * NB);
+    ck_assert_ptr_nonnull(s.disk_io);
+    ck_assert_str_eq(s.disk_io, "threads");
     ck_assert_uint_eq(s.disk_reads, 0);
     ck_assert_uint_eq(s.evictions, 0); /* 80 blocks fit in 16 + 16 + 255 */
     kvs_stats_free(&s);
@@ -184,6 +189,7 @@ START_TEST(three_tiers_round_trip)
     settle(c, &s);
     ck_assert_uint_ge(s.disk_reads, 12 * NB);
     ck_assert_uint_eq(s.disk_crc_failures, 0);
+    ck_assert_uint_eq(s.tier3_cached_blocks + s.tier2_cached_blocks + s.cached_blocks, 20 * NB);
     ck_assert_uint_eq(s.evictions, 0);
     ck_assert_uint_eq(s.pinned_blocks, 0);
     kvs_stats_free(&s);
@@ -227,6 +233,8 @@ START_TEST(warm_restart_after_sigkill)
     c = client();
     ck_assert_int_eq(kvs_stats(c, &s), 0);
     ck_assert_uint_ge(s.disk_restored, 12 * NB);
+    ck_assert_uint_eq(s.tier3_cached_blocks, s.disk_restored); /* the pool and host start empty */
+    ck_assert_uint_eq(s.cached_blocks + s.tier2_cached_blocks, 0);
     kvs_stats_free(&s);
     for (uint32_t p = 1; p <= 12; p++)
         ck_assert_uint_eq(lookup_checked(c, p), NB);

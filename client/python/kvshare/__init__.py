@@ -172,7 +172,9 @@ class _Stats(ctypes.Structure):
         ("tier2_total_blocks", ctypes.c_uint32), ("tier2_cached_blocks", ctypes.c_uint32),
         ("copying_blocks", ctypes.c_uint32), ("reserved32", ctypes.c_uint32),
         ("copy_path", ctypes.c_char_p),
-        ("reserved", ctypes.c_uint64 * 5),
+        ("tier3_total_blocks", ctypes.c_uint32), ("tier3_cached_blocks", ctypes.c_uint32),
+        ("disk_io", ctypes.c_char_p),
+        ("reserved", ctypes.c_uint64 * 3),
         ("counters", ctypes.c_uint64 * COUNTER_SLOTS),
     ]
 
@@ -626,6 +628,7 @@ class Client:
                 out[name] = s.counters[i]
             out["backend"] = "cuda" if s.backend == BACKEND_CUDA else "host"
             out["copy_path"] = s.copy_path.decode() if s.copy_path else None
+            out["disk_io"] = s.disk_io.decode() if s.disk_io else None
             out["namespaces"] = []
             for i in range(s.n_namespaces):
                 ns = s.namespaces[i]
