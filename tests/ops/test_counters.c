@@ -37,7 +37,8 @@ static const char *const gauges[] = {
     "pinned_blocks",  "sessions",    "block_bytes",        "pool_bytes",
     "backend",        "uptime_ms",   "index_bytes",        "block_tokens",
     "namespaces",     "counters",    "tier2_total_blocks", "tier2_cached_blocks",
-    "copying_blocks", "copy_path",
+    "copying_blocks", "copy_path",   "tier3_total_blocks", "tier3_cached_blocks",
+    "disk_io",
 };
 
 static int is_gauge(const char *name)
