@@ -1387,6 +1387,148 @@ END_TEST
 /* radix_copy_undo: a failed copy's moves go back, in reverse order, to the
  * ids they left, with their pins; one that would put a tier-1 block below a
  * tier-2 one is refused and changes nothing. */
+/* Three tiers: a full tier 2 moves its candidates to tier 3 (moves from a
+ * tier-2 id, freed once copied), promotion from tier 3 goes straight to
+ * tier 1, a failed move down from tier 2 goes back up, and a restore puts
+ * chains straight into tier 3 with the caller's ids. */
+START_TEST(test_tier3_chain)
+{
+    radix_config_t cfg = {
+        .block_tokens = BT, .max_blocks = 4, .tier2_blocks = 2, .tier3_blocks = 4};
+    radix_tree_t *t = tree_cfg(cfg);
+    const uint32_t base3 = 6;
+    uint32_t ns = ns_new(t, "a", 0, 0), tok[4 * BT], ids[4], peer;
+    prompt(tok, 4 * BT, 1);
+    insert_run(t, ns, tok, 4, 0, false, 0);
+    radix_move_t mv[4];
+    size_t n_mv = 0, n_dr = 0, n = 0;
+    /* Two blocks down to tier 2 (its room), the leaf first. */
+    demote_copied(t, ns, 2, 4, mv);
+    ck_assert_uint_eq(radix_tier_blocks(t, 2), 2);
+    ck_assert_uint_eq(radix_tier_free(t, 2), 0);
+    /* Tier 2 is full: the next call moves tier 2's candidate (the leaf, 3)
+     * to tier 3; no tier-1 block moves in that call. */
+    ck_assert_int_eq(radix_demote(t, ns, 1, mv, &n_mv, &n_dr), 0);
+    ck_assert_uint_eq(n_mv, 1);
+    ck_assert_uint_eq(n_dr, 0);
+    ck_assert_uint_eq(radix_tier_of(t, mv[0].from), 2);
+    ck_assert_uint_eq(radix_tier_of(t, mv[0].to), 3);
+    ck_assert_int_eq(radix_block_peer(t, mv[0].to, &peer), 0);
+    ck_assert_uint_eq(peer, mv[0].from);
+    ck_assert_uint_eq(radix_tier_free(t, 2), 0); /* not free before the copy ends */
+    ck_assert_int_eq(radix_check(t), 0);
+    /* A failed copy: back to tier 2. */
+    ck_assert_int_eq(radix_copy_undo(t, mv[0].to, &peer), 0);
+    ck_assert_uint_eq(radix_tier_of(t, peer), 2);
+    ck_assert_uint_eq(radix_tier_blocks(t, 3), 0);
+    ck_assert_uint_eq(radix_tier_free(t, 3), 4);
+    ck_assert_int_eq(radix_check(t), 0);
+    /* Again, copied this time: tier 2 has a free id, the next call uses it. */
+    ck_assert_int_eq(radix_demote(t, ns, 1, mv, &n_mv, &n_dr), 0);
+    ck_assert_int_eq(radix_copy_done(t, mv[0].to, &peer), 0);
+    ck_assert_uint_eq(radix_tier_free(t, 2), 1);
+    demote_copied(t, ns, 1, 4, mv);
+    ck_assert_uint_eq(radix_tier_blocks(t, 1), 1);
+    ck_assert_uint_eq(radix_tier_blocks(t, 2), 2);
+    ck_assert_uint_eq(radix_tier_blocks(t, 3), 1);
+    ck_assert_int_eq(radix_check(t), 0);
+    /* A pinned lookup matches tier 1, then 2, then 3; counted by tier. */
+    radix_ns_stats_t st;
+    ck_assert_int_eq(radix_lookup(t, ns, tok, 4 * BT, true, ids, 4, &n), 0);
+    ck_assert_uint_eq(n, 4);
+    const uint32_t want_tier[4] = {1, 2, 2, 3};
+    for (uint32_t k = 0; k < 4; k++)
+        ck_assert_uint_eq(radix_tier_of(t, ids[k]), want_tier[k]);
+    ck_assert_int_eq(radix_ns_stats(t, ns, &st), 0);
+    ck_assert_uint_eq(st.t2_hit_tokens, 3 * BT);
+    ck_assert_uint_eq(st.t3_hit_tokens, 1 * BT);
+    ck_assert_uint_eq(st.demoted3_blocks, 2);
+    ck_assert_uint_eq(radix_promotable(t, ids + 1, 3), 3);
+    /* The tier-3 block cannot come up before its tier-2 parent. */
+    ck_assert_int_eq(radix_promote(t, ids[3], 1), KVS_EINVAL);
+    ck_assert_int_eq(radix_promote(t, ids[1], 1), 0);
+    ck_assert_int_eq(radix_promote(t, ids[2], 2), 0);
+    ck_assert_int_eq(radix_promote(t, ids[3], 3), 0);
+    ck_assert_int_eq(radix_check(t), 0);
+    /* Undone in reverse, the last goes back down to tier 3. */
+    ck_assert_int_eq(radix_copy_undo(t, 3, &peer), 0);
+    ck_assert_uint_eq(peer, ids[3]);
+    ck_assert_int_eq(radix_check(t), 0);
+    ck_assert_int_eq(radix_copy_done(t, 1, &peer), 0);
+    ck_assert_int_eq(radix_copy_done(t, 2, &peer), 0);
+    ck_assert_int_eq(radix_promote(t, ids[3], 3), 0);
+    ck_assert_int_eq(radix_copy_done(t, 3, &peer), 0);
+    ck_assert_uint_eq(peer, ids[3]);
+    ck_assert_uint_eq(radix_tier_blocks(t, 1), 4);
+    ck_assert_uint_eq(radix_tier_free(t, 2), 2);
+    ck_assert_uint_eq(radix_tier_free(t, 3), 4);
+    for (uint32_t k = 0; k < 4; k++)
+        ck_assert_int_eq(radix_unpin(t, k), 0);
+    ck_assert_int_eq(radix_check(t), 0);
+    radix_free(t);
+
+    /* Restore: chains straight into tier 3 under the caller's ids. */
+    cfg.tier3_blocks = 8;
+    t = tree_cfg(cfg);
+    ns = ns_new(t, "a", 0, 0);
+    uint32_t tok2[3 * BT], can[3];
+    prompt(tok2, 3 * BT, 2);
+    uint32_t r1[3] = {base3 + 5, base3 + 2, base3 + 7};
+    ck_assert_int_eq(radix_restore(t, ns, tok2, 3 * BT, r1, 3, can, &n), 0);
+    ck_assert_uint_eq(n, 3);
+    ck_assert_uint_eq(radix_tier_blocks(t, 3), 3);
+    ck_assert_uint_eq(radix_tier_free(t, 3), 5);
+    ck_assert_int_eq(radix_check(t), 0);
+    /* A longer chain through the same prefix: its first two stay. */
+    uint32_t tok3[4 * BT];
+    memcpy(tok3, tok2, 2 * BT * sizeof(uint32_t));
+    prompt(tok3 + 2 * BT, 2 * BT, 3);
+    uint32_t r2[4] = {base3 + 0, base3 + 1, base3 + 3, base3 + 4};
+    ck_assert_int_eq(radix_restore(t, ns, tok3, 4 * BT, r2, 4, can, &n), 0);
+    ck_assert_uint_eq(n, 4);
+    ck_assert_uint_eq(can[0], base3 + 5);
+    ck_assert_uint_eq(can[1], base3 + 2);
+    ck_assert_uint_eq(can[2], base3 + 3);
+    ck_assert_uint_eq(radix_tier_blocks(t, 3), 5);
+    ck_assert_uint_eq(radix_tier_free(t, 3), 3);
+    ck_assert_int_eq(radix_ns_stats(t, ns, &st), 0);
+    ck_assert_uint_eq(st.restored_blocks, 5);
+    ck_assert_uint_eq(st.tier3_blocks, 5);
+    ck_assert_int_eq(radix_check(t), 0);
+    /* Ids taken, of another tier, or mixed: refused. */
+    uint32_t taken[1] = {base3 + 3}, pool_ids[1] = {0}, mixed[2] = {base3 + 6, 4};
+    uint32_t tok4[2 * BT];
+    prompt(tok4, 2 * BT, 4);
+    ck_assert_int_eq(radix_restore(t, ns, tok4, BT, taken, 1, can, &n), KVS_EEXIST);
+    ck_assert_int_eq(radix_restore(t, ns, tok4, BT, pool_ids, 1, can, &n), KVS_EINVAL);
+    ck_assert_int_eq(radix_restore(t, ns, tok4, 2 * BT, mixed, 2, can, &n), KVS_EINVAL);
+    ck_assert_int_eq(radix_restore(t, 9, tok4, BT, r1, 1, can, &n), KVS_ENONS);
+    /* What names a restored block, for its next copy. */
+    uint64_t h, ph, h0;
+    const uint32_t *bt_tokens;
+    ck_assert_int_eq(radix_block_chain(t, base3 + 2, &h, &ph, &bt_tokens), 0);
+    ck_assert_int_eq(radix_block_hash(t, base3 + 5, &h0), 0);
+    ck_assert_uint_eq(ph, h0);
+    ck_assert(memcmp(bt_tokens, tok2 + BT, BT * sizeof(uint32_t)) == 0);
+    ck_assert_int_eq(radix_block_chain(t, base3 + 6, &h, &ph, &bt_tokens), KVS_ENOTFOUND);
+    /* A lookup finds them in tier 3, and they come back to tier 1. */
+    ck_assert_int_eq(radix_lookup(t, ns, tok3, 4 * BT, true, ids, 4, &n), 0);
+    ck_assert_uint_eq(n, 4);
+    ck_assert_int_eq(radix_promote(t, ids[0], 0), 0);
+    ck_assert_int_eq(radix_copy_done(t, 0, &peer), 0);
+    ck_assert_uint_eq(peer, base3 + 5);
+    ck_assert_uint_eq(radix_tier_free(t, 3), 4);
+    for (uint32_t k = 0; k < 4; k++)
+        ck_assert_int_eq(radix_unpin(t, k == 0 ? 0 : ids[k]), 0);
+    size_t cleared;
+    ck_assert_int_eq(radix_ns_clear(t, ns, &cleared), 0);
+    ck_assert_uint_eq(cleared, 5);
+    ck_assert_uint_eq(radix_tier_free(t, 3), 8);
+    ck_assert_int_eq(radix_check(t), 0);
+    radix_free(t);
+}
+END_TEST
+
 START_TEST(test_tier2_copy_undo)
 {
     radix_config_t cfg = {.block_tokens = BT, .max_blocks = 4, .tier2_blocks = 4};
@@ -2341,6 +2483,7 @@ static Suite *radix_suite(void)
     tcase_add_test(tc, test_tier2_promotable);
     tcase_add_test(tc, test_tier2_leaving_id);
     tcase_add_test(tc, test_tier2_copy_undo);
+    tcase_add_test(tc, test_tier3_chain);
     tcase_add_test(tc, test_memory);
     tcase_add_test(tc, test_alloc_failures);
     tcase_add_test(tc, test_evict_prompt);
