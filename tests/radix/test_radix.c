@@ -1471,7 +1471,7 @@ START_TEST(test_tier3_chain)
     cfg.tier3_blocks = 8;
     t = tree_cfg(cfg);
     ns = ns_new(t, "a", 0, 0);
-    uint32_t tok2[3 * BT], can[3];
+    uint32_t tok2[3 * BT], can[4];
     prompt(tok2, 3 * BT, 2);
     uint32_t r1[3] = {base3 + 5, base3 + 2, base3 + 7};
     ck_assert_int_eq(radix_restore(t, ns, tok2, 3 * BT, r1, 3, can, &n), 0);
