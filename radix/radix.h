@@ -454,6 +454,19 @@ typedef struct radix_move {
 int radix_demote(radix_tree_t *t, uint32_t for_ns, size_t n, radix_move_t *moves, size_t *n_moved,
                  size_t *n_dropped);
 
+/* Moves up to n candidates of tier k (2: tier 3 must exist) one tier down,
+ * by the rule of radix_evict for no namespace's need (RADIX_NS_ANY),
+ * making room there as radix_demote does (dropping its leaves): moves[0 ..
+ * *n_moved), busy until radix_copy_done(to); each old id is free once
+ * copied. For a caller that keeps free ids in tier k ahead of the next
+ * demotion into it, so that one does not wait for this one's copies.
+ * Errors: KVS_EINVAL (k has no tier below, NULL arguments). */
+int radix_spill(radix_tree_t *t, uint32_t k, size_t n, radix_move_t *moves, size_t *n_moved);
+
+/* Ids of lower tier k (2 or 3) held by moves out of it being copied (free
+ * once their copies end); 0 for tier 1 or a tier that does not exist. */
+uint32_t radix_tier_leaving(const radix_tree_t *t, uint32_t k);
+
 /* Moves the block lower_id of a lower tier (2 or 3), whose parent is in
  * tier 1, to the free tier-1 id block_id (the caller's; it becomes cached).
  * The block keeps its place, recency, hits and pins (a caller that pinned

@@ -156,6 +156,33 @@ int radix_demote(radix_tree_t *t, uint32_t for_ns, size_t n, radix_move_t *moves
     return 0;
 }
 
+int radix_spill(radix_tree_t *t, uint32_t k, size_t n, radix_move_t *moves, size_t *n_moved)
+{
+    if (!t || !n_moved || (n > 0 && !moves) || k < 2 || k >= t->n_tiers)
+        return KVS_EINVAL;
+    uint32_t q = k - 1; /* the tier's queue */
+    *n_moved = 0;
+    while (*n_moved < n) {
+        if (!radix__evict_choice(t, RADIX_NS_ANY, (int)q))
+            break;
+        /* the lowest tier makes room by dropping: 1 or -1 */
+        if (make_room(t, q + 1, RADIX_NS_ANY, moves, n_moved) != 1)
+            break;
+        radix_node_t *d = radix__evict_choice(t, RADIX_NS_ANY, (int)q);
+        if (!d)
+            break;
+        demote_one(t, d, q, EVICT_OTHERS, &moves[(*n_moved)++]);
+    }
+    return 0;
+}
+
+uint32_t radix_tier_leaving(const radix_tree_t *t, uint32_t k)
+{
+    if (!t || k < 2 || k > t->n_tiers)
+        return 0;
+    return t->lower[k - 1].inflight;
+}
+
 /* Whether the block at record pos of n is the first block of n below tier
  * 1 and its parent block is in tier 1: a promotion keeps the tier order. */
 static bool promotable_at(const radix_node_t *n, uint32_t pos)

@@ -896,6 +896,16 @@ int store_demote(server_t *srv, uint32_t ns, size_t n, radix_move_t *moves, size
     return rc;
 }
 
+void store_spill(server_t *srv, size_t n, radix_move_t *moves, size_t *n_moved)
+{
+    store_t *st = srv->store;
+    *n_moved = 0;
+    if (srv->tier3_blocks == 0 || radix_spill(st->index, 2, n, moves, n_moved) != 0)
+        return;
+    for (size_t i = 0; i < *n_moved; i++)
+        st->rec[moves[i].to].meta = st->rec[moves[i].from].meta;
+}
+
 void store_promote(server_t *srv, uint32_t *pins, size_t first, size_t n, uint32_t *pool_ids,
                    size_t *n_done)
 {

@@ -257,6 +257,12 @@ bool store_tiers_usable(const server_t *srv);
  * room for n. Errors: radix_demote's. */
 int store_demote(server_t *srv, uint32_t ns, size_t n, radix_move_t *moves, size_t *n_moved);
 
+/* With a tier 3: moves up to n of tier 2's least recently used blocks to
+ * it (radix_spill), so that tier 2 keeps free ids for the next demotion
+ * (which then does not wait for copies to the disk first); what tier 3
+ * drops for room is dropped for good. moves has room for n. */
+void store_spill(server_t *srv, size_t n, radix_move_t *moves, size_t *n_moved);
+
 /* Blocks fetched from the cluster tier (cluster_store.h): payloads[j]
  * (geometry_block_bytes each) hold block m + j of tokens in ns, j < n, and
  * prefix_ids[0..m) are the tier-1 blocks that hold its first m blocks now.

@@ -261,9 +261,18 @@ static int start(tier_job_t *j, session_t *s)
     return 1;
 }
 
+/* How many tier-2 blocks to move down to the disk along with a demotion of
+ * n: enough that the next demotion of as many finds free tier-2 ids, counting
+ * those that copies in flight will free. */
+static size_t spill_wanted(server_t *srv, size_t n)
+{
+    size_t ready = (size_t)radix_tier_free(srv->index, 2) + radix_tier_leaving(srv->index, 2);
+    return srv->tier3_blocks > 0 && n > ready ? n - ready : 0;
+}
+
 int tier_demote(server_t *srv, session_t *s, uint32_t ns, size_t n)
 {
-    radix_move_t *moves = calloc(n ? n : 1, sizeof(*moves));
+    radix_move_t *moves = calloc(n ? 2 * n : 1, sizeof(*moves));
     if (!moves)
         return KVS_ENOMEM;
     size_t n_moved = 0;
@@ -272,6 +281,11 @@ int tier_demote(server_t *srv, session_t *s, uint32_t ns, size_t n)
         free(moves);
         return rc;
     }
+    /* With a disk below host memory: room in host memory for the next
+     * demotion, in the same job (this request waits for it anyway). */
+    size_t spilled = 0;
+    store_spill(srv, spill_wanted(srv, n), moves + n_moved, &spilled);
+    n_moved += spilled;
     tier_job_t *j = job_new(srv, s, true, n_moved, 0);
     if (!j) {
         /* The index already moved them: put them back, nothing copied. */

@@ -172,10 +172,13 @@ START_TEST(three_tiers_round_trip)
         ck_assert_int_eq(write_prompt(c, p), 0);
     kvs_stats_t s;
     settle(c, &s);
-    ck_assert_uint_eq(s.tier2_cached_blocks, 16);
+    /* host memory keeps free room for the next demotion (store_spill) */
+    ck_assert_uint_le(s.tier2_cached_blocks, 16);
+    ck_assert_uint_ge(s.tier2_cached_blocks, 16 - NB);
     /* 1 MiB: a superblock page and 255 slots of 4 KiB */
     ck_assert_uint_eq(s.tier3_total_blocks, 255);
-    ck_assert_uint_eq(s.tier3_cached_blocks, 12 * NB);
+    ck_assert_uint_ge(s.tier3_cached_blocks, 12 * NB);
+    ck_assert_uint_eq(s.cached_blocks + s.tier2_cached_blocks + s.tier3_cached_blocks, 20 * NB);
     ck_assert_ptr_nonnull(s.disk_io);
     ck_assert_str_eq(s.disk_io, "threads");
     ck_assert_uint_eq(s.disk_reads, 0);

@@ -1465,6 +1465,23 @@ START_TEST(test_tier3_chain)
     for (uint32_t k = 0; k < 4; k++)
         ck_assert_int_eq(radix_unpin(t, k), 0);
     ck_assert_int_eq(radix_check(t), 0);
+
+    /* A spill: tier 2's candidate down to tier 3 without a tier-1 move,
+     * its tier-2 id leaving until copied. */
+    demote_copied(t, ns, 2, 4, mv);
+    ck_assert_uint_eq(radix_tier_free(t, 2), 0);
+    ck_assert_int_eq(radix_spill(t, 2, 1, mv, &n_mv), 0);
+    ck_assert_uint_eq(n_mv, 1);
+    ck_assert_uint_eq(radix_tier_of(t, mv[0].from), 2);
+    ck_assert_uint_eq(radix_tier_of(t, mv[0].to), 3);
+    ck_assert_uint_eq(radix_tier_leaving(t, 2), 1);
+    ck_assert_int_eq(radix_check(t), 0);
+    ck_assert_int_eq(radix_copy_done(t, mv[0].to, &peer), 0);
+    ck_assert_uint_eq(radix_tier_leaving(t, 2), 0);
+    ck_assert_uint_eq(radix_tier_free(t, 2), 1);
+    ck_assert_int_eq(radix_spill(t, 3, 1, mv, &n_mv), KVS_EINVAL);
+    ck_assert_int_eq(radix_spill(t, 1, 1, mv, &n_mv), KVS_EINVAL);
+    ck_assert_int_eq(radix_check(t), 0);
     radix_free(t);
 
     /* Restore: chains straight into tier 3 under the caller's ids. */
