@@ -101,8 +101,9 @@ static uint32_t record_crc(const tier_disk_t *td, const uint8_t *buf)
     return crc32c(c, buf + H_CRC + 4, td->slot_bytes - (H_CRC + 4));
 }
 
-void tier_disk_encode(const tier_disk_t *td, uint8_t *buf, uint32_t slot,
-                      const tier_disk_meta_t *meta, const void *payload)
+/* The record around a payload already at buf + hdr_bytes. */
+static void encode_around(const tier_disk_t *td, uint8_t *buf, uint32_t slot,
+                          const tier_disk_meta_t *meta)
 {
     memset(buf, 0, td->hdr_bytes);
     put32(buf + H_MAGIC, REC_MAGIC);
@@ -119,10 +120,16 @@ void tier_disk_encode(const tier_disk_t *td, uint8_t *buf, uint32_t slot,
     memcpy(buf + H_NS, meta->ns, nl);
     for (uint32_t i = 0; i < nt; i++)
         put32(buf + H_TOKENS + 4 * i, meta->tokens[i]);
-    memcpy(buf + td->hdr_bytes, payload, td->block_bytes);
     size_t end = td->hdr_bytes + td->block_bytes;
     memset(buf + end, 0, td->slot_bytes - end);
     put32(buf + H_CRC, record_crc(td, buf));
+}
+
+void tier_disk_encode(const tier_disk_t *td, uint8_t *buf, uint32_t slot,
+                      const tier_disk_meta_t *meta, const void *payload)
+{
+    memcpy(buf + td->hdr_bytes, payload, td->block_bytes);
+    encode_around(td, buf, slot, meta);
 }
 
 int tier_disk_decode(const tier_disk_t *td, const uint8_t *buf, uint32_t slot,
@@ -155,8 +162,12 @@ int tier_disk_decode(const tier_disk_t *td, const uint8_t *buf, uint32_t slot,
 void td_prepare(tier_disk_t *td, td_batch_t *b, size_t i, uint8_t *buf)
 {
     tier_disk_op_t *op = &b->ops[i];
-    if (b->write)
+    if (b->write && op->fill) {
+        op->fill(op->fill_ctx, op->fill_src, buf + td->hdr_bytes);
+        encode_around(td, buf, op->slot, &op->meta);
+    } else if (b->write) {
         tier_disk_encode(td, buf, op->slot, &op->meta, op->data);
+    }
 }
 
 /* A read's check: the record verifies and is the block asked for. */
@@ -209,7 +220,7 @@ int tier_disk_submit(tier_disk_t *td, bool write, tier_disk_op_t *ops, size_t n,
     if (n == 0)
         return KVS_EINVAL;
     for (size_t i = 0; i < n; i++)
-        if (ops[i].slot >= td->nslots || !ops[i].data)
+        if (ops[i].slot >= td->nslots || (!ops[i].data && !(write && ops[i].fill)))
             return KVS_EINVAL;
     td_batch_t *b = calloc(1, sizeof(*b));
     if (!b)

@@ -73,6 +73,13 @@ typedef struct tier_disk_op {
     void *data;
     tier_disk_meta_t meta;
     int status; /* out: 0, KVS_EIO (the disk failed), KVS_ENOTFOUND (see above) */
+    /* A write may give fill instead of data: called on a tier thread with
+     * fill_src to write the block's block_bytes into dst (the record's
+     * payload), so that gathering a block's pieces is not the caller's
+     * thread's work. It must only read memory that stays put until done. */
+    void (*fill)(void *ctx, uint32_t src, void *dst);
+    void *fill_ctx;
+    uint32_t fill_src;
 } tier_disk_op_t;
 
 /* Called once per batch, on one of the tier's threads, after every op ended. */
@@ -108,7 +115,8 @@ void tier_disk_stats(const tier_disk_t *td, tier_disk_stats_t *out);
 
 /* Starts a batch of writes (write = true) or reads; returns at once. done
  * runs once all ended (maybe before this returns). ops stay the caller's
- * until done. Returns 0, or KVS_EINVAL (a slot out of range, n == 0). */
+ * until done. Returns 0, or KVS_EINVAL (a slot out of range, n == 0, an op
+ * with neither data nor, for a write, fill). */
 int tier_disk_submit(tier_disk_t *td, bool write, tier_disk_op_t *ops, size_t n,
                      tier_disk_done_fn done, void *arg);
 

@@ -29,26 +29,36 @@ static void src_meta(void *arg, uint32_t id, tier_disk_meta_t *out)
         out->ntokens = srv->geo.block_tokens;
 }
 
-/* A put's bytes: the tier-2 block the tier-3 id is copied from, its pieces
- * (one per layer and plane) gathered into buf. */
-static void src_load(void *arg, uint32_t id, void *buf)
+/* On the loop: the tier-2 slot a put of tier-3 id `id` copies from (its
+ * peer in the index while the move is in flight; that slot is not reused
+ * before the move ends). UINT32_MAX when it is not one (cannot happen). */
+static uint32_t src_locate(void *arg, uint32_t id)
 {
     server_t *srv = arg;
     uint32_t from = 0;
-    if (radix_block_peer(srv->store->index, id, &from) != 0 || from < srv->num_blocks) {
-        memset(buf, 0, srv->block_bytes); /* cannot happen: a put is a busy tier-3 id */
+    if (radix_block_peer(srv->store->index, id, &from) != 0 || from < srv->num_blocks ||
+        from >= srv->num_blocks + srv->tier2_blocks)
+        return UINT32_MAX;
+    return from - srv->num_blocks;
+}
+
+/* On a tier thread: tier-2 slot `slot`'s pieces (one per layer and plane,
+ * laid out as the pool's) gathered into dst. Reads host memory only, which
+ * the move keeps in place; touches nothing the loop changes. */
+static void src_gather(void *arg, uint32_t slot, void *dst)
+{
+    const server_t *srv = arg;
+    if (slot == UINT32_MAX) {
+        memset(dst, 0, srv->block_bytes); /* a record of zeros, never named by the index */
         return;
     }
     const uint8_t *base = (const uint8_t *)backend_tier_base(srv->backend);
     uint64_t piece = geometry_slot_bytes(&srv->geo);
     uint32_t planes = geometry_planes(&srv->geo);
-    uint8_t *out = buf;
+    uint8_t *out = dst;
     for (uint32_t l = 0; l < srv->geo.layers; l++)
         for (uint32_t p = 0; p < planes; p++, out += piece)
-            memcpy(out,
-                   base +
-                       geometry_offset(&srv->geo, srv->tier2_blocks, l, p, from - srv->num_blocks),
-                   piece);
+            memcpy(out, base + geometry_offset(&srv->geo, srv->tier2_blocks, l, p, slot), piece);
 }
 
 /* A verified get's bytes into pool block id, piece by piece (the backend
@@ -72,8 +82,9 @@ int store_disk_open(server_t *srv, tier_medium_t **out)
 {
     tier_disk_source_t src = {.meta = src_meta,
                               .arg = srv,
-                              .load = src_load,
                               .store = src_store,
+                              .locate = src_locate,
+                              .gather = src_gather,
                               .block_bytes = srv->block_bytes,
                               .block_tokens = srv->geo.block_tokens};
     return tier_disk_medium_open(srv->loop, srv->disk_tier, &src, out);

@@ -10,8 +10,9 @@
  * medium (tier_disk_medium.h) copies them: a put gathers a tier-2 block's
  * pieces from host memory into one record, a get scatters a verified
  * record into a pool block (the pool's layout keeps a block's bytes in
- * pieces, one per layer and plane). Both run on the loop thread (the disk
- * I/O itself does not).
+ * pieces, one per layer and plane). The gather runs on the disk tier's
+ * threads, with the I/O; the scatter on the loop (the backend writes the
+ * pool).
  *
  * Warm restart: the records the disk tier's scan found at start (CRC
  * verified, newest sequence number of each block) name their namespace,

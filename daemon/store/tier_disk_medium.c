@@ -149,11 +149,12 @@ static int start(tier_medium_t *m, bool put, const uint32_t *ids, const uint32_t
     *b = (disk_batch_t){
         .dm = dm, .put = put, .ids = ids, .slots = slots, .n = n, .done = done, .arg = arg};
     uint32_t bt = dm->src.block_tokens;
-    if (!dm->src.block)
+    bool fill = put && !dm->src.block && dm->src.gather; /* gathered on a tier thread */
+    if (!dm->src.block && !fill)
         b->stage = malloc(n * dm->src.block_bytes);
     if (put && bt > 0)
         b->tokens = malloc(n * bt * sizeof(uint32_t));
-    if ((!dm->src.block && !b->stage) || (put && bt > 0 && !b->tokens)) {
+    if ((!dm->src.block && !fill && !b->stage) || (put && bt > 0 && !b->tokens)) {
         free(b->stage);
         free(b->tokens);
         free(b);
@@ -162,8 +163,14 @@ static int start(tier_medium_t *m, bool put, const uint32_t *ids, const uint32_t
     for (size_t i = 0; i < n; i++) {
         tier_disk_op_t *op = &b->ops[i];
         op->slot = slots[i];
-        op->data =
-            b->stage ? b->stage + i * dm->src.block_bytes : dm->src.block(dm->src.arg, ids[i]);
+        if (fill) {
+            op->fill = dm->src.gather;
+            op->fill_ctx = dm->src.arg;
+            op->fill_src = dm->src.locate(dm->src.arg, ids[i]);
+        } else {
+            op->data =
+                b->stage ? b->stage + i * dm->src.block_bytes : dm->src.block(dm->src.arg, ids[i]);
+        }
         if (put) {
             dm->src.meta(dm->src.arg, ids[i], &op->meta);
             if (b->tokens) { /* the index may move its copy before the write */

@@ -31,6 +31,11 @@ typedef struct tier_disk_source {
     void *arg;
     void (*load)(void *arg, uint32_t id, void *buf);
     void (*store)(void *arg, uint32_t id, const void *buf);
+    /* With staging, puts may instead name where block id's bytes are (on
+     * the loop: locate) and have a tier thread gather them into the record
+     * (gather, which must only read memory the put keeps in place). */
+    uint32_t (*locate)(void *arg, uint32_t id);
+    void (*gather)(void *arg, uint32_t src, void *dst);
     uint64_t block_bytes;  /* with staging: a block's bytes */
     uint32_t block_tokens; /* tokens per block (a put's copy of them) */
 } tier_disk_source_t;
