@@ -97,7 +97,8 @@
     X(tier_copied_bytes, 0, "kvshare_tier_copied_bytes_total", "", \
       "Bytes copied between the pool and tier 2, both ways") \
     X(tier2_drops, 0, "kvshare_tier2_drops_total", "", \
-      "Blocks dropped from tier 2 for good (part of evictions): tier 2 was full") \
+      "Blocks dropped for good below the pool (part of evictions): from tier 2 when it was " \
+      "full, or with a disk tier from tier 3") \
     X(tier_copy_us, 0, "kvshare_tier_copy_microseconds_total", "", \
       "Microseconds the copies between the pool and tier 2 took, on the copying threads") \
     X(tier_copy_failures, 0, "kvshare_tier_copy_failures_total", "", \
