@@ -465,6 +465,12 @@ static int finish(radix_diff_t *d)
     SAME(d, radix_pinned_blocks(d->t), 0);
     size_t all;
     if (d->t2_blocks > 0) {
+        /* Reservations off: with a tier 3, a tier-2 block of one namespace
+         * cannot move down into a tier 3 full of another's reserved blocks,
+         * and the tier-1 blocks above it then cannot move either (radix.h,
+         * radix_demote); a drain by demotion needs every tier to give. */
+        for (uint32_t k = 0; k < d->n_ns; k++)
+            SAME(d, radix_ns_set_limits(d->t, k, 0, 0), 0);
         /* Tier 1 empties into tier 2 (which drops its own leaves when
          * full), each namespace in turn so reservations do not stop it. */
         size_t moved, n_mv, n_dr;
