@@ -805,11 +805,12 @@ int store_lookup(server_t *srv, session_t *s, uint32_t ns, const uint32_t *token
     size_t n_t1 = 0, n_t2 = 0;
     while (n_t1 < n_blocks && ids[n_t1] < srv->num_blocks)
         n_t1++;
-    /* A request run again after its copies counts once, as it first matched
-     * (hits by tier included): this run comes out of the counters. */
+    /* ... and ends with some tier-3 blocks, on the disk. */
     size_t n_t3 = 0, t3_from = (size_t)srv->num_blocks + srv->tier2_blocks;
     while (n_t3 < n_blocks - n_t1 && ids[n_blocks - 1 - n_t3] >= t3_from)
         n_t3++;
+    /* A request run again after its copies counts once, as it first matched
+     * (hits by tier included): this run comes out of the counters. */
     if ((session_rerun(s) == SESSION_HOLD_TIER_JOB || session_rerun(s) == SESSION_HOLD_TIER_ANY) &&
         !waited)
         radix_lookup_uncount(st->index, ns, n_tokens, n_blocks, n_blocks - n_t1, n_t3);

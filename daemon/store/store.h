@@ -223,10 +223,10 @@ uint64_t store_draining_pins(const server_t *srv);
 
 /* The cached prefix of tokens in ns for session s (pinned when pin), in
  * *ids (s's scratch, valid until its next request): *n_t1 tier-1 blocks,
- * then, with in_place, *n_t2 tier-2 blocks (index ids). A
- * pinned match that goes on into tier 2 promotes those blocks first (s
- * waits: STORE_WAIT), unless waited (a held lookup answering, which does
- * not wait again). Errors: KVS_ELIMIT (session_max_pinned: nothing pinned,
+ * then, with in_place, *n_t2 tier-2 blocks (index ids; the match stops
+ * before tier 3, which is on disk). A pinned match that goes on into tier
+ * 2 or 3 promotes those blocks first (s waits: STORE_WAIT), unless waited
+ * (a held lookup answering, which does not wait again). Errors: KVS_ELIMIT (session_max_pinned: nothing pinned,
  * *n_t1 says how many it would have pinned),
  * KVS_ENOMEM, radix_lookup's, tier.h's. */
 int store_lookup(server_t *srv, session_t *s, uint32_t ns, const uint32_t *tokens, size_t n_tokens,
