@@ -226,9 +226,9 @@ uint64_t store_draining_pins(const server_t *srv);
  * then, with in_place, *n_t2 tier-2 blocks (index ids; the match stops
  * before tier 3, which is on disk). A pinned match that goes on into tier
  * 2 or 3 promotes those blocks first (s waits: STORE_WAIT), unless waited
- * (a held lookup answering, which does not wait again). Errors: KVS_ELIMIT (session_max_pinned: nothing pinned,
- * *n_t1 says how many it would have pinned),
- * KVS_ENOMEM, radix_lookup's, tier.h's. */
+ * (a held lookup answering, which does not wait again). Errors: KVS_ELIMIT (session_max_pinned:
+ * nothing pinned, *n_t1 says how many it would have pinned), KVS_ENOMEM, radix_lookup's, tier.h's.
+ */
 int store_lookup(server_t *srv, session_t *s, uint32_t ns, const uint32_t *tokens, size_t n_tokens,
                  bool pin, bool in_place, bool waited, uint32_t **ids, size_t *n_t1, size_t *n_t2);
 

@@ -39,13 +39,17 @@ static harness_t h;
 static char disk_dir[256], disk_path[300];
 
 /* kvshared's flags for a pool of POOL blocks, a host tier of as many and a
- * disk tier of disk_bytes. */
+ * disk tier of 1 MiB, on the backend KVS_TEST_TIER_BACKEND names (cuda on
+ * the stand-in driver: the disk's reads go into device memory through the
+ * backend) or the harness's (host). */
 static const char *const *tier_flags(void)
 {
-    static const char *flags[] = {
-        "--host-tier", "8KiB",           "--disk-tier-path", disk_path, "--disk-tier-bytes",
-        "1MiB",        "--disk-tier-io", "threads",          NULL};
+    static const char *flags[11] = {"--host-tier",       "8KiB", "--disk-tier-path", NULL,
+                                    "--disk-tier-bytes", "1MiB", "--disk-tier-io",   "threads"};
+    const char *backend = getenv("KVS_TEST_TIER_BACKEND");
     flags[3] = disk_path;
+    flags[8] = backend ? "--backend" : NULL;
+    flags[9] = backend;
     return flags;
 }
 
