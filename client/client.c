@@ -1540,6 +1540,15 @@ int kvs_stats(kvs_client_t *c, kvs_stats_t *out)
                 d->shards_missing = src->shards_missing;
             }
         }
+        out->tier3_total_blocks = s->tier3_total_blocks;
+        out->tier3_cached_blocks = s->tier3_cached_blocks;
+        if (s->disk_io && s->disk_io[0]) {
+            out->disk_io = strdup(s->disk_io);
+            if (!out->disk_io) {
+                rc = KVS_ENOMEM;
+                goto done;
+            }
+        }
         if (s->n_namespaces > 0) {
             /* One allocation: the rows, then their bands. */
             out->namespaces =
@@ -1598,6 +1607,8 @@ void kvs_stats_free(kvs_stats_t *s)
     free(s->devices);
     s->devices = NULL;
     s->n_devices = 0;
+    free(s->disk_io);
+    s->disk_io = NULL;
 }
 
 int kvs_tree(kvs_client_t *c, const char *ns, int by_size, kvs_prefix_t *out, size_t max,

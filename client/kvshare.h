@@ -655,7 +655,14 @@ typedef struct kvs_stats {
      * kvs_stats_free. */
     size_t n_devices;
     kvs_device_stats_t *devices;
-    uint64_t reserved[3]; /* room for gauges added later (0 until then) */
+    /* Tier 3 (a local disk, kvshared --disk-tier-path; 0 and NULL without
+     * one or from a daemon that predates it): its size and cached blocks,
+     * and its I/O engine ("io_uring", "io_uring (unregistered buffers)" or
+     * "threads"; owned by out: freed by kvs_stats_free). Its reads, CRC
+     * failures and blocks restored at start are counters below (disk_*). */
+    uint32_t tier3_total_blocks, tier3_cached_blocks;
+    char *disk_io;
+    uint64_t reserved[1]; /* room for gauges added later (0 until then) */
     /* Counters since the daemon started: one uint64_t field per entry of
      * KVS_COUNTERS (kvshare_counters.h: s.evictions, s.alloc_failures, ...),
      * also readable by position as counters[KVS_COUNTER_<name>]. A counter

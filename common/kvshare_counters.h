@@ -97,7 +97,8 @@
     X(tier_copied_bytes, 0, "kvshare_tier_copied_bytes_total", "", \
       "Bytes copied between the pool and tier 2, both ways") \
     X(tier2_drops, 0, "kvshare_tier2_drops_total", "", \
-      "Blocks dropped from tier 2 for good (part of evictions): tier 2 was full") \
+      "Blocks dropped for good below the pool (part of evictions): from tier 2 when it was " \
+      "full, or with a disk tier from tier 3") \
     X(tier_copy_us, 0, "kvshare_tier_copy_microseconds_total", "", \
       "Microseconds the copies between the pool and tier 2 took, on the copying threads") \
     X(tier_copy_failures, 0, "kvshare_tier_copy_failures_total", "", \
@@ -156,7 +157,13 @@
       "Timed retention hints ignored because max_timed_hints blocks already hold one") \
     X(clears_denied, 0, "kvshare_clears_denied_total", "", \
       "Clear requests refused: the session may not clear that namespace (clear_uids, " \
-      "clear_gids, or the namespace's allow-list)")
+      "clear_gids, or the namespace's allow-list)") \
+    X(disk_reads, 0, "kvshare_disk_reads_total", "", \
+      "Blocks read back from the disk tier (tier 3) into the pool and verified") \
+    X(disk_crc_failures, 0, "kvshare_disk_crc_failures_total", "", \
+      "Disk tier reads of a slot whose record did not verify (misses, never served)") \
+    X(disk_restored, 0, "kvshare_disk_restored_blocks_total", "", \
+      "Blocks put back into the index from the disk tier's file at start (warm restart)")
 /* clang-format on */
 
 /* Room for counters in kvs_stats_t and StatsReply.counters. */

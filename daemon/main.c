@@ -148,6 +148,7 @@ static int serve(settings_t *st)
     uv_run(loop, UV_RUN_NOWAIT);
     bool failed = srv->failed;
     server_free(srv);
+    uv_run(loop, UV_RUN_NOWAIT); /* close callbacks of handles server_free closed (tier 3's) */
     if (uv_loop_close(loop) != 0)
         LOG_WARN("event loop closed with handles still open");
     LOG_INFO(failed ? "stopped after a fault" : "stopped");

@@ -52,7 +52,7 @@ static bool check_queue(const radix_tree_t *t, uint32_t k, int q, radix_node_t *
     if (live != Q->heap_live || live != heap_nodes)
         return false;
     size_t nodes_k = t->ns[k]->n_nodes;
-    bool has_heap = q == Q_T1 || t->t2_blocks > 0;
+    bool has_heap = q < (int)t->n_tiers;
     return !has_heap || Q->heap_cap >= 2 * nodes_k + 34 || nodes_k == 0;
 }
 
@@ -62,28 +62,29 @@ int radix_check(const radix_tree_t *t)
         return KVS_EINVAL;
     int rc = KVS_EINTERNAL;
     radix_node_t **nodes = NULL;
-    uint32_t *children = NULL, *t1_children = NULL, *ns_cached = NULL, *ns_t2 = NULL,
-             *ns_pinned = NULL, *ns_nodes = NULL, *ns_heap = NULL, *ns_root_children = NULL,
-             *ns_root_t1 = NULL;
-    uint8_t *t2_seen = NULL;
+    /* per node / namespace, RADIX_TIERS counters each: tier k at [i * RADIX_TIERS + k] */
+    uint32_t *children = NULL, *tchildren = NULL, *ns_tier = NULL, *ns_pinned = NULL,
+             *ns_nodes = NULL, *ns_heap = NULL, *ns_root_children = NULL, *ns_root_t = NULL;
+    uint8_t *lower_seen = NULL; /* per lower id: 1 cached, 2 held by a move, 3 free */
     size_t n = 0;
     uint32_t bt = t->cfg.block_tokens;
-    uint32_t max_ids = t->cfg.max_blocks + t->t2_blocks;
+    uint32_t max_ids = t->id_end;
+    uint32_t n_lower = t->id_end - t->cfg.max_blocks;
+    const size_t T = RADIX_TIERS;
     size_t timed = 0; /* blocks with a live timed hint */
     if (radix__collect_nodes(t, RADIX_NS_ALL, &nodes, &n))
         return KVS_ENOMEM;
     children = t_calloc(t, n + 1, sizeof(*children));
-    t1_children = t_calloc(t, n + 1, sizeof(*t1_children));
-    ns_cached = t_calloc(t, t->n_ns + 1, sizeof(uint32_t));
-    ns_t2 = t_calloc(t, t->n_ns + 1, sizeof(uint32_t));
+    tchildren = t_calloc(t, T * (n + 1), sizeof(*tchildren));
+    ns_tier = t_calloc(t, T * (t->n_ns + 1), sizeof(uint32_t));
     ns_pinned = t_calloc(t, t->n_ns + 1, sizeof(uint32_t));
     ns_nodes = t_calloc(t, t->n_ns + 1, sizeof(uint32_t));
-    ns_heap = t_calloc(t, 2 * (t->n_ns + 1), sizeof(uint32_t));
+    ns_heap = t_calloc(t, T * (t->n_ns + 1), sizeof(uint32_t));
     ns_root_children = t_calloc(t, t->n_ns + 1, sizeof(uint32_t));
-    ns_root_t1 = t_calloc(t, t->n_ns + 1, sizeof(uint32_t));
-    t2_seen = t_calloc(t, (size_t)t->t2_blocks + 1, 1);
-    if (!children || !t1_children || !ns_cached || !ns_t2 || !ns_pinned || !ns_nodes || !ns_heap ||
-        !ns_root_children || !ns_root_t1 || !t2_seen) {
+    ns_root_t = t_calloc(t, T * (t->n_ns + 1), sizeof(uint32_t));
+    lower_seen = t_calloc(t, (size_t)n_lower + 1, 1);
+    if (!children || !tchildren || !ns_tier || !ns_pinned || !ns_nodes || !ns_heap ||
+        !ns_root_children || !ns_root_t || !lower_seen) {
         rc = KVS_ENOMEM;
         goto out;
     }
@@ -100,7 +101,7 @@ int radix_check(const radix_tree_t *t)
     }
 
     size_t node_bytes = 0;
-    uint32_t cached = 0, t2_cached = 0, pinned = 0, busy = 0;
+    uint32_t tier_cached[RADIX_TIERS] = {0}, pinned = 0, busy = 0;
     uint32_t live = 0;
     for (uint32_t k = 0; k < t->n_ns; k++) {
         if (!t->ns[k])
@@ -108,7 +109,8 @@ int radix_check(const radix_tree_t *t)
         live++;
         const radix_node_t *root = t->ns[k]->root;
         CHECK(root->parent == NULL && root->len == 0 && root->ns == k);
-        CHECK(root->q[Q_T1].where == WHERE_NONE && root->q[Q_T2].where == WHERE_NONE);
+        for (size_t q = 0; q < T; q++)
+            CHECK(root->q[q].where == WHERE_NONE);
         node_bytes += sizeof(radix_node_t) + (size_t)root->cap * t->rec_bytes;
     }
     for (size_t i = 0; i < n; i++) {
@@ -116,20 +118,24 @@ int radix_check(const radix_tree_t *t)
         const radix_node_t *parent = node->parent;
         CHECK(ns_live(t, node->ns) && parent && parent->ns == node->ns);
         CHECK(node->len >= 1 && (size_t)node->first + node->len <= node->cap);
-        CHECK(node->t1_len <= node->len);
-        /* Tier 1 is closed towards the root. */
-        CHECK(node->t1_len == 0 || is_root(parent) || parent->t1_len == parent->len);
+        CHECK(tier_end(node, RADIX_TIERS - 1) == node->len);
+        for (uint32_t k = t->n_tiers; k < RADIX_TIERS; k++)
+            CHECK(node->tlen[k] == 0);
+        /* The tiers are in order towards the root: the first block's tier
+         * is no higher than the parent's last block's. */
+        uint32_t first_tier = tier_of(t, *rec_id(node, node->first));
+        CHECK(is_root(parent) || last_tier(parent) <= first_tier);
         node_bytes += sizeof(radix_node_t) + (size_t)node->cap * t->rec_bytes;
         ns_nodes[node->ns]++;
         if (is_root(parent)) {
             CHECK(parent == t->ns[node->ns]->root && node->depth == 0);
             ns_root_children[node->ns]++;
-            ns_root_t1[node->ns] += node->t1_len > 0;
+            ns_root_t[T * node->ns + first_tier]++;
         } else {
             size_t p = radix__node_index(nodes, n, parent);
             CHECK(p != SIZE_MAX);
             children[p]++;
-            t1_children[p] += node->t1_len > 0;
+            tchildren[T * p + first_tier]++;
             CHECK(node->depth == parent->depth + parent->len);
         }
         /* Siblings are distinct: the probe finds this node for its own block. */
@@ -145,30 +151,30 @@ int radix_check(const radix_tree_t *t)
             stamp = rec_stamp(node, k);
             uint32_t id = *rec_id(node, k);
             CHECK(id < max_ids && t->by_node[id] == node && t->by_pos[id] == k);
-            CHECK(in_tier2(t, id) == (k >= node->first + node->t1_len));
+            uint32_t tier = tier_of(t, id);
+            CHECK(k >= node->first + (tier ? tier_end(node, tier - 1) : 0) &&
+                  k < node->first + tier_end(node, tier));
             CHECK(t->band_of[id] == prio_band(block_prio(t, id, node->ns)));
             uint32_t hb = t->hint_base[id], ht = t->hint_timed[id];
             timed += ht != RADIX_PRIO_NONE;
             CHECK((hb == RADIX_PRIO_NONE || hb <= RADIX_PRIO_MAX) &&
                   (ht == RADIX_PRIO_NONE || (ht <= RADIX_PRIO_MAX && t->hint_until[id] > 0)));
-            if (in_tier2(t, id)) {
-                t2_cached++;
-                ns_t2[node->ns]++;
-                t2_seen[id - t->cfg.max_blocks] = 1;
-            } else {
-                cached++;
-                ns_cached[node->ns]++;
-            }
+            tier_cached[tier]++;
+            ns_tier[T * node->ns + tier]++;
+            if (tier > 0)
+                lower_seen[id - t->cfg.max_blocks] = 1;
             if (t->peer && t->peer[id] != UINT32_MAX) {
-                /* busy: its other id is in the other tier and not cached */
+                /* busy: its other id is in another tier and not cached */
                 uint32_t peer = t->peer[id];
+                uint32_t ptier = tier_of(t, peer);
                 busy++;
-                CHECK(peer < max_ids && in_tier2(t, peer) != in_tier2(t, id) && !t->by_node[peer]);
-                /* a demotion's tier-1 id is marked as leaving */
-                CHECK(!in_tier2(t, id) || t->peer[peer] == id);
-                if (!in_tier2(t, id)) {
-                    CHECK(!t2_seen[peer - t->cfg.max_blocks]);
-                    t2_seen[peer - t->cfg.max_blocks] = 2;
+                CHECK(peer < max_ids && ptier != tier && !t->by_node[peer]);
+                /* a demotion (one tier down, or up to tier 1 at once) marks
+                 * its old id as leaving */
+                CHECK(ptier > tier ? tier == 0 : (ptier + 1 == tier && t->peer[peer] == id));
+                if (ptier > 0) {
+                    CHECK(!lower_seen[peer - t->cfg.max_blocks]);
+                    lower_seen[peer - t->cfg.max_blocks] = 2;
                 }
             }
             if (*rec_ref(node, k) > 0) {
@@ -176,21 +182,28 @@ int radix_check(const radix_tree_t *t)
                 ns_pinned[node->ns]++;
             }
         }
-        for (int q = 0; q < 2; q++)
+        for (size_t q = 0; q < T; q++)
             if (node->q[q].where == WHERE_HEAP)
-                ns_heap[2 * node->ns + q]++;
+                ns_heap[T * node->ns + q]++;
     }
     for (size_t i = 0; i < n; i++) {
-        CHECK(nodes[i]->n_children == children[i] && nodes[i]->t1_children == t1_children[i]);
-        for (int q = 0; q < 2; q++) {
-            bool ev = radix__queueable(t, nodes[i], q) && (q == Q_T1 || t->t2_blocks > 0);
+        CHECK(nodes[i]->n_children == children[i]);
+        for (size_t q = 0; q < T; q++)
+            CHECK(nodes[i]->tchildren[q] == tchildren[T * i + q]);
+        for (int q = 0; q < RADIX_TIERS; q++) {
+            bool ev = radix__queueable(t, nodes[i], q) && q < (int)t->n_tiers;
             CHECK(ev == (nodes[i]->q[q].where != WHERE_NONE));
             if (nodes[i]->q[q].where != WHERE_LIST)
                 CHECK(!nodes[i]->q[q].prev && !nodes[i]->q[q].next);
         }
     }
     CHECK(node_bytes == t->node_bytes);
-    CHECK(cached == t->cached && pinned == t->pinned && t2_cached == t->t2_cached);
+    uint32_t all_cached = tier_cached[0];
+    CHECK(tier_cached[0] == t->cached && pinned == t->pinned);
+    for (uint32_t k = 1; k < RADIX_TIERS; k++) {
+        CHECK(tier_cached[k] == (k < t->n_tiers ? t->lower[k].cached : 0));
+        all_cached += tier_cached[k];
+    }
     CHECK(busy == t->n_busy);
     uint32_t mapped = 0;
     for (uint32_t id = 0; id < max_ids; id++)
@@ -198,14 +211,20 @@ int radix_check(const radix_tree_t *t)
             CHECK(t->by_node[id] != &radix__mark);
             mapped++;
         }
-    CHECK(mapped == cached + t2_cached);
-    /* Tier-2 ids: each free, cached, or held by a promotion being copied. */
-    CHECK(t->t2_n_free + t->t2_cached + t->t2_inflight == t->t2_blocks);
-    for (uint32_t i = 0; i < t->t2_n_free; i++) {
-        uint32_t id = t->t2_free[i];
-        CHECK(in_tier2(t, id) && id < max_ids && !t2_seen[id - t->cfg.max_blocks]);
-        t2_seen[id - t->cfg.max_blocks] = 3;
+    CHECK(mapped == all_cached);
+    /* Lower ids: each free, cached, or held by a move being copied out. */
+    for (uint32_t k = 1; k < t->n_tiers; k++) {
+        CHECK(t->lower[k].n_free + t->lower[k].cached + t->lower[k].inflight ==
+              t->base[k + 1] - t->base[k]);
+        for (uint32_t i = 0; i < t->lower[k].n_free; i++) {
+            uint32_t id = t->lower[k].free[i];
+            CHECK(id >= t->base[k] && id < t->base[k + 1] && !lower_seen[id - t->cfg.max_blocks]);
+            CHECK(t->free_at[id - t->cfg.max_blocks] == i);
+            lower_seen[id - t->cfg.max_blocks] = 3;
+        }
     }
+    for (uint32_t i = 0; i < n_lower; i++)
+        CHECK(lower_seen[i] != 0);
 
     /* Deleted ids are empty slots below n_ns, the last slot is live. */
     CHECK(live == t->n_live && (t->n_ns == 0 || t->ns[t->n_ns - 1]));
@@ -213,8 +232,9 @@ int radix_check(const radix_tree_t *t)
         const radix_ns_t *ns = t->ns[k];
         if (!ns)
             continue;
-        CHECK(ns->st.cached_blocks == ns_cached[k] && ns->st.pinned_blocks == ns_pinned[k]);
-        CHECK(ns->st.tier2_blocks == ns_t2[k]);
+        CHECK(ns->st.cached_blocks == ns_tier[T * k] && ns->st.pinned_blocks == ns_pinned[k]);
+        CHECK(ns->st.tier2_blocks == ns_tier[T * k + 1] &&
+              ns->st.tier3_blocks == ns_tier[T * k + 2]);
         CHECK(ns->st.evicted_blocks ==
               ns->st.evicted_own + ns->st.evicted_others + ns->st.evicted_quota);
         uint64_t by_band = 0, ev_band = 0;
@@ -222,13 +242,14 @@ int radix_check(const radix_tree_t *t)
             by_band += ns->st.cached_by_band[b];
             ev_band += ns->st.evicted_by_band[b];
         }
-        CHECK(by_band == ns->st.cached_blocks + ns->st.tier2_blocks &&
+        CHECK(by_band == ns->st.cached_blocks + ns->st.tier2_blocks + ns->st.tier3_blocks &&
               ev_band == ns->st.evicted_blocks);
         CHECK(ns->st.demoted_blocks == ns->st.demoted_own + ns->st.demoted_others);
         CHECK(ns->n_nodes == ns_nodes[k] && ns->root->n_children == ns_root_children[k]);
-        CHECK(ns->root->t1_children == ns_root_t1[k]);
-        CHECK(check_queue(t, k, Q_T1, nodes, n, ns_heap[2 * k]));
-        CHECK(check_queue(t, k, Q_T2, nodes, n, ns_heap[2 * k + 1]));
+        for (size_t q = 0; q < T; q++) {
+            CHECK(ns->root->tchildren[q] == ns_root_t[T * k + q]);
+            CHECK(check_queue(t, k, (int)q, nodes, n, ns_heap[T * k + q]));
+        }
     }
     CHECK(timed == t->exp_live);
     rc = 0;
@@ -238,15 +259,14 @@ bad:
 out:
     free(nodes);
     free(children);
-    free(t1_children);
-    free(ns_cached);
-    free(ns_t2);
+    free(tchildren);
+    free(ns_tier);
     free(ns_pinned);
     free(ns_nodes);
     free(ns_heap);
     free(ns_root_children);
-    free(ns_root_t1);
-    free(t2_seen);
+    free(ns_root_t);
+    free(lower_seen);
     return rc;
 }
 

@@ -79,22 +79,20 @@ uint64_t radix__queue_key(const radix_tree_t *t, const radix_node_t *n, int q)
 }
 
 /* Whether n's candidate for queue q may go: unpinned, not being copied, and
- * with no tier-1 block below it (Q_T1: the tier-1 blocks stay closed towards
- * the root) or nothing below it (Q_T2). Single-tier, Q_T1 is "an unpinned
- * leaf", as always. */
+ * with no block of its tier below it (so the tiers stay in order towards
+ * the root; in the lowest tier, nothing below it at all). Single-tier, Q_T1
+ * is "an unpinned leaf", as always. */
 bool radix__queueable(const radix_tree_t *t, const radix_node_t *n, int q)
 {
     if (is_root(n) || !has_cand(n, q))
         return false;
     uint32_t pos = cand_pos(n, q);
-    if (q == Q_T1) {
-        if (n->t1_len == n->len && n->t1_children > 0)
-            return false;
-        if (n == t->guard && pos == t->guard_pos)
-            return false;
-    } else if (n->n_children > 0) {
+    /* The candidate ends the node (no lower tier after it): a child may
+     * start in its tier. */
+    if (pos == last_pos(n) && n->tchildren[q] > 0)
         return false;
-    }
+    if (q == Q_T1 && n == t->guard && pos == t->guard_pos)
+        return false;
     return *rec_ref(n, pos) == 0 && !is_busy(t, *rec_id(n, pos));
 }
 
@@ -204,7 +202,7 @@ static void heap_compact(const radix_tree_t *t, radix_queue_t *Q, int q)
 int radix__heap_reserve(const radix_tree_t *t, radix_ns_t *ns, size_t nodes)
 {
     size_t need = 2 * nodes + 34;
-    for (int q = 0; q < (t->t2_blocks > 0 ? 2 : 1); q++) {
+    for (int q = 0; q < (int)t->n_tiers; q++) {
         radix_queue_t *Q = &ns->q[q];
         if (Q->heap_cap >= need)
             continue;
@@ -249,8 +247,8 @@ void radix__unqueue(radix_tree_t *t, radix_node_t *n, int q)
 
 void radix__make_unevictable(radix_tree_t *t, radix_node_t *n)
 {
-    radix__unqueue(t, n, Q_T1);
-    radix__unqueue(t, n, Q_T2);
+    for (int q = 0; q < RADIX_TIERS; q++)
+        radix__unqueue(t, n, q);
 }
 
 /* Queues a candidate that is in no queue, with its key as of now, at its
@@ -290,9 +288,8 @@ void radix__refresh_at(radix_tree_t *t, radix_node_t *n, uint32_t pos)
 {
     if (is_root(n))
         return;
-    radix__refresh_q(t, n, Q_T1, has_cand(n, Q_T1) && cand_pos(n, Q_T1) <= pos);
-    if (t->t2_blocks > 0)
-        radix__refresh_q(t, n, Q_T2, pos == last_pos(n));
+    for (int q = 0; q < (int)t->n_tiers; q++)
+        radix__refresh_q(t, n, q, has_cand(n, q) && cand_pos(n, q) <= pos);
 }
 
 /* The first candidate of the namespace's queue q, or NULL. */
@@ -336,16 +333,19 @@ void radix__evict_leaf(radix_tree_t *t, radix_node_t *n, int q, evict_cause_t ca
         ns->st.evicted_others++;
     else
         ns->st.evicted_quota++;
-    bool tier1 = q == Q_T1;
-    if (tier1) {
-        ns->st.cached_blocks--;
+    (void)q;
+    uint32_t tier = tier_of(t, id);
+    (*radix__tier_count(ns, tier))--;
+    n->tlen[tier]--;
+    if (tier == 0) {
         t->cached--;
-        n->t1_len--;
     } else {
-        ns->st.tier2_blocks--;
-        ns->st.tier2_dropped++;
-        t->t2_cached--;
-        t->t2_free[t->t2_n_free++] = id;
+        if (tier == 1)
+            ns->st.tier2_dropped++;
+        else
+            ns->st.tier3_dropped++;
+        t->lower[tier].cached--;
+        lower_push(t, id);
     }
     if (n->len == 1) {
         radix_node_t *parent = n->parent;
@@ -353,8 +353,7 @@ void radix__evict_leaf(radix_tree_t *t, radix_node_t *n, int q, evict_cause_t ca
         ns->n_nodes--;
         radix__node_free(t, n);
         parent->n_children--;
-        if (tier1)
-            parent->t1_children--;
+        parent->tchildren[tier]--;
         refresh(t, parent, false);
     } else {
         n->len--;
@@ -380,7 +379,7 @@ void radix__evict_leaf(radix_tree_t *t, radix_node_t *n, int q, evict_cause_t ca
  * it, or a reservation stops guaranteeing capacity. */
 static uint32_t tier_count(const radix_ns_t *ns, int q)
 {
-    return q == Q_T1 ? ns->st.cached_blocks : ns->st.tier2_blocks;
+    return *radix__tier_count((radix_ns_t *)ns, (uint32_t)q);
 }
 
 radix_node_t *radix__evict_choice(radix_tree_t *t, uint32_t for_ns, int q)
@@ -414,7 +413,7 @@ int radix_evict(radix_tree_t *t, uint32_t for_ns, size_t n, size_t *n_evicted)
     size_t done = 0;
     while (done < n) {
         radix_node_t *v = radix__evict_choice(t, for_ns, Q_T1);
-        if (!v || v->n_children > 0 || v->t1_len < v->len)
+        if (!v || v->n_children > 0 || v->tlen[0] < v->len)
             break; /* nothing, or a block that only demotion can move */
         radix__evict_leaf(t, v, Q_T1, v->ns == for_ns ? EVICT_OWN : EVICT_OTHERS);
         done++;
@@ -437,14 +436,12 @@ int radix_ns_clear(radix_tree_t *t, uint32_t ns, size_t *n_dropped)
         return KVS_ENONS;
     size_t done = 0;
     radix_node_t *v;
-    while ((v = radix__candidate(t, t->ns[ns], Q_T2)) != NULL) {
-        radix__evict_leaf(t, v, Q_T2, EVICT_OWN);
-        done++;
-    }
-    while ((v = radix__candidate(t, t->ns[ns], Q_T1)) != NULL && v->n_children == 0 &&
-           v->t1_len == v->len) {
-        radix__evict_leaf(t, v, Q_T1, EVICT_OWN);
-        done++;
+    for (int q = (int)t->n_tiers - 1; q >= 0; q--) {
+        while ((v = radix__candidate(t, t->ns[ns], q)) != NULL && v->n_children == 0 &&
+               cand_pos(v, q) == last_pos(v)) {
+            radix__evict_leaf(t, v, q, EVICT_OWN);
+            done++;
+        }
     }
     *n_dropped = done;
     return 0;
@@ -468,7 +465,7 @@ static void prio_changed(radix_tree_t *t, uint32_t id, uint32_t before)
         ns->st.cached_by_band[band]++;
         t->band_of[id] = (uint8_t)band;
     }
-    for (int q = 0; q < 2; q++) {
+    for (int q = 0; q < RADIX_TIERS; q++) {
         if (n->q[q].where != WHERE_NONE && cand_pos(n, q) == t->by_pos[id]) {
             radix__unqueue(t, n, q);
             expose(t, n, q);
@@ -569,8 +566,7 @@ static void expiry_pop(radix_tree_t *t)
 
 int radix_hint(radix_tree_t *t, uint32_t block_id, uint32_t prio, uint64_t until)
 {
-    if (!t || block_id >= t->cfg.max_blocks + t->t2_blocks || prio > RADIX_PRIO_MAX ||
-        until >= (1ull << 63))
+    if (!t || block_id >= t->id_end || prio > RADIX_PRIO_MAX || until >= (1ull << 63))
         return KVS_EINVAL;
     radix_node_t *n = t->by_node[block_id];
     if (!n || n == &radix__mark)
@@ -652,7 +648,7 @@ size_t radix_hint_timed(const radix_tree_t *t)
 
 int radix_block_priority(const radix_tree_t *t, uint32_t block_id, uint32_t *prio)
 {
-    if (!t || !prio || block_id >= t->cfg.max_blocks + t->t2_blocks)
+    if (!t || !prio || block_id >= t->id_end)
         return KVS_EINVAL;
     const radix_node_t *n = t->by_node[block_id];
     if (!n || n == &radix__mark)
@@ -670,7 +666,7 @@ int radix_ns_set_priority(radix_tree_t *t, uint32_t ns_id, uint32_t prio_default
     radix_ns_t *ns = t->ns[ns_id];
     if (ns->prio_default == prio_default && ns->prio_cap == prio_cap)
         return 0;
-    if (ns->st.cached_blocks == 0 && ns->st.tier2_blocks == 0) {
+    if (ns->st.cached_blocks == 0 && ns->st.tier2_blocks == 0 && ns->st.tier3_blocks == 0) {
         /* No block to look at (a namespace just made): O(1). */
         ns->prio_default = (uint8_t)prio_default;
         ns->prio_cap = (uint8_t)prio_cap;
@@ -681,7 +677,7 @@ int radix_ns_set_priority(radix_tree_t *t, uint32_t ns_id, uint32_t prio_default
     /* Rare (configuration): every block of the namespace is looked at, and
      * hints above the new cap come down to it. */
     uint32_t old_default = ns->prio_default;
-    for (uint32_t id = 0; id < t->cfg.max_blocks + t->t2_blocks; id++) {
+    for (uint32_t id = 0; id < t->id_end; id++) {
         radix_node_t *n = t->by_node[id];
         if (!n || n == &radix__mark || n->ns != ns_id)
             continue;
@@ -755,8 +751,8 @@ int radix_evict_prompt(radix_tree_t *t, uint32_t ns, const uint32_t *tokens, siz
             break;
         radix_node_t *parent = n->parent;
         bool gone = n->len == 1; /* evict_leaf frees the node with its last block */
-        bool tier2 = in_tier2(t, id);
-        radix__evict_leaf(t, n, tier2 ? Q_T2 : Q_T1, EVICT_OWN);
+        bool tier2 = in_lower(t, id);
+        radix__evict_leaf(t, n, (int)tier_of(t, id), EVICT_OWN);
         (*(tier2 ? n_tier2 : n_tier1))++;
         if (gone)
             n = parent;

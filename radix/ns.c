@@ -66,14 +66,14 @@ int radix_ns_delete(radix_tree_t *t, uint32_t ns_id)
     if (!ns_live(t, ns_id))
         return KVS_ENONS;
     radix_ns_t *ns = t->ns[ns_id];
-    if (ns->st.cached_blocks > 0 || ns->st.tier2_blocks > 0)
+    if (ns->st.cached_blocks > 0 || ns->st.tier2_blocks > 0 || ns->st.tier3_blocks > 0)
         return KVS_EBUSY;
     /* No cached block in either tier: the root has no child, no node is
      * queued (the heaps hold stale entries at most), and no block id or hint
      * names it. */
     radix__node_free(t, ns->root);
-    free(ns->q[Q_T1].heap);
-    free(ns->q[Q_T2].heap);
+    for (int q = 0; q < RADIX_TIERS; q++)
+        free(ns->q[q].heap);
     free(ns);
     t->ns[ns_id] = NULL;
     t->n_live--;

@@ -74,23 +74,29 @@
  *
  * Tiers: with tier2_blocks > 0 the index also holds blocks in a second tier
  * (host memory), named by ids [max_blocks, max_blocks + tier2_blocks) that
- * the tree itself hands out; ids below max_blocks are tier 1 (the pool). The
- * tiers are exclusive: a block is in one of them, so the cache holds the sum
- * of both (an inclusive tier 2 would hold only max(tier 1, tier 2) distinct
- * blocks, and every demotion would copy a block that is already there),
- * and tier 1 is closed towards the root: a block in tier 1 has every
- * ancestor in tier 1. So a matched prefix is some tier-1 blocks, then some
- * tier-2 blocks. Room in tier 1 is made by radix_demote: it takes tier-1
+ * the tree itself hands out; ids below max_blocks are tier 1 (the pool).
+ * With tier3_blocks > 0 as well, a third tier (a local disk) follows with
+ * ids [max_blocks + tier2_blocks, + tier3_blocks). The tiers are exclusive:
+ * a block is in one of them, so the cache holds the sum of all (an
+ * inclusive tier 2 would hold only max(tier 1, tier 2) distinct blocks,
+ * and every demotion would copy a block that is already there), and a
+ * block's tier is never above its parent's (tier 1 is closed towards the
+ * root, and so are tiers 1-2). So a matched prefix is some tier-1 blocks,
+ * then some tier-2 blocks, then some tier-3 blocks. Each tier has its own
+ * eviction queue. Room in tier 1 is made by radix_demote: it takes tier-1
  * candidates (unpinned tier-1 blocks with no tier-1 block below them) in
- * eviction order, by the reservation rule, and gives each a free tier-2 id,
- * dropping tier-2 leaves in their own eviction order (and by the same rule)
- * when tier 2 is full. radix_promote moves a matched tier-2 block back to a
- * tier-1 id. A demoted or promoted block is busy until radix_copy_done: it
- * is then in neither tier's queue, and lookups and matches stop before it, as
- * if it were not cached (its bytes are being copied). Quotas and
- * reservations count each tier on its own (quota: tier 1 only; a
+ * eviction order, by the reservation rule, and gives each a free tier-2
+ * id; when tier 2 is full it makes room there the same way, one tier down:
+ * its tier-2 candidates move to tier 3 (or, in the lowest tier, its leaves
+ * are dropped), by the same rule. radix_promote moves a matched block of a
+ * lower tier straight back to a tier-1 id. A demoted or promoted block is
+ * busy until radix_copy_done: it is then in no tier's queue, and lookups
+ * and matches stop before it, as if it were not cached (its bytes are
+ * being copied), and its old id is not free before that either. Quotas
+ * and reservations count each tier on its own (quota: tier 1 only; a
  * reservation holds in each tier). Recency, hits and pins do not depend on
- * the tier.
+ * the tier. radix_restore puts blocks straight into a lower tier (a disk
+ * tier's records after a restart).
  *
  * Namespaces each have a name, a seed, a root, a quota (max cached blocks, 0 =
  * unlimited) and a reservation: capacity the namespace is guaranteed. Eviction
@@ -118,6 +124,7 @@
 #define RADIX_NS_ANY      UINT32_MAX /* radix_evict: on behalf of no namespace */
 #define RADIX_NS_NAME_MAX 63         /* bytes of a namespace name, without the NUL */
 #define RADIX_NS_ALL      UINT32_MAX /* radix_top: every namespace */
+#define RADIX_TIERS       3          /* the pool and at most two tiers below it */
 
 typedef struct radix_tree radix_tree_t;
 
@@ -171,6 +178,7 @@ typedef struct radix_config {
     uint32_t freq_horizon_pct; /* horizon, % of the mean reuse gap (0: 275; <= 10000,
                                 * or RADIX_FREQ_NO_HORIZON) */
     uint32_t tier2_blocks;     /* blocks of tier 2 (see Tiers); 0: one tier */
+    uint32_t tier3_blocks;     /* blocks of tier 3, below tier 2 (needs tier2_blocks > 0) */
 } radix_config_t;
 
 /* Retention priorities (radix_hint): 0 .. RADIX_PRIO_MAX, and the bands
@@ -194,7 +202,7 @@ typedef struct radix_ns_stats {
     uint64_t demoted_own;      /*   for this namespace's own need, */
     uint64_t demoted_others;   /*   for another's or none's */
     uint64_t promoted_blocks;  /* blocks moved back to tier 1 (radix_promote) */
-    uint64_t t2_hit_tokens;    /* of hit_tokens, tokens matched in tier 2 */
+    uint64_t t2_hit_tokens;    /* of hit_tokens, tokens matched below tier 1 (tiers 2, 3) */
     uint32_t tier2_blocks;     /* blocks in tier 2 now (cached_blocks counts tier 1) */
     uint32_t cached_blocks;    /* blocks in the tree now */
     uint32_t pinned_blocks;    /* of those, blocks with refcount > 0 */
@@ -204,6 +212,15 @@ typedef struct radix_ns_stats {
     uint32_t prio_cap;     /* the highest a hint may give */
     uint32_t cached_by_band[RADIX_PRIO_BANDS];  /* cached + tier-2 blocks by priority band */
     uint64_t evicted_by_band[RADIX_PRIO_BANDS]; /* evicted_blocks by band when dropped */
+    /* Tier 3 (tier3_blocks > 0): blocks there now (not in tier2_blocks),
+     * blocks moved there from tier 2, of evicted_blocks those dropped from
+     * it, of t2_hit_tokens those matched in it, and blocks restored into it
+     * (radix_restore). */
+    uint32_t tier3_blocks;
+    uint64_t demoted3_blocks;
+    uint64_t tier3_dropped;
+    uint64_t t3_hit_tokens;
+    uint64_t restored_blocks;
 } radix_ns_stats_t;
 
 typedef enum radix_order {
@@ -220,7 +237,7 @@ typedef struct radix_prefix {
     uint64_t hits;          /* lookups that matched through the end of this prefix */
     uint64_t last_used;     /* tick of the last lookup or insert that touched it */
     uint32_t last_block_id; /* the block holding the prefix's last block */
-    uint32_t tier2_blocks;  /* of blocks, those in tier 2 (see Tiers) */
+    uint32_t tier2_blocks;  /* of blocks, those below tier 1 (tiers 2 and 3, see Tiers) */
     /* The node this one extends: its last_block_id, when has_parent (false
      * for a node right below its namespace's root). Lets a reader draw the
      * rows as the tree they are. */
@@ -410,8 +427,9 @@ int radix_ns_set_priority(radix_tree_t *t, uint32_t ns, uint32_t prio_default, u
  * that names its whole prefix, as KV events publish it. Errors: KVS_EINVAL
  * (id out of range, hash NULL), KVS_ENOTFOUND (block not cached). */
 int radix_block_hash(const radix_tree_t *t, uint32_t block_id, uint64_t *hash);
-/* One block radix_demote moved: its tier-1 id `from` (free once the copy to
- * `to` is done) and its tier-2 id `to`. */
+/* One block radix_demote moved: its old id `from` (a tier-1 id, or a
+ * tier-2 id moving to tier 3; not free before the copy to `to` is done)
+ * and its new id `to` in the tier below. */
 typedef struct radix_move {
     uint32_t from;
     uint32_t to;
@@ -422,65 +440,120 @@ typedef struct radix_move {
  * candidates by the rule of radix_evict (with tier-1 counts) and demotes
  * each to a free tier-2 id, moves[*n_moved] = {from, to}; the block is busy
  * until radix_copy_done(to), and `from` stays the caller's, not free, until
- * then. When tier 2 has no free id, its first leaf by the same rule (for the
- * demoted block's namespace, with tier-2 counts) is dropped; when it has
- * none (everything pinned or busy), a tier-1 candidate with nothing below it
- * is dropped instead (on_evict; counted in *n_dropped), and one with tier-2
- * blocks below stops the call. *n_moved + *n_dropped may be less than n;
- * that is not an error. moves has room for n. Errors: KVS_EINVAL (no tier
- * 2, NULL arguments), KVS_ENONS. */
+ * then. When tier 2 has no free id it makes room there by the same rule
+ * (for the demoted block's namespace, with tier-2 counts): with a tier 3,
+ * its first tier-2 candidate moves to tier 3 (a move {tier-2 id, tier-3
+ * id} in moves, counted towards n: its tier-2 id is free once copied, for
+ * the caller's next call), making room in tier 3 by dropping tier-3 leaves;
+ * without one, its first tier-2 leaf is dropped. When the tier below has
+ * nothing that may go (everything pinned or busy), a tier-1 candidate with
+ * nothing below it is dropped instead (on_evict; counted in *n_dropped),
+ * and one with lower blocks below it stops the call. *n_moved + *n_dropped
+ * may be less than n; that is not an error. moves has room for n. Errors:
+ * KVS_EINVAL (no tier 2, NULL arguments), KVS_ENONS. */
 int radix_demote(radix_tree_t *t, uint32_t for_ns, size_t n, radix_move_t *moves, size_t *n_moved,
                  size_t *n_dropped);
 
-/* Moves the tier-2 block tier2_id, whose parent is in tier 1, to the free
- * tier-1 id block_id (the caller's; it becomes cached). The block keeps its
- * place, recency, hits and pins (a caller that pinned tier2_id holds a pin
- * on block_id now) and is busy until radix_copy_done(block_id); its tier-2
- * id is free again then. Errors: KVS_EINVAL (ids out of their tiers, no
- * tier 2, the parent not in tier 1), KVS_ENOTFOUND (tier2_id not cached),
- * KVS_EEXIST (block_id cached or busy), KVS_EBUSY (tier2_id busy, or pinned
- * more than once: someone else reads its tier-2 copy). */
-int radix_promote(radix_tree_t *t, uint32_t tier2_id, uint32_t block_id);
+/* Moves up to n candidates of tier k (2: tier 3 must exist) one tier down,
+ * by the rule of radix_evict for no namespace's need (RADIX_NS_ANY),
+ * making room there as radix_demote does (dropping its leaves): moves[0 ..
+ * *n_moved), busy until radix_copy_done(to); each old id is free once
+ * copied. For a caller that keeps free ids in tier k ahead of the next
+ * demotion into it, so that one does not wait for this one's copies.
+ * Errors: KVS_EINVAL (k has no tier below, NULL arguments). */
+int radix_spill(radix_tree_t *t, uint32_t k, size_t n, radix_move_t *moves, size_t *n_moved);
+
+/* Ids of lower tier k (2 or 3) held by moves out of it being copied (free
+ * once their copies end); 0 for tier 1 or a tier that does not exist. */
+uint32_t radix_tier_leaving(const radix_tree_t *t, uint32_t k);
+
+/* Moves the block lower_id of a lower tier (2 or 3), whose parent is in
+ * tier 1, to the free tier-1 id block_id (the caller's; it becomes cached).
+ * The block keeps its place, recency, hits and pins (a caller that pinned
+ * lower_id holds a pin on block_id now) and is busy until
+ * radix_copy_done(block_id); its lower id is free again then. Errors:
+ * KVS_EINVAL (ids out of their tiers, no tier 2, the parent not in tier 1),
+ * KVS_ENOTFOUND (lower_id not cached), KVS_EEXIST (block_id cached or
+ * busy), KVS_EBUSY (lower_id busy, or pinned more than once: someone else
+ * reads its copy). */
+int radix_promote(radix_tree_t *t, uint32_t lower_id, uint32_t block_id);
 
 /* How many of ids, from the first, radix_promote would take as far as their
- * own state goes: cached tier-2 blocks, not busy, pinned exactly once (the
- * caller's pin from the lookup that matched them). ids is a matched
- * prefix's tier-2 part; a block that someone else pins too (a reader of its
- * tier-2 copy in place) ends the run, so it and the blocks after it stay in
- * tier 2. */
+ * own state goes: cached blocks of a lower tier, not busy, pinned exactly
+ * once (the caller's pin from the lookup that matched them). ids is a
+ * matched prefix's lower part; a block that someone else pins too (a reader
+ * of its tier-2 copy in place) ends the run, so it and the blocks after it
+ * stay where they are. */
 size_t radix_promotable(const radix_tree_t *t, const uint32_t *ids, size_t n);
 
 /* Ends the copy of busy block id (a promotion's tier-1 id or a demotion's
- * tier-2 id): *peer gets its other id (for a demotion, the tier-1 id that
- * the caller may now free). The block becomes readable and, if it is a
- * candidate, queued. Errors: KVS_EINVAL, KVS_ENOTFOUND (not busy). */
+ * lower id): *peer gets its other id (for a demotion from tier 1, the
+ * tier-1 id that the caller may now free; a lower old id is free in the
+ * tree again). The block becomes readable and, if it is a candidate,
+ * queued. Errors: KVS_EINVAL, KVS_ENOTFOUND (not busy). */
 int radix_copy_done(radix_tree_t *t, uint32_t id, uint32_t *peer);
 
 /* Ends the copy of busy block id as if the move had not happened, for a
  * copy that failed: the block goes back to its other id *peer (a demotion's
- * tier-1 id, whose bytes were never given up; a promotion's tier-2 id, whose
+ * old id, whose bytes were never given up; a promotion's lower id, whose
  * copy is still there) with its place, recency, hits, hints and pins, and id
  * is free again (a promotion's tier-1 id is the caller's). The namespace's
- * demoted_blocks / promoted_blocks still count the move. Undo a batch in the
+ * demoted / promoted counters still count the move. Undo a batch in the
  * reverse order of its moves. Errors: KVS_EINVAL, KVS_ENOTFOUND (not busy),
- * KVS_EBUSY (moving it back would break tier 1's closure towards the root:
+ * KVS_EBUSY (moving it back would break the tier order towards the root:
  * the block before a demoted one was demoted meanwhile; nothing changes). */
 int radix_copy_undo(radix_tree_t *t, uint32_t id, uint32_t *peer);
 
 /* Takes one radix_lookup back out of namespace ns's counters: a lookup of
- * n_tokens tokens that matched n_blocks blocks, n_tier2 of them in tier 2
- * (lookups, lookup_tokens, hit_tokens and t2_hit_tokens go down by what it
- * added). For a caller that runs one request's lookup again after moving
- * blocks between the tiers, so that the request counts once, as first
- * matched. Recency and hits of the blocks stay. Errors: KVS_EINVAL (more
- * than was counted, n_tier2 > n_blocks), KVS_ENONS. */
+ * n_tokens tokens that matched n_blocks blocks, n_tier2 of them below tier
+ * 1 and n_tier3 of those in tier 3 (lookups, lookup_tokens, hit_tokens,
+ * t2_hit_tokens and t3_hit_tokens go down by what it added). For a caller
+ * that runs one request's lookup again after moving blocks between the
+ * tiers, so that the request counts once, as first matched. Recency and
+ * hits of the blocks stay. Errors: KVS_EINVAL (more than was counted,
+ * n_tier3 > n_tier2 > n_blocks), KVS_ENONS. */
 int radix_lookup_uncount(radix_tree_t *t, uint32_t ns, size_t n_tokens, size_t n_blocks,
-                         size_t n_tier2);
+                         size_t n_tier2, size_t n_tier3);
 
 /* Blocks in tier 2, free tier-2 ids, and blocks being copied. */
 uint32_t radix_tier2_blocks(const radix_tree_t *t);
 uint32_t radix_tier2_free(const radix_tree_t *t);
 uint32_t radix_busy_blocks(const radix_tree_t *t);
+
+/* Blocks in tier k (1: the pool, 2, 3), and free ids of lower tier k
+ * (0 for tier 1 or a tier that does not exist). */
+uint32_t radix_tier_blocks(const radix_tree_t *t, uint32_t k);
+uint32_t radix_tier_free(const radix_tree_t *t, uint32_t k);
+
+/* The tier (1, 2 or 3) an id below the index's end names, 0 for an id
+ * beyond it. */
+uint32_t radix_tier_of(const radix_tree_t *t, uint32_t id);
+
+/* What names cached block id for a copy elsewhere: its chained hash, the
+ * hash it chains from (its parent's, or its namespace's seed), and its
+ * block_tokens token ids (*tokens valid until the tree next changes).
+ * Errors: KVS_EINVAL, KVS_ENOTFOUND. */
+int radix_block_chain(const radix_tree_t *t, uint32_t id, uint64_t *hash, uint64_t *parent_hash,
+                      const uint32_t **tokens);
+
+/* The other id of busy block id (radix_copy_done's *peer to come): where
+ * its bytes are copied from. Errors: KVS_EINVAL, KVS_ENOTFOUND (not busy). */
+int radix_block_peer(const radix_tree_t *t, uint32_t id, uint32_t *peer);
+
+/* Puts blocks straight into a lower tier (a disk tier's records found at a
+ * restart): the n_ids blocks of tokens in namespace ns, block i under id
+ * ids[i], all ids of one lower tier k and free there. Blocks of the prefix
+ * already cached stay (canonical[i] = their id; the caller's ids[i] stays
+ * free); the first new block needs its parent in tier k or above. New
+ * blocks are cached unpinned, used at this call's tick (a later call's
+ * blocks are more recent), counted as restored_blocks (not
+ * inserted_blocks), and queued in tier k's queue. No quota applies. *n_done
+ * = blocks handled. Errors: KVS_EINVAL (bad counts, NULL arrays, ids not
+ * all of one lower tier), KVS_ENONS, KVS_EEXIST (an id taken: nothing from
+ * there on is done), KVS_EBUSY (a cached block of the prefix is in a lower
+ * tier than k, or busy), KVS_ENOMEM. */
+int radix_restore(radix_tree_t *t, uint32_t ns, const uint32_t *tokens, size_t n_tokens,
+                  const uint32_t *ids, size_t n_ids, uint32_t *canonical, size_t *n_done);
 
 /* Evicts up to n unpinned leaf blocks, calling on_evict for each. for_ns is
  * the namespace whose need drives the eviction (RADIX_NS_ANY for none). The

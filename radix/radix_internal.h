@@ -8,7 +8,8 @@
  *   evict.c  recency and eviction order: the two queues (list + heap) of
  *            each namespace, which block makes room (reservations),
  *            radix_evict, radix_ns_clear; retention hints and priorities
- *   tier.c   moves between tier 1 and tier 2: demote, promote, copy done
+ *   tier.c   moves between the tiers (pool, host, disk): demote, promote,
+ *            copy done, restore
  *   ns.c     namespaces: create, delete, find, limits, counters
  *   top.c    the operator's walk (radix_top)
  *   check.c  the invariant checker (radix_check)
@@ -39,9 +40,12 @@
 
 enum { WHERE_NONE = 0, WHERE_LIST = 1, WHERE_HEAP = 2 };
 
-/* The two eviction queues: Q_T1 orders tier-1 candidates (demotion, or
- * eviction when there is no tier 2), Q_T2 tier-2 leaves (drops). */
-enum { Q_T1 = 0, Q_T2 = 1 };
+/* One eviction queue per tier: queue k orders tier-k candidates, each the
+ * last tier-k block of a node with no tier-k block below it
+ * (radix__queueable). The lowest tier's queue holds leaves
+ * (drops); every other queue holds demotion candidates (or, with one tier,
+ * eviction candidates). Q_T1 is the pool's. */
+enum { Q_T1 = 0, Q_T2 = 1, Q_T3 = 2 };
 
 typedef struct radix_node radix_node_t;
 
@@ -55,20 +59,23 @@ typedef struct radix_qlink {
 } radix_qlink_t;
 
 struct radix_node {
-    radix_node_t *parent; /* NULL for a namespace root */
-    radix_qlink_t q[2];   /* Q_T1, Q_T2 */
-    uint64_t hits;        /* lookups that matched through this node's end */
-    uint64_t full_stamp;  /* a tick at which every record here was touched */
-    uint32_t first;       /* records in use: [first, first + len) */
+    radix_node_t *parent;         /* NULL for a namespace root */
+    radix_qlink_t q[RADIX_TIERS]; /* one link per tier's queue */
+    uint64_t hits;                /* lookups that matched through this node's end */
+    uint64_t full_stamp;          /* a tick at which every record here was touched */
+    uint32_t first;               /* records in use: [first, first + len) */
     uint32_t len;
     uint32_t cap;
     uint32_t n_children;
     uint32_t depth; /* blocks before this node's first block */
     uint32_t ns;
-    uint32_t full_hits;   /* lookups that matched every record here (mod 2^32) */
-    uint32_t t1_len;      /* records [first, first + t1_len) are in tier 1, the rest in tier 2 */
-    uint32_t t1_children; /* children whose first block is in tier 1 */
-    uint64_t recs[];      /* the record arrays, see rec_hash() .. rec_tokens() */
+    uint32_t full_hits; /* lookups that matched every record here (mod 2^32) */
+    /* tlen[k] records of tier k, in tier order: records [first, first +
+     * tlen[0]) are in tier 1, the next tlen[1] in tier 2, and so on (a
+     * block's tier is never above its parent's: tier_of grows along a path). */
+    uint32_t tlen[RADIX_TIERS];
+    uint32_t tchildren[RADIX_TIERS]; /* children whose first block is in tier k */
+    uint64_t recs[];                 /* the record arrays, see rec_hash() .. rec_tokens() */
 };
 
 typedef struct radix_heap_entry {
@@ -92,11 +99,11 @@ typedef struct radix_ns {
     char name[RADIX_NS_NAME_MAX + 1];
     uint64_t seed;
     radix_node_t *root;
-    radix_ns_stats_t st;  /* counters, cached/pinned blocks, quota, reserve */
-    uint32_t n_nodes;     /* non-root nodes */
-    radix_queue_t q[2];   /* Q_T1, Q_T2 */
-    uint8_t prio_default; /* priority of blocks without a live hint */
-    uint8_t prio_cap;     /* the highest priority a hint may give */
+    radix_ns_stats_t st;          /* counters, cached/pinned blocks, quota, reserve */
+    uint32_t n_nodes;             /* non-root nodes */
+    radix_queue_t q[RADIX_TIERS]; /* one per tier */
+    uint8_t prio_default;         /* priority of blocks without a live hint */
+    uint8_t prio_cap;             /* the highest priority a hint may give */
 } radix_ns_t;
 
 /* A timed hint's end, queued by time (min-heap); stale entries (the hint
@@ -144,14 +151,22 @@ struct radix_tree {
     size_t exp_live;      /* blocks with a live timed hint (hint_timed set) */
     size_t exp_max;       /* the most exp_live may be (radix_hint_limit); 0: no limit */
     uint64_t reuse_gap64; /* 64 x moving average of first-reuse gaps, in ticks */
-    /* Tier 2: ids [max_blocks, max_blocks + t2_blocks), owned by the tree. */
-    uint32_t t2_blocks;
-    uint32_t *t2_free; /* stack of free tier-2 ids */
-    uint32_t t2_n_free;
-    uint32_t t2_cached;   /* tier-2 blocks in the index */
-    uint32_t t2_inflight; /* tier-2 ids held by promotions being copied */
-    uint32_t *peer;       /* [max_blocks + t2_blocks]: a busy block's other id, else UINT32_MAX */
-    uint32_t n_busy;      /* blocks being copied */
+    /* Tiers below the pool: tier k's ids are [base[k], base[k + 1]), owned
+     * by the tree (base[0] = 0, base[1] = max_blocks; id_end = base[n_tiers]
+     * = base[RADIX_TIERS]). lower[0] is unused: the pool's ids are the
+     * caller's. */
+    uint32_t n_tiers; /* 1 + the tiers below the pool */
+    uint32_t base[RADIX_TIERS + 1];
+    uint32_t id_end;
+    struct {
+        uint32_t *free; /* stack of free ids */
+        uint32_t n_free;
+        uint32_t cached;   /* blocks of this tier in the index */
+        uint32_t inflight; /* ids held by moves being copied out of this tier */
+    } lower[RADIX_TIERS];
+    uint32_t *free_at; /* [id_end - max_blocks]: a free lower id's place in its stack */
+    uint32_t *peer;    /* [id_end]: a busy block's other id, else UINT32_MAX */
+    uint32_t n_busy;   /* blocks being copied */
 };
 
 #define RADIX_PRIO_NONE 0xff
@@ -282,9 +297,53 @@ static inline uint64_t rec_stamp(const radix_node_t *n, uint32_t i)
     return s > n->full_stamp ? s : n->full_stamp;
 }
 
-static inline bool in_tier2(const radix_tree_t *t, uint32_t id)
+/* Whether id is in a tier below the pool. */
+static inline bool in_lower(const radix_tree_t *t, uint32_t id)
 {
     return id >= t->cfg.max_blocks;
+}
+
+/* The tier (0: the pool) of an id below id_end. */
+static inline uint32_t tier_of(const radix_tree_t *t, uint32_t id)
+{
+    uint32_t k = 0;
+    while (k + 1 < t->n_tiers && id >= t->base[k + 1])
+        k++;
+    return k;
+}
+
+/* Records of n in tiers 0 .. k. */
+static inline uint32_t tier_end(const radix_node_t *n, uint32_t k)
+{
+    uint32_t e = 0;
+    for (uint32_t j = 0; j <= k; j++)
+        e += n->tlen[j];
+    return e;
+}
+
+/* The tier of a node's last block (0 for a root). */
+static inline uint32_t last_tier(const radix_node_t *n)
+{
+    uint32_t k = RADIX_TIERS - 1;
+    while (k > 0 && n->tlen[k] == 0)
+        k--;
+    return k;
+}
+
+/* Pushes a free lower id on its tier's stack. */
+static inline void lower_push(radix_tree_t *t, uint32_t id)
+{
+    uint32_t k = tier_of(t, id);
+    t->free_at[id - t->cfg.max_blocks] = t->lower[k].n_free;
+    t->lower[k].free[t->lower[k].n_free++] = id;
+}
+
+/* Takes the top free id of lower tier k (the caller checked n_free). */
+static inline uint32_t lower_pop(radix_tree_t *t, uint32_t k)
+{
+    uint32_t id = t->lower[k].free[--t->lower[k].n_free];
+    t->free_at[id - t->cfg.max_blocks] = UINT32_MAX;
+    return id;
 }
 
 static inline bool is_busy(const radix_tree_t *t, uint32_t id)
@@ -300,17 +359,17 @@ static inline bool id_taken(const radix_tree_t *t, uint32_t id)
     return t->by_node[id] || (t->peer && t->peer[id] != UINT32_MAX);
 }
 
-/* The record a node offers to queue q: its last tier-1 block (Q_T1, a
- * demotion or, single-tier, eviction candidate) or its last block when that is
- * in tier 2 (Q_T2, a drop candidate). Only meaningful when has_cand(). */
+/* The record a node offers to queue q: its last block of tier q (a
+ * demotion candidate, or a drop candidate in the lowest tier, where it is
+ * the node's last block). Only meaningful when has_cand(). */
 static inline uint32_t cand_pos(const radix_node_t *n, int q)
 {
-    return q == Q_T1 ? n->first + n->t1_len - 1 : last_pos(n);
+    return n->first + tier_end(n, (uint32_t)q) - 1;
 }
 
 static inline bool has_cand(const radix_node_t *n, int q)
 {
-    return n->len > 0 && (q == Q_T1 ? n->t1_len > 0 : n->t1_len < n->len);
+    return n->len > 0 && n->tlen[q] > 0;
 }
 
 static inline uint64_t cand_stamp(const radix_node_t *n, int q)
@@ -369,6 +428,9 @@ void radix__node_free(radix_tree_t *t, radix_node_t *n);
 radix_node_t *radix__child_find(const radix_tree_t *t, const radix_node_t *parent, uint64_t h,
                                 const uint32_t *block);
 void radix__slot_remove(radix_tree_t *t, radix_node_t *n);
+int radix__insert_tier(radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens, size_t n_tokens,
+                       const uint32_t *ids, size_t n_ids, uint32_t tier, bool pin,
+                       uint32_t *canonical, size_t *n_done);
 
 /* evict.c: the queues */
 uint64_t radix__queue_key(const radix_tree_t *t, const radix_node_t *n, int q);
@@ -388,6 +450,7 @@ void radix__move_hints(radix_tree_t *t, uint32_t old_id, uint32_t new_id);
 
 /* tier.c */
 uint32_t radix__retier(radix_tree_t *t, radix_node_t *n, uint32_t pos, uint32_t new_id, bool busy);
+uint32_t *radix__tier_count(radix_ns_t *ns, uint32_t k);
 
 /* top.c */
 int radix__collect_nodes(const radix_tree_t *t, uint32_t ns, radix_node_t ***out, size_t *n_out);
@@ -395,16 +458,15 @@ size_t radix__node_index(radix_node_t *const *a, size_t n, const radix_node_t *n
 
 #pragma GCC visibility pop
 
-/* Both queues; touched: every block of the node was just stamped (a walk
- * went through its end), so both its candidates were. Inline: every
+/* Every tier's queue; touched: every block of the node was just stamped (a
+ * walk went through its end), so all its candidates were. Inline: every
  * lookup that ends on a leaf calls it. */
 static inline void refresh(radix_tree_t *t, radix_node_t *n, bool touched)
 {
     if (is_root(n))
         return;
-    radix__refresh_q(t, n, Q_T1, touched);
-    if (t->t2_blocks > 0)
-        radix__refresh_q(t, n, Q_T2, touched);
+    for (uint32_t q = 0; q < t->n_tiers; q++)
+        radix__refresh_q(t, n, (int)q, touched);
 }
 
 /* ---- the walk (tree.c builds lookup and insert on it, evict.c one prompt's drop) ---- */

@@ -98,7 +98,7 @@ int radix_top(const radix_tree_t *t, uint32_t ns, radix_order_t order, radix_pre
         if (row->has_parent)
             row->parent_block_id = *rec_id(node->parent, last_pos(node->parent));
         row->blocks += node->len;
-        row->tier2_blocks += node->len - node->t1_len;
+        row->tier2_blocks += node->len - node->tlen[0];
         for (uint32_t k = node->first; k <= last_pos(node); k++)
             row->pins += *rec_ref(node, k);
     }

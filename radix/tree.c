@@ -181,6 +181,8 @@ int radix_new(const radix_config_t *cfg, radix_tree_t **out)
     radix_tree_t *t = NULL;
     if (!cfg || !out || cfg->block_tokens == 0 || cfg->max_blocks == 0 ||
         cfg->block_tokens > 65536 || cfg->tier2_blocks > UINT32_MAX - cfg->max_blocks ||
+        cfg->tier3_blocks > UINT32_MAX - cfg->max_blocks - cfg->tier2_blocks ||
+        (cfg->tier3_blocks > 0 && cfg->tier2_blocks == 0) ||
         (cfg->policy != RADIX_EVICT_LRU && cfg->policy != RADIX_EVICT_FREQ) ||
         cfg->freq_max_hits > 255 || cfg->freq_bonus_pct > 10000 ||
         cfg->freq_bonus_ticks > UINT32_MAX ||
@@ -200,8 +202,12 @@ int radix_new(const radix_config_t *cfg, radix_tree_t **out)
         t->cfg.freq_horizon_pct = RADIX_FREQ_HORIZON_PCT;
     t->rec_bytes =
         2 * sizeof(uint64_t) + 3 * sizeof(uint32_t) + (size_t)cfg->block_tokens * sizeof(uint32_t);
-    size_t ids = (size_t)cfg->max_blocks + cfg->tier2_blocks;
-    t->t2_blocks = cfg->tier2_blocks;
+    size_t ids = (size_t)cfg->max_blocks + cfg->tier2_blocks + cfg->tier3_blocks;
+    uint32_t sizes[RADIX_TIERS] = {cfg->max_blocks, cfg->tier2_blocks, cfg->tier3_blocks};
+    t->n_tiers = cfg->tier3_blocks > 0 ? 3 : cfg->tier2_blocks > 0 ? 2 : 1;
+    for (uint32_t k = 0; k < RADIX_TIERS; k++)
+        t->base[k + 1] = t->base[k] + sizes[k];
+    t->id_end = (uint32_t)ids;
     t->by_node = t_calloc(t, ids, sizeof(*t->by_node));
     t->by_pos = t_calloc(t, ids, sizeof(*t->by_pos));
     t->slots = t_calloc(t, 64, sizeof(*t->slots));
@@ -214,17 +220,21 @@ int radix_new(const radix_config_t *cfg, radix_tree_t **out)
         goto fail;
     memset(t->hint_base, RADIX_PRIO_NONE, ids);
     memset(t->hint_timed, RADIX_PRIO_NONE, ids);
-    if (t->t2_blocks > 0) {
+    if (t->n_tiers > 1) {
         t->peer = t_malloc(t, ids * sizeof(*t->peer));
-        t->t2_free = t_malloc(t, (size_t)t->t2_blocks * sizeof(*t->t2_free));
-        if (!t->peer || !t->t2_free)
+        t->free_at = t_malloc(t, (ids - cfg->max_blocks) * sizeof(*t->free_at));
+        if (!t->peer || !t->free_at)
             goto fail;
         for (size_t i = 0; i < ids; i++)
             t->peer[i] = UINT32_MAX;
-        /* popped in increasing order */
-        for (uint32_t i = 0; i < t->t2_blocks; i++)
-            t->t2_free[i] = cfg->max_blocks + t->t2_blocks - 1 - i;
-        t->t2_n_free = t->t2_blocks;
+        for (uint32_t k = 1; k < t->n_tiers; k++) {
+            t->lower[k].free = t_malloc(t, (size_t)sizes[k] * sizeof(*t->lower[k].free));
+            if (!t->lower[k].free)
+                goto fail;
+            /* popped in increasing order */
+            for (uint32_t id = t->base[k + 1]; id-- > t->base[k];)
+                lower_push(t, id);
+        }
     }
     t->slot_mask = 63;
     *out = t;
@@ -246,8 +256,8 @@ void radix_free(radix_tree_t *t)
         if (!t->ns[i])
             continue;
         free(t->ns[i]->root);
-        free(t->ns[i]->q[Q_T1].heap);
-        free(t->ns[i]->q[Q_T2].heap);
+        for (int q = 0; q < RADIX_TIERS; q++)
+            free(t->ns[i]->q[q].heap);
         free(t->ns[i]);
     }
     free(t->ns);
@@ -260,7 +270,9 @@ void radix_free(radix_tree_t *t)
     free(t->band_of);
     free(t->exp);
     free(t->peer);
-    free(t->t2_free);
+    free(t->free_at);
+    for (int k = 0; k < RADIX_TIERS; k++)
+        free(t->lower[k].free);
     free(t);
 }
 
@@ -337,8 +349,10 @@ int radix_lookup(radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens, size_t
     uint32_t prev_full_hits = 0, prev_hits = 0;
     bool partial = false;
     bool stop = false;
-    radix_node_t *f_node = NULL; /* holds the last tier-1 block matched */
-    bool f_full = false;         /* its tier-1 candidate was matched */
+    /* Per tier: the node holding the last block of that tier matched, and
+     * whether its candidate of that tier was matched. */
+    radix_node_t *f_node[RADIX_TIERS] = {NULL};
+    bool f_full[RADIX_TIERS] = {false};
     while (i < want) {
         if (n->n_children == 0)
             break; /* no hash, no probe: nothing below */
@@ -384,9 +398,11 @@ int radix_lookup(radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens, size_t
                     break;
             }
         }
-        if (child->t1_len > 0) {
-            f_node = child;
-            f_full = k >= child->t1_len;
+        for (uint32_t q = 0; q < t->n_tiers; q++) {
+            if (child->tlen[q] > 0) {
+                f_node[q] = child;
+                f_full[q] = k >= tier_end(child, q);
+            }
         }
         if (pin)
             for (uint32_t b = 0; b < k; b++)
@@ -427,14 +443,19 @@ int radix_lookup(radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens, size_t
         n->hits++;
         refresh(t, n, true);
     }
-    if (t->t2_blocks > 0 && i > 0) {
-        /* the path's tier-1 candidate was stamped too, if it lies above */
-        if (f_node && f_full && !(f_node == n && pos == last_pos(n)))
-            radix__refresh_q(t, f_node, Q_T1, true);
-        size_t k1 = i;
-        while (k1 > 0 && in_tier2(t, ids[k1 - 1]))
+    if (t->n_tiers > 1 && i > 0) {
+        /* the path's candidates of the upper tiers were stamped too, if
+         * they lie above (the lowest tier's is the last block, done) */
+        for (uint32_t q = 0; q + 1 < t->n_tiers; q++)
+            if (f_node[q] && f_full[q] && !(f_node[q] == n && pos == last_pos(n)))
+                radix__refresh_q(t, f_node[q], (int)q, true);
+        size_t k1 = i, k2 = i;
+        while (k1 > 0 && in_lower(t, ids[k1 - 1]))
             k1--;
+        while (t->n_tiers > 2 && k2 > k1 && tier_of(t, ids[k2 - 1]) == 2)
+            k2--;
         ns->st.t2_hit_tokens += (uint64_t)(i - k1) * bt;
+        ns->st.t3_hit_tokens += (uint64_t)(i - k2) * bt;
     }
     ns->st.lookups++;
     ns->st.lookup_tokens += n_tokens;
@@ -480,12 +501,18 @@ static void node_split(radix_tree_t *t, radix_node_t *n, uint32_t pos, radix_nod
     upper->ns = n->ns;
     upper->n_children = 1;
     upper->len = j;
-    /* n's tier-1 candidate moves up unless it lies below the split */
-    if (n->t1_len <= j)
-        radix__unqueue(t, n, Q_T1);
-    upper->t1_len = n->t1_len < j ? n->t1_len : j;
-    upper->t1_children = n->t1_len > j ? 1 : 0;
-    n->t1_len -= upper->t1_len;
+    /* n's candidate of a tier moves up unless it lies below the split */
+    for (uint32_t q = 0; q < RADIX_TIERS; q++)
+        if (n->tlen[q] > 0 && tier_end(n, q) <= j)
+            radix__unqueue(t, n, (int)q);
+    uint32_t left = j;
+    for (uint32_t q = 0; q < RADIX_TIERS; q++) {
+        upper->tlen[q] = n->tlen[q] < left ? n->tlen[q] : left;
+        left -= upper->tlen[q];
+        n->tlen[q] -= upper->tlen[q];
+        upper->tchildren[q] = 0;
+    }
+    upper->tchildren[tier_of(t, *rec_id(n, n->first + j))] = 1; /* n, from its first block on */
     recs_copy(t, upper, 0, n, n->first, j);
     for (uint32_t k = 0; k < j; k++) {
         uint32_t id = *rec_id(upper, k);
@@ -501,10 +528,11 @@ static void node_split(radix_tree_t *t, radix_node_t *n, uint32_t pos, radix_nod
     t->ns[n->ns]->n_nodes++;
 }
 
-/* Writes new blocks i .. i+m-1 into records [base, base+m) of n. */
+/* Writes new blocks i .. i+m-1, of tier `tier`, into records [base, base+m)
+ * of n. */
 static void fill_recs(radix_tree_t *t, radix_ns_t *ns, radix_node_t *n, uint32_t base, uint64_t h,
                       const uint32_t *tokens, const uint32_t *ids, size_t i, size_t m, bool pin,
-                      uint64_t tick, uint32_t *canonical)
+                      uint64_t tick, uint32_t *canonical, uint32_t tier)
 {
     uint32_t bt = t->cfg.block_tokens;
     for (size_t k = 0; k < m; k++) {
@@ -525,9 +553,21 @@ static void fill_recs(radix_tree_t *t, radix_ns_t *ns, radix_node_t *n, uint32_t
         if (pin)
             pin_rec(t, ns, n, pos);
     }
-    ns->st.inserted_blocks += m;
-    ns->st.cached_blocks += (uint32_t)m;
-    t->cached += (uint32_t)m;
+    *radix__tier_count(ns, tier) += (uint32_t)m;
+    if (tier == 0) {
+        ns->st.inserted_blocks += m;
+        t->cached += (uint32_t)m;
+        return;
+    }
+    ns->st.restored_blocks += m;
+    t->lower[tier].cached += (uint32_t)m;
+    for (size_t k = 0; k < m; k++) { /* off the free stack: swap with its top */
+        uint32_t id = ids[i + k], at = t->free_at[id - t->cfg.max_blocks];
+        uint32_t top = t->lower[tier].free[--t->lower[tier].n_free];
+        t->lower[tier].free[at] = top;
+        t->free_at[top - t->cfg.max_blocks] = at;
+        t->free_at[id - t->cfg.max_blocks] = UINT32_MAX;
+    }
 }
 
 int radix_match(const radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens, size_t n_tokens,
@@ -583,6 +623,18 @@ int radix_insert(radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens, size_t
             return KVS_EINVAL;
     if (!ns_live(t, ns_id))
         return KVS_ENONS;
+    return radix__insert_tier(t, ns_id, tokens, n_tokens, ids, n_ids, 0, pin, canonical, n_done);
+}
+
+/* radix_insert for tier 0 (the caller's pool ids: a cached block of a lower
+ * tier at a position is upgraded to the caller's tier-1 id, a quota
+ * applies), radix_restore for a lower tier (cached blocks stay as they are,
+ * in a tier no lower than `tier`). Arguments checked by the callers. */
+int radix__insert_tier(radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens, size_t n_tokens,
+                       const uint32_t *ids, size_t n_ids, uint32_t tier, bool pin,
+                       uint32_t *canonical, size_t *n_done)
+{
+    (void)n_tokens; /* checked by the callers: n_ids blocks of tokens */
     int rc = 0;
     radix_ns_t *ns = t->ns[ns_id];
     uint32_t bt = t->cfg.block_tokens;
@@ -600,9 +652,10 @@ int radix_insert(radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens, size_t
             rc = KVS_EEXIST;
             break;
         }
-        bool upgrade = in_tier2(t, id);
+        bool upgrade = tier == 0 && in_lower(t, id);
         if (is_busy(t, id) || (upgrade && *rec_ref(next.node, next.pos) > 0) ||
-            (pin && *rec_ref(next.node, next.pos) >= RADIX_MAX_PINS)) {
+            (pin && *rec_ref(next.node, next.pos) >= RADIX_MAX_PINS) ||
+            (!upgrade && tier_of(t, id) > tier)) {
             rc = KVS_EBUSY;
             break;
         }
@@ -613,8 +666,8 @@ int radix_insert(radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens, size_t
         c = next;
         *rec_stampp(c.node, c.pos) = tick;
         if (upgrade) {
-            /* The caller's tier-1 copy replaces the tier-2 one. */
-            t->t2_free[t->t2_n_free++] = radix__retier(t, c.node, c.pos, ids[i], false);
+            /* The caller's tier-1 copy replaces the lower one. */
+            lower_push(t, radix__retier(t, c.node, c.pos, ids[i], false));
             ns->st.inserted_blocks++;
             id = ids[i];
         } else {
@@ -631,7 +684,8 @@ int radix_insert(radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens, size_t
 
     /* New blocks: up to the first id that is cached (or repeated). */
     size_t m = 0;
-    while (i + m < n_ids && !id_taken(t, ids[i + m])) {
+    while (i + m < n_ids && !id_taken(t, ids[i + m]) &&
+           (tier == 0 || t->free_at[ids[i + m] - t->cfg.max_blocks] != UINT32_MAX)) {
         t->by_node[ids[i + m]] = &radix__mark;
         m++;
     }
@@ -642,7 +696,7 @@ int radix_insert(radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens, size_t
     if (m == 0)
         goto done;
 
-    uint32_t quota = ns->st.quota;
+    uint32_t quota = tier == 0 ? ns->st.quota : 0;
     if (quota > 0 && ns->st.cached_blocks + m > quota) {
         /* Evict the namespace's own LRU leaves, never the block we attach to. */
         if (!is_root(c.node)) {
@@ -655,7 +709,7 @@ int radix_insert(radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens, size_t
          * have to be demoted, which takes a copy (radix_demote). */
         radix_node_t *v;
         while (ns->st.cached_blocks + m > quota && (v = radix__candidate(t, ns, Q_T1)) &&
-               v->n_children == 0 && v->t1_len == v->len)
+               v->n_children == 0 && v->tlen[0] == v->len)
             radix__evict_leaf(t, v, Q_T1, EVICT_QUOTA);
         t->guard = NULL;
         if (!is_root(c.node))
@@ -694,9 +748,9 @@ int radix_insert(radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens, size_t
             }
             n = bigger;
         }
-        fill_recs(t, ns, n, n->first + n->len, h, tokens, ids, i, m, pin, tick, canonical);
+        fill_recs(t, ns, n, n->first + n->len, h, tokens, ids, i, m, pin, tick, canonical, tier);
         n->len += (uint32_t)m;
-        n->t1_len += (uint32_t)m;
+        n->tlen[tier] += (uint32_t)m;
         refresh(t, n, true);
     } else {
         radix_node_t *leaf = radix__node_new(t, (uint32_t)m);
@@ -716,13 +770,13 @@ int radix_insert(radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens, size_t
         leaf->parent = n;
         leaf->ns = ns_id;
         leaf->depth = n->depth + n->len;
-        fill_recs(t, ns, leaf, 0, h, tokens, ids, i, m, pin, tick, canonical);
+        fill_recs(t, ns, leaf, 0, h, tokens, ids, i, m, pin, tick, canonical, tier);
         leaf->len = (uint32_t)m;
-        leaf->t1_len = (uint32_t)m;
+        leaf->tlen[tier] = (uint32_t)m;
         slot_put(t, leaf);
         ns->n_nodes++;
         n->n_children++;
-        n->t1_children++;
+        n->tchildren[tier]++;
         refresh(t, n, false);
         refresh(t, leaf, true);
     }
@@ -736,7 +790,7 @@ done:
 
 int radix_pin(radix_tree_t *t, uint32_t block_id)
 {
-    if (!t || block_id >= t->cfg.max_blocks + t->t2_blocks)
+    if (!t || block_id >= t->id_end)
         return KVS_EINVAL;
     radix_node_t *n = t->by_node[block_id];
     if (!n)
@@ -751,7 +805,7 @@ int radix_pin(radix_tree_t *t, uint32_t block_id)
 
 int radix_unpin(radix_tree_t *t, uint32_t block_id)
 {
-    if (!t || block_id >= t->cfg.max_blocks + t->t2_blocks)
+    if (!t || block_id >= t->id_end)
         return KVS_EINVAL;
     radix_node_t *n = t->by_node[block_id];
     if (!n)
@@ -770,7 +824,7 @@ int radix_unpin(radix_tree_t *t, uint32_t block_id)
 
 int radix_block_refcount(const radix_tree_t *t, uint32_t block_id, uint32_t *refcount)
 {
-    if (!t || !refcount || block_id >= t->cfg.max_blocks + t->t2_blocks)
+    if (!t || !refcount || block_id >= t->id_end)
         return KVS_EINVAL;
     const radix_node_t *n = t->by_node[block_id];
     if (!n)
@@ -781,12 +835,27 @@ int radix_block_refcount(const radix_tree_t *t, uint32_t block_id, uint32_t *ref
 
 int radix_block_hash(const radix_tree_t *t, uint32_t block_id, uint64_t *hash)
 {
-    if (!t || !hash || block_id >= t->cfg.max_blocks + t->t2_blocks)
+    if (!t || !hash || block_id >= t->id_end)
         return KVS_EINVAL;
     const radix_node_t *n = t->by_node[block_id];
     if (!n || n == &radix__mark)
         return KVS_ENOTFOUND;
     *hash = *rec_hash(n, t->by_pos[block_id]);
+    return 0;
+}
+
+int radix_block_chain(const radix_tree_t *t, uint32_t id, uint64_t *hash, uint64_t *parent_hash,
+                      const uint32_t **tokens)
+{
+    if (!t || !hash || !parent_hash || !tokens || id >= t->id_end)
+        return KVS_EINVAL;
+    const radix_node_t *n = t->by_node[id];
+    if (!n || n == &radix__mark)
+        return KVS_ENOTFOUND;
+    uint32_t pos = t->by_pos[id];
+    *hash = *rec_hash(n, pos);
+    *parent_hash = pos > n->first ? *rec_hash(n, pos - 1) : end_hash(t, n->parent);
+    *tokens = rec_tokens(t, n, pos);
     return 0;
 }
 
@@ -806,17 +875,16 @@ size_t radix_memory_bytes(const radix_tree_t *t)
 {
     if (!t)
         return 0;
-    size_t bytes =
-        sizeof(*t) + t->node_bytes + (t->slot_mask + 1) * sizeof(radix_slot_t) +
-        ((size_t)t->cfg.max_blocks + t->t2_blocks) * (sizeof(*t->by_node) + sizeof(*t->by_pos)) +
-        (size_t)t->ns_cap * sizeof(*t->ns) + t->exp_cap * sizeof(*t->exp);
+    size_t bytes = sizeof(*t) + t->node_bytes + (t->slot_mask + 1) * sizeof(radix_slot_t) +
+                   ((size_t)t->id_end) * (sizeof(*t->by_node) + sizeof(*t->by_pos)) +
+                   (size_t)t->ns_cap * sizeof(*t->ns) + t->exp_cap * sizeof(*t->exp);
     for (uint32_t i = 0; i < t->n_ns; i++)
         if (t->ns[i])
-            bytes +=
-                sizeof(radix_ns_t) + (t->ns[i]->q[Q_T1].heap_cap + t->ns[i]->q[Q_T2].heap_cap) *
-                                         sizeof(radix_heap_entry_t);
-    if (t->t2_blocks > 0)
-        bytes += (size_t)t->t2_blocks * sizeof(*t->t2_free) +
-                 ((size_t)t->cfg.max_blocks + t->t2_blocks) * sizeof(*t->peer);
+            bytes += sizeof(radix_ns_t) + (t->ns[i]->q[Q_T1].heap_cap + t->ns[i]->q[Q_T2].heap_cap +
+                                           t->ns[i]->q[Q_T3].heap_cap) *
+                                              sizeof(radix_heap_entry_t);
+    if (t->n_tiers > 1) /* the free stacks, free_at and peer */
+        bytes += ((size_t)t->id_end - t->cfg.max_blocks) * 2 * sizeof(uint32_t) +
+                 ((size_t)t->id_end) * sizeof(*t->peer);
     return bytes;
 }

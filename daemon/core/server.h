@@ -230,6 +230,7 @@ typedef struct server {
     bool *ev_resolved;
 
     uint32_t tier2_blocks;       /* blocks of tier 2 (--host-tier); 0: none */
+    uint32_t tier3_blocks;       /* blocks of tier 3 (--disk-tier-path): its slots; 0: none */
     struct tier_disk *disk_tier; /* tier 3 (--disk-tier-path); NULL: none */
     uint32_t tier_jobs;          /* tier copies in flight (tier.c) */
 

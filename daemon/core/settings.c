@@ -237,8 +237,9 @@ const setting_t settings_table[] = {
              "a pinned lookup (with devices: the size in all, each block with every shard)"},
     {"disk_tier_path", "disk-tier-path", SETTING_GLOBAL, SETTING_TEXT, "FILE", 1, 255,
      AT(server.disk_tier_path), .zero = "off", .example = "/var/cache/kvshare/tier3",
-     .help = "tier 3 on a local disk: one preallocated file (its directory must exist), O_DIRECT; "
-             "opened, checked and scanned at start (the store does not chain it yet)"},
+     .help = "tier 3 on a local disk, below host_tier_bytes (needed): one preallocated file (its "
+             "directory must exist), O_DIRECT; blocks tier 2 drops go there, and what it holds "
+             "is served again after a restart"},
     {"disk_tier_bytes", "disk-tier-bytes", SETTING_GLOBAL, SETTING_SIZE, "SIZE", 1, UINT64_MAX,
      AT(server.disk_tier_bytes), .zero = "off", .example = "512GiB",
      .help = "the size of disk_tier_path's file"},

@@ -35,7 +35,8 @@ enum {
     H_LEN = 32,
     H_SLOT = 36,
     H_CRC = 40,
-    H_NS = 48,
+    H_PARENT = 48, /* format 2: the chained hash this block chains from */
+    H_NS = 56,
     H_TOKENS = TIER_DISK_HDR_FIXED,
 };
 
@@ -100,14 +101,16 @@ static uint32_t record_crc(const tier_disk_t *td, const uint8_t *buf)
     return crc32c(c, buf + H_CRC + 4, td->slot_bytes - (H_CRC + 4));
 }
 
-void tier_disk_encode(const tier_disk_t *td, uint8_t *buf, uint32_t slot,
-                      const tier_disk_meta_t *meta, const void *payload)
+/* The record around a payload already at buf + hdr_bytes. */
+static void encode_around(const tier_disk_t *td, uint8_t *buf, uint32_t slot,
+                          const tier_disk_meta_t *meta)
 {
     memset(buf, 0, td->hdr_bytes);
     put32(buf + H_MAGIC, REC_MAGIC);
     put32(buf + H_FORMAT, TIER_DISK_FORMAT);
     put64(buf + H_SEQ, meta->seq);
     put64(buf + H_HASH, meta->chain_hash);
+    put64(buf + H_PARENT, meta->parent_hash);
     put32(buf + H_NSID, meta->ns_id);
     uint32_t nt = meta->ntokens <= td->block_tokens ? meta->ntokens : td->block_tokens;
     put32(buf + H_NTOK, nt);
@@ -117,10 +120,16 @@ void tier_disk_encode(const tier_disk_t *td, uint8_t *buf, uint32_t slot,
     memcpy(buf + H_NS, meta->ns, nl);
     for (uint32_t i = 0; i < nt; i++)
         put32(buf + H_TOKENS + 4 * i, meta->tokens[i]);
-    memcpy(buf + td->hdr_bytes, payload, td->block_bytes);
     size_t end = td->hdr_bytes + td->block_bytes;
     memset(buf + end, 0, td->slot_bytes - end);
     put32(buf + H_CRC, record_crc(td, buf));
+}
+
+void tier_disk_encode(const tier_disk_t *td, uint8_t *buf, uint32_t slot,
+                      const tier_disk_meta_t *meta, const void *payload)
+{
+    memcpy(buf + td->hdr_bytes, payload, td->block_bytes);
+    encode_around(td, buf, slot, meta);
 }
 
 int tier_disk_decode(const tier_disk_t *td, const uint8_t *buf, uint32_t slot,
@@ -138,6 +147,7 @@ int tier_disk_decode(const tier_disk_t *td, const uint8_t *buf, uint32_t slot,
         return KVS_ENOTFOUND;
     meta->seq = get64(buf + H_SEQ);
     meta->chain_hash = get64(buf + H_HASH);
+    meta->parent_hash = get64(buf + H_PARENT);
     meta->ns_id = get32(buf + H_NSID);
     meta->ntokens = nt;
     memcpy(meta->ns, buf + H_NS, TIER_DISK_NS_MAX);
@@ -152,8 +162,12 @@ int tier_disk_decode(const tier_disk_t *td, const uint8_t *buf, uint32_t slot,
 void td_prepare(tier_disk_t *td, td_batch_t *b, size_t i, uint8_t *buf)
 {
     tier_disk_op_t *op = &b->ops[i];
-    if (b->write)
+    if (b->write && op->fill) {
+        op->fill(op->fill_ctx, op->fill_src, buf + td->hdr_bytes);
+        encode_around(td, buf, op->slot, &op->meta);
+    } else if (b->write) {
         tier_disk_encode(td, buf, op->slot, &op->meta, op->data);
+    }
 }
 
 /* A read's check: the record verifies and is the block asked for. */
@@ -206,7 +220,7 @@ int tier_disk_submit(tier_disk_t *td, bool write, tier_disk_op_t *ops, size_t n,
     if (n == 0)
         return KVS_EINVAL;
     for (size_t i = 0; i < n; i++)
-        if (ops[i].slot >= td->nslots || !ops[i].data)
+        if (ops[i].slot >= td->nslots || (!ops[i].data && !(write && ops[i].fill)))
             return KVS_EINVAL;
     td_batch_t *b = calloc(1, sizeof(*b));
     if (!b)
@@ -374,6 +388,7 @@ static int scan_one(tier_disk_t *td, const uint8_t *buf, uint32_t slot, size_t *
                               .seq = m.seq,
                               .ns_id = m.ns_id,
                               .chain_hash = m.chain_hash,
+                              .parent_hash = m.parent_hash,
                               .ntokens = m.ntokens,
                               .tokens = tokens};
     memcpy(r->ns, m.ns, TIER_DISK_NS_MAX);

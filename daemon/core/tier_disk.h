@@ -30,10 +30,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define TIER_DISK_FORMAT    1u
+#define TIER_DISK_FORMAT    2u /* 2: records name their parent's chained hash */
 #define TIER_DISK_ALIGN     4096u
 #define TIER_DISK_NS_MAX    64u  /* namespace name bytes, with its NUL */
-#define TIER_DISK_HDR_FIXED 112u /* header bytes before the tokens */
+#define TIER_DISK_HDR_FIXED 120u /* header bytes before the tokens */
 #define TIER_DISK_NO_SLOT   UINT32_MAX
 
 typedef enum tier_disk_io {
@@ -58,7 +58,8 @@ typedef struct tier_disk_meta {
     uint32_t ns_id;
     char ns[TIER_DISK_NS_MAX]; /* NUL-terminated */
     uint64_t chain_hash;
-    uint32_t ntokens; /* <= block_tokens */
+    uint64_t parent_hash; /* the hash it chains from: the prefix's, or the namespace's seed */
+    uint32_t ntokens;     /* <= block_tokens */
     const uint32_t *tokens;
     uint64_t seq; /* written by tier_disk_submit (writes); checked on reads when non-zero */
 } tier_disk_meta_t;
@@ -72,6 +73,13 @@ typedef struct tier_disk_op {
     void *data;
     tier_disk_meta_t meta;
     int status; /* out: 0, KVS_EIO (the disk failed), KVS_ENOTFOUND (see above) */
+    /* A write may give fill instead of data: called on a tier thread with
+     * fill_src to write the block's block_bytes into dst (the record's
+     * payload), so that gathering a block's pieces is not the caller's
+     * thread's work. It must only read memory that stays put until done. */
+    void (*fill)(void *ctx, uint32_t src, void *dst);
+    void *fill_ctx;
+    uint32_t fill_src;
 } tier_disk_op_t;
 
 /* Called once per batch, on one of the tier's threads, after every op ended. */
@@ -107,7 +115,8 @@ void tier_disk_stats(const tier_disk_t *td, tier_disk_stats_t *out);
 
 /* Starts a batch of writes (write = true) or reads; returns at once. done
  * runs once all ended (maybe before this returns). ops stay the caller's
- * until done. Returns 0, or KVS_EINVAL (a slot out of range, n == 0). */
+ * until done. Returns 0, or KVS_EINVAL (a slot out of range, n == 0, an op
+ * with neither data nor, for a write, fill). */
 int tier_disk_submit(tier_disk_t *td, bool write, tier_disk_op_t *ops, size_t n,
                      tier_disk_done_fn done, void *arg);
 
@@ -133,6 +142,7 @@ typedef struct tier_disk_record {
     uint32_t ns_id;
     char ns[TIER_DISK_NS_MAX];
     uint64_t chain_hash;
+    uint64_t parent_hash;
     uint32_t ntokens;
     uint32_t *tokens; /* ntokens, owned by the scan */
 } tier_disk_record_t;

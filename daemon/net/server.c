@@ -22,6 +22,7 @@
 #include "session.h"
 #include "socket_path.h"
 #include "store.h"
+#include "store_disk.h"
 #include "namespaces.h"
 #include "crc32c.h"
 #include "tier_disk.h"
@@ -235,6 +236,31 @@ void server_sync_counters(server_t *s)
         s->metrics.kv_events_send_drops = es.send_drops;
     }
     cluster_store_sync_counters(s);
+    if (s->disk_tier) {
+        tier_disk_stats_t ds;
+        tier_disk_stats(s->disk_tier, &ds);
+        s->metrics.disk_reads = ds.reads;
+        /* slots torn or flipped found by the start's scan fail their CRC too */
+        s->metrics.disk_crc_failures = ds.crc_failures + ds.torn;
+    }
+}
+
+/* Warm restart: what the disk tier's scan found goes into the index as
+ * tier-3 blocks, before the first session is served. */
+static void restore_disk_tier(server_t *s)
+{
+    size_t restored = 0, dropped = 0;
+    if (!s->store || !s->store->medium3)
+        return;
+    tier_disk_stats_t ds;
+    tier_disk_stats(s->disk_tier, &ds);
+    int rc = store_disk_restore(s, &restored, &dropped);
+    s->metrics.disk_restored += restored;
+    if (rc != 0)
+        LOG_ERROR("tier 3: restoring %s stopped: %s", s->cfg.disk_tier_path, kvs_status_text(rc));
+    LOG_INFO("tier 3: %zu blocks restored from %s; %zu records not restored (unreachable or of a "
+             "namespace not served), %llu torn or failing their CRC",
+             restored, s->cfg.disk_tier_path, dropped, (unsigned long long)ds.torn);
 }
 
 /* Tier 2 in host memory (--host-tier: its bytes in all). With several
@@ -272,8 +298,9 @@ static int open_host_tier(server_t *s, char *err, size_t errlen)
 
 /* Tier 3 (disk_tier_path): the file is opened, checked against this
  * geometry and scanned, so that a bad setup fails at start naming its
- * setting. Its records are counted, not indexed: the index knows two tiers,
- * and the store does not chain tier 3 yet (tier_disk_medium.h). */
+ * setting; its slots become tier 3 of the index (store_disk.h), below the
+ * host tier, which it needs. What the scan found goes into the index at
+ * server_listen, once the configured namespaces exist. */
 static int open_disk_tier(server_t *s, char *err, size_t errlen)
 {
     const server_config_t *cfg = &s->cfg;
@@ -281,6 +308,12 @@ static int open_disk_tier(server_t *s, char *err, size_t errlen)
         return 0;
     if (cfg->disk_tier_bytes == 0) {
         snprintf(err, errlen, "disk_tier_path is set without disk_tier_bytes");
+        return KVS_EINVAL;
+    }
+    if (s->tier2_blocks == 0) {
+        snprintf(err, errlen,
+                 "disk_tier_path needs a host tier: blocks reach the disk from host memory; give "
+                 "host_tier_bytes (--host-tier) too");
         return KVS_EINVAL;
     }
     const geometry_t *g = &s->geo;
@@ -297,12 +330,15 @@ static int open_disk_tier(server_t *s, char *err, size_t errlen)
     int rc = tier_disk_open(&dc, &s->disk_tier, err, errlen);
     if (rc != 0)
         return rc;
-    tier_disk_scan_t scan;
-    tier_disk_take_scan(s->disk_tier, &scan);
-    LOG_WARN("tier 3: %zu blocks found in %s are not served: the store does not chain tier 3 "
-             "yet",
-             scan.n, cfg->disk_tier_path);
-    tier_disk_scan_free(&scan);
+    uint32_t slots = tier_disk_capacity(s->disk_tier);
+    if (slots > UINT32_MAX - s->num_blocks - s->tier2_blocks) {
+        snprintf(err, errlen, "disk_tier_bytes holds %u blocks: too many with the pool and tier 2",
+                 slots);
+        return KVS_EINVAL;
+    }
+    s->tier3_blocks = slots;
+    LOG_INFO("tier 3: %u blocks in %s (%s I/O)", slots, cfg->disk_tier_path,
+             tier_disk_io_name(s->disk_tier));
     return 0;
 }
 
@@ -626,6 +662,7 @@ int server_listen(server_t *s, bool signals, char *err, size_t errlen)
     if (rc != 0)
         return rc;
     check_fd_limit(s);
+    restore_disk_tier(s);
     if (lstat(path, &st) == 0) {
         LOG_INFO("replacing stale socket %s (no daemon answers on it)", path);
         unlink(path);

@@ -15,6 +15,7 @@
 #include "now.h"
 #include "session.h"
 #include "tier.h"
+#include "tier_disk.h"
 #include "store.h"
 #include "namespaces.h"
 
@@ -901,6 +902,9 @@ int handler_stats(session_t *s, const Kvshare__Request *req, Kvshare__Response *
     r->tier2_total_blocks = srv->tier2_blocks;
     r->tier2_cached_blocks = radix_tier2_blocks(srv->index);
     r->copying_blocks = radix_busy_blocks(srv->index);
+    r->tier3_total_blocks = srv->tier3_blocks;
+    r->tier3_cached_blocks = radix_tier_blocks(srv->index, 3);
+    r->disk_io = srv->disk_tier ? (char *)tier_disk_io_name(srv->disk_tier) : "";
     /* One allocation: the device rows, then the copy path's text. */
     size_t dev_bytes = stats_devices_bytes(srv);
     char *mem = malloc(dev_bytes + 512);

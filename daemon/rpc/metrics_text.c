@@ -280,6 +280,13 @@ static void disk_tier(text_t *t, const tier_disk_t *td)
     put(t, "kvshare_tier3_crc_failures_total %llu\n", (unsigned long long)st.crc_failures);
     head(t, "kvshare_tier3_io_errors_total", "counter", "Tier 3 reads and writes the disk failed");
     put(t, "kvshare_tier3_io_errors_total %llu\n", (unsigned long long)st.io_errors);
+    head(t, "kvshare_tier3_io_total", "counter", "Tier 3 slot reads and writes that succeeded");
+    put(t, "kvshare_tier3_io_total{op=\"read\"} %llu\n", (unsigned long long)st.reads);
+    put(t, "kvshare_tier3_io_total{op=\"write\"} %llu\n", (unsigned long long)st.writes);
+    head(t, "kvshare_tier3_io_bytes_total", "counter",
+         "Block bytes read from and written to tier 3");
+    put(t, "kvshare_tier3_io_bytes_total{op=\"read\"} %llu\n", (unsigned long long)st.read_bytes);
+    put(t, "kvshare_tier3_io_bytes_total{op=\"write\"} %llu\n", (unsigned long long)st.write_bytes);
 }
 
 /* Per device of the group (--devices; one for a daemon of one device),
@@ -443,6 +450,13 @@ int metrics_render(server_t *srv, char **out, size_t *len)
     hist(&t, "kvshare_tier_copy_seconds", "direction=\"promote\"",
          &m->tier_copy_time[BACKEND_FROM_TIER], metrics_latency_bounds_ns, metrics_latency_n_bounds,
          1e-9);
+    if (srv->disk_tier) {
+        head(&t, "kvshare_tier3_read_seconds", "histogram",
+             "Time one request's batch of reads from tier 3 (the disk) into the pool took, "
+             "verification and the copy into the pool included");
+        hist(&t, "kvshare_tier3_read_seconds", "", &m->disk_read_time, metrics_latency_bounds_ns,
+             metrics_latency_n_bounds, 1e-9);
+    }
 
     if (t.failed) {
         free(t.buf);

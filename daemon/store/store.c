@@ -11,6 +11,7 @@
 #include "log.h"
 #include "session.h"
 #include "namespaces.h"
+#include "store_disk.h"
 #include "tier.h"
 #include "tier_medium.h"
 
@@ -25,7 +26,8 @@ static void on_evict(void *ctx, uint32_t block_id)
     server_t *srv = ctx;
     store_t *st = srv->store;
     const store_meta_t *m = &st->rec[block_id].meta;
-    bool tier2 = block_id >= srv->num_blocks;
+    bool tier2 = block_id >= srv->num_blocks; /* or tier 3 */
+    bool tier3 = block_id >= srv->num_blocks + srv->tier2_blocks;
     srv->metrics.evictions++;
     if (tier2)
         srv->metrics.tier2_drops++;
@@ -36,7 +38,10 @@ static void on_evict(void *ctx, uint32_t block_id)
                     uv_now(srv->loop) - m->cached_ms);
     if (!tier2) {
         pool_release(st->pool, block_id);
-    } else if (st->medium) {
+    } else if (tier3 && st->medium3) {
+        uint32_t slot = block_id - srv->num_blocks - srv->tier2_blocks;
+        st->medium3->ops->drop(st->medium3, &slot, 1);
+    } else if (!tier3 && st->medium) {
         uint32_t slot = block_id - srv->num_blocks;
         st->medium->ops->drop(st->medium, &slot, 1);
     }
@@ -83,6 +88,7 @@ int store_open(server_t *srv, store_t **out, char *err, size_t errlen)
         .evict_ctx = srv,
         .policy = srv->cfg.eviction,
         .tier2_blocks = srv->tier2_blocks,
+        .tier3_blocks = srv->tier3_blocks,
     };
     rc = radix_new(&rcfg, &st->index);
     if (rc != 0) {
@@ -91,7 +97,7 @@ int store_open(server_t *srv, store_t **out, char *err, size_t errlen)
     }
     radix_hint_limit(st->index, srv->cfg.max_timed_hints);
     /* By index id: tier-2 blocks keep what names them too. */
-    st->n_ids = srv->num_blocks + srv->tier2_blocks;
+    st->n_ids = srv->num_blocks + srv->tier2_blocks + srv->tier3_blocks;
     st->rec = calloc(st->n_ids, sizeof(*st->rec));
     st->keys = calloc(srv->num_blocks, sizeof(*st->keys));
     if (!st->rec || !st->keys) {
@@ -102,6 +108,13 @@ int store_open(server_t *srv, store_t **out, char *err, size_t errlen)
     /* The medium below the pool: host memory (--host-tier). */
     if (srv->tier2_blocks > 0 && (rc = tier_host_open(srv, &st->medium)) != 0) {
         snprintf(err, errlen, "out of memory for the host tier");
+        goto fail;
+    }
+    /* Below it, the disk (--disk-tier-path). */
+    srv->store = st; /* the disk medium's source reads the store's records */
+    if (srv->tier3_blocks > 0 && (rc = store_disk_open(srv, &st->medium3)) != 0) {
+        snprintf(err, errlen, "cannot start the disk tier's medium: %s", kvs_status_text(rc));
+        srv->store = NULL;
         goto fail;
     }
     srv->pool = st->pool;
@@ -128,6 +141,7 @@ void store_free(store_t *st)
                  (unsigned long long)ms.failures);
     }
     tier_medium_close(st->medium);
+    tier_medium_close(st->medium3);
     drains_free(st); /* the index goes whole: no pin needs letting go */
     radix_free(st->index);
     pool_free(st->pool);
@@ -816,18 +830,25 @@ int store_lookup(server_t *srv, session_t *s, uint32_t ns, const uint32_t *token
     size_t n_t1 = 0, n_t2 = 0;
     while (n_t1 < n_blocks && ids[n_t1] < srv->num_blocks)
         n_t1++;
+    /* ... and ends with some tier-3 blocks, on the disk. */
+    size_t n_t3 = 0, t3_from = (size_t)srv->num_blocks + srv->tier2_blocks;
+    while (n_t3 < n_blocks - n_t1 && ids[n_blocks - 1 - n_t3] >= t3_from)
+        n_t3++;
     /* A request run again after its copies counts once, as it first matched
      * (hits by tier included): this run comes out of the counters. */
     if ((session_rerun(s) == SESSION_HOLD_TIER_JOB || session_rerun(s) == SESSION_HOLD_TIER_ANY) &&
         !waited)
-        radix_lookup_uncount(st->index, ns, n_tokens, n_blocks, n_blocks - n_t1);
+        radix_lookup_uncount(st->index, ns, n_tokens, n_blocks, n_blocks - n_t1, n_t3);
     /* Tier-2 blocks that another session reads in place stay, and so do
      * the blocks after them (radix_promotable). */
     size_t n_promote = 0;
     if (n_t1 < n_blocks && pin && !in_place && !waited && store_tiers_usable(srv))
         n_promote = radix_promotable(st->index, ids + n_t1, n_blocks - n_t1);
     if (n_t1 < n_blocks && in_place) {
-        n_t2 = n_blocks - n_t1; /* pinned in tier 2: neither promoted nor dropped */
+        /* pinned in tier 2: neither promoted nor dropped; tier 3 is on disk,
+         * not readable in place */
+        n_t2 = n_blocks - n_t1 - n_t3;
+        unpin_range(st, ids, n_t1 + n_t2, n_blocks);
     } else if (n_promote > 0) {
         rc = promote_match(srv, s, ns, ids, n_t1, n_promote, n_blocks);
         if (rc != 0)
@@ -901,6 +922,16 @@ int store_demote(server_t *srv, uint32_t ns, size_t n, radix_move_t *moves, size
     return rc;
 }
 
+void store_spill(server_t *srv, size_t n, radix_move_t *moves, size_t *n_moved)
+{
+    store_t *st = srv->store;
+    *n_moved = 0;
+    if (srv->tier3_blocks == 0 || radix_spill(st->index, 2, n, moves, n_moved) != 0)
+        return;
+    for (size_t i = 0; i < *n_moved; i++)
+        st->rec[moves[i].to].meta = st->rec[moves[i].from].meta;
+}
+
 void store_promote(server_t *srv, uint32_t *pins, size_t first, size_t n, uint32_t *pool_ids,
                    size_t *n_done)
 {
@@ -943,7 +974,7 @@ int store_move_end(server_t *srv, uint32_t id, bool ok, uint32_t *back)
     bool demotion = id >= srv->num_blocks;
     if (ok) {
         int rc = radix_copy_done(st->index, id, &peer);
-        if (rc == 0 && demotion && pool_release(st->pool, peer) != 0)
+        if (rc == 0 && peer < srv->num_blocks && pool_release(st->pool, peer) != 0)
             LOG_ERROR("demoted block %u was not cached in the pool", peer);
         *back = id;
         return rc;

@@ -10,8 +10,10 @@
  *       |-- pool_t          pool ids: FREE / WRITING / CACHED
  *       |-- radix_tree_t    cached prefixes, pins, eviction; tier-2 ids after
  *       |                   the pool's (radix.h, Tiers)
- *       |-- rec[id]         one record per index id: pool ids, then tier-2 ids
- *       `-- medium          the tier below the pool (tier_medium.h); NULL: none
+ *       |-- rec[id]         one record per index id: pool ids, then tier-2 ids,
+ *       |                   then tier-3 ids
+ *       |-- medium          tier 2, below the pool (tier_medium.h); NULL: none
+ *       `-- medium3         tier 3, below tier 2: the disk (store_disk.h); NULL: none
  *
  * Lifecycle (docs: DESIGN.md, Block lifecycle):
  *
@@ -102,13 +104,14 @@ struct store {
     pool_t *pool;
     radix_tree_t *index;
     store_record_t *rec; /* [n_ids] */
-    uint32_t n_ids;      /* pool blocks + tier-2 blocks */
+    uint32_t n_ids;      /* pool blocks + tier-2 blocks + tier-3 blocks */
     uint32_t mark_stamp;
-    uint64_t *keys;             /* [pool blocks]: one commit's BlockStored keys */
-    store_evicted_t *report;    /* during one store call: where dropped blocks go */
-    struct tier_medium *medium; /* the tier below the pool; NULL: none */
-    uint64_t medium_down_until; /* loop ms: after a failed copy, no moves before it */
-    struct store_drain *drains; /* pins of closed sessions still to let go (FIFO) */
+    uint64_t *keys;              /* [pool blocks]: one commit's BlockStored keys */
+    store_evicted_t *report;     /* during one store call: where dropped blocks go */
+    struct tier_medium *medium;  /* tier 2, below the pool; NULL: none */
+    struct tier_medium *medium3; /* tier 3, below tier 2 (the disk); NULL: none */
+    uint64_t medium_down_until;  /* loop ms: after a failed copy, no moves before it */
+    struct store_drain *drains;  /* pins of closed sessions still to let go (FIFO) */
     struct store_drain *drains_tail;
 };
 
@@ -228,12 +231,12 @@ uint64_t store_draining_pins(const server_t *srv);
 
 /* The cached prefix of tokens in ns for session s (pinned when pin), in
  * *ids (s's scratch, valid until its next request): *n_t1 tier-1 blocks,
- * then, with in_place, *n_t2 tier-2 blocks (index ids). A
- * pinned match that goes on into tier 2 promotes those blocks first (s
- * waits: STORE_WAIT), unless waited (a held lookup answering, which does
- * not wait again). Errors: KVS_ELIMIT (session_max_pinned: nothing pinned,
- * *n_t1 says how many it would have pinned),
- * KVS_ENOMEM, radix_lookup's, tier.h's. */
+ * then, with in_place, *n_t2 tier-2 blocks (index ids; the match stops
+ * before tier 3, which is on disk). A pinned match that goes on into tier
+ * 2 or 3 promotes those blocks first (s waits: STORE_WAIT), unless waited
+ * (a held lookup answering, which does not wait again). Errors: KVS_ELIMIT (session_max_pinned:
+ * nothing pinned, *n_t1 says how many it would have pinned), KVS_ENOMEM, radix_lookup's, tier.h's.
+ */
 int store_lookup(server_t *srv, session_t *s, uint32_t ns, const uint32_t *tokens, size_t n_tokens,
                  bool pin, bool in_place, bool waited, uint32_t **ids, size_t *n_t1, size_t *n_t2);
 
@@ -261,6 +264,12 @@ bool store_tiers_usable(const server_t *srv);
  * tier 2 drops to make room is dropped for good (BlockRemoved). moves has
  * room for n. Errors: radix_demote's. */
 int store_demote(server_t *srv, uint32_t ns, size_t n, radix_move_t *moves, size_t *n_moved);
+
+/* With a tier 3: moves up to n of tier 2's least recently used blocks to
+ * it (radix_spill), so that tier 2 keeps free ids for the next demotion
+ * (which then does not wait for copies to the disk first); what tier 3
+ * drops for room is dropped for good. moves has room for n. */
+void store_spill(server_t *srv, size_t n, radix_move_t *moves, size_t *n_moved);
 
 /* Blocks fetched from the cluster tier (cluster_store.h): payloads[j]
  * (geometry_block_bytes each) hold block m + j of tokens in ns, j < n, and

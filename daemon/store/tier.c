@@ -10,17 +10,32 @@
 #include "store.h"
 #include "tier_medium.h"
 
+/* The copies of one job, by medium and direction: a demotion job may move
+ * blocks from the pool to tier 2 and from tier 2 to tier 3 at once
+ * (radix_demote), a promotion job from tiers 2 and 3 to the pool. */
+enum { PART_HOST_PUT, PART_HOST_GET, PART_DISK_PUT, PART_DISK_GET, PART_N };
+
+typedef struct job_part {
+    uint32_t *ids;   /* the medium's block ids: pool ids, or a disk put's tier-3 index ids */
+    uint32_t *slots; /* the medium's slots */
+    size_t n;
+    struct tier_job *job; /* the medium's done argument: this part */
+    int kind;             /* PART_* */
+} job_part_t;
+
 struct tier_job {
     server_t *srv;
     session_t *s;        /* NULL once the session has ended */
-    bool put;            /* a demotion: pool blocks to the medium */
+    bool put;            /* a demotion: blocks one tier down */
     size_t n;            /* blocks copied */
-    uint32_t *pool_ids;  /* [n] */
-    uint32_t *tier_ids;  /* [n], the medium's slots (index ids minus the pool size) */
     uint32_t *index_ids; /* [n], each block's index id once moved */
     uint32_t *pins;      /* [n_pins], pins the job holds (index ids) */
     size_t n_pins;
     size_t pin_first; /* a promotion: pins[pin_first + i] is the pin on block i */
+    job_part_t part[PART_N];
+    uint32_t *part_mem;       /* the parts' arrays, 2 n per part */
+    int pending;              /* parts whose medium has not called back yet */
+    tier_medium_result_t res; /* the parts' results together: the first failure */
 };
 
 static tier_job_t *job_new(server_t *srv, session_t *s, bool put, size_t n, size_t n_pins)
@@ -28,17 +43,22 @@ static tier_job_t *job_new(server_t *srv, session_t *s, bool put, size_t n, size
     tier_job_t *j = calloc(1, sizeof(*j));
     if (!j)
         return NULL;
-    j->pool_ids = calloc(n ? n : 1, sizeof(uint32_t));
-    j->tier_ids = calloc(n ? n : 1, sizeof(uint32_t));
-    j->index_ids = calloc(n ? n : 1, sizeof(uint32_t));
+    size_t m = n ? n : 1;
+    j->index_ids = calloc(m, sizeof(uint32_t));
     j->pins = calloc(n_pins ? n_pins : 1, sizeof(uint32_t));
-    if (!j->pool_ids || !j->tier_ids || !j->index_ids || !j->pins) {
-        free(j->pool_ids);
-        free(j->tier_ids);
+    j->part_mem = calloc(2 * PART_N * m, sizeof(uint32_t));
+    if (!j->index_ids || !j->pins || !j->part_mem) {
         free(j->index_ids);
         free(j->pins);
+        free(j->part_mem);
         free(j);
         return NULL;
+    }
+    for (int k = 0; k < PART_N; k++) {
+        j->part[k].ids = j->part_mem + 2 * k * m;
+        j->part[k].slots = j->part_mem + (2 * k + 1) * m;
+        j->part[k].job = j;
+        j->part[k].kind = k;
     }
     j->srv = srv;
     j->s = s;
@@ -50,11 +70,38 @@ static tier_job_t *job_new(server_t *srv, session_t *s, bool put, size_t n, size
 
 static void job_free(tier_job_t *j)
 {
-    free(j->pool_ids);
-    free(j->tier_ids);
     free(j->index_ids);
     free(j->pins);
+    free(j->part_mem);
     free(j);
+}
+
+/* Adds the copy of a block moving from index id `from` to `to` to its part. */
+static void job_add(tier_job_t *j, uint32_t from, uint32_t to)
+{
+    server_t *srv = j->srv;
+    uint32_t t2_end = srv->num_blocks + srv->tier2_blocks;
+    int k;
+    uint32_t id, slot;
+    if (from < srv->num_blocks) { /* pool -> host */
+        k = PART_HOST_PUT, id = from, slot = to - srv->num_blocks;
+    } else if (to >= t2_end) { /* host -> disk: the disk medium reads the block's peer */
+        k = PART_DISK_PUT, id = to, slot = to - t2_end;
+    } else if (from < t2_end) { /* host -> pool */
+        k = PART_HOST_GET, id = to, slot = from - srv->num_blocks;
+    } else { /* disk -> pool */
+        k = PART_DISK_GET, id = to, slot = from - t2_end;
+    }
+    job_part_t *p = &j->part[k];
+    p->ids[p->n] = id;
+    p->slots[p->n] = slot;
+    p->n++;
+}
+
+static tier_medium_t *part_medium(const tier_job_t *j, int k)
+{
+    store_t *st = j->srv->store;
+    return k == PART_DISK_PUT || k == PART_DISK_GET ? st->medium3 : st->medium;
 }
 
 /* A fault that leaves the index naming bytes that were not copied, and
@@ -100,17 +147,34 @@ static bool undo_moves(tier_job_t *j)
  * moves between the tiers), the job's pins go, and the session's request
  * runs again, which now finds room in the pool, its blocks in tier 1, or,
  * after a failure, answers without moving blocks. */
-static void copies_done(void *arg, const tier_medium_result_t *res)
+static void job_done(tier_job_t *j, const tier_medium_result_t *res);
+
+/* One part's medium called back: the job ends with its last part. */
+static void part_done(void *arg, const tier_medium_result_t *res)
 {
-    tier_job_t *j = arg;
+    job_part_t *p = arg;
+    tier_job_t *j = p->job;
+    if (p->kind == PART_DISK_GET && res->status == 0)
+        metrics_observe(&j->srv->metrics.disk_read_time, metrics_latency_bounds_ns,
+                        metrics_latency_n_bounds, res->copy_ns);
+    if (res->status != 0 && j->res.status == 0)
+        j->res.status = res->status;
+    j->res.fatal = j->res.fatal || (res->status != 0 && res->fatal);
+    if (res->copy_ns > j->res.copy_ns)
+        j->res.copy_ns = res->copy_ns;
+    if (--j->pending == 0)
+        job_done(j, &j->res);
+}
+
+static void job_done(tier_job_t *j, const tier_medium_result_t *res)
+{
     server_t *srv = j->srv;
     bool failed = res->status != 0;
     bool fatal = failed && res->fatal;
     if (failed) {
         srv->metrics.tier_copy_failures++;
-        LOG_ERROR("tier-2 %s of %zu blocks failed (medium %s%s): %s",
-                  j->put ? "demotion" : "promotion", j->n, srv->store->medium->ops->name,
-                  fatal ? ", a device fault" : ", undone", kvs_status_text(res->status));
+        LOG_ERROR("tier %s of %zu blocks failed (%s): %s", j->put ? "demotion" : "promotion", j->n,
+                  fatal ? "a device fault" : "undone", kvs_status_text(res->status));
     }
     if (!failed) {
         for (size_t i = 0; i < j->n; i++) {
@@ -118,8 +182,10 @@ static void copies_done(void *arg, const tier_medium_result_t *res)
             if (store_move_end(srv, j->index_ids[i], true, &back) != 0)
                 LOG_ERROR("tier-2 block %u was not being copied", j->index_ids[i]);
         }
+        /* moves out of the pool and into it; the disk's own are disk_writes
+         * and disk_reads */
         if (j->put)
-            srv->metrics.tier_demotions += j->n;
+            srv->metrics.tier_demotions += j->n - j->part[PART_DISK_PUT].n;
         else
             srv->metrics.tier_promotions += j->n;
         srv->metrics.tier_copied_bytes += (uint64_t)j->n * srv->block_bytes;
@@ -152,14 +218,33 @@ static void copies_done(void *arg, const tier_medium_result_t *res)
     session_release_all(srv, SESSION_HOLD_TIER_ANY);
 }
 
-/* Hands the batch to the medium; s waits for it. Returns 1, or an error
- * after undoing the moves. */
+/* Hands each part to its medium; s waits for them. Returns 1, or an error
+ * after undoing the moves when no part started (a part that cannot start
+ * after another did fails the job when the others end: undone then). */
 static int start(tier_job_t *j, session_t *s)
 {
     server_t *srv = j->srv;
-    tier_medium_t *m = srv->store->medium;
-    int rc = j->put ? m->ops->put(m, j->pool_ids, j->tier_ids, j->n, copies_done, j)
-                    : m->ops->get(m, j->pool_ids, j->tier_ids, j->n, copies_done, j);
+    int rc = 0;
+    j->pending = 1; /* no part ends the job while others are being started */
+    for (int k = 0; k < PART_N; k++) {
+        job_part_t *p = &j->part[k];
+        tier_medium_t *m = part_medium(j, k);
+        if (p->n == 0)
+            continue;
+        int prc = !m ? KVS_EINVAL
+                  : k == PART_HOST_PUT || k == PART_DISK_PUT
+                      ? m->ops->put(m, p->ids, p->slots, p->n, part_done, p)
+                      : m->ops->get(m, p->ids, p->slots, p->n, part_done, p);
+        if (prc == 0)
+            j->pending++;
+        else if (rc == 0)
+            rc = prc;
+    }
+    if (rc != 0 && j->pending > 1) {
+        j->res.status = rc; /* the started parts end it, undone */
+        rc = 0;
+    }
+    j->pending--;
     if (rc != 0) {
         /* The caller lets go of the lookup's pins (tier.h). */
         bool undone = undo_moves(j);
@@ -171,12 +256,23 @@ static int start(tier_job_t *j, session_t *s)
     srv->tier_jobs++;
     if (s)
         s->tier_job = j;
+    if (j->pending == 0) /* every part ended while being started */
+        job_done(j, &j->res);
     return 1;
+}
+
+/* How many tier-2 blocks to move down to the disk along with a demotion of
+ * n: enough that the next demotion of as many finds free tier-2 ids, counting
+ * those that copies in flight will free. */
+static size_t spill_wanted(server_t *srv, size_t n)
+{
+    size_t ready = (size_t)radix_tier_free(srv->index, 2) + radix_tier_leaving(srv->index, 2);
+    return srv->tier3_blocks > 0 && n > ready ? n - ready : 0;
 }
 
 int tier_demote(server_t *srv, session_t *s, uint32_t ns, size_t n)
 {
-    radix_move_t *moves = calloc(n ? n : 1, sizeof(*moves));
+    radix_move_t *moves = calloc(n ? 2 * n : 1, sizeof(*moves));
     if (!moves)
         return KVS_ENOMEM;
     size_t n_moved = 0;
@@ -185,6 +281,11 @@ int tier_demote(server_t *srv, session_t *s, uint32_t ns, size_t n)
         free(moves);
         return rc;
     }
+    /* With a disk below host memory: room in host memory for the next
+     * demotion, in the same job (this request waits for it anyway). */
+    size_t spilled = 0;
+    store_spill(srv, spill_wanted(srv, n), moves + n_moved, &spilled);
+    n_moved += spilled;
     tier_job_t *j = job_new(srv, s, true, n_moved, 0);
     if (!j) {
         /* The index already moved them: put them back, nothing copied. */
@@ -197,8 +298,7 @@ int tier_demote(server_t *srv, session_t *s, uint32_t ns, size_t n)
         return KVS_ENOMEM;
     }
     for (size_t i = 0; i < n_moved; i++) {
-        j->pool_ids[i] = moves[i].from;
-        j->tier_ids[i] = moves[i].to - srv->num_blocks;
+        job_add(j, moves[i].from, moves[i].to);
         j->index_ids[i] = moves[i].to;
     }
     free(moves);
@@ -208,22 +308,20 @@ int tier_demote(server_t *srv, session_t *s, uint32_t ns, size_t n)
 int tier_promote(server_t *srv, session_t *s, const uint32_t *pins, size_t n_pins, size_t first,
                  size_t n)
 {
-    const uint32_t *t2_ids = pins + first;
+    const uint32_t *lower_ids = pins + first; /* the caller's copy: not changed */
     tier_job_t *j = job_new(srv, s, false, n, n_pins);
     if (!j)
         return KVS_ENOMEM;
     memcpy(j->pins, pins, n_pins * sizeof(*pins));
     size_t done = 0;
     j->pin_first = first;
-    store_promote(srv, j->pins, first, n, j->pool_ids, &done);
+    store_promote(srv, j->pins, first, n, j->index_ids, &done);
     if (done == 0) {
         job_free(j);
         return 0;
     }
-    for (size_t i = 0; i < done; i++) {
-        j->tier_ids[i] = t2_ids[i] - srv->num_blocks;
-        j->index_ids[i] = j->pool_ids[i];
-    }
+    for (size_t i = 0; i < done; i++)
+        job_add(j, lower_ids[i], j->index_ids[i]);
     j->n = done;
     return start(j, s);
 }

@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * tier: the copies between the pool (tier 1) and tier 2 (--host-tier),
- * off the loop thread, and the requests that wait for them.
+ * tier: the copies between the pool (tier 1), tier 2 (--host-tier) and
+ * tier 3 (--disk-tier-path), off the loop thread, and the requests that
+ * wait for them. One job may copy with both media: a demotion moves pool
+ * blocks to host memory and host blocks on to the disk, a promotion brings
+ * blocks back from either; the job ends when every medium's batch did.
  *
  * A handler that needs copies before it can answer (an Alloc that finds
  * the pool full demotes blocks; a pinned Lookup that matches tier-2 blocks
@@ -43,9 +46,9 @@ typedef struct tier_job tier_job_t;
  * once), or an error: KVS_ENOMEM, radix_demote's. */
 int tier_demote(server_t *srv, session_t *s, uint32_t ns, size_t n);
 
-/* Promotes the tier-2 blocks pins[first .. first + n) (matched in order
- * after the tier-1 prefix of a pinned lookup, and pinned by it) into free
- * pool blocks; the job takes over the n_pins pins in pins[] (the whole
+/* Promotes the lower blocks pins[first .. first + n) (tier 2, then tier 3:
+ * matched in order after the tier-1 prefix of a pinned lookup, and pinned
+ * by it) into free pool blocks; the job takes over the n_pins pins in pins[] (the whole
  * lookup's) and lets go of them when done. Returns 1 when copies started
  * (s waits), 0 when none could (no free block: the caller unpins), or an
  * error. Linear in n_pins. */

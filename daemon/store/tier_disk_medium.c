@@ -22,8 +22,11 @@ typedef struct disk_batch {
     struct disk_batch *next;
     struct disk_medium *dm;
     bool put;
+    const uint32_t *ids;
     const uint32_t *slots;
     size_t n;
+    uint8_t *stage;   /* n blocks, when the source stages (src.block NULL) */
+    uint32_t *tokens; /* a put's copy of each block's tokens */
     tier_medium_done_fn done;
     void *arg;
     uint64_t t0, copy_ns;
@@ -42,6 +45,8 @@ typedef struct disk_medium {
     tier_medium_stats_t st;
     uint64_t last_log_ns; /* failures are logged once a second at most */
     uint64_t unlogged;    /* failed batches since the last line */
+    size_t in_flight;     /* batches started and not finished: the async handle keeps the
+                           * loop alive only while there are some */
 } disk_medium_t;
 
 /* On a tier thread. */
@@ -91,11 +96,18 @@ static void finish(disk_medium_t *dm, disk_batch_t *b)
         }
     } else {
         dm->st.blocks += b->n;
-        for (size_t i = 0; i < b->n && !b->put; i++)
+        for (size_t i = 0; i < b->n && !b->put; i++) {
             tier_disk_slot_touch(dm->td, b->ops[i].slot);
+            if (b->stage)
+                dm->src.store(dm->src.arg, b->ids[i], b->stage + i * dm->src.block_bytes);
+        }
     }
+    if (--dm->in_flight == 0)
+        uv_unref((uv_handle_t *)&dm->async);
     tier_medium_done_fn done = b->done;
     void *arg = b->arg;
+    free(b->stage);
+    free(b->tokens);
     free(b);
     done(arg, &res);
 }
@@ -128,20 +140,46 @@ static int start(tier_medium_t *m, bool put, const uint32_t *ids, const uint32_t
     disk_medium_t *dm = (disk_medium_t *)m;
     if (n == 0)
         return KVS_EINVAL;
+    for (size_t i = 0; i < n; i++)
+        if (slots[i] >= m->capacity)
+            return KVS_EINVAL;
     disk_batch_t *b = calloc(1, sizeof(*b) + n * sizeof(tier_disk_op_t));
     if (!b)
         return KVS_ENOMEM;
-    *b = (disk_batch_t){.dm = dm, .put = put, .slots = slots, .n = n, .done = done, .arg = arg};
+    *b = (disk_batch_t){
+        .dm = dm, .put = put, .ids = ids, .slots = slots, .n = n, .done = done, .arg = arg};
+    uint32_t bt = dm->src.block_tokens;
+    bool fill = put && !dm->src.block && dm->src.gather; /* gathered on a tier thread */
+    if (!dm->src.block && !fill)
+        b->stage = malloc(n * dm->src.block_bytes);
+    if (put && bt > 0)
+        b->tokens = malloc(n * bt * sizeof(uint32_t));
+    if ((!dm->src.block && !fill && !b->stage) || (put && bt > 0 && !b->tokens)) {
+        free(b->stage);
+        free(b->tokens);
+        free(b);
+        return KVS_ENOMEM;
+    }
     for (size_t i = 0; i < n; i++) {
         tier_disk_op_t *op = &b->ops[i];
         op->slot = slots[i];
-        op->data = dm->src.block(dm->src.arg, ids[i]);
-        if (slots[i] >= m->capacity) {
-            free(b);
-            return KVS_EINVAL;
+        if (fill) {
+            op->fill = dm->src.gather;
+            op->fill_ctx = dm->src.arg;
+            op->fill_src = dm->src.locate(dm->src.arg, ids[i]);
+        } else {
+            op->data =
+                b->stage ? b->stage + i * dm->src.block_bytes : dm->src.block(dm->src.arg, ids[i]);
         }
         if (put) {
             dm->src.meta(dm->src.arg, ids[i], &op->meta);
+            if (b->tokens) { /* the index may move its copy before the write */
+                uint32_t nt = op->meta.ntokens < bt ? op->meta.ntokens : bt;
+                memcpy(b->tokens + i * bt, op->meta.tokens, nt * sizeof(uint32_t));
+                op->meta.tokens = b->tokens + i * bt;
+            }
+            if (b->stage)
+                dm->src.load(dm->src.arg, ids[i], op->data);
             if (!tier_disk_slot_used(dm->td, slots[i]))
                 tier_disk_slot_claim(dm->td, slots[i]);
         } else {
@@ -155,9 +193,13 @@ static int start(tier_medium_t *m, bool put, const uint32_t *ids, const uint32_t
     b->t0 = uv_hrtime();
     int rc = tier_disk_submit(dm->td, put, b->ops, n, batch_ended, b);
     if (rc != 0) {
+        free(b->stage);
+        free(b->tokens);
         free(b);
         return rc;
     }
+    if (dm->in_flight++ == 0)
+        uv_ref((uv_handle_t *)&dm->async);
     if (put)
         dm->st.puts++;
     else
@@ -188,6 +230,19 @@ static void disk_drop(tier_medium_t *m, const uint32_t *slots, size_t n)
         dm->keys[slots[i]] = (slot_key_t){0};
         tier_disk_slot_free(dm->td, slots[i]);
     }
+}
+
+void tier_disk_medium_restore(tier_medium_t *m, uint32_t slot, uint64_t chain_hash, uint64_t seq,
+                              uint32_t ns_id)
+{
+    disk_medium_t *dm = (disk_medium_t *)m;
+    if (slot < m->capacity)
+        dm->keys[slot] = (slot_key_t){chain_hash, seq, ns_id};
+}
+
+tier_disk_t *tier_disk_medium_disk(const tier_medium_t *m)
+{
+    return ((const disk_medium_t *)m)->td;
 }
 
 static void disk_stats(const tier_medium_t *m, tier_medium_stats_t *out)
@@ -235,6 +290,7 @@ int tier_disk_medium_open(uv_loop_t *loop, tier_disk_t *td, const tier_disk_sour
         return KVS_EIO;
     }
     dm->async.data = dm;
+    uv_unref((uv_handle_t *)&dm->async); /* idle: the loop may end */
     pthread_mutex_init(&dm->mu, NULL);
     dm->m.ops = &disk_ops;
     dm->m.capacity = tier_disk_capacity(td);

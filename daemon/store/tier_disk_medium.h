@@ -2,9 +2,8 @@
 /*
  * The disk tier as a tier medium (tier_medium.h): put and get of whole
  * blocks between host memory and the disk tier's slots, drop and stats, with
- * each batch's end delivered on the loop thread. It is not in the store's
- * chain yet: the index knows two tiers (docs/EVICTION.md); this is the
- * piece the store will chain below tier 2.
+ * each batch's end delivered on the loop thread. The store chains it below
+ * tier 2 (store_disk.c): puts come from tier-2 blocks, gets go to the pool.
  *
  * A medium only sees block ids; what a record must name (namespace, chain
  * hash, tokens) and where a block's bytes are in host memory come from the
@@ -23,11 +22,22 @@
 
 typedef struct tier_disk_source {
     /* The bytes (block_bytes) of block id in host memory, valid until the
-     * batch ends. */
+     * batch ends. NULL: the medium stages each block in its own buffer,
+     * filled by load (a put, when it starts) and emptied by store (a get
+     * that verified, on the loop when it ends). */
     void *(*block)(void *arg, uint32_t id);
-    /* What block id is (for a put's record). tokens stay valid until done. */
+    /* What block id is (for a put's record). tokens are copied at once. */
     void (*meta)(void *arg, uint32_t id, tier_disk_meta_t *out);
     void *arg;
+    void (*load)(void *arg, uint32_t id, void *buf);
+    void (*store)(void *arg, uint32_t id, const void *buf);
+    /* With staging, puts may instead name where block id's bytes are (on
+     * the loop: locate) and have a tier thread gather them into the record
+     * (gather, which must only read memory the put keeps in place). */
+    uint32_t (*locate)(void *arg, uint32_t id);
+    void (*gather)(void *arg, uint32_t src, void *dst);
+    uint64_t block_bytes;  /* with staging: a block's bytes */
+    uint32_t block_tokens; /* tokens per block (a put's copy of them) */
 } tier_disk_source_t;
 
 /* A medium over td (which stays the caller's, closed after the medium).
@@ -35,5 +45,13 @@ typedef struct tier_disk_source {
  * 0 or KVS_ENOMEM / KVS_EIO. */
 int tier_disk_medium_open(uv_loop_t *loop, tier_disk_t *td, const tier_disk_source_t *src,
                           tier_medium_t **out);
+
+/* Slot holds the record a scan found (tier_disk_take_scan): a get of it
+ * checks that record, as one a put wrote. */
+void tier_disk_medium_restore(tier_medium_t *m, uint32_t slot, uint64_t chain_hash, uint64_t seq,
+                              uint32_t ns_id);
+
+/* The disk tier under the medium. */
+tier_disk_t *tier_disk_medium_disk(const tier_medium_t *m);
 
 #endif /* KVS_DAEMON_TIER_DISK_MEDIUM_H */

@@ -297,7 +297,7 @@ START_TEST(other_geometry_refused_or_wiped)
     int fd = open(path, O_RDWR);
     uint8_t sb[52];
     ck_assert_int_eq(pread(fd, sb, sizeof(sb), 0), (ssize_t)sizeof(sb));
-    sb[8] = 2;
+    sb[8] = TIER_DISK_FORMAT + 1;
     uint32_t c = crc32c(0, sb, 48);
     memcpy(sb + 48, &c, 4); /* little-endian host */
     ck_assert_int_eq(pwrite(fd, sb, sizeof(sb), 0), (ssize_t)sizeof(sb));
@@ -699,7 +699,7 @@ START_TEST(medium_put_get_drop)
     src_blocks = malloc((size_t)MB * BLOCK);
     for (uint32_t id = 0; id < 4; id++)
         fill_block(id, src_blocks + (size_t)id * BLOCK);
-    tier_disk_source_t src = {src_block, src_meta, NULL};
+    tier_disk_source_t src = {.block = src_block, .meta = src_meta};
     tier_medium_t *m;
     ck_assert_int_eq(tier_disk_medium_open(&loop, td, &src, &m), 0);
     ck_assert_uint_eq(m->capacity, 16);
@@ -757,6 +757,7 @@ static int start_server(const geometry_t *g, bool wipe, char *err, size_t len)
     cfg.geometry = *g;
     cfg.backend.kind = BACKEND_HOST;
     cfg.pool_blocks = 4;
+    cfg.host_tier_bytes = 4 * geometry_block_bytes(g); /* the disk tier hangs below it */
     cfg.disk_tier_path = path;
     cfg.disk_tier_bytes = 1 << 20;
     cfg.disk_tier_wipe = wipe;

@@ -9,14 +9,16 @@
  *
  * Input: byte 0 picks the shape (block tokens 1, 2, 3, 4 or 16; a hash that
  * collides all the time or XXH3; pool size 8..71 blocks), byte 1 the tier 2
- * (none, or smaller than, as large as or larger than the pool); then each
+ * (none, or smaller than, as large as or larger than the pool) and, with a
+ * tier 2 and bit 6 set, a tier 3 below it (1 to 3 pools); then each
  * step reads an opcode and its arguments from the bytes that follow (zeros
  * once they run out). The opcode's low 3 bits pick the operation, its high
  * bits its variants. Token values come from a tiny vocabulary so prompts
  * share prefixes. With a tier 2 the steps also demote, promote (a pinned
  * lookup whose tier-2 blocks move back to tier-1 ids from the input) and end
  * copies, pin, hint and unpin tier-2 ids, and inserts make room by demoting;
- * tier 2 drops its own leaves when full. Without one the tier steps must fail
+ * tier 2 drops its own leaves when full (or, with a tier 3, moves them
+ * there, and tier 3 drops its leaves). Without one the tier steps must fail
  * alike. The test keeps the pins it holds and the copies in flight, so
  * unpins and copy ends are mostly valid and the end of the input can end
  * every copy, release everything and check that both tiers then empty.
@@ -83,13 +85,18 @@ static uint32_t tier2_size(uint32_t b, uint32_t max_blocks)
 
 static void report(const radix_diff_t *d)
 {
-    uint64_t demoted = 0, promoted = 0, dropped = 0, t2_hits = 0;
+    uint64_t demoted = 0, promoted = 0, dropped = 0, t2_hits = 0, demoted3 = 0, t3_hits = 0;
     for (uint32_t k = 0; k < d->n_ns; k++) {
         demoted += d->m.ns[k].demoted;
         promoted += d->m.ns[k].promoted;
         dropped += d->m.ns[k].t2_dropped;
         t2_hits += d->m.ns[k].t2_hit_tokens;
+        demoted3 += d->m.ns[k].demoted3;
+        t3_hits += d->m.ns[k].t3_hit_tokens;
     }
+    if (d->t3_blocks)
+        fprintf(stderr, "fuzz_radix: tier 3 %u: demoted there %llu, hit tokens there %llu\n",
+                d->t3_blocks, (unsigned long long)demoted3, (unsigned long long)t3_hits);
     fprintf(stderr,
             "fuzz_radix: pool %u, tier 2 %u, %ld steps: demoted %llu, promoted %llu, copies "
             "done %llu, tier-2 drops %llu, tier-2 hit tokens %llu\n",
@@ -107,12 +114,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint32_t shape = next(&r);
     uint32_t bt = bts[shape % 5];
     uint32_t max_blocks = 8 + (shape >> 2) % 64;
-    uint32_t t2_blocks = tier2_size(next(&r), max_blocks);
-    uint32_t n_all = max_blocks + t2_blocks;
+    uint32_t tiers = next(&r);
+    uint32_t t2_blocks = tier2_size(tiers, max_blocks);
+    uint32_t t3_blocks = t2_blocks && (tiers & 0x40) ? 1 + (tiers * 7) % (3 * max_blocks) : 0;
+    uint32_t n_all = max_blocks + t2_blocks + t3_blocks;
     radix_config_t cfg = {.block_tokens = bt,
                           .max_blocks = max_blocks,
                           .hash = (shape & 0x80) ? hash_weak : NULL,
-                          .tier2_blocks = t2_blocks};
+                          .tier2_blocks = t2_blocks,
+                          .tier3_blocks = t3_blocks};
     radix_diff_t *d = &diff;
     check(radix_diff_init(d, cfg, FUZZ_NS, names, zero, zero, FUZZ_MAX_HELD));
     d->all_refcounts = true;

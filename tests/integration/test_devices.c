@@ -482,9 +482,11 @@ START_TEST(test_one_shard_tiers_refused)
     ck_assert_int_eq(test_tmp_dir("kvs-devices-t3", dir, sizeof(dir)), 0);
     snprintf(path, sizeof(path), "%s/tier3", dir);
     /* Each starts with one device (an unreachable cluster seed is retried
-     * later, not an error), and is refused with two. */
-    const char *disk[] = {"--devices", "0-1", "--disk-tier-path", path, "--disk-tier-bytes",
-                          "1MiB",      NULL};
+     * later, not an error; the disk tier sits below a host tier), and is
+     * refused with two. */
+    const char *disk[] = {
+        "--devices",         "0-1",  "--host-tier", "1MiB", "--disk-tier-path", path,
+        "--disk-tier-bytes", "1MiB", NULL};
     const char *cluster[] = {"--devices", "0-1", "--cluster-seeds", "127.0.0.1:1", NULL};
     ck_assert_int_eq(harness_start(&h, POOL, disk), -1);
     ck_assert_int_eq(harness_start(&h, POOL, cluster), -1);

@@ -52,6 +52,9 @@ static const char *const gauges[] = {
     "copying_blocks",
     "copy_path",
     "devices",
+    "tier3_total_blocks",
+    "tier3_cached_blocks",
+    "disk_io",
 };
 
 static int is_gauge(const char *name)

@@ -63,8 +63,9 @@ int radix_diff_init(radix_diff_t *d, radix_config_t cfg, uint32_t n_ns, const ch
     d->n_ns = n_ns;
     d->max_blocks = cfg.max_blocks;
     d->t2_blocks = cfg.tier2_blocks;
+    d->t3_blocks = cfg.tier3_blocks;
     d->max_held = max_held;
-    size_t n_all = (size_t)cfg.max_blocks + cfg.tier2_blocks;
+    size_t n_all = (size_t)cfg.max_blocks + cfg.tier2_blocks + cfg.tier3_blocks;
     d->held = malloc(max_held * sizeof(*d->held));
     d->copying = malloc((n_all + 1) * sizeof(*d->copying));
     d->vacated = calloc((size_t)cfg.max_blocks + 1, sizeof(*d->vacated));
@@ -75,7 +76,8 @@ int radix_diff_init(radix_diff_t *d, radix_config_t cfg, uint32_t n_ns, const ch
         return differ(d, "out of memory");
     }
     int rc = radix_new(&cfg, &d->t);
-    if (rc == 0 && model_init_tiers(&d->m, cfg.block_tokens, cfg.max_blocks, cfg.tier2_blocks) != 0)
+    if (rc == 0 && model_init_tiers3(&d->m, cfg.block_tokens, cfg.max_blocks, cfg.tier2_blocks,
+                                     cfg.tier3_blocks) != 0)
         rc = KVS_ENOMEM;
     if (rc != 0) {
         model_fini(&d->m);
@@ -155,11 +157,16 @@ static int demote_both(radix_diff_t *d, uint32_t for_ns, size_t n, int *rc)
         SAME(d, a->from, b->from);
         SAME(d, a->to, b->to);
         SAME(d, a->ns, b->ns);
-        if (a->from >= d->max_blocks || d->vacated[a->from])
+        d->copying[d->n_copying++] = a->to;
+        if (a->from >= d->max_blocks) { /* tier 2 to tier 3 */
+            if (a->from >= d->max_blocks + d->t2_blocks || a->to < d->max_blocks + d->t2_blocks)
+                return differ(d, "demotion from %u to %u, not tier 2 to tier 3", a->from, a->to);
+            continue;
+        }
+        if (d->vacated[a->from])
             return differ(d, "demotion from %u, not a tier-1 id in use", a->from);
         d->vacated[a->from] = true;
         d->n_vacated++;
-        d->copying[d->n_copying++] = a->to;
     }
     return 0;
 }
@@ -174,8 +181,8 @@ static int copy_ended(radix_diff_t *d, uint32_t id, uint32_t peer)
     if (k == d->n_copying)
         return differ(d, "radix_copy_done(%u) ended a copy no step started", id);
     d->copying[k] = d->copying[--d->n_copying];
-    if (id >= d->max_blocks) {
-        SAME(d, peer < d->max_blocks && d->vacated[peer], 1);
+    if (id >= d->max_blocks && peer < d->max_blocks) { /* a demotion from tier 1 */
+        SAME(d, d->vacated[peer], 1);
         d->vacated[peer] = false;
         d->n_vacated--;
     }
@@ -394,15 +401,20 @@ static int compare(radix_diff_t *d)
         SAME(d, st.demoted_blocks, st.demoted_own + st.demoted_others);
         SAME(d, st.promoted_blocks, m->ns[k].promoted);
         SAME(d, st.t2_hit_tokens, m->ns[k].t2_hit_tokens);
+        SAME(d, st.tier3_blocks, m->ns[k].t3);
+        SAME(d, st.tier3_dropped, m->ns[k].t3_dropped);
+        SAME(d, st.demoted3_blocks, m->ns[k].demoted3);
+        SAME(d, st.t3_hit_tokens, m->ns[k].t3_hit_tokens);
     }
     /* Tier 2's free ids (their order shows in the next moves) and the copies. */
     if (d->t2_blocks > 0) {
         SAME(d, radix_tier2_free(t), m->t2_n_free);
+        SAME(d, radix_tier_free(t, 3), m->t3_n_free);
         SAME(d, radix_busy_blocks(t), d->n_copying);
     }
     /* Every block's refcount and priority, in both tiers, or one block per
      * step in turn (long runs). */
-    uint32_t n_all = d->max_blocks + d->t2_blocks;
+    uint32_t n_all = d->max_blocks + d->t2_blocks + d->t3_blocks;
     uint32_t from = d->all_refcounts ? 0 : (uint32_t)(d->step % n_all);
     uint32_t to = d->all_refcounts ? n_all : from + 1;
     for (uint32_t id = from; id < to; id++) {
@@ -453,6 +465,12 @@ static int finish(radix_diff_t *d)
     SAME(d, radix_pinned_blocks(d->t), 0);
     size_t all;
     if (d->t2_blocks > 0) {
+        /* Reservations off: with a tier 3, a tier-2 block of one namespace
+         * cannot move down into a tier 3 full of another's reserved blocks,
+         * and the tier-1 blocks above it then cannot move either (radix.h,
+         * radix_demote); a drain by demotion needs every tier to give. */
+        for (uint32_t k = 0; k < d->n_ns; k++)
+            SAME(d, radix_ns_set_limits(d->t, k, 0, 0), 0);
         /* Tier 1 empties into tier 2 (which drops its own leaves when
          * full), each namespace in turn so reservations do not stop it. */
         size_t moved, n_mv, n_dr;
@@ -468,11 +486,14 @@ static int finish(radix_diff_t *d)
         SAME(d, radix_cached_blocks(d->t), 0);
         SAME(d, radix_busy_blocks(d->t), 0);
         SAME(d, radix_tier2_blocks(d->t) + radix_tier2_free(d->t), d->t2_blocks);
+        SAME(d, radix_tier_blocks(d->t, 3) + radix_tier_free(d->t, 3), d->t3_blocks);
         SAME(d, radix_check(d->t), 0);
         for (uint32_t k = 0; k < d->n_ns; k++)
             SAME(d, radix_ns_clear(d->t, k, &all), 0);
         SAME(d, radix_tier2_blocks(d->t), 0);
         SAME(d, radix_tier2_free(d->t), d->t2_blocks);
+        SAME(d, radix_tier_blocks(d->t, 3), 0);
+        SAME(d, radix_tier_free(d->t, 3), d->t3_blocks);
     } else {
         SAME(d, radix_evict(d->t, RADIX_NS_ANY, d->max_blocks, &all), 0);
         for (uint32_t k = 0; k < d->n_ns; k++)

@@ -77,6 +77,7 @@ typedef struct radix_diff {
     model_t m;
     uint32_t n_ns, max_blocks;
     uint32_t t2_blocks; /* tier-2 ids are [max_blocks, max_blocks + t2_blocks) */
+    uint32_t t3_blocks; /* tier-3 ids follow tier 2's */
     uint32_t *held;     /* pins the driver holds */
     size_t n_held, max_held;
     uint32_t evicted[RADIX_DIFF_MAX_EVICTED]; /* by the tree, in this step */

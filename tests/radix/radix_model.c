@@ -11,23 +11,35 @@
 
 #include "radix.h"
 
-int model_init_tiers(model_t *m, uint32_t bt, uint32_t max_blocks, uint32_t t2_blocks)
+int model_init_tiers3(model_t *m, uint32_t bt, uint32_t max_blocks, uint32_t t2_blocks,
+                      uint32_t t3_blocks)
 {
     memset(m, 0, sizeof(*m));
     m->bt = bt;
     m->max_blocks = max_blocks;
     m->t2_blocks = t2_blocks;
-    m->blocks = calloc((size_t)max_blocks + t2_blocks, sizeof(*m->blocks));
-    m->evicted = calloc((size_t)max_blocks + t2_blocks + 1, sizeof(*m->evicted));
+    m->t3_blocks = t3_blocks;
+    size_t all = (size_t)max_blocks + t2_blocks + t3_blocks;
+    m->blocks = calloc(all, sizeof(*m->blocks));
+    m->evicted = calloc(all + 1, sizeof(*m->evicted));
     m->t2_free = calloc((size_t)t2_blocks + 1, sizeof(*m->t2_free));
-    if (!m->blocks || !m->evicted || !m->t2_free)
+    m->t3_free = calloc((size_t)t3_blocks + 1, sizeof(*m->t3_free));
+    if (!m->blocks || !m->evicted || !m->t2_free || !m->t3_free)
         return -1;
-    for (uint32_t i = 0; i < max_blocks + t2_blocks; i++)
+    for (size_t i = 0; i < all; i++)
         m->blocks[i].peer = -1;
     for (uint32_t i = 0; i < t2_blocks; i++)
         m->t2_free[i] = max_blocks + t2_blocks - 1 - i;
     m->t2_n_free = t2_blocks;
+    for (uint32_t i = 0; i < t3_blocks; i++)
+        m->t3_free[i] = max_blocks + t2_blocks + t3_blocks - 1 - i;
+    m->t3_n_free = t3_blocks;
     return 0;
+}
+
+int model_init_tiers(model_t *m, uint32_t bt, uint32_t max_blocks, uint32_t t2_blocks)
+{
+    return model_init_tiers3(m, bt, max_blocks, t2_blocks, 0);
 }
 
 int model_init(model_t *m, uint32_t bt, uint32_t max_blocks)
@@ -37,12 +49,45 @@ int model_init(model_t *m, uint32_t bt, uint32_t max_blocks)
 
 static uint32_t all_ids(const model_t *m)
 {
-    return m->max_blocks + m->t2_blocks;
+    return m->max_blocks + m->t2_blocks + m->t3_blocks;
 }
 
+/* Whether id is below tier 1. */
 static bool tier2(const model_t *m, int64_t id)
 {
     return id >= (int64_t)m->max_blocks;
+}
+
+/* The tier of id: 0 (the pool), 1 or 2. */
+static int tier_of(const model_t *m, int64_t id)
+{
+    return id < (int64_t)m->max_blocks ? 0 : id < (int64_t)(m->max_blocks + m->t2_blocks) ? 1 : 2;
+}
+
+/* A lower id is free again: on its tier's stack. */
+static void free_push(model_t *m, uint32_t id)
+{
+    if (tier_of(m, id) == 1)
+        m->t2_free[m->t2_n_free++] = id;
+    else
+        m->t3_free[m->t3_n_free++] = id;
+}
+
+/* The namespace's count of blocks in tier k. */
+static uint32_t *tier_count(model_ns_t *s, int k)
+{
+    return k == 0 ? &s->cached : k == 1 ? &s->t2 : &s->t3;
+}
+
+/* The parent's count of children in tier k (tier 3's are children only). */
+static void child_tier(model_t *m, int64_t parent, int k, int by)
+{
+    if (parent < 0)
+        return;
+    if (k == 0)
+        m->blocks[parent].t1_children += (uint32_t)by;
+    else if (k == 1)
+        m->blocks[parent].t2_children += (uint32_t)by;
 }
 
 void model_set_policy(model_t *m, int policy, uint32_t max_hits, uint32_t bonus_pct,
@@ -89,14 +134,20 @@ static uint64_t key_now(const model_t *m, const model_block_t *b)
     return prio + b->stamp + hits * step;
 }
 
-/* A candidate of its tier: unpinned, not being copied, and with no tier-1
- * child (tier 1) or no child at all (tier 2). Single-tier: an unpinned leaf. */
+/* A candidate of its tier: unpinned, not being copied, and with no child
+ * in its tier (so none above it either): tier 1, no tier-1 child; tier 2,
+ * no tier-2 child; the lowest tier, no child at all. Single-tier: an
+ * unpinned leaf. */
 static bool is_leaf_free(const model_t *m, int64_t id)
 {
     const model_block_t *b = &m->blocks[id];
     if (!b->cached || b->ref != 0 || b->peer >= 0)
         return false;
-    return tier2(m, id) ? b->children == 0 : b->t1_children == 0;
+    int k = tier_of(m, id);
+    bool lowest = k == 2 || (k == 1 && m->t3_blocks == 0);
+    if (lowest)
+        return b->children == 0;
+    return k == 0 ? b->t1_children == 0 : b->t2_children == 0;
 }
 
 /* A block that just became an evictable leaf, or was used as one: its key
@@ -112,6 +163,7 @@ void model_fini(model_t *m)
     free(m->blocks);
     free(m->evicted);
     free(m->t2_free);
+    free(m->t3_free);
 }
 
 uint32_t model_ns_create(model_t *m, uint32_t quota, uint32_t reserve)
@@ -167,8 +219,10 @@ int model_lookup(model_t *m, uint32_t ns, const uint32_t *tokens, size_t n_token
         m->reuse_gap64 += (m->tick - prev_stamp) - m->reuse_gap64 / 64;
     for (size_t k = 0; k < i; k++) /* the path's candidates were used */
         rekey(m, ids[k]);
-    for (size_t k = 0; k < i; k++)
+    for (size_t k = 0; k < i; k++) {
         m->ns[ns].t2_hit_tokens += tier2(m, ids[k]) ? m->bt : 0;
+        m->ns[ns].t3_hit_tokens += tier_of(m, ids[k]) == 2 ? m->bt : 0;
+    }
     m->ns[ns].lookups++;
     m->ns[ns].lookup_tokens += n_tokens;
     m->ns[ns].hit_tokens += i * m->bt;
@@ -176,9 +230,9 @@ int model_lookup(model_t *m, uint32_t ns, const uint32_t *tokens, size_t n_token
     return 0;
 }
 
-static bool evictable(const model_t *m, uint32_t id, int64_t keep, bool t2)
+static bool evictable(const model_t *m, uint32_t id, int64_t keep, int tier)
 {
-    return tier2(m, id) == t2 && is_leaf_free(m, id) && (int64_t)id != keep;
+    return tier_of(m, id) == tier && is_leaf_free(m, id) && (int64_t)id != keep;
 }
 
 enum { CAUSE_OWN, CAUSE_OTHERS, CAUSE_QUOTA };
@@ -194,18 +248,19 @@ static void drop(model_t *m, uint32_t id, int64_t keep, int cause)
         model_block_t *p = &m->blocks[b->parent];
         bool was_free = is_leaf_free(m, b->parent);
         p->children--;
-        if (!tier2(m, id))
-            p->t1_children--;
+        child_tier(m, b->parent, tier_of(m, id), -1);
         if (!was_free && b->parent != keep)
             rekey(m, b->parent);
     }
-    if (tier2(m, id)) {
-        m->ns[b->ns].t2--;
-        m->ns[b->ns].t2_dropped++;
-        m->ns[b->ns].cached++; /* undone below: the tier-1 count does not change */
-        m->t2_free[m->t2_n_free++] = id;
+    int k = tier_of(m, id);
+    (*tier_count(&m->ns[b->ns], k))--;
+    if (k > 0) {
+        if (k == 1)
+            m->ns[b->ns].t2_dropped++;
+        else
+            m->ns[b->ns].t3_dropped++;
+        free_push(m, id);
     }
-    m->ns[b->ns].cached--;
     m->ns[b->ns].evicted++;
     if (cause == CAUSE_OWN)
         m->ns[b->ns].evicted_own++;
@@ -218,11 +273,11 @@ static void drop(model_t *m, uint32_t id, int64_t keep, int cause)
 
 /* First evictable leaf in eviction order (key, then last use) among
  * namespaces allowed by `eligible`, or -1. */
-static int64_t oldest_in(const model_t *m, const bool *eligible, int64_t keep, bool t2)
+static int64_t oldest_in(const model_t *m, const bool *eligible, int64_t keep, int tier)
 {
     int64_t best = -1;
     for (uint32_t id = 0; id < all_ids(m); id++) {
-        if (!evictable(m, id, keep, t2) || !eligible[m->blocks[id].ns])
+        if (!evictable(m, id, keep, tier) || !eligible[m->blocks[id].ns])
             continue;
         const model_block_t *b = &m->blocks[id], *o = best >= 0 ? &m->blocks[best] : NULL;
         if (!o || b->key < o->key || (b->key == o->key && b->stamp < o->stamp))
@@ -233,7 +288,7 @@ static int64_t oldest_in(const model_t *m, const bool *eligible, int64_t keep, b
 
 static int64_t oldest(const model_t *m, const bool *eligible, int64_t keep)
 {
-    return oldest_in(m, eligible, keep, false);
+    return oldest_in(m, eligible, keep, 0);
 }
 
 int model_insert(model_t *m, uint32_t ns, const uint32_t *tokens, size_t n_tokens,
@@ -271,17 +326,18 @@ int model_insert(model_t *m, uint32_t ns, const uint32_t *tokens, size_t n_token
             break;
         }
         if (upgrade) {
-            /* the caller's tier-1 block takes the tier-2 block's place */
+            /* the caller's tier-1 block takes the lower block's place */
+            int was = tier_of(m, c);
             m->blocks[ids[i]] = m->blocks[c];
             m->blocks[c].cached = false;
-            m->t2_free[m->t2_n_free++] = (uint32_t)c;
+            free_push(m, (uint32_t)c);
             for (uint32_t k = 0; k < all_ids(m); k++)
                 if (m->blocks[k].cached && m->blocks[k].parent == c)
                     m->blocks[k].parent = ids[i];
-            if (cur >= 0)
-                m->blocks[cur].t1_children++;
+            child_tier(m, cur, was, -1);
+            child_tier(m, cur, 0, 1);
             m->blocks[ids[i]].t1_children = 0;
-            s->t2--;
+            (*tier_count(s, was))--;
             s->cached++;
             s->inserted++;
             c = ids[i];
@@ -486,33 +542,32 @@ int model_evict(model_t *m, uint32_t for_ns, size_t n, size_t *n_evicted)
     return 0;
 }
 
-/* The reservation rule for tier t2 (counts of that tier): the block that
+/* The reservation rule for a tier (counts of that tier): the block that
  * goes next when for_ns needs room, or -1. */
-static int64_t choose(model_t *m, uint32_t for_ns, bool t2)
+static int64_t choose(model_t *m, uint32_t for_ns, int tier)
 {
     bool givers[MODEL_MAX_NS] = {false};
     for (uint32_t k = 0; k < m->n_ns; k++) {
-        uint32_t count = t2 ? m->ns[k].t2 : m->ns[k].cached;
+        uint32_t count = *tier_count(&m->ns[k], tier);
         givers[k] = k != for_ns && count > m->ns[k].reserve;
     }
     int64_t v = -1;
-    if (for_ns != RADIX_NS_ANY &&
-        (t2 ? m->ns[for_ns].t2 : m->ns[for_ns].cached) < m->ns[for_ns].reserve)
-        v = oldest_in(m, givers, -1, t2);
+    if (for_ns != RADIX_NS_ANY && *tier_count(&m->ns[for_ns], tier) < m->ns[for_ns].reserve)
+        v = oldest_in(m, givers, -1, tier);
     if (v < 0) {
         if (for_ns != RADIX_NS_ANY)
             givers[for_ns] = true;
-        v = oldest_in(m, givers, -1, t2);
+        v = oldest_in(m, givers, -1, tier);
     }
     return v;
 }
 
-/* Gives block `from` the id `to` in the other tier; busy with peer `from`
+/* Gives block `from` the id `to` in another tier; busy with peer `from`
  * when busy. */
 static void move_block(model_t *m, uint32_t from, uint32_t to, bool busy)
 {
     model_block_t *b = &m->blocks[from];
-    bool up = tier2(m, from);
+    int was = tier_of(m, from), now = tier_of(m, to);
     m->blocks[to] = *b;
     m->blocks[to].peer = busy ? (int64_t)from : -1;
     b->cached = false;
@@ -522,20 +577,57 @@ static void move_block(model_t *m, uint32_t from, uint32_t to, bool busy)
             m->blocks[k].parent = to;
     model_block_t *nb = &m->blocks[to];
     if (nb->parent >= 0) {
-        if (up)
-            m->blocks[nb->parent].t1_children++;
-        else
-            m->blocks[nb->parent].t1_children--;
+        child_tier(m, nb->parent, was, -1);
+        child_tier(m, nb->parent, now, 1);
         rekey(m, nb->parent);
     }
     model_ns_t *s = &m->ns[nb->ns];
-    if (up) {
-        s->t2--;
-        s->cached++;
-    } else {
-        s->t2++;
-        s->cached--;
+    (*tier_count(s, was))--;
+    (*tier_count(s, now))++;
+}
+
+/* Whether tier-k candidate v has nothing below it: a leaf that may drop. */
+static bool leaf(const model_t *m, int64_t v)
+{
+    return m->blocks[v].children == 0;
+}
+
+/* radix.h, radix_demote: makes room in lower tier k (1 or 2) for a block
+ * of for_ns: 1 when a free id is there now (leaves dropped for it), 0 when
+ * a move one tier down started (moves[(*n_moved)++]), -1 when nothing may
+ * go. */
+static int make_room(model_t *m, int k, uint32_t for_ns, radix_move_t *moves, size_t *n_moved)
+{
+    uint32_t *n_free = k == 1 ? &m->t2_n_free : &m->t3_n_free;
+    bool below_exists = k == 1 && m->t3_blocks > 0;
+    while (*n_free == 0) {
+        int64_t d = choose(m, for_ns, k);
+        if (d < 0)
+            return -1;
+        uint32_t dns = m->blocks[d].ns;
+        int cause = dns == for_ns ? CAUSE_OWN : CAUSE_OTHERS;
+        if (below_exists) {
+            int r = make_room(m, k + 1, dns, moves, n_moved);
+            if (r == 0)
+                return 0;
+            if (r == 1) {
+                d = choose(m, for_ns, k);
+                if (d < 0)
+                    return -1;
+                uint32_t to = m->t3_free[--m->t3_n_free];
+                move_block(m, (uint32_t)d, to, true);
+                m->ns[m->blocks[to].ns].demoted3++;
+                moves[*n_moved] =
+                    (radix_move_t){.from = (uint32_t)d, .to = to, .ns = m->blocks[to].ns};
+                (*n_moved)++;
+                return 0;
+            }
+            if (!leaf(m, d))
+                return -1;
+        }
+        drop(m, (uint32_t)d, -1, cause);
     }
+    return 1;
 }
 
 int model_demote(model_t *m, uint32_t for_ns, size_t n, radix_move_t *moves, size_t *n_moved,
@@ -547,23 +639,23 @@ int model_demote(model_t *m, uint32_t for_ns, size_t n, radix_move_t *moves, siz
     if (for_ns != RADIX_NS_ANY && for_ns >= m->n_ns)
         return KVS_ENONS;
     while (*n_moved + *n_dropped < n) {
-        int64_t v = choose(m, for_ns, false);
+        int64_t v = choose(m, for_ns, 0);
         if (v < 0)
             break;
-        uint32_t vns = m->blocks[v].ns;
-        int cause = vns == for_ns ? CAUSE_OWN : CAUSE_OTHERS;
-        if (m->t2_n_free == 0) {
-            int64_t d = choose(m, vns, true);
-            if (d >= 0) {
-                drop(m, (uint32_t)d, -1, m->blocks[d].ns == vns ? CAUSE_OWN : CAUSE_OTHERS);
-                continue;
-            }
+        int room = make_room(m, 1, m->blocks[v].ns, moves, n_moved);
+        if (room == 0)
+            continue;
+        if (room < 0) {
             if (m->blocks[v].children > 0)
                 break;
-            drop(m, (uint32_t)v, -1, cause);
+            drop(m, (uint32_t)v, -1, m->blocks[v].ns == for_ns ? CAUSE_OWN : CAUSE_OTHERS);
             (*n_dropped)++;
             continue;
         }
+        v = choose(m, for_ns, 0);
+        if (v < 0)
+            break;
+        uint32_t vns = m->blocks[v].ns;
         uint32_t to = m->t2_free[--m->t2_n_free];
         move_block(m, (uint32_t)v, to, true);
         m->ns[vns].demoted++;
@@ -588,6 +680,8 @@ int model_promote(model_t *m, uint32_t t2_id, uint32_t id)
         return KVS_EBUSY;
     if (b->parent >= 0 && tier2(m, b->parent))
         return KVS_EINVAL;
+    /* the first lower block after its tier-1 parent: no tier-2 block
+     * between (a tier-3 block's parent in tier 2 was refused above) */
     move_block(m, t2_id, id, true);
     m->ns[m->blocks[id].ns].promoted++;
     return 0;
@@ -602,8 +696,8 @@ int model_copy_done(model_t *m, uint32_t id, uint32_t *peer)
         return KVS_ENOTFOUND;
     *peer = (uint32_t)b->peer;
     b->peer = -1;
-    if (!tier2(m, id))
-        m->t2_free[m->t2_n_free++] = *peer;
+    if (tier2(m, *peer)) /* an old lower id is free again */
+        free_push(m, *peer);
     rekey(m, id);
     return 0;
 }

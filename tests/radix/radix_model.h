@@ -31,6 +31,7 @@ typedef struct model_block {
     int hint_base, hint_timed; /* -1: none */
     uint64_t hint_until;
     uint32_t t1_children; /* children in tier 1 */
+    uint32_t t2_children; /* children in tier 2 */
     int64_t peer;         /* being copied: its other id; else -1 */
 } model_block_t;
 
@@ -42,6 +43,8 @@ typedef struct model_ns {
     uint32_t prio_default, prio_cap;
     uint32_t t2;                                           /* blocks in tier 2 */
     uint64_t t2_dropped, demoted, promoted, t2_hit_tokens; /* tier counters */
+    uint32_t t3;                                           /* blocks in tier 3 */
+    uint64_t t3_dropped, demoted3, t3_hit_tokens;
 } model_ns_t;
 
 typedef struct model {
@@ -49,6 +52,9 @@ typedef struct model {
     uint32_t t2_blocks; /* tier-2 ids [max_blocks, max_blocks + t2_blocks) */
     uint32_t *t2_free;  /* free tier-2 ids, a stack popped from the end */
     uint32_t t2_n_free;
+    uint32_t t3_blocks; /* tier-3 ids after tier 2's */
+    uint32_t *t3_free;
+    uint32_t t3_n_free;
     model_block_t *blocks;
     model_ns_t ns[MODEL_MAX_NS];
     uint64_t tick;
@@ -68,6 +74,9 @@ int model_init(model_t *m, uint32_t bt, uint32_t max_blocks);
 /* With a tier 2 of t2_blocks ids (see radix.h, Tiers). Eviction order with a
  * tier 2 is modelled for RADIX_EVICT_LRU. */
 int model_init_tiers(model_t *m, uint32_t bt, uint32_t max_blocks, uint32_t t2_blocks);
+/* With a tier 3 of t3_blocks ids below tier 2 as well. */
+int model_init_tiers3(model_t *m, uint32_t bt, uint32_t max_blocks, uint32_t t2_blocks,
+                      uint32_t t3_blocks);
 int model_demote(model_t *m, uint32_t for_ns, size_t n, radix_move_t *moves, size_t *n_moved,
                  size_t *n_dropped);
 int model_promote(model_t *m, uint32_t t2_id, uint32_t id);

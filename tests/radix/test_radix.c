@@ -1293,15 +1293,15 @@ START_TEST(test_tier2_top_drop_uncount)
     ck_assert_int_eq(radix_ns_stats(t, ns, &after), 0);
     ck_assert_uint_eq(after.hit_tokens - before.hit_tokens, 4 * BT);
     ck_assert_uint_eq(after.t2_hit_tokens - before.t2_hit_tokens, 2 * BT);
-    ck_assert_int_eq(radix_lookup_uncount(t, ns, 4 * BT, 4, 5), KVS_EINVAL);
-    ck_assert_int_eq(radix_lookup_uncount(t, 7, 4 * BT, 4, 2), KVS_ENONS);
-    ck_assert_int_eq(radix_lookup_uncount(t, ns, 4 * BT, 4, 2), 0);
+    ck_assert_int_eq(radix_lookup_uncount(t, ns, 4 * BT, 4, 5, 0), KVS_EINVAL);
+    ck_assert_int_eq(radix_lookup_uncount(t, 7, 4 * BT, 4, 2, 0), KVS_ENONS);
+    ck_assert_int_eq(radix_lookup_uncount(t, ns, 4 * BT, 4, 2, 0), 0);
     ck_assert_int_eq(radix_ns_stats(t, ns, &after), 0);
     ck_assert_uint_eq(after.lookups, before.lookups);
     ck_assert_uint_eq(after.lookup_tokens, before.lookup_tokens);
     ck_assert_uint_eq(after.hit_tokens, before.hit_tokens);
     ck_assert_uint_eq(after.t2_hit_tokens, before.t2_hit_tokens);
-    ck_assert_int_eq(radix_lookup_uncount(t, ns, 4 * BT, 4, 2), KVS_EINVAL); /* nothing left */
+    ck_assert_int_eq(radix_lookup_uncount(t, ns, 4 * BT, 4, 2, 0), KVS_EINVAL); /* nothing left */
 
     /* A second prompt fills the pool; demoting for it drops tier 2's
      * least recently used leaf (prompt 1's last block) through on_evict. */
@@ -1387,6 +1387,165 @@ END_TEST
 /* radix_copy_undo: a failed copy's moves go back, in reverse order, to the
  * ids they left, with their pins; one that would put a tier-1 block below a
  * tier-2 one is refused and changes nothing. */
+/* Three tiers: a full tier 2 moves its candidates to tier 3 (moves from a
+ * tier-2 id, freed once copied), promotion from tier 3 goes straight to
+ * tier 1, a failed move down from tier 2 goes back up, and a restore puts
+ * chains straight into tier 3 with the caller's ids. */
+START_TEST(test_tier3_chain)
+{
+    radix_config_t cfg = {
+        .block_tokens = BT, .max_blocks = 4, .tier2_blocks = 2, .tier3_blocks = 4};
+    radix_tree_t *t = tree_cfg(cfg);
+    const uint32_t base3 = 6;
+    uint32_t ns = ns_new(t, "a", 0, 0), tok[4 * BT], ids[4], peer;
+    prompt(tok, 4 * BT, 1);
+    insert_run(t, ns, tok, 4, 0, false, 0);
+    radix_move_t mv[4];
+    size_t n_mv = 0, n_dr = 0, n = 0;
+    /* Two blocks down to tier 2 (its room), the leaf first. */
+    demote_copied(t, ns, 2, 4, mv);
+    ck_assert_uint_eq(radix_tier_blocks(t, 2), 2);
+    ck_assert_uint_eq(radix_tier_free(t, 2), 0);
+    /* Tier 2 is full: the next call moves tier 2's candidate (the leaf, 3)
+     * to tier 3; no tier-1 block moves in that call. */
+    ck_assert_int_eq(radix_demote(t, ns, 1, mv, &n_mv, &n_dr), 0);
+    ck_assert_uint_eq(n_mv, 1);
+    ck_assert_uint_eq(n_dr, 0);
+    ck_assert_uint_eq(radix_tier_of(t, mv[0].from), 2);
+    ck_assert_uint_eq(radix_tier_of(t, mv[0].to), 3);
+    ck_assert_int_eq(radix_block_peer(t, mv[0].to, &peer), 0);
+    ck_assert_uint_eq(peer, mv[0].from);
+    ck_assert_uint_eq(radix_tier_free(t, 2), 0); /* not free before the copy ends */
+    ck_assert_int_eq(radix_check(t), 0);
+    /* A failed copy: back to tier 2. */
+    ck_assert_int_eq(radix_copy_undo(t, mv[0].to, &peer), 0);
+    ck_assert_uint_eq(radix_tier_of(t, peer), 2);
+    ck_assert_uint_eq(radix_tier_blocks(t, 3), 0);
+    ck_assert_uint_eq(radix_tier_free(t, 3), 4);
+    ck_assert_int_eq(radix_check(t), 0);
+    /* Again, copied this time: tier 2 has a free id, the next call uses it. */
+    ck_assert_int_eq(radix_demote(t, ns, 1, mv, &n_mv, &n_dr), 0);
+    ck_assert_int_eq(radix_copy_done(t, mv[0].to, &peer), 0);
+    ck_assert_uint_eq(radix_tier_free(t, 2), 1);
+    demote_copied(t, ns, 1, 4, mv);
+    ck_assert_uint_eq(radix_tier_blocks(t, 1), 1);
+    ck_assert_uint_eq(radix_tier_blocks(t, 2), 2);
+    ck_assert_uint_eq(radix_tier_blocks(t, 3), 1);
+    ck_assert_int_eq(radix_check(t), 0);
+    /* A pinned lookup matches tier 1, then 2, then 3; counted by tier. */
+    radix_ns_stats_t st;
+    ck_assert_int_eq(radix_lookup(t, ns, tok, 4 * BT, true, ids, 4, &n), 0);
+    ck_assert_uint_eq(n, 4);
+    const uint32_t want_tier[4] = {1, 2, 2, 3};
+    for (uint32_t k = 0; k < 4; k++)
+        ck_assert_uint_eq(radix_tier_of(t, ids[k]), want_tier[k]);
+    ck_assert_int_eq(radix_ns_stats(t, ns, &st), 0);
+    ck_assert_uint_eq(st.t2_hit_tokens, 3 * BT);
+    ck_assert_uint_eq(st.t3_hit_tokens, 1 * BT);
+    ck_assert_uint_eq(st.demoted3_blocks, 2);
+    ck_assert_uint_eq(radix_promotable(t, ids + 1, 3), 3);
+    /* The tier-3 block cannot come up before its tier-2 parent. */
+    ck_assert_int_eq(radix_promote(t, ids[3], 1), KVS_EINVAL);
+    ck_assert_int_eq(radix_promote(t, ids[1], 1), 0);
+    ck_assert_int_eq(radix_promote(t, ids[2], 2), 0);
+    ck_assert_int_eq(radix_promote(t, ids[3], 3), 0);
+    ck_assert_int_eq(radix_check(t), 0);
+    /* Undone in reverse, the last goes back down to tier 3. */
+    ck_assert_int_eq(radix_copy_undo(t, 3, &peer), 0);
+    ck_assert_uint_eq(peer, ids[3]);
+    ck_assert_int_eq(radix_check(t), 0);
+    ck_assert_int_eq(radix_copy_done(t, 1, &peer), 0);
+    ck_assert_int_eq(radix_copy_done(t, 2, &peer), 0);
+    ck_assert_int_eq(radix_promote(t, ids[3], 3), 0);
+    ck_assert_int_eq(radix_copy_done(t, 3, &peer), 0);
+    ck_assert_uint_eq(peer, ids[3]);
+    ck_assert_uint_eq(radix_tier_blocks(t, 1), 4);
+    ck_assert_uint_eq(radix_tier_free(t, 2), 2);
+    ck_assert_uint_eq(radix_tier_free(t, 3), 4);
+    for (uint32_t k = 0; k < 4; k++)
+        ck_assert_int_eq(radix_unpin(t, k), 0);
+    ck_assert_int_eq(radix_check(t), 0);
+
+    /* A spill: tier 2's candidate down to tier 3 without a tier-1 move,
+     * its tier-2 id leaving until copied. */
+    demote_copied(t, ns, 2, 4, mv);
+    ck_assert_uint_eq(radix_tier_free(t, 2), 0);
+    ck_assert_int_eq(radix_spill(t, 2, 1, mv, &n_mv), 0);
+    ck_assert_uint_eq(n_mv, 1);
+    ck_assert_uint_eq(radix_tier_of(t, mv[0].from), 2);
+    ck_assert_uint_eq(radix_tier_of(t, mv[0].to), 3);
+    ck_assert_uint_eq(radix_tier_leaving(t, 2), 1);
+    ck_assert_int_eq(radix_check(t), 0);
+    ck_assert_int_eq(radix_copy_done(t, mv[0].to, &peer), 0);
+    ck_assert_uint_eq(radix_tier_leaving(t, 2), 0);
+    ck_assert_uint_eq(radix_tier_free(t, 2), 1);
+    ck_assert_int_eq(radix_spill(t, 3, 1, mv, &n_mv), KVS_EINVAL);
+    ck_assert_int_eq(radix_spill(t, 1, 1, mv, &n_mv), KVS_EINVAL);
+    ck_assert_int_eq(radix_check(t), 0);
+    radix_free(t);
+
+    /* Restore: chains straight into tier 3 under the caller's ids. */
+    cfg.tier3_blocks = 8;
+    t = tree_cfg(cfg);
+    ns = ns_new(t, "a", 0, 0);
+    uint32_t tok2[3 * BT], can[4];
+    prompt(tok2, 3 * BT, 2);
+    uint32_t r1[3] = {base3 + 5, base3 + 2, base3 + 7};
+    ck_assert_int_eq(radix_restore(t, ns, tok2, 3 * BT, r1, 3, can, &n), 0);
+    ck_assert_uint_eq(n, 3);
+    ck_assert_uint_eq(radix_tier_blocks(t, 3), 3);
+    ck_assert_uint_eq(radix_tier_free(t, 3), 5);
+    ck_assert_int_eq(radix_check(t), 0);
+    /* A longer chain through the same prefix: its first two stay. */
+    uint32_t tok3[4 * BT];
+    memcpy(tok3, tok2, 2 * BT * sizeof(uint32_t));
+    prompt(tok3 + 2 * BT, 2 * BT, 3);
+    uint32_t r2[4] = {base3 + 0, base3 + 1, base3 + 3, base3 + 4};
+    ck_assert_int_eq(radix_restore(t, ns, tok3, 4 * BT, r2, 4, can, &n), 0);
+    ck_assert_uint_eq(n, 4);
+    ck_assert_uint_eq(can[0], base3 + 5);
+    ck_assert_uint_eq(can[1], base3 + 2);
+    ck_assert_uint_eq(can[2], base3 + 3);
+    ck_assert_uint_eq(radix_tier_blocks(t, 3), 5);
+    ck_assert_uint_eq(radix_tier_free(t, 3), 3);
+    ck_assert_int_eq(radix_ns_stats(t, ns, &st), 0);
+    ck_assert_uint_eq(st.restored_blocks, 5);
+    ck_assert_uint_eq(st.tier3_blocks, 5);
+    ck_assert_int_eq(radix_check(t), 0);
+    /* Ids taken, of another tier, or mixed: refused. */
+    uint32_t taken[1] = {base3 + 3}, pool_ids[1] = {0}, mixed[2] = {base3 + 6, 4};
+    uint32_t tok4[2 * BT];
+    prompt(tok4, 2 * BT, 4);
+    ck_assert_int_eq(radix_restore(t, ns, tok4, BT, taken, 1, can, &n), KVS_EEXIST);
+    ck_assert_int_eq(radix_restore(t, ns, tok4, BT, pool_ids, 1, can, &n), KVS_EINVAL);
+    ck_assert_int_eq(radix_restore(t, ns, tok4, 2 * BT, mixed, 2, can, &n), KVS_EINVAL);
+    ck_assert_int_eq(radix_restore(t, 9, tok4, BT, r1, 1, can, &n), KVS_ENONS);
+    /* What names a restored block, for its next copy. */
+    uint64_t h, ph, h0;
+    const uint32_t *bt_tokens;
+    ck_assert_int_eq(radix_block_chain(t, base3 + 2, &h, &ph, &bt_tokens), 0);
+    ck_assert_int_eq(radix_block_hash(t, base3 + 5, &h0), 0);
+    ck_assert_uint_eq(ph, h0);
+    ck_assert(memcmp(bt_tokens, tok2 + BT, BT * sizeof(uint32_t)) == 0);
+    ck_assert_int_eq(radix_block_chain(t, base3 + 6, &h, &ph, &bt_tokens), KVS_ENOTFOUND);
+    /* A lookup finds them in tier 3, and they come back to tier 1. */
+    ck_assert_int_eq(radix_lookup(t, ns, tok3, 4 * BT, true, ids, 4, &n), 0);
+    ck_assert_uint_eq(n, 4);
+    ck_assert_int_eq(radix_promote(t, ids[0], 0), 0);
+    ck_assert_int_eq(radix_copy_done(t, 0, &peer), 0);
+    ck_assert_uint_eq(peer, base3 + 5);
+    ck_assert_uint_eq(radix_tier_free(t, 3), 4);
+    for (uint32_t k = 0; k < 4; k++)
+        ck_assert_int_eq(radix_unpin(t, k == 0 ? 0 : ids[k]), 0);
+    size_t cleared;
+    ck_assert_int_eq(radix_ns_clear(t, ns, &cleared), 0);
+    ck_assert_uint_eq(cleared, 5);
+    ck_assert_uint_eq(radix_tier_free(t, 3), 8);
+    ck_assert_int_eq(radix_check(t), 0);
+    radix_free(t);
+}
+END_TEST
+
 START_TEST(test_tier2_copy_undo)
 {
     radix_config_t cfg = {.block_tokens = BT, .max_blocks = 4, .tier2_blocks = 4};
@@ -1649,6 +1808,7 @@ typedef struct diff_cfg {
     uint64_t bonus_ticks;
     uint32_t horizon_pct;
     uint32_t t2_blocks; /* > 0: a tier 2, and demote/promote/copy steps */
+    uint32_t t3_blocks; /* > 0: a tier 3 below tier 2 as well */
 } diff_cfg_t;
 
 #define MAX_PROMPT_BLOCKS 10
@@ -1673,7 +1833,8 @@ static void diff_run(const diff_cfg_t *dc)
                           .freq_bonus_pct = dc->bonus_pct,
                           .freq_bonus_ticks = dc->bonus_ticks,
                           .freq_horizon_pct = dc->horizon_pct,
-                          .tier2_blocks = dc->t2_blocks};
+                          .tier2_blocks = dc->t2_blocks,
+                          .tier3_blocks = dc->t3_blocks};
     static const uint32_t quotas[3] = {0, 16, 0}, reserves[3] = {0, 0, 12};
     static const char *const names[3] = {"free", "quota", "reserve"};
     radix_diff_t *d = malloc(sizeof(*d));
@@ -1686,7 +1847,7 @@ static void diff_run(const diff_cfg_t *dc)
         rng_state = 1;
     uint32_t tok[MAX_PROMPT_BLOCKS * MAX_BT + 16];
     uint32_t ids[MAX_PROMPT_BLOCKS];
-    uint32_t n_all = dc->max_blocks + dc->t2_blocks; /* ids of both tiers */
+    uint32_t n_all = dc->max_blocks + dc->t2_blocks + dc->t3_blocks; /* ids of every tier */
     long counts[8] = {0};
     long insert_rc[32] = {0}, evicted = 0, max_cached = 0, pinned_lookups = 0, pins_refused = 0;
     uint64_t clock_now = 1; /* the clock of hint ends */
@@ -1823,14 +1984,21 @@ static void diff_run(const diff_cfg_t *dc)
     uint64_t taken_back = d->m.taken_back;
     evicted = (long)d->evicted_total;
     long demoted = 0, promoted = 0, t2_dropped = 0, copies_done = (long)d->copies_done;
+    long demoted3 = 0, t3_dropped = 0, t3_hits = 0;
     for (uint32_t k = 0; k < 3; k++) {
         demoted += (long)d->m.ns[k].demoted;
         promoted += (long)d->m.ns[k].promoted;
         t2_dropped += (long)d->m.ns[k].t2_dropped;
+        demoted3 += (long)d->m.ns[k].demoted3;
+        t3_dropped += (long)d->m.ns[k].t3_dropped;
+        t3_hits += (long)d->m.ns[k].t3_hit_tokens;
     }
     /* Release everything: the tree must then empty out completely (with a
      * tier 2, once every copy is done, tier 1 is demoted and tier 2 cleared). */
     DIFF_OK(d, radix_diff_finish(d));
+    if (getenv("KVS_TEST_VERBOSE") && dc->t3_blocks)
+        fprintf(stderr, "tier 3 %u: demoted there %ld, dropped there %ld, hit tokens there %ld\n",
+                dc->t3_blocks, demoted3, t3_dropped, t3_hits);
     if (getenv("KVS_TEST_VERBOSE"))
         fprintf(stderr,
                 "ops %ld: inserted ok %ld eexist %ld equota %ld ebusy %ld, evicted %ld (taken "
@@ -1845,8 +2013,13 @@ static void diff_run(const diff_cfg_t *dc)
         ck_assert_int_gt(demoted, dc->ops / 200);
         ck_assert_int_gt(promoted, dc->ops / 2000);
         ck_assert_int_gt(copies_done, dc->ops / 200);
-        ck_assert_int_gt(t2_dropped, dc->ops / 1000);
+        /* with a tier 3, tier 2 moves its blocks down instead of dropping them */
+        ck_assert_int_gt(dc->t3_blocks ? t3_dropped : t2_dropped, dc->ops / 1000);
         ck_assert_int_gt(insert_rc[-KVS_EBUSY], 10);
+    }
+    if (dc->t3_blocks > 0) {
+        ck_assert_int_gt(demoted3, dc->ops / 1000);
+        ck_assert_int_gt(t3_hits, 0);
     }
     /* Every kind of operation ran many times. */
     for (int k = 0; k < 7; k++)
@@ -1894,6 +2067,32 @@ static void diff_tiers(uint32_t t2_blocks, uint64_t seed)
 START_TEST(test_diff_tier2_smaller)
 {
     diff_tiers(16, 0x5EED0001);
+}
+END_TEST
+
+/* Three tiers: tier 2 makes room by moving blocks to tier 3, which drops
+ * its own leaves; promotions come back from either. */
+static void diff_tiers3(uint32_t t2_blocks, uint32_t t3_blocks, uint64_t seed)
+{
+    diff_cfg_t dc = {.seed = seed,
+                     .ops = diff_ops(60000, 20000),
+                     .bt = 2,
+                     .vocab = 3,
+                     .max_blocks = 48,
+                     .t2_blocks = t2_blocks,
+                     .t3_blocks = t3_blocks};
+    diff_run(&dc);
+}
+
+START_TEST(test_diff_tier3_small)
+{
+    diff_tiers3(16, 32, 0x5EED0031);
+}
+END_TEST
+
+START_TEST(test_diff_tier3_large)
+{
+    diff_tiers3(48, 144, 0x5EED0032);
 }
 END_TEST
 
@@ -2304,6 +2503,7 @@ static Suite *radix_suite(void)
     tcase_add_test(tc, test_tier2_promotable);
     tcase_add_test(tc, test_tier2_leaving_id);
     tcase_add_test(tc, test_tier2_copy_undo);
+    tcase_add_test(tc, test_tier3_chain);
     tcase_add_test(tc, test_memory);
     tcase_add_test(tc, test_alloc_failures);
     tcase_add_test(tc, test_evict_prompt);
@@ -2313,6 +2513,8 @@ static Suite *radix_suite(void)
     tcase_set_timeout(diff, 600);
     tcase_add_test(diff, test_diff_xxh3);
     tcase_add_test(diff, test_diff_tier2_smaller);
+    tcase_add_test(diff, test_diff_tier3_small);
+    tcase_add_test(diff, test_diff_tier3_large);
     tcase_add_test(diff, test_diff_tier2_equal);
     tcase_add_test(diff, test_diff_tier2_larger);
     tcase_add_test(diff, test_diff_collisions);

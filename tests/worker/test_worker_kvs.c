@@ -931,6 +931,126 @@ START_TEST(test_kvs_tp4_group_matches_one_rank)
 }
 END_TEST
 
+/* The small model's geometry, a pool of `blocks`, a tier 2 of 1 MiB and a
+ * disk tier in `disk` (64 slots of 12 KiB: a block of 8 KiB and its header). */
+static const char *const *disk_flags(const char *disk)
+{
+    static const char *flags[] = {
+        "--layers",         "2",    "--kv-heads",        "2",      "--head-dim",  "16",
+        "--dtype",          "fp32", "--block-tokens",    "16",     "--host-tier", "1MiB",
+        "--disk-tier-path", NULL,   "--disk-tier-bytes", "790528", NULL};
+    flags[13] = disk;
+    return flags;
+}
+
+/* Commits filler prompts (tokens no model has, namespace "filler3") until
+ * namespace ns has no block in the pool nor in tier 2: all on the disk. */
+static void push_to_disk(kvs_client_t *c, const char *ns, uint32_t want)
+{
+    uint32_t serial = 1u << 31, tokens[8 * 16], ids[8], can[8];
+    for (int round = 0; round < 200; round++) {
+        kvs_stats_t st;
+        uint32_t pool = 99, tier2 = 99, total = 0;
+        ck_assert_int_eq(kvs_stats(c, &st), 0);
+        for (size_t i = 0; i < st.n_namespaces; i++)
+            if (strcmp(st.namespaces[i].name, ns) == 0) {
+                pool = st.namespaces[i].cached_blocks;
+                tier2 = st.namespaces[i].tier2_blocks;
+            }
+        total = st.tier3_cached_blocks;
+        kvs_stats_free(&st);
+        if (pool == 0 && tier2 == 0 && total >= want)
+            return;
+        size_t done = 0;
+        for (uint32_t k = 0; k < 8 * 16; k++)
+            tokens[k] = serial + k;
+        serial += 8 * 16;
+        ck_assert_int_eq(kvs_alloc(c, "filler3", 8, ids), 0);
+        ck_assert_int_eq(kvs_commit(c, "filler3", tokens, 8 * 16, ids, 8, can, &done), 0);
+        ck_assert_int_eq(kvs_release(c, can, done, NULL), 0);
+        /* let the copies between the tiers end */
+        for (int k = 0; k < 200; k++) {
+            ck_assert_int_eq(kvs_stats(c, &st), 0);
+            uint32_t copying = st.copying_blocks;
+            kvs_stats_free(&st);
+            if (copying == 0)
+                break;
+            usleep(2000);
+        }
+    }
+    ck_abort_msg("namespace %s did not reach the disk tier", ns);
+}
+
+/* Warm restart: a prefix pushed down to the disk tier, kvshared killed
+ * with SIGKILL, restarted on the same file: the worker's lookup matches
+ * the prefix (restored from the disk, promoted back to the pool) and its
+ * generated tokens and final logits equal a private prefill's, bit for
+ * bit. */
+START_TEST(test_kvs_disk_warm_restart_bitwise)
+{
+    enum { N = 300, FULL = N / 16, HIT = (N - 1) / 16 };
+    inproc_t t;
+    kvscache_opts_t ko = {
+        .ns = "disk", .timeout_ms = 30000, .reconnect_ms = 1, .private_blocks = 32};
+    uint32_t prompt[N], gen[DECODE], gen_ref[DECODE];
+    float ref[LOGITS], got[LOGITS];
+    worker_result_t r;
+    char dir[256], disk[300];
+    pid_t again = 0;
+
+    ck_assert_int_eq(test_tmp_dir("kvs-warm", dir, sizeof(dir)), 0);
+    snprintf(disk, sizeof(disk), "%s/tier3", dir);
+    inproc_init(&t, 32);
+    for (uint32_t i = 0; i < N; i++)
+        prompt[i] = (i * 61 + 5) % t.cfg.vocab;
+    inproc_reference(&t, prompt, N, gen_ref, ref);
+
+    ck_assert_int_eq(harness_start(&t.h, 48, disk_flags(disk)), 0);
+    inproc_open(&t, &ko, prompt, N, ref, gen, got, &r);
+    kvs_client_t *c = monitor(&t.h);
+    kvs_set_timeout(c, 30000); /* its allocs wait for copies to the disk */
+    push_to_disk(c, "disk", FULL);
+    kvs_close(c);
+
+    ck_assert_int_eq(kill(t.h.pid, SIGKILL), 0);
+    ck_assert_int_eq(waitpid(t.h.pid, NULL, 0), t.h.pid);
+    t.h.pid = 0;
+    ck_assert_int_eq(harness_restart(&t.h, 48, disk_flags(disk), 20000, &again), -1);
+    t.h.pid = again;
+    usleep(5000); /* past reconnect_ms */
+
+    c = monitor(&t.h);
+    kvs_stats_t st;
+    ck_assert_int_eq(kvs_stats(c, &st), 0);
+    ck_assert_uint_ge(st.disk_restored, FULL);
+    ck_assert_uint_eq(st.cached_blocks, 0);
+    kvs_stats_free(&st);
+    /* The worker learns on its first run that its connection died (that
+     * run is computed privately, same logits) and reconnects for the next. */
+    ck_assert_int_eq(kvscache_run(t.kc, prompt, N, DECODE, gen, got, &r), 0);
+    ck_assert_int_eq(memcmp(got, ref, sizeof(got)), 0);
+    if (r.cache != WORKER_CACHE_SHARED)
+        usleep(5000);
+    memset(got, 0, sizeof(got));
+    memset(gen, 0, sizeof(gen));
+    ck_assert_int_eq(kvscache_run(t.kc, prompt, N, DECODE, gen, got, &r), 0);
+    ck_assert_msg(r.cache == WORKER_CACHE_SHARED, "%s", kvscache_note(t.kc));
+    ck_assert_uint_eq(r.matched_tokens, HIT * 16);
+    ck_assert_uint_eq(r.prefill_tokens, N - HIT * 16);
+    ck_assert_int_eq(kvs_stats(c, &st), 0);
+    ck_assert_uint_ge(st.disk_reads, HIT);
+    kvs_stats_free(&st);
+    ck_assert_msg(memcmp(got, ref, sizeof(got)) == 0,
+                  "final logits after the restart differ from the private prefill's");
+    ck_assert_msg(memcmp(gen, gen_ref, sizeof(gen)) == 0,
+                  "generated tokens after the restart differ from the private prefill's");
+    kvs_close(c);
+    inproc_free(&t);
+    unlink(disk);
+    rmdir(dir);
+}
+END_TEST
+
 static Suite *worker_kvs_suite(void)
 {
     Suite *s = suite_create("worker_kvs");
@@ -947,6 +1067,7 @@ static Suite *worker_kvs_suite(void)
     tcase_add_test(tc, test_kvs_daemon_restart_same_geometry);
     tcase_add_test(tc, test_kvs_tier2_round_trip_bitwise);
     tcase_add_test(tc, test_kvs_tp4_group_matches_one_rank);
+    tcase_add_test(tc, test_kvs_disk_warm_restart_bitwise);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -39,6 +39,11 @@
  * over the run (a block is promoted only for a pinned Lookup that matched
  * it, and every Lookup here pins), in tokens.
  *
+ * Tier 3 (--tier3-units U, with a tier 2): the daemon also gets a disk tier
+ * of that many blocks (--disk-tier-path, a file in the run's temporary
+ * directory, removed after it); tier 2 demotes to it, and its hits are the
+ * daemon's disk_reads (part of the tier-2 hits above).
+ *
  * Reported: token hit rate (hit tokens / prompt tokens, from the Lookup
  * replies), of it the part found in tier 2 and the blocks demoted, promoted
  * and dropped (the daemon's counters), the offline simulator's hit rates at
@@ -87,7 +92,9 @@ typedef struct replay_opts {
     size_t max_reqs;
     uint32_t workers, namespaces, pool_blocks, layers, kv_heads, head_dim;
     uint32_t tier2_blocks; /* > 0: kvshared --host-tier of that many blocks */
-    double cap_units, tier2_units, speed;
+    uint32_t tier3_blocks; /* > 0: and a --disk-tier-path of that many blocks */
+    double cap_units, tier2_units, tier3_units, speed;
+    char disk_path[4200]; /* the disk tier's file, in the run's directory */
     size_t write_bytes;
     double max_sim_gap;   /* > 0: fail when |hit rate - simulator's| exceeds it (points) */
     double prefill_us;    /* simulated prefill, microseconds per computed token */
@@ -133,7 +140,7 @@ static uint64_t daemon_block_bytes(const replay_opts_t *o)
 /* Starts kvshared on sock and waits for its READY line. */
 static pid_t start_daemon(const replay_opts_t *o, const char *sock)
 {
-    char nb[32], layers[16], heads[16], dim[16], tier[32];
+    char nb[32], layers[16], heads[16], dim[16], tier[32], disk_bytes[32];
     const char *argv[40];
     int a = 0;
     snprintf(layers, sizeof(layers), "%u", o->layers);
@@ -176,6 +183,17 @@ static pid_t start_daemon(const replay_opts_t *o, const char *sock)
         snprintf(tier, sizeof(tier), "%llu", (unsigned long long)(bb * o->tier2_blocks));
         argv[a++] = "--host-tier";
         argv[a++] = tier;
+        if (o->tier3_blocks) {
+            /* One 4 KiB-aligned slot per block: its record header (120 B and
+             * 4 B a token), then the block; then the superblock's page. */
+            uint64_t slot = (120 + 4 * 16 + bb + 4095) / 4096 * 4096;
+            snprintf(disk_bytes, sizeof(disk_bytes), "%llu",
+                     (unsigned long long)(4096 + slot * o->tier3_blocks));
+            argv[a++] = "--disk-tier-path";
+            argv[a++] = o->disk_path;
+            argv[a++] = "--disk-tier-bytes";
+            argv[a++] = disk_bytes;
+        }
     }
     argv[a++] = "--eviction";
     argv[a++] = o->eviction;
@@ -406,6 +424,8 @@ static void replay_usage(FILE *f)
                "  --tier2-units U     start kvshared with a tier 2 (--host-tier) of U units of\n"
                "                      512-token blocks (default 0: one tier)\n"
                "  --tier2-blocks N    the same in 16-token blocks\n"
+               "  --tier3-units U     with a tier 2, also a tier 3 (--disk-tier-path, a file in\n"
+               "                      the run's temporary directory) of U units\n"
                "  --model NAME | --layers N --kv-heads N --head-dim N --dtype T\n"
                "                      geometry (default 1 layer, 1 head, dim 8, fp16)\n"
                "  --eviction P        lru | freq, given to kvshared (default lru)\n"
@@ -475,6 +495,9 @@ int bench_replay(int argc, char **argv)
         } else if (strcmp(a, "--tier2-units") == 0) {
             o.tier2_units = strtod(v, NULL);
             ok = o.tier2_units >= 0 && o.tier2_units * TRACE_HASH_TOKENS / 16 < UINT32_MAX;
+        } else if (strcmp(a, "--tier3-units") == 0) {
+            o.tier3_units = strtod(v, NULL);
+            ok = o.tier3_units >= 0 && o.tier3_units * TRACE_HASH_TOKENS / 16 < UINT32_MAX;
         } else if (strcmp(a, "--tier2-blocks") == 0) {
             o.tier2_blocks = (uint32_t)strtoul(v, NULL, 0);
         } else if (strcmp(a, "--pool-bytes") == 0) {
@@ -534,6 +557,8 @@ int bench_replay(int argc, char **argv)
         o.pool_blocks = (uint32_t)(o.cap_units * TRACE_HASH_TOKENS / 16);
     if (!o.tier2_blocks)
         o.tier2_blocks = (uint32_t)(o.tier2_units * TRACE_HASH_TOKENS / 16);
+    if (o.tier2_blocks)
+        o.tier3_blocks = (uint32_t)(o.tier3_units * TRACE_HASH_TOKENS / 16);
 
     trace_t tr;
     char err[256] = "";
@@ -566,6 +591,7 @@ int bench_replay(int argc, char **argv)
             goto out;
         }
         snprintf(sock, sizeof(sock), "%s/kvshared.sock", dir);
+        snprintf(o.disk_path, sizeof(o.disk_path), "%s/tier3", dir);
         daemon = start_daemon(&o, sock);
         if (daemon < 0) {
             fprintf(stderr, "replay: kvshared (%s) did not start; give --kvshared PATH\n",
@@ -627,9 +653,10 @@ int bench_replay(int argc, char **argv)
     }
 #define REPLAY_DELTA(name) (after.name - before.name)
     uint64_t demoted = REPLAY_DELTA(tier_demotions), promoted = REPLAY_DELTA(tier_promotions),
-             t1_drops = REPLAY_DELTA(tier_drops_t1), evictions = REPLAY_DELTA(evictions);
+             t1_drops = REPLAY_DELTA(tier_drops_t1), evictions = REPLAY_DELTA(evictions),
+             disk_reads = REPLAY_DELTA(disk_reads);
 #undef REPLAY_DELTA
-    uint64_t t2_hit_tokens = promoted * g.block_tokens;
+    uint64_t t2_hit_tokens = promoted * g.block_tokens, t3_hit_tokens = disk_reads * g.block_tokens;
 
     /* Tally. */
     uint64_t prompt_tokens = 0, hit_tokens = 0, dups = 0, errors = 0, done_reqs = 0, waits = 0;
@@ -671,6 +698,7 @@ int bench_replay(int argc, char **argv)
     sim_params_t sp = {.block_tokens = g.block_tokens,
                        .capacity = g.num_blocks,
                        .tier2 = o.tier2_blocks,
+                       .tier3 = o.tier3_blocks,
                        .policy =
                            strcmp(o.eviction, "freq") == 0 ? RADIX_EVICT_FREQ : RADIX_EVICT_LRU,
                        .hints = o.hint_accuracy > 0,
@@ -701,7 +729,8 @@ int bench_replay(int argc, char **argv)
                "\"wait_ms_total\": %.1f, "
                "\"tier2_blocks\": %u, \"t2_hit_tokens\": %llu, \"t2_hit_rate\": %.4f, "
                "\"sim_t2_hit_rate\": %.4f, \"demoted\": %llu, \"promoted\": %llu, "
-               "\"demote_drops\": %llu, \"evictions\": %llu, "
+               "\"demote_drops\": %llu, \"evictions\": %llu, \"tier3_blocks\": %u, "
+               "\"t3_hit_rate\": %.4f, \"sim_t3_hit_rate\": %.4f, "
                "\"wall_s\": %.2f, \"requests_per_s\": %.1f, \"latency_us\": {",
                o.trace, tr.n_reqs, (unsigned long long)done_reqs, (unsigned long long)errors,
                o.workers, o.namespaces, o.speed, o.socket ? "daemon's" : o.eviction, g.num_blocks,
@@ -710,7 +739,9 @@ int bench_replay(int argc, char **argv)
                o.prefill_us, o.wait_ms, (unsigned long long)waits, o.hint_accuracy, wait_us / 1e3,
                o.tier2_blocks, (unsigned long long)t2_hit_tokens, t2_hr, sim_t2_hr,
                (unsigned long long)demoted, (unsigned long long)promoted,
-               (unsigned long long)t1_drops, (unsigned long long)evictions, wall_s,
+               (unsigned long long)t1_drops, (unsigned long long)evictions, o.tier3_blocks,
+               prompt_tokens ? (double)t3_hit_tokens / (double)prompt_tokens : 0,
+               src == 0 ? (double)sim.t3_hit_tokens / (double)sim.prompt_tokens : -1, wall_s,
                (double)done_reqs / wall_s);
         for (int k = 0; k < N_RPC; k++)
             printf("%s\"%s\": {\"n\": %zu, \"p50\": %.1f, \"p90\": %.1f, \"p99\": %.1f, "
@@ -735,6 +766,12 @@ int bench_replay(int argc, char **argv)
                    o.tier2_blocks, 100 * t2_hr, 100 * sim_t2_hr, (unsigned long long)demoted,
                    (unsigned long long)promoted, (unsigned long long)t1_drops,
                    (unsigned long long)evictions);
+        if (o.tier3_blocks)
+            printf("tier 3 (disk): %u blocks; hits in it %.2f %% of prompt tokens (simulator "
+                   "%.2f %%)\n",
+                   o.tier3_blocks,
+                   prompt_tokens ? 100.0 * (double)t3_hit_tokens / (double)prompt_tokens : 0,
+                   src == 0 ? 100.0 * (double)sim.t3_hit_tokens / (double)sim.prompt_tokens : -1);
         printf("sim_hit_rate %.2f %% (offline simulator, same pool, tier 2, policy and hints)\n",
                100 * sim_hr);
         if (o.hint_accuracy > 0)
@@ -777,6 +814,8 @@ out:
     }
     if (dir[0]) {
         unlink(sock);
+        if (o.tier3_blocks)
+            unlink(o.disk_path);
         rmdir(dir);
     }
     free(next_use);

@@ -25,6 +25,10 @@
  *   2'. the missing blocks' room is made by radix_demote instead of
  *       radix_evict: the pool's least recently used candidates move to tier
  *       2, which drops its own least recently used leaves when full.
+ * With a tier 3 as well (sp->tier3, kvshared's disk tier), tier 2 makes its
+ * room by moving its least recently used candidates to tier 3, which drops
+ * its own leaves; a match may go on into tier 3, whose blocks come back to
+ * the pool as tier 2's do (counted in t2_hit_tokens and t3_hit_tokens).
  */
 #include <stdbool.h>
 #include <stdio.h>
@@ -104,15 +108,25 @@ void sim_oracle_hints(sim_oracle_t *o, size_t r, size_t n_blocks, size_t n_hit, 
  * through on_evict). */
 static int sim_demote(radix_tree_t *t, uint32_t ns, size_t n, radix_move_t *moves, id_pool_t *pool)
 {
-    size_t moved = 0, dropped = 0;
-    int rc = radix_demote(t, ns, n, moves, &moved, &dropped);
-    for (size_t k = 0; rc == 0 && k < moved; k++) {
-        uint32_t from;
-        rc = radix_copy_done(t, moves[k].to, &from);
-        if (rc == 0)
-            pool_put(pool, from);
+    size_t want = pool->n + n;
+    /* A move from tier 2 to tier 3 frees a tier-2 id, not a pool id: the
+     * next call demotes into it (kvshared's request waits for the first
+     * copies and runs again). */
+    while (pool->n < want) {
+        size_t moved = 0, dropped = 0, before = pool->n;
+        int rc = radix_demote(t, ns, want - pool->n, moves, &moved, &dropped);
+        for (size_t k = 0; rc == 0 && k < moved; k++) {
+            uint32_t from;
+            rc = radix_copy_done(t, moves[k].to, &from);
+            if (rc == 0)
+                pool_put(pool, from);
+        }
+        if (rc)
+            return rc;
+        if (moved == 0 && pool->n == before)
+            break; /* nothing more can go */
     }
-    return rc;
+    return 0;
 }
 
 /* ids[0 .. n) are tier-2 blocks a pinned lookup matched after its tier-1
@@ -218,7 +232,8 @@ int sim_run(const trace_t *tr, const sim_params_t *sp, sim_result_t *res)
                           .freq_bonus_pct = sp->freq_bonus_pct,
                           .freq_bonus_ticks = sp->freq_bonus_ticks,
                           .freq_horizon_pct = sp->freq_horizon_pct,
-                          .tier2_blocks = sp->tier2};
+                          .tier2_blocks = sp->tier2,
+                          .tier3_blocks = sp->tier2 ? sp->tier3 : 0};
     rc = radix_new(&cfg, &t);
     if (rc)
         goto out;
@@ -240,6 +255,9 @@ int sim_run(const trace_t *tr, const sim_params_t *sp, sim_result_t *res)
         size_t n_t1 = 0;
         while (n_t1 < hit && ids[n_t1] < sp->capacity)
             n_t1++;
+        size_t t3_first = hit; /* where the match goes on into tier 3 */
+        while (t3_first > n_t1 && ids[t3_first - 1] >= sp->capacity + sp->tier2)
+            t3_first--;
         if (n_t1 < hit) {
             size_t promoted;
             rc = sim_promote(t, ns, ids + n_t1, hit - n_t1, moves, &pool, &promoted);
@@ -249,6 +267,8 @@ int sim_run(const trace_t *tr, const sim_params_t *sp, sim_result_t *res)
                 if ((rc = radix_unpin(t, ids[k])) != 0)
                     goto out;
             res->t2_hit_tokens += (uint64_t)promoted * sp->block_tokens;
+            if (n_t1 + promoted > t3_first)
+                res->t3_hit_tokens += (uint64_t)(n_t1 + promoted - t3_first) * sp->block_tokens;
             hit = n_t1 + promoted;
         }
         res->prompt_tokens += n_tokens;
@@ -478,6 +498,8 @@ static void sim_usage(FILE *f)
             "                      capacity above (tier 1): blocks are demoted to it\n"
             "                      instead of evicted and promoted back on a hit\n"
             "  --tier2-units LIST  tier-2 sizes in units of %u-token blocks instead\n"
+            "  --tier3-units N     also a tier 3 (kvshared's disk tier) of N units below\n"
+            "                      every tier 2: tier 2 demotes to it, hits come back\n"
             "  --policy P          lru | freq | all (default all)\n"
             "  --max-hits N        freq: hits that earn a bonus (default %u)\n"
             "  --bonus-pct N       freq: bonus per hit, %% of the mean eviction age (%u)\n"
@@ -523,6 +545,7 @@ int bench_trace_sim(int argc, char **argv)
     double caps[32], tier2s[16] = {0};
     size_t n_tier2s = 1;
     bool tiers = false, tier2_pct = true;
+    double tier3_units = 0;
     enum { CAP_PCT, CAP_UNITS, CAP_BLOCKS } cap_kind = CAP_PCT;
     size_t max_reqs = 0;
     bool json = false, optimum = false;
@@ -558,6 +581,9 @@ int bench_trace_sim(int argc, char **argv)
             tiers = true;
             tier2_pct = a[8] == 'p';
             ok = parse_list(v, tier2s, 16, &n_tier2s, true) == 0;
+        } else if (strcmp(a, "--tier3-units") == 0) {
+            tier3_units = strtod(v, NULL);
+            ok = tier3_units >= 0;
         } else if (strcmp(a, "--policy") == 0) {
             ok = parse_policies(v, policies, &n_policies) == 0;
         } else if (strcmp(a, "--hint-accuracy") == 0) {
@@ -644,6 +670,8 @@ int bench_trace_sim(int argc, char **argv)
                path, tr.n_reqs, distinct, TRACE_HASH_TOKENS, (unsigned long long)unl.prompt_tokens,
                sp.block_tokens, 100.0 * (double)unl.hit_tokens / (double)unl.prompt_tokens,
                unl.max_cached, "capacity", "(x512 tok)", "% distinct");
+        if (tiers && tier3_units > 0)
+            printf("(tier 3 below every tier 2: %.0f units)\n", tier3_units);
         if (tiers)
             printf("%12s %10s ", "tier 2", "(x512 tok)");
         printf("%10s %9s ", "policy", "hit rate");
@@ -667,6 +695,7 @@ int bench_trace_sim(int argc, char **argv)
         }
         sp.capacity = (uint32_t)blocks;
         sp.tier2 = (uint32_t)blocks2;
+        sp.tier3 = (uint32_t)(tier3_units * TRACE_HASH_TOKENS / sp.block_tokens);
         size_t per = 1 + n_accs; /* each policy without hints, then with each accuracy */
         for (size_t p = 0; p < n_policies * per + (optimum ? 1 : 0); p++) {
             sim_result_t res;
@@ -684,8 +713,10 @@ int bench_trace_sim(int argc, char **argv)
             } else {
                 /* The optimum of one cache as large as both tiers. */
                 snprintf(name, sizeof(name), "opt512");
-                rc = units + units2 >= 1 ? sim_belady(&tr, (uint32_t)(units + units2), &res)
-                                         : KVS_EINVAL;
+                rc = units + units2 >= 1
+                         ? sim_belady(
+                               &tr, (uint32_t)(units + units2 + (sp.tier2 ? tier3_units : 0)), &res)
+                         : KVS_EINVAL;
             }
             if (rc) {
                 fprintf(stderr, "trace-sim: run failed: %s\n", kvs_status_text(rc));
@@ -709,6 +740,10 @@ int bench_trace_sim(int argc, char **argv)
                            (unsigned long long)res.demoted_blocks,
                            (unsigned long long)res.promoted_blocks,
                            (unsigned long long)res.tier2_dropped);
+                if (tiers && sp.tier3)
+                    printf(", \"tier3_blocks\": %u, \"tier3_units\": %.1f, \"t3_hit_rate\": %.4f",
+                           sp.tier3, tier3_units,
+                           (double)res.t3_hit_tokens / (double)res.prompt_tokens);
                 printf("}");
                 first = false;
             } else {

@@ -13,6 +13,7 @@ typedef struct sim_params {
     uint32_t block_tokens;
     uint32_t capacity; /* pool blocks (tier 1) */
     uint32_t tier2;    /* tier-2 blocks (radix Tiers: demote, promote); 0: one tier */
+    uint32_t tier3;    /* tier-3 blocks below tier 2 (kvshared's disk tier); 0: none */
     radix_policy_t policy;
     uint32_t freq_max_hits, freq_bonus_pct;
     uint64_t freq_bonus_ticks;
@@ -75,6 +76,7 @@ typedef struct sim_result {
     uint64_t evicted_blocks; /* dropped for good, from either tier */
     uint64_t demoted_blocks, promoted_blocks;
     uint64_t tier2_dropped;  /* of evicted_blocks, those dropped from tier 2 */
+    uint64_t t3_hit_tokens;  /* of t2_hit_tokens, those promoted from tier 3 */
     uint64_t short_requests; /* requests that could not get all their blocks */
     uint32_t max_cached;
     size_t index_bytes;

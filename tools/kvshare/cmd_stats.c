@@ -59,6 +59,14 @@ void cli_print_stats(FILE *f, const kvs_stats_t *s)
                 s->tier2_total_blocks, units_format_bytes(s->block_bytes, 1, a, sizeof(a)),
                 s->tier2_cached_blocks, pct(s->tier2_cached_blocks, s->tier2_total_blocks),
                 s->copying_blocks);
+    if (s->tier3_total_blocks > 0)
+        fprintf(f,
+                "tier 3    %u blocks on disk (%s I/O): cached %u (%.1f%%)  read %llu  crc "
+                "failures %llu  restored at start %llu\n",
+                s->tier3_total_blocks, s->disk_io ? s->disk_io : "?", s->tier3_cached_blocks,
+                pct(s->tier3_cached_blocks, s->tier3_total_blocks),
+                (unsigned long long)s->disk_reads, (unsigned long long)s->disk_crc_failures,
+                (unsigned long long)s->disk_restored);
     if (s->copy_path)
         fprintf(f, "copies    %s\n", s->copy_path);
     fprintf(f, "index     %s\n", units_format_bytes(s->index_bytes, 1, a, sizeof(a)));
@@ -153,6 +161,8 @@ static void print_json(FILE *f, const kvs_stats_t *s)
             (unsigned long long)s->index_bytes, s->sessions);
     fprintf(f, ",\"tier2\":{\"total\":%u,\"cached\":%u,\"copying\":%u}", s->tier2_total_blocks,
             s->tier2_cached_blocks, s->copying_blocks);
+    fprintf(f, ",\"tier3\":{\"total\":%u,\"cached\":%u,\"io\":\"%s\"}", s->tier3_total_blocks,
+            s->tier3_cached_blocks, s->disk_io ? s->disk_io : "");
     if (s->copy_path) {
         /* Plain text: no quotes or backslashes in it, but say so safely. */
         fputs(",\"copy_path\":\"", f);

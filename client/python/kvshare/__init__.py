@@ -186,7 +186,9 @@ class _Stats(ctypes.Structure):
         ("copy_path", ctypes.c_char_p),
         ("n_devices", ctypes.c_size_t),
         ("devices", ctypes.POINTER(_DeviceStats)),
-        ("reserved", ctypes.c_uint64 * 3),
+        ("tier3_total_blocks", ctypes.c_uint32), ("tier3_cached_blocks", ctypes.c_uint32),
+        ("disk_io", ctypes.c_char_p),
+        ("reserved", ctypes.c_uint64 * 1),
         ("counters", ctypes.c_uint64 * COUNTER_SLOTS),
     ]
 
@@ -662,7 +664,8 @@ class Client:
         try:
             out = {name: getattr(s, name) for name, _ in _Stats._fields_
                    if name not in ("namespaces", "n_namespaces", "backend", "reserved",
-                                   "reserved32", "counters", "devices", "n_devices")}
+                                   "reserved32", "counters", "devices", "n_devices",
+                                   "disk_io")}
             for i, name in enumerate(counter_names(self._lib)):
                 out[name] = s.counters[i]
             out["backend"] = "cuda" if s.backend == BACKEND_CUDA else "host"
@@ -674,6 +677,7 @@ class Client:
                        if not name.startswith("reserved")}
                 row["detail"] = d.detail.decode()
                 out["devices"].append(row)
+            out["disk_io"] = s.disk_io.decode() if s.disk_io else None
             out["namespaces"] = []
             for i in range(s.n_namespaces):
                 ns = s.namespaces[i]

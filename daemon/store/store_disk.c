@@ -1,0 +1,272 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "store_disk.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvshare_status.h"
+#include "log.h"
+#include "namespaces.h"
+#include "store.h"
+#include "tier_disk.h"
+#include "tier_disk_medium.h"
+
+/* --- the medium's source --- */
+
+/* What a put's record names: tier-3 index id `id` (the block being copied
+ * there; its chain is in the index under it already). */
+static void src_meta(void *arg, uint32_t id, tier_disk_meta_t *out)
+{
+    server_t *srv = arg;
+    store_t *st = srv->store;
+    memset(out, 0, sizeof(*out));
+    uint32_t ns = st->rec[id].meta.ns;
+    out->ns_id = ns;
+    const char *name = radix_ns_name(st->index, ns);
+    if (name)
+        strncpy(out->ns, name, TIER_DISK_NS_MAX - 1);
+    if (radix_block_chain(st->index, id, &out->chain_hash, &out->parent_hash, &out->tokens) == 0)
+        out->ntokens = srv->geo.block_tokens;
+}
+
+/* On the loop: the tier-2 slot a put of tier-3 id `id` copies from (its
+ * peer in the index while the move is in flight; that slot is not reused
+ * before the move ends). UINT32_MAX when it is not one (cannot happen). */
+static uint32_t src_locate(void *arg, uint32_t id)
+{
+    server_t *srv = arg;
+    uint32_t from = 0;
+    if (radix_block_peer(srv->store->index, id, &from) != 0 || from < srv->num_blocks ||
+        from >= srv->num_blocks + srv->tier2_blocks)
+        return UINT32_MAX;
+    return from - srv->num_blocks;
+}
+
+/* On a tier thread: tier-2 slot `slot`'s pieces (one per layer and plane,
+ * laid out as the pool's) gathered into dst. Reads host memory only, which
+ * the move keeps in place; touches nothing the loop changes. */
+static void src_gather(void *arg, uint32_t slot, void *dst)
+{
+    const server_t *srv = arg;
+    if (slot == UINT32_MAX) {
+        memset(dst, 0, srv->block_bytes); /* a record of zeros, never named by the index */
+        return;
+    }
+    const uint8_t *base = (const uint8_t *)backend_tier_base(srv->backend);
+    uint64_t piece = geometry_slot_bytes(&srv->geo);
+    uint32_t planes = geometry_planes(&srv->geo);
+    uint8_t *out = dst;
+    for (uint32_t l = 0; l < srv->geo.layers; l++)
+        for (uint32_t p = 0; p < planes; p++, out += piece)
+            memcpy(out, base + geometry_offset(&srv->geo, srv->tier2_blocks, l, p, slot), piece);
+}
+
+/* A verified get's bytes into pool block id, piece by piece (the backend
+ * writes device memory on cuda). */
+static void src_store(void *arg, uint32_t id, const void *buf)
+{
+    server_t *srv = arg;
+    uint64_t piece = geometry_slot_bytes(&srv->geo);
+    uint32_t planes = geometry_planes(&srv->geo);
+    const uint8_t *in = buf;
+    for (uint32_t l = 0; l < srv->geo.layers; l++)
+        for (uint32_t p = 0; p < planes; p++, in += piece) {
+            int rc = backend_write(
+                srv->backend, geometry_offset(&srv->geo, srv->num_blocks, l, p, id), in, piece);
+            if (rc != 0)
+                LOG_ERROR("disk tier: writing pool block %u failed: %s", id, kvs_status_text(rc));
+        }
+}
+
+int store_disk_open(server_t *srv, tier_medium_t **out)
+{
+    tier_disk_source_t src = {.meta = src_meta,
+                              .arg = srv,
+                              .store = src_store,
+                              .locate = src_locate,
+                              .gather = src_gather,
+                              .block_bytes = srv->block_bytes,
+                              .block_tokens = srv->geo.block_tokens};
+    return tier_disk_medium_open(srv->loop, srv->disk_tier, &src, out);
+}
+
+/* --- warm restart --- */
+
+/* Records by (namespace name, chained hash): an open-addressing table of
+ * record indexes. */
+typedef struct rec_table {
+    uint32_t *at; /* record index + 1; 0: empty */
+    size_t mask;
+} rec_table_t;
+
+static uint64_t rec_key(const tier_disk_record_t *r, uint64_t hash)
+{
+    return hash ^ namespaces_seed(r->ns) * 0x9E3779B97F4A7C15ull;
+}
+
+static int table_build(rec_table_t *tb, const tier_disk_scan_t *sc)
+{
+    size_t cap = 64;
+    while (cap < 2 * sc->n)
+        cap *= 2;
+    tb->at = calloc(cap, sizeof(*tb->at));
+    tb->mask = cap - 1;
+    if (!tb->at)
+        return KVS_ENOMEM;
+    for (size_t i = 0; i < sc->n; i++) {
+        size_t h = rec_key(&sc->recs[i], sc->recs[i].chain_hash) & tb->mask;
+        while (tb->at[h])
+            h = (h + 1) & tb->mask;
+        tb->at[h] = (uint32_t)i + 1;
+    }
+    return 0;
+}
+
+/* The record of namespace `like`'s namespace whose chained hash is hash,
+ * or SIZE_MAX. */
+static size_t table_find(const rec_table_t *tb, const tier_disk_scan_t *sc,
+                         const tier_disk_record_t *like, uint64_t hash)
+{
+    for (size_t h = rec_key(like, hash) & tb->mask; tb->at[h]; h = (h + 1) & tb->mask) {
+        const tier_disk_record_t *r = &sc->recs[tb->at[h] - 1];
+        if (r->chain_hash == hash && strcmp(r->ns, like->ns) == 0)
+            return tb->at[h] - 1;
+    }
+    return SIZE_MAX;
+}
+
+/* The namespace a record names, when this kvshared serves it (created if
+ * the configuration allows dynamic namespaces). */
+static int restore_ns(server_t *srv, const char *name, uint32_t *ns)
+{
+    if (radix_ns_find(srv->index, name, ns) == 0)
+        return namespaces_usable(srv, *ns) ? 0 : KVS_ENONS;
+    if (!srv->cfg.dynamic_namespaces || radix_ns_count(srv->index) >= srv->cfg.max_namespaces)
+        return KVS_ENONS;
+    int rc = radix_ns_create(srv->index, name, namespaces_seed(name), 0, 0, ns);
+    if (rc == 0)
+        radix_ns_set_priority(srv->index, *ns, RADIX_PRIO_DEFAULT, srv->cfg.default_max_priority);
+    return rc;
+}
+
+/* Restores the chain that ends at record `leaf`: walks its parents up to
+ * the namespace's seed, then puts the chain in, root first. Returns the
+ * blocks newly restored (0 when the chain does not reach its seed). */
+static size_t restore_chain(server_t *srv, const tier_disk_scan_t *sc, const rec_table_t *tb,
+                            size_t leaf, size_t *path, uint32_t *tokens, uint32_t *ids,
+                            uint32_t *canonical, uint8_t *state)
+{
+    store_t *st = srv->store;
+    const tier_disk_record_t *r = &sc->recs[leaf];
+    uint32_t bt = srv->geo.block_tokens, base3 = srv->num_blocks + srv->tier2_blocks;
+    uint64_t seed = namespaces_seed(r->ns);
+    size_t depth = 0, i = leaf;
+    for (;;) {
+        if (depth == sc->n || sc->recs[i].ntokens != bt)
+            return 0; /* a cycle (crafted hashes) or a short block */
+        path[depth++] = i;
+        if (sc->recs[i].parent_hash == seed)
+            break;
+        i = table_find(tb, sc, r, sc->recs[i].parent_hash);
+        if (i == SIZE_MAX)
+            return 0; /* its parent was lost: unreachable */
+    }
+    uint32_t ns;
+    if (restore_ns(srv, r->ns, &ns) != 0)
+        return 0;
+    for (size_t k = 0; k < depth; k++) {
+        const tier_disk_record_t *c = &sc->recs[path[depth - 1 - k]];
+        memcpy(tokens + k * bt, c->tokens, bt * sizeof(uint32_t));
+        ids[k] = base3 + c->slot;
+    }
+    size_t done = 0;
+    int rc = radix_restore(st->index, ns, tokens, depth * bt, ids, depth, canonical, &done);
+    if (rc != 0)
+        LOG_DEBUG("disk tier: a chain of %zu blocks restored up to %zu: %s", depth, done,
+                  kvs_status_text(rc));
+    size_t fresh = 0;
+    uint64_t now = uv_now(srv->loop);
+    for (size_t k = 0; k < done; k++) {
+        size_t ri = path[depth - 1 - k];
+        if (canonical[k] != ids[k] || state[ri])
+            continue;
+        const tier_disk_record_t *c = &sc->recs[ri];
+        uint64_t h = 0;
+        /* The index hashed the tokens under this kvshared's seed: a record
+         * whose own hash disagrees is not what it claims; it goes again. */
+        if (radix_block_hash(st->index, ids[k], &h) != 0 || h != c->chain_hash)
+            continue;
+        state[ri] = 1;
+        store_record_t *rec = &st->rec[ids[k]];
+        rec->meta = (store_meta_t){.hash = h, .cached_ms = now, .ns = ns};
+        tier_disk_medium_restore(st->medium3, c->slot, c->chain_hash, c->seq, c->ns_id);
+        fresh++;
+    }
+    return fresh;
+}
+
+/* Whether record i is some other record's parent (then a longer chain
+ * restores it). */
+static void mark_parents(const tier_disk_scan_t *sc, const rec_table_t *tb, uint8_t *is_parent)
+{
+    for (size_t i = 0; i < sc->n; i++) {
+        const tier_disk_record_t *r = &sc->recs[i];
+        if (r->parent_hash == namespaces_seed(r->ns))
+            continue;
+        size_t p = table_find(tb, sc, r, r->parent_hash);
+        if (p != SIZE_MAX)
+            is_parent[p] = 1;
+    }
+}
+
+int store_disk_restore(server_t *srv, size_t *restored, size_t *dropped)
+{
+    store_t *st = srv->store;
+    *restored = *dropped = 0;
+    if (!st->medium3)
+        return 0;
+    tier_disk_t *td = tier_disk_medium_disk(st->medium3);
+    tier_disk_scan_t sc;
+    tier_disk_take_scan(td, &sc);
+    if (sc.n == 0) {
+        tier_disk_scan_free(&sc);
+        return 0;
+    }
+    uint32_t bt = srv->geo.block_tokens;
+    rec_table_t tb = {0};
+    size_t *path = malloc(sc.n * sizeof(*path));
+    uint32_t *tokens = malloc(sc.n * bt * sizeof(*tokens));
+    uint32_t *ids = malloc(sc.n * sizeof(*ids));
+    uint32_t *canonical = malloc(sc.n * sizeof(*canonical));
+    uint8_t *is_parent = calloc(sc.n, 1);
+    uint8_t *state = calloc(sc.n, 1); /* 1: restored */
+    int rc = path && tokens && ids && canonical && is_parent && state ? table_build(&tb, &sc)
+                                                                      : KVS_ENOMEM;
+    if (rc == 0) {
+        mark_parents(&sc, &tb, is_parent);
+        /* Leaves oldest first (the scan's order), so recency follows the
+         * sequence numbers: the newest chains are the last to go. */
+        for (size_t i = 0; i < sc.n; i++)
+            if (!is_parent[i])
+                *restored += restore_chain(srv, &sc, &tb, i, path, tokens, ids, canonical, state);
+        /* A parent no leaf reached (its leaves were dropped): its own chain. */
+        for (size_t i = sc.n; i-- > 0;)
+            if (is_parent[i] && !state[i])
+                *restored += restore_chain(srv, &sc, &tb, i, path, tokens, ids, canonical, state);
+    }
+    /* Whatever did not go in frees its slot: never served. */
+    for (size_t i = 0; i < sc.n; i++)
+        if (!state || !state[i]) {
+            tier_disk_slot_free(td, sc.recs[i].slot);
+            (*dropped)++;
+        }
+    free(tb.at);
+    free(path);
+    free(tokens);
+    free(ids);
+    free(canonical);
+    free(is_parent);
+    free(state);
+    tier_disk_scan_free(&sc);
+    return rc;
+}
