@@ -322,6 +322,11 @@ const setting_t settings_table[] = {
     {"cluster_timeout_ms", "cluster-timeout-ms", SETTING_GLOBAL, SETTING_U32, "N", 1, 60000,
      AT(server.cluster_timeout_ms), .deflt = "1000",
      .help = "a cluster command not answered within this many milliseconds is a miss"},
+    {"cluster_key_prefix", "cluster-key-prefix", SETTING_GLOBAL, SETTING_TEXT, "TEXT", 1, 64,
+     AT(server.cluster_key_prefix), .deflt = "kvs:", .expect = "a key prefix",
+     .example = "team-a:kvs:",
+     .help = "every key of the cluster tier starts with this (one cluster may hold other data; "
+             "bytes other than letters, digits and ._/-: are written %XX)"},
     {"log_level", "log-level", SETTING_GLOBAL, SETTING_CHOICE, "LEVEL", 0, 0, CHOICE(log_level),
      AT(log_level), .help = "error, warn, info or debug"},
 

@@ -358,7 +358,7 @@ int handler_lookup(session_t *s, const Kvshare__Request *req, Kvshare__Response 
     session_hold_reason_t rerun = session_rerun(s);
     bool waited = rerun == SESSION_HOLD_INFLIGHT;
     /* A miss in a shared namespace asks the cluster tier first, once. */
-    if (rerun == SESSION_HOLD_NONE && srv->cluster_tier &&
+    if (rerun == SESSION_HOLD_NONE && srv->cluster &&
         cluster_store_fetch(s, ns, tokens, n_tokens, &ctx->hold_until_ms) == 0) {
         ctx->hold = SESSION_HOLD_CLUSTER;
         return 0;

@@ -12,55 +12,275 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* ---- the cluster thread ----
+ *
+ * The hiredis connections, the values' checksums and the copies that
+ * build and parse 2 MiB values (formatting a SET, reading a reply,
+ * verifying it) cost milliseconds a block: they run on a thread of their
+ * own with its own libuv loop, so that the daemon's loop only copies a
+ * block out of the pool (a write) or into it (a fetch). Jobs go to the
+ * thread and results come back through a queue each, under one mutex,
+ * with a uv_async_t to wake the other side. */
+
+typedef enum job_kind { JOB_PUT, JOB_FETCH } job_kind_t;
+
+typedef struct job {
+    struct job *next;
+    job_kind_t kind;
+    /* JOB_PUT: the block (name, tokens and payload owned by the job). */
+    char *ns;
+    uint64_t hash;
+    uint32_t *tokens;
+    uint32_t n_tokens;
+    unsigned char *payload;
+    size_t payload_len;
+    /* JOB_FETCH, and its result: the fetch (cluster_store.c's, below). */
+    struct cluster_fetch *fetch;
+} job_t;
+
+typedef struct cluster_link {
+    server_t *srv;
+    uv_thread_t thread;
+    uv_mutex_t mu;
+    /* Under mu. */
+    job_t *jobs, *jobs_tail;       /* to the cluster thread */
+    job_t *results, *results_tail; /* fetches that ended, back to the loop */
+    int stop;
+    cluster_stats_t cs; /* the last snapshot of the thread's counters */
+    cluster_tier_stats_t ts;
+    cluster_node_stats_t nodes[CLUSTER_MAX_NODES];
+    size_t n_nodes;
+    /* The cluster thread's. */
+    uv_loop_t loop;
+    uv_async_t wake;
+    uv_timer_t snap;
+    cluster_t *c;
+    cluster_tier_t *t;
+    /* The daemon's loop's. */
+    uv_async_t back;
+    uint32_t puts_queued; /* atomic: writes handed over, not yet sent */
+    uint64_t put_drops;   /* writes dropped before the thread saw them */
+} cluster_link_t;
+
+static void job_free(job_t *j)
+{
+    free(j->ns);
+    free(j->tokens);
+    free(j->payload);
+    free(j);
+}
+
+/* Appends j to the list at *head / *tail (mu held). */
+static void job_push(job_t **head, job_t **tail, job_t *j)
+{
+    j->next = NULL;
+    if (*tail)
+        (*tail)->next = j;
+    else
+        *head = j;
+    *tail = j;
+}
+
+/* Copies the thread's counters where the loop reads them (on the thread). */
+static void link_snapshot(cluster_link_t *l)
+{
+    cluster_stats_t cs;
+    cluster_tier_stats_t ts;
+    cluster_get_stats(l->c, &cs);
+    cluster_tier_get_stats(l->t, &ts);
+    uv_mutex_lock(&l->mu);
+    l->cs = cs;
+    l->ts = ts;
+    l->n_nodes = cluster_get_nodes(l->c, l->nodes, CLUSTER_MAX_NODES);
+    uv_mutex_unlock(&l->mu);
+}
+
+static void on_snap(uv_timer_t *h)
+{
+    link_snapshot(h->data);
+}
+
+static void thread_fetch_done(void *arg, const uint8_t *hits, size_t n);
+static void thread_fetch_block(void *arg, size_t j, const void *payload, size_t len);
+static int thread_fetch_start(cluster_link_t *l, struct cluster_fetch *f);
+
+/* Hands a fetch back to the loop (on the thread). */
+static void link_return(cluster_link_t *l, struct cluster_fetch *f)
+{
+    job_t *r = calloc(1, sizeof *r);
+    if (!r)
+        abort(); /* the loop would wait for it until the session's deadline */
+    r->kind = JOB_FETCH;
+    r->fetch = f;
+    uv_mutex_lock(&l->mu);
+    job_push(&l->results, &l->results_tail, r);
+    uv_mutex_unlock(&l->mu);
+    uv_async_send(&l->back);
+}
+
+static void thread_put(cluster_link_t *l, job_t *j)
+{
+    cluster_block_t b = {.ns = j->ns,
+                         .ns_len = strlen(j->ns),
+                         .hash = j->hash,
+                         .tokens = j->tokens,
+                         .n_tokens = j->n_tokens,
+                         .payload_len = j->payload_len};
+    /* Counted by the tier: sent, or dropped (too many in flight). */
+    (void)cluster_tier_put(l->t, &b, j->payload);
+}
+
+static void thread_close_cb(uv_handle_t *h)
+{
+    (void)h;
+}
+
+/* Jobs arrived, or the loop asks the thread to stop (on the thread). */
+static void on_wake(uv_async_t *h)
+{
+    cluster_link_t *l = h->data;
+    uv_mutex_lock(&l->mu);
+    job_t *jobs = l->jobs;
+    int stop = l->stop;
+    l->jobs = l->jobs_tail = NULL;
+    uv_mutex_unlock(&l->mu);
+    while (jobs) {
+        job_t *j = jobs;
+        jobs = j->next;
+        if (j->kind == JOB_PUT) {
+            if (!stop)
+                thread_put(l, j);
+            __atomic_fetch_sub(&l->puts_queued, 1, __ATOMIC_RELAXED);
+        } else if (!stop && thread_fetch_start(l, j->fetch) != 0) {
+            link_return(l, j->fetch);
+        }
+        /* A fetch not started while stopping stays on the loop's list,
+         * which frees it once the thread is gone. */
+        job_free(j);
+    }
+    if (stop) {
+        link_snapshot(l);
+        /* In-flight work ends into the void: the loop frees its side. */
+        cluster_tier_free(l->t);
+        l->t = NULL;
+        cluster_close(l->c);
+        l->c = NULL;
+        uv_close((uv_handle_t *)&l->wake, thread_close_cb);
+        uv_close((uv_handle_t *)&l->snap, thread_close_cb);
+    } else {
+        link_snapshot(l);
+    }
+}
+
+static void thread_main(void *arg)
+{
+    cluster_link_t *l = arg;
+    uv_run(&l->loop, UV_RUN_DEFAULT);
+}
+
+static void on_back(uv_async_t *h);
+
 int cluster_store_open(server_t *srv, char *err, size_t errlen)
 {
     if (!srv->cfg.cluster_seeds || !srv->cfg.cluster_seeds[0])
         return 0;
+    cluster_link_t *l = calloc(1, sizeof *l);
+    if (!l || uv_loop_init(&l->loop) != 0) {
+        free(l);
+        snprintf(err, errlen, "cluster tier: out of memory");
+        return KVS_ENOMEM;
+    }
+    l->srv = srv;
     cluster_options_t opt = {.seeds = srv->cfg.cluster_seeds,
                              .auth_file = srv->cfg.cluster_auth_file,
                              .timeout_ms = srv->cfg.cluster_timeout_ms};
-    int rc = cluster_new(srv->loop, &opt, &srv->cluster);
+    /* Made here, before the thread runs its loop, so that a bad setting
+     * fails the start with its message. */
+    int rc = cluster_new(&l->loop, &opt, &l->c);
     if (rc != 0) {
+        uv_loop_close(&l->loop);
+        free(l);
         snprintf(err, errlen, "cluster tier: %s (cluster_seeds '%s'%s)", kvs_status_text(rc),
                  srv->cfg.cluster_seeds,
                  rc == KVS_EIO ? ", or the cluster_auth_file cannot be read" : "");
         return rc;
     }
-    rc = cluster_tier_new(srv->cluster, CLUSTER_STORE_KEY_PREFIX, CLUSTER_STORE_MAX_PUTS,
-                          &srv->cluster_tier);
+    const char *prefix =
+        srv->cfg.cluster_key_prefix ? srv->cfg.cluster_key_prefix : CLUSTER_STORE_KEY_PREFIX;
+    rc = cluster_tier_new(l->c, prefix, CLUSTER_STORE_MAX_PUTS, &l->t);
+    if (rc == 0 && (uv_mutex_init(&l->mu) != 0 || uv_async_init(&l->loop, &l->wake, on_wake) != 0 ||
+                    uv_timer_init(&l->loop, &l->snap) != 0 ||
+                    uv_async_init(srv->loop, &l->back, on_back) != 0))
+        rc = KVS_ENOMEM; /* cannot fail on Linux but for memory: not unwound */
     if (rc != 0) {
-        cluster_close(srv->cluster);
-        srv->cluster = NULL;
         snprintf(err, errlen, "cluster tier: %s", kvs_status_text(rc));
         return rc;
     }
-    LOG_INFO("cluster tier: seeds %s, timeout %u ms", srv->cfg.cluster_seeds,
-             srv->cfg.cluster_timeout_ms);
+    l->wake.data = l;
+    l->snap.data = l;
+    l->back.data = l;
+    uv_timer_start(&l->snap, on_snap, 50, 50);
+    srv->cluster = l; /* before the thread runs: its fetches find the link there */
+    if (uv_thread_create(&l->thread, thread_main, l) != 0) {
+        srv->cluster = NULL;
+        snprintf(err, errlen, "cluster tier: cannot start its thread");
+        return KVS_ENOMEM;
+    }
+    LOG_INFO("cluster tier: seeds %s, timeout %u ms, key prefix '%s'", srv->cfg.cluster_seeds,
+             srv->cfg.cluster_timeout_ms, prefix);
     return 0;
 }
 
 static void fetch_free(server_t *srv, struct cluster_fetch *f);
 
+static void on_back_closed(uv_handle_t *h)
+{
+    cluster_link_t *l = h->data;
+    uv_mutex_destroy(&l->mu);
+    free(l);
+}
+
 void cluster_store_close(server_t *srv)
 {
-    /* A closed tier runs no callback of its fetches: they end here. */
+    cluster_link_t *l = srv->cluster;
+    if (!l)
+        return;
+    /* The thread ends its client and loop; the join waits for that (a
+     * few loop turns: nothing there blocks). */
+    uv_mutex_lock(&l->mu);
+    l->stop = 1;
+    uv_mutex_unlock(&l->mu);
+    uv_async_send(&l->wake);
+    uv_thread_join(&l->thread);
+    /* Its client's last handles closed with the loop's last turns. */
+    while (uv_loop_close(&l->loop) == UV_EBUSY)
+        uv_run(&l->loop, UV_RUN_NOWAIT);
+    cluster_store_sync_counters(srv);
+    job_t *r = l->results;
+    l->results = l->results_tail = NULL;
+    while (r) {
+        job_t *next = r->next;
+        job_free(r); /* its fetch is on the list below */
+        r = next;
+    }
     while (srv->cluster_fetches)
         fetch_free(srv, srv->cluster_fetches);
-    cluster_tier_free(srv->cluster_tier);
-    srv->cluster_tier = NULL;
-    cluster_close(srv->cluster);
     srv->cluster = NULL;
+    uv_close((uv_handle_t *)&l->back, on_back_closed);
 }
 
 void cluster_store_sync_counters(server_t *srv)
 {
-    if (!srv->cluster || !srv->cluster_tier)
+    cluster_link_t *l = srv->cluster;
+    if (!l)
         return;
-    cluster_stats_t cs;
-    cluster_tier_stats_t ts;
-    cluster_get_stats(srv->cluster, &cs);
-    cluster_tier_get_stats(srv->cluster_tier, &ts);
+    uv_mutex_lock(&l->mu);
+    cluster_stats_t cs = l->cs;
+    cluster_tier_stats_t ts = l->ts;
+    uv_mutex_unlock(&l->mu);
     metrics_t *m = &srv->metrics;
+    m->cluster_puts = ts.puts;
+    m->cluster_put_drops = l->put_drops + ts.put_drops;
     m->cluster_timeouts = cs.timeouts;
     m->cluster_node_errors = cs.down;
     m->cluster_auth_errors = cs.auth_errors;
@@ -69,6 +289,18 @@ void cluster_store_sync_counters(server_t *srv)
     m->cluster_bad_values = ts.corrupt + ts.mismatched;
     m->cluster_bytes_out = cs.bytes_out;
     m->cluster_bytes_in = cs.bytes_in;
+}
+
+size_t cluster_store_nodes(server_t *srv, cluster_node_stats_t *out, size_t max)
+{
+    cluster_link_t *l = srv->cluster;
+    if (!l)
+        return 0;
+    uv_mutex_lock(&l->mu);
+    size_t n = l->n_nodes < max ? l->n_nodes : max;
+    memcpy(out, l->nodes, n * sizeof(*out));
+    uv_mutex_unlock(&l->mu);
+    return n;
 }
 
 static bool ns_shared(const server_t *srv, uint32_t ns, const char **name)
@@ -94,53 +326,84 @@ static int read_block(server_t *srv, uint32_t b, unsigned char *out)
     return 0;
 }
 
+/* Hands one write to the thread; drops it (counted) when CLUSTER_STORE_MAX_PUTS
+ * wait already, so that a slow cluster costs memory within a bound. */
+static void put_handover(server_t *srv, cluster_link_t *l, const char *name, uint64_t hash,
+                         const uint32_t *tokens, uint32_t *id_for_read)
+{
+    size_t bytes = geometry_block_bytes(&srv->geo);
+    uint32_t bt = srv->geo.block_tokens;
+    if (__atomic_load_n(&l->puts_queued, __ATOMIC_RELAXED) >= CLUSTER_STORE_MAX_PUTS) {
+        l->put_drops++;
+        return;
+    }
+    job_t *j = calloc(1, sizeof *j);
+    if (j) {
+        j->kind = JOB_PUT;
+        j->ns = strdup(name);
+        j->hash = hash;
+        j->n_tokens = bt;
+        j->tokens = malloc(bt * sizeof(*j->tokens));
+        j->payload = malloc(bytes);
+        j->payload_len = bytes;
+    }
+    /* The copy out of the pool stays here: the block may be evicted and
+     * reused once this turn ends. A memcpy on the host backend; on cuda a
+     * device-to-host copy. */
+    if (!j || !j->ns || !j->tokens || !j->payload ||
+        read_block(srv, *id_for_read, j->payload) != 0) {
+        if (j)
+            job_free(j);
+        l->put_drops++;
+        return;
+    }
+    memcpy(j->tokens, tokens, bt * sizeof(*j->tokens));
+    __atomic_fetch_add(&l->puts_queued, 1, __ATOMIC_RELAXED);
+    uv_mutex_lock(&l->mu);
+    job_push(&l->jobs, &l->jobs_tail, j);
+    uv_mutex_unlock(&l->mu);
+}
+
 void cluster_store_committed(server_t *srv, uint32_t ns, const uint32_t *ids, const uint32_t *fresh,
                              size_t n, const uint32_t *tokens)
 {
     const char *name;
-    if (!srv->cluster_tier || n == 0 || !ns_shared(srv, ns, &name))
+    cluster_link_t *l = srv->cluster;
+    if (!l || n == 0 || !ns_shared(srv, ns, &name))
         return;
-    size_t bytes = geometry_block_bytes(&srv->geo);
-    unsigned char *payload = malloc(bytes);
-    if (!payload) {
-        srv->metrics.cluster_put_drops += n;
-        return;
-    }
     uint32_t bt = srv->geo.block_tokens;
+    bool sent = false;
     for (size_t i = 0; i < n; i++) {
         uint64_t hash;
+        uint32_t id = ids[i];
         if (!fresh[i])
             continue;
-        /* The copy out of the pool is synchronous: a memcpy on the host
-         * backend; on cuda a device-to-host copy (to move off the loop). */
-        if (radix_block_hash(srv->index, ids[i], &hash) != 0 ||
-            read_block(srv, ids[i], payload) != 0) {
-            srv->metrics.cluster_put_drops++;
+        if (radix_block_hash(srv->index, id, &hash) != 0) {
+            l->put_drops++;
             continue;
         }
-        cluster_block_t b = {.ns = name,
-                             .ns_len = strlen(name),
-                             .hash = hash,
-                             .tokens = tokens + i * bt,
-                             .n_tokens = bt,
-                             .payload_len = bytes};
-        if (cluster_tier_put(srv->cluster_tier, &b, payload) == 0)
-            srv->metrics.cluster_puts++;
-        else
-            srv->metrics.cluster_put_drops++;
+        put_handover(srv, l, name, hash, tokens + i * bt, &id);
+        sent = true;
     }
-    free(payload);
+    if (sent)
+        uv_async_send(&l->wake);
 }
 
 /* ---- fetches on a Lookup miss ---- */
 
+/* One Lookup's fetch. The loop thread makes it and, once it is handed to
+ * the cluster thread, touches only prev/next and s until it comes back;
+ * the cluster thread reads the names and writes payloads until then. */
 typedef struct cluster_fetch {
     server_t *srv;
     session_t *s; /* NULL once the session is gone */
     struct cluster_fetch *prev, *next;
     uint32_t ns;
+    char *name;       /* the namespace's name */
     uint32_t *tokens; /* (m + k) blocks */
+    uint64_t *hashes; /* k: the chain hashes of blocks m .. m + k */
     size_t m, k;
+    uint64_t start_ns;
     unsigned char **payloads; /* k, NULL until block m + j arrived */
 } cluster_fetch_t;
 
@@ -158,17 +421,49 @@ static void fetch_free(server_t *srv, cluster_fetch_t *f)
         free(f->payloads[j]);
     free(f->payloads);
     free(f->tokens);
+    free(f->hashes);
+    free(f->name);
     free(f);
 }
 
-static void fetch_block(void *arg, size_t j, const void *payload, size_t len)
+/* On the cluster thread: a block verified; kept aside until the fetch ends
+ * (the pool blocks are taken only then, for the run that arrived whole). */
+static void thread_fetch_block(void *arg, size_t j, const void *payload, size_t len)
 {
     cluster_fetch_t *f = arg;
-    /* Kept aside until the fetch ends: the pool blocks are taken only then,
-     * for the run that arrived whole. */
     f->payloads[j] = malloc(len);
     if (f->payloads[j])
         memcpy(f->payloads[j], payload, len);
+}
+
+static void thread_fetch_done(void *arg, const uint8_t *hits, size_t n)
+{
+    cluster_fetch_t *f = arg;
+    (void)hits;
+    (void)n;
+    /* The counters first: a Stats after the Lookup sees this fetch's. */
+    link_snapshot(f->srv->cluster);
+    link_return(f->srv->cluster, f);
+}
+
+/* On the cluster thread: asks for f's blocks. Returns 0 (thread_fetch_done
+ * will run) or an error (it will not). */
+static int thread_fetch_start(cluster_link_t *l, cluster_fetch_t *f)
+{
+    uint32_t bt = f->srv->geo.block_tokens;
+    cluster_block_t *blocks = malloc(f->k * sizeof(*blocks));
+    if (!blocks)
+        return KVS_ENOMEM;
+    for (size_t j = 0; j < f->k; j++)
+        blocks[j] = (cluster_block_t){.ns = f->name,
+                                      .ns_len = strlen(f->name),
+                                      .hash = f->hashes[j],
+                                      .tokens = f->tokens + (f->m + j) * bt,
+                                      .n_tokens = bt,
+                                      .payload_len = geometry_block_bytes(&f->srv->geo)};
+    int rc = cluster_tier_fetch(l->t, blocks, f->k, thread_fetch_block, thread_fetch_done, f);
+    free(blocks);
+    return rc;
 }
 
 /* Puts the contiguous run of blocks that arrived after the cached prefix,
@@ -197,20 +492,35 @@ static size_t fetch_install(server_t *srv, cluster_fetch_t *f)
     return installed;
 }
 
-static void fetch_done(void *arg, const uint8_t *hits, size_t n)
+/* On the loop thread: a fetch came back. */
+static void fetch_finish(server_t *srv, cluster_fetch_t *f)
 {
-    cluster_fetch_t *f = arg;
-    server_t *srv = f->srv;
-    (void)hits;
     size_t installed = fetch_install(srv, f);
     srv->metrics.cluster_fetched_blocks += installed;
-    srv->metrics.cluster_fetch_misses += n - installed;
+    srv->metrics.cluster_fetch_misses += f->k - installed;
+    metrics_observe(&srv->metrics.cluster_fetch_time, metrics_latency_bounds_ns,
+                    metrics_latency_n_bounds, uv_hrtime() - f->start_ns);
     session_t *s = f->s;
     fetch_free(srv, f);
     /* Only this hold is ours to end: past its deadline the Lookup already
      * answered, and the session may be held for something else now. */
     if (s && s->held == SESSION_HOLD_CLUSTER)
         session_release(s);
+}
+
+static void on_back(uv_async_t *h)
+{
+    cluster_link_t *l = h->data;
+    uv_mutex_lock(&l->mu);
+    job_t *r = l->results;
+    l->results = l->results_tail = NULL;
+    uv_mutex_unlock(&l->mu);
+    while (r) {
+        job_t *next = r->next;
+        fetch_finish(l->srv, r->fetch);
+        job_free(r);
+        r = next;
+    }
 }
 
 /* How many blocks of tokens ns holds in any tier, and whether to fetch. */
@@ -233,8 +543,8 @@ static int fetch_plan(server_t *srv, uint32_t ns, const uint32_t *tokens, size_t
     return 0;
 }
 
-static cluster_fetch_t *fetch_new(session_t *s, uint32_t ns, const uint32_t *tokens, size_t m,
-                                  size_t k)
+static cluster_fetch_t *fetch_new(session_t *s, uint32_t ns, const char *name,
+                                  const uint32_t *tokens, size_t m, size_t k)
 {
     server_t *srv = s->srv;
     size_t n_tok = (m + k) * srv->geo.block_tokens;
@@ -242,23 +552,30 @@ static cluster_fetch_t *fetch_new(session_t *s, uint32_t ns, const uint32_t *tok
     if (!f)
         return NULL;
     f->srv = srv;
-    f->s = s;
     f->ns = ns;
     f->m = m;
     f->k = k;
+    f->name = strdup(name);
     f->tokens = malloc(n_tok * sizeof(*f->tokens));
+    f->hashes = malloc((m + k) * sizeof(*f->hashes));
     f->payloads = calloc(k, sizeof(*f->payloads));
-    if (!f->tokens || !f->payloads) {
+    if (!f->name || !f->tokens || !f->hashes || !f->payloads ||
+        radix_chain_hashes(srv->index, ns, tokens, m + k, f->hashes) != 0) {
+        free(f->name);
         free(f->tokens);
+        free(f->hashes);
         free(f->payloads);
         free(f);
         return NULL;
     }
+    /* Only the hashes of the blocks to fetch are kept. */
+    memmove(f->hashes, f->hashes + m, k * sizeof(*f->hashes));
     memcpy(f->tokens, tokens, n_tok * sizeof(*f->tokens));
     f->next = srv->cluster_fetches;
     if (f->next)
         f->next->prev = f;
     srv->cluster_fetches = f;
+    f->s = s;
     s->cluster_fetch = f;
     return f;
 }
@@ -267,39 +584,29 @@ int cluster_store_fetch(session_t *s, uint32_t ns, const uint32_t *tokens, size_
                         uint64_t *until_ms)
 {
     server_t *srv = s->srv;
+    cluster_link_t *l = srv->cluster;
     const char *name;
     size_t m = 0, k = 0;
-    if (!srv->cluster_tier || srv->stopping || s->cluster_fetch || !ns_shared(srv, ns, &name))
+    if (!l || srv->stopping || s->cluster_fetch || !ns_shared(srv, ns, &name))
         return KVS_ENOTFOUND;
     int rc = fetch_plan(srv, ns, tokens, n_tokens, &m, &k);
     if (rc != 0)
         return rc;
-    uint32_t bt = srv->geo.block_tokens;
-    uint64_t *hashes = malloc((m + k) * sizeof(*hashes));
-    cluster_block_t *blocks = malloc(k * sizeof(*blocks));
-    rc = hashes && blocks ? radix_chain_hashes(srv->index, ns, tokens, m + k, hashes) : KVS_ENOMEM;
-    cluster_fetch_t *f = rc == 0 ? fetch_new(s, ns, tokens, m, k) : NULL;
-    if (rc == 0 && !f)
-        rc = KVS_ENOMEM;
-    if (rc == 0) {
-        for (size_t j = 0; j < k; j++)
-            blocks[j] = (cluster_block_t){.ns = name,
-                                          .ns_len = strlen(name),
-                                          .hash = hashes[m + j],
-                                          .tokens = f->tokens + (m + j) * bt,
-                                          .n_tokens = bt,
-                                          .payload_len = geometry_block_bytes(&srv->geo)};
-        rc = cluster_tier_fetch(srv->cluster_tier, blocks, k, fetch_block, fetch_done, f);
-        if (rc != 0) {
-            srv->metrics.cluster_fetch_misses += k;
-            fetch_free(srv, f);
-        }
+    job_t *j = calloc(1, sizeof *j);
+    cluster_fetch_t *f = j ? fetch_new(s, ns, name, tokens, m, k) : NULL;
+    if (!f) {
+        free(j);
+        return KVS_ENOMEM;
     }
-    free(hashes);
-    free(blocks);
-    if (rc == 0)
-        *until_ms = uv_now(srv->loop) + srv->cfg.cluster_timeout_ms + 100;
-    return rc;
+    f->start_ns = uv_hrtime();
+    j->kind = JOB_FETCH;
+    j->fetch = f;
+    uv_mutex_lock(&l->mu);
+    job_push(&l->jobs, &l->jobs_tail, j);
+    uv_mutex_unlock(&l->mu);
+    uv_async_send(&l->wake);
+    *until_ms = uv_now(srv->loop) + srv->cfg.cluster_timeout_ms + 100;
+    return 0;
 }
 
 void cluster_store_detach(session_t *s)

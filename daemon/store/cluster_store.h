@@ -10,6 +10,12 @@
  * the commit wait: it is sent, and a write that finds too many in flight is
  * dropped and counted (cluster_put_drops).
  *
+ * The client runs on a thread of its own, with its own libuv loop: the
+ * connections, the values' checksums and the copies that build and parse
+ * them never take the daemon's loop. The loop only copies a block out of
+ * the pool when it is committed (the block may be evicted once the turn
+ * ends) and into the pool when a fetch brings it.
+ *
  * A Lookup that misses locally in a shared namespace asks the cluster for
  * the chain's next blocks (at most CLUSTER_STORE_MAX_FETCH), its session
  * held (SESSION_HOLD_CLUSTER) until they are in, or the client's timeout
@@ -24,12 +30,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cluster.h"
 #include "server.h"
 #include "session.h"
 
-/* Writes committed at once, at most. */
+/* Writes waiting for the cluster thread at most (and as many more in flight
+ * there): one more is dropped and counted. */
 #define CLUSTER_STORE_MAX_PUTS 256
-/* Keys start with this: one cluster may hold other data. */
+/* Keys start with this unless cluster_key_prefix says otherwise: one
+ * cluster may hold other data. */
 #define CLUSTER_STORE_KEY_PREFIX "kvs:"
 
 /* Starts the client when srv->cfg.cluster_seeds is set (else does
@@ -44,6 +53,10 @@ void cluster_store_close(server_t *srv);
 /* Copies the client's counters into srv->metrics (Stats, /metrics); keeps
  * the last copy once the client is closed. */
 void cluster_store_sync_counters(server_t *srv);
+
+/* Copies the cluster nodes' figures (as of at most 50 ms ago) into out, at
+ * most max of them. Returns how many; 0 without a cluster tier. */
+size_t cluster_store_nodes(server_t *srv, cluster_node_stats_t *out, size_t max);
 
 /* Blocks of a chain one Lookup fetches at most. */
 #define CLUSTER_STORE_MAX_FETCH 64

@@ -345,7 +345,7 @@ int store_commit(server_t *srv, session_t *s, uint32_t ns, const uint32_t *token
             continue;
         }
         if (canonical[i] == b) {
-            fresh[i] = srv->events != NULL || srv->cluster_tier != NULL;
+            fresh[i] = srv->events != NULL || srv->cluster != NULL;
             became_cached(srv, s, ns, b);
         }
         /* A duplicate stays WRITING, held by this session until released;
