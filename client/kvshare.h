@@ -611,6 +611,20 @@ typedef struct kvs_ns_stats {
 
 #define KVS__STATS_COUNTER(name, ...) uint64_t name;
 
+/* One node of the cluster tier (docs/CLUSTER.md), in kvs_stats_t. */
+typedef struct kvs_cluster_node {
+    char address[80]; /* "host:port" */
+    char state[16];   /* "idle", "connected", "down" (after a fault), "auth-refused" */
+    uint32_t slots;   /* slots the daemon's map gives it (0: not a master of the map) */
+    uint32_t reserved32;
+    uint64_t requests;       /* commands sent to it, redirected ones included */
+    uint64_t errors;         /* commands that ended badly on it */
+    uint64_t replies;        /* replies it gave */
+    uint64_t latency_us_sum; /* microseconds from send to reply, summed over replies */
+    uint64_t latency_us_max; /* the longest */
+    uint64_t reserved[2];    /* room for fields added later (0 until then) */
+} kvs_cluster_node_t;
+
 typedef struct kvs_stats {
     /* Gauges: the state now. */
     uint32_t total_blocks, free_blocks, writing_blocks, cached_blocks, pinned_blocks;
@@ -632,7 +646,12 @@ typedef struct kvs_stats {
      * "memcpy" on host. NULL from a daemon that predates it. Owned by out:
      * freed by kvs_stats_free. */
     char *copy_path;
-    uint64_t reserved[5]; /* room for gauges added later (0 until then) */
+    /* The cluster tier's nodes (kvshared cluster_seeds), as the daemon's
+     * client knows them: none without a cluster tier, or from a daemon
+     * that predates it. Owned by out: freed by kvs_stats_free. */
+    size_t n_cluster_nodes;
+    struct kvs_cluster_node *cluster_nodes;
+    uint64_t reserved[3]; /* room for gauges added later (0 until then) */
     /* Counters since the daemon started: one uint64_t field per entry of
      * KVS_COUNTERS (kvshare_counters.h: s.evictions, s.alloc_failures, ...),
      * also readable by position as counters[KVS_COUNTER_<name>]. A counter

@@ -156,6 +156,17 @@ class _NsStats(ctypes.Structure):
 COUNTER_SLOTS = 64
 
 
+class _ClusterNode(ctypes.Structure):
+    _fields_ = [
+        ("address", ctypes.c_char * 80), ("state", ctypes.c_char * 16),
+        ("slots", ctypes.c_uint32), ("reserved32", ctypes.c_uint32),
+        ("requests", ctypes.c_uint64), ("errors", ctypes.c_uint64),
+        ("replies", ctypes.c_uint64), ("latency_us_sum", ctypes.c_uint64),
+        ("latency_us_max", ctypes.c_uint64),
+        ("reserved", ctypes.c_uint64 * 2),
+    ]
+
+
 class _Stats(ctypes.Structure):
     _fields_ = [
         ("total_blocks", ctypes.c_uint32), ("free_blocks", ctypes.c_uint32),
@@ -172,7 +183,9 @@ class _Stats(ctypes.Structure):
         ("tier2_total_blocks", ctypes.c_uint32), ("tier2_cached_blocks", ctypes.c_uint32),
         ("copying_blocks", ctypes.c_uint32), ("reserved32", ctypes.c_uint32),
         ("copy_path", ctypes.c_char_p),
-        ("reserved", ctypes.c_uint64 * 5),
+        ("n_cluster_nodes", ctypes.c_size_t),
+        ("cluster_nodes", ctypes.POINTER(_ClusterNode)),
+        ("reserved", ctypes.c_uint64 * 3),
         ("counters", ctypes.c_uint64 * COUNTER_SLOTS),
     ]
 
@@ -621,11 +634,20 @@ class Client:
         try:
             out = {name: getattr(s, name) for name, _ in _Stats._fields_
                    if name not in ("namespaces", "n_namespaces", "backend", "reserved",
-                                   "reserved32", "counters")}
+                                   "reserved32", "counters", "cluster_nodes",
+                                   "n_cluster_nodes")}
             for i, name in enumerate(counter_names(self._lib)):
                 out[name] = s.counters[i]
             out["backend"] = "cuda" if s.backend == BACKEND_CUDA else "host"
             out["copy_path"] = s.copy_path.decode() if s.copy_path else None
+            out["cluster_nodes"] = []
+            for i in range(s.n_cluster_nodes):
+                nd = s.cluster_nodes[i]
+                row = {name: getattr(nd, name) for name, _ in _ClusterNode._fields_
+                       if not name.startswith("reserved")}
+                row["address"] = nd.address.decode()
+                row["state"] = nd.state.decode()
+                out["cluster_nodes"].append(row)
             out["namespaces"] = []
             for i in range(s.n_namespaces):
                 ns = s.namespaces[i]
