@@ -14,27 +14,28 @@
 
 /* ---- the cluster thread ----
  *
- * The hiredis connections, the values' checksums and the copies that
- * build and parse 2 MiB values (formatting a SET, reading a reply,
- * verifying it) cost milliseconds a block: they run on a thread of their
- * own with its own libuv loop, so that the daemon's loop only copies a
- * block out of the pool (a write) or into it (a fetch). Jobs go to the
- * thread and results come back through a queue each, under one mutex,
- * with a uv_async_t to wake the other side. */
+ * The hiredis connections, the values' checksums and every copy of a
+ * block's bytes (out of the pool into a value, a value into the command,
+ * a reply into the pool) cost milliseconds for 2 MiB blocks: they run on
+ * a thread of its own, with its own libuv loop, so that a tier-1 Lookup
+ * never waits behind them. The daemon's loop keeps the index and the pool's
+ * bookkeeping: it pins a committed block until the thread has copied it out,
+ * and takes free pool blocks for a fetch before the thread writes into them.
+ * Jobs go to the thread, and results come back, through a queue each under
+ * one mutex, with a uv_async_t to wake the other side. */
 
 typedef enum job_kind { JOB_PUT, JOB_FETCH } job_kind_t;
 
 typedef struct job {
     struct job *next;
     job_kind_t kind;
-    /* JOB_PUT: the block (name, tokens and payload owned by the job). */
+    /* JOB_PUT: pool block id, pinned until its result comes back; its
+     * name (owned). */
+    uint32_t id;
     char *ns;
     uint64_t hash;
     uint32_t *tokens;
-    uint32_t n_tokens;
-    unsigned char *payload;
-    size_t payload_len;
-    /* JOB_FETCH, and its result: the fetch (cluster_store.c's, below). */
+    /* JOB_FETCH, and its result: the fetch (below). */
     struct cluster_fetch *fetch;
 } job_t;
 
@@ -44,7 +45,7 @@ typedef struct cluster_link {
     uv_mutex_t mu;
     /* Under mu. */
     job_t *jobs, *jobs_tail;       /* to the cluster thread */
-    job_t *results, *results_tail; /* fetches that ended, back to the loop */
+    job_t *results, *results_tail; /* back: writes copied out, fetches ended */
     int stop;
     cluster_stats_t cs; /* the last snapshot of the thread's counters */
     cluster_tier_stats_t ts;
@@ -56,9 +57,11 @@ typedef struct cluster_link {
     uv_timer_t snap;
     cluster_t *c;
     cluster_tier_t *t;
+    unsigned char *value; /* a value being built (the largest so far) */
+    size_t value_cap;
     /* The daemon's loop's. */
     uv_async_t back;
-    uint32_t puts_queued; /* atomic: writes handed over, not yet sent */
+    uint32_t puts_queued; /* writes handed over whose blocks are still pinned */
     uint64_t put_drops;   /* writes dropped before the thread saw them */
 } cluster_link_t;
 
@@ -66,7 +69,6 @@ static void job_free(job_t *j)
 {
     free(j->ns);
     free(j->tokens);
-    free(j->payload);
     free(j);
 }
 
@@ -100,35 +102,165 @@ static void on_snap(uv_timer_t *h)
     link_snapshot(h->data);
 }
 
-static void thread_fetch_done(void *arg, const uint8_t *hits, size_t n);
-static void thread_fetch_block(void *arg, size_t j, const void *payload, size_t len);
-static int thread_fetch_start(cluster_link_t *l, struct cluster_fetch *f);
-
-/* Hands a fetch back to the loop (on the thread). */
-static void link_return(cluster_link_t *l, struct cluster_fetch *f)
+/* Hands job j (a write copied out, a fetch ended) back to the loop. */
+static void link_return(cluster_link_t *l, job_t *j)
 {
-    job_t *r = calloc(1, sizeof *r);
-    if (!r)
-        abort(); /* the loop would wait for it until the session's deadline */
-    r->kind = JOB_FETCH;
-    r->fetch = f;
     uv_mutex_lock(&l->mu);
-    job_push(&l->results, &l->results_tail, r);
+    job_push(&l->results, &l->results_tail, j);
     uv_mutex_unlock(&l->mu);
     uv_async_send(&l->back);
 }
 
+/* ---- the pool, from the cluster thread ----
+ *
+ * The blocks touched here are the thread's for the time: a committed block
+ * pinned by the loop (it cannot be evicted, moved or written), or a free
+ * block the loop took for a fetch (WRITING, no session's). The backend is
+ * used from other threads the same way by tier copies. */
+
+/* The bytes of pool block b, every layer and plane, in that order. */
+static int read_block(server_t *srv, uint32_t b, unsigned char *out)
+{
+    uint64_t slot = geometry_slot_bytes(&srv->geo);
+    uint32_t planes = geometry_planes(&srv->geo);
+    for (uint32_t l = 0; l < srv->geo.layers; l++)
+        for (uint32_t p = 0; p < planes; p++) {
+            uint64_t off = geometry_offset(&srv->geo, srv->num_blocks, l, p, b);
+            int rc = backend_read(srv->backend, off, out, slot);
+            if (rc != 0)
+                return rc;
+            out += slot;
+        }
+    return 0;
+}
+
+static int write_block(server_t *srv, uint32_t b, const unsigned char *in)
+{
+    uint64_t slot = geometry_slot_bytes(&srv->geo);
+    uint32_t planes = geometry_planes(&srv->geo);
+    for (uint32_t l = 0; l < srv->geo.layers; l++)
+        for (uint32_t p = 0; p < planes; p++) {
+            uint64_t off = geometry_offset(&srv->geo, srv->num_blocks, l, p, b);
+            int rc = backend_write(srv->backend, off, in, slot);
+            if (rc != 0)
+                return rc;
+            in += slot;
+        }
+    return 0;
+}
+
+/* Copies the pinned block of j into a value and sends it (counted by the
+ * tier: sent, or dropped when too many are in flight). */
 static void thread_put(cluster_link_t *l, job_t *j)
 {
+    server_t *srv = l->srv;
     cluster_block_t b = {.ns = j->ns,
                          .ns_len = strlen(j->ns),
                          .hash = j->hash,
                          .tokens = j->tokens,
-                         .n_tokens = j->n_tokens,
-                         .payload_len = j->payload_len};
-    /* Counted by the tier: sent, or dropped (too many in flight). */
-    (void)cluster_tier_put(l->t, &b, j->payload);
+                         .n_tokens = srv->geo.block_tokens,
+                         .payload_len = geometry_block_bytes(&srv->geo)};
+    size_t vlen = cluster_value_size(&b);
+    if (vlen > l->value_cap) {
+        free(l->value);
+        l->value = malloc(vlen);
+        l->value_cap = l->value ? vlen : 0;
+    }
+    /* The payload goes straight where the value wants it. */
+    if (l->value && read_block(srv, j->id, l->value + (vlen - b.payload_len)) == 0)
+        (void)cluster_tier_put_value(l->t, &b, l->value);
 }
+
+/* ---- fetches on a Lookup miss ---- */
+
+/* One Lookup's fetch. The loop makes it, takes free pool blocks for it,
+ * and hands it to the cluster thread; until it comes back the loop
+ * touches only prev/next and s, and the thread writes the blocks ids[j]
+ * and written[j]. */
+typedef struct cluster_fetch {
+    server_t *srv;
+    session_t *s; /* NULL once the session is gone */
+    struct cluster_fetch *prev, *next;
+    uint32_t ns;
+    char *name;       /* the namespace's name */
+    uint32_t *tokens; /* (m + k) blocks */
+    uint64_t *hashes; /* k: the chain hashes of blocks m .. m + k */
+    size_t m, k;      /* blocks cached before, blocks asked for */
+    uint32_t *ids;    /* k free pool blocks taken for them */
+    uint8_t *written; /* k: block m + j arrived, verified, is in ids[j] */
+    uint64_t start_ns;
+} cluster_fetch_t;
+
+/* Unlinks and frees f; its pool blocks are given back unless taken
+ * (ids == NULL) by store_install_done. */
+static void fetch_free(server_t *srv, cluster_fetch_t *f)
+{
+    if (f->prev)
+        f->prev->next = f->next;
+    else
+        srv->cluster_fetches = f->next;
+    if (f->next)
+        f->next->prev = f->prev;
+    if (f->s)
+        f->s->cluster_fetch = NULL;
+    if (f->ids) {
+        uint32_t none = 0;
+        size_t installed = 0;
+        store_install_done(srv, f->ns, f->tokens, &none, 0, f->ids, 0, f->k, &installed);
+    }
+    free(f->ids);
+    free(f->written);
+    free(f->tokens);
+    free(f->hashes);
+    free(f->name);
+    free(f);
+}
+
+/* On the cluster thread: block m + j verified; it goes into its pool block. */
+static void thread_fetch_block(void *arg, size_t j, const void *payload, size_t len)
+{
+    cluster_fetch_t *f = arg;
+    if (len == geometry_block_bytes(&f->srv->geo) && write_block(f->srv, f->ids[j], payload) == 0)
+        f->written[j] = 1;
+}
+
+static void thread_fetch_done(void *arg, const uint8_t *hits, size_t n)
+{
+    cluster_fetch_t *f = arg;
+    cluster_link_t *l = f->srv->cluster;
+    (void)hits;
+    (void)n;
+    /* The counters first: a Stats after the Lookup sees this fetch's. */
+    link_snapshot(l);
+    job_t *r = calloc(1, sizeof *r);
+    if (!r)
+        abort(); /* the loop would hold the pool blocks and the session */
+    r->kind = JOB_FETCH;
+    r->fetch = f;
+    link_return(l, r);
+}
+
+/* On the cluster thread: asks for f's blocks. Returns 0 (thread_fetch_done
+ * will run) or an error (it will not). */
+static int thread_fetch_start(cluster_link_t *l, cluster_fetch_t *f)
+{
+    uint32_t bt = f->srv->geo.block_tokens;
+    cluster_block_t *blocks = malloc(f->k * sizeof(*blocks));
+    if (!blocks)
+        return KVS_ENOMEM;
+    for (size_t j = 0; j < f->k; j++)
+        blocks[j] = (cluster_block_t){.ns = f->name,
+                                      .ns_len = strlen(f->name),
+                                      .hash = f->hashes[j],
+                                      .tokens = f->tokens + (f->m + j) * bt,
+                                      .n_tokens = bt,
+                                      .payload_len = geometry_block_bytes(&f->srv->geo)};
+    int rc = cluster_tier_fetch(l->t, blocks, f->k, thread_fetch_block, thread_fetch_done, f);
+    free(blocks);
+    return rc;
+}
+
+/* ---- the thread's loop ---- */
 
 static void thread_close_cb(uv_handle_t *h)
 {
@@ -150,12 +282,14 @@ static void on_wake(uv_async_t *h)
         if (j->kind == JOB_PUT) {
             if (!stop)
                 thread_put(l, j);
-            __atomic_fetch_sub(&l->puts_queued, 1, __ATOMIC_RELAXED);
-        } else if (!stop && thread_fetch_start(l, j->fetch) != 0) {
-            link_return(l, j->fetch);
+            link_return(l, j); /* its block's pin goes */
+            continue;
+        }
+        if (!stop && thread_fetch_start(l, j->fetch) != 0) {
+            thread_fetch_done(j->fetch, NULL, 0);
         }
         /* A fetch not started while stopping stays on the loop's list,
-         * which frees it once the thread is gone. */
+         * which gives its blocks back once the thread is gone. */
         job_free(j);
     }
     if (stop) {
@@ -165,6 +299,8 @@ static void on_wake(uv_async_t *h)
         l->t = NULL;
         cluster_close(l->c);
         l->c = NULL;
+        free(l->value);
+        l->value = NULL;
         uv_close((uv_handle_t *)&l->wake, thread_close_cb);
         uv_close((uv_handle_t *)&l->snap, thread_close_cb);
     } else {
@@ -178,7 +314,30 @@ static void thread_main(void *arg)
     uv_run(&l->loop, UV_RUN_DEFAULT);
 }
 
-static void on_back(uv_async_t *h);
+/* ---- the daemon's loop ---- */
+
+static void fetch_finish(server_t *srv, cluster_fetch_t *f);
+
+/* Results are in: unpin the blocks of writes, end the fetches. */
+static void on_back(uv_async_t *h)
+{
+    cluster_link_t *l = h->data;
+    uv_mutex_lock(&l->mu);
+    job_t *r = l->results;
+    l->results = l->results_tail = NULL;
+    uv_mutex_unlock(&l->mu);
+    while (r) {
+        job_t *next = r->next;
+        if (r->kind == JOB_PUT) {
+            store_unpin(l->srv, r->id);
+            l->puts_queued--;
+        } else {
+            fetch_finish(l->srv, r->fetch);
+        }
+        job_free(r);
+        r = next;
+    }
+}
 
 int cluster_store_open(server_t *srv, char *err, size_t errlen)
 {
@@ -208,10 +367,12 @@ int cluster_store_open(server_t *srv, char *err, size_t errlen)
     const char *prefix =
         srv->cfg.cluster_key_prefix ? srv->cfg.cluster_key_prefix : CLUSTER_STORE_KEY_PREFIX;
     rc = cluster_tier_new(l->c, prefix, CLUSTER_STORE_MAX_PUTS, &l->t);
-    if (rc == 0 && (uv_mutex_init(&l->mu) != 0 || uv_async_init(&l->loop, &l->wake, on_wake) != 0 ||
-                    uv_timer_init(&l->loop, &l->snap) != 0 ||
-                    uv_async_init(srv->loop, &l->back, on_back) != 0))
-        rc = KVS_ENOMEM; /* cannot fail on Linux but for memory: not unwound */
+    /* These cannot fail on Linux but for memory; the start fails then, and
+     * the process exits. */
+    if (rc == 0 &&
+        (uv_mutex_init(&l->mu) != 0 || uv_async_init(&l->loop, &l->wake, on_wake) != 0 ||
+         uv_timer_init(&l->loop, &l->snap) != 0 || uv_async_init(srv->loop, &l->back, on_back) != 0))
+        rc = KVS_ENOMEM;
     if (rc != 0) {
         snprintf(err, errlen, "cluster tier: %s", kvs_status_text(rc));
         return rc;
@@ -230,8 +391,6 @@ int cluster_store_open(server_t *srv, char *err, size_t errlen)
              srv->cfg.cluster_timeout_ms, prefix);
     return 0;
 }
-
-static void fetch_free(server_t *srv, struct cluster_fetch *f);
 
 static void on_back_closed(uv_handle_t *h)
 {
@@ -252,15 +411,18 @@ void cluster_store_close(server_t *srv)
     uv_mutex_unlock(&l->mu);
     uv_async_send(&l->wake);
     uv_thread_join(&l->thread);
-    /* Its client's last handles closed with the loop's last turns. */
     while (uv_loop_close(&l->loop) == UV_EBUSY)
         uv_run(&l->loop, UV_RUN_NOWAIT);
     cluster_store_sync_counters(srv);
+    /* What came back and was not seen yet: pins to drop; fetches, which
+     * the list below ends. */
     job_t *r = l->results;
     l->results = l->results_tail = NULL;
     while (r) {
         job_t *next = r->next;
-        job_free(r); /* its fetch is on the list below */
+        if (r->kind == JOB_PUT)
+            store_unpin(srv, r->id);
+        job_free(r);
         r = next;
     }
     while (srv->cluster_fetches)
@@ -310,58 +472,38 @@ static bool ns_shared(const server_t *srv, uint32_t ns, const char **name)
     return sec && sec->shared;
 }
 
-/* The bytes of pool block b, every layer and plane, in that order. */
-static int read_block(server_t *srv, uint32_t b, unsigned char *out)
+/* Hands the write of cached block id to the thread, pinned until it is
+ * copied out. Dropped (counted) when CLUSTER_STORE_MAX_PUTS wait already:
+ * a slow cluster then costs pinned blocks within that bound, and no more. */
+static bool put_handover(server_t *srv, cluster_link_t *l, const char *name, uint32_t id,
+                         const uint32_t *tokens)
 {
-    uint64_t slot = geometry_slot_bytes(&srv->geo);
-    uint32_t planes = geometry_planes(&srv->geo);
-    for (uint32_t l = 0; l < srv->geo.layers; l++)
-        for (uint32_t p = 0; p < planes; p++) {
-            uint64_t off = geometry_offset(&srv->geo, srv->num_blocks, l, p, b);
-            int rc = backend_read(srv->backend, off, out, slot);
-            if (rc != 0)
-                return rc;
-            out += slot;
-        }
-    return 0;
-}
-
-/* Hands one write to the thread; drops it (counted) when CLUSTER_STORE_MAX_PUTS
- * wait already, so that a slow cluster costs memory within a bound. */
-static void put_handover(server_t *srv, cluster_link_t *l, const char *name, uint64_t hash,
-                         const uint32_t *tokens, uint32_t *id_for_read)
-{
-    size_t bytes = geometry_block_bytes(&srv->geo);
     uint32_t bt = srv->geo.block_tokens;
-    if (__atomic_load_n(&l->puts_queued, __ATOMIC_RELAXED) >= CLUSTER_STORE_MAX_PUTS) {
+    uint64_t hash;
+    if (l->puts_queued >= CLUSTER_STORE_MAX_PUTS || radix_block_hash(srv->index, id, &hash) != 0) {
         l->put_drops++;
-        return;
+        return false;
     }
     job_t *j = calloc(1, sizeof *j);
     if (j) {
         j->kind = JOB_PUT;
-        j->ns = strdup(name);
+        j->id = id;
         j->hash = hash;
-        j->n_tokens = bt;
+        j->ns = strdup(name);
         j->tokens = malloc(bt * sizeof(*j->tokens));
-        j->payload = malloc(bytes);
-        j->payload_len = bytes;
     }
-    /* The copy out of the pool stays here: the block may be evicted and
-     * reused once this turn ends. A memcpy on the host backend; on cuda a
-     * device-to-host copy. */
-    if (!j || !j->ns || !j->tokens || !j->payload ||
-        read_block(srv, *id_for_read, j->payload) != 0) {
+    if (!j || !j->ns || !j->tokens || radix_pin(srv->index, id) != 0) {
         if (j)
             job_free(j);
         l->put_drops++;
-        return;
+        return false;
     }
     memcpy(j->tokens, tokens, bt * sizeof(*j->tokens));
-    __atomic_fetch_add(&l->puts_queued, 1, __ATOMIC_RELAXED);
+    l->puts_queued++;
     uv_mutex_lock(&l->mu);
     job_push(&l->jobs, &l->jobs_tail, j);
     uv_mutex_unlock(&l->mu);
+    return true;
 }
 
 void cluster_store_committed(server_t *srv, uint32_t ns, const uint32_t *ids, const uint32_t *fresh,
@@ -373,105 +515,20 @@ void cluster_store_committed(server_t *srv, uint32_t ns, const uint32_t *ids, co
         return;
     uint32_t bt = srv->geo.block_tokens;
     bool sent = false;
-    for (size_t i = 0; i < n; i++) {
-        uint64_t hash;
-        uint32_t id = ids[i];
-        if (!fresh[i])
-            continue;
-        if (radix_block_hash(srv->index, id, &hash) != 0) {
-            l->put_drops++;
-            continue;
-        }
-        put_handover(srv, l, name, hash, tokens + i * bt, &id);
-        sent = true;
-    }
+    for (size_t i = 0; i < n; i++)
+        if (fresh[i])
+            sent |= put_handover(srv, l, name, ids[i], tokens + i * bt);
     if (sent)
         uv_async_send(&l->wake);
 }
 
-/* ---- fetches on a Lookup miss ---- */
-
-/* One Lookup's fetch. The loop thread makes it and, once it is handed to
- * the cluster thread, touches only prev/next and s until it comes back;
- * the cluster thread reads the names and writes payloads until then. */
-typedef struct cluster_fetch {
-    server_t *srv;
-    session_t *s; /* NULL once the session is gone */
-    struct cluster_fetch *prev, *next;
-    uint32_t ns;
-    char *name;       /* the namespace's name */
-    uint32_t *tokens; /* (m + k) blocks */
-    uint64_t *hashes; /* k: the chain hashes of blocks m .. m + k */
-    size_t m, k;
-    uint64_t start_ns;
-    unsigned char **payloads; /* k, NULL until block m + j arrived */
-} cluster_fetch_t;
-
-static void fetch_free(server_t *srv, cluster_fetch_t *f)
-{
-    if (f->prev)
-        f->prev->next = f->next;
-    else
-        srv->cluster_fetches = f->next;
-    if (f->next)
-        f->next->prev = f->prev;
-    if (f->s)
-        f->s->cluster_fetch = NULL;
-    for (size_t j = 0; f->payloads && j < f->k; j++)
-        free(f->payloads[j]);
-    free(f->payloads);
-    free(f->tokens);
-    free(f->hashes);
-    free(f->name);
-    free(f);
-}
-
-/* On the cluster thread: a block verified; kept aside until the fetch ends
- * (the pool blocks are taken only then, for the run that arrived whole). */
-static void thread_fetch_block(void *arg, size_t j, const void *payload, size_t len)
-{
-    cluster_fetch_t *f = arg;
-    f->payloads[j] = malloc(len);
-    if (f->payloads[j])
-        memcpy(f->payloads[j], payload, len);
-}
-
-static void thread_fetch_done(void *arg, const uint8_t *hits, size_t n)
-{
-    cluster_fetch_t *f = arg;
-    (void)hits;
-    (void)n;
-    /* The counters first: a Stats after the Lookup sees this fetch's. */
-    link_snapshot(f->srv->cluster);
-    link_return(f->srv->cluster, f);
-}
-
-/* On the cluster thread: asks for f's blocks. Returns 0 (thread_fetch_done
- * will run) or an error (it will not). */
-static int thread_fetch_start(cluster_link_t *l, cluster_fetch_t *f)
-{
-    uint32_t bt = f->srv->geo.block_tokens;
-    cluster_block_t *blocks = malloc(f->k * sizeof(*blocks));
-    if (!blocks)
-        return KVS_ENOMEM;
-    for (size_t j = 0; j < f->k; j++)
-        blocks[j] = (cluster_block_t){.ns = f->name,
-                                      .ns_len = strlen(f->name),
-                                      .hash = f->hashes[j],
-                                      .tokens = f->tokens + (f->m + j) * bt,
-                                      .n_tokens = bt,
-                                      .payload_len = geometry_block_bytes(&f->srv->geo)};
-    int rc = cluster_tier_fetch(l->t, blocks, f->k, thread_fetch_block, thread_fetch_done, f);
-    free(blocks);
-    return rc;
-}
-
-/* Puts the contiguous run of blocks that arrived after the cached prefix,
- * if that prefix is still in tier 1 where it was. Returns how many went in. */
+/* Inserts the contiguous run of blocks that arrived after the cached
+ * prefix, if that prefix is still in tier 1 where it was; gives the other
+ * taken blocks back. Returns how many went in. */
 static size_t fetch_install(server_t *srv, cluster_fetch_t *f)
 {
     size_t run = 0;
-    while (run < f->k && f->payloads[run])
+    while (run < f->k && f->written[run])
         run++;
     if (run == 0 || srv->stopping)
         return 0;
@@ -481,18 +538,20 @@ static size_t fetch_install(server_t *srv, cluster_fetch_t *f)
     if (!prefix)
         return 0;
     int rc = f->m ? radix_match(srv->index, f->ns, f->tokens, f->m * bt, prefix, f->m, &got) : 0;
-    size_t installed = 0;
     bool tier1 = true;
     for (size_t i = 0; i < got; i++)
         tier1 = tier1 && prefix[i] < srv->num_blocks;
-    if (rc == 0 && got == f->m && tier1)
-        store_install(srv, f->ns, f->tokens, prefix, f->m, (const void *const *)f->payloads, run,
-                      &installed);
+    size_t installed = 0;
+    if (rc == 0 && got == f->m && tier1) {
+        store_install_done(srv, f->ns, f->tokens, prefix, f->m, f->ids, run, f->k, &installed);
+        free(f->ids);
+        f->ids = NULL; /* every one is cached now, or back in the pool */
+    }
     free(prefix);
     return installed;
 }
 
-/* On the loop thread: a fetch came back. */
+/* On the loop: a fetch came back. */
 static void fetch_finish(server_t *srv, cluster_fetch_t *f)
 {
     size_t installed = fetch_install(srv, f);
@@ -506,21 +565,6 @@ static void fetch_finish(server_t *srv, cluster_fetch_t *f)
      * answered, and the session may be held for something else now. */
     if (s && s->held == SESSION_HOLD_CLUSTER)
         session_release(s);
-}
-
-static void on_back(uv_async_t *h)
-{
-    cluster_link_t *l = h->data;
-    uv_mutex_lock(&l->mu);
-    job_t *r = l->results;
-    l->results = l->results_tail = NULL;
-    uv_mutex_unlock(&l->mu);
-    while (r) {
-        job_t *next = r->next;
-        fetch_finish(l->srv, r->fetch);
-        job_free(r);
-        r = next;
-    }
 }
 
 /* How many blocks of tokens ns holds in any tier, and whether to fetch. */
@@ -543,33 +587,50 @@ static int fetch_plan(server_t *srv, uint32_t ns, const uint32_t *tokens, size_t
     return 0;
 }
 
+static void fetch_drop(cluster_fetch_t *f)
+{
+    free(f->name);
+    free(f->tokens);
+    free(f->hashes);
+    free(f->ids);
+    free(f->written);
+    free(f);
+}
+
+/* A fetch of blocks m .. m + k of tokens, with free pool blocks taken for
+ * them (k shrinks to what is free). NULL: out of memory, or no free block
+ * (a fetch never evicts: nothing to fetch then). */
 static cluster_fetch_t *fetch_new(session_t *s, uint32_t ns, const char *name,
                                   const uint32_t *tokens, size_t m, size_t k)
 {
     server_t *srv = s->srv;
-    size_t n_tok = (m + k) * srv->geo.block_tokens;
     cluster_fetch_t *f = calloc(1, sizeof *f);
     if (!f)
         return NULL;
     f->srv = srv;
     f->ns = ns;
     f->m = m;
-    f->k = k;
     f->name = strdup(name);
-    f->tokens = malloc(n_tok * sizeof(*f->tokens));
     f->hashes = malloc((m + k) * sizeof(*f->hashes));
-    f->payloads = calloc(k, sizeof(*f->payloads));
-    if (!f->name || !f->tokens || !f->hashes || !f->payloads ||
-        radix_chain_hashes(srv->index, ns, tokens, m + k, f->hashes) != 0) {
-        free(f->name);
-        free(f->tokens);
-        free(f->hashes);
-        free(f->payloads);
-        free(f);
+    f->ids = malloc(k * sizeof(*f->ids));
+    f->written = calloc(k, 1);
+    if (!f->name || !f->hashes || !f->ids || !f->written ||
+        radix_chain_hashes(srv->index, ns, tokens, m + k, f->hashes) != 0 ||
+        store_install_take(srv, k, f->ids, &f->k) != 0) {
+        fetch_drop(f);
+        return NULL;
+    }
+    size_t n_tok = (m + f->k) * srv->geo.block_tokens;
+    f->tokens = malloc(n_tok * sizeof(*f->tokens));
+    if (!f->tokens) {
+        uint32_t none = 0;
+        size_t installed;
+        store_install_done(srv, ns, tokens, &none, 0, f->ids, 0, f->k, &installed);
+        fetch_drop(f);
         return NULL;
     }
     /* Only the hashes of the blocks to fetch are kept. */
-    memmove(f->hashes, f->hashes + m, k * sizeof(*f->hashes));
+    memmove(f->hashes, f->hashes + m, f->k * sizeof(*f->hashes));
     memcpy(f->tokens, tokens, n_tok * sizeof(*f->tokens));
     f->next = srv->cluster_fetches;
     if (f->next)
@@ -596,7 +657,8 @@ int cluster_store_fetch(session_t *s, uint32_t ns, const uint32_t *tokens, size_
     cluster_fetch_t *f = j ? fetch_new(s, ns, name, tokens, m, k) : NULL;
     if (!f) {
         free(j);
-        return KVS_ENOMEM;
+        srv->metrics.cluster_fetch_misses += k;
+        return KVS_ENOTFOUND;
     }
     f->start_ns = uv_hrtime();
     j->kind = JOB_FETCH;

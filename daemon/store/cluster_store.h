@@ -11,16 +11,17 @@
  * dropped and counted (cluster_put_drops).
  *
  * The client runs on a thread of its own, with its own libuv loop: the
- * connections, the values' checksums and the copies that build and parse
- * them never take the daemon's loop. The loop only copies a block out of
- * the pool when it is committed (the block may be evicted once the turn
- * ends) and into the pool when a fetch brings it.
+ * connections, the values' checksums and every copy of a block's bytes (out
+ * of the pool into a value, a reply into the pool) stay off the daemon's
+ * loop. The loop pins a committed block until the thread has copied it out,
+ * and takes free pool blocks for a fetch before the thread writes into them.
  *
  * A Lookup that misses locally in a shared namespace asks the cluster for
  * the chain's next blocks (at most CLUSTER_STORE_MAX_FETCH), its session
  * held (SESSION_HOLD_CLUSTER) until they are in, or the client's timeout
- * ends them. The contiguous run that verified goes into free pool blocks
- * (store_install: never evicting for them) and the Lookup runs again,
+ * ends them. The contiguous run that verified goes into the free pool
+ * blocks taken for it (store_install_take: never evicting for them) and
+ * the Lookup runs again,
  * answering as for any cached prefix. A session that ends meanwhile is
  * detached: the blocks still go into the pool.
  */

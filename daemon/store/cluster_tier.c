@@ -94,9 +94,9 @@ static void put_done(void *arg, int status, const char *data, size_t len)
     tier_unref(t);
 }
 
-int cluster_tier_put(cluster_tier_t *t, const cluster_block_t *b, const void *payload)
+int cluster_tier_put_value(cluster_tier_t *t, const cluster_block_t *b, unsigned char *value)
 {
-    if (!t || t->closed || !b || (b->payload_len && !payload))
+    if (!t || t->closed || !b || !value)
         return KVS_EINVAL;
     if (t->puts_inflight >= t->max_puts) {
         t->stats.put_drops++;
@@ -107,18 +107,12 @@ int cluster_tier_put(cluster_tier_t *t, const cluster_block_t *b, const void *pa
     if (klen < 0)
         return klen;
     size_t vlen = cluster_value_size(b);
-    unsigned char *value = malloc(vlen);
-    if (!value)
-        return KVS_ENOMEM;
-    int hlen = cluster_value_header(b, payload, value);
-    if (hlen < 0) {
-        free(value);
+    int hlen = cluster_value_header(b, value + (vlen - b->payload_len), value);
+    if (hlen < 0)
         return hlen;
-    }
-    memcpy(value + hlen, payload, b->payload_len);
-    /* The client formats (copies) the command at once: value goes now. */
+    /* The client formats (copies) the command at once: value is the
+     * caller's again on return. */
     int rc = cluster_set(t->c, key, (size_t)klen, value, vlen, put_done, t);
-    free(value);
     if (rc != 0) {
         t->stats.put_drops++;
         return rc == KVS_ENOMEM ? rc : KVS_EBUSY;
@@ -128,6 +122,24 @@ int cluster_tier_put(cluster_tier_t *t, const cluster_block_t *b, const void *pa
     t->stats.puts++;
     t->stats.put_bytes += vlen;
     return 0;
+}
+
+int cluster_tier_put(cluster_tier_t *t, const cluster_block_t *b, const void *payload)
+{
+    if (!t || t->closed || !b || (b->payload_len && !payload))
+        return KVS_EINVAL;
+    if (t->puts_inflight >= t->max_puts) {
+        t->stats.put_drops++;
+        return KVS_EBUSY;
+    }
+    size_t vlen = cluster_value_size(b);
+    unsigned char *value = malloc(vlen);
+    if (!value)
+        return KVS_ENOMEM;
+    memcpy(value + (vlen - b->payload_len), payload, b->payload_len);
+    int rc = cluster_tier_put_value(t, b, value);
+    free(value);
+    return rc;
 }
 
 /* ---- down ---- */

@@ -66,6 +66,11 @@ void cluster_tier_free(cluster_tier_t *t);
  * counted), KVS_EINVAL, KVS_ENOMEM. */
 int cluster_tier_put(cluster_tier_t *t, const cluster_block_t *b, const void *payload);
 
+/* cluster_tier_put for a value the caller built in place: value holds
+ * cluster_value_size(b) bytes, the payload in its last b->payload_len
+ * (the header before it is written here). Saves a copy of the payload. */
+int cluster_tier_put_value(cluster_tier_t *t, const cluster_block_t *b, unsigned char *value);
+
 /* Fetches blocks[0..n), all of one namespace and geometry (the names are
  * copied). Returns 0: on_done will run, later, never inside this call.
  * Otherwise it will not: KVS_EINVAL, KVS_ENOMEM, or KVS_EIO when the client

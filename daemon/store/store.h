@@ -266,6 +266,17 @@ int store_demote(server_t *srv, uint32_t ns, size_t n, radix_move_t *moves, size
 int store_install(server_t *srv, uint32_t ns, const uint32_t *tokens, const uint32_t *prefix_ids,
                   size_t m, const void *const *payloads, size_t n, size_t *n_installed);
 
+/* store_install in two steps, for bytes written into the pool elsewhere (the
+ * cluster tier's thread). store_install_take: up to n free pool blocks into
+ * ids (WRITING, no session's; never evicts); *n_taken of them. Then, once
+ * the first n_written of them hold blocks m .. m + n_written of tokens,
+ * store_install_done inserts those as store_install does and gives every
+ * taken block that is not cached now back to the pool. */
+int store_install_take(server_t *srv, size_t n, uint32_t *ids, size_t *n_taken);
+int store_install_done(server_t *srv, uint32_t ns, const uint32_t *tokens,
+                       const uint32_t *prefix_ids, size_t m, const uint32_t *ids,
+                       size_t n_written, size_t n_taken, size_t *n_installed);
+
 /* Promotes the tier-2 blocks pins[first .. first + n) (a pinned lookup's,
  * in chain order, after its tier-1 blocks) into free pool blocks, as far as
  * free blocks and radix_promote allow: pool_ids[0..*n_done) get them, busy

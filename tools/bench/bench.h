@@ -17,6 +17,7 @@ int bench_trace_sim(int argc, char **argv);
 int bench_replay(int argc, char **argv);
 int bench_flood(int argc, char **argv);     /* bench_flood.c */
 int bench_tier_copy(int argc, char **argv); /* bench_tier_copy.c */
+int bench_cluster(int argc, char **argv);   /* bench_cluster.c */
 
 /* Sorts samples in place and returns the q-quantile (0 <= q <= 1). */
 double bench_quantile(uint64_t *samples, size_t n, double q);

@@ -28,6 +28,10 @@ static const struct bench_cmd {
     {"tier-copy", bench_tier_copy,
      "tier 2: demotion and promotion copies of 4k-token prefixes (llama-3.1-8b) against a "
      "plain memcpy of the same sizes on the same threads"},
+    {"cluster", bench_cluster,
+     "the cluster tier on a Redis Cluster of its own: writes through and fetches of 2 MiB blocks "
+     "next to redis-benchmark SET/GET of the same size and depth, and a tier-1 Lookup's p99 "
+     "while the tier is busy"},
     {"flood", bench_flood,
      "kvshared under one hostile client: another client's Lookup p50/p99/max while it "
      "pipelines Tree, the largest Release or Lookup, or Stats"},
