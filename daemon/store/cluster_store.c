@@ -62,6 +62,7 @@ typedef struct cluster_link {
     /* The daemon's loop's. */
     uv_async_t back;
     uint32_t puts_queued; /* writes handed over whose blocks are still pinned */
+    uint32_t max_puts;    /* of them at most, and in flight at most */
     uint64_t put_drops;   /* writes dropped before the thread saw them */
 } cluster_link_t;
 
@@ -186,7 +187,9 @@ typedef struct cluster_fetch {
     uint32_t *tokens; /* (m + k) blocks */
     uint64_t *hashes; /* k: the chain hashes of blocks m .. m + k */
     size_t m, k;      /* blocks cached before, blocks asked for */
-    uint32_t *ids;    /* k free pool blocks taken for them */
+    uint32_t *prefix; /* m: the cached blocks, pinned while the fetch runs */
+    size_t n_pinned;  /* of them pinned (the first n_pinned) */
+    uint32_t *ids;    /* k pool blocks taken for them */
     uint8_t *written; /* k: block m + j arrived, verified, is in ids[j] */
     uint64_t start_ns;
 } cluster_fetch_t;
@@ -208,6 +211,9 @@ static void fetch_free(server_t *srv, cluster_fetch_t *f)
         size_t installed = 0;
         store_install_done(srv, f->ns, f->tokens, &none, 0, f->ids, 0, f->k, &installed);
     }
+    for (size_t i = 0; i < f->n_pinned; i++)
+        store_unpin(srv, f->prefix[i]);
+    free(f->prefix);
     free(f->ids);
     free(f->written);
     free(f->tokens);
@@ -350,9 +356,11 @@ int cluster_store_open(server_t *srv, char *err, size_t errlen)
         return KVS_ENOMEM;
     }
     l->srv = srv;
+    /* Room for a few whole fetches in flight at once. */
     cluster_options_t opt = {.seeds = srv->cfg.cluster_seeds,
                              .auth_file = srv->cfg.cluster_auth_file,
-                             .timeout_ms = srv->cfg.cluster_timeout_ms};
+                             .timeout_ms = srv->cfg.cluster_timeout_ms,
+                             .max_inflight = 8 * CLUSTER_STORE_MAX_FETCH};
     /* Made here, before the thread runs its loop, so that a bad setting
      * fails the start with its message. */
     int rc = cluster_new(&l->loop, &opt, &l->c);
@@ -366,12 +374,18 @@ int cluster_store_open(server_t *srv, char *err, size_t errlen)
     }
     const char *prefix =
         srv->cfg.cluster_key_prefix ? srv->cfg.cluster_key_prefix : CLUSTER_STORE_KEY_PREFIX;
-    rc = cluster_tier_new(l->c, prefix, CLUSTER_STORE_MAX_PUTS, &l->t);
+    uint64_t vbytes = geometry_block_bytes(&srv->geo) + 4096;
+    l->max_puts = CLUSTER_STORE_PUT_BYTES / vbytes;
+    if (l->max_puts > CLUSTER_STORE_MAX_PUTS)
+        l->max_puts = CLUSTER_STORE_MAX_PUTS;
+    if (l->max_puts < 4)
+        l->max_puts = 4;
+    rc = cluster_tier_new(l->c, prefix, l->max_puts, &l->t);
     /* These cannot fail on Linux but for memory; the start fails then, and
      * the process exits. */
-    if (rc == 0 &&
-        (uv_mutex_init(&l->mu) != 0 || uv_async_init(&l->loop, &l->wake, on_wake) != 0 ||
-         uv_timer_init(&l->loop, &l->snap) != 0 || uv_async_init(srv->loop, &l->back, on_back) != 0))
+    if (rc == 0 && (uv_mutex_init(&l->mu) != 0 || uv_async_init(&l->loop, &l->wake, on_wake) != 0 ||
+                    uv_timer_init(&l->loop, &l->snap) != 0 ||
+                    uv_async_init(srv->loop, &l->back, on_back) != 0))
         rc = KVS_ENOMEM;
     if (rc != 0) {
         snprintf(err, errlen, "cluster tier: %s", kvs_status_text(rc));
@@ -387,8 +401,8 @@ int cluster_store_open(server_t *srv, char *err, size_t errlen)
         snprintf(err, errlen, "cluster tier: cannot start its thread");
         return KVS_ENOMEM;
     }
-    LOG_INFO("cluster tier: seeds %s, timeout %u ms, key prefix '%s'", srv->cfg.cluster_seeds,
-             srv->cfg.cluster_timeout_ms, prefix);
+    LOG_INFO("cluster tier: seeds %s, timeout %u ms, key prefix '%s', %u writes in flight at most",
+             srv->cfg.cluster_seeds, srv->cfg.cluster_timeout_ms, prefix, l->max_puts);
     return 0;
 }
 
@@ -473,14 +487,14 @@ static bool ns_shared(const server_t *srv, uint32_t ns, const char **name)
 }
 
 /* Hands the write of cached block id to the thread, pinned until it is
- * copied out. Dropped (counted) when CLUSTER_STORE_MAX_PUTS wait already:
+ * copied out. Dropped (counted) when max_puts wait already:
  * a slow cluster then costs pinned blocks within that bound, and no more. */
 static bool put_handover(server_t *srv, cluster_link_t *l, const char *name, uint32_t id,
                          const uint32_t *tokens)
 {
     uint32_t bt = srv->geo.block_tokens;
     uint64_t hash;
-    if (l->puts_queued >= CLUSTER_STORE_MAX_PUTS || radix_block_hash(srv->index, id, &hash) != 0) {
+    if (l->puts_queued >= l->max_puts || radix_block_hash(srv->index, id, &hash) != 0) {
         l->put_drops++;
         return false;
     }
@@ -532,22 +546,17 @@ static size_t fetch_install(server_t *srv, cluster_fetch_t *f)
         run++;
     if (run == 0 || srv->stopping)
         return 0;
-    uint32_t bt = srv->geo.block_tokens;
-    uint32_t *prefix = malloc((f->m ? f->m : 1) * sizeof(*prefix));
-    size_t got = 0;
-    if (!prefix)
-        return 0;
-    int rc = f->m ? radix_match(srv->index, f->ns, f->tokens, f->m * bt, prefix, f->m, &got) : 0;
+    /* The prefix was pinned all along: it is where it was. It must be in
+     * tier 1 for the new blocks to hang under it there. */
     bool tier1 = true;
-    for (size_t i = 0; i < got; i++)
-        tier1 = tier1 && prefix[i] < srv->num_blocks;
+    for (size_t i = 0; i < f->m; i++)
+        tier1 = tier1 && f->prefix[i] < srv->num_blocks;
     size_t installed = 0;
-    if (rc == 0 && got == f->m && tier1) {
-        store_install_done(srv, f->ns, f->tokens, prefix, f->m, f->ids, run, f->k, &installed);
+    if (tier1) {
+        store_install_done(srv, f->ns, f->tokens, f->prefix, f->m, f->ids, run, f->k, &installed);
         free(f->ids);
         f->ids = NULL; /* every one is cached now, or back in the pool */
     }
-    free(prefix);
     return installed;
 }
 
@@ -567,28 +576,41 @@ static void fetch_finish(server_t *srv, cluster_fetch_t *f)
         session_release(s);
 }
 
-/* How many blocks of tokens ns holds in any tier, and whether to fetch. */
+/* How many blocks of tokens ns holds in any tier (*m, their ids in
+ * *prefix, malloc'd), and how many to fetch after them (*k). */
 static int fetch_plan(server_t *srv, uint32_t ns, const uint32_t *tokens, size_t n_tokens,
-                      size_t *m, size_t *k)
+                      uint32_t **prefix, size_t *m, size_t *k)
 {
     size_t n_full = n_tokens / srv->geo.block_tokens;
     uint32_t *ids = malloc((n_full ? n_full : 1) * sizeof(*ids));
     if (!ids)
         return KVS_ENOMEM;
     int rc = radix_match(srv->index, ns, tokens, n_tokens, ids, n_full, m);
-    free(ids);
-    if (rc != 0)
+    if (rc == 0 && *m >= n_full)
+        rc = KVS_ENOTFOUND;
+    if (rc != 0) {
+        free(ids);
         return rc;
-    if (*m >= n_full)
-        return KVS_ENOTFOUND;
+    }
+    *prefix = ids;
     *k = n_full - *m;
-    if (*k > CLUSTER_STORE_MAX_FETCH)
-        *k = CLUSTER_STORE_MAX_FETCH;
-    return 0;
+    /* At most CLUSTER_STORE_FETCH_BYTES of blocks, and a quarter of the
+     * pool: a fetch evicts for its blocks. */
+    size_t cap = CLUSTER_STORE_FETCH_BYTES / geometry_block_bytes(&srv->geo);
+    if (cap > CLUSTER_STORE_MAX_FETCH)
+        cap = CLUSTER_STORE_MAX_FETCH;
+    if (cap > srv->num_blocks / 4)
+        cap = srv->num_blocks / 4;
+    if (*k > cap)
+        *k = cap;
+    return *k ? 0 : KVS_ENOTFOUND;
 }
 
-static void fetch_drop(cluster_fetch_t *f)
+static void fetch_drop(server_t *srv, cluster_fetch_t *f)
 {
+    for (size_t i = 0; i < f->n_pinned; i++)
+        store_unpin(srv, f->prefix[i]);
+    free(f->prefix);
     free(f->name);
     free(f->tokens);
     free(f->hashes);
@@ -597,27 +619,34 @@ static void fetch_drop(cluster_fetch_t *f)
     free(f);
 }
 
-/* A fetch of blocks m .. m + k of tokens, with free pool blocks taken for
- * them (k shrinks to what is free). NULL: out of memory, or no free block
- * (a fetch never evicts: nothing to fetch then). */
+/* A fetch of blocks m .. m + k of tokens after the cached blocks prefix
+ * (taken over; pinned here), with pool blocks taken for them (k shrinks to
+ * what could be taken). NULL: out of memory, or no block to take. */
 static cluster_fetch_t *fetch_new(session_t *s, uint32_t ns, const char *name,
-                                  const uint32_t *tokens, size_t m, size_t k)
+                                  const uint32_t *tokens, uint32_t *prefix, size_t m, size_t k)
 {
     server_t *srv = s->srv;
     cluster_fetch_t *f = calloc(1, sizeof *f);
-    if (!f)
+    if (!f) {
+        free(prefix);
         return NULL;
+    }
     f->srv = srv;
     f->ns = ns;
     f->m = m;
+    f->prefix = prefix;
+    /* Pinned first: the evictions that make room for the fetch must not
+     * take the prefix it extends. */
+    while (f->n_pinned < m && radix_pin(srv->index, prefix[f->n_pinned]) == 0)
+        f->n_pinned++;
     f->name = strdup(name);
     f->hashes = malloc((m + k) * sizeof(*f->hashes));
     f->ids = malloc(k * sizeof(*f->ids));
     f->written = calloc(k, 1);
-    if (!f->name || !f->hashes || !f->ids || !f->written ||
+    if (f->n_pinned < m || !f->name || !f->hashes || !f->ids || !f->written ||
         radix_chain_hashes(srv->index, ns, tokens, m + k, f->hashes) != 0 ||
-        store_install_take(srv, k, f->ids, &f->k) != 0) {
-        fetch_drop(f);
+        store_install_take(srv, ns, k, f->ids, &f->k) != 0) {
+        fetch_drop(srv, f);
         return NULL;
     }
     size_t n_tok = (m + f->k) * srv->geo.block_tokens;
@@ -626,7 +655,7 @@ static cluster_fetch_t *fetch_new(session_t *s, uint32_t ns, const char *name,
         uint32_t none = 0;
         size_t installed;
         store_install_done(srv, ns, tokens, &none, 0, f->ids, 0, f->k, &installed);
-        fetch_drop(f);
+        fetch_drop(srv, f);
         return NULL;
     }
     /* Only the hashes of the blocks to fetch are kept. */
@@ -648,13 +677,16 @@ int cluster_store_fetch(session_t *s, uint32_t ns, const uint32_t *tokens, size_
     cluster_link_t *l = srv->cluster;
     const char *name;
     size_t m = 0, k = 0;
+    uint32_t *prefix = NULL;
     if (!l || srv->stopping || s->cluster_fetch || !ns_shared(srv, ns, &name))
         return KVS_ENOTFOUND;
-    int rc = fetch_plan(srv, ns, tokens, n_tokens, &m, &k);
+    int rc = fetch_plan(srv, ns, tokens, n_tokens, &prefix, &m, &k);
     if (rc != 0)
         return rc;
     job_t *j = calloc(1, sizeof *j);
-    cluster_fetch_t *f = j ? fetch_new(s, ns, name, tokens, m, k) : NULL;
+    cluster_fetch_t *f = j ? fetch_new(s, ns, name, tokens, prefix, m, k) : NULL;
+    if (!j)
+        free(prefix);
     if (!f) {
         free(j);
         srv->metrics.cluster_fetch_misses += k;

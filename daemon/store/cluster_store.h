@@ -19,9 +19,9 @@
  * A Lookup that misses locally in a shared namespace asks the cluster for
  * the chain's next blocks (at most CLUSTER_STORE_MAX_FETCH), its session
  * held (SESSION_HOLD_CLUSTER) until they are in, or the client's timeout
- * ends them. The contiguous run that verified goes into the free pool
- * blocks taken for it (store_install_take: never evicting for them) and
- * the Lookup runs again,
+ * ends them. The contiguous run that verified goes into the pool blocks
+ * taken for it (store_install_take: evicting for them as an Alloc does,
+ * the prefix it extends pinned meanwhile) and the Lookup runs again,
  * answering as for any cached prefix. A session that ends meanwhile is
  * detached: the blocks still go into the pool.
  */
@@ -35,9 +35,12 @@
 #include "server.h"
 #include "session.h"
 
-/* Writes waiting for the cluster thread at most (and as many more in flight
- * there): one more is dropped and counted. */
-#define CLUSTER_STORE_MAX_PUTS 256
+/* Writes waiting for the cluster thread at most (their blocks pinned), and
+ * as many more in flight there: one more is dropped and counted. Fewer for
+ * large blocks: at most CLUSTER_STORE_PUT_BYTES of values each way, so that
+ * a fetch's GETs never queue behind more than that on a connection. */
+#define CLUSTER_STORE_MAX_PUTS  256
+#define CLUSTER_STORE_PUT_BYTES (64u << 20)
 /* Keys start with this unless cluster_key_prefix says otherwise: one
  * cluster may hold other data. */
 #define CLUSTER_STORE_KEY_PREFIX "kvs:"
@@ -59,8 +62,10 @@ void cluster_store_sync_counters(server_t *srv);
  * most max of them. Returns how many; 0 without a cluster tier. */
 size_t cluster_store_nodes(server_t *srv, cluster_node_stats_t *out, size_t max);
 
-/* Blocks of a chain one Lookup fetches at most. */
-#define CLUSTER_STORE_MAX_FETCH 64
+/* Blocks of a chain one Lookup fetches at most: this many, this many bytes
+ * of blocks, and a quarter of the pool. */
+#define CLUSTER_STORE_MAX_FETCH   1024
+#define CLUSTER_STORE_FETCH_BYTES (256u << 20)
 
 /* For a Lookup of s in ns that the pool does not fully hold: starts fetching
  * the next blocks from the cluster when ns is shared. Returns 0 when it

@@ -379,12 +379,21 @@ static int write_block(server_t *srv, uint32_t b, const unsigned char *payload)
     return 0;
 }
 
-int store_install_take(server_t *srv, size_t n, uint32_t *ids, size_t *n_taken)
+int store_install_take(server_t *srv, uint32_t ns, size_t n, uint32_t *ids, size_t *n_taken)
 {
     store_t *st = srv->store;
     pool_counts_t pc;
     *n_taken = 0;
     pool_counts(st->pool, &pc);
+    if (n > pc.free && !store_tiers_usable(srv)) {
+        /* Room as an Alloc makes it: the least worth keeping unpinned
+         * blocks go. (With a tier 2 that would be demotions the request
+         * waits for: only free blocks are taken then.) */
+        size_t evicted = 0;
+        hints_expire(srv);
+        store_evict(srv, ns, n - pc.free, &evicted, NULL);
+        pool_counts(st->pool, &pc);
+    }
     if (n > pc.free)
         n = pc.free;
     if (n == 0)
@@ -396,8 +405,8 @@ int store_install_take(server_t *srv, size_t n, uint32_t *ids, size_t *n_taken)
 }
 
 int store_install_done(server_t *srv, uint32_t ns, const uint32_t *tokens,
-                       const uint32_t *prefix_ids, size_t m, const uint32_t *taken,
-                       size_t written, size_t n_taken, size_t *n_installed)
+                       const uint32_t *prefix_ids, size_t m, const uint32_t *taken, size_t written,
+                       size_t n_taken, size_t *n_installed)
 {
     store_t *st = srv->store;
     *n_installed = 0;
@@ -448,7 +457,7 @@ int store_install(server_t *srv, uint32_t ns, const uint32_t *tokens, const uint
     size_t taken = 0, written = 0;
     if (!ids)
         return KVS_ENOMEM;
-    int rc = store_install_take(srv, n, ids, &taken);
+    int rc = store_install_take(srv, ns, n, ids, &taken);
     if (rc != 0) {
         free(ids);
         return rc;

@@ -50,6 +50,7 @@ typedef struct cl_cfg {
     unsigned prompts;  /* prompts written per fetching client */
     unsigned requests; /* redis-benchmark requests per test */
     unsigned samples;  /* Lookups timed per phase */
+    unsigned busy_ms;  /* pause between two busy prompts (writes, fetches) */
     uint64_t block_bytes;
 } cl_cfg_t;
 
@@ -68,28 +69,12 @@ static int start_daemon(cl_cfg_t *b, int i, unsigned pool_blocks)
 {
     char nb[16];
     snprintf(nb, sizeof nb, "%u", pool_blocks);
-    const char *argv[] = {b->kvshared,
-                          "--socket",
-                          b->sock[i],
-                          "--backend",
-                          "host",
-                          "--model",
-                          "llama-3.1-8b",
-                          "--block-tokens",
-                          "16",
-                          "--pool-blocks",
-                          nb,
-                          "--cluster-seeds",
-                          b->rc.seeds,
-                          /* Throughput, not faults: a deep pipeline of
-                           * 2 MiB values takes seconds on a small host. */
-                          "--cluster-timeout-ms",
-                          "20000",
-                          "--config",
-                          b->conf,
-                          "--log-level",
-                          "warn",
-                          NULL};
+    const char *argv[] = {
+        b->kvshared, "--socket", b->sock[i], "--backend", "host", "--model", "llama-3.1-8b",
+        "--block-tokens", "16", "--pool-blocks", nb, "--cluster-seeds", b->rc.seeds,
+        /* Throughput, not faults: a deep pipeline of
+         * 2 MiB values takes seconds on a small host. */
+        "--cluster-timeout-ms", "20000", "--config", b->conf, "--log-level", "warn", NULL};
     b->pid[i] = launch_daemon(argv, LAUNCH_READY_MS, NULL);
     return b->pid[i] > 0 ? 0 : -1;
 }
@@ -191,6 +176,7 @@ typedef struct fetcher {
     uint64_t rounds, blocks, short_rounds, errors;
     double busy_s;
     unsigned max_rounds;
+    unsigned pause_ms;
 } fetcher_t;
 
 /* Looks up its prompts one after the other (each fetched from the cluster
@@ -212,8 +198,8 @@ static void *fetch_loop(void *arg)
          k++) {
         size_t n = 0;
         prompt_tokens(tokens, BLOCKS_PER_PROMPT * BLOCK_TOKENS, 1000 * f->ns + k % f->b->prompts);
-        if (kvs_lookup(c, name, tokens, BLOCKS_PER_PROMPT * BLOCK_TOKENS, 0, ids,
-                       BLOCKS_PER_PROMPT, &n) != 0) {
+        if (kvs_lookup(c, name, tokens, BLOCKS_PER_PROMPT * BLOCK_TOKENS, 0, ids, BLOCKS_PER_PROMPT,
+                       &n) != 0) {
             f->errors++;
             break;
         }
@@ -225,6 +211,8 @@ static void *fetch_loop(void *arg)
             f->errors++;
             break;
         }
+        if (f->pause_ms)
+            usleep(f->pause_ms * 1000);
     }
     f->busy_s = (double)(now_ns() - t0) / 1e9;
     kvs_close(c);
@@ -299,7 +287,7 @@ static void *write_loop(void *arg)
         if (commit_prompt(c, "busy", 900000 + k) != 0)
             break;
         w->prompts++;
-        usleep(20000); /* about 3,000 blocks (6 GiB) a second at most: the tier saturates */
+        usleep(w->b->busy_ms * 1000);
     }
     kvs_close(c);
     return NULL;
@@ -353,7 +341,7 @@ static int run_lookups(cl_cfg_t *b)
     _Atomic int stop = 0;
     pthread_t wt, ft;
     writer_t w = {.b = b, .stop = &stop};
-    fetcher_t f = {.b = b, .ns = 0, .sock = 1, .stop = &stop};
+    fetcher_t f = {.b = b, .ns = 0, .sock = 1, .stop = &stop, .pause_ms = b->busy_ms};
     pthread_create(&wt, NULL, write_loop, &w);
     pthread_create(&ft, NULL, fetch_loop, &f);
     usleep(300000);
@@ -378,8 +366,8 @@ static int run_lookups(cl_cfg_t *b)
     printf("busy_cluster_replies %.0f per s\n", (double)(r1 - r0) / s);
     printf("busy_cluster_puts %.0f blocks per s (%llu dropped)\n", (double)(p1 - p0) / s,
            (unsigned long long)(d1 - d0));
-    printf("busy_fetched_blocks %llu (%llu rounds)\n", (unsigned long long)fetched0,
-           (unsigned long long)f.rounds);
+    printf("busy_fetched_blocks %llu (%llu rounds, %.0f MiB/s)\n", (unsigned long long)fetched0,
+           (unsigned long long)f.rounds, (double)fetched0 * 2.0 / s);
     return 0;
 }
 
@@ -387,11 +375,13 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: kvshare-bench cluster [--conc N] [--prompts N] [--requests N] [--samples N]\n"
-            "                             [--kvshared PATH]\n"
+            "                             [--busy-ms MS] [--kvshared PATH]\n"
             "  --conc N      fetch Lookups in flight (default 2; at most %d)\n"
             "  --prompts N   64-block prompts written per fetching namespace (default 2)\n"
             "  --requests N  redis-benchmark requests per test (default 400)\n"
             "  --samples N   tier-1 Lookups timed per phase (default 2000)\n"
+            "  --busy-ms MS  while timing them busy: a 64-block prompt written through, and\n"
+            "                one fetched, every MS ms (default 500)\n"
             "Starts its own Redis Cluster (redis-server, redis-cli, redis-benchmark).\n",
             MAX_CONC);
 }
@@ -410,7 +400,7 @@ static void stop_all(cl_cfg_t *b)
 
 int bench_cluster(int argc, char **argv)
 {
-    cl_cfg_t b = {.conc = 2, .prompts = 2, .requests = 400, .samples = 2000};
+    cl_cfg_t b = {.conc = 2, .prompts = 2, .requests = 400, .samples = 2000, .busy_ms = 500};
     char kvshared[512];
     b.kvshared = bench_default_kvshared(kvshared, sizeof kvshared);
     for (int i = 1; i < argc; i++) {
@@ -426,6 +416,9 @@ int bench_cluster(int argc, char **argv)
             i++;
         } else if (strcmp(argv[i], "--samples") == 0 && v) {
             b.samples = (unsigned)atoi(v);
+            i++;
+        } else if (strcmp(argv[i], "--busy-ms") == 0 && v) {
+            b.busy_ms = (unsigned)atoi(v);
             i++;
         } else if (strcmp(argv[i], "--kvshared") == 0 && v) {
             b.kvshared = v;
@@ -483,8 +476,9 @@ int bench_cluster(int argc, char **argv)
     double get = redis_bench(&b, "GET", depth, keys);
     int rc = 0;
     if (w < 0 || f < 0 || set < 0 || get < 0) {
-        fprintf(stderr, "bench cluster: a phase failed (writes %.0f, SET %.0f, fetches %.0f, "
-                        "GET %.0f)\n",
+        fprintf(stderr,
+                "bench cluster: a phase failed (writes %.0f, SET %.0f, fetches %.0f, "
+                "GET %.0f)\n",
                 w, set, f, get);
         rc = 1;
     } else {
@@ -493,8 +487,8 @@ int bench_cluster(int argc, char **argv)
                (unsigned long long)drops);
         printf("redis_benchmark_set %.0f per s (%.0f MiB/s)\n", set, set * mib);
         printf("writes_vs_set %.2f x\n", w / set);
-        printf("kvshared_fetches %.0f blocks per s (%.0f MiB/s, %llu short Lookups)\n", f,
-               f * mib, (unsigned long long)short_rounds);
+        printf("kvshared_fetches %.0f blocks per s (%.0f MiB/s, %llu short Lookups)\n", f, f * mib,
+               (unsigned long long)short_rounds);
         printf("redis_benchmark_get %.0f per s (%.0f MiB/s)\n", get, get * mib);
         printf("fetches_vs_get %.2f x\n", f / get);
         fflush(stdout);
