@@ -59,10 +59,12 @@ typedef struct cluster_link {
     cluster_tier_t *t;
     unsigned char *value; /* a value being built (the largest so far) */
     size_t value_cap;
+    job_t *pending, *pending_tail; /* writes waiting for room in the tier */
     /* The daemon's loop's. */
     uv_async_t back;
     uint32_t puts_queued; /* writes handed over whose blocks are still pinned */
-    uint32_t max_puts;    /* of them at most, and in flight at most */
+    uint32_t max_queued;  /* of them at most */
+    uint32_t max_puts;    /* writes in flight to the cluster at most */
     uint64_t put_drops;   /* writes dropped before the thread saw them */
 } cluster_link_t;
 
@@ -170,6 +172,25 @@ static void thread_put(cluster_link_t *l, job_t *j)
     /* The payload goes straight where the value wants it. */
     if (l->value && read_block(srv, j->id, l->value + (vlen - b.payload_len)) == 0)
         (void)cluster_tier_put_value(l->t, &b, l->value);
+}
+
+/* Sends the waiting writes the tier has room for; each one's block is
+ * copied out on the way, and its pin goes back to the loop (on the thread). */
+static void thread_put_more(cluster_link_t *l)
+{
+    while (l->pending && l->t && cluster_tier_put_room(l->t)) {
+        job_t *j = l->pending;
+        l->pending = j->next;
+        if (!l->pending)
+            l->pending_tail = NULL;
+        thread_put(l, j);
+        link_return(l, j);
+    }
+}
+
+static void on_put_done(void *arg)
+{
+    thread_put_more(arg);
 }
 
 /* ---- fetches on a Lookup miss ---- */
@@ -286,9 +307,10 @@ static void on_wake(uv_async_t *h)
         job_t *j = jobs;
         jobs = j->next;
         if (j->kind == JOB_PUT) {
-            if (!stop)
-                thread_put(l, j);
-            link_return(l, j); /* its block's pin goes */
+            if (stop)
+                link_return(l, j); /* its block's pin goes, unsent */
+            else
+                job_push(&l->pending, &l->pending_tail, j);
             continue;
         }
         if (!stop && thread_fetch_start(l, j->fetch) != 0) {
@@ -298,7 +320,15 @@ static void on_wake(uv_async_t *h)
          * which gives its blocks back once the thread is gone. */
         job_free(j);
     }
+    if (!stop)
+        thread_put_more(l);
     if (stop) {
+        while (l->pending) {
+            job_t *j = l->pending;
+            l->pending = j->next;
+            link_return(l, j);
+        }
+        l->pending_tail = NULL;
         link_snapshot(l);
         /* In-flight work ends into the void: the loop frees its side. */
         cluster_tier_free(l->t);
@@ -380,7 +410,15 @@ int cluster_store_open(server_t *srv, char *err, size_t errlen)
         l->max_puts = CLUSTER_STORE_MAX_PUTS;
     if (l->max_puts < 4)
         l->max_puts = 4;
+    /* Blocks waiting for their turn stay pinned in the pool (no copy):
+     * up to a quarter of the pool (64 at least: a burst of commits comes
+     * in before the thread's answers do). */
+    l->max_queued = srv->num_blocks / 4 > 64 ? srv->num_blocks / 4 : 64;
+    if (l->max_queued > CLUSTER_STORE_MAX_PUTS)
+        l->max_queued = CLUSTER_STORE_MAX_PUTS;
     rc = cluster_tier_new(l->c, prefix, l->max_puts, &l->t);
+    if (rc == 0)
+        cluster_tier_on_put_done(l->t, on_put_done, l);
     /* These cannot fail on Linux but for memory; the start fails then, and
      * the process exits. */
     if (rc == 0 && (uv_mutex_init(&l->mu) != 0 || uv_async_init(&l->loop, &l->wake, on_wake) != 0 ||
@@ -487,14 +525,14 @@ static bool ns_shared(const server_t *srv, uint32_t ns, const char **name)
 }
 
 /* Hands the write of cached block id to the thread, pinned until it is
- * copied out. Dropped (counted) when max_puts wait already:
- * a slow cluster then costs pinned blocks within that bound, and no more. */
+ * copied out. Dropped (counted) when max_queued wait already: a slow
+ * cluster then costs pinned blocks within that bound, and no more. */
 static bool put_handover(server_t *srv, cluster_link_t *l, const char *name, uint32_t id,
                          const uint32_t *tokens)
 {
     uint32_t bt = srv->geo.block_tokens;
     uint64_t hash;
-    if (l->puts_queued >= l->max_puts || radix_block_hash(srv->index, id, &hash) != 0) {
+    if (l->puts_queued >= l->max_queued || radix_block_hash(srv->index, id, &hash) != 0) {
         l->put_drops++;
         return false;
     }

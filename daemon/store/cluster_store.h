@@ -35,10 +35,11 @@
 #include "server.h"
 #include "session.h"
 
-/* Writes waiting for the cluster thread at most (their blocks pinned), and
- * as many more in flight there: one more is dropped and counted. Fewer for
- * large blocks: at most CLUSTER_STORE_PUT_BYTES of values each way, so that
- * a fetch's GETs never queue behind more than that on a connection. */
+/* Writes waiting for their turn at most (their blocks pinned, not copied:
+ * at most this many, and a quarter of the pool or 64); one more is dropped and
+ * counted. In flight to the cluster, at most CLUSTER_STORE_PUT_BYTES of
+ * values (and this many), so that a fetch's GETs never queue behind more
+ * than that on a connection. */
 #define CLUSTER_STORE_MAX_PUTS  256
 #define CLUSTER_STORE_PUT_BYTES (64u << 20)
 /* Keys start with this unless cluster_key_prefix says otherwise: one

@@ -17,6 +17,8 @@ struct cluster_tier {
     uint64_t live;
     int closed;
     cluster_tier_stats_t stats;
+    void (*on_put_done)(void *arg);
+    void *put_arg;
 };
 
 typedef struct fetch fetch_t;
@@ -91,6 +93,8 @@ static void put_done(void *arg, int status, const char *data, size_t len)
         t->stats.put_ok++;
     else
         t->stats.put_errors++;
+    if (t->on_put_done && !t->closed)
+        t->on_put_done(t->put_arg);
     tier_unref(t);
 }
 
@@ -286,6 +290,17 @@ int cluster_tier_fetch(cluster_tier_t *t, const cluster_block_t *blocks, size_t 
     }
     fetch_step(f);
     return 0;
+}
+
+void cluster_tier_on_put_done(cluster_tier_t *t, void (*cb)(void *arg), void *arg)
+{
+    t->on_put_done = cb;
+    t->put_arg = arg;
+}
+
+int cluster_tier_put_room(const cluster_tier_t *t)
+{
+    return t->puts_inflight < t->max_puts;
 }
 
 void cluster_tier_get_stats(const cluster_tier_t *t, cluster_tier_stats_t *out)

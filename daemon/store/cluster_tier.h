@@ -81,4 +81,11 @@ int cluster_tier_fetch(cluster_tier_t *t, const cluster_block_t *blocks, size_t 
 
 void cluster_tier_get_stats(const cluster_tier_t *t, cluster_tier_stats_t *out);
 
+/* cb(arg) runs after each write ended (acknowledged or failed), while the
+ * tier is open: room for one more (a caller that queues its own). */
+void cluster_tier_on_put_done(cluster_tier_t *t, void (*cb)(void *arg), void *arg);
+
+/* 1 when a write now would be sent rather than dropped for max_puts. */
+int cluster_tier_put_room(const cluster_tier_t *t);
+
 #endif /* KVS_DAEMON_CLUSTER_TIER_H */

@@ -179,9 +179,9 @@ START_TEST(no_wrong_byte_while_redis_evicts)
            "%llu writes (%llu acknowledged, %llu dropped, %llu refused: OOM), Redis evicted %lld "
            "keys; %llu values that did not verify\n",
            (unsigned long long)fetched, s.bytes, secs, (unsigned long long)s.hits,
-           (unsigned long long)s.misses, (unsigned long long)s.wrong,
-           (unsigned long long)st.puts, (unsigned long long)st.put_ok,
-           (unsigned long long)st.put_drops, (unsigned long long)st.put_errors, evicted,
+           (unsigned long long)s.misses, (unsigned long long)s.wrong, (unsigned long long)st.puts,
+           (unsigned long long)st.put_ok, (unsigned long long)st.put_drops,
+           (unsigned long long)st.put_errors, evicted,
            (unsigned long long)(st.corrupt + st.mismatched));
     ck_assert_uint_eq(s.wrong, 0);
     ck_assert_uint_eq(st.corrupt + st.mismatched, 0);
