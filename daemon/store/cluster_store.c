@@ -386,11 +386,11 @@ int cluster_store_open(server_t *srv, char *err, size_t errlen)
         return KVS_ENOMEM;
     }
     l->srv = srv;
-    /* Room for a few whole fetches in flight at once. */
+    /* Room for the writes in flight and a few whole fetches at once. */
     cluster_options_t opt = {.seeds = srv->cfg.cluster_seeds,
                              .auth_file = srv->cfg.cluster_auth_file,
                              .timeout_ms = srv->cfg.cluster_timeout_ms,
-                             .max_inflight = 8 * CLUSTER_STORE_MAX_FETCH};
+                             .max_inflight = CLUSTER_STORE_MAX_PUTS + 8 * CLUSTER_STORE_MAX_FETCH};
     /* Made here, before the thread runs its loop, so that a bad setting
      * fails the start with its message. */
     int rc = cluster_new(&l->loop, &opt, &l->c);
@@ -414,8 +414,8 @@ int cluster_store_open(server_t *srv, char *err, size_t errlen)
      * up to a quarter of the pool (64 at least: a burst of commits comes
      * in before the thread's answers do). */
     l->max_queued = srv->num_blocks / 4 > 64 ? srv->num_blocks / 4 : 64;
-    if (l->max_queued > CLUSTER_STORE_MAX_PUTS)
-        l->max_queued = CLUSTER_STORE_MAX_PUTS;
+    if (l->max_queued > CLUSTER_STORE_MAX_QUEUED)
+        l->max_queued = CLUSTER_STORE_MAX_QUEUED;
     rc = cluster_tier_new(l->c, prefix, l->max_puts, &l->t);
     if (rc == 0)
         cluster_tier_on_put_done(l->t, on_put_done, l);

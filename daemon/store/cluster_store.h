@@ -36,12 +36,13 @@
 #include "session.h"
 
 /* Writes waiting for their turn at most (their blocks pinned, not copied:
- * at most this many, and a quarter of the pool or 64); one more is dropped and
- * counted. In flight to the cluster, at most CLUSTER_STORE_PUT_BYTES of
- * values (and this many), so that a fetch's GETs never queue behind more
- * than that on a connection. */
-#define CLUSTER_STORE_MAX_PUTS  256
-#define CLUSTER_STORE_PUT_BYTES (64u << 20)
+ * at most this many, and a quarter of the pool or 64); one more is dropped
+ * and counted. In flight to the cluster at most CLUSTER_STORE_PUT_BYTES of
+ * values (and CLUSTER_STORE_MAX_PUTS), so that a fetch's GETs never queue
+ * behind more than that on a connection. */
+#define CLUSTER_STORE_MAX_QUEUED 65536
+#define CLUSTER_STORE_MAX_PUTS   4096
+#define CLUSTER_STORE_PUT_BYTES  (64u << 20)
 /* Keys start with this unless cluster_key_prefix says otherwise: one
  * cluster may hold other data. */
 #define CLUSTER_STORE_KEY_PREFIX "kvs:"
