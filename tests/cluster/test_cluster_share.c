@@ -14,7 +14,10 @@
 #include "test_tmp.h"
 
 #include <check.h>
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -215,6 +218,46 @@ static size_t lookup_check(kvs_client_t *c, const char *ns, uint32_t seed)
     return n;
 }
 
+/* A port free now on loopback (bound and closed: the daemon binds it next). */
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* GET path from 127.0.0.1:port: the whole answer (malloc'd), or NULL. */
+static char *http_get(int port, const char *path)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        return NULL;
+    }
+    char req[128];
+    int n = snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: x\r\n\r\n", path);
+    if (write(fd, req, (size_t)n) != n) {
+        close(fd);
+        return NULL;
+    }
+    size_t cap = 1 << 20, len = 0;
+    char *buf = malloc(cap + 1);
+    ssize_t r;
+    while (buf && (r = read(fd, buf + len, cap - len)) > 0)
+        len += (size_t)r;
+    close(fd);
+    if (buf)
+        buf[len] = '\0';
+    return buf;
+}
+
 START_TEST(shared_blocks_are_written_through)
 {
     rc_cluster_t rc;
@@ -243,7 +286,12 @@ START_TEST(shared_blocks_are_written_through)
     /* Another node, its pool empty: the shared prompt comes from the
      * cluster, bitwise equal; the private one does not. */
     harness_t h2;
-    ck_assert_int_eq(harness_start(&h2, 64, extra), 0);
+    char listen[32];
+    int port = free_port();
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
+    const char *extra2[] = {"--cluster-seeds",  rc.seeds, "--config", conf,
+                            "--metrics-listen", listen,   NULL};
+    ck_assert_int_eq(harness_start(&h2, 64, extra2), 0);
     kvs_client_t *c2 = client(&h2);
     ck_assert_uint_eq(lookup_check(c2, "private", 7), 0);
     ck_assert_uint_eq(lookup_check(c2, "shr", 3), NB);
@@ -272,6 +320,16 @@ START_TEST(shared_blocks_are_written_through)
     ck_assert_uint_ge(requests, NB + 1);
     ck_assert_uint_ge(replies, NB + 1);
     kvs_stats_free(&st);
+    /* /metrics: a series per node, and the fetch latency histogram. */
+    char *metrics = http_get(port, "/metrics");
+    ck_assert_ptr_nonnull(metrics);
+    char series[96];
+    snprintf(series, sizeof series, "kvshare_cluster_node_slots{node=\"127.0.0.1:%d\"}",
+             rc.port[0]);
+    ck_assert_msg(strstr(metrics, series) != NULL, "no %s in /metrics", series);
+    ck_assert_ptr_nonnull(strstr(metrics, "kvshare_cluster_node_up{node="));
+    ck_assert_ptr_nonnull(strstr(metrics, "kvshare_cluster_fetch_seconds_count 1"));
+    free(metrics);
 
     /* A value corrupted in Redis is a miss: the second node gets the blocks
      * before it, bitwise equal, and never the corrupt one. */
