@@ -30,14 +30,14 @@ static const struct {
 } rows[] = {KVS_COUNTERS(COUNTER_ROW)};
 #undef COUNTER_ROW
 
-/* StatsReply fields that are not counters (tier 2's three, then the copy
- * path). */
+/* StatsReply fields that are not counters (tier 2's three, the copy path,
+ * the cluster tier's nodes). */
 static const char *const gauges[] = {
     "total_blocks",   "free_blocks", "writing_blocks",     "cached_blocks",
     "pinned_blocks",  "sessions",    "block_bytes",        "pool_bytes",
     "backend",        "uptime_ms",   "index_bytes",        "block_tokens",
     "namespaces",     "counters",    "tier2_total_blocks", "tier2_cached_blocks",
-    "copying_blocks", "copy_path",
+    "copying_blocks", "copy_path",   "cluster_nodes",
 };
 
 static int is_gauge(const char *name)
