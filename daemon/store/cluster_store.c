@@ -390,7 +390,7 @@ int cluster_store_open(server_t *srv, char *err, size_t errlen)
     cluster_options_t opt = {.seeds = srv->cfg.cluster_seeds,
                              .auth_file = srv->cfg.cluster_auth_file,
                              .timeout_ms = srv->cfg.cluster_timeout_ms,
-                             .max_inflight = CLUSTER_STORE_MAX_PUTS + 8 * CLUSTER_STORE_MAX_FETCH};
+                             .max_inflight = CLUSTER_STORE_MAX_PUTS + 2 * CLUSTER_STORE_MAX_FETCH};
     /* Made here, before the thread runs its loop, so that a bad setting
      * fails the start with its message. */
     int rc = cluster_new(&l->loop, &opt, &l->c);

@@ -66,8 +66,8 @@ size_t cluster_store_nodes(server_t *srv, cluster_node_stats_t *out, size_t max)
 
 /* Blocks of a chain one Lookup fetches at most: this many, this many bytes
  * of blocks, and a quarter of the pool. */
-#define CLUSTER_STORE_MAX_FETCH   1024
-#define CLUSTER_STORE_FETCH_BYTES (256u << 20)
+#define CLUSTER_STORE_MAX_FETCH   8192
+#define CLUSTER_STORE_FETCH_BYTES (1024u << 20)
 
 /* For a Lookup of s in ns that the pool does not fully hold: starts fetching
  * the next blocks from the cluster when ns is shared. Returns 0 when it

@@ -107,6 +107,7 @@ typedef struct replay_opts {
     double cluster_units;
     const char *cluster_seeds; /* set once the cluster runs */
     const char *conf;          /* the daemons' config file (shared namespaces) */
+    uint32_t cluster_samples;  /* Redis's maxmemory-samples (0: its default, 5) */
     int restart_node;          /* >= 0: restarted empty at request restart_at */
     size_t restart_at;
     uint64_t route_seed;
@@ -239,6 +240,12 @@ static int start_cluster(const replay_opts_t *o, rc_cluster_t *rc, uint64_t bloc
         r = ctx ? redisCommand(ctx, "CONFIG SET maxmemory-policy allkeys-lru") : NULL;
         ok = ok && r && r->type == REDIS_REPLY_STATUS;
         freeReplyObject(r);
+        if (o->cluster_samples) {
+            r = ctx ? redisCommand(ctx, "CONFIG SET maxmemory-samples %u", o->cluster_samples)
+                    : NULL;
+            ok = ok && r && r->type == REDIS_REPLY_STATUS;
+            freeReplyObject(r);
+        }
         redisFree(ctx);
         if (!ok) {
             rc_stop(rc);
@@ -567,6 +574,8 @@ static void replay_usage(FILE *f)
                "  --cluster-units U   a cluster tier: the nodes share a Redis Cluster of 3\n"
                "                      masters started here, holding U units of 512-token\n"
                "                      blocks (maxmemory, allkeys-lru); every namespace shared\n"
+               "  --cluster-samples N Redis's maxmemory-samples: keys its LRU compares per\n"
+               "                      eviction (default: Redis's, 5)\n"
                "  --restart-node K --restart-at N  node K restarts empty once request N is\n"
                "                      dispatched: how soon it gets back to the others' hit rate\n"
                "  --route-seed N      seed of the random routing\n"
@@ -663,6 +672,9 @@ int bench_replay(int argc, char **argv)
         } else if (strcmp(a, "--cluster-units") == 0) {
             o.cluster_units = strtod(v, NULL);
             ok = o.cluster_units >= 0;
+        } else if (strcmp(a, "--cluster-samples") == 0) {
+            o.cluster_samples = (uint32_t)strtoul(v, NULL, 0);
+            ok = o.cluster_samples >= 1 && o.cluster_samples <= 64;
         } else if (strcmp(a, "--restart-node") == 0) {
             o.restart_node = atoi(v);
         } else if (strcmp(a, "--restart-at") == 0) {
@@ -936,7 +948,7 @@ int bench_replay(int argc, char **argv)
     }
     long recovered = -1;
     double rec_node_hr = 0, rec_others_hr = 0;
-    const size_t rec_win = 50;
+    const size_t rec_win = 30;
     if (o.restart_node >= 0)
         recovered = recovery(&tr, recs, g.block_tokens, (uint32_t)o.restart_node, restarted_at,
                              rec_win, &rec_node_hr, &rec_others_hr);
