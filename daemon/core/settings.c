@@ -250,8 +250,9 @@ const setting_t settings_table[] = {
      AT(server.disk_tier_io), .help = "auto (io_uring, else a thread pool), io_uring, or threads"},
     {"tier_copy_nice", "tier-copy-nice", SETTING_GLOBAL, SETTING_U32, "N", 0, 19,
      AT(server.tier_copy_nice), .zero = "0: as the loop thread",
-     .help = "threads copying between the pool and tier 2 run this much nicer than the thread "
-             "that serves the sessions, so that with few CPUs copies do not keep it waiting"},
+     .help = "threads copying between the pool and tier 2, and the cluster tier's thread, run "
+             "this much nicer than the thread that serves the sessions, so that with few CPUs "
+             "copies do not keep it waiting"},
     {"gpu_memory_utilization", "gpu-memory-utilization", SETTING_GLOBAL, SETTING_FRACTION, "F", 0,
      0, AT(gpu_memory_utilization), .zero = "none",
      .help = "pool = this fraction of free device memory (cuda)"},

@@ -8,9 +8,12 @@
 #include "log.h"
 #include "store.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 /* ---- the cluster thread ----
  *
@@ -344,9 +347,24 @@ static void on_wake(uv_async_t *h)
     }
 }
 
+/* The cluster thread copies and checksums blocks as long as it is given a
+ * CPU; the daemon's loop answers each session in microseconds. With few
+ * CPUs, at equal nice the loop waits on the run queue behind it: it runs
+ * tier_copy_nice nicer, as the tier copy threads do (Linux: nice is per
+ * thread). */
 static void thread_main(void *arg)
 {
     cluster_link_t *l = arg;
+    uint32_t by = l->srv->cfg.tier_copy_nice;
+    errno = 0;
+    int now = getpriority(PRIO_PROCESS, (id_t)gettid());
+    if (by > 0 && !(now == -1 && errno != 0)) {
+        int want = now + (int)by > 19 ? 19 : now + (int)by;
+        if (setpriority(PRIO_PROCESS, (id_t)gettid(), want) != 0)
+            LOG_WARN("the cluster tier's thread keeps the loop thread's priority: "
+                     "tier_copy_nice %u: %s",
+                     by, strerror(errno));
+    }
     uv_run(&l->loop, UV_RUN_DEFAULT);
 }
 
