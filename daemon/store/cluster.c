@@ -14,6 +14,7 @@
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 #include <hiredis/adapters/libuv.h>
+#include <hiredis/sds.h>
 
 #define CLUSTER_HOST_MAX 64
 /* How long a node that failed is counted down (at most; the timeout if
@@ -832,6 +833,17 @@ size_t cluster_get_nodes(const cluster_t *c, cluster_node_stats_t *out, size_t m
     for (int s = 0; s < CLUSTER_SLOTS; s++)
         if (c->slots[s] >= 0 && (size_t)c->slots[s] < n)
             out[c->slots[s]].slots++;
+    return n;
+}
+
+size_t cluster_unsent_bytes(const cluster_t *c)
+{
+    size_t n = 0;
+    for (int i = 0; i < c->n_nodes; i++) {
+        const redisAsyncContext *ac = c->nodes[i]->ac;
+        if (ac && ac->c.obuf)
+            n += sdslen(ac->c.obuf);
+    }
     return n;
 }
 

@@ -152,6 +152,12 @@ void cluster_get_stats(const cluster_t *c, cluster_stats_t *out);
  * met them. Returns how many. */
 size_t cluster_get_nodes(const cluster_t *c, cluster_node_stats_t *out, size_t max);
 
+/* Bytes of commands formatted and not yet written to their sockets, over
+ * every node. hiredis keeps them in one buffer per connection and moves
+ * what is left to its front after each partial write: a caller that sends
+ * large values keeps this small, so that the moves stay small too. */
+size_t cluster_unsent_bytes(const cluster_t *c);
+
 /* "idle", "connected", "down", "auth-refused". */
 const char *cluster_node_state_name(uint32_t state);
 

@@ -27,6 +27,9 @@
  * Jobs go to the thread, and results come back, through a queue each under
  * one mutex, with a uv_async_t to wake the other side. */
 
+/* Bytes not yet written to the sockets before a write waits. */
+#define CLUSTER_STORE_UNSENT_BYTES (4u << 20)
+
 typedef enum job_kind { JOB_PUT, JOB_FETCH } job_kind_t;
 
 typedef struct job {
@@ -103,8 +106,11 @@ static void link_snapshot(cluster_link_t *l)
     uv_mutex_unlock(&l->mu);
 }
 
+static void thread_put_more(cluster_link_t *l);
+
 static void on_snap(uv_timer_t *h)
 {
+    thread_put_more(h->data);
     link_snapshot(h->data);
 }
 
@@ -181,7 +187,11 @@ static void thread_put(cluster_link_t *l, job_t *j)
  * copied out on the way, and its pin goes back to the loop (on the thread). */
 static void thread_put_more(cluster_link_t *l)
 {
-    while (l->pending && l->t && cluster_tier_put_room(l->t)) {
+    /* A write waits while CLUSTER_STORE_UNSENT_BYTES are not on the wire
+     * yet (cluster_unsent_bytes): the next reply, or the snapshot timer,
+     * sends it. */
+    while (l->pending && l->t && cluster_tier_put_room(l->t) &&
+           cluster_unsent_bytes(l->c) < CLUSTER_STORE_UNSENT_BYTES) {
         job_t *j = l->pending;
         l->pending = j->next;
         if (!l->pending)
