@@ -30,7 +30,7 @@
 /* Bytes not yet written to the sockets before a write waits. */
 #define CLUSTER_STORE_UNSENT_BYTES (4u << 20)
 
-typedef enum job_kind { JOB_PUT, JOB_FETCH } job_kind_t;
+typedef enum job_kind { JOB_PUT, JOB_FETCH, JOB_TOUCH } job_kind_t;
 
 typedef struct job {
     struct job *next;
@@ -41,6 +41,9 @@ typedef struct job {
     char *ns;
     uint64_t hash;
     uint32_t *tokens;
+    /* JOB_TOUCH: n_hashes blocks of ns (hashes owned) to mark used. */
+    uint64_t *hashes;
+    size_t n_hashes;
     /* JOB_FETCH, and its result: the fetch (below). */
     struct cluster_fetch *fetch;
 } job_t;
@@ -76,6 +79,7 @@ typedef struct cluster_link {
 
 static void job_free(job_t *j)
 {
+    free(j->hashes);
     free(j->ns);
     free(j->tokens);
     free(j);
@@ -206,6 +210,39 @@ static void on_put_done(void *arg)
     thread_put_more(arg);
 }
 
+static void touch_done(void *arg, int status, const char *data, size_t len)
+{
+    (void)arg;
+    (void)status;
+    (void)data;
+    (void)len;
+}
+
+/* Marks the blocks of j used in the cluster (TOUCH): blocks a node hits in
+ * its own pool are read from nowhere else, and Redis's LRU would otherwise
+ * see the head of a chain as older than its tail and drop it first, which
+ * loses the whole chain for every other node. Best effort: a TOUCH the
+ * client refuses (too many in flight, node down) is skipped. */
+static void thread_touch(cluster_link_t *l, const job_t *j)
+{
+    server_t *srv = l->srv;
+    for (size_t i = 0; i < j->n_hashes; i++) {
+        cluster_block_t b = {.ns = j->ns,
+                             .ns_len = strlen(j->ns),
+                             .hash = j->hashes[i],
+                             .n_tokens = srv->geo.block_tokens,
+                             .payload_len = geometry_block_bytes(&srv->geo)};
+        char key[512];
+        int klen = cluster_tier_key(l->t, &b, key, sizeof key);
+        if (klen < 0)
+            continue;
+        const char *argv[2] = {"TOUCH", key};
+        size_t lens[2] = {5, (size_t)klen};
+        if (cluster_command(l->c, key, (size_t)klen, 2, argv, lens, touch_done, NULL) != 0)
+            break;
+    }
+}
+
 /* ---- fetches on a Lookup miss ---- */
 
 /* One Lookup's fetch. The loop makes it, takes free pool blocks for it,
@@ -319,6 +356,12 @@ static void on_wake(uv_async_t *h)
     while (jobs) {
         job_t *j = jobs;
         jobs = j->next;
+        if (j->kind == JOB_TOUCH) {
+            if (!stop)
+                thread_touch(l, j);
+            job_free(j);
+            continue;
+        }
         if (j->kind == JOB_PUT) {
             if (stop)
                 link_return(l, j); /* its block's pin goes, unsent */
@@ -586,6 +629,31 @@ static bool put_handover(server_t *srv, cluster_link_t *l, const char *name, uin
     return true;
 }
 
+/* The committed blocks that were cached already (the prefix the writer hit):
+ * one TOUCH job for them. */
+static bool touch_handover(server_t *srv, cluster_link_t *l, const char *name, const uint32_t *ids,
+                           const uint32_t *fresh, size_t n)
+{
+    job_t *j = calloc(1, sizeof *j);
+    if (!j || !(j->hashes = malloc(n * sizeof(*j->hashes))) || !(j->ns = strdup(name))) {
+        if (j)
+            job_free(j);
+        return false;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (!fresh[i] && radix_block_hash(srv->index, ids[i], &j->hashes[j->n_hashes]) == 0)
+            j->n_hashes++;
+    if (j->n_hashes == 0) {
+        job_free(j);
+        return false;
+    }
+    j->kind = JOB_TOUCH;
+    uv_mutex_lock(&l->mu);
+    job_push(&l->jobs, &l->jobs_tail, j);
+    uv_mutex_unlock(&l->mu);
+    return true;
+}
+
 void cluster_store_committed(server_t *srv, uint32_t ns, const uint32_t *ids, const uint32_t *fresh,
                              size_t n, const uint32_t *tokens)
 {
@@ -598,6 +666,7 @@ void cluster_store_committed(server_t *srv, uint32_t ns, const uint32_t *ids, co
     for (size_t i = 0; i < n; i++)
         if (fresh[i])
             sent |= put_handover(srv, l, name, ids[i], tokens + i * bt);
+    sent |= touch_handover(srv, l, name, ids, fresh, n);
     if (sent)
         uv_async_send(&l->wake);
 }

@@ -292,6 +292,11 @@ int cluster_tier_fetch(cluster_tier_t *t, const cluster_block_t *blocks, size_t 
     return 0;
 }
 
+int cluster_tier_key(const cluster_tier_t *t, const cluster_block_t *b, char *buf, size_t len)
+{
+    return cluster_value_key(t->prefix, b, buf, len);
+}
+
 void cluster_tier_on_put_done(cluster_tier_t *t, void (*cb)(void *arg), void *arg)
 {
     t->on_put_done = cb;

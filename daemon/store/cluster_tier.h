@@ -85,6 +85,9 @@ void cluster_tier_get_stats(const cluster_tier_t *t, cluster_tier_stats_t *out);
  * tier is open: room for one more (a caller that queues its own). */
 void cluster_tier_on_put_done(cluster_tier_t *t, void (*cb)(void *arg), void *arg);
 
+/* The key of block b under this tier's prefix (cluster_value_key). */
+int cluster_tier_key(const cluster_tier_t *t, const cluster_block_t *b, char *buf, size_t len);
+
 /* 1 when a write now would be sent rather than dropped for max_puts. */
 int cluster_tier_put_room(const cluster_tier_t *t);
 
