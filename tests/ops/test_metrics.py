@@ -176,7 +176,8 @@ class MetricsTest(unittest.TestCase):
         gauges = {"total_blocks", "free_blocks", "writing_blocks", "cached_blocks",
                   "pinned_blocks", "sessions", "block_tokens", "backend", "block_bytes",
                   "pool_bytes", "index_bytes", "uptime_ms", "namespaces",
-                  "tier2_total_blocks", "tier2_cached_blocks", "copying_blocks", "copy_path"}
+                  "tier2_total_blocks", "tier2_cached_blocks", "copying_blocks", "copy_path",
+                  "cluster_nodes"}
         self.assertEqual(set(py), gauges | set(names))
         # Each query is a session and a request of its own: those move.
         moving = {"requests", "bytes_in", "bytes_out", "sessions_total"}
