@@ -269,7 +269,10 @@ START_TEST(shared_blocks_are_written_through)
     ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
     close(fd);
     harness_t h;
-    const char *extra[] = {"--cluster-seeds", rc.seeds, "--config", conf, NULL};
+    /* A generous deadline: the daemons may run under valgrind on a busy
+     * machine, and a fetch past it is a miss. */
+    const char *extra[] = {"--cluster-seeds",      rc.seeds, "--config", conf,
+                           "--cluster-timeout-ms", "10000",  NULL};
     ck_assert_int_eq(harness_start(&h, 64, extra), 0);
     kvs_client_t *c = client(&h);
     kvs_geometry_t g;
@@ -289,8 +292,9 @@ START_TEST(shared_blocks_are_written_through)
     char listen[32];
     int port = free_port();
     snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
-    const char *extra2[] = {"--cluster-seeds",  rc.seeds, "--config", conf,
-                            "--metrics-listen", listen,   NULL};
+    const char *extra2[] = {
+        "--cluster-seeds",      rc.seeds, "--config", conf, "--metrics-listen", listen,
+        "--cluster-timeout-ms", "10000",  NULL};
     ck_assert_int_eq(harness_start(&h2, 64, extra2), 0);
     kvs_client_t *c2 = client(&h2);
     ck_assert_uint_eq(lookup_check(c2, "private", 7), 0);
@@ -520,8 +524,15 @@ START_TEST(password_never_logged)
 
     int saved = log_to(log);
     harness_t h, h2;
-    const char *extra[] = {
-        "--cluster-seeds", rc.seeds, "--cluster-auth-file", auth, "--config", conf, NULL};
+    const char *extra[] = {"--cluster-seeds",
+                           rc.seeds,
+                           "--cluster-auth-file",
+                           auth,
+                           "--config",
+                           conf,
+                           "--cluster-timeout-ms",
+                           "10000",
+                           NULL};
     const char *extra_bad[] = {"--cluster-seeds",
                                rc.seeds,
                                "--cluster-auth-file",
