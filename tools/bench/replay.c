@@ -704,6 +704,12 @@ int bench_replay(int argc, char **argv)
         fprintf(stderr, "replay: --restart-node K needs K < --nodes and --restart-at N > 0\n");
         return 2;
     }
+    if (o.cluster_units > 0 && (system("redis-server --version >/dev/null 2>&1") != 0 ||
+                                system("redis-cli --version >/dev/null 2>&1") != 0)) {
+        printf("skipped: --cluster-units needs redis-server and redis-cli "
+               "(tools/install-deps.sh)\n");
+        return 77;
+    }
     if (!o.trace) {
         fprintf(stderr, "replay: --trace FILE is required\n");
         replay_usage(stderr);
@@ -876,7 +882,8 @@ int bench_replay(int argc, char **argv)
              t1_drops = after.tier_drops_t1, evictions = after.evictions;
     uint64_t t2_hit_tokens = promoted * g.block_tokens;
     /* Tally. */
-    uint64_t prompt_tokens = 0, hit_tokens = 0, dups = 0, errors = 0, done_reqs = 0, waits = 0;
+    uint64_t prompt_tokens = 0, hit_tokens = 0, dups = 0, errors = 0, done_reqs = 0, waits = 0,
+             unavailable = 0;
     double wait_us = 0;
     for (size_t i = 0; i < tr.n_reqs; i++) {
         if (!recs[i].done)
@@ -885,7 +892,12 @@ int bench_replay(int argc, char **argv)
         prompt_tokens += trace_prompt_tokens(&tr, &tr.reqs[i]);
         hit_tokens += (uint64_t)recs[i].hit_blocks * g.block_tokens;
         dups += recs[i].dup_blocks;
-        errors += recs[i].status != 0;
+        /* A node restarting (--restart-node) answers nothing for a while:
+         * its requests then are misses, counted apart, not failures. */
+        bool away = o.restart_node >= 0 &&
+                    (recs[i].status == KVS_ENOTCONN || recs[i].status == KVS_ETIMEDOUT);
+        unavailable += away;
+        errors += recs[i].status != 0 && !away;
         if (recs[i].waited) {
             waits++;
             wait_us += recs[i].us[RPC_LOOKUP];
@@ -1018,6 +1030,8 @@ int bench_replay(int argc, char **argv)
             printf("pooled_sim_hit_rate %.2f %% (offline simulator: one node with the %u pools)\n",
                    100 * pooled_hr, n_nodes);
         if (o.restart_node >= 0) {
+            printf("restart: %llu requests found node %d away (misses)\n",
+                   (unsigned long long)unavailable, o.restart_node);
             if (recovered >= 0)
                 printf("restart: node %d restarted empty at request %zu (%.0f ms); its hit rate "
                        "over %zu of its requests was back within 0.95x of the others' "
