@@ -1549,6 +1549,26 @@ int kvs_stats(kvs_client_t *c, kvs_stats_t *out)
                 goto done;
             }
         }
+        if (s->n_cluster_nodes > 0) {
+            out->cluster_nodes = calloc(s->n_cluster_nodes, sizeof(*out->cluster_nodes));
+            if (!out->cluster_nodes) {
+                rc = KVS_ENOMEM;
+                goto done;
+            }
+            out->n_cluster_nodes = s->n_cluster_nodes;
+            for (size_t i = 0; i < s->n_cluster_nodes; i++) {
+                const Kvshare__ClusterNode *src = s->cluster_nodes[i];
+                kvs_cluster_node_t *d = &out->cluster_nodes[i];
+                snprintf(d->address, sizeof(d->address), "%s", src->address ? src->address : "");
+                snprintf(d->state, sizeof(d->state), "%s", src->state ? src->state : "");
+                d->slots = src->slots;
+                d->requests = src->requests;
+                d->errors = src->errors;
+                d->replies = src->replies;
+                d->latency_us_sum = src->latency_us_sum;
+                d->latency_us_max = src->latency_us_max;
+            }
+        }
         if (s->n_namespaces > 0) {
             /* One allocation: the rows, then their bands. */
             out->namespaces =
@@ -1609,6 +1629,9 @@ void kvs_stats_free(kvs_stats_t *s)
     s->n_devices = 0;
     free(s->disk_io);
     s->disk_io = NULL;
+    free(s->cluster_nodes);
+    s->cluster_nodes = NULL;
+    s->n_cluster_nodes = 0;
 }
 
 int kvs_tree(kvs_client_t *c, const char *ns, int by_size, kvs_prefix_t *out, size_t max,

@@ -628,6 +628,19 @@ typedef struct kvs_device_stats {
     uint32_t reserved32;
     uint64_t reserved[4]; /* room for fields added later (0 until then) */
 } kvs_device_stats_t;
+/* One node of the cluster tier (docs/CLUSTER.md), in kvs_stats_t. */
+typedef struct kvs_cluster_node {
+    char address[80]; /* "host:port" */
+    char state[16];   /* "idle", "connected", "down" (after a fault), "auth-refused" */
+    uint32_t slots;   /* slots the daemon's map gives it (0: not a master of the map) */
+    uint32_t reserved32;
+    uint64_t requests;       /* commands sent to it, redirected ones included */
+    uint64_t errors;         /* commands that ended badly on it */
+    uint64_t replies;        /* replies it gave */
+    uint64_t latency_us_sum; /* microseconds from send to reply, summed over replies */
+    uint64_t latency_us_max; /* the longest */
+    uint64_t reserved[2];    /* room for fields added later (0 until then) */
+} kvs_cluster_node_t;
 
 typedef struct kvs_stats {
     /* Gauges: the state now. */
@@ -651,18 +664,22 @@ typedef struct kvs_stats {
      * freed by kvs_stats_free. */
     char *copy_path;
     /* One row per device, in rank order (one for a daemon of one device;
-     * none from a daemon that predates it). Owned by out: freed by
-     * kvs_stats_free. */
-    size_t n_devices;
+     * none from a daemon that predates it), and the cluster tier's nodes
+     * (kvshared cluster_seeds) as the daemon's client knows them (none
+     * without a cluster tier or from a daemon that predates it). Both owned
+     * by out: freed by kvs_stats_free. */
+    uint32_t n_devices, n_cluster_nodes;
     kvs_device_stats_t *devices;
+    struct kvs_cluster_node *cluster_nodes;
     /* Tier 3 (a local disk, kvshared --disk-tier-path; 0 and NULL without
      * one or from a daemon that predates it): its size and cached blocks,
      * and its I/O engine ("io_uring", "io_uring (unregistered buffers)" or
-     * "threads"; owned by out: freed by kvs_stats_free). Its reads, CRC
-     * failures and blocks restored at start are counters below (disk_*). */
+     * "threads"; owned by out: freed by kvs_stats_free). Its reads and CRC
+     * failures are counters below (disk_*). */
     uint32_t tier3_total_blocks, tier3_cached_blocks;
     char *disk_io;
-    uint64_t reserved[1]; /* room for gauges added later (0 until then) */
+    /* The room kept for gauges is used up: a gauge added later needs the
+     * next SOVERSION (common/kvshare_version.h). */
     /* Counters since the daemon started: one uint64_t field per entry of
      * KVS_COUNTERS (kvshare_counters.h: s.evictions, s.alloc_failures, ...),
      * also readable by position as counters[KVS_COUNTER_<name>]. A counter

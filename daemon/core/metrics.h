@@ -57,8 +57,9 @@ typedef struct metrics {
     metrics_hist_t rpc_latency[METRICS_MAX_RPC]; /* ns, by dispatch table position */
     metrics_hist_t block_lifetime;               /* ms from commit to eviction */
     metrics_hist_t block_reuse_gap;              /* ms since a matched prefix's end was last used */
-    metrics_hist_t tier_copy_time[2]; /* ns per batch of tier copies, by backend_tier_dir_t */
-    metrics_hist_t disk_read_time;    /* ns per batch of tier-3 reads (disk -> pool) */
+    metrics_hist_t tier_copy_time[2];  /* ns per batch of tier copies, by backend_tier_dir_t */
+    metrics_hist_t disk_read_time;     /* ns per batch of tier-3 reads (disk -> pool) */
+    metrics_hist_t cluster_fetch_time; /* ns from a Lookup's cluster fetch to its blocks placed */
 } metrics_t;
 
 #undef METRICS_COUNTER

@@ -113,9 +113,10 @@ typedef struct server_config {
     uint32_t claim_lease_ms;  /* claims end this long after their Lookup (inflight.h) */
 
     /* The cluster tier (cluster_store.h). */
-    const char *cluster_seeds;     /* "HOST:PORT,..."; NULL: off */
-    const char *cluster_auth_file; /* NULL: no AUTH */
-    uint32_t cluster_timeout_ms;   /* a command's deadline */
+    const char *cluster_seeds;      /* "HOST:PORT,..."; NULL: off */
+    const char *cluster_auth_file;  /* NULL: no AUTH */
+    uint32_t cluster_timeout_ms;    /* a command's deadline */
+    const char *cluster_key_prefix; /* NULL: CLUSTER_STORE_KEY_PREFIX */
 
     /* Tier 3 on a local disk (tier_disk.h): opened and scanned at start. */
     const char *disk_tier_path; /* NULL: none */
@@ -234,8 +235,7 @@ typedef struct server {
     struct tier_disk *disk_tier; /* tier 3 (--disk-tier-path); NULL: none */
     uint32_t tier_jobs;          /* tier copies in flight (tier.c) */
 
-    struct cluster *cluster;               /* the cluster tier's client; NULL: off */
-    struct cluster_tier *cluster_tier;     /* its blocks up and down */
+    struct cluster_link *cluster;          /* the cluster tier (its thread); NULL: off */
     struct cluster_fetch *cluster_fetches; /* fetches in flight (cluster_store.c) */
 } server_t;
 

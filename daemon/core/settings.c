@@ -251,8 +251,9 @@ const setting_t settings_table[] = {
      AT(server.disk_tier_io), .help = "auto (io_uring, else a thread pool), io_uring, or threads"},
     {"tier_copy_nice", "tier-copy-nice", SETTING_GLOBAL, SETTING_U32, "N", 0, 19,
      AT(server.tier_copy_nice), .zero = "0: as the loop thread",
-     .help = "threads copying between the pool and tier 2 run this much nicer than the thread "
-             "that serves the sessions, so that with few CPUs copies do not keep it waiting"},
+     .help = "threads copying between the pool and tier 2, and the cluster tier's thread, run "
+             "this much nicer than the thread that serves the sessions, so that with few CPUs "
+             "copies do not keep it waiting"},
     {"gpu_memory_utilization", "gpu-memory-utilization", SETTING_GLOBAL, SETTING_FRACTION, "F", 0,
      0, AT(gpu_memory_utilization), .zero = "none",
      .help = "pool = this fraction of free device memory (cuda)"},
@@ -323,6 +324,11 @@ const setting_t settings_table[] = {
     {"cluster_timeout_ms", "cluster-timeout-ms", SETTING_GLOBAL, SETTING_U32, "N", 1, 60000,
      AT(server.cluster_timeout_ms), .deflt = "1000",
      .help = "a cluster command not answered within this many milliseconds is a miss"},
+    {"cluster_key_prefix", "cluster-key-prefix", SETTING_GLOBAL, SETTING_TEXT, "TEXT", 1, 64,
+     AT(server.cluster_key_prefix), .deflt = "kvs:", .expect = "a key prefix",
+     .example = "team-a:kvs:",
+     .help = "every key of the cluster tier starts with this (one cluster may hold other data; "
+             "bytes other than letters, digits and ._/-: are written %XX)"},
     {"log_level", "log-level", SETTING_GLOBAL, SETTING_CHOICE, "LEVEL", 0, 0, CHOICE(log_level),
      AT(log_level), .help = "error, warn, info or debug"},
 

@@ -361,7 +361,7 @@ int handler_lookup(session_t *s, const Kvshare__Request *req, Kvshare__Response 
     session_hold_reason_t rerun = session_rerun(s);
     bool waited = rerun == SESSION_HOLD_INFLIGHT;
     /* A miss in a shared namespace asks the cluster tier first, once. */
-    if (rerun == SESSION_HOLD_NONE && srv->cluster_tier &&
+    if (rerun == SESSION_HOLD_NONE && srv->cluster &&
         cluster_store_fetch(s, ns, tokens, n_tokens, &ctx->hold_until_ms) == 0) {
         ctx->hold = SESSION_HOLD_CLUSTER;
         return 0;
@@ -860,6 +860,42 @@ static void stats_devices(const server_t *srv, void *mem, uint32_t used_blocks,
     r->devices = ptrs;
 }
 
+/* The cluster tier's nodes into r (one allocation, freed with the reply
+ * through ctx->heap[3]). */
+static int stats_cluster_nodes(server_t *srv, Kvshare__StatsReply *r, handler_ctx_t *ctx)
+{
+    if (!srv->cluster)
+        return 0;
+    cluster_node_stats_t nodes[CLUSTER_MAX_NODES];
+    size_t n = cluster_store_nodes(srv, nodes, CLUSTER_MAX_NODES);
+    if (n == 0)
+        return 0;
+    size_t bytes = n * (sizeof(void *) + sizeof(Kvshare__ClusterNode) + CLUSTER_ADDR_MAX);
+    void *mem = malloc(bytes);
+    if (!mem)
+        return fail(ctx, KVS_ENOMEM, "out of memory for the stats of %zu cluster nodes", n);
+    ctx->heap[3] = mem;
+    Kvshare__ClusterNode **ptrs = mem;
+    Kvshare__ClusterNode *rows = (void *)(ptrs + n);
+    char *addrs = (void *)(rows + n);
+    for (size_t i = 0; i < n; i++) {
+        kvshare__cluster_node__init(&rows[i]);
+        memcpy(addrs + i * CLUSTER_ADDR_MAX, nodes[i].addr, CLUSTER_ADDR_MAX);
+        rows[i].address = addrs + i * CLUSTER_ADDR_MAX;
+        rows[i].slots = nodes[i].slots;
+        rows[i].state = (char *)cluster_node_state_name(nodes[i].state);
+        rows[i].requests = nodes[i].requests;
+        rows[i].errors = nodes[i].errors;
+        rows[i].replies = nodes[i].replies;
+        rows[i].latency_us_sum = nodes[i].latency_us_sum;
+        rows[i].latency_us_max = nodes[i].latency_us_max;
+        ptrs[i] = &rows[i];
+    }
+    r->n_cluster_nodes = n;
+    r->cluster_nodes = ptrs;
+    return 0;
+}
+
 int handler_stats(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
                   handler_ctx_t *ctx)
 {
@@ -915,6 +951,9 @@ int handler_stats(session_t *s, const Kvshare__Request *req, Kvshare__Response *
     char *copy_path = mem + dev_bytes;
     backend_copy_describe(srv->backend, copy_path, 512);
     r->copy_path = copy_path;
+    int rc_nodes = stats_cluster_nodes(srv, r, ctx);
+    if (rc_nodes != 0)
+        return rc_nodes;
 
     uint32_t n_ns = radix_ns_count(srv->index), id_end = radix_ns_id_end(srv->index);
     if (n_ns > 0) {

@@ -31,7 +31,7 @@ struct handler_ctx {
     } reply;
     Kvshare__Geometry geometry;
     /* Stats and Tree rows: freed by dispatch after packing. */
-    void *heap[3];
+    void *heap[4];
     /* Set by a handler that cannot answer now: dispatch holds the session
      * for this reason until loop time hold_until_ms (0: until released),
      * replies nothing, and the request runs again (session.h). */

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cluster_store.h"
 #include "dispatch.h"
 #include "kvshare_status.h"
 #include "kvshare_version.h"
@@ -326,6 +327,62 @@ static void devices(text_t *t, const server_t *srv, uint32_t used_blocks)
     }
 }
 
+/* The cluster tier's nodes (cluster_seeds), one series per node and figure. */
+static void cluster_nodes(text_t *t, server_t *srv)
+{
+    cluster_node_stats_t nodes[CLUSTER_MAX_NODES];
+    size_t n = cluster_store_nodes(srv, nodes, CLUSTER_MAX_NODES);
+    static const struct {
+        const char *name, *type, *help;
+    } fam[] = {
+        {"kvshare_cluster_node_slots", "gauge",
+         "Slots the cluster tier's map gives each node (0: not a master)"},
+        {"kvshare_cluster_node_up", "gauge",
+         "1 unless the node is counted down after a fault or refused AUTH"},
+        {"kvshare_cluster_node_requests_total", "counter",
+         "Commands sent to each cluster node, redirected ones included"},
+        {"kvshare_cluster_node_errors_total", "counter",
+         "Commands that ended badly on each cluster node (timeouts, lost, error replies)"},
+        {"kvshare_cluster_node_latency_seconds_sum", "counter",
+         "Seconds from send to reply, summed over each cluster node's replies"},
+        {"kvshare_cluster_node_replies_total", "counter", "Replies each cluster node gave"},
+    };
+    for (size_t f = 0; f < sizeof(fam) / sizeof(fam[0]); f++) {
+        head(t, fam[f].name, fam[f].type, fam[f].help);
+        for (size_t i = 0; i < n; i++) {
+            const cluster_node_stats_t *nd = &nodes[i];
+            put(t, "%s{node=\"", fam[f].name);
+            label_value(t, nd->addr);
+            put(t, "\"} ");
+            switch (f) {
+            case 0:
+                put(t, "%u\n", nd->slots);
+                break;
+            case 1:
+                put(t, "%d\n",
+                    nd->state == CLUSTER_NODE_IDLE || nd->state == CLUSTER_NODE_CONNECTED);
+                break;
+            case 2:
+                put(t, "%llu\n", (unsigned long long)nd->requests);
+                break;
+            case 3:
+                put(t, "%llu\n", (unsigned long long)nd->errors);
+                break;
+            case 4:
+                put(t, "%.6f\n", (double)nd->latency_us_sum / 1e6);
+                break;
+            default:
+                put(t, "%llu\n", (unsigned long long)nd->replies);
+                break;
+            }
+        }
+    }
+    head(t, "kvshare_cluster_fetch_seconds", "histogram",
+         "Time from a Lookup's fetch from the cluster tier to its blocks placed in the pool");
+    hist(t, "kvshare_cluster_fetch_seconds", "", &srv->metrics.cluster_fetch_time,
+         metrics_latency_bounds_ns, metrics_latency_n_bounds, 1e-9);
+}
+
 int metrics_render(server_t *srv, char **out, size_t *len)
 {
     text_t t = {0};
@@ -409,6 +466,8 @@ int metrics_render(server_t *srv, char **out, size_t *len)
     put(&t, "kvshare_tier2_blocks{state=\"copying\"} %u\n", radix_busy_blocks(srv->index));
     if (srv->disk_tier)
         disk_tier(&t, srv->disk_tier);
+    if (srv->cluster)
+        cluster_nodes(&t, srv);
     head(&t, "kvshare_index_bytes", "gauge", "Memory of the prefix index");
     put(&t, "kvshare_index_bytes %llu\n", (unsigned long long)radix_memory_bytes(srv->index));
     devices(&t, srv, c.writing + c.cached);

@@ -14,6 +14,7 @@
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 #include <hiredis/adapters/libuv.h>
+#include <hiredis/sds.h>
 
 #define CLUSTER_HOST_MAX 64
 /* How long a node that failed is counted down (at most; the timeout if
@@ -33,6 +34,9 @@ typedef struct cluster_node {
     int fail_status;       /* why its commands end when ac goes away */
     uint64_t down_until;   /* loop ms; 0: up */
     int auth_refused;
+    /* For Stats: commands sent to it (redirects included), those that
+     * ended badly on it, and the time from send to reply of those answered. */
+    uint64_t requests, errors, replies, latency_us_sum, latency_us_max;
 } cluster_node_t;
 
 typedef enum req_kind { REQ_USER, REQ_REFRESH } req_kind_t;
@@ -48,6 +52,7 @@ typedef struct cluster_req {
     uint16_t slot;
     int node; /* the node it waits on */
     int redirects;
+    uint64_t sent_ns; /* when it was sent to node (uv_hrtime) */
     uint64_t deadline;
     cluster_reply_cb cb;
     void *arg;
@@ -284,6 +289,8 @@ static void req_finish(cluster_req_t *q, int status, redisReply *reply)
 {
     cluster_t *c = q->cl;
     req_unlink(q);
+    if (status != 0 && status != KVS_ENOTFOUND && q->node >= 0 && q->node < c->n_nodes)
+        c->nodes[q->node]->errors++;
     if (q->kind == REQ_REFRESH) {
         refresh_done(c, status, reply);
         req_free(q);
@@ -345,6 +352,8 @@ static int req_send(cluster_req_t *q, int i, int asking)
     if (redisAsyncFormattedCommand(n->ac, on_reply, q, q->cmd, q->cmd_len) != REDIS_OK)
         return KVS_EIO;
     q->node = i;
+    q->sent_ns = uv_hrtime();
+    n->requests++;
     c->stats.bytes_out += q->cmd_len;
     return 0;
 }
@@ -449,6 +458,13 @@ static void on_reply(redisAsyncContext *ac, void *r, void *privdata)
     cluster_node_t *n = ac->data;
     cluster_t *c = q->cl;
     redisReply *reply = r;
+    if (reply) {
+        uint64_t us = (uv_hrtime() - q->sent_ns) / 1000;
+        n->replies++;
+        n->latency_us_sum += us;
+        if (us > n->latency_us_max)
+            n->latency_us_max = us;
+    }
     if (!reply) {
         /* The connection went away (lost, refused, or ended by a deadline
          * or cluster_close): fail_status says which. */
@@ -793,6 +809,58 @@ void cluster_get_stats(const cluster_t *c, cluster_stats_t *out)
     for (int i = 0; i < c->n_nodes; i++)
         if (!node_is_down(c, c->nodes[i]))
             out->nodes_up++;
+}
+
+size_t cluster_get_nodes(const cluster_t *c, cluster_node_stats_t *out, size_t max)
+{
+    size_t n = (size_t)c->n_nodes < max ? (size_t)c->n_nodes : max;
+    for (size_t i = 0; i < n; i++) {
+        const cluster_node_t *nd = c->nodes[i];
+        cluster_node_stats_t *o = &out[i];
+        memset(o, 0, sizeof *o);
+        snprintf(o->addr, sizeof o->addr, "%s:%d", nd->host, nd->port);
+        o->state = node_is_down(c, nd) ? CLUSTER_NODE_DOWN
+                   : nd->ac            ? CLUSTER_NODE_CONNECTED
+                                       : CLUSTER_NODE_IDLE;
+        if (o->state == CLUSTER_NODE_CONNECTED && nd->auth_refused)
+            o->state = CLUSTER_NODE_AUTH_REFUSED;
+        o->requests = nd->requests;
+        o->errors = nd->errors;
+        o->replies = nd->replies;
+        o->latency_us_sum = nd->latency_us_sum;
+        o->latency_us_max = nd->latency_us_max;
+    }
+    for (int s = 0; s < CLUSTER_SLOTS; s++)
+        if (c->slots[s] >= 0 && (size_t)c->slots[s] < n)
+            out[c->slots[s]].slots++;
+    return n;
+}
+
+size_t cluster_unsent_bytes(const cluster_t *c)
+{
+    size_t n = 0;
+    for (int i = 0; i < c->n_nodes; i++) {
+        const redisAsyncContext *ac = c->nodes[i]->ac;
+        if (ac && ac->c.obuf)
+            n += sdslen(ac->c.obuf);
+    }
+    return n;
+}
+
+const char *cluster_node_state_name(uint32_t state)
+{
+    switch (state) {
+    case CLUSTER_NODE_IDLE:
+        return "idle";
+    case CLUSTER_NODE_CONNECTED:
+        return "connected";
+    case CLUSTER_NODE_DOWN:
+        return "down";
+    case CLUSTER_NODE_AUTH_REFUSED:
+        return "auth-refused";
+    default:
+        return "?";
+    }
 }
 
 const char *cluster_slot_node(const cluster_t *c, uint16_t slot, char *buf, size_t len)

@@ -88,6 +88,27 @@ typedef struct cluster_stats {
     uint32_t nodes_up;       /* nodes not counted down now */
 } cluster_stats_t;
 
+/* A node's connection now. */
+enum {
+    CLUSTER_NODE_IDLE = 0, /* no connection: nothing was sent to it yet, or since it was lost */
+    CLUSTER_NODE_CONNECTED = 1,    /* a connection is open (or opening) */
+    CLUSTER_NODE_DOWN = 2,         /* counted down after a fault: its commands fail at once */
+    CLUSTER_NODE_AUTH_REFUSED = 3, /* connected, but it refused AUTH */
+};
+
+/* One node's figures, for Stats and /metrics. */
+#define CLUSTER_ADDR_MAX 80
+typedef struct cluster_node_stats {
+    char addr[CLUSTER_ADDR_MAX]; /* "host:port" */
+    uint32_t slots;              /* slots the map gives it (0: a replica, or not in the map) */
+    uint32_t state;              /* CLUSTER_NODE_* */
+    uint64_t requests;           /* commands sent to it, redirected ones included */
+    uint64_t errors;             /* commands that ended badly on it (not nil replies) */
+    uint64_t replies;            /* replies it gave */
+    uint64_t latency_us_sum;     /* microseconds from send to reply, summed over replies */
+    uint64_t latency_us_max;     /* the longest of them */
+} cluster_node_stats_t;
+
 /* How a command ended, on the loop thread: status 0 with the reply's bytes
  * (a string or status reply: data/len valid only during the call; an
  * integer reply: its decimal text), or KVS_ENOTFOUND (nil reply),
@@ -126,6 +147,19 @@ int cluster_ready(const cluster_t *c);
 
 /* Copies the counters. */
 void cluster_get_stats(const cluster_t *c, cluster_stats_t *out);
+
+/* Copies the figures of at most max nodes into out, in the order the client
+ * met them. Returns how many. */
+size_t cluster_get_nodes(const cluster_t *c, cluster_node_stats_t *out, size_t max);
+
+/* Bytes of commands formatted and not yet written to their sockets, over
+ * every node. hiredis keeps them in one buffer per connection and moves
+ * what is left to its front after each partial write: a caller that sends
+ * large values keeps this small, so that the moves stay small too. */
+size_t cluster_unsent_bytes(const cluster_t *c);
+
+/* "idle", "connected", "down", "auth-refused". */
+const char *cluster_node_state_name(uint32_t state);
 
 /* The node serving slot now, as "host:port" into buf (len bytes), or ""
  * when no map covers it. Returns buf. For Stats and tests. */

@@ -8,75 +8,131 @@
 #include "log.h"
 #include "store.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
-int cluster_store_open(server_t *srv, char *err, size_t errlen)
+/* ---- the cluster thread ----
+ *
+ * The hiredis connections, the values' checksums and every copy of a
+ * block's bytes (out of the pool into a value, a value into the command,
+ * a reply into the pool) cost milliseconds for 2 MiB blocks: they run on
+ * a thread of its own, with its own libuv loop, so that a tier-1 Lookup
+ * never waits behind them. The daemon's loop keeps the index and the pool's
+ * bookkeeping: it pins a committed block until the thread has copied it out,
+ * and takes free pool blocks for a fetch before the thread writes into them.
+ * Jobs go to the thread, and results come back, through a queue each under
+ * one mutex, with a uv_async_t to wake the other side. */
+
+/* Bytes not yet written to the sockets before a write waits. */
+#define CLUSTER_STORE_UNSENT_BYTES (4u << 20)
+
+typedef enum job_kind { JOB_PUT, JOB_FETCH, JOB_TOUCH } job_kind_t;
+
+typedef struct job {
+    struct job *next;
+    job_kind_t kind;
+    /* JOB_PUT: pool block id, pinned until its result comes back; its
+     * name (owned). */
+    uint32_t id;
+    char *ns;
+    uint64_t hash;
+    uint32_t *tokens;
+    /* JOB_TOUCH: n_hashes blocks of ns (hashes owned) to mark used. */
+    uint64_t *hashes;
+    size_t n_hashes;
+    /* JOB_FETCH, and its result: the fetch (below). */
+    struct cluster_fetch *fetch;
+} job_t;
+
+typedef struct cluster_link {
+    server_t *srv;
+    uv_thread_t thread;
+    uv_mutex_t mu;
+    /* Under mu. */
+    job_t *jobs, *jobs_tail;       /* to the cluster thread */
+    job_t *results, *results_tail; /* back: writes copied out, fetches ended */
+    int stop;
+    cluster_stats_t cs; /* the last snapshot of the thread's counters */
+    cluster_tier_stats_t ts;
+    cluster_node_stats_t nodes[CLUSTER_MAX_NODES];
+    size_t n_nodes;
+    /* The cluster thread's. */
+    uv_loop_t loop;
+    uv_async_t wake;
+    uv_timer_t snap;
+    cluster_t *c;
+    cluster_tier_t *t;
+    unsigned char *value; /* a value being built (the largest so far) */
+    size_t value_cap;
+    job_t *pending, *pending_tail; /* writes waiting for room in the tier */
+    /* The daemon's loop's. */
+    uv_async_t back;
+    uint32_t puts_queued; /* writes handed over whose blocks are still pinned */
+    uint32_t max_queued;  /* of them at most */
+    uint32_t max_puts;    /* writes in flight to the cluster at most */
+    uint64_t put_drops;   /* writes dropped before the thread saw them */
+} cluster_link_t;
+
+static void job_free(job_t *j)
 {
-    if (!srv->cfg.cluster_seeds || !srv->cfg.cluster_seeds[0])
-        return 0;
-    cluster_options_t opt = {.seeds = srv->cfg.cluster_seeds,
-                             .auth_file = srv->cfg.cluster_auth_file,
-                             .timeout_ms = srv->cfg.cluster_timeout_ms};
-    int rc = cluster_new(srv->loop, &opt, &srv->cluster);
-    if (rc != 0) {
-        snprintf(err, errlen, "cluster tier: %s (cluster_seeds '%s'%s)", kvs_status_text(rc),
-                 srv->cfg.cluster_seeds,
-                 rc == KVS_EIO ? ", or the cluster_auth_file cannot be read" : "");
-        return rc;
-    }
-    rc = cluster_tier_new(srv->cluster, CLUSTER_STORE_KEY_PREFIX, CLUSTER_STORE_MAX_PUTS,
-                          &srv->cluster_tier);
-    if (rc != 0) {
-        cluster_close(srv->cluster);
-        srv->cluster = NULL;
-        snprintf(err, errlen, "cluster tier: %s", kvs_status_text(rc));
-        return rc;
-    }
-    LOG_INFO("cluster tier: seeds %s, timeout %u ms", srv->cfg.cluster_seeds,
-             srv->cfg.cluster_timeout_ms);
-    return 0;
+    free(j->hashes);
+    free(j->ns);
+    free(j->tokens);
+    free(j);
 }
 
-static void fetch_free(server_t *srv, struct cluster_fetch *f);
-
-void cluster_store_close(server_t *srv)
+/* Appends j to the list at *head / *tail (mu held). */
+static void job_push(job_t **head, job_t **tail, job_t *j)
 {
-    /* A closed tier runs no callback of its fetches: they end here. */
-    while (srv->cluster_fetches)
-        fetch_free(srv, srv->cluster_fetches);
-    cluster_tier_free(srv->cluster_tier);
-    srv->cluster_tier = NULL;
-    cluster_close(srv->cluster);
-    srv->cluster = NULL;
+    j->next = NULL;
+    if (*tail)
+        (*tail)->next = j;
+    else
+        *head = j;
+    *tail = j;
 }
 
-void cluster_store_sync_counters(server_t *srv)
+/* Copies the thread's counters where the loop reads them (on the thread). */
+static void link_snapshot(cluster_link_t *l)
 {
-    if (!srv->cluster || !srv->cluster_tier)
-        return;
     cluster_stats_t cs;
     cluster_tier_stats_t ts;
-    cluster_get_stats(srv->cluster, &cs);
-    cluster_tier_get_stats(srv->cluster_tier, &ts);
-    metrics_t *m = &srv->metrics;
-    m->cluster_timeouts = cs.timeouts;
-    m->cluster_node_errors = cs.down;
-    m->cluster_auth_errors = cs.auth_errors;
-    m->cluster_redirects = cs.moved + cs.ask;
-    m->cluster_map_refreshes = cs.refreshes;
-    m->cluster_bad_values = ts.corrupt + ts.mismatched;
-    m->cluster_bytes_out = cs.bytes_out;
-    m->cluster_bytes_in = cs.bytes_in;
+    cluster_get_stats(l->c, &cs);
+    cluster_tier_get_stats(l->t, &ts);
+    uv_mutex_lock(&l->mu);
+    l->cs = cs;
+    l->ts = ts;
+    l->n_nodes = cluster_get_nodes(l->c, l->nodes, CLUSTER_MAX_NODES);
+    uv_mutex_unlock(&l->mu);
 }
 
-static bool ns_shared(const server_t *srv, uint32_t ns, const char **name)
+static void thread_put_more(cluster_link_t *l);
+
+static void on_snap(uv_timer_t *h)
 {
-    *name = radix_ns_name(srv->index, ns);
-    const config_ns_t *sec = *name ? config_find_ns(srv->conf, *name) : NULL;
-    return sec && sec->shared;
+    thread_put_more(h->data);
+    link_snapshot(h->data);
 }
+
+/* Hands job j (a write copied out, a fetch ended) back to the loop. */
+static void link_return(cluster_link_t *l, job_t *j)
+{
+    uv_mutex_lock(&l->mu);
+    job_push(&l->results, &l->results_tail, j);
+    uv_mutex_unlock(&l->mu);
+    uv_async_send(&l->back);
+}
+
+/* ---- the pool, from the cluster thread ----
+ *
+ * The blocks touched here are the thread's for the time: a committed block
+ * pinned by the loop (it cannot be evicted, moved or written), or a free
+ * block the loop took for a fetch (WRITING, no session's). The backend is
+ * used from other threads the same way by tier copies. */
 
 /* The bytes of pool block b, every layer and plane, in that order. */
 static int read_block(server_t *srv, uint32_t b, unsigned char *out)
@@ -94,56 +150,123 @@ static int read_block(server_t *srv, uint32_t b, unsigned char *out)
     return 0;
 }
 
-void cluster_store_committed(server_t *srv, uint32_t ns, const uint32_t *ids, const uint32_t *fresh,
-                             size_t n, const uint32_t *tokens)
+static int write_block(server_t *srv, uint32_t b, const unsigned char *in)
 {
-    const char *name;
-    if (!srv->cluster_tier || n == 0 || !ns_shared(srv, ns, &name))
-        return;
-    size_t bytes = geometry_block_bytes(&srv->geo);
-    unsigned char *payload = malloc(bytes);
-    if (!payload) {
-        srv->metrics.cluster_put_drops += n;
-        return;
-    }
-    uint32_t bt = srv->geo.block_tokens;
-    for (size_t i = 0; i < n; i++) {
-        uint64_t hash;
-        if (!fresh[i])
-            continue;
-        /* The copy out of the pool is synchronous: a memcpy on the host
-         * backend; on cuda a device-to-host copy (to move off the loop). */
-        if (radix_block_hash(srv->index, ids[i], &hash) != 0 ||
-            read_block(srv, ids[i], payload) != 0) {
-            srv->metrics.cluster_put_drops++;
-            continue;
+    uint64_t slot = geometry_slot_bytes(&srv->geo);
+    uint32_t planes = geometry_planes(&srv->geo);
+    for (uint32_t l = 0; l < srv->geo.layers; l++)
+        for (uint32_t p = 0; p < planes; p++) {
+            uint64_t off = geometry_offset(&srv->geo, srv->num_blocks, l, p, b);
+            int rc = backend_write(srv->backend, off, in, slot);
+            if (rc != 0)
+                return rc;
+            in += slot;
         }
-        cluster_block_t b = {.ns = name,
-                             .ns_len = strlen(name),
-                             .hash = hash,
-                             .tokens = tokens + i * bt,
-                             .n_tokens = bt,
-                             .payload_len = bytes};
-        if (cluster_tier_put(srv->cluster_tier, &b, payload) == 0)
-            srv->metrics.cluster_puts++;
-        else
-            srv->metrics.cluster_put_drops++;
+    return 0;
+}
+
+/* Copies the pinned block of j into a value and sends it (counted by the
+ * tier: sent, or dropped when too many are in flight). */
+static void thread_put(cluster_link_t *l, job_t *j)
+{
+    server_t *srv = l->srv;
+    cluster_block_t b = {.ns = j->ns,
+                         .ns_len = strlen(j->ns),
+                         .hash = j->hash,
+                         .tokens = j->tokens,
+                         .n_tokens = srv->geo.block_tokens,
+                         .payload_len = geometry_block_bytes(&srv->geo)};
+    size_t vlen = cluster_value_size(&b);
+    if (vlen > l->value_cap) {
+        free(l->value);
+        l->value = malloc(vlen);
+        l->value_cap = l->value ? vlen : 0;
     }
-    free(payload);
+    /* The payload goes straight where the value wants it. */
+    if (l->value && read_block(srv, j->id, l->value + (vlen - b.payload_len)) == 0)
+        (void)cluster_tier_put_value(l->t, &b, l->value);
+}
+
+/* Sends the waiting writes the tier has room for; each one's block is
+ * copied out on the way, and its pin goes back to the loop (on the thread). */
+static void thread_put_more(cluster_link_t *l)
+{
+    /* A write waits while CLUSTER_STORE_UNSENT_BYTES are not on the wire
+     * yet (cluster_unsent_bytes): the next reply, or the snapshot timer,
+     * sends it. */
+    while (l->pending && l->t && cluster_tier_put_room(l->t) &&
+           cluster_unsent_bytes(l->c) < CLUSTER_STORE_UNSENT_BYTES) {
+        job_t *j = l->pending;
+        l->pending = j->next;
+        if (!l->pending)
+            l->pending_tail = NULL;
+        thread_put(l, j);
+        link_return(l, j);
+    }
+}
+
+static void on_put_done(void *arg)
+{
+    thread_put_more(arg);
+}
+
+static void touch_done(void *arg, int status, const char *data, size_t len)
+{
+    (void)arg;
+    (void)status;
+    (void)data;
+    (void)len;
+}
+
+/* Marks the blocks of j used in the cluster (TOUCH): blocks a node hits in
+ * its own pool are read from nowhere else, and Redis's LRU would otherwise
+ * see the head of a chain as older than its tail and drop it first, which
+ * loses the whole chain for every other node. Best effort: a TOUCH the
+ * client refuses (too many in flight, node down) is skipped. */
+static void thread_touch(cluster_link_t *l, const job_t *j)
+{
+    server_t *srv = l->srv;
+    for (size_t i = 0; i < j->n_hashes; i++) {
+        cluster_block_t b = {.ns = j->ns,
+                             .ns_len = strlen(j->ns),
+                             .hash = j->hashes[i],
+                             .n_tokens = srv->geo.block_tokens,
+                             .payload_len = geometry_block_bytes(&srv->geo)};
+        char key[512];
+        int klen = cluster_tier_key(l->t, &b, key, sizeof key);
+        if (klen < 0)
+            continue;
+        const char *argv[2] = {"TOUCH", key};
+        size_t lens[2] = {5, (size_t)klen};
+        if (cluster_command(l->c, key, (size_t)klen, 2, argv, lens, touch_done, NULL) != 0)
+            break;
+    }
 }
 
 /* ---- fetches on a Lookup miss ---- */
 
+/* One Lookup's fetch. The loop makes it, takes free pool blocks for it,
+ * and hands it to the cluster thread; until it comes back the loop
+ * touches only prev/next and s, and the thread writes the blocks ids[j]
+ * and written[j]. */
 typedef struct cluster_fetch {
     server_t *srv;
     session_t *s; /* NULL once the session is gone */
     struct cluster_fetch *prev, *next;
     uint32_t ns;
+    char *name;       /* the namespace's name */
     uint32_t *tokens; /* (m + k) blocks */
-    size_t m, k;
-    unsigned char **payloads; /* k, NULL until block m + j arrived */
+    uint64_t *hashes; /* k: the chain hashes of blocks m .. m + k */
+    size_t m, k;      /* blocks cached before, blocks asked for */
+    uint32_t *prefix; /* m: the cached blocks, pinned while the fetch runs */
+    size_t n_pinned;  /* of them pinned (the first n_pinned) */
+    uint32_t *ids;    /* k pool blocks taken for them */
+    uint8_t *written; /* k: block m + j arrived, verified, is in ids[j] */
+    uint64_t start_ns;
 } cluster_fetch_t;
 
+/* Unlinks and frees f; its pool blocks are given back unless taken
+ * (ids == NULL) by store_install_done. */
 static void fetch_free(server_t *srv, cluster_fetch_t *f)
 {
     if (f->prev)
@@ -154,57 +277,432 @@ static void fetch_free(server_t *srv, cluster_fetch_t *f)
         f->next->prev = f->prev;
     if (f->s)
         f->s->cluster_fetch = NULL;
-    for (size_t j = 0; f->payloads && j < f->k; j++)
-        free(f->payloads[j]);
-    free(f->payloads);
+    if (f->ids) {
+        uint32_t none = 0;
+        size_t installed = 0;
+        store_install_done(srv, f->ns, f->tokens, &none, 0, f->ids, 0, f->k, &installed);
+    }
+    for (size_t i = 0; i < f->n_pinned; i++)
+        store_unpin(srv, f->prefix[i]);
+    free(f->prefix);
+    free(f->ids);
+    free(f->written);
     free(f->tokens);
+    free(f->hashes);
+    free(f->name);
     free(f);
 }
 
-static void fetch_block(void *arg, size_t j, const void *payload, size_t len)
+/* On the cluster thread: block m + j verified; it goes into its pool block. */
+static void thread_fetch_block(void *arg, size_t j, const void *payload, size_t len)
 {
     cluster_fetch_t *f = arg;
-    /* Kept aside until the fetch ends: the pool blocks are taken only then,
-     * for the run that arrived whole. */
-    f->payloads[j] = malloc(len);
-    if (f->payloads[j])
-        memcpy(f->payloads[j], payload, len);
+    if (len == geometry_block_bytes(&f->srv->geo) && write_block(f->srv, f->ids[j], payload) == 0)
+        f->written[j] = 1;
 }
 
-/* Puts the contiguous run of blocks that arrived after the cached prefix,
- * if that prefix is still in tier 1 where it was. Returns how many went in. */
+static void thread_fetch_done(void *arg, const uint8_t *hits, size_t n)
+{
+    cluster_fetch_t *f = arg;
+    cluster_link_t *l = f->srv->cluster;
+    (void)hits;
+    (void)n;
+    /* The counters first: a Stats after the Lookup sees this fetch's. */
+    link_snapshot(l);
+    job_t *r = calloc(1, sizeof *r);
+    if (!r)
+        abort(); /* the loop would hold the pool blocks and the session */
+    r->kind = JOB_FETCH;
+    r->fetch = f;
+    link_return(l, r);
+}
+
+/* On the cluster thread: asks for f's blocks. Returns 0 (thread_fetch_done
+ * will run) or an error (it will not). */
+static int thread_fetch_start(cluster_link_t *l, cluster_fetch_t *f)
+{
+    uint32_t bt = f->srv->geo.block_tokens;
+    cluster_block_t *blocks = malloc(f->k * sizeof(*blocks));
+    if (!blocks)
+        return KVS_ENOMEM;
+    for (size_t j = 0; j < f->k; j++)
+        blocks[j] = (cluster_block_t){.ns = f->name,
+                                      .ns_len = strlen(f->name),
+                                      .hash = f->hashes[j],
+                                      .tokens = f->tokens + (f->m + j) * bt,
+                                      .n_tokens = bt,
+                                      .payload_len = geometry_block_bytes(&f->srv->geo)};
+    int rc = cluster_tier_fetch(l->t, blocks, f->k, thread_fetch_block, thread_fetch_done, f);
+    free(blocks);
+    return rc;
+}
+
+/* ---- the thread's loop ---- */
+
+static void thread_close_cb(uv_handle_t *h)
+{
+    (void)h;
+}
+
+/* Jobs arrived, or the loop asks the thread to stop (on the thread). */
+static void on_wake(uv_async_t *h)
+{
+    cluster_link_t *l = h->data;
+    uv_mutex_lock(&l->mu);
+    job_t *jobs = l->jobs;
+    int stop = l->stop;
+    l->jobs = l->jobs_tail = NULL;
+    uv_mutex_unlock(&l->mu);
+    while (jobs) {
+        job_t *j = jobs;
+        jobs = j->next;
+        if (j->kind == JOB_TOUCH) {
+            if (!stop)
+                thread_touch(l, j);
+            job_free(j);
+            continue;
+        }
+        if (j->kind == JOB_PUT) {
+            if (stop)
+                link_return(l, j); /* its block's pin goes, unsent */
+            else
+                job_push(&l->pending, &l->pending_tail, j);
+            continue;
+        }
+        if (!stop && thread_fetch_start(l, j->fetch) != 0) {
+            thread_fetch_done(j->fetch, NULL, 0);
+        }
+        /* A fetch not started while stopping stays on the loop's list,
+         * which gives its blocks back once the thread is gone. */
+        job_free(j);
+    }
+    if (!stop)
+        thread_put_more(l);
+    if (stop) {
+        while (l->pending) {
+            job_t *j = l->pending;
+            l->pending = j->next;
+            link_return(l, j);
+        }
+        l->pending_tail = NULL;
+        link_snapshot(l);
+        /* In-flight work ends into the void: the loop frees its side. */
+        cluster_tier_free(l->t);
+        l->t = NULL;
+        cluster_close(l->c);
+        l->c = NULL;
+        free(l->value);
+        l->value = NULL;
+        uv_close((uv_handle_t *)&l->wake, thread_close_cb);
+        uv_close((uv_handle_t *)&l->snap, thread_close_cb);
+    } else {
+        link_snapshot(l);
+    }
+}
+
+/* The cluster thread copies and checksums blocks as long as it is given a
+ * CPU; the daemon's loop answers each session in microseconds. With few
+ * CPUs, at equal nice the loop waits on the run queue behind it: it runs
+ * tier_copy_nice nicer, as the tier copy threads do (Linux: nice is per
+ * thread). */
+static void thread_main(void *arg)
+{
+    cluster_link_t *l = arg;
+    uint32_t by = l->srv->cfg.tier_copy_nice;
+    errno = 0;
+    int now = getpriority(PRIO_PROCESS, (id_t)gettid());
+    if (by > 0 && !(now == -1 && errno != 0)) {
+        int want = now + (int)by > 19 ? 19 : now + (int)by;
+        if (setpriority(PRIO_PROCESS, (id_t)gettid(), want) != 0)
+            LOG_WARN("the cluster tier's thread keeps the loop thread's priority: "
+                     "tier_copy_nice %u: %s",
+                     by, strerror(errno));
+    }
+    uv_run(&l->loop, UV_RUN_DEFAULT);
+}
+
+/* ---- the daemon's loop ---- */
+
+static void fetch_finish(server_t *srv, cluster_fetch_t *f);
+
+/* Results are in: unpin the blocks of writes, end the fetches. */
+static void on_back(uv_async_t *h)
+{
+    cluster_link_t *l = h->data;
+    uv_mutex_lock(&l->mu);
+    job_t *r = l->results;
+    l->results = l->results_tail = NULL;
+    uv_mutex_unlock(&l->mu);
+    while (r) {
+        job_t *next = r->next;
+        if (r->kind == JOB_PUT) {
+            store_unpin(l->srv, r->id);
+            l->puts_queued--;
+        } else {
+            fetch_finish(l->srv, r->fetch);
+        }
+        job_free(r);
+        r = next;
+    }
+}
+
+int cluster_store_open(server_t *srv, char *err, size_t errlen)
+{
+    if (!srv->cfg.cluster_seeds || !srv->cfg.cluster_seeds[0])
+        return 0;
+    cluster_link_t *l = calloc(1, sizeof *l);
+    if (!l || uv_loop_init(&l->loop) != 0) {
+        free(l);
+        snprintf(err, errlen, "cluster tier: out of memory");
+        return KVS_ENOMEM;
+    }
+    l->srv = srv;
+    /* Room for the writes in flight and a few whole fetches at once. */
+    cluster_options_t opt = {.seeds = srv->cfg.cluster_seeds,
+                             .auth_file = srv->cfg.cluster_auth_file,
+                             .timeout_ms = srv->cfg.cluster_timeout_ms,
+                             .max_inflight = CLUSTER_STORE_MAX_PUTS + 2 * CLUSTER_STORE_MAX_FETCH};
+    /* Made here, before the thread runs its loop, so that a bad setting
+     * fails the start with its message. */
+    int rc = cluster_new(&l->loop, &opt, &l->c);
+    if (rc != 0) {
+        uv_loop_close(&l->loop);
+        free(l);
+        snprintf(err, errlen, "cluster tier: %s (cluster_seeds '%s'%s)", kvs_status_text(rc),
+                 srv->cfg.cluster_seeds,
+                 rc == KVS_EIO ? ", or the cluster_auth_file cannot be read" : "");
+        return rc;
+    }
+    const char *prefix =
+        srv->cfg.cluster_key_prefix ? srv->cfg.cluster_key_prefix : CLUSTER_STORE_KEY_PREFIX;
+    uint64_t vbytes = geometry_block_bytes(&srv->geo) + 4096;
+    l->max_puts = CLUSTER_STORE_PUT_BYTES / vbytes;
+    if (l->max_puts > CLUSTER_STORE_MAX_PUTS)
+        l->max_puts = CLUSTER_STORE_MAX_PUTS;
+    if (l->max_puts < 4)
+        l->max_puts = 4;
+    /* Blocks waiting for their turn stay pinned in the pool (no copy):
+     * up to a quarter of the pool (64 at least: a burst of commits comes
+     * in before the thread's answers do). */
+    l->max_queued = srv->num_blocks / 4 > 64 ? srv->num_blocks / 4 : 64;
+    if (l->max_queued > CLUSTER_STORE_MAX_QUEUED)
+        l->max_queued = CLUSTER_STORE_MAX_QUEUED;
+    rc = cluster_tier_new(l->c, prefix, l->max_puts, &l->t);
+    if (rc == 0)
+        cluster_tier_on_put_done(l->t, on_put_done, l);
+    /* These cannot fail on Linux but for memory; the start fails then, and
+     * the process exits. */
+    if (rc == 0 && (uv_mutex_init(&l->mu) != 0 || uv_async_init(&l->loop, &l->wake, on_wake) != 0 ||
+                    uv_timer_init(&l->loop, &l->snap) != 0 ||
+                    uv_async_init(srv->loop, &l->back, on_back) != 0))
+        rc = KVS_ENOMEM;
+    if (rc != 0) {
+        snprintf(err, errlen, "cluster tier: %s", kvs_status_text(rc));
+        return rc;
+    }
+    l->wake.data = l;
+    l->snap.data = l;
+    l->back.data = l;
+    uv_timer_start(&l->snap, on_snap, 50, 50);
+    srv->cluster = l; /* before the thread runs: its fetches find the link there */
+    if (uv_thread_create(&l->thread, thread_main, l) != 0) {
+        srv->cluster = NULL;
+        snprintf(err, errlen, "cluster tier: cannot start its thread");
+        return KVS_ENOMEM;
+    }
+    LOG_INFO("cluster tier: seeds %s, timeout %u ms, key prefix '%s', %u writes in flight at most",
+             srv->cfg.cluster_seeds, srv->cfg.cluster_timeout_ms, prefix, l->max_puts);
+    return 0;
+}
+
+static void on_back_closed(uv_handle_t *h)
+{
+    cluster_link_t *l = h->data;
+    uv_mutex_destroy(&l->mu);
+    free(l);
+}
+
+void cluster_store_close(server_t *srv)
+{
+    cluster_link_t *l = srv->cluster;
+    if (!l)
+        return;
+    /* The thread ends its client and loop; the join waits for that (a
+     * few loop turns: nothing there blocks). */
+    uv_mutex_lock(&l->mu);
+    l->stop = 1;
+    uv_mutex_unlock(&l->mu);
+    uv_async_send(&l->wake);
+    uv_thread_join(&l->thread);
+    while (uv_loop_close(&l->loop) == UV_EBUSY)
+        uv_run(&l->loop, UV_RUN_NOWAIT);
+    cluster_store_sync_counters(srv);
+    /* What came back and was not seen yet: pins to drop; fetches, which
+     * the list below ends. */
+    job_t *r = l->results;
+    l->results = l->results_tail = NULL;
+    while (r) {
+        job_t *next = r->next;
+        if (r->kind == JOB_PUT)
+            store_unpin(srv, r->id);
+        job_free(r);
+        r = next;
+    }
+    while (srv->cluster_fetches)
+        fetch_free(srv, srv->cluster_fetches);
+    srv->cluster = NULL;
+    uv_close((uv_handle_t *)&l->back, on_back_closed);
+}
+
+void cluster_store_sync_counters(server_t *srv)
+{
+    cluster_link_t *l = srv->cluster;
+    if (!l)
+        return;
+    uv_mutex_lock(&l->mu);
+    cluster_stats_t cs = l->cs;
+    cluster_tier_stats_t ts = l->ts;
+    uv_mutex_unlock(&l->mu);
+    metrics_t *m = &srv->metrics;
+    m->cluster_puts = ts.puts;
+    m->cluster_put_drops = l->put_drops + ts.put_drops;
+    m->cluster_timeouts = cs.timeouts;
+    m->cluster_node_errors = cs.down;
+    m->cluster_auth_errors = cs.auth_errors;
+    m->cluster_redirects = cs.moved + cs.ask;
+    m->cluster_map_refreshes = cs.refreshes;
+    m->cluster_bad_values = ts.corrupt + ts.mismatched;
+    m->cluster_bytes_out = cs.bytes_out;
+    m->cluster_bytes_in = cs.bytes_in;
+}
+
+size_t cluster_store_nodes(server_t *srv, cluster_node_stats_t *out, size_t max)
+{
+    cluster_link_t *l = srv->cluster;
+    if (!l)
+        return 0;
+    uv_mutex_lock(&l->mu);
+    size_t n = l->n_nodes < max ? l->n_nodes : max;
+    memcpy(out, l->nodes, n * sizeof(*out));
+    uv_mutex_unlock(&l->mu);
+    return n;
+}
+
+static bool ns_shared(const server_t *srv, uint32_t ns, const char **name)
+{
+    *name = radix_ns_name(srv->index, ns);
+    const config_ns_t *sec = *name ? config_find_ns(srv->conf, *name) : NULL;
+    return sec && sec->shared;
+}
+
+/* Hands the write of cached block id to the thread, pinned until it is
+ * copied out. Dropped (counted) when max_queued wait already: a slow
+ * cluster then costs pinned blocks within that bound, and no more. */
+static bool put_handover(server_t *srv, cluster_link_t *l, const char *name, uint32_t id,
+                         const uint32_t *tokens)
+{
+    uint32_t bt = srv->geo.block_tokens;
+    uint64_t hash;
+    if (l->puts_queued >= l->max_queued || radix_block_hash(srv->index, id, &hash) != 0) {
+        l->put_drops++;
+        return false;
+    }
+    job_t *j = calloc(1, sizeof *j);
+    if (j) {
+        j->kind = JOB_PUT;
+        j->id = id;
+        j->hash = hash;
+        j->ns = strdup(name);
+        j->tokens = malloc(bt * sizeof(*j->tokens));
+    }
+    if (!j || !j->ns || !j->tokens || radix_pin(srv->index, id) != 0) {
+        if (j)
+            job_free(j);
+        l->put_drops++;
+        return false;
+    }
+    memcpy(j->tokens, tokens, bt * sizeof(*j->tokens));
+    l->puts_queued++;
+    uv_mutex_lock(&l->mu);
+    job_push(&l->jobs, &l->jobs_tail, j);
+    uv_mutex_unlock(&l->mu);
+    return true;
+}
+
+/* The committed blocks that were cached already (the prefix the writer hit):
+ * one TOUCH job for them. */
+static bool touch_handover(server_t *srv, cluster_link_t *l, const char *name, const uint32_t *ids,
+                           const uint32_t *fresh, size_t n)
+{
+    job_t *j = calloc(1, sizeof *j);
+    if (!j || !(j->hashes = malloc(n * sizeof(*j->hashes))) || !(j->ns = strdup(name))) {
+        if (j)
+            job_free(j);
+        return false;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (!fresh[i] && radix_block_hash(srv->index, ids[i], &j->hashes[j->n_hashes]) == 0)
+            j->n_hashes++;
+    if (j->n_hashes == 0) {
+        job_free(j);
+        return false;
+    }
+    j->kind = JOB_TOUCH;
+    uv_mutex_lock(&l->mu);
+    job_push(&l->jobs, &l->jobs_tail, j);
+    uv_mutex_unlock(&l->mu);
+    return true;
+}
+
+void cluster_store_committed(server_t *srv, uint32_t ns, const uint32_t *ids, const uint32_t *fresh,
+                             size_t n, const uint32_t *tokens)
+{
+    const char *name;
+    cluster_link_t *l = srv->cluster;
+    if (!l || n == 0 || !ns_shared(srv, ns, &name))
+        return;
+    uint32_t bt = srv->geo.block_tokens;
+    bool sent = false;
+    for (size_t i = 0; i < n; i++)
+        if (fresh[i])
+            sent |= put_handover(srv, l, name, ids[i], tokens + i * bt);
+    sent |= touch_handover(srv, l, name, ids, fresh, n);
+    if (sent)
+        uv_async_send(&l->wake);
+}
+
+/* Inserts the contiguous run of blocks that arrived after the cached
+ * prefix, if that prefix is still in tier 1 where it was; gives the other
+ * taken blocks back. Returns how many went in. */
 static size_t fetch_install(server_t *srv, cluster_fetch_t *f)
 {
     size_t run = 0;
-    while (run < f->k && f->payloads[run])
+    while (run < f->k && f->written[run])
         run++;
     if (run == 0 || srv->stopping)
         return 0;
-    uint32_t bt = srv->geo.block_tokens;
-    uint32_t *prefix = malloc((f->m ? f->m : 1) * sizeof(*prefix));
-    size_t got = 0;
-    if (!prefix)
-        return 0;
-    int rc = f->m ? radix_match(srv->index, f->ns, f->tokens, f->m * bt, prefix, f->m, &got) : 0;
-    size_t installed = 0;
+    /* The prefix was pinned all along: it is where it was. It must be in
+     * tier 1 for the new blocks to hang under it there. */
     bool tier1 = true;
-    for (size_t i = 0; i < got; i++)
-        tier1 = tier1 && prefix[i] < srv->num_blocks;
-    if (rc == 0 && got == f->m && tier1)
-        store_install(srv, f->ns, f->tokens, prefix, f->m, (const void *const *)f->payloads, run,
-                      &installed);
-    free(prefix);
+    for (size_t i = 0; i < f->m; i++)
+        tier1 = tier1 && f->prefix[i] < srv->num_blocks;
+    size_t installed = 0;
+    if (tier1) {
+        store_install_done(srv, f->ns, f->tokens, f->prefix, f->m, f->ids, run, f->k, &installed);
+        free(f->ids);
+        f->ids = NULL; /* every one is cached now, or back in the pool */
+    }
     return installed;
 }
 
-static void fetch_done(void *arg, const uint8_t *hits, size_t n)
+/* On the loop: a fetch came back. */
+static void fetch_finish(server_t *srv, cluster_fetch_t *f)
 {
-    cluster_fetch_t *f = arg;
-    server_t *srv = f->srv;
-    (void)hits;
     size_t installed = fetch_install(srv, f);
     srv->metrics.cluster_fetched_blocks += installed;
-    srv->metrics.cluster_fetch_misses += n - installed;
+    srv->metrics.cluster_fetch_misses += f->k - installed;
+    metrics_observe(&srv->metrics.cluster_fetch_time, metrics_latency_bounds_ns,
+                    metrics_latency_n_bounds, uv_hrtime() - f->start_ns);
     session_t *s = f->s;
     fetch_free(srv, f);
     /* Only this hold is ours to end: past its deadline the Lookup already
@@ -213,52 +711,96 @@ static void fetch_done(void *arg, const uint8_t *hits, size_t n)
         session_release(s);
 }
 
-/* How many blocks of tokens ns holds in any tier, and whether to fetch. */
+/* How many blocks of tokens ns holds in any tier (*m, their ids in
+ * *prefix, malloc'd), and how many to fetch after them (*k). */
 static int fetch_plan(server_t *srv, uint32_t ns, const uint32_t *tokens, size_t n_tokens,
-                      size_t *m, size_t *k)
+                      uint32_t **prefix, size_t *m, size_t *k)
 {
     size_t n_full = n_tokens / srv->geo.block_tokens;
     uint32_t *ids = malloc((n_full ? n_full : 1) * sizeof(*ids));
     if (!ids)
         return KVS_ENOMEM;
     int rc = radix_match(srv->index, ns, tokens, n_tokens, ids, n_full, m);
-    free(ids);
-    if (rc != 0)
+    if (rc == 0 && *m >= n_full)
+        rc = KVS_ENOTFOUND;
+    if (rc != 0) {
+        free(ids);
         return rc;
-    if (*m >= n_full)
-        return KVS_ENOTFOUND;
+    }
+    *prefix = ids;
     *k = n_full - *m;
-    if (*k > CLUSTER_STORE_MAX_FETCH)
-        *k = CLUSTER_STORE_MAX_FETCH;
-    return 0;
+    /* At most CLUSTER_STORE_FETCH_BYTES of blocks, and a quarter of the
+     * pool: a fetch evicts for its blocks. */
+    size_t cap = CLUSTER_STORE_FETCH_BYTES / geometry_block_bytes(&srv->geo);
+    if (cap > CLUSTER_STORE_MAX_FETCH)
+        cap = CLUSTER_STORE_MAX_FETCH;
+    if (cap > srv->num_blocks / 4)
+        cap = srv->num_blocks / 4;
+    if (*k > cap)
+        *k = cap;
+    return *k ? 0 : KVS_ENOTFOUND;
 }
 
-static cluster_fetch_t *fetch_new(session_t *s, uint32_t ns, const uint32_t *tokens, size_t m,
-                                  size_t k)
+static void fetch_drop(server_t *srv, cluster_fetch_t *f)
+{
+    for (size_t i = 0; i < f->n_pinned; i++)
+        store_unpin(srv, f->prefix[i]);
+    free(f->prefix);
+    free(f->name);
+    free(f->tokens);
+    free(f->hashes);
+    free(f->ids);
+    free(f->written);
+    free(f);
+}
+
+/* A fetch of blocks m .. m + k of tokens after the cached blocks prefix
+ * (taken over; pinned here), with pool blocks taken for them (k shrinks to
+ * what could be taken). NULL: out of memory, or no block to take. */
+static cluster_fetch_t *fetch_new(session_t *s, uint32_t ns, const char *name,
+                                  const uint32_t *tokens, uint32_t *prefix, size_t m, size_t k)
 {
     server_t *srv = s->srv;
-    size_t n_tok = (m + k) * srv->geo.block_tokens;
     cluster_fetch_t *f = calloc(1, sizeof *f);
-    if (!f)
-        return NULL;
-    f->srv = srv;
-    f->s = s;
-    f->ns = ns;
-    f->m = m;
-    f->k = k;
-    f->tokens = malloc(n_tok * sizeof(*f->tokens));
-    f->payloads = calloc(k, sizeof(*f->payloads));
-    if (!f->tokens || !f->payloads) {
-        free(f->tokens);
-        free(f->payloads);
-        free(f);
+    if (!f) {
+        free(prefix);
         return NULL;
     }
+    f->srv = srv;
+    f->ns = ns;
+    f->m = m;
+    f->prefix = prefix;
+    /* Pinned first: the evictions that make room for the fetch must not
+     * take the prefix it extends. */
+    while (f->n_pinned < m && radix_pin(srv->index, prefix[f->n_pinned]) == 0)
+        f->n_pinned++;
+    f->name = strdup(name);
+    f->hashes = malloc((m + k) * sizeof(*f->hashes));
+    f->ids = malloc(k * sizeof(*f->ids));
+    f->written = calloc(k, 1);
+    if (f->n_pinned < m || !f->name || !f->hashes || !f->ids || !f->written ||
+        radix_chain_hashes(srv->index, ns, tokens, m + k, f->hashes) != 0 ||
+        store_install_take(srv, ns, k, f->ids, &f->k) != 0) {
+        fetch_drop(srv, f);
+        return NULL;
+    }
+    size_t n_tok = (m + f->k) * srv->geo.block_tokens;
+    f->tokens = malloc(n_tok * sizeof(*f->tokens));
+    if (!f->tokens) {
+        uint32_t none = 0;
+        size_t installed;
+        store_install_done(srv, ns, tokens, &none, 0, f->ids, 0, f->k, &installed);
+        fetch_drop(srv, f);
+        return NULL;
+    }
+    /* Only the hashes of the blocks to fetch are kept. */
+    memmove(f->hashes, f->hashes + m, f->k * sizeof(*f->hashes));
     memcpy(f->tokens, tokens, n_tok * sizeof(*f->tokens));
     f->next = srv->cluster_fetches;
     if (f->next)
         f->next->prev = f;
     srv->cluster_fetches = f;
+    f->s = s;
     s->cluster_fetch = f;
     return f;
 }
@@ -267,39 +809,33 @@ int cluster_store_fetch(session_t *s, uint32_t ns, const uint32_t *tokens, size_
                         uint64_t *until_ms)
 {
     server_t *srv = s->srv;
+    cluster_link_t *l = srv->cluster;
     const char *name;
     size_t m = 0, k = 0;
-    if (!srv->cluster_tier || srv->stopping || s->cluster_fetch || !ns_shared(srv, ns, &name))
+    uint32_t *prefix = NULL;
+    if (!l || srv->stopping || s->cluster_fetch || !ns_shared(srv, ns, &name))
         return KVS_ENOTFOUND;
-    int rc = fetch_plan(srv, ns, tokens, n_tokens, &m, &k);
+    int rc = fetch_plan(srv, ns, tokens, n_tokens, &prefix, &m, &k);
     if (rc != 0)
         return rc;
-    uint32_t bt = srv->geo.block_tokens;
-    uint64_t *hashes = malloc((m + k) * sizeof(*hashes));
-    cluster_block_t *blocks = malloc(k * sizeof(*blocks));
-    rc = hashes && blocks ? radix_chain_hashes(srv->index, ns, tokens, m + k, hashes) : KVS_ENOMEM;
-    cluster_fetch_t *f = rc == 0 ? fetch_new(s, ns, tokens, m, k) : NULL;
-    if (rc == 0 && !f)
-        rc = KVS_ENOMEM;
-    if (rc == 0) {
-        for (size_t j = 0; j < k; j++)
-            blocks[j] = (cluster_block_t){.ns = name,
-                                          .ns_len = strlen(name),
-                                          .hash = hashes[m + j],
-                                          .tokens = f->tokens + (m + j) * bt,
-                                          .n_tokens = bt,
-                                          .payload_len = geometry_block_bytes(&srv->geo)};
-        rc = cluster_tier_fetch(srv->cluster_tier, blocks, k, fetch_block, fetch_done, f);
-        if (rc != 0) {
-            srv->metrics.cluster_fetch_misses += k;
-            fetch_free(srv, f);
-        }
+    job_t *j = calloc(1, sizeof *j);
+    cluster_fetch_t *f = j ? fetch_new(s, ns, name, tokens, prefix, m, k) : NULL;
+    if (!j)
+        free(prefix);
+    if (!f) {
+        free(j);
+        srv->metrics.cluster_fetch_misses += k;
+        return KVS_ENOTFOUND;
     }
-    free(hashes);
-    free(blocks);
-    if (rc == 0)
-        *until_ms = uv_now(srv->loop) + srv->cfg.cluster_timeout_ms + 100;
-    return rc;
+    f->start_ns = uv_hrtime();
+    j->kind = JOB_FETCH;
+    j->fetch = f;
+    uv_mutex_lock(&l->mu);
+    job_push(&l->jobs, &l->jobs_tail, j);
+    uv_mutex_unlock(&l->mu);
+    uv_async_send(&l->wake);
+    *until_ms = uv_now(srv->loop) + srv->cfg.cluster_timeout_ms + 100;
+    return 0;
 }
 
 void cluster_store_detach(session_t *s)

@@ -10,11 +10,18 @@
  * the commit wait: it is sent, and a write that finds too many in flight is
  * dropped and counted (cluster_put_drops).
  *
+ * The client runs on a thread of its own, with its own libuv loop: the
+ * connections, the values' checksums and every copy of a block's bytes (out
+ * of the pool into a value, a reply into the pool) stay off the daemon's
+ * loop. The loop pins a committed block until the thread has copied it out,
+ * and takes free pool blocks for a fetch before the thread writes into them.
+ *
  * A Lookup that misses locally in a shared namespace asks the cluster for
  * the chain's next blocks (at most CLUSTER_STORE_MAX_FETCH), its session
  * held (SESSION_HOLD_CLUSTER) until they are in, or the client's timeout
- * ends them. The contiguous run that verified goes into free pool blocks
- * (store_install: never evicting for them) and the Lookup runs again,
+ * ends them. The contiguous run that verified goes into the pool blocks
+ * taken for it (store_install_take: evicting for them as an Alloc does,
+ * the prefix it extends pinned meanwhile) and the Lookup runs again,
  * answering as for any cached prefix. A session that ends meanwhile is
  * detached: the blocks still go into the pool.
  */
@@ -24,12 +31,20 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cluster.h"
 #include "server.h"
 #include "session.h"
 
-/* Writes committed at once, at most. */
-#define CLUSTER_STORE_MAX_PUTS 256
-/* Keys start with this: one cluster may hold other data. */
+/* Writes waiting for their turn at most (their blocks pinned, not copied:
+ * at most this many, and a quarter of the pool or 64); one more is dropped
+ * and counted. In flight to the cluster at most CLUSTER_STORE_PUT_BYTES of
+ * values (and CLUSTER_STORE_MAX_PUTS), so that a fetch's GETs never queue
+ * behind more than that on a connection. */
+#define CLUSTER_STORE_MAX_QUEUED 65536
+#define CLUSTER_STORE_MAX_PUTS   4096
+#define CLUSTER_STORE_PUT_BYTES  (64u << 20)
+/* Keys start with this unless cluster_key_prefix says otherwise: one
+ * cluster may hold other data. */
 #define CLUSTER_STORE_KEY_PREFIX "kvs:"
 
 /* Starts the client when srv->cfg.cluster_seeds is set (else does
@@ -45,8 +60,14 @@ void cluster_store_close(server_t *srv);
  * the last copy once the client is closed. */
 void cluster_store_sync_counters(server_t *srv);
 
-/* Blocks of a chain one Lookup fetches at most. */
-#define CLUSTER_STORE_MAX_FETCH 64
+/* Copies the cluster nodes' figures (as of at most 50 ms ago) into out, at
+ * most max of them. Returns how many; 0 without a cluster tier. */
+size_t cluster_store_nodes(server_t *srv, cluster_node_stats_t *out, size_t max);
+
+/* Blocks of a chain one Lookup fetches at most: this many, this many bytes
+ * of blocks, and a quarter of the pool. */
+#define CLUSTER_STORE_MAX_FETCH   8192
+#define CLUSTER_STORE_FETCH_BYTES (1024u << 20)
 
 /* For a Lookup of s in ns that the pool does not fully hold: starts fetching
  * the next blocks from the cluster when ns is shared. Returns 0 when it

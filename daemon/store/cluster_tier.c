@@ -17,6 +17,8 @@ struct cluster_tier {
     uint64_t live;
     int closed;
     cluster_tier_stats_t stats;
+    void (*on_put_done)(void *arg);
+    void *put_arg;
 };
 
 typedef struct fetch fetch_t;
@@ -91,12 +93,14 @@ static void put_done(void *arg, int status, const char *data, size_t len)
         t->stats.put_ok++;
     else
         t->stats.put_errors++;
+    if (t->on_put_done && !t->closed)
+        t->on_put_done(t->put_arg);
     tier_unref(t);
 }
 
-int cluster_tier_put(cluster_tier_t *t, const cluster_block_t *b, const void *payload)
+int cluster_tier_put_value(cluster_tier_t *t, const cluster_block_t *b, unsigned char *value)
 {
-    if (!t || t->closed || !b || (b->payload_len && !payload))
+    if (!t || t->closed || !b || !value)
         return KVS_EINVAL;
     if (t->puts_inflight >= t->max_puts) {
         t->stats.put_drops++;
@@ -107,18 +111,12 @@ int cluster_tier_put(cluster_tier_t *t, const cluster_block_t *b, const void *pa
     if (klen < 0)
         return klen;
     size_t vlen = cluster_value_size(b);
-    unsigned char *value = malloc(vlen);
-    if (!value)
-        return KVS_ENOMEM;
-    int hlen = cluster_value_header(b, payload, value);
-    if (hlen < 0) {
-        free(value);
+    int hlen = cluster_value_header(b, value + (vlen - b->payload_len), value);
+    if (hlen < 0)
         return hlen;
-    }
-    memcpy(value + hlen, payload, b->payload_len);
-    /* The client formats (copies) the command at once: value goes now. */
+    /* The client formats (copies) the command at once: value is the
+     * caller's again on return. */
     int rc = cluster_set(t->c, key, (size_t)klen, value, vlen, put_done, t);
-    free(value);
     if (rc != 0) {
         t->stats.put_drops++;
         return rc == KVS_ENOMEM ? rc : KVS_EBUSY;
@@ -128,6 +126,24 @@ int cluster_tier_put(cluster_tier_t *t, const cluster_block_t *b, const void *pa
     t->stats.puts++;
     t->stats.put_bytes += vlen;
     return 0;
+}
+
+int cluster_tier_put(cluster_tier_t *t, const cluster_block_t *b, const void *payload)
+{
+    if (!t || t->closed || !b || (b->payload_len && !payload))
+        return KVS_EINVAL;
+    if (t->puts_inflight >= t->max_puts) {
+        t->stats.put_drops++;
+        return KVS_EBUSY;
+    }
+    size_t vlen = cluster_value_size(b);
+    unsigned char *value = malloc(vlen);
+    if (!value)
+        return KVS_ENOMEM;
+    memcpy(value + (vlen - b->payload_len), payload, b->payload_len);
+    int rc = cluster_tier_put_value(t, b, value);
+    free(value);
+    return rc;
 }
 
 /* ---- down ---- */
@@ -274,6 +290,22 @@ int cluster_tier_fetch(cluster_tier_t *t, const cluster_block_t *blocks, size_t 
     }
     fetch_step(f);
     return 0;
+}
+
+int cluster_tier_key(const cluster_tier_t *t, const cluster_block_t *b, char *buf, size_t len)
+{
+    return cluster_value_key(t->prefix, b, buf, len);
+}
+
+void cluster_tier_on_put_done(cluster_tier_t *t, void (*cb)(void *arg), void *arg)
+{
+    t->on_put_done = cb;
+    t->put_arg = arg;
+}
+
+int cluster_tier_put_room(const cluster_tier_t *t)
+{
+    return t->puts_inflight < t->max_puts;
 }
 
 void cluster_tier_get_stats(const cluster_tier_t *t, cluster_tier_stats_t *out)

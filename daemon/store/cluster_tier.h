@@ -66,6 +66,11 @@ void cluster_tier_free(cluster_tier_t *t);
  * counted), KVS_EINVAL, KVS_ENOMEM. */
 int cluster_tier_put(cluster_tier_t *t, const cluster_block_t *b, const void *payload);
 
+/* cluster_tier_put for a value the caller built in place: value holds
+ * cluster_value_size(b) bytes, the payload in its last b->payload_len
+ * (the header before it is written here). Saves a copy of the payload. */
+int cluster_tier_put_value(cluster_tier_t *t, const cluster_block_t *b, unsigned char *value);
+
 /* Fetches blocks[0..n), all of one namespace and geometry (the names are
  * copied). Returns 0: on_done will run, later, never inside this call.
  * Otherwise it will not: KVS_EINVAL, KVS_ENOMEM, or KVS_EIO when the client
@@ -75,5 +80,15 @@ int cluster_tier_fetch(cluster_tier_t *t, const cluster_block_t *blocks, size_t 
                        cluster_tier_block_cb on_block, cluster_tier_done_cb on_done, void *arg);
 
 void cluster_tier_get_stats(const cluster_tier_t *t, cluster_tier_stats_t *out);
+
+/* cb(arg) runs after each write ended (acknowledged or failed), while the
+ * tier is open: room for one more (a caller that queues its own). */
+void cluster_tier_on_put_done(cluster_tier_t *t, void (*cb)(void *arg), void *arg);
+
+/* The key of block b under this tier's prefix (cluster_value_key). */
+int cluster_tier_key(const cluster_tier_t *t, const cluster_block_t *b, char *buf, size_t len);
+
+/* 1 when a write now would be sent rather than dropped for max_puts. */
+int cluster_tier_put_room(const cluster_tier_t *t);
 
 #endif /* KVS_DAEMON_CLUSTER_TIER_H */

@@ -359,7 +359,7 @@ int store_commit(server_t *srv, session_t *s, uint32_t ns, const uint32_t *token
             continue;
         }
         if (canonical[i] == b) {
-            fresh[i] = srv->events != NULL || srv->cluster_tier != NULL;
+            fresh[i] = srv->events != NULL || srv->cluster != NULL;
             became_cached(srv, s, ns, b);
         }
         /* A duplicate stays WRITING, held by this session until released;
@@ -393,41 +393,56 @@ static int write_block(server_t *srv, uint32_t b, const unsigned char *payload)
     return 0;
 }
 
-int store_install(server_t *srv, uint32_t ns, const uint32_t *tokens, const uint32_t *prefix_ids,
-                  size_t m, const void *const *payloads, size_t n, size_t *n_installed)
+int store_install_take(server_t *srv, uint32_t ns, size_t n, uint32_t *ids, size_t *n_taken)
 {
     store_t *st = srv->store;
-    *n_installed = 0;
     pool_counts_t pc;
+    *n_taken = 0;
     pool_counts(st->pool, &pc);
+    if (n > pc.free && !store_tiers_usable(srv)) {
+        /* Room as an Alloc makes it: the least worth keeping unpinned
+         * blocks go. (With a tier 2 that would be demotions the request
+         * waits for: only free blocks are taken then.) */
+        size_t evicted = 0;
+        hints_expire(srv);
+        store_evict(srv, ns, n - pc.free, &evicted, NULL);
+        pool_counts(st->pool, &pc);
+    }
     if (n > pc.free)
         n = pc.free;
     if (n == 0)
         return KVS_EPOOLFULL;
-    size_t total = m + n;
-    uint32_t *ids = malloc(total * sizeof(*ids));
-    uint32_t *canonical = malloc(2 * total * sizeof(*canonical));
-    int rc = ids && canonical ? 0 : KVS_ENOMEM;
+    int rc = pool_alloc(st->pool, (uint32_t)n, ids);
     if (rc == 0)
-        rc = pool_alloc(st->pool, (uint32_t)n, ids + m);
-    if (rc != 0) {
-        free(ids);
-        free(canonical);
-        return rc;
-    }
-    memcpy(ids, prefix_ids, m * sizeof(*ids));
-    size_t written = 0;
-    while (written < n && write_block(srv, ids[m + written], payloads[written]) == 0)
-        written++;
+        *n_taken = n;
+    return rc;
+}
+
+int store_install_done(server_t *srv, uint32_t ns, const uint32_t *tokens,
+                       const uint32_t *prefix_ids, size_t m, const uint32_t *taken, size_t written,
+                       size_t n_taken, size_t *n_installed)
+{
+    store_t *st = srv->store;
+    *n_installed = 0;
+    size_t total = m + written;
+    uint32_t *ids = malloc((total ? total : 1) * sizeof(*ids));
+    uint32_t *canonical = malloc(2 * (total ? total : 1) * sizeof(*canonical));
+    int rc = ids && canonical ? 0 : KVS_ENOMEM;
     size_t n_done = 0;
-    rc = radix_insert(st->index, ns, tokens, (m + written) * srv->geo.block_tokens, ids,
-                      m + written, false, canonical, &n_done);
-    uint32_t *fresh = canonical + total;
-    memset(fresh, 0, total * sizeof(*fresh));
+    if (rc == 0 && written > 0) {
+        memcpy(ids, prefix_ids, m * sizeof(*ids));
+        memcpy(ids + m, taken, written * sizeof(*ids));
+        rc = radix_insert(st->index, ns, tokens, total * srv->geo.block_tokens, ids, total, false,
+                          canonical, &n_done);
+    }
+    uint32_t *fresh = canonical ? canonical + total : NULL;
+    if (fresh)
+        memset(fresh, 0, total * sizeof(*fresh));
     uint64_t now = uv_now(srv->loop);
-    for (size_t i = m; i < total; i++) {
-        uint32_t b = ids[i];
-        if (i < n_done && canonical[i] == b) {
+    for (size_t j = 0; j < n_taken; j++) {
+        uint32_t b = taken[j];
+        size_t i = m + j;
+        if (j < written && fresh && i < n_done && canonical[i] == b) {
             store_record_t *r = &st->rec[b];
             r->meta.cached_ms = r->used_ms = now;
             r->meta.ns = ns;
@@ -445,6 +460,26 @@ int store_install(server_t *srv, uint32_t ns, const uint32_t *tokens, const uint
         publish_stored(srv, ns, ids, canonical, fresh, n_done, tokens);
     free(ids);
     free(canonical);
+    return rc;
+}
+
+int store_install(server_t *srv, uint32_t ns, const uint32_t *tokens, const uint32_t *prefix_ids,
+                  size_t m, const void *const *payloads, size_t n, size_t *n_installed)
+{
+    *n_installed = 0;
+    uint32_t *ids = malloc((n ? n : 1) * sizeof(*ids));
+    size_t taken = 0, written = 0;
+    if (!ids)
+        return KVS_ENOMEM;
+    int rc = store_install_take(srv, ns, n, ids, &taken);
+    if (rc != 0) {
+        free(ids);
+        return rc;
+    }
+    while (written < taken && write_block(srv, ids[written], payloads[written]) == 0)
+        written++;
+    rc = store_install_done(srv, ns, tokens, prefix_ids, m, ids, written, taken, n_installed);
+    free(ids);
     return rc;
 }
 

@@ -274,14 +274,26 @@ void store_spill(server_t *srv, size_t n, radix_move_t *moves, size_t *n_moved);
 /* Blocks fetched from the cluster tier (cluster_store.h): payloads[j]
  * (geometry_block_bytes each) hold block m + j of tokens in ns, j < n, and
  * prefix_ids[0..m) are the tier-1 blocks that hold its first m blocks now.
- * Takes free pool blocks (never evicts for them: a fetch is a bonus), writes
- * the bytes, and inserts the blocks cached and unpinned, published as any
+ * Takes pool blocks (store_install_take: evicting for them as an Alloc
+ * does), writes the bytes, and inserts the blocks cached and unpinned, published as any
  * commit is (BlockStored). *n_installed: how many of the n are now cached
  * (a prefix another session cached meanwhile keeps its block). Errors:
- * KVS_EPOOLFULL (no free block: nothing done), KVS_ENOMEM, radix_insert's
+ * KVS_EPOOLFULL (no block to take: nothing done), KVS_ENOMEM, radix_insert's
  * (KVS_EEXIST: the prefix is not held by prefix_ids any more). */
 int store_install(server_t *srv, uint32_t ns, const uint32_t *tokens, const uint32_t *prefix_ids,
                   size_t m, const void *const *payloads, size_t n, size_t *n_installed);
+
+/* store_install in two steps, for bytes written into the pool elsewhere (the
+ * cluster tier's thread). store_install_take: up to n pool blocks into ids
+ * (WRITING, no session's), evicting for them as an Alloc in ns would (only
+ * free ones with a tier 2); *n_taken of them. Then, once
+ * the first n_written of them hold blocks m .. m + n_written of tokens,
+ * store_install_done inserts those as store_install does and gives every
+ * taken block that is not cached now back to the pool. */
+int store_install_take(server_t *srv, uint32_t ns, size_t n, uint32_t *ids, size_t *n_taken);
+int store_install_done(server_t *srv, uint32_t ns, const uint32_t *tokens,
+                       const uint32_t *prefix_ids, size_t m, const uint32_t *ids, size_t n_written,
+                       size_t n_taken, size_t *n_installed);
 
 /* Promotes the tier-2 blocks pins[first .. first + n) (a pinned lookup's,
  * in chain order, after its tier-1 blocks) into free pool blocks, as far as

@@ -14,6 +14,10 @@
 #include "test_tmp.h"
 
 #include <check.h>
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -214,6 +218,46 @@ static size_t lookup_check(kvs_client_t *c, const char *ns, uint32_t seed)
     return n;
 }
 
+/* A port free now on loopback (bound and closed: the daemon binds it next). */
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* GET path from 127.0.0.1:port: the whole answer (malloc'd), or NULL. */
+static char *http_get(int port, const char *path)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        return NULL;
+    }
+    char req[128];
+    int n = snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: x\r\n\r\n", path);
+    if (write(fd, req, (size_t)n) != n) {
+        close(fd);
+        return NULL;
+    }
+    size_t cap = 1 << 20, len = 0;
+    char *buf = malloc(cap + 1);
+    ssize_t r;
+    while (buf && (r = read(fd, buf + len, cap - len)) > 0)
+        len += (size_t)r;
+    close(fd);
+    if (buf)
+        buf[len] = '\0';
+    return buf;
+}
+
 START_TEST(shared_blocks_are_written_through)
 {
     rc_cluster_t rc;
@@ -225,7 +269,10 @@ START_TEST(shared_blocks_are_written_through)
     ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
     close(fd);
     harness_t h;
-    const char *extra[] = {"--cluster-seeds", rc.seeds, "--config", conf, NULL};
+    /* A generous deadline: the daemons may run under valgrind on a busy
+     * machine, and a fetch past it is a miss. */
+    const char *extra[] = {"--cluster-seeds",      rc.seeds, "--config", conf,
+                           "--cluster-timeout-ms", "10000",  NULL};
     ck_assert_int_eq(harness_start(&h, 64, extra), 0);
     kvs_client_t *c = client(&h);
     kvs_geometry_t g;
@@ -242,7 +289,13 @@ START_TEST(shared_blocks_are_written_through)
     /* Another node, its pool empty: the shared prompt comes from the
      * cluster, bitwise equal; the private one does not. */
     harness_t h2;
-    ck_assert_int_eq(harness_start(&h2, 64, extra), 0);
+    char listen[32];
+    int port = free_port();
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
+    const char *extra2[] = {
+        "--cluster-seeds",      rc.seeds, "--config", conf, "--metrics-listen", listen,
+        "--cluster-timeout-ms", "10000",  NULL};
+    ck_assert_int_eq(harness_start(&h2, 64, extra2), 0);
     kvs_client_t *c2 = client(&h2);
     ck_assert_uint_eq(lookup_check(c2, "private", 7), 0);
     ck_assert_uint_eq(lookup_check(c2, "shr", 3), NB);
@@ -252,7 +305,35 @@ START_TEST(shared_blocks_are_written_through)
     ck_assert_int_eq(kvs_stats(c2, &st), 0);
     ck_assert_uint_eq(st.cluster_fetched_blocks, NB);
     ck_assert_uint_eq(st.cluster_puts, 0);
+    /* Each master in Stats: its slots (all of them between the three), its
+     * requests (the fetch's GETs, CLUSTER SLOTS), its replies' latency. */
+    ck_assert_uint_ge(st.n_cluster_nodes, 3);
+    uint64_t slots = 0, requests = 0, replies = 0;
+    for (size_t i = 0; i < st.n_cluster_nodes; i++) {
+        const kvs_cluster_node_t *nd = &st.cluster_nodes[i];
+        ck_assert_ptr_nonnull(strchr(nd->address, ':'));
+        ck_assert(strcmp(nd->state, "connected") == 0 || strcmp(nd->state, "idle") == 0);
+        slots += nd->slots;
+        requests += nd->requests;
+        replies += nd->replies;
+        ck_assert_uint_eq(nd->errors, 0);
+        if (nd->replies)
+            ck_assert_uint_ge(nd->latency_us_max * nd->replies, nd->latency_us_sum);
+    }
+    ck_assert_uint_eq(slots, 16384);
+    ck_assert_uint_ge(requests, NB + 1);
+    ck_assert_uint_ge(replies, NB + 1);
     kvs_stats_free(&st);
+    /* /metrics: a series per node, and the fetch latency histogram. */
+    char *metrics = http_get(port, "/metrics");
+    ck_assert_ptr_nonnull(metrics);
+    char series[96];
+    snprintf(series, sizeof series, "kvshare_cluster_node_slots{node=\"127.0.0.1:%d\"}",
+             rc.port[0]);
+    ck_assert_msg(strstr(metrics, series) != NULL, "no %s in /metrics", series);
+    ck_assert_ptr_nonnull(strstr(metrics, "kvshare_cluster_node_up{node="));
+    ck_assert_ptr_nonnull(strstr(metrics, "kvshare_cluster_fetch_seconds_count 1"));
+    free(metrics);
 
     /* A value corrupted in Redis is a miss: the second node gets the blocks
      * before it, bitwise equal, and never the corrupt one. */
@@ -381,6 +462,141 @@ START_TEST(master_killed_during_a_replay)
 }
 END_TEST
 
+/* The whole of a file, NUL-ended (malloc'd), or NULL. */
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return NULL;
+    size_t cap = 1 << 20, n = 0;
+    char *buf = malloc(cap + 1);
+    if (buf)
+        n = fread(buf, 1, cap, f);
+    fclose(f);
+    if (buf)
+        buf[n] = '\0';
+    return buf;
+}
+
+/* Sends stderr to path (truncated) and returns the old stderr: a daemon
+ * started meanwhile logs there for its whole life. */
+static int log_to(const char *path)
+{
+    fflush(stderr);
+    int saved = dup(2);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ck_assert_int_ge(fd, 0);
+    dup2(fd, 2);
+    close(fd);
+    return saved;
+}
+
+static void log_back(int saved)
+{
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+}
+
+/* The password of a cluster is read from cluster_auth_file, never from the
+ * command line, and never written to the log, even at debug level: neither
+ * when AUTH is accepted (blocks are shared) nor when it is refused (a
+ * wrong password: misses, counted, and a log line that names the node). */
+START_TEST(password_never_logged)
+{
+    static const char pass[] = "pw-7c1e-never-in-a-log";
+    static const char wrong[] = "pw-wrong-5a0d-never-in-a-log";
+    rc_cluster_t rc;
+    ck_assert_msg(rc_start(&rc, 3, 0, pass) == 0, "cannot start a Redis Cluster");
+    char conf[256], auth[256], bad[256], log[256];
+    int fd = test_tmp_file("kvs-share-conf", conf, sizeof conf);
+    const char *text = "log_level = debug\n[namespace shr]\nshared = yes\n";
+    ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    fd = test_tmp_file("kvs-share-auth", auth, sizeof auth);
+    ck_assert_int_eq(write(fd, pass, strlen(pass)), (ssize_t)strlen(pass));
+    close(fd);
+    fd = test_tmp_file("kvs-share-bad", bad, sizeof bad);
+    ck_assert_int_eq(write(fd, wrong, strlen(wrong)), (ssize_t)strlen(wrong));
+    close(fd);
+    fd = test_tmp_file("kvs-share-log", log, sizeof log);
+    close(fd);
+
+    int saved = log_to(log);
+    harness_t h, h2;
+    const char *extra[] = {"--cluster-seeds",
+                           rc.seeds,
+                           "--cluster-auth-file",
+                           auth,
+                           "--config",
+                           conf,
+                           "--cluster-timeout-ms",
+                           "10000",
+                           NULL};
+    const char *extra_bad[] = {"--cluster-seeds",
+                               rc.seeds,
+                               "--cluster-auth-file",
+                               bad,
+                               "--config",
+                               conf,
+                               "--cluster-timeout-ms",
+                               "300",
+                               NULL};
+    int started = harness_start(&h, 64, extra);
+    int started2 = started == 0 ? harness_start(&h2, 64, extra_bad) : -1;
+    log_back(saved);
+    ck_assert_int_eq(started, 0);
+    ck_assert_int_eq(started2, 0);
+
+    kvs_client_t *c = client(&h);
+    write_prompt(c, "shr", 21);
+    int64_t end = now_ms() + 10000;
+    while (cluster_keys(&rc) < NB && now_ms() < end)
+        usleep(50000);
+    ck_assert_int_eq(cluster_keys(&rc), NB);
+    kvs_client_t *c2 = client(&h2);
+    ck_assert_uint_eq(lookup_check(c2, "shr", 21), 0);
+    kvs_stats_t st;
+    ck_assert_int_eq(kvs_stats(c2, &st), 0);
+    ck_assert_uint_gt(st.cluster_auth_errors, 0);
+    kvs_stats_free(&st);
+    /* Neither command line names a password. */
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/cmdline", (int)h2.pid);
+    FILE *f = fopen(path, "r");
+    char args[4096];
+    size_t n = f ? fread(args, 1, sizeof args, f) : 0;
+    if (f)
+        fclose(f);
+    ck_assert_uint_gt(n, 0);
+    ck_assert_ptr_null(memmem(args, n, pass, strlen(pass)));
+    ck_assert_ptr_null(memmem(args, n, wrong, strlen(wrong)));
+
+    kvs_close(c2);
+    kvs_close(c);
+    ck_assert_int_eq(harness_stop(&h2), 0);
+    ck_assert_int_eq(harness_stop(&h), 0);
+    harness_cleanup(&h2);
+    harness_cleanup(&h);
+
+    char *text_log = slurp(log);
+    ck_assert_ptr_nonnull(text_log);
+    /* The log said something about the cluster (debug level, a refused
+     * AUTH), and never a password. */
+    ck_assert_ptr_nonnull(strstr(text_log, "cluster"));
+    ck_assert_msg(strstr(text_log, "AUTH") != NULL, "no AUTH refusal logged:\n%s", text_log);
+    ck_assert_ptr_null(strstr(text_log, pass));
+    ck_assert_ptr_null(strstr(text_log, wrong));
+    ck_assert_ptr_null(strstr(text_log, "pw-"));
+    free(text_log);
+    unlink(conf);
+    unlink(auth);
+    unlink(bad);
+    unlink(log);
+    rc_stop(&rc);
+}
+END_TEST
+
 static Suite *share_suite(void)
 {
     Suite *s = suite_create("cluster_share");
@@ -388,6 +604,7 @@ static Suite *share_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, shared_blocks_are_written_through);
     tcase_add_test(tc, master_killed_during_a_replay);
+    tcase_add_test(tc, password_never_logged);
     suite_add_tcase(s, tc);
     return s;
 }

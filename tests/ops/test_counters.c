@@ -31,7 +31,7 @@ static const struct {
 #undef COUNTER_ROW
 
 /* StatsReply fields that are not counters (tier 2's three, the copy path,
- * then the rows per device). */
+ * the rows per device, the cluster tier's nodes, tier 3's three). */
 static const char *const gauges[] = {
     "total_blocks",
     "free_blocks",
@@ -52,6 +52,7 @@ static const char *const gauges[] = {
     "copying_blocks",
     "copy_path",
     "devices",
+    "cluster_nodes",
     "tier3_total_blocks",
     "tier3_cached_blocks",
     "disk_io",

@@ -177,7 +177,8 @@ class MetricsTest(unittest.TestCase):
                   "pinned_blocks", "sessions", "block_tokens", "backend", "block_bytes",
                   "pool_bytes", "index_bytes", "uptime_ms", "namespaces",
                   "tier2_total_blocks", "tier2_cached_blocks", "copying_blocks", "copy_path",
-                  "devices", "tier3_total_blocks", "tier3_cached_blocks", "disk_io"}
+                  "devices", "tier3_total_blocks", "tier3_cached_blocks", "disk_io",
+                  "cluster_nodes"}
         self.assertEqual(set(py), gauges | set(names))
         # Each query is a session and a request of its own: those move.
         moving = {"requests", "bytes_in", "bytes_out", "sessions_total"}

@@ -31,6 +31,10 @@ static const struct bench_cmd {
     {"devices", bench_devices,
      "kvshared with 1, 4 and 8 simulated devices (--devices): Lookup p50/p99 in-process and "
      "over the socket, each against the one-device figure of the same run"},
+    {"cluster", bench_cluster,
+     "the cluster tier on a Redis Cluster of its own: writes through and fetches of 2 MiB blocks "
+     "next to redis-benchmark SET/GET of the same size and depth, and a tier-1 Lookup's p99 "
+     "while the tier is busy"},
     {"flood", bench_flood,
      "kvshared under one hostile client: another client's Lookup p50/p99/max while it "
      "pipelines Tree, the largest Release or Lookup, or Stats"},

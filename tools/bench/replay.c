@@ -68,6 +68,7 @@
 #include "geometry.h"
 #include "kvshare.h"
 #include "launch.h"
+#include "redis_cluster.h"
 #include "now.h"
 #include "socket_path.h"
 #include "test_tmp.h"
@@ -84,8 +85,11 @@ typedef struct replay_rec {
     uint32_t dup_blocks; /* new blocks another worker committed first */
     uint32_t waited;     /* the Lookup waited for another worker's blocks */
     int32_t status;      /* 0 or the first failing call's KVS_* code */
+    uint32_t node;       /* the kvshared it went to (--nodes) */
     uint32_t done;
 } replay_rec_t;
+
+#define REPLAY_MAX_NODES 16
 
 typedef struct replay_opts {
     const char *trace, *socket, *kvshared, *eviction, *model, *dtype, *pool_bytes;
@@ -104,6 +108,16 @@ typedef struct replay_opts {
     uint64_t hint_seed;
     const size_t *next_use; /* trace_next_uses(), with hints */
     bool json;
+    /* Several nodes (--nodes): one kvshared each, requests routed at
+     * random; with a cluster tier (--cluster-units), on one Redis Cluster. */
+    uint32_t nodes;
+    double cluster_units;
+    const char *cluster_seeds; /* set once the cluster runs */
+    const char *conf;          /* the daemons' config file (shared namespaces) */
+    uint32_t cluster_samples;  /* Redis's maxmemory-samples (0: its default, 5) */
+    int restart_node;          /* >= 0: restarted empty at request restart_at */
+    size_t restart_at;
+    uint64_t route_seed;
 } replay_opts_t;
 
 static double mono_ms(void)
@@ -203,9 +217,60 @@ static pid_t start_daemon(const replay_opts_t *o, const char *sock)
     argv[a++] = "64MiB";
     argv[a++] = "--log-level";
     argv[a++] = "warn";
+    if (o->cluster_seeds) {
+        argv[a++] = "--cluster-seeds";
+        argv[a++] = o->cluster_seeds;
+        argv[a++] = "--cluster-timeout-ms";
+        argv[a++] = "5000";
+    }
+    if (o->conf) {
+        argv[a++] = "--config";
+        argv[a++] = o->conf;
+    }
     argv[a] = NULL;
     /* A large pool takes a while to allocate and fault in. */
     return launch_daemon(argv, 2 * LAUNCH_READY_MS, NULL);
+}
+
+/* Starts a Redis Cluster of 3 masters for the cluster tier, each master's
+ * maxmemory a third of `blocks` values of this geometry (allkeys-lru: the
+ * cluster's own eviction). A value is the block, its 48-byte header, the
+ * namespace name and 4 bytes per token; Redis adds its key and about 100
+ * bytes of bookkeeping. */
+static int start_cluster(const replay_opts_t *o, rc_cluster_t *rc, uint64_t blocks)
+{
+    uint64_t bb = daemon_block_bytes(o);
+    if (bb == 0 || rc_start(rc, 3, 0, NULL) != 0) {
+        fprintf(stderr, "replay: cannot start a Redis Cluster (redis-server, redis-cli)\n");
+        return -1;
+    }
+    uint64_t per_value = bb + 48 + 8 + 16 * 4 + 60 + 100;
+    for (int i = 0; i < rc->n; i++) {
+        redisContext *ctx = rc_connect(rc, i);
+        redisReply *r = ctx ? redisCommand(ctx, "INFO memory") : NULL;
+        const char *p = r && r->type == REDIS_REPLY_STRING ? strstr(r->str, "used_memory:") : NULL;
+        unsigned long long base = p ? strtoull(p + strlen("used_memory:"), NULL, 10) : 0;
+        freeReplyObject(r);
+        unsigned long long max = base + blocks * per_value / (uint64_t)rc->n;
+        r = ctx ? redisCommand(ctx, "CONFIG SET maxmemory %llu", max) : NULL;
+        int ok = r && r->type == REDIS_REPLY_STATUS;
+        freeReplyObject(r);
+        r = ctx ? redisCommand(ctx, "CONFIG SET maxmemory-policy allkeys-lru") : NULL;
+        ok = ok && r && r->type == REDIS_REPLY_STATUS;
+        freeReplyObject(r);
+        if (o->cluster_samples) {
+            r = ctx ? redisCommand(ctx, "CONFIG SET maxmemory-samples %u", o->cluster_samples)
+                    : NULL;
+            ok = ok && r && r->type == REDIS_REPLY_STATUS;
+            freeReplyObject(r);
+        }
+        redisFree(ctx);
+        if (!ok) {
+            rc_stop(rc);
+            return -1;
+        }
+    }
+    return 0;
 }
 
 /* ---- a worker ------------------------------------------------------------- */
@@ -220,6 +285,20 @@ static void ns_name(const replay_opts_t *o, const trace_t *tr, const trace_req_t
         snprintf(buf, len, "trace");
     else
         snprintf(buf, len, "trace-%u", h % o->namespaces);
+}
+
+/* The node request i goes to: at random (a fixed draw per request, so that
+ * every run with the same seed routes alike), as a plain round-robin or
+ * random Service in front of the nodes would. */
+static uint32_t route(const replay_opts_t *o, size_t i)
+{
+    if (o->nodes <= 1)
+        return 0;
+    uint64_t z = (uint64_t)i + o->route_seed + 0x9E3779B97F4A7C15ULL;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    z ^= z >> 31;
+    return (uint32_t)(z % o->nodes);
 }
 
 static float since_us(double t0_ms)
@@ -248,22 +327,29 @@ static int release_hinted(kvs_client_t *c, const uint32_t *rel, const int *prio,
 }
 
 /* Replays requests w, w + N, ... Returns the exit status of the process. */
-static int worker(const replay_opts_t *o, const trace_t *tr, const char *sock, uint32_t w,
-                  double start_ms, replay_rec_t *recs)
+static int worker(const replay_opts_t *o, const trace_t *tr, char (*socks)[SOCKET_PATH_MAX],
+                  uint32_t w, double start_ms, replay_rec_t *recs)
 {
     kvs_options_t ko;
     kvs_options_init(&ko);
-    ko.socket_path = sock;
     ko.timeout_ms = 30000;
     char name[32];
     snprintf(name, sizeof(name), "replay-%u", w);
     ko.worker_name = name;
-    kvs_client_t *c = NULL;
-    int rc = kvs_connect(&ko, &c);
+    kvs_client_t *clients[REPLAY_MAX_NODES] = {0}, *c = NULL;
+    uint32_t n_nodes = o->nodes > 1 ? o->nodes : 1;
+    int rc = 0;
+    for (uint32_t k = 0; k < n_nodes && rc == 0; k++) {
+        ko.socket_path = socks[k];
+        rc = kvs_connect(&ko, &clients[k]);
+    }
     if (rc) {
         fprintf(stderr, "replay worker %u: connect: %s\n", w, kvs_strerror(rc));
+        for (uint32_t k = 0; k < n_nodes; k++)
+            kvs_close(clients[k]);
         return 1;
     }
+    c = clients[0];
     kvs_geometry_t g;
     kvs_geometry(c, &g);
     size_t max_tokens = 0;
@@ -309,6 +395,8 @@ static int worker(const replay_opts_t *o, const trace_t *tr, const char *sock, u
         if (o->speed > 0)
             sleep_until_ms(start_ms + (double)q->timestamp_ms / o->speed);
         size_t n = trace_prompt_tokens(tr, q), want = n / g.block_tokens, n_hit = 0, done = 0;
+        r->node = route(o, i);
+        c = clients[r->node];
         trace_expand(tr, q, tokens);
         ns_name(o, tr, q, ns, sizeof(ns));
         double t0 = mono_ms();
@@ -386,7 +474,9 @@ static int worker(const replay_opts_t *o, const trace_t *tr, const char *sock, u
     next:
         r->status = rc;
         r->done = 1;
-        if (rc == KVS_ENOTCONN || rc == KVS_ETIMEDOUT) {
+        /* A node restarting (--restart-node) answers nothing for a while:
+         * its requests are misses, as a worker's would be. */
+        if ((rc == KVS_ENOTCONN || rc == KVS_ETIMEDOUT) && o->restart_node < 0) {
             fprintf(stderr, "replay worker %u: request %zu: %s (%s)\n", w, i, kvs_strerror(rc),
                     kvs_last_error(c));
             break;
@@ -403,8 +493,61 @@ out:
     free(rel_prio);
     free(unit_prio);
     free(pattern);
-    kvs_close(c);
+    for (uint32_t k = 0; k < n_nodes; k++)
+        kvs_close(clients[k]);
     return rc ? 1 : 0;
+}
+
+/* After node `node` restarted at request `from`: how many requests were
+ * dispatched before its hit rate over its last `win` requests came within
+ * 0.95x of the other nodes' over the same requests; -1 if it never did.
+ * *node_hr and *others_hr: the two rates then (or at the end). */
+static long recovery(const trace_t *tr, const replay_rec_t *recs, uint32_t bt, uint32_t node,
+                     size_t from, size_t win, double *node_hr, double *others_hr)
+{
+    size_t n = tr->n_reqs;
+    uint64_t *oh = calloc(n + 1, sizeof(*oh)), *ot = calloc(n + 1, sizeof(*ot));
+    size_t *ring = calloc(win, sizeof(*ring));
+    long found = -1;
+    *node_hr = *others_hr = 0;
+    if (!oh || !ot || !ring)
+        goto done;
+    for (size_t i = 0; i < n; i++) {
+        bool other = recs[i].done && recs[i].node != node;
+        oh[i + 1] = oh[i] + (other ? (uint64_t)recs[i].hit_blocks * bt : 0);
+        ot[i + 1] = ot[i] + (other ? trace_prompt_tokens(tr, &tr->reqs[i]) : 0);
+    }
+    size_t have = 0;
+    uint64_t nh = 0, nt = 0;
+    for (size_t i = from; i < n; i++) {
+        if (!recs[i].done || recs[i].node != node)
+            continue;
+        size_t slot = have % win;
+        if (have >= win) {
+            size_t j = ring[slot];
+            nh -= (uint64_t)recs[j].hit_blocks * bt;
+            nt -= trace_prompt_tokens(tr, &tr->reqs[j]);
+        }
+        ring[slot] = i;
+        nh += (uint64_t)recs[i].hit_blocks * bt;
+        nt += trace_prompt_tokens(tr, &tr->reqs[i]);
+        have++;
+        if (have < win)
+            continue;
+        size_t first = ring[(slot + 1) % win];
+        uint64_t th = oh[i + 1] - oh[first], tt = ot[i + 1] - ot[first];
+        *node_hr = nt ? (double)nh / (double)nt : 0;
+        *others_hr = tt ? (double)th / (double)tt : 0;
+        if (*others_hr > 0 && *node_hr >= 0.95 * *others_hr) {
+            found = (long)(i - from);
+            break;
+        }
+    }
+done:
+    free(oh);
+    free(ot);
+    free(ring);
+    return found;
 }
 
 /* ---- the subcommand ---------------------------------------------------------- */
@@ -446,6 +589,16 @@ static void replay_usage(FILE *f)
                "  --max-sim-gap P     exit 1 if the hit rate and the simulator's differ by\n"
                "                      more than P points, or with a tier 2 the hits in it\n"
                "                      (for tests)\n"
+               "  --nodes N           N kvshared (each its own pool), each request sent to one\n"
+               "                      at random (default 1)\n"
+               "  --cluster-units U   a cluster tier: the nodes share a Redis Cluster of 3\n"
+               "                      masters started here, holding U units of 512-token\n"
+               "                      blocks (maxmemory, allkeys-lru); every namespace shared\n"
+               "  --cluster-samples N Redis's maxmemory-samples: keys its LRU compares per\n"
+               "                      eviction (default: Redis's, 5)\n"
+               "  --restart-node K --restart-at N  node K restarts empty once request N is\n"
+               "                      dispatched: how soon it gets back to the others' hit rate\n"
+               "  --route-seed N      seed of the random routing\n"
                "  --json              one JSON object instead of text\n");
 }
 
@@ -460,7 +613,9 @@ int bench_replay(int argc, char **argv)
                        .head_dim = 8,
                        .dtype = "fp16",
                        .eviction = "lru",
-                       .write_bytes = 64};
+                       .write_bytes = 64,
+                       .nodes = 1,
+                       .restart_node = -1};
     o.kvshared = bench_default_kvshared(kvshared, sizeof(kvshared));
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -534,6 +689,21 @@ int bench_replay(int argc, char **argv)
         } else if (strcmp(a, "--max-sim-gap") == 0) {
             o.max_sim_gap = strtod(v, NULL);
             ok = o.max_sim_gap > 0;
+        } else if (strcmp(a, "--nodes") == 0) {
+            o.nodes = (uint32_t)strtoul(v, NULL, 0);
+            ok = o.nodes >= 1 && o.nodes <= REPLAY_MAX_NODES;
+        } else if (strcmp(a, "--cluster-units") == 0) {
+            o.cluster_units = strtod(v, NULL);
+            ok = o.cluster_units >= 0;
+        } else if (strcmp(a, "--cluster-samples") == 0) {
+            o.cluster_samples = (uint32_t)strtoul(v, NULL, 0);
+            ok = o.cluster_samples >= 1 && o.cluster_samples <= 64;
+        } else if (strcmp(a, "--restart-node") == 0) {
+            o.restart_node = atoi(v);
+        } else if (strcmp(a, "--restart-at") == 0) {
+            o.restart_at = strtoull(v, NULL, 0);
+        } else if (strcmp(a, "--route-seed") == 0) {
+            o.route_seed = strtoull(v, NULL, 0);
         } else if (strcmp(a, "--kvshared") == 0) {
             o.kvshared = v;
         } else if (strcmp(a, "--socket") == 0) {
@@ -547,6 +717,21 @@ int bench_replay(int argc, char **argv)
             return 2;
         }
         i++;
+    }
+    if ((o.nodes > 1 || o.cluster_units > 0 || o.restart_node >= 0) && o.socket) {
+        fprintf(stderr, "replay: --nodes, --cluster-units and --restart-node start their own "
+                        "daemons: not with --socket\n");
+        return 2;
+    }
+    if (o.restart_node >= (int)o.nodes || (o.restart_node >= 0 && o.restart_at == 0)) {
+        fprintf(stderr, "replay: --restart-node K needs K < --nodes and --restart-at N > 0\n");
+        return 2;
+    }
+    if (o.cluster_units > 0 && (system("redis-server --version >/dev/null 2>&1") != 0 ||
+                                system("redis-cli --version >/dev/null 2>&1") != 0)) {
+        printf("skipped: --cluster-units needs redis-server and redis-cli "
+               "(tools/install-deps.sh)\n");
+        return 77;
     }
     if (!o.trace) {
         fprintf(stderr, "replay: --trace FILE is required\n");
@@ -578,27 +763,62 @@ int bench_replay(int argc, char **argv)
     }
     signal(SIGPIPE, SIG_IGN);
     int status = 1;
-    pid_t daemon = -1;
-    char dir[SOCKET_PATH_MAX - sizeof("/kvshared.sock")] = "", sock[SOCKET_PATH_MAX];
+    uint32_t n_nodes = o.nodes > 1 ? o.nodes : 1;
+    pid_t daemons[REPLAY_MAX_NODES];
+    for (uint32_t k = 0; k < REPLAY_MAX_NODES; k++)
+        daemons[k] = -1;
+    rc_cluster_t rcl = {0};
+    bool cluster_up = false;
+    char conf[SOCKET_PATH_MAX + 16] = "";
+    char dir[SOCKET_PATH_MAX - sizeof("/kvshared-15.sock")] = "";
+    char socks[REPLAY_MAX_NODES][SOCKET_PATH_MAX];
     replay_rec_t *recs = MAP_FAILED;
     size_t recs_bytes = (tr.n_reqs + 1) * sizeof(replay_rec_t);
+    uint64_t cluster_blocks = 0;
     if (o.socket) {
-        snprintf(sock, sizeof(sock), "%s", o.socket);
+        snprintf(socks[0], sizeof(socks[0]), "%s", o.socket);
     } else {
         if (test_tmp_dir("kvs-replay", dir, sizeof(dir)) != 0) {
             fprintf(stderr, "replay: cannot make a temporary directory: %s\n", strerror(errno));
             dir[0] = '\0';
             goto out;
         }
-        snprintf(sock, sizeof(sock), "%s/kvshared.sock", dir);
-        snprintf(o.disk_path, sizeof(o.disk_path), "%s/tier3", dir);
-        daemon = start_daemon(&o, sock);
-        if (daemon < 0) {
-            fprintf(stderr, "replay: kvshared (%s) did not start; give --kvshared PATH\n",
-                    o.kvshared);
-            goto out;
+        if (o.cluster_units > 0) {
+            /* The cluster tier: a Redis Cluster of its own, its memory
+             * cluster_units of 512-token blocks (allkeys-lru). */
+            cluster_blocks = (uint64_t)(o.cluster_units * TRACE_HASH_TOKENS / 16);
+            if (start_cluster(&o, &rcl, cluster_blocks) != 0)
+                goto out;
+            cluster_up = true;
+            o.cluster_seeds = rcl.seeds;
+            snprintf(conf, sizeof(conf), "%s/kvshared.conf", dir);
+            FILE *cf = fopen(conf, "w");
+            if (!cf)
+                goto out;
+            fprintf(cf, "[namespace trace]\nshared = yes\n");
+            for (uint32_t k = 0; k < o.namespaces && o.namespaces > 1; k++)
+                fprintf(cf, "[namespace trace-%u]\nshared = yes\n", k);
+            fclose(cf);
+            o.conf = conf;
+        }
+        for (uint32_t k = 0; k < n_nodes; k++) {
+            if (n_nodes > 1)
+                snprintf(socks[k], sizeof(socks[k]), "%s/kvshared-%u.sock", dir, k);
+            else
+                snprintf(socks[k], sizeof(socks[k]), "%s/kvshared.sock", dir);
+            if (n_nodes > 1)
+                snprintf(o.disk_path, sizeof(o.disk_path), "%s/tier3-%u", dir, k);
+            else
+                snprintf(o.disk_path, sizeof(o.disk_path), "%s/tier3", dir);
+            daemons[k] = start_daemon(&o, socks[k]);
+            if (daemons[k] < 0) {
+                fprintf(stderr, "replay: kvshared (%s) did not start; give --kvshared PATH\n",
+                        o.kvshared);
+                goto out;
+            }
         }
     }
+    const char *sock = socks[0];
     /* The pool as the daemon made it, and its block size. */
     kvs_options_t ko;
     kvs_options_init(&ko);
@@ -627,7 +847,7 @@ int bench_replay(int argc, char **argv)
         fflush(NULL);
         pids[w] = fork();
         if (pids[w] == 0)
-            _exit(worker(&o, &tr, sock, w, t0, recs));
+            _exit(worker(&o, &tr, socks, w, t0, recs));
         if (pids[w] < 0) {
             fprintf(stderr, "replay: fork: %s\n", strerror(errno));
             for (uint32_t k = 0; k < w; k++)
@@ -636,30 +856,68 @@ int bench_replay(int argc, char **argv)
         }
     }
     bool failed = false;
+    double restart_ms = -1;
+    size_t restarted_at = 0;
+    if (o.restart_node >= 0) {
+        /* Restarts the node empty once the dispatch passes restart_at: its
+         * pool and index are gone; the others and the cluster stay. */
+        const uint32_t *next = &recs[tr.n_reqs].done;
+        while (__atomic_load_n(next, __ATOMIC_RELAXED) < o.restart_at)
+            usleep(1000);
+        restarted_at = __atomic_load_n(next, __ATOMIC_RELAXED);
+        double r0 = mono_ms();
+        launch_stop(daemons[o.restart_node], SIGKILL, LAUNCH_READY_MS);
+        unlink(socks[o.restart_node]);
+        /* Its own disk file (n_nodes > 1: one per node), which it finds
+         * again: only the pool and the host tier start empty. */
+        if (n_nodes > 1)
+            snprintf(o.disk_path, sizeof(o.disk_path), "%s/tier3-%d", dir, o.restart_node);
+        daemons[o.restart_node] = start_daemon(&o, socks[o.restart_node]);
+        restart_ms = mono_ms() - r0;
+        if (daemons[o.restart_node] < 0) {
+            fprintf(stderr, "replay: node %d did not start again\n", o.restart_node);
+            failed = true;
+        }
+    }
     for (uint32_t w = 0; w < o.workers; w++) {
         int ws = 0;
         waitpid(pids[w], &ws, 0);
         failed |= !WIFEXITED(ws) || WEXITSTATUS(ws) != 0;
     }
     double wall_s = (mono_ms() - t0) / 1e3;
-    /* The tier counters over the run, from the daemon. */
-    if ((rc = kvs_connect(&ko, &mon)) == 0)
-        rc = kvs_stats(mon, &after);
-    kvs_stats_free(&after);
-    kvs_close(mon);
-    if (rc) {
-        fprintf(stderr, "replay: kvshared's stats after the run: %s\n", kvs_strerror(rc));
-        goto out;
+    /* The counters over the run, summed over the nodes (fresh daemons: the
+     * run's own). */
+    kvs_stats_t sum = {0};
+    double node_lat_us = 0;
+    uint64_t node_replies = 0;
+    for (uint32_t k = 0; k < n_nodes; k++) {
+        ko.socket_path = socks[k];
+        if ((rc = kvs_connect(&ko, &mon)) == 0)
+            rc = kvs_stats(mon, &after);
+        if (rc == 0) {
+            for (size_t i = 0; i < KVS_N_COUNTERS; i++)
+                sum.counters[i] += after.counters[i];
+            for (size_t i = 0; i < after.n_cluster_nodes; i++) {
+                node_lat_us += (double)after.cluster_nodes[i].latency_us_sum;
+                node_replies += after.cluster_nodes[i].replies;
+            }
+        }
+        kvs_stats_free(&after);
+        kvs_close(mon);
+        mon = NULL;
+        if (rc) {
+            fprintf(stderr, "replay: kvshared's stats after the run: %s\n", kvs_strerror(rc));
+            goto out;
+        }
     }
-#define REPLAY_DELTA(name) (after.name - before.name)
-    uint64_t demoted = REPLAY_DELTA(tier_demotions), promoted = REPLAY_DELTA(tier_promotions),
-             t1_drops = REPLAY_DELTA(tier_drops_t1), evictions = REPLAY_DELTA(evictions),
-             disk_reads = REPLAY_DELTA(disk_reads);
-#undef REPLAY_DELTA
+    after = sum;
+    uint64_t demoted = after.tier_demotions, promoted = after.tier_promotions,
+             t1_drops = after.tier_drops_t1, evictions = after.evictions,
+             disk_reads = after.disk_reads;
     uint64_t t2_hit_tokens = promoted * g.block_tokens, t3_hit_tokens = disk_reads * g.block_tokens;
-
     /* Tally. */
-    uint64_t prompt_tokens = 0, hit_tokens = 0, dups = 0, errors = 0, done_reqs = 0, waits = 0;
+    uint64_t prompt_tokens = 0, hit_tokens = 0, dups = 0, errors = 0, done_reqs = 0, waits = 0,
+             unavailable = 0;
     double wait_us = 0;
     for (size_t i = 0; i < tr.n_reqs; i++) {
         if (!recs[i].done)
@@ -668,7 +926,12 @@ int bench_replay(int argc, char **argv)
         prompt_tokens += trace_prompt_tokens(&tr, &tr.reqs[i]);
         hit_tokens += (uint64_t)recs[i].hit_blocks * g.block_tokens;
         dups += recs[i].dup_blocks;
-        errors += recs[i].status != 0;
+        /* A node restarting (--restart-node) answers nothing for a while:
+         * its requests then are misses, counted apart, not failures. */
+        bool away = o.restart_node >= 0 &&
+                    (recs[i].status == KVS_ENOTCONN || recs[i].status == KVS_ETIMEDOUT);
+        unavailable += away;
+        errors += recs[i].status != 0 && !away;
         if (recs[i].waited) {
             waits++;
             wait_us += recs[i].us[RPC_LOOKUP];
@@ -717,9 +980,35 @@ int bench_replay(int argc, char **argv)
     double sim_hr = src == 0 ? (double)sim.hit_tokens / (double)sim.prompt_tokens : -1;
     double unl_hr = src == 0 ? (double)unl.hit_tokens / (double)unl.prompt_tokens : -1;
     double t2_hr = prompt_tokens ? (double)t2_hit_tokens / (double)prompt_tokens : 0;
+    /* Several nodes: what came from the cluster tier, the simulator with
+     * one node holding every node's pool, and the restarted node. */
+    double cluster_share = prompt_tokens ? (double)after.cluster_fetched_blocks * g.block_tokens /
+                                               (double)prompt_tokens
+                                         : 0;
+    double pooled_hr = -1;
+    if (n_nodes > 1 && src == 0) {
+        sim_result_t pooled = {0};
+        sp.capacity = g.num_blocks * n_nodes;
+        sp.tier2 = 0;
+        if (sim_run(&tr, &sp, &pooled) == 0)
+            pooled_hr = (double)pooled.hit_tokens / (double)pooled.prompt_tokens;
+    }
+    long recovered = -1;
+    double rec_node_hr = 0, rec_others_hr = 0;
+    const size_t rec_win = 30;
+    if (o.restart_node >= 0)
+        recovered = recovery(&tr, recs, g.block_tokens, (uint32_t)o.restart_node, restarted_at,
+                             rec_win, &rec_node_hr, &rec_others_hr);
     double sim_t2_hr = src == 0 ? (double)sim.t2_hit_tokens / (double)sim.prompt_tokens : -1;
     if (o.json) {
-        printf("{\"trace\": \"%s\", \"requests\": %zu, \"done\": %llu, \"errors\": %llu, "
+        printf("{\"nodes\": %u, \"cluster_blocks\": %llu, \"cluster_share\": %.4f, "
+               "\"pooled_sim_hit_rate\": %.4f, \"restart_at\": %zu, \"restart_ms\": %.0f, "
+               "\"recovery_requests\": %ld, \"cluster_reply_us\": %.1f, \"cluster_puts\": %llu, "
+               "\"cluster_put_drops\": %llu, ",
+               n_nodes, (unsigned long long)cluster_blocks, cluster_share, pooled_hr, restarted_at,
+               restart_ms, recovered, node_replies ? node_lat_us / (double)node_replies : 0.0,
+               (unsigned long long)after.cluster_puts, (unsigned long long)after.cluster_put_drops);
+        printf("\"trace\": \"%s\", \"requests\": %zu, \"done\": %llu, \"errors\": %llu, "
                "\"workers\": %u, \"namespaces\": %u, \"speed\": %g, \"eviction\": \"%s\", "
                "\"pool_blocks\": %u, \"block_tokens\": %u, \"block_bytes\": %llu, "
                "\"prompt_tokens\": %llu, \"hit_tokens\": %llu, \"hit_rate\": %.4f, "
@@ -772,6 +1061,34 @@ int bench_replay(int argc, char **argv)
                    o.tier3_blocks,
                    prompt_tokens ? 100.0 * (double)t3_hit_tokens / (double)prompt_tokens : 0,
                    src == 0 ? 100.0 * (double)sim.t3_hit_tokens / (double)sim.prompt_tokens : -1);
+        if (n_nodes > 1 || cluster_blocks)
+            printf("nodes %u (random routing), cluster tier %llu blocks: hits local %.2f %%, "
+                   "from the cluster %.2f %%, misses %.2f %%; %llu blocks written through "
+                   "(%llu dropped), %llu fetched; cluster replies %.0f us on average\n",
+                   n_nodes, (unsigned long long)cluster_blocks, 100 * (hr - cluster_share),
+                   100 * cluster_share, 100 * (1 - hr), (unsigned long long)after.cluster_puts,
+                   (unsigned long long)after.cluster_put_drops,
+                   (unsigned long long)after.cluster_fetched_blocks,
+                   node_replies ? node_lat_us / (double)node_replies : 0.0);
+        if (pooled_hr >= 0)
+            printf("pooled_sim_hit_rate %.2f %% (offline simulator: one node with the %u pools)\n",
+                   100 * pooled_hr, n_nodes);
+        if (o.restart_node >= 0) {
+            printf("restart: %llu requests found node %d away (misses)\n",
+                   (unsigned long long)unavailable, o.restart_node);
+            if (recovered >= 0)
+                printf("restart: node %d restarted empty at request %zu (%.0f ms); its hit rate "
+                       "over %zu of its requests was back within 0.95x of the others' "
+                       "(%.2f %% vs %.2f %%) %ld requests later (%.2f %% of the trace)\n",
+                       o.restart_node, restarted_at, restart_ms, rec_win, 100 * rec_node_hr,
+                       100 * rec_others_hr, recovered,
+                       100.0 * (double)recovered / (double)tr.n_reqs);
+            else
+                printf("restart: node %d restarted empty at request %zu (%.0f ms); its hit rate "
+                       "never came back within 0.95x of the others' (last %.2f %% vs %.2f %%)\n",
+                       o.restart_node, restarted_at, restart_ms, 100 * rec_node_hr,
+                       100 * rec_others_hr);
+        }
         printf("sim_hit_rate %.2f %% (offline simulator, same pool, tier 2, policy and hints)\n",
                100 * sim_hr);
         if (o.hint_accuracy > 0)
@@ -809,13 +1126,24 @@ int bench_replay(int argc, char **argv)
 out:
     if (recs != MAP_FAILED)
         munmap(recs, recs_bytes);
-    if (daemon > 0) {
-        launch_stop(daemon, SIGTERM, LAUNCH_READY_MS);
-    }
+    for (uint32_t k = 0; k < n_nodes; k++)
+        if (daemons[k] > 0)
+            launch_stop(daemons[k], SIGTERM, LAUNCH_READY_MS);
+    if (cluster_up)
+        rc_stop(&rcl);
     if (dir[0]) {
-        unlink(sock);
-        if (o.tier3_blocks)
-            unlink(o.disk_path);
+        for (uint32_t k = 0; k < n_nodes; k++) {
+            unlink(socks[k]);
+            if (o.tier3_blocks) {
+                if (n_nodes > 1)
+                    snprintf(o.disk_path, sizeof(o.disk_path), "%s/tier3-%u", dir, k);
+                else
+                    snprintf(o.disk_path, sizeof(o.disk_path), "%s/tier3", dir);
+                unlink(o.disk_path);
+            }
+        }
+        if (conf[0])
+            unlink(conf);
         rmdir(dir);
     }
     free(next_use);

@@ -42,6 +42,22 @@ static void print_devices(FILE *f, const kvs_stats_t *s)
     }
 }
 
+/* The cluster tier's nodes (kvshared cluster_seeds): nothing without one. */
+static void print_cluster_nodes(FILE *f, const kvs_stats_t *s)
+{
+    if (s->n_cluster_nodes == 0)
+        return;
+    fprintf(f, "\n%-24s %-12s %6s %12s %10s %10s %10s\n", "CLUSTER NODE", "STATE", "SLOTS",
+            "REQUESTS", "ERRORS", "MEAN ms", "MAX ms");
+    for (size_t i = 0; i < s->n_cluster_nodes; i++) {
+        const kvs_cluster_node_t *n = &s->cluster_nodes[i];
+        double mean = n->replies ? (double)n->latency_us_sum / (double)n->replies / 1000.0 : 0.0;
+        fprintf(f, "%-24s %-12s %6u %12llu %10llu %10.3f %10.3f\n", n->address, n->state, n->slots,
+                (unsigned long long)n->requests, (unsigned long long)n->errors, mean,
+                (double)n->latency_us_max / 1000.0);
+    }
+}
+
 void cli_print_stats(FILE *f, const kvs_stats_t *s)
 {
     char a[32], b[32], up[32];
@@ -101,6 +117,7 @@ void cli_print_stats(FILE *f, const kvs_stats_t *s)
                     pct(n->tier2_hit_tokens, n->lookup_tokens), n->cached_blocks, n->tier2_blocks);
         }
     }
+    print_cluster_nodes(f, s);
     fprintf(f, "\n");
     cli_print_capacity(f, s, NULL);
 }
@@ -212,7 +229,25 @@ static void print_json(FILE *f, const kvs_stats_t *s)
         }
         fprintf(f, "}");
     }
-    fprintf(f, "]}\n");
+    fprintf(f, "]");
+    if (s->n_cluster_nodes > 0) {
+        fprintf(f, ",\"cluster_nodes\":[");
+        for (size_t i = 0; i < s->n_cluster_nodes; i++) {
+            const kvs_cluster_node_t *n = &s->cluster_nodes[i];
+            fprintf(f, "%s{\"address\":", i ? "," : "");
+            cli_json_string(f, n->address);
+            fprintf(f, ",\"state\":");
+            cli_json_string(f, n->state);
+            fprintf(f,
+                    ",\"slots\":%u,\"requests\":%llu,\"errors\":%llu,\"replies\":%llu,"
+                    "\"latency_us_sum\":%llu,\"latency_us_max\":%llu}",
+                    n->slots, (unsigned long long)n->requests, (unsigned long long)n->errors,
+                    (unsigned long long)n->replies, (unsigned long long)n->latency_us_sum,
+                    (unsigned long long)n->latency_us_max);
+        }
+        fprintf(f, "]");
+    }
+    fprintf(f, "}\n");
 }
 
 static void usage(FILE *f)
@@ -224,7 +259,8 @@ static void usage(FILE *f)
                "and evictions by cause (the namespace's own need, other namespaces' need,\n"
                "its quota), and blocks cached and evicted by retention priority band.\n"
                "With a tier 2 (kvshared --host-tier): its usage, and hits and blocks by\n"
-               "tier per namespace.\n");
+               "tier per namespace. With a cluster tier (kvshared --cluster-seeds): each\n"
+               "cluster node's state, slots, requests, errors and reply latency.\n");
 }
 
 int kvshare_cmd_stats(int argc, char **argv)

@@ -104,7 +104,7 @@ static void devices(scr_t *s, const top_view_t *v, const kvs_stats_t *st, int wi
         scr_newline(s);
     }
     if (st->n_devices > TOP_DEVICE_LINES) {
-        scr_printf(s, "          and %zu more devices (kvshare stats lists them all)",
+        scr_printf(s, "          and %u more devices (kvshare stats lists them all)",
                    st->n_devices - TOP_DEVICE_LINES);
         scr_newline(s);
     }
@@ -150,6 +150,27 @@ static void header(scr_t *s, const top_view_t *v)
                    pct_text(f->tier2_hit_pct, a, sizeof(a)), human(f->promotions_s, b, sizeof(b)),
                    human(f->demotions_s, c, sizeof(c)), human(f->tier2_drops_s, d, sizeof(d)),
                    f->copy_mib_s);
+        scr_newline(s);
+    }
+    if (st->n_cluster_nodes > 0) {
+        /* The cluster tier since start: its nodes, what came down and went
+         * up, and the nodes' mean reply time. */
+        uint32_t up = 0;
+        uint64_t replies = 0, lat = 0, errors = 0;
+        for (size_t i = 0; i < st->n_cluster_nodes; i++) {
+            const kvs_cluster_node_t *nd = &st->cluster_nodes[i];
+            up += strcmp(nd->state, "down") != 0 && strcmp(nd->state, "auth-refused") != 0;
+            replies += nd->replies;
+            lat += nd->latency_us_sum;
+            errors += nd->errors;
+        }
+        scr_printf(s,
+                   "cluster   %u nodes, %u up: %llu blocks fetched, %llu written (%llu dropped), "
+                   "%llu errors, replies %.2f ms on average",
+                   st->n_cluster_nodes, up, (unsigned long long)st->cluster_fetched_blocks,
+                   (unsigned long long)st->cluster_puts, (unsigned long long)st->cluster_put_drops,
+                   (unsigned long long)errors,
+                   replies ? (double)lat / (double)replies / 1000.0 : 0.0);
         scr_newline(s);
     }
     scr_printf(s, "sessions  %u open   index %s", st->sessions,

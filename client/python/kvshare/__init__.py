@@ -168,6 +168,17 @@ class _DeviceStats(ctypes.Structure):
     ]
 
 
+class _ClusterNode(ctypes.Structure):
+    _fields_ = [
+        ("address", ctypes.c_char * 80), ("state", ctypes.c_char * 16),
+        ("slots", ctypes.c_uint32), ("reserved32", ctypes.c_uint32),
+        ("requests", ctypes.c_uint64), ("errors", ctypes.c_uint64),
+        ("replies", ctypes.c_uint64), ("latency_us_sum", ctypes.c_uint64),
+        ("latency_us_max", ctypes.c_uint64),
+        ("reserved", ctypes.c_uint64 * 2),
+    ]
+
+
 class _Stats(ctypes.Structure):
     _fields_ = [
         ("total_blocks", ctypes.c_uint32), ("free_blocks", ctypes.c_uint32),
@@ -184,11 +195,11 @@ class _Stats(ctypes.Structure):
         ("tier2_total_blocks", ctypes.c_uint32), ("tier2_cached_blocks", ctypes.c_uint32),
         ("copying_blocks", ctypes.c_uint32), ("reserved32", ctypes.c_uint32),
         ("copy_path", ctypes.c_char_p),
-        ("n_devices", ctypes.c_size_t),
+        ("n_devices", ctypes.c_uint32), ("n_cluster_nodes", ctypes.c_uint32),
         ("devices", ctypes.POINTER(_DeviceStats)),
+        ("cluster_nodes", ctypes.POINTER(_ClusterNode)),
         ("tier3_total_blocks", ctypes.c_uint32), ("tier3_cached_blocks", ctypes.c_uint32),
         ("disk_io", ctypes.c_char_p),
-        ("reserved", ctypes.c_uint64 * 1),
         ("counters", ctypes.c_uint64 * COUNTER_SLOTS),
     ]
 
@@ -665,7 +676,7 @@ class Client:
             out = {name: getattr(s, name) for name, _ in _Stats._fields_
                    if name not in ("namespaces", "n_namespaces", "backend", "reserved",
                                    "reserved32", "counters", "devices", "n_devices",
-                                   "disk_io")}
+                                   "disk_io", "cluster_nodes", "n_cluster_nodes")}
             for i, name in enumerate(counter_names(self._lib)):
                 out[name] = s.counters[i]
             out["backend"] = "cuda" if s.backend == BACKEND_CUDA else "host"
@@ -678,6 +689,14 @@ class Client:
                 row["detail"] = d.detail.decode()
                 out["devices"].append(row)
             out["disk_io"] = s.disk_io.decode() if s.disk_io else None
+            out["cluster_nodes"] = []
+            for i in range(s.n_cluster_nodes):
+                nd = s.cluster_nodes[i]
+                row = {name: getattr(nd, name) for name, _ in _ClusterNode._fields_
+                       if not name.startswith("reserved")}
+                row["address"] = nd.address.decode()
+                row["state"] = nd.state.decode()
+                out["cluster_nodes"].append(row)
             out["namespaces"] = []
             for i in range(s.n_namespaces):
                 ns = s.namespaces[i]
