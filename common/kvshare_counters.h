@@ -16,6 +16,9 @@
  *   labels       its label set, "" for none;
  *   help         the family's HELP line.
  *
+ * A family whose name does not end in _total is a gauge in /metrics (a
+ * value that may be any, like a maximum), every other one a counter.
+ *
  * Append only, never reorder or remove: a counter's position is its place
  * in kvs_stats_t (ABI) and in StatsReply.counters (protocol). At most
  * KVS_COUNTER_SLOTS counters: kvs_stats_t keeps room for them so that its
@@ -156,7 +159,11 @@
       "Timed retention hints ignored because max_timed_hints blocks already hold one") \
     X(clears_denied, 0, "kvshare_clears_denied_total", "", \
       "Clear requests refused: the session may not clear that namespace (clear_uids, " \
-      "clear_gids, or the namespace's allow-list)")
+      "clear_gids, or the namespace's allow-list)") \
+    X(loop_stalls, 0, "kvshare_loop_stalls_total", "", \
+      "Stretches of loop work between two polls longer than 50 ms (every client waited)") \
+    X(loop_busy_max_us, 0, "kvshare_loop_busy_max_microseconds", "", \
+      "The longest stretch of loop work between two polls since start, in microseconds")
 /* clang-format on */
 
 /* Room for counters in kvs_stats_t and StatsReply.counters. */

@@ -200,6 +200,7 @@ typedef struct server {
     metrics_t metrics;
 
     struct metrics_http *http; /* --metrics-listen; NULL when off */
+    struct loop_watch *watch;  /* the longest loop work between polls (loop_watch.h) */
 
     /* Namespaces declared in the config file, and who may use each
      * (namespaces.c). tenants[ns] for ns < n_tenants; others: undeclared,

@@ -216,7 +216,9 @@ static void counters(text_t *t, const metrics_t *m)
             first++;
         if (first < i)
             continue; /* printed with the family's first counter */
-        head(t, counter_rows[i].family, "counter", counter_rows[i].help);
+        size_t flen = strlen(counter_rows[i].family);
+        bool total = flen > 6 && strcmp(counter_rows[i].family + flen - 6, "_total") == 0;
+        head(t, counter_rows[i].family, total ? "counter" : "gauge", counter_rows[i].help);
         for (size_t j = i; j < KVS_N_COUNTERS; j++) {
             if (strcmp(counter_rows[j].family, counter_rows[i].family) != 0)
                 continue;
