@@ -848,16 +848,25 @@ static void on_hold_timer(uv_timer_t *t)
     srv->hold_due = 0;
     for (session_t *h = srv->held_head, *next; h; h = next) {
         next = h->held_next;
-        if (!h->hold_until_ms || h->hold_until_ms > now)
-            continue;
         /* One piece of large work per spacing: the oldest waiter's. The
-         * others keep their places and look again once it has run. */
-        if (h->held == SESSION_HOLD_SPACING && (spacing_taken || now_ns < srv->walk_next_ns)) {
-            h->hold_until_ms = session_spacing_until(srv, now_ns);
+         * others keep their places and look again once it has run. Every
+         * spacing waiter waits for the same thing, the spacing's end, so
+         * its own deadline does not choose who goes: deadlines are loop
+         * milliseconds rounded up when each was held, and a newer waiter's
+         * could fall a millisecond before an older one's, letting the newer
+         * go first at every spacing (a session pipelining Trees then kept
+         * another's large Lookup waiting for several of them). */
+        if (h->held == SESSION_HOLD_SPACING) {
+            if (spacing_taken || now_ns < srv->walk_next_ns) {
+                h->hold_until_ms = session_spacing_until(srv, now_ns);
+                continue;
+            }
+            spacing_taken = true;
+            session_release(h);
             continue;
         }
-        if (h->held == SESSION_HOLD_SPACING)
-            spacing_taken = true;
+        if (!h->hold_until_ms || h->hold_until_ms > now)
+            continue;
         session_release(h);
     }
     hold_arm(srv);

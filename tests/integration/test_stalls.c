@@ -26,10 +26,10 @@
 #include "daemon_harness.h"
 #include "kvshare.h"
 
-#define BT 4          /* the harness's tokens per block */
-#define NB 65536      /* blocks of the pool, and of the largest request */
-#define STALL_MS 50   /* the bound */
-#define ASAN_SCALE 4  /* AddressSanitizer's slowdown allowed for */
+#define BT         4     /* the harness's tokens per block */
+#define NB         65536 /* blocks of the pool, and of the largest request */
+#define STALL_MS   50    /* the bound */
+#define ASAN_SCALE 4     /* AddressSanitizer's slowdown allowed for */
 
 typedef struct stall_case {
     harness_t d;
