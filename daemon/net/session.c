@@ -542,9 +542,9 @@ static int process(session_t *s, bool bounded, bool *more)
         bool large = s->has_pipe && len >= SESSION_LARGE_FRAME;
         size_t out_len = s->out.len, reply_bytes = 0;
         uint64_t t0 = large ? uv_hrtime() : 0;
-        if (large && t0 < s->srv->walk_next_ns) {
+        if (large && t0 < session_spacing_next(s)) {
             s->srv->metrics.requests_spaced++;
-            session_hold(s, SESSION_HOLD_SPACING, session_spacing_until(s->srv, t0));
+            session_hold(s, SESSION_HOLD_SPACING, session_spacing_until(s, t0));
             rc = DISPATCH_HELD;
         } else {
             rc = dispatch_frame(s, body, len);
@@ -559,10 +559,8 @@ static int process(session_t *s, bool bounded, bool *more)
         s->rerun = SESSION_HOLD_NONE;
         if (s->out.len > out_len)
             reply_bytes = s->out.len - out_len;
-        if (large) {
-            uint64_t t1 = uv_hrtime();
-            s->srv->walk_next_ns = t1 + (t1 - t0) * SERVER_WALK_SPACING;
-        }
+        if (large)
+            session_spacing_done(s, t0, uv_hrtime());
         s->srv->metrics.bytes_in += FRAME_HEADER_BYTES + len;
         if (s->has_pipe)
             s->last_request_ms = uv_now(s->srv->loop);
@@ -742,10 +740,23 @@ static void ready_push(session_t *s)
 
 /* --- the hold --- */
 
-uint64_t session_spacing_until(const server_t *srv, uint64_t now_ns)
+uint64_t session_spacing_next(const session_t *s)
 {
-    uint64_t wait_ns = srv->walk_next_ns > now_ns ? srv->walk_next_ns - now_ns : 0;
-    return uv_now(srv->loop) + (wait_ns + 999999) / 1000000 + 1;
+    return s->walk_next_ns > s->srv->walk_next_ns ? s->walk_next_ns : s->srv->walk_next_ns;
+}
+
+uint64_t session_spacing_until(const session_t *s, uint64_t now_ns)
+{
+    uint64_t next = session_spacing_next(s);
+    uint64_t wait_ns = next > now_ns ? next - now_ns : 0;
+    return uv_now(s->srv->loop) + (wait_ns + 999999) / 1000000 + 1;
+}
+
+void session_spacing_done(session_t *s, uint64_t t0, uint64_t t1)
+{
+    uint64_t d = t1 - t0;
+    s->walk_next_ns = t1 + d * SERVER_WALK_SPACING;
+    s->srv->walk_next_ns = t1 + d * SERVER_WALK_SPACING_ALL;
 }
 
 static void on_hold_timer(uv_timer_t *t);
@@ -857,8 +868,8 @@ static void on_hold_timer(uv_timer_t *t)
          * go first at every spacing (a session pipelining Trees then kept
          * another's large Lookup waiting for several of them). */
         if (h->held == SESSION_HOLD_SPACING) {
-            if (spacing_taken || now_ns < srv->walk_next_ns) {
-                h->hold_until_ms = session_spacing_until(srv, now_ns);
+            if (spacing_taken || now_ns < session_spacing_next(h)) {
+                h->hold_until_ms = session_spacing_until(h, now_ns);
                 continue;
             }
             spacing_taken = true;
