@@ -7,15 +7,19 @@
  * the time spent waiting in the poll) and a prepare handle, which runs once
  * per loop iteration just before the poll: busy = time between two prepares
  * less the idle time between them. Two clock reads per iteration (uv_hrtime
- * is a vDSO call), no system call.
+ * is a vDSO call).
  *
  * It is wall-clock time: a loop thread preempted by other processes in the
  * middle of its work counts that wait too (that is what clients feel).
+ * A stretch over LOOP_STALL_MS is a stall only if the loop thread also
+ * spent that much CPU (the daemon's own work, not a busy host): its CPU
+ * time is read at most 100 times a second and after such a stretch.
  *
  * Counted (kvshare_counters.h): loop_busy_max_us, the longest stretch since
- * start (kvshare_loop_busy_max_microseconds); loop_stalls, the stretches over
- * LOOP_STALL_MS (kvshare_loop_stalls_total), each logged (at most one line a
- * second, with the count of those not logged).
+ * start, wall-clock (kvshare_loop_busy_max_microseconds); loop_stalls, the
+ * stretches over LOOP_STALL_MS of both wall-clock and CPU time
+ * (kvshare_loop_stalls_total), each logged (at most one line a second, with
+ * the count of those not logged).
  */
 #ifndef KVS_DAEMON_LOOP_WATCH_H
 #define KVS_DAEMON_LOOP_WATCH_H
