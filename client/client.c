@@ -1513,6 +1513,8 @@ int kvs_stats(kvs_client_t *c, kvs_stats_t *out)
         out->tier2_total_blocks = s->tier2_total_blocks;
         out->tier2_cached_blocks = s->tier2_cached_blocks;
         out->copying_blocks = s->copying_blocks;
+        out->loop_busy_max_us =
+            s->loop_busy_max_us > UINT32_MAX ? UINT32_MAX : (uint32_t)s->loop_busy_max_us;
         if (s->copy_path && s->copy_path[0]) {
             out->copy_path = strdup(s->copy_path);
             if (!out->copy_path) {

@@ -656,7 +656,12 @@ typedef struct kvs_stats {
      * daemon that predates it): its size and cached blocks, and blocks
      * being copied between the tiers. */
     uint32_t tier2_total_blocks, tier2_cached_blocks;
-    uint32_t copying_blocks, reserved32;
+    uint32_t copying_blocks;
+    /* The daemon's event loop: its longest stretch of work between two
+     * polls since start, wall-clock microseconds (every client waited that
+     * long; the stalls over 50 ms are the counter loop_stalls). 0 from a
+     * daemon that predates it. */
+    uint32_t loop_busy_max_us;
     /* How the daemon's pool copies blocks: on cuda, per direction
      * (pool->pool, pool->host, host->pool) the gather kernel or the copy
      * engine and the timings that chose, or why the kernel is not used;

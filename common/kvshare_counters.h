@@ -162,8 +162,8 @@
       "Blocks read back from the disk tier (tier 3) into the pool and verified") \
     X(disk_crc_failures, 0, "kvshare_disk_crc_failures_total", "", \
       "Disk tier reads of a slot whose record did not verify (misses, never served)") \
-    X(disk_restored, 0, "kvshare_disk_restored_blocks_total", "", \
-      "Blocks put back into the index from the disk tier's file at start (warm restart)")
+    X(loop_stalls, 0, "kvshare_loop_stalls_total", "", \
+      "Stretches of loop work between two polls longer than 50 ms (every client waited)")
 /* clang-format on */
 
 /* Room for counters in kvs_stats_t and StatsReply.counters. */

@@ -61,9 +61,13 @@ typedef struct store store_t;
  * metrics listener and its clients, signals, the backend, the fds a Hello
  * exports while it is sent. */
 #define SERVER_SPARE_FDS 32
-/* Walks and large frames: one d of such work, then (SPACING - 1) d of
- * none (server_t.walk_next_ns). */
-#define SERVER_WALK_SPACING 100
+/* Walks and large frames, a budget per session under a cap for all: after
+ * a session's piece of such work took d, that session starts none for
+ * (SERVER_WALK_SPACING - 1) d (session_t.walk_next_ns: at most 1 % of the
+ * loop each), and nobody starts any for (SERVER_WALK_SPACING_ALL - 1) d
+ * (server_t.walk_next_ns: at most 10 % of the loop for all together). */
+#define SERVER_WALK_SPACING     100
+#define SERVER_WALK_SPACING_ALL 10
 /* Tier copies run this much nicer than the loop thread (tier_host.c). */
 #define SERVER_DEFAULT_TIER_COPY_NICE 10
 
@@ -165,16 +169,20 @@ typedef struct server {
      * from the others. Work that cannot be cut into turns, whole-index
      * walks (Tree) and frames of SESSION_LARGE_FRAME bytes or more (their
      * decoding alone copies the frame: ~6 ms for 16 MiB here), is spaced:
-     * after such work took d, none starts for (SERVER_WALK_SPACING - 1) d,
-     * so it takes at most 1 % of the loop however many clients send it.
-     * Sessions waiting for the spacing are held (session.h) until then.
+     * after a session's piece took d, that session starts none for
+     * (SERVER_WALK_SPACING - 1) d and nobody any for
+     * (SERVER_WALK_SPACING_ALL - 1) d: at most 1 % of the loop per session,
+     * 10 % for all, and another session's large request waits for one
+     * piece and a tenth of the spacing the flooder's own clock imposes.
+     * Sessions waiting for the spacing are held (session.h) until then, and
+     * let go oldest first, one per spacing.
      * Held sessions are listed here, and the hold timer fires at the earliest
      * deadline among them (hold_due, loop ms; 0: not armed). */
     session_t *ready_head, *ready_tail;
     session_t *held_head, *held_tail; /* oldest first */
     struct session_sched *sched;      /* the turn idle handle and the hold timer */
     uint64_t hold_due;
-    uint64_t walk_next_ns; /* uv_hrtime before which no walk or large frame starts */
+    uint64_t walk_next_ns; /* uv_hrtime before which no session starts large work */
 
     /* Bytes of every session's buffers (input, output, reply scratch, queued
      * writes), kept under cfg.max_buffer_memory (session.c). */
@@ -203,6 +211,7 @@ typedef struct server {
     metrics_t metrics;
 
     struct metrics_http *http; /* --metrics-listen; NULL when off */
+    struct loop_watch *watch;  /* the longest loop work between polls (loop_watch.h) */
 
     /* Namespaces declared in the config file, and who may use each
      * (namespaces.c). tenants[ns] for ns < n_tenants; others: undeclared,

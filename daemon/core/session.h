@@ -113,8 +113,9 @@ struct session {
     session_hold_reason_t rerun;
     uint64_t hold_until_ms;
     session_t *held_prev, *held_next;
-    bool reading; /* uv_read_start is on */
-    bool eof;     /* the client half-closed: close once replies are out */
+    uint64_t walk_next_ns; /* uv_hrtime before which it starts no large work (server.h) */
+    bool reading;          /* uv_read_start is on */
+    bool eof;              /* the client half-closed: close once replies are out */
     /* Its Lookup's fetch from the cluster tier (cluster_store.h); NULL: none. */
     struct cluster_fetch *cluster_fetch;
 
@@ -193,9 +194,14 @@ void session_hold(session_t *s, session_hold_reason_t why, uint64_t until_ms);
  * from the ready queue. */
 void session_release(session_t *s);
 
-/* The deadline of a hold for the walk spacing (server.h), from uv_hrtime
- * now_ns: loop time once walk_next_ns has passed. */
-uint64_t session_spacing_until(const server_t *srv, uint64_t now_ns);
+/* The spacing of large work (server.h): session_spacing_next is the
+ * uv_hrtime before which s may start none (its own clock and everyone's);
+ * session_spacing_until the deadline of a hold for it, in loop time, from
+ * uv_hrtime now_ns; session_spacing_done sets both clocks after s's piece
+ * of large work ran from t0 to t1 (uv_hrtime). */
+uint64_t session_spacing_next(const session_t *s);
+uint64_t session_spacing_until(const session_t *s, uint64_t now_ns);
+void session_spacing_done(session_t *s, uint64_t t0, uint64_t t1);
 
 /* Releases every session held for `why`. */
 void session_release_all(server_t *srv, session_hold_reason_t why);

@@ -16,6 +16,7 @@
 #include "inflight.h"
 #include "kvshare_status.h"
 #include "log.h"
+#include "loop_watch.h"
 #include "metrics_http.h"
 #include "now.h"
 #include "nsname.h"
@@ -716,6 +717,10 @@ int server_listen(server_t *s, bool signals, char *err, size_t errlen)
         abandon_listener(s);
         return KVS_EIO;
     }
+    rc = loop_watch_start(s);
+    if (rc != 0)
+        LOG_WARN("cannot watch the loop's busy time (%s): kvshare_loop_stalls_total stays 0",
+                 kvs_status_text(rc));
     LOG_INFO("listening on %s", path);
     if (s->cfg.ready_fd >= 0) {
         static const char ready[] = "READY\n";
@@ -749,6 +754,7 @@ void server_shutdown(server_t *s)
     }
     metrics_http_close(s->http);
     s->http = NULL;
+    loop_watch_stop(s);
     cluster_store_close(s);
     session_sched_close(s);
     /* Tell each worker why its connection ends, so its client reports it
@@ -803,6 +809,7 @@ void server_free(server_t *s)
     while (s->tier_jobs > 0)
         uv_run(s->loop, UV_RUN_ONCE);
     session_sched_close(s); /* their memory goes in the close callbacks */
+    loop_watch_stop(s);
     if (s->cluster) {
         cluster_store_close(s);
         uv_run(s->loop, UV_RUN_NOWAIT); /* its close callbacks free the client */

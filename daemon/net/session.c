@@ -546,9 +546,9 @@ static int process(session_t *s, bool bounded, bool *more)
         if (clock_ns == 0)
             clock_ns = start_ns = uv_hrtime();
         uint64_t t0 = clock_ns;
-        if (large && t0 < s->srv->walk_next_ns) {
+        if (large && t0 < session_spacing_next(s)) {
             s->srv->metrics.requests_spaced++;
-            session_hold(s, SESSION_HOLD_SPACING, session_spacing_until(s->srv, t0));
+            session_hold(s, SESSION_HOLD_SPACING, session_spacing_until(s, t0));
             rc = DISPATCH_HELD;
         } else {
             rc = dispatch_frame(s, body, len, &clock_ns);
@@ -564,7 +564,7 @@ static int process(session_t *s, bool bounded, bool *more)
         if (s->out.len > out_len)
             reply_bytes = s->out.len - out_len;
         if (large) /* clock_ns: when its reply was built */
-            s->srv->walk_next_ns = clock_ns + (clock_ns - t0) * SERVER_WALK_SPACING;
+            session_spacing_done(s, t0, clock_ns);
         s->srv->metrics.bytes_in += FRAME_HEADER_BYTES + len;
         if (s->has_pipe)
             s->last_request_ms = uv_now(s->srv->loop);
@@ -744,10 +744,23 @@ static void ready_push(session_t *s)
 
 /* --- the hold --- */
 
-uint64_t session_spacing_until(const server_t *srv, uint64_t now_ns)
+uint64_t session_spacing_next(const session_t *s)
 {
-    uint64_t wait_ns = srv->walk_next_ns > now_ns ? srv->walk_next_ns - now_ns : 0;
-    return uv_now(srv->loop) + (wait_ns + 999999) / 1000000 + 1;
+    return s->walk_next_ns > s->srv->walk_next_ns ? s->walk_next_ns : s->srv->walk_next_ns;
+}
+
+uint64_t session_spacing_until(const session_t *s, uint64_t now_ns)
+{
+    uint64_t next = session_spacing_next(s);
+    uint64_t wait_ns = next > now_ns ? next - now_ns : 0;
+    return uv_now(s->srv->loop) + (wait_ns + 999999) / 1000000 + 1;
+}
+
+void session_spacing_done(session_t *s, uint64_t t0, uint64_t t1)
+{
+    uint64_t d = t1 - t0;
+    s->walk_next_ns = t1 + d * SERVER_WALK_SPACING;
+    s->srv->walk_next_ns = t1 + d * SERVER_WALK_SPACING_ALL;
 }
 
 static void on_hold_timer(uv_timer_t *t);
@@ -850,16 +863,25 @@ static void on_hold_timer(uv_timer_t *t)
     srv->hold_due = 0;
     for (session_t *h = srv->held_head, *next; h; h = next) {
         next = h->held_next;
-        if (!h->hold_until_ms || h->hold_until_ms > now)
-            continue;
         /* One piece of large work per spacing: the oldest waiter's. The
-         * others keep their places and look again once it has run. */
-        if (h->held == SESSION_HOLD_SPACING && (spacing_taken || now_ns < srv->walk_next_ns)) {
-            h->hold_until_ms = session_spacing_until(srv, now_ns);
+         * others keep their places and look again once it has run. Every
+         * spacing waiter waits for the same thing, the spacing's end, so
+         * its own deadline does not choose who goes: deadlines are loop
+         * milliseconds rounded up when each was held, and a newer waiter's
+         * could fall a millisecond before an older one's, letting the newer
+         * go first at every spacing (a session pipelining Trees then kept
+         * another's large Lookup waiting for several of them). */
+        if (h->held == SESSION_HOLD_SPACING) {
+            if (spacing_taken || now_ns < session_spacing_next(h)) {
+                h->hold_until_ms = session_spacing_until(h, now_ns);
+                continue;
+            }
+            spacing_taken = true;
+            session_release(h);
             continue;
         }
-        if (h->held == SESSION_HOLD_SPACING)
-            spacing_taken = true;
+        if (!h->hold_until_ms || h->hold_until_ms > now)
+            continue;
         session_release(h);
     }
     hold_arm(srv);

@@ -938,6 +938,7 @@ int handler_stats(session_t *s, const Kvshare__Request *req, Kvshare__Response *
     r->tier2_total_blocks = srv->tier2_blocks;
     r->tier2_cached_blocks = radix_tier2_blocks(srv->index);
     r->copying_blocks = radix_busy_blocks(srv->index);
+    r->loop_busy_max_us = srv->metrics.loop_busy_max_us;
     r->tier3_total_blocks = srv->tier3_blocks;
     r->tier3_cached_blocks = radix_tier_blocks(srv->index, 3);
     r->disk_io = srv->disk_tier ? (char *)tier_disk_io_name(srv->disk_tier) : "";
@@ -1025,14 +1026,14 @@ int handler_tree(session_t *s, const Kvshare__Request *req, Kvshare__Response *r
 
     if (max > TREE_MAX_ROWS)
         max = TREE_MAX_ROWS;
-    /* The listing walks the whole index: spaced so that walks take at most
-     * 1/SERVER_WALK_SPACING of the loop's time, however many Trees a client
-     * pipelines (a session without a socket, in tests, is never held). */
+    /* The listing walks the whole index: spaced as large work (server.h),
+     * however many Trees a client pipelines (a session without a socket, in
+     * tests, is never held). */
     uint64_t t0 = uv_hrtime();
-    if (s->has_pipe && t0 < srv->walk_next_ns) {
+    if (s->has_pipe && t0 < session_spacing_next(s)) {
         srv->metrics.requests_spaced++;
         ctx->hold = SESSION_HOLD_SPACING;
-        ctx->hold_until_ms = session_spacing_until(srv, t0);
+        ctx->hold_until_ms = session_spacing_until(s, t0);
         return 0;
     }
     if (tr->ns && tr->ns[0]) {
@@ -1052,8 +1053,7 @@ int handler_tree(session_t *s, const Kvshare__Request *req, Kvshare__Response *r
     if (!rows || !mem)
         return fail(ctx, KVS_ENOMEM, "out of memory for %zu tree rows", max);
     int rc = radix_top(srv->index, ns, tr->by_size ? RADIX_BY_SIZE : RADIX_BY_HITS, rows, max, &n);
-    uint64_t t1 = uv_hrtime();
-    srv->walk_next_ns = t1 + (t1 - t0) * SERVER_WALK_SPACING;
+    session_spacing_done(s, t0, uv_hrtime());
     if (rc != 0)
         return fail(ctx, rc, "tree listing failed: %s", kvs_status_text(rc));
 

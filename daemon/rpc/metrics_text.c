@@ -261,10 +261,13 @@ static void ns_design(text_t *t, const server_t *srv)
 
 /* Tier 3 (disk_tier_path), only when one is open: its file, I/O engine and
  * what its start-up scan found. */
-static void disk_tier(text_t *t, const tier_disk_t *td)
+static void disk_tier(text_t *t, const tier_disk_t *td, uint64_t restored)
 {
     tier_disk_stats_t st;
     tier_disk_stats(td, &st);
+    head(t, "kvshare_tier3_restored_blocks", "gauge",
+         "Blocks the tier 3 file gave back to the index at start (warm restart)");
+    put(t, "kvshare_tier3_restored_blocks %llu\n", (unsigned long long)restored);
     head(t, "kvshare_tier3_info", "gauge", "Tier 3 (a local disk file): its I/O engine");
     put(t, "kvshare_tier3_info{io=\"%s\"} 1\n", st.io);
     head(t, "kvshare_tier3_slots", "gauge", "Tier 3 slots: total, used");
@@ -465,7 +468,7 @@ int metrics_render(server_t *srv, char **out, size_t *len)
     put(&t, "kvshare_tier2_blocks{state=\"free\"} %u\n", radix_tier2_free(srv->index));
     put(&t, "kvshare_tier2_blocks{state=\"copying\"} %u\n", radix_busy_blocks(srv->index));
     if (srv->disk_tier)
-        disk_tier(&t, srv->disk_tier);
+        disk_tier(&t, srv->disk_tier, m->disk_restored);
     if (srv->cluster)
         cluster_nodes(&t, srv);
     head(&t, "kvshare_index_bytes", "gauge", "Memory of the prefix index");
@@ -474,6 +477,9 @@ int metrics_render(server_t *srv, char **out, size_t *len)
 
     head(&t, "kvshare_sessions", "gauge", "Open sessions (connections)");
     put(&t, "kvshare_sessions %u\n", srv->n_sessions);
+    head(&t, "kvshare_loop_busy_max_microseconds", "gauge",
+         "The longest stretch of loop work between two polls since start, in microseconds");
+    put(&t, "kvshare_loop_busy_max_microseconds %llu\n", (unsigned long long)m->loop_busy_max_us);
     counters(&t, m);
 
     head(&t, "kvshare_rpc_requests_total", "counter", "Requests by RPC");

@@ -859,17 +859,24 @@ static void commit_blank(kvs_client_t *c, uint32_t seed, size_t nb)
 
 /* Issue: a pinned Lookup of a 64k-block prefix in tier 2 stalled every
  * client for over a second: each promoted block's pin was found by a scan
- * of all the Lookup's pins. Now the promotion is linear, and another
- * client's Ping waits far less than the quadratic scan took (about 1.2 s at
- * this size; the bound leaves room for a loaded machine). */
+ * of all the Lookup's pins. Now the promotion is linear: no stretch of the
+ * loop's work passes 50 ms (the quadratic scan took about 1.2 s at this
+ * size), and another client's Ping is printed. */
 START_TEST(test_large_promotion_is_linear)
 {
     enum { NB = 65536 };
     const char *const extra[] = {"--host-tier", "64MiB", "--max-frame", "8MiB", NULL};
     ck_assert_int_eq(start(NB, NULL, extra), 0);
-    kvs_client_t *c = client("tier");
-    commit_blank(c, 1, NB);
-    commit_blank(c, 2, NB); /* prompt 1 goes to tier 2 */
+    /* Each large request from a session of its own: a session's next large
+     * request waits 99 times its previous one's time (docs/RELIABILITY.md,
+     * H4), another session's 9 times; under valgrind on a loaded machine
+     * the first took the Lookup past the client's 30 s timeout. */
+    kvs_client_t *w1 = client("tier-1"), *w2 = client("tier-2"), *c;
+    commit_blank(w1, 1, NB);
+    commit_blank(w2, 2, NB); /* prompt 1 goes to tier 2 */
+    kvs_close(w1);
+    kvs_close(w2);
+    c = client("tier");
     kvs_stats_t s;
     ck_assert_int_eq(kvs_stats(c, &s), 0);
     ck_assert_uint_eq(s.tier2_cached_blocks, NB);
@@ -899,13 +906,33 @@ START_TEST(test_large_promotion_is_linear)
     ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     printf("test_large_promotion_is_linear: %d blocks promoted, longest ping %llu us\n", NB,
            (unsigned long long)worst_us);
-    /* Under valgrind (KVS_KVSHARED names its wrapper) everything is ~20x
-     * slower, the quadratic scan too (about 50 s), and the Lookup's own
-     * decoding and walk of 64k blocks took 2.3 s on a loaded machine: the
-     * bound scales, still 5x under the quadratic scan. */
+    kvs_stats_t st;
+    ck_assert_int_eq(kvs_stats(c, &st), 0);
+    uint64_t stalls = st.counters[KVS_COUNTER_loop_stalls];
+    uint64_t busy_us = st.loop_busy_max_us;
+    kvs_stats_free(&st);
+    printf("test_large_promotion_is_linear: the loop's longest work %llu us, %llu stalls over "
+           "50 ms of CPU\n",
+           (unsigned long long)busy_us, (unsigned long long)stalls);
+    /* The bound is the daemon's own count of loop work over 50 ms of CPU
+     * (loop_watch.c; the quadratic scan was 1.2 s of it): another client's
+     * Ping is wall-clock time and on a loaded machine passed 400 ms with no
+     * stall of the daemon's. Under valgrind (KVS_KVSHARED names its wrapper)
+     * and ASan everything is slower: there the Ping bound stays, scaled
+     * (the quadratic scan took about 50 s under valgrind; the Lookup's own
+     * decoding and walk of 64k blocks took 2.3 s on a loaded machine). */
     const char *wrapper = getenv("KVS_KVSHARED");
-    uint64_t bound_us = wrapper && strstr(wrapper, "valgrind") ? 10000000 : 400000;
-    ck_assert_uint_lt(worst_us, bound_us);
+    bool valgrind = wrapper && strstr(wrapper, "valgrind");
+#ifdef __SANITIZE_ADDRESS__
+    bool checked = true;
+#else
+    bool checked = valgrind;
+#endif
+    if (checked)
+        ck_assert_uint_lt(worst_us, valgrind ? 10000000 : 2000000);
+    else
+        ck_assert_msg(stalls == 0, "%llu stretches of loop work over 50 ms of CPU",
+                      (unsigned long long)stalls);
     ck_assert_int_eq(kvs_release(c, got, n, NULL), 0);
     free(tokens);
     free(got);

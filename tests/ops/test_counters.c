@@ -31,7 +31,7 @@ static const struct {
 #undef COUNTER_ROW
 
 /* StatsReply fields that are not counters (tier 2's three, the copy path,
- * the rows per device, the cluster tier's nodes, tier 3's three). */
+ * the rows per device, the cluster tier's nodes, tier 3's three, the loop's longest work). */
 static const char *const gauges[] = {
     "total_blocks",
     "free_blocks",
@@ -56,6 +56,7 @@ static const char *const gauges[] = {
     "tier3_total_blocks",
     "tier3_cached_blocks",
     "disk_io",
+    "loop_busy_max_us",
 };
 
 static int is_gauge(const char *name)

@@ -53,7 +53,7 @@ class RulesTest(unittest.TestCase):
     def test_promtool_check_rules(self):
         r = run(promtool(), "check", "rules", RULES)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        self.assertIn("SUCCESS: 11 rules found", r.stdout)
+        self.assertIn("SUCCESS: 12 rules found", r.stdout)
 
     def test_promtool_unit_tests(self):
         r = run(promtool(), "test", "rules", RULES_TEST)
@@ -67,7 +67,7 @@ class RulesTest(unittest.TestCase):
             tests = f.read()
         with open(os.path.join(HERE, "..", "..", "docs", "OPERATING.md")) as f:
             doc = f.read()
-        self.assertEqual(len(alerts), 7)
+        self.assertEqual(len(alerts), 8)
         for a in alerts:
             # at least one case where it fires and one where it does not
             self.assertRegex(tests, r"alertname: %s\n\s+exp_alerts: \[\]" % a)

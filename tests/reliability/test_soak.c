@@ -3,8 +3,9 @@
  * Soak: worker processes doing random lookup / alloc / write / commit /
  * release against a real kvshared while the test SIGKILLs one of them every
  * few tens of milliseconds and starts another. KVS_SOAK_SECONDS sets the
- * length (default 60; run the binary itself for long soaks, ctest's timeout
- * is 30 minutes).
+ * length (default 60) as a number of kills, one per 110 ms on average:
+ * about that many seconds on an idle machine, longer on a loaded one. Run
+ * the binary itself for long soaks; ctest's timeout is 30 minutes.
  *
  * Checked:
  *   - during the run: Stats accounting (free + writing + cached == pool,
@@ -218,16 +219,20 @@ static uint32_t rnd(uint32_t n)
     return (uint32_t)(rng % n);
 }
 
-/* Runs workers for ms milliseconds, killing one at random every 20-200 ms
- * and starting another in its place, then kills them all. */
-static uint64_t run_phase(int64_t ms, uint32_t *seed, kvs_client_t *mon)
+/* Runs workers through n_kills kills, one at random every 20-200 ms (110 ms
+ * on average) with another started in its place, then kills them all. The
+ * phase is a number of kills, not a time: on a loaded machine each step
+ * (the sleep, the kill, the wait, the fork) takes longer, and a phase cut
+ * by the clock then did too few kills to mean anything (the kill count
+ * check failed under load). The clock still paces the kills. */
+static uint64_t run_phase(uint64_t n_kills, uint32_t *seed, kvs_client_t *mon)
 {
     pid_t pids[WORKERS];
     uint64_t kills = 0;
     for (int k = 0; k < WORKERS; k++)
         pids[k] = spawn(k, ++*seed);
-    int64_t end = now_ms() + ms, next_check = now_ms() + 500;
-    while (now_ms() < end) {
+    int64_t next_check = now_ms() + 500;
+    while (kills < n_kills) {
         usleep(1000 * (20 + rnd(180)));
         int k = (int)rnd(WORKERS);
         kill_worker(pids[k]);
@@ -253,7 +258,8 @@ START_TEST(test_soak)
     int seconds = env ? atoi(env) : 60;
     if (seconds < 5)
         seconds = 5;
-    int warm_ms = seconds * 1000 / 6;
+    /* About `seconds` on an idle machine: a kill every 110 ms on average. */
+    uint64_t n_kills = (uint64_t)seconds * 1000 / 110, warm_kills = n_kills / 6;
     uint32_t seed = 1;
 
     ck_assert_int_eq(harness_start(&h, POOL, NULL), 0);
@@ -263,7 +269,7 @@ START_TEST(test_soak)
     kvs_client_t *mon = rel_client(h.socket_path, "monitor", 10000);
 
     /* Warm-up: the index, the session tables and malloc reach their size. */
-    uint64_t kills = run_phase(warm_ms, &seed, mon);
+    uint64_t kills = run_phase(warm_kills, &seed, mon);
     kvs_stats_t s;
     rel_wait_quiet(mon, 1, 1, 10000, &s);
     long rss_warm = rel_rss_anon_kib(h.pid);
@@ -271,7 +277,9 @@ START_TEST(test_soak)
     uint64_t index_warm = s.index_bytes, requests_warm = s.requests;
     kvs_stats_free(&s);
 
-    kills += run_phase((int64_t)seconds * 1000 - warm_ms, &seed, mon);
+    uint64_t t_run = (uint64_t)now_ms();
+    kills += run_phase(n_kills - warm_kills, &seed, mon);
+    double run_s = (double)((uint64_t)now_ms() - t_run) / 1e3;
     rel_wait_quiet(mon, 1, 1, 10000, &s);
     long rss_end = rel_rss_anon_kib(h.pid);
     int fds_end = rel_fd_count(h.pid);
@@ -289,9 +297,10 @@ START_TEST(test_soak)
         for (int c = 0; c < KVS_STATUS_COUNT; c++)
             t.by_code[c] += w->by_code[c];
     }
-    printf("soak: %d s, %d workers, %llu kills, %llu calls (%llu requests after warm-up), "
+    printf("soak: %d s asked, %.1f s after warm-up, %d workers, %llu kills, %llu calls (%llu "
+           "requests after warm-up), "
            "%llu lookups hit (%llu blocks), %llu missed, %llu reconnects\n",
-           seconds, WORKERS, (unsigned long long)kills, (unsigned long long)calls_of(&t),
+           seconds, run_s, WORKERS, (unsigned long long)kills, (unsigned long long)calls_of(&t),
            (unsigned long long)(s.requests - requests_warm), (unsigned long long)t.hits,
            (unsigned long long)t.hit_blocks, (unsigned long long)t.misses,
            (unsigned long long)t.reconnects);
@@ -316,7 +325,6 @@ START_TEST(test_soak)
     ck_assert_uint_gt(t.hits, 100);
     ck_assert_uint_gt(t.misses, 100);
     ck_assert_uint_gt(s.evictions, 100);
-    ck_assert_uint_gt(kills, (uint64_t)seconds * 4);
     ck_assert_int_eq(fds_end, fds_warm);
     ck_assert_msg(!REL_RSS_MEANINGFUL || rss_end - rss_warm <= 512 + rss_warm / 10,
                   "daemon RssAnon grew from %ld KiB after warm-up to %ld KiB", rss_warm, rss_end);
@@ -342,7 +350,8 @@ int main(void)
     int seconds = env ? atoi(env) : 60;
     Suite *s = suite_create("soak");
     TCase *tc = tcase_create("soak");
-    tcase_set_timeout(tc, seconds + 120);
+    /* The kills take longer on a loaded machine (run_phase). */
+    tcase_set_timeout(tc, seconds * 3 + 120);
     tcase_add_test(tc, test_soak);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

@@ -29,8 +29,24 @@
  *   subscriber  the committer and a subscriber that never reads
  *   replay   the committer, the reading subscriber, and a replay peer that
  *            sends 2,000 requests at once and never reads
+ *   hints    Pin and Release of 4,096 cached blocks with a retention hint
+ *            (priority 100, a duration growing by 1 ms each time) in a loop,
+ *            one process: the hint queue and max_timed_hints bound what the
+ *            daemon keeps (RELIABILITY H1)
+ *
+ * The large-request cases: the victim's Lookups are of 300,000 tokens (a
+ * 1.2 MB frame, large work that is spaced: RELIABILITY A2, H4), its 4k
+ * cached prompt then misses, against
+ *
+ *   large-none   no attacker: the baseline (the victim's own spacing)
+ *   large-tree   Tree pipelined, as tree
+ *   large-lookup frame-limit-sized Lookups pipelined, as lookup
+ *   large-junk   frame-limit-sized frames of bytes that do not decode, one
+ *                per connection (the daemon closes it), by 2 processes
  *
  * Printed per attack: the victim's Lookup count, p50, p99 and max latency,
+ * the longest loop work between polls seen so far (loop_busy_max_us) and
+ * the stalls over 50 ms (loop_stalls),
  * how many attack requests the daemon answered (scrapes, commits), and the
  * daemon's RSS before and after the run; for the KV-events attacks also the
  * events published and what the bounds refused. --attacker-nice N runs
@@ -67,6 +83,8 @@
 #define FLOOD_PROMPT      4096 /* victim's prompt, tokens */
 #define FLOOD_MAX_SAMPLES (1u << 22)
 #define FLOOD_EVENTS_NS   "events" /* the KV-events committer's namespace */
+#define FLOOD_LARGE       300000   /* the victim's tokens in the large-request cases */
+#define FLOOD_HINT_BLOCKS 4096     /* blocks the hints attacker pins and releases */
 
 typedef struct flood_cfg {
     const char *kvshared;
@@ -187,6 +205,20 @@ static uint8_t *flood_frame(const flood_cfg_t *b, const char *attack, int varian
     uint32_t *buf = NULL;
     size_t room = (b->max_frame - 64) / 4;
     req.id = 1;
+    if (strncmp(attack, "large-", 6) == 0)
+        attack += 6;
+    if (strcmp(attack, "junk") == 0) {
+        /* A whole frame of bytes that are no Request: field 15, wire type
+         * 7 (none such) first, so protobuf-c refuses at once. */
+        size_t n = b->max_frame - 64;
+        uint8_t *f = malloc(4 + n);
+        if (!f)
+            return NULL;
+        frame_put_len(f, (uint32_t)n);
+        memset(f + 4, 0x7f, n);
+        *len = 4 + n;
+        return f;
+    }
     if (strcmp(attack, "tree") == 0) {
         tr.max = 1000;
         tr.by_size = variant & 1;
@@ -325,6 +357,59 @@ static void flood_replay_peer(const flood_cfg_t *b)
         pause();
 }
 
+/* The hints attacker: Pin and Release with a timed hint over cached
+ * blocks, each with a later end, as fast as answered. */
+static void flood_hinter(const flood_cfg_t *b, uint64_t *answered)
+{
+    kvs_options_t o;
+    kvs_client_t *c = NULL;
+    kvs_options_init(&o);
+    o.socket_path = b->sock;
+    o.flags = KVS_NO_MAP;
+    o.timeout_ms = 60000;
+    if (kvs_connect(&o, &c) != 0)
+        _exit(3);
+    static uint32_t tokens[16 * FLOOD_BT], ids[FLOOD_HINT_BLOCKS];
+    size_t n_ids = 0, n;
+    /* The fill's prompts of 16 blocks (seeds 1, 2, ...). */
+    for (uint32_t seed = 1; n_ids + 16 <= FLOOD_HINT_BLOCKS; seed++) {
+        flood_prompt(tokens, 16 * FLOOD_BT, seed);
+        if (kvs_lookup(c, NULL, tokens, 16 * FLOOD_BT, 0, ids + n_ids, 16, &n) != 0 || n == 0)
+            _exit(4);
+        n_ids += n;
+    }
+    for (uint32_t k = 1;; k++) {
+        kvs_hint_t h = {.priority = 100, .duration_ms = 60000 + k};
+        if (kvs_pin_hint(c, ids, n_ids, NULL, &h) != 0 ||
+            kvs_release_hint(c, ids, n_ids, NULL, &h) != 0)
+            _exit(5);
+        __atomic_add_fetch(answered, 2, __ATOMIC_RELAXED);
+    }
+}
+
+/* The junk attacker: one frame-limit-sized frame that does not decode per
+ * connection, as fast as the daemon takes them (it answers with an error
+ * and closes the connection). */
+static void flood_junk(const flood_cfg_t *b, uint64_t *answered)
+{
+    size_t len;
+    uint8_t *f = flood_frame(b, "junk", 0, &len), reply[4096];
+    if (!f)
+        _exit(4);
+    for (;;) {
+        int fd = raw_connect(b->sock);
+        if (fd < 0) {
+            usleep(1000);
+            continue;
+        }
+        if (bench_write_all(fd, f, len) == 0)
+            while (read(fd, reply, sizeof(reply)) > 0)
+                ;
+        close(fd);
+        __atomic_add_fetch(answered, 1, __ATOMIC_RELAXED);
+    }
+}
+
 /* Forks fn's process (it runs until killed). */
 #define FLOOD_CHILD(call)                                                                          \
     do {                                                                                           \
@@ -356,6 +441,12 @@ static void flood_attacker(const flood_cfg_t *b, const char *attack, uint64_t *a
             FLOOD_CHILD(flood_replay_peer(b));
         usleep(200000); /* subscribed before the first commit */
         flood_committer(b, answered);
+    }
+    if (strcmp(attack, "hints") == 0)
+        flood_hinter(b, answered);
+    if (strcmp(attack, "large-junk") == 0) {
+        FLOOD_CHILD(flood_junk(b, answered));
+        flood_junk(b, answered);
     }
     if (strstr(attack, "spin")) {
         if (fork() == 0) {
@@ -442,7 +533,9 @@ static void flood_victim_raw(const flood_cfg_t *b, flood_shared_t *sh)
     _exit(0);
 }
 
-static void flood_victim(const flood_cfg_t *b, flood_shared_t *sh)
+/* The victim: Lookups of n_tokens tokens, its cached 4k-token prompt
+ * first (then misses), each expected to hit the prompt's 256 blocks. */
+static void flood_victim(const flood_cfg_t *b, flood_shared_t *sh, size_t n_tokens)
 {
     kvs_options_t o;
     kvs_client_t *c = NULL;
@@ -450,19 +543,22 @@ static void flood_victim(const flood_cfg_t *b, flood_shared_t *sh)
     o.socket_path = b->sock;
     o.flags = KVS_NO_MAP;
     o.timeout_ms = 60000;
-    if (kvs_connect(&o, &c) != 0) {
+    uint32_t *tokens = malloc(n_tokens * sizeof(*tokens));
+    uint32_t *ids = malloc(n_tokens / FLOOD_BT * sizeof(*ids));
+    if (!tokens || !ids || kvs_connect(&o, &c) != 0) {
         sh->failed = 1;
         _exit(1);
     }
-    uint32_t tokens[FLOOD_PROMPT], ids[FLOOD_PROMPT / FLOOD_BT];
     flood_prompt(tokens, FLOOD_PROMPT, 0);
+    if (n_tokens > FLOOD_PROMPT)
+        flood_prompt(tokens + FLOOD_PROMPT, n_tokens - FLOOD_PROMPT, 777777);
     uint64_t end = now_ns() + (uint64_t)(b->seconds * 1e9);
     while (sh->n < FLOOD_MAX_SAMPLES) {
         uint64_t t0 = now_ns();
         if (t0 >= end)
             break;
         size_t n = 0;
-        int rc = kvs_lookup(c, NULL, tokens, FLOOD_PROMPT, 0, ids, FLOOD_PROMPT / FLOOD_BT, &n);
+        int rc = kvs_lookup(c, NULL, tokens, n_tokens, 0, ids, n_tokens / FLOOD_BT, &n);
         uint64_t t1 = now_ns();
         if (rc != 0 || n != FLOOD_PROMPT / FLOOD_BT) {
             fprintf(stderr, "bench flood: victim lookup: %s (%zu blocks): %s\n", kvs_strerror(rc),
@@ -498,6 +594,13 @@ static void flood_print_daemon(const flood_cfg_t *b, const char *attack, long rs
                (unsigned long long)st.counters[KVS_COUNTER_kv_events_replay_requests],
                (unsigned long long)st.counters[KVS_COUNTER_kv_events_replay_refused],
                (unsigned long long)st.counters[KVS_COUNTER_kv_events_replay_stalled]);
+        printf("flood_%s_loop longest work between polls so far %llu us, %llu stalls over 50 ms; "
+               "%llu requests spaced, %llu hints refused, %llu protocol errors\n",
+               attack, (unsigned long long)st.loop_busy_max_us,
+               (unsigned long long)st.counters[KVS_COUNTER_loop_stalls],
+               (unsigned long long)st.counters[KVS_COUNTER_requests_spaced],
+               (unsigned long long)st.counters[KVS_COUNTER_hints_refused],
+               (unsigned long long)st.protocol_errors);
         printf("flood_%s_metrics %llu scrapes held, %llu connections closed at the limit\n", attack,
                (unsigned long long)st.counters[KVS_COUNTER_metrics_http_scrapes_held],
                (unsigned long long)st.counters[KVS_COUNTER_metrics_http_closed_limit]);
@@ -511,7 +614,8 @@ static int flood_run(const flood_cfg_t *b, const char *attack, flood_shared_t *s
     memset(sh, 0, offsetof(flood_shared_t, us));
     long rss0 = flood_status_kib(b->daemon, "VmRSS");
     pid_t att = -1;
-    if (strcmp(attack, "none") != 0 && strcmp(attack, "raw") != 0) {
+    if (strcmp(attack, "none") != 0 && strcmp(attack, "raw") != 0 &&
+        strcmp(attack, "large-none") != 0) {
         att = fork();
         if (att == 0) {
             prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -524,7 +628,7 @@ static int flood_run(const flood_cfg_t *b, const char *attack, flood_shared_t *s
     if (vic == 0) {
         if (strncmp(attack, "raw", 3) == 0)
             flood_victim_raw(b, sh);
-        flood_victim(b, sh);
+        flood_victim(b, sh, strncmp(attack, "large-", 6) == 0 ? FLOOD_LARGE : FLOOD_PROMPT);
     }
     waitpid(vic, NULL, 0);
     if (att > 0) {
@@ -651,7 +755,8 @@ static void flood_usage(FILE *f)
                "                           [ATTACK...]\n"
                "ATTACK: none idle spin raw raw-spin tree release lookup stats (default:\n"
                "these), memory (--sessions hostile sessions hold partial frames or unread\n"
-               "replies), scrape, events, subscriber, replay. See bench_flood.c.\n");
+               "replies), scrape, events, subscriber, replay, hints, large-none, large-tree,\n"
+               "large-lookup, large-junk. See bench_flood.c.\n");
 }
 
 int bench_flood(int argc, char **argv)

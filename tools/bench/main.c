@@ -36,8 +36,10 @@ static const struct bench_cmd {
      "next to redis-benchmark SET/GET of the same size and depth, and a tier-1 Lookup's p99 "
      "while the tier is busy"},
     {"flood", bench_flood,
-     "kvshared under one hostile client: another client's Lookup p50/p99/max while it "
-     "pipelines Tree, the largest Release or Lookup, or Stats"},
+     "kvshared under one hostile client: another client's Lookup p50/p99/max and the "
+     "daemon's RSS while it pipelines Tree, the largest Release or Lookup, or Stats, scrapes, "
+     "stalls a KV-events subscriber, floods replays or hints, or floods large work against "
+     "300,000-token Lookups; each against a same-run baseline"},
 };
 
 #define N_CMDS (sizeof(bench_cmds) / sizeof(bench_cmds[0]))

@@ -78,15 +78,15 @@ void cli_print_stats(FILE *f, const kvs_stats_t *s)
     if (s->tier3_total_blocks > 0)
         fprintf(f,
                 "tier 3    %u blocks on disk (%s I/O): cached %u (%.1f%%)  read %llu  crc "
-                "failures %llu  restored at start %llu\n",
+                "failures %llu\n",
                 s->tier3_total_blocks, s->disk_io ? s->disk_io : "?", s->tier3_cached_blocks,
                 pct(s->tier3_cached_blocks, s->tier3_total_blocks),
-                (unsigned long long)s->disk_reads, (unsigned long long)s->disk_crc_failures,
-                (unsigned long long)s->disk_restored);
+                (unsigned long long)s->disk_reads, (unsigned long long)s->disk_crc_failures);
     if (s->copy_path)
         fprintf(f, "copies    %s\n", s->copy_path);
     fprintf(f, "index     %s\n", units_format_bytes(s->index_bytes, 1, a, sizeof(a)));
     fprintf(f, "sessions  %u open\n", s->sessions);
+    fprintf(f, "loop      longest work between polls %.1f ms\n", s->loop_busy_max_us / 1000.0);
     print_devices(f, s);
     fprintf(f, "\ncounters since start\n");
     for (size_t i = 0; i < KVS_N_COUNTERS; i++)
@@ -180,6 +180,7 @@ static void print_json(FILE *f, const kvs_stats_t *s)
             s->tier2_cached_blocks, s->copying_blocks);
     fprintf(f, ",\"tier3\":{\"total\":%u,\"cached\":%u,\"io\":\"%s\"}", s->tier3_total_blocks,
             s->tier3_cached_blocks, s->disk_io ? s->disk_io : "");
+    fprintf(f, ",\"loop_busy_max_us\":%u", s->loop_busy_max_us);
     if (s->copy_path) {
         /* Plain text: no quotes or backslashes in it, but say so safely. */
         fputs(",\"copy_path\":\"", f);

@@ -193,7 +193,7 @@ class _Stats(ctypes.Structure):
         ("n_namespaces", ctypes.c_size_t),
         ("namespaces", ctypes.POINTER(_NsStats)),
         ("tier2_total_blocks", ctypes.c_uint32), ("tier2_cached_blocks", ctypes.c_uint32),
-        ("copying_blocks", ctypes.c_uint32), ("reserved32", ctypes.c_uint32),
+        ("copying_blocks", ctypes.c_uint32), ("loop_busy_max_us", ctypes.c_uint32),
         ("copy_path", ctypes.c_char_p),
         ("n_devices", ctypes.c_uint32), ("n_cluster_nodes", ctypes.c_uint32),
         ("devices", ctypes.POINTER(_DeviceStats)),
