@@ -11,7 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <linux/mempolicy.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -119,6 +121,7 @@ static void tier_close(backend_t *b)
     if (b->tier_fd >= 0)
         close(b->tier_fd);
     b->tier_registered = 0;
+    b->tier_numa = 0;
     b->tier_base = 0;
     b->tier_size = 0;
     b->tier_fd = -1;
@@ -484,6 +487,81 @@ int backend_copy_many(backend_t *b, const uint64_t *dst, const uint64_t *src, ui
 
 /* --- Tier 2 ------------------------------------------------------------------ */
 
+/* Reads the first line of a small file; 0 or -1. */
+static int read_line(const char *path, char *buf, size_t len)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    char *got = fgets(buf, (int)len, f);
+    fclose(f);
+    return got ? 0 : -1;
+}
+
+int backend_numa_nodes(const char *sysfs)
+{
+    char path[512], line[256];
+    snprintf(path, sizeof(path), "%s/devices/system/node/online", sysfs);
+    if (read_line(path, line, sizeof(line)) != 0)
+        return 1;
+    /* A list of ranges: "0", "0-1", "0,2-3". */
+    int n = 0;
+    for (char *p = line; *p && *p != '\n';) {
+        char *end;
+        long lo = strtol(p, &end, 10), hi = lo;
+        if (end == p)
+            return n > 0 ? n : 1;
+        if (*end == '-') {
+            p = end + 1;
+            hi = strtol(p, &end, 10);
+            if (end == p || hi < lo)
+                return n > 0 ? n : 1;
+        }
+        n += (int)(hi - lo + 1);
+        p = *end == ',' ? end + 1 : end;
+    }
+    return n > 0 ? n : 1;
+}
+
+int backend_pci_numa_node(const char *sysfs, int domain, int bus, int device)
+{
+    char path[512], line[64];
+    snprintf(path, sizeof(path), "%s/bus/pci/devices/%04x:%02x:%02x.0/numa_node", sysfs, domain,
+             bus, device);
+    if (read_line(path, line, sizeof(line)) != 0)
+        return -1;
+    char *end;
+    long node = strtol(line, &end, 10);
+    return end == line || node < 0 || node > 1023 ? -1 : (int)node;
+}
+
+/* Tier 2's host memory on the device's NUMA node, where the machine has
+ * several: copies between the device and its tier then cross no socket
+ * link. A preference, not a binding: a full node lends pages from another
+ * rather than fail. Before any page is touched (the driver's registration
+ * pins them where they are). The mbind system call, not libnuma: one call
+ * (and two sysfs files) is all this needs, and libkvshare.a, which carries
+ * this module, keeps its users' link line free of -lnuma. */
+static void tier_place(backend_t *b)
+{
+    int domain, bus, device;
+    if (b->kind != BACKEND_CUDA || backend_numa_nodes("/sys") < 2 ||
+        backend_cuda_pci(b->cuda, &domain, &bus, &device) != 0)
+        return;
+    int node = backend_pci_numa_node("/sys", domain, bus, device);
+    if (node < 0 || node >= 64)
+        return;
+    unsigned long mask = 1UL << node;
+    if (syscall(SYS_mbind, (void *)b->tier_base, (unsigned long)b->tier_size, MPOL_PREFERRED, &mask,
+                65UL, 0U) == 0)
+        b->tier_numa = node + 1;
+}
+
+int backend_tier_numa_node(const backend_t *b)
+{
+    return b ? b->tier_numa - 1 : -1;
+}
+
 int backend_tier_open(backend_t *b, uint64_t bytes, char *err, size_t errlen)
 {
     if (b == NULL || bytes == 0 || b->tier_base != 0) {
@@ -499,6 +577,7 @@ int backend_tier_open(backend_t *b, uint64_t bytes, char *err, size_t errlen)
                                 &b->tier_base, &b->tier_size, err, errlen);
     if (rc != 0)
         return rc;
+    tier_place(b);
     if (b->kind == BACKEND_CUDA) {
         rc = backend_cuda_host_register(b->cuda, (void *)b->tier_base, b->tier_size, err, errlen);
         if (rc != 0) {

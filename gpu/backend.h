@@ -211,7 +211,19 @@ void backend_copy_describe(const backend_t *b, char *buf, size_t len);
  * Errors (message in err): KVS_EINVAL (bytes 0, already open), KVS_ENOMEM,
  * KVS_EIO (on cuda also a registration the driver refuses). */
 int backend_tier_open(backend_t *b, uint64_t bytes, char *err, size_t errlen);
-uint64_t backend_tier_size(const backend_t *b);  /* 0: no tier 2 */
+
+/* NUMA facts from sysfs (`sysfs` is "/sys", or a test's copy of its
+ * layout): the nodes online (node/online, e.g. "0-1"; 1 when it cannot
+ * tell), and the node of PCI device domain:bus:device.0 (-1: none or
+ * unknown). */
+int backend_numa_nodes(const char *sysfs);
+int backend_pci_numa_node(const char *sysfs, int domain, int bus, int device);
+uint64_t backend_tier_size(const backend_t *b); /* 0: no tier 2 */
+/* The NUMA node tier 2's memory was placed on: on cuda with several nodes
+ * online, the device's own (from its PCI address in sysfs), before the
+ * memory is touched; -1 when it was not placed (one node, the host backend,
+ * a device whose node sysfs does not tell, or a kernel that refuses). */
+int backend_tier_numa_node(const backend_t *b);
 uintptr_t backend_tier_base(const backend_t *b); /* the daemon's host pointer */
 void backend_tier_describe(const backend_t *b, backend_desc_t *out);
 int backend_tier_export(backend_t *b, int *fd, char *err, size_t errlen);

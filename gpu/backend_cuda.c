@@ -1379,6 +1379,16 @@ void backend_cuda_copy_describe(struct backend_cuda *c, char *buf, size_t len)
     pthread_mutex_unlock(&c->copy_lock);
 }
 
+int backend_cuda_pci(struct backend_cuda *c, int *domain, int *bus, int *device)
+{
+    char err[8];
+    if (device_attribute(c->dev, CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, domain, err, sizeof(err)) ||
+        device_attribute(c->dev, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, bus, err, sizeof(err)) ||
+        device_attribute(c->dev, CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, device, err, sizeof(err)))
+        return KVS_EIO;
+    return 0;
+}
+
 int backend_cuda_host_register(struct backend_cuda *c, void *p, uint64_t n, char *err,
                                size_t errlen)
 {

@@ -118,6 +118,15 @@ int backend_cuda_dtoh(struct backend_cuda *c, void *dst, uintptr_t src, uint64_t
     return KVS_ENOTSUP;
 }
 
+int backend_cuda_pci(struct backend_cuda *c, int *domain, int *bus, int *device)
+{
+    (void)c;
+    (void)domain;
+    (void)bus;
+    (void)device;
+    return KVS_ENOTSUP;
+}
+
 int backend_cuda_host_register(struct backend_cuda *c, void *p, uint64_t n, char *err,
                                size_t errlen)
 {

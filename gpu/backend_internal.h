@@ -25,6 +25,7 @@ struct backend {
     uintptr_t tier_base;
     uint64_t tier_size;
     int tier_registered;
+    int tier_numa; /* the NUMA node its memory was placed on, plus 1 (0: none) */
 };
 
 struct backend_mapping {
@@ -92,6 +93,9 @@ int backend_cuda_htod(struct backend_cuda *c, uintptr_t dst, const void *src, ui
 int backend_cuda_dtoh(struct backend_cuda *c, void *dst, uintptr_t src, uint64_t n);
 /* Registers [p, p + n) of host memory with c's driver (cuMemHostRegister,
  * portable) so that copies with it are DMA, and unregisters it. */
+/* The device's PCI address (cuDeviceGetAttribute). Errors: KVS_EIO, and
+ * KVS_ENOTSUP without the cuda backend. */
+int backend_cuda_pci(struct backend_cuda *c, int *domain, int *bus, int *device);
 int backend_cuda_host_register(struct backend_cuda *c, void *p, uint64_t n, char *err,
                                size_t errlen);
 void backend_cuda_host_unregister(struct backend_cuda *c, void *p);

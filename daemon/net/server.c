@@ -290,6 +290,10 @@ static int open_host_tier(server_t *s, char *err, size_t errlen)
             return rc;
     }
     s->tier2_blocks = (uint32_t)t2;
+    for (uint32_t d = 0; d < s->n_devices; d++)
+        if (backend_tier_numa_node(s->backends[d]) >= 0)
+            LOG_INFO("tier 2 of device %u: host memory on NUMA node %d, the device's", d,
+                     backend_tier_numa_node(s->backends[d]));
     LOG_INFO("tier 2: %u blocks in %llu bytes of host memory%s%s", s->tier2_blocks,
              (unsigned long long)backend_tier_size(s->backend) * s->n_devices,
              backend_kind(s->backend) == BACKEND_CUDA ? " (pinned)" : "",

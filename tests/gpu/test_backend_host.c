@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -443,6 +444,58 @@ START_TEST(tier_reopen_cannot_write)
 }
 END_TEST
 
+/* Writes text into dir/rel, making its folders. */
+static void put_file(const char *dir, const char *rel, const char *text)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/%s", dir, rel);
+    for (char *p = path + strlen(dir) + 1; *p; p++)
+        if (*p == '/') {
+            *p = '\0';
+            ck_assert(mkdir(path, 0700) == 0 || errno == EEXIST);
+            *p = '/';
+        }
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* The NUMA facts tier 2's placement reads, from a sysfs laid out by hand:
+ * the nodes online, a device's node, and what a missing or odd file gives.
+ * On the host backend nothing is placed, whatever the machine. */
+START_TEST(numa_facts_from_sysfs)
+{
+    char dir[] = "/tmp/kvs-numa-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    ck_assert_int_eq(backend_numa_nodes(dir), 1); /* no file: one node */
+    ck_assert_int_eq(backend_pci_numa_node(dir, 0, 0x3b, 0), -1);
+    static const struct {
+        const char *online;
+        int nodes;
+    } cases[] = {{"0\n", 1}, {"0-1\n", 2}, {"0,2-3\n", 3}, {"0-7\n", 8}, {"junk\n", 1}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        put_file(dir, "devices/system/node/online", cases[i].online);
+        ck_assert_int_eq(backend_numa_nodes(dir), cases[i].nodes);
+    }
+    put_file(dir, "bus/pci/devices/0000:3b:00.0/numa_node", "1\n");
+    put_file(dir, "bus/pci/devices/0001:c1:02.0/numa_node", "-1\n");
+    ck_assert_int_eq(backend_pci_numa_node(dir, 0, 0x3b, 0), 1);
+    ck_assert_int_eq(backend_pci_numa_node(dir, 1, 0xc1, 2), -1);
+    ck_assert_int_eq(backend_pci_numa_node(dir, 0, 0x3c, 0), -1);
+
+    backend_t *b = open_host(NUM_BLOCKS * geometry_block_bytes(&small_geom));
+    char err[256];
+    ck_assert_int_eq(backend_tier_open(b, 4 * geometry_block_bytes(&small_geom), err, sizeof(err)),
+                     0);
+    ck_assert_int_eq(backend_tier_numa_node(b), -1);
+    backend_close(b);
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 static Suite *host_suite(void)
 {
     Suite *s = suite_create("backend_host");
@@ -459,6 +512,7 @@ static Suite *host_suite(void)
     tcase_add_test(tc, copy_block_all_layers);
     tcase_add_test(tc, tier_round_trip);
     tcase_add_test(tc, tier_reopen_cannot_write);
+    tcase_add_test(tc, numa_facts_from_sysfs);
     suite_add_tcase(s, tc);
     return s;
 }
