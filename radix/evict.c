@@ -37,6 +37,7 @@
  */
 #include "radix_internal.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 
 /* ---- eviction queues ----------------------------------------------------- */
@@ -427,8 +428,11 @@ int radix_evict(radix_tree_t *t, uint32_t for_ns, size_t n, size_t *n_evicted)
  * it guards) has nothing to decide. Leaves go in the namespace's own order,
  * each parent after its last child: tier 2's first (they hang below tier
  * 1), then tier 1's, stopping at a tier-1 candidate that still has tier-2
- * blocks below it (pinned or being copied). */
-int radix_ns_clear(radix_tree_t *t, uint32_t ns, size_t *n_dropped)
+ * blocks below it (pinned or being copied). Each drop leaves the index
+ * whole, so the work can stop after any block and resume later: a step
+ * starts again from the namespace's candidates, and finds what the last
+ * one left. */
+int radix_ns_clear_step(radix_tree_t *t, uint32_t ns, size_t max, size_t *n_dropped)
 {
     if (!t || !n_dropped)
         return KVS_EINVAL;
@@ -436,15 +440,20 @@ int radix_ns_clear(radix_tree_t *t, uint32_t ns, size_t *n_dropped)
         return KVS_ENONS;
     size_t done = 0;
     radix_node_t *v;
-    for (int q = (int)t->n_tiers - 1; q >= 0; q--) {
-        while ((v = radix__candidate(t, t->ns[ns], q)) != NULL && v->n_children == 0 &&
-               cand_pos(v, q) == last_pos(v)) {
+    for (int q = (int)t->n_tiers - 1; q >= 0 && done < max; q--) {
+        while (done < max && (v = radix__candidate(t, t->ns[ns], q)) != NULL &&
+               v->n_children == 0 && cand_pos(v, q) == last_pos(v)) {
             radix__evict_leaf(t, v, q, EVICT_OWN);
             done++;
         }
     }
     *n_dropped = done;
     return 0;
+}
+
+int radix_ns_clear(radix_tree_t *t, uint32_t ns, size_t *n_dropped)
+{
+    return radix_ns_clear_step(t, ns, SIZE_MAX, n_dropped);
 }
 
 /* ---- retention hints -------------------------------------------------------- */

@@ -585,6 +585,14 @@ int radix_evict(radix_tree_t *t, uint32_t for_ns, size_t n, size_t *n_evicted);
  * KVS_ENONS. */
 int radix_ns_clear(radix_tree_t *t, uint32_t ns, size_t *n_dropped);
 
+/* radix_ns_clear in steps: drops at most max blocks (in the same order) and
+ * returns; the index is whole after each step, so other requests may run
+ * between two. *n_dropped < max: nothing more can go now (the clear is
+ * done); == max: call again. Blocks cached between two steps are dropped by
+ * the later ones like the others. Cost: O(log leaves) per block dropped.
+ * Errors: KVS_EINVAL, KVS_ENONS. */
+int radix_ns_clear_step(radix_tree_t *t, uint32_t ns, size_t max, size_t *n_dropped);
+
 /* Blocks cached, and of those pinned, over all namespaces. */
 uint32_t radix_cached_blocks(const radix_tree_t *t);
 uint32_t radix_pinned_blocks(const radix_tree_t *t);

@@ -37,6 +37,7 @@ typedef enum session_hold_reason {
     SESSION_HOLD_TIER_JOB, /* a request waits for its own tier copies (tier.h) */
     SESSION_HOLD_TIER_ANY, /* a request waits for any tier copy to end (tier.h) */
     SESSION_HOLD_CLUSTER,  /* a Lookup waits for blocks from the cluster tier (cluster_store.h) */
+    SESSION_HOLD_CLEAR,    /* a Clear waits for its next step (handler_clear) */
 } session_hold_reason_t;
 
 typedef struct session_pins {
@@ -114,8 +115,12 @@ struct session {
     uint64_t hold_until_ms;
     session_t *held_prev, *held_next;
     uint64_t walk_next_ns; /* uv_hrtime before which it starts no large work (server.h) */
-    bool reading;          /* uv_read_start is on */
-    bool eof;              /* the client half-closed: close once replies are out */
+    /* Its Clear in steps (handler_clear): blocks dropped so far, and how
+     * many more it may drop (the namespace's blocks when it began, so that
+     * blocks cached meanwhile cannot keep it going for ever). */
+    uint64_t clear_dropped, clear_left;
+    bool reading; /* uv_read_start is on */
+    bool eof;     /* the client half-closed: close once replies are out */
     /* Its Lookup's fetch from the cluster tier (cluster_store.h); NULL: none. */
     struct cluster_fetch *cluster_fetch;
 

@@ -1109,13 +1109,42 @@ int handler_ping(session_t *s, const Kvshare__Request *req, Kvshare__Response *r
 /* Clear: the namespace's unpinned cached blocks go back to the pool (each
  * an eviction of the store, so KV events and metrics see them as such).
  * Pinned blocks and their prefixes stay; WRITING blocks are not in the
- * index. A namespace is never created here. */
+ * index. A namespace is never created here.
+ * The work is cut into steps of STORE_CLEAR_STEP blocks, one per loop turn:
+ * after a step with more to do, the session is held (SESSION_HOLD_CLEAR)
+ * with a deadline of now, so the hold timer lets it run again in the next
+ * turn, after other sessions' requests. The index is whole after each step:
+ * a request between two sees the blocks not dropped yet, as if it came
+ * before the Clear; blocks cached meanwhile may be dropped by later steps,
+ * and blocks pinned meanwhile stay, like any pinned block. The steps drop
+ * at most the namespace's blocks at the start, so the Clear ends. */
+static bool clear_step(session_t *s, uint32_t ns, int *rc)
+{
+    server_t *srv = s->srv;
+    radix_ns_stats_t st;
+    if (session_rerun(s) != SESSION_HOLD_CLEAR) { /* its first step */
+        *rc = radix_ns_stats(srv->index, ns, &st);
+        if (*rc != 0)
+            return false;
+        s->clear_dropped = 0;
+        s->clear_left = (uint64_t)st.cached_blocks + st.tier2_blocks + st.tier3_blocks;
+    }
+    size_t step = s->clear_left < STORE_CLEAR_STEP ? (size_t)s->clear_left : STORE_CLEAR_STEP;
+    size_t n = 0;
+    *rc = store_clear(srv, ns, step, &n);
+    if (*rc != 0)
+        return false;
+    s->clear_dropped += n;
+    s->clear_left -= n;
+    /* n < step: nothing more can go now. When stopping, no next turn. */
+    return n == step && s->clear_left > 0 && !srv->stopping;
+}
+
 int handler_clear(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
                   handler_ctx_t *ctx)
 {
     server_t *srv = s->srv;
     uint32_t ns;
-    size_t cleared = 0;
     radix_ns_stats_t st;
 
     int rc = ns_resolve(s, req->clear->ns, false, &ns, ctx);
@@ -1129,18 +1158,27 @@ int handler_clear(session_t *s, const Kvshare__Request *req, Kvshare__Response *
                     "one the namespace's own allow_uids / allow_gids names",
                     radix_ns_name(srv->index, ns), (unsigned)s->peer_uid);
     }
-    rc = store_clear(srv, ns, &cleared);
+    while (clear_step(s, ns, &rc)) {
+        if (s->has_pipe) { /* sessions without a socket (tests) are never held */
+            uint64_t now = uv_now(srv->loop);
+            ctx->hold = SESSION_HOLD_CLEAR;
+            ctx->hold_until_ms = now ? now : 1; /* 0 would mean no deadline */
+            return 0;
+        }
+    }
     if (rc == 0)
         rc = radix_ns_stats(srv->index, ns, &st);
     if (rc != 0)
         return fail(ctx, KVS_EINTERNAL, "clearing namespace '%s' failed: %s",
                     radix_ns_name(srv->index, ns), kvs_status_text(rc));
-    LOG_INFO("namespace '%s' cleared by session %llu: %zu blocks dropped, %u kept (pinned)",
-             radix_ns_name(srv->index, ns), (unsigned long long)s->id, cleared, st.cached_blocks);
+    store_clear_done(srv);
+    LOG_INFO("namespace '%s' cleared by session %llu: %llu blocks dropped, %u kept (pinned)",
+             radix_ns_name(srv->index, ns), (unsigned long long)s->id,
+             (unsigned long long)s->clear_dropped, st.cached_blocks);
 
     Kvshare__ClearReply *r = &ctx->reply.clear;
     kvshare__clear_reply__init(r);
-    r->n_cleared = (uint32_t)cleared;
+    r->n_cleared = (uint32_t)s->clear_dropped;
     r->n_kept = st.cached_blocks;
     resp->rpc_case = KVSHARE__RESPONSE__RPC_CLEAR;
     resp->clear = r;

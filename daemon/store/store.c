@@ -922,14 +922,18 @@ int store_lookup(server_t *srv, session_t *s, uint32_t ns, const uint32_t *token
 
 /* --- clear --- */
 
-int store_clear(server_t *srv, uint32_t ns, size_t *cleared)
+int store_clear(server_t *srv, uint32_t ns, size_t max, size_t *cleared)
 {
-    int rc = radix_ns_clear(srv->store->index, ns, cleared);
+    int rc = radix_ns_clear_step(srv->store->index, ns, max, cleared);
     if (rc != 0)
         return rc;
-    srv->metrics.clears++;
     srv->metrics.cleared_blocks += *cleared;
     return 0;
+}
+
+void store_clear_done(server_t *srv)
+{
+    srv->metrics.clears++;
 }
 
 int store_evict_prompt(server_t *srv, uint32_t ns, const uint32_t *tokens, size_t n_tokens,

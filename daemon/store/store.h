@@ -240,10 +240,21 @@ uint64_t store_draining_pins(const server_t *srv);
 int store_lookup(server_t *srv, session_t *s, uint32_t ns, const uint32_t *tokens, size_t n_tokens,
                  bool pin, bool in_place, bool waited, uint32_t **ids, size_t *n_t1, size_t *n_t2);
 
-/* Namespace ns's unpinned cached blocks go (each a BlockRemoved, counted as
- * an eviction); *cleared: how many. Counted: clears, cleared_blocks.
- * Errors: radix_ns_clear's. */
-int store_clear(server_t *srv, uint32_t ns, size_t *cleared);
+/* Blocks a Clear drops per loop turn, so that a namespace of any size is
+ * cleared without a stall (docs/RELIABILITY.md, H14). A block costs about
+ * 0.1 us in long prompts and up to 0.5 us where every block is a leaf of its
+ * own (a heap update each): 16,384 blocks stay under about 8 ms. */
+#define STORE_CLEAR_STEP 16384
+
+/* One step of a Clear: up to max of namespace ns's unpinned cached blocks go
+ * (each a BlockRemoved, counted as an eviction; radix_ns_clear_step);
+ * *cleared: how many (< max: nothing more can go). Counted: cleared_blocks;
+ * the caller counts the whole Clear (store_clear_done). Errors:
+ * radix_ns_clear_step's. */
+int store_clear(server_t *srv, uint32_t ns, size_t max, size_t *cleared);
+
+/* Counts one Clear whose steps have all run (the clears metric). */
+void store_clear_done(server_t *srv);
 
 /* One prompt's cached blocks of namespace ns that no session pins and no
  * other cached prefix continues go, from its last block back, from either

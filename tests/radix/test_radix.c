@@ -323,6 +323,51 @@ START_TEST(test_ns_clear)
 }
 END_TEST
 
+/* A clear in steps drops the same blocks as one in a piece, at most `max`
+ * per step, with the index whole after each step (other requests run
+ * between two): a Lookup between steps sees what is left, and a block
+ * pinned between steps stays. */
+START_TEST(test_ns_clear_in_steps)
+{
+    radix_tree_t *t = tree_with(BT, 64, NULL);
+    uint32_t a = ns_new(t, "a", 0, 0), b = ns_new(t, "b", 0, 0);
+    uint32_t p1[6 * BT], p2[4 * BT], p3[2 * BT];
+    prompt(p1, 6 * BT, 1);
+    prompt(p2, 4 * BT, 2);
+    prompt(p3, 2 * BT, 3);
+    insert_run(t, a, p1, 6, 0, false, 0);
+    insert_run(t, a, p2, 4, 6, false, 0);
+    insert_run(t, b, p3, 2, 10, false, 0);
+    size_t n = 99;
+    ck_assert_int_eq(radix_ns_clear_step(t, a, 3, NULL), KVS_EINVAL);
+    ck_assert_int_eq(radix_ns_clear_step(t, 7, 3, &n), KVS_ENONS);
+    ck_assert_int_eq(radix_ns_clear_step(t, a, 3, &n), 0);
+    ck_assert_int_eq(radix_check(t), 0);
+    ck_assert_uint_eq(n, 3);
+    ck_assert_uint_eq(radix_cached_blocks(t), 9);
+    /* Between two steps: a Lookup sees a prefix of what was cached, and a
+     * block pinned now stays with its ancestors. */
+    size_t left1 = lookup_n(t, a, p1, 6 * BT, NULL), left2 = lookup_n(t, a, p2, 4 * BT, NULL);
+    ck_assert_uint_eq(left1 + left2, 7);
+    ck_assert_uint_ge(left1, 2);
+    ck_assert_int_eq(radix_pin(t, 1), 0); /* p1's second block */
+    size_t total = 3;
+    do {
+        ck_assert_int_eq(radix_ns_clear_step(t, a, 3, &n), 0);
+        ck_assert_int_eq(radix_check(t), 0);
+        ck_assert_uint_le(n, 3);
+        total += n;
+    } while (n == 3);
+    ck_assert_uint_eq(total, 8); /* all of a's but blocks 0 and 1 */
+    ck_assert_uint_eq(lookup_n(t, a, p1, 6 * BT, NULL), 2);
+    ck_assert_uint_eq(lookup_n(t, a, p2, 4 * BT, NULL), 0);
+    ck_assert_uint_eq(lookup_n(t, b, p3, 2 * BT, NULL), 2);
+    ck_assert_int_eq(radix_ns_clear_step(t, a, 0, &n), 0);
+    ck_assert_uint_eq(n, 0);
+    radix_free(t);
+}
+END_TEST
+
 START_TEST(test_lookup_edges)
 {
     radix_tree_t *t = tree_with(BT, 64, NULL);
@@ -2471,6 +2516,7 @@ static Suite *radix_suite(void)
     tcase_add_test(tc, test_namespace_delete);
     tcase_add_test(tc, test_namespace_isolation);
     tcase_add_test(tc, test_ns_clear);
+    tcase_add_test(tc, test_ns_clear_in_steps);
     tcase_add_test(tc, test_lookup_edges);
     tcase_add_test(tc, test_lookup_pin);
     tcase_add_test(tc, test_match_read_only);

@@ -12,6 +12,7 @@
 typedef int (*bench_fn)(int argc, char **argv);
 
 int bench_radix(int argc, char **argv);
+int bench_walk(int argc, char **argv);
 int bench_rpc_main(int argc, char **argv); /* bench_rpc.c */
 int bench_trace_sim(int argc, char **argv);
 int bench_replay(int argc, char **argv);

@@ -18,6 +18,9 @@ static const struct bench_cmd {
     {"radix", bench_radix,
      "index: 4k-token lookups and inserts against 1,000,000 cached blocks under 10,000 system "
      "prompts, bytes per block"},
+    {"walk", bench_walk,
+     "index: a Tree and a Clear of n one-block prefixes (n = 65,536 to 1,048,576), and the "
+     "longest step of the daemon's stepped Clear against the same Clear in one piece"},
     {"trace-sim", bench_trace_sim,
      "offline trace replay against the index alone: hit rate against capacity and policy"},
     {"replay", bench_replay,
