@@ -411,6 +411,53 @@ class TestEvents(unittest.TestCase):
         finally:
             self.assertEqual(ev.close(), 0)
 
+    def media_gpu_pool(self):
+        """A pool on "GPU" (the cuda backend on the test driver of
+        tests/gpu: ctest test_events_gpu_pool, --only-gpu-pool) above a host
+        tier: a demotion publishes BlockStored on "CPU" then BlockRemoved
+        on "GPU", a promotion the reverse; neither takes the block off the
+        node, and a drop from tier 2 does (BlockRemoved on "CPU")."""
+        ev = Events(extra=("--backend", "cuda", "--host-tier", "16KiB"), framing="topic")
+        try:
+            sub = ev.subscriber()
+            time.sleep(0.2)
+            c = kvshare.Client(ev.d.socket, timeout_ms=10000)
+            wl = Workload(c, 5)
+            wl.run(OPS, sub)
+            st = drain(ev, sub, c)
+            self.assertEqual(st["kv_events_dropped"], 0)
+            self.assertGreater(st["tier_demotions"], 0)
+            self.assertGreater(st["tier_promotions"], 0)
+            pairs = {}
+            for _, evs in sub.batches:
+                for e in evs:
+                    if e["type"] != "AllBlocksCleared":
+                        pairs[(e["type"], e["medium"])] = pairs.get((e["type"], e["medium"]), 0) + 1
+            self.assertEqual(set(pairs), {("BlockStored", "GPU"), ("BlockStored", "CPU"),
+                                          ("BlockRemoved", "GPU"), ("BlockRemoved", "CPU")})
+            view = RouterView(sub.batches)
+            evicted = sum(r["evicted_blocks"] for r in st["namespaces"]
+                          if NAMESPACES[r["name"]][0])
+            self.assertEqual(sum(view.left.values()), evicted)
+            self.assertTrue(all(len(m) == 1 for m in view.media.values()))
+            on = {}
+            for m in view.media.values():
+                on[next(iter(m))] = on.get(next(iter(m)), 0) + 1
+            for medium, field in (("GPU", "cached_blocks"), ("CPU", "tier2_blocks")):
+                self.assertEqual(on.get(medium, 0), sum(r[field] for r in st["namespaces"]
+                                                        if NAMESPACES[r["name"]][0]), medium)
+            self.assertEqual(len(view.llmd.engine), len(view.prefix))
+            self.assertEqual(sum(len(d.nodes) for d in view.dynamo.values()), len(view.prefix))
+            self.assertEqual(view.llmd.dropped + sum(d.dropped for d in view.dynamo.values()), 0)
+            print("gpu pool: %d demotions, %d promotions, %d evictions; events %s; router "
+                  "holds %d on GPU, %d on CPU" %
+                  (st["tier_demotions"], st["tier_promotions"], evicted, sorted(pairs.items()),
+                   on.get("GPU", 0), on.get("CPU", 0)), file=sys.stderr)
+            sub.close()
+            c.close()
+        finally:
+            self.assertEqual(ev.close(), 0)
+
     def late_joiner(self, framing):
         plain = framing == "plain"
         ev = Events(framing=framing, encoding="map" if plain else "array",
@@ -969,4 +1016,9 @@ if __name__ == "__main__":
         # The 100,000-commit target: rebuild equals the index.
         OPS = 100000
         sys.argv[1:] = ["TestEvents.test_rebuild_map"]
+    elif len(sys.argv) > 1 and sys.argv[1] == "--only-gpu-pool":
+        # Needs the cuda test driver in the daemon's environment (ctest
+        # test_events_gpu_pool): not part of the plain run.
+        TestEvents.test_media_gpu_pool = TestEvents.media_gpu_pool
+        sys.argv[1:] = ["TestEvents.test_media_gpu_pool"]
     unittest.main(verbosity=2)
