@@ -53,7 +53,8 @@ typedef struct rec {
     uint8_t has_parent;
     uint16_t model_len;
     uint16_t lora_len;
-    uint16_t pad;
+    uint8_t medium; /* events_medium_t */
+    uint8_t pad;
     uint32_t n_keys;
     uint64_t parent;
 } rec_t;
@@ -351,8 +352,9 @@ static void ring_commit(events_t *ev, uint64_t advance)
 }
 
 /* Queues one record with keys[0..n_keys). */
-static int queue_event(events_t *ev, const events_stream_t *st, int kind, const uint64_t *keys,
-                       size_t n_keys, bool has_parent, uint64_t parent, const uint32_t *tokens)
+static int queue_event(events_t *ev, const events_stream_t *st, int kind, events_medium_t m,
+                       const uint64_t *keys, size_t n_keys, bool has_parent, uint64_t parent,
+                       const uint32_t *tokens)
 {
     if (!ev || !st || !st->on)
         return 0;
@@ -368,6 +370,7 @@ static int queue_event(events_t *ev, const events_stream_t *st, int kind, const 
                  .has_parent = has_parent,
                  .model_len = st->model_len,
                  .lora_len = kind == REC_STORED ? st->lora_len : 0,
+                 .medium = (uint8_t)m,
                  .n_keys = (uint32_t)n_keys,
                  .parent = parent};
     uint64_t *k = (uint64_t *)(void *)(r + 1);
@@ -384,22 +387,34 @@ static int queue_event(events_t *ev, const events_stream_t *st, int kind, const 
     return 0;
 }
 
-int events_stored(events_t *ev, const events_stream_t *st, const uint64_t *keys, size_t n,
-                  bool has_parent, uint64_t parent, const uint32_t *tokens)
+const char *events_medium_name(const events_t *ev, events_medium_t m)
+{
+    switch (m) {
+    case EVENTS_MEDIUM_HOST:
+        return "CPU";
+    case EVENTS_MEDIUM_DISK:
+        return "DISK";
+    default:
+        return ev ? ev->medium : "GPU";
+    }
+}
+
+int events_stored(events_t *ev, const events_stream_t *st, events_medium_t m, const uint64_t *keys,
+                  size_t n, bool has_parent, uint64_t parent, const uint32_t *tokens)
 {
     if (n == 0)
         return 0;
-    return queue_event(ev, st, REC_STORED, keys, n, has_parent, parent, tokens);
+    return queue_event(ev, st, REC_STORED, m, keys, n, has_parent, parent, tokens);
 }
 
-int events_removed(events_t *ev, const events_stream_t *st, uint64_t key)
+int events_removed(events_t *ev, const events_stream_t *st, events_medium_t m, uint64_t key)
 {
-    return queue_event(ev, st, REC_REMOVED, &key, 1, false, 0, NULL);
+    return queue_event(ev, st, REC_REMOVED, m, &key, 1, false, 0, NULL);
 }
 
 int events_cleared(events_t *ev, const events_stream_t *st)
 {
-    return queue_event(ev, st, REC_CLEARED, NULL, 0, false, 0, NULL);
+    return queue_event(ev, st, REC_CLEARED, EVENTS_MEDIUM_POOL, NULL, 0, false, 0, NULL);
 }
 
 void events_counters(const events_t *ev, events_stats_t *out)
@@ -497,7 +512,8 @@ static void pack_stored(events_t *ev, const rec_t *r, const uint64_t *keys, size
     msgpack_pack_nil(pk);
     if (map)
         PACK_KEY(pk, "medium");
-    pack_str(pk, ev->medium, strlen(ev->medium));
+    const char *medium = events_medium_name(ev, (events_medium_t)r->medium);
+    pack_str(pk, medium, strlen(medium));
     if (map)
         PACK_KEY(pk, "lora_name");
     if (r->lora_len)
@@ -526,7 +542,8 @@ static void pack_other(events_t *ev, const rec_t *r)
             msgpack_pack_uint64(pk, rec_keys(r)[i]);
         if (map)
             PACK_KEY(pk, "medium");
-        pack_str(pk, ev->medium, strlen(ev->medium));
+        const char *medium = events_medium_name(ev, (events_medium_t)r->medium);
+        pack_str(pk, medium, strlen(medium));
         return;
     }
     if (map) {

@@ -112,6 +112,20 @@ typedef struct events_stream {
 
 typedef struct events events_t;
 
+/* Where a published block is: the pool (tier 1, the medium events_start
+ * names: "GPU" or "CPU"), the host tier (tier 2, "CPU") or the disk tier
+ * (tier 3, "DISK"): the medium string of its BlockStored and BlockRemoved,
+ * which routers keep per medium (a BlockRemoved on one medium leaves the
+ * block's claim on another). */
+typedef enum events_medium {
+    EVENTS_MEDIUM_POOL = 0,
+    EVENTS_MEDIUM_HOST = 1,
+    EVENTS_MEDIUM_DISK = 2,
+} events_medium_t;
+
+/* The medium string of m, as published (events_start's for the pool). */
+const char *events_medium_name(const events_t *ev, events_medium_t m);
+
 /* Checks an endpoint setting: tcp://HOST:PORT or ipc://PATH. Returns 0 or
  * KVS_EINVAL. */
 int events_check_endpoint(const char *endpoint);
@@ -136,7 +150,7 @@ int events_stream_init(const events_config_t *cfg, const char *model, const char
 /* Opens the sockets (errors with a message in err: KVS_EINVAL for a bad
  * endpoint, KVS_EIO when a bind or connect fails, KVS_ENOMEM) and starts the
  * publisher thread. block_tokens is every BlockStored's block_size, medium
- * its and every BlockRemoved's medium ("GPU", "CPU"). Stop with
+ * the pool's medium ("GPU", "CPU": EVENTS_MEDIUM_POOL's name). Stop with
  * events_stop. */
 int events_start(const events_config_t *cfg, uint32_t block_tokens, const char *medium,
                  events_t **out, char *err, size_t errlen);
@@ -145,16 +159,17 @@ int events_start(const events_config_t *cfg, uint32_t block_tokens, const char *
  * what subscribers did not take within 100 ms) and frees ev. Accepts NULL. */
 void events_stop(events_t *ev);
 
-/* Queues BlockStored for n newly cached blocks of one prefix: block i's key
- * is keys[i], its token ids are tokens[i x block_tokens ..], parent is the
- * key of the block before the first (when has_parent). Returns 0, or
- * KVS_ELIMIT when the ring is full (nothing queued: count it as dropped).
- * Never blocks, never allocates. */
-int events_stored(events_t *ev, const events_stream_t *st, const uint64_t *keys, size_t n,
-                  bool has_parent, uint64_t parent, const uint32_t *tokens);
+/* Queues BlockStored on medium m for n blocks of one prefix now there:
+ * block i's key is keys[i], its token ids are tokens[i x block_tokens ..],
+ * parent is the key of the block before the first (when has_parent).
+ * Returns 0, or KVS_ELIMIT when the ring is full (nothing queued: count it
+ * as dropped). Never blocks, never allocates. */
+int events_stored(events_t *ev, const events_stream_t *st, events_medium_t m, const uint64_t *keys,
+                  size_t n, bool has_parent, uint64_t parent, const uint32_t *tokens);
 
-/* Queues BlockRemoved for one block. Returns 0 or KVS_ELIMIT, as above. */
-int events_removed(events_t *ev, const events_stream_t *st, uint64_t key);
+/* Queues BlockRemoved on medium m for one block. Returns 0 or KVS_ELIMIT,
+ * as above. */
+int events_removed(events_t *ev, const events_stream_t *st, events_medium_t m, uint64_t key);
 
 /* Queues AllBlocksCleared on st's topic. Returns 0 or KVS_ELIMIT. */
 int events_cleared(events_t *ev, const events_stream_t *st);

@@ -17,10 +17,19 @@
 
 /* --- records, and what the index tells of the blocks it drops --- */
 
-/* The index dropped block_id for good, from either tier: it goes back to
- * the pool (a tier-2 id is the index's own, free there already), and
- * routers hear of it once, here (a move between the tiers publishes
- * nothing). */
+/* The medium KV events name for index id `id`: its tier's. */
+static events_medium_t tier_event_medium(const server_t *srv, uint32_t id)
+{
+    if (id < srv->num_blocks)
+        return EVENTS_MEDIUM_POOL;
+    return id < srv->num_blocks + srv->tier2_blocks ? EVENTS_MEDIUM_HOST : EVENTS_MEDIUM_DISK;
+}
+
+/* The index dropped block_id for good, from any tier: it goes back to
+ * the pool (a lower tier's id is the index's own, free there already), and
+ * routers hear that it left the node: BlockRemoved on the medium of the
+ * tier it was in, its only one (tiers are exclusive; a move between them
+ * publishes in publish_moved). */
 static void on_evict(void *ctx, uint32_t block_id)
 {
     server_t *srv = ctx;
@@ -31,8 +40,8 @@ static void on_evict(void *ctx, uint32_t block_id)
     srv->metrics.evictions++;
     if (tier2)
         srv->metrics.tier2_drops++;
-    if (srv->events &&
-        events_removed(srv->events, namespaces_events_stream(srv, m->ns), m->hash) != 0)
+    if (srv->events && events_removed(srv->events, namespaces_events_stream(srv, m->ns),
+                                      tier_event_medium(srv, block_id), m->hash) != 0)
         srv->metrics.kv_events_dropped++;
     metrics_observe(&srv->metrics.block_lifetime, metrics_block_bounds_ms, metrics_block_n_bounds,
                     uv_now(srv->loop) - m->cached_ms);
@@ -100,7 +109,8 @@ int store_open(server_t *srv, store_t **out, char *err, size_t errlen)
     st->n_ids = srv->num_blocks + srv->tier2_blocks + srv->tier3_blocks;
     st->rec = calloc(st->n_ids, sizeof(*st->rec));
     st->keys = calloc(srv->num_blocks, sizeof(*st->keys));
-    if (!st->rec || !st->keys) {
+    st->lower = calloc(srv->num_blocks, sizeof(*st->lower));
+    if (!st->rec || !st->keys || !st->lower) {
         snprintf(err, errlen, "out of memory for the records of %u blocks", st->n_ids);
         rc = KVS_ENOMEM;
         goto fail;
@@ -147,6 +157,7 @@ void store_free(store_t *st)
     pool_free(st->pool);
     free(st->rec);
     free(st->keys);
+    free(st->lower);
     free(st);
 }
 
@@ -282,13 +293,29 @@ bool store_mark(store_t *st, uint32_t b)
     return false;
 }
 
+/* Before a commit's insert, with KV events and lower tiers: which blocks
+ * of its prefix are cached now (st->lower[0 .. return)), so that
+ * publish_stored sees those below tier 1 that the commit's own copies
+ * replace (radix_insert upgrades them without an eviction). */
+static size_t lower_before(server_t *srv, uint32_t ns, const uint32_t *tokens, size_t n_tokens)
+{
+    size_t n = 0;
+    if (!srv->events || srv->tier2_blocks == 0 ||
+        radix_match(srv->store->index, ns, tokens, n_tokens, srv->store->lower, srv->num_blocks,
+                    &n) != 0)
+        return 0;
+    return n;
+}
+
 /* KV events of a commit: one BlockStored per run of blocks it cached
  * (fresh[i] != 0), whose parent is the block before the run. A duplicate
  * publishes nothing. Parents go first: a run's parent was cached before
- * this commit or earlier in it, and its event queued then. */
+ * this commit or earlier in it, and its event queued then. A block that
+ * was below tier 1 before the commit (st->lower[i], i < n_lower) moved to
+ * the pool: BlockRemoved on its old medium follows the BlockStored. */
 static void publish_stored(server_t *srv, uint32_t ns, const uint32_t *ids,
                            const uint32_t *canonical, const uint32_t *fresh, size_t n,
-                           const uint32_t *tokens)
+                           const uint32_t *tokens, size_t n_lower)
 {
     store_t *st = srv->store;
     const events_stream_t *es = namespaces_events_stream(srv, ns);
@@ -307,9 +334,17 @@ static void publish_stored(server_t *srv, uint32_t ns, const uint32_t *ids,
         bool has_parent = i > 0 && radix_block_hash(st->index, canonical[i - 1], &parent) == 0;
         for (size_t k = i; k < end; k++)
             st->keys[k - i] = st->rec[ids[k]].meta.hash;
-        if (events_stored(srv->events, es, st->keys, end - i, has_parent, parent,
-                          tokens + i * bt) != 0)
+        if (events_stored(srv->events, es, EVENTS_MEDIUM_POOL, st->keys, end - i, has_parent,
+                          parent, tokens + i * bt) != 0)
             srv->metrics.kv_events_dropped++;
+        for (size_t k = i; k < end && k < n_lower; k++) {
+            events_medium_t was = tier_event_medium(srv, st->lower[k]);
+            if (st->lower[k] >= srv->num_blocks &&
+                strcmp(events_medium_name(srv->events, was),
+                       events_medium_name(srv->events, EVENTS_MEDIUM_POOL)) != 0 &&
+                events_removed(srv->events, es, was, st->keys[k - i]) != 0)
+                srv->metrics.kv_events_dropped++;
+        }
         i = end;
     }
 }
@@ -337,6 +372,7 @@ int store_commit(server_t *srv, session_t *s, uint32_t ns, const uint32_t *token
     store_t *st = srv->store;
     *n_done = 0;
     hints_expire(srv); /* a namespace at its quota evicts in the insert */
+    size_t n_lower = n_ids ? lower_before(srv, ns, tokens, n_tokens) : 0;
     int irc =
         n_ids ? radix_insert(st->index, ns, tokens, n_tokens, ids, n_ids, true, canonical, n_done)
               : 0;
@@ -370,7 +406,7 @@ int store_commit(server_t *srv, session_t *s, uint32_t ns, const uint32_t *token
     for (size_t i = 0; i < *n_done; i++)
         store_hint(srv, hint, canonical[i]);
     if (srv->events)
-        publish_stored(srv, ns, ids, canonical, fresh, *n_done, tokens);
+        publish_stored(srv, ns, ids, canonical, fresh, *n_done, tokens, n_lower);
     cluster_store_committed(srv, ns, ids, fresh, *n_done, tokens);
     if (irc == KVS_EQUOTA)
         srv->metrics.alloc_failures_quota++;
@@ -428,10 +464,11 @@ int store_install_done(server_t *srv, uint32_t ns, const uint32_t *tokens,
     uint32_t *ids = malloc((total ? total : 1) * sizeof(*ids));
     uint32_t *canonical = malloc(2 * (total ? total : 1) * sizeof(*canonical));
     int rc = ids && canonical ? 0 : KVS_ENOMEM;
-    size_t n_done = 0;
+    size_t n_done = 0, n_lower = 0;
     if (rc == 0 && written > 0) {
         memcpy(ids, prefix_ids, m * sizeof(*ids));
         memcpy(ids + m, taken, written * sizeof(*ids));
+        n_lower = lower_before(srv, ns, tokens, total * srv->geo.block_tokens);
         rc = radix_insert(st->index, ns, tokens, total * srv->geo.block_tokens, ids, total, false,
                           canonical, &n_done);
     }
@@ -457,7 +494,7 @@ int store_install_done(server_t *srv, uint32_t ns, const uint32_t *tokens,
         }
     }
     if (srv->events && n_done > 0)
-        publish_stored(srv, ns, ids, canonical, fresh, n_done, tokens);
+        publish_stored(srv, ns, ids, canonical, fresh, n_done, tokens, n_lower);
     free(ids);
     free(canonical);
     return rc;
@@ -996,14 +1033,42 @@ void store_promote(server_t *srv, uint32_t *pins, size_t first, size_t n, uint32
             break;
         }
         pool_set_cached(st->pool, id);
-        /* What names the block goes with it; moving between the tiers
-         * publishes no KV event. */
+        /* What names the block goes with it; KV events tell of the move
+         * once its copy is done (publish_moved). */
         st->rec[id].meta = st->rec[from].meta;
         st->rec[id].used_ms = now;
     }
     for (size_t i = done; i < m; i++)
         pool_release(st->pool, pool_ids[i]);
     *n_done = done;
+}
+
+/* KV events of a block whose copy from index id `from` to `to` (another
+ * tier) is done: BlockStored on the new medium, then BlockRemoved on the
+ * old one, so a router that keeps blocks per medium (llm-d, Dynamo) moves
+ * its claim and never sees the block leave the node. Stored goes first: a
+ * router never holds the block on no medium, and the parent link of the
+ * BlockStored stays known to it. Nothing when both media have one name (a
+ * pool in host memory above the host tier). */
+static void publish_moved(server_t *srv, uint32_t from, uint32_t to)
+{
+    store_t *st = srv->store;
+    const store_meta_t *m = &st->rec[to].meta;
+    events_medium_t was = tier_event_medium(srv, from), now = tier_event_medium(srv, to);
+    if (!srv->events ||
+        strcmp(events_medium_name(srv->events, was), events_medium_name(srv->events, now)) == 0)
+        return;
+    const events_stream_t *es = namespaces_events_stream(srv, m->ns);
+    uint64_t hash, parent;
+    const uint32_t *tokens;
+    if (!es->on || radix_block_chain(st->index, to, &hash, &parent, &tokens) != 0)
+        return;
+    /* A first block chains from its namespace's seed: it has no parent. */
+    const char *name = radix_ns_name(st->index, m->ns);
+    bool has_parent = !name || parent != namespaces_seed(name);
+    if (events_stored(srv->events, es, now, &hash, 1, has_parent, parent, tokens) != 0 ||
+        events_removed(srv->events, es, was, hash) != 0)
+        srv->metrics.kv_events_dropped++;
 }
 
 int store_move_end(server_t *srv, uint32_t id, bool ok, uint32_t *back)
@@ -1013,6 +1078,8 @@ int store_move_end(server_t *srv, uint32_t id, bool ok, uint32_t *back)
     bool demotion = id >= srv->num_blocks;
     if (ok) {
         int rc = radix_copy_done(st->index, id, &peer);
+        if (rc == 0)
+            publish_moved(srv, peer, id);
         if (rc == 0 && peer < srv->num_blocks && pool_release(st->pool, peer) != 0)
             LOG_ERROR("demoted block %u was not cached in the pool", peer);
         *back = id;

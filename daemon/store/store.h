@@ -107,6 +107,7 @@ struct store {
     uint32_t n_ids;      /* pool blocks + tier-2 blocks + tier-3 blocks */
     uint32_t mark_stamp;
     uint64_t *keys;              /* [pool blocks]: one commit's BlockStored keys */
+    uint32_t *lower;             /* [pool blocks]: a commit's prefix before it (KV events) */
     store_evicted_t *report;     /* during one store call: where dropped blocks go */
     struct tier_medium *medium;  /* tier 2, below the pool; NULL: none */
     struct tier_medium *medium3; /* tier 3, below tier 2 (the disk); NULL: none */

@@ -123,7 +123,7 @@ class LlmdIndex:
             return
         if kind == "BlockRemoved":
             for k in ev["block_hashes"]:
-                self._drop(pod, k)
+                self._drop(pod, k, ev["medium"].lower())
             return
         if ev["lora_name"]:
             model = ev["lora_name"]
@@ -138,10 +138,19 @@ class LlmdIndex:
         tier = ev["medium"].lower()
         for key, chunk in zip(ev["block_hashes"], chunks(ev["token_ids"], self.bs)):
             prev = llmd_hash(prev, chunk)
+            tiers = self.keys.setdefault(prev, {}).setdefault(pod, set())
+            tiers.add(tier)
             self.engine[(pod, key)] = (prev, model)
-            self.keys.setdefault(prev, {})[pod] = tier
 
-    def _drop(self, pod, engine_key):
+    def _drop(self, pod, engine_key, tier=None):
+        """A BlockRemoved drops the pod's entry on that tier only; the
+        block leaves the pod with its last tier (None: every tier)."""
+        entry = self.engine.get((pod, engine_key))
+        if entry and tier is not None:
+            tiers = self.keys.get(entry[0], {}).get(pod, set())
+            tiers.discard(tier)
+            if tiers:
+                return
         entry = self.engine.pop((pod, engine_key), None)
         if entry:
             pods = self.keys.get(entry[0], {})
@@ -167,15 +176,23 @@ class DynamoIndex:
         self.bs = block_size
         self.root = {}
         self.nodes = {}   # engine key -> (children dict, parent children, local, seq hash)
+        self.media = {}   # engine key -> the storage tiers that hold it
         self.dropped = 0
 
     def apply(self, ev):
         kind = ev["type"]
         if kind == "AllBlocksCleared":
-            self.root, self.nodes = {}, {}
+            self.root, self.nodes, self.media = {}, {}, {}
             return
         if kind == "BlockRemoved":
             for k in ev["block_hashes"]:
+                # A claim per storage tier: the block stays while another
+                # tier holds it.
+                media = self.media.get(k, set())
+                media.discard(ev["medium"])
+                if media:
+                    continue
+                self.media.pop(k, None)
                 node = self.nodes.pop(k, None)
                 if node:
                     node[1].pop(node[2], None)
@@ -199,6 +216,7 @@ class DynamoIndex:
             seq = local if seq is None else dynamo_chain(seq, local)
             node = children.setdefault(local, ({}, children, local, seq))
             self.nodes[key] = node
+            self.media.setdefault(key, set()).add(ev["medium"])
             children = node[0]
 
     def longest_prefix(self, tokens):

@@ -183,6 +183,8 @@ class RouterView:
         self.llmd, self.dynamo = rebuild(batches, BT)
         self.prefix = {}  # (topic, engine key) -> (parent key, tokens)
         self.model = {}
+        self.media = {}   # (topic, engine key) -> the media that hold it
+        self.left = {}    # medium -> BlockRemoved that took a block off the node
         for topic, events in batches:
             for ev in events:
                 if ev["type"] == "BlockStored":
@@ -192,13 +194,21 @@ class RouterView:
                     for key, chunk in zip(ev["block_hashes"], chunks(ev["token_ids"], BT)):
                         self.prefix[(topic, key)] = (parent, chunk)
                         self.model[(topic, key)] = ev["lora_name"] or topic.split("@")[2]
+                        self.media.setdefault((topic, key), set()).add(ev["medium"])
                         parent = key
                 elif ev["type"] == "BlockRemoved":
                     for key in ev["block_hashes"]:
-                        self.prefix.pop((topic, key), None)
+                        media = self.media.get((topic, key), set())
+                        media.discard(ev["medium"])
+                        if media:
+                            continue  # still on another medium of the node
+                        self.media.pop((topic, key), None)
+                        if self.prefix.pop((topic, key), None) is not None:
+                            self.left[ev["medium"]] = self.left.get(ev["medium"], 0) + 1
                 else:
                     for k in [k for k in self.prefix if k[0] == topic]:
                         del self.prefix[k]
+                        self.media.pop(k, None)
 
     def tokens(self, topic, key):
         out = []
@@ -334,6 +344,115 @@ class TestEvents(unittest.TestCase):
                   "holds %d blocks = both tiers" %
                   (st["tier_demotions"], st["tier_promotions"], st["tier2_drops"],
                    st["evictions"], n), file=sys.stderr)
+            sub.close()
+            c.close()
+        finally:
+            self.assertEqual(ev.close(), 0)
+
+    def test_media_disk(self):
+        """Host and disk tiers below a pool in host memory: each block is
+        published on the medium it is on. A move between the pool and tier 2
+        (both "CPU") publishes nothing; a move from tier 2 to the disk
+        publishes BlockStored on "DISK" then BlockRemoved on "CPU", which
+        takes no block off the node; only a block that leaves the node (a
+        drop from its last tier) is removed from the router's view, once per
+        eviction. At the end every block is on one medium, and the router
+        holds per medium what the daemon holds per tier."""
+        disk = tempfile.mkdtemp(prefix="kvs-events-disk-")
+        ev = Events(extra=("--host-tier", "16KiB", "--disk-tier-path", disk + "/tier",
+                           "--disk-tier-bytes", "1MiB", "--disk-tier-io", "threads"),
+                    framing="topic")
+        try:
+            sub = ev.subscriber()
+            time.sleep(0.2)
+            c = kvshare.Client(ev.d.socket, timeout_ms=10000)
+            wl = Workload(c, 4)
+            wl.run(OPS, sub)
+            st = drain(ev, sub, c)
+            self.assertEqual(st["kv_events_dropped"], 0)
+            self.assertGreater(st["tier_demotions"], 0)
+            self.assertGreater(st["tier3_cached_blocks"], 0)
+            stored = {e["medium"] for _, evs in sub.batches for e in evs
+                      if e["type"] == "BlockStored"}
+            removed = {e["medium"] for _, evs in sub.batches for e in evs
+                       if e["type"] == "BlockRemoved"}
+            self.assertEqual(stored, {"CPU", "DISK"})
+            self.assertEqual(removed, {"CPU", "DISK"})
+            view = RouterView(sub.batches)
+            # Moves take nothing off the node: removals that do are the
+            # publishing namespaces' evictions, and some are drops from the
+            # disk.
+            evicted = sum(r["evicted_blocks"] for r in st["namespaces"]
+                          if NAMESPACES[r["name"]][0])
+            self.assertEqual(sum(view.left.values()), evicted)
+            self.assertGreater(view.left.get("DISK", 0), 0)
+            self.assertTrue(all(len(m) == 1 for m in view.media.values()))
+            on = {}
+            for m in view.media.values():
+                on[next(iter(m))] = on.get(next(iter(m)), 0) + 1
+            # "CPU" is the pool and tier 2, as the publishing namespaces
+            # hold them; tier 3 also holds the quiet namespace's blocks,
+            # which publish nothing, and namespaces do not count tier 3.
+            held = sum(r["cached_blocks"] + r["tier2_blocks"] for r in st["namespaces"]
+                       if NAMESPACES[r["name"]][0])
+            self.assertEqual(on.get("CPU", 0), held)
+            self.assertGreater(on.get("DISK", 0), 0)
+            self.assertLessEqual(on.get("DISK", 0), st["tier3_cached_blocks"])
+            self.assertEqual(on.get("CPU", 0) + on.get("DISK", 0), len(view.prefix))
+            self.assertEqual(len(view.llmd.engine), len(view.prefix))
+            self.assertEqual(sum(len(d.nodes) for d in view.dynamo.values()), len(view.prefix))
+            self.assertEqual(view.llmd.dropped + sum(d.dropped for d in view.dynamo.values()), 0)
+            print("media: %d demotions, %d evictions; router holds %d blocks, %d on DISK; "
+                  "%d left the node from CPU, %d from DISK" %
+                  (st["tier_demotions"], evicted, len(view.prefix), on.get("DISK", 0),
+                   view.left.get("CPU", 0), view.left.get("DISK", 0)), file=sys.stderr)
+            sub.close()
+            c.close()
+        finally:
+            self.assertEqual(ev.close(), 0)
+
+    def media_gpu_pool(self):
+        """A pool on "GPU" (the cuda backend on the test driver of
+        tests/gpu: ctest test_events_gpu_pool, --only-gpu-pool) above a host
+        tier: a demotion publishes BlockStored on "CPU" then BlockRemoved
+        on "GPU", a promotion the reverse; neither takes the block off the
+        node, and a drop from tier 2 does (BlockRemoved on "CPU")."""
+        ev = Events(extra=("--backend", "cuda", "--host-tier", "16KiB"), framing="topic")
+        try:
+            sub = ev.subscriber()
+            time.sleep(0.2)
+            c = kvshare.Client(ev.d.socket, timeout_ms=10000)
+            wl = Workload(c, 5)
+            wl.run(OPS, sub)
+            st = drain(ev, sub, c)
+            self.assertEqual(st["kv_events_dropped"], 0)
+            self.assertGreater(st["tier_demotions"], 0)
+            self.assertGreater(st["tier_promotions"], 0)
+            pairs = {}
+            for _, evs in sub.batches:
+                for e in evs:
+                    if e["type"] != "AllBlocksCleared":
+                        pairs[(e["type"], e["medium"])] = pairs.get((e["type"], e["medium"]), 0) + 1
+            self.assertEqual(set(pairs), {("BlockStored", "GPU"), ("BlockStored", "CPU"),
+                                          ("BlockRemoved", "GPU"), ("BlockRemoved", "CPU")})
+            view = RouterView(sub.batches)
+            evicted = sum(r["evicted_blocks"] for r in st["namespaces"]
+                          if NAMESPACES[r["name"]][0])
+            self.assertEqual(sum(view.left.values()), evicted)
+            self.assertTrue(all(len(m) == 1 for m in view.media.values()))
+            on = {}
+            for m in view.media.values():
+                on[next(iter(m))] = on.get(next(iter(m)), 0) + 1
+            for medium, field in (("GPU", "cached_blocks"), ("CPU", "tier2_blocks")):
+                self.assertEqual(on.get(medium, 0), sum(r[field] for r in st["namespaces"]
+                                                        if NAMESPACES[r["name"]][0]), medium)
+            self.assertEqual(len(view.llmd.engine), len(view.prefix))
+            self.assertEqual(sum(len(d.nodes) for d in view.dynamo.values()), len(view.prefix))
+            self.assertEqual(view.llmd.dropped + sum(d.dropped for d in view.dynamo.values()), 0)
+            print("gpu pool: %d demotions, %d promotions, %d evictions; events %s; router "
+                  "holds %d on GPU, %d on CPU" %
+                  (st["tier_demotions"], st["tier_promotions"], evicted, sorted(pairs.items()),
+                   on.get("GPU", 0), on.get("CPU", 0)), file=sys.stderr)
             sub.close()
             c.close()
         finally:
@@ -897,4 +1016,9 @@ if __name__ == "__main__":
         # The 100,000-commit target: rebuild equals the index.
         OPS = 100000
         sys.argv[1:] = ["TestEvents.test_rebuild_map"]
+    elif len(sys.argv) > 1 and sys.argv[1] == "--only-gpu-pool":
+        # Needs the cuda test driver in the daemon's environment (ctest
+        # test_events_gpu_pool): not part of the plain run.
+        TestEvents.test_media_gpu_pool = TestEvents.media_gpu_pool
+        sys.argv[1:] = ["TestEvents.test_media_gpu_pool"]
     unittest.main(verbosity=2)

@@ -43,6 +43,12 @@
  * demotions, promotions and bytes copied per second from the daemon's
  * counters, and the daemon's loop thread's time on a CPU and waiting for one
  * (schedstat): on a machine with few CPUs the copy threads compete with it.
+ *
+ * --tier --disk: the same with a disk tier (issue 25): tier 2 is only 256
+ * blocks and a disk tier of 2,048 slots (a file in the bench's temporary
+ * directory) lies below it, so the churn's writes spill through tier 2 to
+ * the disk and its lagged Lookups read their blocks back from the disk:
+ * the loop keeps serving tier-1 hits while the disk tier is busy.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -92,6 +98,8 @@ typedef struct bench_cfg {
     pid_t daemon_pid;
     const char *events;    /* --kv-events endpoint of the daemon; NULL: off */
     const char *copy_nice; /* --tier-copy-nice of the daemon; NULL: its default */
+    unsigned disk_blocks;  /* --tier --disk: slots of the disk tier; 0: none */
+    char disk_path[SOCKET_PATH_MAX + 16];
 } bench_cfg_t;
 
 static double now_us(void)
@@ -119,9 +127,12 @@ static void prompt(uint32_t *t, size_t n, uint32_t seed)
  * blocks. */
 static int start_daemon(bench_cfg_t *b, unsigned blocks, unsigned tier2)
 {
-    char nb[16], t2[32];
+    char nb[16], t2[32], t3[32];
     snprintf(nb, sizeof(nb), "%u", blocks);
     snprintf(t2, sizeof(t2), "%llu", (unsigned long long)tier2 * TIER_BLOCK_BYTES);
+    /* A disk slot is the block and its record header, in 4 KiB units. */
+    snprintf(t3, sizeof(t3), "%llu",
+             (unsigned long long)b->disk_blocks * (TIER_BLOCK_BYTES + 4096u));
     const char *argv[40] = {b->kvshared,
                             "--socket",
                             b->kvs_sock,
@@ -151,6 +162,12 @@ static int start_daemon(bench_cfg_t *b, unsigned blocks, unsigned tier2)
     if (tier2 && b->copy_nice) {
         argv[n++] = "--tier-copy-nice";
         argv[n++] = b->copy_nice;
+    }
+    if (tier2 && b->disk_blocks) {
+        argv[n++] = "--disk-tier-path";
+        argv[n++] = b->disk_path;
+        argv[n++] = "--disk-tier-bytes";
+        argv[n++] = t3;
     }
     if (b->events) {
         argv[n++] = "--kv-events";
@@ -749,6 +766,8 @@ static int run_events(const bench_cfg_t *b, int rounds)
 enum {
     TIER_POOL_BLOCKS = 1024,   /* 256 MiB */
     TIER_T2_BLOCKS = 4096,     /* 1 GiB */
+    TIER_DISK_T2_BLOCKS = 256, /* --disk: tier 2 of 64 MiB, */
+    TIER_DISK_BLOCKS = 2048,   /*   above a disk tier of 2,048 slots (520 MiB) */
     TIER_VICTIM_TOKENS = 4096, /* 256 blocks, pinned in tier 1 */
     TIER_CHURN_TOKENS = 1024,  /* 64 blocks (16 MiB) per write and per promotion */
     TIER_LAG = 8,              /* a churn process looks up what it wrote 8 prefixes before */
@@ -827,7 +846,7 @@ fail:
 /* The daemon's tier counters, and its loop thread's time on a CPU and
  * waiting for one (/proc/PID/task/PID/schedstat, ns; 0 when unreadable). */
 typedef struct tier_counts {
-    uint64_t demotions, promotions, bytes, drops_t1, t2_drops, copy_us;
+    uint64_t demotions, promotions, bytes, drops_t1, t2_drops, copy_us, disk_reads;
     uint64_t loop_run_ns, loop_wait_ns;
     double at_us;
 } tier_counts_t;
@@ -848,6 +867,7 @@ static int tier_counts(kvs_client_t *c, pid_t daemon, tier_counts_t *out)
     out->drops_t1 = st.tier_drops_t1;
     out->t2_drops = st.tier2_drops;
     out->copy_us = st.tier_copy_us;
+    out->disk_reads = st.disk_reads;
     kvs_stats_free(&st);
     char path[64];
     snprintf(path, sizeof(path), "/proc/%d/task/%d/schedstat", (int)daemon, (int)daemon);
@@ -871,6 +891,7 @@ static void tier_counts_add(tier_counts_t *acc, const tier_counts_t *a, const ti
     acc->drops_t1 += z->drops_t1 - a->drops_t1;
     acc->t2_drops += z->t2_drops - a->t2_drops;
     acc->copy_us += z->copy_us - a->copy_us;
+    acc->disk_reads += z->disk_reads - a->disk_reads;
     acc->loop_run_ns += z->loop_run_ns - a->loop_run_ns;
     acc->loop_wait_ns += z->loop_wait_ns - a->loop_wait_ns;
     acc->at_us += z->at_us - a->at_us; /* the sum of the windows */
@@ -948,7 +969,8 @@ static int run_tier(bench_cfg_t *b, int rounds, int n_churn, int churn_nice)
     if (!victim || sh == MAP_FAILED)
         goto out;
     memset(sh, 0, sizeof(*sh));
-    if (start_daemon(b, TIER_POOL_BLOCKS, TIER_T2_BLOCKS) != 0) {
+    unsigned t2_blocks = b->disk_blocks ? TIER_DISK_T2_BLOCKS : TIER_T2_BLOCKS;
+    if (start_daemon(b, TIER_POOL_BLOCKS, t2_blocks) != 0) {
         fprintf(stderr, "bench rpc: kvshared (%s) did not start; give --kvshared PATH\n",
                 b->kvshared);
         goto out;
@@ -1017,7 +1039,15 @@ static int run_tier(bench_cfg_t *b, int rounds, int n_churn, int churn_nice)
     double churn_s = churn.at_us / 1e6, idle_s = idle.at_us / 1e6;
     printf("# tier: kvshared --host-tier %u blocks, pool %u blocks of %u KiB (4 layers, 8 KV "
            "heads, head_dim 128, bf16, 16 tokens), host backend\n",
-           TIER_T2_BLOCKS, TIER_POOL_BLOCKS, TIER_BLOCK_BYTES >> 10);
+           t2_blocks, TIER_POOL_BLOCKS, TIER_BLOCK_BYTES >> 10);
+    if (b->disk_blocks) {
+        kvs_stats_t st;
+        bool got = kvs_stats(holder, &st) == 0;
+        printf("# disk tier: %u slots in a file of the bench's temporary directory, I/O %s\n",
+               b->disk_blocks, got && st.disk_io ? st.disk_io : "?");
+        if (got)
+            kvs_stats_free(&st);
+    }
     printf("# victim: 1 process, kvs_lookup of a %d-token prefix (no pin; full tier-1 hits: "
            "another session pins it)\n",
            TIER_VICTIM_TOKENS);
@@ -1036,8 +1066,12 @@ static int run_tier(bench_cfg_t *b, int rounds, int n_churn, int churn_nice)
     printf("churn_copied %.0f MB/s\n", (double)churn.bytes / churn_s / 1e6);
     printf("churn_copy_thread_time %.0f %% of the window\n",
            100.0 * (double)churn.copy_us / (churn_s * 1e6));
-    printf("churn_drops %llu from tier 1, %llu from tier 2\n", (unsigned long long)churn.drops_t1,
-           (unsigned long long)churn.t2_drops);
+    printf("churn_drops %llu from tier 1, %llu from tier 2%s\n", (unsigned long long)churn.drops_t1,
+           (unsigned long long)churn.t2_drops, b->disk_blocks ? " or the disk" : "");
+    if (b->disk_blocks)
+        printf("churn_disk_reads %.0f blocks per s (%.0f MB/s)\n",
+               (double)churn.disk_reads / churn_s,
+               (double)churn.disk_reads * TIER_BLOCK_BYTES / churn_s / 1e6);
     printf("churn_writes %.0f per s, promoting lookups %.0f per s (%.0f %% of their blocks hit), "
            "pool full %llu\n",
            (double)writes / churn_s, (double)lookups / churn_s,
@@ -1053,6 +1087,8 @@ static int run_tier(bench_cfg_t *b, int rounds, int n_churn, int churn_nice)
 out_daemon:
     kvs_close(holder);
     launch_stop(b->daemon_pid, SIGTERM, LAUNCH_READY_MS);
+    if (b->disk_blocks)
+        unlink(b->disk_path);
 out:
     for (int ph = 0; ph < N_TIER_PHASES; ph++)
         free(acc[ph].v);
@@ -1065,24 +1101,27 @@ out:
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: kvshare-bench rpc [--kvshared PATH] [--seconds S] [--rounds N] [--quick] "
-               "[--events] [--pipelined]\n"
-               "       kvshare-bench rpc --tier [--churn N] [--churn-nice N] [--copy-nice N]\n"
-               "                         [--seconds S] [--rounds N]\n"
-               "\n"
-               "Starts kvshared (host backend) on a temporary socket and measures Lookup\n"
-               "latency and throughput with 1, 4, 16 client processes for 64-, 4k- and\n"
-               "32k-token prompts, next to a raw Unix-socket ping-pong of the same sizes,\n"
-               "plus pipelined Lookups. Each cell runs S seconds (default 2) per side, in N\n"
-               "alternating rounds (default 5). --quick: 64 and 4k tokens, 1 and 16 clients.\n"
-               "--pipelined: the pipelined Lookups alone.\n"
-               "--events: instead, 16-client Lookup and Commit against a daemon without and\n"
-               "one with KV events (one live subscriber), in alternating rounds.\n"
-               "--tier: instead, one process's 4k-token Lookups (full tier-1 hits) against a\n"
-               "kvshared with tier 2, alone, while N churn processes (default 3, at nice\n"
-               "--churn-nice) write prefixes (demoting) and look up demoted ones pinned\n"
-               "(promoting), and the raw ping-pong of the same sizes; S seconds per phase.\n"
-               "--copy-nice N: kvshared --tier-copy-nice N (default: kvshared's).\n");
+    fprintf(
+        f, "usage: kvshare-bench rpc [--kvshared PATH] [--seconds S] [--rounds N] [--quick] "
+           "[--events] [--pipelined]\n"
+           "       kvshare-bench rpc --tier [--disk] [--churn N] [--churn-nice N] [--copy-nice N]\n"
+           "                         [--seconds S] [--rounds N]\n"
+           "\n"
+           "Starts kvshared (host backend) on a temporary socket and measures Lookup\n"
+           "latency and throughput with 1, 4, 16 client processes for 64-, 4k- and\n"
+           "32k-token prompts, next to a raw Unix-socket ping-pong of the same sizes,\n"
+           "plus pipelined Lookups. Each cell runs S seconds (default 2) per side, in N\n"
+           "alternating rounds (default 5). --quick: 64 and 4k tokens, 1 and 16 clients.\n"
+           "--pipelined: the pipelined Lookups alone.\n"
+           "--events: instead, 16-client Lookup and Commit against a daemon without and\n"
+           "one with KV events (one live subscriber), in alternating rounds.\n"
+           "--tier: instead, one process's 4k-token Lookups (full tier-1 hits) against a\n"
+           "kvshared with tier 2, alone, while N churn processes (default 3, at nice\n"
+           "--churn-nice) write prefixes (demoting) and look up demoted ones pinned\n"
+           "(promoting), and the raw ping-pong of the same sizes; S seconds per phase.\n"
+           "--copy-nice N: kvshared --tier-copy-nice N (default: kvshared's).\n"
+           "--disk: with --tier, a small tier 2 above a disk tier (a file in the temporary\n"
+           "directory): the churn's blocks go to the disk and come back from it.\n");
 }
 
 int bench_rpc_main(int argc, char **argv)
@@ -1108,6 +1147,8 @@ int bench_rpc_main(int argc, char **argv)
             pipelined = 1;
         } else if (strcmp(argv[i], "--tier") == 0) {
             tier = 1;
+        } else if (strcmp(argv[i], "--disk") == 0) {
+            b.disk_blocks = TIER_DISK_BLOCKS;
         } else if (strcmp(argv[i], "--churn") == 0 && i + 1 < argc) {
             churn = atoi(argv[++i]);
         } else if (strcmp(argv[i], "--churn-nice") == 0 && i + 1 < argc) {
@@ -1126,6 +1167,10 @@ int bench_rpc_main(int argc, char **argv)
         fprintf(stderr, "bench rpc: --seconds takes 0 to 600, --rounds 1 to 100\n");
         return 2;
     }
+    if (b.disk_blocks && !tier) {
+        fprintf(stderr, "bench rpc: --disk goes with --tier\n");
+        return 2;
+    }
     if (churn < 1 || churn > TIER_MAX_CHURN || churn_nice < 0 || churn_nice > 19) {
         fprintf(stderr, "bench rpc: --churn takes 1 to %d, --churn-nice 0 to 19\n", TIER_MAX_CHURN);
         return 2;
@@ -1137,6 +1182,7 @@ int bench_rpc_main(int argc, char **argv)
     }
     snprintf(b.kvs_sock, sizeof(b.kvs_sock), "%s/kvshared.sock", b.dir);
     snprintf(b.raw_sock, sizeof(b.raw_sock), "%s/raw.sock", b.dir);
+    snprintf(b.disk_path, sizeof(b.disk_path), "%s/tier3.kvs", b.dir);
 
     if (events || tier) {
         int erc = events ? run_events(&b, rounds) : run_tier(&b, rounds, churn, churn_nice);
