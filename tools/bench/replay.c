@@ -802,10 +802,13 @@ int bench_replay(int argc, char **argv)
             o.conf = conf;
         }
         for (uint32_t k = 0; k < n_nodes; k++) {
-            if (n_nodes > 1)
-                snprintf(socks[k], sizeof(socks[k]), "%s/kvshared-%u.sock", dir, k);
-            else
-                snprintf(socks[k], sizeof(socks[k]), "%s/kvshared.sock", dir);
+            int len = n_nodes > 1
+                          ? snprintf(socks[k], sizeof(socks[k]), "%s/kvshared-%u.sock", dir, k)
+                          : snprintf(socks[k], sizeof(socks[k]), "%s/kvshared.sock", dir);
+            if (len < 0 || (size_t)len >= sizeof(socks[k])) {
+                fprintf(stderr, "replay: the socket path in %s is too long\n", dir);
+                goto out;
+            }
             if (n_nodes > 1)
                 snprintf(o.disk_path, sizeof(o.disk_path), "%s/tier3-%u", dir, k);
             else
