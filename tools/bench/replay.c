@@ -151,6 +151,15 @@ static uint64_t daemon_block_bytes(const replay_opts_t *o)
     return geometry_validate(&g) == 0 ? geometry_block_bytes(&g) : 0;
 }
 
+/* Node k's disk tier file in the run's directory (one node: "tier3"). */
+static void node_disk_path(replay_opts_t *o, const char *dir, uint32_t k, uint32_t n_nodes)
+{
+    if (n_nodes > 1)
+        snprintf(o->disk_path, sizeof(o->disk_path), "%s/tier3-%u", dir, k);
+    else
+        snprintf(o->disk_path, sizeof(o->disk_path), "%s/tier3", dir);
+}
+
 /* Starts kvshared on sock and waits for its READY line. */
 static pid_t start_daemon(const replay_opts_t *o, const char *sock)
 {
@@ -809,10 +818,7 @@ int bench_replay(int argc, char **argv)
                 fprintf(stderr, "replay: the socket path in %s is too long\n", dir);
                 goto out;
             }
-            if (n_nodes > 1)
-                snprintf(o.disk_path, sizeof(o.disk_path), "%s/tier3-%u", dir, k);
-            else
-                snprintf(o.disk_path, sizeof(o.disk_path), "%s/tier3", dir);
+            node_disk_path(&o, dir, k, n_nodes);
             daemons[k] = start_daemon(&o, socks[k]);
             if (daemons[k] < 0) {
                 fprintf(stderr, "replay: kvshared (%s) did not start; give --kvshared PATH\n",
@@ -871,10 +877,9 @@ int bench_replay(int argc, char **argv)
         double r0 = mono_ms();
         launch_stop(daemons[o.restart_node], SIGKILL, LAUNCH_READY_MS);
         unlink(socks[o.restart_node]);
-        /* Its own disk file (n_nodes > 1: one per node), which it finds
-         * again: only the pool and the host tier start empty. */
-        if (n_nodes > 1)
-            snprintf(o.disk_path, sizeof(o.disk_path), "%s/tier3-%d", dir, o.restart_node);
+        /* Its own disk file, which it finds again: only the pool and the
+         * host tier start empty. */
+        node_disk_path(&o, dir, (uint32_t)o.restart_node, n_nodes);
         daemons[o.restart_node] = start_daemon(&o, socks[o.restart_node]);
         restart_ms = mono_ms() - r0;
         if (daemons[o.restart_node] < 0) {
@@ -1138,10 +1143,7 @@ out:
         for (uint32_t k = 0; k < n_nodes; k++) {
             unlink(socks[k]);
             if (o.tier3_blocks) {
-                if (n_nodes > 1)
-                    snprintf(o.disk_path, sizeof(o.disk_path), "%s/tier3-%u", dir, k);
-                else
-                    snprintf(o.disk_path, sizeof(o.disk_path), "%s/tier3", dir);
+                node_disk_path(&o, dir, k, n_nodes);
                 unlink(o.disk_path);
             }
         }
