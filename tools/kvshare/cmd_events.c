@@ -39,6 +39,9 @@ static const char *const cleared_fields[] = {NULL};
 
 static volatile sig_atomic_t stop;
 
+/* How often a waiting tail looks at `stop` (and counts toward --wait). */
+#define EVENTS_TICK_MS 100
+
 static void on_signal(int sig)
 {
     (void)sig;
@@ -362,26 +365,34 @@ int kvshare_cmd_events(int argc, char **argv)
         status = 2;
         goto done;
     }
-    if (wait_ms > 0) {
-        int ms = (int)wait_ms;
-        zmq_setsockopt(sub, ZMQ_RCVTIMEO, &ms, sizeof(ms));
-    }
+    /* Receives wake up every EVENTS_TICK_MS to look at `stop`: a signal
+     * that comes between that look and a blocking receive would otherwise
+     * be lost until the next message, which may never come. */
+    int tick = wait_ms > 0 && wait_ms < EVENTS_TICK_MS ? (int)wait_ms : EVENTS_TICK_MS;
+    zmq_setsockopt(sub, ZMQ_RCVTIMEO, &tick, sizeof(tick));
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     static char topic_buf[512], seq_buf[16], payload[16u << 20];
+    long quiet_ms = 0; /* since the last message */
     for (long got = 0; !stop && (count == 0 || got < count); got++) {
         size_t topic_len, seq_len = 0, payload_len = 0;
         int more = recv_frame(sub, topic_buf, sizeof(topic_buf), &topic_len);
         if (more < 0) {
             if (zmq_errno() == EAGAIN) {
-                fprintf(stderr, "kvshare events: no message in %ld ms\n", wait_ms);
-                goto done;
+                quiet_ms += tick;
+                if (wait_ms > 0 && quiet_ms >= wait_ms) {
+                    fprintf(stderr, "kvshare events: no message in %ld ms\n", wait_ms);
+                    goto done;
+                }
+                got--; /* nothing received */
+                continue;
             }
             if (zmq_errno() == EINTR)
                 break;
             fprintf(stderr, "kvshare events: %s\n", zmq_strerror(zmq_errno()));
             goto done;
         }
+        quiet_ms = 0;
         if (more)
             more = recv_frame(sub, seq_buf, sizeof(seq_buf), &seq_len);
         if (more)
