@@ -38,10 +38,11 @@ PROGRAMS=(
     tests/gpu/bench_copy
     tests/integration/test_cuda_share
     tests/integration/test_tier
+    tests/integration/test_tier_disk3
     tools/bench/kvshare-bench
 )
 TARGETS="kvshared kvshare kvshare_shared test_backend_cuda test_geometry test_pool test_calc
-test_backend_host bench_copy test_cuda_share test_tier kvshare-bench fake_cuda"
+test_backend_host bench_copy test_cuda_share test_tier test_tier_disk3 kvshare-bench fake_cuda"
 
 if [ ! -f "$CUDA_ROOT/include/cuda.h" ]; then
     echo "device-pack: no cuda.h under $CUDA_ROOT/include: the cuda backend cannot be built" >&2

@@ -3,6 +3,7 @@
 
     torch_share.py --kvshared PATH --lib PATH [--backend host|cuda]
                    [--device cpu|cuda] [--dtype fp32,bf16] [--daemon-arg ARG ...]
+                   [--through-tier host|disk]
 
 Starts a real kvshared on a temporary socket, then two worker processes:
 
@@ -24,6 +25,16 @@ Starts a real kvshared on a temporary socket, then two worker processes:
           value in the pool must change the output (then restoring it must
           restore it).
 
+With --through-tier, the prompt's blocks leave the pool between the two
+workers: kvshared runs with a host tier (host), or a small host tier and a
+disk tier (disk, a file in a new directory under $TMPDIR, which must be on a
+file system with O_DIRECT), and the driver commits filler prompts in another
+namespace until the Tree shows every block of the prompt below the pool (for
+disk: none of them in tier 2 either). The reader's pinned lookup then brings
+them back up (its counters must show the promotions, or the disk reads), and
+everything above must still hold bit for bit: the bytes went device -> host
+(-> disk) -> device through the backend's tier copies.
+
 Tensors over the pool are zero-copy (kvshare.tensors.pool_tensor): on the host
 backend torch.frombuffer over the mapped memory, on cuda torch.as_tensor of an
 object exposing __cuda_array_interface__ at the device pointer (the library
@@ -38,7 +49,9 @@ own dependencies must be found by the dynamic loader (LD_LIBRARY_PATH).
 import argparse
 import os
 import random
+import shutil
 import subprocess
+import tempfile
 import sys
 import time
 
@@ -350,6 +363,92 @@ def reader(args):
     client.close()
 
 
+# -- the lower tiers ------------------------------------------------------------
+
+DTYPE_BYTES = {"fp32": 4, "bf16": 2}
+TIER2_BLOCKS = 24       # host tier, in blocks, with --through-tier host
+TIER2_BLOCKS_DISK = 8   # a small one with a disk tier below it
+DISK_TIER_BYTES = 4 << 20
+FILLER_BLOCKS = 8       # per filler prompt
+MAX_FILLERS = 200
+
+
+def tier_flags(tier, dtype):
+    """kvshared flags for --through-tier, and the disk tier's directory (to
+    remove) or None."""
+    if tier == "none":
+        return [], None
+    block = 2 * LAYERS * KV_HEADS * HEAD_DIM * BLOCK_TOKENS * DTYPE_BYTES[dtype]
+    if tier == "host":
+        return ["--host-tier", str(TIER2_BLOCKS * block)], None
+    d = tempfile.mkdtemp(prefix="kvs-torch-disk-")
+    return ["--host-tier", str(TIER2_BLOCKS_DISK * block), "--disk-tier-path",
+            os.path.join(d, "tier3"), "--disk-tier-bytes", str(DISK_TIER_BYTES)], d
+
+
+def prompt_row(client, prompt_len):
+    """The Tree row of the writer's prompt (namespace default), or None."""
+    for row in client.tree(ns="default", max_rows=100):
+        if row["tokens"] == prompt_len:
+            return row
+    return None
+
+
+def ns_row(stats, name):
+    for row in stats["namespaces"]:
+        if row["name"] == name:
+            return row
+    return {"tier2_blocks": 0}
+
+
+def push_down(args, socket_path, tier):
+    """Commits filler prompts in namespace "filler" until the writer's prompt
+    is wholly below the pool (tier 2 for host; tier 3 for disk: below the
+    pool and none in tier 2). Returns the counters before the reader runs."""
+    if tier == "none":
+        return None
+    client = kvshare.Client(socket_path=socket_path, timeout_ms=20000, worker_name="filler",
+                            lib=args.lib)
+    try:
+        bt = client.geometry["block_tokens"]
+        prompt_len = PROMPT_BLOCKS * bt
+        for i in range(MAX_FILLERS):
+            row = prompt_row(client, prompt_len)
+            if row is None:
+                raise Failure("the writer's prompt left the node while filling (tiers too small?)")
+            below = row["tier2_blocks"]
+            in_tier2 = ns_row(client.stats(), "default")["tier2_blocks"]
+            if below == PROMPT_BLOCKS and (tier == "host" or in_tier2 == 0):
+                print("driver: after %d filler prompts the prompt's %d blocks are in %s"
+                      % (i, PROMPT_BLOCKS, "tier 2" if tier == "host" else "tier 3"), flush=True)
+                return client.stats()
+            tokens = [VOCAB + i * FILLER_BLOCKS * bt + k for k in range(FILLER_BLOCKS * bt)]
+            ids = client.alloc(FILLER_BLOCKS, ns="filler")
+            client.commit(tokens, ids, ns="filler")
+            client.release(ids)
+        raise Failure("the prompt was not pushed down to %s after %d filler prompts (row %s)"
+                      % (tier, MAX_FILLERS, prompt_row(client, prompt_len)))
+    finally:
+        client.close()
+
+
+def check_came_up(args, socket_path, tier, before):
+    """The reader's hits came from the lower tier: the daemon's counters
+    show the promotions (and, for disk, the reads from the disk)."""
+    if tier == "none":
+        return
+    client = kvshare.Client(socket_path=socket_path, timeout_ms=20000, worker_name="check",
+                            lib=args.lib)
+    try:
+        after = client.stats()
+    finally:
+        client.close()
+    name = "tier_promotions" if tier == "host" else "disk_reads"
+    got = after[name] - before[name]
+    check(got >= PROMPT_BLOCKS, "the reader's lookup brought the %d blocks up from %s (%s +%d)"
+          % (PROMPT_BLOCKS, "tier 2" if tier == "host" else "the disk", name, got))
+
+
 # -- the driver ----------------------------------------------------------------
 
 def start_daemon(kvshared, backend, dtype, extra=()):
@@ -400,23 +499,33 @@ def drive(args):
             return FAIL
         print("== %s" % dtype, flush=True)
         daemon = None
+        disk_dir = None
         try:
-            daemon = start_daemon(args.kvshared, args.backend, dtype, args.daemon_arg or [])
+            extra, disk_dir = tier_flags(args.through_tier, dtype)
+            daemon = start_daemon(args.kvshared, args.backend, dtype,
+                                  (args.daemon_arg or []) + extra)
             run_worker(args, "writer", daemon.socket, args.timeout)
+            before = push_down(args, daemon.socket, args.through_tier)
             run_worker(args, "reader", daemon.socket, args.timeout)
+            check_came_up(args, daemon.socket, args.through_tier, before)
             log = daemon.log()
             rc = daemon.stop()
             daemon = None
             if rc != 0:
                 raise Failure("kvshared exited with %d: %s" % (rc, log))
-        except Failure as e:
+        except (Failure, kvshare.KvsError) as e:
             print("FAILED (%s): %s" % (dtype, e))
             if daemon is not None:
                 print("kvshared log:\n" + daemon.log())
                 daemon.stop()
             return FAIL
+        finally:
+            if disk_dir:
+                shutil.rmtree(disk_dir, ignore_errors=True)
     print("PASSED: blocks written by one process were read by another through tensor views, "
-          "bitwise equal to recomputing (%s)" % args.dtype)
+          "bitwise equal to recomputing (%s%s)"
+          % (args.dtype, "" if args.through_tier == "none"
+             else ", through tier %s and back" % args.through_tier))
     return PASS
 
 
@@ -433,6 +542,8 @@ def main():
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--timeout", type=int, default=300, help="seconds per worker process")
     p.add_argument("--daemon-arg", action="append", help="extra kvshared flag (repeatable)")
+    p.add_argument("--through-tier", choices=("none", "host", "disk"), default="none",
+                   help="push the prompt's blocks down to this tier between writer and reader")
     p.add_argument("--role", choices=("writer", "reader"), help=argparse.SUPPRESS)
     p.add_argument("--socket", help=argparse.SUPPRESS)
     args = p.parse_args()

@@ -34,6 +34,14 @@
 #     kernel (KVS_CUDA_COPY=engine / kernel), once with the automatic choice
 #     (target: at least 90 % of the plain copies); test_tier again with the
 #     kernel forced (tier round trips bit-exact through it);
+#   - the disk tier under a GPU pool: every test_tier_disk3 case against
+#     kvshared --backend cuda (three-tier round trips bitwise, a SIGKILL in
+#     the middle of disk writes and a warm restart, flipped slots never
+#     served), with the tier file under $PACK_DIR/tmp (a disk file system:
+#     O_DIRECT);
+#   - the reference worker through a promoted block: torch_share.py with the
+#     prompt's blocks pushed to tier 2, then to the disk, between writer and
+#     reader, and read back bitwise through tensors on the GPU;
 #   - the pure pool suites and `kvshare calc`.
 # A step that reports "skipped" while a GPU is visible is a failure: the GPU
 # was there and the check did not run. Everything is logged to LOG (default
@@ -209,6 +217,25 @@ if [ $fake = 0 ]; then
     run "tier-copy bench, cuda backend, automatic choice, 4k-token prefixes, 4 threads" 120 \
         "$BIN/kvshare-bench" tier-copy --backend cuda --tokens 4096 --rounds 5 --threads 4
 fi
+# The disk tier under a GPU pool. Its file must be on a file system with
+# O_DIRECT (not tmpfs): the packed folder's own.
+mkdir -p "$PACK_DIR/tmp"
+run "disk tier on the cuda backend (test_tier_disk3, kvshared --backend cuda)" 240 \
+    env TMPDIR="$PACK_DIR/tmp" KVS_TEST_TIER_BACKEND=cuda "$BIN/test_tier_disk3"
+# The reference worker's share through a promoted block: pushed to tier 2,
+# then through the disk, between the writer and the reader.
+for tier in host disk; do
+    if [ $fake = 1 ]; then
+        run "PyTorch through tier $tier (host backend, rehearsal)" 240 env TMPDIR="$PACK_DIR/tmp" \
+            /usr/bin/python3 tests/client/torch_share.py --kvshared "$BIN/kvshared" \
+            --lib "$PACK_DIR/lib/libkvshare.so" --backend host --through-tier $tier
+    else
+        run "PyTorch through tier $tier (cuda backend, tensors on the GPU)" 240 \
+            env TMPDIR="$PACK_DIR/tmp" "${PYTHON:-python3}" tests/client/torch_share.py \
+            --kvshared "$BIN/kvshared" --lib "$PACK_DIR/lib/libkvshare.so" --backend cuda \
+            --through-tier $tier
+    fi
+done
 run "geometry" 30 "$BIN/test_geometry"
 run "free stack" 30 "$BIN/test_pool"
 run "capacity planner arithmetic" 30 "$BIN/test_calc"
