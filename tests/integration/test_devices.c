@@ -246,6 +246,43 @@ START_TEST(test_four_devices)
 END_TEST
 
 /* Waits until the daemon saw a session end: no WRITING block left. */
+/* A process connected as rank 3 that wrote the first slot of its shard of
+ * `block` and stops there, mid-write; returns its pid once it has written. */
+static pid_t fork_rank3_mid_write(uint32_t block)
+{
+    int ready[2];
+    ck_assert_int_eq(pipe(ready), 0);
+    pid_t child = fork();
+    ck_assert_int_ge(child, 0);
+    if (child == 0) {
+        kvs_client_t *c = NULL;
+        if (connect_as(KVS_RANK, 3, &c) != 0)
+            _exit(2);
+        uint8_t slot[SLOT_BYTES];
+        shard_bytes(slot, 3, 0, 0, 0);
+        kvs_block_write(c, 0, 0, block, slot, SLOT_BYTES);
+        char one = 1;
+        if (write(ready[1], &one, 1) != 1)
+            _exit(3);
+        pause(); /* killed here, mid-write */
+        _exit(0);
+    }
+    close(ready[1]);
+    char one = 0;
+    ck_assert_int_eq(read(ready[0], &one, 1), 1);
+    close(ready[0]);
+    return child;
+}
+
+/* SIGKILLs the process fork_rank3_mid_write started and reaps it. */
+static void kill_rank(pid_t child)
+{
+    ck_assert_int_eq(kill(child, SIGKILL), 0);
+    int status = 0;
+    ck_assert_int_eq(waitpid(child, &status, 0), child);
+    ck_assert(WIFSIGNALED(status));
+}
+
 static void wait_no_writing(kvs_client_t *c)
 {
     uint32_t writing = 1, cached, freeb;
@@ -270,37 +307,14 @@ START_TEST(test_rank_dies_mid_write)
     for (uint32_t r = 0; r < 3; r++)
         w[r] = rank_client(r);
     ck_assert_int_eq(kvs_alloc(w[0], "default", N_BLOCKS, ids), 0);
-    int ready[2];
-    ck_assert_int_eq(pipe(ready), 0);
-    pid_t child = fork();
-    ck_assert_int_ge(child, 0);
-    if (child == 0) {
-        kvs_client_t *c = NULL;
-        if (connect_as(KVS_RANK, 3, &c) != 0)
-            _exit(2);
-        uint8_t slot[SLOT_BYTES];
-        shard_bytes(slot, 3, 0, 0, 0);
-        kvs_block_write(c, 0, 0, ids[0], slot, SLOT_BYTES);
-        char one = 1;
-        if (write(ready[1], &one, 1) != 1)
-            _exit(3);
-        pause(); /* killed here, mid-write */
-        _exit(0);
-    }
-    close(ready[1]);
-    char one = 0;
-    ck_assert_int_eq(read(ready[0], &one, 1), 1);
-    close(ready[0]);
+    pid_t child = fork_rank3_mid_write(ids[0]);
     for (uint32_t r = 0; r < 3; r++) {
         write_shard(w[r], r, ids);
         size_t pending = 0;
         ck_assert_uint_eq(commit_shard(w[r], tokens, ids, &pending, canonical), 0);
         ck_assert_uint_eq(pending, N_BLOCKS);
     }
-    ck_assert_int_eq(kill(child, SIGKILL), 0);
-    int status = 0;
-    ck_assert_int_eq(waitpid(child, &status, 0), child);
-    ck_assert(WIFSIGNALED(status));
+    kill_rank(child);
     wait_no_writing(w[0]);
     uint32_t writing, cached, freeb;
     stats(w[0], &writing, &cached, &freeb);
@@ -329,32 +343,10 @@ START_TEST(test_rank_dies_before_group_commit)
     for (uint32_t r = 0; r < 3; r++)
         w[r] = rank_client(r);
     ck_assert_int_eq(kvs_alloc(sched, "default", N_BLOCKS, ids), 0);
-    int ready[2];
-    ck_assert_int_eq(pipe(ready), 0);
-    pid_t child = fork();
-    ck_assert_int_ge(child, 0);
-    if (child == 0) {
-        kvs_client_t *c = NULL;
-        if (connect_as(KVS_RANK, 3, &c) != 0)
-            _exit(2);
-        uint8_t slot[SLOT_BYTES];
-        shard_bytes(slot, 3, 0, 0, 0);
-        kvs_block_write(c, 0, 0, ids[0], slot, SLOT_BYTES);
-        char one = 1;
-        if (write(ready[1], &one, 1) != 1)
-            _exit(3);
-        pause(); /* killed here, mid-write */
-        _exit(0);
-    }
-    close(ready[1]);
-    char one = 0;
-    ck_assert_int_eq(read(ready[0], &one, 1), 1);
-    close(ready[0]);
+    pid_t child = fork_rank3_mid_write(ids[0]);
     for (uint32_t r = 0; r < 3; r++)
         write_shard(w[r], r, ids);
-    ck_assert_int_eq(kill(child, SIGKILL), 0);
-    int status = 0;
-    ck_assert_int_eq(waitpid(child, &status, 0), child);
+    kill_rank(child);
     wait_no_writing(sched);
     kvs_commit_opts_t o;
     kvs_commit_opts_init(&o);
