@@ -17,8 +17,11 @@
  *   Both daemons' pools are touched whole before anything is timed (page
  *   faults of a fresh memfd, which a GPU pool does not have).
  *   lookups  a tier-1 Lookup's latency (a 1024-token prompt cached in the
- *            pool), p50/p99, with the cluster tier idle, then while another
- *            client writes blocks through and another fetches prompts.
+ *            pool), p50/p99, idle and while another client writes blocks
+ *            through and another fetches prompts: 5 idle and 5 busy
+ *            stretches taking turns (the load paused and drained for each
+ *            idle one); then again with the Redis servers niced
+ *            (--redis-nice), named so.
  *
  * Figures: one per line, "name value unit".
  */
@@ -198,6 +201,7 @@ typedef struct fetcher {
     unsigned ns;
     int sock;
     _Atomic int *stop;
+    _Atomic int *paused; /* NULL, or while set: no new prompt */
     uint64_t rounds, blocks, short_rounds, errors;
     double busy_s;
     unsigned max_rounds;
@@ -222,6 +226,10 @@ static void *fetch_loop(void *arg)
     for (unsigned k = 0; !atomic_load(f->stop) && (!f->max_rounds || f->rounds < f->max_rounds);
          k++) {
         size_t n = 0;
+        if (f->paused && atomic_load(f->paused)) {
+            usleep(1000);
+            continue;
+        }
         prompt_tokens(tokens, BLOCKS_PER_PROMPT * BLOCK_TOKENS, 1000 * f->ns + k % f->b->prompts);
         if (kvs_lookup(c, name, tokens, BLOCKS_PER_PROMPT * BLOCK_TOKENS, 0, ids, BLOCKS_PER_PROMPT,
                        &n) != 0) {
@@ -335,6 +343,7 @@ static double redis_bench(cl_cfg_t *b, const char *test, unsigned depth, unsigne
 typedef struct writer {
     cl_cfg_t *b;
     _Atomic int *stop;
+    _Atomic int *paused; /* while set: no new prompt */
     uint64_t prompts;
 } writer_t;
 
@@ -345,6 +354,10 @@ static void *write_loop(void *arg)
     if (!c)
         return NULL;
     for (uint32_t k = 0; !atomic_load(w->stop); k++) {
+        if (atomic_load(w->paused)) {
+            usleep(1000);
+            continue;
+        }
         if (commit_prompt(c, "busy", 900000 + k) != 0)
             break;
         w->prompts++;
@@ -354,15 +367,12 @@ static void *write_loop(void *arg)
     return NULL;
 }
 
-/* p50 and p99 (microseconds) of samples Lookups of a cached prompt. */
-static int time_lookups(cl_cfg_t *b, kvs_client_t *c, double *p50, double *p99)
+/* Times n Lookups of a cached prompt into lat (nanoseconds). */
+static int time_lookups(kvs_client_t *c, uint64_t *lat, unsigned n_samples)
 {
     uint32_t tokens[BLOCKS_PER_PROMPT * BLOCK_TOKENS], ids[BLOCKS_PER_PROMPT];
     prompt_tokens(tokens, BLOCKS_PER_PROMPT * BLOCK_TOKENS, 424242);
-    uint64_t *lat = malloc(b->samples * sizeof(*lat));
-    if (!lat)
-        return -1;
-    for (unsigned i = 0; i < b->samples; i++) {
+    for (unsigned i = 0; i < n_samples; i++) {
         size_t n = 0;
         uint64_t t0 = now_ns();
         if (kvs_lookup(c, "hot", tokens, BLOCKS_PER_PROMPT * BLOCK_TOKENS, 0, ids,
@@ -370,16 +380,26 @@ static int time_lookups(cl_cfg_t *b, kvs_client_t *c, double *p50, double *p99)
             n != BLOCKS_PER_PROMPT) {
             fprintf(stderr, "bench cluster: tier-1 Lookup: %zu blocks (%s)\n", n,
                     kvs_last_error(c));
-            free(lat);
             return -1;
         }
         lat[i] = now_ns() - t0;
         usleep(500); /* a request now and then, as a worker's */
     }
-    *p50 = bench_quantile(lat, b->samples, 0.50) / 1000.0;
-    *p99 = bench_quantile(lat, b->samples, 0.99) / 1000.0;
-    free(lat);
     return 0;
+}
+
+/* Waits until kvshared's cluster commands stop moving for 100 ms (at most
+ * 5 s): the writes and fetches of a busy stretch have drained. */
+static void wait_quiet(kvs_client_t *c)
+{
+    uint64_t r0 = 0, p, d, r;
+    cluster_progress(c, &r0, &p, &d);
+    for (int i = 0; i < 50; i++) {
+        usleep(100000);
+        if (cluster_progress(c, &r, &p, &d) != 0 || r == r0)
+            return;
+        r0 = r;
+    }
 }
 
 /* Times tier-1 Lookups idle, then busy; the figures' names end with tag. */
@@ -397,27 +417,55 @@ static int run_lookups(cl_cfg_t *b, const char *tag)
                    &n) != 0 ||
         n != BLOCKS_PER_PROMPT)
         return -1;
-    double idle50, idle99, busy50, busy99;
-    if (time_lookups(b, c, &idle50, &idle99) != 0)
-        return -1;
-    _Atomic int stop = 0;
+    /* Idle and busy stretches take turns (LOOKUP_TURNS of each), so that
+     * the machine's other load falls on both alike: the busy load pauses
+     * (and drains) for each idle stretch. */
+    enum { LOOKUP_TURNS = 5 };
+    unsigned per = b->samples / LOOKUP_TURNS;
+    uint64_t *idle = malloc(per * LOOKUP_TURNS * sizeof(*idle));
+    uint64_t *busy = malloc(per * LOOKUP_TURNS * sizeof(*busy));
+    _Atomic int stop = 0, paused = 1;
     pthread_t wt, ft;
-    writer_t w = {.b = b, .stop = &stop};
-    fetcher_t f = {.b = b, .ns = 0, .sock = 1, .stop = &stop, .pause_ms = b->busy_ms};
+    writer_t w = {.b = b, .stop = &stop, .paused = &paused};
+    fetcher_t f = {
+        .b = b, .ns = 0, .sock = 1, .stop = &stop, .paused = &paused, .pause_ms = b->busy_ms};
+    if (!idle || !busy) {
+        free(idle);
+        free(busy);
+        return -1;
+    }
     pthread_create(&wt, NULL, write_loop, &w);
     pthread_create(&ft, NULL, fetch_loop, &f);
-    usleep(300000);
-    uint64_t r0, p0, d0, r1, p1, d1;
-    cluster_progress(c, &r0, &p0, &d0);
-    uint64_t t0 = now_ns();
-    int rc = time_lookups(b, c, &busy50, &busy99);
-    double s = (double)(now_ns() - t0) / 1e9;
-    cluster_progress(c, &r1, &p1, &d1);
+    uint64_t r0, p0, d0, r1, p1, d1, busy_ns = 0, puts = 0, drops = 0, replies = 0;
+    int rc = 0;
+    for (unsigned t = 0; t < LOOKUP_TURNS && rc == 0; t++) {
+        atomic_store(&paused, 1);
+        wait_quiet(c);
+        rc = time_lookups(c, idle + t * per, per);
+        atomic_store(&paused, 0);
+        usleep(300000);
+        cluster_progress(c, &r0, &p0, &d0);
+        uint64_t t0 = now_ns();
+        if (rc == 0)
+            rc = time_lookups(c, busy + t * per, per);
+        busy_ns += now_ns() - t0;
+        cluster_progress(c, &r1, &p1, &d1);
+        replies += r1 - r0;
+        puts += p1 - p0;
+        drops += d1 - d0;
+    }
+    double s = (double)busy_ns / 1e9;
     uint64_t fetched0 = f.blocks;
     atomic_store(&stop, 1);
     pthread_join(wt, NULL);
     pthread_join(ft, NULL);
     kvs_close(c);
+    double idle50 = bench_quantile(idle, per * LOOKUP_TURNS, 0.50) / 1000.0;
+    double idle99 = bench_quantile(idle, per * LOOKUP_TURNS, 0.99) / 1000.0;
+    double busy50 = bench_quantile(busy, per * LOOKUP_TURNS, 0.50) / 1000.0;
+    double busy99 = bench_quantile(busy, per * LOOKUP_TURNS, 0.99) / 1000.0;
+    free(idle);
+    free(busy);
     if (rc != 0)
         return -1;
     printf("lookup_idle_p50%s %.1f us\n", tag, idle50);
@@ -425,9 +473,9 @@ static int run_lookups(cl_cfg_t *b, const char *tag)
     printf("lookup_busy_p50%s %.1f us\n", tag, busy50);
     printf("lookup_busy_p99%s %.1f us\n", tag, busy99);
     printf("lookup_busy_p99_vs_idle%s %.2f x\n", tag, busy99 / idle99);
-    printf("busy_cluster_replies%s %.0f per s\n", tag, (double)(r1 - r0) / s);
-    printf("busy_cluster_puts%s %.0f blocks per s (%llu dropped)\n", tag, (double)(p1 - p0) / s,
-           (unsigned long long)(d1 - d0));
+    printf("busy_cluster_replies%s %.0f per s\n", tag, (double)replies / s);
+    printf("busy_cluster_puts%s %.0f blocks per s (%llu dropped)\n", tag, (double)puts / s,
+           (unsigned long long)drops);
     printf("busy_fetched_blocks%s %llu (%llu rounds, %.0f MiB/s)\n", tag,
            (unsigned long long)fetched0, (unsigned long long)f.rounds, (double)fetched0 * 2.0 / s);
     fflush(stdout);
