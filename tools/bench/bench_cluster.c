@@ -392,7 +392,7 @@ static int time_lookups(kvs_client_t *c, uint64_t *lat, unsigned n_samples)
  * 5 s): the writes and fetches of a busy stretch have drained. */
 static void wait_quiet(kvs_client_t *c)
 {
-    uint64_t r0 = 0, p, d, r;
+    uint64_t r0 = 0, p = 0, d = 0, r = 0;
     cluster_progress(c, &r0, &p, &d);
     for (int i = 0; i < 50; i++) {
         usleep(100000);
@@ -436,7 +436,8 @@ static int run_lookups(cl_cfg_t *b, const char *tag)
     }
     pthread_create(&wt, NULL, write_loop, &w);
     pthread_create(&ft, NULL, fetch_loop, &f);
-    uint64_t r0, p0, d0, r1, p1, d1, busy_ns = 0, puts = 0, drops = 0, replies = 0;
+    uint64_t r0 = 0, p0 = 0, d0 = 0, r1 = 0, p1 = 0, d1 = 0, busy_ns = 0, puts = 0, drops = 0,
+             replies = 0;
     int rc = 0;
     for (unsigned t = 0; t < LOOKUP_TURNS && rc == 0; t++) {
         atomic_store(&paused, 1);
