@@ -1136,8 +1136,8 @@ int bench_replay(int argc, char **argv)
             printf("pooled_sim_hit_rate %.2f %% (offline simulator: one node with the %u pools)\n",
                    100 * pooled_hr, n_nodes);
         if (o.restart_node >= 0) {
-            printf("restart: %llu requests found node %d away (misses)\n",
-                   (unsigned long long)unavailable, o.restart_node);
+            printf("restart: %llu requests found a restarting node away (misses)\n",
+                   (unsigned long long)unavailable);
             for (size_t k = 0; k < n_restarted; k++) {
                 printf("restart %zu: node %d restarted empty at request %zu (%.0f ms); ", k + 1,
                        o.restart_nodes[k], restarted_at[k], restart_ms[k]);
