@@ -5,10 +5,17 @@
  * hiredis (0.14) speaks to one Redis server; the cluster is ours. The
  * client keeps the slot map (slot -> master) it reads with CLUSTER SLOTS,
  * and one pipelined hiredis async connection per node, attached to the
- * loop with hiredis's libuv adapter. A command names the key that routes
- * it (crc16.h), is formatted once, and is sent to the master of the key's
- * slot (any node while the map is not known yet: the redirect finds the
- * right one).
+ * loop by an adapter of its own (hiredis's libuv adapter, but it reads up
+ * to 256 KiB at a time where hiredis reads 16 KiB). A command names the key
+ * that routes it (crc16.h), is formatted once, and is sent to the master
+ * of the key's slot (any node while the map is not known yet: the redirect
+ * finds the right one).
+ *
+ * Large values. hiredis builds each reply with a malloc'ed copy of a
+ * string reply; cluster_get_sink hands a GET's value over where the
+ * reader holds it instead, so that a caller verifies and places a 2 MiB
+ * block without that copy. Each connection's reader keeps its buffer
+ * (about one value and one read) instead of freeing it when it empties.
  *
  * Redirects. "MOVED slot host:port" means the map is stale: the slot is
  * pointed at that node at once, the command is sent there again, and a
@@ -139,6 +146,18 @@ int cluster_command(cluster_t *c, const void *key, size_t klen, int argc, const 
 /* GET key / SET key value: cluster_command for the two commands the tier
  * uses. */
 int cluster_get(cluster_t *c, const void *key, size_t klen, cluster_reply_cb cb, void *arg);
+
+/* Takes a string reply where hiredis's reader holds it: data/len valid only
+ * during the call, on the loop, while the client reads replies. It must
+ * not call into the client. */
+typedef void (*cluster_sink_cb)(void *arg, const char *data, size_t len);
+
+/* cluster_get, but a string reply goes to sink(arg, data, len) first, and
+ * then cb(arg, 0, NULL, len): the value is never copied out of the reader
+ * (a 2 MiB block otherwise costs a malloc and a copy). Every other end
+ * (nil, errors, timeouts) goes to cb as for cluster_get, sink not called. */
+int cluster_get_sink(cluster_t *c, const void *key, size_t klen, cluster_sink_cb sink,
+                     cluster_reply_cb cb, void *arg);
 int cluster_set(cluster_t *c, const void *key, size_t klen, const void *value, size_t vlen,
                 cluster_reply_cb cb, void *arg);
 

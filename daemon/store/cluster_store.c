@@ -150,21 +150,6 @@ static int read_block(server_t *srv, uint32_t b, unsigned char *out)
     return 0;
 }
 
-static int write_block(server_t *srv, uint32_t b, const unsigned char *in)
-{
-    uint64_t slot = geometry_slot_bytes(&srv->geo);
-    uint32_t planes = geometry_planes(&srv->geo);
-    for (uint32_t l = 0; l < srv->geo.layers; l++)
-        for (uint32_t p = 0; p < planes; p++) {
-            uint64_t off = geometry_offset(&srv->geo, srv->num_blocks, l, p, b);
-            int rc = backend_write(srv->backend, off, in, slot);
-            if (rc != 0)
-                return rc;
-            in += slot;
-        }
-    return 0;
-}
-
 /* Copies the pinned block of j into a value and sends it (counted by the
  * tier: sent, or dropped when too many are in flight). */
 static void thread_put(cluster_link_t *l, job_t *j)
@@ -293,11 +278,30 @@ static void fetch_free(server_t *srv, cluster_fetch_t *f)
     free(f);
 }
 
-/* On the cluster thread: block m + j verified; it goes into its pool block. */
+/* On the cluster thread: payload bytes [off, off + n) of block m + j, one
+ * layer's K or V slot (the fetch asks for pieces of slot bytes), go to
+ * their place in pool block ids[j]. */
+static int thread_fetch_piece(void *arg, size_t j, size_t off, const void *src, size_t n)
+{
+    cluster_fetch_t *f = arg;
+    server_t *srv = f->srv;
+    uint64_t slot = geometry_slot_bytes(&srv->geo);
+    uint32_t planes = geometry_planes(&srv->geo);
+    uint64_t piece = off / slot;
+    if (off % slot != 0 || n != slot || piece >= (uint64_t)srv->geo.layers * planes)
+        return KVS_EINVAL;
+    uint64_t at = geometry_offset(&srv->geo, srv->num_blocks, (uint32_t)(piece / planes),
+                                  (uint32_t)(piece % planes), f->ids[j]);
+    return backend_write(srv->backend, at, src, n);
+}
+
+/* On the cluster thread: block m + j verified, every piece of it in its
+ * pool block. */
 static void thread_fetch_block(void *arg, size_t j, const void *payload, size_t len)
 {
     cluster_fetch_t *f = arg;
-    if (len == geometry_block_bytes(&f->srv->geo) && write_block(f->srv, f->ids[j], payload) == 0)
+    (void)payload;
+    if (len == geometry_block_bytes(&f->srv->geo))
         f->written[j] = 1;
 }
 
@@ -332,7 +336,8 @@ static int thread_fetch_start(cluster_link_t *l, cluster_fetch_t *f)
                                       .tokens = f->tokens + (f->m + j) * bt,
                                       .n_tokens = bt,
                                       .payload_len = geometry_block_bytes(&f->srv->geo)};
-    int rc = cluster_tier_fetch(l->t, blocks, f->k, thread_fetch_block, thread_fetch_done, f);
+    int rc = cluster_tier_fetch_into(l->t, blocks, f->k, geometry_slot_bytes(&f->srv->geo),
+                                     thread_fetch_piece, thread_fetch_block, thread_fetch_done, f);
     free(blocks);
     return rc;
 }

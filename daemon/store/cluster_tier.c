@@ -41,6 +41,8 @@ struct fetch {
     uint8_t *hits;
     fetch_get_t *gets;
     uint64_t start_ns;
+    size_t piece; /* with on_piece: the payload's pieces go there */
+    cluster_tier_piece_cb on_piece;
     cluster_tier_block_cb on_block;
     cluster_tier_done_cb on_done;
     void *arg;
@@ -184,31 +186,56 @@ static void fetch_step(fetch_t *f)
     tier_unref(t);
 }
 
+static int place_piece(void *arg, size_t off, const void *src, size_t n)
+{
+    const fetch_get_t *g = arg;
+    return g->f->on_piece(g->f->arg, g->i, off, src, n);
+}
+
+/* Verifies the value of GET g (len bytes at data), counts the verdict and
+ * hands a block that verified on: its pieces placed as they are checked
+ * (on_piece), or the whole payload to on_block. */
+static void get_verify(fetch_get_t *g, const char *data, size_t len)
+{
+    fetch_t *f = g->f;
+    cluster_tier_t *t = f->t;
+    if (t->closed)
+        return; /* nobody waits for it */
+    cluster_block_t b = fetch_block(f, g->i);
+    const void *payload = NULL;
+    int rc = f->on_piece ? cluster_value_check_copy(data, len, &b, f->piece, place_piece, g)
+                         : cluster_value_check(data, len, &b, &payload);
+    if (rc == KVS_EPROTO) {
+        t->stats.corrupt++;
+    } else if (rc == KVS_ENOTFOUND) {
+        t->stats.mismatched++;
+    } else if (rc != 0) {
+        t->stats.get_errors++; /* on_piece failed */
+    } else {
+        t->stats.hits++;
+        t->stats.get_bytes += b.payload_len;
+        f->hits[g->i] = 1;
+        f->on_block(f->arg, g->i, payload, b.payload_len);
+    }
+}
+
+/* The value of GET g, where the client's reader holds it. */
+static void get_sink(void *arg, const char *data, size_t len)
+{
+    get_verify(arg, data, len);
+}
+
 static void get_done(void *arg, int status, const char *data, size_t len)
 {
     fetch_get_t *g = arg;
     fetch_t *f = g->f;
     cluster_tier_t *t = f->t;
-    if (status == KVS_ENOTFOUND) {
+    if (status == KVS_ENOTFOUND)
         t->stats.misses++;
-    } else if (status != 0) {
+    else if (status != 0)
         t->stats.get_errors++;
-    } else {
-        cluster_block_t b = fetch_block(f, g->i);
-        const void *payload = NULL;
-        int rc = cluster_value_check(data, len, &b, &payload);
-        if (rc == KVS_EPROTO) {
-            t->stats.corrupt++;
-        } else if (rc != 0) {
-            t->stats.mismatched++;
-        } else {
-            t->stats.hits++;
-            t->stats.get_bytes += b.payload_len;
-            f->hits[g->i] = 1;
-            if (!t->closed)
-                f->on_block(f->arg, g->i, payload, b.payload_len);
-        }
-    }
+    else if (data)
+        get_verify(g, data, len); /* not taken by get_sink */
     fetch_step(f);
 }
 
@@ -257,11 +284,21 @@ static int same_geometry(const cluster_block_t *blocks, size_t n)
 int cluster_tier_fetch(cluster_tier_t *t, const cluster_block_t *blocks, size_t n,
                        cluster_tier_block_cb on_block, cluster_tier_done_cb on_done, void *arg)
 {
-    if (!t || t->closed || !blocks || n == 0 || !on_block || !on_done || !same_geometry(blocks, n))
+    return cluster_tier_fetch_into(t, blocks, n, 0, NULL, on_block, on_done, arg);
+}
+
+int cluster_tier_fetch_into(cluster_tier_t *t, const cluster_block_t *blocks, size_t n,
+                            size_t piece, cluster_tier_piece_cb on_piece,
+                            cluster_tier_block_cb on_block, cluster_tier_done_cb on_done, void *arg)
+{
+    if (!t || t->closed || !blocks || n == 0 || !on_block || !on_done || (on_piece && piece == 0) ||
+        !same_geometry(blocks, n))
         return KVS_EINVAL;
     fetch_t *f = fetch_new(t, blocks, n);
     if (!f)
         return KVS_ENOMEM;
+    f->piece = piece;
+    f->on_piece = on_piece;
     f->on_block = on_block;
     f->on_done = on_done;
     f->arg = arg;
@@ -275,7 +312,8 @@ int cluster_tier_fetch(cluster_tier_t *t, const cluster_block_t *blocks, size_t 
         cluster_block_t b = fetch_block(f, i);
         int klen = cluster_value_key(t->prefix, &b, key, sizeof key);
         t->stats.gets++;
-        if (klen < 0 || cluster_get(t->c, key, (size_t)klen, get_done, &f->gets[i]) != 0) {
+        if (klen < 0 ||
+            cluster_get_sink(t->c, key, (size_t)klen, get_sink, get_done, &f->gets[i]) != 0) {
             t->stats.get_errors++;
             f->pending--;
         }

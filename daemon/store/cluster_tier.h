@@ -46,7 +46,8 @@ typedef struct cluster_tier_stats {
 } cluster_tier_stats_t;
 
 /* A block that verified: its index in the fetch and its payload (valid
- * during the call only). */
+ * during the call only; NULL from cluster_tier_fetch_into, which placed it
+ * already). */
 typedef void (*cluster_tier_block_cb)(void *arg, size_t i, const void *payload, size_t len);
 /* The fetch is over: hits[i] says whether block i verified (the array is
  * valid during the call only). */
@@ -71,6 +72,10 @@ int cluster_tier_put(cluster_tier_t *t, const cluster_block_t *b, const void *pa
  * (the header before it is written here). Saves a copy of the payload. */
 int cluster_tier_put_value(cluster_tier_t *t, const cluster_block_t *b, unsigned char *value);
 
+/* Writes bytes [off, off + n) of block i's payload to where it goes (valid
+ * during the call only). Returns 0, or an error that makes block i a miss. */
+typedef int (*cluster_tier_piece_cb)(void *arg, size_t i, size_t off, const void *src, size_t n);
+
 /* Fetches blocks[0..n), all of one namespace and geometry (the names are
  * copied). Returns 0: on_done will run, later, never inside this call.
  * Otherwise it will not: KVS_EINVAL, KVS_ENOMEM, or KVS_EIO when the client
@@ -78,6 +83,18 @@ int cluster_tier_put_value(cluster_tier_t *t, const cluster_block_t *b, unsigned
  * client refuses at once is a miss (counted: get_errors). */
 int cluster_tier_fetch(cluster_tier_t *t, const cluster_block_t *blocks, size_t n,
                        cluster_tier_block_cb on_block, cluster_tier_done_cb on_done, void *arg);
+
+/* cluster_tier_fetch, each value verified and copied in one pass straight
+ * out of the client's reader: on_piece gets the payload in consecutive
+ * pieces of piece bytes (the last may be shorter), each just after it is
+ * hashed, and on_block(arg, i, NULL, len) runs once block i's checksum
+ * verified. A block that fails after some of its pieces were placed is a
+ * miss: on_block does not run for it, and what was placed is garbage.
+ * KVS_EINVAL also when on_piece is set and piece is 0. */
+int cluster_tier_fetch_into(cluster_tier_t *t, const cluster_block_t *blocks, size_t n,
+                            size_t piece, cluster_tier_piece_cb on_piece,
+                            cluster_tier_block_cb on_block, cluster_tier_done_cb on_done,
+                            void *arg);
 
 void cluster_tier_get_stats(const cluster_tier_t *t, cluster_tier_stats_t *out);
 

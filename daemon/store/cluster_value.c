@@ -137,11 +137,14 @@ int cluster_value_header(const cluster_block_t *b, const void *payload, void *ou
     return (int)hlen;
 }
 
-int cluster_value_check(const void *value, size_t len, const cluster_block_t *expect,
-                        const void **payload)
+/* The checks of the header alone: its lengths, and the block it names.
+ * Returns 0 (*hlen, *plen, *seed: the checksum's seed over the header),
+ * KVS_EPROTO (corrupt), or KVS_ENOTFOUND (a sound header of another block:
+ * the caller still tells it from a corrupt value by the checksum). */
+static int check_header(const unsigned char *p, size_t len, const cluster_block_t *expect,
+                        size_t *hlen_out, size_t *plen_out, uint64_t *seed)
 {
-    const unsigned char *p = value;
-    if (!value || len < CLUSTER_VALUE_FIXED || memcmp(p, "KVSb", 4) != 0 ||
+    if (!p || len < CLUSTER_VALUE_FIXED || memcmp(p, "KVSb", 4) != 0 ||
         get16(p + 4) != CLUSTER_VALUE_VERSION)
         return KVS_EPROTO;
     size_t ns_len = get16(p + 6);
@@ -152,17 +155,18 @@ int cluster_value_check(const void *value, size_t len, const cluster_block_t *ex
         hlen > len || plen != len - hlen)
         return KVS_EPROTO;
     /* The checksum is computed over the header with its own field zero:
-     * verify on a copy of the header (small: names and tokens). */
+     * hash a copy of the fixed part (small), then the names and tokens. */
     unsigned char head[CLUSTER_VALUE_FIXED];
     memcpy(head, p, CLUSTER_VALUE_FIXED);
     memset(head + 32, 0, 8);
     XXH3_state_t st;
+    XXH3_INITSTATE(&st);
     XXH3_64bits_reset(&st);
     XXH3_64bits_update(&st, head, CLUSTER_VALUE_FIXED);
     XXH3_64bits_update(&st, p + CLUSTER_VALUE_FIXED, hlen - CLUSTER_VALUE_FIXED);
-    uint64_t seed = XXH3_64bits_digest(&st);
-    if (XXH3_64bits_withSeed(p + hlen, (size_t)plen, seed) != get64(p + 32))
-        return KVS_EPROTO;
+    *seed = XXH3_64bits_digest(&st);
+    *hlen_out = hlen;
+    *plen_out = (size_t)plen;
     if (ns_len != expect->ns_len || memcmp(p + CLUSTER_VALUE_FIXED, expect->ns, ns_len) != 0 ||
         get64(p + 16) != expect->hash || n_tokens != expect->n_tokens ||
         plen != expect->payload_len)
@@ -171,6 +175,55 @@ int cluster_value_check(const void *value, size_t len, const cluster_block_t *ex
     for (uint32_t i = 0; i < n_tokens; i++)
         if (get32(t + 4 * i) != expect->tokens[i])
             return KVS_ENOTFOUND;
+    return 0;
+}
+
+int cluster_value_check(const void *value, size_t len, const cluster_block_t *expect,
+                        const void **payload)
+{
+    const unsigned char *p = value;
+    size_t hlen = 0, plen = 0;
+    uint64_t seed = 0;
+    int rc = check_header(p, len, expect, &hlen, &plen, &seed);
+    if (rc == KVS_EPROTO)
+        return rc;
+    /* A bad checksum says corrupt before a sound header of another block
+     * says mismatched. */
+    if (XXH3_64bits_withSeed(p + hlen, plen, seed) != get64(p + 32))
+        return KVS_EPROTO;
+    if (rc != 0)
+        return rc;
     *payload = p + hlen;
     return 0;
+}
+
+int cluster_value_check_copy(const void *value, size_t len, const cluster_block_t *expect,
+                             size_t piece, cluster_value_place_cb place, void *arg)
+{
+    const unsigned char *p = value;
+    size_t hlen = 0, plen = 0;
+    uint64_t seed = 0;
+    if (piece == 0 || !place)
+        return KVS_EINVAL;
+    int rc = check_header(p, len, expect, &hlen, &plen, &seed);
+    if (rc == KVS_EPROTO)
+        return rc;
+    if (rc != 0) /* another block: nothing to place; corrupt or not? */
+        return XXH3_64bits_withSeed(p + hlen, plen, seed) != get64(p + 32) ? KVS_EPROTO : rc;
+    /* Each piece is hashed and then copied while it is in the cache: the
+     * payload is read from memory once, not once to verify and once to
+     * copy. Streaming XXH3 gives the one-shot result. */
+    /* A state on the stack is initialised before its first reset: the
+     * reset compares the seed it holds with the new one. */
+    XXH3_state_t st;
+    XXH3_INITSTATE(&st);
+    XXH3_64bits_reset_withSeed(&st, seed);
+    for (size_t off = 0; off < plen; off += piece) {
+        size_t n = plen - off < piece ? plen - off : piece;
+        XXH3_64bits_update(&st, p + hlen + off, n);
+        rc = place(arg, off, p + hlen + off, n);
+        if (rc != 0)
+            return rc;
+    }
+    return XXH3_64bits_digest(&st) == get64(p + 32) ? 0 : KVS_EPROTO;
 }

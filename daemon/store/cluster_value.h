@@ -71,4 +71,18 @@ int cluster_value_header(const cluster_block_t *b, const void *payload, void *ou
 int cluster_value_check(const void *value, size_t len, const cluster_block_t *expect,
                         const void **payload);
 
+/* Writes payload bytes [off, off + n) of a value being checked to where
+ * they go. Returns 0, or an error that ends the check with it. */
+typedef int (*cluster_value_place_cb)(void *arg, size_t off, const void *src, size_t n);
+
+/* cluster_value_check and the copy of the payload in one pass: once the
+ * header names expect, place runs for the payload's consecutive pieces of
+ * piece bytes (the last may be shorter), each hashed just before it is
+ * placed. Returns 0 when the whole value verified; KVS_EPROTO (corrupt:
+ * the pieces placed are garbage, never to be used), KVS_ENOTFOUND (another
+ * block: nothing placed), KVS_EINVAL (piece 0, place NULL), or place's
+ * error. */
+int cluster_value_check_copy(const void *value, size_t len, const cluster_block_t *expect,
+                             size_t piece, cluster_value_place_cb place, void *arg);
+
 #endif /* KVS_DAEMON_CLUSTER_VALUE_H */

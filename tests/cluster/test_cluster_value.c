@@ -107,6 +107,72 @@ START_TEST(another_block_is_a_miss)
 }
 END_TEST
 
+/* Where check_copy puts the payload's pieces: a buffer, and how many. */
+typedef struct sink {
+    unsigned char *buf;
+    size_t pieces, bytes;
+    int fail_at; /* piece that fails (-1: none) */
+} sink_t;
+
+static int place(void *arg, size_t off, const void *src, size_t n)
+{
+    sink_t *k = arg;
+    if ((int)k->pieces == k->fail_at)
+        return KVS_EIO;
+    memcpy(k->buf + off, src, n);
+    k->pieces++;
+    k->bytes += n;
+    return 0;
+}
+
+/* The one-pass check and copy agrees with cluster_value_check: the same
+ * verdicts, the payload placed whole (pieces that do not divide it too),
+ * and a corrupt payload found after it was placed. */
+START_TEST(check_copy_agrees)
+{
+    enum { P = 100000 };
+    unsigned char *payload = malloc(P), *out = malloc(P);
+    for (int i = 0; i < P; i++)
+        payload[i] = (unsigned char)(i * 13 + 5);
+    cluster_block_t b = block(P);
+    size_t len;
+    unsigned char *v = encode(&b, payload, &len);
+    const size_t pieces[] = {1, 4096, 32768, 99999, P, 2 * P};
+    for (size_t k = 0; k < sizeof pieces / sizeof pieces[0]; k++) {
+        memset(out, 0, P);
+        sink_t sk = {.buf = out, .fail_at = -1};
+        ck_assert_int_eq(cluster_value_check_copy(v, len, &b, pieces[k], place, &sk), 0);
+        ck_assert_mem_eq(out, payload, P);
+        ck_assert_uint_eq(sk.bytes, P);
+        ck_assert_uint_eq(sk.pieces, (P + pieces[k] - 1) / pieces[k]);
+    }
+    /* The last byte of the payload flipped: placed, then refused. */
+    sink_t sk = {.buf = out, .fail_at = -1};
+    v[len - 1] ^= 1;
+    ck_assert_int_eq(cluster_value_check_copy(v, len, &b, 32768, place, &sk), KVS_EPROTO);
+    const void *got;
+    ck_assert_int_eq(cluster_value_check(v, len, &b, &got), KVS_EPROTO);
+    v[len - 1] ^= 1;
+    /* Another block: nothing placed; corrupt and another block: corrupt. */
+    cluster_block_t other = b;
+    other.hash ^= 1;
+    sk = (sink_t){.buf = out, .fail_at = -1};
+    ck_assert_int_eq(cluster_value_check_copy(v, len, &other, 32768, place, &sk), KVS_ENOTFOUND);
+    ck_assert_uint_eq(sk.pieces, 0);
+    v[len - 1] ^= 1;
+    ck_assert_int_eq(cluster_value_check_copy(v, len, &other, 32768, place, &sk), KVS_EPROTO);
+    v[len - 1] ^= 1;
+    /* A piece that cannot be placed ends the check with its error. */
+    sk = (sink_t){.buf = out, .fail_at = 1};
+    ck_assert_int_eq(cluster_value_check_copy(v, len, &b, 32768, place, &sk), KVS_EIO);
+    ck_assert_int_eq(cluster_value_check_copy(v, len, &b, 0, place, &sk), KVS_EINVAL);
+    ck_assert_int_eq(cluster_value_check_copy(v, 10, &b, 32768, place, &sk), KVS_EPROTO);
+    free(v);
+    free(payload);
+    free(out);
+}
+END_TEST
+
 START_TEST(keys_have_no_hash_tag)
 {
     char key[256];
@@ -140,6 +206,7 @@ static Suite *value_suite(void)
     tcase_add_test(tc, corrupt_is_refused);
     tcase_add_test(tc, another_block_is_a_miss);
     tcase_add_test(tc, keys_have_no_hash_tag);
+    tcase_add_test(tc, check_copy_agrees);
     suite_add_tcase(s, tc);
     return s;
 }

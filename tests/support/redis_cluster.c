@@ -4,12 +4,14 @@
 #include "test_tmp.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -220,6 +222,32 @@ fail:
     fprintf(stderr, "redis_cluster: could not start the cluster (see %s)\n", rc->dir);
     rc_stop(rc);
     return -1;
+}
+
+int rc_renice(const rc_cluster_t *rc, int nice)
+{
+    int failed = 0;
+    for (int i = 0; i < rc->n; i++) {
+        if (rc->pid[i] <= 0)
+            continue;
+        /* Nice is per thread on Linux: every thread the server has now,
+         * and the ones it makes later inherit its main thread's. */
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%d/task", (int)rc->pid[i]);
+        DIR *d = opendir(path);
+        if (!d) {
+            failed = 1;
+            continue;
+        }
+        struct dirent *e;
+        while ((e = readdir(d)) != NULL) {
+            int tid = atoi(e->d_name);
+            if (tid > 0 && setpriority(PRIO_PROCESS, (id_t)tid, nice) != 0)
+                failed = 1;
+        }
+        closedir(d);
+    }
+    return failed ? -1 : 0;
 }
 
 void rc_kill(rc_cluster_t *rc, int i)

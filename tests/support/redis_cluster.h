@@ -29,6 +29,11 @@ typedef struct rc_cluster {
  * it started. */
 int rc_start(rc_cluster_t *rc, int masters, int replicas, const char *pass);
 
+/* Sets the nice value of every node's threads (a benchmark whose servers
+ * stand for other hosts: raising it needs no privilege, lowering it back
+ * does). Returns 0, or -1 when a thread could not be set. */
+int rc_renice(const rc_cluster_t *rc, int nice);
+
 /* Kills node i (SIGKILL) and reaps it. */
 void rc_kill(rc_cluster_t *rc, int i);
 

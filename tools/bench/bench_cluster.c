@@ -14,9 +14,14 @@
  *            the 64 blocks at once, verifies them and places them in its
  *            pool; CONC Lookups in flight. Next to `redis-benchmark -t get`
  *            with the same depth per master (64 * CONC / 3).
+ *   Both daemons' pools are touched whole before anything is timed (page
+ *   faults of a fresh memfd, which a GPU pool does not have).
  *   lookups  a tier-1 Lookup's latency (a 1024-token prompt cached in the
- *            pool), p50/p99, with the cluster tier idle, then while another
- *            client writes blocks through and another fetches prompts.
+ *            pool), p50/p99, idle and while another client writes blocks
+ *            through and another fetches prompts: 5 idle and 5 busy
+ *            stretches taking turns (the load paused and drained for each
+ *            idle one); then again with the Redis servers niced
+ *            (--redis-nice), named so.
  *
  * Figures: one per line, "name value unit".
  */
@@ -26,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -46,11 +52,14 @@ typedef struct cl_cfg {
     char sock[2][320];
     pid_t pid[2];
     rc_cluster_t rc;
-    unsigned conc;     /* fetch Lookups in flight */
-    unsigned prompts;  /* prompts written per fetching client */
-    unsigned requests; /* redis-benchmark requests per test */
-    unsigned samples;  /* Lookups timed per phase */
-    unsigned busy_ms;  /* pause between two busy prompts (writes, fetches) */
+    unsigned conc;       /* fetch Lookups in flight */
+    unsigned prompts;    /* prompts written per fetching client */
+    unsigned requests;   /* redis-benchmark requests per test */
+    unsigned samples;    /* Lookups timed per phase */
+    unsigned busy_ms;    /* pause between two busy prompts (writes, fetches) */
+    unsigned reps;       /* fetch / GET phases, taking turns */
+    unsigned nice;       /* kvshared's tier_copy_nice, and redis-benchmark's nice */
+    unsigned redis_nice; /* the Redis servers' nice in a second Lookup phase; 0: none */
     uint64_t block_bytes;
 } cl_cfg_t;
 
@@ -67,14 +76,16 @@ static void prompt_tokens(uint32_t *t, size_t n, uint32_t seed)
 
 static int start_daemon(cl_cfg_t *b, int i, unsigned pool_blocks)
 {
-    char nb[16];
+    char nb[16], nice[16];
     snprintf(nb, sizeof nb, "%u", pool_blocks);
-    const char *argv[] = {
-        b->kvshared, "--socket", b->sock[i], "--backend", "host", "--model", "llama-3.1-8b",
-        "--block-tokens", "16", "--pool-blocks", nb, "--cluster-seeds", b->rc.seeds,
-        /* Throughput, not faults: a deep pipeline of
-         * 2 MiB values takes seconds on a small host. */
-        "--cluster-timeout-ms", "20000", "--config", b->conf, "--log-level", "warn", NULL};
+    snprintf(nice, sizeof nice, "%u", b->nice);
+    const char *argv[] = {b->kvshared, "--socket", b->sock[i], "--backend", "host", "--model",
+                          "llama-3.1-8b", "--block-tokens", "16", "--pool-blocks", nb,
+                          "--cluster-seeds", b->rc.seeds,
+                          /* Throughput, not faults: a deep pipeline of
+                           * 2 MiB values takes seconds on a small host. */
+                          "--cluster-timeout-ms", "20000", "--tier-copy-nice", nice, "--config",
+                          b->conf, "--log-level", "warn", NULL};
     b->pid[i] = launch_daemon(argv, LAUNCH_READY_MS, NULL);
     return b->pid[i] > 0 ? 0 : -1;
 }
@@ -88,6 +99,24 @@ static kvs_client_t *connect_to(const char *sock)
     o.worker_name = "bench-cluster";
     o.timeout_ms = 30000;
     return kvs_connect(&o, &c) == 0 ? c : NULL;
+}
+
+/* Touches every byte of the pool of the daemon at sock once (host backend):
+ * its memfd pages are allocated at first touch, and a page fault per 4 KiB
+ * would be charged to whichever phase first writes a block there, as a
+ * GPU pool, allocated whole at start, never is. Returns 0 or -1. */
+static int warm_pool(const char *sock)
+{
+    kvs_client_t *c = connect_to(sock);
+    kvs_geometry_t g;
+    if (!c || kvs_geometry(c, &g) != 0 || !kvs_pool_base(c)) {
+        kvs_close(c);
+        return -1;
+    }
+    if (g.backend == KVS_BACKEND_HOST)
+        memset((void *)kvs_pool_base(c), 0, g.pool_bytes);
+    kvs_close(c);
+    return 0;
 }
 
 /* Commands of kvshared the cluster nodes ended (replies and errors), and
@@ -172,6 +201,7 @@ typedef struct fetcher {
     unsigned ns;
     int sock;
     _Atomic int *stop;
+    _Atomic int *paused; /* NULL, or while set: no new prompt */
     uint64_t rounds, blocks, short_rounds, errors;
     double busy_s;
     unsigned max_rounds;
@@ -196,6 +226,10 @@ static void *fetch_loop(void *arg)
     for (unsigned k = 0; !atomic_load(f->stop) && (!f->max_rounds || f->rounds < f->max_rounds);
          k++) {
         size_t n = 0;
+        if (f->paused && atomic_load(f->paused)) {
+            usleep(1000);
+            continue;
+        }
         prompt_tokens(tokens, BLOCKS_PER_PROMPT * BLOCK_TOKENS, 1000 * f->ns + k % f->b->prompts);
         if (kvs_lookup(c, name, tokens, BLOCKS_PER_PROMPT * BLOCK_TOKENS, 0, ids, BLOCKS_PER_PROMPT,
                        &n) != 0) {
@@ -218,12 +252,42 @@ static void *fetch_loop(void *arg)
     return NULL;
 }
 
-/* conc fetchers on daemon 1, rounds each. Returns blocks per second. */
-static double run_fetches(cl_cfg_t *b, unsigned rounds, uint64_t *short_rounds)
+/* CPU seconds process pid has used (every thread, user and system), or -1. */
+static double proc_cpu_s(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    /* Fields 14 and 15 (utime, stime), after the ")" that ends the name. */
+    const char *p = strrchr(buf, ')');
+    unsigned long long ut, st;
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+        return -1;
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* CPU seconds the reaped children used so far. */
+static double children_cpu_s(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_CHILDREN, &ru);
+    return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
+           ru.ru_stime.tv_usec / 1e6;
+}
+
+/* conc fetchers on daemon 1, rounds each. Returns blocks per second;
+ * *cpu_us: the daemon's CPU time per block fetched (all its threads). */
+static double run_fetches(cl_cfg_t *b, unsigned rounds, uint64_t *short_rounds, double *cpu_us)
 {
     pthread_t th[MAX_CONC];
     fetcher_t f[MAX_CONC];
     _Atomic int stop = 0;
+    double cpu0 = proc_cpu_s(b->pid[1]);
     uint64_t t0 = now_ns();
     for (unsigned i = 0; i < b->conc; i++) {
         f[i] = (fetcher_t){.b = b, .ns = i, .sock = 1, .stop = &stop, .max_rounds = rounds};
@@ -238,6 +302,7 @@ static double run_fetches(cl_cfg_t *b, unsigned rounds, uint64_t *short_rounds)
         *short_rounds += f[i].short_rounds;
     }
     double s = (double)(now_ns() - t0) / 1e9;
+    *cpu_us = blocks ? (proc_cpu_s(b->pid[1]) - cpu0) * 1e6 / (double)blocks : 0;
     return errors ? -1 : (double)blocks / s;
 }
 
@@ -245,13 +310,15 @@ static double run_fetches(cl_cfg_t *b, unsigned rounds, uint64_t *short_rounds)
 
 /* Runs redis-benchmark on the cluster; returns requests per second of test
  * ("SET" or "GET"), or -1. */
-static double redis_bench(cl_cfg_t *b, const char *test, unsigned depth, unsigned keys)
+static double redis_bench(cl_cfg_t *b, const char *test, unsigned depth, unsigned requests,
+                          unsigned keys, unsigned nice, double *cpu_us)
 {
+    double cpu0 = children_cpu_s();
     char cmd[1024];
     snprintf(cmd, sizeof cmd,
-             "redis-benchmark -h 127.0.0.1 -p %d --cluster -t %s -d %llu -P %u -c 3 -n %u -r %u "
-             "--csv -q 2>/dev/null",
-             b->rc.port[0], test, (unsigned long long)b->block_bytes, depth, b->requests, keys);
+             "nice -n %u redis-benchmark -h 127.0.0.1 -p %d --cluster -t %s -d %llu -P %u -c 3 "
+             "-n %u -r %u --csv -q 2>/dev/null",
+             nice, b->rc.port[0], test, (unsigned long long)b->block_bytes, depth, requests, keys);
     FILE *p = popen(cmd, "r");
     if (!p)
         return -1;
@@ -265,6 +332,9 @@ static double redis_bench(cl_cfg_t *b, const char *test, unsigned depth, unsigne
             rps = v;
     }
     pclose(p);
+    /* redis-benchmark's CPU time (and the shell's and nice's, which are
+     * nothing) per request: popen's shell reaped it before pclose returned. */
+    *cpu_us = (children_cpu_s() - cpu0) * 1e6 / requests;
     return rps;
 }
 
@@ -273,6 +343,7 @@ static double redis_bench(cl_cfg_t *b, const char *test, unsigned depth, unsigne
 typedef struct writer {
     cl_cfg_t *b;
     _Atomic int *stop;
+    _Atomic int *paused; /* while set: no new prompt */
     uint64_t prompts;
 } writer_t;
 
@@ -283,6 +354,10 @@ static void *write_loop(void *arg)
     if (!c)
         return NULL;
     for (uint32_t k = 0; !atomic_load(w->stop); k++) {
+        if (atomic_load(w->paused)) {
+            usleep(1000);
+            continue;
+        }
         if (commit_prompt(c, "busy", 900000 + k) != 0)
             break;
         w->prompts++;
@@ -292,15 +367,12 @@ static void *write_loop(void *arg)
     return NULL;
 }
 
-/* p50 and p99 (microseconds) of samples Lookups of a cached prompt. */
-static int time_lookups(cl_cfg_t *b, kvs_client_t *c, double *p50, double *p99)
+/* Times n Lookups of a cached prompt into lat (nanoseconds). */
+static int time_lookups(kvs_client_t *c, uint64_t *lat, unsigned n_samples)
 {
     uint32_t tokens[BLOCKS_PER_PROMPT * BLOCK_TOKENS], ids[BLOCKS_PER_PROMPT];
     prompt_tokens(tokens, BLOCKS_PER_PROMPT * BLOCK_TOKENS, 424242);
-    uint64_t *lat = malloc(b->samples * sizeof(*lat));
-    if (!lat)
-        return -1;
-    for (unsigned i = 0; i < b->samples; i++) {
+    for (unsigned i = 0; i < n_samples; i++) {
         size_t n = 0;
         uint64_t t0 = now_ns();
         if (kvs_lookup(c, "hot", tokens, BLOCKS_PER_PROMPT * BLOCK_TOKENS, 0, ids,
@@ -308,19 +380,30 @@ static int time_lookups(cl_cfg_t *b, kvs_client_t *c, double *p50, double *p99)
             n != BLOCKS_PER_PROMPT) {
             fprintf(stderr, "bench cluster: tier-1 Lookup: %zu blocks (%s)\n", n,
                     kvs_last_error(c));
-            free(lat);
             return -1;
         }
         lat[i] = now_ns() - t0;
         usleep(500); /* a request now and then, as a worker's */
     }
-    *p50 = bench_quantile(lat, b->samples, 0.50) / 1000.0;
-    *p99 = bench_quantile(lat, b->samples, 0.99) / 1000.0;
-    free(lat);
     return 0;
 }
 
-static int run_lookups(cl_cfg_t *b)
+/* Waits until kvshared's cluster commands stop moving for 100 ms (at most
+ * 5 s): the writes and fetches of a busy stretch have drained. */
+static void wait_quiet(kvs_client_t *c)
+{
+    uint64_t r0 = 0, p = 0, d = 0, r = 0;
+    cluster_progress(c, &r0, &p, &d);
+    for (int i = 0; i < 50; i++) {
+        usleep(100000);
+        if (cluster_progress(c, &r, &p, &d) != 0 || r == r0)
+            return;
+        r0 = r;
+    }
+}
+
+/* Times tier-1 Lookups idle, then busy; the figures' names end with tag. */
+static int run_lookups(cl_cfg_t *b, const char *tag)
 {
     kvs_client_t *c = connect_to(b->sock[1]);
     if (!c || commit_prompt(c, "hot", 424242) != 0)
@@ -334,50 +417,99 @@ static int run_lookups(cl_cfg_t *b)
                    &n) != 0 ||
         n != BLOCKS_PER_PROMPT)
         return -1;
-    double idle50, idle99, busy50, busy99;
-    if (time_lookups(b, c, &idle50, &idle99) != 0)
-        return -1;
-    _Atomic int stop = 0;
+    /* Idle and busy stretches take turns (LOOKUP_TURNS of each), so that
+     * the machine's other load falls on both alike: the busy load pauses
+     * (and drains) for each idle stretch. */
+    enum { LOOKUP_TURNS = 5 };
+    unsigned per = b->samples / LOOKUP_TURNS;
+    uint64_t *idle = malloc(per * LOOKUP_TURNS * sizeof(*idle));
+    uint64_t *busy = malloc(per * LOOKUP_TURNS * sizeof(*busy));
+    _Atomic int stop = 0, paused = 1;
     pthread_t wt, ft;
-    writer_t w = {.b = b, .stop = &stop};
-    fetcher_t f = {.b = b, .ns = 0, .sock = 1, .stop = &stop, .pause_ms = b->busy_ms};
+    writer_t w = {.b = b, .stop = &stop, .paused = &paused};
+    fetcher_t f = {
+        .b = b, .ns = 0, .sock = 1, .stop = &stop, .paused = &paused, .pause_ms = b->busy_ms};
+    if (!idle || !busy) {
+        free(idle);
+        free(busy);
+        return -1;
+    }
     pthread_create(&wt, NULL, write_loop, &w);
     pthread_create(&ft, NULL, fetch_loop, &f);
-    usleep(300000);
-    uint64_t r0, p0, d0, r1, p1, d1;
-    cluster_progress(c, &r0, &p0, &d0);
-    uint64_t t0 = now_ns();
-    int rc = time_lookups(b, c, &busy50, &busy99);
-    double s = (double)(now_ns() - t0) / 1e9;
-    cluster_progress(c, &r1, &p1, &d1);
+    uint64_t r0 = 0, p0 = 0, d0 = 0, r1 = 0, p1 = 0, d1 = 0, busy_ns = 0, puts = 0, drops = 0,
+             replies = 0;
+    int rc = 0;
+    for (unsigned t = 0; t < LOOKUP_TURNS && rc == 0; t++) {
+        atomic_store(&paused, 1);
+        wait_quiet(c);
+        rc = time_lookups(c, idle + t * per, per);
+        atomic_store(&paused, 0);
+        usleep(300000);
+        cluster_progress(c, &r0, &p0, &d0);
+        uint64_t t0 = now_ns();
+        if (rc == 0)
+            rc = time_lookups(c, busy + t * per, per);
+        busy_ns += now_ns() - t0;
+        cluster_progress(c, &r1, &p1, &d1);
+        replies += r1 - r0;
+        puts += p1 - p0;
+        drops += d1 - d0;
+    }
+    double s = (double)busy_ns / 1e9;
     uint64_t fetched0 = f.blocks;
     atomic_store(&stop, 1);
     pthread_join(wt, NULL);
     pthread_join(ft, NULL);
     kvs_close(c);
+    double idle50 = bench_quantile(idle, per * LOOKUP_TURNS, 0.50) / 1000.0;
+    double idle99 = bench_quantile(idle, per * LOOKUP_TURNS, 0.99) / 1000.0;
+    double busy50 = bench_quantile(busy, per * LOOKUP_TURNS, 0.50) / 1000.0;
+    double busy99 = bench_quantile(busy, per * LOOKUP_TURNS, 0.99) / 1000.0;
+    free(idle);
+    free(busy);
     if (rc != 0)
         return -1;
-    printf("lookup_idle_p50 %.1f us\n", idle50);
-    printf("lookup_idle_p99 %.1f us\n", idle99);
-    printf("lookup_busy_p50 %.1f us\n", busy50);
-    printf("lookup_busy_p99 %.1f us\n", busy99);
-    printf("lookup_busy_p99_vs_idle %.2f x\n", busy99 / idle99);
-    printf("busy_cluster_replies %.0f per s\n", (double)(r1 - r0) / s);
-    printf("busy_cluster_puts %.0f blocks per s (%llu dropped)\n", (double)(p1 - p0) / s,
-           (unsigned long long)(d1 - d0));
-    printf("busy_fetched_blocks %llu (%llu rounds, %.0f MiB/s)\n", (unsigned long long)fetched0,
-           (unsigned long long)f.rounds, (double)fetched0 * 2.0 / s);
+    printf("lookup_idle_p50%s %.1f us\n", tag, idle50);
+    printf("lookup_idle_p99%s %.1f us\n", tag, idle99);
+    printf("lookup_busy_p50%s %.1f us\n", tag, busy50);
+    printf("lookup_busy_p99%s %.1f us\n", tag, busy99);
+    printf("lookup_busy_p99_vs_idle%s %.2f x\n", tag, busy99 / idle99);
+    printf("busy_cluster_replies%s %.0f per s\n", tag, (double)replies / s);
+    printf("busy_cluster_puts%s %.0f blocks per s (%llu dropped)\n", tag, (double)puts / s,
+           (unsigned long long)drops);
+    printf("busy_fetched_blocks%s %llu (%llu rounds, %.0f MiB/s)\n", tag,
+           (unsigned long long)fetched0, (unsigned long long)f.rounds, (double)fetched0 * 2.0 / s);
+    fflush(stdout);
     return 0;
+}
+
+/* The median of n figures (sorts them). */
+static double median(double *v, unsigned n)
+{
+    for (unsigned i = 1; i < n; i++)
+        for (unsigned j = i; j > 0 && v[j - 1] > v[j]; j--) {
+            double t = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = t;
+        }
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 static void usage(FILE *f)
 {
     fprintf(f,
             "usage: kvshare-bench cluster [--conc N] [--prompts N] [--requests N] [--samples N]\n"
-            "                             [--busy-ms MS] [--kvshared PATH]\n"
+            "                             [--busy-ms MS] [--reps N] [--nice N] [--redis-nice N]\n"
+            "                             [--kvshared PATH]\n"
             "  --conc N      fetch Lookups in flight (default 2; at most %d)\n"
             "  --prompts N   64-block prompts written per fetching namespace (default 2)\n"
-            "  --requests N  redis-benchmark requests per test (default 400)\n"
+            "  --requests N  redis-benchmark SET requests (default 400; GET: as many as a\n"
+            "                fetch phase fetches blocks)\n"
+            "  --reps N      fetch and GET phases, taking turns (default 3; at most 16)\n"
+            "  --nice N      kvshared's tier_copy_nice, and redis-benchmark's nice to match\n"
+            "                (default 10); figures at nice 0 are printed too\n"
+            "  --redis-nice N  after the Lookup phase, the Redis servers (standing for other\n"
+            "                hosts) niced N and the phase again (default 10; 0: not)\n"
             "  --samples N   tier-1 Lookups timed per phase (default 2000)\n"
             "  --busy-ms MS  while timing them busy: a 64-block prompt written through, and\n"
             "                one fetched, every MS ms (default 500)\n"
@@ -399,7 +531,14 @@ static void stop_all(cl_cfg_t *b)
 
 int bench_cluster(int argc, char **argv)
 {
-    cl_cfg_t b = {.conc = 2, .prompts = 2, .requests = 400, .samples = 2000, .busy_ms = 500};
+    cl_cfg_t b = {.conc = 2,
+                  .prompts = 2,
+                  .requests = 400,
+                  .samples = 2000,
+                  .busy_ms = 500,
+                  .reps = 3,
+                  .nice = 10,
+                  .redis_nice = 10};
     char kvshared[512];
     b.kvshared = bench_default_kvshared(kvshared, sizeof kvshared);
     for (int i = 1; i < argc; i++) {
@@ -419,6 +558,15 @@ int bench_cluster(int argc, char **argv)
         } else if (strcmp(argv[i], "--busy-ms") == 0 && v) {
             b.busy_ms = (unsigned)atoi(v);
             i++;
+        } else if (strcmp(argv[i], "--reps") == 0 && v) {
+            b.reps = (unsigned)atoi(v);
+            i++;
+        } else if (strcmp(argv[i], "--redis-nice") == 0 && v) {
+            b.redis_nice = (unsigned)atoi(v);
+            i++;
+        } else if (strcmp(argv[i], "--nice") == 0 && v) {
+            b.nice = (unsigned)atoi(v);
+            i++;
         } else if (strcmp(argv[i], "--kvshared") == 0 && v) {
             b.kvshared = v;
             i++;
@@ -427,7 +575,8 @@ int bench_cluster(int argc, char **argv)
             return strcmp(argv[i], "--help") == 0 ? 0 : 2;
         }
     }
-    if (b.conc == 0 || b.conc > MAX_CONC || b.prompts == 0 || b.samples < 100) {
+    if (b.conc == 0 || b.conc > MAX_CONC || b.prompts == 0 || b.samples < 100 || b.reps == 0 ||
+        b.reps > 16 || b.nice > 19 || b.redis_nice > 19) {
         usage(stderr);
         return 2;
     }
@@ -457,7 +606,8 @@ int bench_cluster(int argc, char **argv)
     /* Room for each fetching namespace's prompt, the hot and the busy
      * prompts, and the blocks pinned while their writes wait. */
     unsigned pool = BLOCKS_PER_PROMPT * (b.conc + 3) + 256;
-    if (start_daemon(&b, 0, pool) != 0 || start_daemon(&b, 1, pool) != 0) {
+    if (start_daemon(&b, 0, pool) != 0 || start_daemon(&b, 1, pool) != 0 ||
+        warm_pool(b.sock[0]) != 0 || warm_pool(b.sock[1]) != 0) {
         fprintf(stderr, "bench cluster: cannot start kvshared (%s)\n", b.kvshared);
         stop_all(&b);
         return 1;
@@ -471,34 +621,90 @@ int bench_cluster(int argc, char **argv)
     printf("get_depth_per_master %u commands\n", depth);
     printf("set_depth_per_master %u commands\n", wdepth);
 
-    uint64_t drops = 0, short_rounds = 0;
+    uint64_t drops = 0;
     double w = run_writes(&b, &drops);
     /* A key space the SETs cover whole, so that no GET finds nothing. */
     unsigned keys = b.requests / 8 ? b.requests / 8 : 1;
-    double set = redis_bench(&b, "SET", wdepth, keys);
-    double f = run_fetches(&b, 4 * b.prompts, &short_rounds);
-    double get = redis_bench(&b, "GET", depth, keys);
+    double cpu_set = 0;
+    double set = redis_bench(&b, "SET", wdepth, b.requests, keys, b.nice, &cpu_set);
+    double set0 = b.nice ? redis_bench(&b, "SET", wdepth, b.requests, keys, 0, &cpu_set) : set;
     int rc = 0;
-    if (w < 0 || f < 0 || set < 0 || get < 0) {
-        fprintf(stderr,
-                "bench cluster: a phase failed (writes %.0f, SET %.0f, fetches %.0f, "
-                "GET %.0f)\n",
-                w, set, f, get);
-        rc = 1;
-    } else {
-        double mib = (double)b.block_bytes / (1 << 20);
-        printf("kvshared_writes %.0f blocks per s (%.0f MiB/s, %llu dropped)\n", w, w * mib,
-               (unsigned long long)drops);
-        printf("redis_benchmark_set %.0f per s (%.0f MiB/s)\n", set, set * mib);
-        printf("writes_vs_set %.2f x\n", w / set);
-        printf("kvshared_fetches %.0f blocks per s (%.0f MiB/s, %llu short Lookups)\n", f, f * mib,
-               (unsigned long long)short_rounds);
-        printf("redis_benchmark_get %.0f per s (%.0f MiB/s)\n", get, get * mib);
-        printf("fetches_vs_get %.2f x\n", f / get);
+    if (w < 0 || set < 0 || set0 < 0) {
+        fprintf(stderr, "bench cluster: a write phase failed (writes %.0f, SET %.0f / %.0f)\n", w,
+                set, set0);
+        stop_all(&b);
+        return 1;
+    }
+    double mib = (double)b.block_bytes / (1 << 20);
+    printf("redis_benchmark_nice %u (as kvshared's cluster thread: tier_copy_nice %u; "
+           "the _nice0 figures: redis-benchmark at nice 0)\n",
+           b.nice, b.nice);
+    printf("kvshared_writes %.0f blocks per s (%.0f MiB/s, %llu dropped)\n", w, w * mib,
+           (unsigned long long)drops);
+    printf("redis_benchmark_set %.0f per s (%.0f MiB/s)\n", set, set * mib);
+    printf("redis_benchmark_set_nice0 %.0f per s (%.0f MiB/s)\n", set0, set0 * mib);
+    printf("writes_vs_set %.2f x\n", w / set);
+    printf("writes_vs_set_nice0 %.2f x\n", w / set0);
+    fflush(stdout);
+    /* Fetches and GETs take turns, reps times, the order swapped every
+     * other time, each GET phase as many requests as a fetch phase fetches
+     * blocks: the machine's other load moves between phases. */
+    unsigned rounds = 4 * b.prompts;
+    unsigned gets = rounds * b.conc * BLOCKS_PER_PROMPT;
+    double ratio[16], ratio0[16];
+    /* One fetch phase first, not counted: the daemon's own mapping of the
+     * pool faults in each page the first time it writes there (the pages
+     * exist; its page tables do not), once per process. */
+    uint64_t warm_short = 0;
+    double warm_cpu = 0, warm = run_fetches(&b, rounds, &warm_short, &warm_cpu);
+    printf("warmup_fetches %.0f blocks per s, %.0f us of CPU per block (not counted: the "
+           "daemon maps each pool page at its first write)\n",
+           warm, warm_cpu);
+    for (unsigned r = 0; r < b.reps && rc == 0; r++) {
+        uint64_t short_rounds = 0;
+        double f = -1, get = -1, get0 = -1, cpu_f = 0, cpu_get = 0, cpu_get0 = 0;
+        if (r % 2 == 0)
+            f = run_fetches(&b, rounds, &short_rounds, &cpu_f);
+        get = redis_bench(&b, "GET", depth, gets, keys, b.nice, &cpu_get);
+        get0 = b.nice ? redis_bench(&b, "GET", depth, gets, keys, 0, &cpu_get0) : get;
+        if (r % 2 == 1)
+            f = run_fetches(&b, rounds, &short_rounds, &cpu_f);
+        if (f < 0 || get < 0 || get0 < 0) {
+            fprintf(stderr, "bench cluster: a fetch phase failed (fetches %.0f, GET %.0f / %.0f)\n",
+                    f, get, get0);
+            rc = 1;
+            break;
+        }
+        ratio[r] = f / get;
+        ratio0[r] = f / get0;
+        printf("rep %u: kvshared_fetches %.0f blocks per s (%.0f MiB/s, %llu short Lookups), "
+               "redis_benchmark_get %.0f per s, nice0 %.0f per s: %.2f x, nice0 %.2f x\n",
+               r + 1, f, f * mib, (unsigned long long)short_rounds, get, get0, ratio[r], ratio0[r]);
+        printf("rep %u: cpu per block: kvshared (the whole daemon) %.0f us, redis-benchmark "
+               "%.0f us per GET (nice0 %.0f us)\n",
+               r + 1, cpu_f, cpu_get, b.nice ? cpu_get0 : cpu_get);
         fflush(stdout);
-        if (run_lookups(&b) != 0) {
+    }
+    if (rc == 0) {
+        printf("fetches_vs_get %.2f x (median of %u)\n", median(ratio, b.reps), b.reps);
+        printf("fetches_vs_get_nice0 %.2f x (median of %u)\n", median(ratio0, b.reps), b.reps);
+        fflush(stdout);
+        /* First with every process at its own priority; then with the
+         * Redis servers, which stand for servers on other hosts, niced
+         * below the daemon's loop thread (said so in the figures' names). */
+        if (run_lookups(&b, "") != 0) {
             fprintf(stderr, "bench cluster: the Lookup latency phase failed\n");
             rc = 1;
+        } else if (b.redis_nice) {
+            char tag[32];
+            snprintf(tag, sizeof tag, "_redis_nice%u", b.redis_nice);
+            printf("redis_servers_niced %u (they stand for other hosts; the figures above: "
+                   "not niced)\n",
+                   b.redis_nice);
+            if (rc_renice(&b.rc, (int)b.redis_nice) != 0 || run_lookups(&b, tag) != 0) {
+                fprintf(stderr, "bench cluster: the Lookup latency phase (Redis niced) failed\n");
+                rc = 1;
+            }
         }
     }
     stop_all(&b);

@@ -89,7 +89,11 @@ typedef struct replay_rec {
     uint32_t done;
 } replay_rec_t;
 
-#define REPLAY_MAX_NODES 16
+#define REPLAY_MAX_NODES    16
+#define REPLAY_MAX_RESTARTS 8
+/* Recovery after a restart: the node's hit rate over this many of its
+ * requests in a row, against the others' over the same requests. */
+#define REPLAY_RECOVERY_WINDOW 30
 
 typedef struct replay_opts {
     const char *trace, *socket, *kvshared, *eviction, *model, *dtype, *pool_bytes;
@@ -115,8 +119,12 @@ typedef struct replay_opts {
     const char *cluster_seeds; /* set once the cluster runs */
     const char *conf;          /* the daemons' config file (shared namespaces) */
     uint32_t cluster_samples;  /* Redis's maxmemory-samples (0: its default, 5) */
-    int restart_node;          /* >= 0: restarted empty at request restart_at */
-    size_t restart_at;
+    int restart_node;          /* >= 0: restarts (--restart-node) asked for */
+    /* Restart k: node restart_nodes[k] restarts empty once request
+     * restart_ats[k] is dispatched (ascending). */
+    size_t n_restarts;
+    int restart_nodes[REPLAY_MAX_RESTARTS];
+    size_t restart_ats[REPLAY_MAX_RESTARTS];
     uint64_t route_seed;
 } replay_opts_t;
 
@@ -507,56 +515,76 @@ out:
     return rc ? 1 : 0;
 }
 
-/* After node `node` restarted at request `from`: how many requests were
- * dispatched before its hit rate over its last `win` requests came within
- * 0.95x of the other nodes' over the same requests; -1 if it never did.
- * *node_hr and *others_hr: the two rates then (or at the end). */
-static long recovery(const trace_t *tr, const replay_rec_t *recs, uint32_t bt, uint32_t node,
-                     size_t from, size_t win, double *node_hr, double *others_hr)
+/* After node `node` restarted at request `from` (and before request
+ * `until`, the next restart or the end): the first window of `win` of its
+ * requests in a row whose hit rate is within 0.95x of the other nodes'
+ * over the same span of the trace. *lead: trace requests from the restart
+ * to the window's first request (when the node was back); *trail: to its
+ * last (when a trailing window of win requests shows it, the measure
+ * before; it cannot be under about win * nodes). Both -1 if no window
+ * qualifies. *node_hr and *others_hr: the two rates of that window (or of
+ * the last one). */
+static void recovery(const trace_t *tr, const replay_rec_t *recs, uint32_t bt, uint32_t node,
+                     size_t from, size_t until, size_t win, long *lead, long *trail,
+                     double *node_hr, double *others_hr)
 {
-    size_t n = tr->n_reqs;
+    size_t n = tr->n_reqs < until ? tr->n_reqs : until;
     uint64_t *oh = calloc(n + 1, sizeof(*oh)), *ot = calloc(n + 1, sizeof(*ot));
-    size_t *ring = calloc(win, sizeof(*ring));
-    long found = -1;
+    size_t *idx = calloc(n + 1, sizeof(*idx));
+    uint64_t *nh = calloc(n + 1, sizeof(*nh)), *nt = calloc(n + 1, sizeof(*nt));
+    *lead = *trail = -1;
     *node_hr = *others_hr = 0;
-    if (!oh || !ot || !ring)
+    if (!oh || !ot || !idx || !nh || !nt || win == 0)
         goto done;
+    size_t m = 0; /* the node's requests from `from` on: idx[0..m) */
     for (size_t i = 0; i < n; i++) {
         bool other = recs[i].done && recs[i].node != node;
-        oh[i + 1] = oh[i] + (other ? (uint64_t)recs[i].hit_blocks * bt : 0);
-        ot[i + 1] = ot[i] + (other ? trace_prompt_tokens(tr, &tr->reqs[i]) : 0);
-    }
-    size_t have = 0;
-    uint64_t nh = 0, nt = 0;
-    for (size_t i = from; i < n; i++) {
-        if (!recs[i].done || recs[i].node != node)
-            continue;
-        size_t slot = have % win;
-        if (have >= win) {
-            size_t j = ring[slot];
-            nh -= (uint64_t)recs[j].hit_blocks * bt;
-            nt -= trace_prompt_tokens(tr, &tr->reqs[j]);
+        uint64_t hit = (uint64_t)recs[i].hit_blocks * bt,
+                 tok = trace_prompt_tokens(tr, &tr->reqs[i]);
+        oh[i + 1] = oh[i] + (other ? hit : 0);
+        ot[i + 1] = ot[i] + (other ? tok : 0);
+        if (i >= from && recs[i].done && recs[i].node == node) {
+            idx[m] = i;
+            nh[m + 1] = nh[m] + hit;
+            nt[m + 1] = nt[m] + tok;
+            m++;
         }
-        ring[slot] = i;
-        nh += (uint64_t)recs[i].hit_blocks * bt;
-        nt += trace_prompt_tokens(tr, &tr->reqs[i]);
-        have++;
-        if (have < win)
-            continue;
-        size_t first = ring[(slot + 1) % win];
-        uint64_t th = oh[i + 1] - oh[first], tt = ot[i + 1] - ot[first];
-        *node_hr = nt ? (double)nh / (double)nt : 0;
+    }
+    for (size_t k = 0; k + win <= m; k++) {
+        size_t first = idx[k], last = idx[k + win - 1];
+        uint64_t h = nh[k + win] - nh[k], t = nt[k + win] - nt[k];
+        uint64_t th = oh[last + 1] - oh[first], tt = ot[last + 1] - ot[first];
+        *node_hr = t ? (double)h / (double)t : 0;
         *others_hr = tt ? (double)th / (double)tt : 0;
         if (*others_hr > 0 && *node_hr >= 0.95 * *others_hr) {
-            found = (long)(i - from);
+            *lead = (long)(first - from);
+            *trail = (long)(last - from);
             break;
         }
     }
 done:
     free(oh);
     free(ot);
-    free(ring);
-    return found;
+    free(idx);
+    free(nh);
+    free(nt);
+}
+
+/* Reads "a,b,c" (at most max numbers) into out. Returns how many, or 0 when
+ * the text is not such a list. */
+static size_t parse_list(const char *text, size_t *out, size_t max)
+{
+    size_t n = 0;
+    const char *p = text;
+    while (*p && n < max) {
+        char *end;
+        unsigned long long v = strtoull(p, &end, 10);
+        if (end == p || (*end != ',' && *end != '\0'))
+            return 0;
+        out[n++] = (size_t)v;
+        p = *end == ',' ? end + 1 : end;
+    }
+    return *p ? 0 : n;
 }
 
 /* ---- the subcommand ---------------------------------------------------------- */
@@ -607,6 +635,8 @@ static void replay_usage(FILE *f)
                "                      eviction (default: Redis's, 5)\n"
                "  --restart-node K --restart-at N  node K restarts empty once request N is\n"
                "                      dispatched: how soon it gets back to the others' hit rate\n"
+               "                      (lists: --restart-node 0,1,2 --restart-at 3000,6000,9000,\n"
+               "                      ascending; one node for every restart, or one each)\n"
                "  --route-seed N      seed of the random routing\n"
                "  --json              one JSON object instead of text\n");
 }
@@ -626,6 +656,7 @@ int bench_replay(int argc, char **argv)
                        .nodes = 1,
                        .restart_node = -1};
     o.kvshared = bench_default_kvshared(kvshared, sizeof(kvshared));
+    size_t rnodes[REPLAY_MAX_RESTARTS], n_rnodes = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool ok = true;
@@ -708,9 +739,12 @@ int bench_replay(int argc, char **argv)
             o.cluster_samples = (uint32_t)strtoul(v, NULL, 0);
             ok = o.cluster_samples >= 1 && o.cluster_samples <= 64;
         } else if (strcmp(a, "--restart-node") == 0) {
-            o.restart_node = atoi(v);
+            n_rnodes = parse_list(v, rnodes, REPLAY_MAX_RESTARTS);
+            ok = n_rnodes > 0;
+            o.restart_node = ok ? (int)rnodes[0] : -1;
         } else if (strcmp(a, "--restart-at") == 0) {
-            o.restart_at = strtoull(v, NULL, 0);
+            o.n_restarts = parse_list(v, o.restart_ats, REPLAY_MAX_RESTARTS);
+            ok = o.n_restarts > 0;
         } else if (strcmp(a, "--route-seed") == 0) {
             o.route_seed = strtoull(v, NULL, 0);
         } else if (strcmp(a, "--kvshared") == 0) {
@@ -732,8 +766,17 @@ int bench_replay(int argc, char **argv)
                         "daemons: not with --socket\n");
         return 2;
     }
-    if (o.restart_node >= (int)o.nodes || (o.restart_node >= 0 && o.restart_at == 0)) {
-        fprintf(stderr, "replay: --restart-node K needs K < --nodes and --restart-at N > 0\n");
+    bool restarts_ok =
+        o.restart_node < 0 || (o.n_restarts > 0 && (n_rnodes == 1 || n_rnodes == o.n_restarts));
+    for (size_t k = 0; restarts_ok && o.restart_node >= 0 && k < o.n_restarts; k++) {
+        size_t node = rnodes[n_rnodes == 1 ? 0 : k];
+        o.restart_nodes[k] = (int)node;
+        restarts_ok = node < o.nodes && o.restart_ats[k] > 0 &&
+                      (k == 0 || o.restart_ats[k] > o.restart_ats[k - 1]);
+    }
+    if (!restarts_ok) {
+        fprintf(stderr, "replay: --restart-node K needs K < --nodes and --restart-at N > 0 "
+                        "(lists: as many nodes as restarts, or one; ascending requests)\n");
         return 2;
     }
     if (o.cluster_units > 0 && (system("redis-server --version >/dev/null 2>&1") != 0 ||
@@ -865,25 +908,28 @@ int bench_replay(int argc, char **argv)
         }
     }
     bool failed = false;
-    double restart_ms = -1;
-    size_t restarted_at = 0;
-    if (o.restart_node >= 0) {
-        /* Restarts the node empty once the dispatch passes restart_at: its
-         * pool and index are gone; the others and the cluster stay. */
+    double restart_ms[REPLAY_MAX_RESTARTS];
+    size_t restarted_at[REPLAY_MAX_RESTARTS];
+    size_t n_restarted = 0;
+    for (size_t k = 0; o.restart_node >= 0 && k < o.n_restarts && !failed; k++) {
+        /* Restarts the node empty once the dispatch passes its request:
+         * its pool and index are gone; the others and the cluster stay. */
+        int node = o.restart_nodes[k];
         const uint32_t *next = &recs[tr.n_reqs].done;
-        while (__atomic_load_n(next, __ATOMIC_RELAXED) < o.restart_at)
+        while (__atomic_load_n(next, __ATOMIC_RELAXED) < o.restart_ats[k])
             usleep(1000);
-        restarted_at = __atomic_load_n(next, __ATOMIC_RELAXED);
+        restarted_at[k] = __atomic_load_n(next, __ATOMIC_RELAXED);
         double r0 = mono_ms();
-        launch_stop(daemons[o.restart_node], SIGKILL, LAUNCH_READY_MS);
-        unlink(socks[o.restart_node]);
+        launch_stop(daemons[node], SIGKILL, LAUNCH_READY_MS);
+        unlink(socks[node]);
         /* Its own disk file, which it finds again: only the pool and the
          * host tier start empty. */
-        node_disk_path(&o, dir, (uint32_t)o.restart_node, n_nodes);
-        daemons[o.restart_node] = start_daemon(&o, socks[o.restart_node]);
-        restart_ms = mono_ms() - r0;
-        if (daemons[o.restart_node] < 0) {
-            fprintf(stderr, "replay: node %d did not start again\n", o.restart_node);
+        node_disk_path(&o, dir, (uint32_t)node, n_nodes);
+        daemons[node] = start_daemon(&o, socks[node]);
+        restart_ms[k] = mono_ms() - r0;
+        n_restarted++;
+        if (daemons[node] < 0) {
+            fprintf(stderr, "replay: node %d did not start again\n", node);
             failed = true;
         }
     }
@@ -1001,21 +1047,29 @@ int bench_replay(int argc, char **argv)
         if (sim_run(&tr, &sp, &pooled) == 0)
             pooled_hr = (double)pooled.hit_tokens / (double)pooled.prompt_tokens;
     }
-    long recovered = -1;
-    double rec_node_hr = 0, rec_others_hr = 0;
-    const size_t rec_win = 30;
-    if (o.restart_node >= 0)
-        recovered = recovery(&tr, recs, g.block_tokens, (uint32_t)o.restart_node, restarted_at,
-                             rec_win, &rec_node_hr, &rec_others_hr);
+    long rec_lead[REPLAY_MAX_RESTARTS], rec_trail[REPLAY_MAX_RESTARTS];
+    double rec_node_hr[REPLAY_MAX_RESTARTS], rec_others_hr[REPLAY_MAX_RESTARTS];
+    const size_t rec_win = REPLAY_RECOVERY_WINDOW;
+    for (size_t k = 0; k < n_restarted; k++)
+        recovery(&tr, recs, g.block_tokens, (uint32_t)o.restart_nodes[k], restarted_at[k],
+                 k + 1 < n_restarted ? restarted_at[k + 1] : tr.n_reqs, rec_win, &rec_lead[k],
+                 &rec_trail[k], &rec_node_hr[k], &rec_others_hr[k]);
     double sim_t2_hr = src == 0 ? (double)sim.t2_hit_tokens / (double)sim.prompt_tokens : -1;
     if (o.json) {
         printf("{\"nodes\": %u, \"cluster_blocks\": %llu, \"cluster_share\": %.4f, "
-               "\"pooled_sim_hit_rate\": %.4f, \"restart_at\": %zu, \"restart_ms\": %.0f, "
-               "\"recovery_requests\": %ld, \"cluster_reply_us\": %.1f, \"cluster_puts\": %llu, "
-               "\"cluster_put_drops\": %llu, ",
-               n_nodes, (unsigned long long)cluster_blocks, cluster_share, pooled_hr, restarted_at,
-               restart_ms, recovered, node_replies ? node_lat_us / (double)node_replies : 0.0,
-               (unsigned long long)after.cluster_puts, (unsigned long long)after.cluster_put_drops);
+               "\"pooled_sim_hit_rate\": %.4f, \"cluster_reply_us\": %.1f, "
+               "\"cluster_puts\": %llu, \"cluster_put_drops\": %llu, \"recovery_window\": %zu, "
+               "\"restarts\": [",
+               n_nodes, (unsigned long long)cluster_blocks, cluster_share, pooled_hr,
+               node_replies ? node_lat_us / (double)node_replies : 0.0,
+               (unsigned long long)after.cluster_puts, (unsigned long long)after.cluster_put_drops,
+               rec_win);
+        for (size_t k = 0; k < n_restarted; k++)
+            printf("%s{\"node\": %d, \"at\": %zu, \"ms\": %.0f, \"lead\": %ld, \"trail\": %ld, "
+                   "\"node_hit_rate\": %.4f, \"others_hit_rate\": %.4f}",
+                   k ? ", " : "", o.restart_nodes[k], restarted_at[k], restart_ms[k], rec_lead[k],
+                   rec_trail[k], rec_node_hr[k], rec_others_hr[k]);
+        printf("], ");
         printf("\"trace\": \"%s\", \"requests\": %zu, \"done\": %llu, \"errors\": %llu, "
                "\"workers\": %u, \"namespaces\": %u, \"speed\": %g, \"eviction\": \"%s\", "
                "\"pool_blocks\": %u, \"block_tokens\": %u, \"block_bytes\": %llu, "
@@ -1082,20 +1136,23 @@ int bench_replay(int argc, char **argv)
             printf("pooled_sim_hit_rate %.2f %% (offline simulator: one node with the %u pools)\n",
                    100 * pooled_hr, n_nodes);
         if (o.restart_node >= 0) {
-            printf("restart: %llu requests found node %d away (misses)\n",
-                   (unsigned long long)unavailable, o.restart_node);
-            if (recovered >= 0)
-                printf("restart: node %d restarted empty at request %zu (%.0f ms); its hit rate "
-                       "over %zu of its requests was back within 0.95x of the others' "
-                       "(%.2f %% vs %.2f %%) %ld requests later (%.2f %% of the trace)\n",
-                       o.restart_node, restarted_at, restart_ms, rec_win, 100 * rec_node_hr,
-                       100 * rec_others_hr, recovered,
-                       100.0 * (double)recovered / (double)tr.n_reqs);
-            else
-                printf("restart: node %d restarted empty at request %zu (%.0f ms); its hit rate "
-                       "never came back within 0.95x of the others' (last %.2f %% vs %.2f %%)\n",
-                       o.restart_node, restarted_at, restart_ms, 100 * rec_node_hr,
-                       100 * rec_others_hr);
+            printf("restart: %llu requests found a restarting node away (misses)\n",
+                   (unsigned long long)unavailable);
+            for (size_t k = 0; k < n_restarted; k++) {
+                printf("restart %zu: node %d restarted empty at request %zu (%.0f ms); ", k + 1,
+                       o.restart_nodes[k], restarted_at[k], restart_ms[k]);
+                if (rec_lead[k] >= 0)
+                    printf("the first %zu of its requests in a row within 0.95x of the others' "
+                           "hit rate (%.2f %% vs %.2f %%) start %ld requests later (%.2f %% of "
+                           "the trace) and end %ld later (%.2f %%)\n",
+                           rec_win, 100 * rec_node_hr[k], 100 * rec_others_hr[k], rec_lead[k],
+                           100.0 * (double)rec_lead[k] / (double)tr.n_reqs, rec_trail[k],
+                           100.0 * (double)rec_trail[k] / (double)tr.n_reqs);
+                else
+                    printf("no %zu of its requests in a row came within 0.95x of the others' "
+                           "hit rate (last %.2f %% vs %.2f %%)\n",
+                           rec_win, 100 * rec_node_hr[k], 100 * rec_others_hr[k]);
+            }
         }
         printf("sim_hit_rate %.2f %% (offline simulator, same pool, tier 2, policy and hints)\n",
                100 * sim_hr);
