@@ -639,6 +639,10 @@ int radix_top(const radix_tree_t *t, uint32_t ns, radix_order_t order, radix_pre
  * radix_top_rows: KVS_EINVAL, KVS_EBUSY (not done yet). */
 typedef struct radix_top_walk radix_top_walk_t;
 
+/* A step's budget that kvshared uses: at most about 0.5-3 ms of work on a
+ * large index here (kvshare-bench walk; docs/BENCHMARKS.md). */
+#define RADIX_TOP_STEP 16384
+
 int radix_top_begin(const radix_tree_t *t, uint32_t ns, radix_order_t order, size_t max,
                     radix_top_walk_t **out);
 int radix_top_step(const radix_tree_t *t, radix_top_walk_t *w, size_t budget, bool *done);

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * top.c: the operator's walk (radix_top): every prefix with its hits and
- * subtree sums, ordered for a report. Its sorted node list also serves the
- * checker (check.c).
+ * subtree sums, ordered for a report, in one piece or in bounded steps
+ * (radix_top_begin: its diagram is below). The one-piece walk's sorted node
+ * list also serves the checker (check.c).
  */
 #include "radix_internal.h"
 

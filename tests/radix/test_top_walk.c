@@ -174,8 +174,8 @@ static void compare_all(radix_tree_t *t, const uint32_t *nss, size_t n_ns, const
                     size_t na = walk_rows(t, ns, (radix_order_t)order, maxes[m], budgets[g], NULL,
                                           NULL, a, &steps);
                     char label[160];
-                    snprintf(label, sizeof(label), "%s, order %d, ns %u, max %zu, budget %zu",
-                             what, order, ns, maxes[m], budgets[g]);
+                    snprintf(label, sizeof(label), "%s, order %d, ns %u, max %zu, budget %zu", what,
+                             order, ns, maxes[m], budgets[g]);
                     rows_equal(a, na, b, nb, label);
                 }
             }
@@ -333,8 +333,8 @@ START_TEST(test_walk_of_all_under_churn_and_delete)
         churn_t c = {t, &f, busy, false, true, 0, 0};
         static radix_prefix_t a[1000];
         size_t steps;
-        size_t na = walk_rows(t, RADIX_NS_ALL, RADIX_BY_HITS, 1000, 32, churn_between, &c, a,
-                              &steps);
+        size_t na =
+            walk_rows(t, RADIX_NS_ALL, RADIX_BY_HITS, 1000, 32, churn_between, &c, a, &steps);
         ck_assert_int_gt(c.deletions, 0); /* these seeds delete it, and reuse its id */
         ck_assert_uint_le(na, 1000);
         ck_assert_uint_gt(na, 0);
