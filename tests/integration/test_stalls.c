@@ -415,81 +415,6 @@ static unsigned tree_prefixes(void)
 #endif
 }
 
-/* One request through a raw connection, its reply checked (status 0). */
-static Kvshare__Response *raw_call(int fd, const Kvshare__Request *req)
-{
-    ck_assert_int_eq(raw_send_request(fd, req), 0);
-    Kvshare__Response *r = raw_read_reply(fd, 60000);
-    ck_assert_ptr_nonnull(r);
-    ck_assert_msg(r->status == 0, "%s", r->message ? r->message : "?");
-    return r;
-}
-
-/* n prompts of one block each (prompt i: i + 1, then 3 fixed tokens), so n
- * prefixes of one node each: committed through one raw connection, a
- * batch at a time (one Alloc, the batch's Commits pipelined, one Release of
- * the pins they leave). One Commit per prefix through libkvshare would take
- * minutes. */
-static void commit_one_block_prompts(const harness_t *d, uint32_t n)
-{
-    enum { BATCH = 16384 };
-    int fd = raw_connect(d->socket_path);
-    ck_assert_int_ge(fd, 0);
-    uint32_t *ids = malloc(BATCH * sizeof(*ids));
-    uint8_t *frames = malloc((size_t)BATCH * 64);
-    ck_assert(ids && frames);
-    for (uint32_t first = 0; first < n; first += BATCH) {
-        uint32_t nb = n - first < BATCH ? n - first : BATCH;
-        Kvshare__Request req = KVSHARE__REQUEST__INIT;
-        Kvshare__AllocRequest al = KVSHARE__ALLOC_REQUEST__INIT;
-        al.n = nb;
-        req.rpc_case = KVSHARE__REQUEST__RPC_ALLOC;
-        req.alloc = &al;
-        Kvshare__Response *r = raw_call(fd, &req);
-        ck_assert_uint_eq(r->alloc->n_block_ids, nb);
-        memcpy(ids, r->alloc->block_ids, nb * sizeof(*ids));
-        kvshare__response__free_unpacked(r, NULL);
-
-        size_t used = 0;
-        for (uint32_t k = 0; k < nb; k++) {
-            uint32_t tokens[BT] = {first + k + 1, 7, 8, 9};
-            Kvshare__CommitRequest cm = KVSHARE__COMMIT_REQUEST__INIT;
-            cm.tokens.data = (uint8_t *)tokens;
-            cm.tokens.len = sizeof(tokens);
-            cm.n_block_ids = 1;
-            cm.block_ids = &ids[k];
-            req.rpc_case = KVSHARE__REQUEST__RPC_COMMIT;
-            req.commit = &cm;
-            size_t len = 0;
-            uint8_t *f = raw_frame(&req, &len);
-            ck_assert(f && len <= 64);
-            memcpy(frames + used, f, len);
-            used += len;
-            free(f);
-        }
-        ck_assert_int_eq(raw_write_all(fd, frames, used), 0);
-        for (uint32_t k = 0; k < nb; k++) {
-            r = raw_read_reply(fd, 60000);
-            ck_assert_ptr_nonnull(r);
-            ck_assert_msg(r->status == 0, "commit: %s", r->message ? r->message : "?");
-            ck_assert_uint_eq(r->commit->n_committed, 1);
-            kvshare__response__free_unpacked(r, NULL);
-        }
-
-        Kvshare__ReleaseRequest rl = KVSHARE__RELEASE_REQUEST__INIT;
-        rl.n_block_ids = nb;
-        rl.block_ids = ids;
-        req.rpc_case = KVSHARE__REQUEST__RPC_RELEASE;
-        req.release = &rl;
-        r = raw_call(fd, &req);
-        ck_assert_uint_eq(r->release->n_released, nb);
-        kvshare__response__free_unpacked(r, NULL);
-    }
-    free(ids);
-    free(frames);
-    close(fd);
-}
-
 /* A Tree of an index of 262,000 one-block prefixes (tree_prefixes): the
  * walk of every prefix, in one piece, took 157-216 ms at 262,144 here; in
  * steps of RADIX_TOP_STEP, one per loop turn (handler_tree), the loop
@@ -499,7 +424,10 @@ START_TEST(test_tree_of_262000_one_block_prefixes)
     stall_case_t k;
     unsigned n = tree_prefixes();
     case_start_pool(&k, n, NULL);
-    commit_one_block_prompts(&k.d, n);
+    int fd = raw_connect(k.d.socket_path);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(raw_commit_one_block_prompts(fd, n, BT, 16384), 0);
+    close(fd);
     kvs_stats_t st;
     ck_assert_int_eq(kvs_stats(k.c, &st), 0);
     ck_assert_uint_eq(st.cached_blocks, n);
