@@ -629,7 +629,7 @@ int radix_top(const radix_tree_t *t, uint32_t ns, radix_order_t order, radix_pre
  * twice (once per id), and the rows of a namespace deleted during the walk
  * are dropped (also when its id is reused). When the child table grows
  * during the walk (it only grows, up to what max_blocks needs) the sweep of
- * nodes begins again. Memory: about 76 bytes per node of the walk's
+ * nodes begins again. Memory: 72 bytes per node of the walk's
  * namespace plus 4 per table slot (the table holds at most half its slots),
  * and max row indices (radix_top_walk_bytes says how much now); the rows
  * alone once done.

@@ -1021,7 +1021,7 @@ int handler_stats(session_t *s, const Kvshare__Request *req, Kvshare__Response *
  * more to do, the session is held (SESSION_HOLD_TREE) with a deadline of
  * now, so that the hold timer runs it again in the next turn, after the
  * other sessions' requests. One walk runs at a time in the daemon
- * (server_t.tree_walk): its memory (about 76 bytes per prefix) counts in
+ * (server_t.tree_walk): its memory (about 90 bytes per prefix) counts in
  * the session's buffers (max_buffer_memory), and a Tree of another session
  * waits for it, held for the same reason until it ends. A walk starts only
  * when the spacing of large work allows (server.h), and its steps' time in
@@ -1114,7 +1114,7 @@ static int tree_steps(session_t *s, handler_ctx_t *ctx, bool *done)
             tree_end(srv);
             return fail(
                 ctx, KVS_ELIMIT,
-                "the tree listing needs %zu MiB of temporary memory (about 76 bytes per "
+                "the tree listing needs %zu MiB of temporary memory (about 90 bytes per "
                 "prefix) and the sessions' buffers leave %zu MiB of max_buffer_memory: "
                 "list one namespace, or raise max_buffer_memory",
                 walk >> 20,
