@@ -731,8 +731,12 @@ typedef struct kvs_prefix {
  * prefix's hits are never fewer than those of a prefix that extends it
  * (ties list the shorter first), and it holds more blocks, so a listing by
  * either order holds every listed prefix's parent too: parent_block_id
- * nests the rows into the tree. Errors: KVS_EINVAL, KVS_ENONS,
- * KVS_ENOTCONN, KVS_ETIMEDOUT. */
+ * nests the rows into the tree. kvshared walks its index in steps between
+ * other clients' requests: on an index that changes meanwhile, each prefix
+ * is as it was when its step ran, and one created or dropped during the
+ * walk may be missing or stale (exact on an index that does not change).
+ * Errors: KVS_EINVAL, KVS_ENONS, KVS_ENOTCONN, KVS_ETIMEDOUT, KVS_ELIMIT
+ * (the walk's memory does not fit kvshared's max_buffer_memory). */
 int kvs_tree(kvs_client_t *c, const char *ns, int by_size, kvs_prefix_t *out, size_t max,
              size_t *n_out);
 

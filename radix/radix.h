@@ -607,6 +607,59 @@ uint32_t radix_pinned_blocks(const radix_tree_t *t);
 int radix_top(const radix_tree_t *t, uint32_t ns, radix_order_t order, radix_prefix_t *out,
               size_t max, size_t *n_out);
 
+/* radix_top in steps, for a caller that must not stop for the whole walk
+ * (kvshared's Tree: one step per loop turn, other requests between two).
+ * radix_top_begin starts a walk of namespace ns (or RADIX_NS_ALL) for the
+ * top `max` rows by `order`; the walk is the caller's (free it with
+ * radix_top_end, done or not) and holds no pointer into the tree between
+ * calls. Each radix_top_step does about `budget` units of work (a unit is
+ * a table slot looked at; a node costs 8 plus 1 per 16 of its blocks; each
+ * later phase 4 per node) and sets *done once the rows are ready; a step
+ * may do less, never much more (it ends just past an empty table slot).
+ * radix_top_rows then copies them.
+ *
+ * On an index that does not change between the steps the rows are exactly
+ * radix_top's (same rows, same order, same tie-breaks). Other calls may
+ * change the index between two steps (only radix_free may not: end the
+ * walk first); then, like Redis's SCAN, each prefix is counted as it was
+ * when the step that found it ran: a prefix created or dropped during the
+ * walk may be missing or stale, subtree sums are over what was found (a
+ * child found before a change is counted under the parent it had), a
+ * prefix whose last block moved to another tier during the walk may show
+ * twice (once per id), and the rows of a namespace deleted during the walk
+ * are dropped (also when its id is reused). When the child table grows
+ * during the walk (it only grows, up to what max_blocks needs) the sweep of
+ * nodes begins again. Memory: 72 bytes per node of the walk's
+ * namespace plus 4 per table slot (the table holds at most half its slots),
+ * and max row indices (radix_top_walk_bytes says how much now); the rows
+ * alone once done.
+ * Errors: radix_top_begin: KVS_EINVAL (bad order, t or out NULL),
+ * KVS_ENONS, KVS_ENOMEM; radix_top_step: KVS_EINVAL (budget 0, NULL
+ * arguments), KVS_ENOMEM (the walk stays whole: step again, or end it);
+ * radix_top_rows: KVS_EINVAL, KVS_EBUSY (not done yet). */
+typedef struct radix_top_walk radix_top_walk_t;
+
+/* A step's budget that kvshared uses: at most about 0.5-3 ms of work on a
+ * large index here (kvshare-bench walk; docs/BENCHMARKS.md). */
+#define RADIX_TOP_STEP 16384
+
+int radix_top_begin(const radix_tree_t *t, uint32_t ns, radix_order_t order, size_t max,
+                    radix_top_walk_t **out);
+int radix_top_step(const radix_tree_t *t, radix_top_walk_t *w, size_t budget, bool *done);
+int radix_top_rows(const radix_top_walk_t *w, radix_prefix_t *out, size_t max, size_t *n_out);
+
+/* Bytes the walk holds now (its entries, map, heap; the rows once done). */
+size_t radix_top_walk_bytes(const radix_top_walk_t *w);
+
+/* For tests and benches: entries found so far, sweeps begun again after the
+ * table grew, and nodes not listed because every entry was taken (a table
+ * whose nodes changed many times over during one sweep). Any may be NULL. */
+void radix_top_walk_info(const radix_top_walk_t *w, size_t *entries, uint32_t *restarts,
+                         uint64_t *missed);
+
+/* Frees a walk. Accepts NULL. */
+void radix_top_end(radix_top_walk_t *w);
+
 /* Index memory in bytes (nodes, tables, token copies, the by-id arrays sized
  * by max_blocks, eviction queues), as requested from malloc; for stats and
  * benches. */

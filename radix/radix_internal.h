@@ -11,7 +11,7 @@
  *   tier.c   moves between the tiers (pool, host, disk): demote, promote,
  *            copy done, restore
  *   ns.c     namespaces: create, delete, find, limits, counters
- *   top.c    the operator's walk (radix_top)
+ *   top.c    the operator's walk (radix_top, and in steps: radix_top_begin)
  *   check.c  the invariant checker (radix_check)
  *
  * The small helpers every file uses are static inline here; a function one

@@ -104,7 +104,9 @@ static int make_room(radix_tree_t *t, uint32_t k, uint32_t for_ns, radix_move_t 
         if (!d)
             return -1;
         evict_cause_t cause = d->ns == for_ns ? EVICT_OWN : EVICT_OTHERS;
-        if (k + 1 < t->n_tiers) {
+        /* k + 1 < RADIX_TIERS as well: what n_tiers is at most, said so
+         * that the compiler sees the recursion end (-O3 -Warray-bounds). */
+        if (k + 1 < t->n_tiers && k + 1 < RADIX_TIERS) {
             int below = make_room(t, k + 1, d->ns, moves, n_moved);
             if (below == 0)
                 return 0;

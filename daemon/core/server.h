@@ -183,6 +183,11 @@ typedef struct server {
     struct session_sched *sched;      /* the turn idle handle and the hold timer */
     uint64_t hold_due;
     uint64_t walk_next_ns; /* uv_hrtime before which no session starts large work */
+    /* The one Tree walk in steps (handler_tree): its state, the session it
+     * answers and the rows it keeps; NULL when none runs. */
+    radix_top_walk_t *tree_walk;
+    session_t *tree_owner;
+    size_t tree_max;
 
     /* Bytes of every session's buffers (input, output, reply scratch, queued
      * writes), kept under cfg.max_buffer_memory (session.c). */

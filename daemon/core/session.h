@@ -38,6 +38,7 @@ typedef enum session_hold_reason {
     SESSION_HOLD_TIER_ANY, /* a request waits for any tier copy to end (tier.h) */
     SESSION_HOLD_CLUSTER,  /* a Lookup waits for blocks from the cluster tier (cluster_store.h) */
     SESSION_HOLD_CLEAR,    /* a Clear waits for its next step (handler_clear) */
+    SESSION_HOLD_TREE, /* a Tree waits for its next step, or for another's walk (handler_tree) */
 } session_hold_reason_t;
 
 typedef struct session_pins {
@@ -119,6 +120,9 @@ struct session {
      * many more it may drop (the namespace's blocks when it began, so that
      * blocks cached meanwhile cannot keep it going for ever). */
     uint64_t clear_dropped, clear_left;
+    /* Its Tree's walk (handler_tree), while it has the daemon's one: the
+     * time its steps took so far (the spacing, once it ends). */
+    uint64_t tree_work_ns;
     bool reading; /* uv_read_start is on */
     bool eof;     /* the client half-closed: close once replies are out */
     /* Its Lookup's fetch from the cluster tier (cluster_store.h); NULL: none. */

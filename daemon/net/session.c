@@ -9,6 +9,7 @@
 
 #include "cluster_store.h"
 #include "dispatch.h"
+#include "handlers.h"
 #include "inflight.h"
 #include "log.h"
 #include "peer.h"
@@ -253,7 +254,9 @@ static size_t held_bytes(const session_t *s)
 {
     /* A held Lookup keeps its prompt (inflight.h) besides its frame. */
     size_t wait = s->wait ? sizeof(*s->wait) + s->wait->n_tokens * sizeof(uint32_t) : 0;
-    return s->in.cap + s->out.cap + s->scratch_cap * sizeof(*s->scratch) + s->queued + wait;
+    /* So does its Tree walk (handler_tree). */
+    return s->in.cap + s->out.cap + s->scratch_cap * sizeof(*s->scratch) + s->queued + wait +
+           handler_tree_bytes(s);
 }
 
 /* Counts s's buffers again into the server's total. */
@@ -353,6 +356,7 @@ void session_close(session_t *s, const char *reason)
     inflight_cancel(s->srv, s);
     inflight_unclaim(s->srv, s);
     namespaces_session_gone(s);
+    handler_tree_gone(s);
     s->srv->buf_bytes -= s->buf_bytes;
     s->buf_bytes = 0;
     tier_detach(s);

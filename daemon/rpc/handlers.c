@@ -1016,19 +1016,52 @@ int handler_stats(session_t *s, const Kvshare__Request *req, Kvshare__Response *
 #define TREE_DEFAULT_ROWS 20
 #define TREE_MAX_ROWS     1000
 
-int handler_tree(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
-                 handler_ctx_t *ctx)
+/* Tree: the index's walk (radix_top_begin), cut into steps of
+ * RADIX_TOP_STEP units, one per loop turn, like Clear: after a step with
+ * more to do, the session is held (SESSION_HOLD_TREE) with a deadline of
+ * now, so that the hold timer runs it again in the next turn, after the
+ * other sessions' requests. One walk runs at a time in the daemon
+ * (server_t.tree_walk): its memory (about 90 bytes per prefix) counts in
+ * the session's buffers (max_buffer_memory), and a Tree of another session
+ * waits for it, held for the same reason until it ends. A walk starts only
+ * when the spacing of large work allows (server.h), and its steps' time in
+ * all sets the spacing once it ends. Over an index that changes between
+ * the steps, each prefix is listed as it was when its step ran
+ * (radix.h). */
+static void tree_end(server_t *srv)
+{
+    radix_top_end(srv->tree_walk);
+    srv->tree_walk = NULL;
+    srv->tree_owner = NULL;
+    session_release_all(srv, SESSION_HOLD_TREE); /* the Trees waiting for it */
+}
+
+void handler_tree_gone(session_t *s)
+{
+    if (s->srv->tree_owner == s)
+        tree_end(s->srv);
+}
+
+size_t handler_tree_bytes(const session_t *s)
+{
+    return s->srv->tree_owner == s ? radix_top_walk_bytes(s->srv->tree_walk) : 0;
+}
+
+/* Begins s's walk, or holds s: for the spacing, or for another session's
+ * walk. Returns 0 with ctx->hold set, or with the walk begun, or an error. */
+static int tree_begin(session_t *s, const Kvshare__TreeRequest *tr, handler_ctx_t *ctx)
 {
     server_t *srv = s->srv;
-    const Kvshare__TreeRequest *tr = req->tree;
     uint32_t ns = RADIX_NS_ALL;
-    size_t max = tr->max ? tr->max : TREE_DEFAULT_ROWS, n = 0;
-
+    size_t max = tr->max ? tr->max : TREE_DEFAULT_ROWS;
     if (max > TREE_MAX_ROWS)
         max = TREE_MAX_ROWS;
-    /* The listing walks the whole index: spaced as large work (server.h),
-     * however many Trees a client pipelines (a session without a socket, in
-     * tests, is never held). */
+    /* Rows of namespaces this peer may not use are dropped at the end: ask
+     * for more so the listing still fills. */
+    if (srv->any_ns_acl && !(tr->ns && tr->ns[0]))
+        max = TREE_MAX_ROWS;
+    /* Spaced as large work (server.h), however many Trees a client
+     * pipelines (a session without a socket, in tests, is never held). */
     uint64_t t0 = uv_hrtime();
     if (s->has_pipe && t0 < session_spacing_next(s)) {
         srv->metrics.requests_spaced++;
@@ -1036,24 +1069,100 @@ int handler_tree(session_t *s, const Kvshare__Request *req, Kvshare__Response *r
         ctx->hold_until_ms = session_spacing_until(s, t0);
         return 0;
     }
+    if (srv->tree_owner) { /* another session's walk: until it ends */
+        srv->metrics.requests_spaced++;
+        ctx->hold = SESSION_HOLD_TREE;
+        ctx->hold_until_ms = 0;
+        return 0;
+    }
     if (tr->ns && tr->ns[0]) {
         int rc = ns_resolve(s, tr->ns, false, &ns, ctx);
         if (rc != 0)
             return rc;
     }
-    /* Rows of namespaces this peer may not use are dropped below: ask for
-     * more so the listing still fills. */
-    size_t want = max;
-    if (ns == RADIX_NS_ALL && srv->any_ns_acl)
-        max = TREE_MAX_ROWS;
-    radix_prefix_t *rows = malloc(max * sizeof(*rows));
-    void *mem = malloc(max * (sizeof(Kvshare__Prefix) + sizeof(void *)));
+    int rc = radix_top_begin(srv->index, ns, tr->by_size ? RADIX_BY_SIZE : RADIX_BY_HITS, max,
+                             &srv->tree_walk);
+    if (rc != 0)
+        return fail(ctx, rc, "tree listing failed: %s", kvs_status_text(rc));
+    srv->tree_owner = s;
+    srv->tree_max = max;
+    s->tree_work_ns = 0;
+    return 0;
+}
+
+/* Runs steps of s's walk: one, or (a session without a socket, or the
+ * daemon stopping: no later turn) all. *done once the rows are ready;
+ * otherwise ctx->hold is set for the next step. */
+static int tree_steps(session_t *s, handler_ctx_t *ctx, bool *done)
+{
+    server_t *srv = s->srv;
+    *done = false;
+    for (;;) {
+        uint64_t t0 = uv_hrtime();
+        int rc = radix_top_step(srv->index, srv->tree_walk, RADIX_TOP_STEP, done);
+        uint64_t t1 = uv_hrtime();
+        s->tree_work_ns += t1 - t0;
+        if (rc != 0) {
+            tree_end(srv);
+            return fail(ctx, rc, "tree listing failed: %s", kvs_status_text(rc));
+        }
+        /* Its memory grows with the prefixes found: counted with the
+         * buffers of every session (held_bytes), it must fit beside them. */
+        size_t walk = radix_top_walk_bytes(srv->tree_walk);
+        size_t others = srv->buf_bytes - s->buf_bytes;
+        if (others + walk > srv->cfg.max_buffer_memory) {
+            tree_end(srv);
+            return fail(
+                ctx, KVS_ELIMIT,
+                "the tree listing needs %zu MiB of temporary memory (about 90 bytes per "
+                "prefix) and the sessions' buffers leave %zu MiB of max_buffer_memory: "
+                "list one namespace, or raise max_buffer_memory",
+                walk >> 20,
+                (srv->cfg.max_buffer_memory > others ? srv->cfg.max_buffer_memory - others : 0) >>
+                    20);
+        }
+        if (*done) {
+            session_spacing_done(s, t1 - s->tree_work_ns, t1);
+            return 0;
+        }
+        if (s->has_pipe && !srv->stopping) {
+            uint64_t now = uv_now(srv->loop);
+            ctx->hold = SESSION_HOLD_TREE;
+            ctx->hold_until_ms = now ? now : 1; /* 0 would mean no deadline */
+            return 0;
+        }
+    }
+}
+
+int handler_tree(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
+                 handler_ctx_t *ctx)
+{
+    server_t *srv = s->srv;
+    const Kvshare__TreeRequest *tr = req->tree;
+    size_t want = tr->max ? tr->max : TREE_DEFAULT_ROWS, n = 0;
+    if (want > TREE_MAX_ROWS)
+        want = TREE_MAX_ROWS;
+
+    if (srv->tree_owner != s) {
+        int rc = tree_begin(s, tr, ctx);
+        if (rc != 0 || ctx->hold != SESSION_HOLD_NONE)
+            return rc;
+    }
+    bool done;
+    int rc = tree_steps(s, ctx, &done);
+    if (rc != 0 || !done)
+        return rc;
+    size_t max = srv->tree_max;
+    radix_prefix_t *rows = malloc((max + 1) * sizeof(*rows));
+    void *mem = malloc((max + 1) * (sizeof(Kvshare__Prefix) + sizeof(void *)));
     ctx->heap[0] = rows;
     ctx->heap[1] = mem;
-    if (!rows || !mem)
+    if (!rows || !mem) {
+        tree_end(srv);
         return fail(ctx, KVS_ENOMEM, "out of memory for %zu tree rows", max);
-    int rc = radix_top(srv->index, ns, tr->by_size ? RADIX_BY_SIZE : RADIX_BY_HITS, rows, max, &n);
-    session_spacing_done(s, t0, uv_hrtime());
+    }
+    rc = radix_top_rows(srv->tree_walk, rows, max, &n);
+    tree_end(srv);
     if (rc != 0)
         return fail(ctx, rc, "tree listing failed: %s", kvs_status_text(rc));
 

@@ -47,6 +47,14 @@ int handler_lookup_answer(session_t *s, uint32_t ns, const uint32_t *tokens, siz
                           bool pin, bool in_place, bool waited, bool claim, Kvshare__Response *resp,
                           handler_ctx_t *ctx);
 
+/* The Tree walk in steps (handler_tree): s closes, and its walk, if it has
+ * the daemon's one walk, ends (the Trees waiting for it go on). */
+void handler_tree_gone(session_t *s);
+
+/* Bytes of the daemon's one Tree walk when s has it, else 0 (counted with
+ * s's buffers). */
+size_t handler_tree_bytes(const session_t *s);
+
 /* One handler per RPC of kvshare_rpcs.h: handler_hello, handler_lookup, ...
  * Each answers its request into resp (through ctx) and returns a KVS_*
  * status (dispatch.h). */

@@ -150,6 +150,95 @@ START_TEST(test_tree_flood_does_not_freeze_others)
 }
 END_TEST
 
+/* A Tree walks the index in steps, one per loop turn (handler_tree): with
+ * 65,536 prefixes (about 400 steps) another client's Pings are answered
+ * while it runs; a second session's Tree waits for the first walk and gets
+ * the same rows (the index does not change); a session that closes in the
+ * middle of its walk frees it (ASan, valgrind) and the next Tree runs; and
+ * a walk that does not fit max_buffer_memory fails with KVS_ELIMIT. */
+static Kvshare__Response *tree_reply(int fd)
+{
+    Kvshare__Response *r = raw_read_reply(fd, 60000);
+    ck_assert_ptr_nonnull(r);
+    return r;
+}
+
+static void send_tree(int fd, uint32_t max)
+{
+    Kvshare__Request req = KVSHARE__REQUEST__INIT;
+    Kvshare__TreeRequest tr = KVSHARE__TREE_REQUEST__INIT;
+    tr.max = max;
+    tr.by_size = 1;
+    req.rpc_case = KVSHARE__REQUEST__RPC_TREE;
+    req.tree = &tr;
+    ck_assert_int_eq(raw_send_request(fd, &req), 0);
+}
+
+START_TEST(test_tree_walks_in_steps)
+{
+    enum { PREFIXES = 65536 };
+    harness_t d;
+    ck_assert_int_eq(harness_start(&d, PREFIXES, NULL), 0);
+    int fill = hostile_connect(&d);
+    ck_assert_int_eq(raw_commit_one_block_prompts(fill, PREFIXES, BT, 16384), 0);
+    close(fill);
+
+    /* A walks; C's Pings are answered before A's reply. */
+    int a = hostile_connect(&d), b = hostile_connect(&d), gone = hostile_connect(&d);
+    kvs_client_t *c = client_of(&d);
+    send_tree(a, 1000);
+    double rtt;
+    int pings = 0;
+    struct pollfd p = {.fd = a, .events = POLLIN};
+    for (; pings < 20 && poll(&p, 1, 0) == 0; pings++)
+        ck_assert_int_eq(kvs_ping(c, 8, &rtt), 0);
+    printf("tree in steps: %d Pings answered while A's Tree ran\n", pings);
+    ck_assert_msg(pings == 20, "A's Tree was answered after %d of another client's Pings", pings);
+    /* B asks while A walks: held until A's walk ends, then the same rows. */
+    send_tree(b, 1000);
+    Kvshare__Response *ra = tree_reply(a), *rb = tree_reply(b);
+    ck_assert_int_eq(ra->status, 0);
+    ck_assert_int_eq(rb->status, 0);
+    ck_assert_uint_eq(ra->tree->n_prefixes, 1000);
+    ck_assert_uint_eq(rb->tree->n_prefixes, 1000);
+    for (size_t i = 0; i < 1000; i++) {
+        ck_assert_uint_eq(ra->tree->prefixes[i]->last_block_id,
+                          rb->tree->prefixes[i]->last_block_id);
+        ck_assert_uint_eq(ra->tree->prefixes[i]->blocks, 1);
+    }
+    kvshare__response__free_unpacked(ra, NULL);
+    kvshare__response__free_unpacked(rb, NULL);
+
+    /* A session gone in the middle of its walk: the next Tree runs. */
+    send_tree(gone, 10);
+    ck_assert_int_eq(kvs_ping(c, 8, &rtt), 0);
+    close(gone);
+    kvs_prefix_t rows[10];
+    size_t n = 0;
+    ck_assert_int_eq(kvs_tree(c, NULL, 1, rows, 10, &n), 0);
+    ck_assert_uint_eq(n, 10);
+    kvs_close(c);
+    close(a);
+    close(b);
+    ck_assert_int_eq(harness_stop(&d), 0);
+    harness_cleanup(&d);
+
+    /* 65,536 prefixes need about 6 MiB to list: over a 2 MiB budget. */
+    static const char *const small[] = {"--max-buffer-memory", "2MiB", NULL};
+    ck_assert_int_eq(harness_start(&d, PREFIXES, small), 0);
+    fill = hostile_connect(&d);
+    ck_assert_int_eq(raw_commit_one_block_prompts(fill, PREFIXES, BT, 1024), 0);
+    close(fill);
+    c = client_of(&d);
+    ck_assert_int_eq(kvs_tree(c, NULL, 1, rows, 10, &n), KVS_ELIMIT);
+    ck_assert_ptr_nonnull(strstr(kvs_last_error(c), "max_buffer_memory"));
+    ck_assert_int_eq(kvs_ping(c, 8, &rtt), 0); /* still served */
+    kvs_close(c);
+    ck_assert_int_eq(harness_stop(&d), 0);
+    harness_cleanup(&d);
+}
+END_TEST
+
 /* Replies fully received on fd so far, reading what is there without
  * waiting; *need and *got carry a partial frame between calls. */
 static unsigned replies_so_far(int fd, size_t *need, size_t *got, uint8_t hdr[4])
@@ -797,6 +886,7 @@ static Suite *hostile_suite(void)
     TCase *tc = tcase_create("daemon");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_tree_flood_does_not_freeze_others);
+    tcase_add_test(tc, test_tree_walks_in_steps);
     tcase_add_test(tc, test_large_frames_are_spaced);
     tcase_add_test(tc, test_large_work_is_shared_between_sessions);
     tcase_add_test(tc, test_half_close_gets_every_reply);

@@ -5,7 +5,9 @@
 #include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -160,4 +162,99 @@ Kvshare__Response *raw_read_reply(int fd, int timeout_ms)
         r = kvshare__response__unpack(NULL, len, body);
     free(body);
     return r;
+}
+
+/* One request, its reply (NULL on an error status or none). */
+static Kvshare__Response *call_ok(int fd, const Kvshare__Request *req)
+{
+    if (raw_send_request(fd, req) != 0)
+        return NULL;
+    Kvshare__Response *r = raw_read_reply(fd, 60000);
+    if (r && r->status != 0) {
+        kvshare__response__free_unpacked(r, NULL);
+        return NULL;
+    }
+    return r;
+}
+
+/* One batch of raw_commit_one_block_prompts: prompts first .. first + nb. */
+static int commit_batch(int fd, uint32_t first, uint32_t nb, uint32_t bt, uint32_t *ids,
+                        uint32_t *tokens, uint8_t *frames, size_t frame_max)
+{
+    Kvshare__Request req = KVSHARE__REQUEST__INIT;
+    Kvshare__AllocRequest al = KVSHARE__ALLOC_REQUEST__INIT;
+    al.n = nb;
+    req.rpc_case = KVSHARE__REQUEST__RPC_ALLOC;
+    req.alloc = &al;
+    Kvshare__Response *r = call_ok(fd, &req);
+    if (!r || r->rpc_case != KVSHARE__RESPONSE__RPC_ALLOC || r->alloc->n_block_ids != nb) {
+        if (r)
+            kvshare__response__free_unpacked(r, NULL);
+        return -1;
+    }
+    memcpy(ids, r->alloc->block_ids, nb * sizeof(*ids));
+    kvshare__response__free_unpacked(r, NULL);
+
+    size_t used = 0;
+    for (uint32_t k = 0; k < nb; k++) {
+        tokens[0] = first + k + 1;
+        for (uint32_t j = 1; j < bt; j++)
+            tokens[j] = 6 + j;
+        Kvshare__CommitRequest cm = KVSHARE__COMMIT_REQUEST__INIT;
+        cm.tokens.data = (uint8_t *)tokens;
+        cm.tokens.len = bt * sizeof(*tokens);
+        cm.n_block_ids = 1;
+        cm.block_ids = &ids[k];
+        req.rpc_case = KVSHARE__REQUEST__RPC_COMMIT;
+        req.commit = &cm;
+        size_t len = 0;
+        uint8_t *f = raw_frame(&req, &len);
+        if (!f || len > frame_max) {
+            free(f);
+            return -1;
+        }
+        memcpy(frames + used, f, len);
+        used += len;
+        free(f);
+    }
+    if (raw_write_all(fd, frames, used) != 0)
+        return -1;
+    for (uint32_t k = 0; k < nb; k++) {
+        r = raw_read_reply(fd, 60000);
+        bool ok = r && r->status == 0 && r->rpc_case == KVSHARE__RESPONSE__RPC_COMMIT &&
+                  r->commit->n_committed == 1;
+        if (r)
+            kvshare__response__free_unpacked(r, NULL);
+        if (!ok)
+            return -1;
+    }
+
+    Kvshare__ReleaseRequest rl = KVSHARE__RELEASE_REQUEST__INIT;
+    rl.n_block_ids = nb;
+    rl.block_ids = ids;
+    req.rpc_case = KVSHARE__REQUEST__RPC_RELEASE;
+    req.release = &rl;
+    r = call_ok(fd, &req);
+    bool ok = r && r->rpc_case == KVSHARE__RESPONSE__RPC_RELEASE && r->release->n_released == nb;
+    if (r)
+        kvshare__response__free_unpacked(r, NULL);
+    return ok ? 0 : -1;
+}
+
+int raw_commit_one_block_prompts(int fd, uint32_t n, uint32_t bt, uint32_t batch)
+{
+    if (batch == 0 || batch > 65536 || bt == 0 || bt > 1024)
+        return -1;
+    size_t frame_max = 64 + (size_t)bt * 4;
+    uint32_t *ids = malloc(batch * sizeof(*ids));
+    uint32_t *tokens = malloc(bt * sizeof(*tokens));
+    uint8_t *frames = malloc(batch * frame_max);
+    int rc = ids && tokens && frames ? 0 : -1;
+    for (uint32_t first = 0; rc == 0 && first < n; first += batch)
+        rc = commit_batch(fd, first, n - first < batch ? n - first : batch, bt, ids, tokens, frames,
+                          frame_max);
+    free(ids);
+    free(tokens);
+    free(frames);
+    return rc;
 }

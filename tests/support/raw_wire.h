@@ -56,4 +56,13 @@ int raw_send_request(int fd, const Kvshare__Request *req);
  * length over RAW_MAX_REPLY or a body that does not decode. */
 Kvshare__Response *raw_read_reply(int fd, int timeout_ms);
 
+/* Caches n prompts of one block of bt tokens each (prompt i: i + 1, then
+ * bt - 1 fixed tokens), so n prefixes of one index node each, in the
+ * default namespace, unpinned: `batch` at a time (at most 65,536), one
+ * Alloc, the batch's Commits pipelined, one Release of the pins they
+ * leave. One Commit per prefix waiting for its reply would take minutes
+ * for a million. The pool must have n free blocks. Returns 0, or -1 on
+ * any error reply, short reply or failed write. */
+int raw_commit_one_block_prompts(int fd, uint32_t n, uint32_t bt, uint32_t batch);
+
 #endif /* KVS_TEST_RAW_WIRE_H */

@@ -3,11 +3,14 @@
  * kvshare-bench walk: the index's whole-namespace work, timed in process on
  * an index of n one-block prefixes below one shared block (every block a
  * leaf of its own: the most prefixes, and the dearest blocks to drop, that
- * n blocks can make). For each n: a Tree (radix_top), a Clear in one piece
+ * n blocks can make). For each n: a Tree (radix_top) in one piece, the
+ * baseline for the same Tree in steps of RADIX_TOP_STEP as kvshared runs it
+ * (radix_top_begin / step: its longest step, its time in all, its peak
+ * memory; its rows must be the one-piece walk's), a Clear in one piece
  * (radix_ns_clear) and a Clear in steps of the daemon's STORE_CLEAR_STEP
  * (radix_ns_clear_step; its longest step), the baseline for the steps
  * being the one-piece Clear of the same run. docs/RELIABILITY.md (H14 and
- * its known limits) quotes these figures.
+ * its known limits) and docs/BENCHMARKS.md quote these figures.
  */
 #include <stdbool.h>
 #include <stdio.h>
@@ -54,6 +57,52 @@ static double ms_since(uint64_t t0)
     return (double)((uint64_t)now_ns() - t0) / 1e6;
 }
 
+/* The Tree in steps of RADIX_TOP_STEP (what kvshared runs, one step per
+ * loop turn): its longest step, its total, and its steps; the rows must be
+ * the one-piece walk's (`want`, n_want of them). Returns 0 or an error. */
+static int tree_in_steps(const radix_tree_t *t, uint32_t ns, uint32_t n, const radix_prefix_t *want,
+                         size_t n_want)
+{
+    static radix_prefix_t rows[1000];
+    radix_top_walk_t *w = NULL;
+    uint64_t t0 = (uint64_t)now_ns();
+    int rc = radix_top_begin(t, ns, RADIX_BY_HITS, 1000, &w);
+    double longest = ms_since(t0), total = longest;
+    size_t steps = 0, n_rows = 0, peak = 0;
+    bool done = false;
+    while (rc == 0 && !done) {
+        uint64_t s0 = (uint64_t)now_ns();
+        rc = radix_top_step(t, w, RADIX_TOP_STEP, &done);
+        double d = ms_since(s0);
+        longest = d > longest ? d : longest;
+        total += d;
+        steps++;
+        size_t b = radix_top_walk_bytes(w);
+        peak = b > peak ? b : peak;
+    }
+    if (rc == 0) {
+        t0 = (uint64_t)now_ns();
+        rc = radix_top_rows(w, rows, 1000, &n_rows);
+        radix_top_end(w);
+        total += ms_since(t0);
+    } else {
+        radix_top_end(w);
+    }
+    bool same = n_rows == n_want;
+    for (size_t i = 0; same && i < n_rows; i++)
+        same = rows[i].last_block_id == want[i].last_block_id && rows[i].blocks == want[i].blocks &&
+               rows[i].hits == want[i].hits && rows[i].pins == want[i].pins;
+    if (rc == 0 && !same) {
+        fprintf(stderr, "kvshare-bench walk: the Tree in steps differs from radix_top\n");
+        rc = KVS_EINTERNAL;
+    }
+    printf("walk_tree_steps_longest_ms[n=%u] %.2f ms (%zu steps of %u units)\n", n, longest, steps,
+           (unsigned)RADIX_TOP_STEP);
+    printf("walk_tree_steps_total_ms[n=%u] %.1f ms (peak memory %.1f MiB)\n", n, total,
+           (double)peak / (1 << 20));
+    return rc;
+}
+
 /* One size: prints its figures; 0, or 1 when out of memory. */
 static int walk_one(uint32_t n)
 {
@@ -65,7 +114,9 @@ static int walk_one(uint32_t n)
         return 1;
     uint64_t t0 = (uint64_t)now_ns();
     int rc = radix_top(t, ns, RADIX_BY_HITS, rows, 1000, &n_rows);
-    printf("walk_tree_ms[n=%u] %.1f ms\n", n, ms_since(t0));
+    double one_piece = ms_since(t0);
+    printf("walk_tree_ms[n=%u] %.1f ms\n", n, one_piece);
+    rc |= tree_in_steps(t, ns, n, rows, n_rows);
     t0 = (uint64_t)now_ns();
     rc |= radix_ns_clear(t, ns, &dropped);
     printf("walk_clear_one_piece_ms[n=%u] %.1f ms (%zu blocks)\n", n, ms_since(t0), dropped);
