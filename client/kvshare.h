@@ -715,7 +715,7 @@ typedef struct kvs_prefix {
     uint64_t hits;
     uint64_t age_ticks; /* index operations since its last use, vs the newest row */
     uint32_t last_block_id;
-    uint32_t tier;         /* of its last block: 1 (pool), 2 (host memory); 0: older daemon */
+    uint32_t tier; /* of its last block: 1 (pool), 2 (host memory), 3 (disk); 0: older daemon */
     uint32_t tier2_blocks; /* of blocks, those in tier 2 */
     /* The prefix this one extends (the node above it in the index): its
      * last_block_id, when has_parent is 1. has_parent is 0 for a prefix that

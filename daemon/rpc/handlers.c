@@ -1188,7 +1188,8 @@ int handler_tree(session_t *s, const Kvshare__Request *req, Kvshare__Response *r
         out[i].last_used = rows[i].last_used;
         out[i].age_ticks = newest - rows[i].last_used;
         out[i].last_block_id = rows[i].last_block_id;
-        out[i].tier = rows[i].last_block_id < srv->num_blocks ? 1 : 2;
+        uint32_t id = rows[i].last_block_id;
+        out[i].tier = id < srv->num_blocks ? 1 : id - srv->num_blocks < srv->tier2_blocks ? 2 : 3;
         out[i].tier2_blocks = rows[i].tier2_blocks;
         out[i].parent_block_id = rows[i].parent_block_id;
         out[i].has_parent = rows[i].has_parent;

@@ -419,6 +419,9 @@ def push_down(args, socket_path, tier):
             below = row["tier2_blocks"]
             in_tier2 = ns_row(client.stats(), "default")["tier2_blocks"]
             if below == PROMPT_BLOCKS and (tier == "host" or in_tier2 == 0):
+                want = 2 if tier == "host" else 3
+                check(row["tier"] == want, "the Tree row names tier %d for the prompt's last "
+                      "block (got %d)" % (want, row["tier"]))
                 print("driver: after %d filler prompts the prompt's %d blocks are in %s"
                       % (i, PROMPT_BLOCKS, "tier 2" if tier == "host" else "tier 3"), flush=True)
                 return client.stats()

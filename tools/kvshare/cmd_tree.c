@@ -151,7 +151,7 @@ static void draw_row(draw_t *d, size_t i, uint32_t parent_tokens, int last)
         fprintf(d->f, "+%u = %u", r->tokens - parent_tokens, r->tokens);
     else
         fprintf(d->f, "%u", r->tokens);
-    fprintf(d->f, "%s\n", r->tier == 2 ? "  [tier 2]" : "");
+    fprintf(d->f, "%s\n", r->tier == 2 ? "  [tier 2]" : r->tier == 3 ? "  [tier 3]" : "");
     size_t len = strlen(d->indent);
     const char *more = last ? d->gap : d->pipe;
     if (len + strlen(more) < sizeof(d->indent)) {
@@ -364,9 +364,10 @@ static void usage(FILE *f)
             "The prefix tree of each namespace: a row per cached prefix (where prompts\n"
             "diverge or stop), its children indented below it. HITS: lookups that matched\n"
             "the whole prefix; SHARE: those against the namespace's lookups; BLOCKS: cached\n"
-            "blocks under it, itself included; IN T2: of those, in tier 2 (host memory);\n"
-            "PINS: pins held on them now; PREFIX: its length in tokens (+ what it adds to\n"
-            "its parent); [tier 2]: its own last block is in tier 2. Above each tree: the\n"
+            "blocks under it, itself included; IN T2: of those, below the pool (tiers 2\n"
+            "and 3); PINS: pins held on them now; PREFIX: its length in tokens (+ what it\n"
+            "adds to its parent); [tier 2] / [tier 3]: its own last block is in host\n"
+            "memory / on the disk. Above each tree: the\n"
             "namespace's traffic, blocks held against reserve and quota, evictions by cause\n"
             "and cached blocks by retention priority band.\n"
             "\n"
