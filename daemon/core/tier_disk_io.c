@@ -5,9 +5,9 @@
  *
  * io_uring: one thread owns a ring and queue_depth buffers of one slot each,
  * registered with the ring (fixed reads and writes: no page pinning per
- * I/O). It takes as many queued ops as it has free buffers, encodes them,
- * submits them in one io_uring_submit, and reaps completions, checking reads
- * as they land.
+ * I/O). Each free buffer takes the next queued op, which is encoded and
+ * submitted at once; each completion is handled (a read checked) and its
+ * buffer refilled before the next is looked at (uring_main says why).
  *
  * threads: queue_depth threads (at most 64), each with one slot buffer, doing
  * pread/pwrite. Chosen where io_uring cannot start (a seccomp profile, an old
@@ -55,8 +55,7 @@ struct td_engine {
     uint32_t qd;
     uint8_t *arena; /* qd buffers of slot_bytes */
     uint32_t *free_bufs, nfree;
-    buf_ctx_t *ctx;  /* by buffer: the op it holds */
-    uint32_t *taken; /* buffers taken in one turn */
+    buf_ctx_t *ctx; /* by buffer: the op it holds */
 };
 
 /* Under mu: the next queued op, or false. */
@@ -173,48 +172,74 @@ static void reap(tier_disk_t *td, struct io_uring_cqe *cqe)
     td_finish(td, c.b, c.i, buf, (long)cqe->res);
 }
 
-/* Idle, the thread sleeps on the queue's condition variable; with I/O in
+/* Under mu: takes the next queued op into a free buffer, or returns false
+ * (no free buffer or nothing queued). */
+static bool take_into_buffer(td_engine_t *e, uint32_t *k)
+{
+    if (e->nfree == 0)
+        return false;
+    uint32_t b = e->free_bufs[e->nfree - 1];
+    if (!take_op(e, &e->ctx[b].b, &e->ctx[b].i))
+        return false;
+    e->nfree--;
+    *k = b;
+    return true;
+}
+
+/* The ring's one thread. The disk must never wait for this thread's CPU
+ * work (a write's encode, a read's check: a copy and a CRC each, about as
+ * long as the disk takes for a slot): each op goes to the disk as soon as
+ * it is ready, one at a time, and each completion is handled alone and its
+ * buffer refilled and resubmitted before the next completion is looked at.
+ * Handling all completions seen before resubmitting any (or encoding a
+ * whole turn before submitting it) leaves the disk idle for that long, and
+ * the time becomes the disk's plus the CPU's instead of the larger of the
+ * two.
+ *
+ * Idle, the thread sleeps on the queue's condition variable; with I/O in
  * flight, in io_uring_wait_cqe, which a completion ends: batches queued
  * meanwhile are taken at the next completion, one I/O's latency at most,
- * while the ring is busy anyway. */
+ * while the ring is busy anyway. Ops are taken under the lock and encoded
+ * outside it: a push from the loop thread never waits behind a copy and a
+ * CRC. */
 static void *uring_main(void *arg)
 {
     tier_disk_t *td = arg;
     td_engine_t *e = td->eng;
     uint32_t inflight = 0;
     for (;;) {
-        pthread_mutex_lock(&e->mu);
-        while (!e->qhead && inflight == 0 && !e->stop)
-            pthread_cond_wait(&e->cv, &e->mu);
-        /* Take ops under the lock, encode them outside it: a push from
-         * the loop thread never waits behind a copy and a CRC. */
-        uint32_t queued = 0;
-        while (e->nfree > 0 && take_op(e, &e->ctx[e->free_bufs[e->nfree - 1]].b,
-                                       &e->ctx[e->free_bufs[e->nfree - 1]].i))
-            e->taken[queued++] = e->free_bufs[--e->nfree];
-        bool stopping = e->stop && !e->qhead;
-        pthread_mutex_unlock(&e->mu);
-        for (uint32_t q = 0; q < queued; q++)
-            queue_op(td, e->taken[q]);
-        inflight += queued;
+        bool stopping;
+        for (;;) { /* fill every free buffer, each straight to the disk */
+            uint32_t k = 0;
+            pthread_mutex_lock(&e->mu);
+            while (!e->qhead && inflight == 0 && !e->stop)
+                pthread_cond_wait(&e->cv, &e->mu);
+            bool got = take_into_buffer(e, &k);
+            stopping = e->stop && !e->qhead;
+            pthread_mutex_unlock(&e->mu);
+            if (!got)
+                break;
+            queue_op(td, k);
+            inflight++;
+            int rc = io_uring_submit(&e->ring);
+            if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY)
+                LOG_ERROR("disk tier: io_uring_submit: %s", strerror(-rc));
+        }
         if (stopping && inflight == 0)
             break;
         if (inflight == 0)
             continue;
-        /* One call submits what was queued (and anything an earlier call
-         * left unsubmitted) and waits for a completion. */
+        /* One completion (submitting whatever an earlier submit left). */
+        struct io_uring_cqe *cqe = NULL;
         int rc = io_uring_submit_and_wait(&e->ring, 1);
         if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY)
             LOG_ERROR("disk tier: io_uring_submit_and_wait: %s", strerror(-rc));
-        struct io_uring_cqe *cqe;
-        unsigned head, seen = 0;
-        io_uring_for_each_cqe(&e->ring, head, cqe)
-        {
-            reap(td, cqe);
-            seen++;
-        }
-        io_uring_cq_advance(&e->ring, seen);
-        inflight -= seen;
+        if (io_uring_peek_cqe(&e->ring, &cqe) != 0 || !cqe)
+            continue;
+        struct io_uring_cqe got = *cqe;
+        io_uring_cqe_seen(&e->ring, cqe);
+        inflight--;
+        reap(td, &got);
     }
     return NULL;
 }
@@ -225,8 +250,6 @@ static void uring_free(td_engine_t *e)
     free(e->arena);
     free(e->free_bufs);
     free(e->ctx);
-    free(e->taken);
-    e->taken = NULL;
     e->arena = NULL;
     e->free_bufs = NULL;
     e->ctx = NULL;
@@ -242,9 +265,8 @@ static int uring_start(tier_disk_t *td, uint32_t qd)
     e->qd = qd;
     e->free_bufs = malloc(qd * sizeof(uint32_t));
     e->ctx = calloc(qd, sizeof(buf_ctx_t));
-    e->taken = calloc(qd, sizeof(uint32_t));
     struct iovec *iov = calloc(qd, sizeof(*iov));
-    if (!e->free_bufs || !e->ctx || !e->taken || !iov ||
+    if (!e->free_bufs || !e->ctx || !iov ||
         posix_memalign((void **)&e->arena, TIER_DISK_ALIGN, (size_t)qd * td->slot_bytes) != 0) {
         free(iov);
         uring_free(e);
