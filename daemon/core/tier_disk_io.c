@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #if defined(__has_include)
@@ -55,7 +56,8 @@ struct td_engine {
     uint32_t qd;
     uint8_t *arena; /* qd buffers of slot_bytes */
     uint32_t *free_bufs, nfree;
-    buf_ctx_t *ctx; /* by buffer: the op it holds */
+    buf_ctx_t *ctx;    /* by buffer: the op it holds */
+    struct iovec *iov; /* by buffer: a direct op's header page and data */
 };
 
 /* Under mu: the next queued op, or false. */
@@ -76,13 +78,21 @@ static bool take_op(td_engine_t *e, td_batch_t **b, size_t *i)
 
 /* --- threads --- */
 
-static long do_io(tier_disk_t *td, bool write, uint32_t slot, uint8_t *buf)
+/* Op i's I/O: the whole slot through buf, or (direct) the header page
+ * through buf and the payload in place. */
+static long do_io(tier_disk_t *td, td_batch_t *b, size_t i, uint8_t *buf)
 {
-    off_t off = (off_t)td_slot_offset(td, slot);
+    off_t off = (off_t)td_slot_offset(td, b->ops[i].slot);
+    struct iovec iov[2] = {{buf, td->slot_bytes}, {NULL, 0}};
+    int n = 1;
+    if (td_direct(td, b, i)) {
+        iov[0].iov_len = td->pay_off;
+        iov[1] = (struct iovec){b->ops[i].data, td->block_bytes};
+        n = 2;
+    }
     ssize_t r;
     do {
-        r = write ? pwrite(td->fd, buf, td->slot_bytes, off)
-                  : pread(td->fd, buf, td->slot_bytes, off);
+        r = b->write ? pwritev(td->fd, iov, n, off) : preadv(td->fd, iov, n, off);
     } while (r < 0 && errno == EINTR);
     return r < 0 ? -errno : (long)r;
 }
@@ -108,7 +118,7 @@ static void *thread_main(void *arg)
             continue;
         }
         td_prepare(td, b, i, buf);
-        td_finish(td, b, i, buf, do_io(td, b->write, b->ops[i].slot, buf));
+        td_finish(td, b, i, buf, do_io(td, b, i, buf));
     }
     if (have_buf)
         free(buf);
@@ -147,7 +157,16 @@ static void queue_op(tier_disk_t *td, uint32_t k)
     struct io_uring_sqe *sqe = io_uring_get_sqe(&e->ring);
     off_t off = (off_t)td_slot_offset(td, b->ops[i].slot);
     unsigned len = (unsigned)td->slot_bytes;
-    if (b->write && e->registered)
+    if (td_direct(td, b, i)) {
+        /* The payload in place: the kernel pins its pages for this I/O. */
+        struct iovec *iov = &e->iov[2 * (size_t)k];
+        iov[0] = (struct iovec){buf, td->pay_off};
+        iov[1] = (struct iovec){b->ops[i].data, td->block_bytes};
+        if (b->write)
+            io_uring_prep_writev(sqe, td->fd, iov, 2, off);
+        else
+            io_uring_prep_readv(sqe, td->fd, iov, 2, off);
+    } else if (b->write && e->registered)
         io_uring_prep_write_fixed(sqe, td->fd, buf, len, off, (int)k);
     else if (b->write)
         io_uring_prep_write(sqe, td->fd, buf, len, off);
@@ -165,9 +184,13 @@ static void reap(tier_disk_t *td, struct io_uring_cqe *cqe)
     uint64_t k = io_uring_cqe_get_data64(cqe);
     buf_ctx_t c = e->ctx[k];
     uint8_t *buf = e->arena + (size_t)k * td->slot_bytes;
-    /* The kernel filled a read's buffer behind valgrind's back. */
-    if (cqe->res > 0 && !c.b->write)
+    /* The kernel filled a read's buffer (or data) behind valgrind's back. */
+    if (cqe->res > 0 && !c.b->write && td_direct(td, c.b, c.i)) {
+        VALGRIND_MAKE_MEM_DEFINED(buf, td->pay_off);
+        VALGRIND_MAKE_MEM_DEFINED(c.b->ops[c.i].data, td->block_bytes);
+    } else if (cqe->res > 0 && !c.b->write) {
         VALGRIND_MAKE_MEM_DEFINED(buf, (size_t)cqe->res);
+    }
     e->free_bufs[e->nfree++] = (uint32_t)k;
     td_finish(td, c.b, c.i, buf, (long)cqe->res);
 }
@@ -250,6 +273,8 @@ static void uring_free(td_engine_t *e)
     free(e->arena);
     free(e->free_bufs);
     free(e->ctx);
+    free(e->iov);
+    e->iov = NULL;
     e->arena = NULL;
     e->free_bufs = NULL;
     e->ctx = NULL;
@@ -265,8 +290,9 @@ static int uring_start(tier_disk_t *td, uint32_t qd)
     e->qd = qd;
     e->free_bufs = malloc(qd * sizeof(uint32_t));
     e->ctx = calloc(qd, sizeof(buf_ctx_t));
+    e->iov = calloc(2 * (size_t)qd, sizeof(struct iovec));
     struct iovec *iov = calloc(qd, sizeof(*iov));
-    if (!e->free_bufs || !e->ctx || !iov ||
+    if (!e->free_bufs || !e->ctx || !e->iov || !iov ||
         posix_memalign((void **)&e->arena, TIER_DISK_ALIGN, (size_t)qd * td->slot_bytes) != 0) {
         free(iov);
         uring_free(e);
