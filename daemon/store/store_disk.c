@@ -78,9 +78,24 @@ static void src_store(void *arg, uint32_t id, const void *buf)
         }
 }
 
+/* A tier-3 slot whose record did not verify at a get (its promotion was
+ * undone): its block, and every block after it, can never be served, so
+ * they leave the index (and the slot is free) rather than fail every
+ * lookup that reaches them. The disk tier counted the failure. */
+static void src_bad(void *arg, uint32_t slot)
+{
+    server_t *srv = arg;
+    uint32_t id = srv->num_blocks + srv->tier2_blocks + slot;
+    size_t n = 0;
+    int rc = radix_drop_from(srv->store->index, id, &n);
+    LOG_WARN("disk tier: slot %u did not verify: %zu blocks dropped from the index%s", slot, n,
+             rc == KVS_EBUSY ? " (some kept: pinned or being copied)" : "");
+}
+
 int store_disk_open(server_t *srv, tier_medium_t **out)
 {
     tier_disk_source_t src = {.meta = src_meta,
+                              .bad = src_bad,
                               .arg = srv,
                               .store = src_store,
                               .locate = src_locate,

@@ -64,8 +64,28 @@ static void batch_ended(void *arg, tier_disk_op_t *ops, size_t n)
     uv_async_send(&dm->async);
 }
 
+/* The slots of a failed get that can never be served (they did not
+ * verify, or hold another block); a malloc'd array, NULL when none. */
+static uint32_t *bad_slots(const disk_medium_t *dm, const disk_batch_t *b, size_t *n_bad)
+{
+    *n_bad = 0;
+    if (b->put || !dm->src.bad)
+        return NULL;
+    uint32_t *bad = NULL;
+    for (size_t i = 0; i < b->n; i++) {
+        if (b->ops[i].status != KVS_ENOTFOUND)
+            continue;
+        if (!bad && !(bad = malloc(b->n * sizeof(*bad))))
+            return NULL; /* the slots stay; a later get fails on them again */
+        bad[(*n_bad)++] = b->ops[i].slot;
+    }
+    return bad;
+}
+
 /* On the loop: a put records what each slot now holds (or nothing, when
- * it failed); the first failing op's status is the batch's. */
+ * it failed); the first failing op's status is the batch's. A get's slots
+ * that can never be served go to src.bad once the batch's done has run
+ * (its moves are undone then, so the index may drop those blocks). */
 static void finish(disk_medium_t *dm, disk_batch_t *b)
 {
     tier_medium_result_t res = {.copy_ns = b->copy_ns};
@@ -104,12 +124,17 @@ static void finish(disk_medium_t *dm, disk_batch_t *b)
     }
     if (--dm->in_flight == 0)
         uv_unref((uv_handle_t *)&dm->async);
+    size_t n_bad = 0;
+    uint32_t *bad = res.status != 0 ? bad_slots(dm, b, &n_bad) : NULL;
     tier_medium_done_fn done = b->done;
     void *arg = b->arg;
     free(b->stage);
     free(b->tokens);
     free(b);
     done(arg, &res);
+    for (size_t i = 0; i < n_bad; i++)
+        dm->src.bad(dm->src.arg, bad[i]);
+    free(bad);
 }
 
 static void on_async(uv_async_t *h)

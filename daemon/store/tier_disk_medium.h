@@ -36,6 +36,10 @@ typedef struct tier_disk_source {
      * (gather, which must only read memory the put keeps in place). */
     uint32_t (*locate)(void *arg, uint32_t id);
     void (*gather)(void *arg, uint32_t src, void *dst);
+    /* May be NULL. On the loop, after a failed get's done: slot's record
+     * did not verify or is not the block last put there (KVS_ENOTFOUND; not
+     * a disk error). It can never be served: the index should forget it. */
+    void (*bad)(void *arg, uint32_t slot);
     uint64_t block_bytes;  /* with staging: a block's bytes */
     uint32_t block_tokens; /* tokens per block (a put's copy of them) */
 } tier_disk_source_t;
