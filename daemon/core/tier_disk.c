@@ -234,6 +234,11 @@ void td_finish(tier_disk_t *td, td_batch_t *b, size_t i, uint8_t *buf, long res)
         op->status = 0;
     } else {
         op->status = check_read(td, op, buf, td_direct(td, b, i));
+        if (op->status == 0 && op->drain &&
+            op->drain(op->drain_ctx, op->drain_dst, op->data) != 0) {
+            atomic_fetch_add(&td->io_errors, 1);
+            op->status = KVS_EIO;
+        }
         if (op->status == 0) {
             atomic_fetch_add(&td->reads, 1);
             atomic_fetch_add(&td->read_bytes, td->block_bytes);

@@ -86,6 +86,14 @@ typedef struct tier_disk_op {
     void (*fill)(void *ctx, uint32_t src, void *dst);
     void *fill_ctx;
     uint32_t fill_src;
+    /* A read may give drain: called on a tier thread once the slot verified,
+     * with drain_dst and data (the block's bytes), to put them where they
+     * go (a pool block), so that scattering a block's pieces is not the
+     * caller's thread's work either. A non-zero return fails the op
+     * (KVS_EIO). */
+    int (*drain)(void *ctx, uint32_t dst, const void *src);
+    void *drain_ctx;
+    uint32_t drain_dst;
 } tier_disk_op_t;
 
 /* Called once per batch, on one of the tier's threads, after every op ended. */

@@ -61,11 +61,15 @@ static void src_gather(void *arg, uint32_t slot, void *dst)
             memcpy(out, base + geometry_offset(&srv->geo, srv->tier2_blocks, l, p, slot), piece);
 }
 
-/* A verified get's bytes into pool block id, piece by piece (the backend
- * writes device memory on cuda). */
-static void src_store(void *arg, uint32_t id, const void *buf)
+/* On a tier thread: a verified get's bytes into pool block id, piece by
+ * piece (the backend writes device memory on cuda). The block is the
+ * get's alone until it ends: a pool block the promotion took, which no one
+ * reads or writes before the loop hears the get's end; the backend is used
+ * from other threads the same way by the host tier's copies. Reads only
+ * fields set at start. A failed write fails the get (undone: a miss). */
+static int src_store(void *arg, uint32_t id, const void *buf)
 {
-    server_t *srv = arg;
+    const server_t *srv = arg;
     uint64_t piece = geometry_slot_bytes(&srv->geo);
     uint32_t planes = geometry_planes(&srv->geo);
     const uint8_t *in = buf;
@@ -74,8 +78,9 @@ static void src_store(void *arg, uint32_t id, const void *buf)
             int rc = backend_write(
                 srv->backend, geometry_offset(&srv->geo, srv->num_blocks, l, p, id), in, piece);
             if (rc != 0)
-                LOG_ERROR("disk tier: writing pool block %u failed: %s", id, kvs_status_text(rc));
+                return rc;
         }
+    return 0;
 }
 
 /* A tier-3 slot whose record did not verify at a get (its promotion was

@@ -22,15 +22,16 @@
 
 typedef struct tier_disk_source {
     /* The bytes (block_bytes) of block id in host memory, valid until the
-     * batch ends. NULL: the medium stages each block in its own buffer,
-     * filled by load (a put, when it starts) and emptied by store (a get
-     * that verified, on the loop when it ends). */
+     * batch ends. NULL: the medium stages each block in its own buffer
+     * (page-aligned: the disk reads into it in place), filled by load (a
+     * put, when it starts) and emptied by store (a get's block once it
+     * verified, on a tier thread; non-zero fails the get). */
     void *(*block)(void *arg, uint32_t id);
     /* What block id is (for a put's record). tokens are copied at once. */
     void (*meta)(void *arg, uint32_t id, tier_disk_meta_t *out);
     void *arg;
     void (*load)(void *arg, uint32_t id, void *buf);
-    void (*store)(void *arg, uint32_t id, const void *buf);
+    int (*store)(void *arg, uint32_t id, const void *buf);
     /* With staging, puts may instead name where block id's bytes are (on
      * the loop: locate) and have a tier thread gather them into the record
      * (gather, which must only read memory the put keeps in place). */
