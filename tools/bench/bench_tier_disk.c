@@ -15,7 +15,10 @@
  * as a percentage of fio. The tier's reads verify each slot's CRC and the
  * blocks are compared bitwise after the last round. Without fio on PATH the
  * tier's own figures are printed and fio's are said to be missing; on a file
- * system without O_DIRECT (tmpfs) it says so and exits 77.
+ * system without O_DIRECT (tmpfs) it says so and exits 77. The blocks are
+ * page-aligned (the tier reads and writes them in place, as it does host
+ * memory's), or with --data unaligned 64 bytes off a page (copied through
+ * the tier's buffers).
  */
 #include <pthread.h>
 #include <stdbool.h>
