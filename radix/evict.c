@@ -769,3 +769,42 @@ int radix_evict_prompt(radix_tree_t *t, uint32_t ns, const uint32_t *tokens, siz
     }
     return 0;
 }
+
+/* ---- dropping a block found corrupt ----------------------------------------- */
+
+/* A child of n (n has some), found by a scan of the child table: there is
+ * no list of a node's children, and a drop of a corrupt block is rare. */
+static radix_node_t *any_child(const radix_tree_t *t, const radix_node_t *n)
+{
+    for (size_t i = 0; i <= t->slot_mask; i++)
+        if (t->slots[i].node && t->slots[i].node->parent == n)
+            return t->slots[i].node;
+    return NULL;
+}
+
+/* Leaves first, as radix_evict_prompt drops a prompt, but down every
+ * branch below the block: a leaf of its subtree goes, then the next, until
+ * the block itself is gone. */
+int radix_drop_from(radix_tree_t *t, uint32_t block_id, size_t *n_dropped)
+{
+    if (!t || !n_dropped || block_id >= t->id_end)
+        return KVS_EINVAL;
+    *n_dropped = 0;
+    for (;;) {
+        radix_node_t *n = t->by_node[block_id];
+        if (!n || n == &radix__mark)
+            return 0;
+        while (n->n_children > 0) {
+            radix_node_t *c = any_child(t, n);
+            if (!c)
+                return KVS_EINTERNAL;
+            n = c;
+        }
+        uint32_t pos = last_pos(n);
+        uint32_t id = *rec_id(n, pos);
+        if (*rec_ref(n, pos) > 0 || is_busy(t, id))
+            return KVS_EBUSY;
+        radix__evict_leaf(t, n, (int)tier_of(t, id), EVICT_OWN);
+        (*n_dropped)++;
+    }
+}

@@ -693,4 +693,15 @@ int radix_check_line(void);
 int radix_evict_prompt(radix_tree_t *t, uint32_t ns, const uint32_t *tokens, size_t n_tokens,
                        size_t *n_matched, size_t *n_tier1, size_t *n_tier2);
 
+/* Drops block block_id and every cached block after it (the prefixes that
+ * continue it: a block whose bytes were found corrupt takes them with it,
+ * since they can no longer be matched), leaves first, each through
+ * on_evict, counted as evicted_own (and tier2_dropped / tier3_dropped) of
+ * its namespace. A block not cached: nothing to do, 0. Stops at a block
+ * that is pinned or being copied: KVS_EBUSY, with what could go dropped.
+ * *n_dropped = blocks dropped. Cost: a scan of the child table per node
+ * below the block (meant for rare events, not the request path). Errors:
+ * KVS_EINVAL, KVS_EBUSY, KVS_EINTERNAL. */
+int radix_drop_from(radix_tree_t *t, uint32_t block_id, size_t *n_dropped);
+
 #endif /* KVS_RADIX_H */

@@ -312,11 +312,12 @@ static inline uint32_t tier_of(const radix_tree_t *t, uint32_t id)
     return k;
 }
 
-/* Records of n in tiers 0 .. k. */
+/* Records of n in tiers 0 .. k (k < RADIX_TIERS; the bound is also said in
+ * the loop, or gcc -O3 warns of a read past tlen where it cannot see it). */
 static inline uint32_t tier_end(const radix_node_t *n, uint32_t k)
 {
     uint32_t e = 0;
-    for (uint32_t j = 0; j <= k; j++)
+    for (uint32_t j = 0; j <= k && j < RADIX_TIERS; j++)
         e += n->tlen[j];
     return e;
 }

@@ -99,6 +99,10 @@ static bool cand_is_leaf(const radix_node_t *n, uint32_t k)
 static int make_room(radix_tree_t *t, uint32_t k, uint32_t for_ns, radix_move_t *moves,
                      size_t *n_moved)
 {
+    /* Never true (callers stay under n_tiers), but said so that gcc -O3
+     * sees the recursion end within lower[]. */
+    if (k >= RADIX_TIERS)
+        return -1;
     while (t->lower[k].n_free == 0) {
         radix_node_t *d = radix__evict_choice(t, for_ns, (int)k);
         if (!d)

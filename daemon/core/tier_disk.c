@@ -91,21 +91,25 @@ static void seterr(char *err, size_t len, const char *fmt, ...)
 
 /* --- records --- */
 
-/* The CRC of a record: the whole slot (header with its CRC field as zero,
- * payload, padding), so that no byte of a slot can change unseen. */
-static uint32_t record_crc(const tier_disk_t *td, const uint8_t *buf)
+/* The CRC of a record: the whole slot (header page with its CRC field as
+ * zero, payload, padding), so that no byte of a slot can change unseen.
+ * hdr is the slot's first pay_off bytes; payload the slot_bytes - pay_off
+ * after them (elsewhere in memory when the I/O is direct: no padding then). */
+static uint32_t record_crc(const tier_disk_t *td, const uint8_t *hdr, const uint8_t *payload)
 {
     static const uint8_t zero[4];
-    uint32_t c = crc32c(0, buf, H_CRC);
+    uint32_t c = crc32c(0, hdr, H_CRC);
     c = crc32c(c, zero, sizeof(zero));
-    return crc32c(c, buf + H_CRC + 4, td->slot_bytes - (H_CRC + 4));
+    c = crc32c(c, hdr + H_CRC + 4, td->pay_off - (H_CRC + 4));
+    return crc32c(c, payload, td->slot_bytes - td->pay_off);
 }
 
-/* The record around a payload already at buf + hdr_bytes. */
-static void encode_around(const tier_disk_t *td, uint8_t *buf, uint32_t slot,
-                          const tier_disk_meta_t *meta)
+/* The header page (pay_off bytes at buf) of a record whose payload (and
+ * padding) is at payload. */
+static void encode_header(const tier_disk_t *td, uint8_t *buf, const uint8_t *payload,
+                          uint32_t slot, const tier_disk_meta_t *meta)
 {
-    memset(buf, 0, td->hdr_bytes);
+    memset(buf, 0, td->pay_off);
     put32(buf + H_MAGIC, REC_MAGIC);
     put32(buf + H_FORMAT, TIER_DISK_FORMAT);
     put64(buf + H_SEQ, meta->seq);
@@ -120,20 +124,29 @@ static void encode_around(const tier_disk_t *td, uint8_t *buf, uint32_t slot,
     memcpy(buf + H_NS, meta->ns, nl);
     for (uint32_t i = 0; i < nt; i++)
         put32(buf + H_TOKENS + 4 * i, meta->tokens[i]);
-    size_t end = td->hdr_bytes + td->block_bytes;
+    put32(buf + H_CRC, record_crc(td, buf, payload));
+}
+
+/* The record around a payload already at buf + pay_off (padding zeroed). */
+static void encode_around(const tier_disk_t *td, uint8_t *buf, uint32_t slot,
+                          const tier_disk_meta_t *meta)
+{
+    size_t end = td->pay_off + td->block_bytes;
     memset(buf + end, 0, td->slot_bytes - end);
-    put32(buf + H_CRC, record_crc(td, buf));
+    encode_header(td, buf, buf + td->pay_off, slot, meta);
 }
 
 void tier_disk_encode(const tier_disk_t *td, uint8_t *buf, uint32_t slot,
                       const tier_disk_meta_t *meta, const void *payload)
 {
-    memcpy(buf + td->hdr_bytes, payload, td->block_bytes);
+    memcpy(buf + td->pay_off, payload, td->block_bytes);
     encode_around(td, buf, slot, meta);
 }
 
-int tier_disk_decode(const tier_disk_t *td, const uint8_t *buf, uint32_t slot,
-                     tier_disk_meta_t *meta, uint32_t *tokens, bool *blank)
+/* tier_disk_decode of a record whose header page is at hdr and payload at
+ * payload. */
+static int decode_parts(const tier_disk_t *td, const uint8_t *buf, const uint8_t *payload,
+                        uint32_t slot, tier_disk_meta_t *meta, uint32_t *tokens, bool *blank)
 {
     *blank = get32(buf + H_MAGIC) == 0 && get64(buf + H_SEQ) == 0;
     if (*blank)
@@ -143,7 +156,7 @@ int tier_disk_decode(const tier_disk_t *td, const uint8_t *buf, uint32_t slot,
         get32(buf + H_SLOT) != slot || get32(buf + H_LEN) != td->block_bytes ||
         nt > td->block_tokens || memchr(buf + H_NS, 0, TIER_DISK_NS_MAX) == NULL)
         return KVS_ENOTFOUND;
-    if (record_crc(td, buf) != get32(buf + H_CRC))
+    if (record_crc(td, buf, payload) != get32(buf + H_CRC))
         return KVS_ENOTFOUND;
     meta->seq = get64(buf + H_SEQ);
     meta->chain_hash = get64(buf + H_HASH);
@@ -157,25 +170,42 @@ int tier_disk_decode(const tier_disk_t *td, const uint8_t *buf, uint32_t slot,
     return 0;
 }
 
+int tier_disk_decode(const tier_disk_t *td, const uint8_t *buf, uint32_t slot,
+                     tier_disk_meta_t *meta, uint32_t *tokens, bool *blank)
+{
+    return decode_parts(td, buf, buf + td->pay_off, slot, meta, tokens, blank);
+}
+
 /* --- engine callbacks --- */
+
+bool td_direct(const tier_disk_t *td, const td_batch_t *b, size_t i)
+{
+    const tier_disk_op_t *op = &b->ops[i];
+    return td->direct_ok && op->data && !(b->write && op->fill) &&
+           (uintptr_t)op->data % TIER_DISK_ALIGN == 0;
+}
 
 void td_prepare(tier_disk_t *td, td_batch_t *b, size_t i, uint8_t *buf)
 {
     tier_disk_op_t *op = &b->ops[i];
     if (b->write && op->fill) {
-        op->fill(op->fill_ctx, op->fill_src, buf + td->hdr_bytes);
+        op->fill(op->fill_ctx, op->fill_src, buf + td->pay_off);
         encode_around(td, buf, op->slot, &op->meta);
+    } else if (b->write && td_direct(td, b, i)) {
+        encode_header(td, buf, op->data, op->slot, &op->meta); /* only the CRC reads the payload */
     } else if (b->write) {
         tier_disk_encode(td, buf, op->slot, &op->meta, op->data);
     }
 }
 
-/* A read's check: the record verifies and is the block asked for. */
-static int check_read(tier_disk_t *td, tier_disk_op_t *op, const uint8_t *buf)
+/* A read's check: the record verifies and is the block asked for. A direct
+ * read's payload is in op->data already; otherwise it is copied there. */
+static int check_read(tier_disk_t *td, tier_disk_op_t *op, const uint8_t *buf, bool direct)
 {
     tier_disk_meta_t got;
     bool blank;
-    if (tier_disk_decode(td, buf, op->slot, &got, NULL, &blank) != 0) {
+    const uint8_t *payload = direct ? op->data : buf + td->pay_off;
+    if (decode_parts(td, buf, payload, op->slot, &got, NULL, &blank) != 0) {
         if (!blank)
             atomic_fetch_add(&td->crc_failures, 1);
         else
@@ -187,7 +217,8 @@ static int check_read(tier_disk_t *td, tier_disk_op_t *op, const uint8_t *buf)
         atomic_fetch_add(&td->mismatches, 1);
         return KVS_ENOTFOUND;
     }
-    memcpy(op->data, buf + td->hdr_bytes, td->block_bytes);
+    if (!direct)
+        memcpy(op->data, buf + td->pay_off, td->block_bytes);
     return 0;
 }
 
@@ -202,7 +233,12 @@ void td_finish(tier_disk_t *td, td_batch_t *b, size_t i, uint8_t *buf, long res)
         atomic_fetch_add(&td->write_bytes, td->block_bytes);
         op->status = 0;
     } else {
-        op->status = check_read(td, op, buf);
+        op->status = check_read(td, op, buf, td_direct(td, b, i));
+        if (op->status == 0 && op->drain &&
+            op->drain(op->drain_ctx, op->drain_dst, op->data) != 0) {
+            atomic_fetch_add(&td->io_errors, 1);
+            op->status = KVS_EIO;
+        }
         if (op->status == 0) {
             atomic_fetch_add(&td->reads, 1);
             atomic_fetch_add(&td->read_bytes, td->block_bytes);
@@ -544,6 +580,11 @@ static int open_fd(const tier_disk_config_t *cfg, bool *created, char *err, size
     return -1;
 }
 
+static uint64_t round_up(uint64_t v, uint64_t to)
+{
+    return (v + to - 1) / to * to;
+}
+
 static int geometry(tier_disk_t *td, const tier_disk_config_t *cfg, char *err, size_t errlen)
 {
     if (!cfg->path || !*cfg->path || cfg->block_bytes == 0 || cfg->block_tokens == 0 ||
@@ -555,8 +596,13 @@ static int geometry(tier_disk_t *td, const tier_disk_config_t *cfg, char *err, s
     td->block_tokens = cfg->block_tokens;
     td->geometry_id = cfg->geometry_id;
     td->hdr_bytes = TIER_DISK_HDR_FIXED + 4ull * cfg->block_tokens;
-    td->slot_bytes =
-        (td->hdr_bytes + td->block_bytes + TIER_DISK_ALIGN - 1) / TIER_DISK_ALIGN * TIER_DISK_ALIGN;
+    /* A block of whole pages starts on a page, after the header's own
+     * page(s): in page-aligned memory it goes to and from the disk in place,
+     * and the slot is no larger than header and block packed. A smaller
+     * block follows its header (no in-place I/O, no page wasted). */
+    td->direct_ok = td->block_bytes % TIER_DISK_ALIGN == 0;
+    td->pay_off = td->direct_ok ? round_up(td->hdr_bytes, TIER_DISK_ALIGN) : td->hdr_bytes;
+    td->slot_bytes = round_up(td->pay_off + td->block_bytes, TIER_DISK_ALIGN);
     uint64_t n = cfg->bytes > TIER_DISK_ALIGN ? (cfg->bytes - TIER_DISK_ALIGN) / td->slot_bytes : 0;
     if (n == 0 || n >= UINT32_MAX) {
         seterr(err, errlen,

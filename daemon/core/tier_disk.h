@@ -11,8 +11,10 @@
  *
  *     [0, 4096)              superblock: magic, format, geometry, slot count
  *     [4096 + i * slot_bytes) slot i: header (TIER_DISK_HDR_FIXED bytes, then
- *                            block_tokens u32 tokens), then block_bytes of
- *                            payload, zero-padded to a multiple of 4096
+ *                            block_tokens u32 tokens), zero-padded to a
+ *                            multiple of 4096 when block_bytes is one, then
+ *                            block_bytes of payload, zero-padded to a
+ *                            multiple of 4096
  *
  * I/O runs on io_uring (batched submission at the queue depth, registered
  * buffers, completions reaped on the tier's own thread) or, where io_uring is
@@ -30,7 +32,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define TIER_DISK_FORMAT    2u /* 2: records name their parent's chained hash */
+#define TIER_DISK_FORMAT                                                                           \
+    3u /* 2: records name their parent's chained hash; 3: the payload starts on a page */
 #define TIER_DISK_ALIGN     4096u
 #define TIER_DISK_NS_MAX    64u  /* namespace name bytes, with its NUL */
 #define TIER_DISK_HDR_FIXED 120u /* header bytes before the tokens */
@@ -67,7 +70,10 @@ typedef struct tier_disk_meta {
 /* One slot's I/O in a batch. A write stores data (block_bytes) and meta in
  * slot; a read fills data from slot, and ends in KVS_ENOTFOUND unless the
  * slot verifies (CRC) and holds meta's chain hash, namespace id and (when
- * meta.seq is non-zero) sequence number: wrong bytes are never returned. */
+ * meta.seq is non-zero) sequence number: wrong bytes are never returned
+ * (data's content is undefined after a read that did not end in 0). Data
+ * aligned to 4 KiB (with a block_bytes of whole pages) goes to and from the
+ * disk in place, without a copy through the tier's buffers. */
 typedef struct tier_disk_op {
     uint32_t slot;
     void *data;
@@ -80,6 +86,14 @@ typedef struct tier_disk_op {
     void (*fill)(void *ctx, uint32_t src, void *dst);
     void *fill_ctx;
     uint32_t fill_src;
+    /* A read may give drain: called on a tier thread once the slot verified,
+     * with drain_dst and data (the block's bytes), to put them where they
+     * go (a pool block), so that scattering a block's pieces is not the
+     * caller's thread's work either. A non-zero return fails the op
+     * (KVS_EIO). */
+    int (*drain)(void *ctx, uint32_t dst, const void *src);
+    void *drain_ctx;
+    uint32_t drain_dst;
 } tier_disk_op_t;
 
 /* Called once per batch, on one of the tier's threads, after every op ended. */

@@ -28,6 +28,8 @@ typedef struct td_batch {
 struct tier_disk {
     int fd;
     uint64_t block_bytes, slot_bytes, hdr_bytes, file_bytes;
+    uint64_t pay_off; /* the payload's offset in a slot: hdr_bytes rounded up to a page */
+    bool direct_ok;   /* block_bytes is whole pages: page-aligned ops may skip the buffer */
     uint32_t block_tokens, nslots;
     uint64_t geometry_id;
 
@@ -51,7 +53,13 @@ static inline uint64_t td_slot_offset(const tier_disk_t *td, uint32_t slot)
     return TIER_DISK_ALIGN + (uint64_t)slot * td->slot_bytes;
 }
 
-/* On an engine thread, before op i's I/O: a write's record into buf. */
+/* Whether op i's I/O goes straight from (to) its data: data is page-aligned
+ * and block_bytes whole pages. Then buf holds only the header page(s)
+ * (pay_off bytes) and the engine does vectored I/O: [buf, pay_off) and
+ * [data, block_bytes); otherwise buf holds the whole slot. */
+bool td_direct(const tier_disk_t *td, const td_batch_t *b, size_t i);
+/* On an engine thread, before op i's I/O: a write's record into buf (or,
+ * direct, its header page, with the CRC over data). */
 void td_prepare(tier_disk_t *td, td_batch_t *b, size_t i, uint8_t *buf);
 /* On an engine thread, after it: res is the I/O's byte count or -errno. A
  * read is checked and copied out of buf. The last op of a batch calls its

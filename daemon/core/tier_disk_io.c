@@ -5,9 +5,9 @@
  *
  * io_uring: one thread owns a ring and queue_depth buffers of one slot each,
  * registered with the ring (fixed reads and writes: no page pinning per
- * I/O). It takes as many queued ops as it has free buffers, encodes them,
- * submits them in one io_uring_submit, and reaps completions, checking reads
- * as they land.
+ * I/O). Each free buffer takes the next queued op, which is encoded and
+ * submitted at once; each completion is handled (a read checked) and its
+ * buffer refilled before the next is looked at (uring_main says why).
  *
  * threads: queue_depth threads (at most 64), each with one slot buffer, doing
  * pread/pwrite. Chosen where io_uring cannot start (a seccomp profile, an old
@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #if defined(__has_include)
@@ -55,8 +56,8 @@ struct td_engine {
     uint32_t qd;
     uint8_t *arena; /* qd buffers of slot_bytes */
     uint32_t *free_bufs, nfree;
-    buf_ctx_t *ctx;  /* by buffer: the op it holds */
-    uint32_t *taken; /* buffers taken in one turn */
+    buf_ctx_t *ctx;    /* by buffer: the op it holds */
+    struct iovec *iov; /* by buffer: a direct op's header page and data */
 };
 
 /* Under mu: the next queued op, or false. */
@@ -77,13 +78,21 @@ static bool take_op(td_engine_t *e, td_batch_t **b, size_t *i)
 
 /* --- threads --- */
 
-static long do_io(tier_disk_t *td, bool write, uint32_t slot, uint8_t *buf)
+/* Op i's I/O: the whole slot through buf, or (direct) the header page
+ * through buf and the payload in place. */
+static long do_io(tier_disk_t *td, td_batch_t *b, size_t i, uint8_t *buf)
 {
-    off_t off = (off_t)td_slot_offset(td, slot);
+    off_t off = (off_t)td_slot_offset(td, b->ops[i].slot);
+    struct iovec iov[2] = {{buf, td->slot_bytes}, {NULL, 0}};
+    int n = 1;
+    if (td_direct(td, b, i)) {
+        iov[0].iov_len = td->pay_off;
+        iov[1] = (struct iovec){b->ops[i].data, td->block_bytes};
+        n = 2;
+    }
     ssize_t r;
     do {
-        r = write ? pwrite(td->fd, buf, td->slot_bytes, off)
-                  : pread(td->fd, buf, td->slot_bytes, off);
+        r = b->write ? pwritev(td->fd, iov, n, off) : preadv(td->fd, iov, n, off);
     } while (r < 0 && errno == EINTR);
     return r < 0 ? -errno : (long)r;
 }
@@ -109,7 +118,7 @@ static void *thread_main(void *arg)
             continue;
         }
         td_prepare(td, b, i, buf);
-        td_finish(td, b, i, buf, do_io(td, b->write, b->ops[i].slot, buf));
+        td_finish(td, b, i, buf, do_io(td, b, i, buf));
     }
     if (have_buf)
         free(buf);
@@ -148,7 +157,16 @@ static void queue_op(tier_disk_t *td, uint32_t k)
     struct io_uring_sqe *sqe = io_uring_get_sqe(&e->ring);
     off_t off = (off_t)td_slot_offset(td, b->ops[i].slot);
     unsigned len = (unsigned)td->slot_bytes;
-    if (b->write && e->registered)
+    if (td_direct(td, b, i)) {
+        /* The payload in place: the kernel pins its pages for this I/O. */
+        struct iovec *iov = &e->iov[2 * (size_t)k];
+        iov[0] = (struct iovec){buf, td->pay_off};
+        iov[1] = (struct iovec){b->ops[i].data, td->block_bytes};
+        if (b->write)
+            io_uring_prep_writev(sqe, td->fd, iov, 2, off);
+        else
+            io_uring_prep_readv(sqe, td->fd, iov, 2, off);
+    } else if (b->write && e->registered)
         io_uring_prep_write_fixed(sqe, td->fd, buf, len, off, (int)k);
     else if (b->write)
         io_uring_prep_write(sqe, td->fd, buf, len, off);
@@ -166,55 +184,85 @@ static void reap(tier_disk_t *td, struct io_uring_cqe *cqe)
     uint64_t k = io_uring_cqe_get_data64(cqe);
     buf_ctx_t c = e->ctx[k];
     uint8_t *buf = e->arena + (size_t)k * td->slot_bytes;
-    /* The kernel filled a read's buffer behind valgrind's back. */
-    if (cqe->res > 0 && !c.b->write)
+    /* The kernel filled a read's buffer (or data) behind valgrind's back. */
+    if (cqe->res > 0 && !c.b->write && td_direct(td, c.b, c.i)) {
+        VALGRIND_MAKE_MEM_DEFINED(buf, td->pay_off);
+        VALGRIND_MAKE_MEM_DEFINED(c.b->ops[c.i].data, td->block_bytes);
+    } else if (cqe->res > 0 && !c.b->write) {
         VALGRIND_MAKE_MEM_DEFINED(buf, (size_t)cqe->res);
+    }
     e->free_bufs[e->nfree++] = (uint32_t)k;
     td_finish(td, c.b, c.i, buf, (long)cqe->res);
 }
 
-/* Idle, the thread sleeps on the queue's condition variable; with I/O in
+/* Under mu: takes the next queued op into a free buffer, or returns false
+ * (no free buffer or nothing queued). */
+static bool take_into_buffer(td_engine_t *e, uint32_t *k)
+{
+    if (e->nfree == 0)
+        return false;
+    uint32_t b = e->free_bufs[e->nfree - 1];
+    if (!take_op(e, &e->ctx[b].b, &e->ctx[b].i))
+        return false;
+    e->nfree--;
+    *k = b;
+    return true;
+}
+
+/* The ring's one thread. The disk must never wait for this thread's CPU
+ * work (a write's encode, a read's check: a copy and a CRC each, about as
+ * long as the disk takes for a slot): each op goes to the disk as soon as
+ * it is ready, one at a time, and each completion is handled alone and its
+ * buffer refilled and resubmitted before the next completion is looked at.
+ * Handling all completions seen before resubmitting any (or encoding a
+ * whole turn before submitting it) leaves the disk idle for that long, and
+ * the time becomes the disk's plus the CPU's instead of the larger of the
+ * two.
+ *
+ * Idle, the thread sleeps on the queue's condition variable; with I/O in
  * flight, in io_uring_wait_cqe, which a completion ends: batches queued
  * meanwhile are taken at the next completion, one I/O's latency at most,
- * while the ring is busy anyway. */
+ * while the ring is busy anyway. Ops are taken under the lock and encoded
+ * outside it: a push from the loop thread never waits behind a copy and a
+ * CRC. */
 static void *uring_main(void *arg)
 {
     tier_disk_t *td = arg;
     td_engine_t *e = td->eng;
     uint32_t inflight = 0;
     for (;;) {
-        pthread_mutex_lock(&e->mu);
-        while (!e->qhead && inflight == 0 && !e->stop)
-            pthread_cond_wait(&e->cv, &e->mu);
-        /* Take ops under the lock, encode them outside it: a push from
-         * the loop thread never waits behind a copy and a CRC. */
-        uint32_t queued = 0;
-        while (e->nfree > 0 && take_op(e, &e->ctx[e->free_bufs[e->nfree - 1]].b,
-                                       &e->ctx[e->free_bufs[e->nfree - 1]].i))
-            e->taken[queued++] = e->free_bufs[--e->nfree];
-        bool stopping = e->stop && !e->qhead;
-        pthread_mutex_unlock(&e->mu);
-        for (uint32_t q = 0; q < queued; q++)
-            queue_op(td, e->taken[q]);
-        inflight += queued;
+        bool stopping;
+        for (;;) { /* fill every free buffer, each straight to the disk */
+            uint32_t k = 0;
+            pthread_mutex_lock(&e->mu);
+            while (!e->qhead && inflight == 0 && !e->stop)
+                pthread_cond_wait(&e->cv, &e->mu);
+            bool got = take_into_buffer(e, &k);
+            stopping = e->stop && !e->qhead;
+            pthread_mutex_unlock(&e->mu);
+            if (!got)
+                break;
+            queue_op(td, k);
+            inflight++;
+            int rc = io_uring_submit(&e->ring);
+            if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY)
+                LOG_ERROR("disk tier: io_uring_submit: %s", strerror(-rc));
+        }
         if (stopping && inflight == 0)
             break;
         if (inflight == 0)
             continue;
-        /* One call submits what was queued (and anything an earlier call
-         * left unsubmitted) and waits for a completion. */
+        /* One completion (submitting whatever an earlier submit left). */
+        struct io_uring_cqe *cqe = NULL;
         int rc = io_uring_submit_and_wait(&e->ring, 1);
         if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY)
             LOG_ERROR("disk tier: io_uring_submit_and_wait: %s", strerror(-rc));
-        struct io_uring_cqe *cqe;
-        unsigned head, seen = 0;
-        io_uring_for_each_cqe(&e->ring, head, cqe)
-        {
-            reap(td, cqe);
-            seen++;
-        }
-        io_uring_cq_advance(&e->ring, seen);
-        inflight -= seen;
+        if (io_uring_peek_cqe(&e->ring, &cqe) != 0 || !cqe)
+            continue;
+        struct io_uring_cqe got = *cqe;
+        io_uring_cqe_seen(&e->ring, cqe);
+        inflight--;
+        reap(td, &got);
     }
     return NULL;
 }
@@ -225,8 +273,8 @@ static void uring_free(td_engine_t *e)
     free(e->arena);
     free(e->free_bufs);
     free(e->ctx);
-    free(e->taken);
-    e->taken = NULL;
+    free(e->iov);
+    e->iov = NULL;
     e->arena = NULL;
     e->free_bufs = NULL;
     e->ctx = NULL;
@@ -242,9 +290,9 @@ static int uring_start(tier_disk_t *td, uint32_t qd)
     e->qd = qd;
     e->free_bufs = malloc(qd * sizeof(uint32_t));
     e->ctx = calloc(qd, sizeof(buf_ctx_t));
-    e->taken = calloc(qd, sizeof(uint32_t));
+    e->iov = calloc(2 * (size_t)qd, sizeof(struct iovec));
     struct iovec *iov = calloc(qd, sizeof(*iov));
-    if (!e->free_bufs || !e->ctx || !e->taken || !iov ||
+    if (!e->free_bufs || !e->ctx || !e->iov || !iov ||
         posix_memalign((void **)&e->arena, TIER_DISK_ALIGN, (size_t)qd * td->slot_bytes) != 0) {
         free(iov);
         uring_free(e);

@@ -61,11 +61,15 @@ static void src_gather(void *arg, uint32_t slot, void *dst)
             memcpy(out, base + geometry_offset(&srv->geo, srv->tier2_blocks, l, p, slot), piece);
 }
 
-/* A verified get's bytes into pool block id, piece by piece (the backend
- * writes device memory on cuda). */
-static void src_store(void *arg, uint32_t id, const void *buf)
+/* On a tier thread: a verified get's bytes into pool block id, piece by
+ * piece (the backend writes device memory on cuda). The block is the
+ * get's alone until it ends: a pool block the promotion took, which no one
+ * reads or writes before the loop hears the get's end; the backend is used
+ * from other threads the same way by the host tier's copies. Reads only
+ * fields set at start. A failed write fails the get (undone: a miss). */
+static int src_store(void *arg, uint32_t id, const void *buf)
 {
-    server_t *srv = arg;
+    const server_t *srv = arg;
     uint64_t piece = geometry_slot_bytes(&srv->geo);
     uint32_t planes = geometry_planes(&srv->geo);
     const uint8_t *in = buf;
@@ -74,13 +78,29 @@ static void src_store(void *arg, uint32_t id, const void *buf)
             int rc = backend_write(
                 srv->backend, geometry_offset(&srv->geo, srv->num_blocks, l, p, id), in, piece);
             if (rc != 0)
-                LOG_ERROR("disk tier: writing pool block %u failed: %s", id, kvs_status_text(rc));
+                return rc;
         }
+    return 0;
+}
+
+/* A tier-3 slot whose record did not verify at a get (its promotion was
+ * undone): its block, and every block after it, can never be served, so
+ * they leave the index (and the slot is free) rather than fail every
+ * lookup that reaches them. The disk tier counted the failure. */
+static void src_bad(void *arg, uint32_t slot)
+{
+    server_t *srv = arg;
+    uint32_t id = srv->num_blocks + srv->tier2_blocks + slot;
+    size_t n = 0;
+    int rc = radix_drop_from(srv->store->index, id, &n);
+    LOG_WARN("disk tier: slot %u did not verify: %zu blocks dropped from the index%s", slot, n,
+             rc == KVS_EBUSY ? " (some kept: pinned or being copied)" : "");
 }
 
 int store_disk_open(server_t *srv, tier_medium_t **out)
 {
     tier_disk_source_t src = {.meta = src_meta,
+                              .bad = src_bad,
                               .arg = srv,
                               .store = src_store,
                               .locate = src_locate,
@@ -149,12 +169,32 @@ static int restore_ns(server_t *srv, const char *name, uint32_t *ns)
     return rc;
 }
 
+/* Routers hear of blocks restored from the disk (the stream began with
+ * AllBlocksCleared, before the restore): BlockStored on the disk's medium
+ * for chain blocks [first, end) of path (root first), with the parent of
+ * the first unless it chains from the namespace's seed. */
+static void publish_restored(server_t *srv, uint32_t ns, const tier_disk_scan_t *sc,
+                             const size_t *path, size_t depth, size_t first, size_t end,
+                             const uint32_t *tokens, uint64_t *keys)
+{
+    const events_stream_t *es = namespaces_events_stream(srv, ns);
+    if (!srv->events || !es->on || first == end)
+        return;
+    for (size_t k = first; k < end; k++)
+        keys[k - first] = sc->recs[path[depth - 1 - k]].chain_hash;
+    const tier_disk_record_t *r = &sc->recs[path[depth - 1 - first]];
+    bool has_parent = r->parent_hash != namespaces_seed(r->ns);
+    if (events_stored(srv->events, es, EVENTS_MEDIUM_DISK, keys, end - first, has_parent,
+                      r->parent_hash, tokens + first * srv->geo.block_tokens) != 0)
+        srv->metrics.kv_events_dropped++;
+}
+
 /* Restores the chain that ends at record `leaf`: walks its parents up to
  * the namespace's seed, then puts the chain in, root first. Returns the
  * blocks newly restored (0 when the chain does not reach its seed). */
 static size_t restore_chain(server_t *srv, const tier_disk_scan_t *sc, const rec_table_t *tb,
                             size_t leaf, size_t *path, uint32_t *tokens, uint32_t *ids,
-                            uint32_t *canonical, uint8_t *state)
+                            uint32_t *canonical, uint8_t *state, uint64_t *keys)
 {
     store_t *st = srv->store;
     const tier_disk_record_t *r = &sc->recs[leaf];
@@ -184,24 +224,32 @@ static size_t restore_chain(server_t *srv, const tier_disk_scan_t *sc, const rec
     if (rc != 0)
         LOG_DEBUG("disk tier: a chain of %zu blocks restored up to %zu: %s", depth, done,
                   kvs_status_text(rc));
-    size_t fresh = 0;
+    size_t fresh = 0, run = 0; /* run: the blocks restored just before k */
     uint64_t now = uv_now(srv->loop);
     for (size_t k = 0; k < done; k++) {
         size_t ri = path[depth - 1 - k];
-        if (canonical[k] != ids[k] || state[ri])
+        if (canonical[k] != ids[k] || state[ri]) {
+            publish_restored(srv, ns, sc, path, depth, k - run, k, tokens, keys);
+            run = 0;
             continue;
+        }
         const tier_disk_record_t *c = &sc->recs[ri];
         uint64_t h = 0;
         /* The index hashed the tokens under this kvshared's seed: a record
          * whose own hash disagrees is not what it claims; it goes again. */
-        if (radix_block_hash(st->index, ids[k], &h) != 0 || h != c->chain_hash)
+        if (radix_block_hash(st->index, ids[k], &h) != 0 || h != c->chain_hash) {
+            publish_restored(srv, ns, sc, path, depth, k - run, k, tokens, keys);
+            run = 0;
             continue;
+        }
         state[ri] = 1;
         store_record_t *rec = &st->rec[ids[k]];
         rec->meta = (store_meta_t){.hash = h, .cached_ms = now, .ns = ns};
         tier_disk_medium_restore(st->medium3, c->slot, c->chain_hash, c->seq, c->ns_id);
         fresh++;
+        run++;
     }
+    publish_restored(srv, ns, sc, path, depth, done - run, done, tokens, keys);
     return fresh;
 }
 
@@ -240,19 +288,23 @@ int store_disk_restore(server_t *srv, size_t *restored, size_t *dropped)
     uint32_t *canonical = malloc(sc.n * sizeof(*canonical));
     uint8_t *is_parent = calloc(sc.n, 1);
     uint8_t *state = calloc(sc.n, 1); /* 1: restored */
-    int rc = path && tokens && ids && canonical && is_parent && state ? table_build(&tb, &sc)
-                                                                      : KVS_ENOMEM;
+    uint64_t *keys = malloc(sc.n * sizeof(*keys));
+    int rc = path && tokens && ids && canonical && is_parent && state && keys
+                 ? table_build(&tb, &sc)
+                 : KVS_ENOMEM;
     if (rc == 0) {
         mark_parents(&sc, &tb, is_parent);
         /* Leaves oldest first (the scan's order), so recency follows the
          * sequence numbers: the newest chains are the last to go. */
         for (size_t i = 0; i < sc.n; i++)
             if (!is_parent[i])
-                *restored += restore_chain(srv, &sc, &tb, i, path, tokens, ids, canonical, state);
+                *restored +=
+                    restore_chain(srv, &sc, &tb, i, path, tokens, ids, canonical, state, keys);
         /* A parent no leaf reached (its leaves were dropped): its own chain. */
         for (size_t i = sc.n; i-- > 0;)
             if (is_parent[i] && !state[i])
-                *restored += restore_chain(srv, &sc, &tb, i, path, tokens, ids, canonical, state);
+                *restored +=
+                    restore_chain(srv, &sc, &tb, i, path, tokens, ids, canonical, state, keys);
     }
     /* Whatever did not go in frees its slot: never served. */
     for (size_t i = 0; i < sc.n; i++)
@@ -267,6 +319,7 @@ int store_disk_restore(server_t *srv, size_t *restored, size_t *dropped)
     free(canonical);
     free(is_parent);
     free(state);
+    free(keys);
     tier_disk_scan_free(&sc);
     return rc;
 }

@@ -41,13 +41,26 @@ typedef struct disk_medium {
     tier_disk_source_t src;
     slot_key_t *keys; /* what each slot's last put wrote; seq 0: nothing */
     pthread_mutex_t mu;
-    disk_batch_t *ended; /* batches ended on a tier thread, for the loop */
+    pthread_mutex_t store_mu; /* one src.store at a time (drain) */
+    disk_batch_t *ended;      /* batches ended on a tier thread, for the loop */
     tier_medium_stats_t st;
     uint64_t last_log_ns; /* failures are logged once a second at most */
     uint64_t unlogged;    /* failed batches since the last line */
     size_t in_flight;     /* batches started and not finished: the async handle keeps the
                            * loop alive only while there are some */
 } disk_medium_t;
+
+/* On a tier thread: a verified get's block into the pool. One at a time:
+ * the backend copies through one stream, and the threads engine has many
+ * threads (the ring has one: no wait there). */
+static int drain(void *ctx, uint32_t id, const void *buf)
+{
+    disk_medium_t *dm = ctx;
+    pthread_mutex_lock(&dm->store_mu);
+    int rc = dm->src.store(dm->src.arg, id, buf);
+    pthread_mutex_unlock(&dm->store_mu);
+    return rc;
+}
 
 /* On a tier thread. */
 static void batch_ended(void *arg, tier_disk_op_t *ops, size_t n)
@@ -64,8 +77,28 @@ static void batch_ended(void *arg, tier_disk_op_t *ops, size_t n)
     uv_async_send(&dm->async);
 }
 
+/* The slots of a failed get that can never be served (they did not
+ * verify, or hold another block); a malloc'd array, NULL when none. */
+static uint32_t *bad_slots(const disk_medium_t *dm, const disk_batch_t *b, size_t *n_bad)
+{
+    *n_bad = 0;
+    if (b->put || !dm->src.bad)
+        return NULL;
+    uint32_t *bad = NULL;
+    for (size_t i = 0; i < b->n; i++) {
+        if (b->ops[i].status != KVS_ENOTFOUND)
+            continue;
+        if (!bad && !(bad = malloc(b->n * sizeof(*bad))))
+            return NULL; /* the slots stay; a later get fails on them again */
+        bad[(*n_bad)++] = b->ops[i].slot;
+    }
+    return bad;
+}
+
 /* On the loop: a put records what each slot now holds (or nothing, when
- * it failed); the first failing op's status is the batch's. */
+ * it failed); the first failing op's status is the batch's. A get's slots
+ * that can never be served go to src.bad once the batch's done has run
+ * (its moves are undone then, so the index may drop those blocks). */
 static void finish(disk_medium_t *dm, disk_batch_t *b)
 {
     tier_medium_result_t res = {.copy_ns = b->copy_ns};
@@ -96,20 +129,22 @@ static void finish(disk_medium_t *dm, disk_batch_t *b)
         }
     } else {
         dm->st.blocks += b->n;
-        for (size_t i = 0; i < b->n && !b->put; i++) {
+        for (size_t i = 0; i < b->n && !b->put; i++)
             tier_disk_slot_touch(dm->td, b->ops[i].slot);
-            if (b->stage)
-                dm->src.store(dm->src.arg, b->ids[i], b->stage + i * dm->src.block_bytes);
-        }
     }
     if (--dm->in_flight == 0)
         uv_unref((uv_handle_t *)&dm->async);
+    size_t n_bad = 0;
+    uint32_t *bad = res.status != 0 ? bad_slots(dm, b, &n_bad) : NULL;
     tier_medium_done_fn done = b->done;
     void *arg = b->arg;
     free(b->stage);
     free(b->tokens);
     free(b);
     done(arg, &res);
+    for (size_t i = 0; i < n_bad; i++)
+        dm->src.bad(dm->src.arg, bad[i]);
+    free(bad);
 }
 
 static void on_async(uv_async_t *h)
@@ -134,6 +169,14 @@ static void on_async(uv_async_t *h)
     }
 }
 
+/* A staged block's room: block_bytes rounded up to a page, so each block
+ * starts on one and the disk reads into it in place. */
+static size_t stage_stride(const disk_medium_t *dm)
+{
+    return (size_t)((dm->src.block_bytes + TIER_DISK_ALIGN - 1) / TIER_DISK_ALIGN *
+                    TIER_DISK_ALIGN);
+}
+
 static int start(tier_medium_t *m, bool put, const uint32_t *ids, const uint32_t *slots, size_t n,
                  tier_medium_done_fn done, void *arg)
 {
@@ -151,7 +194,7 @@ static int start(tier_medium_t *m, bool put, const uint32_t *ids, const uint32_t
     uint32_t bt = dm->src.block_tokens;
     bool fill = put && !dm->src.block && dm->src.gather; /* gathered on a tier thread */
     if (!dm->src.block && !fill)
-        b->stage = malloc(n * dm->src.block_bytes);
+        b->stage = aligned_alloc(TIER_DISK_ALIGN, n * stage_stride(dm));
     if (put && bt > 0)
         b->tokens = malloc(n * bt * sizeof(uint32_t));
     if ((!dm->src.block && !fill && !b->stage) || (put && bt > 0 && !b->tokens)) {
@@ -169,7 +212,12 @@ static int start(tier_medium_t *m, bool put, const uint32_t *ids, const uint32_t
             op->fill_src = dm->src.locate(dm->src.arg, ids[i]);
         } else {
             op->data =
-                b->stage ? b->stage + i * dm->src.block_bytes : dm->src.block(dm->src.arg, ids[i]);
+                b->stage ? b->stage + i * stage_stride(dm) : dm->src.block(dm->src.arg, ids[i]);
+        }
+        if (!put && b->stage) { /* into the pool on the tier thread */
+            op->drain = drain;
+            op->drain_ctx = dm;
+            op->drain_dst = ids[i];
         }
         if (put) {
             dm->src.meta(dm->src.arg, ids[i], &op->meta);
@@ -254,6 +302,7 @@ static void on_closed(uv_handle_t *h)
 {
     disk_medium_t *dm = h->data;
     pthread_mutex_destroy(&dm->mu);
+    pthread_mutex_destroy(&dm->store_mu);
     free(dm->keys);
     free(dm);
 }
@@ -292,6 +341,7 @@ int tier_disk_medium_open(uv_loop_t *loop, tier_disk_t *td, const tier_disk_sour
     dm->async.data = dm;
     uv_unref((uv_handle_t *)&dm->async); /* idle: the loop may end */
     pthread_mutex_init(&dm->mu, NULL);
+    pthread_mutex_init(&dm->store_mu, NULL);
     dm->m.ops = &disk_ops;
     dm->m.capacity = tier_disk_capacity(td);
     dm->loop = loop;

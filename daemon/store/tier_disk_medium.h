@@ -22,20 +22,25 @@
 
 typedef struct tier_disk_source {
     /* The bytes (block_bytes) of block id in host memory, valid until the
-     * batch ends. NULL: the medium stages each block in its own buffer,
-     * filled by load (a put, when it starts) and emptied by store (a get
-     * that verified, on the loop when it ends). */
+     * batch ends. NULL: the medium stages each block in its own buffer
+     * (page-aligned: the disk reads into it in place), filled by load (a
+     * put, when it starts) and emptied by store (a get's block once it
+     * verified, on a tier thread; non-zero fails the get). */
     void *(*block)(void *arg, uint32_t id);
     /* What block id is (for a put's record). tokens are copied at once. */
     void (*meta)(void *arg, uint32_t id, tier_disk_meta_t *out);
     void *arg;
     void (*load)(void *arg, uint32_t id, void *buf);
-    void (*store)(void *arg, uint32_t id, const void *buf);
+    int (*store)(void *arg, uint32_t id, const void *buf);
     /* With staging, puts may instead name where block id's bytes are (on
      * the loop: locate) and have a tier thread gather them into the record
      * (gather, which must only read memory the put keeps in place). */
     uint32_t (*locate)(void *arg, uint32_t id);
     void (*gather)(void *arg, uint32_t src, void *dst);
+    /* May be NULL. On the loop, after a failed get's done: slot's record
+     * did not verify or is not the block last put there (KVS_ENOTFOUND; not
+     * a disk error). It can never be served: the index should forget it. */
+    void (*bad)(void *arg, uint32_t slot);
     uint64_t block_bytes;  /* with staging: a block's bytes */
     uint32_t block_tokens; /* tokens per block (a put's copy of them) */
 } tier_disk_source_t;

@@ -411,6 +411,65 @@ class TestEvents(unittest.TestCase):
         finally:
             self.assertEqual(ev.close(), 0)
 
+    def test_media_disk_restart(self):
+        """A kvshared restarted on its disk tier's file publishes, after
+        AllBlocksCleared and before what its clients do, BlockStored on
+        "DISK" for every block it restored, parents first (a router that
+        drops a block of unknown parent keeps them all), so routers know
+        the node still holds them."""
+        disk = tempfile.mkdtemp(prefix="kvs-events-disk-")
+        extra = ("--host-tier", "16KiB", "--disk-tier-path", disk + "/tier",
+                 "--disk-tier-bytes", "1MiB", "--disk-tier-io", "threads")
+        ev = Events(extra=extra, framing="topic")
+        try:
+            c = kvshare.Client(ev.d.socket, timeout_ms=10000)
+            Workload(c, 5).run(OPS)
+            self.assertGreater(c.stats()["tier3_cached_blocks"], 0)
+            c.close()
+        finally:
+            self.assertEqual(ev.close(), 0)
+        ev = Events(extra=extra, framing="topic")
+        try:
+            c = kvshare.Client(ev.d.socket, timeout_ms=10000)
+            st = c.stats()
+            restored = st["tier3_cached_blocks"]
+            self.assertGreater(restored, 0)
+            self.assertEqual(st["cached_blocks"] + st["tier2_cached_blocks"], 0)
+            sub = ev.subscriber()
+            wl = Workload(c, 6)
+            steps = 0
+            while not sub.sock.poll(50):
+                self.assertLess(steps, 400, "the subscription never took effect")
+                wl.run(1)
+                steps += 1
+            sub.catch_up(0)
+            drain(ev, sub, c)
+            self.assertEqual(sub.gaps, 0)
+            first = {}  # topic -> its events in order, up to its first non-DISK store
+            for topic, events in sub.batches:
+                for e in events:
+                    first.setdefault(topic, []).append(e)
+            disk_keys = 0
+            for topic, events in first.items():
+                self.assertEqual(events[0]["type"], "AllBlocksCleared", topic)
+                for e in events[1:]:
+                    if e["type"] != "BlockStored" or e["medium"] != "DISK":
+                        break
+                    disk_keys += len(e["block_hashes"])
+            self.assertGreater(disk_keys, 0)
+            self.assertLessEqual(disk_keys, restored)
+            # Parents first: the router view keeps every restored block.
+            restored_view = RouterView([(t, [e for e in evs if e.get("medium") == "DISK"
+                                             or e["type"] == "AllBlocksCleared"])
+                                        for t, evs in sub.batches])
+            self.assertGreaterEqual(len(restored_view.prefix), disk_keys)
+            print("restart: %d blocks restored, %d published on DISK before anything else" %
+                  (restored, disk_keys), file=sys.stderr)
+            sub.close()
+            c.close()
+        finally:
+            self.assertEqual(ev.close(), 0)
+
     def media_gpu_pool(self):
         """A pool on "GPU" (the cuda backend on the test driver of
         tests/gpu: ctest test_events_gpu_pool, --only-gpu-pool) above a host

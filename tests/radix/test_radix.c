@@ -2456,6 +2456,63 @@ START_TEST(test_evict_prompt)
 }
 END_TEST
 
+/* radix_drop_from drops a block and every block after it, down every
+ * branch, and nothing before it or beside it; a pinned block below stops
+ * it with KVS_EBUSY, keeping that block and its ancestors. */
+START_TEST(test_drop_from)
+{
+    radix_tree_t *t = tree_with(BT, 64, NULL);
+    uint32_t a = ns_new(t, "a", 0, 0);
+    uint32_t p1[4 * BT], p2[4 * BT], p3[3 * BT], other[2 * BT];
+    size_t n = 99;
+    prompt(p1, 4 * BT, 1);
+    memcpy(p2, p1, 2 * BT * sizeof(uint32_t)); /* p2 branches off p1 after 2 blocks */
+    prompt(p2 + 2 * BT, 2 * BT, 2);
+    memcpy(p3, p1, BT * sizeof(uint32_t)); /* p3 branches off after 1 */
+    prompt(p3 + BT, 2 * BT, 3);
+    prompt(other, 2 * BT, 4);
+    insert_run(t, a, p1, 4, 0, false, 0);  /* ids 0..3 */
+    insert_run(t, a, p2, 4, 10, false, 0); /* 0, 1, then 12, 13 */
+    insert_run(t, a, p3, 3, 20, false, 0); /* 0, then 21, 22 */
+    insert_run(t, a, other, 2, 30, false, 0);
+
+    ck_assert_int_eq(radix_drop_from(NULL, 1, &n), KVS_EINVAL);
+    ck_assert_int_eq(radix_drop_from(t, 1, NULL), KVS_EINVAL);
+    ck_assert_int_eq(radix_drop_from(t, 100000, &n), KVS_EINVAL);
+    ck_assert_int_eq(radix_drop_from(t, 5, &n), 0); /* not cached */
+    ck_assert_uint_eq(n, 0);
+
+    /* A pinned block below stops it: 13 pinned keeps 13, 12, 1, 0. */
+    ck_assert_int_eq(radix_pin(t, 13), 0);
+    ck_assert_int_eq(radix_drop_from(t, 1, &n), KVS_EBUSY);
+    ck_assert_int_eq(radix_check(t), 0);
+    ck_assert_uint_eq(lookup_n(t, a, p2, 4 * BT, NULL), 4);
+    size_t after_pin = n;
+    ck_assert_int_eq(radix_unpin(t, 13), 0);
+
+    /* Block 1 and everything after it (p1's 2, 3; p2's 12, 13) go; 0 and
+     * p3's branch off 0 stay, and the other prompt. */
+    ck_assert_int_eq(radix_drop_from(t, 1, &n), 0);
+    ck_assert_int_eq(radix_check(t), 0);
+    ck_assert_uint_eq(after_pin + n, 5);
+    ck_assert_uint_eq(lookup_n(t, a, p1, 4 * BT, NULL), 1);
+    ck_assert_uint_eq(lookup_n(t, a, p2, 4 * BT, NULL), 1);
+    ck_assert_uint_eq(lookup_n(t, a, p3, 3 * BT, NULL), 3);
+    ck_assert_uint_eq(lookup_n(t, a, other, 2 * BT, NULL), 2);
+    radix_ns_stats_t st;
+    ck_assert_int_eq(radix_ns_stats(t, a, &st), 0);
+    ck_assert_uint_eq(st.cached_blocks, 1 + 2 + 2);
+    ck_assert_uint_eq(st.evicted_own, 5);
+    /* From the root block: the whole tree of that prefix. */
+    ck_assert_int_eq(radix_drop_from(t, 0, &n), 0);
+    ck_assert_int_eq(radix_check(t), 0);
+    ck_assert_uint_eq(n, 3);
+    ck_assert_uint_eq(lookup_n(t, a, p3, 3 * BT, NULL), 0);
+    ck_assert_uint_eq(lookup_n(t, a, other, 2 * BT, NULL), 2);
+    radix_free(t);
+}
+END_TEST
+
 /* With a tier 2: a prompt's tier-2 blocks go first (its end), then its
  * tier-1 ones; a block being copied ends the match and keeps the rest. */
 START_TEST(test_evict_prompt_tier2)
@@ -2553,6 +2610,7 @@ static Suite *radix_suite(void)
     tcase_add_test(tc, test_memory);
     tcase_add_test(tc, test_alloc_failures);
     tcase_add_test(tc, test_evict_prompt);
+    tcase_add_test(tc, test_drop_from);
     tcase_add_test(tc, test_evict_prompt_tier2);
     suite_add_tcase(s, tc);
     TCase *diff = tcase_create("differential");

@@ -157,7 +157,10 @@ static void tc_usage(FILE *f)
             "  --disk DIR      instead: the disk tier (a file in DIR) against fio in DIR,\n"
             "                  same block size, O_DIRECT, same queue depth\n"
             "  --qd N          with --disk: queue depth (default 32)\n"
-            "  --io KIND       with --disk: uring (default) or threads\n",
+            "  --io KIND       with --disk: uring (default) or threads\n"
+            "  --data WHERE    with --disk: aligned (default; blocks on pages, I/O in\n"
+            "                  place) or unaligned (64 bytes off: copied through the\n"
+            "                  tier's buffers, as gathered blocks are)\n",
             MAX_THREADS, MAX_ROUNDS);
 }
 
@@ -168,7 +171,7 @@ int bench_tier_copy(int argc, char **argv)
     backend_kind_t kind = BACKEND_HOST;
     const char *disk = NULL;
     uint32_t qd = 32;
-    bool disk_threads = false;
+    bool disk_threads = false, disk_unaligned = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool ok = v != NULL;
@@ -195,6 +198,9 @@ int bench_tier_copy(int argc, char **argv)
         } else if (strcmp(a, "--io") == 0) {
             ok = strcmp(v, "uring") == 0 || strcmp(v, "threads") == 0;
             disk_threads = strcmp(v, "threads") == 0;
+        } else if (strcmp(a, "--data") == 0) {
+            ok = strcmp(v, "aligned") == 0 || strcmp(v, "unaligned") == 0;
+            disk_unaligned = strcmp(v, "unaligned") == 0;
         } else if (strcmp(a, "--backend") == 0) {
             ok = backend_kind_parse(v, &kind) == 0 && kind != BACKEND_AUTO;
         } else {
@@ -225,7 +231,8 @@ int bench_tier_copy(int argc, char **argv)
                                      .blocks = tokens / sh.g.block_tokens,
                                      .rounds = rounds,
                                      .qd = qd,
-                                     .threads = disk_threads};
+                                     .threads = disk_threads,
+                                     .unaligned = disk_unaligned};
         return bench_tier_disk(&da);
     }
     sh.per_thread = tokens / sh.g.block_tokens;

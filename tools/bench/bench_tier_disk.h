@@ -12,8 +12,9 @@ typedef struct bench_tier_disk_args {
     uint32_t block_tokens; /* its tokens */
     uint32_t blocks;       /* blocks per batch */
     uint32_t rounds;
-    uint32_t qd;  /* queue depth, both */
-    bool threads; /* the tier on its thread fallback (fio on psync) */
+    uint32_t qd;    /* queue depth, both */
+    bool threads;   /* the tier on its thread fallback (fio on psync) */
+    bool unaligned; /* blocks 64 bytes off a page: the tier copies them */
 } bench_tier_disk_args_t;
 
 /* Runs the comparison and prints it. Returns the exit status. */
