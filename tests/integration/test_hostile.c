@@ -151,7 +151,7 @@ START_TEST(test_tree_flood_does_not_freeze_others)
 END_TEST
 
 /* A Tree walks the index in steps, one per loop turn (handler_tree): with
- * 65,536 prefixes (about 400 steps) another client's Pings are answered
+ * 131,072 prefixes (about 190 steps) another client's Pings are answered
  * while it runs; a second session's Tree waits for the first walk and gets
  * the same rows (the index does not change); a session that closes in the
  * middle of its walk frees it (ASan, valgrind) and the next Tree runs; and
@@ -176,7 +176,7 @@ static void send_tree(int fd, uint32_t max)
 
 START_TEST(test_tree_walks_in_steps)
 {
-    enum { PREFIXES = 65536 };
+    enum { PREFIXES = 131072 };
     harness_t d;
     ck_assert_int_eq(harness_start(&d, PREFIXES, NULL), 0);
     int fill = hostile_connect(&d);
@@ -193,7 +193,12 @@ START_TEST(test_tree_walks_in_steps)
     for (; pings < 20 && poll(&p, 1, 0) == 0; pings++)
         ck_assert_int_eq(kvs_ping(c, 8, &rtt), 0);
     printf("tree in steps: %d Pings answered while A's Tree ran\n", pings);
-    ck_assert_msg(pings == 20, "A's Tree was answered after %d of another client's Pings", pings);
+    /* A Tree in one piece lets at most 2 Pings through: one read in the
+     * same loop turn as the Tree, and one sent before its reply came out.
+     * The walk takes about 190 turns (some 20 ms natively), so 20 are seen
+     * on a quiet machine; a busy one may keep this process off the CPU for
+     * part of the walk, so only 3 are required. */
+    ck_assert_msg(pings >= 3, "A's Tree was answered after %d of another client's Pings", pings);
     /* B asks while A walks: held until A's walk ends, then the same rows. */
     send_tree(b, 1000);
     Kvshare__Response *ra = tree_reply(a), *rb = tree_reply(b);
@@ -223,7 +228,7 @@ START_TEST(test_tree_walks_in_steps)
     ck_assert_int_eq(harness_stop(&d), 0);
     harness_cleanup(&d);
 
-    /* 65,536 prefixes need about 6 MiB to list: over a 2 MiB budget. */
+    /* 131,072 prefixes need about 12 MiB to list: over a 2 MiB budget. */
     static const char *const small[] = {"--max-buffer-memory", "2MiB", NULL};
     ck_assert_int_eq(harness_start(&d, PREFIXES, small), 0);
     fill = hostile_connect(&d);
