@@ -48,17 +48,23 @@ typedef struct radix_top_row {
     uint64_t key; /* hits or blocks, by the order asked for */
 } radix_top_row_t;
 
+/* The listing's order: larger key (hits or blocks) first, then shorter
+ * prefix, lower namespace, higher last block id. < 0 when x comes first. */
+static int row_order(uint64_t kx, const radix_prefix_t *x, uint64_t ky, const radix_prefix_t *y)
+{
+    if (kx != ky)
+        return kx > ky ? -1 : 1;
+    if (x->tokens != y->tokens)
+        return x->tokens < y->tokens ? -1 : 1;
+    if (x->ns != y->ns)
+        return x->ns < y->ns ? -1 : 1;
+    return (x->last_block_id > y->last_block_id) - (x->last_block_id < y->last_block_id);
+}
+
 static int cmp_row(const void *a, const void *b)
 {
     const radix_top_row_t *x = a, *y = b;
-    if (x->key != y->key)
-        return x->key > y->key ? -1 : 1;
-    if (x->row.tokens != y->row.tokens)
-        return x->row.tokens < y->row.tokens ? -1 : 1;
-    if (x->row.ns != y->row.ns)
-        return x->row.ns < y->row.ns ? -1 : 1;
-    return (x->row.last_block_id > y->row.last_block_id) -
-           (x->row.last_block_id < y->row.last_block_id);
+    return row_order(x->key, &x->row, y->key, &y->row);
 }
 
 static int cmp_depth_desc(const void *a, const void *b)
@@ -422,15 +428,7 @@ static uint64_t top_key(const radix_top_walk_t *w, const top_entry_t *e)
 static int top_cmp(const radix_top_walk_t *w, uint32_t a, uint32_t b)
 {
     const top_entry_t *x = top_at(w, a), *y = top_at(w, b);
-    uint64_t kx = top_key(w, x), ky = top_key(w, y);
-    if (kx != ky)
-        return kx > ky ? -1 : 1;
-    if (x->row.tokens != y->row.tokens)
-        return x->row.tokens < y->row.tokens ? -1 : 1;
-    if (x->row.ns != y->row.ns)
-        return x->row.ns < y->row.ns ? -1 : 1;
-    return (x->row.last_block_id > y->row.last_block_id) -
-           (x->row.last_block_id < y->row.last_block_id);
+    return row_order(top_key(w, x), &x->row, top_key(w, y), &y->row);
 }
 
 /* The heap's root is its worst entry: a parent never comes before a child. */

@@ -41,4 +41,9 @@ int bench_write_all(int fd, const void *buf, size_t n);
  * or when a read fails. */
 int bench_read_all(int fd, void *buf, size_t n);
 
+/* CPU time (user + system, every thread) process pid has used, in seconds;
+ * -1 when /proc cannot tell. It shows what a request costs the daemon,
+ * which the request rate alone hides on a machine shared with other work. */
+double bench_process_cpu_seconds(int pid);
+
 #endif

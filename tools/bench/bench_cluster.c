@@ -252,25 +252,6 @@ static void *fetch_loop(void *arg)
     return NULL;
 }
 
-/* CPU seconds process pid has used (every thread, user and system), or -1. */
-static double proc_cpu_s(pid_t pid)
-{
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -1;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    /* Fields 14 and 15 (utime, stime), after the ")" that ends the name. */
-    const char *p = strrchr(buf, ')');
-    unsigned long long ut, st;
-    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
-        return -1;
-    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
-}
-
 /* CPU seconds the reaped children used so far. */
 static double children_cpu_s(void)
 {
@@ -287,7 +268,7 @@ static double run_fetches(cl_cfg_t *b, unsigned rounds, uint64_t *short_rounds, 
     pthread_t th[MAX_CONC];
     fetcher_t f[MAX_CONC];
     _Atomic int stop = 0;
-    double cpu0 = proc_cpu_s(b->pid[1]);
+    double cpu0 = bench_process_cpu_seconds(b->pid[1]);
     uint64_t t0 = now_ns();
     for (unsigned i = 0; i < b->conc; i++) {
         f[i] = (fetcher_t){.b = b, .ns = i, .sock = 1, .stop = &stop, .max_rounds = rounds};
@@ -302,7 +283,7 @@ static double run_fetches(cl_cfg_t *b, unsigned rounds, uint64_t *short_rounds, 
         *short_rounds += f[i].short_rounds;
     }
     double s = (double)(now_ns() - t0) / 1e9;
-    *cpu_us = blocks ? (proc_cpu_s(b->pid[1]) - cpu0) * 1e6 / (double)blocks : 0;
+    *cpu_us = blocks ? (bench_process_cpu_seconds(b->pid[1]) - cpu0) * 1e6 / (double)blocks : 0;
     return errors ? -1 : (double)blocks / s;
 }
 

@@ -505,27 +505,6 @@ static int run_round(const bench_cfg_t *b, mode_t_ mode, const uint32_t *tokens,
     return rc;
 }
 
-/* CPU time (user + system) a process has used, in seconds; -1 when
- * /proc cannot tell. It shows what a request costs the daemon, which the
- * request rate alone hides on a machine shared with other work. */
-static double process_cpu_seconds(pid_t pid)
-{
-    char path[64], buf[1024];
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -1;
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    /* Fields 14 and 15 (utime, stime) follow the ")" that ends the name. */
-    const char *p = strrchr(buf, ')');
-    unsigned long long ut, st;
-    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
-        return -1;
-    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
-}
-
 /* Pipelined: `depth` Lookups written at once per connection, replies read
  * after. *cpu_us: the daemon's CPU time per Lookup (negative when unknown). */
 static int run_pipelined(const bench_cfg_t *b, const uint32_t *tokens, size_t n_tokens, int conns,
@@ -604,7 +583,7 @@ static int run_pipelined(const bench_cfg_t *b, const uint32_t *tokens, size_t n_
     }
     close(go[0]);
     usleep(200000);
-    double t0 = now_us(), cpu0 = process_cpu_seconds(b->daemon_pid);
+    double t0 = now_us(), cpu0 = bench_process_cpu_seconds(b->daemon_pid);
     for (int i = 0; i < conns; i++)
         if (write(go[1], "g", 1) != 1)
             res->failed = 1;
@@ -615,7 +594,7 @@ static int run_pipelined(const bench_cfg_t *b, const uint32_t *tokens, size_t n_
         waitpid(pids[i], &st, 0);
         ok &= WIFEXITED(st) && WEXITSTATUS(st) == 0;
     }
-    double elapsed = (now_us() - t0) / 1e6, cpu1 = process_cpu_seconds(b->daemon_pid);
+    double elapsed = (now_us() - t0) / 1e6, cpu1 = bench_process_cpu_seconds(b->daemon_pid);
     uint64_t total = 0;
     for (int i = 0; i < conns; i++)
         total += res->count[i];
