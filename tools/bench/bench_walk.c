@@ -60,7 +60,7 @@ static double ms_since(uint64_t t0)
 /* The Tree in steps of RADIX_TOP_STEP (what kvshared runs, one step per
  * loop turn): its longest step, its total, and its steps; the rows must be
  * the one-piece walk's (`want`, n_want of them). Returns 0 or an error. */
-static int tree_in_steps(const radix_tree_t *t, uint32_t ns, uint32_t n, const radix_prefix_t *want,
+static int tree_in_steps(radix_tree_t *t, uint32_t ns, uint32_t n, const radix_prefix_t *want,
                          size_t n_want)
 {
     static radix_prefix_t rows[1000];
