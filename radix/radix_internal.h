@@ -128,9 +128,10 @@ struct radix_tree {
     size_t slot_mask;
     size_t slot_used; /* nodes in slots */
     /* While the table grows (slot_reserve), the table it outgrew: its nodes
-     * move into slots a chunk per insert (or per walk step), from slot
-     * old_next on; each node is in exactly one of the two. A moved or
-     * removed node leaves RADIX_TOMB, so other probe chains stay whole;
+     * move into slots a chunk per insert (or per walk step), in slot order
+     * from old_next on; each node is in exactly one of the two. Slots
+     * before old_next are moved (emptied; probes skip them); a node removed
+     * from here leaves RADIX_TOMB, so other probe chains stay whole;
      * nothing is ever put here. Freed (NULL) once old_used reaches 0. */
     radix_slot_t *old_slots;
     size_t old_mask;
@@ -301,7 +302,7 @@ static inline size_t slot_home(const radix_tree_t *t, uint64_t h, const radix_no
     return slot_home_in(t->slot_mask, h, parent);
 }
 
-/* The old table's mark of a node that left it (moved or removed): not
+/* The old table's mark of a node removed from it: not
  * NULL, so probes go on past it, and its parent is NULL, which no table
  * node has, so a probe's key compare never matches it. */
 extern radix_node_t radix__tomb;

@@ -93,21 +93,53 @@ void radix__node_free(radix_tree_t *t, radix_node_t *n)
 
 radix_node_t radix__tomb; /* RADIX_TOMB: parent NULL, never written */
 
-/* The node of (parent, h, block) in the table of mask + 1 slots at tab, or
- * NULL. Tombstones never match (their parent is NULL). */
-static radix_node_t *table_find(const radix_tree_t *t, const radix_slot_t *tab, size_t mask,
-                                const radix_node_t *parent, uint64_t h, const uint32_t *block)
+/* The node of (parent, h, block) in the new table, or NULL. */
+static radix_node_t *table_find(const radix_tree_t *t, const radix_node_t *parent, uint64_t h,
+                                const uint32_t *block)
 {
-    size_t i = slot_home_in(mask, h, parent);
+    size_t i = slot_home(t, h, parent);
     for (;;) {
-        const radix_slot_t *s = &tab[i];
+        const radix_slot_t *s = &t->slots[i];
         if (!s->node)
             return NULL;
         if (s->hash == h && s->node->parent == parent &&
             tokens_eq(rec_tokens(t, s->node, s->node->first), block, t->cfg.block_tokens))
             return s->node;
-        i = (i + 1) & mask;
+        i = (i + 1) & t->slot_mask;
     }
+}
+
+/* The old table's probes skip the slots already moved, [0, old_next): a
+ * node still there lies at or past old_next, and between its home and it
+ * every slot not moved is taken (or a tombstone), as when the table was
+ * whole. Slots moved are emptied so that later probes need not walk them. */
+static size_t old_start(const radix_tree_t *t, size_t home)
+{
+    return home < t->old_next ? t->old_next : home;
+}
+
+static size_t old_next_slot(const radix_tree_t *t, size_t i)
+{
+    i = (i + 1) & t->old_mask;
+    return i < t->old_next ? t->old_next : i;
+}
+
+/* The node of (parent, h, block) in the old table, or NULL. At most the
+ * slots not moved are looked at (they may all be taken near the end). */
+static radix_node_t *old_find(const radix_tree_t *t, const radix_node_t *parent, uint64_t h,
+                              const uint32_t *block)
+{
+    size_t i = old_start(t, slot_home_in(t->old_mask, h, parent));
+    for (size_t k = t->old_next; k <= t->old_mask; k++) {
+        const radix_slot_t *s = &t->old_slots[i];
+        if (!s->node)
+            return NULL;
+        if (s->hash == h && s->node->parent == parent &&
+            tokens_eq(rec_tokens(t, s->node, s->node->first), block, t->cfg.block_tokens))
+            return s->node;
+        i = old_next_slot(t, i);
+    }
+    return NULL;
 }
 
 /* The child of parent whose first block is `block`, h being that block's
@@ -117,10 +149,10 @@ static radix_node_t *table_find(const radix_tree_t *t, const radix_slot_t *tab, 
 radix_node_t *radix__child_find(const radix_tree_t *t, const radix_node_t *parent, uint64_t h,
                                 const uint32_t *block)
 {
-    radix_node_t *n = table_find(t, t->slots, t->slot_mask, parent, h, block);
+    radix_node_t *n = table_find(t, parent, h, block);
     if (n || !t->old_slots)
         return n;
-    return table_find(t, t->old_slots, t->old_mask, parent, h, block);
+    return old_find(t, parent, h, block);
 }
 
 static void slot_put(radix_tree_t *t, radix_node_t *n)
@@ -134,25 +166,32 @@ static void slot_put(radix_tree_t *t, radix_node_t *n)
     t->slot_used++;
 }
 
-/* n's slot in the table at tab, or NULL when n is not there. */
-static radix_slot_t *table_slot(radix_slot_t *tab, size_t mask, const radix_node_t *n)
+/* n's slot in the new table, or NULL when n is not there. */
+static radix_slot_t *new_slot(radix_tree_t *t, const radix_node_t *n)
 {
-    size_t i = slot_home_in(mask, *rec_hash(n, n->first), n->parent);
-    while (tab[i].node != n) {
-        if (!tab[i].node)
+    size_t i = slot_home(t, *rec_hash(n, n->first), n->parent);
+    while (t->slots[i].node != n) {
+        if (!t->slots[i].node)
             return NULL;
-        i = (i + 1) & mask;
+        i = (i + 1) & t->slot_mask;
     }
-    return &tab[i];
+    return &t->slots[i];
+}
+
+/* n's slot in the old table (n is there). */
+static radix_slot_t *old_slot(radix_tree_t *t, const radix_node_t *n)
+{
+    size_t i = old_start(t, slot_home_in(t->old_mask, *rec_hash(n, n->first), n->parent));
+    while (t->old_slots[i].node != n)
+        i = old_next_slot(t, i);
+    return &t->old_slots[i];
 }
 
 /* n's slot, in whichever table holds it (n is in one). */
 static radix_slot_t *slot_of(radix_tree_t *t, const radix_node_t *n)
 {
-    radix_slot_t *s = table_slot(t->slots, t->slot_mask, n);
-    if (!s)
-        s = table_slot(t->old_slots, t->old_mask, n);
-    return s;
+    radix_slot_t *s = new_slot(t, n);
+    return s ? s : old_slot(t, n);
 }
 
 /* Frees the old table once the last node has left it. */
@@ -173,7 +212,7 @@ void radix__slot_remove(radix_tree_t *t, radix_node_t *n)
     while (tab[i].node != n) {
         if (!tab[i].node) {
             /* In the old table: a tombstone keeps its probe chains whole. */
-            radix_slot_t *s = table_slot(t->old_slots, t->old_mask, n);
+            radix_slot_t *s = old_slot(t, n);
             s->node = RADIX_TOMB;
             s->hash = 0;
             t->old_used--;
@@ -209,7 +248,8 @@ void radix__grow_step(radix_tree_t *t, size_t budget)
             slot_put(t, s->node);
             t->old_used--;
         }
-        s->node = RADIX_TOMB;
+        s->node = NULL; /* probes skip it (old_start) */
+        s->hash = 0;
         old_done(t);
     }
 }

@@ -213,7 +213,7 @@ START_TEST(test_grow_chunk_per_insert)
         size_t done = 0;
         ck_assert_int_eq(radix_insert(t, ns, tok, BT, &id, 1, false, &canon, &done), 0);
         ck_assert_uint_eq(done, 1);
-        if (t->slot_mask != mask) { /* a growth began here */
+        if (t->slot_mask != mask) {     /* a growth began here */
             ck_assert_uint_eq(left, 0); /* the last one had ended */
             /* a small outgrown table moves whole with the first chunk */
             ck_assert(t->old_slots || mask + 1 <= RADIX_GROW_CHUNK);
