@@ -56,6 +56,39 @@ static bool check_queue(const radix_tree_t *t, uint32_t k, int q, radix_node_t *
     return !has_heap || Q->heap_cap >= 2 * nodes_k + 34 || nodes_k == 0;
 }
 
+/* One child table of mask + 1 slots: each node's hash is its first
+ * block's and it is reachable from its home slot (only tombstones or
+ * nodes on the way); tombstones only where `old`, whose probes skip the
+ * slots moved, [0, skip). Returns the nodes in it, or SIZE_MAX when one of
+ * these fails. */
+static size_t check_table(const radix_slot_t *tab, size_t mask, bool old, size_t skip)
+{
+    size_t nodes = 0;
+    for (size_t i = 0; i <= mask; i++) {
+        const radix_slot_t *s = &tab[i];
+        if (!s->node)
+            continue;
+        if (s->node == RADIX_TOMB) {
+            if (!old)
+                return SIZE_MAX;
+            continue;
+        }
+        if (s->node->parent == NULL || s->hash != *rec_hash(s->node, s->node->first))
+            return SIZE_MAX;
+        if (i < skip)
+            return SIZE_MAX;
+        size_t j = slot_home_in(mask, s->hash, s->node->parent);
+        for (j = j < skip ? skip : j; j != i;) {
+            if (!tab[j].node)
+                return SIZE_MAX;
+            j = (j + 1) & mask;
+            j = j < skip ? skip : j;
+        }
+        nodes++;
+    }
+    return nodes;
+}
+
 int radix_check(const radix_tree_t *t)
 {
     if (!t)
@@ -88,16 +121,19 @@ int radix_check(const radix_tree_t *t)
         rc = KVS_ENOMEM;
         goto out;
     }
-    CHECK(t->slot_used == n && t->guard == NULL);
+    CHECK(t->slot_used + t->old_used == n && t->guard == NULL);
 
-    /* Table: every entry reachable from its home slot, key = first block. */
-    for (size_t i = 0; i <= t->slot_mask; i++) {
-        const radix_slot_t *s = &t->slots[i];
-        if (!s->node)
-            continue;
-        CHECK(s->hash == *rec_hash(s->node, s->node->first));
-        for (size_t j = slot_home(t, s->hash, s->node->parent); j != i; j = (j + 1) & t->slot_mask)
-            CHECK(t->slots[j].node);
+    /* Tables: every entry reachable from its home slot, key = first block;
+     * tombstones only in the old table; each table holds what it counts. */
+    CHECK(check_table(t->slots, t->slot_mask, false, 0) == t->slot_used);
+    if (t->old_slots) {
+        CHECK(t->old_used > 0 && t->old_next <= t->old_mask + 1 && t->old_mask < t->slot_mask);
+        CHECK(check_table(t->old_slots, t->old_mask, true, t->old_next) == t->old_used);
+        /* the slots before the cursor have all moved: empty */
+        for (size_t i = 0; i < t->old_next; i++)
+            CHECK(!t->old_slots[i].node);
+    } else {
+        CHECK(t->old_used == 0);
     }
 
     size_t node_bytes = 0;

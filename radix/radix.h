@@ -629,7 +629,9 @@ int radix_top(const radix_tree_t *t, uint32_t ns, radix_order_t order, radix_pre
  * twice (once per id), and the rows of a namespace deleted during the walk
  * are dropped (also when its id is reused). When the child table grows
  * during the walk (it only grows, up to what max_blocks needs) the sweep of
- * nodes begins again. Memory: 72 bytes per node of the walk's
+ * nodes begins again; while it grows (its nodes move to the new table a
+ * chunk per insert) a step moves `budget` / 2 slots' worth instead of
+ * sweeping, which is why it takes a non-const tree. Memory: 72 bytes per node of the walk's
  * namespace plus 4 per table slot (the table holds at most half its slots),
  * and max row indices (radix_top_walk_bytes says how much now); the rows
  * alone once done.
@@ -645,7 +647,7 @@ typedef struct radix_top_walk radix_top_walk_t;
 
 int radix_top_begin(const radix_tree_t *t, uint32_t ns, radix_order_t order, size_t max,
                     radix_top_walk_t **out);
-int radix_top_step(const radix_tree_t *t, radix_top_walk_t *w, size_t budget, bool *done);
+int radix_top_step(radix_tree_t *t, radix_top_walk_t *w, size_t budget, bool *done);
 int radix_top_rows(const radix_top_walk_t *w, radix_prefix_t *out, size_t max, size_t *n_out);
 
 /* Bytes the walk holds now (its entries, map, heap; the rows once done). */

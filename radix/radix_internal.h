@@ -124,9 +124,19 @@ struct radix_tree {
     size_t rec_bytes;       /* bytes of one record over all its arrays */
     radix_node_t **by_node; /* [max_blocks] */
     uint32_t *by_pos;       /* [max_blocks] */
-    radix_slot_t *slots;
+    radix_slot_t *slots;    /* the child table (new nodes go here) */
     size_t slot_mask;
-    size_t slot_used;
+    size_t slot_used; /* nodes in slots */
+    /* While the table grows (slot_reserve), the table it outgrew: its nodes
+     * move into slots a chunk per insert (or per walk step), in slot order
+     * from old_next on; each node is in exactly one of the two. Slots
+     * before old_next are moved (emptied; probes skip them); a node removed
+     * from here leaves RADIX_TOMB, so other probe chains stay whole;
+     * nothing is ever put here. Freed (NULL) once old_used reaches 0. */
+    radix_slot_t *old_slots;
+    size_t old_mask;
+    size_t old_used; /* nodes still in old_slots */
+    size_t old_next; /* the next old slot to move */
     radix_ns_t **ns; /* [n_ns]: NULL where a deleted namespace was */
     uint32_t n_ns;   /* ids are below it; ns[n_ns - 1] is live */
     uint32_t n_live; /* namespaces */
@@ -275,7 +285,8 @@ static inline uint64_t end_hash(const radix_tree_t *t, const radix_node_t *n)
 
 /* ---- child table -------------------------------------------------------- */
 
-static inline size_t slot_home(const radix_tree_t *t, uint64_t h, const radix_node_t *parent)
+/* A key's home slot in a table of mask + 1 slots. */
+static inline size_t slot_home_in(size_t mask, uint64_t h, const radix_node_t *parent)
 {
     /* The parent takes part so that equal hashes under different parents
      * (forced or crafted collisions) spread over the table. */
@@ -283,8 +294,23 @@ static inline size_t slot_home(const radix_tree_t *t, uint64_t h, const radix_no
     x ^= x >> 31;
     x *= 0xBF58476D1CE4E5B9ull;
     x ^= x >> 29;
-    return (size_t)x & t->slot_mask;
+    return (size_t)x & mask;
 }
+
+static inline size_t slot_home(const radix_tree_t *t, uint64_t h, const radix_node_t *parent)
+{
+    return slot_home_in(t->slot_mask, h, parent);
+}
+
+/* The old table's mark of a node removed from it: not
+ * NULL, so probes go on past it, and its parent is NULL, which no table
+ * node has, so a probe's key compare never matches it. */
+extern radix_node_t radix__tomb;
+#define RADIX_TOMB (&radix__tomb)
+
+/* Old slots moved per insert while the table grows (slot_reserve says why
+ * this is enough), and the work of moving n old slots for a walk step. */
+#define RADIX_GROW_CHUNK 128
 
 /* ---- eviction queues ----------------------------------------------------- */
 
@@ -429,6 +455,11 @@ void radix__node_free(radix_tree_t *t, radix_node_t *n);
 radix_node_t *radix__child_find(const radix_tree_t *t, const radix_node_t *parent, uint64_t h,
                                 const uint32_t *block);
 void radix__slot_remove(radix_tree_t *t, radix_node_t *n);
+/* Moves up to `budget` slots of the table being outgrown (if any) into the
+ * new one; frees the old once empty. */
+void radix__grow_step(radix_tree_t *t, size_t budget);
+/* For tests: nodes still in the table being outgrown (0: not growing). */
+size_t radix__grow_left(const radix_tree_t *t);
 int radix__insert_tier(radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens, size_t n_tokens,
                        const uint32_t *ids, size_t n_ids, uint32_t tier, bool pin,
                        uint32_t *canonical, size_t *n_done);

@@ -22,13 +22,18 @@ static int cmp_ptr(const void *a, const void *b)
  * *n_out is 0). */
 int radix__collect_nodes(const radix_tree_t *t, uint32_t ns, radix_node_t ***out, size_t *n_out)
 {
-    radix_node_t **a = t_malloc(t, (t->slot_used + 1) * sizeof(*a));
+    radix_node_t **a = t_malloc(t, (t->slot_used + t->old_used + 1) * sizeof(*a));
     if (!a)
         return KVS_ENOMEM;
     size_t n = 0;
     for (size_t i = 0; i <= t->slot_mask; i++) {
         radix_node_t *node = t->slots[i].node;
         if (node && (ns == RADIX_NS_ALL || node->ns == ns))
+            a[n++] = node;
+    }
+    for (size_t i = 0; t->old_slots && i <= t->old_mask; i++) { /* while the table grows */
+        radix_node_t *node = t->old_slots[i].node;
+        if (node && node != RADIX_TOMB && (ns == RADIX_NS_ALL || node->ns == ns))
             a[n++] = node;
     }
     qsort(a, n, sizeof(*a), cmp_ptr);
@@ -544,7 +549,7 @@ int radix_top_begin(const radix_tree_t *t, uint32_t ns, radix_order_t order, siz
     return 0;
 }
 
-int radix_top_step(const radix_tree_t *t, radix_top_walk_t *w, size_t budget, bool *done)
+int radix_top_step(radix_tree_t *t, radix_top_walk_t *w, size_t budget, bool *done)
 {
     if (!t || !w || !done || budget == 0)
         return KVS_EINVAL;
@@ -552,7 +557,13 @@ int radix_top_step(const radix_tree_t *t, radix_top_walk_t *w, size_t budget, bo
     switch (w->phase) {
     case PH_FIND:
     case PH_SWEEP:
-        rc = top_sweep(t, w, budget);
+        /* The sweep reads one table: while the table grows, the step moves
+         * old slots instead (a slot and its node's move cost about 2 units);
+         * once done the mask differs from the sweep's and it begins again. */
+        if (t->old_slots)
+            radix__grow_step(t, budget / 2 + 1);
+        else
+            rc = top_sweep(t, w, budget);
         break;
     case PH_LINK:
         top_link(w, budget);

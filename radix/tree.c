@@ -91,10 +91,10 @@ void radix__node_free(radix_tree_t *t, radix_node_t *n)
 
 /* ---- child table -------------------------------------------------------- */
 
-/* The child of parent whose first block is `block`, h being that block's
- * chained hash, or NULL. The probe compares parents and tokens, so equal
- * hashes never confuse two nodes. */
-radix_node_t *radix__child_find(const radix_tree_t *t, const radix_node_t *parent, uint64_t h,
+radix_node_t radix__tomb; /* RADIX_TOMB: parent NULL, never written */
+
+/* The node of (parent, h, block) in the new table, or NULL. */
+static radix_node_t *table_find(const radix_tree_t *t, const radix_node_t *parent, uint64_t h,
                                 const uint32_t *block)
 {
     size_t i = slot_home(t, h, parent);
@@ -109,6 +109,52 @@ radix_node_t *radix__child_find(const radix_tree_t *t, const radix_node_t *paren
     }
 }
 
+/* The old table's probes skip the slots already moved, [0, old_next): a
+ * node still there lies at or past old_next, and between its home and it
+ * every slot not moved is taken (or a tombstone), as when the table was
+ * whole. Slots moved are emptied so that later probes need not walk them. */
+static size_t old_start(const radix_tree_t *t, size_t home)
+{
+    return home < t->old_next ? t->old_next : home;
+}
+
+static size_t old_next_slot(const radix_tree_t *t, size_t i)
+{
+    i = (i + 1) & t->old_mask;
+    return i < t->old_next ? t->old_next : i;
+}
+
+/* The node of (parent, h, block) in the old table, or NULL. At most the
+ * slots not moved are looked at (they may all be taken near the end). */
+static radix_node_t *old_find(const radix_tree_t *t, const radix_node_t *parent, uint64_t h,
+                              const uint32_t *block)
+{
+    size_t i = old_start(t, slot_home_in(t->old_mask, h, parent));
+    for (size_t k = t->old_next; k <= t->old_mask; k++) {
+        const radix_slot_t *s = &t->old_slots[i];
+        if (!s->node)
+            return NULL;
+        if (s->hash == h && s->node->parent == parent &&
+            tokens_eq(rec_tokens(t, s->node, s->node->first), block, t->cfg.block_tokens))
+            return s->node;
+        i = old_next_slot(t, i);
+    }
+    return NULL;
+}
+
+/* The child of parent whose first block is `block`, h being that block's
+ * chained hash, or NULL. The probe compares parents and tokens, so equal
+ * hashes never confuse two nodes. While the table grows, a node not in the
+ * new table may still be in the old one: one more branch, on a miss only. */
+radix_node_t *radix__child_find(const radix_tree_t *t, const radix_node_t *parent, uint64_t h,
+                                const uint32_t *block)
+{
+    radix_node_t *n = table_find(t, parent, h, block);
+    if (n || !t->old_slots)
+        return n;
+    return old_find(t, parent, h, block);
+}
+
 static void slot_put(radix_tree_t *t, radix_node_t *n)
 {
     uint64_t h = *rec_hash(n, n->first);
@@ -120,56 +166,134 @@ static void slot_put(radix_tree_t *t, radix_node_t *n)
     t->slot_used++;
 }
 
-static size_t slot_of(const radix_tree_t *t, const radix_node_t *n)
+/* n's slot in the new table, or NULL when n is not there. */
+static radix_slot_t *new_slot(radix_tree_t *t, const radix_node_t *n)
 {
     size_t i = slot_home(t, *rec_hash(n, n->first), n->parent);
-    while (t->slots[i].node != n)
+    while (t->slots[i].node != n) {
+        if (!t->slots[i].node)
+            return NULL;
         i = (i + 1) & t->slot_mask;
-    return i;
+    }
+    return &t->slots[i];
+}
+
+/* n's slot in the old table (n is there). */
+static radix_slot_t *old_slot(radix_tree_t *t, const radix_node_t *n)
+{
+    size_t i = old_start(t, slot_home_in(t->old_mask, *rec_hash(n, n->first), n->parent));
+    while (t->old_slots[i].node != n)
+        i = old_next_slot(t, i);
+    return &t->old_slots[i];
+}
+
+/* n's slot, in whichever table holds it (n is in one). */
+static radix_slot_t *slot_of(radix_tree_t *t, const radix_node_t *n)
+{
+    radix_slot_t *s = new_slot(t, n);
+    return s ? s : old_slot(t, n);
+}
+
+/* Frees the old table once the last node has left it. */
+static void old_done(radix_tree_t *t)
+{
+    if (t->old_slots && t->old_used == 0) {
+        free(t->old_slots);
+        t->old_slots = NULL;
+        t->old_mask = 0;
+        t->old_next = 0;
+    }
 }
 
 void radix__slot_remove(radix_tree_t *t, radix_node_t *n)
 {
-    size_t i = slot_of(t, n);
+    radix_slot_t *tab = t->slots;
+    size_t i = slot_home(t, *rec_hash(n, n->first), n->parent);
+    while (tab[i].node != n) {
+        if (!tab[i].node) {
+            /* In the old table: a tombstone keeps its probe chains whole. */
+            radix_slot_t *s = old_slot(t, n);
+            s->node = RADIX_TOMB;
+            s->hash = 0;
+            t->old_used--;
+            old_done(t);
+            return;
+        }
+        i = (i + 1) & t->slot_mask;
+    }
     size_t j = i;
     for (;;) {
         j = (j + 1) & t->slot_mask;
-        radix_slot_t *s = &t->slots[j];
+        radix_slot_t *s = &tab[j];
         if (!s->node)
             break;
         size_t home = slot_home(t, s->hash, s->node->parent);
         /* Move s back into the hole unless its home lies cyclically in (i, j]. */
         bool stays = (i <= j) ? (i < home && home <= j) : (i < home || home <= j);
         if (!stays) {
-            t->slots[i] = *s;
+            tab[i] = *s;
             i = j;
         }
     }
-    t->slots[i].node = NULL;
-    t->slots[i].hash = 0;
+    tab[i].node = NULL;
+    tab[i].hash = 0;
     t->slot_used--;
 }
 
-/* Makes room for `extra` more nodes, keeping the load at most 1/2. */
+void radix__grow_step(radix_tree_t *t, size_t budget)
+{
+    while (t->old_slots && budget-- > 0) {
+        radix_slot_t *s = &t->old_slots[t->old_next++];
+        if (s->node && s->node != RADIX_TOMB) {
+            slot_put(t, s->node);
+            t->old_used--;
+        }
+        s->node = NULL; /* probes skip it (old_start) */
+        s->hash = 0;
+        old_done(t);
+    }
+}
+
+size_t radix__grow_left(const radix_tree_t *t)
+{
+    return t->old_slots ? t->old_used : 0;
+}
+
+/* Makes room for `extra` more nodes, keeping the load of the new table at
+ * most 1/2 over the nodes of both tables; grows incrementally, so no insert
+ * moves more than RADIX_GROW_CHUNK old slots (plus, never in practice, the
+ * fallback below).
+ *
+ * Why a chunk of 128 per insert suffices: the table of C slots starts to
+ * grow when its nodes (both tables' together) would pass C/2; the new table
+ * has 2C slots and would need to grow again only past C nodes, so at least
+ * C/2 nodes are added in between. An insert calls this once and adds at
+ * most 2 nodes (extra), so at least C/4 calls come first, which move
+ * 128 * C/4 = 32 C old slots: the C old slots are all moved after C/128 of
+ * them, long before. Removals only make room. The fallback (finish moving
+ * in one piece, then grow again) is kept for safety only. */
 static int slot_reserve(radix_tree_t *t, size_t extra)
 {
+    radix__grow_step(t, RADIX_GROW_CHUNK);
     size_t cap = t->slot_mask + 1;
-    if ((t->slot_used + extra) * 2 <= cap)
+    size_t used = t->slot_used + t->old_used;
+    if ((used + extra) * 2 <= cap)
         return 0;
     size_t ncap = cap * 2;
-    while ((t->slot_used + extra) * 2 > ncap)
+    while ((used + extra) * 2 > ncap)
         ncap *= 2;
-    radix_slot_t *old = t->slots;
     radix_slot_t *slots = t_calloc(t, ncap, sizeof(*slots));
     if (!slots)
         return KVS_ENOMEM;
+    radix__grow_step(t, SIZE_MAX); /* the fallback: still moving (see above) */
+    t->old_slots = t->slots;
+    t->old_mask = t->slot_mask;
+    t->old_used = t->slot_used;
+    t->old_next = 0;
     t->slots = slots;
     t->slot_mask = ncap - 1;
     t->slot_used = 0;
-    for (size_t i = 0; i < cap; i++)
-        if (old[i].node)
-            slot_put(t, old[i].node);
-    free(old);
+    radix__grow_step(t, RADIX_GROW_CHUNK);
     return 0;
 }
 
@@ -252,6 +376,10 @@ void radix_free(radix_tree_t *t)
         for (size_t i = 0; i <= t->slot_mask; i++)
             if (t->slots[i].node)
                 free(t->slots[i].node);
+    if (t->old_slots)
+        for (size_t i = 0; i <= t->old_mask; i++)
+            if (t->old_slots[i].node && t->old_slots[i].node != RADIX_TOMB)
+                free(t->old_slots[i].node);
     for (uint32_t i = 0; i < t->n_ns; i++) {
         if (!t->ns[i])
             continue;
@@ -262,6 +390,7 @@ void radix_free(radix_tree_t *t)
     }
     free(t->ns);
     free(t->slots);
+    free(t->old_slots);
     free(t->by_node);
     free(t->by_pos);
     free(t->hint_base);
@@ -471,7 +600,7 @@ static radix_node_t *node_resize(radix_tree_t *t, radix_node_t *n, uint32_t cap)
     radix_node_t *m = radix__node_new(t, cap);
     if (!m)
         return NULL;
-    size_t slot = slot_of(t, n);
+    radix_slot_t *slot = slot_of(t, n);
     memcpy(m, n, sizeof(*m));
     m->cap = cap;
     m->first = 0;
@@ -481,7 +610,7 @@ static radix_node_t *node_resize(radix_tree_t *t, radix_node_t *n, uint32_t cap)
         t->by_node[id] = m;
         t->by_pos[id] = k;
     }
-    t->slots[slot].node = m;
+    slot->node = m;
     radix__node_free(t, n);
     return m;
 }
@@ -492,7 +621,7 @@ static radix_node_t *node_resize(radix_tree_t *t, radix_node_t *n, uint32_t cap)
 static void node_split(radix_tree_t *t, radix_node_t *n, uint32_t pos, radix_node_t *upper)
 {
     uint32_t j = pos - n->first + 1;
-    size_t slot = slot_of(t, n);
+    radix_slot_t *slot = slot_of(t, n);
     upper->parent = n->parent;
     upper->depth = n->depth;
     upper->hits = n->hits;
@@ -519,7 +648,7 @@ static void node_split(radix_tree_t *t, radix_node_t *n, uint32_t pos, radix_nod
         t->by_node[id] = upper;
         t->by_pos[id] = k;
     }
-    t->slots[slot].node = upper; /* same key: same parent, same first block */
+    slot->node = upper; /* same key, same table: same parent, same first block */
     n->first += j;
     n->len -= j;
     n->depth += j;
@@ -875,7 +1004,8 @@ size_t radix_memory_bytes(const radix_tree_t *t)
 {
     if (!t)
         return 0;
-    size_t bytes = sizeof(*t) + t->node_bytes + (t->slot_mask + 1) * sizeof(radix_slot_t) +
+    size_t old = t->old_slots ? t->old_mask + 1 : 0;
+    size_t bytes = sizeof(*t) + t->node_bytes + (t->slot_mask + 1 + old) * sizeof(radix_slot_t) +
                    ((size_t)t->id_end) * (sizeof(*t->by_node) + sizeof(*t->by_pos)) +
                    (size_t)t->ns_cap * sizeof(*t->ns) + t->exp_cap * sizeof(*t->exp);
     for (uint32_t i = 0; i < t->n_ns; i++)

@@ -9,7 +9,9 @@
  * memory; its rows must be the one-piece walk's), a Clear in one piece
  * (radix_ns_clear) and a Clear in steps of the daemon's STORE_CLEAR_STEP
  * (radix_ns_clear_step; its longest step), the baseline for the steps
- * being the one-piece Clear of the same run. docs/RELIABILITY.md (H14 and
+ * being the one-piece Clear of the same run; and the longest single insert
+ * that built the index (where the child table grows), against the mean
+ * insert of the same run. docs/RELIABILITY.md (H14 and
  * its known limits) and docs/BENCHMARKS.md quote these figures.
  */
 #include <stdbool.h>
@@ -25,9 +27,12 @@
 #define WALK_STEP 16384 /* the daemon's STORE_CLEAR_STEP (daemon/store/store.h) */
 
 /* An index of n one-block prefixes below a shared first block in namespace
- * *ns; NULL when out of memory. */
-static radix_tree_t *walk_index(uint32_t n, uint32_t *ns)
+ * *ns; NULL when out of memory. Each insert is timed: *longest_ms is the
+ * longest (where the child table grows, 128 slots per insert), *mean_us
+ * the mean, its baseline (either may be NULL). */
+static radix_tree_t *walk_index(uint32_t n, uint32_t *ns, double *longest_ms, double *mean_us)
 {
+    double longest = 0, total = 0;
     radix_config_t cfg = {.block_tokens = WALK_BT, .max_blocks = n + 1};
     radix_tree_t *t = NULL;
     if (radix_new(&cfg, &t) != 0)
@@ -43,9 +48,17 @@ static radix_tree_t *walk_index(uint32_t n, uint32_t *ns)
         }
         ids[0] = 0;
         ids[1] = i + 1;
+        uint64_t t0 = (uint64_t)now_ns();
         if (radix_insert(t, *ns, tok, 2 * WALK_BT, ids, 2, false, canon, &done) != 0)
             goto fail;
+        double d = (double)((uint64_t)now_ns() - t0) / 1e6;
+        longest = d > longest ? d : longest;
+        total += d;
     }
+    if (longest_ms)
+        *longest_ms = longest;
+    if (mean_us)
+        *mean_us = n ? total * 1e3 / n : 0;
     return t;
 fail:
     radix_free(t);
@@ -60,7 +73,7 @@ static double ms_since(uint64_t t0)
 /* The Tree in steps of RADIX_TOP_STEP (what kvshared runs, one step per
  * loop turn): its longest step, its total, and its steps; the rows must be
  * the one-piece walk's (`want`, n_want of them). Returns 0 or an error. */
-static int tree_in_steps(const radix_tree_t *t, uint32_t ns, uint32_t n, const radix_prefix_t *want,
+static int tree_in_steps(radix_tree_t *t, uint32_t ns, uint32_t n, const radix_prefix_t *want,
                          size_t n_want)
 {
     static radix_prefix_t rows[1000];
@@ -109,9 +122,12 @@ static int walk_one(uint32_t n)
     static radix_prefix_t rows[1000];
     uint32_t ns;
     size_t n_rows = 0, dropped = 0, total = 0;
-    radix_tree_t *t = walk_index(n, &ns);
+    double ins_longest = 0, ins_mean = 0;
+    radix_tree_t *t = walk_index(n, &ns, &ins_longest, &ins_mean);
     if (!t)
         return 1;
+    printf("walk_insert_longest_ms[n=%u] %.2f ms (mean %.2f us per insert)\n", n, ins_longest,
+           ins_mean);
     uint64_t t0 = (uint64_t)now_ns();
     int rc = radix_top(t, ns, RADIX_BY_HITS, rows, 1000, &n_rows);
     double one_piece = ms_since(t0);
@@ -121,7 +137,7 @@ static int walk_one(uint32_t n)
     rc |= radix_ns_clear(t, ns, &dropped);
     printf("walk_clear_one_piece_ms[n=%u] %.1f ms (%zu blocks)\n", n, ms_since(t0), dropped);
     radix_free(t);
-    t = walk_index(n, &ns);
+    t = walk_index(n, &ns, NULL, NULL);
     if (!t)
         return 1;
     double longest = 0;
