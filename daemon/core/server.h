@@ -34,12 +34,17 @@
 typedef struct session session_t;
 typedef struct store store_t;
 
-#define SERVER_DEFAULT_MAX_FRAME      (16u << 20)
-#define SERVER_DEFAULT_MAX_OUTPUT     (64u << 20)
-#define SERVER_DEFAULT_MAX_BUFFERS    (512u << 20)
-#define SERVER_DEFAULT_MAX_SESSIONS   1024
-#define SERVER_DEFAULT_MAX_NAMESPACES 256
-#define SERVER_DEFAULT_SESSION_MAX_NS 64
+#define SERVER_DEFAULT_MAX_FRAME (16u << 20)
+/* Full blocks one request's prompt may name. Lookup, Alloc, Commit and
+ * Evict are linear in it and run in one piece: 131,072 blocks (2,097,152
+ * tokens at 16 per block) took about 22 ms of loop work (test_stalls), a
+ * 262,144-block Commit 37-66 ms, near the 50 ms bound on stalls. */
+#define SERVER_DEFAULT_MAX_PROMPT_BLOCKS (128u << 10)
+#define SERVER_DEFAULT_MAX_OUTPUT        (64u << 20)
+#define SERVER_DEFAULT_MAX_BUFFERS       (512u << 20)
+#define SERVER_DEFAULT_MAX_SESSIONS      1024
+#define SERVER_DEFAULT_MAX_NAMESPACES    256
+#define SERVER_DEFAULT_SESSION_MAX_NS    64
 
 /* A hint may raise a block no higher than the default priority of blocks
  * without one (RADIX_PRIO_DEFAULT), unless its namespace's section allows
@@ -81,12 +86,13 @@ typedef struct server_config {
     /* --devices: several devices, one pool each with the same blocks
      * ("0-3", "0,2,5", "all" for cuda); NULL: one, backend.device. */
     const char *devices;
-    uint32_t pool_blocks;      /* > 0: exactly this many blocks (bytes derived) */
-    uint32_t backend_retry_ms; /* cuda out of memory: retry this long (0: fail at once) */
-    uint32_t max_frame;        /* largest request accepted, bytes */
-    size_t max_output;         /* per session: unsent reply bytes before disconnect */
-    size_t max_buffer_memory;  /* all sessions' buffers together, bytes */
-    uint32_t idle_timeout_ms;  /* a session without a request this long is closed; 0: never */
+    uint32_t pool_blocks;       /* > 0: exactly this many blocks (bytes derived) */
+    uint32_t backend_retry_ms;  /* cuda out of memory: retry this long (0: fail at once) */
+    uint32_t max_frame;         /* largest request accepted, bytes */
+    uint32_t max_prompt_blocks; /* full blocks one request's tokens may hold */
+    size_t max_output;          /* per session: unsent reply bytes before disconnect */
+    size_t max_buffer_memory;   /* all sessions' buffers together, bytes */
+    uint32_t idle_timeout_ms;   /* a session without a request this long is closed; 0: never */
     uint32_t max_sessions;
     uint32_t max_namespaces;
     radix_policy_t eviction;    /* index eviction policy (default RADIX_EVICT_LRU) */

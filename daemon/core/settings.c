@@ -291,6 +291,10 @@ const setting_t settings_table[] = {
      AT(server.max_sessions), .help = "connections; more are refused with KVS_ELIMIT"},
     {"max_frame", "max-frame", SETTING_GLOBAL, SETTING_SIZE, "SIZE", 64, UINT32_MAX,
      AT(server.max_frame), .help = "largest request accepted"},
+    {"max_prompt_blocks", "max-prompt-blocks", SETTING_GLOBAL, SETTING_U32, "N", 1, UINT32_MAX,
+     AT(server.max_prompt_blocks),
+     .help = "full blocks one Lookup, Alloc, Commit or Evict may name (its work is one piece "
+             "on the loop, linear in them); a longer prompt is refused with KVS_ELIMIT"},
     {"max_output", "max-output", SETTING_GLOBAL, SETTING_SIZE, "SIZE", 4096, UINT64_MAX,
      AT(server.max_output),
      .help = "unread reply bytes before a client that stopped reading is dropped"},

@@ -36,6 +36,7 @@ void server_config_init(server_config_t *cfg)
     memset(cfg, 0, sizeof(*cfg));
     cfg->backend.kind = BACKEND_AUTO;
     cfg->max_frame = SERVER_DEFAULT_MAX_FRAME;
+    cfg->max_prompt_blocks = SERVER_DEFAULT_MAX_PROMPT_BLOCKS;
     cfg->max_output = SERVER_DEFAULT_MAX_OUTPUT;
     cfg->max_buffer_memory = SERVER_DEFAULT_MAX_BUFFERS;
     cfg->max_sessions = SERVER_DEFAULT_MAX_SESSIONS;

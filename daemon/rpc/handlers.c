@@ -31,16 +31,22 @@ static int ns_resolve(session_t *s, const char *name, bool create, uint32_t *ns,
 
 /* Token ids from the wire: little-endian uint32 packed in bytes. On a
  * little-endian host with aligned data they are used in place. */
-static int tokens_view(const ProtobufCBinaryData *bytes, const uint32_t **tokens, size_t *n,
-                       void **copy, handler_ctx_t *ctx)
+static int tokens_view(const server_t *srv, const ProtobufCBinaryData *bytes,
+                       const uint32_t **tokens, size_t *n, void **copy, handler_ctx_t *ctx)
 {
+    *copy = NULL;
     if (bytes->len % 4 != 0)
         return fail(ctx, KVS_EINVAL,
                     "tokens field has %zu bytes, not a multiple of 4: token ids travel as "
                     "little-endian uint32",
                     bytes->len);
     *n = bytes->len / 4;
-    *copy = NULL;
+    /* The request's work is one piece on the loop, linear in its blocks. */
+    if (*n / srv->geo.block_tokens > srv->cfg.max_prompt_blocks)
+        return fail(ctx, KVS_ELIMIT,
+                    "a prompt of %zu tokens (%zu blocks) is over max_prompt_blocks (%u): "
+                    "requests this long would hold every client back",
+                    *n, *n / srv->geo.block_tokens, srv->cfg.max_prompt_blocks);
     if (*n == 0) {
         *tokens = NULL;
         return 0;
@@ -340,7 +346,7 @@ int handler_lookup(session_t *s, const Kvshare__Request *req, Kvshare__Response 
     uint32_t ns;
     void *copy = NULL;
 
-    int rc = tokens_view(&lk->tokens, &tokens, &n_tokens, &copy, ctx);
+    int rc = tokens_view(srv, &lk->tokens, &tokens, &n_tokens, &copy, ctx);
     if (rc != 0)
         return rc;
     ctx->heap[0] = copy;
@@ -464,7 +470,7 @@ int handler_alloc(session_t *s, const Kvshare__Request *req, Kvshare__Response *
         if (ns == RADIX_NS_ANY)
             return fail(ctx, KVS_EINVAL,
                         "an alloc that declares its prefix (tokens) must name its namespace");
-        int rc = tokens_view(&al->tokens, &tokens, &n_tokens, &copy, ctx);
+        int rc = tokens_view(srv, &al->tokens, &tokens, &n_tokens, &copy, ctx);
         if (rc != 0)
             return rc;
         ctx->heap[0] = copy;
@@ -598,7 +604,7 @@ int handler_commit(session_t *s, const Kvshare__Request *req, Kvshare__Response 
                     "for the whole group, after every rank wrote its shard "
                     "(kvs_commit_opts_t.for_group)",
                     srv->n_devices);
-    rc = tokens_view(&cm->tokens, &tokens, &n_tokens, &copy, ctx);
+    rc = tokens_view(srv, &cm->tokens, &tokens, &n_tokens, &copy, ctx);
     if (rc != 0)
         return rc;
     ctx->heap[0] = copy;
@@ -1308,7 +1314,7 @@ int handler_evict(session_t *s, const Kvshare__Request *req, Kvshare__Response *
 
     int rc = ns_resolve(s, ev->ns, false, &ns, ctx);
     if (rc == 0)
-        rc = tokens_view(&ev->tokens, &tokens, &n_tokens, &ctx->heap[0], ctx);
+        rc = tokens_view(s->srv, &ev->tokens, &tokens, &n_tokens, &ctx->heap[0], ctx);
     if (rc != 0)
         return rc;
     rc = store_evict_prompt(s->srv, ns, tokens, n_tokens, &matched, &n1, &n2);

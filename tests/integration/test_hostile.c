@@ -885,6 +885,43 @@ START_TEST(test_close_with_many_pins_is_released_in_steps)
 }
 END_TEST
 
+/* A prompt over --max-prompt-blocks is refused with KVS_ELIMIT by Lookup,
+ * Commit and Evict (their work is one piece on the loop, linear in the
+ * prompt), and nothing of it is cached; one of exactly the limit is served;
+ * the session goes on. Before, only --max-frame bounded the prompt. */
+START_TEST(test_prompt_over_max_prompt_blocks_is_refused)
+{
+    enum { MAX = 64 };
+    static const char *const extra[] = {"--max-prompt-blocks", "64", NULL};
+    harness_t d;
+    ck_assert_int_eq(harness_start(&d, 4 * MAX, extra), 0);
+    kvs_client_t *c = client_of(&d);
+    uint32_t tokens[(MAX + 1) * BT], ids[MAX + 1], canonical[MAX + 1], found[MAX + 1];
+    for (uint32_t i = 0; i < (MAX + 1) * BT; i++)
+        tokens[i] = 31 * 1000 + i;
+    size_t n = 99, done = 99;
+    /* A prompt of the limit itself is served. */
+    ck_assert_int_eq(kvs_alloc(c, NULL, MAX + 1, ids), 0);
+    ck_assert_int_eq(kvs_commit(c, NULL, tokens, MAX * BT, ids, MAX, canonical, &done), 0);
+    ck_assert_uint_eq(done, MAX);
+    /* One block more: refused, whatever the RPC, and nothing changes. */
+    ck_assert_int_eq(kvs_lookup(c, NULL, tokens, (MAX + 1) * BT, 0, found, MAX + 1, &n),
+                     KVS_ELIMIT);
+    ck_assert_uint_eq(n, 0);
+    ck_assert_int_eq(kvs_commit(c, NULL, tokens, (MAX + 1) * BT, ids, MAX + 1, canonical, &done),
+                     KVS_ELIMIT);
+    kvs_evict_result_t ev;
+    ck_assert_int_eq(kvs_evict(c, NULL, tokens, (MAX + 1) * BT, &ev), KVS_ELIMIT);
+    ck_assert_int_eq(kvs_lookup(c, NULL, tokens, (MAX + 1) * BT - 1, 0, found, MAX + 1, &n), 0);
+    ck_assert_uint_eq(n, MAX);
+    ck_assert_int_eq(kvs_release(c, ids, MAX + 1, &done), 0);
+    ck_assert_uint_eq(done, MAX + 1);
+    kvs_close(c);
+    ck_assert_int_eq(harness_stop(&d), 0);
+    harness_cleanup(&d);
+}
+END_TEST
+
 static Suite *hostile_suite(void)
 {
     Suite *s = suite_create("hostile");
@@ -902,6 +939,7 @@ static Suite *hostile_suite(void)
     tcase_add_test(tc, test_namespace_in_use_is_never_reclaimed);
     tcase_add_test(tc, test_namespaces_per_session_are_limited);
     tcase_add_test(tc, test_close_with_many_pins_is_released_in_steps);
+    tcase_add_test(tc, test_prompt_over_max_prompt_blocks_is_refused);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -353,9 +353,9 @@ END_TEST
 /* On a pool of 2,097,152 blocks (large_pool): one Commit, Lookup, Tree and Evict of a
  * prompt of 131,072 blocks (524,288 tokens), besides 30 prompts of 65,536
  * blocks that fill the pool: the pool's size does not make them longer.
- * They are linear in the prompt, which --max-frame bounds: one of 262,144
- * blocks read 37-66 ms of wall-clock time here, near the bound
- * (docs/RELIABILITY.md, known limits), so it is not the size tested. */
+ * They are linear in the prompt, which max_prompt_blocks bounds: 131,072
+ * blocks by default, the size tested (one of 262,144 blocks read 37-66 ms
+ * of wall-clock time here, near the bound; docs/RELIABILITY.md). */
 START_TEST(test_large_prompt_on_a_large_pool)
 {
     stall_case_t k;
