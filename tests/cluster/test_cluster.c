@@ -11,6 +11,7 @@
 #include "crc16.h"
 #include "kvshare_status.h"
 #include "now.h"
+#include "check_main.h"
 #include "redis_cluster.h"
 #include "test_tmp.h"
 
@@ -731,17 +732,4 @@ static Suite *cluster_suite(void)
 }
 
 /* Skipped (77, "skipped: why") where redis-server is not installed. */
-int main(void)
-{
-    signal(SIGPIPE, SIG_IGN);
-    if (system("redis-server --version >/dev/null 2>&1") != 0 ||
-        system("redis-cli --version >/dev/null 2>&1") != 0) {
-        printf("skipped: redis-server or redis-cli is not installed (tools/install-deps.sh)\n");
-        return 77;
-    }
-    SRunner *sr = srunner_create(cluster_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+KVS_CHECK_MAIN_UNLESS(cluster_suite, rc_missing)

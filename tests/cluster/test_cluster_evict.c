@@ -15,6 +15,7 @@
 #include "cluster_value.h"
 #include "kvshare_status.h"
 #include "now.h"
+#include "check_main.h"
 #include "redis_cluster.h"
 
 #include <check.h>
@@ -212,17 +213,4 @@ static Suite *evict_suite(void)
 }
 
 /* Skipped (77, "skipped: why") where redis-server is not installed. */
-int main(void)
-{
-    signal(SIGPIPE, SIG_IGN);
-    if (system("redis-server --version >/dev/null 2>&1") != 0 ||
-        system("redis-cli --version >/dev/null 2>&1") != 0) {
-        printf("skipped: redis-server or redis-cli is not installed (tools/install-deps.sh)\n");
-        return 77;
-    }
-    SRunner *sr = srunner_create(evict_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+KVS_CHECK_MAIN_UNLESS(evict_suite, rc_missing)

@@ -10,6 +10,7 @@
 #include "daemon_harness.h"
 #include "kvshare.h"
 #include "now.h"
+#include "check_main.h"
 #include "redis_cluster.h"
 #include "test_tmp.h"
 
@@ -616,17 +617,4 @@ static Suite *share_suite(void)
 }
 
 /* Skipped (77, "skipped: why") where redis-server is not installed. */
-int main(void)
-{
-    signal(SIGPIPE, SIG_IGN);
-    if (system("redis-server --version >/dev/null 2>&1") != 0 ||
-        system("redis-cli --version >/dev/null 2>&1") != 0) {
-        printf("skipped: redis-server or redis-cli is not installed (tools/install-deps.sh)\n");
-        return 77;
-    }
-    SRunner *sr = srunner_create(share_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+KVS_CHECK_MAIN_UNLESS(share_suite, rc_missing)

@@ -14,26 +14,11 @@
 
 #include "check_main.h"
 #include "radix.h"
+#include "test_rng.h"
 #include "radix_internal.h"
 
 #define BT   2
 #define RING 64 /* pinned prompts kept, looked up again and again */
-
-static uint64_t rng_state;
-
-/* Under valgrind (KVS_TEST_SMALL): a smaller index. */
-static bool small(void)
-{
-    return getenv("KVS_TEST_SMALL") != NULL;
-}
-
-static uint32_t rnd(uint32_t n)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state % n);
-}
 
 typedef struct ids {
     uint32_t *free;

@@ -14,24 +14,9 @@
 
 #include "check_main.h"
 #include "radix.h"
+#include "test_rng.h"
 
 #define BT 2
-
-static uint64_t rng_state;
-
-/* Under valgrind (KVS_TEST_SMALL): fewer seeds and a smaller index. */
-static bool small(void)
-{
-    return getenv("KVS_TEST_SMALL") != NULL;
-}
-
-static uint32_t rnd(uint32_t n)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state % n);
-}
 
 /* Every block's hash in 4 values: prefixes collide all over. */
 static uint64_t weak_hash(const uint32_t *tokens, size_t n, uint64_t seed)

@@ -277,3 +277,11 @@ int rc_node_of_port(const rc_cluster_t *rc, int port)
             return i;
     return -1;
 }
+
+const char *rc_missing(void)
+{
+    if (system("redis-server --version >/dev/null 2>&1") != 0 ||
+        system("redis-cli --version >/dev/null 2>&1") != 0)
+        return "redis-server or redis-cli is not installed (tools/install-deps.sh)";
+    return NULL;
+}

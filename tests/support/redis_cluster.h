@@ -46,4 +46,8 @@ redisContext *rc_connect(const rc_cluster_t *rc, int i);
 /* The index of the node listening on port, or -1. */
 int rc_node_of_port(const rc_cluster_t *rc, int port);
 
+/* What a Redis Cluster test needs and this machine lacks, as a skip reason
+ * (redis-server or redis-cli not installed), or NULL. */
+const char *rc_missing(void);
+
 #endif /* KVS_TEST_REDIS_CLUSTER_H */

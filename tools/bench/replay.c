@@ -779,10 +779,9 @@ int bench_replay(int argc, char **argv)
                         "(lists: as many nodes as restarts, or one; ascending requests)\n");
         return 2;
     }
-    if (o.cluster_units > 0 && (system("redis-server --version >/dev/null 2>&1") != 0 ||
-                                system("redis-cli --version >/dev/null 2>&1") != 0)) {
-        printf("skipped: --cluster-units needs redis-server and redis-cli "
-               "(tools/install-deps.sh)\n");
+    const char *missing = o.cluster_units > 0 ? rc_missing() : NULL;
+    if (missing) {
+        printf("skipped: --cluster-units: %s\n", missing);
         return 77;
     }
     if (!o.trace) {
