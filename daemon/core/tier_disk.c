@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -438,8 +439,8 @@ static int scan_file(tier_disk_t *td, char *err, size_t errlen)
     uint32_t run = (uint32_t)((4u << 20) / td->slot_bytes);
     if (run == 0)
         run = 1;
-    uint8_t *buf;
-    if (posix_memalign((void **)&buf, TIER_DISK_ALIGN, (size_t)run * td->slot_bytes) != 0)
+    uint8_t *buf = tier_disk_buffer_alloc((size_t)run * td->slot_bytes);
+    if (!buf)
         return KVS_ENOMEM;
     size_t cap = 0;
     int rc = 0;
@@ -728,6 +729,22 @@ void tier_disk_close(tier_disk_t *td)
 uint32_t tier_disk_capacity(const tier_disk_t *td)
 {
     return td->nslots;
+}
+
+#define HUGE_PAGE (2u << 20)
+
+void *tier_disk_buffer_alloc(size_t bytes)
+{
+    if (bytes < HUGE_PAGE) {
+        void *p = NULL;
+        return posix_memalign(&p, TIER_DISK_ALIGN, bytes) == 0 ? p : NULL;
+    }
+    size_t len = (bytes + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+    void *p = NULL;
+    if (posix_memalign(&p, HUGE_PAGE, len) != 0)
+        return NULL;
+    (void)madvise(p, len, MADV_HUGEPAGE); /* a hint: EINVAL where THP is not built in */
+    return p;
 }
 
 uint64_t tier_disk_slot_bytes(const tier_disk_t *td)

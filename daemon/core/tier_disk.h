@@ -134,6 +134,16 @@ void tier_disk_stats(const tier_disk_t *td, tier_disk_stats_t *out);
 int tier_disk_submit(tier_disk_t *td, bool write, tier_disk_op_t *ops, size_t n,
                      tier_disk_done_fn done, void *arg);
 
+/* Memory for the disk's I/O (staging, ring buffers): aligned to 4 KiB, and
+ * from `bytes` of 2 MiB up on a 2 MiB boundary with transparent huge pages
+ * asked for (MADV_HUGEPAGE). A direct I/O is cut into one segment per
+ * physically contiguous run of its pages, and a virtio or NVMe queue takes
+ * a few hundred segments a request: a 2 MiB block on 4 KiB pages is 512 of
+ * them, three requests where huge pages make it one (docs/BENCHMARKS.md,
+ * "Huge pages and the disk tier"). Where THP is off it is 4 KiB pages, as
+ * before. NULL when out of memory; free with free(). */
+void *tier_disk_buffer_alloc(size_t bytes);
+
 /* --- slots: allocator and LRU (one thread) --- */
 
 /* A free slot, else the least recently used one, whose block is forgotten

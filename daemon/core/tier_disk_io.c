@@ -101,8 +101,8 @@ static void *thread_main(void *arg)
 {
     tier_disk_t *td = arg;
     td_engine_t *e = td->eng;
-    uint8_t *buf;
-    bool have_buf = posix_memalign((void **)&buf, TIER_DISK_ALIGN, td->slot_bytes) == 0;
+    uint8_t *buf = tier_disk_buffer_alloc(td->slot_bytes);
+    bool have_buf = buf != NULL;
     for (;;) {
         td_batch_t *b;
         size_t i;
@@ -293,7 +293,7 @@ static int uring_start(tier_disk_t *td, uint32_t qd)
     e->iov = calloc(2 * (size_t)qd, sizeof(struct iovec));
     struct iovec *iov = calloc(qd, sizeof(*iov));
     if (!e->free_bufs || !e->ctx || !e->iov || !iov ||
-        posix_memalign((void **)&e->arena, TIER_DISK_ALIGN, (size_t)qd * td->slot_bytes) != 0) {
+        !(e->arena = tier_disk_buffer_alloc((size_t)qd * td->slot_bytes))) {
         free(iov);
         uring_free(e);
         return -ENOMEM;

@@ -194,7 +194,7 @@ static int start(tier_medium_t *m, bool put, const uint32_t *ids, const uint32_t
     uint32_t bt = dm->src.block_tokens;
     bool fill = put && !dm->src.block && dm->src.gather; /* gathered on a tier thread */
     if (!dm->src.block && !fill)
-        b->stage = aligned_alloc(TIER_DISK_ALIGN, n * stage_stride(dm));
+        b->stage = tier_disk_buffer_alloc(n * stage_stride(dm));
     if (put && bt > 0)
         b->tokens = malloc(n * bt * sizeof(uint32_t));
     if ((!dm->src.block && !fill && !b->stage) || (put && bt > 0 && !b->tokens)) {
