@@ -24,8 +24,9 @@ int bench_cluster(int argc, char **argv);   /* bench_cluster.c */
 /* Sorts samples in place and returns the q-quantile (0 <= q <= 1). */
 double bench_quantile(uint64_t *samples, size_t n, double q);
 
-/* qsort comparator for floats, ascending. */
+/* qsort comparators for floats and doubles, ascending. */
 int bench_cmp_float(const void *a, const void *b);
+int bench_cmp_double(const void *a, const void *b);
 
 /* The kvshared built next to this program (build/tools/bench/kvshare-bench ->
  * build/daemon/kvshared) or, when there is none, installed beside it

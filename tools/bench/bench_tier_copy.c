@@ -113,12 +113,6 @@ static void *tc_run(void *arg)
     return NULL;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* Every slot of each thread's blocks equal in the pool and in tier 2, and
  * the pattern written before the first round. */
 static bool tc_verify(const tc_shared_t *sh, const tc_thread_t *ths)
@@ -347,7 +341,7 @@ int bench_tier_copy(int argc, char **argv)
                 end = sh.end_ns[r][ph][t] > end ? sh.end_ns[r][ph][t] : end;
             gbps[ph][r] = bytes / (end - sh.start_ns[r][ph]);
         }
-        qsort(gbps[ph], rounds, sizeof(double), cmp_double);
+        qsort(gbps[ph], rounds, sizeof(double), bench_cmp_double);
         med[ph] = gbps[ph][rounds / 2];
     }
     printf("tier-copy: %s, %llu B per block (%u rows of %llu B), %u-token prefix = %u blocks "

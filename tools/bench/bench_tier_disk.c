@@ -11,8 +11,11 @@
  * same queue depth and the same engine (io_uring with registered buffers,
  * or psync with as many jobs as the queue depth when the tier runs on
  * threads), sequentially. The phases alternate with fio's within each round
- * (fio first on odd rounds); reported: the median over rounds and the tier
- * as a percentage of fio. The tier's reads verify each slot's CRC and the
+ * (fio first on odd rounds); reported: each round's rates, the median over
+ * rounds, and the tier as a percentage of fio two ways: the ratio of the
+ * medians, and the median of each round's ratio (the tier against the fio
+ * run next to it in time, which a shared virtual disk's drift over a run
+ * moves much less). The tier's reads verify each slot's CRC and the
  * blocks are compared bitwise after the last round. Without fio on PATH the
  * tier's own figures are printed and fio's are said to be missing; on a file
  * system without O_DIRECT (tmpfs) it says so and exits 77. The blocks are
@@ -78,23 +81,23 @@ static uint64_t tier_batch(tier_disk_t *td, bool write, tier_disk_op_t *ops, siz
 /* fio's bandwidth in bytes/s for one sequential job, or a negative number
  * (no fio, or its output not understood). */
 static double run_fio(const char *file, uint64_t bytes, uint64_t bs, uint32_t qd, bool uring,
-                      bool write)
+                      bool write, const char *mem)
 {
     char cmd[1024];
     if (uring)
         snprintf(cmd, sizeof(cmd),
                  "fio --name=kvs --filename=%s --size=%llu --bs=%llu --direct=1 "
-                 "--ioengine=io_uring --fixedbufs=1 --iodepth=%u --rw=%s --output-format=json "
-                 "2>/dev/null",
+                 "--ioengine=io_uring --fixedbufs=1 --iodepth=%u --rw=%s --mem=%s "
+                 "--output-format=json 2>/dev/null",
                  file, (unsigned long long)bytes, (unsigned long long)bs, qd,
-                 write ? "write" : "read");
+                 write ? "write" : "read", mem);
     else
         snprintf(cmd, sizeof(cmd),
                  "fio --name=kvs --filename=%s --bs=%llu --direct=1 --ioengine=psync "
                  "--numjobs=%u --size=%llu --offset_increment=%llu --group_reporting --rw=%s "
-                 "--output-format=json 2>/dev/null",
+                 "--mem=%s --output-format=json 2>/dev/null",
                  file, (unsigned long long)bs, qd, (unsigned long long)(bytes / qd / bs * bs),
-                 (unsigned long long)(bytes / qd / bs * bs), write ? "write" : "read");
+                 (unsigned long long)(bytes / qd / bs * bs), write ? "write" : "read", mem);
     FILE *p = popen(cmd, "r");
     if (!p)
         return -1;
@@ -116,6 +119,36 @@ static double run_fio(const char *file, uint64_t bytes, uint64_t bs, uint32_t qd
     return bw ? strtod(bw + 1, NULL) : -1;
 }
 
+/* Free huge pages of the default size (hugetlbfs, vm.nr_hugepages), from
+ * /proc/meminfo: 0 when none or unknown. */
+static uint64_t free_huge_bytes(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f)
+        return 0;
+    char line[256];
+    unsigned long long n = 0, kb = 0;
+    while (fgets(line, sizeof(line), f)) {
+        (void)sscanf(line, "HugePages_Free: %llu", &n);
+        (void)sscanf(line, "Hugepagesize: %llu kB", &kb);
+    }
+    fclose(f);
+    return (uint64_t)n * kb * 1024;
+}
+
+/* Whether transparent huge pages can back memory that asks for them. */
+static bool thp_on(void)
+{
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    char line[128] = "";
+    if (f) {
+        if (!fgets(line, sizeof(line), f))
+            line[0] = 0;
+        fclose(f);
+    }
+    return strstr(line, "[always]") || strstr(line, "[madvise]");
+}
+
 /* CPU time of this process (all its threads; not fio, a child), in ns. */
 static uint64_t cpu_ns(void)
 {
@@ -125,9 +158,12 @@ static uint64_t cpu_ns(void)
            (uint64_t)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000ull;
 }
 
-static double median(double *v, uint32_t n)
+/* The median of v[0..n) (v is left as it was). */
+static double median(const double *in, uint32_t n)
 {
-    qsort(v, n, sizeof(double), bench_cmp_float);
+    double v[MAX_ROUNDS];
+    memcpy(v, in, n * sizeof(double));
+    qsort(v, n, sizeof(double), bench_cmp_double);
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
@@ -162,8 +198,9 @@ int bench_tier_disk(const bench_tier_disk_args_t *a)
     /* Page-aligned blocks (as the host tier's) go to and from the disk in
      * place; 64 bytes off, each is copied through the tier's buffers. */
     size_t off = a->unaligned ? 64 : 0;
-    uint8_t *src_mem = aligned_alloc(TIER_DISK_ALIGN, (size_t)n * bb + TIER_DISK_ALIGN);
-    uint8_t *dst_mem = aligned_alloc(TIER_DISK_ALIGN, (size_t)n * bb + TIER_DISK_ALIGN);
+    /* Allocated as the daemon's staging for the disk is. */
+    uint8_t *src_mem = tier_disk_buffer_alloc((size_t)n * bb + TIER_DISK_ALIGN);
+    uint8_t *dst_mem = tier_disk_buffer_alloc((size_t)n * bb + TIER_DISK_ALIGN);
     uint8_t *src = src_mem ? src_mem + off : NULL, *dst = dst_mem ? dst_mem + off : NULL;
     tier_disk_op_t *ops = calloc(n, sizeof(*ops));
     uint32_t *tokens = calloc(a->block_tokens, sizeof(uint32_t));
@@ -174,6 +211,15 @@ int bench_tier_disk(const bench_tier_disk_args_t *a)
     }
     for (size_t i = 0; i < (size_t)n * bb; i++)
         src[i] = (uint8_t)(i * 131 + (i >> 12));
+    /* fio's buffers: huge pages too where the machine has them reserved
+     * (shmhuge: vm.nr_hugepages; fio cannot ask for transparent ones), else
+     * its default, 4 KiB pages: an I/O of those is cut into more segments
+     * (tier_disk_buffer_alloc), which favours the tier, and the output says
+     * so. One fio runs at a time: io_uring's one job holds qd buffers in
+     * one segment, psync's qd jobs one each. */
+    uint64_t hp = 2u << 20, per_job = uring ? (uint64_t)a->qd * slot : slot;
+    uint64_t need = (uring ? 1 : a->qd) * ((per_job + hp - 1) / hp + 1) * hp;
+    const char *fio_mem = free_huge_bytes() >= need ? "shmhuge" : "malloc";
     static double rate[N_P][MAX_ROUNDS];
     bool have_fio = true;
     uint64_t tier_cpu = 0, tier_wall = 0;
@@ -202,8 +248,10 @@ int bench_tier_disk(const bench_tier_disk_args_t *a)
                 rate[P_TW][r] = (double)n * (double)slot / ((double)tw / 1e9);
                 rate[P_TR][r] = (double)n * (double)slot / ((double)tr / 1e9);
             } else if (have_fio) {
-                rate[P_FW][r] = run_fio(fpath, (uint64_t)n * slot, slot, a->qd, uring, true);
-                rate[P_FR][r] = run_fio(fpath, (uint64_t)n * slot, slot, a->qd, uring, false);
+                rate[P_FW][r] =
+                    run_fio(fpath, (uint64_t)n * slot, slot, a->qd, uring, true, fio_mem);
+                rate[P_FR][r] =
+                    run_fio(fpath, (uint64_t)n * slot, slot, a->qd, uring, false, fio_mem);
                 have_fio = rate[P_FW][r] > 0 && rate[P_FR][r] > 0;
             }
         }
@@ -211,6 +259,13 @@ int bench_tier_disk(const bench_tier_disk_args_t *a)
     if (memcmp(src, dst, (size_t)n * bb) != 0) {
         fprintf(stderr, "tier-copy --disk: the blocks read back differ from those written\n");
         goto out;
+    }
+    for (uint32_t r = 0; r < a->rounds; r++) {
+        printf("round %2u:", r + 1);
+        for (int p = 0; p < N_P; p++)
+            if (p < P_FW || have_fio)
+                printf("  %s %7.1f", pnames[p], rate[p][r] / 1e6);
+        printf(" MB/s\n");
     }
     double med[N_P];
     for (int p = 0; p < N_P; p++)
@@ -222,8 +277,13 @@ int bench_tier_disk(const bench_tier_disk_args_t *a)
            a->unaligned ? "unaligned (copied through the tier's buffers)"
                         : "page-aligned (I/O in place)",
            a->rounds);
-    printf("# fio: same directory, bs=%llu, O_DIRECT, %s\n", (unsigned long long)slot,
-           uring ? "ioengine=io_uring fixedbufs iodepth=qd" : "ioengine=psync numjobs=qd");
+    printf("# fio: same directory, bs=%llu, O_DIRECT, %s, mem=%s\n", (unsigned long long)slot,
+           uring ? "ioengine=io_uring fixedbufs iodepth=qd" : "ioengine=psync numjobs=qd", fio_mem);
+    printf("# buffers: the tier's on %s, fio's on %s\n",
+           thp_on() ? "transparent huge pages (asked for)" : "4 KiB pages (THP is off)",
+           strcmp(fio_mem, "shmhuge") == 0
+               ? "reserved huge pages"
+               : "4 KiB pages (no huge pages reserved: vm.nr_hugepages; favours the tier)");
     for (int p = 0; p < N_P; p++)
         if (p < P_FW || have_fio)
             printf("%-10s %9.1f MB/s\n", pnames[p], med[p] / 1e6);
@@ -231,10 +291,17 @@ int bench_tier_disk(const bench_tier_disk_args_t *a)
            (double)tier_cpu / 1e6 / (2.0 * n * a->rounds), a->unaligned ? "copy and " : "",
            crc32c_hw() ? ", SSE4.2" : ", table",
            tier_wall ? 100.0 * (double)tier_cpu / (double)tier_wall : 0);
-    if (have_fio)
-        printf("tier / fio: write %.0f %%, read %.0f %%\n", 100 * med[P_TW] / med[P_FW],
-               100 * med[P_TR] / med[P_FR]);
-    else
+    if (have_fio) {
+        double pw[MAX_ROUNDS], pr[MAX_ROUNDS];
+        for (uint32_t r = 0; r < a->rounds; r++) {
+            pw[r] = rate[P_TW][r] / rate[P_FW][r];
+            pr[r] = rate[P_TR][r] / rate[P_FR][r];
+        }
+        printf("tier / fio: write %.0f %%, read %.0f %% (ratio of the medians)\n",
+               100 * med[P_TW] / med[P_FW], 100 * med[P_TR] / med[P_FR]);
+        printf("tier / fio: write %.0f %%, read %.0f %% (median of the rounds' ratios)\n",
+               100 * median(pw, a->rounds), 100 * median(pr, a->rounds));
+    } else
         printf("fio: not measured (fio not found or failed; apt-get install fio)\n");
     status = 0;
 out:

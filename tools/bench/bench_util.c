@@ -29,6 +29,12 @@ int bench_cmp_float(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+int bench_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
 const char *bench_default_kvshared(char *buf, size_t len)
 {
     char self[PATH_MAX];
