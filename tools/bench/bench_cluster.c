@@ -383,6 +383,23 @@ static void wait_quiet(kvs_client_t *c)
     }
 }
 
+/* A thread's time on a CPU and waiting for one, in ns
+ * (/proc/PID/task/TID/schedstat; zeros when unreadable). */
+static void thread_sched(pid_t pid, pid_t tid, uint64_t *run, uint64_t *wait)
+{
+    char path[64];
+    unsigned long long r = 0, w = 0;
+    snprintf(path, sizeof(path), "/proc/%d/task/%d/schedstat", (int)pid, (int)tid);
+    FILE *f = fopen(path, "r");
+    if (f) {
+        if (fscanf(f, "%llu %llu", &r, &w) != 2)
+            r = w = 0;
+        fclose(f);
+    }
+    *run = r;
+    *wait = w;
+}
+
 /* Times tier-1 Lookups idle, then busy; the figures' names end with tag. */
 static int run_lookups(cl_cfg_t *b, const char *tag)
 {
@@ -420,17 +437,31 @@ static int run_lookups(cl_cfg_t *b, const char *tag)
     uint64_t r0 = 0, p0 = 0, d0 = 0, r1 = 0, p1 = 0, d1 = 0, busy_ns = 0, puts = 0, drops = 0,
              replies = 0;
     int rc = 0;
+    /* The daemon's loop thread (its main thread): time on a CPU and
+     * waiting for one, over the idle and the busy stretches. */
+    uint64_t lr[2] = {0, 0}, lw[2] = {0, 0}, idle_ns = 0;
     for (unsigned t = 0; t < LOOKUP_TURNS && rc == 0; t++) {
+        uint64_t ra, wa, rz, wz;
         atomic_store(&paused, 1);
         wait_quiet(c);
+        thread_sched(b->pid[1], b->pid[1], &ra, &wa);
+        uint64_t ti = now_ns();
         rc = time_lookups(c, idle + t * per, per);
+        idle_ns += now_ns() - ti;
+        thread_sched(b->pid[1], b->pid[1], &rz, &wz);
+        lr[0] += rz - ra;
+        lw[0] += wz - wa;
         atomic_store(&paused, 0);
         usleep(300000);
         cluster_progress(c, &r0, &p0, &d0);
+        thread_sched(b->pid[1], b->pid[1], &ra, &wa);
         uint64_t t0 = now_ns();
         if (rc == 0)
             rc = time_lookups(c, busy + t * per, per);
         busy_ns += now_ns() - t0;
+        thread_sched(b->pid[1], b->pid[1], &rz, &wz);
+        lr[1] += rz - ra;
+        lw[1] += wz - wa;
         cluster_progress(c, &r1, &p1, &d1);
         replies += r1 - r0;
         puts += p1 - p0;
@@ -455,6 +486,10 @@ static int run_lookups(cl_cfg_t *b, const char *tag)
     printf("lookup_busy_p50%s %.1f us\n", tag, busy50);
     printf("lookup_busy_p99%s %.1f us\n", tag, busy99);
     printf("lookup_busy_p99_vs_idle%s %.2f x\n", tag, busy99 / idle99);
+    printf("loop_thread%s idle: on a CPU %.1f %%, waiting for one %.2f %%; busy: on a CPU "
+           "%.1f %%, waiting for one %.2f %%\n",
+           tag, 100.0 * (double)lr[0] / (double)idle_ns, 100.0 * (double)lw[0] / (double)idle_ns,
+           100.0 * (double)lr[1] / (double)busy_ns, 100.0 * (double)lw[1] / (double)busy_ns);
     printf("busy_cluster_replies%s %.0f per s\n", tag, (double)replies / s);
     printf("busy_cluster_puts%s %.0f blocks per s (%llu dropped)\n", tag, (double)puts / s,
            (unsigned long long)drops);
