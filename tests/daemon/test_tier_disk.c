@@ -859,10 +859,11 @@ START_TEST(io_buffers_ask_for_huge_pages)
     else if (RUNNING_ON_VALGRIND || KVS_UNDER_ASAN)
         fprintf(stderr, "io_buffers_ask_for_huge_pages: THP eligibility not checked under a "
                         "sanitizer's or valgrind's allocator\n");
-    else {
-        ck_assert_msg(smaps_field(p, "THPeligible:", line, sizeof(line)), "no smaps entry");
+    else if (!smaps_field(p, "THPeligible:", line, sizeof(line)))
+        fprintf(stderr, "io_buffers_ask_for_huge_pages: THP eligibility not checked: this "
+                        "kernel's /proc/self/smaps has no THPeligible field\n");
+    else
         ck_assert_msg(strstr(line, "1") != NULL, "not eligible for THP: %s", line);
-    }
     free(p);
     free(q);
 }
