@@ -99,8 +99,8 @@ static bool cand_is_leaf(const radix_node_t *n, uint32_t k)
 static int make_room(radix_tree_t *t, uint32_t k, uint32_t for_ns, radix_move_t *moves,
                      size_t *n_moved)
 {
-    /* Never true (callers stay under n_tiers), but said so that gcc -O3
-     * sees the recursion end within lower[]. */
+    /* Never true (callers stay under n_tiers <= RADIX_TIERS), but said so
+     * that gcc -O3 sees the recursion end within lower[] (-Warray-bounds). */
     if (k >= RADIX_TIERS)
         return -1;
     while (t->lower[k].n_free == 0) {
@@ -108,9 +108,7 @@ static int make_room(radix_tree_t *t, uint32_t k, uint32_t for_ns, radix_move_t 
         if (!d)
             return -1;
         evict_cause_t cause = d->ns == for_ns ? EVICT_OWN : EVICT_OTHERS;
-        /* k + 1 < RADIX_TIERS as well: what n_tiers is at most, said so
-         * that the compiler sees the recursion end (-O3 -Warray-bounds). */
-        if (k + 1 < t->n_tiers && k + 1 < RADIX_TIERS) {
+        if (k + 1 < t->n_tiers) {
             int below = make_room(t, k + 1, d->ns, moves, n_moved);
             if (below == 0)
                 return 0;
