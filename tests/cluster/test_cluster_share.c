@@ -8,6 +8,7 @@
  */
 #include "cluster_value.h"
 #include "daemon_harness.h"
+#include "harness_client.h"
 #include "kvshare.h"
 #include "now.h"
 #include "check_main.h"
@@ -36,19 +37,6 @@ static void prompt(uint32_t *t, size_t n, uint32_t seed)
 {
     for (size_t i = 0; i < n; i++)
         t[i] = seed * 100000 + (uint32_t)i;
-}
-
-static kvs_client_t *client(const harness_t *h)
-{
-    kvs_options_t o;
-    kvs_client_t *c = NULL;
-    kvs_options_init(&o);
-    o.socket_path = h->socket_path;
-    o.worker_name = "share-test";
-    o.timeout_ms = 30000;
-    int rc = kvs_connect(&o, &c);
-    ck_assert_msg(rc == 0, "connect: %s", kvs_strerror(rc));
-    return c;
 }
 
 /* Writes NB blocks of prompt seed into namespace ns and commits them. */
@@ -275,7 +263,7 @@ START_TEST(shared_blocks_are_written_through)
     const char *extra[] = {"--cluster-seeds",      rc.seeds, "--config", conf,
                            "--cluster-timeout-ms", "10000",  NULL};
     ck_assert_int_eq(harness_start(&h, 64, extra), 0);
-    kvs_client_t *c = client(&h);
+    kvs_client_t *c = harness_client(&h, "share-test", 0);
     kvs_geometry_t g;
     ck_assert_int_eq(kvs_geometry(c, &g), 0);
     write_prompt(c, "private", 7);
@@ -297,7 +285,7 @@ START_TEST(shared_blocks_are_written_through)
         "--cluster-seeds",      rc.seeds, "--config", conf, "--metrics-listen", listen,
         "--cluster-timeout-ms", "10000",  NULL};
     ck_assert_int_eq(harness_start(&h2, 64, extra2), 0);
-    kvs_client_t *c2 = client(&h2);
+    kvs_client_t *c2 = harness_client(&h2, "share-test", 0);
     ck_assert_uint_eq(lookup_check(c2, "private", 7), 0);
     ck_assert_uint_eq(lookup_check(c2, "shr", 3), NB);
     /* Now local: asked again, it hits without the cluster. */
@@ -418,7 +406,7 @@ START_TEST(master_killed_during_a_replay)
     const char *writer_extra[] = {
         "--cluster-seeds", rc.seeds, "--cluster-timeout-ms", "10000", "--config", conf, NULL};
     ck_assert_int_eq(harness_start(&h, 128, writer_extra), 0);
-    kvs_client_t *c = client(&h);
+    kvs_client_t *c = harness_client(&h, "share-test", 0);
     for (uint32_t p = 0; p < PROMPTS; p++)
         write_prompt(c, "shr", 10 + p);
     int64_t end = now_ms() + 30000;
@@ -429,7 +417,7 @@ START_TEST(master_killed_during_a_replay)
     ck_assert_int_ge(victim, 0);
 
     ck_assert_int_eq(harness_start(&h2, 128, extra), 0);
-    kvs_client_t *c2 = client(&h2);
+    kvs_client_t *c2 = harness_client(&h2, "share-test", 0);
     rc_kill(&rc, victim);
     /* Replays until every prompt hits whole: meanwhile shorter hits, never
      * a wrong byte (lookup_check), and no crash. */
@@ -555,13 +543,13 @@ START_TEST(password_never_logged)
     ck_assert_int_eq(started, 0);
     ck_assert_int_eq(started2, 0);
 
-    kvs_client_t *c = client(&h);
+    kvs_client_t *c = harness_client(&h, "share-test", 0);
     write_prompt(c, "shr", 21);
     int64_t end = now_ms() + 10000;
     while (cluster_keys(&rc) < NB && now_ms() < end)
         usleep(50000);
     ck_assert_int_eq(cluster_keys(&rc), NB);
-    kvs_client_t *c2 = client(&h2);
+    kvs_client_t *c2 = harness_client(&h2, "share-test", 0);
     ck_assert_uint_eq(lookup_check(c2, "shr", 21), 0);
     kvs_stats_t st;
     ck_assert_int_eq(kvs_stats(c2, &st), 0);

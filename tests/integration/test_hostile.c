@@ -23,6 +23,7 @@
 #include "check_main.h"
 #include "daemon_harness.h"
 #include "frame_header.h"
+#include "harness_client.h"
 #include "kvshare.h"
 #include "kvshare.pb-c.h"
 #include "raw_wire.h"
@@ -69,19 +70,6 @@ static uint8_t *read_frame(int fd, size_t *len)
     return body;
 }
 
-static kvs_client_t *client_of(const harness_t *d)
-{
-    kvs_options_t o;
-    kvs_client_t *c = NULL;
-    kvs_options_init(&o);
-    o.socket_path = d->socket_path;
-    o.flags = KVS_NO_MAP;
-    o.timeout_ms = 30000;
-    int rc = kvs_connect(&o, &c);
-    ck_assert_msg(rc == 0, "connect: %s", kvs_strerror(rc));
-    return c;
-}
-
 /* Fills the index with n_prompts prompts of 4 blocks each. */
 static void fill(kvs_client_t *c, uint32_t n_prompts)
 {
@@ -114,7 +102,7 @@ START_TEST(test_tree_flood_does_not_freeze_others)
 {
     harness_t d;
     ck_assert_int_eq(harness_start(&d, 4096, NULL), 0);
-    kvs_client_t *c = client_of(&d);
+    kvs_client_t *c = harness_client(&d, NULL, KVS_NO_MAP);
     fill(c, 1000);
     uint64_t before = answered(c);
 
@@ -185,7 +173,7 @@ START_TEST(test_tree_walks_in_steps)
 
     /* A walks; C's Pings are answered before A's reply. */
     int a = hostile_connect(&d), b = hostile_connect(&d), gone = hostile_connect(&d);
-    kvs_client_t *c = client_of(&d);
+    kvs_client_t *c = harness_client(&d, NULL, KVS_NO_MAP);
     send_tree(a, 1000);
     double rtt;
     int pings = 0;
@@ -234,7 +222,7 @@ START_TEST(test_tree_walks_in_steps)
     fill = hostile_connect(&d);
     ck_assert_int_eq(raw_commit_one_block_prompts(fill, PREFIXES, BT, 1024), 0);
     close(fill);
-    c = client_of(&d);
+    c = harness_client(&d, NULL, KVS_NO_MAP);
     ck_assert_int_eq(kvs_tree(c, NULL, 1, rows, 10, &n), KVS_ELIMIT);
     ck_assert_ptr_nonnull(strstr(kvs_last_error(c), "max_buffer_memory"));
     ck_assert_int_eq(kvs_ping(c, 8, &rtt), 0); /* still served */
@@ -292,7 +280,7 @@ START_TEST(test_large_frames_are_spaced)
     static const char *const extra[] = {"--max-frame", "4MiB", NULL};
     harness_t d;
     ck_assert_int_eq(harness_start(&d, 256, extra), 0);
-    kvs_client_t *c = client_of(&d);
+    kvs_client_t *c = harness_client(&d, NULL, KVS_NO_MAP);
     fill(c, 8);
 
     enum { N_LARGE = 6, TOKENS = (2u << 20) / 4 };
@@ -366,7 +354,7 @@ START_TEST(test_large_work_is_shared_between_sessions)
     static const char *const extra[] = {"--max-frame", "4MiB", NULL};
     harness_t d;
     ck_assert_int_eq(harness_start(&d, 4096, extra), 0);
-    kvs_client_t *c = client_of(&d);
+    kvs_client_t *c = harness_client(&d, NULL, KVS_NO_MAP);
     fill(c, 1000);
     enum { TOKENS = (9u << 17) / 4, ROUNDS = 4, MAX_TREES = 2 };
     int victims[ROUNDS];
@@ -517,7 +505,7 @@ START_TEST(test_buffer_memory_is_bounded_across_sessions)
         "--max-frame", "4MiB", "--max-buffer-memory", "8MiB", "--max-output", "16MiB", NULL};
     harness_t d;
     ck_assert_int_eq(harness_start(&d, 64, extra), 0);
-    kvs_client_t *c = client_of(&d);
+    kvs_client_t *c = harness_client(&d, NULL, KVS_NO_MAP);
     long hwm0 = rel_vm_hwm_kib(d.pid);
 
     enum { PARTIAL = 24, UNREAD = 8 };
@@ -578,7 +566,7 @@ START_TEST(test_held_lookups_count_in_the_buffer_budget)
     static const char *const extra[] = {"--max-frame", "4MiB", "--max-buffer-memory", "4MiB", NULL};
     harness_t d;
     ck_assert_int_eq(harness_start(&d, 64, extra), 0);
-    kvs_client_t *c = client_of(&d);
+    kvs_client_t *c = harness_client(&d, NULL, KVS_NO_MAP);
     enum { WAITERS = 20, TOKENS = (300u << 10) / 4 };
     uint32_t *prompt = malloc(TOKENS * sizeof(*prompt));
     ck_assert_ptr_nonnull(prompt);
@@ -651,7 +639,7 @@ START_TEST(test_idle_session_is_closed)
     free(body);
     ck_assert_ptr_null(read_frame(fd, &len));
     close(fd);
-    kvs_client_t *c = client_of(&d);
+    kvs_client_t *c = harness_client(&d, NULL, KVS_NO_MAP);
     kvs_stats_t st;
     ck_assert_int_eq(kvs_stats(c, &st), 0);
     ck_assert_uint_eq(st.counters[KVS_COUNTER_sessions_idle_closed], 1);
@@ -705,7 +693,8 @@ START_TEST(test_empty_lookups_do_not_exhaust_namespaces)
                                         NULL};
     harness_t d;
     ck_assert_int_eq(harness_start(&d, 64, extra), 0);
-    kvs_client_t *attacker = client_of(&d), *tenant = client_of(&d);
+    kvs_client_t *attacker = harness_client(&d, NULL, KVS_NO_MAP),
+                 *tenant = harness_client(&d, NULL, KVS_NO_MAP);
     char name[32];
     size_t hits;
     for (int i = 0; i < 200; i++) {
@@ -748,7 +737,9 @@ START_TEST(test_namespace_in_use_is_never_reclaimed)
     static const char *const extra[] = {"--max-namespaces", "4", NULL};
     harness_t d;
     ck_assert_int_eq(harness_start(&d, 64, extra), 0);
-    kvs_client_t *a = client_of(&d), *b = client_of(&d), *x = client_of(&d);
+    kvs_client_t *a = harness_client(&d, NULL, KVS_NO_MAP),
+                 *b = harness_client(&d, NULL, KVS_NO_MAP),
+                 *x = harness_client(&d, NULL, KVS_NO_MAP);
     size_t hits;
     commit_in(a, "cached-1", 1);
     commit_in(a, "cached-2", 2);
@@ -808,7 +799,8 @@ START_TEST(test_namespaces_per_session_are_limited)
     static const char *const extra[] = {"--session-max-namespaces", "3", NULL};
     harness_t d;
     ck_assert_int_eq(harness_start(&d, 64, extra), 0);
-    kvs_client_t *a = client_of(&d), *b = client_of(&d);
+    kvs_client_t *a = harness_client(&d, NULL, KVS_NO_MAP),
+                 *b = harness_client(&d, NULL, KVS_NO_MAP);
     size_t hits;
     ck_assert_int_eq(lookup_in(a, "a-1", 1, &hits), 0);
     ck_assert_int_eq(lookup_in(a, "a-2", 1, &hits), 0);
@@ -829,7 +821,7 @@ START_TEST(test_namespaces_per_session_are_limited)
     kvs_stats_free(&st);
     /* A new connection starts from zero. */
     kvs_close(a);
-    a = client_of(&d);
+    a = harness_client(&d, NULL, KVS_NO_MAP);
     ck_assert_int_eq(lookup_in(a, "a-5", 1, &hits), 0);
     kvs_close(a);
     kvs_close(b);
@@ -845,7 +837,8 @@ START_TEST(test_close_with_many_pins_is_released_in_steps)
 {
     harness_t d;
     ck_assert_int_eq(harness_start(&d, 1024, NULL), 0); /* a Pin names at most the pool */
-    kvs_client_t *a = client_of(&d), *b = client_of(&d);
+    kvs_client_t *a = harness_client(&d, NULL, KVS_NO_MAP),
+                 *b = harness_client(&d, NULL, KVS_NO_MAP);
     uint32_t tokens[BT], id, can;
     size_t n = 0;
     for (uint32_t i = 0; i < BT; i++)
@@ -895,7 +888,7 @@ START_TEST(test_prompt_over_max_prompt_blocks_is_refused)
     static const char *const extra[] = {"--max-prompt-blocks", "64", NULL};
     harness_t d;
     ck_assert_int_eq(harness_start(&d, 4 * MAX, extra), 0);
-    kvs_client_t *c = client_of(&d);
+    kvs_client_t *c = harness_client(&d, NULL, KVS_NO_MAP);
     uint32_t tokens[(MAX + 1) * BT], ids[MAX + 1], canonical[MAX + 1], found[MAX + 1];
     for (uint32_t i = 0; i < (MAX + 1) * BT; i++)
         tokens[i] = 31 * 1000 + i;

@@ -20,6 +20,7 @@
 
 #include "check_main.h"
 #include "daemon_harness.h"
+#include "harness_client.h"
 #include "kvshare.h"
 #include "kvshare.pb-c.h"
 #include "raw_wire.h"
@@ -45,19 +46,6 @@ static void stop(void)
         ck_assert_msg(stat(h.socket_path, &st) != 0, "socket left behind");
     }
     harness_cleanup(&h);
-}
-
-static kvs_client_t *client(const char *name)
-{
-    kvs_options_t o;
-    kvs_client_t *c = NULL;
-    kvs_options_init(&o);
-    o.socket_path = h.socket_path;
-    o.worker_name = name;
-    o.timeout_ms = 30000; /* a deadline: only a failing test waits it out */
-    int rc = kvs_connect(&o, &c);
-    ck_assert_msg(rc == 0, "connect: %s", kvs_strerror(rc));
-    return c;
 }
 
 static void prompt(uint32_t *t, size_t n, uint32_t seed)
@@ -177,7 +165,7 @@ START_TEST(test_two_workers_share_a_prefix)
     half[4 * BT] = 999999;
     half[4 * BT + 1] = 999998;
     half[4 * BT + 2] = 999997;
-    kvs_client_t *c = client("third");
+    kvs_client_t *c = harness_client(&h, "third", 0);
     ck_assert_int_eq(kvs_lookup(c, NULL, half, 4 * BT + 3, 0, got, 16, &n), 0);
     ck_assert_uint_eq(n, 4);
     kvs_stats_t s;
@@ -226,7 +214,7 @@ START_TEST(test_sigkill_releases_holdings)
     ck_assert_int_eq(read(p[0], &x, 1), 1);
     close(p[0]);
 
-    kvs_client_t *c = client("observer");
+    kvs_client_t *c = harness_client(&h, "observer", 0);
     kvs_stats_t s;
     stats(c, &s);
     ck_assert_uint_eq(s.writing_blocks, 5);
@@ -271,7 +259,7 @@ static uint64_t ns_counter(const kvs_stats_t *s, int which)
 START_TEST(test_commit_after_a_hit)
 {
     enum { N = 5, M = 3 };
-    kvs_client_t *a = client("A"), *b = client("B");
+    kvs_client_t *a = harness_client(&h, "A", 0), *b = harness_client(&h, "B", 0);
     uint32_t tokens[N * BT], ia[M], got[N], fresh[N - M], all[N], can[N], req[N];
     size_t n, done;
     kvs_stats_t s0, s;
@@ -342,7 +330,7 @@ START_TEST(test_long_prompt)
     size_t n_tokens = 300000, n;
     uint32_t *tokens = malloc(n_tokens * sizeof(uint32_t)), ids[POOL], can[POOL], got[POOL];
     prompt(tokens, n_tokens, 9);
-    kvs_client_t *c = client("long");
+    kvs_client_t *c = harness_client(&h, "long", 0);
     ck_assert_int_eq(kvs_lookup(c, NULL, tokens, n_tokens, 0, got, POOL, &n), 0);
     ck_assert_uint_eq(n, 0);
     ck_assert_int_eq(kvs_alloc(c, NULL, POOL, ids), 0);
@@ -453,8 +441,8 @@ static void raw_ids(int fd, int rpc, const uint32_t *ids, size_t n)
 
 START_TEST(test_bad_input)
 {
-    kvs_client_t *other = client("bystander");
-    kvs_client_t *holder = client("holder");
+    kvs_client_t *other = harness_client(&h, "bystander", 0);
+    kvs_client_t *holder = harness_client(&h, "holder", 0);
     uint32_t held[2], mine[2], can[2];
     size_t done;
     ck_assert_int_eq(kvs_alloc(holder, NULL, 2, held), 0);
@@ -707,7 +695,7 @@ START_TEST(test_second_daemon_refused_stale_socket_replaced)
     pid_t pid;
     /* A live daemon owns the socket: a second one exits with an error. */
     ck_assert_int_eq(harness_start_again(&h, POOL, 20000, &pid), 1);
-    kvs_client_t *c = client("still-there");
+    kvs_client_t *c = harness_client(&h, "still-there", 0);
     kvs_close(c);
 
     /* A stale socket (its daemon was SIGKILLed) is replaced. */
@@ -717,7 +705,7 @@ START_TEST(test_second_daemon_refused_stale_socket_replaced)
     ck_assert_int_eq(stat(h.socket_path, &st), 0);
     ck_assert_int_eq(harness_start_again(&h, POOL, 20000, &pid), -1);
     h.pid = pid;
-    c = client("after-restart");
+    c = harness_client(&h, "after-restart", 0);
     kvs_close(c);
 }
 END_TEST
@@ -791,7 +779,7 @@ END_TEST
 START_TEST(test_option_structs)
 {
     enum { N = 3 };
-    kvs_client_t *c = client("opts");
+    kvs_client_t *c = harness_client(&h, "opts", 0);
     uint32_t tokens[N * BT], ids[N], can[N], got[N];
     size_t n, done, n_evicted = 99;
     kvs_stats_t s;
@@ -889,7 +877,7 @@ END_TEST
 START_TEST(test_evict)
 {
     enum { N1 = 4, N2 = 3 };
-    kvs_client_t *c = client("evict");
+    kvs_client_t *c = harness_client(&h, "evict", 0);
     uint32_t p1[N1 * BT], p2[N2 * BT], ids[N1], can[N1], got[N2];
     size_t done, n;
     kvs_stats_t s0, s;

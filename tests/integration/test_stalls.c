@@ -26,6 +26,7 @@
 
 #include "check_main.h"
 #include "daemon_harness.h"
+#include "harness_client.h"
 #include "kvshare.h"
 #include "raw_wire.h"
 
@@ -35,6 +36,9 @@
 #define NB_PROMPT  (2 * NB)  /* a prompt of 524,288 tokens (2 MiB) */
 #define STALL_MS   50        /* the bound */
 #define ASAN_SCALE 4         /* AddressSanitizer's slowdown allowed for */
+/* Each client call's deadline: twice HARNESS_CLIENT_MS, for the large
+ * requests of a daemon under valgrind. */
+#define CLIENT_MS 60000
 /* One-block prefixes of the Tree case: 600,000, past the index's child
  * table doubling at 262,144 nodes (524,288 to 1,048,576 slots). That
  * doubling was one piece of work on the loop (45 ms at 262,144 nodes,
@@ -66,19 +70,6 @@ static uint64_t runqueue_wait_ns(pid_t pid)
     return wait;
 }
 
-static kvs_client_t *client_of(const harness_t *d)
-{
-    kvs_options_t o;
-    kvs_client_t *c = NULL;
-    kvs_options_init(&o);
-    o.socket_path = d->socket_path;
-    o.flags = KVS_NO_MAP;
-    o.timeout_ms = 60000;
-    int rc = kvs_connect(&o, &c);
-    ck_assert_msg(rc == 0, "connect: %s", kvs_strerror(rc));
-    return c;
-}
-
 static bool under_valgrind(void)
 {
     const char *wrapper = getenv("KVS_KVSHARED");
@@ -103,7 +94,7 @@ static unsigned large_pool(void)
 static void case_start_pool(stall_case_t *k, unsigned blocks, const char *const *extra)
 {
     ck_assert_int_eq(harness_start(&k->d, blocks, extra), 0);
-    k->c = client_of(&k->d);
+    k->c = harness_client_ms(&k->d, NULL, KVS_NO_MAP, CLIENT_MS);
     k->waited0_ns = runqueue_wait_ns(k->d.pid);
 }
 
@@ -125,7 +116,7 @@ static void prompt(uint32_t *t, size_t n, uint32_t seed)
  * waits for 9 times it. */
 static void commit_prompt(const harness_t *d, const char *ns, uint32_t seed, size_t nb)
 {
-    kvs_client_t *c = client_of(d);
+    kvs_client_t *c = harness_client_ms(d, NULL, KVS_NO_MAP, CLIENT_MS);
     uint32_t *tokens = malloc(nb * BT * sizeof(*tokens));
     uint32_t *ids = malloc(nb * sizeof(*ids)), *can = malloc(nb * sizeof(*can));
     ck_assert(tokens && ids && can);
@@ -202,7 +193,7 @@ START_TEST(test_commit_lookup_tree_of_a_whole_pool)
     ck_assert(tokens && ids);
     prompt(tokens, NB * BT, 1);
     size_t n = 0;
-    kvs_client_t *c = client_of(&k.d);
+    kvs_client_t *c = harness_client_ms(&k.d, NULL, KVS_NO_MAP, CLIENT_MS);
     ck_assert_int_eq(kvs_lookup(c, NULL, tokens, NB * BT, 1, ids, NB, &n), 0);
     ck_assert_uint_eq(n, NB);
     ck_assert_int_eq(kvs_release(c, ids, n, NULL), 0);
@@ -227,7 +218,7 @@ START_TEST(test_close_with_two_million_pins)
     uint32_t *tokens = malloc(NB * BT * sizeof(*tokens)), *ids = malloc(NB * sizeof(*ids));
     ck_assert(tokens && ids);
     prompt(tokens, NB * BT, 1);
-    kvs_client_t *holder = client_of(&k.d);
+    kvs_client_t *holder = harness_client_ms(&k.d, NULL, KVS_NO_MAP, CLIENT_MS);
     size_t n = 0;
     ck_assert_int_eq(kvs_lookup(holder, NULL, tokens, NB * BT, 0, ids, NB, &n), 0);
     ck_assert_uint_eq(n, NB);
@@ -278,7 +269,7 @@ START_TEST(test_evict_of_a_whole_pool)
     ck_assert_ptr_nonnull(tokens);
     prompt(tokens, NB * BT, 1);
     kvs_evict_result_t r;
-    kvs_client_t *c = client_of(&k.d);
+    kvs_client_t *c = harness_client_ms(&k.d, NULL, KVS_NO_MAP, CLIENT_MS);
     int rc = kvs_evict(c, NULL, tokens, NB * BT, &r);
     ck_assert_msg(rc == 0, "evict: %s", kvs_last_error(c));
     kvs_close(c);
@@ -308,7 +299,7 @@ START_TEST(test_promotion_of_a_whole_pool)
     ck_assert(tokens && ids);
     prompt(tokens, NB * BT, 1);
     size_t n = 0;
-    kvs_client_t *c = client_of(&k.d);
+    kvs_client_t *c = harness_client_ms(&k.d, NULL, KVS_NO_MAP, CLIENT_MS);
     ck_assert_int_eq(kvs_lookup(c, NULL, tokens, NB * BT, 1, ids, NB, &n), 0);
     ck_assert_uint_eq(n, NB);
     for (size_t i = 0; i < n; i++)
@@ -371,7 +362,7 @@ START_TEST(test_large_prompt_on_a_large_pool)
     ck_assert(tokens && ids);
     prompt(tokens, (size_t)NB_PROMPT * BT, 1);
     size_t n = 0;
-    kvs_client_t *c = client_of(&k.d);
+    kvs_client_t *c = harness_client_ms(&k.d, NULL, KVS_NO_MAP, CLIENT_MS);
     ck_assert_int_eq(kvs_lookup(c, NULL, tokens, (size_t)NB_PROMPT * BT, 1, ids, NB_PROMPT, &n), 0);
     ck_assert_uint_eq(n, NB_PROMPT);
     ck_assert_int_eq(kvs_release(c, ids, n, NULL), 0);
@@ -383,7 +374,7 @@ START_TEST(test_large_prompt_on_a_large_pool)
     ck_assert_uint_ge(n_rows, 1);
     case_mark(&k, "a Tree");
     kvs_evict_result_t r;
-    c = client_of(&k.d);
+    c = harness_client_ms(&k.d, NULL, KVS_NO_MAP, CLIENT_MS);
     int rc = kvs_evict(c, NULL, tokens, (size_t)NB_PROMPT * BT, &r);
     ck_assert_msg(rc == 0, "evict: %s", kvs_last_error(c));
     kvs_close(c);

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "daemon_harness.h"
+#include "harness_client.h"
 #include "kvshare.h"
 #include "launch.h"
 
@@ -50,25 +51,6 @@ static int start(unsigned blocks, const char *const *geo, const char *const *ext
     }
     args[n] = NULL;
     return geo ? harness_start_geometry(&h, blocks, geo, args) : harness_start(&h, blocks, args);
-}
-
-static kvs_client_t *client_flags(const char *name, unsigned flags)
-{
-    kvs_options_t o;
-    kvs_client_t *c = NULL;
-    kvs_options_init(&o);
-    o.socket_path = h.socket_path;
-    o.worker_name = name;
-    o.timeout_ms = 30000;
-    o.flags = flags;
-    int rc = kvs_connect(&o, &c);
-    ck_assert_msg(rc == 0, "connect: %s", kvs_strerror(rc));
-    return c;
-}
-
-static kvs_client_t *client(const char *name)
-{
-    return client_flags(name, 0);
 }
 
 static void prompt(uint32_t *t, size_t n, uint32_t seed)
@@ -267,7 +249,7 @@ static void kill_worker(kvs_client_t *c, pid_t pid, kvs_stats_t *s)
 START_TEST(test_demote_then_promote)
 {
     start_tier("16KiB"); /* 32 blocks in tier 2 */
-    kvs_client_t *c = client("tier");
+    kvs_client_t *c = harness_client(&h, "tier", 0);
     kvs_stats_t s;
     write_prompts(c, 1, 3, 8); /* the pool is full: prompt 1 goes to tier 2 */
     check_idle(c, &s);
@@ -339,7 +321,7 @@ START_TEST(test_sigkill_during_promotion)
     const char *const geo[] = {"--model", "llama-3.2-1b", NULL};
     const char *const extra[] = {"--host-tier", "64MiB", NULL}; /* 128 blocks */
     ck_assert_int_eq(start(32, geo, extra), 0);
-    kvs_client_t *c = client("observer");
+    kvs_client_t *c = harness_client(&h, "observer", 0);
     kvs_geometry_t g;
     ck_assert_int_eq(kvs_geometry(c, &g), 0);
     write_prompts(c, 1, 4, 16); /* prompts 1 and 2 end in tier 2 */
@@ -368,7 +350,7 @@ END_TEST
 START_TEST(test_full_tier2)
 {
     start_tier("4KiB"); /* 8 blocks in tier 2 */
-    kvs_client_t *c = client("tier");
+    kvs_client_t *c = harness_client(&h, "tier", 0);
     kvs_stats_t s;
     write_prompts(c, 1, 3, 8); /* prompt 1 to tier 2, which is then full */
     check_idle(c, &s);
@@ -419,7 +401,7 @@ START_TEST(test_sigkill_during_demotion)
     const char *const geo[] = {"--model", "llama-3.2-1b", NULL};
     const char *const extra[] = {"--host-tier", "64MiB", NULL}; /* 128 blocks */
     ck_assert_int_eq(start(32, geo, extra), 0);
-    kvs_client_t *c = client("observer");
+    kvs_client_t *c = harness_client(&h, "observer", 0);
     write_prompts(c, 1, 2, 16); /* the pool is full and everything cached */
     kvs_stats_t s;
     for (int round = 0; round < 6; round++) {
@@ -493,8 +475,8 @@ static void lookup_in_place(kvs_client_t *c, uint32_t seed, size_t nb, size_t n_
 START_TEST(test_tier2_in_place)
 {
     start_tier("8KiB"); /* 16 blocks in tier 2 */
-    kvs_client_t *w = client("writer");
-    kvs_client_t *r = client_flags("reader", KVS_MAP_TIER2);
+    kvs_client_t *w = harness_client(&h, "writer", 0);
+    kvs_client_t *r = harness_client(&h, "reader", KVS_MAP_TIER2);
     kvs_geometry_t g;
     kvs_stats_t s;
     ck_assert_int_eq(kvs_geometry(r, &g), 0);
@@ -586,7 +568,7 @@ static void on_segv(int sig)
 START_TEST(test_tier2_mapping_read_only)
 {
     start_tier("8KiB");
-    kvs_client_t *r = client_flags("reader", KVS_MAP_TIER2);
+    kvs_client_t *r = harness_client(&h, "reader", KVS_MAP_TIER2);
     uintptr_t base = kvs_tier2_base(r);
     ck_assert_uint_ne(base, 0);
     long page = sysconf(_SC_PAGESIZE);
@@ -633,7 +615,7 @@ static void lookup_in_place_8(kvs_client_t *w, int ready_fd, uint32_t seed)
 START_TEST(test_tier2_in_place_sigkill)
 {
     start_tier("8KiB");
-    kvs_client_t *c = client("observer");
+    kvs_client_t *c = harness_client(&h, "observer", 0);
     kvs_stats_t s;
     write_prompts(c, 1, 3, 8); /* prompt 1 in tier 2 */
     pid_t pid = fork_worker(KVS_MAP_TIER2, lookup_in_place_8, 1);
@@ -653,7 +635,7 @@ END_TEST
 START_TEST(test_tier2_in_place_without_tier2)
 {
     ck_assert_int_eq(start(16, NULL, NULL), 0);
-    kvs_client_t *c = client_flags("reader", KVS_MAP_TIER2);
+    kvs_client_t *c = harness_client(&h, "reader", KVS_MAP_TIER2);
     kvs_geometry_t g;
     kvs_stats_t s;
     ck_assert_int_eq(kvs_geometry(c, &g), 0);
@@ -705,7 +687,7 @@ START_TEST(test_copy_failure_stops_the_daemon)
 {
     const char *const extra[] = {"--backend", "cuda", "--host-tier", "16KiB", NULL};
     ck_assert_int_eq(harness_start(&h, 16, extra), 0);
-    kvs_client_t *c = client("tier");
+    kvs_client_t *c = harness_client(&h, "tier", 0);
     commit_prompt(c, 1, 8);
     commit_prompt(c, 2, 8);
     /* The pool is full: this Alloc demotes prompt 1, and the copy fails. */
@@ -749,7 +731,7 @@ START_TEST(test_copy_threads_nicer)
 {
     const char *const extra[] = {"--host-tier", "16KiB", "--tier-copy-nice", "7", NULL};
     ck_assert_int_eq(harness_start(&h, 16, extra), 0);
-    kvs_client_t *c = client("tier");
+    kvs_client_t *c = harness_client(&h, "tier", 0);
     write_prompts(c, 1, 3, 8); /* prompt 1 is demoted: a copy ran */
     kvs_stats_t s;
     check_idle(c, &s);
@@ -783,7 +765,7 @@ END_TEST
 START_TEST(test_evict_from_both_tiers)
 {
     start_tier("16KiB"); /* 32 blocks in tier 2 */
-    kvs_client_t *c = client("tier");
+    kvs_client_t *c = harness_client(&h, "tier", 0);
     kvs_geometry_t g;
     kvs_stats_t s;
     kvs_evict_result_t r;
@@ -818,7 +800,7 @@ END_TEST
  * microseconds, to out_fd: how long the loop stalled for other clients. */
 static void ping_child(int stop_fd, int out_fd)
 {
-    kvs_client_t *p = client("pinger");
+    kvs_client_t *p = harness_client(&h, "pinger", 0);
     double worst = 0;
     for (;;) {
         struct pollfd pf = {.fd = stop_fd, .events = POLLIN};
@@ -871,12 +853,12 @@ START_TEST(test_large_promotion_is_linear)
      * request waits 99 times its previous one's time (docs/RELIABILITY.md,
      * H4), another session's 9 times; under valgrind on a loaded machine
      * the first took the Lookup past the client's 30 s timeout. */
-    kvs_client_t *w1 = client("tier-1"), *w2 = client("tier-2"), *c;
+    kvs_client_t *w1 = harness_client(&h, "tier-1", 0), *w2 = harness_client(&h, "tier-2", 0), *c;
     commit_blank(w1, 1, NB);
     commit_blank(w2, 2, NB); /* prompt 1 goes to tier 2 */
     kvs_close(w1);
     kvs_close(w2);
-    c = client("tier");
+    c = harness_client(&h, "tier", 0);
     kvs_stats_t s;
     ck_assert_int_eq(kvs_stats(c, &s), 0);
     ck_assert_uint_eq(s.tier2_cached_blocks, NB);

@@ -26,6 +26,7 @@
 
 #include "check_main.h"
 #include "daemon_harness.h"
+#include "harness_client.h"
 #include "kvshare.h"
 #include "launch.h"
 #include "test_tmp.h"
@@ -65,19 +66,6 @@ static void teardown(void)
     harness_cleanup(&h);
     unlink(disk_path);
     rmdir(disk_dir);
-}
-
-static kvs_client_t *client(void)
-{
-    kvs_options_t o;
-    kvs_client_t *c = NULL;
-    kvs_options_init(&o);
-    o.socket_path = h.socket_path;
-    o.worker_name = "disk3";
-    o.timeout_ms = 30000;
-    int rc = kvs_connect(&o, &c);
-    ck_assert_msg(rc == 0, "connect: %s", kvs_strerror(rc));
-    return c;
 }
 
 static void prompt(uint32_t *t, size_t n, uint32_t seed)
@@ -174,7 +162,7 @@ static void restart(void)
  * wherever it is, and the disk was read. */
 START_TEST(three_tiers_round_trip)
 {
-    kvs_client_t *c = client();
+    kvs_client_t *c = harness_client(&h, "disk3", 0);
     for (uint32_t p = 1; p <= 20; p++)
         ck_assert_int_eq(write_prompt(c, p), 0);
     kvs_stats_t s;
@@ -215,7 +203,7 @@ END_TEST
  * writer did not write. */
 START_TEST(warm_restart_after_sigkill)
 {
-    kvs_client_t *c = client();
+    kvs_client_t *c = harness_client(&h, "disk3", 0);
     for (uint32_t p = 1; p <= 20; p++)
         ck_assert_int_eq(write_prompt(c, p), 0);
     kvs_stats_t s;
@@ -226,7 +214,7 @@ START_TEST(warm_restart_after_sigkill)
     pid_t writer = fork();
     ck_assert_int_ge(writer, 0);
     if (writer == 0) {
-        kvs_client_t *w = client();
+        kvs_client_t *w = harness_client(&h, "disk3", 0);
         for (uint32_t p = 21; p <= 60; p++)
             if (write_prompt(w, p) != 0)
                 _exit(0);
@@ -240,7 +228,7 @@ START_TEST(warm_restart_after_sigkill)
     ck_assert_int_eq(waitpid(writer, NULL, 0), writer);
 
     restart();
-    c = client();
+    c = harness_client(&h, "disk3", 0);
     ck_assert_int_eq(kvs_stats(c, &s), 0);
     /* The pool and the host tier start empty: what is cached is what the
      * file gave back. */
@@ -275,7 +263,7 @@ static bool slot_block(const uint8_t *slot, uint32_t *seed, uint32_t *block)
  * hits at most the blocks before it; nothing flipped is served. */
 START_TEST(flipped_slots_never_served)
 {
-    kvs_client_t *c = client();
+    kvs_client_t *c = harness_client(&h, "disk3", 0);
     for (uint32_t p = 1; p <= 20; p++)
         ck_assert_int_eq(write_prompt(c, p), 0);
     kvs_stats_t s;
@@ -309,7 +297,7 @@ START_TEST(flipped_slots_never_served)
     ck_assert_uint_gt(flipped, 0);
 
     restart();
-    c = client();
+    c = harness_client(&h, "disk3", 0);
     ck_assert_int_eq(kvs_stats(c, &s), 0);
     ck_assert_uint_ge(s.disk_crc_failures, flipped);
     kvs_stats_free(&s);
@@ -344,7 +332,7 @@ static void quiet(kvs_client_t *c, kvs_stats_t *s)
  * the bad slot again. */
 START_TEST(flipped_while_running_dropped)
 {
-    kvs_client_t *c = client();
+    kvs_client_t *c = harness_client(&h, "disk3", 0);
     for (uint32_t p = 1; p <= 20; p++)
         ck_assert_int_eq(write_prompt(c, p), 0);
     kvs_stats_t s;

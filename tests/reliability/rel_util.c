@@ -8,19 +8,6 @@
 #include <string.h>
 #include <unistd.h>
 
-kvs_client_t *rel_client(const char *path, const char *name, int timeout_ms)
-{
-    kvs_options_t o;
-    kvs_client_t *c = NULL;
-    kvs_options_init(&o);
-    o.socket_path = path;
-    o.worker_name = name;
-    o.timeout_ms = timeout_ms;
-    int rc = kvs_connect(&o, &c);
-    ck_assert_msg(rc == 0, "connect %s: %s", name, kvs_strerror(rc));
-    return c;
-}
-
 void rel_prompt(uint32_t *tokens, size_t n_tokens, uint32_t family)
 {
     for (size_t i = 0; i < n_tokens; i++)

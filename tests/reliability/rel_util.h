@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Helpers of the reliability tests: clients of a real kvshared (started by
- * tests/support/daemon_harness.c), the daemon's block accounting as Stats
+ * Helpers of the reliability tests, run against a real kvshared (started by
+ * tests/support/daemon_harness.c): the daemon's block accounting as Stats
  * reports it, and the daemon process's memory and descriptors as /proc shows
- * them. Raw sockets that misbehave: tests/support/raw_wire.h.
+ * them. Clients of that daemon: tests/support/harness_client.h; raw sockets
+ * that misbehave: tests/support/raw_wire.h.
  *
  * The helpers assert with Check (ck_assert), so they are for test bodies,
  * not for forked worker processes: workers report through return codes or
@@ -23,9 +24,6 @@
 
 /* The harness geometry: 4 tokens per block. */
 #define REL_BT 4
-
-/* A libkvshare client of the daemon at path (asserts that it connects). */
-kvs_client_t *rel_client(const char *path, const char *name, int timeout_ms);
 
 /* Prompt `family` of n_tokens tokens: families share nothing, and the same
  * family always gives the same tokens. */

@@ -22,6 +22,7 @@
 
 #include "check_main.h"
 #include "daemon_harness.h"
+#include "harness_client.h"
 #include "rel_util.h"
 
 #define POOL 64
@@ -41,7 +42,7 @@ static kvs_client_t *mon; /* the test's monitor: one session throughout */
 static void start(void)
 {
     ck_assert_int_eq(harness_start(&h, POOL, NULL), 0);
-    mon = rel_client(h.socket_path, "monitor", WAIT_MS);
+    mon = harness_client_ms(&h, "monitor", 0, WAIT_MS);
 }
 
 static void stop(void)
@@ -57,7 +58,7 @@ static void stop(void)
  * block (evicting what is cached), and give them back. */
 static void assert_pool_whole(void)
 {
-    kvs_client_t *c = rel_client(h.socket_path, "whole", WAIT_MS);
+    kvs_client_t *c = harness_client_ms(&h, "whole", 0, WAIT_MS);
     uint32_t ids[POOL];
     int rc = kvs_alloc(c, NULL, POOL, ids);
     ck_assert_msg(rc == 0, "alloc of the whole pool: %s", kvs_last_error(c));
@@ -70,7 +71,7 @@ static void assert_pool_whole(void)
  * blocks stay cached, unpinned. */
 static void seed_prefix(uint32_t family, size_t n)
 {
-    kvs_client_t *c = rel_client(h.socket_path, "seed", WAIT_MS);
+    kvs_client_t *c = harness_client_ms(&h, "seed", 0, WAIT_MS);
     uint32_t tokens[16 * REL_BT], ids[16], can[16];
     size_t done;
     rel_prompt(tokens, n * REL_BT, family);
@@ -335,7 +336,7 @@ START_TEST(test_silent_clients_do_not_block_others)
     ck_assert_int_eq(raw_write_all(fds[SILENT + 1], half_body, sizeof(half_body)), 0);
 
     /* A worker's whole lifecycle goes through while they hang. */
-    kvs_client_t *w = rel_client(h.socket_path, "worker", 2000);
+    kvs_client_t *w = harness_client_ms(&h, "worker", 0, 2000);
     uint32_t tokens[4 * REL_BT], ids[4], can[4], got[4];
     size_t n, done;
     rel_prompt(tokens, 4 * REL_BT, 3);
@@ -367,7 +368,7 @@ START_TEST(test_client_that_stops_reading_is_dropped_and_released)
     static const char *const extra[] = {"--max-output", "1MiB", NULL};
     harness_t own;
     ck_assert_int_eq(harness_start(&own, POOL, extra), 0);
-    kvs_client_t *m = rel_client(own.socket_path, "monitor", WAIT_MS);
+    kvs_client_t *m = harness_client_ms(&own, "monitor", 0, WAIT_MS);
     long rss_before = rel_rss_anon_kib(own.pid);
 
     int fd = raw_connect(own.socket_path);
@@ -441,7 +442,7 @@ START_TEST(test_reply_flood_from_small_requests_is_bounded)
                                         NULL};
     harness_t own;
     ck_assert_int_eq(harness_start(&own, POOL, extra), 0);
-    kvs_client_t *m = rel_client(own.socket_path, "monitor", WAIT_MS);
+    kvs_client_t *m = harness_client_ms(&own, "monitor", 0, WAIT_MS);
     /* Many namespaces with long names make Stats replies large. */
     uint32_t tokens[REL_BT], got[1];
     size_t n;
@@ -593,7 +594,7 @@ START_TEST(test_descriptor_limit_reached)
     int started = harness_start(&own, POOL, NULL);
     ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &saved), 0);
     ck_assert_int_eq(started, 0);
-    kvs_client_t *m = rel_client(own.socket_path, "monitor", WAIT_MS);
+    kvs_client_t *m = harness_client_ms(&own, "monitor", 0, WAIT_MS);
 
     int fds[TRIES], open_fds = 0;
     for (int i = 0; i < TRIES; i++) {
@@ -632,7 +633,7 @@ START_TEST(test_descriptor_limit_reached)
             close(fds[i]);
     rel_wait_quiet(m, 1, 1, WAIT_MS, NULL);
     /* Back under the limit: workers connect (with the pool's fd) again. */
-    c = rel_client(own.socket_path, "after", WAIT_MS);
+    c = harness_client_ms(&own, "after", 0, WAIT_MS);
     uint32_t ids[4];
     ck_assert_int_eq(kvs_alloc(c, NULL, 4, ids), 0);
     kvs_close(c);
@@ -690,8 +691,8 @@ START_TEST(test_pool_exhausted_by_pins)
     uint32_t ids[POOL], can[POOL], one;
     size_t done;
     kvs_stats_t s;
-    kvs_client_t *a = rel_client(h.socket_path, "a", WAIT_MS);
-    kvs_client_t *b = rel_client(h.socket_path, "b", WAIT_MS);
+    kvs_client_t *a = harness_client_ms(&h, "a", 0, WAIT_MS);
+    kvs_client_t *b = harness_client_ms(&h, "b", 0, WAIT_MS);
 
     /* Every block WRITING. */
     ck_assert_int_eq(kvs_alloc(a, NULL, POOL, ids), 0);

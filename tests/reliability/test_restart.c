@@ -27,6 +27,7 @@
 
 #include "check_main.h"
 #include "daemon_harness.h"
+#include "harness_client.h"
 #include "rel_util.h"
 
 #define POOL         128
@@ -266,7 +267,7 @@ START_TEST(test_restart_under_load)
     check_phase(DOWN_STOPPED, 0);
     check_phase(UP3, 1);
 
-    kvs_client_t *mon = rel_client(h.socket_path, "monitor", 5000);
+    kvs_client_t *mon = harness_client_ms(&h, "monitor", 0, 5000);
     rel_wait_quiet(mon, 1, 1, 5000, NULL);
     kvs_close(mon);
     ck_assert_int_eq(harness_stop(&h), 0);

@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "daemon_harness.h"
+#include "harness_client.h"
 #include "rel_util.h"
 
 #define POOL       128
@@ -266,7 +267,7 @@ START_TEST(test_soak)
     sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     ck_assert_ptr_ne(sh, MAP_FAILED);
     memset(sh, 0, sizeof(*sh));
-    kvs_client_t *mon = rel_client(h.socket_path, "monitor", 10000);
+    kvs_client_t *mon = harness_client_ms(&h, "monitor", 0, 10000);
 
     /* Warm-up: the index, the session tables and malloc reach their size. */
     uint64_t kills = run_phase(warm_kills, &seed, mon);
@@ -331,7 +332,7 @@ START_TEST(test_soak)
     kvs_stats_free(&s);
 
     /* Nothing leaked in the pool: it can be taken whole. */
-    kvs_client_t *c = rel_client(h.socket_path, "whole", 10000);
+    kvs_client_t *c = harness_client_ms(&h, "whole", 0, 10000);
     uint32_t ids[POOL];
     ck_assert_int_eq(kvs_alloc(c, NULL, POOL, ids), 0);
     ck_assert_int_eq(kvs_release(c, ids, POOL, NULL), 0);
