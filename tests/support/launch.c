@@ -107,6 +107,13 @@ pid_t launch_daemon(const char *const *argv, int timeout_ms, int *exit_status)
     int status = reap_by(pid, deadline);
     if (exit_status)
         *exit_status = status == STILL_RUNNING ? -1 : status;
+    /* Said here, once for every caller: a start that fails under load is
+     * otherwise only "-1" in a test's assertion. */
+    if (status == STILL_RUNNING)
+        fprintf(stderr, "launch: %s wrote no READY within %d ms: killed\n", argv[0], timeout_ms);
+    else
+        fprintf(stderr, "launch: %s ended before READY (%s %d)\n", argv[0],
+                status >= 0 ? "exit status" : "killed by a signal or not waited for:", status);
     return -1;
 }
 
