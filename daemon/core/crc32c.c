@@ -95,21 +95,38 @@ static uint32_t x_pow_bytes(uint64_t n)
 
 /* Three independent chains of crc32 over three equal stripes hide the
  * instruction's latency (three cycles, one issued per cycle); the stripes'
- * registers are then combined by moving each past the bytes after it. */
+ * registers are then combined by moving each past the bytes after it. With
+ * dst, each word is also stored there as it is read (crc32c_copy). */
 __attribute__((target("sse4.2"))) static uint32_t hw_stripes(uint32_t c, const uint8_t *p,
-                                                             size_t len, size_t *done)
+                                                             size_t len, uint8_t *dst, size_t *done)
 {
     size_t l = len / 3 / 8 * 8;
     uint64_t a = c, b = 0, d = 0;
     const uint8_t *pb = p + l, *pd = p + 2 * l;
-    for (size_t i = 0; i < l; i += 8) {
-        uint64_t wa, wb, wd;
-        memcpy(&wa, p + i, 8);
-        memcpy(&wb, pb + i, 8);
-        memcpy(&wd, pd + i, 8);
-        a = _mm_crc32_u64(a, wa);
-        b = _mm_crc32_u64(b, wb);
-        d = _mm_crc32_u64(d, wd);
+    if (dst) {
+        uint8_t *qb = dst + l, *qd = dst + 2 * l;
+        for (size_t i = 0; i < l; i += 8) {
+            uint64_t wa, wb, wd;
+            memcpy(&wa, p + i, 8);
+            memcpy(&wb, pb + i, 8);
+            memcpy(&wd, pd + i, 8);
+            a = _mm_crc32_u64(a, wa);
+            b = _mm_crc32_u64(b, wb);
+            d = _mm_crc32_u64(d, wd);
+            memcpy(dst + i, &wa, 8);
+            memcpy(qb + i, &wb, 8);
+            memcpy(qd + i, &wd, 8);
+        }
+    } else {
+        for (size_t i = 0; i < l; i += 8) {
+            uint64_t wa, wb, wd;
+            memcpy(&wa, p + i, 8);
+            memcpy(&wb, pb + i, 8);
+            memcpy(&wd, pd + i, 8);
+            a = _mm_crc32_u64(a, wa);
+            b = _mm_crc32_u64(b, wb);
+            d = _mm_crc32_u64(d, wd);
+        }
     }
     uint32_t shift = x_pow_bytes(l);
     uint32_t r = gf_mul((uint32_t)a, shift) ^ (uint32_t)b;
@@ -118,16 +135,22 @@ __attribute__((target("sse4.2"))) static uint32_t hw_stripes(uint32_t c, const u
     return r;
 }
 
+/* The register after len bytes at p (and, with dst, the bytes copied
+ * there). */
 __attribute__((target("sse4.2"))) static uint32_t hw_update(uint32_t c, const uint8_t *p,
-                                                            size_t len)
+                                                            size_t len, uint8_t *dst)
 {
     if (len >= STRIPE_MIN) {
         size_t done;
-        c = hw_stripes(c, p, len, &done);
+        c = hw_stripes(c, p, len, dst, &done);
         p += done;
         len -= done;
+        if (dst)
+            dst += done;
     }
     uint64_t c64 = c;
+    if (dst)
+        memcpy(dst, p, len); /* the tail: under a stripe's worth */
     while (len > 0 && ((uintptr_t)p & 7) != 0) {
         c64 = _mm_crc32_u8((uint32_t)c64, *p++);
         len--;
@@ -156,9 +179,27 @@ uint32_t crc32c(uint32_t crc, const void *buf, size_t len)
     pthread_once(&init_once, init);
 #ifdef KVS_CRC_X86
     if (use_hw)
-        return ~hw_update(~crc, buf, len);
+        return ~hw_update(~crc, buf, len, NULL);
 #endif
     return ~sw_update(~crc, buf, len);
+}
+
+uint32_t crc32c_copy(uint32_t crc, void *dst, const void *src, size_t len)
+{
+    pthread_once(&init_once, init);
+#ifdef KVS_CRC_X86
+    if (use_hw)
+        return ~hw_update(~crc, src, len, dst);
+#endif
+    memcpy(dst, src, len);
+    return ~sw_update(~crc, dst, len);
+}
+
+uint32_t crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b)
+{
+    /* Over GF(2), crc(A B) = crc(A) moved past len_b bytes + crc(B): the
+     * conditioning (start and end inverted) cancels between the two. */
+    return gf_mul(crc_a, x_pow_bytes(len_b)) ^ crc_b;
 }
 
 bool crc32c_hw(void)

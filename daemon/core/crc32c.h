@@ -18,6 +18,14 @@
 /* The CRC32C of buf[0, len) continuing from crc (0 to start). */
 uint32_t crc32c(uint32_t crc, const void *buf, size_t len);
 uint32_t crc32c_portable(uint32_t crc, const void *buf, size_t len);
+/* Copies src[0, len) to dst (not overlapping) and returns crc32c(crc, src,
+ * len), in one pass over the bytes: a copy and a checksum of a block cost
+ * about as much as the checksum alone, where a memcpy and then a crc32c
+ * read it twice. */
+uint32_t crc32c_copy(uint32_t crc, void *dst, const void *src, size_t len);
+/* The CRC32C of A then B from crc_a = crc32c(0, A) and crc_b = crc32c(0, B),
+ * B being len_b bytes: crc32c(crc_a, B), without B's bytes. */
+uint32_t crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
 /* Whether crc32c runs on the CPU's instruction. */
 bool crc32c_hw(void);
 

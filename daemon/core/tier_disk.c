@@ -96,19 +96,22 @@ static void seterr(char *err, size_t len, const char *fmt, ...)
  * zero, payload, padding), so that no byte of a slot can change unseen.
  * hdr is the slot's first pay_off bytes; payload the slot_bytes - pay_off
  * after them (elsewhere in memory when the I/O is direct: no padding then). */
-static uint32_t record_crc(const tier_disk_t *td, const uint8_t *hdr, const uint8_t *payload)
+static uint32_t header_crc(const tier_disk_t *td, const uint8_t *hdr)
 {
     static const uint8_t zero[4];
     uint32_t c = crc32c(0, hdr, H_CRC);
     c = crc32c(c, zero, sizeof(zero));
-    c = crc32c(c, hdr + H_CRC + 4, td->pay_off - (H_CRC + 4));
-    return crc32c(c, payload, td->slot_bytes - td->pay_off);
+    return crc32c(c, hdr + H_CRC + 4, td->pay_off - (H_CRC + 4));
 }
 
-/* The header page (pay_off bytes at buf) of a record whose payload (and
- * padding) is at payload. */
-static void encode_header(const tier_disk_t *td, uint8_t *buf, const uint8_t *payload,
-                          uint32_t slot, const tier_disk_meta_t *meta)
+static uint32_t record_crc(const tier_disk_t *td, const uint8_t *hdr, const uint8_t *payload)
+{
+    return crc32c(header_crc(td, hdr), payload, td->slot_bytes - td->pay_off);
+}
+
+/* The header page (pay_off bytes at buf) of a record, all but its CRC. */
+static void fill_header(const tier_disk_t *td, uint8_t *buf, uint32_t slot,
+                        const tier_disk_meta_t *meta)
 {
     memset(buf, 0, td->pay_off);
     put32(buf + H_MAGIC, REC_MAGIC);
@@ -125,23 +128,37 @@ static void encode_header(const tier_disk_t *td, uint8_t *buf, const uint8_t *pa
     memcpy(buf + H_NS, meta->ns, nl);
     for (uint32_t i = 0; i < nt; i++)
         put32(buf + H_TOKENS + 4 * i, meta->tokens[i]);
+}
+
+/* The header page (pay_off bytes at buf) of a record whose payload (and
+ * padding) is at payload. */
+static void encode_header(const tier_disk_t *td, uint8_t *buf, const uint8_t *payload,
+                          uint32_t slot, const tier_disk_meta_t *meta)
+{
+    fill_header(td, buf, slot, meta);
     put32(buf + H_CRC, record_crc(td, buf, payload));
 }
 
-/* The record around a payload already at buf + pay_off (padding zeroed). */
+/* The record around a block already at buf + pay_off whose CRC32C is
+ * block_crc (crc32c(0, block, block_bytes), taken as it was copied there):
+ * the padding is zeroed and checksummed, the header's CRC joined to the
+ * block's, so that the block is not read again. */
 static void encode_around(const tier_disk_t *td, uint8_t *buf, uint32_t slot,
-                          const tier_disk_meta_t *meta)
+                          const tier_disk_meta_t *meta, uint32_t block_crc)
 {
-    size_t end = td->pay_off + td->block_bytes;
-    memset(buf + end, 0, td->slot_bytes - end);
-    encode_header(td, buf, buf + td->pay_off, slot, meta);
+    size_t end = td->pay_off + td->block_bytes, pad = td->slot_bytes - end;
+    memset(buf + end, 0, pad);
+    fill_header(td, buf, slot, meta);
+    uint32_t payload_crc = crc32c(block_crc, buf + end, pad);
+    put32(buf + H_CRC,
+          crc32c_combine(header_crc(td, buf), payload_crc, td->slot_bytes - td->pay_off));
 }
 
 void tier_disk_encode(const tier_disk_t *td, uint8_t *buf, uint32_t slot,
                       const tier_disk_meta_t *meta, const void *payload)
 {
-    memcpy(buf + td->pay_off, payload, td->block_bytes);
-    encode_around(td, buf, slot, meta);
+    uint32_t c = crc32c_copy(0, buf + td->pay_off, payload, td->block_bytes);
+    encode_around(td, buf, slot, meta, c);
 }
 
 /* tier_disk_decode of a record whose header page is at hdr and payload at
@@ -190,8 +207,8 @@ void td_prepare(tier_disk_t *td, td_batch_t *b, size_t i, uint8_t *buf)
 {
     tier_disk_op_t *op = &b->ops[i];
     if (b->write && op->fill) {
-        op->fill(op->fill_ctx, op->fill_src, buf + td->pay_off);
-        encode_around(td, buf, op->slot, &op->meta);
+        uint32_t c = op->fill(op->fill_ctx, op->fill_src, buf + td->pay_off);
+        encode_around(td, buf, op->slot, &op->meta, c);
     } else if (b->write && td_direct(td, b, i)) {
         encode_header(td, buf, op->data, op->slot, &op->meta); /* only the CRC reads the payload */
     } else if (b->write) {

@@ -82,8 +82,11 @@ typedef struct tier_disk_op {
     /* A write may give fill instead of data: called on a tier thread with
      * fill_src to write the block's block_bytes into dst (the record's
      * payload), so that gathering a block's pieces is not the caller's
-     * thread's work. It must only read memory that stays put until done. */
-    void (*fill)(void *ctx, uint32_t src, void *dst);
+     * thread's work. It must only read memory that stays put until done,
+     * and returns the CRC32C of the block_bytes it wrote (crc32c(0, dst,
+     * block_bytes): crc32c_copy gives it for the price of the copy), which
+     * the record's checksum then takes without reading the block again. */
+    uint32_t (*fill)(void *ctx, uint32_t src, void *dst);
     void *fill_ctx;
     uint32_t fill_src;
     /* A read may give drain: called on a tier thread once the slot verified,

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "crc32c.h"
 #include "kvshare_status.h"
 #include "log.h"
 #include "namespaces.h"
@@ -43,22 +44,26 @@ static uint32_t src_locate(void *arg, uint32_t id)
 }
 
 /* On a tier thread: tier-2 slot `slot`'s pieces (one per layer and plane,
- * laid out as the pool's) gathered into dst. Reads host memory only, which
+ * laid out as the pool's) gathered into dst, checksummed as they are
+ * copied; returns the CRC32C of the block. Reads host memory only, which
  * the move keeps in place; touches nothing the loop changes. */
-static void src_gather(void *arg, uint32_t slot, void *dst)
+static uint32_t src_gather(void *arg, uint32_t slot, void *dst)
 {
     const server_t *srv = arg;
     if (slot == UINT32_MAX) {
         memset(dst, 0, srv->block_bytes); /* a record of zeros, never named by the index */
-        return;
+        return crc32c(0, dst, srv->block_bytes);
     }
     const uint8_t *base = (const uint8_t *)backend_tier_base(srv->backend);
     uint64_t piece = geometry_slot_bytes(&srv->geo);
     uint32_t planes = geometry_planes(&srv->geo);
     uint8_t *out = dst;
+    uint32_t crc = 0;
     for (uint32_t l = 0; l < srv->geo.layers; l++)
         for (uint32_t p = 0; p < planes; p++, out += piece)
-            memcpy(out, base + geometry_offset(&srv->geo, srv->tier2_blocks, l, p, slot), piece);
+            crc = crc32c_copy(
+                crc, out, base + geometry_offset(&srv->geo, srv->tier2_blocks, l, p, slot), piece);
+    return crc;
 }
 
 /* On a tier thread: a verified get's bytes into pool block id, piece by

@@ -34,9 +34,10 @@ typedef struct tier_disk_source {
     int (*store)(void *arg, uint32_t id, const void *buf);
     /* With staging, puts may instead name where block id's bytes are (on
      * the loop: locate) and have a tier thread gather them into the record
-     * (gather, which must only read memory the put keeps in place). */
+     * (gather, which must only read memory the put keeps in place, and
+     * returns the CRC32C of the block it wrote: tier_disk_op_t's fill). */
     uint32_t (*locate)(void *arg, uint32_t id);
-    void (*gather)(void *arg, uint32_t src, void *dst);
+    uint32_t (*gather)(void *arg, uint32_t src, void *dst);
     /* May be NULL. On the loop, after a failed get's done: slot's record
      * did not verify or is not the block last put there (KVS_ENOTFOUND; not
      * a disk error). It can never be served: the index should forget it. */

@@ -234,6 +234,37 @@ START_TEST(crc_paths_agree)
 }
 END_TEST
 
+/* crc32c_copy: the bytes copied and the CRC of what was read, short and
+ * striped lengths, any alignment; crc32c_combine joins two CRCs as one pass
+ * over both buffers would. */
+START_TEST(crc_copy_and_combine)
+{
+    size_t max = 3 * 65536 + 77;
+    uint8_t *src = malloc(max + 8), *dst = malloc(max + 8);
+    ck_assert_ptr_nonnull(src);
+    ck_assert_ptr_nonnull(dst);
+    for (size_t i = 0; i < max + 8; i++)
+        src[i] = (uint8_t)mix(i * 5 + 3);
+    size_t lens[] = {0, 1, 7, 8, 63, 4095, 4096, 4097, 12289, 99999, 3 * 65536 + 70};
+    for (size_t k = 0; k < sizeof(lens) / sizeof(lens[0]); k++)
+        for (size_t off = 0; off < 3; off++) {
+            size_t len = lens[k];
+            memset(dst, 0xee, max + 8);
+            uint32_t c = crc32c_copy(0x0badf00du, dst + 2 * off, src + off, len);
+            ck_assert_uint_eq(c, crc32c_portable(0x0badf00du, src + off, len));
+            ck_assert_int_eq(memcmp(dst + 2 * off, src + off, len), 0);
+            ck_assert_uint_eq(dst[2 * off + len], 0xee); /* nothing past len */
+            if (off > 0)
+                ck_assert_uint_eq(dst[2 * off - 1], 0xee); /* nothing before */
+            size_t cut = len / 3;
+            uint32_t a = crc32c(0, src + off, cut), b = crc32c(0, src + off + cut, len - cut);
+            ck_assert_uint_eq(crc32c_combine(a, b, len - cut), crc32c(0, src + off, len));
+        }
+    free(src);
+    free(dst);
+}
+END_TEST
+
 /* Long buffers take the three-stripe path: the same CRC as the table. */
 START_TEST(crc_long_buffers)
 {
@@ -893,6 +924,7 @@ static Suite *tier_disk_suite(void)
     tcase_add_test(tc, crc_known_values);
     tcase_add_test(tc, crc_paths_agree);
     tcase_add_test(tc, crc_long_buffers);
+    tcase_add_test(tc, crc_copy_and_combine);
     tcase_add_test(tc, bad_setup_is_named);
     tcase_add_test(tc, other_geometry_refused_or_wiped);
     tcase_add_test(tc, roundtrip_io_uring);
