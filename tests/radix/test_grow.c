@@ -14,32 +14,18 @@
 
 #include "check_main.h"
 #include "radix.h"
+#include "test_ids.h"
 #include "test_rng.h"
 #include "radix_internal.h"
 
 #define BT   2
 #define RING 64 /* pinned prompts kept, looked up again and again */
 
-typedef struct ids {
-    uint32_t *free;
-    uint32_t n_free;
-} ids_t;
-
-static void on_evict(void *ctx, uint32_t id)
-{
-    ids_t *f = ctx;
-    f->free[f->n_free++] = id;
-}
-
 static radix_tree_t *tree_new(uint32_t max_blocks, ids_t *f)
 {
-    f->free = malloc(max_blocks * sizeof(*f->free));
-    ck_assert_ptr_nonnull(f->free);
-    f->n_free = 0;
-    for (uint32_t i = max_blocks; i-- > 0;)
-        f->free[f->n_free++] = i;
+    ids_init(f, max_blocks);
     radix_config_t cfg = {
-        .block_tokens = BT, .max_blocks = max_blocks, .on_evict = on_evict, .evict_ctx = f};
+        .block_tokens = BT, .max_blocks = max_blocks, .on_evict = ids_on_evict, .evict_ctx = f};
     radix_tree_t *t = NULL;
     ck_assert_int_eq(radix_new(&cfg, &t), 0);
     return t;

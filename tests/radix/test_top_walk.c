@@ -14,6 +14,7 @@
 
 #include "check_main.h"
 #include "radix.h"
+#include "test_ids.h"
 #include "test_rng.h"
 
 #define BT 2
@@ -25,28 +26,12 @@ static uint64_t weak_hash(const uint32_t *tokens, size_t n, uint64_t seed)
     return (seed ^ tokens[0]) & 3;
 }
 
-/* The ids a tree hands out: a free stack of pool ids. */
-typedef struct ids {
-    uint32_t *free;
-    uint32_t n_free;
-} ids_t;
-
-static void on_evict(void *ctx, uint32_t id)
-{
-    ids_t *f = ctx;
-    f->free[f->n_free++] = id;
-}
-
 static radix_tree_t *tree_new(uint32_t max_blocks, uint32_t tier2, radix_hash_fn hash, ids_t *f)
 {
-    f->free = malloc(max_blocks * sizeof(*f->free));
-    ck_assert_ptr_nonnull(f->free);
-    f->n_free = 0;
-    for (uint32_t i = max_blocks; i-- > 0;)
-        f->free[f->n_free++] = i;
+    ids_init(f, max_blocks);
     radix_config_t cfg = {.block_tokens = BT,
                           .max_blocks = max_blocks,
-                          .on_evict = on_evict,
+                          .on_evict = ids_on_evict,
                           .evict_ctx = f,
                           .hash = hash,
                           .tier2_blocks = tier2};
@@ -397,13 +382,10 @@ START_TEST(test_walk_allocation_failures)
 {
     ids_t f;
     rng_state = 7;
-    f.free = malloc(2000 * sizeof(*f.free));
-    f.n_free = 0;
-    for (uint32_t i = 2000; i-- > 0;)
-        f.free[f.n_free++] = i;
+    ids_init(&f, 2000);
     radix_config_t cfg = {.block_tokens = BT,
                           .max_blocks = 2000,
-                          .on_evict = on_evict,
+                          .on_evict = ids_on_evict,
                           .evict_ctx = &f,
                           .fail_alloc = fail_alloc};
     radix_tree_t *t = NULL;
