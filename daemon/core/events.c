@@ -589,6 +589,19 @@ static uint64_t queued_bytes(const events_t *ev)
     return held > ev->replay_bytes ? held - ev->replay_bytes : 0;
 }
 
+/* Whether the queues hold more than send_bytes, once PUB has taken the
+ * commands waiting for it: subscribers that left give their queues back
+ * only then (ZMQ_EVENTS takes them; a send would, but none is made). */
+static bool over_send_bytes(events_t *ev)
+{
+    if (queued_bytes(ev) <= ev->cfg.send_bytes)
+        return false;
+    int events;
+    size_t len = sizeof(events);
+    (void)zmq_getsockopt(ev->pub, ZMQ_EVENTS, &events, &len);
+    return queued_bytes(ev) > ev->cfg.send_bytes;
+}
+
 /* Sends len bytes of b from p as one frame without copying them: the
  * frame holds a reference to b. Returns 0 or -1 (zmq_errno). */
 static int send_ref(void *sock, msgbuf_t *b, const void *p, size_t len, int flags)
@@ -681,7 +694,7 @@ static void flush_batch(events_t *ev)
         memcpy(b->bytes + topic_len, ev->sbuf.data, ev->sbuf.size);
         atomic_fetch_add(&ev->held, b->size);
         seq_bytes(ev->next_seq[id], seq);
-        if (queued_bytes(ev) > ev->cfg.send_bytes) {
+        if (over_send_bytes(ev)) {
             atomic_fetch_add(&ev->send_drops, 1);
         } else if (send_ref(ev->pub, b, b->bytes, (size_t)topic_len, ZMQ_SNDMORE) < 0 ||
                    zmq_send(ev->pub, seq, sizeof(seq), ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
@@ -992,10 +1005,14 @@ static void serve_replays(events_t *ev)
 static void *publisher_main(void *arg)
 {
     events_t *ev = arg;
-    zmq_pollitem_t items[2];
+    zmq_pollitem_t items[3];
     int n_items = 0;
     bool jobs = false;
     items[n_items++] = (zmq_pollitem_t){NULL, ev->wake_fd, ZMQ_POLLIN, 0};
+    /* PUB never reads, so this never fires; it makes zmq_poll take PUB's
+     * commands as they come: a subscriber that left frees its queue only
+     * then, and while over send_bytes nothing else calls into PUB. */
+    items[n_items++] = (zmq_pollitem_t){ev->pub, 0, ZMQ_POLLIN, 0};
     if (ev->router)
         items[n_items++] = (zmq_pollitem_t){ev->router, 0, ZMQ_POLLIN, 0};
     for (;;) {

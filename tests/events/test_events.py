@@ -870,6 +870,56 @@ class TestEvents(unittest.TestCase):
             ctx.destroy(linger=0)
             self.assertEqual(d.stop(), 0)
 
+    def test_budget_comes_back_when_a_stalled_subscriber_leaves(self):
+        """One subscriber stalls until its messages alone hold more than
+        kv_events_send_bytes, then leaves; after it, nothing is sent until a
+        reader arrives. The daemon must still see the stalled one go and
+        free what it held: before, ZeroMQ's queues let go of a departed
+        subscriber's messages only when the publisher next called into the
+        PUB socket, which it never did while over the bound, so no batch
+        was sent again."""
+        d, pub, _ = self.bounded_daemon([
+            "--kv-events-identities", "w00,w01,w02,w03", "--kv-events-subscriber-bytes", "8MiB",
+            "--kv-events-send-bytes", "1MiB"], replay=False)
+        ctx = zmq.Context()
+        try:
+            c = kvshare.Client(d.socket, timeout_ms=10000)
+            stalled = self.stalled_sub(ctx, pub)
+            time.sleep(0.3)
+            drops = 0
+            for i in range(200):  # until batches are dropped for it alone
+                self.commit_long(c, i)
+                self.assertTrue(events_flush(c))
+                drops = c.stats()["kv_events_send_drops"]
+                if drops > 0:
+                    break
+            self.assertGreater(drops, 0, "the stalled subscriber never reached the bound")
+            self.commit_long(c, 1000)
+            self.assertTrue(events_flush(c))
+            self.assertGreater(c.stats()["kv_events_send_drops"], drops, "still over the bound")
+            stalled.close()
+            time.sleep(0.5)  # its connection ends; nothing is published meanwhile
+            reader = ctx.socket(zmq.SUB)
+            reader.setsockopt(zmq.SUBSCRIBE, b"")
+            reader.setsockopt(zmq.LINGER, 0)
+            reader.connect(pub)
+            time.sleep(0.3)
+            got = 0
+            for i in range(1001, 1004):
+                self.commit_long(c, i)
+                self.assertTrue(events_flush(c))
+                while reader.poll(200):
+                    reader.recv_multipart()
+                    got += 1
+            self.assertGreater(got, 0, "nothing sent after the stalled subscriber left")
+            print("stalled subscriber left: %d batches dropped while it stayed, %d messages after"
+                  % (drops, got), file=sys.stderr)
+            reader.close()
+            c.close()
+        finally:
+            ctx.destroy(linger=0)
+            self.assertEqual(d.stop(), 0)
+
     def test_replay_flood_from_one_peer(self):
         """One peer sends 2,000 replay requests at once and never reads.
         Before, each was answered with the whole ring: the publisher spent
