@@ -808,7 +808,7 @@ void server_free(server_t *s)
      * closed by server_shutdown. */
     while (s->sessions)
         session_close(s->sessions, "server freed");
-    /* Tier copies on libuv's thread pool use the backend and the index (a
+    /* Tier copies on the tiers' threads use the backend and the index (a
      * drain deadline may have stopped the loop before they ended): they
      * end within milliseconds, so wait for their completions. */
     while (s->tier_jobs > 0)

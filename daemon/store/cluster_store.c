@@ -6,6 +6,7 @@
 #include "config.h"
 #include "kvshare_status.h"
 #include "log.h"
+#include "loop_wake.h"
 #include "store.h"
 
 #include <errno.h>
@@ -25,7 +26,8 @@
  * bookkeeping: it pins a committed block until the thread has copied it out,
  * and takes free pool blocks for a fetch before the thread writes into them.
  * Jobs go to the thread, and results come back, through a queue each under
- * one mutex, with a uv_async_t to wake the other side. */
+ * one mutex; a uv_async_t wakes the thread, a loop_wake_t the loop (which
+ * must never wait for the niced thread: loop_wake.h). */
 
 /* Bytes not yet written to the sockets before a write waits. */
 #define CLUSTER_STORE_UNSENT_BYTES (4u << 20)
@@ -70,7 +72,7 @@ typedef struct cluster_link {
     size_t value_cap;
     job_t *pending, *pending_tail; /* writes waiting for room in the tier */
     /* The daemon's loop's. */
-    uv_async_t back;
+    loop_wake_t back;
     uint32_t puts_queued; /* writes handed over whose blocks are still pinned */
     uint32_t max_queued;  /* of them at most */
     uint32_t max_puts;    /* writes in flight to the cluster at most */
@@ -124,7 +126,7 @@ static void link_return(cluster_link_t *l, job_t *j)
     uv_mutex_lock(&l->mu);
     job_push(&l->results, &l->results_tail, j);
     uv_mutex_unlock(&l->mu);
-    uv_async_send(&l->back);
+    loop_wake_send(&l->back);
 }
 
 /* ---- the pool, from the cluster thread ----
@@ -431,7 +433,7 @@ static void thread_main(void *arg)
 static void fetch_finish(server_t *srv, cluster_fetch_t *f);
 
 /* Results are in: unpin the blocks of writes, end the fetches. */
-static void on_back(uv_async_t *h)
+static void on_back(loop_wake_t *h)
 {
     cluster_link_t *l = h->data;
     uv_mutex_lock(&l->mu);
@@ -499,7 +501,7 @@ int cluster_store_open(server_t *srv, char *err, size_t errlen)
      * the process exits. */
     if (rc == 0 && (uv_mutex_init(&l->mu) != 0 || uv_async_init(&l->loop, &l->wake, on_wake) != 0 ||
                     uv_timer_init(&l->loop, &l->snap) != 0 ||
-                    uv_async_init(srv->loop, &l->back, on_back) != 0))
+                    loop_wake_init(srv->loop, &l->back, on_back) != 0))
         rc = KVS_ENOMEM;
     if (rc != 0) {
         snprintf(err, errlen, "cluster tier: %s", kvs_status_text(rc));
@@ -520,7 +522,7 @@ int cluster_store_open(server_t *srv, char *err, size_t errlen)
     return 0;
 }
 
-static void on_back_closed(uv_handle_t *h)
+static void on_back_closed(loop_wake_t *h)
 {
     cluster_link_t *l = h->data;
     uv_mutex_destroy(&l->mu);
@@ -556,7 +558,7 @@ void cluster_store_close(server_t *srv)
     while (srv->cluster_fetches)
         fetch_free(srv, srv->cluster_fetches);
     srv->cluster = NULL;
-    uv_close((uv_handle_t *)&l->back, on_back_closed);
+    loop_wake_close(&l->back, on_back_closed);
 }
 
 void cluster_store_sync_counters(server_t *srv)

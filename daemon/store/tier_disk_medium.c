@@ -12,6 +12,7 @@
 
 #include "kvshare_status.h"
 #include "log.h"
+#include "loop_wake.h"
 
 typedef struct slot_key {
     uint64_t chain_hash, seq;
@@ -36,7 +37,7 @@ typedef struct disk_batch {
 typedef struct disk_medium {
     tier_medium_t m;
     uv_loop_t *loop;
-    uv_async_t async;
+    loop_wake_t async; /* the tier's threads wake the loop (loop_wake.h) */
     tier_disk_t *td;
     tier_disk_source_t src;
     slot_key_t *keys; /* what each slot's last put wrote; seq 0: nothing */
@@ -74,7 +75,7 @@ static void batch_ended(void *arg, tier_disk_op_t *ops, size_t n)
     b->next = dm->ended;
     dm->ended = b;
     pthread_mutex_unlock(&dm->mu);
-    uv_async_send(&dm->async);
+    loop_wake_send(&dm->async);
 }
 
 /* The slots of a failed get that can never be served (they did not
@@ -133,7 +134,7 @@ static void finish(disk_medium_t *dm, disk_batch_t *b)
             tier_disk_slot_touch(dm->td, b->ops[i].slot);
     }
     if (--dm->in_flight == 0)
-        uv_unref((uv_handle_t *)&dm->async);
+        loop_wake_unref(&dm->async);
     size_t n_bad = 0;
     uint32_t *bad = res.status != 0 ? bad_slots(dm, b, &n_bad) : NULL;
     tier_medium_done_fn done = b->done;
@@ -147,7 +148,7 @@ static void finish(disk_medium_t *dm, disk_batch_t *b)
     free(bad);
 }
 
-static void on_async(uv_async_t *h)
+static void on_async(loop_wake_t *h)
 {
     disk_medium_t *dm = h->data;
     pthread_mutex_lock(&dm->mu);
@@ -247,7 +248,7 @@ static int start(tier_medium_t *m, bool put, const uint32_t *ids, const uint32_t
         return rc;
     }
     if (dm->in_flight++ == 0)
-        uv_ref((uv_handle_t *)&dm->async);
+        loop_wake_ref(&dm->async);
     if (put)
         dm->st.puts++;
     else
@@ -298,7 +299,7 @@ static void disk_stats(const tier_medium_t *m, tier_medium_stats_t *out)
     *out = ((const disk_medium_t *)m)->st;
 }
 
-static void on_closed(uv_handle_t *h)
+static void on_closed(loop_wake_t *h)
 {
     disk_medium_t *dm = h->data;
     pthread_mutex_destroy(&dm->mu);
@@ -310,7 +311,7 @@ static void on_closed(uv_handle_t *h)
 static void disk_close(tier_medium_t *m)
 {
     disk_medium_t *dm = (disk_medium_t *)m;
-    uv_close((uv_handle_t *)&dm->async, on_closed);
+    loop_wake_close(&dm->async, on_closed);
 }
 
 static const tier_medium_ops_t disk_ops = {
@@ -333,13 +334,13 @@ int tier_disk_medium_open(uv_loop_t *loop, tier_disk_t *td, const tier_disk_sour
         free(dm);
         return KVS_ENOMEM;
     }
-    if (uv_async_init(loop, &dm->async, on_async) != 0) {
+    if (loop_wake_init(loop, &dm->async, on_async) != 0) {
         free(dm->keys);
         free(dm);
         return KVS_EIO;
     }
     dm->async.data = dm;
-    uv_unref((uv_handle_t *)&dm->async); /* idle: the loop may end */
+    loop_wake_unref(&dm->async); /* idle: the loop may end */
     pthread_mutex_init(&dm->mu, NULL);
     pthread_mutex_init(&dm->store_mu, NULL);
     dm->m.ops = &disk_ops;

@@ -64,8 +64,8 @@ struct tier_medium {
 };
 
 /* The host-memory tier (tier_host.c) over the backend's tier memory
- * (backend_tier_open, --host-tier): copies run on libuv's thread pool, at
- * tier_copy_nice. Errors: KVS_ENOMEM. */
+ * (backend_tier_open, --host-tier): copies run on the tier's own threads,
+ * at tier_copy_nice. Errors: KVS_ENOMEM, KVS_EIO. */
 struct server;
 int tier_host_open(struct server *srv, tier_medium_t **out);
 
