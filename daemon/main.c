@@ -3,9 +3,12 @@
  * kvshared: the settings (settings.c), then the server (server.c, ...) on a
  * libuv loop until SIGINT or SIGTERM.
  */
+#include <errno.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <uv.h>
 
 #include "kvshare_status.h"
@@ -78,6 +81,27 @@ static int declare_flag_namespaces(server_t *srv, const settings_t *st, char *er
     return 0;
 }
 
+/* loop_rt_priority: this thread, the one that serves the sessions, under
+ * SCHED_RR, so that a Lookup runs as soon as it arrives however busy the
+ * CPUs are with work at normal priority. The tiers' threads, started with
+ * the server, stay at normal priority (and tier_copy_nice); with
+ * SCHED_RESET_ON_FORK so does any thread started from here on. Nothing of
+ * the loop waits for them: they wake it through loop_wake.h. */
+static int loop_realtime(uint32_t prio, char *err, size_t errlen)
+{
+    struct sched_param sp = {.sched_priority = (int)prio};
+    if (sched_setscheduler(0, SCHED_RR | SCHED_RESET_ON_FORK, &sp) != 0) {
+        int e = errno;
+        snprintf(err, errlen, "loop_rt_priority %u: %s%s", prio, strerror(e),
+                 e == EPERM ? " (SCHED_RR needs CAP_SYS_NICE, or an RLIMIT_RTPRIO at least "
+                              "this high: LimitRTPRIO= in a systemd unit)"
+                            : "");
+        return -1;
+    }
+    LOG_INFO("the loop thread runs under SCHED_RR at priority %u", prio);
+    return 0;
+}
+
 /* Builds the server, serves until a signal stops it; returns the exit status. */
 static int serve(settings_t *st)
 {
@@ -131,6 +155,13 @@ static int serve(settings_t *st)
             uv_loop_close(loop);
             return 1;
         }
+    }
+    if (st->loop_rt_priority && loop_realtime(st->loop_rt_priority, err, sizeof(err)) != 0) {
+        fprintf(stderr, "kvshared: %s\n", err);
+        server_free(srv);
+        uv_run(loop, UV_RUN_NOWAIT);
+        uv_loop_close(loop);
+        return 1;
     }
     rc = server_listen(srv, true, err, sizeof(err));
     if (rc != 0) {

@@ -254,6 +254,11 @@ const setting_t settings_table[] = {
      .help = "threads copying between the pool and tier 2, and the cluster tier's thread, run "
              "this much nicer than the thread that serves the sessions, so that with few CPUs "
              "copies do not keep it waiting"},
+    {"loop_rt_priority", "loop-rt-priority", SETTING_GLOBAL, SETTING_U32, "N", 0, 99,
+     AT(loop_rt_priority), .zero = "0: normal priority",
+     .help = "the thread that serves the sessions runs under SCHED_RR at this priority, so "
+             "that a Lookup waits for no thread at normal priority (the tiers' copies, Redis, "
+             "anything else on the host); needs CAP_SYS_NICE or RLIMIT_RTPRIO"},
     {"gpu_memory_utilization", "gpu-memory-utilization", SETTING_GLOBAL, SETTING_FRACTION, "F", 0,
      0, AT(gpu_memory_utilization), .zero = "none",
      .help = "pool = this fraction of free device memory (cuda)"},

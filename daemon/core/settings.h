@@ -112,6 +112,7 @@ typedef struct settings {
     geometry_t geometry;    /* fields given by hand; settings_finish merges */
     uint64_t pool_bytes;
     double gpu_memory_utilization;
+    uint32_t loop_rt_priority; /* 0: the loop thread at normal priority */
     log_level_t log_level;
     const char *config_path;
     const char *check_path;

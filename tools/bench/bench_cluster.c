@@ -60,6 +60,7 @@ typedef struct cl_cfg {
     unsigned reps;       /* fetch / GET phases, taking turns */
     unsigned nice;       /* kvshared's tier_copy_nice, and redis-benchmark's nice */
     unsigned redis_nice; /* the Redis servers' nice in a second Lookup phase; 0: none */
+    unsigned loop_rt;    /* kvshared's loop_rt_priority; 0: normal priority */
     uint64_t block_bytes;
 } cl_cfg_t;
 
@@ -76,16 +77,19 @@ static void prompt_tokens(uint32_t *t, size_t n, uint32_t seed)
 
 static int start_daemon(cl_cfg_t *b, int i, unsigned pool_blocks)
 {
-    char nb[16], nice[16];
+    char nb[16], nice[16], rt[16];
     snprintf(nb, sizeof nb, "%u", pool_blocks);
     snprintf(nice, sizeof nice, "%u", b->nice);
+    snprintf(rt, sizeof rt, "%u", b->loop_rt);
     const char *argv[] = {b->kvshared, "--socket", b->sock[i], "--backend", "host", "--model",
                           "llama-3.1-8b", "--block-tokens", "16", "--pool-blocks", nb,
                           "--cluster-seeds", b->rc.seeds,
                           /* Throughput, not faults: a deep pipeline of
                            * 2 MiB values takes seconds on a small host. */
                           "--cluster-timeout-ms", "20000", "--tier-copy-nice", nice, "--config",
-                          b->conf, "--log-level", "warn", NULL};
+                          b->conf, "--log-level", "warn",
+                          /* Only when asked: a kvshared from before the setting runs too. */
+                          b->loop_rt ? "--loop-rt-priority" : NULL, rt, NULL};
     b->pid[i] = launch_daemon(argv, LAUNCH_READY_MS, NULL);
     return b->pid[i] > 0 ? 0 : -1;
 }
@@ -516,7 +520,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: kvshare-bench cluster [--conc N] [--prompts N] [--requests N] [--samples N]\n"
             "                             [--busy-ms MS] [--reps N] [--nice N] [--redis-nice N]\n"
-            "                             [--kvshared PATH]\n"
+            "                             [--loop-rt N] [--kvshared PATH]\n"
             "  --conc N      fetch Lookups in flight (default 2; at most %d)\n"
             "  --prompts N   64-block prompts written per fetching namespace (default 2)\n"
             "  --requests N  redis-benchmark SET requests (default 400; GET: as many as a\n"
@@ -526,6 +530,7 @@ static void usage(FILE *f)
             "                (default 10); figures at nice 0 are printed too\n"
             "  --redis-nice N  after the Lookup phase, the Redis servers (standing for other\n"
             "                hosts) niced N and the phase again (default 10; 0: not)\n"
+            "  --loop-rt N   kvshared's loop_rt_priority (default 0: normal priority)\n"
             "  --samples N   tier-1 Lookups timed per phase (default 2000)\n"
             "  --busy-ms MS  while timing them busy: a 64-block prompt written through, and\n"
             "                one fetched, every MS ms (default 500)\n"
@@ -580,6 +585,9 @@ int bench_cluster(int argc, char **argv)
         } else if (strcmp(argv[i], "--redis-nice") == 0 && v) {
             b.redis_nice = (unsigned)atoi(v);
             i++;
+        } else if (strcmp(argv[i], "--loop-rt") == 0 && v) {
+            b.loop_rt = (unsigned)atoi(v);
+            i++;
         } else if (strcmp(argv[i], "--nice") == 0 && v) {
             b.nice = (unsigned)atoi(v);
             i++;
@@ -592,7 +600,7 @@ int bench_cluster(int argc, char **argv)
         }
     }
     if (b.conc == 0 || b.conc > MAX_CONC || b.prompts == 0 || b.samples < 100 || b.reps == 0 ||
-        b.reps > 16 || b.nice > 19 || b.redis_nice > 19) {
+        b.reps > 16 || b.nice > 19 || b.redis_nice > 19 || b.loop_rt > 99) {
         usage(stderr);
         return 2;
     }
@@ -655,6 +663,8 @@ int bench_cluster(int argc, char **argv)
     printf("redis_benchmark_nice %u (as kvshared's cluster thread: tier_copy_nice %u; "
            "the _nice0 figures: redis-benchmark at nice 0)\n",
            b.nice, b.nice);
+    printf("kvshared_loop_rt_priority %u%s\n", b.loop_rt,
+           b.loop_rt ? " (its loop thread under SCHED_RR)" : " (normal priority)");
     printf("kvshared_writes %.0f blocks per s (%.0f MiB/s, %llu dropped)\n", w, w * mib,
            (unsigned long long)drops);
     printf("redis_benchmark_set %.0f per s (%.0f MiB/s)\n", set, set * mib);
