@@ -38,6 +38,9 @@ static const struct bench_cmd {
      "the cluster tier on a Redis Cluster of its own: writes through and fetches of 2 MiB blocks "
      "next to redis-benchmark SET/GET of the same size and depth, and a tier-1 Lookup's p99 "
      "while the tier is busy"},
+    {"wake", bench_wake,
+     "waking the loop from a niced thread on its CPU with the loop under SCHED_RR: libuv's "
+     "uv_async_t against loop_wake, round trip and the loop's CPU per wake-up"},
     {"flood", bench_flood,
      "kvshared under one hostile client: another client's Lookup p50/p99/max and the "
      "daemon's RSS while it pipelines Tree, the largest Release or Lookup, or Stats, scrapes, "
