@@ -12,7 +12,7 @@
  * session keeps the request and reads no further one until the job is done
  * (session.c). The store moves the blocks in the index (store_demote,
  * store_promote); tier 2's medium copies them (tier_medium.h: the host
- * tier on libuv's thread pool). The completion, on the loop, ends each
+ * tier on threads of its own). The completion, on the loop, ends each
  * block's move (store_move_end: a demoted block's tier-1 id goes back to
  * the pool; a failed batch is undone, or stops the daemon after a device
  * fault), lets go of the pins the job held, and runs the session's request
