@@ -217,7 +217,8 @@ void td_prepare(tier_disk_t *td, td_batch_t *b, size_t i, uint8_t *buf)
 }
 
 /* A read's check: the record verifies and is the block asked for. A direct
- * read's payload is in op->data already; otherwise it is copied there. */
+ * read's payload is in op->data already; otherwise it is copied there, or
+ * (no data: drained from buf) left in buf. */
 static int check_read(tier_disk_t *td, tier_disk_op_t *op, const uint8_t *buf, bool direct)
 {
     tier_disk_meta_t got;
@@ -235,7 +236,7 @@ static int check_read(tier_disk_t *td, tier_disk_op_t *op, const uint8_t *buf, b
         atomic_fetch_add(&td->mismatches, 1);
         return KVS_ENOTFOUND;
     }
-    if (!direct)
+    if (!direct && op->data)
         memcpy(op->data, buf + td->pay_off, td->block_bytes);
     return 0;
 }
@@ -253,7 +254,7 @@ void td_finish(tier_disk_t *td, td_batch_t *b, size_t i, uint8_t *buf, long res)
     } else {
         op->status = check_read(td, op, buf, td_direct(td, b, i));
         if (op->status == 0 && op->drain &&
-            op->drain(op->drain_ctx, op->drain_dst, op->data) != 0) {
+            op->drain(op->drain_ctx, op->drain_dst, op->data ? op->data : buf + td->pay_off) != 0) {
             atomic_fetch_add(&td->io_errors, 1);
             op->status = KVS_EIO;
         }
@@ -274,7 +275,8 @@ int tier_disk_submit(tier_disk_t *td, bool write, tier_disk_op_t *ops, size_t n,
     if (n == 0)
         return KVS_EINVAL;
     for (size_t i = 0; i < n; i++)
-        if (ops[i].slot >= td->nslots || (!ops[i].data && !(write && ops[i].fill)))
+        if (ops[i].slot >= td->nslots ||
+            (!ops[i].data && !(write ? ops[i].fill != NULL : ops[i].drain != NULL)))
             return KVS_EINVAL;
     td_batch_t *b = calloc(1, sizeof(*b));
     if (!b)

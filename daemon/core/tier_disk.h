@@ -90,10 +90,13 @@ typedef struct tier_disk_op {
     void *fill_ctx;
     uint32_t fill_src;
     /* A read may give drain: called on a tier thread once the slot verified,
-     * with drain_dst and data (the block's bytes), to put them where they
-     * go (a pool block), so that scattering a block's pieces is not the
-     * caller's thread's work either. A non-zero return fails the op
-     * (KVS_EIO). */
+     * with drain_dst and the block's bytes, to put them where they go (a
+     * pool block), so that scattering a block's pieces is not the caller's
+     * thread's work either. A non-zero return fails the op (KVS_EIO). With
+     * drain, data may be NULL: the slot is then read into the tier's own
+     * buffer (registered with the ring) and drained from there, so a
+     * caller needs no staging memory (fresh memory per batch costs a page
+     * fault per page on the tier's thread, more than the copy). */
     int (*drain)(void *ctx, uint32_t dst, const void *src);
     void *drain_ctx;
     uint32_t drain_dst;
@@ -133,7 +136,7 @@ void tier_disk_stats(const tier_disk_t *td, tier_disk_stats_t *out);
 /* Starts a batch of writes (write = true) or reads; returns at once. done
  * runs once all ended (maybe before this returns). ops stay the caller's
  * until done. Returns 0, or KVS_EINVAL (a slot out of range, n == 0, an op
- * with neither data nor, for a write, fill). */
+ * with no data and neither fill, for a write, nor drain, for a read). */
 int tier_disk_submit(tier_disk_t *td, bool write, tier_disk_op_t *ops, size_t n,
                      tier_disk_done_fn done, void *arg);
 

@@ -110,7 +110,6 @@ int store_disk_open(server_t *srv, tier_medium_t **out)
                               .store = src_store,
                               .locate = src_locate,
                               .gather = src_gather,
-                              .block_bytes = srv->block_bytes,
                               .block_tokens = srv->geo.block_tokens};
     return tier_disk_medium_open(srv->loop, srv->disk_tier, &src, out);
 }

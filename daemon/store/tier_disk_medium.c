@@ -26,7 +26,6 @@ typedef struct disk_batch {
     const uint32_t *ids;
     const uint32_t *slots;
     size_t n;
-    uint8_t *stage;   /* n blocks, when the source stages (src.block NULL) */
     uint32_t *tokens; /* a put's copy of each block's tokens */
     tier_medium_done_fn done;
     void *arg;
@@ -139,7 +138,6 @@ static void finish(disk_medium_t *dm, disk_batch_t *b)
     uint32_t *bad = res.status != 0 ? bad_slots(dm, b, &n_bad) : NULL;
     tier_medium_done_fn done = b->done;
     void *arg = b->arg;
-    free(b->stage);
     free(b->tokens);
     free(b);
     done(arg, &res);
@@ -170,14 +168,6 @@ static void on_async(loop_wake_t *h)
     }
 }
 
-/* A staged block's room: block_bytes rounded up to a page, so each block
- * starts on one and the disk reads into it in place. */
-static size_t stage_stride(const disk_medium_t *dm)
-{
-    return (size_t)((dm->src.block_bytes + TIER_DISK_ALIGN - 1) / TIER_DISK_ALIGN *
-                    TIER_DISK_ALIGN);
-}
-
 static int start(tier_medium_t *m, bool put, const uint32_t *ids, const uint32_t *slots, size_t n,
                  tier_medium_done_fn done, void *arg)
 {
@@ -193,29 +183,23 @@ static int start(tier_medium_t *m, bool put, const uint32_t *ids, const uint32_t
     *b = (disk_batch_t){
         .dm = dm, .put = put, .ids = ids, .slots = slots, .n = n, .done = done, .arg = arg};
     uint32_t bt = dm->src.block_tokens;
-    bool fill = put && !dm->src.block && dm->src.gather; /* gathered on a tier thread */
-    if (!dm->src.block && !fill)
-        b->stage = tier_disk_buffer_alloc(n * stage_stride(dm));
-    if (put && bt > 0)
-        b->tokens = malloc(n * bt * sizeof(uint32_t));
-    if ((!dm->src.block && !fill && !b->stage) || (put && bt > 0 && !b->tokens)) {
-        free(b->stage);
-        free(b->tokens);
+    /* Without src.block, a put's block is gathered into the tier's buffer
+     * and a get's is drained from it into the pool, on a tier thread. */
+    bool in_place = dm->src.block != NULL;
+    if (put && bt > 0 && !(b->tokens = malloc(n * bt * sizeof(uint32_t)))) {
         free(b);
         return KVS_ENOMEM;
     }
     for (size_t i = 0; i < n; i++) {
         tier_disk_op_t *op = &b->ops[i];
         op->slot = slots[i];
-        if (fill) {
+        if (in_place) {
+            op->data = dm->src.block(dm->src.arg, ids[i]);
+        } else if (put) {
             op->fill = dm->src.gather;
             op->fill_ctx = dm->src.arg;
             op->fill_src = dm->src.locate(dm->src.arg, ids[i]);
         } else {
-            op->data =
-                b->stage ? b->stage + i * stage_stride(dm) : dm->src.block(dm->src.arg, ids[i]);
-        }
-        if (!put && b->stage) { /* into the pool on the tier thread */
             op->drain = drain;
             op->drain_ctx = dm;
             op->drain_dst = ids[i];
@@ -227,8 +211,6 @@ static int start(tier_medium_t *m, bool put, const uint32_t *ids, const uint32_t
                 memcpy(b->tokens + i * bt, op->meta.tokens, nt * sizeof(uint32_t));
                 op->meta.tokens = b->tokens + i * bt;
             }
-            if (b->stage)
-                dm->src.load(dm->src.arg, ids[i], op->data);
             if (!tier_disk_slot_used(dm->td, slots[i]))
                 tier_disk_slot_claim(dm->td, slots[i]);
         } else {
@@ -242,7 +224,6 @@ static int start(tier_medium_t *m, bool put, const uint32_t *ids, const uint32_t
     b->t0 = uv_hrtime();
     int rc = tier_disk_submit(dm->td, put, b->ops, n, batch_ended, b);
     if (rc != 0) {
-        free(b->stage);
         free(b->tokens);
         free(b);
         return rc;

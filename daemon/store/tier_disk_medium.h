@@ -22,27 +22,27 @@
 
 typedef struct tier_disk_source {
     /* The bytes (block_bytes) of block id in host memory, valid until the
-     * batch ends. NULL: the medium stages each block in its own buffer
-     * (page-aligned: the disk reads into it in place), filled by load (a
-     * put, when it starts) and emptied by store (a get's block once it
-     * verified, on a tier thread; non-zero fails the get). */
+     * batch ends: puts and gets go to and from it in place. NULL: the
+     * blocks go through the tier's own buffers, on a tier thread, with
+     * locate, gather and store below. */
     void *(*block)(void *arg, uint32_t id);
     /* What block id is (for a put's record). tokens are copied at once. */
     void (*meta)(void *arg, uint32_t id, tier_disk_meta_t *out);
     void *arg;
-    void (*load)(void *arg, uint32_t id, void *buf);
-    int (*store)(void *arg, uint32_t id, const void *buf);
-    /* With staging, puts may instead name where block id's bytes are (on
-     * the loop: locate) and have a tier thread gather them into the record
-     * (gather, which must only read memory the put keeps in place, and
-     * returns the CRC32C of the block it wrote: tier_disk_op_t's fill). */
+    /* Without block: a put names where block id's bytes are (on the loop:
+     * locate) and a tier thread gathers them into the record (gather, which
+     * must only read memory the put keeps in place, and returns the CRC32C
+     * of the block it wrote: tier_disk_op_t's fill); a get's block, once it
+     * verified, goes where it belongs from the tier's buffer (store, on a
+     * tier thread, one at a time; non-zero fails the get: tier_disk_op_t's
+     * drain). */
     uint32_t (*locate)(void *arg, uint32_t id);
     uint32_t (*gather)(void *arg, uint32_t src, void *dst);
+    int (*store)(void *arg, uint32_t id, const void *buf);
     /* May be NULL. On the loop, after a failed get's done: slot's record
      * did not verify or is not the block last put there (KVS_ENOTFOUND; not
      * a disk error). It can never be served: the index should forget it. */
     void (*bad)(void *arg, uint32_t slot);
-    uint64_t block_bytes;  /* with staging: a block's bytes */
     uint32_t block_tokens; /* tokens per block (a put's copy of them) */
 } tier_disk_source_t;
 

@@ -423,6 +423,84 @@ START_TEST(roundtrip_threads_forced)
 }
 END_TEST
 
+/* Reads with drain and no data: each verified block reaches drain from the
+ * tier's own buffer, once, with its bytes; a slot that does not verify never
+ * reaches it; a read with neither data nor drain is refused. */
+typedef struct drained {
+    pthread_mutex_t mu;
+    uint8_t *into; /* N blocks, by drain_dst */
+    unsigned calls[64];
+    int fail_dst; /* drain of this dst fails; -1: none */
+} drained_t;
+
+static int drain_into(void *ctx, uint32_t dst, const void *src)
+{
+    drained_t *d = ctx;
+    pthread_mutex_lock(&d->mu);
+    d->calls[dst]++;
+    pthread_mutex_unlock(&d->mu);
+    if ((int)dst == d->fail_dst)
+        return KVS_EIO;
+    memcpy(d->into + (size_t)dst * BLOCK, src, BLOCK);
+    return 0;
+}
+
+START_TEST(drain_from_the_tiers_buffer)
+{
+    enum { N = 40 };
+    tier_disk_io_t io = _i == 0 ? TIER_DISK_IO_URING : TIER_DISK_IO_THREADS;
+    tier_disk_config_t cfg = config(N, io);
+    tier_disk_t *td = open_ok(&cfg);
+    uint32_t slots[N];
+    for (uint32_t i = 0; i < N; i++)
+        slots[i] = (i * 3) % N;
+    write_blocks(td, slots, 7000, N);
+    drained_t d = {PTHREAD_MUTEX_INITIALIZER, malloc((size_t)N * BLOCK), {0}, 5};
+    memset(d.into, 0xa5, (size_t)N * BLOCK);
+    tier_disk_op_t ops[N];
+    uint32_t tokens[TOKENS];
+    memset(ops, 0, sizeof(ops));
+    for (uint32_t i = 0; i < N; i++) {
+        fill_meta(7000 + i, &ops[i].meta, tokens);
+        ops[i].meta.tokens = NULL;
+        ops[i].slot = slots[i];
+        ops[i].drain = drain_into;
+        ops[i].drain_ctx = &d;
+        ops[i].drain_dst = i;
+    }
+    ops[9].meta.chain_hash ^= 1; /* asks slot 9's for another block */
+    run_batch(td, false, ops, N);
+    uint8_t *want = malloc(BLOCK);
+    for (uint32_t i = 0; i < N; i++) {
+        uint8_t *got = d.into + (size_t)i * BLOCK;
+        if (i == 9) {
+            ck_assert_int_eq(ops[i].status, KVS_ENOTFOUND);
+            ck_assert_uint_eq(d.calls[i], 0);
+            ck_assert_uint_eq(got[0], 0xa5);
+        } else if (i == 5) {
+            ck_assert_int_eq(ops[i].status, KVS_EIO);
+            ck_assert_uint_eq(d.calls[i], 1);
+        } else {
+            ck_assert_int_eq(ops[i].status, 0);
+            ck_assert_uint_eq(d.calls[i], 1);
+            fill_block(7000 + i, want);
+            ck_assert(memcmp(got, want, BLOCK) == 0);
+        }
+    }
+    tier_disk_stats_t st;
+    tier_disk_stats(td, &st);
+    ck_assert_uint_eq(st.reads, N - 2);
+    ck_assert_uint_eq(st.mismatches, 1);
+    ck_assert_uint_eq(st.io_errors, 1);
+    /* Neither data nor drain: refused, nothing queued. */
+    ops[0].drain = NULL;
+    ck_assert_int_eq(tier_disk_submit(td, false, ops, 1, on_done, NULL), KVS_EINVAL);
+    free(want);
+    free(d.into);
+    tier_disk_close(td);
+}
+END_TEST
+
 /* Many batches from several threads at once, overlapping in the queue. */
 typedef struct hammer {
     tier_disk_t *td;
@@ -930,6 +1008,7 @@ static Suite *tier_disk_suite(void)
     tcase_add_test(tc, roundtrip_io_uring);
     tcase_add_test(tc, roundtrip_threads_forced);
     tcase_add_loop_test(tc, concurrent_batches, 0, 2);
+    tcase_add_loop_test(tc, drain_from_the_tiers_buffer, 0, 2);
     tcase_add_test(tc, slot_lru);
     tcase_add_test(tc, restart_finds_records);
     tcase_add_loop_test(tc, sigkill_mid_writes, 0, 2);
