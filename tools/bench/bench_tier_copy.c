@@ -156,8 +156,10 @@ static void tc_usage(FILE *f)
             "  --qd N          with --disk: queue depth (default 32)\n"
             "  --io KIND       with --disk: uring (default) or threads\n"
             "  --data WHERE    with --disk: aligned (default; blocks on pages, I/O in\n"
-            "                  place) or unaligned (64 bytes off: copied through the\n"
-            "                  tier's buffers, as gathered blocks are)\n",
+            "                  place), unaligned (64 bytes off: copied through the\n"
+            "                  tier's buffers) or daemon (as kvshared's: each write\n"
+            "                  gathered into the tier's buffer, each read drained out\n"
+            "                  of it, on the tier's thread)\n",
             MAX_THREADS, MAX_ROUNDS);
 }
 
@@ -168,7 +170,7 @@ int bench_tier_copy(int argc, char **argv)
     backend_kind_t kind = BACKEND_HOST;
     const char *disk = NULL;
     uint32_t qd = 32;
-    bool disk_threads = false, disk_unaligned = false;
+    bool disk_threads = false, disk_unaligned = false, disk_daemon = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool ok = v != NULL;
@@ -196,8 +198,10 @@ int bench_tier_copy(int argc, char **argv)
             ok = strcmp(v, "uring") == 0 || strcmp(v, "threads") == 0;
             disk_threads = strcmp(v, "threads") == 0;
         } else if (strcmp(a, "--data") == 0) {
-            ok = strcmp(v, "aligned") == 0 || strcmp(v, "unaligned") == 0;
+            ok = strcmp(v, "aligned") == 0 || strcmp(v, "unaligned") == 0 ||
+                 strcmp(v, "daemon") == 0;
             disk_unaligned = strcmp(v, "unaligned") == 0;
+            disk_daemon = strcmp(v, "daemon") == 0;
         } else if (strcmp(a, "--backend") == 0) {
             ok = backend_kind_parse(v, &kind) == 0 && kind != BACKEND_AUTO;
         } else {
@@ -229,7 +233,8 @@ int bench_tier_copy(int argc, char **argv)
                                      .rounds = rounds,
                                      .qd = qd,
                                      .threads = disk_threads,
-                                     .unaligned = disk_unaligned};
+                                     .unaligned = disk_unaligned,
+                                     .daemon = disk_daemon};
         return bench_tier_disk(&da);
     }
     sh.per_thread = tokens / sh.g.block_tokens;

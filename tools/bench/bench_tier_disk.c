@@ -19,9 +19,14 @@
  * blocks are compared bitwise after the last round. Without fio on PATH the
  * tier's own figures are printed and fio's are said to be missing; on a file
  * system without O_DIRECT (tmpfs) it says so and exits 77. The blocks are
- * page-aligned (the tier reads and writes them in place, as it does host
- * memory's), or with --data unaligned 64 bytes off a page (copied through
- * the tier's buffers).
+ * page-aligned (the tier reads and writes them in place), or with --data
+ * unaligned 64 bytes off a page (copied through the tier's buffers), or with
+ * --data daemon handed to the tier as kvshared hands them: each write's
+ * block gathered into the tier's buffer by fill (a copy that checksums, as
+ * kvshared's gather from tier 2's pieces), each read's drained out of it
+ * (a copy, as kvshared's into the pool). Every buffer is touched before the
+ * first round, so no round measures page faults (kvshared's memory is
+ * long-lived).
  */
 #include <pthread.h>
 #include <stdbool.h>
@@ -57,6 +62,27 @@ static void on_done(void *arg, tier_disk_op_t *ops, size_t n)
     w->done = true;
     pthread_cond_signal(&w->cv);
     pthread_mutex_unlock(&w->mu);
+}
+
+/* --data daemon: the blocks' source and destination, as kvshared's tier 2
+ * and pool. */
+typedef struct daemon_mem {
+    const uint8_t *src;
+    uint8_t *dst;
+    uint64_t bb;
+} daemon_mem_t;
+
+static uint32_t gather(void *ctx, uint32_t i, void *out)
+{
+    const daemon_mem_t *m = ctx;
+    return crc32c_copy(0, out, m->src + (size_t)i * m->bb, m->bb);
+}
+
+static int drain(void *ctx, uint32_t i, const void *in)
+{
+    const daemon_mem_t *m = ctx;
+    memcpy(m->dst + (size_t)i * m->bb, in, m->bb);
+    return 0;
 }
 
 /* One batch over all ops; returns its wall time in ns, or 0 when an op
@@ -211,6 +237,8 @@ int bench_tier_disk(const bench_tier_disk_args_t *a)
     }
     for (size_t i = 0; i < (size_t)n * bb; i++)
         src[i] = (uint8_t)(i * 131 + (i >> 12));
+    memset(dst, 0, (size_t)n * bb);
+    daemon_mem_t dmem = {src, dst, bb};
     /* fio's buffers: huge pages too where the machine has them reserved
      * (shmhuge: vm.nr_hugepages; fio cannot ask for transparent ones), else
      * its default, 4 KiB pages: an I/O of those is cut into more segments
@@ -229,6 +257,9 @@ int bench_tier_disk(const bench_tier_disk_args_t *a)
             if (tier_now) {
                 for (uint32_t i = 0; i < n; i++) {
                     ops[i] = (tier_disk_op_t){.slot = i, .data = src + (size_t)i * bb};
+                    if (a->daemon)
+                        ops[i] = (tier_disk_op_t){
+                            .slot = i, .fill = gather, .fill_ctx = &dmem, .fill_src = i};
                     ops[i].meta.chain_hash = i + 1;
                     ops[i].meta.ntokens = a->block_tokens;
                     ops[i].meta.tokens = tokens;
@@ -236,8 +267,13 @@ int bench_tier_disk(const bench_tier_disk_args_t *a)
                 }
                 uint64_t c0 = cpu_ns();
                 uint64_t tw = tier_batch(td, true, ops, n);
-                for (uint32_t i = 0; i < n; i++)
-                    ops[i].data = dst + (size_t)i * bb; /* meta.seq: the record just written */
+                for (uint32_t i = 0; i < n; i++) { /* meta.seq: the record just written */
+                    ops[i].data = a->daemon ? NULL : dst + (size_t)i * bb;
+                    ops[i].fill = NULL;
+                    ops[i].drain = a->daemon ? drain : NULL;
+                    ops[i].drain_ctx = &dmem;
+                    ops[i].drain_dst = i;
+                }
                 uint64_t tr = tw ? tier_batch(td, false, ops, n) : 0;
                 tier_cpu += cpu_ns() - c0;
                 tier_wall += tw + tr;
@@ -274,8 +310,9 @@ int bench_tier_disk(const bench_tier_disk_args_t *a)
            "blocks %s; median of %u rounds\n",
            a->dir, n, (unsigned long long)bb, (unsigned long long)slot, a->qd,
            tier_disk_io_name(td),
-           a->unaligned ? "unaligned (copied through the tier's buffers)"
-                        : "page-aligned (I/O in place)",
+           a->daemon      ? "as kvshared's (gathered into and drained out of the tier's buffers)"
+           : a->unaligned ? "unaligned (copied through the tier's buffers)"
+                          : "page-aligned (I/O in place)",
            a->rounds);
     printf("# fio: same directory, bs=%llu, O_DIRECT, %s, mem=%s\n", (unsigned long long)slot,
            uring ? "ioengine=io_uring fixedbufs iodepth=qd" : "ioengine=psync numjobs=qd", fio_mem);
@@ -288,8 +325,8 @@ int bench_tier_disk(const bench_tier_disk_args_t *a)
         if (p < P_FW || have_fio)
             printf("%-10s %9.1f MB/s\n", pnames[p], med[p] / 1e6);
     printf("tier CPU: %.2f ms per block (%sCRC32C%s), %.0f %% of one CPU over its phases\n",
-           (double)tier_cpu / 1e6 / (2.0 * n * a->rounds), a->unaligned ? "copy and " : "",
-           crc32c_hw() ? ", SSE4.2" : ", table",
+           (double)tier_cpu / 1e6 / (2.0 * n * a->rounds),
+           a->unaligned || a->daemon ? "copy and " : "", crc32c_hw() ? ", SSE4.2" : ", table",
            tier_wall ? 100.0 * (double)tier_cpu / (double)tier_wall : 0);
     if (have_fio) {
         double pw[MAX_ROUNDS], pr[MAX_ROUNDS];

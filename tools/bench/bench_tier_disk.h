@@ -15,6 +15,7 @@ typedef struct bench_tier_disk_args {
     uint32_t qd;    /* queue depth, both */
     bool threads;   /* the tier on its thread fallback (fio on psync) */
     bool unaligned; /* blocks 64 bytes off a page: the tier copies them */
+    bool daemon;    /* as kvshared: writes gathered (fill), reads drained */
 } bench_tier_disk_args_t;
 
 /* Runs the comparison and prints it. Returns the exit status. */
