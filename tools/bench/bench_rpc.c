@@ -98,6 +98,7 @@ typedef struct bench_cfg {
     pid_t daemon_pid;
     const char *events;    /* --kv-events endpoint of the daemon; NULL: off */
     const char *copy_nice; /* --tier-copy-nice of the daemon; NULL: its default */
+    const char *loop_rt;   /* --loop-rt-priority of the daemon; NULL: normal priority */
     unsigned disk_blocks;  /* --tier --disk: slots of the disk tier; 0: none */
     char disk_path[SOCKET_PATH_MAX + 16];
 } bench_cfg_t;
@@ -162,6 +163,10 @@ static int start_daemon(bench_cfg_t *b, unsigned blocks, unsigned tier2)
     if (tier2 && b->copy_nice) {
         argv[n++] = "--tier-copy-nice";
         argv[n++] = b->copy_nice;
+    }
+    if (b->loop_rt) {
+        argv[n++] = "--loop-rt-priority";
+        argv[n++] = b->loop_rt;
     }
     if (tier2 && b->disk_blocks) {
         argv[n++] = "--disk-tier-path";
@@ -1031,6 +1036,8 @@ static int run_tier(bench_cfg_t *b, int rounds, int n_churn, int churn_nice)
            "another session pins it)\n",
            TIER_VICTIM_TOKENS);
     printf("# kvshared --tier-copy-nice %s\n", b->copy_nice ? b->copy_nice : "(its default)");
+    printf("# kvshared --loop-rt-priority %s\n",
+           b->loop_rt ? b->loop_rt : "0 (its loop thread at normal priority)");
     printf("# churn: %d processes at nice %d, each: write %d new tokens (Alloc+Commit+Release), "
            "pinned Lookup of its prefix %d writes back (+Release)\n",
            n_churn, churn_nice, TIER_CHURN_TOKENS, TIER_LAG);
@@ -1084,7 +1091,7 @@ static void usage(FILE *f)
         f, "usage: kvshare-bench rpc [--kvshared PATH] [--seconds S] [--rounds N] [--quick] "
            "[--events] [--pipelined]\n"
            "       kvshare-bench rpc --tier [--disk] [--churn N] [--churn-nice N] [--copy-nice N]\n"
-           "                         [--seconds S] [--rounds N]\n"
+           "                         [--loop-rt N] [--seconds S] [--rounds N]\n"
            "\n"
            "Starts kvshared (host backend) on a temporary socket and measures Lookup\n"
            "latency and throughput with 1, 4, 16 client processes for 64-, 4k- and\n"
@@ -1099,6 +1106,8 @@ static void usage(FILE *f)
            "--churn-nice) write prefixes (demoting) and look up demoted ones pinned\n"
            "(promoting), and the raw ping-pong of the same sizes; S seconds per phase.\n"
            "--copy-nice N: kvshared --tier-copy-nice N (default: kvshared's).\n"
+           "--loop-rt N: kvshared --loop-rt-priority N (its loop thread under SCHED_RR;\n"
+           "default 0: normal priority).\n"
            "--disk: with --tier, a small tier 2 above a disk tier (a file in the temporary\n"
            "directory): the churn's blocks go to the disk and come back from it.\n");
 }
@@ -1134,6 +1143,8 @@ int bench_rpc_main(int argc, char **argv)
             churn_nice = atoi(argv[++i]);
         } else if (strcmp(argv[i], "--copy-nice") == 0 && i + 1 < argc) {
             b.copy_nice = argv[++i];
+        } else if (strcmp(argv[i], "--loop-rt") == 0 && i + 1 < argc) {
+            b.loop_rt = argv[++i];
         } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             usage(stdout);
             return 0;
