@@ -140,7 +140,7 @@ void tier_disk_stats(const tier_disk_t *td, tier_disk_stats_t *out);
 int tier_disk_submit(tier_disk_t *td, bool write, tier_disk_op_t *ops, size_t n,
                      tier_disk_done_fn done, void *arg);
 
-/* Memory for the disk's I/O (staging, ring buffers): aligned to 4 KiB, and
+/* Memory for the disk's I/O (ring and thread buffers): aligned to 4 KiB, and
  * from `bytes` of 2 MiB up on a 2 MiB boundary with transparent huge pages
  * asked for (MADV_HUGEPAGE). A direct I/O is cut into one segment per
  * physically contiguous run of its pages, and a virtio or NVMe queue takes

@@ -224,7 +224,7 @@ int bench_tier_disk(const bench_tier_disk_args_t *a)
     /* Page-aligned blocks (as the host tier's) go to and from the disk in
      * place; 64 bytes off, each is copied through the tier's buffers. */
     size_t off = a->unaligned ? 64 : 0;
-    /* Allocated as the daemon's staging for the disk is. */
+    /* Allocated as the tier's own I/O buffers are. */
     uint8_t *src_mem = tier_disk_buffer_alloc((size_t)n * bb + TIER_DISK_ALIGN);
     uint8_t *dst_mem = tier_disk_buffer_alloc((size_t)n * bb + TIER_DISK_ALIGN);
     uint8_t *src = src_mem ? src_mem + off : NULL, *dst = dst_mem ? dst_mem + off : NULL;
