@@ -28,6 +28,7 @@ int loop_wake_init(uv_loop_t *loop, loop_wake_t *w, loop_wake_cb cb)
 {
     w->cb = cb;
     w->closed = NULL;
+    w->holds = 0;
     atomic_init(&w->pending, false);
     w->fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (w->fd < 0)
@@ -60,6 +61,18 @@ void loop_wake_ref(loop_wake_t *w)
 void loop_wake_unref(loop_wake_t *w)
 {
     uv_unref((uv_handle_t *)&w->poll);
+}
+
+void loop_wake_hold(loop_wake_t *w)
+{
+    if (w->holds++ == 0)
+        loop_wake_ref(w);
+}
+
+void loop_wake_release(loop_wake_t *w)
+{
+    if (w->holds > 0 && --w->holds == 0)
+        loop_wake_unref(w);
 }
 
 static void on_close(uv_handle_t *h)

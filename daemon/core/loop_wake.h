@@ -41,6 +41,7 @@ struct loop_wake {
     atomic_bool pending; /* sent, and the callback has not started since */
     loop_wake_cb cb;
     loop_wake_cb closed; /* loop_wake_close's callback */
+    unsigned holds;      /* loop_wake_hold minus loop_wake_release (the loop's thread) */
     void *data;          /* the caller's */
 };
 
@@ -51,6 +52,12 @@ void loop_wake_send(loop_wake_t *w);
 /* Whether the handle keeps the loop alive (as uv_ref / uv_unref). */
 void loop_wake_ref(loop_wake_t *w);
 void loop_wake_unref(loop_wake_t *w);
+/* Counted, on the loop's thread, for a handle kept unreferenced while idle:
+ * hold when work goes out to a thread (the loop stays alive until it comes
+ * back), release when its end was taken. The first hold refs the handle, the
+ * last release unrefs it. */
+void loop_wake_hold(loop_wake_t *w);
+void loop_wake_release(loop_wake_t *w);
 /* On the loop's thread, once no thread sends any more: closed(w) runs on a
  * later turn of the loop, after which w may be freed. */
 void loop_wake_close(loop_wake_t *w, loop_wake_cb closed);

@@ -46,8 +46,6 @@ typedef struct disk_medium {
     tier_medium_stats_t st;
     uint64_t last_log_ns; /* failures are logged once a second at most */
     uint64_t unlogged;    /* failed batches since the last line */
-    size_t in_flight;     /* batches started and not finished: the async handle keeps the
-                           * loop alive only while there are some */
 } disk_medium_t;
 
 /* On a tier thread: a verified get's block into the pool. One at a time:
@@ -132,8 +130,7 @@ static void finish(disk_medium_t *dm, disk_batch_t *b)
         for (size_t i = 0; i < b->n && !b->put; i++)
             tier_disk_slot_touch(dm->td, b->ops[i].slot);
     }
-    if (--dm->in_flight == 0)
-        loop_wake_unref(&dm->async);
+    loop_wake_release(&dm->async);
     size_t n_bad = 0;
     uint32_t *bad = res.status != 0 ? bad_slots(dm, b, &n_bad) : NULL;
     tier_medium_done_fn done = b->done;
@@ -228,8 +225,7 @@ static int start(tier_medium_t *m, bool put, const uint32_t *ids, const uint32_t
         free(b);
         return rc;
     }
-    if (dm->in_flight++ == 0)
-        loop_wake_ref(&dm->async);
+    loop_wake_hold(&dm->async); /* the loop runs until the batch is done */
     if (put)
         dm->st.puts++;
     else

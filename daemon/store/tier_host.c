@@ -38,9 +38,8 @@ typedef struct host_medium {
     tier_medium_t m;
     server_t *srv;
     tier_medium_stats_t st;
-    uint32_t in_flight; /* batches started and not yet done (loop) */
-    bool nice_warned;   /* (loop) */
-    loop_wake_t back;   /* the copy threads wake the loop (loop_wake.h) */
+    bool nice_warned; /* (loop) */
+    loop_wake_t back; /* the copy threads wake the loop (loop_wake.h) */
     pthread_t threads[HOST_COPY_THREADS];
     uint32_t n_threads;
     pthread_mutex_t mu;             /* guards what follows */
@@ -130,8 +129,7 @@ static void batch_done(host_medium_t *hm, host_batch_t *b)
     } else {
         hm->st.blocks += b->n;
     }
-    if (--hm->in_flight == 0)
-        loop_wake_unref(&hm->back);
+    loop_wake_release(&hm->back);
     tier_medium_done_fn done = b->done;
     void *arg = b->arg;
     free(b);
@@ -171,8 +169,7 @@ static int start(tier_medium_t *m, backend_tier_dir_t dir, const uint32_t *pool_
     push(&hm->todo, &hm->todo_tail, b);
     pthread_cond_signal(&hm->cv);
     pthread_mutex_unlock(&hm->mu);
-    if (hm->in_flight++ == 0)
-        loop_wake_ref(&hm->back); /* the loop runs until the batch is done */
+    loop_wake_hold(&hm->back); /* the loop runs until the batch is done */
     if (dir == BACKEND_TO_TIER)
         hm->st.puts++;
     else

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* loop_wake: no wake-up lost across threads, coalescing, ref and close. */
+/* loop_wake: no wake-up lost across threads, coalescing, ref, holds and close. */
 #include <check.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -141,6 +141,38 @@ START_TEST(test_ref_and_unref)
 }
 END_TEST
 
+/* Holds count: the handle keeps the loop alive from the first hold to the
+ * last release, and a release without a hold changes nothing. */
+START_TEST(test_hold_and_release_count)
+{
+    uv_loop_t loop;
+    ck_assert_int_eq(uv_loop_init(&loop), 0);
+    ctx_t c;
+    ctx_init(&c, &loop);
+    loop_wake_unref(&c.w);
+    loop_wake_release(&c.w); /* none held: stays unreferenced */
+    ck_assert(!uv_has_ref((uv_handle_t *)&c.w.poll));
+    loop_wake_hold(&c.w);
+    loop_wake_hold(&c.w);
+    ck_assert(uv_has_ref((uv_handle_t *)&c.w.poll));
+    loop_wake_release(&c.w);
+    ck_assert(uv_has_ref((uv_handle_t *)&c.w.poll));
+    loop_wake_release(&c.w);
+    ck_assert(!uv_has_ref((uv_handle_t *)&c.w.poll));
+    ck_assert_int_eq(uv_run(&loop, UV_RUN_DEFAULT), 0);
+    ck_assert_uint_eq(c.calls, 0);
+    loop_wake_hold(&c.w); /* the loop now waits for the send */
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, send_once, &c), 0);
+    ck_assert_int_eq(uv_run(&loop, UV_RUN_DEFAULT), 0);
+    pthread_join(t, NULL);
+    ck_assert_uint_eq(c.calls, 1);
+    ck_assert(c.closed);
+    ck_assert_int_eq(uv_loop_close(&loop), 0);
+    pthread_mutex_destroy(&c.mu);
+}
+END_TEST
+
 static Suite *loop_wake_suite(void)
 {
     Suite *s = suite_create("loop_wake");
@@ -149,6 +181,7 @@ static Suite *loop_wake_suite(void)
     tcase_add_test(tc, test_no_wake_up_lost);
     tcase_add_test(tc, test_send_from_the_callback);
     tcase_add_test(tc, test_ref_and_unref);
+    tcase_add_test(tc, test_hold_and_release_count);
     suite_add_tcase(s, tc);
     return s;
 }
