@@ -779,6 +779,21 @@ class TestEvents(unittest.TestCase):
         s.connect(endpoint)
         return s
 
+    def attach_stalled(self, ctx, endpoint, c, seed):
+        """A stalled subscriber that PUB has taken the subscription of:
+        commits (seeds from seed on) until it has received one message,
+        then it reads no more. A sleep after connect is not enough on a
+        loaded host: messages published before PUB takes the subscription
+        are never queued for it, and it holds nothing."""
+        s = self.stalled_sub(ctx, endpoint)
+        for k in range(100):
+            self.commit_long(c, seed + k)
+            if s.poll(100):
+                s.recv_multipart()
+                return s
+        s.close()
+        self.fail("the stalled subscriber never received a message")
+
     def test_stalled_subscriber_is_bounded_in_bytes(self):
         """A subscriber that never reads holds at most
         kv_events_subscriber_bytes (32 MiB by default) in the daemon: its
@@ -835,15 +850,14 @@ class TestEvents(unittest.TestCase):
             reader.setsockopt(zmq.SUBSCRIBE, b"kv@w00@")
             reader.setsockopt(zmq.LINGER, 0)
             reader.connect(pub)
-            a = self.stalled_sub(ctx, pub)
-            time.sleep(0.3)
+            a = self.attach_stalled(ctx, pub, c, 10000)
             for i in range(30):
                 self.commit_long(c, i)
                 read_all()
             self.assertTrue(events_flush(c))
             rss0 = self.rss_kib(d.proc.pid)
-            b = self.stalled_sub(ctx, pub)  # stalls on later messages than a
-            time.sleep(0.3)
+            b = self.attach_stalled(ctx, pub, c, 20000)  # stalls on later messages than a
+            read_all()
             for i in range(30, 90):
                 self.commit_long(c, i)
                 read_all()
