@@ -60,8 +60,14 @@ struct kvs_client {
     int have_geo;
     uint32_t rank;       /* kvs_options_t.rank, sent with KVS_RANK */
     uint32_t group_size; /* from the Hello reply */
-    int in_hello;        /* the next reply may carry fds */
-    int rcv_ms, snd_ms;  /* the socket's current timeouts */
+    /* The identity declared in Hello (kvs_options_t.identity), copied */
+    int has_ident;
+    kvs_identity_t ident;
+    char ident_ns[128], ident_model[256], ident_rev[64], ident_dtype[16];
+    char ident_text[513]; /* the daemon's, from the Hello reply ("" when it said none) */
+    uint64_t ident_hash;
+    int in_hello;       /* the next reply may carry fds */
+    int rcv_ms, snd_ms; /* the socket's current timeouts */
     backend_mapping_t *map;
     backend_mapping_t *tier2_map; /* read-only, with KVS_MAP_TIER2 and a tier 2 */
 
@@ -122,6 +128,59 @@ static int foreign_process(kvs_client_t *c)
             "new process with kvs_connect",
             (int)c->pid);
     return 1;
+}
+
+void kvs_identity_init(kvs_identity_t *id)
+{
+    if (!id)
+        return;
+    memset(id, 0, sizeof(*id));
+    id->size = sizeof(*id);
+}
+
+/* Copies opts' identity into c, to be sent in every Hello. */
+static int copy_identity(kvs_client_t *c, const kvs_identity_t *id)
+{
+    kvs_identity_t v;
+    kvs_identity_init(&v);
+    if (id->size == 0 || id->size > sizeof(v))
+        return KVS_EINVAL;
+    memcpy(&v, id, id->size);
+    v.size = sizeof(v);
+    const char *parts[] = {v.ns, v.model, v.revision, v.dtype};
+    char *dst[] = {c->ident_ns, c->ident_model, c->ident_rev, c->ident_dtype};
+    size_t cap[] = {sizeof(c->ident_ns), sizeof(c->ident_model), sizeof(c->ident_rev),
+                    sizeof(c->ident_dtype)};
+    if (!v.model || !v.model[0])
+        return KVS_EINVAL;
+    for (size_t i = 0; i < 4; i++) {
+        const char *p = parts[i] ? parts[i] : "";
+        if (strlen(p) >= cap[i])
+            return KVS_EINVAL;
+        memcpy(dst[i], p, strlen(p) + 1);
+    }
+    v.ns = c->ident_ns;
+    v.model = c->ident_model;
+    v.revision = c->ident_rev;
+    v.dtype = c->ident_dtype;
+    c->ident = v;
+    c->has_ident = 1;
+    return 0;
+}
+
+int kvs_identity(const kvs_client_t *c, char *buf, size_t len, uint64_t *hash)
+{
+    if (!c || (!buf && len > 0))
+        return KVS_EINVAL;
+    if (!c->have_geo)
+        return KVS_ENOTCONN;
+    if (!c->has_ident || !c->ident_text[0])
+        return KVS_ENOTFOUND;
+    if (len > 0)
+        snprintf(buf, len, "%s", c->ident_text);
+    if (hash)
+        *hash = c->ident_hash;
+    return 0;
 }
 
 void kvs_options_init(kvs_options_t *opts)
@@ -491,6 +550,24 @@ static int hello(kvs_client_t *c, int64_t deadline)
     hr.ranked = (c->flags & KVS_RANK) != 0;
     hr.rank = hr.ranked ? c->rank : 0;
     hr.group_scheduler = (c->flags & KVS_GROUP_SCHEDULER) != 0;
+    Kvshare__ModelIdentity mi = KVSHARE__MODEL_IDENTITY__INIT;
+    Kvshare__Geometry mg = KVSHARE__GEOMETRY__INIT;
+    if (c->has_ident) {
+        const kvs_identity_t *id = &c->ident;
+        mi.ns = c->ident_ns;
+        mi.model = c->ident_model;
+        mi.revision = c->ident_rev;
+        mg.layers = id->layers;
+        mg.kv_heads = id->kv_heads;
+        mg.head_dim = id->head_dim;
+        mg.dtype = c->ident_dtype;
+        mg.block_tokens = id->block_tokens;
+        mg.kv_lora_rank = id->kv_lora_rank;
+        mg.rope_head_dim = id->rope_head_dim;
+        mi.geometry = &mg;
+        mi.tp_size = id->tp_size;
+        hr.identity = &mi;
+    }
     req.rpc_case = KVSHARE__REQUEST__RPC_HELLO;
     req.hello = &hr;
     c->in_hello = 1;
@@ -505,6 +582,8 @@ static int hello(kvs_client_t *c, int64_t deadline)
     }
     /* A daemon older than several devices says nothing: one. */
     c->group_size = h->group_size ? h->group_size : 1;
+    snprintf(c->ident_text, sizeof(c->ident_text), "%s", h->identity ? h->identity : "");
+    c->ident_hash = h->identity_hash;
     kvs_geometry_t *g = &c->geo;
     memset(g, 0, sizeof(*g));
     g->layers = h->geometry->layers;
@@ -703,13 +782,13 @@ int kvs_connect(const kvs_options_t *opts, kvs_client_t **out)
     c->rank = o.rank;
     if (o.worker_name)
         snprintf(c->worker, sizeof(c->worker), "%s", o.worker_name);
-    int rc = 0;
-    if (o.socket_path) {
+    int rc = o.identity ? copy_identity(c, o.identity) : 0;
+    if (rc == 0 && o.socket_path) {
         if (strlen(o.socket_path) >= sizeof(c->socket_path))
             rc = KVS_EINVAL;
         else
             snprintf(c->socket_path, sizeof(c->socket_path), "%s", o.socket_path);
-    } else {
+    } else if (rc == 0) {
         rc = kvs_default_socket_path(c->socket_path, sizeof(c->socket_path));
     }
     if (rc != 0) {
@@ -1277,6 +1356,7 @@ int kvs_commit_ex(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_
     cm.block_ids = (uint32_t *)ids;
     cm.hint = hint_wire(o.hint, &wire);
     cm.for_group = o.for_group != 0;
+    cm.shard_written = o.shard_written != 0;
     if (o.n_pending)
         *o.n_pending = 0;
     req.rpc_case = KVSHARE__REQUEST__RPC_COMMIT;

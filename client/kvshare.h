@@ -120,10 +120,48 @@ typedef struct kvs_options {
      * refused with KVS_EDENIED: another local user may have taken the socket
      * path to pose as kvshared. */
     uint64_t daemon_uid;
-    uint32_t rank;        /* with KVS_RANK: this worker's rank (device), 0 .. devices - 1 */
-    uint32_t reserved32;  /* keep 0 */
-    uint64_t reserved[6]; /* room for options added later: keep 0 */
+    uint32_t rank;       /* with KVS_RANK: this worker's rank (device), 0 .. devices - 1 */
+    uint32_t reserved32; /* keep 0 */
+    /* Whose KV this worker reads and writes, declared in Hello; NULL:
+     * nothing declared (kvs_identity_t). Copied by kvs_connect. */
+    const struct kvs_identity *identity;
+    uint64_t reserved[5]; /* room for options added later: keep 0 */
 } kvs_options_t;
+
+/*
+ * Model identity (docs/OPERATING.md, "Model identity"). A block's KV is
+ * valid only for what computed it: the model and its revision, the dtype,
+ * the geometry, tokens per block and the parallel layout. kvshared holds
+ * one identity per namespace; a worker that declares its own in Hello
+ * (kvs_options_t.identity) binds the namespace to it when the namespace has
+ * none of its own yet, and is refused with KVS_EIDENTITY (kvs_last_error
+ * names both identities) when the namespace holds another model's KV. Its
+ * later calls on any namespace are held to the same identity. The geometry
+ * fields given (non-zero, dtype non-NULL) must be the pool's.
+ */
+typedef struct kvs_identity {
+    size_t size;          /* sizeof(kvs_identity_t), set by kvs_identity_init */
+    const char *ns;       /* the namespace declared for; NULL or "": "default" */
+    const char *model;    /* required: the model's name or path (no control characters) */
+    const char *revision; /* its revision (tag or commit, no spaces); NULL: not known */
+    const char *dtype;    /* "fp16", "bf16", ...; NULL: not declared */
+    uint32_t layers, kv_heads, head_dim;  /* 0: not declared (MLA: kv_heads = head_dim = 0) */
+    uint32_t block_tokens;                /* 0: not declared */
+    uint32_t kv_lora_rank, rope_head_dim; /* MLA; 0: not declared */
+    uint32_t tp_size;                     /* devices one block spans; 0: not declared */
+    uint32_t reserved32;                  /* keep 0 */
+    uint64_t reserved[4];                 /* room for fields added later: keep 0 */
+} kvs_identity_t;
+
+void kvs_identity_init(kvs_identity_t *id);
+
+/* The identity kvshared holds for the namespace this client declared one
+ * for, as its last Hello reply said: the canonical text into buf (len
+ * bytes, always NUL-terminated when len > 0) and its 64-bit hash into
+ * *hash (may be NULL). Errors: KVS_EINVAL (NULL buf with len > 0),
+ * KVS_ENOTFOUND (the client declared nothing, or the daemon is older and
+ * said nothing), KVS_ENOTCONN (never connected). */
+int kvs_identity(const kvs_client_t *c, char *buf, size_t len, uint64_t *hash);
 
 void kvs_options_init(kvs_options_t *opts);
 
@@ -529,11 +567,18 @@ int kvs_alloc_ex(kvs_client_t *c, const char *ns, uint32_t n, const kvs_alloc_op
 typedef struct kvs_commit_opts {
     size_t size;            /* sizeof(kvs_commit_opts_t), set by kvs_commit_opts_init */
     const kvs_hint_t *hint; /* NULL: none; else for every canonical block */
-    /* Several devices: non-zero, this commit stands for every rank's shard
-     * (the scheduler, or one rank, after all workers wrote theirs); zero, a
-     * KVS_RANK client commits its own shard. */
+    /* Several devices: non-zero, this commit caches blocks for the group
+     * (the scheduler, or one rank, after all workers wrote theirs), each
+     * only if every rank declared its shard of it written for these very
+     * tokens (its own commit, or shard_written; a KVS_RANK committer's own
+     * shard counts): else KVS_EBADSTATE, the last error naming the ranks
+     * missing, and nothing changes. Zero: a KVS_RANK client commits its
+     * own shard. */
     uint32_t for_group;
-    uint32_t reserved32; /* keep 0 */
+    /* Several devices, a KVS_RANK client: non-zero declares its shard of
+     * these blocks written for these tokens and caches nothing (they count
+     * in *n_pending): the group's for_group commit caches them. */
+    uint32_t shard_written;
     /* Not NULL: gets the blocks of this commit that still wait for another
      * rank's shard (they stay WRITING; *n_committed counts the cached
      * prefix before them). */

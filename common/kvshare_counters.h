@@ -169,9 +169,26 @@
 /* Room for counters in kvs_stats_t and StatsReply.counters. */
 #define KVS_COUNTER_SLOTS 64
 
+/* Counters added once KVS_COUNTERS filled kvs_stats_t's room: the daemon
+ * keeps them, /metrics exposes them and StatsReply.counters carries them
+ * after KVS_COUNTERS' (the protocol's array may grow), but kvs_stats_t
+ * has no field for them until the next SOVERSION, which moves them into
+ * KVS_COUNTERS. Same columns as KVS_COUNTERS; append only. */
+/* clang-format off */
+#define KVS_COUNTERS_NEXT(X) \
+    X(identity_refusals, 0, "kvshare_identity_refusals_total", "", \
+      "Hellos and requests refused: they declared another model identity than their " \
+      "namespace holds (docs/OPERATING.md, Model identity)")
+/* clang-format on */
+
 /* KVS_COUNTER_<name>: a counter's position in the list; KVS_N_COUNTERS. */
 #define KVS__COUNTER_ENUM(name, ...) KVS_COUNTER_##name,
 enum { KVS_COUNTERS(KVS__COUNTER_ENUM) KVS_N_COUNTERS };
+/* KVS_COUNTERS then KVS_COUNTERS_NEXT: KVS_N_COUNTERS_ALL in all. */
+enum {
+    KVS__COUNTER_NEXT_BASE = KVS_N_COUNTERS - 1,
+    KVS_COUNTERS_NEXT(KVS__COUNTER_ENUM) KVS_N_COUNTERS_ALL
+};
 #undef KVS__COUNTER_ENUM
 
 #endif /* KVSHARE_COUNTERS_H */

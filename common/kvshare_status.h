@@ -40,7 +40,8 @@
     X(EDENIED, -20, "permission denied")                                                           \
     X(EVERSION, -21, "protocol version mismatch")                                                  \
     X(EBUSY, -22, "resource busy")                                                                 \
-    X(EINTERNAL, -23, "internal error")
+    X(EINTERNAL, -23, "internal error")                                                            \
+    X(EIDENTITY, -24, "the namespace holds another model's KV (identity mismatch)")
 
 typedef enum kvs_status {
 #define KVS_STATUS_ENUM(name, code, text) KVS_##name = (code),

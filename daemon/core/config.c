@@ -436,7 +436,7 @@ int config_load(const char *path, config_t **out, char *err, size_t errlen)
             else
                 err_at(&e, line, "unknown key '%s'%s", key,
                        in_ns ? " in a namespace section (quota, reserve, allow_uids, allow_gids, "
-                               "hit_rate_target, tier, model_name, lora_name)"
+                               "hit_rate_target, tier, model_name, model_revision, lora_name, ...)"
                              : " (docs/OPERATING.md lists the keys)");
             continue;
         }

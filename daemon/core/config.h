@@ -56,6 +56,7 @@ typedef struct config_ns {
     char tier[RADIX_NS_NAME_MAX + 1]; /* service tier, for metrics by tier; "": none */
     const char *model_name;           /* KV events: the model routers key on; NULL: none (owned) */
     const char *lora_name;            /* KV events: the LoRA name; NULL: none (owned) */
+    const char *model_revision;       /* identity: model_name's revision; NULL: none (owned) */
     bool shared;                      /* its blocks go to the cluster tier (cluster_store.h) */
     int line;                         /* of its [namespace] header, for messages */
 } config_ns_t;

@@ -48,8 +48,10 @@ typedef struct metrics {
     union {
         struct {
             KVS_COUNTERS(METRICS_COUNTER)
+            KVS_COUNTERS_NEXT(METRICS_COUNTER)
         };
-        uint64_t counters[KVS_N_COUNTERS]; /* the same, by position in KVS_COUNTERS */
+        /* the same, by position in KVS_COUNTERS then KVS_COUNTERS_NEXT */
+        uint64_t counters[KVS_N_COUNTERS_ALL];
     };
     uint64_t loop_busy_max_us; /* the loop's longest work between two polls (loop_watch.c) */
     uint64_t disk_restored;    /* blocks the disk tier's file gave back to the index at start */

@@ -80,9 +80,11 @@ typedef struct store store_t;
 #define SERVER_MAX_DEVICES 64
 
 typedef struct server_config {
-    const char *socket_path;  /* required for server_listen */
-    geometry_t geometry;      /* validated by server_open */
-    backend_config_t backend; /* bytes / mem_fraction size the pool */
+    const char *socket_path;    /* required for server_listen */
+    geometry_t geometry;        /* validated by server_open */
+    const char *model;          /* --model as given: the daemon's model identity; NULL: none */
+    const char *model_revision; /* --model-revision; NULL: none */
+    backend_config_t backend;   /* bytes / mem_fraction size the pool */
     /* --devices: several devices, one pool each with the same blocks
      * ("0-3", "0,2,5", "all" for cuda); NULL: one, backend.device. */
     const char *devices;
@@ -249,6 +251,13 @@ typedef struct server {
     struct events *events;
     events_stream_t *ev_streams;
     bool *ev_resolved;
+
+    /* Model identity (namespaces.h): the daemon's own, and per namespace
+     * id (max_namespaces of them) its identity, resolved on first use
+     * (ident_resolved; reset when the id is reused). */
+    struct ns_identity *daemon_ident;
+    struct ns_identity *ns_idents;
+    bool *ident_resolved;
 
     uint32_t tier2_blocks;       /* blocks of tier 2 (--host-tier); 0: none */
     uint32_t tier3_blocks;       /* blocks of tier 3 (--disk-tier-path): its slots; 0: none */

@@ -70,6 +70,10 @@ struct session {
      * writes its shard on (-1: none), or the group's scheduler. */
     int rank;
     bool group_scheduler;
+    /* The model identity it declared in Hello (namespaces.h); NULL: none,
+     * and its requests use each namespace's own. */
+    struct identity *ident;
+    uint64_t ident_hash;
     uint64_t requests;
     uint32_t ns_created; /* dynamic namespaces it created that still exist */
 

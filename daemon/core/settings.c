@@ -11,6 +11,7 @@
 #include "backend.h"
 #include "events.h"
 #include "geometry.h"
+#include "identity.h"
 #include "kvshare_status.h"
 #include "kvshare_version.h"
 #include "nsname.h"
@@ -116,6 +117,12 @@ static const char *name_model(int i)
     return i >= 0 ? geometry_preset_name((size_t)i) : NULL;
 }
 
+static int parse_revision(const char *text, int *out)
+{
+    (void)out;
+    return identity_revision_valid(text) ? 0 : KVS_EINVAL;
+}
+
 static int parse_addr(const char *text, int *out)
 {
     char host[64];
@@ -214,7 +221,14 @@ const setting_t settings_table[] = {
      .help = "several devices, one pool each (a tensor-parallel group): a range 0-3, a list "
              "0,2,5, or all (cuda); the host backend simulates as many"},
     {"model", "model", SETTING_GLOBAL, SETTING_TEXT, "NAME", 1, 64, CHOICE(model), AT(model),
-     .expect = "a model preset", .help = "geometry preset"},
+     .expect = "a model preset", .example = "meta-llama/Llama-3.1-8B",
+     .help = "geometry preset; given, it is also the model of the identity of every namespace "
+             "that neither its config section nor a worker names (docs/OPERATING.md, Model "
+             "identity)"},
+    {"model_revision", "model-revision", SETTING_GLOBAL, SETTING_TEXT, "REV", 1,
+     IDENTITY_REVISION_MAX, .parse = parse_revision, AT(server.model_revision), .zero = "none",
+     .expect = "a revision without spaces", .example = "main",
+     .help = "the revision of --model (a tag or commit), part of the daemon's model identity"},
     {"layers", "layers", SETTING_GLOBAL, SETTING_U32, "N", 1, 4096, AT(geometry.layers),
      .deflt = "the preset's", .help = "geometry by hand: layers (overrides the preset's)"},
     {"kv_heads", "kv-heads", SETTING_GLOBAL, SETTING_U32, "N", 1, 4096, AT(geometry.kv_heads),
@@ -453,7 +467,12 @@ const setting_t settings_table[] = {
     {"model_name", NULL, SETTING_NS, SETTING_TEXT, "NAME", 1, EVENTS_NAME_MAX, NS_AT(model_name),
      .zero = "none: publishes no KV events", .expect = "a model name",
      .example = "meta-llama/Llama-3.1-8B-Instruct",
-     .help = "KV events: the model routers key this namespace's blocks on ({model} of the topic)"},
+     .help = "KV events: the model routers key this namespace's blocks on ({model} of the "
+             "topic); also the model of its identity: a worker declaring another is refused"},
+    {"model_revision", NULL, SETTING_NS, SETTING_TEXT, "REV", 1, IDENTITY_REVISION_MAX,
+     .parse = parse_revision, NS_AT(model_revision), .zero = "none",
+     .expect = "a revision without spaces", .example = "main",
+     .help = "the revision of model_name (a tag or commit), part of the namespace's identity"},
     {"shared", NULL, SETTING_NS, SETTING_BOOL, "yes/no", 0, 0, NS_AT(shared), .zero = "no",
      .help = "its blocks are written through to the cluster tier (cluster_seeds) at commit"},
     {"lora_name", NULL, SETTING_NS, SETTING_TEXT, "NAME", 1, EVENTS_NAME_MAX, NS_AT(lora_name),
@@ -744,6 +763,9 @@ int settings_finish(settings_t *st, char *err, size_t errlen)
         g.block_tokens = st->geometry.block_tokens;
     st->geometry = g;
     st->server.geometry = g;
+    /* A model given by name is the daemon's model identity; the default
+     * preset only sizes blocks and names no model. */
+    st->server.model = given(st, "model") ? st->model : NULL;
 
     if (given(st, "pool-bytes") && given(st, "pool-blocks")) {
         snprintf(err, errlen,

@@ -413,6 +413,9 @@ int server_open(const server_config_t *cfg, uv_loop_t *loop, server_t **out, cha
         rc = KVS_EINVAL;
         goto fail;
     }
+    rc = namespaces_identity_open(s, err, errlen);
+    if (rc != 0)
+        goto fail;
     rc = open_host_tier(s, err, errlen);
     if (rc != 0)
         goto fail;

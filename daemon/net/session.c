@@ -65,6 +65,7 @@ static void destroy(session_t *s)
     free(s->pins.keys);
     free(s->pins.counts);
     free(s->scratch);
+    free(s->ident);
     free(s);
 }
 

@@ -159,6 +159,65 @@ static int group_writer_check(session_t *s, const char *rpc, handler_ctx_t *ctx)
                 rpc, s->srv->n_devices);
 }
 
+/* Hello's model identity (HelloRequest.identity): what the worker declares,
+ * its fields left 0 taken from the pool's, bound to or checked against its
+ * namespace (namespaces_identity_declare); from then on every request of
+ * the session is held to it (namespaces_resolve). */
+static int hello_identity(session_t *s, const Kvshare__ModelIdentity *mi, uint32_t *ns,
+                          handler_ctx_t *ctx)
+{
+    server_t *srv = s->srv;
+    if (!mi)
+        return 0;
+    identity_t *id = calloc(1, sizeof(*id));
+    if (!id)
+        return fail(ctx, KVS_ENOMEM, "out of memory for the model identity");
+    geometry_t g = srv->geo;
+    const Kvshare__Geometry *dg = mi->geometry;
+    bool bad_dtype = false;
+    if (dg) {
+        /* Fields left 0 are not declared: the pool's stand. */
+        g.layers = dg->layers ? dg->layers : g.layers;
+        g.kv_heads = dg->kv_heads ? dg->kv_heads : g.kv_heads;
+        g.head_dim = dg->head_dim ? dg->head_dim : g.head_dim;
+        g.block_tokens = dg->block_tokens ? dg->block_tokens : g.block_tokens;
+        g.kv_lora_rank = dg->kv_lora_rank ? dg->kv_lora_rank : g.kv_lora_rank;
+        g.rope_head_dim = dg->rope_head_dim ? dg->rope_head_dim : g.rope_head_dim;
+        if (dg->dtype && dg->dtype[0])
+            bad_dtype = geometry_dtype_parse(dg->dtype, &g.dtype) != 0;
+    }
+    uint32_t tp = mi->tp_size ? mi->tp_size : srv->daemon_ident->id.tp_size;
+    int rc = KVS_EINVAL;
+    if (!mi->model || !identity_model_valid(mi->model))
+        rc = fail(ctx, KVS_EINVAL,
+                  "Hello's model identity needs a model name of 1 to %d bytes without control "
+                  "characters",
+                  IDENTITY_MODEL_MAX);
+    else if (mi->revision && mi->revision[0] && !identity_revision_valid(mi->revision))
+        rc = fail(ctx, KVS_EINVAL, "model revision: at most %d bytes, no spaces",
+                  IDENTITY_REVISION_MAX);
+    else if (bad_dtype)
+        rc = fail(ctx, KVS_EINVAL, "model identity: unknown dtype (give fp32, fp16, bf16 or fp8)");
+    else if (identity_make(mi->model, mi->revision, &g, tp, id) != 0)
+        rc = fail(ctx, KVS_EINVAL, "model identity: the declared geometry is not valid");
+    else
+        rc = 0;
+    if (rc != 0) {
+        free(id);
+        return rc;
+    }
+    s->ident = id;
+    s->ident_hash = identity_hash(id);
+    rc = namespaces_resolve(s, mi->ns, true, ns, ctx->msg, sizeof(ctx->msg));
+    if (rc != 0) {
+        free(s->ident);
+        s->ident = NULL;
+        s->ident_hash = 0;
+        return rc; /* ctx->msg says why */
+    }
+    return 0;
+}
+
 int handler_hello(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
                   handler_ctx_t *ctx)
 {
@@ -178,6 +237,10 @@ int handler_hello(session_t *s, const Kvshare__Request *req, Kvshare__Response *
     /* Escaped: it is printed in log lines. */
     log_escape(hello->worker, s->worker, sizeof(s->worker));
     int rc0 = hello_group(s, hello, ctx);
+    if (rc0 != 0)
+        return rc0;
+    uint32_t ident_ns = 0;
+    rc0 = hello_identity(s, hello->identity, &ident_ns, ctx);
     if (rc0 != 0)
         return rc0;
     /* A worker maps its own device's pool only; the scheduler and the
@@ -249,6 +312,11 @@ int handler_hello(session_t *s, const Kvshare__Request *req, Kvshare__Response *
     kvshare__hello_reply__init(r);
     r->version = KVS_PROTOCOL_VERSION;
     r->geometry = g;
+    if (s->ident) {
+        const ns_identity_t *ni = namespaces_identity(srv, ident_ns);
+        r->identity = (char *)ni->text;
+        r->identity_hash = ni->hash;
+    }
     r->num_blocks = srv->num_blocks;
     r->block_bytes = srv->block_bytes;
     r->slot_bytes = geometry_slot_bytes(&srv->geo);
@@ -926,7 +994,7 @@ int handler_stats(session_t *s, const Kvshare__Request *req, Kvshare__Response *
         return fail(ctx, KVS_ENOMEM, "out of memory for the stats counters");
     ctx->heap[1] = counters;
     memcpy(counters, srv->metrics.counters, sizeof(srv->metrics.counters));
-    r->n_counters = KVS_N_COUNTERS;
+    r->n_counters = KVS_N_COUNTERS_ALL;
     r->counters = counters;
 #define NAMED_1(name) r->name = srv->metrics.name;
 #define NAMED_0(name)

@@ -205,21 +205,21 @@ static unsigned long long ns_field(const radix_ns_stats_t *st, enum ns_field f)
 #define COUNTER_ROW(name, named, family, labels, help) {family, labels, help},
 static const struct {
     const char *family, *labels, *help;
-} counter_rows[] = {KVS_COUNTERS(COUNTER_ROW)};
+} counter_rows[] = {KVS_COUNTERS(COUNTER_ROW) KVS_COUNTERS_NEXT(COUNTER_ROW)};
 #undef COUNTER_ROW
 
 /* Every counter, one family at a time: the format wants a family's samples
  * together, and a label added to a family later is appended to the list. */
 static void counters(text_t *t, const metrics_t *m)
 {
-    for (size_t i = 0; i < KVS_N_COUNTERS; i++) {
+    for (size_t i = 0; i < KVS_N_COUNTERS_ALL; i++) {
         size_t first = 0;
         while (strcmp(counter_rows[first].family, counter_rows[i].family) != 0)
             first++;
         if (first < i)
             continue; /* printed with the family's first counter */
         head(t, counter_rows[i].family, "counter", counter_rows[i].help);
-        for (size_t j = i; j < KVS_N_COUNTERS; j++) {
+        for (size_t j = i; j < KVS_N_COUNTERS_ALL; j++) {
             if (strcmp(counter_rows[j].family, counter_rows[i].family) != 0)
                 continue;
             if (counter_rows[j].labels[0])

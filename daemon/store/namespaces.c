@@ -175,6 +175,8 @@ uint32_t namespaces_reclaim(server_t *srv)
         /* The next namespace with this id resolves its own topic. */
         if (srv->ev_resolved && id < srv->cfg.max_namespaces)
             srv->ev_resolved[id] = false;
+        if (srv->ident_resolved && id < srv->cfg.max_namespaces)
+            srv->ident_resolved[id] = false;
     }
     srv->metrics.namespaces_reclaimed += n;
     srv->ns_reclaimed_unlogged += n;
@@ -219,6 +221,12 @@ void namespaces_session_gone(session_t *s)
 
 void namespaces_free(server_t *srv)
 {
+    free(srv->daemon_ident);
+    free(srv->ns_idents);
+    free(srv->ident_resolved);
+    srv->daemon_ident = NULL;
+    srv->ns_idents = NULL;
+    srv->ident_resolved = NULL;
     free(srv->ns_creator);
     srv->ns_creator = NULL;
     free(srv->tenants);
@@ -369,7 +377,7 @@ int namespaces_resolve(session_t *s, const char *name, bool create, uint32_t *ns
                           name, s->peer_uid, s->peer_gid);
     }
     if (rc == 0)
-        return 0;
+        return namespaces_identity_check(s, *ns, msg, msglen);
     if (!srv->cfg.dynamic_namespaces)
         return errbuf_set(
             msg, msglen, KVS_ENONS,
@@ -407,6 +415,123 @@ int namespaces_resolve(session_t *s, const char *name, bool create, uint32_t *ns
     if (rc != 0)
         return errbuf_set(msg, msglen, rc, "cannot create namespace '%s': %s", name,
                           kvs_status_text(rc));
+    if (srv->ident_resolved && *ns < srv->cfg.max_namespaces)
+        srv->ident_resolved[*ns] = false; /* a reused id resolves its own */
     LOG_DEBUG("namespace '%s' created (id %u)", name, *ns);
+    return namespaces_identity_check(s, *ns, msg, msglen);
+}
+
+/* --- model identity --- */
+
+int namespaces_identity_open(server_t *srv, char *err, size_t errlen)
+{
+    const server_config_t *cfg = &srv->cfg;
+    srv->daemon_ident = calloc(1, sizeof(*srv->daemon_ident));
+    srv->ns_idents = calloc(cfg->max_namespaces, sizeof(*srv->ns_idents));
+    srv->ident_resolved = calloc(cfg->max_namespaces, sizeof(*srv->ident_resolved));
+    if (!srv->daemon_ident || !srv->ns_idents || !srv->ident_resolved) {
+        snprintf(err, errlen, "out of memory for the namespaces' model identities");
+        return KVS_ENOMEM;
+    }
+    ns_identity_t *d = srv->daemon_ident;
+    if (identity_make(cfg->model, cfg->model_revision, &srv->geo,
+                      srv->n_devices ? srv->n_devices : 1, &d->id) != 0) {
+        snprintf(err, errlen, "model '%s': not a usable model identity (%s)",
+                 cfg->model ? cfg->model : "", "a name without control characters");
+        return KVS_EINVAL;
+    }
+    d->hash = identity_hash(&d->id);
+    d->source = IDENTITY_DAEMON;
+    identity_text(&d->id, d->text, sizeof(d->text));
+    LOG_INFO("model identity: %s", d->text);
     return 0;
+}
+
+static void identity_set(ns_identity_t *ni, const identity_t *id, identity_source_t src)
+{
+    ni->id = *id;
+    ni->hash = identity_hash(id);
+    ni->source = src;
+    identity_text(id, ni->text, sizeof(ni->text));
+}
+
+const ns_identity_t *namespaces_daemon_identity(server_t *srv)
+{
+    return srv->daemon_ident;
+}
+
+const ns_identity_t *namespaces_identity(server_t *srv, uint32_t ns)
+{
+    if (ns >= srv->cfg.max_namespaces)
+        return srv->daemon_ident;
+    ns_identity_t *ni = &srv->ns_idents[ns];
+    if (srv->ident_resolved[ns])
+        return ni;
+    /* The config's section names the model (and revision) of its blocks;
+     * the pool's layout is the daemon's. A name the identity refuses was
+     * refused by the config's own check already. */
+    const char *name = radix_ns_name(srv->index, ns);
+    const config_ns_t *sec = name ? config_find_ns(srv->conf, name) : NULL;
+    identity_t id = srv->daemon_ident->id;
+    if (sec && sec->model_name &&
+        identity_make(sec->model_name, sec->model_revision, &id.geo, id.tp_size, &id) == 0)
+        identity_set(ni, &id, IDENTITY_CONFIG);
+    else
+        *ni = *srv->daemon_ident;
+    srv->ident_resolved[ns] = true;
+    return ni;
+}
+
+/* Whether ns holds a block in any tier. */
+static bool ns_holds_blocks(server_t *srv, uint32_t ns)
+{
+    radix_ns_stats_t st;
+    if (radix_ns_stats(srv->index, ns, &st) != 0)
+        return false;
+    return st.cached_blocks > 0 || st.tier2_blocks > 0 || st.tier3_blocks > 0;
+}
+
+int namespaces_identity_declare(server_t *srv, uint32_t ns, const identity_t *id,
+                                identity_source_t src, char *msg, size_t msglen)
+{
+    const ns_identity_t *cur = namespaces_identity(srv, ns);
+    ns_identity_t *ni = &srv->ns_idents[ns < srv->cfg.max_namespaces ? ns : 0];
+    const char *name = radix_ns_name(srv->index, ns);
+    char text[IDENTITY_TEXT_MAX + 1];
+    identity_text(id, text, sizeof(text));
+    if (!identity_same_layout(id, &srv->daemon_ident->id)) {
+        srv->metrics.identity_refusals++;
+        return errbuf_set(msg, msglen, KVS_EINVAL,
+                          "model identity '%s' does not fit this kvshared's pool, whose blocks "
+                          "are '%s': its KV would be read with another layout; start kvshared "
+                          "with this model's geometry, or give the worker the pool's",
+                          text, srv->daemon_ident->text);
+    }
+    if (identity_equal(id, &cur->id)) {
+        if (cur->source < src)
+            ni->source = src;
+        return 0;
+    }
+    if (cur->source == IDENTITY_DAEMON && !ns_holds_blocks(srv, ns)) {
+        identity_set(ni, id, src);
+        LOG_INFO("namespace '%s': model identity %s (%s)", name ? name : "?", ni->text,
+                 identity_source_name(src));
+        return 0;
+    }
+    srv->metrics.identity_refusals++;
+    return errbuf_set(msg, msglen, KVS_EIDENTITY,
+                      "namespace '%s' holds the KV of '%s' (%s%s), not of '%s': its blocks would "
+                      "be another model's; give this model a namespace of its own (the engine "
+                      "plug-ins derive one from the model), or name this one's model in its "
+                      "[namespace] section",
+                      name ? name : "?", cur->text, identity_source_name(cur->source),
+                      cur->source == IDENTITY_DAEMON ? ", and it holds blocks" : "", text);
+}
+
+int namespaces_identity_check(session_t *s, uint32_t ns, char *msg, size_t msglen)
+{
+    server_t *srv = s->srv;
+    if (!s->ident || namespaces_identity(srv, ns)->hash == s->ident_hash)
+        return 0;
+    return namespaces_identity_declare(srv, ns, s->ident, IDENTITY_DECLARED, msg, msglen);
 }

@@ -35,6 +35,7 @@
 
 #include "config.h"
 #include "events.h"
+#include "identity.h"
 
 typedef struct server server_t;
 typedef struct session session_t;
@@ -120,5 +121,48 @@ const events_stream_t *namespaces_events_stream(server_t *s, uint32_t ns);
  * KVS_ENONS, KVS_ELIMIT, KVS_ENOMEM. */
 int namespaces_resolve(session_t *s, const char *name, bool create, uint32_t *ns, char *msg,
                        size_t msglen);
+
+/* --- model identity (identity.h) ---
+ *
+ * Every namespace has one identity: whose KV its blocks hold. It starts as
+ * the config's (model_name / model_revision of its section), else the
+ * daemon's (--model, --model-revision, the pool's geometry and devices). A
+ * worker declares its own in Hello (kvs_identity_t): a namespace whose
+ * identity comes from the daemon and that holds no block in any tier takes
+ * the declared one (source "declared"); a declared or configured namespace
+ * accepts only its own, and so does one that holds blocks already. The
+ * layout part (geometry, dtype, tokens per block, devices) is the pool's:
+ * a declaration of another is refused in any namespace. */
+typedef struct ns_identity {
+    identity_t id;
+    uint64_t hash; /* identity_hash(&id) */
+    identity_source_t source;
+    char text[IDENTITY_TEXT_MAX + 1]; /* identity_text(&id) */
+} ns_identity_t;
+
+/* At server_open, once the geometry and devices are known: the daemon's
+ * identity (--model, --model-revision) and the per-namespace tables.
+ * Errors: KVS_ENOMEM, KVS_EINVAL (message in err). */
+int namespaces_identity_open(server_t *srv, char *err, size_t errlen);
+
+/* The daemon's own identity (no namespace's in particular). */
+const ns_identity_t *namespaces_daemon_identity(server_t *srv);
+
+/* Namespace ns's identity, resolved on first use. ns must exist. */
+const ns_identity_t *namespaces_identity(server_t *srv, uint32_t ns);
+
+/* Declares id for namespace ns, as src (IDENTITY_DECLARED: a worker's Hello
+ * or what a restart found recorded). Returns 0 when ns's identity is now
+ * id, KVS_EIDENTITY (msg names both identities and why) when ns keeps
+ * another, KVS_EINVAL when id's layout is not the pool's. Counted in
+ * identity_refusals when refused. */
+int namespaces_identity_declare(server_t *srv, uint32_t ns, const identity_t *id,
+                                identity_source_t src, char *msg, size_t msglen);
+
+/* Session s, which declared an identity in Hello, uses namespace ns: 0 when
+ * ns's identity is the declared one (binding ns to it where it may, as
+ * namespaces_identity_declare), else KVS_EIDENTITY with msg. A session that
+ * declared nothing passes. */
+int namespaces_identity_check(session_t *s, uint32_t ns, char *msg, size_t msglen);
 
 #endif /* KVS_DAEMON_NAMESPACES_H */

@@ -64,7 +64,7 @@ STATUS = {
     "ENONS": -9, "EEXIST": -10, "EPROTO": -11, "ETOOBIG": -12,
     "ETIMEDOUT": -13, "ENOTCONN": -14, "EIO": -15, "ENODRIVER": -16,
     "ENODEV": -17, "ENOTSUP": -18, "ELIMIT": -19, "EDENIED": -20,
-    "EVERSION": -21, "EBUSY": -22, "EINTERNAL": -23,
+    "EVERSION": -21, "EBUSY": -22, "EINTERNAL": -23, "EIDENTITY": -24,
 }
 _NAMES = {v: k for k, v in STATUS.items()}
 
@@ -350,7 +350,7 @@ class _Hint(ctypes.Structure):
 
 class _CommitOpts(ctypes.Structure):
     _fields_ = [("size", ctypes.c_size_t), ("hint", ctypes.POINTER(_Hint)),
-                ("for_group", ctypes.c_uint32), ("reserved32", ctypes.c_uint32),
+                ("for_group", ctypes.c_uint32), ("shard_written", ctypes.c_uint32),
                 ("n_pending", ctypes.POINTER(ctypes.c_size_t)),
                 ("reserved", ctypes.c_uint64 * 4)]
 
@@ -633,9 +633,12 @@ class Client:
         return self.commit_group(tokens, block_ids, ns, priority, duration_ms, for_group)[0]
 
     def commit_group(self, tokens, block_ids, ns=None, priority=None, duration_ms=0,
-                     for_group=False):
+                     for_group=False, shard_written=False):
         """commit() for a tensor-parallel group: returns (canonical blocks of
-        the committed prefix, blocks that wait for another rank's shard)."""
+        the committed prefix, blocks that wait for another rank's shard).
+        for_group=True caches only blocks every rank declared its shard of
+        written for these tokens; shard_written=True (a rank) declares this
+        rank's shard written and caches nothing."""
         tp, tn, tk = _u32(tokens)
         ip, n_ids, ik = _u32(block_ids)
         out = (ctypes.c_uint32 * max(1, 2 * n_ids))()
@@ -644,6 +647,7 @@ class Client:
         self._lib.kvs_commit_opts_init(ctypes.byref(opts))
         opts.hint = _hint(priority, duration_ms)
         opts.for_group = 1 if for_group else 0
+        opts.shard_written = 1 if shard_written else 0
         opts.n_pending = ctypes.pointer(pending)
         rc = self._lib.kvs_commit_ex(self._c, _enc(ns), tp, tn, ip, n_ids, ctypes.byref(opts),
                                      out, ctypes.byref(done))
