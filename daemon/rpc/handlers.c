@@ -640,6 +640,42 @@ static int not_at_position(uint32_t b, size_t i, size_t n_matched, const uint32_
                 b, i, ns_name, n_matched);
 }
 
+/* A commit for the group (several devices): every block this session
+ * writes must have every rank's shard declared for these very tokens
+ * (store_mark_group), else the commit is refused with the ranks missing
+ * and nothing changes: a rank must never read bytes another prompt left in
+ * a block it did not write again. */
+static int group_complete_check(session_t *s, uint32_t ns, const uint32_t *tokens,
+                                const uint32_t *ids, size_t n_ids, handler_ctx_t *ctx)
+{
+    size_t bad = 0;
+    uint64_t missing = 0;
+    int rc = store_mark_group(s->srv, s, ns, tokens, ids, n_ids, &bad, &missing);
+    if (rc == 0)
+        return 0;
+    if (rc != KVS_EBADSTATE)
+        return fail(ctx, rc, "commit for the group failed: %s", kvs_status_text(rc));
+    char ranks[256];
+    size_t len = 0;
+    unsigned n_missing = 0;
+    ranks[0] = '\0';
+    for (uint32_t r = 0; r < s->srv->n_devices && r < 64; r++) {
+        if (!(missing & ((uint64_t)1 << r)))
+            continue;
+        int w = snprintf(ranks + len, sizeof(ranks) - len, "%s%u", n_missing ? ", " : "", r);
+        n_missing++;
+        if (w < 0 || (size_t)w >= sizeof(ranks) - len)
+            break; /* the list is cut; the count below is whole */
+        len += (size_t)w;
+    }
+    return fail(ctx, KVS_EBADSTATE,
+                "commit for the group refused: block %u (block %zu of these tokens) lacks the "
+                "shard of %u rank(s): %s; each rank declares its shard written for these tokens "
+                "(a commit of its shard, or kvs_commit_opts_t.shard_written) before the group's "
+                "commit; nothing was committed",
+                ids[bad], bad, n_missing, ranks);
+}
+
 /*
  * Commit: block i of the prompt is either a WRITING block of this session
  * (it becomes cached, or stays WRITING as a duplicate when another block
@@ -672,6 +708,10 @@ int handler_commit(session_t *s, const Kvshare__Request *req, Kvshare__Response 
                     "for the whole group, after every rank wrote its shard "
                     "(kvs_commit_opts_t.for_group)",
                     srv->n_devices);
+    if (cm->shard_written && cm->for_group)
+        return fail(ctx, KVS_EINVAL,
+                    "a commit either declares this rank's shard written (shard_written) or "
+                    "caches the blocks for the group (for_group), not both");
     rc = tokens_view(srv, &cm->tokens, &tokens, &n_tokens, &copy, ctx);
     if (rc != 0)
         return rc;
@@ -750,16 +790,18 @@ int handler_commit(session_t *s, const Kvshare__Request *req, Kvshare__Response 
     size_t n_pending = 0;
     int irc;
     if (shard) {
-        irc = store_commit_shard(srv, s, ns, tokens, n_tokens, cm->block_ids, n_ids, &hint,
-                                 canonical, &n_done, &n_pending);
+        irc = store_commit_shard(srv, s, ns, tokens, n_tokens, cm->block_ids, n_ids,
+                                 cm->shard_written, &hint, canonical, &n_done, &n_pending);
         if (irc == KVS_EINVAL)
             return fail(ctx, irc,
                         "rank %d: a block of this commit was committed by another rank for "
                         "another prefix; every rank commits the same tokens and block ids",
                         s->rank);
     } else {
-        if (srv->n_devices > 1)
-            store_mark_group(srv, s, cm->block_ids, n_ids);
+        irc =
+            srv->n_devices > 1 ? group_complete_check(s, ns, tokens, cm->block_ids, n_ids, ctx) : 0;
+        if (irc != 0)
+            return irc;
         irc = store_commit(srv, s, ns, tokens, n_tokens, cm->block_ids, n_ids, &hint, canonical,
                            &n_done);
     }

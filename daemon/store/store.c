@@ -752,17 +752,47 @@ void store_release_group(server_t *srv, session_t *dying)
                  (unsigned long long)dying->id, dying->rank, freed);
 }
 
-void store_mark_group(server_t *srv, session_t *s, const uint32_t *ids, size_t n_ids)
+int store_mark_group(server_t *srv, session_t *s, uint32_t ns, const uint32_t *tokens,
+                     const uint32_t *ids, size_t n_ids, size_t *bad, uint64_t *missing)
 {
     store_t *st = srv->store;
-    for (size_t i = 0; i < n_ids; i++)
-        if (st->rec[ids[i]].writer == s)
-            st->rec[ids[i]].shards = full_mask(srv);
+    uint64_t full = full_mask(srv), own = s->rank >= 0 ? (uint64_t)1 << s->rank : 0;
+    *bad = 0;
+    *missing = 0;
+    if (n_ids == 0)
+        return 0;
+    uint64_t *hashes = malloc(n_ids * sizeof(*hashes));
+    if (!hashes)
+        return KVS_ENOMEM;
+    int rc = radix_chain_hashes(st->index, ns, tokens, n_ids, hashes);
+    /* Every block is checked before any is marked: a refusal changes
+     * nothing. A shard declared for another prefix does not count. */
+    for (size_t i = 0; rc == 0 && i < n_ids; i++) {
+        const store_record_t *r = &st->rec[ids[i]];
+        if (r->writer != s)
+            continue; /* cached already, at this position (the caller checked) */
+        uint64_t have = (r->shards != 0 && r->shard_hash == hashes[i] ? r->shards : 0) | own;
+        if (have != full) {
+            *bad = i;
+            *missing = full & ~have;
+            rc = KVS_EBADSTATE;
+        }
+    }
+    for (size_t i = 0; rc == 0 && i < n_ids; i++) {
+        store_record_t *r = &st->rec[ids[i]];
+        if (r->writer != s)
+            continue;
+        r->shards = full;
+        r->shard_hash = hashes[i];
+    }
+    free(hashes);
+    return rc;
 }
 
 int store_commit_shard(server_t *srv, session_t *s, uint32_t ns, const uint32_t *tokens,
-                       size_t n_tokens, const uint32_t *ids, size_t n_ids, const store_hint_t *hint,
-                       uint32_t *canonical, size_t *n_done, size_t *n_pending)
+                       size_t n_tokens, const uint32_t *ids, size_t n_ids, bool declare_only,
+                       const store_hint_t *hint, uint32_t *canonical, size_t *n_done,
+                       size_t *n_pending)
 {
     store_t *st = srv->store;
     uint64_t bit = (uint64_t)1 << s->rank, full = full_mask(srv);
@@ -793,9 +823,11 @@ int store_commit_shard(server_t *srv, session_t *s, uint32_t ns, const uint32_t 
     if (rc != 0)
         return rc;
     /* The longest prefix whose blocks are cached or complete enters the
-     * index as this session's commit: its blocks become this session's. */
+     * index as this session's commit: its blocks become this session's. A
+     * declaration commits nothing: the group's commit will. */
     size_t k = 0;
-    while (k < n_ids && (!st->rec[ids[k]].writer || st->rec[ids[k]].shards == full))
+    while (!declare_only && k < n_ids &&
+           (!st->rec[ids[k]].writer || st->rec[ids[k]].shards == full))
         k++;
     for (size_t i = k; i < n_ids; i++)
         if (st->rec[ids[i]].writer)

@@ -29,6 +29,14 @@
  *
  *     WRITING --store_commit_shard (a shard missing)--> WRITING, shard bit set
  *     WRITING --store_commit_shard (the last shard)--> CACHED, pinned by it
+ *     WRITING --store_commit_shard (declare only)--> WRITING, shard bit set
+ *     WRITING, every shard in for its tokens --store_mark_group,
+ *             store_commit--> CACHED, pinned by the group's committer
+ *
+ * A shard bit holds for one prefix (shard_hash) and one allocation: a
+ * block allocated again starts with none, and a commit for the group
+ * caches a block only when every rank declared its shard for that very
+ * prefix, so that no rank ever reads bytes another prompt left.
  *     WRITING, incomplete --a rank's session ends (store_release_group)--> FREE
  *
  * A record holds nothing that belongs to one device: a block id names the
@@ -165,17 +173,26 @@ bool store_mark(store_t *st, uint32_t b);
  * enters the index only once every rank committed its shard: the longest
  * prefix of ids that is cached or complete is committed as s's
  * (store_commit: s holds the pins, the duplicates stay WRITING by s);
- * *n_pending blocks after it wait for other ranks, WRITING. Errors:
- * KVS_EINVAL (a block another rank committed for another prefix; nothing
- * changes), KVS_ENOMEM, store_commit's. */
+ * *n_pending blocks after it wait for other ranks, WRITING. With
+ * declare_only (CommitRequest.shard_written) the shard is recorded and
+ * nothing is committed: every WRITING block counts in *n_pending, for the
+ * group's commit (store_mark_group) to cache. Errors: KVS_EINVAL (a block
+ * another rank committed for another prefix; nothing changes), KVS_ENOMEM,
+ * store_commit's. */
 int store_commit_shard(server_t *srv, session_t *s, uint32_t ns, const uint32_t *tokens,
-                       size_t n_tokens, const uint32_t *ids, size_t n_ids, const store_hint_t *hint,
-                       uint32_t *canonical, size_t *n_done, size_t *n_pending);
+                       size_t n_tokens, const uint32_t *ids, size_t n_ids, bool declare_only,
+                       const store_hint_t *hint, uint32_t *canonical, size_t *n_done,
+                       size_t *n_pending);
 
-/* A commit for the whole group (CommitRequest.for_group): the blocks of
- * ids that s writes count as written by every rank (call before
- * store_commit, so that duplicates it leaves WRITING are complete). */
-void store_mark_group(server_t *srv, session_t *s, const uint32_t *ids, size_t n_ids);
+/* A commit for the whole group (CommitRequest.for_group) of ids[0..n_ids),
+ * the blocks of tokens in ns: each block s writes must have every rank's
+ * shard declared for this very prefix (a ranked s counts its own); then
+ * they are marked complete (call before store_commit, so that duplicates
+ * it leaves WRITING are complete). Errors: KVS_EBADSTATE (block *bad of
+ * ids lacks the shards of the ranks in *missing, one bit per rank; nothing
+ * changes), KVS_ENOMEM, radix_chain_hashes's. */
+int store_mark_group(server_t *srv, session_t *s, uint32_t ns, const uint32_t *tokens,
+                     const uint32_t *ids, size_t n_ids, size_t *bad, uint64_t *missing);
 
 /* Per device r of the group (n = server_t.n_devices, each array n long):
  * written[r] gets the WRITING blocks whose shard rank r committed that

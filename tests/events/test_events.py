@@ -1080,6 +1080,9 @@ class TestEvents(unittest.TestCase):
             sched = kvshare.Client(ev.d.socket, timeout_ms=10000, group_scheduler=True)
             more = list(range(500, 500 + 2 * BT))
             ids2 = sched.alloc(2, ns="chat")
+            for r in range(4):  # each rank's shard written, for the group's commit
+                self.assertEqual(ranks[r].commit_group(more, ids2, ns="chat", shard_written=True),
+                                 ([], 2))
             self.assertEqual(sched.commit(more, ids2, ns="chat", for_group=True), ids2)
             sched.release(ids2)
             drain(ev, sub, sched)

@@ -5,7 +5,8 @@
  * group of 2 or 4 ranks shares one index. Each rank maps its own device's
  * pool, writes its shard of the blocks rank 0 allocated and commits it; a
  * block is cached only once every rank committed (or the group's scheduler
- * committed for the group), a lookup finds the prefix once for the group,
+ * committed for the group, after every rank declared its shard of this very
+ * prompt written), a lookup finds the prefix once for the group,
  * every rank of another group reads back its own bytes, and a rank that
  * dies mid-write takes its group's unfinished blocks back to the pool.
  *
@@ -86,35 +87,54 @@ static void prompt(uint32_t *t, uint32_t seed)
         t[i] = seed * 1000 + (uint32_t)i;
 }
 
-/* Rank r's bytes of block j, layer l, K or V: different on every rank. */
-static void shard_bytes(uint8_t *out, uint32_t r, uint32_t l, uint32_t kv, size_t j)
+/* Rank r's bytes of block j, layer l, K or V, of the prompt of `seed` (0:
+ * any): different on every rank and every prompt. */
+static void shard_bytes_of(uint8_t *out, uint32_t seed, uint32_t r, uint32_t l, uint32_t kv,
+                           size_t j)
 {
     for (size_t i = 0; i < SLOT_BYTES; i++)
-        out[i] = (uint8_t)(r * 61 + l * 17 + kv * 7 + j * 3 + i);
+        out[i] = (uint8_t)(seed * 29 + r * 61 + l * 17 + kv * 7 + j * 3 + i);
 }
 
-static void write_shard(kvs_client_t *c, uint32_t r, const uint32_t *ids)
+static void shard_bytes(uint8_t *out, uint32_t r, uint32_t l, uint32_t kv, size_t j)
+{
+    shard_bytes_of(out, 0, r, l, kv, j);
+}
+
+static void write_shard_of(kvs_client_t *c, uint32_t seed, uint32_t r, const uint32_t *ids)
 {
     uint8_t slot[SLOT_BYTES];
     for (size_t j = 0; j < N_BLOCKS; j++)
         for (uint32_t l = 0; l < 2; l++)
             for (uint32_t kv = 0; kv < 2; kv++) {
-                shard_bytes(slot, r, l, kv, j);
+                shard_bytes_of(slot, seed, r, l, kv, j);
                 ck_assert_int_eq(kvs_block_write(c, l, kv, ids[j], slot, SLOT_BYTES), 0);
+            }
+}
+
+static void write_shard(kvs_client_t *c, uint32_t r, const uint32_t *ids)
+{
+    write_shard_of(c, 0, r, ids);
+}
+
+/* Rank r reads blocks ids[0..n) back: its shard of the prompt of seed. */
+static void check_shard_of(kvs_client_t *c, uint32_t seed, uint32_t r, const uint32_t *ids,
+                           size_t n)
+{
+    uint8_t want[SLOT_BYTES], got[SLOT_BYTES];
+    for (size_t j = 0; j < n; j++)
+        for (uint32_t l = 0; l < 2; l++)
+            for (uint32_t kv = 0; kv < 2; kv++) {
+                shard_bytes_of(want, seed, r, l, kv, j);
+                ck_assert_int_eq(kvs_block_read(c, l, kv, ids[j], got, SLOT_BYTES), 0);
+                ck_assert_msg(memcmp(want, got, SLOT_BYTES) == 0,
+                              "rank %u read other bytes than its shard of block %u", r, ids[j]);
             }
 }
 
 static void check_shard(kvs_client_t *c, uint32_t r, const uint32_t *ids)
 {
-    uint8_t want[SLOT_BYTES], got[SLOT_BYTES];
-    for (size_t j = 0; j < N_BLOCKS; j++)
-        for (uint32_t l = 0; l < 2; l++)
-            for (uint32_t kv = 0; kv < 2; kv++) {
-                shard_bytes(want, r, l, kv, j);
-                ck_assert_int_eq(kvs_block_read(c, l, kv, ids[j], got, SLOT_BYTES), 0);
-                ck_assert_msg(memcmp(want, got, SLOT_BYTES) == 0,
-                              "rank %u read other bytes than its shard of block %u", r, ids[j]);
-            }
+    check_shard_of(c, 0, r, ids, N_BLOCKS);
 }
 
 static size_t commit_shard(kvs_client_t *c, const uint32_t *tokens, const uint32_t *ids,
@@ -127,6 +147,33 @@ static size_t commit_shard(kvs_client_t *c, const uint32_t *tokens, const uint32
     int rc = kvs_commit_ex(c, "default", tokens, N_TOKENS, ids, N_BLOCKS, &o, canonical, &done);
     ck_assert_msg(rc == 0, "commit: %s (%s)", kvs_strerror(rc), kvs_last_error(c));
     return done;
+}
+
+/* Rank c declares its shard of ids written for tokens, for the group's
+ * commit: nothing is cached, every block waits. */
+static void declare_shard(kvs_client_t *c, const uint32_t *tokens, const uint32_t *ids)
+{
+    kvs_commit_opts_t o;
+    kvs_commit_opts_init(&o);
+    o.shard_written = 1;
+    size_t pending = 0, done = 99;
+    o.n_pending = &pending;
+    uint32_t canonical[2 * N_BLOCKS];
+    int rc = kvs_commit_ex(c, "default", tokens, N_TOKENS, ids, N_BLOCKS, &o, canonical, &done);
+    ck_assert_msg(rc == 0, "declare: %s (%s)", kvs_strerror(rc), kvs_last_error(c));
+    ck_assert_uint_eq(done, 0);
+    ck_assert_uint_eq(pending, N_BLOCKS);
+}
+
+/* The group's commit of ids for tokens (c: the scheduler, or a rank). */
+static int commit_for_group(kvs_client_t *c, const uint32_t *tokens, const uint32_t *ids,
+                            size_t *done)
+{
+    kvs_commit_opts_t o;
+    kvs_commit_opts_init(&o);
+    o.for_group = 1;
+    uint32_t canonical[2 * N_BLOCKS];
+    return kvs_commit_ex(c, "default", tokens, N_TOKENS, ids, N_BLOCKS, &o, canonical, done);
 }
 
 static size_t lookup(kvs_client_t *c, const uint32_t *tokens, int pin, uint32_t *ids)
@@ -426,6 +473,8 @@ START_TEST(test_tier2_holds_every_shard)
     ck_assert_int_eq(kvs_alloc(sched, "default", N_BLOCKS, ids), 0);
     write_shard(r0, 0, ids);
     write_shard(r1, 1, ids);
+    declare_shard(r0, tokens, ids);
+    declare_shard(r1, tokens, ids);
     kvs_commit_opts_t o;
     kvs_commit_opts_init(&o);
     o.for_group = 1;
@@ -441,6 +490,8 @@ START_TEST(test_tier2_holds_every_shard)
         uint32_t filler[N_TOKENS], fids[N_BLOCKS];
         prompt(filler, seed);
         ck_assert_int_eq(kvs_alloc(sched, "default", N_BLOCKS, fids), 0);
+        declare_shard(r0, filler, fids);
+        declare_shard(r1, filler, fids);
         ck_assert_int_eq(
             kvs_commit_ex(sched, "default", filler, N_TOKENS, fids, N_BLOCKS, &o, canonical, &done),
             0);
@@ -546,10 +597,13 @@ START_TEST(test_scheduler_and_refusals)
     write_shard(r0, 0, ids);
     write_shard(r1, 1, ids);
     size_t done = 0;
-    /* The scheduler has no shard of its own: it commits for the group. */
+    /* The scheduler has no shard of its own: it commits for the group,
+     * once each rank declared its shard written. */
     ck_assert_int_eq(
         kvs_commit(sched, "default", tokens, N_TOKENS, ids, N_BLOCKS, canonical, &done),
         KVS_EINVAL);
+    declare_shard(r0, tokens, ids);
+    declare_shard(r1, tokens, ids);
     kvs_commit_opts_t o;
     kvs_commit_opts_init(&o);
     o.for_group = 1;
@@ -566,6 +620,87 @@ START_TEST(test_scheduler_and_refusals)
     kvs_close(r0);
     kvs_close(sched);
     kvs_close(mon);
+    ck_assert_int_eq(harness_stop(&h), 0);
+    harness_cleanup(&h);
+}
+END_TEST
+
+/* The bug: a scheduler's commit for the group of a prompt only rank 0
+ * wrote, into blocks reused from another prompt, was cached, and ranks
+ * 1-3 read the other prompt's bytes. Now the group's commit needs every
+ * rank's shard declared for this very prompt on this allocation: refused
+ * (the ranks missing named, nothing changes), then cached once they
+ * declared, and no rank ever reads another prompt's bytes. */
+START_TEST(test_group_commit_reused_blocks_only_rank0_wrote)
+{
+    start_devices(4);
+    kvs_client_t *w[MAX_RANKS], *sched = NULL;
+    uint32_t first[N_TOKENS], second[N_TOKENS], ids[N_BLOCKS], all[POOL], found[N_BLOCKS];
+    uint32_t writing, cached, freeb;
+    size_t done = 99, n_cleared = 0, n_kept = 0;
+    prompt(first, 41);
+    prompt(second, 42);
+    ck_assert_int_eq(connect_as(KVS_GROUP_SCHEDULER, 0, &sched), 0);
+    for (uint32_t r = 0; r < 4; r++)
+        w[r] = rank_client(r);
+    /* The first prompt: every rank writes and commits its shard (the last
+     * commit caches it), then the namespace is cleared. */
+    uint32_t canonical[2 * N_BLOCKS];
+    size_t pending = 0;
+    ck_assert_int_eq(kvs_alloc(w[0], "default", N_BLOCKS, ids), 0);
+    for (uint32_t r = 0; r < 4; r++) {
+        write_shard_of(w[r], 41, r, ids);
+        done = commit_shard(w[r], first, ids, &pending, canonical);
+    }
+    ck_assert_uint_eq(done, N_BLOCKS);
+    ck_assert_int_eq(kvs_release(w[3], ids, N_BLOCKS, NULL), 0);
+    ck_assert_int_eq(kvs_clear(sched, "default", &n_cleared, &n_kept), 0);
+    ck_assert_uint_eq(n_cleared, N_BLOCKS);
+    /* The second prompt gets the very same blocks again (the whole pool
+     * is taken, the rest given back); only rank 0 writes and declares. */
+    ck_assert_int_eq(kvs_alloc(sched, "default", POOL, all), 0);
+    for (size_t i = 0; i < POOL; i++) {
+        bool reused = false;
+        for (size_t j = 0; j < N_BLOCKS; j++)
+            reused = reused || all[i] == ids[j];
+        if (!reused)
+            ck_assert_int_eq(kvs_release(sched, &all[i], 1, NULL), 0);
+    }
+    write_shard_of(w[0], 42, 0, ids);
+    declare_shard(w[0], second, ids);
+    int rc = commit_for_group(sched, second, ids, &done);
+    /* What each rank would be served: only its own shard of this prompt. */
+    for (uint32_t r = 0; r < 4; r++) {
+        size_t n = lookup(w[r], second, 0, found);
+        check_shard_of(w[r], 42, r, found, n);
+    }
+    ck_assert_msg(rc == KVS_EBADSTATE, "group commit with ranks 1-3 missing: %s", kvs_strerror(rc));
+    ck_assert_msg(strstr(kvs_last_error(sched), "1, 2, 3"), "the ranks missing: %s",
+                  kvs_last_error(sched));
+    ck_assert_uint_eq(lookup(w[1], second, 0, found), 0);
+    stats(sched, &writing, &cached, &freeb);
+    ck_assert_uint_eq(writing, N_BLOCKS); /* still the scheduler's */
+    ck_assert_uint_eq(cached, 0);
+    /* A rank's declaration for the first prompt is refused. */
+    write_shard_of(w[1], 42, 1, ids);
+    ck_assert_int_eq(kvs_commit(w[1], "default", first, N_TOKENS, ids, N_BLOCKS, canonical, &done),
+                     KVS_EINVAL);
+    /* Once ranks 1-3 wrote and declared theirs, the group's commit caches
+     * the prompt and every rank reads its own shard of it. */
+    for (uint32_t r = 1; r < 4; r++) {
+        write_shard_of(w[r], 42, r, ids);
+        declare_shard(w[r], second, ids);
+    }
+    ck_assert_int_eq(commit_for_group(sched, second, ids, &done), 0);
+    ck_assert_uint_eq(done, N_BLOCKS);
+    ck_assert_int_eq(kvs_release(sched, ids, N_BLOCKS, NULL), 0);
+    for (uint32_t r = 0; r < 4; r++) {
+        ck_assert_uint_eq(lookup(w[r], second, 0, found), N_BLOCKS);
+        check_shard_of(w[r], 42, r, found, N_BLOCKS);
+    }
+    for (uint32_t r = 0; r < 4; r++)
+        kvs_close(w[r]);
+    kvs_close(sched);
     ck_assert_int_eq(harness_stop(&h), 0);
     harness_cleanup(&h);
 }
@@ -651,6 +786,7 @@ static Suite *devices_suite(void)
     tcase_add_test(tc, test_tier2_holds_every_shard);
     tcase_add_test(tc, test_one_shard_tiers_refused);
     tcase_add_test(tc, test_scheduler_and_refusals);
+    tcase_add_test(tc, test_group_commit_reused_blocks_only_rank0_wrote);
     tcase_add_test(tc, test_one_device_rank_zero);
     tcase_add_test(tc, test_index_memory_does_not_grow);
     suite_add_tcase(s, tc);

@@ -40,10 +40,11 @@
 #include "socket_path.h"
 #include "test_tmp.h"
 
-#define DEV_BT       16
-#define DEV_POOL     4096
-#define DEV_MAX_TOK  4096
-#define DEV_N_COUNTS 3
+#define DEV_BT          16
+#define DEV_POOL        4096
+#define DEV_MAX_TOK     4096
+#define DEV_N_COUNTS    3
+#define DEV_MAX_DEVICES 8 /* the largest of device_counts */
 
 static const unsigned device_counts[DEV_N_COUNTS] = {1, 4, 8};
 static const size_t prompt_sizes[2] = {64, 4096};
@@ -110,8 +111,51 @@ static Kvshare__Response *feed(session_t *s, Kvshare__Request *req)
     return r;
 }
 
-/* Hello (the group's scheduler when there are several devices), Alloc and a
- * Commit for the group of tokens[0..n). Returns 0 when all succeeded. */
+/* Several devices: a session of each rank says Hello and declares its
+ * shard of ids written for tokens[0..n), so that the group's commit may
+ * cache them; the sessions stay open (their end would free the blocks
+ * until the group's commit) in ranks[0..devices). Returns 0 when all
+ * succeeded. */
+static int inproc_declare(server_t *srv, unsigned devices, const uint32_t *tokens, size_t n,
+                          uint32_t *ids, session_t **ranks)
+{
+    int ok = 1;
+    for (unsigned r = 0; r < devices; r++) {
+        ranks[r] = NULL;
+        if (!ok || session_new(srv, &ranks[r]) != 0) {
+            ok = 0;
+            continue;
+        }
+        Kvshare__Request req = KVSHARE__REQUEST__INIT;
+        Kvshare__HelloRequest h = KVSHARE__HELLO_REQUEST__INIT;
+        h.version = KVS_PROTOCOL_VERSION;
+        h.no_fds = true;
+        h.ranked = true;
+        h.rank = r;
+        req.rpc_case = KVSHARE__REQUEST__RPC_HELLO;
+        req.hello = &h;
+        Kvshare__Response *resp = feed(ranks[r], &req);
+        ok = resp && resp->status == 0;
+        kvshare__response__free_unpacked(resp, NULL);
+        Kvshare__CommitRequest cm = KVSHARE__COMMIT_REQUEST__INIT;
+        cm.tokens.data = (uint8_t *)tokens;
+        cm.tokens.len = n * sizeof(*tokens);
+        cm.block_ids = ids;
+        cm.n_block_ids = n / DEV_BT;
+        cm.shard_written = true;
+        req = (Kvshare__Request)KVSHARE__REQUEST__INIT;
+        req.rpc_case = KVSHARE__REQUEST__RPC_COMMIT;
+        req.commit = &cm;
+        resp = ok ? feed(ranks[r], &req) : NULL;
+        ok = resp && resp->status == 0;
+        kvshare__response__free_unpacked(resp, NULL);
+    }
+    return ok ? 0 : -1;
+}
+
+/* Hello (the group's scheduler when there are several devices), Alloc,
+ * each rank's declaration (inproc_declare) and a Commit for the group of
+ * tokens[0..n). Returns 0 when all succeeded. */
 static int inproc_fill(session_t *s, unsigned devices, const uint32_t *tokens, size_t n)
 {
     Kvshare__Request req = KVSHARE__REQUEST__INIT;
@@ -137,6 +181,9 @@ static int inproc_fill(session_t *s, unsigned devices, const uint32_t *tokens, s
     if (ok)
         memcpy(ids, r->alloc->block_ids, a.n * sizeof(*ids));
     kvshare__response__free_unpacked(r, NULL);
+    session_t *ranks[DEV_MAX_DEVICES] = {NULL};
+    if (ok && devices > 1)
+        ok = inproc_declare(s->srv, devices, tokens, n, ids, ranks) == 0;
 
     Kvshare__CommitRequest cm = KVSHARE__COMMIT_REQUEST__INIT;
     cm.tokens.data = (uint8_t *)tokens;
@@ -150,6 +197,9 @@ static int inproc_fill(session_t *s, unsigned devices, const uint32_t *tokens, s
     r = ok ? feed(s, &req) : NULL;
     ok = r && r->status == 0 && r->commit->n_committed == a.n;
     kvshare__response__free_unpacked(r, NULL);
+    for (unsigned k = 0; k < devices && k < DEV_MAX_DEVICES; k++)
+        if (ranks[k])
+            session_close(ranks[k], "bench");
     return ok ? 0 : -1;
 }
 
@@ -241,6 +291,39 @@ static kvs_client_t *rpc_connect(const char *sock, unsigned devices)
     return rc == 0 ? c : NULL;
 }
 
+/* Several devices: each rank's client, mapping nothing, declares its shard
+ * of ids written for tokens[0..n), for the group's commit; the declarations
+ * stay when the clients leave, as every shard is in. Returns 0 when all
+ * succeeded. */
+static int rpc_declare(const char *sock, unsigned devices, const uint32_t *tokens, size_t n,
+                       const uint32_t *ids)
+{
+    uint32_t canonical[2 * DEV_MAX_TOK / DEV_BT];
+    kvs_client_t *ranks[DEV_MAX_DEVICES] = {NULL};
+    int rc = 0;
+    for (unsigned r = 0; devices > 1 && r < devices && rc == 0; r++) {
+        kvs_options_t o;
+        kvs_commit_opts_t wo;
+        size_t none = 0;
+        kvs_options_init(&o);
+        o.socket_path = sock;
+        o.timeout_ms = 30000;
+        o.flags = KVS_RANK | KVS_NO_MAP;
+        o.rank = r;
+        kvs_commit_opts_init(&wo);
+        wo.shard_written = 1;
+        rc = kvs_connect(&o, &ranks[r]);
+        if (rc == 0)
+            rc = kvs_commit_ex(ranks[r], "default", tokens, n, ids, n / DEV_BT, &wo, canonical,
+                               &none);
+        if (rc != 0)
+            fprintf(stderr, "bench devices: rank %u's declaration: %s\n", r, kvs_strerror(rc));
+    }
+    for (unsigned r = 0; r < devices && r < DEV_MAX_DEVICES; r++)
+        kvs_close(ranks[r]);
+    return rc;
+}
+
 static int rpc_round(const dev_cfg_t *b, unsigned devices, const uint32_t *tokens, size_t n,
                      dev_samples_t *out)
 {
@@ -275,6 +358,7 @@ static int rpc_round(const dev_cfg_t *b, unsigned devices, const uint32_t *token
     kvs_commit_opts_init(&co);
     co.for_group = devices > 1;
     if (!c || kvs_alloc(c, "default", n / DEV_BT, ids) != 0 ||
+        rpc_declare(sock, devices, tokens, n, ids) != 0 ||
         kvs_commit_ex(c, "default", tokens, n, ids, n / DEV_BT, &co, canonical, &done) != 0 ||
         done != n / DEV_BT || kvs_release(c, ids, n / DEV_BT, NULL) != 0) {
         fprintf(stderr, "bench devices: filling kvshared with %u devices failed: %s\n", devices,

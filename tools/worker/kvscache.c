@@ -349,8 +349,22 @@ static int kvs_commit_cb(void *ctx, const uint32_t *tokens, uint32_t n_blocks, u
     if (rc < 0)
         goto out;
     canonical = kc->scratch;
-    /* A group's scheduler commits for every rank: worker_run calls commit
-     * after the forward pass, so every rank's shard is written. */
+    /* A group: worker_run calls commit after the forward pass, so every
+     * rank's shard is written; each rank declares its own for these tokens,
+     * then the scheduler commits for the group (the daemon caches no block
+     * some rank did not declare). */
+    for (uint32_t r = 0; kc->tp > 1 && r < kc->tp; r++) {
+        kvs_commit_opts_t wo;
+        size_t none = 0;
+        kvs_commit_opts_init(&wo);
+        wo.shard_written = 1;
+        rc = kvs_commit_ex(kc->ranks[r], kc->ns, tokens, (size_t)n_blocks * bt, ids, n_blocks, &wo,
+                           canonical, &none);
+        if (rc < 0) {
+            kc->lost = 1;
+            goto out;
+        }
+    }
     kvs_commit_opts_init(&co);
     co.for_group = kc->tp > 1;
     rc = kvs_commit_ex(kc->client, kc->ns, tokens, (size_t)n_blocks * bt, ids, n_blocks, &co,
