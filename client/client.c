@@ -78,7 +78,7 @@ struct kvs_client {
     int fds[CLIENT_MAX_FDS];
     size_t n_fds;
 
-    char err[320];
+    char err[1024]; /* room for a refusal naming two model identities */
 };
 
 /* Records the message of a failed call (kvs_last_error) and returns its status. */

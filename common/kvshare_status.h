@@ -50,7 +50,7 @@ typedef enum kvs_status {
 } kvs_status_t;
 
 /* Number of codes in the table: codes run from 0 down to -(KVS_STATUS_COUNT - 1). */
-#define KVS_STATUS_COUNT 24
+#define KVS_STATUS_COUNT 25
 
 /* The table's text for a code; "unknown kvshare status" for any other value.
  * kvs_strerror() is this, exported from libkvshare; code that does not link

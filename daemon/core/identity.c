@@ -55,12 +55,13 @@ int identity_make(const char *model, const char *revision, const geometry_t *geo
         return KVS_EINVAL;
     if (revision && revision[0] && !identity_revision_valid(revision))
         return KVS_EINVAL;
+    geometry_t g = *geo; /* geo may be out's own */
     memset(out, 0, sizeof(*out));
+    out->geo = g;
     if (model)
         memcpy(out->model, model, strlen(model) + 1);
     if (revision)
         memcpy(out->revision, revision, strlen(revision) + 1);
-    out->geo = *geo;
     out->tp_size = tp_size;
     return 0;
 }

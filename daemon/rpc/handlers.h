@@ -19,7 +19,7 @@
 #include "kvshare.pb-c.h"
 #include "kvshare_rpcs.h"
 
-#define HANDLER_MSG_MAX 256
+#define HANDLER_MSG_MAX 1024 /* a refusal names two model identities */
 
 /* One reply message per RPC (kvshare_rpcs.h); the handler fills its own. */
 #define HANDLER_REPLY(CASE, Name, field) Kvshare__##Name##Reply field;
