@@ -1556,6 +1556,8 @@ static void stats_counters(kvs_stats_t *out, const Kvshare__StatsReply *s)
 /* Part of the ABI: a field may only take the place of reserved room. */
 _Static_assert(sizeof(kvs_ns_stats_t) == 192, "kvs_ns_stats_t changed size");
 _Static_assert(sizeof(kvs_geometry_t) == 168, "kvs_geometry_t changed size");
+_Static_assert(sizeof(kvs_options_t) == 104, "kvs_options_t changed size");
+_Static_assert(sizeof(kvs_identity_t) == 104, "kvs_identity_t changed size");
 _Static_assert(sizeof(kvs_lookup_opts_t) == 96, "kvs_lookup_opts_t changed size");
 _Static_assert(sizeof(kvs_alloc_opts_t) == 104, "kvs_alloc_opts_t changed size");
 _Static_assert(sizeof(kvs_commit_opts_t) == 64, "kvs_commit_opts_t changed size");
