@@ -195,6 +195,54 @@ class BindingTest(unittest.TestCase):
         c.close()
         self.daemon = Daemon()  # for tearDown
 
+    def test_identity(self):
+        """Client(identity=...) declares the model in Hello: a namespace that
+        holds nothing takes it, identity() gives the daemon's text and hash;
+        the same model again shares the namespace's blocks; another model is
+        refused with KVS_EIDENTITY and both identities named (raised at
+        connect, or kept by a lazy client, whose calls fail so)."""
+        from ctypes import sizeof
+        self.assertEqual(sizeof(kvshare._Identity), 104)  # kvs_identity_t on LP64
+        base = dict(ns="ident", model="org/base-7b", revision="abc123",
+                    dtype=kvsd.GEOMETRY["dtype"], layers=kvsd.GEOMETRY["layers"],
+                    block_tokens=BT)
+        tokens = list(range(900, 900 + BT))
+        with self.client(identity=base) as a:
+            text, h = a.identity()
+            self.assertIn("model=org/base-7b", text)
+            self.assertIn("revision=abc123", text)
+            self.assertIn(kvsd.GEOMETRY["dtype"], text)
+            self.assertNotEqual(h, 0)
+            a.release(a.commit(tokens, a.alloc(1, ns="ident"), ns="ident"))
+        with self.client(identity=kvshare.Identity(**base)) as b:
+            self.assertEqual(b.identity(), (text, h))
+            self.assertEqual(len(b.lookup(tokens, ns="ident", pin=False)), 1)
+        tuned = dict(base, model="org/base-7b-finetune")
+        with self.assertRaises(kvshare.KvsError) as cm:
+            self.client(identity=tuned)
+        self.assertEqual(cm.exception.status, kvshare.STATUS["EIDENTITY"])
+        self.assertIn("org/base-7b-finetune", cm.exception.message)
+        self.assertIn("model=org/base-7b'", cm.exception.message)
+        lazy = self.client(identity=tuned, lazy=True)
+        self.assertFalse(lazy.connected)
+        self.assertIn("org/base-7b-finetune", lazy.last_error)
+        with self.assertRaises(kvshare.KvsError) as cm:
+            lazy.lookup(tokens, ns="ident")  # a refusal is not a miss: it raises
+        self.assertEqual(cm.exception.status, kvshare.STATUS["EIDENTITY"])
+        lazy.close()
+        # The fine-tune in a namespace of its own: not the base model's blocks.
+        with self.client(identity=dict(tuned, ns="ident-ft")) as c:
+            self.assertIn("model=org/base-7b-finetune", c.identity()[0])
+            self.assertEqual(c.lookup(tokens, ns="ident-ft", pin=False), [])
+        with self.client() as plain:
+            with self.assertRaises(kvshare.KvsError) as cm:
+                plain.identity()
+            self.assertEqual(cm.exception.status, kvshare.STATUS["ENOTFOUND"])
+        with self.assertRaises(TypeError):
+            kvshare.Identity.of({"model": "m", "heads": 2})
+        with self.assertRaises(ValueError):
+            kvshare.Identity(model="")
+
     def test_connect_failure_raises(self):
         with self.assertRaises(kvshare.KvsError) as cm:
             kvshare.Client(socket_path=self.daemon.socket + ".nope")

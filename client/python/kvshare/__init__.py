@@ -54,7 +54,7 @@ import ctypes
 import ctypes.util
 import os
 
-__all__ = ["Client", "KvsError", "counter_names", "load_library", "STATUS"]
+__all__ = ["Client", "Identity", "KvsError", "counter_names", "load_library", "STATUS"]
 
 # The status table of kvshare_status.h (name -> code); kept in step by the
 # binding's test, which compares it with kvs_strerror for every code.
@@ -90,6 +90,21 @@ class KvsError(Exception):
         super().__init__("%s: %s" % (self.name, message))
 
 
+class _Identity(ctypes.Structure):
+    """kvs_identity_t: whose KV a client reads and writes (kvshare.h, "Model
+    identity")."""
+    _fields_ = [
+        ("size", ctypes.c_size_t),
+        ("ns", ctypes.c_char_p), ("model", ctypes.c_char_p),
+        ("revision", ctypes.c_char_p), ("dtype", ctypes.c_char_p),
+        ("layers", ctypes.c_uint32), ("kv_heads", ctypes.c_uint32),
+        ("head_dim", ctypes.c_uint32), ("block_tokens", ctypes.c_uint32),
+        ("kv_lora_rank", ctypes.c_uint32), ("rope_head_dim", ctypes.c_uint32),
+        ("tp_size", ctypes.c_uint32), ("reserved32", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint64 * 4),
+    ]
+
+
 class _Options(ctypes.Structure):
     _fields_ = [
         ("size", ctypes.c_size_t),
@@ -100,8 +115,64 @@ class _Options(ctypes.Structure):
         ("reconnect_ms", ctypes.c_int),
         ("daemon_uid", ctypes.c_uint64),
         ("rank", ctypes.c_uint32), ("reserved32", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint64 * 6),
+        ("identity", ctypes.POINTER(_Identity)),
+        ("reserved", ctypes.c_uint64 * 5),
     ]
+
+
+class Identity:
+    """A model identity to declare in Hello (kvs_identity_t): model (its
+    name or path, required), revision, dtype ("fp32", "fp16", "bf16",
+    "fp8"), the geometry one block holds (layers, kv_heads, head_dim,
+    block_tokens; MLA: kv_lora_rank, rope_head_dim) and tp_size (the
+    devices one block spans); ns: the namespace it is declared for (None:
+    "default"). None or 0: not declared (the pool's stands). kvshared binds
+    a namespace that holds nothing of another model to it, and refuses a
+    namespace that does with KVS_EIDENTITY."""
+
+    STRINGS = ("ns", "model", "revision", "dtype")
+    NUMBERS = ("layers", "kv_heads", "head_dim", "block_tokens", "kv_lora_rank",
+               "rope_head_dim", "tp_size")
+
+    def __init__(self, model, ns=None, revision=None, dtype=None, layers=0, kv_heads=0,
+                 head_dim=0, block_tokens=0, kv_lora_rank=0, rope_head_dim=0, tp_size=0):
+        if not model:
+            raise ValueError("a model identity needs the model's name or path")
+        self.model, self.ns, self.revision, self.dtype = str(model), ns, revision, dtype
+        self.layers, self.kv_heads, self.head_dim = int(layers or 0), int(kv_heads or 0), \
+            int(head_dim or 0)
+        self.block_tokens = int(block_tokens or 0)
+        self.kv_lora_rank, self.rope_head_dim = int(kv_lora_rank or 0), int(rope_head_dim or 0)
+        self.tp_size = int(tp_size or 0)
+
+    @classmethod
+    def of(cls, value):
+        """An Identity from an Identity or a dict of its fields (TypeError
+        for a field it does not have)."""
+        if isinstance(value, cls):
+            return value
+        return cls(**dict(value))
+
+    def as_dict(self):
+        return {f: getattr(self, f) for f in self.STRINGS + self.NUMBERS}
+
+    def __eq__(self, other):
+        return isinstance(other, Identity) and self.as_dict() == other.as_dict()
+
+    def __repr__(self):
+        return "Identity(%s)" % ", ".join("%s=%r" % kv for kv in self.as_dict().items()
+                                          if kv[1] not in (None, 0))
+
+    def _struct(self, lib):
+        """(kvs_identity_t, the encoded strings it points to: keep both)."""
+        s = _Identity()
+        lib.kvs_identity_init(ctypes.byref(s))
+        keep = tuple(_enc(getattr(self, f)) for f in self.STRINGS)
+        for f, b in zip(self.STRINGS, keep):
+            setattr(s, f, b)
+        for f in self.NUMBERS:
+            setattr(s, f, getattr(self, f))
+        return s, keep
 
 
 class _Geometry(ctypes.Structure):
@@ -261,8 +332,25 @@ def load_library(path=None):
     else:
         raise OSError("libkvshare not found (set KVSHARE_LIB): " + "; ".join(errors))
     _declare(lib)
+    _check_sizes(lib)
     _lib = lib
     return lib
+
+
+def _check_sizes(lib):
+    """The option structs this binding fills must be the library's size
+    (their _init sets .size to the C sizeof): raises OSError otherwise,
+    before a call could write past a struct or read a field at the wrong
+    offset."""
+    for name, cls in (("kvs_options_init", _Options), ("kvs_identity_init", _Identity),
+                      ("kvs_commit_opts_init", _CommitOpts)):
+        room = (ctypes.c_uint8 * 4096)()  # larger than any of them: init may write it all
+        getattr(lib, name)(ctypes.cast(room, ctypes.POINTER(cls)))
+        size = ctypes.c_size_t.from_buffer(room).value
+        if size != ctypes.sizeof(cls):
+            raise OSError("libkvshare's %s fills %d bytes, this binding's mirror has %d: "
+                          "a binding and a library of different releases"
+                          % (name, size, ctypes.sizeof(cls)))
 
 
 def _declare(lib):
@@ -271,6 +359,9 @@ def _declare(lib):
     sig = {
         "kvs_strerror": (ctypes.c_char_p, [ctypes.c_int]),
         "kvs_options_init": (None, [ctypes.POINTER(_Options)]),
+        "kvs_identity_init": (None, [ctypes.POINTER(_Identity)]),
+        "kvs_identity": (ctypes.c_int, [P, ctypes.c_void_p, SZ,
+                                        ctypes.POINTER(ctypes.c_uint64)]),
         "kvs_connect": (ctypes.c_int, [ctypes.POINTER(_Options), ctypes.POINTER(P)]),
         "kvs_close": (None, [P]),
         "kvs_connected": (ctypes.c_int, [P]),
@@ -381,16 +472,27 @@ class Client:
 
     def __init__(self, socket_path=None, timeout_ms=1000, worker_name=None,
                  map_pool=True, lazy=False, reconnect_ms=0, lib=None, daemon_uid=0,
-                 map_tier2=False, rank=None, group_scheduler=False):
+                 map_tier2=False, rank=None, group_scheduler=False, identity=None):
         """rank: this worker's rank (device) on a kvshared with several
         devices (--devices); group_scheduler: the group's scheduler (maps
-        nothing). See kvshare.h, KVS_RANK."""
+        nothing). See kvshare.h, KVS_RANK. identity: the model identity
+        declared in Hello (an Identity, or a dict of its fields); a
+        namespace that holds another model's KV refuses the connection
+        with KVS_EIDENTITY (lazy: the client stays disconnected, every
+        call fails so, last_error names both identities)."""
+        self._c = None
         self._lib = load_library(lib)
         opts = _Options()
         self._lib.kvs_options_init(ctypes.byref(opts))
         self._keep = (_enc(socket_path), _enc(worker_name))
         opts.socket_path = self._keep[0]
         opts.worker_name = self._keep[1]
+        self.declared = None
+        if identity is not None:
+            self.declared = Identity.of(identity)
+            # The library copies it; kept all the same for the client's life.
+            self._ident = self.declared._struct(self._lib)
+            opts.identity = ctypes.pointer(self._ident[0])
         opts.timeout_ms = int(timeout_ms)
         opts.reconnect_ms = int(reconnect_ms)
         opts.daemon_uid = int(daemon_uid)
@@ -402,8 +504,25 @@ class Client:
         handle = ctypes.c_void_p()
         rc = self._lib.kvs_connect(ctypes.byref(opts), ctypes.byref(handle))
         if rc != 0:
-            raise KvsError(rc, self._lib.kvs_strerror(rc).decode())
+            raise KvsError(rc, self._refusal(opts, rc))
         self._c = handle
+
+    def _refusal(self, opts, rc):
+        """Why kvs_connect failed: a failed connect frees its client, and
+        with it the daemon's message, so a daemon that answered (a refusal,
+        not ENOTCONN) is asked once more by a lazy client, whose
+        last_error keeps it."""
+        why = self._lib.kvs_strerror(rc).decode()
+        if rc in (STATUS["ENOTCONN"], STATUS["ETIMEDOUT"]):
+            return why  # no daemon answered: nothing more to learn
+        opts.flags |= KVS_LAZY | KVS_NO_MAP
+        handle = ctypes.c_void_p()
+        if self._lib.kvs_connect(ctypes.byref(opts), ctypes.byref(handle)) == 0:
+            again = self._lib.kvs_last_error(handle)
+            if not self._lib.kvs_connected(handle) and again:
+                why = again.decode(errors="replace")
+            self._lib.kvs_close(handle)
+        return why
 
     # -- lifetime --
     def close(self):
@@ -438,6 +557,16 @@ class Client:
     @property
     def last_error(self):
         return self._lib.kvs_last_error(self._c).decode(errors="replace")
+
+    def identity(self):
+        """(canonical text, 64-bit hash) of the identity kvshared holds for
+        the namespace this client declared one for (Client(identity=...)),
+        as its last Hello said. Raises KvsError: ENOTFOUND (nothing
+        declared, or a daemon that says none), ENOTCONN (never connected)."""
+        buf = ctypes.create_string_buffer(1024)
+        h = ctypes.c_uint64()
+        self._check(self._lib.kvs_identity(self._c, buf, len(buf), ctypes.byref(h)))
+        return buf.value.decode(errors="replace"), h.value
 
     def set_timeout(self, timeout_ms):
         self._lib.kvs_set_timeout(self._c, int(timeout_ms))
