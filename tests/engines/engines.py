@@ -46,6 +46,11 @@ from types import SimpleNamespace
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LAYOUT = os.environ.get("KVS_VLLM_LAYOUT", "base")
+# vLLM instances share blocks only with one fixed hash seed (docs/ENGINES.md):
+# the harness runs as an operator must configure them (kvshare.vllm refuses
+# to start otherwise; case identity checks that refusal). Inherited by the
+# instances the tests run in other processes.
+os.environ.setdefault("PYTHONHASHSEED", "0")
 UPSTREAM = os.path.join(HERE, "upstream")
 sys.path.insert(0, os.path.join(UPSTREAM, "sglang"))
 sys.path.insert(0, os.path.join(UPSTREAM, "vllm_base" if LAYOUT == "base" else "vllm_release"))
@@ -164,12 +169,22 @@ def vllm_key(block_hash):
 
 
 def vllm_configs(socket, ns, state_file, head_dim=None, block_size=None, layers=None,
-                 world_size=1, rank=0, kv_heads=None):
+                 world_size=1, rank=0, kv_heads=None, model="test", revision=None,
+                 hash_algo="sha256_cbor"):
     """What vLLM hands the spec: an OffloadingConfig (newest), or the parts
-    of VllmConfig and KVCacheConfig the releases' spec reads."""
+    of VllmConfig and KVCacheConfig the releases' spec reads. ns None: no
+    namespace configured (the plug-in derives one from the model);
+    revision: the model's revision (the releases' ModelConfig.revision, the
+    extra config's model_revision in the newest layout, whose
+    OffloadingConfig names none); hash_algo: the releases'
+    prefix_caching_hash_algo."""
     import torch
     extra = {"spec_name": "KvshareOffloadingSpec", "spec_module_path": "kvshare.vllm",
-             "socket": socket, "namespace": ns, "timeout_ms": 2000, "state_file": state_file}
+             "socket": socket, "timeout_ms": 2000, "state_file": state_file}
+    if ns is not None:
+        extra["namespace"] = ns
+    if revision is not None and LAYOUT == "base":
+        extra["model_revision"] = revision
     bt = block_size or GEO["block_tokens"]
     nl = layers or GEO["layers"]
     names = tuple("model.layers.%d.self_attn" % i for i in range(nl))
@@ -182,15 +197,18 @@ def vllm_configs(socket, ns, state_file, head_dim=None, block_size=None, layers=
             groups=(vconfig.OffloadingGroupConfig(tokens_per_block=bt, layer_names=names),),
             worker_kv_bytes_per_block=2 * nl * page, enable_kv_cache_events=True,
             extra_config=extra, engine_id=engine_id,
-            model=vconfig.OffloadingModelConfig(name="test", dtype="float32"),
+            model=vconfig.OffloadingModelConfig(name=model, dtype="float32"),
             cache=vconfig.OffloadingCacheConfig(tokens_per_hash=bt, blocks_per_chunk=1),
             parallel=vconfig.OffloadingParallelConfig(
                 rank=rank, world_size=world_size, tp_size=world_size, pp_size=1, pcp_size=1,
                 dcp_size=1, data_parallel_index=0, is_parallelism_agnostic=False))
     vcfg = SimpleNamespace(
         kv_transfer_config=SimpleNamespace(kv_connector_extra_config=extra, engine_id=engine_id),
-        cache_config=SimpleNamespace(block_size=bt),
-        parallel_config=SimpleNamespace(world_size=world_size))
+        cache_config=SimpleNamespace(block_size=bt, cache_dtype="auto",
+                                     prefix_caching_hash_algo=hash_algo),
+        model_config=SimpleNamespace(model=model, revision=revision, tokenizer_revision=None,
+                                     dtype=torch.float32),
+        parallel_config=SimpleNamespace(world_size=world_size, tensor_parallel_size=world_size))
     spec = SimpleNamespace(block_size=bt, num_kv_heads=GEO["kv_heads"],
                            head_size=head_dim or GEO["head_dim"], dtype=torch.float32)
     kcfg = SimpleNamespace(kv_cache_groups=[SimpleNamespace(layer_names=list(names),
@@ -225,6 +243,8 @@ class VllmInstance:
     order and check what it checks (every transfer succeeded)."""
 
     def __init__(self, socket, ns="vllm.test", gpu_blocks=16, joined=False, **geo):
+        """ns None: the namespace the plug-in derives from the model; geo:
+        vllm_configs' keywords (geometry, model, revision, hash_algo)."""
         import torch
         self.torch = torch
         self.state_dir = tempfile.mkdtemp(prefix="kvs-vllm-")
@@ -583,21 +603,23 @@ class SglangInstance:
     without interface_v1, and log the storage metrics when they are on."""
 
     def __init__(self, socket, ns="sglang.test", host_pages=16, head_dim=None,
-                 interface_v1=True, metrics=False, tp_devices=False, **ranks):
+                 interface_v1=True, metrics=False, tp_devices=False, model="test", **ranks):
         """tp_devices: the TP ranks share one kvshared --devices (each rank's
-        host pool holds its kv_heads / tp_size heads)."""
+        host pool holds its kv_heads / tp_size heads). ns None: the
+        namespace the plug-in derives from the model (model_name)."""
         import torch
         self.torch = torch
         extra = {"backend_name": "kvshare", "module_path": "kvshare.sglang",
-                 "class_name": "KvshareHiCacheStorage", "socket": socket, "namespace": ns,
-                 "timeout_ms": 2000}
+                 "class_name": "KvshareHiCacheStorage", "socket": socket, "timeout_ms": 2000}
+        if ns is not None:
+            extra["namespace"] = ns
         if interface_v1:
             extra["interface_v1"] = 1
         if tp_devices:
             extra["tp_devices"] = 1
         cfg = dict(tp_rank=0, tp_size=1, pp_rank=0, pp_size=1, attn_cp_rank=0, attn_cp_size=1,
                    is_mla_model=False, enable_storage_metrics=metrics,
-                   is_page_first_layout=False, model_name="test", extra_config=extra)
+                   is_page_first_layout=False, model_name=model, extra_config=extra)
         cfg.update(ranks)
         self.config = sg_storage.HiCacheStorageConfig(**cfg)
         heads = GEO["kv_heads"] // cfg["tp_size"] if tp_devices else None

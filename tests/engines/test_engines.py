@@ -64,6 +64,13 @@ Cases:
   geometry        a plug-in whose KV layout differs from the pool's, or with
                   several vLLM workers, is refused at start, with both layouts
                   in the message
+  identity        no namespace configured: each model gets its own (a
+                  fine-tune never finds its base model's blocks), two
+                  instances of one model share; each plug-in declares the
+                  model in Hello; one configured into another model's
+                  namespace is refused by kvshared, logs it once and misses
+  hash_seed       vLLM without PYTHONHASHSEED (or with the builtin hash
+                  algorithm) is refused at start, naming what to set
   copier          kvshare.tensors.BlockCopier, each copy method (memmove,
                   index, slices), against indexing by hand: runs and scattered
                   blocks, rows with gaps, pool blocks holding 2 engine blocks;
@@ -72,6 +79,7 @@ Cases:
 Exit status: 0 passed, 1 failed, 77 skipped (no PyTorch; the reason printed).
 """
 import argparse
+import logging
 import os
 import shutil
 import signal
@@ -314,7 +322,9 @@ def case_vllm_no_fail(torch):
         # Restarted again, with no worker step since: the scheduler reconnects
         # first, and the worker has not mapped this daemon's pool yet.
         restart()
-        c = engines.kvshare.Client(socket_path=d.socket, map_pool=False)
+        # Another instance of the same model (its identity) stores the block.
+        c = engines.kvshare.Client(socket_path=d.socket, map_pool=False,
+                                   identity=inst.spec.identity)
         c.release(c.commit(engines.kvshare.keyblocks.key_tokens(
             engines.vllm_key(hashes[0]), engines.GEO["block_tokens"]),
             c.alloc(1, ns="vllm.nofail"), ns="vllm.nofail"))
@@ -709,6 +719,166 @@ def case_cross(torch):
         d.stop()
 
 
+# -- model identity: default namespaces, Hello, the hash seed ---------------------
+
+class Records(logging.Handler):
+    """The kvshare plug-ins' log records while installed."""
+
+    def __init__(self):
+        super().__init__()
+        self.records = []
+
+    def emit(self, record):
+        self.records.append(record)
+
+    def __enter__(self):
+        logging.getLogger("kvshare").addHandler(self)
+        return self
+
+    def __exit__(self, *exc):
+        logging.getLogger("kvshare").removeHandler(self)
+
+
+def case_identity(torch):
+    """Regression: every model got the namespace "vllm" (or "sglang") by
+    default, so a fine-tune found its base model's blocks under equal keys
+    (equal hash seeds, as sharing needs) and would load the wrong KV. Now
+    the default namespace comes from the model's identity, each plug-in
+    declares that identity in Hello, and kvshared refuses a namespace that
+    holds another model's KV; the plug-in then misses, it does not fail."""
+    v, kb = engines.kvshare.vllm, engines.kvshare.keyblocks
+    bt = engines.GEO["block_tokens"]
+    base, tuned = "org/base-7b", "org/base-7b-finetune"
+    d = daemon()
+    opened = []
+    try:
+        tokens, _ = engines.prompt(101, 2)
+        m = engines.model(torch)
+        _, ks, vs = m.prefill(tokens)
+        hashes = engines.vllm_hashes(tokens, bt)
+
+        def vllm(**kw):
+            opened.append(engines.VllmInstance(d.socket, **kw))
+            return opened[-1]
+        a = vllm(ns=None, model=base, revision="r1")
+        ns = a.spec.ns
+        check(ns.startswith("vllm-base-7b-") and len(ns) == len("vllm-base-7b-") + 12,
+              "vLLM, no namespace configured: one from the model (%s)" % ns)
+        text, _ = a.manager.core.client.identity()
+        check("model=%s" % base in text and "revision=r1" in text and "fp32" in text,
+              "the plug-in declared the model in Hello: %s" % text)
+        a.write_kv([0, 1], ks, vs)
+        check(a.store(hashes, [0, 1]) == [engines.vllm_key(h) for h in hashes],
+              "the base model stored a prompt of 2 blocks")
+        b = vllm(ns=None, model=tuned, revision="r1")
+        check(b.spec.ns != ns and b.spec.ns.startswith("vllm-base-7b-finetune-"),
+              "its fine-tune, no namespace configured: another one (%s)" % b.spec.ns)
+        check(b.lookup(hashes, req="b") == 0,
+              "the fine-tune does not find the base model's blocks under the same keys")
+        b.finish("b")
+        a2 = vllm(ns=None, model=base, revision="r1")
+        check(a2.spec.ns == ns, "a second instance of the base model: the same namespace")
+        check(a2.load(hashes, [4, 5], req="a2") == 2, "it finds and loads the 2 blocks")
+        got, want = a2.read_kv([4, 5]), a.read_kv([0, 1])
+        check(all(same_bytes(torch, x, y) for x, y in zip(got[0] + got[1], want[0] + want[1])),
+              "the bytes are the base model's")
+        other = vllm(ns=None, model=base, revision="r2")
+        check(other.spec.ns != ns, "another revision: another namespace (%s)" % other.spec.ns)
+
+        # Configured into the base model's namespace: refused by the daemon,
+        # logged once, and a cache that always misses.
+        with Records() as log:
+            c = vllm(ns=ns, model=tuned)
+            refused = c.manager.core.keys.refused
+            check(isinstance(refused, engines.kvshare.KvsError) and
+                  refused.status == engines.kvshare.STATUS["EIDENTITY"],
+                  "the fine-tune configured into the base model's namespace: kvshared "
+                  "refused it (%s)" % refused)
+            check(c.lookup(hashes, req="c") == 0, "its lookups miss, nothing raises")
+            c.finish("c")
+            check(c.store(hashes, [0, 1], req="c") is None, "its stores are declined")
+            check(c.finished() == [] and c.core.counts["load_unserved"] == 0,
+                  "no transfer failed")
+        msgs = [r.getMessage() for r in log.records]
+        check(len(msgs) == 1 and "KVS_EIDENTITY" in msgs[0] and "always misses" in msgs[0]
+              and "model=%s'" % base in msgs[0] and "model=%s'" % tuned in msgs[0],
+              "logged once, naming both models: %s" % msgs)
+        check(a2.lookup(hashes, req="a3") == 2, "the base model's blocks are untouched")
+        a2.finish("a3")
+
+        # SGLang: the same, by its model_name and the host pool's layout.
+        keys = engines.sglang_keys(tokens, bt)
+        sa = engines.SglangInstance(d.socket, ns=None, model=base)
+        sns = sa.storage.ns
+        check(sns.startswith("sglang-base-7b-") and sns != ns,
+              "SGLang, no namespace configured: one from the model (%s)" % sns)
+        check("model=%s" % base in sa.storage.client.identity()[0],
+              "SGLang declared the model in Hello")
+        sa.write_kv([0, 1], ks, vs)
+        check(sa.store(keys, [0, 1]) == [True, True], "SGLang's base model stored 2 pages")
+        sb = engines.SglangInstance(d.socket, ns=None, model=tuned)
+        check(sb.storage.ns != sns and sb.storage.batch_exists(keys) == 0,
+              "SGLang's fine-tune: another namespace (%s), the pages not found"
+              % sb.storage.ns)
+        sa2 = engines.SglangInstance(d.socket, ns=None, model=base)
+        check(sa2.storage.ns == sns and sa2.load(keys, [4, 5]) == (2, [True, True]),
+              "a second SGLang instance of the base model finds and reads them")
+        with Records() as log:
+            sc = engines.SglangInstance(d.socket, ns=sns, model=tuned)
+            check(sc.storage.batch_exists(keys) == 0 and
+                  sc.store(keys, [0, 1]) == [False, False] and
+                  sc.storage.batch_get_v1(keys, sc.indices([2, 3])) == [False, False],
+                  "SGLang configured into another model's namespace: misses, declined "
+                  "stores, nothing raises")
+            check("KVS_EIDENTITY" in sc.storage.stats().get("refused", ""),
+                  "stats() says why")
+        check(len(log.records) == 1, "logged once (%d)" % len(log.records))
+        check(sa2.storage.batch_exists(keys) == 2, "the base model's pages are untouched")
+    finally:
+        for inst in opened:
+            inst.close()
+        d.stop()
+
+
+def case_hash_seed(torch):
+    """A vLLM configuration in which no two instances could share a block is
+    refused at start, saying what to set: PYTHONHASHSEED unset (vLLM roots
+    its hashes in os.urandom), and the releases' builtin hash algorithm."""
+    v = engines.kvshare.vllm
+    d = daemon()
+    seed = os.environ.pop("PYTHONHASHSEED")
+    try:
+        try:
+            engines.VllmInstance(d.socket, ns=None, model="org/m")
+            raise Failure("vLLM without PYTHONHASHSEED was not refused")
+        except v.HashSeedRefused as e:
+            print("   " + str(e))
+            check("PYTHONHASHSEED is not set" in str(e) and "PYTHONHASHSEED=0" in str(e),
+                  "PYTHONHASHSEED unset: refused at start, saying what to set")
+        os.environ["PYTHONHASHSEED"] = "random"
+        inst = engines.VllmInstance(d.socket, ns=None, model="org/m")
+        check(True, "PYTHONHASHSEED=random with a sha256 algorithm: vLLM hashes the text "
+              "itself, the same in every process: accepted")
+        inst.close()
+        if engines.LAYOUT == "release":
+            for value in ("random", "0"):
+                os.environ["PYTHONHASHSEED"] = value
+                try:
+                    engines.VllmInstance(d.socket, ns=None, model="org/m", hash_algo="builtin")
+                    raise Failure("vLLM's builtin hash algorithm was not refused")
+                except v.HashSeedRefused as e:
+                    print("   " + str(e))
+                    check("--prefix-caching-hash-algo sha256_cbor" in str(e),
+                          "the builtin hash algorithm (PYTHONHASHSEED=%s): refused, the "
+                          "option named" % value)
+        c = engines.kvshare.Client(socket_path=d.socket, map_pool=False)
+        check(c.stats()["sessions"] == 1, "a refused plug-in left no session behind")
+        c.close()
+    finally:
+        os.environ["PYTHONHASHSEED"] = seed
+        d.stop()
+
+
 # -- failure paths ---------------------------------------------------------------
 
 def case_daemon_down(torch):
@@ -979,7 +1149,7 @@ def case_copier(torch):
 
 CASES = ["signatures", "vllm_order", "vllm_tp2", "vllm_no_fail", "vllm_preempt", "sglang_order", "sglang_ranks", "sglang_tp2",
          "sglang_paths", "vllm_two", "sglang_two", "cross", "daemon_down", "evicted", "killed",
-         "geometry", "copier"]
+         "geometry", "identity", "hash_seed", "copier"]
 
 
 def main():

@@ -24,11 +24,17 @@ engine's scheduler process) until release(), and the daemon frees whatever
 the session still holds when it ends, however it ends.
 """
 import array
+import hashlib
+import json
+import logging
+import re
 
 import kvshare
 
 __all__ = ["EngineGeometry", "GeometryMismatch", "KeyBlocks", "key_tokens", "tokens_key",
-           "check_geometry"]
+           "check_geometry", "default_namespace", "kvs_dtype", "open_declared"]
+
+log = logging.getLogger("kvshare")
 
 # dtype names as kvshared spells them, and their sizes.
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
@@ -39,6 +45,117 @@ TORCH_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16",
 
 class GeometryMismatch(ValueError):
     """The engine's KV layout differs from the pool's: the plug-in refuses to start."""
+
+
+# -- model identity: the default namespace and what Hello declares -------------
+
+def kvs_dtype(name):
+    """kvshared's name ("fp32", "fp16", "bf16", "fp8") of an engine's dtype
+    (a torch dtype, its name, or vLLM's cache dtype), or None when it has
+    none (then the plug-in declares no dtype)."""
+    name = str(name or "").replace("torch.", "").lower()
+    if name in DTYPE_BYTES:
+        return name
+    if name.startswith(("fp8", "float8")):
+        return "fp8"
+    return TORCH_DTYPES.get(name) or {"half": "fp16", "float": "fp32"}.get(name)
+
+
+def model_slug(model, limit=20):
+    """A short readable name of a model: the last part of its name or path,
+    lowercase, [a-z0-9.] and dashes, at most limit characters."""
+    base = str(model).rstrip("/").rsplit("/", 1)[-1].lower()
+    slug = re.sub(r"[^a-z0-9.]+", "-", base)[:limit].strip("-.")
+    return slug or "model"
+
+
+def default_namespace(engine, fields):
+    """"ENGINE-SLUG-HASH": the namespace a plug-in uses when none is
+    configured. fields: what the engine reports of its model identity (the
+    model's name, revision, dtype, geometry, parallel layout: a dict, model
+    required); HASH is 12 hex digits of a SHA-256 over all of them, so two
+    models (a base model and its fine-tune) never share a namespace, and two
+    instances of one model always do. At most 40 bytes (room for SGLang's
+    rank suffixes within kvshared's 63)."""
+    text = json.dumps(fields, sort_keys=True, separators=(",", ":"), default=str)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+    return "%s-%s-%s" % (engine, model_slug(fields["model"]), digest)
+
+
+def declared_identity(ns, model, revision=None, dtype=None, layers=0, kv_heads=0, head_dim=0,
+                      block_tokens=0, tp_size=1):
+    """The kvshare.Identity a plug-in declares in Hello, or None without a
+    model name. A revision kvshared would refuse (spaces, over 63 bytes) is
+    left out (it still names the namespace); a model name over 255 bytes
+    keeps its last 255."""
+    if not model:
+        return None
+    model = str(model)
+    while len(model.encode()) > 255:
+        model = model[1:]
+    if revision is not None:
+        revision = str(revision)
+        if not revision or len(revision.encode()) > 63 or any(c.isspace() for c in revision):
+            revision = None
+    return kvshare.Identity(model=model, ns=ns, revision=revision, dtype=kvs_dtype(dtype),
+                            layers=layers, kv_heads=kv_heads, head_dim=head_dim,
+                            block_tokens=block_tokens, tp_size=tp_size)
+
+
+_LOGGED = set()
+
+
+def identity_refused(who, err):
+    """Logs, once per process and message, that kvshared refused the
+    engine's model identity (KVS_EIDENTITY): the plug-in then runs as a
+    cache that always misses."""
+    msg = getattr(err, "message", str(err))
+    if (who, msg) in _LOGGED:
+        return
+    _LOGGED.add((who, msg))
+    log.error("%s: kvshared refused this engine's model (KVS_EIDENTITY), so the plug-in runs "
+              "as a cache that always misses (the engine computes every prefix itself): %s",
+              who, msg)
+
+
+def open_declared(who, connect, check):
+    """A client from connect(True) (lazy, declaring the plug-in's model
+    identity in Hello), whose refusal by a running daemon is sorted out:
+
+    - KVS_EIDENTITY (the namespace holds another model's KV): logged once
+      (identity_refused); the client is returned with .refusal set, and
+      KeyBlocks over it always misses. The engine is not stopped.
+    - any other refusal (the identity's layout is not the pool's): check()
+      runs on a client from connect(False) (no identity) and raises
+      GeometryMismatch naming both layouts; if it does not,
+      GeometryMismatch with the daemon's message.
+
+    No daemon (or one that does not answer) is no refusal: lookups miss
+    until it comes."""
+    client = connect(True)
+    client.refusal = None
+    if client.connected or client.declared is None:
+        return client
+    try:
+        client.ping()  # a lazy connect keeps no status: ask again for it
+        return client
+    except kvshare.KvsError as e:
+        err = e
+    if err.status in (kvshare.STATUS["ENOTCONN"], kvshare.STATUS["ETIMEDOUT"]):
+        return client
+    if err.status == kvshare.STATUS["EIDENTITY"]:
+        identity_refused(who, err)
+        client.refusal = err
+        return client
+    client.close()
+    probe = connect(False)
+    try:
+        if probe.connected:
+            check(probe)
+    finally:
+        probe.close()
+    raise GeometryMismatch("%s refuses to start: kvshared refused the engine's model identity: "
+                           "%s" % (who, err.message))
 
 
 class EngineGeometry:
@@ -134,7 +251,9 @@ class KeyBlocks:
         self.engine = engine
         self.who = who
         self.block_tokens = None
-        self.refused = None  # the GeometryMismatch that disabled this store
+        # What disabled this store: a GeometryMismatch, or kvshared's
+        # refusal of the engine's model (KVS_EIDENTITY).
+        self.refused = getattr(client, "refusal", None)
         self._epoch = None
         if client.connected:
             self._check()
@@ -150,14 +269,20 @@ class KeyBlocks:
 
     def usable(self):
         """Whether the daemon is there with the right geometry. A daemon that
-        came back with another geometry disables the store (a miss for
-        ever, the reason in .refused) instead of failing the engine."""
+        came back with another geometry, or refused the engine's model,
+        disables the store (a miss for ever, the reason in .refused)
+        instead of failing the engine."""
         if self.refused is not None:
             return False
         if not self.client.connected or self.client.epoch != self._epoch:
             try:
                 self.client.ping()  # reconnects when the daemon is back
-            except kvshare.KvsError:
+            except kvshare.KvsError as e:
+                if e.status == kvshare.STATUS["EIDENTITY"]:
+                    # The namespace holds another model's KV now (a daemon
+                    # restarted with another config): misses from now on.
+                    identity_refused(self.who, e)
+                    self.refused = e
                 return False
             try:
                 self._check()

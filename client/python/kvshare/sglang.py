@@ -7,17 +7,22 @@ exact flags):
     --hicache-storage-backend dynamic --hicache-storage-backend-extra-config
     '{"backend_name": "kvshare", "module_path": "kvshare.sglang",
       "class_name": "KvshareHiCacheStorage", "interface_v1": 1,
-      "socket": "/run/kvshare/kvshared.sock", "namespace": "sglang.qwen3-8b"}'
+      "socket": "/run/kvshare/kvshared.sock"}'
 
 ("interface_v1": 1 makes SGLang call batch_get_v1/batch_set_v1, the
 zero-copy path; without it SGLang calls the per-page batch_get/batch_set.)
 
 SGLang names each page by a key chained through the previous page's key
-(hex SHA-256); this backend keeps pages as key blocks (kvshare.keyblocks) of
-one namespace, one per model, rank and tenant: SGLang passes no tenant or
-cache salt to storage, so the namespace comes from the configuration, and
-every rank that holds different KV gets its own (rank_namespace: tensor,
-pipeline and attention context-parallel ranks).
+(hex SHA-256, with no seed: equal in every process); this backend keeps
+pages as key blocks (kvshare.keyblocks) of one namespace, one per model,
+rank and tenant: without a configured "namespace" one derived from the
+model identity ("sglang-SLUG-HASH": model_name, model_revision from the
+extra config, the host pool's dtype and geometry), declared in Hello so
+that kvshared refuses a namespace holding another model's KV (logged once,
+then a cache that always misses). SGLang passes no tenant or cache salt to
+storage, so tenants need a configured namespace each, and every rank that
+holds different KV gets its own (rank_namespace: tensor, pipeline and
+attention context-parallel ranks).
 Pages are copied between SGLang's host KV pool (register_mem_pool_host) and
 pool blocks; batch_exists counts leading pages present, batch_get_v1 and
 batch_set_v1 move pages by host indices and say per page whether it worked.
@@ -41,7 +46,8 @@ without SGLang.
 import time
 
 import kvshare
-from kvshare.keyblocks import EngineGeometry, GeometryMismatch, KeyBlocks, check_geometry
+from kvshare.keyblocks import (EngineGeometry, GeometryMismatch, KeyBlocks, check_geometry,
+                               declared_identity, default_namespace, open_declared)
 from kvshare.tensors import BlockCopier, pool_rows
 
 try:
@@ -114,17 +120,25 @@ class KvshareHiCacheStorage(HiCacheStorage):
         tp_devices = bool(int(_option(storage_config, kwargs, "tp_devices", 0) or 0))
         if tp_devices and self.tp > 1:
             self.tp_rank = int(getattr(storage_config, "tp_rank", 0) or 0)
-        self.ns = rank_namespace(_option(storage_config, kwargs, "namespace", "sglang"),
-                                 storage_config, self.tp_rank is not None)
-        if len(self.ns.encode()) >= 64:
-            raise ValueError("%s: namespace %r is too long (kvshared takes 63 bytes)"
-                             % (WHO, self.ns))
+        self.storage_config = storage_config
+        # An explicit namespace wins; else one per model identity, derived
+        # at register_mem_pool_host, where the host pool tells the dtype and
+        # geometry (never one namespace for every model).
+        self.model = getattr(storage_config, "model_name", None)
+        self.revision = _option(storage_config, kwargs, "model_revision")
+        self.explicit_ns = _option(storage_config, kwargs, "namespace")
+        if not self.explicit_ns and not self.model:
+            raise ValueError("%s: SGLang passed no model_name; set \"namespace\" in "
+                             "--hicache-storage-backend-extra-config" % WHO)
+        self.ns = None
+        if self.explicit_ns:
+            self.ns = self._rank_ns(self.explicit_ns)
         self.timeout_ms = int(_option(storage_config, kwargs, "timeout_ms", 1000))
         if getattr(storage_config, "is_mla_model", False):
             raise GeometryMismatch("%s: MLA models keep one latent vector per token; kvshared "
                                    "pools hold K and V" % WHO)
-        self.client = kvshare.Client(socket_path=self.socket, timeout_ms=self.timeout_ms,
-                                     worker_name="sglang", lazy=True, rank=self.tp_rank)
+        # Connected at register_mem_pool_host, declaring the model identity.
+        self.client = None
         self._pending = {}  # tp_devices: block -> when its shard waited for other ranks
         self.keys = None
         self.copier = None
@@ -136,6 +150,37 @@ class KvshareHiCacheStorage(HiCacheStorage):
         # Kept only when SGLang reads them (get_stats), else they would grow.
         self.enable_metrics = bool(getattr(storage_config, "enable_storage_metrics", False))
         self._metrics = self._new_metrics()
+
+    def _rank_ns(self, ns):
+        ns = rank_namespace(ns, self.storage_config, self.tp_rank is not None)
+        if len(ns.encode()) >= 64:
+            raise ValueError("%s: namespace %r is too long (kvshared takes 63 bytes)" % (WHO, ns))
+        return ns
+
+    def _connect(self):
+        """The client, declaring the model identity in Hello: a namespace
+        holding another model's KV makes this backend a cache that always
+        misses (logged once); another layout is refused (GeometryMismatch)."""
+        g = self.geometry
+        tp = self.tp if self.tp_rank is not None else 1  # devices one block spans
+        if self.ns is None:
+            self.ns = self._rank_ns(default_namespace("sglang", {
+                "model": self.model, "revision": self.revision, "dtype": g.dtype,
+                "layers": g.layers, "kv_heads": g.kv_heads, "head_dim": g.head_dim,
+                "block_tokens": g.block_tokens, "tp_size": tp}))
+        identity = declared_identity(self.ns, self.model, self.revision, g.dtype, g.layers,
+                                     g.kv_heads, g.head_dim, g.block_tokens, tp)
+
+        def make(declare):
+            return kvshare.Client(socket_path=self.socket, timeout_ms=self.timeout_ms,
+                                  worker_name="sglang", lazy=True, rank=self.tp_rank,
+                                  map_pool=declare,
+                                  identity=identity if declare else None)
+
+        def check(probe):  # as register_mem_pool_host: the devices first
+            self._check_group(probe)
+            check_geometry(probe.geometry, g, WHO)
+        self.client = open_declared(WHO, make, check)
 
     @staticmethod
     def _new_metrics():
@@ -162,18 +207,20 @@ class KvshareHiCacheStorage(HiCacheStorage):
             raise GeometryMismatch("%s: host pool layout %r: only layer_first (a page of one "
                                    "layer's K or V is contiguous, as in kvshared's pool) is "
                                    "supported" % (WHO, layout))
+        if self.client is None:
+            self._connect()
         if self.client.connected:
             self._check_group()
         self.keys = KeyBlocks(self.client, self.ns, engine=self.geometry, who=WHO)
         if self.client.connected:
             self._copier()
 
-    def _check_group(self):
+    def _check_group(self, client=None):
         """tp_devices: the daemon serves as many devices as SGLang has TP
         ranks (raises GeometryMismatch)."""
         if self.tp_rank is None:
             return
-        size = self.client.group[1]
+        size = (client or self.client).group[1]
         if size != self.tp:
             raise GeometryMismatch(
                 "%s refuses to start: tp_devices with %d tensor-parallel ranks, and kvshared "
@@ -425,7 +472,9 @@ class KvshareHiCacheStorage(HiCacheStorage):
         self._metrics = self._new_metrics()
         self.last_clear = None
         if not self._ready():
-            self.last_clear = {"error": "no daemon: %s" % (self.client.last_error or "")}
+            why = str(self.keys.refused) if self.keys is not None and self.keys.refused \
+                else "no daemon: %s" % (self.client.last_error if self.client else "")
+            self.last_clear = {"error": why}
             return
         try:
             cleared, kept = self.client.clear(self.ns)
@@ -451,6 +500,11 @@ class KvshareHiCacheStorage(HiCacheStorage):
         out = dict(self.counts)
         if self.last_clear is not None:
             out["last_clear"] = dict(self.last_clear)
+        if self.keys is not None and self.keys.refused is not None:
+            out["refused"] = str(self.keys.refused)
+            return out  # asking the daemon would only be refused again
+        if self.client is None:
+            return out
         try:
             rows = [r for r in self.client.stats()["namespaces"] if r["name"] == self.ns]
             if rows:

@@ -6,8 +6,15 @@ exact --kv-transfer-config line):
 
     kv_connector_extra_config = {"spec_name": "KvshareOffloadingSpec",
                                  "spec_module_path": "kvshare.vllm",
-                                 "socket": "/run/kvshare/kvshared.sock",
-                                 "namespace": "vllm.llama-3.1-8b"}
+                                 "socket": "/run/kvshare/kvshared.sock"}
+
+Model identity: without a "namespace" the plug-in uses one derived from the
+model vLLM reports ("vllm-SLUG-HASH": name, revision, dtype, geometry,
+tensor parallelism), and declares that identity in Hello, so kvshared
+refuses a namespace holding another model's KV (KVS_EIDENTITY: logged once,
+then a cache that always misses). Instances share blocks only with one
+fixed PYTHONHASHSEED (vLLM roots its block hashes in it): without one the
+spec refuses to start (check_hash_seed).
 
 Two layouts of vLLM's offloading interface are supported, picked by what
 imports (never by falling back to stand-ins: without vLLM this module does
@@ -73,7 +80,8 @@ import threading
 import time
 
 import kvshare
-from kvshare.keyblocks import EngineGeometry, GeometryMismatch, KeyBlocks, check_geometry
+from kvshare.keyblocks import (EngineGeometry, GeometryMismatch, KeyBlocks, check_geometry,
+                               declared_identity, default_namespace, open_declared)
 from kvshare.tensors import BlockCopier, pool_rows
 
 try:
@@ -131,6 +139,39 @@ LOOKUP_PIN_TTL_S = 10.0
 # How often the worker checks, between transfers, that its daemon is still
 # the one it mapped (a ping).
 PING_S = 0.05
+
+
+class HashSeedRefused(ValueError):
+    """vLLM is configured so that no two instances could ever share a block:
+    the plug-in refuses to start rather than run as a cache that never hits."""
+
+
+def check_hash_seed(algo=None, environ=None):
+    """Raises HashSeedRefused when vLLM's prefix block hashes differ in every
+    process. vLLM roots every chain of block hashes in NONE_HASH
+    (v1/core/kv_cache_utils.py, init_none_hash): os.urandom(32) when
+    PYTHONHASHSEED is unset, else the hash function of its value. So:
+    PYTHONHASHSEED unset, whatever the algorithm; and the builtin algorithm
+    (Python's hash(): keys that are not bytes, randomised per process
+    unless PYTHONHASHSEED fixes it). algo: vLLM's prefix_caching_hash_algo
+    where the engine tells it (the releases' VllmConfig), else None."""
+    environ = os.environ if environ is None else environ
+    seed = environ.get("PYTHONHASHSEED")
+    if str(algo or "") in ("builtin", "hash"):
+        raise HashSeedRefused(
+            "%s refuses to start: --prefix-caching-hash-algo %s hashes blocks with Python's "
+            "hash(), whose values are not bytes and (PYTHONHASHSEED %s) differ in every "
+            "process, so no two instances could share a block; start vLLM with "
+            "--prefix-caching-hash-algo sha256_cbor (or sha256) and PYTHONHASHSEED set to one "
+            "fixed value (for example 0) on every instance"
+            % (WHO, algo, "unset" if seed is None else "=" + seed))
+    if seed is None:
+        raise HashSeedRefused(
+            "%s refuses to start: PYTHONHASHSEED is not set, so vLLM draws the root of its "
+            "prefix block hashes (NONE_HASH) from os.urandom in each process: no two instances "
+            "would ever hash a prompt alike, and kvshare would only miss; set PYTHONHASHSEED "
+            "to one fixed value (for example PYTHONHASHSEED=0) in the environment of every "
+            "vLLM instance that shares this kvshared" % WHO)
 
 
 def daemon_start_ms(client, samples=3):
@@ -470,6 +511,8 @@ class WorkerCore:
         if not self._lock.acquire(blocking=wait):
             return None
         try:
+            if self.keys.refused is not None:
+                return None  # refused for good: no Hello every PING_S
             now = time.monotonic()
             if force or now - self._last_ping >= PING_S:
                 self._last_ping = now
@@ -701,12 +744,14 @@ class WorkerCore:
 class _SpecMixin:
     """Reads the extra config; builds the cores."""
 
-    def _setup(self, extra, engine_id, world_size, geometry, factor, parallel=None):
-        """parallel: vLLM's OffloadingParallelConfig (newest layout), or None."""
+    def _setup(self, extra, engine_id, world_size, geometry, factor, parallel=None, model=None):
+        """parallel: vLLM's OffloadingParallelConfig (newest layout), or None.
+        model: what vLLM reports of the model's identity (a dict: model,
+        revision, dtype, and the geometry it knows), for the default
+        namespace and the identity declared in Hello."""
+        model = dict(model or {})
         self.socket = extra.get("socket")
-        self.ns = extra.get("namespace", "vllm")
         self.timeout_ms = int(extra.get("timeout_ms", 1000))
-        self.state_file = _state_file(extra, engine_id, self.ns)
         self.tp, self.rank = 1, 0
         if world_size > 1:
             tp = int(getattr(parallel, "tp_size", 0) or 0)
@@ -721,6 +766,19 @@ class _SpecMixin:
             self.tp, self.rank = tp, int(parallel.rank) % tp
         self.geometry = geometry
         self.factor = factor
+        # An explicit namespace wins; else one per model identity, never one
+        # for every model (a fine-tune would read its base model's KV).
+        self.ns = extra.get("namespace")
+        if not self.ns:
+            if not model.get("model"):
+                raise ValueError("%s: vLLM reported no model name; set \"namespace\" in "
+                                 "kv_connector_extra_config" % WHO)
+            self.ns = default_namespace("vllm", dict(model, tp_size=self.tp))
+        self.state_file = _state_file(extra, engine_id, self.ns)
+        self.identity = declared_identity(
+            self.ns, model.get("model"), model.get("revision"), model.get("dtype"),
+            layers=geometry.layers, kv_heads=geometry.kv_heads, head_dim=geometry.head_dim,
+            block_tokens=geometry.block_tokens, tp_size=self.tp)
 
     def state_files(self):
         """The workers' state files: one per rank of a group."""
@@ -740,9 +798,22 @@ class _SpecMixin:
         group = {}
         if self.tp > 1:
             group = {"group_scheduler": True} if scheduler else {"rank": self.rank}
-        client = kvshare.Client(socket_path=self.socket, timeout_ms=self.timeout_ms,
-                                worker_name=name, map_pool=map_pool and not scheduler,
-                                lazy=lazy, **group)
+
+        def make(declare, lazy=lazy):
+            return kvshare.Client(socket_path=self.socket, timeout_ms=self.timeout_ms,
+                                  worker_name=name, map_pool=map_pool and not scheduler,
+                                  lazy=lazy, identity=self.identity if declare else None,
+                                  **group)
+
+        def check(probe):
+            self.resolve(probe.geometry)
+            self.check_group(probe)
+        if lazy:
+            # A namespace that holds another model's KV: a cache that always
+            # misses (logged once); another layout: refused here.
+            client = open_declared(WHO, lambda declare: make(declare, True), check)
+        else:
+            client = make(True)
         if client.connected:
             try:
                 self.resolve(client.geometry)
@@ -876,12 +947,16 @@ if LAYOUT == "base":
 
     class KvshareOffloadingSpec(OffloadingSpec, _SpecMixin):
         """Constructed by vLLM's OffloadingSpecFactory as spec_cls(config).
-        Extra config keys: socket, namespace (default "vllm"; one per model
-        and tenant), timeout_ms (default 1000), state_file (default in the
-        temporary directory, named by engine and namespace)."""
+        Extra config keys: socket, namespace (default: one per model
+        identity, "vllm-SLUG-HASH"; set one per tenant when tenants must
+        not share), model_revision (declared with the model: this config
+        names none), timeout_ms (default 1000), state_file (default in
+        the temporary directory, named by engine and namespace). Refuses to
+        start without a fixed PYTHONHASHSEED (check_hash_seed)."""
 
         def __init__(self, config):
             super().__init__(config)
+            check_hash_seed()  # the newest OffloadingConfig names no hash algorithm
             groups = config.groups
             if len(groups) != 1:
                 raise GeometryMismatch("%s: %d KV cache groups (a hybrid model); kvshared holds "
@@ -892,8 +967,15 @@ if LAYOUT == "base":
                             int(config.worker_kv_bytes_per_block) * factor)
             # Heads and head size come from the pool once seen (resolve).
             geo = EngineGeometry(self._layout[0], 0, 0, self._layout[1], self._layout[2])
-            self._setup(config.extra_config, config.engine_id, config.parallel.world_size, geo,
-                        factor, config.parallel)
+            # OffloadingConfig.model names the model and the KV dtype, not its
+            # revision: the extra config's model_revision where one is given.
+            extra = config.extra_config
+            model = {"model": getattr(config.model, "name", None),
+                     "revision": extra.get("model_revision"), "dtype": config.model.dtype,
+                     "layers": self._layout[0], "block_tokens": self._layout[2],
+                     "kv_bytes": self._layout[3]}
+            self._setup(extra, config.engine_id, config.parallel.world_size, geo,
+                        factor, config.parallel, model)
             probe = self.connect(False, "vllm-spec")  # refuses a wrong layout now
             probe.close()
 
@@ -1009,6 +1091,8 @@ else:
 
         def __init__(self, vllm_config, kv_cache_config):
             super().__init__(vllm_config, kv_cache_config)
+            cache = getattr(vllm_config, "cache_config", None)
+            check_hash_seed(getattr(cache, "prefix_caching_hash_algo", None))
             groups = kv_cache_config.kv_cache_groups
             if len(groups) != 1:
                 raise GeometryMismatch("%s: %d KV cache groups (a hybrid model); kvshared holds "
@@ -1027,7 +1111,17 @@ else:
             parallel = getattr(vllm_config, "parallel_config", None)
             world = int(getattr(parallel, "world_size", 1) or 1)
             engine_id = getattr(vllm_config.kv_transfer_config, "engine_id", None)
-            self._setup(extra, engine_id, world, geo, block // gpu_block)
+            mc = getattr(vllm_config, "model_config", None)
+            dtype = getattr(cache, "cache_dtype", None)
+            if dtype in (None, "auto"):
+                dtype = getattr(mc, "dtype", None) or spec.dtype
+            model = {"model": getattr(mc, "model", None),
+                     "revision": getattr(mc, "revision", None) or extra.get("model_revision"),
+                     "tokenizer_revision": getattr(mc, "tokenizer_revision", None),
+                     "dtype": str(dtype).replace("torch.", ""), "layers": geo.layers,
+                     "kv_heads": geo.kv_heads, "head_dim": geo.head_dim,
+                     "block_tokens": block}
+            self._setup(extra, engine_id, world, geo, block // gpu_block, model=model)
             self.offloaded_block_size_tokens = block
 
         def get_manager(self):
