@@ -163,8 +163,13 @@ static int cases_for(const setting_t *row, value_case_t *cases)
             n = add_text(cases, n, true, "in range", row->name(0));
         else if (row->example)
             n = add_text(cases, n, true, "in range", row->example);
-        if (row->parse)
-            n = add_text(cases, n, false, "bad type", "nonsense");
+        if (row->parse) {
+            /* A word its check takes (a revision may be "nonsense"): then
+             * two words. */
+            int unused;
+            n = add_text(cases, n, false, "bad type",
+                         row->parse("nonsense", &unused) != 0 ? "nonsense" : "two words");
+        }
         ck_assert_uint_lt(row->max + 1, sizeof(long_text));
         memset(long_text, 'a', row->max + 1);
         long_text[row->max + 1] = '\0';

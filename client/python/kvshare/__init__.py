@@ -509,12 +509,12 @@ class Client:
 
     def _refusal(self, opts, rc):
         """Why kvs_connect failed: a failed connect frees its client, and
-        with it the daemon's message, so a daemon that answered (a refusal,
-        not ENOTCONN) is asked once more by a lazy client, whose
-        last_error keeps it."""
+        with it the daemon's message, so a refusal for another model's
+        identity, whose message names both, is asked once more by a lazy
+        client, whose last_error keeps it."""
         why = self._lib.kvs_strerror(rc).decode()
-        if rc in (STATUS["ENOTCONN"], STATUS["ETIMEDOUT"]):
-            return why  # no daemon answered: nothing more to learn
+        if rc != STATUS["EIDENTITY"]:
+            return why  # the code says it all; asking again would count twice
         opts.flags |= KVS_LAZY | KVS_NO_MAP
         handle = ctypes.c_void_p()
         if self._lib.kvs_connect(ctypes.byref(opts), ctypes.byref(handle)) == 0:
