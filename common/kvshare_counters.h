@@ -178,7 +178,15 @@
 #define KVS_COUNTERS_NEXT(X) \
     X(identity_refusals, 0, "kvshare_identity_refusals_total", "", \
       "Hellos and requests refused: they declared another model identity than their " \
-      "namespace holds (docs/OPERATING.md, Model identity)")
+      "namespace holds (docs/OPERATING.md, Model identity)") \
+    X(cluster_identity_misses, 0, "kvshare_cluster_identity_misses_total", "", \
+      "Values read from the cluster that verified but named another model identity (misses, " \
+      "never served; not counted in kvshare_cluster_bad_values_total)") \
+    X(cluster_keys_deleted, 0, "kvshare_cluster_keys_deleted_total", "", \
+      "Keys of a shared namespace deleted from the cluster by a Clear (cluster_clear)") \
+    X(cluster_clears_incomplete, 0, "kvshare_cluster_clears_incomplete_total", "", \
+      "Clears of a shared namespace in the cluster that ended with keys left: " \
+      "cluster_clear_timeout_ms passed, or the cluster was unreachable (logged)")
 /* clang-format on */
 
 /* KVS_COUNTER_<name>: a counter's position in the list; KVS_N_COUNTERS. */

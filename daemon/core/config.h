@@ -58,6 +58,7 @@ typedef struct config_ns {
     const char *lora_name;            /* KV events: the LoRA name; NULL: none (owned) */
     const char *model_revision;       /* identity: model_name's revision; NULL: none (owned) */
     bool shared;                      /* its blocks go to the cluster tier (cluster_store.h) */
+    bool cluster_clear;               /* a Clear deletes its keys in the cluster too */
     int line;                         /* of its [namespace] header, for messages */
 } config_ns_t;
 

@@ -129,6 +129,8 @@ typedef struct server_config {
     const char *cluster_auth_file;  /* NULL: no AUTH */
     uint32_t cluster_timeout_ms;    /* a command's deadline */
     const char *cluster_key_prefix; /* NULL: CLUSTER_STORE_KEY_PREFIX */
+    /* A Clear's deletion of keys in the cluster ends by then (cluster_clear). */
+    uint32_t cluster_clear_timeout_ms;
 
     /* Tier 3 on a local disk (tier_disk.h): opened and scanned at start. */
     const char *disk_tier_path; /* NULL: none */

@@ -352,6 +352,10 @@ const setting_t settings_table[] = {
      .example = "team-a:kvs:",
      .help = "every key of the cluster tier starts with this (one cluster may hold other data; "
              "bytes other than letters, digits and ._/-: are written %XX)"},
+    {"cluster_clear_timeout_ms", "cluster-clear-timeout-ms", SETTING_GLOBAL, SETTING_U32, "N", 100,
+     3600000, AT(server.cluster_clear_timeout_ms), .deflt = "60000",
+     .help = "a Clear of a namespace with cluster_clear deletes its keys in the cluster within "
+             "this many milliseconds; what is left then is logged and counted"},
     {"log_level", "log-level", SETTING_GLOBAL, SETTING_CHOICE, "LEVEL", 0, 0, CHOICE(log_level),
      AT(log_level), .help = "error, warn, info or debug"},
 
@@ -475,6 +479,10 @@ const setting_t settings_table[] = {
      .help = "the revision of model_name (a tag or commit), part of the namespace's identity"},
     {"shared", NULL, SETTING_NS, SETTING_BOOL, "yes/no", 0, 0, NS_AT(shared), .zero = "no",
      .help = "its blocks are written through to the cluster tier (cluster_seeds) at commit"},
+    {"cluster_clear", NULL, SETTING_NS, SETTING_BOOL, "yes/no", 0, 0, NS_AT(cluster_clear),
+     .zero = "no",
+     .help = "a Clear of this shared namespace also deletes its keys (of its model identity) in "
+             "the cluster tier, for every node, within cluster_clear_timeout_ms"},
     {"lora_name", NULL, SETTING_NS, SETTING_TEXT, "NAME", 1, EVENTS_NAME_MAX, NS_AT(lora_name),
      .zero = "none", .expect = "a LoRA adapter name", .example = "sql-adapter",
      .help = "KV events: the LoRA name each BlockStored carries (llm-d keys on it instead of the "

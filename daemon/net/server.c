@@ -48,6 +48,7 @@ void server_config_init(server_config_t *cfg)
     cfg->dynamic_namespaces = true;
     cfg->drain_ms = SERVER_DEFAULT_DRAIN_MS;
     cfg->cluster_timeout_ms = 1000;
+    cfg->cluster_clear_timeout_ms = 60000;
     cfg->backend_retry_ms = SERVER_DEFAULT_BACKEND_RETRY_MS;
     cfg->tier_copy_nice = SERVER_DEFAULT_TIER_COPY_NICE;
     cfg->claim_lease_ms = INFLIGHT_CLAIM_LEASE_MS;

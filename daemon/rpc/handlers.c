@@ -1398,6 +1398,7 @@ int handler_clear(session_t *s, const Kvshare__Request *req, Kvshare__Response *
         return fail(ctx, KVS_EINTERNAL, "clearing namespace '%s' failed: %s",
                     radix_ns_name(srv->index, ns), kvs_status_text(rc));
     store_clear_done(srv);
+    cluster_store_cleared(srv, ns); /* cluster_clear: its keys too, off the loop */
     LOG_INFO("namespace '%s' cleared by session %llu: %llu blocks dropped, %u kept (pinned)",
              radix_ns_name(srv->index, ns), (unsigned long long)s->id,
              (unsigned long long)s->clear_dropped, st.cached_blocks);

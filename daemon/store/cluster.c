@@ -41,7 +41,7 @@ typedef struct cluster_node {
     uint64_t requests, errors, replies, latency_us_sum, latency_us_max;
 } cluster_node_t;
 
-typedef enum req_kind { REQ_USER, REQ_REFRESH } req_kind_t;
+typedef enum req_kind { REQ_USER, REQ_REFRESH, REQ_SCAN } req_kind_t;
 
 /* One command in flight: formatted once, sent again on redirects. */
 typedef struct cluster_req {
@@ -57,8 +57,9 @@ typedef struct cluster_req {
     uint64_t sent_ns; /* when it was sent to node (uv_hrtime) */
     uint64_t deadline;
     cluster_reply_cb cb;
-    cluster_sink_cb sink; /* NULL: the string reply goes to cb */
-    int sunk;             /* sink took the string reply (sunk_len bytes) */
+    cluster_scan_cb scan_cb; /* REQ_SCAN */
+    cluster_sink_cb sink;    /* NULL: the string reply goes to cb */
+    int sunk;                /* sink took the string reply (sunk_len bytes) */
     size_t sunk_len;
     void *arg;
 } cluster_req_t;
@@ -453,6 +454,47 @@ static void req_free(cluster_req_t *q)
 
 static void refresh_done(cluster_t *c, int status, redisReply *reply);
 
+/* Hands a SCAN's reply ([cursor, [key, ...]]) to its callback; a reply of
+ * another shape is an error (KVS_EIO). */
+static void scan_finish(cluster_req_t *q, int status, const redisReply *reply)
+{
+    const char **keys = NULL;
+    size_t *lens = NULL;
+    size_t n = 0;
+    uint64_t cursor = 0;
+    if (status == 0) {
+        const redisReply *cur = reply && reply->type == REDIS_REPLY_ARRAY && reply->elements == 2
+                                    ? reply->element[0]
+                                    : NULL;
+        const redisReply *arr = cur ? reply->element[1] : NULL;
+        char *end = NULL;
+        if (cur && cur->type == REDIS_REPLY_STRING && arr->type == REDIS_REPLY_ARRAY) {
+            cursor = strtoull(cur->str, &end, 10);
+            keys = malloc((arr->elements + 1) * sizeof(*keys));
+            lens = malloc((arr->elements + 1) * sizeof(*lens));
+            for (size_t i = 0; keys && lens && i < arr->elements; i++) {
+                if (arr->element[i]->type != REDIS_REPLY_STRING)
+                    break;
+                keys[n] = arr->element[i]->str;
+                lens[n++] = arr->element[i]->len;
+            }
+        }
+        if (!end || end == cur->str || *end != '\0' || n != arr->elements) {
+            if (end && (!keys || !lens)) {
+                status = KVS_ENOMEM;
+            } else {
+                q->cl->stats.reply_errors++;
+                status = KVS_EIO;
+            }
+            n = 0;
+            cursor = 0;
+        }
+    }
+    q->scan_cb(q->arg, status, cursor, keys, lens, n);
+    free(keys);
+    free(lens);
+}
+
 /* Ends a command: counts it, runs its callback once, frees it. */
 static void req_finish(cluster_req_t *q, int status, redisReply *reply)
 {
@@ -486,6 +528,11 @@ static void req_finish(cluster_req_t *q, int status, redisReply *reply)
         break;
     default:
         break;
+    }
+    if (q->kind == REQ_SCAN) {
+        scan_finish(q, status, reply);
+        req_free(q);
+        return;
     }
     const char *data = NULL;
     size_t len = 0;
@@ -753,6 +800,51 @@ int cluster_set(cluster_t *c, const void *key, size_t klen, const void *value, s
     const char *argv[3] = {"SET", key, value};
     size_t lens[3] = {3, klen, vlen};
     return cluster_command(c, key, klen, 3, argv, lens, cb, arg);
+}
+
+int cluster_scan(cluster_t *c, int node, uint64_t cursor, const char *match, uint32_t count,
+                 cluster_scan_cb cb, void *arg)
+{
+    if (!c || !cb || !match || count == 0 || node < 0 || node >= c->n_nodes)
+        return KVS_EINVAL;
+    if (c->closing)
+        return KVS_EBADSTATE;
+    uv_update_time(c->loop);
+    if (c->stats.inflight >= c->max_inflight) {
+        c->stats.busy++;
+        return KVS_EBUSY;
+    }
+    char cur[24], cnt[12];
+    snprintf(cur, sizeof cur, "%llu", (unsigned long long)cursor);
+    snprintf(cnt, sizeof cnt, "%u", count);
+    const char *argv[6] = {"SCAN", cur, "MATCH", match, "COUNT", cnt};
+    size_t lens[6] = {4, strlen(cur), 5, strlen(match), 5, strlen(cnt)};
+    cluster_req_t *q = req_new(c, REQ_SCAN, NULL, 0, 6, argv, lens);
+    if (!q)
+        return KVS_ENOMEM;
+    q->scan_cb = cb;
+    q->arg = arg;
+    if (req_send(q, node, 0) != 0) {
+        c->stats.down++;
+        req_free(q);
+        return KVS_EIO;
+    }
+    req_link(q);
+    c->stats.commands++;
+    return 0;
+}
+
+size_t cluster_masters(const cluster_t *c, int *out, size_t max)
+{
+    uint8_t is_master[CLUSTER_MAX_NODES] = {0};
+    for (int s = 0; s < CLUSTER_SLOTS; s++)
+        if (c->slots[s] >= 0)
+            is_master[c->slots[s]] = 1;
+    size_t n = 0;
+    for (int i = 0; i < c->n_nodes && n < max; i++)
+        if (is_master[i])
+            out[n++] = i;
+    return n;
 }
 
 /* ---- the slot map ---- */

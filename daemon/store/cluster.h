@@ -161,6 +161,26 @@ int cluster_get_sink(cluster_t *c, const void *key, size_t klen, cluster_sink_cb
 int cluster_set(cluster_t *c, const void *key, size_t klen, const void *value, size_t vlen,
                 cluster_reply_cb cb, void *arg);
 
+/* How a SCAN ended, on the loop thread: status 0 with the next cursor (0:
+ * the node's keyspace is done) and the n keys of this batch (keys[i],
+ * lens[i] bytes: valid only during the call), or an error as for
+ * cluster_reply_cb (n 0). */
+typedef void (*cluster_scan_cb)(void *arg, int status, uint64_t cursor, const char *const *keys,
+                                const size_t *lens, size_t n);
+
+/* Sends "SCAN cursor MATCH match COUNT count" to node (an index that
+ * cluster_masters gave), never redirected. cb runs exactly once, later, on
+ * the loop, unless this returns an error: then it never runs. Returns 0,
+ * KVS_EINVAL (no such node), KVS_EBUSY, KVS_EIO (the node is down),
+ * KVS_EBADSTATE, KVS_ENOMEM. */
+int cluster_scan(cluster_t *c, int node, uint64_t cursor, const char *match, uint32_t count,
+                 cluster_scan_cb cb, void *arg);
+
+/* The nodes the slot map names as the masters of some slot now, by index
+ * (at most max into out, in index order). Returns how many; 0 while no map
+ * is known. */
+size_t cluster_masters(const cluster_t *c, int *out, size_t max);
+
 /* 1 once a slot map was read and every slot has a master, else 0. */
 int cluster_ready(const cluster_t *c);
 

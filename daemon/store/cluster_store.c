@@ -7,6 +7,7 @@
 #include "kvshare_status.h"
 #include "log.h"
 #include "loop_wake.h"
+#include "namespaces.h"
 #include "store.h"
 
 #include <errno.h>
@@ -14,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ---- the cluster thread ----
@@ -32,7 +34,7 @@
 /* Bytes not yet written to the sockets before a write waits. */
 #define CLUSTER_STORE_UNSENT_BYTES (4u << 20)
 
-typedef enum job_kind { JOB_PUT, JOB_FETCH, JOB_TOUCH } job_kind_t;
+typedef enum job_kind { JOB_PUT, JOB_FETCH, JOB_TOUCH, JOB_CLEAR } job_kind_t;
 
 typedef struct job {
     struct job *next;
@@ -41,6 +43,9 @@ typedef struct job {
      * name (owned). */
     uint32_t id;
     char *ns;
+    uint64_t identity;   /* the namespace's identity hash (every kind but JOB_FETCH) */
+    uint64_t written_us; /* JOB_PUT: the commit's stamp (link_stamp) */
+    uint32_t timeout_ms; /* JOB_CLEAR: its deadline, from its start */
     uint64_t hash;
     uint32_t *tokens;
     /* JOB_TOUCH: n_hashes blocks of ns (hashes owned) to mark used. */
@@ -77,6 +82,15 @@ typedef struct cluster_link {
     uint32_t max_queued;  /* of them at most */
     uint32_t max_puts;    /* writes in flight to the cluster at most */
     uint64_t put_drops;   /* writes dropped before the thread saw them */
+    uint64_t last_stamp;  /* the last stamp given (link_stamp) */
+    /* Each Clear's cut, per namespace name and identity: values written
+     * before it are never fetched again by this daemon. */
+    struct cluster_cut {
+        char *name;
+        uint64_t identity;
+        uint64_t cut_us;
+    } * cuts;
+    size_t n_cuts;
 } cluster_link_t;
 
 static void job_free(job_t *j)
@@ -116,8 +130,10 @@ static void thread_put_more(cluster_link_t *l);
 
 static void on_snap(uv_timer_t *h)
 {
-    thread_put_more(h->data);
-    link_snapshot(h->data);
+    cluster_link_t *l = h->data;
+    thread_put_more(l);
+    cluster_tier_tick(l->t);
+    link_snapshot(l);
 }
 
 /* Hands job j (a write copied out, a fetch ended) back to the loop. */
@@ -162,7 +178,9 @@ static void thread_put(cluster_link_t *l, job_t *j)
                          .hash = j->hash,
                          .tokens = j->tokens,
                          .n_tokens = srv->geo.block_tokens,
-                         .payload_len = geometry_block_bytes(&srv->geo)};
+                         .payload_len = geometry_block_bytes(&srv->geo),
+                         .identity = j->identity,
+                         .written_us = j->written_us};
     size_t vlen = cluster_value_size(&b);
     if (vlen > l->value_cap) {
         free(l->value);
@@ -218,7 +236,8 @@ static void thread_touch(cluster_link_t *l, const job_t *j)
                              .ns_len = strlen(j->ns),
                              .hash = j->hashes[i],
                              .n_tokens = srv->geo.block_tokens,
-                             .payload_len = geometry_block_bytes(&srv->geo)};
+                             .payload_len = geometry_block_bytes(&srv->geo),
+                             .identity = j->identity};
         char key[512];
         int klen = cluster_tier_key(l->t, &b, key, sizeof key);
         if (klen < 0)
@@ -241,14 +260,16 @@ typedef struct cluster_fetch {
     session_t *s; /* NULL once the session is gone */
     struct cluster_fetch *prev, *next;
     uint32_t ns;
-    char *name;       /* the namespace's name */
-    uint32_t *tokens; /* (m + k) blocks */
-    uint64_t *hashes; /* k: the chain hashes of blocks m .. m + k */
-    size_t m, k;      /* blocks cached before, blocks asked for */
-    uint32_t *prefix; /* m: the cached blocks, pinned while the fetch runs */
-    size_t n_pinned;  /* of them pinned (the first n_pinned) */
-    uint32_t *ids;    /* k pool blocks taken for them */
-    uint8_t *written; /* k: block m + j arrived, verified, is in ids[j] */
+    char *name;        /* the namespace's name */
+    uint64_t identity; /* its identity hash */
+    uint64_t cut_us;   /* values written before this are not its blocks (a Clear) */
+    uint32_t *tokens;  /* (m + k) blocks */
+    uint64_t *hashes;  /* k: the chain hashes of blocks m .. m + k */
+    size_t m, k;       /* blocks cached before, blocks asked for */
+    uint32_t *prefix;  /* m: the cached blocks, pinned while the fetch runs */
+    size_t n_pinned;   /* of them pinned (the first n_pinned) */
+    uint32_t *ids;     /* k pool blocks taken for them */
+    uint8_t *written;  /* k: block m + j arrived, verified, is in ids[j] */
     uint64_t start_ns;
 } cluster_fetch_t;
 
@@ -337,11 +358,57 @@ static int thread_fetch_start(cluster_link_t *l, cluster_fetch_t *f)
                                       .hash = f->hashes[j],
                                       .tokens = f->tokens + (f->m + j) * bt,
                                       .n_tokens = bt,
-                                      .payload_len = geometry_block_bytes(&f->srv->geo)};
+                                      .payload_len = geometry_block_bytes(&f->srv->geo),
+                                      .identity = f->identity,
+                                      .written_us = f->cut_us};
     int rc = cluster_tier_fetch_into(l->t, blocks, f->k, geometry_slot_bytes(&f->srv->geo),
                                      thread_fetch_piece, thread_fetch_block, thread_fetch_done, f);
     free(blocks);
     return rc;
+}
+
+/* ---- clears ---- */
+
+/* On the cluster thread: a clear ended (or the tier closed). */
+static void thread_clear_done(void *arg, uint64_t deleted, int whole, size_t left)
+{
+    job_t *j = arg;
+    if (whole)
+        LOG_INFO("cluster tier: namespace '%s' cleared: %llu keys deleted", j->ns,
+                 (unsigned long long)deleted);
+    else
+        LOG_WARN("cluster tier: the clear of namespace '%s' ended with keys left on %zu "
+                 "master%s (cluster_clear_timeout_ms %u, or the cluster unreachable): %llu keys "
+                 "deleted; this daemon still never fetches what was written before it",
+                 j->ns, left, left == 1 ? "" : "s", j->timeout_ms, (unsigned long long)deleted);
+    job_free(j);
+}
+
+/* On the cluster thread: the writes of j's namespace and identity still
+ * waiting go back unsent (they were committed before the Clear: their
+ * keys would be written after its SCAN passed them), then the clear
+ * starts; the writes sent before it reach each master before its SCAN
+ * does (one connection per master, in order). j is kept until it ends. */
+static void thread_clear(cluster_link_t *l, job_t *j)
+{
+    job_t *keep = NULL, *keep_tail = NULL;
+    while (l->pending) {
+        job_t *p = l->pending;
+        l->pending = p->next;
+        if (p->identity == j->identity && strcmp(p->ns, j->ns) == 0)
+            link_return(l, p);
+        else
+            job_push(&keep, &keep_tail, p);
+    }
+    l->pending = keep;
+    l->pending_tail = keep_tail;
+    int rc = cluster_tier_clear(l->t, j->ns, strlen(j->ns), j->identity, j->timeout_ms,
+                                thread_clear_done, j);
+    if (rc != 0) {
+        LOG_WARN("cluster tier: cannot clear namespace '%s' in the cluster: %s", j->ns,
+                 kvs_status_text(rc));
+        job_free(j);
+    }
 }
 
 /* ---- the thread's loop ---- */
@@ -367,6 +434,13 @@ static void on_wake(uv_async_t *h)
             if (!stop)
                 thread_touch(l, j);
             job_free(j);
+            continue;
+        }
+        if (j->kind == JOB_CLEAR) {
+            if (!stop)
+                thread_clear(l, j);
+            else
+                job_free(j);
             continue;
         }
         if (j->kind == JOB_PUT) {
@@ -526,6 +600,9 @@ static void on_back_closed(loop_wake_t *h)
 {
     cluster_link_t *l = h->data;
     uv_mutex_destroy(&l->mu);
+    for (size_t i = 0; i < l->n_cuts; i++)
+        free(l->cuts[i].name);
+    free(l->cuts);
     free(l);
 }
 
@@ -579,6 +656,9 @@ void cluster_store_sync_counters(server_t *srv)
     m->cluster_redirects = cs.moved + cs.ask;
     m->cluster_map_refreshes = cs.refreshes;
     m->cluster_bad_values = ts.corrupt + ts.mismatched;
+    m->cluster_identity_misses = ts.identity_misses;
+    m->cluster_keys_deleted = ts.keys_deleted;
+    m->cluster_clears_incomplete = ts.clears_incomplete;
     m->cluster_bytes_out = cs.bytes_out;
     m->cluster_bytes_in = cs.bytes_in;
 }
@@ -602,11 +682,33 @@ static bool ns_shared(const server_t *srv, uint32_t ns, const char **name)
     return sec && sec->shared;
 }
 
+/* A stamp for a value written now, or a Clear's cut: microseconds of the
+ * wall clock (other nodes compare them with theirs), but never equal to or
+ * below the last one given, so that every write handed over before a
+ * Clear is below its cut and every one after is above it. */
+static uint64_t link_stamp(cluster_link_t *l)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t us = (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+    l->last_stamp = us > l->last_stamp ? us : l->last_stamp + 1;
+    return l->last_stamp;
+}
+
+/* The cut of namespace name and identity: 0 when it was never cleared. */
+static uint64_t link_cut(const cluster_link_t *l, const char *name, uint64_t identity)
+{
+    for (size_t i = 0; i < l->n_cuts; i++)
+        if (l->cuts[i].identity == identity && strcmp(l->cuts[i].name, name) == 0)
+            return l->cuts[i].cut_us;
+    return 0;
+}
+
 /* Hands the write of cached block id to the thread, pinned until it is
  * copied out. Dropped (counted) when max_queued wait already: a slow
  * cluster then costs pinned blocks within that bound, and no more. */
-static bool put_handover(server_t *srv, cluster_link_t *l, const char *name, uint32_t id,
-                         const uint32_t *tokens)
+static bool put_handover(server_t *srv, cluster_link_t *l, const char *name, uint64_t identity,
+                         uint32_t id, const uint32_t *tokens)
 {
     uint32_t bt = srv->geo.block_tokens;
     uint64_t hash;
@@ -619,6 +721,8 @@ static bool put_handover(server_t *srv, cluster_link_t *l, const char *name, uin
         j->kind = JOB_PUT;
         j->id = id;
         j->hash = hash;
+        j->identity = identity;
+        j->written_us = link_stamp(l);
         j->ns = strdup(name);
         j->tokens = malloc(bt * sizeof(*j->tokens));
     }
@@ -638,8 +742,8 @@ static bool put_handover(server_t *srv, cluster_link_t *l, const char *name, uin
 
 /* The committed blocks that were cached already (the prefix the writer hit):
  * one TOUCH job for them. */
-static bool touch_handover(server_t *srv, cluster_link_t *l, const char *name, const uint32_t *ids,
-                           const uint32_t *fresh, size_t n)
+static bool touch_handover(server_t *srv, cluster_link_t *l, const char *name, uint64_t identity,
+                           const uint32_t *ids, const uint32_t *fresh, size_t n)
 {
     job_t *j = calloc(1, sizeof *j);
     if (!j || !(j->hashes = malloc(n * sizeof(*j->hashes))) || !(j->ns = strdup(name))) {
@@ -655,6 +759,7 @@ static bool touch_handover(server_t *srv, cluster_link_t *l, const char *name, c
         return false;
     }
     j->kind = JOB_TOUCH;
+    j->identity = identity;
     uv_mutex_lock(&l->mu);
     job_push(&l->jobs, &l->jobs_tail, j);
     uv_mutex_unlock(&l->mu);
@@ -669,11 +774,12 @@ void cluster_store_committed(server_t *srv, uint32_t ns, const uint32_t *ids, co
     if (!l || n == 0 || !ns_shared(srv, ns, &name))
         return;
     uint32_t bt = srv->geo.block_tokens;
+    uint64_t identity = namespaces_identity(srv, ns)->hash;
     bool sent = false;
     for (size_t i = 0; i < n; i++)
         if (fresh[i])
-            sent |= put_handover(srv, l, name, ids[i], tokens + i * bt);
-    sent |= touch_handover(srv, l, name, ids, fresh, n);
+            sent |= put_handover(srv, l, name, identity, ids[i], tokens + i * bt);
+    sent |= touch_handover(srv, l, name, identity, ids, fresh, n);
     if (sent)
         uv_async_send(&l->wake);
 }
@@ -775,6 +881,8 @@ static cluster_fetch_t *fetch_new(session_t *s, uint32_t ns, const char *name,
     }
     f->srv = srv;
     f->ns = ns;
+    f->identity = namespaces_identity(srv, ns)->hash;
+    f->cut_us = link_cut(srv->cluster, name, f->identity);
     f->m = m;
     f->prefix = prefix;
     /* Pinned first: the evictions that make room for the fetch must not
@@ -851,4 +959,55 @@ void cluster_store_detach(session_t *s)
         s->cluster_fetch->s = NULL;
         s->cluster_fetch = NULL;
     }
+}
+
+/* The cut of a Clear of namespace name and identity: recorded (one per
+ * pair, the latest), so that this daemon's fetches refuse what was
+ * written before it. Returns the cut, or 0 when out of memory. */
+static uint64_t link_set_cut(cluster_link_t *l, const char *name, uint64_t identity)
+{
+    uint64_t cut = link_stamp(l);
+    for (size_t i = 0; i < l->n_cuts; i++)
+        if (l->cuts[i].identity == identity && strcmp(l->cuts[i].name, name) == 0) {
+            l->cuts[i].cut_us = cut;
+            return cut;
+        }
+    struct cluster_cut *cuts = realloc(l->cuts, (l->n_cuts + 1) * sizeof(*cuts));
+    char *copy = strdup(name);
+    if (cuts)
+        l->cuts = cuts;
+    if (!cuts || !copy) {
+        free(copy);
+        return 0;
+    }
+    l->cuts[l->n_cuts++] = (struct cluster_cut){.name = copy, .identity = identity, .cut_us = cut};
+    return cut;
+}
+
+void cluster_store_cleared(server_t *srv, uint32_t ns)
+{
+    const char *name;
+    cluster_link_t *l = srv->cluster;
+    if (!l || !ns_shared(srv, ns, &name) || !config_find_ns(srv->conf, name)->cluster_clear)
+        return;
+    uint64_t identity = namespaces_identity(srv, ns)->hash;
+    job_t *j = calloc(1, sizeof *j);
+    if (j)
+        j->ns = strdup(name);
+    if (!j || !j->ns || link_set_cut(l, name, identity) == 0) {
+        if (j)
+            job_free(j);
+        LOG_WARN("cluster tier: out of memory: namespace '%s' is not cleared in the cluster", name);
+        return;
+    }
+    j->kind = JOB_CLEAR;
+    j->identity = identity;
+    j->timeout_ms = srv->cfg.cluster_clear_timeout_ms;
+    uv_mutex_lock(&l->mu);
+    job_push(&l->jobs, &l->jobs_tail, j);
+    uv_mutex_unlock(&l->mu);
+    uv_async_send(&l->wake);
+    LOG_INFO("cluster tier: namespace '%s' cleared: its keys of identity %016llx are deleted in "
+             "the cluster within %u ms",
+             name, (unsigned long long)identity, srv->cfg.cluster_clear_timeout_ms);
 }

@@ -87,4 +87,14 @@ void cluster_store_detach(session_t *s);
 void cluster_store_committed(server_t *srv, uint32_t ns, const uint32_t *ids, const uint32_t *fresh,
                              size_t n, const uint32_t *tokens);
 
+/* Namespace ns was just cleared (Clear): when it is shared and its section
+ * says cluster_clear, its keys of its identity are deleted in the cluster,
+ * off the loop, within cluster_clear_timeout_ms (cluster_tier_clear;
+ * counted: cluster_keys_deleted, and cluster_clears_incomplete when keys
+ * are left, which is logged). From now on this daemon never fetches a
+ * value of it written before now (the cut: a value's written stamp), even
+ * while the deletion runs or where it left keys. Writes of it handed over
+ * and not yet sent are dropped. The Clear's reply does not wait. */
+void cluster_store_cleared(server_t *srv, uint32_t ns);
+
 #endif /* KVS_DAEMON_CLUSTER_STORE_H */

@@ -8,6 +8,8 @@
 
 #define CLUSTER_KEY_MAX 512
 
+typedef struct tier_clear tier_clear_t;
+
 struct cluster_tier {
     cluster_t *c;
     char *prefix;
@@ -19,6 +21,7 @@ struct cluster_tier {
     cluster_tier_stats_t stats;
     void (*on_put_done)(void *arg);
     void *put_arg;
+    tier_clear_t *clears; /* running */
 };
 
 typedef struct fetch fetch_t;
@@ -38,6 +41,8 @@ struct fetch {
     uint32_t *tokens; /* n * n_tokens */
     uint32_t n_tokens;
     size_t payload_len;
+    uint64_t identity;
+    uint64_t written_us; /* the oldest value accepted (a Clear's cut) */
     uint8_t *hits;
     fetch_get_t *gets;
     uint64_t start_ns;
@@ -75,11 +80,16 @@ int cluster_tier_new(cluster_t *c, const char *prefix, uint32_t max_puts, cluste
     return 0;
 }
 
+static void clear_end(tier_clear_t *cl, int whole);
+
 void cluster_tier_free(cluster_tier_t *t)
 {
     if (!t || t->closed)
         return;
     t->closed = 1;
+    /* A clear waiting for a retry holds no command: it would wait forever. */
+    while (t->clears)
+        clear_end(t->clears, 0);
     tier_unref(t);
 }
 
@@ -167,7 +177,9 @@ static cluster_block_t fetch_block(const fetch_t *f, size_t i)
                          .hash = f->hashes[i],
                          .tokens = f->tokens + i * f->n_tokens,
                          .n_tokens = f->n_tokens,
-                         .payload_len = f->payload_len};
+                         .payload_len = f->payload_len,
+                         .identity = f->identity,
+                         .written_us = f->written_us};
     return b;
 }
 
@@ -207,8 +219,12 @@ static void get_verify(fetch_get_t *g, const char *data, size_t len)
                          : cluster_value_check(data, len, &b, &payload);
     if (rc == KVS_EPROTO) {
         t->stats.corrupt++;
+    } else if (rc == KVS_EIDENTITY) {
+        t->stats.identity_misses++;
     } else if (rc == KVS_ENOTFOUND) {
         t->stats.mismatched++;
+    } else if (rc == KVS_EBADSTATE) {
+        t->stats.cleared++;
     } else if (rc != 0) {
         t->stats.get_errors++; /* on_piece failed */
     } else {
@@ -249,6 +265,8 @@ static fetch_t *fetch_new(cluster_tier_t *t, const cluster_block_t *blocks, size
     f->ns_len = blocks[0].ns_len;
     f->n_tokens = blocks[0].n_tokens;
     f->payload_len = blocks[0].payload_len;
+    f->identity = blocks[0].identity;
+    f->written_us = blocks[0].written_us;
     f->ns = malloc(f->ns_len + 1);
     f->hashes = calloc(n, sizeof *f->hashes);
     f->tokens = calloc(n * f->n_tokens + 1, sizeof *f->tokens);
@@ -275,6 +293,7 @@ static int same_geometry(const cluster_block_t *blocks, size_t n)
         const cluster_block_t *b = &blocks[i];
         if (b->ns_len != blocks[0].ns_len || memcmp(b->ns, blocks[0].ns, b->ns_len) != 0 ||
             b->n_tokens != blocks[0].n_tokens || b->payload_len != blocks[0].payload_len ||
+            b->identity != blocks[0].identity || b->written_us != blocks[0].written_us ||
             (b->n_tokens && !b->tokens))
             return 0;
     }
@@ -328,6 +347,234 @@ int cluster_tier_fetch_into(cluster_tier_t *t, const cluster_block_t *blocks, si
     }
     fetch_step(f);
     return 0;
+}
+
+/* ---- clear ----
+ *
+ * One clear's state per node of the client (by its index): the SCAN
+ * cursor of that node and the UNLINKs of its step in flight. Commands in
+ * flight and the list each hold the clear (refs); the clear holds the
+ * tier. */
+
+enum { NODE_IDLE = 0, NODE_SCAN, NODE_UNLINK, NODE_DONE, NODE_FAILED };
+
+typedef struct clear_node {
+    tier_clear_t *cl;
+    int idx;
+    int state;
+    uint64_t cursor;
+    size_t unlinks;     /* UNLINKs of this step in flight */
+    int redo;           /* an UNLINK of this step failed: scan the node again */
+    uint64_t failed_ms; /* NODE_FAILED since */
+} clear_node_t;
+
+struct tier_clear {
+    tier_clear_t *next;
+    cluster_tier_t *t;
+    char match[CLUSTER_KEY_MAX];
+    uint64_t deadline_ms;
+    uint64_t deleted;
+    size_t refs;
+    int ended;
+    clear_node_t nodes[CLUSTER_MAX_NODES];
+    cluster_tier_clear_cb done;
+    void *arg;
+};
+
+static uint64_t now_ms(void)
+{
+    return uv_hrtime() / 1000000;
+}
+
+static void clear_unref(tier_clear_t *cl)
+{
+    if (--cl->refs > 0)
+        return;
+    cluster_tier_t *t = cl->t;
+    free(cl);
+    tier_unref(t);
+}
+
+/* Masters of the map not scanned through yet. */
+static size_t clear_left(const tier_clear_t *cl)
+{
+    int masters[CLUSTER_MAX_NODES];
+    size_t n = cluster_masters(cl->t->c, masters, CLUSTER_MAX_NODES);
+    size_t left = 0;
+    for (size_t i = 0; i < n; i++)
+        left += cl->nodes[masters[i]].state != NODE_DONE;
+    return n ? left : CLUSTER_MAX_NODES;
+}
+
+/* Ends cl (once): counted, reported unless the tier is closed. */
+static void clear_end(tier_clear_t *cl, int whole)
+{
+    cluster_tier_t *t = cl->t;
+    if (cl->ended)
+        return;
+    cl->ended = 1;
+    for (tier_clear_t **p = &t->clears; *p; p = &(*p)->next)
+        if (*p == cl) {
+            *p = cl->next;
+            break;
+        }
+    t->stats.clears++;
+    if (!whole)
+        t->stats.clears_incomplete++;
+    if (cl->done) {
+        size_t left = whole ? 0 : clear_left(cl);
+        cl->done(cl->arg, cl->deleted, whole, left == CLUSTER_MAX_NODES ? 0 : left);
+    }
+    clear_unref(cl);
+}
+
+static void node_failed(clear_node_t *nd)
+{
+    nd->state = NODE_FAILED;
+    nd->failed_ms = now_ms();
+    nd->cursor = 0;
+    nd->redo = 0;
+}
+
+static void on_scan(void *arg, int status, uint64_t cursor, const char *const *keys,
+                    const size_t *lens, size_t n);
+
+/* Sends nd's next SCAN. */
+static void node_scan(tier_clear_t *cl, clear_node_t *nd)
+{
+    if (cluster_scan(cl->t->c, nd->idx, nd->cursor, cl->match, CLUSTER_TIER_SCAN_COUNT, on_scan,
+                     nd) != 0) {
+        node_failed(nd);
+        return;
+    }
+    nd->state = NODE_SCAN;
+    cl->refs++;
+}
+
+/* Ends cl when every master of the map is scanned through. */
+static void clear_check(tier_clear_t *cl)
+{
+    if (!cl->ended && clear_left(cl) == 0)
+        clear_end(cl, 1);
+}
+
+/* nd's step is over: its UNLINKs are all answered. */
+static void step_done(tier_clear_t *cl, clear_node_t *nd)
+{
+    if (nd->redo) {
+        node_failed(nd);
+    } else if (nd->cursor == 0) {
+        nd->state = NODE_DONE;
+        clear_check(cl);
+    } else {
+        node_scan(cl, nd);
+    }
+}
+
+static void on_unlink(void *arg, int status, const char *data, size_t len)
+{
+    clear_node_t *nd = arg;
+    tier_clear_t *cl = nd->cl;
+    cluster_tier_t *t = cl->t;
+    if (status == 0 && len == 1 && data[0] == '1') {
+        cl->deleted++;
+        t->stats.keys_deleted++;
+    } else if (status != 0) {
+        nd->redo = 1;
+    }
+    if (--nd->unlinks == 0 && !cl->ended && !t->closed)
+        step_done(cl, nd);
+    clear_unref(cl);
+}
+
+static void on_scan(void *arg, int status, uint64_t cursor, const char *const *keys,
+                    const size_t *lens, size_t n)
+{
+    clear_node_t *nd = arg;
+    tier_clear_t *cl = nd->cl;
+    cluster_tier_t *t = cl->t;
+    if (cl->ended || t->closed) {
+        clear_unref(cl);
+        return;
+    }
+    if (status != 0) {
+        node_failed(nd);
+        clear_unref(cl);
+        return;
+    }
+    nd->cursor = cursor;
+    nd->state = NODE_UNLINK;
+    nd->unlinks = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *argv[2] = {"UNLINK", keys[i]};
+        size_t alen[2] = {6, lens[i]};
+        if (cluster_command(t->c, keys[i], lens[i], 2, argv, alen, on_unlink, nd) == 0) {
+            nd->unlinks++;
+            cl->refs++;
+        } else {
+            nd->redo = 1; /* refused at once: the node's scan starts over later */
+        }
+    }
+    if (nd->unlinks == 0)
+        step_done(cl, nd);
+    clear_unref(cl);
+}
+
+int cluster_tier_clear(cluster_tier_t *t, const char *ns, size_t ns_len, uint64_t identity,
+                       uint32_t timeout_ms, cluster_tier_clear_cb done, void *arg)
+{
+    if (!t || t->closed || !ns || !done)
+        return KVS_EINVAL;
+    tier_clear_t *cl = calloc(1, sizeof *cl);
+    if (!cl)
+        return KVS_ENOMEM;
+    if (cluster_value_match(t->prefix, ns, ns_len, identity, cl->match, sizeof cl->match) < 0) {
+        free(cl);
+        return KVS_EINVAL;
+    }
+    cl->t = t;
+    cl->deadline_ms = now_ms() + timeout_ms;
+    cl->done = done;
+    cl->arg = arg;
+    cl->refs = 1; /* the list's */
+    for (int i = 0; i < CLUSTER_MAX_NODES; i++) {
+        cl->nodes[i].cl = cl;
+        cl->nodes[i].idx = i;
+    }
+    t->live++;
+    cl->next = t->clears;
+    t->clears = cl;
+    /* The masters known now start at once; with no map yet, the tick
+     * starts them. done never runs inside this call. */
+    int masters[CLUSTER_MAX_NODES];
+    size_t n = cluster_masters(t->c, masters, CLUSTER_MAX_NODES);
+    for (size_t i = 0; i < n; i++)
+        node_scan(cl, &cl->nodes[masters[i]]);
+    return 0;
+}
+
+void cluster_tier_tick(cluster_tier_t *t)
+{
+    if (!t || t->closed)
+        return;
+    uint64_t now = now_ms();
+    tier_clear_t *next;
+    for (tier_clear_t *cl = t->clears; cl; cl = next) {
+        next = cl->next;
+        if (now >= cl->deadline_ms) {
+            clear_end(cl, 0);
+            continue;
+        }
+        int masters[CLUSTER_MAX_NODES];
+        size_t n = cluster_masters(t->c, masters, CLUSTER_MAX_NODES);
+        for (size_t i = 0; i < n; i++) {
+            clear_node_t *nd = &cl->nodes[masters[i]];
+            if (nd->state == NODE_IDLE ||
+                (nd->state == NODE_FAILED && now - nd->failed_ms >= CLUSTER_TIER_CLEAR_RETRY_MS))
+                node_scan(cl, nd);
+        }
+        clear_check(cl);
+    }
 }
 
 int cluster_tier_key(const cluster_tier_t *t, const cluster_block_t *b, char *buf, size_t len)

@@ -82,23 +82,46 @@ static size_t put_escaped(char *buf, size_t len, size_t off, const char *text, s
     return off;
 }
 
+/* The key up to the identity's field: "<prefix>kvs2:<namespace>:". Returns
+ * its length, or len when it does not fit. */
+static size_t key_head(const char *prefix, const char *ns, size_t ns_len, char *buf, size_t len)
+{
+    size_t tag = strlen(CLUSTER_VALUE_KEY_TAG);
+    size_t off = prefix ? put_escaped(buf, len, 0, prefix, strlen(prefix), 1) : 0;
+    /* ':' is not plain: the separators are written as they are, between
+     * fields that cannot hold one. */
+    if (off + tag >= len)
+        return len;
+    memcpy(buf + off, CLUSTER_VALUE_KEY_TAG, tag);
+    off = put_escaped(buf, len, off + tag, ns, ns_len, 0);
+    if (off + 1 >= len)
+        return len;
+    buf[off++] = ':';
+    return off;
+}
+
 int cluster_value_key(const char *prefix, const cluster_block_t *b, char *buf, size_t len)
 {
     if (!b || !buf || len == 0)
         return KVS_EINVAL;
-    size_t off = prefix ? put_escaped(buf, len, 0, prefix, strlen(prefix), 1) : 0;
-    /* ':' is not plain: the separators are written as they are, between
-     * fields that cannot hold one. */
-    if (off + 5 < len) {
-        memcpy(buf + off, "kvs1:", 5);
-        off = put_escaped(buf, len, off + 5, b->ns, b->ns_len, 0);
-    } else {
-        off = len;
-    }
+    size_t off = key_head(prefix, b->ns, b->ns_len, buf, len);
     if (off >= len)
         return KVS_EINVAL;
-    int n = snprintf(buf + off, len - off, ":%" PRIu32 "x%zu:%016" PRIx64, b->n_tokens,
-                     b->payload_len, b->hash);
+    int n = snprintf(buf + off, len - off, "%016" PRIx64 ":%016" PRIx64, b->identity, b->hash);
+    if (n < 0 || (size_t)n >= len - off)
+        return KVS_EINVAL;
+    return (int)(off + (size_t)n);
+}
+
+int cluster_value_match(const char *prefix, const char *ns, size_t ns_len, uint64_t identity,
+                        char *buf, size_t len)
+{
+    if (!ns || !buf || len == 0)
+        return KVS_EINVAL;
+    size_t off = key_head(prefix, ns, ns_len, buf, len);
+    if (off >= len)
+        return KVS_EINVAL;
+    int n = snprintf(buf + off, len - off, "%016" PRIx64 ":*", identity);
     if (n < 0 || (size_t)n >= len - off)
         return KVS_EINVAL;
     return (int)(off + (size_t)n);
@@ -129,6 +152,8 @@ int cluster_value_header(const cluster_block_t *b, const void *payload, void *ou
     put32(p + 12, b->n_tokens);
     put64(p + 16, b->hash);
     put64(p + 24, b->payload_len);
+    put64(p + 40, b->identity);
+    put64(p + 48, b->written_us);
     memcpy(p + CLUSTER_VALUE_FIXED, b->ns, b->ns_len);
     unsigned char *t = p + CLUSTER_VALUE_FIXED + name_room(b->ns_len);
     for (uint32_t i = 0; i < b->n_tokens; i++)
@@ -139,8 +164,10 @@ int cluster_value_header(const cluster_block_t *b, const void *payload, void *ou
 
 /* The checks of the header alone: its lengths, and the block it names.
  * Returns 0 (*hlen, *plen, *seed: the checksum's seed over the header),
- * KVS_EPROTO (corrupt), or KVS_ENOTFOUND (a sound header of another block:
- * the caller still tells it from a corrupt value by the checksum). */
+ * KVS_EPROTO (corrupt), or, for a header that is sound (the caller still
+ * tells it from a corrupt value by the checksum): KVS_EIDENTITY (another
+ * model identity, whatever else it names), KVS_ENOTFOUND (another block),
+ * KVS_EBADSTATE (this block, written before expect->written_us). */
 static int check_header(const unsigned char *p, size_t len, const cluster_block_t *expect,
                         size_t *hlen_out, size_t *plen_out, uint64_t *seed)
 {
@@ -167,6 +194,8 @@ static int check_header(const unsigned char *p, size_t len, const cluster_block_
     *seed = XXH3_64bits_digest(&st);
     *hlen_out = hlen;
     *plen_out = (size_t)plen;
+    if (get64(p + 40) != expect->identity)
+        return KVS_EIDENTITY;
     if (ns_len != expect->ns_len || memcmp(p + CLUSTER_VALUE_FIXED, expect->ns, ns_len) != 0 ||
         get64(p + 16) != expect->hash || n_tokens != expect->n_tokens ||
         plen != expect->payload_len)
@@ -175,6 +204,8 @@ static int check_header(const unsigned char *p, size_t len, const cluster_block_
     for (uint32_t i = 0; i < n_tokens; i++)
         if (get32(t + 4 * i) != expect->tokens[i])
             return KVS_ENOTFOUND;
+    if (get64(p + 48) < expect->written_us)
+        return KVS_EBADSTATE;
     return 0;
 }
 
@@ -208,7 +239,7 @@ int cluster_value_check_copy(const void *value, size_t len, const cluster_block_
     int rc = check_header(p, len, expect, &hlen, &plen, &seed);
     if (rc == KVS_EPROTO)
         return rc;
-    if (rc != 0) /* another block: nothing to place; corrupt or not? */
+    if (rc != 0) /* not this block: nothing to place; corrupt or not? */
         return XXH3_64bits_withSeed(p + hlen, plen, seed) != get64(p + 32) ? KVS_EPROTO : rc;
     /* Each piece is hashed and then copied while it is in the cache: the
      * payload is read from memory once, not once to verify and once to

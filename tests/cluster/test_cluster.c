@@ -713,6 +713,147 @@ START_TEST(tier_drops_writes_when_the_cluster_is_slow)
 }
 END_TEST
 
+/* Counts the replies of a batch of SETs. */
+static void on_counted(void *arg, int status, const char *data, size_t len)
+{
+    int *n = arg;
+    (void)data;
+    (void)len;
+    ck_assert_int_eq(status, 0);
+    (*n)++;
+}
+
+/* Writes n keys of namespace ns and identity (chain hashes from 1), a
+ * short value each, 256 in flight at a time. */
+static void set_keys(uv_loop_t *loop, cluster_t *c, const char *ns, uint64_t identity, int n)
+{
+    int done = 0, sent = 0;
+    while (done < n) {
+        while (sent < n && sent - done < 256) {
+            char key[512];
+            cluster_block_t b = {
+                .ns = ns, .ns_len = strlen(ns), .hash = (uint64_t)sent + 1, .identity = identity};
+            ck_assert_int_gt(cluster_value_key("t:", &b, key, sizeof key), 0);
+            ck_assert_int_eq(cluster_set(c, key, strlen(key), "v", 1, on_counted, &done), 0);
+            sent++;
+        }
+        uv_run(loop, UV_RUN_ONCE);
+    }
+}
+
+/* Keys on the masters, all told. */
+static long long master_keys(const rc_cluster_t *rc)
+{
+    long long n = 0;
+    for (int i = 0; i < rc->n; i++) {
+        redisContext *ctx = rc_connect(rc, i);
+        ck_assert_ptr_nonnull(ctx);
+        redisReply *role = redisCommand(ctx, "ROLE");
+        if (role && role->type == REDIS_REPLY_ARRAY &&
+            strcmp(role->element[0]->str, "master") == 0) {
+            redisReply *r = redisCommand(ctx, "DBSIZE");
+            ck_assert(r && r->type == REDIS_REPLY_INTEGER);
+            n += r->integer;
+            freeReplyObject(r);
+        }
+        freeReplyObject(role);
+        redisFree(ctx);
+    }
+    return n;
+}
+
+typedef struct cleared {
+    int done, whole;
+    uint64_t deleted;
+    size_t left;
+} cleared_t;
+
+static void on_cleared(void *arg, uint64_t deleted, int whole, size_t left)
+{
+    cleared_t *r = arg;
+    r->done = 1;
+    r->whole = whole;
+    r->deleted = deleted;
+    r->left = left;
+}
+
+/* Runs the loop and the tier's tick until *done or ms pass. */
+static int run_ticking(uv_loop_t *loop, cluster_tier_t *t, const int *done, int ms)
+{
+    int64_t end = now_ms() + ms, tick = 0;
+    while (!*done && now_ms() < end) {
+        uv_run(loop, UV_RUN_NOWAIT);
+        if (now_ms() - tick >= 20) {
+            cluster_tier_tick(t);
+            tick = now_ms();
+        }
+        usleep(1000);
+    }
+    return *done;
+}
+
+/* A clear deletes every key of one namespace and identity on every
+ * master, over many SCAN steps, and nothing else: not the same namespace
+ * under another identity, not another namespace. Then, with the cluster
+ * stopped, a clear ends at its deadline, counted as incomplete. */
+START_TEST(tier_clear_deletes_one_identity)
+{
+    enum { MINE = 3000, THEIRS = 200, OTHER_NS = 100 };
+    rc_cluster_t rc;
+    start_or_fail(&rc, 3, 0, NULL);
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    cluster_t *c = open_client(&loop, &rc, NULL, 2000);
+    ck_assert(run_until_ready(&loop, c, 10000));
+    cluster_tier_t *t = NULL;
+    ck_assert_int_eq(cluster_tier_new(c, "t:", 64, &t), 0);
+    set_keys(&loop, c, "chat", 0x1111, MINE);
+    set_keys(&loop, c, "chat", 0x2222, THEIRS);
+    set_keys(&loop, c, "chat2", 0x1111, OTHER_NS);
+    ck_assert_int_eq(master_keys(&rc), MINE + THEIRS + OTHER_NS);
+
+    cleared_t r = {0};
+    ck_assert_int_eq(cluster_tier_clear(t, "chat", 4, 0x1111, 30000, on_cleared, &r), 0);
+    ck_assert_int_eq(r.done, 0); /* never inside the call */
+    ck_assert(run_ticking(&loop, t, &r.done, 30000));
+    ck_assert_int_eq(r.whole, 1);
+    ck_assert_uint_eq(r.deleted, MINE);
+    ck_assert_uint_eq(r.left, 0);
+    ck_assert_int_eq(master_keys(&rc), THEIRS + OTHER_NS);
+    cluster_tier_stats_t st;
+    cluster_tier_get_stats(t, &st);
+    ck_assert_uint_eq(st.keys_deleted, MINE);
+    ck_assert_uint_eq(st.clears, 1);
+    ck_assert_uint_eq(st.clears_incomplete, 0);
+    /* Nothing left: a second clear ends whole, deleting nothing. */
+    r = (cleared_t){0};
+    ck_assert_int_eq(cluster_tier_clear(t, "chat", 4, 0x1111, 30000, on_cleared, &r), 0);
+    ck_assert(run_ticking(&loop, t, &r.done, 30000));
+    ck_assert_int_eq(r.whole, 1);
+    ck_assert_uint_eq(r.deleted, 0);
+
+    /* The cluster stopped: the clear ends at its deadline, keys left. */
+    for (int i = 0; i < 3; i++)
+        kill(rc.pid[i], SIGSTOP);
+    r = (cleared_t){0};
+    int64_t t0 = now_ms();
+    ck_assert_int_eq(cluster_tier_clear(t, "chat", 4, 0x2222, 1000, on_cleared, &r), 0);
+    ck_assert(run_ticking(&loop, t, &r.done, 10000));
+    ck_assert_int_ge(now_ms() - t0, 1000);
+    ck_assert_int_lt(now_ms() - t0, 3000);
+    ck_assert_int_eq(r.whole, 0);
+    cluster_tier_get_stats(t, &st);
+    ck_assert_uint_eq(st.clears, 3);
+    ck_assert_uint_eq(st.clears_incomplete, 1);
+    for (int i = 0; i < 3; i++)
+        kill(rc.pid[i], SIGCONT);
+    ck_assert_int_eq(master_keys(&rc), THEIRS + OTHER_NS);
+    cluster_tier_free(t);
+    close_client(&loop, c);
+    rc_stop(&rc);
+}
+END_TEST
+
 static Suite *cluster_suite(void)
 {
     Suite *s = suite_create("cluster");
@@ -727,6 +868,7 @@ static Suite *cluster_suite(void)
     tcase_add_test(tc, bounded_inflight_and_bad_seeds);
     tcase_add_test(tc, tier_blocks_round_trip_and_bad_values);
     tcase_add_test(tc, tier_drops_writes_when_the_cluster_is_slow);
+    tcase_add_test(tc, tier_clear_deletes_one_identity);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -86,7 +86,7 @@ static int check_cluster(const rc_cluster_t *rc, const kvs_geometry_t *g, const 
         ck_assert(keys && keys->type == REDIS_REPLY_ARRAY);
         for (size_t k = 0; k < keys->elements; k++) {
             const char *key = keys->element[k]->str;
-            ck_assert_msg(strncmp(key, "kvs:kvs1:", 9) == 0, "key %s", key);
+            ck_assert_msg(strncmp(key, "kvs:kvs2:", 9) == 0, "key %s", key);
             redisReply *v = redisCommand(ctx, "GET %s", key);
             ck_assert(v && v->type == REDIS_REPLY_STRING);
             /* Which block: its first token says. */
@@ -99,14 +99,17 @@ static int check_cluster(const rc_cluster_t *rc, const kvs_geometry_t *g, const 
             ck_assert_uint_lt(j, NB);
             uint32_t tokens[MAXTOK];
             prompt(tokens, NB * g->block_tokens, seed);
-            uint64_t hash;
-            memcpy(&hash, v->str + 16, 8); /* the stored hash; the key must agree */
+            uint64_t hash, identity;
+            memcpy(&hash, v->str + 16, 8);     /* the stored hash; the key must agree */
+            memcpy(&identity, v->str + 40, 8); /* and the stored identity */
+            ck_assert_uint_ne(identity, 0);
             cluster_block_t b = {.ns = ns,
                                  .ns_len = strlen(ns),
                                  .hash = hash,
                                  .tokens = tokens + j * g->block_tokens,
                                  .n_tokens = g->block_tokens,
-                                 .payload_len = 2 * g->layers * g->slot_bytes};
+                                 .payload_len = 2 * g->layers * g->slot_bytes,
+                                 .identity = identity};
             char expect_key[512];
             cluster_value_key("kvs:", &b, expect_key, sizeof expect_key);
             ck_assert_str_eq(key, expect_key);
@@ -592,6 +595,255 @@ START_TEST(password_never_logged)
 }
 END_TEST
 
+/* ---- model identity and Clear ---- */
+
+/* The test geometry of daemon_harness.c, and two others of the same block
+ * bytes (512): another dtype, and another split of layers and heads. */
+static const char *const geo_fp16[] = {"--layers", "2",    "--kv-heads",     "2", "--head-dim", "8",
+                                       "--dtype",  "fp16", "--block-tokens", "4", NULL};
+static const char *const geo_bf16[] = {"--layers", "2",    "--kv-heads",     "2", "--head-dim", "8",
+                                       "--dtype",  "bf16", "--block-tokens", "4", NULL};
+static const char *const geo_split[] = {"--layers",       "1", "--kv-heads", "4",
+                                        "--head-dim",     "8", "--dtype",    "fp16",
+                                        "--block-tokens", "4", NULL};
+
+/* A config file holding text (path into conf). */
+static void write_conf(char *conf, size_t len, const char *text)
+{
+    int fd = test_tmp_file("kvs-share-conf", conf, len);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+}
+
+/* A kvshared of geometry geo on the cluster with conf, /metrics on
+ * *port (when port is not NULL). */
+static void start_node(harness_t *h, const char *const *geo, const rc_cluster_t *rc,
+                       const char *conf, int *port)
+{
+    char listen[32];
+    const char *extra[] = {"--cluster-seeds", rc->seeds, "--config", conf, "--cluster-timeout-ms",
+                           "10000",           NULL,      NULL,       NULL};
+    if (port) {
+        *port = free_port();
+        snprintf(listen, sizeof listen, "127.0.0.1:%d", *port);
+        extra[6] = "--metrics-listen";
+        extra[7] = listen;
+    }
+    ck_assert_int_eq(harness_start_geometry(h, 128, geo, extra), 0);
+}
+
+static void stop_node(harness_t *h, kvs_client_t *c)
+{
+    kvs_close(c);
+    ck_assert_int_eq(harness_stop(h), 0);
+    harness_cleanup(h);
+}
+
+/* The value of a counter without labels in /metrics on port. */
+static unsigned long long metric(int port, const char *name)
+{
+    char *text = http_get(port, "/metrics");
+    ck_assert_ptr_nonnull(text);
+    char line[128];
+    snprintf(line, sizeof line, "\n%s ", name);
+    const char *at = strstr(text, line);
+    ck_assert_msg(at != NULL, "no %s in /metrics", name);
+    unsigned long long v = strtoull(at + strlen(line), NULL, 10);
+    free(text);
+    return v;
+}
+
+/* Waits until the masters hold n keys (the writes are asynchronous). */
+static void wait_keys(const rc_cluster_t *rc, long long n)
+{
+    int64_t end = now_ms() + 30000;
+    while (cluster_keys(rc) != n && now_ms() < end)
+        usleep(50000);
+    ck_assert_int_eq(cluster_keys(rc), n);
+}
+
+static uint64_t le64(const char *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | (unsigned char)p[i];
+    return v;
+}
+
+/* Rewrites the value of the block that starts with token first (namespace
+ * ns) as a sound value of another identity, under the same key. Returns 1
+ * when it found it. */
+static int plant_other_identity(const rc_cluster_t *rc, const char *ns, uint32_t first)
+{
+    size_t room = (strlen(ns) + 3) & ~(size_t)3;
+    int done = 0;
+    for (int i = 0; i < rc->n && !done; i++) {
+        redisContext *ctx = rc_connect(rc, i);
+        ck_assert_ptr_nonnull(ctx);
+        redisReply *keys = redisCommand(ctx, "KEYS *");
+        for (size_t k = 0; keys && k < keys->elements && !done; k++) {
+            redisReply *v = redisCommand(ctx, "GET %s", keys->element[k]->str);
+            const unsigned char *tok =
+                v && v->type == REDIS_REPLY_STRING && v->len > CLUSTER_VALUE_FIXED + room
+                    ? (const unsigned char *)v->str + CLUSTER_VALUE_FIXED + room
+                    : NULL;
+            if (tok && ((uint32_t)tok[0] | (uint32_t)tok[1] << 8 | (uint32_t)tok[2] << 16 |
+                        (uint32_t)tok[3] << 24) == first) {
+                uint32_t n_tokens = (uint32_t)(le64(v->str + 8) >> 32); /* bytes 12..15 */
+                uint32_t tokens[MAXTOK];
+                for (uint32_t t = 0; t < n_tokens; t++)
+                    tokens[t] = (uint32_t)tok[4 * t] | (uint32_t)tok[4 * t + 1] << 8 |
+                                (uint32_t)tok[4 * t + 2] << 16 | (uint32_t)tok[4 * t + 3] << 24;
+                size_t hlen = CLUSTER_VALUE_FIXED + room + 4 * (size_t)n_tokens;
+                cluster_block_t b = {.ns = ns,
+                                     .ns_len = strlen(ns),
+                                     .hash = le64(v->str + 16),
+                                     .tokens = tokens,
+                                     .n_tokens = n_tokens,
+                                     .payload_len = v->len - hlen,
+                                     .identity = le64(v->str + 40) ^ 0x5a5a,
+                                     .written_us = le64(v->str + 48)};
+                char *value = malloc(v->len);
+                memcpy(value, v->str, v->len);
+                ck_assert_int_eq(cluster_value_header(&b, value + hlen, value), (int)hlen);
+                redisReply *r =
+                    redisCommand(ctx, "SET %s %b", keys->element[k]->str, value, v->len);
+                ck_assert(r && r->type == REDIS_REPLY_STATUS);
+                freeReplyObject(r);
+                free(value);
+                done = 1;
+            }
+            freeReplyObject(v);
+        }
+        freeReplyObject(keys);
+        redisFree(ctx);
+    }
+    return done;
+}
+
+/* Two deployments on one cluster with the same namespace name and block
+ * bytes but another model identity (fp16 and bf16; 2 layers x 2 heads and
+ * 1 layer x 4 heads) never read each other's blocks: 10 prompts of one
+ * miss in each of the others, and their writes land on keys of their own.
+ * The same identity still shares across two daemons. A value planted with
+ * another identity under a block's key is a miss counted in
+ * cluster_identity_misses, not in cluster_bad_values. */
+START_TEST(another_identity_never_shares)
+{
+    enum { PROMPTS = 10 };
+    rc_cluster_t rc;
+    ck_assert_msg(rc_start(&rc, 3, 0, NULL) == 0, "cannot start a Redis Cluster");
+    char conf[256];
+    write_conf(conf, sizeof conf, "[namespace shr]\nshared = yes\n");
+    harness_t ha, hb, hs, hc;
+    start_node(&ha, geo_fp16, &rc, conf, NULL);
+    kvs_client_t *a = harness_client(&ha, "share-test", 0);
+    for (uint32_t p = 0; p < PROMPTS; p++)
+        write_prompt(a, "shr", 30 + p);
+    wait_keys(&rc, PROMPTS * NB);
+
+    start_node(&hb, geo_bf16, &rc, conf, NULL);
+    kvs_client_t *b = harness_client(&hb, "share-test", 0);
+    start_node(&hs, geo_split, &rc, conf, NULL);
+    kvs_client_t *sp = harness_client(&hs, "share-test", 0);
+    for (uint32_t p = 0; p < PROMPTS; p++) {
+        ck_assert_uint_eq(lookup_check(b, "shr", 30 + p), 0);
+        ck_assert_uint_eq(lookup_check(sp, "shr", 30 + p), 0);
+    }
+    kvs_stats_t st;
+    ck_assert_int_eq(kvs_stats(b, &st), 0);
+    ck_assert_uint_eq(st.cluster_fetched_blocks, 0);
+    ck_assert_uint_eq(st.cluster_bad_values, 0);
+    kvs_stats_free(&st);
+    /* Their own writes of the same prompts go to keys of their own. */
+    write_prompt(b, "shr", 30);
+    write_prompt(sp, "shr", 30);
+    wait_keys(&rc, (PROMPTS + 2) * NB);
+    stop_node(&hs, sp);
+    stop_node(&hb, b);
+
+    /* The same identity shares; one value planted with another identity
+     * is a miss of its own kind. */
+    ck_assert(plant_other_identity(&rc, "shr", (30 + PROMPTS - 1) * 100000 + 2 * 4));
+    int port;
+    start_node(&hc, geo_fp16, &rc, conf, &port);
+    kvs_client_t *c = harness_client(&hc, "share-test", 0);
+    for (uint32_t p = 0; p + 1 < PROMPTS; p++)
+        ck_assert_uint_eq(lookup_check(c, "shr", 30 + p), NB);
+    ck_assert_uint_eq(lookup_check(c, "shr", 30 + PROMPTS - 1), 2);
+    ck_assert_uint_eq(metric(port, "kvshare_cluster_identity_misses_total"), 1);
+    ck_assert_uint_eq(metric(port, "kvshare_cluster_bad_values_total"), 0);
+    ck_assert_uint_eq(metric(port, "kvshare_cluster_fetched_blocks_total"), (PROMPTS - 1) * NB + 2);
+    stop_node(&hc, c);
+    stop_node(&ha, a);
+    unlink(conf);
+    rc_stop(&rc);
+}
+END_TEST
+
+/* A Clear of a shared namespace with cluster_clear deletes its keys of
+ * its identity in the cluster (counted in cluster_keys_deleted), and
+ * nothing else: not another identity's keys of the same name, not another
+ * namespace's. The clearing daemon never fetches them again, and a fresh
+ * daemon misses them. A Clear of a shared namespace without cluster_clear
+ * is local: its keys stay, and are fetched back. */
+START_TEST(clear_deletes_shared_keys)
+{
+    rc_cluster_t rc;
+    ck_assert_msg(rc_start(&rc, 3, 0, NULL) == 0, "cannot start a Redis Cluster");
+    char conf[256], text[256];
+    snprintf(text, sizeof text,
+             "clear_uids = %u\n[namespace shr]\nshared = yes\ncluster_clear = yes\n\n"
+             "[namespace keep]\nshared = yes\n",
+             (unsigned)getuid());
+    write_conf(conf, sizeof conf, text);
+    harness_t ha, hb, hc;
+    int port;
+    start_node(&ha, geo_fp16, &rc, conf, &port);
+    kvs_client_t *a = harness_client(&ha, "share-test", 0);
+    write_prompt(a, "shr", 50);
+    write_prompt(a, "shr", 51);
+    write_prompt(a, "keep", 52);
+    start_node(&hb, geo_bf16, &rc, conf, NULL);
+    kvs_client_t *b = harness_client(&hb, "share-test", 0);
+    write_prompt(b, "shr", 50);
+    wait_keys(&rc, 4 * NB);
+
+    size_t cleared = 0, kept = 0;
+    ck_assert_int_eq(kvs_clear(a, "shr", &cleared, &kept), 0);
+    ck_assert_uint_eq(cleared, 2 * NB);
+    /* At once: the clearing daemon does not fetch them back. */
+    ck_assert_uint_eq(lookup_check(a, "shr", 50), 0);
+    int64_t end = now_ms() + 30000;
+    while (metric(port, "kvshare_cluster_keys_deleted_total") < 2 * NB && now_ms() < end)
+        usleep(50000);
+    ck_assert_uint_eq(metric(port, "kvshare_cluster_keys_deleted_total"), 2 * NB);
+    ck_assert_uint_eq(metric(port, "kvshare_cluster_clears_incomplete_total"), 0);
+    ck_assert_int_eq(cluster_keys(&rc), 2 * NB); /* keep's and the bf16 deployment's */
+    ck_assert_uint_eq(lookup_check(a, "shr", 51), 0);
+
+    start_node(&hc, geo_fp16, &rc, conf, NULL);
+    kvs_client_t *c = harness_client(&hc, "share-test", 0);
+    ck_assert_uint_eq(lookup_check(c, "shr", 50), 0);
+    ck_assert_uint_eq(lookup_check(c, "shr", 51), 0);
+    ck_assert_uint_eq(lookup_check(c, "keep", 52), NB);
+    stop_node(&hc, c);
+    ck_assert_uint_eq(lookup_check(b, "shr", 50), NB); /* its own pool's */
+
+    /* Without cluster_clear: local only. */
+    ck_assert_int_eq(kvs_clear(a, "keep", &cleared, &kept), 0);
+    ck_assert_uint_eq(cleared, NB);
+    ck_assert_uint_eq(lookup_check(a, "keep", 52), NB);
+    ck_assert_int_eq(cluster_keys(&rc), 2 * NB);
+    ck_assert_uint_eq(metric(port, "kvshare_cluster_keys_deleted_total"), 2 * NB);
+    stop_node(&hb, b);
+    stop_node(&ha, a);
+    unlink(conf);
+    rc_stop(&rc);
+}
+END_TEST
+
 static Suite *share_suite(void)
 {
     Suite *s = suite_create("cluster_share");
@@ -601,6 +853,11 @@ static Suite *share_suite(void)
     tcase_add_test(tc, master_killed_during_a_replay);
     tcase_add_test(tc, password_never_logged);
     suite_add_tcase(s, tc);
+    TCase *id = tcase_create("identity");
+    tcase_set_timeout(id, 240);
+    tcase_add_test(id, another_identity_never_shares);
+    tcase_add_test(id, clear_deletes_shared_keys);
+    suite_add_tcase(s, id);
     return s;
 }
 

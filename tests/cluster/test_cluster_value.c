@@ -18,7 +18,9 @@ static cluster_block_t block(size_t payload_len)
                          .hash = 0x0123456789abcdefULL,
                          .tokens = tokens,
                          .n_tokens = 16,
-                         .payload_len = payload_len};
+                         .payload_len = payload_len,
+                         .identity = 0x1dea1dea1dea1deaULL,
+                         .written_us = 1700000000000000ULL};
     return b;
 }
 
@@ -61,8 +63,6 @@ START_TEST(corrupt_is_refused)
     const void *got;
     /* Any one byte flipped, header or payload, fails the check. */
     for (size_t i = 0; i < len; i++) {
-        if (i >= 40 && i < 48)
-            continue; /* reserved: not checked beyond the checksum */
         v[i] ^= 0x40;
         int rc = cluster_value_check(v, len, &b, &got);
         ck_assert_msg(rc == KVS_EPROTO, "byte %zu flipped: %d", i, rc);
@@ -173,17 +173,77 @@ START_TEST(check_copy_agrees)
 }
 END_TEST
 
+/* A value that verifies but names another model identity is a miss of
+ * its own kind (KVS_EIDENTITY), whatever else it names; nothing of it is
+ * placed. Its identity is covered by the checksum like the rest. */
+START_TEST(another_identity_is_a_miss)
+{
+    enum { P = 512 };
+    unsigned char payload[P], out[P];
+    memset(payload, 0x33, P);
+    cluster_block_t b = block(P);
+    cluster_block_t theirs = b;
+    theirs.identity ^= 0x8000;
+    size_t len;
+    unsigned char *v = encode(&theirs, payload, &len);
+    const void *got;
+    ck_assert_int_eq(cluster_value_check(v, len, &b, &got), KVS_EIDENTITY);
+    sink_t sk = {.buf = out, .fail_at = -1};
+    ck_assert_int_eq(cluster_value_check_copy(v, len, &b, 128, place, &sk), KVS_EIDENTITY);
+    ck_assert_uint_eq(sk.pieces, 0);
+    /* Another identity and another block: the identity says. */
+    cluster_block_t other = b;
+    other.hash ^= 1;
+    ck_assert_int_eq(cluster_value_check(v, len, &other, &got), KVS_EIDENTITY);
+    /* Its identity field changed in place: corrupt. */
+    v[40] ^= 1;
+    ck_assert_int_eq(cluster_value_check(v, len, &b, &got), KVS_EPROTO);
+    v[40] ^= 1;
+    ck_assert_int_eq(cluster_value_check(v, len, &theirs, &got), 0);
+    free(v);
+}
+END_TEST
+
+/* A reader's cut (a Clear): the block written before it is refused
+ * (KVS_EBADSTATE), at or after it served. */
+START_TEST(written_before_the_cut_is_a_miss)
+{
+    enum { P = 256 };
+    unsigned char payload[P], out[P];
+    memset(payload, 0x5a, P);
+    cluster_block_t b = block(P);
+    size_t len;
+    unsigned char *v = encode(&b, payload, &len);
+    const void *got;
+    cluster_block_t expect = b;
+    expect.written_us = 0; /* no cut */
+    ck_assert_int_eq(cluster_value_check(v, len, &expect, &got), 0);
+    expect.written_us = b.written_us;
+    ck_assert_int_eq(cluster_value_check(v, len, &expect, &got), 0);
+    expect.written_us = b.written_us + 1;
+    ck_assert_int_eq(cluster_value_check(v, len, &expect, &got), KVS_EBADSTATE);
+    sink_t sk = {.buf = out, .fail_at = -1};
+    ck_assert_int_eq(cluster_value_check_copy(v, len, &expect, 64, place, &sk), KVS_EBADSTATE);
+    ck_assert_uint_eq(sk.pieces, 0);
+    free(v);
+}
+END_TEST
+
 START_TEST(keys_have_no_hash_tag)
 {
     char key[256];
     cluster_block_t b = block(2 << 20);
     int n = cluster_value_key("kvs:", &b, key, sizeof key);
     ck_assert_int_gt(n, 0);
-    ck_assert_str_eq(key, "kvs:kvs1:llama-3.1-8b:16x2097152:0123456789abcdef");
-    b.ns = "m{x}:y";
-    b.ns_len = 6;
+    ck_assert_str_eq(key, "kvs:kvs2:llama-3.1-8b:1dea1dea1dea1dea:0123456789abcdef");
+    /* Another identity, another key. */
+    b.identity = 0x00000000000000ffULL;
+    n = cluster_value_key("kvs:", &b, key, sizeof key);
+    ck_assert_str_eq(key, "kvs:kvs2:llama-3.1-8b:00000000000000ff:0123456789abcdef");
+    b.ns = "m{x}:y*";
+    b.ns_len = 7;
     n = cluster_value_key(NULL, &b, key, sizeof key);
-    ck_assert_str_eq(key, "kvs1:m%7Bx%7D%3Ay:16x2097152:0123456789abcdef");
+    ck_assert_str_eq(key, "kvs2:m%7Bx%7D%3Ay%2A:00000000000000ff:0123456789abcdef");
     ck_assert_ptr_null(strchr(key, '{'));
     ck_assert_int_eq(cluster_value_key(NULL, &b, key, 20), KVS_EINVAL);
     /* Blocks of one chain spread over the slots. */
@@ -198,6 +258,30 @@ START_TEST(keys_have_no_hash_tag)
 }
 END_TEST
 
+/* The SCAN pattern of a namespace and identity is its keys' common
+ * prefix and one '*': no other glob character can be in it. */
+START_TEST(match_pattern_is_the_keys_prefix)
+{
+    char key[256], match[256];
+    cluster_block_t b = block(64);
+    b.ns = "team[a]?*";
+    b.ns_len = 9;
+    int k = cluster_value_key("p:x\\", &b, key, sizeof key);
+    int m = cluster_value_match("p:x\\", b.ns, b.ns_len, b.identity, match, sizeof match);
+    ck_assert_int_gt(k, 0);
+    ck_assert_int_gt(m, 0);
+    ck_assert_str_eq(match, "p:x%5Ckvs2:team%5Ba%5D%3F%2A:1dea1dea1dea1dea:*");
+    ck_assert_int_eq(strncmp(key, match, (size_t)m - 1), 0);
+    ck_assert_uint_eq(strcspn(match, "?[]\\"), strlen(match));
+    ck_assert_ptr_eq(strchr(match, '*'), match + m - 1);
+    /* Another identity's keys do not match. */
+    b.identity ^= 1;
+    cluster_value_key("p:x\\", &b, key, sizeof key);
+    ck_assert_int_ne(strncmp(key, match, (size_t)m - 1), 0);
+    ck_assert_int_eq(cluster_value_match(NULL, b.ns, b.ns_len, 1, match, 20), KVS_EINVAL);
+}
+END_TEST
+
 static Suite *value_suite(void)
 {
     Suite *s = suite_create("cluster_value");
@@ -207,6 +291,9 @@ static Suite *value_suite(void)
     tcase_add_test(tc, another_block_is_a_miss);
     tcase_add_test(tc, keys_have_no_hash_tag);
     tcase_add_test(tc, check_copy_agrees);
+    tcase_add_test(tc, another_identity_is_a_miss);
+    tcase_add_test(tc, written_before_the_cut_is_a_miss);
+    tcase_add_test(tc, match_pattern_is_the_keys_prefix);
     suite_add_tcase(s, tc);
     return s;
 }
