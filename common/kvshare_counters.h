@@ -186,7 +186,12 @@
       "Keys of a shared namespace deleted from the cluster by a Clear (cluster_clear)") \
     X(cluster_clears_incomplete, 0, "kvshare_cluster_clears_incomplete_total", "", \
       "Clears of a shared namespace in the cluster that ended with keys left: " \
-      "cluster_clear_timeout_ms passed, or the cluster was unreachable (logged)")
+      "cluster_clear_timeout_ms passed, or the cluster was unreachable (logged)") \
+    X(disk_identity_dropped, 0, "kvshare_disk_identity_dropped_total", "", \
+      "Disk tier records not restored at start: their model identity is not their " \
+      "namespace's now, or the file does not name it (their slots are free)") \
+    X(disk_deleted_dropped, 0, "kvshare_disk_deleted_dropped_total", "", \
+      "Disk tier records not restored at start: a Clear or an Evict deleted them")
 /* clang-format on */
 
 /* KVS_COUNTER_<name>: a counter's position in the list; KVS_N_COUNTERS. */

@@ -22,8 +22,10 @@
 #include "log.h"
 #include "tier_disk_impl.h"
 
-#define SB_MAGIC  0x3352454954535653ull /* "SVSTIER3" little endian */
-#define REC_MAGIC 0x5253564Bu           /* "KVSR" */
+#define SB_MAGIC   0x3352454954535653ull /* "SVSTIER3" little endian */
+#define REC_MAGIC  0x5253564Bu           /* "KVSR" */
+#define TOMB_MAGIC 0x4453564Bu           /* "KVSD": a deleted record (tier_disk_forget) */
+#define TAB_MAGIC  0x4E53564Bu           /* "KVSN": the namespace table */
 
 /* Record header offsets (TIER_DISK_HDR_FIXED bytes, then the tokens). */
 enum {
@@ -51,6 +53,19 @@ enum {
     S_SLOT = 32,
     S_NSLOTS = 40,
     S_CRC = 48,
+};
+
+/* Namespace table offsets, in the superblock page after the superblock
+ * (whose CRC covers bytes 0-47 only). Then the body: the identity texts
+ * (each: u64 hash, u16 length, the text), then the entries (each: u8 name
+ * length, the name, u8 source, u8 text index, u64 watermark). */
+enum {
+    T_MAGIC = 64,
+    T_CRC = 68, /* CRC32C of [T_LEN, T_BODY + length) */
+    T_LEN = 72, /* body bytes */
+    T_NTEXT = 76,
+    T_NENT = 78,
+    T_BODY = 80,
 };
 
 _Static_assert(H_NS + TIER_DISK_NS_MAX == TIER_DISK_HDR_FIXED, "header layout");
@@ -128,6 +143,7 @@ static void fill_header(const tier_disk_t *td, uint8_t *buf, uint32_t slot,
     memcpy(buf + H_NS, meta->ns, nl);
     for (uint32_t i = 0; i < nt; i++)
         put32(buf + H_TOKENS + 4 * i, meta->tokens[i]);
+    put64(buf + td->ident_off, meta->ident_hash);
 }
 
 /* The header page (pay_off bytes at buf) of a record whose payload (and
@@ -181,6 +197,7 @@ static int decode_parts(const tier_disk_t *td, const uint8_t *buf, const uint8_t
     meta->parent_hash = get64(buf + H_PARENT);
     meta->ns_id = get32(buf + H_NSID);
     meta->ntokens = nt;
+    meta->ident_hash = get64(buf + td->ident_off);
     memcpy(meta->ns, buf + H_NS, TIER_DISK_NS_MAX);
     for (uint32_t i = 0; i < nt && tokens; i++)
         tokens[i] = get32(buf + H_TOKENS + 4 * i);
@@ -414,10 +431,18 @@ void tier_disk_scan_free(tier_disk_scan_t *s)
     }
 }
 
-/* Adds the record in buf (slot) to the scan if it verifies. */
-static int scan_one(tier_disk_t *td, const uint8_t *buf, uint32_t slot, size_t *cap)
+static uint32_t ns_find(tier_disk_t *td, const char *ns);
+
+/* Adds the record in buf (slot) to the scan if it verifies and was not
+ * deleted since. */
+static int scan_one(tier_disk_t *td, const uint8_t *buf, uint32_t slot, size_t *cap,
+                    uint64_t *max_seq)
 {
     tier_disk_scan_t *sc = &td->scan;
+    if (get32(buf + H_MAGIC) == TOMB_MAGIC) {
+        sc->deleted++;
+        return 0;
+    }
     uint32_t *tokens = malloc((size_t)td->block_tokens * sizeof(uint32_t) + 1);
     if (!tokens)
         return KVS_ENOMEM;
@@ -427,6 +452,14 @@ static int scan_one(tier_disk_t *td, const uint8_t *buf, uint32_t slot, size_t *
         free(tokens);
         if (!blank)
             sc->torn++;
+        return 0;
+    }
+    if (m.seq > *max_seq)
+        *max_seq = m.seq;
+    uint32_t entry = ns_find(td, m.ns);
+    if (entry != TIER_DISK_NO_ENTRY && m.seq < td->ns_tab[entry].valid_from) {
+        free(tokens); /* cleared after it was written */
+        sc->deleted++;
         return 0;
     }
     if (sc->n == *cap) {
@@ -446,7 +479,9 @@ static int scan_one(tier_disk_t *td, const uint8_t *buf, uint32_t slot, size_t *
                               .chain_hash = m.chain_hash,
                               .parent_hash = m.parent_hash,
                               .ntokens = m.ntokens,
-                              .tokens = tokens};
+                              .tokens = tokens,
+                              .ident_hash = m.ident_hash,
+                              .entry = entry};
     memcpy(r->ns, m.ns, TIER_DISK_NS_MAX);
     return 0;
 }
@@ -475,11 +510,18 @@ static int scan_file(tier_disk_t *td, char *err, size_t errlen)
             break;
         }
         for (uint32_t j = 0; j < k && rc == 0; j++)
-            rc = scan_one(td, buf + (size_t)j * td->slot_bytes, s + j, &cap);
+            rc = scan_one(td, buf + (size_t)j * td->slot_bytes, s + j, &cap, &max_seq);
     }
     free(buf);
     tier_disk_scan_t *sc = &td->scan;
     td->torn = sc->torn;
+    td->deleted = sc->deleted;
+    /* Sequence numbers go on above every record found, deleted ones too,
+     * and never below a watermark: what is written from now on is alive. */
+    for (uint32_t e = 0; e < td->ns_count; e++)
+        if (td->ns_tab[e].valid_from > max_seq)
+            max_seq = td->ns_tab[e].valid_from;
+    atomic_store(&td->next_seq, max_seq + 1);
     if (rc != 0 || sc->n == 0) /* qsort takes no NULL array, even empty */
         return rc;
     /* The newest record of each block wins. */
@@ -496,12 +538,8 @@ static int scan_file(tier_disk_t *td, char *err, size_t errlen)
     }
     sc->n = w;
     qsort(sc->recs, sc->n, sizeof(*sc->recs), cmp_seq);
-    for (size_t i = 0; i < sc->n; i++) {
+    for (size_t i = 0; i < sc->n; i++)
         slot_take(td, sc->recs[i].slot);
-        if (sc->recs[i].seq > max_seq)
-            max_seq = sc->recs[i].seq;
-    }
-    atomic_store(&td->next_seq, max_seq + 1);
     td->recovered = sc->n;
     return 0;
 }
@@ -512,11 +550,128 @@ void tier_disk_take_scan(tier_disk_t *td, tier_disk_scan_t *out)
     memset(&td->scan, 0, sizeof(td->scan));
 }
 
-/* --- open / close --- */
+/* --- the namespace table --- */
+
+static uint32_t ns_find(tier_disk_t *td, const char *ns)
+{
+    if (td->ns_last < td->ns_count && strcmp(td->ns_tab[td->ns_last].ns, ns) == 0)
+        return td->ns_last;
+    for (uint32_t e = 0; e < td->ns_count; e++)
+        if (strcmp(td->ns_tab[e].ns, ns) == 0)
+            return td->ns_last = e;
+    return TIER_DISK_NO_ENTRY;
+}
+
+/* Entry indexes, most recently used first. */
+static int cmp_used(const void *a, const void *b, void *arg)
+{
+    const uint64_t *used = arg;
+    uint64_t x = used[*(const uint32_t *)a], y = used[*(const uint32_t *)b];
+    return x > y ? -1 : x < y;
+}
+
+/* The table into page[T_MAGIC, 4096): as many entries as fit, most
+ * recently used first, each distinct identity text once. */
+static void encode_table(const tier_disk_t *td, uint8_t *page)
+{
+    uint32_t order[TIER_DISK_NS_SLOTS], text_of[TIER_DISK_NS_SLOTS], n_text = 0;
+    uint8_t ents[TIER_DISK_ALIGN];
+    size_t text_len = 0, ent_len = 0, room = TIER_DISK_ALIGN - T_BODY;
+    uint16_t n_ent = 0;
+    for (uint32_t e = 0; e < td->ns_count; e++)
+        order[e] = e;
+    qsort_r(order, td->ns_count, sizeof(*order), cmp_used, td->ns_used);
+    uint8_t *texts = page + T_BODY;
+    for (uint32_t k = 0; k < td->ns_count; k++) {
+        const tier_disk_ns_t *en = &td->ns_tab[order[k]];
+        uint32_t t = 0;
+        while (t < n_text && strcmp(td->ns_tab[text_of[t]].ident, en->ident) != 0)
+            t++;
+        size_t nl = strlen(en->ns), tl = strlen(en->ident);
+        size_t need = 1 + nl + 1 + 1 + 8 + (t == n_text ? 8 + 2 + tl : 0);
+        if (text_len + ent_len + need > room || (t == n_text && n_text == 255))
+            continue; /* left out: its records are not restored (identity unknown) */
+        if (t == n_text) {
+            text_of[n_text++] = order[k];
+            put64(texts + text_len, en->ident_hash);
+            texts[text_len + 8] = (uint8_t)tl;
+            texts[text_len + 9] = (uint8_t)(tl >> 8);
+            memcpy(texts + text_len + 10, en->ident, tl);
+            text_len += 10 + tl;
+        }
+        ents[ent_len++] = (uint8_t)nl;
+        memcpy(ents + ent_len, en->ns, nl);
+        ent_len += nl;
+        ents[ent_len++] = (uint8_t)en->source;
+        ents[ent_len++] = (uint8_t)t;
+        put64(ents + ent_len, en->valid_from);
+        ent_len += 8;
+        n_ent++;
+    }
+    memcpy(texts + text_len, ents, ent_len);
+    put32(page + T_MAGIC, TAB_MAGIC);
+    put32(page + T_LEN, (uint32_t)(text_len + ent_len));
+    page[T_NTEXT] = (uint8_t)n_text;
+    page[T_NTEXT + 1] = 0;
+    page[T_NENT] = (uint8_t)n_ent;
+    page[T_NENT + 1] = (uint8_t)(n_ent >> 8);
+    put32(page + T_CRC, crc32c(0, page + T_LEN, T_BODY - T_LEN + text_len + ent_len));
+}
+
+/* The table from the superblock page. A page written before any table
+ * (zeros) is an empty one; a damaged one too, said once: every record's
+ * identity is then unknown and none is restored. */
+static void decode_table(tier_disk_t *td, const uint8_t *page, const char *path)
+{
+    td->ns_count = 0;
+    if (get32(page + T_MAGIC) == 0)
+        return;
+    uint32_t len = get32(page + T_LEN);
+    if (get32(page + T_MAGIC) != TAB_MAGIC || len > TIER_DISK_ALIGN - T_BODY ||
+        get32(page + T_CRC) != crc32c(0, page + T_LEN, T_BODY - T_LEN + len)) {
+        LOG_WARN("disk tier: %s: the namespace table does not verify: no record's identity is "
+                 "known, none is restored",
+                 path);
+        return;
+    }
+    const uint8_t *p = page + T_BODY, *end = p + len;
+    uint32_t n_text = page[T_NTEXT], n_ent = page[T_NENT] | (uint32_t)page[T_NENT + 1] << 8;
+    const uint8_t *text_at[256];
+    for (uint32_t t = 0; t < n_text; t++) {
+        if (end - p < 10 || (size_t)(end - p) < 10u + (p[8] | (size_t)p[9] << 8))
+            goto bad;
+        text_at[t] = p;
+        p += 10 + (p[8] | (size_t)p[9] << 8);
+    }
+    for (uint32_t e = 0; e < n_ent && td->ns_count < TIER_DISK_NS_SLOTS; e++) {
+        if (p >= end || (size_t)(end - p) < 11u + p[0])
+            goto bad;
+        size_t nl = p[0];
+        uint32_t t = p[1 + nl + 1];
+        size_t tl = t < n_text ? (text_at[t][8] | (size_t)text_at[t][9] << 8) : 0;
+        if (nl >= TIER_DISK_NS_MAX || t >= n_text || tl > TIER_DISK_IDENT_MAX)
+            goto bad;
+        tier_disk_ns_t *en = &td->ns_tab[td->ns_count++];
+        memset(en, 0, sizeof(*en));
+        memcpy(en->ns, p + 1, nl);
+        en->source = p[1 + nl];
+        en->valid_from = get64(p + 1 + nl + 2);
+        en->ident_hash = get64(text_at[t]);
+        memcpy(en->ident, text_at[t] + 10, tl);
+        td->ns_used[td->ns_count - 1] = 0;
+        p += 1 + nl + 2 + 8;
+    }
+    return;
+bad:
+    td->ns_count = 0;
+    LOG_WARN("disk tier: %s: the namespace table is malformed: none of its records is restored",
+             path);
+}
 
 static void encode_sb(const tier_disk_t *td, uint8_t *sb)
 {
     memset(sb, 0, TIER_DISK_ALIGN);
+    encode_table(td, sb);
     put64(sb + S_MAGIC, SB_MAGIC);
     put32(sb + S_FORMAT, TIER_DISK_FORMAT);
     put32(sb + S_TOKENS, td->block_tokens);
@@ -525,6 +680,109 @@ static void encode_sb(const tier_disk_t *td, uint8_t *sb)
     put64(sb + S_SLOT, td->slot_bytes);
     put64(sb + S_NSLOTS, td->nslots);
     put32(sb + S_CRC, crc32c(0, sb, S_CRC));
+}
+
+/* The superblock page (superblock and table) to the file, and (sync) to
+ * its medium. */
+static int write_page(tier_disk_t *td, bool sync)
+{
+    encode_sb(td, td->page);
+    ssize_t w;
+    do {
+        w = pwrite(td->fd, td->page, TIER_DISK_ALIGN, 0);
+    } while (w < 0 && errno == EINTR);
+    if (w != (ssize_t)TIER_DISK_ALIGN || (sync && fdatasync(td->fd) != 0)) {
+        LOG_ERROR("disk tier: writing the namespace table failed: %s",
+                  w < 0 ? strerror(errno) : "short write");
+        return KVS_EIO;
+    }
+    return 0;
+}
+
+/* The entry of ns, made (in place of the least recently used one when the
+ * table is full) with its watermark at the next sequence number when there
+ * is none or it names another identity. *changed: it was. */
+static uint32_t ns_entry(tier_disk_t *td, const char *ns, uint64_t ident_hash, uint32_t source,
+                         const char *ident, bool *changed)
+{
+    uint32_t e = ns_find(td, ns);
+    /* Only a new entry or another identity moves the watermark: the same
+     * identity declared (a source that says more) keeps its records. */
+    bool other = e == TIER_DISK_NO_ENTRY || td->ns_tab[e].ident_hash != ident_hash;
+    *changed = other || td->ns_tab[e].source != source;
+    if (e == TIER_DISK_NO_ENTRY && td->ns_count < TIER_DISK_NS_SLOTS) {
+        e = td->ns_count++;
+    } else if (e == TIER_DISK_NO_ENTRY) {
+        e = 0;
+        for (uint32_t k = 1; k < td->ns_count; k++)
+            if (td->ns_used[k] < td->ns_used[e])
+                e = k;
+    }
+    td->ns_used[e] = ++td->ns_clock;
+    tier_disk_ns_t *en = &td->ns_tab[e];
+    if (other) {
+        memset(en, 0, sizeof(*en));
+        snprintf(en->ns, sizeof(en->ns), "%s", ns);
+        snprintf(en->ident, sizeof(en->ident), "%s", ident ? ident : "");
+        en->ident_hash = ident_hash;
+        en->valid_from = atomic_load(&td->next_seq);
+        td->ns_last = e;
+    }
+    en->source = source;
+    return e;
+}
+
+int tier_disk_ns_note(tier_disk_t *td, const char *ns, uint64_t ident_hash, uint32_t source,
+                      const char *ident)
+{
+    bool changed;
+    ns_entry(td, ns, ident_hash, source, ident, &changed);
+    return changed ? write_page(td, false) : 0;
+}
+
+int tier_disk_ns_delete(tier_disk_t *td, const char *ns, uint64_t ident_hash, uint32_t source,
+                        const char *ident)
+{
+    bool changed;
+    uint32_t e = ns_entry(td, ns, ident_hash, source, ident, &changed);
+    td->ns_tab[e].valid_from = atomic_load(&td->next_seq);
+    return write_page(td, true);
+}
+
+int tier_disk_ns_get(const tier_disk_t *td, uint32_t entry, tier_disk_ns_t *out)
+{
+    if (entry >= td->ns_count)
+        return KVS_ENOTFOUND;
+    *out = td->ns_tab[entry];
+    return 0;
+}
+
+int tier_disk_forget(tier_disk_t *td, const uint32_t *slots, size_t n)
+{
+    if (n == 0)
+        return 0;
+    uint8_t *tomb = tier_disk_buffer_alloc(TIER_DISK_ALIGN);
+    if (!tomb)
+        return KVS_ENOMEM;
+    memset(tomb, 0, TIER_DISK_ALIGN);
+    put32(tomb + H_MAGIC, TOMB_MAGIC);
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        if (slots[i] >= td->nslots)
+            continue;
+        ssize_t w;
+        do {
+            w = pwrite(td->fd, tomb, TIER_DISK_ALIGN, (off_t)td_slot_offset(td, slots[i]));
+        } while (w < 0 && errno == EINTR);
+        if (w != (ssize_t)TIER_DISK_ALIGN)
+            rc = KVS_EIO;
+    }
+    if (rc == 0 && fdatasync(td->fd) != 0)
+        rc = KVS_EIO;
+    if (rc != 0)
+        LOG_ERROR("disk tier: writing a tombstone failed: %s", strerror(errno));
+    free(tomb);
+    return rc;
 }
 
 /* Why the superblock in sb does not fit td, or NULL when it does. */
@@ -552,6 +810,7 @@ static int format_file(tier_disk_t *td, uint8_t *sb, const char *path, char *err
                (unsigned long long)td->file_bytes, path, strerror(e));
         return e == EOPNOTSUPP ? KVS_ENOTSUP : KVS_EIO;
     }
+    td->ns_count = 0; /* a new file names no namespace */
     encode_sb(td, sb);
     if (pwrite(td->fd, sb, TIER_DISK_ALIGN, 0) != (ssize_t)TIER_DISK_ALIGN || fsync(td->fd) != 0) {
         seterr(err, errlen, "disk_tier_path: writing %s failed: %s", path, strerror(errno));
@@ -615,7 +874,8 @@ static int geometry(tier_disk_t *td, const tier_disk_config_t *cfg, char *err, s
     td->block_bytes = cfg->block_bytes;
     td->block_tokens = cfg->block_tokens;
     td->geometry_id = cfg->geometry_id;
-    td->hdr_bytes = TIER_DISK_HDR_FIXED + 4ull * cfg->block_tokens;
+    td->ident_off = TIER_DISK_HDR_FIXED + 4ull * cfg->block_tokens;
+    td->hdr_bytes = td->ident_off + 8;
     /* A block of whole pages starts on a page, after the header's own
      * page(s): in page-aligned memory it goes to and from the disk in place,
      * and the slot is no larger than header and block packed. A smaller
@@ -644,7 +904,11 @@ static int alloc_slots(tier_disk_t *td)
     td->free_stack = malloc(n * sizeof(uint32_t));
     td->free_pos = malloc(n * sizeof(uint32_t));
     td->used = calloc(n, 1);
-    if (!td->prev || !td->next || !td->free_stack || !td->free_pos || !td->used)
+    td->ns_tab = calloc(TIER_DISK_NS_SLOTS, sizeof(*td->ns_tab));
+    td->ns_used = calloc(TIER_DISK_NS_SLOTS, sizeof(*td->ns_used));
+    td->page = tier_disk_buffer_alloc(TIER_DISK_ALIGN);
+    if (!td->prev || !td->next || !td->free_stack || !td->free_pos || !td->used || !td->ns_tab ||
+        !td->ns_used || !td->page)
         return KVS_ENOMEM;
     td->head = td->tail = TIER_DISK_NO_SLOT;
     /* Lowest slots first off the stack. */
@@ -682,6 +946,7 @@ static int attach_file(tier_disk_t *td, const tier_disk_config_t *cfg, bool crea
                    cfg->path, why);
             rc = KVS_EINVAL;
         } else {
+            decode_table(td, sb, cfg->path);
             rc = scan_file(td, err, errlen);
         }
     }
@@ -721,9 +986,10 @@ int tier_disk_open(const tier_disk_config_t *cfg, tier_disk_t **out, char *err, 
         return rc;
     }
     LOG_INFO("disk tier: %s, %u slots of %llu bytes, I/O on %s, %llu blocks recovered, %llu "
-             "torn slots skipped",
+             "torn slots skipped, %llu deleted records dropped",
              cfg->path, td->nslots, (unsigned long long)td->slot_bytes, td->io_name,
-             (unsigned long long)td->recovered, (unsigned long long)td->torn);
+             (unsigned long long)td->recovered, (unsigned long long)td->torn,
+             (unsigned long long)td->deleted);
     *out = td;
     return 0;
 }
@@ -742,6 +1008,9 @@ void tier_disk_close(tier_disk_t *td)
     free(td->free_stack);
     free(td->free_pos);
     free(td->used);
+    free(td->ns_tab);
+    free(td->ns_used);
+    free(td->page);
     free(td);
 }
 
@@ -793,5 +1062,6 @@ void tier_disk_stats(const tier_disk_t *td, tier_disk_stats_t *out)
         .evictions = td->evictions,
         .recovered = td->recovered,
         .torn = td->torn,
+        .deleted = td->deleted,
     };
 }

@@ -10,11 +10,24 @@
  * File layout (little endian; docs/OPERATING.md):
  *
  *     [0, 4096)              superblock: magic, format, geometry, slot count
+ *                            (bytes 0-51), then the namespace table (64-4095)
  *     [4096 + i * slot_bytes) slot i: header (TIER_DISK_HDR_FIXED bytes, then
- *                            block_tokens u32 tokens), zero-padded to a
- *                            multiple of 4096 when block_bytes is one, then
- *                            block_bytes of payload, zero-padded to a
- *                            multiple of 4096
+ *                            block_tokens u32 tokens, then the u64 identity
+ *                            hash), zero-padded to a multiple of 4096 when
+ *                            block_bytes is one, then block_bytes of payload,
+ *                            zero-padded to a multiple of 4096
+ *
+ * Identity and deletion (format 4). A block's KV is valid only for the
+ * model identity that computed it (identity.h): every record carries its
+ * namespace's identity hash, and the namespace table names, per namespace,
+ * the identity in words (its canonical text and source) and a deletion
+ * watermark: a record of that namespace with a sequence number below it was
+ * deleted (a Clear), whatever its CRC says. An Evict's blocks get a
+ * tombstone instead: their slot's first page is overwritten with a header
+ * that is no record (tier_disk_forget). Both are written before the call
+ * returns, with fdatasync: no restart, SIGKILL or power loss, brings a
+ * deleted block back. The scan applies both; whether a record's identity
+ * is its namespace's now is the store's to judge (store_disk.c).
  *
  * I/O runs on io_uring (batched submission at the queue depth, registered
  * buffers, completions reaped on the tier's own thread) or, where io_uring is
@@ -32,12 +45,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define TIER_DISK_FORMAT                                                                           \
-    3u /* 2: records name their parent's chained hash; 3: the payload starts on a page */
+/* 2: records name their parent's chained hash; 3: the payload starts on a
+ * page; 4: records name their identity, the namespace table, tombstones. */
+#define TIER_DISK_FORMAT    4u
 #define TIER_DISK_ALIGN     4096u
 #define TIER_DISK_NS_MAX    64u  /* namespace name bytes, with its NUL */
 #define TIER_DISK_HDR_FIXED 120u /* header bytes before the tokens */
 #define TIER_DISK_NO_SLOT   UINT32_MAX
+#define TIER_DISK_IDENT_MAX 512u /* bytes of an identity's text (IDENTITY_TEXT_MAX) */
+#define TIER_DISK_NS_SLOTS  256u /* namespaces the table keeps in memory */
+#define TIER_DISK_NO_ENTRY  UINT32_MAX
 
 typedef enum tier_disk_io {
     TIER_DISK_IO_AUTO = 0, /* io_uring, else threads */
@@ -64,7 +81,8 @@ typedef struct tier_disk_meta {
     uint64_t parent_hash; /* the hash it chains from: the prefix's, or the namespace's seed */
     uint32_t ntokens;     /* <= block_tokens */
     const uint32_t *tokens;
-    uint64_t seq; /* written by tier_disk_submit (writes); checked on reads when non-zero */
+    uint64_t seq;        /* written by tier_disk_submit (writes); checked on reads when non-zero */
+    uint64_t ident_hash; /* the namespace's identity (identity_hash) when written */
 } tier_disk_meta_t;
 
 /* One slot's I/O in a batch. A write stores data (block_bytes) and meta in
@@ -116,6 +134,7 @@ typedef struct tier_disk_stats {
     uint64_t evictions;    /* slots its LRU took back */
     uint64_t recovered;    /* valid records found at open (tier_disk_scan) */
     uint64_t torn;         /* slots with a header that did not verify at the scan */
+    uint64_t deleted;      /* records found deleted at the scan (watermark, tombstone) */
 } tier_disk_stats_t;
 
 typedef struct tier_disk tier_disk_t;
@@ -175,22 +194,70 @@ typedef struct tier_disk_record {
     uint64_t parent_hash;
     uint32_t ntokens;
     uint32_t *tokens; /* ntokens, owned by the scan */
+    uint64_t ident_hash;
+    uint32_t entry; /* its namespace's in the table (tier_disk_ns_get), or TIER_DISK_NO_ENTRY */
 } tier_disk_record_t;
 
 typedef struct tier_disk_scan {
     tier_disk_record_t *recs; /* valid records, oldest first */
     size_t n;
-    uint64_t torn;  /* slots written once whose record did not verify */
-    uint64_t stale; /* valid records of a block a newer record replaced */
+    uint64_t torn;    /* slots written once whose record did not verify */
+    uint64_t stale;   /* valid records of a block a newer record replaced */
+    uint64_t deleted; /* valid records deleted since: under their namespace's
+                         watermark, or tombstones */
 } tier_disk_scan_t;
 
 /* Every slot's record is read by tier_disk_open on an existing file; the
  * result is kept until tier_disk_take_scan hands it over (once). A record
- * counts when its CRC over the slot verifies; for a block found more than
- * once the newest sequence number wins and the older slots are freed. The
- * valid slots become used, in sequence order (oldest least recent). */
+ * counts when its CRC over the slot verifies and it was not deleted (a
+ * tombstone, or a sequence number under its namespace's watermark: its slot
+ * stays free); for a block found more than once the newest sequence number
+ * wins and the older slots are freed. The valid slots become used, in
+ * sequence order (oldest least recent). */
 void tier_disk_take_scan(tier_disk_t *td, tier_disk_scan_t *out);
 void tier_disk_scan_free(tier_disk_scan_t *s);
+
+/* --- the namespace table (the superblock page) ---
+ *
+ * One entry per namespace name that wrote a record: the identity its
+ * records carry (hash, canonical text, source: identity_source_t) and the
+ * deletion watermark. The loop's thread only. Written (pwrite of the
+ * superblock page) when an entry changes; the page holds what fits (a few
+ * dozen namespaces with long names, over a hundred with short ones; texts
+ * shared by namespaces are stored once), most recently used first: a
+ * namespace left out has its records dropped at the next start (identity
+ * unknown), never restored wrongly. */
+typedef struct tier_disk_ns {
+    char ns[TIER_DISK_NS_MAX];
+    uint64_t ident_hash;
+    uint32_t source;
+    uint64_t valid_from; /* records of ns with seq below it are deleted */
+    char ident[TIER_DISK_IDENT_MAX + 1];
+} tier_disk_ns_t;
+
+/* Table entry `entry` (a scan record's) into *out. KVS_ENOTFOUND if none. */
+int tier_disk_ns_get(const tier_disk_t *td, uint32_t entry, tier_disk_ns_t *out);
+
+/* Namespace ns writes records of identity (hash, source, text): a no-op
+ * when its entry says so already (a name compare); otherwise the entry is
+ * made or changed, its watermark moved to the next sequence number (its
+ * older records are of another identity, or of none the table named) and
+ * the page written. Returns 0 or KVS_EIO (the page was not written; the
+ * records still name their identity by hash). */
+int tier_disk_ns_note(tier_disk_t *td, const char *ns, uint64_t ident_hash, uint32_t source,
+                      const char *ident);
+
+/* Namespace ns was cleared: every record of it written so far (in flight
+ * included) is deleted, by moving its watermark to the next sequence
+ * number (the entry made with the given identity if missing). The page is
+ * written and fdatasync'd before this returns. Returns 0 or KVS_EIO. */
+int tier_disk_ns_delete(tier_disk_t *td, const char *ns, uint64_t ident_hash, uint32_t source,
+                        const char *ident);
+
+/* Tombstones: each slot's first page is overwritten with one that is no
+ * record (the scan counts it deleted), then fdatasync. For slots no write
+ * is in flight to (the caller's to know). Returns 0 or KVS_EIO. */
+int tier_disk_forget(tier_disk_t *td, const uint32_t *slots, size_t n);
 
 /* --- record encoding (tests, tools) --- */
 

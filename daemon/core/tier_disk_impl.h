@@ -28,8 +28,9 @@ typedef struct td_batch {
 struct tier_disk {
     int fd;
     uint64_t block_bytes, slot_bytes, hdr_bytes, file_bytes;
-    uint64_t pay_off; /* the payload's offset in a slot: hdr_bytes rounded up to a page */
-    bool direct_ok;   /* block_bytes is whole pages: page-aligned ops may skip the buffer */
+    uint64_t pay_off;   /* the payload's offset in a slot: hdr_bytes rounded up to a page */
+    uint64_t ident_off; /* the identity hash's offset in a record: after the tokens */
+    bool direct_ok;     /* block_bytes is whole pages: page-aligned ops may skip the buffer */
     uint32_t block_tokens, nslots;
     uint64_t geometry_id;
 
@@ -41,8 +42,15 @@ struct tier_disk {
     atomic_uint_fast64_t next_seq;
     atomic_uint_fast64_t reads, writes, read_bytes, write_bytes, io_errors, crc_failures,
         mismatches;
-    uint64_t evictions, recovered, torn;
+    uint64_t evictions, recovered, torn, deleted;
     tier_disk_scan_t scan;
+
+    /* the namespace table (loop thread, and the scan at open) */
+    tier_disk_ns_t *ns_tab;     /* TIER_DISK_NS_SLOTS */
+    uint64_t *ns_used;          /* by entry: when last noted (0: never this run) */
+    uint32_t ns_count, ns_last; /* ns_last: the entry found last (most lookups repeat it) */
+    uint64_t ns_clock;
+    uint8_t *page; /* the superblock page, aligned for O_DIRECT */
 
     td_engine_t *eng;
     const char *io_name;

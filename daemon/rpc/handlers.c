@@ -17,6 +17,7 @@
 #include "tier.h"
 #include "tier_disk.h"
 #include "store.h"
+#include "store_disk.h"
 #include "namespaces.h"
 
 /* Records the message of a failing request and returns its status. */
@@ -1396,6 +1397,14 @@ int handler_clear(session_t *s, const Kvshare__Request *req, Kvshare__Response *
         rc = radix_ns_stats(srv->index, ns, &st);
     if (rc != 0)
         return fail(ctx, KVS_EINTERNAL, "clearing namespace '%s' failed: %s",
+                    radix_ns_name(srv->index, ns), kvs_status_text(rc));
+    /* The disk tier's records of ns are deleted for every later start
+     * before the reply says the namespace is cleared. */
+    rc = store_disk_forget_ns(srv, ns);
+    if (rc != 0)
+        return fail(ctx, KVS_EIO,
+                    "namespace '%s' was cleared, but the disk tier could not record it: its "
+                    "blocks could come back at the next start (%s)",
                     radix_ns_name(srv->index, ns), kvs_status_text(rc));
     store_clear_done(srv);
     cluster_store_cleared(srv, ns); /* cluster_clear: its keys too, off the loop */

@@ -1008,7 +1008,12 @@ void store_clear_done(server_t *srv)
 int store_evict_prompt(server_t *srv, uint32_t ns, const uint32_t *tokens, size_t n_tokens,
                        size_t *n_matched, size_t *n_tier1, size_t *n_tier2)
 {
-    return radix_evict_prompt(srv->store->index, ns, tokens, n_tokens, n_matched, n_tier1, n_tier2);
+    int rc =
+        radix_evict_prompt(srv->store->index, ns, tokens, n_tokens, n_matched, n_tier1, n_tier2);
+    /* The disk's records of the prompt, the evicted tier-3 blocks' and the
+     * copies left there by blocks that moved up, are deleted for every
+     * later start before the reply (store_disk.h). */
+    return rc == 0 ? store_disk_forget_prompt(srv, ns, tokens, n_tokens) : rc;
 }
 
 /* --- moves between the tiers --- */

@@ -278,7 +278,9 @@ void store_clear_done(server_t *srv);
  * other cached prefix continues go, from its last block back, from either
  * tier (each a BlockRemoved, counted as an eviction of its own namespace):
  * *n_matched cached blocks were found, *n_tier1 and *n_tier2 of them
- * dropped. Errors: radix_evict_prompt's. */
+ * dropped; their records on the disk tier are deleted for good
+ * (store_disk_forget_prompt). Errors: radix_evict_prompt's, and KVS_EIO /
+ * KVS_ENOMEM (the blocks left the index; their disk records may not have). */
 int store_evict_prompt(server_t *srv, uint32_t ns, const uint32_t *tokens, size_t n_tokens,
                        size_t *n_matched, size_t *n_tier1, size_t *n_tier2);
 

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "store_disk.h"
 
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,8 +25,15 @@ static void src_meta(void *arg, uint32_t id, tier_disk_meta_t *out)
     uint32_t ns = st->rec[id].meta.ns;
     out->ns_id = ns;
     const char *name = radix_ns_name(st->index, ns);
-    if (name)
+    const ns_identity_t *ni = namespaces_identity(srv, ns);
+    out->ident_hash = ni->hash;
+    if (name) {
         strncpy(out->ns, name, TIER_DISK_NS_MAX - 1);
+        /* The file names the identity in words before its records do (a
+         * compare when it does already; a failed write is logged, and
+         * leaves those records unrestorable, never wrongly restored). */
+        (void)tier_disk_ns_note(srv->disk_tier, name, ni->hash, ni->source, ni->text);
+    }
     if (radix_block_chain(st->index, id, &out->chain_hash, &out->parent_hash, &out->tokens) == 0)
         out->ntokens = srv->geo.block_tokens;
 }
@@ -257,6 +265,106 @@ static size_t restore_chain(server_t *srv, const tier_disk_scan_t *sc, const rec
     return fresh;
 }
 
+/* --- identity at restart --- */
+
+/* What the restore decided for one entry of the file's namespace table. */
+typedef struct ns_verdict {
+    bool resolved, served; /* served: the namespace exists here (restore_ns) */
+    bool own;              /* a record carries the entry's identity */
+    uint32_t ns;
+    uint64_t hash; /* the namespace's identity now */
+    size_t dropped;
+    uint64_t dropped_hash; /* one dropped record's identity (the log's) */
+} ns_verdict_t;
+
+/* The namespace of table entry en now: created where it may be, and bound
+ * back to the identity a worker had declared for it when its records are
+ * of that identity (namespaces_identity_declare refuses where the config
+ * or the daemon names another). */
+static void resolve_verdict(server_t *srv, const tier_disk_ns_t *en, ns_verdict_t *v)
+{
+    v->resolved = true;
+    if (restore_ns(srv, en->ns, &v->ns) != 0)
+        return; /* not served: restore_chain drops its records */
+    v->served = true;
+    identity_t id;
+    char msg[1024];
+    if (en->source == IDENTITY_DECLARED && v->own && identity_parse(en->ident, &id) == 0 &&
+        identity_hash(&id) == en->ident_hash &&
+        namespaces_identity_declare(srv, v->ns, &id, IDENTITY_DECLARED, msg, sizeof(msg)) != 0)
+        LOG_WARN("disk tier: namespace '%s' is not bound back to its declared identity: %s", en->ns,
+                 msg);
+    v->hash = namespaces_identity(srv, v->ns)->hash;
+}
+
+/* Drops from the scan every record whose identity is not its namespace's
+ * now (or is unknown: its namespace is not in the table), before any chain
+ * is restored: its slot is free, it is counted (disk_identity_dropped) and
+ * each namespace says so once, with both identities in words. */
+static int filter_identity(server_t *srv, tier_disk_t *td, tier_disk_scan_t *sc)
+{
+    ns_verdict_t *v = calloc(TIER_DISK_NS_SLOTS, sizeof(*v));
+    tier_disk_ns_t *en = malloc(sizeof(*en));
+    if (!v || !en) {
+        free(v);
+        free(en);
+        return KVS_ENOMEM;
+    }
+    for (size_t i = 0; i < sc->n; i++) {
+        const tier_disk_record_t *r = &sc->recs[i];
+        if (r->entry < TIER_DISK_NS_SLOTS && tier_disk_ns_get(td, r->entry, en) == 0 &&
+            r->ident_hash == en->ident_hash)
+            v[r->entry].own = true;
+    }
+    size_t w = 0, unnamed = 0;
+    for (size_t i = 0; i < sc->n; i++) {
+        tier_disk_record_t *r = &sc->recs[i];
+        bool keep = false;
+        if (r->entry < TIER_DISK_NS_SLOTS && tier_disk_ns_get(td, r->entry, en) == 0) {
+            ns_verdict_t *vr = &v[r->entry];
+            if (!vr->resolved)
+                resolve_verdict(srv, en, vr);
+            keep = !vr->served || r->ident_hash == vr->hash;
+            if (!keep && vr->dropped++ == 0)
+                vr->dropped_hash = r->ident_hash;
+        } else if (unnamed++ == 0) {
+            LOG_WARN("disk tier: records of namespace '%s' (and maybe others) are not restored: "
+                     "the file's namespace table does not name their identity",
+                     r->ns);
+        }
+        if (keep) {
+            sc->recs[w++] = *r;
+            continue;
+        }
+        srv->metrics.disk_identity_dropped++;
+        tier_disk_slot_free(td, r->slot);
+        tier_disk_medium_found(srv->store->medium3, r->slot, r->chain_hash);
+        free(r->tokens);
+    }
+    sc->n = w;
+    for (uint32_t e = 0; e < TIER_DISK_NS_SLOTS; e++) {
+        if (v[e].dropped == 0 || tier_disk_ns_get(td, e, en) != 0)
+            continue;
+        const ns_identity_t *now = namespaces_identity(srv, v[e].ns);
+        char was[TIER_DISK_IDENT_MAX + 64];
+        if (v[e].dropped_hash == en->ident_hash)
+            snprintf(was, sizeof(was), "'%s' (%s)", en->ident,
+                     identity_source_name((identity_source_t)en->source));
+        else
+            snprintf(was, sizeof(was), "an identity the file no longer names (hash %016" PRIx64 ")",
+                     v[e].dropped_hash);
+        LOG_WARN("disk tier: namespace '%s': %zu blocks not restored: they hold the KV of %s, and "
+                 "the namespace's identity is now '%s' (%s); their slots are free",
+                 en->ns, v[e].dropped, was, now->text, identity_source_name(now->source));
+    }
+    if (unnamed > 0)
+        LOG_WARN("disk tier: %zu records of namespaces the table does not name were dropped",
+                 unnamed);
+    free(v);
+    free(en);
+    return 0;
+}
+
 /* Whether record i is some other record's parent (then a longer chain
  * restores it). */
 static void mark_parents(const tier_disk_scan_t *sc, const rec_table_t *tb, uint8_t *is_parent)
@@ -280,9 +388,13 @@ int store_disk_restore(server_t *srv, size_t *restored, size_t *dropped)
     tier_disk_t *td = tier_disk_medium_disk(st->medium3);
     tier_disk_scan_t sc;
     tier_disk_take_scan(td, &sc);
-    if (sc.n == 0) {
+    srv->metrics.disk_deleted_dropped += sc.deleted;
+    int frc = filter_identity(srv, td, &sc);
+    if (frc != 0 || sc.n == 0) {
+        for (size_t i = 0; i < sc.n; i++) /* out of memory: nothing is restored */
+            tier_disk_slot_free(td, sc.recs[i].slot);
         tier_disk_scan_free(&sc);
-        return 0;
+        return frc;
     }
     uint32_t bt = srv->geo.block_tokens;
     rec_table_t tb = {0};
@@ -314,6 +426,7 @@ int store_disk_restore(server_t *srv, size_t *restored, size_t *dropped)
     for (size_t i = 0; i < sc.n; i++)
         if (!state || !state[i]) {
             tier_disk_slot_free(td, sc.recs[i].slot);
+            tier_disk_medium_found(st->medium3, sc.recs[i].slot, sc.recs[i].chain_hash);
             (*dropped)++;
         }
     free(tb.at);
@@ -325,5 +438,39 @@ int store_disk_restore(server_t *srv, size_t *restored, size_t *dropped)
     free(state);
     free(keys);
     tier_disk_scan_free(&sc);
+    return rc;
+}
+
+/* --- deletion --- */
+
+int store_disk_forget_ns(server_t *srv, uint32_t ns)
+{
+    if (!srv->store || !srv->store->medium3)
+        return 0;
+    const char *name = radix_ns_name(srv->index, ns);
+    if (!name)
+        return 0;
+    const ns_identity_t *ni = namespaces_identity(srv, ns);
+    return tier_disk_ns_delete(srv->disk_tier, name, ni->hash, ni->source, ni->text);
+}
+
+int store_disk_forget_prompt(server_t *srv, uint32_t ns, const uint32_t *tokens, size_t n_tokens)
+{
+    size_t n = n_tokens / srv->geo.block_tokens, k = 0;
+    if (!srv->store || !srv->store->medium3 || n == 0)
+        return 0;
+    uint64_t *hashes = malloc(n * sizeof(*hashes));
+    uint32_t *ids = malloc(n * sizeof(*ids));
+    size_t kept = 0;
+    /* The blocks the Evict kept (pinned, or continued by another prompt)
+     * are the prompt's cached prefix: their records stay. */
+    int rc =
+        hashes && ids ? radix_match(srv->index, ns, tokens, n_tokens, ids, n, &kept) : KVS_ENOMEM;
+    if (rc == 0)
+        rc = radix_chain_hashes(srv->index, ns, tokens, n, hashes);
+    if (rc == 0 && kept < n)
+        rc = tier_disk_medium_forget(srv->store->medium3, hashes + kept, n - kept, &k);
+    free(hashes);
+    free(ids);
     return rc;
 }

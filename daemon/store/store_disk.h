@@ -21,6 +21,14 @@
  * as tier-3 blocks (radix_restore). A record whose chain does not reach its
  * namespace's seed (a parent lost or torn), or whose namespace this
  * kvshared does not serve, is dropped and its slot freed.
+ *
+ * Identity (identity.h): a record is restored only when the identity it
+ * carries is its namespace's now; a namespace whose identity a worker had
+ * declared (the file's namespace table says so) is bound back to it first,
+ * so the same engine finds its cache and another model is refused. Others
+ * are dropped (disk_identity_dropped, one log line per namespace naming
+ * both identities). Records deleted by a Clear or an Evict are dropped by
+ * the scan already (disk_deleted_dropped; tier_disk.h).
  */
 #ifndef KVS_DAEMON_STORE_DISK_H
 #define KVS_DAEMON_STORE_DISK_H
@@ -33,6 +41,19 @@
 /* The disk medium over srv->disk_tier, sourcing blocks from srv's host tier
  * and pool. Errors: tier_disk_medium_open's. */
 int store_disk_open(server_t *srv, tier_medium_t **out);
+
+/* Clear: namespace ns's records on the disk, of any identity, written up
+ * to now (in flight included), are deleted for every later start (its
+ * watermark; fdatasync'd before this returns: one 4 KiB write). Blocks of
+ * ns that moved up from the disk leave their records behind: those go too.
+ * 0 without a disk tier. Errors: KVS_EIO. */
+int store_disk_forget_ns(server_t *srv, uint32_t ns);
+
+/* Evict: the records on the disk of the full blocks of `tokens` in ns that
+ * no block of the index holds (the ones just evicted, and copies left by
+ * blocks that moved up since) get tombstones (tier_disk_medium_forget). 0
+ * without a disk tier. Errors: KVS_EIO, KVS_ENOMEM, KVS_ENONS. */
+int store_disk_forget_prompt(server_t *srv, uint32_t ns, const uint32_t *tokens, size_t n_tokens);
 
 /* Puts the disk tier's scanned records into the index (once, before
  * sessions are served; the namespaces declared by the config exist).

@@ -40,6 +40,12 @@ typedef struct disk_medium {
     tier_disk_t *td;
     tier_disk_source_t src;
     slot_key_t *keys; /* what each slot's last put wrote; seq 0: nothing */
+    /* By slot: the chained hash of the record on the disk there, the
+     * block's or one no longer in the index (a slot freed keeps its
+     * record until it is written again: a restart could find it), 0 when
+     * none (tier_disk_medium_forget); and whether a put to it is in flight. */
+    uint64_t *on_disk;
+    uint8_t *putting;
     pthread_mutex_t mu;
     pthread_mutex_t store_mu; /* one src.store at a time (drain) */
     disk_batch_t *ended;      /* batches ended on a tier thread, for the loop */
@@ -107,6 +113,7 @@ static void finish(disk_medium_t *dm, disk_batch_t *b)
     }
     for (size_t i = 0; i < b->n && b->put; i++) {
         tier_disk_op_t *op = &b->ops[i];
+        dm->putting[op->slot] = 0;
         dm->keys[op->slot] = res.status == 0
                                  ? (slot_key_t){op->meta.chain_hash, op->meta.seq, op->meta.ns_id}
                                  : (slot_key_t){0};
@@ -210,6 +217,8 @@ static int start(tier_medium_t *m, bool put, const uint32_t *ids, const uint32_t
             }
             if (!tier_disk_slot_used(dm->td, slots[i]))
                 tier_disk_slot_claim(dm->td, slots[i]);
+            dm->on_disk[slots[i]] = op->meta.chain_hash;
+            dm->putting[slots[i]] = 1;
         } else {
             slot_key_t k = dm->keys[slots[i]];
             op->meta.chain_hash = k.chain_hash;
@@ -262,8 +271,58 @@ void tier_disk_medium_restore(tier_medium_t *m, uint32_t slot, uint64_t chain_ha
                               uint32_t ns_id)
 {
     disk_medium_t *dm = (disk_medium_t *)m;
-    if (slot < m->capacity)
+    if (slot < m->capacity) {
         dm->keys[slot] = (slot_key_t){chain_hash, seq, ns_id};
+        dm->on_disk[slot] = chain_hash;
+    }
+}
+
+void tier_disk_medium_found(tier_medium_t *m, uint32_t slot, uint64_t chain_hash)
+{
+    disk_medium_t *dm = (disk_medium_t *)m;
+    if (slot < m->capacity)
+        dm->on_disk[slot] = chain_hash;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+int tier_disk_medium_forget(tier_medium_t *m, uint64_t *hashes, size_t n, size_t *n_forgotten)
+{
+    disk_medium_t *dm = (disk_medium_t *)m;
+    *n_forgotten = 0;
+    if (n == 0)
+        return 0;
+    qsort(hashes, n, sizeof(*hashes), cmp_u64);
+    uint32_t *slots = NULL;
+    size_t k = 0, cap = 0;
+    for (uint32_t s = 0; s < m->capacity; s++) {
+        uint64_t h = dm->on_disk[s];
+        /* (a slot being written holds the block the put names, or soon will) */
+        if (h == 0 || dm->putting[s] || !bsearch(&h, hashes, n, sizeof(*hashes), cmp_u64))
+            continue;
+        if (k == cap) {
+            size_t nc = cap ? 2 * cap : 16;
+            uint32_t *more = realloc(slots, nc * sizeof(*slots));
+            if (!more) {
+                free(slots);
+                return KVS_ENOMEM;
+            }
+            slots = more;
+            cap = nc;
+        }
+        slots[k++] = s;
+    }
+    int rc = tier_disk_forget(dm->td, slots, k);
+    for (size_t i = 0; rc == 0 && i < k; i++)
+        dm->on_disk[slots[i]] = 0;
+    if (rc == 0)
+        *n_forgotten = k;
+    free(slots);
+    return rc;
 }
 
 tier_disk_t *tier_disk_medium_disk(const tier_medium_t *m)
@@ -282,6 +341,8 @@ static void on_closed(loop_wake_t *h)
     pthread_mutex_destroy(&dm->mu);
     pthread_mutex_destroy(&dm->store_mu);
     free(dm->keys);
+    free(dm->on_disk);
+    free(dm->putting);
     free(dm);
 }
 
@@ -307,14 +368,16 @@ int tier_disk_medium_open(uv_loop_t *loop, tier_disk_t *td, const tier_disk_sour
     if (!dm)
         return KVS_ENOMEM;
     dm->keys = calloc(tier_disk_capacity(td), sizeof(slot_key_t));
-    if (!dm->keys) {
-        free(dm);
-        return KVS_ENOMEM;
-    }
-    if (loop_wake_init(loop, &dm->async, on_async) != 0) {
+    dm->on_disk = calloc(tier_disk_capacity(td), sizeof(*dm->on_disk));
+    dm->putting = calloc(tier_disk_capacity(td), 1);
+    if (!dm->keys || !dm->on_disk || !dm->putting ||
+        loop_wake_init(loop, &dm->async, on_async) != 0) {
+        int rc = dm->keys && dm->on_disk && dm->putting ? KVS_EIO : KVS_ENOMEM;
         free(dm->keys);
+        free(dm->on_disk);
+        free(dm->putting);
         free(dm);
-        return KVS_EIO;
+        return rc;
     }
     dm->async.data = dm;
     loop_wake_unref(&dm->async); /* idle: the loop may end */
