@@ -651,6 +651,76 @@ START_TEST(restart_finds_records)
 }
 END_TEST
 
+/* Format 4: the namespace table names each namespace's identity and
+ * survives a reopen; a namespace deleted (Clear) loses every record written
+ * before, in flight or not, a tombstoned slot (Evict) its record, and what
+ * is written after either is found again; sequence numbers never fall back
+ * under a watermark, even when no record of above it is left. */
+START_TEST(deletions_and_identities_survive_reopen)
+{
+    tier_disk_config_t cfg = config(32, TIER_DISK_IO_AUTO);
+    tier_disk_t *td = open_ok(&cfg);
+    const char *text[3] = {"kvs-id1 model=a", "kvs-id1 model=b", "kvs-id1 model=c"};
+    for (uint32_t k = 0; k < 3; k++) {
+        char ns[16];
+        snprintf(ns, sizeof(ns), "ns-%u", k + 1);
+        ck_assert_int_eq(tier_disk_ns_note(td, ns, 11 * (k + 1), k, text[k]), 0);
+    }
+    uint32_t slots[20];
+    for (uint32_t i = 0; i < 20; i++)
+        slots[i] = i + 5;
+    write_blocks(td, slots, 100, 20); /* ns-2: 100, 103, ..., 118 (7 blocks) */
+    ck_assert_int_eq(tier_disk_ns_delete(td, "ns-2", 22, 1, text[1]), 0);
+    uint32_t tomb = 7; /* block 102, of ns-1 */
+    ck_assert_int_eq(tier_disk_forget(td, &tomb, 1), 0);
+    uint32_t after = 30;
+    write_blocks(td, &after, 202, 1); /* ns-2, after its Clear */
+    tier_disk_close(td);
+
+    tier_disk_scan_t sc;
+    reopen_and_verify(&td, &sc, TIER_DISK_IO_AUTO, 32);
+    ck_assert_uint_eq(sc.n, 20 - 7 - 1 + 1);
+    ck_assert_uint_eq(sc.deleted, 8);
+    ck_assert(!tier_disk_slot_used(td, 5)); /* block 100 (ns-2): deleted, free */
+    ck_assert(!tier_disk_slot_used(td, tomb));
+    for (size_t i = 0; i < sc.n; i++) {
+        tier_disk_ns_t en;
+        ck_assert_int_eq(tier_disk_ns_get(td, sc.recs[i].entry, &en), 0);
+        ck_assert_str_eq(en.ns, sc.recs[i].ns);
+        uint32_t k = (uint32_t)(en.ns[3] - '1');
+        ck_assert_uint_eq(en.ident_hash, 11 * (k + 1));
+        ck_assert_uint_eq(en.source, k);
+        ck_assert_str_eq(en.ident, text[k]);
+        ck_assert_uint_ge(sc.recs[i].seq, en.valid_from);
+    }
+    tier_disk_stats_t st;
+    tier_disk_stats(td, &st);
+    ck_assert_uint_eq(st.deleted, 8);
+    tier_disk_scan_free(&sc);
+
+    /* Everything of ns-2 cleared again: the newest sequence number left is
+     * below the watermark, yet a block written next is alive. */
+    ck_assert_int_eq(tier_disk_ns_delete(td, "ns-2", 22, 1, text[1]), 0);
+    tier_disk_close(td);
+    reopen_and_verify(&td, &sc, TIER_DISK_IO_AUTO, 32);
+    ck_assert_uint_eq(sc.n, 12);
+    tier_disk_scan_free(&sc);
+    write_blocks(td, &after, 205, 1);
+    tier_disk_close(td);
+    reopen_and_verify(&td, &sc, TIER_DISK_IO_AUTO, 32);
+    ck_assert_uint_eq(sc.n, 13);
+    /* Another identity noted for ns-1 deletes its older records. */
+    ck_assert_int_eq(tier_disk_ns_note(td, "ns-1", 99, 0, "kvs-id1 model=z"), 0);
+    tier_disk_scan_free(&sc);
+    tier_disk_close(td);
+    reopen_and_verify(&td, &sc, TIER_DISK_IO_AUTO, 32);
+    for (size_t i = 0; i < sc.n; i++)
+        ck_assert_str_ne(sc.recs[i].ns, "ns-1");
+    tier_disk_scan_free(&sc);
+    tier_disk_close(td);
+}
+END_TEST
+
 /* A child writes batches over and over (each batch overwrites slots with new
  * blocks) and is SIGKILLed in the middle; then some slots are torn by hand
  * (a new record's first sector over an old record). The reopened file
@@ -1011,6 +1081,7 @@ static Suite *tier_disk_suite(void)
     tcase_add_loop_test(tc, drain_from_the_tiers_buffer, 0, 2);
     tcase_add_test(tc, slot_lru);
     tcase_add_test(tc, restart_finds_records);
+    tcase_add_test(tc, deletions_and_identities_survive_reopen);
     tcase_add_loop_test(tc, sigkill_mid_writes, 0, 2);
     tcase_add_test(tc, flipped_bytes_never_pass);
     tcase_add_loop_test(tc, medium_put_get_drop, 0, 2);
