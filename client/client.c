@@ -16,12 +16,30 @@
  * belongs to the process that connected it: in a forked child every call
  * fails with "reconnect from the new process" (the socket is shared with
  * the parent, and a CUDA mapping does not survive fork).
+ *
+ * The circuit breaker (KVS_BREAKER): a call that finds the daemon
+ * unreachable or silent ends with the connection dropped; breaker_trip then
+ * marks the client down and starts the probe thread. While down, ensure()
+ * answers every call at once. The probe thread owns only its socket and the
+ * atomics of struct breaker; when a probe is answered it sets down = 0 and
+ * ends, and the next call joins it and reconnects. Up, the breaker costs the
+ * healthy path nothing: ensure() looks at it only when there is no
+ * connection.
+ *
+ *     call fails, fd < 0 --breaker_trip--> down (probe thread: wait, probe, ...)
+ *          ^                                 | a probe answered: down = 0
+ *          +-- up: the next call joins the thread and reconnects <--+
  */
 #include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -41,6 +59,28 @@
 
 #define CLIENT_MAX_REPLY (256u << 20)
 #define CLIENT_MAX_FDS   (BACKEND_MAX_SLABS + 1) /* the pool's slabs, and tier 2's */
+
+/* The breaker's probes: the first BREAKER_FIRST_MS after a trip, then the
+ * wait doubles up to BREAKER_MAX_MS; each probe (connect and Ping) waits at
+ * most BREAKER_PROBE_MS for its answer. */
+#define BREAKER_FIRST_MS 50
+#define BREAKER_MAX_MS   2000
+#define BREAKER_PROBE_MS 200
+/* ensure()'s answer while the breaker is down: no attempt was made (the
+ * caller returns KVS_ENOTCONN, and it is no new trip). Never returned. */
+#define CLIENT_FAST_FAIL 1
+
+/* The circuit breaker (KVS_BREAKER). thread_live and wake_fd belong to the
+ * client's thread; the probe thread reads wake_fd (fixed while it runs)
+ * and writes only the atomics. */
+struct breaker {
+    pthread_t thread;
+    int thread_live; /* started and not yet joined */
+    int wake_fd;     /* eventfd: kvs_close wakes the probe; -1 until the first trip */
+    atomic_int down; /* 1 from a trip until a probe is answered */
+    atomic_uint_fast64_t trips, probes, fast_fails;
+    atomic_int_fast64_t down_since_ms;
+};
 
 struct kvs_client {
     char socket_path[SOCKET_PATH_MAX];
@@ -79,6 +119,7 @@ struct kvs_client {
     size_t n_fds;
 
     char err[1024]; /* room for a refusal naming two model identities */
+    struct breaker brk;
 };
 
 /* Records the message of a failed call (kvs_last_error) and returns its status. */
@@ -740,7 +781,208 @@ static int connect_now(kvs_client_t *c, int64_t deadline)
     return 0;
 }
 
-/* Connected, or a fresh attempt (at most once per reconnect_ms). */
+/* --- the circuit breaker (KVS_BREAKER) --- */
+
+enum { PROBE_SILENT, PROBE_ANSWERED, PROBE_WOKEN };
+
+/* One probe of the daemon at path: a connect, a Ping, and any reply that
+ * decodes is an answer (a refusal too: the daemon is alive, and the call
+ * that reconnects gets its reason). Never blocks: the socket is
+ * non-blocking (a full backlog fails the connect at once) and the wait for
+ * the reply polls wake_fd too, so kvs_close never waits on a probe. */
+static int breaker_probe(const char *path, int wake_fd)
+{
+    int64_t deadline = now_ms() + BREAKER_PROBE_MS;
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    uint8_t buf[4096];
+    int result = PROBE_SILENT;
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return PROBE_SILENT;
+    memcpy(addr.sun_path, path, sizeof(addr.sun_path));
+    if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0)
+        goto out;
+
+    Kvshare__Request req = KVSHARE__REQUEST__INIT;
+    Kvshare__PingRequest ping = KVSHARE__PING_REQUEST__INIT;
+    req.id = 1;
+    req.rpc_case = KVSHARE__REQUEST__RPC_PING;
+    req.ping = &ping;
+    size_t size = kvshare__request__get_packed_size(&req);
+    frame_put_len(buf, (uint32_t)size);
+    kvshare__request__pack(&req, buf + FRAME_HEADER_BYTES);
+    /* A few bytes into an empty socket buffer: all or nothing. */
+    if (send(fd, buf, FRAME_HEADER_BYTES + size, MSG_NOSIGNAL) !=
+        (ssize_t)(FRAME_HEADER_BYTES + size))
+        goto out;
+
+    size_t have = 0, need = FRAME_HEADER_BYTES;
+    while (have < need) {
+        struct pollfd p[2] = {{.fd = fd, .events = POLLIN}, {.fd = wake_fd, .events = POLLIN}};
+        int left = remaining(deadline);
+        if (left == 0)
+            goto out;
+        int n = poll(p, 2, left);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            goto out;
+        if (p[1].revents) {
+            result = PROBE_WOKEN;
+            goto out;
+        }
+        ssize_t got = recv(fd, buf + have, need - have, 0);
+        if (got < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK))
+            continue;
+        if (got <= 0)
+            goto out;
+        have += (size_t)got;
+        if (need == FRAME_HEADER_BYTES && have == need) {
+            uint32_t len = frame_get_len(buf);
+            if (len > sizeof(buf) - FRAME_HEADER_BYTES)
+                goto out; /* no reply to a Ping is that long */
+            need += len;
+        }
+    }
+    Kvshare__Response *resp =
+        kvshare__response__unpack(NULL, need - FRAME_HEADER_BYTES, buf + FRAME_HEADER_BYTES);
+    if (resp) {
+        result = PROBE_ANSWERED;
+        kvshare__response__free_unpacked(resp, NULL);
+    }
+out:
+    close(fd);
+    return result;
+}
+
+/* The probe thread: waits, probes, doubles the wait, until a probe is
+ * answered (then the client is up: down = 0) or kvs_close wakes it. It
+ * reads c->socket_path (fixed for the client's life) and c->brk.wake_fd,
+ * and writes the breaker's atomics only. */
+static void *breaker_main(void *arg)
+{
+    kvs_client_t *c = arg;
+    struct breaker *b = &c->brk;
+    int wait_ms = BREAKER_FIRST_MS;
+    for (;;) {
+        struct pollfd w = {.fd = b->wake_fd, .events = POLLIN};
+        int n = poll(&w, 1, wait_ms);
+        if (n > 0)
+            break; /* kvs_close */
+        if (n < 0 && errno == EINTR)
+            continue;
+        atomic_fetch_add_explicit(&b->probes, 1, memory_order_relaxed);
+        int r = breaker_probe(c->socket_path, b->wake_fd);
+        if (r == PROBE_WOKEN)
+            break;
+        if (r == PROBE_ANSWERED) {
+            atomic_store_explicit(&b->down, 0, memory_order_release);
+            break;
+        }
+        wait_ms = wait_ms * 2 < BREAKER_MAX_MS ? wait_ms * 2 : BREAKER_MAX_MS;
+    }
+    return NULL;
+}
+
+/* Joins a probe thread that has ended or is told to (wake: kvs_close). */
+static void breaker_join(kvs_client_t *c, bool wake)
+{
+    if (!c->brk.thread_live)
+        return;
+    if (wake)
+        (void)eventfd_write(c->brk.wake_fd, 1);
+    pthread_join(c->brk.thread, NULL);
+    c->brk.thread_live = 0;
+}
+
+/* After a failed call (status rc) of a KVS_BREAKER client: when the daemon
+ * was unreachable or silent (the connection is gone and rc says so, not a
+ * refusal the daemon sent), the client goes down and a probe thread starts.
+ * Without an eventfd or a thread (out of resources) the client stays up:
+ * calls then behave as without the flag. Returns rc. */
+static int breaker_after(kvs_client_t *c, int rc)
+{
+    struct breaker *b = &c->brk;
+    if (rc == 0 || !(c->flags & KVS_BREAKER) || c->fd >= 0 ||
+        (rc != KVS_ETIMEDOUT && rc != KVS_ENOTCONN && rc != KVS_EBUSY && rc != KVS_EIO))
+        return rc;
+    if (c->pid != getpid() || atomic_load_explicit(&b->down, memory_order_acquire))
+        return rc;          /* a forked child starts no thread */
+    breaker_join(c, false); /* the last trip's, which ended when it was answered */
+    if (b->wake_fd < 0)
+        b->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (b->wake_fd < 0)
+        return rc;
+    atomic_store_explicit(&b->down_since_ms, now_ms(), memory_order_relaxed);
+    atomic_store_explicit(&b->down, 1, memory_order_relaxed);
+    /* The thread takes no signal meant for the application's threads. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int started = pthread_create(&b->thread, NULL, breaker_main, c) == 0;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (!started) {
+        atomic_store_explicit(&b->down, 0, memory_order_relaxed);
+        return rc;
+    }
+    b->thread_live = 1;
+    atomic_fetch_add_explicit(&b->trips, 1, memory_order_relaxed);
+    return rc;
+}
+
+/* ensure()'s look at the breaker, with no connection: CLIENT_FAST_FAIL while
+ * down; once a probe was answered, joins its thread and lets this call
+ * reconnect at once (whatever reconnect_ms says: the probe was the attempt). */
+static int breaker_gate(kvs_client_t *c)
+{
+    struct breaker *b = &c->brk;
+    if (!b->thread_live)
+        return 0;
+    if (!atomic_load_explicit(&b->down, memory_order_acquire)) {
+        breaker_join(c, false);
+        c->last_attempt_ms = 0;
+        return 0;
+    }
+    atomic_fetch_add_explicit(&b->fast_fails, 1, memory_order_relaxed);
+    set_err(c, KVS_ENOTCONN,
+            "kvshared at %s is down (no answer for %lld ms): the call is a miss until a "
+            "background probe gets an answer",
+            c->socket_path,
+            (long long)(now_ms() - atomic_load_explicit(&b->down_since_ms, memory_order_relaxed)));
+    return CLIENT_FAST_FAIL;
+}
+
+void kvs_breaker_stats_init(kvs_breaker_stats_t *s)
+{
+    if (!s)
+        return;
+    memset(s, 0, sizeof(*s));
+    s->size = sizeof(*s);
+}
+
+int kvs_breaker(const kvs_client_t *c, kvs_breaker_stats_t *out)
+{
+    kvs_breaker_stats_t s;
+    if (!c || !out || out->size < sizeof(out->size) || out->size > sizeof(s))
+        return KVS_EINVAL;
+    /* Casts: C11's atomic loads take a pointer to non-const. */
+    struct breaker *b = (struct breaker *)&c->brk;
+    kvs_breaker_stats_init(&s);
+    s.size = out->size;
+    s.trips = atomic_load_explicit(&b->trips, memory_order_relaxed);
+    s.probes = atomic_load_explicit(&b->probes, memory_order_relaxed);
+    s.fast_fails = atomic_load_explicit(&b->fast_fails, memory_order_relaxed);
+    if (atomic_load_explicit(&b->down, memory_order_acquire)) {
+        int64_t since = atomic_load_explicit(&b->down_since_ms, memory_order_relaxed);
+        s.state = KVS_BREAKER_DOWN;
+        s.down_ms = (uint64_t)(now_ms() - since);
+    }
+    memcpy(out, &s, s.size);
+    return 0;
+}
+
+/* Connected, or a fresh attempt (at most once per reconnect_ms), or
+ * CLIENT_FAST_FAIL while the breaker is down. */
 static int ensure(kvs_client_t *c, int64_t deadline)
 {
     if (foreign_process(c))
@@ -748,6 +990,8 @@ static int ensure(kvs_client_t *c, int64_t deadline)
     if (c->fd >= 0)
         return 0;
     unmap_stale_pool(c);
+    if (breaker_gate(c) == CLIENT_FAST_FAIL)
+        return CLIENT_FAST_FAIL;
     if (c->reconnect_ms > 0 && c->last_attempt_ms &&
         now_ms() - c->last_attempt_ms < c->reconnect_ms)
         return set_err(c, KVS_ENOTCONN, "not connected to kvshared at %s (retrying every %d ms)",
@@ -774,6 +1018,7 @@ int kvs_connect(const kvs_options_t *opts, kvs_client_t **out)
     if (!c)
         return KVS_ENOMEM;
     c->fd = -1;
+    c->brk.wake_fd = -1;
     c->pid = getpid();
     c->timeout_ms = o.timeout_ms;
     c->reconnect_ms = o.reconnect_ms > 0 ? o.reconnect_ms : 0;
@@ -800,6 +1045,7 @@ int kvs_connect(const kvs_options_t *opts, kvs_client_t **out)
         kvs_close(c);
         return rc;
     }
+    breaker_after(c, rc);
     *out = c;
     return 0;
 }
@@ -808,6 +1054,11 @@ void kvs_close(kvs_client_t *c)
 {
     if (!c)
         return;
+    /* A forked child has no probe thread: only the parent joins it. */
+    if (c->pid == getpid())
+        breaker_join(c, true);
+    if (c->brk.wake_fd >= 0)
+        close(c->brk.wake_fd);
     disconnect(c);
     backend_unmap(c->map);
     backend_unmap(c->tier2_map);
@@ -987,8 +1238,10 @@ static int call_within(kvs_client_t *c, Kvshare__Request *req, Kvshare__Response
     *resp = NULL;
     int fresh = c->fd < 0;
     int rc = ensure(c, deadline);
+    if (rc == CLIENT_FAST_FAIL)
+        return KVS_ENOTCONN;
     if (rc != 0)
-        return rc;
+        return breaker_after(c, rc);
     rc = round_trip(c, req, resp, deadline);
     /* A connection that died while idle (the daemon restarted): one fresh
      * attempt. Safe for every RPC: the old session's holdings are gone. */
@@ -997,7 +1250,7 @@ static int call_within(kvs_client_t *c, Kvshare__Request *req, Kvshare__Response
         if (rc == 0)
             rc = round_trip(c, req, resp, deadline);
     }
-    return rc;
+    return breaker_after(c, rc);
 }
 
 static int call(kvs_client_t *c, Kvshare__Request *req, Kvshare__Response **resp)
@@ -1563,6 +1816,7 @@ _Static_assert(sizeof(kvs_alloc_opts_t) == 104, "kvs_alloc_opts_t changed size")
 _Static_assert(sizeof(kvs_commit_opts_t) == 64, "kvs_commit_opts_t changed size");
 _Static_assert(sizeof(kvs_pin_opts_t) == 64, "kvs_pin_opts_t changed size");
 _Static_assert(sizeof(kvs_release_opts_t) == 72, "kvs_release_opts_t changed size");
+_Static_assert(sizeof(kvs_breaker_stats_t) == 96, "kvs_breaker_stats_t changed size");
 _Static_assert(sizeof(kvs_ns_stats_t) % _Alignof(kvs_priority_bands_t) == 0,
                "the bands follow the rows in one allocation");
 
@@ -1768,6 +2022,10 @@ int kvs_ping(kvs_client_t *c, size_t payload_bytes, double *rtt_us)
         return KVS_ENOMEM;
     int64_t deadline = now_ms() + c->timeout_ms;
     int rc = ensure(c, deadline);
+    if (rc == CLIENT_FAST_FAIL) {
+        free(payload);
+        return KVS_ENOTCONN;
+    }
     if (rc == 0) {
         Kvshare__Request req = KVSHARE__REQUEST__INIT;
         Kvshare__PingRequest pr = KVSHARE__PING_REQUEST__INIT;
@@ -1784,5 +2042,5 @@ int kvs_ping(kvs_client_t *c, size_t payload_bytes, double *rtt_us)
             kvshare__response__free_unpacked(resp, NULL);
     }
     free(payload);
-    return rc;
+    return breaker_after(c, rc);
 }

@@ -48,13 +48,31 @@
  * kvs_last_error() the daemon's message for the last failed call (which block,
  * which limit, what to do).
  *
+ * Circuit breaker (KVS_BREAKER): without it every call made while the
+ * daemon hangs waits the full timeout. With it, a call that times out, whose
+ * connection drops, or whose connect or Hello fails (the daemon unreachable
+ * or silent, not a refusal it sends) trips the client "down": from then on
+ * every call returns KVS_ENOTCONN at once, without touching the socket
+ * (kvs_lookup with *n_blocks = 0, a miss), while a thread of the client
+ * probes the socket path in the background: a connect and a Ping of at
+ * most 200 ms, 50 ms after the trip, then with the wait doubling up to 2 s.
+ * The first probe that gets an answer brings the client "up", and the next
+ * call reconnects as above (Hello, the pool mapped again). So a worker
+ * waits on a hung daemon once per trip, never once per call. kvs_breaker
+ * says where it stands.
+ *
  * Threads: a kvs_client_t is not thread-safe; use one per thread or lock.
+ * With KVS_BREAKER the client owns one thread of its own while it is down
+ * (the probe: it reads the socket path and its own state, never the
+ * connection, the mapping or the caller's buffers); kvs_close wakes and
+ * joins it at once. kvs_breaker may be called from any thread.
  *
  * Processes: a client belongs to the process that connected it. In a child
  * forked after kvs_connect, every call fails with KVS_ENOTCONN and the
  * message "reconnect from the new process" (kvs_lookup is then a miss);
  * kvs_close there frees the client without touching the parent's
- * connection. Connect again from the child if it needs the cache.
+ * connection (nor its probe thread, which the child does not have).
+ * Connect again from the child if it needs the cache.
  *
  * Wire protocol: proto/kvshare.proto (frames of a 4-byte little-endian length
  * and one protobuf message).
@@ -101,6 +119,9 @@ typedef struct kvs_client kvs_client_t;
  * nothing, and commits for the whole group (kvs_commit_opts_t.for_group). */
 #define KVS_RANK            0x8u
 #define KVS_GROUP_SCHEDULER 0x10u
+/* A hung or dead daemon costs one call, not every call ("Circuit breaker"
+ * above; kvs_breaker). */
+#define KVS_BREAKER 0x20u
 
 /* Options for kvs_connect. Always start with kvs_options_init: it sets
  * `size`, so fields added later keep older callers working. */
@@ -109,7 +130,7 @@ typedef struct kvs_options {
     const char *socket_path; /* NULL: kvs_default_socket_path() */
     int timeout_ms;          /* per call, connect included; default 1000 */
     const char *worker_name; /* shown in the daemon's logs; may be NULL */
-    unsigned flags;          /* KVS_NO_MAP, KVS_LAZY */
+    unsigned flags;          /* KVS_NO_MAP, KVS_LAZY, KVS_BREAKER, ... */
     int reconnect_ms;        /* least time between reconnect attempts; default 0 */
     /* Before sending anything the client checks who listens on the socket
      * (SO_PEERCRED): the daemon must run as this process's effective uid, as
@@ -182,6 +203,28 @@ int kvs_connected(const kvs_client_t *c);
 
 /* Counts connections made: changes when a reconnect maps the pool again. */
 uint64_t kvs_epoch(const kvs_client_t *c);
+
+/* The circuit breaker of a client connected with KVS_BREAKER ("Circuit
+ * breaker" above). Without the flag it stays up and every count is 0. */
+#define KVS_BREAKER_UP   0u
+#define KVS_BREAKER_DOWN 1u
+typedef struct kvs_breaker_stats {
+    size_t size;          /* sizeof(kvs_breaker_stats_t), set by kvs_breaker_stats_init */
+    uint32_t state;       /* KVS_BREAKER_UP or KVS_BREAKER_DOWN */
+    uint32_t reserved32;  /* 0 */
+    uint64_t trips;       /* times the client went down */
+    uint64_t probes;      /* probes the background thread sent */
+    uint64_t fast_fails;  /* calls answered at once, KVS_ENOTCONN, while down */
+    uint64_t down_ms;     /* down: milliseconds since it went down; up: 0 */
+    uint64_t reserved[6]; /* room for fields added later (0 until then) */
+} kvs_breaker_stats_t;
+
+void kvs_breaker_stats_init(kvs_breaker_stats_t *s);
+
+/* Fills *out (its first out->size bytes: start from kvs_breaker_stats_init).
+ * Safe from any thread. Errors: KVS_EINVAL (NULL, or a size of 0 or larger
+ * than this library's struct). */
+int kvs_breaker(const kvs_client_t *c, kvs_breaker_stats_t *out);
 
 /* Several devices: this client's rank (0 without KVS_RANK) and the number
  * of devices (ranks) the daemon serves, as its Hello reply said (1 for a
