@@ -5,8 +5,10 @@ Run by ctest with KVSHARED (the daemon binary) and KVSHARE_LIB (libkvshare.so)
 in the environment.
 """
 import os
+import signal
 import sys
 import threading
+import time
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
@@ -247,6 +249,46 @@ class BindingTest(unittest.TestCase):
         with self.assertRaises(kvshare.KvsError) as cm:
             kvshare.Client(socket_path=self.daemon.socket + ".nope")
         self.assertEqual(cm.exception.name, "KVS_ENOTCONN")
+
+    def test_breaker(self):
+        # breaker=True: a hung daemon costs one timeout, then every call is a
+        # miss at once until a background probe is answered.
+        with self.client() as plain:
+            self.assertEqual(plain.breaker(), {"state": "up", "trips": 0, "probes": 0,
+                                               "fast_fails": 0, "down_ms": 0})
+        tokens = list(range(900, 900 + 2 * BT))
+        pid = self.daemon.proc.pid
+        with kvshare.Client(socket_path=self.daemon.socket, timeout_ms=500,
+                            breaker=True) as c:
+            canon = c.commit(tokens, c.alloc(2))
+            c.release(canon)
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                t0 = time.monotonic()
+                self.assertEqual(c.lookup(tokens), [])
+                self.assertGreaterEqual(time.monotonic() - t0, 0.4)
+                st = c.breaker()
+                self.assertEqual((st["state"], st["trips"]), ("down", 1))
+                for _ in range(20):
+                    t0 = time.monotonic()
+                    self.assertEqual(c.lookup(tokens), [])
+                    self.assertLess(time.monotonic() - t0, 0.05)
+                with self.assertRaises(kvshare.KvsError) as cm:
+                    c.alloc(1)
+                self.assertEqual(cm.exception.name, "KVS_ENOTCONN")
+                self.assertIn("is down", cm.exception.message)
+                self.assertEqual(c.breaker()["fast_fails"], 21)
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            deadline = time.monotonic() + 20
+            while c.breaker()["state"] != "up":
+                self.assertLess(time.monotonic(), deadline, "the breaker stayed down")
+                time.sleep(0.005)
+            self.assertEqual(c.lookup(tokens), canon)
+            c.release(canon)
+            st = c.breaker()
+            self.assertEqual((st["trips"], st["down_ms"]), (1, 0))
+            self.assertGreaterEqual(st["probes"], 1)
 
 
 if __name__ == "__main__":

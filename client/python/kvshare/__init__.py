@@ -76,6 +76,7 @@ KVS_LAZY = 0x2
 KVS_MAP_TIER2 = 0x4
 KVS_RANK = 0x8
 KVS_GROUP_SCHEDULER = 0x10
+KVS_BREAKER = 0x20
 BACKEND_HOST = 1
 BACKEND_CUDA = 2
 
@@ -117,6 +118,18 @@ class _Options(ctypes.Structure):
         ("rank", ctypes.c_uint32), ("reserved32", ctypes.c_uint32),
         ("identity", ctypes.POINTER(_Identity)),
         ("reserved", ctypes.c_uint64 * 5),
+    ]
+
+
+class _BreakerStats(ctypes.Structure):
+    """kvs_breaker_stats_t: the client's circuit breaker (kvshare.h,
+    "Circuit breaker")."""
+    _fields_ = [
+        ("size", ctypes.c_size_t),
+        ("state", ctypes.c_uint32), ("reserved32", ctypes.c_uint32),
+        ("trips", ctypes.c_uint64), ("probes", ctypes.c_uint64),
+        ("fast_fails", ctypes.c_uint64), ("down_ms", ctypes.c_uint64),
+        ("reserved", ctypes.c_uint64 * 6),
     ]
 
 
@@ -343,7 +356,8 @@ def _check_sizes(lib):
     before a call could write past a struct or read a field at the wrong
     offset."""
     for name, cls in (("kvs_options_init", _Options), ("kvs_identity_init", _Identity),
-                      ("kvs_commit_opts_init", _CommitOpts)):
+                      ("kvs_commit_opts_init", _CommitOpts),
+                      ("kvs_breaker_stats_init", _BreakerStats)):
         room = (ctypes.c_uint8 * 4096)()  # larger than any of them: init may write it all
         getattr(lib, name)(ctypes.cast(room, ctypes.POINTER(cls)))
         size = ctypes.c_size_t.from_buffer(room).value
@@ -366,6 +380,8 @@ def _declare(lib):
         "kvs_close": (None, [P]),
         "kvs_connected": (ctypes.c_int, [P]),
         "kvs_epoch": (ctypes.c_uint64, [P]),
+        "kvs_breaker_stats_init": (None, [ctypes.POINTER(_BreakerStats)]),
+        "kvs_breaker": (ctypes.c_int, [P, ctypes.POINTER(_BreakerStats)]),
         "kvs_group": (ctypes.c_int, [P, ctypes.POINTER(ctypes.c_uint32),
                                      ctypes.POINTER(ctypes.c_uint32)]),
         "kvs_last_error": (ctypes.c_char_p, [P]),
@@ -472,14 +488,18 @@ class Client:
 
     def __init__(self, socket_path=None, timeout_ms=1000, worker_name=None,
                  map_pool=True, lazy=False, reconnect_ms=0, lib=None, daemon_uid=0,
-                 map_tier2=False, rank=None, group_scheduler=False, identity=None):
+                 map_tier2=False, rank=None, group_scheduler=False, identity=None,
+                 breaker=False):
         """rank: this worker's rank (device) on a kvshared with several
         devices (--devices); group_scheduler: the group's scheduler (maps
         nothing). See kvshare.h, KVS_RANK. identity: the model identity
         declared in Hello (an Identity, or a dict of its fields); a
         namespace that holds another model's KV refuses the connection
         with KVS_EIDENTITY (lazy: the client stays disconnected, every
-        call fails so, last_error names both identities)."""
+        call fails so, last_error names both identities). breaker: the
+        circuit breaker (KVS_BREAKER): once a call finds the daemon hung or
+        gone, every call fails at once (KvsError KVS_ENOTCONN; lookup a
+        miss) until a background probe gets an answer; see breaker()."""
         self._c = None
         self._lib = load_library(lib)
         opts = _Options()
@@ -499,7 +519,8 @@ class Client:
         opts.flags = ((0 if map_pool else KVS_NO_MAP) | (KVS_LAZY if lazy else 0) |
                       (KVS_MAP_TIER2 if map_tier2 else 0) |
                       (KVS_RANK if rank is not None else 0) |
-                      (KVS_GROUP_SCHEDULER if group_scheduler else 0))
+                      (KVS_GROUP_SCHEDULER if group_scheduler else 0) |
+                      (KVS_BREAKER if breaker else 0))
         opts.rank = int(rank or 0)
         handle = ctypes.c_void_p()
         rc = self._lib.kvs_connect(ctypes.byref(opts), ctypes.byref(handle))
@@ -553,6 +574,18 @@ class Client:
     @property
     def epoch(self):
         return self._lib.kvs_epoch(self._c)
+
+    def breaker(self):
+        """The circuit breaker (kvs_breaker): {"state": "up" or "down",
+        "trips", "probes", "fast_fails", "down_ms"}; all 0 and "up" for a
+        client made without breaker=True. Safe from any thread."""
+        s = _BreakerStats()
+        self._lib.kvs_breaker_stats_init(ctypes.byref(s))
+        self._check(self._lib.kvs_breaker(self._c, ctypes.byref(s)))
+        out = {name: getattr(s, name) for name, _ in _BreakerStats._fields_
+               if name not in ("size", "reserved32", "reserved")}
+        out["state"] = "down" if s.state == 1 else "up"
+        return out
 
     @property
     def last_error(self):
