@@ -65,7 +65,8 @@
  * With KVS_BREAKER the client owns one thread of its own while it is down
  * (the probe: it reads the socket path and its own state, never the
  * connection, the mapping or the caller's buffers); kvs_close wakes and
- * joins it at once. kvs_breaker may be called from any thread.
+ * joins it at once. kvs_breaker may be called from any thread (not
+ * during or after kvs_close).
  *
  * Processes: a client belongs to the process that connected it. In a child
  * forked after kvs_connect, every call fails with KVS_ENOTCONN and the
@@ -222,8 +223,8 @@ typedef struct kvs_breaker_stats {
 void kvs_breaker_stats_init(kvs_breaker_stats_t *s);
 
 /* Fills *out (its first out->size bytes: start from kvs_breaker_stats_init).
- * Safe from any thread. Errors: KVS_EINVAL (NULL, or a size of 0 or larger
- * than this library's struct). */
+ * Safe from any thread while c is open. Errors: KVS_EINVAL (NULL, or a size
+ * of 0 or larger than this library's struct). */
 int kvs_breaker(const kvs_client_t *c, kvs_breaker_stats_t *out);
 
 /* Several devices: this client's rank (0 without KVS_RANK) and the number

@@ -578,7 +578,8 @@ class Client:
     def breaker(self):
         """The circuit breaker (kvs_breaker): {"state": "up" or "down",
         "trips", "probes", "fast_fails", "down_ms"}; all 0 and "up" for a
-        client made without breaker=True. Safe from any thread."""
+        client made without breaker=True. Safe from any thread while the
+        client is open."""
         s = _BreakerStats()
         self._lib.kvs_breaker_stats_init(ctypes.byref(s))
         self._check(self._lib.kvs_breaker(self._c, ctypes.byref(s)))
