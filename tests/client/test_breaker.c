@@ -89,22 +89,36 @@ static void cache_prompt(kvs_client_t *c, const uint32_t *tokens)
     ck_assert_int_eq(kvs_release(c, canon, 2, NULL), 0);
 }
 
-/* Every kind of call while down: answered at once, KVS_ENOTCONN, a miss. */
+/* Every kind of call while down: answered at once, KVS_ENOTCONN, a miss.
+ * Each call is timed alone, so that one preemption of this process on a
+ * loaded machine is not summed over several calls. */
 static void expect_fast_fails(kvs_client_t *c, const uint32_t *tokens, int rounds)
 {
     uint64_t before = stats_of(c).fast_fails;
+    int64_t worst = 0;
     for (int i = 0; i < rounds; i++) {
         uint32_t ids[4] = {0, 1, 2, 3}, canon[2];
         size_t n = 99;
-        int64_t t0 = now_ns();
-        ck_assert_int_eq(kvs_lookup(c, NULL, tokens, 2 * BT, 1, ids, 4, &n), KVS_ENOTCONN);
+        int rc[4];
+        int64_t t[5];
+        t[0] = now_ns();
+        rc[0] = kvs_lookup(c, NULL, tokens, 2 * BT, 1, ids, 4, &n);
+        t[1] = now_ns();
+        rc[1] = kvs_alloc(c, NULL, 1, ids);
+        t[2] = now_ns();
+        rc[2] = kvs_commit(c, NULL, tokens, 2 * BT, ids, 2, canon, NULL);
+        t[3] = now_ns();
+        rc[3] = kvs_ping(c, 0, NULL);
+        t[4] = now_ns();
+        for (int k = 0; k < 4; k++) {
+            ck_assert_int_eq(rc[k], KVS_ENOTCONN);
+            if (t[k + 1] - t[k] > worst)
+                worst = t[k + 1] - t[k];
+        }
         ck_assert_uint_eq(n, 0);
-        ck_assert_int_eq(kvs_alloc(c, NULL, 1, ids), KVS_ENOTCONN);
-        ck_assert_int_eq(kvs_commit(c, NULL, tokens, 2 * BT, ids, 2, canon, NULL), KVS_ENOTCONN);
-        ck_assert_int_eq(kvs_ping(c, 0, NULL), KVS_ENOTCONN);
-        int64_t ms = (now_ns() - t0) / 1000000;
-        ck_assert_msg(ms < FAST_MS, "four calls while down took %lld ms", (long long)ms);
     }
+    ck_assert_msg(worst / 1000000 < FAST_MS, "a call while down took %lld ms",
+                  (long long)(worst / 1000000));
     ck_assert_int_eq(kvs_connected(c), 0);
     ck_assert_ptr_nonnull(strstr(kvs_last_error(c), "is down"));
     ck_assert_uint_eq(stats_of(c).fast_fails, before + 4 * (uint64_t)rounds);
