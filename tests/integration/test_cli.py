@@ -204,5 +204,59 @@ class CliTest(unittest.TestCase):
         self.assertEqual(r.returncode, 2)
 
 
+class SystemSocketTest(unittest.TestCase):
+    """Without --socket, when no daemon answers at the per-user default, the
+    CLI tries the system daemon's socket (/run/kvshare/kvshared.sock, where
+    the unit puts it; in this build of the CLI, a path under the build tree),
+    and when none answers it names every path it tried."""
+
+    def setUp(self):
+        self.system = os.environ["KVSHARE_TEST_SYSTEM_SOCKET"]
+        self.xdg = tempfile.mkdtemp(prefix="kvs-xdg-")
+        self.user = os.path.join(self.xdg, "kvshare", "kvshared.sock")
+        self.daemons = []
+
+    def tearDown(self):
+        for d in self.daemons:
+            d.stop()
+        shutil.rmtree(self.xdg, ignore_errors=True)
+
+    def run_cli(self, *args, **env):
+        e = {k: v for k, v in os.environ.items() if k != "KVSHARE_SOCKET"}
+        # XDG_RUNTIME_DIR: the per-user default, for root too.
+        e.update(LANG="C.UTF-8", LC_ALL="C.UTF-8", XDG_RUNTIME_DIR=self.xdg, **env)
+        return subprocess.run([os.environ["KVSHARE_CLI_SYSTEM_SOCKET"]] + list(args)
+                              + ["--timeout", "20000"],
+                              capture_output=True, text=True, timeout=120, env=e)
+
+    def start(self, sock, blocks):
+        self.daemons.append(kvsd.Daemon(blocks=blocks, dir=os.path.dirname(sock)))
+        self.assertEqual(self.daemons[-1].socket, sock)
+
+    def total_blocks(self, r):
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return json.loads(r.stdout)["blocks"]["total"]
+
+    def test_none_answers_names_each_path(self):
+        r = self.run_cli("stats", "--json")
+        self.assertEqual(r.returncode, 1, r.stdout)
+        self.assertIn("tried", r.stderr)
+        self.assertIn(self.user, r.stderr)
+        self.assertIn(self.system, r.stderr)
+
+    def test_system_daemon_answers(self):
+        self.start(self.system, 48)
+        self.assertEqual(self.total_blocks(self.run_cli("stats", "--json")), 48)
+        self.assertEqual(self.run_cli("ping", "--count", "1").returncode, 0)
+        self.assertEqual(self.run_cli("top", "--once").returncode, 0)
+        # $KVSHARE_SOCKET names one socket: no other is tried.
+        r = self.run_cli("stats", KVSHARE_SOCKET=self.user)
+        self.assertEqual(r.returncode, 1)
+        self.assertNotIn(self.system, r.stderr)
+        # A daemon at the per-user default comes first.
+        self.start(self.user, 40)
+        self.assertEqual(self.total_blocks(self.run_cli("stats", "--json")), 40)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

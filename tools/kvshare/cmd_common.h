@@ -26,8 +26,25 @@ typedef struct cli_conn {
  * or bad value (message printed). */
 int cli_conn_flag(cli_conn_t *conn, int argc, char **argv, int *i, const char *cmd);
 
-/* Connects without mapping the pool. On failure prints what to do and
- * returns NULL. */
+#define CLI_MAX_PATHS 2
+#define CLI_PATH_LEN  256
+
+/* The sockets a command tries, in order, into paths; returns how many (0:
+ * no default path could be built). --socket alone when given; else
+ * kvs_default_socket_path() ($KVSHARE_SOCKET alone when it is set), then the
+ * system daemon's /run/kvshare/kvshared.sock when that differs: a member of
+ * the group kvshare who is not root reaches the packaged daemon without
+ * --socket. The library's default stays as kvshare.h documents it. */
+int cli_socket_paths(const cli_conn_t *conn, char paths[CLI_MAX_PATHS][CLI_PATH_LEN]);
+
+/* A lazy client of the daemon at path, not mapping the pool, with conn's
+ * timeout; NULL only when out of memory. kvs_connected() says whether it
+ * reached the daemon, kvs_last_error() why not. */
+kvs_client_t *cli_connect_path(const cli_conn_t *conn, const char *path, const char *worker);
+
+/* Connects without mapping the pool to the first of cli_socket_paths() where
+ * a daemon answers. On failure prints each path tried, why it failed and
+ * what to do, and returns NULL. */
 kvs_client_t *cli_connect(const cli_conn_t *conn, const char *cmd);
 
 /* Writes s as a JSON string (quoted, escaped). */

@@ -431,23 +431,31 @@ static int parse(int argc, char **argv, top_opts_t *o)
     return -1;
 }
 
-/* The view starts even when kvshared is down (it says so and retries);
- * scripts get the explanation and exit status 1 at once. */
+/* The view starts even when kvshared is down (it says so and retries, at
+ * the first of the paths when no daemon answers at any); scripts get the
+ * explanation and exit status 1 at once. */
 static kvs_client_t *connect_for(const top_opts_t *o, top_mode_t mode)
 {
     if (mode != MODE_VIEW)
         return cli_connect(&o->conn, "top");
-    kvs_options_t opts;
-    kvs_client_t *c = NULL;
-    kvs_options_init(&opts);
-    opts.socket_path = o->conn.socket_path;
-    opts.timeout_ms = o->conn.timeout_ms > 0 ? o->conn.timeout_ms : 2000;
-    opts.worker_name = "kvshare-top";
-    opts.flags = KVS_NO_MAP | KVS_LAZY;
-    int rc = kvs_connect(&opts, &c);
-    if (rc != 0)
-        fprintf(stderr, "kvshare top: %s\n", kvs_strerror(rc));
-    return rc == 0 ? c : NULL;
+    char paths[CLI_MAX_PATHS][CLI_PATH_LEN];
+    int n = cli_socket_paths(&o->conn, paths);
+    if (n == 0) {
+        fprintf(stderr, "kvshare top: cannot build the default socket path; give --socket PATH\n");
+        return NULL;
+    }
+    for (int i = 0; i <= n; i++) {
+        /* Past the last: none answers; the view waits at the first. */
+        kvs_client_t *c = cli_connect_path(&o->conn, paths[i < n ? i : 0], "kvshare-top");
+        if (!c) {
+            fprintf(stderr, "kvshare top: %s\n", kvs_strerror(KVS_ENOMEM));
+            return NULL;
+        }
+        if (i == n || kvs_connected(c))
+            return c;
+        kvs_close(c);
+    }
+    return NULL;
 }
 
 int kvshare_cmd_top(int argc, char **argv)
