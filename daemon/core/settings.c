@@ -1257,3 +1257,82 @@ void settings_markdown(FILE *f)
                 row->reload ? "at start and on SIGHUP" : "at start", row->help);
     }
 }
+
+/* Writes text for roff: a backslash as \e, a hyphen as \- (so that flags
+ * copy and paste as typed), and a line never starts with a control dot or
+ * quote. */
+static void roff_text(FILE *f, const char *text)
+{
+    if (*text == '.' || *text == '\'')
+        fputs("\\&", f);
+    for (const char *p = text; *p; p++) {
+        if (*p == '\\')
+            fputs("\\e", f);
+        else if (*p == '-')
+            fputs("\\-", f);
+        else
+            fputc(*p, f);
+    }
+}
+
+void settings_man(FILE *f)
+{
+    char deflt[256], names[512];
+    fputs(".SH OPTIONS\n"
+          "Every option with a configuration key may also be given in the\n"
+          ".B \\-\\-config\n"
+          "file; options override the file.\n"
+          "An option may be abbreviated to any unambiguous prefix.\n",
+          f);
+    for (int section = 0; section < 3; section++) {
+        if (section == 1)
+            fputs(".SH CONFIGURATION FILE\n"
+                  "Lines of \\fIkey\\fR = \\fIvalue\\fR: the keys of the options above,\n"
+                  "and these, which have no option:\n",
+                  f);
+        if (section == 2)
+            fputs(".SS Keys of a [namespace NAME] section\n", f);
+        for (size_t i = 0; i < settings_count; i++) {
+            const setting_t *row = &settings_table[i];
+            bool want = section == 0   ? row->flag != NULL
+                        : section == 1 ? row->scope == SETTING_GLOBAL && !row->flag
+                                       : row->scope == SETTING_NS;
+            if (!want)
+                continue;
+            fputs(".TP\n", f);
+            if (section == 0) {
+                fputs(".BI \"\\-\\-", f);
+                roff_text(f, row->flag);
+                fputs(row->arg ? " \" " : "\"", f);
+                if (row->arg)
+                    roff_text(f, row->arg);
+            } else {
+                fputs(".B ", f);
+                roff_text(f, row->key);
+            }
+            fputc('\n', f);
+            roff_text(f, row->help);
+            names[0] = '\0';
+            if (row->name && row->type == SETTING_TEXT)
+                list_names(row, names, sizeof(names));
+            if (names[0]) {
+                fputs("; one of: ", f);
+                roff_text(f, names);
+            }
+            fputs(".\n", f);
+            if (section == 0 && row->key) {
+                fputs("Key: ", f);
+                roff_text(f, row->key);
+                fputs(".\n", f);
+            }
+            (void)format_default(row, deflt, sizeof(deflt));
+            if (deflt[0]) {
+                fputs("Default: ", f);
+                roff_text(f, deflt);
+                fputs(".\n", f);
+            }
+            if (row->reload)
+                fputs("SIGHUP applies a change.\n", f);
+        }
+    }
+}

@@ -11,8 +11,9 @@
  *                      +--> the keys of the config file      (config.c)
  *                      +--> --check-config                   (settings_parse)
  *                      +--> the effective-config log line    (settings_log)
- *                      `--> the tables of docs/OPERATING.md  (settings_markdown,
- *                                                             checked by a test)
+ *                      +--> the tables of docs/OPERATING.md  (settings_markdown,
+ *                      |                                      checked by a test)
+ *                      `--> kvshared(8)'s options            (settings_man)
  *
  * Flags are config lines applied after the file (as Redis does): the file's
  * settings first, then the command line's in order, each through
@@ -167,5 +168,10 @@ void settings_format(const setting_t *row, const void *base, char *buf, size_t l
 /* The Markdown tables of docs/OPERATING.md: every flag and global key, then
  * the keys of a [namespace] section. */
 void settings_markdown(FILE *f);
+
+/* The OPTIONS and CONFIGURATION FILE sections of kvshared(8), in roff: every
+ * flag, the global keys without a flag, the keys of a [namespace] section.
+ * man/manpage.c writes the rest of the page around them. */
+void settings_man(FILE *f);
 
 #endif /* KVS_DAEMON_SETTINGS_H */
