@@ -2,12 +2,17 @@
 # SPDX-License-Identifier: Apache-2.0
 # Checks the files the Debian packages installed, without systemd: the
 # kvshare user and group, the conffile, `kvshared --check-config`, the
-# daemon started as the unit starts it (user kvshare, socket in a directory
-# like /run/kvshare) and pinged with the CLI, `kvshare calc`, a program
+# documents and man pages, the daemon started as the unit starts it (user
+# kvshare, socket in a directory like /run/kvshare) and pinged with the CLI,
+# its metrics on a free port, `kvshare calc`, a program
 # built against libkvshare-dev with pkg-config and with CMake, and the
 # Python package with Debian's python3 (the plug-ins import, the binding
 # finds libkvshare.so.1 on the library path and talks to the daemon).
-# Run as root after `apt-get install ./*.deb`. Usage: check-installed.sh
+# Run as root after `apt-get install ./*.deb`, on a fresh machine or on a
+# configured node: its daemon runs from the shipped example config (a 1 GiB
+# host pool, as /etc/kvshare/kvshared.conf is at install), on its own socket
+# and a free metrics port, so a node's running kvshared, its sized pool and
+# its ports are left alone. Usage: check-installed.sh
 set -eu
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/kvs-installed-XXXXXX")
@@ -41,6 +46,23 @@ grep -q "^ExecStart=/usr/bin/kvshared --config /etc/kvshare/kvshared.conf" "$uni
     fail "$unit: ExecStart does not run /usr/bin/kvshared with /etc/kvshare/kvshared.conf"
 test -f /usr/share/kvshare/prometheus/kvshare-rules.yml || fail "no Prometheus rules"
 
+echo "-- documents and man pages"
+for d in OPERATING RELIABILITY CLUSTER ENGINES DEPLOYING; do
+    ls /usr/share/doc/kvshared/$d.md* >/dev/null 2>&1 || fail "no /usr/share/doc/kvshared/$d.md"
+done
+test -f /usr/share/man/man8/kvshared.8.gz || fail "no /usr/share/man/man8/kvshared.8.gz"
+test -f /usr/share/man/man1/kvshare.1.gz || fail "no /usr/share/man/man1/kvshare.1.gz"
+if command -v man >/dev/null; then
+    man -w kvshared | grep -q "/man8/kvshared.8" || fail "man -w kvshared does not find kvshared(8)"
+    man -w kvshare | grep -q "/man1/kvshare.1" || fail "man -w kvshare does not find kvshare(1)"
+    # Formatted without warnings from groff.
+    for page in kvshared kvshare; do
+        MANWIDTH=80 man --warnings "$page" 2>&1 >/dev/null | grep . && fail "$page: roff warnings"
+    done
+    MANWIDTH=80 man kvshared 2>/dev/null | grep -q "metrics-listen" ||
+        fail "kvshared(8) does not list --metrics-listen"
+fi
+
 echo "-- kvshared --check-config, kvshare calc"
 kvshared --version
 kvshared --check-config /etc/kvshare/kvshared.conf
@@ -48,15 +70,17 @@ kvshare calc --model llama-3.1-8b --budget 40GiB --context 4k,32k >"$tmp/calc.tx
 grep -q . "$tmp/calc.txt" || fail "kvshare calc printed nothing"
 head -3 "$tmp/calc.txt"
 
-echo "-- kvshared as user kvshare, with the installed config; kvshare ping"
+echo "-- kvshared as user kvshare, with the shipped config, a free metrics port; kvshare ping"
 # /run/kvshare as RuntimeDirectory makes it: owned by kvshare, mode 0750.
 rundir="$tmp/run"
 install -d -o kvshare -g kvshare -m 0750 "$rundir"
 chmod 0755 "$tmp"
 sock="$rundir/kvshared.sock"
+# A port the kernel just gave out and took back: free unless taken in between.
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 setpriv --reuid=kvshare --regid=kvshare --init-groups \
-    kvshared --config /etc/kvshare/kvshared.conf --socket "$sock" --backend host \
-    >"$tmp/kvshared.log" 2>&1 &
+    kvshared --config /usr/share/kvshare/examples/kvshared.conf --socket "$sock" --backend host \
+    --metrics-listen "127.0.0.1:$port" >"$tmp/kvshared.log" 2>&1 &
 daemon_pid=$!
 i=0
 until [ -S "$sock" ]; do
@@ -66,6 +90,11 @@ until [ -S "$sock" ]; do
     sleep 0.1
 done
 kvshare ping --socket "$sock" --count 2 --interval 0.05
+python3 - "$port" <<'PY' || fail "no metrics on 127.0.0.1:$port"
+import sys, urllib.request
+text = urllib.request.urlopen("http://127.0.0.1:%s/metrics" % sys.argv[1], timeout=10).read()
+assert b"kvshare_blocks" in text, text[:200]
+PY
 
 echo "-- a program built against libkvshare-dev: pkg-config, then CMake"
 cat >"$tmp/hello.c" <<'C'

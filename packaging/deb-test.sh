@@ -8,9 +8,21 @@
 # conffile stays), then remove (the conffile and the user stay) and purge
 # (both go). The machine is left without the packages. Run as root (or
 # through sudo), from anywhere.
+#
+# Usage: deb-test.sh [--debs DIR]
+#   --debs DIR  take the packages built in DIR (its *.deb) instead of
+#               building them; no lintian (the builder runs it). CI's
+#               packaging/deb-clean-root.sh runs it so, inside a fresh root.
 # Environment: DEB_JOBS (default 2) for dpkg-buildpackage -j.
 set -eu
 repo=$(cd "$(dirname "$0")/.." && pwd)
+debs=""
+if [ "${1:-}" = "--debs" ] && [ -n "${2:-}" ]; then
+    debs=$(cd "$2" && pwd)
+elif [ $# -gt 0 ]; then
+    echo "usage: deb-test.sh [--debs DIR]" >&2
+    exit 2
+fi
 SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO=sudo
 
@@ -38,35 +50,43 @@ for p in $pkgs; do
     fi
 done
 
-echo "-- export the checkout"
-mkdir "$tmp/src"
-# stash create: a commit of the working tree's tracked (and staged) files,
-# or nothing when it is clean; the identity is only for that object.
-rev=$(git -C "$repo" -c user.name=deb-test -c user.email=deb-test@localhost stash create)
-git -C "$repo" archive --format=tar "${rev:-HEAD}" | tar -x -C "$tmp/src"
+if [ -n "$debs" ]; then
+    src=$repo
+    echo "-- the packages in $debs"
+    ls "$debs"/*.deb
+else
+    src=$tmp/src
+    echo "-- export the checkout"
+    mkdir "$tmp/src"
+    # stash create: a commit of the working tree's tracked (and staged) files,
+    # or nothing when it is clean; the identity is only for that object.
+    rev=$(git -C "$repo" -c user.name=deb-test -c user.email=deb-test@localhost stash create)
+    git -C "$repo" archive --format=tar "${rev:-HEAD}" | tar -x -C "$tmp/src"
 
-echo "-- dpkg-buildpackage -us -uc -b (nocheck: the suite ran in the build stage)"
-# DPKG_GENSYMBOLS_CHECK_LEVEL=2: a kvs_ symbol missing from
-# debian/libkvshare1.symbols fails the build, as a vanished one always does.
-(cd "$tmp/src" &&
-    DEB_BUILD_OPTIONS="nocheck noddebs" DPKG_GENSYMBOLS_CHECK_LEVEL=2 \
-        dpkg-buildpackage -us -uc -b -j"${DEB_JOBS:-2}" >"$tmp/build.log" 2>&1) ||
-    { tail -60 "$tmp/build.log"; fail "dpkg-buildpackage failed (log above)"; }
-grep "cuda backend" "$tmp/build.log" || true
-ls "$tmp"/*.deb
+    echo "-- dpkg-buildpackage -us -uc -b (nocheck: the suite ran in the build stage)"
+    # DPKG_GENSYMBOLS_CHECK_LEVEL=2: a kvs_ symbol missing from
+    # debian/libkvshare1.symbols fails the build, as a vanished one always does.
+    (cd "$tmp/src" &&
+        DEB_BUILD_OPTIONS="nocheck noddebs" DPKG_GENSYMBOLS_CHECK_LEVEL=2 \
+            dpkg-buildpackage -us -uc -b -j"${DEB_JOBS:-2}" >"$tmp/build.log" 2>&1) ||
+        { tail -60 "$tmp/build.log"; fail "dpkg-buildpackage failed (log above)"; }
+    grep "cuda backend" "$tmp/build.log" || true
+    ls "$tmp"/*.deb
+    debs=$tmp
 
-echo "-- lintian (errors fail; warnings are listed in docs/DEPLOYING.md)"
-lintian --fail-on error "$tmp"/kvshare_*.changes
+    echo "-- lintian (errors fail; warnings are listed in docs/DEPLOYING.md)"
+    lintian --fail-on error "$tmp"/kvshare_*.changes
+fi
 
 echo "-- apt-get install ./*.deb"
 installed=1
-(cd "$tmp" && DEBIAN_FRONTEND=noninteractive $SUDO apt-get "$APT_WAIT" install -y -qq ./*.deb >"$tmp/install.log" 2>&1) ||
+(cd "$debs" && DEBIAN_FRONTEND=noninteractive $SUDO apt-get "$APT_WAIT" install -y -qq ./*.deb >"$tmp/install.log" 2>&1) ||
     { cat "$tmp/install.log"; fail "apt-get install failed"; }
 $SUDO sh "$repo/packaging/check-installed.sh"
 
 echo "-- pip install client/python into a fresh venv (offline), over the installed libkvshare1"
 /usr/bin/python3 -m venv "$tmp/venv"
-"$tmp/venv/bin/pip" install -q --no-build-isolation --no-index "$tmp/src/client/python"
+"$tmp/venv/bin/pip" install -q --no-build-isolation --no-index "$src/client/python"
 (cd "$tmp" && env -u KVSHARE_LIB -u PYTHONPATH "$tmp/venv/bin/python" - <<'PY'
 import kvshare
 
@@ -92,7 +112,7 @@ multiarch=$(dpkg-architecture -qDEB_HOST_MULTIARCH)
 
 echo "-- reinstalling keeps the operator's edit of the conffile"
 echo "# edited by the operator" | $SUDO tee -a /etc/kvshare/kvshared.conf >/dev/null
-(cd "$tmp" && DEBIAN_FRONTEND=noninteractive $SUDO apt-get "$APT_WAIT" install -y -qq --reinstall \
+(cd "$debs" && DEBIAN_FRONTEND=noninteractive $SUDO apt-get "$APT_WAIT" install -y -qq --reinstall \
     ./kvshared_*.deb >"$tmp/reinstall.log" 2>&1) ||
     { cat "$tmp/reinstall.log"; fail "apt-get install --reinstall failed"; }
 grep -q "^# edited by the operator" /etc/kvshare/kvshared.conf ||
