@@ -913,8 +913,9 @@ static int breaker_after(kvs_client_t *c, int rc)
         b->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (b->wake_fd < 0)
         return rc;
+    /* Release: kvs_breaker in another thread that sees down sees its time. */
     atomic_store_explicit(&b->down_since_ms, now_ms(), memory_order_relaxed);
-    atomic_store_explicit(&b->down, 1, memory_order_relaxed);
+    atomic_store_explicit(&b->down, 1, memory_order_release);
     /* The thread takes no signal meant for the application's threads. */
     sigset_t all, old;
     sigfillset(&all);
