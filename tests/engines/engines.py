@@ -6,9 +6,11 @@ engines' module names), their keys, their KV tensors, and the reference model
 of the PyTorch check (tests/client/torch_share.py).
 
 These are harnesses, not the engines: neither engine is installed here.
-KVS_VLLM_LAYOUT picks vLLM's interface: "base" (vllm/v1/kv_offload/base.py,
-the newest; default) or "release" (abstract/spec/mediums/worker of the
-releases). The call orders they follow:
+KVS_VLLM_LAYOUT picks vLLM's interface: "newest" (vllm/v1/kv_offload/base.py
+with OffloadingWorker; default), "base" (the base-era releases, v0.21 to
+v0.25: base.py with get_handlers and a single-key lookup answering a bool,
+the handler in worker/worker.py) or "abstract" (abstract/spec/mediums/worker
+of the older releases). The call orders they follow:
 
   vLLM, newest (distributed/kv_transfer/kv_connector/v1/offloading/
   scheduler.py and worker.py): the spec from OffloadingSpecFactory.create_spec
@@ -21,7 +23,10 @@ releases). The call orders they follow:
   prepare_store(keys, ctx) -> PrepareStoreOutput; worker: assert
   submit_store(job, GPU spec, store spec); complete_store(keys, ctx) once the
   job is done; on_request_finished(ctx) at the end.
-  vLLM, releases: lookup(block_hashes) -> int, prepare_load(hashes),
+  vLLM, base era: as the newest without on_new_request and
+  on_request_finished (lookup pins expire), lookup answering True/False,
+  and the handlers of get_handlers(CanonicalKVCaches) as below.
+  vLLM, abstract era: lookup(block_hashes) -> int, prepare_load(hashes),
   handler.transfer_async(job, (src, dst)), get_finished() -> [(job, ok)],
   complete_load(hashes); prepare_store(hashes), transfer_async,
   complete_store(hashes) (on preemption, before the copy has finished).
@@ -40,12 +45,15 @@ import shutil
 import struct
 import sys
 import tempfile
+import threading
 import time
 import weakref
 from types import SimpleNamespace
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-LAYOUT = os.environ.get("KVS_VLLM_LAYOUT", "base")
+LAYOUT = os.environ.get("KVS_VLLM_LAYOUT", "newest")
+# The manager's calls take a request context (newest, base) or not (abstract).
+KEYED = LAYOUT != "abstract"
 # vLLM instances share blocks only with one fixed hash seed (docs/ENGINES.md):
 # the harness runs as an operator must configure them (kvshare.vllm refuses
 # to start otherwise; case identity checks that refusal). Inherited by the
@@ -53,7 +61,7 @@ LAYOUT = os.environ.get("KVS_VLLM_LAYOUT", "base")
 os.environ.setdefault("PYTHONHASHSEED", "0")
 UPSTREAM = os.path.join(HERE, "upstream")
 sys.path.insert(0, os.path.join(UPSTREAM, "sglang"))
-sys.path.insert(0, os.path.join(UPSTREAM, "vllm_base" if LAYOUT == "base" else "vllm_release"))
+sys.path.insert(0, os.path.join(UPSTREAM, "vllm_" + LAYOUT))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "client", "python"))
 sys.path.insert(0, os.path.join(HERE, "..", "client"))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
@@ -65,9 +73,11 @@ import torch_share  # noqa: E402
 from sglang.srt.mem_cache import hicache_storage as sg_storage  # noqa: E402
 from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory  # noqa: E402
 from sglang.srt.observability.metrics_collector import StorageMetricsCollector  # noqa: E402
-if LAYOUT == "base":
+if LAYOUT == "newest":
     from vllm.v1.kv_offload import base as vbase  # noqa: E402
     from vllm.v1.kv_offload import config as vconfig  # noqa: E402
+elif KEYED:
+    from vllm.v1.kv_offload import base as vbase  # noqa: E402
 else:
     from vllm.v1.kv_offload import mediums as vmediums  # noqa: E402
 from vllm.v1.kv_offload.factory import OffloadingSpecFactory  # noqa: E402
@@ -165,37 +175,39 @@ def vllm_key(block_hash):
     """The key vLLM's manager is given for a block hash of KV cache group 0:
     an OffloadKey (hash + group index) in the newest layout, the hash in
     the releases."""
-    return vbase.make_offload_key(block_hash, 0) if LAYOUT == "base" else block_hash
+    return vbase.make_offload_key(block_hash, 0) if KEYED else block_hash
 
 
 def vllm_configs(socket, ns, state_file, head_dim=None, block_size=None, layers=None,
                  world_size=1, rank=0, kv_heads=None, model="test", revision=None,
-                 hash_algo="sha256_cbor"):
+                 hash_algo="sha256_cbor", events=True, timeout_ms=2000, extra_keys=None):
     """What vLLM hands the spec: an OffloadingConfig (newest), or the parts
     of VllmConfig and KVCacheConfig the releases' spec reads. ns None: no
     namespace configured (the plug-in derives one from the model);
     revision: the model's revision (the releases' ModelConfig.revision, the
     extra config's model_revision in the newest layout, whose
     OffloadingConfig names none); hash_algo: the releases'
-    prefix_caching_hash_algo."""
+    prefix_caching_hash_algo; events: vLLM's KV events on (vLLM's default
+    is off); extra_keys: more extra-config keys."""
     import torch
     extra = {"spec_name": "KvshareOffloadingSpec", "spec_module_path": "kvshare.vllm",
-             "socket": socket, "timeout_ms": 2000, "state_file": state_file}
+             "socket": socket, "timeout_ms": timeout_ms, "state_file": state_file}
+    extra.update(extra_keys or {})
     if ns is not None:
         extra["namespace"] = ns
-    if revision is not None and LAYOUT == "base":
+    if revision is not None and LAYOUT == "newest":
         extra["model_revision"] = revision
     bt = block_size or GEO["block_tokens"]
     nl = layers or GEO["layers"]
     names = tuple("model.layers.%d.self_attn" % i for i in range(nl))
     engine_id = "engine-%d-%d" % (os.getpid(), next(_ENGINES))
-    if LAYOUT == "release":
+    if LAYOUT != "newest":
         extra["lookup_pin_ttl_s"] = RELEASE_PIN_TTL_S
-    if LAYOUT == "base":
+    if LAYOUT == "newest":
         page = bt * (kv_heads or GEO["kv_heads"]) * (head_dim or GEO["head_dim"]) * 4
         return vconfig.OffloadingConfig(
             groups=(vconfig.OffloadingGroupConfig(tokens_per_block=bt, layer_names=names),),
-            worker_kv_bytes_per_block=2 * nl * page, enable_kv_cache_events=True,
+            worker_kv_bytes_per_block=2 * nl * page, enable_kv_cache_events=events,
             extra_config=extra, engine_id=engine_id,
             model=vconfig.OffloadingModelConfig(name=model, dtype="float32"),
             cache=vconfig.OffloadingCacheConfig(tokens_per_hash=bt, blocks_per_chunk=1),
@@ -208,7 +220,8 @@ def vllm_configs(socket, ns, state_file, head_dim=None, block_size=None, layers=
                                      prefix_caching_hash_algo=hash_algo),
         model_config=SimpleNamespace(model=model, revision=revision, tokenizer_revision=None,
                                      dtype=torch.float32),
-        parallel_config=SimpleNamespace(world_size=world_size, tensor_parallel_size=world_size))
+        parallel_config=SimpleNamespace(world_size=world_size, tensor_parallel_size=world_size),
+        kv_events_config=SimpleNamespace(enable_kv_cache_events=events))
     spec = SimpleNamespace(block_size=bt, num_kv_heads=GEO["kv_heads"],
                            head_size=head_dim or GEO["head_dim"], dtype=torch.float32)
     kcfg = SimpleNamespace(kv_cache_groups=[SimpleNamespace(layer_names=list(names),
@@ -220,14 +233,14 @@ def create_spec(socket, ns, state_file, **geo):
     """The spec as vLLM's factory makes it (the issubclass check, then the
     constructor of the layout)."""
     cfg = vllm_configs(socket, ns, state_file, **geo)
-    if LAYOUT == "base":
+    if LAYOUT == "newest":
         return OffloadingSpecFactory.create_spec(cfg)
     return OffloadingSpecFactory.create_spec(*cfg)
 
 
 def gpu_spec(blocks, first_index=0):
     """vLLM's GPULoadStoreSpec of one KV cache group."""
-    if LAYOUT == "base":
+    if KEYED:
         return vbase.GPULoadStoreSpec(list(blocks), group_sizes=(len(blocks),),
                                       block_indices=(first_index,))
     return vmediums.GPULoadStoreSpec(list(blocks))
@@ -267,18 +280,21 @@ class VllmInstance:
                 canonical += [t[0].reshape(gpu_blocks, -1).view(torch.int8),
                               t[1].reshape(gpu_blocks, -1).view(torch.int8)]
                 self.kv.append(t)
-        if LAYOUT == "base":
+        if KEYED:
             tensors = [vbase.CanonicalKVCacheTensor(tensor=c, page_size_bytes=c.shape[1])
                        for c in canonical]
             refs = [vbase.CanonicalKVCacheRef(tensor_idx=i, page_size_bytes=c.shape[1])
                     for i, c in enumerate(canonical)]
-            self.worker = self.spec.get_worker(vbase.CanonicalKVCaches(
-                tensors=tensors, group_data_refs=[refs]))
+            caches = vbase.CanonicalKVCaches(tensors=tensors, group_data_refs=[refs])
+        if LAYOUT == "newest":
+            self.worker = self.spec.get_worker(caches)
             self.core = self.worker.core
         else:
             handlers = {}
-            for src, dst, handler in self.spec.get_handlers(
-                    {"layer%d" % i: c for i, c in enumerate(canonical)}, {}):
+            got = (self.spec.get_handlers(caches) if LAYOUT == "base" else
+                   self.spec.get_handlers({"layer%d" % i: c for i, c in enumerate(canonical)},
+                                          {}))
+            for src, dst, handler in got:
                 handlers[(src.medium(), dst.medium())] = handler
             self.store_handler = handlers[("GPU", "KVSHARE")]
             self.load_handler = handlers[("KVSHARE", "GPU")]
@@ -287,24 +303,27 @@ class VllmInstance:
         self.lookups = 0
         self._contexts = {}
 
-    # -- the request context (newest layout) --
+    # -- the request context (newest and base layouts) --
     def ctx(self, req):
         if req not in self._contexts:
-            self._contexts[req] = vbase.ReqContext(req_id=req) if LAYOUT == "base" else None
-            if LAYOUT == "base":
+            self._contexts[req] = vbase.ReqContext(req_id=req) if KEYED else None
+            if LAYOUT == "newest":
                 self.manager.on_new_request(self._contexts[req])
         return self._contexts[req]
 
     def finish(self, req):
         """The request ends (on_request_finished in the newest layout)."""
         c = self._contexts.pop(req, None)
-        if LAYOUT == "base" and c is not None:
+        if LAYOUT == "newest" and c is not None:
             self.manager.on_request_finished(c)
-        if LAYOUT == "release":
+        if LAYOUT != "newest":
             # No call ends a request: its lookup pins expire, dropped at the
             # manager's next lookup or prepare_store (made here, of nothing).
             time.sleep(RELEASE_PIN_TTL_S * 1.5)
-            self.manager.lookup([])
+            if KEYED:
+                self.manager.prepare_store([], vbase.ReqContext(req_id="-"))
+            else:
+                self.manager.lookup([])
 
     # -- KV contents --
     def write_kv(self, blocks, ks, vs):
@@ -326,7 +345,7 @@ class VllmInstance:
         """Submits a job as the connector's worker does (asserting the
         submission); returns its id."""
         self.job += 1
-        if LAYOUT == "base":
+        if LAYOUT == "newest":
             ok = (self.worker.submit_load if load else self.worker.submit_store)(
                 self.job, src, dst)
         else:
@@ -338,7 +357,7 @@ class VllmInstance:
     def finished(self):
         """get_finished() as the connector's worker calls it each step,
         asserting (as vLLM does) that every transfer succeeded."""
-        if LAYOUT == "base":
+        if LAYOUT == "newest":
             results = [(r.job_id, r.success) for r in self.worker.get_finished()]
         else:
             results = [tuple(r) if isinstance(r, tuple) else (r.job_id, r.success)
@@ -363,10 +382,11 @@ class VllmInstance:
         each step (the same answer)."""
         hits = []
         for _ in range(repeat):
-            if LAYOUT == "base":
+            if KEYED:
+                hit = vbase.LookupResult.HIT if LAYOUT == "newest" else True
                 n = 0
                 for h in hashes:
-                    if self.manager.lookup(vllm_key(h), self.ctx(req)) != vbase.LookupResult.HIT:
+                    if self.manager.lookup(vllm_key(h), self.ctx(req)) != hit:
                         break
                     n += 1
                 hits.append(n)
@@ -379,13 +399,13 @@ class VllmInstance:
 
     def prepare_load(self, hashes, req="r"):
         keys = [vllm_key(h) for h in hashes]
-        if LAYOUT == "base":
+        if KEYED:
             return self.manager.prepare_load(keys, self.ctx(req))
         return self.manager.prepare_load(keys)
 
     def complete_load(self, hashes, req="r"):
         keys = [vllm_key(h) for h in hashes]
-        if LAYOUT == "base":
+        if KEYED:
             self.manager.complete_load(keys, self.ctx(req))
         else:
             self.manager.complete_load(keys)
@@ -408,15 +428,15 @@ class VllmInstance:
 
     def prepare_store(self, hashes, req="r"):
         keys = [vllm_key(h) for h in hashes]
-        if LAYOUT == "base":
+        if KEYED:
             return self.manager.prepare_store(keys, self.ctx(req))
         return self.manager.prepare_store(keys)
 
     def todo(self, out):
-        return list(out.keys_to_store if LAYOUT == "base" else out.block_hashes_to_store)
+        return list(out.keys_to_store if KEYED else out.block_hashes_to_store)
 
     def complete_store(self, keys, req="r", success=True):
-        if LAYOUT == "base":
+        if KEYED:
             self.manager.complete_store(keys, self.ctx(req), success=success)
         else:
             self.manager.complete_store(keys, success=success)
@@ -446,16 +466,16 @@ class VllmInstance:
         """take_events(): the keys of each stored event."""
         out = []
         for e in self.manager.take_events():
-            out.append(list(e.keys if LAYOUT == "base" else e.block_hashes))
+            out.append(list(e.keys if KEYED else e.block_hashes))
         return out
 
     def close(self):
-        if LAYOUT == "base":
+        if LAYOUT == "newest":
             self.worker.shutdown()
         else:
             self.store_handler.shutdown()
             self.load_handler.shutdown()
-        self.manager.core.client.close()
+        self.manager.core.close()
         self._cleanup()
 
 
@@ -488,7 +508,7 @@ class VllmGroup(VllmInstance):
         self.spec = self.specs[0]
         self.manager = self.spec.get_manager()
         bt, d = GEO["block_tokens"], GEO["head_dim"]
-        self.kvs, self.workers = [], []
+        self.kvs, caches = [], []
         for spec in self.specs:
             kv, canonical = [], []
             for _ in range(GEO["layers"]):
@@ -501,8 +521,24 @@ class VllmGroup(VllmInstance):
             refs = [vbase.CanonicalKVCacheRef(tensor_idx=i, page_size_bytes=c.shape[1])
                     for i, c in enumerate(canonical)]
             self.kvs.append(kv)
-            self.workers.append(spec.get_worker(vbase.CanonicalKVCaches(
-                tensors=tensors, group_data_refs=[refs])))
+            caches.append(vbase.CanonicalKVCaches(tensors=tensors, group_data_refs=[refs]))
+        # vLLM's workers are processes that start together: each waits for
+        # the group's other ranks to show up on its node (check_one_node).
+        self.workers = [None] * tp
+        errors = []
+
+        def start(r):
+            try:
+                self.workers[r] = self.specs[r].get_worker(caches[r])
+            except Exception as e:  # noqa: BLE001 - raised below, in the caller
+                errors.append(e)
+        threads = [threading.Thread(target=start, args=(r,)) for r in range(tp)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
         self.worker = self.workers[0]
         self.core = self.worker.core
         self.job = 0
@@ -556,7 +592,7 @@ class VllmGroup(VllmInstance):
     def close(self):
         for w in self.workers:
             w.shutdown()
-        self.manager.core.client.close()
+        self.manager.core.close()
         self._cleanup()
 
 

@@ -24,7 +24,10 @@ engine's scheduler process) until release(), and the daemon frees whatever
 the session still holds when it ends, however it ends.
 """
 import array
+import collections
+import functools
 import hashlib
+import inspect
 import json
 import logging
 import re
@@ -32,7 +35,8 @@ import re
 import kvshare
 
 __all__ = ["EngineGeometry", "GeometryMismatch", "KeyBlocks", "key_tokens", "tokens_key",
-           "check_geometry", "default_namespace", "kvs_dtype", "open_declared"]
+           "check_geometry", "default_namespace", "kvs_dtype", "open_declared", "Failures",
+           "guarded", "client_options"]
 
 log = logging.getLogger("kvshare")
 
@@ -100,6 +104,52 @@ def declared_identity(ns, model, revision=None, dtype=None, layers=0, kv_heads=0
     return kvshare.Identity(model=model, ns=ns, revision=revision, dtype=kvs_dtype(dtype),
                             layers=layers, kv_heads=kv_heads, head_dim=head_dim,
                             block_tokens=block_tokens, tp_size=tp_size)
+
+
+def client_options():
+    """What every plug-in client passes to kvshare.Client besides its own
+    settings: the circuit breaker (KVS_BREAKER), always on, so that a daemon
+    that stopped answering costs one timeout and then fails every call at
+    once (lookups miss) until a background probe finds it again. Empty with
+    a binding that predates the breaker."""
+    params = inspect.signature(kvshare.Client.__init__).parameters
+    return {"breaker": True} if "breaker" in params else {}
+
+
+class Failures:
+    """The failures a plug-in's entry points turned into the engine's own
+    failure values (a miss, False, a declined store): counted by kind (the
+    entry point and the error's name) and logged once per kind, so that a
+    daemon that is gone does not flood the engine's log."""
+
+    def __init__(self, who):
+        self.who = who
+        self.counts = collections.Counter()
+
+    def note(self, where, err):
+        kind = "%s: %s" % (where, getattr(err, "name", None) or type(err).__name__)
+        self.counts[kind] += 1
+        if self.counts[kind] == 1:
+            log.warning("%s: %s failed (%s); the engine sees a miss or a declined store, "
+                        "and later failures of this kind are only counted", self.who, where,
+                        err)
+
+
+def guarded(fallback):
+    """Decorates a plug-in entry point (a method of an object with a
+    .failures Failures): any Exception it raises is noted and the call
+    returns fallback(self, *args) instead, so nothing of kvshare's raises
+    into an engine thread. The signature stays the method's own."""
+    def wrap(fn):
+        @functools.wraps(fn)
+        def entry(self, *args, **kwargs):
+            try:
+                return fn(self, *args, **kwargs)
+            except Exception as e:  # noqa: BLE001 - the engine must never see it
+                self.failures.note(fn.__name__, e)
+                return fallback(self, *args, **kwargs)
+        return entry
+    return wrap
 
 
 _LOGGED = set()
@@ -321,16 +371,20 @@ class KeyBlocks:
         where the key is not cached (evicted, never stored, no daemon)."""
         return [self._lookup(key, True) for key in keys]
 
-    def release(self, block_ids):
+    def release(self, block_ids, epoch=None):
         """Drops one pin (or a WRITING block) of this session on each id;
         ignores an unreachable daemon (the session is gone, and all it held
-        with it)."""
+        with it). epoch: the client's epoch when the ids were taken; after a
+        reconnect since, nothing is sent (the ids were the old session's,
+        released with it, and would name other blocks now)."""
         ids = [b for b in block_ids if b is not None]
-        if not ids:
+        if not ids or (epoch is not None and epoch != self.client.epoch):
             return
         try:
             self.client.release(ids)
         except kvshare.KvsError as e:
+            if epoch is not None and epoch != self.client.epoch:
+                return  # this call reconnected: the old session took its blocks along
             if e.status not in (kvshare.STATUS["ENOTCONN"], kvshare.STATUS["ETIMEDOUT"]):
                 raise
 

@@ -19,7 +19,7 @@ works without it.
 """
 import ctypes
 
-__all__ = ["pool_tensor", "pool_rows", "BlockCopier"]
+__all__ = ["pool_tensor", "pool_rows", "BlockCopier", "StreamOrder"]
 
 
 class _DeviceArray:
@@ -215,3 +215,56 @@ class BlockCopier:
             raise ValueError("%d pool blocks hold %d engine blocks, %d given"
                              % (len(pool_blocks), len(fine), len(engine_blocks)))
         self._copy([int(b) for b in engine_blocks], fine, True)
+
+
+class StreamOrder:
+    """Orders a worker's copies against the engine's compute stream with CUDA
+    events, as vLLM's own CPU offloader orders its transfers:
+
+      mark()          in the engine's thread, when a transfer is submitted:
+                      an event recorded on the engine's current stream (the
+                      kernels that write a store's blocks, or still read a
+                      load's destination blocks, are queued before it);
+      run(mark, copy) in the copy thread: the copy stream waits for that
+                      event (on the device: no host stall), copy() runs with
+                      the copy stream current, an event is recorded after it
+                      and the copy thread waits for that event alone, so a
+                      store is committed and a transfer reported done only
+                      once its bytes are in place.
+
+    cuda: torch.cuda, or a stand-in with the same Event, Stream,
+    current_stream and stream (the tests' recording driver); None for CPU
+    tensors, which need no ordering (run() just copies)."""
+
+    def __init__(self, cuda=None, device=None):
+        self.cuda = cuda
+        self.device = device
+        self.stream = cuda.Stream(device=device) if cuda is not None else None
+
+    @classmethod
+    def for_device(cls, device):
+        """The order for tensors on device: CUDA events on a cuda device,
+        none on the CPU."""
+        if getattr(device, "type", device) == "cuda":
+            import torch
+            return cls(torch.cuda, device)
+        return cls()
+
+    def mark(self):
+        if self.cuda is None:
+            return None
+        event = self.cuda.Event()
+        event.record(self.cuda.current_stream(self.device))
+        return event
+
+    def run(self, mark, copy):
+        if self.cuda is None:
+            return copy()
+        if mark is not None:
+            self.stream.wait_event(mark)
+        with self.cuda.stream(self.stream):
+            out = copy()
+        done = self.cuda.Event()
+        done.record(self.stream)
+        done.synchronize()
+        return out

@@ -80,45 +80,73 @@ import threading
 import time
 
 import kvshare
-from kvshare.keyblocks import (EngineGeometry, GeometryMismatch, KeyBlocks, check_geometry,
-                               declared_identity, default_namespace, open_declared)
-from kvshare.tensors import BlockCopier, pool_rows
+from kvshare.keyblocks import (EngineGeometry, Failures, GeometryMismatch, KeyBlocks,
+                               check_geometry, client_options, declared_identity,
+                               default_namespace, guarded, open_declared)
+from kvshare.tensors import BlockCopier, StreamOrder, pool_rows
 
-try:
-    from vllm.v1.kv_offload import base as _base
-    LAYOUT = "base"
-except ImportError:
+def _module(name):
+    """vLLM's module `name`, or None when vLLM has no such module. An
+    ImportError raised inside a module that exists is not hidden: it is a
+    broken install, not another layout."""
+    import importlib
     try:
-        from vllm.v1.kv_offload import abstract as _abstract
-        from vllm.v1.kv_offload import mediums as _mediums
-        from vllm.v1.kv_offload import spec as _spec
-        from vllm.v1.kv_offload.worker import worker as _worker
-        LAYOUT = "release"
-    except ImportError as e:
-        raise ImportError("kvshare.vllm needs vLLM's offloading interface "
-                          "(vllm.v1.kv_offload.base, or abstract/spec/mediums/worker of the "
-                          "older releases): %s" % e) from e
+        return importlib.import_module(name)
+    except ModuleNotFoundError as e:
+        if e.name and name.startswith(e.name):
+            return None  # the module (or a package above it) does not exist
+        raise
 
-if LAYOUT == "base":
-    LoadStoreSpec = _base.LoadStoreSpec
-    GPULoadStoreSpec = _base.GPULoadStoreSpec
-    OffloadingManager = _base.OffloadingManager
-    OffloadingSpec = _base.OffloadingSpec
+
+def _detect():
+    """(layout, base module, worker module): the layout of vLLM's offloading
+    interface, by what its modules define (a module that imports is not
+    enough: base.py exists in two layouts):
+
+      "newest"    base.py defines OffloadingWorker and a spec with get_worker
+      "base"      base.py defines the manager and a spec with get_handlers;
+                  the handler is in worker/worker.py (v0.21 to v0.25)
+      "abstract"  abstract.py, spec.py, mediums.py, worker/worker.py
+                  (the older releases)"""
+    base = _module("vllm.v1.kv_offload.base")
+    if base is not None and hasattr(base, "OffloadingManager"):
+        spec = getattr(base, "OffloadingSpec", None)
+        if hasattr(base, "OffloadingWorker") and hasattr(spec, "get_worker"):
+            return "newest", base, None
+        if hasattr(spec, "get_handlers"):
+            worker = _module("vllm.v1.kv_offload.worker.worker")
+            if worker is not None and hasattr(worker, "OffloadingHandler"):
+                return "base", base, worker
+    if _module("vllm.v1.kv_offload.abstract") is not None:
+        from vllm.v1.kv_offload import abstract, mediums, spec
+        from vllm.v1.kv_offload.worker import worker
+        ns = type("abstract_era", (), {})
+        for mod in (abstract, mediums, spec):
+            for k, v in vars(mod).items():
+                if not k.startswith("_"):
+                    setattr(ns, k, v)
+        return "abstract", ns, worker
+    raise ImportError("kvshare.vllm needs vLLM's offloading interface (vllm.v1.kv_offload."
+                      "base with OffloadingWorker or get_handlers, or abstract/spec/mediums/"
+                      "worker of the older releases); none of them is in this vLLM")
+
+
+LAYOUT, _base, _worker = _detect()
+LoadStoreSpec = _base.LoadStoreSpec
+GPULoadStoreSpec = _base.GPULoadStoreSpec
+OffloadingManager = _base.OffloadingManager
+OffloadingSpec = _base.OffloadingSpec
+PrepareStoreOutput = _base.PrepareStoreOutput
+OffloadingEvent = _base.OffloadingEvent
+if LAYOUT == "newest":
     OffloadingWorker = _base.OffloadingWorker
     TransferResult = _base.TransferResult
-    PrepareStoreOutput = _base.PrepareStoreOutput
-    OffloadingEvent = _base.OffloadingEvent
-    LookupResult = _base.LookupResult
-    RequestOffloadingContext = _base.RequestOffloadingContext
 else:
-    LoadStoreSpec = _abstract.LoadStoreSpec
-    GPULoadStoreSpec = _mediums.GPULoadStoreSpec
-    OffloadingManager = _abstract.OffloadingManager
-    OffloadingSpec = _spec.OffloadingSpec
     OffloadingHandler = _worker.OffloadingHandler
     TransferResult = getattr(_worker, "TransferResult", None)
-    PrepareStoreOutput = _abstract.PrepareStoreOutput
-    OffloadingEvent = _abstract.OffloadingEvent
+# The manager's calls take a request context (newest, base) or block hashes
+# alone (abstract).
+KEYED = LAYOUT != "abstract"
 
 MEDIUM = "KVSHARE"
 WHO = "kvshare.vllm"
@@ -139,6 +167,12 @@ LOOKUP_PIN_TTL_S = 10.0
 # How often the worker checks, between transfers, that its daemon is still
 # the one it mapped (a ping).
 PING_S = 0.05
+# Keys of finished stores waiting to be looked up for KV events (events on
+# only); more are dropped and counted (events_dropped).
+MAX_EVENT_KEYS = 65536
+# Tensor parallelism: how long a worker waits at start for every rank of its
+# group to show up on this node (extra config group_wait_s).
+GROUP_WAIT_S = 60.0
 
 
 class HashSeedRefused(ValueError):
@@ -249,14 +283,18 @@ class SchedulerCore:
     after a reconnect the old pins are gone with the old daemon and are
     never released by id in the new one."""
 
-    def __init__(self, spec, client):
+    def __init__(self, spec, client, events=False):
+        """events: vLLM's KV events are on (else complete_store makes no RPC
+        and nothing is kept for take_events)."""
         self.spec = spec
+        self.events = _StoredKeys(spec) if events else None
         self.keys = KeyBlocks(client, spec.ns, who=WHO)
         self.client = client
         self.state_file = spec.state_file
         self.refused = None  # a daemon that came back with another layout
         self._start = None
         self._start_epoch = None
+        self._last_ping = 0.0
         self._pins = collections.defaultdict(dict)  # owner -> key -> (block, epoch, start, t)
         self._loading = collections.defaultdict(list)  # (owner, key) -> [(block, epoch)]
         self._storing = set()
@@ -279,6 +317,20 @@ class SchedulerCore:
                 return None
             self._start_epoch = self.client.epoch
         return self._start
+
+    def _recheck(self):
+        """The daemon's start time again, after a ping (at most every PING_S):
+        the worker maps a restarted daemon before the scheduler has made a
+        call that finds its own connection gone."""
+        now = time.monotonic()
+        if now - self._last_ping < PING_S:
+            return self._daemon()
+        self._last_ping = now
+        try:
+            self.client.ping()
+        except kvshare.KvsError:
+            pass  # dropped: _daemon() reconnects, or the breaker makes it a miss
+        return self._daemon()
 
     def _worker_pools(self):
         """The daemons the worker has mapped (read_pools; a group: those
@@ -311,6 +363,8 @@ class SchedulerCore:
         if start is None:
             return False
         if not any(_near(start, s) for s in self._worker_pools()):
+            start = self._recheck()
+        if start is None or not any(_near(start, s) for s in self._worker_pools()):
             self.counts["misses_unmapped"] += 1
             return False  # the worker could not read this daemon's pool
         epoch = self.client.epoch
@@ -332,6 +386,10 @@ class SchedulerCore:
         ids, start = [], None
         for key in keys:
             got = self._pins.get(owner, {}).pop(key, None)
+            if got is None and self.lookup(owner, key):
+                # Its pin expired (layouts without on_request_finished), or
+                # another load of the same key took it (abstract: one owner).
+                got = self._pins[owner].pop(key)
             if got is None:
                 raise AssertionError("%s: prepare_load of a block no lookup found" % WHO)
             block, epoch, s, _ = got
@@ -394,13 +452,18 @@ class SchedulerCore:
         self.counts["stores_planned"] += len(todo)
         return todo, ids, start
 
-    def complete_store(self, keys):
-        """Forgets keys as being stored; returns those now stored. A group:
-        gives back the blocks allocated for keys whose shards did not all
-        come (a block every rank committed is cached, and no longer the
-        scheduler's)."""
+    def complete_store(self, keys, success=True):
+        """Forgets keys as being stored. One worker: no RPC; with KV events
+        on, the keys go to the thread that finds which are stored (off the
+        scheduler's step). A group: gives back the blocks allocated for keys
+        whose shards did not all come (a block every rank committed is
+        cached, and no longer the scheduler's), one Lookup per key."""
         mine = [k for k in keys if k in self._storing]
         self._storing.difference_update(mine)
+        if self.spec.tp == 1:
+            if self.events is not None and success and mine:
+                self.events.put(mine)
+            return
         stored = []
         for k in mine:
             found = self.keys.find(k)
@@ -412,7 +475,76 @@ class SchedulerCore:
                     self.keys.release([held[0]])
                 except kvshare.KvsError:
                     pass  # a rank's end took it back already, or it moved to a rank
-        return stored
+        if self.events is not None and success and stored:
+            self.events.found.append(stored)
+
+    def take_stored(self):
+        """Lists of keys found stored since the last call (events on)."""
+        if self.events is None:
+            return []
+        out = []
+        while self.events.found:
+            out.append(self.events.found.popleft())
+        return out
+
+    def close(self):
+        if self.events is not None:
+            self.events.close()
+        self.client.close()
+
+
+class _StoredKeys:
+    """Which keys of finished stores are in the pool, found off the
+    scheduler's step for vLLM's KV events: a thread with a session of its
+    own (no pins) looks each key up; found holds lists of keys found, for
+    take_events. Made only when vLLM's KV events are on."""
+
+    def __init__(self, spec):
+        self.spec = spec
+        self.found = collections.deque()
+        self.dropped = 0
+        self._queue = queue.Queue()
+        self._pending = 0
+        self._lock = threading.Lock()
+        self._thread = None
+
+    def put(self, keys):
+        with self._lock:
+            if self._pending + len(keys) > MAX_EVENT_KEYS:
+                self.dropped += len(keys)
+                return
+            self._pending += len(keys)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="kvshare-events",
+                                                daemon=True)
+                self._thread.start()
+        self._queue.put(keys)
+
+    def _run(self):
+        keys = client = None
+        try:
+            client = self.spec.connect(False, "vllm-events")
+            keys = KeyBlocks(client, self.spec.ns, who=WHO)
+        except Exception:  # noqa: BLE001 - no session: no events, counted
+            keys = None
+        while True:
+            batch = self._queue.get()
+            if batch is None:
+                break
+            with self._lock:
+                self._pending -= len(batch)
+            stored = [k for k in batch if keys is not None and keys.find(k) is not None]
+            if stored:
+                self.found.append(stored)
+            elif keys is None:
+                self.dropped += len(batch)
+        if client is not None:
+            client.close()
+
+    def close(self):
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join(5)
 
 
 # -- the worker core --------------------------------------------------------------
@@ -494,6 +626,12 @@ class WorkerCore:
         self._direction = {}  # job id -> load (True) or store
         self._cond = threading.Condition()
         self.refused = None
+        self.failures = Failures(WHO)
+        # GPU copies wait for the engine's stream and are waited for by
+        # event (StreamOrder); CPU tensors need no ordering.
+        self.order = StreamOrder.for_device(self.device)
+        if spec.tp > 1:
+            spec.check_one_node()
         self._starting = True
         self.refresh()  # maps the pool and checks its layout now, when the daemon is up
         self._starting = False
@@ -572,9 +710,10 @@ class WorkerCore:
             return m
 
     # -- transfers --
-    def _load(self, spec, gpu_ids, skip):
+    def _load(self, spec, gpu_ids, skip, mark=None):
         """Pool blocks spec.block_ids (pinned by the scheduler in the daemon
-        spec.daemon_start) -> GPU blocks."""
+        spec.daemon_start) -> GPU blocks, once the engine's stream reached
+        mark (StreamOrder)."""
         m = self._mapping(spec.daemon_start)
         if m is None:
             self.refresh()
@@ -586,25 +725,25 @@ class WorkerCore:
             self.counts["load_unserved"] += 1
             raise RuntimeError("%s: no mapping of the daemon started at %s ms holds the blocks "
                                "of this load" % (WHO, spec.daemon_start))
-        m.copier.load(spec.block_ids, gpu_ids, skip=skip)
-        self._synchronize()
+        self.order.run(mark, lambda: m.copier.load(spec.block_ids, gpu_ids, skip=skip))
         self.counts["loads"] += 1
         return len(gpu_ids) * m.copier.bytes_per_block // m.copier.factor
 
-    def _store(self, spec, gpu_ids):
+    def _store(self, spec, gpu_ids, mark=None):
         """GPU blocks -> new pool blocks, committed under spec.keys once
-        copied. Returns bytes stored; stores nothing (0) when the daemon
-        is unreachable or full of pinned blocks."""
+        copied (after the engine's stream reached mark). Returns bytes
+        stored; stores nothing (0) when the daemon is unreachable or full
+        of pinned blocks."""
         with self._lock:
-            return self._store_locked(spec, gpu_ids)
+            return self._store_locked(spec, gpu_ids, mark)
 
-    def _store_locked(self, spec, gpu_ids):
+    def _store_locked(self, spec, gpu_ids, mark):
         f = self.spec.factor
         keys = spec.keys[:len(gpu_ids) // f]
         if not keys:
             return 0
         if self.spec.tp > 1:
-            return self._store_shard(spec, keys, gpu_ids)
+            return self._store_shard(spec, keys, gpu_ids, mark)
         m = self.refresh(force=True)
         if m is None:
             self.counts["store_skipped"] += len(keys)
@@ -615,8 +754,8 @@ class WorkerCore:
             held = list(ids)
             if self.rpc.epoch != self._rpc_epoch:  # reconnected: ids are another pool's
                 raise kvshare.KvsError(kvshare.STATUS["ENOTCONN"], "the daemon restarted")
-            m.copier.store([int(b) for b in gpu_ids][:len(keys) * f], ids)
-            self._synchronize()
+            self.order.run(mark, lambda: m.copier.store(
+                [int(b) for b in gpu_ids][:len(keys) * f], ids))
             # Committed only now that every byte is in place.
             for key, b in zip(keys, ids):
                 held.append(self.keys.commit(key, b))  # the commit's pin, dropped below
@@ -637,7 +776,7 @@ class WorkerCore:
                 except kvshare.KvsError:
                     pass
 
-    def _store_shard(self, spec, keys, gpu_ids):
+    def _store_shard(self, spec, keys, gpu_ids, mark=None):
         """A rank of a group: this worker's heads into the blocks the
         scheduler allocated (spec.block_ids, in the daemon spec.daemon_start),
         then its shard committed per key. The commit that brings a block's
@@ -652,8 +791,8 @@ class WorkerCore:
             self.counts["store_skipped"] += len(keys)
             return 0
         try:
-            m.copier.store([int(b) for b in gpu_ids][:len(keys) * self.spec.factor], ids)
-            self._synchronize()
+            self.order.run(mark, lambda: m.copier.store(
+                [int(b) for b in gpu_ids][:len(keys) * self.spec.factor], ids))
             for key, b in zip(keys, ids):
                 canon, _ = self.rpc.commit_group(self.keys.tokens(key), [b], ns=self.keys.ns)
                 if canon:
@@ -666,16 +805,26 @@ class WorkerCore:
             self.counts["store_skipped"] += len(keys)
             return 0
 
-    def _synchronize(self):
-        if self.device.type == "cuda":
-            import torch
-            torch.cuda.current_stream(self.device).synchronize()
-
     def submit(self, job_id, load, src, dst):
+        """Queues a job (in the engine's thread: the mark of its stream is
+        taken now, so the copy sees every kernel queued before)."""
+        mark = self.order.mark()
         with self._cond:
             self._pending.add(job_id)
             self._direction[job_id] = load
-        self._jobs.put((job_id, load, src, dst))
+        self._jobs.put((job_id, load, src, dst, mark))
+        return True
+
+    def submit_failed(self, job_id, load):
+        """A job whose submission failed inside the plug-in: reported done at
+        once (vLLM asserts every submission), a store as storing nothing, a
+        load as failed (unreachable: a submission only queues)."""
+        result = self.make_result(job_id, not load, 0, 0.0)
+        with self._cond:
+            self._direction[job_id] = load
+            self._pending.discard(job_id)
+            self._done.append(result)
+            self._cond.notify_all()
         return True
 
     def _run(self):
@@ -683,7 +832,7 @@ class WorkerCore:
             job = self._jobs.get()
             if job is None:
                 return
-            job_id, load, src, dst = job
+            job_id, load, src, dst, mark = job
             t0 = time.monotonic()
             if load:
                 skip = 0
@@ -691,15 +840,23 @@ class WorkerCore:
                 if indices is not None and len(indices):
                     skip = int(indices[0]) % self.spec.factor
                 try:
-                    size = self._load(src, [int(b) for b in dst.block_ids], skip)
+                    size = self._load(src, [int(b) for b in dst.block_ids], skip, mark)
                 except Exception as e:  # noqa: BLE001 - kept for the logs and tests
                     self.last_error = e
+                    self.failures.note("load", e)
                     size = 0
                     ok = False
                 else:
                     ok = True
             else:
-                size, ok = self._store(dst, src.block_ids), True
+                try:
+                    size = self._store(dst, src.block_ids, mark)
+                except Exception as e:  # noqa: BLE001 - a store not made is no failure
+                    self.last_error = e
+                    self.failures.note("store", e)
+                    self.counts["store_skipped"] += len(getattr(dst, "keys", ()))
+                    size = 0
+                ok = True
             result = self.make_result(job_id, ok, size, time.monotonic() - t0)
             with self._cond:
                 self._pending.discard(job_id)
@@ -750,6 +907,7 @@ class _SpecMixin:
         revision, dtype, and the geometry it knows), for the default
         namespace and the identity declared in Hello."""
         model = dict(model or {})
+        self.extra = extra
         self.socket = extra.get("socket")
         self.timeout_ms = int(extra.get("timeout_ms", 1000))
         self.tp, self.rank = 1, 0
@@ -803,7 +961,7 @@ class _SpecMixin:
             return kvshare.Client(socket_path=self.socket, timeout_ms=self.timeout_ms,
                                   worker_name=name, map_pool=map_pool and not scheduler,
                                   lazy=lazy, identity=self.identity if declare else None,
-                                  **group)
+                                  **group, **client_options())
 
         def check(probe):
             self.resolve(probe.geometry)
@@ -840,7 +998,44 @@ class _SpecMixin:
         check_geometry(pool, self.geometry, WHO)
 
     def scheduler_core(self):
-        return SchedulerCore(self, self.connect(False, "vllm-scheduler", scheduler=True))
+        return SchedulerCore(self, self.connect(False, "vllm-scheduler", scheduler=True),
+                             events=self.events_on)
+
+    def check_one_node(self):
+        """A group: raises GeometryMismatch unless every rank of the group
+        shows up on this node within group_wait_s. Each rank's state file
+        (where the scheduler learns what it mapped) is a local file, so a
+        rank on another node would make every lookup miss, silently; and
+        each rank must reach the kvshared on this node."""
+        here = "%s.here" % self.worker_state_file()
+        t0 = time.time()
+        write_pools(here, [int(t0 * 1000)])
+        wait = float(self.extra.get("group_wait_s", GROUP_WAIT_S))
+        others = ["%s.here" % f for i, f in enumerate(self.state_files()) if i != self.rank]
+
+        def missing():
+            out = []
+            for r, path in enumerate(p for p in self.state_files()):
+                if r == self.rank:
+                    continue
+                seen = read_pools("%s.here" % path)
+                if not any(t >= (t0 - wait) * 1000 for t in seen):  # older: another run's
+                    out.append(r)
+            return out
+        gone = missing()
+        while gone and time.time() - t0 < wait:
+            time.sleep(0.05)
+            gone = missing()
+        if gone:
+            raise GeometryMismatch(
+                "%s refuses to start: tensor-parallel rank%s %s of this group did not show up "
+                "on this node within %.0f s (rank %d waited for %s): a group whose ranks are on "
+                "several nodes is not supported (each node has its own kvshared, and the "
+                "scheduler learns what each rank mapped from files on its own node, so every "
+                "lookup would miss); run the group on one node with kvshared --devices 0-%d, "
+                "or without tensor parallelism across nodes"
+                % (WHO, "s" if len(gone) > 1 else "", ", ".join(map(str, gone)), wait,
+                   self.rank, ", ".join(others), self.tp - 1))
 
 
 def _tensors(kv_caches):
@@ -870,90 +1065,264 @@ def _new_geometry(layers, dtype, block_tokens, kv_bytes, pool):
     return geo
 
 
-if LAYOUT == "base":
-    class KvshareOffloadingManager(OffloadingManager):
-        """vLLM's OffloadingManager (vllm/v1/kv_offload/base.py)."""
+# -- vLLM's classes: thin adapters over the cores, one per concept ---------------
 
-        def __init__(self, core):
-            self.core = core
-            self._events = []
+def _event(keys, block_size):
+    """vLLM's OffloadingEvent for keys now stored, with the fields this
+    layout's class has (keys or block_hashes; the newest's Medium and
+    Locality enums, or a medium name)."""
+    fields = getattr(OffloadingEvent, "__dataclass_fields__", {})
+    kw = {"keys" if "keys" in fields else "block_hashes": keys, "removed": False}
+    medium = getattr(_base, "Medium", None)
+    kw["medium"] = medium.CPU if medium is not None else MEDIUM
+    if "block_size" in fields:
+        kw["block_size"] = block_size
+    if "locality" in fields and hasattr(_base, "Locality"):
+        kw["locality"] = _base.Locality.LOCAL
+    return OffloadingEvent(**kw)
 
+
+def _store_output(todo, spec):
+    """vLLM's PrepareStoreOutput, by this layout's field names."""
+    if "keys_to_store" in getattr(PrepareStoreOutput, "__dataclass_fields__", {}):
+        return PrepareStoreOutput(keys_to_store=todo, store_spec=spec, evicted_keys=[])
+    return PrepareStoreOutput(block_hashes_to_store=todo, store_spec=spec,
+                              block_hashes_evicted=[])
+
+
+def _transfer_result(job, ok, size, t):
+    """vLLM's TransferResult: a dataclass with the fields this layout has, or
+    the abstract era's (job_id, success) tuple."""
+    fields = getattr(TransferResult, "__dataclass_fields__", None)
+    if not fields:
+        return (job, ok)
+    kw = {"job_id": job, "success": ok}
+    if "transfer_size" in fields:
+        kw.update(transfer_size=size, transfer_time=t)
+    return TransferResult(**kw)
+
+
+def _unnamed(*_args, **_kwargs):
+    return None
+
+
+class _Manager:
+    """What every layout's manager does, over one SchedulerCore. Every
+    entry point is guarded (keyblocks.guarded): a kvshare failure is a miss,
+    a declined store or nothing, never an exception in vLLM's scheduler.
+    owner: a request id (newest, base) or None (abstract: its lookup pins
+    are shared, and expire after ttl without a prepare_load)."""
+
+    def _init(self, core, block_size, ttl):
+        self.core = core
+        self.block_size = block_size
+        self.ttl = ttl
+        self.failures = Failures(WHO)
+
+    def _expire(self):
+        """Layouts without on_request_finished: drops lookup pins that no
+        prepare_load took within ttl (once per call, not per key)."""
+        if self.ttl is not None:
+            self.core.expire(self.ttl)
+
+    def _prepare_store(self, keys):
+        self._expire()
+        try:
+            todo, ids, start = self.core.plan_store([bytes(k) for k in keys])
+        except kvshare.KvsError:
+            return None  # no daemon, or a group's blocks not allocated: vLLM skips it
+        return _store_output(todo, KvshareLoadStoreSpec(todo, ids, start))
+
+    def _events(self):
+        return [_event(keys, self.block_size) for keys in self.core.take_stored()]
+
+    @guarded(lambda self: [])
+    def take_events(self):
+        """Stored events (only with vLLM's KV events on: otherwise nothing is
+        kept, and complete_store made no RPC to find them)."""
+        return self._events()
+
+    @guarded(_unnamed)
+    def reset_cache(self):
+        """Drops this namespace's blocks from kvshared that no one reads."""
+        try:
+            self.core.client.clear(self.core.keys.ns)
+        except kvshare.KvsError:
+            pass
+
+    @guarded(_unnamed)
+    def on_request_finished(self, req_context):
+        self.core.release_owner(getattr(req_context, "req_id", None))
+
+
+if KEYED:
+    # newest: LookupResult; base: True / False (None would be "retry later").
+    _HIT, _MISS = ((_base.LookupResult.HIT, _base.LookupResult.MISS) if LAYOUT == "newest"
+                   else (True, False))
+
+    class KvshareOffloadingManager(_Manager, OffloadingManager):
+        """vLLM's OffloadingManager of the newest and the base-era layouts:
+        one OffloadKey and a ReqContext per call."""
+
+        def __init__(self, core, block_size=None, ttl=None):
+            self._init(core, block_size, ttl)
+
+        @guarded(lambda self, key, req_context: _MISS)
         def lookup(self, key, req_context):
-            return LookupResult.HIT if self.core.lookup(req_context.req_id, bytes(key)) \
-                else LookupResult.MISS
+            self._expire()
+            return _HIT if self.core.lookup(req_context.req_id, bytes(key)) else _MISS
 
+        @guarded(lambda self, keys, req_context: KvshareLoadStoreSpec(keys))
         def prepare_load(self, keys, req_context):
             return self.core.load_spec(req_context.req_id, [bytes(k) for k in keys],
                                        drop_rest=True)
 
+        @guarded(_unnamed)
+        def touch(self, keys, req_context):
+            return None
+
+        @guarded(_unnamed)
         def complete_load(self, keys, req_context):
             self.core.complete_load(req_context.req_id, [bytes(k) for k in keys])
 
+        @guarded(lambda self, keys, req_context: None)
         def prepare_store(self, keys, req_context):
-            try:
-                todo = self.core.plan_store([bytes(k) for k in keys])
-            except kvshare.KvsError:
-                return None
-            todo, ids, start = todo
-            return PrepareStoreOutput(keys_to_store=todo,
-                                      store_spec=KvshareLoadStoreSpec(todo, ids, start),
-                                      evicted_keys=[])
+            return self._prepare_store(keys)
 
+        @guarded(_unnamed)
         def complete_store(self, keys, req_context, success=True):
-            stored = self.core.complete_store([bytes(k) for k in keys])
-            if stored and success:
-                self._events.append(OffloadingEvent(keys=stored, medium=_base.Medium.CPU,
-                                                    removed=False,
-                                                    locality=_base.Locality.LOCAL))
+            self.core.complete_store([bytes(k) for k in keys], success)
 
-        def on_new_request(self, req_context):
-            return RequestOffloadingContext()
+        if hasattr(_base, "RequestOffloadingContext"):
+            @guarded(lambda self, req_context: _base.RequestOffloadingContext())
+            def on_new_request(self, req_context):
+                return _base.RequestOffloadingContext()
+else:
+    class KvshareOffloadingManager(_Manager, OffloadingManager):
+        """vLLM's OffloadingManager of the abstract era: block hashes, no
+        request."""
 
-        def on_request_finished(self, req_context):
-            self.core.release_owner(req_context.req_id)
+        def __init__(self, core, block_size=None, ttl=None):
+            self._init(core, block_size, ttl)
 
-        def take_events(self):
-            events, self._events = self._events, []
-            yield from events
+        @guarded(lambda self, block_hashes: 0)
+        def lookup(self, block_hashes):
+            self._expire()
+            n = 0
+            for h in block_hashes:
+                if not self.core.lookup(None, bytes(h)):
+                    break
+                n += 1
+            return n
 
-        def reset_cache(self):
-            """Drops this namespace's blocks from kvshared that no one reads."""
-            try:
-                self.core.client.clear(self.core.keys.ns)
-            except kvshare.KvsError:
-                pass
+        @guarded(lambda self, block_hashes: KvshareLoadStoreSpec(block_hashes))
+        def prepare_load(self, block_hashes):
+            return self.core.load_spec(None, [bytes(h) for h in block_hashes])
 
-    class KvshareOffloadingWorker(OffloadingWorker):
-        """vLLM's OffloadingWorker (vllm/v1/kv_offload/base.py)."""
+        @guarded(_unnamed)
+        def touch(self, block_hashes):
+            return None
+
+        @guarded(_unnamed)
+        def complete_load(self, block_hashes):
+            self.core.complete_load(None, [bytes(h) for h in block_hashes])
+
+        @guarded(lambda self, block_hashes: None)
+        def prepare_store(self, block_hashes):
+            return self._prepare_store(block_hashes)
+
+        @guarded(_unnamed)
+        def complete_store(self, block_hashes, success=True):
+            self.core.complete_store([bytes(h) for h in block_hashes], success)
+
+
+class _Transfers:
+    """What the worker (newest) and the handlers (base, abstract) do over one
+    WorkerCore; every entry point guarded: a submission is always accepted
+    (vLLM asserts it), a result is never lost to an exception."""
+
+    def _submit(self, job_id, load, src, dst):
+        try:
+            return self.core.submit(job_id, load, src, dst)
+        except Exception as e:  # noqa: BLE001
+            self.core.failures.note("submit", e)
+            return self.core.submit_failed(job_id, load)
+
+    def _finished(self, load=None):
+        try:
+            self.core.refresh(wait=False)  # notices a restarted daemon between transfers
+        except Exception as e:  # noqa: BLE001
+            self.core.failures.note("get_finished", e)
+        return self.core.finished(load)
+
+    @property
+    def failures(self):
+        return self.core.failures
+
+
+if LAYOUT == "newest":
+    class KvshareOffloadingWorker(_Transfers, OffloadingWorker):
+        """vLLM's OffloadingWorker (vllm/v1/kv_offload/base.py, newest)."""
 
         def __init__(self, core):
             self.core = core
 
         def submit_store(self, job_id, src_spec, dst_spec):
-            return self.core.submit(job_id, False, src_spec, dst_spec)
+            return self._submit(job_id, False, src_spec, dst_spec)
 
         def submit_load(self, job_id, src_spec, dst_spec):
-            return self.core.submit(job_id, True, src_spec, dst_spec)
+            return self._submit(job_id, True, src_spec, dst_spec)
 
+        @guarded(lambda self: [])
         def get_finished(self):
-            self.core.refresh(wait=False)  # notices a restarted daemon between transfers
-            return self.core.finished()
+            return self._finished()
 
+        @guarded(_unnamed)
         def wait(self, job_ids):
             self.core.wait(job_ids)
 
+        @guarded(_unnamed)
         def shutdown(self):
             self.core.shutdown()
+else:
+    class KvshareOffloadingHandler(_Transfers, OffloadingHandler):
+        """vLLM's OffloadingHandler (worker/worker.py of the base and
+        abstract eras), one per direction over one worker core."""
 
-    class KvshareOffloadingSpec(OffloadingSpec, _SpecMixin):
-        """Constructed by vLLM's OffloadingSpecFactory as spec_cls(config).
-        Extra config keys: socket, namespace (default: one per model
-        identity, "vllm-SLUG-HASH"; set one per tenant when tenants must
-        not share), model_revision (declared with the model: this config
-        names none), timeout_ms (default 1000), state_file (default in
-        the temporary directory, named by engine and namespace). Refuses to
-        start without a fixed PYTHONHASHSEED (check_hash_seed)."""
+        def __init__(self, core, load):
+            self.core = core
+            self.load = load
 
+        def transfer_async(self, job_id, spec):
+            src, dst = spec
+            return self._submit(job_id, self.load, src, dst)
+
+        @guarded(lambda self: [])
+        def get_finished(self):
+            return self._finished(self.load)
+
+        @guarded(_unnamed)
+        def wait(self, job_ids):
+            self.core.wait(job_ids)
+
+        @guarded(_unnamed)
+        def shutdown(self):
+            if self.load:
+                self.core.shutdown()
+
+
+class KvshareOffloadingSpec(OffloadingSpec, _SpecMixin):
+    """Constructed by vLLM's OffloadingSpecFactory: spec_cls(config) (newest)
+    or spec_cls(vllm_config, kv_cache_config) (base, abstract). Extra config
+    keys: socket, namespace (default: one per model identity,
+    "vllm-SLUG-HASH"; set one per tenant when tenants must not share),
+    model_revision (declared with the model where vLLM's config names
+    none), timeout_ms (default 1000), state_file (default in the temporary
+    directory, named by engine and namespace), group_wait_s (tensor
+    parallelism), block_size and lookup_pin_ttl_s (base, abstract). Refuses
+    to start without a fixed PYTHONHASHSEED (check_hash_seed)."""
+
+    if LAYOUT == "newest":
         def __init__(self, config):
             super().__init__(config)
             check_hash_seed()  # the newest OffloadingConfig names no hash algorithm
@@ -974,6 +1343,8 @@ if LAYOUT == "base":
                      "revision": extra.get("model_revision"), "dtype": config.model.dtype,
                      "layers": self._layout[0], "block_tokens": self._layout[2],
                      "kv_bytes": self._layout[3]}
+            self.events_on = bool(getattr(config, "enable_kv_cache_events", False))
+            self.offloaded_block_size_tokens = self._layout[2]
             self._setup(extra, config.engine_id, config.parallel.world_size, geo,
                         factor, config.parallel, model)
             probe = self.connect(False, "vllm-spec")  # refuses a wrong layout now
@@ -982,113 +1353,13 @@ if LAYOUT == "base":
         def resolve(self, pool):
             self.geometry = _new_geometry(*self._layout, pool)
 
-        def get_manager(self):
-            """Raises GeometryMismatch when the daemon's pool has another layout."""
-            return KvshareOffloadingManager(self.scheduler_core())
-
         def get_worker(self, kv_caches):
             """Raises GeometryMismatch when the tensors' pages or the daemon's
-            pool do not match the engine's layout."""
-            return KvshareOffloadingWorker(WorkerCore(
-                self, _tensors(kv_caches),
-                lambda job, ok, size, t: TransferResult(job_id=job, success=ok,
-                                                        transfer_size=size, transfer_time=t)))
-
-else:
-    def _release_result(job, ok, size, t):
-        fields = getattr(TransferResult, "__dataclass_fields__", None)
-        if not fields:
-            return (job, ok)  # releases whose TransferResult is tuple[int, bool]
-        kw = {"job_id": job, "success": ok}
-        if "transfer_size" in fields:
-            kw.update(transfer_size=size, transfer_time=t)
-        if "transfer_type" in fields:
-            kw["transfer_type"] = None
-        return TransferResult(**kw)
-
-    class KvshareOffloadingManager(OffloadingManager):
-        """vLLM's OffloadingManager (vllm/v1/kv_offload/abstract.py of the
-        releases): block hashes, no request. Lookup pins are shared by
-        every request that looks a hash up, and dropped when no
-        prepare_load takes them within LOOKUP_PIN_TTL_S."""
-
-        def __init__(self, core, block_size, ttl):
-            self.core = core
-            self.block_size = block_size
-            self.ttl = min(ttl, KEEP_OLD_POOL_S)
-            self._events = []
-
-        def lookup(self, block_hashes):
-            self.core.expire(self.ttl)
-            n = 0
-            for h in block_hashes:
-                if not self.core.lookup(None, bytes(h)):
-                    break
-                n += 1
-            return n
-
-        def prepare_load(self, block_hashes):
-            keys = [bytes(h) for h in block_hashes]
-            for k in keys:  # a hash two requests load needs a pin for each
-                if not self.core.pinned(None, k):
-                    self.core.lookup(None, k)
-            return self.core.load_spec(None, keys)
-
-        def touch(self, block_hashes):
-            return None
-
-        def complete_load(self, block_hashes):
-            self.core.complete_load(None, [bytes(h) for h in block_hashes])
-
-        def prepare_store(self, block_hashes):
-            self.core.expire(self.ttl)
-            try:
-                todo = self.core.plan_store([bytes(h) for h in block_hashes])[0]
-            except kvshare.KvsError:
-                return None
-            return PrepareStoreOutput(block_hashes_to_store=todo,
-                                      store_spec=KvshareLoadStoreSpec(todo),
-                                      block_hashes_evicted=[])
-
-        def complete_store(self, block_hashes, success=True):
-            stored = self.core.complete_store([bytes(h) for h in block_hashes])
-            if stored and success:
-                self._events.append(OffloadingEvent(block_hashes=stored,
-                                                    block_size=self.block_size,
-                                                    medium=MEDIUM, removed=False))
-
-        def take_events(self):
-            events, self._events = self._events, []
-            yield from events
-
-    class KvshareOffloadingHandler(OffloadingHandler):
-        """vLLM's OffloadingHandler (worker/worker.py of the releases), one
-        per direction over one worker core."""
-
-        def __init__(self, core, load):
-            self.core = core
-            self.load = load
-
-        def transfer_async(self, job_id, spec):
-            src, dst = spec
-            return self.core.submit(job_id, self.load, src, dst)
-
-        def get_finished(self):
-            self.core.refresh(wait=False)
-            return self.core.finished(self.load)
-
-        def wait(self, job_ids):
-            self.core.wait(job_ids)
-
-        def shutdown(self):
-            if self.load:
-                self.core.shutdown()
-
-    class KvshareOffloadingSpec(OffloadingSpec, _SpecMixin):
-        """Constructed by the releases' factory as spec_cls(vllm_config,
-        kv_cache_config). Extra config keys as for the newest layout, and
-        block_size (tokens per offloaded block, vLLM's own key)."""
-
+            pool do not match the engine's layout, or (a group) when the
+            group's ranks are not all on this node."""
+            return KvshareOffloadingWorker(WorkerCore(self, _tensors(kv_caches),
+                                                      _transfer_result))
+    else:
         def __init__(self, vllm_config, kv_cache_config):
             super().__init__(vllm_config, kv_cache_config)
             cache = getattr(vllm_config, "cache_config", None)
@@ -1100,7 +1371,7 @@ else:
             spec = groups[0].kv_cache_spec
             gpu_block = int(spec.block_size)
             extra = self.extra_config
-            # The releases set block_size_factor (no offloaded_block_size);
+            # These releases set block_size_factor (no offloaded_block_size);
             # read vLLM's own extra-config key the same way.
             block = int(extra.get("block_size", gpu_block))
             if block % gpu_block:
@@ -1121,15 +1392,26 @@ else:
                      "dtype": str(dtype).replace("torch.", ""), "layers": geo.layers,
                      "kv_heads": geo.kv_heads, "head_dim": geo.head_dim,
                      "block_tokens": block}
+            # vLLM's KV events (VllmConfig.kv_events_config): off by default.
+            self.events_on = bool(getattr(getattr(vllm_config, "kv_events_config", None),
+                                          "enable_kv_cache_events", False))
             self._setup(extra, engine_id, world, geo, block // gpu_block, model=model)
             self.offloaded_block_size_tokens = block
 
-        def get_manager(self):
-            return KvshareOffloadingManager(
-                self.scheduler_core(), self.offloaded_block_size_tokens,
-                float(self.extra_config.get("lookup_pin_ttl_s", LOOKUP_PIN_TTL_S)))
-
         def get_handlers(self, kv_caches, attn_backends=None):
-            core = WorkerCore(self, _tensors(kv_caches), _release_result)
+            """(src spec type, dst spec type, handler) per direction; the
+            abstract era also passes attn_backends (unused)."""
+            core = WorkerCore(self, _tensors(kv_caches), _transfer_result)
             yield GPULoadStoreSpec, KvshareLoadStoreSpec, KvshareOffloadingHandler(core, False)
             yield KvshareLoadStoreSpec, GPULoadStoreSpec, KvshareOffloadingHandler(core, True)
+
+    def get_manager(self):
+        """Raises GeometryMismatch when the daemon's pool has another layout.
+        Lookup pins of layouts without on_request_finished (abstract, base)
+        expire after lookup_pin_ttl_s without a prepare_load."""
+        ttl = None
+        if LAYOUT != "newest" or not hasattr(OffloadingManager, "on_request_finished"):
+            ttl = min(float(self.extra.get("lookup_pin_ttl_s", LOOKUP_PIN_TTL_S)),
+                      KEEP_OLD_POOL_S)
+        return KvshareOffloadingManager(self.scheduler_core(), self.offloaded_block_size_tokens,
+                                        ttl)

@@ -1,19 +1,20 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Test mirror of vLLM's vllm/v1/kv_offload/base.py (vllm-project/vllm, read
-at commit 0105e232b7fa): the names, signatures, abstract methods, dataclass
-fields and enum members a spec meets, as upstream has them. Written for
-kvshare's tests; method bodies are minimal (the abstract ones are empty, as
-upstream's). Left out: the metric and KV-event metadata classes, TierFilter
-and CopyRun/CanonicalPageMapping, which a spec does not need."""
+"""Test mirror of vLLM's vllm/v1/kv_offload/base.py of the base-era releases
+(v0.21 to v0.25 by vLLM's docs; the shape summarised in the project's engine
+notes, not re-read at a commit): OffloadKey helpers, ReqContext, the load/store
+specs, PrepareStoreOutput and OffloadingEvent with the keys field names, an
+OffloadingManager whose single-key lookup(key, req_context) answers
+True / False / None ("retry later") and which has no on_new_request, the
+canonical KV cache classes, and OffloadingSpec(vllm_config, kv_cache_config)
+with abstract get_manager() and get_handlers(kv_caches). There is no
+OffloadingWorker: the handler stays in worker/worker.py. Written for
+kvshare's tests; abstract bodies are empty, as upstream's."""
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
-from enum import Enum, auto
+from dataclasses import dataclass
 from typing import Any, Collection, Dict, Iterable, List, Optional, Sequence
 
 import numpy as np
 import torch
-
-from vllm.v1.kv_offload.config import OffloadingConfig
 
 
 def make_offload_key(block_hash: bytes, group_idx: int) -> bytes:
@@ -25,46 +26,17 @@ def get_offload_block_hash(key: bytes) -> bytes:
     return key[:-4]
 
 
-def get_offload_group_idx(key: bytes) -> int:
-    return int.from_bytes(key[-4:], "big", signed=False)
-
-
-class Medium(Enum):
-    CPU = "CPU"
-    STORAGE = "STORAGE"
-
-
-class Locality(Enum):
-    LOCAL = "LOCAL"
-    REMOTE = "REMOTE"
-
-
 @dataclass
 class ReqContext:
     req_id: str
     kv_transfer_params: Optional[Dict[str, Any]] = None
-    kv_hints: Any = None
 
 
-class LookupResult(Enum):
-    MISS = auto()
-    HIT = auto()
-    HIT_PENDING = auto()
-    RETRY = auto()
-
-
-class OffloadPolicy(Enum):
-    CHUNK_LEVEL = "chunk_level"
-    REQUEST_LEVEL = "request_level"
-
-
-@dataclass
-class RequestOffloadingContext:
-    policy: OffloadPolicy = OffloadPolicy.CHUNK_LEVEL
-
-
-class LoadStoreSpec:
-    """Whatever a worker needs to load or store blocks."""
+class LoadStoreSpec(ABC):
+    @staticmethod
+    @abstractmethod
+    def medium() -> str:
+        pass
 
 
 @dataclass
@@ -77,16 +49,13 @@ class PrepareStoreOutput:
 @dataclass
 class OffloadingEvent:
     keys: List[bytes]
-    medium: Medium
+    medium: str
     removed: bool
-    locality: Optional[Locality] = None
-    ownership: Optional[str] = None
-    removal_expected: bool = False
 
 
 class OffloadingManager(ABC):
     @abstractmethod
-    def lookup(self, key, req_context: ReqContext) -> LookupResult:
+    def lookup(self, key: bytes, req_context: ReqContext) -> Optional[bool]:
         pass
 
     @abstractmethod
@@ -108,35 +77,13 @@ class OffloadingManager(ABC):
                        success: bool = True):
         return
 
-    @abstractmethod
-    def on_new_request(self, req_context: ReqContext) -> RequestOffloadingContext:
-        pass
-
-    def on_request_finished(self, req_context: ReqContext) -> None:
-        return
-
     def take_events(self) -> Iterable[OffloadingEvent]:
         return ()
-
-    def on_schedule_end(self, context) -> None:
-        return
-
-    def has_pending_work(self) -> bool:
-        return False
-
-    def reset_cache(self) -> None:
-        return
-
-    def get_stats(self):
-        return None
-
-    def shutdown(self) -> None:
-        return
 
 
 class BlockIDsLoadStoreSpec(LoadStoreSpec, ABC):
     def __init__(self, block_ids: List[int]):
-        self.block_ids = np.array(block_ids, dtype=np.int32)
+        self.block_ids = np.array(block_ids, dtype=np.int64)
 
 
 class GPULoadStoreSpec(BlockIDsLoadStoreSpec):
@@ -147,6 +94,10 @@ class GPULoadStoreSpec(BlockIDsLoadStoreSpec):
         assert len(block_indices) == len(group_sizes)
         self.group_sizes = group_sizes
         self.block_indices = block_indices
+
+    @staticmethod
+    def medium() -> str:
+        return "GPU"
 
 
 @dataclass
@@ -159,7 +110,6 @@ class CanonicalKVCacheTensor:
 class CanonicalKVCacheRef:
     tensor_idx: int
     page_size_bytes: int
-    mapping: Any = None
 
 
 @dataclass
@@ -168,63 +118,28 @@ class CanonicalKVCaches:
     group_data_refs: List[List[CanonicalKVCacheRef]]
 
 
-@dataclass
-class TransferResult:
-    job_id: int
-    success: bool
-    transfer_size: Optional[int] = None
-    transfer_time: Optional[float] = None
-
-
-class OffloadingWorker(ABC):
-    @abstractmethod
-    def submit_store(self, job_id: int, src_spec: GPULoadStoreSpec,
-                     dst_spec: LoadStoreSpec) -> bool:
-        """GPU -> offloaded medium, asynchronously."""
-
-    @abstractmethod
-    def submit_load(self, job_id: int, src_spec: LoadStoreSpec,
-                    dst_spec: GPULoadStoreSpec) -> bool:
-        """Offloaded medium -> GPU, asynchronously."""
-
-    @abstractmethod
-    def get_finished(self) -> List[TransferResult]:
-        ...
-
-    @abstractmethod
-    def wait(self, job_ids) -> None:
-        ...
-
-    def shutdown(self) -> None:
-        return
-
-
-@dataclass(frozen=True)
-class OffloadingKVEventsConfig:
-    enable_kv_cache_events: bool
-    self_describing_kv_events: bool
-
-
 class OffloadingSpec(ABC):
-    def __init__(self, config: OffloadingConfig):
-        self.config = config
-        self.extra_config = config.extra_config
-        self.replicated_layout = False
-        self.kv_events_config = OffloadingKVEventsConfig(
-            enable_kv_cache_events=config.enable_kv_cache_events,
-            self_describing_kv_events=bool(self.extra_config.get("self_describing_kv_events",
-                                                                 False)))
-        self.offload_prompt_only = bool(self.extra_config.get("offload_prompt_only", True))
-        self.max_recompute_pending_tokens = int(
-            self.extra_config.get("max_recompute_pending_tokens", 0))
-        self.tokens_per_block = tuple(g.tokens_per_block for g in config.groups)
-        self.tokens_per_hash = config.cache.tokens_per_hash
-        self.blocks_per_chunk = config.cache.blocks_per_chunk
+    def __init__(self, vllm_config, kv_cache_config):
+        self.vllm_config = vllm_config
+        self.kv_cache_config = kv_cache_config
+        kv_transfer_config = vllm_config.kv_transfer_config
+        assert kv_transfer_config is not None
+        self.extra_config = kv_transfer_config.kv_connector_extra_config
+        self.gpu_block_size = tuple(g.kv_cache_spec.block_size
+                                    for g in kv_cache_config.kv_cache_groups)
+        self.block_size_factor = 1
+        offloaded = self.extra_config.get("block_size")
+        if offloaded is not None:
+            sizes = set(self.gpu_block_size)
+            assert len(sizes) == 1
+            gpu = sizes.pop()
+            assert int(offloaded) % gpu == 0
+            self.block_size_factor = int(offloaded) // gpu
 
     @abstractmethod
     def get_manager(self) -> OffloadingManager:
         pass
 
     @abstractmethod
-    def get_worker(self, kv_caches: CanonicalKVCaches) -> OffloadingWorker:
+    def get_handlers(self, kv_caches: CanonicalKVCaches):
         pass

@@ -1,10 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Test mirror of vLLM's vllm/v1/kv_offload/factory.py (the version with
-get_spec_cls and create_spec(config: OffloadingConfig)): how vLLM finds an
-out-of-tree spec (spec_name, spec_module_path), the issubclass check against
-base.OffloadingSpec, and the construction spec_cls(config). Written for
-kvshare's tests; the built-in registrations are left out (their modules are
-not mirrored)."""
+"""Test mirror of vLLM's vllm/v1/kv_offload/factory.py of the base-era
+releases: create_spec(vllm_config, kv_cache_config) finds the spec by
+spec_name and spec_module_path, asserts issubclass(spec_cls,
+base.OffloadingSpec) and calls spec_cls(vllm_config, kv_cache_config).
+Written for kvshare's tests."""
 import importlib
 
 from vllm.v1.kv_offload.base import OffloadingSpec
@@ -14,16 +13,8 @@ class OffloadingSpecFactory:
     _registry = {}
 
     @classmethod
-    def register_spec(cls, name, module_path, class_name):
-        if name in cls._registry:
-            raise ValueError("Connector '%s' is already registered." % name)
-
-        def loader():
-            return getattr(importlib.import_module(module_path), class_name)
-        cls._registry[name] = loader
-
-    @classmethod
-    def get_spec_cls(cls, extra_config):
+    def create_spec(cls, config, kv_cache_config):
+        extra_config = config.kv_transfer_config.kv_connector_extra_config
         spec_name = extra_config.get("spec_name", "CPUOffloadingSpec")
         if spec_name in cls._registry:
             spec_cls = cls._registry[spec_name]()
@@ -33,8 +24,4 @@ class OffloadingSpecFactory:
                 raise ValueError("Unsupported spec type: %s" % spec_name)
             spec_cls = getattr(importlib.import_module(spec_module_path), spec_name)
         assert issubclass(spec_cls, OffloadingSpec)
-        return spec_cls
-
-    @classmethod
-    def create_spec(cls, config):
-        return cls.get_spec_cls(config.extra_config)(config)
+        return spec_cls(config, kv_cache_config)
