@@ -22,10 +22,14 @@
 #           in it: commit first)
 #   OUTDIR  where to copy the built .debs, .changes and .buildinfo (default:
 #           none kept)
+# deb-clean-root.sh --tarball: make the cached root if it is missing or old,
+# print its path, and stop (packaging/container/build.sh imports it).
 # Environment: KVS_ROOT_CACHE (default REPO/.cache/deb-root), DEB_JOBS
 # (default 2), KVS_DEBIAN_MIRROR (default http://deb.debian.org/debian).
 set -eu
 repo=$(cd "$(dirname "$0")/.." && pwd)
+tarball_only=0
+[ "${1:-}" = "--tarball" ] && tarball_only=1 && shift
 rev=${1:-HEAD}
 outdir=${2:-}
 mirror=${KVS_DEBIAN_MIRROR:-http://deb.debian.org/debian}
@@ -77,11 +81,11 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-echo "-- a minbase Debian 12 root"
+echo "-- a minbase Debian 12 root" >&2
 t0=$(date +%s)
 age=${KVS_ROOT_MAX_AGE_DAYS:-7}
 if [ -z "$(find "$tarball" -mtime -"$age" 2>/dev/null)" ]; then
-    echo "debootstrap --variant=minbase bookworm ($mirror), cached as $tarball"
+    echo "debootstrap --variant=minbase bookworm ($mirror), cached as $tarball" >&2
     # flock: two runs at once make it once.
     (
         flock 9
@@ -100,6 +104,10 @@ EOF
             rm -rf "$fresh"
         fi
     ) 9>"$cache/lock" || fail "debootstrap failed (log above)"
+fi
+if [ "$tarball_only" = 1 ]; then
+    echo "$tarball"
+    exit 0
 fi
 mkdir "$root"
 tar -C "$root" -xf "$tarball"
