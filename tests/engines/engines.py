@@ -639,14 +639,16 @@ class SglangInstance:
     without interface_v1, and log the storage metrics when they are on."""
 
     def __init__(self, socket, ns="sglang.test", host_pages=16, head_dim=None,
-                 interface_v1=True, metrics=False, tp_devices=False, model="test", **ranks):
+                 interface_v1=True, metrics=False, tp_devices=False, model="test",
+                 timeout_ms=2000, **ranks):
         """tp_devices: the TP ranks share one kvshared --devices (each rank's
         host pool holds its kv_heads / tp_size heads). ns None: the
         namespace the plug-in derives from the model (model_name)."""
         import torch
         self.torch = torch
         extra = {"backend_name": "kvshare", "module_path": "kvshare.sglang",
-                 "class_name": "KvshareHiCacheStorage", "socket": socket, "timeout_ms": 2000}
+                 "class_name": "KvshareHiCacheStorage", "socket": socket,
+                 "timeout_ms": timeout_ms}
         if ns is not None:
             extra["namespace"] = ns
         if interface_v1:

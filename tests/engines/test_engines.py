@@ -1166,9 +1166,326 @@ def case_copier(torch):
                       % (method, factor, e))
 
 
+
+# -- a hung daemon, a restart mid-batch, events off, the copy stream ----------
+
+FAST_S = 0.05  # the bound of the issue: every call after the first timeout
+
+
+def timed(fn):
+    t0 = time.monotonic()
+    out = fn()
+    return time.monotonic() - t0, out
+
+
+def case_hung(torch):
+    """Regression: a hung daemon (SIGSTOP) cost every call its full timeout
+    (a lookup 1 s, get_finished 2 s, SGLang's batch calls 1 s each). With
+    the client's circuit breaker, after the first timeout each call of the
+    scheduler, the worker and SGLang returns within 50 ms, with the engine's
+    own failure values; once the daemon runs again, both recover."""
+    d = daemon()
+    stopped = False
+    try:
+        v = engines.VllmInstance(d.socket, ns="vllm.hung", timeout_ms=300)
+        sg = engines.SglangInstance(d.socket, ns="sglang.hung", timeout_ms=300)
+        tokens, _ = engines.prompt(91, 2)
+        hashes = engines.vllm_hashes(tokens, engines.GEO["block_tokens"])
+        keys = engines.sglang_keys(tokens, engines.GEO["block_tokens"])
+        m = engines.model(torch)
+        _, ks, vs = m.prefill(tokens)
+        v.write_kv([0, 1], ks, vs)
+        sg.write_kv([0, 1], ks, vs)
+        check(v.store(hashes, [0, 1]) is not None and sg.store(keys, [0, 1]) == [True, True],
+              "stored with the daemon healthy")
+        fresh = hashes_of(92, 2)
+        fresh_keys = engines.sglang_keys(engines.prompt(92, 2)[0], engines.GEO["block_tokens"])
+        os.kill(d.proc.pid, signal.SIGSTOP)
+        stopped = True
+        job = [None]
+
+        def worker_step():
+            if job[0] is None:  # a store submitted to the hung daemon, once
+                out = v.prepare_store(fresh, req="w")
+                if out is not None:
+                    job[0] = v.submit(False, engines.gpu_spec([2, 3]), out.store_spec)
+            return v.finished()
+        calls = [("vLLM scheduler: lookup", lambda: v.lookup(fresh, req="h", repeat=1)),
+                 ("vLLM scheduler: prepare_store", lambda: v.prepare_store(fresh, req="h")),
+                 ("vLLM scheduler: complete_store",
+                  lambda: v.complete_store([engines.vllm_key(h) for h in fresh], req="h")),
+                 ("vLLM scheduler: take_events", v.events),
+                 ("vLLM worker: get_finished", worker_step),
+                 ("SGLang: batch_exists", lambda: sg.storage.batch_exists(keys)),
+                 ("SGLang: batch_get_v1", lambda: sg.storage.batch_get_v1(
+                     keys, sg.indices([4, 5]))),
+                 ("SGLang: batch_set_v1", lambda: sg.storage.batch_set_v1(
+                     fresh_keys, sg.indices([2, 3])))]
+        for name, fn in calls:  # each client trips once: at most one timeout each
+            fn()
+        worst = {}
+        for _ in range(5):
+            for name, fn in calls:
+                t, _ = timed(fn)
+                worst[name] = max(worst.get(name, 0.0), t)
+        for name, t in worst.items():
+            check(t < FAST_S, "hung daemon, after the first timeout: %s returns in %.1f ms "
+                  "(< %d ms)" % (name, t * 1000, FAST_S * 1000))
+        check(v.lookup(hashes, req="h2", repeat=1) == 0 and
+              sg.storage.batch_exists(keys) == 0 and
+              sg.storage.batch_get_v1(keys, sg.indices([4, 5])) == [False, False],
+              "the engines' own failure values: a miss, 0 pages, False per page")
+        v.finish("h2")
+        os.kill(d.proc.pid, signal.SIGCONT)
+        stopped = False
+        check(steps_until(v, lambda: found(v, hashes, "back")),
+              "vLLM: the daemon runs again, lookups hit again")
+        check(engines.wait_for(lambda: sg.storage.batch_exists(keys) == 2),
+              "SGLang: the daemon runs again, batch_exists finds the pages again")
+        check(v.core.counts["load_unserved"] == 0, "no transfer failed")
+        v.close()
+    finally:
+        if stopped:
+            os.kill(d.proc.pid, signal.SIGCONT)
+        d.stop()
+
+
+class HeldCopier:
+    """The storage's copier, whose copies wait for open(): a batch held
+    mid-copy."""
+
+    def __init__(self, storage):
+        self.storage = storage
+        self.real = storage._copier
+        self.entered = threading.Event()
+        self.gate = threading.Event()
+        storage._copier = self._copier
+
+    def _copier(self):
+        copier = self.real()
+        held = self
+
+        class Held:
+            pairs = copier.pairs
+
+            def load(self, *a, **kw):
+                held.entered.set()
+                held.gate.wait(30)
+                return copier.load(*a, **kw)
+
+            def store(self, *a, **kw):
+                held.entered.set()
+                held.gate.wait(30)
+                return copier.store(*a, **kw)
+        return Held()
+
+    def remove(self):
+        del self.storage._copier
+
+
+def case_sglang_restart(torch):
+    """Regression: kvshared restarting while batch_get_v1 or batch_set_v1
+    was copying raised KvsError KVS_ENOTHELD from the plug-in's release into
+    SGLang's storage thread (which catches only queue.Empty: HiCache's
+    storage layer ended for the process). Now nothing is raised, the batch
+    answers False where it could not be done, and the next call works."""
+    d = daemon()
+    daemons = [d]
+    try:
+        sg = engines.SglangInstance(d.socket, ns="sglang.restart")
+        tokens, _ = engines.prompt(93, 4)
+        keys = engines.sglang_keys(tokens, engines.GEO["block_tokens"])
+        m = engines.model(torch)
+        _, ks, vs = m.prefill(tokens)
+        sg.write_kv([0, 1, 2, 3], ks, vs)
+        check(sg.store(keys[:2], [0, 1]) == [True, True], "2 pages stored")
+        for op in ("batch_get_v1", "batch_set_v1"):
+            held = HeldCopier(sg.storage)
+            out = {}
+
+            def run():
+                try:
+                    if op == "batch_get_v1":
+                        out["r"] = sg.storage.batch_get_v1(keys[:2], sg.indices([6, 7]))
+                    else:
+                        out["r"] = sg.storage.batch_set_v1(keys[2:], sg.indices([2, 3]))
+                except BaseException as e:  # noqa: BLE001 - what SGLang's thread would see
+                    out["e"] = e
+            t = threading.Thread(target=run)
+            t.start()
+            check(held.entered.wait(10), "%s is copying" % op)
+            time.sleep(2.5 * engines.kvshare.vllm.SAME_DAEMON_MS / 1000)
+            daemons.append(restart_daemon(daemons[-1], d.socket))
+            held.gate.set()
+            t.join(30)
+            held.remove()
+            check("e" not in out and isinstance(out.get("r"), list) and len(out["r"]) == 2,
+                  "kvshared restarted while %s was copying: nothing raised (%r)" % (op, out))
+            check(engines.wait_for(lambda: sg.store(keys[:2], [0, 1]) == [True, True] and
+                                   sg.storage.batch_exists(keys[:2]) == 2),
+                  "after the restart during %s: the next calls work (stored, found)" % op)
+        print("   failures counted: %s" % sg.storage.stats()["failures"])
+    finally:
+        for x in daemons:
+            x.stop()
+
+
+def case_events_off(torch):
+    """Regression: with vLLM's KV events off (vLLM's default) complete_store
+    queued an event per store that nothing drained, and made one Lookup RPC
+    per key on the scheduler's step to build it. Now: nothing is queued and
+    complete_store makes no RPC; with events on, the stored event comes."""
+    d = daemon()
+    try:
+        c = engines.kvshare.Client(socket_path=d.socket, map_pool=False)
+        for events in (False, True):
+            inst = engines.VllmInstance(d.socket, ns="vllm.events.%d" % events, events=events)
+            hashes = hashes_of(94 + events, 3)
+            out = inst.prepare_store(hashes, req="e")
+            todo = inst.todo(out)
+            inst.wait_job(inst.submit(False, engines.gpu_spec([0, 1, 2]), out.store_spec))
+            before = c.stats()["requests"]
+            inst.complete_store(todo, req="e")
+            rpcs = c.stats()["requests"] - before - 1  # less this Stats itself
+            inst.finish("e")
+            if not events:
+                check(rpcs == 0, "events off: complete_store of 3 keys made no RPC (%d)" % rpcs)
+                check(inst.manager.core.events is None and inst.events() == [],
+                      "events off: nothing queued, take_events empty")
+            else:
+                check(rpcs == 0, "events on: complete_store itself made no RPC on the "
+                      "scheduler's step (%d)" % rpcs)
+                check(wait_events(inst) == [todo], "events on: one stored event with the 3 "
+                      "keys, found by the plug-in's own thread")
+            inst.close()
+        c.close()
+    finally:
+        d.stop()
+
+
+class FakeCuda:
+    """A recording stand-in for torch.cuda's streams and events (no GPU
+    here): what StreamOrder records and waits for, in order, with the
+    thread that did it."""
+
+    def __init__(self):
+        self.log = []
+        self.n = 0
+        fake = self
+
+        class Event:
+            def __init__(self):
+                fake.n += 1
+                self.id = fake.n
+
+            def record(self, stream):
+                fake.log.append(("record", self.id, stream.name,
+                                 threading.current_thread().name))
+
+            def synchronize(self):
+                fake.log.append(("synchronize", self.id, None, threading.current_thread().name))
+
+        class Stream:
+            def __init__(self, device=None, name="copy"):
+                self.name = name
+
+            def wait_event(self, event):
+                fake.log.append(("wait", event.id, self.name, threading.current_thread().name))
+        self.Event, self.Stream = Event, Stream
+        self.engine = Stream(name="engine")
+
+    def current_stream(self, device=None):
+        return self.engine
+
+    def stream(self, s):
+        import contextlib
+        fake = self
+
+        @contextlib.contextmanager
+        def ctx():
+            fake.log.append(("copy begins", None, s.name, threading.current_thread().name))
+            yield
+            fake.log.append(("copy ends", None, s.name, threading.current_thread().name))
+        return ctx()
+
+
+def case_stream_order(torch):
+    """GPU copies ordered against the engine's stream by CUDA events (as
+    vLLM's CPU offloader), on a recording stand-in driver: at submit, an
+    event recorded on the engine's stream in the engine's thread; the copy
+    stream waits for it before the copy; an event recorded after the copy
+    is synchronized before the job is reported (and a store committed). The
+    copies themselves run on CPU tensors here; that they overlap the
+    engine's kernels on a GPU needs a device."""
+    from kvshare.tensors import StreamOrder
+    d = daemon()
+    try:
+        inst = engines.VllmInstance(d.socket, ns="vllm.stream")
+        fake = FakeCuda()
+        inst.core.order = StreamOrder(fake, "cuda:0")
+        tokens, _ = engines.prompt(97, 2)
+        hashes = engines.vllm_hashes(tokens, engines.GEO["block_tokens"])
+        m = engines.model(torch)
+        _, ks, vs = m.prefill(tokens)
+        inst.write_kv([0, 1], ks, vs)
+        check(inst.store(hashes, [0, 1]) is not None, "stored through the stand-in streams")
+        check(inst.load(hashes, [5, 6], req="l") == 2, "loaded through them")
+        got, want = inst.read_kv([5, 6]), inst.read_kv([0, 1])
+        check(all(same_bytes(torch, a, b) for a, b in zip(got[0] + got[1], want[0] + want[1])),
+              "the bytes are intact")
+        me = threading.current_thread().name
+        kinds = [(k, s, t == me) for k, _, s, t in fake.log]
+        one = [("record", "engine", True), ("wait", "copy", False),
+               ("copy begins", "copy", False), ("copy ends", "copy", False),
+               ("record", "copy", False), ("synchronize", None, False)]
+        check(kinds == one + one, "per job: the engine stream's event recorded in the engine's "
+              "thread at submit, the copy stream waits for it, copies, records its own, and "
+              "the copy thread synchronizes that event (%r)" % kinds)
+        ids = [i for _, i, _, _ in fake.log]
+        check(ids[0] == ids[1] and ids[4] == ids[5] and ids[6] == ids[7],
+              "the copy stream waits for the very event recorded at submit")
+        inst.close()
+    finally:
+        d.stop()
+
+
+def case_tp_nodes(torch):
+    """Regression: a tensor-parallel group whose ranks are on several nodes
+    missed every lookup silently (each rank's state file is local). Now a
+    rank whose group's other ranks do not show up on its node refuses to
+    start, saying why."""
+    if engines.LAYOUT != "newest":
+        print("   skipped: tensor parallelism is refused at start with this interface "
+              "(case geometry)")
+        return
+    d = engines.daemon_tp(ARGS.kvshared, 2)
+    try:
+        state = tempfile.mkdtemp(prefix="kvs-tp-nodes-")
+        cfg = engines.vllm_configs(d.socket, "vllm.tpn", os.path.join(state, "pools"),
+                                   world_size=2, rank=0, kv_heads=engines.GEO["kv_heads"] // 2,
+                                   extra_keys={"group_wait_s": 0.5})
+        spec = engines.OffloadingSpecFactory.create_spec(cfg)
+        t = torch.zeros(4, 64, dtype=torch.int8)
+        vb = engines.vbase
+        caches = vb.CanonicalKVCaches(
+            tensors=[vb.CanonicalKVCacheTensor(tensor=t, page_size_bytes=64)],
+            group_data_refs=[[vb.CanonicalKVCacheRef(tensor_idx=0, page_size_bytes=64)]])
+        try:
+            spec.get_worker(caches)
+            raise Failure("a rank whose group is on several nodes was not refused")
+        except engines.kvshare.keyblocks.GeometryMismatch as e:
+            print("   " + str(e))
+            check("several nodes" in str(e) and "rank 1" in str(e),
+                  "rank 0 alone on its node: refused at start, the missing rank named")
+        shutil.rmtree(state, True)
+    finally:
+        d.stop()
+
+
 CASES = ["signatures", "vllm_order", "vllm_tp2", "vllm_no_fail", "vllm_preempt", "sglang_order", "sglang_ranks", "sglang_tp2",
          "sglang_paths", "vllm_two", "sglang_two", "cross", "daemon_down", "evicted", "killed",
-         "geometry", "identity", "hash_seed", "copier"]
+         "geometry", "identity", "hash_seed", "copier", "hung", "sglang_restart", "events_off",
+         "stream_order", "tp_nodes"]
 
 
 def main():

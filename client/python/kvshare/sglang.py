@@ -46,8 +46,9 @@ without SGLang.
 import time
 
 import kvshare
-from kvshare.keyblocks import (EngineGeometry, GeometryMismatch, KeyBlocks, check_geometry,
-                               declared_identity, default_namespace, open_declared)
+from kvshare.keyblocks import (EngineGeometry, Failures, GeometryMismatch, KeyBlocks,
+                               check_geometry, client_options, declared_identity,
+                               default_namespace, guarded, open_declared)
 from kvshare.tensors import BlockCopier, pool_rows
 
 try:
@@ -111,9 +112,18 @@ def _option(storage_config, kwargs, name, default=None):
 
 
 class KvshareHiCacheStorage(HiCacheStorage):
-    """Constructed by SGLang as cls(storage_config, kwargs)."""
+    """Constructed by SGLang as cls(storage_config, kwargs).
+
+    No exception of kvshare's reaches SGLang's threads (its storage threads
+    catch only queue.Empty: one exception would end HiCache's storage layer
+    for the process): every entry point after register_mem_pool_host is
+    guarded (keyblocks.guarded) and answers SGLang's own failure values
+    (0 pages, False per page, None), counted by kind in stats()["failures"]
+    and logged once per kind. The client has the circuit breaker: a hung
+    daemon costs one timeout, then every call fails at once."""
 
     def __init__(self, storage_config=None, kwargs=None):
+        self.failures = Failures(WHO)
         self.socket = _option(storage_config, kwargs, "socket")
         self.tp = int(getattr(storage_config, "tp_size", 1) or 1)
         self.tp_rank = None
@@ -175,7 +185,7 @@ class KvshareHiCacheStorage(HiCacheStorage):
             return kvshare.Client(socket_path=self.socket, timeout_ms=self.timeout_ms,
                                   worker_name="sglang", lazy=True, rank=self.tp_rank,
                                   map_pool=declare,
-                                  identity=identity if declare else None)
+                                  identity=identity if declare else None, **client_options())
 
         def check(probe):  # as register_mem_pool_host: the devices first
             self._check_group(probe)
@@ -244,17 +254,25 @@ class KvshareHiCacheStorage(HiCacheStorage):
             self._pending.pop(ids[-1], None)  # an older wait on this id is over
         return ids
 
-    def _release(self, held):
-        """Releases held: with tp_devices one by one, since a block another
-        rank declared (joined) is not this session's to release."""
+    def _release(self, held, epoch=None):
+        """Releases held (taken in the client's epoch: after a reconnect they
+        went with the old session): with tp_devices one by one, since a
+        block another rank declared (joined) is not this session's to
+        release."""
         if self.tp_rank is None:
-            self.keys.release(held)
+            self.keys.release(held, epoch)
             return
         for b in held:
             try:
-                self.keys.release([b])
+                self.keys.release([b], epoch)
             except kvshare.KvsError:
                 pass
+
+    def _same_session(self, epoch):
+        """Raises KvsError when the client reconnected since epoch (a daemon
+        restart): the blocks it holds name nothing in the new daemon."""
+        if self.client.epoch != epoch:
+            raise kvshare.KvsError(kvshare.STATUS["ENOTCONN"], "kvshared restarted")
 
     def _commit(self, digest, b, held):
         """Commits block b (in held, to be released) under digest; adds to
@@ -316,6 +334,7 @@ class KvshareHiCacheStorage(HiCacheStorage):
         return self.keys is not None and self.keys.usable()
 
     # -- the v1 batch interface --
+    @guarded(lambda self, keys, extra_info=None: 0)
     def batch_exists(self, keys, extra_info=None):
         """How many leading pages of keys are stored (0 without a daemon)."""
         self.counts["exists"] += 1
@@ -325,6 +344,7 @@ class KvshareHiCacheStorage(HiCacheStorage):
         self.counts["hits"] += n
         return n
 
+    @guarded(lambda self, keys, *a, **kw: [False] * len(keys))
     def batch_get_v1(self, keys, host_indices, extra_info=None):
         """Copies stored pages into the host pool at host_indices; a list of
         one bool per key (False: not stored, or evicted since batch_exists)."""
@@ -334,20 +354,23 @@ class KvshareHiCacheStorage(HiCacheStorage):
             return [False] * len(keys)
         pages = self._pages(host_indices, len(keys))
         t0 = time.perf_counter()
+        epoch = self.client.epoch
         ids = self.keys.pin([page_key(k) for k in keys])
         got = [(b, p) for b, p in zip(ids, pages) if b is not None]
         try:
+            self._same_session(epoch)  # pins of one daemon, copied from its pool
             if got:
                 self._copier().load([b for b, _ in got], [p for _, p in got])
             ok = [b is not None for b in ids]
         except (kvshare.KvsError, ValueError):
             ok = [False] * len(keys)
         finally:
-            self.keys.release(ids)
+            self.keys.release(ids, epoch)
         self.counts["get_failures"] += ok.count(False)
         self._record("prefetch", ok.count(True), time.perf_counter() - t0)
         return ok
 
+    @guarded(lambda self, keys, *a, **kw: [False] * len(keys))
     def batch_set_v1(self, keys, host_indices, extra_info=None):
         """Stores pages from the host pool at host_indices; one bool per key
         (True also for a page that was stored already)."""
@@ -367,10 +390,13 @@ class KvshareHiCacheStorage(HiCacheStorage):
             else:
                 todo.append(i)
         held = []
+        epoch = self.client.epoch
         try:
             ids = self._alloc([digests[i] for i in todo], held)
+            self._same_session(epoch)
             self._copier().store([pages[i] for i in todo], ids)
             for i, b in zip(todo, ids):
+                self._same_session(epoch)  # never commit an old daemon's id in a new one
                 self._commit(digests[i], b, held)
                 ok[i] = True
         except (kvshare.KvsError, ValueError):
@@ -378,7 +404,7 @@ class KvshareHiCacheStorage(HiCacheStorage):
         finally:
             # One release per block: a WRITING block goes back to the pool, a
             # committed one loses the commit's pin and stays cached.
-            self._release(held)
+            self._release(held, epoch)
         self.counts["set_failures"] += ok.count(False)
         self._record("backup", len(todo) if all(ok) else 0, time.perf_counter() - t0)
         return ok
@@ -396,18 +422,22 @@ class KvshareHiCacheStorage(HiCacheStorage):
         v = page.view(2, g.layers, -1)
         return [v[kv, layer].view(torch.uint8) for layer in range(g.layers) for kv in (0, 1)]
 
+    @guarded(lambda self, key: False)
     def exists(self, key):
         return self._ready() and self.keys.find(page_key(key)) is not None
 
+    @guarded(lambda self, key, *a, **kw: None)
     def get(self, key, target_location=None, target_sizes=None):
         """The page stored under key (into target_location if given), or None."""
         import torch
         if not self._ready():
             return None
+        epoch = self.client.epoch
         [b] = self.keys.pin([page_key(key)])
         if b is None:
             return None
         try:
+            self._same_session(epoch)
             g = self.geometry
             out = target_location if target_location is not None else torch.empty(
                 (2, g.layers, g.block_tokens, g.kv_heads, g.head_dim),
@@ -416,8 +446,9 @@ class KvshareHiCacheStorage(HiCacheStorage):
                 slot.copy_(prow[b])
             return out
         finally:
-            self.keys.release([b])
+            self.keys.release([b], epoch)
 
+    @guarded(lambda self, key, *a, **kw: False)
     def set(self, key, value=None, target_location=None, target_sizes=None):
         """Stores one page (value: [k|v][layer][token][head][head_dim])."""
         if not self._ready():
@@ -426,25 +457,31 @@ class KvshareHiCacheStorage(HiCacheStorage):
         if self.keys.find(digest) is not None:
             return True
         held = []
+        epoch = self.client.epoch
         try:
             slots = self._page_slots(value)
             [b] = self._alloc([digest], held)
+            self._same_session(epoch)
             for slot, (_, prow) in zip(slots, self._copier().pairs):
                 prow[b].copy_(slot)
+            self._same_session(epoch)
             self._commit(digest, b, held)
             return True
         except (kvshare.KvsError, ValueError):
             return False
         finally:
-            self._release(held)
+            self._release(held, epoch)
 
+    @guarded(lambda self, keys, *a, **kw: [None] * len(keys))
     def batch_get(self, keys, target_locations=None, target_sizes=None):
         locs = target_locations or [None] * len(keys)
         return [self.get(k, t) for k, t in zip(keys, locs)]
 
+    @guarded(lambda self, keys, *a, **kw: False)
     def batch_set(self, keys, values=None, target_locations=None, target_sizes=None):
         return all(self.set(k, v) for k, v in zip(keys, values))
 
+    @guarded(lambda self, key: False)
     def delete(self, key):
         """Drops the page stored under key from kvshared (its Evict RPC), so
         that no instance of the namespace finds it. A page another instance
@@ -460,6 +497,7 @@ class KvshareHiCacheStorage(HiCacheStorage):
         except ValueError:
             return False
 
+    @guarded(lambda self: None)
     def clear(self):
         """Drops the pages of this backend's namespace from kvshared (its
         Clear RPC) and resets this backend's counters. Pages that another
@@ -485,6 +523,8 @@ class KvshareHiCacheStorage(HiCacheStorage):
             else:
                 self.last_clear = {"error": str(e)}
 
+    @guarded(lambda self: None if StorageMetrics is None else StorageMetrics(
+        **KvshareHiCacheStorage._new_metrics()))
     def get_stats(self):
         """What SGLang's storage metrics read: a StorageMetrics with the pages
         and GB/s of each batch_get_v1 (prefetch) and batch_set_v1 (backup)
@@ -498,6 +538,7 @@ class KvshareHiCacheStorage(HiCacheStorage):
         pages dropped and kept, or the error), and the namespace's row of the
         daemon's stats (absent without a daemon)."""
         out = dict(self.counts)
+        out["failures"] = dict(self.failures.counts)
         if self.last_clear is not None:
             out["last_clear"] = dict(self.last_clear)
         if self.keys is not None and self.keys.refused is not None:

@@ -1015,7 +1015,7 @@ class _SpecMixin:
 
         def missing():
             out = []
-            for r, path in enumerate(p for p in self.state_files()):
+            for r, path in enumerate(self.state_files()):
                 if r == self.rank:
                     continue
                 seen = read_pools("%s.here" % path)
@@ -1029,7 +1029,7 @@ class _SpecMixin:
         if gone:
             raise GeometryMismatch(
                 "%s refuses to start: tensor-parallel rank%s %s of this group did not show up "
-                "on this node within %.0f s (rank %d waited for %s): a group whose ranks are on "
+                "on this node within %g s (rank %d waited for %s): a group whose ranks are on "
                 "several nodes is not supported (each node has its own kvshared, and the "
                 "scheduler learns what each rank mapped from files on its own node, so every "
                 "lookup would miss); run the group on one node with kvshared --devices 0-%d, "
