@@ -16,19 +16,25 @@ then a cache that always misses). Instances share blocks only with one
 fixed PYTHONHASHSEED (vLLM roots its block hashes in it): without one the
 spec refuses to start (check_hash_seed).
 
-Two layouts of vLLM's offloading interface are supported, picked by what
-imports (never by falling back to stand-ins: without vLLM this module does
-not import):
+Three layouts of vLLM's offloading interface are supported, detected by
+what vLLM's modules define (_detect; never by falling back to stand-ins:
+without vLLM this module does not import):
 
-  "base"     vllm/v1/kv_offload/base.py, config.py, factory.py (the newest):
-             OffloadingSpec(config), get_manager(), get_worker(kv_caches);
-             the manager takes one OffloadKey and a ReqContext per lookup.
-  "release"  vllm/v1/kv_offload/abstract.py, spec.py, mediums.py,
-             worker/worker.py (the layout releases shipped):
-             OffloadingSpec(vllm_config, kv_cache_config), get_handlers(),
+  "newest"   vllm/v1/kv_offload/base.py with OffloadingWorker, config.py,
+             factory.py: OffloadingSpec(config), get_manager(),
+             get_worker(kv_caches); lookup(key, req_context) -> LookupResult.
+  "base"     the base-era releases (v0.21 to v0.25): base.py without
+             OffloadingWorker, OffloadingSpec(vllm_config, kv_cache_config),
+             get_handlers(kv_caches), lookup(key, req_context) -> bool.
+  "abstract" abstract.py, spec.py, mediums.py, worker/worker.py (the older
+             releases): get_handlers(kv_caches, attn_backends),
              lookup(block_hashes) -> int.
 
-Both share one scheduler core and one worker core:
+Every entry point is guarded (keyblocks.guarded): a kvshare failure is a
+miss, a declined store or nothing, never an exception in vLLM's threads;
+the clients have the library's circuit breaker.
+
+All share one scheduler core and one worker core:
 
 Scheduler (one session per scheduler process). A lookup that answers "hit"
 has pinned the block in that session, so it cannot be evicted or cleared
