@@ -18,7 +18,7 @@
  * the parent, and a CUDA mapping does not survive fork).
  *
  * The circuit breaker (KVS_BREAKER): a call that finds the daemon
- * unreachable or silent ends with the connection dropped; breaker_trip then
+ * unreachable or silent ends with the connection dropped; breaker_after then
  * marks the client down and starts the probe thread. While down, ensure()
  * answers every call at once. The probe thread owns only its socket and the
  * atomics of struct breaker; when a probe is answered it sets down = 0 and
@@ -26,7 +26,7 @@
  * healthy path nothing: ensure() looks at it only when there is no
  * connection.
  *
- *     call fails, fd < 0 --breaker_trip--> down (probe thread: wait, probe, ...)
+ *     call fails, fd < 0 --breaker_after-> down (probe thread: wait, probe, ...)
  *          ^                                 | a probe answered: down = 0
  *          +-- up: the next call joins the thread and reconnects <--+
  */
