@@ -682,16 +682,15 @@ static void encode_sb(const tier_disk_t *td, uint8_t *sb)
     put32(sb + S_CRC, crc32c(0, sb, S_CRC));
 }
 
-/* The superblock page (superblock and table) to the file, and (sync) to
- * its medium. */
-static int write_page(tier_disk_t *td, bool sync)
+/* The superblock page (superblock and table) to the file. */
+static int write_page(tier_disk_t *td)
 {
     encode_sb(td, td->page);
     ssize_t w;
     do {
         w = pwrite(td->fd, td->page, TIER_DISK_ALIGN, 0);
     } while (w < 0 && errno == EINTR);
-    if (w != (ssize_t)TIER_DISK_ALIGN || (sync && fdatasync(td->fd) != 0)) {
+    if (w != (ssize_t)TIER_DISK_ALIGN) {
         LOG_ERROR("disk tier: writing the namespace table failed: %s",
                   w < 0 ? strerror(errno) : "short write");
         return KVS_EIO;
@@ -737,7 +736,7 @@ int tier_disk_ns_note(tier_disk_t *td, const char *ns, uint64_t ident_hash, uint
 {
     bool changed;
     ns_entry(td, ns, ident_hash, source, ident, &changed);
-    return changed ? write_page(td, false) : 0;
+    return changed ? write_page(td) : 0;
 }
 
 int tier_disk_ns_delete(tier_disk_t *td, const char *ns, uint64_t ident_hash, uint32_t source,
@@ -746,7 +745,12 @@ int tier_disk_ns_delete(tier_disk_t *td, const char *ns, uint64_t ident_hash, ui
     bool changed;
     uint32_t e = ns_entry(td, ns, ident_hash, source, ident, &changed);
     td->ns_tab[e].valid_from = atomic_load(&td->next_seq);
-    return write_page(td, true);
+    return write_page(td);
+}
+
+int tier_disk_sync(tier_disk_t *td)
+{
+    return fdatasync(td->fd) == 0 ? 0 : KVS_EIO;
 }
 
 int tier_disk_ns_get(const tier_disk_t *td, uint32_t entry, tier_disk_ns_t *out)
@@ -777,8 +781,6 @@ int tier_disk_forget(tier_disk_t *td, const uint32_t *slots, size_t n)
         if (w != (ssize_t)TIER_DISK_ALIGN)
             rc = KVS_EIO;
     }
-    if (rc == 0 && fdatasync(td->fd) != 0)
-        rc = KVS_EIO;
     if (rc != 0)
         LOG_ERROR("disk tier: writing a tombstone failed: %s", strerror(errno));
     free(tomb);

@@ -24,9 +24,10 @@
  * watermark: a record of that namespace with a sequence number below it was
  * deleted (a Clear), whatever its CRC says. An Evict's blocks get a
  * tombstone instead: their slot's first page is overwritten with a header
- * that is no record (tier_disk_forget). Both are written before the call
- * returns, with fdatasync: no restart, SIGKILL or power loss, brings a
- * deleted block back. The scan applies both; whether a record's identity
+ * that is no record (tier_disk_forget). Both are written (O_DIRECT) before
+ * the call returns, so no restart, SIGKILL included, brings a deleted block
+ * back; tier_disk_sync (fdatasync, a few ms: for a thread) makes them
+ * outlast a power loss too. The scan applies both; whether a record's identity
  * is its namespace's now is the store's to judge (store_disk.c).
  *
  * I/O runs on io_uring (batched submission at the queue depth, registered
@@ -250,14 +251,22 @@ int tier_disk_ns_note(tier_disk_t *td, const char *ns, uint64_t ident_hash, uint
 /* Namespace ns was cleared: every record of it written so far (in flight
  * included) is deleted, by moving its watermark to the next sequence
  * number (the entry made with the given identity if missing). The page is
- * written and fdatasync'd before this returns. Returns 0 or KVS_EIO. */
+ * written (one 4 KiB O_DIRECT write) before this returns: a SIGKILL after
+ * it cannot undo the Clear; tier_disk_sync after it, a power loss neither.
+ * Returns 0 or KVS_EIO. */
 int tier_disk_ns_delete(tier_disk_t *td, const char *ns, uint64_t ident_hash, uint32_t source,
                         const char *ident);
 
 /* Tombstones: each slot's first page is overwritten with one that is no
- * record (the scan counts it deleted), then fdatasync. For slots no write
- * is in flight to (the caller's to know). Returns 0 or KVS_EIO. */
+ * record (the scan counts it deleted), one 4 KiB O_DIRECT write each, done
+ * when this returns (tier_disk_sync for a power loss). For slots no write
+ * is in flight to (the caller's to know). Returns 0, KVS_EIO, KVS_ENOMEM. */
 int tier_disk_forget(tier_disk_t *td, const uint32_t *slots, size_t n);
+
+/* fdatasync of the file: what was written outlasts a power loss. Blocks
+ * for the disk's cache flush (milliseconds): call it off the loop.
+ * Thread-safe. Returns 0 or KVS_EIO. */
+int tier_disk_sync(tier_disk_t *td);
 
 /* --- record encoding (tests, tools) --- */
 

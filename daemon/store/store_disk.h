@@ -44,14 +44,16 @@ int store_disk_open(server_t *srv, tier_medium_t **out);
 
 /* Clear: namespace ns's records on the disk, of any identity, written up
  * to now (in flight included), are deleted for every later start (its
- * watermark; fdatasync'd before this returns: one 4 KiB write). Blocks of
- * ns that moved up from the disk leave their records behind: those go too.
- * 0 without a disk tier. Errors: KVS_EIO. */
+ * watermark: one 4 KiB O_DIRECT write before this returns, so no SIGKILL
+ * undoes it; an fdatasync follows on a thread, for a power loss). Blocks
+ * of ns that moved up from the disk leave their records behind: those go
+ * too. 0 without a disk tier. Errors: KVS_EIO. */
 int store_disk_forget_ns(server_t *srv, uint32_t ns);
 
 /* Evict: the records on the disk of the full blocks of `tokens` in ns that
  * no block of the index holds (the ones just evicted, and copies left by
- * blocks that moved up since) get tombstones (tier_disk_medium_forget). 0
+ * blocks that moved up since) get tombstones (tier_disk_medium_forget;
+ * written when this returns, an fdatasync following on a thread). 0
  * without a disk tier. Errors: KVS_EIO, KVS_ENOMEM, KVS_ENONS. */
 int store_disk_forget_prompt(server_t *srv, uint32_t ns, const uint32_t *tokens, size_t n_tokens);
 

@@ -7,6 +7,7 @@
 #include "tier_disk_medium.h"
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -284,35 +285,52 @@ void tier_disk_medium_found(tier_medium_t *m, uint32_t slot, uint64_t chain_hash
         dm->on_disk[slot] = chain_hash;
 }
 
-static int cmp_u64(const void *a, const void *b)
+/* Whether h is in set (open addressing, mask + 1 entries, 0 empty). */
+static bool set_has(const uint64_t *set, size_t mask, uint64_t h)
 {
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
+    for (size_t i = (size_t)(h ^ h >> 29) & mask; set[i]; i = (i + 1) & mask)
+        if (set[i] == h)
+            return true;
+    return false;
 }
 
-int tier_disk_medium_forget(tier_medium_t *m, uint64_t *hashes, size_t n, size_t *n_forgotten)
+int tier_disk_medium_forget(tier_medium_t *m, const uint64_t *hashes, size_t n, size_t *n_forgotten)
 {
     disk_medium_t *dm = (disk_medium_t *)m;
     *n_forgotten = 0;
     if (n == 0)
         return 0;
-    qsort(hashes, n, sizeof(*hashes), cmp_u64);
+    /* A set of the hashes, so each slot costs one probe (a large file has
+     * a million slots). */
+    size_t cap = 16;
+    while (cap < 2 * n)
+        cap *= 2;
+    uint64_t *set = calloc(cap, sizeof(*set));
+    if (!set)
+        return KVS_ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        size_t j = (size_t)(hashes[i] ^ hashes[i] >> 29) & (cap - 1);
+        while (set[j] && set[j] != hashes[i])
+            j = (j + 1) & (cap - 1);
+        set[j] = hashes[i];
+    }
     uint32_t *slots = NULL;
-    size_t k = 0, cap = 0;
+    size_t k = 0, room = 0;
     for (uint32_t s = 0; s < m->capacity; s++) {
         uint64_t h = dm->on_disk[s];
         /* (a slot being written holds the block the put names, or soon will) */
-        if (h == 0 || dm->putting[s] || !bsearch(&h, hashes, n, sizeof(*hashes), cmp_u64))
+        if (h == 0 || dm->putting[s] || !set_has(set, cap - 1, h))
             continue;
-        if (k == cap) {
-            size_t nc = cap ? 2 * cap : 16;
+        if (k == room) {
+            size_t nc = room ? 2 * room : 16;
             uint32_t *more = realloc(slots, nc * sizeof(*slots));
             if (!more) {
                 free(slots);
+                free(set);
                 return KVS_ENOMEM;
             }
             slots = more;
-            cap = nc;
+            room = nc;
         }
         slots[k++] = s;
     }
@@ -322,6 +340,7 @@ int tier_disk_medium_forget(tier_medium_t *m, uint64_t *hashes, size_t n, size_t
     if (rc == 0)
         *n_forgotten = k;
     free(slots);
+    free(set);
     return rc;
 }
 

@@ -64,14 +64,16 @@ void tier_disk_medium_restore(tier_medium_t *m, uint32_t slot, uint64_t chain_ha
 void tier_disk_medium_found(tier_medium_t *m, uint32_t slot, uint64_t chain_hash);
 
 /* Evict: the records on the disk of the blocks whose chained hashes are
- * hashes[0..n) (sorted here), blocks the index no longer holds, get a
+ * hashes[0..n) (0 is none), blocks the index no longer holds, get a
  * tombstone (tier_disk_forget) in every slot no put is writing: a block
  * evicted from tier 3, and the copy left behind by one that moved up from
  * it before (a promotion leaves its slot's record as it was). Runs on
- * the loop: one look at every slot (a few ms for a million slots) and a
- * 4 KiB write per record found, then one fdatasync. *n_forgotten: records
- * deleted. Errors: KVS_EIO, KVS_ENOMEM (nothing recorded as deleted). */
-int tier_disk_medium_forget(tier_medium_t *m, uint64_t *hashes, size_t n, size_t *n_forgotten);
+ * the loop: one probe of a small set per slot (about a millisecond for half
+ * a million slots) and a 4 KiB O_DIRECT write per record found (not
+ * fdatasync'd: tier_disk_sync). *n_forgotten: records deleted. Errors:
+ * KVS_EIO, KVS_ENOMEM (nothing recorded as deleted). */
+int tier_disk_medium_forget(tier_medium_t *m, const uint64_t *hashes, size_t n,
+                            size_t *n_forgotten);
 
 tier_disk_t *tier_disk_medium_disk(const tier_medium_t *m);
 
