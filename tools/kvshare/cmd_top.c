@@ -389,7 +389,8 @@ static void usage(FILE *f)
             "  --json     one JSON object per interval (with --once: one)\n"
             "  --count N  stop after N samples\n"
             "\n"
-            "What to do when a figure looks wrong: docs/OPERATING.md, \"The operator's views\".\n");
+            "What to do when a figure looks wrong: docs/OPERATING.md, \"The operator's\n"
+            "views\" (on a node: /usr/share/doc/kvshared/OPERATING.md.gz, and man 1 kvshare).\n");
 }
 
 /* Parses the flags into o. Returns -1 to go on, else the exit status. */
