@@ -25,6 +25,8 @@ Cases:
                   0-1: engine B finds engine A's prompt with one lookup per key
                   and each worker loads its own head, bitwise; a store one
                   rank could not make is never served, nothing left WRITING
+                  (given back in one RPC, off complete_store: no RPC on the
+                  scheduler's step there)
   vllm_no_fail    between a lookup and its load: the pool is taken by another
                   worker (eviction), the namespace cleared, or the daemon
                   killed, or restarted: every load is served, bytes equal, and
@@ -1059,7 +1061,8 @@ def case_vllm_tp2(torch):
     prompt, engine B finds it with one lookup per key by its scheduler and
     each of B's workers loads its own head, bitwise A's; a store one rank
     could not make leaves nothing cached, and the scheduler gives its
-    blocks back."""
+    blocks back in one Release at its next call; complete_store makes no
+    RPC on the scheduler's step (regression: one Lookup per key)."""
     if engines.LAYOUT != "newest":
         print("   skipped: the releases' interface names no rank, so the plug-in refuses "
               "tensor parallelism there (case geometry checks the refusal)")
@@ -1076,9 +1079,15 @@ def case_vllm_tp2(torch):
         check(a.lookup(hashes) == 0, "a new prompt: no block")
         a.finish("r")
         keys = [engines.vllm_key(h) for h in hashes]
-        check(a.store(hashes, [3, 4, 9, 10]) == keys,
-              "prepare_store asks for 4 blocks; both workers stored their head")
-        check(a.events() == [keys], "one stored event with the 4 keys (not one per rank)")
+        c = engines.kvshare.Client(socket_path=d.socket, map_pool=False)
+        out = a.prepare_store(hashes, req="s")
+        check(a.todo(out) == keys, "prepare_store asks for 4 blocks")
+        a.wait_job(a.submit(False, engines.gpu_spec([3, 4, 9, 10]), out.store_spec))
+        rpcs = step_rpcs(a, c, lambda: a.complete_store(keys, req="s"))
+        check(rpcs == 0, "both workers stored their head; complete_store of the group made no "
+              "RPC on the scheduler's step (%d)" % rpcs)
+        a.finish("s")
+        check(wait_events(a) == [keys], "one stored event with the 4 keys (not one per rank)")
         st = a.manager.core.client.stats()
         check(st["writing_blocks"] == 0 and st["pinned_blocks"] == 0 and
               st["cached_blocks"] == 4,
@@ -1105,15 +1114,28 @@ def case_vllm_tp2(torch):
         oh = engines.vllm_hashes(other, engines.GEO["block_tokens"])
         _, ks2, vs2 = m.prefill(other)
         a.write_kv([5, 6], ks2, vs2)
-        a.workers[1].core._store_shard = lambda spec, keys, gpu_ids: 0
-        check(a.store(oh, [5, 6]) == [engines.vllm_key(h) for h in oh],
-              "prepare_store asked for 2 blocks; rank 1 stored nothing")
+        a.workers[1].core._store_shard = lambda *args: 0
+        okeys = [engines.vllm_key(h) for h in oh]
+        out = a.prepare_store(oh, req="s2")
+        check(a.todo(out) == okeys, "prepare_store asked for 2 blocks")
+        a.wait_job(a.submit(False, engines.gpu_spec([5, 6]), out.store_spec))
         del a.workers[1].core._store_shard
-        st = a.manager.core.client.stats()
+        check(c.stats()["writing_blocks"] == 2, "rank 1 stored nothing: 2 blocks WRITING")
+        # Regression: complete_store looked each key up on the scheduler's
+        # step (one Lookup RPC per key) to give back what stayed uncached.
+        rpcs = step_rpcs(a, c, lambda: a.complete_store(okeys, req="s2"))
+        check(rpcs == 0, "complete_store made no RPC on the scheduler's step (%d)" % rpcs)
+        a.finish("s2")
+        check(engines.wait_for(a.manager.core.finder.idle),
+              "the plug-in's own thread looked the 2 keys up")
+        rpcs = step_rpcs(a, c, a.events)
+        check(rpcs == 1, "the scheduler's next call gave both blocks back in one RPC (%d)" % rpcs)
+        st = c.stats()
         check(b.lookup(oh, req="c") == 0 and st["writing_blocks"] == 0 and
               st["cached_blocks"] == 4 and a.events() == [],
               "a block one rank did not write is never served; nothing left WRITING")
         b.finish("c")
+        c.close()
         b.close()
         a.close()
         st = engines.kvshare.Client(socket_path=d.socket, map_pool=False).stats()
@@ -1121,6 +1143,26 @@ def case_vllm_tp2(torch):
               "both engines gone: nothing held")
     finally:
         d.stop()
+
+
+def step_rpcs(inst, c, call):
+    """RPCs kvshared served during call(), counted by its requests counter
+    through client c (less c's own Stats). The plug-in's finder thread
+    (its own session) is held back meanwhile: what it is given waits until
+    call() has returned, so only the scheduler's RPCs count."""
+    finder = getattr(inst.manager.core, "finder", None)
+    held = []
+    if finder is not None:
+        finder.put = lambda *args, **kw: held.append((args, kw))
+    try:
+        before = c.stats()["requests"]
+        call()
+        return c.stats()["requests"] - before - 1
+    finally:
+        if finder is not None:
+            del finder.put
+            for args, kw in held:
+                finder.put(*args, **kw)
 
 
 def case_copier(torch):
@@ -1344,9 +1386,7 @@ def case_events_off(torch):
             out = inst.prepare_store(hashes, req="e")
             todo = inst.todo(out)
             inst.wait_job(inst.submit(False, engines.gpu_spec([0, 1, 2]), out.store_spec))
-            before = c.stats()["requests"]
-            inst.complete_store(todo, req="e")
-            rpcs = c.stats()["requests"] - before - 1  # less this Stats itself
+            rpcs = step_rpcs(inst, c, lambda: inst.complete_store(todo, req="e"))
             inst.finish("e")
             if not events:
                 check(rpcs == 0, "events off: complete_store of 3 keys made no RPC (%d)" % rpcs)

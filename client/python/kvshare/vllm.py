@@ -72,10 +72,11 @@ each worker copies its heads into its device's blocks and commits its
 shard, and the daemon caches a block only once every rank committed its
 shard: a worker that cannot store (vLLM lets it report no failure) leaves
 the block uncached. complete_store (called by vLLM once every worker's job
-is done) gives back what stayed uncached. Lookups and loads are as for one
-worker: the scheduler's pin holds the block on every device, each worker
-copies its own heads; a hit needs every rank to have mapped the daemon
-(one state file per rank).
+is done) makes no RPC: a thread with a session of its own finds what stayed
+uncached, and the scheduler gives it back in one Release at its next call.
+Lookups and loads are as for one worker: the scheduler's pin holds the
+block on every device, each worker copies its own heads; a hit needs every
+rank to have mapped the daemon (one state file per rank).
 """
 import collections
 import os
@@ -290,10 +291,13 @@ class SchedulerCore:
     never released by id in the new one."""
 
     def __init__(self, spec, client, events=False):
-        """events: vLLM's KV events are on (else complete_store makes no RPC
-        and nothing is kept for take_events)."""
+        """events: vLLM's KV events are on (else nothing is kept for
+        take_events). complete_store makes no RPC: what it must learn from
+        kvshared (which keys are stored, for events and a group's give-back)
+        is looked up by the finder's thread, in a session of its own."""
         self.spec = spec
-        self.events = _StoredKeys(spec) if events else None
+        self.finder = _StoredKeys(spec, events) if events or spec.tp > 1 else None
+        self.events = self.finder if events else None
         self.keys = KeyBlocks(client, spec.ns, who=WHO)
         self.client = client
         self.state_file = spec.state_file
@@ -362,6 +366,7 @@ class SchedulerCore:
     def lookup(self, owner, key):
         """True (a hit, pinned for owner) or False (a miss)."""
         self.counts["lookups"] += 1
+        self.give_back()
         if self.pinned(owner, key):
             self.counts["hits"] += 1
             return True
@@ -444,6 +449,7 @@ class SchedulerCore:
         the blocks allocated for them, or None. Raises KvsError without a
         daemon or, for a group, when the pool has no room (vLLM then skips
         the store)."""
+        self.give_back()
         start = self._daemon()
         if start is None:
             raise kvshare.KvsError(kvshare.STATUS["ENOTCONN"], self.client.last_error or
@@ -459,33 +465,61 @@ class SchedulerCore:
         return todo, ids, start
 
     def complete_store(self, keys, success=True):
-        """Forgets keys as being stored. One worker: no RPC; with KV events
-        on, the keys go to the thread that finds which are stored (off the
-        scheduler's step). A group: gives back the blocks allocated for keys
-        whose shards did not all come (a block every rank committed is
-        cached, and no longer the scheduler's), one Lookup per key."""
+        """Forgets keys as being stored; makes no RPC on the scheduler's
+        step. With KV events on, the keys go to the finder's thread, which
+        finds which are stored. A group: the keys and the blocks allocated
+        for them go to that thread too, which finds the blocks whose shards
+        did not all come (a block every rank committed is cached, and no
+        longer the scheduler's); the scheduler gives those back in one
+        Release at its next call (give_back)."""
         mine = [k for k in keys if k in self._storing]
         self._storing.difference_update(mine)
         if self.spec.tp == 1:
             if self.events is not None and success and mine:
                 self.events.put(mine)
             return
-        stored = []
-        for k in mine:
-            found = self.keys.find(k)
-            held = self._store_blocks.pop(k, None)
-            if found is not None:
-                stored.append(k)
-            if held is not None and held[0] != found and held[1] == self.client.epoch:
+        self.give_back()
+        held = {k: self._store_blocks.pop(k) for k in mine if k in self._store_blocks}
+        if held or (self.events is not None and success and mine):
+            self.finder.put(mine, held, events=success)
+
+    def give_back(self):
+        """Releases, in one RPC, the group's blocks the finder found
+        uncached (their key missing, or held by another instance's block).
+        A block id the scheduler's session holds again for something else
+        since (a later store's block, a lookup's pin: the daemon evicted
+        and reused it meanwhile) is not released. Never raises."""
+        if self.finder is None or not self.finder.give:
+            return
+        epoch = self.client.epoch
+        taken = set()
+        for b, e in self._store_blocks.values():
+            taken.add((b, e))
+        for pins in self._pins.values():
+            taken.update((b, e) for b, e, _, _ in pins.values())
+        for held in self._loading.values():
+            taken.update(held)
+        ids = []
+        while self.finder.give:
+            b, e = self.finder.give.popleft()
+            if e == epoch and (b, e) not in taken:
+                ids.append(b)
+        if not ids:
+            return
+        try:
+            self.keys.release(ids, epoch)
+        except kvshare.KvsError:
+            # The daemon stops at a block this session no longer holds (a
+            # rank's end took it back already): the others one by one.
+            for b in ids:
                 try:
-                    self.keys.release([held[0]])
+                    self.keys.release([b], epoch)
                 except kvshare.KvsError:
-                    pass  # a rank's end took it back already, or it moved to a rank
-        if self.events is not None and success and stored:
-            self.events.found.append(stored)
+                    pass
 
     def take_stored(self):
         """Lists of keys found stored since the last call (events on)."""
+        self.give_back()
         if self.events is None:
             return []
         out = []
@@ -494,42 +528,62 @@ class SchedulerCore:
         return out
 
     def close(self):
-        if self.events is not None:
-            self.events.close()
+        if self.finder is not None:
+            self.finder.close()
         self.client.close()
 
 
 class _StoredKeys:
     """Which keys of finished stores are in the pool, found off the
-    scheduler's step for vLLM's KV events: a thread with a session of its
-    own (no pins) looks each key up; found holds lists of keys found, for
-    take_events. Made only when vLLM's KV events are on."""
+    scheduler's step: a thread with a session of its own (no pins, no
+    rank: it connects as the scheduler does) looks each key up. For vLLM's
+    KV events, found holds lists of keys found, for take_events. For a
+    tensor-parallel group, give holds (block, epoch) of the blocks the
+    scheduler allocated whose key did not end up in them, for its next
+    give_back. Made when vLLM's KV events are on or the engine is a group.
 
-    def __init__(self, spec):
+    Events beyond MAX_EVENT_KEYS waiting are dropped (counted); a group's
+    blocks never are: the scheduler holds at most what Alloc gave it, so
+    they are bounded by the pool."""
+
+    def __init__(self, spec, events=True):
         self.spec = spec
+        self.events = events
         self.found = collections.deque()
+        self.give = collections.deque()
         self.dropped = 0
         self._queue = queue.Queue()
         self._pending = 0
         self._lock = threading.Lock()
         self._thread = None
 
-    def put(self, keys):
+    def put(self, keys, held=None, events=True):
+        """keys: of a finished store; held: key -> (block, epoch) the
+        scheduler allocated for them (a group); events: a stored event is
+        wanted for the keys found (a store that succeeded, events on)."""
+        events = events and self.events
         with self._lock:
-            if self._pending + len(keys) > MAX_EVENT_KEYS:
+            if events and self._pending + len(keys) > MAX_EVENT_KEYS:
                 self.dropped += len(keys)
+                events = False
+            if not events and not held:
                 return
             self._pending += len(keys)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="kvshare-events",
                                                 daemon=True)
                 self._thread.start()
-        self._queue.put(keys)
+        self._queue.put((keys, held or {}, events))
+
+    def idle(self):
+        """Whether every batch put has been looked up."""
+        with self._lock:
+            return self._pending == 0
 
     def _run(self):
         keys = client = None
         try:
-            client = self.spec.connect(False, "vllm-events")
+            client = self.spec.connect(False, "vllm-events", scheduler=True)
             keys = KeyBlocks(client, self.spec.ns, who=WHO)
         except Exception:  # noqa: BLE001 - no session: no events, counted
             keys = None
@@ -537,13 +591,18 @@ class _StoredKeys:
             batch = self._queue.get()
             if batch is None:
                 break
+            batch, held, events = batch
+            found = {k: keys.find(k) if keys is not None else None for k in batch}
+            for k, (b, e) in held.items():
+                if found.get(k) != b:
+                    self.give.append((b, e))
+            stored = [k for k in batch if found[k] is not None]
+            if events and stored:
+                self.found.append(stored)
+            elif events and keys is None:
+                self.dropped += len(batch)
             with self._lock:
                 self._pending -= len(batch)
-            stored = [k for k in batch if keys is not None and keys.find(k) is not None]
-            if stored:
-                self.found.append(stored)
-            elif keys is None:
-                self.dropped += len(batch)
         if client is not None:
             client.close()
 
