@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -753,6 +754,29 @@ int tier_disk_sync(tier_disk_t *td)
     return fdatasync(td->fd) == 0 ? 0 : KVS_EIO;
 }
 
+static void *sync_main(void *arg)
+{
+    tier_disk_t *td = arg;
+    if (tier_disk_sync(td) != 0)
+        LOG_ERROR("disk tier: fdatasync after a deletion failed (%s): a power loss could undo it",
+                  strerror(errno));
+    atomic_fetch_sub(&td->syncing, 1);
+    return NULL;
+}
+
+void tier_disk_sync_async(tier_disk_t *td)
+{
+    pthread_t t;
+    pthread_attr_t attr;
+    atomic_fetch_add(&td->syncing, 1);
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    int rc = pthread_create(&t, &attr, sync_main, td);
+    pthread_attr_destroy(&attr);
+    if (rc != 0)
+        sync_main(td); /* no thread for it: here */
+}
+
 int tier_disk_ns_get(const tier_disk_t *td, uint32_t entry, tier_disk_ns_t *out)
 {
     if (entry >= td->ns_count)
@@ -1002,6 +1026,8 @@ void tier_disk_close(tier_disk_t *td)
         return;
     if (td->eng)
         td_engine_stop(td);
+    while (atomic_load(&td->syncing) > 0) /* an fdatasync: milliseconds */
+        usleep(1000);
     if (td->fd >= 0)
         close(td->fd);
     tier_disk_scan_free(&td->scan);

@@ -268,6 +268,10 @@ int tier_disk_forget(tier_disk_t *td, const uint32_t *slots, size_t n);
  * Thread-safe. Returns 0 or KVS_EIO. */
 int tier_disk_sync(tier_disk_t *td);
 
+/* tier_disk_sync on a thread of its own (here when none starts), which
+ * logs a failure; tier_disk_close waits for it. Returns at once. */
+void tier_disk_sync_async(tier_disk_t *td);
+
 /* --- record encoding (tests, tools) --- */
 
 /* Encodes a record into buf (slot_bytes, zeroed past the payload). */

@@ -40,6 +40,7 @@ struct tier_disk {
     uint32_t head, tail, nfree, nused;
 
     atomic_uint_fast64_t next_seq;
+    atomic_uint syncing; /* tier_disk_sync_async threads running */
     atomic_uint_fast64_t reads, writes, read_bytes, write_bytes, io_errors, crc_failures,
         mismatches;
     uint64_t evictions, recovered, torn, deleted;

@@ -441,45 +441,12 @@ int store_disk_restore(server_t *srv, size_t *restored, size_t *dropped)
     return rc;
 }
 
-/* --- deletion --- */
-
-/* A deletion is on the disk when its call returns (O_DIRECT writes): no
+/* --- deletion ---
+ *
+ * A deletion is on the disk when its call returns (O_DIRECT writes): no
  * SIGKILL undoes it. The fdatasync that makes it outlast a power loss too
- * takes milliseconds (the disk's cache flush): a thread of libuv's pool
- * runs it, and the loop goes on. */
-typedef struct disk_sync {
-    uv_work_t req;
-    tier_disk_t *td;
-    int rc;
-} disk_sync_t;
-
-static void sync_work(uv_work_t *req)
-{
-    disk_sync_t *ds = req->data;
-    ds->rc = tier_disk_sync(ds->td);
-}
-
-static void sync_done(uv_work_t *req, int status)
-{
-    disk_sync_t *ds = req->data;
-    if (status != 0 || ds->rc != 0)
-        LOG_ERROR("disk tier: fdatasync after a deletion failed: a power loss could undo it");
-    free(ds);
-}
-
-static void sync_later(server_t *srv)
-{
-    disk_sync_t *ds = calloc(1, sizeof(*ds));
-    if (ds) {
-        ds->td = srv->disk_tier;
-        ds->req.data = ds;
-        if (uv_queue_work(srv->loop, &ds->req, sync_work, sync_done) == 0)
-            return;
-        free(ds);
-    }
-    if (tier_disk_sync(srv->disk_tier) != 0) /* no thread for it: here */
-        LOG_ERROR("disk tier: fdatasync after a deletion failed: a power loss could undo it");
-}
+ * takes milliseconds (the disk's cache flush): it runs on a thread
+ * (tier_disk_sync_async), and the loop goes on. */
 
 int store_disk_forget_ns(server_t *srv, uint32_t ns)
 {
@@ -491,7 +458,7 @@ int store_disk_forget_ns(server_t *srv, uint32_t ns)
     const ns_identity_t *ni = namespaces_identity(srv, ns);
     int rc = tier_disk_ns_delete(srv->disk_tier, name, ni->hash, ni->source, ni->text);
     if (rc == 0)
-        sync_later(srv);
+        tier_disk_sync_async(srv->disk_tier);
     return rc;
 }
 
@@ -512,7 +479,7 @@ int store_disk_forget_prompt(server_t *srv, uint32_t ns, const uint32_t *tokens,
     if (rc == 0 && kept < n)
         rc = tier_disk_medium_forget(srv->store->medium3, hashes + kept, n - kept, &k);
     if (rc == 0 && k > 0)
-        sync_later(srv);
+        tier_disk_sync_async(srv->disk_tier);
     free(hashes);
     free(ids);
     return rc;
