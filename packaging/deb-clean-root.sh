@@ -14,8 +14,11 @@
 #
 # The minbase root is cached as a tarball under .cache/ (git ignores it),
 # rebuilt when older than KVS_ROOT_MAX_AGE_DAYS (default 7); the .debs apt
-# fetches are cached beside it. Each run unpacks a fresh copy, which it
-# unmounts and deletes at the end, on failure too.
+# fetches are cached beside it. So is the root after `apt-get build-dep`,
+# keyed by debian/control and the minbase root: the same control file on
+# the same root installs the same packages, and a changed one (a package
+# added or removed) starts again from minbase. Each run unpacks a fresh
+# copy, which it unmounts and deletes at the end, on failure too.
 #
 # Run as root, from anywhere. Usage: deb-clean-root.sh [REV [OUTDIR]]
 #   REV     the commit to build (default HEAD; uncommitted changes are not
@@ -25,8 +28,11 @@
 # deb-clean-root.sh --tarball: make the cached root if it is missing or old,
 # print its path, and stop (packaging/container/build.sh imports it).
 # Environment: KVS_ROOT_CACHE (default REPO/.cache/deb-root), DEB_JOBS
-# (default 2), KVS_DEBIAN_MIRROR (default http://deb.debian.org/debian).
+# (default 2), KVS_DEBIAN_MIRROR (default http://deb.debian.org/debian),
+# KVS_DEB_BUILD_OPTIONS (default "nocheck noddebs"; "noddebs" runs the test
+# suite in the package build, with the <!nocheck> Build-Depends alone).
 set -eu
+start=$(date +%s)
 repo=$(cd "$(dirname "$0")/.." && pwd)
 tarball_only=0
 [ "${1:-}" = "--tarball" ] && tarball_only=1 && shift
@@ -109,10 +115,18 @@ if [ "$tarball_only" = 1 ]; then
     echo "$tarball"
     exit 0
 fi
+key=$({ git -C "$repo" show "$commit:debian/control" && stat -c %Y "$tarball"; } | sha256sum | cut -c1-16)
+deps_tarball="$cache/bookworm-builddeps-$arch-$key.tar"
 mkdir "$root"
-tar -C "$root" -xf "$tarball"
+if [ -f "$deps_tarball" ]; then
+    echo "(build dependencies of this debian/control cached: $deps_tarball)"
+    tar -C "$root" -xf "$deps_tarball"
+else
+    tar -C "$root" -xf "$tarball"
+fi
 cp /etc/resolv.conf "$root/etc/resolv.conf"
 mount_in "$root/proc" -t proc proc
+mount_in "$root/dev/pts" -t devpts -o newinstance,ptmxmode=0666 devpts
 mount_in "$root/dev/shm" -t tmpfs -o mode=1777 tmpfs
 mount_in "$root/var/cache/apt/archives" --bind "$cache/archives"
 echo "root ready in $(($(date +%s) - t0)) s"
@@ -124,17 +138,34 @@ fi
 mkdir "$root/build"
 git -C "$repo" archive --format=tar --prefix=src/ "$commit" | tar -x -C "$root/build"
 
-echo "-- in the root: apt-get build-dep -y ./ && dpkg-buildpackage -us -uc -b (nocheck noddebs)"
+echo "-- in the root: apt-get update && apt-get build-dep -y ./ (README's commands)"
 t0=$(date +%s)
 chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
-    DEBIAN_FRONTEND=noninteractive DEB_JOBS="${DEB_JOBS:-2}" /bin/sh -euc '
+    DEBIAN_FRONTEND=noninteractive /bin/sh -euc '
 cd /build/src
 apt-get update -qq
 apt-get build-dep -y -qq ./ >/build/build-dep.log 2>&1 ||
     { cat /build/build-dep.log; echo "apt-get build-dep failed"; exit 1; }
+echo "$(grep -c "^Setting up" /build/build-dep.log || true) packages set up"
+' || fail "apt-get build-dep failed in a clean root (above)"
+echo "build dependencies in $(($(date +%s) - t0)) s"
+if [ ! -f "$deps_tarball" ]; then
+    rm -f "$cache"/bookworm-builddeps-*.tar
+    tar -C "$root" --anchored --exclude=./build --exclude=./proc --exclude=./dev/pts \
+        --exclude=./dev/shm --exclude=./var/cache/apt/archives -cf "$deps_tarball.$$" . &&
+        mv "$deps_tarball.$$" "$deps_tarball"
+fi
+
+options=${KVS_DEB_BUILD_OPTIONS:-nocheck noddebs}
+echo "-- in the root: dpkg-buildpackage -us -uc -b ($options)"
+t0=$(date +%s)
+chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
+    DEBIAN_FRONTEND=noninteractive DEB_JOBS="${DEB_JOBS:-2}" DEB_BUILD_OPTIONS="$options" \
+    /bin/sh -euc '
+cd /build/src
 # DPKG_GENSYMBOLS_CHECK_LEVEL=2: a kvs_ symbol missing from the symbols file
 # fails the build, as a vanished one always does.
-DEB_BUILD_OPTIONS="nocheck noddebs" DPKG_GENSYMBOLS_CHECK_LEVEL=2 \
+DPKG_GENSYMBOLS_CHECK_LEVEL=2 \
     dpkg-buildpackage -us -uc -b -j"$DEB_JOBS" >/build/build.log 2>&1 ||
     { grep -i -m 20 "not found\|error" /build/build.log; echo ...; tail -30 /build/build.log
       echo "dpkg-buildpackage failed"; exit 1; }
@@ -164,4 +195,4 @@ apt-get install -y -qq --no-install-recommends man-db python3-venv >/build/tools
 sh /build/src/packaging/deb-test.sh --debs /build
 ' || fail "the installed packages fail their checks in a clean root (above)"
 echo "checked in $(($(date +%s) - t0)) s"
-echo "deb-clean-root: ok ($commit)"
+echo "deb-clean-root: ok ($commit) in $(($(date +%s) - start)) s"
