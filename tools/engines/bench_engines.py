@@ -2,7 +2,7 @@
 """Engine plug-in figures: the copy path's speed, and prefill and time to
 first token with and without kvshare for one prompt shared by two instances.
 
-    bench_engines.py --kvshared PATH --lib PATH [copy] [ttft] [--repeat N]
+    bench_engines.py --kvshared PATH --lib PATH [copy] [ttft] [step] [--repeat N]
 
 copy  A kvshared pool of Llama-like blocks (--layers, --kv-heads,
       --head-dim, fp32, 16 tokens per block) and a vLLM instance whose
@@ -20,21 +20,67 @@ ttft  Instance A (its own process) computes a prompt with the reference
       load, then only the continuation). Prints prefill tokens computed and
       time to first token (the continuation's output) of each.
 
+step  The time each plug-in adds to an engine's step, with kvshared healthy,
+      slow (every reply delayed --delay-ms, 10 by default, by a Unix-socket
+      proxy between the plug-ins and kvshared, in a process of its own:
+      SlowProxy), hung (SIGSTOP)
+      and dead (SIGKILL). Per step, in vLLM's newest layout with KV events
+      off (vLLM's default): the scheduler's calls for one request (lookup of
+      4 stored keys and a fifth that misses, prepare_store of 4 new keys,
+      complete_store and on_request_finished of the previous step's
+      request) and the worker's (submit_store of those 4 keys,
+      get_finished); SGLang's batch_exists (4 stored pages and a miss),
+      batch_get_v1 of the 4 and batch_set_v1 of 4 new pages, each timed on
+      its own (SGLang calls them from its own threads). The copies run on
+      the worker's thread between steps, untimed. timeout_ms 1000 (the
+      plug-ins' default). p50, p99 and max of --steps steps.
+      --before TREE: the healthy case also with the plug-in code, the
+      engines harness and the interface mirrors of TREE (a git worktree of
+      an older commit), against the same kvshared and libkvshare, in
+      alternate runs (--rounds). Each run is a process of its own.
+      --quick: 10 steps, one round (the test suite's smoke run).
+
 CPU tensors, host backend, /usr/bin/python3 with Debian's python3-torch.
 Both run one PyTorch thread; say so with the figures.
 """
 import argparse
 import ctypes
+import importlib.util
+import inspect
+import json
 import os
+import queue
 import random
+import signal
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "engines"))
+ROOT = os.path.join(HERE, "..", "..")
+
+
+def _tree():
+    """--tree DIR: the step bench's runs import the engines harness (and
+    through it the plug-ins) of another checkout; read before the import."""
+    for i, a in enumerate(sys.argv):
+        if a == "--tree" and i + 1 < len(sys.argv):
+            return sys.argv[i + 1]
+        if a.startswith("--tree="):
+            return a.split("=", 1)[1]
+    return ROOT
+
+
+TREE = os.path.abspath(_tree())
+# The harness of that tree names vLLM's newest interface "newest", or
+# "base" in trees older than the base-era layout.
+os.environ["KVS_VLLM_LAYOUT"] = ("newest" if os.path.isdir(os.path.join(
+    TREE, "tests", "engines", "upstream", "vllm_newest")) else "base")
+sys.path.insert(0, os.path.join(TREE, "tests", "engines"))
 import engines  # noqa: E402
 
 
@@ -187,6 +233,296 @@ def bench_ttft(args, torch):
         d.stop()
 
 
+# -- step: what the plug-ins add to a step --------------------------------------
+
+class SlowProxy:
+    """A Unix-socket proxy between the plug-ins and kvshared that hands each
+    piece of a reply to the client delay seconds after kvshared sent it
+    (requests pass at once). The file descriptors kvshared attaches to a
+    reply (the pool's, in Hello: SCM_RIGHTS) go with the bytes they came
+    with."""
+
+    def __init__(self, upstream, path, delay):
+        self.upstream, self.path, self.delay = upstream, path, delay
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(path)
+        self.listener.listen(64)
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            daemon = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                daemon.connect(self.upstream)
+            except OSError:
+                client.close()
+                continue
+            threading.Thread(target=self._pump, args=(client, daemon, 0.0), daemon=True).start()
+            threading.Thread(target=self._delayed, args=(daemon, client), daemon=True).start()
+
+    @staticmethod
+    def _pump(src, dst, _delay):
+        try:
+            while True:
+                data, fds, _, _ = socket.recv_fds(src, 1 << 16, 16)
+                if not data:
+                    break
+                socket.send_fds(dst, [data], fds) if fds else dst.sendall(data)
+                for fd in fds:
+                    os.close(fd)
+        except OSError:
+            pass
+        for sock in (src, dst):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def _delayed(self, src, dst):
+        """Reads kvshared's replies as they come; a second thread sends each
+        piece at its arrival time + delay, so that pieces sent together are
+        delayed together (each reply delay later than it was sent)."""
+        pieces = queue.Queue()
+
+        def send():
+            while True:
+                item = pieces.get()
+                if item is None:
+                    break
+                t, data, fds = item
+                wait = t + self.delay - time.monotonic()
+                if wait > 0:
+                    time.sleep(wait)
+                try:
+                    socket.send_fds(dst, [data], fds) if fds else dst.sendall(data)
+                except OSError:
+                    pass
+                for fd in fds:
+                    os.close(fd)
+            try:
+                dst.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        sender = threading.Thread(target=send, daemon=True)
+        sender.start()
+        try:
+            while True:
+                data, fds, _, _ = socket.recv_fds(src, 1 << 16, 16)
+                if not data:
+                    break
+                pieces.put((time.monotonic(), data, fds))
+        except OSError:
+            pass
+        pieces.put(None)
+
+    def close(self):
+        self.listener.close()
+
+
+def proxy_run(args):
+    """--role proxy: a SlowProxy until killed."""
+    SlowProxy(args.socket, args.proxy, args.delay_ms / 1000.0)
+    while True:
+        time.sleep(3600)
+
+
+def _kvsd():
+    """tests/support/kvsd.py of this checkout (whatever tree the harness
+    comes from): every run starts the same kvshared the same way."""
+    spec = importlib.util.spec_from_file_location(
+        "kvsd_bench", os.path.join(ROOT, "tests", "support", "kvsd.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _kwargs(fn, **kw):
+    """The keywords among kw that fn (or the config builder it passes them
+    to) takes: an older harness has fewer."""
+    names = set(inspect.signature(fn).parameters)
+    names |= set(inspect.signature(engines.vllm_configs).parameters)
+    return {k: v for k, v in kw.items() if k in names}
+
+
+def step_run(args):
+    """One run of the step bench (its own process): prints one JSON line,
+    step name -> seconds of each step."""
+    import torch
+    kvsd = _kvsd()
+    hashes = engines.vllm_hashes
+    d = kvsd.Daemon(blocks=256, kvshared=args.kvshared,
+                    geometry=dict(engines.GEO, dtype="fp32"))
+    proxy = None
+    stopped = False
+    try:
+        path = d.socket
+        if args.case == "slow":
+            # In a process of its own: the proxy's threads must not wait for
+            # the measured process's GIL (that would be more than the delay).
+            path = d.socket + ".slow"
+            proxy = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--role",
+                                      "proxy", "--socket", d.socket, "--proxy", path,
+                                      "--delay-ms", str(args.delay_ms)])
+            if not engines.wait_for(lambda: os.path.exists(path), 30):
+                raise engines.Failure("the proxy did not start")
+        vkw = _kwargs(engines.VllmInstance.__init__, events=False, timeout_ms=1000)
+        v = engines.VllmInstance(path, ns="bench.vllm", gpu_blocks=32, **vkw)
+        skw = _kwargs(engines.SglangInstance.__init__, timeout_ms=1000)
+        sg = engines.SglangInstance(path, ns="bench.sglang", host_pages=32, **skw)
+        m = engines.model(torch)
+        tokens, _ = engines.prompt(11, 4)
+        _, ks, vs = m.prefill(tokens)
+        base = hashes(tokens, engines.GEO["block_tokens"])
+        v.write_kv([0, 1, 2, 3], ks, vs)
+        sg.write_kv([0, 1, 2, 3], ks, vs)
+        if v.store(base, [0, 1, 2, 3]) is None or sg.store(
+                engines.sglang_keys(tokens, engines.GEO["block_tokens"]), [0, 1, 2, 3]) != [True] * 4:
+            raise engines.Failure("could not store the prompt with kvshared healthy")
+        if args.case == "hung":
+            os.kill(d.proc.pid, signal.SIGSTOP)
+            stopped = True
+        elif args.case == "dead":
+            os.kill(d.proc.pid, signal.SIGKILL)
+            d.proc.wait()
+        mgr, worker = v.manager, v.worker
+        hit = engines.vbase.LookupResult.HIT
+        skeys = engines.sglang_keys(tokens, engines.GEO["block_tokens"])
+        get_idx, set_idx = sg.indices([4, 5, 6, 7]), sg.indices([8, 9, 10, 11])
+        times = {k: [] for k in ("vLLM scheduler step", "vLLM worker step",
+                                 "SGLang batch_exists", "SGLang batch_get_v1",
+                                 "SGLang batch_set_v1")}
+        prev = None
+        for i in range(args.steps):
+            fresh = [os.urandom(32) for _ in range(5)]
+            look = [engines.vllm_key(h) for h in base + fresh[:1]]
+            new = [engines.vllm_key(h) for h in fresh[1:]]
+            ctx = v.ctx("s%d" % i)
+            t0 = time.perf_counter()
+            for key in look:
+                if mgr.lookup(key, ctx) != hit:
+                    break
+            out = mgr.prepare_store(new, ctx)
+            if prev is not None:
+                mgr.complete_store(prev[0], prev[1])
+                mgr.on_request_finished(prev[1])
+            t1 = time.perf_counter()
+            v.job += 1
+            job = v.job if out is not None else None
+            if out is not None:
+                assert worker.submit_store(job, engines.gpu_spec([4, 5, 6, 7]), out.store_spec)
+            results = worker.get_finished()
+            t2 = time.perf_counter()
+            for r in results:
+                assert r.success, "vLLM asserts every transfer's success"
+            times["vLLM scheduler step"].append(t1 - t0)
+            times["vLLM worker step"].append(t2 - t1)
+            if job is not None:
+                v.core.wait([job])  # the copy, off the step (untimed)
+            prev = (list(out.keys_to_store) if out is not None else [], ctx)
+            v._contexts.pop("s%d" % i, None)
+            pkeys = skeys + ["%064x" % random.getrandbits(256)]
+            nkeys = ["%064x" % random.getrandbits(256) for _ in range(4)]
+            for name, fn in (("SGLang batch_exists", lambda: sg.storage.batch_exists(pkeys)),
+                             ("SGLang batch_get_v1",
+                              lambda: sg.storage.batch_get_v1(skeys, get_idx)),
+                             ("SGLang batch_set_v1",
+                              lambda: sg.storage.batch_set_v1(nkeys, set_idx))):
+                t0 = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - t0)
+        if stopped:
+            os.kill(d.proc.pid, signal.SIGCONT)
+            stopped = False
+        if args.case in ("healthy", "slow") and v.core.counts.get("store_skipped"):
+            raise engines.Failure("stores were skipped with kvshared up: %s"
+                                  % v.core.last_error)
+        trips = {}
+        for who, client in (("vLLM scheduler", v.manager.core.client), ("vLLM worker", v.core.rpc),
+                            ("SGLang", getattr(sg.storage, "client", None))):
+            if hasattr(client, "breaker"):
+                trips[who] = client.breaker()["trips"]
+        print("%s (%s): breaker trips %s" % (args.case, os.path.basename(TREE), trips or "-"),
+              file=sys.stderr, flush=True)
+        print(json.dumps(times), flush=True)
+    finally:
+        if stopped:
+            os.kill(d.proc.pid, signal.SIGCONT)
+        if proxy is not None:
+            proxy.kill()
+            proxy.wait()
+        if d.proc.poll() is None:
+            d.stop()
+
+
+def _pct(xs, q):
+    xs = sorted(xs)
+    return xs[max(0, min(len(xs) - 1, int(-(-q * len(xs) // 1)) - 1))]
+
+
+def _commit(tree):
+    """The commit a checkout is at (its short name), or its folder's name."""
+    out = subprocess.run(["git", "-C", tree, "rev-parse", "--short", "HEAD"],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    return out.stdout.decode().strip() or os.path.basename(tree)
+
+
+def bench_step(args):
+    """Runs step_run per case (and per tree, alternately), prints the table."""
+    runs = [("healthy", TREE)]
+    if args.before:
+        runs.insert(0, ("healthy", os.path.abspath(args.before)))
+    rounds = 1 if args.quick else args.rounds
+    steps = 10 if args.quick else args.steps
+    got = {}
+    order = []
+    for _ in range(rounds):
+        for case, tree in runs:
+            cmd = [sys.executable, os.path.abspath(__file__), "--kvshared", args.kvshared,
+                   "--lib", args.lib, "--role", "step", "--case", case, "--tree", tree,
+                   "--steps", str(steps), "--delay-ms", str(args.delay_ms)]
+            out = subprocess.run(cmd, timeout=600, stdout=subprocess.PIPE)
+            if out.returncode != 0:
+                raise engines.Failure("step run %s %s failed" % (case, tree))
+            label = "healthy (%s)" % _commit(tree) if tree == TREE else \
+                "healthy, before (%s)" % _commit(tree)
+            if label not in got:
+                order.append(label)
+                got[label] = {}
+            for name, xs in json.loads(out.stdout.decode().strip().splitlines()[-1]).items():
+                got[label].setdefault(name, []).extend(xs)
+    for case in ("slow", "hung", "dead"):
+        cmd = [sys.executable, os.path.abspath(__file__), "--kvshared", args.kvshared,
+               "--lib", args.lib, "--role", "step", "--case", case, "--tree", TREE,
+               "--steps", str(steps), "--delay-ms", str(args.delay_ms)]
+        out = subprocess.run(cmd, timeout=600, stdout=subprocess.PIPE)
+        if out.returncode != 0:
+            raise engines.Failure("step run %s failed" % case)
+        label = "slow (+%g ms per reply)" % args.delay_ms if case == "slow" else case
+        order.append(label)
+        got[label] = json.loads(out.stdout.decode().strip().splitlines()[-1])
+        for name, xs in got[label].items():
+            # The client's breaker: past the first timeout, a step with
+            # kvshared hung or dead costs no timeout (ENGINES.md).
+            if case != "slow" and statistics.median(xs) > 0.05:
+                raise engines.Failure("kvshared %s: %s takes %.1f ms at the median"
+                                      % (case, name, 1e3 * statistics.median(xs)))
+    names = list(next(iter(got.values())))
+    print("step: %d steps x %d rounds; p50 / p99 / max in ms" % (steps, rounds))
+    print("| step | " + " | ".join(order) + " |")
+    print("|---|" + "---|" * len(order))
+    for name in names:
+        cells = []
+        for label in order:
+            xs = got[label][name]
+            cells.append("%.2f / %.2f / %.1f" % (1e3 * statistics.median(xs),
+                                                 1e3 * _pct(xs, 0.99), 1e3 * max(xs)))
+        print("| %s | %s |" % (name, " | ".join(cells)))
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("what", nargs="*", default=["copy", "ttft"])
@@ -201,13 +537,31 @@ def main():
     p.add_argument("--methods", default="slices,memmove",
                    help="copy methods of kvshare.tensors.BlockCopier to time, comma separated "
                         "(slices: one copy_ per run, as before memmove)")
-    p.add_argument("--role", choices=("a", "b"))
+    p.add_argument("--role", choices=("a", "b", "step", "proxy"))
     p.add_argument("--socket")
+    p.add_argument("--steps", type=int, default=200, help="step: steps per run")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="step: runs of each healthy case, taken in turns")
+    p.add_argument("--delay-ms", type=float, default=10.0, help="step: slow case's delay")
+    p.add_argument("--before", help="step: a checkout of older plug-in code (a git worktree)")
+    p.add_argument("--tree", help=argparse.SUPPRESS)
+    p.add_argument("--proxy", help=argparse.SUPPRESS)
+    p.add_argument("--case", choices=("healthy", "slow", "hung", "dead"), help=argparse.SUPPRESS)
+    p.add_argument("--quick", action="store_true", help="step: 10 steps, one round")
     args = p.parse_args()
+    if args.role == "proxy":
+        proxy_run(args)
     if args.lib:
         os.environ["KVSHARE_LIB"] = args.lib
-    import torch
+    try:
+        import torch
+    except ImportError as e:
+        print("skipped: PyTorch is not importable by %s: %s" % (sys.executable, e))
+        return 77
     torch.set_num_threads(1)
+    if args.role == "step":
+        step_run(args)
+        return 0
     if args.role:
         role(args, torch)
         return 0
@@ -217,6 +571,8 @@ def main():
         bench_copy(args, torch)
     if "ttft" in args.what:
         bench_ttft(args, torch)
+    if "step" in args.what:
+        bench_step(args)
     return 0
 
 
