@@ -8,9 +8,12 @@ pkgs="build-essential cmake pkg-config libuv1-dev libxxhash-dev libprotobuf-c-de
 protobuf-c-compiler check valgrind clang-format python3 python3-torch curl clang libclang-rt-14-dev
 abigail-tools prometheus libzmq3-dev libmsgpack-dev python3-zmq python3-msgpack
 python3-cbor2 python3-xxhash tmux libhiredis-dev redis-server redis-tools liburing-dev
-debhelper dh-python lintian python3-venv python3-kubernetes python3-yaml"
+debhelper dh-python lintian python3-venv python3-kubernetes python3-yaml debootstrap man-db"
 # Debian packages (debian/, packaging/deb-test.sh): debhelper, dh-python,
-# lintian; python3-venv for the `pip install client/python` check. The
+# lintian; python3-venv for the `pip install client/python` check;
+# debootstrap for the fresh root CI builds them in (packaging/deb-clean-root.sh);
+# man-db for the man pages' check. podman is not installed here: CI builds the
+# container image where it is (packaging/container/build.sh). The
 # Kubernetes manifests' offline check: python3-kubernetes (the API types),
 # python3-yaml, and kubectl for `kubectl kustomize`: Debian's
 # kubernetes-client unless a kubectl is installed already (another
