@@ -38,7 +38,8 @@ step  The time each plug-in adds to an engine's step, with kvshared healthy,
       engines harness and the interface mirrors of TREE (a git worktree of
       an older commit), against the same kvshared and libkvshare, in
       alternate runs (--rounds). Each run is a process of its own.
-      --quick: 10 steps, one round (the test suite's smoke run).
+      --quick: 5 steps, every case in one process, timeout_ms as given
+      (the test suite's smoke run gives 200).
 
 CPU tensors, host backend, /usr/bin/python3 with Debian's python3-torch.
 Both run one PyTorch thread; say so with the figures.
@@ -49,15 +50,12 @@ import importlib.util
 import inspect
 import json
 import os
-import queue
 import random
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -81,7 +79,15 @@ TREE = os.path.abspath(_tree())
 os.environ["KVS_VLLM_LAYOUT"] = ("newest" if os.path.isdir(os.path.join(
     TREE, "tests", "engines", "upstream", "vllm_newest")) else "base")
 sys.path.insert(0, os.path.join(TREE, "tests", "engines"))
-import engines  # noqa: E402
+engines = None  # the harness (it imports PyTorch): _load_engines()
+
+
+def _load_engines():
+    """Imports the harness of TREE; the step bench's parent process, which
+    only starts runs and prints, goes without it (and without PyTorch)."""
+    global engines
+    import engines as harness
+    engines = harness
 
 
 def interleaved(fns, repeat):
@@ -235,101 +241,6 @@ def bench_ttft(args, torch):
 
 # -- step: what the plug-ins add to a step --------------------------------------
 
-class SlowProxy:
-    """A Unix-socket proxy between the plug-ins and kvshared that hands each
-    piece of a reply to the client delay seconds after kvshared sent it
-    (requests pass at once). The file descriptors kvshared attaches to a
-    reply (the pool's, in Hello: SCM_RIGHTS) go with the bytes they came
-    with."""
-
-    def __init__(self, upstream, path, delay):
-        self.upstream, self.path, self.delay = upstream, path, delay
-        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.listener.bind(path)
-        self.listener.listen(64)
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            daemon = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                daemon.connect(self.upstream)
-            except OSError:
-                client.close()
-                continue
-            threading.Thread(target=self._pump, args=(client, daemon, 0.0), daemon=True).start()
-            threading.Thread(target=self._delayed, args=(daemon, client), daemon=True).start()
-
-    @staticmethod
-    def _pump(src, dst, _delay):
-        try:
-            while True:
-                data, fds, _, _ = socket.recv_fds(src, 1 << 16, 16)
-                if not data:
-                    break
-                socket.send_fds(dst, [data], fds) if fds else dst.sendall(data)
-                for fd in fds:
-                    os.close(fd)
-        except OSError:
-            pass
-        for sock in (src, dst):
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    def _delayed(self, src, dst):
-        """Reads kvshared's replies as they come; a second thread sends each
-        piece at its arrival time + delay, so that pieces sent together are
-        delayed together (each reply delay later than it was sent)."""
-        pieces = queue.Queue()
-
-        def send():
-            while True:
-                item = pieces.get()
-                if item is None:
-                    break
-                t, data, fds = item
-                wait = t + self.delay - time.monotonic()
-                if wait > 0:
-                    time.sleep(wait)
-                try:
-                    socket.send_fds(dst, [data], fds) if fds else dst.sendall(data)
-                except OSError:
-                    pass
-                for fd in fds:
-                    os.close(fd)
-            try:
-                dst.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-        sender = threading.Thread(target=send, daemon=True)
-        sender.start()
-        try:
-            while True:
-                data, fds, _, _ = socket.recv_fds(src, 1 << 16, 16)
-                if not data:
-                    break
-                pieces.put((time.monotonic(), data, fds))
-        except OSError:
-            pass
-        pieces.put(None)
-
-    def close(self):
-        self.listener.close()
-
-
-def proxy_run(args):
-    """--role proxy: a SlowProxy until killed."""
-    SlowProxy(args.socket, args.proxy, args.delay_ms / 1000.0)
-    while True:
-        time.sleep(3600)
-
-
 def _kvsd():
     """tests/support/kvsd.py of this checkout (whatever tree the harness
     comes from): every run starts the same kvshared the same way."""
@@ -349,8 +260,14 @@ def _kwargs(fn, **kw):
 
 
 def step_run(args):
-    """One run of the step bench (its own process): prints one JSON line,
-    step name -> seconds of each step."""
+    """One run of the step bench (its own process): each case of --case
+    (comma separated) with a kvshared of its own; prints one JSON line per
+    case, step name -> seconds of each step."""
+    for case in args.case.split(","):
+        step_case(args, case)
+
+
+def step_case(args, case):
     import torch
     kvsd = _kvsd()
     hashes = engines.vllm_hashes
@@ -360,18 +277,17 @@ def step_run(args):
     stopped = False
     try:
         path = d.socket
-        if args.case == "slow":
+        if case == "slow":
             # In a process of its own: the proxy's threads must not wait for
             # the measured process's GIL (that would be more than the delay).
             path = d.socket + ".slow"
-            proxy = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--role",
-                                      "proxy", "--socket", d.socket, "--proxy", path,
-                                      "--delay-ms", str(args.delay_ms)])
+            proxy = subprocess.Popen([sys.executable, os.path.join(HERE, "slow_proxy.py"),
+                                      d.socket, path, str(args.delay_ms)])
             if not engines.wait_for(lambda: os.path.exists(path), 30):
                 raise engines.Failure("the proxy did not start")
-        vkw = _kwargs(engines.VllmInstance.__init__, events=False, timeout_ms=1000)
+        vkw = _kwargs(engines.VllmInstance.__init__, events=False, timeout_ms=args.timeout_ms)
         v = engines.VllmInstance(path, ns="bench.vllm", gpu_blocks=32, **vkw)
-        skw = _kwargs(engines.SglangInstance.__init__, timeout_ms=1000)
+        skw = _kwargs(engines.SglangInstance.__init__, timeout_ms=args.timeout_ms)
         sg = engines.SglangInstance(path, ns="bench.sglang", host_pages=32, **skw)
         m = engines.model(torch)
         tokens, _ = engines.prompt(11, 4)
@@ -382,10 +298,10 @@ def step_run(args):
         if v.store(base, [0, 1, 2, 3]) is None or sg.store(
                 engines.sglang_keys(tokens, engines.GEO["block_tokens"]), [0, 1, 2, 3]) != [True] * 4:
             raise engines.Failure("could not store the prompt with kvshared healthy")
-        if args.case == "hung":
+        if case == "hung":
             os.kill(d.proc.pid, signal.SIGSTOP)
             stopped = True
-        elif args.case == "dead":
+        elif case == "dead":
             os.kill(d.proc.pid, signal.SIGKILL)
             d.proc.wait()
         mgr, worker = v.manager, v.worker
@@ -437,7 +353,7 @@ def step_run(args):
         if stopped:
             os.kill(d.proc.pid, signal.SIGCONT)
             stopped = False
-        if args.case in ("healthy", "slow") and v.core.counts.get("store_skipped"):
+        if case in ("healthy", "slow") and v.core.counts.get("store_skipped"):
             raise engines.Failure("stores were skipped with kvshared up: %s"
                                   % v.core.last_error)
         trips = {}
@@ -445,9 +361,10 @@ def step_run(args):
                             ("SGLang", getattr(sg.storage, "client", None))):
             if hasattr(client, "breaker"):
                 trips[who] = client.breaker()["trips"]
-        print("%s (%s): breaker trips %s" % (args.case, os.path.basename(TREE), trips or "-"),
+        print("%s (%s): breaker trips %s" % (case, _commit(TREE), trips or "-"),
               file=sys.stderr, flush=True)
-        print(json.dumps(times), flush=True)
+        print(json.dumps({"case": case, "times": times}), flush=True)
+        v.close()  # the next case's kvshared is another one
     finally:
         if stopped:
             os.kill(d.proc.pid, signal.SIGCONT)
@@ -470,45 +387,63 @@ def _commit(tree):
     return out.stdout.decode().strip() or os.path.basename(tree)
 
 
+def _runs(args, case, tree, steps):
+    """Runs step_run in a process of its own: {case: {step: [seconds]}}."""
+    cmd = [sys.executable, os.path.abspath(__file__), "--kvshared", args.kvshared,
+           "--lib", args.lib, "--role", "step", "--case", case, "--tree", tree,
+           "--steps", str(steps), "--delay-ms", str(args.delay_ms),
+           "--timeout-ms", str(args.timeout_ms)]
+    out = subprocess.run(cmd, timeout=600, stdout=subprocess.PIPE)
+    if out.returncode != 0:
+        raise RuntimeError("step run %s %s failed" % (case, tree))
+    got = {}
+    for line in out.stdout.decode().splitlines():
+        if line.startswith("{"):
+            row = json.loads(line)
+            got[row["case"]] = row["times"]
+    return got
+
+
 def bench_step(args):
-    """Runs step_run per case (and per tree, alternately), prints the table."""
+    """Runs step_run per case (the healthy ones per tree, in turns; --quick:
+    every case in one process), prints the table."""
     runs = [("healthy", TREE)]
     if args.before:
         runs.insert(0, ("healthy", os.path.abspath(args.before)))
     rounds = 1 if args.quick else args.rounds
-    steps = 10 if args.quick else args.steps
+    steps = 5 if args.quick else args.steps
+    failing = ("slow", "hung", "dead")
+    if args.quick:
+        runs = [(",".join(("healthy",) + failing), TREE)] + runs[:-1]
     got = {}
     order = []
+
+    def label(case, tree):
+        if case == "slow":
+            return "slow (+%g ms per reply)" % args.delay_ms
+        if case == "healthy":
+            return ("healthy (%s)" if tree == TREE else "healthy, before (%s)") % _commit(tree)
+        return case
     for _ in range(rounds):
-        for case, tree in runs:
-            cmd = [sys.executable, os.path.abspath(__file__), "--kvshared", args.kvshared,
-                   "--lib", args.lib, "--role", "step", "--case", case, "--tree", tree,
-                   "--steps", str(steps), "--delay-ms", str(args.delay_ms)]
-            out = subprocess.run(cmd, timeout=600, stdout=subprocess.PIPE)
-            if out.returncode != 0:
-                raise engines.Failure("step run %s %s failed" % (case, tree))
-            label = "healthy (%s)" % _commit(tree) if tree == TREE else \
-                "healthy, before (%s)" % _commit(tree)
-            if label not in got:
-                order.append(label)
-                got[label] = {}
-            for name, xs in json.loads(out.stdout.decode().strip().splitlines()[-1]).items():
-                got[label].setdefault(name, []).extend(xs)
-    for case in ("slow", "hung", "dead"):
-        cmd = [sys.executable, os.path.abspath(__file__), "--kvshared", args.kvshared,
-               "--lib", args.lib, "--role", "step", "--case", case, "--tree", TREE,
-               "--steps", str(steps), "--delay-ms", str(args.delay_ms)]
-        out = subprocess.run(cmd, timeout=600, stdout=subprocess.PIPE)
-        if out.returncode != 0:
-            raise engines.Failure("step run %s failed" % case)
-        label = "slow (+%g ms per reply)" % args.delay_ms if case == "slow" else case
-        order.append(label)
-        got[label] = json.loads(out.stdout.decode().strip().splitlines()[-1])
-        for name, xs in got[label].items():
+        for cases, tree in runs:
+            for case, times in _runs(args, cases, tree, steps).items():
+                key = label(case, tree)
+                if key not in got:
+                    order.append(key)
+                    got[key] = {}
+                for name, xs in times.items():
+                    got[key].setdefault(name, []).extend(xs)
+    if not args.quick:
+        for case in failing:
+            for c, times in _runs(args, case, TREE, steps).items():
+                order.append(label(c, TREE))
+                got[label(c, TREE)] = times
+    for case in ("hung", "dead"):
+        for name, xs in got[case].items():
             # The client's breaker: past the first timeout, a step with
             # kvshared hung or dead costs no timeout (ENGINES.md).
-            if case != "slow" and statistics.median(xs) > 0.05:
-                raise engines.Failure("kvshared %s: %s takes %.1f ms at the median"
+            if statistics.median(xs) > 0.05:
+                raise RuntimeError("kvshared %s: %s takes %.1f ms at the median"
                                       % (case, name, 1e3 * statistics.median(xs)))
     names = list(next(iter(got.values())))
     print("step: %d steps x %d rounds; p50 / p99 / max in ms" % (steps, rounds))
@@ -516,12 +451,11 @@ def bench_step(args):
     print("|---|" + "---|" * len(order))
     for name in names:
         cells = []
-        for label in order:
-            xs = got[label][name]
+        for key in order:
+            xs = got[key][name]
             cells.append("%.2f / %.2f / %.1f" % (1e3 * statistics.median(xs),
                                                  1e3 * _pct(xs, 0.99), 1e3 * max(xs)))
         print("| %s | %s |" % (name, " | ".join(cells)))
-
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -537,7 +471,7 @@ def main():
     p.add_argument("--methods", default="slices,memmove",
                    help="copy methods of kvshare.tensors.BlockCopier to time, comma separated "
                         "(slices: one copy_ per run, as before memmove)")
-    p.add_argument("--role", choices=("a", "b", "step", "proxy"))
+    p.add_argument("--role", choices=("a", "b", "step"))
     p.add_argument("--socket")
     p.add_argument("--steps", type=int, default=200, help="step: steps per run")
     p.add_argument("--rounds", type=int, default=3,
@@ -545,19 +479,25 @@ def main():
     p.add_argument("--delay-ms", type=float, default=10.0, help="step: slow case's delay")
     p.add_argument("--before", help="step: a checkout of older plug-in code (a git worktree)")
     p.add_argument("--tree", help=argparse.SUPPRESS)
-    p.add_argument("--proxy", help=argparse.SUPPRESS)
-    p.add_argument("--case", choices=("healthy", "slow", "hung", "dead"), help=argparse.SUPPRESS)
-    p.add_argument("--quick", action="store_true", help="step: 10 steps, one round")
+    p.add_argument("--case", help=argparse.SUPPRESS)
+    p.add_argument("--timeout-ms", type=int, default=1000,
+                   help="step: the plug-ins' timeout_ms (their default: 1000)")
+    p.add_argument("--quick", action="store_true", help="step: 5 steps, one round, one process")
     args = p.parse_args()
-    if args.role == "proxy":
-        proxy_run(args)
     if args.lib:
         os.environ["KVSHARE_LIB"] = args.lib
+    if not args.role and args.what == ["step"]:
+        if importlib.util.find_spec("torch") is None:
+            print("skipped: PyTorch is not importable by %s" % sys.executable)
+            return 77
+        bench_step(args)
+        return 0
     try:
         import torch
     except ImportError as e:
         print("skipped: PyTorch is not importable by %s: %s" % (sys.executable, e))
         return 77
+    _load_engines()
     torch.set_num_threads(1)
     if args.role == "step":
         step_run(args)
