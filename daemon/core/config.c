@@ -349,10 +349,15 @@ int config_load(const char *path, config_t **out, char *err, size_t errlen)
         return KVS_ENOMEM;
     }
     settings_init(&scratch);
-    while (next_line(text, text_len, &pos, raw, sizeof(raw), &too_long)) {
+    for (size_t at = pos; next_line(text, text_len, &pos, raw, sizeof(raw), &too_long); at = pos) {
         line++;
         if (too_long) {
             err_at(&e, line, "line longer than %zu bytes", sizeof(raw) - 2);
+            continue;
+        }
+        /* A NUL would end the value there, silently: "6\0 4" read as 6. */
+        if (memchr(text + at, '\0', pos - at)) {
+            err_at(&e, line, "a NUL byte in the line (is this a text file?)");
             continue;
         }
         char *s = trim(raw);

@@ -167,11 +167,37 @@ size_t events_msg_max(uint32_t block_tokens)
     return EVENTS_MSG_TARGET + last + 512 + 64 + EVENTS_TOPIC_MAX + 8;
 }
 
+/* HOST:PORT after tcp://: HOST a name, an IPv4 address, * or [IPv6] (its
+ * brackets closed), PORT 1 to 65535 or * (any free one). */
+static bool tcp_host_port_valid(const char *hp)
+{
+    const char *colon;
+    if (hp[0] == '[') {
+        const char *close = strchr(hp, ']');
+        if (!close || close == hp + 1 || close[1] != ':')
+            return false;
+        colon = close + 1;
+    } else {
+        colon = strrchr(hp, ':');
+        if (!colon || colon == hp || memchr(hp, '[', (size_t)(colon - hp)) ||
+            memchr(hp, ']', (size_t)(colon - hp)))
+            return false;
+    }
+    const char *port = colon + 1;
+    if (strcmp(port, "*") == 0)
+        return true;
+    size_t digits = strspn(port, "0123456789");
+    if (digits == 0 || digits > 5 || port[digits] != '\0')
+        return false;
+    long v = strtol(port, NULL, 10);
+    return v >= 1 && v <= 65535;
+}
+
 int events_check_endpoint(const char *endpoint)
 {
     if (!endpoint)
         return KVS_EINVAL;
-    if (strncmp(endpoint, "tcp://", 6) == 0 && strchr(endpoint + 6, ':') && endpoint[6] != ':')
+    if (strncmp(endpoint, "tcp://", 6) == 0 && tcp_host_port_valid(endpoint + 6))
         return 0;
     if (strncmp(endpoint, "ipc://", 6) == 0 && endpoint[6])
         return 0;

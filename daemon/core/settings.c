@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/un.h>
+#include <unistd.h>
 
 #include "backend.h"
 #include "events.h"
@@ -15,6 +16,7 @@
 #include "kvshare_status.h"
 #include "kvshare_version.h"
 #include "nsname.h"
+#include "preflight.h"
 #include "socket_path.h"
 #include "tier_disk.h"
 #include "units.h"
@@ -250,10 +252,11 @@ const setting_t settings_table[] = {
      .help = "tier 2 in host memory: blocks the pool evicts are kept there and come back on "
              "a pinned lookup (with devices: the size in all, each block with every shard)"},
     {"disk_tier_path", "disk-tier-path", SETTING_GLOBAL, SETTING_TEXT, "FILE", 1, 255,
-     AT(server.disk_tier_path), .zero = "off", .example = "/var/cache/kvshare/tier3",
-     .help = "tier 3 on a local disk, below host_tier_bytes (needed): one preallocated file (its "
-             "directory must exist), O_DIRECT; blocks tier 2 drops go there, and what it holds "
-             "is served again after a restart"},
+     AT(server.disk_tier_path), .zero = "off", .example = "/var/lib/kvshare/tier3",
+     .help = "tier 3 on a local disk, below host_tier (needed): one preallocated file, O_DIRECT, "
+             "in an existing directory of kvshared's user that no one else can write (the unit's "
+             "/var/lib/kvshare); blocks tier 2 drops go there, and what it holds is served "
+             "again after a restart"},
     {"disk_tier_bytes", "disk-tier-bytes", SETTING_GLOBAL, SETTING_SIZE, "SIZE", 1, UINT64_MAX,
      AT(server.disk_tier_bytes), .zero = "off", .example = "512GiB",
      .help = "the size of disk_tier_path's file"},
@@ -835,6 +838,12 @@ static int check_as_start(const settings_t *st, char *note, size_t notelen, char
                  "--head-dim, --dtype, --block-tokens");
         return KVS_EINVAL;
     }
+    /* Start's own list (preflight.h), for the user that runs the check:
+     * the unit's ExecStartPre runs it as the daemon's user. Root cannot
+     * tell which user the daemon will be: owners wait for start then. */
+    uid_t uid = geteuid() == 0 ? TIER_DISK_ANY_UID : geteuid();
+    if (preflight_run(cfg, uid, err, errlen) != 0)
+        return KVS_EINVAL;
     uint64_t block_bytes = geometry_block_bytes(&cfg->geometry);
     if (pool_blocks_known(st, block_bytes, &blocks)) {
         if (blocks == 0 || blocks >= UINT32_MAX) {
@@ -861,6 +870,12 @@ static int check_as_start(const settings_t *st, char *note, size_t notelen, char
         snprintf(note, notelen,
                  "; the pool is a fraction of the device's memory, known at start: quotas and "
                  "reservations are checked against it then");
+    }
+    if (uid == TIER_DISK_ANY_UID && (cfg->disk_tier_path || cfg->cluster_auth_file)) {
+        size_t at = strlen(note);
+        snprintf(note + at, notelen - at,
+                 "; run as root, the owners of disk_tier_path and cluster_auth_file are "
+                 "checked at start, against the daemon's user");
     }
     if (cfg->host_tier_bytes > 0) {
         uint64_t t2 = cfg->host_tier_bytes / block_bytes;
@@ -1022,7 +1037,7 @@ bool settings_parse(settings_t *st, int argc, char **argv, int *status)
         errors++;
     }
     if (check) {
-        char note[256];
+        char note[512];
         if (errors == 0 && check_as_start(st, note, sizeof(note), err, sizeof(err)) != 0) {
             fprintf(stderr, "kvshared: %s: start would refuse this: %s\n", path, err);
             errors++;

@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -16,6 +17,7 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include "crc32c.h"
@@ -845,44 +847,256 @@ static int format_file(tier_disk_t *td, uint8_t *sb, const char *path, char *err
     return 0;
 }
 
+/* --- the file's path: nobody else's doing ---
+ *
+ * The file holds tenants' KV and the daemon serves what it reads there, so
+ * no other user may have put it there, point it elsewhere or change it:
+ * every directory on the way (symbolic links resolved) belongs to the
+ * daemon's user or root and only they can write it (or it is sticky, like
+ * /tmp, where nobody else can replace an entry of ours); a symbolic link on
+ * the way belongs to them too; the file itself is never a link (O_NOFOLLOW),
+ * is a regular file (a FIFO or a device is refused by type, never opened
+ * blocking), belongs to the daemon's user and nobody else can write it. The
+ * opened descriptor is checked again (fstat): what was checked is what is
+ * used. */
+
+static int mode_refusal(const char *what, const char *name, const struct stat *st, char *err,
+                        size_t errlen)
+{
+    seterr(err, errlen,
+           "disk_tier_path: %s %s (owner uid %u, mode %04o) is writable by %s: they could "
+           "change what kvshared reads and serves; chmod go-w it",
+           what, name, (unsigned)st->st_uid, (unsigned)(st->st_mode & 07777),
+           (st->st_mode & S_IWOTH) ? "every user" : "its group");
+    return KVS_EDENIED;
+}
+
+/* Directory `dir` (lstat'ed into st, no link) is one kvshared may keep its
+ * file under. */
+static int check_dir(const char *dir, const struct stat *st, uid_t uid, char *err, size_t errlen)
+{
+    if (!S_ISDIR(st->st_mode)) {
+        seterr(err, errlen, "disk_tier_path: %s is not a directory", dir);
+        return KVS_EINVAL;
+    }
+    if (uid != TIER_DISK_ANY_UID && st->st_uid != uid && st->st_uid != 0) {
+        seterr(err, errlen,
+               "disk_tier_path: the directory %s (owner uid %u, mode %04o) belongs neither to "
+               "kvshared's uid %u nor to root: its owner could replace the file; give a "
+               "directory kvshared owns",
+               dir, (unsigned)st->st_uid, (unsigned)(st->st_mode & 07777), (unsigned)uid);
+        return KVS_EDENIED;
+    }
+    if ((st->st_mode & (S_IWGRP | S_IWOTH)) && !(st->st_mode & S_ISVTX))
+        return mode_refusal("the directory", dir, st, err, errlen);
+    return 0;
+}
+
+/* The file as found at path (lstat'ed into st): a regular file of uid that
+ * nobody else can write. */
+static int check_file(const char *path, const struct stat *st, uid_t uid, char *err, size_t errlen)
+{
+    if (S_ISLNK(st->st_mode)) {
+        seterr(err, errlen,
+               "disk_tier_path: %s is a symbolic link (owner uid %u): it is never followed; give "
+               "the file's own path",
+               path, (unsigned)st->st_uid);
+        return KVS_EDENIED;
+    }
+    if (!S_ISREG(st->st_mode)) {
+        seterr(err, errlen, "disk_tier_path: %s is not a regular file (mode %06o); give a file",
+               path, (unsigned)st->st_mode);
+        return KVS_EINVAL;
+    }
+    if (uid != TIER_DISK_ANY_UID && st->st_uid != uid) {
+        seterr(err, errlen,
+               "disk_tier_path: %s (owner uid %u, mode %04o) does not belong to kvshared's uid "
+               "%u: another user may have made it to feed kvshared blocks; remove it (kvshared "
+               "creates its own)",
+               path, (unsigned)st->st_uid, (unsigned)(st->st_mode & 07777), (unsigned)uid);
+        return KVS_EDENIED;
+    }
+    if (st->st_mode & (S_IWGRP | S_IWOTH))
+        return mode_refusal("the file", path, st, err, errlen);
+    return 0;
+}
+
+int tier_disk_check_path(const char *path, uid_t uid, char *err, size_t errlen)
+{
+    char dir[PATH_MAX], real[PATH_MAX];
+    struct stat st;
+    if (!path || !*path || strlen(path) >= sizeof(dir)) {
+        seterr(err, errlen, "disk_tier_path: give a path of 1 to %d bytes", PATH_MAX - 1);
+        return KVS_EINVAL;
+    }
+    snprintf(dir, sizeof(dir), "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        snprintf(dir, sizeof(dir), ".");
+    else if (slash == dir)
+        dir[1] = '\0';
+    else
+        *slash = '\0';
+    /* Each link on the way as written: its owner chose where it leads. */
+    for (char *p = dir + 1;; p++) {
+        if (*p != '/' && *p != '\0')
+            continue;
+        char was = *p;
+        *p = '\0';
+        if (lstat(dir, &st) == 0 && S_ISLNK(st.st_mode) && st.st_uid != uid && st.st_uid != 0 &&
+            uid != TIER_DISK_ANY_UID) {
+            seterr(err, errlen,
+                   "disk_tier_path: %s is a symbolic link of uid %u, neither kvshared's uid %u "
+                   "nor root: its owner decides where the file goes; give a path without it",
+                   dir, (unsigned)st.st_uid, (unsigned)uid);
+            return KVS_EDENIED;
+        }
+        *p = was;
+        if (!was)
+            break;
+    }
+    if (!realpath(dir, real)) {
+        seterr(err, errlen, "disk_tier_path: the directory of %s does not exist (%s)", path,
+               strerror(errno));
+        return KVS_EINVAL;
+    }
+    /* Every directory from the root down to the file's. */
+    size_t len = strlen(real);
+    for (size_t end = 1; end <= len; end++) {
+        if (end < len && real[end] != '/')
+            continue;
+        char was = real[end];
+        real[end] = '\0';
+        int rc = 0;
+        if (lstat(real, &st) != 0) {
+            seterr(err, errlen, "disk_tier_path: %s cannot be checked: %s", real, strerror(errno));
+            rc = KVS_EINVAL;
+        } else {
+            rc = check_dir(real, &st, uid, err, errlen);
+        }
+        real[end] = was;
+        if (rc != 0)
+            return rc;
+    }
+    if (lstat("/", &st) == 0 && check_dir("/", &st, uid, err, errlen) != 0)
+        return KVS_EDENIED;
+    if (lstat(path, &st) != 0)
+        return errno == ENOENT ? 0 : KVS_EINVAL;
+    return check_file(path, &st, uid, err, errlen);
+}
+
+/* Who holds a lock on the file open as fd, from /proc/locks: "pid N (comm,
+ * uid U)", or "" when it cannot be told. */
+static void lock_holder(int fd, char *out, size_t outlen)
+{
+    struct stat st;
+    out[0] = '\0';
+    FILE *f = fstat(fd, &st) == 0 ? fopen("/proc/locks", "re") : NULL;
+    if (!f)
+        return;
+    char line[256];
+    while (fgets(line, sizeof(line), f)) {
+        unsigned maj, min;
+        unsigned long long ino;
+        long pid;
+        char kind[16];
+        /* "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF" */
+        if (sscanf(line, "%*d: %15s %*s %*s %ld %x:%x:%llu", kind, &pid, &maj, &min, &ino) != 5 ||
+            ino != (unsigned long long)st.st_ino || maj != major(st.st_dev) ||
+            min != minor(st.st_dev) || pid == (long)getpid())
+            continue;
+        char proc[64], comm[64] = "?";
+        struct stat ps;
+        snprintf(proc, sizeof(proc), "/proc/%ld/comm", pid);
+        FILE *c = fopen(proc, "re");
+        if (c) {
+            if (fgets(comm, sizeof(comm), c))
+                comm[strcspn(comm, "\n")] = '\0';
+            fclose(c);
+        }
+        snprintf(proc, sizeof(proc), "/proc/%ld", pid);
+        if (stat(proc, &ps) == 0)
+            snprintf(out, outlen, " (%s lock held by pid %ld, %s, uid %u)", kind, pid, comm,
+                     (unsigned)ps.st_uid);
+        else
+            snprintf(out, outlen, " (%s lock held by pid %ld)", kind, pid);
+        break;
+    }
+    fclose(f);
+}
+
 static int open_fd(const tier_disk_config_t *cfg, bool *created, char *err, size_t errlen)
 {
-    int fd = open(cfg->path, O_RDWR | O_DIRECT | O_CLOEXEC);
     *created = false;
+    int rc = tier_disk_check_path(cfg->path, geteuid(), err, errlen);
+    if (rc != 0)
+        return rc;
+    /* O_NONBLOCK: whatever is there now, the open does not wait for it
+     * (a FIFO put there since the check); cleared below, for the disk. */
+    int flags = O_RDWR | O_DIRECT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY;
+    int fd = open(cfg->path, flags);
     if (fd < 0 && errno == ENOENT) {
-        fd = open(cfg->path, O_RDWR | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC, 0600);
+        fd = open(cfg->path, flags | O_CREAT | O_EXCL, 0600);
         *created = fd >= 0;
     }
-    if (fd >= 0) {
-        /* Two daemons writing one file would tear each other's slots. A
-         * daemon killed a moment ago may still hold the lock: the kernel
-         * closes its file after its io_uring's last I/O, asynchronously. */
-        int e = 0;
-        for (int tries = 0; tries < 200; tries++) {
-            if (flock(fd, LOCK_EX | LOCK_NB) == 0)
-                return fd;
-            e = errno;
-            if (e != EWOULDBLOCK)
-                break;
-            usleep(10 * 1000);
-        }
-        seterr(err, errlen, "disk_tier_path: %s is in use by another process%s", cfg->path,
-               e == EWOULDBLOCK ? "" : " (it cannot be locked)");
-        close(fd);
-        *created = false; /* whoever holds it keeps it */
-        return -1;
+    if (fd < 0) {
+        int e = errno;
+        if (e == ELOOP)
+            seterr(err, errlen, "disk_tier_path: %s is a symbolic link: it is never followed",
+                   cfg->path);
+        else if (e == ENOENT)
+            seterr(err, errlen, "disk_tier_path: the directory of %s does not exist", cfg->path);
+        else if (e == EINVAL)
+            seterr(err, errlen, "disk_tier_path: %s is on a file system without O_DIRECT",
+                   cfg->path);
+        else if (e == EACCES || e == EROFS || e == EPERM)
+            seterr(err, errlen, "disk_tier_path: %s cannot be opened for writing: %s", cfg->path,
+                   strerror(e));
+        else
+            seterr(err, errlen, "disk_tier_path: cannot open %s: %s", cfg->path, strerror(e));
+        return e == ELOOP ? KVS_EDENIED : KVS_EINVAL;
     }
-    int e = errno;
-    if (e == ENOENT)
-        seterr(err, errlen, "disk_tier_path: the directory of %s does not exist", cfg->path);
-    else if (e == EINVAL)
-        seterr(err, errlen, "disk_tier_path: %s is on a file system without O_DIRECT", cfg->path);
-    else if (e == EACCES || e == EROFS || e == EPERM)
-        seterr(err, errlen, "disk_tier_path: %s cannot be opened for writing: %s", cfg->path,
-               strerror(e));
-    else
-        seterr(err, errlen, "disk_tier_path: cannot open %s: %s", cfg->path, strerror(e));
-    return -1;
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        seterr(err, errlen, "disk_tier_path: cannot stat %s: %s", cfg->path, strerror(errno));
+        rc = KVS_EIO;
+    } else {
+        rc = check_file(cfg->path, &st, geteuid(), err, errlen);
+    }
+    /* io_uring would fail a read that has to wait with EAGAIN on a
+     * non-blocking file instead of waiting for the disk. */
+    if (rc == 0 && fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) {
+        seterr(err, errlen, "disk_tier_path: %s: %s", cfg->path, strerror(errno));
+        rc = KVS_EIO;
+    }
+    if (rc == 0 && (st.st_mode & (S_IRGRP | S_IROTH)))
+        LOG_WARN("disk tier: %s (mode %04o) can be read by %s: it holds the KV of every "
+                 "tenant's prompts (and a reader can lock it); chmod go-r it",
+                 cfg->path, (unsigned)(st.st_mode & 07777),
+                 (st.st_mode & S_IROTH) ? "every user" : "its group");
+    /* Two daemons writing one file would tear each other's slots. A
+     * daemon killed a moment ago may still hold the lock: the kernel
+     * closes its file after its io_uring's last I/O, asynchronously. */
+    int e = 0;
+    for (int tries = 0; rc == 0 && tries < 200; tries++) {
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+            return fd;
+        e = errno;
+        if (e != EWOULDBLOCK)
+            break;
+        usleep(10 * 1000);
+    }
+    if (rc == 0) {
+        char who[160] = "";
+        if (e == EWOULDBLOCK)
+            lock_holder(fd, who, sizeof(who));
+        seterr(err, errlen, "disk_tier_path: %s is in use by another process%s%s", cfg->path,
+               e == EWOULDBLOCK ? "" : " (it cannot be locked)", who);
+        rc = KVS_EBUSY;
+    }
+    close(fd);
+    *created = false; /* whoever holds it keeps it */
+    return rc;
 }
 
 static uint64_t round_up(uint64_t v, uint64_t to)
@@ -992,7 +1206,7 @@ int tier_disk_open(const tier_disk_config_t *cfg, tier_disk_t **out, char *err, 
     if (rc == 0) {
         td->fd = open_fd(cfg, &created, err, errlen);
         if (td->fd < 0)
-            rc = KVS_EINVAL;
+            rc = td->fd;
     }
     if (rc == 0 && (rc = alloc_slots(td)) != 0)
         seterr(err, errlen, "disk tier: out of memory for %u slots", td->nslots);

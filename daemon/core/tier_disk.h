@@ -45,6 +45,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 /* 2: records name their parent's chained hash; 3: the payload starts on a
  * page; 4: records name their identity, the namespace table, tombstones. */
@@ -56,6 +57,7 @@
 #define TIER_DISK_IDENT_MAX 512u /* bytes of an identity's text (IDENTITY_TEXT_MAX) */
 #define TIER_DISK_NS_SLOTS  256u /* namespaces the table keeps in memory */
 #define TIER_DISK_NO_ENTRY  UINT32_MAX
+#define TIER_DISK_ANY_UID   ((uid_t)-1) /* tier_disk_check_path: owners not checked */
 
 typedef enum tier_disk_io {
     TIER_DISK_IO_AUTO = 0, /* io_uring, else threads */
@@ -140,10 +142,26 @@ typedef struct tier_disk_stats {
 
 typedef struct tier_disk tier_disk_t;
 
+/* Whether path may be the disk tier's file of a daemon running as uid
+ * (TIER_DISK_ANY_UID: owners are not checked, only modes, types and
+ * links): every directory on the way (links resolved) is uid's or root's
+ * and writable by nobody else unless sticky; a symbolic link on the way is
+ * uid's or root's; the file, when it exists, is no symbolic link, a regular
+ * file, uid's, and writable by nobody else. Touches nothing. Returns 0, or
+ * KVS_EDENIED (someone else could have put it there or change it) /
+ * KVS_EINVAL (no such directory, not a regular file), with a message naming
+ * the path, its owner and its mode in err. tier_disk_open checks the same,
+ * and again on the opened descriptor. */
+int tier_disk_check_path(const char *path, uid_t uid, char *err, size_t errlen);
+
 /* Opens (or creates, preallocating with fallocate) the file and starts the
- * I/O threads. A file of another format, geometry or size is refused unless
- * cfg->wipe. Returns 0 or KVS_EINVAL / KVS_EIO / KVS_ENOTSUP / KVS_ENOMEM with
- * a message naming the problem in err. */
+ * I/O threads. The path must pass tier_disk_check_path for this process's
+ * effective uid; the file is opened without following a link and without
+ * waiting (O_NOFOLLOW, O_NONBLOCK) and checked again by fstat. A file of
+ * another format, geometry or size is refused unless cfg->wipe. Returns 0
+ * or KVS_EINVAL / KVS_EDENIED / KVS_EBUSY (locked by another process, named
+ * when /proc/locks tells) / KVS_EIO / KVS_ENOTSUP / KVS_ENOMEM with a
+ * message naming the problem in err. */
 int tier_disk_open(const tier_disk_config_t *cfg, tier_disk_t **out, char *err, size_t errlen);
 /* Waits for the I/O in flight, stops the threads, closes the file. */
 void tier_disk_close(tier_disk_t *td);

@@ -19,6 +19,7 @@
 #include "loop_watch.h"
 #include "metrics_http.h"
 #include "now.h"
+#include "preflight.h"
 #include "nsname.h"
 #include "session.h"
 #include "socket_path.h"
@@ -88,53 +89,6 @@ static int open_backend(server_t *s, const backend_config_t *bc, backend_t **out
     }
 }
 
-/* Parses --devices into ordinals[0..*n): "A-B", "A,B,C" (ranges allowed in
- * the list), each once, at most SERVER_MAX_DEVICES; "all" sets *all.
- * Errors: KVS_EINVAL (message in err). */
-static int parse_devices(const char *spec, int *ordinals, uint32_t *n, bool *all, char *err,
-                         size_t errlen)
-{
-    *n = 0;
-    *all = strcmp(spec, "all") == 0;
-    if (*all)
-        return 0;
-    const char *p = spec;
-    while (*p) {
-        char *end;
-        unsigned long a = strtoul(p, &end, 10), b;
-        if (end == p || a > 1023)
-            goto bad;
-        b = a;
-        if (*end == '-') {
-            p = end + 1;
-            b = strtoul(p, &end, 10);
-            if (end == p || b > 1023 || b < a)
-                goto bad;
-        }
-        for (unsigned long d = a; d <= b; d++) {
-            for (uint32_t k = 0; k < *n; k++)
-                if (ordinals[k] == (int)d)
-                    goto bad;
-            if (*n == SERVER_MAX_DEVICES)
-                goto bad;
-            ordinals[(*n)++] = (int)d;
-        }
-        if (*end == ',')
-            end++;
-        else if (*end)
-            goto bad;
-        p = end;
-    }
-    if (*n > 0)
-        return 0;
-bad:
-    snprintf(err, errlen,
-             "--devices %s: give a range (0-3), a list (0,2,5), or all; each device once, at "
-             "most %d, ordinals up to 1023",
-             spec, SERVER_MAX_DEVICES);
-    return KVS_EINVAL;
-}
-
 /* Opens one backend per device (cfg.devices, else the one of bc), each
  * with bc's size: s->backends, s->n_devices, s->backend = the first.
  * Several devices of different sizes get the smallest one's blocks
@@ -147,7 +101,7 @@ static int open_devices(server_t *s, const backend_config_t *bc, char *err, size
     bool all = false;
     ordinals[0] = bc->device;
     if (s->cfg.devices) {
-        int rc = parse_devices(s->cfg.devices, ordinals, &n, &all, err, errlen);
+        int rc = preflight_parse_devices(s->cfg.devices, ordinals, &n, &all, err, errlen);
         if (rc != 0)
             return rc;
         if (all) {
@@ -313,16 +267,7 @@ static int open_disk_tier(server_t *s, char *err, size_t errlen)
     const server_config_t *cfg = &s->cfg;
     if (!cfg->disk_tier_path)
         return 0;
-    if (cfg->disk_tier_bytes == 0) {
-        snprintf(err, errlen, "disk_tier_path is set without disk_tier_bytes");
-        return KVS_EINVAL;
-    }
-    if (s->tier2_blocks == 0) {
-        snprintf(err, errlen,
-                 "disk_tier_path needs a host tier: blocks reach the disk from host memory; give "
-                 "host_tier_bytes (--host-tier) too");
-        return KVS_EINVAL;
-    }
+    /* preflight_run refused a disk tier without its size or a host tier. */
     const geometry_t *g = &s->geo;
     char geo[128];
     snprintf(geo, sizeof(geo), "%u/%u/%u/%d/%u/%u/%u", g->layers, g->kv_heads, g->head_dim,
@@ -363,6 +308,10 @@ int server_open(const server_config_t *cfg, uv_loop_t *loop, server_t **out, cha
                  "--kv-heads, --head-dim, --dtype, --block-tokens");
         return KVS_EINVAL;
     }
+    /* What the settings alone decide, as --check-config checks it. */
+    rc = preflight_run(cfg, geteuid(), err, errlen);
+    if (rc != 0)
+        return rc;
     s = calloc(1, sizeof(*s));
     if (!s)
         return KVS_ENOMEM;

@@ -9,6 +9,7 @@
 #include "kvshare_status.h"
 #include "log.h"
 #include "namespaces.h"
+#include "nsname.h"
 #include "store.h"
 #include "tier_disk.h"
 #include "tier_disk_medium.h"
@@ -316,11 +317,19 @@ static int filter_identity(server_t *srv, tier_disk_t *td, tier_disk_scan_t *sc)
             r->ident_hash == en->ident_hash)
             v[r->entry].own = true;
     }
-    size_t w = 0, unnamed = 0;
+    size_t w = 0, unnamed = 0, misnamed = 0;
     for (size_t i = 0; i < sc->n; i++) {
         tier_disk_record_t *r = &sc->recs[i];
         bool keep = false;
-        if (r->entry < TIER_DISK_NS_SLOTS && tier_disk_ns_get(td, r->entry, en) == 0) {
+        if (!nsname_valid(r->ns)) {
+            /* Only a file changed by hand names one. It is no namespace
+             * here, so no identity of one: dropped and counted with the
+             * records of an identity the file does not name. */
+            if (misnamed++ == 0)
+                LOG_WARN("disk tier: records of a namespace whose name breaks the rule (%s) "
+                         "are dropped",
+                         nsname_rule());
+        } else if (r->entry < TIER_DISK_NS_SLOTS && tier_disk_ns_get(td, r->entry, en) == 0) {
             ns_verdict_t *vr = &v[r->entry];
             if (!vr->resolved)
                 resolve_verdict(srv, en, vr);
@@ -476,8 +485,11 @@ int store_disk_forget_prompt(server_t *srv, uint32_t ns, const uint32_t *tokens,
         hashes && ids ? radix_match(srv->index, ns, tokens, n_tokens, ids, n, &kept) : KVS_ENOMEM;
     if (rc == 0)
         rc = radix_chain_hashes(srv->index, ns, tokens, n, hashes);
+    size_t looked = 0;
     if (rc == 0 && kept < n)
-        rc = tier_disk_medium_forget(srv->store->medium3, hashes + kept, n - kept, &k);
+        rc = tier_disk_medium_forget(srv->store->medium3, hashes + kept, n - kept, &k, &looked);
+    LOG_DEBUG("disk tier: an Evict of %zu blocks deleted %zu records (%zu slots looked at)",
+              n - kept, k, looked);
     if (rc == 0 && k > 0)
         tier_disk_sync_async(srv->disk_tier);
     free(hashes);

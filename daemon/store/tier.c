@@ -144,7 +144,8 @@ static bool undo_moves(tier_job_t *j)
 /* On the loop, once the medium is done: every block's copy ends in the
  * index (or, when the batch failed, every move is undone: nothing is lost,
  * the blocks are where they were, and for STORE_MEDIUM_RETRY_MS nothing
- * moves between the tiers), the job's pins go, and the session's request
+ * moves between the tiers, unless only slots failed to verify), the job's
+ * pins go, and the session's request
  * runs again, which now finds room in the pool, its blocks in tier 1, or,
  * after a failure, answers without moving blocks. */
 static void job_done(tier_job_t *j, const tier_medium_result_t *res);
@@ -157,7 +158,7 @@ static void part_done(void *arg, const tier_medium_result_t *res)
     if (p->kind == PART_DISK_GET && res->status == 0)
         metrics_observe(&j->srv->metrics.disk_read_time, metrics_latency_bounds_ns,
                         metrics_latency_n_bounds, res->copy_ns);
-    if (res->status != 0 && j->res.status == 0)
+    if (res->status != 0 && (j->res.status == 0 || j->res.status == KVS_ENOTFOUND))
         j->res.status = res->status;
     j->res.fatal = j->res.fatal || (res->status != 0 && res->fatal);
     if (res->copy_ns > j->res.copy_ns)
@@ -191,7 +192,11 @@ static void job_done(tier_job_t *j, const tier_medium_result_t *res)
         srv->metrics.tier_copied_bytes += (uint64_t)j->n * srv->block_bytes;
     } else if (!fatal) {
         fatal = !undo_moves(j);
-        srv->store->medium_down_until = uv_now(srv->loop) + STORE_MEDIUM_RETRY_MS;
+        /* A medium that failed waits before it is tried again; a slot that
+         * did not verify (KVS_ENOTFOUND) is that block's fault alone: its
+         * block leaves the index (src.bad) and everything else moves on. */
+        if (res->status != KVS_ENOTFOUND)
+            srv->store->medium_down_until = uv_now(srv->loop) + STORE_MEDIUM_RETRY_MS;
     } else {
         for (size_t i = 0; i < j->n; i++) {
             uint32_t back;

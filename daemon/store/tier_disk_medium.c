@@ -47,6 +47,13 @@ typedef struct disk_medium {
      * none (tier_disk_medium_forget); and whether a put to it is in flight. */
     uint64_t *on_disk;
     uint8_t *putting;
+    /* on_disk by hash: buckets of slots chained through on_next, so that an
+     * Evict visits its own blocks' records, never every slot. The bucket
+     * of a hash is keyed per process: no client picks colliding ones. */
+    uint32_t *on_head; /* [on_mask + 1]: a bucket's first slot, TIER_DISK_NO_SLOT: none */
+    uint32_t *on_next; /* [capacity] */
+    uint64_t on_key;   /* odd */
+    unsigned on_shift; /* 64 - log2(on_mask + 1) */
     pthread_mutex_t mu;
     pthread_mutex_t store_mu; /* one src.store at a time (drain) */
     disk_batch_t *ended;      /* batches ended on a tier thread, for the loop */
@@ -54,6 +61,31 @@ typedef struct disk_medium {
     uint64_t last_log_ns; /* failures are logged once a second at most */
     uint64_t unlogged;    /* failed batches since the last line */
 } disk_medium_t;
+
+static size_t on_bucket(const disk_medium_t *dm, uint64_t h)
+{
+    return (size_t)((h * dm->on_key) >> dm->on_shift);
+}
+
+/* Slot s now holds the record of chain hash h on the disk (0: none). */
+static void set_on_disk(disk_medium_t *dm, uint32_t s, uint64_t h)
+{
+    uint64_t was = dm->on_disk[s];
+    if (was == h)
+        return;
+    if (was != 0) {
+        uint32_t *link = &dm->on_head[on_bucket(dm, was)];
+        while (*link != s)
+            link = &dm->on_next[*link];
+        *link = dm->on_next[s];
+    }
+    dm->on_disk[s] = h;
+    if (h != 0) {
+        size_t b = on_bucket(dm, h);
+        dm->on_next[s] = dm->on_head[b];
+        dm->on_head[b] = s;
+    }
+}
 
 /* On a tier thread: a verified get's block into the pool. One at a time:
  * the backend copies through one stream, and the threads engine has many
@@ -101,7 +133,8 @@ static uint32_t *bad_slots(const disk_medium_t *dm, const disk_batch_t *b, size_
 }
 
 /* On the loop: a put records what each slot now holds (or nothing, when
- * it failed); the first failing op's status is the batch's. A get's slots
+ * it failed); the first failing op's status is the batch's, a disk error
+ * before KVS_ENOTFOUND (slots that did not verify). A get's slots
  * that can never be served go to src.bad once the batch's done has run
  * (its moves are undone then, so the index may drop those blocks). */
 static void finish(disk_medium_t *dm, disk_batch_t *b)
@@ -109,7 +142,9 @@ static void finish(disk_medium_t *dm, disk_batch_t *b)
     tier_medium_result_t res = {.copy_ns = b->copy_ns};
     for (size_t i = 0; i < b->n; i++) {
         tier_disk_op_t *op = &b->ops[i];
-        if (op->status != 0 && res.status == 0)
+        /* A disk error is the batch's status before a slot that did not
+         * verify (KVS_ENOTFOUND: that block's fault, not the disk's). */
+        if (op->status != 0 && (res.status == 0 || res.status == KVS_ENOTFOUND))
             res.status = op->status;
     }
     for (size_t i = 0; i < b->n && b->put; i++) {
@@ -218,7 +253,7 @@ static int start(tier_medium_t *m, bool put, const uint32_t *ids, const uint32_t
             }
             if (!tier_disk_slot_used(dm->td, slots[i]))
                 tier_disk_slot_claim(dm->td, slots[i]);
-            dm->on_disk[slots[i]] = op->meta.chain_hash;
+            set_on_disk(dm, slots[i], op->meta.chain_hash);
             dm->putting[slots[i]] = 1;
         } else {
             slot_key_t k = dm->keys[slots[i]];
@@ -274,7 +309,7 @@ void tier_disk_medium_restore(tier_medium_t *m, uint32_t slot, uint64_t chain_ha
     disk_medium_t *dm = (disk_medium_t *)m;
     if (slot < m->capacity) {
         dm->keys[slot] = (slot_key_t){chain_hash, seq, ns_id};
-        dm->on_disk[slot] = chain_hash;
+        set_on_disk(dm, slot, chain_hash);
     }
 }
 
@@ -282,61 +317,63 @@ void tier_disk_medium_found(tier_medium_t *m, uint32_t slot, uint64_t chain_hash
 {
     disk_medium_t *dm = (disk_medium_t *)m;
     if (slot < m->capacity)
-        dm->on_disk[slot] = chain_hash;
+        set_on_disk(dm, slot, chain_hash);
 }
 
-/* Whether h is in set (open addressing, mask + 1 entries, 0 empty). */
-static bool set_has(const uint64_t *set, size_t mask, uint64_t h)
+/* Adds h to set (open addressing, mask + 1 entries, 0 empty); false when
+ * it was there already. */
+static bool set_add(uint64_t *set, size_t mask, uint64_t h)
 {
-    for (size_t i = (size_t)(h ^ h >> 29) & mask; set[i]; i = (i + 1) & mask)
+    size_t i = (size_t)(h ^ h >> 29) & mask;
+    for (; set[i]; i = (i + 1) & mask)
         if (set[i] == h)
-            return true;
-    return false;
+            return false;
+    set[i] = h;
+    return true;
 }
 
-int tier_disk_medium_forget(tier_medium_t *m, const uint64_t *hashes, size_t n, size_t *n_forgotten)
+int tier_disk_medium_forget(tier_medium_t *m, const uint64_t *hashes, size_t n, size_t *n_forgotten,
+                            size_t *n_looked)
 {
     disk_medium_t *dm = (disk_medium_t *)m;
-    *n_forgotten = 0;
+    *n_forgotten = *n_looked = 0;
     if (n == 0)
         return 0;
-    /* A set of the hashes, so each slot costs one probe (a large file has
-     * a million slots). */
+    /* Each hash once (a crafted prompt may repeat one). */
     size_t cap = 16;
     while (cap < 2 * n)
         cap *= 2;
     uint64_t *set = calloc(cap, sizeof(*set));
+    uint32_t *slots = NULL;
+    size_t k = 0, room = 0;
     if (!set)
         return KVS_ENOMEM;
     for (size_t i = 0; i < n; i++) {
-        size_t j = (size_t)(hashes[i] ^ hashes[i] >> 29) & (cap - 1);
-        while (set[j] && set[j] != hashes[i])
-            j = (j + 1) & (cap - 1);
-        set[j] = hashes[i];
-    }
-    uint32_t *slots = NULL;
-    size_t k = 0, room = 0;
-    for (uint32_t s = 0; s < m->capacity; s++) {
-        uint64_t h = dm->on_disk[s];
-        /* (a slot being written holds the block the put names, or soon will) */
-        if (h == 0 || dm->putting[s] || !set_has(set, cap - 1, h))
+        if (hashes[i] == 0 || !set_add(set, cap - 1, hashes[i]))
             continue;
-        if (k == room) {
-            size_t nc = room ? 2 * room : 16;
-            uint32_t *more = realloc(slots, nc * sizeof(*slots));
-            if (!more) {
-                free(slots);
-                free(set);
-                return KVS_ENOMEM;
+        for (uint32_t s = dm->on_head[on_bucket(dm, hashes[i])]; s != TIER_DISK_NO_SLOT;
+             s = dm->on_next[s]) {
+            (*n_looked)++;
+            /* (a slot being written holds the block the put names, or soon will) */
+            if (dm->on_disk[s] != hashes[i] || dm->putting[s])
+                continue;
+            if (k == room) {
+                size_t nc = room ? 2 * room : 16;
+                uint32_t *more = realloc(slots, nc * sizeof(*slots));
+                if (!more) {
+                    free(slots);
+                    free(set);
+                    return KVS_ENOMEM;
+                }
+                slots = more;
+                room = nc;
             }
-            slots = more;
-            room = nc;
+            slots[k++] = s;
         }
-        slots[k++] = s;
     }
     int rc = tier_disk_forget(dm->td, slots, k);
     for (size_t i = 0; rc == 0 && i < k; i++)
-        dm->on_disk[slots[i]] = 0;
+        set_on_disk(dm, slots[i], 0);
     if (rc == 0)
         *n_forgotten = k;
     free(slots);
@@ -362,6 +399,8 @@ static void on_closed(loop_wake_t *h)
     free(dm->keys);
     free(dm->on_disk);
     free(dm->putting);
+    free(dm->on_head);
+    free(dm->on_next);
     free(dm);
 }
 
@@ -389,15 +428,27 @@ int tier_disk_medium_open(uv_loop_t *loop, tier_disk_t *td, const tier_disk_sour
     dm->keys = calloc(tier_disk_capacity(td), sizeof(slot_key_t));
     dm->on_disk = calloc(tier_disk_capacity(td), sizeof(*dm->on_disk));
     dm->putting = calloc(tier_disk_capacity(td), 1);
-    if (!dm->keys || !dm->on_disk || !dm->putting ||
-        loop_wake_init(loop, &dm->async, on_async) != 0) {
-        int rc = dm->keys && dm->on_disk && dm->putting ? KVS_EIO : KVS_ENOMEM;
+    size_t buckets = 16;
+    dm->on_shift = 60;
+    while (buckets < tier_disk_capacity(td)) {
+        buckets *= 2;
+        dm->on_shift--;
+    }
+    dm->on_head = malloc(buckets * sizeof(*dm->on_head));
+    dm->on_next = malloc(tier_disk_capacity(td) * sizeof(*dm->on_next));
+    dm->on_key = (uv_hrtime() ^ (uint64_t)(uintptr_t)dm) * 0x9E3779B97F4A7C15ull | 1;
+    bool mem = dm->keys && dm->on_disk && dm->putting && dm->on_head && dm->on_next;
+    if (!mem || loop_wake_init(loop, &dm->async, on_async) != 0) {
         free(dm->keys);
         free(dm->on_disk);
         free(dm->putting);
+        free(dm->on_head);
+        free(dm->on_next);
         free(dm);
-        return rc;
+        return mem ? KVS_EIO : KVS_ENOMEM;
     }
+    for (size_t b = 0; b < buckets; b++)
+        dm->on_head[b] = TIER_DISK_NO_SLOT;
     dm->async.data = dm;
     loop_wake_unref(&dm->async); /* idle: the loop may end */
     pthread_mutex_init(&dm->mu, NULL);

@@ -68,12 +68,14 @@ void tier_disk_medium_found(tier_medium_t *m, uint32_t slot, uint64_t chain_hash
  * tombstone (tier_disk_forget) in every slot no put is writing: a block
  * evicted from tier 3, and the copy left behind by one that moved up from
  * it before (a promotion leaves its slot's record as it was). Runs on
- * the loop: one probe of a small set per slot (about a millisecond for half
- * a million slots) and a 4 KiB O_DIRECT write per record found (not
+ * the loop: the medium keeps its slots by the hash of the record each
+ * holds, so the work is the n blocks' own records (*n_looked: the slots
+ * looked at, about as many as there are such records; never a pass over
+ * every slot), and a 4 KiB O_DIRECT write per record found (not
  * fdatasync'd: tier_disk_sync). *n_forgotten: records deleted. Errors:
  * KVS_EIO, KVS_ENOMEM (nothing recorded as deleted). */
-int tier_disk_medium_forget(tier_medium_t *m, const uint64_t *hashes, size_t n,
-                            size_t *n_forgotten);
+int tier_disk_medium_forget(tier_medium_t *m, const uint64_t *hashes, size_t n, size_t *n_forgotten,
+                            size_t *n_looked);
 
 tier_disk_t *tier_disk_medium_disk(const tier_medium_t *m);
 

@@ -28,7 +28,8 @@ typedef struct tier_medium tier_medium_t;
 
 /* How one batch ended. */
 typedef struct tier_medium_result {
-    int status;       /* 0, or a KVS_* code: the batch failed */
+    int status;       /* 0, or a KVS_* code: the batch failed (KVS_ENOTFOUND: only because
+                         some slots did not verify, the medium itself works) */
     bool fatal;       /* with status: the medium cannot be trusted any more */
     uint64_t copy_ns; /* wall time of the copies */
 } tier_medium_result_t;

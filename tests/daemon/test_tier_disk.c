@@ -16,6 +16,7 @@
 #include <string.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -367,7 +368,7 @@ START_TEST(other_geometry_refused_or_wiped)
     /* One file, one owner. */
     tier_disk_config_t again = cfg;
     again.wipe = false;
-    ck_assert_int_eq(open_err(&again, err, sizeof(err)), KVS_EINVAL);
+    ck_assert_int_eq(open_err(&again, err, sizeof(err)), KVS_EBUSY);
     ck_assert_ptr_nonnull(strstr(err, "in use by another process"));
     tier_disk_stats_t st;
     tier_disk_stats(td, &st);
@@ -950,6 +951,217 @@ START_TEST(medium_put_get_drop)
 }
 END_TEST
 
+/* An Evict's deletion looks at the slots of its own blocks' records, not at
+ * every slot (before: one probe per slot of the file, on the loop, about
+ * 5 ms per million slots). */
+START_TEST(evict_looks_only_at_its_blocks)
+{
+    uv_loop_t loop;
+    ck_assert_int_eq(uv_loop_init(&loop), 0);
+    tier_disk_config_t cfg = config(64, TIER_DISK_IO_THREADS);
+    tier_disk_t *td = open_ok(&cfg);
+    src_blocks = malloc((size_t)MB * BLOCK);
+    for (uint32_t id = 0; id < 4; id++)
+        fill_block(id, src_blocks + (size_t)id * BLOCK);
+    tier_disk_source_t src = {.block = src_block, .meta = src_meta};
+    tier_medium_t *m;
+    ck_assert_int_eq(tier_disk_medium_open(&loop, td, &src, &m), 0);
+    uint32_t ids[4] = {0, 1, 2, 3}, slots[4] = {40, 3, 12, 63};
+    ck_assert_int_eq(medium_run(&loop, m, true, ids, slots, 4).res.status, 0);
+    /* Block 1's record again in slot 20 (a block that moved up and down). */
+    uint32_t again = 20;
+    ck_assert_int_eq(medium_run(&loop, m, true, &ids[1], &again, 1).res.status, 0);
+
+    tier_disk_meta_t meta;
+    uint32_t tokens[TOKENS];
+    uint64_t hashes[3];
+    fill_meta(1, &meta, tokens);
+    hashes[0] = meta.chain_hash;
+    fill_meta(7, &meta, tokens); /* on no slot */
+    hashes[1] = meta.chain_hash;
+    hashes[2] = hashes[0]; /* twice: once */
+    size_t k = 0, looked = 0;
+    ck_assert_int_eq(tier_disk_medium_forget(m, hashes, 3, &k, &looked), 0);
+    ck_assert_uint_eq(k, 2); /* slots 3 and 20 */
+    ck_assert_uint_le(looked, 4);
+    /* Gone: a second forget finds nothing; the others stay. */
+    ck_assert_int_eq(tier_disk_medium_forget(m, hashes, 1, &k, &looked), 0);
+    ck_assert_uint_eq(k, 0);
+    fill_meta(2, &meta, tokens);
+    ck_assert_int_eq(tier_disk_medium_forget(m, &meta.chain_hash, 1, &k, &looked), 0);
+    ck_assert_uint_eq(k, 1);
+    ck_assert_uint_eq(looked, 1);
+    tier_medium_close(m);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    ck_assert_int_eq(uv_loop_close(&loop), 0);
+    tier_disk_close(td);
+    free(src_blocks);
+}
+END_TEST
+
+/* --- the file's path: nobody else's doing --- */
+
+/* A file made beforehand with a mode others can write, a symbolic link, a
+ * directory others can write, a FIFO: refused, naming owner and mode, and
+ * what is behind a link is left as it was, wipe or not (before: a 0666
+ * file was used as it was; a link was followed, its target formatted or
+ * wiped). */
+START_TEST(path_of_someone_else_is_refused)
+{
+    char err[512];
+    tier_disk_config_t cfg = config(8, TIER_DISK_IO_THREADS);
+
+    int fd = open(path, O_CREAT | O_WRONLY, 0600);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    ck_assert_int_eq(chmod(path, 0666), 0);
+    ck_assert_int_eq(open_err(&cfg, err, sizeof(err)), KVS_EDENIED);
+    ck_assert_msg(strstr(err, "mode 0666") && strstr(err, "owner uid") &&
+                      strstr(err, "writable by every user"),
+                  "%s", err);
+    ck_assert_int_eq(tier_disk_check_path(path, geteuid(), err, sizeof(err)), KVS_EDENIED);
+    ck_assert_int_eq(chmod(path, 0620), 0);
+    ck_assert_int_eq(open_err(&cfg, err, sizeof(err)), KVS_EDENIED);
+    ck_assert_msg(strstr(err, "writable by its group"), "%s", err);
+    unlink(path);
+
+    /* A link to an empty file and to a file of data: neither is touched. */
+    char target[400];
+    snprintf(target, sizeof(target), "%s/target", dir);
+    for (int wipe = 0; wipe <= 1; wipe++)
+        for (int data = 0; data <= 1; data++) {
+            fd = open(target, O_CREAT | O_TRUNC | O_WRONLY, 0600);
+            ck_assert_int_ge(fd, 0);
+            if (data)
+                ck_assert_int_eq(write(fd, "root's own", 10), 10);
+            close(fd);
+            ck_assert_int_eq(symlink(target, path), 0);
+            cfg.wipe = wipe;
+            ck_assert_int_eq(open_err(&cfg, err, sizeof(err)), KVS_EDENIED);
+            ck_assert_msg(strstr(err, "symbolic link"), "%s", err);
+            struct stat st;
+            ck_assert_int_eq(stat(target, &st), 0);
+            ck_assert_int_eq(st.st_size, data ? 10 : 0);
+            unlink(path);
+        }
+    unlink(target);
+    cfg.wipe = false;
+
+    /* A FIFO: refused by its type at once, never waited on. */
+    ck_assert_int_eq(mkfifo(path, 0600), 0);
+    alarm(10);
+    ck_assert_int_eq(open_err(&cfg, err, sizeof(err)), KVS_EINVAL);
+    alarm(0);
+    ck_assert_msg(strstr(err, "not a regular file"), "%s", err);
+    unlink(path);
+
+    /* The directory: others may write it (not sticky), then its parent. */
+    ck_assert_int_eq(chmod(dir, 0777), 0);
+    ck_assert_int_eq(open_err(&cfg, err, sizeof(err)), KVS_EDENIED);
+    ck_assert_msg(strstr(err, "the directory") && strstr(err, "mode 0777"), "%s", err);
+    ck_assert_int_ne(access(path, F_OK), 0); /* nothing made there */
+    ck_assert_int_eq(chmod(dir, 01777), 0);  /* sticky, like /tmp: ours stays ours */
+    tier_disk_t *td = open_ok(&cfg);
+    tier_disk_close(td);
+    unlink(path);
+    char sub[400], deep[500];
+    snprintf(sub, sizeof(sub), "%s/sub", dir);
+    snprintf(deep, sizeof(deep), "%s/tier3", sub);
+    ck_assert_int_eq(mkdir(sub, 0700), 0);
+    ck_assert_int_eq(chmod(dir, 0757), 0);
+    cfg.path = deep;
+    ck_assert_int_eq(open_err(&cfg, err, sizeof(err)), KVS_EDENIED);
+    ck_assert_msg(strstr(err, dir) && strstr(err, "mode 0757"), "%s", err);
+    ck_assert_int_eq(chmod(dir, 0700), 0);
+    td = open_ok(&cfg);
+    tier_disk_close(td);
+    unlink(deep);
+    rmdir(sub);
+}
+END_TEST
+
+/* Files and links of another user (as root only: chown needs it). The
+ * root daemon's case of the finding: a file made beforehand by uid 65534
+ * in a sticky shared directory, rewritten by its owner while kvshared ran. */
+START_TEST(path_of_another_user_is_refused)
+{
+    if (geteuid() != 0)
+        return; /* needs chown: a skip here */
+    char err[512];
+    tier_disk_config_t cfg = config(8, TIER_DISK_IO_THREADS);
+    ck_assert_int_eq(chmod(dir, 01777), 0);
+    int fd = open(path, O_CREAT | O_WRONLY, 0600);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    ck_assert_int_eq(chown(path, 65534, 65534), 0);
+    ck_assert_int_eq(open_err(&cfg, err, sizeof(err)), KVS_EDENIED);
+    ck_assert_msg(strstr(err, "owner uid 65534") && strstr(err, "kvshared's uid 0"), "%s", err);
+    /* --check-config as root: owners are start's to check. */
+    ck_assert_int_eq(tier_disk_check_path(path, TIER_DISK_ANY_UID, err, sizeof(err)), 0);
+    unlink(path);
+
+    /* A link of uid 65534 on the way to the directory. */
+    char sub[400], link[400], via[500];
+    snprintf(sub, sizeof(sub), "%s/real", dir);
+    snprintf(link, sizeof(link), "%s/link", dir);
+    snprintf(via, sizeof(via), "%s/tier3", link);
+    ck_assert_int_eq(mkdir(sub, 0700), 0);
+    ck_assert_int_eq(symlink(sub, link), 0);
+    ck_assert_int_eq(lchown(link, 65534, 65534), 0);
+    cfg.path = via;
+    ck_assert_int_eq(open_err(&cfg, err, sizeof(err)), KVS_EDENIED);
+    ck_assert_msg(strstr(err, "symbolic link of uid 65534"), "%s", err);
+    ck_assert_int_eq(lchown(link, 0, 0), 0); /* root's own link: followed */
+    tier_disk_t *td = open_ok(&cfg);
+    tier_disk_close(td);
+    unlink(via);
+    unlink(link);
+
+    /* A directory of uid 65534. */
+    ck_assert_int_eq(chown(sub, 65534, 65534), 0);
+    char in_sub[500];
+    snprintf(in_sub, sizeof(in_sub), "%s/tier3", sub);
+    cfg.path = in_sub;
+    ck_assert_int_eq(open_err(&cfg, err, sizeof(err)), KVS_EDENIED);
+    ck_assert_msg(strstr(err, "the directory") && strstr(err, "owner uid 65534"), "%s", err);
+    rmdir(sub);
+    ck_assert_int_eq(chmod(dir, 0700), 0);
+}
+END_TEST
+
+/* Another process's lock on the file is named: pid, command, uid (before:
+ * "in use by another process"). */
+START_TEST(foreign_lock_is_named)
+{
+    tier_disk_config_t cfg = config(8, TIER_DISK_IO_THREADS);
+    tier_disk_close(open_ok(&cfg));
+    int ready[2];
+    ck_assert_int_eq(pipe(ready), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        int fd = open(path, O_RDONLY);
+        if (fd < 0 || flock(fd, LOCK_EX) != 0)
+            _exit(1);
+        (void)!write(ready[1], "x", 1);
+        pause();
+        _exit(0);
+    }
+    char c;
+    ck_assert_int_eq(read(ready[0], &c, 1), 1);
+    char err[512], want[64];
+    ck_assert_int_eq(open_err(&cfg, err, sizeof(err)), KVS_EBUSY);
+    snprintf(want, sizeof(want), "held by pid %d", (int)pid);
+    ck_assert_msg(strstr(err, "in use by another process") && strstr(err, want) &&
+                      strstr(err, "uid "),
+                  "%s", err);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    close(ready[0]);
+    close(ready[1]);
+}
+END_TEST
+
 /* kvshared's start: the file is made, then refused for another geometry
  * (the error names the setting) unless disk_tier_wipe. */
 static int start_server(const geometry_t *g, bool wipe, char *err, size_t len)
@@ -1086,6 +1298,10 @@ static Suite *tier_disk_suite(void)
     tcase_add_test(tc, flipped_bytes_never_pass);
     tcase_add_loop_test(tc, medium_put_get_drop, 0, 2);
     tcase_add_test(tc, server_opens_and_checks);
+    tcase_add_test(tc, evict_looks_only_at_its_blocks);
+    tcase_add_test(tc, path_of_someone_else_is_refused);
+    tcase_add_test(tc, path_of_another_user_is_refused);
+    tcase_add_test(tc, foreign_lock_is_named);
     tcase_add_test(tc, io_buffers_ask_for_huge_pages);
     suite_add_tcase(s, tc);
     return s;
