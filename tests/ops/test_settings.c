@@ -8,6 +8,7 @@
  * exit statuses and the reasons.
  */
 #include <check.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,7 @@
 
 #include "check_main.h"
 #include "nsname.h"
+#include "preflight.h"
 #include "settings.h"
 #include "test_tmp.h"
 
@@ -406,6 +408,130 @@ START_TEST(test_check_config_checks_what_start_checks)
 }
 END_TEST
 
+/* Start's checks of the settings alone are one list (preflight.h), which
+ * --check-config runs too: each row has a case here that both refuse with
+ * the same words (a row added without a case fails the test). Before, all
+ * these passed --check-config, and the FIFO hung start in fopen. */
+START_TEST(test_preflight_rows_refused_by_both)
+{
+    char p_t3[200], p_open[160], p_open_t3[200], p_auth[200], p_fifo[200], p_big[200], p_adir[160];
+    make_dir();
+    snprintf(p_t3, sizeof(p_t3), "%s/t3", dir);
+    snprintf(p_open, sizeof(p_open), "%s/open", dir);
+    snprintf(p_open_t3, sizeof(p_open_t3), "%s/t3", p_open);
+    snprintf(p_auth, sizeof(p_auth), "%s/auth", dir);
+    snprintf(p_fifo, sizeof(p_fifo), "%s/afifo", dir);
+    snprintf(p_big, sizeof(p_big), "%s/abig", dir);
+    snprintf(p_adir, sizeof(p_adir), "%s/adir", dir);
+    ck_assert_int_eq(mkdir(p_open, 0700), 0);
+    ck_assert_int_eq(chmod(p_open, 0777), 0);
+    ck_assert_int_eq(mkdir(p_adir, 0700), 0);
+    ck_assert_int_eq(mkfifo(p_fifo, 0600), 0);
+    int fd = open(p_big, O_CREAT | O_WRONLY, 0600);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(ftruncate(fd, 1ll << 30), 0); /* sparse */
+    close(fd);
+    fd = open(p_auth, O_CREAT | O_WRONLY, 0600);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, "secret\n", 7), 7);
+    close(fd);
+    ck_assert_int_eq(chmod(p_auth, 0644), 0);
+    const struct {
+        size_t row; /* of preflight_checks */
+        const char *key, *value, *flag, *flag_value;
+        const char *words;
+    } cases[] = {
+        {0, "devices", "3-1", NULL, NULL, "--devices 3-1: give a range"},
+        {1, "disk_tier_path", p_t3, NULL, NULL, "disk_tier_path needs a host tier"},
+        {2, "disk_tier_path", p_t3, "--devices", "0-3", "with several devices is not supported"},
+        {3, "disk_tier_path", p_open_t3, NULL, NULL, "mode 0777"},
+        {4, "cluster_auth_file", p_adir, NULL, NULL, "is not a regular file"},
+        {4, "cluster_auth_file", "/dev/null", NULL, NULL, "is not a regular file"},
+        {4, "cluster_auth_file", "/dev/zero", NULL, NULL, "is not a regular file"},
+        {4, "cluster_auth_file", p_fifo, NULL, NULL, "is not a regular file"},
+        {4, "cluster_auth_file", p_big, NULL, NULL, "holds 1073741824 bytes"},
+        {4, "cluster_auth_file", p_auth, NULL, NULL, "can be read by every user"},
+    };
+    bool covered[16] = {false};
+    ck_assert_uint_le(preflight_count, 16);
+    char conf[128], text[1024], err[4096], sock[128];
+    snprintf(sock, sizeof(sock), "%s/s.sock", dir);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        covered[cases[i].row] = true;
+        snprintf(text, sizeof(text), "pool_blocks = 64\n%s%s = %s\n",
+                 cases[i].row == 1 || strcmp(cases[i].key, "disk_tier_path") != 0
+                     ? ""
+                     : "host_tier = 256MiB\n",
+                 cases[i].key, cases[i].value);
+        if (strcmp(cases[i].key, "disk_tier_path") == 0)
+            strcat(text, "disk_tier_bytes = 1MiB\n");
+        write_text("k.conf", text, conf, sizeof(conf));
+        const char *check[] = {"--check-config", conf, cases[i].flag, cases[i].flag_value, NULL};
+        ck_assert_int_eq(run(check, err, sizeof(err)), 1);
+        ck_assert_msg(strstr(err, cases[i].words), "check, case %zu: %s", i, err);
+        const char *start[] = {"--config", conf,          "--socket",          sock, "--backend",
+                               "host",     cases[i].flag, cases[i].flag_value, NULL};
+        ck_assert_int_ne(run(start, err, sizeof(err)), 0);
+        ck_assert_msg(strstr(err, cases[i].words), "start, case %zu: %s", i, err);
+    }
+    for (size_t r = 0; r < preflight_count; r++)
+        ck_assert_msg(covered[r], "preflight row %zu (%s) has no case here", r,
+                      preflight_checks[r].name);
+    /* What is right passes both lists (the start itself is other tests'). */
+    ck_assert_int_eq(chmod(p_auth, 0600), 0);
+    snprintf(text, sizeof(text),
+             "pool_blocks = 64\nhost_tier = 256MiB\ndisk_tier_path = %s\ndisk_tier_bytes = "
+             "1MiB\ncluster_auth_file = %s\n",
+             p_t3, p_auth);
+    write_text("k.conf", text, conf, sizeof(conf));
+    const char *ok[] = {"--check-config", conf, NULL};
+    ck_assert_msg(run(ok, err, sizeof(err)) == 0, "%s", err);
+    unlink(p_auth);
+    unlink(p_fifo);
+    unlink(p_big);
+    rmdir(p_adir);
+    rmdir(p_open);
+    remove_dir();
+}
+END_TEST
+
+/* A NUL byte in a line ended its value there, silently ("pool_blocks = 6\0
+ * 4" gave 6); an [IPv6] endpoint without its bracket closed passed
+ * --check-config. Both are refused now. */
+START_TEST(test_nul_byte_and_unclosed_endpoint)
+{
+    char conf[128], err[4096];
+    make_dir();
+    snprintf(conf, sizeof(conf), "%s/k.conf", dir);
+    static const char nul[] = "pool_blocks = 6\0 4\n";
+    FILE *f = fopen(conf, "w");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(nul, 1, sizeof(nul) - 1, f), sizeof(nul) - 1);
+    ck_assert_int_eq(fclose(f), 0);
+    const char *check[] = {"--check-config", conf, NULL};
+    ck_assert_int_eq(run(check, err, sizeof(err)), 1);
+    ck_assert_msg(strstr(err, ":1: a NUL byte in the line"), "%s", err);
+    const char *bad[] = {"tcp://[::1",   "tcp://[::1]",      "tcp://[]:5557",
+                         "tcp://host:0", "tcp://host:70000", "tcp://host:55x"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char text[128];
+        snprintf(text, sizeof(text), "pool_blocks = 64\nkv_events = %s\n", bad[i]);
+        write_text("k.conf", text, conf, sizeof(conf));
+        ck_assert_msg(run(check, err, sizeof(err)) == 1, "%s passed", bad[i]);
+        ck_assert_msg(strstr(err, "kv_events"), "%s: %s", bad[i], err);
+    }
+    const char *good[] = {"tcp://[::1]:5557", "tcp://*:5557", "tcp://node-7:5557",
+                          "tcp://127.0.0.1:*"};
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        char text[128];
+        snprintf(text, sizeof(text), "pool_blocks = 64\nkv_events = %s\n", good[i]);
+        write_text("k.conf", text, conf, sizeof(conf));
+        ck_assert_msg(run(check, err, sizeof(err)) == 0, "%s: %s", good[i], err);
+    }
+    remove_dir();
+}
+END_TEST
+
 /* Every row is complete, and every default is a value its row accepts. */
 START_TEST(test_table_is_consistent)
 {
@@ -457,6 +583,8 @@ static Suite *settings_suite(void)
     tcase_add_test(tc, test_flag_and_file_agree);
     tcase_add_test(tc, test_config_path_that_is_no_file);
     tcase_add_test(tc, test_check_config_checks_what_start_checks);
+    tcase_add_test(tc, test_preflight_rows_refused_by_both);
+    tcase_add_test(tc, test_nul_byte_and_unclosed_endpoint);
     suite_add_tcase(s, tc);
     return s;
 }
