@@ -1,6 +1,7 @@
 #!/bin/sh
 # SPDX-License-Identifier: Apache-2.0
-# The Debian packages end to end, as CI runs them: build them from a clean
+# The Debian packages end to end on this machine (CI runs the same steps in
+# a fresh Debian 12 root: packaging/deb-clean-root.sh): build them from a clean
 # export of the checkout (tracked files only, with their uncommitted
 # changes), lintian (no errors), `apt-get install ./*.deb`, the
 # installed-files check (packaging/check-installed.sh), `pip install
