@@ -384,6 +384,54 @@ START_TEST(flipped_while_running_dropped)
 }
 END_TEST
 
+/* One slot that does not verify costs only its own block: right after the
+ * lookup that read it, every other prompt on the disk is promoted and hits
+ * whole (before: no block moved between the tiers for 1 s after it,
+ * STORE_MEDIUM_RETRY_MS, so these lookups hit nothing). */
+START_TEST(bad_slot_costs_only_its_block)
+{
+    kvs_client_t *c = harness_client(&h, "disk3", 0);
+    for (uint32_t p = 1; p <= 20; p++)
+        ck_assert_int_eq(write_prompt(c, p), 0);
+    kvs_stats_t s;
+    settle(c, &s);
+    kvs_stats_free(&s);
+    int fd = open(disk_path, O_RDWR);
+    ck_assert_int_ge(fd, 0);
+    uint32_t victim = 0;
+    for (uint32_t slot = 0; slot < 255 && victim == 0; slot++) {
+        uint8_t buf[SLOT];
+        off_t off = (off_t)SLOT + (off_t)slot * SLOT;
+        ck_assert_int_eq(pread(fd, buf, SLOT, off), (ssize_t)SLOT);
+        uint32_t seed, block;
+        if (!slot_block(buf, &seed, &block) || seed < 1 || seed > 12 || block != 1)
+            continue;
+        buf[120 + 16 + 77] ^= 0x10;
+        ck_assert_int_eq(pwrite(fd, buf, SLOT, off), (ssize_t)SLOT);
+        victim = seed;
+    }
+    ck_assert_int_eq(fsync(fd), 0);
+    close(fd);
+    ck_assert_uint_gt(victim, 0);
+    ck_assert_uint_le(lookup_checked(c, victim), 1);
+    quiet(c, &s);
+    uint64_t failures = s.tier_copy_failures;
+    kvs_stats_free(&s);
+    /* At once, no pause: the victim's first block, and the other prompts
+     * that were on the disk, whole. */
+    ck_assert_uint_eq(lookup_checked(c, victim), 1);
+    for (uint32_t p = 1; p <= 12; p++)
+        if (p != victim)
+            ck_assert_msg(lookup_checked(c, p) == NB, "prompt %u did not hit whole", p);
+    quiet(c, &s);
+    ck_assert_uint_eq(s.tier_copy_failures, failures); /* nothing else failed */
+    ck_assert_uint_eq(s.disk_crc_failures, 1);
+    kvs_stats_free(&s);
+    kvs_close(c);
+    ck_assert_int_eq(harness_stop(&h), 0);
+}
+END_TEST
+
 static Suite *disk3_suite(void)
 {
     Suite *s = suite_create("tier_disk3");
@@ -394,6 +442,7 @@ static Suite *disk3_suite(void)
     tcase_add_test(tc, warm_restart_after_sigkill);
     tcase_add_test(tc, flipped_slots_never_served);
     tcase_add_test(tc, flipped_while_running_dropped);
+    tcase_add_test(tc, bad_slot_costs_only_its_block);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -23,6 +23,7 @@
  * host tier of 16 blocks, a disk tier of 1 MiB, as test_tier_disk3.
  */
 #include <check.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -393,6 +394,92 @@ START_TEST(declared_namespace_restored_to_its_model)
 }
 END_TEST
 
+/* CRC32C (Castagnoli, reflected), bit by bit: the disk file's checksum. */
+static uint32_t crc32c_sw(const uint8_t *p, size_t n)
+{
+    uint32_t c = ~0u;
+    for (size_t i = 0; i < n; i++) {
+        c ^= p[i];
+        for (int k = 0; k < 8; k++)
+            c = (c >> 1) ^ (0x82F63B78u & (0u - (c & 1)));
+    }
+    return ~c;
+}
+
+static void put32le(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* Another user who can write the file renames namespace `from` to `to`
+ * (as long) in the namespace table and in every record, checksums made
+ * again: the records verify and name `to`. Returns the records renamed. */
+static size_t rename_on_disk(const char *from, const char *to)
+{
+    size_t len = strlen(from);
+    ck_assert_uint_eq(strlen(to), len);
+    int fd = open(disk_path, O_RDWR);
+    ck_assert_int_ge(fd, 0);
+    uint8_t page[4096];
+    ck_assert_int_eq(pread(fd, page, sizeof(page), 0), (ssize_t)sizeof(page));
+    uint32_t body = (uint32_t)page[72] | (uint32_t)page[73] << 8 | (uint32_t)page[74] << 16 |
+                    (uint32_t)page[75] << 24;
+    ck_assert_uint_le(80 + body, sizeof(page));
+    bool named = false;
+    for (size_t i = 80; i + 1 + len <= 80 + body; i++)
+        if (page[i] == len && memcmp(page + i + 1, from, len) == 0) {
+            memcpy(page + i + 1, to, len);
+            named = true;
+        }
+    ck_assert(named);
+    put32le(page + 68, crc32c_sw(page + 72, 8 + body));
+    ck_assert_int_eq(pwrite(fd, page, sizeof(page), 0), (ssize_t)sizeof(page));
+    size_t n = 0;
+    for (off_t off = 4096; pread(fd, page, sizeof(page), off) == (ssize_t)sizeof(page);
+         off += 4096) {
+        if (memcmp(page, "KVSR", 4) != 0 || strcmp((char *)page + 56, from) != 0)
+            continue;
+        memcpy(page + 56, to, len);
+        memset(page + 40, 0, 4);
+        put32le(page + 40, crc32c_sw(page, sizeof(page)));
+        ck_assert_int_eq(pwrite(fd, page, sizeof(page), off), (ssize_t)sizeof(page));
+        n++;
+    }
+    ck_assert_int_eq(fsync(fd), 0);
+    close(fd);
+    return n;
+}
+
+/* Records that name a namespace the name rule forbids (a space, '!': a
+ * file changed by hand) are dropped at start and counted; no such
+ * namespace appears (before: it was created, `kvshare stats` printed its
+ * name as it was, and a request naming it was served). */
+START_TEST(misnamed_records_are_dropped)
+{
+    start(NULL);
+    kvs_client_t *c = harness_client(&h, "diskid", 0);
+    fill(c, NULL);
+    kvs_close(c);
+    ck_assert_int_eq(harness_stop(&h), 0);
+    size_t renamed = rename_on_disk("default", "bad n!!");
+    ck_assert_uint_ge(renamed, 12 * NB);
+    pid_t pid = 0;
+    ck_assert_int_eq(harness_restart(&h, POOL, flags(NULL), 30000, &pid), -1);
+    h.pid = pid;
+    c = harness_client(&h, "diskid", 0);
+    kvs_stats_t s;
+    ck_assert_int_eq(kvs_stats(c, &s), 0);
+    for (size_t i = 0; i < s.n_namespaces; i++)
+        ck_assert_msg(strcmp(s.namespaces[i].name, "bad n!!") != 0, "namespace made from disk");
+    ck_assert_uint_eq(s.tier3_cached_blocks, 0);
+    kvs_stats_free(&s);
+    ck_assert_uint_ge(counter(KVS_COUNTER_disk_identity_dropped), renamed);
+    kvs_close(c);
+    ck_assert_int_eq(harness_stop(&h), 0);
+}
+END_TEST
+
 static Suite *diskid_suite(void)
 {
     Suite *s = suite_create("tier_disk_identity");
@@ -405,6 +492,7 @@ static Suite *diskid_suite(void)
     tcase_add_test(tc, clear_then_sigkill_stays_cleared);
     tcase_add_test(tc, evict_then_sigkill_stays_evicted);
     tcase_add_test(tc, declared_namespace_restored_to_its_model);
+    tcase_add_test(tc, misnamed_records_are_dropped);
     suite_add_tcase(s, tc);
     return s;
 }
