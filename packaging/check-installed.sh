@@ -42,6 +42,7 @@ dpkg-query -W -f='${Conffiles}\n' kvshared | grep -q "^ /etc/kvshare/kvshared.co
 unit=/lib/systemd/system/kvshared.service
 grep -q "^User=kvshare" "$unit" || fail "$unit: no User=kvshare"
 grep -q "^RuntimeDirectory=kvshare" "$unit" || fail "$unit: no RuntimeDirectory=kvshare"
+grep -q "^StateDirectory=kvshare" "$unit" || fail "$unit: no StateDirectory=kvshare (the disk tier)"
 grep -q "^ExecStart=/usr/bin/kvshared --config /etc/kvshare/kvshared.conf" "$unit" ||
     fail "$unit: ExecStart does not run /usr/bin/kvshared with /etc/kvshare/kvshared.conf"
 test -f /usr/share/kvshare/prometheus/kvshare-rules.yml || fail "no Prometheus rules"

@@ -346,7 +346,8 @@ const setting_t settings_table[] = {
      AT(server.cluster_auth_file), .zero = "no AUTH", .expect = "a path",
      .example = "/etc/kvshare/redis-auth",
      .help = "file with the cluster's password (one line) or ACL user and password (two lines); "
-             "never logged"},
+             "never logged; a regular file of at most 1023 bytes, kvshared's user's or root's, "
+             "that no one else can read nor its group write"},
     {"cluster_timeout_ms", "cluster-timeout-ms", SETTING_GLOBAL, SETTING_U32, "N", 1, 60000,
      AT(server.cluster_timeout_ms), .deflt = "1000",
      .help = "a cluster command not answered within this many milliseconds is a miss"},

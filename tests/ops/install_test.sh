@@ -105,4 +105,7 @@ grep -q "ExecStart=.*kvshared --config" "$tmp/prefix/lib/systemd/system/kvshared
 grep -q "^After=nvidia-persistenced.service nvidia-fabricmanager.service" \
     "$tmp/prefix/lib/systemd/system/kvshared.service"
 grep -q "^LimitNOFILE=" "$tmp/prefix/lib/systemd/system/kvshared.service"
+# The disk tier's file lives in the unit's StateDirectory, as the example says.
+grep -q "^StateDirectory=kvshare$" "$tmp/prefix/lib/systemd/system/kvshared.service"
+grep -q "^# disk_tier_path = /var/lib/kvshare/tier3" "$tmp/prefix/share/kvshare/examples/kvshared.conf"
 echo "install test: ok"
