@@ -171,7 +171,11 @@ DPKG_GENSYMBOLS_CHECK_LEVEL=2 \
       echo "dpkg-buildpackage failed"; exit 1; }
 grep "cuda backend" /build/build.log || true
 ls /build/*.deb
-' || fail "the packages do not build in a clean root (above)"
+' || {
+    log="${TMPDIR:-/var/tmp}/kvs-deb-build-$(echo "$commit" | cut -c1-12).log"
+    cp "$root/build/build.log" "$log" 2>/dev/null && echo "the whole log: $log"
+    fail "the packages do not build in a clean root (above)"
+}
 echo "built in $(($(date +%s) - t0)) s"
 
 echo "-- lintian (errors fail; warnings are listed in docs/DEPLOYING.md)"
