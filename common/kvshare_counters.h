@@ -191,7 +191,13 @@
       "Disk tier records not restored at start: their model identity is not their " \
       "namespace's now, or the file does not name it (their slots are free)") \
     X(disk_deleted_dropped, 0, "kvshare_disk_deleted_dropped_total", "", \
-      "Disk tier records not restored at start: a Clear or an Evict deleted them")
+      "Disk tier records not restored at start: a Clear or an Evict deleted them") \
+    X(cluster_oom_refusals, 0, "kvshare_cluster_oom_refusals_total", "", \
+      "Cluster commands refused with OOM: a node at its maxmemory that may not evict (writes " \
+      "lost; logged at most once a second)") \
+    X(cluster_replies_cut, 0, "kvshare_cluster_replies_cut_total", "", \
+      "Cluster replies larger than any command kvshared sends can need (a block's value, or " \
+      "the bound of a SCAN or CLUSTER SLOTS reply): cut off, their connection closed (logged)")
 /* clang-format on */
 
 /* KVS_COUNTER_<name>: a counter's position in the list; KVS_N_COUNTERS. */

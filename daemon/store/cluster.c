@@ -26,6 +26,8 @@
 #define CLUSTER_LOG_MS 1000
 /* Bytes read from a socket at a time (hiredis reads 16 KiB). */
 #define CLUSTER_READ_BYTES (256u << 10)
+/* The least reply bound: a CLUSTER SLOTS or SCAN reply (cluster.h). */
+#define CLUSTER_REPLY_MIN_BYTES (4u << 20)
 
 typedef struct cluster_node {
     char host[CLUSTER_HOST_MAX];
@@ -36,6 +38,10 @@ typedef struct cluster_node {
     int fail_status;       /* why its commands end when ac goes away */
     uint64_t down_until;   /* loop ms; 0: up */
     int auth_refused;
+    /* The reply being read: its strings' bytes and arrays' elements so
+     * far, against the client's bounds (cluster.h, Bounds). */
+    size_t reply_bytes, reply_elements;
+    int cut; /* its reader refused a reply over the bounds */
     /* For Stats: commands sent to it (redirects included), those that
      * ended badly on it, and the time from send to reply of those answered. */
     uint64_t requests, errors, replies, latency_us_sum, latency_us_max;
@@ -64,7 +70,16 @@ typedef struct cluster_req {
     void *arg;
 } cluster_req_t;
 
-enum { LOGK_CONNECT, LOGK_TIMEOUT, LOGK_AUTH, LOGK_REPLY, LOGK_REFRESH, LOGK_N };
+enum {
+    LOGK_CONNECT,
+    LOGK_TIMEOUT,
+    LOGK_AUTH,
+    LOGK_REPLY,
+    LOGK_REFRESH,
+    LOGK_OOM,
+    LOGK_CUT,
+    LOGK_N
+};
 
 struct cluster {
     uv_loop_t *loop;
@@ -77,6 +92,7 @@ struct cluster {
     char *pass; /* NULL: no AUTH */
     uint32_t timeout_ms;
     uint32_t max_inflight;
+    size_t max_reply_bytes;
     cluster_req_t *head, *tail;
     int refreshing;
     int refresh_wanted;
@@ -176,6 +192,20 @@ static void node_drop(cluster_node_t *n, int status)
     redisAsyncFree(ac);
 }
 
+/* Counts and logs a reply of n over the client's bounds (cluster.h,
+ * Bounds); the caller ends the connection. */
+static void node_cut(cluster_node_t *n, const char *what, size_t have)
+{
+    cluster_t *c = n->cl;
+    n->cut = 1;
+    c->stats.replies_cut++;
+    cl_log(c, LOGK_CUT,
+           "%s:%d sent a reply over the largest any command needs (%s: %zu, at most %zu bytes "
+           "and %u elements): connection closed, %llu cut so far",
+           n->host, n->port, what, have, c->max_reply_bytes, CLUSTER_REPLY_MAX_ELEMENTS,
+           (unsigned long long)c->stats.replies_cut);
+}
+
 static void on_auth(redisAsyncContext *ac, void *r, void *privdata)
 {
     cluster_node_t *n = privdata;
@@ -258,14 +288,42 @@ static void read_ahead(redisAsyncContext *ac)
     r->len = sdslen(buf);
 }
 
+/* Bytes of ac's reader not parsed yet: after hiredis parsed what it
+ * could, the rest of the one reply it is in the middle of. */
+static size_t reader_pending(const redisAsyncContext *ac)
+{
+    const redisReader *r = ac->c.reader;
+    return r->len > r->pos ? r->len - r->pos : 0;
+}
+
+/* Ends ac's connection when the reply it is reading is already over the
+ * bounds: hiredis would read all of it (a 1 GiB bulk string) before
+ * parsing any. Returns 1 when it did. */
+static int reader_over(redisAsyncContext *ac)
+{
+    cluster_node_t *n = ac->data;
+    size_t pending = reader_pending(ac);
+    if (pending <= n->cl->max_reply_bytes + CLUSTER_REPLY_FRAMING)
+        return 0;
+    node_cut(n, "bytes read of one reply", pending);
+    node_drop(n, KVS_EIO);
+    return 1;
+}
+
 static void on_poll(uv_poll_t *h, int status, int events)
 {
     cluster_events_t *e = h->data;
     if (status != 0)
         return;
     if (e->ac && (events & UV_READABLE)) {
+        if (reader_over(e->ac))
+            return;
         read_ahead(e->ac);
+        if (reader_over(e->ac))
+            return;
         redisAsyncHandleRead(e->ac);
+        if (e->ac && reader_over(e->ac))
+            return;
     }
     if (e->ac && (events & UV_WRITABLE))
         redisAsyncHandleWrite(e->ac);
@@ -353,6 +411,13 @@ static void *create_string(const redisReadTask *task, char *str, size_t len)
     redisAsyncContext *ac = task->privdata;
     cluster_node_t *n = ac->data;
     cluster_t *c = n->cl;
+    if (!task->parent)
+        n->reply_bytes = n->reply_elements = 0;
+    n->reply_bytes += len;
+    if (n->reply_bytes > c->max_reply_bytes) {
+        node_cut(n, "string bytes", n->reply_bytes);
+        return NULL; /* the reader fails: hiredis ends the connection */
+    }
     const redisCallback *head = ac->replies.head;
     if (task->type == REDIS_REPLY_STRING && !task->parent && head && head->fn == on_reply) {
         cluster_req_t *q = head->privdata;
@@ -366,11 +431,32 @@ static void *create_string(const redisReadTask *task, char *str, size_t len)
     return c->hiredis_fns.createString(task, str, len);
 }
 
-/* Points ac's reader at the builders above (ac is the tasks' privdata),
- * and keeps its buffer whatever its size (maxbuf 0, as redis-benchmark
- * does): hiredis would otherwise free a buffer that grew past 16 KiB each
- * time it is empty, and grow it again, 2 MiB at a time, for the next
- * block. The buffer holds at most a reply and one read more. */
+/* Builds an array reply, unless its elements and those of the arrays
+ * before it in the reply pass CLUSTER_REPLY_MAX_ELEMENTS: hiredis's
+ * builder allocates a pointer per element at once (800 MB for an array
+ * that says 100M), before any element arrives. */
+static void *create_array(const redisReadTask *task, int elements)
+{
+    redisAsyncContext *ac = task->privdata;
+    cluster_node_t *n = ac->data;
+    cluster_t *c = n->cl;
+    if (!task->parent)
+        n->reply_bytes = n->reply_elements = 0;
+    if (elements > 0)
+        n->reply_elements += (size_t)elements;
+    if (n->reply_elements > CLUSTER_REPLY_MAX_ELEMENTS) {
+        node_cut(n, "array elements", n->reply_elements);
+        return NULL;
+    }
+    return c->hiredis_fns.createArray(task, elements);
+}
+
+/* Points ac's reader at the builders above (ac is the tasks' privdata).
+ * It keeps its buffer up to the largest reply and one read (maxbuf):
+ * hiredis would otherwise free a buffer that grew past 16 KiB each time it
+ * is empty, and grow it again, 2 MiB at a time, for the next block; one
+ * that a larger reply grew (the reply is cut) goes once empty. The buffer
+ * holds at most a reply and one read more (reader_over). */
 static void reader_hook(cluster_t *c, redisAsyncContext *ac)
 {
     redisReader *r = ac->c.reader;
@@ -378,10 +464,11 @@ static void reader_hook(cluster_t *c, redisAsyncContext *ac)
         c->hiredis_fns = *r->fn;
         c->reply_fns = *r->fn;
         c->reply_fns.createString = create_string;
+        c->reply_fns.createArray = create_array;
     }
     r->fn = &c->reply_fns;
     r->privdata = ac;
-    r->maxbuf = 0;
+    r->maxbuf = c->max_reply_bytes + CLUSTER_READ_BYTES;
 }
 
 /* Opens the node's connection (not connected yet: hiredis queues commands
@@ -400,6 +487,8 @@ static int node_connect(cluster_node_t *n)
         return KVS_EIO;
     }
     ac->data = n;
+    n->cut = 0;
+    n->reply_bytes = n->reply_elements = 0;
     reader_hook(c, ac);
     if (events_attach(ac, c->loop) != REDIS_OK) {
         redisAsyncFree(ac);
@@ -639,8 +728,15 @@ static int error_status(cluster_t *c, const redisReply *reply)
     if (strncmp(s, "NOAUTH", 6) == 0 || strncmp(s, "WRONGPASS", 9) == 0 ||
         strncmp(s, "NOPERM", 6) == 0)
         return KVS_EDENIED;
-    if (strncmp(s, "OOM", 3) == 0)
+    if (strncmp(s, "OOM", 3) == 0) {
+        /* A full node that may not evict (no maxmemory-policy): every
+         * write is lost until the operator acts, so say it. */
+        cl_log(c, LOGK_OOM,
+               "refused a command: %.80s (%llu refused so far; give the masters "
+               "maxmemory-policy allkeys-lru, docs/CLUSTER.md)",
+               s, (unsigned long long)c->stats.full + 1);
         return KVS_EPOOLFULL;
+    }
     if (strncmp(s, "CLUSTERDOWN", 11) == 0 || strncmp(s, "TRYAGAIN", 8) == 0 ||
         strncmp(s, "LOADING", 7) == 0 || strncmp(s, "MASTERDOWN", 10) == 0) {
         c->refresh_wanted = 1;
@@ -1040,6 +1136,8 @@ int cluster_new(uv_loop_t *loop, const cluster_options_t *opt, cluster_t **out)
     uv_update_time(loop);
     c->timeout_ms = opt->timeout_ms ? opt->timeout_ms : 1000;
     c->max_inflight = opt->max_inflight ? opt->max_inflight : 1024;
+    c->max_reply_bytes = opt->max_reply_bytes > CLUSTER_REPLY_MIN_BYTES ? opt->max_reply_bytes
+                                                                        : CLUSTER_REPLY_MIN_BYTES;
     for (int s = 0; s < CLUSTER_SLOTS; s++)
         c->slots[s] = -1;
     int rc = parse_seeds(c, opt->seeds);

@@ -35,7 +35,18 @@
  * promoted replica takes the slots over. Nothing here blocks the loop.
  *
  * Bounds. At most max_inflight commands are in flight; one more is
- * refused (KVS_EBUSY) and counted, for the caller to drop.
+ * refused (KVS_EBUSY) and counted, for the caller to drop. A node's reply
+ * is bounded by the largest any command sent here can need: its strings
+ * at most max_reply_bytes in all (a block's value; 4 MiB at least, for
+ * CLUSTER SLOTS and SCAN), its arrays at most CLUSTER_REPLY_MAX_ELEMENTS
+ * elements in all. hiredis reads a whole bulk string before it parses it
+ * and allocates an array's element pointers on its header, so a node
+ * (or anything posing as one) answering with 1 GiB, or an array that says
+ * 100M elements, would otherwise have it all held: a reply over a bound is
+ * cut as soon as its bytes read (at most a read past the bound) or its
+ * array header say so, and its connection ends, as a lost one does
+ * (counted in replies_cut, logged at most once a second). Each reader
+ * keeps at most the bound and a read of buffer once empty.
  *
  * Credentials come from a file (options.auth_file): one line, the
  * password of the default user, or two lines, an ACL user then its
@@ -56,6 +67,13 @@
 #define CLUSTER_MAX_REDIRECTS 5
 /* Least time between two refreshes of the map. */
 #define CLUSTER_REFRESH_MS 250
+/* Elements of all arrays of one reply at most: a CLUSTER SLOTS of 16,384
+ * one-slot ranges with replicas, or a SCAN batch, needs far fewer. Each
+ * costs about 56 bytes built (hiredis's redisReply and a pointer). */
+#define CLUSTER_REPLY_MAX_ELEMENTS (1u << 20)
+/* RESP framing around a reply's strings ("$N\r\n" ... "\r\n"), allowed in
+ * the bytes read of one reply beyond max_reply_bytes. */
+#define CLUSTER_REPLY_FRAMING 64
 
 typedef struct cluster cluster_t;
 
@@ -69,6 +87,9 @@ typedef struct cluster_options {
     uint32_t timeout_ms;
     /* Commands in flight at most (0: 1024). */
     uint32_t max_inflight;
+    /* Bytes of strings one reply may carry (Bounds above): the largest
+     * value the caller reads. Below 4 MiB (0 included): 4 MiB. */
+    size_t max_reply_bytes;
 } cluster_options_t;
 
 /* Counters of the client; all only grow except inflight and nodes_up. */
@@ -90,6 +111,7 @@ typedef struct cluster_stats {
     uint64_t connect_errors; /* connections refused or lost */
     uint64_t bytes_out;      /* bytes of commands sent, redirects included */
     uint64_t bytes_in;       /* bytes of string replies received */
+    uint64_t replies_cut;    /* replies over the bounds: their connection ended */
     uint32_t inflight;       /* commands in flight now */
     uint32_t nodes;          /* nodes known */
     uint32_t nodes_up;       /* nodes not counted down now */

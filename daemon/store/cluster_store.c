@@ -538,11 +538,17 @@ int cluster_store_open(server_t *srv, char *err, size_t errlen)
         return KVS_ENOMEM;
     }
     l->srv = srv;
-    /* Room for the writes in flight and a few whole fetches at once. */
+    /* Room for the writes in flight and a few whole fetches at once. No
+     * reply may be larger than a block's value of the longest namespace
+     * name (the client cuts one that is: a node's reply is not trusted). */
+    cluster_block_t largest = {.ns_len = RADIX_NS_NAME_MAX,
+                               .n_tokens = srv->geo.block_tokens,
+                               .payload_len = geometry_block_bytes(&srv->geo)};
     cluster_options_t opt = {.seeds = srv->cfg.cluster_seeds,
                              .auth_file = srv->cfg.cluster_auth_file,
                              .timeout_ms = srv->cfg.cluster_timeout_ms,
-                             .max_inflight = CLUSTER_STORE_MAX_PUTS + 2 * CLUSTER_STORE_MAX_FETCH};
+                             .max_inflight = CLUSTER_STORE_MAX_PUTS + 2 * CLUSTER_STORE_MAX_FETCH,
+                             .max_reply_bytes = cluster_value_size(&largest)};
     /* Made here, before the thread runs its loop, so that a bad setting
      * fails the start with its message. */
     int rc = cluster_new(&l->loop, &opt, &l->c);
@@ -661,6 +667,8 @@ void cluster_store_sync_counters(server_t *srv)
     m->cluster_clears_incomplete = ts.clears_incomplete;
     m->cluster_bytes_out = cs.bytes_out;
     m->cluster_bytes_in = cs.bytes_in;
+    m->cluster_oom_refusals = cs.full;
+    m->cluster_replies_cut = cs.replies_cut;
 }
 
 size_t cluster_store_nodes(server_t *srv, cluster_node_stats_t *out, size_t max)
