@@ -198,6 +198,17 @@ typedef struct server {
     radix_top_walk_t *tree_walk;
     session_t *tree_owner;
     size_t tree_max;
+    uint32_t trees_waiting; /* Trees held until they may walk (TREE_MAX_WAITING) */
+    /* Trees of the same listing share a walk (handler_tree): the walk's
+     * number and what it lists, and the rows of the last one that ended,
+     * kept while Trees that joined it (tree_joiners) have not taken them. */
+    uint64_t tree_gen;
+    uint32_t tree_ns;
+    bool tree_by_size;
+    uint32_t tree_joiners;
+    struct radix_prefix *tree_rows;
+    size_t tree_n_rows;
+    uint64_t tree_rows_gen;
 
     /* Bytes of every session's buffers (input, output, reply scratch, queued
      * writes), kept under cfg.max_buffer_memory (session.c). */

@@ -127,6 +127,14 @@ struct session {
     /* Its Tree's walk (handler_tree), while it has the daemon's one: the
      * time its steps took so far (the spacing, once it ends). */
     uint64_t tree_work_ns;
+    /* Its Tree while held until it may walk (handler_tree): what it lists,
+     * and whether it takes one of the daemon's places for that
+     * (server_t.trees_waiting) or follows a Tree there that lists the same;
+     * the walk whose rows it takes (server_t.tree_gen; 0: none). */
+    bool tree_waiting, tree_counted, tree_by_size;
+    uint32_t tree_max;
+    char tree_ns[64];
+    uint64_t tree_join;
     bool reading; /* uv_read_start is on */
     bool eof;     /* the client half-closed: close once replies are out */
     /* Its Lookup's fetch from the cluster tier (cluster_store.h); NULL: none. */

@@ -270,7 +270,20 @@ static void account(session_t *s)
     s->buf_bytes = now;
 }
 
-/* Gives back buffers grown by a large exchange once they are empty. */
+/* The smallest table that holds n pins at a load of at most 1/2. */
+static uint32_t pins_cap_for(uint32_t n)
+{
+    uint64_t cap = 16;
+    while (cap < (uint64_t)n * 2)
+        cap *= 2;
+    return (uint32_t)cap;
+}
+
+/* Gives back buffers grown by a large exchange once they are empty, and
+ * the room a large request reserved and did not fill: a pinning Lookup
+ * reserves a pin per block of its prompt, a miss pins none (8 bytes a
+ * block: 8.9 MiB kept per idle session after one miss of a 1M-block
+ * prompt), an Alloc a WRITING slot per block until they are committed. */
 static void shrink(session_t *s)
 {
     if (s->in.head == s->in.len && s->in.cap > SESSION_KEEP_BYTES)
@@ -281,6 +294,19 @@ static void shrink(session_t *s)
         free(s->scratch);
         s->scratch = NULL;
         s->scratch_cap = 0;
+    }
+    session_pins_t *p = &s->pins;
+    if ((size_t)p->cap * 2 * sizeof(uint32_t) > SESSION_KEEP_BYTES &&
+        (uint64_t)p->used * 8 < p->cap)
+        pins_grow(p, pins_cap_for(p->used)); /* when it fails, the larger table stays */
+    if (s->cap_writing * sizeof(*s->writing) > SESSION_KEEP_BYTES &&
+        (uint64_t)s->n_writing * 4 < s->cap_writing) {
+        uint32_t cap = pins_cap_for(s->n_writing);
+        uint32_t *w = realloc(s->writing, (size_t)cap * sizeof(*w));
+        if (w) {
+            s->writing = w;
+            s->cap_writing = cap;
+        }
     }
     account(s);
 }
@@ -330,10 +356,9 @@ static void release_all(session_t *s)
     uint32_t n_writing = s->n_writing;
     unsigned long long n_pins = (unsigned long long)s->pins.total;
 
-    /* A rank that dies never writes its shards: the blocks its group
-     * writes can never be complete, so they go too (store.h). */
-    if (s->rank >= 0 && srv->n_devices > 1)
-        store_release_group(srv, s);
+    /* A rank's session frees only what it holds, as any session does: a
+     * second session that said the same rank and hung up must not take
+     * its group's blocks away (store.h). */
     if (store_release_session(srv, s))
         drain_in_steps(srv, s->id, n_pins);
     if (n_writing || n_pins)

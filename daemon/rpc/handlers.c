@@ -521,6 +521,13 @@ int handler_alloc(session_t *s, const Kvshare__Request *req, Kvshare__Response *
     if (al->n == 0 || al->n > srv->num_blocks)
         return fail(ctx, KVS_EINVAL, "alloc of %u blocks: ask for 1 to %u (the pool size)", al->n,
                     srv->num_blocks);
+    /* Its work (evictions to make room included) is one piece on the
+     * loop, linear in its blocks: bounded as a prompt's (tokens_view). */
+    if (al->n > srv->cfg.max_prompt_blocks)
+        return fail(ctx, KVS_ELIMIT,
+                    "alloc of %u blocks is over max_prompt_blocks (%u): allocations this "
+                    "large would hold every client back; allocate in pieces",
+                    al->n, srv->cfg.max_prompt_blocks);
     if (al->ns && al->ns[0]) {
         int rc = ns_resolve(s, al->ns, true, &ns, ctx);
         if (rc != 0)
@@ -797,6 +804,12 @@ int handler_commit(session_t *s, const Kvshare__Request *req, Kvshare__Response 
             return fail(ctx, irc,
                         "rank %d: a block of this commit was committed by another rank for "
                         "another prefix; every rank commits the same tokens and block ids",
+                        s->rank);
+        if (irc == KVS_EBADSTATE)
+            return fail(ctx, irc,
+                        "rank %d: a block of this commit was freed before this rank's shard of "
+                        "these tokens came, and is allocated again: a late commit is refused, "
+                        "nothing changed",
                         s->rank);
     } else {
         irc =
@@ -1132,6 +1145,11 @@ int handler_stats(session_t *s, const Kvshare__Request *req, Kvshare__Response *
 
 #define TREE_DEFAULT_ROWS 20
 #define TREE_MAX_ROWS     1000
+/* Trees held at most until they may walk, one after another: past them a
+ * Tree is refused at once (KVS_EBUSY), not queued behind every walk (64
+ * sessions asking at once were answered over 66 s, spaced walk after
+ * walk, and a 65th waited for all of them). */
+#define TREE_MAX_WAITING 2
 
 /* Tree: the index's walk (radix_top_begin), cut into steps of
  * RADIX_TOP_STEP units, one per loop turn, like Clear: after a step with
@@ -1153,10 +1171,130 @@ static void tree_end(server_t *srv)
     session_release_all(srv, SESSION_HOLD_TREE); /* the Trees waiting for it */
 }
 
+/* s's Tree no longer waits to walk (it walks, ended or is gone). */
+static void tree_unwait(session_t *s)
+{
+    if (s->tree_counted)
+        s->srv->trees_waiting--;
+    s->tree_waiting = s->tree_counted = false;
+}
+
+/* s no longer waits for a shared walk's rows; the last such session
+ * frees them. */
+static void tree_leave(session_t *s)
+{
+    server_t *srv = s->srv;
+    if (!s->tree_join)
+        return;
+    s->tree_join = 0;
+    if (--srv->tree_joiners == 0) {
+        free(srv->tree_rows);
+        srv->tree_rows = NULL;
+        srv->tree_n_rows = 0;
+    }
+}
+
 void handler_tree_gone(session_t *s)
 {
+    tree_unwait(s);
+    tree_leave(s);
     if (s->srv->tree_owner == s)
         tree_end(s->srv);
+}
+
+/* The rows a walk for tr needs: what it asks, or all a listing may give
+ * when rows of namespaces the peer may not use are dropped at the end. */
+static size_t tree_walk_rows(const server_t *srv, const Kvshare__TreeRequest *tr)
+{
+    size_t max = tr->max ? tr->max : TREE_DEFAULT_ROWS;
+    if (max > TREE_MAX_ROWS)
+        max = TREE_MAX_ROWS;
+    if (srv->any_ns_acl && !(tr->ns && tr->ns[0]))
+        max = TREE_MAX_ROWS;
+    return max;
+}
+
+/* Joins the walk in progress when it lists what tr asks for (the same
+ * namespace, that s may use, the same order, at least as many rows): s is
+ * held until the walk ends, then answers with its rows, for no walk of
+ * its own, so that any number of sessions asking for one listing cost one
+ * walk. Returns true when s joined (ctx->hold set). */
+static bool tree_join(session_t *s, const Kvshare__TreeRequest *tr, handler_ctx_t *ctx)
+{
+    server_t *srv = s->srv;
+    if (!srv->tree_owner || srv->tree_by_size != tr->by_size ||
+        srv->tree_max < tree_walk_rows(srv, tr))
+        return false;
+    if (tr->ns && tr->ns[0]) {
+        const char *name = radix_ns_name(srv->index, srv->tree_ns);
+        if (srv->tree_ns == RADIX_NS_ALL || !name || strcmp(name, tr->ns) != 0 ||
+            !namespaces_allowed(s, srv->tree_ns))
+            return false;
+    } else if (srv->tree_ns != RADIX_NS_ALL) {
+        return false;
+    }
+    tree_unwait(s);
+    s->tree_join = srv->tree_gen;
+    srv->tree_joiners++;
+    ctx->hold = SESSION_HOLD_TREE;
+    ctx->hold_until_ms = 0;
+    return true;
+}
+
+/* Whether the Tree t waits for (held, with a place) lists what tr asks
+ * for, or more. */
+static bool tree_same(const session_t *t, const Kvshare__TreeRequest *tr, size_t max)
+{
+    const char *ns = tr->ns ? tr->ns : "";
+    return t->tree_counted && t->tree_by_size == tr->by_size && t->tree_max >= max &&
+           strcmp(t->tree_ns, ns) == 0;
+}
+
+/* Holds s's Tree until it may walk. A Tree that lists what a waiting one
+ * lists follows it (it joins that walk once it begins: tree_join);
+ * another takes one of TREE_MAX_WAITING places, or is refused when they
+ * are taken. A Tree held by its own session's spacing (it walked a moment
+ * ago) waits outside them: a session pipelining Trees takes a place only
+ * once its own clock has passed. Returns 0 with ctx->hold set, or
+ * KVS_EBUSY. */
+static int tree_wait(session_t *s, const Kvshare__TreeRequest *tr, session_hold_reason_t why,
+                     uint64_t until_ms, handler_ctx_t *ctx)
+{
+    server_t *srv = s->srv;
+    size_t max = tree_walk_rows(srv, tr);
+    srv->metrics.requests_spaced++;
+    ctx->hold = why;
+    ctx->hold_until_ms = until_ms;
+    if (why == SESSION_HOLD_SPACING && uv_hrtime() < s->walk_next_ns) {
+        tree_unwait(s);
+        return 0;
+    }
+    if (s->tree_counted)
+        return 0;
+    for (const session_t *t = srv->held_head; t; t = t->held_next) {
+        if (t != s && tree_same(t, tr, max)) {
+            s->tree_waiting = true; /* released when a walk begins (tree_begin) */
+            ctx->hold = SESSION_HOLD_TREE;
+            ctx->hold_until_ms = 0;
+            return 0;
+        }
+    }
+    if (srv->trees_waiting >= TREE_MAX_WAITING) {
+        ctx->hold = SESSION_HOLD_NONE;
+        ctx->hold_until_ms = 0;
+        srv->metrics.requests_spaced--;
+        tree_unwait(s);
+        return fail(ctx, KVS_EBUSY,
+                    "%u tree listings of other namespaces, orders or lengths are waiting for "
+                    "their turn to walk the index (one walk at a time, spaced): ask again later",
+                    srv->trees_waiting);
+    }
+    s->tree_waiting = s->tree_counted = true;
+    srv->trees_waiting++;
+    s->tree_by_size = tr->by_size;
+    s->tree_max = (uint32_t)max;
+    snprintf(s->tree_ns, sizeof s->tree_ns, "%s", tr->ns ? tr->ns : "");
+    return 0;
 }
 
 size_t handler_tree_bytes(const session_t *s)
@@ -1170,28 +1308,15 @@ static int tree_begin(session_t *s, const Kvshare__TreeRequest *tr, handler_ctx_
 {
     server_t *srv = s->srv;
     uint32_t ns = RADIX_NS_ALL;
-    size_t max = tr->max ? tr->max : TREE_DEFAULT_ROWS;
-    if (max > TREE_MAX_ROWS)
-        max = TREE_MAX_ROWS;
-    /* Rows of namespaces this peer may not use are dropped at the end: ask
-     * for more so the listing still fills. */
-    if (srv->any_ns_acl && !(tr->ns && tr->ns[0]))
-        max = TREE_MAX_ROWS;
+    size_t max = tree_walk_rows(srv, tr);
     /* Spaced as large work (server.h), however many Trees a client
      * pipelines (a session without a socket, in tests, is never held). */
     uint64_t t0 = uv_hrtime();
-    if (s->has_pipe && t0 < session_spacing_next(s)) {
-        srv->metrics.requests_spaced++;
-        ctx->hold = SESSION_HOLD_SPACING;
-        ctx->hold_until_ms = session_spacing_until(s, t0);
-        return 0;
-    }
-    if (srv->tree_owner) { /* another session's walk: until it ends */
-        srv->metrics.requests_spaced++;
-        ctx->hold = SESSION_HOLD_TREE;
-        ctx->hold_until_ms = 0;
-        return 0;
-    }
+    if (s->has_pipe && t0 < session_spacing_next(s))
+        return tree_wait(s, tr, SESSION_HOLD_SPACING, session_spacing_until(s, t0), ctx);
+    if (srv->tree_owner) /* another session's walk: until it ends */
+        return tree_wait(s, tr, SESSION_HOLD_TREE, 0, ctx);
+    tree_unwait(s);
     if (tr->ns && tr->ns[0]) {
         int rc = ns_resolve(s, tr->ns, false, &ns, ctx);
         if (rc != 0)
@@ -1203,7 +1328,16 @@ static int tree_begin(session_t *s, const Kvshare__TreeRequest *tr, handler_ctx_
         return fail(ctx, rc, "tree listing failed: %s", kvs_status_text(rc));
     srv->tree_owner = s;
     srv->tree_max = max;
+    srv->tree_gen++;
+    srv->tree_ns = ns;
+    srv->tree_by_size = tr->by_size;
     s->tree_work_ns = 0;
+    /* The Trees waiting look again: those that list the same join it. */
+    for (session_t *h = srv->held_head, *next; h; h = next) {
+        next = h->held_next;
+        if (h->tree_waiting)
+            session_release(h);
+    }
     return 0;
 }
 
@@ -1260,18 +1394,45 @@ int handler_tree(session_t *s, const Kvshare__Request *req, Kvshare__Response *r
     if (want > TREE_MAX_ROWS)
         want = TREE_MAX_ROWS;
 
+    size_t max;
+    radix_prefix_t *rows;
+    void *mem;
+    int rc;
+    if (s->tree_join && s->tree_join == srv->tree_rows_gen && srv->tree_rows) {
+        /* The walk it joined ended: its rows, as the walker got them. */
+        max = srv->tree_n_rows;
+        rows = malloc((max + 1) * sizeof(*rows));
+        mem = malloc((max + 1) * (sizeof(Kvshare__Prefix) + sizeof(void *)));
+        ctx->heap[0] = rows;
+        ctx->heap[1] = mem;
+        if (rows)
+            memcpy(rows, srv->tree_rows, max * sizeof(*rows));
+        n = max;
+        tree_leave(s);
+        if (!rows || !mem)
+            return fail(ctx, KVS_ENOMEM, "out of memory for %zu tree rows", max);
+        goto answer;
+    }
+    if (s->tree_join && srv->tree_owner && srv->tree_gen == s->tree_join) {
+        ctx->hold = SESSION_HOLD_TREE; /* still walking */
+        ctx->hold_until_ms = 0;
+        return 0;
+    }
+    tree_leave(s); /* a walk that ended without rows: its own */
     if (srv->tree_owner != s) {
-        int rc = tree_begin(s, tr, ctx);
+        if (tree_join(s, tr, ctx))
+            return 0;
+        rc = tree_begin(s, tr, ctx);
         if (rc != 0 || ctx->hold != SESSION_HOLD_NONE)
             return rc;
     }
     bool done;
-    int rc = tree_steps(s, ctx, &done);
+    rc = tree_steps(s, ctx, &done);
     if (rc != 0 || !done)
         return rc;
-    size_t max = srv->tree_max;
-    radix_prefix_t *rows = malloc((max + 1) * sizeof(*rows));
-    void *mem = malloc((max + 1) * (sizeof(Kvshare__Prefix) + sizeof(void *)));
+    max = srv->tree_max;
+    rows = malloc((max + 1) * sizeof(*rows));
+    mem = malloc((max + 1) * (sizeof(Kvshare__Prefix) + sizeof(void *)));
     ctx->heap[0] = rows;
     ctx->heap[1] = mem;
     if (!rows || !mem) {
@@ -1279,9 +1440,22 @@ int handler_tree(session_t *s, const Kvshare__Request *req, Kvshare__Response *r
         return fail(ctx, KVS_ENOMEM, "out of memory for %zu tree rows", max);
     }
     rc = radix_top_rows(srv->tree_walk, rows, max, &n);
+    /* Kept for the Trees that joined this walk (without memory for them,
+     * each walks on its own). */
+    if (rc == 0 && srv->tree_joiners > 0) {
+        radix_prefix_t *keep = malloc((n + 1) * sizeof(*keep));
+        if (keep) {
+            memcpy(keep, rows, n * sizeof(*keep));
+            free(srv->tree_rows);
+            srv->tree_rows = keep;
+            srv->tree_n_rows = n;
+            srv->tree_rows_gen = srv->tree_gen;
+        }
+    }
     tree_end(srv);
     if (rc != 0)
         return fail(ctx, rc, "tree listing failed: %s", kvs_status_text(rc));
+answer:;
 
     uint64_t newest = 0;
     size_t kept = 0;

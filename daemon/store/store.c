@@ -76,6 +76,16 @@ static void on_evict_tokens(void *ctx, uint32_t block_id, uint32_t ns, const uin
     r->n++;
 }
 
+/* Several devices: a block freed while some ranks' shards were missing
+ * (its holder released it, or ended). Those ranks may yet send that
+ * commit, late, into the block allocated again: one that names the prefix
+ * the other ranks had declared is refused (store_commit_shard). A rank's
+ * first commit into the block after that settles it either way. */
+typedef struct store_stale {
+    uint64_t hash;  /* the prefix the shards in were declared for */
+    uint64_t ranks; /* the ranks whose shard was missing and that did not commit since */
+} store_stale_t;
+
 int store_open(server_t *srv, store_t **out, char *err, size_t errlen)
 {
     store_t *st = calloc(1, sizeof(*st));
@@ -110,7 +120,9 @@ int store_open(server_t *srv, store_t **out, char *err, size_t errlen)
     st->rec = calloc(st->n_ids, sizeof(*st->rec));
     st->keys = calloc(srv->num_blocks, sizeof(*st->keys));
     st->lower = calloc(srv->num_blocks, sizeof(*st->lower));
-    if (!st->rec || !st->keys || !st->lower) {
+    if (srv->n_devices > 1)
+        st->stale = calloc(srv->num_blocks, sizeof(*st->stale));
+    if (!st->rec || !st->keys || !st->lower || (srv->n_devices > 1 && !st->stale)) {
         snprintf(err, errlen, "out of memory for the records of %u blocks", st->n_ids);
         rc = KVS_ENOMEM;
         goto fail;
@@ -158,10 +170,24 @@ void store_free(store_t *st)
     free(st->rec);
     free(st->keys);
     free(st->lower);
+    free(st->stale);
     free(st);
 }
 
 /* --- holdings: a session's WRITING blocks --- */
+
+static uint64_t full_mask(const server_t *srv);
+
+/* Notes what block b, leaving WRITING, still owes (store_stale_t). */
+static void stale_note(server_t *srv, uint32_t b)
+{
+    store_t *st = srv->store;
+    if (!st->stale || b >= srv->num_blocks)
+        return;
+    uint64_t shards = st->rec[b].shards, full = full_mask(srv);
+    st->stale[b].ranks = shards != 0 && shards != full ? full & ~shards : 0;
+    st->stale[b].hash = st->rec[b].shard_hash;
+}
 
 /* b is WRITING by s (room reserved in s's list). */
 static void writing_add(store_t *st, session_t *s, uint32_t b)
@@ -184,6 +210,7 @@ static void writing_remove(server_t *srv, session_t *s, uint32_t b)
     s->writing[pos] = last;
     rec[last].writer_pos = pos;
     rec[b].writer = NULL;
+    stale_note(srv, b);
 }
 
 /* --- hints --- */
@@ -692,25 +719,6 @@ static uint64_t full_mask(const server_t *srv)
     return srv->n_devices >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << srv->n_devices) - 1;
 }
 
-/* Frees every WRITING block of s that is not yet complete (some rank's
- * shard missing), so that a scheduler's or another rank's commit of it
- * later fails as a block not held. */
-static void release_incomplete(server_t *srv, session_t *s, uint64_t full)
-{
-    store_t *st = srv->store;
-    for (uint32_t i = 0; i < s->n_writing;) {
-        uint32_t b = s->writing[i];
-        if (st->rec[b].shards == full) {
-            i++;
-            continue;
-        }
-        writing_remove(srv, s, b); /* moves the last one to i */
-        if (pool_release(st->pool, b) != 0)
-            LOG_ERROR("session %llu: block %u was WRITING but the pool refused its release",
-                      (unsigned long long)s->id, b);
-    }
-}
-
 void store_device_counts(const server_t *srv, uint32_t *written, uint32_t *missing,
                          uint32_t *workers)
 {
@@ -734,22 +742,6 @@ void store_device_counts(const server_t *srv, uint32_t *written, uint32_t *missi
             }
         }
     }
-}
-
-void store_release_group(server_t *srv, session_t *dying)
-{
-    uint64_t full = full_mask(srv);
-    pool_counts_t c0, c1;
-    pool_counts(srv->store->pool, &c0);
-    for (session_t *t = srv->sessions; t; t = t->next)
-        if (t == dying || t->rank >= 0 || t->group_scheduler)
-            release_incomplete(srv, t, full);
-    pool_counts(srv->store->pool, &c1);
-    size_t freed = (size_t)(c1.free - c0.free);
-    if (freed > 0)
-        LOG_INFO("session %llu (rank %d) ended: %zu blocks its group was writing go back to the "
-                 "pool (a shard of theirs will never be written)",
-                 (unsigned long long)dying->id, dying->rank, freed);
 }
 
 int store_mark_group(server_t *srv, session_t *s, uint32_t ns, const uint32_t *tokens,
@@ -805,12 +797,22 @@ int store_commit_shard(server_t *srv, session_t *s, uint32_t ns, const uint32_t 
         return KVS_ENOMEM;
     int rc = radix_chain_hashes(st->index, ns, tokens, n_ids, hashes);
     /* Every rank must have written the same prefix into a block: checked
-     * before anything changes. */
+     * before anything changes. A late commit of this rank's shard for the
+     * block's earlier allocation is refused; either way, this rank's
+     * first commit after it settles what it owed. */
     for (size_t i = 0; rc == 0 && i < n_ids; i++) {
         const store_record_t *r = &st->rec[ids[i]];
         if (r->writer && r->shards != 0 && r->shard_hash != hashes[i])
             rc = KVS_EINVAL;
     }
+    for (size_t i = 0; rc == 0 && st->stale && i < n_ids; i++) {
+        store_stale_t *x = &st->stale[ids[i]];
+        if (st->rec[ids[i]].writer && (x->ranks & bit) && x->hash == hashes[i])
+            rc = KVS_EBADSTATE;
+    }
+    for (size_t i = 0; st->stale && i < n_ids; i++)
+        if (st->rec[ids[i]].writer && rc != KVS_EINVAL)
+            st->stale[ids[i]].ranks &= ~bit;
     for (size_t i = 0; rc == 0 && i < n_ids; i++) {
         store_record_t *r = &st->rec[ids[i]];
         if (!r->writer)

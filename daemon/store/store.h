@@ -36,8 +36,15 @@
  * A shard bit holds for one prefix (shard_hash) and one allocation: a
  * block allocated again starts with none, and a commit for the group
  * caches a block only when every rank declared its shard for that very
- * prefix, so that no rank ever reads bytes another prompt left.
- *     WRITING, incomplete --a rank's session ends (store_release_group)--> FREE
+ * prefix, so that no rank ever reads bytes another prompt left. A rank's
+ * session that ends frees only the blocks it holds itself (as any
+ * session's end does): blocks of its group that its shard is missing from
+ * stay with their holder, whose commit for the group is then refused
+ * (nothing tells a rank that died from a second session that said the
+ * same rank and hung up). A block freed while some rank's shard was
+ * missing remembers the prefix the others declared: that rank's late
+ * commit of it into the block allocated again is refused
+ * (store_commit_shard).
  *
  * A record holds nothing that belongs to one device: a block id names the
  * same slot on every device's pool (DESIGN.md, Pool layout), so a node with
@@ -122,6 +129,9 @@ struct store {
     uint64_t medium_down_until;  /* loop ms: after a failed copy, no moves before it */
     struct store_drain *drains;  /* pins of closed sessions still to let go (FIFO) */
     struct store_drain *drains_tail;
+    /* Several devices: [pool blocks], what a block freed before every
+     * rank's shard was in still owes (store_commit_shard); NULL with one. */
+    struct store_stale *stale;
 };
 
 /* Pins let go of per step when a closed session held many (store_drain_step):
@@ -177,8 +187,10 @@ bool store_mark(store_t *st, uint32_t b);
  * declare_only (CommitRequest.shard_written) the shard is recorded and
  * nothing is committed: every WRITING block counts in *n_pending, for the
  * group's commit (store_mark_group) to cache. Errors: KVS_EINVAL (a block
- * another rank committed for another prefix; nothing changes), KVS_ENOMEM,
- * store_commit's. */
+ * another rank committed for another prefix; nothing changes), KVS_EBADSTATE
+ * (a block freed while s's rank had not committed its shard, allocated
+ * again, and named with the tokens of that earlier allocation: a late
+ * commit; nothing changes), KVS_ENOMEM, store_commit's. */
 int store_commit_shard(server_t *srv, session_t *s, uint32_t ns, const uint32_t *tokens,
                        size_t n_tokens, const uint32_t *ids, size_t n_ids, bool declare_only,
                        const store_hint_t *hint, uint32_t *canonical, size_t *n_done,
@@ -201,13 +213,6 @@ int store_mark_group(server_t *srv, session_t *s, uint32_t ns, const uint32_t *t
  * said rank r at Hello. Linear in the sessions and their WRITING blocks. */
 void store_device_counts(const server_t *srv, uint32_t *written, uint32_t *missing,
                          uint32_t *workers);
-
-/* A ranked session of a group is ending: every WRITING block of the group
- * (its ranks' and its scheduler's sessions) that is not complete goes
- * back to the pool, since its shard on this rank will never be written.
- * Complete blocks (duplicates left by a commit) stay with their holders.
- * Linear in the sessions and their WRITING blocks. */
-void store_release_group(server_t *srv, session_t *dying);
 
 /* Commits ids[0..n_ids) as the blocks of tokens in ns for session s; the
  * caller checked each is WRITING by s, or cached, pinned by s and holding

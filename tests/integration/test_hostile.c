@@ -26,6 +26,7 @@
 #include "harness_client.h"
 #include "kvshare.h"
 #include "kvshare.pb-c.h"
+#include "now.h"
 #include "raw_wire.h"
 #include "rel_util.h"
 
@@ -144,6 +145,9 @@ END_TEST
  * the same rows (the index does not change); a session that closes in the
  * middle of its walk frees it (ASan, valgrind) and the next Tree runs; and
  * a walk that does not fit max_buffer_memory fails with KVS_ELIMIT. */
+/* The daemon's TREE_MAX_WAITING (handlers.c). */
+#define TREE_WAITING_PLACES 2
+
 static Kvshare__Response *tree_reply(int fd)
 {
     Kvshare__Response *r = raw_read_reply(fd, 60000);
@@ -227,6 +231,80 @@ START_TEST(test_tree_walks_in_steps)
     ck_assert_ptr_nonnull(strstr(kvs_last_error(c), "max_buffer_memory"));
     ck_assert_int_eq(kvs_ping(c, 8, &rtt), 0); /* still served */
     kvs_close(c);
+    ck_assert_int_eq(harness_stop(&d), 0);
+    harness_cleanup(&d);
+}
+END_TEST
+
+/* 64 sessions ask for one listing at once, a 65th for its first 10 rows,
+ * then 4 sessions for listings of 4 other namespaces: every one is
+ * answered within 5 s. The 65 share one walk (each joins the walk of the
+ * listing it asks for, or follows a Tree waiting to walk it); the other
+ * listings take the TREE_MAX_WAITING (2) places to walk, the rest are
+ * refused at once (KVS_EBUSY, saying why). Before, each Tree waited for
+ * every walk ahead of it and the spacing after each: 64 sessions were
+ * answered after 66 s on a large index, and a 65th waited for them all. */
+static void send_tree_of(int fd, uint32_t max, const char *ns)
+{
+    Kvshare__Request req = KVSHARE__REQUEST__INIT;
+    Kvshare__TreeRequest tr = KVSHARE__TREE_REQUEST__INIT;
+    tr.max = max;
+    tr.by_size = 1;
+    tr.ns = (char *)ns;
+    req.rpc_case = KVSHARE__REQUEST__RPC_TREE;
+    req.tree = &tr;
+    ck_assert_int_eq(raw_send_request(fd, &req), 0);
+}
+
+START_TEST(test_tree_queue_is_bounded)
+{
+    enum { PREFIXES = 65536, SESSIONS = 64, OTHERS = 4 };
+    static const char *const others[OTHERS] = {"tq-a", "tq-b", "tq-c", "tq-d"};
+    harness_t d;
+    ck_assert_int_eq(harness_start(&d, PREFIXES, NULL), 0);
+    int fill = hostile_connect(&d);
+    ck_assert_int_eq(raw_commit_one_block_prompts(fill, PREFIXES, BT, 16384), 0);
+    close(fill);
+    int fds[SESSIONS + 1 + OTHERS];
+    for (int i = 0; i < SESSIONS + 1 + OTHERS; i++)
+        fds[i] = hostile_connect(&d);
+    /* One alone first: the figure to compare with (its spacing then runs
+     * when the others come). */
+    int alone = hostile_connect(&d);
+    double t0 = now_s();
+    send_tree(alone, 1000);
+    kvshare__response__free_unpacked(tree_reply(alone), NULL);
+    double one = now_s() - t0;
+    close(alone);
+    t0 = now_s();
+    for (int i = 0; i < SESSIONS; i++)
+        send_tree(fds[i], 1000);
+    send_tree(fds[SESSIONS], 10);
+    for (int i = 0; i < OTHERS; i++)
+        send_tree_of(fds[SESSIONS + 1 + i], 10, others[i]);
+    int listed = 0, refused = 0;
+    for (int i = 0; i < SESSIONS + 1 + OTHERS; i++) {
+        Kvshare__Response *r = tree_reply(fds[i]);
+        if (i <= SESSIONS) {
+            ck_assert_int_eq(r->status, 0);
+            ck_assert_uint_eq(r->tree->n_prefixes, i < SESSIONS ? 1000 : 10);
+            listed++;
+        } else if (r->status == KVSHARE__STATUS__KVS_EBUSY) {
+            ck_assert_ptr_nonnull(strstr(r->message, "waiting for their turn"));
+            refused++;
+        } else { /* no such namespace, once its turn came */
+            ck_assert_int_eq(r->status, KVSHARE__STATUS__KVS_ENONS);
+        }
+        kvshare__response__free_unpacked(r, NULL);
+    }
+    double took = now_s() - t0;
+    printf("test_tree_queue_is_bounded: one Tree alone %.3f s; 69 at once: %d listed, %d "
+           "refused, the last answer after %.2f s\n",
+           one, listed, refused, took);
+    ck_assert_int_ge(refused, OTHERS - TREE_WAITING_PLACES);
+    ck_assert_double_lt(took, 5.0);
+    for (int i = 0; i < SESSIONS + 1 + OTHERS; i++)
+        close(fds[i]);
     ck_assert_int_eq(harness_stop(&d), 0);
     harness_cleanup(&d);
 }
@@ -879,9 +957,10 @@ START_TEST(test_close_with_many_pins_is_released_in_steps)
 END_TEST
 
 /* A prompt over --max-prompt-blocks is refused with KVS_ELIMIT by Lookup,
- * Commit and Evict (their work is one piece on the loop, linear in the
- * prompt), and nothing of it is cached; one of exactly the limit is served;
- * the session goes on. Before, only --max-frame bounded the prompt. */
+ * Commit and Evict, and an Alloc of more blocks too (their work is one
+ * piece on the loop, linear in the prompt), and nothing of it is cached;
+ * one of exactly the limit is served; the session goes on. Before, only
+ * --max-frame bounded the prompt, and the pool bounded an Alloc. */
 START_TEST(test_prompt_over_max_prompt_blocks_is_refused)
 {
     enum { MAX = 64 };
@@ -893,8 +972,13 @@ START_TEST(test_prompt_over_max_prompt_blocks_is_refused)
     for (uint32_t i = 0; i < (MAX + 1) * BT; i++)
         tokens[i] = 31 * 1000 + i;
     size_t n = 99, done = 99;
+    /* An Alloc over the limit is refused the same way (its evictions are
+     * one piece of loop work too): before, one Alloc of a whole cached
+     * 1,048,576-block pool evicted it in one 77 ms stall. */
+    ck_assert_int_eq(kvs_alloc(c, NULL, MAX + 1, ids), KVS_ELIMIT);
+    ck_assert_int_eq(kvs_alloc(c, NULL, MAX, ids), 0);
+    ck_assert_int_eq(kvs_alloc(c, NULL, 1, ids + MAX), 0);
     /* A prompt of the limit itself is served. */
-    ck_assert_int_eq(kvs_alloc(c, NULL, MAX + 1, ids), 0);
     ck_assert_int_eq(kvs_commit(c, NULL, tokens, MAX * BT, ids, MAX, canonical, &done), 0);
     ck_assert_uint_eq(done, MAX);
     /* One block more: refused, whatever the RPC, and nothing changes. */
@@ -915,6 +999,50 @@ START_TEST(test_prompt_over_max_prompt_blocks_is_refused)
 }
 END_TEST
 
+/* Sessions that each miss one pinning Lookup of a 131,072-block prompt
+ * and then idle keep nothing of it: the pin table the Lookup reserved for
+ * a pin per block (8 bytes a block) is given back with the turn. Before,
+ * each kept it: 2 MiB per session here (8.9 MiB with a 1M-block prompt
+ * limit), 32 MiB for these 16. */
+START_TEST(test_missed_pinned_lookups_keep_nothing)
+{
+    enum { BLOCKS = 131072, SESSIONS = 16 };
+    harness_t d;
+    ck_assert_int_eq(harness_start(&d, BLOCKS, NULL), 0);
+    uint32_t *tokens = malloc((size_t)BLOCKS * BT * sizeof(*tokens));
+    uint32_t *found = malloc((size_t)BLOCKS * sizeof(*found));
+    ck_assert_ptr_nonnull(tokens);
+    ck_assert_ptr_nonnull(found);
+    for (uint32_t i = 0; i < BLOCKS * BT; i++)
+        tokens[i] = 77 * 1000 + i;
+    kvs_client_t *c[SESSIONS];
+    for (int i = 0; i < SESSIONS; i++)
+        c[i] = harness_client(&d, NULL, KVS_NO_MAP);
+    double rtt;
+    ck_assert_int_eq(kvs_ping(c[0], 8, &rtt), 0);
+    long rss0 = rel_rss_anon_kib(d.pid);
+    for (int i = 0; i < SESSIONS; i++) {
+        size_t n = 99;
+        ck_assert_int_eq(kvs_lookup(c[i], NULL, tokens, (size_t)BLOCKS * BT, 1, found, BLOCKS, &n),
+                         0);
+        ck_assert_uint_eq(n, 0);
+    }
+    ck_assert_int_eq(kvs_ping(c[0], 8, &rtt), 0);
+    long rss1 = rel_rss_anon_kib(d.pid);
+    printf("test_missed_pinned_lookups_keep_nothing: daemon RssAnon %ld -> %ld KiB after %d "
+           "missed pinning Lookups of %d blocks\n",
+           rss0, rss1, SESSIONS, BLOCKS);
+    if (REL_RSS_MEANINGFUL)
+        ck_assert_msg(rss1 - rss0 < 8 * 1024, "RssAnon grew by %ld KiB", rss1 - rss0);
+    for (int i = 0; i < SESSIONS; i++)
+        kvs_close(c[i]);
+    free(tokens);
+    free(found);
+    ck_assert_int_eq(harness_stop(&d), 0);
+    harness_cleanup(&d);
+}
+END_TEST
+
 static Suite *hostile_suite(void)
 {
     Suite *s = suite_create("hostile");
@@ -922,6 +1050,7 @@ static Suite *hostile_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_tree_flood_does_not_freeze_others);
     tcase_add_test(tc, test_tree_walks_in_steps);
+    tcase_add_test(tc, test_tree_queue_is_bounded);
     tcase_add_test(tc, test_large_frames_are_spaced);
     tcase_add_test(tc, test_large_work_is_shared_between_sessions);
     tcase_add_test(tc, test_half_close_gets_every_reply);
@@ -933,6 +1062,7 @@ static Suite *hostile_suite(void)
     tcase_add_test(tc, test_namespaces_per_session_are_limited);
     tcase_add_test(tc, test_close_with_many_pins_is_released_in_steps);
     tcase_add_test(tc, test_prompt_over_max_prompt_blocks_is_refused);
+    tcase_add_test(tc, test_missed_pinned_lookups_keep_nothing);
     suite_add_tcase(s, tc);
     return s;
 }
