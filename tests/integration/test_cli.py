@@ -3,6 +3,7 @@
 kvshared. Run by ctest with KVSHARED and KVSHARE_CLI in the environment."""
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -74,6 +75,20 @@ class CliTest(unittest.TestCase):
         self.assertIn("blocks    free", r.stdout)
         self.assertIn("tenant-a", r.stdout)
         self.assertIn("75.0%", r.stdout)
+        # The counters stand in two aligned columns, whatever the length of
+        # the longest name: every name starts, and every value ends, at the
+        # same column as the others of its column.
+        lines = r.stdout.split("\n")
+        first = lines.index("counters since start") + 1
+        rows = lines[first:lines.index("", first)]
+        self.assertGreater(len(rows), 10)
+        names, ends = set(), set()
+        for row in rows:
+            for m in re.finditer(r"([a-z][a-z0-9_]*) +(\d+)", row):
+                names.add(m.start(1))
+                ends.add(m.end(2))
+        self.assertEqual(len(names), 2, "\n".join(rows))
+        self.assertEqual(len(ends), 2, "\n".join(rows))
 
     def test_devices(self):
         """kvshared --devices 0-1: stats lists each device (human and JSON)

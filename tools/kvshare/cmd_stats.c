@@ -58,6 +58,26 @@ static void print_cluster_nodes(FILE *f, const kvs_stats_t *s)
     }
 }
 
+/* Every counter, two to a line. The name column is as wide as the longest
+ * name and the value column as wide as the widest value, so the columns line
+ * up whatever the names (new counters) and the values (a long uptime). */
+static void print_counters(FILE *f, const kvs_stats_t *s)
+{
+    int name_w = 0, value_w = 1;
+    for (size_t i = 0; i < KVS_N_COUNTERS; i++) {
+        char v[24];
+        int n = (int)strlen(counter_names[i]);
+        int w = snprintf(v, sizeof(v), "%llu", (unsigned long long)s->counters[i]);
+        name_w = n > name_w ? n : name_w;
+        value_w = w > value_w ? w : value_w;
+    }
+    fprintf(f, "\ncounters since start\n");
+    for (size_t i = 0; i < KVS_N_COUNTERS; i++)
+        fprintf(f, "  %-*s %*llu%s", name_w, counter_names[i], value_w,
+                (unsigned long long)s->counters[i],
+                i % 2 == 1 || i + 1 == KVS_N_COUNTERS ? "\n" : "    ");
+}
+
 void cli_print_stats(FILE *f, const kvs_stats_t *s)
 {
     char a[32], b[32], up[32];
@@ -88,10 +108,7 @@ void cli_print_stats(FILE *f, const kvs_stats_t *s)
     fprintf(f, "sessions  %u open\n", s->sessions);
     fprintf(f, "loop      longest work between polls %.1f ms\n", s->loop_busy_max_us / 1000.0);
     print_devices(f, s);
-    fprintf(f, "\ncounters since start\n");
-    for (size_t i = 0; i < KVS_N_COUNTERS; i++)
-        fprintf(f, "  %-24s %14llu%s", counter_names[i], (unsigned long long)s->counters[i],
-                i % 2 == 1 || i + 1 == KVS_N_COUNTERS ? "\n" : "    ");
+    print_counters(f, s);
     if (s->n_namespaces == 0) {
         fprintf(f, "\nno namespace yet (no lookup or commit so far)\n");
         return;
