@@ -16,13 +16,18 @@ know: the ServiceMonitor's fields are checked against the few its CRD
 defines that we use, and the PrometheusRule's groups must equal
 packaging/prometheus/kvshare-rules.yml (which promtool tests:
 tests/ops/prometheus_rules_test.yml). With --kvshared, the ConfigMap's
-kvshared.conf passes `kvshared --check-config`; with --kubectl, the
-kustomization renders (`kubectl kustomize`, offline) and its output is
-checked too.
+kvshared.conf passes `kvshared --check-config` (with pool.env's size); with
+--kubectl, both variants render (`kubectl kustomize`, offline: this folder,
+the host pool, and ../kubernetes-cuda, the GPU pool) and their output is
+checked too: RuntimeClass nvidia in the cuda variant only, the pool's size
+from pool.env alone (kvshared's --pool-bytes, the memory request).
+Of admission, two things: the namespace carries a Pod Security level that
+admits its pods (hostPath needs `privileged`), and every priority class is
+defined here (system-* classes are admitted in kube-system only).
 
-Not seen here: admission (quotas, pod security, webhooks), defaults the
-server fills in, whether the image, runtime class, priority class or node
-labels exist on a cluster, and the custom resources' full CRD schemas.
+Not seen here: the rest of admission (quotas, webhooks), defaults the
+server fills in, whether the image, runtime class or node labels exist on
+a cluster, and the custom resources' full CRD schemas.
 
 Usage: /usr/bin/python3 validate.py [--kvshared PATH] [--kubectl PATH] [--dir DIR]
        /usr/bin/python3 validate.py --write-prometheusrule
@@ -197,6 +202,118 @@ def check_objects(ck, objects, rules):
                     ck.error(where, "targetPort %r is no container port of its pods" % t)
 
 
+def pods(objects):
+    """(where, pod spec) of every workload."""
+    return [(w, ((o.get("spec") or {}).get("template") or {}).get("spec") or {})
+            for w, o in objects if o.get("kind") in ("DaemonSet", "Deployment")]
+
+
+def check_admission(ck, objects):
+    """What a cluster's admission would refuse that the types cannot say:
+    a namespace of ours without a Pod Security level that its pods need
+    (hostPath or a root container are refused below `privileged`), and a
+    priority class that is neither defined here nor a system class in
+    kube-system (where alone those are admitted)."""
+    namespaces = {(o.get("metadata") or {}).get("name"): (w, o) for w, o in objects
+                  if o.get("kind") == "Namespace"}
+    for name, (where, obj) in namespaces.items():
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        level = labels.get("pod-security.kubernetes.io/enforce")
+        if level not in ("privileged", "baseline", "restricted"):
+            ck.error(where, "no pod-security.kubernetes.io/enforce label (privileged, baseline "
+                            "or restricted)")
+        elif level != "privileged":
+            for w, spec in pods(objects):
+                if any("hostPath" in v for v in spec.get("volumes") or []):
+                    ck.error(w, "a hostPath volume, refused by the namespace's Pod Security "
+                                "level %s" % level)
+    defined = {(o.get("metadata") or {}).get("name") for _, o in objects
+               if o.get("kind") == "PriorityClass"}
+    for w, spec in pods(objects):
+        pc = spec.get("priorityClassName")
+        if pc and pc not in defined and not pc.startswith("system-"):
+            ck.error(w, "priorityClassName %s is not defined here" % pc)
+        elif pc and pc.startswith("system-"):
+            ck.error(w, "priorityClassName %s is admitted only in kube-system: define a "
+                        "PriorityClass" % pc)
+
+
+def read_pool(folder):
+    """pool.env's pool_bytes: the pool's size, set there only."""
+    with open(os.path.join(folder, "pool.env")) as f:
+        for line in f:
+            if line.startswith("pool_bytes="):
+                return line.split("=", 1)[1].strip()
+    return None
+
+
+def kvshared_pod(objects):
+    for w, o in objects:
+        if o.get("kind") == "DaemonSet" and (o.get("metadata") or {}).get("name") == "kvshared":
+            spec = o["spec"]["template"]["spec"]
+            return w, spec, [c for c in spec["containers"] if c.get("name") == "kvshared"][0]
+    return None, None, None
+
+
+def check_variants(ck, folder, host, cuda):
+    """The two rendered variants: the host pool without a runtime class, the
+    cuda one with RuntimeClass nvidia; the pool's size from pool.env alone,
+    as kvshared's --pool-bytes and as the host variant's memory request."""
+    pool = read_pool(folder)
+    if not pool:
+        return ck.error("pool.env", "no pool_bytes=")
+    for name, objects in (("host", host), ("cuda", cuda)):
+        if objects is None:
+            continue
+        where, spec, c = kvshared_pod(objects)
+        if spec is None:
+            ck.error(name, "no DaemonSet kvshared")
+            continue
+        rc = spec.get("runtimeClassName")
+        if name == "host" and rc is not None:
+            ck.error(where, "the host variant needs no runtime class, has %s" % rc)
+        if name == "cuda" and rc != "nvidia":
+            ck.error(where, "the cuda variant's runtimeClassName is %r, not nvidia" % rc)
+        cmd = c.get("command") or []
+        env = {e.get("name"): e for e in c.get("env") or []}
+        ref = ((env.get("KVSHARE_POOL_BYTES") or {}).get("valueFrom") or {}).get(
+            "configMapKeyRef") or {}
+        maps = {(o.get("metadata") or {}).get("name"): o for _, o in objects
+                if o.get("kind") == "ConfigMap"}
+        if "$(KVSHARE_POOL_BYTES)" not in cmd or ref.get("key") != "pool_bytes" or \
+                ((maps.get(ref.get("name")) or {}).get("data") or {}).get("pool_bytes") != pool:
+            ck.error(where, "kvshared's --pool-bytes is not pool.env's %s" % pool)
+        for cm in maps.values():
+            for line in ((cm.get("data") or {}).get("kvshared.conf") or "").split("\n"):
+                if line.split("=")[0].strip() in ("pool_bytes", "pool_blocks"):
+                    ck.error(where, "kvshared.conf sizes the pool (%s): pool.env does" % line)
+        memory = ((c.get("resources") or {}).get("requests") or {}).get("memory")
+        if name == "host" and str(memory) != pool:
+            ck.error(where, "the memory request %s is not pool.env's %s" % (memory, pool))
+    # The number itself: in pool.env and nowhere else among the sources.
+    for path in glob.glob(os.path.join(folder, "**", "*"), recursive=True):
+        if os.path.isfile(path) and os.path.basename(path) != "pool.env" and \
+                not path.endswith(".py"):
+            with open(path, errors="replace") as f:
+                if pool in f.read():
+                    ck.error(os.path.relpath(path, folder), "repeats the pool size %s" % pool)
+
+
+def render(ck, kubectl, folder, rules, label):
+    r = subprocess.run([kubectl, "kustomize", folder], capture_output=True, text=True)
+    if r.returncode != 0:
+        ck.error(label, "kubectl kustomize: " + r.stderr)
+        return None
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml") as t:
+        t.write(r.stdout)
+        t.flush()
+        rendered = load(ck, [t.name])
+    rendered = [("%s:%s" % (label, w.split(" ", 1)[1]), o) for w, o in rendered]
+    check_objects(ck, rendered, rules)
+    check_admission(ck, rendered)
+    return rendered
+
+
 def load(ck, paths):
     objects = []
     for path in paths:
@@ -271,24 +388,22 @@ def main(argv):
                    glob.glob(os.path.join(folder, "examples", "*.yaml")))
     objects = load(ck, paths)
     check_objects(ck, objects, rules)
+    check_admission(ck, objects)
     checked = len([o for _, o in objects if o.get("kind") != "Kustomization"])
     if kvshared:
-        r = subprocess.run([kvshared, "--check-config", os.path.join(folder, "kvshared.conf")],
+        r = subprocess.run([kvshared, "--check-config", os.path.join(folder, "kvshared.conf"),
+                            "--pool-bytes", read_pool(folder) or "0"],
                            capture_output=True, text=True)
         if r.returncode != 0:
             ck.error("kvshared.conf", r.stdout + r.stderr)
     if kubectl:
-        r = subprocess.run([kubectl, "kustomize", folder], capture_output=True, text=True)
-        if r.returncode != 0:
-            ck.error("kustomization.yaml", "kubectl kustomize: " + r.stderr)
-        else:
-            with tempfile.NamedTemporaryFile("w", suffix=".yaml") as t:
-                t.write(r.stdout)
-                t.flush()
-                rendered = load(ck, [t.name])
-            rendered = [("kustomize:" + w.split(" ", 1)[1], o) for w, o in rendered]
-            check_objects(ck, rendered, rules)
-            checked += len(rendered)
+        host = render(ck, kubectl, folder, rules, "kustomize")
+        cuda_dir = os.path.join(folder, "..", "kubernetes-cuda")
+        cuda = None
+        if os.path.isdir(cuda_dir):
+            cuda = render(ck, kubectl, cuda_dir, rules, "kustomize-cuda")
+        check_variants(ck, folder, host, cuda)
+        checked += len(host or []) + len(cuda or [])
     for e in ck.errors:
         print("error: " + e)
     print("%d objects checked, %d errors" % (checked, len(ck.errors)))

@@ -49,7 +49,8 @@ set -e
 [ "$rc" = 0 ] || fail "the manifests do not validate"
 
 # The validator must see a broken copy: a misspelt field, a string for an
-# integer, a selector that misses its pods, and rules that drifted.
+# integer, a selector that misses its pods, rules that drifted, a namespace
+# without its Pod Security level, a system priority class outside kube-system.
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/kvs-k8s-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 cp -r "$src/packaging/kubernetes" "$tmp/k"
@@ -57,9 +58,13 @@ sed -i 's/readOnlyRootFilesystem: true/readOnlyRootFilesystm: true/' "$tmp/k/dae
 sed -i 's/failureThreshold: 60/failureThreshold: "60"/' "$tmp/k/daemonset.yaml"
 sed -i '/^  selector:/{n;s/kvshared/nothing/}' "$tmp/k/service.yaml"
 sed -i '0,/\[5m\]/s//[6m]/' "$tmp/k/prometheusrule.yaml"
+sed -i '/pod-security.kubernetes.io\/enforce/d' "$tmp/k/namespace.yaml"
+sed -i 's/priorityClassName: kvshared-node-critical/priorityClassName: system-node-critical/' \
+    "$tmp/k/daemonset.yaml"
 /usr/bin/python3 "$validate" --dir "$tmp/k" >"$tmp/out" 2>&1 && fail "a broken copy validated"
 for want in "readOnlyRootFilesystm: no such field" "failureThreshold: expected an integer" \
-            "Service/kvshared-metrics" "spec.groups differ"; do
+            "Service/kvshared-metrics" "spec.groups differ" \
+            "no pod-security.kubernetes.io/enforce label" "admitted only in kube-system"; do
     grep -q "$want" "$tmp/out" || { cat "$tmp/out"; fail "the broken copy's '$want' was not seen"; }
 done
 echo "packaging_test: ok"
