@@ -12,7 +12,10 @@
  *   named_field  1 when StatsReply also has a field of that name (the counters
  *                that predate StatsReply.counters; they stay filled for older
  *                clients), 0 for every counter added since: leave it 0;
- *   family       the Prometheus metric (counters of one family share its help);
+ *   family       the Prometheus metric (counters of one family share its help),
+ *                in base units: a counter kept in milliseconds, microseconds or
+ *                nanoseconds ends its name in _ms, _us or _ns and its family in
+ *                _seconds_total, and /metrics shows it in seconds;
  *   labels       its label set, "" for none;
  *   help         the family's HELP line.
  *
@@ -64,8 +67,8 @@
       "Lookups that waited for blocks other sessions were writing, by how the wait ended") \
     X(lookup_wait_timeouts, 0, "kvshare_lookup_waits_total", "result=\"deadline\"", \
       "Lookups that waited for blocks other sessions were writing, by how the wait ended") \
-    X(lookup_wait_ms, 0, "kvshare_lookup_wait_milliseconds_total", "", \
-      "Milliseconds lookups spent waiting for blocks other sessions were writing") \
+    X(lookup_wait_ms, 0, "kvshare_lookup_wait_seconds_total", "", \
+      "Seconds lookups spent waiting for blocks other sessions were writing") \
     X(kv_events_published, 0, "kvshare_kv_events_published_total", "", \
       "KV events sent to routers (BlockStored, BlockRemoved, AllBlocksCleared)") \
     X(kv_events_dropped, 0, "kvshare_kv_events_dropped_total", "", \
@@ -99,8 +102,8 @@
     X(tier2_drops, 0, "kvshare_tier2_drops_total", "", \
       "Blocks dropped for good below the pool (part of evictions): from tier 2 when it was " \
       "full, or with a disk tier from tier 3") \
-    X(tier_copy_us, 0, "kvshare_tier_copy_microseconds_total", "", \
-      "Microseconds the copies between the pool and tier 2 took, on the copying threads") \
+    X(tier_copy_us, 0, "kvshare_tier_copy_seconds_total", "", \
+      "Seconds the copies between the pool and tier 2 took, on the copying threads") \
     X(tier_copy_failures, 0, "kvshare_tier_copy_failures_total", "", \
       "Batches of copies between the pool and tier 2 that failed (kvshared then stops)") \
     X(tier2_in_place_blocks, 0, "kvshare_tier2_in_place_blocks_total", "", \

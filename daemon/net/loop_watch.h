@@ -16,7 +16,7 @@
  * time is read at most 100 times a second and after such a stretch.
  *
  * Shown (metrics_t, Stats): loop_busy_max_us, the longest stretch since
- * start, wall-clock (kvshare_loop_busy_max_microseconds); loop_stalls, the
+ * start, wall-clock (kvshare_loop_busy_max_seconds); loop_stalls, the
  * stretches over LOOP_STALL_MS of both wall-clock and CPU time
  * (kvshare_loop_stalls_total), each logged (at most one line a second, with
  * the count of those not logged).

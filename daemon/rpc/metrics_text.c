@@ -17,6 +17,7 @@
 #include "kvshare_version.h"
 #include "metrics_text.h"
 #include "now.h"
+#include "proc_self.h"
 #include "server.h"
 #include "store.h"
 #include "tier_disk.h"
@@ -202,11 +203,41 @@ static unsigned long long ns_field(const radix_ns_stats_t *st, enum ns_field f)
 }
 
 /* The Prometheus family, labels and help of each counter of KVS_COUNTERS. */
-#define COUNTER_ROW(name, named, family, labels, help) {family, labels, help},
+#define COUNTER_ROW(name, named, family, labels, help) {#name, family, labels, help},
 static const struct {
-    const char *family, *labels, *help;
+    const char *name, *family, *labels, *help;
 } counter_rows[] = {KVS_COUNTERS(COUNTER_ROW) KVS_COUNTERS_NEXT(COUNTER_ROW)};
 #undef COUNTER_ROW
+
+/* Decimal places of a counter kept in milliseconds, microseconds or
+ * nanoseconds (its C name ends in _ms, _us or _ns; its family is in
+ * seconds), 0 for any other. */
+static int counter_decimals(const char *name)
+{
+    static const struct {
+        const char *suffix;
+        int decimals;
+    } units[] = {{"_ms", 3}, {"_us", 6}, {"_ns", 9}};
+    size_t len = strlen(name);
+    for (size_t u = 0; u < sizeof(units) / sizeof(units[0]); u++)
+        if (len > 3 && strcmp(name + len - 3, units[u].suffix) == 0)
+            return units[u].decimals;
+    return 0;
+}
+
+/* A counter's value in its family's unit: exact, as the integer it is or as
+ * seconds with the decimals its unit has (1234567 us is 1.234567). */
+static void counter_value(text_t *t, const char *name, unsigned long long v)
+{
+    int decimals = counter_decimals(name);
+    unsigned long long div = 1;
+    for (int i = 0; i < decimals; i++)
+        div *= 10;
+    if (decimals)
+        put(t, "%llu.%0*llu\n", v / div, decimals, v % div);
+    else
+        put(t, "%llu\n", v);
+}
 
 /* Every counter, one family at a time: the format wants a family's samples
  * together, and a label added to a family later is appended to the list. */
@@ -223,10 +254,10 @@ static void counters(text_t *t, const metrics_t *m)
             if (strcmp(counter_rows[j].family, counter_rows[i].family) != 0)
                 continue;
             if (counter_rows[j].labels[0])
-                put(t, "%s{%s} %llu\n", counter_rows[j].family, counter_rows[j].labels,
-                    (unsigned long long)m->counters[j]);
+                put(t, "%s{%s} ", counter_rows[j].family, counter_rows[j].labels);
             else
-                put(t, "%s %llu\n", counter_rows[j].family, (unsigned long long)m->counters[j]);
+                put(t, "%s ", counter_rows[j].family);
+            counter_value(t, counter_rows[j].name, (unsigned long long)m->counters[j]);
         }
     }
 }
@@ -344,9 +375,9 @@ static void cluster_nodes(text_t *t, server_t *srv)
          "1 unless the node is counted down after a fault or refused AUTH"},
         {"kvshare_cluster_node_requests_total", "counter",
          "Commands sent to each cluster node, redirected ones included"},
-        {"kvshare_cluster_node_errors_total", "counter",
+        {"kvshare_cluster_node_command_errors_total", "counter",
          "Commands that ended badly on each cluster node (timeouts, lost, error replies)"},
-        {"kvshare_cluster_node_latency_seconds_sum", "counter",
+        {"kvshare_cluster_node_latency_seconds_total", "counter",
          "Seconds from send to reply, summed over each cluster node's replies"},
         {"kvshare_cluster_node_replies_total", "counter", "Replies each cluster node gave"},
     };
@@ -386,6 +417,40 @@ static void cluster_nodes(text_t *t, server_t *srv)
          metrics_latency_bounds_ns, metrics_latency_n_bounds, 1e-9);
 }
 
+/* The process_* families of the Prometheus client libraries, under their
+ * names (no kvshare_ prefix), so that dashboards and alerts written for any
+ * process work here; read now (proc_self.c). */
+static void process(text_t *t)
+{
+    proc_self_t p;
+    if (proc_self_read(&p) != 0)
+        return;
+    if (p.has_start_time) {
+        head(t, "process_start_time_seconds", "gauge",
+             "Start time of the process since unix epoch in seconds");
+        put(t, "process_start_time_seconds %.2f\n", p.start_time_seconds);
+    }
+    if (p.has_cpu) {
+        head(t, "process_cpu_seconds_total", "counter",
+             "Total user and system CPU time spent in seconds");
+        put(t, "process_cpu_seconds_total %.6f\n", p.cpu_seconds);
+    }
+    if (p.has_memory) {
+        head(t, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes");
+        put(t, "process_resident_memory_bytes %llu\n", (unsigned long long)p.resident_bytes);
+        head(t, "process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes");
+        put(t, "process_virtual_memory_bytes %llu\n", (unsigned long long)p.virtual_bytes);
+    }
+    if (p.has_open_fds) {
+        head(t, "process_open_fds", "gauge", "Number of open file descriptors");
+        put(t, "process_open_fds %llu\n", (unsigned long long)p.open_fds);
+    }
+    if (p.has_max_fds) {
+        head(t, "process_max_fds", "gauge", "Maximum number of open file descriptors");
+        put(t, "process_max_fds %.17g\n", (double)p.max_fds);
+    }
+}
+
 int metrics_render(server_t *srv, char **out, size_t *len)
 {
     text_t t = {0};
@@ -407,6 +472,7 @@ int metrics_render(server_t *srv, char **out, size_t *len)
         backend_kind(srv->backend) == BACKEND_CUDA ? "cuda" : "host");
     head(&t, "kvshare_uptime_seconds", "gauge", "Seconds since kvshared started");
     put(&t, "kvshare_uptime_seconds %.3f\n", (double)((uint64_t)now_ms() - srv->start_ms) / 1000.0);
+    process(&t);
 
     /* One family at a time: the format wants each family's samples together. */
     for (size_t f = 0; f < sizeof(ns_families) / sizeof(ns_families[0]); f++) {
@@ -477,9 +543,11 @@ int metrics_render(server_t *srv, char **out, size_t *len)
 
     head(&t, "kvshare_sessions", "gauge", "Open sessions (connections)");
     put(&t, "kvshare_sessions %u\n", srv->n_sessions);
-    head(&t, "kvshare_loop_busy_max_microseconds", "gauge",
-         "The longest stretch of loop work between two polls since start, in microseconds");
-    put(&t, "kvshare_loop_busy_max_microseconds %llu\n", (unsigned long long)m->loop_busy_max_us);
+    head(&t, "kvshare_loop_busy_max_seconds", "gauge",
+         "The longest stretch of loop work between two polls since start, in seconds");
+    put(&t, "kvshare_loop_busy_max_seconds %llu.%06llu\n",
+        (unsigned long long)(m->loop_busy_max_us / 1000000),
+        (unsigned long long)(m->loop_busy_max_us % 1000000));
     counters(&t, m);
 
     head(&t, "kvshare_rpc_requests_total", "counter", "Requests by RPC");

@@ -4,7 +4,7 @@
  * (docs/RELIABILITY.md, "Round two"). While the loop works nobody is
  * answered, so each piece of work that cannot be cut is bounded. The daemon
  * measures the longest stretch of work between two polls itself
- * (loop_watch.c: kvshare_loop_busy_max_microseconds, and
+ * (loop_watch.c: kvshare_loop_busy_max_seconds, and
  * kvshare_loop_stalls_total for stretches over 50 ms); each case does the
  * largest one-piece work of its kind on a 65,536-block pool and reads it.
  *

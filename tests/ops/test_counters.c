@@ -59,6 +59,21 @@ static const char *const gauges[] = {
     "loop_busy_max_us",
 };
 
+/* Decimal places of a counter kept in ms, us or ns (its name's suffix). */
+static int unit_decimals(const char *name)
+{
+    size_t len = strlen(name);
+    if (len < 3)
+        return 0;
+    if (strcmp(name + len - 3, "_ms") == 0)
+        return 3;
+    if (strcmp(name + len - 3, "_us") == 0)
+        return 6;
+    if (strcmp(name + len - 3, "_ns") == 0)
+        return 9;
+    return 0;
+}
+
 static int is_gauge(const char *name)
 {
     for (size_t i = 0; i < sizeof(gauges) / sizeof(gauges[0]); i++)
@@ -119,10 +134,18 @@ START_TEST(test_proto_fields)
 }
 END_TEST
 
-/* Counters of one family share its help; a family is a Prometheus name. */
+/* Counters of one family share its help; a family is a Prometheus name in
+ * base units: a counter kept in ms or us (its name says so) is a
+ * _seconds_total family, and no family is in milliseconds or microseconds. */
 START_TEST(test_family_rows)
 {
     for (size_t i = 0; i < KVS_N_COUNTERS; i++) {
+        int in_seconds = strstr(rows[i].family, "_seconds_total") != NULL;
+        ck_assert_msg(in_seconds == (unit_decimals(rows[i].name) != 0), "%s is kept as %s",
+                      rows[i].family, rows[i].name);
+        ck_assert_msg(!strstr(rows[i].family, "milli") && !strstr(rows[i].family, "micro") &&
+                          !strstr(rows[i].family, "nano"),
+                      "%s: Prometheus wants seconds", rows[i].family);
         ck_assert_msg(strncmp(rows[i].family, "kvshare_", 8) == 0, "%s", rows[i].family);
         size_t len = strlen(rows[i].family);
         ck_assert_msg(len > 6 && strcmp(rows[i].family + len - 6, "_total") == 0, "%s",
@@ -164,13 +187,34 @@ START_TEST(test_metrics_text_values)
     size_t len = 0;
     ck_assert_int_eq(metrics_render(srv, &text, &len), 0);
     for (size_t i = 0; i < KVS_N_COUNTERS; i++) {
-        char line[256];
-        if (rows[i].labels[0])
-            snprintf(line, sizeof(line), "\n%s{%s} %llu\n", rows[i].family, rows[i].labels,
-                     1000003ULL * (i + 1));
+        char line[256], value[64];
+        unsigned long long v = 1000003ULL * (i + 1);
+        /* kept in ms or us, shown in seconds: 3000009 ms is 3000.009 */
+        if (unit_decimals(rows[i].name) == 3)
+            snprintf(value, sizeof(value), "%llu.%03llu", v / 1000, v % 1000);
+        else if (unit_decimals(rows[i].name) == 6)
+            snprintf(value, sizeof(value), "%llu.%06llu", v / 1000000, v % 1000000);
         else
-            snprintf(line, sizeof(line), "\n%s %llu\n", rows[i].family, 1000003ULL * (i + 1));
+            snprintf(value, sizeof(value), "%llu", v);
+        if (rows[i].labels[0])
+            snprintf(line, sizeof(line), "\n%s{%s} %s\n", rows[i].family, rows[i].labels, value);
+        else
+            snprintf(line, sizeof(line), "\n%s %s\n", rows[i].family, value);
         ck_assert_msg(strstr(text, line) != NULL, "/metrics lacks%s", line);
+    }
+    /* The loop's longest work, kept in us, in seconds. */
+    ck_assert_ptr_nonnull(strstr(text, "\nkvshare_loop_busy_max_seconds 0.000000\n"));
+    /* The process_* families of the client libraries. */
+    static const char *const process[] = {"process_start_time_seconds ",
+                                          "process_cpu_seconds_total ",
+                                          "process_resident_memory_bytes ",
+                                          "process_virtual_memory_bytes ",
+                                          "process_open_fds ",
+                                          "process_max_fds "};
+    for (size_t i = 0; i < sizeof(process) / sizeof(process[0]); i++) {
+        char line[64];
+        snprintf(line, sizeof(line), "\n%s", process[i]);
+        ck_assert_msg(strstr(text, line) != NULL, "/metrics lacks %s", process[i]);
     }
     /* Per-RPC figures by dispatch table position, named by the table. */
     for (size_t r = 0; r < dispatch_count(); r++) {
