@@ -279,6 +279,40 @@ class ViewsTest(unittest.TestCase):
         # The terminal is given back: the alternate screen is gone.
         self.assertNotIn("q quit", p.screen())
 
+    def test_top_80x24_reflows(self):
+        """At 80 x 24 every line fits, and what does not fit goes whole to
+        a second line or is left out: no figure is cut in the middle."""
+        stats = self.client.stats()
+        p = self.pane("top", "--interval", "0.3", cols=80, rows=24)
+        lines = p.wait("the overview at 80x24", lambda ls: len(ls) == 24 and "q quit" in ls[23]
+                       and any(x.startswith("chat ") for x in ls))
+        self.assertTrue(all(len(line) <= 80 for line in lines), "\n".join(lines))
+        text = "\n".join(lines)
+        self.assertIn(since_start(stats) + " since start", text)
+        # The rates: all five, each whole, the last ones on a second line.
+        for label in ("lookups ", "prefill saved ", "evictions ", "requests ", "errors "):
+            self.assertRegex(text, re.escape(label.strip()) + r" +[0-9.]+[kM]?(/s| tokens/s)")
+        # The title: the page's name and the clock, never a cut word.
+        self.assertIn("[overview]", lines[0])
+        self.assertRegex(lines[0], r"\d\d:\d\d:\d\d *$")
+        # The pool's figures, each whole, across the lines they take.
+        used = stats["total_blocks"] - stats["free_blocks"]
+        pool = row_with(lines, "pool ")
+        words = " ".join(lines[pool:pool + 2]).split()
+        self.assertIn("%d/%d" % (used, stats["total_blocks"]), words)
+        self.assertIn("%d" % stats["cached_blocks"], words)
+        self.assertIn("pinned", words)
+        # The namespace table: the columns that fit, their headers whole;
+        # the ones that do not are left out, not cut.
+        h = row_with(lines, "NAMESPACE")
+        head = lines[h].split()
+        self.assertEqual(head[:5], ["NAMESPACE", "LOOKUP/s", "HIT%", "ALL%", "HELD"])
+        self.assertNotIn("EVICTED", lines[h])
+        chat = [x for x in lines[h + 1:] if x.startswith("chat ")][0].split()
+        self.assertEqual(len(chat), len(head), lines[h:])
+        p.keys("q")
+        self.assertEqual(p.wait_exit(), 0)
+
     def test_top_daemon_restart(self):
         p = self.pane("top", "--interval", "0.3")
         p.wait_text("since start")

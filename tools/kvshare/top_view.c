@@ -37,16 +37,43 @@ static const char *pct_text(double pct, char *buf, size_t len)
 
 /* ---- pieces ---------------------------------------------------------------------- */
 
+/* Writes parts (ASCII, no attributes) after the text already on the line,
+ * sep between them; a part that would pass the width goes whole to the next
+ * line, after indent columns, so that no value is ever cut. A part wider
+ * than a line of its own is the only one clipped. */
+static void flow(scr_t *s, int indent, const char *sep, const char *const *parts, int n)
+{
+    for (int i = 0; i < n; i++) {
+        int need = (int)strlen(parts[i]) + (i ? (int)strlen(sep) : 0);
+        if (i && s->col + need > s->cols && s->col > indent) {
+            scr_newline(s);
+            scr_printf(s, "%*s", indent, "");
+            need -= (int)strlen(sep);
+        } else if (i) {
+            scr_printf(s, "%s", sep);
+        }
+        scr_printf(s, "%s", parts[i]);
+    }
+}
+
 static void title_bar(scr_t *s, const top_view_t *v)
 {
     static const char *const page_name[] = {"overview", "counters", "help"};
-    char up[32] = "";
-    scr_attr(s, SCR_REVERSE);
-    scr_printf(s, " kvshare top - %s", v->where);
+    char up[32] = "", where[300] = "", backend[64] = "", page[32];
+    snprintf(where, sizeof(where), " - %s", v->where);
     if (v->cur)
-        scr_printf(s, "  %s backend, up %s", v->cur->backend == KVS_BACKEND_CUDA ? "cuda" : "host",
-                   units_format_ms(v->cur->uptime_ms, up, sizeof(up)));
-    scr_printf(s, "  [%s]", page_name[v->page]);
+        snprintf(backend, sizeof(backend), "  %s backend, up %s",
+                 v->cur->backend == KVS_BACKEND_CUDA ? "cuda" : "host",
+                 units_format_ms(v->cur->uptime_ms, up, sizeof(up)));
+    snprintf(page, sizeof(page), "  [%s]", page_name[v->page]);
+    /* Too narrow: the backend goes first, then the socket; the page stays. */
+    int fixed = 12 + (int)strlen(page) + (int)strlen(v->clock) + 1;
+    if (fixed + (int)strlen(where) + (int)strlen(backend) > s->cols)
+        backend[0] = '\0';
+    if (fixed + (int)strlen(where) > s->cols)
+        where[0] = '\0';
+    scr_attr(s, SCR_REVERSE);
+    scr_printf(s, " kvshare top%s%s%s", where, backend, page);
     int right = s->cols - (int)strlen(v->clock) - 1;
     scr_pad(s, right);
     scr_printf(s, "%s ", v->clock);
@@ -123,21 +150,30 @@ static void header(scr_t *s, const top_view_t *v)
     scr_attr(s, SCR_BOLD);
     scr_printf(s, "%s", pct_text(f->hit_pct_all, b, sizeof(b)));
     scr_attr(s, SCR_PLAIN);
-    scr_printf(s, " since start   (prompt tokens found cached)");
+    scr_printf(s, " since start");
+    /* The explanation only where it fits whole. */
+    if (s->col + 31 <= s->cols)
+        scr_printf(s, "   (prompt tokens found cached)");
     scr_newline(s);
-    scr_printf(s,
-               "lookups   %s/s   prefill saved %s tokens/s   evictions %s/s   requests %s/s   "
-               "errors %s/s",
-               human(f->lookups_s, a, sizeof(a)), human(f->saved_tokens_s, b, sizeof(b)),
-               human(f->evictions_s, c, sizeof(c)), human(f->requests_s, d, sizeof(d)),
-               human(f->errors_s, e, sizeof(e)));
+    char p[5][48];
+    snprintf(p[0], sizeof(p[0]), "lookups   %s/s", human(f->lookups_s, a, sizeof(a)));
+    snprintf(p[1], sizeof(p[1]), "prefill saved %s tokens/s",
+             human(f->saved_tokens_s, b, sizeof(b)));
+    snprintf(p[2], sizeof(p[2]), "evictions %s/s", human(f->evictions_s, c, sizeof(c)));
+    snprintf(p[3], sizeof(p[3]), "requests %s/s", human(f->requests_s, d, sizeof(d)));
+    snprintf(p[4], sizeof(p[4]), "errors %s/s", human(f->errors_s, e, sizeof(e)));
+    flow(s, 10, "   ", (const char *const[]){p[0], p[1], p[2], p[3], p[4]}, 5);
     scr_newline(s);
     int width = s->cols >= 100 ? 30 : 20;
     scr_printf(s, "pool      ");
     bar(s, v, f->pool_used_pct, width);
-    scr_printf(s, " %5.1f%%  %u/%u blocks: %u cached, %u writing, %u pinned", f->pool_used_pct,
-               st->total_blocks - st->free_blocks, st->total_blocks, st->cached_blocks,
-               st->writing_blocks, st->pinned_blocks);
+    snprintf(p[0], sizeof(p[0]), " %5.1f%% ", f->pool_used_pct);
+    snprintf(p[1], sizeof(p[1]), "%u/%u blocks:", st->total_blocks - st->free_blocks,
+             st->total_blocks);
+    snprintf(p[2], sizeof(p[2]), "%u cached,", st->cached_blocks);
+    snprintf(p[3], sizeof(p[3]), "%u writing,", st->writing_blocks);
+    snprintf(p[4], sizeof(p[4]), "%u pinned", st->pinned_blocks);
+    flow(s, 10, " ", (const char *const[]){p[0], p[1], p[2], p[3], p[4]}, 5);
     scr_newline(s);
     devices(s, v, st, width);
     if (st->tier2_total_blocks > 0) {
@@ -224,13 +260,37 @@ static int table_rows(const scr_t *s)
     return left > 0 ? left : 0;
 }
 
+/* The namespace table's columns after HELD, in the order they are dropped
+ * from the right when the terminal is too narrow: a column shows whole or
+ * not at all. The widths include the space before each. */
+enum { NS_RESERVE, NS_QUOTA, NS_EVICT_S, NS_EVICTED, NS_BANDS, NS_OPTIONAL };
+static const int ns_col_width[NS_OPTIONAL] = {8, 8, 9, 26, 40};
+
+/* How many of the optional columns fit in cols. */
+static int ns_columns(int cols)
+{
+    int used = 16 + 10 + 8 + 8 + 8, n = 0; /* NAMESPACE .. HELD */
+    while (n < NS_OPTIONAL && used + ns_col_width[n] <= cols)
+        used += ns_col_width[n++];
+    return n;
+}
+
 static void namespace_table(scr_t *s, const top_view_t *v, int *rows_total)
 {
     const top_figures_t *f = v->fig;
+    int ncol = ns_columns(s->cols);
     scr_attr(s, SCR_BOLD);
-    scr_printf(s, "%-16s %9s %7s %7s %7s %7s %7s %8s  %-24s %s", "NAMESPACE", "LOOKUP/s", "HIT%",
-               "ALL%", "HELD", "RESERVE", "QUOTA", "EVICT/s", "EVICTED own/others/quota",
-               "CACHED BY PRIORITY 0-24/25-49/50-74/75+");
+    scr_printf(s, "%-16s %9s %7s %7s %7s", "NAMESPACE", "LOOKUP/s", "HIT%", "ALL%", "HELD");
+    if (ncol > NS_RESERVE)
+        scr_printf(s, " %7s", "RESERVE");
+    if (ncol > NS_QUOTA)
+        scr_printf(s, " %7s", "QUOTA");
+    if (ncol > NS_EVICT_S)
+        scr_printf(s, " %8s", "EVICT/s");
+    if (ncol > NS_EVICTED)
+        scr_printf(s, "  %-24s", "EVICTED own/others/quota");
+    if (ncol > NS_BANDS)
+        scr_printf(s, " %s", "CACHED BY PRIORITY 0-24/25-49/50-74/75+");
     scr_newline(s);
     *rows_total = (int)f->n_ns;
     if (f->n_ns == 0) {
@@ -273,8 +333,16 @@ static void namespace_table(scr_t *s, const top_view_t *v, int *rows_total)
             snprintf(held, sizeof(held), "%u", n->cached_blocks);
         scr_printf(s, "%7s", held);
         scr_attr(s, SCR_PLAIN);
-        scr_printf(s, " %7u %7s %8s  %-24s %s", n->reserve, q, human(r->evictions_s, d, sizeof(d)),
-                   causes, bands);
+        if (ncol > NS_RESERVE)
+            scr_printf(s, " %7u", n->reserve);
+        if (ncol > NS_QUOTA)
+            scr_printf(s, " %7s", q);
+        if (ncol > NS_EVICT_S)
+            scr_printf(s, " %8s", human(r->evictions_s, d, sizeof(d)));
+        if (ncol > NS_EVICTED)
+            scr_printf(s, "  %-24s", causes);
+        if (ncol > NS_BANDS)
+            scr_printf(s, " %s", bands);
         scr_newline(s);
     }
     if (last < (int)f->n_ns || first > 0) {
