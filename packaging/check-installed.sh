@@ -46,6 +46,7 @@ grep -q "^StateDirectory=kvshare" "$unit" || fail "$unit: no StateDirectory=kvsh
 grep -q "^ExecStart=/usr/bin/kvshared --config /etc/kvshare/kvshared.conf" "$unit" ||
     fail "$unit: ExecStart does not run /usr/bin/kvshared with /etc/kvshare/kvshared.conf"
 test -f /usr/share/kvshare/prometheus/kvshare-rules.yml || fail "no Prometheus rules"
+test -f /usr/share/kvshare/grafana/kvshare.json || fail "no Grafana dashboard"
 
 echo "-- documents and man pages"
 for d in OPERATING RELIABILITY CLUSTER ENGINES DEPLOYING; do

@@ -18,7 +18,8 @@ libdir=$(dirname "$(dirname "$pc")")
 for f in bin/kvshared bin/kvshare include/kvshare.h include/kvshare_status.h \
          include/kvshare_counters.h include/kvshare_version.h \
          lib/systemd/system/kvshared.service share/kvshare/examples/kvshared.conf \
-         share/kvshare/prometheus/kvshare-rules.yml share/man/man8/kvshared.8 \
+         share/kvshare/prometheus/kvshare-rules.yml share/kvshare/grafana/kvshare.json \
+         share/man/man8/kvshared.8 \
          share/man/man1/kvshare.1 share/doc/kvshare/OPERATING.md share/doc/kvshare/RELIABILITY.md \
          share/doc/kvshare/CLUSTER.md share/doc/kvshare/ENGINES.md share/doc/kvshare/DEPLOYING.md; do
     test -e "$tmp/prefix/$f" || { echo "missing $f"; exit 1; }
