@@ -3,6 +3,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "handlers.h"
@@ -30,6 +31,7 @@ KVS_RPCS(DISPATCH_SAME_CASE)
 
 /* The per-RPC metrics have one slot per entry. */
 _Static_assert(DISPATCH_N == METRICS_MAX_RPC, "one per-RPC metrics slot per dispatch row");
+_Static_assert(offsetof(handler_ctx_t, msg) == 0, "dispatch zeroes what follows the message");
 
 size_t dispatch_count(void)
 {
@@ -193,7 +195,9 @@ int dispatch_frame(session_t *s, const uint8_t *body, size_t len, uint64_t *cloc
 
     Kvshare__Response resp = KVSHARE__RESPONSE__INIT;
     handler_ctx_t ctx;
-    memset(&ctx, 0, sizeof(ctx));
+    /* The message (1 KiB) is written only on a failure: not zeroed. */
+    ctx.msg[0] = '\0';
+    memset((char *)&ctx + sizeof(ctx.msg), 0, sizeof(ctx) - sizeof(ctx.msg));
     resp.id = req->id;
 
     const dispatch_entry_t *entry = dispatch_find(req->rpc_case);
