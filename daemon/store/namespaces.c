@@ -494,8 +494,12 @@ static bool ns_holds_blocks(server_t *srv, uint32_t ns)
 int namespaces_identity_declare(server_t *srv, uint32_t ns, const identity_t *id,
                                 identity_source_t src, char *msg, size_t msglen)
 {
+    if (ns >= srv->cfg.max_namespaces) /* no table entry: never bind another's */
+        return errbuf_set(msg, msglen, KVS_EINTERNAL,
+                          "namespace id %u is past max_namespaces (%u): no identity to bind", ns,
+                          srv->cfg.max_namespaces);
     const ns_identity_t *cur = namespaces_identity(srv, ns);
-    ns_identity_t *ni = &srv->ns_idents[ns < srv->cfg.max_namespaces ? ns : 0];
+    ns_identity_t *ni = &srv->ns_idents[ns];
     const char *name = radix_ns_name(srv->index, ns);
     char text[IDENTITY_TEXT_MAX + 1];
     identity_text(id, text, sizeof(text));
