@@ -10,6 +10,7 @@
 #include "cluster_value.h"
 #include "crc16.h"
 #include "kvshare_status.h"
+#include "cluster_loop.h"
 #include "now.h"
 #include "check_main.h"
 #include "redis_cluster.h"
@@ -23,40 +24,6 @@
 #include <unistd.h>
 
 /* ---- helpers ---- */
-
-typedef struct reply {
-    int done;
-    int status;
-    char data[256];
-    size_t len;
-} reply_t;
-
-static void on_reply(void *arg, int status, const char *data, size_t len)
-{
-    reply_t *r = arg;
-    r->done = 1;
-    r->status = status;
-    r->len = len < sizeof r->data ? len : sizeof r->data;
-    if (data)
-        memcpy(r->data, data, r->len);
-}
-
-/* Runs the loop until *done or ms pass. Returns *done. */
-static int run_until(uv_loop_t *loop, const int *done, int ms)
-{
-    int64_t end = now_ms() + ms;
-    while (!*done && now_ms() < end)
-        uv_run(loop, UV_RUN_ONCE);
-    return *done;
-}
-
-/* Runs the loop for ms (the client's timer refreshes the map meanwhile). */
-static void run_for(uv_loop_t *loop, int ms)
-{
-    int64_t end = now_ms() + ms;
-    while (now_ms() < end)
-        uv_run(loop, UV_RUN_ONCE);
-}
 
 static int run_until_ready(uv_loop_t *loop, cluster_t *c, int ms)
 {

@@ -11,6 +11,7 @@
  */
 #include "cluster.h"
 #include "kvshare_status.h"
+#include "cluster_loop.h"
 #include "now.h"
 #include "check_main.h"
 
@@ -204,37 +205,6 @@ static void fake_stop(fake_t *f)
 }
 
 /* ---- the client ---- */
-
-typedef struct reply {
-    int done, status;
-    char data[64];
-    size_t len;
-} reply_t;
-
-static void on_reply(void *arg, int status, const char *data, size_t len)
-{
-    reply_t *r = arg;
-    r->done = 1;
-    r->status = status;
-    r->len = len < sizeof r->data ? len : sizeof r->data;
-    if (data)
-        memcpy(r->data, data, r->len);
-}
-
-static int run_until(uv_loop_t *loop, const int *done, int ms)
-{
-    int64_t end = now_ms() + ms;
-    while (!*done && now_ms() < end)
-        uv_run(loop, UV_RUN_ONCE);
-    return *done;
-}
-
-static void run_for(uv_loop_t *loop, int ms)
-{
-    int64_t end = now_ms() + ms;
-    while (now_ms() < end)
-        uv_run(loop, UV_RUN_ONCE);
-}
 
 /* kB of a /proc/self/status field. */
 static long status_kb(const char *field)
