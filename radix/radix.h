@@ -121,6 +121,8 @@
 
 #include "kvshare_status.h"
 
+/* radix_insert_after: the tokens start at the namespace's root. */
+#define RADIX_NO_BLOCK    UINT32_MAX
 #define RADIX_NS_ANY      UINT32_MAX /* radix_evict: on behalf of no namespace */
 #define RADIX_NS_NAME_MAX 63         /* bytes of a namespace name, without the NUL */
 #define RADIX_NS_ALL      UINT32_MAX /* radix_top: every namespace */
@@ -352,6 +354,20 @@ int radix_chain_hashes(const radix_tree_t *t, uint32_t ns, const uint32_t *token
  * blocks done before; the tree stays consistent). */
 int radix_insert(radix_tree_t *t, uint32_t ns, const uint32_t *tokens, size_t n_tokens,
                  const uint32_t *ids, size_t n_ids, bool pin, uint32_t *canonical, size_t *n_done);
+
+/* radix_insert for the blocks that follow the cached block `after` (of
+ * namespace ns, in tier 1): tokens, ids and canonical start at the block
+ * after it, and the walk starts at it instead of the root, so a long prompt
+ * can be inserted in pieces, each one's work linear in its own blocks
+ * (kvshared cuts a large Commit so). The caller keeps `after` from being
+ * dropped between the pieces (a pin). Its blocks are marked used as
+ * `after` was (no later than their parent). after == RADIX_NO_BLOCK is
+ * radix_insert. Errors as radix_insert's, and KVS_ENOTFOUND (after is not
+ * cached), KVS_EBADSTATE (after is in another namespace or below tier 1):
+ * nothing changes. */
+int radix_insert_after(radix_tree_t *t, uint32_t ns, uint32_t after, const uint32_t *tokens,
+                       size_t n_tokens, const uint32_t *ids, size_t n_ids, bool pin,
+                       uint32_t *canonical, size_t *n_done);
 
 /* Adds one pin to a cached block; does not change its last use. Errors:
  * KVS_EINVAL (id out of range), KVS_ENOTFOUND (block not cached), KVS_EBUSY

@@ -460,8 +460,9 @@ void radix__slot_remove(radix_tree_t *t, radix_node_t *n);
 void radix__grow_step(radix_tree_t *t, size_t budget);
 /* For tests: nodes still in the table being outgrown (0: not growing). */
 size_t radix__grow_left(const radix_tree_t *t);
-int radix__insert_tier(radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens, size_t n_tokens,
-                       const uint32_t *ids, size_t n_ids, uint32_t tier, bool pin,
+/* from: the cached block the tokens follow (RADIX_NO_BLOCK: the root). */
+int radix__insert_tier(radix_tree_t *t, uint32_t ns_id, uint32_t from, const uint32_t *tokens,
+                       size_t n_tokens, const uint32_t *ids, size_t n_ids, uint32_t tier, bool pin,
                        uint32_t *canonical, size_t *n_done);
 
 /* evict.c: the queues */

@@ -377,5 +377,6 @@ int radix_restore(radix_tree_t *t, uint32_t ns, const uint32_t *tokens, size_t n
             return KVS_EINVAL;
     if (!ns_live(t, ns))
         return KVS_ENONS;
-    return radix__insert_tier(t, ns, tokens, n_tokens, ids, n_ids, k, false, canonical, n_done);
+    return radix__insert_tier(t, ns, RADIX_NO_BLOCK, tokens, n_tokens, ids, n_ids, k, false,
+                              canonical, n_done);
 }

@@ -738,39 +738,77 @@ int radix_chain_hashes(const radix_tree_t *t, uint32_t ns_id, const uint32_t *to
     return 0;
 }
 
-int radix_insert(radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens, size_t n_tokens,
-                 const uint32_t *ids, size_t n_ids, bool pin, uint32_t *canonical, size_t *n_done)
+/* Arguments of radix_insert and radix_insert_after. */
+static int insert_args(const radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens,
+                       size_t n_tokens, const uint32_t *ids, size_t n_ids,
+                       const uint32_t *canonical, const size_t *n_done)
 {
     if (!t || !n_done)
         return KVS_EINVAL;
-    *n_done = 0;
     if ((n_tokens > 0 && !tokens) || (n_ids > 0 && (!ids || !canonical)) ||
         n_ids > n_tokens / t->cfg.block_tokens)
         return KVS_EINVAL;
     for (size_t k = 0; k < n_ids; k++)
         if (ids[k] >= t->cfg.max_blocks)
             return KVS_EINVAL;
-    if (!ns_live(t, ns_id))
-        return KVS_ENONS;
-    return radix__insert_tier(t, ns_id, tokens, n_tokens, ids, n_ids, 0, pin, canonical, n_done);
+    return ns_live(t, ns_id) ? 0 : KVS_ENONS;
+}
+
+int radix_insert(radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens, size_t n_tokens,
+                 const uint32_t *ids, size_t n_ids, bool pin, uint32_t *canonical, size_t *n_done)
+{
+    if (n_done)
+        *n_done = 0;
+    int rc = insert_args(t, ns_id, tokens, n_tokens, ids, n_ids, canonical, n_done);
+    if (rc != 0)
+        return rc;
+    return radix__insert_tier(t, ns_id, RADIX_NO_BLOCK, tokens, n_tokens, ids, n_ids, 0, pin,
+                              canonical, n_done);
+}
+
+int radix_insert_after(radix_tree_t *t, uint32_t ns_id, uint32_t after, const uint32_t *tokens,
+                       size_t n_tokens, const uint32_t *ids, size_t n_ids, bool pin,
+                       uint32_t *canonical, size_t *n_done)
+{
+    if (n_done)
+        *n_done = 0;
+    int rc = insert_args(t, ns_id, tokens, n_tokens, ids, n_ids, canonical, n_done);
+    if (rc != 0)
+        return rc;
+    if (after != RADIX_NO_BLOCK) {
+        if (after >= t->id_end || !t->by_node[after] || t->by_node[after] == &radix__mark)
+            return KVS_ENOTFOUND;
+        if (t->by_node[after]->ns != ns_id || in_lower(t, after))
+            return KVS_EBADSTATE;
+    }
+    return radix__insert_tier(t, ns_id, after, tokens, n_tokens, ids, n_ids, 0, pin, canonical,
+                              n_done);
 }
 
 /* radix_insert for tier 0 (the caller's pool ids: a cached block of a lower
  * tier at a position is upgraded to the caller's tier-1 id, a quota
  * applies), radix_restore for a lower tier (cached blocks stay as they are,
  * in a tier no lower than `tier`). Arguments checked by the callers. */
-int radix__insert_tier(radix_tree_t *t, uint32_t ns_id, const uint32_t *tokens, size_t n_tokens,
-                       const uint32_t *ids, size_t n_ids, uint32_t tier, bool pin,
+int radix__insert_tier(radix_tree_t *t, uint32_t ns_id, uint32_t from, const uint32_t *tokens,
+                       size_t n_tokens, const uint32_t *ids, size_t n_ids, uint32_t tier, bool pin,
                        uint32_t *canonical, size_t *n_done)
 {
     (void)n_tokens; /* checked by the callers: n_ids blocks of tokens */
     int rc = 0;
     radix_ns_t *ns = t->ns[ns_id];
     uint32_t bt = t->cfg.block_tokens;
-    uint64_t tick = ++t->tick;
-
     /* Blocks already cached: duplicates. */
     radix_cursor_t c = {ns->root, 0};
+    uint64_t tick;
+    if (from == RADIX_NO_BLOCK) {
+        tick = ++t->tick;
+    } else {
+        /* A piece of a longer insert: its blocks are used as the block
+         * they follow was, no later (a block is never used more recently
+         * than its parent: each walk starts at the root). */
+        c = (radix_cursor_t){t->by_node[from], t->by_pos[from]};
+        tick = rec_stamp(c.node, c.pos);
+    }
     size_t i = 0;
     for (; i < n_ids; i++) {
         radix_cursor_t next = c;

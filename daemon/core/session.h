@@ -38,6 +38,8 @@ typedef enum session_hold_reason {
     SESSION_HOLD_TIER_ANY, /* a request waits for any tier copy to end (tier.h) */
     SESSION_HOLD_CLUSTER,  /* a Lookup waits for blocks from the cluster tier (cluster_store.h) */
     SESSION_HOLD_CLEAR,    /* a Clear waits for its next step (handler_clear) */
+    SESSION_HOLD_COMMIT,   /* a large Commit waits for its next piece (handler_commit) */
+    SESSION_HOLD_ALLOC,    /* a large Alloc waits to evict its next piece (handler_alloc) */
     SESSION_HOLD_TREE, /* a Tree waits for its next step, or for another's walk (handler_tree) */
 } session_hold_reason_t;
 
@@ -118,12 +120,24 @@ struct session {
     session_hold_reason_t held;
     session_hold_reason_t rerun;
     uint64_t hold_until_ms;
+    uint64_t held_polls; /* server_t.loop_polls when it was held */
     session_t *held_prev, *held_next;
     uint64_t walk_next_ns; /* uv_hrtime before which it starts no large work (server.h) */
     /* Its Clear in steps (handler_clear): blocks dropped so far, and how
      * many more it may drop (the namespace's blocks when it began, so that
      * blocks cached meanwhile cannot keep it going for ever). */
     uint64_t clear_dropped, clear_left;
+    /* Its large Commit in pieces (handler_commit): under way (the frame
+     * that runs now is that Commit's), its namespace, the blocks done; the
+     * canonical ids so far are in the scratch. */
+    bool commit_steps;
+    uint32_t commit_ns;
+    size_t commit_done;
+    /* Its large Alloc in pieces (alloc_pieces): under way, the blocks
+     * taken and the blocks evicted by the pieces so far. */
+    bool alloc_steps;
+    uint32_t alloc_done;
+    uint64_t alloc_evicted;
     /* Its Tree's walk (handler_tree), while it has the daemon's one: the
      * time its steps took so far (the spacing, once it ends). */
     uint64_t tree_work_ns;
@@ -226,6 +240,10 @@ void session_spacing_done(session_t *s, uint64_t t0, uint64_t t1);
 
 /* Releases every session held for `why`. */
 void session_release_all(server_t *srv, session_hold_reason_t why);
+
+/* Called before each poll (loop_watch.c), after server_t.loop_polls grew:
+ * arms the hold timer for the steps held since the previous poll. */
+void session_hold_polled(server_t *srv);
 
 /* Whether s is held: then it answers nothing until released. */
 static inline bool session_held(const session_t *s)

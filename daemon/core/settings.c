@@ -315,8 +315,9 @@ const setting_t settings_table[] = {
      AT(server.max_frame), .help = "largest request accepted"},
     {"max_prompt_blocks", "max-prompt-blocks", SETTING_GLOBAL, SETTING_U32, "N", 1, UINT32_MAX,
      AT(server.max_prompt_blocks),
-     .help = "full blocks one Lookup, Alloc, Commit or Evict may name (its work is one piece "
-             "on the loop, linear in them); a longer prompt is refused with KVS_ELIMIT"},
+     .help = "full blocks one Lookup, Alloc, Commit or Evict may name (a Lookup's or an "
+             "Evict's work is one piece on the loop, linear in them; a Commit's and an Alloc's "
+             "go in pieces of 16,384 blocks); a longer prompt is refused with KVS_ELIMIT"},
     {"max_output", "max-output", SETTING_GLOBAL, SETTING_SIZE, "SIZE", 4096, UINT64_MAX,
      AT(server.max_output),
      .help = "unread reply bytes before a client that stopped reading is dropped"},

@@ -286,6 +286,10 @@ static uint32_t pins_cap_for(uint32_t n)
  * prompt), an Alloc a WRITING slot per block until they are committed. */
 static void shrink(session_t *s)
 {
+    /* A Commit or an Alloc in pieces keeps its ids in the scratch, and
+     * the pins or WRITING slots it reserved, until its last piece. */
+    if (s->commit_steps || s->alloc_steps)
+        return;
     if (s->in.head == s->in.len && s->in.cap > SESSION_KEEP_BYTES)
         frame_buf_release(&s->in);
     if (s->out.head == s->out.len && s->out.cap > SESSION_KEEP_BYTES)
@@ -795,13 +799,33 @@ void session_spacing_done(session_t *s, uint64_t t0, uint64_t t1)
 
 static void on_hold_timer(uv_timer_t *t);
 
+/* The next step of work cut into steps (Clear, Commit, Alloc, Tree) runs
+ * no earlier than after the loop's next poll: a step run by a read (in the
+ * poll) and the next one run before the next poll would be one stretch of
+ * work without answering anyone. Until then its deadline arms nothing (the
+ * timer would fire again at once, in the same iteration): the poll's
+ * prepare arms it (session_hold_polled). Without the loop watch there is no
+ * count of polls, and no wait. */
+static bool waits_for_poll(const session_t *h)
+{
+    const server_t *srv = h->srv;
+    bool step = h->held == SESSION_HOLD_CLEAR || h->held == SESSION_HOLD_COMMIT ||
+                h->held == SESSION_HOLD_ALLOC || h->held == SESSION_HOLD_TREE;
+    return step && srv->watch && h->held_polls == srv->loop_polls;
+}
+
 /* Arms the hold timer for the earliest deadline among held sessions. */
 static void hold_arm(server_t *srv)
 {
     uint64_t due = 0;
-    for (session_t *h = srv->held_head; h; h = h->held_next)
+    for (session_t *h = srv->held_head; h; h = h->held_next) {
+        if (waits_for_poll(h)) {
+            srv->hold_after_poll = true;
+            continue;
+        }
         if (h->hold_until_ms && (due == 0 || h->hold_until_ms < due))
             due = h->hold_until_ms;
+    }
     if (due == srv->hold_due || !srv->sched)
         return;
     srv->hold_due = due;
@@ -836,6 +860,7 @@ void session_hold(session_t *s, session_hold_reason_t why, uint64_t until_ms)
     held_remove(s);
     s->held = why;
     s->hold_until_ms = until_ms;
+    s->held_polls = srv->loop_polls;
     /* Oldest first. Large work goes round-robin between the sessions that
      * wait for it (on_hold_timer lets one go per spacing), and one let go
      * that still found the spacing running keeps its place at the front. */
@@ -855,6 +880,10 @@ void session_hold(session_t *s, session_hold_reason_t why, uint64_t until_ms)
         else
             srv->held_head = s;
         srv->held_tail = s;
+    }
+    if (until_ms && waits_for_poll(s) && sched_init(srv) == 0) {
+        srv->hold_after_poll = true;
+        return;
     }
     if (until_ms && sched_init(srv) == 0 && (srv->hold_due == 0 || until_ms < srv->hold_due)) {
         srv->hold_due = until_ms;
@@ -880,6 +909,15 @@ void session_release_all(server_t *srv, session_hold_reason_t why)
         if (h->held == why)
             session_release(h);
     }
+    hold_arm(srv);
+}
+
+void session_hold_polled(server_t *srv)
+{
+    if (!srv->hold_after_poll)
+        return;
+    srv->hold_after_poll = false;
+    srv->hold_due = 0; /* re-armed from the deadlines */
     hold_arm(srv);
 }
 
@@ -910,7 +948,7 @@ static void on_hold_timer(uv_timer_t *t)
             session_release(h);
             continue;
         }
-        if (!h->hold_until_ms || h->hold_until_ms > now)
+        if (!h->hold_until_ms || h->hold_until_ms > now || waits_for_poll(h))
             continue;
         session_release(h);
     }

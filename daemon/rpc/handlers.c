@@ -467,6 +467,52 @@ int handler_lookup(session_t *s, const Kvshare__Request *req, Kvshare__Response 
                                  lk->wait_ms > 0, resp, ctx);
 }
 
+/* An Alloc of many blocks in pieces of STORE_PIECE_BLOCKS, one per loop
+ * turn, like a Commit's (commit_pieces): after each but the last the
+ * session is held (SESSION_HOLD_ALLOC, a deadline of now) and its frame
+ * runs again for the next piece; the ids taken so far wait in the scratch.
+ * A piece that must evict evicts in pieces too (store_alloc: STORE_MORE).
+ * A piece that fails gives back the blocks the earlier ones took: an
+ * Alloc takes all its blocks or none. Only a session with a socket, for
+ * an Alloc that does not ask for its evicted blocks (the report would
+ * span turns), goes in pieces. Returns STORE_MORE when held (ctx->hold
+ * set), else store_alloc's status with every block taken (0) or none;
+ * the evictions of every piece add up in s->alloc_evicted. */
+static int alloc_pieces(session_t *s, uint32_t ns, uint32_t n, const uint64_t *hashes,
+                        uint32_t *ids, size_t *evicted, store_evicted_t *report, handler_ctx_t *ctx)
+{
+    server_t *srv = s->srv;
+    bool pieces = s->has_pipe && !srv->stopping && !report->want;
+    uint32_t done = s->alloc_done, k = n - done;
+    if (pieces && k > STORE_PIECE_BLOCKS)
+        k = STORE_PIECE_BLOCKS;
+    *evicted = 0;
+    int rc = store_alloc(srv, s, ns, k, hashes ? hashes + done : NULL, ids + done, evicted, report);
+    s->alloc_evicted += *evicted;
+    if (rc == 0) {
+        done += k;
+        s->alloc_done = done;
+        if (done == n)
+            return 0;
+        rc = STORE_MORE;
+    }
+    if (rc == STORE_MORE || rc == STORE_WAIT) {
+        s->alloc_steps = true; /* the frame runs again: held here or for copies */
+        if (rc == STORE_MORE) {
+            uint64_t now = uv_now(srv->loop);
+            ctx->hold = SESSION_HOLD_ALLOC;
+            ctx->hold_until_ms = now ? now : 1; /* 0 would mean no deadline */
+        }
+        return rc;
+    }
+    for (uint32_t i = 0; i < done; i++)
+        if (store_release(srv, s, ids[i], NULL) != 0)
+            LOG_ERROR("session %llu: block %u of a failed alloc could not be given back",
+                      (unsigned long long)s->id, ids[i]);
+    s->alloc_done = 0;
+    return rc;
+}
+
 /* A rank's Alloc that declares its prefixes (several devices): a block
  * another member of the group declared for the same prefix, and whose
  * shard of this rank is not committed, is given to this rank too, so that
@@ -521,8 +567,8 @@ int handler_alloc(session_t *s, const Kvshare__Request *req, Kvshare__Response *
     if (al->n == 0 || al->n > srv->num_blocks)
         return fail(ctx, KVS_EINVAL, "alloc of %u blocks: ask for 1 to %u (the pool size)", al->n,
                     srv->num_blocks);
-    /* Its work (evictions to make room included) is one piece on the
-     * loop, linear in its blocks: bounded as a prompt's (tokens_view). */
+    /* Its work is linear in its blocks, bounded as a prompt's
+     * (tokens_view); evictions to make room go in pieces (store_alloc). */
     if (al->n > srv->cfg.max_prompt_blocks)
         return fail(ctx, KVS_ELIMIT,
                     "alloc of %u blocks is over max_prompt_blocks (%u): allocations this "
@@ -565,27 +611,42 @@ int handler_alloc(session_t *s, const Kvshare__Request *req, Kvshare__Response *
         return fail(ctx, KVS_EINVAL, "alloc first_block %u without the tokens it counts in",
                     al->first_block);
     }
+    /* The next piece of this frame's Alloc (alloc_pieces): the blocks it
+     * took so far are this session's WRITING blocks already. */
+    bool resumed = s->alloc_steps;
+    s->alloc_steps = false;
+    if (!resumed) {
+        s->alloc_done = 0;
+        s->alloc_evicted = 0;
+    }
+    uint32_t left = al->n - s->alloc_done;
     if (srv->cfg.session_max_writing &&
-        (uint64_t)s->n_writing + al->n > srv->cfg.session_max_writing) {
+        (uint64_t)s->n_writing + left > srv->cfg.session_max_writing) {
         srv->metrics.session_limit_refusals++;
         return fail(ctx, KVS_ELIMIT,
                     "session limit session_max_writing = %u: this session holds %u WRITING "
                     "blocks and asked for %u more; commit or release blocks first",
-                    srv->cfg.session_max_writing, s->n_writing, al->n);
+                    srv->cfg.session_max_writing, s->n_writing, left);
     }
-    if (session_scratch(s, al->n, &ids) != 0 || session_writing_reserve(s, al->n) != 0)
+    if (session_scratch(s, al->n, &ids) != 0 || session_writing_reserve(s, left) != 0)
         return fail(ctx, KVS_ENOMEM, "out of memory for an alloc of %u blocks", al->n);
 
     store_evicted_t report = {.want = al->report_evicted, .ns = ns};
-    int rc = hashes && s->rank >= 0 && srv->n_devices > 1
-                 ? alloc_joining(srv, s, ns, al->n, hashes, ids, &evicted, &report)
-                 : store_alloc(srv, s, ns, al->n, hashes, ids, &evicted, &report);
+    int rc;
+    if (hashes && s->rank >= 0 && srv->n_devices > 1) {
+        rc = alloc_joining(srv, s, ns, al->n, hashes, ids, &evicted, &report);
+    } else {
+        rc = alloc_pieces(s, ns, al->n, hashes, ids, &evicted, &report, ctx);
+        if (rc == STORE_MORE)
+            return 0; /* held for the next piece */
+    }
     /* Freed by dispatch with the reply it travels in. */
     ctx->heap[1] = report.tokens;
     if (rc == STORE_WAIT) {
         ctx->hold = tier_hold(s);
         return 0;
     }
+    evicted = (size_t)s->alloc_evicted;
     if (rc == KVS_EPOOLFULL) {
         pool_counts_t c;
         pool_counts(srv->pool, &c);
@@ -684,55 +745,18 @@ static int group_complete_check(session_t *s, uint32_t ns, const uint32_t *token
                 ids[bad], bad, n_missing, ranks);
 }
 
-/*
- * Commit: block i of the prompt is either a WRITING block of this session
- * (it becomes cached, or stays WRITING as a duplicate when another block
- * holds that prefix), or a CACHED block this session holds a pin on and that
- * already holds prefix i (a block from this session's Lookup: it lets a
- * worker commit its whole prompt without allocating for the hit part). The
- * request is checked in full first, so a refused block changes nothing.
- * Pins: each canonical block gets one pin, except the cached blocks named
- * here, on which the session keeps the pin it already has and gains none.
- */
-int handler_commit(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
-                   handler_ctx_t *ctx)
+/* handler_commit's checks, before anything changes: every block must be
+ * WRITING and held by this session, or cached and pinned by it at its
+ * position, and named once; the namespace, the pin limit, room for the
+ * reply (canonical) and for the pins. */
+static int commit_check(session_t *s, const Kvshare__CommitRequest *cm, bool shard,
+                        const uint32_t *tokens, size_t n_tokens, uint32_t *ns, uint32_t **canonical,
+                        handler_ctx_t *ctx)
 {
     server_t *srv = s->srv;
-    const Kvshare__CommitRequest *cm = req->commit;
-    const uint32_t *tokens;
-    size_t n_tokens, n_ids = cm->n_block_ids, n_done = 0, n_named_cached = 0;
-    uint32_t ns, *canonical;
-    void *copy = NULL;
+    size_t n_ids = cm->n_block_ids, n_named_cached = 0;
+    int rc;
 
-    int rc = group_writer_check(s, "Commit", ctx);
-    if (rc != 0)
-        return rc;
-    /* Several devices: a rank commits its own shard unless it says it
-     * commits for the group; a session without a rank only for the group. */
-    bool shard = srv->n_devices > 1 && s->rank >= 0 && !cm->for_group;
-    if (srv->n_devices > 1 && s->rank < 0 && !cm->for_group)
-        return fail(ctx, KVS_EINVAL,
-                    "this kvshared serves %u devices: a session without a rank commits only "
-                    "for the whole group, after every rank wrote its shard "
-                    "(kvs_commit_opts_t.for_group)",
-                    srv->n_devices);
-    if (cm->shard_written && cm->for_group)
-        return fail(ctx, KVS_EINVAL,
-                    "a commit either declares this rank's shard written (shard_written) or "
-                    "caches the blocks for the group (for_group), not both");
-    rc = tokens_view(srv, &cm->tokens, &tokens, &n_tokens, &copy, ctx);
-    if (rc != 0)
-        return rc;
-    ctx->heap[0] = copy;
-    rc = hint_check(cm->hint, ctx);
-    if (rc != 0)
-        return rc;
-    if (n_ids > n_tokens / srv->geo.block_tokens)
-        return fail(ctx, KVS_EINVAL,
-                    "commit of %zu blocks needs at least %zu tokens (%u per block); got %zu", n_ids,
-                    n_ids * srv->geo.block_tokens, srv->geo.block_tokens, n_tokens);
-    /* Every block must be WRITING and held by this session, or cached and
-     * pinned by it, and named once. */
     store_mark_begin(srv->store);
     for (size_t i = 0; i < n_ids; i++) {
         uint32_t b = cm->block_ids[i];
@@ -769,29 +793,126 @@ int handler_commit(session_t *s, const Kvshare__Request *req, Kvshare__Response 
     }
     /* A commit naming cached blocks does not create its namespace: they
      * cannot be in one that does not exist. */
-    rc = ns_resolve(s, cm->ns, n_named_cached == 0, &ns, ctx);
+    rc = ns_resolve(s, cm->ns, n_named_cached == 0, ns, ctx);
     if (rc != 0)
         return rc;
     /* Cached blocks named here are pinned by this session already. */
     rc = over_pin_limit_check(s, n_ids - n_named_cached, ctx);
     if (rc != 0)
         return rc;
-    if (session_scratch(s, n_ids ? 2 * n_ids : 1, &canonical) != 0 ||
+    if (session_scratch(s, n_ids ? 2 * n_ids : 1, canonical) != 0 ||
         session_pins_reserve(s, (uint32_t)n_ids) != 0)
         return fail(ctx, KVS_ENOMEM, "out of memory for a commit of %zu blocks", n_ids);
     if (n_named_cached > 0) {
         /* Read-only: checking the positions must not count as a lookup. */
-        uint32_t *matched = canonical + n_ids;
+        uint32_t *matched = *canonical + n_ids;
         size_t n_matched = 0;
-        rc = radix_match(srv->index, ns, tokens, n_tokens, matched, n_ids, &n_matched);
+        rc = radix_match(srv->index, *ns, tokens, n_tokens, matched, n_ids, &n_matched);
         if (rc != 0)
             return fail(ctx, rc, "commit check failed: %s", kvs_status_text(rc));
         for (size_t i = 0; i < n_ids; i++) {
             uint32_t b = cm->block_ids[i];
             if (!store_writer(srv->store, b) && (i >= n_matched || matched[i] != b))
-                return not_at_position(b, i, n_matched, matched, radix_ns_name(srv->index, ns),
+                return not_at_position(b, i, n_matched, matched, radix_ns_name(srv->index, *ns),
                                        ctx);
         }
+    }
+    return 0;
+}
+
+/* The rest of a commit on one device, a piece of STORE_PIECE_BLOCKS blocks
+ * per loop turn when it is larger: after a piece with more to do, the
+ * session is held (SESSION_HOLD_COMMIT) with a deadline of now, so that
+ * the hold timer runs its frame again in the next turn, after other
+ * sessions' requests, and the Commit goes on where it stopped
+ * (session_t.commit_steps). Between two pieces the blocks committed so far
+ * are cached and pinned by this session, the rest still WRITING and held by
+ * it: nothing another session does can change them, and this session's
+ * later frames wait behind the held one. A reader meanwhile finds the
+ * prefix committed so far, as of a commit that stopped there. Returns
+ * true when held for the next piece. */
+static bool commit_pieces(session_t *s, uint32_t ns, const uint32_t *tokens, size_t n_tokens,
+                          const uint32_t *ids, size_t n_ids, size_t first, const store_hint_t *hint,
+                          uint32_t *canonical, size_t *n_done, int *irc, handler_ctx_t *ctx)
+{
+    server_t *srv = s->srv;
+    /* Sessions without a socket (tests) are never held; when stopping,
+     * there is no next turn. */
+    bool pieces = s->has_pipe && !srv->stopping && n_ids - first > STORE_PIECE_BLOCKS;
+    size_t end = pieces ? first + STORE_PIECE_BLOCKS : n_ids;
+    *irc =
+        store_commit_range(srv, s, ns, tokens, n_tokens, ids, first, end, hint, canonical, n_done);
+    s->commit_steps = *irc == 0 && end < n_ids;
+    if (!s->commit_steps)
+        return false;
+    uint64_t now = uv_now(srv->loop);
+    s->commit_ns = ns;
+    s->commit_done = *n_done;
+    ctx->hold = SESSION_HOLD_COMMIT;
+    ctx->hold_until_ms = now ? now : 1; /* 0 would mean no deadline */
+    return true;
+}
+
+/*
+ * Commit: block i of the prompt is either a WRITING block of this session
+ * (it becomes cached, or stays WRITING as a duplicate when another block
+ * holds that prefix), or a CACHED block this session holds a pin on and that
+ * already holds prefix i (a block from this session's Lookup: it lets a
+ * worker commit its whole prompt without allocating for the hit part). The
+ * request is checked in full first, so a refused block changes nothing.
+ * Pins: each canonical block gets one pin, except the cached blocks named
+ * here, on which the session keeps the pin it already has and gains none.
+ * A large commit on one device runs in pieces, one per loop turn
+ * (commit_pieces).
+ */
+int handler_commit(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
+                   handler_ctx_t *ctx)
+{
+    server_t *srv = s->srv;
+    const Kvshare__CommitRequest *cm = req->commit;
+    const uint32_t *tokens;
+    size_t n_tokens, n_ids = cm->n_block_ids, n_done = 0, first = 0;
+    uint32_t ns, *canonical;
+    void *copy = NULL;
+
+    /* The next piece of this frame's Commit: checked at its first. */
+    bool resumed = s->commit_steps;
+    s->commit_steps = false;
+    int rc = resumed ? 0 : group_writer_check(s, "Commit", ctx);
+    if (rc != 0)
+        return rc;
+    /* Several devices: a rank commits its own shard unless it says it
+     * commits for the group; a session without a rank only for the group. */
+    bool shard = srv->n_devices > 1 && s->rank >= 0 && !cm->for_group;
+    if (srv->n_devices > 1 && s->rank < 0 && !cm->for_group)
+        return fail(ctx, KVS_EINVAL,
+                    "this kvshared serves %u devices: a session without a rank commits only "
+                    "for the whole group, after every rank wrote its shard "
+                    "(kvs_commit_opts_t.for_group)",
+                    srv->n_devices);
+    if (cm->shard_written && cm->for_group)
+        return fail(ctx, KVS_EINVAL,
+                    "a commit either declares this rank's shard written (shard_written) or "
+                    "caches the blocks for the group (for_group), not both");
+    rc = tokens_view(srv, &cm->tokens, &tokens, &n_tokens, &copy, ctx);
+    if (rc != 0)
+        return rc;
+    ctx->heap[0] = copy;
+    rc = hint_check(cm->hint, ctx);
+    if (rc != 0)
+        return rc;
+    if (n_ids > n_tokens / srv->geo.block_tokens)
+        return fail(ctx, KVS_EINVAL,
+                    "commit of %zu blocks needs at least %zu tokens (%u per block); got %zu", n_ids,
+                    n_ids * srv->geo.block_tokens, srv->geo.block_tokens, n_tokens);
+    if (resumed) {
+        ns = s->commit_ns;
+        first = s->commit_done;
+        canonical = s->scratch;
+    } else {
+        rc = commit_check(s, cm, shard, tokens, n_tokens, &ns, &canonical, ctx);
+        if (rc != 0)
+            return rc;
     }
 
     store_hint_t hint = hint_of(cm->hint);
@@ -811,13 +932,15 @@ int handler_commit(session_t *s, const Kvshare__Request *req, Kvshare__Response 
                         "these tokens came, and is allocated again: a late commit is refused, "
                         "nothing changed",
                         s->rank);
-    } else {
-        irc =
-            srv->n_devices > 1 ? group_complete_check(s, ns, tokens, cm->block_ids, n_ids, ctx) : 0;
+    } else if (srv->n_devices > 1) {
+        irc = group_complete_check(s, ns, tokens, cm->block_ids, n_ids, ctx);
         if (irc != 0)
             return irc;
         irc = store_commit(srv, s, ns, tokens, n_tokens, cm->block_ids, n_ids, &hint, canonical,
                            &n_done);
+    } else if (commit_pieces(s, ns, tokens, n_tokens, cm->block_ids, n_ids, first, &hint, canonical,
+                             &n_done, &irc, ctx)) {
+        return 0;
     }
 
     Kvshare__CommitReply *r = &ctx->reply.commit;

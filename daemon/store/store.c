@@ -284,7 +284,15 @@ int store_alloc(server_t *srv, session_t *s, uint32_t ns, uint32_t n, const uint
             if (rc == 1)
                 return STORE_WAIT;
         } else {
-            rc = store_evict(srv, ns, need, evicted, report);
+            /* In pieces, each bounded: another session's requests run
+             * between them (they may take blocks freed here: then this one
+             * evicts more at its next run). */
+            bool pieces = s->has_pipe && !srv->stopping && !(report && report->want) &&
+                          need > STORE_PIECE_BLOCKS;
+            size_t step = pieces ? STORE_PIECE_BLOCKS : need;
+            rc = store_evict(srv, ns, step, evicted, report);
+            if (rc == 0 && pieces && *evicted == step)
+                return STORE_MORE;
         }
         if (rc != 0)
             return rc;
@@ -334,37 +342,37 @@ static size_t lower_before(server_t *srv, uint32_t ns, const uint32_t *tokens, s
     return n;
 }
 
-/* KV events of a commit: one BlockStored per run of blocks it cached
- * (fresh[i] != 0), whose parent is the block before the run. A duplicate
+/* KV events of blocks [first, end) of a commit: one BlockStored per run of
+ * blocks it cached (fresh[i - first] != 0), whose parent is the block before the run. A duplicate
  * publishes nothing. Parents go first: a run's parent was cached before
  * this commit or earlier in it, and its event queued then. A block that
  * was below tier 1 before the commit (st->lower[i], i < n_lower) moved to
  * the pool: BlockRemoved on its old medium follows the BlockStored. */
 static void publish_stored(server_t *srv, uint32_t ns, const uint32_t *ids,
-                           const uint32_t *canonical, const uint32_t *fresh, size_t n,
-                           const uint32_t *tokens, size_t n_lower)
+                           const uint32_t *canonical, const uint32_t *fresh, size_t first,
+                           size_t end, const uint32_t *tokens, size_t n_lower)
 {
     store_t *st = srv->store;
     const events_stream_t *es = namespaces_events_stream(srv, ns);
     uint32_t bt = srv->geo.block_tokens;
     if (!es->on)
         return;
-    for (size_t i = 0; i < n;) {
-        if (!fresh[i]) {
+    for (size_t i = first; i < end;) {
+        if (!fresh[i - first]) {
             i++;
             continue;
         }
-        size_t end = i;
-        while (end < n && fresh[end])
-            end++;
+        size_t run = i;
+        while (run < end && fresh[run - first])
+            run++;
         uint64_t parent = 0;
         bool has_parent = i > 0 && radix_block_hash(st->index, canonical[i - 1], &parent) == 0;
-        for (size_t k = i; k < end; k++)
+        for (size_t k = i; k < run; k++)
             st->keys[k - i] = st->rec[ids[k]].meta.hash;
-        if (events_stored(srv->events, es, EVENTS_MEDIUM_POOL, st->keys, end - i, has_parent,
+        if (events_stored(srv->events, es, EVENTS_MEDIUM_POOL, st->keys, run - i, has_parent,
                           parent, tokens + i * bt) != 0)
             srv->metrics.kv_events_dropped++;
-        for (size_t k = i; k < end && k < n_lower; k++) {
+        for (size_t k = i; k < run && k < n_lower; k++) {
             events_medium_t was = tier_event_medium(srv, st->lower[k]);
             if (st->lower[k] >= srv->num_blocks &&
                 strcmp(events_medium_name(srv->events, was),
@@ -372,7 +380,7 @@ static void publish_stored(server_t *srv, uint32_t ns, const uint32_t *ids,
                 events_removed(srv->events, es, was, st->keys[k - i]) != 0)
                 srv->metrics.kv_events_dropped++;
         }
-        i = end;
+        i = run;
     }
 }
 
@@ -392,22 +400,29 @@ static void became_cached(server_t *srv, session_t *s, uint32_t ns, uint32_t b)
                   (unsigned long long)s->id);
 }
 
-int store_commit(server_t *srv, session_t *s, uint32_t ns, const uint32_t *tokens, size_t n_tokens,
-                 const uint32_t *ids, size_t n_ids, const store_hint_t *hint, uint32_t *canonical,
-                 size_t *n_done)
+int store_commit_range(server_t *srv, session_t *s, uint32_t ns, const uint32_t *tokens,
+                       size_t n_tokens, const uint32_t *ids, size_t first, size_t end,
+                       const store_hint_t *hint, uint32_t *canonical, size_t *n_done)
 {
     store_t *st = srv->store;
-    *n_done = 0;
+    uint32_t bt = srv->geo.block_tokens;
+    size_t n = end - first, done = 0;
+    *n_done = first;
     hints_expire(srv); /* a namespace at its quota evicts in the insert */
-    size_t n_lower = n_ids ? lower_before(srv, ns, tokens, n_tokens) : 0;
-    int irc =
-        n_ids ? radix_insert(st->index, ns, tokens, n_tokens, ids, n_ids, true, canonical, n_done)
-              : 0;
-    /* Which blocks this commit cached (KV events, the cluster tier), in the
-     * scratch's second half. */
-    uint32_t *fresh = canonical + n_ids;
-    memset(fresh, 0, *n_done * sizeof(*fresh));
-    for (size_t i = 0; i < *n_done; i++) {
+    /* Read before the insert upgrades them: which positions were below
+     * tier 1 (KV events). A walk from the root, as long as the prefix. */
+    size_t n_lower = n ? lower_before(srv, ns, tokens, end * bt) : 0;
+    int irc = 0;
+    if (n > 0)
+        irc = radix_insert_after(st->index, ns, first ? canonical[first - 1] : RADIX_NO_BLOCK,
+                                 tokens + first * bt, n_tokens - first * bt, ids + first, n, true,
+                                 canonical + first, &done);
+    /* Which blocks this call cached (KV events, the cluster tier), in the
+     * scratch after end. */
+    uint32_t *fresh = canonical + end;
+    memset(fresh, 0, done * sizeof(*fresh));
+    for (size_t j = 0; j < done; j++) {
+        size_t i = first + j;
         uint32_t b = ids[i];
         if (st->rec[b].writer != s) {
             /* A cached block named here: the session already pins it; the
@@ -422,7 +437,7 @@ int store_commit(server_t *srv, session_t *s, uint32_t ns, const uint32_t *token
             continue;
         }
         if (canonical[i] == b) {
-            fresh[i] = srv->events != NULL || srv->cluster != NULL;
+            fresh[j] = srv->events != NULL || srv->cluster != NULL;
             became_cached(srv, s, ns, b);
         }
         /* A duplicate stays WRITING, held by this session until released;
@@ -430,14 +445,22 @@ int store_commit(server_t *srv, session_t *s, uint32_t ns, const uint32_t *token
         inflight_undeclare(srv, b);
         session_pin_add(s, canonical[i]);
     }
-    for (size_t i = 0; i < *n_done; i++)
-        store_hint(srv, hint, canonical[i]);
+    for (size_t j = 0; j < done; j++)
+        store_hint(srv, hint, canonical[first + j]);
     if (srv->events)
-        publish_stored(srv, ns, ids, canonical, fresh, *n_done, tokens, n_lower);
-    cluster_store_committed(srv, ns, ids, fresh, *n_done, tokens);
+        publish_stored(srv, ns, ids, canonical, fresh, first, first + done, tokens, n_lower);
+    cluster_store_committed(srv, ns, ids + first, fresh, done, tokens + first * bt);
     if (irc == KVS_EQUOTA)
         srv->metrics.alloc_failures_quota++;
+    *n_done = first + done;
     return irc;
+}
+
+int store_commit(server_t *srv, session_t *s, uint32_t ns, const uint32_t *tokens, size_t n_tokens,
+                 const uint32_t *ids, size_t n_ids, const store_hint_t *hint, uint32_t *canonical,
+                 size_t *n_done)
+{
+    return store_commit_range(srv, s, ns, tokens, n_tokens, ids, 0, n_ids, hint, canonical, n_done);
 }
 
 /* Writes payload (every layer and plane, in that order) into pool block b. */
@@ -521,7 +544,7 @@ int store_install_done(server_t *srv, uint32_t ns, const uint32_t *tokens,
         }
     }
     if (srv->events && n_done > 0)
-        publish_stored(srv, ns, ids, canonical, fresh, n_done, tokens, n_lower);
+        publish_stored(srv, ns, ids, canonical, fresh, 0, n_done, tokens, n_lower);
     free(ids);
     free(canonical);
     return rc;
@@ -950,6 +973,10 @@ int store_lookup(server_t *srv, session_t *s, uint32_t ns, const uint32_t *token
     size_t n_promote = 0;
     if (n_t1 < n_blocks && pin && !in_place && !waited && store_tiers_usable(srv))
         n_promote = radix_promotable(st->index, ids + n_t1, n_blocks - n_t1);
+    /* A piece at a time: the Lookup runs again once its copies end, and
+     * promotes the next (or answers with what is in the pool). */
+    if (n_promote > STORE_PIECE_BLOCKS && s->has_pipe)
+        n_promote = STORE_PIECE_BLOCKS;
     if (n_t1 < n_blocks && in_place) {
         /* pinned in tier 2: neither promoted nor dropped; tier 3 is on disk,
          * not readable in place */

@@ -114,6 +114,15 @@ typedef struct store_evicted {
  * the session for copies in flight (tier.h): the request waits and runs
  * again when they end. */
 #define STORE_WAIT 1
+/* Returned by store_alloc that evicted a piece of what it needs
+ * (STORE_PIECE_BLOCKS blocks): the request runs again in the next loop turn,
+ * for the next piece. */
+#define STORE_MORE 2
+/* Blocks of one piece of the work that large requests do in pieces, one
+ * per loop turn: a Commit's inserts, an Alloc's blocks and evictions, a
+ * Lookup's promotions from the lower tiers. 16,384 blocks: 4-9 ms of loop
+ * work here (test_stalls), well under the 50 ms bound on stalls. */
+#define STORE_PIECE_BLOCKS 16384
 
 struct store {
     pool_t *pool;
@@ -159,7 +168,10 @@ void store_free(store_t *st);
  * (not NULL) they are declared in flight as block i holding hashes[i] of ns
  * (inflight.h). A full pool evicts for ns (RADIX_NS_ANY: none) first, or,
  * with a tier 2, demotes: then s waits for the copies and STORE_WAIT is
- * returned (nothing allocated). *evicted: blocks dropped; report (may be
+ * returned (nothing allocated). Evictions of more than STORE_PIECE_BLOCKS
+ * blocks for a session with a socket, without a report, go a piece per
+ * call: STORE_MORE is returned after each but the last (nothing allocated;
+ * the request runs again). *evicted: blocks dropped; report (may be
  * NULL) gets the tokens of the dropped blocks of report->ns. Errors:
  * KVS_EPOOLFULL (counted: alloc_failures), KVS_ENOMEM, radix's. */
 int store_alloc(server_t *srv, session_t *s, uint32_t ns, uint32_t n, const uint64_t *hashes,
@@ -225,6 +237,16 @@ void store_device_counts(const server_t *srv, uint32_t *written, uint32_t *missi
 int store_commit(server_t *srv, session_t *s, uint32_t ns, const uint32_t *tokens, size_t n_tokens,
                  const uint32_t *ids, size_t n_ids, const store_hint_t *hint, uint32_t *canonical,
                  size_t *n_done);
+
+/* store_commit in pieces: blocks [0, first) of the commit were committed by
+ * earlier calls (canonical[0..first) holds them, the last one pinned by s,
+ * so that the walk resumes there: radix_insert_after); this call commits
+ * [first, end), its work linear in end - first (but for KV events with a
+ * tier 2, whose walk is as long as the prefix). canonical has room for
+ * 2 end - first. *n_done counts from 0: first plus the blocks done here. */
+int store_commit_range(server_t *srv, session_t *s, uint32_t ns, const uint32_t *tokens,
+                       size_t n_tokens, const uint32_t *ids, size_t first, size_t end,
+                       const store_hint_t *hint, uint32_t *canonical, size_t *n_done);
 
 /* One more pin of s on cached pool block b, with the hint (s reserved room).
  * Errors: KVS_ENOTFOUND (not cached, or in a namespace s may not use: the

@@ -851,12 +851,25 @@ class TestEvents(unittest.TestCase):
             reader.setsockopt(zmq.LINGER, 0)
             reader.connect(pub)
             a = self.attach_stalled(ctx, pub, c, 10000)
+            # b subscribes now, while a holds little, and keeps reading
+            # through 30 commits that a does not read: it stalls on later
+            # messages than a. (Subscribed after them, b could wait for
+            # ever: a alone may hold more than kv_events_send_bytes by
+            # then, when the publisher packs more events per message on a
+            # loaded host, and past it nothing is sent.)
+            b = self.attach_stalled(ctx, pub, c, 20000)
+
+            def drain_b():
+                while b.poll(0):
+                    b.recv_multipart()
+
             for i in range(30):
                 self.commit_long(c, i)
                 read_all()
+                drain_b()
             self.assertTrue(events_flush(c))
+            drain_b()
             rss0 = self.rss_kib(d.proc.pid)
-            b = self.attach_stalled(ctx, pub, c, 20000)  # stalls on later messages than a
             read_all()
             for i in range(30, 90):
                 self.commit_long(c, i)

@@ -601,6 +601,70 @@ START_TEST(test_insert_split_and_extend)
 }
 END_TEST
 
+/* radix_insert_after: a prompt inserted in pieces, each walk starting at
+ * the last block of the piece before, is the tree of one insert: the same
+ * canonical ids, duplicates found after a split, pins, and errors that
+ * change nothing. */
+START_TEST(test_insert_after_in_pieces)
+{
+    enum { NB = 40 };
+    radix_tree_t *t = tree_with(BT, 256, NULL);
+    uint32_t ns = ns_new(t, "a", 0, 0), other = ns_new(t, "b", 0, 0);
+    uint32_t a[NB * BT], ids[NB], canon[NB], got[NB];
+    prompt(a, NB * BT, 1);
+    for (uint32_t i = 0; i < NB; i++)
+        ids[i] = 100 + i;
+    size_t done = 0, first = 0;
+    for (size_t piece = 7; first < NB; first += done) {
+        size_t n = NB - first < piece ? NB - first : piece;
+        uint32_t after = first ? canon[first - 1] : RADIX_NO_BLOCK;
+        ck_assert_int_eq(radix_insert_after(t, ns, after, a + first * BT, (NB - first) * BT,
+                                            ids + first, n, true, canon + first, &done),
+                         0);
+        ck_assert_uint_eq(done, n);
+        ck_assert_msg(radix_check(t) == 0, "piece at %zu: check line %d", first,
+                      radix_check_line());
+    }
+    for (uint32_t i = 0; i < NB; i++)
+        ck_assert_uint_eq(canon[i], 100 + i);
+    ck_assert_uint_eq(radix_cached_blocks(t), NB);
+    ck_assert_uint_eq(radix_pinned_blocks(t), NB);
+    ck_assert_uint_eq(lookup_n(t, ns, a, NB * BT, got), NB);
+    ck_assert_uint_eq(got[NB - 1], 100 + NB - 1);
+
+    /* Another prompt diverging at block 20, inserted after block 9: blocks
+     * 10..19 are duplicates of the first prompt's (the walk goes down the
+     * node from the middle), then a split. */
+    uint32_t b[30 * BT], bids[20], bcanon[20];
+    memcpy(b, a, sizeof(b));
+    b[20 * BT] = 777;
+    for (uint32_t i = 0; i < 20; i++)
+        bids[i] = 200 + i;
+    ck_assert_int_eq(
+        radix_insert_after(t, ns, canon[9], b + 10 * BT, 20 * BT, bids, 20, false, bcanon, &done),
+        0);
+    ck_assert_uint_eq(done, 20);
+    for (uint32_t i = 0; i < 10; i++)
+        ck_assert_uint_eq(bcanon[i], 110 + i);
+    for (uint32_t i = 10; i < 20; i++)
+        ck_assert_uint_eq(bcanon[i], 200 + i);
+    ck_assert_int_eq(radix_check(t), 0);
+    ck_assert_uint_eq(lookup_n(t, ns, b, 30 * BT, got), 30);
+    ck_assert_uint_eq(got[29], 219);
+
+    /* Errors: nothing changes. */
+    uint32_t more = 250, mc;
+    ck_assert_int_eq(radix_insert_after(t, ns, 99, a, BT, &more, 1, false, &mc, &done),
+                     KVS_ENOTFOUND);
+    ck_assert_int_eq(radix_insert_after(t, other, canon[0], a, BT, &more, 1, false, &mc, &done),
+                     KVS_EBADSTATE);
+    ck_assert_uint_eq(done, 0);
+    ck_assert_uint_eq(radix_cached_blocks(t), NB + 10);
+    ck_assert_int_eq(radix_check(t), 0);
+    radix_free(t);
+}
+END_TEST
+
 START_TEST(test_insert_eexist)
 {
     radix_tree_t *t = tree_with(BT, 64, NULL);
@@ -2578,6 +2642,7 @@ static Suite *radix_suite(void)
     tcase_add_test(tc, test_lookup_pin);
     tcase_add_test(tc, test_match_read_only);
     tcase_add_test(tc, test_insert_args);
+    tcase_add_test(tc, test_insert_after_in_pieces);
     tcase_add_test(tc, test_insert_duplicates);
     tcase_add_test(tc, test_insert_split_and_extend);
     tcase_add_test(tc, test_insert_eexist);
