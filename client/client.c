@@ -2014,6 +2014,82 @@ int kvs_tree(kvs_client_t *c, const char *ns, int by_size, kvs_prefix_t *out, si
     return rc;
 }
 
+void kvs_sessions_free(kvs_session_info_t *s, size_t n)
+{
+    if (!s)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        for (size_t j = 0; j < s[i].n_namespaces; j++)
+            free(s[i].namespaces[j]);
+        free(s[i].namespaces);
+    }
+    free(s);
+}
+
+/* Copies one row of the reply; KVS_ENOMEM. */
+static int session_row(const Kvshare__SessionInfo *p, kvs_session_info_t *d)
+{
+    memset(d, 0, sizeof(*d));
+    d->id = p->id;
+    d->pid = p->pid;
+    d->uid = p->uid;
+    snprintf(d->worker, sizeof(d->worker), "%s", p->worker ? p->worker : "");
+    d->pins = p->pins;
+    d->writing = p->writing;
+    d->pins_total = p->pins_total;
+    d->buffered = p->buffered;
+    d->age_s = p->age_s;
+    d->idle_s = p->idle_s;
+    d->requests = p->requests;
+    d->held = p->held ? 1 : 0;
+    snprintf(d->held_for, sizeof(d->held_for), "%s", p->held_for ? p->held_for : "");
+    if (p->n_namespaces == 0)
+        return 0;
+    d->namespaces = calloc(p->n_namespaces, sizeof(*d->namespaces));
+    if (!d->namespaces)
+        return KVS_ENOMEM;
+    for (size_t j = 0; j < p->n_namespaces; j++) {
+        d->namespaces[j] = strdup(p->namespaces[j] ? p->namespaces[j] : "");
+        if (!d->namespaces[j])
+            return KVS_ENOMEM;
+        d->n_namespaces = j + 1;
+    }
+    return 0;
+}
+
+int kvs_sessions(kvs_client_t *c, kvs_session_info_t **out, size_t *n)
+{
+    if (out)
+        *out = NULL;
+    if (n)
+        *n = 0;
+    if (!c || !out || !n)
+        return KVS_EINVAL;
+    Kvshare__Request req = KVSHARE__REQUEST__INIT;
+    Kvshare__SessionsRequest sr = KVSHARE__SESSIONS_REQUEST__INIT;
+    Kvshare__Response *resp;
+    req.rpc_case = KVSHARE__REQUEST__RPC_SESSIONS;
+    req.sessions = &sr;
+    int rc = call(c, &req, &resp);
+    if (rc == 0 && resp->sessions->n_sessions) {
+        size_t m = resp->sessions->n_sessions;
+        kvs_session_info_t *rows = calloc(m, sizeof(*rows));
+        if (!rows)
+            rc = KVS_ENOMEM;
+        for (size_t i = 0; rows && i < m && rc == 0; i++)
+            rc = session_row(resp->sessions->sessions[i], &rows[i]);
+        if (rc == 0) {
+            *out = rows;
+            *n = m;
+        } else {
+            kvs_sessions_free(rows, m);
+        }
+    }
+    if (resp)
+        kvshare__response__free_unpacked(resp, NULL);
+    return rc;
+}
+
 int kvs_ping(kvs_client_t *c, size_t payload_bytes, double *rtt_us)
 {
     if (!c)

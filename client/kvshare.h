@@ -829,6 +829,35 @@ typedef struct kvs_prefix {
 int kvs_tree(kvs_client_t *c, const char *ns, int by_size, kvs_prefix_t *out, size_t max,
              size_t *n_out);
 
+/* One connected client of kvshared (kvs_sessions), as Redis's CLIENT LIST. */
+typedef struct kvs_session_info {
+    uint64_t id; /* the daemon's session number (its log lines name it) */
+    int32_t pid; /* the peer's, from SO_PEERCRED; 0 when unknown */
+    uint32_t uid;
+    char worker[64]; /* the name it gave when connecting (kvs_options_t.worker_name) */
+    /* Namespaces it uses: those of the cached blocks it pins and the
+     * dynamic namespaces it created (at most 16; those this client may see). */
+    char **namespaces;
+    size_t n_namespaces;
+    uint32_t pins;        /* distinct blocks it pins */
+    uint32_t writing;     /* WRITING blocks it holds (allocated, not committed) */
+    uint64_t pins_total;  /* pins it holds, a block pinned twice counted twice */
+    uint64_t buffered;    /* bytes in its input and output buffers */
+    uint64_t age_s;       /* seconds since it connected */
+    uint64_t idle_s;      /* seconds since its last request */
+    uint64_t requests;    /* requests it made */
+    int held;             /* 1: its next request waits (for blocks others write, ...) */
+    char held_for[16];    /* why, when held: "inflight", "tier", "spacing", ... */
+    uint64_t reserved[4]; /* room for fields added later (0 until then) */
+} kvs_session_info_t;
+
+/* The clients connected to kvshared now, this one included, newest first:
+ * *out gets an array of *n rows (NULL when 0) that the caller frees with
+ * kvs_sessions_free. Errors: KVS_EINVAL, KVS_ENOMEM, KVS_ENOTCONN,
+ * KVS_ETIMEDOUT, KVS_EPROTO (a kvshared that predates Sessions). */
+int kvs_sessions(kvs_client_t *c, kvs_session_info_t **out, size_t *n);
+void kvs_sessions_free(kvs_session_info_t *s, size_t n); /* accepts NULL */
+
 /* One round trip with `payload_bytes` bytes each way; *rtt_us (may be NULL)
  * gets its duration in microseconds. Errors: KVS_ENOTCONN, KVS_ETIMEDOUT. */
 int kvs_ping(kvs_client_t *c, size_t payload_bytes, double *rtt_us);

@@ -43,7 +43,8 @@
     X(TREE, Tree, tree)                                                                            \
     X(PING, Ping, ping)                                                                            \
     X(CLEAR, Clear, clear)                                                                         \
-    X(EVICT, Evict, evict)
+    X(EVICT, Evict, evict)                                                                         \
+    X(SESSIONS, Sessions, sessions)
 
 /* Each RPC's position in the list (KVS_RPC_SLOT_LOOKUP, ...) and their
  * number (KVS_RPC_COUNT). */

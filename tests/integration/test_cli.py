@@ -207,7 +207,7 @@ class CliTest(unittest.TestCase):
     def test_no_daemon_says_what_to_do(self):
         d = tempfile.mkdtemp()
         try:
-            for cmd in ("stats", "top", "tree", "ping", "clear x", "evict x 1"):
+            for cmd in ("stats", "top", "tree", "sessions", "ping", "clear x", "evict x 1"):
                 r = cli(*cmd.split(), "--socket", os.path.join(d, "none.sock"))
                 self.assertEqual(r.returncode, 1, cmd)
                 self.assertIn("is kvshared running? no socket at", r.stderr)

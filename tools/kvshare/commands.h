@@ -29,6 +29,8 @@ typedef struct kvshare_command {
       "live view: hit rate and its history, rates, usage, namespaces by traffic (--once, --json)") \
     X(tree, kvshare_cmd_tree,                                                                      \
       "the prefix tree per namespace: branches with hits, share, blocks, tier (--json)")           \
+    X(sessions, kvshare_cmd_sessions,                                                              \
+      "the connected workers: pid, worker name, pins, WRITING blocks, buffers, idle (--json)")     \
     X(ping, kvshare_cmd_ping, "round-trip time to kvshared")                                       \
     X(clear, kvshare_cmd_clear, "drop a namespace's cached blocks that no worker pins")            \
     X(evict, kvshare_cmd_evict,                                                                    \

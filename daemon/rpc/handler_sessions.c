@@ -1,0 +1,238 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Sessions: the connected workers, one row each, as Redis's CLIENT LIST:
+ * id, peer, worker name, namespaces, holdings, buffers, age, idle time and
+ * hold. Read-only; linear in the sessions and in their pin maps.
+ *
+ * A session's age counts from its connection: the loop time of its accept
+ * is its last_request_ms until its first request ends, and dispatch hands
+ * it here then (handler_sessions_seen), into a small table by server and
+ * session id that forgets closed sessions when it fills.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "handlers.h"
+#include "kvshare_status.h"
+#include "namespaces.h"
+#include "radix.h"
+#include "server.h"
+#include "session.h"
+#include "store.h"
+
+/* Namespaces named per row at most. */
+#define SESSIONS_NS_PER_ROW 16
+
+typedef struct seen {
+    const server_t *srv;
+    uint64_t id;
+    uint64_t since_ms; /* loop time of its accept */
+} seen_t;
+
+/* Sorted by (srv, id); loop thread only. */
+static seen_t *seen_tab;
+static size_t seen_n, seen_cap;
+
+static int seen_cmp(const seen_t *a, const server_t *srv, uint64_t id)
+{
+    if (a->srv != srv)
+        return (uintptr_t)a->srv < (uintptr_t)srv ? -1 : 1;
+    return a->id < id ? -1 : a->id > id ? 1 : 0;
+}
+
+/* Index of the first entry not below (srv, id). */
+static size_t seen_find(const server_t *srv, uint64_t id)
+{
+    size_t lo = 0, hi = seen_n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (seen_cmp(&seen_tab[mid], srv, id) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* Drops the entries of srv whose session has gone. */
+static void seen_prune(const server_t *srv)
+{
+    bool *live = calloc(seen_n ? seen_n : 1, sizeof(*live));
+    if (!live)
+        return;
+    for (const session_t *s = srv->sessions; s; s = s->next) {
+        size_t i = seen_find(srv, s->id);
+        if (i < seen_n && seen_cmp(&seen_tab[i], srv, s->id) == 0)
+            live[i] = true;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < seen_n; i++)
+        if (seen_tab[i].srv != srv || live[i])
+            seen_tab[k++] = seen_tab[i];
+    seen_n = k;
+    free(live);
+    if (seen_n == 0) {
+        free(seen_tab);
+        seen_tab = NULL;
+        seen_cap = 0;
+    }
+}
+
+void handler_sessions_seen(const session_t *s)
+{
+    if (!s->has_pipe)
+        return; /* no accept: its age is unknown */
+    const server_t *srv = s->srv;
+    if (seen_n == seen_cap) {
+        seen_prune(srv);
+        if (seen_n == seen_cap) {
+            size_t cap = seen_cap ? seen_cap * 2 : 16;
+            seen_t *t = realloc(seen_tab, cap * sizeof(*t));
+            if (!t)
+                return; /* its age reads 0 */
+            seen_tab = t;
+            seen_cap = cap;
+        }
+    }
+    size_t i = seen_find(srv, s->id);
+    if (i < seen_n && seen_cmp(&seen_tab[i], srv, s->id) == 0)
+        return;
+    memmove(&seen_tab[i + 1], &seen_tab[i], (seen_n - i) * sizeof(*seen_tab));
+    seen_tab[i] = (seen_t){srv, s->id, s->last_request_ms};
+    seen_n++;
+}
+
+/* Loop time of s's accept; now when unknown. */
+static uint64_t since_ms(const session_t *s, uint64_t now)
+{
+    if (!s->has_pipe)
+        return now;
+    if (s->requests == 0)
+        return s->last_request_ms;
+    size_t i = seen_find(s->srv, s->id);
+    if (i < seen_n && seen_cmp(&seen_tab[i], s->srv, s->id) == 0)
+        return seen_tab[i].since_ms;
+    return now;
+}
+
+static const char *hold_name(session_hold_reason_t why)
+{
+    switch (why) {
+    case SESSION_HOLD_NONE:
+        return "";
+    case SESSION_HOLD_SPACING:
+        return "spacing";
+    case SESSION_HOLD_INFLIGHT:
+        return "inflight";
+    case SESSION_HOLD_TIER_JOB:
+    case SESSION_HOLD_TIER_ANY:
+        return "tier";
+    case SESSION_HOLD_CLUSTER:
+        return "cluster";
+    case SESSION_HOLD_CLEAR:
+        return "clear";
+    case SESSION_HOLD_COMMIT:
+        return "commit";
+    case SESSION_HOLD_ALLOC:
+        return "alloc";
+    case SESSION_HOLD_TREE:
+        return "tree";
+    default:
+        return "steps";
+    }
+}
+
+static void add_ns(const session_t *viewer, uint32_t ns, uint32_t *ids, size_t *n)
+{
+    if (*n >= SESSIONS_NS_PER_ROW || !namespaces_allowed(viewer, ns))
+        return;
+    for (size_t i = 0; i < *n; i++)
+        if (ids[i] == ns)
+            return;
+    ids[(*n)++] = ns;
+}
+
+static uint64_t sub_floor(uint64_t a, uint64_t b)
+{
+    return a > b ? a - b : 0;
+}
+
+int handler_sessions(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
+                     handler_ctx_t *ctx)
+{
+    (void)req;
+    server_t *srv = s->srv;
+    Kvshare__SessionsReply *r = &ctx->reply.sessions;
+    kvshare__sessions_reply__init(r);
+    resp->rpc_case = KVSHARE__RESPONSE__RPC_SESSIONS;
+    resp->sessions = r;
+
+    size_t n = 0;
+    for (const session_t *o = srv->sessions; o; o = o->next)
+        if (!o->closing)
+            n++;
+    if (srv->cfg.max_sessions && n > srv->cfg.max_sessions)
+        n = srv->cfg.max_sessions;
+    if (n == 0)
+        return 0;
+
+    /* One allocation: the rows, their pointers, their namespace names. */
+    size_t bytes = n * (sizeof(Kvshare__SessionInfo) + sizeof(Kvshare__SessionInfo *) +
+                        SESSIONS_NS_PER_ROW * sizeof(char *));
+    uint8_t *mem = malloc(bytes);
+    if (!mem) {
+        snprintf(ctx->msg, sizeof(ctx->msg), "kvshared is out of memory for the session list");
+        return KVS_ENOMEM;
+    }
+    ctx->heap[0] = mem;
+    Kvshare__SessionInfo *rows = (Kvshare__SessionInfo *)mem;
+    Kvshare__SessionInfo **ptrs = (Kvshare__SessionInfo **)(rows + n);
+    char **names = (char **)(ptrs + n);
+
+    uint64_t now = uv_now(srv->loop);
+    size_t k = 0;
+    for (session_t *o = srv->sessions; o && k < n; o = o->next) {
+        if (o->closing)
+            continue;
+        Kvshare__SessionInfo *row = &rows[k];
+        kvshare__session_info__init(row);
+        row->id = o->id;
+        row->pid = o->has_peer ? o->peer_pid : 0;
+        row->uid = o->has_peer ? o->peer_uid : 0;
+        row->worker = o->worker;
+        row->pins = o->pins.used;
+        row->pins_total = o->pins.total;
+        row->writing = o->n_writing;
+        row->buffered =
+            (uint64_t)(o->in.len - o->in.head) + (uint64_t)(o->out.len - o->out.head) + o->queued;
+        row->age_s = sub_floor(now, since_ms(o, now)) / 1000;
+        row->idle_s = o->has_pipe ? sub_floor(now, o->last_request_ms) / 1000 : 0;
+        row->held = session_held(o);
+        row->held_for = (char *)hold_name(o->held);
+        row->requests = o->requests;
+
+        uint32_t ids[SESSIONS_NS_PER_ROW];
+        size_t n_ids = 0;
+        if (srv->ns_creator)
+            for (uint32_t ns = 0; ns < srv->cfg.max_namespaces; ns++)
+                if (srv->ns_creator[ns] == o)
+                    add_ns(s, ns, ids, &n_ids);
+        for (uint32_t i = 0; i < o->pins.cap && n_ids < SESSIONS_NS_PER_ROW; i++)
+            if (o->pins.keys[i] != SESSION_NO_BLOCK && o->pins.counts[i])
+                add_ns(s, store_block_ns(srv->store, o->pins.keys[i]), ids, &n_ids);
+        char **row_names = names + k * SESSIONS_NS_PER_ROW;
+        size_t m = 0;
+        for (size_t i = 0; i < n_ids; i++) {
+            const char *name = radix_ns_name(srv->index, ids[i]);
+            if (name)
+                row_names[m++] = (char *)name;
+        }
+        row->namespaces = row_names;
+        row->n_namespaces = m;
+        ptrs[k++] = row;
+    }
+    r->sessions = ptrs;
+    r->n_sessions = k;
+    return 0;
+}
