@@ -158,6 +158,7 @@ struct session {
     size_t buf_bytes;         /* this session's share of the server's count */
     size_t queued;            /* reply bytes in queued uv_writes */
     uint64_t last_request_ms; /* loop time of the last request (idle timeout) */
+    uint64_t connected_ms;    /* loop time of its accept (Sessions: its age) */
 };
 
 /* Buffers larger than this are given back once empty, so that one large

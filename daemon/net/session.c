@@ -1177,7 +1177,7 @@ int session_accept(server_t *srv)
         session_close(s, "session limit");
         return KVS_ELIMIT;
     }
-    s->last_request_ms = uv_now(srv->loop);
+    s->last_request_ms = s->connected_ms = uv_now(srv->loop);
     start_reading(s);
     if (s->closing)
         return KVS_EIO;

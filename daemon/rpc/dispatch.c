@@ -228,8 +228,6 @@ int dispatch_frame(session_t *s, const uint8_t *body, size_t len, uint64_t *cloc
         if (status != 0)
             LOG_DEBUG("session %llu: %s: %s", (unsigned long long)s->id, entry->name, ctx.msg);
     }
-    if (s->requests == 0)
-        handler_sessions_seen(s);
     s->requests++;
     metrics_count_rpc(&s->srv->metrics, slot, status);
     if (status != 0) {

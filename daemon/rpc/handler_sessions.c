@@ -2,12 +2,8 @@
 /*
  * Sessions: the connected workers, one row each, as Redis's CLIENT LIST:
  * id, peer, worker name, namespaces, holdings, buffers, age, idle time and
- * hold. Read-only; linear in the sessions and in their pin maps.
- *
- * A session's age counts from its connection: the loop time of its accept
- * is its last_request_ms until its first request ends, and dispatch hands
- * it here then (handler_sessions_seen), into a small table by server and
- * session id that forgets closed sessions when it fills.
+ * hold. Read-only; linear in the sessions and in their pin maps. A
+ * session's age counts from its accept (session_t.connected_ms).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,96 +20,10 @@
 /* Namespaces named per row at most. */
 #define SESSIONS_NS_PER_ROW 16
 
-typedef struct seen {
-    const server_t *srv;
-    uint64_t id;
-    uint64_t since_ms; /* loop time of its accept */
-} seen_t;
-
-/* Sorted by (srv, id); loop thread only. */
-static seen_t *seen_tab;
-static size_t seen_n, seen_cap;
-
-static int seen_cmp(const seen_t *a, const server_t *srv, uint64_t id)
-{
-    if (a->srv != srv)
-        return (uintptr_t)a->srv < (uintptr_t)srv ? -1 : 1;
-    return a->id < id ? -1 : a->id > id ? 1 : 0;
-}
-
-/* Index of the first entry not below (srv, id). */
-static size_t seen_find(const server_t *srv, uint64_t id)
-{
-    size_t lo = 0, hi = seen_n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (seen_cmp(&seen_tab[mid], srv, id) < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
-}
-
-/* Drops the entries of srv whose session has gone. */
-static void seen_prune(const server_t *srv)
-{
-    bool *live = calloc(seen_n ? seen_n : 1, sizeof(*live));
-    if (!live)
-        return;
-    for (const session_t *s = srv->sessions; s; s = s->next) {
-        size_t i = seen_find(srv, s->id);
-        if (i < seen_n && seen_cmp(&seen_tab[i], srv, s->id) == 0)
-            live[i] = true;
-    }
-    size_t k = 0;
-    for (size_t i = 0; i < seen_n; i++)
-        if (seen_tab[i].srv != srv || live[i])
-            seen_tab[k++] = seen_tab[i];
-    seen_n = k;
-    free(live);
-    if (seen_n == 0) {
-        free(seen_tab);
-        seen_tab = NULL;
-        seen_cap = 0;
-    }
-}
-
-void handler_sessions_seen(const session_t *s)
-{
-    if (!s->has_pipe)
-        return; /* no accept: its age is unknown */
-    const server_t *srv = s->srv;
-    if (seen_n == seen_cap) {
-        seen_prune(srv);
-        if (seen_n == seen_cap) {
-            size_t cap = seen_cap ? seen_cap * 2 : 16;
-            seen_t *t = realloc(seen_tab, cap * sizeof(*t));
-            if (!t)
-                return; /* its age reads 0 */
-            seen_tab = t;
-            seen_cap = cap;
-        }
-    }
-    size_t i = seen_find(srv, s->id);
-    if (i < seen_n && seen_cmp(&seen_tab[i], srv, s->id) == 0)
-        return;
-    memmove(&seen_tab[i + 1], &seen_tab[i], (seen_n - i) * sizeof(*seen_tab));
-    seen_tab[i] = (seen_t){srv, s->id, s->last_request_ms};
-    seen_n++;
-}
-
-/* Loop time of s's accept; now when unknown. */
+/* Loop time of s's accept; now for a session without a socket. */
 static uint64_t since_ms(const session_t *s, uint64_t now)
 {
-    if (!s->has_pipe)
-        return now;
-    if (s->requests == 0)
-        return s->last_request_ms;
-    size_t i = seen_find(s->srv, s->id);
-    if (i < seen_n && seen_cmp(&seen_tab[i], s->srv, s->id) == 0)
-        return seen_tab[i].since_ms;
-    return now;
+    return s->has_pipe ? s->connected_ms : now;
 }
 
 static const char *hold_name(session_hold_reason_t why)

@@ -55,11 +55,6 @@ void handler_tree_gone(session_t *s);
  * s's buffers). */
 size_t handler_tree_bytes(const session_t *s);
 
-/* Sessions (handler_sessions.c): called by dispatch when s's first
- * request ends, while its last_request_ms is still its accept's time, so
- * that the session list can give its age. */
-void handler_sessions_seen(const session_t *s);
-
 /* One handler per RPC of kvshare_rpcs.h: handler_hello, handler_lookup, ...
  * Each answers its request into resp (through ctx) and returns a KVS_*
  * status (dispatch.h). */
