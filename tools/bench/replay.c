@@ -116,10 +116,11 @@ typedef struct replay_opts {
      * random; with a cluster tier (--cluster-units), on one Redis Cluster. */
     uint32_t nodes;
     double cluster_units;
-    const char *cluster_seeds; /* set once the cluster runs */
-    const char *conf;          /* the daemons' config file (shared namespaces) */
-    uint32_t cluster_samples;  /* Redis's maxmemory-samples (0: its default, 5) */
-    int restart_node;          /* >= 0: restarts (--restart-node) asked for */
+    const char *cluster_seeds;  /* set once the cluster runs */
+    const char *conf;           /* the daemons' config file (shared namespaces) */
+    uint32_t cluster_samples;   /* Redis's maxmemory-samples (0: its default, 5) */
+    const char *cluster_policy; /* Redis's maxmemory-policy (default allkeys-lru) */
+    int restart_node;           /* >= 0: restarts (--restart-node) asked for */
     /* Restart k: node restart_nodes[k] restarts empty once request
      * restart_ats[k] is dispatched (ascending). */
     size_t n_restarts;
@@ -250,10 +251,10 @@ static pid_t start_daemon(const replay_opts_t *o, const char *sock)
 }
 
 /* Starts a Redis Cluster of 3 masters for the cluster tier, each master's
- * maxmemory a third of `blocks` values of this geometry (allkeys-lru: the
- * cluster's own eviction). A value is the block, its 48-byte header, the
- * namespace name and 4 bytes per token; Redis adds its key and about 100
- * bytes of bookkeeping. */
+ * maxmemory a third of `blocks` values of this geometry (the cluster's own
+ * eviction: --cluster-policy, allkeys-lru by default). A value is the block,
+ * its 48-byte header, the namespace name and 4 bytes per token; Redis adds
+ * its key and about 100 bytes of bookkeeping. */
 static int start_cluster(const replay_opts_t *o, rc_cluster_t *rc, uint64_t blocks)
 {
     uint64_t bb = daemon_block_bytes(o);
@@ -272,7 +273,7 @@ static int start_cluster(const replay_opts_t *o, rc_cluster_t *rc, uint64_t bloc
         r = ctx ? redisCommand(ctx, "CONFIG SET maxmemory %llu", max) : NULL;
         int ok = r && r->type == REDIS_REPLY_STATUS;
         freeReplyObject(r);
-        r = ctx ? redisCommand(ctx, "CONFIG SET maxmemory-policy allkeys-lru") : NULL;
+        r = ctx ? redisCommand(ctx, "CONFIG SET maxmemory-policy %s", o->cluster_policy) : NULL;
         ok = ok && r && r->type == REDIS_REPLY_STATUS;
         freeReplyObject(r);
         if (o->cluster_samples) {
@@ -630,9 +631,12 @@ static void replay_usage(FILE *f)
                "                      at random (default 1)\n"
                "  --cluster-units U   a cluster tier: the nodes share a Redis Cluster of 3\n"
                "                      masters started here, holding U units of 512-token\n"
-               "                      blocks (maxmemory, allkeys-lru); every namespace shared\n"
-               "  --cluster-samples N Redis's maxmemory-samples: keys its LRU compares per\n"
-               "                      eviction (default: Redis's, 5)\n"
+               "                      blocks (maxmemory, --cluster-policy); every namespace\n"
+               "                      shared\n"
+               "  --cluster-policy P  Redis's maxmemory-policy: allkeys-lru (default),\n"
+               "                      allkeys-lfu or allkeys-random\n"
+               "  --cluster-samples N Redis's maxmemory-samples: keys its LRU or LFU compares\n"
+               "                      per eviction (default: Redis's, 5)\n"
                "  --restart-node K --restart-at N  node K restarts empty once request N is\n"
                "                      dispatched: how soon it gets back to the others' hit rate\n"
                "                      (lists: --restart-node 0,1,2 --restart-at 3000,6000,9000,\n"
@@ -654,6 +658,7 @@ int bench_replay(int argc, char **argv)
                        .eviction = "lru",
                        .write_bytes = 64,
                        .nodes = 1,
+                       .cluster_policy = "allkeys-lru",
                        .restart_node = -1};
     o.kvshared = bench_default_kvshared(kvshared, sizeof(kvshared));
     size_t rnodes[REPLAY_MAX_RESTARTS], n_rnodes = 0;
@@ -738,6 +743,10 @@ int bench_replay(int argc, char **argv)
         } else if (strcmp(a, "--cluster-samples") == 0) {
             o.cluster_samples = (uint32_t)strtoul(v, NULL, 0);
             ok = o.cluster_samples >= 1 && o.cluster_samples <= 64;
+        } else if (strcmp(a, "--cluster-policy") == 0) {
+            o.cluster_policy = v;
+            ok = strcmp(v, "allkeys-lru") == 0 || strcmp(v, "allkeys-lfu") == 0 ||
+                 strcmp(v, "allkeys-random") == 0;
         } else if (strcmp(a, "--restart-node") == 0) {
             n_rnodes = parse_list(v, rnodes, REPLAY_MAX_RESTARTS);
             ok = n_rnodes > 0;
@@ -1055,11 +1064,13 @@ int bench_replay(int argc, char **argv)
                  &rec_trail[k], &rec_node_hr[k], &rec_others_hr[k]);
     double sim_t2_hr = src == 0 ? (double)sim.t2_hit_tokens / (double)sim.prompt_tokens : -1;
     if (o.json) {
-        printf("{\"nodes\": %u, \"cluster_blocks\": %llu, \"cluster_share\": %.4f, "
+        printf("{\"nodes\": %u, \"cluster_blocks\": %llu, \"cluster_policy\": \"%s\", "
+               "\"cluster_samples\": %u, \"cluster_share\": %.4f, "
                "\"pooled_sim_hit_rate\": %.4f, \"cluster_reply_us\": %.1f, "
                "\"cluster_puts\": %llu, \"cluster_put_drops\": %llu, \"recovery_window\": %zu, "
                "\"restarts\": [",
-               n_nodes, (unsigned long long)cluster_blocks, cluster_share, pooled_hr,
+               n_nodes, (unsigned long long)cluster_blocks, o.cluster_policy,
+               o.cluster_samples ? o.cluster_samples : 5, cluster_share, pooled_hr,
                node_replies ? node_lat_us / (double)node_replies : 0.0,
                (unsigned long long)after.cluster_puts, (unsigned long long)after.cluster_put_drops,
                rec_win);
@@ -1123,10 +1134,12 @@ int bench_replay(int argc, char **argv)
                    prompt_tokens ? 100.0 * (double)t3_hit_tokens / (double)prompt_tokens : 0,
                    src == 0 ? 100.0 * (double)sim.t3_hit_tokens / (double)sim.prompt_tokens : -1);
         if (n_nodes > 1 || cluster_blocks)
-            printf("nodes %u (random routing), cluster tier %llu blocks: hits local %.2f %%, "
-                   "from the cluster %.2f %%, misses %.2f %%; %llu blocks written through "
-                   "(%llu dropped), %llu fetched; cluster replies %.0f us on average\n",
-                   n_nodes, (unsigned long long)cluster_blocks, 100 * (hr - cluster_share),
+            printf("nodes %u (random routing), cluster tier %llu blocks (%s, samples %u): "
+                   "hits local %.2f %%, from the cluster %.2f %%, misses %.2f %%; %llu blocks "
+                   "written through (%llu dropped), %llu fetched; cluster replies %.0f us on "
+                   "average\n",
+                   n_nodes, (unsigned long long)cluster_blocks, o.cluster_policy,
+                   o.cluster_samples ? o.cluster_samples : 5, 100 * (hr - cluster_share),
                    100 * cluster_share, 100 * (1 - hr), (unsigned long long)after.cluster_puts,
                    (unsigned long long)after.cluster_put_drops,
                    (unsigned long long)after.cluster_fetched_blocks,
