@@ -553,8 +553,35 @@ static int alloc_joining(server_t *srv, session_t *s, uint32_t ns, uint32_t n,
     return rc;
 }
 
+static int alloc_run(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
+                     handler_ctx_t *ctx);
+
+/* Alloc: the checks and the pieces are alloc_run's; here, an Alloc that
+ * fails after earlier pieces took blocks (a check that no longer passes
+ * when its frame runs again) gives them back: all or none. */
 int handler_alloc(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
                   handler_ctx_t *ctx)
+{
+    bool resumed = s->alloc_steps;
+    s->alloc_steps = false;
+    if (!resumed) {
+        s->alloc_done = 0;
+        s->alloc_evicted = 0;
+    }
+    int rc = alloc_run(s, req, resp, ctx);
+    if (rc != 0 && s->alloc_done > 0) {
+        uint32_t *ids = s->scratch;
+        for (uint32_t i = 0; i < s->alloc_done; i++)
+            if (store_release(s->srv, s, ids[i], NULL) != 0)
+                LOG_ERROR("session %llu: block %u of a failed alloc could not be given back",
+                          (unsigned long long)s->id, ids[i]);
+        s->alloc_done = 0;
+    }
+    return rc;
+}
+
+static int alloc_run(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
+                     handler_ctx_t *ctx)
 {
     server_t *srv = s->srv;
     const Kvshare__AllocRequest *al = req->alloc;
@@ -611,14 +638,8 @@ int handler_alloc(session_t *s, const Kvshare__Request *req, Kvshare__Response *
         return fail(ctx, KVS_EINVAL, "alloc first_block %u without the tokens it counts in",
                     al->first_block);
     }
-    /* The next piece of this frame's Alloc (alloc_pieces): the blocks it
-     * took so far are this session's WRITING blocks already. */
-    bool resumed = s->alloc_steps;
-    s->alloc_steps = false;
-    if (!resumed) {
-        s->alloc_done = 0;
-        s->alloc_evicted = 0;
-    }
+    /* On the next piece of this frame's Alloc (alloc_pieces), the blocks
+     * it took so far are this session's WRITING blocks already. */
     uint32_t left = al->n - s->alloc_done;
     if (srv->cfg.session_max_writing &&
         (uint64_t)s->n_writing + left > srv->cfg.session_max_writing) {
