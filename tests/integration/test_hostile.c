@@ -238,11 +238,11 @@ END_TEST
 
 /* 64 sessions ask for one listing at once, a 65th for its first 10 rows,
  * then 4 sessions for listings of 4 other namespaces: every one is
- * answered within 5 s. The 65 share one walk (each joins the walk of the
- * listing it asks for, or follows a Tree waiting to walk it); the other
- * listings take the TREE_MAX_WAITING (2) places to walk, the rest are
- * refused at once (KVS_EBUSY, saying why). Before, each Tree waited for
- * every walk ahead of it and the spacing after each: 64 sessions were
+ * answered within 40 times what one Tree alone takes in the same run (a
+ * fixed 5 s failed under ASan on a loaded machine: 5.27 s). The 65 share one walk (each joins the
+ * walk of the listing it asks for, or follows a Tree waiting to walk it); the other listings take
+ * the TREE_MAX_WAITING (2) places to walk, the rest are refused at once (KVS_EBUSY, saying why).
+ * Before, each Tree waited for every walk ahead of it and the spacing after each: 64 sessions were
  * answered after 66 s on a large index, and a 65th waited for them all. */
 static void send_tree_of(int fd, uint32_t max, const char *ns)
 {
@@ -302,7 +302,11 @@ START_TEST(test_tree_queue_is_bounded)
            "refused, the last answer after %.2f s\n",
            one, listed, refused, took);
     ck_assert_int_ge(refused, OTHERS - TREE_WAITING_PLACES);
-    ck_assert_double_lt(took, 5.0);
+    /* Against the same run's Tree alone: one shared walk and the spacing
+     * after it read 10-18 times it here; a walk per Tree (before) is over
+     * 64 walks and their spacing, hundreds of times it. */
+    ck_assert_msg(took < 40 * one + 1.0,
+                  "69 Trees took %.2f s: over 40 times one Tree alone (%.3f s) and 1 s", took, one);
     for (int i = 0; i < SESSIONS + 1 + OTHERS; i++)
         close(fds[i]);
     ck_assert_int_eq(harness_stop(&d), 0);
