@@ -467,6 +467,17 @@ int handler_lookup(session_t *s, const Kvshare__Request *req, Kvshare__Response 
                                  lk->wait_ms > 0, resp, ctx);
 }
 
+/* A failed Alloc gives back the blocks its earlier pieces took (ids[0 ..
+ * s->alloc_done)): all or none. */
+static void alloc_give_back(session_t *s, const uint32_t *ids)
+{
+    for (uint32_t i = 0; i < s->alloc_done; i++)
+        if (store_release(s->srv, s, ids[i], NULL) != 0)
+            LOG_ERROR("session %llu: block %u of a failed alloc could not be given back",
+                      (unsigned long long)s->id, ids[i]);
+    s->alloc_done = 0;
+}
+
 /* An Alloc of many blocks in pieces of STORE_PIECE_BLOCKS, one per loop
  * turn, like a Commit's (commit_pieces): after each but the last the
  * session is held (SESSION_HOLD_ALLOC, a deadline of now) and its frame
@@ -505,11 +516,7 @@ static int alloc_pieces(session_t *s, uint32_t ns, uint32_t n, const uint64_t *h
         }
         return rc;
     }
-    for (uint32_t i = 0; i < done; i++)
-        if (store_release(srv, s, ids[i], NULL) != 0)
-            LOG_ERROR("session %llu: block %u of a failed alloc could not be given back",
-                      (unsigned long long)s->id, ids[i]);
-    s->alloc_done = 0;
+    alloc_give_back(s, ids);
     return rc;
 }
 
@@ -569,14 +576,8 @@ int handler_alloc(session_t *s, const Kvshare__Request *req, Kvshare__Response *
         s->alloc_evicted = 0;
     }
     int rc = alloc_run(s, req, resp, ctx);
-    if (rc != 0 && s->alloc_done > 0) {
-        uint32_t *ids = s->scratch;
-        for (uint32_t i = 0; i < s->alloc_done; i++)
-            if (store_release(s->srv, s, ids[i], NULL) != 0)
-                LOG_ERROR("session %llu: block %u of a failed alloc could not be given back",
-                          (unsigned long long)s->id, ids[i]);
-        s->alloc_done = 0;
-    }
+    if (rc != 0)
+        alloc_give_back(s, s->scratch);
     return rc;
 }
 
