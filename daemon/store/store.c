@@ -447,9 +447,11 @@ int store_commit_range(server_t *srv, session_t *s, uint32_t ns, const uint32_t 
     }
     for (size_t j = 0; j < done; j++)
         store_hint(srv, hint, canonical[first + j]);
-    if (srv->events)
+    /* An empty Commit may carry no tokens or ids at all (NULL arrays). */
+    if (srv->events && done > 0)
         publish_stored(srv, ns, ids, canonical, fresh, first, first + done, tokens, n_lower);
-    cluster_store_committed(srv, ns, ids + first, fresh, done, tokens + first * bt);
+    if (done > 0)
+        cluster_store_committed(srv, ns, ids + first, fresh, done, tokens + first * bt);
     if (irc == KVS_EQUOTA)
         srv->metrics.alloc_failures_quota++;
     *n_done = first + done;
