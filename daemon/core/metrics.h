@@ -55,6 +55,8 @@ typedef struct metrics {
     };
     uint64_t loop_busy_max_us; /* the loop's longest work between two polls (loop_watch.c) */
     uint64_t disk_restored;    /* blocks the disk tier's file gave back to the index at start */
+    /* problems the check of the cluster masters' eviction settings found (cluster.h) */
+    uint64_t cluster_settings_warnings;
     uint64_t rpc_calls[METRICS_MAX_RPC];  /* by dispatch table position */
     uint64_t rpc_errors[METRICS_MAX_RPC]; /* by dispatch table position */
 

@@ -411,6 +411,11 @@ static void cluster_nodes(text_t *t, server_t *srv)
             }
         }
     }
+    head(t, "kvshare_cluster_settings_warnings", "gauge",
+         "Problems the check of the cluster masters' eviction settings found at start (each "
+         "logged at WARN; docs/CLUSTER.md, Sizing Redis)");
+    put(t, "kvshare_cluster_settings_warnings %llu\n",
+        (unsigned long long)srv->metrics.cluster_settings_warnings);
     head(t, "kvshare_cluster_fetch_seconds", "histogram",
          "Time from a Lookup's fetch from the cluster tier to its blocks placed in the pool");
     hist(t, "kvshare_cluster_fetch_seconds", "", &srv->metrics.cluster_fetch_time,

@@ -47,7 +47,7 @@ typedef struct cluster_node {
     uint64_t requests, errors, replies, latency_us_sum, latency_us_max;
 } cluster_node_t;
 
-typedef enum req_kind { REQ_USER, REQ_REFRESH, REQ_SCAN } req_kind_t;
+typedef enum req_kind { REQ_USER, REQ_REFRESH, REQ_SCAN, REQ_CONFIG } req_kind_t;
 
 /* One command in flight: formatted once, sent again on redirects. */
 typedef struct cluster_req {
@@ -63,9 +63,11 @@ typedef struct cluster_req {
     uint64_t sent_ns; /* when it was sent to node (uv_hrtime) */
     uint64_t deadline;
     cluster_reply_cb cb;
-    cluster_scan_cb scan_cb; /* REQ_SCAN */
-    cluster_sink_cb sink;    /* NULL: the string reply goes to cb */
-    int sunk;                /* sink took the string reply (sunk_len bytes) */
+    cluster_scan_cb scan_cb;      /* REQ_SCAN */
+    struct settings_check *check; /* REQ_CONFIG: the check it answers */
+    int check_i;                  /* REQ_CONFIG: its master's place in the check */
+    cluster_sink_cb sink;         /* NULL: the string reply goes to cb */
+    int sunk;                     /* sink took the string reply (sunk_len bytes) */
     size_t sunk_len;
     void *arg;
 } cluster_req_t;
@@ -542,6 +544,7 @@ static void req_free(cluster_req_t *q)
 }
 
 static void refresh_done(cluster_t *c, int status, redisReply *reply);
+static void config_done(cluster_req_t *q, int status, const redisReply *reply);
 
 /* Hands a SCAN's reply ([cursor, [key, ...]]) to its callback; a reply of
  * another shape is an error (KVS_EIO). */
@@ -589,6 +592,14 @@ static void req_finish(cluster_req_t *q, int status, redisReply *reply)
 {
     cluster_t *c = q->cl;
     req_unlink(q);
+    if (q->kind == REQ_CONFIG) {
+        /* Not the tier's traffic: a refused CONFIG is no node error. */
+        if (status == 0)
+            c->stats.ok++;
+        config_done(q, status, reply);
+        req_free(q);
+        return;
+    }
     if (status != 0 && status != KVS_ENOTFOUND && q->node >= 0 && q->node < c->n_nodes)
         c->nodes[q->node]->errors++;
     if (q->kind == REQ_REFRESH) {
@@ -789,6 +800,11 @@ static void on_reply(redisAsyncContext *ac, void *r, void *privdata)
             node_mark_down(n);
         }
         req_finish(q, n->fail_status ? n->fail_status : KVS_EIO, NULL);
+        return;
+    }
+    if (reply->type == REDIS_REPLY_ERROR && q->kind == REQ_CONFIG) {
+        /* Renamed, an ACL, a managed Redis: the check says so at INFO. */
+        req_finish(q, KVS_EDENIED, reply);
         return;
     }
     if (reply->type == REDIS_REPLY_ERROR) {
@@ -1248,4 +1264,380 @@ const char *cluster_slot_node(const cluster_t *c, uint16_t slot, char *buf, size
         snprintf(buf, len, "%s:%d", n->host, n->port);
     }
     return buf;
+}
+
+/* ---- the masters' eviction settings (cluster.h) ---- */
+
+/* Masters one log line names at most; the rest are counted. */
+#define SETTINGS_NAMED 8
+/* maxmemory per slot may differ this much between masters (percent). */
+#define SETTINGS_SPREAD_PCT 25
+
+typedef struct settings_check {
+    cluster_t *c;
+    cluster_check_cb done;
+    void *arg;
+    size_t n, pending;
+    cluster_settings_t m[CLUSTER_MAX_NODES];
+    int ok[CLUSTER_MAX_NODES];       /* 1: m[i] was read */
+    char why[CLUSTER_MAX_NODES][96]; /* else why not (escaped) */
+} settings_check_t;
+
+/* A line under construction: appends stop quietly at its end. */
+typedef struct line {
+    char buf[900];
+    size_t len;
+} line_t;
+
+__attribute__((format(printf, 2, 3))) static void add(line_t *l, const char *fmt, ...)
+{
+    if (l->len >= sizeof l->buf - 1)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(l->buf + l->len, sizeof l->buf - l->len, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        l->len += (size_t)n < sizeof l->buf - l->len ? (size_t)n : sizeof l->buf - 1 - l->len;
+}
+
+/* The problems of one master (bit per kind). */
+enum { P_POLICY = 1, P_SAMPLES = 2, P_UNLIMITED = 4 };
+
+static unsigned problems_of(const cluster_settings_t *s)
+{
+    unsigned p = 0;
+    if (strcmp(s->policy, "allkeys-lru") != 0)
+        p |= P_POLICY;
+    if (s->samples < CLUSTER_SETTINGS_SAMPLES)
+        p |= P_SAMPLES;
+    if (s->have_maxmemory && s->maxmemory == 0)
+        p |= P_UNLIMITED;
+    return p;
+}
+
+/* Whether a and b have problem kind with the same value. */
+static int same_problem(const cluster_settings_t *a, const cluster_settings_t *b, unsigned kind)
+{
+    if (!(problems_of(a) & kind) || !(problems_of(b) & kind))
+        return 0;
+    if (kind == P_POLICY)
+        return strcmp(a->policy, b->policy) == 0;
+    if (kind == P_SAMPLES)
+        return a->samples == b->samples;
+    return 1;
+}
+
+/* "on K of N masters (a, b, ...)": the masters from i on with the same
+ * problem of kind as m[i]. */
+static void add_masters(line_t *l, const cluster_settings_t *m, size_t n, size_t i, unsigned kind)
+{
+    size_t k = 0, named = 0;
+    for (size_t j = i; j < n; j++)
+        k += same_problem(&m[i], &m[j], kind) ? 1 : 0;
+    add(l, " on %zu of %zu master%s (", k, n, n == 1 ? "" : "s");
+    for (size_t j = i; j < n; j++) {
+        if (!same_problem(&m[i], &m[j], kind))
+            continue;
+        if (named == SETTINGS_NAMED) {
+            add(l, " and %zu more", k - named);
+            break;
+        }
+        add(l, "%s%s", named ? ", " : "", m[j].addr);
+        named++;
+    }
+    add(l, ")");
+}
+
+static const char *const DOCS = "docs/CLUSTER.md, Sizing Redis; docs/EVICTION.md, Several nodes "
+                                "and the cluster tier";
+
+static void warn_policy(line_t *l, const char *policy)
+{
+    add(l, "; recommended allkeys-lru: ");
+    if (strcmp(policy, "noeviction") == 0)
+        add(l, "a full master refuses every write with OOM, so the tier takes no new block once "
+               "full, counted in kvshare_cluster_oom_refusals_total");
+    else if (strncmp(policy, "volatile-", 9) == 0)
+        add(l, "kvshare's values carry no TTL, so it never evicts them: a full master refuses "
+               "every write with OOM, as with noeviction, counted in "
+               "kvshare_cluster_oom_refusals_total");
+    else if (strcmp(policy, "allkeys-lfu") == 0)
+        add(l, "in the 4-node replays it gave 0.631x the hit rate of one node with 4x the pool "
+               "(0.648x with 10 samples), allkeys-lru with maxmemory-samples 64 0.953x: its "
+               "counters tie and it drops a conversation's freshest blocks");
+    else if (strcmp(policy, "allkeys-random") == 0)
+        add(l, "it drops blocks at random, and a block dropped from the middle of a chain loses "
+               "the rest of the chain for every node (not measured; allkeys-lru with "
+               "maxmemory-samples 64 gave 0.953x one node with 4x the pool in the 4-node replays)");
+    else
+        add(l, "a policy this check does not know");
+}
+
+static void warn_samples(line_t *l, long long samples)
+{
+    add(l,
+        "; recommended %d: Redis's LRU drops the idlest of that many random keys, and a "
+        "block dropped from the middle of a chain loses the rest of the chain for every node; "
+        "in the 4-node replays ",
+        CLUSTER_SETTINGS_SAMPLES);
+    if (samples < 0)
+        add(l, "(the master did not say its samples) ");
+    else if (samples < 5)
+        add(l, "fewer than Redis's default 5 were not measured (5 gave 0.898x) ");
+    else if (samples < 10)
+        add(l, "5 samples gave 0.898x ");
+    else if (samples < 20)
+        add(l, "10 samples gave 0.929x ");
+    else
+        add(l, "20 samples gave 0.943x ");
+    add(l, "the hit rate of one node with 4x the pool, %d gave 0.953x", CLUSTER_SETTINGS_SAMPLES);
+}
+
+/* The masters' values of one setting, when they are not all equal. */
+static uint32_t warn_disagree(const cluster_settings_t *m, size_t n, int what)
+{
+    int differ = 0;
+    for (size_t i = 1; i < n && !differ; i++)
+        differ = what == 0 ? strcmp(m[i].policy, m[0].policy) != 0 : m[i].samples != m[0].samples;
+    if (!differ)
+        return 0;
+    line_t l = {.len = 0};
+    add(&l, "cluster: the masters disagree on %s (",
+        what == 0 ? "maxmemory-policy" : "maxmemory-samples");
+    for (size_t i = 0; i < n && i < SETTINGS_NAMED; i++) {
+        if (what == 0)
+            add(&l, "%s%s %s", i ? ", " : "", m[i].addr, m[i].policy[0] ? m[i].policy : "?");
+        else
+            add(&l, "%s%s %lld", i ? ", " : "", m[i].addr, m[i].samples);
+    }
+    if (n > SETTINGS_NAMED)
+        add(&l, " and %zu more", n - SETTINGS_NAMED);
+    add(&l,
+        "); give every master allkeys-lru and maxmemory-samples %d: each master evicts only "
+        "its own slots' keys, and a chain loses its rest where one of its blocks lands on "
+        "the master with the worse setting (%s)",
+        CLUSTER_SETTINGS_SAMPLES, DOCS);
+    LOG_WARN("%s", l.buf);
+    return 1;
+}
+
+/* maxmemory per slot apart by more than SETTINGS_SPREAD_PCT among the
+ * masters with a limit and slots. */
+static uint32_t warn_spread(const cluster_settings_t *m, size_t n)
+{
+    double lo = 0, hi = 0;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!m[i].have_maxmemory || m[i].maxmemory == 0 || m[i].slots == 0)
+            continue;
+        double per = (double)m[i].maxmemory / m[i].slots;
+        lo = k == 0 || per < lo ? per : lo;
+        hi = k == 0 || per > hi ? per : hi;
+        k++;
+    }
+    if (k < 2 || hi * 100 <= lo * (100 + SETTINGS_SPREAD_PCT))
+        return 0;
+    line_t l = {.len = 0};
+    add(&l, "cluster: the masters' maxmemory per slot differs by %.0f %% (", (hi / lo - 1) * 100);
+    size_t named = 0;
+    for (size_t i = 0; i < n && named < SETTINGS_NAMED; i++) {
+        if (!m[i].have_maxmemory || m[i].maxmemory == 0 || m[i].slots == 0)
+            continue;
+        add(&l, "%s%s %llu bytes for %u slots", named++ ? ", " : "", m[i].addr, m[i].maxmemory,
+            m[i].slots);
+    }
+    add(&l,
+        "); recommended: the same maxmemory per slot on every master: each master evicts "
+        "only its own slots' keys, so the one with less per slot drops blocks younger than the "
+        "others keep, and a chain loses its rest there (%s)",
+        DOCS);
+    LOG_WARN("%s", l.buf);
+    return 1;
+}
+
+uint32_t cluster_settings_judge(const cluster_settings_t *m, size_t n)
+{
+    static const unsigned kinds[] = {P_POLICY, P_SAMPLES, P_UNLIMITED};
+    uint32_t warnings = 0;
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        unsigned kind = kinds[k];
+        for (size_t i = 0; i < n; i++) {
+            if (!(problems_of(&m[i]) & kind))
+                continue;
+            int seen = 0;
+            for (size_t j = 0; j < i && !seen; j++)
+                seen = same_problem(&m[j], &m[i], kind);
+            if (seen)
+                continue; /* its line named it already */
+            line_t l = {.len = 0};
+            if (kind == P_POLICY) {
+                add(&l, "cluster: maxmemory-policy %s",
+                    m[i].policy[0] ? m[i].policy : "(not given)");
+                add_masters(&l, m, n, i, kind);
+                warn_policy(&l, m[i].policy);
+            } else if (kind == P_SAMPLES) {
+                add(&l, "cluster: maxmemory-samples %lld", m[i].samples);
+                add_masters(&l, m, n, i, kind);
+                warn_samples(&l, m[i].samples);
+            } else {
+                add(&l, "cluster: maxmemory 0 (no limit)");
+                add_masters(&l, m, n, i, kind);
+                add(&l, "; recommended: a maxmemory sized for the tier on every master: without "
+                        "one Redis never evicts, whatever the policy, and grows until the host "
+                        "runs out of memory");
+            }
+            add(&l, " (%s)", DOCS);
+            LOG_WARN("%s", l.buf);
+            warnings++;
+        }
+    }
+    warnings += warn_disagree(m, n, 0);
+    warnings += warn_disagree(m, n, 1);
+    warnings += warn_spread(m, n);
+    return warnings;
+}
+
+/* Every master answered or failed: judge, log, tell. */
+static void check_end(settings_check_t *k)
+{
+    uint32_t warnings = 0, checked = 0, unchecked = 0;
+    cluster_settings_t read[CLUSTER_MAX_NODES];
+    line_t l = {.len = 0};
+    for (size_t i = 0; i < k->n; i++) {
+        if (k->ok[i])
+            read[checked++] = k->m[i];
+        else
+            unchecked++;
+    }
+    /* "a, b: why; c: why": the masters of one reason together, at most
+     * SETTINGS_NAMED named. */
+    size_t named = 0;
+    for (size_t i = 0; i < k->n; i++) {
+        int seen = k->ok[i];
+        for (size_t j = 0; j < i && !seen; j++)
+            seen = !k->ok[j] && strcmp(k->why[j], k->why[i]) == 0;
+        if (seen)
+            continue;
+        if (named >= SETTINGS_NAMED) {
+            add(&l, "; ...");
+            break;
+        }
+        add(&l, "%s", named ? "; " : "");
+        for (size_t j = i, first = 1; j < k->n; j++) {
+            if (k->ok[j] || strcmp(k->why[j], k->why[i]) != 0)
+                continue;
+            if (named++ == SETTINGS_NAMED) {
+                add(&l, ", ...");
+                break;
+            }
+            add(&l, "%s%s", first ? "" : ", ", k->m[j].addr);
+            first = 0;
+        }
+        add(&l, ": %s", k->why[i]);
+        if (named > SETTINGS_NAMED)
+            break; /* its "..." stands for the rest */
+    }
+    if (!k->c->closing) {
+        if (unchecked)
+            LOG_INFO("cluster: the eviction settings of %u of %zu masters could not be checked "
+                     "(%s); not an error, but set maxmemory-policy allkeys-lru, "
+                     "maxmemory-samples %d and a maxmemory on every master by hand (%s)",
+                     unchecked, k->n, l.buf, CLUSTER_SETTINGS_SAMPLES, DOCS);
+        if (checked) {
+            warnings = cluster_settings_judge(read, checked);
+            LOG_INFO("cluster: eviction settings of %u master%s checked: %u problem%s%s", checked,
+                     checked == 1 ? "" : "s", warnings, warnings == 1 ? "" : "s",
+                     warnings ? " (logged above; kvshare_cluster_settings_warnings)" : "");
+        }
+    }
+    k->done(k->arg, warnings, checked, unchecked);
+    free(k);
+}
+
+/* "name", "value", ... of CONFIG GET maxmemory* into s. */
+static int config_parse(cluster_settings_t *s, const redisReply *r)
+{
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements % 2 != 0)
+        return -1;
+    for (size_t i = 0; i < r->elements; i += 2) {
+        const redisReply *name = r->element[i], *value = r->element[i + 1];
+        if (name->type != REDIS_REPLY_STRING || value->type != REDIS_REPLY_STRING)
+            return -1;
+        char *end = NULL;
+        if (strcmp(name->str, "maxmemory-policy") == 0) {
+            snprintf(s->policy, sizeof s->policy, "%s", value->str);
+        } else if (strcmp(name->str, "maxmemory-samples") == 0) {
+            s->samples = strtoll(value->str, &end, 10);
+            if (end == value->str)
+                s->samples = -1;
+        } else if (strcmp(name->str, "maxmemory") == 0) {
+            s->maxmemory = strtoull(value->str, &end, 10);
+            s->have_maxmemory = end != value->str;
+        }
+    }
+    return 0;
+}
+
+static void config_done(cluster_req_t *q, int status, const redisReply *reply)
+{
+    settings_check_t *k = q->check;
+    int i = q->check_i;
+    if (status == 0 && config_parse(&k->m[i], reply) == 0) {
+        k->ok[i] = 1;
+    } else if (status == KVS_EDENIED && reply && reply->str) {
+        char text[80];
+        snprintf(k->why[i], sizeof k->why[i], "CONFIG GET refused: %s",
+                 log_escape(reply->str, text, sizeof text));
+    } else {
+        snprintf(k->why[i], sizeof k->why[i], "CONFIG GET %s",
+                 status == 0 ? "answered with another shape" : kvs_status_text(status));
+    }
+    if (--k->pending == 0)
+        check_end(k);
+}
+
+int cluster_check_settings(cluster_t *c, cluster_check_cb done, void *arg)
+{
+    if (!c || !done)
+        return KVS_EINVAL;
+    if (c->closing || !cluster_ready(c))
+        return KVS_EBADSTATE;
+    settings_check_t *k = calloc(1, sizeof *k);
+    if (!k)
+        return KVS_ENOMEM;
+    k->c = c;
+    k->done = done;
+    k->arg = arg;
+    int masters[CLUSTER_MAX_NODES];
+    k->n = cluster_masters(c, masters, CLUSTER_MAX_NODES);
+    uint32_t slots[CLUSTER_MAX_NODES] = {0};
+    for (int s = 0; s < CLUSTER_SLOTS; s++)
+        slots[c->slots[s]]++;
+    const char *argv[3] = {"CONFIG", "GET", "maxmemory*"};
+    size_t lens[3] = {6, 3, 10};
+    uv_update_time(c->loop);
+    k->pending = k->n + 1; /* one more until every command is sent */
+    for (size_t i = 0; i < k->n; i++) {
+        const cluster_node_t *nd = c->nodes[masters[i]];
+        cluster_settings_t *s = &k->m[i];
+        snprintf(s->addr, sizeof s->addr, "%s:%d", nd->host, nd->port);
+        s->slots = slots[masters[i]];
+        s->samples = -1;
+        cluster_req_t *q = req_new(c, REQ_CONFIG, NULL, 0, 3, argv, lens);
+        if (!q || req_send(q, masters[i], 0) != 0) {
+            snprintf(k->why[i], sizeof k->why[i], "%s", q ? "the node is down" : "out of memory");
+            if (q)
+                req_free(q);
+            k->pending--;
+            continue;
+        }
+        q->check = k;
+        q->check_i = (int)i;
+        req_link(q);
+        c->stats.commands++;
+    }
+    if (--k->pending == 0)
+        check_end(k);
+    return 0;
 }

@@ -226,4 +226,49 @@ const char *cluster_node_state_name(uint32_t state);
  * when no map covers it. Returns buf. For Stats and tests. */
 const char *cluster_slot_node(const cluster_t *c, uint16_t slot, char *buf, size_t len);
 
+/* ---- the masters' eviction settings ----
+ *
+ * Redis's eviction settings decide the cluster tier's hit rate (docs/CLUSTER.md,
+ * Sizing Redis; docs/EVICTION.md, Several nodes and the cluster tier):
+ * cluster_check_settings asks every master of the slot map for them, with
+ * one CONFIG GET maxmemory* each (maxmemory, maxmemory-policy,
+ * maxmemory-samples in one round trip; Redis 2.x to 7, Valkey), and logs one
+ * WARN line per problem: a maxmemory-policy other than allkeys-lru, a
+ * maxmemory-samples below CLUSTER_SETTINGS_SAMPLES, a maxmemory of 0, and
+ * masters that disagree (another policy or samples, or maxmemory per slot
+ * apart by more than a quarter). Masters with the same problem share one
+ * line, which names them, the value found, the value recommended, what it
+ * costs (the replays' figure) and the doc section. A master that refuses
+ * CONFIG (renamed, an ACL, a managed Redis) or does not answer is not
+ * checked: one INFO line names those and why. Nothing fails for it. */
+
+/* The maxmemory-samples recommended: the most the replays measured. */
+#define CLUSTER_SETTINGS_SAMPLES 64
+
+/* One master's settings as CONFIG GET gave them. */
+typedef struct cluster_settings {
+    char addr[CLUSTER_ADDR_MAX];  /* "host:port" */
+    uint32_t slots;               /* slots the map gives it */
+    char policy[32];              /* maxmemory-policy ("" when not given) */
+    long long samples;            /* maxmemory-samples (-1 when not given) */
+    unsigned long long maxmemory; /* bytes (0: no limit) */
+    int have_maxmemory;           /* the reply named maxmemory */
+} cluster_settings_t;
+
+/* Judges the settings of n masters (n >= 1) as described above and logs a
+ * WARN line per problem. Returns the number of problems (lines). */
+uint32_t cluster_settings_judge(const cluster_settings_t *m, size_t n);
+
+/* The check ended: problems found (each logged at WARN), masters checked,
+ * masters that could not be (logged at INFO, once for all of them). */
+typedef void (*cluster_check_cb)(void *arg, uint32_t warnings, uint32_t checked,
+                                 uint32_t unchecked);
+
+/* Starts the check on the masters of the slot map now: done runs once, on
+ * the loop, when every master answered or failed (within the timeout; at
+ * the latest in cluster_close, with nothing logged), possibly before this
+ * returns when no master could be asked. Returns 0, or (done never runs)
+ * KVS_EINVAL, KVS_EBADSTATE (closing, or no slot map yet), KVS_ENOMEM. */
+int cluster_check_settings(cluster_t *c, cluster_check_cb done, void *arg);
+
 #endif /* KVS_DAEMON_CLUSTER_H */

@@ -67,6 +67,7 @@ typedef struct cluster_link {
     cluster_tier_stats_t ts;
     cluster_node_stats_t nodes[CLUSTER_MAX_NODES];
     size_t n_nodes;
+    uint32_t settings_warnings; /* problems the settings check found */
     /* The cluster thread's. */
     uv_loop_t loop;
     uv_async_t wake;
@@ -76,6 +77,7 @@ typedef struct cluster_link {
     unsigned char *value; /* a value being built (the largest so far) */
     size_t value_cap;
     job_t *pending, *pending_tail; /* writes waiting for room in the tier */
+    int settings_asked;            /* the masters' settings check started */
     /* The daemon's loop's. */
     loop_wake_t back;
     uint32_t puts_queued; /* writes handed over whose blocks are still pinned */
@@ -128,9 +130,29 @@ static void link_snapshot(cluster_link_t *l)
 
 static void thread_put_more(cluster_link_t *l);
 
+/* The masters' eviction settings were checked (on the thread). */
+static void on_settings_checked(void *arg, uint32_t warnings, uint32_t checked, uint32_t unchecked)
+{
+    cluster_link_t *l = arg;
+    (void)checked;
+    (void)unchecked;
+    uv_mutex_lock(&l->mu);
+    l->settings_warnings = warnings;
+    uv_mutex_unlock(&l->mu);
+}
+
 static void on_snap(uv_timer_t *h)
 {
     cluster_link_t *l = h->data;
+    /* Once, when the slot map is first known: Redis's eviction settings
+     * decide the tier's hit rate (cluster.h). */
+    if (!l->settings_asked && cluster_ready(l->c)) {
+        l->settings_asked = 1;
+        int rc = cluster_check_settings(l->c, on_settings_checked, l);
+        if (rc != 0)
+            LOG_INFO("cluster tier: the masters' eviction settings were not checked: %s",
+                     kvs_status_text(rc));
+    }
     thread_put_more(l);
     cluster_tier_tick(l->t);
     link_snapshot(l);
@@ -652,8 +674,10 @@ void cluster_store_sync_counters(server_t *srv)
     uv_mutex_lock(&l->mu);
     cluster_stats_t cs = l->cs;
     cluster_tier_stats_t ts = l->ts;
+    uint32_t settings_warnings = l->settings_warnings;
     uv_mutex_unlock(&l->mu);
     metrics_t *m = &srv->metrics;
+    m->cluster_settings_warnings = settings_warnings;
     m->cluster_puts = ts.puts;
     m->cluster_put_drops = l->put_drops + ts.put_drops;
     m->cluster_timeouts = cs.timeouts;
