@@ -1821,6 +1821,33 @@ _Static_assert(sizeof(kvs_breaker_stats_t) == 96, "kvs_breaker_stats_t changed s
 _Static_assert(sizeof(kvs_ns_stats_t) % _Alignof(kvs_priority_bands_t) == 0,
                "the bands follow the rows in one allocation");
 
+int kvs_restore_status(kvs_client_t *c, kvs_restore_status_t *out)
+{
+    if (!c || !out)
+        return KVS_EINVAL;
+    memset(out, 0, sizeof(*out));
+    Kvshare__Request req = KVSHARE__REQUEST__INIT;
+    Kvshare__StatsRequest sr = KVSHARE__STATS_REQUEST__INIT;
+    Kvshare__Response *resp;
+    req.rpc_case = KVSHARE__REQUEST__RPC_STATS;
+    req.stats = &sr;
+    int rc = call(c, &req, &resp);
+    if (rc != 0)
+        return rc;
+    const Kvshare__DiskRestore *d = resp->stats->disk_restore;
+    if (d) {
+        snprintf(out->phase, sizeof(out->phase), "%s", d->phase ? d->phase : "");
+        out->slots = d->slots;
+        out->scanned = d->scanned;
+        out->records = d->records;
+        out->restored = d->restored;
+        out->dropped = d->dropped;
+        out->elapsed_ms = d->elapsed_ms;
+    }
+    kvshare__response__free_unpacked(resp, NULL);
+    return 0;
+}
+
 int kvs_stats(kvs_client_t *c, kvs_stats_t *out)
 {
     if (!c || !out)

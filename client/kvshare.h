@@ -858,6 +858,25 @@ typedef struct kvs_session_info {
 int kvs_sessions(kvs_client_t *c, kvs_session_info_t **out, size_t *n);
 void kvs_sessions_free(kvs_session_info_t *s, size_t n); /* accepts NULL */
 
+/* The disk tier's warm restart (kvshared --disk-tier-path on an existing
+ * file): kvshared listens at once and serves while it reads the file and
+ * puts its blocks back into the index; until then they are misses. */
+typedef struct kvs_restore_status {
+    char phase[16];       /* "scanning", "restoring", "done", "failed"; "" when none ran
+                             (no disk tier, a new file, or a daemon that predates it) */
+    uint64_t slots;       /* the file's slots */
+    uint64_t scanned;     /* slots read so far */
+    uint64_t records;     /* valid records found (0 while scanning) */
+    uint64_t restored;    /* blocks back in the index so far */
+    uint64_t dropped;     /* records not restored (unreachable, deleted, another identity) */
+    uint64_t elapsed_ms;  /* since the daemon started it; to its end once ended */
+    uint64_t reserved[4]; /* room for fields added later (0 until then) */
+} kvs_restore_status_t;
+
+/* Where the warm restart stands (from Stats). Errors: KVS_EINVAL,
+ * KVS_ENOMEM, KVS_ENOTCONN, KVS_ETIMEDOUT. */
+int kvs_restore_status(kvs_client_t *c, kvs_restore_status_t *out);
+
 /* One round trip with `payload_bytes` bytes each way; *rtt_us (may be NULL)
  * gets its duration in microseconds. Errors: KVS_ENOTCONN, KVS_ETIMEDOUT. */
 int kvs_ping(kvs_client_t *c, size_t payload_bytes, double *rtt_us);

@@ -435,13 +435,37 @@ void tier_disk_scan_free(tier_disk_scan_t *s)
 }
 
 static uint32_t ns_find(tier_disk_t *td, const char *ns);
+static int write_page(tier_disk_t *td);
+
+/* The entry of table tab (n entries) named ns, or TIER_DISK_NO_ENTRY; *last
+ * caches the one found last (most records repeat it). */
+static uint32_t tab_find(const tier_disk_ns_t *tab, uint32_t n, const char *ns, uint32_t *last)
+{
+    if (*last < n && strcmp(tab[*last].ns, ns) == 0)
+        return *last;
+    for (uint32_t e = 0; e < n; e++)
+        if (strcmp(tab[e].ns, ns) == 0)
+            return *last = e;
+    return TIER_DISK_NO_ENTRY;
+}
+
+/* What one scan reads the watermarks from: the live table (a scan at open,
+ * on the loop's thread) or the copy taken at open (a deferred scan, on
+ * another thread while the loop changes the live one). */
+typedef struct scan_ctx {
+    const tier_disk_ns_t *tab;
+    uint32_t n_tab, last;
+    tier_disk_scan_t *sc;
+    size_t cap;
+} scan_ctx_t;
 
 /* Adds the record in buf (slot) to the scan if it verifies and was not
  * deleted since. */
-static int scan_one(tier_disk_t *td, const uint8_t *buf, uint32_t slot, size_t *cap,
-                    uint64_t *max_seq)
+static int scan_one(tier_disk_t *td, scan_ctx_t *cx, const uint8_t *buf, uint32_t slot)
 {
-    tier_disk_scan_t *sc = &td->scan;
+    tier_disk_scan_t *sc = cx->sc;
+    size_t *cap = &cx->cap;
+    uint64_t *max_seq = &sc->max_seq;
     if (get32(buf + H_MAGIC) == TOMB_MAGIC) {
         sc->deleted++;
         return 0;
@@ -459,8 +483,8 @@ static int scan_one(tier_disk_t *td, const uint8_t *buf, uint32_t slot, size_t *
     }
     if (m.seq > *max_seq)
         *max_seq = m.seq;
-    uint32_t entry = ns_find(td, m.ns);
-    if (entry != TIER_DISK_NO_ENTRY && m.seq < td->ns_tab[entry].valid_from) {
+    uint32_t entry = tab_find(cx->tab, cx->n_tab, m.ns, &cx->last);
+    if (entry != TIER_DISK_NO_ENTRY && m.seq < cx->tab[entry].valid_from) {
         free(tokens); /* cleared after it was written */
         sc->deleted++;
         return 0;
@@ -489,9 +513,12 @@ static int scan_one(tier_disk_t *td, const uint8_t *buf, uint32_t slot, size_t *
     return 0;
 }
 
-/* Reads every slot in runs of whole slots, keeps the newest record of each
- * block, and marks their slots used oldest first. */
-static int scan_file(tier_disk_t *td, char *err, size_t errlen)
+/* Reads every slot in runs of whole slots into cx's scan and keeps the
+ * newest record of each block, oldest first. Stops early (KVS_EBUSY)
+ * when *stop; *progress counts the slots read. Touches nothing of td that
+ * the loop changes: a deferred scan runs it on its own thread. */
+static int scan_records(tier_disk_t *td, scan_ctx_t *cx, const atomic_bool *stop,
+                        atomic_uint_fast64_t *progress, char *err, size_t errlen)
 {
     uint32_t run = (uint32_t)((4u << 20) / td->slot_bytes);
     if (run == 0)
@@ -499,10 +526,13 @@ static int scan_file(tier_disk_t *td, char *err, size_t errlen)
     uint8_t *buf = tier_disk_buffer_alloc((size_t)run * td->slot_bytes);
     if (!buf)
         return KVS_ENOMEM;
-    size_t cap = 0;
     int rc = 0;
-    uint64_t max_seq = 0;
+    tier_disk_scan_t *sc = cx->sc;
     for (uint32_t s = 0; s < td->nslots && rc == 0; s += run) {
+        if (stop && atomic_load(stop)) {
+            rc = KVS_EBUSY;
+            break;
+        }
         uint32_t k = td->nslots - s < run ? td->nslots - s : run;
         size_t want = (size_t)k * td->slot_bytes;
         ssize_t got = pread(td->fd, buf, want, (off_t)td_slot_offset(td, s));
@@ -513,18 +543,11 @@ static int scan_file(tier_disk_t *td, char *err, size_t errlen)
             break;
         }
         for (uint32_t j = 0; j < k && rc == 0; j++)
-            rc = scan_one(td, buf + (size_t)j * td->slot_bytes, s + j, &cap, &max_seq);
+            rc = scan_one(td, cx, buf + (size_t)j * td->slot_bytes, s + j);
+        if (progress)
+            atomic_fetch_add(progress, k);
     }
     free(buf);
-    tier_disk_scan_t *sc = &td->scan;
-    td->torn = sc->torn;
-    td->deleted = sc->deleted;
-    /* Sequence numbers go on above every record found, deleted ones too,
-     * and never below a watermark: what is written from now on is alive. */
-    for (uint32_t e = 0; e < td->ns_count; e++)
-        if (td->ns_tab[e].valid_from > max_seq)
-            max_seq = td->ns_tab[e].valid_from;
-    atomic_store(&td->next_seq, max_seq + 1);
     if (rc != 0 || sc->n == 0) /* qsort takes no NULL array, even empty */
         return rc;
     /* The newest record of each block wins. */
@@ -541,10 +564,78 @@ static int scan_file(tier_disk_t *td, char *err, size_t errlen)
     }
     sc->n = w;
     qsort(sc->recs, sc->n, sizeof(*sc->recs), cmp_seq);
+    return 0;
+}
+
+/* After a scan that found sequence numbers up to max_seq: numbering goes
+ * on above every record found, deleted ones too, and never below a
+ * watermark, so what is written from now on is alive. A watermark set
+ * while a deferred scan ran (TIER_DISK_SEQ_ALL: every record then on the
+ * disk) becomes that next number, and the page is written again. */
+static void settle_watermarks(tier_disk_t *td, uint64_t max_seq)
+{
+    bool all = false;
+    for (uint32_t e = 0; e < td->ns_count; e++) {
+        if (td->ns_tab[e].valid_from == TIER_DISK_SEQ_ALL)
+            all = true;
+        else if (td->ns_tab[e].valid_from > max_seq)
+            max_seq = td->ns_tab[e].valid_from;
+    }
+    atomic_store(&td->next_seq, max_seq + 1);
+    if (!all)
+        return;
+    for (uint32_t e = 0; e < td->ns_count; e++)
+        if (td->ns_tab[e].valid_from == TIER_DISK_SEQ_ALL)
+            td->ns_tab[e].valid_from = max_seq + 1;
+    write_page(td);
+}
+
+/* The scan at open: every record, their slots used oldest first. */
+static int scan_file(tier_disk_t *td, char *err, size_t errlen)
+{
+    scan_ctx_t cx = {.tab = td->ns_tab, .n_tab = td->ns_count, .last = 0, .sc = &td->scan};
+    int rc = scan_records(td, &cx, NULL, NULL, err, errlen);
+    tier_disk_scan_t *sc = &td->scan;
+    td->torn = sc->torn;
+    td->deleted = sc->deleted;
+    settle_watermarks(td, sc->max_seq);
+    if (rc != 0)
+        return rc;
     for (size_t i = 0; i < sc->n; i++)
         slot_take(td, sc->recs[i].slot);
     td->recovered = sc->n;
     return 0;
+}
+
+int tier_disk_scan_run(tier_disk_t *td, tier_disk_scan_t *out, const atomic_bool *stop,
+                       atomic_uint_fast64_t *progress, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof(*out));
+    if (!td->scan_pending)
+        return 0;
+    scan_ctx_t cx = {.tab = td->scan_tab, .n_tab = td->scan_tab_n, .last = 0, .sc = out};
+    return scan_records(td, &cx, stop, progress, err, errlen);
+}
+
+void tier_disk_scan_settle(tier_disk_t *td, const tier_disk_scan_t *sc)
+{
+    if (!td->scan_pending)
+        return;
+    td->scan_pending = false;
+    td->torn = sc->torn;
+    td->deleted = sc->deleted;
+    settle_watermarks(td, sc->max_seq);
+}
+
+bool tier_disk_scan_pending(const tier_disk_t *td)
+{
+    return td->scan_pending;
+}
+
+bool tier_disk_record_deleted(tier_disk_t *td, tier_disk_record_t *r)
+{
+    r->entry = ns_find(td, r->ns);
+    return r->entry != TIER_DISK_NO_ENTRY && r->seq < td->ns_tab[r->entry].valid_from;
 }
 
 void tier_disk_take_scan(tier_disk_t *td, tier_disk_scan_t *out)
@@ -727,7 +818,7 @@ static uint32_t ns_entry(tier_disk_t *td, const char *ns, uint64_t ident_hash, u
         snprintf(en->ns, sizeof(en->ns), "%s", ns);
         snprintf(en->ident, sizeof(en->ident), "%s", ident ? ident : "");
         en->ident_hash = ident_hash;
-        en->valid_from = atomic_load(&td->next_seq);
+        en->valid_from = td->scan_pending ? TIER_DISK_SEQ_ALL : atomic_load(&td->next_seq);
         td->ns_last = e;
     }
     en->source = source;
@@ -747,7 +838,9 @@ int tier_disk_ns_delete(tier_disk_t *td, const char *ns, uint64_t ident_hash, ui
 {
     bool changed;
     uint32_t e = ns_entry(td, ns, ident_hash, source, ident, &changed);
-    td->ns_tab[e].valid_from = atomic_load(&td->next_seq);
+    /* While a deferred scan runs, the next sequence number is not known
+     * yet, and nothing is written: every record on the disk is deleted. */
+    td->ns_tab[e].valid_from = td->scan_pending ? TIER_DISK_SEQ_ALL : atomic_load(&td->next_seq);
     return write_page(td);
 }
 
@@ -1145,10 +1238,11 @@ static int alloc_slots(tier_disk_t *td)
     td->free_pos = malloc(n * sizeof(uint32_t));
     td->used = calloc(n, 1);
     td->ns_tab = calloc(TIER_DISK_NS_SLOTS, sizeof(*td->ns_tab));
+    td->scan_tab = calloc(TIER_DISK_NS_SLOTS, sizeof(*td->scan_tab));
     td->ns_used = calloc(TIER_DISK_NS_SLOTS, sizeof(*td->ns_used));
     td->page = tier_disk_buffer_alloc(TIER_DISK_ALIGN);
     if (!td->prev || !td->next || !td->free_stack || !td->free_pos || !td->used || !td->ns_tab ||
-        !td->ns_used || !td->page)
+        !td->scan_tab || !td->ns_used || !td->page)
         return KVS_ENOMEM;
     td->head = td->tail = TIER_DISK_NO_SLOT;
     /* Lowest slots first off the stack. */
@@ -1187,7 +1281,15 @@ static int attach_file(tier_disk_t *td, const tier_disk_config_t *cfg, bool crea
             rc = KVS_EINVAL;
         } else {
             decode_table(td, sb, cfg->path);
-            rc = scan_file(td, err, errlen);
+            if (cfg->defer_scan) {
+                /* tier_disk_scan_run reads the records later, against the
+                 * watermarks of now. */
+                td->scan_pending = true;
+                td->scan_tab_n = td->ns_count;
+                memcpy(td->scan_tab, td->ns_tab, td->ns_count * sizeof(*td->ns_tab));
+            } else {
+                rc = scan_file(td, err, errlen);
+            }
         }
     }
     free(sb);
@@ -1251,6 +1353,7 @@ void tier_disk_close(tier_disk_t *td)
     free(td->free_pos);
     free(td->used);
     free(td->ns_tab);
+    free(td->scan_tab);
     free(td->ns_used);
     free(td->page);
     free(td);

@@ -42,6 +42,7 @@
 #ifndef KVS_DAEMON_TIER_DISK_H
 #define KVS_DAEMON_TIER_DISK_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -74,6 +75,10 @@ typedef struct tier_disk_config {
     bool wipe;             /* another geometry or format: start the file over instead */
     tier_disk_io_t io;
     uint32_t queue_depth; /* I/Os in flight; 0: 64; at least 32 */
+    /* An existing file's records are not read by tier_disk_open but by
+     * tier_disk_scan_run, later, on a thread of the caller's (warm restart
+     * in the background, below). */
+    bool defer_scan;
 } tier_disk_config_t;
 
 /* What a slot holds besides the bytes. */
@@ -220,6 +225,7 @@ typedef struct tier_disk_record {
 typedef struct tier_disk_scan {
     tier_disk_record_t *recs; /* valid records, oldest first */
     size_t n;
+    uint64_t max_seq; /* the highest sequence number read, deleted records' too */
     uint64_t torn;    /* slots written once whose record did not verify */
     uint64_t stale;   /* valid records of a block a newer record replaced */
     uint64_t deleted; /* valid records deleted since: under their namespace's
@@ -235,6 +241,34 @@ typedef struct tier_disk_scan {
  * sequence order (oldest least recent). */
 void tier_disk_take_scan(tier_disk_t *td, tier_disk_scan_t *out);
 void tier_disk_scan_free(tier_disk_scan_t *s);
+
+/* Warm restart in the background (cfg->defer_scan). tier_disk_open then
+ * reads only the superblock and its namespace table, and the daemon serves
+ * while tier_disk_scan_run reads every slot on a thread of its own: the
+ * same records as tier_disk_take_scan's, judged by the watermarks of the
+ * table at open, none of their slots taken. Until tier_disk_scan_settle,
+ * no slot may be taken or written (the file's sequence numbers are not
+ * known), and a Clear or another identity (tier_disk_ns_delete,
+ * tier_disk_ns_note) deletes every record then on the disk of its
+ * namespace (its watermark is written as TIER_DISK_SEQ_ALL, which also a
+ * restart honours). tier_disk_scan_run is thread-safe against every other
+ * call here; it stops with KVS_EBUSY when *stop turns true, and adds the
+ * slots it has read to *progress (either may be NULL). Returns 0, KVS_EIO
+ * or KVS_ENOMEM (message in err); 0 and no records when no scan is
+ * pending. */
+#define TIER_DISK_SEQ_ALL UINT64_MAX
+int tier_disk_scan_run(tier_disk_t *td, tier_disk_scan_t *out, const atomic_bool *stop,
+                       atomic_uint_fast64_t *progress, char *err, size_t errlen);
+/* On the loop's thread once tier_disk_scan_run returned (whatever it
+ * returned): sequence numbers go on above sc's, the watermarks written
+ * while it ran become real, and slots may be taken (the caller claims
+ * each record's it keeps: tier_disk_slot_claim, oldest first). */
+void tier_disk_scan_settle(tier_disk_t *td, const tier_disk_scan_t *sc);
+bool tier_disk_scan_pending(const tier_disk_t *td);
+/* Whether record r was deleted by its namespace's watermark of now (a Clear
+ * or an identity change since the scan judged it); sets r->entry to its
+ * namespace's entry of now. */
+bool tier_disk_record_deleted(tier_disk_t *td, tier_disk_record_t *r);
 
 /* --- the namespace table (the superblock page) ---
  *

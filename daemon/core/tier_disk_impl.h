@@ -52,6 +52,11 @@ struct tier_disk {
     uint32_t ns_count, ns_last; /* ns_last: the entry found last (most lookups repeat it) */
     uint64_t ns_clock;
     uint8_t *page; /* the superblock page, aligned for O_DIRECT */
+    /* A deferred scan (tier_disk_config_t.defer_scan): not run yet or
+     * running; the table as it was at open, which that scan judges by. */
+    bool scan_pending;
+    tier_disk_ns_t *scan_tab;
+    uint32_t scan_tab_n;
 
     td_engine_t *eng;
     const char *io_name;

@@ -25,6 +25,7 @@
 #include "socket_path.h"
 #include "store.h"
 #include "store_disk.h"
+#include "store_restore.h"
 #include "namespaces.h"
 #include "crc32c.h"
 #include "tier_disk.h"
@@ -202,24 +203,6 @@ void server_sync_counters(server_t *s)
     }
 }
 
-/* Warm restart: what the disk tier's scan found goes into the index as
- * tier-3 blocks, before the first session is served. */
-static void restore_disk_tier(server_t *s)
-{
-    size_t restored = 0, dropped = 0;
-    if (!s->store || !s->store->medium3)
-        return;
-    tier_disk_stats_t ds;
-    tier_disk_stats(s->disk_tier, &ds);
-    int rc = store_disk_restore(s, &restored, &dropped);
-    s->metrics.disk_restored += restored;
-    if (rc != 0)
-        LOG_ERROR("tier 3: restoring %s stopped: %s", s->cfg.disk_tier_path, kvs_status_text(rc));
-    LOG_INFO("tier 3: %zu blocks restored from %s; %zu records not restored (unreachable or of a "
-             "namespace not served), %llu torn or failing their CRC",
-             restored, s->cfg.disk_tier_path, dropped, (unsigned long long)ds.torn);
-}
-
 /* Tier 2 in host memory (--host-tier: its bytes in all). With several
  * devices a tier-2 slot holds every shard of a block, one per device: each
  * device's backend gets host memory for its shard of every slot (slot t of
@@ -257,11 +240,11 @@ static int open_host_tier(server_t *s, char *err, size_t errlen)
     return 0;
 }
 
-/* Tier 3 (disk_tier_path): the file is opened, checked against this
- * geometry and scanned, so that a bad setup fails at start naming its
- * setting; its slots become tier 3 of the index (store_disk.h), below the
- * host tier, which it needs. What the scan found goes into the index at
- * server_listen, once the configured namespaces exist. */
+/* Tier 3 (disk_tier_path): the file is opened and checked against this
+ * geometry, so that a bad setup fails at start naming its setting; its
+ * slots become tier 3 of the index (store_disk.h), below the host tier,
+ * which it needs. Its records are read and go into the index in the
+ * background once kvshared listens (store_restore.h). */
 static int open_disk_tier(server_t *s, char *err, size_t errlen)
 {
     const server_config_t *cfg = &s->cfg;
@@ -278,7 +261,8 @@ static int open_disk_tier(server_t *s, char *err, size_t errlen)
                              .block_tokens = g->block_tokens,
                              .geometry_id = crc32c(0, geo, strlen(geo)),
                              .wipe = cfg->disk_tier_wipe,
-                             .io = (tier_disk_io_t)cfg->disk_tier_io};
+                             .io = (tier_disk_io_t)cfg->disk_tier_io,
+                             .defer_scan = true};
     int rc = tier_disk_open(&dc, &s->disk_tier, err, errlen);
     if (rc != 0)
         return rc;
@@ -621,7 +605,6 @@ int server_listen(server_t *s, bool signals, char *err, size_t errlen)
     if (rc != 0)
         return rc;
     check_fd_limit(s);
-    restore_disk_tier(s);
     if (lstat(path, &st) == 0) {
         LOG_INFO("replacing stale socket %s (no daemon answers on it)", path);
         unlink(path);
@@ -680,6 +663,12 @@ int server_listen(server_t *s, bool signals, char *err, size_t errlen)
         LOG_WARN("cannot watch the loop's busy time (%s): kvshare_loop_stalls_total stays 0",
                  kvs_status_text(rc));
     LOG_INFO("listening on %s", path);
+    /* Warm restart: the disk tier's file is read while sessions are served. */
+    rc = store_restore_start(s);
+    if (rc != 0)
+        LOG_ERROR("tier 3: the restore of %s did not start (%s): the tier starts empty, its "
+                  "records stay on the disk",
+                  s->cfg.disk_tier_path, kvs_status_text(rc));
     if (s->cfg.ready_fd >= 0) {
         static const char ready[] = "READY\n";
         ssize_t n;
@@ -701,6 +690,7 @@ void server_shutdown(server_t *s)
      * cached before their sessions are told goodbye. */
     inflight_shutdown(s);
     session_run_ready(s);
+    store_restore_close(s); /* what is not restored stays on the disk */
     if (s->listening) {
         uv_close((uv_handle_t *)&s->listener, NULL);
         s->listening = false;
@@ -772,6 +762,8 @@ void server_free(server_t *s)
         cluster_store_close(s);
         uv_run(s->loop, UV_RUN_NOWAIT); /* its close callbacks free the client */
     }
+    store_restore_close(s);
+    uv_run(s->loop, UV_RUN_NOWAIT); /* its close callbacks free it */
     inflight_free(s->inflight);
     events_stop(s->events);
     free(s->ev_streams);

@@ -18,6 +18,7 @@
 #include "tier_disk.h"
 #include "store.h"
 #include "store_disk.h"
+#include "store_restore.h"
 #include "namespaces.h"
 
 /* Records the message of a failing request and returns its status. */
@@ -1217,9 +1218,10 @@ int handler_stats(session_t *s, const Kvshare__Request *req, Kvshare__Response *
     r->tier3_total_blocks = srv->tier3_blocks;
     r->tier3_cached_blocks = radix_tier_blocks(srv->index, 3);
     r->disk_io = srv->disk_tier ? (char *)tier_disk_io_name(srv->disk_tier) : "";
-    /* One allocation: the device rows, then the copy path's text. */
+    /* One allocation: the device rows, the copy path's text, the restore. */
     size_t dev_bytes = stats_devices_bytes(srv);
-    char *mem = malloc(dev_bytes + 512);
+    size_t dr_at = (dev_bytes + 512 + 15) & ~(size_t)15;
+    char *mem = malloc(dr_at + sizeof(Kvshare__DiskRestore));
     if (!mem)
         return fail(ctx, KVS_ENOMEM, "out of memory for the stats");
     ctx->heap[2] = mem;
@@ -1227,6 +1229,20 @@ int handler_stats(session_t *s, const Kvshare__Request *req, Kvshare__Response *
     char *copy_path = mem + dev_bytes;
     backend_copy_describe(srv->backend, copy_path, 512);
     r->copy_path = copy_path;
+    store_restore_progress_t rp;
+    store_restore_progress(srv, &rp);
+    if (rp.phase) {
+        Kvshare__DiskRestore *dr = (Kvshare__DiskRestore *)(void *)(mem + dr_at);
+        kvshare__disk_restore__init(dr);
+        dr->phase = (char *)rp.phase;
+        dr->slots = rp.slots;
+        dr->scanned = rp.scanned;
+        dr->records = rp.records;
+        dr->restored = rp.restored;
+        dr->dropped = rp.dropped;
+        dr->elapsed_ms = rp.elapsed_ms;
+        r->disk_restore = dr;
+    }
     int rc_nodes = stats_cluster_nodes(srv, r, ctx);
     if (rc_nodes != 0)
         return rc_nodes;

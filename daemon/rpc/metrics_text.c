@@ -20,6 +20,7 @@
 #include "proc_self.h"
 #include "server.h"
 #include "store.h"
+#include "store_restore.h"
 #include "tier_disk.h"
 
 typedef struct text {
@@ -292,6 +293,35 @@ static void ns_design(text_t *t, const server_t *srv)
 
 /* Tier 3 (disk_tier_path), only when one is open: its file, I/O engine and
  * what its start-up scan found. */
+/* The warm restart in the background (store_restore.h). */
+static void disk_restore(text_t *t, const server_t *srv)
+{
+    store_restore_progress_t rp;
+    store_restore_progress(srv, &rp);
+    if (!rp.phase)
+        return; /* a new file: nothing to restore */
+    static const char *const phases[] = {"scanning", "restoring", "done", "failed"};
+    head(t, "kvshare_tier3_restore_phase", "gauge",
+         "The tier 3 warm restart: 1 for the phase it is in");
+    for (size_t i = 0; i < sizeof(phases) / sizeof(phases[0]); i++)
+        put(t, "kvshare_tier3_restore_phase{phase=\"%s\"} %d\n", phases[i],
+            strcmp(rp.phase, phases[i]) == 0);
+    head(t, "kvshare_tier3_restore_slots", "gauge",
+         "Tier 3 warm restart: the file's slots, and those read so far");
+    put(t, "kvshare_tier3_restore_slots{state=\"total\"} %llu\n", (unsigned long long)rp.slots);
+    put(t, "kvshare_tier3_restore_slots{state=\"scanned\"} %llu\n", (unsigned long long)rp.scanned);
+    head(t, "kvshare_tier3_restore_records", "gauge",
+         "Tier 3 warm restart: valid records found, restored into the index, dropped");
+    put(t, "kvshare_tier3_restore_records{state=\"found\"} %llu\n", (unsigned long long)rp.records);
+    put(t, "kvshare_tier3_restore_records{state=\"restored\"} %llu\n",
+        (unsigned long long)rp.restored);
+    put(t, "kvshare_tier3_restore_records{state=\"dropped\"} %llu\n",
+        (unsigned long long)rp.dropped);
+    head(t, "kvshare_tier3_restore_seconds", "gauge",
+         "Tier 3 warm restart: seconds since it began, to its end once ended");
+    put(t, "kvshare_tier3_restore_seconds %.3f\n", (double)rp.elapsed_ms / 1000.0);
+}
+
 static void disk_tier(text_t *t, const tier_disk_t *td, uint64_t restored)
 {
     tier_disk_stats_t st;
@@ -538,8 +568,10 @@ int metrics_render(server_t *srv, char **out, size_t *len)
     put(&t, "kvshare_tier2_blocks{state=\"cached\"} %u\n", radix_tier2_blocks(srv->index));
     put(&t, "kvshare_tier2_blocks{state=\"free\"} %u\n", radix_tier2_free(srv->index));
     put(&t, "kvshare_tier2_blocks{state=\"copying\"} %u\n", radix_busy_blocks(srv->index));
-    if (srv->disk_tier)
+    if (srv->disk_tier) {
         disk_tier(&t, srv->disk_tier, m->disk_restored);
+        disk_restore(&t, srv);
+    }
     if (srv->cluster)
         cluster_nodes(&t, srv);
     head(&t, "kvshare_index_bytes", "gauge", "Memory of the prefix index");

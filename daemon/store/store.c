@@ -12,6 +12,7 @@
 #include "session.h"
 #include "namespaces.h"
 #include "store_disk.h"
+#include "store_restore.h"
 #include "tier.h"
 #include "tier_medium.h"
 
@@ -1070,7 +1071,10 @@ void store_spill(server_t *srv, size_t n, radix_move_t *moves, size_t *n_moved)
 {
     store_t *st = srv->store;
     *n_moved = 0;
-    if (srv->tier3_blocks == 0 || radix_spill(st->index, 2, n, moves, n_moved) != 0)
+    /* While the disk's records go back into the index, no new block takes
+     * a slot that one of them may still claim. */
+    if (srv->tier3_blocks == 0 || store_restore_busy(srv) ||
+        radix_spill(st->index, 2, n, moves, n_moved) != 0)
         return;
     for (size_t i = 0; i < *n_moved; i++)
         st->rec[moves[i].to].meta = st->rec[moves[i].from].meta;

@@ -141,6 +141,7 @@ struct store {
     /* Several devices: [pool blocks], what a block freed before every
      * rank's shard was in still owes (store_commit_shard); NULL with one. */
     struct store_stale *stale;
+    struct store_restore *restore; /* warm restart (store_restore.h); NULL: none ran */
 };
 
 /* Pins let go of per step when a closed session held many (store_drain_step):

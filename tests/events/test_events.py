@@ -431,6 +431,7 @@ class TestEvents(unittest.TestCase):
         ev = Events(extra=extra, framing="topic")
         try:
             c = kvshare.Client(ev.d.socket, timeout_ms=10000)
+            self.assertEqual(c.wait_restored()["phase"], "done")
             st = c.stats()
             restored = st["tier3_cached_blocks"]
             self.assertGreater(restored, 0)

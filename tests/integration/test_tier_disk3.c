@@ -155,6 +155,7 @@ static void restart(void)
     pid_t pid = 0;
     ck_assert_int_eq(harness_restart(&h, POOL, tier_flags(), 30000, &pid), -1);
     h.pid = pid;
+    harness_wait_restored(&h);
 }
 
 /* Prompts 1..20 (80 blocks): the pool and host tier hold the last 8

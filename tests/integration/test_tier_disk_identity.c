@@ -98,6 +98,7 @@ static void restart(bool kill9, const char *model)
     pid_t pid = 0;
     ck_assert_int_eq(harness_restart(&h, POOL, flags(model), 30000, &pid), -1);
     h.pid = pid;
+    harness_wait_restored(&h);
 }
 
 static void prompt(uint32_t *t, uint32_t seed)
@@ -343,6 +344,149 @@ START_TEST(evict_then_sigkill_stays_evicted)
 }
 END_TEST
 
+/* --- warm restart in the background --- */
+
+/* Restarts kvshared (SIGKILL) with its scan held back delay_ms
+ * (KVS_TEST_RESTORE_DELAY_MS), without waiting for the restore. */
+static void restart_scanning(int delay_ms)
+{
+    ck_assert_int_eq(kill(h.pid, SIGKILL), 0);
+    ck_assert_int_eq(waitpid(h.pid, NULL, 0), h.pid);
+    char ms[16];
+    snprintf(ms, sizeof(ms), "%d", delay_ms);
+    setenv("KVS_TEST_RESTORE_DELAY_MS", ms, 1);
+    pid_t pid = 0;
+    int rc = harness_restart(&h, POOL, flags(NULL), 30000, &pid);
+    unsetenv("KVS_TEST_RESTORE_DELAY_MS");
+    ck_assert_int_eq(rc, -1);
+    h.pid = pid;
+}
+
+static void restore_status(kvs_client_t *c, kvs_restore_status_t *rs)
+{
+    ck_assert_int_eq(kvs_restore_status(c, rs), 0);
+}
+
+static void evict_prompt(kvs_client_t *c, uint32_t p)
+{
+    uint32_t tokens[NB * BT];
+    prompt(tokens, p);
+    kvs_evict_result_t r;
+    ck_assert_int_eq(kvs_evict(c, NULL, tokens, NB * BT, &r), 0);
+}
+
+/* kvshared listens and serves while its disk tier's file is read: the
+ * file's blocks are misses until restored, Stats says where the restore
+ * stands, and a SIGKILL during the scan loses nothing of the file. */
+START_TEST(restart_serves_while_scanning)
+{
+    start(NULL);
+    kvs_client_t *c = harness_client(&h, "diskid", 0);
+    fill(c, NULL);
+    kvs_close(c);
+
+    restart_scanning(60000);
+    c = harness_client(&h, "diskid", 0);
+    kvs_restore_status_t rs;
+    restore_status(c, &rs);
+    ck_assert_str_eq(rs.phase, "scanning");
+    ck_assert_uint_gt(rs.slots, 0);
+    ck_assert_uint_eq(kvs_ping(c, 16, NULL), 0);
+    ck_assert_uint_eq(hits(c, NULL, 5), 0); /* not restored yet: a miss */
+    write_prompt(c, NULL, 77);              /* served meanwhile */
+    ck_assert_uint_eq(hits(c, NULL, 77), NB);
+    kvs_close(c);
+
+    /* SIGKILL during the scan: the next start reads the same file. */
+    restart_scanning(0);
+    harness_wait_restored(&h);
+    c = harness_client(&h, "diskid", 0);
+    restore_status(c, &rs);
+    ck_assert_str_eq(rs.phase, "done");
+    ck_assert_uint_gt(rs.restored, 0);
+    for (uint32_t p = 5; p <= 12; p++)
+        ck_assert_msg(hits(c, NULL, p) == NB, "prompt %u did not come back", p);
+    kvs_close(c);
+    ck_assert_int_eq(harness_stop(&h), 0);
+}
+END_TEST
+
+/* An Evict during the scan, the daemon left to finish: the evicted
+ * prompts' records get tombstones when the scan has read them, and a
+ * SIGKILL after that brings none back. */
+START_TEST(evict_during_scan_stays_evicted)
+{
+    start(NULL);
+    kvs_client_t *c = harness_client(&h, "diskid", 0);
+    fill(c, NULL);
+    kvs_close(c);
+
+    restart_scanning(1500);
+    c = harness_client(&h, "diskid", 0);
+    kvs_restore_status_t rs;
+    restore_status(c, &rs);
+    ck_assert_str_eq(rs.phase, "scanning");
+    for (uint32_t p = 1; p <= 4; p++)
+        evict_prompt(c, p);
+    kvs_close(c);
+    harness_wait_restored(&h);
+    c = harness_client(&h, "diskid", 0);
+    for (uint32_t p = 1; p <= 4; p++)
+        ck_assert_msg(hits(c, NULL, p) == 0, "prompt %u, evicted during the scan, hits", p);
+    for (uint32_t p = 5; p <= 12; p++)
+        ck_assert_msg(hits(c, NULL, p) == NB, "prompt %u did not come back", p);
+    ck_assert_uint_gt(counter(KVS_COUNTER_disk_deleted_dropped), 0);
+    kvs_close(c);
+
+    restart(true, NULL);
+    c = harness_client(&h, "diskid", 0);
+    for (uint32_t p = 1; p <= 4; p++)
+        ck_assert_msg(hits(c, NULL, p) == 0,
+                      "prompt %u, evicted during a scan, hits after "
+                      "another restart",
+                      p);
+    ck_assert_uint_eq(hits(c, NULL, 7), NB);
+    kvs_close(c);
+    ck_assert_int_eq(harness_stop(&h), 0);
+}
+END_TEST
+
+/* A Clear during the scan deletes every record of its namespace then on
+ * the disk, at once: a SIGKILL before the scan ends brings none back, and
+ * the restore that was running restores none. */
+START_TEST(clear_during_scan_stays_cleared)
+{
+    start(NULL);
+    kvs_client_t *c = harness_client(&h, "diskid", 0);
+    fill(c, NULL);
+    kvs_close(c);
+
+    restart_scanning(60000);
+    c = harness_client(&h, "diskid", 0);
+    size_t cleared = 0, kept = 0;
+    ck_assert_int_eq(kvs_clear(c, NULL, &cleared, &kept), 0);
+    kvs_close(c);
+
+    restart_scanning(0); /* SIGKILL while the first scan had not read a slot */
+    harness_wait_restored(&h);
+    c = harness_client(&h, "diskid", 0);
+    for (uint32_t p = 1; p <= PROMPTS; p++)
+        ck_assert_msg(hits(c, NULL, p) == 0, "prompt %u, cleared during a scan, hits", p);
+    ck_assert_uint_eq(tier3_cached(c), 0);
+    /* Written after the Clear: alive, and restored by the next start. */
+    for (uint32_t p = 41; p <= 40 + PROMPTS; p++)
+        write_prompt(c, NULL, p);
+    settle(c);
+    kvs_close(c);
+    restart(true, NULL);
+    c = harness_client(&h, "diskid", 0);
+    ck_assert_uint_eq(hits(c, NULL, 41), NB);
+    ck_assert_uint_eq(hits(c, NULL, 1), 0);
+    kvs_close(c);
+    ck_assert_int_eq(harness_stop(&h), 0);
+}
+END_TEST
+
 /* Connects declaring `model` for namespace "chat"; the status, the client
  * in *out when connected. */
 static int connect_as(const char *model, kvs_client_t **out)
@@ -493,6 +637,9 @@ static Suite *diskid_suite(void)
     tcase_add_test(tc, evict_then_sigkill_stays_evicted);
     tcase_add_test(tc, declared_namespace_restored_to_its_model);
     tcase_add_test(tc, misnamed_records_are_dropped);
+    tcase_add_test(tc, restart_serves_while_scanning);
+    tcase_add_test(tc, evict_during_scan_stays_evicted);
+    tcase_add_test(tc, clear_during_scan_stays_cleared);
     suite_add_tcase(s, tc);
     return s;
 }

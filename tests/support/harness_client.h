@@ -26,4 +26,9 @@ kvs_client_t *harness_client(const harness_t *h, const char *worker_name, unsign
 kvs_client_t *harness_client_ms(const harness_t *h, const char *worker_name, unsigned flags,
                                 int timeout_ms);
 
+/* Waits (up to a minute) until h's daemon has ended the disk tier's warm
+ * restart (kvs_restore_status: done, failed, or none ran), so that what the
+ * file held is in the index; fails the test otherwise. */
+void harness_wait_restored(const harness_t *h);
+
 #endif

@@ -312,10 +312,20 @@ int kvshare_cmd_stats(int argc, char **argv)
         kvs_close(c);
         return 1;
     }
-    if (json)
+    kvs_restore_status_t rs = {0};
+    if (s.tier3_total_blocks > 0)
+        (void)kvs_restore_status(c, &rs);
+    if (json) {
         print_json(stdout, &s);
-    else
+    } else {
         cli_print_stats(stdout, &s);
+        if (rs.phase[0])
+            printf("restore   %s: %llu of %llu slots read, %llu records found, %llu restored, "
+                   "%llu dropped, %.1f s\n",
+                   rs.phase, (unsigned long long)rs.scanned, (unsigned long long)rs.slots,
+                   (unsigned long long)rs.records, (unsigned long long)rs.restored,
+                   (unsigned long long)rs.dropped, (double)rs.elapsed_ms / 1000.0);
+    }
     kvs_stats_free(&s);
     kvs_close(c);
     return 0;

@@ -52,6 +52,7 @@ typedef struct top_state {
     char notice[128];
     double notice_until;
     char clock[16];
+    kvs_restore_status_t restore; /* phase "" unless a warm restart ran */
     top_view_t view;
 } top_state_t;
 
@@ -90,6 +91,9 @@ static int sample(top_state_t *st)
         return rc;
     }
     st->error[0] = '\0';
+    memset(&st->restore, 0, sizeof(st->restore));
+    if (s.tier3_total_blocks > 0)
+        (void)kvs_restore_status(st->client, &st->restore);
     if (st->have_prev)
         kvs_stats_free(&st->prev);
     st->have_prev = 0;
@@ -254,6 +258,7 @@ static void fill_view(top_state_t *st, const top_opts_t *o, top_page_t page, int
     v->down_for = t - st->t_answer;
     v->notice = st->notice[0] && t < st->notice_until ? st->notice : NULL;
     v->clock = st->clock;
+    v->restore = st->restore.phase[0] ? &st->restore : NULL;
 }
 
 /* --once without --json: the overview, as plain text lines. */

@@ -188,6 +188,23 @@ static void header(scr_t *s, const top_view_t *v)
                    f->copy_mib_s);
         scr_newline(s);
     }
+    if (st->tier3_total_blocks > 0) {
+        const kvs_restore_status_t *rs = v->restore;
+        scr_printf(s, "tier 3    %u/%u blocks on disk", st->tier3_cached_blocks,
+                   st->tier3_total_blocks);
+        if (rs && strcmp(rs->phase, "scanning") == 0)
+            scr_printf(s, "; restoring: reading the file, %.0f%% of %llu slots (%.1f s)",
+                       rs->slots ? 100.0 * (double)rs->scanned / (double)rs->slots : 0.0,
+                       (unsigned long long)rs->slots, (double)rs->elapsed_ms / 1000.0);
+        else if (rs && strcmp(rs->phase, "restoring") == 0)
+            scr_printf(s, "; restoring: %llu of %llu records back (%.1f s)",
+                       (unsigned long long)rs->restored, (unsigned long long)rs->records,
+                       (double)rs->elapsed_ms / 1000.0);
+        else if (rs)
+            scr_printf(s, "; restore %s: %llu blocks in %.1f s", rs->phase,
+                       (unsigned long long)rs->restored, (double)rs->elapsed_ms / 1000.0);
+        scr_newline(s);
+    }
     if (st->n_cluster_nodes > 0) {
         /* The cluster tier since start: its nodes, what came down and went
          * up, and the nodes' mean reply time. */

@@ -39,6 +39,8 @@ typedef struct top_view {
     double down_for;    /* seconds since the last answer, with error */
     const char *notice; /* a passing note (kvshared restarted), or NULL */
     const char *clock;  /* HH:MM:SS of the newest answer, or "" */
+    /* The disk tier's warm restart, NULL when none ran. */
+    const kvs_restore_status_t *restore;
 } top_view_t;
 
 /* Draws v's page into s (begun with its size). Sets *rows_total to the

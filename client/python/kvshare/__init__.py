@@ -53,6 +53,7 @@ import array
 import ctypes
 import ctypes.util
 import os
+import time
 
 __all__ = ["Client", "Identity", "KvsError", "counter_names", "load_library", "STATUS"]
 
@@ -263,6 +264,13 @@ class _ClusterNode(ctypes.Structure):
     ]
 
 
+class _RestoreStatus(ctypes.Structure):
+    _fields_ = [("phase", ctypes.c_char * 16)] + [
+        (name, ctypes.c_uint64)
+        for name in ("slots", "scanned", "records", "restored", "dropped", "elapsed_ms")
+    ] + [("reserved", ctypes.c_uint64 * 4)]
+
+
 class _Stats(ctypes.Structure):
     _fields_ = [
         ("total_blocks", ctypes.c_uint32), ("free_blocks", ctypes.c_uint32),
@@ -419,6 +427,7 @@ def _declare(lib):
         "kvs_tree": (ctypes.c_int, [P, ctypes.c_char_p, ctypes.c_int,
                                     ctypes.POINTER(_Prefix), SZ, SZP]),
         "kvs_ping": (ctypes.c_int, [P, SZ, ctypes.POINTER(ctypes.c_double)]),
+        "kvs_restore_status": (ctypes.c_int, [P, ctypes.POINTER(_RestoreStatus)]),
         "kvs_clear": (ctypes.c_int, [P, ctypes.c_char_p, SZP, SZP]),
         "kvs_evict": (ctypes.c_int, [P, ctypes.c_char_p, U32P, SZ,
                                      ctypes.POINTER(_EvictResult)]),
@@ -890,6 +899,26 @@ class Client:
             d["ns"] = r.ns.decode()
             out.append(d)
         return out
+
+    def restore_status(self):
+        """The disk tier's warm restart: a dict with phase ("scanning",
+        "restoring", "done", "failed", or "" when none ran), slots, scanned,
+        records, restored, dropped and elapsed_ms."""
+        rs = _RestoreStatus()
+        self._check(self._lib.kvs_restore_status(self._c, ctypes.byref(rs)))
+        d = {name: getattr(rs, name) for name, _ in _RestoreStatus._fields_
+             if name not in ("phase", "reserved")}
+        d["phase"] = rs.phase.decode()
+        return d
+
+    def wait_restored(self, seconds=60):
+        """Waits until the warm restart ended (or none runs); its status."""
+        end = time.monotonic() + seconds
+        while True:
+            st = self.restore_status()
+            if st["phase"] not in ("scanning", "restoring") or time.monotonic() > end:
+                return st
+            time.sleep(0.01)
 
     def ping(self, size=64):
         """Round-trip time in microseconds."""
