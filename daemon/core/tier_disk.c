@@ -624,6 +624,7 @@ void tier_disk_scan_settle(tier_disk_t *td, const tier_disk_scan_t *sc)
     td->scan_pending = false;
     td->torn = sc->torn;
     td->deleted = sc->deleted;
+    td->recovered = sc->n;
     settle_watermarks(td, sc->max_seq);
 }
 
