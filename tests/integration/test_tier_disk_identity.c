@@ -611,6 +611,7 @@ START_TEST(misnamed_records_are_dropped)
     pid_t pid = 0;
     ck_assert_int_eq(harness_restart(&h, POOL, flags(NULL), 30000, &pid), -1);
     h.pid = pid;
+    harness_wait_restored(&h);
     c = harness_client(&h, "diskid", 0);
     kvs_stats_t s;
     ck_assert_int_eq(kvs_stats(c, &s), 0);
