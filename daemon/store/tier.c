@@ -266,18 +266,74 @@ static int start(tier_job_t *j, session_t *s)
     return 1;
 }
 
-/* How many tier-2 blocks to move down to the disk along with a demotion of
- * n: enough that the next demotion of as many finds free tier-2 ids, counting
- * those that copies in flight will free. */
+/* Tier-2 ids kept free (or being freed) ahead of demotions, beyond the
+ * last demotion's: a sixteenth of a host tier of SPILL_AHEAD_MIN_TIER
+ * blocks or more (a small one keeps its blocks), at most SPILL_AHEAD_MAX. */
+#define SPILL_AHEAD_MIN_TIER 4096u
+#define SPILL_AHEAD_MAX      16384u
+
+/* How many tier-2 blocks to move down to the disk after a demotion of n:
+ * enough that the next demotion of as many, and the room kept ahead, finds
+ * free tier-2 ids, counting those that copies in flight will free. A demotion
+ * that finds none makes its room itself (radix_demote: the request then
+ * waits for a disk write); spilling ahead keeps those rare. */
 static size_t spill_wanted(server_t *srv, size_t n)
 {
+    if (srv->tier3_blocks == 0)
+        return 0;
+    size_t ahead = srv->tier2_blocks >= SPILL_AHEAD_MIN_TIER ? srv->tier2_blocks / 16 : 0;
+    ahead = ahead > SPILL_AHEAD_MAX ? SPILL_AHEAD_MAX : ahead;
     size_t ready = (size_t)radix_tier_free(srv->index, 2) + radix_tier_leaving(srv->index, 2);
-    return srv->tier3_blocks > 0 && n > ready ? n - ready : 0;
+    /* Not again before half the room kept ahead is used: spills go in
+     * batches (merged on the disk, tier_disk_io.c), and most promotions
+     * read from a disk that writes nothing. */
+    if (ready >= n + ahead / 2)
+        return 0;
+    return n + ahead - ready;
+}
+
+/* Moves up to n tier-2 blocks to the disk in a job of their own, which no
+ * request waits for: its end releases whoever waits for any copy
+ * (SESSION_HOLD_TIER_ANY), as every job's does. Nothing happens when the
+ * index moves none or there is no memory for the job (a later demotion
+ * makes its room itself). */
+static void spill_start(server_t *srv, size_t n)
+{
+    if (n == 0)
+        return;
+    radix_move_t *moves = calloc(n, sizeof(*moves));
+    if (!moves)
+        return;
+    size_t n_moved = 0;
+    store_spill(srv, n, moves, &n_moved);
+    if (n_moved == 0) {
+        free(moves);
+        return;
+    }
+    tier_job_t *j = job_new(srv, NULL, true, n_moved, 0);
+    if (!j) {
+        for (size_t i = n_moved; i-- > 0;) {
+            uint32_t back;
+            if (store_move_end(srv, moves[i].to, false, &back) != 0)
+                LOG_ERROR("tier-3 block %u: the spill cannot be undone", moves[i].to);
+        }
+        free(moves);
+        return;
+    }
+    for (size_t i = 0; i < n_moved; i++) {
+        job_add(j, moves[i].from, moves[i].to);
+        j->index_ids[i] = moves[i].to;
+    }
+    free(moves);
+    int rc = start(j, NULL);
+    if (rc < 0)
+        LOG_DEBUG("a spill of %zu blocks to the disk did not start: %s", n_moved,
+                  kvs_status_text(rc));
 }
 
 int tier_demote(server_t *srv, session_t *s, uint32_t ns, size_t n)
 {
-    radix_move_t *moves = calloc(n ? 2 * n : 1, sizeof(*moves));
+    radix_move_t *moves = calloc(n ? n : 1, sizeof(*moves));
     if (!moves)
         return KVS_ENOMEM;
     size_t n_moved = 0;
@@ -286,11 +342,6 @@ int tier_demote(server_t *srv, session_t *s, uint32_t ns, size_t n)
         free(moves);
         return rc;
     }
-    /* With a disk below host memory: room in host memory for the next
-     * demotion, in the same job (this request waits for it anyway). */
-    size_t spilled = 0;
-    store_spill(srv, spill_wanted(srv, n), moves + n_moved, &spilled);
-    n_moved += spilled;
     tier_job_t *j = job_new(srv, s, true, n_moved, 0);
     if (!j) {
         /* The index already moved them: put them back, nothing copied. */
@@ -307,7 +358,15 @@ int tier_demote(server_t *srv, session_t *s, uint32_t ns, size_t n)
         j->index_ids[i] = moves[i].to;
     }
     free(moves);
-    return start(j, s);
+    rc = start(j, s);
+    /* With a disk below host memory: room in host memory for the next
+     * demotion, in a job of its own. This request waits only for its own
+     * copies into host memory (a memcpy), not for the disk's writes (it
+     * waited for both, in one job, before: every Alloc that demoted took
+     * as long as a disk batch). */
+    if (rc >= 0)
+        spill_start(srv, spill_wanted(srv, n));
+    return rc;
 }
 
 int tier_promote(server_t *srv, session_t *s, const uint32_t *pins, size_t n_pins, size_t first,

@@ -3,8 +3,12 @@
  * tier: the copies between the pool (tier 1), tier 2 (--host-tier) and
  * tier 3 (--disk-tier-path), off the loop thread, and the requests that
  * wait for them. One job may copy with both media: a demotion moves pool
- * blocks to host memory and host blocks on to the disk, a promotion brings
- * blocks back from either; the job ends when every medium's batch did.
+ * blocks to host memory and, when host memory has no free room, host
+ * blocks on to the disk; a promotion brings blocks back from either; the
+ * job ends when every medium's batch did. Room in host memory for the next
+ * demotions is made by a spill after each demotion, a job of its own that
+ * no request waits for (the request waits for its memcpy, not for the
+ * disk's writes).
  *
  * A handler that needs copies before it can answer (an Alloc that finds
  * the pool full demotes blocks; a pinned Lookup that matches tier-2 blocks

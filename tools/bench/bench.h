@@ -22,6 +22,7 @@ int bench_devices(int argc, char **argv);   /* bench_devices.c */
 int bench_cluster(int argc, char **argv);   /* bench_cluster.c */
 int bench_wake(int argc, char **argv);      /* bench_wake.c */
 int bench_breaker(int argc, char **argv);   /* bench_breaker.c */
+int bench_tier_hit(int argc, char **argv);  /* bench_tier_hit.c */
 
 /* Sorts samples in place and returns the q-quantile (0 <= q <= 1). */
 double bench_quantile(uint64_t *samples, size_t n, double q);

@@ -46,6 +46,9 @@ static const struct bench_cmd {
      "daemon's RSS while it pipelines Tree, the largest Release or Lookup, or Stats, scrapes, "
      "stalls a KV-events subscriber, floods replays or hints, or floods large work against "
      "300,000-token Lookups; each against a same-run baseline"},
+    {"tier-hit", bench_tier_hit,
+     "a pinned Lookup of one 512-byte block in tier 3 (read from the disk, verified, promoted) "
+     "against one that hits tier 1 in the same run"},
     {"breaker", bench_breaker,
      "the client's circuit breaker (KVS_BREAKER): a full-hit Lookup with and without it against "
      "a healthy kvshared in the same run, and each call's cost once the daemon hangs (SIGSTOP)"},
