@@ -133,6 +133,7 @@ struct session {
     bool commit_steps;
     uint32_t commit_ns;
     size_t commit_done;
+    uint32_t commit_waits; /* for tier copies, this Commit (handlers.c) */
     /* Its large Alloc in pieces (alloc_pieces): under way, the blocks
      * taken and the blocks evicted by the pieces so far. */
     bool alloc_steps;

@@ -843,6 +843,11 @@ static int commit_check(session_t *s, const Kvshare__CommitRequest *cm, bool sha
     return 0;
 }
 
+/* Times one Commit waits for tier copies to end when its prompt runs
+ * through a block in flight between the tiers; then KVS_EBUSY, as before
+ * (a block pinned where it is stays busy however long it waits). */
+#define COMMIT_TIER_WAITS 8
+
 /* The rest of a commit on one device, a piece of STORE_PIECE_BLOCKS blocks
  * per loop turn when it is larger: after a piece with more to do, the
  * session is held (SESSION_HOLD_COMMIT) with a deadline of now, so that
@@ -865,6 +870,19 @@ static bool commit_pieces(session_t *s, uint32_t ns, const uint32_t *tokens, siz
     size_t end = pieces ? first + STORE_PIECE_BLOCKS : n_ids;
     *irc =
         store_commit_range(srv, s, ns, tokens, n_tokens, ids, first, end, hint, canonical, n_done);
+    if (*irc == KVS_EBUSY && s->has_pipe && !srv->stopping && s->commit_waits < COMMIT_TIER_WAITS &&
+        radix_busy_blocks(srv->index) > 0 && tier_wait(srv, s) == 1) {
+        /* The prompt runs through a cached block being copied between the
+         * tiers (a spill to the disk, which no request waits for): once
+         * the copies end it is a block again, and the Commit goes on from
+         * where it stopped. */
+        s->commit_waits++;
+        s->commit_steps = true;
+        s->commit_ns = ns;
+        s->commit_done = *n_done;
+        ctx->hold = tier_hold(s);
+        return true;
+    }
     s->commit_steps = *irc == 0 && end < n_ids;
     if (!s->commit_steps)
         return false;
@@ -901,6 +919,8 @@ int handler_commit(session_t *s, const Kvshare__Request *req, Kvshare__Response 
     /* The next piece of this frame's Commit: checked at its first. */
     bool resumed = s->commit_steps;
     s->commit_steps = false;
+    if (!resumed)
+        s->commit_waits = 0;
     int rc = resumed ? 0 : group_writer_check(s, "Commit", ctx);
     if (rc != 0)
         return rc;
