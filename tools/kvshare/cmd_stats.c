@@ -183,7 +183,7 @@ void cli_print_capacity(FILE *f, const kvs_stats_t *s, const char *ns)
     print_priority_bands(f, s, ns);
 }
 
-static void print_json(FILE *f, const kvs_stats_t *s)
+static void print_json(FILE *f, const kvs_stats_t *s, const kvs_restore_status_t *rs)
 {
     fprintf(f,
             "{\"backend\":\"%s\",\"uptime_ms\":%llu,\"block_tokens\":%u,\"block_bytes\":%llu,"
@@ -195,8 +195,16 @@ static void print_json(FILE *f, const kvs_stats_t *s)
             (unsigned long long)s->index_bytes, s->sessions);
     fprintf(f, ",\"tier2\":{\"total\":%u,\"cached\":%u,\"copying\":%u}", s->tier2_total_blocks,
             s->tier2_cached_blocks, s->copying_blocks);
-    fprintf(f, ",\"tier3\":{\"total\":%u,\"cached\":%u,\"io\":\"%s\"}", s->tier3_total_blocks,
+    fprintf(f, ",\"tier3\":{\"total\":%u,\"cached\":%u,\"io\":\"%s\"", s->tier3_total_blocks,
             s->tier3_cached_blocks, s->disk_io ? s->disk_io : "");
+    if (rs->phase[0])
+        fprintf(f,
+                ",\"restore\":{\"phase\":\"%s\",\"slots\":%llu,\"scanned\":%llu,\"records\":%llu,"
+                "\"restored\":%llu,\"dropped\":%llu,\"elapsed_ms\":%llu}",
+                rs->phase, (unsigned long long)rs->slots, (unsigned long long)rs->scanned,
+                (unsigned long long)rs->records, (unsigned long long)rs->restored,
+                (unsigned long long)rs->dropped, (unsigned long long)rs->elapsed_ms);
+    fputc('}', f);
     fprintf(f, ",\"loop_busy_max_us\":%u", s->loop_busy_max_us);
     if (s->copy_path) {
         /* Plain text: no quotes or backslashes in it, but say so safely. */
@@ -316,7 +324,7 @@ int kvshare_cmd_stats(int argc, char **argv)
     if (s.tier3_total_blocks > 0)
         (void)kvs_restore_status(c, &rs);
     if (json) {
-        print_json(stdout, &s);
+        print_json(stdout, &s, &rs);
     } else {
         cli_print_stats(stdout, &s);
         if (rs.phase[0])
