@@ -57,6 +57,7 @@ static const char *const gauges[] = {
     "tier3_cached_blocks",
     "disk_io",
     "loop_busy_max_us",
+    "disk_restore",
 };
 
 /* Decimal places of a counter kept in ms, us or ns (its name's suffix). */

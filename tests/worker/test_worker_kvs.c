@@ -1020,6 +1020,15 @@ START_TEST(test_kvs_disk_warm_restart_bitwise)
     usleep(5000); /* past reconnect_ms */
 
     c = monitor(&t.h);
+    /* The file is restored in the background: wait for its end. */
+    kvs_restore_status_t rs;
+    for (int i = 0; i < 6000; i++) {
+        ck_assert_int_eq(kvs_restore_status(c, &rs), 0);
+        if (strcmp(rs.phase, "scanning") != 0 && strcmp(rs.phase, "restoring") != 0)
+            break;
+        usleep(10000);
+    }
+    ck_assert_str_eq(rs.phase, "done");
     kvs_stats_t st;
     ck_assert_int_eq(kvs_stats(c, &st), 0);
     ck_assert_uint_ge(st.tier3_cached_blocks, FULL); /* the pool and host start empty */
