@@ -14,7 +14,8 @@
  * threads, with the I/O; the scatter on the loop (the backend writes the
  * pool).
  *
- * Warm restart: the records the disk tier's scan found at start (CRC
+ * Warm restart (store_restore.h, in the background): the records the
+ * disk tier's scan found at start (CRC
  * verified, newest sequence number of each block) name their namespace,
  * chained hash, parent's chained hash and tokens, so each chain is rebuilt
  * from its namespace's seed (namespaces_seed) down and put into the index
@@ -28,7 +29,8 @@
  * so the same engine finds its cache and another model is refused. Others
  * are dropped (disk_identity_dropped, one log line per namespace naming
  * both identities). Records deleted by a Clear or an Evict are dropped by
- * the scan already (disk_deleted_dropped; tier_disk.h).
+ * the scan already, or by the restore when the deletion came during it
+ * (disk_deleted_dropped; tier_disk.h).
  */
 #ifndef KVS_DAEMON_STORE_DISK_H
 #define KVS_DAEMON_STORE_DISK_H
@@ -56,11 +58,5 @@ int store_disk_forget_ns(server_t *srv, uint32_t ns);
  * written when this returns, an fdatasync following on a thread). 0
  * without a disk tier. Errors: KVS_EIO, KVS_ENOMEM, KVS_ENONS. */
 int store_disk_forget_prompt(server_t *srv, uint32_t ns, const uint32_t *tokens, size_t n_tokens);
-
-/* Puts the disk tier's scanned records into the index (once, before
- * sessions are served; the namespaces declared by the config exist).
- * *restored = blocks now in tier 3, *dropped = records not restored.
- * Errors: KVS_ENOMEM (the index holds what was restored so far). */
-int store_disk_restore(server_t *srv, size_t *restored, size_t *dropped);
 
 #endif /* KVS_DAEMON_STORE_DISK_H */
