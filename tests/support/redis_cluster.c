@@ -145,10 +145,18 @@ redisContext *rc_connect(const rc_cluster_t *rc, int i)
     return ctx;
 }
 
-/* Waits until node i answers PING (it listens). */
-static int wait_listening(const rc_cluster_t *rc, int i)
+/* Waits until node i answers PING (it listens): 0; -2 when it exited
+ * (its port or bus port was taken between pick_ports and its bind: another
+ * test's server or a client's ephemeral port; then another server may
+ * answer on the port, so the exit is checked first); -1 otherwise. */
+static int wait_listening(rc_cluster_t *rc, int i)
 {
     for (int t = 0; t < 200; t++) {
+        int st;
+        if (waitpid(rc->pid[i], &st, WNOHANG) == rc->pid[i]) {
+            rc->pid[i] = 0;
+            return -2;
+        }
         redisContext *ctx = rc_connect(rc, i);
         if (ctx) {
             redisFree(ctx);
@@ -157,6 +165,30 @@ static int wait_listening(const rc_cluster_t *rc, int i)
         usleep(25000);
     }
     return -1;
+}
+
+/* The last lines of the cluster's logs on stderr, before its directory
+ * goes: why it did not start. */
+static void print_logs(const rc_cluster_t *rc)
+{
+    char path[400];
+    for (int i = -1; i < rc->n; i++) {
+        if (i < 0)
+            snprintf(path, sizeof path, "%s/create.log", rc->dir);
+        else
+            snprintf(path, sizeof path, "%s/n%d/redis.log", rc->dir, i);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        char lines[8][256];
+        int n = 0;
+        while (fgets(lines[n % 8], sizeof lines[0], f))
+            n++;
+        fclose(f);
+        fprintf(stderr, "redis_cluster: the end of %s:\n", path);
+        for (int k = n > 8 ? n - 8 : 0; k < n; k++)
+            fprintf(stderr, "    %s", lines[k % 8]);
+    }
 }
 
 static int node_state_ok(const rc_cluster_t *rc, int i)
@@ -171,6 +203,22 @@ static int node_state_ok(const rc_cluster_t *rc, int i)
     return ok;
 }
 
+/* Starts rc's n servers on fresh ports: 0, -2 when one exited at start
+ * (a port taken meanwhile: the caller tries other ports), -1. */
+static int start_servers(rc_cluster_t *rc, int n)
+{
+    if (test_tmp_dir("kvs-redis", rc->dir, sizeof rc->dir) != 0 || pick_ports(rc, n) != 0)
+        return -1;
+    for (int i = 0; i < n; i++) {
+        rc->pid[i] = start_server(rc, i);
+        rc->n = i + 1;
+        int w = rc->pid[i] > 0 ? wait_listening(rc, i) : -1;
+        if (w != 0)
+            return w;
+    }
+    return 0;
+}
+
 int rc_start(rc_cluster_t *rc, int masters, int replicas, const char *pass)
 {
     memset(rc, 0, sizeof *rc);
@@ -179,14 +227,18 @@ int rc_start(rc_cluster_t *rc, int masters, int replicas, const char *pass)
         return -1;
     if (pass)
         snprintf(rc->pass, sizeof rc->pass, "%s", pass);
-    if (test_tmp_dir("kvs-redis", rc->dir, sizeof rc->dir) != 0 || pick_ports(rc, n) != 0)
-        return -1;
-    for (int i = 0; i < n; i++) {
-        rc->pid[i] = start_server(rc, i);
-        rc->n = i + 1;
-        if (rc->pid[i] <= 0 || wait_listening(rc, i) != 0)
-            goto fail;
+    int started = -2;
+    for (int attempt = 0; attempt < 5 && started == -2; attempt++) {
+        started = start_servers(rc, n);
+        if (started == -2) {
+            fprintf(stderr, "redis_cluster: a server exited at start (a port taken since it was "
+                            "picked); again on other ports\n");
+            print_logs(rc);
+            rc_stop(rc);
+        }
     }
+    if (started != 0)
+        goto fail;
     char addrs[RC_MAX_NODES][32], reps[8], log[300];
     const char *argv[32] = {"redis-cli", "--cluster", "create"};
     int argc = 3;
@@ -219,7 +271,8 @@ int rc_start(rc_cluster_t *rc, int masters, int replicas, const char *pass)
         usleep(50000);
     }
 fail:
-    fprintf(stderr, "redis_cluster: could not start the cluster (see %s)\n", rc->dir);
+    fprintf(stderr, "redis_cluster: could not start the cluster\n");
+    print_logs(rc);
     rc_stop(rc);
     return -1;
 }
