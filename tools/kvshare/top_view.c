@@ -189,20 +189,29 @@ static void header(scr_t *s, const top_view_t *v)
         scr_newline(s);
     }
     if (st->tier3_total_blocks > 0) {
+        /* Tier 3 and, after a restart, its restore in the background. */
         const kvs_restore_status_t *rs = v->restore;
-        scr_printf(s, "tier 3    %u/%u blocks on disk", st->tier3_cached_blocks,
-                   st->tier3_total_blocks);
-        if (rs && strcmp(rs->phase, "scanning") == 0)
-            scr_printf(s, "; restoring: reading the file, %.0f%% of %llu slots (%.1f s)",
-                       rs->slots ? 100.0 * (double)rs->scanned / (double)rs->slots : 0.0,
-                       (unsigned long long)rs->slots, (double)rs->elapsed_ms / 1000.0);
-        else if (rs && strcmp(rs->phase, "restoring") == 0)
-            scr_printf(s, "; restoring: %llu of %llu records back (%.1f s)",
-                       (unsigned long long)rs->restored, (unsigned long long)rs->records,
-                       (double)rs->elapsed_ms / 1000.0);
-        else if (rs)
-            scr_printf(s, "; restore %s: %llu blocks in %.1f s", rs->phase,
-                       (unsigned long long)rs->restored, (double)rs->elapsed_ms / 1000.0);
+        char q[4][64];
+        int n = 0;
+        snprintf(q[n++], sizeof(q[0]), "%u/%u blocks on disk%s", st->tier3_cached_blocks,
+                 st->tier3_total_blocks, rs ? ";" : "");
+        if (rs && strcmp(rs->phase, "scanning") == 0) {
+            snprintf(q[n++], sizeof(q[0]), "restoring: reading the file,");
+            snprintf(q[n++], sizeof(q[0]), "%.0f%% of %llu slots",
+                     rs->slots ? 100.0 * (double)rs->scanned / (double)rs->slots : 0.0,
+                     (unsigned long long)rs->slots);
+        } else if (rs && strcmp(rs->phase, "restoring") == 0) {
+            snprintf(q[n++], sizeof(q[0]), "restoring:");
+            snprintf(q[n++], sizeof(q[0]), "%llu of %llu records back",
+                     (unsigned long long)rs->restored, (unsigned long long)rs->records);
+        } else if (rs) {
+            snprintf(q[n++], sizeof(q[0]), "restore %s:", rs->phase);
+            snprintf(q[n++], sizeof(q[0]), "%llu blocks", (unsigned long long)rs->restored);
+        }
+        if (rs)
+            snprintf(q[n++], sizeof(q[0]), "(%.1f s)", (double)rs->elapsed_ms / 1000.0);
+        scr_printf(s, "tier 3    ");
+        flow(s, 10, " ", (const char *const[]){q[0], q[1], q[2], q[3]}, n);
         scr_newline(s);
     }
     if (st->n_cluster_nodes > 0) {
