@@ -219,30 +219,32 @@ static int start_servers(rc_cluster_t *rc, int n)
     return 0;
 }
 
-int rc_start(rc_cluster_t *rc, int masters, int replicas, const char *pass)
+/* Whether one of rc's servers exited (it aborts when its cluster bus port,
+ * bound after its port, was taken since pick_ports). */
+static int any_exited(rc_cluster_t *rc)
 {
-    memset(rc, 0, sizeof *rc);
-    int n = masters * (1 + replicas);
-    if (n < 3 || n > RC_MAX_NODES)
-        return -1;
-    if (pass)
-        snprintf(rc->pass, sizeof rc->pass, "%s", pass);
-    int started = -2;
-    for (int attempt = 0; attempt < 5 && started == -2; attempt++) {
-        started = start_servers(rc, n);
-        if (started == -2) {
-            fprintf(stderr, "redis_cluster: a server exited at start (a port taken since it was "
-                            "picked); again on other ports\n");
-            print_logs(rc);
-            rc_stop(rc);
+    int exited = 0;
+    for (int i = 0; i < rc->n; i++) {
+        int st;
+        if (rc->pid[i] > 0 && waitpid(rc->pid[i], &st, WNOHANG) == rc->pid[i]) {
+            rc->pid[i] = 0;
+            exited = 1;
         }
     }
-    if (started != 0)
-        goto fail;
+    return exited;
+}
+
+/* Makes rc's servers one cluster and waits until every node says it is
+ * ok: 0, -2 when a server exited meanwhile, -1. */
+static int create_cluster(rc_cluster_t *rc, int n, int replicas)
+{
     char addrs[RC_MAX_NODES][32], reps[8], log[300];
     const char *argv[32] = {"redis-cli", "--cluster", "create"};
     int argc = 3;
     size_t off = 0;
+    usleep(100000); /* a server that cannot bind its bus port aborts by now */
+    if (any_exited(rc))
+        return -2;
     for (int i = 0; i < n; i++) {
         snprintf(addrs[i], sizeof addrs[i], "127.0.0.1:%d", rc->port[i]);
         argv[argc++] = addrs[i];
@@ -261,16 +263,42 @@ int rc_start(rc_cluster_t *rc, int masters, int replicas, const char *pass)
     argv[argc] = NULL;
     snprintf(log, sizeof log, "%s/create.log", rc->dir);
     if (run_wait(argv, log) != 0)
-        goto fail;
+        return any_exited(rc) ? -2 : -1;
     for (int t = 0; t < 400; t++) {
         int ok = 1;
         for (int i = 0; i < n && ok; i++)
             ok = node_state_ok(rc, i);
         if (ok)
             return 0;
+        if (any_exited(rc))
+            return -2;
         usleep(50000);
     }
-fail:
+    return -1;
+}
+
+int rc_start(rc_cluster_t *rc, int masters, int replicas, const char *pass)
+{
+    memset(rc, 0, sizeof *rc);
+    int n = masters * (1 + replicas);
+    if (n < 3 || n > RC_MAX_NODES)
+        return -1;
+    if (pass)
+        snprintf(rc->pass, sizeof rc->pass, "%s", pass);
+    int started = -2;
+    for (int attempt = 0; attempt < 5 && started == -2; attempt++) {
+        started = start_servers(rc, n);
+        if (started == 0)
+            started = create_cluster(rc, n, replicas);
+        if (started == -2) {
+            fprintf(stderr, "redis_cluster: a server exited at start (a port taken since it was "
+                            "picked); again on other ports\n");
+            print_logs(rc);
+            rc_stop(rc);
+        }
+    }
+    if (started == 0)
+        return 0;
     fprintf(stderr, "redis_cluster: could not start the cluster\n");
     print_logs(rc);
     rc_stop(rc);
