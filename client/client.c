@@ -1821,17 +1821,23 @@ _Static_assert(sizeof(kvs_breaker_stats_t) == 96, "kvs_breaker_stats_t changed s
 _Static_assert(sizeof(kvs_ns_stats_t) % _Alignof(kvs_priority_bands_t) == 0,
                "the bands follow the rows in one allocation");
 
+/* One Stats round trip: *resp to free with kvshare__response__free_unpacked. */
+static int call_stats(kvs_client_t *c, Kvshare__Response **resp)
+{
+    Kvshare__Request req = KVSHARE__REQUEST__INIT;
+    Kvshare__StatsRequest sr = KVSHARE__STATS_REQUEST__INIT;
+    req.rpc_case = KVSHARE__REQUEST__RPC_STATS;
+    req.stats = &sr;
+    return call(c, &req, resp);
+}
+
 int kvs_restore_status(kvs_client_t *c, kvs_restore_status_t *out)
 {
     if (!c || !out)
         return KVS_EINVAL;
     memset(out, 0, sizeof(*out));
-    Kvshare__Request req = KVSHARE__REQUEST__INIT;
-    Kvshare__StatsRequest sr = KVSHARE__STATS_REQUEST__INIT;
     Kvshare__Response *resp;
-    req.rpc_case = KVSHARE__REQUEST__RPC_STATS;
-    req.stats = &sr;
-    int rc = call(c, &req, &resp);
+    int rc = call_stats(c, &resp);
     if (rc != 0)
         return rc;
     const Kvshare__DiskRestore *d = resp->stats->disk_restore;
@@ -1853,12 +1859,8 @@ int kvs_stats(kvs_client_t *c, kvs_stats_t *out)
     if (!c || !out)
         return KVS_EINVAL;
     memset(out, 0, sizeof(*out));
-    Kvshare__Request req = KVSHARE__REQUEST__INIT;
-    Kvshare__StatsRequest sr = KVSHARE__STATS_REQUEST__INIT;
     Kvshare__Response *resp;
-    req.rpc_case = KVSHARE__REQUEST__RPC_STATS;
-    req.stats = &sr;
-    int rc = call(c, &req, &resp);
+    int rc = call_stats(c, &resp);
     if (rc == 0) {
         const Kvshare__StatsReply *s = resp->stats;
         out->total_blocks = s->total_blocks;

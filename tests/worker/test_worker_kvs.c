@@ -20,6 +20,7 @@
 
 #include "check_main.h"
 #include "daemon_harness.h"
+#include "harness_client.h"
 #include "kvscache.h"
 #include "kvshare.h"
 #include "launch.h"
@@ -1019,16 +1020,8 @@ START_TEST(test_kvs_disk_warm_restart_bitwise)
     t.h.pid = again;
     usleep(5000); /* past reconnect_ms */
 
+    harness_wait_restored(&t.h); /* the file is restored in the background */
     c = monitor(&t.h);
-    /* The file is restored in the background: wait for its end. */
-    kvs_restore_status_t rs;
-    for (int i = 0; i < 6000; i++) {
-        ck_assert_int_eq(kvs_restore_status(c, &rs), 0);
-        if (strcmp(rs.phase, "scanning") != 0 && strcmp(rs.phase, "restoring") != 0)
-            break;
-        usleep(10000);
-    }
-    ck_assert_str_eq(rs.phase, "done");
     kvs_stats_t st;
     ck_assert_int_eq(kvs_stats(c, &st), 0);
     ck_assert_uint_ge(st.tier3_cached_blocks, FULL); /* the pool and host start empty */
