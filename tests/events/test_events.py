@@ -780,21 +780,6 @@ class TestEvents(unittest.TestCase):
         s.connect(endpoint)
         return s
 
-    def attach_stalled(self, ctx, endpoint, c, seed):
-        """A stalled subscriber that PUB has taken the subscription of:
-        commits (seeds from seed on) until it has received one message,
-        then it reads no more. A sleep after connect is not enough on a
-        loaded host: messages published before PUB takes the subscription
-        are never queued for it, and it holds nothing."""
-        s = self.stalled_sub(ctx, endpoint)
-        for k in range(100):
-            self.commit_long(c, seed + k)
-            if s.poll(100):
-                s.recv_multipart()
-                return s
-        s.close()
-        self.fail("the stalled subscriber never received a message")
-
     def test_stalled_subscriber_is_bounded_in_bytes(self):
         """A subscriber that never reads holds at most
         kv_events_subscriber_bytes (32 MiB by default) in the daemon: its
@@ -831,7 +816,22 @@ class TestEvents(unittest.TestCase):
         """Subscribers stalled at different times hold different messages:
         together they hold at most kv_events_send_bytes; past it batches are
         not sent (counted), and once the stalled ones are gone a subscriber
-        that reads gets new batches again."""
+        that reads gets new batches again.
+
+        How much one stalled subscriber holds is not fixed: PUB stops at its
+        high-water mark as ZeroMQ counts it, and the reader reports what it
+        took only every (hwm + 1) / 2 messages, so a subscriber that stopped
+        reading holds between half its mark and all of it, in messages of
+        varying size (a commit's, or two commits', or evictions alone). Six
+        subscribers, each at least half full, hold more than send_bytes
+        together, whatever the phase. All six are subscribed (each has
+        received a message) before any stalls, and the ones still reading
+        take every message (poll with a timeout: with a receive high-water
+        mark of 1, the next message is not there yet right after a recv),
+        or their queues would fill at the same time as the stalled ones'
+        with the same messages. One subscribed later could wait for ever
+        once the others alone hold send_bytes, since past it nothing is
+        sent."""
         idents = ",".join("w%02d" % i for i in range(16))
         d, pub, _ = self.bounded_daemon([
             "--kv-events-identities", idents, "--kv-events-subscriber-bytes", "4MiB",
@@ -845,53 +845,58 @@ class TestEvents(unittest.TestCase):
                 got[0] += 1
                 timeout_ms = 0
 
+        def drain(socks):
+            for s in socks:
+                while s.poll(5):
+                    s.recv_multipart()
+
+        subs = []
         try:
             c = kvshare.Client(d.socket, timeout_ms=10000)
             reader = ctx.socket(zmq.SUB)
             reader.setsockopt(zmq.SUBSCRIBE, b"kv@w00@")
             reader.setsockopt(zmq.LINGER, 0)
             reader.connect(pub)
-            a = self.attach_stalled(ctx, pub, c, 10000)
-            # b subscribes now, while a holds little, and keeps reading
-            # through 30 commits that a does not read: it stalls on later
-            # messages than a. (Subscribed after them, b could wait for
-            # ever: a alone may hold more than kv_events_send_bytes by
-            # then, when the publisher packs more events per message on a
-            # loaded host, and past it nothing is sent.)
-            b = self.attach_stalled(ctx, pub, c, 20000)
-
-            def drain_b():
-                while b.poll(0):
-                    b.recv_multipart()
-
-            for i in range(30):
-                self.commit_long(c, i)
+            subs = [self.stalled_sub(ctx, pub) for _ in range(6)]
+            # Commits until PUB has taken every subscription: each
+            # subscriber has received a message.
+            waiting = set(range(len(subs)))
+            for k in range(100):
+                self.commit_long(c, 10000 + k)
                 read_all()
-                drain_b()
-            self.assertTrue(events_flush(c))
-            drain_b()
+                for j in list(waiting):
+                    if subs[j].poll(100 if j == min(waiting) else 0):
+                        waiting.discard(j)
+                drain(subs)
+                if not waiting:
+                    break
+            self.assertFalse(waiting, "subscribers %s never received a message" % sorted(waiting))
+            # The subscribers stop reading one after another, ten commits
+            # apart, until batches go unsent; every commit is checked
+            # against the RSS bound below.
             rss0 = self.rss_kib(d.proc.pid)
-            read_all()
-            # Until the two hold send_bytes together and batches go unsent:
-            # 60 commits, or more when the kernel's socket buffers took
-            # more of them off ZeroMQ's queues (how much depends on the
-            # host's load); every commit is checked against the RSS bound.
-            i = 30
+            reading = list(subs)
+            i = 0
             while True:
+                if i % 10 == 0 and reading:
+                    reading.pop(0)
                 self.commit_long(c, i)
                 read_all()
+                drain(reading)
                 i += 1
-                if i >= 90 and (i % 10 == 0 or i >= 600):
+                if i >= 20 and (i % 10 == 0 or i >= 600):
                     self.assertTrue(events_flush(c))
                     m = c.stats()
                     if m["kv_events_send_drops"] > 0 or i >= 600:
                         break
             rss1 = self.rss_kib(d.proc.pid)
+            commits = i
             self.assertGreater(m["kv_events_send_drops"], 0,
-                               "%d commits to two stalled subscribers, no batch unsent" % i)
+                               "%d commits to six stalled subscribers, no batch unsent" % i)
             self.assertLess(rss1 - rss0, 8 << 10, "the daemon grew by %d KiB" % (rss1 - rss0))
-            a.close()
-            b.close()
+            for s in subs:
+                s.close()
+            subs = []
             time.sleep(0.5)
             read_all(100)
             before = got[0]
@@ -900,11 +905,13 @@ class TestEvents(unittest.TestCase):
             self.assertTrue(events_flush(c))
             read_all(1000)
             self.assertGreater(got[0], before)
-            print("two stalled subscribers: RSS %d -> %d KiB, %d batches not sent" %
-                  (rss0, rss1, m["kv_events_send_drops"]), file=sys.stderr)
+            print("six stalled subscribers: RSS %d -> %d KiB, %d batches not sent after %d commits" %
+                  (rss0, rss1, m["kv_events_send_drops"], commits), file=sys.stderr)
             reader.close()
             c.close()
         finally:
+            for s in subs:
+                s.close()
             ctx.destroy(linger=0)
             self.assertEqual(d.stop(), 0)
 
