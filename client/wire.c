@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "frame_header.h"
+#include "pb_varint.h"
 
 /* Protobuf keys: (field number << 3) | wire type. */
 #define KEY_REQUEST_ID      0x08 /* Request.id, varint */
@@ -14,36 +15,17 @@
 #define KEY_LOOKUP_WAIT_MS  0x20 /* LookupRequest.wait_ms (4), varint */
 #define KEY_LOOKUP_IN_PLACE 0x28 /* LookupRequest.tier2_in_place (5), varint */
 
-static size_t varint_len(uint64_t v)
-{
-    size_t n = 1;
-    while (v >= 0x80) {
-        v >>= 7;
-        n++;
-    }
-    return n;
-}
-
-static uint8_t *put_varint(uint8_t *p, uint64_t v)
-{
-    while (v >= 0x80) {
-        *p++ = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    *p++ = (uint8_t)v;
-    return p;
-}
-
 int wire_lookup_head(uint8_t *buf, uint64_t id, const char *ns, int pin, uint32_t wait_ms,
                      int tier2_in_place, size_t token_bytes, size_t *head_len)
 {
     size_t ns_len = ns ? strlen(ns) : 0;
     /* Fields at their proto3 defaults ("" / false / empty) are left out,
      * as protobuf-c's packer does. */
-    uint64_t lookup_len = (ns_len ? 1 + varint_len(ns_len) + ns_len : 0) + (pin ? 2 : 0) +
-                          (wait_ms ? 1 + varint_len(wait_ms) : 0) + (tier2_in_place ? 2 : 0) +
-                          (token_bytes ? 1 + varint_len(token_bytes) + token_bytes : 0);
-    uint64_t request_len = (id ? 1 + varint_len(id) : 0) + 1 + varint_len(lookup_len) + lookup_len;
+    uint64_t lookup_len = (ns_len ? 1 + pb_varint_size(ns_len) + ns_len : 0) + (pin ? 2 : 0) +
+                          (wait_ms ? 1 + pb_varint_size(wait_ms) : 0) + (tier2_in_place ? 2 : 0) +
+                          (token_bytes ? 1 + pb_varint_size(token_bytes) + token_bytes : 0);
+    uint64_t request_len =
+        (id ? 1 + pb_varint_size(id) : 0) + 1 + pb_varint_size(lookup_len) + lookup_len;
     if (request_len > UINT32_MAX)
         return -1;
     uint8_t *p = buf;
@@ -51,13 +33,13 @@ int wire_lookup_head(uint8_t *buf, uint64_t id, const char *ns, int pin, uint32_
     p += FRAME_HEADER_BYTES;
     if (id) {
         *p++ = KEY_REQUEST_ID;
-        p = put_varint(p, id);
+        p = pb_put_varint(p, id);
     }
     *p++ = KEY_REQUEST_LOOKUP;
-    p = put_varint(p, lookup_len);
+    p = pb_put_varint(p, lookup_len);
     if (ns_len) {
         *p++ = KEY_LOOKUP_NS;
-        p = put_varint(p, ns_len);
+        p = pb_put_varint(p, ns_len);
         memcpy(p, ns, ns_len);
         p += ns_len;
     }
@@ -67,7 +49,7 @@ int wire_lookup_head(uint8_t *buf, uint64_t id, const char *ns, int pin, uint32_
     }
     if (wait_ms) {
         *p++ = KEY_LOOKUP_WAIT_MS;
-        p = put_varint(p, wait_ms);
+        p = pb_put_varint(p, wait_ms);
     }
     if (tier2_in_place) {
         *p++ = KEY_LOOKUP_IN_PLACE;
@@ -75,7 +57,7 @@ int wire_lookup_head(uint8_t *buf, uint64_t id, const char *ns, int pin, uint32_
     }
     if (token_bytes) {
         *p++ = KEY_LOOKUP_TOKENS;
-        p = put_varint(p, token_bytes);
+        p = pb_put_varint(p, token_bytes);
     }
     *head_len = (size_t)(p - buf);
     return 0;

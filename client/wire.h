@@ -4,7 +4,8 @@
  * the token array goes to the socket straight from the caller's memory
  * (sendmsg with two iovecs) instead of being copied by protobuf-c's packer.
  * The bytes are a valid kvshare Request (proto/kvshare.proto); the daemon
- * decodes them with protobuf-c like any other. Internal to libkvshare.
+ * decodes a plain Lookup by hand (daemon/core/lookup_codec.h), the rest with
+ * protobuf-c. Internal to libkvshare.
  */
 #ifndef KVS_CLIENT_WIRE_H
 #define KVS_CLIENT_WIRE_H

@@ -19,7 +19,7 @@ seconds=${FUZZ_SECONDS:-50}
 build=${FUZZ_BUILD:-build-fuzz}
 cc=${CC:-clang}
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(fuzz_session fuzz_radix fuzz_client)
+[ ${#targets[@]} -eq 0 ] && targets=(fuzz_session fuzz_lookup_codec fuzz_radix fuzz_client)
 
 if ! command -v "$cc" >/dev/null; then
     echo "fuzz.sh: $cc not found (tools/install-deps.sh installs clang)" >&2

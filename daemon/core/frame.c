@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lookup_codec.h"
+
 int frame_buf_reserve(frame_buf_t *b, size_t extra)
 {
     if (b->head > 0 && (b->head == b->len || b->len + extra > b->cap)) {
@@ -51,9 +53,10 @@ int frame_next(frame_buf_t *b, uint32_t max_frame, const uint8_t **body, uint32_
     return 1;
 }
 
-static int append_packed(frame_buf_t *b, const ProtobufCMessage *msg)
+/* Makes room for one frame of a body of `size` bytes at the end of b and
+ * writes its header; *body: where the body goes. */
+static int append_room(frame_buf_t *b, size_t size, uint8_t **body)
 {
-    size_t size = protobuf_c_message_get_packed_size(msg);
     if (size > UINT32_MAX)
         return KVS_ETOOBIG;
     int rc = frame_buf_reserve(b, FRAME_HEADER_BYTES + size);
@@ -61,14 +64,30 @@ static int append_packed(frame_buf_t *b, const ProtobufCMessage *msg)
         return rc;
     uint8_t *p = b->data + b->len;
     frame_put_len(p, (uint32_t)size);
-    protobuf_c_message_pack(msg, p + FRAME_HEADER_BYTES);
+    *body = p + FRAME_HEADER_BYTES;
     b->len += FRAME_HEADER_BYTES + size;
     return 0;
 }
 
+static int append_packed(frame_buf_t *b, const ProtobufCMessage *msg)
+{
+    uint8_t *body;
+    int rc = append_room(b, protobuf_c_message_get_packed_size(msg), &body);
+    if (rc == 0)
+        protobuf_c_message_pack(msg, body);
+    return rc;
+}
+
 int frame_append_response(frame_buf_t *b, const Kvshare__Response *resp)
 {
-    return append_packed(b, &resp->base);
+    if (!lookup_reply_takes(resp))
+        return append_packed(b, &resp->base);
+    /* A Lookup's reply: packed by hand (lookup_codec.h), the same bytes. */
+    uint8_t *body;
+    int rc = append_room(b, lookup_reply_size(resp), &body);
+    if (rc == 0)
+        lookup_reply_pack(resp, body);
+    return rc;
 }
 
 int frame_append_request(frame_buf_t *b, const Kvshare__Request *req)

@@ -12,6 +12,7 @@
 #include "kvshare_version.h"
 #include "log.h"
 #include "session.h"
+#include "lookup_codec.h"
 
 /* Every RPC the daemon answers, one row per entry of KVS_RPCS
  * (kvshare_rpcs.h), in its order: find one by its name there. */
@@ -164,12 +165,64 @@ static size_t unknown_fields(const Kvshare__Request *req)
     return n;
 }
 
+/* Room in the arena as it is now, or NULL: never malloc (a request decoded
+ * by hand holds nothing to free). What was wanted still grows the arena
+ * for the next request. */
+static void *arena_take(server_t *srv, size_t size)
+{
+    size_t need = (size + 15) & ~(size_t)15;
+    srv->decode_want += need;
+    if (!srv->decode_arena || srv->decode_used + need > srv->decode_cap)
+        return NULL;
+    void *p = srv->decode_arena + srv->decode_used;
+    srv->decode_used += need;
+    return p;
+}
+
+/* A plain Lookup decoded by hand (lookup_codec.h) into *req and *lk: the namespace
+ * and the tokens copied to the arena (aligned, the namespace ended by a
+ * NUL, as protobuf-c gives them). NULL when the frame is of another shape,
+ * or the arena has no room yet: protobuf-c decodes it then. */
+static Kvshare__Request *decode_by_hand(server_t *srv, const uint8_t *body, size_t len,
+                                        Kvshare__Request *req, Kvshare__LookupRequest *lk)
+{
+    lookup_frame_t w;
+    if (!lookup_decode(body, len, &w))
+        return NULL;
+    char *ns = arena_take(srv, w.ns_len + 1);
+    uint8_t *tokens = w.tokens_len ? arena_take(srv, w.tokens_len) : NULL;
+    if (!ns || (w.tokens_len && !tokens)) {
+        srv->decode_used = srv->decode_want = 0; /* protobuf-c starts afresh */
+        return NULL;
+    }
+    memcpy(ns, w.ns, w.ns_len);
+    ns[w.ns_len] = '\0';
+    if (w.tokens_len)
+        memcpy(tokens, w.tokens, w.tokens_len);
+    *lk = (Kvshare__LookupRequest)KVSHARE__LOOKUP_REQUEST__INIT;
+    lk->ns = ns;
+    lk->tokens.len = w.tokens_len;
+    lk->tokens.data = tokens;
+    lk->pin = w.pin;
+    lk->wait_ms = w.wait_ms;
+    lk->tier2_in_place = w.tier2_in_place;
+    *req = (Kvshare__Request)KVSHARE__REQUEST__INIT;
+    req->id = w.id;
+    req->rpc_case = KVSHARE__REQUEST__RPC_LOOKUP;
+    req->lookup = lk;
+    return req;
+}
+
 int dispatch_frame(session_t *s, const uint8_t *body, size_t len, uint64_t *clock_ns)
 {
     ProtobufCAllocator arena = {arena_alloc, arena_free, s->srv};
     s->srv->decode_budget = DISPATCH_DECODE_FACTOR * len + DECODE_ARENA_MIN;
     s->srv->decode_over = false;
-    Kvshare__Request *req = kvshare__request__unpack(&arena, len, body);
+    Kvshare__Request by_hand;
+    Kvshare__LookupRequest by_hand_lookup;
+    Kvshare__Request *req = decode_by_hand(s->srv, body, len, &by_hand, &by_hand_lookup);
+    if (!req)
+        req = kvshare__request__unpack(&arena, len, body);
     if (req && unknown_fields(req) > DISPATCH_MAX_UNKNOWN_FIELDS) {
         s->srv->decode_over = true;
         request_free(s->srv, req, &arena);

@@ -3,7 +3,8 @@
  * Writes the seed corpora of the fuzz targets:
  *
  *   fuzz_seeds DIR      (DIR = tests/fuzz: writes DIR/corpus_session/seed_*,
- *                        DIR/corpus_radix/seed_*, DIR/corpus_client/seed_*)
+ *                        DIR/corpus_radix/seed_*, DIR/corpus_client/seed_*,
+ *                        DIR/corpus_lookup_codec/seed_*)
  *
  * Session seeds are request streams as a worker sends them (the fuzz
  * target's pool is fresh, 32 blocks of 4 tokens, and hands out ids 0, 1, 2,
@@ -11,7 +12,8 @@
  * chunks go to the target's two sessions in turn, and an empty chunk closes
  * one. Radix seeds are operation streams from a fixed generator, some
  * random, some (seed_tier_*) shaped to reach the tier-2 steps. Client seeds
- * are a daemon's replies to fuzz_client's calls. The committed corpora were
+ * are a daemon's replies to fuzz_client's calls. Lookup codec seeds are the bodies
+ * of single requests, Lookups and one Ping. The committed corpora were
  * made by this program; libFuzzer grows them in a scratch directory during
  * CI, never in the tree.
  */
@@ -646,9 +648,43 @@ static void radix_seeds(const char *dir)
     }
 }
 
+/* One request's body, without its frame header: a fuzz_lookup_codec seed. */
+static void lookup_codec_seed(const char *dir, const char *name, Kvshare__Request *req)
+{
+    size_t n = kvshare__request__get_packed_size(req);
+    if (frame_buf_reserve(&seed, n) != 0)
+        abort();
+    kvshare__request__pack(req, seed.data);
+    seed.len = n;
+    save(dir, name);
+}
+
+static void lookup_codec_seeds(const char *dir)
+{
+    uint32_t tok[64];
+    Kvshare__Request req = KVSHARE__REQUEST__INIT;
+    Kvshare__LookupRequest lk = KVSHARE__LOOKUP_REQUEST__INIT;
+    req.rpc_case = KVSHARE__REQUEST__RPC_LOOKUP;
+    req.lookup = &lk;
+    lookup_codec_seed(dir, "seed_lookup_empty", &req);
+    req.id = 300;
+    lk.tokens = prompt(tok, 16, 7);
+    lookup_codec_seed(dir, "seed_lookup", &req);
+    lk.ns = "chat";
+    lk.pin = 1;
+    lk.wait_ms = 60000;
+    lk.tier2_in_place = 1;
+    req.id = UINT64_MAX;
+    lookup_codec_seed(dir, "seed_lookup_all_fields", &req);
+    Kvshare__PingRequest ping = KVSHARE__PING_REQUEST__INIT;
+    req.rpc_case = KVSHARE__REQUEST__RPC_PING;
+    req.ping = &ping;
+    lookup_codec_seed(dir, "seed_ping", &req);
+}
+
 int main(int argc, char **argv)
 {
-    char sdir[1024], rdir[1024], cdir[1024];
+    char sdir[1024], rdir[1024], cdir[1024], wdir[1024];
     if (argc != 2) {
         fprintf(stderr, "usage: fuzz_seeds DIR (tests/fuzz)\n");
         return 2;
@@ -656,15 +692,18 @@ int main(int argc, char **argv)
     snprintf(sdir, sizeof(sdir), "%s/corpus_session", argv[1]);
     snprintf(rdir, sizeof(rdir), "%s/corpus_radix", argv[1]);
     snprintf(cdir, sizeof(cdir), "%s/corpus_client", argv[1]);
+    snprintf(wdir, sizeof(wdir), "%s/corpus_lookup_codec", argv[1]);
     if ((mkdir(sdir, 0755) != 0 && errno != EEXIST) ||
         (mkdir(rdir, 0755) != 0 && errno != EEXIST) ||
-        (mkdir(cdir, 0755) != 0 && errno != EEXIST)) {
+        (mkdir(cdir, 0755) != 0 && errno != EEXIST) ||
+        (mkdir(wdir, 0755) != 0 && errno != EEXIST)) {
         fprintf(stderr, "fuzz_seeds: cannot create the corpus directories under %s\n", argv[1]);
         return 1;
     }
     session_seeds(sdir);
     radix_seeds(rdir);
     client_seeds(cdir);
+    lookup_codec_seeds(wdir);
     frame_buf_release(&seed);
     return 0;
 }
