@@ -24,8 +24,10 @@
 #define CLUSTER_TICK_MS 10
 /* At most one log line per kind of fault per this many ms. */
 #define CLUSTER_LOG_MS 1000
-/* Bytes read from a socket at a time (hiredis reads 16 KiB). */
+/* Bytes read from a socket at a time: CLUSTER_READ_BYTES in a long value,
+ * else CLUSTER_READ_SMALL (read_size; hiredis reads 16 KiB). */
 #define CLUSTER_READ_BYTES (256u << 10)
+#define CLUSTER_READ_SMALL (16u << 10)
 /* The least reply bound: a CLUSTER SLOTS or SCAN reply (cluster.h). */
 #define CLUSTER_REPLY_MIN_BYTES (4u << 20)
 
@@ -260,9 +262,9 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
  * hiredis's own libuv adapter, but for reads: hiredis 0.14 reads 16 KiB per
  * readable event and appends it to its reader's buffer, so a 2 MiB value
  * costs 128 system calls (on loopback each also runs the sender's side of
- * TCP) and a copy. On a readable event this reads up to CLUSTER_READ_BYTES
- * straight into the reader's buffer first; hiredis then reads what is left
- * (usually nothing) and parses the replies as always. */
+ * TCP) and a copy. On a readable event in a long value this reads up to
+ * CLUSTER_READ_BYTES straight into the reader's buffer first; hiredis then
+ * reads what is left (usually nothing) and parses the replies as always. */
 
 typedef struct cluster_events {
     redisAsyncContext *ac; /* NULL once hiredis let go of it */
@@ -270,8 +272,25 @@ typedef struct cluster_events {
     int events;
 } cluster_events_t;
 
-/* Reads what the socket holds, up to CLUSTER_READ_BYTES, into ac's reader.
- * An error or the end of the stream is left for hiredis's own read, which
+/* How much read_ahead reads: CLUSTER_READ_BYTES while the reply being
+ * read is a bulk string longer than that (a block's value), else
+ * CLUSTER_READ_SMALL. hiredis's reader moves the unparsed rest of its
+ * buffer to the front after every KiB of replies it takes: with many small
+ * replies (a pipeline of SETs' +OK, of missing GETs) in a large buffer that
+ * is quadratic, most of the cluster thread's time before. */
+static size_t read_size(const redisReader *r)
+{
+    const char *p = r->buf + r->pos, *end = r->buf + r->len;
+    if (p == end || *p != '$')
+        return CLUSTER_READ_SMALL;
+    uint64_t len = 0;
+    for (p++; p < end && *p >= '0' && *p <= '9' && len <= CLUSTER_READ_BYTES; p++)
+        len = len * 10 + (uint64_t)(*p - '0');
+    return len > CLUSTER_READ_BYTES ? CLUSTER_READ_BYTES : CLUSTER_READ_SMALL;
+}
+
+/* Reads what the socket holds, up to read_size, into ac's reader. An
+ * error or the end of the stream is left for hiredis's own read, which
  * meets it again and ends the connection its way. */
 static void read_ahead(redisAsyncContext *ac)
 {
@@ -279,11 +298,12 @@ static void read_ahead(redisAsyncContext *ac)
     redisReader *r = c->reader;
     if (!(c->flags & REDIS_CONNECTED) || c->err || r->err)
         return;
-    sds buf = sdsMakeRoomFor(r->buf, CLUSTER_READ_BYTES);
+    size_t want = read_size(r);
+    sds buf = sdsMakeRoomFor(r->buf, want);
     if (!buf)
         return;
     r->buf = buf;
-    ssize_t n = read(c->fd, buf + sdslen(buf), CLUSTER_READ_BYTES);
+    ssize_t n = read(c->fd, buf + sdslen(buf), want);
     if (n <= 0)
         return;
     sdsIncrLen(buf, (int)n);
@@ -331,8 +351,12 @@ static void on_poll(uv_poll_t *h, int status, int events)
         redisAsyncHandleWrite(e->ac);
 }
 
+/* hiredis asks for write readiness with every command it queues: the
+ * poll is changed (an epoll_ctl) only when the set of events does. */
 static void events_set(cluster_events_t *e, int events)
 {
+    if (events == e->events)
+        return;
     e->events = events;
     if (events)
         uv_poll_start(&e->poll, events, on_poll);

@@ -32,7 +32,7 @@
  * must never wait for the niced thread: loop_wake.h). */
 
 /* Bytes not yet written to the sockets before a write waits. */
-#define CLUSTER_STORE_UNSENT_BYTES (4u << 20)
+#define CLUSTER_STORE_UNSENT_BYTES (256u << 10)
 
 typedef enum job_kind { JOB_PUT, JOB_FETCH, JOB_TOUCH, JOB_CLEAR } job_kind_t;
 
@@ -286,12 +286,14 @@ typedef struct cluster_fetch {
     uint64_t identity; /* its identity hash */
     uint64_t cut_us;   /* values written before this are not its blocks (a Clear) */
     uint32_t *tokens;  /* (m + k) blocks */
-    uint64_t *hashes;  /* k: the chain hashes of blocks m .. m + k */
-    size_t m, k;       /* blocks cached before, blocks asked for */
+    uint64_t *hashes;  /* want: the chain hashes of blocks m .. m + want */
+    size_t m;          /* blocks cached before */
+    size_t want;       /* blocks after them the fetch may ask for */
+    size_t base, k;    /* the round in flight asks for blocks base .. k; k taken */
     uint32_t *prefix;  /* m: the cached blocks, pinned while the fetch runs */
     size_t n_pinned;   /* of them pinned (the first n_pinned) */
-    uint32_t *ids;     /* k pool blocks taken for them */
-    uint8_t *written;  /* k: block m + j arrived, verified, is in ids[j] */
+    uint32_t *ids;     /* want: pool blocks, the first k taken for them */
+    uint8_t *written;  /* want: block m + j arrived, verified, is in ids[j] */
     uint64_t start_ns;
 } cluster_fetch_t;
 
@@ -336,7 +338,7 @@ static int thread_fetch_piece(void *arg, size_t j, size_t off, const void *src, 
     if (off % slot != 0 || n != slot || piece >= (uint64_t)srv->geo.layers * planes)
         return KVS_EINVAL;
     uint64_t at = geometry_offset(&srv->geo, srv->num_blocks, (uint32_t)(piece / planes),
-                                  (uint32_t)(piece % planes), f->ids[j]);
+                                  (uint32_t)(piece % planes), f->ids[f->base + j]);
     return backend_write(srv->backend, at, src, n);
 }
 
@@ -347,7 +349,7 @@ static void thread_fetch_block(void *arg, size_t j, const void *payload, size_t 
     cluster_fetch_t *f = arg;
     (void)payload;
     if (len == geometry_block_bytes(&f->srv->geo))
-        f->written[j] = 1;
+        f->written[f->base + j] = 1;
 }
 
 static void thread_fetch_done(void *arg, const uint8_t *hits, size_t n)
@@ -366,24 +368,25 @@ static void thread_fetch_done(void *arg, const uint8_t *hits, size_t n)
     link_return(l, r);
 }
 
-/* On the cluster thread: asks for f's blocks. Returns 0 (thread_fetch_done
- * will run) or an error (it will not). */
+/* On the cluster thread: asks for f's blocks of this round (base .. k).
+ * Returns 0 (thread_fetch_done will run) or an error (it will not). */
 static int thread_fetch_start(cluster_link_t *l, cluster_fetch_t *f)
 {
     uint32_t bt = f->srv->geo.block_tokens;
-    cluster_block_t *blocks = malloc(f->k * sizeof(*blocks));
+    size_t n = f->k - f->base;
+    cluster_block_t *blocks = malloc(n * sizeof(*blocks));
     if (!blocks)
         return KVS_ENOMEM;
-    for (size_t j = 0; j < f->k; j++)
+    for (size_t j = 0; j < n; j++)
         blocks[j] = (cluster_block_t){.ns = f->name,
                                       .ns_len = strlen(f->name),
-                                      .hash = f->hashes[j],
-                                      .tokens = f->tokens + (f->m + j) * bt,
+                                      .hash = f->hashes[f->base + j],
+                                      .tokens = f->tokens + (f->m + f->base + j) * bt,
                                       .n_tokens = bt,
                                       .payload_len = geometry_block_bytes(&f->srv->geo),
                                       .identity = f->identity,
                                       .written_us = f->cut_us};
-    int rc = cluster_tier_fetch_into(l->t, blocks, f->k, geometry_slot_bytes(&f->srv->geo),
+    int rc = cluster_tier_fetch_into(l->t, blocks, n, geometry_slot_bytes(&f->srv->geo),
                                      thread_fetch_piece, thread_fetch_block, thread_fetch_done, f);
     free(blocks);
     return rc;
@@ -840,12 +843,47 @@ static size_t fetch_install(server_t *srv, cluster_fetch_t *f)
     return installed;
 }
 
-/* On the loop: a fetch came back. */
+/* On the loop, a round came back whole: takes pool blocks for the next,
+ * CLUSTER_STORE_FETCH_GROWTH times as many, and hands it to the thread.
+ * Returns whether it did. A chain is read up to its first missing block,
+ * so a fetch asks for little more than it gets: a miss costs the cluster
+ * one round of CLUSTER_STORE_FETCH_FIRST GETs, not the whole rest of the
+ * prompt (nor the pool as many evictions). */
+static bool fetch_next_round(server_t *srv, cluster_fetch_t *f)
+{
+    cluster_link_t *l = srv->cluster;
+    if (srv->stopping || !l || f->k >= f->want)
+        return false;
+    for (size_t j = f->base; j < f->k; j++)
+        if (!f->written[j])
+            return false;
+    size_t n = (f->k - f->base) * CLUSTER_STORE_FETCH_GROWTH, got = 0;
+    if (n > f->want - f->k)
+        n = f->want - f->k;
+    job_t *j = calloc(1, sizeof *j);
+    if (!j || store_install_take(srv, f->ns, n, f->ids + f->k, &got) != 0 || got == 0) {
+        free(j);
+        return false;
+    }
+    f->base = f->k;
+    f->k += got;
+    j->kind = JOB_FETCH;
+    j->fetch = f;
+    uv_mutex_lock(&l->mu);
+    job_push(&l->jobs, &l->jobs_tail, j);
+    uv_mutex_unlock(&l->mu);
+    uv_async_send(&l->wake);
+    return true;
+}
+
+/* On the loop: a fetch's round came back. */
 static void fetch_finish(server_t *srv, cluster_fetch_t *f)
 {
+    if (fetch_next_round(srv, f))
+        return;
     size_t installed = fetch_install(srv, f);
     srv->metrics.cluster_fetched_blocks += installed;
-    srv->metrics.cluster_fetch_misses += f->k - installed;
+    srv->metrics.cluster_fetch_misses += f->want - installed;
     metrics_observe(&srv->metrics.cluster_fetch_time, metrics_latency_bounds_ns,
                     metrics_latency_n_bounds, uv_hrtime() - f->start_ns);
     session_t *s = f->s;
@@ -922,16 +960,18 @@ static cluster_fetch_t *fetch_new(session_t *s, uint32_t ns, const char *name,
     while (f->n_pinned < m && radix_pin(srv->index, prefix[f->n_pinned]) == 0)
         f->n_pinned++;
     f->name = strdup(name);
+    f->want = k;
     f->hashes = malloc((m + k) * sizeof(*f->hashes));
     f->ids = malloc(k * sizeof(*f->ids));
     f->written = calloc(k, 1);
+    size_t first = k < CLUSTER_STORE_FETCH_FIRST ? k : CLUSTER_STORE_FETCH_FIRST;
     if (f->n_pinned < m || !f->name || !f->hashes || !f->ids || !f->written ||
         radix_chain_hashes(srv->index, ns, tokens, m + k, f->hashes) != 0 ||
-        store_install_take(srv, ns, k, f->ids, &f->k) != 0) {
+        store_install_take(srv, ns, first, f->ids, &f->k) != 0) {
         fetch_drop(srv, f);
         return NULL;
     }
-    size_t n_tok = (m + f->k) * srv->geo.block_tokens;
+    size_t n_tok = (m + k) * srv->geo.block_tokens;
     f->tokens = malloc(n_tok * sizeof(*f->tokens));
     if (!f->tokens) {
         uint32_t none = 0;
@@ -941,7 +981,7 @@ static cluster_fetch_t *fetch_new(session_t *s, uint32_t ns, const char *name,
         return NULL;
     }
     /* Only the hashes of the blocks to fetch are kept. */
-    memmove(f->hashes, f->hashes + m, f->k * sizeof(*f->hashes));
+    memmove(f->hashes, f->hashes + m, k * sizeof(*f->hashes));
     memcpy(f->tokens, tokens, n_tok * sizeof(*f->tokens));
     f->next = srv->cluster_fetches;
     if (f->next)

@@ -17,9 +17,10 @@
  * and takes free pool blocks for a fetch before the thread writes into them.
  *
  * A Lookup that misses locally in a shared namespace asks the cluster for
- * the chain's next blocks (at most CLUSTER_STORE_MAX_FETCH), its session
- * held (SESSION_HOLD_CLUSTER) until they are in, or the client's timeout
- * ends them. The contiguous run that verified goes into the pool blocks
+ * the chain's next blocks (at most CLUSTER_STORE_MAX_FETCH, in growing
+ * rounds that stop at the first block missing), its session held
+ * (SESSION_HOLD_CLUSTER) until they are in, or the client's timeout ends
+ * them. The contiguous run that verified goes into the pool blocks
  * taken for it (store_install_take: evicting for them as an Alloc does,
  * the prefix it extends pinned meanwhile) and the Lookup runs again,
  * answering as for any cached prefix. A session that ends meanwhile is
@@ -41,7 +42,7 @@
  * values (and CLUSTER_STORE_MAX_PUTS), so that a fetch's GETs never queue
  * behind more than that on a connection. */
 #define CLUSTER_STORE_MAX_QUEUED 65536
-#define CLUSTER_STORE_MAX_PUTS   4096
+#define CLUSTER_STORE_MAX_PUTS   256
 #define CLUSTER_STORE_PUT_BYTES  (64u << 20)
 /* Keys start with this unless cluster_key_prefix says otherwise: one
  * cluster may hold other data. */
@@ -65,9 +66,13 @@ void cluster_store_sync_counters(server_t *srv);
 size_t cluster_store_nodes(server_t *srv, cluster_node_stats_t *out, size_t max);
 
 /* Blocks of a chain one Lookup fetches at most: this many, this many bytes
- * of blocks, and a quarter of the pool. */
-#define CLUSTER_STORE_MAX_FETCH   8192
-#define CLUSTER_STORE_FETCH_BYTES (1024u << 20)
+ * of blocks, and a quarter of the pool. It asks in rounds: the first
+ * CLUSTER_STORE_FETCH_FIRST blocks, then, while every block of a round
+ * came, CLUSTER_STORE_FETCH_GROWTH times as many as the round before. */
+#define CLUSTER_STORE_MAX_FETCH    8192
+#define CLUSTER_STORE_FETCH_BYTES  (1024u << 20)
+#define CLUSTER_STORE_FETCH_FIRST  64
+#define CLUSTER_STORE_FETCH_GROWTH 4
 
 /* For a Lookup of s in ns that the pool does not fully hold: starts fetching
  * the next blocks from the cluster when ns is shared. Returns 0 when it
