@@ -63,7 +63,7 @@ class ExpositionTest(unittest.TestCase):
             for family in ("kvshare_tier3_slots", "kvshare_tier3_read_seconds",
                            "kvshare_cluster_node_latency_seconds_total",
                            "kvshare_cluster_node_command_errors_total",
-                           "kvshare_cluster_fetch_seconds"):
+                           "kvshare_cluster_fetch_seconds", "kvshare_cluster_settings_warnings"):
                 self.assertIn(family, families)
         finally:
             self.assertEqual(d.stop(), 0)
