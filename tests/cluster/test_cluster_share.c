@@ -844,6 +844,95 @@ START_TEST(clear_deletes_shared_keys)
 }
 END_TEST
 
+/* Sums the commands the daemon of c sent to the cluster's masters. */
+static uint64_t cluster_requests(kvs_client_t *c, kvs_stats_t *st)
+{
+    uint64_t n = 0;
+    ck_assert_int_eq(kvs_stats(c, st), 0);
+    for (size_t i = 0; i < st->n_cluster_nodes; i++)
+        n += st->cluster_nodes[i].requests;
+    return n;
+}
+
+/* A fetch asks in rounds (64 blocks, then four times the last while every
+ * block came) and stops at the first block the cluster lacks: a chain of
+ * 300 blocks comes whole, and a prompt that shares only its first 10
+ * blocks with it costs one round of GETs, not one per block of the rest. */
+START_TEST(a_fetch_stops_at_the_first_missing_block)
+{
+    enum { LONG = 300, SHARED = 10 };
+    rc_cluster_t rc;
+    ck_assert_msg(rc_start(&rc, 3, 0, NULL) == 0, "cannot start a Redis Cluster");
+    char conf[256];
+    int fd = test_tmp_file("kvs-share-conf", conf, sizeof conf);
+    ck_assert_int_ge(fd, 0);
+    const char *text = "[namespace shr]\nshared = yes\n";
+    ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    const char *extra[] = {"--cluster-seeds",      rc.seeds, "--config", conf,
+                           "--cluster-timeout-ms", "10000",  NULL};
+    harness_t ha, hb;
+    ck_assert_int_eq(harness_start(&ha, 2048, extra), 0);
+    ck_assert_int_eq(harness_start(&hb, 2048, extra), 0);
+    kvs_client_t *a = harness_client(&ha, "rounds-a", 0);
+    kvs_client_t *b = harness_client(&hb, "rounds-b", 0);
+    kvs_geometry_t g;
+    ck_assert_int_eq(kvs_geometry(a, &g), 0);
+    size_t n_tok = (size_t)LONG * g.block_tokens;
+    uint32_t *tokens = malloc(n_tok * sizeof(*tokens));
+    uint32_t *ids = malloc(LONG * sizeof(*ids)), *can = malloc(LONG * sizeof(*can));
+    ck_assert(tokens && ids && can);
+    prompt(tokens, n_tok, 9);
+    size_t n = 0;
+    ck_assert_int_eq(kvs_alloc(a, "shr", LONG, ids), 0);
+    ck_assert_int_eq(kvs_commit(a, "shr", tokens, n_tok, ids, LONG, can, &n), 0);
+    ck_assert_uint_eq(n, LONG);
+    ck_assert_int_eq(kvs_release(a, can, LONG, NULL), 0);
+    int64_t end = now_ms() + 20000;
+    while (cluster_keys(&rc) < LONG && now_ms() < end)
+        usleep(50000);
+    ck_assert_int_eq(cluster_keys(&rc), LONG);
+
+    /* The whole chain, in two rounds (64, then the 236 left). */
+    kvs_stats_t st;
+    ck_assert_int_eq(kvs_lookup(b, "shr", tokens, n_tok, 1, ids, LONG, &n), 0);
+    ck_assert_uint_eq(n, LONG);
+    ck_assert_int_eq(kvs_release(b, ids, n, NULL), 0);
+    uint64_t before = cluster_requests(b, &st);
+    ck_assert_uint_eq(st.cluster_fetched_blocks, LONG);
+    ck_assert_uint_eq(st.cluster_fetch_misses, 0);
+    kvs_stats_free(&st);
+
+    /* The first SHARED blocks in common, then new tokens: b holds the
+     * first ones, and the cluster none of the rest. */
+    for (size_t i = (size_t)SHARED * g.block_tokens; i < n_tok; i++)
+        tokens[i] = 7000000u + (uint32_t)i;
+    ck_assert_int_eq(kvs_lookup(b, "shr", tokens, n_tok, 1, ids, LONG, &n), 0);
+    ck_assert_uint_eq(n, SHARED);
+    ck_assert_int_eq(kvs_release(b, ids, n, NULL), 0);
+    uint64_t asked = cluster_requests(b, &st) - before;
+    ck_assert_uint_eq(st.cluster_fetched_blocks, LONG);
+    ck_assert_uint_eq(st.cluster_fetch_misses, LONG - SHARED);
+    kvs_stats_free(&st);
+    /* One round of 64 GETs (and perhaps a refresh of the slot map), not
+     * the LONG - SHARED that the whole rest would take. */
+    ck_assert_msg(asked >= 64 && asked < 100, "%llu commands for a prompt the cluster lacks",
+                  (unsigned long long)asked);
+
+    free(tokens);
+    free(ids);
+    free(can);
+    kvs_close(a);
+    kvs_close(b);
+    ck_assert_int_eq(harness_stop(&ha), 0);
+    ck_assert_int_eq(harness_stop(&hb), 0);
+    harness_cleanup(&ha);
+    harness_cleanup(&hb);
+    unlink(conf);
+    rc_stop(&rc);
+}
+END_TEST
+
 static Suite *share_suite(void)
 {
     Suite *s = suite_create("cluster_share");
@@ -852,6 +941,7 @@ static Suite *share_suite(void)
     tcase_add_test(tc, shared_blocks_are_written_through);
     tcase_add_test(tc, master_killed_during_a_replay);
     tcase_add_test(tc, password_never_logged);
+    tcase_add_test(tc, a_fetch_stops_at_the_first_missing_block);
     suite_add_tcase(s, tc);
     TCase *id = tcase_create("identity");
     tcase_set_timeout(id, 240);
