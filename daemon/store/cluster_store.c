@@ -843,6 +843,17 @@ static size_t fetch_install(server_t *srv, cluster_fetch_t *f)
     return installed;
 }
 
+/* Hands f's round (base .. k) to the cluster thread in job j. */
+static void fetch_send(cluster_link_t *l, job_t *j, cluster_fetch_t *f)
+{
+    j->kind = JOB_FETCH;
+    j->fetch = f;
+    uv_mutex_lock(&l->mu);
+    job_push(&l->jobs, &l->jobs_tail, j);
+    uv_mutex_unlock(&l->mu);
+    uv_async_send(&l->wake);
+}
+
 /* On the loop, a round came back whole: takes pool blocks for the next,
  * CLUSTER_STORE_FETCH_GROWTH times as many, and hands it to the thread.
  * Returns whether it did. A chain is read up to its first missing block,
@@ -867,12 +878,7 @@ static bool fetch_next_round(server_t *srv, cluster_fetch_t *f)
     }
     f->base = f->k;
     f->k += got;
-    j->kind = JOB_FETCH;
-    j->fetch = f;
-    uv_mutex_lock(&l->mu);
-    job_push(&l->jobs, &l->jobs_tail, j);
-    uv_mutex_unlock(&l->mu);
-    uv_async_send(&l->wake);
+    fetch_send(l, j, f);
     return true;
 }
 
@@ -1015,12 +1021,7 @@ int cluster_store_fetch(session_t *s, uint32_t ns, const uint32_t *tokens, size_
         return KVS_ENOTFOUND;
     }
     f->start_ns = uv_hrtime();
-    j->kind = JOB_FETCH;
-    j->fetch = f;
-    uv_mutex_lock(&l->mu);
-    job_push(&l->jobs, &l->jobs_tail, j);
-    uv_mutex_unlock(&l->mu);
-    uv_async_send(&l->wake);
+    fetch_send(l, j, f);
     *until_ms = uv_now(srv->loop) + srv->cfg.cluster_timeout_ms + 100;
     return 0;
 }

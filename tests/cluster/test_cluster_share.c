@@ -39,6 +39,15 @@ static void prompt(uint32_t *t, size_t n, uint32_t seed)
         t[i] = seed * 100000 + (uint32_t)i;
 }
 
+/* A config file holding text (path into conf). */
+static void write_conf(char *conf, size_t len, const char *text)
+{
+    int fd = test_tmp_file("kvs-share-conf", conf, len);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+}
+
 /* Writes NB blocks of prompt seed into namespace ns and commits them. */
 static void write_prompt(kvs_client_t *c, const char *ns, uint32_t seed)
 {
@@ -255,11 +264,7 @@ START_TEST(shared_blocks_are_written_through)
     rc_cluster_t rc;
     ck_assert_msg(rc_start(&rc, 3, 0, NULL) == 0, "cannot start a Redis Cluster");
     char conf[256];
-    int fd = test_tmp_file("kvs-share-conf", conf, sizeof conf);
-    ck_assert_int_ge(fd, 0);
-    const char *text = "[namespace shr]\nshared = yes\n\n[namespace private]\n";
-    ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
-    close(fd);
+    write_conf(conf, sizeof conf, "[namespace shr]\nshared = yes\n\n[namespace private]\n");
     harness_t h;
     /* A generous deadline: the daemons may run under valgrind on a busy
      * machine, and a fetch past it is a miss. */
@@ -394,11 +399,7 @@ START_TEST(master_killed_during_a_replay)
     rc_cluster_t rc;
     ck_assert_msg(rc_start(&rc, 3, 1, NULL) == 0, "cannot start a Redis Cluster");
     char conf[256];
-    int fd = test_tmp_file("kvs-share-conf", conf, sizeof conf);
-    ck_assert_int_ge(fd, 0);
-    const char *text = "[namespace shr]\nshared = yes\n";
-    ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
-    close(fd);
+    write_conf(conf, sizeof conf, "[namespace shr]\nshared = yes\n");
     harness_t h, h2;
     const char *extra[] = {
         "--cluster-seeds", rc.seeds, "--cluster-timeout-ms", "300", "--config", conf, NULL};
@@ -606,15 +607,6 @@ static const char *const geo_bf16[] = {"--layers", "2",    "--kv-heads",     "2"
 static const char *const geo_split[] = {"--layers",       "1", "--kv-heads", "4",
                                         "--head-dim",     "8", "--dtype",    "fp16",
                                         "--block-tokens", "4", NULL};
-
-/* A config file holding text (path into conf). */
-static void write_conf(char *conf, size_t len, const char *text)
-{
-    int fd = test_tmp_file("kvs-share-conf", conf, len);
-    ck_assert_int_ge(fd, 0);
-    ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
-    close(fd);
-}
 
 /* A kvshared of geometry geo on the cluster with conf, /metrics on
  * *port (when port is not NULL). */
@@ -864,11 +856,7 @@ START_TEST(a_fetch_stops_at_the_first_missing_block)
     rc_cluster_t rc;
     ck_assert_msg(rc_start(&rc, 3, 0, NULL) == 0, "cannot start a Redis Cluster");
     char conf[256];
-    int fd = test_tmp_file("kvs-share-conf", conf, sizeof conf);
-    ck_assert_int_ge(fd, 0);
-    const char *text = "[namespace shr]\nshared = yes\n";
-    ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
-    close(fd);
+    write_conf(conf, sizeof conf, "[namespace shr]\nshared = yes\n");
     const char *extra[] = {"--cluster-seeds",      rc.seeds, "--config", conf,
                            "--cluster-timeout-ms", "10000",  NULL};
     harness_t ha, hb;
