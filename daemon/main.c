@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * kvshared: the settings (settings.c), then the server (server.c, ...) on a
+ * kvshared: the settings (settings.c), then the daemon (kvshared.c) on a
  * libuv loop until SIGINT or SIGTERM.
  */
 #include <errno.h>
@@ -15,7 +15,7 @@
 #include "kvshare_version.h"
 #include "log.h"
 #include "metrics_http.h"
-#include "server.h"
+#include "kvshared.h"
 #include "settings.h"
 #include "namespaces.h"
 #include "units.h"

@@ -143,19 +143,6 @@ struct events {
     _Atomic uint64_t published, replay_requests, replay_refused, replay_stalled, send_drops;
 };
 
-void events_config_init(events_config_t *cfg)
-{
-    memset(cfg, 0, sizeof(*cfg));
-    cfg->buffer = EVENTS_DEFAULT_BUFFER;
-    cfg->hwm = EVENTS_DEFAULT_HWM;
-    cfg->queue_bytes = EVENTS_DEFAULT_QUEUE;
-    cfg->replay_bytes = EVENTS_DEFAULT_REPLAY;
-    cfg->subscriber_bytes = EVENTS_DEFAULT_SUBSCRIBER;
-    cfg->send_bytes = EVENTS_DEFAULT_SEND;
-    cfg->encoding = EVENTS_MAP;
-    cfg->replay_framing = EVENTS_REPLAY_PLAIN;
-}
-
 size_t events_msg_max(uint32_t block_tokens)
 {
     /* The batch is sent once its events reach the target: before the last

@@ -83,6 +83,8 @@ typedef struct events_config {
     int replay_framing;          /* events_framing_t */
 } events_config_t;
 
+/* The defaults of the kv_events_* settings (settings.c's table applies
+ * them; the topic NULL is the default one). */
 #define EVENTS_DEFAULT_TOPIC      "kv@{pod}@{model}"
 #define EVENTS_DEFAULT_BUFFER     10000
 #define EVENTS_DEFAULT_HWM        100000
@@ -96,9 +98,6 @@ typedef struct events_config {
 /* The largest message (topic, seq and payload) with blocks of block_tokens
  * tokens: what one subscriber's high-water mark is counted in. */
 size_t events_msg_max(uint32_t block_tokens);
-
-/* Fills cfg with the defaults above, endpoint NULL (off). */
-void events_config_init(events_config_t *cfg);
 
 /* What a namespace publishes as: its model (the topic's {model}), its
  * topic as the first identity's, and its LoRA name. */

@@ -1,18 +1,18 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * server: the daemon's state and its listening socket.
+ * server: the daemon's state, which every floor reads.
  *
  *     server_t
  *       |-- backend_t     the pool memory (host memfd or cuda slabs)
  *       |-- pool_t        block ids and states (FREE / WRITING / CACHED)
  *       |-- store_t       the block store (store.h): the pool, the index, one
- *       |                 record per block, the tier below the pool
+ *       |                 record per block, the tiers below the pool
+ *       |-- sched         fair turns and the hold (session.h, core/hold.c)
  *       `-- sessions      one per connection (session.h): pins, WRITING blocks
  *
- * Everything runs on one libuv loop thread. server_open builds the pool and
- * the index; server_listen binds the socket; server_shutdown (also run by
- * SIGINT / SIGTERM) stops accepting and closes every session, after which the
- * loop ends and server_free releases the rest.
+ * Everything runs on one libuv loop thread. The daemon is assembled, run
+ * and torn down by kvshared.h (server_open, server_listen, server_shutdown,
+ * server_free); its socket is net/listener.h.
  */
 #ifndef KVS_DAEMON_SERVER_H
 #define KVS_DAEMON_SERVER_H
@@ -27,6 +27,7 @@
 #include "config.h"
 #include "events.h"
 #include "geometry.h"
+#include "list.h"
 #include "metrics.h"
 #include "pool.h"
 #include "radix.h"
@@ -123,13 +124,14 @@ typedef struct server_config {
     events_config_t events;   /* KV events for routers (events.h); endpoint NULL: off */
     uint64_t host_tier_bytes; /* tier 2 in host memory (tier.h); 0: none */
     uint32_t tier_copy_nice;  /* copy threads: this much nicer than the loop (0..19) */
-    uint32_t claim_lease_ms;  /* claims end this long after their Lookup (inflight.h) */
+    uint32_t
+        claim_lease_ms; /* claims end this long after their Lookup; 0: INFLIGHT_CLAIM_LEASE_MS */
 
     /* The cluster tier (cluster_store.h). */
     const char *cluster_seeds;      /* "HOST:PORT,..."; NULL: off */
     const char *cluster_auth_file;  /* NULL: no AUTH */
     uint32_t cluster_timeout_ms;    /* a command's deadline */
-    const char *cluster_key_prefix; /* NULL: CLUSTER_STORE_KEY_PREFIX */
+    const char *cluster_key_prefix; /* the keys' first bytes (NULL: none) */
     /* A Clear's deletion of keys in the cluster ends by then (cluster_clear). */
     uint32_t cluster_clear_timeout_ms;
 
@@ -139,6 +141,64 @@ typedef struct server_config {
     bool disk_tier_wipe;
     int disk_tier_io; /* tier_disk_io_t */
 } server_config_t;
+
+/* Fair turns (core/hold.c): sessions with whole frames left after their
+ * turn wait on `ready`, oldest first, and an idle handle gives each one
+ * more turn per loop iteration, so that no session's backlog keeps the
+ * loop from the others. Work that cannot be cut into turns, whole-index
+ * walks (Tree) and frames of SESSION_LARGE_FRAME bytes or more (their
+ * decoding alone copies the frame: ~6 ms for 16 MiB here), is spaced:
+ * after a session's piece took d, that session starts none for
+ * (SERVER_WALK_SPACING - 1) d and nobody any for
+ * (SERVER_WALK_SPACING_ALL - 1) d: at most 1 % of the loop per session,
+ * 10 % for all, and another session's large request waits for one piece
+ * and a tenth of the spacing the flooder's own clock imposes. Sessions
+ * waiting for the spacing are held (session.h) until then, and let go
+ * oldest first, one per spacing. Held sessions are on `held`, and the hold
+ * timer fires at the earliest deadline among them (hold_due, loop ms; 0:
+ * not armed). */
+typedef struct server_sched {
+    list_t ready;                      /* session_t.turn.ready_link, oldest first */
+    list_t held;                       /* session_t.turn.held_link, oldest first */
+    struct session_sched *handles;     /* the turn idle handle and the hold timer */
+    const struct session_hooks *hooks; /* what the hold calls upward (session.h) */
+    uint64_t hold_due;
+    /* Loop iterations, counted before each poll (loop_watch.c): a piece of
+     * work in steps (Clear, Commit, Alloc, Tree) held in one runs no
+     * earlier than after the next poll (hold.c, waits_for_poll). */
+    uint64_t loop_polls;
+    bool hold_after_poll;  /* such a step is held: the next prepare arms the timer */
+    uint64_t walk_next_ns; /* uv_hrtime before which no session starts large work */
+} server_sched_t;
+
+/* The one Tree walk in steps (handler_tree): its state, the session it
+ * answers and the rows it keeps; walk NULL when none runs. Trees of the
+ * same listing share a walk: the walk's number and what it lists, and the
+ * rows of the last one that ended, kept while Trees that joined it
+ * (joiners) have not taken them. */
+typedef struct server_tree {
+    radix_top_walk_t *walk;
+    session_t *owner;
+    size_t max;
+    uint32_t waiting; /* Trees held until they may walk (TREE_MAX_WAITING) */
+    uint64_t gen;
+    uint32_t ns;
+    bool by_size;
+    uint32_t joiners;
+    struct radix_prefix *rows;
+    size_t n_rows;
+    uint64_t rows_gen;
+} server_tree_t;
+
+/* Memory for decoding one request (dispatch.c): reused, so that a 128 KiB
+ * prompt costs no malloc, free or page fault per request. */
+typedef struct server_decode {
+    uint8_t *arena;
+    size_t cap, used, want;
+    size_t budget; /* bytes this frame may take to decode */
+    bool over;     /* the frame went past it */
+    bool heap;     /* some of it is in malloc'd memory, not the arena */
+} server_decode_t;
 
 typedef struct server {
     uv_loop_t *loop;
@@ -162,59 +222,15 @@ typedef struct server {
     pool_t *pool;
     radix_tree_t *index;
 
-    /* Memory for decoding one request (dispatch.c): reused, so that a
-     * 128 KiB prompt costs no malloc, free or page fault per request. */
-    uint8_t *decode_arena;
-    size_t decode_cap, decode_used, decode_want;
-    size_t decode_budget; /* bytes this frame may take to decode */
-    bool decode_over;     /* the frame went past it */
-    bool decode_heap;     /* some of it is in malloc'd memory, not the arena */
+    server_decode_t decode; /* memory for decoding one request (dispatch.c) */
 
-    session_t *sessions; /* doubly linked, newest first */
-    uint32_t n_sessions;
+    list_t sessions; /* session_t.link, newest first */
     uint64_t next_session_id;
 
-    /* Fair turns (session.c): sessions with whole frames left after their
-     * turn wait here, oldest first, and an idle handle gives each one more
-     * turn per loop iteration, so that no session's backlog keeps the loop
-     * from the others. Work that cannot be cut into turns, whole-index
-     * walks (Tree) and frames of SESSION_LARGE_FRAME bytes or more (their
-     * decoding alone copies the frame: ~6 ms for 16 MiB here), is spaced:
-     * after a session's piece took d, that session starts none for
-     * (SERVER_WALK_SPACING - 1) d and nobody any for
-     * (SERVER_WALK_SPACING_ALL - 1) d: at most 1 % of the loop per session,
-     * 10 % for all, and another session's large request waits for one
-     * piece and a tenth of the spacing the flooder's own clock imposes.
-     * Sessions waiting for the spacing are held (session.h) until then, and
-     * let go oldest first, one per spacing.
-     * Held sessions are listed here, and the hold timer fires at the earliest
-     * deadline among them (hold_due, loop ms; 0: not armed). */
-    session_t *ready_head, *ready_tail;
-    session_t *held_head, *held_tail; /* oldest first */
-    struct session_sched *sched;      /* the turn idle handle and the hold timer */
-    uint64_t hold_due;
-    /* Loop iterations, counted before each poll (loop_watch.c): a piece of
-     * work in steps (Clear, Commit, Alloc, Tree) held in one runs no
-     * earlier than after the next poll (session.c, waits_for_poll). */
-    uint64_t loop_polls;
-    bool hold_after_poll;  /* such a step is held: the next prepare arms the timer */
-    uint64_t walk_next_ns; /* uv_hrtime before which no session starts large work */
-    /* The one Tree walk in steps (handler_tree): its state, the session it
-     * answers and the rows it keeps; NULL when none runs. */
-    radix_top_walk_t *tree_walk;
-    session_t *tree_owner;
-    size_t tree_max;
-    uint32_t trees_waiting; /* Trees held until they may walk (TREE_MAX_WAITING) */
-    /* Trees of the same listing share a walk (handler_tree): the walk's
-     * number and what it lists, and the rows of the last one that ended,
-     * kept while Trees that joined it (tree_joiners) have not taken them. */
-    uint64_t tree_gen;
-    uint32_t tree_ns;
-    bool tree_by_size;
-    uint32_t tree_joiners;
-    struct radix_prefix *tree_rows;
-    size_t tree_n_rows;
-    uint64_t tree_rows_gen;
+    /* Fair turns and the hold (core/hold.c). */
+    server_sched_t sched;
+
+    server_tree_t tree; /* the Tree walk (handler_tree) */
 
     /* Bytes of every session's buffers (input, output, reply scratch, queued
      * writes), kept under cfg.max_buffer_memory (session.c). */
@@ -238,6 +254,9 @@ typedef struct server {
     bool signals_on;
     bool stopping;
     bool failed; /* a fault made serving unsafe: stopping, and kvshared exits 1 */
+    /* Stops the daemon (server_shutdown), for a floor below the assembly
+     * that finds serving unsafe (it sets `failed` first). */
+    void (*stop)(struct server *srv);
 
     uint64_t start_ms;
     metrics_t metrics;
@@ -283,55 +302,13 @@ typedef struct server {
     struct tier_disk *disk_tier; /* tier 3 (--disk-tier-path); NULL: none */
     uint32_t tier_jobs;          /* tier copies in flight (tier.c) */
 
-    struct cluster_link *cluster;          /* the cluster tier (its thread); NULL: off */
-    struct cluster_fetch *cluster_fetches; /* fetches in flight (cluster_store.c) */
+    struct cluster_link *cluster; /* the cluster tier (its thread); NULL: off */
+    list_t cluster_fetches;       /* fetches in flight (cluster_store.c: cluster_fetch_t.link) */
 } server_t;
 
-/* Fills cfg with defaults: 16 MiB frames, 64 MiB output, 1024 sessions,
- * backend auto, no socket path, no geometry, ready_fd -1. */
+/* Fills cfg with the defaults of the settings' table (settings.c; 16 MiB
+ * frames, 64 MiB output, 1024 sessions, backend auto, ...), no socket
+ * path, no geometry, ready_fd -1. */
 void server_config_init(server_config_t *cfg);
-
-/* Creates the pool memory, the pool and the index on `loop`. Errors (with a
- * message for a person in err): KVS_EINVAL (geometry, sizes), KVS_ENOMEM, and
- * the backend's errors (backend.h). */
-int server_open(const server_config_t *cfg, uv_loop_t *loop, server_t **out, char *err,
-                size_t errlen);
-
-/* Checks the socket path before anything is built: KVS_EBUSY when a live
- * daemon answers there, KVS_EINVAL for a bad path or a file that is not a
- * socket, KVS_EDENIED when the socket's directory is not ours or root's, or
- * others can write it (without the sticky bit), or the socket belongs to
- * another uid (someone could pose as kvshared there); 0 for no file or a
- * stale socket of ours (server_listen replaces it). */
-int server_check_socket(const char *path, char *err, size_t errlen);
-
-/* Binds and listens on cfg.socket_path (mode 0660), installs the SIGINT /
- * SIGTERM handlers when `signals` is true, then signals readiness on
- * cfg.ready_fd. A socket file that no daemon answers on is replaced.
- * Errors: KVS_EBUSY (a live daemon answers there), KVS_EINVAL (path too long,
- * or a file that is not a socket), KVS_EIO. */
-int server_listen(server_t *s, bool signals, char *err, size_t errlen);
-
-/* Stops accepting, closes every session (releasing what it holds), removes
- * the socket file. Idempotent. The loop ends once the handles are closed. */
-void server_shutdown(server_t *s);
-
-/* Closes the drain deadline timer if shutdown started one (call once the
- * loop has ended, then run the loop once more). */
-void server_drain_done(server_t *s);
-
-/* Frees the pool, the index and the memory. Call after server_shutdown and
- * after the loop has run the close callbacks. Accepts NULL. */
-void server_free(server_t *s);
-
-/* Starts publishing KV events (cfg.events.endpoint set; after the
- * namespaces of the config are declared) and queues AllBlocksCleared on
- * the topic of every namespace that maps to a model. Errors (message in
- * err): those of events_start, KVS_ENOMEM. */
-int server_events_start(server_t *s, char *err, size_t errlen);
-
-/* Copies the publisher's counters into s->metrics (before a Stats reply or
- * a scrape). */
-void server_sync_counters(server_t *s);
 
 #endif /* KVS_DAEMON_SERVER_H */

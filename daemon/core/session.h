@@ -27,6 +27,7 @@
 
 #include "backend.h"
 #include "frame.h"
+#include "list.h"
 #include "server.h"
 
 /* Why a session's next frame waits (session_hold). */
@@ -41,6 +42,7 @@ typedef enum session_hold_reason {
     SESSION_HOLD_COMMIT,   /* a large Commit waits for its next piece (handler_commit) */
     SESSION_HOLD_ALLOC,    /* a large Alloc waits to evict its next piece (handler_alloc) */
     SESSION_HOLD_TREE, /* a Tree waits for its next step, or for another's walk (handler_tree) */
+    SESSION_HOLD_REASONS,
 } session_hold_reason_t;
 
 typedef struct session_pins {
@@ -53,13 +55,83 @@ typedef struct session_pins {
 
 #define SESSION_NO_BLOCK UINT32_MAX
 
+/* What a session holds in the store (core/holdings.c). */
+typedef struct session_holdings {
+    uint32_t *writing; /* its WRITING blocks, dense */
+    uint32_t n_writing, cap_writing;
+    session_pins_t pins;
+    uint32_t *scratch; /* reply arrays, valid for one request */
+    size_t scratch_cap;
+} session_holdings_t;
+
+/* Its place in the turns and the hold (core/hold.c). */
+typedef struct session_turn {
+    list_node_t ready_link; /* on server_t.sched.ready */
+    bool in_ready;
+    /* Why its kept frame waits (SESSION_HOLD_NONE: not held), until when
+     * (loop ms, 0: no deadline), its place among the held sessions
+     * (server_t.sched.held), and why the frame now running was held before
+     * it ran (session_rerun). */
+    session_hold_reason_t held;
+    session_hold_reason_t rerun;
+    uint64_t until_ms;
+    uint64_t polls; /* server_t.sched.loop_polls when it was held */
+    list_node_t held_link;
+    uint64_t walk_next_ns; /* uv_hrtime before which it starts no large work (server.h) */
+} session_turn_t;
+
+/* Its claims (inflight.h): the first claim entry (0: none), a count of
+ * claims made, so that dispatch can tell a request that made some, and,
+ * while it has some, when they end unless a request ends them first (loop
+ * ms) and its place among the claiming sessions, oldest first. */
+typedef struct session_claims {
+    uint32_t first;
+    uint32_t gen;
+    uint64_t until_ms;
+    list_node_t link;
+    bool on; /* on the claiming sessions */
+} session_claims_t;
+
+/* A request of it cut into steps, one per loop turn (handlers.c). */
+typedef struct session_steps {
+    /* Its Clear (handler_clear): blocks dropped so far, and how many more
+     * it may drop (the namespace's blocks when it began, so that blocks
+     * cached meanwhile cannot keep it going for ever). */
+    uint64_t clear_dropped, clear_left;
+    /* Its large Commit in pieces (handler_commit): under way (the frame
+     * that runs now is that Commit's), its namespace, the blocks done; the
+     * canonical ids so far are in the scratch. */
+    bool commit;
+    uint32_t commit_ns;
+    size_t commit_done;
+    uint32_t commit_waits; /* for tier copies, this Commit */
+    /* Its large Alloc in pieces (alloc_pieces): under way, the blocks
+     * taken and the blocks evicted by the pieces so far. */
+    bool alloc;
+    uint32_t alloc_done;
+    uint64_t alloc_evicted;
+} session_steps_t;
+
+/* Its Tree (handler_tree). While it has the daemon's walk: the time its
+ * steps took so far (the spacing, once it ends). While held until it may
+ * walk: what it lists, and whether it takes one of the daemon's places for
+ * that (server_t.tree.waiting) or follows a Tree there that lists the same;
+ * the walk whose rows it takes (server_t.tree.gen; 0: none). */
+typedef struct session_tree {
+    uint64_t work_ns;
+    bool waiting, counted, by_size;
+    uint32_t max;
+    char ns[64];
+    uint64_t join;
+} session_tree_t;
+
 /* fds a Hello reply carries at most: the pool's slabs, and tier 2's memfd
  * for a client that asks for it (HelloRequest.map_tier2). */
 #define SESSION_MAX_FDS (BACKEND_MAX_SLABS + 1)
 
 struct session {
     server_t *srv;
-    session_t *prev, *next;
+    list_node_t link; /* on server_t.sessions, newest first */
     uint64_t id;
     char worker[64];
 
@@ -84,9 +156,7 @@ struct session {
     int fds[SESSION_MAX_FDS]; /* exported for the Hello reply, sent with it */
     size_t n_fds;
 
-    uint32_t *writing;
-    uint32_t n_writing, cap_writing;
-    session_pins_t pins;
+    session_holdings_t own;
 
     /* The peer, from SO_PEERCRED (peer.c); has_peer false for a session
      * without a socket. */
@@ -96,62 +166,15 @@ struct session {
 
     struct tier_job *tier_job; /* copies this session's request waits for (tier.h) */
 
-    uint32_t *scratch; /* reply arrays, valid for one request */
-    size_t scratch_cap;
-
     /* The entry of its Lookup held for blocks other sessions write
      * (inflight.h), while it is held for them. */
     struct inflight_wait *wait;
-    /* Its claims (inflight.h): first claim entry, 0 for none, and a count
-     * of claims made, so that dispatch can tell a request that made some. */
-    uint32_t claims;
-    uint32_t claim_gen;
-    /* While it has claims: when they end unless a request ends them first
-     * (loop ms), and its place among the claiming sessions, oldest first. */
-    uint64_t claim_until_ms;
-    session_t *claimer_prev, *claimer_next;
-    bool claiming;
-    /* Scheduling (fair turns, see server.h). */
-    session_t *ready_prev, *ready_next;
-    bool in_ready; /* on the server's ready queue */
-    /* The hold (session_hold): why its kept frame waits, until when (loop
-     * ms, 0: no deadline), its place among the held sessions, and why the
-     * frame now running was held before it ran (session_rerun). */
-    session_hold_reason_t held;
-    session_hold_reason_t rerun;
-    uint64_t hold_until_ms;
-    uint64_t held_polls; /* server_t.loop_polls when it was held */
-    session_t *held_prev, *held_next;
-    uint64_t walk_next_ns; /* uv_hrtime before which it starts no large work (server.h) */
-    /* Its Clear in steps (handler_clear): blocks dropped so far, and how
-     * many more it may drop (the namespace's blocks when it began, so that
-     * blocks cached meanwhile cannot keep it going for ever). */
-    uint64_t clear_dropped, clear_left;
-    /* Its large Commit in pieces (handler_commit): under way (the frame
-     * that runs now is that Commit's), its namespace, the blocks done; the
-     * canonical ids so far are in the scratch. */
-    bool commit_steps;
-    uint32_t commit_ns;
-    size_t commit_done;
-    uint32_t commit_waits; /* for tier copies, this Commit (handlers.c) */
-    /* Its large Alloc in pieces (alloc_pieces): under way, the blocks
-     * taken and the blocks evicted by the pieces so far. */
-    bool alloc_steps;
-    uint32_t alloc_done;
-    uint64_t alloc_evicted;
-    /* Its Tree's walk (handler_tree), while it has the daemon's one: the
-     * time its steps took so far (the spacing, once it ends). */
-    uint64_t tree_work_ns;
-    /* Its Tree while held until it may walk (handler_tree): what it lists,
-     * and whether it takes one of the daemon's places for that
-     * (server_t.trees_waiting) or follows a Tree there that lists the same;
-     * the walk whose rows it takes (server_t.tree_gen; 0: none). */
-    bool tree_waiting, tree_counted, tree_by_size;
-    uint32_t tree_max;
-    char tree_ns[64];
-    uint64_t tree_join;
-    bool reading; /* uv_read_start is on */
-    bool eof;     /* the client half-closed: close once replies are out */
+    session_claims_t claim; /* the prefixes it will write (inflight.h) */
+    session_turn_t turn;    /* fair turns and the hold (server.h) */
+    session_steps_t steps;  /* its request cut into steps (handlers.c) */
+    session_tree_t tree;    /* its Tree (handler_tree) */
+    bool reading;           /* uv_read_start is on */
+    bool eof;               /* the client half-closed: close once replies are out */
     /* Its Lookup's fetch from the cluster tier (cluster_store.h); NULL: none. */
     struct cluster_fetch *cluster_fetch;
 
@@ -184,33 +207,7 @@ struct session {
  * the walk spacing like Tree (server.h) and sets it. */
 #define SESSION_LARGE_FRAME (1u << 20)
 
-/* A session with no socket (tests). Errors: KVS_ENOMEM. */
-int session_new(server_t *srv, session_t **out);
-
-/* Accepts the pending connection of the server's listener. Errors:
- * KVS_ENOMEM, KVS_EIO, KVS_ELIMIT (over max_sessions: refused and closed). */
-int session_accept(server_t *srv);
-
-/* Releases everything the session holds and ends it; its memory goes when
- * libuv has closed the socket (at once for a session without one).
- * Idempotent until then. */
-void session_close(session_t *s, const char *reason);
-
-/* Sends an unsolicited error reply (request id 0) with status and message,
- * as far as the socket takes it now; the caller then closes the session. */
-void session_goodbye(session_t *s, int status, const char *message);
-
-/* Appends bytes to the input and answers every whole frame into `out`.
- * Returns 0, or KVS_ETOOBIG / KVS_EPROTO when the stream cannot be trusted
- * (the error reply is in `out`; the caller closes). */
-int session_feed(session_t *s, const uint8_t *bytes, size_t len);
-
-/* Answers every whole frame already in `in` (see session_feed). A request
- * whose session is held (session_hold) stays in `in`, and no later one is
- * answered until the session is released and takes its turn. */
-int session_process(session_t *s);
-
-/* --- the hold: the one way a request waits ---
+/* --- the hold: the one way a request waits (core/hold.c) ---
  *
  * A handler that cannot answer now (large work before the walk spacing has
  * passed, a Lookup waiting for blocks other sessions write, a request
@@ -221,7 +218,24 @@ int session_process(session_t *s);
  * (session_release), or its deadline passes; either way the session joins
  * the ready queue and its kept frame runs again in its next turn, never
  * inside another session's request. While it runs, session_rerun says why
- * it was held, so that it is not held again for the same reason. */
+ * it was held, so that it is not held again for the same reason.
+ *
+ * The hold knows no sockets: it calls the hooks the layers above set
+ * (session_hooks_t) to run a session's turn, to do background work between
+ * turns, and to end what a reason's hold kept (a held Lookup's wait). */
+
+/* What the hold calls upward, set once when the daemon is assembled. */
+typedef struct session_hooks {
+    /* One turn of s (net/session.c): its kept and pending frames. */
+    void (*turn)(session_t *s);
+    /* One bounded step of background work after the turns of a loop
+     * iteration (the store's drain of a closed session's pins); returns
+     * whether more is left. NULL: none. */
+    bool (*background)(server_t *srv);
+    /* Per reason, what ends with a hold for it when it is released (the
+     * wait of a held Lookup, inflight.h); NULL: nothing. */
+    void (*released[SESSION_HOLD_REASONS])(server_t *srv, session_t *s);
+} session_hooks_t;
 
 /* Holds s for `why` until session_release, or until loop time until_ms
  * (0: no deadline). */
@@ -243,42 +257,48 @@ void session_spacing_done(session_t *s, uint64_t t0, uint64_t t1);
 /* Releases every session held for `why`. */
 void session_release_all(server_t *srv, session_hold_reason_t why);
 
-/* Called before each poll (loop_watch.c), after server_t.loop_polls grew:
- * arms the hold timer for the steps held since the previous poll. */
+/* Called before each poll (loop_watch.c), after server_t.sched.loop_polls
+ * grew: arms the hold timer for the steps held since the previous poll. */
 void session_hold_polled(server_t *srv);
 
 /* Whether s is held: then it answers nothing until released. */
 static inline bool session_held(const session_t *s)
 {
-    return s->held != SESSION_HOLD_NONE;
+    return s->turn.held != SESSION_HOLD_NONE;
 }
 
 /* Why the frame now running was held before it ran (SESSION_HOLD_NONE on
  * its first run). */
 static inline session_hold_reason_t session_rerun(const session_t *s)
 {
-    return s->rerun;
+    return s->turn.rerun;
 }
+
+/* The frame that was held ran: it is no rerun any more. */
+static inline void session_ran(session_t *s)
+{
+    s->turn.rerun = SESSION_HOLD_NONE;
+}
+
+/* Queues s for a turn after every session queued before it. */
+void session_ready(session_t *s);
+
+/* Takes s off the ready queue and out of the hold, for good (it closes). */
+void session_unschedule(session_t *s);
 
 /* Runs the turn of every session on the ready queue now (the daemon is
  * stopping: held lookups are answered before goodbye). */
 void session_run_ready(server_t *srv);
 
-/* 0, or the error (KVS_ETOOBIG, KVS_EPROTO) that stopped the stream of a
- * session without a socket in a turn from the ready queue; the error reply
- * is in `out`, session_feed and session_process return the error from then
- * on, and the owner closes the session. */
-int session_broken(const session_t *s);
+/* Asks for background steps (session_hooks_t.background) between the
+ * turns of the next loop iterations. Errors: KVS_ENOMEM, KVS_EIO (no loop
+ * handle: the caller does the work at once). */
+int session_background(server_t *srv);
 
-/* Starts the idle sweep when cfg.idle_timeout_ms is set (server_listen).
- * Errors: KVS_EIO. */
-int session_idle_start(server_t *srv);
-
-/* Stops the fair-turn machinery and the idle sweep (server_shutdown):
- * closes their handles. */
+/* Stops the fair-turn machinery: closes its handles. */
 void session_sched_close(server_t *srv);
 
-/* --- holdings, for the handlers --- */
+/* --- holdings, for the handlers and the store (core/holdings.c) --- */
 
 /* Room for n more WRITING blocks / n more distinct pins, so that the steps
  * after a successful pool or index call cannot fail. Errors: KVS_ENOMEM. */
@@ -295,5 +315,19 @@ void session_pin_drop(session_t *s, uint32_t block_id);
 /* A uint32 array of at least n entries, valid until the next call. Errors:
  * KVS_ENOMEM. */
 int session_scratch(session_t *s, size_t n, uint32_t **out);
+
+/* Gives back the room of holdings grown by a large request and emptied
+ * since (over SESSION_KEEP_BYTES): the scratch, the pin table, the WRITING
+ * list. A failed shrink keeps the larger room. */
+void session_holdings_shrink(session_t *s);
+
+/* Frees the holdings' memory (the store has let go of what they name). */
+void session_holdings_free(session_t *s);
+
+/* Bytes of memory the holdings' scratch takes (the buffer budget). */
+static inline size_t session_scratch_bytes(const session_t *s)
+{
+    return s->own.scratch_cap * sizeof(*s->own.scratch);
+}
 
 #endif /* KVS_DAEMON_SESSION_H */

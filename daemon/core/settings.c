@@ -267,7 +267,8 @@ const setting_t settings_table[] = {
     {"disk_tier_io", "disk-tier-io", SETTING_GLOBAL, SETTING_CHOICE, "KIND", 0, 0, CHOICE(disk_io),
      AT(server.disk_tier_io), .help = "auto (io_uring, else a thread pool), io_uring, or threads"},
     {"tier_copy_nice", "tier-copy-nice", SETTING_GLOBAL, SETTING_U32, "N", 0, 19,
-     AT(server.tier_copy_nice), .zero = "0: as the loop thread",
+     AT(server.tier_copy_nice), .init = SERVER_DEFAULT_TIER_COPY_NICE,
+     .zero = "0: as the loop thread",
      .help = "threads copying between the pool and tier 2, and the cluster tier's thread, run "
              "this much nicer than the thread that serves the sessions, so that with few CPUs "
              "copies do not keep it waiting"},
@@ -284,21 +285,24 @@ const setting_t settings_table[] = {
 
     /* Namespaces and limits. */
     {"dynamic_namespaces", "dynamic-namespaces", SETTING_GLOBAL, SETTING_BOOL, "yes/no", 0, 0,
-     AT(server.dynamic_namespaces), .deflt = "yes without a config file, no with one",
+     AT(server.dynamic_namespaces), .init = true, .deflt = "yes without a config file, no with one",
      .help = "create unknown namespaces on first use"},
     {"max_namespaces", "max-namespaces", SETTING_GLOBAL, SETTING_U32, "N", 1, 65536,
-     AT(server.max_namespaces), .help = "namespaces the index may hold"},
+     AT(server.max_namespaces), .init = SERVER_DEFAULT_MAX_NAMESPACES,
+     .help = "namespaces the index may hold"},
     {"session_max_namespaces", "session-max-namespaces", SETTING_GLOBAL, SETTING_U32, "N", 0, 65536,
-     AT(server.session_max_namespaces), .zero = "0: no limit",
+     AT(server.session_max_namespaces), .init = SERVER_DEFAULT_SESSION_MAX_NS,
+     .zero = "0: no limit",
      .help = "dynamic namespaces one connection may have created that still exist (more are "
              "refused with KVS_ELIMIT)"},
     {"session_max_pinned", "session-max-pinned", SETTING_GLOBAL, SETTING_U32, "N", 0, UINT32_MAX,
-     AT(server.session_max_pinned), .zero = "0: no limit",
+     AT(server.session_max_pinned), .init = SERVER_DEFAULT_SESSION_MAX_PINNED,
+     .zero = "0: no limit",
      .help = "pins one connection may hold at once (a block pinned twice counts twice); the "
              "default, 2^24, is beyond any honest worker (1,024 requests each pinning a "
              "256k-token prompt) and bounds what one session's close lets go of"},
     {"default_max_priority", "default-max-priority", SETTING_GLOBAL, SETTING_U32, "N", 0,
-     RADIX_PRIO_MAX, AT(server.default_max_priority),
+     RADIX_PRIO_MAX, AT(server.default_max_priority), .init = SERVER_DEFAULT_MAX_PRIORITY,
      .help = "the highest retention priority a hint may give in a namespace whose section sets "
              "no max_priority (higher hints count as this): at the default priority of blocks "
              "without a hint, one tenant's hints cannot keep its blocks over another's"},
@@ -310,19 +314,20 @@ const setting_t settings_table[] = {
      AT(server.session_max_writing), .zero = "0: no limit",
      .help = "blocks one connection may be writing (allocated, not committed)"},
     {"max_sessions", "max-sessions", SETTING_GLOBAL, SETTING_U32, "N", 1, 1000000,
-     AT(server.max_sessions), .help = "connections; more are refused with KVS_ELIMIT"},
+     AT(server.max_sessions), .init = SERVER_DEFAULT_MAX_SESSIONS,
+     .help = "connections; more are refused with KVS_ELIMIT"},
     {"max_frame", "max-frame", SETTING_GLOBAL, SETTING_SIZE, "SIZE", 64, UINT32_MAX,
-     AT(server.max_frame), .help = "largest request accepted"},
+     AT(server.max_frame), .init = SERVER_DEFAULT_MAX_FRAME, .help = "largest request accepted"},
     {"max_prompt_blocks", "max-prompt-blocks", SETTING_GLOBAL, SETTING_U32, "N", 1, UINT32_MAX,
-     AT(server.max_prompt_blocks),
+     AT(server.max_prompt_blocks), .init = SERVER_DEFAULT_MAX_PROMPT_BLOCKS,
      .help = "full blocks one Lookup, Alloc, Commit or Evict may name (a Lookup's or an "
              "Evict's work is one piece on the loop, linear in them; a Commit's and an Alloc's "
              "go in pieces of 16,384 blocks); a longer prompt is refused with KVS_ELIMIT"},
     {"max_output", "max-output", SETTING_GLOBAL, SETTING_SIZE, "SIZE", 4096, UINT64_MAX,
-     AT(server.max_output),
+     AT(server.max_output), .init = SERVER_DEFAULT_MAX_OUTPUT,
      .help = "unread reply bytes before a client that stopped reading is dropped"},
     {"max_buffer_memory", "max-buffer-memory", SETTING_GLOBAL, SETTING_SIZE, "SIZE", 1u << 20,
-     UINT64_MAX, AT(server.max_buffer_memory),
+     UINT64_MAX, AT(server.max_buffer_memory), .init = SERVER_DEFAULT_MAX_BUFFERS,
      .help = "all connections' buffers together (partial requests, unsent replies); past it "
              "the connection holding the most is closed"},
     {"idle_timeout_ms", "idle-timeout-ms", SETTING_GLOBAL, SETTING_U32, "N", 0, UINT32_MAX,
@@ -336,7 +341,8 @@ const setting_t settings_table[] = {
      .expect = "HOST:PORT with a numeric address, e.g. 127.0.0.1:9464 or [::1]:9464",
      .example = "127.0.0.1:9464", .help = "serve Prometheus metrics on http://HOST:PORT/metrics"},
     {"drain_timeout_ms", "drain-timeout-ms", SETTING_GLOBAL, SETTING_U32, "N", 0, 600000,
-     AT(server.drain_ms), .help = "SIGTERM: the daemon exits within this many milliseconds"},
+     AT(server.drain_ms), .init = SERVER_DEFAULT_DRAIN_MS,
+     .help = "SIGTERM: the daemon exits within this many milliseconds"},
     /* The cluster tier (docs/CLUSTER.md). */
     {"cluster_seeds", "cluster-seeds", SETTING_GLOBAL, SETTING_TEXT, "HOST:PORT,...", 1, 255,
      AT(server.cluster_seeds), .zero = "off", .expect = "HOST:PORT nodes of a Redis Cluster",
@@ -350,15 +356,15 @@ const setting_t settings_table[] = {
              "never logged; a regular file of at most 1023 bytes, kvshared's user's or root's, "
              "that no one else can read nor its group write"},
     {"cluster_timeout_ms", "cluster-timeout-ms", SETTING_GLOBAL, SETTING_U32, "N", 1, 60000,
-     AT(server.cluster_timeout_ms), .deflt = "1000",
+     AT(server.cluster_timeout_ms), .init = 1000,
      .help = "a cluster command not answered within this many milliseconds is a miss"},
     {"cluster_key_prefix", "cluster-key-prefix", SETTING_GLOBAL, SETTING_TEXT, "TEXT", 1, 64,
-     AT(server.cluster_key_prefix), .deflt = "kvs:", .expect = "a key prefix",
+     AT(server.cluster_key_prefix), .init_text = "kvs:", .expect = "a key prefix",
      .example = "team-a:kvs:",
      .help = "every key of the cluster tier starts with this (one cluster may hold other data; "
              "bytes other than letters, digits and ._/-: are written %XX)"},
     {"cluster_clear_timeout_ms", "cluster-clear-timeout-ms", SETTING_GLOBAL, SETTING_U32, "N", 100,
-     3600000, AT(server.cluster_clear_timeout_ms), .deflt = "60000",
+     3600000, AT(server.cluster_clear_timeout_ms), .init = 60000,
      .help = "a Clear of a namespace with cluster_clear deletes its keys in the cluster within "
              "this many milliseconds; what is left then is logged and counted"},
     {"log_level", "log-level", SETTING_GLOBAL, SETTING_CHOICE, "LEVEL", 0, 0, CHOICE(log_level),
@@ -377,7 +383,7 @@ const setting_t settings_table[] = {
     {"kv_events_topic", "kv-events-topic", SETTING_GLOBAL, SETTING_TEXT, "TEMPLATE", 1,
      EVENTS_TOPIC_MAX, .parse = parse_topic, AT(server.events.topic),
      .expect = "a topic with {pod} and {model} (no other {...})", .example = "kv@{pod}@{model}",
-     .deflt = "kv@{pod}@{model}",
+     .deflt = EVENTS_DEFAULT_TOPIC,
      .help = "topic of each message; llm-d reads pod and model from it"},
     {"kv_events_pod", "kv-events-pod", SETTING_GLOBAL, SETTING_TEXT, "NAME", 1, 127,
      AT(server.events.pod), .expect = "a name", .example = "node-7", .deflt = "the host name",
@@ -395,24 +401,26 @@ const setting_t settings_table[] = {
      .help = "model name of the namespace \"default\" (others: model_name of their section); a "
              "namespace without one publishes nothing"},
     {"kv_events_buffer", "kv-events-buffer", SETTING_GLOBAL, SETTING_U32, "N", 1, 10000000,
-     AT(server.events.buffer), .help = "batches the replay socket can serve"},
+     AT(server.events.buffer), .init = EVENTS_DEFAULT_BUFFER,
+     .help = "batches the replay socket can serve"},
     {"kv_events_replay_bytes", "kv-events-replay-bytes", SETTING_GLOBAL, SETTING_SIZE, "SIZE", 4096,
-     UINT64_MAX, AT(server.events.replay_bytes),
+     UINT64_MAX, AT(server.events.replay_bytes), .init = EVENTS_DEFAULT_REPLAY,
      .help = "the replay ring's memory: the oldest batches go beyond it"},
     {"kv_events_hwm", "kv-events-hwm", SETTING_GLOBAL, SETTING_U32, "N", 1, INT32_MAX,
-     AT(server.events.hwm),
+     AT(server.events.hwm), .init = EVENTS_DEFAULT_HWM,
      .help = "messages queued per subscriber (fewer when kv_events_subscriber_bytes says so); a "
              "slower one misses the next (a gap in seq)"},
     {"kv_events_subscriber_bytes", "kv-events-subscriber-bytes", SETTING_GLOBAL, SETTING_SIZE,
      "SIZE", 1u << 20, 1ull << 40, AT(server.events.subscriber_bytes),
+     .init = EVENTS_DEFAULT_SUBSCRIBER,
      .help = "what one subscriber's queue may hold: its high-water mark is this over the largest "
              "message (about 50 KiB with 16-token blocks), at most kv_events_hwm"},
     {"kv_events_send_bytes", "kv-events-send-bytes", SETTING_GLOBAL, SETTING_SIZE, "SIZE", 1u << 20,
-     1ull << 40, AT(server.events.send_bytes),
+     1ull << 40, AT(server.events.send_bytes), .init = EVENTS_DEFAULT_SEND,
      .help = "what the messages queued for every subscriber and replay peer may hold together "
              "(beyond the replay ring); past it batches go to the replay ring alone, counted"},
     {"kv_events_queue", "kv-events-queue", SETTING_GLOBAL, SETTING_SIZE, "SIZE", 4096, 1ull << 32,
-     AT(server.events.queue_bytes),
+     AT(server.events.queue_bytes), .init = EVENTS_DEFAULT_QUEUE,
      .help = "hand-off queue to the publisher thread; events that do not fit are dropped and "
              "counted"},
     {"kv_events_encoding", "kv-events-encoding", SETTING_GLOBAL, SETTING_CHOICE, "FORM", 0, 0,
@@ -437,6 +445,7 @@ const setting_t settings_table[] = {
      .help = "check FILE and the other flags, print every error with its line, exit 1 (0 when "
              "valid)"},
     {NULL, "ready-fd", SETTING_GLOBAL, SETTING_U32, "N", 0, INT_MAX, AT(server.ready_fd),
+     .init = (uint32_t)-1, /* none */
      .help = "write READY and a newline to fd N once listening, then close it"},
     {NULL, "version", SETTING_GLOBAL, SETTING_SWITCH, NULL, 0, 0, AT(version),
      .help = "print the version and exit"},
@@ -522,12 +531,54 @@ static size_t bit_of(const setting_t *row)
     return (size_t)(row - settings_table);
 }
 
+/* Writes row's initial value (setting_t.init, .init_text) at its place in
+ * base. */
+static void init_value(const setting_t *row, void *base)
+{
+    uint8_t *at = (uint8_t *)base + row->offset;
+    if (row->init_text) {
+        const char *text = row->init_text;
+        memcpy(at, &text, sizeof(text));
+        return;
+    }
+    switch (row->width) {
+    case 1: {
+        uint8_t v = (uint8_t)row->init;
+        memcpy(at, &v, 1);
+        return;
+    }
+    case 4: {
+        uint32_t v = (uint32_t)row->init;
+        memcpy(at, &v, 4);
+        return;
+    }
+    case 8: {
+        uint64_t v = row->init;
+        memcpy(at, &v, 8);
+        return;
+    }
+    }
+}
+
 void settings_init(settings_t *st)
 {
     memset(st, 0, sizeof(*st));
-    server_config_init(&st->server);
+    /* Each setting's default is in its row of the table, and only there. */
+    for (size_t i = 0; i < settings_count; i++)
+        if (settings_table[i].scope == SETTING_GLOBAL &&
+            (settings_table[i].init || settings_table[i].init_text))
+            init_value(&settings_table[i], st);
+    /* Not settings: how kvshared was started and what tests tune. */
+    st->server.backend_retry_ms = SERVER_DEFAULT_BACKEND_RETRY_MS;
     st->model = DEFAULT_MODEL;
     st->log_level = LOG_LEVEL_INFO;
+}
+
+void server_config_init(server_config_t *cfg)
+{
+    settings_t st;
+    settings_init(&st);
+    *cfg = st.server;
 }
 
 void settings_free(settings_t *st)

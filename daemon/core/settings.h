@@ -75,9 +75,14 @@ typedef struct setting {
     size_t offset;       /* of the value in settings_t or config_ns_t */
     size_t width;        /* its size in bytes */
     const char *zero;    /* what a zero or empty value means ("no limit") */
-    const char *deflt;   /* the default, when it is not the initial value */
-    bool reload;         /* SIGHUP applies a change; else a restart does */
-    const char *help;    /* one line: what it does */
+    /* The initial value: a number, a switch, a choice (0 when it is 0), or
+     * a text; every default is written here, and settings_init (so
+     * server_config_init) applies it. */
+    uint64_t init;
+    const char *init_text;
+    const char *deflt; /* the default in words, when it is not the initial value */
+    bool reload;       /* SIGHUP applies a change; else a restart does */
+    const char *help;  /* one line: what it does */
 } setting_t;
 
 extern const setting_t settings_table[];

@@ -76,7 +76,7 @@ static void on_prepare(uv_prepare_t *h)
     struct loop_watch *w = h->data;
     server_t *srv = w->srv;
     uint64_t now = uv_hrtime(), idle = uv_metrics_idle_time(srv->loop);
-    srv->loop_polls++;
+    srv->sched.loop_polls++;
     if (w->last_ns) {
         uint64_t wall = now - w->last_ns, waited = idle - w->last_idle_ns;
         uint64_t busy = wall > waited ? wall - waited : 0;

@@ -3,7 +3,7 @@
  * A minimal HTTP/1.1 responder for GET /metrics on the daemon's loop.
  *
  *     metrics_http_t --- listener (uv_tcp_t), render timer (uv_timer_t)
- *          `-- conns: doubly linked, newest first, at most METRICS_HTTP_MAX_CONNS
+ *          `-- conns: a list (list.h), newest first, at most METRICS_HTTP_MAX_CONNS
  *                 http_conn_t: tcp + timer + request head buffer
  *
  * A connection reads its request head into a fixed buffer (READING), may
@@ -36,15 +36,14 @@ struct metrics_http {
     bool closing;
     int port;
     uint64_t next_render_ns; /* uv_hrtime before which no render starts */
-    http_conn_t *conns;
-    unsigned n_conns;
+    list_t conns;            /* http_conn_t.link, newest first */
 };
 
 typedef enum conn_state { CONN_READING, CONN_WAITING, CONN_WRITING } conn_state_t;
 
 struct http_conn {
     metrics_http_t *http;
-    http_conn_t *prev, *next;
+    list_node_t link; /* on metrics_http_t.conns */
     uv_tcp_t tcp;
     uv_timer_t timer;
     int handles_open;
@@ -58,7 +57,7 @@ struct http_conn {
 
 static void maybe_free_http(metrics_http_t *h)
 {
-    if (h->closing && h->handles_open == 0 && h->n_conns == 0)
+    if (h->closing && h->handles_open == 0 && list_empty(&h->conns))
         free(h);
 }
 
@@ -68,13 +67,7 @@ static void on_conn_handle_closed(uv_handle_t *handle)
     if (--c->handles_open > 0)
         return;
     metrics_http_t *h = c->http;
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        h->conns = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
-    h->n_conns--;
+    list_remove(&h->conns, &c->link);
     free(c->reply);
     free(c);
     maybe_free_http(h);
@@ -149,7 +142,7 @@ static void render_for_waiting(metrics_http_t *h)
     /* A render slower than 50 ms is a stall already: the gap stays under
      * the deadlines of the scrapes that wait. */
     h->next_render_ns = t1 + (gap < METRICS_HTTP_GAP_MAX_NS ? gap : METRICS_HTTP_GAP_MAX_NS);
-    for (http_conn_t *c = h->conns; c; c = c->next) {
+    LIST_FOR_EACH (&h->conns, http_conn_t, link, c) {
         if (c->state != CONN_WAITING || uv_is_closing((uv_handle_t *)&c->tcp))
             continue;
         if (rc != 0)
@@ -264,7 +257,8 @@ static void make_room(metrics_http_t *h, http_conn_t *fresh)
 {
     http_conn_t *oldest = NULL;
     h->srv->metrics.metrics_http_closed_limit++;
-    for (http_conn_t *c = fresh->next; c; c = c->next)
+    for (http_conn_t *c = LIST_NEXT(fresh, http_conn_t, link); c;
+         c = LIST_NEXT(c, http_conn_t, link))
         if (c->state == CONN_READING && !uv_is_closing((uv_handle_t *)&c->tcp))
             oldest = c;
     conn_close(oldest ? oldest : fresh);
@@ -283,11 +277,7 @@ static void on_connection(uv_stream_t *listener, int status)
     uv_timer_init(h->srv->loop, &c->timer);
     c->tcp.data = c->timer.data = c;
     c->handles_open = 2;
-    c->next = h->conns;
-    if (h->conns)
-        h->conns->prev = c;
-    h->conns = c;
-    h->n_conns++;
+    list_push_front(&h->conns, &c->link);
     if (uv_accept(listener, (uv_stream_t *)&c->tcp) != 0) {
         conn_close(c);
         return;
@@ -295,7 +285,7 @@ static void on_connection(uv_stream_t *listener, int status)
     /* Connections closing already (their handles not yet gone) do not
      * count: they hold no slot a client could use. */
     unsigned open = 0;
-    for (http_conn_t *o = h->conns; o; o = o->next)
+    LIST_FOR_EACH (&h->conns, http_conn_t, link, o)
         open += !uv_is_closing((uv_handle_t *)&o->tcp);
     if (open > METRICS_HTTP_MAX_CONNS) {
         make_room(h, c);
@@ -368,7 +358,7 @@ void metrics_http_close(metrics_http_t *h)
     if (!h || h->closing)
         return;
     h->closing = true;
-    for (http_conn_t *c = h->conns; c; c = c->next)
+    LIST_FOR_EACH (&h->conns, http_conn_t, link, c)
         conn_close(c);
     uv_close((uv_handle_t *)&h->listener, on_handle_closed);
     uv_close((uv_handle_t *)&h->render_timer, on_handle_closed);

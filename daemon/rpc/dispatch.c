@@ -95,20 +95,20 @@ static void *arena_alloc(void *data, size_t size)
 {
     server_t *srv = data;
     size_t need = (size + 15) & ~(size_t)15;
-    srv->decode_want += need;
+    srv->decode.want += need;
     /* protobuf-c keeps every unknown field (24 bytes and a copy each, for
      * as little as 2 bytes of frame): past the frame's budget, the decode
      * fails instead of growing. */
-    if (srv->decode_want > srv->decode_budget) {
-        srv->decode_over = true;
+    if (srv->decode.want > srv->decode.budget) {
+        srv->decode.over = true;
         return NULL;
     }
-    if (srv->decode_arena && srv->decode_used + need <= srv->decode_cap) {
-        void *p = srv->decode_arena + srv->decode_used;
-        srv->decode_used += need;
+    if (srv->decode.arena && srv->decode.used + need <= srv->decode.cap) {
+        void *p = srv->decode.arena + srv->decode.used;
+        srv->decode.used += need;
         return p;
     }
-    srv->decode_heap = true;
+    srv->decode.heap = true;
     return malloc(size);
 }
 
@@ -118,35 +118,35 @@ static void arena_free(void *data, void *p)
 {
     server_t *srv = data;
     uintptr_t at = (uintptr_t)p;
-    uintptr_t lo = (uintptr_t)srv->decode_arena;
-    if (p && (lo == 0 || at < lo || at - lo >= srv->decode_cap))
+    uintptr_t lo = (uintptr_t)srv->decode.arena;
+    if (p && (lo == 0 || at < lo || at - lo >= srv->decode.cap))
         free(p);
 }
 
 static void arena_reset(server_t *srv)
 {
-    if (srv->decode_want > srv->decode_cap && srv->decode_want <= DECODE_ARENA_MAX &&
-        !srv->decode_over) {
-        size_t cap = srv->decode_cap ? srv->decode_cap : DECODE_ARENA_MIN;
-        while (cap < srv->decode_want)
+    if (srv->decode.want > srv->decode.cap && srv->decode.want <= DECODE_ARENA_MAX &&
+        !srv->decode.over) {
+        size_t cap = srv->decode.cap ? srv->decode.cap : DECODE_ARENA_MIN;
+        while (cap < srv->decode.want)
             cap *= 2;
         uint8_t *a = malloc(cap);
         if (a) {
-            free(srv->decode_arena);
-            srv->decode_arena = a;
-            srv->decode_cap = cap;
+            free(srv->decode.arena);
+            srv->decode.arena = a;
+            srv->decode.cap = cap;
         }
     }
-    srv->decode_used = 0;
-    srv->decode_want = 0;
-    srv->decode_heap = false;
+    srv->decode.used = 0;
+    srv->decode.want = 0;
+    srv->decode.heap = false;
 }
 
 /* Frees a decoded request. Memory wholly in the arena needs no walk of the
  * message (every arena_free of it would do nothing): the reset frees it. */
 static void request_free(server_t *srv, Kvshare__Request *req, ProtobufCAllocator *arena)
 {
-    if (srv->decode_heap)
+    if (srv->decode.heap)
         kvshare__request__free_unpacked(req, arena);
     arena_reset(srv);
 }
@@ -171,11 +171,11 @@ static size_t unknown_fields(const Kvshare__Request *req)
 static void *arena_take(server_t *srv, size_t size)
 {
     size_t need = (size + 15) & ~(size_t)15;
-    srv->decode_want += need;
-    if (!srv->decode_arena || srv->decode_used + need > srv->decode_cap)
+    srv->decode.want += need;
+    if (!srv->decode.arena || srv->decode.used + need > srv->decode.cap)
         return NULL;
-    void *p = srv->decode_arena + srv->decode_used;
-    srv->decode_used += need;
+    void *p = srv->decode.arena + srv->decode.used;
+    srv->decode.used += need;
     return p;
 }
 
@@ -192,7 +192,7 @@ static Kvshare__Request *decode_by_hand(server_t *srv, const uint8_t *body, size
     char *ns = arena_take(srv, w.ns_len + 1);
     uint8_t *tokens = w.tokens_len ? arena_take(srv, w.tokens_len) : NULL;
     if (!ns || (w.tokens_len && !tokens)) {
-        srv->decode_used = srv->decode_want = 0; /* protobuf-c starts afresh */
+        srv->decode.used = srv->decode.want = 0; /* protobuf-c starts afresh */
         return NULL;
     }
     memcpy(ns, w.ns, w.ns_len);
@@ -216,22 +216,22 @@ static Kvshare__Request *decode_by_hand(server_t *srv, const uint8_t *body, size
 int dispatch_frame(session_t *s, const uint8_t *body, size_t len, uint64_t *clock_ns)
 {
     ProtobufCAllocator arena = {arena_alloc, arena_free, s->srv};
-    s->srv->decode_budget = DISPATCH_DECODE_FACTOR * len + DECODE_ARENA_MIN;
-    s->srv->decode_over = false;
+    s->srv->decode.budget = DISPATCH_DECODE_FACTOR * len + DECODE_ARENA_MIN;
+    s->srv->decode.over = false;
     Kvshare__Request by_hand;
     Kvshare__LookupRequest by_hand_lookup;
     Kvshare__Request *req = decode_by_hand(s->srv, body, len, &by_hand, &by_hand_lookup);
     if (!req)
         req = kvshare__request__unpack(&arena, len, body);
     if (req && unknown_fields(req) > DISPATCH_MAX_UNKNOWN_FIELDS) {
-        s->srv->decode_over = true;
+        s->srv->decode.over = true;
         request_free(s->srv, req, &arena);
         req = NULL;
     }
     if (!req) {
         char msg[200];
         s->srv->metrics.protocol_errors++;
-        if (s->srv->decode_over)
+        if (s->srv->decode.over)
             snprintf(msg, sizeof(msg),
                      "a frame of %zu bytes carries more than %d unknown fields or needs more "
                      "than %d times its size to decode; closing the connection",
@@ -263,10 +263,10 @@ int dispatch_frame(session_t *s, const uint8_t *body, size_t len, uint64_t *cloc
                  (int)req->rpc_case, KVS_VERSION_MAJOR, KVS_VERSION_MINOR);
         status = KVS_EPROTO;
     } else {
-        uint32_t claim_gen = s->claim_gen;
+        uint32_t claim_gen = s->claim.gen;
         status = entry->handler(s, req, &resp, &ctx);
         /* Claims last until the next request has been handled (inflight.h). */
-        if (s->claims && s->claim_gen == claim_gen)
+        if (s->claim.first && s->claim.gen == claim_gen)
             inflight_unclaim(s->srv, s);
         if (ctx.hold != SESSION_HOLD_NONE) {
             /* Not now: the frame stays, and runs again when released. */

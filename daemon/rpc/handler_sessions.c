@@ -79,7 +79,7 @@ int handler_sessions(session_t *s, const Kvshare__Request *req, Kvshare__Respons
     resp->sessions = r;
 
     size_t n = 0;
-    for (const session_t *o = srv->sessions; o; o = o->next)
+    LIST_FOR_EACH (&srv->sessions, const session_t, link, o)
         if (!o->closing)
             n++;
     if (srv->cfg.max_sessions && n > srv->cfg.max_sessions)
@@ -102,7 +102,9 @@ int handler_sessions(session_t *s, const Kvshare__Request *req, Kvshare__Respons
 
     uint64_t now = uv_now(srv->loop);
     size_t k = 0;
-    for (session_t *o = srv->sessions; o && k < n; o = o->next) {
+    LIST_FOR_EACH (&srv->sessions, session_t, link, o) {
+        if (k == n)
+            break;
         if (o->closing)
             continue;
         Kvshare__SessionInfo *row = &rows[k];
@@ -111,15 +113,15 @@ int handler_sessions(session_t *s, const Kvshare__Request *req, Kvshare__Respons
         row->pid = o->has_peer ? o->peer_pid : 0;
         row->uid = o->has_peer ? o->peer_uid : 0;
         row->worker = o->worker;
-        row->pins = o->pins.used;
-        row->pins_total = o->pins.total;
-        row->writing = o->n_writing;
+        row->pins = o->own.pins.used;
+        row->pins_total = o->own.pins.total;
+        row->writing = o->own.n_writing;
         row->buffered =
             (uint64_t)(o->in.len - o->in.head) + (uint64_t)(o->out.len - o->out.head) + o->queued;
         row->age_s = sub_floor(now, since_ms(o, now)) / 1000;
         row->idle_s = o->has_pipe ? sub_floor(now, o->last_request_ms) / 1000 : 0;
         row->held = session_held(o);
-        row->held_for = (char *)hold_name(o->held);
+        row->held_for = (char *)hold_name(o->turn.held);
         row->requests = o->requests;
 
         uint32_t ids[SESSIONS_NS_PER_ROW];
@@ -128,9 +130,9 @@ int handler_sessions(session_t *s, const Kvshare__Request *req, Kvshare__Respons
             for (uint32_t ns = 0; ns < srv->cfg.max_namespaces; ns++)
                 if (srv->ns_creator[ns] == o)
                     add_ns(s, ns, ids, &n_ids);
-        for (uint32_t i = 0; i < o->pins.cap && n_ids < SESSIONS_NS_PER_ROW; i++)
-            if (o->pins.keys[i] != SESSION_NO_BLOCK && o->pins.counts[i])
-                add_ns(s, store_block_ns(srv->store, o->pins.keys[i]), ids, &n_ids);
+        for (uint32_t i = 0; i < o->own.pins.cap && n_ids < SESSIONS_NS_PER_ROW; i++)
+            if (o->own.pins.keys[i] != SESSION_NO_BLOCK && o->own.pins.counts[i])
+                add_ns(s, store_block_ns(srv->store, o->own.pins.keys[i]), ids, &n_ids);
         char **row_names = names + k * SESSIONS_NS_PER_ROW;
         size_t m = 0;
         for (size_t i = 0; i < n_ids; i++) {

@@ -78,13 +78,13 @@ static int over_pin_limit(session_t *s, size_t more, handler_ctx_t *ctx)
     return fail(ctx, KVS_ELIMIT,
                 "session limit session_max_pinned = %u: this session holds %llu pins and this "
                 "request needs %zu more; release blocks first",
-                s->srv->cfg.session_max_pinned, (unsigned long long)s->pins.total, more);
+                s->srv->cfg.session_max_pinned, (unsigned long long)s->own.pins.total, more);
 }
 
 static int over_pin_limit_check(session_t *s, size_t more, handler_ctx_t *ctx)
 {
     uint32_t max = s->srv->cfg.session_max_pinned;
-    if (max && s->pins.total + more > max)
+    if (max && s->own.pins.total + more > max)
         return over_pin_limit(s, more, ctx);
     return 0;
 }
@@ -469,14 +469,14 @@ int handler_lookup(session_t *s, const Kvshare__Request *req, Kvshare__Response 
 }
 
 /* A failed Alloc gives back the blocks its earlier pieces took (ids[0 ..
- * s->alloc_done)): all or none. */
+ * s->steps.alloc_done)): all or none. */
 static void alloc_give_back(session_t *s, const uint32_t *ids)
 {
-    for (uint32_t i = 0; i < s->alloc_done; i++)
+    for (uint32_t i = 0; i < s->steps.alloc_done; i++)
         if (store_release(s->srv, s, ids[i], NULL) != 0)
             LOG_ERROR("session %llu: block %u of a failed alloc could not be given back",
                       (unsigned long long)s->id, ids[i]);
-    s->alloc_done = 0;
+    s->steps.alloc_done = 0;
 }
 
 /* An Alloc of many blocks in pieces of STORE_PIECE_BLOCKS, one per loop
@@ -489,27 +489,27 @@ static void alloc_give_back(session_t *s, const uint32_t *ids)
  * an Alloc that does not ask for its evicted blocks (the report would
  * span turns), goes in pieces. Returns STORE_MORE when held (ctx->hold
  * set), else store_alloc's status with every block taken (0) or none;
- * the evictions of every piece add up in s->alloc_evicted. */
+ * the evictions of every piece add up in s->steps.alloc_evicted. */
 static int alloc_pieces(session_t *s, uint32_t ns, uint32_t n, const uint64_t *hashes,
                         uint32_t *ids, size_t *evicted, store_evicted_t *report, handler_ctx_t *ctx)
 {
     server_t *srv = s->srv;
     bool pieces = s->has_pipe && !srv->stopping && !report->want;
-    uint32_t done = s->alloc_done, k = n - done;
+    uint32_t done = s->steps.alloc_done, k = n - done;
     if (pieces && k > STORE_PIECE_BLOCKS)
         k = STORE_PIECE_BLOCKS;
     *evicted = 0;
     int rc = store_alloc(srv, s, ns, k, hashes ? hashes + done : NULL, ids + done, evicted, report);
-    s->alloc_evicted += *evicted;
+    s->steps.alloc_evicted += *evicted;
     if (rc == 0) {
         done += k;
-        s->alloc_done = done;
+        s->steps.alloc_done = done;
         if (done == n)
             return 0;
         rc = STORE_MORE;
     }
     if (rc == STORE_MORE || rc == STORE_WAIT) {
-        s->alloc_steps = true; /* the frame runs again: held here or for copies */
+        s->steps.alloc = true; /* the frame runs again: held here or for copies */
         if (rc == STORE_MORE) {
             uint64_t now = uv_now(srv->loop);
             ctx->hold = SESSION_HOLD_ALLOC;
@@ -570,15 +570,15 @@ static int alloc_run(session_t *s, const Kvshare__Request *req, Kvshare__Respons
 int handler_alloc(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
                   handler_ctx_t *ctx)
 {
-    bool resumed = s->alloc_steps;
-    s->alloc_steps = false;
+    bool resumed = s->steps.alloc;
+    s->steps.alloc = false;
     if (!resumed) {
-        s->alloc_done = 0;
-        s->alloc_evicted = 0;
+        s->steps.alloc_done = 0;
+        s->steps.alloc_evicted = 0;
     }
     int rc = alloc_run(s, req, resp, ctx);
     if (rc != 0)
-        alloc_give_back(s, s->scratch);
+        alloc_give_back(s, s->own.scratch);
     return rc;
 }
 
@@ -642,14 +642,14 @@ static int alloc_run(session_t *s, const Kvshare__Request *req, Kvshare__Respons
     }
     /* On the next piece of this frame's Alloc (alloc_pieces), the blocks
      * it took so far are this session's WRITING blocks already. */
-    uint32_t left = al->n - s->alloc_done;
+    uint32_t left = al->n - s->steps.alloc_done;
     if (srv->cfg.session_max_writing &&
-        (uint64_t)s->n_writing + left > srv->cfg.session_max_writing) {
+        (uint64_t)s->own.n_writing + left > srv->cfg.session_max_writing) {
         srv->metrics.session_limit_refusals++;
         return fail(ctx, KVS_ELIMIT,
                     "session limit session_max_writing = %u: this session holds %u WRITING "
                     "blocks and asked for %u more; commit or release blocks first",
-                    srv->cfg.session_max_writing, s->n_writing, left);
+                    srv->cfg.session_max_writing, s->own.n_writing, left);
     }
     if (session_scratch(s, al->n, &ids) != 0 || session_writing_reserve(s, left) != 0)
         return fail(ctx, KVS_ENOMEM, "out of memory for an alloc of %u blocks", al->n);
@@ -669,7 +669,7 @@ static int alloc_run(session_t *s, const Kvshare__Request *req, Kvshare__Respons
         ctx->hold = tier_hold(s);
         return 0;
     }
-    evicted = (size_t)s->alloc_evicted;
+    evicted = (size_t)s->steps.alloc_evicted;
     if (rc == KVS_EPOOLFULL) {
         pool_counts_t c;
         pool_counts(srv->pool, &c);
@@ -853,7 +853,7 @@ static int commit_check(session_t *s, const Kvshare__CommitRequest *cm, bool sha
  * session is held (SESSION_HOLD_COMMIT) with a deadline of now, so that
  * the hold timer runs its frame again in the next turn, after other
  * sessions' requests, and the Commit goes on where it stopped
- * (session_t.commit_steps). Between two pieces the blocks committed so far
+ * (session_t.steps.commit). Between two pieces the blocks committed so far
  * are cached and pinned by this session, the rest still WRITING and held by
  * it: nothing another session does can change them, and this session's
  * later frames wait behind the held one. A reader meanwhile finds the
@@ -870,25 +870,26 @@ static bool commit_pieces(session_t *s, uint32_t ns, const uint32_t *tokens, siz
     size_t end = pieces ? first + STORE_PIECE_BLOCKS : n_ids;
     *irc =
         store_commit_range(srv, s, ns, tokens, n_tokens, ids, first, end, hint, canonical, n_done);
-    if (*irc == KVS_EBUSY && s->has_pipe && !srv->stopping && s->commit_waits < COMMIT_TIER_WAITS &&
-        radix_busy_blocks(srv->index) > 0 && tier_wait(srv, s) == 1) {
+    if (*irc == KVS_EBUSY && s->has_pipe && !srv->stopping &&
+        s->steps.commit_waits < COMMIT_TIER_WAITS && radix_busy_blocks(srv->index) > 0 &&
+        tier_wait(srv, s) == 1) {
         /* The prompt runs through a cached block being copied between the
          * tiers (a spill to the disk, which no request waits for): once
          * the copies end it is a block again, and the Commit goes on from
          * where it stopped. */
-        s->commit_waits++;
-        s->commit_steps = true;
-        s->commit_ns = ns;
-        s->commit_done = *n_done;
+        s->steps.commit_waits++;
+        s->steps.commit = true;
+        s->steps.commit_ns = ns;
+        s->steps.commit_done = *n_done;
         ctx->hold = tier_hold(s);
         return true;
     }
-    s->commit_steps = *irc == 0 && end < n_ids;
-    if (!s->commit_steps)
+    s->steps.commit = *irc == 0 && end < n_ids;
+    if (!s->steps.commit)
         return false;
     uint64_t now = uv_now(srv->loop);
-    s->commit_ns = ns;
-    s->commit_done = *n_done;
+    s->steps.commit_ns = ns;
+    s->steps.commit_done = *n_done;
     ctx->hold = SESSION_HOLD_COMMIT;
     ctx->hold_until_ms = now ? now : 1; /* 0 would mean no deadline */
     return true;
@@ -917,10 +918,10 @@ int handler_commit(session_t *s, const Kvshare__Request *req, Kvshare__Response 
     void *copy = NULL;
 
     /* The next piece of this frame's Commit: checked at its first. */
-    bool resumed = s->commit_steps;
-    s->commit_steps = false;
+    bool resumed = s->steps.commit;
+    s->steps.commit = false;
     if (!resumed)
-        s->commit_waits = 0;
+        s->steps.commit_waits = 0;
     int rc = resumed ? 0 : group_writer_check(s, "Commit", ctx);
     if (rc != 0)
         return rc;
@@ -949,9 +950,9 @@ int handler_commit(session_t *s, const Kvshare__Request *req, Kvshare__Response 
                     "commit of %zu blocks needs at least %zu tokens (%u per block); got %zu", n_ids,
                     n_ids * srv->geo.block_tokens, srv->geo.block_tokens, n_tokens);
     if (resumed) {
-        ns = s->commit_ns;
-        first = s->commit_done;
-        canonical = s->scratch;
+        ns = s->steps.commit_ns;
+        first = s->steps.commit_done;
+        canonical = s->own.scratch;
     } else {
         rc = commit_check(s, cm, shard, tokens, n_tokens, &ns, &canonical, ctx);
         if (rc != 0)
@@ -1207,10 +1208,10 @@ int handler_stats(session_t *s, const Kvshare__Request *req, Kvshare__Response *
     r->writing_blocks = c.writing;
     r->cached_blocks = c.cached;
     r->pinned_blocks = radix_pinned_blocks(srv->index);
-    r->sessions = srv->n_sessions;
+    r->sessions = srv->sessions.len;
     /* Every counter in the list (a copy: dispatch counts this request
      * before the reply is packed), and the named fields older clients read. */
-    server_sync_counters(srv);
+    store_sync_counters(srv);
     uint64_t *counters = malloc(sizeof(srv->metrics.counters));
     if (!counters)
         return fail(ctx, KVS_ENOMEM, "out of memory for the stats counters");
@@ -1337,7 +1338,7 @@ int handler_stats(session_t *s, const Kvshare__Request *req, Kvshare__Response *
  * more to do, the session is held (SESSION_HOLD_TREE) with a deadline of
  * now, so that the hold timer runs it again in the next turn, after the
  * other sessions' requests. One walk runs at a time in the daemon
- * (server_t.tree_walk): its memory (about 90 bytes per prefix) counts in
+ * (server_t.tree.walk): its memory (about 90 bytes per prefix) counts in
  * the session's buffers (max_buffer_memory), and a Tree of another session
  * waits for it, held for the same reason until it ends. A walk starts only
  * when the spacing of large work allows (server.h), and its steps' time in
@@ -1346,18 +1347,18 @@ int handler_stats(session_t *s, const Kvshare__Request *req, Kvshare__Response *
  * (radix.h). */
 static void tree_end(server_t *srv)
 {
-    radix_top_end(srv->tree_walk);
-    srv->tree_walk = NULL;
-    srv->tree_owner = NULL;
+    radix_top_end(srv->tree.walk);
+    srv->tree.walk = NULL;
+    srv->tree.owner = NULL;
     session_release_all(srv, SESSION_HOLD_TREE); /* the Trees waiting for it */
 }
 
 /* s's Tree no longer waits to walk (it walks, ended or is gone). */
 static void tree_unwait(session_t *s)
 {
-    if (s->tree_counted)
-        s->srv->trees_waiting--;
-    s->tree_waiting = s->tree_counted = false;
+    if (s->tree.counted)
+        s->srv->tree.waiting--;
+    s->tree.waiting = s->tree.counted = false;
 }
 
 /* s no longer waits for a shared walk's rows; the last such session
@@ -1365,13 +1366,13 @@ static void tree_unwait(session_t *s)
 static void tree_leave(session_t *s)
 {
     server_t *srv = s->srv;
-    if (!s->tree_join)
+    if (!s->tree.join)
         return;
-    s->tree_join = 0;
-    if (--srv->tree_joiners == 0) {
-        free(srv->tree_rows);
-        srv->tree_rows = NULL;
-        srv->tree_n_rows = 0;
+    s->tree.join = 0;
+    if (--srv->tree.joiners == 0) {
+        free(srv->tree.rows);
+        srv->tree.rows = NULL;
+        srv->tree.n_rows = 0;
     }
 }
 
@@ -1379,7 +1380,7 @@ void handler_tree_gone(session_t *s)
 {
     tree_unwait(s);
     tree_leave(s);
-    if (s->srv->tree_owner == s)
+    if (s->srv->tree.owner == s)
         tree_end(s->srv);
 }
 
@@ -1403,20 +1404,20 @@ static size_t tree_walk_rows(const server_t *srv, const Kvshare__TreeRequest *tr
 static bool tree_join(session_t *s, const Kvshare__TreeRequest *tr, handler_ctx_t *ctx)
 {
     server_t *srv = s->srv;
-    if (!srv->tree_owner || srv->tree_by_size != tr->by_size ||
-        srv->tree_max < tree_walk_rows(srv, tr))
+    if (!srv->tree.owner || srv->tree.by_size != tr->by_size ||
+        srv->tree.max < tree_walk_rows(srv, tr))
         return false;
     if (tr->ns && tr->ns[0]) {
-        const char *name = radix_ns_name(srv->index, srv->tree_ns);
-        if (srv->tree_ns == RADIX_NS_ALL || !name || strcmp(name, tr->ns) != 0 ||
-            !namespaces_allowed(s, srv->tree_ns))
+        const char *name = radix_ns_name(srv->index, srv->tree.ns);
+        if (srv->tree.ns == RADIX_NS_ALL || !name || strcmp(name, tr->ns) != 0 ||
+            !namespaces_allowed(s, srv->tree.ns))
             return false;
-    } else if (srv->tree_ns != RADIX_NS_ALL) {
+    } else if (srv->tree.ns != RADIX_NS_ALL) {
         return false;
     }
     tree_unwait(s);
-    s->tree_join = srv->tree_gen;
-    srv->tree_joiners++;
+    s->tree.join = srv->tree.gen;
+    srv->tree.joiners++;
     ctx->hold = SESSION_HOLD_TREE;
     ctx->hold_until_ms = 0;
     return true;
@@ -1427,8 +1428,8 @@ static bool tree_join(session_t *s, const Kvshare__TreeRequest *tr, handler_ctx_
 static bool tree_same(const session_t *t, const Kvshare__TreeRequest *tr, size_t max)
 {
     const char *ns = tr->ns ? tr->ns : "";
-    return t->tree_counted && t->tree_by_size == tr->by_size && t->tree_max >= max &&
-           strcmp(t->tree_ns, ns) == 0;
+    return t->tree.counted && t->tree.by_size == tr->by_size && t->tree.max >= max &&
+           strcmp(t->tree.ns, ns) == 0;
 }
 
 /* Holds s's Tree until it may walk. A Tree that lists what a waiting one
@@ -1446,21 +1447,21 @@ static int tree_wait(session_t *s, const Kvshare__TreeRequest *tr, session_hold_
     srv->metrics.requests_spaced++;
     ctx->hold = why;
     ctx->hold_until_ms = until_ms;
-    if (why == SESSION_HOLD_SPACING && uv_hrtime() < s->walk_next_ns) {
+    if (why == SESSION_HOLD_SPACING && uv_hrtime() < s->turn.walk_next_ns) {
         tree_unwait(s);
         return 0;
     }
-    if (s->tree_counted)
+    if (s->tree.counted)
         return 0;
-    for (const session_t *t = srv->held_head; t; t = t->held_next) {
+    LIST_FOR_EACH (&srv->sched.held, session_t, turn.held_link, t) {
         if (t != s && tree_same(t, tr, max)) {
-            s->tree_waiting = true; /* released when a walk begins (tree_begin) */
+            s->tree.waiting = true; /* released when a walk begins (tree_begin) */
             ctx->hold = SESSION_HOLD_TREE;
             ctx->hold_until_ms = 0;
             return 0;
         }
     }
-    if (srv->trees_waiting >= TREE_MAX_WAITING) {
+    if (srv->tree.waiting >= TREE_MAX_WAITING) {
         ctx->hold = SESSION_HOLD_NONE;
         ctx->hold_until_ms = 0;
         srv->metrics.requests_spaced--;
@@ -1468,19 +1469,19 @@ static int tree_wait(session_t *s, const Kvshare__TreeRequest *tr, session_hold_
         return fail(ctx, KVS_EBUSY,
                     "%u tree listings of other namespaces, orders or lengths are waiting for "
                     "their turn to walk the index (one walk at a time, spaced): ask again later",
-                    srv->trees_waiting);
+                    srv->tree.waiting);
     }
-    s->tree_waiting = s->tree_counted = true;
-    srv->trees_waiting++;
-    s->tree_by_size = tr->by_size;
-    s->tree_max = (uint32_t)max;
-    snprintf(s->tree_ns, sizeof s->tree_ns, "%s", tr->ns ? tr->ns : "");
+    s->tree.waiting = s->tree.counted = true;
+    srv->tree.waiting++;
+    s->tree.by_size = tr->by_size;
+    s->tree.max = (uint32_t)max;
+    snprintf(s->tree.ns, sizeof s->tree.ns, "%s", tr->ns ? tr->ns : "");
     return 0;
 }
 
 size_t handler_tree_bytes(const session_t *s)
 {
-    return s->srv->tree_owner == s ? radix_top_walk_bytes(s->srv->tree_walk) : 0;
+    return s->srv->tree.owner == s ? radix_top_walk_bytes(s->srv->tree.walk) : 0;
 }
 
 /* Begins s's walk, or holds s: for the spacing, or for another session's
@@ -1495,7 +1496,7 @@ static int tree_begin(session_t *s, const Kvshare__TreeRequest *tr, handler_ctx_
     uint64_t t0 = uv_hrtime();
     if (s->has_pipe && t0 < session_spacing_next(s))
         return tree_wait(s, tr, SESSION_HOLD_SPACING, session_spacing_until(s, t0), ctx);
-    if (srv->tree_owner) /* another session's walk: until it ends */
+    if (srv->tree.owner) /* another session's walk: until it ends */
         return tree_wait(s, tr, SESSION_HOLD_TREE, 0, ctx);
     tree_unwait(s);
     if (tr->ns && tr->ns[0]) {
@@ -1504,19 +1505,18 @@ static int tree_begin(session_t *s, const Kvshare__TreeRequest *tr, handler_ctx_
             return rc;
     }
     int rc = radix_top_begin(srv->index, ns, tr->by_size ? RADIX_BY_SIZE : RADIX_BY_HITS, max,
-                             &srv->tree_walk);
+                             &srv->tree.walk);
     if (rc != 0)
         return fail(ctx, rc, "tree listing failed: %s", kvs_status_text(rc));
-    srv->tree_owner = s;
-    srv->tree_max = max;
-    srv->tree_gen++;
-    srv->tree_ns = ns;
-    srv->tree_by_size = tr->by_size;
-    s->tree_work_ns = 0;
+    srv->tree.owner = s;
+    srv->tree.max = max;
+    srv->tree.gen++;
+    srv->tree.ns = ns;
+    srv->tree.by_size = tr->by_size;
+    s->tree.work_ns = 0;
     /* The Trees waiting look again: those that list the same join it. */
-    for (session_t *h = srv->held_head, *next; h; h = next) {
-        next = h->held_next;
-        if (h->tree_waiting)
+    LIST_FOR_EACH_SAFE (&srv->sched.held, session_t, turn.held_link, h, next) {
+        if (h->tree.waiting)
             session_release(h);
     }
     return 0;
@@ -1531,16 +1531,16 @@ static int tree_steps(session_t *s, handler_ctx_t *ctx, bool *done)
     *done = false;
     for (;;) {
         uint64_t t0 = uv_hrtime();
-        int rc = radix_top_step(srv->index, srv->tree_walk, RADIX_TOP_STEP, done);
+        int rc = radix_top_step(srv->index, srv->tree.walk, RADIX_TOP_STEP, done);
         uint64_t t1 = uv_hrtime();
-        s->tree_work_ns += t1 - t0;
+        s->tree.work_ns += t1 - t0;
         if (rc != 0) {
             tree_end(srv);
             return fail(ctx, rc, "tree listing failed: %s", kvs_status_text(rc));
         }
         /* Its memory grows with the prefixes found: counted with the
          * buffers of every session (held_bytes), it must fit beside them. */
-        size_t walk = radix_top_walk_bytes(srv->tree_walk);
+        size_t walk = radix_top_walk_bytes(srv->tree.walk);
         size_t others = srv->buf_bytes - s->buf_bytes;
         if (others + walk > srv->cfg.max_buffer_memory) {
             tree_end(srv);
@@ -1554,7 +1554,7 @@ static int tree_steps(session_t *s, handler_ctx_t *ctx, bool *done)
                     20);
         }
         if (*done) {
-            session_spacing_done(s, t1 - s->tree_work_ns, t1);
+            session_spacing_done(s, t1 - s->tree.work_ns, t1);
             return 0;
         }
         if (s->has_pipe && !srv->stopping) {
@@ -1579,28 +1579,28 @@ int handler_tree(session_t *s, const Kvshare__Request *req, Kvshare__Response *r
     radix_prefix_t *rows;
     void *mem;
     int rc;
-    if (s->tree_join && s->tree_join == srv->tree_rows_gen && srv->tree_rows) {
+    if (s->tree.join && s->tree.join == srv->tree.rows_gen && srv->tree.rows) {
         /* The walk it joined ended: its rows, as the walker got them. */
-        max = srv->tree_n_rows;
+        max = srv->tree.n_rows;
         rows = malloc((max + 1) * sizeof(*rows));
         mem = malloc((max + 1) * (sizeof(Kvshare__Prefix) + sizeof(void *)));
         ctx->heap[0] = rows;
         ctx->heap[1] = mem;
         if (rows)
-            memcpy(rows, srv->tree_rows, max * sizeof(*rows));
+            memcpy(rows, srv->tree.rows, max * sizeof(*rows));
         n = max;
         tree_leave(s);
         if (!rows || !mem)
             return fail(ctx, KVS_ENOMEM, "out of memory for %zu tree rows", max);
         goto answer;
     }
-    if (s->tree_join && srv->tree_owner && srv->tree_gen == s->tree_join) {
+    if (s->tree.join && srv->tree.owner && srv->tree.gen == s->tree.join) {
         ctx->hold = SESSION_HOLD_TREE; /* still walking */
         ctx->hold_until_ms = 0;
         return 0;
     }
     tree_leave(s); /* a walk that ended without rows: its own */
-    if (srv->tree_owner != s) {
+    if (srv->tree.owner != s) {
         if (tree_join(s, tr, ctx))
             return 0;
         rc = tree_begin(s, tr, ctx);
@@ -1611,7 +1611,7 @@ int handler_tree(session_t *s, const Kvshare__Request *req, Kvshare__Response *r
     rc = tree_steps(s, ctx, &done);
     if (rc != 0 || !done)
         return rc;
-    max = srv->tree_max;
+    max = srv->tree.max;
     rows = malloc((max + 1) * sizeof(*rows));
     mem = malloc((max + 1) * (sizeof(Kvshare__Prefix) + sizeof(void *)));
     ctx->heap[0] = rows;
@@ -1620,17 +1620,17 @@ int handler_tree(session_t *s, const Kvshare__Request *req, Kvshare__Response *r
         tree_end(srv);
         return fail(ctx, KVS_ENOMEM, "out of memory for %zu tree rows", max);
     }
-    rc = radix_top_rows(srv->tree_walk, rows, max, &n);
+    rc = radix_top_rows(srv->tree.walk, rows, max, &n);
     /* Kept for the Trees that joined this walk (without memory for them,
      * each walks on its own). */
-    if (rc == 0 && srv->tree_joiners > 0) {
+    if (rc == 0 && srv->tree.joiners > 0) {
         radix_prefix_t *keep = malloc((n + 1) * sizeof(*keep));
         if (keep) {
             memcpy(keep, rows, n * sizeof(*keep));
-            free(srv->tree_rows);
-            srv->tree_rows = keep;
-            srv->tree_n_rows = n;
-            srv->tree_rows_gen = srv->tree_gen;
+            free(srv->tree.rows);
+            srv->tree.rows = keep;
+            srv->tree.n_rows = n;
+            srv->tree.rows_gen = srv->tree.gen;
         }
     }
     tree_end(srv);
@@ -1708,18 +1708,19 @@ static bool clear_step(session_t *s, uint32_t ns, int *rc)
         *rc = radix_ns_stats(srv->index, ns, &st);
         if (*rc != 0)
             return false;
-        s->clear_dropped = 0;
-        s->clear_left = (uint64_t)st.cached_blocks + st.tier2_blocks + st.tier3_blocks;
+        s->steps.clear_dropped = 0;
+        s->steps.clear_left = (uint64_t)st.cached_blocks + st.tier2_blocks + st.tier3_blocks;
     }
-    size_t step = s->clear_left < STORE_CLEAR_STEP ? (size_t)s->clear_left : STORE_CLEAR_STEP;
+    size_t step =
+        s->steps.clear_left < STORE_CLEAR_STEP ? (size_t)s->steps.clear_left : STORE_CLEAR_STEP;
     size_t n = 0;
     *rc = store_clear(srv, ns, step, &n);
     if (*rc != 0)
         return false;
-    s->clear_dropped += n;
-    s->clear_left -= n;
+    s->steps.clear_dropped += n;
+    s->steps.clear_left -= n;
     /* n < step: nothing more can go now. When stopping, no next turn. */
-    return n == step && s->clear_left > 0 && !srv->stopping;
+    return n == step && s->steps.clear_left > 0 && !srv->stopping;
 }
 
 int handler_clear(session_t *s, const Kvshare__Request *req, Kvshare__Response *resp,
@@ -1765,11 +1766,11 @@ int handler_clear(session_t *s, const Kvshare__Request *req, Kvshare__Response *
     cluster_store_cleared(srv, ns); /* cluster_clear: its keys too, off the loop */
     LOG_INFO("namespace '%s' cleared by session %llu: %llu blocks dropped, %u kept (pinned)",
              radix_ns_name(srv->index, ns), (unsigned long long)s->id,
-             (unsigned long long)s->clear_dropped, st.cached_blocks);
+             (unsigned long long)s->steps.clear_dropped, st.cached_blocks);
 
     Kvshare__ClearReply *r = &ctx->reply.clear;
     kvshare__clear_reply__init(r);
-    r->n_cleared = (uint32_t)s->clear_dropped;
+    r->n_cleared = (uint32_t)s->steps.clear_dropped;
     r->n_kept = st.cached_blocks;
     resp->rpc_case = KVSHARE__RESPONSE__RPC_CLEAR;
     resp->clear = r;

@@ -493,7 +493,7 @@ int metrics_render(server_t *srv, char **out, size_t *len)
     pool_counts_t c;
     uint32_t n_ns = radix_ns_id_end(srv->index); /* ids; reclaimed ones are skipped */
 
-    server_sync_counters(srv);
+    store_sync_counters(srv);
     t.cap = 16384;
     t.buf = malloc(t.cap);
     if (!t.buf)
@@ -579,7 +579,7 @@ int metrics_render(server_t *srv, char **out, size_t *len)
     devices(&t, srv, c.writing + c.cached);
 
     head(&t, "kvshare_sessions", "gauge", "Open sessions (connections)");
-    put(&t, "kvshare_sessions %u\n", srv->n_sessions);
+    put(&t, "kvshare_sessions %u\n", (unsigned)srv->sessions.len);
     head(&t, "kvshare_loop_busy_max_seconds", "gauge",
          "The longest stretch of loop work between two polls since start, in seconds");
     put(&t, "kvshare_loop_busy_max_seconds %llu.%06llu\n",

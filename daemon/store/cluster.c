@@ -3,6 +3,7 @@
 
 #include "crc16.h"
 #include "kvshare_status.h"
+#include "list.h"
 #include "log.h"
 
 #include <errno.h>
@@ -53,7 +54,7 @@ typedef enum req_kind { REQ_USER, REQ_REFRESH, REQ_SCAN, REQ_CONFIG } req_kind_t
 
 /* One command in flight: formatted once, sent again on redirects. */
 typedef struct cluster_req {
-    struct cluster_req *prev, *next; /* cl->reqs, oldest first */
+    list_node_t link; /* on the client's commands in flight, oldest first */
     cluster_t *cl;
     req_kind_t kind;
     char *cmd; /* hiredis-formatted (redisFormatCommandArgv) */
@@ -97,7 +98,7 @@ struct cluster {
     uint32_t timeout_ms;
     uint32_t max_inflight;
     size_t max_reply_bytes;
-    cluster_req_t *head, *tail;
+    list_t reqs; /* cluster_req_t.link, oldest first: the first deadline first */
     int refreshing;
     int refresh_wanted;
     uint64_t last_refresh;
@@ -549,15 +550,7 @@ static int node_connect(cluster_node_t *n)
 static void req_unlink(cluster_req_t *q)
 {
     cluster_t *c = q->cl;
-    if (q->prev)
-        q->prev->next = q->next;
-    else
-        c->head = q->next;
-    if (q->next)
-        q->next->prev = q->prev;
-    else
-        c->tail = q->prev;
-    q->prev = q->next = NULL;
+    list_remove(&c->reqs, &q->link);
     c->stats.inflight--;
 }
 
@@ -868,13 +861,7 @@ static cluster_req_t *req_new(cluster_t *c, req_kind_t kind, const void *key, si
 static void req_link(cluster_req_t *q)
 {
     cluster_t *c = q->cl;
-    q->prev = c->tail;
-    q->next = NULL;
-    if (c->tail)
-        c->tail->next = q;
-    else
-        c->head = q;
-    c->tail = q;
+    list_push_back(&c->reqs, &q->link);
     c->stats.inflight++;
 }
 
@@ -1071,15 +1058,14 @@ static void on_tick(uv_timer_t *t)
 {
     cluster_t *c = t->data;
     uint64_t now = cl_now(c);
-    while (c->head && c->head->deadline <= now) {
-        cluster_req_t *q = c->head;
+    for (cluster_req_t *q; (q = LIST_FIRST(&c->reqs, cluster_req_t, link)) && q->deadline <= now;) {
         cluster_node_t *n = c->nodes[q->node];
         if (!n->ac)
             break; /* cannot happen outside a hiredis callback */
         cl_log(c, LOGK_TIMEOUT, "%s:%d did not answer within %u ms", n->host, n->port,
                c->timeout_ms);
         node_drop(n, KVS_ETIMEDOUT);
-        if (c->head == q)
+        if (LIST_FIRST(&c->reqs, cluster_req_t, link) == q)
             break;
     }
     if (c->refresh_wanted && now - c->last_refresh >= CLUSTER_REFRESH_MS)

@@ -174,22 +174,6 @@ static void link_return(cluster_link_t *l, job_t *j)
  * block the loop took for a fetch (WRITING, no session's). The backend is
  * used from other threads the same way by tier copies. */
 
-/* The bytes of pool block b, every layer and plane, in that order. */
-static int read_block(server_t *srv, uint32_t b, unsigned char *out)
-{
-    uint64_t slot = geometry_slot_bytes(&srv->geo);
-    uint32_t planes = geometry_planes(&srv->geo);
-    for (uint32_t l = 0; l < srv->geo.layers; l++)
-        for (uint32_t p = 0; p < planes; p++) {
-            uint64_t off = geometry_offset(&srv->geo, srv->num_blocks, l, p, b);
-            int rc = backend_read(srv->backend, off, out, slot);
-            if (rc != 0)
-                return rc;
-            out += slot;
-        }
-    return 0;
-}
-
 /* Copies the pinned block of j into a value and sends it (counted by the
  * tier: sent, or dropped when too many are in flight). */
 static void thread_put(cluster_link_t *l, job_t *j)
@@ -210,7 +194,7 @@ static void thread_put(cluster_link_t *l, job_t *j)
         l->value_cap = l->value ? vlen : 0;
     }
     /* The payload goes straight where the value wants it. */
-    if (l->value && read_block(srv, j->id, l->value + (vlen - b.payload_len)) == 0)
+    if (l->value && store_block_read(srv, j->id, l->value + (vlen - b.payload_len)) == 0)
         (void)cluster_tier_put_value(l->t, &b, l->value);
 }
 
@@ -275,12 +259,12 @@ static void thread_touch(cluster_link_t *l, const job_t *j)
 
 /* One Lookup's fetch. The loop makes it, takes free pool blocks for it,
  * and hands it to the cluster thread; until it comes back the loop
- * touches only prev/next and s, and the thread writes the blocks ids[j]
+ * touches only link and s, and the thread writes the blocks ids[j]
  * and written[j]. */
 typedef struct cluster_fetch {
     server_t *srv;
-    session_t *s; /* NULL once the session is gone */
-    struct cluster_fetch *prev, *next;
+    session_t *s;     /* NULL once the session is gone */
+    list_node_t link; /* on server_t.cluster_fetches */
     uint32_t ns;
     char *name;        /* the namespace's name */
     uint64_t identity; /* its identity hash */
@@ -301,12 +285,7 @@ typedef struct cluster_fetch {
  * (ids == NULL) by store_install_done. */
 static void fetch_free(server_t *srv, cluster_fetch_t *f)
 {
-    if (f->prev)
-        f->prev->next = f->next;
-    else
-        srv->cluster_fetches = f->next;
-    if (f->next)
-        f->next->prev = f->prev;
+    list_remove(&srv->cluster_fetches, &f->link);
     if (f->s)
         f->s->cluster_fetch = NULL;
     if (f->ids) {
@@ -585,8 +564,7 @@ int cluster_store_open(server_t *srv, char *err, size_t errlen)
                  rc == KVS_EIO ? ", or the cluster_auth_file cannot be read" : "");
         return rc;
     }
-    const char *prefix =
-        srv->cfg.cluster_key_prefix ? srv->cfg.cluster_key_prefix : CLUSTER_STORE_KEY_PREFIX;
+    const char *prefix = srv->cfg.cluster_key_prefix ? srv->cfg.cluster_key_prefix : "";
     uint64_t vbytes = geometry_block_bytes(&srv->geo) + 4096;
     l->max_puts = CLUSTER_STORE_PUT_BYTES / vbytes;
     if (l->max_puts > CLUSTER_STORE_MAX_PUTS)
@@ -663,8 +641,8 @@ void cluster_store_close(server_t *srv)
         job_free(r);
         r = next;
     }
-    while (srv->cluster_fetches)
-        fetch_free(srv, srv->cluster_fetches);
+    while (!list_empty(&srv->cluster_fetches))
+        fetch_free(srv, LIST_FIRST(&srv->cluster_fetches, cluster_fetch_t, link));
     srv->cluster = NULL;
     loop_wake_close(&l->back, on_back_closed);
 }
@@ -896,7 +874,7 @@ static void fetch_finish(server_t *srv, cluster_fetch_t *f)
     fetch_free(srv, f);
     /* Only this hold is ours to end: past its deadline the Lookup already
      * answered, and the session may be held for something else now. */
-    if (s && s->held == SESSION_HOLD_CLUSTER)
+    if (s && s->turn.held == SESSION_HOLD_CLUSTER)
         session_release(s);
 }
 
@@ -989,10 +967,7 @@ static cluster_fetch_t *fetch_new(session_t *s, uint32_t ns, const char *name,
     /* Only the hashes of the blocks to fetch are kept. */
     memmove(f->hashes, f->hashes + m, k * sizeof(*f->hashes));
     memcpy(f->tokens, tokens, n_tok * sizeof(*f->tokens));
-    f->next = srv->cluster_fetches;
-    if (f->next)
-        f->next->prev = f;
-    srv->cluster_fetches = f;
+    list_push_front(&srv->cluster_fetches, &f->link);
     f->s = s;
     s->cluster_fetch = f;
     return f;

@@ -44,9 +44,6 @@
 #define CLUSTER_STORE_MAX_QUEUED 65536
 #define CLUSTER_STORE_MAX_PUTS   256
 #define CLUSTER_STORE_PUT_BYTES  (64u << 20)
-/* Keys start with this unless cluster_key_prefix says otherwise: one
- * cluster may hold other data. */
-#define CLUSTER_STORE_KEY_PREFIX "kvs:"
 
 /* Starts the client when srv->cfg.cluster_seeds is set (else does
  * nothing). Returns 0, or an error with a message in err: KVS_EINVAL (bad

@@ -45,15 +45,14 @@ struct inflight {
     uint32_t claimed; /* claim entries in the table */
     /* Sessions with claims, oldest first (their leases end in this order),
      * and the timer that ends them (its own memory: it closes on its own). */
-    session_t *claimers_head, *claimers_tail;
+    list_t claimers; /* session_t.claim.link, oldest first */
     uv_timer_t *lease_timer;
     bool lease_armed;
 
     uint64_t *scratch; /* chain hashes for inflight_count */
     size_t scratch_cap;
 
-    inflight_wait_t *waiters;
-    uint32_t n_waiting;
+    list_t waiters; /* inflight_wait_t.link, newest first */
     /* Waiters by key ([mask + 1] buckets), and the prefixes whose
      * declarations ended since the last wake (all_ended: too many to keep,
      * or a waiter without a key: look at every waiter). */
@@ -207,7 +206,7 @@ static void entry_remove(inflight_t *f, uint32_t b)
     f->on[b] = 0;
     f->declared--;
     ns_ref(f, f->ns_of[b], -1);
-    if (f->n_waiting == 0 || f->all_ended)
+    if (list_empty(&f->waiters) || f->all_ended)
         return;
     if (f->n_ended == f->cap_ended) {
         size_t cap = f->cap_ended ? 2 * f->cap_ended : 16;
@@ -252,7 +251,7 @@ static void on_lease(uv_timer_t *t);
 static void lease_arm(server_t *srv)
 {
     inflight_t *f = srv->inflight;
-    if (!f->claimers_head) {
+    if (list_empty(&f->claimers)) {
         if (f->lease_armed)
             uv_timer_stop(f->lease_timer);
         f->lease_armed = false;
@@ -268,7 +267,8 @@ static void lease_arm(server_t *srv)
         f->lease_timer->data = srv;
         uv_unref((uv_handle_t *)f->lease_timer); /* a stopping loop does not wait for it */
     }
-    uint64_t now = uv_now(srv->loop), due = f->claimers_head->claim_until_ms;
+    uint64_t now = uv_now(srv->loop),
+             due = LIST_FIRST(&f->claimers, session_t, claim.link)->claim.until_ms;
     uv_timer_start(f->lease_timer, on_lease, due > now ? due - now : 0, 0);
     f->lease_armed = true;
 }
@@ -280,9 +280,10 @@ static void on_lease(uv_timer_t *t)
     inflight_t *f = srv->inflight;
     uint64_t now = uv_now(srv->loop);
     f->lease_armed = false;
-    while (f->claimers_head && f->claimers_head->claim_until_ms <= now) {
+    for (session_t *s;
+         (s = LIST_FIRST(&f->claimers, session_t, claim.link)) && s->claim.until_ms <= now;) {
         srv->metrics.claims_expired++;
-        inflight_unclaim(srv, f->claimers_head);
+        inflight_unclaim(srv, s);
     }
     lease_arm(srv);
     if (inflight_pending(srv))
@@ -305,22 +306,17 @@ void inflight_claim(server_t *srv, session_t *s, uint32_t ns, const uint32_t *to
         uint32_t c = f->claim_free[--f->n_claim_free];
         entry_add(f, c, ns, f->scratch[i]);
         f->claim_owner[c - f->n_blocks] = s;
-        f->claim_next[c - f->n_blocks] = s->claims;
-        s->claims = c;
+        f->claim_next[c - f->n_blocks] = s->claim.first;
+        s->claim.first = c;
         f->claimed++;
     }
-    s->claim_gen++;
-    if (s->claims == 0)
+    s->claim.gen++;
+    if (s->claim.first == 0)
         return;
-    s->claim_until_ms = uv_now(srv->loop) + srv->cfg.claim_lease_ms;
-    s->claimer_next = NULL;
-    s->claimer_prev = f->claimers_tail;
-    if (f->claimers_tail)
-        f->claimers_tail->claimer_next = s;
-    else
-        f->claimers_head = s;
-    f->claimers_tail = s;
-    s->claiming = true;
+    uint32_t lease = srv->cfg.claim_lease_ms ? srv->cfg.claim_lease_ms : INFLIGHT_CLAIM_LEASE_MS;
+    s->claim.until_ms = uv_now(srv->loop) + lease;
+    list_push_back(&f->claimers, &s->claim.link);
+    s->claim.on = true;
     if (!f->lease_armed)
         lease_arm(srv);
 }
@@ -330,21 +326,13 @@ void inflight_unclaim(server_t *srv, session_t *s)
     inflight_t *f = srv->inflight;
     if (!f)
         return;
-    if (s->claiming) {
-        if (s->claimer_prev)
-            s->claimer_prev->claimer_next = s->claimer_next;
-        else
-            f->claimers_head = s->claimer_next;
-        if (s->claimer_next)
-            s->claimer_next->claimer_prev = s->claimer_prev;
-        else
-            f->claimers_tail = s->claimer_prev;
-        s->claimer_prev = s->claimer_next = NULL;
-        s->claiming = false;
+    if (s->claim.on) {
+        list_remove(&f->claimers, &s->claim.link);
+        s->claim.on = false;
     }
-    while (s->claims != 0) {
-        uint32_t c = s->claims;
-        s->claims = f->claim_next[c - f->n_blocks];
+    while (s->claim.first != 0) {
+        uint32_t c = s->claim.first;
+        s->claim.first = f->claim_next[c - f->n_blocks];
         f->claim_owner[c - f->n_blocks] = NULL;
         entry_remove(f, c);
         f->claim_free[f->n_claim_free++] = c;
@@ -464,11 +452,7 @@ int inflight_park(server_t *srv, session_t *s, uint32_t ns, const uint32_t *toke
     w->n_tokens = n_tokens;
     w->start_ms = uv_now(srv->loop);
     w->deadline_ms = w->start_ms + wait_ms;
-    w->next = f->waiters;
-    if (f->waiters)
-        f->waiters->prev = w;
-    f->waiters = w;
-    f->n_waiting++;
+    list_push_front(&f->waiters, &w->link);
     ns_ref(f, ns, 1);
     s->wait = w;
     /* Keyed by what it waits for; one that finds nothing to wait for (it
@@ -486,13 +470,7 @@ void inflight_cancel(server_t *srv, session_t *s)
         return;
     inflight_t *f = srv->inflight;
     key_unlink(f, w);
-    if (w->prev)
-        w->prev->next = w->next;
-    else
-        f->waiters = w->next;
-    if (w->next)
-        w->next->prev = w->prev;
-    f->n_waiting--;
+    list_remove(&f->waiters, &w->link);
     ns_ref(f, w->ns, -1);
     s->wait = NULL;
     free(w->tokens);
@@ -523,7 +501,7 @@ void inflight_wake(server_t *srv, bool all)
      * a request, so no list changes but by these steps. */
     inflight_wait_t *check = NULL;
     if (all || f->all_ended) {
-        for (inflight_wait_t *w = f->waiters; w; w = w->next) {
+        LIST_FOR_EACH (&f->waiters, inflight_wait_t, link, w) {
             w->check_next = check;
             check = w;
         }
@@ -578,7 +556,7 @@ uint32_t inflight_claimed(const server_t *srv)
 
 uint32_t inflight_waiting(const server_t *srv)
 {
-    return srv->inflight ? srv->inflight->n_waiting : 0;
+    return srv->inflight ? (uint32_t)srv->inflight->waiters.len : 0;
 }
 
 bool inflight_ns_busy(const server_t *srv, uint32_t ns)

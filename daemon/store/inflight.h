@@ -56,7 +56,7 @@ typedef struct inflight inflight_t;
 /* A held Lookup's wait, owned by its session (session_t.wait): what it
  * waits for, so that an end of a declaration can tell whether it is over. */
 typedef struct inflight_wait {
-    struct inflight_wait *prev, *next; /* the server's waiters */
+    list_node_t link; /* on the waiters of the in-flight tables */
     session_t *s;
     uint32_t ns;
     uint32_t *tokens;

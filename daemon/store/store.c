@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cluster_store.h"
+#include "events.h"
 #include "inflight.h"
 #include "kvshare_status.h"
 #include "log.h"
@@ -14,6 +15,7 @@
 #include "store_disk.h"
 #include "store_restore.h"
 #include "tier.h"
+#include "tier_disk.h"
 #include "tier_medium.h"
 
 /* --- records, and what the index tells of the blocks it drops --- */
@@ -195,9 +197,9 @@ static void writing_add(store_t *st, session_t *s, uint32_t b)
 {
     store_record_t *r = &st->rec[b];
     r->writer = s;
-    r->writer_pos = s->n_writing;
+    r->writer_pos = s->own.n_writing;
     r->shards = 0; /* no rank has written its shard yet */
-    s->writing[s->n_writing++] = b;
+    s->own.writing[s->own.n_writing++] = b;
 }
 
 /* s no longer writes b (the caller changes its pool state); it leaves the
@@ -207,8 +209,8 @@ static void writing_remove(server_t *srv, session_t *s, uint32_t b)
     store_record_t *rec = srv->store->rec;
     inflight_undeclare(srv, b);
     uint32_t pos = rec[b].writer_pos;
-    uint32_t last = s->writing[--s->n_writing];
-    s->writing[pos] = last;
+    uint32_t last = s->own.writing[--s->own.n_writing];
+    s->own.writing[pos] = last;
     rec[last].writer_pos = pos;
     rec[b].writer = NULL;
     stale_note(srv, b);
@@ -466,20 +468,50 @@ int store_commit(server_t *srv, session_t *s, uint32_t ns, const uint32_t *token
     return store_commit_range(srv, s, ns, tokens, n_tokens, ids, 0, n_ids, hint, canonical, n_done);
 }
 
-/* Writes payload (every layer and plane, in that order) into pool block b. */
-static int write_block(server_t *srv, uint32_t b, const unsigned char *payload)
+int store_block_walk(const server_t *srv, uint32_t slab_blocks, uint32_t b, store_piece_fn piece,
+                     void *arg)
 {
-    uint64_t slot = geometry_slot_bytes(&srv->geo);
-    uint32_t planes = geometry_planes(&srv->geo);
-    for (uint32_t l = 0; l < srv->geo.layers; l++)
-        for (uint32_t p = 0; p < planes; p++) {
-            uint64_t off = geometry_offset(&srv->geo, srv->num_blocks, l, p, b);
-            int rc = backend_write(srv->backend, off, payload, slot);
+    const geometry_t *g = &srv->geo;
+    uint64_t bytes = geometry_slot_bytes(g);
+    uint32_t planes = geometry_planes(g);
+    uint64_t at = 0;
+    for (uint32_t l = 0; l < g->layers; l++)
+        for (uint32_t p = 0; p < planes; p++, at += bytes) {
+            int rc = piece(arg, geometry_offset(g, slab_blocks, l, p, b), at, bytes);
             if (rc != 0)
                 return rc;
-            payload += slot;
         }
     return 0;
+}
+
+typedef struct block_copy {
+    backend_t *backend;
+    const unsigned char *in; /* store_block_write */
+    unsigned char *out;      /* store_block_read */
+} block_copy_t;
+
+static int piece_write(void *arg, uint64_t slab_off, uint64_t block_off, uint64_t bytes)
+{
+    const block_copy_t *c = arg;
+    return backend_write(c->backend, slab_off, c->in + block_off, bytes);
+}
+
+static int piece_read(void *arg, uint64_t slab_off, uint64_t block_off, uint64_t bytes)
+{
+    const block_copy_t *c = arg;
+    return backend_read(c->backend, slab_off, c->out + block_off, bytes);
+}
+
+int store_block_write(const server_t *srv, uint32_t b, const void *payload)
+{
+    block_copy_t c = {.backend = srv->backend, .in = payload};
+    return store_block_walk(srv, srv->num_blocks, b, piece_write, &c);
+}
+
+int store_block_read(const server_t *srv, uint32_t b, void *out)
+{
+    block_copy_t c = {.backend = srv->backend, .out = out};
+    return store_block_walk(srv, srv->num_blocks, b, piece_read, &c);
 }
 
 int store_install_take(server_t *srv, uint32_t ns, size_t n, uint32_t *ids, size_t *n_taken)
@@ -566,7 +598,7 @@ int store_install(server_t *srv, uint32_t ns, const uint32_t *tokens, const uint
         free(ids);
         return rc;
     }
-    while (written < taken && write_block(srv, ids[written], payloads[written]) == 0)
+    while (written < taken && store_block_write(srv, ids[written], payloads[written]) == 0)
         written++;
     rc = store_install_done(srv, ns, tokens, prefix_ids, m, ids, written, taken, n_installed);
     free(ids);
@@ -694,27 +726,42 @@ uint64_t store_draining_pins(const server_t *srv)
     return n;
 }
 
+bool store_session_end(server_t *srv, session_t *s)
+{
+    inflight_cancel(srv, s);
+    inflight_unclaim(srv, s);
+    namespaces_session_gone(s);
+    tier_detach(s);
+    cluster_store_detach(s);
+    bool steps = store_release_session(srv, s);
+    /* Its declarations ended: lookups held for them look again. */
+    if (inflight_pending(srv))
+        inflight_wake(srv, false);
+    return steps;
+}
+
 bool store_release_session(server_t *srv, session_t *s)
 {
     store_t *st = srv->store;
-    for (uint32_t i = 0; i < s->n_writing; i++) {
-        uint32_t b = s->writing[i];
+    for (uint32_t i = 0; i < s->own.n_writing; i++) {
+        uint32_t b = s->own.writing[i];
         inflight_undeclare(srv, b);
         st->rec[b].writer = NULL;
         if (pool_release(st->pool, b) != 0)
             LOG_ERROR("session %llu: block %u was WRITING but the pool refused its release",
                       (unsigned long long)s->id, b);
     }
-    s->n_writing = 0;
-    store_drain_t one = {.keys = s->pins.keys,
-                         .counts = s->pins.counts,
-                         .cap = s->pins.cap,
-                         .left = s->pins.total,
+    s->own.n_writing = 0;
+    store_drain_t one = {.keys = s->own.pins.keys,
+                         .counts = s->own.pins.counts,
+                         .cap = s->own.pins.cap,
+                         .left = s->own.pins.total,
                          .session_id = s->id};
     bool later = false;
     /* A map over one step (pins and slots) goes to the drain list whole;
      * with no memory for the record, at once (a stall, not a leak). */
-    store_drain_t *d = s->pins.total + s->pins.cap > STORE_RELEASE_STEP ? malloc(sizeof(*d)) : NULL;
+    store_drain_t *d =
+        s->own.pins.total + s->own.pins.cap > STORE_RELEASE_STEP ? malloc(sizeof(*d)) : NULL;
     if (d) {
         *d = one;
         if (st->drains_tail)
@@ -722,18 +769,18 @@ bool store_release_session(server_t *srv, session_t *s)
         else
             st->drains = d;
         st->drains_tail = d;
-        s->pins.keys = NULL; /* the store's now */
-        s->pins.counts = NULL;
-        s->pins.cap = 0;
+        s->own.pins.keys = NULL; /* the store's now */
+        s->own.pins.counts = NULL;
+        s->own.pins.cap = 0;
         later = true;
     } else {
         uint64_t budget = UINT64_MAX;
         drain_some(srv, &one, &budget);
-        for (uint32_t i = 0; i < s->pins.cap; i++)
-            s->pins.keys[i] = SESSION_NO_BLOCK;
+        for (uint32_t i = 0; i < s->own.pins.cap; i++)
+            s->own.pins.keys[i] = SESSION_NO_BLOCK;
     }
-    s->pins.used = 0;
-    s->pins.total = 0;
+    s->own.pins.used = 0;
+    s->own.pins.total = 0;
     return later;
 }
 
@@ -752,12 +799,12 @@ void store_device_counts(const server_t *srv, uint32_t *written, uint32_t *missi
     uint64_t full = full_mask(srv);
     for (uint32_t r = 0; r < srv->n_devices; r++)
         written[r] = missing[r] = workers[r] = 0;
-    for (const session_t *t = srv->sessions; t; t = t->next) {
+    LIST_FOR_EACH (&srv->sessions, const session_t, link, t) {
         if (t->rank >= 0 && (uint32_t)t->rank < srv->n_devices && !t->closing)
             workers[t->rank]++;
         /* One device: no block ever waits for another shard. */
-        for (uint32_t i = 0; srv->n_devices > 1 && i < t->n_writing; i++) {
-            uint64_t shards = st->rec[t->writing[i]].shards;
+        for (uint32_t i = 0; srv->n_devices > 1 && i < t->own.n_writing; i++) {
+            uint64_t shards = st->rec[t->own.writing[i]].shards;
             if (shards == 0 || shards == full)
                 continue;
             for (uint32_t r = 0; r < srv->n_devices; r++) {
@@ -1004,7 +1051,7 @@ int store_lookup(server_t *srv, session_t *s, uint32_t ns, const uint32_t *token
         return STORE_WAIT;
     }
     if (pin && srv->cfg.session_max_pinned &&
-        s->pins.total + n_blocks > srv->cfg.session_max_pinned) {
+        s->own.pins.total + n_blocks > srv->cfg.session_max_pinned) {
         /* Over the limit: the pins just taken go back, nothing is returned. */
         unpin_range(st, ids, 0, n_blocks);
         *n_t1_out = n_blocks; /* what it would have pinned, for the message */
@@ -1179,4 +1226,25 @@ void store_unpin(server_t *srv, uint32_t b)
 {
     if (radix_unpin(srv->store->index, b) != 0)
         LOG_ERROR("a pin of the store's own on block %u was not in the index", b);
+}
+
+void store_sync_counters(server_t *s)
+{
+    if (s->events) {
+        events_stats_t es;
+        events_counters(s->events, &es);
+        s->metrics.kv_events_published = es.published;
+        s->metrics.kv_events_replay_requests = es.replay_requests;
+        s->metrics.kv_events_replay_refused = es.replay_refused;
+        s->metrics.kv_events_replay_stalled = es.replay_stalled;
+        s->metrics.kv_events_send_drops = es.send_drops;
+    }
+    cluster_store_sync_counters(s);
+    if (s->disk_tier) {
+        tier_disk_stats_t ds;
+        tier_disk_stats(s->disk_tier, &ds);
+        s->metrics.disk_reads = ds.reads;
+        /* slots torn or flipped found by the start's scan fail their CRC too */
+        s->metrics.disk_crc_failures = ds.crc_failures + ds.torn;
+    }
 }

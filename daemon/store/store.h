@@ -268,9 +268,38 @@ int store_release(server_t *srv, session_t *s, uint32_t b, const store_hint_t *h
  * (held by no session). */
 bool store_release_session(server_t *srv, session_t *s);
 
+/* The store's side of a session's end, in one call: its held Lookup's
+ * wait, its claims, the namespaces it created, its tier copies and cluster
+ * fetch let go of it, and everything it holds goes (store_release_session,
+ * whose return this is); lookups held for what it was writing look again.
+ */
+bool store_session_end(server_t *srv, session_t *s);
+
 /* Lets go of up to STORE_RELEASE_STEP pins of closed sessions (oldest
  * close first); true when some are left for another step. */
 bool store_drain_step(server_t *srv);
+
+/* --- a block's bytes: every layer and plane, in that order ---
+ *
+ * A block is a piece per layer and plane (K and V, or one latent) in each
+ * slab (geometry.h); packed, as a value or a record carries it, the pieces
+ * follow each other. store_block_walk calls piece(arg, slab_off, block_off,
+ * bytes) for each: its offset in a slab of slab_blocks blocks (the pool's,
+ * tier 2's), and in the packed block; the first error stops the walk and is
+ * returned. Safe on any thread for a block that thread owns for the time
+ * (a tier copy's, a cluster fetch's). */
+typedef int (*store_piece_fn)(void *arg, uint64_t slab_off, uint64_t block_off, uint64_t bytes);
+int store_block_walk(const server_t *srv, uint32_t slab_blocks, uint32_t b, store_piece_fn piece,
+                     void *arg);
+
+/* Pool block b's bytes from or into a packed block (the backend's errors). */
+int store_block_write(const server_t *srv, uint32_t b, const void *payload);
+int store_block_read(const server_t *srv, uint32_t b, void *out);
+
+/* Copies the counters kept by others (the KV-event publisher, the cluster
+ * tier's thread, the disk tier's file) into srv->metrics, before a Stats
+ * reply or a scrape. */
+void store_sync_counters(server_t *srv);
 
 /* Pins of closed sessions not let go yet. */
 uint64_t store_draining_pins(const server_t *srv);

@@ -57,6 +57,21 @@ static uint32_t src_locate(void *arg, uint32_t id)
  * laid out as the pool's) gathered into dst, checksummed as they are
  * copied; returns the CRC32C of the block. Reads host memory only, which
  * the move keeps in place; touches nothing the loop changes. */
+/* A tier-2 block's pieces gathered into a record's payload, with their
+ * CRC32C computed as they are copied. */
+typedef struct gather {
+    const uint8_t *base; /* tier 2's memory */
+    uint8_t *out;
+    uint32_t crc;
+} gather_t;
+
+static int gather_piece(void *arg, uint64_t slab_off, uint64_t block_off, uint64_t bytes)
+{
+    gather_t *g = arg;
+    g->crc = crc32c_copy(g->crc, g->out + block_off, g->base + slab_off, bytes);
+    return 0;
+}
+
 static uint32_t src_gather(void *arg, uint32_t slot, void *dst)
 {
     const server_t *srv = arg;
@@ -64,16 +79,9 @@ static uint32_t src_gather(void *arg, uint32_t slot, void *dst)
         memset(dst, 0, srv->block_bytes); /* a record of zeros, never named by the index */
         return crc32c(0, dst, srv->block_bytes);
     }
-    const uint8_t *base = (const uint8_t *)backend_tier_base(srv->backend);
-    uint64_t piece = geometry_slot_bytes(&srv->geo);
-    uint32_t planes = geometry_planes(&srv->geo);
-    uint8_t *out = dst;
-    uint32_t crc = 0;
-    for (uint32_t l = 0; l < srv->geo.layers; l++)
-        for (uint32_t p = 0; p < planes; p++, out += piece)
-            crc = crc32c_copy(
-                crc, out, base + geometry_offset(&srv->geo, srv->tier2_blocks, l, p, slot), piece);
-    return crc;
+    gather_t g = {.base = (const uint8_t *)backend_tier_base(srv->backend), .out = dst, .crc = 0};
+    store_block_walk(srv, srv->tier2_blocks, slot, gather_piece, &g);
+    return g.crc;
 }
 
 /* On a tier thread: a verified get's bytes into pool block id, piece by
@@ -84,18 +92,7 @@ static uint32_t src_gather(void *arg, uint32_t slot, void *dst)
  * fields set at start. A failed write fails the get (undone: a miss). */
 static int src_store(void *arg, uint32_t id, const void *buf)
 {
-    const server_t *srv = arg;
-    uint64_t piece = geometry_slot_bytes(&srv->geo);
-    uint32_t planes = geometry_planes(&srv->geo);
-    const uint8_t *in = buf;
-    for (uint32_t l = 0; l < srv->geo.layers; l++)
-        for (uint32_t p = 0; p < planes; p++, in += piece) {
-            int rc = backend_write(
-                srv->backend, geometry_offset(&srv->geo, srv->num_blocks, l, p, id), in, piece);
-            if (rc != 0)
-                return rc;
-        }
-    return 0;
+    return store_block_write(arg, id, buf);
 }
 
 /* A tier-3 slot whose record did not verify at a get (its promotion was

@@ -115,7 +115,7 @@ static void stop_on_fault(server_t *srv)
               "hold bytes that were not copied; workers recompute until kvshared is "
               "restarted");
     srv->failed = true;
-    server_shutdown(srv);
+    srv->stop(srv);
 }
 
 /* Every block of a failed batch goes back where it was, in the reverse

@@ -23,9 +23,9 @@
 #include "kvshare_version.h"
 #include "log.h"
 #include "peer.h"
-#include "server.h"
+#include "kvshared.h"
 #include "namespaces.h"
-#include "session.h"
+#include "session_io.h"
 #include "store.h"
 #include "test_tmp.h"
 
@@ -73,7 +73,7 @@ static void check_invariants(void)
         pool_state_t st;
         ck_assert_int_eq(pool_state(srv->pool, b, &st), 0);
         uint32_t pins = 0;
-        for (session_t *s = srv->sessions; s; s = s->next)
+        LIST_FOR_EACH (&srv->sessions, session_t, link, s)
             pins += session_pin_count(s, b);
         if (st == POOL_CACHED) {
             uint32_t ref = 99;
@@ -87,7 +87,7 @@ static void check_invariants(void)
                       "block %u: state %d, writer %p", b, st, (void *)store_writer(srv->store, b));
         if (st == POOL_WRITING) {
             session_t *w = store_writer(srv->store, b);
-            ck_assert_uint_eq(w->writing[store_writer_pos(srv->store, b)], b);
+            ck_assert_uint_eq(w->own.writing[store_writer_pos(srv->store, b)], b);
             writing++;
         }
     }
@@ -317,7 +317,7 @@ START_TEST(test_commit_names_pinned_cached_blocks)
      * the new blocks (check_invariants compares refcounts with pins). */
     for (int i = 0; i < 5; i++)
         ck_assert_uint_eq(session_pin_count(b, all[i]), 1);
-    ck_assert_uint_eq(b->n_writing, 0);
+    ck_assert_uint_eq(b->own.n_writing, 0);
     ck_assert_int_eq(radix_ns_stats(srv->index, 0, &after), 0);
     ck_assert_uint_eq(after.inserted_blocks, before.inserted_blocks + 3);
     ck_assert_uint_eq(after.duplicate_blocks, before.duplicate_blocks + 2);
@@ -395,7 +395,7 @@ START_TEST(test_commit_refuses_other_cached_blocks)
     ck_assert_int_eq(radix_ns_stats(srv->index, 0, &after), 0);
     ck_assert_uint_eq(after.inserted_blocks, before.inserted_blocks);
     ck_assert_uint_eq(after.duplicate_blocks, before.duplicate_blocks);
-    ck_assert_uint_eq(b->n_writing, 2);
+    ck_assert_uint_eq(b->own.n_writing, 2);
     ck_assert_uint_eq(session_pin_count(b, got[0]), 1);
     ck_assert_uint_eq(session_pin_count(b, got[1]), 1);
     ck_assert_uint_eq(radix_cached_blocks(srv->index), 2);
@@ -424,7 +424,7 @@ START_TEST(test_close_releases_everything)
     session_close(b, "test");
     check_invariants();
     ck_assert_uint_eq(radix_pinned_blocks(srv->index), 0);
-    ck_assert_uint_eq(srv->n_sessions, 0);
+    ck_assert_uint_eq(srv->sessions.len, 0);
 }
 END_TEST
 
@@ -641,7 +641,7 @@ START_TEST(test_unknown_fields_are_bounded)
     ck_assert_int_eq(feed_status(a, frame, n, &rc), KVS_EPROTO);
     ck_assert_int_eq(rc, KVS_EPROTO);
     ck_assert_uint_eq(srv->metrics.protocol_errors, errors + 1);
-    ck_assert_uint_le(srv->decode_cap, 1u << 20);
+    ck_assert_uint_le(srv->decode.cap, 1u << 20);
     session_close(a, "test");
     check_invariants();
 }
@@ -847,11 +847,11 @@ START_TEST(test_random_operations)
             /* Release every pin and WRITING block this session holds. */
             uint32_t all[4 * POOL];
             size_t m = 0;
-            for (uint32_t i = 0; i < s->pins.cap; i++)
-                for (uint32_t c = 0; s->pins.keys[i] != SESSION_NO_BLOCK && c < s->pins.counts[i];
-                     c++)
+            for (uint32_t i = 0; i < s->own.pins.cap; i++)
+                for (uint32_t c = 0;
+                     s->own.pins.keys[i] != SESSION_NO_BLOCK && c < s->own.pins.counts[i]; c++)
                     if (m < 4 * POOL)
-                        all[m++] = s->pins.keys[i];
+                        all[m++] = s->own.pins.keys[i];
             for (uint32_t i = 0; i < n_w[k] && m < 4 * POOL; i++)
                 all[m++] = held_w[k][i];
             rc = do_release(s, all, m);
@@ -980,9 +980,9 @@ START_TEST(test_pin_map_grows_and_shrinks)
         session_pin_add(a, b * 7);
         session_pin_add(a, b * 7);
     }
-    ck_assert_uint_eq(a->pins.used, 1000);
-    ck_assert_uint_eq(a->pins.total, 2000);
-    uint32_t big = a->pins.cap;
+    ck_assert_uint_eq(a->own.pins.used, 1000);
+    ck_assert_uint_eq(a->own.pins.total, 2000);
+    uint32_t big = a->own.pins.cap;
     ck_assert_uint_ge(big, 2000);
     for (uint32_t b = 0; b < 1000; b++) {
         ck_assert_uint_eq(session_pin_count(a, b * 7), 2);
@@ -993,8 +993,8 @@ START_TEST(test_pin_map_grows_and_shrinks)
         session_pin_drop(a, b * 7);
         ck_assert_uint_eq(session_pin_count(a, b * 7), 0);
     }
-    ck_assert_uint_eq(a->pins.used, 10);
-    ck_assert_uint_lt(a->pins.cap, big / 4);
+    ck_assert_uint_eq(a->own.pins.used, 10);
+    ck_assert_uint_lt(a->own.pins.cap, big / 4);
     for (uint32_t b = 990; b < 1000; b++)
         ck_assert_uint_eq(session_pin_count(a, b * 7), 2);
     /* Not in the index: drop them by hand before the session closes. */
@@ -1002,7 +1002,7 @@ START_TEST(test_pin_map_grows_and_shrinks)
         session_pin_drop(a, b * 7);
         session_pin_drop(a, b * 7);
     }
-    ck_assert_uint_eq(a->pins.total, 0);
+    ck_assert_uint_eq(a->own.pins.total, 0);
 }
 END_TEST
 
@@ -1362,7 +1362,7 @@ START_TEST(test_wait_deadline_and_shutdown)
     ck_assert_uint_eq(srv->metrics.rpc_calls[1], lookups + 1);
     ck_assert_uint_eq(srv->metrics.lookup_waits, 1);
     ck_assert_uint_eq(inflight_waiting(srv), 0);
-    ck_assert_ptr_null(srv->sessions);
+    ck_assert(list_empty(&srv->sessions));
     server_drain_done(srv);
     uv_run(&loop, UV_RUN_NOWAIT);
 }

@@ -40,7 +40,7 @@
 #include "kvshare_status.h"
 #include "log.h"
 #include "metrics_text.h"
-#include "server.h"
+#include "kvshared.h"
 #include "test_tmp.h"
 #include "tier_disk.h"
 #include "tier_disk_medium.h"

@@ -41,8 +41,8 @@
 #include "fuzz.h"
 #include "kvshare_status.h"
 #include "log.h"
-#include "server.h"
-#include "session.h"
+#include "kvshared.h"
+#include "session_io.h"
 #include "store.h"
 
 #define FUZZ_SESSIONS 2
@@ -125,11 +125,11 @@ static void check(server_t *srv, session_t *const *s, size_t n)
     FUZZ_CHECK(c.total == srv->num_blocks);
     FUZZ_CHECK(radix_check(srv->index) == 0);
     FUZZ_CHECK(radix_cached_blocks(srv->index) == c.cached);
-    FUZZ_CHECK(srv->n_sessions == n);
+    FUZZ_CHECK(srv->sessions.len == n);
 
     uint32_t writing = 0, pinned = 0;
     for (size_t k = 0; k < n; k++)
-        writing += s[k]->n_writing;
+        writing += s[k]->own.n_writing;
     FUZZ_CHECK(writing == c.writing);
     for (uint32_t b = 0; b < srv->num_blocks; b++) {
         pool_state_t st;
@@ -141,8 +141,8 @@ static void check(server_t *srv, session_t *const *s, size_t n)
             for (size_t k = 0; k < n; k++)
                 live |= s[k] == w;
             FUZZ_CHECK(live);
-            FUZZ_CHECK(store_writer_pos(srv->store, b) < w->n_writing &&
-                       w->writing[store_writer_pos(srv->store, b)] == b);
+            FUZZ_CHECK(store_writer_pos(srv->store, b) < w->own.n_writing &&
+                       w->own.writing[store_writer_pos(srv->store, b)] == b);
         }
         uint64_t pins = 0;
         for (size_t k = 0; k < n; k++)

@@ -14,7 +14,7 @@
 #include "log.h"
 #include "metrics_http.h"
 #include "metrics_text.h"
-#include "server.h"
+#include "kvshared.h"
 #include "settings.h"
 #include "namespaces.h"
 #include "test_tmp.h"

@@ -20,7 +20,7 @@
 #include "log.h"
 #include "metrics_http.h"
 #include "metrics_text.h"
-#include "server.h"
+#include "kvshared.h"
 
 #define COUNTER_ROW(name, named, family, labels, help) {#name, named, family, labels, help},
 static const struct {

@@ -35,8 +35,8 @@
 #include "launch.h"
 #include "log.h"
 #include "now.h"
-#include "server.h"
-#include "session.h"
+#include "kvshared.h"
+#include "session_io.h"
 #include "socket_path.h"
 #include "test_tmp.h"
 

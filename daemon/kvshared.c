@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-#include "server.h"
+#include "kvshared.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -21,7 +21,7 @@
 #include "now.h"
 #include "preflight.h"
 #include "nsname.h"
-#include "session.h"
+#include "session_io.h"
 #include "socket_path.h"
 #include "store.h"
 #include "store_disk.h"
@@ -30,32 +30,18 @@
 #include "crc32c.h"
 #include "tier_disk.h"
 
-/* Connections the kernel queues before kvshared accepts them. */
-#define SERVER_LISTEN_BACKLOG 128
-
-void server_config_init(server_config_t *cfg)
+/* Background work between the turns: the pins of closed sessions. */
+static bool background_steps(server_t *srv)
 {
-    memset(cfg, 0, sizeof(*cfg));
-    cfg->backend.kind = BACKEND_AUTO;
-    cfg->max_frame = SERVER_DEFAULT_MAX_FRAME;
-    cfg->max_prompt_blocks = SERVER_DEFAULT_MAX_PROMPT_BLOCKS;
-    cfg->max_output = SERVER_DEFAULT_MAX_OUTPUT;
-    cfg->max_buffer_memory = SERVER_DEFAULT_MAX_BUFFERS;
-    cfg->max_sessions = SERVER_DEFAULT_MAX_SESSIONS;
-    cfg->max_namespaces = SERVER_DEFAULT_MAX_NAMESPACES;
-    cfg->session_max_namespaces = SERVER_DEFAULT_SESSION_MAX_NS;
-    cfg->default_max_priority = SERVER_DEFAULT_MAX_PRIORITY;
-    cfg->session_max_pinned = SERVER_DEFAULT_SESSION_MAX_PINNED;
-    cfg->ready_fd = -1;
-    cfg->dynamic_namespaces = true;
-    cfg->drain_ms = SERVER_DEFAULT_DRAIN_MS;
-    cfg->cluster_timeout_ms = 1000;
-    cfg->cluster_clear_timeout_ms = 60000;
-    cfg->backend_retry_ms = SERVER_DEFAULT_BACKEND_RETRY_MS;
-    cfg->tier_copy_nice = SERVER_DEFAULT_TIER_COPY_NICE;
-    cfg->claim_lease_ms = INFLIGHT_CLAIM_LEASE_MS;
-    events_config_init(&cfg->events);
+    return srv->store && srv->store->drains && store_drain_step(srv);
 }
+
+/* What the hold (core/hold.c) calls upward. */
+static const session_hooks_t hold_hooks = {
+    .turn = session_take_turn,
+    .background = background_steps,
+    .released = {[SESSION_HOLD_INFLIGHT] = inflight_end},
+};
 
 /* Opens the pool memory. A restarted daemon may find the GPU still holding
  * its predecessor's pool: every worker maps it until its next call, when
@@ -182,27 +168,6 @@ int server_events_start(server_t *s, char *err, size_t errlen)
     return 0;
 }
 
-void server_sync_counters(server_t *s)
-{
-    if (s->events) {
-        events_stats_t es;
-        events_counters(s->events, &es);
-        s->metrics.kv_events_published = es.published;
-        s->metrics.kv_events_replay_requests = es.replay_requests;
-        s->metrics.kv_events_replay_refused = es.replay_refused;
-        s->metrics.kv_events_replay_stalled = es.replay_stalled;
-        s->metrics.kv_events_send_drops = es.send_drops;
-    }
-    cluster_store_sync_counters(s);
-    if (s->disk_tier) {
-        tier_disk_stats_t ds;
-        tier_disk_stats(s->disk_tier, &ds);
-        s->metrics.disk_reads = ds.reads;
-        /* slots torn or flipped found by the start's scan fail their CRC too */
-        s->metrics.disk_crc_failures = ds.crc_failures + ds.torn;
-    }
-}
-
 /* Tier 2 in host memory (--host-tier: its bytes in all). With several
  * devices a tier-2 slot holds every shard of a block, one per device: each
  * device's backend gets host memory for its shard of every slot (slot t of
@@ -300,6 +265,8 @@ int server_open(const server_config_t *cfg, uv_loop_t *loop, server_t **out, cha
     if (!s)
         return KVS_ENOMEM;
     s->loop = loop;
+    s->sched.hooks = &hold_hooks;
+    s->stop = server_shutdown;
     s->cfg = *cfg;
     s->geo = cfg->geometry;
     s->block_bytes = geometry_block_bytes(&s->geo);
@@ -384,7 +351,7 @@ static void on_signal(uv_signal_t *h, int signum)
         return;
     }
     LOG_INFO("%s: shutting down: no new connections, closing %u sessions (at most %u ms)",
-             signum == SIGINT ? "SIGINT" : "SIGTERM", s->n_sessions, s->cfg.drain_ms);
+             signum == SIGINT ? "SIGINT" : "SIGTERM", (unsigned)s->sessions.len, s->cfg.drain_ms);
     server_shutdown(s);
 }
 
@@ -423,246 +390,29 @@ static int start_signals(server_t *s, char *err, size_t errlen)
     return 0;
 }
 
-/* Closes the listening handle and removes its socket file after a failure
- * between bind and the end of server_listen. */
-static void abandon_listener(server_t *s)
-{
-    uv_close((uv_handle_t *)&s->listener, NULL);
-    s->listening = false;
-    unlink(s->cfg.socket_path);
-}
-
-static void on_connection(uv_stream_t *listener, int status)
-{
-    server_t *s = listener->data;
-    if (status < 0) {
-        LOG_WARN("accept: %s", uv_strerror(status));
-        return;
-    }
-    int rc = session_accept(s);
-    if (rc != 0 && rc != KVS_ELIMIT && rc != KVS_EDENIED) {
-        LOG_WARN("accept: %s", kvs_status_text(rc));
-    } else if (rc == KVS_ELIMIT) {
-        /* At most one line a second, however many are refused. */
-        uint64_t now = uv_now(s->loop);
-        s->refused_unlogged++;
-        if (s->refuse_log_ms == 0 || now - s->refuse_log_ms >= 1000) {
-            LOG_WARN("refused %llu connection(s): %u sessions is the limit (%s)",
-                     (unsigned long long)s->refused_unlogged,
-                     s->fd_sessions < s->cfg.max_sessions ? s->fd_sessions : s->cfg.max_sessions,
-                     s->fd_sessions < s->cfg.max_sessions
-                         ? "what the descriptor limit leaves room for; raise LimitNOFILE / "
-                           "ulimit -n"
-                         : "--max-sessions");
-            s->refuse_log_ms = now;
-            s->refused_unlogged = 0;
-        }
-    }
-}
-
-/* Sessions the descriptor limit leaves room for, with a warning at start
- * when that is fewer than max_sessions. */
-static void check_fd_limit(server_t *s)
-{
-    struct rlimit rl;
-    s->fd_sessions = s->cfg.max_sessions;
-    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
-        return;
-    uint64_t need = (uint64_t)s->cfg.max_sessions + SERVER_SPARE_FDS;
-    if (rl.rlim_cur >= need)
-        return;
-    s->fd_sessions = rl.rlim_cur > 2 * SERVER_SPARE_FDS ? (uint32_t)(rl.rlim_cur - SERVER_SPARE_FDS)
-                                                        : (uint32_t)(rl.rlim_cur / 2);
-    LOG_WARN("the descriptor limit (%llu, ulimit -n or LimitNOFILE) is below what max_sessions "
-             "= %u needs (%llu): connections past %u sessions will be refused; raise the limit "
-             "(its hard limit is %llu) or lower max_sessions",
-             (unsigned long long)rl.rlim_cur, s->cfg.max_sessions, (unsigned long long)need,
-             s->fd_sessions, rl.rlim_max == RLIM_INFINITY ? 0ull : (unsigned long long)rl.rlim_max);
-}
-
-/* Whether a daemon answers on path: a connect that succeeds means yes. */
-static bool socket_is_live(const char *path)
-{
-    struct sockaddr_un addr = {.sun_family = AF_UNIX};
-    snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return false;
-    bool live = connect(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0;
-    close(fd);
-    return live;
-}
-
-/* Creates the socket's directory (and its parents) when missing. */
-static int make_dirs(const char *path, char *err, size_t errlen)
-{
-    char dir[SOCKET_PATH_MAX];
-    snprintf(dir, sizeof(dir), "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (!slash || slash == dir)
-        return 0;
-    *slash = '\0';
-    for (char *p = dir + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-            goto fail;
-        *p = '/';
-    }
-    if (mkdir(dir, 0750) != 0 && errno != EEXIST)
-        goto fail;
-    return 0;
-fail:
-    snprintf(err, errlen, "cannot create directory %s for the socket: %s", dir, strerror(errno));
-    return KVS_EIO;
-}
-
-/* The directory that holds the socket must be ours (or root's) and writable
- * by nobody else (unless sticky, like /tmp, where others cannot remove or
- * replace our entry): whoever can create or replace the socket there can pose
- * as kvshared to every worker. A missing directory is fine (we create it). */
-static int check_socket_dir(const char *path, char *err, size_t errlen)
-{
-    char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
-    struct stat st;
-    snprintf(dir, sizeof(dir), "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (!slash)
-        snprintf(dir, sizeof(dir), ".");
-    else if (slash == dir)
-        dir[1] = '\0';
-    else
-        *slash = '\0';
-    if (lstat(dir, &st) != 0)
-        return 0;
-    if (!S_ISDIR(st.st_mode)) {
-        snprintf(err, errlen,
-                 "%s (the socket's directory) is not a directory (a symbolic link?); refusing "
-                 "it: give --socket in a directory kvshared owns",
-                 dir);
-        return KVS_EDENIED;
-    }
-    if (st.st_uid != geteuid() && st.st_uid != 0) {
-        snprintf(err, errlen,
-                 "%s (the socket's directory) belongs to uid %u, not to kvshared's uid %u nor "
-                 "root: another user may have created it to pose as kvshared; remove it or give "
-                 "--socket in a directory kvshared owns",
-                 dir, (unsigned)st.st_uid, (unsigned)geteuid());
-        return KVS_EDENIED;
-    }
-    if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(st.st_mode & S_ISVTX)) {
-        snprintf(err, errlen,
-                 "%s (the socket's directory) is writable by %s (mode %04o): they could replace "
-                 "the socket and pose as kvshared; chmod go-w it or give another --socket",
-                 dir, (st.st_mode & S_IWOTH) ? "every user" : "its group",
-                 (unsigned)(st.st_mode & 07777));
-        return KVS_EDENIED;
-    }
-    return 0;
-}
-
-int server_check_socket(const char *path, char *err, size_t errlen)
-{
-    struct stat st;
-    if (!path || !path[0] || strlen(path) >= SOCKET_PATH_MAX) {
-        snprintf(err, errlen, "socket path '%s' is empty or longer than %zu bytes",
-                 path ? path : "", SOCKET_PATH_MAX - 1);
-        return KVS_EINVAL;
-    }
-    int rc = check_socket_dir(path, err, errlen);
-    if (rc != 0)
-        return rc;
-    if (lstat(path, &st) != 0)
-        return 0;
-    if (!S_ISSOCK(st.st_mode)) {
-        snprintf(err, errlen, "%s exists and is not a socket; remove it or pick --socket", path);
-        return KVS_EINVAL;
-    }
-    if (st.st_uid != geteuid()) {
-        snprintf(err, errlen,
-                 "socket %s belongs to uid %u, not to kvshared's uid %u: another user may be "
-                 "posing as kvshared there; remove it or pick another --socket",
-                 path, (unsigned)st.st_uid, (unsigned)geteuid());
-        return KVS_EDENIED;
-    }
-    if (socket_is_live(path)) {
-        snprintf(err, errlen,
-                 "a kvshared is already running on %s; stop it first or pick another --socket",
-                 path);
-        return KVS_EBUSY;
-    }
-    return 0;
-}
-
 int server_listen(server_t *s, bool signals, char *err, size_t errlen)
 {
-    const char *path = s->cfg.socket_path;
-    struct stat st;
-    int rc;
-
-    rc = server_check_socket(path, err, errlen);
+    int rc = listener_open(s, err, errlen);
     if (rc != 0)
         return rc;
-    check_fd_limit(s);
-    if (lstat(path, &st) == 0) {
-        LOG_INFO("replacing stale socket %s (no daemon answers on it)", path);
-        unlink(path);
-    } else {
-        rc = make_dirs(path, err, errlen);
-        if (rc == 0) /* it may have been created by someone else meanwhile */
-            rc = check_socket_dir(path, err, errlen);
-        if (rc != 0)
-            return rc;
-    }
-
-    rc = uv_pipe_init(s->loop, &s->listener, 0);
-    if (rc != 0) {
-        snprintf(err, errlen, "cannot create the listening handle for %s: %s", path,
-                 uv_strerror(rc));
-        return KVS_EIO;
-    }
-    s->listener.data = s;
-    s->listening = true;
-    rc = uv_pipe_bind(&s->listener, path);
-    if (rc == 0 && chmod(path, 0660) != 0)
-        rc = uv_translate_sys_error(errno);
-    if (rc == 0 && s->cfg.has_socket_gid && chown(path, (uid_t)-1, (gid_t)s->cfg.socket_gid) != 0) {
-        snprintf(err, errlen,
-                 "cannot give socket %s to group %u (socket_group): %s; run kvshared as root "
-                 "or as a member of that group",
-                 path, s->cfg.socket_gid, strerror(errno));
-        abandon_listener(s);
-        return KVS_EIO;
-    }
-    if (rc == 0)
-        rc = uv_listen((uv_stream_t *)&s->listener, SERVER_LISTEN_BACKLOG, on_connection);
-    if (rc != 0) {
-        snprintf(err, errlen, "cannot listen on %s: %s", path, uv_strerror(rc));
-        uv_close((uv_handle_t *)&s->listener, NULL);
-        s->listening = false;
-        return KVS_EIO;
-    }
-    if (stat(path, &st) == 0) {
-        s->sock_dev = st.st_dev;
-        s->sock_ino = st.st_ino;
-    }
     if (session_idle_start(s) != 0) {
         snprintf(err, errlen, "cannot start the idle-session timer (idle_timeout_ms)");
+        session_idle_stop(s);
         session_sched_close(s);
-        abandon_listener(s);
+        listener_abandon(s);
         return KVS_EIO;
     }
     if (signals && start_signals(s, err, errlen) != 0) {
+        session_idle_stop(s);
         session_sched_close(s);
-        abandon_listener(s);
+        listener_abandon(s);
         return KVS_EIO;
     }
     rc = loop_watch_start(s);
     if (rc != 0)
         LOG_WARN("cannot watch the loop's busy time (%s): kvshare_loop_stalls_total stays 0",
                  kvs_status_text(rc));
-    LOG_INFO("listening on %s", path);
+    LOG_INFO("listening on %s", s->cfg.socket_path);
     /* Warm restart: the disk tier's file is read while sessions are served. */
     rc = store_restore_start(s);
     if (rc != 0)
@@ -691,27 +441,21 @@ void server_shutdown(server_t *s)
     inflight_shutdown(s);
     session_run_ready(s);
     store_restore_close(s); /* what is not restored stays on the disk */
-    if (s->listening) {
-        uv_close((uv_handle_t *)&s->listener, NULL);
-        s->listening = false;
-        /* Remove the socket only if it is still ours (not a successor's). */
-        struct stat st;
-        if (stat(s->cfg.socket_path, &st) == 0 && st.st_dev == s->sock_dev &&
-            st.st_ino == s->sock_ino)
-            unlink(s->cfg.socket_path);
-    }
+    listener_close(s);
     metrics_http_close(s->http);
     s->http = NULL;
     loop_watch_stop(s);
     cluster_store_close(s);
+    session_idle_stop(s);
     session_sched_close(s);
     /* Tell each worker why its connection ends, so its client reports it
      * and recomputes until a daemon is back. */
-    while (s->sessions) {
-        session_goodbye(s->sessions, KVS_ENOTCONN,
+    while (!list_empty(&s->sessions)) {
+        session_t *ss = LIST_FIRST(&s->sessions, session_t, link);
+        session_goodbye(ss, KVS_ENOTCONN,
                         "kvshared is stopping (SIGTERM); this connection closes now: requests "
                         "are answered as misses until a daemon is back");
-        session_close(s->sessions, "daemon stopping");
+        session_close(ss, "daemon stopping");
     }
     if (s->cfg.drain_ms > 0 && !s->drain_on) {
         int rc = uv_timer_init(s->loop, &s->drain_timer);
@@ -749,13 +493,14 @@ void server_free(server_t *s)
         return;
     /* Sessions without a socket (tests) end here; socket sessions were
      * closed by server_shutdown. */
-    while (s->sessions)
-        session_close(s->sessions, "server freed");
+    while (!list_empty(&s->sessions))
+        session_close(LIST_FIRST(&s->sessions, session_t, link), "server freed");
     /* Tier copies on the tiers' threads use the backend and the index (a
      * drain deadline may have stopped the loop before they ended): they
      * end within milliseconds, so wait for their completions. */
     while (s->tier_jobs > 0)
         uv_run(s->loop, UV_RUN_ONCE);
+    session_idle_stop(s);
     session_sched_close(s); /* their memory goes in the close callbacks */
     loop_watch_stop(s);
     if (s->cluster) {
@@ -773,6 +518,6 @@ void server_free(server_t *s)
         backend_close(s->backends[i]);
     tier_disk_close(s->disk_tier);
     namespaces_free(s);
-    free(s->decode_arena);
+    free(s->decode.arena);
     free(s);
 }
