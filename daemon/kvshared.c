@@ -132,9 +132,9 @@ static int open_devices(server_t *s, const backend_config_t *bc, char *err, size
 int server_events_start(server_t *s, char *err, size_t errlen)
 {
     const char *medium = backend_kind(s->backend) == BACKEND_CUDA ? "GPU" : "CPU";
-    s->ev_streams = calloc(s->cfg.max_namespaces, sizeof(*s->ev_streams));
-    s->ev_resolved = calloc(s->cfg.max_namespaces, sizeof(*s->ev_resolved));
-    if (!s->ev_streams || !s->ev_resolved) {
+    s->ns.ev_streams = calloc(s->cfg.max_namespaces, sizeof(*s->ns.ev_streams));
+    s->ns.ev_resolved = calloc(s->cfg.max_namespaces, sizeof(*s->ns.ev_resolved));
+    if (!s->ns.ev_streams || !s->ns.ev_resolved) {
         snprintf(err, errlen, "kv events: out of memory for the tables of %u blocks",
                  s->num_blocks);
         return KVS_ENOMEM;
@@ -369,7 +369,7 @@ static void on_drain_timeout(uv_timer_t *t)
 static int start_signals(server_t *s, char *err, size_t errlen)
 {
     static const int signums[] = {SIGINT, SIGTERM, SIGHUP};
-    uv_signal_t *handles[] = {&s->sig_int, &s->sig_term, &s->sig_hup};
+    uv_signal_t *handles[] = {&s->life.sig_int, &s->life.sig_term, &s->life.sig_hup};
     size_t n_init = 0;
     for (size_t i = 0; i < sizeof(signums) / sizeof(signums[0]); i++) {
         int rc = uv_signal_init(s->loop, handles[i]);
@@ -386,7 +386,7 @@ static int start_signals(server_t *s, char *err, size_t errlen)
             return KVS_EIO;
         }
     }
-    s->signals_on = true;
+    s->life.signals_on = true;
     return 0;
 }
 
@@ -442,8 +442,8 @@ void server_shutdown(server_t *s)
     session_run_ready(s);
     store_restore_close(s); /* what is not restored stays on the disk */
     listener_close(s);
-    metrics_http_close(s->http);
-    s->http = NULL;
+    metrics_http_close(s->net.http);
+    s->net.http = NULL;
     loop_watch_stop(s);
     cluster_store_close(s);
     session_idle_stop(s);
@@ -457,33 +457,33 @@ void server_shutdown(server_t *s)
                         "are answered as misses until a daemon is back");
         session_close(ss, "daemon stopping");
     }
-    if (s->cfg.drain_ms > 0 && !s->drain_on) {
-        int rc = uv_timer_init(s->loop, &s->drain_timer);
+    if (s->cfg.drain_ms > 0 && !s->life.drain_on) {
+        int rc = uv_timer_init(s->loop, &s->life.drain_timer);
         if (rc == 0) {
-            s->drain_timer.data = s;
-            s->drain_on = true;
-            rc = uv_timer_start(&s->drain_timer, on_drain_timeout, s->cfg.drain_ms, 0);
+            s->life.drain_timer.data = s;
+            s->life.drain_on = true;
+            rc = uv_timer_start(&s->life.drain_timer, on_drain_timeout, s->cfg.drain_ms, 0);
             /* The deadline must not itself keep the loop running. */
-            uv_unref((uv_handle_t *)&s->drain_timer);
+            uv_unref((uv_handle_t *)&s->life.drain_timer);
         }
         if (rc != 0)
             LOG_WARN("cannot start the drain deadline of %u ms: %s; the sessions close without "
                      "one",
                      s->cfg.drain_ms, uv_strerror(rc));
     }
-    if (s->signals_on) {
-        uv_close((uv_handle_t *)&s->sig_int, NULL);
-        uv_close((uv_handle_t *)&s->sig_term, NULL);
-        uv_close((uv_handle_t *)&s->sig_hup, NULL);
-        s->signals_on = false;
+    if (s->life.signals_on) {
+        uv_close((uv_handle_t *)&s->life.sig_int, NULL);
+        uv_close((uv_handle_t *)&s->life.sig_term, NULL);
+        uv_close((uv_handle_t *)&s->life.sig_hup, NULL);
+        s->life.signals_on = false;
     }
 }
 
 void server_drain_done(server_t *s)
 {
-    if (s && s->drain_on) {
-        uv_close((uv_handle_t *)&s->drain_timer, NULL);
-        s->drain_on = false;
+    if (s && s->life.drain_on) {
+        uv_close((uv_handle_t *)&s->life.drain_timer, NULL);
+        s->life.drain_on = false;
     }
 }
 
@@ -511,8 +511,8 @@ void server_free(server_t *s)
     uv_run(s->loop, UV_RUN_NOWAIT); /* its close callbacks free it */
     inflight_free(s->inflight);
     events_stop(s->events);
-    free(s->ev_streams);
-    free(s->ev_resolved);
+    free(s->ns.ev_streams);
+    free(s->ns.ev_resolved);
     store_free(s->store);
     for (uint32_t i = 0; i < s->n_devices; i++)
         backend_close(s->backends[i]);

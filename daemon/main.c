@@ -147,7 +147,7 @@ static int serve(settings_t *st)
     settings_log(st);
     namespaces_log(srv);
     if (cfg->metrics_listen) {
-        rc = metrics_http_start(srv, cfg->metrics_listen, &srv->http, err, sizeof(err));
+        rc = metrics_http_start(srv, cfg->metrics_listen, &srv->net.http, err, sizeof(err));
         if (rc != 0) {
             fprintf(stderr, "kvshared: %s\n", err);
             server_free(srv);

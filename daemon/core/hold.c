@@ -179,7 +179,7 @@ static bool waits_for_poll(const session_t *h)
     session_hold_reason_t why = h->turn.held;
     bool step = why == SESSION_HOLD_CLEAR || why == SESSION_HOLD_COMMIT ||
                 why == SESSION_HOLD_ALLOC || why == SESSION_HOLD_TREE;
-    return step && srv->watch && h->turn.polls == srv->sched.loop_polls;
+    return step && srv->net.watch && h->turn.polls == srv->sched.loop_polls;
 }
 
 /* Arms the hold timer for the earliest deadline among held sessions. */

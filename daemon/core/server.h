@@ -200,6 +200,65 @@ typedef struct server_decode {
     bool heap;     /* some of it is in malloc'd memory, not the arena */
 } server_decode_t;
 
+/* The sockets (net/): the listener, the sessions' buffer budget, the idle
+ * sweep, Prometheus's HTTP and the loop watch. */
+typedef struct server_net {
+    uv_pipe_t listener;
+    bool listening;
+    dev_t sock_dev;
+    ino_t sock_ino;
+    /* Sessions the descriptor limit leaves room for (listener_open): past
+     * it connections are refused like those over max_sessions, so that
+     * accept never meets EMFILE (where libuv closes them unseen). */
+    uint32_t fd_sessions;
+    uint64_t refuse_log_ms;    /* last "refused a connection" log line */
+    uint64_t refused_unlogged; /* refusals since then */
+    /* Bytes of every session's buffers (input, output, reply scratch, queued
+     * writes), kept under cfg.max_buffer_memory (session.c). */
+    size_t buf_bytes;
+    uint64_t budget_log_ms; /* last "over the buffer budget" log line */
+    uv_timer_t idle_timer;  /* idle_timeout_ms sweeps */
+    bool idle_on;
+    struct metrics_http *http; /* --metrics-listen; NULL when off */
+    struct loop_watch *watch;  /* the longest loop work between polls (loop_watch.h) */
+} server_net_t;
+
+/* The daemon's life (kvshared.c): its signals and the drain deadline. */
+typedef struct server_life {
+    uv_signal_t sig_int, sig_term, sig_hup;
+    bool signals_on;
+    uv_timer_t drain_timer;
+    bool drain_on;
+} server_life_t;
+
+/* Namespaces (namespaces.c). Those declared in the config file, and who
+ * may use each: tenants[ns] for ns < n_tenants; others: undeclared, open to
+ * anyone. */
+typedef struct server_ns {
+    config_t *conf;
+    struct tenant *tenants;
+    uint32_t n_tenants;
+    bool any_acl; /* some namespace has an allow-list */
+    /* Per namespace id (max_namespaces of them): the session that created
+     * it dynamically, while both live (namespaces_reclaim, the per-session
+     * limit). */
+    session_t **creator;
+    uint64_t refuse_log_ms;      /* last "namespace not created" log line */
+    uint64_t refused_unlogged;   /* refusals since then */
+    uint64_t reclaim_log_ms;     /* last "reclaimed" log line */
+    uint64_t reclaimed_unlogged; /* namespaces reclaimed since then */
+    /* Model identity (namespaces.h): the daemon's own, and per namespace id
+     * its identity, resolved on first use (ident_resolved; reset when the
+     * id is reused). */
+    struct ns_identity *daemon_ident;
+    struct ns_identity *idents;
+    bool *ident_resolved;
+    /* Per namespace id, what it publishes its KV events as, resolved on
+     * first use (ev_resolved). */
+    events_stream_t *ev_streams;
+    bool *ev_resolved;
+} server_ns_t;
+
 typedef struct server {
     uv_loop_t *loop;
     server_config_t cfg;
@@ -232,26 +291,8 @@ typedef struct server {
 
     server_tree_t tree; /* the Tree walk (handler_tree) */
 
-    /* Bytes of every session's buffers (input, output, reply scratch, queued
-     * writes), kept under cfg.max_buffer_memory (session.c). */
-    size_t buf_bytes;
-    uint64_t budget_log_ms; /* last "over the buffer budget" log line */
-    uv_timer_t idle_timer;  /* idle_timeout_ms sweeps */
-    bool idle_on;
-
-    /* Sessions the descriptor limit leaves room for (server_listen): past
-     * it connections are refused like those over max_sessions, so that
-     * accept never meets EMFILE (where libuv closes them unseen). */
-    uint32_t fd_sessions;
-    uint64_t refuse_log_ms;    /* last "refused a connection" log line */
-    uint64_t refused_unlogged; /* refusals since then */
-
-    uv_pipe_t listener;
-    bool listening;
-    dev_t sock_dev;
-    ino_t sock_ino;
-    uv_signal_t sig_int, sig_term;
-    bool signals_on;
+    server_net_t net;   /* the sockets (net/) */
+    server_life_t life; /* signals and the drain (kvshared.c) */
     bool stopping;
     bool failed; /* a fault made serving unsafe: stopping, and kvshared exits 1 */
     /* Stops the daemon (server_shutdown), for a floor below the assembly
@@ -261,41 +302,10 @@ typedef struct server {
     uint64_t start_ms;
     metrics_t metrics;
 
-    struct metrics_http *http; /* --metrics-listen; NULL when off */
-    struct loop_watch *watch;  /* the longest loop work between polls (loop_watch.h) */
-
-    /* Namespaces declared in the config file, and who may use each
-     * (namespaces.c). tenants[ns] for ns < n_tenants; others: undeclared,
-     * open to anyone. */
-    config_t *conf;
-    struct tenant *tenants;
-    uint32_t n_tenants;
-    bool any_ns_acl; /* some namespace has an allow-list */
-    /* Per namespace id (max_namespaces of them): the session that created
-     * it dynamically, while both live (namespaces_reclaim, the per-session
-     * limit). */
-    session_t **ns_creator;
-    uint64_t ns_refuse_log_ms;      /* last "namespace not created" log line */
-    uint64_t ns_refused_unlogged;   /* refusals since then */
-    uint64_t ns_reclaim_log_ms;     /* last "reclaimed" log line */
-    uint64_t ns_reclaimed_unlogged; /* namespaces reclaimed since then */
-    uv_signal_t sig_hup;
-    uv_timer_t drain_timer;
-    bool drain_on;
+    server_ns_t ns;            /* namespaces: tenants, creators, identities (namespaces.c) */
     struct inflight *inflight; /* declared prefixes and held lookups */
 
-    /* KV events (events.h): NULL when off. Per namespace, what it
-     * publishes as, resolved on first use (ev_resolved). */
-    struct events *events;
-    events_stream_t *ev_streams;
-    bool *ev_resolved;
-
-    /* Model identity (namespaces.h): the daemon's own, and per namespace
-     * id (max_namespaces of them) its identity, resolved on first use
-     * (ident_resolved; reset when the id is reused). */
-    struct ns_identity *daemon_ident;
-    struct ns_identity *ns_idents;
-    bool *ident_resolved;
+    struct events *events; /* KV events (events.h); NULL when off */
 
     uint32_t tier2_blocks;       /* blocks of tier 2 (--host-tier); 0: none */
     uint32_t tier3_blocks;       /* blocks of tier 3 (--disk-tier-path): its slots; 0: none */

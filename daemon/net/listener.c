@@ -25,8 +25,8 @@
  * between bind and the end of server_listen. */
 void listener_abandon(server_t *s)
 {
-    uv_close((uv_handle_t *)&s->listener, NULL);
-    s->listening = false;
+    uv_close((uv_handle_t *)&s->net.listener, NULL);
+    s->net.listening = false;
     unlink(s->cfg.socket_path);
 }
 
@@ -43,17 +43,18 @@ static void on_connection(uv_stream_t *listener, int status)
     } else if (rc == KVS_ELIMIT) {
         /* At most one line a second, however many are refused. */
         uint64_t now = uv_now(s->loop);
-        s->refused_unlogged++;
-        if (s->refuse_log_ms == 0 || now - s->refuse_log_ms >= 1000) {
+        s->net.refused_unlogged++;
+        if (s->net.refuse_log_ms == 0 || now - s->net.refuse_log_ms >= 1000) {
             LOG_WARN("refused %llu connection(s): %u sessions is the limit (%s)",
-                     (unsigned long long)s->refused_unlogged,
-                     s->fd_sessions < s->cfg.max_sessions ? s->fd_sessions : s->cfg.max_sessions,
-                     s->fd_sessions < s->cfg.max_sessions
+                     (unsigned long long)s->net.refused_unlogged,
+                     s->net.fd_sessions < s->cfg.max_sessions ? s->net.fd_sessions
+                                                              : s->cfg.max_sessions,
+                     s->net.fd_sessions < s->cfg.max_sessions
                          ? "what the descriptor limit leaves room for; raise LimitNOFILE / "
                            "ulimit -n"
                          : "--max-sessions");
-            s->refuse_log_ms = now;
-            s->refused_unlogged = 0;
+            s->net.refuse_log_ms = now;
+            s->net.refused_unlogged = 0;
         }
     }
 }
@@ -63,19 +64,21 @@ static void on_connection(uv_stream_t *listener, int status)
 static void check_fd_limit(server_t *s)
 {
     struct rlimit rl;
-    s->fd_sessions = s->cfg.max_sessions;
+    s->net.fd_sessions = s->cfg.max_sessions;
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
         return;
     uint64_t need = (uint64_t)s->cfg.max_sessions + SERVER_SPARE_FDS;
     if (rl.rlim_cur >= need)
         return;
-    s->fd_sessions = rl.rlim_cur > 2 * SERVER_SPARE_FDS ? (uint32_t)(rl.rlim_cur - SERVER_SPARE_FDS)
-                                                        : (uint32_t)(rl.rlim_cur / 2);
+    s->net.fd_sessions = rl.rlim_cur > 2 * SERVER_SPARE_FDS
+                             ? (uint32_t)(rl.rlim_cur - SERVER_SPARE_FDS)
+                             : (uint32_t)(rl.rlim_cur / 2);
     LOG_WARN("the descriptor limit (%llu, ulimit -n or LimitNOFILE) is below what max_sessions "
              "= %u needs (%llu): connections past %u sessions will be refused; raise the limit "
              "(its hard limit is %llu) or lower max_sessions",
              (unsigned long long)rl.rlim_cur, s->cfg.max_sessions, (unsigned long long)need,
-             s->fd_sessions, rl.rlim_max == RLIM_INFINITY ? 0ull : (unsigned long long)rl.rlim_max);
+             s->net.fd_sessions,
+             rl.rlim_max == RLIM_INFINITY ? 0ull : (unsigned long long)rl.rlim_max);
 }
 
 /* Whether a daemon answers on path: a connect that succeeds means yes. */
@@ -214,15 +217,15 @@ int listener_open(server_t *s, char *err, size_t errlen)
             return rc;
     }
 
-    rc = uv_pipe_init(s->loop, &s->listener, 0);
+    rc = uv_pipe_init(s->loop, &s->net.listener, 0);
     if (rc != 0) {
         snprintf(err, errlen, "cannot create the listening handle for %s: %s", path,
                  uv_strerror(rc));
         return KVS_EIO;
     }
-    s->listener.data = s;
-    s->listening = true;
-    rc = uv_pipe_bind(&s->listener, path);
+    s->net.listener.data = s;
+    s->net.listening = true;
+    rc = uv_pipe_bind(&s->net.listener, path);
     if (rc == 0 && chmod(path, 0660) != 0)
         rc = uv_translate_sys_error(errno);
     if (rc == 0 && s->cfg.has_socket_gid && chown(path, (uid_t)-1, (gid_t)s->cfg.socket_gid) != 0) {
@@ -234,28 +237,29 @@ int listener_open(server_t *s, char *err, size_t errlen)
         return KVS_EIO;
     }
     if (rc == 0)
-        rc = uv_listen((uv_stream_t *)&s->listener, SERVER_LISTEN_BACKLOG, on_connection);
+        rc = uv_listen((uv_stream_t *)&s->net.listener, SERVER_LISTEN_BACKLOG, on_connection);
     if (rc != 0) {
         snprintf(err, errlen, "cannot listen on %s: %s", path, uv_strerror(rc));
-        uv_close((uv_handle_t *)&s->listener, NULL);
-        s->listening = false;
+        uv_close((uv_handle_t *)&s->net.listener, NULL);
+        s->net.listening = false;
         return KVS_EIO;
     }
     if (stat(path, &st) == 0) {
-        s->sock_dev = st.st_dev;
-        s->sock_ino = st.st_ino;
+        s->net.sock_dev = st.st_dev;
+        s->net.sock_ino = st.st_ino;
     }
     return 0;
 }
 
 void listener_close(server_t *s)
 {
-    if (!s->listening)
+    if (!s->net.listening)
         return;
-    uv_close((uv_handle_t *)&s->listener, NULL);
-    s->listening = false;
+    uv_close((uv_handle_t *)&s->net.listener, NULL);
+    s->net.listening = false;
     /* Remove the socket only if it is still ours (not a successor's). */
     struct stat st;
-    if (stat(s->cfg.socket_path, &st) == 0 && st.st_dev == s->sock_dev && st.st_ino == s->sock_ino)
+    if (stat(s->cfg.socket_path, &st) == 0 && st.st_dev == s->net.sock_dev &&
+        st.st_ino == s->net.sock_ino)
         unlink(s->cfg.socket_path);
 }

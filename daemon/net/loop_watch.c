@@ -105,7 +105,7 @@ static void on_close(uv_handle_t *h)
 
 int loop_watch_start(server_t *srv)
 {
-    if (srv->watch)
+    if (srv->net.watch)
         return 0;
     /* Idle time is counted from the next poll on; the first prepare only
      * takes the clocks. */
@@ -126,14 +126,14 @@ int loop_watch_start(server_t *srv)
     }
     /* Watching must not keep the loop running. */
     uv_unref((uv_handle_t *)&w->prepare);
-    srv->watch = w;
+    srv->net.watch = w;
     return 0;
 }
 
 void loop_watch_stop(server_t *srv)
 {
-    if (!srv || !srv->watch)
+    if (!srv || !srv->net.watch)
         return;
-    uv_close((uv_handle_t *)&srv->watch->prepare, on_close);
-    srv->watch = NULL;
+    uv_close((uv_handle_t *)&srv->net.watch->prepare, on_close);
+    srv->net.watch = NULL;
 }

@@ -82,7 +82,7 @@ static void account(session_t *s)
     if (s->closing)
         return;
     size_t now = held_bytes(s);
-    s->srv->buf_bytes = s->srv->buf_bytes - s->buf_bytes + now;
+    s->srv->net.buf_bytes = s->srv->net.buf_bytes - s->buf_bytes + now;
     s->buf_bytes = now;
 }
 
@@ -111,7 +111,7 @@ static void shrink(session_t *s)
  * alloc callback, which libuv does not let us close there). */
 static bool enforce_budget(server_t *srv, const session_t *spare)
 {
-    while (srv->buf_bytes > srv->cfg.max_buffer_memory) {
+    while (srv->net.buf_bytes > srv->cfg.max_buffer_memory) {
         session_t *big = NULL;
         LIST_FOR_EACH (&srv->sessions, session_t, link, s)
             if (!s->closing && (!big || s->buf_bytes > big->buf_bytes))
@@ -122,11 +122,11 @@ static bool enforce_budget(server_t *srv, const session_t *spare)
             return false;
         srv->metrics.sessions_dropped_memory++;
         uint64_t now = uv_now(srv->loop);
-        if (now - srv->budget_log_ms >= 1000 || srv->budget_log_ms == 0) {
-            srv->budget_log_ms = now;
+        if (now - srv->net.budget_log_ms >= 1000 || srv->net.budget_log_ms == 0) {
+            srv->net.budget_log_ms = now;
             LOG_WARN("session buffers at %zu bytes, over max_buffer_memory (%zu): closing "
                      "session %llu (pid %d), which holds %zu; %llu closed so far for this",
-                     srv->buf_bytes, srv->cfg.max_buffer_memory, (unsigned long long)big->id,
+                     srv->net.buf_bytes, srv->cfg.max_buffer_memory, (unsigned long long)big->id,
                      (int)big->peer_pid, big->buf_bytes,
                      (unsigned long long)srv->metrics.sessions_dropped_memory);
         }
@@ -171,7 +171,7 @@ void session_close(session_t *s, const char *reason)
         return;
     s->closing = true;
     handler_tree_gone(s);
-    s->srv->buf_bytes -= s->buf_bytes;
+    s->srv->net.buf_bytes -= s->buf_bytes;
     s->buf_bytes = 0;
     release_all(s);
     session_unschedule(s);
@@ -580,24 +580,24 @@ static void on_idle_sweep(uv_timer_t *t)
 
 int session_idle_start(server_t *srv)
 {
-    if (srv->cfg.idle_timeout_ms == 0 || srv->idle_on)
+    if (srv->cfg.idle_timeout_ms == 0 || srv->net.idle_on)
         return 0;
-    if (uv_timer_init(srv->loop, &srv->idle_timer) != 0)
+    if (uv_timer_init(srv->loop, &srv->net.idle_timer) != 0)
         return KVS_EIO;
-    srv->idle_timer.data = srv;
-    srv->idle_on = true;
+    srv->net.idle_timer.data = srv;
+    srv->net.idle_on = true;
     uint64_t every = srv->cfg.idle_timeout_ms / 4 ? srv->cfg.idle_timeout_ms / 4 : 1;
-    if (uv_timer_start(&srv->idle_timer, on_idle_sweep, every, every) != 0)
+    if (uv_timer_start(&srv->net.idle_timer, on_idle_sweep, every, every) != 0)
         return KVS_EIO;
     return 0;
 }
 
 void session_idle_stop(server_t *srv)
 {
-    if (!srv || !srv->idle_on)
+    if (!srv || !srv->net.idle_on)
         return;
-    uv_close((uv_handle_t *)&srv->idle_timer, NULL);
-    srv->idle_on = false;
+    uv_close((uv_handle_t *)&srv->net.idle_timer, NULL);
+    srv->net.idle_on = false;
 }
 
 static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
@@ -611,7 +611,7 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
         session_take_turn(s);
         return;
     }
-    if (nread == UV_ENOBUFS && s->srv->buf_bytes > s->srv->cfg.max_buffer_memory) {
+    if (nread == UV_ENOBUFS && s->srv->net.buf_bytes > s->srv->cfg.max_buffer_memory) {
         enforce_budget(s->srv, NULL);
         return;
     }
@@ -637,7 +637,7 @@ int session_accept(server_t *srv)
     }
     s->pipe.data = s;
     s->has_pipe = true;
-    if (uv_accept((uv_stream_t *)&srv->listener, (uv_stream_t *)&s->pipe) != 0) {
+    if (uv_accept((uv_stream_t *)&srv->net.listener, (uv_stream_t *)&s->pipe) != 0) {
         uv_close((uv_handle_t *)&s->pipe, on_close);
         return KVS_EIO;
     }
@@ -657,7 +657,7 @@ int session_accept(server_t *srv)
         session_close(s, "session limit");
         return KVS_ELIMIT;
     }
-    if (srv->fd_sessions && srv->sessions.len > srv->fd_sessions) {
+    if (srv->net.fd_sessions && srv->sessions.len > srv->net.fd_sessions) {
         srv->metrics.sessions_refused_fds++;
         dispatch_error_reply(s, 0, KVS_ELIMIT,
                              "kvshared has no descriptors left for another session (its "

@@ -126,9 +126,9 @@ int handler_sessions(session_t *s, const Kvshare__Request *req, Kvshare__Respons
 
         uint32_t ids[SESSIONS_NS_PER_ROW];
         size_t n_ids = 0;
-        if (srv->ns_creator)
+        if (srv->ns.creator)
             for (uint32_t ns = 0; ns < srv->cfg.max_namespaces; ns++)
-                if (srv->ns_creator[ns] == o)
+                if (srv->ns.creator[ns] == o)
                     add_ns(s, ns, ids, &n_ids);
         for (uint32_t i = 0; i < o->own.pins.cap && n_ids < SESSIONS_NS_PER_ROW; i++)
             if (o->own.pins.keys[i] != SESSION_NO_BLOCK && o->own.pins.counts[i])

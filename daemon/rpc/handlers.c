@@ -188,7 +188,7 @@ static int hello_identity(session_t *s, const Kvshare__ModelIdentity *mi, uint32
         if (dg->dtype && dg->dtype[0])
             bad_dtype = geometry_dtype_parse(dg->dtype, &g.dtype) != 0;
     }
-    uint32_t tp = mi->tp_size ? mi->tp_size : srv->daemon_ident->id.tp_size;
+    uint32_t tp = mi->tp_size ? mi->tp_size : srv->ns.daemon_ident->id.tp_size;
     int rc = KVS_EINVAL;
     if (!mi->model || !identity_model_valid(mi->model))
         rc = fail(ctx, KVS_EINVAL,
@@ -1391,7 +1391,7 @@ static size_t tree_walk_rows(const server_t *srv, const Kvshare__TreeRequest *tr
     size_t max = tr->max ? tr->max : TREE_DEFAULT_ROWS;
     if (max > TREE_MAX_ROWS)
         max = TREE_MAX_ROWS;
-    if (srv->any_ns_acl && !(tr->ns && tr->ns[0]))
+    if (srv->ns.any_acl && !(tr->ns && tr->ns[0]))
         max = TREE_MAX_ROWS;
     return max;
 }
@@ -1541,7 +1541,7 @@ static int tree_steps(session_t *s, handler_ctx_t *ctx, bool *done)
         /* Its memory grows with the prefixes found: counted with the
          * buffers of every session (held_bytes), it must fit beside them. */
         size_t walk = radix_top_walk_bytes(srv->tree.walk);
-        size_t others = srv->buf_bytes - s->buf_bytes;
+        size_t others = srv->net.buf_bytes - s->buf_bytes;
         if (others + walk > srv->cfg.max_buffer_memory) {
             tree_end(srv);
             return fail(

@@ -268,7 +268,7 @@ static void counters(text_t *t, const metrics_t *m)
  * hit rates by tier). Only namespaces whose section sets the key appear. */
 static void ns_design(text_t *t, const server_t *srv)
 {
-    const config_t *conf = srv->conf;
+    const config_t *conf = srv->ns.conf;
     head(t, "kvshare_namespace_hit_rate_target", "gauge",
          "Prefix-cache hit rate a namespace is designed for (config hit_rate_target)");
     for (uint32_t i = 0; conf && i < conf->n_ns; i++) {

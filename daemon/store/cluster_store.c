@@ -691,7 +691,7 @@ size_t cluster_store_nodes(server_t *srv, cluster_node_stats_t *out, size_t max)
 static bool ns_shared(const server_t *srv, uint32_t ns, const char **name)
 {
     *name = radix_ns_name(srv->index, ns);
-    const config_ns_t *sec = *name ? config_find_ns(srv->conf, *name) : NULL;
+    const config_ns_t *sec = *name ? config_find_ns(srv->ns.conf, *name) : NULL;
     return sec && sec->shared;
 }
 
@@ -1036,7 +1036,7 @@ void cluster_store_cleared(server_t *srv, uint32_t ns)
 {
     const char *name;
     cluster_link_t *l = srv->cluster;
-    if (!l || !ns_shared(srv, ns, &name) || !config_find_ns(srv->conf, name)->cluster_clear)
+    if (!l || !ns_shared(srv, ns, &name) || !config_find_ns(srv->ns.conf, name)->cluster_clear)
         return;
     uint64_t identity = namespaces_identity(srv, ns)->hash;
     job_t *j = calloc(1, sizeof *j);

@@ -15,12 +15,12 @@
 
 static int namespaces_alloc(server_t *srv)
 {
-    if (srv->tenants)
+    if (srv->ns.tenants)
         return 0;
-    srv->tenants = calloc(srv->cfg.max_namespaces, sizeof(*srv->tenants));
-    if (!srv->tenants)
+    srv->ns.tenants = calloc(srv->cfg.max_namespaces, sizeof(*srv->ns.tenants));
+    if (!srv->ns.tenants)
         return KVS_ENOMEM;
-    srv->n_tenants = srv->cfg.max_namespaces;
+    srv->ns.n_tenants = srv->cfg.max_namespaces;
     return 0;
 }
 
@@ -35,8 +35,8 @@ int namespaces_declare(server_t *srv, const char *name, char *err, size_t errlen
         snprintf(err, errlen, "out of memory for the namespace table");
         return KVS_ENOMEM;
     }
-    if (id < srv->n_tenants)
-        srv->tenants[id].declared = srv->tenants[id].by_flag = true;
+    if (id < srv->ns.n_tenants)
+        srv->ns.tenants[id].declared = srv->ns.tenants[id].by_flag = true;
     return 0;
 }
 
@@ -74,17 +74,17 @@ int namespaces_apply(server_t *srv, config_t *conf, char *err, size_t errlen)
         return KVS_ENOMEM;
     /* Every namespace first loses what the file gave it; the file (or a
      * --namespace flag) gives it back. */
-    for (uint32_t i = 0; i < srv->n_tenants; i++) {
-        bool by_flag = srv->tenants[i].by_flag;
-        memset(&srv->tenants[i], 0, sizeof(srv->tenants[i]));
-        srv->tenants[i].declared = srv->tenants[i].by_flag = by_flag;
+    for (uint32_t i = 0; i < srv->ns.n_tenants; i++) {
+        bool by_flag = srv->ns.tenants[i].by_flag;
+        memset(&srv->ns.tenants[i], 0, sizeof(srv->ns.tenants[i]));
+        srv->ns.tenants[i].declared = srv->ns.tenants[i].by_flag = by_flag;
     }
-    srv->any_ns_acl = false;
+    srv->ns.any_acl = false;
     for (uint32_t i = 0; conf && i < conf->n_ns; i++) {
         const config_ns_t *n = &conf->ns[i];
         uint32_t id;
-        if (radix_ns_find(srv->index, n->name, &id) == 0 && id < srv->n_tenants &&
-            srv->tenants[id].by_flag) {
+        if (radix_ns_find(srv->index, n->name, &id) == 0 && id < srv->ns.n_tenants &&
+            srv->ns.tenants[id].by_flag) {
             /* --namespace overrides the file's limits, at start and on reload. */
         } else if (radix_ns_find(srv->index, n->name, &id) == 0) {
             radix_ns_stats_t before;
@@ -105,20 +105,20 @@ int namespaces_apply(server_t *srv, config_t *conf, char *err, size_t errlen)
         radix_ns_set_priority(srv->index, id, n->priority,
                               n->max_priority == CONFIG_PRIO_UNSET ? srv->cfg.default_max_priority
                                                                    : n->max_priority);
-        if (id < srv->n_tenants) {
-            srv->tenants[id].declared = true;
-            srv->tenants[id].acl = n->acl;
+        if (id < srv->ns.n_tenants) {
+            srv->ns.tenants[id].declared = true;
+            srv->ns.tenants[id].acl = n->acl;
             if (n->acl.n_uids || n->acl.n_gids)
-                srv->any_ns_acl = true;
+                srv->ns.any_acl = true;
         }
     }
     /* A namespace dropped from the file keeps its cache but loses its
      * limits: it is no longer the operator's to protect. */
-    for (uint32_t id = 0; id < radix_ns_id_end(srv->index) && id < srv->n_tenants; id++) {
+    for (uint32_t id = 0; id < radix_ns_id_end(srv->index) && id < srv->ns.n_tenants; id++) {
         radix_ns_stats_t st;
-        if (srv->tenants[id].declared || radix_ns_stats(srv->index, id, &st) != 0)
+        if (srv->ns.tenants[id].declared || radix_ns_stats(srv->index, id, &st) != 0)
             continue;
-        if (srv->conf && config_find_ns(srv->conf, radix_ns_name(srv->index, id)) &&
+        if (srv->ns.conf && config_find_ns(srv->ns.conf, radix_ns_name(srv->index, id)) &&
             (st.quota || st.reserve)) {
             radix_ns_set_limits(srv->index, id, 0, 0);
             radix_ns_set_priority(srv->index, id, RADIX_PRIO_DEFAULT,
@@ -127,8 +127,8 @@ int namespaces_apply(server_t *srv, config_t *conf, char *err, size_t errlen)
                      radix_ns_name(srv->index, id));
         }
     }
-    config_free(srv->conf);
-    srv->conf = conf;
+    config_free(srv->ns.conf);
+    srv->ns.conf = conf;
     return 0;
 }
 
@@ -144,7 +144,7 @@ void namespaces_reload(server_t *srv)
     if (rc == 0)
         rc = namespaces_apply(srv, conf, err, sizeof(err));
     if (rc != 0) {
-        if (conf && conf != srv->conf)
+        if (conf && conf != srv->ns.conf)
             config_free(conf);
         srv->metrics.config_reload_errors++;
         LOG_ERROR("SIGHUP: %s not reloaded, the running configuration stays: %s",
@@ -163,31 +163,31 @@ uint32_t namespaces_reclaim(server_t *srv)
     for (uint32_t id = 0; id < radix_ns_id_end(srv->index); id++) {
         radix_ns_stats_t st;
         if (radix_ns_stats(srv->index, id, &st) != 0 || st.cached_blocks > 0 ||
-            (id < srv->n_tenants && srv->tenants[id].declared) || inflight_ns_busy(srv, id))
+            (id < srv->ns.n_tenants && srv->ns.tenants[id].declared) || inflight_ns_busy(srv, id))
             continue;
         if (radix_ns_delete(srv->index, id) != 0)
             continue;
         n++;
-        if (srv->ns_creator && id < srv->cfg.max_namespaces && srv->ns_creator[id]) {
-            srv->ns_creator[id]->ns_created--;
-            srv->ns_creator[id] = NULL;
+        if (srv->ns.creator && id < srv->cfg.max_namespaces && srv->ns.creator[id]) {
+            srv->ns.creator[id]->ns_created--;
+            srv->ns.creator[id] = NULL;
         }
         /* The next namespace with this id resolves its own topic. */
-        if (srv->ev_resolved && id < srv->cfg.max_namespaces)
-            srv->ev_resolved[id] = false;
-        if (srv->ident_resolved && id < srv->cfg.max_namespaces)
-            srv->ident_resolved[id] = false;
+        if (srv->ns.ev_resolved && id < srv->cfg.max_namespaces)
+            srv->ns.ev_resolved[id] = false;
+        if (srv->ns.ident_resolved && id < srv->cfg.max_namespaces)
+            srv->ns.ident_resolved[id] = false;
     }
     srv->metrics.namespaces_reclaimed += n;
-    srv->ns_reclaimed_unlogged += n;
+    srv->ns.reclaimed_unlogged += n;
     uint64_t now = uv_now(srv->loop);
-    if (srv->ns_reclaimed_unlogged &&
-        (srv->ns_reclaim_log_ms == 0 || now - srv->ns_reclaim_log_ms >= 1000)) {
+    if (srv->ns.reclaimed_unlogged &&
+        (srv->ns.reclaim_log_ms == 0 || now - srv->ns.reclaim_log_ms >= 1000)) {
         LOG_INFO("namespace table full (max_namespaces %u): reclaimed %llu dynamic namespace(s) "
                  "that held nothing",
-                 srv->cfg.max_namespaces, (unsigned long long)srv->ns_reclaimed_unlogged);
-        srv->ns_reclaim_log_ms = now;
-        srv->ns_reclaimed_unlogged = 0;
+                 srv->cfg.max_namespaces, (unsigned long long)srv->ns.reclaimed_unlogged);
+        srv->ns.reclaim_log_ms = now;
+        srv->ns.reclaimed_unlogged = 0;
     }
     return n;
 }
@@ -197,12 +197,12 @@ int namespaces_created(session_t *s, uint32_t ns)
     server_t *srv = s->srv;
     if (ns >= srv->cfg.max_namespaces)
         return 0;
-    if (!srv->ns_creator) {
-        srv->ns_creator = calloc(srv->cfg.max_namespaces, sizeof(*srv->ns_creator));
-        if (!srv->ns_creator)
+    if (!srv->ns.creator) {
+        srv->ns.creator = calloc(srv->cfg.max_namespaces, sizeof(*srv->ns.creator));
+        if (!srv->ns.creator)
             return KVS_ENOMEM;
     }
-    srv->ns_creator[ns] = s;
+    srv->ns.creator[ns] = s;
     s->ns_created++;
     return 0;
 }
@@ -210,10 +210,10 @@ int namespaces_created(session_t *s, uint32_t ns)
 void namespaces_session_gone(session_t *s)
 {
     server_t *srv = s->srv;
-    for (uint32_t id = 0; s->ns_created > 0 && srv->ns_creator && id < srv->cfg.max_namespaces;
+    for (uint32_t id = 0; s->ns_created > 0 && srv->ns.creator && id < srv->cfg.max_namespaces;
          id++) {
-        if (srv->ns_creator[id] == s) {
-            srv->ns_creator[id] = NULL;
+        if (srv->ns.creator[id] == s) {
+            srv->ns.creator[id] = NULL;
             s->ns_created--;
         }
     }
@@ -221,27 +221,27 @@ void namespaces_session_gone(session_t *s)
 
 void namespaces_free(server_t *srv)
 {
-    free(srv->daemon_ident);
-    free(srv->ns_idents);
-    free(srv->ident_resolved);
-    srv->daemon_ident = NULL;
-    srv->ns_idents = NULL;
-    srv->ident_resolved = NULL;
-    free(srv->ns_creator);
-    srv->ns_creator = NULL;
-    free(srv->tenants);
-    srv->tenants = NULL;
-    srv->n_tenants = 0;
-    config_free(srv->conf);
-    srv->conf = NULL;
+    free(srv->ns.daemon_ident);
+    free(srv->ns.idents);
+    free(srv->ns.ident_resolved);
+    srv->ns.daemon_ident = NULL;
+    srv->ns.idents = NULL;
+    srv->ns.ident_resolved = NULL;
+    free(srv->ns.creator);
+    srv->ns.creator = NULL;
+    free(srv->ns.tenants);
+    srv->ns.tenants = NULL;
+    srv->ns.n_tenants = 0;
+    config_free(srv->ns.conf);
+    srv->ns.conf = NULL;
 }
 
 bool namespaces_allowed(const session_t *s, uint32_t ns)
 {
     const server_t *srv = s->srv;
-    if (!srv->any_ns_acl || ns >= srv->n_tenants || !s->has_peer)
+    if (!srv->ns.any_acl || ns >= srv->ns.n_tenants || !s->has_peer)
         return true;
-    return config_acl_allows(&srv->tenants[ns].acl, s->peer_uid, s->peer_gid);
+    return config_acl_allows(&srv->ns.tenants[ns].acl, s->peer_uid, s->peer_gid);
 }
 
 /* An allow-list that names someone admits the peer (an empty one admits
@@ -256,20 +256,20 @@ bool namespaces_may_clear(const session_t *s, uint32_t ns)
     const server_t *srv = s->srv;
     if (!s->has_peer || s->peer_uid == 0 || acl_names(&srv->cfg.clear_acl, s))
         return true;
-    return ns < srv->n_tenants && acl_names(&srv->tenants[ns].acl, s);
+    return ns < srv->ns.n_tenants && acl_names(&srv->ns.tenants[ns].acl, s);
 }
 
 bool namespaces_usable(const server_t *srv, uint32_t ns)
 {
     if (srv->cfg.dynamic_namespaces)
         return true;
-    return ns < srv->n_tenants && srv->tenants[ns].declared;
+    return ns < srv->ns.n_tenants && srv->ns.tenants[ns].declared;
 }
 
 void namespaces_log(const server_t *srv)
 {
-    for (uint32_t i = 0; srv->conf && i < srv->conf->n_ns; i++) {
-        const config_ns_t *n = &srv->conf->ns[i];
+    for (uint32_t i = 0; srv->ns.conf && i < srv->ns.conf->n_ns; i++) {
+        const config_ns_t *n = &srv->ns.conf->ns[i];
         char acl[256];
         config_acl_describe(&n->acl, acl, sizeof(acl));
         LOG_INFO("config: namespace '%s': quota %u%s, reserve %u, allowed %s", n->name, n->quota,
@@ -319,32 +319,32 @@ const events_stream_t *namespaces_events_stream(server_t *s, uint32_t ns)
     static const events_stream_t off = {.on = false};
     if (!s->events || ns >= s->cfg.max_namespaces)
         return &off;
-    if (!s->ev_resolved[ns]) {
+    if (!s->ns.ev_resolved[ns]) {
         const char *name = radix_ns_name(s->index, ns);
-        const config_ns_t *sec = name ? config_find_ns(s->conf, name) : NULL;
+        const config_ns_t *sec = name ? config_find_ns(s->ns.conf, name) : NULL;
         const char *model = sec ? sec->model_name : NULL;
         if (!sec && name && strcmp(name, SERVER_DEFAULT_NS) == 0)
             model = s->cfg.events.default_model;
         if (events_stream_init(&s->cfg.events, model, sec ? sec->lora_name : NULL,
-                               &s->ev_streams[ns]) != 0)
+                               &s->ns.ev_streams[ns]) != 0)
             LOG_WARN("kv events: namespace '%s' publishes nothing: its topic would exceed %d "
                      "bytes",
                      name, EVENTS_TOPIC_MAX);
-        s->ev_resolved[ns] = true;
+        s->ns.ev_resolved[ns] = true;
     }
-    return &s->ev_streams[ns];
+    return &s->ns.ev_streams[ns];
 }
 
 /* A namespace not created: logged at most once a second, with a count. */
 static void ns_refused(server_t *srv, const char *why)
 {
     uint64_t now = uv_now(srv->loop);
-    srv->ns_refused_unlogged++;
-    if (srv->ns_refuse_log_ms == 0 || now - srv->ns_refuse_log_ms >= 1000) {
+    srv->ns.refused_unlogged++;
+    if (srv->ns.refuse_log_ms == 0 || now - srv->ns.refuse_log_ms >= 1000) {
         LOG_WARN("refused to create %llu namespace(s): %s",
-                 (unsigned long long)srv->ns_refused_unlogged, why);
-        srv->ns_refuse_log_ms = now;
-        srv->ns_refused_unlogged = 0;
+                 (unsigned long long)srv->ns.refused_unlogged, why);
+        srv->ns.refuse_log_ms = now;
+        srv->ns.refused_unlogged = 0;
     }
 }
 
@@ -415,8 +415,8 @@ int namespaces_resolve(session_t *s, const char *name, bool create, uint32_t *ns
     if (rc != 0)
         return errbuf_set(msg, msglen, rc, "cannot create namespace '%s': %s", name,
                           kvs_status_text(rc));
-    if (srv->ident_resolved && *ns < srv->cfg.max_namespaces)
-        srv->ident_resolved[*ns] = false; /* a reused id resolves its own */
+    if (srv->ns.ident_resolved && *ns < srv->cfg.max_namespaces)
+        srv->ns.ident_resolved[*ns] = false; /* a reused id resolves its own */
     LOG_DEBUG("namespace '%s' created (id %u)", name, *ns);
     return namespaces_identity_check(s, *ns, msg, msglen);
 }
@@ -426,14 +426,14 @@ int namespaces_resolve(session_t *s, const char *name, bool create, uint32_t *ns
 int namespaces_identity_open(server_t *srv, char *err, size_t errlen)
 {
     const server_config_t *cfg = &srv->cfg;
-    srv->daemon_ident = calloc(1, sizeof(*srv->daemon_ident));
-    srv->ns_idents = calloc(cfg->max_namespaces, sizeof(*srv->ns_idents));
-    srv->ident_resolved = calloc(cfg->max_namespaces, sizeof(*srv->ident_resolved));
-    if (!srv->daemon_ident || !srv->ns_idents || !srv->ident_resolved) {
+    srv->ns.daemon_ident = calloc(1, sizeof(*srv->ns.daemon_ident));
+    srv->ns.idents = calloc(cfg->max_namespaces, sizeof(*srv->ns.idents));
+    srv->ns.ident_resolved = calloc(cfg->max_namespaces, sizeof(*srv->ns.ident_resolved));
+    if (!srv->ns.daemon_ident || !srv->ns.idents || !srv->ns.ident_resolved) {
         snprintf(err, errlen, "out of memory for the namespaces' model identities");
         return KVS_ENOMEM;
     }
-    ns_identity_t *d = srv->daemon_ident;
+    ns_identity_t *d = srv->ns.daemon_ident;
     if (identity_make(cfg->model, cfg->model_revision, &srv->geo,
                       srv->n_devices ? srv->n_devices : 1, &d->id) != 0) {
         snprintf(err, errlen, "model '%s': not a usable model identity (%s)",
@@ -457,28 +457,28 @@ static void identity_set(ns_identity_t *ni, const identity_t *id, identity_sourc
 
 const ns_identity_t *namespaces_daemon_identity(server_t *srv)
 {
-    return srv->daemon_ident;
+    return srv->ns.daemon_ident;
 }
 
 const ns_identity_t *namespaces_identity(server_t *srv, uint32_t ns)
 {
     if (ns >= srv->cfg.max_namespaces)
-        return srv->daemon_ident;
-    ns_identity_t *ni = &srv->ns_idents[ns];
-    if (srv->ident_resolved[ns])
+        return srv->ns.daemon_ident;
+    ns_identity_t *ni = &srv->ns.idents[ns];
+    if (srv->ns.ident_resolved[ns])
         return ni;
     /* The config's section names the model (and revision) of its blocks;
      * the pool's layout is the daemon's. A name the identity refuses was
      * refused by the config's own check already. */
     const char *name = radix_ns_name(srv->index, ns);
-    const config_ns_t *sec = name ? config_find_ns(srv->conf, name) : NULL;
-    identity_t id = srv->daemon_ident->id;
+    const config_ns_t *sec = name ? config_find_ns(srv->ns.conf, name) : NULL;
+    identity_t id = srv->ns.daemon_ident->id;
     if (sec && sec->model_name &&
         identity_make(sec->model_name, sec->model_revision, &id.geo, id.tp_size, &id) == 0)
         identity_set(ni, &id, IDENTITY_CONFIG);
     else
-        *ni = *srv->daemon_ident;
-    srv->ident_resolved[ns] = true;
+        *ni = *srv->ns.daemon_ident;
+    srv->ns.ident_resolved[ns] = true;
     return ni;
 }
 
@@ -499,17 +499,17 @@ int namespaces_identity_declare(server_t *srv, uint32_t ns, const identity_t *id
                           "namespace id %u is past max_namespaces (%u): no identity to bind", ns,
                           srv->cfg.max_namespaces);
     const ns_identity_t *cur = namespaces_identity(srv, ns);
-    ns_identity_t *ni = &srv->ns_idents[ns];
+    ns_identity_t *ni = &srv->ns.idents[ns];
     const char *name = radix_ns_name(srv->index, ns);
     char text[IDENTITY_TEXT_MAX + 1];
     identity_text(id, text, sizeof(text));
-    if (!identity_same_layout(id, &srv->daemon_ident->id)) {
+    if (!identity_same_layout(id, &srv->ns.daemon_ident->id)) {
         srv->metrics.identity_refusals++;
         return errbuf_set(msg, msglen, KVS_EINVAL,
                           "model identity '%s' does not fit this kvshared's pool, whose blocks "
                           "are '%s': its KV would be read with another layout; start kvshared "
                           "with this model's geometry, or give the worker the pool's",
-                          text, srv->daemon_ident->text);
+                          text, srv->ns.daemon_ident->text);
     }
     if (identity_equal(id, &cur->id)) {
         if (cur->source < src)

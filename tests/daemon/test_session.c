@@ -1766,9 +1766,9 @@ START_TEST(test_clear_needs_permission)
     ck_assert_int_eq(radix_ns_stats(srv->index, ns, &st), 0);
     ck_assert_uint_eq(st.cached_blocks, 2);
     /* The namespace's own allow-list names the peer: its own session. */
-    srv->tenants[ns].acl.uids[0] = 1234;
-    srv->tenants[ns].acl.n_uids = 1;
-    srv->any_ns_acl = true;
+    srv->ns.tenants[ns].acl.uids[0] = 1234;
+    srv->ns.tenants[ns].acl.n_uids = 1;
+    srv->ns.any_acl = true;
     ck_assert_int_eq(do_clear(other, "t1"), 0);
     ck_assert_uint_eq(srv->metrics.clears, 1);
     /* Another tenant's namespace: denied, unless clear_gids names the peer. */
