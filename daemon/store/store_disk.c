@@ -13,7 +13,7 @@
 #include "store.h"
 #include "store_restore.h"
 #include "tier_disk.h"
-#include "tier_disk_medium.h"
+#include "store_disk_medium.h"
 
 /* --- the medium's source --- */
 
@@ -114,14 +114,14 @@ static void src_bad(void *arg, uint32_t slot)
 
 int store_disk_open(server_t *srv, tier_medium_t **out)
 {
-    tier_disk_source_t src = {.meta = src_meta,
-                              .bad = src_bad,
-                              .arg = srv,
-                              .store = src_store,
-                              .locate = src_locate,
-                              .gather = src_gather,
-                              .block_tokens = srv->geo.block_tokens};
-    return tier_disk_medium_open(srv->loop, srv->disk_tier, &src, out);
+    store_disk_source_t src = {.meta = src_meta,
+                               .bad = src_bad,
+                               .arg = srv,
+                               .store = src_store,
+                               .locate = src_locate,
+                               .gather = src_gather,
+                               .block_tokens = srv->geo.block_tokens};
+    return store_disk_medium_open(srv->loop, srv->disk_tier, &src, out);
 }
 
 /* --- deletion ---
@@ -161,7 +161,7 @@ int store_disk_forget_prompt(server_t *srv, uint32_t ns, const uint32_t *tokens,
         rc = radix_chain_hashes(srv->index, ns, tokens, n, hashes);
     size_t looked = 0;
     if (rc == 0 && kept < n)
-        rc = tier_disk_medium_forget(srv->store->medium3, hashes + kept, n - kept, &k, &looked);
+        rc = store_disk_medium_forget(srv->store->medium3, hashes + kept, n - kept, &k, &looked);
     if (rc == 0 && kept < n) /* records not back in the index yet */
         store_restore_forget(srv, radix_ns_name(srv->index, ns), hashes + kept, n - kept);
     LOG_DEBUG("disk tier: an Evict of %zu blocks deleted %zu records (%zu slots looked at)",

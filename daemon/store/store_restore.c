@@ -37,7 +37,7 @@
 #include "nsname.h"
 #include "store.h"
 #include "tier_disk.h"
-#include "tier_disk_medium.h"
+#include "store_disk_medium.h"
 
 /* Loop work per turn: then the loop polls again. */
 #define STEP_NS (2 * 1000 * 1000ull)
@@ -208,14 +208,14 @@ static int restore_ns(server_t *srv, const char *name, uint32_t *ns)
 }
 
 /* Record i does not go in: its slot is free again (a record still on the
- * disk that a later Evict may name: tier_disk_medium_found). */
+ * disk that a later Evict may name: store_disk_medium_found). */
 static void drop(store_restore_t *r, size_t i)
 {
     const tier_disk_record_t *c = &r->sc.recs[i];
     if (r->state[i] == ST_KEPT)
         tier_disk_slot_free(r->td, c->slot);
     if (r->state[i] == ST_KEPT || r->state[i] == ST_NEW)
-        tier_disk_medium_found(r->srv->store->medium3, c->slot, c->chain_hash);
+        store_disk_medium_found(r->srv->store->medium3, c->slot, c->chain_hash);
     r->state[i] = ST_DROPPED;
     r->dropped++;
 }
@@ -319,7 +319,7 @@ static size_t restore_chain(store_restore_t *r, size_t leaf)
         r->state[ri] = ST_RESTORED;
         store_record_t *rec = &st->rec[r->ids[k]];
         rec->meta = (store_meta_t){.hash = h, .cached_ms = now, .ns = ns};
-        tier_disk_medium_restore(st->medium3, c->slot, c->chain_hash, c->seq, c->ns_id);
+        store_disk_medium_restore(st->medium3, c->slot, c->chain_hash, c->seq, c->ns_id);
         fresh++;
         run++;
     }

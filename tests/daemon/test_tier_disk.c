@@ -43,7 +43,7 @@
 #include "server.h"
 #include "test_tmp.h"
 #include "tier_disk.h"
-#include "tier_disk_medium.h"
+#include "store_disk_medium.h"
 
 #define BLOCK  (12 * 1024) /* payload; the slot is 16 KiB: four sectors to tear */
 #define TOKENS 16
@@ -904,9 +904,9 @@ START_TEST(medium_put_get_drop)
     src_blocks = malloc((size_t)MB * BLOCK);
     for (uint32_t id = 0; id < 4; id++)
         fill_block(id, src_blocks + (size_t)id * BLOCK);
-    tier_disk_source_t src = {.block = src_block, .meta = src_meta};
+    store_disk_source_t src = {.block = src_block, .meta = src_meta};
     tier_medium_t *m;
-    ck_assert_int_eq(tier_disk_medium_open(&loop, td, &src, &m), 0);
+    ck_assert_int_eq(store_disk_medium_open(&loop, td, &src, &m), 0);
     ck_assert_uint_eq(m->capacity, 16);
     ck_assert_str_eq(m->ops->name, "disk");
 
@@ -963,9 +963,9 @@ START_TEST(evict_looks_only_at_its_blocks)
     src_blocks = malloc((size_t)MB * BLOCK);
     for (uint32_t id = 0; id < 4; id++)
         fill_block(id, src_blocks + (size_t)id * BLOCK);
-    tier_disk_source_t src = {.block = src_block, .meta = src_meta};
+    store_disk_source_t src = {.block = src_block, .meta = src_meta};
     tier_medium_t *m;
-    ck_assert_int_eq(tier_disk_medium_open(&loop, td, &src, &m), 0);
+    ck_assert_int_eq(store_disk_medium_open(&loop, td, &src, &m), 0);
     uint32_t ids[4] = {0, 1, 2, 3}, slots[4] = {40, 3, 12, 63};
     ck_assert_int_eq(medium_run(&loop, m, true, ids, slots, 4).res.status, 0);
     /* Block 1's record again in slot 20 (a block that moved up and down). */
@@ -981,14 +981,14 @@ START_TEST(evict_looks_only_at_its_blocks)
     hashes[1] = meta.chain_hash;
     hashes[2] = hashes[0]; /* twice: once */
     size_t k = 0, looked = 0;
-    ck_assert_int_eq(tier_disk_medium_forget(m, hashes, 3, &k, &looked), 0);
+    ck_assert_int_eq(store_disk_medium_forget(m, hashes, 3, &k, &looked), 0);
     ck_assert_uint_eq(k, 2); /* slots 3 and 20 */
     ck_assert_uint_le(looked, 4);
     /* Gone: a second forget finds nothing; the others stay. */
-    ck_assert_int_eq(tier_disk_medium_forget(m, hashes, 1, &k, &looked), 0);
+    ck_assert_int_eq(store_disk_medium_forget(m, hashes, 1, &k, &looked), 0);
     ck_assert_uint_eq(k, 0);
     fill_meta(2, &meta, tokens);
-    ck_assert_int_eq(tier_disk_medium_forget(m, &meta.chain_hash, 1, &k, &looked), 0);
+    ck_assert_int_eq(store_disk_medium_forget(m, &meta.chain_hash, 1, &k, &looked), 0);
     ck_assert_uint_eq(k, 1);
     ck_assert_uint_eq(looked, 1);
     tier_medium_close(m);

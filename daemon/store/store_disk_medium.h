@@ -12,15 +12,15 @@
  * CRC: otherwise the batch fails with KVS_ENOTFOUND, not fatal (a disk that
  * fails turns reads into misses, never wrong bytes).
  */
-#ifndef KVS_DAEMON_TIER_DISK_MEDIUM_H
-#define KVS_DAEMON_TIER_DISK_MEDIUM_H
+#ifndef KVS_DAEMON_STORE_DISK_MEDIUM_H
+#define KVS_DAEMON_STORE_DISK_MEDIUM_H
 
 #include <uv.h>
 
 #include "tier_disk.h"
 #include "tier_medium.h"
 
-typedef struct tier_disk_source {
+typedef struct store_disk_source {
     /* The bytes (block_bytes) of block id in host memory, valid until the
      * batch ends: puts and gets go to and from it in place. NULL: the
      * blocks go through the tier's own buffers, on a tier thread, with
@@ -44,24 +44,24 @@ typedef struct tier_disk_source {
      * a disk error). It can never be served: the index should forget it. */
     void (*bad)(void *arg, uint32_t slot);
     uint32_t block_tokens; /* tokens per block (a put's copy of them) */
-} tier_disk_source_t;
+} store_disk_source_t;
 
 /* A medium over td (which stays the caller's, closed after the medium).
  * Its close finishes on the loop: run the loop once more after it. Returns
  * 0 or KVS_ENOMEM / KVS_EIO. */
-int tier_disk_medium_open(uv_loop_t *loop, tier_disk_t *td, const tier_disk_source_t *src,
-                          tier_medium_t **out);
+int store_disk_medium_open(uv_loop_t *loop, tier_disk_t *td, const store_disk_source_t *src,
+                           tier_medium_t **out);
 
 /* Slot holds the record a scan found (tier_disk_take_scan): a get of it
  * checks that record, as one a put wrote. */
-void tier_disk_medium_restore(tier_medium_t *m, uint32_t slot, uint64_t chain_hash, uint64_t seq,
-                              uint32_t ns_id);
+void store_disk_medium_restore(tier_medium_t *m, uint32_t slot, uint64_t chain_hash, uint64_t seq,
+                               uint32_t ns_id);
 
 /* The disk tier under the medium. */
 /* At start, for every record the scan found (restored or not): slot holds
  * chain_hash's record on the disk, so a later Evict of that block deletes
- * it there too (tier_disk_medium_forget). */
-void tier_disk_medium_found(tier_medium_t *m, uint32_t slot, uint64_t chain_hash);
+ * it there too (store_disk_medium_forget). */
+void store_disk_medium_found(tier_medium_t *m, uint32_t slot, uint64_t chain_hash);
 
 /* Evict: the records on the disk of the blocks whose chained hashes are
  * hashes[0..n) (0 is none), blocks the index no longer holds, get a
@@ -74,9 +74,9 @@ void tier_disk_medium_found(tier_medium_t *m, uint32_t slot, uint64_t chain_hash
  * every slot), and a 4 KiB O_DIRECT write per record found (not
  * fdatasync'd: tier_disk_sync). *n_forgotten: records deleted. Errors:
  * KVS_EIO, KVS_ENOMEM (nothing recorded as deleted). */
-int tier_disk_medium_forget(tier_medium_t *m, const uint64_t *hashes, size_t n, size_t *n_forgotten,
-                            size_t *n_looked);
+int store_disk_medium_forget(tier_medium_t *m, const uint64_t *hashes, size_t n,
+                             size_t *n_forgotten, size_t *n_looked);
 
-tier_disk_t *tier_disk_medium_disk(const tier_medium_t *m);
+tier_disk_t *store_disk_medium_disk(const tier_medium_t *m);
 
-#endif /* KVS_DAEMON_TIER_DISK_MEDIUM_H */
+#endif /* KVS_DAEMON_STORE_DISK_MEDIUM_H */

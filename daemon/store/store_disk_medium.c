@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The disk tier as a tier medium (tier_disk_medium.h). A batch becomes one
+ * The disk tier as a tier medium (store_disk_medium.h). A batch becomes one
  * tier_disk_submit; its end, on a tier thread, is queued and an async handle
  * wakes the loop, which calls the medium's done.
  */
-#include "tier_disk_medium.h"
+#include "store_disk_medium.h"
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -39,12 +39,12 @@ typedef struct disk_medium {
     uv_loop_t *loop;
     loop_wake_t async; /* the tier's threads wake the loop (loop_wake.h) */
     tier_disk_t *td;
-    tier_disk_source_t src;
+    store_disk_source_t src;
     slot_key_t *keys; /* what each slot's last put wrote; seq 0: nothing */
     /* By slot: the chained hash of the record on the disk there, the
      * block's or one no longer in the index (a slot freed keeps its
      * record until it is written again: a restart could find it), 0 when
-     * none (tier_disk_medium_forget); and whether a put to it is in flight. */
+     * none (store_disk_medium_forget); and whether a put to it is in flight. */
     uint64_t *on_disk;
     uint8_t *putting;
     /* on_disk by hash: buckets of slots chained through on_next, so that an
@@ -303,8 +303,8 @@ static void disk_drop(tier_medium_t *m, const uint32_t *slots, size_t n)
     }
 }
 
-void tier_disk_medium_restore(tier_medium_t *m, uint32_t slot, uint64_t chain_hash, uint64_t seq,
-                              uint32_t ns_id)
+void store_disk_medium_restore(tier_medium_t *m, uint32_t slot, uint64_t chain_hash, uint64_t seq,
+                               uint32_t ns_id)
 {
     disk_medium_t *dm = (disk_medium_t *)m;
     if (slot < m->capacity) {
@@ -313,7 +313,7 @@ void tier_disk_medium_restore(tier_medium_t *m, uint32_t slot, uint64_t chain_ha
     }
 }
 
-void tier_disk_medium_found(tier_medium_t *m, uint32_t slot, uint64_t chain_hash)
+void store_disk_medium_found(tier_medium_t *m, uint32_t slot, uint64_t chain_hash)
 {
     disk_medium_t *dm = (disk_medium_t *)m;
     if (slot < m->capacity)
@@ -332,8 +332,8 @@ static bool set_add(uint64_t *set, size_t mask, uint64_t h)
     return true;
 }
 
-int tier_disk_medium_forget(tier_medium_t *m, const uint64_t *hashes, size_t n, size_t *n_forgotten,
-                            size_t *n_looked)
+int store_disk_medium_forget(tier_medium_t *m, const uint64_t *hashes, size_t n,
+                             size_t *n_forgotten, size_t *n_looked)
 {
     disk_medium_t *dm = (disk_medium_t *)m;
     *n_forgotten = *n_looked = 0;
@@ -381,12 +381,12 @@ int tier_disk_medium_forget(tier_medium_t *m, const uint64_t *hashes, size_t n, 
     return rc;
 }
 
-tier_disk_t *tier_disk_medium_disk(const tier_medium_t *m)
+tier_disk_t *store_disk_medium_disk(const tier_medium_t *m)
 {
     return ((const disk_medium_t *)m)->td;
 }
 
-static void disk_stats(const tier_medium_t *m, tier_medium_stats_t *out)
+static void medium_stats(const tier_medium_t *m, tier_medium_stats_t *out)
 {
     *out = ((const disk_medium_t *)m)->st;
 }
@@ -415,12 +415,12 @@ static const tier_medium_ops_t disk_ops = {
     .put = disk_put,
     .get = disk_get,
     .drop = disk_drop,
-    .stats = disk_stats,
+    .stats = medium_stats,
     .close = disk_close,
 };
 
-int tier_disk_medium_open(uv_loop_t *loop, tier_disk_t *td, const tier_disk_source_t *src,
-                          tier_medium_t **out)
+int store_disk_medium_open(uv_loop_t *loop, tier_disk_t *td, const store_disk_source_t *src,
+                           tier_medium_t **out)
 {
     disk_medium_t *dm = calloc(1, sizeof(*dm));
     if (!dm)
