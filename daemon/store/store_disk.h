@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * store_disk: the disk tier (tier_disk.h) as tier 3 of the store's chain.
+ * store_disk: the disk tier (disk.h) as tier 3 of the store's chain.
  *
  *     pool (tier 1) --demote--> host (tier 2) --demote--> disk (tier 3)
  *          ^                                                   |
@@ -30,7 +30,7 @@
  * are dropped (disk_identity_dropped, one log line per namespace naming
  * both identities). Records deleted by a Clear or an Evict are dropped by
  * the scan already, or by the restore when the deletion came during it
- * (disk_deleted_dropped; tier_disk.h).
+ * (disk_deleted_dropped; disk.h).
  */
 #ifndef KVS_DAEMON_STORE_DISK_H
 #define KVS_DAEMON_STORE_DISK_H
