@@ -28,7 +28,7 @@
 #include "store_restore.h"
 #include "namespaces.h"
 #include "crc32c.h"
-#include "tier_disk.h"
+#include "disk.h"
 
 /* Background work between the turns: the pins of closed sessions. */
 static bool background_steps(server_t *srv)
@@ -205,6 +205,17 @@ static int open_host_tier(server_t *s, char *err, size_t errlen)
     return 0;
 }
 
+/* The disk tier's notes (disk.h: what happened at its open or on its
+ * threads), on the loop's thread. */
+static void log_disk_note(void *arg, disk_note_level_t level, const char *text)
+{
+    (void)arg;
+    if (level == DISK_NOTE_ERROR)
+        LOG_ERROR("disk tier: %s", text);
+    else
+        LOG_WARN("disk tier: %s", text);
+}
+
 /* Tier 3 (disk_tier_path): the file is opened and checked against this
  * geometry, so that a bad setup fails at start naming its setting; its
  * slots become tier 3 of the index (store_disk.h), below the host tier,
@@ -220,18 +231,26 @@ static int open_disk_tier(server_t *s, char *err, size_t errlen)
     char geo[128];
     snprintf(geo, sizeof(geo), "%u/%u/%u/%d/%u/%u/%u", g->layers, g->kv_heads, g->head_dim,
              (int)g->dtype, g->block_tokens, g->kv_lora_rank, g->rope_head_dim);
-    tier_disk_config_t dc = {.path = cfg->disk_tier_path,
-                             .bytes = cfg->disk_tier_bytes,
-                             .block_bytes = s->block_bytes,
-                             .block_tokens = g->block_tokens,
-                             .geometry_id = crc32c(0, geo, strlen(geo)),
-                             .wipe = cfg->disk_tier_wipe,
-                             .io = (tier_disk_io_t)cfg->disk_tier_io,
-                             .defer_scan = true};
-    int rc = tier_disk_open(&dc, &s->disk_tier, err, errlen);
+    disk_config_t dc = {.path = cfg->disk_tier_path,
+                        .bytes = cfg->disk_tier_bytes,
+                        .block_bytes = s->block_bytes,
+                        .block_tokens = g->block_tokens,
+                        .geometry_id = crc32c(0, geo, strlen(geo)),
+                        .wipe = cfg->disk_tier_wipe,
+                        .io = (disk_io_t)cfg->disk_tier_io,
+                        .defer_scan = true,
+                        .note = log_disk_note};
+    int rc = disk_open(&dc, &s->disk_tier, err, errlen);
     if (rc != 0)
         return rc;
-    uint32_t slots = tier_disk_capacity(s->disk_tier);
+    disk_stats_t ds;
+    disk_stats(s->disk_tier, &ds);
+    LOG_INFO("disk tier: %s, %u slots of %llu bytes, I/O on %s, %llu blocks recovered, %llu "
+             "torn slots skipped, %llu deleted records dropped",
+             cfg->disk_tier_path, ds.slots, (unsigned long long)disk_slot_bytes(s->disk_tier),
+             ds.io, (unsigned long long)ds.recovered, (unsigned long long)ds.torn,
+             (unsigned long long)ds.deleted);
+    uint32_t slots = disk_capacity(s->disk_tier);
     if (slots > UINT32_MAX - s->num_blocks - s->tier2_blocks) {
         snprintf(err, errlen, "disk_tier_bytes holds %u blocks: too many with the pool and tier 2",
                  slots);
@@ -239,7 +258,7 @@ static int open_disk_tier(server_t *s, char *err, size_t errlen)
     }
     s->tier3_blocks = slots;
     LOG_INFO("tier 3: %u blocks in %s (%s I/O)", slots, cfg->disk_tier_path,
-             tier_disk_io_name(s->disk_tier));
+             disk_io_name(s->disk_tier));
     return 0;
 }
 
@@ -516,7 +535,7 @@ void server_free(server_t *s)
     store_free(s->store);
     for (uint32_t i = 0; i < s->n_devices; i++)
         backend_close(s->backends[i]);
-    tier_disk_close(s->disk_tier);
+    disk_close(s->disk_tier);
     namespaces_free(s);
     free(s->decode.arena);
     free(s);

@@ -32,18 +32,33 @@ floors="core store rpc net daemon" # lowest first
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
+# The library's objects: those its link line names (so that objects left
+# in the build folder by a file since moved or removed do not count), else
+# every object in the floors' folders.
+if [ -f "$objs/link.txt" ]; then
+    tr ' ' '\n' <"$objs/link.txt" | sed -n 's|^CMakeFiles/kvs_daemon.dir/||p' | grep '\.o$' >"$tmp/objs" || :
+else
+    (cd "$objs" && find . -name '*.o' | sed 's|^\./||') >"$tmp/objs"
+fi
+
 # defs: "function floor object"; uses: "function floor object"
 : >"$tmp/defs.u"
-for floor in $floors; do
-    dir=$objs/$floor
-    [ "$floor" = daemon ] && dir=$objs
-    for o in "$dir"/*.o; do
-        [ -e "$o" ] || continue
-        obj=$floor/$(basename "$o" .c.o)
-        "$NM" "$o" | awk -v f="$floor" -v ob="$obj" -v defs="$tmp/defs.u" \
-            '$2 == "T" { print $3, f, ob >>defs } $1 == "U" { print $2, f, ob }'
-    done
-done >"$tmp/uses"
+while read -r rel; do
+    case $rel in
+    */*) floor=${rel%%/*} ;;
+    *) floor=daemon ;;
+    esac
+    case " $floors " in
+    *" $floor "*) ;;
+    *)
+        echo "layering_calls: $rel is on no floor ($floors)" >&2
+        exit 1
+        ;;
+    esac
+    obj=$floor/$(basename "$rel" .c.o)
+    "$NM" "$objs/$rel" | awk -v f="$floor" -v ob="$obj" -v defs="$tmp/defs.u" \
+        '$2 == "T" { print $3, f, ob >>defs } $1 == "U" { print $2, f, ob }'
+done <"$tmp/objs" >"$tmp/uses"
 sort "$tmp/defs.u" >"$tmp/defs"
 if [ ! -s "$tmp/defs" ]; then
     echo "layering_calls: nm found no function in the daemon's objects" >&2

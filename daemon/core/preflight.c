@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "kvshare_status.h"
-#include "tier_disk.h"
+#include "disk.h"
 
 int preflight_parse_devices(const char *spec, int *ordinals, uint32_t *n, bool *all, char *err,
                             size_t errlen)
@@ -111,7 +111,7 @@ static int check_disk_tier(const server_config_t *cfg, uid_t uid, char *err, siz
 
 static int check_disk_path(const server_config_t *cfg, uid_t uid, char *err, size_t errlen)
 {
-    return cfg->disk_tier_path ? tier_disk_check_path(cfg->disk_tier_path, uid, err, errlen) : 0;
+    return cfg->disk_tier_path ? disk_check_path(cfg->disk_tier_path, uid, err, errlen) : 0;
 }
 
 /* The cluster's password: a small regular file (the client reads its
@@ -144,7 +144,7 @@ static int check_auth_file(const server_config_t *cfg, uid_t uid, char *err, siz
                  "bytes in all (a password, or a user and a password)",
                  path, (long long)st.st_size, PREFLIGHT_AUTH_MAX);
         rc = KVS_EINVAL;
-    } else if (uid != TIER_DISK_ANY_UID && st.st_uid != uid && st.st_uid != 0) {
+    } else if (uid != DISK_ANY_UID && st.st_uid != uid && st.st_uid != 0) {
         snprintf(err, errlen,
                  "cluster_auth_file: %s (owner uid %u, mode %04o) belongs neither to kvshared's "
                  "uid %u nor to root: its owner could change the password kvshared sends",

@@ -24,7 +24,7 @@
 #define PREFLIGHT_AUTH_MAX 1023 /* bytes of cluster_auth_file the cluster client reads */
 
 /* One check: cfg's settings, for a daemon running as uid (whose files the
- * paths must be; TIER_DISK_ANY_UID: owners are not checked). Returns 0 or
+ * paths must be; DISK_ANY_UID: owners are not checked). Returns 0 or
  * KVS_EINVAL / KVS_EDENIED with the message in err. */
 typedef struct preflight_check {
     const char *name; /* the settings it looks at */

@@ -135,11 +135,11 @@ typedef struct server_config {
     /* A Clear's deletion of keys in the cluster ends by then (cluster_clear). */
     uint32_t cluster_clear_timeout_ms;
 
-    /* Tier 3 on a local disk (tier_disk.h): opened and scanned at start. */
+    /* Tier 3 on a local disk (disk.h): opened and scanned at start. */
     const char *disk_tier_path; /* NULL: none */
     uint64_t disk_tier_bytes;
     bool disk_tier_wipe;
-    int disk_tier_io; /* tier_disk_io_t */
+    int disk_tier_io; /* disk_io_t */
 } server_config_t;
 
 /* Fair turns (core/hold.c): sessions with whole frames left after their
@@ -307,10 +307,10 @@ typedef struct server {
 
     struct events *events; /* KV events (events.h); NULL when off */
 
-    uint32_t tier2_blocks;       /* blocks of tier 2 (--host-tier); 0: none */
-    uint32_t tier3_blocks;       /* blocks of tier 3 (--disk-tier-path): its slots; 0: none */
-    struct tier_disk *disk_tier; /* tier 3 (--disk-tier-path); NULL: none */
-    uint32_t tier_jobs;          /* tier copies in flight (tier.c) */
+    uint32_t tier2_blocks;  /* blocks of tier 2 (--host-tier); 0: none */
+    uint32_t tier3_blocks;  /* blocks of tier 3 (--disk-tier-path): its slots; 0: none */
+    struct disk *disk_tier; /* tier 3 (--disk-tier-path); NULL: none */
+    uint32_t tier_jobs;     /* tier copies in flight (tier.c) */
 
     struct cluster_link *cluster; /* the cluster tier (its thread); NULL: off */
     list_t cluster_fetches;       /* fetches in flight (cluster_store.c: cluster_fetch_t.link) */

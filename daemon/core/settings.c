@@ -18,7 +18,7 @@
 #include "nsname.h"
 #include "preflight.h"
 #include "socket_path.h"
-#include "tier_disk.h"
+#include "disk.h"
 #include "units.h"
 
 #define DEFAULT_MODEL      "llama-3.1-8b"
@@ -86,9 +86,8 @@ static const char *name_eviction(int i)
                : NULL;
 }
 
-static const char *const disk_io_names[] = {[TIER_DISK_IO_AUTO] = "auto",
-                                            [TIER_DISK_IO_URING] = "io_uring",
-                                            [TIER_DISK_IO_THREADS] = "threads"};
+static const char *const disk_io_names[] = {
+    [DISK_IO_AUTO] = "auto", [DISK_IO_URING] = "io_uring", [DISK_IO_THREADS] = "threads"};
 
 static int parse_disk_io(const char *text, int *out)
 {
@@ -894,7 +893,7 @@ static int check_as_start(const settings_t *st, char *note, size_t notelen, char
     /* Start's own list (preflight.h), for the user that runs the check:
      * the unit's ExecStartPre runs it as the daemon's user. Root cannot
      * tell which user the daemon will be: owners wait for start then. */
-    uid_t uid = geteuid() == 0 ? TIER_DISK_ANY_UID : geteuid();
+    uid_t uid = geteuid() == 0 ? DISK_ANY_UID : geteuid();
     if (preflight_run(cfg, uid, err, errlen) != 0)
         return KVS_EINVAL;
     uint64_t block_bytes = geometry_block_bytes(&cfg->geometry);
@@ -924,7 +923,7 @@ static int check_as_start(const settings_t *st, char *note, size_t notelen, char
                  "; the pool is a fraction of the device's memory, known at start: quotas and "
                  "reservations are checked against it then");
     }
-    if (uid == TIER_DISK_ANY_UID && (cfg->disk_tier_path || cfg->cluster_auth_file)) {
+    if (uid == DISK_ANY_UID && (cfg->disk_tier_path || cfg->cluster_auth_file)) {
         size_t at = strlen(note);
         snprintf(note + at, notelen - at,
                  "; run as root, the owners of disk_tier_path and cluster_auth_file are "

@@ -15,7 +15,7 @@
 #include "now.h"
 #include "session.h"
 #include "tier.h"
-#include "tier_disk.h"
+#include "disk.h"
 #include "store.h"
 #include "store_disk.h"
 #include "store_restore.h"
@@ -1238,7 +1238,7 @@ int handler_stats(session_t *s, const Kvshare__Request *req, Kvshare__Response *
     r->loop_busy_max_us = srv->metrics.loop_busy_max_us;
     r->tier3_total_blocks = srv->tier3_blocks;
     r->tier3_cached_blocks = radix_tier_blocks(srv->index, 3);
-    r->disk_io = srv->disk_tier ? (char *)tier_disk_io_name(srv->disk_tier) : "";
+    r->disk_io = srv->disk_tier ? (char *)disk_io_name(srv->disk_tier) : "";
     /* One allocation: the device rows, the copy path's text, the restore. */
     size_t dev_bytes = stats_devices_bytes(srv);
     size_t dr_at = (dev_bytes + 512 + 15) & ~(size_t)15;

@@ -21,7 +21,7 @@
 #include "server.h"
 #include "store.h"
 #include "store_restore.h"
-#include "tier_disk.h"
+#include "disk.h"
 
 typedef struct text {
     char *buf;
@@ -322,10 +322,10 @@ static void disk_restore(text_t *t, const server_t *srv)
     put(t, "kvshare_tier3_restore_seconds %.3f\n", (double)rp.elapsed_ms / 1000.0);
 }
 
-static void disk_tier(text_t *t, const tier_disk_t *td, uint64_t restored)
+static void disk_tier(text_t *t, const disk_t *td, uint64_t restored)
 {
-    tier_disk_stats_t st;
-    tier_disk_stats(td, &st);
+    disk_stats_t st;
+    disk_stats(td, &st);
     head(t, "kvshare_tier3_restored_blocks", "gauge",
          "Blocks the tier 3 file gave back to the index at start (warm restart)");
     put(t, "kvshare_tier3_restored_blocks %llu\n", (unsigned long long)restored);

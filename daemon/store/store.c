@@ -15,7 +15,7 @@
 #include "store_disk.h"
 #include "store_restore.h"
 #include "tier.h"
-#include "tier_disk.h"
+#include "disk.h"
 #include "tier_medium.h"
 
 /* --- records, and what the index tells of the blocks it drops --- */
@@ -1241,8 +1241,9 @@ void store_sync_counters(server_t *s)
     }
     cluster_store_sync_counters(s);
     if (s->disk_tier) {
-        tier_disk_stats_t ds;
-        tier_disk_stats(s->disk_tier, &ds);
+        disk_notes_flush(s->disk_tier); /* what its threads had to say since */
+        disk_stats_t ds;
+        disk_stats(s->disk_tier, &ds);
         s->metrics.disk_reads = ds.reads;
         /* slots torn or flipped found by the start's scan fail their CRC too */
         s->metrics.disk_crc_failures = ds.crc_failures + ds.torn;

@@ -12,14 +12,14 @@
 #include "nsname.h"
 #include "store.h"
 #include "store_restore.h"
-#include "tier_disk.h"
-#include "tier_disk_medium.h"
+#include "disk.h"
+#include "store_disk_medium.h"
 
 /* --- the medium's source --- */
 
 /* What a put's record names: tier-3 index id `id` (the block being copied
  * there; its chain is in the index under it already). */
-static void src_meta(void *arg, uint32_t id, tier_disk_meta_t *out)
+static void src_meta(void *arg, uint32_t id, disk_meta_t *out)
 {
     server_t *srv = arg;
     store_t *st = srv->store;
@@ -30,11 +30,14 @@ static void src_meta(void *arg, uint32_t id, tier_disk_meta_t *out)
     const ns_identity_t *ni = namespaces_identity(srv, ns);
     out->ident_hash = ni->hash;
     if (name) {
-        strncpy(out->ns, name, TIER_DISK_NS_MAX - 1);
+        strncpy(out->ns, name, DISK_NS_MAX - 1);
         /* The file names the identity in words before its records do (a
          * compare when it does already; a failed write is logged, and
          * leaves those records unrestorable, never wrongly restored). */
-        (void)tier_disk_ns_note(srv->disk_tier, name, ni->hash, ni->source, ni->text);
+        char err[160];
+        if (disk_ns_note(srv->disk_tier, name, ni->hash, ni->source, ni->text, err, sizeof(err)) !=
+            0)
+            LOG_ERROR("disk tier: %s", err);
     }
     if (radix_block_chain(st->index, id, &out->chain_hash, &out->parent_hash, &out->tokens) == 0)
         out->ntokens = srv->geo.block_tokens;
@@ -111,14 +114,14 @@ static void src_bad(void *arg, uint32_t slot)
 
 int store_disk_open(server_t *srv, tier_medium_t **out)
 {
-    tier_disk_source_t src = {.meta = src_meta,
-                              .bad = src_bad,
-                              .arg = srv,
-                              .store = src_store,
-                              .locate = src_locate,
-                              .gather = src_gather,
-                              .block_tokens = srv->geo.block_tokens};
-    return tier_disk_medium_open(srv->loop, srv->disk_tier, &src, out);
+    store_disk_source_t src = {.meta = src_meta,
+                               .bad = src_bad,
+                               .arg = srv,
+                               .store = src_store,
+                               .locate = src_locate,
+                               .gather = src_gather,
+                               .block_tokens = srv->geo.block_tokens};
+    return store_disk_medium_open(srv->loop, srv->disk_tier, &src, out);
 }
 
 /* --- deletion ---
@@ -126,7 +129,7 @@ int store_disk_open(server_t *srv, tier_medium_t **out)
  * A deletion is on the disk when its call returns (O_DIRECT writes): no
  * SIGKILL undoes it. The fdatasync that makes it outlast a power loss too
  * takes milliseconds (the disk's cache flush): it runs on a thread
- * (tier_disk_sync_async), and the loop goes on. */
+ * (disk_sync_async), and the loop goes on. */
 
 int store_disk_forget_ns(server_t *srv, uint32_t ns)
 {
@@ -136,9 +139,12 @@ int store_disk_forget_ns(server_t *srv, uint32_t ns)
     if (!name)
         return 0;
     const ns_identity_t *ni = namespaces_identity(srv, ns);
-    int rc = tier_disk_ns_delete(srv->disk_tier, name, ni->hash, ni->source, ni->text);
+    char err[160];
+    int rc = disk_ns_delete(srv->disk_tier, name, ni->hash, ni->source, ni->text, err, sizeof(err));
     if (rc == 0)
-        tier_disk_sync_async(srv->disk_tier);
+        disk_sync_async(srv->disk_tier);
+    else
+        LOG_ERROR("disk tier: %s", err);
     return rc;
 }
 
@@ -158,13 +164,13 @@ int store_disk_forget_prompt(server_t *srv, uint32_t ns, const uint32_t *tokens,
         rc = radix_chain_hashes(srv->index, ns, tokens, n, hashes);
     size_t looked = 0;
     if (rc == 0 && kept < n)
-        rc = tier_disk_medium_forget(srv->store->medium3, hashes + kept, n - kept, &k, &looked);
+        rc = store_disk_medium_forget(srv->store->medium3, hashes + kept, n - kept, &k, &looked);
     if (rc == 0 && kept < n) /* records not back in the index yet */
         store_restore_forget(srv, radix_ns_name(srv->index, ns), hashes + kept, n - kept);
     LOG_DEBUG("disk tier: an Evict of %zu blocks deleted %zu records (%zu slots looked at)",
               n - kept, k, looked);
     if (rc == 0 && k > 0)
-        tier_disk_sync_async(srv->disk_tier);
+        disk_sync_async(srv->disk_tier);
     free(hashes);
     free(ids);
     return rc;

@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * store_disk: the disk tier (tier_disk.h) as tier 3 of the store's chain.
+ * store_disk: the disk tier (disk.h) as tier 3 of the store's chain.
  *
  *     pool (tier 1) --demote--> host (tier 2) --demote--> disk (tier 3)
  *          ^                                                   |
  *          `------------------- promote (a Lookup's hit) ------'
  *
  * The index (radix.h, Tiers) names tier-3 blocks by ids after tier 2's; the
- * medium (tier_disk_medium.h) copies them: a put gathers a tier-2 block's
+ * medium (store_disk_medium.h) copies them: a put gathers a tier-2 block's
  * pieces from host memory into one record, a get scatters a verified
  * record into a pool block (the pool's layout keeps a block's bytes in
  * pieces, one per layer and plane). The gather runs on the disk tier's
@@ -30,7 +30,7 @@
  * are dropped (disk_identity_dropped, one log line per namespace naming
  * both identities). Records deleted by a Clear or an Evict are dropped by
  * the scan already, or by the restore when the deletion came during it
- * (disk_deleted_dropped; tier_disk.h).
+ * (disk_deleted_dropped; disk.h).
  */
 #ifndef KVS_DAEMON_STORE_DISK_H
 #define KVS_DAEMON_STORE_DISK_H
@@ -41,7 +41,7 @@
 #include "tier_medium.h"
 
 /* The disk medium over srv->disk_tier, sourcing blocks from srv's host tier
- * and pool. Errors: tier_disk_medium_open's. */
+ * and pool. Errors: store_disk_medium_open's. */
 int store_disk_open(server_t *srv, tier_medium_t **out);
 
 /* Clear: namespace ns's records on the disk, of any identity, written up
@@ -54,7 +54,7 @@ int store_disk_forget_ns(server_t *srv, uint32_t ns);
 
 /* Evict: the records on the disk of the full blocks of `tokens` in ns that
  * no block of the index holds (the ones just evicted, and copies left by
- * blocks that moved up since) get tombstones (tier_disk_medium_forget;
+ * blocks that moved up since) get tombstones (store_disk_medium_forget;
  * written when this returns, an fdatasync following on a thread). 0
  * without a disk tier. Errors: KVS_EIO, KVS_ENOMEM, KVS_ENONS. */
 int store_disk_forget_prompt(server_t *srv, uint32_t ns, const uint32_t *tokens, size_t n_tokens);

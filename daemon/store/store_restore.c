@@ -4,7 +4,7 @@
  * a thread of its own, then its records into the index a few milliseconds
  * per loop turn, while the daemon serves.
  *
- *     SCANNING   thread: every slot read (tier_disk_scan_run), the records
+ *     SCANNING   thread: every slot read (disk_scan_run), the records
  *                by (namespace, chained hash) in a table, which are parents
  *     CHECKING   loop: the watermarks and identities of now; kept records
  *                claim their slots, oldest first
@@ -36,8 +36,8 @@
 #include "namespaces.h"
 #include "nsname.h"
 #include "store.h"
-#include "tier_disk.h"
-#include "tier_disk_medium.h"
+#include "disk.h"
+#include "store_disk_medium.h"
 
 /* Loop work per turn: then the loop polls again. */
 #define STEP_NS (2 * 1000 * 1000ull)
@@ -66,8 +66,8 @@ typedef struct rec_table {
 
 /* What the restore decided for one entry of the file's namespace table. */
 typedef struct ns_verdict {
-    char name[TIER_DISK_NS_MAX]; /* the entry's namespace when resolved */
-    bool resolved, served;       /* served: the namespace exists here (restore_ns) */
+    char name[DISK_NS_MAX]; /* the entry's namespace when resolved */
+    bool resolved, served;  /* served: the namespace exists here (restore_ns) */
     uint32_t ns;
     uint64_t hash; /* the namespace's identity now */
     size_t dropped;
@@ -76,13 +76,13 @@ typedef struct ns_verdict {
 
 /* An Evict's block while the scan runs: its record goes once read. */
 typedef struct forget {
-    char ns[TIER_DISK_NS_MAX];
+    char ns[DISK_NS_MAX];
     uint64_t hash;
 } forget_t;
 
 struct store_restore {
     server_t *srv;
-    tier_disk_t *td;
+    disk_t *td;
     phase_t phase;
     pthread_t thread;
     bool joined;
@@ -94,13 +94,13 @@ struct store_restore {
     int handles; /* open: wake, idle */
     int rc;      /* the scan's */
     char err[256];
-    tier_disk_scan_t sc;
+    disk_scan_t sc;
     rec_table_t tb;
     uint8_t *is_parent, *state;
     size_t *path;
     uint32_t *tokens, *ids, *canonical;
     uint64_t *keys;
-    ns_verdict_t *verdicts; /* TIER_DISK_NS_SLOTS */
+    ns_verdict_t *verdicts; /* DISK_NS_SLOTS */
     size_t cursor;
     size_t unnamed, misnamed;
     forget_t *forgets;
@@ -115,7 +115,7 @@ static uint64_t rec_key(const char *ns, uint64_t hash)
     return hash ^ namespaces_seed(ns) * 0x9E3779B97F4A7C15ull;
 }
 
-static int table_build(rec_table_t *tb, const tier_disk_scan_t *sc)
+static int table_build(rec_table_t *tb, const disk_scan_t *sc)
 {
     size_t cap = 64;
     while (cap < 2 * sc->n)
@@ -134,11 +134,11 @@ static int table_build(rec_table_t *tb, const tier_disk_scan_t *sc)
 }
 
 /* The record of namespace ns whose chained hash is hash, or SIZE_MAX. */
-static size_t table_find(const rec_table_t *tb, const tier_disk_scan_t *sc, const char *ns,
+static size_t table_find(const rec_table_t *tb, const disk_scan_t *sc, const char *ns,
                          uint64_t hash)
 {
     for (size_t h = rec_key(ns, hash) & tb->mask; tb->at[h]; h = (h + 1) & tb->mask) {
-        const tier_disk_record_t *r = &sc->recs[tb->at[h] - 1];
+        const disk_record_t *r = &sc->recs[tb->at[h] - 1];
         if (r->chain_hash == hash && strcmp(r->ns, ns) == 0)
             return tb->at[h] - 1;
     }
@@ -147,10 +147,10 @@ static size_t table_find(const rec_table_t *tb, const tier_disk_scan_t *sc, cons
 
 /* Whether record i is some other record's parent (then a longer chain
  * restores it). */
-static void mark_parents(const tier_disk_scan_t *sc, const rec_table_t *tb, uint8_t *is_parent)
+static void mark_parents(const disk_scan_t *sc, const rec_table_t *tb, uint8_t *is_parent)
 {
     for (size_t i = 0; i < sc->n; i++) {
-        const tier_disk_record_t *r = &sc->recs[i];
+        const disk_record_t *r = &sc->recs[i];
         if (r->parent_hash == namespaces_seed(r->ns))
             continue;
         size_t p = table_find(tb, sc, r->ns, r->parent_hash);
@@ -169,7 +169,7 @@ static void *scan_main(void *arg)
     const char *delay = getenv("KVS_TEST_RESTORE_DELAY_MS");
     for (long ms = delay ? atol(delay) : 0; ms > 0 && !atomic_load(&r->stop); ms -= 10)
         usleep(10000);
-    r->rc = tier_disk_scan_run(r->td, &r->sc, &r->stop, &r->scanned, r->err, sizeof(r->err));
+    r->rc = disk_scan_run(r->td, &r->sc, &r->stop, &r->scanned, r->err, sizeof(r->err));
     size_t n = r->sc.n, bt = r->srv->geo.block_tokens;
     if (r->rc == 0 && n > 0) {
         r->path = malloc(n * sizeof(*r->path));
@@ -208,14 +208,14 @@ static int restore_ns(server_t *srv, const char *name, uint32_t *ns)
 }
 
 /* Record i does not go in: its slot is free again (a record still on the
- * disk that a later Evict may name: tier_disk_medium_found). */
+ * disk that a later Evict may name: store_disk_medium_found). */
 static void drop(store_restore_t *r, size_t i)
 {
-    const tier_disk_record_t *c = &r->sc.recs[i];
+    const disk_record_t *c = &r->sc.recs[i];
     if (r->state[i] == ST_KEPT)
-        tier_disk_slot_free(r->td, c->slot);
+        disk_slot_free(r->td, c->slot);
     if (r->state[i] == ST_KEPT || r->state[i] == ST_NEW)
-        tier_disk_medium_found(r->srv->store->medium3, c->slot, c->chain_hash);
+        store_disk_medium_found(r->srv->store->medium3, c->slot, c->chain_hash);
     r->state[i] = ST_DROPPED;
     r->dropped++;
 }
@@ -233,7 +233,7 @@ static void publish_restored(store_restore_t *r, uint32_t ns, size_t depth, size
         return;
     for (size_t k = first; k < end; k++)
         r->keys[k - first] = r->sc.recs[r->path[depth - 1 - k]].chain_hash;
-    const tier_disk_record_t *c = &r->sc.recs[r->path[depth - 1 - first]];
+    const disk_record_t *c = &r->sc.recs[r->path[depth - 1 - first]];
     bool has_parent = c->parent_hash != namespaces_seed(c->ns);
     if (events_stored(srv->events, es, EVENTS_MEDIUM_DISK, r->keys, end - first, has_parent,
                       c->parent_hash, r->tokens + first * srv->geo.block_tokens) != 0)
@@ -244,8 +244,8 @@ static void publish_restored(store_restore_t *r, uint32_t ns, size_t depth, size
  * (a Clear, another identity), of its namespace's identity now. */
 static bool still_valid(store_restore_t *r, size_t i, uint32_t ns)
 {
-    tier_disk_record_t *c = &r->sc.recs[i];
-    if (tier_disk_record_deleted(r->td, c)) {
+    disk_record_t *c = &r->sc.recs[i];
+    if (disk_record_deleted(r->td, c)) {
         r->deleted++;
         drop(r, i);
         return false;
@@ -265,8 +265,8 @@ static size_t restore_chain(store_restore_t *r, size_t leaf)
 {
     server_t *srv = r->srv;
     store_t *st = srv->store;
-    const tier_disk_scan_t *sc = &r->sc;
-    const tier_disk_record_t *lr = &sc->recs[leaf];
+    const disk_scan_t *sc = &r->sc;
+    const disk_record_t *lr = &sc->recs[leaf];
     uint32_t bt = srv->geo.block_tokens, base3 = srv->num_blocks + srv->tier2_blocks;
     uint64_t seed = namespaces_seed(lr->ns);
     size_t depth = 0, i = leaf;
@@ -288,7 +288,7 @@ static size_t restore_chain(store_restore_t *r, size_t leaf)
         size_t ri = r->path[depth - 1 - k];
         if (r->state[ri] == ST_KEPT && !still_valid(r, ri, ns))
             return 0;
-        const tier_disk_record_t *c = &sc->recs[ri];
+        const disk_record_t *c = &sc->recs[ri];
         memcpy(r->tokens + k * bt, c->tokens, bt * sizeof(uint32_t));
         r->ids[k] = base3 + c->slot;
     }
@@ -307,7 +307,7 @@ static size_t restore_chain(store_restore_t *r, size_t leaf)
             run = 0;
             continue;
         }
-        const tier_disk_record_t *c = &sc->recs[ri];
+        const disk_record_t *c = &sc->recs[ri];
         uint64_t h = 0;
         /* The index hashed the tokens under this kvshared's seed: a record
          * whose own hash disagrees is not what it claims; it goes again. */
@@ -319,7 +319,7 @@ static size_t restore_chain(store_restore_t *r, size_t leaf)
         r->state[ri] = ST_RESTORED;
         store_record_t *rec = &st->rec[r->ids[k]];
         rec->meta = (store_meta_t){.hash = h, .cached_ms = now, .ns = ns};
-        tier_disk_medium_restore(st->medium3, c->slot, c->chain_hash, c->seq, c->ns_id);
+        store_disk_medium_restore(st->medium3, c->slot, c->chain_hash, c->seq, c->ns_id);
         fresh++;
         run++;
     }
@@ -333,7 +333,7 @@ static size_t restore_chain(store_restore_t *r, size_t leaf)
 
 /* The namespace of table entry en now (created where it may be) and its
  * identity, which records must carry to go in. */
-static void resolve_verdict(server_t *srv, const tier_disk_ns_t *en, ns_verdict_t *v)
+static void resolve_verdict(server_t *srv, const disk_ns_t *en, ns_verdict_t *v)
 {
     *v = (ns_verdict_t){.resolved = true};
     snprintf(v->name, sizeof(v->name), "%s", en->ns);
@@ -350,10 +350,10 @@ static void resolve_verdict(server_t *srv, const tier_disk_ns_t *en, ns_verdict_
  * another model is refused, also while the file is still being read
  * (namespaces_identity_declare refuses where the config or the daemon
  * names another; then its records are dropped). */
-static void namespaces_from_table(server_t *srv, tier_disk_t *td)
+static void namespaces_from_table(server_t *srv, disk_t *td)
 {
-    tier_disk_ns_t en;
-    for (uint32_t e = 0; e < TIER_DISK_NS_SLOTS && tier_disk_ns_get(td, e, &en) == 0; e++) {
+    disk_ns_t en;
+    for (uint32_t e = 0; e < DISK_NS_SLOTS && disk_ns_get(td, e, &en) == 0; e++) {
         identity_t id;
         uint32_t ns;
         char msg[1024];
@@ -375,8 +375,8 @@ static void namespaces_from_table(server_t *srv, tier_disk_t *td)
 static void check_one(store_restore_t *r, size_t i)
 {
     server_t *srv = r->srv;
-    tier_disk_record_t *c = &r->sc.recs[i];
-    tier_disk_ns_t en;
+    disk_record_t *c = &r->sc.recs[i];
+    disk_ns_t en;
     if (r->state[i] != ST_NEW)
         return; /* an Evict's, dropped already */
     if (!nsname_valid(c->ns)) {
@@ -391,12 +391,12 @@ static void check_one(store_restore_t *r, size_t i)
         drop(r, i);
         return;
     }
-    if (tier_disk_record_deleted(r->td, c)) {
+    if (disk_record_deleted(r->td, c)) {
         r->deleted++;
         drop(r, i);
         return;
     }
-    if (c->entry >= TIER_DISK_NS_SLOTS || tier_disk_ns_get(r->td, c->entry, &en) != 0) {
+    if (c->entry >= DISK_NS_SLOTS || disk_ns_get(r->td, c->entry, &en) != 0) {
         if (r->unnamed++ == 0)
             LOG_WARN("disk tier: records of namespace '%s' (and maybe others) are not restored: "
                      "the file's namespace table does not name their identity",
@@ -417,7 +417,7 @@ static void check_one(store_restore_t *r, size_t i)
     }
     /* Oldest first (the scan's order): recency follows the sequence
      * numbers, so the newest records are the last the disk's LRU takes. */
-    tier_disk_slot_claim(r->td, c->slot);
+    disk_slot_claim(r->td, c->slot);
     r->state[i] = ST_KEPT;
 }
 
@@ -425,13 +425,13 @@ static void check_one(store_restore_t *r, size_t i)
  * says so once, with both identities in words. */
 static void log_identity_drops(store_restore_t *r)
 {
-    tier_disk_ns_t en;
-    for (uint32_t e = 0; e < TIER_DISK_NS_SLOTS; e++) {
+    disk_ns_t en;
+    for (uint32_t e = 0; e < DISK_NS_SLOTS; e++) {
         const ns_verdict_t *v = &r->verdicts[e];
-        if (v->dropped == 0 || tier_disk_ns_get(r->td, e, &en) != 0)
+        if (v->dropped == 0 || disk_ns_get(r->td, e, &en) != 0)
             continue;
         const ns_identity_t *now = namespaces_identity(r->srv, v->ns);
-        char was[TIER_DISK_IDENT_MAX + 64];
+        char was[DISK_IDENT_MAX + 64];
         if (v->dropped_hash == en.ident_hash)
             snprintf(was, sizeof(was), "'%s' (%s)", en.ident,
                      identity_source_name((identity_source_t)en.source));
@@ -479,7 +479,7 @@ static void free_work(store_restore_t *r)
     free(r->keys);
     free(r->verdicts);
     free(r->forgets);
-    tier_disk_scan_free(&r->sc);
+    disk_scan_free(&r->sc);
     r->tb.at = NULL;
     r->path = NULL;
     r->tokens = r->ids = r->canonical = NULL;
@@ -501,8 +501,8 @@ static void finish(store_restore_t *r, phase_t how)
     server_t *srv = r->srv;
     srv->metrics.disk_deleted_dropped += r->deleted;
     srv->metrics.disk_identity_dropped += r->identity_dropped;
-    tier_disk_stats_t ds;
-    tier_disk_stats(r->td, &ds);
+    disk_stats_t ds;
+    disk_stats(r->td, &ds);
     double secs = (double)(r->ended_ns - r->started_ns) / 1e9;
     if (how == PH_DONE)
         LOG_INFO("tier 3: %" PRIu64 " blocks restored from %s in %.2f s (scan %.2f s); %" PRIu64
@@ -533,14 +533,17 @@ static void forget_record(store_restore_t *r, const char *ns, uint64_t hash)
     if (i == SIZE_MAX || r->state[i] == ST_DROPPED || r->state[i] == ST_RESTORED)
         return; /* a restored block's record goes by the medium (store_disk_forget_prompt) */
     uint32_t slot = r->sc.recs[i].slot;
-    if (tier_disk_forget(r->td, &slot, 1) != 0)
+    char err[160];
+    if (disk_forget(r->td, &slot, 1, err, sizeof(err)) != 0) {
+        LOG_ERROR("disk tier: %s", err);
         LOG_ERROR("disk tier: the tombstone of an evicted block (slot %u) was not written", slot);
+    }
     bool claimed = r->state[i] == ST_KEPT;
     r->state[i] = ST_DROPPED;
     r->deleted++;
     r->dropped++;
     if (claimed)
-        tier_disk_slot_free(r->td, slot);
+        disk_slot_free(r->td, slot);
 }
 
 static void on_idle(uv_idle_t *h);
@@ -553,10 +556,10 @@ static void on_scanned(loop_wake_t *w)
     pthread_join(r->thread, NULL);
     r->joined = true;
     r->scanned_ns = uv_hrtime();
-    tier_disk_scan_settle(r->td, &r->sc);
+    disk_scan_settle(r->td, &r->sc);
     r->deleted += r->sc.deleted;
     r->records = r->sc.n;
-    r->verdicts = calloc(TIER_DISK_NS_SLOTS, sizeof(*r->verdicts));
+    r->verdicts = calloc(DISK_NS_SLOTS, sizeof(*r->verdicts));
     if (r->rc == 0 && !r->verdicts)
         r->rc = KVS_ENOMEM;
     if (r->rc != 0) {
@@ -571,7 +574,7 @@ static void on_scanned(loop_wake_t *w)
     for (size_t k = 0; k < r->n_forgets; k++)
         forget_record(r, r->forgets[k].ns, r->forgets[k].hash);
     if (r->n_forgets > 0)
-        tier_disk_sync_async(r->td);
+        disk_sync_async(r->td);
     r->phase = PH_CHECKING;
     r->cursor = 0;
     r->logged_ns = r->scanned_ns;
@@ -663,7 +666,7 @@ static void on_idle_closed(uv_handle_t *h)
 int store_restore_start(server_t *srv)
 {
     store_t *st = srv->store;
-    if (!st || !st->medium3 || !srv->disk_tier || !tier_disk_scan_pending(srv->disk_tier))
+    if (!st || !st->medium3 || !srv->disk_tier || !disk_scan_pending(srv->disk_tier))
         return 0;
     store_restore_t *r = calloc(1, sizeof(*r));
     if (!r)
@@ -688,13 +691,13 @@ int store_restore_start(server_t *srv)
         r->joined = true;
         r->rc = KVS_ENOMEM;
         snprintf(r->err, sizeof(r->err), "no thread for the scan");
-        tier_disk_scan_settle(r->td, &r->sc);
+        disk_scan_settle(r->td, &r->sc);
         finish(r, PH_FAILED);
         return 0;
     }
     LOG_INFO("tier 3: restoring %s in the background: reading %u slots; the daemon serves "
              "meanwhile (blocks of the file are misses until restored)",
-             srv->cfg.disk_tier_path, tier_disk_capacity(r->td));
+             srv->cfg.disk_tier_path, disk_capacity(r->td));
     return 0;
 }
 
@@ -709,7 +712,7 @@ void store_restore_close(server_t *srv)
         atomic_store(&r->stop, true);
         pthread_join(r->thread, NULL);
         r->joined = true;
-        tier_disk_scan_settle(r->td, &r->sc);
+        disk_scan_settle(r->td, &r->sc);
         LOG_INFO("tier 3: the restore of %s was stopped by the shutdown; its records stay on "
                  "the disk for the next start",
                  srv->cfg.disk_tier_path);
@@ -763,7 +766,7 @@ void store_restore_progress(const server_t *srv, store_restore_progress_t *out)
     if (!r)
         return;
     out->phase = phase_name(r->phase);
-    out->slots = tier_disk_capacity(r->td);
+    out->slots = disk_capacity(r->td);
     out->scanned = atomic_load(&((store_restore_t *)r)->scanned);
     out->records = r->records;
     out->restored = r->restored;

@@ -285,7 +285,7 @@ static size_t spill_wanted(server_t *srv, size_t n)
     ahead = ahead > SPILL_AHEAD_MAX ? SPILL_AHEAD_MAX : ahead;
     size_t ready = (size_t)radix_tier_free(srv->index, 2) + radix_tier_leaving(srv->index, 2);
     /* Not again before half the room kept ahead is used: spills go in
-     * batches (merged on the disk, tier_disk_io.c), and most promotions
+     * batches (merged on the disk, disk_io.c), and most promotions
      * read from a disk that writes nothing. */
     if (ready >= n + ahead / 2)
         return 0;

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tier_medium: the interface of a tier below the pool. Host memory (tier_host.c)
- * and a local disk (tier_disk_medium.c, below host memory) implement it. The
+ * and a local disk (store_disk_medium.c, below host memory) implement it. The
  * store (store.h) keeps the index of every tier and decides what moves; a
  * medium only holds the bytes of whole blocks in numbered slots
  * [0, capacity) and copies them to and from pool blocks.

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The disk tier (tier_disk.h) on a file in a temporary directory: CRC32C
+ * The disk tier (disk.h) on a file in a temporary directory: CRC32C
  * against known values and across its two paths; the file's setup errors;
  * batches of writes and reads on io_uring and on the forced thread fallback;
  * the slot LRU; and the warm restart: records written before a close, a
@@ -42,8 +42,8 @@
 #include "metrics_text.h"
 #include "kvshared.h"
 #include "test_tmp.h"
-#include "tier_disk.h"
-#include "tier_disk_medium.h"
+#include "disk.h"
+#include "store_disk_medium.h"
 
 #define BLOCK  (12 * 1024) /* payload; the slot is 16 KiB: four sectors to tear */
 #define TOKENS 16
@@ -64,23 +64,23 @@ static void teardown(void)
     rmdir(dir);
 }
 
-static tier_disk_config_t config(uint32_t slots, tier_disk_io_t io)
+static disk_config_t config(uint32_t slots, disk_io_t io)
 {
-    return (tier_disk_config_t){.path = path,
-                                .bytes = 4096 + (uint64_t)slots * 16384,
-                                .block_bytes = BLOCK,
-                                .block_tokens = TOKENS,
-                                .geometry_id = GEO_ID,
-                                .io = io,
-                                .queue_depth = 32};
+    return (disk_config_t){.path = path,
+                           .bytes = 4096 + (uint64_t)slots * 16384,
+                           .block_bytes = BLOCK,
+                           .block_tokens = TOKENS,
+                           .geometry_id = GEO_ID,
+                           .io = io,
+                           .queue_depth = 32};
 }
 
 /* Opens; an io_uring that cannot start on this machine skips the caller. */
-static tier_disk_t *open_ok(const tier_disk_config_t *cfg)
+static disk_t *open_ok(const disk_config_t *cfg)
 {
-    tier_disk_t *td = NULL;
+    disk_t *td = NULL;
     char err[256] = "";
-    int rc = tier_disk_open(cfg, &td, err, sizeof(err));
+    int rc = disk_open(cfg, &td, err, sizeof(err));
     ck_assert_msg(rc == 0, "open: %s", err);
     return td;
 }
@@ -103,7 +103,7 @@ static void fill_block(uint64_t h, uint8_t *p)
     }
 }
 
-static void fill_meta(uint64_t h, tier_disk_meta_t *m, uint32_t *tokens)
+static void fill_meta(uint64_t h, disk_meta_t *m, uint32_t *tokens)
 {
     memset(m, 0, sizeof(*m));
     m->ns_id = (uint32_t)(h % 3) + 1;
@@ -122,7 +122,7 @@ typedef struct waiter {
     bool done;
 } waiter_t;
 
-static void on_done(void *arg, tier_disk_op_t *ops, size_t n)
+static void on_done(void *arg, disk_op_t *ops, size_t n)
 {
     (void)ops;
     (void)n;
@@ -133,10 +133,10 @@ static void on_done(void *arg, tier_disk_op_t *ops, size_t n)
     pthread_mutex_unlock(&w->mu);
 }
 
-static void run_batch(tier_disk_t *td, bool write, tier_disk_op_t *ops, size_t n)
+static void run_batch(disk_t *td, bool write, disk_op_t *ops, size_t n)
 {
     waiter_t w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false};
-    ck_assert_int_eq(tier_disk_submit(td, write, ops, n, on_done, &w), 0);
+    ck_assert_int_eq(disk_submit(td, write, ops, n, on_done, &w), 0);
     pthread_mutex_lock(&w.mu);
     while (!w.done)
         pthread_cond_wait(&w.cv, &w.mu);
@@ -152,9 +152,9 @@ static uint8_t *op_block(uint8_t *data, size_t i)
 }
 
 /* Writes blocks h0 .. h0+n-1 into slots[i]. */
-static void write_blocks(tier_disk_t *td, const uint32_t *slots, uint64_t h0, size_t n)
+static void write_blocks(disk_t *td, const uint32_t *slots, uint64_t h0, size_t n)
 {
-    tier_disk_op_t *ops = calloc(n, sizeof(*ops));
+    disk_op_t *ops = calloc(n, sizeof(*ops));
     uint8_t *data = aligned_alloc(4096, n * BSTRIDE);
     uint32_t *tokens = malloc(n * TOKENS * sizeof(uint32_t));
     for (size_t i = 0; i < n; i++) {
@@ -174,9 +174,9 @@ static void write_blocks(tier_disk_t *td, const uint32_t *slots, uint64_t h0, si
 /* Reads slots[i] expecting block h0+i; returns how many came back (each
  * checked bitwise); a read that fails through the tier's buffers leaves
  * its block untouched (one in place may hold anything). */
-static size_t read_blocks(tier_disk_t *td, const uint32_t *slots, uint64_t h0, size_t n)
+static size_t read_blocks(disk_t *td, const uint32_t *slots, uint64_t h0, size_t n)
 {
-    tier_disk_op_t *ops = calloc(n, sizeof(*ops));
+    disk_op_t *ops = calloc(n, sizeof(*ops));
     uint8_t *data = aligned_alloc(4096, n * BSTRIDE), *want = malloc(BLOCK);
     uint32_t tokens[TOKENS];
     memset(data, 0xa5, n * BSTRIDE);
@@ -287,10 +287,10 @@ END_TEST
 
 /* --- setup errors --- */
 
-static int open_err(const tier_disk_config_t *cfg, char *err, size_t len)
+static int open_err(const disk_config_t *cfg, char *err, size_t len)
 {
-    tier_disk_t *td = NULL;
-    int rc = tier_disk_open(cfg, &td, err, len);
+    disk_t *td = NULL;
+    int rc = disk_open(cfg, &td, err, len);
     ck_assert_ptr_null(td);
     return rc;
 }
@@ -298,7 +298,7 @@ static int open_err(const tier_disk_config_t *cfg, char *err, size_t len)
 START_TEST(bad_setup_is_named)
 {
     char err[256];
-    tier_disk_config_t cfg = config(8, TIER_DISK_IO_AUTO);
+    disk_config_t cfg = config(8, DISK_IO_AUTO);
     cfg.bytes = 8192;
     ck_assert_int_eq(open_err(&cfg, err, sizeof(err)), KVS_EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "disk_tier_bytes"));
@@ -306,7 +306,7 @@ START_TEST(bad_setup_is_named)
 
     char missing[400];
     snprintf(missing, sizeof(missing), "%s/no-such-dir/tier3", dir);
-    cfg = config(8, TIER_DISK_IO_AUTO);
+    cfg = config(8, DISK_IO_AUTO);
     cfg.path = missing;
     ck_assert_int_eq(open_err(&cfg, err, sizeof(err)), KVS_EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "does not exist"));
@@ -316,7 +316,7 @@ START_TEST(bad_setup_is_named)
     ck_assert_int_ge(fd, 0);
     ck_assert_int_eq(write(fd, "hello", 5), 5);
     close(fd);
-    cfg = config(8, TIER_DISK_IO_AUTO);
+    cfg = config(8, DISK_IO_AUTO);
     ck_assert_int_eq(open_err(&cfg, err, sizeof(err)), KVS_EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "is refused: it is shorter than a superblock"));
 
@@ -335,18 +335,18 @@ END_TEST
 
 START_TEST(other_geometry_refused_or_wiped)
 {
-    tier_disk_config_t cfg = config(8, TIER_DISK_IO_AUTO);
-    tier_disk_t *td = open_ok(&cfg);
+    disk_config_t cfg = config(8, DISK_IO_AUTO);
+    disk_t *td = open_ok(&cfg);
     uint32_t slots[2] = {0, 5};
     write_blocks(td, slots, 10, 2);
-    tier_disk_close(td);
+    disk_close(td);
 
     char err[256];
     cfg.geometry_id = GEO_ID + 1;
     ck_assert_int_eq(open_err(&cfg, err, sizeof(err)), KVS_EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "another block geometry"));
     ck_assert_ptr_nonnull(strstr(err, "disk_tier_wipe"));
-    cfg = config(9, TIER_DISK_IO_AUTO);
+    cfg = config(9, DISK_IO_AUTO);
     ck_assert_int_eq(open_err(&cfg, err, sizeof(err)), KVS_EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "another disk_tier_bytes"));
 
@@ -354,27 +354,27 @@ START_TEST(other_geometry_refused_or_wiped)
     int fd = open(path, O_RDWR);
     uint8_t sb[52];
     ck_assert_int_eq(pread(fd, sb, sizeof(sb), 0), (ssize_t)sizeof(sb));
-    sb[8] = TIER_DISK_FORMAT + 1;
+    sb[8] = DISK_FORMAT + 1;
     uint32_t c = crc32c(0, sb, 48);
     memcpy(sb + 48, &c, 4); /* little-endian host */
     ck_assert_int_eq(pwrite(fd, sb, sizeof(sb), 0), (ssize_t)sizeof(sb));
     close(fd);
-    cfg = config(8, TIER_DISK_IO_AUTO);
+    cfg = config(8, DISK_IO_AUTO);
     ck_assert_int_eq(open_err(&cfg, err, sizeof(err)), KVS_EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "another format version"));
 
     cfg.wipe = true;
     td = open_ok(&cfg);
     /* One file, one owner. */
-    tier_disk_config_t again = cfg;
+    disk_config_t again = cfg;
     again.wipe = false;
     ck_assert_int_eq(open_err(&again, err, sizeof(err)), KVS_EBUSY);
     ck_assert_ptr_nonnull(strstr(err, "in use by another process"));
-    tier_disk_stats_t st;
-    tier_disk_stats(td, &st);
+    disk_stats_t st;
+    disk_stats(td, &st);
     ck_assert_uint_eq(st.recovered, 0);
     ck_assert_uint_eq(st.used, 0);
-    tier_disk_close(td);
+    disk_close(td);
     struct stat sbuf;
     ck_assert_int_eq(stat(path, &sbuf), 0);
     ck_assert_int_eq(sbuf.st_size, 4096 + 8 * 16384);
@@ -383,14 +383,14 @@ END_TEST
 
 /* --- I/O --- */
 
-static void roundtrip(tier_disk_io_t io, const char *name)
+static void roundtrip(disk_io_t io, const char *name)
 {
     enum { N = 200 };
-    tier_disk_config_t cfg = config(N, io);
-    tier_disk_t *td = open_ok(&cfg);
-    ck_assert_str_eq(tier_disk_io_name(td), name);
-    ck_assert_uint_eq(tier_disk_capacity(td), N);
-    ck_assert_uint_eq(tier_disk_slot_bytes(td), 16384);
+    disk_config_t cfg = config(N, io);
+    disk_t *td = open_ok(&cfg);
+    ck_assert_str_eq(disk_io_name(td), name);
+    ck_assert_uint_eq(disk_capacity(td), N);
+    ck_assert_uint_eq(disk_slot_bytes(td), 16384);
     uint32_t slots[N];
     for (uint32_t i = 0; i < N; i++)
         slots[i] = (i * 7) % N; /* scattered */
@@ -399,28 +399,28 @@ static void roundtrip(tier_disk_io_t io, const char *name)
     /* Asking a slot for another block gets nothing. */
     ck_assert_uint_eq(read_blocks(td, slots, 5000, 10), 0);
     /* A never-written slot: nothing. */
-    tier_disk_close(td);
+    disk_close(td);
     unlink(path);
     cfg = config(N, io);
     td = open_ok(&cfg);
     ck_assert_uint_eq(read_blocks(td, slots, 1000, 4), 0);
-    tier_disk_stats_t st;
-    tier_disk_stats(td, &st);
+    disk_stats_t st;
+    disk_stats(td, &st);
     ck_assert_str_eq(st.io, name);
     ck_assert_uint_eq(st.reads, 0);
     ck_assert_uint_eq(st.crc_failures, 0);
-    tier_disk_close(td);
+    disk_close(td);
 }
 
 START_TEST(roundtrip_io_uring)
 {
-    roundtrip(TIER_DISK_IO_URING, "io_uring");
+    roundtrip(DISK_IO_URING, "io_uring");
 }
 END_TEST
 
 START_TEST(roundtrip_threads_forced)
 {
-    roundtrip(TIER_DISK_IO_THREADS, "threads");
+    roundtrip(DISK_IO_THREADS, "threads");
 }
 END_TEST
 
@@ -449,16 +449,16 @@ static int drain_into(void *ctx, uint32_t dst, const void *src)
 START_TEST(drain_from_the_tiers_buffer)
 {
     enum { N = 40 };
-    tier_disk_io_t io = _i == 0 ? TIER_DISK_IO_URING : TIER_DISK_IO_THREADS;
-    tier_disk_config_t cfg = config(N, io);
-    tier_disk_t *td = open_ok(&cfg);
+    disk_io_t io = _i == 0 ? DISK_IO_URING : DISK_IO_THREADS;
+    disk_config_t cfg = config(N, io);
+    disk_t *td = open_ok(&cfg);
     uint32_t slots[N];
     for (uint32_t i = 0; i < N; i++)
         slots[i] = (i * 3) % N;
     write_blocks(td, slots, 7000, N);
     drained_t d = {PTHREAD_MUTEX_INITIALIZER, malloc((size_t)N * BLOCK), {0}, 5};
     memset(d.into, 0xa5, (size_t)N * BLOCK);
-    tier_disk_op_t ops[N];
+    disk_op_t ops[N];
     uint32_t tokens[TOKENS];
     memset(ops, 0, sizeof(ops));
     for (uint32_t i = 0; i < N; i++) {
@@ -488,23 +488,23 @@ START_TEST(drain_from_the_tiers_buffer)
             ck_assert(memcmp(got, want, BLOCK) == 0);
         }
     }
-    tier_disk_stats_t st;
-    tier_disk_stats(td, &st);
+    disk_stats_t st;
+    disk_stats(td, &st);
     ck_assert_uint_eq(st.reads, N - 2);
     ck_assert_uint_eq(st.mismatches, 1);
     ck_assert_uint_eq(st.io_errors, 1);
     /* Neither data nor drain: refused, nothing queued. */
     ops[0].drain = NULL;
-    ck_assert_int_eq(tier_disk_submit(td, false, ops, 1, on_done, NULL), KVS_EINVAL);
+    ck_assert_int_eq(disk_submit(td, false, ops, 1, on_done, NULL), KVS_EINVAL);
     free(want);
     free(d.into);
-    tier_disk_close(td);
+    disk_close(td);
 }
 END_TEST
 
 /* Many batches from several threads at once, overlapping in the queue. */
 typedef struct hammer {
-    tier_disk_t *td;
+    disk_t *td;
     uint32_t base;
     int rounds;
 } hammer_t;
@@ -525,9 +525,9 @@ static void *hammer_main(void *arg)
 
 START_TEST(concurrent_batches)
 {
-    tier_disk_io_t io = _i == 0 ? TIER_DISK_IO_URING : TIER_DISK_IO_THREADS;
-    tier_disk_config_t cfg = config(64, io);
-    tier_disk_t *td = open_ok(&cfg);
+    disk_io_t io = _i == 0 ? DISK_IO_URING : DISK_IO_THREADS;
+    disk_config_t cfg = config(64, io);
+    disk_t *td = open_ok(&cfg);
     pthread_t t[4];
     hammer_t h[4];
     int rounds = getenv("KVS_TEST_SMALL") ? 2 : 10; /* valgrind */
@@ -537,12 +537,12 @@ START_TEST(concurrent_batches)
     }
     for (int k = 0; k < 4; k++)
         pthread_join(t[k], NULL);
-    tier_disk_stats_t st;
-    tier_disk_stats(td, &st);
+    disk_stats_t st;
+    disk_stats(td, &st);
     ck_assert_uint_eq(st.writes, 4 * (uint64_t)rounds * 16);
     ck_assert_uint_eq(st.reads, 4 * (uint64_t)rounds * 16);
     ck_assert_uint_eq(st.io_errors, 0);
-    tier_disk_close(td);
+    disk_close(td);
 }
 END_TEST
 
@@ -550,39 +550,39 @@ END_TEST
 
 START_TEST(slot_lru)
 {
-    tier_disk_config_t cfg = config(4, TIER_DISK_IO_THREADS);
-    tier_disk_t *td = open_ok(&cfg);
+    disk_config_t cfg = config(4, DISK_IO_THREADS);
+    disk_t *td = open_ok(&cfg);
     bool ev;
     uint32_t s[4];
     for (int i = 0; i < 4; i++) {
-        s[i] = tier_disk_slot_alloc(td, &ev);
+        s[i] = disk_slot_alloc(td, &ev);
         ck_assert(!ev);
-        ck_assert(tier_disk_slot_used(td, s[i]));
+        ck_assert(disk_slot_used(td, s[i]));
     }
     ck_assert_uint_eq(s[0], 0);
-    tier_disk_slot_touch(td, s[0]); /* s[1] is now the least recent */
-    ck_assert_uint_eq(tier_disk_slot_alloc(td, &ev), s[1]);
+    disk_slot_touch(td, s[0]); /* s[1] is now the least recent */
+    ck_assert_uint_eq(disk_slot_alloc(td, &ev), s[1]);
     ck_assert(ev);
-    tier_disk_slot_free(td, s[2]);
-    ck_assert(!tier_disk_slot_used(td, s[2]));
-    ck_assert_uint_eq(tier_disk_slot_alloc(td, &ev), s[2]);
+    disk_slot_free(td, s[2]);
+    ck_assert(!disk_slot_used(td, s[2]));
+    ck_assert_uint_eq(disk_slot_alloc(td, &ev), s[2]);
     ck_assert(!ev);
-    ck_assert_uint_eq(tier_disk_slot_alloc(td, &ev), s[3]);
+    ck_assert_uint_eq(disk_slot_alloc(td, &ev), s[3]);
     ck_assert(ev);
     /* A slot chosen by the caller leaves the free stack. */
-    tier_disk_slot_free(td, 1);
-    tier_disk_slot_free(td, 3);
-    tier_disk_slot_claim(td, 1);
-    ck_assert(tier_disk_slot_used(td, 1));
-    ck_assert_uint_eq(tier_disk_slot_alloc(td, &ev), 3);
+    disk_slot_free(td, 1);
+    disk_slot_free(td, 3);
+    disk_slot_claim(td, 1);
+    ck_assert(disk_slot_used(td, 1));
+    ck_assert_uint_eq(disk_slot_alloc(td, &ev), 3);
     ck_assert(!ev);
-    tier_disk_stats_t st;
-    tier_disk_stats(td, &st);
+    disk_stats_t st;
+    disk_stats(td, &st);
     ck_assert_uint_eq(st.evictions, 2);
-    ck_assert_uint_eq(tier_disk_slot_alloc(td, &ev), s[0]); /* least recent now */
+    ck_assert_uint_eq(disk_slot_alloc(td, &ev), s[0]); /* least recent now */
     ck_assert(ev);
     ck_assert_uint_eq(st.used, 4);
-    tier_disk_close(td);
+    disk_close(td);
 }
 END_TEST
 
@@ -591,16 +591,15 @@ END_TEST
 /* Reopens the file, checks every recovered record against the block its
  * chain hash names (h is the record's tokens[0] / 100), bitwise through a
  * read, and returns the scan. */
-static void reopen_and_verify(tier_disk_t **tdp, tier_disk_scan_t *sc, tier_disk_io_t io,
-                              uint32_t nslots)
+static void reopen_and_verify(disk_t **tdp, disk_scan_t *sc, disk_io_t io, uint32_t nslots)
 {
-    tier_disk_config_t cfg = config(nslots, io);
+    disk_config_t cfg = config(nslots, io);
     *tdp = open_ok(&cfg);
-    tier_disk_take_scan(*tdp, sc);
+    disk_take_scan(*tdp, sc);
     for (size_t i = 0; i < sc->n; i++) {
-        tier_disk_record_t *r = &sc->recs[i];
+        disk_record_t *r = &sc->recs[i];
         uint64_t h = r->tokens[0] / 100;
-        tier_disk_meta_t m;
+        disk_meta_t m;
         uint32_t tokens[TOKENS];
         fill_meta(h, &m, tokens);
         ck_assert_uint_eq(r->chain_hash, m.chain_hash);
@@ -608,7 +607,7 @@ static void reopen_and_verify(tier_disk_t **tdp, tier_disk_scan_t *sc, tier_disk
         ck_assert_str_eq(r->ns, m.ns);
         ck_assert_uint_eq(r->ntokens, m.ntokens);
         ck_assert(memcmp(r->tokens, tokens, m.ntokens * sizeof(uint32_t)) == 0);
-        ck_assert(tier_disk_slot_used(*tdp, r->slot));
+        ck_assert(disk_slot_used(*tdp, r->slot));
         ck_assert_uint_eq(read_blocks(*tdp, &r->slot, h, 1), 1);
         if (i > 0)
             ck_assert_uint_lt(sc->recs[i - 1].seq, r->seq);
@@ -617,8 +616,8 @@ static void reopen_and_verify(tier_disk_t **tdp, tier_disk_scan_t *sc, tier_disk
 
 START_TEST(restart_finds_records)
 {
-    tier_disk_config_t cfg = config(32, TIER_DISK_IO_AUTO);
-    tier_disk_t *td = open_ok(&cfg);
+    disk_config_t cfg = config(32, DISK_IO_AUTO);
+    disk_t *td = open_ok(&cfg);
     uint32_t slots[20];
     for (uint32_t i = 0; i < 20; i++)
         slots[i] = i + 5;
@@ -626,29 +625,29 @@ START_TEST(restart_finds_records)
     /* Block 103 again, into another slot: the newer record wins. */
     uint32_t again = 30;
     write_blocks(td, &again, 103, 1);
-    tier_disk_close(td);
+    disk_close(td);
 
-    tier_disk_scan_t sc;
-    reopen_and_verify(&td, &sc, TIER_DISK_IO_AUTO, 32);
+    disk_scan_t sc;
+    reopen_and_verify(&td, &sc, DISK_IO_AUTO, 32);
     ck_assert_uint_eq(sc.n, 20);
     ck_assert_uint_eq(sc.stale, 1);
     ck_assert_uint_eq(sc.torn, 0);
     ck_assert_uint_eq(sc.recs[sc.n - 1].slot, 30); /* newest last */
-    ck_assert(!tier_disk_slot_used(td, 8));        /* the stale copy's slot is free */
-    tier_disk_stats_t st;
-    tier_disk_stats(td, &st);
+    ck_assert(!disk_slot_used(td, 8));             /* the stale copy's slot is free */
+    disk_stats_t st;
+    disk_stats(td, &st);
     ck_assert_uint_eq(st.recovered, 20);
     ck_assert_uint_eq(st.used, 20);
     /* Sequence numbers go on from the newest found. */
     uint32_t s = 0;
     write_blocks(td, &s, 999, 1);
-    tier_disk_close(td);
-    tier_disk_scan_free(&sc);
-    reopen_and_verify(&td, &sc, TIER_DISK_IO_AUTO, 32);
+    disk_close(td);
+    disk_scan_free(&sc);
+    reopen_and_verify(&td, &sc, DISK_IO_AUTO, 32);
     ck_assert_uint_eq(sc.n, 21);
     ck_assert_uint_eq(sc.recs[sc.n - 1].slot, 0);
-    tier_disk_scan_free(&sc);
-    tier_disk_close(td);
+    disk_scan_free(&sc);
+    disk_close(td);
 }
 END_TEST
 
@@ -659,34 +658,34 @@ END_TEST
  * under a watermark, even when no record of above it is left. */
 START_TEST(deletions_and_identities_survive_reopen)
 {
-    tier_disk_config_t cfg = config(32, TIER_DISK_IO_AUTO);
-    tier_disk_t *td = open_ok(&cfg);
+    disk_config_t cfg = config(32, DISK_IO_AUTO);
+    disk_t *td = open_ok(&cfg);
     const char *text[3] = {"kvs-id1 model=a", "kvs-id1 model=b", "kvs-id1 model=c"};
     for (uint32_t k = 0; k < 3; k++) {
         char ns[16];
         snprintf(ns, sizeof(ns), "ns-%u", k + 1);
-        ck_assert_int_eq(tier_disk_ns_note(td, ns, 11 * (k + 1), k, text[k]), 0);
+        ck_assert_int_eq(disk_ns_note(td, ns, 11 * (k + 1), k, text[k], NULL, 0), 0);
     }
     uint32_t slots[20];
     for (uint32_t i = 0; i < 20; i++)
         slots[i] = i + 5;
     write_blocks(td, slots, 100, 20); /* ns-2: 100, 103, ..., 118 (7 blocks) */
-    ck_assert_int_eq(tier_disk_ns_delete(td, "ns-2", 22, 1, text[1]), 0);
+    ck_assert_int_eq(disk_ns_delete(td, "ns-2", 22, 1, text[1], NULL, 0), 0);
     uint32_t tomb = 7; /* block 102, of ns-1 */
-    ck_assert_int_eq(tier_disk_forget(td, &tomb, 1), 0);
+    ck_assert_int_eq(disk_forget(td, &tomb, 1, NULL, 0), 0);
     uint32_t after = 30;
     write_blocks(td, &after, 202, 1); /* ns-2, after its Clear */
-    tier_disk_close(td);
+    disk_close(td);
 
-    tier_disk_scan_t sc;
-    reopen_and_verify(&td, &sc, TIER_DISK_IO_AUTO, 32);
+    disk_scan_t sc;
+    reopen_and_verify(&td, &sc, DISK_IO_AUTO, 32);
     ck_assert_uint_eq(sc.n, 20 - 7 - 1 + 1);
     ck_assert_uint_eq(sc.deleted, 8);
-    ck_assert(!tier_disk_slot_used(td, 5)); /* block 100 (ns-2): deleted, free */
-    ck_assert(!tier_disk_slot_used(td, tomb));
+    ck_assert(!disk_slot_used(td, 5)); /* block 100 (ns-2): deleted, free */
+    ck_assert(!disk_slot_used(td, tomb));
     for (size_t i = 0; i < sc.n; i++) {
-        tier_disk_ns_t en;
-        ck_assert_int_eq(tier_disk_ns_get(td, sc.recs[i].entry, &en), 0);
+        disk_ns_t en;
+        ck_assert_int_eq(disk_ns_get(td, sc.recs[i].entry, &en), 0);
         ck_assert_str_eq(en.ns, sc.recs[i].ns);
         uint32_t k = (uint32_t)(en.ns[3] - '1');
         ck_assert_uint_eq(en.ident_hash, 11 * (k + 1));
@@ -694,31 +693,31 @@ START_TEST(deletions_and_identities_survive_reopen)
         ck_assert_str_eq(en.ident, text[k]);
         ck_assert_uint_ge(sc.recs[i].seq, en.valid_from);
     }
-    tier_disk_stats_t st;
-    tier_disk_stats(td, &st);
+    disk_stats_t st;
+    disk_stats(td, &st);
     ck_assert_uint_eq(st.deleted, 8);
-    tier_disk_scan_free(&sc);
+    disk_scan_free(&sc);
 
     /* Everything of ns-2 cleared again: the newest sequence number left is
      * below the watermark, yet a block written next is alive. */
-    ck_assert_int_eq(tier_disk_ns_delete(td, "ns-2", 22, 1, text[1]), 0);
-    tier_disk_close(td);
-    reopen_and_verify(&td, &sc, TIER_DISK_IO_AUTO, 32);
+    ck_assert_int_eq(disk_ns_delete(td, "ns-2", 22, 1, text[1], NULL, 0), 0);
+    disk_close(td);
+    reopen_and_verify(&td, &sc, DISK_IO_AUTO, 32);
     ck_assert_uint_eq(sc.n, 12);
-    tier_disk_scan_free(&sc);
+    disk_scan_free(&sc);
     write_blocks(td, &after, 205, 1);
-    tier_disk_close(td);
-    reopen_and_verify(&td, &sc, TIER_DISK_IO_AUTO, 32);
+    disk_close(td);
+    reopen_and_verify(&td, &sc, DISK_IO_AUTO, 32);
     ck_assert_uint_eq(sc.n, 13);
     /* Another identity noted for ns-1 deletes its older records. */
-    ck_assert_int_eq(tier_disk_ns_note(td, "ns-1", 99, 0, "kvs-id1 model=z"), 0);
-    tier_disk_scan_free(&sc);
-    tier_disk_close(td);
-    reopen_and_verify(&td, &sc, TIER_DISK_IO_AUTO, 32);
+    ck_assert_int_eq(disk_ns_note(td, "ns-1", 99, 0, "kvs-id1 model=z", NULL, 0), 0);
+    disk_scan_free(&sc);
+    disk_close(td);
+    reopen_and_verify(&td, &sc, DISK_IO_AUTO, 32);
     for (size_t i = 0; i < sc.n; i++)
         ck_assert_str_ne(sc.recs[i].ns, "ns-1");
-    tier_disk_scan_free(&sc);
-    tier_disk_close(td);
+    disk_scan_free(&sc);
+    disk_close(td);
 }
 END_TEST
 
@@ -729,10 +728,10 @@ END_TEST
 START_TEST(sigkill_mid_writes)
 {
     enum { NS = 64 };
-    tier_disk_io_t io = _i == 0 ? TIER_DISK_IO_AUTO : TIER_DISK_IO_THREADS;
-    tier_disk_config_t cfg = config(NS, io);
-    tier_disk_t *td = open_ok(&cfg);
-    tier_disk_close(td);
+    disk_io_t io = _i == 0 ? DISK_IO_AUTO : DISK_IO_THREADS;
+    disk_config_t cfg = config(NS, io);
+    disk_t *td = open_ok(&cfg);
+    disk_close(td);
     int pfd[2];
     ck_assert_int_eq(pipe(pfd), 0);
     pid_t pid = fork();
@@ -759,7 +758,7 @@ START_TEST(sigkill_mid_writes)
     ck_assert(WIFSIGNALED(wst));
     close(pfd[0]);
 
-    tier_disk_scan_t sc;
+    disk_scan_t sc;
     reopen_and_verify(&td, &sc, io, NS);
     ck_assert_uint_ge(sc.n, NS / 2); /* at least four whole rounds were written */
     size_t before = sc.n;
@@ -767,7 +766,7 @@ START_TEST(sigkill_mid_writes)
     /* Tear 8 valid slots: the first sector of another block's record. */
     uint8_t *rec = aligned_alloc(4096, 16384);
     uint32_t tokens[TOKENS];
-    tier_disk_meta_t m;
+    disk_meta_t m;
     uint8_t *payload = malloc(BLOCK);
     int fd = open(path, O_RDWR);
     uint32_t torn_slots[8];
@@ -776,12 +775,12 @@ START_TEST(sigkill_mid_writes)
         fill_meta(777 + (uint64_t)k, &m, tokens);
         m.seq = sc.recs[sc.n - 1].seq + 1 + (uint64_t)k;
         fill_block(777 + (uint64_t)k, payload);
-        tier_disk_encode(td, rec, torn_slots[k], &m, payload);
+        disk_encode(td, rec, torn_slots[k], &m, payload);
         ck_assert_int_eq(pwrite(fd, rec, 4096, 4096 + (off_t)torn_slots[k] * 16384), 4096);
     }
     close(fd);
-    tier_disk_close(td);
-    tier_disk_scan_free(&sc);
+    disk_close(td);
+    disk_scan_free(&sc);
     reopen_and_verify(&td, &sc, io, NS);
     ck_assert_uint_eq(sc.torn, torn_before + 8);
     /* A torn slot's old block is gone too (its record no longer verifies);
@@ -790,13 +789,13 @@ START_TEST(sigkill_mid_writes)
     for (size_t i = 0; i < sc.n; i++)
         for (int k = 0; k < 8; k++)
             ck_assert_uint_ne(sc.recs[i].slot, torn_slots[k]);
-    tier_disk_stats_t st;
-    tier_disk_stats(td, &st);
+    disk_stats_t st;
+    disk_stats(td, &st);
     ck_assert_uint_eq(st.torn, sc.torn);
     free(rec);
     free(payload);
-    tier_disk_scan_free(&sc);
-    tier_disk_close(td);
+    disk_scan_free(&sc);
+    disk_close(td);
 }
 END_TEST
 
@@ -805,13 +804,13 @@ END_TEST
 START_TEST(flipped_bytes_never_pass)
 {
     enum { NS = 48 };
-    tier_disk_config_t cfg = config(NS, TIER_DISK_IO_AUTO);
-    tier_disk_t *td = open_ok(&cfg);
+    disk_config_t cfg = config(NS, DISK_IO_AUTO);
+    disk_t *td = open_ok(&cfg);
     uint32_t slots[NS];
     for (uint32_t i = 0; i < NS; i++)
         slots[i] = i;
     write_blocks(td, slots, 500, NS);
-    tier_disk_close(td);
+    disk_close(td);
 
     srand(12345);
     bool flipped[NS] = {false};
@@ -831,8 +830,8 @@ START_TEST(flipped_bytes_never_pass)
     }
     close(fd);
 
-    tier_disk_scan_t sc;
-    reopen_and_verify(&td, &sc, TIER_DISK_IO_AUTO, NS);
+    disk_scan_t sc;
+    reopen_and_verify(&td, &sc, DISK_IO_AUTO, NS);
     size_t nflipped = 0;
     for (uint32_t s = 0; s < NS; s++)
         nflipped += flipped[s];
@@ -844,11 +843,11 @@ START_TEST(flipped_bytes_never_pass)
     /* Read directly, a flipped slot fails its CRC and is counted. */
     for (uint32_t s = 0; s < NS; s++)
         ck_assert_uint_eq(read_blocks(td, &s, 500 + s, 1), flipped[s] ? 0 : 1);
-    tier_disk_stats_t st;
-    tier_disk_stats(td, &st);
+    disk_stats_t st;
+    disk_stats(td, &st);
     ck_assert_uint_eq(st.crc_failures, nflipped);
-    tier_disk_scan_free(&sc);
-    tier_disk_close(td);
+    disk_scan_free(&sc);
+    disk_close(td);
 }
 END_TEST
 
@@ -864,7 +863,7 @@ static void *src_block(void *arg, uint32_t id)
     return src_blocks + (size_t)id * BLOCK;
 }
 
-static void src_meta(void *arg, uint32_t id, tier_disk_meta_t *out)
+static void src_meta(void *arg, uint32_t id, disk_meta_t *out)
 {
     (void)arg;
     fill_meta(id, out, src_tokens[id]);
@@ -899,20 +898,20 @@ START_TEST(medium_put_get_drop)
 {
     uv_loop_t loop;
     ck_assert_int_eq(uv_loop_init(&loop), 0);
-    tier_disk_config_t cfg = config(16, _i == 0 ? TIER_DISK_IO_URING : TIER_DISK_IO_THREADS);
-    tier_disk_t *td = open_ok(&cfg);
+    disk_config_t cfg = config(16, _i == 0 ? DISK_IO_URING : DISK_IO_THREADS);
+    disk_t *td = open_ok(&cfg);
     src_blocks = malloc((size_t)MB * BLOCK);
     for (uint32_t id = 0; id < 4; id++)
         fill_block(id, src_blocks + (size_t)id * BLOCK);
-    tier_disk_source_t src = {.block = src_block, .meta = src_meta};
+    store_disk_source_t src = {.block = src_block, .meta = src_meta};
     tier_medium_t *m;
-    ck_assert_int_eq(tier_disk_medium_open(&loop, td, &src, &m), 0);
+    ck_assert_int_eq(store_disk_medium_open(&loop, td, &src, &m), 0);
     ck_assert_uint_eq(m->capacity, 16);
     ck_assert_str_eq(m->ops->name, "disk");
 
     uint32_t ids[4] = {0, 1, 2, 3}, slots[4] = {9, 3, 12, 0};
     ck_assert_int_eq(medium_run(&loop, m, true, ids, slots, 4).res.status, 0);
-    ck_assert(tier_disk_slot_used(td, 9) && tier_disk_slot_used(td, 0));
+    ck_assert(disk_slot_used(td, 9) && disk_slot_used(td, 0));
     /* Back into blocks 4..7 (ids 0..3's bytes, as promotions do). */
     uint32_t back[4] = {4, 5, 6, 7};
     memset(src_blocks + 4 * BLOCK, 0, 4 * BLOCK);
@@ -923,7 +922,7 @@ START_TEST(medium_put_get_drop)
 
     /* Dropped: a get of the slot misses, not fatal. */
     m->ops->drop(m, &slots[1], 1);
-    ck_assert(!tier_disk_slot_used(td, 3));
+    ck_assert(!disk_slot_used(td, 3));
     r = medium_run(&loop, m, false, back, slots, 2);
     ck_assert_int_eq(r.res.status, KVS_ENOTFOUND);
     ck_assert(!r.res.fatal);
@@ -940,13 +939,13 @@ START_TEST(medium_put_get_drop)
     ck_assert_uint_eq(st.gets, 3);
     ck_assert_uint_eq(st.blocks, 8);
     ck_assert_uint_eq(st.failures, 2);
-    tier_disk_stats_t ds;
-    tier_disk_stats(td, &ds);
+    disk_stats_t ds;
+    disk_stats(td, &ds);
     ck_assert_uint_eq(ds.crc_failures, 1);
     tier_medium_close(m);
     uv_run(&loop, UV_RUN_DEFAULT);
     ck_assert_int_eq(uv_loop_close(&loop), 0);
-    tier_disk_close(td);
+    disk_close(td);
     free(src_blocks);
 }
 END_TEST
@@ -958,21 +957,21 @@ START_TEST(evict_looks_only_at_its_blocks)
 {
     uv_loop_t loop;
     ck_assert_int_eq(uv_loop_init(&loop), 0);
-    tier_disk_config_t cfg = config(64, TIER_DISK_IO_THREADS);
-    tier_disk_t *td = open_ok(&cfg);
+    disk_config_t cfg = config(64, DISK_IO_THREADS);
+    disk_t *td = open_ok(&cfg);
     src_blocks = malloc((size_t)MB * BLOCK);
     for (uint32_t id = 0; id < 4; id++)
         fill_block(id, src_blocks + (size_t)id * BLOCK);
-    tier_disk_source_t src = {.block = src_block, .meta = src_meta};
+    store_disk_source_t src = {.block = src_block, .meta = src_meta};
     tier_medium_t *m;
-    ck_assert_int_eq(tier_disk_medium_open(&loop, td, &src, &m), 0);
+    ck_assert_int_eq(store_disk_medium_open(&loop, td, &src, &m), 0);
     uint32_t ids[4] = {0, 1, 2, 3}, slots[4] = {40, 3, 12, 63};
     ck_assert_int_eq(medium_run(&loop, m, true, ids, slots, 4).res.status, 0);
     /* Block 1's record again in slot 20 (a block that moved up and down). */
     uint32_t again = 20;
     ck_assert_int_eq(medium_run(&loop, m, true, &ids[1], &again, 1).res.status, 0);
 
-    tier_disk_meta_t meta;
+    disk_meta_t meta;
     uint32_t tokens[TOKENS];
     uint64_t hashes[3];
     fill_meta(1, &meta, tokens);
@@ -981,20 +980,20 @@ START_TEST(evict_looks_only_at_its_blocks)
     hashes[1] = meta.chain_hash;
     hashes[2] = hashes[0]; /* twice: once */
     size_t k = 0, looked = 0;
-    ck_assert_int_eq(tier_disk_medium_forget(m, hashes, 3, &k, &looked), 0);
+    ck_assert_int_eq(store_disk_medium_forget(m, hashes, 3, &k, &looked), 0);
     ck_assert_uint_eq(k, 2); /* slots 3 and 20 */
     ck_assert_uint_le(looked, 4);
     /* Gone: a second forget finds nothing; the others stay. */
-    ck_assert_int_eq(tier_disk_medium_forget(m, hashes, 1, &k, &looked), 0);
+    ck_assert_int_eq(store_disk_medium_forget(m, hashes, 1, &k, &looked), 0);
     ck_assert_uint_eq(k, 0);
     fill_meta(2, &meta, tokens);
-    ck_assert_int_eq(tier_disk_medium_forget(m, &meta.chain_hash, 1, &k, &looked), 0);
+    ck_assert_int_eq(store_disk_medium_forget(m, &meta.chain_hash, 1, &k, &looked), 0);
     ck_assert_uint_eq(k, 1);
     ck_assert_uint_eq(looked, 1);
     tier_medium_close(m);
     uv_run(&loop, UV_RUN_DEFAULT);
     ck_assert_int_eq(uv_loop_close(&loop), 0);
-    tier_disk_close(td);
+    disk_close(td);
     free(src_blocks);
 }
 END_TEST
@@ -1009,7 +1008,7 @@ END_TEST
 START_TEST(path_of_someone_else_is_refused)
 {
     char err[512];
-    tier_disk_config_t cfg = config(8, TIER_DISK_IO_THREADS);
+    disk_config_t cfg = config(8, DISK_IO_THREADS);
 
     int fd = open(path, O_CREAT | O_WRONLY, 0600);
     ck_assert_int_ge(fd, 0);
@@ -1019,7 +1018,7 @@ START_TEST(path_of_someone_else_is_refused)
     ck_assert_msg(strstr(err, "mode 0666") && strstr(err, "owner uid") &&
                       strstr(err, "writable by every user"),
                   "%s", err);
-    ck_assert_int_eq(tier_disk_check_path(path, geteuid(), err, sizeof(err)), KVS_EDENIED);
+    ck_assert_int_eq(disk_check_path(path, geteuid(), err, sizeof(err)), KVS_EDENIED);
     ck_assert_int_eq(chmod(path, 0620), 0);
     ck_assert_int_eq(open_err(&cfg, err, sizeof(err)), KVS_EDENIED);
     ck_assert_msg(strstr(err, "writable by its group"), "%s", err);
@@ -1061,8 +1060,8 @@ START_TEST(path_of_someone_else_is_refused)
     ck_assert_msg(strstr(err, "the directory") && strstr(err, "mode 0777"), "%s", err);
     ck_assert_int_ne(access(path, F_OK), 0); /* nothing made there */
     ck_assert_int_eq(chmod(dir, 01777), 0);  /* sticky, like /tmp: ours stays ours */
-    tier_disk_t *td = open_ok(&cfg);
-    tier_disk_close(td);
+    disk_t *td = open_ok(&cfg);
+    disk_close(td);
     unlink(path);
     char sub[400], deep[500];
     snprintf(sub, sizeof(sub), "%s/sub", dir);
@@ -1074,7 +1073,7 @@ START_TEST(path_of_someone_else_is_refused)
     ck_assert_msg(strstr(err, dir) && strstr(err, "mode 0757"), "%s", err);
     ck_assert_int_eq(chmod(dir, 0700), 0);
     td = open_ok(&cfg);
-    tier_disk_close(td);
+    disk_close(td);
     unlink(deep);
     rmdir(sub);
 }
@@ -1088,7 +1087,7 @@ START_TEST(path_of_another_user_is_refused)
     if (geteuid() != 0)
         return; /* needs chown: a skip here */
     char err[512];
-    tier_disk_config_t cfg = config(8, TIER_DISK_IO_THREADS);
+    disk_config_t cfg = config(8, DISK_IO_THREADS);
     ck_assert_int_eq(chmod(dir, 01777), 0);
     int fd = open(path, O_CREAT | O_WRONLY, 0600);
     ck_assert_int_ge(fd, 0);
@@ -1097,7 +1096,7 @@ START_TEST(path_of_another_user_is_refused)
     ck_assert_int_eq(open_err(&cfg, err, sizeof(err)), KVS_EDENIED);
     ck_assert_msg(strstr(err, "owner uid 65534") && strstr(err, "kvshared's uid 0"), "%s", err);
     /* --check-config as root: owners are start's to check. */
-    ck_assert_int_eq(tier_disk_check_path(path, TIER_DISK_ANY_UID, err, sizeof(err)), 0);
+    ck_assert_int_eq(disk_check_path(path, DISK_ANY_UID, err, sizeof(err)), 0);
     unlink(path);
 
     /* A link of uid 65534 on the way to the directory. */
@@ -1112,8 +1111,8 @@ START_TEST(path_of_another_user_is_refused)
     ck_assert_int_eq(open_err(&cfg, err, sizeof(err)), KVS_EDENIED);
     ck_assert_msg(strstr(err, "symbolic link of uid 65534"), "%s", err);
     ck_assert_int_eq(lchown(link, 0, 0), 0); /* root's own link: followed */
-    tier_disk_t *td = open_ok(&cfg);
-    tier_disk_close(td);
+    disk_t *td = open_ok(&cfg);
+    disk_close(td);
     unlink(via);
     unlink(link);
 
@@ -1133,8 +1132,8 @@ END_TEST
  * "in use by another process"). */
 START_TEST(foreign_lock_is_named)
 {
-    tier_disk_config_t cfg = config(8, TIER_DISK_IO_THREADS);
-    tier_disk_close(open_ok(&cfg));
+    disk_config_t cfg = config(8, DISK_IO_THREADS);
+    disk_close(open_ok(&cfg));
     int ready[2];
     ck_assert_int_eq(pipe(ready), 0);
     pid_t pid = fork();
@@ -1177,12 +1176,12 @@ static int start_server(const geometry_t *g, bool wipe, char *err, size_t len)
     cfg.disk_tier_path = path;
     cfg.disk_tier_bytes = 1 << 20;
     cfg.disk_tier_wipe = wipe;
-    cfg.disk_tier_io = TIER_DISK_IO_THREADS;
+    cfg.disk_tier_io = DISK_IO_THREADS;
     server_t *srv = NULL;
     int rc = server_open(&cfg, &loop, &srv, err, len);
     if (rc == 0) {
         ck_assert_ptr_nonnull(srv->disk_tier);
-        ck_assert_uint_gt(tier_disk_capacity(srv->disk_tier), 0);
+        ck_assert_uint_gt(disk_capacity(srv->disk_tier), 0);
         char *text = NULL;
         size_t len = 0;
         ck_assert_int_eq(metrics_render(srv, &text, &len), 0);
@@ -1223,11 +1222,11 @@ static bool smaps_field(const void *p, const char *field, char *out, size_t len)
 START_TEST(io_buffers_ask_for_huge_pages)
 {
     const size_t huge = 2u << 20, big = 5 * huge + 12345, small = 12 * 1024;
-    uint8_t *p = tier_disk_buffer_alloc(big), *q = tier_disk_buffer_alloc(small);
+    uint8_t *p = disk_buffer_alloc(big), *q = disk_buffer_alloc(small);
     ck_assert_ptr_nonnull(p);
     ck_assert_ptr_nonnull(q);
     ck_assert_uint_eq((uintptr_t)p % huge, 0);
-    ck_assert_uint_eq((uintptr_t)q % TIER_DISK_ALIGN, 0);
+    ck_assert_uint_eq((uintptr_t)q % DISK_ALIGN, 0);
     memset(p, 0xa5, big);
     memset(q, 0x5a, small);
     ck_assert_uint_eq(p[big - 1], 0xa5);
@@ -1275,6 +1274,53 @@ START_TEST(server_opens_and_checks)
 }
 END_TEST
 
+/* The library logs nothing: what an operator should hear at an open (a
+ * file others can read, a file wiped) reaches the caller's note function
+ * on the caller's thread, in the words kvshared logs. */
+typedef struct notes {
+    int n;
+    disk_note_level_t level[8];
+    char text[8][DISK_NOTE_MAX];
+} notes_t;
+
+static void keep_note(void *arg, disk_note_level_t level, const char *text)
+{
+    notes_t *nt = arg;
+    if (nt->n < 8) {
+        nt->level[nt->n] = level;
+        snprintf(nt->text[nt->n], sizeof(nt->text[0]), "%s", text);
+    }
+    nt->n++;
+}
+
+START_TEST(notes_reach_the_caller)
+{
+    notes_t nt = {0};
+    disk_config_t cfg = config(8, DISK_IO_THREADS);
+    cfg.note = keep_note;
+    cfg.note_arg = &nt;
+    disk_t *td = open_ok(&cfg);
+    disk_notes_flush(td);
+    disk_close(td);
+    ck_assert_int_eq(nt.n, 0); /* a new file of this process's, 0600 */
+
+    ck_assert_int_eq(chmod(path, 0640), 0);
+    cfg.geometry_id = GEO_ID + 1;
+    cfg.wipe = true;
+    td = open_ok(&cfg);
+    ck_assert_int_eq(nt.n, 2);
+    ck_assert_int_eq(nt.level[0], DISK_NOTE_WARN);
+    ck_assert_msg(strstr(nt.text[0], "mode 0640") && strstr(nt.text[0], "can be read by its group"),
+                  "%s", nt.text[0]);
+    ck_assert_int_eq(nt.level[1], DISK_NOTE_WARN);
+    ck_assert_msg(strstr(nt.text[1], "another block geometry; wiping it (disk_tier_wipe)"), "%s",
+                  nt.text[1]);
+    ck_assert_ptr_null(strstr(nt.text[1], "disk tier:")); /* the caller names the subject */
+    disk_close(td);
+    ck_assert_int_eq(nt.n, 2);
+}
+END_TEST
+
 static Suite *tier_disk_suite(void)
 {
     Suite *s = suite_create("tier_disk");
@@ -1303,6 +1349,7 @@ static Suite *tier_disk_suite(void)
     tcase_add_test(tc, path_of_another_user_is_refused);
     tcase_add_test(tc, foreign_lock_is_named);
     tcase_add_test(tc, io_buffers_ask_for_huge_pages);
+    tcase_add_test(tc, notes_reach_the_caller);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * kvshare-bench tier-copy --disk DIR: the disk tier (daemon/core/tier_disk.h)
+ * kvshare-bench tier-copy --disk DIR: the disk tier (disk/disk.h)
  * against fio on the same file system, in the same run.
  *
  * Blocks of the model's geometry (--tokens / block_tokens of them) are
@@ -40,7 +40,7 @@
 #include "bench_tier_disk.h"
 #include "crc32c.h"
 #include "kvshare_status.h"
-#include "tier_disk.h"
+#include "disk.h"
 
 #define MAX_ROUNDS 101
 
@@ -53,7 +53,7 @@ typedef struct wait_s {
     bool done;
 } wait_t;
 
-static void on_done(void *arg, tier_disk_op_t *ops, size_t n)
+static void on_done(void *arg, disk_op_t *ops, size_t n)
 {
     (void)ops;
     (void)n;
@@ -87,11 +87,11 @@ static int drain(void *ctx, uint32_t i, const void *in)
 
 /* One batch over all ops; returns its wall time in ns, or 0 when an op
  * failed. */
-static uint64_t tier_batch(tier_disk_t *td, bool write, tier_disk_op_t *ops, size_t n)
+static uint64_t tier_batch(disk_t *td, bool write, disk_op_t *ops, size_t n)
 {
     wait_t w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false};
     uint64_t t0 = now_ns();
-    if (tier_disk_submit(td, write, ops, n, on_done, &w) != 0)
+    if (disk_submit(td, write, ops, n, on_done, &w) != 0)
         return 0;
     pthread_mutex_lock(&w.mu);
     while (!w.done)
@@ -193,25 +193,35 @@ static double median(const double *in, uint32_t n)
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+/* The disk tier's notes (io_uring that could not start, say), said on
+ * stderr, as kvshared logs them. */
+static void print_note(void *arg, disk_note_level_t level, const char *text)
+{
+    (void)arg;
+    fprintf(stderr, "tier-copy --disk: %s: disk tier: %s\n",
+            level == DISK_NOTE_ERROR ? "error" : "warning", text);
+}
+
 int bench_tier_disk(const bench_tier_disk_args_t *a)
 {
     uint64_t bb = a->block_bytes;
-    uint64_t hdr = TIER_DISK_HDR_FIXED + 4ull * a->block_tokens;
-    uint64_t slot = (hdr + bb + TIER_DISK_ALIGN - 1) / TIER_DISK_ALIGN * TIER_DISK_ALIGN;
+    uint64_t hdr = DISK_HDR_FIXED + 4ull * a->block_tokens;
+    uint64_t slot = (hdr + bb + DISK_ALIGN - 1) / DISK_ALIGN * DISK_ALIGN;
     uint32_t n = a->blocks;
     char tpath[1024], fpath[1024], err[256] = "";
     snprintf(tpath, sizeof(tpath), "%s/kvshare-bench-tier3", a->dir);
     snprintf(fpath, sizeof(fpath), "%s/kvshare-bench-fio", a->dir);
     unlink(tpath);
-    tier_disk_config_t cfg = {.path = tpath,
-                              .bytes = TIER_DISK_ALIGN + (uint64_t)n * slot,
-                              .block_bytes = bb,
-                              .block_tokens = a->block_tokens,
-                              .geometry_id = 1,
-                              .io = a->threads ? TIER_DISK_IO_THREADS : TIER_DISK_IO_URING,
-                              .queue_depth = a->qd};
-    tier_disk_t *td = NULL;
-    int rc = tier_disk_open(&cfg, &td, err, sizeof(err));
+    disk_config_t cfg = {.path = tpath,
+                         .bytes = DISK_ALIGN + (uint64_t)n * slot,
+                         .block_bytes = bb,
+                         .block_tokens = a->block_tokens,
+                         .geometry_id = 1,
+                         .io = a->threads ? DISK_IO_THREADS : DISK_IO_URING,
+                         .queue_depth = a->qd,
+                         .note = print_note};
+    disk_t *td = NULL;
+    int rc = disk_open(&cfg, &td, err, sizeof(err));
     if (rc != 0 && strstr(err, "without O_DIRECT")) {
         printf("tier-copy --disk: skipped: %s\n", err);
         return 77;
@@ -220,15 +230,15 @@ int bench_tier_disk(const bench_tier_disk_args_t *a)
         fprintf(stderr, "tier-copy --disk: %s (%s)\n", err, kvs_status_text(rc));
         return 1;
     }
-    bool uring = strncmp(tier_disk_io_name(td), "io_uring", 8) == 0;
+    bool uring = strncmp(disk_io_name(td), "io_uring", 8) == 0;
     /* Page-aligned blocks (as the host tier's) go to and from the disk in
      * place; 64 bytes off, each is copied through the tier's buffers. */
     size_t off = a->unaligned ? 64 : 0;
     /* Allocated as the tier's own I/O buffers are. */
-    uint8_t *src_mem = tier_disk_buffer_alloc((size_t)n * bb + TIER_DISK_ALIGN);
-    uint8_t *dst_mem = tier_disk_buffer_alloc((size_t)n * bb + TIER_DISK_ALIGN);
+    uint8_t *src_mem = disk_buffer_alloc((size_t)n * bb + DISK_ALIGN);
+    uint8_t *dst_mem = disk_buffer_alloc((size_t)n * bb + DISK_ALIGN);
     uint8_t *src = src_mem ? src_mem + off : NULL, *dst = dst_mem ? dst_mem + off : NULL;
-    tier_disk_op_t *ops = calloc(n, sizeof(*ops));
+    disk_op_t *ops = calloc(n, sizeof(*ops));
     uint32_t *tokens = calloc(a->block_tokens, sizeof(uint32_t));
     int status = 1;
     if (!src || !dst || !ops || !tokens) {
@@ -242,7 +252,7 @@ int bench_tier_disk(const bench_tier_disk_args_t *a)
     /* fio's buffers: huge pages too where the machine has them reserved
      * (shmhuge: vm.nr_hugepages; fio cannot ask for transparent ones), else
      * its default, 4 KiB pages: an I/O of those is cut into more segments
-     * (tier_disk_buffer_alloc), which favours the tier, and the output says
+     * (disk_buffer_alloc), which favours the tier, and the output says
      * so. One fio runs at a time: io_uring's one job holds qd buffers in
      * one segment, psync's qd jobs one each. */
     uint64_t hp = 2u << 20, per_job = uring ? (uint64_t)a->qd * slot : slot;
@@ -256,9 +266,9 @@ int bench_tier_disk(const bench_tier_disk_args_t *a)
             bool tier_now = (k == 0) == (r % 2 == 0);
             if (tier_now) {
                 for (uint32_t i = 0; i < n; i++) {
-                    ops[i] = (tier_disk_op_t){.slot = i, .data = src + (size_t)i * bb};
+                    ops[i] = (disk_op_t){.slot = i, .data = src + (size_t)i * bb};
                     if (a->daemon)
-                        ops[i] = (tier_disk_op_t){
+                        ops[i] = (disk_op_t){
                             .slot = i, .fill = gather, .fill_ctx = &dmem, .fill_src = i};
                     ops[i].meta.chain_hash = i + 1;
                     ops[i].meta.ntokens = a->block_tokens;
@@ -308,8 +318,7 @@ int bench_tier_disk(const bench_tier_disk_args_t *a)
         med[p] = p < P_FW || have_fio ? median(rate[p], a->rounds) : 0;
     printf("# disk tier in %s: %u blocks of %llu bytes (slot %llu), queue depth %u, I/O on %s, "
            "blocks %s; median of %u rounds\n",
-           a->dir, n, (unsigned long long)bb, (unsigned long long)slot, a->qd,
-           tier_disk_io_name(td),
+           a->dir, n, (unsigned long long)bb, (unsigned long long)slot, a->qd, disk_io_name(td),
            a->daemon      ? "as kvshared's (gathered into and drained out of the tier's buffers)"
            : a->unaligned ? "unaligned (copied through the tier's buffers)"
                           : "page-aligned (I/O in place)",
@@ -342,7 +351,7 @@ int bench_tier_disk(const bench_tier_disk_args_t *a)
         printf("fio: not measured (fio not found or failed; apt-get install fio)\n");
     status = 0;
 out:
-    tier_disk_close(td);
+    disk_close(td);
     unlink(tpath);
     unlink(fpath);
     free(src_mem);

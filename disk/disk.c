@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The disk tier's file (tier_disk.h): superblock, record encoding and
+ * The disk tier's file (disk.h): superblock, record encoding and
  * checking, the slot allocator and its LRU, and the scan that a warm restart
- * rebuilds from. The I/O engines are in tier_disk_io.c.
+ * rebuilds from. The I/O engines are in disk_io.c.
  */
-#include "tier_disk.h"
+#include "disk.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -22,15 +22,14 @@
 
 #include "crc32c.h"
 #include "kvshare_status.h"
-#include "log.h"
-#include "tier_disk_impl.h"
+#include "disk_impl.h"
 
 #define SB_MAGIC   0x3352454954535653ull /* "SVSTIER3" little endian */
 #define REC_MAGIC  0x5253564Bu           /* "KVSR" */
-#define TOMB_MAGIC 0x4453564Bu           /* "KVSD": a deleted record (tier_disk_forget) */
+#define TOMB_MAGIC 0x4453564Bu           /* "KVSD": a deleted record (disk_forget) */
 #define TAB_MAGIC  0x4E53564Bu           /* "KVSN": the namespace table */
 
-/* Record header offsets (TIER_DISK_HDR_FIXED bytes, then the tokens). */
+/* Record header offsets (DISK_HDR_FIXED bytes, then the tokens). */
 enum {
     H_MAGIC = 0,
     H_FORMAT = 4,
@@ -43,7 +42,7 @@ enum {
     H_CRC = 40,
     H_PARENT = 48, /* format 2: the chained hash this block chains from */
     H_NS = 56,
-    H_TOKENS = TIER_DISK_HDR_FIXED,
+    H_TOKENS = DISK_HDR_FIXED,
 };
 
 /* Superblock offsets. */
@@ -71,7 +70,7 @@ enum {
     T_BODY = 80,
 };
 
-_Static_assert(H_NS + TIER_DISK_NS_MAX == TIER_DISK_HDR_FIXED, "header layout");
+_Static_assert(H_NS + DISK_NS_MAX == DISK_HDR_FIXED, "header layout");
 
 static void put32(uint8_t *p, uint32_t v)
 {
@@ -108,179 +107,222 @@ static void seterr(char *err, size_t len, const char *fmt, ...)
     va_end(ap);
 }
 
+/* --- notes --- */
+
+void disk__note(disk_t *d, disk_note_level_t level, const char *fmt, ...)
+{
+    pthread_mutex_lock(&d->notes_mu);
+    if (d->notes_n == DISK_NOTES_MAX) {
+        d->notes_dropped++;
+    } else {
+        va_list ap;
+        va_start(ap, fmt);
+        d->notes[d->notes_n].level = level;
+        vsnprintf(d->notes[d->notes_n].text, DISK_NOTE_MAX, fmt, ap);
+        va_end(ap);
+        d->notes_n++;
+    }
+    pthread_mutex_unlock(&d->notes_mu);
+}
+
+/* The queue is taken whole under the lock and handed over outside it: a
+ * note function that takes its time holds up no disk thread. */
+void disk_notes_flush(disk_t *d)
+{
+    struct {
+        disk_note_level_t level;
+        char text[DISK_NOTE_MAX];
+    } taken[DISK_NOTES_MAX]; /* 8 KiB */
+    pthread_mutex_lock(&d->notes_mu);
+    uint32_t n = d->notes_n;
+    uint64_t dropped = d->notes_dropped;
+    memcpy(taken, d->notes, n * sizeof(taken[0]));
+    d->notes_n = 0;
+    d->notes_dropped = 0;
+    pthread_mutex_unlock(&d->notes_mu);
+    if (!d->note)
+        return;
+    for (uint32_t i = 0; i < n; i++)
+        d->note(d->note_arg, taken[i].level, taken[i].text);
+    if (dropped > 0) {
+        char text[96];
+        snprintf(text, sizeof(text), "%llu more notes were not kept (%u were waiting)",
+                 (unsigned long long)dropped, DISK_NOTES_MAX);
+        d->note(d->note_arg, DISK_NOTE_WARN, text);
+    }
+}
+
 /* --- records --- */
 
 /* The CRC of a record: the whole slot (header page with its CRC field as
  * zero, payload, padding), so that no byte of a slot can change unseen.
  * hdr is the slot's first pay_off bytes; payload the slot_bytes - pay_off
  * after them (elsewhere in memory when the I/O is direct: no padding then). */
-static uint32_t header_crc(const tier_disk_t *td, const uint8_t *hdr)
+static uint32_t header_crc(const disk_t *d, const uint8_t *hdr)
 {
     static const uint8_t zero[4];
     uint32_t c = crc32c(0, hdr, H_CRC);
     c = crc32c(c, zero, sizeof(zero));
-    return crc32c(c, hdr + H_CRC + 4, td->pay_off - (H_CRC + 4));
+    return crc32c(c, hdr + H_CRC + 4, d->pay_off - (H_CRC + 4));
 }
 
-static uint32_t record_crc(const tier_disk_t *td, const uint8_t *hdr, const uint8_t *payload)
+static uint32_t record_crc(const disk_t *d, const uint8_t *hdr, const uint8_t *payload)
 {
-    return crc32c(header_crc(td, hdr), payload, td->slot_bytes - td->pay_off);
+    return crc32c(header_crc(d, hdr), payload, d->slot_bytes - d->pay_off);
 }
 
 /* The header page (pay_off bytes at buf) of a record, all but its CRC. */
-static void fill_header(const tier_disk_t *td, uint8_t *buf, uint32_t slot,
-                        const tier_disk_meta_t *meta)
+static void fill_header(const disk_t *d, uint8_t *buf, uint32_t slot, const disk_meta_t *meta)
 {
-    memset(buf, 0, td->pay_off);
+    memset(buf, 0, d->pay_off);
     put32(buf + H_MAGIC, REC_MAGIC);
-    put32(buf + H_FORMAT, TIER_DISK_FORMAT);
+    put32(buf + H_FORMAT, DISK_FORMAT);
     put64(buf + H_SEQ, meta->seq);
     put64(buf + H_HASH, meta->chain_hash);
     put64(buf + H_PARENT, meta->parent_hash);
     put32(buf + H_NSID, meta->ns_id);
-    uint32_t nt = meta->ntokens <= td->block_tokens ? meta->ntokens : td->block_tokens;
+    uint32_t nt = meta->ntokens <= d->block_tokens ? meta->ntokens : d->block_tokens;
     put32(buf + H_NTOK, nt);
-    put32(buf + H_LEN, (uint32_t)td->block_bytes);
+    put32(buf + H_LEN, (uint32_t)d->block_bytes);
     put32(buf + H_SLOT, slot);
-    size_t nl = strnlen(meta->ns, TIER_DISK_NS_MAX - 1);
+    size_t nl = strnlen(meta->ns, DISK_NS_MAX - 1);
     memcpy(buf + H_NS, meta->ns, nl);
     for (uint32_t i = 0; i < nt; i++)
         put32(buf + H_TOKENS + 4 * i, meta->tokens[i]);
-    put64(buf + td->ident_off, meta->ident_hash);
+    put64(buf + d->ident_off, meta->ident_hash);
 }
 
 /* The header page (pay_off bytes at buf) of a record whose payload (and
  * padding) is at payload. */
-static void encode_header(const tier_disk_t *td, uint8_t *buf, const uint8_t *payload,
-                          uint32_t slot, const tier_disk_meta_t *meta)
+static void encode_header(const disk_t *d, uint8_t *buf, const uint8_t *payload, uint32_t slot,
+                          const disk_meta_t *meta)
 {
-    fill_header(td, buf, slot, meta);
-    put32(buf + H_CRC, record_crc(td, buf, payload));
+    fill_header(d, buf, slot, meta);
+    put32(buf + H_CRC, record_crc(d, buf, payload));
 }
 
 /* The record around a block already at buf + pay_off whose CRC32C is
  * block_crc (crc32c(0, block, block_bytes), taken as it was copied there):
  * the padding is zeroed and checksummed, the header's CRC joined to the
  * block's, so that the block is not read again. */
-static void encode_around(const tier_disk_t *td, uint8_t *buf, uint32_t slot,
-                          const tier_disk_meta_t *meta, uint32_t block_crc)
+static void encode_around(const disk_t *d, uint8_t *buf, uint32_t slot, const disk_meta_t *meta,
+                          uint32_t block_crc)
 {
-    size_t end = td->pay_off + td->block_bytes, pad = td->slot_bytes - end;
+    size_t end = d->pay_off + d->block_bytes, pad = d->slot_bytes - end;
     memset(buf + end, 0, pad);
-    fill_header(td, buf, slot, meta);
+    fill_header(d, buf, slot, meta);
     uint32_t payload_crc = crc32c(block_crc, buf + end, pad);
-    put32(buf + H_CRC,
-          crc32c_combine(header_crc(td, buf), payload_crc, td->slot_bytes - td->pay_off));
+    put32(buf + H_CRC, crc32c_combine(header_crc(d, buf), payload_crc, d->slot_bytes - d->pay_off));
 }
 
-void tier_disk_encode(const tier_disk_t *td, uint8_t *buf, uint32_t slot,
-                      const tier_disk_meta_t *meta, const void *payload)
+void disk_encode(const disk_t *d, uint8_t *buf, uint32_t slot, const disk_meta_t *meta,
+                 const void *payload)
 {
-    uint32_t c = crc32c_copy(0, buf + td->pay_off, payload, td->block_bytes);
-    encode_around(td, buf, slot, meta, c);
+    uint32_t c = crc32c_copy(0, buf + d->pay_off, payload, d->block_bytes);
+    encode_around(d, buf, slot, meta, c);
 }
 
-/* tier_disk_decode of a record whose header page is at hdr and payload at
+/* disk_decode of a record whose header page is at hdr and payload at
  * payload. */
-static int decode_parts(const tier_disk_t *td, const uint8_t *buf, const uint8_t *payload,
-                        uint32_t slot, tier_disk_meta_t *meta, uint32_t *tokens, bool *blank)
+static int decode_parts(const disk_t *d, const uint8_t *buf, const uint8_t *payload, uint32_t slot,
+                        disk_meta_t *meta, uint32_t *tokens, bool *blank)
 {
     *blank = get32(buf + H_MAGIC) == 0 && get64(buf + H_SEQ) == 0;
     if (*blank)
         return KVS_ENOTFOUND;
     uint32_t nt = get32(buf + H_NTOK);
-    if (get32(buf + H_MAGIC) != REC_MAGIC || get32(buf + H_FORMAT) != TIER_DISK_FORMAT ||
-        get32(buf + H_SLOT) != slot || get32(buf + H_LEN) != td->block_bytes ||
-        nt > td->block_tokens || memchr(buf + H_NS, 0, TIER_DISK_NS_MAX) == NULL)
+    if (get32(buf + H_MAGIC) != REC_MAGIC || get32(buf + H_FORMAT) != DISK_FORMAT ||
+        get32(buf + H_SLOT) != slot || get32(buf + H_LEN) != d->block_bytes ||
+        nt > d->block_tokens || memchr(buf + H_NS, 0, DISK_NS_MAX) == NULL)
         return KVS_ENOTFOUND;
-    if (record_crc(td, buf, payload) != get32(buf + H_CRC))
+    if (record_crc(d, buf, payload) != get32(buf + H_CRC))
         return KVS_ENOTFOUND;
     meta->seq = get64(buf + H_SEQ);
     meta->chain_hash = get64(buf + H_HASH);
     meta->parent_hash = get64(buf + H_PARENT);
     meta->ns_id = get32(buf + H_NSID);
     meta->ntokens = nt;
-    meta->ident_hash = get64(buf + td->ident_off);
-    memcpy(meta->ns, buf + H_NS, TIER_DISK_NS_MAX);
+    meta->ident_hash = get64(buf + d->ident_off);
+    memcpy(meta->ns, buf + H_NS, DISK_NS_MAX);
     for (uint32_t i = 0; i < nt && tokens; i++)
         tokens[i] = get32(buf + H_TOKENS + 4 * i);
     meta->tokens = tokens;
     return 0;
 }
 
-int tier_disk_decode(const tier_disk_t *td, const uint8_t *buf, uint32_t slot,
-                     tier_disk_meta_t *meta, uint32_t *tokens, bool *blank)
+int disk_decode(const disk_t *d, const uint8_t *buf, uint32_t slot, disk_meta_t *meta,
+                uint32_t *tokens, bool *blank)
 {
-    return decode_parts(td, buf, buf + td->pay_off, slot, meta, tokens, blank);
+    return decode_parts(d, buf, buf + d->pay_off, slot, meta, tokens, blank);
 }
 
 /* --- engine callbacks --- */
 
-bool td_direct(const tier_disk_t *td, const td_batch_t *b, size_t i)
+bool disk__direct(const disk_t *d, const disk__batch_t *b, size_t i)
 {
-    const tier_disk_op_t *op = &b->ops[i];
-    return td->direct_ok && op->data && !(b->write && op->fill) &&
-           (uintptr_t)op->data % TIER_DISK_ALIGN == 0;
+    const disk_op_t *op = &b->ops[i];
+    return d->direct_ok && op->data && !(b->write && op->fill) &&
+           (uintptr_t)op->data % DISK_ALIGN == 0;
 }
 
-void td_prepare(tier_disk_t *td, td_batch_t *b, size_t i, uint8_t *buf)
+void disk__prepare(disk_t *d, disk__batch_t *b, size_t i, uint8_t *buf)
 {
-    tier_disk_op_t *op = &b->ops[i];
+    disk_op_t *op = &b->ops[i];
     if (b->write && op->fill) {
-        uint32_t c = op->fill(op->fill_ctx, op->fill_src, buf + td->pay_off);
-        encode_around(td, buf, op->slot, &op->meta, c);
-    } else if (b->write && td_direct(td, b, i)) {
-        encode_header(td, buf, op->data, op->slot, &op->meta); /* only the CRC reads the payload */
+        uint32_t c = op->fill(op->fill_ctx, op->fill_src, buf + d->pay_off);
+        encode_around(d, buf, op->slot, &op->meta, c);
+    } else if (b->write && disk__direct(d, b, i)) {
+        encode_header(d, buf, op->data, op->slot, &op->meta); /* only the CRC reads the payload */
     } else if (b->write) {
-        tier_disk_encode(td, buf, op->slot, &op->meta, op->data);
+        disk_encode(d, buf, op->slot, &op->meta, op->data);
     }
 }
 
 /* A read's check: the record verifies and is the block asked for. A direct
  * read's payload is in op->data already; otherwise it is copied there, or
  * (no data: drained from buf) left in buf. */
-static int check_read(tier_disk_t *td, tier_disk_op_t *op, const uint8_t *buf, bool direct)
+static int check_read(disk_t *d, disk_op_t *op, const uint8_t *buf, bool direct)
 {
-    tier_disk_meta_t got;
+    disk_meta_t got;
     bool blank;
-    const uint8_t *payload = direct ? op->data : buf + td->pay_off;
-    if (decode_parts(td, buf, payload, op->slot, &got, NULL, &blank) != 0) {
+    const uint8_t *payload = direct ? op->data : buf + d->pay_off;
+    if (decode_parts(d, buf, payload, op->slot, &got, NULL, &blank) != 0) {
         if (!blank)
-            atomic_fetch_add(&td->crc_failures, 1);
+            atomic_fetch_add(&d->crc_failures, 1);
         else
-            atomic_fetch_add(&td->mismatches, 1);
+            atomic_fetch_add(&d->mismatches, 1);
         return KVS_ENOTFOUND;
     }
     if (got.chain_hash != op->meta.chain_hash || got.ns_id != op->meta.ns_id ||
         (op->meta.seq != 0 && got.seq != op->meta.seq)) {
-        atomic_fetch_add(&td->mismatches, 1);
+        atomic_fetch_add(&d->mismatches, 1);
         return KVS_ENOTFOUND;
     }
     if (!direct && op->data)
-        memcpy(op->data, buf + td->pay_off, td->block_bytes);
+        memcpy(op->data, buf + d->pay_off, d->block_bytes);
     return 0;
 }
 
-void td_finish(tier_disk_t *td, td_batch_t *b, size_t i, uint8_t *buf, long res)
+void disk__finish(disk_t *d, disk__batch_t *b, size_t i, uint8_t *buf, long res)
 {
-    tier_disk_op_t *op = &b->ops[i];
-    if (res != (long)td->slot_bytes) {
-        atomic_fetch_add(&td->io_errors, 1);
+    disk_op_t *op = &b->ops[i];
+    if (res != (long)d->slot_bytes) {
+        atomic_fetch_add(&d->io_errors, 1);
         op->status = KVS_EIO;
     } else if (b->write) {
-        atomic_fetch_add(&td->writes, 1);
-        atomic_fetch_add(&td->write_bytes, td->block_bytes);
+        atomic_fetch_add(&d->writes, 1);
+        atomic_fetch_add(&d->write_bytes, d->block_bytes);
         op->status = 0;
     } else {
-        op->status = check_read(td, op, buf, td_direct(td, b, i));
+        op->status = check_read(d, op, buf, disk__direct(d, b, i));
         if (op->status == 0 && op->drain &&
-            op->drain(op->drain_ctx, op->drain_dst, op->data ? op->data : buf + td->pay_off) != 0) {
-            atomic_fetch_add(&td->io_errors, 1);
+            op->drain(op->drain_ctx, op->drain_dst, op->data ? op->data : buf + d->pay_off) != 0) {
+            atomic_fetch_add(&d->io_errors, 1);
             op->status = KVS_EIO;
         }
         if (op->status == 0) {
-            atomic_fetch_add(&td->reads, 1);
-            atomic_fetch_add(&td->read_bytes, td->block_bytes);
+            atomic_fetch_add(&d->reads, 1);
+            atomic_fetch_add(&d->read_bytes, d->block_bytes);
         }
     }
     if (atomic_fetch_sub(&b->left, 1) == 1) {
@@ -289,19 +331,18 @@ void td_finish(tier_disk_t *td, td_batch_t *b, size_t i, uint8_t *buf, long res)
     }
 }
 
-int tier_disk_submit(tier_disk_t *td, bool write, tier_disk_op_t *ops, size_t n,
-                     tier_disk_done_fn done, void *arg)
+int disk_submit(disk_t *d, bool write, disk_op_t *ops, size_t n, disk_done_fn done, void *arg)
 {
     if (n == 0)
         return KVS_EINVAL;
     for (size_t i = 0; i < n; i++)
-        if (ops[i].slot >= td->nslots ||
+        if (ops[i].slot >= d->nslots ||
             (!ops[i].data && !(write ? ops[i].fill != NULL : ops[i].drain != NULL)))
             return KVS_EINVAL;
-    td_batch_t *b = calloc(1, sizeof(*b));
+    disk__batch_t *b = calloc(1, sizeof(*b));
     if (!b)
         return KVS_ENOMEM;
-    b->td = td;
+    b->d = d;
     b->write = write;
     b->ops = ops;
     b->n = n;
@@ -311,105 +352,105 @@ int tier_disk_submit(tier_disk_t *td, bool write, tier_disk_op_t *ops, size_t n,
     for (size_t i = 0; i < n; i++) {
         ops[i].status = KVS_EIO;
         if (write)
-            ops[i].meta.seq = atomic_fetch_add(&td->next_seq, 1);
+            ops[i].meta.seq = atomic_fetch_add(&d->next_seq, 1);
     }
-    td_engine_push(td, b);
+    disk__engine_push(d, b);
     return 0;
 }
 
 /* --- slots --- */
 
-static void lru_unlink(tier_disk_t *td, uint32_t s)
+static void lru_unlink(disk_t *d, uint32_t s)
 {
-    uint32_t p = td->prev[s], n = td->next[s];
-    if (p != TIER_DISK_NO_SLOT)
-        td->next[p] = n;
+    uint32_t p = d->prev[s], n = d->next[s];
+    if (p != DISK_NO_SLOT)
+        d->next[p] = n;
     else
-        td->head = n;
-    if (n != TIER_DISK_NO_SLOT)
-        td->prev[n] = p;
+        d->head = n;
+    if (n != DISK_NO_SLOT)
+        d->prev[n] = p;
     else
-        td->tail = p;
+        d->tail = p;
 }
 
-static void lru_push_head(tier_disk_t *td, uint32_t s)
+static void lru_push_head(disk_t *d, uint32_t s)
 {
-    td->prev[s] = TIER_DISK_NO_SLOT;
-    td->next[s] = td->head;
-    if (td->head != TIER_DISK_NO_SLOT)
-        td->prev[td->head] = s;
-    td->head = s;
-    if (td->tail == TIER_DISK_NO_SLOT)
-        td->tail = s;
+    d->prev[s] = DISK_NO_SLOT;
+    d->next[s] = d->head;
+    if (d->head != DISK_NO_SLOT)
+        d->prev[d->head] = s;
+    d->head = s;
+    if (d->tail == DISK_NO_SLOT)
+        d->tail = s;
 }
 
 /* Marks a free slot used and most recent: out of the free stack (its place
  * taken by the top entry). */
-static void slot_take(tier_disk_t *td, uint32_t s)
+static void slot_take(disk_t *d, uint32_t s)
 {
-    uint32_t at = td->free_pos[s], top = td->free_stack[--td->nfree];
-    td->free_stack[at] = top;
-    td->free_pos[top] = at;
-    td->free_pos[s] = TIER_DISK_NO_SLOT;
-    td->used[s] = 1;
-    td->nused++;
-    lru_push_head(td, s);
+    uint32_t at = d->free_pos[s], top = d->free_stack[--d->nfree];
+    d->free_stack[at] = top;
+    d->free_pos[top] = at;
+    d->free_pos[s] = DISK_NO_SLOT;
+    d->used[s] = 1;
+    d->nused++;
+    lru_push_head(d, s);
 }
 
-uint32_t tier_disk_slot_alloc(tier_disk_t *td, bool *evicted)
+uint32_t disk_slot_alloc(disk_t *d, bool *evicted)
 {
     *evicted = false;
-    if (td->nfree > 0) {
-        uint32_t s = td->free_stack[td->nfree - 1];
-        slot_take(td, s);
+    if (d->nfree > 0) {
+        uint32_t s = d->free_stack[d->nfree - 1];
+        slot_take(d, s);
         return s;
     }
-    uint32_t s = td->tail;
-    if (s == TIER_DISK_NO_SLOT)
-        return TIER_DISK_NO_SLOT;
-    lru_unlink(td, s);
-    lru_push_head(td, s);
-    td->evictions++;
+    uint32_t s = d->tail;
+    if (s == DISK_NO_SLOT)
+        return DISK_NO_SLOT;
+    lru_unlink(d, s);
+    lru_push_head(d, s);
+    d->evictions++;
     *evicted = true;
     return s;
 }
 
-void tier_disk_slot_claim(tier_disk_t *td, uint32_t s)
+void disk_slot_claim(disk_t *d, uint32_t s)
 {
-    if (s >= td->nslots || td->used[s])
+    if (s >= d->nslots || d->used[s])
         return;
-    slot_take(td, s);
+    slot_take(d, s);
 }
 
-void tier_disk_slot_touch(tier_disk_t *td, uint32_t s)
+void disk_slot_touch(disk_t *d, uint32_t s)
 {
-    if (s >= td->nslots || !td->used[s])
+    if (s >= d->nslots || !d->used[s])
         return;
-    lru_unlink(td, s);
-    lru_push_head(td, s);
+    lru_unlink(d, s);
+    lru_push_head(d, s);
 }
 
-void tier_disk_slot_free(tier_disk_t *td, uint32_t s)
+void disk_slot_free(disk_t *d, uint32_t s)
 {
-    if (s >= td->nslots || !td->used[s])
+    if (s >= d->nslots || !d->used[s])
         return;
-    lru_unlink(td, s);
-    td->used[s] = 0;
-    td->nused--;
-    td->free_pos[s] = td->nfree;
-    td->free_stack[td->nfree++] = s;
+    lru_unlink(d, s);
+    d->used[s] = 0;
+    d->nused--;
+    d->free_pos[s] = d->nfree;
+    d->free_stack[d->nfree++] = s;
 }
 
-bool tier_disk_slot_used(const tier_disk_t *td, uint32_t s)
+bool disk_slot_used(const disk_t *d, uint32_t s)
 {
-    return s < td->nslots && td->used[s];
+    return s < d->nslots && d->used[s];
 }
 
 /* --- scan --- */
 
 static int cmp_key(const void *a, const void *b)
 {
-    const tier_disk_record_t *x = a, *y = b;
+    const disk_record_t *x = a, *y = b;
     int c = strcmp(x->ns, y->ns);
     if (c != 0)
         return c;
@@ -420,11 +461,11 @@ static int cmp_key(const void *a, const void *b)
 
 static int cmp_seq(const void *a, const void *b)
 {
-    const tier_disk_record_t *x = a, *y = b;
+    const disk_record_t *x = a, *y = b;
     return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
-void tier_disk_scan_free(tier_disk_scan_t *s)
+void disk_scan_free(disk_scan_t *s)
 {
     for (size_t i = 0; s && i < s->n; i++)
         free(s->recs[i].tokens);
@@ -434,48 +475,48 @@ void tier_disk_scan_free(tier_disk_scan_t *s)
     }
 }
 
-static uint32_t ns_find(tier_disk_t *td, const char *ns);
-static int write_page(tier_disk_t *td);
+static uint32_t ns_find(disk_t *d, const char *ns);
+static int write_page(disk_t *d, char *err, size_t errlen);
 
-/* The entry of table tab (n entries) named ns, or TIER_DISK_NO_ENTRY; *last
+/* The entry of table tab (n entries) named ns, or DISK_NO_ENTRY; *last
  * caches the one found last (most records repeat it). */
-static uint32_t tab_find(const tier_disk_ns_t *tab, uint32_t n, const char *ns, uint32_t *last)
+static uint32_t tab_find(const disk_ns_t *tab, uint32_t n, const char *ns, uint32_t *last)
 {
     if (*last < n && strcmp(tab[*last].ns, ns) == 0)
         return *last;
     for (uint32_t e = 0; e < n; e++)
         if (strcmp(tab[e].ns, ns) == 0)
             return *last = e;
-    return TIER_DISK_NO_ENTRY;
+    return DISK_NO_ENTRY;
 }
 
 /* What one scan reads the watermarks from: the live table (a scan at open,
  * on the loop's thread) or the copy taken at open (a deferred scan, on
  * another thread while the loop changes the live one). */
 typedef struct scan_ctx {
-    const tier_disk_ns_t *tab;
+    const disk_ns_t *tab;
     uint32_t n_tab, last;
-    tier_disk_scan_t *sc;
+    disk_scan_t *sc;
     size_t cap;
 } scan_ctx_t;
 
 /* Adds the record in buf (slot) to the scan if it verifies and was not
  * deleted since. */
-static int scan_one(tier_disk_t *td, scan_ctx_t *cx, const uint8_t *buf, uint32_t slot)
+static int scan_one(disk_t *d, scan_ctx_t *cx, const uint8_t *buf, uint32_t slot)
 {
-    tier_disk_scan_t *sc = cx->sc;
+    disk_scan_t *sc = cx->sc;
     size_t *cap = &cx->cap;
     uint64_t *max_seq = &sc->max_seq;
     if (get32(buf + H_MAGIC) == TOMB_MAGIC) {
         sc->deleted++;
         return 0;
     }
-    uint32_t *tokens = malloc((size_t)td->block_tokens * sizeof(uint32_t) + 1);
+    uint32_t *tokens = malloc((size_t)d->block_tokens * sizeof(uint32_t) + 1);
     if (!tokens)
         return KVS_ENOMEM;
-    tier_disk_meta_t m;
+    disk_meta_t m;
     bool blank;
-    if (tier_disk_decode(td, buf, slot, &m, tokens, &blank) != 0) {
+    if (disk_decode(d, buf, slot, &m, tokens, &blank) != 0) {
         free(tokens);
         if (!blank)
             sc->torn++;
@@ -484,14 +525,14 @@ static int scan_one(tier_disk_t *td, scan_ctx_t *cx, const uint8_t *buf, uint32_
     if (m.seq > *max_seq)
         *max_seq = m.seq;
     uint32_t entry = tab_find(cx->tab, cx->n_tab, m.ns, &cx->last);
-    if (entry != TIER_DISK_NO_ENTRY && m.seq < cx->tab[entry].valid_from) {
+    if (entry != DISK_NO_ENTRY && m.seq < cx->tab[entry].valid_from) {
         free(tokens); /* cleared after it was written */
         sc->deleted++;
         return 0;
     }
     if (sc->n == *cap) {
         size_t nc = *cap ? *cap * 2 : 64;
-        tier_disk_record_t *r = realloc(sc->recs, nc * sizeof(*r));
+        disk_record_t *r = realloc(sc->recs, nc * sizeof(*r));
         if (!r) {
             free(tokens);
             return KVS_ENOMEM;
@@ -499,43 +540,43 @@ static int scan_one(tier_disk_t *td, scan_ctx_t *cx, const uint8_t *buf, uint32_
         sc->recs = r;
         *cap = nc;
     }
-    tier_disk_record_t *r = &sc->recs[sc->n++];
-    *r = (tier_disk_record_t){.slot = slot,
-                              .seq = m.seq,
-                              .ns_id = m.ns_id,
-                              .chain_hash = m.chain_hash,
-                              .parent_hash = m.parent_hash,
-                              .ntokens = m.ntokens,
-                              .tokens = tokens,
-                              .ident_hash = m.ident_hash,
-                              .entry = entry};
-    memcpy(r->ns, m.ns, TIER_DISK_NS_MAX);
+    disk_record_t *r = &sc->recs[sc->n++];
+    *r = (disk_record_t){.slot = slot,
+                         .seq = m.seq,
+                         .ns_id = m.ns_id,
+                         .chain_hash = m.chain_hash,
+                         .parent_hash = m.parent_hash,
+                         .ntokens = m.ntokens,
+                         .tokens = tokens,
+                         .ident_hash = m.ident_hash,
+                         .entry = entry};
+    memcpy(r->ns, m.ns, DISK_NS_MAX);
     return 0;
 }
 
 /* Reads every slot in runs of whole slots into cx's scan and keeps the
  * newest record of each block, oldest first. Stops early (KVS_EBUSY)
- * when *stop; *progress counts the slots read. Touches nothing of td that
+ * when *stop; *progress counts the slots read. Touches nothing of d that
  * the loop changes: a deferred scan runs it on its own thread. */
-static int scan_records(tier_disk_t *td, scan_ctx_t *cx, const atomic_bool *stop,
+static int scan_records(disk_t *d, scan_ctx_t *cx, const atomic_bool *stop,
                         atomic_uint_fast64_t *progress, char *err, size_t errlen)
 {
-    uint32_t run = (uint32_t)((4u << 20) / td->slot_bytes);
+    uint32_t run = (uint32_t)((4u << 20) / d->slot_bytes);
     if (run == 0)
         run = 1;
-    uint8_t *buf = tier_disk_buffer_alloc((size_t)run * td->slot_bytes);
+    uint8_t *buf = disk_buffer_alloc((size_t)run * d->slot_bytes);
     if (!buf)
         return KVS_ENOMEM;
     int rc = 0;
-    tier_disk_scan_t *sc = cx->sc;
-    for (uint32_t s = 0; s < td->nslots && rc == 0; s += run) {
+    disk_scan_t *sc = cx->sc;
+    for (uint32_t s = 0; s < d->nslots && rc == 0; s += run) {
         if (stop && atomic_load(stop)) {
             rc = KVS_EBUSY;
             break;
         }
-        uint32_t k = td->nslots - s < run ? td->nslots - s : run;
-        size_t want = (size_t)k * td->slot_bytes;
-        ssize_t got = pread(td->fd, buf, want, (off_t)td_slot_offset(td, s));
+        uint32_t k = d->nslots - s < run ? d->nslots - s : run;
+        size_t want = (size_t)k * d->slot_bytes;
+        ssize_t got = pread(d->fd, buf, want, (off_t)disk__slot_offset(d, s));
         if (got != (ssize_t)want) {
             seterr(err, errlen, "disk_tier_path: reading the file at start failed: %s",
                    got < 0 ? strerror(errno) : "short read");
@@ -543,7 +584,7 @@ static int scan_records(tier_disk_t *td, scan_ctx_t *cx, const atomic_bool *stop
             break;
         }
         for (uint32_t j = 0; j < k && rc == 0; j++)
-            rc = scan_one(td, cx, buf + (size_t)j * td->slot_bytes, s + j);
+            rc = scan_one(d, cx, buf + (size_t)j * d->slot_bytes, s + j);
         if (progress)
             atomic_fetch_add(progress, k);
     }
@@ -570,91 +611,95 @@ static int scan_records(tier_disk_t *td, scan_ctx_t *cx, const atomic_bool *stop
 /* After a scan that found sequence numbers up to max_seq: numbering goes
  * on above every record found, deleted ones too, and never below a
  * watermark, so what is written from now on is alive. A watermark set
- * while a deferred scan ran (TIER_DISK_SEQ_ALL: every record then on the
- * disk) becomes that next number, and the page is written again. */
-static void settle_watermarks(tier_disk_t *td, uint64_t max_seq)
+ * while a deferred scan ran (DISK_SEQ_ALL: every record then on the
+ * disk) becomes that next number, and the page is written again (a
+ * failed write is a note: no call returns it). */
+static void settle_watermarks(disk_t *d, uint64_t max_seq)
 {
     bool all = false;
-    for (uint32_t e = 0; e < td->ns_count; e++) {
-        if (td->ns_tab[e].valid_from == TIER_DISK_SEQ_ALL)
+    for (uint32_t e = 0; e < d->ns_count; e++) {
+        if (d->ns_tab[e].valid_from == DISK_SEQ_ALL)
             all = true;
-        else if (td->ns_tab[e].valid_from > max_seq)
-            max_seq = td->ns_tab[e].valid_from;
+        else if (d->ns_tab[e].valid_from > max_seq)
+            max_seq = d->ns_tab[e].valid_from;
     }
-    atomic_store(&td->next_seq, max_seq + 1);
+    atomic_store(&d->next_seq, max_seq + 1);
     if (!all)
         return;
-    for (uint32_t e = 0; e < td->ns_count; e++)
-        if (td->ns_tab[e].valid_from == TIER_DISK_SEQ_ALL)
-            td->ns_tab[e].valid_from = max_seq + 1;
-    write_page(td);
+    for (uint32_t e = 0; e < d->ns_count; e++)
+        if (d->ns_tab[e].valid_from == DISK_SEQ_ALL)
+            d->ns_tab[e].valid_from = max_seq + 1;
+    char err[DISK_NOTE_MAX];
+    if (write_page(d, err, sizeof(err)) != 0)
+        disk__note(d, DISK_NOTE_ERROR, "%s", err);
 }
 
 /* The scan at open: every record, their slots used oldest first. */
-static int scan_file(tier_disk_t *td, char *err, size_t errlen)
+static int scan_file(disk_t *d, char *err, size_t errlen)
 {
-    scan_ctx_t cx = {.tab = td->ns_tab, .n_tab = td->ns_count, .last = 0, .sc = &td->scan};
-    int rc = scan_records(td, &cx, NULL, NULL, err, errlen);
-    tier_disk_scan_t *sc = &td->scan;
-    td->torn = sc->torn;
-    td->deleted = sc->deleted;
-    settle_watermarks(td, sc->max_seq);
+    scan_ctx_t cx = {.tab = d->ns_tab, .n_tab = d->ns_count, .last = 0, .sc = &d->scan};
+    int rc = scan_records(d, &cx, NULL, NULL, err, errlen);
+    disk_scan_t *sc = &d->scan;
+    d->torn = sc->torn;
+    d->deleted = sc->deleted;
+    settle_watermarks(d, sc->max_seq);
     if (rc != 0)
         return rc;
     for (size_t i = 0; i < sc->n; i++)
-        slot_take(td, sc->recs[i].slot);
-    td->recovered = sc->n;
+        slot_take(d, sc->recs[i].slot);
+    d->recovered = sc->n;
     return 0;
 }
 
-int tier_disk_scan_run(tier_disk_t *td, tier_disk_scan_t *out, const atomic_bool *stop,
-                       atomic_uint_fast64_t *progress, char *err, size_t errlen)
+int disk_scan_run(disk_t *d, disk_scan_t *out, const atomic_bool *stop,
+                  atomic_uint_fast64_t *progress, char *err, size_t errlen)
 {
     memset(out, 0, sizeof(*out));
-    if (!td->scan_pending)
+    if (!d->scan_pending)
         return 0;
-    scan_ctx_t cx = {.tab = td->scan_tab, .n_tab = td->scan_tab_n, .last = 0, .sc = out};
-    return scan_records(td, &cx, stop, progress, err, errlen);
+    scan_ctx_t cx = {.tab = d->scan_tab, .n_tab = d->scan_tab_n, .last = 0, .sc = out};
+    return scan_records(d, &cx, stop, progress, err, errlen);
 }
 
-void tier_disk_scan_settle(tier_disk_t *td, const tier_disk_scan_t *sc)
+void disk_scan_settle(disk_t *d, const disk_scan_t *sc)
 {
-    if (!td->scan_pending)
+    if (!d->scan_pending)
         return;
-    td->scan_pending = false;
-    td->torn = sc->torn;
-    td->deleted = sc->deleted;
-    td->recovered = sc->n;
-    settle_watermarks(td, sc->max_seq);
+    d->scan_pending = false;
+    d->torn = sc->torn;
+    d->deleted = sc->deleted;
+    d->recovered = sc->n;
+    settle_watermarks(d, sc->max_seq);
+    disk_notes_flush(d); /* a watermark not written, said now */
 }
 
-bool tier_disk_scan_pending(const tier_disk_t *td)
+bool disk_scan_pending(const disk_t *d)
 {
-    return td->scan_pending;
+    return d->scan_pending;
 }
 
-bool tier_disk_record_deleted(tier_disk_t *td, tier_disk_record_t *r)
+bool disk_record_deleted(disk_t *d, disk_record_t *r)
 {
-    r->entry = ns_find(td, r->ns);
-    return r->entry != TIER_DISK_NO_ENTRY && r->seq < td->ns_tab[r->entry].valid_from;
+    r->entry = ns_find(d, r->ns);
+    return r->entry != DISK_NO_ENTRY && r->seq < d->ns_tab[r->entry].valid_from;
 }
 
-void tier_disk_take_scan(tier_disk_t *td, tier_disk_scan_t *out)
+void disk_take_scan(disk_t *d, disk_scan_t *out)
 {
-    *out = td->scan;
-    memset(&td->scan, 0, sizeof(td->scan));
+    *out = d->scan;
+    memset(&d->scan, 0, sizeof(d->scan));
 }
 
 /* --- the namespace table --- */
 
-static uint32_t ns_find(tier_disk_t *td, const char *ns)
+static uint32_t ns_find(disk_t *d, const char *ns)
 {
-    if (td->ns_last < td->ns_count && strcmp(td->ns_tab[td->ns_last].ns, ns) == 0)
-        return td->ns_last;
-    for (uint32_t e = 0; e < td->ns_count; e++)
-        if (strcmp(td->ns_tab[e].ns, ns) == 0)
-            return td->ns_last = e;
-    return TIER_DISK_NO_ENTRY;
+    if (d->ns_last < d->ns_count && strcmp(d->ns_tab[d->ns_last].ns, ns) == 0)
+        return d->ns_last;
+    for (uint32_t e = 0; e < d->ns_count; e++)
+        if (strcmp(d->ns_tab[e].ns, ns) == 0)
+            return d->ns_last = e;
+    return DISK_NO_ENTRY;
 }
 
 /* Entry indexes, most recently used first. */
@@ -667,20 +712,20 @@ static int cmp_used(const void *a, const void *b, void *arg)
 
 /* The table into page[T_MAGIC, 4096): as many entries as fit, most
  * recently used first, each distinct identity text once. */
-static void encode_table(const tier_disk_t *td, uint8_t *page)
+static void encode_table(const disk_t *d, uint8_t *page)
 {
-    uint32_t order[TIER_DISK_NS_SLOTS], text_of[TIER_DISK_NS_SLOTS], n_text = 0;
-    uint8_t ents[TIER_DISK_ALIGN];
-    size_t text_len = 0, ent_len = 0, room = TIER_DISK_ALIGN - T_BODY;
+    uint32_t order[DISK_NS_SLOTS], text_of[DISK_NS_SLOTS], n_text = 0;
+    uint8_t ents[DISK_ALIGN];
+    size_t text_len = 0, ent_len = 0, room = DISK_ALIGN - T_BODY;
     uint16_t n_ent = 0;
-    for (uint32_t e = 0; e < td->ns_count; e++)
+    for (uint32_t e = 0; e < d->ns_count; e++)
         order[e] = e;
-    qsort_r(order, td->ns_count, sizeof(*order), cmp_used, td->ns_used);
+    qsort_r(order, d->ns_count, sizeof(*order), cmp_used, d->ns_used);
     uint8_t *texts = page + T_BODY;
-    for (uint32_t k = 0; k < td->ns_count; k++) {
-        const tier_disk_ns_t *en = &td->ns_tab[order[k]];
+    for (uint32_t k = 0; k < d->ns_count; k++) {
+        const disk_ns_t *en = &d->ns_tab[order[k]];
         uint32_t t = 0;
-        while (t < n_text && strcmp(td->ns_tab[text_of[t]].ident, en->ident) != 0)
+        while (t < n_text && strcmp(d->ns_tab[text_of[t]].ident, en->ident) != 0)
             t++;
         size_t nl = strlen(en->ns), tl = strlen(en->ident);
         size_t need = 1 + nl + 1 + 1 + 8 + (t == n_text ? 8 + 2 + tl : 0);
@@ -716,17 +761,18 @@ static void encode_table(const tier_disk_t *td, uint8_t *page)
 /* The table from the superblock page. A page written before any table
  * (zeros) is an empty one; a damaged one too, said once: every record's
  * identity is then unknown and none is restored. */
-static void decode_table(tier_disk_t *td, const uint8_t *page, const char *path)
+static void decode_table(disk_t *d, const uint8_t *page, const char *path)
 {
-    td->ns_count = 0;
+    d->ns_count = 0;
     if (get32(page + T_MAGIC) == 0)
         return;
     uint32_t len = get32(page + T_LEN);
-    if (get32(page + T_MAGIC) != TAB_MAGIC || len > TIER_DISK_ALIGN - T_BODY ||
+    if (get32(page + T_MAGIC) != TAB_MAGIC || len > DISK_ALIGN - T_BODY ||
         get32(page + T_CRC) != crc32c(0, page + T_LEN, T_BODY - T_LEN + len)) {
-        LOG_WARN("disk tier: %s: the namespace table does not verify: no record's identity is "
-                 "known, none is restored",
-                 path);
+        disk__note(d, DISK_NOTE_WARN,
+                   "%s: the namespace table does not verify: no record's identity is known, "
+                   "none is restored",
+                   path);
         return;
     }
     const uint8_t *p = page + T_BODY, *end = p + len;
@@ -738,56 +784,56 @@ static void decode_table(tier_disk_t *td, const uint8_t *page, const char *path)
         text_at[t] = p;
         p += 10 + (p[8] | (size_t)p[9] << 8);
     }
-    for (uint32_t e = 0; e < n_ent && td->ns_count < TIER_DISK_NS_SLOTS; e++) {
+    for (uint32_t e = 0; e < n_ent && d->ns_count < DISK_NS_SLOTS; e++) {
         if (p >= end || (size_t)(end - p) < 11u + p[0])
             goto bad;
         size_t nl = p[0];
         uint32_t t = p[1 + nl + 1];
         size_t tl = t < n_text ? (text_at[t][8] | (size_t)text_at[t][9] << 8) : 0;
-        if (nl >= TIER_DISK_NS_MAX || t >= n_text || tl > TIER_DISK_IDENT_MAX)
+        if (nl >= DISK_NS_MAX || t >= n_text || tl > DISK_IDENT_MAX)
             goto bad;
-        tier_disk_ns_t *en = &td->ns_tab[td->ns_count++];
+        disk_ns_t *en = &d->ns_tab[d->ns_count++];
         memset(en, 0, sizeof(*en));
         memcpy(en->ns, p + 1, nl);
         en->source = p[1 + nl];
         en->valid_from = get64(p + 1 + nl + 2);
         en->ident_hash = get64(text_at[t]);
         memcpy(en->ident, text_at[t] + 10, tl);
-        td->ns_used[td->ns_count - 1] = 0;
+        d->ns_used[d->ns_count - 1] = 0;
         p += 1 + nl + 2 + 8;
     }
     return;
 bad:
-    td->ns_count = 0;
-    LOG_WARN("disk tier: %s: the namespace table is malformed: none of its records is restored",
-             path);
+    d->ns_count = 0;
+    disk__note(d, DISK_NOTE_WARN,
+               "%s: the namespace table is malformed: none of its records is restored", path);
 }
 
-static void encode_sb(const tier_disk_t *td, uint8_t *sb)
+static void encode_sb(const disk_t *d, uint8_t *sb)
 {
-    memset(sb, 0, TIER_DISK_ALIGN);
-    encode_table(td, sb);
+    memset(sb, 0, DISK_ALIGN);
+    encode_table(d, sb);
     put64(sb + S_MAGIC, SB_MAGIC);
-    put32(sb + S_FORMAT, TIER_DISK_FORMAT);
-    put32(sb + S_TOKENS, td->block_tokens);
-    put64(sb + S_BLOCK, td->block_bytes);
-    put64(sb + S_GEO, td->geometry_id);
-    put64(sb + S_SLOT, td->slot_bytes);
-    put64(sb + S_NSLOTS, td->nslots);
+    put32(sb + S_FORMAT, DISK_FORMAT);
+    put32(sb + S_TOKENS, d->block_tokens);
+    put64(sb + S_BLOCK, d->block_bytes);
+    put64(sb + S_GEO, d->geometry_id);
+    put64(sb + S_SLOT, d->slot_bytes);
+    put64(sb + S_NSLOTS, d->nslots);
     put32(sb + S_CRC, crc32c(0, sb, S_CRC));
 }
 
 /* The superblock page (superblock and table) to the file. */
-static int write_page(tier_disk_t *td)
+static int write_page(disk_t *d, char *err, size_t errlen)
 {
-    encode_sb(td, td->page);
+    encode_sb(d, d->page);
     ssize_t w;
     do {
-        w = pwrite(td->fd, td->page, TIER_DISK_ALIGN, 0);
+        w = pwrite(d->fd, d->page, DISK_ALIGN, 0);
     } while (w < 0 && errno == EINTR);
-    if (w != (ssize_t)TIER_DISK_ALIGN) {
-        LOG_ERROR("disk tier: writing the namespace table failed: %s",
-                  w < 0 ? strerror(errno) : "short write");
+    if (w != (ssize_t)DISK_ALIGN) {
+        seterr(err, errlen, "writing the namespace table failed: %s",
+               w < 0 ? strerror(errno) : "short write");
         return KVS_EIO;
     }
     return 0;
@@ -796,145 +842,150 @@ static int write_page(tier_disk_t *td)
 /* The entry of ns, made (in place of the least recently used one when the
  * table is full) with its watermark at the next sequence number when there
  * is none or it names another identity. *changed: it was. */
-static uint32_t ns_entry(tier_disk_t *td, const char *ns, uint64_t ident_hash, uint32_t source,
+static uint32_t ns_entry(disk_t *d, const char *ns, uint64_t ident_hash, uint32_t source,
                          const char *ident, bool *changed)
 {
-    uint32_t e = ns_find(td, ns);
+    uint32_t e = ns_find(d, ns);
     /* Only a new entry or another identity moves the watermark: the same
      * identity declared (a source that says more) keeps its records. */
-    bool other = e == TIER_DISK_NO_ENTRY || td->ns_tab[e].ident_hash != ident_hash;
-    *changed = other || td->ns_tab[e].source != source;
-    if (e == TIER_DISK_NO_ENTRY && td->ns_count < TIER_DISK_NS_SLOTS) {
-        e = td->ns_count++;
-    } else if (e == TIER_DISK_NO_ENTRY) {
+    bool other = e == DISK_NO_ENTRY || d->ns_tab[e].ident_hash != ident_hash;
+    *changed = other || d->ns_tab[e].source != source;
+    if (e == DISK_NO_ENTRY && d->ns_count < DISK_NS_SLOTS) {
+        e = d->ns_count++;
+    } else if (e == DISK_NO_ENTRY) {
         e = 0;
-        for (uint32_t k = 1; k < td->ns_count; k++)
-            if (td->ns_used[k] < td->ns_used[e])
+        for (uint32_t k = 1; k < d->ns_count; k++)
+            if (d->ns_used[k] < d->ns_used[e])
                 e = k;
     }
-    td->ns_used[e] = ++td->ns_clock;
-    tier_disk_ns_t *en = &td->ns_tab[e];
+    d->ns_used[e] = ++d->ns_clock;
+    disk_ns_t *en = &d->ns_tab[e];
     if (other) {
         memset(en, 0, sizeof(*en));
         snprintf(en->ns, sizeof(en->ns), "%s", ns);
         snprintf(en->ident, sizeof(en->ident), "%s", ident ? ident : "");
         en->ident_hash = ident_hash;
-        en->valid_from = td->scan_pending ? TIER_DISK_SEQ_ALL : atomic_load(&td->next_seq);
-        td->ns_last = e;
+        en->valid_from = d->scan_pending ? DISK_SEQ_ALL : atomic_load(&d->next_seq);
+        d->ns_last = e;
     }
     en->source = source;
     return e;
 }
 
-int tier_disk_ns_note(tier_disk_t *td, const char *ns, uint64_t ident_hash, uint32_t source,
-                      const char *ident)
+int disk_ns_note(disk_t *d, const char *ns, uint64_t ident_hash, uint32_t source, const char *ident,
+                 char *err, size_t errlen)
 {
     bool changed;
-    ns_entry(td, ns, ident_hash, source, ident, &changed);
-    return changed ? write_page(td) : 0;
+    ns_entry(d, ns, ident_hash, source, ident, &changed);
+    return changed ? write_page(d, err, errlen) : 0;
 }
 
-int tier_disk_ns_delete(tier_disk_t *td, const char *ns, uint64_t ident_hash, uint32_t source,
-                        const char *ident)
+int disk_ns_delete(disk_t *d, const char *ns, uint64_t ident_hash, uint32_t source,
+                   const char *ident, char *err, size_t errlen)
 {
     bool changed;
-    uint32_t e = ns_entry(td, ns, ident_hash, source, ident, &changed);
+    uint32_t e = ns_entry(d, ns, ident_hash, source, ident, &changed);
     /* While a deferred scan runs, the next sequence number is not known
      * yet, and nothing is written: every record on the disk is deleted. */
-    td->ns_tab[e].valid_from = td->scan_pending ? TIER_DISK_SEQ_ALL : atomic_load(&td->next_seq);
-    return write_page(td);
+    d->ns_tab[e].valid_from = d->scan_pending ? DISK_SEQ_ALL : atomic_load(&d->next_seq);
+    return write_page(d, err, errlen);
 }
 
-int tier_disk_sync(tier_disk_t *td)
+int disk_sync(disk_t *d)
 {
-    return fdatasync(td->fd) == 0 ? 0 : KVS_EIO;
+    return fdatasync(d->fd) == 0 ? 0 : KVS_EIO;
 }
 
 static void *sync_main(void *arg)
 {
-    tier_disk_t *td = arg;
-    if (tier_disk_sync(td) != 0)
-        LOG_ERROR("disk tier: fdatasync after a deletion failed (%s): a power loss could undo it",
-                  strerror(errno));
-    atomic_fetch_sub(&td->syncing, 1);
+    disk_t *d = arg;
+    if (disk_sync(d) != 0)
+        disk__note(d, DISK_NOTE_ERROR,
+                   "fdatasync after a deletion failed (%s): a power loss could undo it",
+                   strerror(errno));
+    atomic_fetch_sub(&d->syncing, 1);
     return NULL;
 }
 
-void tier_disk_sync_async(tier_disk_t *td)
+void disk_sync_async(disk_t *d)
 {
     pthread_t t;
     pthread_attr_t attr;
-    atomic_fetch_add(&td->syncing, 1);
+    atomic_fetch_add(&d->syncing, 1);
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    int rc = pthread_create(&t, &attr, sync_main, td);
+    int rc = pthread_create(&t, &attr, sync_main, d);
     pthread_attr_destroy(&attr);
     if (rc != 0)
-        sync_main(td); /* no thread for it: here */
+        sync_main(d); /* no thread for it: here */
 }
 
-int tier_disk_ns_get(const tier_disk_t *td, uint32_t entry, tier_disk_ns_t *out)
+int disk_ns_get(const disk_t *d, uint32_t entry, disk_ns_t *out)
 {
-    if (entry >= td->ns_count)
+    if (entry >= d->ns_count)
         return KVS_ENOTFOUND;
-    *out = td->ns_tab[entry];
+    *out = d->ns_tab[entry];
     return 0;
 }
 
-int tier_disk_forget(tier_disk_t *td, const uint32_t *slots, size_t n)
+int disk_forget(disk_t *d, const uint32_t *slots, size_t n, char *err, size_t errlen)
 {
     if (n == 0)
         return 0;
-    uint8_t *tomb = tier_disk_buffer_alloc(TIER_DISK_ALIGN);
-    if (!tomb)
+    uint8_t *tomb = disk_buffer_alloc(DISK_ALIGN);
+    if (!tomb) {
+        seterr(err, errlen, "no memory for a tombstone's page");
         return KVS_ENOMEM;
-    memset(tomb, 0, TIER_DISK_ALIGN);
+    }
+    memset(tomb, 0, DISK_ALIGN);
     put32(tomb + H_MAGIC, TOMB_MAGIC);
-    int rc = 0;
+    int rc = 0, e = 0;
     for (size_t i = 0; i < n && rc == 0; i++) {
-        if (slots[i] >= td->nslots)
+        if (slots[i] >= d->nslots)
             continue;
         ssize_t w;
         do {
-            w = pwrite(td->fd, tomb, TIER_DISK_ALIGN, (off_t)td_slot_offset(td, slots[i]));
+            w = pwrite(d->fd, tomb, DISK_ALIGN, (off_t)disk__slot_offset(d, slots[i]));
         } while (w < 0 && errno == EINTR);
-        if (w != (ssize_t)TIER_DISK_ALIGN)
+        if (w != (ssize_t)DISK_ALIGN) {
+            e = w < 0 ? errno : 0;
             rc = KVS_EIO;
+        }
     }
     if (rc != 0)
-        LOG_ERROR("disk tier: writing a tombstone failed: %s", strerror(errno));
+        seterr(err, errlen, "writing a tombstone failed: %s", e ? strerror(e) : "short write");
     free(tomb);
     return rc;
 }
 
-/* Why the superblock in sb does not fit td, or NULL when it does. */
-static const char *sb_mismatch(const tier_disk_t *td, const uint8_t *sb)
+/* Why the superblock in sb does not fit d, or NULL when it does. */
+static const char *sb_mismatch(const disk_t *d, const uint8_t *sb)
 {
     if (get64(sb + S_MAGIC) != SB_MAGIC || get32(sb + S_CRC) != crc32c(0, sb, S_CRC))
         return "it is not a kvshare disk tier file (or its superblock is damaged)";
-    if (get32(sb + S_FORMAT) != TIER_DISK_FORMAT)
+    if (get32(sb + S_FORMAT) != DISK_FORMAT)
         return "it was written in another format version";
-    if (get32(sb + S_TOKENS) != td->block_tokens || get64(sb + S_BLOCK) != td->block_bytes ||
-        get64(sb + S_GEO) != td->geometry_id || get64(sb + S_SLOT) != td->slot_bytes)
+    if (get32(sb + S_TOKENS) != d->block_tokens || get64(sb + S_BLOCK) != d->block_bytes ||
+        get64(sb + S_GEO) != d->geometry_id || get64(sb + S_SLOT) != d->slot_bytes)
         return "it was written for another block geometry";
-    if (get64(sb + S_NSLOTS) != td->nslots)
+    if (get64(sb + S_NSLOTS) != d->nslots)
         return "it was written with another disk_tier_bytes";
     return NULL;
 }
 
 /* Sizes the file to file_bytes with fallocate (zeroes: blank slots) and
  * writes the superblock. */
-static int format_file(tier_disk_t *td, uint8_t *sb, const char *path, char *err, size_t errlen)
+static int format_file(disk_t *d, uint8_t *sb, const char *path, char *err, size_t errlen)
 {
-    if (ftruncate(td->fd, 0) != 0 || fallocate(td->fd, 0, 0, (off_t)td->file_bytes) != 0) {
+    if (ftruncate(d->fd, 0) != 0 || fallocate(d->fd, 0, 0, (off_t)d->file_bytes) != 0) {
         int e = errno;
         seterr(err, errlen, "disk_tier_bytes: cannot preallocate %llu bytes for %s: %s",
-               (unsigned long long)td->file_bytes, path, strerror(e));
+               (unsigned long long)d->file_bytes, path, strerror(e));
         return e == EOPNOTSUPP ? KVS_ENOTSUP : KVS_EIO;
     }
-    td->ns_count = 0; /* a new file names no namespace */
-    encode_sb(td, sb);
-    if (pwrite(td->fd, sb, TIER_DISK_ALIGN, 0) != (ssize_t)TIER_DISK_ALIGN || fsync(td->fd) != 0) {
+    d->ns_count = 0; /* a new file names no namespace */
+    encode_sb(d, sb);
+    if (pwrite(d->fd, sb, DISK_ALIGN, 0) != (ssize_t)DISK_ALIGN || fsync(d->fd) != 0) {
         seterr(err, errlen, "disk_tier_path: writing %s failed: %s", path, strerror(errno));
         return KVS_EIO;
     }
@@ -973,7 +1024,7 @@ static int check_dir(const char *dir, const struct stat *st, uid_t uid, char *er
         seterr(err, errlen, "disk_tier_path: %s is not a directory", dir);
         return KVS_EINVAL;
     }
-    if (uid != TIER_DISK_ANY_UID && st->st_uid != uid && st->st_uid != 0) {
+    if (uid != DISK_ANY_UID && st->st_uid != uid && st->st_uid != 0) {
         seterr(err, errlen,
                "disk_tier_path: the directory %s (owner uid %u, mode %04o) belongs neither to "
                "kvshared's uid %u nor to root: its owner could replace the file; give a "
@@ -1002,7 +1053,7 @@ static int check_file(const char *path, const struct stat *st, uid_t uid, char *
                path, (unsigned)st->st_mode);
         return KVS_EINVAL;
     }
-    if (uid != TIER_DISK_ANY_UID && st->st_uid != uid) {
+    if (uid != DISK_ANY_UID && st->st_uid != uid) {
         seterr(err, errlen,
                "disk_tier_path: %s (owner uid %u, mode %04o) does not belong to kvshared's uid "
                "%u: another user may have made it to feed kvshared blocks; remove it (kvshared "
@@ -1015,7 +1066,7 @@ static int check_file(const char *path, const struct stat *st, uid_t uid, char *
     return 0;
 }
 
-int tier_disk_check_path(const char *path, uid_t uid, char *err, size_t errlen)
+int disk_check_path(const char *path, uid_t uid, char *err, size_t errlen)
 {
     char dir[PATH_MAX], real[PATH_MAX];
     struct stat st;
@@ -1038,7 +1089,7 @@ int tier_disk_check_path(const char *path, uid_t uid, char *err, size_t errlen)
         char was = *p;
         *p = '\0';
         if (lstat(dir, &st) == 0 && S_ISLNK(st.st_mode) && st.st_uid != uid && st.st_uid != 0 &&
-            uid != TIER_DISK_ANY_UID) {
+            uid != DISK_ANY_UID) {
             seterr(err, errlen,
                    "disk_tier_path: %s is a symbolic link of uid %u, neither kvshared's uid %u "
                    "nor root: its owner decides where the file goes; give a path without it",
@@ -1119,10 +1170,10 @@ static void lock_holder(int fd, char *out, size_t outlen)
     fclose(f);
 }
 
-static int open_fd(const tier_disk_config_t *cfg, bool *created, char *err, size_t errlen)
+static int open_fd(disk_t *d, const disk_config_t *cfg, bool *created, char *err, size_t errlen)
 {
     *created = false;
-    int rc = tier_disk_check_path(cfg->path, geteuid(), err, errlen);
+    int rc = disk_check_path(cfg->path, geteuid(), err, errlen);
     if (rc != 0)
         return rc;
     /* O_NONBLOCK: whatever is there now, the open does not wait for it
@@ -1164,10 +1215,11 @@ static int open_fd(const tier_disk_config_t *cfg, bool *created, char *err, size
         rc = KVS_EIO;
     }
     if (rc == 0 && (st.st_mode & (S_IRGRP | S_IROTH)))
-        LOG_WARN("disk tier: %s (mode %04o) can be read by %s: it holds the KV of every "
-                 "tenant's prompts (and a reader can lock it); chmod go-r it",
-                 cfg->path, (unsigned)(st.st_mode & 07777),
-                 (st.st_mode & S_IROTH) ? "every user" : "its group");
+        disk__note(d, DISK_NOTE_WARN,
+                   "%s (mode %04o) can be read by %s: it holds the KV of every tenant's prompts "
+                   "(and a reader can lock it); chmod go-r it",
+                   cfg->path, (unsigned)(st.st_mode & 07777),
+                   (st.st_mode & S_IROTH) ? "every user" : "its group");
     /* Two daemons writing one file would tear each other's slots. A
      * daemon killed a moment ago may still hold the lock: the kernel
      * closes its file after its io_uring's last I/O, asynchronously. */
@@ -1198,98 +1250,97 @@ static uint64_t round_up(uint64_t v, uint64_t to)
     return (v + to - 1) / to * to;
 }
 
-static int geometry(tier_disk_t *td, const tier_disk_config_t *cfg, char *err, size_t errlen)
+static int geometry(disk_t *d, const disk_config_t *cfg, char *err, size_t errlen)
 {
     if (!cfg->path || !*cfg->path || cfg->block_bytes == 0 || cfg->block_tokens == 0 ||
         cfg->block_bytes > UINT32_MAX) {
         seterr(err, errlen, "disk tier: a path, a block size and block tokens are needed");
         return KVS_EINVAL;
     }
-    td->block_bytes = cfg->block_bytes;
-    td->block_tokens = cfg->block_tokens;
-    td->geometry_id = cfg->geometry_id;
-    td->ident_off = TIER_DISK_HDR_FIXED + 4ull * cfg->block_tokens;
-    td->hdr_bytes = td->ident_off + 8;
+    d->block_bytes = cfg->block_bytes;
+    d->block_tokens = cfg->block_tokens;
+    d->geometry_id = cfg->geometry_id;
+    d->ident_off = DISK_HDR_FIXED + 4ull * cfg->block_tokens;
+    d->hdr_bytes = d->ident_off + 8;
     /* A block of whole pages starts on a page, after the header's own
      * page(s): in page-aligned memory it goes to and from the disk in place,
      * and the slot is no larger than header and block packed. A smaller
      * block follows its header (no in-place I/O, no page wasted). */
-    td->direct_ok = td->block_bytes % TIER_DISK_ALIGN == 0;
-    td->pay_off = td->direct_ok ? round_up(td->hdr_bytes, TIER_DISK_ALIGN) : td->hdr_bytes;
-    td->slot_bytes = round_up(td->pay_off + td->block_bytes, TIER_DISK_ALIGN);
-    uint64_t n = cfg->bytes > TIER_DISK_ALIGN ? (cfg->bytes - TIER_DISK_ALIGN) / td->slot_bytes : 0;
+    d->direct_ok = d->block_bytes % DISK_ALIGN == 0;
+    d->pay_off = d->direct_ok ? round_up(d->hdr_bytes, DISK_ALIGN) : d->hdr_bytes;
+    d->slot_bytes = round_up(d->pay_off + d->block_bytes, DISK_ALIGN);
+    uint64_t n = cfg->bytes > DISK_ALIGN ? (cfg->bytes - DISK_ALIGN) / d->slot_bytes : 0;
     if (n == 0 || n >= UINT32_MAX) {
         seterr(err, errlen,
                "disk_tier_bytes: %llu bytes %s (a slot takes %llu bytes, the superblock %u)",
                (unsigned long long)cfg->bytes, n == 0 ? "is too small" : "is too large",
-               (unsigned long long)td->slot_bytes, TIER_DISK_ALIGN);
+               (unsigned long long)d->slot_bytes, DISK_ALIGN);
         return KVS_EINVAL;
     }
-    td->nslots = (uint32_t)n;
-    td->file_bytes = TIER_DISK_ALIGN + n * td->slot_bytes;
+    d->nslots = (uint32_t)n;
+    d->file_bytes = DISK_ALIGN + n * d->slot_bytes;
     return 0;
 }
 
-static int alloc_slots(tier_disk_t *td)
+static int alloc_slots(disk_t *d)
 {
-    size_t n = td->nslots;
-    td->prev = malloc(n * sizeof(uint32_t));
-    td->next = malloc(n * sizeof(uint32_t));
-    td->free_stack = malloc(n * sizeof(uint32_t));
-    td->free_pos = malloc(n * sizeof(uint32_t));
-    td->used = calloc(n, 1);
-    td->ns_tab = calloc(TIER_DISK_NS_SLOTS, sizeof(*td->ns_tab));
-    td->scan_tab = calloc(TIER_DISK_NS_SLOTS, sizeof(*td->scan_tab));
-    td->ns_used = calloc(TIER_DISK_NS_SLOTS, sizeof(*td->ns_used));
-    td->page = tier_disk_buffer_alloc(TIER_DISK_ALIGN);
-    if (!td->prev || !td->next || !td->free_stack || !td->free_pos || !td->used || !td->ns_tab ||
-        !td->scan_tab || !td->ns_used || !td->page)
+    size_t n = d->nslots;
+    d->prev = malloc(n * sizeof(uint32_t));
+    d->next = malloc(n * sizeof(uint32_t));
+    d->free_stack = malloc(n * sizeof(uint32_t));
+    d->free_pos = malloc(n * sizeof(uint32_t));
+    d->used = calloc(n, 1);
+    d->ns_tab = calloc(DISK_NS_SLOTS, sizeof(*d->ns_tab));
+    d->scan_tab = calloc(DISK_NS_SLOTS, sizeof(*d->scan_tab));
+    d->ns_used = calloc(DISK_NS_SLOTS, sizeof(*d->ns_used));
+    d->page = disk_buffer_alloc(DISK_ALIGN);
+    if (!d->prev || !d->next || !d->free_stack || !d->free_pos || !d->used || !d->ns_tab ||
+        !d->scan_tab || !d->ns_used || !d->page)
         return KVS_ENOMEM;
-    td->head = td->tail = TIER_DISK_NO_SLOT;
+    d->head = d->tail = DISK_NO_SLOT;
     /* Lowest slots first off the stack. */
     for (size_t i = 0; i < n; i++) {
-        td->free_stack[i] = (uint32_t)(n - 1 - i);
-        td->free_pos[n - 1 - i] = (uint32_t)i;
+        d->free_stack[i] = (uint32_t)(n - 1 - i);
+        d->free_pos[n - 1 - i] = (uint32_t)i;
     }
-    td->nfree = (uint32_t)n;
+    d->nfree = (uint32_t)n;
     return 0;
 }
 
 /* The superblock: a new file is formatted, an existing one checked (and
  * scanned), or wiped when it does not fit and cfg->wipe. */
-static int attach_file(tier_disk_t *td, const tier_disk_config_t *cfg, bool created, char *err,
-                       size_t errlen)
+static int attach_file(disk_t *d, const disk_config_t *cfg, bool created, char *err, size_t errlen)
 {
     uint8_t *sb;
-    if (posix_memalign((void **)&sb, TIER_DISK_ALIGN, TIER_DISK_ALIGN) != 0)
+    if (posix_memalign((void **)&sb, DISK_ALIGN, DISK_ALIGN) != 0)
         return KVS_ENOMEM;
     int rc = 0;
     struct stat st;
-    if (fstat(td->fd, &st) != 0 || created || st.st_size == 0) {
-        rc = format_file(td, sb, cfg->path, err, errlen);
+    if (fstat(d->fd, &st) != 0 || created || st.st_size == 0) {
+        rc = format_file(d, sb, cfg->path, err, errlen);
     } else {
-        ssize_t got = pread(td->fd, sb, TIER_DISK_ALIGN, 0);
-        const char *why = got == (ssize_t)TIER_DISK_ALIGN ? sb_mismatch(td, sb)
-                                                          : "it is shorter than a superblock";
-        if (!why && (uint64_t)st.st_size < td->file_bytes)
+        ssize_t got = pread(d->fd, sb, DISK_ALIGN, 0);
+        const char *why =
+            got == (ssize_t)DISK_ALIGN ? sb_mismatch(d, sb) : "it is shorter than a superblock";
+        if (!why && (uint64_t)st.st_size < d->file_bytes)
             why = "it is shorter than its superblock says";
         if (why && cfg->wipe) {
-            LOG_WARN("disk tier: %s: %s; wiping it (disk_tier_wipe)", cfg->path, why);
-            rc = format_file(td, sb, cfg->path, err, errlen);
+            disk__note(d, DISK_NOTE_WARN, "%s: %s; wiping it (disk_tier_wipe)", cfg->path, why);
+            rc = format_file(d, sb, cfg->path, err, errlen);
         } else if (why) {
             seterr(err, errlen, "disk_tier_path: %s is refused: %s (disk_tier_wipe starts it over)",
                    cfg->path, why);
             rc = KVS_EINVAL;
         } else {
-            decode_table(td, sb, cfg->path);
+            decode_table(d, sb, cfg->path);
             if (cfg->defer_scan) {
-                /* tier_disk_scan_run reads the records later, against the
+                /* disk_scan_run reads the records later, against the
                  * watermarks of now. */
-                td->scan_pending = true;
-                td->scan_tab_n = td->ns_count;
-                memcpy(td->scan_tab, td->ns_tab, td->ns_count * sizeof(*td->ns_tab));
+                d->scan_pending = true;
+                d->scan_tab_n = d->ns_count;
+                memcpy(d->scan_tab, d->ns_tab, d->ns_count * sizeof(*d->ns_tab));
             } else {
-                rc = scan_file(td, err, errlen);
+                rc = scan_file(d, err, errlen);
             }
         }
     }
@@ -1297,81 +1348,82 @@ static int attach_file(tier_disk_t *td, const tier_disk_config_t *cfg, bool crea
     return rc;
 }
 
-int tier_disk_open(const tier_disk_config_t *cfg, tier_disk_t **out, char *err, size_t errlen)
+int disk_open(const disk_config_t *cfg, disk_t **out, char *err, size_t errlen)
 {
-    tier_disk_t *td = calloc(1, sizeof(*td));
-    if (!td)
+    disk_t *d = calloc(1, sizeof(*d));
+    if (!d)
         return KVS_ENOMEM;
-    td->fd = -1;
-    atomic_init(&td->next_seq, 1);
-    int rc = geometry(td, cfg, err, errlen);
+    d->fd = -1;
+    atomic_init(&d->next_seq, 1);
+    pthread_mutex_init(&d->notes_mu, NULL);
+    d->note = cfg->note;
+    d->note_arg = cfg->note_arg;
+    int rc = geometry(d, cfg, err, errlen);
     bool created = false;
     if (rc == 0) {
-        td->fd = open_fd(cfg, &created, err, errlen);
-        if (td->fd < 0)
-            rc = td->fd;
+        d->fd = open_fd(d, cfg, &created, err, errlen);
+        if (d->fd < 0)
+            rc = d->fd;
     }
-    if (rc == 0 && (rc = alloc_slots(td)) != 0)
-        seterr(err, errlen, "disk tier: out of memory for %u slots", td->nslots);
+    if (rc == 0 && (rc = alloc_slots(d)) != 0)
+        seterr(err, errlen, "disk tier: out of memory for %u slots", d->nslots);
     if (rc == 0)
-        rc = attach_file(td, cfg, created, err, errlen);
+        rc = attach_file(d, cfg, created, err, errlen);
     uint32_t qd = cfg->queue_depth ? cfg->queue_depth : 64;
     if (rc == 0 && qd < 32) {
         seterr(err, errlen, "disk tier: queue depth %u is under 32", qd);
         rc = KVS_EINVAL;
     }
     if (rc == 0)
-        rc = td_engine_start(td, cfg->io, qd, err, errlen);
+        rc = disk__engine_start(d, cfg->io, qd, err, errlen);
     if (rc != 0) {
         if (created)
             unlink(cfg->path);
-        tier_disk_close(td);
+        disk_close(d);
         return rc;
     }
-    LOG_INFO("disk tier: %s, %u slots of %llu bytes, I/O on %s, %llu blocks recovered, %llu "
-             "torn slots skipped, %llu deleted records dropped",
-             cfg->path, td->nslots, (unsigned long long)td->slot_bytes, td->io_name,
-             (unsigned long long)td->recovered, (unsigned long long)td->torn,
-             (unsigned long long)td->deleted);
-    *out = td;
+    disk_notes_flush(d);
+    *out = d;
     return 0;
 }
 
-void tier_disk_close(tier_disk_t *td)
+void disk_close(disk_t *d)
 {
-    if (!td)
+    if (!d)
         return;
-    if (td->eng)
-        td_engine_stop(td);
-    while (atomic_load(&td->syncing) > 0) /* an fdatasync: milliseconds */
+    if (d->eng)
+        disk__engine_stop(d);
+    while (atomic_load(&d->syncing) > 0) /* an fdatasync: milliseconds */
         usleep(1000);
-    if (td->fd >= 0)
-        close(td->fd);
-    tier_disk_scan_free(&td->scan);
-    free(td->prev);
-    free(td->next);
-    free(td->free_stack);
-    free(td->free_pos);
-    free(td->used);
-    free(td->ns_tab);
-    free(td->scan_tab);
-    free(td->ns_used);
-    free(td->page);
-    free(td);
+    disk_notes_flush(d); /* no thread is left to make one */
+    if (d->fd >= 0)
+        close(d->fd);
+    disk_scan_free(&d->scan);
+    free(d->prev);
+    free(d->next);
+    free(d->free_stack);
+    free(d->free_pos);
+    free(d->used);
+    free(d->ns_tab);
+    free(d->scan_tab);
+    free(d->ns_used);
+    free(d->page);
+    pthread_mutex_destroy(&d->notes_mu);
+    free(d);
 }
 
-uint32_t tier_disk_capacity(const tier_disk_t *td)
+uint32_t disk_capacity(const disk_t *d)
 {
-    return td->nslots;
+    return d->nslots;
 }
 
 #define HUGE_PAGE (2u << 20)
 
-void *tier_disk_buffer_alloc(size_t bytes)
+void *disk_buffer_alloc(size_t bytes)
 {
     if (bytes < HUGE_PAGE) {
         void *p = NULL;
-        return posix_memalign(&p, TIER_DISK_ALIGN, bytes) == 0 ? p : NULL;
+        return posix_memalign(&p, DISK_ALIGN, bytes) == 0 ? p : NULL;
     }
     size_t len = (bytes + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
     void *p = NULL;
@@ -1381,23 +1433,23 @@ void *tier_disk_buffer_alloc(size_t bytes)
     return p;
 }
 
-uint64_t tier_disk_slot_bytes(const tier_disk_t *td)
+uint64_t disk_slot_bytes(const disk_t *d)
 {
-    return td->slot_bytes;
+    return d->slot_bytes;
 }
 
-const char *tier_disk_io_name(const tier_disk_t *td)
+const char *disk_io_name(const disk_t *d)
 {
-    return td->io_name;
+    return d->io_name;
 }
 
-void tier_disk_stats(const tier_disk_t *td, tier_disk_stats_t *out)
+void disk_stats(const disk_t *d, disk_stats_t *out)
 {
-    tier_disk_t *t = (tier_disk_t *)td; /* atomics are read, never written */
-    *out = (tier_disk_stats_t){
-        .io = td->io_name,
-        .slots = td->nslots,
-        .used = td->nused,
+    disk_t *t = (disk_t *)d; /* atomics are read, never written */
+    *out = (disk_stats_t){
+        .io = d->io_name,
+        .slots = d->nslots,
+        .used = d->nused,
         .reads = atomic_load(&t->reads),
         .writes = atomic_load(&t->writes),
         .read_bytes = atomic_load(&t->read_bytes),
@@ -1405,9 +1457,9 @@ void tier_disk_stats(const tier_disk_t *td, tier_disk_stats_t *out)
         .io_errors = atomic_load(&t->io_errors),
         .crc_failures = atomic_load(&t->crc_failures),
         .mismatches = atomic_load(&t->mismatches),
-        .evictions = td->evictions,
-        .recovered = td->recovered,
-        .torn = td->torn,
-        .deleted = td->deleted,
+        .evictions = d->evictions,
+        .recovered = d->recovered,
+        .torn = d->torn,
+        .deleted = d->deleted,
     };
 }

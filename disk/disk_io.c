@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The disk tier's I/O engines (tier_disk_impl.h): batches queue here and run
+ * The disk tier's I/O engines (disk_impl.h): batches queue here and run
  * on the tier's own threads, never the loop's.
  *
  * Reads go first: a read batch (a promotion, which a Lookup waits for)
@@ -38,13 +38,12 @@
 #endif
 
 #include "kvshare_status.h"
-#include "log.h"
-#include "tier_disk_impl.h"
+#include "disk_impl.h"
 
 #define MAX_THREADS 64u
 
 typedef struct buf_ctx {
-    td_batch_t *b;
+    disk__batch_t *b;
     size_t i;
     uint32_t next; /* a merged I/O's next buffer (NO_BUF: none) */
     /* The first buffer of an I/O: its buffers, their slots' order (1
@@ -68,14 +67,14 @@ typedef struct buf_ctx {
 /* The user data of the ring's read of its wake-up eventfd. */
 #define WAKE_TAG UINT64_MAX
 
-typedef struct td_queue {
-    td_batch_t *head, *tail;
-} td_queue_t;
+typedef struct disk__queue {
+    disk__batch_t *head, *tail;
+} disk__queue_t;
 
-struct td_engine {
+struct disk__engine {
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    td_queue_t reads, writes; /* reads are taken first */
+    disk__queue_t reads, writes; /* reads are taken first */
     bool stop, uring;
 
     pthread_t *threads;
@@ -101,7 +100,7 @@ struct td_engine {
 };
 
 /* Under mu: whether an op is queued. */
-static bool queued(const td_engine_t *e)
+static bool queued(const disk__engine_t *e)
 {
     return e->reads.head || e->writes.head;
 }
@@ -110,10 +109,10 @@ static bool queued(const td_engine_t *e)
  * never waits for a write of its slot: a slot is read only for a block the
  * index holds there, whose write ended before (radix: a block being copied
  * is busy, and a slot being read is not free). */
-static bool take_op(td_engine_t *e, td_batch_t **b, size_t *i)
+static bool take_op(disk__engine_t *e, disk__batch_t **b, size_t *i)
 {
-    td_queue_t *qu = e->reads.head ? &e->reads : &e->writes;
-    td_batch_t *q = qu->head;
+    disk__queue_t *qu = e->reads.head ? &e->reads : &e->writes;
+    disk__batch_t *q = qu->head;
     if (!q)
         return false;
     *b = q;
@@ -130,31 +129,31 @@ static bool take_op(td_engine_t *e, td_batch_t **b, size_t *i)
 
 /* Op i's I/O: the whole slot through buf, or (direct) the header page
  * through buf and the payload in place. */
-static long do_io(tier_disk_t *td, td_batch_t *b, size_t i, uint8_t *buf)
+static long do_io(disk_t *d, disk__batch_t *b, size_t i, uint8_t *buf)
 {
-    off_t off = (off_t)td_slot_offset(td, b->ops[i].slot);
-    struct iovec iov[2] = {{buf, td->slot_bytes}, {NULL, 0}};
+    off_t off = (off_t)disk__slot_offset(d, b->ops[i].slot);
+    struct iovec iov[2] = {{buf, d->slot_bytes}, {NULL, 0}};
     int n = 1;
-    if (td_direct(td, b, i)) {
-        iov[0].iov_len = td->pay_off;
-        iov[1] = (struct iovec){b->ops[i].data, td->block_bytes};
+    if (disk__direct(d, b, i)) {
+        iov[0].iov_len = d->pay_off;
+        iov[1] = (struct iovec){b->ops[i].data, d->block_bytes};
         n = 2;
     }
     ssize_t r;
     do {
-        r = b->write ? pwritev(td->fd, iov, n, off) : preadv(td->fd, iov, n, off);
+        r = b->write ? pwritev(d->fd, iov, n, off) : preadv(d->fd, iov, n, off);
     } while (r < 0 && errno == EINTR);
     return r < 0 ? -errno : (long)r;
 }
 
 static void *thread_main(void *arg)
 {
-    tier_disk_t *td = arg;
-    td_engine_t *e = td->eng;
-    uint8_t *buf = tier_disk_buffer_alloc(td->slot_bytes);
+    disk_t *d = arg;
+    disk__engine_t *e = d->eng;
+    uint8_t *buf = disk_buffer_alloc(d->slot_bytes);
     bool have_buf = buf != NULL;
     for (;;) {
-        td_batch_t *b;
+        disk__batch_t *b;
         size_t i;
         pthread_mutex_lock(&e->mu);
         while (!queued(e) && !e->stop)
@@ -164,33 +163,33 @@ static void *thread_main(void *arg)
         if (!got)
             break; /* stopping, queue empty */
         if (!have_buf) {
-            td_finish(td, b, i, NULL, -ENOMEM);
+            disk__finish(d, b, i, NULL, -ENOMEM);
             continue;
         }
-        td_prepare(td, b, i, buf);
-        td_finish(td, b, i, buf, do_io(td, b, i, buf));
+        disk__prepare(d, b, i, buf);
+        disk__finish(d, b, i, buf, do_io(d, b, i, buf));
     }
     if (have_buf)
         free(buf);
     return NULL;
 }
 
-static int threads_start(tier_disk_t *td, uint32_t qd, char *err, size_t errlen)
+static int threads_start(disk_t *d, uint32_t qd, char *err, size_t errlen)
 {
-    td_engine_t *e = td->eng;
+    disk__engine_t *e = d->eng;
     e->nthreads = qd < MAX_THREADS ? qd : MAX_THREADS;
     e->threads = calloc(e->nthreads, sizeof(pthread_t));
     if (!e->threads)
         return KVS_ENOMEM;
     for (uint32_t k = 0; k < e->nthreads; k++) {
-        int rc = pthread_create(&e->threads[k], NULL, thread_main, td);
+        int rc = pthread_create(&e->threads[k], NULL, thread_main, d);
         if (rc != 0) {
             snprintf(err, errlen, "disk tier: cannot start an I/O thread: %s", strerror(rc));
             e->nthreads = k;
             return KVS_ENOMEM;
         }
     }
-    td->io_name = "threads";
+    d->io_name = "threads";
     return 0;
 }
 
@@ -199,100 +198,100 @@ static int threads_start(tier_disk_t *td, uint32_t qd, char *err, size_t errlen)
 /* Encodes the ops of neighbouring slots that buffers k, ctx[k].next, ...
  * were taken for and queues them in the ring as one vectored I/O from the
  * lowest slot (a descending run's iovecs in reverse). */
-static void queue_merged(tier_disk_t *td, uint32_t k)
+static void queue_merged(disk_t *d, uint32_t k)
 {
-    td_engine_t *e = td->eng;
+    disk__engine_t *e = d->eng;
     buf_ctx_t *h = &e->ctx[k];
     struct iovec *iov = &e->wiov[MERGE_MAX * (size_t)k];
     uint32_t j = 0;
     for (uint32_t m = k; m != NO_BUF; m = e->ctx[m].next, j++) {
-        uint8_t *buf = e->arena + (size_t)m * td->slot_bytes;
-        td_prepare(td, e->ctx[m].b, e->ctx[m].i, buf);
-        iov[h->dir < 0 ? h->n - 1 - j : j] = (struct iovec){buf, td->slot_bytes};
+        uint8_t *buf = e->arena + (size_t)m * d->slot_bytes;
+        disk__prepare(d, e->ctx[m].b, e->ctx[m].i, buf);
+        iov[h->dir < 0 ? h->n - 1 - j : j] = (struct iovec){buf, d->slot_bytes};
     }
     struct io_uring_sqe *sqe = io_uring_get_sqe(&e->ring);
-    off_t off = (off_t)td_slot_offset(td, h->lo);
+    off_t off = (off_t)disk__slot_offset(d, h->lo);
     if (h->b->write)
-        io_uring_prep_writev(sqe, td->fd, iov, h->n, off);
+        io_uring_prep_writev(sqe, d->fd, iov, h->n, off);
     else
-        io_uring_prep_readv(sqe, td->fd, iov, h->n, off);
+        io_uring_prep_readv(sqe, d->fd, iov, h->n, off);
     io_uring_sqe_set_data64(sqe, k);
 }
 
 /* Encodes and queues in the ring the op that buffer k was taken for (and,
  * a merged write, the ops after it). */
-static void queue_op(tier_disk_t *td, uint32_t k)
+static void queue_op(disk_t *d, uint32_t k)
 {
-    td_engine_t *e = td->eng;
+    disk__engine_t *e = d->eng;
     if (e->ctx[k].n > 1) {
-        queue_merged(td, k);
+        queue_merged(d, k);
         return;
     }
-    uint8_t *buf = e->arena + (size_t)k * td->slot_bytes;
-    td_batch_t *b = e->ctx[k].b;
+    uint8_t *buf = e->arena + (size_t)k * d->slot_bytes;
+    disk__batch_t *b = e->ctx[k].b;
     size_t i = e->ctx[k].i;
-    td_prepare(td, b, i, buf);
+    disk__prepare(d, b, i, buf);
     struct io_uring_sqe *sqe = io_uring_get_sqe(&e->ring);
-    off_t off = (off_t)td_slot_offset(td, b->ops[i].slot);
-    unsigned len = (unsigned)td->slot_bytes;
-    if (td_direct(td, b, i)) {
+    off_t off = (off_t)disk__slot_offset(d, b->ops[i].slot);
+    unsigned len = (unsigned)d->slot_bytes;
+    if (disk__direct(d, b, i)) {
         /* The payload in place: the kernel pins its pages for this I/O. */
         struct iovec *iov = &e->iov[2 * (size_t)k];
-        iov[0] = (struct iovec){buf, td->pay_off};
-        iov[1] = (struct iovec){b->ops[i].data, td->block_bytes};
+        iov[0] = (struct iovec){buf, d->pay_off};
+        iov[1] = (struct iovec){b->ops[i].data, d->block_bytes};
         if (b->write)
-            io_uring_prep_writev(sqe, td->fd, iov, 2, off);
+            io_uring_prep_writev(sqe, d->fd, iov, 2, off);
         else
-            io_uring_prep_readv(sqe, td->fd, iov, 2, off);
+            io_uring_prep_readv(sqe, d->fd, iov, 2, off);
     } else if (b->write && e->registered)
-        io_uring_prep_write_fixed(sqe, td->fd, buf, len, off, (int)k);
+        io_uring_prep_write_fixed(sqe, d->fd, buf, len, off, (int)k);
     else if (b->write)
-        io_uring_prep_write(sqe, td->fd, buf, len, off);
+        io_uring_prep_write(sqe, d->fd, buf, len, off);
     else if (e->registered)
-        io_uring_prep_read_fixed(sqe, td->fd, buf, len, off, (int)k);
+        io_uring_prep_read_fixed(sqe, d->fd, buf, len, off, (int)k);
     else
-        io_uring_prep_read(sqe, td->fd, buf, len, off);
+        io_uring_prep_read(sqe, d->fd, buf, len, off);
     io_uring_sqe_set_data64(sqe, k);
 }
 
 /* Handles one completion: the buffer is free again, the op ends. */
-static void reap(tier_disk_t *td, struct io_uring_cqe *cqe)
+static void reap(disk_t *d, struct io_uring_cqe *cqe)
 {
-    td_engine_t *e = td->eng;
+    disk__engine_t *e = d->eng;
     uint64_t k = io_uring_cqe_get_data64(cqe);
     buf_ctx_t c = e->ctx[k];
-    uint8_t *buf = e->arena + (size_t)k * td->slot_bytes;
+    uint8_t *buf = e->arena + (size_t)k * d->slot_bytes;
     e->ios--;
     if (c.n > 1) {
         /* A merged I/O: each of its ops read or wrote a whole slot, or all
          * failed (a short one fails them all: their batch is undone). */
-        long want = (long)(c.n * td->slot_bytes);
-        long res = cqe->res == want ? (long)td->slot_bytes : cqe->res < 0 ? cqe->res : -EIO;
+        long want = (long)(c.n * d->slot_bytes);
+        long res = cqe->res == want ? (long)d->slot_bytes : cqe->res < 0 ? cqe->res : -EIO;
         bool write = c.b->write;
         for (uint32_t m = k; m != NO_BUF;) {
             buf_ctx_t cm = e->ctx[m];
-            uint8_t *mbuf = e->arena + (size_t)m * td->slot_bytes;
+            uint8_t *mbuf = e->arena + (size_t)m * d->slot_bytes;
             if (res > 0 && !write)
-                VALGRIND_MAKE_MEM_DEFINED(mbuf, td->slot_bytes);
+                VALGRIND_MAKE_MEM_DEFINED(mbuf, d->slot_bytes);
             e->free_bufs[e->nfree++] = m;
             e->writing -= write;
             /* the last op of a batch frees it: nothing of cm.b after */
-            td_finish(td, cm.b, cm.i, mbuf, res);
+            disk__finish(d, cm.b, cm.i, mbuf, res);
             m = cm.next;
         }
         return;
     }
     /* The kernel filled a read's buffer (or data) behind valgrind's back. */
-    if (cqe->res > 0 && !c.b->write && td_direct(td, c.b, c.i)) {
-        VALGRIND_MAKE_MEM_DEFINED(buf, td->pay_off);
-        VALGRIND_MAKE_MEM_DEFINED(c.b->ops[c.i].data, td->block_bytes);
+    if (cqe->res > 0 && !c.b->write && disk__direct(d, c.b, c.i)) {
+        VALGRIND_MAKE_MEM_DEFINED(buf, d->pay_off);
+        VALGRIND_MAKE_MEM_DEFINED(c.b->ops[c.i].data, d->block_bytes);
     } else if (cqe->res > 0 && !c.b->write) {
         VALGRIND_MAKE_MEM_DEFINED(buf, (size_t)cqe->res);
     }
     e->free_bufs[e->nfree++] = (uint32_t)k;
     if (c.b->write)
         e->writing--;
-    td_finish(td, c.b, c.i, buf, (long)cqe->res);
+    disk__finish(d, c.b, c.i, buf, (long)cqe->res);
 }
 
 /* Under mu: takes the next queued op into a free buffer, or returns false
@@ -302,7 +301,7 @@ static void reap(tier_disk_t *td, struct io_uring_cqe *cqe)
  * the slots next to it, all ascending or all descending (MERGE_MAX at most,
  * each through a buffer of its own): one I/O for all. Its buffers are
  * chained by next; the first holds n, dir and the lowest slot. */
-static bool take_into_buffer(tier_disk_t *td, td_engine_t *e, uint32_t *k)
+static bool take_into_buffer(disk_t *d, disk__engine_t *e, uint32_t *k)
 {
     if (e->nfree == 0 || e->ios >= e->qd || (!e->reads.head && e->writing >= e->writes_max))
         return false;
@@ -315,17 +314,17 @@ static bool take_into_buffer(tier_disk_t *td, td_engine_t *e, uint32_t *k)
     h->n = 1;
     h->dir = 0;
     *k = b;
-    td_batch_t *q = h->b;
-    td_queue_t *qu = q->write ? &e->writes : &e->reads;
+    disk__batch_t *q = h->b;
+    disk__queue_t *qu = q->write ? &e->writes : &e->reads;
     e->writing += q->write;
     uint32_t lo = q->ops[h->i].slot, hi = lo, last = b;
     h->lo = lo;
-    if (td_direct(td, q, h->i))
+    if (disk__direct(d, q, h->i))
         return true; /* (whole pages in place: two iovecs a slot; not merged) */
     /* (a read queued meanwhile keeps the buffers left for it) */
     while (h->n < MERGE_MAX && e->nfree > 0 && qu->head == q && q->next < q->n &&
            (!q->write || (e->writing < e->writes_max && !e->reads.head)) &&
-           !td_direct(td, q, q->next)) {
+           !disk__direct(d, q, q->next)) {
         uint32_t sl = q->ops[q->next].slot;
         if (h->dir >= 0 && hi < UINT32_MAX && sl == hi + 1)
             h->dir = 1, hi = sl;
@@ -347,18 +346,18 @@ static bool take_into_buffer(tier_disk_t *td, td_engine_t *e, uint32_t *k)
 }
 
 /* Whether the ring's thread could take an op now (under mu). */
-static bool takeable(const td_engine_t *e)
+static bool takeable(const disk__engine_t *e)
 {
     return e->nfree > 0 && e->ios < e->qd &&
            (e->reads.head || (e->writes.head && e->writing < e->writes_max));
 }
 
 /* The ring's thread waits in the kernel for a completion: its read of the
- * wake-up eventfd is in the ring, so that a push (td_engine_push) ends the
+ * wake-up eventfd is in the ring, so that a push (disk__engine_push) ends the
  * wait at once instead of at the next completion, which on a busy disk is
  * a write's latency, milliseconds: a Lookup's read of one block waited for
  * another session's write to end before it was even submitted. */
-static void arm_wake(td_engine_t *e)
+static void arm_wake(disk__engine_t *e)
 {
     if (e->wake_fd < 0 || e->wake_armed || e->wake_off)
         return;
@@ -392,8 +391,8 @@ static void arm_wake(td_engine_t *e)
  * CRC. */
 static void *uring_main(void *arg)
 {
-    tier_disk_t *td = arg;
-    td_engine_t *e = td->eng;
+    disk_t *d = arg;
+    disk__engine_t *e = d->eng;
     uint32_t inflight = 0; /* taken and not reaped */
     uint32_t unsent = 0;   /* of them, queued in the ring and not submitted yet */
     for (;;) {
@@ -403,12 +402,12 @@ static void *uring_main(void *arg)
             pthread_mutex_lock(&e->mu);
             while (!queued(e) && inflight == 0 && !e->stop)
                 pthread_cond_wait(&e->cv, &e->mu);
-            bool got = take_into_buffer(td, e, &k);
+            bool got = take_into_buffer(d, e, &k);
             stopping = e->stop && !queued(e);
             pthread_mutex_unlock(&e->mu);
             if (!got)
                 break;
-            queue_op(td, k);
+            queue_op(d, k);
             e->ios++;
             inflight++;
             unsent++;
@@ -416,7 +415,7 @@ static void *uring_main(void *arg)
             if (unsent == inflight || unsent >= SUBMIT_BATCH) {
                 int rc = io_uring_submit(&e->ring);
                 if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY)
-                    LOG_ERROR("disk tier: io_uring_submit: %s", strerror(-rc));
+                    disk__note(d, DISK_NOTE_ERROR, "io_uring_submit: %s", strerror(-rc));
                 else if (rc >= 0)
                     unsent = 0;
             }
@@ -440,7 +439,7 @@ static void *uring_main(void *arg)
             atomic_store(&e->in_kernel, false);
         }
         if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY && rc != -ETIME)
-            LOG_ERROR("disk tier: io_uring_submit_and_wait: %s", strerror(-rc));
+            disk__note(d, DISK_NOTE_ERROR, "io_uring_submit_and_wait: %s", strerror(-rc));
         else if (rc >= 0)
             unsent = 0;
         /* Every completion at hand, then the buffers are refilled. */
@@ -452,21 +451,22 @@ static void *uring_main(void *arg)
                 e->wake_armed = false;
                 /* a read that fails would end every wait at once: none */
                 if (got.res < 0 && got.res != -EINTR && got.res != -EAGAIN) {
-                    LOG_WARN("disk tier: the ring cannot read its wake-up eventfd (%s): a "
-                             "read queued while the disk writes waits for the next completion",
-                             strerror(-got.res));
+                    disk__note(d, DISK_NOTE_WARN,
+                               "the ring cannot read its wake-up eventfd (%s): a "
+                               "read queued while the disk writes waits for the next completion",
+                               strerror(-got.res));
                     e->wake_off = true;
                 }
                 continue;
             }
             inflight--;
-            reap(td, &got);
+            reap(d, &got);
         }
     }
     return NULL;
 }
 
-static void uring_free(td_engine_t *e)
+static void uring_free(disk__engine_t *e)
 {
     io_uring_queue_exit(&e->ring);
     if (e->wake_fd >= 0)
@@ -485,15 +485,15 @@ static void uring_free(td_engine_t *e)
 }
 
 /* Returns 0, or a -errno from io_uring (the caller may fall back). */
-static int uring_start(tier_disk_t *td, uint32_t qd)
+static int uring_start(disk_t *d, uint32_t qd)
 {
-    td_engine_t *e = td->eng;
+    disk__engine_t *e = d->eng;
     /* qd ops and the read of the wake-up eventfd */
     int rc = io_uring_queue_init(qd + 1, &e->ring, 0);
     if (rc < 0)
         return rc;
     e->qd = qd;
-    uint64_t more = ARENA_MERGE_BYTES / td->slot_bytes;
+    uint64_t more = ARENA_MERGE_BYTES / d->slot_bytes;
     e->nbufs = more > qd ? (uint32_t)more : qd;
     /* a quarter of queue_depth's buffers is kept for reads */
     e->writes_max = e->nbufs - qd / 4;
@@ -501,9 +501,10 @@ static int uring_start(tier_disk_t *td, uint32_t qd)
      * with -EAGAIN at once); a write blocks only at a count of 2^64 - 1 */
     e->wake_fd = eventfd(0, EFD_CLOEXEC);
     if (e->wake_fd < 0)
-        LOG_WARN("disk tier: no eventfd (%s): a read queued while the disk writes waits for "
-                 "the next completion",
-                 strerror(errno));
+        disk__note(d, DISK_NOTE_WARN,
+                   "no eventfd (%s): a read queued while the disk writes waits for "
+                   "the next completion",
+                   strerror(errno));
     uint32_t nb = e->nbufs;
     e->free_bufs = malloc(nb * sizeof(uint32_t));
     e->ctx = calloc(nb, sizeof(buf_ctx_t));
@@ -511,13 +512,13 @@ static int uring_start(tier_disk_t *td, uint32_t qd)
     e->wiov = calloc(MERGE_MAX * (size_t)nb, sizeof(struct iovec));
     struct iovec *iov = calloc(nb, sizeof(*iov));
     if (!e->free_bufs || !e->ctx || !e->iov || !e->wiov || !iov ||
-        !(e->arena = tier_disk_buffer_alloc((size_t)nb * td->slot_bytes))) {
+        !(e->arena = disk_buffer_alloc((size_t)nb * d->slot_bytes))) {
         free(iov);
         uring_free(e);
         return -ENOMEM;
     }
     for (uint32_t k = 0; k < nb; k++) {
-        iov[k] = (struct iovec){e->arena + (size_t)k * td->slot_bytes, td->slot_bytes};
+        iov[k] = (struct iovec){e->arena + (size_t)k * d->slot_bytes, d->slot_bytes};
         e->free_bufs[k] = nb - 1 - k;
     }
     e->nfree = nb;
@@ -527,47 +528,48 @@ static int uring_start(tier_disk_t *td, uint32_t qd)
     free(iov);
     e->registered = rc == 0;
     if (rc != 0)
-        LOG_WARN("disk tier: io_uring buffers not registered (%s): plain reads and writes",
-                 strerror(-rc));
+        disk__note(d, DISK_NOTE_WARN,
+                   "io_uring buffers not registered (%s): plain reads and writes", strerror(-rc));
     e->uring = true;
     e->nthreads = 1;
     e->threads = calloc(1, sizeof(pthread_t));
-    if (!e->threads || (rc = pthread_create(&e->threads[0], NULL, uring_main, td)) != 0) {
+    if (!e->threads || (rc = pthread_create(&e->threads[0], NULL, uring_main, d)) != 0) {
         uring_free(e);
         e->uring = false;
         e->nthreads = 0;
         return -ENOMEM;
     }
-    td->io_name = e->registered ? "io_uring" : "io_uring (unregistered buffers)";
+    d->io_name = e->registered ? "io_uring" : "io_uring (unregistered buffers)";
     return 0;
 }
 
-int td_engine_start(tier_disk_t *td, tier_disk_io_t io, uint32_t qd, char *err, size_t errlen)
+int disk__engine_start(disk_t *d, disk_io_t io, uint32_t qd, char *err, size_t errlen)
 {
-    td_engine_t *e = calloc(1, sizeof(*e));
+    disk__engine_t *e = calloc(1, sizeof(*e));
     if (!e)
         return KVS_ENOMEM;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     e->wake_fd = -1;
-    td->eng = e;
-    if (io != TIER_DISK_IO_THREADS) {
-        int rc = uring_start(td, qd);
+    d->eng = e;
+    if (io != DISK_IO_THREADS) {
+        int rc = uring_start(d, qd);
         if (rc == 0)
             return 0;
-        if (io == TIER_DISK_IO_URING) {
+        if (io == DISK_IO_URING) {
             snprintf(err, errlen, "disk_tier_io: io_uring cannot start: %s", strerror(-rc));
             return KVS_ENOTSUP;
         }
-        LOG_WARN("disk tier: io_uring cannot start (%s): I/O on a pool of threads", strerror(-rc));
+        disk__note(d, DISK_NOTE_WARN, "io_uring cannot start (%s): I/O on a pool of threads",
+                   strerror(-rc));
     }
-    return threads_start(td, qd, err, errlen);
+    return threads_start(d, qd, err, errlen);
 }
 
 /* Ends the ring's thread's wait in the kernel, when it waits there (it
  * sets in_kernel, then looks at the queue: either it sees what was pushed
  * or the push sees it waiting). */
-static void wake_ring(td_engine_t *e)
+static void wake_ring(disk__engine_t *e)
 {
     if (e->wake_fd < 0 || !atomic_load(&e->in_kernel))
         return;
@@ -578,10 +580,10 @@ static void wake_ring(td_engine_t *e)
     } while (r < 0 && errno == EINTR);
 }
 
-void td_engine_push(tier_disk_t *td, td_batch_t *b)
+void disk__engine_push(disk_t *d, disk__batch_t *b)
 {
-    td_engine_t *e = td->eng;
-    td_queue_t *qu = b->write ? &e->writes : &e->reads;
+    disk__engine_t *e = d->eng;
+    disk__queue_t *qu = b->write ? &e->writes : &e->reads;
     pthread_mutex_lock(&e->mu);
     if (qu->tail)
         qu->tail->qnext = b;
@@ -593,9 +595,9 @@ void td_engine_push(tier_disk_t *td, td_batch_t *b)
     wake_ring(e);
 }
 
-void td_engine_stop(tier_disk_t *td)
+void disk__engine_stop(disk_t *d)
 {
-    td_engine_t *e = td->eng;
+    disk__engine_t *e = d->eng;
     pthread_mutex_lock(&e->mu);
     e->stop = true;
     pthread_mutex_unlock(&e->mu);
@@ -609,5 +611,5 @@ void td_engine_stop(tier_disk_t *td)
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
     free(e);
-    td->eng = NULL;
+    d->eng = NULL;
 }

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The disk tier as a tier medium (tier_disk_medium.h). A batch becomes one
- * tier_disk_submit; its end, on a tier thread, is queued and an async handle
+ * The disk tier as a tier medium (store_disk_medium.h). A batch becomes one
+ * disk_submit; its end, on a tier thread, is queued and an async handle
  * wakes the loop, which calls the medium's done.
  */
-#include "tier_disk_medium.h"
+#include "store_disk_medium.h"
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -20,8 +20,8 @@ typedef struct slot_key {
     uint32_t ns_id;
 } slot_key_t;
 
-typedef struct disk_batch {
-    struct disk_batch *next;
+typedef struct medium_batch {
+    struct medium_batch *next;
     struct disk_medium *dm;
     bool put;
     const uint32_t *ids;
@@ -31,32 +31,32 @@ typedef struct disk_batch {
     tier_medium_done_fn done;
     void *arg;
     uint64_t t0, copy_ns;
-    tier_disk_op_t ops[]; /* n */
-} disk_batch_t;
+    disk_op_t ops[]; /* n */
+} medium_batch_t;
 
 typedef struct disk_medium {
     tier_medium_t m;
     uv_loop_t *loop;
     loop_wake_t async; /* the tier's threads wake the loop (loop_wake.h) */
-    tier_disk_t *td;
-    tier_disk_source_t src;
+    disk_t *td;
+    store_disk_source_t src;
     slot_key_t *keys; /* what each slot's last put wrote; seq 0: nothing */
     /* By slot: the chained hash of the record on the disk there, the
      * block's or one no longer in the index (a slot freed keeps its
      * record until it is written again: a restart could find it), 0 when
-     * none (tier_disk_medium_forget); and whether a put to it is in flight. */
+     * none (store_disk_medium_forget); and whether a put to it is in flight. */
     uint64_t *on_disk;
     uint8_t *putting;
     /* on_disk by hash: buckets of slots chained through on_next, so that an
      * Evict visits its own blocks' records, never every slot. The bucket
      * of a hash is keyed per process: no client picks colliding ones. */
-    uint32_t *on_head; /* [on_mask + 1]: a bucket's first slot, TIER_DISK_NO_SLOT: none */
+    uint32_t *on_head; /* [on_mask + 1]: a bucket's first slot, DISK_NO_SLOT: none */
     uint32_t *on_next; /* [capacity] */
     uint64_t on_key;   /* odd */
     unsigned on_shift; /* 64 - log2(on_mask + 1) */
     pthread_mutex_t mu;
     pthread_mutex_t store_mu; /* one src.store at a time (drain) */
-    disk_batch_t *ended;      /* batches ended on a tier thread, for the loop */
+    medium_batch_t *ended;    /* batches ended on a tier thread, for the loop */
     tier_medium_stats_t st;
     uint64_t last_log_ns; /* failures are logged once a second at most */
     uint64_t unlogged;    /* failed batches since the last line */
@@ -100,11 +100,11 @@ static int drain(void *ctx, uint32_t id, const void *buf)
 }
 
 /* On a tier thread. */
-static void batch_ended(void *arg, tier_disk_op_t *ops, size_t n)
+static void batch_ended(void *arg, disk_op_t *ops, size_t n)
 {
     (void)ops;
     (void)n;
-    disk_batch_t *b = arg;
+    medium_batch_t *b = arg;
     disk_medium_t *dm = b->dm;
     b->copy_ns = uv_hrtime() - b->t0;
     pthread_mutex_lock(&dm->mu);
@@ -116,7 +116,7 @@ static void batch_ended(void *arg, tier_disk_op_t *ops, size_t n)
 
 /* The slots of a failed get that can never be served (they did not
  * verify, or hold another block); a malloc'd array, NULL when none. */
-static uint32_t *bad_slots(const disk_medium_t *dm, const disk_batch_t *b, size_t *n_bad)
+static uint32_t *bad_slots(const disk_medium_t *dm, const medium_batch_t *b, size_t *n_bad)
 {
     *n_bad = 0;
     if (b->put || !dm->src.bad)
@@ -137,18 +137,18 @@ static uint32_t *bad_slots(const disk_medium_t *dm, const disk_batch_t *b, size_
  * before KVS_ENOTFOUND (slots that did not verify). A get's slots
  * that can never be served go to src.bad once the batch's done has run
  * (its moves are undone then, so the index may drop those blocks). */
-static void finish(disk_medium_t *dm, disk_batch_t *b)
+static void finish(disk_medium_t *dm, medium_batch_t *b)
 {
     tier_medium_result_t res = {.copy_ns = b->copy_ns};
     for (size_t i = 0; i < b->n; i++) {
-        tier_disk_op_t *op = &b->ops[i];
+        disk_op_t *op = &b->ops[i];
         /* A disk error is the batch's status before a slot that did not
          * verify (KVS_ENOTFOUND: that block's fault, not the disk's). */
         if (op->status != 0 && (res.status == 0 || res.status == KVS_ENOTFOUND))
             res.status = op->status;
     }
     for (size_t i = 0; i < b->n && b->put; i++) {
-        tier_disk_op_t *op = &b->ops[i];
+        disk_op_t *op = &b->ops[i];
         dm->putting[op->slot] = 0;
         dm->keys[op->slot] = res.status == 0
                                  ? (slot_key_t){op->meta.chain_hash, op->meta.seq, op->meta.ns_id}
@@ -171,7 +171,7 @@ static void finish(disk_medium_t *dm, disk_batch_t *b)
     } else {
         dm->st.blocks += b->n;
         for (size_t i = 0; i < b->n && !b->put; i++)
-            tier_disk_slot_touch(dm->td, b->ops[i].slot);
+            disk_slot_touch(dm->td, b->ops[i].slot);
     }
     loop_wake_release(&dm->async);
     size_t n_bad = 0;
@@ -190,22 +190,25 @@ static void on_async(loop_wake_t *h)
 {
     disk_medium_t *dm = h->data;
     pthread_mutex_lock(&dm->mu);
-    disk_batch_t *list = dm->ended;
+    medium_batch_t *list = dm->ended;
     dm->ended = NULL;
     pthread_mutex_unlock(&dm->mu);
     /* Oldest first: the list is newest first. */
-    disk_batch_t *rev = NULL;
+    medium_batch_t *rev = NULL;
     while (list) {
-        disk_batch_t *nx = list->next;
+        medium_batch_t *nx = list->next;
         list->next = rev;
         rev = list;
         list = nx;
     }
     while (rev) {
-        disk_batch_t *nx = rev->next;
+        medium_batch_t *nx = rev->next;
         finish(dm, rev);
         rev = nx;
     }
+    /* What the disk's threads had to say meanwhile (an io_uring_submit
+     * that failed, say) goes to the log now, on the loop. */
+    disk_notes_flush(dm->td);
 }
 
 static int start(tier_medium_t *m, bool put, const uint32_t *ids, const uint32_t *slots, size_t n,
@@ -217,10 +220,10 @@ static int start(tier_medium_t *m, bool put, const uint32_t *ids, const uint32_t
     for (size_t i = 0; i < n; i++)
         if (slots[i] >= m->capacity)
             return KVS_EINVAL;
-    disk_batch_t *b = calloc(1, sizeof(*b) + n * sizeof(tier_disk_op_t));
+    medium_batch_t *b = calloc(1, sizeof(*b) + n * sizeof(disk_op_t));
     if (!b)
         return KVS_ENOMEM;
-    *b = (disk_batch_t){
+    *b = (medium_batch_t){
         .dm = dm, .put = put, .ids = ids, .slots = slots, .n = n, .done = done, .arg = arg};
     uint32_t bt = dm->src.block_tokens;
     /* Without src.block, a put's block is gathered into the tier's buffer
@@ -231,7 +234,7 @@ static int start(tier_medium_t *m, bool put, const uint32_t *ids, const uint32_t
         return KVS_ENOMEM;
     }
     for (size_t i = 0; i < n; i++) {
-        tier_disk_op_t *op = &b->ops[i];
+        disk_op_t *op = &b->ops[i];
         op->slot = slots[i];
         if (in_place) {
             op->data = dm->src.block(dm->src.arg, ids[i]);
@@ -251,8 +254,8 @@ static int start(tier_medium_t *m, bool put, const uint32_t *ids, const uint32_t
                 memcpy(b->tokens + i * bt, op->meta.tokens, nt * sizeof(uint32_t));
                 op->meta.tokens = b->tokens + i * bt;
             }
-            if (!tier_disk_slot_used(dm->td, slots[i]))
-                tier_disk_slot_claim(dm->td, slots[i]);
+            if (!disk_slot_used(dm->td, slots[i]))
+                disk_slot_claim(dm->td, slots[i]);
             set_on_disk(dm, slots[i], op->meta.chain_hash);
             dm->putting[slots[i]] = 1;
         } else {
@@ -264,7 +267,7 @@ static int start(tier_medium_t *m, bool put, const uint32_t *ids, const uint32_t
         }
     }
     b->t0 = uv_hrtime();
-    int rc = tier_disk_submit(dm->td, put, b->ops, n, batch_ended, b);
+    int rc = disk_submit(dm->td, put, b->ops, n, batch_ended, b);
     if (rc != 0) {
         free(b->tokens);
         free(b);
@@ -278,33 +281,33 @@ static int start(tier_medium_t *m, bool put, const uint32_t *ids, const uint32_t
     return 0;
 }
 
-static int disk_put(tier_medium_t *m, const uint32_t *ids, const uint32_t *slots, size_t n,
-                    tier_medium_done_fn done, void *arg)
+static int medium_put(tier_medium_t *m, const uint32_t *ids, const uint32_t *slots, size_t n,
+                      tier_medium_done_fn done, void *arg)
 {
     return start(m, true, ids, slots, n, done, arg);
 }
 
-static int disk_get(tier_medium_t *m, const uint32_t *ids, const uint32_t *slots, size_t n,
-                    tier_medium_done_fn done, void *arg)
+static int medium_get(tier_medium_t *m, const uint32_t *ids, const uint32_t *slots, size_t n,
+                      tier_medium_done_fn done, void *arg)
 {
     return start(m, false, ids, slots, n, done, arg);
 }
 
 /* The slot is free again and its record forgotten: a get of it misses
  * even though its bytes stay on disk until overwritten. */
-static void disk_drop(tier_medium_t *m, const uint32_t *slots, size_t n)
+static void medium_drop(tier_medium_t *m, const uint32_t *slots, size_t n)
 {
     disk_medium_t *dm = (disk_medium_t *)m;
     for (size_t i = 0; i < n; i++) {
         if (slots[i] >= m->capacity)
             continue;
         dm->keys[slots[i]] = (slot_key_t){0};
-        tier_disk_slot_free(dm->td, slots[i]);
+        disk_slot_free(dm->td, slots[i]);
     }
 }
 
-void tier_disk_medium_restore(tier_medium_t *m, uint32_t slot, uint64_t chain_hash, uint64_t seq,
-                              uint32_t ns_id)
+void store_disk_medium_restore(tier_medium_t *m, uint32_t slot, uint64_t chain_hash, uint64_t seq,
+                               uint32_t ns_id)
 {
     disk_medium_t *dm = (disk_medium_t *)m;
     if (slot < m->capacity) {
@@ -313,7 +316,7 @@ void tier_disk_medium_restore(tier_medium_t *m, uint32_t slot, uint64_t chain_ha
     }
 }
 
-void tier_disk_medium_found(tier_medium_t *m, uint32_t slot, uint64_t chain_hash)
+void store_disk_medium_found(tier_medium_t *m, uint32_t slot, uint64_t chain_hash)
 {
     disk_medium_t *dm = (disk_medium_t *)m;
     if (slot < m->capacity)
@@ -332,8 +335,8 @@ static bool set_add(uint64_t *set, size_t mask, uint64_t h)
     return true;
 }
 
-int tier_disk_medium_forget(tier_medium_t *m, const uint64_t *hashes, size_t n, size_t *n_forgotten,
-                            size_t *n_looked)
+int store_disk_medium_forget(tier_medium_t *m, const uint64_t *hashes, size_t n,
+                             size_t *n_forgotten, size_t *n_looked)
 {
     disk_medium_t *dm = (disk_medium_t *)m;
     *n_forgotten = *n_looked = 0;
@@ -351,7 +354,7 @@ int tier_disk_medium_forget(tier_medium_t *m, const uint64_t *hashes, size_t n, 
     for (size_t i = 0; i < n; i++) {
         if (hashes[i] == 0 || !set_add(set, cap - 1, hashes[i]))
             continue;
-        for (uint32_t s = dm->on_head[on_bucket(dm, hashes[i])]; s != TIER_DISK_NO_SLOT;
+        for (uint32_t s = dm->on_head[on_bucket(dm, hashes[i])]; s != DISK_NO_SLOT;
              s = dm->on_next[s]) {
             (*n_looked)++;
             /* (a slot being written holds the block the put names, or soon will) */
@@ -371,7 +374,10 @@ int tier_disk_medium_forget(tier_medium_t *m, const uint64_t *hashes, size_t n, 
             slots[k++] = s;
         }
     }
-    int rc = tier_disk_forget(dm->td, slots, k);
+    char err[160];
+    int rc = disk_forget(dm->td, slots, k, err, sizeof(err));
+    if (rc != 0)
+        LOG_ERROR("disk tier: %s", err);
     for (size_t i = 0; rc == 0 && i < k; i++)
         set_on_disk(dm, slots[i], 0);
     if (rc == 0)
@@ -381,12 +387,12 @@ int tier_disk_medium_forget(tier_medium_t *m, const uint64_t *hashes, size_t n, 
     return rc;
 }
 
-tier_disk_t *tier_disk_medium_disk(const tier_medium_t *m)
+disk_t *store_disk_medium_disk(const tier_medium_t *m)
 {
     return ((const disk_medium_t *)m)->td;
 }
 
-static void disk_stats(const tier_medium_t *m, tier_medium_stats_t *out)
+static void medium_stats(const tier_medium_t *m, tier_medium_stats_t *out)
 {
     *out = ((const disk_medium_t *)m)->st;
 }
@@ -404,38 +410,38 @@ static void on_closed(loop_wake_t *h)
     free(dm);
 }
 
-static void disk_close(tier_medium_t *m)
+static void medium_close(tier_medium_t *m)
 {
     disk_medium_t *dm = (disk_medium_t *)m;
     loop_wake_close(&dm->async, on_closed);
 }
 
-static const tier_medium_ops_t disk_ops = {
+static const tier_medium_ops_t medium_ops = {
     .name = "disk",
-    .put = disk_put,
-    .get = disk_get,
-    .drop = disk_drop,
-    .stats = disk_stats,
-    .close = disk_close,
+    .put = medium_put,
+    .get = medium_get,
+    .drop = medium_drop,
+    .stats = medium_stats,
+    .close = medium_close,
 };
 
-int tier_disk_medium_open(uv_loop_t *loop, tier_disk_t *td, const tier_disk_source_t *src,
-                          tier_medium_t **out)
+int store_disk_medium_open(uv_loop_t *loop, disk_t *td, const store_disk_source_t *src,
+                           tier_medium_t **out)
 {
     disk_medium_t *dm = calloc(1, sizeof(*dm));
     if (!dm)
         return KVS_ENOMEM;
-    dm->keys = calloc(tier_disk_capacity(td), sizeof(slot_key_t));
-    dm->on_disk = calloc(tier_disk_capacity(td), sizeof(*dm->on_disk));
-    dm->putting = calloc(tier_disk_capacity(td), 1);
+    dm->keys = calloc(disk_capacity(td), sizeof(slot_key_t));
+    dm->on_disk = calloc(disk_capacity(td), sizeof(*dm->on_disk));
+    dm->putting = calloc(disk_capacity(td), 1);
     size_t buckets = 16;
     dm->on_shift = 60;
-    while (buckets < tier_disk_capacity(td)) {
+    while (buckets < disk_capacity(td)) {
         buckets *= 2;
         dm->on_shift--;
     }
     dm->on_head = malloc(buckets * sizeof(*dm->on_head));
-    dm->on_next = malloc(tier_disk_capacity(td) * sizeof(*dm->on_next));
+    dm->on_next = malloc(disk_capacity(td) * sizeof(*dm->on_next));
     dm->on_key = (uv_hrtime() ^ (uint64_t)(uintptr_t)dm) * 0x9E3779B97F4A7C15ull | 1;
     bool mem = dm->keys && dm->on_disk && dm->putting && dm->on_head && dm->on_next;
     if (!mem || loop_wake_init(loop, &dm->async, on_async) != 0) {
@@ -448,13 +454,13 @@ int tier_disk_medium_open(uv_loop_t *loop, tier_disk_t *td, const tier_disk_sour
         return mem ? KVS_EIO : KVS_ENOMEM;
     }
     for (size_t b = 0; b < buckets; b++)
-        dm->on_head[b] = TIER_DISK_NO_SLOT;
+        dm->on_head[b] = DISK_NO_SLOT;
     dm->async.data = dm;
     loop_wake_unref(&dm->async); /* idle: the loop may end */
     pthread_mutex_init(&dm->mu, NULL);
     pthread_mutex_init(&dm->store_mu, NULL);
-    dm->m.ops = &disk_ops;
-    dm->m.capacity = tier_disk_capacity(td);
+    dm->m.ops = &medium_ops;
+    dm->m.capacity = disk_capacity(td);
     dm->loop = loop;
     dm->td = td;
     dm->src = *src;

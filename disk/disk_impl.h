@@ -1,31 +1,32 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Inside the disk tier (tier_disk.h): the state the file code (tier_disk.c)
- * and the I/O engines (tier_disk_io.c) share. Not for other files.
+ * Inside the disk tier (disk.h): the state the file code (disk.c)
+ * and the I/O engines (disk_io.c) share. Not for other files.
  */
-#ifndef KVS_DAEMON_TIER_DISK_IMPL_H
-#define KVS_DAEMON_TIER_DISK_IMPL_H
+#ifndef KVS_DISK_IMPL_H
+#define KVS_DISK_IMPL_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 
-#include "tier_disk.h"
+#include "disk.h"
 
-typedef struct td_engine td_engine_t;
+typedef struct disk__engine disk__engine_t;
 
 /* A batch in flight: ops [0, next) were handed to the engine's threads;
  * left counts those not ended. */
-typedef struct td_batch {
-    struct td_batch *qnext; /* the engine's queue */
-    tier_disk_t *td;
+typedef struct disk__batch {
+    struct disk__batch *qnext; /* the engine's queue */
+    disk_t *d;
     bool write;
-    tier_disk_op_t *ops;
+    disk_op_t *ops;
     size_t n, next;
     atomic_size_t left;
-    tier_disk_done_fn done;
+    disk_done_fn done;
     void *arg;
-} td_batch_t;
+} disk__batch_t;
 
-struct tier_disk {
+struct disk {
     int fd;
     uint64_t block_bytes, slot_bytes, hdr_bytes, file_bytes;
     uint64_t pay_off;   /* the payload's offset in a slot: hdr_bytes rounded up to a page */
@@ -40,50 +41,65 @@ struct tier_disk {
     uint32_t head, tail, nfree, nused;
 
     atomic_uint_fast64_t next_seq;
-    atomic_uint syncing; /* tier_disk_sync_async threads running */
+    atomic_uint syncing; /* disk_sync_async threads running */
     atomic_uint_fast64_t reads, writes, read_bytes, write_bytes, io_errors, crc_failures,
         mismatches;
     uint64_t evictions, recovered, torn, deleted;
-    tier_disk_scan_t scan;
+    disk_scan_t scan;
 
     /* the namespace table (loop thread, and the scan at open) */
-    tier_disk_ns_t *ns_tab;     /* TIER_DISK_NS_SLOTS */
+    disk_ns_t *ns_tab;          /* DISK_NS_SLOTS */
     uint64_t *ns_used;          /* by entry: when last noted (0: never this run) */
     uint32_t ns_count, ns_last; /* ns_last: the entry found last (most lookups repeat it) */
     uint64_t ns_clock;
     uint8_t *page; /* the superblock page, aligned for O_DIRECT */
-    /* A deferred scan (tier_disk_config_t.defer_scan): not run yet or
+    /* A deferred scan (disk_config_t.defer_scan): not run yet or
      * running; the table as it was at open, which that scan judges by. */
     bool scan_pending;
-    tier_disk_ns_t *scan_tab;
+    disk_ns_t *scan_tab;
     uint32_t scan_tab_n;
 
-    td_engine_t *eng;
+    disk__engine_t *eng;
     const char *io_name;
+
+    /* notes (disk.h): queued on any thread, handed over on the caller's */
+    disk_note_fn note;
+    void *note_arg;
+    pthread_mutex_t notes_mu;
+    uint32_t notes_n;
+    uint64_t notes_dropped; /* made while the queue was full */
+    struct {
+        disk_note_level_t level;
+        char text[DISK_NOTE_MAX];
+    } notes[DISK_NOTES_MAX];
 };
 
-static inline uint64_t td_slot_offset(const tier_disk_t *td, uint32_t slot)
+static inline uint64_t disk__slot_offset(const disk_t *d, uint32_t slot)
 {
-    return TIER_DISK_ALIGN + (uint64_t)slot * td->slot_bytes;
+    return DISK_ALIGN + (uint64_t)slot * d->slot_bytes;
 }
 
 /* Whether op i's I/O goes straight from (to) its data: data is page-aligned
  * and block_bytes whole pages. Then buf holds only the header page(s)
  * (pay_off bytes) and the engine does vectored I/O: [buf, pay_off) and
  * [data, block_bytes); otherwise buf holds the whole slot. */
-bool td_direct(const tier_disk_t *td, const td_batch_t *b, size_t i);
+bool disk__direct(const disk_t *d, const disk__batch_t *b, size_t i);
 /* On an engine thread, before op i's I/O: a write's record into buf (or,
  * direct, its header page, with the CRC over data). */
-void td_prepare(tier_disk_t *td, td_batch_t *b, size_t i, uint8_t *buf);
+void disk__prepare(disk_t *d, disk__batch_t *b, size_t i, uint8_t *buf);
 /* On an engine thread, after it: res is the I/O's byte count or -errno. A
  * read is checked and copied out of buf. The last op of a batch calls its
  * done and frees it. */
-void td_finish(tier_disk_t *td, td_batch_t *b, size_t i, uint8_t *buf, long res);
+void disk__finish(disk_t *d, disk__batch_t *b, size_t i, uint8_t *buf, long res);
 
-/* Engines (tier_disk_io.c). start picks io_uring or threads as io says and
- * sets td->io_name; push queues a batch; stop waits for the queue to drain. */
-int td_engine_start(tier_disk_t *td, tier_disk_io_t io, uint32_t qd, char *err, size_t errlen);
-void td_engine_push(tier_disk_t *td, td_batch_t *b);
-void td_engine_stop(tier_disk_t *td);
+/* Queues a note (disk.h), from any thread. */
+void disk__note(disk_t *d, disk_note_level_t level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
-#endif /* KVS_DAEMON_TIER_DISK_IMPL_H */
+/* Engines (disk_io.c). start picks io_uring or threads as io says and
+ * sets d->io_name; push queues a batch; stop waits for the queue to drain. */
+int disk__engine_start(disk_t *d, disk_io_t io, uint32_t qd, char *err, size_t errlen);
+void disk__engine_push(disk_t *d, disk__batch_t *b);
+void disk__engine_stop(disk_t *d);
+
+#endif /* KVS_DISK_IMPL_H */
