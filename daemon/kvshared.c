@@ -33,7 +33,7 @@
 /* Background work between the turns: the pins of closed sessions. */
 static bool background_steps(server_t *srv)
 {
-    return srv->store && srv->store->drains && store_drain_step(srv);
+    return srv->store && srv->store->drains && store_drain_step(srv->store);
 }
 
 /* What the hold (core/hold.c) calls upward. */

@@ -153,7 +153,7 @@ static void release_all(session_t *s)
     /* A rank's session frees only what it holds, as any session does: a
      * second session that said the same rank and hung up must not take
      * its group's blocks away (store.h). */
-    if (store_session_end(srv, s))
+    if (store_session_end(srv->store, s))
         drain_in_steps(srv, s->id, n_pins);
     if (n_writing || n_pins)
         LOG_DEBUG("session %llu released %u writing blocks and %llu pins",
@@ -545,7 +545,7 @@ void session_take_turn(session_t *s)
 static void drain_in_steps(server_t *srv, uint64_t session_id, unsigned long long n_pins)
 {
     if (srv->stopping) { /* no session is served any more: no turn to wait for */
-        while (store_drain_step(srv))
+        while (store_drain_step(srv->store))
             ;
         return;
     }
@@ -554,7 +554,7 @@ static void drain_in_steps(server_t *srv, uint64_t session_id, unsigned long lon
     LOG_ERROR("session %llu: no loop handle for releasing its %llu pins in steps; releasing "
               "them at once",
               (unsigned long long)session_id, n_pins);
-    while (store_drain_step(srv))
+    while (store_drain_step(srv->store))
         ;
 }
 

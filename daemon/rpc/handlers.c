@@ -365,7 +365,8 @@ int handler_lookup_answer(session_t *s, uint32_t ns, const uint32_t *tokens, siz
     server_t *srv = s->srv;
     size_t n_t1 = 0, n_t2 = 0;
     uint32_t *ids = NULL, inflight = 0;
-    int rc = store_lookup(srv, s, ns, tokens, n_tokens, pin, in_place, waited, &ids, &n_t1, &n_t2);
+    int rc = store_lookup(srv->store, s, ns, tokens, n_tokens, pin, in_place, waited, &ids, &n_t1,
+                          &n_t2);
     if (rc == STORE_WAIT) {
         ctx->hold = tier_hold(s);
         return 0;
@@ -473,7 +474,7 @@ int handler_lookup(session_t *s, const Kvshare__Request *req, Kvshare__Response 
 static void alloc_give_back(session_t *s, const uint32_t *ids)
 {
     for (uint32_t i = 0; i < s->steps.alloc_done; i++)
-        if (store_release(s->srv, s, ids[i], NULL) != 0)
+        if (store_release(s->srv->store, s, ids[i], NULL) != 0)
             LOG_ERROR("session %llu: block %u of a failed alloc could not be given back",
                       (unsigned long long)s->id, ids[i]);
     s->steps.alloc_done = 0;
@@ -499,7 +500,8 @@ static int alloc_pieces(session_t *s, uint32_t ns, uint32_t n, const uint64_t *h
     if (pieces && k > STORE_PIECE_BLOCKS)
         k = STORE_PIECE_BLOCKS;
     *evicted = 0;
-    int rc = store_alloc(srv, s, ns, k, hashes ? hashes + done : NULL, ids + done, evicted, report);
+    int rc = store_alloc(srv->store, s, ns, k, hashes ? hashes + done : NULL, ids + done, evicted,
+                         report);
     s->steps.alloc_evicted += *evicted;
     if (rc == 0) {
         done += k;
@@ -549,9 +551,9 @@ static int alloc_joining(server_t *srv, session_t *s, uint32_t ns, uint32_t n,
         fresh_hashes[n_fresh] = hashes[i];
         fresh_pos[n_fresh++] = i;
     }
-    int rc = n_fresh == 0
-                 ? 0
-                 : store_alloc(srv, s, ns, n_fresh, fresh_hashes, fresh_ids, evicted, report);
+    int rc = n_fresh == 0 ? 0
+                          : store_alloc(srv->store, s, ns, n_fresh, fresh_hashes, fresh_ids,
+                                        evicted, report);
     for (uint32_t k = 0; rc == 0 && k < n_fresh; k++)
         ids[fresh_pos[k]] = fresh_ids[k];
     if (rc == 0 && n_fresh < n)
@@ -742,7 +744,7 @@ static int group_complete_check(session_t *s, uint32_t ns, const uint32_t *token
 {
     size_t bad = 0;
     uint64_t missing = 0;
-    int rc = store_mark_group(s->srv, s, ns, tokens, ids, n_ids, &bad, &missing);
+    int rc = store_mark_group(s->srv->store, s, ns, tokens, ids, n_ids, &bad, &missing);
     if (rc == 0)
         return 0;
     if (rc != KVS_EBADSTATE)
@@ -868,8 +870,8 @@ static bool commit_pieces(session_t *s, uint32_t ns, const uint32_t *tokens, siz
      * there is no next turn. */
     bool pieces = s->has_pipe && !srv->stopping && n_ids - first > STORE_PIECE_BLOCKS;
     size_t end = pieces ? first + STORE_PIECE_BLOCKS : n_ids;
-    *irc =
-        store_commit_range(srv, s, ns, tokens, n_tokens, ids, first, end, hint, canonical, n_done);
+    *irc = store_commit_range(srv->store, s, ns, tokens, n_tokens, ids, first, end, hint, canonical,
+                              n_done);
     if (*irc == KVS_EBUSY && s->has_pipe && !srv->stopping &&
         s->steps.commit_waits < COMMIT_TIER_WAITS && radix_busy_blocks(srv->index) > 0 &&
         tier_wait(srv, s) == 1) {
@@ -963,7 +965,7 @@ int handler_commit(session_t *s, const Kvshare__Request *req, Kvshare__Response 
     size_t n_pending = 0;
     int irc;
     if (shard) {
-        irc = store_commit_shard(srv, s, ns, tokens, n_tokens, cm->block_ids, n_ids,
+        irc = store_commit_shard(srv->store, s, ns, tokens, n_tokens, cm->block_ids, n_ids,
                                  cm->shard_written, &hint, canonical, &n_done, &n_pending);
         if (irc == KVS_EINVAL)
             return fail(ctx, irc,
@@ -980,8 +982,8 @@ int handler_commit(session_t *s, const Kvshare__Request *req, Kvshare__Response 
         irc = group_complete_check(s, ns, tokens, cm->block_ids, n_ids, ctx);
         if (irc != 0)
             return irc;
-        irc = store_commit(srv, s, ns, tokens, n_tokens, cm->block_ids, n_ids, &hint, canonical,
-                           &n_done);
+        irc = store_commit(srv->store, s, ns, tokens, n_tokens, cm->block_ids, n_ids, &hint,
+                           canonical, &n_done);
     } else if (commit_pieces(s, ns, tokens, n_tokens, cm->block_ids, n_ids, first, &hint, canonical,
                              &n_done, &irc, ctx)) {
         return 0;
@@ -1034,7 +1036,7 @@ int handler_pin(session_t *s, const Kvshare__Request *req, Kvshare__Response *re
         rc = check_range(s, b, ctx);
         if (rc != 0)
             break;
-        rc = store_pin(s->srv, s, b, &hint);
+        rc = store_pin(s->srv->store, s, b, &hint);
         if (rc == KVS_ENOTFOUND) {
             fail(ctx, rc,
                  "block %u is not cached (evicted, or not committed yet); %u of %zu blocks "
@@ -1073,7 +1075,7 @@ int handler_release(session_t *s, const Kvshare__Request *req, Kvshare__Response
         rc = check_range(s, b, ctx);
         if (rc != 0)
             break;
-        rc = store_release(srv, s, b, &hint);
+        rc = store_release(srv->store, s, b, &hint);
         if (rc == KVS_ENOTHELD) {
             rc = not_held(s, b, ctx);
             break;
@@ -1108,7 +1110,7 @@ int handler_release(session_t *s, const Kvshare__Request *req, Kvshare__Response
                       t);
             break;
         }
-        rc = store_release(srv, s, b, &hint);
+        rc = store_release(srv->store, s, b, &hint);
         if (rc != 0) {
             rc = fail(ctx, KVS_EINTERNAL,
                       "tier-2 block %u: this session's pin is not in the index (%s)", t,
@@ -1139,7 +1141,7 @@ static void stats_devices(const server_t *srv, void *mem, uint32_t used_blocks,
     uint32_t *written = (void *)(rows + n), *missing = written + n, *workers = missing + n;
     if (n == 0)
         return;
-    store_device_counts(srv, written, missing, workers);
+    store_device_counts(srv->store, written, missing, workers);
     for (uint32_t d = 0; d < n; d++) {
         Kvshare__DeviceStats *row = &rows[d];
         kvshare__device_stats__init(row);
@@ -1211,7 +1213,7 @@ int handler_stats(session_t *s, const Kvshare__Request *req, Kvshare__Response *
     r->sessions = srv->sessions.len;
     /* Every counter in the list (a copy: dispatch counts this request
      * before the reply is packed), and the named fields older clients read. */
-    store_sync_counters(srv);
+    store_sync_counters(srv->store);
     uint64_t *counters = malloc(sizeof(srv->metrics.counters));
     if (!counters)
         return fail(ctx, KVS_ENOMEM, "out of memory for the stats counters");
@@ -1714,7 +1716,7 @@ static bool clear_step(session_t *s, uint32_t ns, int *rc)
     size_t step =
         s->steps.clear_left < STORE_CLEAR_STEP ? (size_t)s->steps.clear_left : STORE_CLEAR_STEP;
     size_t n = 0;
-    *rc = store_clear(srv, ns, step, &n);
+    *rc = store_clear(srv->store, ns, step, &n);
     if (*rc != 0)
         return false;
     s->steps.clear_dropped += n;
@@ -1762,7 +1764,7 @@ int handler_clear(session_t *s, const Kvshare__Request *req, Kvshare__Response *
                     "namespace '%s' was cleared, but the disk tier could not record it: its "
                     "blocks could come back at the next start (%s)",
                     radix_ns_name(srv->index, ns), kvs_status_text(rc));
-    store_clear_done(srv);
+    store_clear_done(srv->store);
     cluster_store_cleared(srv, ns); /* cluster_clear: its keys too, off the loop */
     LOG_INFO("namespace '%s' cleared by session %llu: %llu blocks dropped, %u kept (pinned)",
              radix_ns_name(srv->index, ns), (unsigned long long)s->id,
@@ -1793,7 +1795,7 @@ int handler_evict(session_t *s, const Kvshare__Request *req, Kvshare__Response *
         rc = tokens_view(s->srv, &ev->tokens, &tokens, &n_tokens, &ctx->heap[0], ctx);
     if (rc != 0)
         return rc;
-    rc = store_evict_prompt(s->srv, ns, tokens, n_tokens, &matched, &n1, &n2);
+    rc = store_evict_prompt(s->srv->store, ns, tokens, n_tokens, &matched, &n1, &n2);
     if (rc != 0)
         return fail(ctx, KVS_EINTERNAL, "evicting a prompt of namespace '%s' failed: %s",
                     radix_ns_name(s->srv->index, ns), kvs_status_text(rc));

@@ -362,7 +362,7 @@ static void devices(text_t *t, const server_t *srv, uint32_t used_blocks)
 {
     uint32_t n = srv->n_devices, written[SERVER_MAX_DEVICES], missing[SERVER_MAX_DEVICES];
     uint32_t workers[SERVER_MAX_DEVICES];
-    store_device_counts(srv, written, missing, workers);
+    store_device_counts(srv->store, written, missing, workers);
     static const char *const names[] = {"kvshare_device_pool_bytes", "kvshare_device_used_bytes",
                                         "kvshare_device_workers", "kvshare_device_shards",
                                         "kvshare_device_shards"};
@@ -493,7 +493,7 @@ int metrics_render(server_t *srv, char **out, size_t *len)
     pool_counts_t c;
     uint32_t n_ns = radix_ns_id_end(srv->index); /* ids; reclaimed ones are skipped */
 
-    store_sync_counters(srv);
+    store_sync_counters(srv->store);
     t.cap = 16384;
     t.buf = malloc(t.cap);
     if (!t.buf)

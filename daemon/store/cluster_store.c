@@ -194,7 +194,7 @@ static void thread_put(cluster_link_t *l, job_t *j)
         l->value_cap = l->value ? vlen : 0;
     }
     /* The payload goes straight where the value wants it. */
-    if (l->value && store_block_read(srv, j->id, l->value + (vlen - b.payload_len)) == 0)
+    if (l->value && store_block_read(srv->store, j->id, l->value + (vlen - b.payload_len)) == 0)
         (void)cluster_tier_put_value(l->t, &b, l->value);
 }
 
@@ -291,10 +291,10 @@ static void fetch_free(server_t *srv, cluster_fetch_t *f)
     if (f->ids) {
         uint32_t none = 0;
         size_t installed = 0;
-        store_install_done(srv, f->ns, f->tokens, &none, 0, f->ids, 0, f->k, &installed);
+        store_install_done(srv->store, f->ns, f->tokens, &none, 0, f->ids, 0, f->k, &installed);
     }
     for (size_t i = 0; i < f->n_pinned; i++)
-        store_unpin(srv, f->prefix[i]);
+        store_unpin(srv->store, f->prefix[i]);
     free(f->prefix);
     free(f->ids);
     free(f->written);
@@ -521,7 +521,7 @@ static void on_back(loop_wake_t *h)
     while (r) {
         job_t *next = r->next;
         if (r->kind == JOB_PUT) {
-            store_unpin(l->srv, r->id);
+            store_unpin(l->srv->store, r->id);
             l->puts_queued--;
         } else {
             fetch_finish(l->srv, r->fetch);
@@ -637,7 +637,7 @@ void cluster_store_close(server_t *srv)
     while (r) {
         job_t *next = r->next;
         if (r->kind == JOB_PUT)
-            store_unpin(srv, r->id);
+            store_unpin(srv->store, r->id);
         job_free(r);
         r = next;
     }
@@ -814,7 +814,8 @@ static size_t fetch_install(server_t *srv, cluster_fetch_t *f)
         tier1 = tier1 && f->prefix[i] < srv->num_blocks;
     size_t installed = 0;
     if (tier1) {
-        store_install_done(srv, f->ns, f->tokens, f->prefix, f->m, f->ids, run, f->k, &installed);
+        store_install_done(srv->store, f->ns, f->tokens, f->prefix, f->m, f->ids, run, f->k,
+                           &installed);
         free(f->ids);
         f->ids = NULL; /* every one is cached now, or back in the pool */
     }
@@ -850,7 +851,7 @@ static bool fetch_next_round(server_t *srv, cluster_fetch_t *f)
     if (n > f->want - f->k)
         n = f->want - f->k;
     job_t *j = calloc(1, sizeof *j);
-    if (!j || store_install_take(srv, f->ns, n, f->ids + f->k, &got) != 0 || got == 0) {
+    if (!j || store_install_take(srv->store, f->ns, n, f->ids + f->k, &got) != 0 || got == 0) {
         free(j);
         return false;
     }
@@ -911,7 +912,7 @@ static int fetch_plan(server_t *srv, uint32_t ns, const uint32_t *tokens, size_t
 static void fetch_drop(server_t *srv, cluster_fetch_t *f)
 {
     for (size_t i = 0; i < f->n_pinned; i++)
-        store_unpin(srv, f->prefix[i]);
+        store_unpin(srv->store, f->prefix[i]);
     free(f->prefix);
     free(f->name);
     free(f->tokens);
@@ -951,7 +952,7 @@ static cluster_fetch_t *fetch_new(session_t *s, uint32_t ns, const char *name,
     size_t first = k < CLUSTER_STORE_FETCH_FIRST ? k : CLUSTER_STORE_FETCH_FIRST;
     if (f->n_pinned < m || !f->name || !f->hashes || !f->ids || !f->written ||
         radix_chain_hashes(srv->index, ns, tokens, m + k, f->hashes) != 0 ||
-        store_install_take(srv, ns, first, f->ids, &f->k) != 0) {
+        store_install_take(srv->store, ns, first, f->ids, &f->k) != 0) {
         fetch_drop(srv, f);
         return NULL;
     }
@@ -960,7 +961,7 @@ static cluster_fetch_t *fetch_new(session_t *s, uint32_t ns, const char *name,
     if (!f->tokens) {
         uint32_t none = 0;
         size_t installed;
-        store_install_done(srv, ns, tokens, &none, 0, f->ids, 0, f->k, &installed);
+        store_install_done(srv->store, ns, tokens, &none, 0, f->ids, 0, f->k, &installed);
         fetch_drop(srv, f);
         return NULL;
     }

@@ -96,6 +96,7 @@ int store_open(server_t *srv, store_t **out, char *err, size_t errlen)
         snprintf(err, errlen, "out of memory for the block store");
         return KVS_ENOMEM;
     }
+    st->srv = srv;
     int rc = pool_new(srv->num_blocks, &st->pool);
     if (rc != 0) {
         snprintf(err, errlen, "cannot create a pool of %u blocks: %s", srv->num_blocks,
@@ -218,8 +219,9 @@ static void writing_remove(server_t *srv, session_t *s, uint32_t b)
 
 /* --- hints --- */
 
-void store_hint(server_t *srv, const store_hint_t *h, uint32_t b)
+void store_hint(store_t *st, const store_hint_t *h, uint32_t b)
 {
+    server_t *srv = st->srv;
     if (!h || !h->set)
         return;
     uint64_t until = h->duration_ms ? uv_now(srv->loop) + h->duration_ms : 0;
@@ -253,19 +255,18 @@ static int report_open(store_evicted_t *r, size_t n, uint32_t block_tokens)
     return r->tokens ? 0 : KVS_ENOMEM;
 }
 
-int store_evict(server_t *srv, uint32_t ns, size_t n, size_t *evicted, store_evicted_t *report)
+int store_evict(store_t *st, uint32_t ns, size_t n, size_t *evicted, store_evicted_t *report)
 {
-    store_t *st = srv->store;
     st->report = report;
     int rc = radix_evict(st->index, ns, n, evicted);
     st->report = NULL;
     return rc;
 }
 
-int store_alloc(server_t *srv, session_t *s, uint32_t ns, uint32_t n, const uint64_t *hashes,
+int store_alloc(store_t *st, session_t *s, uint32_t ns, uint32_t n, const uint64_t *hashes,
                 uint32_t *ids, size_t *evicted, store_evicted_t *report)
 {
-    store_t *st = srv->store;
+    server_t *srv = st->srv;
     *evicted = 0;
     int rc = pool_alloc(st->pool, n, ids);
     if (rc == KVS_EPOOLFULL) {
@@ -276,7 +277,7 @@ int store_alloc(server_t *srv, session_t *s, uint32_t ns, uint32_t n, const uint
         hints_expire(srv);
         if (report_open(report, need, srv->geo.block_tokens) != 0)
             return KVS_ENOMEM;
-        if (store_tiers_usable(srv)) {
+        if (store_tiers_usable(st)) {
             /* Demote instead of drop: the request waits for the copies,
              * and the report names what the run that answers dropped. */
             st->report = report;
@@ -293,7 +294,7 @@ int store_alloc(server_t *srv, session_t *s, uint32_t ns, uint32_t n, const uint
             bool pieces = s->has_pipe && !srv->stopping && !(report && report->want) &&
                           need > STORE_PIECE_BLOCKS;
             size_t step = pieces ? STORE_PIECE_BLOCKS : need;
-            rc = store_evict(srv, ns, step, evicted, report);
+            rc = store_evict(st, ns, step, evicted, report);
             if (rc == 0 && pieces && *evicted == step)
                 return STORE_MORE;
         }
@@ -403,11 +404,11 @@ static void became_cached(server_t *srv, session_t *s, uint32_t ns, uint32_t b)
                   (unsigned long long)s->id);
 }
 
-int store_commit_range(server_t *srv, session_t *s, uint32_t ns, const uint32_t *tokens,
+int store_commit_range(store_t *st, session_t *s, uint32_t ns, const uint32_t *tokens,
                        size_t n_tokens, const uint32_t *ids, size_t first, size_t end,
                        const store_hint_t *hint, uint32_t *canonical, size_t *n_done)
 {
-    store_t *st = srv->store;
+    server_t *srv = st->srv;
     uint32_t bt = srv->geo.block_tokens;
     size_t n = end - first, done = 0;
     *n_done = first;
@@ -449,7 +450,7 @@ int store_commit_range(server_t *srv, session_t *s, uint32_t ns, const uint32_t 
         session_pin_add(s, canonical[i]);
     }
     for (size_t j = 0; j < done; j++)
-        store_hint(srv, hint, canonical[first + j]);
+        store_hint(st, hint, canonical[first + j]);
     /* An empty Commit may carry no tokens or ids at all (NULL arrays). */
     if (srv->events && done > 0)
         publish_stored(srv, ns, ids, canonical, fresh, first, first + done, tokens, n_lower);
@@ -461,16 +462,17 @@ int store_commit_range(server_t *srv, session_t *s, uint32_t ns, const uint32_t 
     return irc;
 }
 
-int store_commit(server_t *srv, session_t *s, uint32_t ns, const uint32_t *tokens, size_t n_tokens,
+int store_commit(store_t *st, session_t *s, uint32_t ns, const uint32_t *tokens, size_t n_tokens,
                  const uint32_t *ids, size_t n_ids, const store_hint_t *hint, uint32_t *canonical,
                  size_t *n_done)
 {
-    return store_commit_range(srv, s, ns, tokens, n_tokens, ids, 0, n_ids, hint, canonical, n_done);
+    return store_commit_range(st, s, ns, tokens, n_tokens, ids, 0, n_ids, hint, canonical, n_done);
 }
 
-int store_block_walk(const server_t *srv, uint32_t slab_blocks, uint32_t b, store_piece_fn piece,
+int store_block_walk(const store_t *st, uint32_t slab_blocks, uint32_t b, store_piece_fn piece,
                      void *arg)
 {
+    const server_t *srv = st->srv;
     const geometry_t *g = &srv->geo;
     uint64_t bytes = geometry_slot_bytes(g);
     uint32_t planes = geometry_planes(g);
@@ -502,31 +504,33 @@ static int piece_read(void *arg, uint64_t slab_off, uint64_t block_off, uint64_t
     return backend_read(c->backend, slab_off, c->out + block_off, bytes);
 }
 
-int store_block_write(const server_t *srv, uint32_t b, const void *payload)
+int store_block_write(const store_t *st, uint32_t b, const void *payload)
 {
+    const server_t *srv = st->srv;
     block_copy_t c = {.backend = srv->backend, .in = payload};
-    return store_block_walk(srv, srv->num_blocks, b, piece_write, &c);
+    return store_block_walk(st, srv->num_blocks, b, piece_write, &c);
 }
 
-int store_block_read(const server_t *srv, uint32_t b, void *out)
+int store_block_read(const store_t *st, uint32_t b, void *out)
 {
+    const server_t *srv = st->srv;
     block_copy_t c = {.backend = srv->backend, .out = out};
-    return store_block_walk(srv, srv->num_blocks, b, piece_read, &c);
+    return store_block_walk(st, srv->num_blocks, b, piece_read, &c);
 }
 
-int store_install_take(server_t *srv, uint32_t ns, size_t n, uint32_t *ids, size_t *n_taken)
+int store_install_take(store_t *st, uint32_t ns, size_t n, uint32_t *ids, size_t *n_taken)
 {
-    store_t *st = srv->store;
+    server_t *srv = st->srv;
     pool_counts_t pc;
     *n_taken = 0;
     pool_counts(st->pool, &pc);
-    if (n > pc.free && !store_tiers_usable(srv)) {
+    if (n > pc.free && !store_tiers_usable(st)) {
         /* Room as an Alloc makes it: the least worth keeping unpinned
          * blocks go. (With a tier 2 that would be demotions the request
          * waits for: only free blocks are taken then.) */
         size_t evicted = 0;
         hints_expire(srv);
-        store_evict(srv, ns, n - pc.free, &evicted, NULL);
+        store_evict(st, ns, n - pc.free, &evicted, NULL);
         pool_counts(st->pool, &pc);
     }
     if (n > pc.free)
@@ -539,11 +543,11 @@ int store_install_take(server_t *srv, uint32_t ns, size_t n, uint32_t *ids, size
     return rc;
 }
 
-int store_install_done(server_t *srv, uint32_t ns, const uint32_t *tokens,
-                       const uint32_t *prefix_ids, size_t m, const uint32_t *taken, size_t written,
-                       size_t n_taken, size_t *n_installed)
+int store_install_done(store_t *st, uint32_t ns, const uint32_t *tokens, const uint32_t *prefix_ids,
+                       size_t m, const uint32_t *taken, size_t written, size_t n_taken,
+                       size_t *n_installed)
 {
-    store_t *st = srv->store;
+    server_t *srv = st->srv;
     *n_installed = 0;
     size_t total = m + written;
     uint32_t *ids = malloc((total ? total : 1) * sizeof(*ids));
@@ -585,7 +589,7 @@ int store_install_done(server_t *srv, uint32_t ns, const uint32_t *tokens,
     return rc;
 }
 
-int store_install(server_t *srv, uint32_t ns, const uint32_t *tokens, const uint32_t *prefix_ids,
+int store_install(store_t *st, uint32_t ns, const uint32_t *tokens, const uint32_t *prefix_ids,
                   size_t m, const void *const *payloads, size_t n, size_t *n_installed)
 {
     *n_installed = 0;
@@ -593,23 +597,23 @@ int store_install(server_t *srv, uint32_t ns, const uint32_t *tokens, const uint
     size_t taken = 0, written = 0;
     if (!ids)
         return KVS_ENOMEM;
-    int rc = store_install_take(srv, ns, n, ids, &taken);
+    int rc = store_install_take(st, ns, n, ids, &taken);
     if (rc != 0) {
         free(ids);
         return rc;
     }
-    while (written < taken && store_block_write(srv, ids[written], payloads[written]) == 0)
+    while (written < taken && store_block_write(st, ids[written], payloads[written]) == 0)
         written++;
-    rc = store_install_done(srv, ns, tokens, prefix_ids, m, ids, written, taken, n_installed);
+    rc = store_install_done(st, ns, tokens, prefix_ids, m, ids, written, taken, n_installed);
     free(ids);
     return rc;
 }
 
 /* --- pins and releases --- */
 
-int store_pin(server_t *srv, session_t *s, uint32_t b, const store_hint_t *hint)
+int store_pin(store_t *st, session_t *s, uint32_t b, const store_hint_t *hint)
 {
-    store_t *st = srv->store;
+    server_t *srv = st->srv;
     pool_state_t ps = POOL_FREE;
     /* A block of a namespace this peer may not use is not its to pin, and
      * is answered exactly as a block that is not cached: a different answer
@@ -622,13 +626,13 @@ int store_pin(server_t *srv, session_t *s, uint32_t b, const store_hint_t *hint)
     if (rc != 0)
         return rc;
     session_pin_add(s, b);
-    store_hint(srv, hint, b);
+    store_hint(st, hint, b);
     return 0;
 }
 
-int store_release(server_t *srv, session_t *s, uint32_t b, const store_hint_t *hint)
+int store_release(store_t *st, session_t *s, uint32_t b, const store_hint_t *hint)
 {
-    store_t *st = srv->store;
+    server_t *srv = st->srv;
     if (b < srv->num_blocks && st->rec[b].writer == s) {
         writing_remove(srv, s, b);
         pool_release(st->pool, b);
@@ -640,7 +644,7 @@ int store_release(server_t *srv, session_t *s, uint32_t b, const store_hint_t *h
     if (rc != 0)
         return rc;
     session_pin_drop(s, b);
-    store_hint(srv, hint, b);
+    store_hint(st, hint, b);
     return 0;
 }
 
@@ -702,9 +706,9 @@ static void drains_free(store_t *st)
     st->drains_tail = NULL;
 }
 
-bool store_drain_step(server_t *srv)
+bool store_drain_step(store_t *st)
 {
-    store_t *st = srv->store;
+    server_t *srv = st->srv;
     uint64_t budget = STORE_RELEASE_STEP;
     while (st->drains && budget > 0) {
         store_drain_t *d = st->drains;
@@ -718,31 +722,33 @@ bool store_drain_step(server_t *srv)
     return st->drains != NULL;
 }
 
-uint64_t store_draining_pins(const server_t *srv)
+uint64_t store_draining_pins(const store_t *st)
 {
+    const server_t *srv = st->srv;
     uint64_t n = 0;
     for (const store_drain_t *d = srv->store->drains; d; d = d->next)
         n += d->left;
     return n;
 }
 
-bool store_session_end(server_t *srv, session_t *s)
+bool store_session_end(store_t *st, session_t *s)
 {
+    server_t *srv = st->srv;
     inflight_cancel(srv, s);
     inflight_unclaim(srv, s);
     namespaces_session_gone(s);
     tier_detach(s);
     cluster_store_detach(s);
-    bool steps = store_release_session(srv, s);
+    bool steps = store_release_session(st, s);
     /* Its declarations ended: lookups held for them look again. */
     if (inflight_pending(srv))
         inflight_wake(srv, false);
     return steps;
 }
 
-bool store_release_session(server_t *srv, session_t *s)
+bool store_release_session(store_t *st, session_t *s)
 {
-    store_t *st = srv->store;
+    server_t *srv = st->srv;
     for (uint32_t i = 0; i < s->own.n_writing; i++) {
         uint32_t b = s->own.writing[i];
         inflight_undeclare(srv, b);
@@ -792,10 +798,9 @@ static uint64_t full_mask(const server_t *srv)
     return srv->n_devices >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << srv->n_devices) - 1;
 }
 
-void store_device_counts(const server_t *srv, uint32_t *written, uint32_t *missing,
-                         uint32_t *workers)
+void store_device_counts(const store_t *st, uint32_t *written, uint32_t *missing, uint32_t *workers)
 {
-    const store_t *st = srv->store;
+    const server_t *srv = st->srv;
     uint64_t full = full_mask(srv);
     for (uint32_t r = 0; r < srv->n_devices; r++)
         written[r] = missing[r] = workers[r] = 0;
@@ -817,10 +822,10 @@ void store_device_counts(const server_t *srv, uint32_t *written, uint32_t *missi
     }
 }
 
-int store_mark_group(server_t *srv, session_t *s, uint32_t ns, const uint32_t *tokens,
+int store_mark_group(store_t *st, session_t *s, uint32_t ns, const uint32_t *tokens,
                      const uint32_t *ids, size_t n_ids, size_t *bad, uint64_t *missing)
 {
-    store_t *st = srv->store;
+    server_t *srv = st->srv;
     uint64_t full = full_mask(srv), own = s->rank >= 0 ? (uint64_t)1 << s->rank : 0;
     *bad = 0;
     *missing = 0;
@@ -854,12 +859,12 @@ int store_mark_group(server_t *srv, session_t *s, uint32_t ns, const uint32_t *t
     return rc;
 }
 
-int store_commit_shard(server_t *srv, session_t *s, uint32_t ns, const uint32_t *tokens,
+int store_commit_shard(store_t *st, session_t *s, uint32_t ns, const uint32_t *tokens,
                        size_t n_tokens, const uint32_t *ids, size_t n_ids, bool declare_only,
                        const store_hint_t *hint, uint32_t *canonical, size_t *n_done,
                        size_t *n_pending)
 {
-    store_t *st = srv->store;
+    server_t *srv = st->srv;
     uint64_t bit = (uint64_t)1 << s->rank, full = full_mask(srv);
     *n_done = 0;
     *n_pending = 0;
@@ -919,7 +924,7 @@ int store_commit_shard(server_t *srv, session_t *s, uint32_t ns, const uint32_t 
         writing_add(st, s, ids[i]);
         st->rec[ids[i]].shards = full; /* writing_add reset it */
     }
-    return store_commit(srv, s, ns, tokens, n_tokens, ids, k, hint, canonical, n_done);
+    return store_commit(st, s, ns, tokens, n_tokens, ids, k, hint, canonical, n_done);
 }
 
 /* --- lookup --- */
@@ -982,11 +987,11 @@ static int promote_match(server_t *srv, session_t *s, uint32_t ns, uint32_t *ids
     return started;
 }
 
-int store_lookup(server_t *srv, session_t *s, uint32_t ns, const uint32_t *tokens, size_t n_tokens,
+int store_lookup(store_t *st, session_t *s, uint32_t ns, const uint32_t *tokens, size_t n_tokens,
                  bool pin, bool in_place, bool waited, uint32_t **ids_out, size_t *n_t1_out,
                  size_t *n_t2_out)
 {
-    store_t *st = srv->store;
+    server_t *srv = st->srv;
     size_t n_blocks = 0;
     uint32_t *ids;
     in_place = in_place && pin;
@@ -1021,7 +1026,7 @@ int store_lookup(server_t *srv, session_t *s, uint32_t ns, const uint32_t *token
     /* Tier-2 blocks that another session reads in place stay, and so do
      * the blocks after them (radix_promotable). */
     size_t n_promote = 0;
-    if (n_t1 < n_blocks && pin && !in_place && !waited && store_tiers_usable(srv))
+    if (n_t1 < n_blocks && pin && !in_place && !waited && store_tiers_usable(st))
         n_promote = radix_promotable(st->index, ids + n_t1, n_blocks - n_t1);
     /* A piece at a time: the Lookup runs again once its copies end, and
      * promotes the next (or answers with what is in the pool). */
@@ -1070,8 +1075,9 @@ int store_lookup(server_t *srv, session_t *s, uint32_t ns, const uint32_t *token
 
 /* --- clear --- */
 
-int store_clear(server_t *srv, uint32_t ns, size_t max, size_t *cleared)
+int store_clear(store_t *st, uint32_t ns, size_t max, size_t *cleared)
 {
+    server_t *srv = st->srv;
     int rc = radix_ns_clear_step(srv->store->index, ns, max, cleared);
     if (rc != 0)
         return rc;
@@ -1079,14 +1085,16 @@ int store_clear(server_t *srv, uint32_t ns, size_t max, size_t *cleared)
     return 0;
 }
 
-void store_clear_done(server_t *srv)
+void store_clear_done(store_t *st)
 {
+    server_t *srv = st->srv;
     srv->metrics.clears++;
 }
 
-int store_evict_prompt(server_t *srv, uint32_t ns, const uint32_t *tokens, size_t n_tokens,
+int store_evict_prompt(store_t *st, uint32_t ns, const uint32_t *tokens, size_t n_tokens,
                        size_t *n_matched, size_t *n_tier1, size_t *n_tier2)
 {
+    server_t *srv = st->srv;
     int rc =
         radix_evict_prompt(srv->store->index, ns, tokens, n_tokens, n_matched, n_tier1, n_tier2);
     /* The disk's records of the prompt, the evicted tier-3 blocks' and the
@@ -1097,14 +1105,15 @@ int store_evict_prompt(server_t *srv, uint32_t ns, const uint32_t *tokens, size_
 
 /* --- moves between the tiers --- */
 
-bool store_tiers_usable(const server_t *srv)
+bool store_tiers_usable(const store_t *st)
 {
+    const server_t *srv = st->srv;
     return srv->tier2_blocks > 0 && uv_now(srv->loop) >= srv->store->medium_down_until;
 }
 
-int store_demote(server_t *srv, uint32_t ns, size_t n, radix_move_t *moves, size_t *n_moved)
+int store_demote(store_t *st, uint32_t ns, size_t n, radix_move_t *moves, size_t *n_moved)
 {
-    store_t *st = srv->store;
+    server_t *srv = st->srv;
     size_t n_dropped = 0;
     int rc = radix_demote(st->index, ns, n, moves, n_moved, &n_dropped);
     srv->metrics.tier_drops_t1 += n_dropped;
@@ -1114,9 +1123,9 @@ int store_demote(server_t *srv, uint32_t ns, size_t n, radix_move_t *moves, size
     return rc;
 }
 
-void store_spill(server_t *srv, size_t n, radix_move_t *moves, size_t *n_moved)
+void store_spill(store_t *st, size_t n, radix_move_t *moves, size_t *n_moved)
 {
-    store_t *st = srv->store;
+    server_t *srv = st->srv;
     *n_moved = 0;
     /* While the disk's records go back into the index, no new block takes
      * a slot that one of them may still claim. */
@@ -1127,10 +1136,10 @@ void store_spill(server_t *srv, size_t n, radix_move_t *moves, size_t *n_moved)
         st->rec[moves[i].to].meta = st->rec[moves[i].from].meta;
 }
 
-void store_promote(server_t *srv, uint32_t *pins, size_t first, size_t n, uint32_t *pool_ids,
+void store_promote(store_t *st, uint32_t *pins, size_t first, size_t n, uint32_t *pool_ids,
                    size_t *n_done)
 {
-    store_t *st = srv->store;
+    server_t *srv = st->srv;
     uint32_t *t2_ids = pins + first;
     pool_counts_t c;
     pool_counts(st->pool, &c);
@@ -1190,9 +1199,9 @@ static void publish_moved(server_t *srv, uint32_t from, uint32_t to)
         srv->metrics.kv_events_dropped++;
 }
 
-int store_move_end(server_t *srv, uint32_t id, bool ok, uint32_t *back)
+int store_move_end(store_t *st, uint32_t id, bool ok, uint32_t *back)
 {
-    store_t *st = srv->store;
+    server_t *srv = st->srv;
     uint32_t peer;
     bool demotion = id >= srv->num_blocks;
     if (ok) {
@@ -1222,14 +1231,16 @@ tier_medium_t *store_swap_medium(store_t *st, tier_medium_t *m)
     return old;
 }
 
-void store_unpin(server_t *srv, uint32_t b)
+void store_unpin(store_t *st, uint32_t b)
 {
+    server_t *srv = st->srv;
     if (radix_unpin(srv->store->index, b) != 0)
         LOG_ERROR("a pin of the store's own on block %u was not in the index", b);
 }
 
-void store_sync_counters(server_t *s)
+void store_sync_counters(store_t *st)
 {
+    server_t *s = st->srv;
     if (s->events) {
         events_stats_t es;
         events_counters(s->events, &es);

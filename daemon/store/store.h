@@ -125,6 +125,7 @@ typedef struct store_evicted {
 #define STORE_PIECE_BLOCKS 16384
 
 struct store {
+    server_t *srv; /* the daemon it serves (its loop, geometry, counters) */
     pool_t *pool;
     radix_tree_t *index;
     store_record_t *rec; /* [n_ids] */
@@ -175,13 +176,13 @@ void store_free(store_t *st);
  * the request runs again). *evicted: blocks dropped; report (may be
  * NULL) gets the tokens of the dropped blocks of report->ns. Errors:
  * KVS_EPOOLFULL (counted: alloc_failures), KVS_ENOMEM, radix's. */
-int store_alloc(server_t *srv, session_t *s, uint32_t ns, uint32_t n, const uint64_t *hashes,
+int store_alloc(store_t *st, session_t *s, uint32_t ns, uint32_t n, const uint64_t *hashes,
                 uint32_t *ids, size_t *evicted, store_evicted_t *report);
 
 /* Drops up to n unpinned cached blocks for namespace ns's need (radix_evict's
  * rule); each is a BlockRemoved. *evicted: how many; report as for
  * store_alloc. Errors: radix_evict's. */
-int store_evict(server_t *srv, uint32_t ns, size_t n, size_t *evicted, store_evicted_t *report);
+int store_evict(store_t *st, uint32_t ns, size_t n, size_t *evicted, store_evicted_t *report);
 
 /* Starts a duplicate check over block ids: store_mark then says whether an
  * id was marked since (O(1) each; the stamps wrap without a sweep per call). */
@@ -204,7 +205,7 @@ bool store_mark(store_t *st, uint32_t b);
  * (a block freed while s's rank had not committed its shard, allocated
  * again, and named with the tokens of that earlier allocation: a late
  * commit; nothing changes), KVS_ENOMEM, store_commit's. */
-int store_commit_shard(server_t *srv, session_t *s, uint32_t ns, const uint32_t *tokens,
+int store_commit_shard(store_t *st, session_t *s, uint32_t ns, const uint32_t *tokens,
                        size_t n_tokens, const uint32_t *ids, size_t n_ids, bool declare_only,
                        const store_hint_t *hint, uint32_t *canonical, size_t *n_done,
                        size_t *n_pending);
@@ -216,7 +217,7 @@ int store_commit_shard(server_t *srv, session_t *s, uint32_t ns, const uint32_t 
  * it leaves WRITING are complete). Errors: KVS_EBADSTATE (block *bad of
  * ids lacks the shards of the ranks in *missing, one bit per rank; nothing
  * changes), KVS_ENOMEM, radix_chain_hashes's. */
-int store_mark_group(server_t *srv, session_t *s, uint32_t ns, const uint32_t *tokens,
+int store_mark_group(store_t *st, session_t *s, uint32_t ns, const uint32_t *tokens,
                      const uint32_t *ids, size_t n_ids, size_t *bad, uint64_t *missing);
 
 /* Per device r of the group (n = server_t.n_devices, each array n long):
@@ -224,7 +225,7 @@ int store_mark_group(server_t *srv, session_t *s, uint32_t ns, const uint32_t *t
  * still wait for another rank's; missing[r] those some other rank
  * committed a shard of, but not rank r; workers[r] the open sessions that
  * said rank r at Hello. Linear in the sessions and their WRITING blocks. */
-void store_device_counts(const server_t *srv, uint32_t *written, uint32_t *missing,
+void store_device_counts(const store_t *st, uint32_t *written, uint32_t *missing,
                          uint32_t *workers);
 
 /* Commits ids[0..n_ids) as the blocks of tokens in ns for session s; the
@@ -235,7 +236,7 @@ void store_device_counts(const server_t *srv, uint32_t *written, uint32_t *missi
  * committed leaves the in-flight table and takes the hint. canonical has
  * room for 2 n_ids. Returns radix_insert's status with *n_done blocks done
  * (KVS_EQUOTA is counted: alloc_failures_quota). */
-int store_commit(server_t *srv, session_t *s, uint32_t ns, const uint32_t *tokens, size_t n_tokens,
+int store_commit(store_t *st, session_t *s, uint32_t ns, const uint32_t *tokens, size_t n_tokens,
                  const uint32_t *ids, size_t n_ids, const store_hint_t *hint, uint32_t *canonical,
                  size_t *n_done);
 
@@ -245,20 +246,20 @@ int store_commit(server_t *srv, session_t *s, uint32_t ns, const uint32_t *token
  * [first, end), its work linear in end - first (but for KV events with a
  * tier 2, whose walk is as long as the prefix). canonical has room for
  * 2 end - first. *n_done counts from 0: first plus the blocks done here. */
-int store_commit_range(server_t *srv, session_t *s, uint32_t ns, const uint32_t *tokens,
+int store_commit_range(store_t *st, session_t *s, uint32_t ns, const uint32_t *tokens,
                        size_t n_tokens, const uint32_t *ids, size_t first, size_t end,
                        const store_hint_t *hint, uint32_t *canonical, size_t *n_done);
 
 /* One more pin of s on cached pool block b, with the hint (s reserved room).
  * Errors: KVS_ENOTFOUND (not cached, or in a namespace s may not use: the
  * same answer; counted: pin_misses), radix_pin's. */
-int store_pin(server_t *srv, session_t *s, uint32_t b, const store_hint_t *hint);
+int store_pin(store_t *st, session_t *s, uint32_t b, const store_hint_t *hint);
 
 /* Lets go of one hold of s on index id b: a pool block s writes goes back
  * to the pool; otherwise one of s's pins goes, and b takes the hint.
  * Errors: KVS_ENOTHELD (s holds neither: nothing changes), radix_unpin's
  * (s's pin was not in the index). */
-int store_release(server_t *srv, session_t *s, uint32_t b, const store_hint_t *hint);
+int store_release(store_t *st, session_t *s, uint32_t b, const store_hint_t *hint);
 
 /* Everything s holds goes: WRITING blocks to the pool at once, pins to the
  * index (the session is closing): at once when they are at most
@@ -266,18 +267,18 @@ int store_release(server_t *srv, session_t *s, uint32_t b, const store_hint_t *h
  * go of it in steps (store_drain_step), and true is returned: the caller
  * runs the steps on later loop turns. Until then those blocks stay pinned
  * (held by no session). */
-bool store_release_session(server_t *srv, session_t *s);
+bool store_release_session(store_t *st, session_t *s);
 
 /* The store's side of a session's end, in one call: its held Lookup's
  * wait, its claims, the namespaces it created, its tier copies and cluster
  * fetch let go of it, and everything it holds goes (store_release_session,
  * whose return this is); lookups held for what it was writing look again.
  */
-bool store_session_end(server_t *srv, session_t *s);
+bool store_session_end(store_t *st, session_t *s);
 
 /* Lets go of up to STORE_RELEASE_STEP pins of closed sessions (oldest
  * close first); true when some are left for another step. */
-bool store_drain_step(server_t *srv);
+bool store_drain_step(store_t *st);
 
 /* --- a block's bytes: every layer and plane, in that order ---
  *
@@ -289,20 +290,20 @@ bool store_drain_step(server_t *srv);
  * returned. Safe on any thread for a block that thread owns for the time
  * (a tier copy's, a cluster fetch's). */
 typedef int (*store_piece_fn)(void *arg, uint64_t slab_off, uint64_t block_off, uint64_t bytes);
-int store_block_walk(const server_t *srv, uint32_t slab_blocks, uint32_t b, store_piece_fn piece,
+int store_block_walk(const store_t *st, uint32_t slab_blocks, uint32_t b, store_piece_fn piece,
                      void *arg);
 
 /* Pool block b's bytes from or into a packed block (the backend's errors). */
-int store_block_write(const server_t *srv, uint32_t b, const void *payload);
-int store_block_read(const server_t *srv, uint32_t b, void *out);
+int store_block_write(const store_t *st, uint32_t b, const void *payload);
+int store_block_read(const store_t *st, uint32_t b, void *out);
 
 /* Copies the counters kept by others (the KV-event publisher, the cluster
  * tier's thread, the disk tier's file) into srv->metrics, before a Stats
  * reply or a scrape. */
-void store_sync_counters(server_t *srv);
+void store_sync_counters(store_t *st);
 
 /* Pins of closed sessions not let go yet. */
-uint64_t store_draining_pins(const server_t *srv);
+uint64_t store_draining_pins(const store_t *st);
 
 /* The cached prefix of tokens in ns for session s (pinned when pin), in
  * *ids (s's scratch, valid until its next request): *n_t1 tier-1 blocks,
@@ -312,7 +313,7 @@ uint64_t store_draining_pins(const server_t *srv);
  * (a held lookup answering, which does not wait again). Errors: KVS_ELIMIT (session_max_pinned:
  * nothing pinned, *n_t1 says how many it would have pinned), KVS_ENOMEM, radix_lookup's, tier.h's.
  */
-int store_lookup(server_t *srv, session_t *s, uint32_t ns, const uint32_t *tokens, size_t n_tokens,
+int store_lookup(store_t *st, session_t *s, uint32_t ns, const uint32_t *tokens, size_t n_tokens,
                  bool pin, bool in_place, bool waited, uint32_t **ids, size_t *n_t1, size_t *n_t2);
 
 /* Blocks a Clear drops per loop turn, so that a namespace of any size is
@@ -326,10 +327,10 @@ int store_lookup(server_t *srv, session_t *s, uint32_t ns, const uint32_t *token
  * *cleared: how many (< max: nothing more can go). Counted: cleared_blocks;
  * the caller counts the whole Clear (store_clear_done). Errors:
  * radix_ns_clear_step's. */
-int store_clear(server_t *srv, uint32_t ns, size_t max, size_t *cleared);
+int store_clear(store_t *st, uint32_t ns, size_t max, size_t *cleared);
 
 /* Counts one Clear whose steps have all run (the clears metric). */
-void store_clear_done(server_t *srv);
+void store_clear_done(store_t *st);
 
 /* One prompt's cached blocks of namespace ns that no session pins and no
  * other cached prefix continues go, from its last block back, from either
@@ -338,26 +339,26 @@ void store_clear_done(server_t *srv);
  * dropped; their records on the disk tier are deleted for good
  * (store_disk_forget_prompt). Errors: radix_evict_prompt's, and KVS_EIO /
  * KVS_ENOMEM (the blocks left the index; their disk records may not have). */
-int store_evict_prompt(server_t *srv, uint32_t ns, const uint32_t *tokens, size_t n_tokens,
+int store_evict_prompt(store_t *st, uint32_t ns, const uint32_t *tokens, size_t n_tokens,
                        size_t *n_matched, size_t *n_tier1, size_t *n_tier2);
 
 /* --- moves between the pool and the tier below (tier.c runs the copies) --- */
 
 /* Whether blocks may move between the tiers now: a tier 2 exists and its
  * medium did not fail a copy within STORE_MEDIUM_RETRY_MS. */
-bool store_tiers_usable(const server_t *srv);
+bool store_tiers_usable(const store_t *st);
 
 /* Makes room in the pool for up to n blocks for ns by demotion
  * (radix_demote): moves[0..*n_moved) are busy until store_move_end; what
  * tier 2 drops to make room is dropped for good (BlockRemoved). moves has
  * room for n. Errors: radix_demote's. */
-int store_demote(server_t *srv, uint32_t ns, size_t n, radix_move_t *moves, size_t *n_moved);
+int store_demote(store_t *st, uint32_t ns, size_t n, radix_move_t *moves, size_t *n_moved);
 
 /* With a tier 3: moves up to n of tier 2's least recently used blocks to
  * it (radix_spill), so that tier 2 keeps free ids for the next demotion
  * (which then does not wait for copies to the disk first); what tier 3
  * drops for room is dropped for good. moves has room for n. */
-void store_spill(server_t *srv, size_t n, radix_move_t *moves, size_t *n_moved);
+void store_spill(store_t *st, size_t n, radix_move_t *moves, size_t *n_moved);
 
 /* Blocks fetched from the cluster tier (cluster_store.h): payloads[j]
  * (geometry_block_bytes each) hold block m + j of tokens in ns, j < n, and
@@ -368,7 +369,7 @@ void store_spill(server_t *srv, size_t n, radix_move_t *moves, size_t *n_moved);
  * (a prefix another session cached meanwhile keeps its block). Errors:
  * KVS_EPOOLFULL (no block to take: nothing done), KVS_ENOMEM, radix_insert's
  * (KVS_EEXIST: the prefix is not held by prefix_ids any more). */
-int store_install(server_t *srv, uint32_t ns, const uint32_t *tokens, const uint32_t *prefix_ids,
+int store_install(store_t *st, uint32_t ns, const uint32_t *tokens, const uint32_t *prefix_ids,
                   size_t m, const void *const *payloads, size_t n, size_t *n_installed);
 
 /* store_install in two steps, for bytes written into the pool elsewhere (the
@@ -378,17 +379,17 @@ int store_install(server_t *srv, uint32_t ns, const uint32_t *tokens, const uint
  * the first n_written of them hold blocks m .. m + n_written of tokens,
  * store_install_done inserts those as store_install does and gives every
  * taken block that is not cached now back to the pool. */
-int store_install_take(server_t *srv, uint32_t ns, size_t n, uint32_t *ids, size_t *n_taken);
-int store_install_done(server_t *srv, uint32_t ns, const uint32_t *tokens,
-                       const uint32_t *prefix_ids, size_t m, const uint32_t *ids, size_t n_written,
-                       size_t n_taken, size_t *n_installed);
+int store_install_take(store_t *st, uint32_t ns, size_t n, uint32_t *ids, size_t *n_taken);
+int store_install_done(store_t *st, uint32_t ns, const uint32_t *tokens, const uint32_t *prefix_ids,
+                       size_t m, const uint32_t *ids, size_t n_written, size_t n_taken,
+                       size_t *n_installed);
 
 /* Promotes the tier-2 blocks pins[first .. first + n) (a pinned lookup's,
  * in chain order, after its tier-1 blocks) into free pool blocks, as far as
  * free blocks and radix_promote allow: pool_ids[0..*n_done) get them, busy
  * until store_move_end, and pins[first + i] names pool_ids[i] now (the pin
  * moved with the block). O(*n_done), not in the other pins. */
-void store_promote(server_t *srv, uint32_t *pins, size_t first, size_t n, uint32_t *pool_ids,
+void store_promote(store_t *st, uint32_t *pins, size_t first, size_t n, uint32_t *pool_ids,
                    size_t *n_done);
 
 /* The copy of one move ended; id is the block's new index id (a demotion's
@@ -396,7 +397,7 @@ void store_promote(server_t *srv, uint32_t *pins, size_t first, size_t n, uint32
  * demotion's pool id goes back to the pool. Not ok: the move is undone
  * (radix_copy_undo; the block is where it was, with its bytes) and *back
  * gets its id again; KVS_EBUSY when it cannot be undone. */
-int store_move_end(server_t *srv, uint32_t id, bool ok, uint32_t *back);
+int store_move_end(store_t *st, uint32_t id, bool ok, uint32_t *back);
 
 /* Puts m in place of tier 2's medium and returns the one there (the
  * caller's now); no copy may be in flight. The host tier is the default;
@@ -404,11 +405,11 @@ int store_move_end(server_t *srv, uint32_t id, bool ok, uint32_t *back);
 struct tier_medium *store_swap_medium(store_t *st, struct tier_medium *m);
 
 /* One pin held by the store's own work (a promotion's) goes. */
-void store_unpin(server_t *srv, uint32_t b);
+void store_unpin(store_t *st, uint32_t b);
 
 /* The retention hint on cached block b (a block no longer cached takes
  * none). */
-void store_hint(server_t *srv, const store_hint_t *hint, uint32_t b);
+void store_hint(store_t *st, const store_hint_t *hint, uint32_t b);
 
 /* The session holding pool block b WRITING, or NULL. */
 static inline session_t *store_writer(const store_t *st, uint32_t b)

@@ -83,7 +83,7 @@ static uint32_t src_gather(void *arg, uint32_t slot, void *dst)
         return crc32c(0, dst, srv->block_bytes);
     }
     gather_t g = {.base = (const uint8_t *)backend_tier_base(srv->backend), .out = dst, .crc = 0};
-    store_block_walk(srv, srv->tier2_blocks, slot, gather_piece, &g);
+    store_block_walk(srv->store, srv->tier2_blocks, slot, gather_piece, &g);
     return g.crc;
 }
 
@@ -95,7 +95,8 @@ static uint32_t src_gather(void *arg, uint32_t slot, void *dst)
  * fields set at start. A failed write fails the get (undone: a miss). */
 static int src_store(void *arg, uint32_t id, const void *buf)
 {
-    return store_block_write(arg, id, buf);
+    const server_t *srv = arg;
+    return store_block_write(srv->store, id, buf);
 }
 
 /* A tier-3 slot whose record did not verify at a get (its promotion was

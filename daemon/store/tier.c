@@ -127,7 +127,7 @@ static bool undo_moves(tier_job_t *j)
     bool all = true;
     for (size_t i = j->n; i-- > 0;) {
         uint32_t back;
-        int rc = store_move_end(j->srv, j->index_ids[i], false, &back);
+        int rc = store_move_end(j->srv->store, j->index_ids[i], false, &back);
         if (rc != 0) {
             LOG_ERROR("tier-2 block %u: the failed copy cannot be undone: %s", j->index_ids[i],
                       kvs_status_text(rc));
@@ -180,7 +180,7 @@ static void job_done(tier_job_t *j, const tier_medium_result_t *res)
     if (!failed) {
         for (size_t i = 0; i < j->n; i++) {
             uint32_t back;
-            if (store_move_end(srv, j->index_ids[i], true, &back) != 0)
+            if (store_move_end(srv->store, j->index_ids[i], true, &back) != 0)
                 LOG_ERROR("tier-2 block %u was not being copied", j->index_ids[i]);
         }
         /* moves out of the pool and into it; the disk's own are disk_writes
@@ -200,7 +200,7 @@ static void job_done(tier_job_t *j, const tier_medium_result_t *res)
     } else {
         for (size_t i = 0; i < j->n; i++) {
             uint32_t back;
-            store_move_end(srv, j->index_ids[i], true, &back);
+            store_move_end(srv->store, j->index_ids[i], true, &back);
         }
     }
     srv->metrics.tier_copy_us += res->copy_ns / 1000;
@@ -208,7 +208,7 @@ static void job_done(tier_job_t *j, const tier_medium_result_t *res)
                     metrics_latency_bounds_ns, metrics_latency_n_bounds, res->copy_ns);
     srv->tier_jobs--;
     for (size_t i = 0; i < j->n_pins; i++)
-        store_unpin(srv, j->pins[i]);
+        store_unpin(srv->store, j->pins[i]);
     session_t *s = j->s;
     job_free(j);
     if (s)
@@ -305,7 +305,7 @@ static void spill_start(server_t *srv, size_t n)
     if (!moves)
         return;
     size_t n_moved = 0;
-    store_spill(srv, n, moves, &n_moved);
+    store_spill(srv->store, n, moves, &n_moved);
     if (n_moved == 0) {
         free(moves);
         return;
@@ -314,7 +314,7 @@ static void spill_start(server_t *srv, size_t n)
     if (!j) {
         for (size_t i = n_moved; i-- > 0;) {
             uint32_t back;
-            if (store_move_end(srv, moves[i].to, false, &back) != 0)
+            if (store_move_end(srv->store, moves[i].to, false, &back) != 0)
                 LOG_ERROR("tier-3 block %u: the spill cannot be undone", moves[i].to);
         }
         free(moves);
@@ -337,7 +337,7 @@ int tier_demote(server_t *srv, session_t *s, uint32_t ns, size_t n)
     if (!moves)
         return KVS_ENOMEM;
     size_t n_moved = 0;
-    int rc = store_demote(srv, ns, n, moves, &n_moved);
+    int rc = store_demote(srv->store, ns, n, moves, &n_moved);
     if (rc != 0 || n_moved == 0) {
         free(moves);
         return rc;
@@ -347,7 +347,7 @@ int tier_demote(server_t *srv, session_t *s, uint32_t ns, size_t n)
         /* The index already moved them: put them back, nothing copied. */
         for (size_t i = n_moved; i-- > 0;) {
             uint32_t back;
-            if (store_move_end(srv, moves[i].to, false, &back) != 0)
+            if (store_move_end(srv->store, moves[i].to, false, &back) != 0)
                 LOG_ERROR("tier-2 block %u: the demotion cannot be undone", moves[i].to);
         }
         free(moves);
@@ -379,7 +379,7 @@ int tier_promote(server_t *srv, session_t *s, const uint32_t *pins, size_t n_pin
     memcpy(j->pins, pins, n_pins * sizeof(*pins));
     size_t done = 0;
     j->pin_first = first;
-    store_promote(srv, j->pins, first, n, j->index_ids, &done);
+    store_promote(srv->store, j->pins, first, n, j->index_ids, &done);
     if (done == 0) {
         job_free(j);
         return 0;

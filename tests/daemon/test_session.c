@@ -1808,21 +1808,21 @@ START_TEST(test_close_releases_pins_in_steps)
     }
     session_close(a, "test");
     /* Nothing let go of in the close itself: all of it waits for steps. */
-    ck_assert_uint_eq(store_draining_pins(srv), PINS);
+    ck_assert_uint_eq(store_draining_pins(srv->store), PINS);
     uint32_t ref = 0;
     ck_assert_int_eq(radix_block_refcount(srv->index, can[0], &ref), 0);
     ck_assert_uint_eq(ref, PINS / 2);
     int steps = 0;
-    uint64_t before = store_draining_pins(srv);
-    while (store_drain_step(srv)) {
-        uint64_t now = store_draining_pins(srv);
+    uint64_t before = store_draining_pins(srv->store);
+    while (store_drain_step(srv->store)) {
+        uint64_t now = store_draining_pins(srv->store);
         ck_assert_uint_ge(before - now + 0, 1);
         ck_assert_uint_le(before - now, STORE_RELEASE_STEP);
         before = now;
         steps++;
     }
     ck_assert_int_eq(steps, 3);
-    ck_assert_uint_eq(store_draining_pins(srv), 0);
+    ck_assert_uint_eq(store_draining_pins(srv->store), 0);
     ck_assert_int_eq(radix_block_refcount(srv->index, can[0], &ref), 0);
     ck_assert_uint_eq(ref, 0);
     /* A small close is let go of at once, as before. */
@@ -1830,7 +1830,7 @@ START_TEST(test_close_releases_pins_in_steps)
     ck_assert_int_eq(radix_pin(srv->index, can[1]), 0);
     session_pin_add(b, can[1]);
     session_close(b, "test");
-    ck_assert_uint_eq(store_draining_pins(srv), 0);
+    ck_assert_uint_eq(store_draining_pins(srv->store), 0);
     ck_assert_int_eq(radix_block_refcount(srv->index, can[1], &ref), 0);
     ck_assert_uint_eq(ref, 0);
     check_invariants();

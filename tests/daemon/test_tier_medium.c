@@ -200,7 +200,7 @@ START_TEST(test_failed_demotion_loses_nothing)
     ck_assert_uint_eq(radix_tier2_blocks(srv->index), 0);
     ck_assert_uint_eq(radix_busy_blocks(srv->index), 0);
     ck_assert_uint_eq(radix_cached_blocks(srv->index), 2);
-    ck_assert(!store_tiers_usable(srv));
+    ck_assert(!store_tiers_usable(srv->store));
     check_invariants(0);
 
     /* The rest of the prompt is still there. */
@@ -310,7 +310,7 @@ START_TEST(test_tier2_drops_reach_the_medium)
     uint32_t ns;
     size_t cleared = 0;
     ck_assert_int_eq(radix_ns_find(srv->index, SERVER_DEFAULT_NS, &ns), 0);
-    ck_assert_int_eq(store_clear(srv, ns, SIZE_MAX, &cleared), 0);
+    ck_assert_int_eq(store_clear(srv->store, ns, SIZE_MAX, &cleared), 0);
     ck_assert_uint_eq(cleared, POOL);
     ck_assert_uint_eq(knobs.dropped, POOL);
     check_invariants(0);
