@@ -1,21 +1,25 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * session: one client connection and everything it holds.
+ * session: one client connection and everything it holds, grouped by the
+ * layer that owns each part.
  *
- * A session owns
- *   - its WRITING blocks: a dense list (writing[]), with the store's
- *     records (store.h: writer, writer_pos) pointing back, so adding, removing and
- *     checking ownership of a block are O(1);
- *   - its pins: a hash map block id -> count (open addressing), because a
- *     session may pin the same cached block several times;
- *   - its input and output buffers.
+ *     session_t
+ *       |-- own     its holdings (core/holdings.c): WRITING blocks, a dense
+ *       |           list the store's records point back into (store.h:
+ *       |           writer, writer_pos), so adding, removing and checking
+ *       |           ownership of a block are O(1); its pins, a hash map
+ *       |           block id -> count (open addressing), because a session
+ *       |           may pin the same cached block several times; the scratch
+ *       |-- turn    its place in the fair turns and the hold (core/hold.c)
+ *       |-- claim   the prefixes it will write (store/inflight.c)
+ *       |-- steps   a request of it cut into steps (rpc/handlers.c)
+ *       |-- tree    its Tree (rpc/handlers.c)
+ *       `-- in, out, pipe, ...   its socket and buffers (net/session.c)
  *
  * However the session ends (clean close, EOF, a crash of the worker, an
- * untrusted stream, the daemon stopping), session_close releases every pin
- * and frees every WRITING block, in time proportional to what it holds.
- *
- * A session without a socket (session_new) is driven by session_feed and its
- * replies read from `out`: the unit tests use it, and it runs the same code.
+ * untrusted stream, the daemon stopping), session_close (net/session_io.h)
+ * releases every pin and frees every WRITING block, in time proportional
+ * to what it holds, with one call into the store (store_session_end).
  */
 #ifndef KVS_DAEMON_SESSION_H
 #define KVS_DAEMON_SESSION_H

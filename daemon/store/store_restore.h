@@ -20,7 +20,7 @@
 
 typedef struct store_restore store_restore_t;
 
-/* Starts the restore when the disk tier's scan was deferred (server.c opens
+/* Starts the restore when the disk tier's scan was deferred (kvshared.c opens
  * it so), after the config's namespaces exist. 0, or KVS_ENOMEM / KVS_EIO
  * (nothing started: the tier starts empty, its records stay on the disk). */
 int store_restore_start(server_t *srv);
