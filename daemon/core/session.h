@@ -14,7 +14,9 @@
  *       |-- claim   the prefixes it will write (store/inflight.c)
  *       |-- steps   a request of it cut into steps (rpc/handlers.c)
  *       |-- tree    its Tree (rpc/handlers.c)
- *       `-- in, out, pipe, ...   its socket and buffers (net/session.c)
+ *       |-- sock    its socket (net/session.c), peer: who it is (net/peer.c)
+ *       `-- in, out its frames and replies (net/ reads and writes, rpc/
+ *                   decodes and packs)
  *
  * However the session ends (clean close, EOF, a crash of the worker, an
  * untrusted stream, the daemon stopping), session_close (net/session_io.h)
@@ -58,6 +60,27 @@ typedef struct session_pins {
 } session_pins_t;
 
 #define SESSION_NO_BLOCK UINT32_MAX
+
+/* Its socket (net/session.c). */
+typedef struct session_socket {
+    uv_pipe_t pipe;
+    bool reading;  /* uv_read_start is on */
+    bool eof;      /* the client half-closed: close once replies are out */
+    int broken;    /* no socket: the error that ended its stream in a turn */
+    size_t queued; /* reply bytes in queued uv_writes */
+    /* Its share of the daemon's buffer count (server_t.net.buf_bytes). */
+    size_t buf_bytes;
+    uint64_t last_request_ms; /* loop time of the last request (idle timeout) */
+    uint64_t connected_ms;    /* loop time of its accept (Sessions: its age) */
+} session_socket_t;
+
+/* The peer, from SO_PEERCRED (net/peer.c); known false for a session
+ * without a socket. */
+typedef struct session_peer {
+    bool known;
+    uint32_t uid, gid;
+    int32_t pid;
+} session_peer_t;
 
 /* What a session holds in the store (core/holdings.c). */
 typedef struct session_holdings {
@@ -138,55 +161,43 @@ struct session {
     list_node_t link; /* on server_t.sessions, newest first */
     uint64_t id;
     char worker[64];
-
-    uv_pipe_t pipe;
-    bool has_pipe;
     bool closing;
-    int broken; /* no socket: the error that ended its stream in a turn */
+    bool has_pipe; /* it has a socket (sock); false: a session of the tests */
+
+    /* What its Hello said (handlers.c). */
     bool hello_done;
     /* Several devices (server_t.n_devices > 1): the device this worker
      * writes its shard on (-1: none), or the group's scheduler. */
     int rank;
     bool group_scheduler;
-    /* The model identity it declared in Hello (namespaces.h); NULL: none,
-     * and its requests use each namespace's own. */
+    /* The model identity it declared (namespaces.h); NULL: none, and its
+     * requests use each namespace's own. */
     struct identity *ident;
     uint64_t ident_hash;
     uint64_t requests;
     uint32_t ns_created; /* dynamic namespaces it created that still exist */
 
+    /* Its frames in and its replies out (net/ reads and writes them, rpc/
+     * decodes and packs), and the fds a Hello reply exports, sent with it. */
     frame_buf_t in;
     frame_buf_t out;
-    int fds[SESSION_MAX_FDS]; /* exported for the Hello reply, sent with it */
+    int fds[SESSION_MAX_FDS];
     size_t n_fds;
 
-    session_holdings_t own;
-
-    /* The peer, from SO_PEERCRED (peer.c); has_peer false for a session
-     * without a socket. */
-    bool has_peer;
-    uint32_t peer_uid, peer_gid;
-    int32_t peer_pid;
-
-    struct tier_job *tier_job; /* copies this session's request waits for (tier.h) */
-
-    /* The entry of its Lookup held for blocks other sessions write
-     * (inflight.h), while it is held for them. */
-    struct inflight_wait *wait;
+    session_socket_t sock;  /* its socket (net/session.c) */
+    session_peer_t peer;    /* who it is (net/peer.c) */
+    session_holdings_t own; /* what it holds (core/holdings.c) */
+    session_turn_t turn;    /* fair turns and the hold (core/hold.c) */
     session_claims_t claim; /* the prefixes it will write (inflight.h) */
-    session_turn_t turn;    /* fair turns and the hold (server.h) */
     session_steps_t steps;  /* its request cut into steps (handlers.c) */
     session_tree_t tree;    /* its Tree (handler_tree) */
-    bool reading;           /* uv_read_start is on */
-    bool eof;               /* the client half-closed: close once replies are out */
-    /* Its Lookup's fetch from the cluster tier (cluster_store.h); NULL: none. */
-    struct cluster_fetch *cluster_fetch;
 
-    /* Memory (see server.h, buf_bytes). */
-    size_t buf_bytes;         /* this session's share of the server's count */
-    size_t queued;            /* reply bytes in queued uv_writes */
-    uint64_t last_request_ms; /* loop time of the last request (idle timeout) */
-    uint64_t connected_ms;    /* loop time of its accept (Sessions: its age) */
+    /* What its request waits for in the store: tier copies (tier.h), the
+     * blocks other sessions write (inflight.h: its held Lookup's entry),
+     * a fetch from the cluster tier (cluster_store.h); NULL: none. */
+    struct tier_job *tier_job;
+    struct inflight_wait *wait;
+    struct cluster_fetch *cluster_fetch;
 };
 
 /* Buffers larger than this are given back once empty, so that one large

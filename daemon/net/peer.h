@@ -13,7 +13,7 @@
 
 #include "session.h"
 
-/* Fills s->peer_* from the socket (has_peer stays false if the kernel does
+/* Fills s->peer from the socket (peer.known stays false if the kernel does
  * not tell, or for a session without a socket). */
 void peer_identify(session_t *s);
 

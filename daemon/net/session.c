@@ -72,7 +72,7 @@ static size_t held_bytes(const session_t *s)
     /* A held Lookup keeps its prompt (inflight.h) besides its frame. */
     size_t wait = s->wait ? sizeof(*s->wait) + s->wait->n_tokens * sizeof(uint32_t) : 0;
     /* So does its Tree walk (handler_tree). */
-    return s->in.cap + s->out.cap + session_scratch_bytes(s) + s->queued + wait +
+    return s->in.cap + s->out.cap + session_scratch_bytes(s) + s->sock.queued + wait +
            handler_tree_bytes(s);
 }
 
@@ -82,8 +82,8 @@ static void account(session_t *s)
     if (s->closing)
         return;
     size_t now = held_bytes(s);
-    s->srv->net.buf_bytes = s->srv->net.buf_bytes - s->buf_bytes + now;
-    s->buf_bytes = now;
+    s->srv->net.buf_bytes = s->srv->net.buf_bytes - s->sock.buf_bytes + now;
+    s->sock.buf_bytes = now;
 }
 
 /* Gives back buffers grown by a large exchange once they are empty, and
@@ -114,9 +114,9 @@ static bool enforce_budget(server_t *srv, const session_t *spare)
     while (srv->net.buf_bytes > srv->cfg.max_buffer_memory) {
         session_t *big = NULL;
         LIST_FOR_EACH (&srv->sessions, session_t, link, s)
-            if (!s->closing && (!big || s->buf_bytes > big->buf_bytes))
+            if (!s->closing && (!big || s->sock.buf_bytes > big->sock.buf_bytes))
                 big = s;
-        if (!big || big->buf_bytes == 0)
+        if (!big || big->sock.buf_bytes == 0)
             return true;
         if (big == spare)
             return false;
@@ -127,7 +127,7 @@ static bool enforce_budget(server_t *srv, const session_t *spare)
             LOG_WARN("session buffers at %zu bytes, over max_buffer_memory (%zu): closing "
                      "session %llu (pid %d), which holds %zu; %llu closed so far for this",
                      srv->net.buf_bytes, srv->cfg.max_buffer_memory, (unsigned long long)big->id,
-                     (int)big->peer_pid, big->buf_bytes,
+                     (int)big->peer.pid, big->sock.buf_bytes,
                      (unsigned long long)srv->metrics.sessions_dropped_memory);
         }
         session_goodbye(big, KVS_ELIMIT,
@@ -171,16 +171,16 @@ void session_close(session_t *s, const char *reason)
         return;
     s->closing = true;
     handler_tree_gone(s);
-    s->srv->net.buf_bytes -= s->buf_bytes;
-    s->buf_bytes = 0;
+    s->srv->net.buf_bytes -= s->sock.buf_bytes;
+    s->sock.buf_bytes = 0;
     release_all(s);
     session_unschedule(s);
     unlink_session(s);
     LOG_DEBUG("session %llu (worker '%s', pid %d) closed: %s", (unsigned long long)s->id,
-              s->worker[0] ? s->worker : "?", (int)s->peer_pid, reason);
+              s->worker[0] ? s->worker : "?", (int)s->peer.pid, reason);
     if (s->has_pipe) {
-        uv_read_stop((uv_stream_t *)&s->pipe);
-        uv_close((uv_handle_t *)&s->pipe, on_close);
+        uv_read_stop((uv_stream_t *)&s->sock.pipe);
+        uv_close((uv_handle_t *)&s->sock.pipe, on_close);
     } else {
         destroy(s);
     }
@@ -193,12 +193,13 @@ static void on_write(uv_write_t *req, int status)
     session_write_t *w = (session_write_t *)req;
     session_t *s = req->handle->data;
     if (!s->closing) {
-        s->queued -= w->len;
+        s->sock.queued -= w->len;
         account(s);
     }
     if (status < 0 && status != UV_ECANCELED)
         session_close(s, uv_strerror(status));
-    else if (s->eof && !s->turn.in_ready && !session_held(s) && req->handle->write_queue_size == 0)
+    else if (s->sock.eof && !s->turn.in_ready && !session_held(s) &&
+             req->handle->write_queue_size == 0)
         session_close(s, "client closed (after its replies were sent)");
     free(w);
 }
@@ -209,7 +210,7 @@ static void on_write(uv_write_t *req, int status)
 static int send_with_fds(session_t *s)
 {
     int fd = -1;
-    if (uv_fileno((uv_handle_t *)&s->pipe, &fd) != 0)
+    if (uv_fileno((uv_handle_t *)&s->sock.pipe, &fd) != 0)
         return KVS_EIO;
     struct iovec iov = {s->out.data + s->out.head, s->out.len - s->out.head};
     union {
@@ -249,7 +250,7 @@ static void flush(session_t *s)
 {
     if (!s->has_pipe || s->closing)
         return;
-    uv_stream_t *stream = (uv_stream_t *)&s->pipe;
+    uv_stream_t *stream = (uv_stream_t *)&s->sock.pipe;
     size_t n = s->out.len - s->out.head;
     if (n == 0)
         return;
@@ -285,11 +286,11 @@ static void flush(session_t *s)
         }
         memcpy(w->data, p, n);
         w->len = n;
-        s->queued += n;
+        s->sock.queued += n;
         uv_buf_t buf = uv_buf_init((char *)w->data, (unsigned)n);
         int rc = uv_write(&w->req, stream, &buf, 1, on_write);
         if (rc != 0) {
-            s->queued -= n;
+            s->sock.queued -= n;
             free(w);
             frame_buf_reset(&s->out);
             session_close(s, uv_strerror(rc));
@@ -379,7 +380,7 @@ static int process(session_t *s, bool bounded, bool *more)
             session_spacing_done(s, t0, clock_ns);
         s->srv->metrics.bytes_in += FRAME_HEADER_BYTES + len;
         if (s->has_pipe)
-            s->last_request_ms = uv_now(s->srv->loop);
+            s->sock.last_request_ms = uv_now(s->srv->loop);
         frames++;
         /* Work, roughly: the bytes decoded and the bytes of reply built. */
         bytes += FRAME_HEADER_BYTES + (size_t)len + reply_bytes;
@@ -409,21 +410,21 @@ static int process(session_t *s, bool bounded, bool *more)
 
 int session_process(session_t *s)
 {
-    if (s->broken)
-        return s->broken;
+    if (s->sock.broken)
+        return s->sock.broken;
     bool more;
     return process(s, false, &more);
 }
 
 int session_broken(const session_t *s)
 {
-    return s->broken;
+    return s->sock.broken;
 }
 
 int session_feed(session_t *s, const uint8_t *bytes, size_t len)
 {
-    if (s->broken)
-        return s->broken;
+    if (s->sock.broken)
+        return s->sock.broken;
     int rc = frame_buf_reserve(&s->in, len);
     if (rc != 0)
         return rc;
@@ -470,22 +471,22 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf);
 
 static void start_reading(session_t *s)
 {
-    if (s->reading || s->eof || s->closing)
+    if (s->sock.reading || s->sock.eof || s->closing)
         return;
-    int rc = uv_read_start((uv_stream_t *)&s->pipe, on_alloc, on_read);
+    int rc = uv_read_start((uv_stream_t *)&s->sock.pipe, on_alloc, on_read);
     if (rc != 0) {
         session_close(s, uv_strerror(rc));
         return;
     }
-    s->reading = true;
+    s->sock.reading = true;
 }
 
 static void stop_reading(session_t *s)
 {
-    if (!s->reading)
+    if (!s->sock.reading)
         return;
-    uv_read_stop((uv_stream_t *)&s->pipe);
-    s->reading = false;
+    uv_read_stop((uv_stream_t *)&s->sock.pipe);
+    s->sock.reading = false;
 }
 
 /* One turn of s: at most a turn's worth of frames answered, replies sent.
@@ -497,7 +498,7 @@ void session_take_turn(session_t *s)
 {
     server_t *srv = s->srv;
     bool more;
-    if (s->broken)
+    if (s->sock.broken)
         return;
     int rc = process(s, true, &more);
     /* Replies of a pipeline that goes on in a later turn wait for it (up
@@ -513,7 +514,7 @@ void session_take_turn(session_t *s)
         return;
     if (rc != 0) {
         if (!s->has_pipe) {
-            s->broken = rc;
+            s->sock.broken = rc;
             return;
         }
         session_close(s, rc == KVS_ETOOBIG ? "frame over the limit" : "undecodable frame");
@@ -532,8 +533,8 @@ void session_take_turn(session_t *s)
     }
     if (!s->has_pipe)
         return;
-    if (s->eof) {
-        if (s->pipe.write_queue_size == 0)
+    if (s->sock.eof) {
+        if (s->sock.pipe.write_queue_size == 0)
             session_close(s, "client closed");
         return;
     }
@@ -566,11 +567,11 @@ static void on_idle_sweep(uv_timer_t *t)
     uint64_t now = uv_now(srv->loop);
     LIST_FOR_EACH_SAFE (&srv->sessions, session_t, link, s, next) {
         if (!s->has_pipe || s->closing || s->turn.in_ready || session_held(s) ||
-            now - s->last_request_ms < srv->cfg.idle_timeout_ms)
+            now - s->sock.last_request_ms < srv->cfg.idle_timeout_ms)
             continue;
         srv->metrics.sessions_idle_closed++;
         LOG_INFO("session %llu (pid %d): no request for %u ms (idle_timeout_ms); closing it",
-                 (unsigned long long)s->id, (int)s->peer_pid, srv->cfg.idle_timeout_ms);
+                 (unsigned long long)s->id, (int)s->peer.pid, srv->cfg.idle_timeout_ms);
         session_goodbye(s, KVS_ETIMEDOUT,
                         "closed by kvshared after idle_timeout_ms without a request; "
                         "reconnect to go on");
@@ -607,7 +608,7 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
     if (nread == UV_EOF) {
         /* Half-closed: what it sent is answered and sent before we close. */
         stop_reading(s);
-        s->eof = true;
+        s->sock.eof = true;
         session_take_turn(s);
         return;
     }
@@ -631,14 +632,14 @@ int session_accept(server_t *srv)
     if (!s)
         return KVS_ENOMEM;
     s->rank = -1; /* no rank until its Hello says one */
-    if (uv_pipe_init(srv->loop, &s->pipe, 0) != 0) {
+    if (uv_pipe_init(srv->loop, &s->sock.pipe, 0) != 0) {
         free(s);
         return KVS_EIO;
     }
-    s->pipe.data = s;
+    s->sock.pipe.data = s;
     s->has_pipe = true;
-    if (uv_accept((uv_stream_t *)&srv->net.listener, (uv_stream_t *)&s->pipe) != 0) {
-        uv_close((uv_handle_t *)&s->pipe, on_close);
+    if (uv_accept((uv_stream_t *)&srv->net.listener, (uv_stream_t *)&s->sock.pipe) != 0) {
+        uv_close((uv_handle_t *)&s->sock.pipe, on_close);
         return KVS_EIO;
     }
     link_session(srv, s);
@@ -667,7 +668,7 @@ int session_accept(server_t *srv)
         session_close(s, "session limit");
         return KVS_ELIMIT;
     }
-    s->last_request_ms = s->connected_ms = uv_now(srv->loop);
+    s->sock.last_request_ms = s->sock.connected_ms = uv_now(srv->loop);
     start_reading(s);
     if (s->closing)
         return KVS_EIO;

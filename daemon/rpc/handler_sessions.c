@@ -23,7 +23,7 @@
 /* Loop time of s's accept; now for a session without a socket. */
 static uint64_t since_ms(const session_t *s, uint64_t now)
 {
-    return s->has_pipe ? s->connected_ms : now;
+    return s->has_pipe ? s->sock.connected_ms : now;
 }
 
 static const char *hold_name(session_hold_reason_t why)
@@ -110,16 +110,16 @@ int handler_sessions(session_t *s, const Kvshare__Request *req, Kvshare__Respons
         Kvshare__SessionInfo *row = &rows[k];
         kvshare__session_info__init(row);
         row->id = o->id;
-        row->pid = o->has_peer ? o->peer_pid : 0;
-        row->uid = o->has_peer ? o->peer_uid : 0;
+        row->pid = o->peer.known ? o->peer.pid : 0;
+        row->uid = o->peer.known ? o->peer.uid : 0;
         row->worker = o->worker;
         row->pins = o->own.pins.used;
         row->pins_total = o->own.pins.total;
         row->writing = o->own.n_writing;
-        row->buffered =
-            (uint64_t)(o->in.len - o->in.head) + (uint64_t)(o->out.len - o->out.head) + o->queued;
+        row->buffered = (uint64_t)(o->in.len - o->in.head) + (uint64_t)(o->out.len - o->out.head) +
+                        o->sock.queued;
         row->age_s = sub_floor(now, since_ms(o, now)) / 1000;
-        row->idle_s = o->has_pipe ? sub_floor(now, o->last_request_ms) / 1000 : 0;
+        row->idle_s = o->has_pipe ? sub_floor(now, o->sock.last_request_ms) / 1000 : 0;
         row->held = session_held(o);
         row->held_for = (char *)hold_name(o->turn.held);
         row->requests = o->requests;

@@ -345,16 +345,16 @@ int handler_hello(session_t *s, const Kvshare__Request *req, Kvshare__Response *
     resp->hello = r;
     if (srv->n_devices > 1)
         LOG_INFO("session %llu: hello from '%s', pid %d, uid %u, %s %d of %u (%u fds)",
-                 (unsigned long long)s->id, s->worker[0] ? s->worker : "?", (int)s->peer_pid,
-                 s->peer_uid,
+                 (unsigned long long)s->id, s->worker[0] ? s->worker : "?", (int)s->peer.pid,
+                 s->peer.uid,
                  s->group_scheduler ? "scheduler"
                  : s->rank >= 0     ? "rank"
                                     : "monitor",
                  s->rank, srv->n_devices, r->n_fds);
     else
         LOG_INFO("session %llu: hello from '%s', pid %d, uid %u (%u fds)",
-                 (unsigned long long)s->id, s->worker[0] ? s->worker : "?", (int)s->peer_pid,
-                 s->peer_uid, r->n_fds);
+                 (unsigned long long)s->id, s->worker[0] ? s->worker : "?", (int)s->peer.pid,
+                 s->peer.uid, r->n_fds);
     return 0;
 }
 
@@ -1543,7 +1543,7 @@ static int tree_steps(session_t *s, handler_ctx_t *ctx, bool *done)
         /* Its memory grows with the prefixes found: counted with the
          * buffers of every session (held_bytes), it must fit beside them. */
         size_t walk = radix_top_walk_bytes(srv->tree.walk);
-        size_t others = srv->net.buf_bytes - s->buf_bytes;
+        size_t others = srv->net.buf_bytes - s->sock.buf_bytes;
         if (others + walk > srv->cfg.max_buffer_memory) {
             tree_end(srv);
             return fail(
@@ -1741,7 +1741,7 @@ int handler_clear(session_t *s, const Kvshare__Request *req, Kvshare__Response *
                     "clearing namespace '%s' is not allowed for uid %u: Clear drops a whole "
                     "tenant's cache; it takes uid 0, a uid or gid in clear_uids / clear_gids, or "
                     "one the namespace's own allow_uids / allow_gids names",
-                    radix_ns_name(srv->index, ns), (unsigned)s->peer_uid);
+                    radix_ns_name(srv->index, ns), (unsigned)s->peer.uid);
     }
     while (clear_step(s, ns, &rc)) {
         if (s->has_pipe) { /* sessions without a socket (tests) are never held */

@@ -239,22 +239,22 @@ void namespaces_free(server_t *srv)
 bool namespaces_allowed(const session_t *s, uint32_t ns)
 {
     const server_t *srv = s->srv;
-    if (!srv->ns.any_acl || ns >= srv->ns.n_tenants || !s->has_peer)
+    if (!srv->ns.any_acl || ns >= srv->ns.n_tenants || !s->peer.known)
         return true;
-    return config_acl_allows(&srv->ns.tenants[ns].acl, s->peer_uid, s->peer_gid);
+    return config_acl_allows(&srv->ns.tenants[ns].acl, s->peer.uid, s->peer.gid);
 }
 
 /* An allow-list that names someone admits the peer (an empty one admits
  * everyone to use a namespace, but names no owner). */
 static bool acl_names(const config_acl_t *acl, const session_t *s)
 {
-    return (acl->n_uids || acl->n_gids) && config_acl_allows(acl, s->peer_uid, s->peer_gid);
+    return (acl->n_uids || acl->n_gids) && config_acl_allows(acl, s->peer.uid, s->peer.gid);
 }
 
 bool namespaces_may_clear(const session_t *s, uint32_t ns)
 {
     const server_t *srv = s->srv;
-    if (!s->has_peer || s->peer_uid == 0 || acl_names(&srv->cfg.clear_acl, s))
+    if (!s->peer.known || s->peer.uid == 0 || acl_names(&srv->cfg.clear_acl, s))
         return true;
     return ns < srv->ns.n_tenants && acl_names(&srv->ns.tenants[ns].acl, s);
 }
@@ -374,7 +374,7 @@ int namespaces_resolve(session_t *s, const char *name, bool create, uint32_t *ns
         return errbuf_set(msg, msglen, KVS_EDENIED,
                           "permission denied: namespace '%s' does not allow uid %u / gid %u "
                           "(allow_uids / allow_gids of its [namespace] section)",
-                          name, s->peer_uid, s->peer_gid);
+                          name, s->peer.uid, s->peer.gid);
     }
     if (rc == 0)
         return namespaces_identity_check(s, *ns, msg, msglen);

@@ -1753,9 +1753,9 @@ START_TEST(test_clear_needs_permission)
     ck_assert_int_eq(namespaces_declare(srv, "t1", err, sizeof(err)), 0);
     ck_assert_int_eq(namespaces_declare(srv, "t2", err, sizeof(err)), 0);
     commit_hinted(owner, "t1", 300, 2, -1);
-    other->has_peer = true;
-    other->peer_uid = 1234;
-    other->peer_gid = 1234;
+    other->peer.known = true;
+    other->peer.uid = 1234;
+    other->peer.gid = 1234;
     ck_assert_int_eq(do_clear(other, "t1"), KVS_EDENIED);
     ck_assert_ptr_nonnull(strstr(last_msg, "clear_uids"));
     ck_assert_uint_eq(srv->metrics.clears_denied, 1);
@@ -1779,7 +1779,7 @@ START_TEST(test_clear_needs_permission)
     srv->cfg.clear_acl.n_gids = 1;
     ck_assert_int_eq(do_clear(other, "t2"), 0);
     /* uid 0 may. */
-    other->peer_uid = 0;
+    other->peer.uid = 0;
     srv->cfg.clear_acl.n_gids = 0;
     ck_assert_int_eq(do_clear(other, "t2"), 0);
     ck_assert_uint_eq(srv->metrics.clears, 3);
