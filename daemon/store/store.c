@@ -731,6 +731,8 @@ uint64_t store_draining_pins(const store_t *st)
     return n;
 }
 
+static bool release_session(store_t *st, session_t *s);
+
 bool store_session_end(store_t *st, session_t *s)
 {
     server_t *srv = st->srv;
@@ -739,14 +741,15 @@ bool store_session_end(store_t *st, session_t *s)
     namespaces_session_gone(s);
     tier_detach(s);
     cluster_store_detach(s);
-    bool steps = store_release_session(st, s);
+    bool steps = release_session(st, s);
     /* Its declarations ended: lookups held for them look again. */
     if (inflight_pending(srv))
         inflight_wake(srv, false);
     return steps;
 }
 
-bool store_release_session(store_t *st, session_t *s)
+/* Everything s holds goes (store_session_end). */
+static bool release_session(store_t *st, session_t *s)
 {
     server_t *srv = st->srv;
     for (uint32_t i = 0; i < s->own.n_writing; i++) {

@@ -20,7 +20,7 @@
  *     FREE --store_alloc--> WRITING (rec.writer = the session)
  *     WRITING --store_commit--> CACHED, pinned by the committer
  *     CACHED --store_release--> unpinned --store_evict--> FREE (BlockRemoved)
- *     WRITING --store_release or store_release_session--> FREE
+ *     WRITING --store_release or store_session_end--> FREE
  *
  * With several devices (--devices: one tensor-parallel group, a shard of
  * each block per device), a ranked session's commit records its shard
@@ -261,19 +261,14 @@ int store_pin(store_t *st, session_t *s, uint32_t b, const store_hint_t *hint);
  * (s's pin was not in the index). */
 int store_release(store_t *st, session_t *s, uint32_t b, const store_hint_t *hint);
 
-/* Everything s holds goes: WRITING blocks to the pool at once, pins to the
- * index (the session is closing): at once when they are at most
- * STORE_RELEASE_STEP, otherwise the store takes s's pin map over and lets
- * go of it in steps (store_drain_step), and true is returned: the caller
- * runs the steps on later loop turns. Until then those blocks stay pinned
- * (held by no session). */
-bool store_release_session(store_t *st, session_t *s);
-
 /* The store's side of a session's end, in one call: its held Lookup's
  * wait, its claims, the namespaces it created, its tier copies and cluster
- * fetch let go of it, and everything it holds goes (store_release_session,
- * whose return this is); lookups held for what it was writing look again.
- */
+ * fetch let go of it, and everything it holds goes: WRITING blocks to the
+ * pool at once, pins to the index at once when they are at most
+ * STORE_RELEASE_STEP, otherwise the store takes s's pin map over and lets
+ * go of it in steps (store_drain_step), and true is returned: the caller
+ * runs the steps on later loop turns (until then those blocks stay pinned,
+ * held by no session). Lookups held for what it was writing look again. */
 bool store_session_end(store_t *st, session_t *s);
 
 /* Lets go of up to STORE_RELEASE_STEP pins of closed sessions (oldest
