@@ -90,7 +90,8 @@ struct kvs_client {
     unsigned flags;
     uint64_t daemon_uid; /* trusted besides our own uid and root; 0: none */
 
-    pid_t pid; /* the process that connected: the socket and mapping are its */
+    pid_t pid;      /* the process that connected: the socket and mapping are its */
+    unsigned forks; /* fork_count when it connected (own_process) */
     int fd;
     uint64_t epoch;
     uint64_t next_id;
@@ -158,10 +159,37 @@ static void unmap_stale_pool(kvs_client_t *c)
     c->tier2_map = NULL;
 }
 
+/* Forks this process has made, counted in the child: every call asks
+ * whether it runs in the process that connected, and a load answers that
+ * where getpid() is a system call per call (and per block address). A child
+ * made without glibc's fork (a raw clone) is not counted: fork_watched
+ * false falls back to getpid, and such a child is unsupported anyway. */
+static atomic_uint fork_count;
+static bool fork_watched;
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+
+static void on_fork_child(void)
+{
+    atomic_fetch_add_explicit(&fork_count, 1, memory_order_relaxed);
+}
+
+static void fork_watch(void)
+{
+    fork_watched = pthread_atfork(NULL, NULL, on_fork_child) == 0;
+}
+
+/* Whether the calling process is the one that connected c. */
+static bool own_process(const kvs_client_t *c)
+{
+    if (!fork_watched)
+        return c->pid == getpid();
+    return c->forks == atomic_load_explicit(&fork_count, memory_order_relaxed);
+}
+
 /* A forked child may not use its parent's client. */
 static int foreign_process(kvs_client_t *c)
 {
-    if (c->pid == getpid())
+    if (own_process(c))
         return 0;
     set_err(c, KVS_ENOTCONN,
             "this kvshare client was connected by process %d and cannot be used after fork "
@@ -906,7 +934,7 @@ static int breaker_after(kvs_client_t *c, int rc)
     if (rc == 0 || !(c->flags & KVS_BREAKER) || c->fd >= 0 ||
         (rc != KVS_ETIMEDOUT && rc != KVS_ENOTCONN && rc != KVS_EBUSY && rc != KVS_EIO))
         return rc;
-    if (c->pid != getpid() || atomic_load_explicit(&b->down, memory_order_acquire))
+    if (!own_process(c) || atomic_load_explicit(&b->down, memory_order_acquire))
         return rc;          /* a forked child starts no thread */
     breaker_join(c, false); /* the last trip's, which ended when it was answered */
     if (b->wake_fd < 0)
@@ -1020,7 +1048,9 @@ int kvs_connect(const kvs_options_t *opts, kvs_client_t **out)
         return KVS_ENOMEM;
     c->fd = -1;
     c->brk.wake_fd = -1;
+    pthread_once(&fork_once, fork_watch);
     c->pid = getpid();
+    c->forks = atomic_load_explicit(&fork_count, memory_order_relaxed);
     c->timeout_ms = o.timeout_ms;
     c->reconnect_ms = o.reconnect_ms > 0 ? o.reconnect_ms : 0;
     c->flags = o.flags;
@@ -1056,7 +1086,7 @@ void kvs_close(kvs_client_t *c)
     if (!c)
         return;
     /* A forked child has no probe thread: only the parent joins it. */
-    if (c->pid == getpid())
+    if (own_process(c))
         breaker_join(c, true);
     if (c->brk.wake_fd >= 0)
         close(c->brk.wake_fd);
@@ -1070,7 +1100,7 @@ void kvs_close(kvs_client_t *c)
 
 int kvs_connected(const kvs_client_t *c)
 {
-    return c && c->fd >= 0 && c->pid == getpid();
+    return c && c->fd >= 0 && own_process(c);
 }
 
 uint64_t kvs_epoch(const kvs_client_t *c)
@@ -1112,7 +1142,7 @@ int kvs_geometry(const kvs_client_t *c, kvs_geometry_t *out)
 
 uintptr_t kvs_pool_base(const kvs_client_t *c)
 {
-    return c && c->map && c->pid == getpid() ? backend_mapping_base(c->map) : 0;
+    return c && c->map && own_process(c) ? backend_mapping_base(c->map) : 0;
 }
 
 /* The pool's layout (geometry.h) from what the daemon described. Errors:
@@ -1138,7 +1168,7 @@ int kvs_block_addr(const kvs_client_t *c, uint32_t layer, uint32_t kv, uint32_t 
 {
     if (!c || !addr)
         return KVS_EINVAL;
-    if (!c->map || c->pid != getpid())
+    if (!c->map || !own_process(c))
         return KVS_ENOTCONN;
     const kvs_geometry_t *g = &c->geo;
     geometry_t layout;
@@ -1191,7 +1221,7 @@ int kvs_block_read(kvs_client_t *c, uint32_t layer, uint32_t kv, uint32_t block,
 
 uintptr_t kvs_tier2_base(const kvs_client_t *c)
 {
-    return c && c->tier2_map && c->pid == getpid() ? backend_mapping_base(c->tier2_map) : 0;
+    return c && c->tier2_map && own_process(c) ? backend_mapping_base(c->tier2_map) : 0;
 }
 
 int kvs_tier2_block_addr(const kvs_client_t *c, uint32_t layer, uint32_t kv, uint32_t block,
@@ -1199,7 +1229,7 @@ int kvs_tier2_block_addr(const kvs_client_t *c, uint32_t layer, uint32_t kv, uin
 {
     if (!c || !addr)
         return KVS_EINVAL;
-    if (!c->map || c->pid != getpid())
+    if (!c->map || !own_process(c))
         return KVS_ENOTCONN;
     if (!c->tier2_map)
         return KVS_ENOTSUP;

@@ -630,6 +630,20 @@ START_TEST(test_fork_after_connect)
                  kvs_ping(c, 0, NULL) == KVS_ENOTCONN && !kvs_connected(c);
         if (!ok)
             fprintf(stderr, "child: %s\n", kvs_last_error(c));
+        /* The child's own client works there, and is foreign to its child. */
+        kvs_client_t *mine = NULL;
+        int own = kvs_connect(&o, &mine) == 0 && kvs_ping(mine, 0, NULL) == 0 &&
+                  kvs_connected(mine) && kvs_block_addr(mine, 0, 0, 0, &addr) == 0;
+        pid_t grandchild = own ? fork() : -1;
+        if (grandchild == 0)
+            _exit(kvs_ping(mine, 0, NULL) == KVS_ENOTCONN && !kvs_connected(mine) ? 0 : 1);
+        int gst = 1;
+        own = own && waitpid(grandchild, &gst, 0) == grandchild && WIFEXITED(gst) &&
+              WEXITSTATUS(gst) == 0 && kvs_ping(mine, 0, NULL) == 0;
+        if (!own)
+            fprintf(stderr, "child's own client: %s\n", mine ? kvs_last_error(mine) : "none");
+        ok = ok && own;
+        kvs_close(mine);
         kvs_close(c);
         _exit(ok ? 0 : 1);
     }
