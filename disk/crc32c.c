@@ -131,7 +131,15 @@ __attribute__((target("sse4.2"))) static uint32_t hw_stripes(uint32_t c, const u
             d = _mm_crc32_u64(d, wd);
         }
     }
-    uint32_t shift = x_pow_bytes(l);
+    /* A thread checks slots of one size over and over: the last stripe
+     * length's factor is kept. */
+    static _Thread_local uint64_t last_l;
+    static _Thread_local uint32_t last_shift;
+    if (l != last_l) {
+        last_shift = x_pow_bytes(l);
+        last_l = l;
+    }
+    uint32_t shift = last_shift;
     uint32_t r = gf_mul((uint32_t)a, shift) ^ (uint32_t)b;
     r = gf_mul(r, shift) ^ (uint32_t)d;
     *done = 3 * l;
@@ -203,6 +211,16 @@ uint32_t crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b)
     /* Over GF(2), crc(A B) = crc(A) moved past len_b bytes + crc(B): the
      * conditioning (start and end inverted) cancels between the two. */
     return gf_mul(crc_a, x_pow_bytes(len_b)) ^ crc_b;
+}
+
+uint32_t crc32c_shift(uint64_t len)
+{
+    return x_pow_bytes(len);
+}
+
+uint32_t crc32c_combine_shift(uint32_t crc_a, uint32_t crc_b, uint32_t shift)
+{
+    return gf_mul(crc_a, shift) ^ crc_b;
 }
 
 bool crc32c_hw(void)

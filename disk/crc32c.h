@@ -26,6 +26,11 @@ uint32_t crc32c_copy(uint32_t crc, void *dst, const void *src, size_t len);
 /* The CRC32C of A then B from crc_a = crc32c(0, A) and crc_b = crc32c(0, B),
  * B being len_b bytes: crc32c(crc_a, B), without B's bytes. */
 uint32_t crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
+/* crc32c_combine with the length's factor taken once: for many CRCs of one
+ * length, crc32c_combine_shift(a, b, crc32c_shift(len_b)) is
+ * crc32c_combine(a, b, len_b) at a thirtieth of the cost or less. */
+uint32_t crc32c_shift(uint64_t len);
+uint32_t crc32c_combine_shift(uint32_t crc_a, uint32_t crc_b, uint32_t shift);
 /* Whether crc32c runs on the CPU's instruction. */
 bool crc32c_hw(void);
 

@@ -211,8 +211,8 @@ static void encode_around(const disk_t *d, uint8_t *buf, uint32_t slot, const di
     size_t end = d->pay_off + d->block_bytes, pad = d->slot_bytes - end;
     memset(buf + end, 0, pad);
     fill_header(d, buf, slot, meta);
-    uint32_t payload_crc = crc32c(block_crc, buf + end, pad);
-    put32(buf + H_CRC, crc32c_combine(header_crc(d, buf), payload_crc, d->slot_bytes - d->pay_off));
+    uint32_t payload_crc = crc32c_combine_shift(block_crc, d->pad_crc, d->pad_shift);
+    put32(buf + H_CRC, crc32c_combine_shift(header_crc(d, buf), payload_crc, d->body_shift));
 }
 
 void disk_encode(const disk_t *d, uint8_t *buf, uint32_t slot, const disk_meta_t *meta,
@@ -1279,6 +1279,12 @@ static int geometry(disk_t *d, const disk_config_t *cfg, char *err, size_t errle
     }
     d->nslots = (uint32_t)n;
     d->file_bytes = DISK_ALIGN + n * d->slot_bytes;
+    /* (a slot is rounded up to a page: its pad is under one) */
+    static const uint8_t zeros[DISK_ALIGN];
+    uint64_t pad = d->slot_bytes - d->pay_off - d->block_bytes;
+    d->pad_crc = crc32c(0, zeros, pad);
+    d->pad_shift = crc32c_shift(pad);
+    d->body_shift = crc32c_shift(d->slot_bytes - d->pay_off);
     return 0;
 }
 

@@ -32,6 +32,10 @@ struct disk {
     uint64_t pay_off;   /* the payload's offset in a slot: hdr_bytes rounded up to a page */
     uint64_t ident_off; /* the identity hash's offset in a record: after the tokens */
     bool direct_ok;     /* block_bytes is whole pages: page-aligned ops may skip the buffer */
+    /* A record's CRC from its parts' without reading the zeros after the
+     * block: the CRC of those pad bytes, and the factors that move a CRC
+     * past them and past the slot's bytes after the header (crc32c_shift). */
+    uint32_t pad_crc, pad_shift, body_shift;
     uint32_t block_tokens, nslots;
     uint64_t geometry_id;
 

@@ -236,8 +236,9 @@ START_TEST(crc_paths_agree)
 END_TEST
 
 /* crc32c_copy: the bytes copied and the CRC of what was read, short and
- * striped lengths, any alignment; crc32c_combine joins two CRCs as one pass
- * over both buffers would. */
+ * striped lengths, any alignment; crc32c_combine (and crc32c_combine_shift
+ * with the length's factor) joins two CRCs as one pass over both buffers
+ * would. */
 START_TEST(crc_copy_and_combine)
 {
     size_t max = 3 * 65536 + 77;
@@ -260,6 +261,8 @@ START_TEST(crc_copy_and_combine)
             size_t cut = len / 3;
             uint32_t a = crc32c(0, src + off, cut), b = crc32c(0, src + off + cut, len - cut);
             ck_assert_uint_eq(crc32c_combine(a, b, len - cut), crc32c(0, src + off, len));
+            ck_assert_uint_eq(crc32c_combine_shift(a, b, crc32c_shift(len - cut)),
+                              crc32c(0, src + off, len));
         }
     free(src);
     free(dst);
