@@ -41,6 +41,7 @@
 typedef struct hit_cfg {
     const char *kvshared;
     unsigned pool_blocks, samples;
+    unsigned loop_rt; /* > 0: kvshared --loop-rt-priority */
     char dir[SOCKET_PATH_MAX - sizeof("/kvshared.sock")], sock[SOCKET_PATH_MAX];
     char disk[PATH_MAX + 16];
     pid_t pid;
@@ -77,7 +78,14 @@ static int start_daemon(hit_cfg_t *b)
                           host,        "--disk-tier-path",
                           b->disk,     "--disk-tier-bytes",
                           disk,        "--log-level",
-                          "warn",      NULL};
+                          "warn",      NULL,
+                          NULL,        NULL};
+    char rt[16];
+    if (b->loop_rt) {
+        snprintf(rt, sizeof(rt), "%u", b->loop_rt);
+        argv[sizeof(argv) / sizeof(argv[0]) - 3] = "--loop-rt-priority";
+        argv[sizeof(argv) / sizeof(argv[0]) - 2] = rt;
+    }
     b->pid = launch_daemon(argv, 2 * LAUNCH_READY_MS, NULL);
     return b->pid > 0 ? 0 : -1;
 }
@@ -173,12 +181,13 @@ static void report(const char *what, uint64_t *ns, size_t n)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: kvshare-bench tier-hit [--kvshared PATH] [--pool-blocks N] [--samples N]\n"
-               "                              [--dir DIR]\n\n"
+               "                              [--dir DIR] [--loop-rt N]\n\n"
                "A pinned Lookup of one 512-byte block in tier 3 (the disk: kvshared reads,\n"
                "verifies and promotes it, demoting another to make room) against one that\n"
                "hits tier 1, in the same run. Pool and host tier of --pool-blocks (default\n"
                "4096) each, a disk tier 16 times that in --dir (default: a temporary\n"
-               "directory); --samples of each (default 2000).\n");
+               "directory); --samples of each (default 2000). --loop-rt N: kvshared\n"
+               "--loop-rt-priority N (its loop thread under SCHED_RR).\n");
 }
 
 int bench_tier_hit(int argc, char **argv)
@@ -199,6 +208,8 @@ int bench_tier_hit(int argc, char **argv)
             b.samples = (unsigned)atoi(argv[++i]);
         } else if (strcmp(argv[i], "--dir") == 0 && i + 1 < argc) {
             dir = argv[++i];
+        } else if (strcmp(argv[i], "--loop-rt") == 0 && i + 1 < argc) {
+            b.loop_rt = (unsigned)atoi(argv[++i]);
         } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             usage(stdout);
             return 0;
