@@ -955,7 +955,10 @@ END_TEST
 
 /* An Evict's deletion looks at the slots of its own blocks' records, not at
  * every slot (before: one probe per slot of the file, on the loop, about
- * 5 ms per million slots). */
+ * 5 ms per million slots). The buckets are keyed at random per process, so
+ * a hash's bucket may also hold another block's record: what is looked at
+ * is bounded by the records on the disk (each hash's bucket walked once),
+ * never by the file's 64 slots. */
 START_TEST(evict_looks_only_at_its_blocks)
 {
     uv_loop_t loop;
@@ -985,14 +988,18 @@ START_TEST(evict_looks_only_at_its_blocks)
     size_t k = 0, looked = 0;
     ck_assert_int_eq(store_disk_medium_forget(m, hashes, 3, &k, &looked), 0);
     ck_assert_uint_eq(k, 2); /* slots 3 and 20 */
-    ck_assert_uint_le(looked, 4);
+    /* two hashes (the third a repeat); five records on the disk */
+    ck_assert_uint_ge(looked, 2);
+    ck_assert_uint_le(looked, 2 * 5);
     /* Gone: a second forget finds nothing; the others stay. */
     ck_assert_int_eq(store_disk_medium_forget(m, hashes, 1, &k, &looked), 0);
     ck_assert_uint_eq(k, 0);
     fill_meta(2, &meta, tokens);
     ck_assert_int_eq(store_disk_medium_forget(m, &meta.chain_hash, 1, &k, &looked), 0);
     ck_assert_uint_eq(k, 1);
-    ck_assert_uint_eq(looked, 1);
+    /* its own record, and those of blocks 0 and 3 if they share its bucket */
+    ck_assert_uint_ge(looked, 1);
+    ck_assert_uint_le(looked, 3);
     tier_medium_close(m);
     uv_run(&loop, UV_RUN_DEFAULT);
     ck_assert_int_eq(uv_loop_close(&loop), 0);
