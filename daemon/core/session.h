@@ -72,6 +72,11 @@ typedef struct session_socket {
     size_t buf_bytes;
     uint64_t last_request_ms; /* loop time of the last request (idle timeout) */
     uint64_t connected_ms;    /* loop time of its accept (Sessions: its age) */
+    /* server_t.sched.loop_polls of the last read that answered a frame: it
+     * reads no more before the next poll (net/session.c, on_alloc), and
+     * the empty buffer that says so is not an error (yielding). */
+    uint64_t answered_polls;
+    bool yielding;
 } session_socket_t;
 
 /* The peer, from SO_PEERCRED (net/peer.c); known false for a session

@@ -434,10 +434,30 @@ int session_feed(session_t *s, const uint8_t *bytes, size_t len)
     return session_process(s);
 }
 
+/* A read of s answered frames in this loop iteration. libuv reads a stream
+ * again, up to 32 times, while each read fills the buffer it was given,
+ * and a read that ends a frame fills it (on_alloc asks for no more than the
+ * frame): a client that sends its next request while the reply's turn
+ * ends would have up to 16 turns in a row without the loop polling
+ * anyone else (16 Pins of 65,536 blocks: 180 ms under AddressSanitizer).
+ * One read that answers per session per poll, as on_turn gives one turn:
+ * an empty buffer ends libuv's reads, the socket stays watched, and the
+ * next poll finds its bytes. Without the loop watch there is no count of
+ * polls, and no wait. */
+static bool answered_this_poll(const session_t *s)
+{
+    return s->srv->net.watch && s->sock.answered_polls == s->srv->sched.loop_polls;
+}
+
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     session_t *s = h->data;
     size_t want = SESSION_READ_CHUNK, room_max = SIZE_MAX;
+    if (answered_this_poll(s)) {
+        s->sock.yielding = true;
+        *buf = uv_buf_init(NULL, 0);
+        return;
+    }
     size_t avail = s->in.len - s->in.head;
     (void)suggested;
     if (avail >= FRAME_HEADER_BYTES) {
@@ -605,6 +625,10 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 {
     session_t *s = stream->data;
     (void)buf;
+    if (nread == UV_ENOBUFS && s->sock.yielding) {
+        s->sock.yielding = false; /* until the next poll (answered_this_poll) */
+        return;
+    }
     if (nread == UV_EOF) {
         /* Half-closed: what it sent is answered and sent before we close. */
         stop_reading(s);
@@ -623,7 +647,10 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
     if (nread == 0)
         return;
     s->in.len += (size_t)nread;
+    uint64_t answered = s->requests;
     session_take_turn(s);
+    if (s->requests != answered)
+        s->sock.answered_polls = s->srv->sched.loop_polls;
 }
 
 int session_accept(server_t *srv)
