@@ -206,13 +206,6 @@ uint32_t crc32c_copy(uint32_t crc, void *dst, const void *src, size_t len)
     return ~sw_update(~crc, dst, len);
 }
 
-uint32_t crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b)
-{
-    /* Over GF(2), crc(A B) = crc(A) moved past len_b bytes + crc(B): the
-     * conditioning (start and end inverted) cancels between the two. */
-    return gf_mul(crc_a, x_pow_bytes(len_b)) ^ crc_b;
-}
-
 uint32_t crc32c_shift(uint64_t len)
 {
     return x_pow_bytes(len);
@@ -220,7 +213,14 @@ uint32_t crc32c_shift(uint64_t len)
 
 uint32_t crc32c_combine_shift(uint32_t crc_a, uint32_t crc_b, uint32_t shift)
 {
+    /* Over GF(2), crc(A B) = crc(A) moved past B's bytes + crc(B): the
+     * conditioning (start and end inverted) cancels between the two. */
     return gf_mul(crc_a, shift) ^ crc_b;
+}
+
+uint32_t crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b)
+{
+    return crc32c_combine_shift(crc_a, crc_b, crc32c_shift(len_b));
 }
 
 bool crc32c_hw(void)
