@@ -66,26 +66,22 @@ static int start_daemon(hit_cfg_t *b)
     /* One 4 KiB slot a block (its record header and the block), then the
      * superblock's page. */
     snprintf(disk, sizeof(disk), "%llu", 4096ull + 4096ull * 16u * b->pool_blocks);
-    const char *argv[] = {b->kvshared, "--socket",
-                          b->sock,     "--backend",
-                          "host",      "--layers",
-                          "1",         "--kv-heads",
-                          "1",         "--head-dim",
-                          "8",         "--dtype",
-                          "fp16",      "--block-tokens",
-                          "16",        "--pool-blocks",
-                          pool,        "--host-tier",
-                          host,        "--disk-tier-path",
-                          b->disk,     "--disk-tier-bytes",
-                          disk,        "--log-level",
-                          "warn",      NULL,
-                          NULL,        NULL};
+    const char *argv[32] = {
+        b->kvshared, "--socket",         b->sock, "--backend",         "host", "--layers",
+        "1",         "--kv-heads",       "1",     "--head-dim",        "8",    "--dtype",
+        "fp16",      "--block-tokens",   "16",    "--pool-blocks",     pool,   "--host-tier",
+        host,        "--disk-tier-path", b->disk, "--disk-tier-bytes", disk,   "--log-level",
+        "warn"};
+    size_t n = 0;
+    while (argv[n])
+        n++;
     char rt[16];
     if (b->loop_rt) {
         snprintf(rt, sizeof(rt), "%u", b->loop_rt);
-        argv[sizeof(argv) / sizeof(argv[0]) - 3] = "--loop-rt-priority";
-        argv[sizeof(argv) / sizeof(argv[0]) - 2] = rt;
+        argv[n++] = "--loop-rt-priority";
+        argv[n++] = rt;
     }
+    argv[n] = NULL;
     b->pid = launch_daemon(argv, 2 * LAUNCH_READY_MS, NULL);
     return b->pid > 0 ? 0 : -1;
 }
