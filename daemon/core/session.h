@@ -64,6 +64,7 @@ typedef struct session_pins {
 /* Its socket (net/session.c). */
 typedef struct session_socket {
     uv_pipe_t pipe;
+    bool has_pipe; /* pipe is open; false: a session of the tests, without a socket */
     bool reading;  /* uv_read_start is on */
     bool eof;      /* the client half-closed: close once replies are out */
     int broken;    /* no socket: the error that ended its stream in a turn */
@@ -167,7 +168,6 @@ struct session {
     uint64_t id;
     char worker[64];
     bool closing;
-    bool has_pipe; /* it has a socket (sock); false: a session of the tests */
 
     /* What its Hello said (handlers.c). */
     bool hello_done;

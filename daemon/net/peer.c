@@ -13,7 +13,7 @@ void peer_identify(session_t *s)
     int fd = -1;
     struct ucred cred;
     socklen_t len = sizeof(cred);
-    if (!s->has_pipe || uv_fileno((uv_handle_t *)&s->sock.pipe, &fd) != 0)
+    if (!s->sock.has_pipe || uv_fileno((uv_handle_t *)&s->sock.pipe, &fd) != 0)
         return;
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || len != sizeof(cred))
         return;

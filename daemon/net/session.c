@@ -178,7 +178,7 @@ void session_close(session_t *s, const char *reason)
     unlink_session(s);
     LOG_DEBUG("session %llu (worker '%s', pid %d) closed: %s", (unsigned long long)s->id,
               s->worker[0] ? s->worker : "?", (int)s->peer.pid, reason);
-    if (s->has_pipe) {
+    if (s->sock.has_pipe) {
         uv_read_stop((uv_stream_t *)&s->sock.pipe);
         uv_close((uv_handle_t *)&s->sock.pipe, on_close);
     } else {
@@ -248,7 +248,7 @@ static int send_with_fds(session_t *s)
  * what the socket did not take) through a queued uv_write. */
 static void flush(session_t *s)
 {
-    if (!s->has_pipe || s->closing)
+    if (!s->sock.has_pipe || s->closing)
         return;
     uv_stream_t *stream = (uv_stream_t *)&s->sock.pipe;
     size_t n = s->out.len - s->out.head;
@@ -354,7 +354,7 @@ static int process(session_t *s, bool bounded, bool *more)
         }
         /* Large frames are spaced like whole-index walks (server.h);
          * sessions without a socket (tests) are never held for it. */
-        bool large = s->has_pipe && len >= SESSION_LARGE_FRAME;
+        bool large = s->sock.has_pipe && len >= SESSION_LARGE_FRAME;
         size_t out_len = s->out.len, reply_bytes = 0;
         if (clock_ns == 0)
             clock_ns = start_ns = uv_hrtime();
@@ -379,7 +379,7 @@ static int process(session_t *s, bool bounded, bool *more)
         if (large) /* clock_ns: when its reply was built */
             session_spacing_done(s, t0, clock_ns);
         s->srv->metrics.bytes_in += FRAME_HEADER_BYTES + len;
-        if (s->has_pipe)
+        if (s->sock.has_pipe)
             s->sock.last_request_ms = uv_now(s->srv->loop);
         frames++;
         /* Work, roughly: the bytes decoded and the bytes of reply built. */
@@ -389,13 +389,13 @@ static int process(session_t *s, bool bounded, bool *more)
         /* A reply can be thousands of times its request (Stats, Tree): send
          * as the replies of one read grow, so that --max-output bounds what
          * a client that does not read makes the daemon hold. */
-        if (s->has_pipe && s->n_fds == 0 && s->out.len - s->out.head >= SESSION_FLUSH_BYTES) {
+        if (s->sock.has_pipe && s->n_fds == 0 && s->out.len - s->out.head >= SESSION_FLUSH_BYTES) {
             flush(s);
             if (s->closing)
                 return 0;
         }
         if (s->n_fds > 0) {
-            if (s->has_pipe) {
+            if (s->sock.has_pipe) {
                 rc = send_with_fds(s);
                 if (rc != 0)
                     return rc;
@@ -533,7 +533,7 @@ void session_take_turn(session_t *s)
     if (s->closing)
         return;
     if (rc != 0) {
-        if (!s->has_pipe) {
+        if (!s->sock.has_pipe) {
             s->sock.broken = rc;
             return;
         }
@@ -541,17 +541,17 @@ void session_take_turn(session_t *s)
         return;
     }
     if (session_held(s)) {
-        if (s->has_pipe)
+        if (s->sock.has_pipe)
             stop_reading(s);
         return;
     }
     if (more) {
-        if (s->has_pipe)
+        if (s->sock.has_pipe)
             stop_reading(s);
         session_ready(s);
         return;
     }
-    if (!s->has_pipe)
+    if (!s->sock.has_pipe)
         return;
     if (s->sock.eof) {
         if (s->sock.pipe.write_queue_size == 0)
@@ -586,7 +586,7 @@ static void on_idle_sweep(uv_timer_t *t)
     server_t *srv = t->data;
     uint64_t now = uv_now(srv->loop);
     LIST_FOR_EACH_SAFE (&srv->sessions, session_t, link, s, next) {
-        if (!s->has_pipe || s->closing || s->turn.in_ready || session_held(s) ||
+        if (!s->sock.has_pipe || s->closing || s->turn.in_ready || session_held(s) ||
             now - s->sock.last_request_ms < srv->cfg.idle_timeout_ms)
             continue;
         srv->metrics.sessions_idle_closed++;
@@ -664,7 +664,7 @@ int session_accept(server_t *srv)
         return KVS_EIO;
     }
     s->sock.pipe.data = s;
-    s->has_pipe = true;
+    s->sock.has_pipe = true;
     if (uv_accept((uv_stream_t *)&srv->net.listener, (uv_stream_t *)&s->sock.pipe) != 0) {
         uv_close((uv_handle_t *)&s->sock.pipe, on_close);
         return KVS_EIO;

@@ -23,7 +23,7 @@
 /* Loop time of s's accept; now for a session without a socket. */
 static uint64_t since_ms(const session_t *s, uint64_t now)
 {
-    return s->has_pipe ? s->sock.connected_ms : now;
+    return s->sock.has_pipe ? s->sock.connected_ms : now;
 }
 
 static const char *hold_name(session_hold_reason_t why)
@@ -119,7 +119,7 @@ int handler_sessions(session_t *s, const Kvshare__Request *req, Kvshare__Respons
         row->buffered = (uint64_t)(o->in.len - o->in.head) + (uint64_t)(o->out.len - o->out.head) +
                         o->sock.queued;
         row->age_s = sub_floor(now, since_ms(o, now)) / 1000;
-        row->idle_s = o->has_pipe ? sub_floor(now, o->sock.last_request_ms) / 1000 : 0;
+        row->idle_s = o->sock.has_pipe ? sub_floor(now, o->sock.last_request_ms) / 1000 : 0;
         row->held = session_held(o);
         row->held_for = (char *)hold_name(o->turn.held);
         row->requests = o->requests;

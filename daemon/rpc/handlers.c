@@ -495,7 +495,7 @@ static int alloc_pieces(session_t *s, uint32_t ns, uint32_t n, const uint64_t *h
                         uint32_t *ids, size_t *evicted, store_evicted_t *report, handler_ctx_t *ctx)
 {
     server_t *srv = s->srv;
-    bool pieces = s->has_pipe && !srv->stopping && !report->want;
+    bool pieces = s->sock.has_pipe && !srv->stopping && !report->want;
     uint32_t done = s->steps.alloc_done, k = n - done;
     if (pieces && k > STORE_PIECE_BLOCKS)
         k = STORE_PIECE_BLOCKS;
@@ -868,11 +868,11 @@ static bool commit_pieces(session_t *s, uint32_t ns, const uint32_t *tokens, siz
     server_t *srv = s->srv;
     /* Sessions without a socket (tests) are never held; when stopping,
      * there is no next turn. */
-    bool pieces = s->has_pipe && !srv->stopping && n_ids - first > STORE_PIECE_BLOCKS;
+    bool pieces = s->sock.has_pipe && !srv->stopping && n_ids - first > STORE_PIECE_BLOCKS;
     size_t end = pieces ? first + STORE_PIECE_BLOCKS : n_ids;
     *irc = store_commit_range(srv->store, s, ns, tokens, n_tokens, ids, first, end, hint, canonical,
                               n_done);
-    if (*irc == KVS_EBUSY && s->has_pipe && !srv->stopping &&
+    if (*irc == KVS_EBUSY && s->sock.has_pipe && !srv->stopping &&
         s->steps.commit_waits < COMMIT_TIER_WAITS && radix_busy_blocks(srv->index) > 0 &&
         tier_wait(srv, s) == 1) {
         /* The prompt runs through a cached block being copied between the
@@ -1496,7 +1496,7 @@ static int tree_begin(session_t *s, const Kvshare__TreeRequest *tr, handler_ctx_
     /* Spaced as large work (server.h), however many Trees a client
      * pipelines (a session without a socket, in tests, is never held). */
     uint64_t t0 = uv_hrtime();
-    if (s->has_pipe && t0 < session_spacing_next(s))
+    if (s->sock.has_pipe && t0 < session_spacing_next(s))
         return tree_wait(s, tr, SESSION_HOLD_SPACING, session_spacing_until(s, t0), ctx);
     if (srv->tree.owner) /* another session's walk: until it ends */
         return tree_wait(s, tr, SESSION_HOLD_TREE, 0, ctx);
@@ -1559,7 +1559,7 @@ static int tree_steps(session_t *s, handler_ctx_t *ctx, bool *done)
             session_spacing_done(s, t1 - s->tree.work_ns, t1);
             return 0;
         }
-        if (s->has_pipe && !srv->stopping) {
+        if (s->sock.has_pipe && !srv->stopping) {
             uint64_t now = uv_now(srv->loop);
             ctx->hold = SESSION_HOLD_TREE;
             ctx->hold_until_ms = now ? now : 1; /* 0 would mean no deadline */
@@ -1744,7 +1744,7 @@ int handler_clear(session_t *s, const Kvshare__Request *req, Kvshare__Response *
                     radix_ns_name(srv->index, ns), (unsigned)s->peer.uid);
     }
     while (clear_step(s, ns, &rc)) {
-        if (s->has_pipe) { /* sessions without a socket (tests) are never held */
+        if (s->sock.has_pipe) { /* sessions without a socket (tests) are never held */
             uint64_t now = uv_now(srv->loop);
             ctx->hold = SESSION_HOLD_CLEAR;
             ctx->hold_until_ms = now ? now : 1; /* 0 would mean no deadline */

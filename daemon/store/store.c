@@ -291,7 +291,7 @@ int store_alloc(store_t *st, session_t *s, uint32_t ns, uint32_t n, const uint64
             /* In pieces, each bounded: another session's requests run
              * between them (they may take blocks freed here: then this one
              * evicts more at its next run). */
-            bool pieces = s->has_pipe && !srv->stopping && !(report && report->want) &&
+            bool pieces = s->sock.has_pipe && !srv->stopping && !(report && report->want) &&
                           need > STORE_PIECE_BLOCKS;
             size_t step = pieces ? STORE_PIECE_BLOCKS : need;
             rc = store_evict(st, ns, step, evicted, report);
@@ -1033,7 +1033,7 @@ int store_lookup(store_t *st, session_t *s, uint32_t ns, const uint32_t *tokens,
         n_promote = radix_promotable(st->index, ids + n_t1, n_blocks - n_t1);
     /* A piece at a time: the Lookup runs again once its copies end, and
      * promotes the next (or answers with what is in the pool). */
-    if (n_promote > STORE_PIECE_BLOCKS && s->has_pipe)
+    if (n_promote > STORE_PIECE_BLOCKS && s->sock.has_pipe)
         n_promote = STORE_PIECE_BLOCKS;
     if (n_t1 < n_blocks && in_place) {
         /* pinned in tier 2: neither promoted nor dropped; tier 3 is on disk,
