@@ -29,7 +29,10 @@
  * and takes free pool blocks for a fetch before the thread writes into them.
  * Jobs go to the thread, and results come back, through a queue each under
  * one mutex; a uv_async_t wakes the thread, a loop_wake_t the loop (which
- * must never wait for the niced thread: loop_wake.h). */
+ * must never wait for the niced thread: loop_wake.h). The thread gathers
+ * its results in an outbox and hands them over around each of its polls
+ * (outbox_flush): one lock and one wake-up of the loop for every write a
+ * burst copied out, not one each. */
 
 /* Bytes not yet written to the sockets before a write waits. */
 #define CLUSTER_STORE_UNSENT_BYTES (256u << 10)
@@ -77,7 +80,10 @@ typedef struct cluster_link {
     unsigned char *value; /* a value being built (the largest so far) */
     size_t value_cap;
     job_t *pending, *pending_tail; /* writes waiting for room in the tier */
-    int settings_asked;            /* the masters' settings check started */
+    job_t *outbox, *outbox_tail;   /* results not handed to the loop yet */
+    uv_prepare_t before_poll;      /* hand them over (outbox_flush) */
+    uv_check_t after_poll;
+    int settings_asked; /* the masters' settings check started */
     /* The daemon's loop's. */
     loop_wake_t back;
     uint32_t puts_queued; /* writes handed over whose blocks are still pinned */
@@ -158,13 +164,39 @@ static void on_snap(uv_timer_t *h)
     link_snapshot(l);
 }
 
-/* Hands job j (a write copied out, a fetch ended) back to the loop. */
+/* Job j (a write copied out, a fetch ended) goes back to the loop with
+ * the others of this turn of the thread's loop (on the thread). */
 static void link_return(cluster_link_t *l, job_t *j)
 {
+    job_push(&l->outbox, &l->outbox_tail, j);
+}
+
+/* Hands the outbox to the loop (on the thread): before the thread's loop
+ * polls (what its timers and wake-ups returned) and after (what the
+ * replies returned), so that nothing waits in it across a poll. */
+static void outbox_flush(cluster_link_t *l)
+{
+    if (!l->outbox)
+        return;
     uv_mutex_lock(&l->mu);
-    job_push(&l->results, &l->results_tail, j);
+    if (l->results_tail)
+        l->results_tail->next = l->outbox;
+    else
+        l->results = l->outbox;
+    l->results_tail = l->outbox_tail;
     uv_mutex_unlock(&l->mu);
+    l->outbox = l->outbox_tail = NULL;
     loop_wake_send(&l->back);
+}
+
+static void on_before_poll(uv_prepare_t *h)
+{
+    outbox_flush(h->data);
+}
+
+static void on_after_poll(uv_check_t *h)
+{
+    outbox_flush(h->data);
 }
 
 /* ---- the pool, from the cluster thread ----
@@ -478,8 +510,11 @@ static void on_wake(uv_async_t *h)
         l->c = NULL;
         free(l->value);
         l->value = NULL;
+        outbox_flush(l);
         uv_close((uv_handle_t *)&l->wake, thread_close_cb);
         uv_close((uv_handle_t *)&l->snap, thread_close_cb);
+        uv_close((uv_handle_t *)&l->before_poll, thread_close_cb);
+        uv_close((uv_handle_t *)&l->after_poll, thread_close_cb);
     } else {
         link_snapshot(l);
     }
@@ -584,6 +619,8 @@ int cluster_store_open(server_t *srv, char *err, size_t errlen)
      * the process exits. */
     if (rc == 0 && (uv_mutex_init(&l->mu) != 0 || uv_async_init(&l->loop, &l->wake, on_wake) != 0 ||
                     uv_timer_init(&l->loop, &l->snap) != 0 ||
+                    uv_prepare_init(&l->loop, &l->before_poll) != 0 ||
+                    uv_check_init(&l->loop, &l->after_poll) != 0 ||
                     loop_wake_init(srv->loop, &l->back, on_back) != 0))
         rc = KVS_ENOMEM;
     if (rc != 0) {
@@ -592,8 +629,16 @@ int cluster_store_open(server_t *srv, char *err, size_t errlen)
     }
     l->wake.data = l;
     l->snap.data = l;
+    l->before_poll.data = l;
+    l->after_poll.data = l;
     l->back.data = l;
     uv_timer_start(&l->snap, on_snap, 50, 50);
+    uv_prepare_start(&l->before_poll, on_before_poll);
+    uv_check_start(&l->after_poll, on_after_poll);
+    /* They keep nothing alive: the thread's loop ends when wake and snap
+     * close, and these with them. */
+    uv_unref((uv_handle_t *)&l->before_poll);
+    uv_unref((uv_handle_t *)&l->after_poll);
     srv->cluster = l; /* before the thread runs: its fetches find the link there */
     if (uv_thread_create(&l->thread, thread_main, l) != 0) {
         srv->cluster = NULL;
@@ -629,6 +674,7 @@ void cluster_store_close(server_t *srv)
     uv_thread_join(&l->thread);
     while (uv_loop_close(&l->loop) == UV_EBUSY)
         uv_run(&l->loop, UV_RUN_NOWAIT);
+    outbox_flush(l); /* what the closing handles' callbacks returned */
     cluster_store_sync_counters(srv);
     /* What came back and was not seen yet: pins to drop; fetches, which
      * the list below ends. */
@@ -717,17 +763,18 @@ static uint64_t link_cut(const cluster_link_t *l, const char *name, uint64_t ide
     return 0;
 }
 
-/* Hands the write of cached block id to the thread, pinned until it is
- * copied out. Dropped (counted) when max_queued wait already: a slow
- * cluster then costs pinned blocks within that bound, and no more. */
-static bool put_handover(server_t *srv, cluster_link_t *l, const char *name, uint64_t identity,
-                         uint32_t id, const uint32_t *tokens)
+/* The write of cached block id, pinned until it is copied out, onto the
+ * list at *head / *tail (which the caller hands to the thread). Dropped
+ * (counted) when max_queued wait already: a slow cluster then costs pinned
+ * blocks within that bound, and no more. */
+static void put_handover(server_t *srv, cluster_link_t *l, const char *name, uint64_t identity,
+                         uint32_t id, const uint32_t *tokens, job_t **head, job_t **tail)
 {
     uint32_t bt = srv->geo.block_tokens;
     uint64_t hash;
     if (l->puts_queued >= l->max_queued || radix_block_hash(srv->index, id, &hash) != 0) {
         l->put_drops++;
-        return false;
+        return;
     }
     job_t *j = calloc(1, sizeof *j);
     if (j) {
@@ -743,14 +790,11 @@ static bool put_handover(server_t *srv, cluster_link_t *l, const char *name, uin
         if (j)
             job_free(j);
         l->put_drops++;
-        return false;
+        return;
     }
     memcpy(j->tokens, tokens, bt * sizeof(*j->tokens));
     l->puts_queued++;
-    uv_mutex_lock(&l->mu);
-    job_push(&l->jobs, &l->jobs_tail, j);
-    uv_mutex_unlock(&l->mu);
-    return true;
+    job_push(head, tail, j);
 }
 
 /* The committed blocks that were cached already (the prefix the writer hit):
@@ -788,10 +832,21 @@ void cluster_store_committed(server_t *srv, uint32_t ns, const uint32_t *ids, co
         return;
     uint32_t bt = srv->geo.block_tokens;
     uint64_t identity = namespaces_identity(srv, ns)->hash;
-    bool sent = false;
+    /* The writes go over in one piece: one lock for them all. */
+    job_t *puts = NULL, *puts_tail = NULL;
     for (size_t i = 0; i < n; i++)
         if (fresh[i])
-            sent |= put_handover(srv, l, name, identity, ids[i], tokens + i * bt);
+            put_handover(srv, l, name, identity, ids[i], tokens + i * bt, &puts, &puts_tail);
+    bool sent = puts != NULL;
+    if (puts) {
+        uv_mutex_lock(&l->mu);
+        if (l->jobs_tail)
+            l->jobs_tail->next = puts;
+        else
+            l->jobs = puts;
+        l->jobs_tail = puts_tail;
+        uv_mutex_unlock(&l->mu);
+    }
     sent |= touch_handover(srv, l, name, identity, ids, fresh, n);
     if (sent)
         uv_async_send(&l->wake);
