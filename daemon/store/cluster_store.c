@@ -109,15 +109,22 @@ static void job_free(job_t *j)
     free(j);
 }
 
-/* Appends j to the list at *head / *tail (mu held). */
+/* Appends the list first..last to the list at *head / *tail (mu held
+ * where the list is shared). */
+static void job_splice(job_t **head, job_t **tail, job_t *first, job_t *last)
+{
+    if (*tail)
+        (*tail)->next = first;
+    else
+        *head = first;
+    *tail = last;
+}
+
+/* Appends j to the list at *head / *tail (mu held where it is shared). */
 static void job_push(job_t **head, job_t **tail, job_t *j)
 {
     j->next = NULL;
-    if (*tail)
-        (*tail)->next = j;
-    else
-        *head = j;
-    *tail = j;
+    job_splice(head, tail, j, j);
 }
 
 /* Copies the thread's counters where the loop reads them (on the thread). */
@@ -179,11 +186,7 @@ static void outbox_flush(cluster_link_t *l)
     if (!l->outbox)
         return;
     uv_mutex_lock(&l->mu);
-    if (l->results_tail)
-        l->results_tail->next = l->outbox;
-    else
-        l->results = l->outbox;
-    l->results_tail = l->outbox_tail;
+    job_splice(&l->results, &l->results_tail, l->outbox, l->outbox_tail);
     uv_mutex_unlock(&l->mu);
     l->outbox = l->outbox_tail = NULL;
     loop_wake_send(&l->back);
@@ -840,11 +843,7 @@ void cluster_store_committed(server_t *srv, uint32_t ns, const uint32_t *ids, co
     bool sent = puts != NULL;
     if (puts) {
         uv_mutex_lock(&l->mu);
-        if (l->jobs_tail)
-            l->jobs_tail->next = puts;
-        else
-            l->jobs = puts;
-        l->jobs_tail = puts_tail;
+        job_splice(&l->jobs, &l->jobs_tail, puts, puts_tail);
         uv_mutex_unlock(&l->mu);
     }
     sent |= touch_handover(srv, l, name, identity, ids, fresh, n);
