@@ -94,6 +94,9 @@ for folder in $existing; do
                # The tests' client of the test daemon (Check suites only);
                # the launcher that kvshare-bench uses stays below client/.
                tests/support/harness_client.[ch]:client) continue ;;
+               # The suites' server on their own loop (Check suites only,
+               # kvs_test_server); nothing in tools/ links it.
+               tests/support/test_server.[ch]:daemon*) continue ;;
                esac ;;
             esac
             case " $ok " in

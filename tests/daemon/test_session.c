@@ -28,6 +28,7 @@
 #include "session_io.h"
 #include "store.h"
 #include "test_tmp.h"
+#include "test_server.h"
 
 #define BT   4
 #define POOL 16
@@ -38,28 +39,20 @@ static server_t *srv;
 static void setup(void)
 {
     server_config_t cfg;
-    char err[256];
     log_level = LOG_LEVEL_WARN;
-    ck_assert_int_eq(uv_loop_init(&loop), 0);
-    server_config_init(&cfg);
-    cfg.geometry = (geometry_t){
-        .layers = 2, .kv_heads = 2, .head_dim = 8, .dtype = GEOMETRY_FP16, .block_tokens = BT};
-    cfg.backend.kind = BACKEND_HOST;
-    cfg.pool_blocks = POOL;
+    test_server_config(&cfg, BT, POOL);
     cfg.max_frame = 1 << 16;
     /* Claims outlast any pause of a loaded machine between two steps of a
      * test; test_claims_have_a_lease_and_a_bound sets its own lease. */
     cfg.claim_lease_ms = 600000;
-    ck_assert_int_eq(server_open(&cfg, &loop, &srv, err, sizeof(err)), 0);
+    srv = test_server_open(&loop, &cfg);
     ck_assert_uint_eq(srv->num_blocks, POOL);
 }
 
 static void teardown(void)
 {
-    server_free(srv);
+    test_server_close(&loop, srv, false);
     srv = NULL;
-    uv_run(&loop, UV_RUN_NOWAIT); /* close callbacks (the ready queue's handles) */
-    ck_assert_int_eq(uv_loop_close(&loop), 0);
 }
 
 static void check_invariants(void)
@@ -1845,17 +1838,11 @@ END_TEST
 static void setup_devices(void)
 {
     server_config_t cfg;
-    char err[256];
     log_level = LOG_LEVEL_WARN;
-    ck_assert_int_eq(uv_loop_init(&loop), 0);
-    server_config_init(&cfg);
-    cfg.geometry = (geometry_t){
-        .layers = 2, .kv_heads = 2, .head_dim = 8, .dtype = GEOMETRY_FP16, .block_tokens = BT};
-    cfg.backend.kind = BACKEND_HOST;
-    cfg.pool_blocks = POOL;
+    test_server_config(&cfg, BT, POOL);
     cfg.devices = "0-2";
     cfg.claim_lease_ms = 600000;
-    ck_assert_int_eq(server_open(&cfg, &loop, &srv, err, sizeof(err)), 0);
+    srv = test_server_open(&loop, &cfg);
     ck_assert_uint_eq(srv->n_devices, RANKS);
 }
 

@@ -18,6 +18,7 @@
 #include "log.h"
 #include "raw_wire.h"
 #include "test_tmp.h"
+#include "test_server.h"
 
 /* The bytes a session's read asks for when no larger frame is pending
  * (net/session.c, SESSION_READ_CHUNK): a frame of exactly this size fills a
@@ -35,27 +36,16 @@ static void setup(void)
     log_level = LOG_LEVEL_WARN;
     ck_assert_int_eq(test_tmp_dir("kvs-reads", dir, sizeof(dir)), 0);
     snprintf(sock, sizeof(sock), "%s/kvshared.sock", dir);
-    ck_assert_int_eq(uv_loop_init(&loop), 0);
-    server_config_init(&cfg);
-    cfg.geometry = (geometry_t){
-        .layers = 2, .kv_heads = 2, .head_dim = 8, .dtype = GEOMETRY_FP16, .block_tokens = 4};
-    cfg.backend.kind = BACKEND_HOST;
-    cfg.pool_blocks = 16;
+    test_server_config(&cfg, 4, 16);
     cfg.socket_path = sock;
-    ck_assert_int_eq(server_open(&cfg, &loop, &srv, err, sizeof(err)), 0);
+    srv = test_server_open(&loop, &cfg);
     ck_assert_msg(server_listen(srv, false, err, sizeof(err)) == 0, "listen: %s", err);
 }
 
 static void teardown(void)
 {
-    server_shutdown(srv);
-    uv_run(&loop, UV_RUN_DEFAULT);
-    server_drain_done(srv);
-    uv_run(&loop, UV_RUN_NOWAIT);
-    server_free(srv);
+    test_server_close(&loop, srv, true);
     srv = NULL;
-    uv_run(&loop, UV_RUN_NOWAIT);
-    ck_assert_int_eq(uv_loop_close(&loop), 0);
     unlink(sock);
     rmdir(dir);
 }

@@ -21,6 +21,7 @@
 #include "store.h"
 #include "tier.h"
 #include "tier_fake.h"
+#include "test_server.h"
 
 #define BT   4
 #define POOL 4
@@ -33,16 +34,10 @@ static tier_fake_knobs_t knobs;
 static void setup(void)
 {
     server_config_t cfg;
-    char err[256];
     log_level = LOG_LEVEL_ERROR; /* the failures below are logged as errors */
-    ck_assert_int_eq(uv_loop_init(&loop), 0);
-    server_config_init(&cfg);
-    cfg.geometry = (geometry_t){
-        .layers = 2, .kv_heads = 2, .head_dim = 8, .dtype = GEOMETRY_FP16, .block_tokens = BT};
-    cfg.backend.kind = BACKEND_HOST;
-    cfg.pool_blocks = POOL;
+    test_server_config(&cfg, BT, POOL);
     cfg.host_tier_bytes = T2 * geometry_block_bytes(&cfg.geometry);
-    ck_assert_int_eq(server_open(&cfg, &loop, &srv, err, sizeof(err)), 0);
+    srv = test_server_open(&loop, &cfg);
     ck_assert_uint_eq(srv->tier2_blocks, T2);
     memset(&knobs, 0, sizeof(knobs));
     knobs.delay_ms = 5;
@@ -54,10 +49,8 @@ static void setup(void)
 
 static void teardown(void)
 {
-    server_free(srv);
+    test_server_close(&loop, srv, false); /* (and the fake medium's timers) */
     srv = NULL;
-    uv_run(&loop, UV_RUN_DEFAULT); /* close callbacks (timers of the fake medium) */
-    ck_assert_int_eq(uv_loop_close(&loop), 0);
 }
 
 /* free + writing + cached == pool; the index checks out; no pins but

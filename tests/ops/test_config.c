@@ -18,6 +18,7 @@
 #include "settings.h"
 #include "namespaces.h"
 #include "test_tmp.h"
+#include "test_server.h"
 
 static char path[256];
 
@@ -150,22 +151,15 @@ static server_t *srv;
 static void setup(void)
 {
     server_config_t cfg;
-    char err[256];
     log_level = LOG_LEVEL_ERROR;
-    ck_assert_int_eq(uv_loop_init(&loop), 0);
-    server_config_init(&cfg);
-    cfg.geometry = (geometry_t){
-        .layers = 2, .kv_heads = 2, .head_dim = 8, .dtype = GEOMETRY_FP16, .block_tokens = 4};
-    cfg.backend.kind = BACKEND_HOST;
-    cfg.pool_blocks = 64;
-    ck_assert_int_eq(server_open(&cfg, &loop, &srv, err, sizeof(err)), 0);
+    test_server_config(&cfg, 4, 64);
+    srv = test_server_open(&loop, &cfg);
 }
 
 static void teardown(void)
 {
-    server_free(srv);
+    test_server_close(&loop, srv, false);
     srv = NULL;
-    uv_loop_close(&loop);
 }
 
 START_TEST(test_tenants_apply_and_reapply)

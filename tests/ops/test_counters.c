@@ -21,6 +21,7 @@
 #include "metrics_http.h"
 #include "metrics_text.h"
 #include "kvshared.h"
+#include "test_server.h"
 
 #define COUNTER_ROW(name, named, family, labels, help) {#name, named, family, labels, help},
 static const struct {
@@ -170,15 +171,9 @@ START_TEST(test_metrics_text_values)
     uv_loop_t loop;
     server_t *srv;
     server_config_t cfg;
-    char err[256];
     log_level = LOG_LEVEL_ERROR;
-    ck_assert_int_eq(uv_loop_init(&loop), 0);
-    server_config_init(&cfg);
-    cfg.geometry = (geometry_t){
-        .layers = 2, .kv_heads = 2, .head_dim = 8, .dtype = GEOMETRY_FP16, .block_tokens = 4};
-    cfg.backend.kind = BACKEND_HOST;
-    cfg.pool_blocks = 16;
-    ck_assert_int_eq(server_open(&cfg, &loop, &srv, err, sizeof(err)), 0);
+    test_server_config(&cfg, 4, 16);
+    srv = test_server_open(&loop, &cfg);
     for (size_t i = 0; i < KVS_N_COUNTERS; i++)
         srv->metrics.counters[i] = 1000003 * (i + 1);
     for (size_t r = 0; r < dispatch_count(); r++)
@@ -226,8 +221,7 @@ START_TEST(test_metrics_text_values)
     }
     ck_assert_ptr_null(dispatch_at(dispatch_count()));
     free(text);
-    server_free(srv);
-    uv_loop_close(&loop);
+    test_server_close(&loop, srv, false);
 }
 END_TEST
 
