@@ -41,6 +41,7 @@
 #include "log.h"
 #include "metrics_text.h"
 #include "kvshared.h"
+#include "test_server.h"
 #include "test_tmp.h"
 #include "disk.h"
 #include "store_disk_medium.h"
@@ -1178,10 +1179,8 @@ static int start_server(const geometry_t *g, bool wipe, char *err, size_t len)
     uv_loop_t loop;
     ck_assert_int_eq(uv_loop_init(&loop), 0);
     server_config_t cfg;
-    server_config_init(&cfg);
+    test_server_config(&cfg, g->block_tokens, 4);
     cfg.geometry = *g;
-    cfg.backend.kind = BACKEND_HOST;
-    cfg.pool_blocks = 4;
     cfg.host_tier_bytes = 4 * geometry_block_bytes(g); /* the disk tier hangs below it */
     cfg.disk_tier_path = path;
     cfg.disk_tier_bytes = 1 << 20;
@@ -1271,8 +1270,7 @@ END_TEST
 
 START_TEST(server_opens_and_checks)
 {
-    geometry_t g = {
-        .layers = 2, .kv_heads = 2, .head_dim = 8, .dtype = GEOMETRY_FP16, .block_tokens = 4};
+    geometry_t g = TEST_GEOMETRY(4);
     char err[256] = "";
     ck_assert_int_eq(start_server(&g, false, err, sizeof(err)), 0);
     ck_assert_int_eq(start_server(&g, false, err, sizeof(err)), 0);
