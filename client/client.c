@@ -457,19 +457,36 @@ static int check_reply(kvs_client_t *c, const Kvshare__Request *req, const Kvsha
                    rpc_name(req->rpc_case));
 }
 
+/* A reader of a reply frame in place (the Lookup's, wire.h), tried before
+ * protobuf-c: true when it took body[0 .. len) as the successful answer
+ * to request id, false to leave the frame to protobuf-c. */
+typedef struct fast_reply {
+    bool (*take)(kvs_client_t *c, const uint8_t *body, size_t len, uint64_t id, void *arg);
+    void *arg;
+} fast_reply_t;
+
+/* A Lookup's tokens up to this many bytes are copied into the request
+ * buffer and sent with its head in one send; longer ones go from the
+ * caller's array as a second iovec. */
+#define CLIENT_COPY_TOKEN_BYTES 1024
+
 /* One round trip on the current connection. On success *out is the decoded
  * response (free with kvshare__response__free_unpacked) and the return is
- * its status (KVS_EPROTO for a success that answers another RPC);
- * transport failures drop the connection. */
+ * its status (KVS_EPROTO for a success that answers another RPC), or, when
+ * fast took the reply, *out stays NULL and the return is 0; transport
+ * failures drop the connection. */
 static int round_trip(kvs_client_t *c, Kvshare__Request *req, Kvshare__Response **out,
-                      int64_t deadline)
+                      const fast_reply_t *fast, int64_t deadline)
 {
     int rc;
     req->id = ++c->next_id;
-    if (req->rpc_case == KVSHARE__REQUEST__RPC_LOOKUP && req->lookup->tokens.len >= 1024) {
-        /* A prompt: the tokens go out from the caller's array, uncopied. */
+    if (req->rpc_case == KVSHARE__REQUEST__RPC_LOOKUP) {
+        /* Written by hand (wire.h). A prompt's tokens go out from the
+         * caller's array, uncopied; a short one's are copied after the head,
+         * so that the frame is one send. */
         const Kvshare__LookupRequest *lk = req->lookup;
-        size_t head = WIRE_LOOKUP_HEAD_MAX(strlen(lk->ns)), head_len;
+        size_t tb = lk->tokens.len, copied = tb < CLIENT_COPY_TOKEN_BYTES ? tb : 0;
+        size_t head = WIRE_LOOKUP_HEAD_MAX(strlen(lk->ns)) + copied, head_len;
         if (head > c->wcap) {
             uint8_t *b = realloc(c->wbuf, head);
             if (!b)
@@ -477,11 +494,15 @@ static int round_trip(kvs_client_t *c, Kvshare__Request *req, Kvshare__Response 
             c->wbuf = b;
             c->wcap = head;
         }
-        if (wire_lookup_head(c->wbuf, req->id, lk->ns, lk->pin, lk->wait_ms, lk->tier2_in_place,
-                             lk->tokens.len, &head_len) != 0)
-            return set_err(c, KVS_EINVAL, "a lookup of %zu tokens does not fit one frame",
-                           lk->tokens.len / 4);
-        rc = send_two(c, c->wbuf, head_len, lk->tokens.data, lk->tokens.len, deadline);
+        if (wire_lookup_head(c->wbuf, req->id, lk->ns, lk->pin, lk->wait_ms, lk->tier2_in_place, tb,
+                             &head_len) != 0)
+            return set_err(c, KVS_EINVAL, "a lookup of %zu tokens does not fit one frame", tb / 4);
+        if (copied) {
+            memcpy(c->wbuf + head_len, lk->tokens.data, copied);
+            rc = send_all(c, c->wbuf, head_len + copied, deadline);
+        } else {
+            rc = send_two(c, c->wbuf, head_len, lk->tokens.data, tb, deadline);
+        }
     } else {
         size_t size = kvshare__request__get_packed_size(req);
         if (size + FRAME_HEADER_BYTES > c->wcap) {
@@ -519,6 +540,12 @@ static int round_trip(kvs_client_t *c, Kvshare__Request *req, Kvshare__Response 
         rc = recv_until(c, FRAME_HEADER_BYTES + (size_t)len, deadline);
         if (rc != 0)
             goto transport;
+        if (fast && fast->take(c, c->rbuf + FRAME_HEADER_BYTES, len, req->id, fast->arg)) {
+            c->rlen -= FRAME_HEADER_BYTES + (size_t)len;
+            memmove(c->rbuf, c->rbuf + FRAME_HEADER_BYTES + len, c->rlen);
+            c->err[0] = '\0';
+            return 0;
+        }
         Kvshare__Response *resp =
             kvshare__response__unpack(NULL, len, c->rbuf + FRAME_HEADER_BYTES);
         c->rlen -= FRAME_HEADER_BYTES + (size_t)len;
@@ -640,7 +667,7 @@ static int hello(kvs_client_t *c, int64_t deadline)
     req.rpc_case = KVSHARE__REQUEST__RPC_HELLO;
     req.hello = &hr;
     c->in_hello = 1;
-    int rc = round_trip(c, &req, &resp, deadline);
+    int rc = round_trip(c, &req, &resp, NULL, deadline);
     c->in_hello = 0;
     if (rc != 0)
         goto out;
@@ -1261,9 +1288,9 @@ int kvs_tier2_block_read(kvs_client_t *c, uint32_t layer, uint32_t kv, uint32_t 
 }
 
 /* ensure + round_trip under one deadline: timeout_ms, plus extra_ms that
- * the daemon may take on purpose (a Lookup's wait). */
+ * the daemon may take on purpose (a Lookup's wait); fast as round_trip's. */
 static int call_within(kvs_client_t *c, Kvshare__Request *req, Kvshare__Response **resp,
-                       uint32_t extra_ms)
+                       const fast_reply_t *fast, uint32_t extra_ms)
 {
     int64_t deadline = now_ms() + c->timeout_ms + extra_ms;
     *resp = NULL;
@@ -1273,20 +1300,20 @@ static int call_within(kvs_client_t *c, Kvshare__Request *req, Kvshare__Response
         return KVS_ENOTCONN;
     if (rc != 0)
         return breaker_after(c, rc);
-    rc = round_trip(c, req, resp, deadline);
+    rc = round_trip(c, req, resp, fast, deadline);
     /* A connection that died while idle (the daemon restarted): one fresh
      * attempt. Safe for every RPC: the old session's holdings are gone. */
     if (rc == KVS_ENOTCONN && !fresh && !*resp) {
         rc = connect_now(c, deadline);
         if (rc == 0)
-            rc = round_trip(c, req, resp, deadline);
+            rc = round_trip(c, req, resp, fast, deadline);
     }
     return breaker_after(c, rc);
 }
 
 static int call(kvs_client_t *c, Kvshare__Request *req, Kvshare__Response **resp)
 {
-    return call_within(c, req, resp, 0);
+    return call_within(c, req, resp, NULL, 0);
 }
 
 /* The wire carries little-endian token ids; sending the array as is needs a
@@ -1323,6 +1350,48 @@ static void release_surplus(kvs_client_t *c, const Kvshare__LookupReply *lr, siz
         kvshare__response__free_unpacked(r2, NULL);
 }
 
+/* Where lookup_call wants a Lookup's answer. */
+typedef struct lookup_out {
+    uint32_t *ids;
+    uint8_t *tiers;
+    size_t max_ids;
+    int in_place;
+    size_t *n_blocks;
+    uint32_t *inflight_blocks;
+    int *waited;
+} lookup_out_t;
+
+/* fast_reply_t's take for a Lookup: a plain successful reply to id, read
+ * in place (wire_lookup_reply_decode) into the caller's arrays. Anything
+ * else, and a reply with more ids than the caller has room for (its
+ * surplus pins go back: release_surplus), is left to protobuf-c. */
+static bool lookup_take(kvs_client_t *c, const uint8_t *body, size_t len, uint64_t id, void *arg)
+{
+    (void)c;
+    lookup_out_t *o = arg;
+    wire_lookup_reply_t r;
+    if (!wire_lookup_reply_decode(body, len, &r) || r.id != id ||
+        (r.n_tier2_block_ids > 0 && !o->in_place))
+        return false;
+    size_t n1 = r.n_block_ids, n = n1 + r.n_tier2_block_ids;
+    if (n > o->max_ids)
+        return false;
+    for (size_t i = 0; i < n1; i++)
+        o->ids[i] = wire_id_at(r.block_ids, i);
+    for (size_t i = n1; i < n; i++)
+        o->ids[i] = wire_id_at(r.tier2_block_ids, i - n1);
+    if (o->tiers) {
+        memset(o->tiers, 1, n1);
+        memset(o->tiers + n1, 2, n - n1);
+    }
+    *o->n_blocks = n;
+    if (o->inflight_blocks)
+        *o->inflight_blocks = r.inflight_blocks;
+    if (o->waited)
+        *o->waited = r.waited;
+    return true;
+}
+
 /* The Lookup RPC: kvs_lookup_wait, and with in_place (kvs_lookup_tier2)
  * the tier-2 part named where it is, tiers[i] saying which tier ids[i] is in. */
 static int lookup_call(kvs_client_t *c, const char *ns, const uint32_t *tokens, size_t n_tokens,
@@ -1339,7 +1408,11 @@ static int lookup_call(kvs_client_t *c, const char *ns, const uint32_t *tokens, 
     lk.tier2_in_place = in_place != 0;
     req.rpc_case = KVSHARE__REQUEST__RPC_LOOKUP;
     req.lookup = &lk;
-    int rc = call_within(c, &req, &resp, wait_ms);
+    lookup_out_t out = {ids, tiers, max_ids, in_place, n_blocks, inflight_blocks, waited};
+    fast_reply_t fast = {lookup_take, &out};
+    int rc = call_within(c, &req, &resp, &fast, wait_ms);
+    if (rc == 0 && !resp)
+        return 0; /* read in place */
     if (rc == 0 && !in_place && resp->lookup->n_tier2_block_ids > 0)
         rc = set_err(c, KVS_EPROTO, "kvshared named tier-2 blocks to a lookup that did not ask");
     if (rc == 0) {
@@ -2171,7 +2244,7 @@ int kvs_ping(kvs_client_t *c, size_t payload_bytes, double *rtt_us)
         req.rpc_case = KVSHARE__REQUEST__RPC_PING;
         req.ping = &pr;
         int64_t t0 = now_ns();
-        rc = round_trip(c, &req, &resp, deadline);
+        rc = round_trip(c, &req, &resp, NULL, deadline);
         if (rc == 0 && rtt_us)
             *rtt_us = (double)(now_ns() - t0) / 1e3;
         if (resp)

@@ -62,3 +62,130 @@ int wire_lookup_head(uint8_t *buf, uint64_t id, const char *ns, int pin, uint32_
     *head_len = (size_t)(p - buf);
     return 0;
 }
+
+/* --- the Lookup reply, read in place --- */
+
+enum { WT_VARINT = 0, WT_LEN = 2 };
+#define TAG(field, type) ((uint8_t)((field) << 3 | (type)))
+
+#define RESPONSE_ID     TAG(1, WT_VARINT)
+#define RESPONSE_STATUS TAG(2, WT_VARINT)
+#define RESPONSE_LOOKUP TAG(11, WT_LEN) /* Response.lookup */
+
+#define REPLY_BLOCK_IDS       TAG(1, WT_LEN)
+#define REPLY_HIT_TOKENS      TAG(2, WT_VARINT)
+#define REPLY_INFLIGHT_BLOCKS TAG(3, WT_VARINT)
+#define REPLY_WAITED          TAG(4, WT_VARINT)
+#define REPLY_TIER2_BLOCK_IDS TAG(5, WT_LEN)
+
+/* A varint of at most max_bytes bytes at *p (before end), moving *p past
+ * it. 5 bytes for 32-bit fields, bools and the status: all their bits, and
+ * none that protobuf-c would read differently; longer ones are left to it. */
+static bool read_varint(const uint8_t **p, const uint8_t *end, unsigned max_bytes, uint64_t *v)
+{
+    uint64_t x = 0;
+    for (unsigned i = 0; i < max_bytes && *p < end; i++) {
+        uint8_t b = *(*p)++;
+        x |= (uint64_t)(b & 0x7f) << (7 * i);
+        if (!(b & 0x80)) {
+            *v = x;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* A length-delimited field (its length a varint of at most 5 bytes). */
+static bool read_len(const uint8_t **p, const uint8_t *end, const uint8_t **data, size_t *len)
+{
+    uint64_t n;
+    if (!read_varint(p, end, 5, &n) || n > (uint64_t)(end - *p))
+        return false;
+    *data = *p;
+    *len = (size_t)n;
+    *p += n;
+    return true;
+}
+
+/* A packed fixed32 array: whole ids only. */
+static bool read_ids(const uint8_t **p, const uint8_t *end, const uint8_t **ids, size_t *n)
+{
+    size_t len;
+    if (!read_len(p, end, ids, &len) || len % 4 != 0)
+        return false;
+    *n = len / 4;
+    return true;
+}
+
+static bool decode_reply(const uint8_t *p, const uint8_t *end, wire_lookup_reply_t *out)
+{
+    unsigned seen = 0;
+    while (p < end) {
+        uint8_t tag = *p++;
+        uint64_t v = 0;
+        unsigned bit;
+        bool ok;
+        switch (tag) {
+        case REPLY_BLOCK_IDS:
+            bit = 1;
+            ok = read_ids(&p, end, &out->block_ids, &out->n_block_ids);
+            break;
+        case REPLY_HIT_TOKENS:
+            bit = 2;
+            ok = read_varint(&p, end, 5, &v);
+            out->hit_tokens = (uint32_t)v;
+            break;
+        case REPLY_INFLIGHT_BLOCKS:
+            bit = 4;
+            ok = read_varint(&p, end, 5, &v);
+            out->inflight_blocks = (uint32_t)v;
+            break;
+        case REPLY_WAITED:
+            bit = 8;
+            ok = read_varint(&p, end, 5, &v);
+            out->waited = v != 0;
+            break;
+        case REPLY_TIER2_BLOCK_IDS:
+            bit = 16;
+            ok = read_ids(&p, end, &out->tier2_block_ids, &out->n_tier2_block_ids);
+            break;
+        default:
+            return false; /* unknown, or a known field of another wire type */
+        }
+        /* Repeated: protobuf-c keeps the last scalar and joins the arrays. */
+        if (!ok || (seen & bit))
+            return false;
+        seen |= bit;
+    }
+    return true;
+}
+
+bool wire_lookup_reply_decode(const uint8_t *body, size_t len, wire_lookup_reply_t *out)
+{
+    const uint8_t *p = body, *end = body + len;
+    const uint8_t *lookup = NULL;
+    size_t lookup_len = 0;
+    bool have_id = false, have_status = false;
+
+    memset(out, 0, sizeof(*out));
+    while (p < end) {
+        uint8_t tag = *p++;
+        uint64_t v;
+        if (tag == RESPONSE_ID && !have_id) {
+            if (!read_varint(&p, end, 10, &out->id))
+                return false;
+            have_id = true;
+        } else if (tag == RESPONSE_STATUS && !have_status) {
+            /* An error's status (and its message) is protobuf-c's to read. */
+            if (!read_varint(&p, end, 5, &v) || (uint32_t)v != 0)
+                return false;
+            have_status = true;
+        } else if (tag == RESPONSE_LOOKUP && !lookup) {
+            if (!read_len(&p, end, &lookup, &lookup_len))
+                return false;
+        } else {
+            return false;
+        }
+    }
+    return lookup && decode_reply(lookup, lookup + lookup_len, out);
+}

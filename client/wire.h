@@ -2,7 +2,8 @@
 /*
  * wire: hand-encoded request frames for the calls that carry a prompt, so
  * the token array goes to the socket straight from the caller's memory
- * (sendmsg with two iovecs) instead of being copied by protobuf-c's packer.
+ * (sendmsg with two iovecs) instead of being copied by protobuf-c's packer,
+ * and the Lookup's reply read in place, without protobuf-c's allocations.
  * The bytes are a valid kvshare Request (proto/kvshare.proto); the daemon
  * decodes a plain Lookup by hand (daemon/core/lookup_codec.h), the rest with
  * protobuf-c. Internal to libkvshare.
@@ -10,6 +11,7 @@
 #ifndef KVS_CLIENT_WIRE_H
 #define KVS_CLIENT_WIRE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -26,5 +28,34 @@
  * fit a 32-bit length. */
 int wire_lookup_head(uint8_t *buf, uint64_t id, const char *ns, int pin, uint32_t wait_ms,
                      int tier2_in_place, size_t token_bytes, size_t *head_len);
+
+/* A successful Lookup reply as it lies in the frame: the block id arrays
+ * point into it (little-endian uint32s, any alignment). */
+typedef struct wire_lookup_reply {
+    uint64_t id;
+    const uint8_t *block_ids;
+    size_t n_block_ids;
+    const uint8_t *tier2_block_ids;
+    size_t n_tier2_block_ids;
+    uint32_t hit_tokens;
+    uint32_t inflight_blocks;
+    bool waited;
+} wire_lookup_reply_t;
+
+/* Reads body[0 .. len) in place when it is a plain successful Lookup
+ * reply: a Response of an id, a status of 0 if any, and a LookupReply, no
+ * message, every field known, at most once, the id arrays packed. Returns
+ * false for anything else (*out then undefined): the caller reads such a
+ * frame with protobuf-c, which takes every shape the wire allows. What it
+ * takes, protobuf-c reads as the same values (tests/client/test_client.c,
+ * the fuzz_lookup_codec target). */
+bool wire_lookup_reply_decode(const uint8_t *body, size_t len, wire_lookup_reply_t *out);
+
+/* The i-th id of an array that wire_lookup_reply_decode points to. */
+static inline uint32_t wire_id_at(const uint8_t *ids, size_t i)
+{
+    const uint8_t *p = ids + 4 * i;
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
 
 #endif /* KVS_CLIENT_WIRE_H */

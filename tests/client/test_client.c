@@ -20,6 +20,7 @@
 #include "socket_path.h"
 #include "test_tmp.h"
 #include "wire.h"
+#include "wire_reply_diff.h"
 
 START_TEST(test_options_and_strerror)
 {
@@ -195,6 +196,97 @@ START_TEST(test_wire_lookup_head)
 }
 END_TEST
 
+/* A Response packed by protobuf-c; *len its bytes. */
+static uint8_t *pack_response(const Kvshare__Response *r, size_t *len)
+{
+    *len = kvshare__response__get_packed_size(r);
+    uint8_t *b = malloc(*len ? *len : 1);
+    ck_assert_ptr_nonnull(b);
+    ck_assert_uint_eq(kvshare__response__pack(r, b), *len);
+    return b;
+}
+
+START_TEST(test_wire_lookup_reply)
+{
+    static const uint64_t ids[] = {0, 1, 127, 128, 1ull << 40, UINT64_MAX};
+    static const size_t counts[] = {0, 1, 3, 256, 5000};
+    static const uint32_t scalars[] = {0, 1, 127, 128, UINT32_MAX};
+    uint32_t *blocks = malloc(5000 * sizeof(uint32_t));
+    for (uint32_t i = 0; i < 5000; i++)
+        blocks[i] = i * 2654435761u;
+    const char *why = "";
+    size_t taken = 0, mutants = 0;
+    for (size_t k = 0; k < 6; k++)
+        for (size_t a = 0; a < 5; a++)
+            for (size_t b = 0; b < 5; b++)
+                for (size_t v = 0; v < 5; v++) {
+                    Kvshare__Response resp = KVSHARE__RESPONSE__INIT;
+                    Kvshare__LookupReply lr = KVSHARE__LOOKUP_REPLY__INIT;
+                    lr.n_block_ids = counts[a];
+                    lr.block_ids = blocks;
+                    lr.n_tier2_block_ids = counts[b] / 2;
+                    lr.tier2_block_ids = blocks + 1;
+                    lr.hit_tokens = scalars[v];
+                    lr.inflight_blocks = scalars[(v + 2) % 5];
+                    lr.waited = v & 1;
+                    resp.id = ids[k];
+                    resp.rpc_case = KVSHARE__RESPONSE__RPC_LOOKUP;
+                    resp.lookup = &lr;
+                    size_t len;
+                    uint8_t *frame = pack_response(&resp, &len);
+                    /* Every reply protobuf-c packs is read in place, alike. */
+                    ck_assert_msg(wire_reply_diff(frame, len, &why) == 1, "%s", why);
+                    taken++;
+                    /* Cut short or with one byte changed: taken alike, or left
+                     * to protobuf-c; never read otherwise. */
+                    if (len < 64) {
+                        for (size_t cut = 0; cut < len; cut++)
+                            ck_assert_msg(wire_reply_diff(frame, cut, &why) >= 0, "%s", why);
+                        for (size_t at = 0; at < len; at++)
+                            for (unsigned x = 1; x < 256; x += 7) {
+                                frame[at] ^= (uint8_t)x;
+                                ck_assert_msg(wire_reply_diff(frame, len, &why) >= 0,
+                                              "byte %zu ^ %u: %s", at, x, why);
+                                frame[at] ^= (uint8_t)x;
+                                mutants++;
+                            }
+                    }
+                    /* An error, or a message, is protobuf-c's to read. */
+                    resp.status = KVSHARE__STATUS__KVS_EPOOLFULL;
+                    uint8_t *err = pack_response(&resp, &len);
+                    ck_assert_int_eq(wire_reply_diff(err, len, &why), 0);
+                    free(err);
+                    resp.status = 0;
+                    resp.message = "a message";
+                    err = pack_response(&resp, &len);
+                    ck_assert_int_eq(wire_reply_diff(err, len, &why), 0);
+                    free(err);
+                    free(frame);
+                }
+    ck_assert_uint_gt(mutants, 1000);
+    /* Shapes the wire allows that are left to protobuf-c: ids not packed
+     * (field 1, fixed32 wire type), packed ids in two pieces, a field
+     * twice, another reply, an unknown field. */
+    static const uint8_t unpacked[] = {0x08, 0x05, 0x5a, 0x0a, 0x0d, 1, 0, 0, 0, 0x0d, 2, 0, 0, 0};
+    static const uint8_t pieces[] = {0x08, 0x05, 0x5a, 0x0c, 0x0a, 0x04, 1, 0,
+                                     0,    0,    0x0a, 0x04, 2,    0,    0, 0};
+    static const uint8_t twice[] = {0x08, 0x05, 0x5a, 0x04, 0x10, 0x01, 0x10, 0x02};
+    static const uint8_t alloc[] = {0x08, 0x05, 0x62, 0x00};
+    static const uint8_t unknown[] = {0x08, 0x05, 0x5a, 0x02, 0x30, 0x01};
+    ck_assert_int_eq(wire_reply_diff(unpacked, sizeof(unpacked), &why), 0);
+    ck_assert_int_eq(wire_reply_diff(pieces, sizeof(pieces), &why), 0);
+    ck_assert_int_eq(wire_reply_diff(twice, sizeof(twice), &why), 0);
+    ck_assert_int_eq(wire_reply_diff(alloc, sizeof(alloc), &why), 0);
+    ck_assert_int_eq(wire_reply_diff(unknown, sizeof(unknown), &why), 0);
+    Kvshare__Response *u = kvshare__response__unpack(NULL, sizeof(unpacked), unpacked);
+    ck_assert_ptr_nonnull(u);
+    ck_assert_uint_eq(u->lookup->n_block_ids, 2);
+    kvshare__response__free_unpacked(u, NULL);
+    ck_assert_uint_eq(taken, 750);
+    free(blocks);
+}
+END_TEST
+
 static Suite *client_suite(void)
 {
     Suite *s = suite_create("client");
@@ -205,6 +297,7 @@ static Suite *client_suite(void)
     tcase_add_test(tc, test_no_daemon);
     tcase_add_test(tc, test_silent_server_times_out);
     tcase_add_test(tc, test_wire_lookup_head);
+    tcase_add_test(tc, test_wire_lookup_reply);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -4,7 +4,9 @@
  * protobuf-c. The input is a frame's body: whatever lookup_decode
  * takes, protobuf-c must read as the same Lookup. The input also makes a
  * Lookup reply (its bytes as block ids, its first bytes as the scalars),
- * which both packers must write alike.
+ * which both packers must write alike, and which libkvshare's reader in
+ * place (client/wire.h) must read as protobuf-c does; the input is also
+ * read as a reply frame's body by both.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +14,7 @@
 
 #include "fuzz.h"
 #include "lookup_codec_diff.h"
+#include "wire_reply_diff.h"
 
 static uint64_t le(const uint8_t *p, size_t n)
 {
@@ -26,6 +29,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const char *why = "";
     if (lookup_codec_diff_request(data, size, &why) < 0) {
         fprintf(stderr, "fuzz_lookup_codec: a frame decoded by hand differs from protobuf-c: %s\n",
+                why);
+        abort();
+    }
+    if (wire_reply_diff(data, size, &why) < 0) {
+        fprintf(stderr, "fuzz_lookup_codec: a reply read in place differs from protobuf-c: %s\n",
                 why);
         abort();
     }
@@ -56,6 +64,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fprintf(stderr, "fuzz_lookup_codec: a reply packed by hand differs from protobuf-c: %s\n",
                 why);
         abort();
+    }
+    /* The reply as the daemon packs it, read back by the client: a success
+     * without a message is read in place; any other is left to protobuf-c. */
+    size_t len = protobuf_c_message_get_packed_size(&resp.base);
+    uint8_t *body = malloc(len ? len : 1);
+    if (body) {
+        protobuf_c_message_pack(&resp.base, body);
+        int got = wire_reply_diff(body, len, &why);
+        if (got < 0 || (got == 1) != (resp.status == 0 && !resp.message)) {
+            fprintf(stderr, "fuzz_lookup_codec: a packed reply read in place: %s\n",
+                    got < 0 ? why : "taken when it should not be, or not taken");
+            abort();
+        }
+        free(body);
     }
     free(ids);
     return 0;

@@ -648,15 +648,21 @@ static void radix_seeds(const char *dir)
     }
 }
 
-/* One request's body, without its frame header: a fuzz_lookup_codec seed. */
-static void lookup_codec_seed(const char *dir, const char *name, Kvshare__Request *req)
+/* One request's or reply's body, without its frame header: a
+ * fuzz_lookup_codec seed. */
+static void lookup_codec_seed_msg(const char *dir, const char *name, const ProtobufCMessage *m)
 {
-    size_t n = kvshare__request__get_packed_size(req);
+    size_t n = protobuf_c_message_get_packed_size(m);
     if (frame_buf_reserve(&seed, n) != 0)
         abort();
-    kvshare__request__pack(req, seed.data);
+    protobuf_c_message_pack(m, seed.data);
     seed.len = n;
     save(dir, name);
+}
+
+static void lookup_codec_seed(const char *dir, const char *name, Kvshare__Request *req)
+{
+    lookup_codec_seed_msg(dir, name, &req->base);
 }
 
 static void lookup_codec_seeds(const char *dir)
@@ -680,6 +686,21 @@ static void lookup_codec_seeds(const char *dir)
     req.rpc_case = KVSHARE__REQUEST__RPC_PING;
     req.ping = &ping;
     lookup_codec_seed(dir, "seed_ping", &req);
+    /* A Lookup reply, as the client reads it in place. */
+    uint32_t ids[6] = {7, 8, 9, 10, 3, 4};
+    Kvshare__Response resp = KVSHARE__RESPONSE__INIT;
+    Kvshare__LookupReply lr = KVSHARE__LOOKUP_REPLY__INIT;
+    lr.n_block_ids = 4;
+    lr.block_ids = ids;
+    lr.n_tier2_block_ids = 2;
+    lr.tier2_block_ids = ids + 4;
+    lr.hit_tokens = 96;
+    lr.inflight_blocks = 1;
+    lr.waited = 1;
+    resp.id = 300;
+    resp.rpc_case = KVSHARE__RESPONSE__RPC_LOOKUP;
+    resp.lookup = &lr;
+    lookup_codec_seed_msg(dir, "seed_lookup_reply", &resp.base);
 }
 
 int main(int argc, char **argv)

@@ -275,6 +275,8 @@ static int raw_connect(const char *path)
 
 typedef struct shared_results {
     uint32_t count[MAX_CLIENTS];
+    uint64_t calls[MAX_CLIENTS]; /* every call, sampled or not */
+    double cpu_s[MAX_CLIENTS];   /* the client process's CPU time over its calls */
     int failed;
     float samples[]; /* MAX_CLIENTS x per_client */
 } shared_results_t;
@@ -317,6 +319,14 @@ static size_t lookup_reply_bytes(size_t n_blocks, uint32_t first_id)
     size_t size = kvshare__response__get_packed_size(&resp);
     free(ids);
     return size;
+}
+
+/* This process's CPU time, seconds. */
+static double process_cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 /* A connection to the daemon under test, without mapping the pool (the
@@ -369,10 +379,12 @@ static void client_loop(const bench_cfg_t *b, mode_t_ mode, const uint32_t *toke
         fprintf(stderr, "bench rpc: client %d: no start signal\n", idx);
         goto fail;
     }
-    double end = now_us() + seconds * 1e6;
+    double end = now_us() + seconds * 1e6, cpu0 = process_cpu_s();
     uint32_t k = 0, iter = 0;
+    uint64_t calls = 0;
     float *out = res->samples + (size_t)idx * per_client;
     for (;;) {
+        calls++;
         double t0 = now_us();
         if (mode == MODE_COMMIT) {
             /* A prompt no one committed before: every block is new. */
@@ -418,6 +430,8 @@ static void client_loop(const bench_cfg_t *b, mode_t_ mode, const uint32_t *toke
             break;
     }
     res->count[idx] = k;
+    res->calls[idx] = calls;
+    res->cpu_s[idx] = process_cpu_s() - cpu0;
     kvs_close(c);
     _exit(0);
 fail:
@@ -430,6 +444,8 @@ typedef struct samples {
     float *v;
     size_t n, cap;
     double elapsed_s;
+    uint64_t calls;
+    double client_cpu_s, server_cpu_s; /* server: < 0 once unknown */
 } samples_t;
 
 static int samples_add(samples_t *acc, const float *v, size_t n)
@@ -447,6 +463,12 @@ static int samples_add(samples_t *acc, const float *v, size_t n)
     memcpy(acc->v + acc->n, v, n * sizeof(float));
     acc->n += n;
     return 0;
+}
+
+/* Seconds of CPU over calls, in microseconds a call (-1: unknown). */
+static double per_call_us(double cpu_s, uint64_t calls)
+{
+    return cpu_s >= 0 && calls ? cpu_s * 1e6 / (double)calls : -1;
 }
 
 static void samples_result(samples_t *acc, cell_t *out)
@@ -490,7 +512,8 @@ static int run_round(const bench_cfg_t *b, mode_t_ mode, const uint32_t *tokens,
     }
     close(go[0]);
     usleep(100000); /* let every client connect */
-    double t0 = now_us();
+    pid_t srv = mode == MODE_RAW ? server : b->daemon_pid;
+    double t0 = now_us(), srv0 = bench_process_cpu_seconds(srv);
     for (int i = 0; i < clients; i++)
         if (write(go[1], "g", 1) != 1)
             res->failed = 1;
@@ -498,6 +521,15 @@ static int run_round(const bench_cfg_t *b, mode_t_ mode, const uint32_t *tokens,
     for (int i = 0; i < clients; i++)
         waitpid(pids[i], NULL, 0);
     acc->elapsed_s += (now_us() - t0) / 1e6;
+    double srv1 = bench_process_cpu_seconds(srv);
+    if (srv0 < 0 || srv1 < 0 || acc->server_cpu_s < 0)
+        acc->server_cpu_s = -1;
+    else
+        acc->server_cpu_s += srv1 - srv0;
+    for (int i = 0; i < clients; i++) {
+        acc->calls += res->calls[i];
+        acc->client_cpu_s += res->cpu_s[i];
+    }
     if (server > 0) {
         kill(server, SIGKILL);
         waitpid(server, NULL, 0);
@@ -1201,8 +1233,11 @@ int bench_rpc_main(int argc, char **argv)
         printf("# kvs = kvs_lookup (full hit, no pin); raw = Unix-socket ping-pong, same frame "
                "sizes\n");
     if (!pipelined)
-        printf("%-7s %-7s %9s %9s %9s %9s %11s %11s %7s %7s\n", "tokens", "clients", "kvs p50",
-               "kvs p99", "raw p50", "raw p99", "kvs/s", "raw/s", "p50 x", "p99 x");
+        printf("# cpu: microseconds of CPU per call, the clients' (cli) and the server's "
+               "(srv: kvshared, or the raw server)\n"
+               "%-7s %-7s %9s %9s %9s %9s %11s %11s %7s %7s %7s %7s %7s %7s\n",
+               "tokens", "clients", "kvs p50", "kvs p99", "raw p50", "raw p99", "kvs/s", "raw/s",
+               "p50 x", "p99 x", "kvs cli", "kvs srv", "raw cli", "raw srv");
     for (size_t s = 0; s < n_sizes && rc == 0 && !pipelined; s++) {
         for (size_t ci = 0; ci < 3; ci++) {
             int clients = client_counts[ci];
@@ -1228,9 +1263,12 @@ int bench_rpc_main(int argc, char **argv)
             free(rs.v);
             if (rc != 0)
                 break;
-            printf("%-7zu %-7d %7.1fus %7.1fus %7.1fus %7.1fus %11.0f %11.0f %7.2f %7.2f\n",
+            printf("%-7zu %-7d %7.1fus %7.1fus %7.1fus %7.1fus %11.0f %11.0f %7.2f %7.2f %7.2f "
+                   "%7.2f %7.2f %7.2f\n",
                    sizes[s], clients, kvs.p50_us, kvs.p99_us, raw.p50_us, raw.p99_us, kvs.per_sec,
-                   raw.per_sec, kvs.p50_us / raw.p50_us, kvs.p99_us / raw.p99_us);
+                   raw.per_sec, kvs.p50_us / raw.p50_us, kvs.p99_us / raw.p99_us,
+                   per_call_us(ks.client_cpu_s, ks.calls), per_call_us(ks.server_cpu_s, ks.calls),
+                   per_call_us(rs.client_cpu_s, rs.calls), per_call_us(rs.server_cpu_s, rs.calls));
             fflush(stdout);
         }
     }
