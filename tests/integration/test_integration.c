@@ -181,6 +181,43 @@ START_TEST(test_two_workers_share_a_prefix)
 }
 END_TEST
 
+START_TEST(test_lookup_with_less_room)
+{
+    /* A pinned Lookup that matches more blocks than the caller has room
+     * for keeps the prefix that fits and gives the rest of its pins back;
+     * one without a pin just keeps the prefix. The reply read in place
+     * (client/wire.h) leaves such a reply to the protobuf-c path. */
+    kvs_client_t *c = harness_client(&h, "room", 0);
+    uint32_t tokens[6 * BT], ids[6], can[6], got[6];
+    size_t n, done;
+    prompt(tokens, 6 * BT, 31);
+    ck_assert_int_eq(kvs_alloc(c, NULL, 6, ids), 0);
+    ck_assert_int_eq(kvs_commit(c, NULL, tokens, 6 * BT, ids, 6, can, &done), 0);
+    ck_assert_int_eq(kvs_release(c, can, 6, NULL), 0);
+    kvs_stats_t s;
+    for (int pin = 0; pin < 2; pin++) {
+        memset(got, 0xff, sizeof(got));
+        ck_assert_int_eq(kvs_lookup(c, NULL, tokens, 6 * BT, pin, got, 2, &n), 0);
+        ck_assert_uint_eq(n, 2);
+        ck_assert_uint_eq(got[0], can[0]);
+        ck_assert_uint_eq(got[1], can[1]);
+        ck_assert_uint_eq(got[2], UINT32_MAX); /* nothing written past max_ids */
+        stats(c, &s);
+        ck_assert_uint_eq(s.pinned_blocks, pin ? 2 : 0);
+        kvs_stats_free(&s);
+        /* With room for all: every id, alike. */
+        ck_assert_int_eq(kvs_lookup(c, NULL, tokens, 6 * BT, 0, got, 6, &n), 0);
+        ck_assert_uint_eq(n, 6);
+        ck_assert_int_eq(memcmp(got, can, sizeof(can)), 0);
+    }
+    ck_assert_int_eq(kvs_release(c, can, 2, NULL), 0);
+    stats(c, &s);
+    ck_assert_uint_eq(s.pinned_blocks, 0);
+    kvs_stats_free(&s);
+    kvs_close(c);
+}
+END_TEST
+
 START_TEST(test_sigkill_releases_holdings)
 {
     int p[2];
@@ -948,6 +985,7 @@ static Suite *integration_suite(void)
     tcase_add_checked_fixture(tc, start, stop);
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_two_workers_share_a_prefix);
+    tcase_add_test(tc, test_lookup_with_less_room);
     tcase_add_test(tc, test_sigkill_releases_holdings);
     tcase_add_test(tc, test_long_prompt);
     tcase_add_test(tc, test_commit_after_a_hit);
