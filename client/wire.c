@@ -6,14 +6,16 @@
 #include "frame_header.h"
 #include "pb_varint.h"
 
-/* Protobuf keys: (field number << 3) | wire type. */
-#define KEY_REQUEST_ID      0x08 /* Request.id, varint */
-#define KEY_REQUEST_LOOKUP  0x5a /* Request.lookup (11), length-delimited */
-#define KEY_LOOKUP_NS       0x0a /* LookupRequest.ns (1), length-delimited */
-#define KEY_LOOKUP_TOKENS   0x12 /* LookupRequest.tokens (2), length-delimited */
-#define KEY_LOOKUP_PIN      0x18 /* LookupRequest.pin (3), varint */
-#define KEY_LOOKUP_WAIT_MS  0x20 /* LookupRequest.wait_ms (4), varint */
-#define KEY_LOOKUP_IN_PLACE 0x28 /* LookupRequest.tier2_in_place (5), varint */
+/* The one-byte tags of the fields written and read here (kvshare.proto). */
+#define TAG(field, type) PB_TAG(field, PB_WT_##type)
+
+#define KEY_REQUEST_ID      TAG(1, VARINT) /* Request.id */
+#define KEY_REQUEST_LOOKUP  TAG(11, LEN)   /* Request.lookup */
+#define KEY_LOOKUP_NS       TAG(1, LEN)    /* LookupRequest.ns */
+#define KEY_LOOKUP_TOKENS   TAG(2, LEN)    /* LookupRequest.tokens */
+#define KEY_LOOKUP_PIN      TAG(3, VARINT) /* LookupRequest.pin */
+#define KEY_LOOKUP_WAIT_MS  TAG(4, VARINT) /* LookupRequest.wait_ms */
+#define KEY_LOOKUP_IN_PLACE TAG(5, VARINT) /* LookupRequest.tier2_in_place */
 
 int wire_lookup_head(uint8_t *buf, uint64_t id, const char *ns, int pin, uint32_t wait_ms,
                      int tier2_in_place, size_t token_bytes, size_t *head_len)
@@ -65,53 +67,21 @@ int wire_lookup_head(uint8_t *buf, uint64_t id, const char *ns, int pin, uint32_
 
 /* --- the Lookup reply, read in place --- */
 
-enum { WT_VARINT = 0, WT_LEN = 2 };
-#define TAG(field, type) ((uint8_t)((field) << 3 | (type)))
+#define RESPONSE_ID     TAG(1, VARINT)
+#define RESPONSE_STATUS TAG(2, VARINT)
+#define RESPONSE_LOOKUP TAG(11, LEN) /* Response.lookup */
 
-#define RESPONSE_ID     TAG(1, WT_VARINT)
-#define RESPONSE_STATUS TAG(2, WT_VARINT)
-#define RESPONSE_LOOKUP TAG(11, WT_LEN) /* Response.lookup */
-
-#define REPLY_BLOCK_IDS       TAG(1, WT_LEN)
-#define REPLY_HIT_TOKENS      TAG(2, WT_VARINT)
-#define REPLY_INFLIGHT_BLOCKS TAG(3, WT_VARINT)
-#define REPLY_WAITED          TAG(4, WT_VARINT)
-#define REPLY_TIER2_BLOCK_IDS TAG(5, WT_LEN)
-
-/* A varint of at most max_bytes bytes at *p (before end), moving *p past
- * it. 5 bytes for 32-bit fields, bools and the status: all their bits, and
- * none that protobuf-c would read differently; longer ones are left to it. */
-static bool read_varint(const uint8_t **p, const uint8_t *end, unsigned max_bytes, uint64_t *v)
-{
-    uint64_t x = 0;
-    for (unsigned i = 0; i < max_bytes && *p < end; i++) {
-        uint8_t b = *(*p)++;
-        x |= (uint64_t)(b & 0x7f) << (7 * i);
-        if (!(b & 0x80)) {
-            *v = x;
-            return true;
-        }
-    }
-    return false;
-}
-
-/* A length-delimited field (its length a varint of at most 5 bytes). */
-static bool read_len(const uint8_t **p, const uint8_t *end, const uint8_t **data, size_t *len)
-{
-    uint64_t n;
-    if (!read_varint(p, end, 5, &n) || n > (uint64_t)(end - *p))
-        return false;
-    *data = *p;
-    *len = (size_t)n;
-    *p += n;
-    return true;
-}
+#define REPLY_BLOCK_IDS       TAG(1, LEN)
+#define REPLY_HIT_TOKENS      TAG(2, VARINT)
+#define REPLY_INFLIGHT_BLOCKS TAG(3, VARINT)
+#define REPLY_WAITED          TAG(4, VARINT)
+#define REPLY_TIER2_BLOCK_IDS TAG(5, LEN)
 
 /* A packed fixed32 array: whole ids only. */
 static bool read_ids(const uint8_t **p, const uint8_t *end, const uint8_t **ids, size_t *n)
 {
     size_t len;
-    if (!read_len(p, end, ids, &len) || len % 4 != 0)
+    if (!pb_read_len(p, end, ids, &len) || len % 4 != 0)
         return false;
     *n = len / 4;
     return true;
@@ -132,17 +102,17 @@ static bool decode_reply(const uint8_t *p, const uint8_t *end, wire_lookup_reply
             break;
         case REPLY_HIT_TOKENS:
             bit = 2;
-            ok = read_varint(&p, end, 5, &v);
+            ok = pb_read_varint(&p, end, 5, &v);
             out->hit_tokens = (uint32_t)v;
             break;
         case REPLY_INFLIGHT_BLOCKS:
             bit = 4;
-            ok = read_varint(&p, end, 5, &v);
+            ok = pb_read_varint(&p, end, 5, &v);
             out->inflight_blocks = (uint32_t)v;
             break;
         case REPLY_WAITED:
             bit = 8;
-            ok = read_varint(&p, end, 5, &v);
+            ok = pb_read_varint(&p, end, 5, &v);
             out->waited = v != 0;
             break;
         case REPLY_TIER2_BLOCK_IDS:
@@ -172,16 +142,16 @@ bool wire_lookup_reply_decode(const uint8_t *body, size_t len, wire_lookup_reply
         uint8_t tag = *p++;
         uint64_t v;
         if (tag == RESPONSE_ID && !have_id) {
-            if (!read_varint(&p, end, 10, &out->id))
+            if (!pb_read_varint(&p, end, 10, &out->id))
                 return false;
             have_id = true;
         } else if (tag == RESPONSE_STATUS && !have_status) {
             /* An error's status (and its message) is protobuf-c's to read. */
-            if (!read_varint(&p, end, 5, &v) || (uint32_t)v != 0)
+            if (!pb_read_varint(&p, end, 5, &v) || (uint32_t)v != 0)
                 return false;
             have_status = true;
         } else if (tag == RESPONSE_LOOKUP && !lookup) {
-            if (!read_len(&p, end, &lookup, &lookup_len))
+            if (!pb_read_len(&p, end, &lookup, &lookup_len))
                 return false;
         } else {
             return false;

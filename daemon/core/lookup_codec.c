@@ -5,65 +5,34 @@
 
 #include "pb_varint.h"
 
-/* Protocol Buffers' wire types and the one-byte tags (field << 3 | type)
- * of the fields this codec reads and writes (kvshare.proto). */
-enum { WT_VARINT = 0, WT_LEN = 2 };
-#define TAG(field, type) ((uint8_t)((field) << 3 | (type)))
+/* The one-byte tags of the fields this codec reads and writes
+ * (kvshare.proto). */
+#define TAG(field, type) PB_TAG(field, PB_WT_##type)
 
-#define REQUEST_ID     TAG(1, WT_VARINT)
-#define REQUEST_LOOKUP TAG(KVSHARE__REQUEST__RPC_LOOKUP, WT_LEN)
+#define REQUEST_ID     TAG(1, VARINT)
+#define REQUEST_LOOKUP TAG(KVSHARE__REQUEST__RPC_LOOKUP, LEN)
 
-#define LOOKUP_NS             TAG(1, WT_LEN)
-#define LOOKUP_TOKENS         TAG(2, WT_LEN)
-#define LOOKUP_PIN            TAG(3, WT_VARINT)
-#define LOOKUP_WAIT_MS        TAG(4, WT_VARINT)
-#define LOOKUP_TIER2_IN_PLACE TAG(5, WT_VARINT)
+#define LOOKUP_NS             TAG(1, LEN)
+#define LOOKUP_TOKENS         TAG(2, LEN)
+#define LOOKUP_PIN            TAG(3, VARINT)
+#define LOOKUP_WAIT_MS        TAG(4, VARINT)
+#define LOOKUP_TIER2_IN_PLACE TAG(5, VARINT)
 
-#define RESPONSE_ID      TAG(1, WT_VARINT)
-#define RESPONSE_STATUS  TAG(2, WT_VARINT)
-#define RESPONSE_MESSAGE TAG(3, WT_LEN)
-#define RESPONSE_LOOKUP  TAG(KVSHARE__RESPONSE__RPC_LOOKUP, WT_LEN)
+#define RESPONSE_ID      TAG(1, VARINT)
+#define RESPONSE_STATUS  TAG(2, VARINT)
+#define RESPONSE_MESSAGE TAG(3, LEN)
+#define RESPONSE_LOOKUP  TAG(KVSHARE__RESPONSE__RPC_LOOKUP, LEN)
 
-#define REPLY_BLOCK_IDS       TAG(1, WT_LEN)
-#define REPLY_HIT_TOKENS      TAG(2, WT_VARINT)
-#define REPLY_INFLIGHT_BLOCKS TAG(3, WT_VARINT)
-#define REPLY_WAITED          TAG(4, WT_VARINT)
-#define REPLY_TIER2_BLOCK_IDS TAG(5, WT_LEN)
+#define REPLY_BLOCK_IDS       TAG(1, LEN)
+#define REPLY_HIT_TOKENS      TAG(2, VARINT)
+#define REPLY_INFLIGHT_BLOCKS TAG(3, VARINT)
+#define REPLY_WAITED          TAG(4, VARINT)
+#define REPLY_TIER2_BLOCK_IDS TAG(5, LEN)
 
 _Static_assert(KVSHARE__REQUEST__RPC_LOOKUP < 16 && KVSHARE__RESPONSE__RPC_LOOKUP < 16,
                "the lookup field's tag fits one byte");
 
 /* --- decoding --- */
-
-/* A varint of at most max_bytes bytes at *p (before end), moving *p past
- * it. max_bytes 5 for 32-bit fields and bools: all their bits, and no
- * byte that protobuf-c would read differently from a longer one. */
-static bool read_varint(const uint8_t **p, const uint8_t *end, unsigned max_bytes, uint64_t *v)
-{
-    uint64_t x = 0;
-    for (unsigned i = 0; i < max_bytes && *p < end; i++) {
-        uint8_t b = *(*p)++;
-        x |= (uint64_t)(b & 0x7f) << (7 * i);
-        if (!(b & 0x80)) {
-            *v = x;
-            return true;
-        }
-    }
-    return false;
-}
-
-/* A length-delimited field's bytes: its length (a varint of at most 5
- * bytes, as protobuf-c reads it) and the bytes, which must lie before end. */
-static bool read_len(const uint8_t **p, const uint8_t *end, const uint8_t **data, size_t *len)
-{
-    uint64_t n;
-    if (!read_varint(p, end, 5, &n) || n > (uint64_t)(end - *p))
-        return false;
-    *data = *p;
-    *len = (size_t)n;
-    *p += n;
-    return true;
-}
 
 static bool decode_lookup(const uint8_t *p, const uint8_t *end, lookup_frame_t *out)
 {
@@ -75,29 +44,29 @@ static bool decode_lookup(const uint8_t *p, const uint8_t *end, lookup_frame_t *
         switch (tag) {
         case LOOKUP_NS:
             bit = 1;
-            if (!read_len(&p, end, &out->ns, &out->ns_len))
+            if (!pb_read_len(&p, end, &out->ns, &out->ns_len))
                 return false;
             break;
         case LOOKUP_TOKENS:
             bit = 2;
-            if (!read_len(&p, end, &out->tokens, &out->tokens_len))
+            if (!pb_read_len(&p, end, &out->tokens, &out->tokens_len))
                 return false;
             break;
         case LOOKUP_PIN:
             bit = 4;
-            if (!read_varint(&p, end, 5, &v))
+            if (!pb_read_varint(&p, end, 5, &v))
                 return false;
             out->pin = v != 0;
             break;
         case LOOKUP_WAIT_MS:
             bit = 8;
-            if (!read_varint(&p, end, 5, &v))
+            if (!pb_read_varint(&p, end, 5, &v))
                 return false;
             out->wait_ms = (uint32_t)v;
             break;
         case LOOKUP_TIER2_IN_PLACE:
             bit = 16;
-            if (!read_varint(&p, end, 5, &v))
+            if (!pb_read_varint(&p, end, 5, &v))
                 return false;
             out->tier2_in_place = v != 0;
             break;
@@ -123,11 +92,11 @@ bool lookup_decode(const uint8_t *body, size_t len, lookup_frame_t *out)
     while (p < end) {
         uint8_t tag = *p++;
         if (tag == REQUEST_ID && !have_id) {
-            if (!read_varint(&p, end, 10, &out->id))
+            if (!pb_read_varint(&p, end, 10, &out->id))
                 return false;
             have_id = true;
         } else if (tag == REQUEST_LOOKUP && !lookup) {
-            if (!read_len(&p, end, &lookup, &lookup_len))
+            if (!pb_read_len(&p, end, &lookup, &lookup_len))
                 return false;
         } else {
             return false;
