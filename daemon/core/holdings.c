@@ -37,6 +37,12 @@ static inline uint32_t pin_slot(uint32_t block_id, uint32_t mask)
     return (uint32_t)(((uint64_t)block_id * 0x9E3779B97F4A7C15ull) >> 32) & mask;
 }
 
+/* The bytes of a pin table of cap entries (a key and a count each). */
+static size_t pins_bytes(uint32_t cap)
+{
+    return (size_t)cap * 2 * sizeof(uint32_t);
+}
+
 static int pins_grow(session_pins_t *p, uint32_t cap)
 {
     uint32_t *keys = malloc((size_t)cap * sizeof(*keys));
@@ -138,9 +144,12 @@ void session_pin_drop(session_t *s, uint32_t block_id)
     }
     p->keys[hole] = SESSION_NO_BLOCK;
     p->used--;
-    /* Shrink as pins go, so that closing costs what the session holds now,
-     * not what it once held. (A failed shrink keeps the larger table.) */
-    if (p->cap > 64 && (uint64_t)p->used * 8 < p->cap)
+    /* A table over what a session keeps shrinks as pins go, so that
+     * closing costs what the session holds now, not what it once held. A
+     * smaller one stays: a worker that pins a prompt's blocks and releases
+     * them on every request would otherwise rebuild it at each halving.
+     * (A failed shrink keeps the larger table.) */
+    if (pins_bytes(p->cap) > SESSION_KEEP_BYTES && (uint64_t)p->used * 8 < p->cap)
         pins_grow(p, p->cap / 2);
 }
 
@@ -179,8 +188,7 @@ void session_holdings_shrink(session_t *s)
         h->scratch_cap = 0;
     }
     session_pins_t *p = &h->pins;
-    if ((size_t)p->cap * 2 * sizeof(uint32_t) > SESSION_KEEP_BYTES &&
-        (uint64_t)p->used * 8 < p->cap)
+    if (pins_bytes(p->cap) > SESSION_KEEP_BYTES && (uint64_t)p->used * 8 < p->cap)
         pins_grow(p, cap_for(p->used)); /* when it fails, the larger table stays */
     if (h->cap_writing * sizeof(*h->writing) > SESSION_KEEP_BYTES &&
         (uint64_t)h->n_writing * 4 < h->cap_writing) {
