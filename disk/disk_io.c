@@ -55,12 +55,18 @@ typedef struct buf_ctx {
 
 #define NO_BUF UINT32_MAX
 /* Reads or writes of neighbouring slots of one batch go to the disk as one
- * I/O of up to this many slots (a spill takes its free slots in order, and
- * a promotion reads a prefix's blocks, spilled together, in order). */
-#define MERGE_MAX 64u
+ * I/O of up to this many bytes, and of MERGE_SLOTS_MAX slots at most (a
+ * spill takes its free slots in order, and a promotion reads a prefix's
+ * blocks, spilled together, in order). Large I/Os matter most on a file
+ * written for the first time: ext4 lets one direct write into unwritten
+ * extents run at a time on the file, so what such writes move is their
+ * size times a rate that hardly depends on it (docs/BENCHMARKS.md, "Larger
+ * merged I/Os"). */
+#define MERGE_BYTES     (1u << 20)
+#define MERGE_SLOTS_MAX 256u
 /* The ring's buffers: queue_depth, or more for merged writes, up to this
- * many bytes in all (as many as MERGE_MAX slots of 4 KiB for 8 I/Os). */
-#define ARENA_MERGE_BYTES (2u << 20)
+ * many bytes in all (8 merged I/Os of MERGE_BYTES). */
+#define ARENA_MERGE_BYTES (8u * MERGE_BYTES)
 
 /* Ops queued in the ring before one submit (uring_main). */
 #define SUBMIT_BATCH 8u
@@ -96,7 +102,8 @@ struct disk__engine {
     uint32_t *free_bufs, nfree;
     buf_ctx_t *ctx;     /* by buffer: the op it holds */
     struct iovec *iov;  /* by buffer: a direct op's header page and data */
-    struct iovec *wiov; /* by buffer: a merged I/O's iovecs, MERGE_MAX */
+    struct iovec *wiov; /* by buffer: a merged I/O's iovecs, merge_max */
+    uint32_t merge_max; /* slots one merged I/O takes at most */
 };
 
 /* Under mu: whether an op is queued. */
@@ -202,7 +209,7 @@ static void queue_merged(disk_t *d, uint32_t k)
 {
     disk__engine_t *e = d->eng;
     buf_ctx_t *h = &e->ctx[k];
-    struct iovec *iov = &e->wiov[MERGE_MAX * (size_t)k];
+    struct iovec *iov = &e->wiov[e->merge_max * (size_t)k];
     uint32_t j = 0;
     for (uint32_t m = k; m != NO_BUF; m = e->ctx[m].next, j++) {
         uint8_t *buf = e->arena + (size_t)m * d->slot_bytes;
@@ -298,7 +305,7 @@ static void reap(disk_t *d, struct io_uring_cqe *cqe)
  * (no free buffer, qd I/Os in flight, nothing queued, or only writes while
  * writes_max buffers write: a read that comes finds a buffer free). It
  * takes the ops after it too while they are of the same batch and go to
- * the slots next to it, all ascending or all descending (MERGE_MAX at most,
+ * the slots next to it, all ascending or all descending (merge_max at most,
  * each through a buffer of its own): one I/O for all. Its buffers are
  * chained by next; the first holds n, dir and the lowest slot. */
 static bool take_into_buffer(disk_t *d, disk__engine_t *e, uint32_t *k)
@@ -322,7 +329,7 @@ static bool take_into_buffer(disk_t *d, disk__engine_t *e, uint32_t *k)
     if (disk__direct(d, q, h->i))
         return true; /* (whole pages in place: two iovecs a slot; not merged) */
     /* (a read queued meanwhile keeps the buffers left for it) */
-    while (h->n < MERGE_MAX && e->nfree > 0 && qu->head == q && q->next < q->n &&
+    while (h->n < e->merge_max && e->nfree > 0 && qu->head == q && q->next < q->n &&
            (!q->write || (e->writing < e->writes_max && !e->reads.head)) &&
            !disk__direct(d, q, q->next)) {
         uint32_t sl = q->ops[q->next].slot;
@@ -509,7 +516,9 @@ static int uring_start(disk_t *d, uint32_t qd)
     e->free_bufs = malloc(nb * sizeof(uint32_t));
     e->ctx = calloc(nb, sizeof(buf_ctx_t));
     e->iov = calloc(2 * (size_t)nb, sizeof(struct iovec));
-    e->wiov = calloc(MERGE_MAX * (size_t)nb, sizeof(struct iovec));
+    uint64_t merge = MERGE_BYTES / d->slot_bytes;
+    e->merge_max = merge < 1 ? 1 : merge > MERGE_SLOTS_MAX ? MERGE_SLOTS_MAX : (uint32_t)merge;
+    e->wiov = calloc(e->merge_max * (size_t)nb, sizeof(struct iovec));
     struct iovec *iov = calloc(nb, sizeof(*iov));
     if (!e->free_bufs || !e->ctx || !e->iov || !e->wiov || !iov ||
         !(e->arena = disk_buffer_alloc((size_t)nb * d->slot_bytes))) {

@@ -416,6 +416,65 @@ static void roundtrip(disk_io_t io, const char *name)
     disk_close(td);
 }
 
+/* Long runs of neighbouring small slots (512 B blocks: 4 KiB slots, up to
+ * 256 of them in one merged I/O), ascending and descending, written and
+ * read in batches longer than one merged I/O: every block comes back. */
+#define SMALL 512u
+
+static void small_batch(disk_t *td, bool write, const uint32_t *slots, size_t n, uint8_t *data)
+{
+    disk_op_t *ops = calloc(n, sizeof(*ops));
+    uint32_t *tokens = malloc(n * TOKENS * sizeof(uint32_t));
+    for (size_t i = 0; i < n; i++) {
+        fill_meta(slots[i], &ops[i].meta, tokens + i * TOKENS);
+        if (!write)
+            ops[i].meta.tokens = NULL;
+        ops[i].slot = slots[i];
+        ops[i].data = data + (size_t)slots[i] * SMALL;
+    }
+    run_batch(td, write, ops, n);
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(ops[i].status == 0, "slot %u: %d", slots[i], ops[i].status);
+    free(ops);
+    free(tokens);
+}
+
+START_TEST(long_runs_of_small_slots)
+{
+    enum { N = 700, HALF = 400 };
+    disk_config_t cfg = config(N, DISK_IO_AUTO);
+    cfg.block_bytes = SMALL;
+    cfg.bytes = 4096 + (uint64_t)N * 4096;
+    disk_t *td = open_ok(&cfg);
+    ck_assert_uint_eq(disk_slot_bytes(td), 4096);
+    ck_assert_uint_eq(disk_capacity(td), N);
+    uint8_t *data = malloc((size_t)N * SMALL), *got = malloc((size_t)N * SMALL);
+    for (size_t i = 0; i < (size_t)N * SMALL; i++)
+        data[i] = (uint8_t)mix(i / 8 + 7);
+    uint32_t up[N], down[N];
+    for (uint32_t i = 0; i < N; i++) {
+        up[i] = i;
+        down[i] = N - 1 - i;
+    }
+    small_batch(td, true, up, HALF, data);       /* 0 .. 399 ascending */
+    small_batch(td, true, down, N - HALF, data); /* 699 .. 400 descending */
+    memset(got, 0, (size_t)N * SMALL);
+    small_batch(td, false, up, N, got);
+    ck_assert(memcmp(got, data, (size_t)N * SMALL) == 0);
+    memset(got, 0, (size_t)N * SMALL);
+    small_batch(td, false, down, N, got);
+    ck_assert(memcmp(got, data, (size_t)N * SMALL) == 0);
+    disk_stats_t st;
+    disk_stats(td, &st);
+    ck_assert_uint_eq(st.writes, N);
+    ck_assert_uint_eq(st.reads, 2 * N);
+    ck_assert_uint_eq(st.crc_failures, 0);
+    free(data);
+    free(got);
+    disk_close(td);
+}
+END_TEST
+
 START_TEST(roundtrip_io_uring)
 {
     roundtrip(DISK_IO_URING, "io_uring");
@@ -1342,6 +1401,7 @@ static Suite *tier_disk_suite(void)
     tcase_add_test(tc, bad_setup_is_named);
     tcase_add_test(tc, other_geometry_refused_or_wiped);
     tcase_add_test(tc, roundtrip_io_uring);
+    tcase_add_test(tc, long_runs_of_small_slots);
     tcase_add_test(tc, roundtrip_threads_forced);
     tcase_add_loop_test(tc, concurrent_batches, 0, 2);
     tcase_add_loop_test(tc, drain_from_the_tiers_buffer, 0, 2);
