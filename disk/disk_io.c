@@ -51,6 +51,7 @@ typedef struct buf_ctx {
     uint32_t n;
     int dir;
     uint32_t lo;
+    uint32_t iovset; /* a merged I/O's iovecs: wiov's set of that index */
 } buf_ctx_t;
 
 #define NO_BUF UINT32_MAX
@@ -100,10 +101,13 @@ struct disk__engine {
     uint32_t ios;          /* I/Os in flight (the ring's thread): at most qd */
     uint8_t *arena;        /* nbufs buffers of slot_bytes */
     uint32_t *free_bufs, nfree;
-    buf_ctx_t *ctx;     /* by buffer: the op it holds */
-    struct iovec *iov;  /* by buffer: a direct op's header page and data */
-    struct iovec *wiov; /* by buffer: a merged I/O's iovecs, merge_max */
+    buf_ctx_t *ctx;    /* by buffer: the op it holds */
+    struct iovec *iov; /* by buffer: a direct op's header page and data */
+    /* Merged I/Os' iovecs: qd sets of merge_max (one I/O in flight each),
+     * the free ones' indexes in free_iovsets (the ring's thread). */
+    struct iovec *wiov;
     uint32_t merge_max; /* slots one merged I/O takes at most */
+    uint32_t *free_iovsets, nfree_iovsets;
 };
 
 /* Under mu: whether an op is queued. */
@@ -209,7 +213,8 @@ static void queue_merged(disk_t *d, uint32_t k)
 {
     disk__engine_t *e = d->eng;
     buf_ctx_t *h = &e->ctx[k];
-    struct iovec *iov = &e->wiov[e->merge_max * (size_t)k];
+    h->iovset = e->free_iovsets[--e->nfree_iovsets]; /* one a qd I/Os in flight */
+    struct iovec *iov = &e->wiov[e->merge_max * (size_t)h->iovset];
     uint32_t j = 0;
     for (uint32_t m = k; m != NO_BUF; m = e->ctx[m].next, j++) {
         uint8_t *buf = e->arena + (size_t)m * d->slot_bytes;
@@ -275,6 +280,7 @@ static void reap(disk_t *d, struct io_uring_cqe *cqe)
         long want = (long)(c.n * d->slot_bytes);
         long res = cqe->res == want ? (long)d->slot_bytes : cqe->res < 0 ? cqe->res : -EIO;
         bool write = c.b->write;
+        e->free_iovsets[e->nfree_iovsets++] = c.iovset;
         for (uint32_t m = k; m != NO_BUF;) {
             buf_ctx_t cm = e->ctx[m];
             uint8_t *mbuf = e->arena + (size_t)m * d->slot_bytes;
@@ -484,8 +490,10 @@ static void uring_free(disk__engine_t *e)
     free(e->ctx);
     free(e->iov);
     free(e->wiov);
+    free(e->free_iovsets);
     e->iov = NULL;
     e->wiov = NULL;
+    e->free_iovsets = NULL;
     e->arena = NULL;
     e->free_bufs = NULL;
     e->ctx = NULL;
@@ -518,9 +526,13 @@ static int uring_start(disk_t *d, uint32_t qd)
     e->iov = calloc(2 * (size_t)nb, sizeof(struct iovec));
     uint64_t merge = MERGE_BYTES / d->slot_bytes;
     e->merge_max = merge < 1 ? 1 : merge > MERGE_SLOTS_MAX ? MERGE_SLOTS_MAX : (uint32_t)merge;
-    e->wiov = calloc(e->merge_max * (size_t)nb, sizeof(struct iovec));
+    e->wiov = calloc(e->merge_max * (size_t)qd, sizeof(struct iovec));
+    e->free_iovsets = malloc(qd * sizeof(uint32_t));
+    for (uint32_t k = 0; e->free_iovsets && k < qd; k++)
+        e->free_iovsets[k] = k;
+    e->nfree_iovsets = qd;
     struct iovec *iov = calloc(nb, sizeof(*iov));
-    if (!e->free_bufs || !e->ctx || !e->iov || !e->wiov || !iov ||
+    if (!e->free_bufs || !e->ctx || !e->iov || !e->wiov || !e->free_iovsets || !iov ||
         !(e->arena = disk_buffer_alloc((size_t)nb * d->slot_bytes))) {
         free(iov);
         uring_free(e);
