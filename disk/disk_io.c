@@ -213,7 +213,8 @@ static void queue_merged(disk_t *d, uint32_t k)
 {
     disk__engine_t *e = d->eng;
     buf_ctx_t *h = &e->ctx[k];
-    h->iovset = e->free_iovsets[--e->nfree_iovsets]; /* one a qd I/Os in flight */
+    /* (never none: at most qd I/Os are in flight, and there are qd sets) */
+    h->iovset = e->free_iovsets[--e->nfree_iovsets];
     struct iovec *iov = &e->wiov[e->merge_max * (size_t)h->iovset];
     uint32_t j = 0;
     for (uint32_t m = k; m != NO_BUF; m = e->ctx[m].next, j++) {

@@ -905,9 +905,12 @@ int bench_replay(int argc, char **argv)
     /* The CPU the daemons this bench started take over the run (none when
      * --socket names a running one; a node restarted loses its share). */
     double cpu0 = 0;
-    for (uint32_t k = 0; k < n_nodes; k++)
-        if (daemons[k] > 0)
-            cpu0 += bench_process_cpu_seconds(daemons[k]);
+    bool cpu_known = true;
+    for (uint32_t k = 0; k < n_nodes; k++) {
+        double c = daemons[k] > 0 ? bench_process_cpu_seconds(daemons[k]) : 0;
+        cpu_known &= c >= 0;
+        cpu0 += c;
+    }
     double t0 = mono_ms();
     for (uint32_t w = 0; w < o.workers; w++) {
         fflush(NULL);
@@ -954,9 +957,11 @@ int bench_replay(int argc, char **argv)
     }
     double wall_s = (mono_ms() - t0) / 1e3;
     double cpu_s = -cpu0;
-    for (uint32_t k = 0; k < n_nodes; k++)
-        if (daemons[k] > 0)
-            cpu_s += bench_process_cpu_seconds(daemons[k]);
+    for (uint32_t k = 0; k < n_nodes; k++) {
+        double c = daemons[k] > 0 ? bench_process_cpu_seconds(daemons[k]) : 0;
+        cpu_known &= c >= 0;
+        cpu_s += c;
+    }
     /* The counters over the run, summed over the nodes (fresh daemons: the
      * run's own). */
     kvs_stats_t sum = {0};
@@ -1189,7 +1194,7 @@ int bench_replay(int argc, char **argv)
                o.prefill_us, o.wait_ms, (unsigned long long)waits, wait_us / 1e3,
                waits ? wait_us / 1e3 / (double)waits : 0.0);
         printf("wall %.2f s, %.1f requests/s\n", wall_s, (double)done_reqs / wall_s);
-        if (daemons[0] > 0 && n_restarted == 0 && done_reqs > 0)
+        if (daemons[0] > 0 && cpu_known && n_restarted == 0 && done_reqs > 0)
             printf("kvshared cpu %.2f s, %.0f us per request (user + system, %u daemon%s)\n", cpu_s,
                    cpu_s * 1e6 / (double)done_reqs, n_nodes, n_nodes > 1 ? "s" : "");
         printf("%-8s %8s %10s %10s %10s %10s\n", "rpc", "n", "p50 us", "p90 us", "p99 us",
